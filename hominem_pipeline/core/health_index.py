@@ -1,0 +1,306 @@
+"""The Reward Health Index (design: execution plan, Phase 10).
+
+RHI = w1*DCS + w2*GVS + w3*MSS + w4*CDRS + w5*LRPS, every component in [0, 1]. Each component is
+measured on what the run produced and reported with how it was measured; one that cannot be measured
+(too little data) is reported as missing, and RHI is then the weighted mean of the measured ones,
+flagged `partial`, never filled with a made-up number.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hominem_pipeline.core.config import HealthConfig
+from hominem_pipeline.core.reward_model import RewardModel, pad_batch
+
+COMPONENTS = ("dcs", "gvs", "mss", "cdrs", "lrps")
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    value: float | None  # None = missing
+    how: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HealthReport:
+    rhi: float | None
+    partial: bool
+    missing: list[str]
+    components: dict[str, Component]
+    deployable: bool
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "components": {k: asdict(v) for k, v in self.components.items()}}
+
+
+def _clip01(x: float) -> float:
+    return float(min(1.0, max(0.0, x)))
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float | None:
+    if len(a) < 3 or np.std(a) < 1e-12 or np.std(b) < 1e-12:
+        return None
+    ra, rb = pd.Series(a).rank().to_numpy(), pd.Series(b).rank().to_numpy()
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def _pearson(a: np.ndarray, b: np.ndarray) -> float | None:
+    if len(a) < 3 or np.std(a) < 1e-12 or np.std(b) < 1e-12:
+        return None
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+# --- components -----------------------------------------------------------------------------------
+
+
+def dimensional_coherence(reward_model: RewardModel, prompts: Sequence[str], responses: Sequence[str]) -> Component:
+    """DCS = 2/(N(N-1)) * sum_{i<j} max(0, GDA(i, j)), GDA = cosine between the gradients (w.r.t. the
+    encoder's parameters) of the mean of dimension i and of dimension j over the responses.
+
+    The design writes 1/(N(N-1)), which caps DCS at 0.5 for perfectly agreeing dimensions; normalising
+    by the number of pairs keeps the component in [0, 1] like the other four."""
+    import torch
+
+    if len(responses) < 2:
+        return Component("dcs", None, "needs at least 2 scored responses")
+    net = reward_model.net
+    params = [p for p in net.encoder.parameters()]
+    encoded = reward_model.encode(prompts, responses)
+    ids, mask = pad_batch(encoded, reward_model.tokenizer.pad_token_id)
+    net.eval()
+    was = [p.requires_grad for p in params]
+    for p in params:
+        p.requires_grad_(True)
+    try:
+        with torch.enable_grad():
+            vectors = net(ids, mask)["vector"]  # (n, D)
+            grads = []
+            for d in range(vectors.shape[1]):
+                g = torch.autograd.grad(vectors[:, d].mean(), params, retain_graph=True, allow_unused=True)
+                grads.append(torch.cat([x.reshape(-1) for x in g if x is not None]))
+    finally:
+        for p, w in zip(params, was):
+            p.requires_grad_(w)
+    G = torch.stack(grads)
+    G = G / G.norm(dim=1, keepdim=True).clamp(min=1e-12)
+    cos = (G @ G.T).numpy()
+    n = cos.shape[0]
+    if n < 2:
+        return Component("dcs", None, "needs at least 2 reward dimensions")
+    upper = cos[np.triu_indices(n, k=1)]
+    value = float(np.maximum(upper, 0.0).sum() * 2.0 / (n * (n - 1)))
+    return Component(
+        "dcs",
+        _clip01(value),
+        "cosine of per-dimension reward gradients w.r.t. the reward encoder on the adapter's evaluation responses",
+        {"mean_gda": float(upper.mean()), "min_gda": float(upper.min()), "pairs": int(len(upper))},
+    )
+
+
+def gradient_variance_stability(grad_norms: Sequence[float], gvi_max: float) -> Component:
+    """GVS = 1 - GVI / GVI_max with GVI the coefficient of variation of the policy's gradient norms."""
+    norms = np.asarray([g for g in grad_norms if g is not None and math.isfinite(g)], dtype=np.float64)
+    if len(norms) < 2 or norms.mean() <= 0:
+        return Component("gvs", None, "needs the gradient norms of at least 2 training steps")
+    gvi = float(norms.std() / norms.mean())
+    return Component(
+        "gvs",
+        _clip01(1.0 - gvi / gvi_max),
+        f"coefficient of variation of {len(norms)} LoRA training gradient norms, against GVI_max={gvi_max}",
+        {"gvi": gvi, "gvi_max_reference": gvi_max, "steps": int(len(norms))},
+    )
+
+
+def perturb(text: str, rng: random.Random) -> str:
+    """A small perturbation: drop one word (keeps the text non-empty)."""
+    words = text.split()
+    if len(words) < 2:
+        return text
+    del words[rng.randrange(len(words))]
+    return " ".join(words)
+
+
+def manifold_stability(
+    reward_model: RewardModel,
+    prompts: Sequence[str],
+    base_responses: Sequence[str],
+    adapter_responses: Sequence[str],
+    perturbations: int,
+    seed: int,
+) -> Component:
+    """MSS = 0.5(1 - RDM drift) + 0.5(1 - curvature variance).
+
+    RDM drift: the representational dissimilarity matrix (Euclidean distances between reward vectors
+    of the evaluation responses) of the base and of the adapter; drift = (1 - Spearman rho) / 2.
+    Curvature variance: the share of reward variance that small input perturbations (one word dropped)
+    cause, var(perturbation change) / (var(perturbation change) + var(scalar across responses))."""
+    keep = [i for i in range(len(prompts)) if base_responses[i].strip() and adapter_responses[i].strip()]
+    if len(keep) < 3:
+        return Component("mss", None, "needs at least 3 prompts where both base and adapter answered")
+    p = [prompts[i] for i in keep]
+    base = reward_model.raw_scores(p, [base_responses[i] for i in keep])
+    adapted = reward_model.raw_scores(p, [adapter_responses[i] for i in keep])
+
+    def rdm(vectors: np.ndarray) -> np.ndarray:
+        diff = vectors[:, None, :] - vectors[None, :, :]
+        dist = np.sqrt((diff**2).sum(-1))
+        return dist[np.triu_indices(len(vectors), k=1)]
+
+    rho = _spearman(rdm(base["vector"]), rdm(adapted["vector"]))
+    rng = random.Random(seed)
+    originals, perturbed_p, perturbed_r = [], [], []
+    for i, r in enumerate(adapter_responses[j] for j in keep):
+        for _ in range(perturbations):
+            originals.append(i)
+            perturbed_p.append(p[i])
+            perturbed_r.append(perturb(r, rng))
+    moved = reward_model.raw_scores(perturbed_p, perturbed_r)["scalar"] - adapted["scalar"][originals]
+    spread = float(np.var(adapted["scalar"]))
+    noise = float(np.var(moved))
+    if rho is None or noise + spread <= 0:
+        return Component("mss", None, "reward vectors or scalars did not vary across responses")
+    drift = (1.0 - rho) / 2.0
+    curvature_var = noise / (noise + spread)
+    return Component(
+        "mss",
+        _clip01(0.5 * (1.0 - drift) + 0.5 * (1.0 - curvature_var)),
+        "RDM of reward vectors base vs adapter (Spearman) and reward change under one-word-drop perturbations",
+        {"rdm_spearman": rho, "rdm_drift": drift, "curvature_variance": curvature_var, "perturbations": len(moved)},
+    )
+
+
+def _binary_entropy(p: float) -> float:
+    if p <= 0.0 or p >= 1.0:
+        return 0.0
+    return float(-(p * math.log2(p) + (1 - p) * math.log2(1 - p)))
+
+
+def cross_domain_robustness(table: pd.DataFrame, dimensions: Sequence[str]) -> Component:
+    """CDRS = 1 - (C_contradiction + C_entropy + (1 - C_consistency)) / 3 across prompt categories.
+
+    C_contradiction: share of (category, dimension) cells whose mean adapter-base delta has the
+    opposite sign of that dimension's overall delta. C_entropy: mean binary entropy of each category's
+    win rate (a coin-flip category is unsettled). C_consistency: 1 - 2 * std of the categories' win rates."""
+    if table.empty or table["category"].nunique() < 2:
+        return Component("cdrs", None, "needs evaluation prompts from at least 2 categories")
+    deltas = pd.DataFrame(
+        [
+            {d: (a[d] - b[d]) for d in dimensions} | {"category": c}
+            for a, b, c in zip(table["adapter_vector"], table["base_vector"], table["category"])
+        ]
+    )
+    overall = deltas[list(dimensions)].mean()
+    per_cat = deltas.groupby("category")[list(dimensions)].mean()
+    cells = contradictions = 0
+    for d in dimensions:
+        if not np.isfinite(overall[d]) or abs(overall[d]) < 1e-6:
+            continue
+        for value in per_cat[d]:
+            if np.isfinite(value) and abs(value) >= 1e-6:
+                cells += 1
+                contradictions += int(np.sign(value) != np.sign(overall[d]))
+    c_contra = contradictions / cells if cells else 0.0
+    win = table.groupby("category")["adapter_outcome"].mean()
+    c_entropy = float(np.mean([_binary_entropy(w) for w in win]))
+    c_consistency = _clip01(1.0 - 2.0 * float(win.std(ddof=0)))
+    value = 1.0 - (c_contra + c_entropy + (1.0 - c_consistency)) / 3.0
+    return Component(
+        "cdrs",
+        _clip01(value),
+        f"per-category reward deltas and win rates over {len(win)} categories of held-out prompts",
+        {"c_contradiction": c_contra, "c_entropy": c_entropy, "c_consistency": c_consistency, "categories": int(len(win))},
+    )
+
+
+def local_reward_predictivity(reward_model: RewardModel, prompts: Sequence[str], responses: Sequence[str]) -> Component:
+    """LRPS = max(0, corr(r_local, r_trajectory)): does the reward of a response's first half predict
+    the reward of the whole response?"""
+    pairs = [(p, r) for p, r in zip(prompts, responses) if len(r.split()) >= 4]
+    if len(pairs) < 3:
+        return Component("lrps", None, "needs at least 3 responses of 4+ words")
+    ps = [p for p, _ in pairs]
+    halves = [" ".join(r.split()[: len(r.split()) // 2]) for _, r in pairs]
+    local = reward_model.raw_scores(ps, halves)["scalar"]
+    full = reward_model.raw_scores(ps, [r for _, r in pairs])["scalar"]
+    corr = _pearson(local, full)
+    if corr is None:
+        return Component("lrps", None, "reward scalars did not vary across responses")
+    return Component(
+        "lrps",
+        _clip01(max(0.0, corr)),
+        f"Pearson correlation of reward on the first half vs the whole of {len(pairs)} evaluation responses",
+        {"pearson": corr, "responses": len(pairs)},
+    )
+
+
+# --- aggregate ------------------------------------------------------------------------------------
+
+
+def aggregate(components: dict[str, Component], cfg: HealthConfig) -> HealthReport:
+    weights = cfg.weights.model_dump()
+    measured = {k: c for k, c in components.items() if c.value is not None}
+    missing = [k for k in COMPONENTS if k not in measured]
+    total = sum(weights[k] for k in measured)
+    rhi = sum(weights[k] * measured[k].value for k in measured) / total if total > 0 else None
+    if rhi is None:
+        deployable, reason = False, "no component could be measured"
+    elif missing:
+        deployable, reason = False, f"partial index: {', '.join(missing)} not measured"
+    elif rhi < cfg.deploy_threshold:
+        deployable, reason = False, f"RHI {rhi:.3f} below deploy threshold {cfg.deploy_threshold}"
+    else:
+        deployable, reason = True, f"RHI {rhi:.3f} at or above deploy threshold {cfg.deploy_threshold}"
+    return HealthReport(rhi=rhi, partial=bool(missing), missing=missing, components=components, deployable=deployable, reason=reason)
+
+
+def compute_health(
+    reward_model: RewardModel,
+    evaluation: pd.DataFrame,
+    grad_norms: Sequence[float],
+    cfg: HealthConfig,
+    seed: int,
+) -> HealthReport:
+    prompts = list(evaluation["prompt"])
+    base = list(evaluation["base_response"])
+    adapter = list(evaluation["adapter_response"])
+    answered = [i for i, r in enumerate(adapter) if r.strip()]
+    components = {
+        "dcs": dimensional_coherence(reward_model, [prompts[i] for i in answered], [adapter[i] for i in answered]),
+        "gvs": gradient_variance_stability(grad_norms, cfg.gvi_max_reference),
+        "mss": manifold_stability(reward_model, prompts, base, adapter, cfg.perturbations_per_response, seed),
+        "cdrs": cross_domain_robustness(evaluation, reward_model.dimensions),
+        "lrps": local_reward_predictivity(reward_model, prompts + prompts, base + adapter),
+    }
+    return aggregate(components, cfg)
+
+
+def plot_health(report: HealthReport, path, title: str):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(COMPONENTS)
+    values = [report.components[n].value for n in names]
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.bar([n.upper() for n in names], [v if v is not None else 0 for v in values], color=["#1c7ed6" if v is not None else "#adb5bd" for v in values])
+    for i, v in enumerate(values):
+        ax.text(i, (v or 0) + 0.02, "missing" if v is None else f"{v:.2f}", ha="center", fontsize=8)
+    ax.set_ylim(0, 1.1)
+    rhi = "n/a" if report.rhi is None else f"{report.rhi:.3f}"
+    ax.set_title(f"{title}  RHI {rhi}{' (partial)' if report.partial else ''}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

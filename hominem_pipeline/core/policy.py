@@ -1,0 +1,161 @@
+"""Training LoRA adapters on the student. The base weights never change: only LoRA matrices train,
+and the DPO reference is the same base with the adapter switched off."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from hominem_pipeline.core.config import PolicyConfig
+from hominem_pipeline.core.progress import Progress
+
+log = logging.getLogger(__name__)
+
+
+def base_checksum(model: torch.nn.Module) -> str:
+    """sha256 over every non-LoRA parameter, in name order: equal before and after training iff the base is untouched."""
+    h = hashlib.sha256()
+    for name, param in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+        if "lora_" in name:
+            continue
+        base_name = name.replace("base_model.model.", "").replace(".base_layer", "")
+        h.update(base_name.encode())
+        h.update(param.detach().to(torch.float32).cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def pairs_to_dpo_dataset(pairs: pd.DataFrame):
+    """Conversational DPO rows; TRL applies the student's chat template."""
+    from datasets import Dataset
+
+    return Dataset.from_list(
+        [
+            {
+                "prompt": [{"role": "user", "content": row.prompt}],
+                "chosen": [{"role": "assistant", "content": row.chosen}],
+                "rejected": [{"role": "assistant", "content": row.rejected}],
+            }
+            for row in pairs.itertuples()
+        ]
+    )
+
+
+def train_dpo_adapter(
+    pairs: pd.DataFrame,
+    *,
+    student_path: Path,
+    cfg: PolicyConfig,
+    out_dir: Path,
+    seed: int,
+    on_log: Callable[[int, dict[str, float]], None] | None = None,
+) -> dict[str, Any]:
+    """LoRA DPO through TRL; saves the adapter (PEFT format) and the tokenizer to `out_dir`."""
+    from peft import LoraConfig as PeftLoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
+    from trl import DPOConfig, DPOTrainer
+
+    from hominem_pipeline.core.models import quiet_hf_progress
+
+    quiet_hf_progress()
+
+    if pairs.empty:
+        raise ValueError("DPO needs at least one preference pair; preference_pairs produced none")
+    torch.manual_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(student_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(student_path, dtype=torch.float32)
+    on_gpu = torch.cuda.is_available()
+    history: list[dict[str, float]] = []
+    progress = Progress("DPO training", cfg.max_steps, log, unit="steps")
+
+    class _Collect(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                record = {k: float(v) for k, v in logs.items() if isinstance(v, (int, float))}
+                history.append({"step": state.global_step, **record})
+                if on_log:
+                    on_log(state.global_step, record)
+                progress.advance(state.global_step - progress.done, loss=f"{record['loss']:.4f}")
+
+    with tempfile.TemporaryDirectory(prefix="hominem-dpo-") as scratch:
+        args = DPOConfig(
+            output_dir=scratch,
+            per_device_train_batch_size=cfg.batch_size,
+            gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+            learning_rate=cfg.learning_rate,
+            max_steps=cfg.max_steps,
+            beta=cfg.beta,
+            max_length=cfg.max_length,
+            # TRL turns both on by default; on a CPU bf16 autocast is ~30x slower and checkpointing only costs time.
+            bf16=on_gpu and torch.cuda.is_bf16_supported(),
+            gradient_checkpointing=False,
+            use_cpu=not on_gpu,
+            logging_steps=1,
+            save_strategy="no",
+            report_to=[],
+            seed=seed,
+            data_seed=seed,
+            disable_tqdm=True,
+            dataloader_num_workers=0,
+        )
+        trainer = DPOTrainer(
+            model=model,
+            args=args,
+            train_dataset=pairs_to_dpo_dataset(pairs),
+            processing_class=tokenizer,
+            peft_config=PeftLoraConfig(
+                r=cfg.lora.r,
+                lora_alpha=cfg.lora.alpha,
+                lora_dropout=cfg.lora.dropout,
+                target_modules=list(cfg.lora.target_modules),
+                task_type="CAUSAL_LM",
+            ),
+            callbacks=[_Collect()],
+        )
+        trainer.remove_callback(PrinterCallback)  # our progress lines replace its printed dicts
+        before = base_checksum(trainer.model)
+        started = time.monotonic()
+        trainer.train()
+        seconds = time.monotonic() - started
+        after = base_checksum(trainer.model)
+        if before != after:
+            raise RuntimeError("base weights changed during LoRA training; only adapter parameters may train")
+        trainer.model.save_pretrained(out_dir)
+        tokenizer.save_pretrained(out_dir)
+        trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+
+    last = history[-1] if history else {}
+    return {
+        "steps": len(history),
+        "train_seconds": seconds,
+        "seconds_per_step": seconds / max(1, len(history)),
+        "final_loss": last.get("loss"),
+        "final_reward_accuracy": last.get("rewards/accuracies"),
+        "final_reward_margin": last.get("rewards/margins"),
+        "trainable_parameters": trainable,
+        "base_checksum": before,
+        "grad_norms": [h["grad_norm"] for h in history if "grad_norm" in h],
+        "history": history,
+    }
+
+
+def load_policy(student_path: Path, adapter_path: Path | None):
+    """(model, tokenizer) for generation: the base alone, or base + adapter (PEFT, adapter switchable)."""
+    from hominem_pipeline.core.models import load_student
+
+    model, tokenizer = load_student(student_path)
+    if adapter_path is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter_path)
+        model.eval()
+    return model, tokenizer

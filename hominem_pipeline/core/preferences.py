@@ -1,0 +1,95 @@
+"""Preference pairs from labeled candidates: (prompt, chosen, rejected) ranked by a weighted aggregate."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from hominem_pipeline.core.artifacts import fingerprint
+from hominem_pipeline.core.schema import PreferencePair
+
+PAIR_COLUMNS = list(PreferencePair.model_fields)
+
+
+def weighted_aggregate(vectors: Sequence[Mapping[str, float]], weights: Mapping[str, float]) -> np.ndarray:
+    """Weighted mean of each reward vector: sum_d w_d * v_d / sum_d w_d, in [-1, 1]."""
+    names = list(weights)
+    w = np.array([weights[d] for d in names], dtype=np.float64)
+    v = np.array([[vec[d] for d in names] for vec in vectors], dtype=np.float64).reshape(-1, len(names))
+    return v @ w / w.sum()
+
+
+def build_preference_pairs(
+    labeled: pd.DataFrame,
+    *,
+    weights: Mapping[str, float],
+    min_margin: float,
+    max_pairs_per_prompt: int,
+    rm_scalar: Sequence[float] | None = None,
+    source: str = "teacher",
+) -> pd.DataFrame:
+    """Every same-prompt pair whose aggregate gap is at least `min_margin`, the largest gaps first,
+    at most `max_pairs_per_prompt` per prompt. `labeled` has one row per candidate with columns
+    trajectory_id, prompt_id, prompt, category, response, vector, reward_intensity, safety_score.
+    `rm_scalar` (the reward model's scalar per row) is carried along as each pair's `rm_margin`."""
+    if labeled.empty:
+        return pd.DataFrame(columns=PAIR_COLUMNS)
+    agg = weighted_aggregate(list(labeled["vector"]), weights)
+    rm = np.asarray(rm_scalar, dtype=np.float64) if rm_scalar is not None else np.full(len(labeled), np.nan)
+    rows = []
+    for _, group in labeled.assign(_agg=agg, _rm=rm).groupby("prompt_id", sort=True):
+        group = group[group["response"].str.strip().astype(bool)]
+        records = group.to_dict(orient="records")
+        candidates = []
+        for a in range(len(records)):
+            for b in range(a + 1, len(records)):
+                hi, lo = (records[a], records[b]) if records[a]["_agg"] >= records[b]["_agg"] else (records[b], records[a])
+                margin = float(hi["_agg"] - lo["_agg"])
+                if margin >= min_margin and margin > 0 and hi["response"] != lo["response"]:
+                    candidates.append((margin, hi, lo))
+        candidates.sort(key=lambda c: (-c[0], c[1]["trajectory_id"], c[2]["trajectory_id"]))
+        for margin, hi, lo in candidates[:max_pairs_per_prompt]:
+            pair = PreferencePair(
+                pair_id=fingerprint([hi["trajectory_id"], lo["trajectory_id"]], 12),
+                prompt_id=hi["prompt_id"],
+                prompt=hi["prompt"],
+                category=hi["category"],
+                chosen=hi["response"],
+                rejected=lo["response"],
+                chosen_trajectory_id=hi["trajectory_id"],
+                rejected_trajectory_id=lo["trajectory_id"],
+                margin=margin,
+                chosen_reward_intensity=float(hi["reward_intensity"]),
+                chosen_safety_score=float(hi["safety_score"]),
+                rm_margin=float(hi["_rm"] - lo["_rm"]),
+                source=source,
+            )
+            rows.append(pair.model_dump())
+    return pd.DataFrame(rows, columns=PAIR_COLUMNS)
+
+
+class PreferenceFileError(ValueError):
+    """A preference table is missing, empty or lacks columns."""
+
+
+def read_preference_pairs(paths: Sequence, required: Sequence[str] = ("prompt", "chosen", "rejected")) -> pd.DataFrame:
+    """Concatenate preference tables (Parquet), failing clearly on a corrupt or empty file."""
+    frames = []
+    for path in paths:
+        try:
+            frame = pd.read_parquet(path)
+        except Exception as exc:  # pyarrow raises several types for a damaged file
+            raise PreferenceFileError(f"cannot read preference pairs from {path}: {exc}; re-materialize preference_pairs") from exc
+        missing = [c for c in required if c not in frame.columns]
+        if missing:
+            raise PreferenceFileError(f"{path} lacks columns {missing}; it is not a preference table")
+        frames.append(frame)
+    pairs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if pairs.empty:
+        raise PreferenceFileError(
+            f"no preference pairs in {[str(p) for p in paths]}; the teacher's candidates were too close to each other "
+            "(lower preferences.min_margin or sample more candidates)"
+        )
+    return pairs

@@ -1,0 +1,65 @@
+"""When to retrain: data-volume thresholds for the memory (SFT) and reward (preference) channels.
+
+The design's cadence (execution plan, Phase 7): retrain when the memory channel has 500 new
+conversations, or the reward channel 200 new preference pairs, or both reach 50% of those.
+`count_training_data` is the one place that counts; the online loop adds its conversation log here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hominem_pipeline.core.artifacts import ArtifactStore
+from hominem_pipeline.core.config import RetrainConfig
+
+
+@dataclass(frozen=True)
+class DataCounts:
+    conversations: int  # memory channel: conversation turns available for SFT
+    preference_pairs: int  # reward channel
+
+    def since(self, earlier: DataCounts) -> DataCounts:
+        return DataCounts(
+            conversations=max(0, self.conversations - earlier.conversations),
+            preference_pairs=max(0, self.preference_pairs - earlier.preference_pairs),
+        )
+
+
+@dataclass(frozen=True)
+class RetrainDecision:
+    retrain: bool
+    reason: str
+
+
+def should_retrain(new: DataCounts, cfg: RetrainConfig) -> RetrainDecision:
+    mem, rew = new.conversations, new.preference_pairs
+    if mem >= cfg.memory_conversations:
+        return RetrainDecision(True, f"memory channel: {mem} new conversations >= {cfg.memory_conversations}")
+    if rew >= cfg.reward_pairs:
+        return RetrainDecision(True, f"reward channel: {rew} new preference pairs >= {cfg.reward_pairs}")
+    mem_min = cfg.combined_fraction * cfg.memory_conversations
+    rew_min = cfg.combined_fraction * cfg.reward_pairs
+    if mem >= mem_min and rew >= rew_min:
+        return RetrainDecision(True, f"both channels at {cfg.combined_fraction:.0%}: {mem} conversations, {rew} pairs")
+    return RetrainDecision(
+        False,
+        f"not yet: {mem}/{cfg.memory_conversations} conversations, {rew}/{cfg.reward_pairs} preference pairs",
+    )
+
+
+def _rows(store: ArtifactStore, asset: str) -> int:
+    total = 0
+    for partition in store.partitions(asset):
+        ref = store.current(asset, partition)
+        if ref is not None:
+            total += int(ref.manifest.get("metadata", {}).get("rows", 0))
+    return total
+
+
+def count_training_data(store: ArtifactStore) -> DataCounts:
+    """Everything available so far. Until the online service logs conversations, teacher trajectories
+    stand in for the memory channel's conversations."""
+    return DataCounts(
+        conversations=_rows(store, "teacher_trajectories"),
+        preference_pairs=_rows(store, "preference_pairs"),
+    )

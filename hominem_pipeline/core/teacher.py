@@ -1,0 +1,261 @@
+"""Teachers: sample candidate responses and rate them with a full reward label.
+
+`Teacher` is the one interface the pipeline uses. `LocalHFTeacher` is the offline default: a local
+Hugging Face chat model samples candidates and rates each one by rubric scoring, i.e. it is asked for
+a 1-5 score per question and the expectation of its next-token probabilities over "1".."5" becomes the
+score (no sampling noise, and a graded value rather than a hard digit). API providers (Anthropic,
+OpenAI, OpenAI-compatible servers) implement the same two methods.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hominem_pipeline.core.artifacts import fingerprint
+from hominem_pipeline.core.generation import chat_text, generate
+from hominem_pipeline.core.config import CandidateStyle, HominemConfig, LabelingConfig
+from hominem_pipeline.core.progress import Progress
+from hominem_pipeline.core.schema import Label, Prompt, Trajectory
+
+log = logging.getLogger(__name__)
+
+RUBRIC_MIN, RUBRIC_MAX = 1, 5
+
+
+@dataclass(frozen=True)
+class RubricQuestion:
+    key: str  # a dimension name, or "scalar", "reward_intensity", "safety_score"
+    text: str
+
+
+class Teacher(abc.ABC):
+    """Samples candidates and labels them. Implementations must be deterministic for a given seed."""
+
+    @abc.abstractmethod
+    def describe(self) -> dict[str, str]:
+        """Provider, model and anything else that identifies what produced the data."""
+
+    @abc.abstractmethod
+    def sample(self, prompts: Sequence[Prompt], candidates: int, styles: Sequence[CandidateStyle], max_new_tokens: int, seed: int) -> list[Trajectory]:
+        """`candidates` responses per prompt; candidate i uses `styles[i % len(styles)]`."""
+
+    @abc.abstractmethod
+    def rate(self, trajectories: Sequence[Trajectory]) -> list[Label]:
+        """One label per trajectory, in the same order."""
+
+
+def rubric_questions(cfg: HominemConfig) -> list[RubricQuestion]:
+    qs = [RubricQuestion(d.name, d.question) for d in cfg.dimensions]
+    lab = cfg.labeling
+    qs += [
+        RubricQuestion("scalar", lab.scalar_question),
+        RubricQuestion("reward_intensity", lab.intensity_question),
+        RubricQuestion("safety_score", lab.safety_question),
+    ]
+    return qs
+
+
+def expected_score_to_label_value(key: str, expected: float) -> float:
+    """Map a rubric expectation in [1, 5] onto the label's range: [-1, 1] for the vector and scalar,
+    [0, 1] for intensity and safety."""
+    span = RUBRIC_MAX - RUBRIC_MIN
+    unit = (expected - RUBRIC_MIN) / span
+    unit = min(1.0, max(0.0, unit))
+    if key in ("reward_intensity", "safety_score"):
+        return unit
+    return 2.0 * unit - 1.0
+
+
+def trajectory_id(prompt_id: str, candidate_index: int, seed: int) -> str:
+    return f"{prompt_id}-c{candidate_index}-{fingerprint([seed, prompt_id, candidate_index], 8)}"
+
+
+class LocalHFTeacher(Teacher):
+    def __init__(self, model_path: Path, cfg: HominemConfig, *, batch_size: int):
+        from hominem_pipeline.core.models import load_student
+
+        self.model_path = Path(model_path)
+        self.model, self.tokenizer = load_student(self.model_path)
+        self.labeling: LabelingConfig = cfg.labeling
+        self.questions = rubric_questions(cfg)
+        self.dimensions = cfg.dimension_names
+        self.batch_size = batch_size
+        self.digit_ids = []
+        for d in range(RUBRIC_MIN, RUBRIC_MAX + 1):
+            ids = self.tokenizer.encode(str(d), add_special_tokens=False)
+            if len(ids) != 1:
+                raise ValueError(f"tokenizer of {self.model_path} splits the digit {d} into {ids}; rubric scoring needs single-token digits")
+            self.digit_ids.append(ids[0])
+
+    def describe(self) -> dict[str, str]:
+        return {"provider": "local", "model": self.model_path.name, "model_path": str(self.model_path)}
+
+    # -- chat formatting ---------------------------------------------------------------------------
+    def _split_chat(self, system: str) -> tuple[str, str]:
+        """(text before the user's content, text after it up to the assistant's turn)."""
+        marker = "\x00HOMINEM\x00"
+        head, tail = chat_text(self.tokenizer, marker, system).split(marker)
+        return head, tail
+
+    def sample(self, prompts: Sequence[Prompt], candidates: int, styles: Sequence[CandidateStyle], max_new_tokens: int, seed: int) -> list[Trajectory]:
+        jobs = [(p, c, styles[c % len(styles)]) for p in prompts for c in range(candidates)]
+        # Same style in one batch (one temperature/top_p per generate call); longest prompts together.
+        jobs.sort(key=lambda j: (j[1] % len(styles), -len(j[0].text)))
+        progress = Progress("teacher sampling", len(jobs), log, unit="responses")
+        out: dict[tuple[str, int], Trajectory] = {}
+        for start in range(0, len(jobs), self.batch_size):
+            batch = jobs[start : start + self.batch_size]
+            style_groups: dict[str, list] = {}
+            for job in batch:
+                style_groups.setdefault(job[2].name, []).append(job)
+            for group in style_groups.values():
+                style = group[0][2]
+                texts = [chat_text(self.tokenizer, p.text, style.system) for p, _, _ in group]
+                results = generate(self.model, self.tokenizer, texts, max_new_tokens=max_new_tokens, seed=seed + start, temperature=style.temperature, top_p=style.top_p)
+                for (p, c, s), g in zip(group, results):
+                    out[(p.prompt_id, c)] = Trajectory(
+                        trajectory_id=trajectory_id(p.prompt_id, c, seed),
+                        prompt_id=p.prompt_id,
+                        prompt=p.text,
+                        category=p.category,
+                        difficulty=p.difficulty,
+                        candidate_index=c,
+                        style=s.name,
+                        temperature=s.temperature,
+                        top_p=s.top_p,
+                        response=g.text,
+                        new_tokens=g.new_tokens,
+                        finished=g.finished,
+                    )
+                progress.advance(len(group))
+        return [out[(p.prompt_id, c)] for p in prompts for c in range(candidates)]
+
+    # -- rating ------------------------------------------------------------------------------------
+    def _conversation(self, prompt: str, response: str) -> str:
+        budget = self.labeling.max_context_tokens
+        prompt_ids = self.tokenizer.encode(prompt, add_special_tokens=False)[: budget // 2]
+        response_ids = self.tokenizer.encode(response, add_special_tokens=False)[: max(1, budget - len(prompt_ids))]
+        p = self.tokenizer.decode(prompt_ids)
+        r = self.tokenizer.decode(response_ids) if response.strip() else "(empty reply)"
+        return f"Conversation to judge:\nUser: {p}\nAssistant: {r}\n\n"
+
+    def rubric_scores(self, pairs: Sequence[tuple[str, str]]) -> list[dict[str, tuple[float, float]]]:
+        """For each (prompt, response): question key -> (expected score in [1, 5], probability mass on digits).
+
+        The judge prompt is shared up to the question, so the conversation is encoded once per response
+        and its KV cache is reused for every question.
+        """
+        import torch
+
+        head, tail = self._split_chat(self.labeling.judge_system)
+        suffix_ids = [
+            self.tokenizer.encode(
+                f"Question: {q.text}\nAnswer with a single digit from {RUBRIC_MIN} to {RUBRIC_MAX}.{tail}Rating: ",
+                add_special_tokens=False,
+            )
+            for q in self.questions
+        ]
+        n_q = len(suffix_ids)
+        pad = self.tokenizer.pad_token_id
+        digits = torch.tensor(self.digit_ids)
+        scale = torch.arange(RUBRIC_MIN, RUBRIC_MAX + 1, dtype=torch.float32)
+        results: list[dict[str, tuple[float, float]]] = []
+        per_batch = max(1, self.batch_size // 4)
+        progress = Progress("teacher rating", len(pairs), log, unit="responses")
+        for start in range(0, len(pairs), per_batch):
+            chunk = pairs[start : start + per_batch]
+            prefixes = [self.tokenizer.encode(head + self._conversation(p, r), add_special_tokens=False) for p, r in chunk]
+            k = len(prefixes)
+            p_len = max(len(x) for x in prefixes)
+            s_len = max(len(x) for x in suffix_ids)
+            # Right-padded prefixes; the padding is masked out and positions are explicit, so each
+            # question continues its own conversation exactly where it ended.
+            pre = torch.full((k, p_len), pad)
+            pre_mask = torch.zeros((k, p_len), dtype=torch.long)
+            for i, ids in enumerate(prefixes):
+                pre[i, : len(ids)] = torch.tensor(ids)
+                pre_mask[i, : len(ids)] = 1
+            suf = torch.full((k * n_q, s_len), pad)
+            suf_mask = torch.zeros((k * n_q, s_len), dtype=torch.long)
+            positions = torch.zeros((k * n_q, s_len), dtype=torch.long)
+            last = torch.zeros(k * n_q, dtype=torch.long)
+            for i, ids in enumerate(prefixes):
+                for j, q_ids in enumerate(suffix_ids):
+                    row = i * n_q + j
+                    suf[row, : len(q_ids)] = torch.tensor(q_ids)
+                    suf_mask[row, : len(q_ids)] = 1
+                    positions[row] = torch.arange(len(ids), len(ids) + s_len)
+                    last[row] = len(q_ids) - 1
+            dev = self.model.device
+            pre, pre_mask, suf, suf_mask, positions = (t.to(dev) for t in (pre, pre_mask, suf, suf_mask, positions))
+            with torch.inference_mode():
+                prefix_out = self.model(input_ids=pre, attention_mask=pre_mask, use_cache=True)
+                cache = prefix_out.past_key_values
+                cache.batch_repeat_interleave(n_q)
+                mask = torch.cat([pre_mask.repeat_interleave(n_q, dim=0), suf_mask], dim=1)
+                logits = self.model(input_ids=suf, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=False).logits
+                final = logits[torch.arange(k * n_q), last.to(dev)].float().cpu()
+                mass = final.softmax(-1)[:, digits].sum(-1)
+                probs = final[:, digits].softmax(-1)
+                expected = (probs * scale).sum(-1)
+            for i in range(k):
+                results.append(
+                    {q.key: (float(expected[i * n_q + j]), float(mass[i * n_q + j])) for j, q in enumerate(self.questions)}
+                )
+            progress.advance(k)
+        return results
+
+    def rationales(self, pairs: Sequence[tuple[str, str]]) -> list[str]:
+        texts = [
+            chat_text(self.tokenizer, self._conversation(p, r) + self.labeling.rationale_instruction, self.labeling.judge_system)
+            for p, r in pairs
+        ]
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        out: list[str] = [""] * len(texts)
+        progress = Progress("teacher rationales", len(texts), log, unit="responses")
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            gen = generate(self.model, self.tokenizer, [texts[i] for i in idx], max_new_tokens=self.labeling.rationale_max_new_tokens, seed=0, repetition_penalty=1.1)
+            for i, g in zip(idx, gen):
+                out[i] = g.text or "(the judge gave no rationale)"
+            progress.advance(len(idx))
+        return out
+
+    def rate(self, trajectories: Sequence[Trajectory]) -> list[Label]:
+        pairs = [(t.prompt, t.response) for t in trajectories]
+        scores = self.rubric_scores(pairs)
+        reasons = self.rationales(pairs)
+        labels = []
+        for t, s, why in zip(trajectories, scores, reasons):
+            value = {k: expected_score_to_label_value(k, e) for k, (e, _) in s.items()}
+            labels.append(
+                Label(
+                    trajectory_id=t.trajectory_id,
+                    prompt_id=t.prompt_id,
+                    vector={d: value[d] for d in self.dimensions},
+                    scalar=value["scalar"],
+                    reward_intensity=value["reward_intensity"],
+                    safety_score=value["safety_score"],
+                    rationale=why,
+                )
+            )
+        masses = [m for s in scores for _, m in s.values()]
+        if masses:
+            mean_mass = sum(masses) / len(masses)
+            log.info("rubric judge put %.1f%% of its probability on the digits 1-5", 100 * mean_mass)
+            if mean_mass < 0.5:
+                log.warning("the judge mostly answered something other than a digit: its scores carry little information")
+        return labels
+
+
+def build_teacher(cfg: HominemConfig) -> Teacher:
+    """The teacher named by `teacher.provider`."""
+    from hominem_pipeline.core.models import student_path
+
+    if cfg.teacher.provider == "local":
+        return LocalHFTeacher(student_path(cfg), cfg, batch_size=cfg.teacher.batch_size)
+    raise ValueError(f"teacher.provider {cfg.teacher.provider!r} is not supported; use 'local'")

@@ -1,0 +1,154 @@
+"""MLflow tracking: one run per asset materialization, found again by its tags.
+
+A run is tagged with the Dagster run id, the asset key and the partition, so a retried Dagster step
+resumes the same MLflow run instead of starting a second one; its inputs are logged with
+`mlflow.log_input` (name + digest), which is how MLflow shows the lineage between stages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+log = logging.getLogger(__name__)
+
+TAG_DAGSTER_RUN = "hominem.dagster_run_id"
+TAG_ASSET = "hominem.asset"
+TAG_PARTITION = "hominem.partition"
+TAG_VERSION = "hominem.artifact_version"
+TAG_CACHE_HIT = "hominem.cache_hit"
+
+_MAX_PARAM_LEN = 500
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested settings as MLflow params: `a.b.c -> value`, values cut to MLflow's length limit."""
+    out: dict[str, str] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{name}."))
+        else:
+            text = str(value)
+            out[name] = text if len(text) <= _MAX_PARAM_LEN else text[: _MAX_PARAM_LEN - 3] + "..."
+    return out
+
+
+def _quiet_mlflow() -> None:
+    # MLflow's alembic migrations and "run started" notices are noise on a terminal that shows progress.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    for name in ("alembic", "mlflow.store.db.utils", "mlflow.tracking.fluent"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+class StageRun:
+    """Logging calls for one active MLflow run."""
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        import mlflow
+
+        flat = flatten(params)
+        existing = mlflow.get_run(self.run_id).data.params
+        fresh = {k: v for k, v in flat.items() if k not in existing}
+        if fresh:
+            mlflow.log_params(fresh)
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        import mlflow
+
+        finite = {k: float(v) for k, v in metrics.items() if v is not None and pd.notna(v)}
+        if finite:
+            mlflow.log_metrics(finite, step=step)
+
+    def set_tags(self, tags: dict[str, Any]) -> None:
+        import mlflow
+
+        mlflow.set_tags({k: str(v) for k, v in tags.items()})
+
+    def log_input_table(self, frame: pd.DataFrame, *, name: str, source: Path, context: str) -> None:
+        import mlflow
+
+        # Nested columns (the reward vector) are flattened so MLflow can compute schema and digest.
+        flat = pd.json_normalize(frame.to_dict(orient="records"), sep=".") if len(frame) else frame
+        dataset = mlflow.data.from_pandas(flat, source=str(source), name=name)
+        mlflow.log_input(dataset, context=context)
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        import mlflow
+
+        if path.is_dir():
+            mlflow.log_artifacts(str(path), artifact_path=artifact_path)
+        else:
+            mlflow.log_artifact(str(path), artifact_path=artifact_path)
+
+
+class Tracker:
+    def __init__(self, uri: str, experiment: str, artifact_root: Path):
+        self.uri = uri
+        self.experiment = experiment
+        self.artifact_root = Path(artifact_root)
+
+    def _experiment_id(self) -> str:
+        import mlflow
+
+        mlflow.set_tracking_uri(self.uri)
+        exp = mlflow.get_experiment_by_name(self.experiment)
+        if exp is not None:
+            return exp.experiment_id
+        self.artifact_root.mkdir(parents=True, exist_ok=True)
+        return mlflow.create_experiment(self.experiment, artifact_location=self.artifact_root.resolve().as_uri())
+
+    def find_run(self, *, asset: str, partition: str, dagster_run_id: str) -> str | None:
+        import mlflow
+
+        runs = mlflow.search_runs(
+            experiment_ids=[self._experiment_id()],
+            filter_string=(
+                f"tags.`{TAG_DAGSTER_RUN}` = '{dagster_run_id}' and tags.`{TAG_ASSET}` = '{asset}' "
+                f"and tags.`{TAG_PARTITION}` = '{partition}'"
+            ),
+            output_format="list",
+            max_results=1,
+        )
+        return runs[0].info.run_id if runs else None
+
+    def runs_for(self, asset: str) -> list[Any]:
+        """All runs of one asset, newest first (for tests and reports)."""
+        import mlflow
+
+        return mlflow.search_runs(
+            experiment_ids=[self._experiment_id()],
+            filter_string=f"tags.`{TAG_ASSET}` = '{asset}'",
+            output_format="list",
+            order_by=["attributes.start_time DESC"],
+        )
+
+    @contextlib.contextmanager
+    def stage_run(self, *, asset: str, partition: str, dagster_run_id: str, tags: dict[str, str]) -> Iterator[StageRun]:
+        import mlflow
+
+        _quiet_mlflow()
+        experiment_id = self._experiment_id()
+        existing = self.find_run(asset=asset, partition=partition, dagster_run_id=dagster_run_id)
+        all_tags = {
+            TAG_DAGSTER_RUN: dagster_run_id,
+            TAG_ASSET: asset,
+            TAG_PARTITION: partition,
+            "mlflow.runName": f"{asset}/{partition}",
+            **tags,
+        }
+        if mlflow.active_run() is not None:
+            mlflow.end_run()
+        with mlflow.start_run(run_id=existing, experiment_id=None if existing else experiment_id, tags=all_tags) as run:
+            if existing:
+                log.info("resuming MLflow run %s for %s/%s", existing, asset, partition)
+            yield StageRun(run.info.run_id)

@@ -1,0 +1,43 @@
+"""Assemble the Definitions from a config: assets, jobs, the retrain sensor and the weekly schedule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor
+
+from hominem_pipeline.core.config import find_project_root, load_config
+from hominem_pipeline.defs.assets.data import data_assets
+from hominem_pipeline.defs.assets.evaluation import evaluation_assets
+from hominem_pipeline.defs.assets.training import training_assets
+from hominem_pipeline.defs.partitions import daily_partitions
+from hominem_pipeline.defs.resources import HominemResource
+from hominem_pipeline.defs.schedules import build_weekly_schedule
+from hominem_pipeline.defs.sensors import build_retrain_sensor
+
+DAILY_JOB = "hominem_daily"
+RETRAIN_JOB = "hominem_retrain"
+
+
+def build_definitions(config_path: str | None = None, root: Path | None = None) -> Definitions:
+    root = (root or find_project_root()).resolve()
+    cfg = load_config(config_path, root=root)
+    partitions = daily_partitions(cfg)
+    assets = [*data_assets(partitions), *training_assets(partitions, cfg), *evaluation_assets(partitions)]
+    daily = define_asset_job(DAILY_JOB, selection=AssetSelection.all(), partitions_def=partitions, description="Every asset for one day.")
+    retrain = define_asset_job(
+        RETRAIN_JOB,
+        selection=AssetSelection.assets("reward_model").downstream(),
+        partitions_def=partitions,
+        description="Reward model, pairs, adapter, evaluation and health for one day (labels already there).",
+    )
+    return Definitions(
+        assets=assets,
+        jobs=[daily, retrain],
+        sensors=[build_retrain_sensor(retrain, cfg.retrain.sensor_interval_seconds)],
+        schedules=[build_weekly_schedule(daily, cfg.retrain.weekly_cron)],
+        resources={"hominem": HominemResource(root=str(root), config_path=str(Path(config_path).resolve()) if config_path else None)},
+        # One process: the models each step loads fit in memory, and a subprocess per step would only
+        # re-import torch eight times.
+        executor=in_process_executor,
+    )
