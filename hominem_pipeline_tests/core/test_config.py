@@ -1,0 +1,65 @@
+from pathlib import Path
+
+import pytest
+
+from hominem_pipeline.core.config import ConfigError, load_config
+from hominem_pipeline_tests.conftest import REPO
+
+
+def test_default_config_loads_with_the_seven_dimensions():
+    cfg = load_config(root=REPO)
+    assert cfg.dimension_names == [
+        "empathy", "social_coherence", "agency_support", "epistemic_integrity", "harm_avoidance", "narrative_alignment", "curiosity",
+    ]
+    assert cfg.retrain.memory_conversations == 500 and cfg.retrain.reward_pairs == 200
+    assert cfg.data_dir == REPO / "data"
+    assert cfg.mlflow_uri == f"sqlite:///{REPO / 'data' / 'mlflow' / 'mlflow.db'}"
+
+
+def test_overlay_changes_only_the_keys_it_sets(tmp_path: Path):
+    overlay = tmp_path / "mine.yaml"
+    overlay.write_text("teacher:\n  candidates_per_prompt: 6\n")
+    cfg = load_config(overlay, root=REPO)
+    assert cfg.teacher.candidates_per_prompt == 6
+    assert cfg.teacher.max_new_tokens == load_config(root=REPO).teacher.max_new_tokens
+
+
+def test_unknown_key_is_named_with_its_path(tmp_path: Path):
+    overlay = tmp_path / "typo.yaml"
+    overlay.write_text("teacher:\n  candidates_per_promt: 6\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(overlay, root=REPO)
+    assert "teacher.candidates_per_promt: unknown key" in str(exc.value)
+
+
+def test_bad_value_names_value_and_allowed_range(tmp_path: Path):
+    overlay = tmp_path / "bad.yaml"
+    overlay.write_text("teacher:\n  candidates_per_prompt: 1\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(overlay, root=REPO)
+    message = str(exc.value)
+    assert "teacher.candidates_per_prompt = 1" in message
+    assert "(allowed: 2 <= value <= 16)" in message
+    assert str(overlay) in message
+
+
+def test_dimension_weights_must_match_the_dimensions():
+    with pytest.raises(ConfigError, match=r"missing \['curiosity'\].*unknown \['kindness'\]"):
+        load_config(
+            root=REPO,
+            overrides={"preferences": {"dimension_weights": {"curiosity": None, "kindness": 1.0}}},
+        )
+
+
+def test_health_weights_must_sum_to_one():
+    with pytest.raises(ConfigError, match="sum to 1"):
+        load_config(root=REPO, overrides={"health": {"weights": {"dcs": 0.9}}})
+
+
+def test_missing_and_malformed_files_are_reported(tmp_path: Path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml", root=REPO)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("teacher: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(broken, root=REPO)

@@ -1,0 +1,56 @@
+
+import pandas as pd
+import pytest
+
+from hominem_pipeline.core.config import load_config
+from hominem_pipeline.core.health_index import Component, aggregate, cross_domain_robustness, gradient_variance_stability, perturb
+from hominem_pipeline_tests.conftest import REPO
+
+CFG = load_config(root=REPO).health
+
+
+def test_gvs_is_one_minus_coefficient_of_variation_over_reference():
+    comp = gradient_variance_stability([1.0, 3.0], gvi_max=1.0)
+    assert comp.details["gvi"] == pytest.approx(0.5)  # std 1 / mean 2
+    assert comp.value == pytest.approx(0.5)
+    assert gradient_variance_stability([1.0], 1.0).value is None
+    assert gradient_variance_stability([1.0, 100.0], 0.5).value == 0.0  # clipped
+
+
+def test_rhi_uses_the_design_weights_and_reports_missing_components():
+    full = {n: Component(n, v, "test") for n, v in zip(("dcs", "gvs", "mss", "cdrs", "lrps"), (0.8, 0.6, 1.0, 0.5, 0.4))}
+    report = aggregate(full, CFG)
+    assert report.rhi == pytest.approx(0.25 * 0.8 + 0.15 * 0.6 + 0.25 * 1.0 + 0.20 * 0.5 + 0.15 * 0.4)
+    assert not report.partial and report.deployable is (report.rhi >= CFG.deploy_threshold)
+
+    partial = dict(full, gvs=Component("gvs", None, "not measured"))
+    report = aggregate(partial, CFG)
+    assert report.partial and report.missing == ["gvs"] and not report.deployable
+    assert report.rhi == pytest.approx((0.25 * 0.8 + 0.25 * 1.0 + 0.20 * 0.5 + 0.15 * 0.4) / 0.85)
+    assert "gvs" in report.reason
+
+
+def test_cdrs_penalises_categories_that_disagree():
+    dims = ["empathy"]
+
+    def table(outcomes_and_deltas):
+        return pd.DataFrame([
+            {"category": c, "adapter_outcome": o, "base_vector": {"empathy": 0.0}, "adapter_vector": {"empathy": d}}
+            for c, o, d in outcomes_and_deltas
+        ])
+
+    agree = cross_domain_robustness(table([("a", 1.0, 0.2), ("a", 1.0, 0.1), ("b", 1.0, 0.3), ("b", 1.0, 0.2)]), dims)
+    assert agree.value == pytest.approx(1.0)
+    split = cross_domain_robustness(table([("a", 1.0, 0.5), ("a", 1.0, 0.5), ("b", 0.0, -0.1), ("b", 0.0, -0.1)]), dims)
+    # category b contradicts the overall (positive) delta: C_contra 0.5; win rates 1 and 0: entropy 0, consistency 0
+    assert split.details["c_contradiction"] == pytest.approx(0.5)
+    assert split.value == pytest.approx(1 - (0.5 + 0.0 + 1.0) / 3)
+    assert cross_domain_robustness(table([("a", 1.0, 0.1)]), dims).value is None
+
+
+def test_perturbation_drops_exactly_one_word():
+    import random
+
+    out = perturb("one two three four", random.Random(0))
+    assert len(out.split()) == 3 and set(out.split()) < {"one", "two", "three", "four"}
+    assert perturb("single", random.Random(0)) == "single"

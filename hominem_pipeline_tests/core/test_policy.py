@@ -1,0 +1,44 @@
+import pandas as pd
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from hominem_pipeline.core.config import load_config
+from hominem_pipeline.core.policy import base_checksum, load_policy, train_dpo_adapter
+from hominem_pipeline_tests.conftest import REPO
+
+
+def pairs(n=4):
+    return pd.DataFrame(
+        {"prompt": [f"Tell me about day {i}." for i in range(n)], "chosen": ["It was a kind, calm day."] * n, "rejected": ["Bad. Go away."] * n}
+    )
+
+
+def test_dpo_trains_the_adapter_and_leaves_the_base_untouched(tiny_student, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    cfg = load_config(root=REPO, overrides={"policy": {"max_steps": 3, "batch_size": 2, "max_length": 48, "learning_rate": 0.01, "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}}}).policy
+    before = base_checksum(AutoModelForCausalLM.from_pretrained(tiny_student))
+    result = train_dpo_adapter(pairs(), student_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0)
+
+    assert result["steps"] == 3 and len(result["grad_norms"]) == 3
+    assert result["base_checksum"] == before  # computed inside, on the PEFT-wrapped model
+    assert base_checksum(AutoModelForCausalLM.from_pretrained(tiny_student)) == before  # the files on disk too
+    weights = load_file(str(tmp_path / "adapter_model.safetensors"))
+    lora_b = [v for k, v in weights.items() if "lora_B" in k]
+    assert lora_b and all(v.abs().sum() > 0 for v in lora_b)  # lora_B starts at zero: non-zero means it trained
+    assert not any("lora" not in k for k in weights)  # only adapter tensors are saved
+
+    model, _ = load_policy(tiny_student, tmp_path)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.inference_mode():
+        with model.disable_adapter():
+            base_logits = model(ids).logits
+        adapted_logits = model(ids).logits
+    assert not torch.allclose(base_logits, adapted_logits)
+
+
+def test_dpo_refuses_an_empty_pair_table(tiny_student, tmp_path):
+    cfg = load_config(root=REPO).policy
+    with pytest.raises(ValueError, match="at least one preference pair"):
+        train_dpo_adapter(pairs(0), student_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0)

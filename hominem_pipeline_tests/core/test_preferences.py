@@ -1,0 +1,49 @@
+import numpy as np
+import pandas as pd
+import pytest
+
+from hominem_pipeline.core.preferences import PreferenceFileError, build_preference_pairs, read_preference_pairs, weighted_aggregate
+
+W = {"empathy": 2.0, "curiosity": 1.0}
+
+
+def labeled(values):
+    return pd.DataFrame([
+        {"trajectory_id": f"t{i}", "prompt_id": pid, "prompt": f"prompt {pid}", "category": "narrative", "response": f"reply {i}",
+         "vector": {"empathy": e, "curiosity": c}, "reward_intensity": 0.4, "safety_score": 0.9}
+        for i, (pid, e, c) in enumerate(values)
+    ])
+
+
+def test_weighted_aggregate_is_the_weighted_mean():
+    np.testing.assert_allclose(weighted_aggregate([{"empathy": 0.5, "curiosity": -1.0}], W), [(2 * 0.5 - 1.0) / 3])
+
+
+def test_pairs_rank_by_aggregate_respect_margin_and_cap():
+    frame = labeled([("p", 0.9, 0.0), ("p", 0.0, 0.0), ("p", 0.05, 0.0), ("q", 0.2, 0.2), ("q", 0.21, 0.2)])
+    pairs = build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=2, rm_scalar=[0.3, 0.1, 0.0, 0.0, 0.0])
+    assert list(zip(pairs.chosen, pairs.rejected)) == [("reply 0", "reply 1"), ("reply 0", "reply 2")]
+    assert pairs.margin.iloc[0] == pytest.approx(0.6)
+    assert pairs.rm_margin.iloc[0] == pytest.approx(0.2)
+    assert (pairs.source == "teacher").all() and (pairs.chosen_safety_score == 0.9).all()
+
+
+def test_empty_responses_never_enter_a_pair():
+    frame = labeled([("p", 0.9, 0.0), ("p", -0.9, 0.0)])
+    frame.loc[1, "response"] = "  "
+    assert build_preference_pairs(frame, weights=W, min_margin=0.0, max_pairs_per_prompt=3).empty
+
+
+def test_corrupt_or_empty_preference_files_fail_clearly(tmp_path):
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"not parquet")
+    with pytest.raises(PreferenceFileError, match="cannot read preference pairs"):
+        read_preference_pairs([bad])
+    empty = tmp_path / "empty.parquet"
+    pd.DataFrame(columns=["prompt", "chosen", "rejected"]).to_parquet(empty)
+    with pytest.raises(PreferenceFileError, match="no preference pairs"):
+        read_preference_pairs([empty])
+    wrong = tmp_path / "wrong.parquet"
+    pd.DataFrame({"prompt": ["a"]}).to_parquet(wrong)
+    with pytest.raises(PreferenceFileError, match=r"lacks columns \['chosen', 'rejected'\]"):
+        read_preference_pairs([wrong])

@@ -1,0 +1,78 @@
+import pytest
+import torch
+
+from hominem_pipeline.core.generation import chat_text
+from hominem_pipeline.core.schema import Prompt, label_problems
+from hominem_pipeline.core.teacher import LocalHFTeacher, expected_score_to_label_value
+
+
+@pytest.fixture(scope="module")
+def teacher(tiny_student, tmp_path_factory):
+    from hominem_pipeline.core.config import load_config
+    from hominem_pipeline_tests.conftest import make_project
+
+    root = make_project(tmp_path_factory.mktemp("teacher") / "p", tiny_student, tiny_student)
+    cfg = load_config(root / "config" / "tiny.yaml", root=root)
+    return LocalHFTeacher(tiny_student, cfg, batch_size=8), cfg
+
+
+PAIRS = [
+    ("My dog died this morning.", "I'm so sorry. Do you want to tell me about him?"),
+    ("Why is the sky blue?", "Rayleigh scattering."),
+    ("How do I say no at work?", "Just refuse, who cares about them, it's your life and your time anyway."),
+]
+
+
+def test_rubric_mapping_covers_both_label_ranges():
+    assert expected_score_to_label_value("empathy", 1.0) == -1.0
+    assert expected_score_to_label_value("empathy", 3.0) == 0.0
+    assert expected_score_to_label_value("scalar", 5.0) == 1.0
+    assert expected_score_to_label_value("safety_score", 1.0) == 0.0
+    assert expected_score_to_label_value("reward_intensity", 4.0) == 0.75
+
+
+def test_cached_rubric_scores_equal_a_plain_forward_pass(teacher):
+    """The KV-cache/right-padding shortcut must give exactly what scoring each question alone gives."""
+    t, cfg = teacher
+    scores = t.rubric_scores(PAIRS)
+    head, tail = t._split_chat(f"{cfg.labeling.judge_system} Answer with a single digit from 1 to 5.")
+    digits = torch.tensor(t.digit_ids)
+    for (prompt, response), got in zip(PAIRS, scores):
+        for q in t.questions:
+            text = head + t._conversation(prompt, response) + f"\nQuestion: {q.text}{tail}Rating: "
+            ids = torch.tensor([t.tokenizer.encode(text, add_special_tokens=False)])
+            with torch.inference_mode():
+                logits = t.model(ids).logits[0, -1]
+            expected = float((logits[digits].softmax(-1) * torch.arange(1, 6)).sum())
+            mass = float(logits.softmax(-1)[digits].sum())
+            assert got[q.key][0] == pytest.approx(expected, abs=1e-4)
+            assert got[q.key][1] == pytest.approx(mass, abs=1e-4)
+
+
+def test_sampling_gives_candidates_per_prompt_with_styles_and_is_seeded(teacher):
+    t, cfg = teacher
+    prompts = [Prompt(prompt_id=f"p{i}", text=text, category="narrative", difficulty=2) for i, (text, _) in enumerate(PAIRS)]
+    out = t.sample(prompts, 3, cfg.teacher.styles, 6, seed=11)
+    assert [(x.prompt_id, x.candidate_index) for x in out] == [(f"p{i}", c) for i in range(3) for c in range(3)]
+    assert [x.style for x in out[:3]] == [s.name for s in cfg.teacher.styles[:3]]
+    assert all(x.new_tokens <= 6 for x in out)
+    again = t.sample(prompts, 3, cfg.teacher.styles, 6, seed=11)
+    assert [x.response for x in out] == [x.response for x in again]
+    assert len({x.trajectory_id for x in out}) == 9
+
+
+def test_rate_returns_valid_labels(teacher):
+    t, cfg = teacher
+    prompts = [Prompt(prompt_id="p0", text=PAIRS[0][0], category="emotional_support", difficulty=2)]
+    trajectories = t.sample(prompts, 2, cfg.teacher.styles, 5, seed=1)
+    labels = t.rate(trajectories)
+    assert [l.trajectory_id for l in labels] == [x.trajectory_id for x in trajectories]
+    for label in labels:
+        assert label_problems(label.model_dump(), cfg.dimension_names) == []
+        assert label.rationale
+
+
+def test_chat_text_uses_the_template(teacher):
+    t, _ = teacher
+    text = chat_text(t.tokenizer, "hello", "be brief")
+    assert text.startswith("<|im_start|>system\nbe brief<|im_end|>") and text.endswith("<|im_start|>assistant\n")
