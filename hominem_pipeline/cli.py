@@ -63,8 +63,16 @@ def _logging() -> None:
 
 
 def _dagster_env(cfg: HominemConfig, config: Path | None) -> None:
-    """Dagster's instance lives in the project (dagster.yaml at the root, storage under data/)."""
-    os.environ["DAGSTER_HOME"] = str(cfg.root)
+    """Dagster's instance lives in the project: DAGSTER_HOME is data/dagster/, holding a link to the
+    project's dagster.yaml, so every store Dagster keeps is under data/dagster/."""
+    home = cfg.data_dir / "dagster"
+    home.mkdir(parents=True, exist_ok=True)
+    link = home / "dagster.yaml"
+    source = cfg.root / "dagster.yaml"
+    if source.is_file() and not (link.is_symlink() and link.resolve() == source.resolve()):
+        link.unlink(missing_ok=True)
+        link.symlink_to(source)
+    os.environ["DAGSTER_HOME"] = str(home.resolve())
     if config is not None:
         os.environ["HOMINEM_CONFIG"] = str(config.resolve())
     os.chdir(cfg.root)
@@ -119,7 +127,7 @@ def run(
         _fail(f"--date {day} is outside the daily partitions (from {cfg.project.partitions_start} to today); change project.partitions_start or the date")
 
     started = time.monotonic()
-    console.print(f"[bold]hominem run[/] {day}: {len(keys)} asset(s), Dagster home {cfg.root}, MLflow {cfg.mlflow_uri}")
+    console.print(f"[bold]hominem run[/] {day}: {len(keys)} asset(s), DAGSTER_HOME {os.environ['DAGSTER_HOME']}, MLflow {cfg.mlflow_uri}")
     instance = DagsterInstance.get()
     run_config = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     try:

@@ -194,9 +194,13 @@ def cross_domain_robustness(table: pd.DataFrame, dimensions: Sequence[str]) -> C
     win rate (a coin-flip category is unsettled). C_consistency: 1 - 2 * std of the categories' win rates."""
     if table.empty or table["category"].nunique() < 2:
         return Component("cdrs", None, "needs evaluation prompts from at least 2 categories")
+    def num(vector: dict, d: str) -> float:
+        value = vector.get(d) if isinstance(vector, dict) else None
+        return float("nan") if value is None else float(value)  # an unscored (empty) response is NaN
+
     deltas = pd.DataFrame(
         [
-            {d: (a[d] - b[d]) for d in dimensions} | {"category": c}
+            {d: num(a, d) - num(b, d) for d in dimensions} | {"category": c}
             for a, b, c in zip(table["adapter_vector"], table["base_vector"], table["category"])
         ]
     )

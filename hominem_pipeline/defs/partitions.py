@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dagster import DailyPartitionsDefinition, TimeWindowPartitionMapping
+import warnings
+
+from dagster import BetaWarning, DailyPartitionsDefinition, TimeWindowPartitionMapping
 
 from hominem_pipeline.core.config import HominemConfig
 
@@ -13,5 +15,8 @@ def daily_partitions(cfg: HominemConfig) -> DailyPartitionsDefinition:
 
 
 def trailing_days(days: int) -> TimeWindowPartitionMapping:
-    """The `days` days up to and including the downstream partition's own date."""
-    return TimeWindowPartitionMapping(start_offset=-(days - 1), end_offset=0, allow_nonexistent_upstream_partitions=True)
+    """The `days` days up to and including the downstream partition's own date; days before the first
+    partition are allowed (they are simply not there)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BetaWarning)  # allow_nonexistent_upstream_partitions is beta
+        return TimeWindowPartitionMapping(start_offset=-(days - 1), end_offset=0, allow_nonexistent_upstream_partitions=True)

@@ -1,0 +1,33 @@
+import datetime as dt
+
+from dagster import AssetKey, DailyPartitionsDefinition, TimeWindowPartitionMapping
+
+from hominem_pipeline.defs import DAILY_JOB, RETRAIN_JOB, build_definitions
+
+ASSETS = ["prompts", "teacher_trajectories", "teacher_labels", "reward_model", "preference_pairs", "lora_adapter", "evaluation", "reward_health_index"]
+
+
+def test_definitions_load_with_eight_daily_partitioned_assets(project):
+    defs = build_definitions(str(project / "config" / "tiny.yaml"), root=project)
+    graph = defs.resolve_asset_graph()
+    assert sorted(k.to_user_string() for k in graph.get_all_asset_keys()) == sorted(ASSETS)
+    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
+    for name in ASSETS:
+        partitions = graph.get(AssetKey(name)).partitions_def
+        assert isinstance(partitions, DailyPartitionsDefinition)
+        assert partitions.has_partition_key(today)  # today's partition exists (end_offset=1)
+    assert defs.resolve_job_def(DAILY_JOB) and defs.resolve_job_def(RETRAIN_JOB)
+    assert {s.name for s in defs.sensors} == {"data_threshold_retrain_sensor"}
+    assert {s.name for s in defs.schedules} == {"weekly_retrain_schedule"}
+
+
+def test_training_assets_read_a_window_of_days(project):
+    defs = build_definitions(str(project / "config" / "tiny.yaml"), root=project)
+    graph = defs.resolve_asset_graph()
+    node = graph.get(AssetKey("reward_model"))
+    mapping = node.partition_mappings[AssetKey("teacher_labels")]
+    assert isinstance(mapping, TimeWindowPartitionMapping)
+    assert (mapping.start_offset, mapping.end_offset) == (-6, 0)  # reward_model.window_days = 7
+    upstream = {k.to_user_string() for k in node.parent_keys}
+    assert upstream == {"teacher_labels"}
+    assert {k.to_user_string() for k in graph.get(AssetKey("lora_adapter")).parent_keys} == {"preference_pairs", "reward_model"}

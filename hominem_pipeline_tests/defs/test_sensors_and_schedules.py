@@ -1,0 +1,70 @@
+import datetime as dt
+import json
+
+from dagster import RunRequest, build_schedule_context, build_sensor_context, instance_for_test
+
+from hominem_pipeline.core.artifacts import ArtifactStore
+from hominem_pipeline.core.config import load_config
+from hominem_pipeline.defs import build_definitions
+from hominem_pipeline.defs.resources import HominemResource
+from hominem_pipeline.defs.sensors import sensor_tick
+
+
+def fake_partition(store, asset, day, rows):
+    with store.staging(asset, day) as staged:
+        ref = store.publish(staged, asset, day, f"v{rows}", {"metadata": {"rows": rows}, "table": None})
+    store.point_current(ref)
+
+
+def test_sensor_waits_then_triggers_once_per_data_state(tiny_cfg):
+    store = ArtifactStore(tiny_cfg.data_dir)
+    request, cursor, reason = sensor_tick(None, store, tiny_cfg)
+    assert request is None and "0/500 conversations" in reason
+
+    fake_partition(store, "teacher_labels", "2026-11-20", 300)
+    fake_partition(store, "teacher_trajectories", "2026-11-20", 300)
+    fake_partition(store, "preference_pairs", "2026-11-20", 120)
+    request, cursor, reason = sensor_tick(cursor, store, tiny_cfg)
+    assert isinstance(request, RunRequest)
+    assert request.partition_key == "2026-11-20"
+    assert request.run_key == "retrain-2026-11-20-300-120"
+    assert "both channels" in reason
+    assert json.loads(cursor) == {"conversations": 300, "preference_pairs": 120}
+
+    # Nothing new since: no second run.
+    again, cursor2, reason = sensor_tick(cursor, store, tiny_cfg)
+    assert again is None and cursor2 == cursor and "0/500" in reason
+
+    fake_partition(store, "preference_pairs", "2026-11-21", 200)
+    fake_partition(store, "teacher_labels", "2026-11-21", 10)
+    request, _, reason = sensor_tick(cursor, store, tiny_cfg)
+    assert request.partition_key == "2026-11-21" and "reward channel: 200" in reason
+
+
+def test_sensor_evaluates_a_tick_through_dagster(project, tiny_cfg):
+    defs = build_definitions(str(project / "config" / "tiny.yaml"), root=project)
+    sensor = defs.get_sensor_def("data_threshold_retrain_sensor")
+    resource = HominemResource(root=str(project), config_path=str(project / "config" / "tiny.yaml"))
+    with instance_for_test() as instance:
+        ctx = build_sensor_context(instance=instance, resources={"hominem": resource}, definitions=defs)
+        result = sensor.evaluate_tick(ctx)
+        assert result.run_requests == [] and "not yet" in result.skip_message
+        store = ArtifactStore(tiny_cfg.data_dir)
+        fake_partition(store, "teacher_labels", "2026-11-20", 10)
+        fake_partition(store, "teacher_trajectories", "2026-11-20", 600)
+        ctx = build_sensor_context(instance=instance, resources={"hominem": resource}, cursor=result.cursor, definitions=defs)
+        result = sensor.evaluate_tick(ctx)
+        [request] = result.run_requests
+        assert request.run_key == "retrain-2026-11-20-600-0"
+        assert request.job_name in (None, "hominem_retrain")
+
+
+def test_weekly_schedule_requests_the_ticks_day_with_a_run_key(project):
+    defs = build_definitions(str(project / "config" / "tiny.yaml"), root=project)
+    schedule = defs.get_schedule_def("weekly_retrain_schedule")
+    assert schedule.cron_schedule == load_config(root=project).retrain.weekly_cron
+    ctx = build_schedule_context(
+        scheduled_execution_time=dt.datetime(2026, 11, 23, 3, 0, tzinfo=dt.timezone.utc), repository_def=defs.get_repository_def()
+    )
+    [request] = schedule.evaluate_tick(ctx).run_requests
+    assert request.run_key == "weekly-2026-11-23" and request.partition_key == "2026-11-23"

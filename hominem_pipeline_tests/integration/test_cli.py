@@ -1,0 +1,93 @@
+"""The real `hominem` entry point, run as a user would, against a throwaway project folder."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+HOMINEM = str(Path(sys.executable).parent / "hominem")
+DAY = "2026-11-19"
+
+
+def hominem(project: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HOMINEM_HOME": str(project), "COLUMNS": "200"}
+    env.pop("DAGSTER_HOME", None)
+    return subprocess.run([HOMINEM, *args], cwd=project, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def labeled_project(tmp_path_factory, tiny_student, tiny_encoder):
+    from hominem_pipeline_tests.conftest import make_project
+
+    project = make_project(tmp_path_factory.mktemp("cli") / "project", tiny_student, tiny_encoder)
+    done = hominem(project, "run", "--config", "config/tiny.yaml", "--date", DAY, "--select", "prompts,teacher_trajectories,teacher_labels")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return project, done
+
+
+def test_run_materializes_through_dagster_into_the_project(labeled_project):
+    project, done = labeled_project
+    assert "teacher_labels" in done.stdout and "built" in done.stdout
+    assert "Dagster http://127.0.0.1:3000" in done.stdout
+    for asset in ("prompts", "teacher_trajectories", "teacher_labels"):
+        assert (project / "data" / asset / DAY / "current.json").is_file()
+    assert not (project / "data" / "reward_model").exists()  # not selected
+
+    from dagster import DagsterInstance
+
+    os.environ["DAGSTER_HOME"] = str(project / "data" / "dagster")
+    try:
+        with DagsterInstance.get() as instance:
+            [run] = instance.get_runs()
+            assert run.tags["dagster/partition"] == DAY and run.job_name == "hominem_daily"
+            assert run.is_success
+    finally:
+        del os.environ["DAGSTER_HOME"]
+    assert (project / "data" / "dagster" / "storage").is_dir()
+    assert (project / "data" / "dagster" / "dagster.yaml").resolve() == (project / "dagster.yaml").resolve()
+
+
+def test_data_validate_and_sample(labeled_project):
+    project, _ = labeled_project
+    ok = hominem(project, "data", "validate", "--config", "config/tiny.yaml")
+    assert ok.returncode == 0, ok.stderr
+    assert f"teacher_labels {DAY}" in ok.stdout and "all blocking checks pass" in ok.stdout
+    sample = hominem(project, "data", "sample", "--config", "config/tiny.yaml", "-n", "2", "--seed", "1")
+    assert sample.returncode == 0, sample.stderr
+    assert sample.stdout.count("rationale:") == 2 and sample.stdout.count("ranges and fields ok") == 2
+
+
+def test_validate_fails_on_a_bad_partition(labeled_project, tmp_path):
+    from hominem_pipeline.core.artifacts import ArtifactStore
+
+    project, _ = labeled_project
+    store = ArtifactStore(project / "data")
+    good = store.require("teacher_labels", DAY)
+    labels = pd.read_parquet(good.file("labels.parquet"))
+    labels.loc[0, "scalar"] = 3.0
+    labels.loc[1, "response"] = ""
+    with store.staging("teacher_labels", "2026-11-18") as staged:
+        labels.to_parquet(staged / "labels.parquet")
+        ref = store.publish(staged, "teacher_labels", "2026-11-18", "broken", {"table": "labels.parquet", "metadata": {"rows": len(labels)}})
+    store.point_current(ref)
+    bad = hominem(project, "data", "validate", "--config", "config/tiny.yaml", "--date", "2026-11-18")
+    assert bad.returncode == 1
+    assert "scalar: 3.0000 outside [-1.0, 1.0]" in bad.stdout
+    assert "2 label row(s) fail blocking checks" in bad.stderr
+
+
+def test_bad_input_gives_a_clear_error(labeled_project, tmp_path):
+    project, _ = labeled_project
+    wrong_date = hominem(project, "run", "--date", "2026-02-30")
+    assert wrong_date.returncode == 2 and "is not a date; use YYYY-MM-DD" in wrong_date.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("policy:\n  beta: -1\n")
+    bad_config = hominem(project, "run", "--config", str(bad))
+    assert bad_config.returncode == 2 and "policy.beta = -1" in bad_config.stderr
+    unknown = hominem(project, "run", "--config", "config/tiny.yaml", "--select", "no_such_asset")
+    assert unknown.returncode == 2 and "no_such_asset" in unknown.stderr
+    missing = hominem(project, "data", "validate", "--date", "2026-01-05")
+    assert missing.returncode == 2 and "no teacher_labels for 2026-01-05" in missing.stderr

@@ -1,0 +1,117 @@
+"""The whole chain on a tiny configuration, through Dagster, with a real MLflow store."""
+
+import json
+
+import pandas as pd
+import pytest
+from dagster import AssetSelection, instance_for_test, materialize
+
+from hominem_pipeline.core.artifacts import ArtifactStore
+from hominem_pipeline.core.config import load_config
+from hominem_pipeline.core.labeling import validate_labels
+from hominem_pipeline.core.tracking import TAG_ASSET, TAG_CACHE_HIT, TAG_DAGSTER_RUN, TAG_PARTITION, Tracker
+from hominem_pipeline.defs import build_definitions
+from hominem_pipeline.defs.resources import HominemResource
+
+DAY = "2026-11-20"
+ORDER = ["prompts", "teacher_trajectories", "teacher_labels", "reward_model", "preference_pairs", "lora_adapter", "evaluation", "reward_health_index"]
+
+
+def run_all(project, config_path, instance, selection=None):
+    defs = build_definitions(str(config_path), root=project)
+    assets = list(defs.assets)
+    result = materialize(
+        assets,
+        instance=instance,
+        partition_key=DAY,
+        resources={"hominem": HominemResource(root=str(project), config_path=str(config_path))},
+        selection=selection,
+    )
+    assert result.success
+    return {e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()}, result.run_id
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory, tiny_student, tiny_encoder):
+    from hominem_pipeline_tests.conftest import make_project
+
+    project = make_project(tmp_path_factory.mktemp("chain") / "project", tiny_student, tiny_encoder)
+    config_path = project / "config" / "tiny.yaml"
+    with instance_for_test() as instance:
+        first, first_run = run_all(project, config_path, instance)
+        second, second_run = run_all(project, config_path, instance)
+        yield {"project": project, "config": config_path, "cfg": load_config(config_path, root=project), "first": first, "second": second,
+               "runs": (first_run, second_run), "instance": instance}
+
+
+def test_every_asset_materializes_with_metadata(chain):
+    first = chain["first"]
+    assert sorted(first) == sorted(ORDER)
+    for name, meta in first.items():
+        assert meta["reused_existing_version"].value is False, name
+        assert len(meta["version"].value) == 16
+        assert meta["mlflow_run_id"].value
+    assert first["prompts"]["dagster/row_count"].value == 12  # 6 sampled + 6 held out (1 per category)
+    assert first["teacher_trajectories"]["dagster/row_count"].value == 18  # 6 prompts x 3 candidates
+    assert first["teacher_labels"]["dagster/row_count"].value == 18
+    assert 0.0 <= first["evaluation"]["win_rate"].value <= 1.0
+    assert first["lora_adapter"]["steps"].value == 2
+
+
+def test_stages_write_their_artifacts(chain):
+    cfg = chain["cfg"]
+    store = ArtifactStore(cfg.data_dir)
+    labels = pd.read_parquet(store.require("teacher_labels", DAY).file("labels.parquet"))
+    assert validate_labels(labels, cfg.dimension_names).ok
+    rm = store.require("reward_model", DAY)
+    meta = json.loads(rm.file("METADATA.json").read_text())
+    assert meta["dimensions"] == cfg.dimension_names and meta["date"] == DAY and meta["training_data_digest"]
+    adapter = store.require("lora_adapter", DAY)
+    assert {"adapter_config.json", "adapter_model.safetensors", "METADATA.json"} <= {p.name for p in adapter.path.iterdir()}
+    adapter_meta = json.loads(adapter.file("METADATA.json").read_text())
+    assert adapter_meta["reward_model"]["version"] == rm.version  # lineage: adapter -> reward model
+    health = json.loads(store.require("reward_health_index", DAY).file("health.json").read_text())
+    assert set(health["components"]) == {"dcs", "gvs", "mss", "cdrs", "lrps"}
+    for name, comp in health["components"].items():
+        assert comp["how"], name
+        assert comp["value"] is None or 0.0 <= comp["value"] <= 1.0
+    assert store.require("evaluation", DAY).file("dimension_deltas.png").stat().st_size > 1000
+
+
+def test_mlflow_has_one_run_per_materialization_linked_by_tags_and_inputs(chain):
+    cfg = chain["cfg"]
+    tracker = Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root))
+    first_run, second_run = chain["runs"]
+    for name in ORDER:
+        runs = tracker.runs_for(name)
+        assert len(runs) == 2, name  # one per Dagster materialization
+        assert {r.data.tags[TAG_DAGSTER_RUN] for r in runs} == {first_run, second_run}
+        assert all(r.data.tags[TAG_PARTITION] == DAY and r.data.tags[TAG_ASSET] == name for r in runs)
+    [labels_run] = [r for r in tracker.runs_for("teacher_labels") if r.data.tags[TAG_DAGSTER_RUN] == first_run]
+    assert [d.dataset.name for d in labels_run.inputs.dataset_inputs] == [f"teacher_trajectories@{DAY}"]
+    [rm_run] = [r for r in tracker.runs_for("reward_model") if r.data.tags[TAG_DAGSTER_RUN] == first_run]
+    assert [d.dataset.name for d in rm_run.inputs.dataset_inputs] == [f"teacher_labels@{DAY}"]
+    assert "val_loss" in rm_run.data.metrics and "reward_model.epochs" in rm_run.data.params
+
+
+def test_a_second_run_reuses_everything(chain):
+    second = chain["second"]
+    for name in ORDER:
+        assert second[name]["reused_existing_version"].value is True, name
+        assert second[name]["version"].value == chain["first"][name]["version"].value
+
+
+def test_changing_a_late_setting_rebuilds_only_what_depends_on_it(chain, tmp_path):
+    import yaml
+
+    overlay = yaml.safe_load(chain["config"].read_text())
+    overlay["health"] = {"perturbations_per_response": 3}
+    changed = chain["project"] / "config" / "changed.yaml"
+    changed.write_text(yaml.safe_dump(overlay))
+    third, _ = run_all(chain["project"], changed, chain["instance"])
+    rebuilt = {n for n, m in third.items() if not m["reused_existing_version"].value}
+    assert rebuilt == {"reward_health_index"}
+    store = ArtifactStore(chain["cfg"].data_dir)
+    versions = [p.name for p in (store.root / "reward_health_index" / DAY).iterdir() if not p.name.startswith((".", "current"))]
+    assert len(versions) == 2  # the old version is kept, the pointer moved
+    assert store.require("reward_health_index", DAY).version == third["reward_health_index"]["version"].value
