@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from hominem_pipeline.core.config import ConfigError, HominemConfig, find_project_root, load_config
+from hominem_pipeline.core.config import ConfigError, HominemConfig, load_config
 
 app = typer.Typer(help="hominem: distill a human-like reward signal into a reward model and LoRA adapters.", no_args_is_help=True, add_completion=False)
 data_app = typer.Typer(help="Inspect and check labeled data.", no_args_is_help=True)
@@ -207,34 +207,45 @@ def ui(
         ],
     }
     procs: dict[str, subprocess.Popen] = {}
+    dagster_home = os.environ["DAGSTER_HOME"]
     for name, cmd in commands.items():
-        # Own process group each, so stopping takes their workers and children too.
-        procs[name] = subprocess.Popen(cmd, env=env, start_new_session=True)
+        # Own process group each, so stopping takes their workers and children too. Dagster starts in
+        # its home (not the project folder, whose dagster.yaml it would warn about).
+        procs[name] = subprocess.Popen(cmd, env=env, cwd=dagster_home if name == "Dagster" else cfg.root, start_new_session=True)
     console.print(f"Dagster UI: http://127.0.0.1:{dagster_port}\nMLflow UI:  http://127.0.0.1:{mlflow_port}\nCtrl-C stops both.")
 
     def stop(*_: object) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        # SIGINT is what both servers treat as Ctrl-C (a clean shutdown of their own children);
+        # whatever is left after the grace period is killed with its whole group.
         for proc in procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 15
+            _signal_group(proc, signal.SIGINT)
+        deadline = time.monotonic() + 20
         for proc in procs.values():
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                pass
+            _signal_group(proc, signal.SIGKILL)
         console.print("stopped Dagster and MLflow")
         raise typer.Exit(0)
 
     signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while True:
+        for name, proc in procs.items():
+            if proc.poll() is not None:
+                err.print(f"{name} exited with code {proc.returncode}; stopping the other one")
+                stop()
+        time.sleep(1)
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
     try:
-        while True:
-            for name, proc in procs.items():
-                if proc.poll() is not None:
-                    err.print(f"{name} exited with code {proc.returncode}; stopping the other one")
-                    stop()
-            time.sleep(1)
-    except KeyboardInterrupt:
-        stop()
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass  # the whole group is already gone
 
 
 def _labels_for(cfg: HominemConfig, date: str | None):
