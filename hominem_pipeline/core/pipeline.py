@@ -19,7 +19,7 @@ import pandas as pd
 
 from hominem_pipeline.core.artifacts import file_sha256, fingerprint
 from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.schema import Prompt, label_problems
+from hominem_pipeline.core.schema import Prompt, Trajectory, label_problems
 from hominem_pipeline.core.stages import StageContext, StageOutput, StageSpec, Upstream
 
 log = logging.getLogger(__name__)
@@ -92,8 +92,6 @@ def build_teacher_labels(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.teacher import build_teacher
 
     trajectories_frame = pd.read_parquet(ctx.one("teacher_trajectories").file("trajectories.parquet"))
-    from hominem_pipeline.core.schema import Trajectory
-
     trajectories = [Trajectory(**row) for row in trajectories_frame.to_dict(orient="records")]
     teacher = build_teacher(ctx.cfg)
     started = time.monotonic()
@@ -132,7 +130,8 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.reward_model import METADATA, train_reward_model
 
     labels = ctx.tables("teacher_labels")
-    digest = fingerprint([r.key for r in ctx.inputs["teacher_labels"]])
+    # Content digest: the sha256 of every label table read, as their manifests recorded them.
+    digest = fingerprint([[r.partition, r.manifest["files"]["labels.parquet"]] for r in ctx.inputs["teacher_labels"]], 64)
     started = time.monotonic()
     metrics = train_reward_model(
         labels,
@@ -284,7 +283,7 @@ STAGES: tuple[StageSpec, ...] = (
         "prompts",
         "Seed prompts sampled for the day (stratified by category), plus the fixed held-out evaluation prompts.",
         "1",
-        ("project", "prompts"),
+        ("project.seed", "prompts"),
         (),
         build_prompts,
         extra_fingerprint=_seed_file_digest,

@@ -315,8 +315,8 @@ def train_reward_model(
             torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
             optimizer.step()
             for k in weights:
-                running[k] += float(parts[k]) * len(idx)
-            progress.advance(1, epoch=epoch, loss=f"{float(loss):.4f}")
+                running[k] += parts[k].item() * len(idx)
+            progress.advance(1, epoch=epoch, loss=f"{loss.item():.4f}")
         metrics = {f"train_mse_{k}": v / len(train_idx) for k, v in running.items()}
         metrics.update(evaluate(val_idx))
         history.append({"epoch": epoch, **metrics})

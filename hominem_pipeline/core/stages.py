@@ -118,7 +118,10 @@ def stage_version(spec: StageSpec, cfg: HominemConfig, partition: str, inputs: d
 
 
 def run_stage(spec: StageSpec, cfg: HominemConfig, partition: str, *, dagster_run_id: str | None = None) -> StageResult:
-    dt.date.fromisoformat(partition)  # a clear error for a malformed date before anything runs
+    try:
+        dt.date.fromisoformat(partition)
+    except ValueError:
+        raise ValueError(f"partition {partition!r} is not a date; partitions are days written YYYY-MM-DD") from None
     store = ArtifactStore(cfg.data_dir)
     tracker = Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root))
     inputs = resolve_inputs(spec, cfg, store, partition)

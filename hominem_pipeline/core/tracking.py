@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -79,8 +80,12 @@ class StageRun:
 
         # Nested columns (the reward vector) are flattened so MLflow can compute schema and digest.
         flat = pd.json_normalize(frame.to_dict(orient="records"), sep=".") if len(frame) else frame
-        dataset = mlflow.data.from_pandas(flat, source=str(source), name=name)
-        mlflow.log_input(dataset, context=context)
+        with warnings.catch_warnings():
+            # Two notices per table that say nothing about our data: MLflow registers its local-file
+            # source class twice (a path "matches both"), and it hints that integer columns cannot hold NaN.
+            warnings.simplefilter("ignore", UserWarning)
+            dataset = mlflow.data.from_pandas(flat, source=str(source), name=name)
+            mlflow.log_input(dataset, context=context)
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         import mlflow
