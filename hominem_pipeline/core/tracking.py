@@ -110,7 +110,12 @@ class Tracker:
         if exp is not None:
             return exp.experiment_id
         self.artifact_root.mkdir(parents=True, exist_ok=True)
-        return mlflow.create_experiment(self.experiment, artifact_location=self.artifact_root.resolve().as_uri())
+        return mlflow.create_experiment(
+            self.experiment,
+            artifact_location=self.artifact_root.resolve().as_uri(),
+            # Opens on the runs table (model training), not on MLflow 3's GenAI trace overview.
+            tags={"mlflow.experimentKind": "custom_model_development"},
+        )
 
     def find_run(self, *, asset: str, partition: str, dagster_run_id: str) -> str | None:
         import mlflow

@@ -7,11 +7,11 @@ from typing import Any
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue
 
 from hominem_pipeline.core.pipeline import STAGES_BY_NAME
-from hominem_pipeline.core.stages import run_stage
+from hominem_pipeline.core.stages import StageResult, run_stage
 from hominem_pipeline.defs.resources import HominemResource
 
 
-def dagster_metadata(result: Any) -> dict[str, Any]:
+def dagster_metadata(result: StageResult) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "version": result.ref.version,
         "path": MetadataValue.path(str(result.ref.path)),

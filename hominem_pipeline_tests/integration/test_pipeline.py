@@ -92,6 +92,10 @@ def test_mlflow_has_one_run_per_materialization_linked_by_tags_and_inputs(chain)
     [rm_run] = [r for r in tracker.runs_for("reward_model") if r.data.tags[TAG_DAGSTER_RUN] == first_run]
     assert [d.dataset.name for d in rm_run.inputs.dataset_inputs] == [f"teacher_labels@{DAY}"]
     assert "val_loss" in rm_run.data.metrics and "reward_model.epochs" in rm_run.data.params
+    import mlflow
+
+    experiment = mlflow.get_experiment_by_name(cfg.tracking.experiment)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"  # the UI opens on the runs table
 
 
 def test_a_second_run_reuses_everything(chain):
