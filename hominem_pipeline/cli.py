@@ -129,7 +129,9 @@ def run(
     started = time.monotonic()
     console.print(f"[bold]hominem run[/] {day}: {len(keys)} asset(s), DAGSTER_HOME {os.environ['DAGSTER_HOME']}, MLflow {cfg.mlflow_uri}")
     instance = DagsterInstance.get()
-    run_config = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    # Dagster's own console lines (and a failed step's traceback) stay in the run's event log in the
+    # UI; the terminal shows our progress lines and, on failure, the root cause.
+    run_config = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
     try:
         with execute_job(
             reconstructable(definitions.daily_job),
@@ -146,14 +148,22 @@ def run(
         _fail(str(exc))
     _print_summary(events, cfg, day, run_id, time.monotonic() - started)
     if not success:
-        _fail(f"run {run_id} failed: {failure}", code=1)
+        _fail(f"run {run_id} failed at {failure}\n(full traceback: `make ui`, Dagster -> Runs -> {run_id[:8]})", code=1)
 
 
 def _first_failure(result) -> str:
+    """The failed step and the message of the exception that started it (not Dagster's wrapper)."""
     for event in result.all_events:
         if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
-            return f"{event.step_key}: {event.step_failure_data.error.message.strip()}"
-    return "see the Dagster UI for the run's logs"
+            error = event.step_failure_data.error
+            while error.cause is not None:
+                error = error.cause
+            message = error.message.strip()
+            head, _, rest = message.partition(": ")
+            if head.split(".")[-1] == error.cls_name:  # "pkg.module.Error: text" -> "Error: text"
+                message = f"{error.cls_name}: {rest}"
+            return f"{event.step_key}: {message}"
+    return "see the run's logs in the Dagster UI"
 
 
 def _print_summary(events, cfg: HominemConfig, day: str, run_id: str, seconds: float) -> None:

@@ -91,3 +91,17 @@ def test_bad_input_gives_a_clear_error(labeled_project, tmp_path):
     assert unknown.returncode == 2 and "no_such_asset" in unknown.stderr
     missing = hominem(project, "data", "validate", "--date", "2026-01-05")
     assert missing.returncode == 2 and "no teacher_labels for 2026-01-05" in missing.stderr
+
+
+def test_a_failed_step_reports_its_root_cause(labeled_project):
+    import yaml
+
+    project, _ = labeled_project
+    overlay = yaml.safe_load((project / "config" / "tiny.yaml").read_text())
+    overlay["preferences"]["min_margin"] = 2.0  # no pair can have a margin this large
+    (project / "config" / "no_pairs.yaml").write_text(yaml.safe_dump(overlay))
+    done = hominem(project, "run", "--config", "config/no_pairs.yaml", "--date", DAY, "--select", "reward_model+")
+    assert done.returncode == 1
+    assert "failed at lora_adapter: PreferenceFileError: no preference pairs" in " ".join(done.stderr.split())
+    assert "Traceback" not in done.stdout + done.stderr  # the traceback stays in the Dagster run's log
+    assert "preference_pairs" in done.stdout  # the summary still lists what was built
