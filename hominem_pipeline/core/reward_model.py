@@ -128,6 +128,9 @@ class RewardModel:
         from safetensors.torch import load_file
         from transformers import AutoModel, AutoTokenizer
 
+        from hominem_pipeline.core.models import quiet_hf_progress
+
+        quiet_hf_progress()
         path = Path(path)
         if not (path / METADATA).is_file():
             raise FileNotFoundError(f"{path} is not a reward model folder (no {METADATA}); pass a data/reward_model/<date>/<version> folder")
