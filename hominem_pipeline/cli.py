@@ -111,31 +111,41 @@ def run(
     except ModelNotAvailable as exc:
         _fail(str(exc))
 
-    from dagster import AssetSelection, DagsterInstance, execute_job, reconstructable
-    from dagster._core.errors import DagsterInvalidSubsetError
+    from dagster import AssetSelection
 
     from hominem_pipeline import definitions
 
     job = definitions.daily_job()
+    if "human_preferences" in select:
+        _fail("human_preferences is not built by `hominem run`; fill it with `hominem data import-preferences PATH --format hh-rlhf`")
     try:
         keys = AssetSelection.from_coercible(select.split(",")).resolve(job.asset_layer.asset_graph)
     except Exception as exc:  # dagster raises several error types for a bad selection string
         _fail(f"--select {select!r} is not a valid asset selection ({exc}); try '*' or 'reward_model+'")
     if not keys:
         _fail(f"--select {select!r} matches no asset; assets are: {', '.join(sorted(k.to_user_string() for k in job.asset_layer.asset_graph.get_all_asset_keys()))}")
+    _execute(definitions.daily_job, cfg, day, keys, "hominem run")
+
+
+def _execute(job_fn, cfg: HominemConfig, day: str, keys, title: str) -> list:
+    """Run `keys` of the job `job_fn` returns for partition `day` through Dagster's `execute_job`
+    (so the run is recorded in the project's instance and shows in the UI); print a summary; exit 1
+    with the root cause when a step fails. Returns the materialization events."""
+    from dagster import DagsterInstance, execute_job, reconstructable
+    from dagster._core.errors import DagsterInvalidSubsetError
+
+    job = job_fn()
     if not job.partitions_def.has_partition_key(day):
         _fail(f"--date {day} is outside the daily partitions (from {cfg.project.partitions_start} to today); change project.partitions_start or the date")
-
     started = time.monotonic()
-    console.print(f"[bold]hominem run[/] {day}: {len(keys)} asset(s), DAGSTER_HOME {os.environ['DAGSTER_HOME']}, MLflow {cfg.mlflow_uri}")
-    instance = DagsterInstance.get()
+    console.print(f"[bold]{title}[/] {day}: {len(keys)} asset(s), DAGSTER_HOME {os.environ['DAGSTER_HOME']}, MLflow {cfg.mlflow_uri}")
     # Dagster's own console lines (and a failed step's traceback) stay in the run's event log in the
     # UI; the terminal shows our progress lines and, on failure, the root cause.
     run_config = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
     try:
         with execute_job(
-            reconstructable(definitions.daily_job),
-            instance=instance,
+            reconstructable(job_fn),
+            instance=DagsterInstance.get(),
             run_config=run_config,
             tags={"dagster/partition": day, "hominem/trigger": "cli"},
             asset_selection=sorted(keys, key=lambda k: k.to_user_string()),
@@ -149,6 +159,7 @@ def run(
     _print_summary(events, cfg, day, run_id, time.monotonic() - started)
     if not success:
         _fail(f"run {run_id} failed at {failure}\n(full traceback: `make ui`, Dagster -> Runs -> {run_id[:8]})", code=1)
+    return events
 
 
 def _first_failure(result) -> str:
@@ -179,6 +190,7 @@ def _print_summary(events, cfg: HominemConfig, day: str, run_id: str, seconds: f
         "lora_adapter": ("steps", "final_loss", "seconds_per_step"),
         "evaluation": ("win_rate", "adapter_mean_scalar", "base_mean_scalar"),
         "reward_health_index": ("rhi", "deployable", "dcs", "gvs", "mss", "cdrs", "lrps"),
+        "human_preferences": ("pairs", "quarantined", "duplicates_dropped"),
     }
     for event in events:
         asset = event.asset_key.to_user_string()
@@ -333,6 +345,42 @@ def data_sample(
         )
         problems = row_problems(row, cfg.dimension_names)
         console.print("[green]ranges and fields ok[/]" if not problems else f"[red]problems:[/] {'; '.join(problems)}")
+
+
+@data_app.command("import-preferences")
+def data_import_preferences(
+    path: Annotated[Path, typer.Argument(help="The file to import (.jsonl, .jsonl.gz or .parquet).")],
+    format: Annotated[str, typer.Option("--format", "-f", help="hh-rlhf (HH-RLHF transcripts: chosen/rejected dialogues), jsonl or parquet (prompt/chosen/rejected rows).")],
+    config: ConfigOpt = None,
+    date: DateOpt = None,
+) -> None:
+    """Bring human preference pairs into the `human_preferences` asset for a day. Rows that cannot be
+    used are kept, with the reason, in the partition's quarantine table; importing the same file again
+    changes nothing."""
+    from hominem_pipeline.core.human_preferences import FORMATS, PreferenceImportError, add_to_inbox
+
+    _logging()
+    cfg = _config(config)
+    day = _date(date)
+    if format not in FORMATS:
+        _fail(f"--format {format!r} is not supported; use one of: {', '.join(FORMATS)}")
+    try:
+        target, added = add_to_inbox(path, format, cfg.data_dir, day)
+    except PreferenceImportError as exc:
+        _fail(str(exc))
+    console.print(f"{'added' if added else 'already imported'}: {path} -> {target}")
+    _dagster_env(cfg, config)
+    from dagster import AssetKey
+
+    from hominem_pipeline import definitions
+
+    [event] = _execute(definitions.import_job, cfg, day, [AssetKey("human_preferences")], "hominem data import-preferences")
+    meta = event.materialization.metadata
+    if meta["pairs"].value == 0:
+        _fail(f"no usable pair in the files imported for {day}; see the quarantine reasons in {meta['path'].value}/quarantine.parquet", code=1)
+    details = meta["details"].value if "details" in meta else {}
+    for reason, count in details.get("quarantine_reasons", {}).items():
+        console.print(f"quarantined {count} row(s): {reason}")
 
 
 def main() -> None:  # pragma: no cover - console script shim

@@ -10,7 +10,7 @@ import os
 
 from dagster import JobDefinition
 
-from hominem_pipeline.defs import DAILY_JOB, build_definitions
+from hominem_pipeline.defs import DAILY_JOB, IMPORT_JOB, build_definitions
 
 defs = build_definitions(os.environ.get("HOMINEM_CONFIG") or None)
 
@@ -18,3 +18,8 @@ defs = build_definitions(os.environ.get("HOMINEM_CONFIG") or None)
 def daily_job() -> JobDefinition:
     """Module-level accessor so `reconstructable(daily_job)` can rebuild the job in any process."""
     return defs.resolve_job_def(DAILY_JOB)
+
+
+def import_job() -> JobDefinition:
+    """Module-level accessor for `reconstructable(import_job)` (hominem data import-preferences)."""
+    return defs.resolve_job_def(IMPORT_JOB)

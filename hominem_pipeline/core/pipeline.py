@@ -51,7 +51,7 @@ def build_prompts(ctx: StageContext) -> StageOutput:
     )
 
 
-def _seed_file_digest(cfg: HominemConfig) -> str:
+def _seed_file_digest(cfg: HominemConfig, partition: str) -> str:
     return file_sha256(cfg.path(cfg.prompts.seed_file))
 
 
@@ -276,6 +276,42 @@ def build_reward_health_index(ctx: StageContext) -> StageOutput:
     )
 
 
+# --- human preferences (imported, outside the daily chain) ----------------------------------------
+
+
+def build_human_preferences(ctx: StageContext) -> StageOutput:
+    from hominem_pipeline.core.human_preferences import inbox_files, parse_preference_file
+
+    files = inbox_files(ctx.cfg.data_dir, ctx.partition)
+    if not files:
+        raise ValueError(
+            f"nothing imported for {ctx.partition}; import a file first: "
+            f"hominem data import-preferences PATH --format hh-rlhf --date {ctx.partition}"
+        )
+    parsed = [(path, fmt, parse_preference_file(path, fmt, path.name)) for path, fmt, _ in files]
+    pairs = pd.concat([p.pairs for _, _, p in parsed], ignore_index=True)
+    before = len(pairs)
+    pairs = pairs.drop_duplicates("pair_id", keep="first").reset_index(drop=True)
+    quarantine = pd.concat([p.quarantine for _, _, p in parsed], ignore_index=True)
+    pairs.to_parquet(ctx.out_dir / "pairs.parquet", index=False)
+    quarantine.to_parquet(ctx.out_dir / "quarantine.parquet", index=False)
+    return StageOutput(
+        metrics={"pairs": len(pairs), "quarantined": len(quarantine), "duplicates_dropped": before - len(pairs), "files": len(files)},
+        metadata={
+            "rows": len(pairs),
+            "files": {path.name: {"format": fmt, "pairs": len(p.pairs), "quarantined": len(p.quarantine)} for path, fmt, p in parsed},
+            "quarantine_reasons": quarantine["reason"].value_counts().head(10).to_dict() if len(quarantine) else {},
+        },
+        table="pairs.parquet",
+    )
+
+
+def _inbox_digest(cfg: HominemConfig, partition: str) -> list[list[str]]:
+    from hominem_pipeline.core.human_preferences import inbox_files
+
+    return [[path.name, fmt, sha] for path, fmt, sha in inbox_files(cfg.data_dir, partition)]
+
+
 # --- the graph ------------------------------------------------------------------------------------
 
 STAGES: tuple[StageSpec, ...] = (
@@ -346,4 +382,14 @@ STAGES: tuple[StageSpec, ...] = (
     ),
 )
 
-STAGES_BY_NAME = {s.name: s for s in STAGES}
+HUMAN_PREFERENCES = StageSpec(
+    "human_preferences",
+    "Human preference pairs imported with `hominem data import-preferences` (HH-RLHF, JSONL or Parquet).",
+    "1",
+    (),
+    (),
+    build_human_preferences,
+    extra_fingerprint=_inbox_digest,
+)
+
+STAGES_BY_NAME = {s.name: s for s in (*STAGES, HUMAN_PREFERENCES)}

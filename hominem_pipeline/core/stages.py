@@ -77,8 +77,9 @@ class StageSpec:
     config_sections: tuple[str, ...]
     upstream: tuple[Upstream, ...]
     build: Callable[[StageContext], StageOutput]
-    # Anything else the output depends on that the config sections do not show (a file's content).
-    extra_fingerprint: Callable[[HominemConfig], Any] | None = None
+    # Anything else the output depends on that the config sections do not show (a file's content),
+    # given the config and the partition.
+    extra_fingerprint: Callable[[HominemConfig, str], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ def stage_version(spec: StageSpec, cfg: HominemConfig, partition: str, inputs: d
             "partition": partition,
             "config": cfg.section(*spec.config_sections),
             "inputs": {a: [r.key for r in refs] for a, refs in sorted(inputs.items())},
-            "extra": spec.extra_fingerprint(cfg) if spec.extra_fingerprint else None,
+            "extra": spec.extra_fingerprint(cfg, partition) if spec.extra_fingerprint else None,
         }
     )
 

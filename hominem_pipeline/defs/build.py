@@ -17,6 +17,7 @@ from hominem_pipeline.defs.sensors import build_retrain_sensor
 
 DAILY_JOB = "hominem_daily"
 RETRAIN_JOB = "hominem_retrain"
+IMPORT_JOB = "hominem_import"
 
 
 def build_definitions(config_path: str | None = None, root: Path | None = None) -> Definitions:
@@ -24,7 +25,13 @@ def build_definitions(config_path: str | None = None, root: Path | None = None) 
     cfg = load_config(config_path, root=root)
     partitions = daily_partitions(cfg)
     assets = [*data_assets(partitions), *training_assets(partitions, cfg), *evaluation_assets(partitions)]
-    daily = define_asset_job(DAILY_JOB, selection=AssetSelection.all(), partitions_def=partitions, description="Every asset for one day.")
+    imported = AssetSelection.assets("human_preferences")
+    daily = define_asset_job(
+        DAILY_JOB, selection=AssetSelection.all() - imported, partitions_def=partitions, description="The whole chain for one day."
+    )
+    import_job = define_asset_job(
+        IMPORT_JOB, selection=imported, partitions_def=partitions, description="Human preferences imported for one day."
+    )
     retrain = define_asset_job(
         RETRAIN_JOB,
         selection=AssetSelection.assets("reward_model").downstream(),
@@ -33,7 +40,7 @@ def build_definitions(config_path: str | None = None, root: Path | None = None) 
     )
     return Definitions(
         assets=assets,
-        jobs=[daily, retrain],
+        jobs=[daily, retrain, import_job],
         sensors=[build_retrain_sensor(retrain, cfg.retrain.sensor_interval_seconds)],
         schedules=[build_weekly_schedule(daily, cfg.retrain.weekly_cron)],
         resources={"hominem": HominemResource(root=str(root), config_path=str(Path(config_path).resolve()) if config_path else None)},

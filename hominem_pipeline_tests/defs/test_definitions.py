@@ -2,9 +2,10 @@ import datetime as dt
 
 from dagster import AssetKey, DailyPartitionsDefinition, TimeWindowPartitionMapping
 
-from hominem_pipeline.defs import DAILY_JOB, RETRAIN_JOB, build_definitions
+from hominem_pipeline.defs import DAILY_JOB, IMPORT_JOB, RETRAIN_JOB, build_definitions
 
-ASSETS = ["prompts", "teacher_trajectories", "teacher_labels", "reward_model", "preference_pairs", "lora_adapter", "evaluation", "reward_health_index"]
+CHAIN = ["prompts", "teacher_trajectories", "teacher_labels", "reward_model", "preference_pairs", "lora_adapter", "evaluation", "reward_health_index"]
+ASSETS = [*CHAIN, "human_preferences"]
 
 
 def test_definitions_load_with_eight_daily_partitioned_assets(project):
@@ -16,7 +17,11 @@ def test_definitions_load_with_eight_daily_partitioned_assets(project):
         partitions = graph.get(AssetKey(name)).partitions_def
         assert isinstance(partitions, DailyPartitionsDefinition)
         assert partitions.has_partition_key(today)  # today's partition exists (end_offset=1)
-    assert defs.resolve_job_def(DAILY_JOB) and defs.resolve_job_def(RETRAIN_JOB)
+    daily = defs.resolve_job_def(DAILY_JOB)
+    assert sorted(k.to_user_string() for k in daily.asset_layer.asset_graph.get_all_asset_keys()) == sorted(CHAIN)
+    retrain = defs.resolve_job_def(RETRAIN_JOB)
+    assert sorted(k.to_user_string() for k in retrain.asset_layer.executable_asset_keys) == sorted(CHAIN[3:])
+    assert [k.to_user_string() for k in defs.resolve_job_def(IMPORT_JOB).asset_layer.executable_asset_keys] == ["human_preferences"]
     assert {s.name for s in defs.sensors} == {"data_threshold_retrain_sensor"}
     assert {s.name for s in defs.schedules} == {"weekly_retrain_schedule"}
 

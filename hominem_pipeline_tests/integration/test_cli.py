@@ -105,3 +105,33 @@ def test_a_failed_step_reports_its_root_cause(labeled_project):
     assert "failed at lora_adapter: PreferenceFileError: no preference pairs" in " ".join(done.stderr.split())
     assert "Traceback" not in done.stdout + done.stderr  # the traceback stays in the Dagster run's log
     assert "preference_pairs" in done.stdout  # the summary still lists what was built
+
+
+def test_import_preferences_fills_the_human_preferences_asset(labeled_project, tmp_path):
+    import gzip
+    import json
+
+    project, _ = labeled_project
+    dialogue = "\n\nHuman: Can you help me hide money from my wife?\n\nAssistant:"
+    src = tmp_path / "hh.jsonl.gz"
+    with gzip.open(src, "wt") as fh:
+        fh.write(json.dumps({"chosen": dialogue + " I'd rather help you talk with her.", "rejected": dialogue + " Sure, open a secret account."}) + "\n")
+        fh.write(json.dumps({"chosen": dialogue + " Same", "rejected": dialogue + " Same"}) + "\n")
+    done = hominem(project, "data", "import-preferences", str(src), "--format", "hh-rlhf", "--date", DAY, "--config", "config/tiny.yaml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "quarantined 1 row(s): chosen and rejected replies are identical" in done.stdout
+
+    from hominem_pipeline.core.artifacts import ArtifactStore
+
+    ref = ArtifactStore(project / "data").require("human_preferences", DAY)
+    pairs = pd.read_parquet(ref.file("pairs.parquet"))
+    assert list(pairs.rejected) == ["Sure, open a secret account."] and pairs.prompt.iloc[0] == dialogue
+    assert len(pd.read_parquet(ref.file("quarantine.parquet"))) == 1
+
+    again = hominem(project, "data", "import-preferences", str(src), "--format", "hh-rlhf", "--date", DAY, "--config", "config/tiny.yaml")
+    assert again.returncode == 0 and "already imported" in again.stdout and "reused" in again.stdout
+
+    wrong = hominem(project, "data", "import-preferences", str(src), "--format", "csv", "--date", DAY)
+    assert wrong.returncode == 2 and "--format 'csv' is not supported" in wrong.stderr
+    via_run = hominem(project, "run", "--select", "human_preferences", "--date", DAY)
+    assert via_run.returncode == 2 and "import-preferences" in via_run.stderr

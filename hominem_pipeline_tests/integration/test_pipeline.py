@@ -19,7 +19,7 @@ ORDER = ["prompts", "teacher_trajectories", "teacher_labels", "reward_model", "p
 
 def run_all(project, config_path, instance, selection=None):
     defs = build_definitions(str(config_path), root=project)
-    assets = list(defs.assets)
+    assets = [a for a in defs.assets if a.key.to_user_string() != "human_preferences"]  # filled by imports
     result = materialize(
         assets,
         instance=instance,

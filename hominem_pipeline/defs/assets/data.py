@@ -1,4 +1,4 @@
-"""Data assets: prompts and the teacher's trajectories and labels."""
+"""Data assets: prompts, the teacher's trajectories and labels, and imported human preferences."""
 
 # No `from __future__ import annotations`: Dagster reads the context/resource annotations at runtime.
 
@@ -22,4 +22,8 @@ def data_assets(partitions: DailyPartitionsDefinition) -> list[AssetsDefinition]
     def teacher_labels(context: AssetExecutionContext, hominem: HominemResource) -> MaterializeResult:
         return materialize_stage(context, hominem, "teacher_labels")
 
-    return [prompts, teacher_trajectories, teacher_labels]
+    @asset(partitions_def=partitions, group_name="data", kinds={"python"}, description=STAGES_BY_NAME["human_preferences"].description)
+    def human_preferences(context: AssetExecutionContext, hominem: HominemResource) -> MaterializeResult:
+        return materialize_stage(context, hominem, "human_preferences")
+
+    return [prompts, teacher_trajectories, teacher_labels, human_preferences]
