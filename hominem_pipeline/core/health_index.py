@@ -19,6 +19,7 @@ import pandas as pd
 
 from hominem_pipeline.core.config import HealthConfig
 from hominem_pipeline.core.reward_model import RewardModel, pad_batch
+from hominem_pipeline.core.stats import pearson, spearman
 
 COMPONENTS = ("dcs", "gvs", "mss", "cdrs", "lrps")
 
@@ -46,19 +47,6 @@ class HealthReport:
 
 def _clip01(x: float) -> float:
     return float(min(1.0, max(0.0, x)))
-
-
-def _spearman(a: np.ndarray, b: np.ndarray) -> float | None:
-    if len(a) < 3 or np.std(a) < 1e-12 or np.std(b) < 1e-12:
-        return None
-    ra, rb = pd.Series(a).rank().to_numpy(), pd.Series(b).rank().to_numpy()
-    return float(np.corrcoef(ra, rb)[0, 1])
-
-
-def _pearson(a: np.ndarray, b: np.ndarray) -> float | None:
-    if len(a) < 3 or np.std(a) < 1e-12 or np.std(b) < 1e-12:
-        return None
-    return float(np.corrcoef(a, b)[0, 1])
 
 
 # --- components -----------------------------------------------------------------------------------
@@ -157,7 +145,7 @@ def manifold_stability(
         dist = np.sqrt((diff**2).sum(-1))
         return dist[np.triu_indices(len(vectors), k=1)]
 
-    rho = _spearman(rdm(base["vector"]), rdm(adapted["vector"]))
+    rho = spearman(rdm(base["vector"]), rdm(adapted["vector"]))
     rng = random.Random(seed)
     originals, perturbed_p, perturbed_r = [], [], []
     for i, r in enumerate(adapter_responses[j] for j in keep):
@@ -237,7 +225,7 @@ def local_reward_predictivity(reward_model: RewardModel, prompts: Sequence[str],
     halves = [" ".join(r.split()[: len(r.split()) // 2]) for _, r in pairs]
     local = reward_model.raw_scores(ps, halves)["scalar"]
     full = reward_model.raw_scores(ps, [r for _, r in pairs])["scalar"]
-    corr = _pearson(local, full)
+    corr = pearson(local, full)
     if corr is None:
         return Component("lrps", None, "reward scalars did not vary across responses")
     return Component(

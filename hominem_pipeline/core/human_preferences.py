@@ -22,7 +22,7 @@ from hominem_pipeline.core.artifacts import fingerprint, file_sha256
 
 FORMATS = ("hh-rlhf", "jsonl", "parquet")
 ASSISTANT = "\n\nAssistant:"
-PAIR_COLUMNS = ["pair_id", "prompt_id", "prompt", "chosen", "rejected", "source", "source_file", "source_row"]
+HUMAN_PAIR_COLUMNS = ["pair_id", "prompt_id", "prompt", "chosen", "rejected", "source", "source_file", "source_row"]
 QUARANTINE_COLUMNS = ["source_file", "source_row", "reason", "raw"]
 
 
@@ -115,7 +115,7 @@ def parse_preference_file(path: Path, fmt: str, source_name: str) -> ParsedFile:
                 "source_row": row_no,
             }
         )
-    return ParsedFile(pd.DataFrame(pairs, columns=PAIR_COLUMNS), pd.DataFrame(bad, columns=QUARANTINE_COLUMNS))
+    return ParsedFile(pd.DataFrame(pairs, columns=HUMAN_PAIR_COLUMNS), pd.DataFrame(bad, columns=QUARANTINE_COLUMNS))
 
 
 def inbox_dir(data_dir: Path, partition: str) -> Path:

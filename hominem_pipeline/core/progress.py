@@ -32,7 +32,3 @@ class Progress:
             self.log.info(
                 "%s: %d/%d %s (%.0f%%) %.2f/s eta %.0fs%s", self.what, self.done, self.total, self.unit, pct, rate, eta, suffix
             )
-
-    @property
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started

@@ -23,6 +23,7 @@ from torch import nn
 
 from hominem_pipeline.core.config import RewardModelConfig
 from hominem_pipeline.core.progress import Progress
+from hominem_pipeline.core.stats import pearson
 from hominem_pipeline.core.schema import INTENSITY_RANGE, SAFETY_RANGE, SCALAR_RANGE, VECTOR_RANGE
 
 log = logging.getLogger(__name__)
@@ -225,12 +226,6 @@ def pairwise_accuracy(prompt_ids: Sequence[str], teacher: np.ndarray, predicted:
     return (agree / total if total else None), total
 
 
-def _pearson(a: np.ndarray, b: np.ndarray) -> float | None:
-    if len(a) < 3 or np.std(a) < 1e-9 or np.std(b) < 1e-9:
-        return None
-    return float(np.corrcoef(a, b)[0, 1])
-
-
 def train_reward_model(
     examples: pd.DataFrame,
     *,
@@ -292,8 +287,8 @@ def train_reward_model(
         metrics["val_loss"] = sum(weights[k] * mse[k] for k in weights)
         for j, d in enumerate(dimensions):
             metrics[f"val_mse_dim_{d}"] = float(nn.functional.mse_loss(preds["vector"][:, j], tgt["vector"][:, j]))
-            metrics[f"val_pearson_{d}"] = _pearson(preds["vector"][:, j].numpy(), tgt["vector"][:, j].numpy())
-        metrics["val_pearson_scalar"] = _pearson(preds["scalar"].numpy(), tgt["scalar"].numpy())
+            metrics[f"val_pearson_{d}"] = pearson(preds["vector"][:, j].numpy(), tgt["vector"][:, j].numpy())
+        metrics["val_pearson_scalar"] = pearson(preds["scalar"].numpy(), tgt["scalar"].numpy())
         acc, n_pairs = pairwise_accuracy([examples["prompt_id"].iloc[i] for i in idx], tgt["scalar"].numpy(), preds["scalar"].numpy())
         metrics["val_pairwise_accuracy"] = acc
         metrics["val_pairs"] = n_pairs
