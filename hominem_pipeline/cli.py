@@ -299,19 +299,29 @@ def data_validate(
     store, ref = _labels_for(cfg, date)
     labels = pd.read_parquet(ref.file("labels.parquet"))
     trajectories = store.current("teacher_trajectories", ref.partition)
-    report = validate_labels(labels, cfg.dimension_names, pd.read_parquet(trajectories.file("trajectories.parquet")) if trajectories else None)
-    table = Table(title=f"teacher_labels {ref.partition} (version {ref.version}): {report.rows} rows")
+    quarantine_file = store.quarantine_path("teacher_labels", ref.partition, ref.version)
+    report = validate_labels(
+        labels,
+        cfg.dimension_names,
+        pd.read_parquet(trajectories.file("trajectories.parquet")) if trajectories else None,
+        pd.read_parquet(quarantine_file) if quarantine_file.is_file() else None,
+    )
+    table = Table(title=f"teacher_labels {ref.partition} (version {ref.version}): {report.rows} rows kept")
     table.add_column("check")
-    table.add_column("failing rows", justify="right")
+    table.add_column("failing stored rows", justify="right")
+    table.add_column("quarantined", justify="right")
     table.add_column("kind")
     table.add_column("examples")
     for check in (*BLOCKING, "truncated_response"):
-        n = report.failures.get(check, 0) or report.warnings.get(check, 0)
+        failing = report.failures.get(check, 0) or report.warnings.get(check, 0)
         kind = "blocking" if check in BLOCKING else "warning"
-        table.add_row(check, str(n), kind, "\n".join(report.examples.get(check, [])))
+        table.add_row(check, str(failing), str(report.quarantined.get(check, 0)), kind, "\n".join(report.examples.get(check, [])))
     console.print(table)
-    if not report.ok:
-        _fail(f"{report.failed_rows} label row(s) fail blocking checks", code=1)
+    limit = cfg.verifier.max_failure_rate
+    console.print(f"failure rate {report.failure_rate:.1%} (allowed {limit:.1%}); quarantine: {quarantine_file}")
+    if not report.ok(limit):
+        reason = f"{report.failed_rows} stored label row(s) fail blocking checks" if report.failed_rows else f"failure rate {report.failure_rate:.1%} is above verifier.max_failure_rate {limit:.1%}"
+        _fail(reason, code=1)
     console.print("[green]all blocking checks pass[/]")
 
 
@@ -377,7 +387,7 @@ def data_import_preferences(
     [event] = _execute(definitions.import_job, cfg, day, [AssetKey("human_preferences")], "hominem data import-preferences")
     meta = event.materialization.metadata
     if meta["pairs"].value == 0:
-        _fail(f"no usable pair in the files imported for {day}; see the quarantine reasons in {meta['path'].value}/quarantine.parquet", code=1)
+        _fail(f"no usable pair in the files imported for {day}; see the reasons in {cfg.data_dir}/quarantine/human_preferences/{day}/", code=1)
     details = meta["details"].value if "details" in meta else {}
     for reason, count in details.get("quarantine_reasons", {}).items():
         console.print(f"quarantined {count} row(s): {reason}")

@@ -122,6 +122,19 @@ class ArtifactStore:
                 refs.append(ref)
         return refs
 
+    def quarantine_path(self, asset: str, partition: str, version: str) -> Path:
+        """Rows a version rejected, with the reason: `<data_dir>/quarantine/<asset>/<date>/<version>.parquet`."""
+        return self.root / "quarantine" / asset / partition / f"{version}.parquet"
+
+    def write_quarantine(self, ref: ArtifactRef, rows: Any) -> Path:
+        """Write a version's rejected rows (a DataFrame, possibly empty) atomically beside the store."""
+        path = self.quarantine_path(ref.asset, ref.partition, ref.version)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        rows.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+        return path
+
     def partitions(self, asset: str) -> list[str]:
         """Partitions of `asset` that have a current version, in date order."""
         base = self.root / asset

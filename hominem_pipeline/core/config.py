@@ -100,6 +100,10 @@ class LabelingConfig(_Frozen):
     max_context_tokens: int = Field(ge=32, le=8192)
 
 
+class VerifierConfig(_Frozen):
+    max_failure_rate: float = Field(ge=0.0, le=1.0)
+
+
 class RewardLossWeights(_Frozen):
     vector: float = Field(ge=0.0)
     scalar: float = Field(ge=0.0)
@@ -197,6 +201,7 @@ class HominemConfig(_Frozen):
     prompts: PromptsConfig
     teacher: TeacherConfig
     labeling: LabelingConfig
+    verifier: VerifierConfig
     reward_model: RewardModelConfig
     preferences: PreferencesConfig
     policy: PolicyConfig

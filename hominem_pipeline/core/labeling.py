@@ -1,10 +1,14 @@
-"""Checks on a partition of teacher labels: what `hominem data validate` and `data sample` report."""
+"""The data verifier: checks on teacher labels. `verify_labels` splits a partition into rows fit for
+training and quarantined rows (with the check and the reason); `validate_labels` re-checks a stored
+partition for `hominem data validate`; `verifier_verdict` is the teacher_labels asset check."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
+
+import json
 
 import pandas as pd
 
@@ -14,11 +18,15 @@ from hominem_pipeline.core.schema import label_problems
 BLOCKING = ("schema", "duplicate_trajectory", "empty_response")
 
 
+QUARANTINE_COLUMNS = ["trajectory_id", "check", "reason", "row"]
+
+
 @dataclass
 class ValidationReport:
     rows: int
-    failures: Counter = field(default_factory=Counter)  # check -> failing rows
+    failures: Counter = field(default_factory=Counter)  # check -> stored rows failing it
     warnings: Counter = field(default_factory=Counter)
+    quarantined: Counter = field(default_factory=Counter)  # check -> rows the stage already rejected
     examples: dict[str, list[str]] = field(default_factory=dict)  # check -> a few messages
 
     @property
@@ -26,8 +34,16 @@ class ValidationReport:
         return sum(self.failures.values())
 
     @property
-    def ok(self) -> bool:
-        return self.failed_rows == 0
+    def failure_rate(self) -> float:
+        """Share of all the partition's rows (stored + quarantined) that failed a blocking check."""
+        rejected = self.failed_rows + sum(self.quarantined.values())
+        total = self.rows + sum(self.quarantined.values())
+        return rejected / total if total else 0.0
+
+    def ok(self, max_failure_rate: float) -> bool:
+        """A stored row that fails is never acceptable (it would reach training); quarantined rows are,
+        up to the configured rate."""
+        return self.failed_rows == 0 and self.failure_rate <= max_failure_rate
 
     def note(self, check: str, message: str, blocking: bool) -> None:
         (self.failures if blocking else self.warnings)[check] += 1
@@ -44,8 +60,49 @@ def row_problems(row: dict[str, Any], dimensions: list[str]) -> list[str]:
     return label_problems(label, dimensions)
 
 
-def validate_labels(labels: pd.DataFrame, dimensions: list[str], trajectories: pd.DataFrame | None = None) -> ValidationReport:
+def quarantine_row(row: dict[str, Any], check: str, reason: str) -> dict[str, Any]:
+    return {"trajectory_id": str(row.get("trajectory_id", "")), "check": check, "reason": reason, "row": json.dumps(row, default=str)[:4000]}
+
+
+def verify_labels(labels: pd.DataFrame, dimensions: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(rows that pass every blocking check, quarantined rows with check and reason)."""
+    kept, rejected, seen = [], [], set()
+    for row in labels.to_dict(orient="records"):
+        problems = row_problems(row, dimensions)
+        if problems:
+            rejected.append(quarantine_row(row, "schema", "; ".join(problems)))
+        elif not str(row.get("response", "")).strip():
+            rejected.append(quarantine_row(row, "empty_response", "empty response"))
+        elif row["trajectory_id"] in seen:
+            rejected.append(quarantine_row(row, "duplicate_trajectory", "labeled more than once"))
+        else:
+            seen.add(row["trajectory_id"])
+            kept.append(row)
+    return pd.DataFrame(kept, columns=labels.columns), pd.DataFrame(rejected, columns=QUARANTINE_COLUMNS)
+
+
+def verifier_verdict(kept: int, quarantined: int, max_failure_rate: float) -> tuple[bool, str]:
+    total = kept + quarantined
+    rate = quarantined / total if total else 0.0
+    if kept == 0:
+        return False, f"no label passed the verifier ({quarantined} quarantined)"
+    verdict = rate <= max_failure_rate
+    return verdict, f"{quarantined}/{total} rows quarantined ({rate:.1%}; allowed {max_failure_rate:.1%})"
+
+
+def validate_labels(
+    labels: pd.DataFrame,
+    dimensions: list[str],
+    trajectories: pd.DataFrame | None = None,
+    quarantine: pd.DataFrame | None = None,
+) -> ValidationReport:
     report = ValidationReport(rows=len(labels))
+    if quarantine is not None:
+        for row in quarantine.itertuples():
+            report.quarantined[row.check] += 1
+            report.examples.setdefault(row.check, [])
+            if len(report.examples[row.check]) < 3:
+                report.examples[row.check].append(f"{row.trajectory_id}: {row.reason} (quarantined)")
     for row in labels.to_dict(orient="records"):
         tid = row.get("trajectory_id", "?")
         problems = row_problems(row, dimensions)

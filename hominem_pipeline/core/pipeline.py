@@ -19,7 +19,7 @@ import pandas as pd
 
 from hominem_pipeline.core.artifacts import file_sha256, fingerprint
 from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.schema import Prompt, Trajectory, label_problems
+from hominem_pipeline.core.schema import Prompt, Trajectory
 from hominem_pipeline.core.stages import StageContext, StageOutput, StageSpec, Upstream
 
 log = logging.getLogger(__name__)
@@ -89,26 +89,43 @@ def build_teacher_trajectories(ctx: StageContext) -> StageOutput:
 
 
 def build_teacher_labels(ctx: StageContext) -> StageOutput:
+    from hominem_pipeline.core.labeling import quarantine_row, verify_labels
     from hominem_pipeline.core.teacher import build_teacher
 
     trajectories_frame = pd.read_parquet(ctx.one("teacher_trajectories").file("trajectories.parquet"))
     trajectories = [Trajectory(**row) for row in trajectories_frame.to_dict(orient="records")]
+    # An empty response has nothing to judge: it is quarantined without spending a rating on it.
+    empty = [t for t in trajectories if not t.response.strip()]
+    to_rate = [t for t in trajectories if t.response.strip()]
     teacher = build_teacher(ctx.cfg)
     started = time.monotonic()
-    labels = teacher.rate(trajectories)
+    labels = teacher.rate(to_rate) if to_rate else []
     seconds = time.monotonic() - started
     dims = ctx.cfg.dimension_names
-    rows = []
-    for t, label in zip(trajectories, labels):
-        row = label.model_dump()
-        problems = label_problems(row, dims)
-        if problems:
-            raise ValueError(f"teacher produced an invalid label for {t.trajectory_id}: {problems}")
-        rows.append(row | {"prompt": t.prompt, "response": t.response, "category": t.category, "style": t.style})
-    frame = pd.DataFrame(rows)
+    rows = [
+        label.model_dump() | {"prompt": t.prompt, "response": t.response, "category": t.category, "style": t.style}
+        for t, label in zip(to_rate, labels)
+    ]
+    frame, quarantine = verify_labels(pd.DataFrame(rows), dims)
+    if empty:
+        quarantine = pd.concat(
+            [quarantine, pd.DataFrame([quarantine_row(t.model_dump(), "empty_response", "empty response, not rated") for t in empty])],
+            ignore_index=True,
+        )
+    if frame.empty:
+        raise ValueError(
+            f"the verifier rejected all {len(quarantine)} labels of {ctx.partition} "
+            f"({quarantine['check'].value_counts().to_dict()}); see data/quarantine/teacher_labels/{ctx.partition}/"
+        )
     frame.to_parquet(ctx.out_dir / "labels.parquet", index=False)
     vec = np.array([[v[d] for d in dims] for v in frame["vector"]])
-    metrics: dict[str, float | None] = {"labels": len(frame), "labeling_seconds": seconds}
+    total = len(frame) + len(quarantine)
+    metrics: dict[str, float | None] = {
+        "labels": len(frame),
+        "quarantined": len(quarantine),
+        "failure_rate": len(quarantine) / total,
+        "labeling_seconds": seconds,
+    }
     for j, d in enumerate(dims):
         metrics[f"mean_{d}"] = float(vec[:, j].mean())
         metrics[f"std_{d}"] = float(vec[:, j].std())
@@ -117,8 +134,14 @@ def build_teacher_labels(ctx: StageContext) -> StageOutput:
         metrics[f"std_{key}"] = float(frame[key].std(ddof=0))
     return StageOutput(
         metrics=metrics,
-        metadata={"rows": len(frame), "teacher": teacher.describe(), "scalar_by_style": frame.groupby("style")["scalar"].mean().round(4).to_dict()},
+        metadata={
+            "rows": len(frame),
+            "teacher": teacher.describe(),
+            "scalar_by_style": frame.groupby("style")["scalar"].mean().round(4).to_dict(),
+            "quarantined_by_check": quarantine["check"].value_counts().to_dict() if len(quarantine) else {},
+        },
         table="labels.parquet",
+        quarantine=quarantine,
     )
 
 
@@ -294,7 +317,6 @@ def build_human_preferences(ctx: StageContext) -> StageOutput:
     pairs = pairs.drop_duplicates("pair_id", keep="first").reset_index(drop=True)
     quarantine = pd.concat([p.quarantine for _, _, p in parsed], ignore_index=True)
     pairs.to_parquet(ctx.out_dir / "pairs.parquet", index=False)
-    quarantine.to_parquet(ctx.out_dir / "quarantine.parquet", index=False)
     return StageOutput(
         metrics={"pairs": len(pairs), "quarantined": len(quarantine), "duplicates_dropped": before - len(pairs), "files": len(files)},
         metadata={
@@ -303,6 +325,7 @@ def build_human_preferences(ctx: StageContext) -> StageOutput:
             "quarantine_reasons": quarantine["reason"].value_counts().head(10).to_dict() if len(quarantine) else {},
         },
         table="pairs.parquet",
+        quarantine=quarantine,
     )
 
 
@@ -335,7 +358,7 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec(
         "teacher_labels",
         "The teacher's reward label per candidate: vector, scalar, intensity, safety and rationale.",
-        "1",
+        "2",
         ("dimensions", "labeling", "teacher.provider", "models.student"),
         (Upstream("teacher_trajectories"),),
         build_teacher_labels,
@@ -385,7 +408,7 @@ STAGES: tuple[StageSpec, ...] = (
 HUMAN_PREFERENCES = StageSpec(
     "human_preferences",
     "Human preference pairs imported with `hominem data import-preferences` (HH-RLHF, JSONL or Parquet).",
-    "1",
+    "2",
     (),
     (),
     build_human_preferences,

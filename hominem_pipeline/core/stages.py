@@ -41,6 +41,7 @@ class StageOutput:
     metadata: dict[str, Any]
     table: str | None = None  # the file downstream stages log as their MLflow input dataset
     mlflow_artifacts: list[str] = field(default_factory=list)  # files (relative) copied to MLflow
+    quarantine: pd.DataFrame | None = None  # rejected rows with a `reason` column (kept out of the table)
 
 
 @dataclass
@@ -163,6 +164,8 @@ def run_stage(spec: StageSpec, cfg: HominemConfig, partition: str, *, dagster_ru
                     "mlflow_run_id": run.run_id,
                 }
                 ref = store.publish(staged, spec.name, partition, version, manifest)
+                if output.quarantine is not None:
+                    store.write_quarantine(ref, output.quarantine)
 
         manifest = ref.manifest
         run.log_metrics({k: v for k, v in manifest["metrics"].items() if isinstance(v, (int, float))})

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from dagster import AssetExecutionContext, MaterializeResult, MetadataValue
+from collections.abc import Callable
+
+from dagster import AssetCheckResult, AssetExecutionContext, MaterializeResult, MetadataValue
+
+from hominem_pipeline.core.config import HominemConfig
 
 from hominem_pipeline.core.pipeline import STAGES_BY_NAME
 from hominem_pipeline.core.stages import StageResult, run_stage
@@ -32,11 +36,16 @@ def dagster_metadata(result: StageResult) -> dict[str, Any]:
     return meta
 
 
-def materialize_stage(context: AssetExecutionContext, hominem: HominemResource, stage: str) -> MaterializeResult:
+def materialize_stage(
+    context: AssetExecutionContext,
+    hominem: HominemResource,
+    stage: str,
+    checks: Callable[[StageResult, HominemConfig], list[AssetCheckResult]] | None = None,
+) -> MaterializeResult:
     cfg = hominem.load()
     result = run_stage(STAGES_BY_NAME[stage], cfg, context.partition_key, dagster_run_id=context.run.run_id)
     context.log.info(
         f"{stage}/{context.partition_key}: version {result.ref.version}"
         f" ({'reused' if result.cache_hit else 'built'}), MLflow run {result.mlflow_run_id}"
     )
-    return MaterializeResult(metadata=dagster_metadata(result))
+    return MaterializeResult(metadata=dagster_metadata(result), check_results=checks(result, cfg) if checks else None)

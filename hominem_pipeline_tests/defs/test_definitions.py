@@ -36,3 +36,20 @@ def test_training_assets_read_a_window_of_days(project):
     upstream = {k.to_user_string() for k in node.parent_keys}
     assert upstream == {"teacher_labels"}
     assert {k.to_user_string() for k in graph.get(AssetKey("lora_adapter")).parent_keys} == {"preference_pairs", "reward_model"}
+
+
+def test_labels_check_blocks_when_too_many_rows_are_quarantined(tiny_cfg):
+    from types import SimpleNamespace
+
+    from hominem_pipeline.defs.assets.data import labels_check
+
+    [ok] = labels_check(SimpleNamespace(metrics={"labels": 19, "quarantined": 1}), tiny_cfg)
+    assert ok.passed and ok.metadata["quarantined"].value == 1
+    [bad] = labels_check(SimpleNamespace(metrics={"labels": 9, "quarantined": 11}), tiny_cfg)  # tiny.yaml allows 50%
+    assert not bad.passed and "11/20 rows quarantined" in bad.description
+
+
+def test_teacher_labels_carries_a_blocking_verifier_check(project):
+    defs = build_definitions(str(project / "config" / "tiny.yaml"), root=project)
+    [spec] = defs.resolve_assets_def("teacher_labels").check_specs
+    assert spec.name == "labels_pass_verifier" and spec.blocking

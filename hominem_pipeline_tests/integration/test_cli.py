@@ -76,7 +76,7 @@ def test_validate_fails_on_a_bad_partition(labeled_project, tmp_path):
     bad = hominem(project, "data", "validate", "--config", "config/tiny.yaml", "--date", "2026-11-18")
     assert bad.returncode == 1
     assert "scalar: 3.0000 outside [-1.0, 1.0]" in bad.stdout
-    assert "2 label row(s) fail blocking checks" in bad.stderr
+    assert "2 stored label row(s) fail blocking checks" in bad.stderr
 
 
 def test_bad_input_gives_a_clear_error(labeled_project, tmp_path):
@@ -126,7 +126,8 @@ def test_import_preferences_fills_the_human_preferences_asset(labeled_project, t
     ref = ArtifactStore(project / "data").require("human_preferences", DAY)
     pairs = pd.read_parquet(ref.file("pairs.parquet"))
     assert list(pairs.rejected) == ["Sure, open a secret account."] and pairs.prompt.iloc[0] == dialogue
-    assert len(pd.read_parquet(ref.file("quarantine.parquet"))) == 1
+    quarantine = pd.read_parquet(project / "data" / "quarantine" / "human_preferences" / DAY / f"{ref.version}.parquet")
+    assert list(quarantine.reason) == ["chosen and rejected replies are identical"]
 
     again = hominem(project, "data", "import-preferences", str(src), "--format", "hh-rlhf", "--date", DAY, "--config", "config/tiny.yaml")
     assert again.returncode == 0 and "already imported" in again.stdout and "reused" in again.stdout

@@ -28,6 +28,9 @@ def run_all(project, config_path, instance, selection=None):
         selection=selection,
     )
     assert result.success
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    if selection is None:
+        assert checks["labels_pass_verifier"].passed
     return {e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()}, result.run_id
 
 
@@ -53,7 +56,7 @@ def test_every_asset_materializes_with_metadata(chain):
         assert meta["mlflow_run_id"].value
     assert first["prompts"]["dagster/row_count"].value == 12  # 6 sampled + 6 held out (1 per category)
     assert first["teacher_trajectories"]["dagster/row_count"].value == 18  # 6 prompts x 3 candidates
-    assert first["teacher_labels"]["dagster/row_count"].value == 18
+    assert first["teacher_labels"]["labels"].value + first["teacher_labels"]["quarantined"].value == 18
     assert 0.0 <= first["evaluation"]["win_rate"].value <= 1.0
     assert first["lora_adapter"]["steps"].value == 2
 
@@ -61,8 +64,12 @@ def test_every_asset_materializes_with_metadata(chain):
 def test_stages_write_their_artifacts(chain):
     cfg = chain["cfg"]
     store = ArtifactStore(cfg.data_dir)
-    labels = pd.read_parquet(store.require("teacher_labels", DAY).file("labels.parquet"))
-    assert validate_labels(labels, cfg.dimension_names).ok
+    labels_ref = store.require("teacher_labels", DAY)
+    labels = pd.read_parquet(labels_ref.file("labels.parquet"))
+    quarantine = pd.read_parquet(store.quarantine_path("teacher_labels", DAY, labels_ref.version))
+    assert len(labels) + len(quarantine) == 18  # every trajectory is either kept or quarantined with a reason
+    assert set(quarantine.get("check", [])) <= {"schema", "empty_response", "duplicate_trajectory"}
+    assert validate_labels(labels, cfg.dimension_names).ok(cfg.verifier.max_failure_rate)
     rm = store.require("reward_model", DAY)
     meta = json.loads(rm.file("METADATA.json").read_text())
     assert meta["dimensions"] == cfg.dimension_names and meta["date"] == DAY and meta["training_data_digest"]

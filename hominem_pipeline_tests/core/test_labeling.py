@@ -1,0 +1,35 @@
+import math
+
+import pandas as pd
+
+from hominem_pipeline.core.labeling import validate_labels, verifier_verdict, verify_labels
+
+DIMS = ["empathy"]
+
+
+def row(tid, response="fine", empathy=0.5, scalar=0.1):
+    return {"trajectory_id": tid, "prompt_id": "p", "vector": {"empathy": empathy}, "scalar": scalar, "reward_intensity": 0.5,
+            "safety_score": 0.9, "rationale": "ok", "prompt": "hi", "response": response}
+
+
+def test_verifier_keeps_good_rows_and_quarantines_the_rest_with_reasons():
+    labels = pd.DataFrame([row("a"), row("b", empathy=1.7), row("c", response="  "), row("a"), row("d", scalar=math.inf)])
+    kept, quarantine = verify_labels(labels, DIMS)
+    assert list(kept.trajectory_id) == ["a"]
+    assert dict(zip(quarantine.trajectory_id, quarantine.check)) == {"b": "schema", "c": "empty_response", "a": "duplicate_trajectory", "d": "schema"}
+    assert "vector.empathy: 1.7000 outside [-1.0, 1.0]" in quarantine.set_index("trajectory_id").loc["b", "reason"]
+    assert "scalar: not finite (inf)" in quarantine.set_index("trajectory_id").loc["d", "reason"]
+
+
+def test_verdict_and_report_use_the_configured_failure_rate():
+    assert verifier_verdict(95, 5, 0.05) == (True, "5/100 rows quarantined (5.0%; allowed 5.0%)")
+    assert verifier_verdict(94, 6, 0.05)[0] is False
+    assert verifier_verdict(0, 0, 0.05) == (False, "no label passed the verifier (0 quarantined)")
+
+    kept = pd.DataFrame([row("a"), row("b")])
+    quarantine = pd.DataFrame([{"trajectory_id": "c", "check": "empty_response", "reason": "empty response", "row": "{}"}])
+    report = validate_labels(kept, DIMS, quarantine=quarantine)
+    assert report.quarantined["empty_response"] == 1 and report.failure_rate == 1 / 3
+    assert report.ok(0.5) and not report.ok(0.2)
+    tampered = validate_labels(pd.DataFrame([row("a", empathy=2.0)]), DIMS)
+    assert not tampered.ok(1.0)  # a bad stored row always fails, whatever the rate
