@@ -13,9 +13,11 @@ def seeds():
     return cfg, load_seed_prompts(cfg.path(cfg.prompts.seed_file), cfg.prompts.categories)
 
 
-def test_seed_file_covers_every_category_with_100_prompts(seeds):
+def test_seed_file_covers_every_category_with_150_prompts(seeds):
     cfg, prompts = seeds
-    assert len(prompts) >= 100
+    assert len(prompts) >= 150
+    assert {"reasoning", "factual", "creative"} <= set(cfg.prompts.categories)
+    assert sum(bool(p.tags) for p in prompts) >= 48  # domain tags on the PRD categories at least
     counts = {c: sum(p.category == c for p in prompts) for c in cfg.prompts.categories}
     assert min(counts.values()) >= 15, counts
     assert {p.difficulty for p in prompts} == {1, 2, 3, 4, 5}

@@ -54,7 +54,7 @@ def test_every_asset_materializes_with_metadata(chain):
         assert meta["reused_existing_version"].value is False, name
         assert len(meta["version"].value) == 16
         assert meta["mlflow_run_id"].value
-    assert first["prompts"]["dagster/row_count"].value == 12  # 6 sampled + 6 held out (1 per category)
+    assert first["prompts"]["dagster/row_count"].value == 6 + len(chain["cfg"].prompts.categories)  # 6 sampled + 1 held out per category
     assert first["teacher_trajectories"]["dagster/row_count"].value == 18  # 6 prompts x 3 candidates
     assert first["teacher_labels"]["labels"].value + first["teacher_labels"]["quarantined"].value == 18
     assert 0.0 <= first["evaluation"]["win_rate"].value <= 1.0
