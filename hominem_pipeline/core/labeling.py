@@ -103,16 +103,11 @@ def validate_labels(
             report.examples.setdefault(row.check, [])
             if len(report.examples[row.check]) < 3:
                 report.examples[row.check].append(f"{row.trajectory_id}: {row.reason} (quarantined)")
-    for row in labels.to_dict(orient="records"):
-        tid = row.get("trajectory_id", "?")
-        problems = row_problems(row, dimensions)
-        if problems:
-            report.note("schema", f"{tid}: {'; '.join(problems)}", blocking=True)
-        if not str(row.get("response", "")).strip():
-            report.note("empty_response", f"{tid}: empty response", blocking=True)
-    dupes = labels["trajectory_id"][labels["trajectory_id"].duplicated()] if "trajectory_id" in labels else []
-    for tid in dupes:
-        report.note("duplicate_trajectory", f"{tid}: labeled more than once", blocking=True)
+    # The stored rows go through the same verifier the stage used: anything it would reject now is a
+    # row that reached the table (a tampered file or an older, looser version).
+    _, failing = verify_labels(labels, dimensions)
+    for row in failing.itertuples():
+        report.note(row.check, f"{row.trajectory_id}: {row.reason}", blocking=True)
     if trajectories is not None and "finished" in trajectories:
         for row in trajectories[~trajectories["finished"]].itertuples():
             report.note("truncated_response", f"{row.trajectory_id}: stopped at the token limit", blocking=False)

@@ -101,11 +101,21 @@ class Tracker:
         self.uri = uri
         self.experiment = experiment
         self.artifact_root = Path(artifact_root)
+        self._experiment: str | None = None  # looked up (or created) once per tracker
 
+    @property
     def _experiment_id(self) -> str:
+        """Point MLflow at this tracker's store (the URI is process-global) and return the experiment."""
         import mlflow
 
         mlflow.set_tracking_uri(self.uri)
+        if self._experiment is None:
+            self._experiment = self._find_or_create_experiment()
+        return self._experiment
+
+    def _find_or_create_experiment(self) -> str:
+        import mlflow
+
         exp = mlflow.get_experiment_by_name(self.experiment)
         if exp is not None:
             return exp.experiment_id
@@ -121,7 +131,7 @@ class Tracker:
         import mlflow
 
         runs = mlflow.search_runs(
-            experiment_ids=[self._experiment_id()],
+            experiment_ids=[self._experiment_id],
             filter_string=(
                 f"tags.`{TAG_DAGSTER_RUN}` = '{dagster_run_id}' and tags.`{TAG_ASSET}` = '{asset}' "
                 f"and tags.`{TAG_PARTITION}` = '{partition}'"
@@ -136,7 +146,7 @@ class Tracker:
         import mlflow
 
         return mlflow.search_runs(
-            experiment_ids=[self._experiment_id()],
+            experiment_ids=[self._experiment_id],
             filter_string=f"tags.`{TAG_ASSET}` = '{asset}'",
             output_format="list",
             order_by=["attributes.start_time DESC"],
@@ -147,7 +157,7 @@ class Tracker:
         import mlflow
 
         _quiet_mlflow()
-        experiment_id = self._experiment_id()
+        experiment_id = self._experiment_id
         existing = self.find_run(asset=asset, partition=partition, dagster_run_id=dagster_run_id)
         all_tags = {
             TAG_DAGSTER_RUN: dagster_run_id,
