@@ -54,7 +54,7 @@ def _date(value: str | None) -> str:
 
 def _logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("httpx", "urllib3", "filelock", "alembic", "mlflow", "dagster"):
+    for noisy in ("httpx", "httpx2", "anthropic", "openai", "urllib3", "filelock", "alembic", "mlflow", "dagster"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

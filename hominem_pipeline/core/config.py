@@ -79,14 +79,93 @@ class CandidateStyle(_Frozen):
     temperature: float = Field(gt=0.0, le=2.0)
     top_p: float = Field(gt=0.0, le=1.0)
     system: str | None = None
+    weak: bool = False  # a deliberately weaker variant (terse, careless): drawn for `weak_share` of the candidates
+
+
+Provider = Literal["local", "anthropic", "openai", "openai_compatible"]
+DEFAULT_KEY_ENV = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
+
+
+class TeacherAPIConfig(_Frozen):
+    """What an API teacher is asked, and of whom (these settings change the answers, so they are part of
+    the data's version)."""
+
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    structured_output: Literal["auto", "tool", "json_schema", "prompt"] = "auto"
+    rating_max_tokens: int = Field(ge=64, le=8192)
+
+    def resolved_structured_output(self, provider: str) -> str:
+        if self.structured_output != "auto":
+            return self.structured_output
+        return {"anthropic": "tool", "openai": "json_schema"}.get(provider, "prompt")
+
+
+class TeacherClientConfig(_Frozen):
+    """How API calls are made: these never change an answer, only how fast and how safely it arrives."""
+
+    concurrency: int = Field(ge=1, le=1024)
+    requests_per_minute: float | None = Field(default=None, gt=0)
+    tokens_per_minute: float | None = Field(default=None, gt=0)
+    timeout_seconds: float = Field(gt=0, le=3600)
+    max_retries: int = Field(ge=0, le=20)
+    backoff_seconds: float = Field(gt=0, le=600)
+    max_backoff_seconds: float = Field(gt=0, le=3600)
+    max_retry_after_seconds: float = Field(gt=0, le=3600)
+    stream: bool = True
+    cache_path: str | None = None  # sqlite file of answered calls; null disables the cache
+
+
+class ModelPrice(_Frozen):
+    input: float = Field(ge=0.0)  # USD per million input tokens
+    output: float = Field(ge=0.0)  # USD per million output tokens
 
 
 class TeacherConfig(_Frozen):
-    provider: Literal["local"] = "local"
+    provider: Provider = "local"
     candidates_per_prompt: int = Field(ge=2, le=16)
     max_new_tokens: int = Field(ge=1, le=4096)
     batch_size: int = Field(ge=1, le=512)
+    weak_share: float = Field(ge=0.0, le=1.0)
     styles: list[CandidateStyle] = Field(min_length=1)
+    api: TeacherAPIConfig
+    client: TeacherClientConfig
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> TeacherConfig:
+        names = [s.name for s in self.styles]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"styles: duplicate names {dupes}")
+        n_weak = round(self.candidates_per_prompt * self.weak_share)
+        if n_weak and not any(s.weak for s in self.styles):
+            raise ValueError(f"weak_share {self.weak_share} asks for {n_weak} weak candidates per prompt, but no style has `weak: true`")
+        if n_weak < self.candidates_per_prompt and all(s.weak for s in self.styles):
+            raise ValueError(f"weak_share {self.weak_share} leaves strong candidates, but every style has `weak: true`")
+        if self.provider != "local" and not self.api.model:
+            raise ValueError(f"provider {self.provider!r} needs `teacher.api.model` (the model name the API serves)")
+        if self.provider == "openai_compatible" and not self.api.base_url:
+            raise ValueError("provider 'openai_compatible' needs `teacher.api.base_url`, e.g. http://localhost:1234/v1 for LM Studio")
+        if self.api.structured_output == "tool" and self.provider not in ("anthropic",):
+            raise ValueError(f"structured_output 'tool' is the Anthropic tool-use mode; for {self.provider!r} use json_schema or prompt")
+        if self.api.structured_output == "json_schema" and self.provider == "anthropic":
+            raise ValueError("for provider 'anthropic' use structured_output 'tool' (or 'prompt')")
+        return self
+
+    def key_env(self) -> str | None:
+        """The environment variable holding the API key (None: the provider needs no key)."""
+        return self.api.api_key_env or DEFAULT_KEY_ENV.get(self.provider)
+
+    def candidate_styles(self) -> list[CandidateStyle]:
+        """The style of each candidate of a prompt: strong styles first, then `weak_share` of the
+        candidates from the weak styles, each group cycling through its styles in order."""
+        n_weak = round(self.candidates_per_prompt * self.weak_share)
+        strong = [s for s in self.styles if not s.weak]
+        weak = [s for s in self.styles if s.weak]
+        n_strong = self.candidates_per_prompt - n_weak
+        return [strong[i % len(strong)] for i in range(n_strong)] + [weak[i % len(weak)] for i in range(n_weak)]
 
 
 class LabelingConfig(_Frozen):
@@ -98,6 +177,7 @@ class LabelingConfig(_Frozen):
     rationale_max_new_tokens: int = Field(ge=1, le=512)
     batch_size: int = Field(ge=1, le=512)
     max_context_tokens: int = Field(ge=32, le=8192)
+    api_judge_system: str = Field(min_length=1)  # API teachers: instructions before the dimension list
 
 
 class VerifierConfig(_Frozen):

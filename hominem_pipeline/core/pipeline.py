@@ -63,17 +63,36 @@ def prompts_of(frame: pd.DataFrame, split: str) -> list[Prompt]:
 # --- teacher --------------------------------------------------------------------------------------
 
 
+def _teacher_accounting(usage: dict[str, float | None], failed: list[dict[str, Any]], out_dir) -> tuple[dict[str, float | None], dict[str, Any]]:
+    """Metrics and metadata for a teacher's calls: usage (calls, cache hits, retries, tokens, cost) and
+    the calls that failed for good, written to failed_calls.json so the partition says what is missing."""
+    metadata: dict[str, Any] = {"missing": len(failed)}
+    if failed:
+        _write_json(out_dir / "failed_calls.json", failed)
+        metadata["failed_examples"] = failed[:3]
+        log.warning("%d teacher calls failed after every retry; the partition is incomplete (see failed_calls.json)", len(failed))
+    if usage:
+        metadata["usage"] = usage
+    return {**usage, "missing": len(failed)}, metadata
+
+
 def build_teacher_trajectories(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.teacher import build_teacher
 
     prompts = prompts_of(pd.read_parquet(ctx.one("prompts").file("prompts.parquet")), "train")
     teacher = build_teacher(ctx.cfg)
     started = time.monotonic()
-    trajectories = teacher.sample(prompts, ctx.cfg.teacher.candidates_per_prompt, ctx.cfg.teacher.styles, ctx.cfg.teacher.max_new_tokens, ctx.seed)
+    try:
+        result = teacher.sample(prompts, ctx.cfg.teacher.candidate_styles(), ctx.cfg.teacher.max_new_tokens, ctx.seed)
+    finally:
+        teacher.close()
     seconds = time.monotonic() - started
-    frame = pd.DataFrame([t.model_dump() for t in trajectories])
+    if not result.items:
+        raise RuntimeError(f"the teacher produced no trajectory for {ctx.partition}: {len(result.failed)} calls failed, e.g. {result.failed[:1]}")
+    frame = pd.DataFrame([t.model_dump() for t in result.items])
     frame.to_parquet(ctx.out_dir / "trajectories.parquet", index=False)
     tokens = int(frame["new_tokens"].sum())
+    usage_metrics, usage_metadata = _teacher_accounting(result.usage, result.failed, ctx.out_dir)
     return StageOutput(
         metrics={
             "trajectories": len(frame),
@@ -82,15 +101,20 @@ def build_teacher_trajectories(ctx: StageContext) -> StageOutput:
             "mean_new_tokens": float(frame["new_tokens"].mean()),
             "unfinished_share": float((~frame["finished"]).mean()),
             "empty_responses": int((frame["response"].str.strip() == "").sum()),
+            **usage_metrics,
         },
-        metadata={"rows": len(frame), "teacher": teacher.describe(), "styles": frame.groupby("style").size().to_dict()},
+        metadata={"rows": len(frame), "teacher": teacher.describe(), "styles": frame.groupby("style").size().to_dict(), **usage_metadata},
         table="trajectories.parquet",
+        complete=not result.failed,
     )
 
 
+LABEL_COLUMNS = ["trajectory_id", "prompt_id", "vector", "scalar", "reward_intensity", "safety_score", "rationale", "prompt", "response", "category", "style"]
+
+
 def build_teacher_labels(ctx: StageContext) -> StageOutput:
-    from hominem_pipeline.core.labeling import quarantine_row, verify_labels
-    from hominem_pipeline.core.teacher import build_teacher
+    from hominem_pipeline.core.labeling import QUARANTINE_COLUMNS, quarantine_row, verify_labels
+    from hominem_pipeline.core.teacher import TeacherOutput, build_teacher
 
     trajectories_frame = pd.read_parquet(ctx.one("teacher_trajectories").file("trajectories.parquet"))
     trajectories = [Trajectory(**row) for row in trajectories_frame.to_dict(orient="records")]
@@ -99,19 +123,22 @@ def build_teacher_labels(ctx: StageContext) -> StageOutput:
     to_rate = [t for t in trajectories if t.response.strip()]
     teacher = build_teacher(ctx.cfg)
     started = time.monotonic()
-    labels = teacher.rate(to_rate) if to_rate else []
+    try:
+        result = teacher.rate(to_rate) if to_rate else TeacherOutput([])
+    finally:
+        teacher.close()
     seconds = time.monotonic() - started
     dims = ctx.cfg.dimension_names
+    by_id = {t.trajectory_id: t for t in to_rate}
     rows = [
         label.model_dump() | {"prompt": t.prompt, "response": t.response, "category": t.category, "style": t.style}
-        for t, label in zip(to_rate, labels)
+        for label in result.items
+        for t in [by_id[label.trajectory_id]]
     ]
-    frame, quarantine = verify_labels(pd.DataFrame(rows), dims)
-    if empty:
-        quarantine = pd.concat(
-            [quarantine, pd.DataFrame([quarantine_row(t.model_dump(), "empty_response", "empty response, not rated") for t in empty])],
-            ignore_index=True,
-        )
+    frame, quarantine = verify_labels(pd.DataFrame(rows, columns=LABEL_COLUMNS), dims)
+    extra = [quarantine_row(t.model_dump(), "empty_response", "empty response, not rated") for t in empty] + result.rejected
+    if extra:
+        quarantine = pd.concat([quarantine, pd.DataFrame(extra, columns=QUARANTINE_COLUMNS)], ignore_index=True)
     if frame.empty:
         raise ValueError(
             f"the verifier rejected all {len(quarantine)} labels of {ctx.partition} "
@@ -120,11 +147,13 @@ def build_teacher_labels(ctx: StageContext) -> StageOutput:
     frame.to_parquet(ctx.out_dir / "labels.parquet", index=False)
     vec = np.array([[v[d] for d in dims] for v in frame["vector"]])
     total = len(frame) + len(quarantine)
+    usage_metrics, usage_metadata = _teacher_accounting(result.usage, result.failed, ctx.out_dir)
     metrics: dict[str, float | None] = {
         "labels": len(frame),
         "quarantined": len(quarantine),
         "failure_rate": len(quarantine) / total,
         "labeling_seconds": seconds,
+        **usage_metrics,
     }
     for j, d in enumerate(dims):
         metrics[f"mean_{d}"] = float(vec[:, j].mean())
@@ -139,9 +168,11 @@ def build_teacher_labels(ctx: StageContext) -> StageOutput:
             "teacher": teacher.describe(),
             "scalar_by_style": frame.groupby("style")["scalar"].mean().round(4).to_dict(),
             "quarantined_by_check": quarantine["check"].value_counts().to_dict() if len(quarantine) else {},
+            **usage_metadata,
         },
         table="labels.parquet",
         quarantine=quarantine,
+        complete=not result.failed,
     )
 
 
@@ -337,6 +368,10 @@ def _inbox_digest(cfg: HominemConfig, partition: str) -> list[list[str]]:
 
 # --- the graph ------------------------------------------------------------------------------------
 
+TEACHER_CONTENT = tuple(
+    f"teacher.{k}" for k in ("provider", "candidates_per_prompt", "max_new_tokens", "batch_size", "weak_share", "styles", "api")
+)
+
 STAGES: tuple[StageSpec, ...] = (
     StageSpec(
         "prompts",
@@ -350,16 +385,17 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec(
         "teacher_trajectories",
         "Candidate responses of the teacher, several per prompt, with varied sampling and system prompts.",
-        "1",
-        ("teacher", "models.student"),
+        "2",
+        # Settings that change the answers; teacher.client (speed, retries) and teacher.prices do not.
+        TEACHER_CONTENT + ("models.student",),
         (Upstream("prompts"),),
         build_teacher_trajectories,
     ),
     StageSpec(
         "teacher_labels",
         "The teacher's reward label per candidate: vector, scalar, intensity, safety and rationale.",
-        "2",
-        ("dimensions", "labeling", "teacher.provider", "models.student"),
+        "3",
+        ("dimensions", "labeling", "teacher.provider", "teacher.api", "models.student"),
         (Upstream("teacher_trajectories"),),
         build_teacher_labels,
     ),

@@ -151,3 +151,17 @@ def label_json_schema(dimensions: list[str]) -> dict[str, Any]:
             "rationale": {"type": "string", "minLength": 1},
         },
     }
+
+
+def teacher_label_schema(dimensions: list[str]) -> dict[str, Any]:
+    """The part of a label a teacher writes (no ids), for structured output: Anthropic tool input,
+    OpenAI `json_schema` response format, or a schema quoted in the prompt. The rationale comes first so
+    that a model writing in order reasons before it scores."""
+    full = label_json_schema(dimensions)
+    fields = ["rationale", "vector", "scalar", "reward_intensity", "safety_score"]
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": fields,
+        "properties": {k: full["properties"][k] for k in fields},
+    }

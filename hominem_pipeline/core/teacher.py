@@ -12,8 +12,9 @@ from __future__ import annotations
 import abc
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 from hominem_pipeline.core.artifacts import fingerprint
 from hominem_pipeline.core.generation import chat_text, generate
@@ -32,20 +33,71 @@ class RubricQuestion:
     text: str
 
 
+T = TypeVar("T")
+
+
+@dataclass
+class TeacherOutput(Generic[T]):
+    """What a teacher produced, and what it could not: `rejected` rows go to quarantine (check, reason,
+    the raw output); `failed` lists calls that failed after every retry (the partition is incomplete)."""
+
+    items: list[T]
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    usage: dict[str, float | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    """Free text from the teacher (prompt generators): an instruction, and how to sample."""
+
+    key: str  # identifies the request in failures
+    instruction: str
+    system: str | None = None
+    max_new_tokens: int = 96
+    temperature: float = 0.9
+    seed: int = 0
+
+
 class Teacher(abc.ABC):
-    """Samples candidates and labels them. Implementations must be deterministic for a given seed."""
+    """Samples candidates, labels them, and writes text on request. The local teacher is deterministic
+    for a given seed; API teachers are made repeatable by the call cache."""
 
     @abc.abstractmethod
     def describe(self) -> dict[str, str]:
         """Provider, model and anything else that identifies what produced the data."""
 
     @abc.abstractmethod
-    def sample(self, prompts: Sequence[Prompt], candidates: int, styles: Sequence[CandidateStyle], max_new_tokens: int, seed: int) -> list[Trajectory]:
-        """`candidates` responses per prompt; candidate i uses `styles[i % len(styles)]`."""
+    def sample(self, prompts: Sequence[Prompt], styles: Sequence[CandidateStyle], max_new_tokens: int, seed: int) -> TeacherOutput[Trajectory]:
+        """One response per prompt and candidate; candidate i uses `styles[i]`."""
 
     @abc.abstractmethod
-    def rate(self, trajectories: Sequence[Trajectory]) -> list[Label]:
-        """One label per trajectory, in the same order."""
+    def rate(self, trajectories: Sequence[Trajectory]) -> TeacherOutput[Label]:
+        """A label per trajectory that could be rated."""
+
+    @abc.abstractmethod
+    def write(self, requests: Sequence[WriteRequest]) -> list[str | None]:
+        """The teacher's text for each request (None where the call failed)."""
+
+    def close(self) -> None:
+        """Release clients and caches."""
+
+
+def make_trajectory(prompt: Prompt, candidate: int, style: CandidateStyle, seed: int, response: str, new_tokens: int, finished: bool) -> Trajectory:
+    return Trajectory(
+        trajectory_id=trajectory_id(prompt.prompt_id, candidate, seed),
+        prompt_id=prompt.prompt_id,
+        prompt=prompt.text,
+        category=prompt.category,
+        difficulty=prompt.difficulty,
+        candidate_index=candidate,
+        style=style.name,
+        temperature=style.temperature,
+        top_p=style.top_p,
+        response=response,
+        new_tokens=new_tokens,
+        finished=finished,
+    )
 
 
 def rubric_questions(cfg: HominemConfig) -> list[RubricQuestion]:
@@ -101,10 +153,10 @@ class LocalHFTeacher(Teacher):
         head, tail = chat_text(self.tokenizer, marker, system).split(marker)
         return head, tail
 
-    def sample(self, prompts: Sequence[Prompt], candidates: int, styles: Sequence[CandidateStyle], max_new_tokens: int, seed: int) -> list[Trajectory]:
-        jobs = [(p, c, styles[c % len(styles)]) for p in prompts for c in range(candidates)]
-        # Same style in one batch (one temperature/top_p per generate call); longest prompts together.
-        jobs.sort(key=lambda j: (j[1] % len(styles), -len(j[0].text)))
+    def sample(self, prompts: Sequence[Prompt], styles: Sequence[CandidateStyle], max_new_tokens: int, seed: int) -> TeacherOutput[Trajectory]:
+        jobs = [(p, c, styles[c]) for p in prompts for c in range(len(styles))]
+        # Same candidate slot in one batch (one temperature/top_p per generate call); longest prompts together.
+        jobs.sort(key=lambda j: (j[1], -len(j[0].text)))
         progress = Progress("teacher sampling", len(jobs), log, unit="responses")
         out: dict[tuple[str, int], Trajectory] = {}
         for start in range(0, len(jobs), self.batch_size):
@@ -117,22 +169,22 @@ class LocalHFTeacher(Teacher):
                 texts = [chat_text(self.tokenizer, p.text, style.system) for p, _, _ in group]
                 results = generate(self.model, self.tokenizer, texts, max_new_tokens=max_new_tokens, seed=seed + start, temperature=style.temperature, top_p=style.top_p)
                 for (p, c, s), g in zip(group, results):
-                    out[(p.prompt_id, c)] = Trajectory(
-                        trajectory_id=trajectory_id(p.prompt_id, c, seed),
-                        prompt_id=p.prompt_id,
-                        prompt=p.text,
-                        category=p.category,
-                        difficulty=p.difficulty,
-                        candidate_index=c,
-                        style=s.name,
-                        temperature=s.temperature,
-                        top_p=s.top_p,
-                        response=g.text,
-                        new_tokens=g.new_tokens,
-                        finished=g.finished,
-                    )
+                    out[(p.prompt_id, c)] = make_trajectory(p, c, s, seed, g.text, g.new_tokens, g.finished)
                 progress.advance(len(group))
-        return [out[(p.prompt_id, c)] for p in prompts for c in range(candidates)]
+        return TeacherOutput([out[(p.prompt_id, c)] for p in prompts for c in range(len(styles))])
+
+    def write(self, requests: Sequence[WriteRequest]) -> list[str | None]:
+        out: list[str | None] = []
+        for start in range(0, len(requests), self.batch_size):
+            batch = requests[start : start + self.batch_size]
+            texts = [chat_text(self.tokenizer, r.instruction, r.system) for r in batch]
+            # One generate call per batch: the first request's sampling settings and seed stand for it.
+            gen = generate(
+                self.model, self.tokenizer, texts, max_new_tokens=max(r.max_new_tokens for r in batch),
+                seed=batch[0].seed, temperature=batch[0].temperature, top_p=0.95, repetition_penalty=1.1,
+            )
+            out.extend(g.text for g in gen)
+        return out
 
     # -- rating ------------------------------------------------------------------------------------
     def _conversation(self, prompt: str, response: str) -> str:
@@ -222,7 +274,7 @@ class LocalHFTeacher(Teacher):
             progress.advance(len(idx))
         return out
 
-    def rate(self, trajectories: Sequence[Trajectory]) -> list[Label]:
+    def rate(self, trajectories: Sequence[Trajectory]) -> TeacherOutput[Label]:
         pairs = [(t.prompt, t.response) for t in trajectories]
         scores = self.rubric_scores(pairs)
         reasons = self.rationales(pairs)
@@ -246,7 +298,7 @@ class LocalHFTeacher(Teacher):
             log.info("rubric judge put %.1f%% of its probability on the digits 1-5", 100 * mean_mass)
             if mean_mass < 0.5:
                 log.warning("the judge mostly answered something other than a digit: its scores carry little information")
-        return labels
+        return TeacherOutput(labels)
 
 
 def build_teacher(cfg: HominemConfig) -> Teacher:
@@ -255,4 +307,6 @@ def build_teacher(cfg: HominemConfig) -> Teacher:
 
     if cfg.teacher.provider == "local":
         return LocalHFTeacher(student_path(cfg), cfg, batch_size=cfg.teacher.batch_size)
-    raise ValueError(f"teacher.provider {cfg.teacher.provider!r} is not supported; use 'local'")
+    from hominem_pipeline.core.api_teacher import APITeacher
+
+    return APITeacher(cfg)

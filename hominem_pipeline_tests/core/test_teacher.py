@@ -52,11 +52,13 @@ def test_cached_rubric_scores_equal_a_plain_forward_pass(teacher):
 def test_sampling_gives_candidates_per_prompt_with_styles_and_is_seeded(teacher):
     t, cfg = teacher
     prompts = [Prompt(prompt_id=f"p{i}", text=text, category="narrative", difficulty=2) for i, (text, _) in enumerate(PAIRS)]
-    out = t.sample(prompts, 3, cfg.teacher.styles, 6, seed=11)
+    styles = cfg.teacher.candidate_styles()
+    assert [s.name for s in styles] == ["warm", "curt", "hot"]  # 3 candidates, weak_share 0.5: one strong, two weak
+    out = t.sample(prompts, styles, 6, seed=11).items
     assert [(x.prompt_id, x.candidate_index) for x in out] == [(f"p{i}", c) for i in range(3) for c in range(3)]
-    assert [x.style for x in out[:3]] == [s.name for s in cfg.teacher.styles[:3]]
+    assert [x.style for x in out[:3]] == ["warm", "curt", "hot"]
     assert all(x.new_tokens <= 6 for x in out)
-    again = t.sample(prompts, 3, cfg.teacher.styles, 6, seed=11)
+    again = t.sample(prompts, styles, 6, seed=11).items
     assert [x.response for x in out] == [x.response for x in again]
     assert len({x.trajectory_id for x in out}) == 9
 
@@ -64,8 +66,10 @@ def test_sampling_gives_candidates_per_prompt_with_styles_and_is_seeded(teacher)
 def test_rate_returns_valid_labels(teacher):
     t, cfg = teacher
     prompts = [Prompt(prompt_id="p0", text=PAIRS[0][0], category="emotional_support", difficulty=2)]
-    trajectories = t.sample(prompts, 2, cfg.teacher.styles, 5, seed=1)
-    labels = t.rate(trajectories)
+    trajectories = t.sample(prompts, cfg.teacher.candidate_styles()[:2], 5, seed=1).items
+    rated = t.rate(trajectories)
+    assert rated.failed == [] and rated.rejected == []
+    labels = rated.items
     assert [l.trajectory_id for l in labels] == [x.trajectory_id for x in trajectories]
     for label in labels:
         assert label_problems(label.model_dump(), cfg.dimension_names) == []

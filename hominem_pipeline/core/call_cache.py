@@ -1,0 +1,58 @@
+"""A content-fingerprint cache of answered API calls, in one sqlite file under `data/`.
+
+The key is the sha256 of everything that determines an answer (provider, model, endpoint, output mode,
+system prompt, turns, sampling settings and sample index; never the key). Re-running a partition, or
+another partition asking the same thing, is served from here without a call. Only answers are stored:
+a call that failed is asked again next time.
+
+Two processes may share the file: it runs in WAL mode with a busy timeout, and writes are
+`INSERT OR IGNORE` (the first answer for a key wins; both were asked the same thing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+
+def call_key(payload: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+
+
+class CallCache:
+    def __init__(self, path: Path, *, busy_timeout_s: float = 60.0):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS calls ("
+            " key TEXT PRIMARY KEY, provider TEXT NOT NULL, model TEXT NOT NULL, purpose TEXT NOT NULL,"
+            " answer TEXT NOT NULL, created REAL NOT NULL)"
+        )
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        row = self._db.execute("SELECT answer FROM calls WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put(self, key: str, answer: dict[str, Any], *, provider: str, model: str, purpose: str) -> None:
+        self._db.execute(
+            "INSERT OR IGNORE INTO calls (key, provider, model, purpose, answer, created) VALUES (?, ?, ?, ?, ?, ?)",
+            (key, provider, model, purpose, json.dumps(answer), time.time()),
+        )
+
+    def __len__(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
+
+    def summary(self) -> dict[str, int]:
+        """Answers stored per provider/model/purpose."""
+        rows = self._db.execute("SELECT provider, model, purpose, COUNT(*) FROM calls GROUP BY 1, 2, 3").fetchall()
+        return {f"{p}/{m}/{u}": n for p, m, u, n in rows}
+
+    def close(self) -> None:
+        self._db.close()
