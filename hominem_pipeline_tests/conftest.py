@@ -68,7 +68,19 @@ def tiny_encoder(tmp_path_factory) -> Path:
 def tiny_overrides(student: Path, encoder: Path) -> dict:
     return {
         "models": {"student": {"path": str(student), "gguf_package": None}, "encoder": {"path": str(encoder), "package": None}},
-        "prompts": {"per_partition": 6, "eval_per_category": 1},
+        "prompts": {
+            "per_partition": 6,
+            "eval_per_category": 1,
+            "generators": {
+                "templated": {"count": 2},
+                "perturbation": {"count": 2},
+                "evolutionary": {"count": 1, "max_new_tokens": 12},
+                "freeform": {"count": 1, "max_new_tokens": 12},
+                # The tiny encoder's random weights put every text at cosine ~1: only exact repeats count.
+                "near_duplicate_similarity": 1.0,
+                "evolution_min_similarity": -1.0,
+            },
+        },
         "teacher": {"candidates_per_prompt": 3, "max_new_tokens": 8, "batch_size": 8},
         "labeling": {"rationale_max_new_tokens": 4, "batch_size": 8},
         "reward_model": {"epochs": 2, "batch_size": 8, "max_length": 64},

@@ -67,11 +67,54 @@ class ModelsConfig(_Frozen):
     encoder: EncoderModelConfig
 
 
+PerturbationKind = Literal["conflict", "ambiguity", "intensity", "typo", "terse"]
+
+
+class TemplatedGeneratorConfig(_Frozen):
+    count: int = Field(ge=0, le=100_000)
+    file: str
+
+
+class PerturbationGeneratorConfig(_Frozen):
+    count: int = Field(ge=0, le=100_000)
+    kinds: list[PerturbationKind] = Field(min_length=1)
+
+
+class EvolutionaryGeneratorConfig(_Frozen):
+    count: int = Field(ge=0, le=100_000)
+    axes: dict[str, str] = Field(min_length=1)  # axis -> what "harder along it" means
+    instruction: str = Field(min_length=1)  # with {axis}, {meaning} and {prompt}
+    max_new_tokens: int = Field(ge=8, le=2048)
+
+
+class FreeformGeneratorConfig(_Frozen):
+    count: int = Field(ge=0, le=100_000)
+    instruction: str = Field(min_length=1)  # with {category} and {domain}
+    domains: list[str] = Field(min_length=1)
+    max_new_tokens: int = Field(ge=8, le=2048)
+
+
+class PromptGeneratorsConfig(_Frozen):
+    templated: TemplatedGeneratorConfig
+    perturbation: PerturbationGeneratorConfig
+    evolutionary: EvolutionaryGeneratorConfig
+    freeform: FreeformGeneratorConfig
+    min_words: int = Field(ge=1, le=1000)
+    max_words: int = Field(ge=1, le=10_000)
+    near_duplicate_similarity: float = Field(gt=0.0, le=1.0)
+    evolution_min_similarity: float = Field(ge=-1.0, le=1.0)
+
+    @property
+    def uses_teacher(self) -> bool:
+        return self.evolutionary.count > 0 or self.freeform.count > 0
+
+
 class PromptsConfig(_Frozen):
     seed_file: str
     categories: list[str] = Field(min_length=1)
     per_partition: int = Field(ge=1, le=100_000)
     eval_per_category: int = Field(ge=0, le=1_000)
+    generators: PromptGeneratorsConfig
 
 
 class CandidateStyle(_Frozen):

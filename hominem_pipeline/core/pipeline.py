@@ -37,27 +37,77 @@ def _finite(x: Any) -> float | None:
 
 
 def build_prompts(ctx: StageContext) -> StageOutput:
-    from hominem_pipeline.core.prompts import partition_prompts
+    from hominem_pipeline.core.prompts import load_seed_prompts, partition_prompts
 
-    train, evaluation = partition_prompts(ctx.cfg, ctx.seed)
+    cfg = ctx.cfg
+    train, evaluation = partition_prompts(cfg, ctx.seed)
+    generated, gen_metrics, gen_metadata = _generated_prompts(cfg, train, load_seed_prompts(cfg.path(cfg.prompts.seed_file), cfg.prompts.categories), ctx.seed)
+    train = train + generated
     rows = [p.model_dump() | {"split": "train"} for p in train] + [p.model_dump() | {"split": "eval"} for p in evaluation]
     frame = pd.DataFrame(rows)
     frame.to_parquet(ctx.out_dir / "prompts.parquet", index=False)
     by_cat = frame[frame.split == "train"].groupby("category").size().to_dict()
+    by_source = frame[frame.split == "train"].groupby("source").size().to_dict()
     return StageOutput(
-        metrics={"train_prompts": len(train), "eval_prompts": len(evaluation)},
-        metadata={"rows": len(frame), "train_by_category": by_cat},
+        metrics={"train_prompts": len(train), "eval_prompts": len(evaluation), **gen_metrics},
+        metadata={"rows": len(frame), "train_by_category": by_cat, "train_by_source": by_source, **gen_metadata},
         table="prompts.parquet",
     )
 
 
-def _seed_file_digest(cfg: HominemConfig, partition: str) -> str:
-    return file_sha256(cfg.path(cfg.prompts.seed_file))
+def _generated_prompts(cfg: HominemConfig, base: list[Prompt], known: list[Prompt], seed: int) -> tuple[list[Prompt], dict[str, Any], dict[str, Any]]:
+    """The generators' prompts for the day, with their counts (proposed, kept, dropped and why)."""
+    from hominem_pipeline.core.models import encoder_path
+    from hominem_pipeline.core.prompt_generators import generate_prompts, sentence_embedder
+    from hominem_pipeline.core.teacher import WriteRequest, build_teacher
+
+    g = cfg.prompts.generators
+    if not (g.templated.count or g.perturbation.count or g.uses_teacher):
+        return [], {}, {}
+    teacher = build_teacher(cfg) if g.uses_teacher else None
+    tokens = {"evolutionary": g.evolutionary.max_new_tokens, "freeform": g.freeform.max_new_tokens}
+
+    def write(plans):
+        requests = [
+            WriteRequest(key=f"{p.source}-{i}", instruction=p.instruction, max_new_tokens=tokens[p.source], temperature=0.9, seed=seed + i)
+            for i, p in enumerate(plans)
+        ]
+        return teacher.write(requests)
+
+    try:
+        result = generate_prompts(cfg, base, known, seed, write=write if teacher else None, embed=sentence_embedder(encoder_path(cfg)))
+        usage = dict(getattr(teacher, "usage", {}) or {})
+    finally:
+        if teacher is not None:
+            teacher.close()
+    kept = pd.Series([p.source for p in result.prompts], dtype=str).value_counts().to_dict()
+    metrics: dict[str, Any] = {"generated_prompts": len(result.prompts), "dropped_generated_prompts": len(result.dropped)}
+    metrics.update({f"generated_{k}": kept.get(k, 0) for k in result.proposed})
+    metrics.update({f"teacher_{k}": v for k, v in usage.items()})
+    if result.dropped:
+        log.info("prompt generators: %d of %d proposed prompts dropped (near-duplicates or unusable)", len(result.dropped), sum(result.proposed.values()))
+    return result.prompts, metrics, {"generators_proposed": result.proposed, "generators_dropped": result.dropped[:20]}
+
+
+def _prompts_fingerprint(cfg: HominemConfig, partition: str) -> dict[str, Any]:
+    """What the prompts depend on beyond their settings: the seed and template files, and the teacher
+    and encoder when the generators use them."""
+    g = cfg.prompts.generators
+    out: dict[str, Any] = {"seeds": file_sha256(cfg.path(cfg.prompts.seed_file))}
+    if g.templated.count:
+        out["templates"] = file_sha256(cfg.path(g.templated.file))
+    if g.templated.count or g.perturbation.count or g.uses_teacher:
+        out["encoder"] = cfg.section("models.encoder")
+    if g.uses_teacher:
+        out["teacher"] = cfg.section("teacher.provider", "teacher.api", "models.student")
+    return out
 
 
 def prompts_of(frame: pd.DataFrame, split: str) -> list[Prompt]:
     cols = list(Prompt.model_fields)
-    return [Prompt(**{k: (list(v) if k == "tags" else v) for k, v in row.items()}) for row in frame[frame.split == split][cols].to_dict(orient="records")]
+    rows = frame[frame.split == split][cols]
+    rows = rows.astype(object).where(rows.notna(), None)  # a missing parent_id reads back as NaN
+    return [Prompt(**{k: (list(v) if k == "tags" else v) for k, v in row.items()}) for row in rows.to_dict(orient="records")]
 
 
 # --- teacher --------------------------------------------------------------------------------------
@@ -375,12 +425,12 @@ TEACHER_CONTENT = tuple(
 STAGES: tuple[StageSpec, ...] = (
     StageSpec(
         "prompts",
-        "Seed prompts sampled for the day (stratified by category), plus the fixed held-out evaluation prompts.",
-        "1",
+        "Seed prompts sampled for the day (stratified by category) and generated ones, plus the fixed held-out evaluation prompts.",
+        "2",
         ("project.seed", "prompts"),
         (),
         build_prompts,
-        extra_fingerprint=_seed_file_digest,
+        extra_fingerprint=_prompts_fingerprint,
     ),
     StageSpec(
         "teacher_trajectories",

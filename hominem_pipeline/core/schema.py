@@ -28,6 +28,8 @@ class Prompt(_Record):
     category: str = Field(min_length=1)
     difficulty: int = Field(ge=1, le=5)
     tags: list[str] = Field(default_factory=list)
+    source: str = "seed"  # seed, templated, perturbation, evolutionary or freeform
+    parent_id: str | None = None  # the prompt a perturbed or evolved one came from
 
 
 class Trajectory(_Record):

@@ -295,3 +295,12 @@ def test_the_limiter_holds_requests_and_tokens_per_minute():
     assert asyncio.run(requests()) >= 0.4  # the 10 beyond the burst waited at 20 per second
     quick, total = asyncio.run(tokens())
     assert quick < 0.2 and total >= 0.8
+
+
+@pytest.mark.parametrize("name", ["anthropic", "openai", "lmstudio"])
+def test_the_example_overlays_are_valid(project, name):
+    from hominem_pipeline_tests.conftest import REPO
+
+    cfg = load_config(REPO / "config" / "examples" / f"{name}.yaml", root=project)
+    assert cfg.teacher.provider != "local" and cfg.teacher.api.model
+    assert cfg.teacher.key_env() == {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY", "lmstudio": None}[name]

@@ -54,9 +54,13 @@ def test_every_asset_materializes_with_metadata(chain):
         assert meta["reused_existing_version"].value is False, name
         assert len(meta["version"].value) == 16
         assert meta["mlflow_run_id"].value
-    assert first["prompts"]["dagster/row_count"].value == 6 + len(chain["cfg"].prompts.categories)  # 6 sampled + 1 held out per category
-    assert first["teacher_trajectories"]["dagster/row_count"].value == 18  # 6 prompts x 3 candidates
-    assert first["teacher_labels"]["labels"].value + first["teacher_labels"]["quarantined"].value == 18
+    generated = first["prompts"]["generated_prompts"].value
+    assert first["prompts"]["generated_templated"].value == 2 and first["prompts"]["generated_perturbation"].value == 2
+    assert 4 <= generated <= 6  # the tiny teacher's two written prompts may be unusable
+    train = 6 + generated  # 6 sampled seed prompts + the generated ones
+    assert first["prompts"]["dagster/row_count"].value == train + len(chain["cfg"].prompts.categories)  # + 1 held out per category
+    assert first["teacher_trajectories"]["dagster/row_count"].value == train * 3  # 3 candidates each
+    assert first["teacher_labels"]["labels"].value + first["teacher_labels"]["quarantined"].value == train * 3
     assert 0.0 <= first["evaluation"]["win_rate"].value <= 1.0
     assert first["lora_adapter"]["steps"].value == 2
 
@@ -67,7 +71,11 @@ def test_stages_write_their_artifacts(chain):
     labels_ref = store.require("teacher_labels", DAY)
     labels = pd.read_parquet(labels_ref.file("labels.parquet"))
     quarantine = pd.read_parquet(store.quarantine_path("teacher_labels", DAY, labels_ref.version))
-    assert len(labels) + len(quarantine) == 18  # every trajectory is either kept or quarantined with a reason
+    trajectories = pd.read_parquet(store.require("teacher_trajectories", DAY).file("trajectories.parquet"))
+    assert len(labels) + len(quarantine) == len(trajectories)  # every trajectory is either kept or quarantined with a reason
+    prompts = pd.read_parquet(store.require("prompts", DAY).file("prompts.parquet"))
+    assert set(trajectories["prompt_id"]) == set(prompts[prompts.split == "train"]["prompt_id"])
+    assert {"seed", "templated", "perturbation"} <= set(prompts["source"])
     assert set(quarantine.get("check", [])) <= {"schema", "empty_response", "duplicate_trajectory"}
     assert validate_labels(labels, cfg.dimension_names).ok(cfg.verifier.max_failure_rate)
     rm = store.require("reward_model", DAY)
