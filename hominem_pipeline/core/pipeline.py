@@ -231,7 +231,7 @@ def build_teacher_labels(ctx: StageContext) -> StageOutput:
 
 def build_reward_model(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.models import encoder_path
-    from hominem_pipeline.core.reward_model import METADATA, train_reward_model
+    from hominem_pipeline.core.reward_model import METADATA, RELIABILITY_PLOT, train_reward_model
 
     labels = ctx.tables("teacher_labels")
     # Content digest: the sha256 of every label table read, as their manifests recorded them.
@@ -252,7 +252,7 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
     return StageOutput(
         metrics={k: v for k, v in metrics.items() if v is None or isinstance(v, (int, float))},
         metadata={"rows": len(labels), "label_partitions": [r.partition for r in ctx.inputs["teacher_labels"]], "training_data_digest": digest},
-        mlflow_artifacts=[METADATA],
+        mlflow_artifacts=[METADATA] + ([RELIABILITY_PLOT] if (ctx.out_dir / RELIABILITY_PLOT).is_file() else []),
     )
 
 
@@ -452,7 +452,7 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec(
         "reward_model",
         "Multi-head reward model on the encoder, trained on the labels of a window of days.",
-        "1",
+        "2",
         ("dimensions", "reward_model", "models.encoder"),
         (Upstream("teacher_labels", lambda c: c.reward_model.window_days),),
         build_reward_model,

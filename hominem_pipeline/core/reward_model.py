@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 METADATA = "METADATA.json"
 HEADS = "heads.safetensors"
+RELIABILITY_PLOT = "reliability.png"
 ENCODER_DIR = "encoder"
 PAIR_GAP = 0.1  # teacher scalar gap at which a validation pair counts for pairwise accuracy
 
@@ -143,6 +144,18 @@ class RewardModel:
             raise ValueError(f"{path / HEADS} does not match the model: {missing}")
         return cls(net, AutoTokenizer.from_pretrained(path / ENCODER_DIR), metadata)
 
+    @property
+    def temperature(self) -> float:
+        """The fitted preference temperature (1.0, uncalibrated, when training had no validation pairs)."""
+        return float((self.metadata.get("calibration") or {}).get("temperature", 1.0))
+
+    def prefer(self, prompt: str, a: str, b: str) -> float:
+        """The calibrated probability that response `a` is preferred over `b` for `prompt`."""
+        from hominem_pipeline.core.calibration import preference_probability
+
+        scalar = self.raw_scores([prompt, prompt], [a, b])["scalar"]
+        return float(preference_probability(float(scalar[0]) - float(scalar[1]), self.temperature))
+
     def encode(self, prompts: Sequence[str], responses: Sequence[str]) -> list[list[int]]:
         return [encode_pair(self.tokenizer, p, r, self.max_length) for p, r in zip(prompts, responses)]
 
@@ -226,6 +239,29 @@ def pairwise_accuracy(prompt_ids: Sequence[str], teacher: np.ndarray, predicted:
     return (agree / total if total else None), total
 
 
+def calibrate_pairs(prompt_ids: Sequence[str], teacher: np.ndarray, predicted: np.ndarray, plot: Path, date: str) -> dict[str, Any] | None:
+    """Temperature scaling of P(a over b) = sigmoid(scalar gap / T) on the validation pairs (teacher gap
+    at least PAIR_GAP), with ECE / MCE / Brier before and after and a reliability diagram. None (and a
+    warning) when there is no such pair: `prefer` then reports uncalibrated probabilities (T = 1)."""
+    from hominem_pipeline.core.calibration import both_orders, calibration_report, fit_temperature, preference_probability, reliability_diagram
+
+    gaps, outcomes = both_orders(prompt_ids, teacher, predicted, PAIR_GAP)
+    if len(gaps) == 0:
+        log.warning("no validation pair has a teacher gap of %.2f or more: the reward model's preferences stay uncalibrated", PAIR_GAP)
+        return None
+    temperature = fit_temperature(gaps, outcomes)
+    before = calibration_report(preference_probability(gaps, 1.0), outcomes)
+    after = calibration_report(preference_probability(gaps, temperature), outcomes)
+    reliability_diagram(before, after, plot, f"reward model {date}: {after['pairs'] // 2} validation pairs, T = {temperature:.3f}")
+    return {
+        "method": "temperature scaling: P(a preferred over b) = sigmoid((scalar_a - scalar_b) / temperature)",
+        "temperature": temperature,
+        "fitted_on": "validation pairs (same prompt, teacher scalar gap >= 0.1), each counted in both orders",
+        "before": before,
+        "after": after,
+    }
+
+
 def train_reward_model(
     examples: pd.DataFrame,
     *,
@@ -273,7 +309,7 @@ def train_reward_model(
         t = torch.as_tensor(idx)
         return {k: nn.functional.mse_loss(heads[k], targets[k][t]) for k in weights}
 
-    def evaluate(idx: np.ndarray) -> dict[str, Any]:
+    def predict(idx: np.ndarray) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         net.eval()
         preds = {k: torch.zeros_like(v[torch.as_tensor(idx)]) for k, v in targets.items()}
         with torch.inference_mode():
@@ -281,7 +317,10 @@ def train_reward_model(
                 heads = net(ids, mask)
                 for k in preds:
                     preds[k][torch.as_tensor(pos)] = heads[k]
-        tgt = {k: v[torch.as_tensor(idx)] for k, v in targets.items()}
+        return preds, {k: v[torch.as_tensor(idx)] for k, v in targets.items()}
+
+    def evaluate(idx: np.ndarray) -> dict[str, Any]:
+        preds, tgt = predict(idx)
         mse = {k: float(nn.functional.mse_loss(preds[k], tgt[k])) for k in weights}
         metrics: dict[str, Any] = {f"val_mse_{k}": v for k, v in mse.items()}
         metrics["val_loss"] = sum(weights[k] * mse[k] for k in weights)
@@ -334,6 +373,13 @@ def train_reward_model(
     final.update({"best_epoch": best_epoch, "epochs_run": len(history), "train_examples": len(train_idx), "val_examples": len(val_idx)})
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    preds, tgt = predict(val_idx)
+    calibration = calibrate_pairs(
+        [examples["prompt_id"].iloc[i] for i in val_idx], tgt["scalar"].numpy(), preds["scalar"].numpy(), out_dir / RELIABILITY_PLOT, date
+    )
+    if calibration is not None:
+        final.update({"temperature": calibration["temperature"], **{f"val_{k}": v for k, v in calibration["after"].items() if k in ("ece", "mce", "brier")}})
+        final["val_ece_uncalibrated"] = calibration["before"]["ece"]
     net.encoder.save_pretrained(out_dir / ENCODER_DIR)
     tokenizer.save_pretrained(out_dir / ENCODER_DIR)
     save_file({k: v.contiguous() for k, v in net.head_state_dict().items()}, str(out_dir / HEADS))
@@ -357,6 +403,7 @@ def train_reward_model(
         "training_data_digest": data_digest,
         "date": date,
         "training_examples": len(examples),
+        "calibration": calibration,
         "metrics": final,
         "history": history,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(),

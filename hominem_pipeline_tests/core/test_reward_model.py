@@ -99,3 +99,16 @@ def test_split_keeps_prompts_whole_and_pairwise_accuracy_counts_pairs():
     assert set(ids[train]).isdisjoint(set(ids[val])) and len(val) == 2
     acc, n = pairwise_accuracy(["p", "p", "p"], np.array([0.5, 0.0, 0.45]), np.array([0.9, 0.1, 0.2]))
     assert n == 2 and acc == 1.0  # (0.5 vs 0.0) and (0.0 vs 0.45); (0.5 vs 0.45) is under the gap
+
+
+def test_preferences_are_calibrated_and_complementary(trained):
+    out, metrics, _ = trained
+    model = RewardModel.load(out)
+    cal = model.metadata["calibration"]
+    assert cal["temperature"] == metrics["temperature"] > 0 and cal["after"]["pairs"] == 2 * metrics["val_pairs"]
+    assert metrics["val_ece"] <= metrics["val_ece_uncalibrated"] + 1e-9 and 0 <= metrics["val_brier"] <= 1
+    assert (out / "reliability.png").stat().st_size > 1000
+    prompt, kind, curt = "I lost my job.", "That is hard; what happened?", "ok"
+    p = model.prefer(prompt, kind, curt)
+    assert p + model.prefer(prompt, curt, kind) == pytest.approx(1.0, abs=1e-12)
+    assert p > 0.5  # kind beats curt, as trained

@@ -1,0 +1,40 @@
+import numpy as np
+import pytest
+
+from hominem_pipeline.core.calibration import both_orders, calibration_report, fit_temperature, preference_probability, reliability_diagram
+
+
+def overconfident(n: int = 4000, seed: int = 0):
+    """Gaps whose true preference probability is sigmoid(gap / 4): a model using T = 1 is far too sure."""
+    rng = np.random.default_rng(seed)
+    gaps = rng.normal(0.0, 3.0, n)
+    outcomes = (rng.random(n) < preference_probability(gaps, 4.0)).astype(float)
+    return gaps, outcomes
+
+
+def test_temperature_scaling_recovers_the_temperature_and_lowers_ece(tmp_path):
+    gaps, outcomes = overconfident()
+    temperature = fit_temperature(gaps, outcomes)
+    assert temperature == pytest.approx(4.0, rel=0.15)
+    before = calibration_report(preference_probability(gaps, 1.0), outcomes)
+    after = calibration_report(preference_probability(gaps, temperature), outcomes)
+    assert before["ece"] > 0.08 and after["ece"] < 0.03 and after["ece"] < before["ece"] / 3
+    assert after["brier"] < before["brier"] and after["mce"] < before["mce"]
+    assert sum(b["count"] for b in after["bins"]) == len(gaps) and len(after["bins"]) <= 20
+    reliability_diagram(before, after, tmp_path / "r.png", "toy")
+    assert (tmp_path / "r.png").stat().st_size > 1000
+
+
+def test_report_on_known_bins():
+    report = calibration_report(np.array([0.9, 0.9, 0.1, 0.1]), np.array([1.0, 0.0, 0.0, 0.0]))
+    # bin of 0.9: accuracy 0.5 (gap 0.4); bin of 0.1: accuracy 0 (gap 0.1); each half the pairs
+    assert report["ece"] == pytest.approx(0.25) and report["mce"] == pytest.approx(0.4)
+    assert report["brier"] == pytest.approx((0.01 + 0.81 + 0.01 + 0.01) / 4)
+
+
+def test_pairs_are_counted_in_both_orders_above_the_gap():
+    gaps, outcomes = both_orders(["p", "p", "p", "q"], np.array([0.9, 0.1, 0.85, 0.0]), np.array([0.5, -0.5, 0.4, 0.0]), min_gap=0.1)
+    # pairs (0,1) and (1,2) pass the gap; (0,2) is a near tie; q has one row
+    assert sorted(zip(gaps.round(3), outcomes)) == sorted([(1.0, 1.0), (-1.0, 0.0), (-0.9, 0.0), (0.9, 1.0)])
+    with pytest.raises(ValueError, match="no validation pairs"):
+        fit_temperature(np.array([]), np.array([]))
