@@ -225,18 +225,12 @@ def split_by_prompt(prompt_ids: Sequence[str], val_fraction: float, seed: int) -
 
 def pairwise_accuracy(prompt_ids: Sequence[str], teacher: np.ndarray, predicted: np.ndarray, min_gap: float = PAIR_GAP) -> tuple[float | None, int]:
     """Share of same-prompt pairs (teacher gap >= min_gap) that the prediction orders the same way."""
-    agree = total = 0
-    ids = np.asarray(prompt_ids)
-    for pid in np.unique(ids):
-        rows = np.flatnonzero(ids == pid)
-        for a in range(len(rows)):
-            for b in range(a + 1, len(rows)):
-                i, j = rows[a], rows[b]
-                gap = teacher[i] - teacher[j]
-                if abs(gap) >= min_gap:
-                    total += 1
-                    agree += int(np.sign(predicted[i] - predicted[j]) == np.sign(gap))
-    return (agree / total if total else None), total
+    from hominem_pipeline.core.calibration import both_orders
+
+    gaps, outcomes = both_orders(prompt_ids, teacher, predicted, min_gap)
+    if len(gaps) == 0:
+        return None, 0
+    return float((np.sign(gaps) == 2 * outcomes - 1).mean()), len(gaps) // 2
 
 
 def calibrate_pairs(prompt_ids: Sequence[str], teacher: np.ndarray, predicted: np.ndarray, plot: Path, date: str) -> dict[str, Any] | None:
