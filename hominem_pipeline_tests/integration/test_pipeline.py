@@ -4,12 +4,12 @@ import json
 
 import pandas as pd
 import pytest
-from dagster import AssetSelection, instance_for_test, materialize
+from dagster import instance_for_test, materialize
 
 from hominem_pipeline.core.artifacts import ArtifactStore
 from hominem_pipeline.core.config import load_config
 from hominem_pipeline.core.labeling import validate_labels
-from hominem_pipeline.core.tracking import TAG_ASSET, TAG_CACHE_HIT, TAG_DAGSTER_RUN, TAG_PARTITION, Tracker
+from hominem_pipeline.core.tracking import TAG_ASSET, TAG_DAGSTER_RUN, TAG_PARTITION, Tracker
 from hominem_pipeline.defs import build_definitions
 from hominem_pipeline.defs.resources import HominemResource
 
