@@ -18,7 +18,7 @@ from hominem_pipeline.core.call_cache import CallCache
 from hominem_pipeline.core.config import CandidateStyle, HominemConfig, ModelPrice
 from hominem_pipeline.core.dispatch import CallOutcome, Dispatcher
 from hominem_pipeline.core.progress import Progress
-from hominem_pipeline.core.providers import ChatBackend, ChatRequest, OutputSchema, api_key_for, describe_api, make_backend
+from hominem_pipeline.core.providers import ChatBackend, ChatRequest, ChatResult, OutputSchema, api_key_for, describe_api, make_backend
 from hominem_pipeline.core.schema import INTENSITY_RANGE, SAFETY_RANGE, SCALAR_RANGE, VECTOR_RANGE, Label, Prompt, Trajectory, label_problems, teacher_label_schema
 from hominem_pipeline.core.teacher import Teacher, TeacherOutput, WriteRequest, make_trajectory
 
@@ -68,7 +68,6 @@ def label_from_answer(data: Any, trajectory: Trajectory, dimensions: list[str]) 
 
 class APITeacher(Teacher):
     def __init__(self, cfg: HominemConfig, *, cache: CallCache | None = None):
-        self.cfg = cfg
         self.tcfg = cfg.teacher
         self._key = api_key_for(self.tcfg)  # fail now, before any work, when the key is missing
         self.dimensions = cfg.dimension_names
@@ -79,7 +78,6 @@ class APITeacher(Teacher):
             log.warning("no price for model %r in teacher.prices: cost figures are not computed", self.tcfg.api.model)
         path = self.tcfg.client.cache_path
         self.cache = cache if cache is not None else (CallCache(cfg.path(path)) if path else None)
-        self.usage: dict[str, float | None] = {}
 
     def describe(self) -> dict[str, str]:
         api = self.tcfg.api
@@ -93,8 +91,10 @@ class APITeacher(Teacher):
             self.cache.close()
 
     # -- running many calls --------------------------------------------------------------------------
-    def _run(self, what: str, unit: str, items: Sequence[Any], work: Callable[[Dispatcher, Any], Awaitable[R]], seed: int) -> list[R]:
-        async def main() -> list[R]:
+    def _run(self, what: str, unit: str, items: Sequence[Any], work: Callable[[Dispatcher, Any], Awaitable[R]], seed: int) -> tuple[list[R], dict[str, float | None]]:
+        """Run `work` on every item concurrently; (the results in order, the calls' usage)."""
+
+        async def main() -> tuple[list[R], dict[str, float | None]]:
             backend = self._backend()
             dispatcher = Dispatcher(
                 backend, self.tcfg.client, cache=self.cache, price=self.price, secrets=[self._key or ""], key_env=self.tcfg.key_env(), seed=seed
@@ -107,12 +107,13 @@ class APITeacher(Teacher):
                 return out
 
             try:
-                return await asyncio.gather(*(one(i) for i in items))
+                results = await asyncio.gather(*(one(i) for i in items))
             finally:
-                self.usage = dispatcher.stats.metrics(self.price)
-                if dispatcher.limiter.waited_seconds:
-                    self.usage["rate_limit_wait_seconds"] = dispatcher.limiter.waited_seconds
                 await backend.aclose()
+            usage = dispatcher.stats.metrics(self.price)
+            if dispatcher.limiter.waited_seconds:
+                usage["rate_limit_wait_seconds"] = dispatcher.limiter.waited_seconds
+            return results, usage
 
         return asyncio.run(main())
 
@@ -133,8 +134,8 @@ class APITeacher(Teacher):
             )
             return job, await d.call(request)
 
-        results = self._run("teacher sampling", "responses", jobs, work, seed)
-        out: TeacherOutput[Trajectory] = TeacherOutput([], usage=self.usage)
+        results, usage = self._run("teacher sampling", "responses", jobs, work, seed)
+        out: TeacherOutput[Trajectory] = TeacherOutput([], usage=usage)
         for (p, c, style), outcome in results:
             if outcome.result is None:
                 out.failed.append({"id": f"{p.prompt_id}-c{c}", "purpose": "sample", "error": outcome.error, "attempts": outcome.attempts})
@@ -150,7 +151,7 @@ class APITeacher(Teacher):
             system=self.system,
             turns=(("user", rating_turn(t.prompt, t.response)), *extra_turns),
             max_tokens=self.tcfg.api.rating_max_tokens,
-            temperature=0.0 if self.tcfg.provider != "anthropic" else None,
+            temperature=0.0,  # backends that take no sampling settings (Anthropic) leave it out
             schema=self.schema,
         )
 
@@ -162,7 +163,7 @@ class APITeacher(Teacher):
                 outcome = await d.call(self._rating_request(t, turns))
                 if outcome.result is None:
                     return "failed", {"id": t.trajectory_id, "purpose": purpose, "error": outcome.error, "attempts": outcome.attempts}
-                label, problems = self._parse(outcome, t)
+                label, problems = self._parse(outcome.result, t)
                 if label is not None:
                     return "ok", label
                 seen.append("; ".join(problems))
@@ -178,34 +179,34 @@ class APITeacher(Teacher):
                 "row": outcome.result.text[:4000],
             }
 
-        results = self._run("teacher rating", "responses", trajectories, work, 0)
-        out: TeacherOutput[Label] = TeacherOutput([], usage=self.usage)
+        results, usage = self._run("teacher rating", "responses", trajectories, work, 0)
+        out: TeacherOutput[Label] = TeacherOutput([], usage=usage)
         for kind, value in results:
             {"ok": out.items, "failed": out.failed, "rejected": out.rejected}[kind].append(value)
         return out
 
-    def _parse(self, outcome: CallOutcome, t: Trajectory) -> tuple[Label | None, list[str]]:
-        r = outcome.result
-        assert r is not None
+    def _parse(self, r: ChatResult, t: Trajectory) -> tuple[Label | None, list[str]]:
         if r.data is None:
             return None, [r.parse_error or "no structured answer"]
         return label_from_answer(r.data, t, self.dimensions)
 
     # -- free text -----------------------------------------------------------------------------------
-    def write(self, requests: Sequence[WriteRequest]) -> list[str | None]:
-        async def work(d: Dispatcher, r: WriteRequest) -> str | None:
+    def write(self, requests: Sequence[WriteRequest]) -> TeacherOutput[str | None]:
+        async def work(d: Dispatcher, r: WriteRequest) -> CallOutcome:
             request = ChatRequest(
                 purpose="write",
                 system=r.system,
                 turns=(("user", r.instruction),),
                 max_tokens=r.max_new_tokens,
-                temperature=r.temperature if self.tcfg.provider != "anthropic" else None,
+                temperature=r.temperature,
                 seed=r.seed,
             )
-            outcome = await d.call(request)
-            if outcome.result is None:
-                log.warning("teacher could not write %s: %s", r.key, outcome.error)
-                return None
-            return outcome.result.text.strip()
+            return await d.call(request)
 
-        return self._run("teacher writing", "texts", requests, work, 0)
+        results, usage = self._run("teacher writing", "texts", requests, work, 0)
+        out: TeacherOutput[str | None] = TeacherOutput([], usage=usage)
+        for r, outcome in zip(requests, results):
+            out.items.append(outcome.result.text.strip() if outcome.result else None)
+            if outcome.result is None:
+                out.failed.append({"id": r.key, "purpose": "write", "error": outcome.error, "attempts": outcome.attempts})
+        return out

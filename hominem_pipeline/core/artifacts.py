@@ -154,8 +154,12 @@ class ArtifactStore:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def publish(self, staged: Path, asset: str, partition: str, version: str, manifest: dict[str, Any]) -> ArtifactRef:
+    def publish(self, staged: Path, asset: str, partition: str, version: str, manifest: dict[str, Any], *, complete: bool = True) -> ArtifactRef:
         """Seal a staged folder as `version` (with file digests in its manifest) and return its ref.
+
+        An incomplete build (some of its work failed for good) is sealed as `<version>-partial-<digest
+        of its files>` instead: `existing(version)` does not find it, so the next run builds again, and
+        downstream stages see a new input version once the gaps are filled.
 
         If another process published the same version first, its copy wins and this one is dropped:
         both were built from the same inputs and settings.
@@ -165,6 +169,8 @@ class ArtifactStore:
             for p in sorted(staged.rglob("*"))
             if p.is_file() and p.name != MANIFEST
         }
+        if not complete:
+            version = f"{version}-partial-{fingerprint(files, 8)}"
         full = {
             **manifest,
             "asset": asset,

@@ -108,6 +108,10 @@ class PromptGeneratorsConfig(_Frozen):
     def uses_teacher(self) -> bool:
         return self.evolutionary.count > 0 or self.freeform.count > 0
 
+    @property
+    def enabled(self) -> bool:
+        return self.templated.count > 0 or self.perturbation.count > 0 or self.uses_teacher
+
 
 class PromptsConfig(_Frozen):
     seed_file: str

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from hominem_pipeline.core.call_cache import CallCache, call_key
@@ -89,14 +89,9 @@ def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random) -> 
 
 @dataclass
 class CallOutcome:
-    result: ChatResult | None
+    result: ChatResult | None  # None: the call failed for good (error says why)
     error: str | None = None
-    attempts: int = 0
-    cached: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.result is not None
+    attempts: int = 0  # requests sent; 0 for a cache hit
 
 
 @dataclass
@@ -109,7 +104,6 @@ class CallStats:
     output_tokens: int = 0
     cached_input_tokens: int = 0
     cached_output_tokens: int = 0
-    by_purpose: dict[str, int] = field(default_factory=dict)
 
     def cost(self, price: ModelPrice | None, cached: bool = False) -> float | None:
         if price is None:
@@ -178,15 +172,12 @@ class Dispatcher:
                 self.stats.cache_hits += 1
                 self.stats.cached_input_tokens += result.input_tokens
                 self.stats.cached_output_tokens += result.output_tokens
-                return CallOutcome(result, cached=True)
+                return CallOutcome(result)
         last_error = "no attempt made"
-        attempts = 0
+        estimate = self._estimate_tokens(request)
         for attempt in range(self.client.max_retries + 1):
-            estimate = self._estimate_tokens(request)
             await self.limiter.acquire(estimate)
-            attempts += 1
             self.stats.calls += 1
-            self.stats.by_purpose[request.purpose] = self.stats.by_purpose.get(request.purpose, 0) + 1
             if attempt:
                 self.stats.retries += 1
             try:
@@ -222,6 +213,6 @@ class Dispatcher:
             self.stats.output_tokens += result.output_tokens
             if self.cache is not None:
                 self.cache.put(key, result.to_json(), provider=self.backend.provider, model=self.backend.model, purpose=request.purpose)
-            return CallOutcome(result, attempts=attempts)
+            return CallOutcome(result, attempts=attempt + 1)
         self.stats.failed += 1
-        return CallOutcome(None, error=last_error, attempts=attempts)
+        return CallOutcome(None, error=last_error, attempts=attempt + 1)

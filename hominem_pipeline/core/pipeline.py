@@ -40,8 +40,9 @@ def build_prompts(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.prompts import load_seed_prompts, partition_prompts
 
     cfg = ctx.cfg
-    train, evaluation = partition_prompts(cfg, ctx.seed)
-    generated, gen_metrics, gen_metadata = _generated_prompts(cfg, train, load_seed_prompts(cfg.path(cfg.prompts.seed_file), cfg.prompts.categories), ctx.seed)
+    seeds = load_seed_prompts(cfg.path(cfg.prompts.seed_file), cfg.prompts.categories)
+    train, evaluation = partition_prompts(cfg, seeds, ctx.seed)
+    generated, gen_metrics, gen_metadata = _generated_prompts(cfg, train, seeds, ctx.seed)
     train = train + generated
     rows = [p.model_dump() | {"split": "train"} for p in train] + [p.model_dump() | {"split": "eval"} for p in evaluation]
     frame = pd.DataFrame(rows)
@@ -62,21 +63,24 @@ def _generated_prompts(cfg: HominemConfig, base: list[Prompt], known: list[Promp
     from hominem_pipeline.core.teacher import WriteRequest, build_teacher
 
     g = cfg.prompts.generators
-    if not (g.templated.count or g.perturbation.count or g.uses_teacher):
+    if not g.enabled:
         return [], {}, {}
     teacher = build_teacher(cfg) if g.uses_teacher else None
     tokens = {"evolutionary": g.evolutionary.max_new_tokens, "freeform": g.freeform.max_new_tokens}
+
+    usage: dict[str, float | None] = {}
 
     def write(plans):
         requests = [
             WriteRequest(key=f"{p.source}-{i}", instruction=p.instruction, max_new_tokens=tokens[p.source], temperature=0.9, seed=seed + i)
             for i, p in enumerate(plans)
         ]
-        return teacher.write(requests)
+        written = teacher.write(requests)
+        usage.update(written.usage)
+        return written.items
 
     try:
         result = generate_prompts(cfg, base, known, seed, write=write if teacher else None, embed=sentence_embedder(encoder_path(cfg)))
-        usage = dict(getattr(teacher, "usage", {}) or {})
     finally:
         if teacher is not None:
             teacher.close()
@@ -96,7 +100,7 @@ def _prompts_fingerprint(cfg: HominemConfig, partition: str) -> dict[str, Any]:
     out: dict[str, Any] = {"seeds": file_sha256(cfg.path(cfg.prompts.seed_file))}
     if g.templated.count:
         out["templates"] = file_sha256(cfg.path(g.templated.file))
-    if g.templated.count or g.perturbation.count or g.uses_teacher:
+    if g.enabled:
         out["encoder"] = cfg.section("models.encoder")
     if g.uses_teacher:
         out["teacher"] = cfg.section("teacher.provider", "teacher.api", "models.student")

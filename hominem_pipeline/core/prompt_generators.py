@@ -49,6 +49,10 @@ def _prompt_id(source: str, seed: int, text: str) -> str:
 # --- templated -------------------------------------------------------------------------------------
 
 
+def _slot_names(template: str) -> set[str]:
+    return {f for _, f, _, _ in Formatter().parse(template) if f}
+
+
 def load_templates(path: Path, categories: list[str]) -> tuple[dict[str, list[str]], list[dict]]:
     if not path.is_file():
         raise TemplateFileError(f"template file {path} does not exist; set prompts.generators.templated.file or its count to 0")
@@ -61,7 +65,7 @@ def load_templates(path: Path, categories: list[str]) -> tuple[dict[str, list[st
             raise TemplateFileError(f"{path}: template {i} needs text, category and difficulty, got {t!r}")
         if t["category"] not in categories:
             raise TemplateFileError(f"{path}: template {i} has category {t['category']!r}; allowed (prompts.categories): {categories}")
-        names = {f for _, f, _, _ in Formatter().parse(t["text"]) if f}
+        names = _slot_names(t["text"])
         missing = sorted(n for n in names if not slots.get(n))
         if missing:
             raise TemplateFileError(f"{path}: template {i} uses slots {missing} that `slots:` does not list (or lists empty)")
@@ -74,7 +78,7 @@ def templated(path: Path, categories: list[str], count: int, seed: int) -> list[
     out = []
     for i in range(count):
         t = templates[i % len(templates)] if i < len(templates) else rng.choice(templates)
-        names = {f for _, f, _, _ in Formatter().parse(t["text"]) if f}
+        names = _slot_names(t["text"])
         text = t["text"].format(**{n: rng.choice(slots[n]) for n in names})
         text = text[0].upper() + text[1:]
         out.append(Prompt(prompt_id=_prompt_id("templated", seed, text), text=text, category=t["category"], difficulty=int(t["difficulty"]), tags=["templated"], source="templated"))

@@ -85,9 +85,8 @@ def sample_partition(pool: list[Prompt], n: int, seed: int) -> list[Prompt]:
     return chosen
 
 
-def partition_prompts(cfg: HominemConfig, seed: int) -> tuple[list[Prompt], list[Prompt]]:
-    """(today's training prompts, the fixed evaluation prompts) for one partition."""
-    prompts = load_seed_prompts(cfg.path(cfg.prompts.seed_file), cfg.prompts.categories)
+def partition_prompts(cfg: HominemConfig, prompts: list[Prompt], seed: int) -> tuple[list[Prompt], list[Prompt]]:
+    """(today's training prompts, the fixed evaluation prompts) for one partition, from the seed prompts."""
     pool, evaluation = split_eval(prompts, cfg.prompts.eval_per_category, cfg.project.seed)
     if not pool:
         raise PromptFileError("every seed prompt is held out for evaluation; lower prompts.eval_per_category")

@@ -19,7 +19,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -73,14 +73,13 @@ class ChatResult:
     input_tokens: int = 0
     output_tokens: int = 0
     finish_reason: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, payload: dict[str, Any]) -> ChatResult:
-        return cls(**payload)
+        return cls(**{k: v for k, v in payload.items() if k in cls.__dataclass_fields__})
 
 
 class CallFailed(Exception):
@@ -221,8 +220,16 @@ class ChatBackend(abc.ABC):
         """Everything that determines the answer: provider, model, endpoint, output mode and the request."""
         return {**self.describe(), "request": request.identity()}
 
+    async def chat(self, request: ChatRequest, *, stream: bool) -> ChatResult:
+        """One exchange; a structured request's reply is parsed here, unless the backend already did
+        (tool use) or found why it cannot be (no tool call, a refusal)."""
+        result = await self._exchange(request, stream=stream)
+        if request.schema is not None and result.data is None and result.parse_error is None:
+            result.data, result.parse_error = parse_json_object(result.text)
+        return result
+
     @abc.abstractmethod
-    async def chat(self, request: ChatRequest, *, stream: bool) -> ChatResult: ...
+    async def _exchange(self, request: ChatRequest, *, stream: bool) -> ChatResult: ...
 
     @abc.abstractmethod
     async def aclose(self) -> None: ...
@@ -247,7 +254,7 @@ class AnthropicChat(ChatBackend):
             api_key=self.api_key, base_url=self.base_url, timeout=self.timeout, max_retries=0, http_client=anthropic.DefaultAioHttpClient()
         )
 
-    async def chat(self, request: ChatRequest, *, stream: bool) -> ChatResult:
+    async def _exchange(self, request: ChatRequest, *, stream: bool) -> ChatResult:
         # The Messages API (2026-10-21 on) rejects temperature/top_p/top_k, and SDK 2.x dropped them:
         # candidates differ by system prompt and by the model's own sampling.
         kwargs: dict[str, Any] = {
@@ -262,7 +269,7 @@ class AnthropicChat(ChatBackend):
             kwargs["tools"] = [{"name": LABEL_TOOL, "description": "Record your judgement of the reply.", "input_schema": request.schema.schema}]
             kwargs["tool_choice"] = {"type": "tool", "name": LABEL_TOOL, "disable_parallel_tool_use": True}
         if stream and not tool_mode:
-            return await self._stream(kwargs, request)
+            return await self._stream(kwargs)
         message = await self.client.messages.create(**kwargs)
         texts = [b.text for b in message.content if b.type == "text"]
         tools = [b for b in message.content if b.type == "tool_use" and b.name == LABEL_TOOL]
@@ -278,11 +285,9 @@ class AnthropicChat(ChatBackend):
                 result.text = json.dumps(tools[0].input)
             else:
                 result.parse_error = f"the reply did not call the {LABEL_TOOL} tool"
-        elif request.schema is not None:
-            result.data, result.parse_error = parse_json_object(result.text)
         return result
 
-    async def _stream(self, kwargs: dict[str, Any], request: ChatRequest) -> ChatResult:
+    async def _stream(self, kwargs: dict[str, Any]) -> ChatResult:
         parts: list[str] = []
         result = ChatResult(text="")
         events = await self.client.messages.create(**kwargs, stream=True)
@@ -295,8 +300,6 @@ class AnthropicChat(ChatBackend):
                 result.output_tokens = event.usage.output_tokens
                 result.finish_reason = event.delta.stop_reason
         result.text = "".join(parts)
-        if request.schema is not None:
-            result.data, result.parse_error = parse_json_object(result.text)
         return result
 
     async def aclose(self) -> None:
@@ -315,7 +318,7 @@ class OpenAIChat(ChatBackend):
             api_key=self.api_key, base_url=self.base_url, timeout=self.timeout, max_retries=0, http_client=openai.DefaultAioHttpClient()
         )
 
-    async def chat(self, request: ChatRequest, *, stream: bool) -> ChatResult:
+    async def _exchange(self, request: ChatRequest, *, stream: bool) -> ChatResult:
         messages = [{"role": "system", "content": request.system}] if request.system else []
         messages += [{"role": r, "content": t} for r, t in self._user_turns(request)]
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": request.max_tokens}
@@ -347,11 +350,7 @@ class OpenAIChat(ChatBackend):
                 result.input_tokens, result.output_tokens = completion.usage.prompt_tokens, completion.usage.completion_tokens
             refusal = getattr(choice.message, "refusal", None)
             if refusal:
-                result.extra["refusal"] = refusal
-        if request.schema is not None:
-            result.data, result.parse_error = parse_json_object(result.text)
-            if result.data is None and result.extra.get("refusal"):
-                result.parse_error = f"the model refused: {result.extra['refusal']}"
+                result.parse_error = f"the model refused: {refusal}"
         return result
 
     async def _post(self, body: dict[str, Any], *, stream: bool) -> Any:

@@ -313,8 +313,8 @@ def train_reward_model(
                     preds[k][torch.as_tensor(pos)] = heads[k]
         return preds, {k: v[torch.as_tensor(idx)] for k, v in targets.items()}
 
-    def evaluate(idx: np.ndarray) -> dict[str, Any]:
-        preds, tgt = predict(idx)
+    def evaluate(idx: np.ndarray, predicted: tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]] | None = None) -> dict[str, Any]:
+        preds, tgt = predicted or predict(idx)
         mse = {k: float(nn.functional.mse_loss(preds[k], tgt[k])) for k in weights}
         metrics: dict[str, Any] = {f"val_mse_{k}": v for k, v in mse.items()}
         metrics["val_loss"] = sum(weights[k] * mse[k] for k in weights)
@@ -363,11 +363,11 @@ def train_reward_model(
                 break
     assert best_state is not None  # epoch 1 always improves on inf
     net.load_state_dict(best_state)
-    final = evaluate(val_idx)
+    preds, tgt = predict(val_idx)
+    final = evaluate(val_idx, (preds, tgt))
     final.update({"best_epoch": best_epoch, "epochs_run": len(history), "train_examples": len(train_idx), "val_examples": len(val_idx)})
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    preds, tgt = predict(val_idx)
     calibration = calibrate_pairs(
         [examples["prompt_id"].iloc[i] for i in val_idx], tgt["scalar"].numpy(), preds["scalar"].numpy(), out_dir / RELIABILITY_PLOT, date
     )

@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from hominem_pipeline.core.artifacts import ArtifactRef, ArtifactStore, file_sha256, fingerprint
+from hominem_pipeline.core.artifacts import ArtifactRef, ArtifactStore, fingerprint
 from hominem_pipeline.core.config import HominemConfig
 from hominem_pipeline.core.tracking import TAG_CACHE_HIT, TAG_VERSION, StageRun, Tracker
 
@@ -42,9 +42,7 @@ class StageOutput:
     table: str | None = None  # the file downstream stages log as their MLflow input dataset
     mlflow_artifacts: list[str] = field(default_factory=list)  # files (relative) copied to MLflow
     quarantine: pd.DataFrame | None = None  # rejected rows with a `reason` column (kept out of the table)
-    # False when some of the work failed for good (API calls out of retries). The version is then
-    # published as `<version>-partial-<digest>`, so the next run builds again (answered calls come from
-    # the cache) and downstream stages see a different input when the gaps are filled.
+    # False when some of the work failed for good (API calls out of retries): see ArtifactStore.publish.
     complete: bool = True
 
 
@@ -168,11 +166,9 @@ def run_stage(spec: StageSpec, cfg: HominemConfig, partition: str, *, dagster_ru
                     "mlflow_run_id": run.run_id,
                     "complete": output.complete,
                 }
-                published = version
+                ref = store.publish(staged, spec.name, partition, version, manifest, complete=output.complete)
                 if not output.complete:
-                    published = f"{version}-partial-{fingerprint(sorted(str(p.relative_to(staged)) + file_sha256(p) for p in staged.rglob('*') if p.is_file()), 8)}"
-                    log.warning("%s/%s is incomplete; published as %s, the next run builds it again", spec.name, partition, published)
-                ref = store.publish(staged, spec.name, partition, published, manifest)
+                    log.warning("%s/%s is incomplete; published as %s, the next run builds it again", spec.name, partition, ref.version)
                 if output.quarantine is not None:
                     store.write_quarantine(ref, output.quarantine)
 

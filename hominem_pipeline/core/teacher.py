@@ -10,6 +10,7 @@ OpenAI, OpenAI-compatible servers) implement the same two methods.
 from __future__ import annotations
 
 import abc
+import itertools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -76,8 +77,8 @@ class Teacher(abc.ABC):
         """A label per trajectory that could be rated."""
 
     @abc.abstractmethod
-    def write(self, requests: Sequence[WriteRequest]) -> list[str | None]:
-        """The teacher's text for each request (None where the call failed)."""
+    def write(self, requests: Sequence[WriteRequest]) -> TeacherOutput[str | None]:
+        """The teacher's text for each request, in order (None where the call failed, listed in `failed`)."""
 
     def close(self) -> None:
         """Release clients and caches."""
@@ -173,18 +174,23 @@ class LocalHFTeacher(Teacher):
                 progress.advance(len(group))
         return TeacherOutput([out[(p.prompt_id, c)] for p in prompts for c in range(len(styles))])
 
-    def write(self, requests: Sequence[WriteRequest]) -> list[str | None]:
-        out: list[str | None] = []
-        for start in range(0, len(requests), self.batch_size):
-            batch = requests[start : start + self.batch_size]
-            texts = [chat_text(self.tokenizer, r.instruction, r.system) for r in batch]
-            # One generate call per batch: the first request's sampling settings and seed stand for it.
-            gen = generate(
-                self.model, self.tokenizer, texts, max_new_tokens=max(r.max_new_tokens for r in batch),
-                seed=batch[0].seed, temperature=batch[0].temperature, top_p=0.95, repetition_penalty=1.1,
-            )
-            out.extend(g.text for g in gen)
-        return out
+    def write(self, requests: Sequence[WriteRequest]) -> TeacherOutput[str | None]:
+        out: list[str | None] = [None] * len(requests)
+        # Batches of requests that sample alike (one temperature and seed per generate call).
+        order = sorted(range(len(requests)), key=lambda i: (requests[i].temperature, requests[i].seed))
+        for _, group in itertools.groupby(order, key=lambda i: requests[i].temperature):
+            group = list(group)
+            for start in range(0, len(group), self.batch_size):
+                idx = group[start : start + self.batch_size]
+                first = requests[idx[0]]
+                gen = generate(
+                    self.model, self.tokenizer, [chat_text(self.tokenizer, requests[i].instruction, requests[i].system) for i in idx],
+                    max_new_tokens=max(requests[i].max_new_tokens for i in idx), seed=first.seed, temperature=first.temperature,
+                    top_p=0.95, repetition_penalty=1.1,
+                )
+                for i, g in zip(idx, gen):
+                    out[i] = g.text
+        return TeacherOutput(out)
 
     # -- rating ------------------------------------------------------------------------------------
     def _conversation(self, prompt: str, response: str) -> str:
