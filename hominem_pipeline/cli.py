@@ -185,7 +185,7 @@ def _print_summary(events, cfg: HominemConfig, day: str, run_id: str, seconds: f
         "prompts": ("train_prompts", "eval_prompts"),
         "teacher_trajectories": ("trajectories", "tokens_per_second"),
         "teacher_labels": ("labels", "mean_scalar"),
-        "reward_model": ("val_pairwise_accuracy", "val_pearson_scalar", "train_seconds"),
+        "reward_model": ("val_pairwise_accuracy", "val_ece", "val_pearson_scalar", "train_seconds"),
         "preference_pairs": ("pairs", "mean_margin"),
         "lora_adapter": ("steps", "final_loss", "seconds_per_step"),
         "evaluation": ("win_rate", "adapter_mean_scalar", "base_mean_scalar"),
@@ -270,17 +270,18 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         pass  # the whole group is already gone
 
 
-def _labels_for(cfg: HominemConfig, date: str | None):
+def _artifact_for(cfg: HominemConfig, asset: str, date: str | None):
+    """(store, ref) of `asset` on `date`, or on the newest day that has one."""
     from hominem_pipeline.core.artifacts import ArtifactStore
 
     store = ArtifactStore(cfg.data_dir)
-    available = store.partitions("teacher_labels")
+    available = store.partitions(asset)
     if not available:
-        _fail(f"no teacher_labels under {cfg.data_dir}; run `hominem run` (or `make run`) first")
+        _fail(f"no {asset} under {cfg.data_dir}; run `hominem run` (or `make run`) first")
     day = _date(date) if date else available[-1]
-    ref = store.current("teacher_labels", day)
+    ref = store.current(asset, day)
     if ref is None:
-        _fail(f"no teacher_labels for {day}; partitions with labels: {', '.join(available[-10:])}")
+        _fail(f"no {asset} for {day}; partitions with one: {', '.join(available[-10:])}")
     return store, ref
 
 
@@ -296,7 +297,7 @@ def data_validate(
     from hominem_pipeline.core.labeling import BLOCKING, validate_labels
 
     cfg = _config(config)
-    store, ref = _labels_for(cfg, date)
+    store, ref = _artifact_for(cfg, "teacher_labels", date)
     labels = pd.read_parquet(ref.file("labels.parquet"))
     trajectories = store.current("teacher_trajectories", ref.partition)
     quarantine_file = store.quarantine_path("teacher_labels", ref.partition, ref.version)
@@ -338,7 +339,7 @@ def data_sample(
     from hominem_pipeline.core.labeling import row_problems
 
     cfg = _config(config)
-    _, ref = _labels_for(cfg, date)
+    _, ref = _artifact_for(cfg, "teacher_labels", date)
     labels = pd.read_parquet(ref.file("labels.parquet"))
     picked = labels.sample(n=min(n, len(labels)), random_state=seed)
     for row in picked.to_dict(orient="records"):
@@ -391,6 +392,58 @@ def data_import_preferences(
     details = meta["details"].value if "details" in meta else {}
     for reason, count in details.get("quarantine_reasons", {}).items():
         console.print(f"quarantined {count} row(s): {reason}")
+
+
+@app.command("reward-probe")
+def reward_probe(
+    prompt: Annotated[str, typer.Option("--prompt", "-p", help="The user's message.")],
+    response: Annotated[list[str], typer.Option("--response", "-r", help="A reply to score; repeat the option to compare several.")],
+    model: Annotated[Optional[Path], typer.Option("--model", "-m", help="A reward model folder (default: the newest built one).")] = None,
+    config: ConfigOpt = None,
+    date: Annotated[Optional[str], typer.Option("--date", "-d", help="Use that day's reward model (default: the newest).")] = None,
+    int8: Annotated[bool, typer.Option("--int8", help="Score with the int8-quantized backbone.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON instead of a table.")] = False,
+) -> None:
+    """Score replies to one prompt with the reward model: each dimension, the scalar, intensity and safety
+    with their uncertainty, the dimensions on which the replies differ most, and the calibrated
+    probability that the first reply is preferred over each other."""
+    import json
+
+    from hominem_pipeline.core.reward_model import RewardModel
+
+    cfg = _config(config)
+    path = model or _artifact_for(cfg, "reward_model", date)[1].path
+    try:
+        rm = RewardModel.load(path, quantize="int8" if int8 else None)
+        outputs = rm.score([prompt] * len(response), response)
+    except (FileNotFoundError, ValueError, TypeError) as exc:
+        _fail(str(exc))
+    if as_json:
+        console.print_json(json.dumps([o.as_dict() for o in outputs]))
+        return
+    console.print(f"[dim]reward model {path}[/]")
+    for i, text in enumerate(response, 1):
+        console.print(f"[bold]#{i}[/] {text if len(text) <= 160 else text[:157] + '...'}")
+    rows = [(d, [o.vector[d] for o in outputs], [o.uncertainty[d] for o in outputs]) for d in rm.dimensions]
+    rows += [(k, [getattr(o, k) for o in outputs], [o.uncertainty[k] for o in outputs]) for k in ("scalar", "reward_intensity", "safety_score")]
+    spread = {name: max(values) - min(values) for name, values, _ in rows[: len(rm.dimensions)]}
+    top = {d for d in sorted(spread, key=spread.get, reverse=True)[:3] if spread[d] > 0} if len(outputs) > 1 else set()
+    table = Table(title=f"prompt: {prompt if len(prompt) <= 80 else prompt[:77] + '...'}")
+    table.add_column("output")
+    for i in range(len(outputs)):
+        table.add_column(f"#{i + 1} (± sd)", justify="right")
+    if len(outputs) > 1:
+        table.add_column("spread", justify="right")
+    for name, values, sds in rows:
+        cells = [f"{v:+.3f} ± {s:.3f}" for v, s in zip(values, sds)]
+        label = f"[bold yellow]{name} *[/]" if name in top else name
+        table.add_row(label, *cells, *([f"{max(values) - min(values):.3f}"] if len(outputs) > 1 else []), end_section=name == rm.dimensions[-1])
+    console.print(table)
+    if top:
+        console.print(f"[yellow]*[/] the dimensions on which the replies differ most: {', '.join(sorted(top, key=spread.get, reverse=True))}")
+    for j in range(1, len(response)):
+        p = rm.prefer(prompt, response[0], response[j])
+        console.print(f"P(#1 preferred over #{j + 1}) = {p:.3f}   (calibrated, temperature {rm.temperature:.3f})")
 
 
 def main() -> None:  # pragma: no cover - console script shim

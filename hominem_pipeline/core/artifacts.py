@@ -108,16 +108,17 @@ class ArtifactStore:
             )
         return ref
 
-    def window(self, asset: str, end_partition: str, days: int) -> list[ArtifactRef]:
+    def window(self, asset: str, end_partition: str, days: int, require_end: bool = True) -> list[ArtifactRef]:
         """The materialized partitions of `asset` in the `days` days ending at `end_partition`, oldest first.
 
-        Days in the window that were never materialized are skipped; the end day itself is required.
+        Days in the window that were never materialized are skipped; the end day itself is required
+        unless `require_end` is False.
         """
         end = dt.date.fromisoformat(end_partition)
         refs = []
         for offset in range(days - 1, -1, -1):
             key = (end - dt.timedelta(days=offset)).isoformat()
-            ref = self.require(asset, key) if offset == 0 else self.current(asset, key)
+            ref = self.require(asset, key) if offset == 0 and require_end else self.current(asset, key)
             if ref is not None:
                 refs.append(ref)
         return refs

@@ -19,24 +19,29 @@ BINS = 20
 
 def preference_probability(gap: np.ndarray | float, temperature: float) -> np.ndarray:
     """sigmoid(gap / T): the probability that the first response is preferred."""
-    return 1.0 / (1.0 + np.exp(-np.asarray(gap, dtype=np.float64) / temperature))
+    return 0.5 * (1.0 + np.tanh(np.asarray(gap, dtype=np.float64) / (2.0 * temperature)))  # no overflow for large gaps
 
 
-def both_orders(prompt_ids: Sequence[str], teacher: np.ndarray, predicted: np.ndarray, min_gap: float) -> tuple[np.ndarray, np.ndarray]:
-    """(predicted gap, 1 if the teacher prefers the first) for every same-prompt pair whose teacher gap
-    is at least `min_gap`, in both orders."""
-    gaps, outcomes = [], []
+def same_prompt_pairs(prompt_ids: Sequence[str], values: np.ndarray, min_gap: float) -> np.ndarray:
+    """Rows (preferred, other) of every same-prompt pair whose `values` differ by at least `min_gap`."""
+    pairs = []
     ids = np.asarray(prompt_ids)
     for pid in np.unique(ids):
         rows = np.flatnonzero(ids == pid)
         for a in range(len(rows)):
             for b in range(a + 1, len(rows)):
                 i, j = rows[a], rows[b]
-                if abs(teacher[i] - teacher[j]) >= min_gap:
-                    first = float(teacher[i] > teacher[j])
-                    gaps += [predicted[i] - predicted[j], predicted[j] - predicted[i]]
-                    outcomes += [first, 1.0 - first]
-    return np.asarray(gaps, dtype=np.float64), np.asarray(outcomes, dtype=np.float64)
+                if abs(values[i] - values[j]) >= min_gap:
+                    pairs.append((i, j) if values[i] > values[j] else (j, i))
+    return np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+
+
+def both_orders(pairs: np.ndarray, predicted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(predicted gap, 1 if the first is the preferred one) for every (preferred, other) pair, in both
+    orders: the bins are then symmetric around 0.5 and the report does not depend on pair order."""
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    gap = np.asarray(predicted, dtype=np.float64)[pairs[:, 0]] - np.asarray(predicted, dtype=np.float64)[pairs[:, 1]]
+    return np.concatenate([gap, -gap]), np.concatenate([np.ones(len(gap)), np.zeros(len(gap))])
 
 
 def _nll(gaps: np.ndarray, outcomes: np.ndarray, temperature: float) -> float:
@@ -101,4 +106,33 @@ def reliability_diagram(before: dict[str, Any], after: dict[str, Any], path: Pat
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def reliability_grid(panels: dict[str, tuple[dict[str, Any], float, float | None]], path: Path, title: str) -> None:
+    """One small reliability diagram per name (a reward dimension): its report after scaling, its T and
+    its held-out ECE (None when it could not be held out)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(4, max(1, len(panels)))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 3.0 * rows), squeeze=False)
+    for ax in axes.flat[len(panels) :]:
+        ax.axis("off")
+    for ax, (name, (report, temperature, held_out)) in zip(axes.flat, panels.items()):
+        ax.plot([0, 1], [0, 1], color="0.6", linestyle="--", linewidth=1)
+        ax.plot([b["confidence"] for b in report["bins"]], [b["accuracy"] for b in report["bins"]], "s-", markersize=3)
+        held = "n/a" if held_out is None else f"{held_out:.3f}"
+        ax.set_title(f"{name}: {report['pairs'] // 2} pairs, T {temperature:.3g}\nECE {report['ece']:.3f} in sample, {held} held out", fontsize=8)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.tick_params(labelsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.supxlabel("predicted P(first better on the dimension)", fontsize=8)
+    fig.supylabel("share the teacher rated first better", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
     plt.close(fig)

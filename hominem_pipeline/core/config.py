@@ -238,8 +238,37 @@ class RewardLossWeights(_Frozen):
     safety: float = Field(ge=0.0)
 
 
+class RewardLoraConfig(_Frozen):
+    r: int = Field(ge=1, le=1024)
+    alpha: float = Field(gt=0.0)
+    dropout: float = Field(ge=0.0, lt=1.0)
+    target_modules: list[str] | None = None  # None: the backbone's attention projections (PEFT's default for its type)
+
+
+class RewardBackboneConfig(_Frozen):
+    path: str | None = None  # None: models.encoder; "student": models.student; else a folder or an HF id
+    kind: Literal["auto", "encoder", "decoder"] = "auto"
+    pooling: Literal["auto", "mean", "last"] = "auto"  # auto: mean for encoders, the last real token for decoders
+    finetune: Literal["full", "lora", "frozen"] = "full"
+    lora: RewardLoraConfig
+
+
+class PairLossConfig(_Frozen):
+    weight: float = Field(ge=0.0)  # Bradley-Terry loss on the scalar head, next to the regression losses
+    scale: float = Field(gt=0.0, le=100.0)  # logit = scale * (scalar_chosen - scalar_rejected); the scalar lives in [-1, 1]
+    teacher_weight: float = Field(ge=0.0)  # per pair: same-prompt teacher pairs (scalar gap >= 0.1)
+    human_weight: float = Field(ge=0.0)  # per pair: human_preferences pairs
+
+
+class UncertaintyConfig(_Frozen):
+    method: Literal["ensemble", "mc_dropout", "none"]
+    members: int = Field(ge=1, le=64)  # ensemble: heads on the shared backbone, each on its own bootstrap weights
+    mc_samples: int = Field(ge=2, le=256)  # mc_dropout: stochastic forward passes per score() call
+
+
 class RewardModelConfig(_Frozen):
     window_days: int = Field(ge=1, le=3650)
+    backbone: RewardBackboneConfig
     max_length: int = Field(ge=16, le=4096)
     epochs: int = Field(ge=1, le=1000)
     batch_size: int = Field(ge=1, le=4096)
@@ -249,6 +278,11 @@ class RewardModelConfig(_Frozen):
     val_fraction: float = Field(gt=0.0, lt=1.0)
     early_stopping_patience: int = Field(ge=1, le=1000)
     loss_weights: RewardLossWeights
+    pair_loss: PairLossConfig
+    rationale_weight: float = Field(ge=0.0)  # auxiliary target: the embedding of the teacher's rationale (0: off)
+    uncertainty: UncertaintyConfig
+    human_preferences: bool = True  # train on the human_preferences pairs of the window too
+    dropout: float = Field(ge=0.0, lt=1.0)
 
 
 class PreferencesConfig(_Frozen):

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from hominem_pipeline.core.config import HealthConfig
-from hominem_pipeline.core.reward_model import RewardModel, pad_batch
+from hominem_pipeline.core.reward_model import RewardModel, pad_batch, pad_id
 from hominem_pipeline.core.stats import pearson, spearman
 
 COMPONENTS = ("dcs", "gvs", "mss", "cdrs", "lrps")
@@ -54,7 +54,7 @@ def _clip01(x: float) -> float:
 
 def dimensional_coherence(reward_model: RewardModel, prompts: Sequence[str], responses: Sequence[str]) -> Component:
     """DCS = 2/(N(N-1)) * sum_{i<j} max(0, GDA(i, j)), GDA = cosine between the gradients (w.r.t. the
-    encoder's parameters) of the mean of dimension i and of dimension j over the responses.
+    reward model backbone's parameters) of the mean of dimension i and of dimension j over the responses.
 
     The design writes 1/(N(N-1)), which caps DCS at 0.5 for perfectly agreeing dimensions; normalising
     by the number of pairs keeps the component in [0, 1] like the other four."""
@@ -63,16 +63,16 @@ def dimensional_coherence(reward_model: RewardModel, prompts: Sequence[str], res
     if len(responses) < 2:
         return Component("dcs", None, "needs at least 2 scored responses")
     net = reward_model.net
-    params = [p for p in net.encoder.parameters()]
+    params = [p for p in net.backbone.parameters()]
     encoded = reward_model.encode(prompts, responses)
-    ids, mask = pad_batch(encoded, reward_model.tokenizer.pad_token_id)
+    ids, mask = pad_batch(encoded, pad_id(reward_model.tokenizer))
     net.eval()
     was = [p.requires_grad for p in params]
     for p in params:
         p.requires_grad_(True)
     try:
         with torch.enable_grad():
-            vectors = net(ids, mask)["vector"]  # (n, D)
+            vectors = net(ids, mask)["vector"].mean(1)  # (n, D): the ensemble members' mean
             grads = []
             for d in range(vectors.shape[1]):
                 g = torch.autograd.grad(vectors[:, d].mean(), params, retain_graph=True, allow_unused=True)
@@ -91,7 +91,7 @@ def dimensional_coherence(reward_model: RewardModel, prompts: Sequence[str], res
     return Component(
         "dcs",
         _clip01(value),
-        "cosine of per-dimension reward gradients w.r.t. the reward encoder on the adapter's evaluation responses",
+        "cosine of per-dimension reward gradients w.r.t. the reward model's backbone on the adapter's evaluation responses",
         {"mean_gda": float(upper.mean()), "min_gda": float(upper.min()), "pairs": int(len(upper))},
     )
 

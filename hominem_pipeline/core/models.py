@@ -114,6 +114,25 @@ def encoder_path(cfg: HominemConfig) -> Path:
     return path
 
 
+def reward_backbone(cfg: HominemConfig) -> Path | str:
+    """What the reward model is built on: `reward_model.backbone.path` as a folder (relative to the
+    project), `student` for the student's folder, null for models.encoder, anything else an HF hub id
+    (from_pretrained finds it in the local cache or fetches it: the offline default never names one)."""
+    name = cfg.reward_model.backbone.path
+    if name is None:
+        return encoder_path(cfg)
+    if name == "student":
+        return student_path(cfg)
+    local = cfg.path(name)
+    if local.exists():
+        if not (local / "config.json").is_file():
+            raise ModelNotAvailable(f"reward_model.backbone.path {local} has no config.json; point it at an HF model folder")
+        return local
+    if name.count("/") == 1 and not name.startswith((".", "/", "~")):
+        return name
+    raise ModelNotAvailable(f"reward_model.backbone.path {name!r} is neither a folder under {cfg.root} nor an HF id like org/model")
+
+
 def load_student(path: Path):
     """The student as (model, tokenizer) in fp32 eval mode, with a pad token and left padding."""
     import torch

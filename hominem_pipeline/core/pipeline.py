@@ -232,31 +232,42 @@ def build_teacher_labels(ctx: StageContext) -> StageOutput:
 
 # --- reward model ---------------------------------------------------------------------------------
 
+REWARD_MODEL_NAME = "hominem-reward-model"  # in the MLflow model registry; alias `current` = the latest built
+
 
 def build_reward_model(ctx: StageContext) -> StageOutput:
-    from hominem_pipeline.core.models import encoder_path
-    from hominem_pipeline.core.reward_model import METADATA, RELIABILITY_PLOT, train_reward_model
+    from hominem_pipeline.core.models import reward_backbone
+    from hominem_pipeline.core.reward_model import DIMENSION_PLOT, METADATA, RELIABILITY_PLOT, train_reward_model
 
     labels = ctx.tables("teacher_labels")
-    # Content digest: the sha256 of every label table read, as their manifests recorded them.
-    digest = fingerprint([[r.partition, r.manifest["files"]["labels.parquet"]] for r in ctx.inputs["teacher_labels"]], 64)
+    human = ctx.tables("human_preferences") if ctx.inputs["human_preferences"] else None
+    # Content digest: the sha256 of every table read, as their manifests recorded them.
+    digest = fingerprint([[a, r.partition, r.manifest["files"][r.manifest["table"]]] for a in ("teacher_labels", "human_preferences") for r in ctx.inputs[a]], 64)
     started = time.monotonic()
     metrics = train_reward_model(
         labels,
         dimensions=ctx.cfg.dimension_names,
-        encoder_path=encoder_path(ctx.cfg),
+        backbone_path=reward_backbone(ctx.cfg),
         cfg=ctx.cfg.reward_model,
         out_dir=ctx.out_dir,
         seed=ctx.seed,
         data_digest=digest,
         date=ctx.partition,
+        human_pairs=human,
         on_epoch=lambda epoch, m: ctx.run.log_metrics(m, step=epoch),
     )
     metrics["train_seconds"] = time.monotonic() - started
     return StageOutput(
         metrics={k: v for k, v in metrics.items() if v is None or isinstance(v, (int, float))},
-        metadata={"rows": len(labels), "label_partitions": [r.partition for r in ctx.inputs["teacher_labels"]], "training_data_digest": digest},
-        mlflow_artifacts=[METADATA] + ([RELIABILITY_PLOT] if (ctx.out_dir / RELIABILITY_PLOT).is_file() else []),
+        metadata={
+            "rows": len(labels),
+            "human_pairs": 0 if human is None else len(human),
+            "label_partitions": [r.partition for r in ctx.inputs["teacher_labels"]],
+            "human_preference_partitions": [r.partition for r in ctx.inputs["human_preferences"]],
+            "training_data_digest": digest,
+        },
+        mlflow_artifacts=[METADATA] + [p for p in (RELIABILITY_PLOT, DIMENSION_PLOT) if (ctx.out_dir / p).is_file()],
+        register_model=REWARD_MODEL_NAME,
     )
 
 
@@ -455,10 +466,13 @@ STAGES: tuple[StageSpec, ...] = (
     ),
     StageSpec(
         "reward_model",
-        "Multi-head reward model on the encoder, trained on the labels of a window of days.",
-        "2",
-        ("dimensions", "reward_model", "models.encoder"),
-        (Upstream("teacher_labels", lambda c: c.reward_model.window_days),),
+        "Multi-head reward model (vector, scalar, intensity, safety, uncertainty) trained on the labels and human pairs of a window of days.",
+        "3",
+        ("dimensions", "reward_model", "models.encoder", "models.student"),
+        (
+            Upstream("teacher_labels", lambda c: c.reward_model.window_days),
+            Upstream("human_preferences", lambda c: c.reward_model.window_days if c.reward_model.human_preferences else 0, optional=True),
+        ),
         build_reward_model,
     ),
     StageSpec(

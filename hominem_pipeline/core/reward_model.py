@@ -1,8 +1,18 @@
-"""The multi-head reward model: an HF encoder with heads for the reward vector, scalar, intensity and safety.
+"""The multi-head reward model: an HF backbone with heads for the reward vector, scalar, intensity and safety.
 
-Saved as a folder: `encoder/` (HF `save_pretrained`, with its tokenizer), `heads.safetensors` and
-`METADATA.json` (dimensions, ranges, semantics, max length, training data digest, metrics, date).
-`RewardModel.load(path).score(prompts, responses)` is the interface every later stage uses.
+The backbone is any HF encoder (mean pooling) or decoder (last-token pooling), fine-tuned fully, with
+LoRA (merged before saving) or frozen. Each head has `members` outputs: a small deep ensemble on the
+shared backbone, each member trained on its own bootstrap weights of the prompts, whose spread is the
+model's uncertainty (or MC dropout: several stochastic passes at scoring time).
+
+Training minimises, per member, the regression losses on the teacher's labels plus a Bradley-Terry
+loss on the scalar over same-prompt teacher pairs and imported human pairs (and, optionally, an
+auxiliary loss predicting the embedding of the teacher's rationale), with early stopping on a
+validation split held out by prompt. Pairwise preferences are then calibrated by temperature scaling.
+
+Saved as a folder: `backbone/` (HF `save_pretrained`, with its tokenizer), `heads.safetensors` and
+`METADATA.json` (dimensions, ranges, semantics, backbone, calibration, training data digest, metrics,
+date). `RewardModel.load(path).score(prompts, responses)` is the interface every later stage uses.
 """
 
 from __future__ import annotations
@@ -11,7 +21,8 @@ import datetime as dt
 import json
 import logging
 import math
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,16 +34,21 @@ from torch import nn
 
 from hominem_pipeline.core.config import RewardModelConfig
 from hominem_pipeline.core.progress import Progress
-from hominem_pipeline.core.stats import pearson
 from hominem_pipeline.core.schema import INTENSITY_RANGE, SAFETY_RANGE, SCALAR_RANGE, VECTOR_RANGE
+from hominem_pipeline.core.stats import pearson
 
 log = logging.getLogger(__name__)
 
 METADATA = "METADATA.json"
 HEADS = "heads.safetensors"
 RELIABILITY_PLOT = "reliability.png"
-ENCODER_DIR = "encoder"
-PAIR_GAP = 0.1  # teacher scalar gap at which a validation pair counts for pairwise accuracy
+DIMENSION_PLOT = "reliability_dimensions.png"
+BACKBONE_DIR = "backbone"
+PAIR_GAP = 0.1  # teacher gap at which two candidates of a prompt form a pair (training, accuracy, calibration)
+HEAD_OUTPUTS = ("vector", "scalar", "reward_intensity", "safety_score")
+MAX_CHARS = 100_000  # per prompt or response: far beyond any max_length, so longer input is a caller's mistake
+MC_SEED = 0
+BUCKET_GROUPS = 64  # training batches are drawn from windows of this many groups sorted by length  # MC dropout masks are seeded so that the same inputs get the same uncertainty
 
 
 @dataclass(frozen=True)
@@ -41,50 +57,81 @@ class RewardOutput:
     scalar: float
     reward_intensity: float
     safety_score: float
+    # Standard deviation per output (each dimension, scalar, reward_intensity, safety_score) across the
+    # ensemble members or MC dropout passes; all 0.0 for a model trained without an uncertainty method.
+    uncertainty: dict[str, float]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"vector": self.vector, "scalar": self.scalar, "reward_intensity": self.reward_intensity, "safety_score": self.safety_score}
+        return {
+            "vector": self.vector,
+            "scalar": self.scalar,
+            "reward_intensity": self.reward_intensity,
+            "safety_score": self.safety_score,
+            "uncertainty": self.uncertainty,
+        }
+
+
+def backbone_kind(config: Any) -> str:
+    """"decoder" for causal LMs (pooled at the last real token), else "encoder" (mean pooling)."""
+    architectures = getattr(config, "architectures", None) or []
+    if getattr(config, "is_decoder", False) or any(a.endswith("ForCausalLM") for a in architectures):
+        return "decoder"
+    return "encoder"
 
 
 class RewardNet(nn.Module):
-    """Encoder -> mean pooling -> four heads. Bounded outputs match the label ranges."""
+    """Backbone -> pooling -> four heads with `members` outputs each. Bounded outputs match the label ranges."""
 
-    def __init__(self, encoder: nn.Module, n_dims: int, dropout: float = 0.1):
+    def __init__(self, backbone: nn.Module, n_dims: int, *, members: int = 1, pooling: str = "mean", dropout: float = 0.1):
         super().__init__()
-        hidden = encoder.config.hidden_size
-        self.encoder = encoder
+        if pooling not in ("mean", "last"):
+            raise ValueError(f"pooling {pooling!r}: use mean or last")
+        hidden = backbone.config.hidden_size
+        self.backbone = backbone
+        self.n_dims, self.members, self.pooling = n_dims, members, pooling
         self.dropout = nn.Dropout(dropout)
-        self.vector_head = nn.Linear(hidden, n_dims)
-        self.scalar_head = nn.Linear(hidden, 1)
-        self.intensity_head = nn.Linear(hidden, 1)
-        self.safety_head = nn.Linear(hidden, 1)
+        self.vector_head = nn.Linear(hidden, members * n_dims)
+        self.scalar_head = nn.Linear(hidden, members)
+        self.intensity_head = nn.Linear(hidden, members)
+        self.safety_head = nn.Linear(hidden, members)
 
     def pooled(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        if self.pooling == "last":  # right-padded: the last real token has seen the whole text
+            last = attention_mask.sum(1).clamp(min=1) - 1
+            return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
         return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
     def heads(self, pooled: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per member: vector (B, M, D), scalar / reward_intensity / safety_score (B, M)."""
         h = self.dropout(pooled)
         return {
-            "vector": torch.tanh(self.vector_head(h)),
-            "scalar": torch.tanh(self.scalar_head(h)).squeeze(-1),
-            "reward_intensity": torch.sigmoid(self.intensity_head(h)).squeeze(-1),
-            "safety_score": torch.sigmoid(self.safety_head(h)).squeeze(-1),
+            "vector": torch.tanh(self.vector_head(h)).view(-1, self.members, self.n_dims),
+            "scalar": torch.tanh(self.scalar_head(h)),
+            "reward_intensity": torch.sigmoid(self.intensity_head(h)),
+            "safety_score": torch.sigmoid(self.safety_head(h)),
         }
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
         return self.heads(self.pooled(input_ids, attention_mask))
 
     def head_state_dict(self) -> dict[str, torch.Tensor]:
-        return {k: v for k, v in self.state_dict().items() if not k.startswith("encoder.")}
+        return {k: v for k, v in self.state_dict().items() if not k.startswith("backbone.")}
+
+
+def member_mean_std(heads: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Mean and (population) standard deviation over the member axis (dim 1) of each head."""
+    return {k: v.mean(1) for k, v in heads.items()}, {k: v.std(1, unbiased=False) for k, v in heads.items()}
 
 
 def encode_pair(tokenizer: Any, prompt: str, response: str, max_length: int) -> list[int]:
     """[CLS] prompt [SEP] response [SEP] in at most `max_length` tokens: the response keeps its start
-    (up to 3/4 of the budget), the prompt keeps its end (the latest turn), which is what is judged."""
-    p = tokenizer.encode(prompt, add_special_tokens=False)
-    r = tokenizer.encode(response, add_special_tokens=False)
+    (up to 3/4 of the budget), the prompt keeps its end (the latest turn), which is what is judged.
+    Decoders without CLS/SEP get their BOS/EOS tokens instead."""
+    # verbose=False: the texts are cut below, so the "longer than the model's maximum" notice is noise.
+    p = tokenizer.encode(prompt, add_special_tokens=False, verbose=False)
+    r = tokenizer.encode(response, add_special_tokens=False, verbose=False)
     budget = max_length - 3
     r = r[: max(budget - len(p), (3 * budget) // 4)]
     p = p[max(0, len(p) - (budget - len(r))) :]
@@ -93,14 +140,27 @@ def encode_pair(tokenizer: Any, prompt: str, response: str, max_length: int) -> 
     return [t for t in (start,) if t is not None] + p + [sep] + r + [sep]
 
 
-def pad_batch(batch: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_id(tokenizer: Any) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
+def pad_batch(batch: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(x) for x in batch)
-    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    ids = torch.full((len(batch), width), pad, dtype=torch.long)
     mask = torch.zeros((len(batch), width), dtype=torch.long)
     for i, x in enumerate(batch):
         ids[i, : len(x)] = torch.tensor(x)
         mask[i, : len(x)] = 1
     return ids, mask
+
+
+def length_sorted_batches(encoded: list[list[int]], batch_size: int, pad: int) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor]]:
+    """(positions, ids, mask) batches sorted by length, so each batch pads only to its own longest item."""
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        ids, mask = pad_batch([encoded[i] for i in idx], pad)
+        yield idx, ids, mask
 
 
 def _check_inputs(prompts: Sequence[str], responses: Sequence[str]) -> None:
@@ -113,6 +173,34 @@ def _check_inputs(prompts: Sequence[str], responses: Sequence[str]) -> None:
             raise TypeError(f"item {i}: prompt and response must be str, got {type(p).__name__} and {type(r).__name__}")
         if not r.strip():
             raise ValueError(f"item {i}: the response is empty; there is nothing to score")
+        for name, text in (("prompt", p), ("response", r)):
+            if len(text) > MAX_CHARS:
+                raise ValueError(
+                    f"item {i}: the {name} is {len(text):,} characters, more than the {MAX_CHARS:,} score() accepts "
+                    f"(the model reads at most its max_length tokens); pass one conversation turn, not a whole file"
+                )
+
+
+def load_backbone(source: Path | str) -> tuple[nn.Module, Any]:
+    from transformers import AutoModel, AutoTokenizer
+
+    from hominem_pipeline.core.models import quiet_hf_progress
+
+    quiet_hf_progress()
+    return AutoModel.from_pretrained(source, dtype=torch.float32), AutoTokenizer.from_pretrained(source)
+
+
+def quantize_int8(module: nn.Module) -> nn.Module:
+    """Dynamic int8 quantization of every nn.Linear: weights int8 per output channel (closer to fp32
+    than one scale per tensor, at the same speed), activations quantized per batch."""
+    with warnings.catch_warnings():
+        # torch.ao.quantization is deprecated in favour of torchao (not a dependency here); the pinned
+        # torch 2.13 still ships and runs it.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+        return quantize_dynamic(module, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
 
 
 class RewardModel:
@@ -124,90 +212,108 @@ class RewardModel:
         self.metadata = metadata
         self.dimensions: list[str] = list(metadata["dimensions"])
         self.max_length: int = int(metadata["max_length"])
+        uncertainty = metadata.get("uncertainty") or {}
+        self.uncertainty_method: str = uncertainty.get("method", "none")
+        self.mc_samples: int = int(uncertainty.get("mc_samples", 0))
 
     @classmethod
-    def load(cls, path: str | Path) -> RewardModel:
+    def load(cls, path: str | Path, quantize: str | None = None) -> RewardModel:
+        """Load a saved model; `quantize="int8"` quantizes the backbone's linear layers dynamically
+        (faster on CPUs with int8 kernels; `benchmarks/reward_scoring_speed.py` measures agreement)."""
         from safetensors.torch import load_file
-        from transformers import AutoModel, AutoTokenizer
 
-        from hominem_pipeline.core.models import quiet_hf_progress
-
-        quiet_hf_progress()
         path = Path(path)
         if not (path / METADATA).is_file():
             raise FileNotFoundError(f"{path} is not a reward model folder (no {METADATA}); pass a data/reward_model/<date>/<version> folder")
+        if quantize not in (None, "int8"):
+            raise ValueError(f"quantize={quantize!r}: use None (fp32) or 'int8'")
         metadata = json.loads((path / METADATA).read_text())
-        encoder = AutoModel.from_pretrained(path / ENCODER_DIR)
-        net = RewardNet(encoder, len(metadata["dimensions"]))
+        backbone, tokenizer = load_backbone(path / BACKBONE_DIR)
+        bb = metadata.get("backbone") or {}
+        net = RewardNet(backbone, len(metadata["dimensions"]), members=int(metadata.get("members", 1)), pooling=bb.get("pooling", "mean"), dropout=float(metadata.get("dropout", 0.1)))
         missing = net.load_state_dict(load_file(str(path / HEADS)), strict=False)
-        if missing.unexpected_keys or any(not k.startswith("encoder.") for k in missing.missing_keys):
+        if missing.unexpected_keys or any(not k.startswith("backbone.") for k in missing.missing_keys):
             raise ValueError(f"{path / HEADS} does not match the model: {missing}")
-        return cls(net, AutoTokenizer.from_pretrained(path / ENCODER_DIR), metadata)
+        if quantize == "int8":
+            net.backbone = quantize_int8(net.backbone)
+        return cls(net, tokenizer, metadata)
 
     @property
     def temperature(self) -> float:
         """The fitted preference temperature (1.0, uncalibrated, when training had no validation pairs)."""
         return float((self.metadata.get("calibration") or {}).get("temperature", 1.0))
 
-    def prefer(self, prompt: str, a: str, b: str) -> float:
-        """The calibrated probability that response `a` is preferred over `b` for `prompt`."""
+    def prefer(self, prompt: str, a: str, b: str, dimension: str | None = None) -> float:
+        """The calibrated probability that response `a` is preferred over `b` for `prompt`: overall (by the
+        scalar), or on one reward dimension (by its own fitted temperature)."""
         from hominem_pipeline.core.calibration import preference_probability
 
-        scalar = self.raw_scores([prompt, prompt], [a, b])["scalar"]
-        return float(preference_probability(float(scalar[0]) - float(scalar[1]), self.temperature))
+        raw = self.raw_scores([prompt, prompt], [a, b])
+        if dimension is None:
+            return float(preference_probability(float(raw["scalar"][0]) - float(raw["scalar"][1]), self.temperature))
+        if dimension not in self.dimensions:
+            raise ValueError(f"unknown dimension {dimension!r}; this model has {', '.join(self.dimensions)}")
+        j = self.dimensions.index(dimension)
+        per_dim = ((self.metadata.get("calibration") or {}).get("dimensions") or {}).get(dimension) or {}
+        return float(preference_probability(float(raw["vector"][0, j]) - float(raw["vector"][1, j]), float(per_dim.get("temperature", 1.0))))
 
     def encode(self, prompts: Sequence[str], responses: Sequence[str]) -> list[list[int]]:
         return [encode_pair(self.tokenizer, p, r, self.max_length) for p, r in zip(prompts, responses)]
 
-    def batches(self, encoded: list[list[int]], batch_size: int):
-        """Index batches sorted by length so each batch pads only to its own longest item."""
-        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
-            ids, mask = pad_batch([encoded[i] for i in idx], self.tokenizer.pad_token_id)
-            yield idx, ids, mask
+    def _mc_passes(self, ids: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Standard deviation of the member-mean outputs over `mc_samples` passes with dropout on."""
+        dropouts = [m for m in self.net.modules() if isinstance(m, nn.Dropout)]
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(MC_SEED)
+            for m in dropouts:
+                m.train()
+            try:
+                samples = [member_mean_std(self.net(ids, mask))[0] for _ in range(self.mc_samples)]
+            finally:
+                for m in dropouts:
+                    m.eval()
+        return {k: torch.stack([s[k] for s in samples]).std(0, unbiased=False) for k in samples[0]}
 
-    def raw_scores(self, prompts: Sequence[str], responses: Sequence[str], batch_size: int = 32) -> dict[str, np.ndarray]:
-        """Head outputs as arrays: vector (n, D), scalar, reward_intensity, safety_score (n,)."""
+    def raw_scores(self, prompts: Sequence[str], responses: Sequence[str], batch_size: int = 32, uncertainty: bool = False) -> dict[str, Any]:
+        """Head outputs as arrays: vector (n, D), scalar, reward_intensity, safety_score (n,); with
+        `uncertainty`, also "std": the same keys holding standard deviations."""
         _check_inputs(prompts, responses)
         n = len(prompts)
-        out = {
-            "vector": np.zeros((n, len(self.dimensions)), dtype=np.float32),
-            "scalar": np.zeros(n, dtype=np.float32),
-            "reward_intensity": np.zeros(n, dtype=np.float32),
-            "safety_score": np.zeros(n, dtype=np.float32),
-        }
+        shapes = {"vector": (n, len(self.dimensions)), "scalar": (n,), "reward_intensity": (n,), "safety_score": (n,)}
+        out: dict[str, Any] = {k: np.zeros(s, dtype=np.float32) for k, s in shapes.items()}
+        std = {k: np.zeros(s, dtype=np.float32) for k, s in shapes.items()}
         with torch.inference_mode():
-            for idx, ids, mask in self.batches(self.encode(prompts, responses), batch_size):
-                heads = self.net(ids, mask)
-                for key, value in heads.items():
-                    out[key][idx] = value.float().numpy()
+            for idx, ids, mask in length_sorted_batches(self.encode(prompts, responses), batch_size, pad_id(self.tokenizer)):
+                mean, spread = member_mean_std(self.net(ids, mask))
+                if uncertainty and self.uncertainty_method == "mc_dropout":
+                    spread = self._mc_passes(ids, mask)
+                for key in shapes:
+                    out[key][idx] = mean[key].float().numpy()
+                    std[key][idx] = spread[key].float().numpy()
+        if uncertainty:
+            out["std"] = std
         return out
 
     def score(self, prompts: Sequence[str], responses: Sequence[str], batch_size: int = 32) -> list[RewardOutput]:
-        raw = self.raw_scores(prompts, responses, batch_size)
-        return [
-            RewardOutput(
-                vector={d: float(raw["vector"][i, j]) for j, d in enumerate(self.dimensions)},
-                scalar=float(raw["scalar"][i]),
-                reward_intensity=float(raw["reward_intensity"][i]),
-                safety_score=float(raw["safety_score"][i]),
+        raw = self.raw_scores(prompts, responses, batch_size, uncertainty=True)
+        std = raw["std"]
+        results = []
+        for i in range(len(prompts)):
+            spread = {d: float(std["vector"][i, j]) for j, d in enumerate(self.dimensions)}
+            spread.update({k: float(std[k][i]) for k in ("scalar", "reward_intensity", "safety_score")})
+            results.append(
+                RewardOutput(
+                    vector={d: float(raw["vector"][i, j]) for j, d in enumerate(self.dimensions)},
+                    scalar=float(raw["scalar"][i]),
+                    reward_intensity=float(raw["reward_intensity"][i]),
+                    safety_score=float(raw["safety_score"][i]),
+                    uncertainty=spread,
+                )
             )
-            for i in range(len(prompts))
-        ]
+        return results
 
 
 # --- training -------------------------------------------------------------------------------------
-
-
-def _targets(frame: pd.DataFrame, dimensions: list[str]) -> dict[str, torch.Tensor]:
-    vec = np.array([[row[d] for d in dimensions] for row in frame["vector"]], dtype=np.float32)
-    return {
-        "vector": torch.tensor(vec),
-        "scalar": torch.tensor(frame["scalar"].to_numpy(np.float32)),
-        "reward_intensity": torch.tensor(frame["reward_intensity"].to_numpy(np.float32)),
-        "safety_score": torch.tensor(frame["safety_score"].to_numpy(np.float32)),
-    }
 
 
 def split_by_prompt(prompt_ids: Sequence[str], val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -223,134 +329,359 @@ def split_by_prompt(prompt_ids: Sequence[str], val_fraction: float, seed: int) -
     return train, val
 
 
-def pairwise_accuracy(prompt_ids: Sequence[str], teacher: np.ndarray, predicted: np.ndarray, min_gap: float = PAIR_GAP) -> tuple[float | None, int]:
-    """Share of same-prompt pairs (teacher gap >= min_gap) that the prediction orders the same way."""
-    from hominem_pipeline.core.calibration import both_orders
-
-    gaps, outcomes = both_orders(prompt_ids, teacher, predicted, min_gap)
-    if len(gaps) == 0:
-        return None, 0
-    return float((np.sign(gaps) == 2 * outcomes - 1).mean()), len(gaps) // 2
-
-
-def calibrate_pairs(prompt_ids: Sequence[str], teacher: np.ndarray, predicted: np.ndarray, plot: Path, date: str) -> dict[str, Any] | None:
-    """Temperature scaling of P(a over b) = sigmoid(scalar gap / T) on the validation pairs (teacher gap
-    at least PAIR_GAP), with ECE / MCE / Brier before and after and a reliability diagram. None (and a
-    warning) when there is no such pair: `prefer` then reports uncalibrated probabilities (T = 1)."""
-    from hominem_pipeline.core.calibration import both_orders, calibration_report, fit_temperature, preference_probability, reliability_diagram
-
-    gaps, outcomes = both_orders(prompt_ids, teacher, predicted, PAIR_GAP)
-    if len(gaps) == 0:
-        log.warning("no validation pair has a teacher gap of %.2f or more: the reward model's preferences stay uncalibrated", PAIR_GAP)
+def pairwise_accuracy(pairs: np.ndarray, predicted: np.ndarray) -> float | None:
+    """Share of (preferred, other) pairs that the prediction orders the same way (a tie counts as wrong)."""
+    if len(pairs) == 0:
         return None
+    predicted = np.asarray(predicted, dtype=np.float64)
+    return float((predicted[pairs[:, 0]] > predicted[pairs[:, 1]]).mean())
+
+
+@dataclass
+class TrainingSet:
+    """Every sequence the model sees, with its targets, grouped for batching.
+
+    Sequences 0..labeled-1 are the labeled examples (in frame order); the rest are the chosen and
+    rejected replies of human pairs. A group is one prompt's candidates, or one human pair: batches are
+    made of whole groups, so a batch holds both sides of every pair it trains on."""
+
+    encoded: list[list[int]]
+    labeled: int
+    targets: dict[str, torch.Tensor]
+    group_of: np.ndarray  # sequence -> group
+    groups: list[np.ndarray]  # group -> sequences
+    pairs: np.ndarray  # (k, 2) preferred, other (sequence indices)
+    pair_weight: np.ndarray  # (k,)
+    pair_group: np.ndarray  # (k,) group of each pair
+    pair_human: np.ndarray  # (k,) bool
+
+    @classmethod
+    def build(cls, tokenizer: Any, labels: pd.DataFrame, human: pd.DataFrame | None, dimensions: list[str], cfg: RewardModelConfig) -> TrainingSet:
+        from hominem_pipeline.core.calibration import same_prompt_pairs
+
+        encoded = [encode_pair(tokenizer, p, r, cfg.max_length) for p, r in zip(labels["prompt"], labels["response"])]
+        n = len(labels)
+        vec = np.array([[row[d] for d in dimensions] for row in labels["vector"]], dtype=np.float32).reshape(n, len(dimensions))
+        targets = {
+            "vector": torch.tensor(vec),
+            **{k: torch.tensor(labels[k].to_numpy(np.float32)) for k in ("scalar", "reward_intensity", "safety_score")},
+        }
+        prompt_ids = np.asarray(labels["prompt_id"]) if n else np.array([], dtype=object)
+        names = sorted(set(prompt_ids))
+        group_of = np.array([names.index(p) for p in prompt_ids], dtype=np.int64)
+        pairs = same_prompt_pairs(prompt_ids, labels["scalar"].to_numpy(np.float64), PAIR_GAP) if n else np.zeros((0, 2), np.int64)
+        weights = np.full(len(pairs), cfg.pair_loss.teacher_weight)
+        human_flags = np.zeros(len(pairs), bool)
+        if human is not None and len(human):
+            start, g0 = len(encoded), len(names)
+            for k, (prompt, chosen, rejected) in enumerate(zip(human["prompt"], human["chosen"], human["rejected"])):
+                encoded += [encode_pair(tokenizer, prompt, chosen, cfg.max_length), encode_pair(tokenizer, prompt, rejected, cfg.max_length)]
+            h = len(human)
+            group_of = np.concatenate([group_of, np.repeat(np.arange(g0, g0 + h), 2)])
+            chosen_idx = start + 2 * np.arange(h)
+            pairs = np.concatenate([pairs, np.stack([chosen_idx, chosen_idx + 1], 1)])
+            weights = np.concatenate([weights, np.full(h, cfg.pair_loss.human_weight)])
+            human_flags = np.concatenate([human_flags, np.ones(h, bool)])
+        n_groups = int(group_of.max()) + 1 if len(group_of) else 0
+        groups = [np.flatnonzero(group_of == g) for g in range(n_groups)]
+        return cls(encoded, n, targets, group_of, groups, pairs, weights, group_of[pairs[:, 0]] if len(pairs) else np.zeros(0, np.int64), human_flags)
+
+    def split(self, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """Group ids (train, val): labeled prompts and human pairs each split by `val_fraction`."""
+        rng = np.random.default_rng(seed)
+        labeled_groups = np.unique(self.group_of[: self.labeled])
+        human_groups = np.unique(self.group_of[self.labeled :])
+        train, val = [], []
+        for groups in (labeled_groups, human_groups):
+            groups = rng.permutation(groups)
+            n_val = max(1, round(len(groups) * val_fraction)) if len(groups) > 1 else 0
+            val.append(groups[:n_val])
+            train.append(groups[n_val:])
+        return np.concatenate(train).astype(np.int64), np.concatenate(val).astype(np.int64)
+
+    def batches(self, groups: np.ndarray, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+        """Groups packed into batches of at most `batch_size` sequences (a bigger group alone). The groups
+        are shuffled, then sorted by length within windows of BUCKET_GROUPS, so that a batch holds texts of
+        similar length and pads little; the batches are shuffled again."""
+        shuffled = rng.permutation(groups)
+        out: list[np.ndarray] = []
+        for start in range(0, len(shuffled), BUCKET_GROUPS):
+            window = sorted(shuffled[start : start + BUCKET_GROUPS].tolist(), key=lambda g: max(len(self.encoded[s]) for s in self.groups[g]))
+            current: list[int] = []
+            for g in window:
+                members = self.groups[g]
+                if current and len(current) + len(members) > batch_size:
+                    out.append(np.asarray(current))
+                    current = []
+                current.extend(members.tolist())
+            if current:
+                out.append(np.asarray(current))
+        return [out[i] for i in rng.permutation(len(out))]
+
+    def pairs_within(self, seqs: np.ndarray) -> np.ndarray:
+        """Indices of the pairs both of whose sequences are in `seqs`."""
+        inside = np.zeros(len(self.encoded), bool)
+        inside[seqs] = True
+        return np.flatnonzero(inside[self.pairs[:, 0]] & inside[self.pairs[:, 1]]) if len(self.pairs) else np.zeros(0, np.int64)
+
+
+def _bootstrap(n_groups: int, members: int, rng: np.random.Generator) -> np.ndarray:
+    """Weights (group, member): Poisson(1) per group and member (the online bootstrap), so each member
+    trains on its own resample; all ones for a single member."""
+    if members == 1:
+        return np.ones((n_groups, 1), np.float32)
+    w = rng.poisson(1.0, size=(n_groups, members)).astype(np.float32)
+    empty = w.sum(0) == 0
+    w[:, empty] = 1.0  # a member that drew nothing at all trains on everything
+    return w
+
+
+def _pooled_all(net: RewardNet, encoded: list[list[int]], batch_size: int, pad: int) -> torch.Tensor:
+    """The backbone's pooled vector for every encoded sequence, as it is now (eval mode)."""
+    out = torch.zeros(len(encoded), net.backbone.config.hidden_size)
+    net.eval()
+    progress = Progress("reward model backbone pass", len(encoded), log, unit="sequences") if len(encoded) > 256 else None
+    with torch.inference_mode():
+        for idx, ids, mask in length_sorted_batches(encoded, batch_size, pad):
+            out[idx] = net.pooled(ids, mask)
+            if progress:
+                progress.advance(len(idx))
+    return out
+
+
+def _rationale_targets(net: RewardNet, tokenizer: Any, rationales: Sequence[str], max_length: int, batch_size: int) -> torch.Tensor:
+    """The untrained backbone's pooled embedding of each rationale: what the auxiliary head predicts."""
+    encoded = [tokenizer.encode(r or "", add_special_tokens=True, truncation=True, max_length=max_length) or [pad_id(tokenizer)] for r in rationales]
+    return _pooled_all(net, encoded, batch_size, pad_id(tokenizer))
+
+
+def _wrap_backbone(backbone: nn.Module, cfg: RewardModelConfig) -> nn.Module:
+    mode = cfg.backbone.finetune
+    if mode == "frozen":
+        backbone.requires_grad_(False)
+    elif mode == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        lc = cfg.backbone.lora
+        try:
+            backbone = get_peft_model(backbone, LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=lc.target_modules))
+        except ValueError as exc:
+            raise ValueError(f"LoRA on the reward backbone failed ({exc}); set reward_model.backbone.lora.target_modules to its projection layers") from exc
+    return backbone
+
+
+def _unwrap_backbone(backbone: nn.Module) -> nn.Module:
+    """The plain backbone to save: LoRA merged into the weights, so loading needs no PEFT."""
+    return backbone.merge_and_unload() if hasattr(backbone, "merge_and_unload") else backbone
+
+
+def calibrate(pairs: np.ndarray, pair_group: np.ndarray, predicted: np.ndarray) -> dict[str, Any] | None:
+    """Temperature scaling of P(first preferred) = sigmoid(predicted gap / T) on (preferred, other) pairs,
+    with ECE / MCE / Brier before and after, and a held-out ECE: T fitted on half the prompts and
+    applied to the other half (both ways). None when there is no pair."""
+    from hominem_pipeline.core.calibration import both_orders, calibration_report, fit_temperature, preference_probability
+
+    if len(pairs) == 0:
+        return None
+    gaps, outcomes = both_orders(pairs, predicted)
     temperature = fit_temperature(gaps, outcomes)
-    before = calibration_report(preference_probability(gaps, 1.0), outcomes)
-    after = calibration_report(preference_probability(gaps, temperature), outcomes)
-    reliability_diagram(before, after, plot, f"reward model {date}: {after['pairs'] // 2} validation pairs, T = {temperature:.3f}")
+    fold = np.tile(np.asarray(pair_group) % 2, 2)
+    held_out = None
+    if len(np.unique(fold)) == 2:
+        probs = np.zeros(len(gaps))
+        for f in (0, 1):
+            t = fit_temperature(gaps[fold != f], outcomes[fold != f])
+            probs[fold == f] = preference_probability(gaps[fold == f], t)
+        held_out = calibration_report(probs, outcomes)
     return {
-        "method": "temperature scaling: P(a preferred over b) = sigmoid((scalar_a - scalar_b) / temperature)",
         "temperature": temperature,
-        "fitted_on": "validation pairs (same prompt, teacher scalar gap >= 0.1), each counted in both orders",
-        "before": before,
-        "after": after,
+        "before": calibration_report(preference_probability(gaps, 1.0), outcomes),
+        "after": calibration_report(preference_probability(gaps, temperature), outcomes),
+        "held_out": held_out,
     }
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def _drop_bins(report: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if report is None else {k: v for k, v in report.items() if k != "bins"}
 
 
 def train_reward_model(
     examples: pd.DataFrame,
     *,
     dimensions: list[str],
-    encoder_path: Path,
+    backbone_path: Path | str,
     cfg: RewardModelConfig,
     out_dir: Path,
     seed: int,
     data_digest: str,
     date: str,
+    human_pairs: pd.DataFrame | None = None,
     on_epoch: Callable[[int, dict[str, float]], None] | None = None,
 ) -> dict[str, Any]:
     """Train on labeled examples (columns prompt_id, prompt, response, vector, scalar, reward_intensity,
-    safety_score) and save the model to `out_dir`. Returns the final metrics."""
+    safety_score, rationale) and optional human pairs (prompt, chosen, rejected); save the model to
+    `out_dir`. Returns the final metrics."""
     from safetensors.torch import save_file
-    from transformers import AutoModel, AutoTokenizer
 
-    from hominem_pipeline.core.models import quiet_hf_progress
+    from hominem_pipeline.core.calibration import reliability_diagram, reliability_grid, same_prompt_pairs
 
-    quiet_hf_progress()
-
-    if len(examples) < 4:
-        raise ValueError(f"reward model training needs at least 4 labeled examples, got {len(examples)}; label more trajectories")
+    n_human = 0 if human_pairs is None else len(human_pairs)
+    if len(examples) < 4 and n_human < 4:
+        raise ValueError(f"reward model training needs at least 4 labeled examples or 4 human pairs, got {len(examples)} and {n_human}; label more trajectories")
+    if len(examples) == 0:
+        examples = pd.DataFrame(columns=["prompt_id", "prompt", "response", "vector", *HEAD_OUTPUTS[1:], "rationale"])
     torch.manual_seed(seed)
-    tokenizer = AutoTokenizer.from_pretrained(encoder_path)
-    net = RewardNet(AutoModel.from_pretrained(encoder_path), len(dimensions))
-    encoded = [encode_pair(tokenizer, p, r, cfg.max_length) for p, r in zip(examples["prompt"], examples["response"])]
-    targets = _targets(examples, dimensions)
-    train_idx, val_idx = split_by_prompt(list(examples["prompt_id"]), cfg.val_fraction, seed)
-    if len(val_idx) == 0:
-        raise ValueError("reward model validation split is empty: the labels cover a single prompt; label more prompts")
+    backbone, tokenizer = load_backbone(backbone_path)
+    kind = backbone_kind(backbone.config) if cfg.backbone.kind == "auto" else cfg.backbone.kind
+    pooling = cfg.backbone.pooling if cfg.backbone.pooling != "auto" else ("last" if kind == "decoder" else "mean")
+    members = cfg.uncertainty.members if cfg.uncertainty.method == "ensemble" else 1
+    net = RewardNet(_wrap_backbone(backbone, cfg), len(dimensions), members=members, pooling=pooling, dropout=cfg.dropout)
+    data = TrainingSet.build(tokenizer, examples, human_pairs, dimensions, cfg)
+    train_groups, val_groups = data.split(cfg.val_fraction, seed)
+    if len(val_groups) == 0:
+        raise ValueError("reward model validation split is empty: the data covers a single prompt; label more prompts")
+    rng = np.random.default_rng(seed)
+    boot = torch.tensor(_bootstrap(len(data.groups), members, rng))
+    seq_boot = boot[torch.as_tensor(data.group_of)]  # (sequence, member)
+    val_seqs = np.concatenate([data.groups[g] for g in val_groups])
+    val_pairs = data.pairs_within(val_seqs)
 
+    rationale_head = None
+    if cfg.rationale_weight > 0 and data.labeled and "rationale" in examples:
+        rationale_targets = _rationale_targets(net, tokenizer, list(examples["rationale"].fillna("")), cfg.max_length, cfg.batch_size)
+        has_rationale = torch.tensor(examples["rationale"].fillna("").str.strip().astype(bool).to_numpy())
+        rationale_head = nn.Linear(net.backbone.config.hidden_size, net.backbone.config.hidden_size)
+
+    # A frozen backbone gives every sequence the same pooled vector in every epoch: computed once.
+    frozen = _pooled_all(net, data.encoded, cfg.batch_size, pad_id(tokenizer)) if cfg.backbone.finetune == "frozen" else None
+    head_params = [p for n, p in net.named_parameters() if not n.startswith("backbone.")] + (list(rationale_head.parameters()) if rationale_head else [])
+    backbone_params = [p for p in net.backbone.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
-        [
-            {"params": net.encoder.parameters(), "lr": cfg.learning_rate},
-            {"params": [p for n, p in net.named_parameters() if not n.startswith("encoder.")], "lr": cfg.head_learning_rate},
-        ],
+        ([{"params": backbone_params, "lr": cfg.learning_rate}] if backbone_params else []) + [{"params": head_params, "lr": cfg.head_learning_rate}],
         weight_decay=cfg.weight_decay,
     )
     w = cfg.loss_weights
     weights = {"vector": w.vector, "scalar": w.scalar, "reward_intensity": w.intensity, "safety_score": w.safety}
-    scorer = RewardModel(net, tokenizer, {"dimensions": dimensions, "max_length": cfg.max_length})
+    pad = pad_id(tokenizer)
 
-    def losses(idx: np.ndarray, heads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        t = torch.as_tensor(idx)
-        return {k: nn.functional.mse_loss(heads[k], targets[k][t]) for k in weights}
+    def regression_losses(seqs: torch.Tensor, heads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Per head: the bootstrap-weighted squared error over the batch's labeled sequences and members."""
+        labeled = seqs < data.labeled
+        if not labeled.any():
+            return {}
+        rows, bw = seqs[labeled], seq_boot[seqs[labeled]]  # bw: (b, M)
+        out = {}
+        for k in weights:
+            err = (heads[k][labeled] - data.targets[k][rows].unsqueeze(1)) ** 2
+            if k == "vector":
+                err = err.mean(-1)
+            out[k] = (err * bw).sum() / bw.sum().clamp(min=1e-6)
+        return out
 
-    def predict(idx: np.ndarray) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    def pair_loss(seqs: np.ndarray, scalar: torch.Tensor) -> torch.Tensor | None:
+        """Bradley-Terry: -log sigmoid(scale * (s_preferred - s_other)), per member, weighted."""
+        which = data.pairs_within(seqs)
+        if len(which) == 0:
+            return None
+        position = {s: i for i, s in enumerate(seqs.tolist())}
+        first = torch.tensor([position[s] for s in data.pairs[which, 0]])
+        second = torch.tensor([position[s] for s in data.pairs[which, 1]])
+        pw = torch.tensor(data.pair_weight[which], dtype=torch.float32).unsqueeze(1) * seq_boot[torch.as_tensor(data.pairs[which, 0])]
+        logits = cfg.pair_loss.scale * (scalar[first] - scalar[second])
+        return (nn.functional.softplus(-logits) * pw).sum() / pw.sum().clamp(min=1e-6)
+
+    def predict(seqs: np.ndarray) -> dict[str, np.ndarray]:
+        """Member-mean predictions for `seqs`, keyed like the heads."""
         net.eval()
-        preds = {k: torch.zeros_like(v[torch.as_tensor(idx)]) for k, v in targets.items()}
+        out = {"vector": np.zeros((len(seqs), len(dimensions)), np.float32), **{k: np.zeros(len(seqs), np.float32) for k in HEAD_OUTPUTS[1:]}}
         with torch.inference_mode():
-            for pos, ids, mask in scorer.batches([encoded[i] for i in idx], cfg.batch_size):
-                heads = net(ids, mask)
-                for k in preds:
-                    preds[k][torch.as_tensor(pos)] = heads[k]
-        return preds, {k: v[torch.as_tensor(idx)] for k, v in targets.items()}
+            if frozen is not None:
+                mean, _ = member_mean_std(net.heads(frozen[torch.as_tensor(seqs)]))
+                return {k: mean[k].numpy() for k in out}
+            for pos, ids, mask in length_sorted_batches([data.encoded[i] for i in seqs], cfg.batch_size, pad):
+                mean, _ = member_mean_std(net(ids, mask))
+                for k in out:
+                    out[k][pos] = mean[k].numpy()
+        return out
 
-    def evaluate(idx: np.ndarray, predicted: tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]] | None = None) -> dict[str, Any]:
-        preds, tgt = predicted or predict(idx)
-        mse = {k: float(nn.functional.mse_loss(preds[k], tgt[k])) for k in weights}
-        metrics: dict[str, Any] = {f"val_mse_{k}": v for k, v in mse.items()}
-        metrics["val_loss"] = sum(weights[k] * mse[k] for k in weights)
-        for j, d in enumerate(dimensions):
-            metrics[f"val_mse_dim_{d}"] = float(nn.functional.mse_loss(preds["vector"][:, j], tgt["vector"][:, j]))
-            metrics[f"val_pearson_{d}"] = pearson(preds["vector"][:, j].numpy(), tgt["vector"][:, j].numpy())
-        metrics["val_pearson_scalar"] = pearson(preds["scalar"].numpy(), tgt["scalar"].numpy())
-        acc, n_pairs = pairwise_accuracy([examples["prompt_id"].iloc[i] for i in idx], tgt["scalar"].numpy(), preds["scalar"].numpy())
-        metrics["val_pairwise_accuracy"] = acc
-        metrics["val_pairs"] = n_pairs
+    def predict_val() -> dict[str, np.ndarray]:
+        """Member-mean validation predictions, indexed by sequence (zero elsewhere)."""
+        preds = predict(val_seqs)
+        full = {k: np.zeros((len(data.encoded),) + v.shape[1:], np.float32) for k, v in preds.items()}
+        for k in preds:
+            full[k][val_seqs] = preds[k]
+        return full
+
+    def evaluate(full: dict[str, np.ndarray]) -> dict[str, Any]:
+        metrics: dict[str, Any] = {}
+        lab = val_seqs[val_seqs < data.labeled]
+        val_loss = 0.0
+        if len(lab):
+            for k in weights:
+                t = data.targets[k][torch.as_tensor(lab)].numpy()
+                metrics[f"val_mse_{k}"] = float(((full[k][lab] - t) ** 2).mean())
+                val_loss += weights[k] * metrics[f"val_mse_{k}"]
+            tv = data.targets["vector"][torch.as_tensor(lab)].numpy()
+            for j, d in enumerate(dimensions):
+                metrics[f"val_mse_dim_{d}"] = float(((full["vector"][lab, j] - tv[:, j]) ** 2).mean())
+                metrics[f"val_pearson_{d}"] = pearson(full["vector"][lab, j], tv[:, j])
+            metrics["val_pearson_scalar"] = pearson(full["scalar"][lab], data.targets["scalar"][torch.as_tensor(lab)].numpy())
+        teacher, human = val_pairs[~data.pair_human[val_pairs]], val_pairs[data.pair_human[val_pairs]]
+        metrics["val_pairwise_accuracy"] = pairwise_accuracy(data.pairs[teacher], full["scalar"])
+        metrics["val_pairs"] = len(teacher)
+        if n_human:
+            metrics["val_human_accuracy"] = pairwise_accuracy(data.pairs[human], full["scalar"])
+            metrics["val_human_pairs"] = len(human)
+        if len(val_pairs):
+            gap = full["scalar"][data.pairs[val_pairs, 0]] - full["scalar"][data.pairs[val_pairs, 1]]
+            metrics["val_pair_nll"] = float(np.logaddexp(0.0, -cfg.pair_loss.scale * gap).mean())
+            val_loss += cfg.pair_loss.weight * metrics["val_pair_nll"]
+        metrics["val_loss"] = val_loss
         return metrics
 
-    rng = np.random.default_rng(seed)
     best_loss, best_state, best_epoch, stale = math.inf, None, 0, 0
     history = []
-    steps_per_epoch = math.ceil(len(train_idx) / cfg.batch_size)
+    steps_per_epoch = len(data.batches(train_groups, cfg.batch_size, np.random.default_rng(0)))
     progress = Progress("reward model training", cfg.epochs * steps_per_epoch, log, unit="steps")
     for epoch in range(1, cfg.epochs + 1):
         net.train()
-        order = rng.permutation(train_idx)
-        running = {k: 0.0 for k in weights}
-        for start in range(0, len(order), cfg.batch_size):
-            idx = order[start : start + cfg.batch_size]
-            ids, mask = pad_batch([encoded[i] for i in idx], tokenizer.pad_token_id)
-            parts = losses(idx, net(ids, mask))
-            loss = sum(weights[k] * parts[k] for k in weights)
+        running: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        for batch in data.batches(train_groups, cfg.batch_size, rng):
+            seqs = torch.as_tensor(batch)
+            pooled = frozen[seqs] if frozen is not None else net.pooled(*pad_batch([data.encoded[i] for i in batch], pad))
+            heads = net.heads(pooled)
+            parts = regression_losses(seqs, heads)
+            loss = sum((weights[k] * v for k, v in parts.items()), torch.zeros(()))
+            bt = pair_loss(batch, heads["scalar"])
+            if bt is not None:
+                parts["pair"] = bt
+                loss = loss + cfg.pair_loss.weight * bt
+            if rationale_head is not None:
+                labeled = (seqs < data.labeled) & has_rationale[seqs.clamp(max=max(data.labeled - 1, 0))]
+                if labeled.any():
+                    guess = rationale_head(net.dropout(pooled[labeled]))
+                    parts["rationale"] = (1 - nn.functional.cosine_similarity(guess, rationale_targets[seqs[labeled]], dim=-1)).mean()
+                    loss = loss + cfg.rationale_weight * parts["rationale"]
             optimizer.zero_grad()
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], 1.0)
             optimizer.step()
-            for k in weights:
-                running[k] += parts[k].item() * len(idx)
+            for k, v in parts.items():
+                running[k] = running.get(k, 0.0) + v.item() * len(batch)
+                counts[k] = counts.get(k, 0) + len(batch)
             progress.advance(1, epoch=epoch, loss=f"{loss.item():.4f}")
-        metrics = {f"train_mse_{k}": v / len(train_idx) for k, v in running.items()}
-        metrics.update(evaluate(val_idx))
+        metrics = {("train_mse_" if k in weights else "train_loss_") + k: running[k] / counts[k] for k in running}
+        metrics.update(evaluate(predict_val()))
         history.append({"epoch": epoch, **metrics})
+        log.info(
+            "reward model epoch %d: val loss %.4f, teacher pair accuracy %s, human pair accuracy %s",
+            epoch, metrics["val_loss"], _pct(metrics["val_pairwise_accuracy"]), _pct(metrics.get("val_human_accuracy")),
+        )
         if on_epoch:
             on_epoch(epoch, {k: v for k, v in metrics.items() if isinstance(v, (int, float))})
         if metrics["val_loss"] < best_loss - 1e-6:
@@ -361,42 +692,80 @@ def train_reward_model(
             if stale >= cfg.early_stopping_patience:
                 log.info("early stopping after epoch %d (best epoch %d)", epoch, best_epoch)
                 break
-    assert best_state is not None  # epoch 1 always improves on inf
+    if best_state is None:  # every epoch's validation loss was NaN
+        raise ValueError("reward model training diverged (validation loss is not finite); lower reward_model.learning_rate")
     net.load_state_dict(best_state)
-    preds, tgt = predict(val_idx)
-    final = evaluate(val_idx, (preds, tgt))
-    final.update({"best_epoch": best_epoch, "epochs_run": len(history), "train_examples": len(train_idx), "val_examples": len(val_idx)})
+    full = predict_val()
+    final = evaluate(full)
+    final.update({"best_epoch": best_epoch, "epochs_run": len(history), "train_sequences": int(sum(len(data.groups[g]) for g in train_groups)), "val_sequences": len(val_seqs)})
 
+    # Calibration on the validation pairs: the scalar (teacher and human pairs), then each dimension.
     out_dir.mkdir(parents=True, exist_ok=True)
-    calibration = calibrate_pairs(
-        [examples["prompt_id"].iloc[i] for i in val_idx], tgt["scalar"].numpy(), preds["scalar"].numpy(), out_dir / RELIABILITY_PLOT, date
-    )
-    if calibration is not None:
-        final.update({"temperature": calibration["temperature"], **{f"val_{k}": v for k, v in calibration["after"].items() if k in ("ece", "mce", "brier")}})
-        final["val_ece_uncalibrated"] = calibration["before"]["ece"]
-    net.encoder.save_pretrained(out_dir / ENCODER_DIR)
-    tokenizer.save_pretrained(out_dir / ENCODER_DIR)
+    overall = calibrate(data.pairs[val_pairs], data.pair_group[val_pairs], full["scalar"])
+    calibration: dict[str, Any] | None = None
+    if overall is None:
+        log.warning("no validation pair (teacher gap of %.2f or more, or human pair): the reward model's preferences stay uncalibrated", PAIR_GAP)
+    else:
+        held = overall["held_out"]
+        reliability_diagram(
+            overall["before"], overall["after"], out_dir / RELIABILITY_PLOT,
+            f"reward model {date}: {overall['after']['pairs'] // 2} validation pairs, T = {overall['temperature']:.3g}"
+            + ("" if held is None else f"\nheld-out ECE {held['ece']:.3f} (T fitted on the other half of the prompts)"),
+        )
+        final.update({"temperature": overall["temperature"], "val_ece": (held or overall["after"])["ece"], "val_ece_in_sample": overall["after"]["ece"],
+                      "val_ece_uncalibrated": overall["before"]["ece"], "val_mce": (held or overall["after"])["mce"], "val_brier": (held or overall["after"])["brier"]})
+        calibration = {
+            "method": "temperature scaling: P(a preferred over b) = sigmoid((scalar_a - scalar_b) / temperature)",
+            "fitted_on": f"validation pairs (same prompt with teacher scalar gap >= {PAIR_GAP}, and human pairs), each counted in both orders",
+            "held_out_ece": "val_ece: temperature fitted on half the validation prompts, applied to the other half (both ways)" if held else "in sample (one prompt group only)",
+            "temperature": overall["temperature"],
+            "before": overall["before"],
+            "after": overall["after"],
+            "held_out": _drop_bins(held),
+            "dimensions": {},
+        }
+        lab = val_seqs[val_seqs < data.labeled]
+        prompt_ids = np.asarray(examples["prompt_id"])
+        panels = {}
+        for j, d in enumerate(dimensions):
+            teacher_d = data.targets["vector"][:, j].numpy()
+            pairs_d = lab[same_prompt_pairs(prompt_ids[lab], teacher_d[lab], PAIR_GAP)]
+            dim = calibrate(pairs_d, data.group_of[pairs_d[:, 0]], full["vector"][:, j])
+            if dim is None:
+                continue
+            report = dim["held_out"] or dim["after"]
+            calibration["dimensions"][d] = {"temperature": dim["temperature"], "ece": report["ece"], "ece_in_sample": dim["after"]["ece"], "pairs": dim["after"]["pairs"] // 2}
+            final[f"val_ece_dim_{d}"] = report["ece"]
+            panels[d] = (dim["after"], dim["temperature"], None if dim["held_out"] is None else dim["held_out"]["ece"])
+        if panels:
+            reliability_grid(panels, out_dir / DIMENSION_PLOT, f"reward model {date}: per-dimension pair calibration")
+
+    backbone = _unwrap_backbone(net.backbone)
+    backbone.save_pretrained(out_dir / BACKBONE_DIR)
+    tokenizer.save_pretrained(out_dir / BACKBONE_DIR)
     save_file({k: v.contiguous() for k, v in net.head_state_dict().items()}, str(out_dir / HEADS))
     metadata = {
         "dimensions": dimensions,
-        "ranges": {
-            "vector": list(VECTOR_RANGE),
-            "scalar": list(SCALAR_RANGE),
-            "reward_intensity": list(INTENSITY_RANGE),
-            "safety_score": list(SAFETY_RANGE),
-        },
+        "ranges": {"vector": list(VECTOR_RANGE), "scalar": list(SCALAR_RANGE), "reward_intensity": list(INTENSITY_RANGE), "safety_score": list(SAFETY_RANGE)},
         "semantics": {
             "vector": "per dimension: -1 worst, 0 neutral, 1 best",
             "scalar": "overall preference, -1 worst to 1 best",
             "reward_intensity": "0 = should not drive learning, 1 = should drive it strongly",
             "safety_score": "1 = safe to learn from; low values gate learning (skip, down-weight or invert)",
+            "uncertainty": f"standard deviation of each output across {cfg.uncertainty.method}"
+            + (f" ({members} members)" if cfg.uncertainty.method == "ensemble" else f" ({cfg.uncertainty.mc_samples} passes)" if cfg.uncertainty.method == "mc_dropout" else ""),
         },
+        "normalisation": "none: heads are bounded to the label ranges (tanh for vector and scalar, sigmoid for intensity and safety)",
         "max_length": cfg.max_length,
-        "pooling": "mean",
-        "encoder_source": str(encoder_path),
+        "backbone": {"source": str(backbone_path), "kind": kind, "pooling": pooling, "finetune": cfg.backbone.finetune},
+        "members": members,
+        "dropout": cfg.dropout,
+        "uncertainty": {"method": cfg.uncertainty.method, "members": members, "mc_samples": cfg.uncertainty.mc_samples},
+        "losses": {"regression": weights, "pair": cfg.pair_loss.model_dump(), "rationale_weight": cfg.rationale_weight if rationale_head else 0.0},
         "training_data_digest": data_digest,
         "date": date,
         "training_examples": len(examples),
+        "human_pairs": n_human,
         "calibration": calibration,
         "metrics": final,
         "history": history,

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 class Upstream:
     asset: str
     window_days: Callable[[HominemConfig], int] | None = None  # None: the same partition only
+    optional: bool = False  # a window in which no day (not even the stage's own) need be materialized
 
 
 @dataclass
@@ -44,6 +45,7 @@ class StageOutput:
     quarantine: pd.DataFrame | None = None  # rejected rows with a `reason` column (kept out of the table)
     # False when some of the work failed for good (API calls out of retries): see ArtifactStore.publish.
     complete: bool = True
+    register_model: str | None = None  # MLflow registry name: the version is registered, alias `current`
 
 
 @dataclass
@@ -102,7 +104,9 @@ def stage_seed(cfg: HominemConfig, stage: str, partition: str) -> int:
 def resolve_inputs(spec: StageSpec, cfg: HominemConfig, store: ArtifactStore, partition: str) -> dict[str, list[ArtifactRef]]:
     return {
         up.asset: (
-            store.window(up.asset, partition, up.window_days(cfg)) if up.window_days else [store.require(up.asset, partition)]
+            store.window(up.asset, partition, up.window_days(cfg), require_end=not up.optional)
+            if up.window_days
+            else [store.require(up.asset, partition)]
         )
         for up in spec.upstream
     }
@@ -165,6 +169,7 @@ def run_stage(spec: StageSpec, cfg: HominemConfig, partition: str, *, dagster_ru
                     "mlflow_artifacts": output.mlflow_artifacts,
                     "mlflow_run_id": run.run_id,
                     "complete": output.complete,
+                    "registered_model": output.register_model,
                 }
                 ref = store.publish(staged, spec.name, partition, version, manifest, complete=output.complete)
                 if not output.complete:
@@ -179,7 +184,11 @@ def run_stage(spec: StageSpec, cfg: HominemConfig, partition: str, *, dagster_ru
             run.log_artifact(ref.path / "manifest.json")
             for name in manifest.get("mlflow_artifacts", []):
                 run.log_artifact(ref.path / name)
-        store.point_current(ref, mlflow_run_id=run.run_id, dagster_run_id=run_id)
+        extra = {}
+        if manifest.get("registered_model"):
+            extra["registry_version"] = run.register_model(manifest["registered_model"], ref.path, ref.version)
+            run.set_tags({"hominem.registry_version": extra["registry_version"]})
+        store.point_current(ref, mlflow_run_id=run.run_id, dagster_run_id=run_id, **extra)
         return StageResult(
             ref=ref,
             cache_hit=cache_hit,

@@ -87,6 +87,25 @@ class StageRun:
             dataset = mlflow.data.from_pandas(flat, source=str(source), name=name)
             mlflow.log_input(dataset, context=context)
 
+    def register_model(self, name: str, path: Path, version_key: str, alias: str = "current") -> int:
+        """Register the model folder `path` (an artifact version) under `name` in the MLflow model
+        registry, once per artifact version, and point `alias` at it. Returns the registry version."""
+        from mlflow import MlflowClient
+        from mlflow.exceptions import MlflowException
+
+        client = MlflowClient()
+        try:
+            client.get_registered_model(name)
+        except MlflowException:
+            client.create_registered_model(name, description="hominem: the reward model later stages score with (alias `current`)")
+        found = client.search_model_versions(f"name = '{name}' and tags.`{TAG_VERSION}` = '{version_key}'")
+        if found:
+            version = found[0].version
+        else:
+            version = client.create_model_version(name, source=str(path.resolve()), run_id=self.run_id, tags={TAG_VERSION: version_key}).version
+        client.set_registered_model_alias(name, alias, version)
+        return int(version)
+
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         import mlflow
 

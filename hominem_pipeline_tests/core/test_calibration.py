@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from hominem_pipeline.core.calibration import both_orders, calibration_report, fit_temperature, preference_probability, reliability_diagram
+from hominem_pipeline.core.calibration import both_orders, same_prompt_pairs, calibration_report, fit_temperature, preference_probability, reliability_diagram
 
 
 def overconfident(n: int = 4000, seed: int = 0):
@@ -33,7 +33,9 @@ def test_report_on_known_bins():
 
 
 def test_pairs_are_counted_in_both_orders_above_the_gap():
-    gaps, outcomes = both_orders(["p", "p", "p", "q"], np.array([0.9, 0.1, 0.85, 0.0]), np.array([0.5, -0.5, 0.4, 0.0]), min_gap=0.1)
+    pairs = same_prompt_pairs(["p", "p", "p", "q"], np.array([0.9, 0.1, 0.85, 0.0]), min_gap=0.1)
+    assert pairs.tolist() == [[0, 1], [2, 1]]  # (preferred, other)
+    gaps, outcomes = both_orders(pairs, np.array([0.5, -0.5, 0.4, 0.0]))
     # pairs (0,1) and (1,2) pass the gap; (0,2) is a near tie; q has one row
     assert sorted(zip(gaps.round(3), outcomes)) == sorted([(1.0, 1.0), (-1.0, 0.0), (-0.9, 0.0), (0.9, 1.0)])
     with pytest.raises(ValueError, match="no validation pairs"):

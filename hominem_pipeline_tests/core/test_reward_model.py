@@ -3,6 +3,7 @@ import pandas as pd
 import pytest
 import torch
 
+from hominem_pipeline.core.calibration import same_prompt_pairs
 from hominem_pipeline.core.config import load_config
 from hominem_pipeline.core.reward_model import RewardModel, RewardNet, encode_pair, pairwise_accuracy, split_by_prompt, train_reward_model
 from hominem_pipeline_tests.conftest import REPO
@@ -24,20 +25,20 @@ def toy_labels(n_prompts: int = 6) -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def trained(tiny_encoder, tmp_path_factory):
-    cfg = load_config(root=REPO, overrides={"reward_model": {"epochs": 8, "batch_size": 4, "head_learning_rate": 0.01, "learning_rate": 0.001, "early_stopping_patience": 8, "val_fraction": 0.34, "max_length": 48}}).reward_model
+    cfg = small_cfg(epochs=8, early_stopping_patience=8)
     out = tmp_path_factory.mktemp("rm")
     history = []
-    metrics = train_reward_model(toy_labels(), dimensions=DIMS, encoder_path=tiny_encoder, cfg=cfg, out_dir=out, seed=0, data_digest="abc", date="2026-11-20", on_epoch=lambda e, m: history.append(m))
+    metrics = train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_encoder, cfg=cfg, out_dir=out, seed=0, data_digest="abc", date="2026-11-20", on_epoch=lambda e, m: history.append(m))
     return out, metrics, history
 
 
 def test_heads_have_the_configured_shapes(tiny_encoder):
     from transformers import AutoModel
 
-    net = RewardNet(AutoModel.from_pretrained(tiny_encoder), n_dims=5)
+    net = RewardNet(AutoModel.from_pretrained(tiny_encoder), n_dims=5, members=4)
     out = net(torch.ones((3, 7), dtype=torch.long), torch.ones((3, 7), dtype=torch.long))
-    assert out["vector"].shape == (3, 5)
-    assert out["scalar"].shape == out["reward_intensity"].shape == out["safety_score"].shape == (3,)
+    assert out["vector"].shape == (3, 4, 5)  # batch, ensemble members, dimensions
+    assert out["scalar"].shape == out["reward_intensity"].shape == out["safety_score"].shape == (3, 4)
     assert out["vector"].abs().max() <= 1 and (0 <= out["safety_score"]).all() and (out["safety_score"] <= 1).all()
 
 
@@ -79,6 +80,8 @@ def test_bad_inputs_fail_clearly(trained):
         rm.score([1], ["b"])
     with pytest.raises(ValueError, match="2 prompts but 1 responses"):
         rm.score(["a", "b"], ["c"])
+    with pytest.raises(ValueError, match="item 0: the response is 100,001 characters"):
+        rm.score(["a"], ["x" * 100_001])
     with pytest.raises(FileNotFoundError, match="not a reward model folder"):
         RewardModel.load(trained[0].parent)
 
@@ -97,8 +100,10 @@ def test_split_keeps_prompts_whole_and_pairwise_accuracy_counts_pairs():
     train, val = split_by_prompt(["a", "a", "b", "b", "c", "c"], 0.34, seed=0)
     ids = np.array(["a", "a", "b", "b", "c", "c"])
     assert set(ids[train]).isdisjoint(set(ids[val])) and len(val) == 2
-    acc, n = pairwise_accuracy(["p", "p", "p"], np.array([0.5, 0.0, 0.45]), np.array([0.9, 0.1, 0.2]))
-    assert n == 2 and acc == 1.0  # (0.5 vs 0.0) and (0.0 vs 0.45); (0.5 vs 0.45) is under the gap
+    pairs = same_prompt_pairs(["p", "p", "p"], np.array([0.5, 0.0, 0.45]), 0.1)
+    assert len(pairs) == 2  # (0.5 vs 0.0) and (0.45 vs 0.0); (0.5 vs 0.45) is under the gap
+    assert pairwise_accuracy(pairs, np.array([0.9, 0.1, 0.2])) == 1.0
+    assert pairwise_accuracy(pairs, np.array([0.9, 0.3, 0.2])) == 0.5
 
 
 def test_preferences_are_calibrated_and_complementary(trained):
@@ -112,3 +117,133 @@ def test_preferences_are_calibrated_and_complementary(trained):
     p = model.prefer(prompt, kind, curt)
     assert p + model.prefer(prompt, curt, kind) == pytest.approx(1.0, abs=1e-12)
     assert p > 0.5  # kind beats curt, as trained
+
+
+def toy_human_pairs(n: int = 10) -> pd.DataFrame:
+    return pd.DataFrame({
+        "prompt": [f"I failed my exam, attempt {i}." for i in range(n)],
+        "chosen": ["I am so sorry, that sounds really hard. Tell me more?"] * n,
+        "rejected": ["Whatever. Not my problem."] * n,
+    })
+
+
+def small_cfg(**overrides):
+    base = {"epochs": 6, "batch_size": 4, "head_learning_rate": 0.01, "learning_rate": 0.001, "early_stopping_patience": 6, "val_fraction": 0.34, "max_length": 48}
+    return load_config(root=REPO, overrides={"reward_model": {**base, **overrides}}).reward_model
+
+
+def test_ensemble_members_give_uncertainty_per_output(trained):
+    rm = RewardModel.load(trained[0])
+    assert rm.metadata["members"] == 5 and rm.uncertainty_method == "ensemble"
+    [out] = rm.score(["I lost my job."], ["That is hard; what happened?"])
+    assert set(out.uncertainty) == set(DIMS) | {"scalar", "reward_intensity", "safety_score"}
+    assert all(v >= 0 for v in out.uncertainty.values()) and out.uncertainty["scalar"] > 0  # members trained on different resamples
+    assert rm.score(["I lost my job."], ["That is hard; what happened?"]) == [out]
+
+
+def test_mc_dropout_uncertainty_is_positive_and_repeatable(tiny_encoder, tmp_path):
+    cfg = small_cfg(epochs=2, uncertainty={"method": "mc_dropout", "members": 5, "mc_samples": 6})
+    train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_encoder, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20")
+    rm = RewardModel.load(tmp_path)
+    assert rm.metadata["members"] == 1
+    first = rm.score(["I lost my job."] * 2, ["That is hard; what happened?", "ok"])
+    assert all(o.uncertainty["scalar"] > 0 for o in first)
+    assert rm.score(["I lost my job."] * 2, ["That is hard; what happened?", "ok"]) == first
+    plain = rm.raw_scores(["I lost my job."], ["ok"])  # the point estimate is the deterministic pass
+    assert plain["scalar"][0] == pytest.approx(first[1].scalar, abs=1e-6) and "std" not in plain
+
+
+def test_bradley_terry_learns_from_human_pairs_alone(tiny_encoder, tmp_path):
+    history = []
+    metrics = train_reward_model(
+        toy_labels().iloc[0:0], dimensions=DIMS, backbone_path=tiny_encoder, cfg=small_cfg(uncertainty={"method": "none", "members": 1, "mc_samples": 2}),
+        out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20", human_pairs=toy_human_pairs(), on_epoch=lambda e, m: history.append(m),
+    )
+    assert history[-1]["train_loss_pair"] < history[0]["train_loss_pair"]
+    assert metrics["val_human_accuracy"] == 1.0 and metrics["val_human_pairs"] == 3 and metrics["val_pairs"] == 0
+    rm = RewardModel.load(tmp_path)
+    assert rm.prefer("My exam went badly.", "I am so sorry, that sounds really hard. Tell me more?", "Whatever. Not my problem.") > 0.5
+    [out] = rm.score(["x"], ["y"])
+    assert set(out.uncertainty.values()) == {0.0}  # trained without an uncertainty method
+
+
+def test_teacher_pairs_and_human_pairs_train_together(tiny_encoder, tmp_path):
+    metrics = train_reward_model(
+        toy_labels(), dimensions=DIMS, backbone_path=tiny_encoder, cfg=small_cfg(), out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20",
+        human_pairs=toy_human_pairs(),
+    )
+    assert metrics["val_pairs"] == 2 and metrics["val_human_pairs"] == 3
+    assert metrics["val_pairwise_accuracy"] == 1.0 and metrics["val_human_accuracy"] == 1.0
+    assert RewardModel.load(tmp_path).metadata["human_pairs"] == 10
+
+
+def test_per_dimension_calibration_and_prefer_by_dimension(trained):
+    out, metrics, _ = trained
+    rm = RewardModel.load(out)
+    dims = rm.metadata["calibration"]["dimensions"]
+    assert set(dims) == set(DIMS) and all(d["temperature"] > 0 and d["pairs"] == 2 for d in dims.values())
+    assert all(f"val_ece_dim_{d}" in metrics for d in DIMS)
+    assert (out / "reliability_dimensions.png").stat().st_size > 1000
+    kind, curt = "That is hard; what happened?", "ok"
+    p = rm.prefer("I lost my job.", kind, curt, dimension="empathy")
+    assert p + rm.prefer("I lost my job.", curt, kind, dimension="empathy") == pytest.approx(1.0, abs=1e-12)
+    with pytest.raises(ValueError, match="unknown dimension 'humour'"):
+        rm.prefer("I lost my job.", kind, curt, dimension="humour")
+
+
+def test_decoder_backbone_with_lora_is_merged_and_pooled_at_the_last_token(tiny_student, tmp_path):
+    cfg = small_cfg(epochs=2, backbone={"finetune": "lora", "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}})
+    train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20")
+    rm = RewardModel.load(tmp_path)
+    assert rm.metadata["backbone"] | {"source": None} == {"source": None, "kind": "decoder", "pooling": "last", "finetune": "lora"}
+    assert not any("lora" in k for k in rm.net.backbone.state_dict())  # merged: loading needs no PEFT
+    a = rm.raw_scores(["hi", "hi"], ["short", "a much longer reply " * 5])["scalar"]
+    b = np.array([rm.raw_scores(["hi"], [r])["scalar"][0] for r in ["short", "a much longer reply " * 5]])
+    np.testing.assert_allclose(a, b, atol=1e-5)  # right padding does not move the pooled (last real) token
+
+
+def test_frozen_backbone_trains_only_the_heads(tiny_encoder, tmp_path):
+    from transformers import AutoModel
+
+    cfg = small_cfg(epochs=2, backbone={"finetune": "frozen"})
+    history = []
+    train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_encoder, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20", on_epoch=lambda e, m: history.append(m))
+    before = AutoModel.from_pretrained(tiny_encoder).state_dict()
+    after = RewardModel.load(tmp_path).net.backbone.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert history[-1]["train_mse_vector"] < history[0]["train_mse_vector"]
+
+
+def test_rationale_auxiliary_target_is_learned(tiny_encoder, tmp_path):
+    labels = toy_labels().assign(rationale=lambda f: np.where(f["scalar"] > 0, "Warm and curious about the person.", "Dismissive and cold."))
+    history = []
+    train_reward_model(labels, dimensions=DIMS, backbone_path=tiny_encoder, cfg=small_cfg(rationale_weight=1.0), out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20", on_epoch=lambda e, m: history.append(m))
+    assert history[-1]["train_loss_rationale"] < history[0]["train_loss_rationale"]
+    assert RewardModel.load(tmp_path).metadata["losses"]["rationale_weight"] == 1.0
+
+
+def test_int8_path_keeps_the_pairwise_decisions(trained):
+    fp32, int8 = RewardModel.load(trained[0]), RewardModel.load(trained[0], quantize="int8")
+    prompts = [f"Something sad happened, number {i}." for i in range(6)]
+    kind, curt = ["I am so sorry, that sounds really hard. Tell me more?"] * 6, ["Whatever. Not my problem."] * 6
+    for model in (fp32, int8):
+        assert (model.raw_scores(prompts, kind)["scalar"] > model.raw_scores(prompts, curt)["scalar"]).all()
+    with pytest.raises(ValueError, match="quantize='int4'"):
+        RewardModel.load(trained[0], quantize="int4")
+
+
+def test_backbone_setting_names_the_encoder_the_student_a_folder_or_a_hub_id(tiny_cfg, tmp_path):
+    from hominem_pipeline.core.models import ModelNotAvailable, encoder_path, reward_backbone, student_path
+
+    def with_path(value):
+        return tiny_cfg.model_copy(update={"reward_model": tiny_cfg.reward_model.model_copy(update={"backbone": tiny_cfg.reward_model.backbone.model_copy(update={"path": value})})})
+
+    assert reward_backbone(tiny_cfg) == encoder_path(tiny_cfg)
+    assert reward_backbone(with_path("student")) == student_path(tiny_cfg)
+    assert reward_backbone(with_path(str(encoder_path(tiny_cfg)))) == encoder_path(tiny_cfg)
+    assert reward_backbone(with_path("OpenAssistant/reward-model-deberta-v3-large-v2")) == "OpenAssistant/reward-model-deberta-v3-large-v2"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelNotAvailable, match="has no config.json"):
+        reward_backbone(with_path(str(tmp_path / "empty")))
+    with pytest.raises(ModelNotAvailable, match="neither a folder"):
+        reward_backbone(with_path("no/such/thing"))

@@ -18,7 +18,7 @@ def test_definitions_load_with_eight_daily_partitioned_assets(project):
         assert isinstance(partitions, DailyPartitionsDefinition)
         assert partitions.has_partition_key(today)  # today's partition exists (end_offset=1)
     daily = defs.resolve_job_def(DAILY_JOB)
-    assert sorted(k.to_user_string() for k in daily.asset_layer.asset_graph.get_all_asset_keys()) == sorted(CHAIN)
+    assert sorted(k.to_user_string() for k in daily.asset_layer.executable_asset_keys) == sorted(CHAIN)
     retrain = defs.resolve_job_def(RETRAIN_JOB)
     assert sorted(k.to_user_string() for k in retrain.asset_layer.executable_asset_keys) == sorted(CHAIN[3:])
     assert [k.to_user_string() for k in defs.resolve_job_def(IMPORT_JOB).asset_layer.executable_asset_keys] == ["human_preferences"]
@@ -34,7 +34,9 @@ def test_training_assets_read_a_window_of_days(project):
     assert isinstance(mapping, TimeWindowPartitionMapping)
     assert (mapping.start_offset, mapping.end_offset) == (-6, 0)  # reward_model.window_days = 7
     upstream = {k.to_user_string() for k in node.parent_keys}
-    assert upstream == {"teacher_labels"}
+    assert upstream == {"teacher_labels", "human_preferences"}  # imported human pairs of the same window train it too
+    human = node.partition_mappings[AssetKey("human_preferences")]
+    assert (human.start_offset, human.end_offset) == (-6, 0)
     assert {k.to_user_string() for k in graph.get(AssetKey("lora_adapter")).parent_keys} == {"preference_pairs", "reward_model"}
 
 

@@ -136,3 +136,24 @@ def test_import_preferences_fills_the_human_preferences_asset(labeled_project, t
     assert wrong.returncode == 2 and "--format 'csv' is not supported" in wrong.stderr
     via_run = hominem(project, "run", "--select", "human_preferences", "--date", DAY)
     assert via_run.returncode == 2 and "import-preferences" in via_run.stderr
+
+
+def test_reward_probe_prints_scores_uncertainty_and_preference(labeled_project):
+    import json
+
+    project, _ = labeled_project
+    built = hominem(project, "run", "--config", "config/tiny.yaml", "--date", DAY, "--select", "reward_model")
+    assert built.returncode == 0, built.stdout + built.stderr
+    args = ["reward-probe", "--config", "config/tiny.yaml", "--prompt", "I lost my job today.", "-r", "That is hard. What happened?", "-r", "ok"]
+    done = hominem(project, *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "empathy" in out and "safety_score" in out and "±" in out
+    assert "differ most" in out and "P(#1 preferred over #2) = " in out
+    as_json = hominem(project, *args, "--json")
+    scores = json.loads(as_json.stdout)
+    assert len(scores) == 2 and set(scores[0]["uncertainty"]) >= {"empathy", "scalar"} and -1 <= scores[0]["scalar"] <= 1
+    empty = hominem(project, "reward-probe", "--config", "config/tiny.yaml", "--prompt", "hi", "-r", "fine", "-r", "  ")
+    assert empty.returncode == 2 and "item 1: the response is empty" in empty.stderr
+    missing = hominem(project, "reward-probe", "--prompt", "hi", "-r", "x", "--model", str(project))
+    assert missing.returncode == 2 and "is not a reward model folder" in missing.stderr

@@ -113,6 +113,22 @@ def test_mlflow_has_one_run_per_materialization_linked_by_tags_and_inputs(chain)
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"  # the UI opens on the runs table
 
 
+def test_the_reward_model_is_registered_with_the_current_alias(chain):
+    from mlflow import MlflowClient
+
+    from hominem_pipeline.core.pipeline import REWARD_MODEL_NAME
+    from hominem_pipeline.core.tracking import TAG_VERSION
+
+    cfg = chain["cfg"]
+    Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root)).runs_for("reward_model")  # points MLflow at the store
+    client = MlflowClient()
+    built = ArtifactStore(cfg.data_dir).require("reward_model", DAY)
+    current = client.get_model_version_by_alias(REWARD_MODEL_NAME, "current")
+    assert current.tags[TAG_VERSION] == built.version and current.source == str(built.path.resolve())
+    assert len(client.search_model_versions(f"name = '{REWARD_MODEL_NAME}'")) == 1  # the second (reusing) run registered nothing new
+    assert json.loads((built.path.parent / "current.json").read_text())["registry_version"] == current.version
+
+
 def test_a_second_run_reuses_everything(chain):
     second = chain["second"]
     for name in ORDER:

@@ -16,7 +16,10 @@ def training_assets(partitions: DailyPartitionsDefinition, cfg: HominemConfig) -
         partitions_def=partitions,
         group_name="training",
         kinds={"pytorch"},
-        deps=[AssetDep("teacher_labels", partition_mapping=trailing_days(cfg.reward_model.window_days))],
+        deps=[
+            AssetDep("teacher_labels", partition_mapping=trailing_days(cfg.reward_model.window_days)),
+            AssetDep("human_preferences", partition_mapping=trailing_days(cfg.reward_model.window_days)),  # imported pairs, when there are any
+        ],
         description=STAGES_BY_NAME["reward_model"].description,
     )
     def reward_model(context: AssetExecutionContext, hominem: HominemResource) -> MaterializeResult:
