@@ -90,6 +90,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="shuffle and training seed")
     ap.add_argument("--epochs", type=int, default=None)
     ap.add_argument("--max-length", type=int, default=None)
+    ap.add_argument("--learning-rate", type=float, default=None, help="encoder learning rate (default: the config's)")
+    ap.add_argument("--finetune", choices=["full", "lora", "frozen"], default=None, help="how the backbone trains (default: the config's)")
     ap.add_argument("--baseline", action="store_true", help="also train a frozen backbone (heads only) first, for the ratio")
     ap.add_argument("--plot", type=Path, default=ROOT / "docs" / "plots" / "reward_human_agreement.png")
     args = ap.parse_args()
@@ -110,12 +112,16 @@ def main() -> None:
         overrides["epochs"] = args.epochs
     if args.max_length:
         overrides["max_length"] = args.max_length
+    if args.learning_rate:
+        overrides["learning_rate"] = args.learning_rate
+    if args.finetune:
+        overrides["backbone"] = {"finetune": args.finetune}
     results = []
     if args.baseline:
         frozen = load_config(root=ROOT, overrides={"reward_model": {**overrides, "backbone": {"finetune": "frozen"}, "uncertainty": {"method": "none"}}})
         results.append(run("frozen", frozen, train, test, args.seed, None))
     cfg = load_config(root=ROOT, overrides={"reward_model": overrides})
-    results.append(run("default", cfg, train, test, args.seed, args.plot))
+    results.append(run(args.finetune or "default", cfg, train, test, args.seed, args.plot))
     if args.baseline:
         print(f"accuracy default / frozen: {results[1]['accuracy'] / results[0]['accuracy']:.3f}")
     print(f"reliability diagram: {args.plot}")

@@ -374,7 +374,7 @@ class TrainingSet:
         human_flags = np.zeros(len(pairs), bool)
         if human is not None and len(human):
             start, g0 = len(encoded), len(names)
-            for k, (prompt, chosen, rejected) in enumerate(zip(human["prompt"], human["chosen"], human["rejected"])):
+            for prompt, chosen, rejected in zip(human["prompt"], human["chosen"], human["rejected"]):
                 encoded += [encode_pair(tokenizer, prompt, chosen, cfg.max_length), encode_pair(tokenizer, prompt, rejected, cfg.max_length)]
             h = len(human)
             group_of = np.concatenate([group_of, np.repeat(np.arange(g0, g0 + h), 2)])
