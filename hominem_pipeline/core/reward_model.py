@@ -509,6 +509,61 @@ def _drop_bins(report: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if report is None else {k: v for k, v in report.items() if k != "bins"}
 
 
+def calibrate_validation(
+    data: TrainingSet, val_seqs: np.ndarray, val_pairs: np.ndarray, full: dict[str, np.ndarray], prompt_ids: list[str], dimensions: list[str], out_dir: Path, date: str
+) -> tuple[dict[str, Any] | None, dict[str, float]]:
+    """Calibration on the validation pairs: the scalar (teacher and human pairs), then each dimension on
+    the teacher pairs with a gap on it. Draws both reliability plots into `out_dir`. Returns the
+    METADATA block (None when there is no pair) and the metrics."""
+    from hominem_pipeline.core.calibration import reliability_diagram, reliability_grid, same_prompt_pairs
+
+    overall = calibrate(data.pairs[val_pairs], data.pair_group[val_pairs], full["scalar"])
+    if overall is None:
+        log.warning("no validation pair (teacher gap of %.2f or more, or human pair): the reward model's preferences stay uncalibrated", PAIR_GAP)
+        return None, {}
+    held = overall["held_out"]
+    reported = held or overall["after"]
+    reliability_diagram(
+        overall["before"], overall["after"], out_dir / RELIABILITY_PLOT,
+        f"reward model {date}: {overall['after']['pairs'] // 2} validation pairs, T = {overall['temperature']:.3g}"
+        + ("" if held is None else f"\nheld-out ECE {held['ece']:.3f} (T fitted on the other half of the prompts)"),
+    )
+    metrics = {
+        "temperature": overall["temperature"],
+        "val_ece": reported["ece"],
+        "val_ece_in_sample": overall["after"]["ece"],
+        "val_ece_uncalibrated": overall["before"]["ece"],
+        "val_mce": reported["mce"],
+        "val_brier": reported["brier"],
+    }
+    calibration: dict[str, Any] = {
+        "method": "temperature scaling: P(a preferred over b) = sigmoid((scalar_a - scalar_b) / temperature)",
+        "fitted_on": f"validation pairs (same prompt with teacher scalar gap >= {PAIR_GAP}, and human pairs), each counted in both orders",
+        "held_out_ece": "val_ece: temperature fitted on half the validation prompts, applied to the other half (both ways)" if held else "in sample (one prompt group only)",
+        "temperature": overall["temperature"],
+        "before": overall["before"],
+        "after": overall["after"],
+        "held_out": _drop_bins(held),
+        "dimensions": {},
+    }
+    lab = val_seqs[val_seqs < data.labeled]
+    ids = np.asarray(prompt_ids)
+    panels = {}
+    for j, d in enumerate(dimensions):
+        teacher_d = data.targets["vector"][:, j].numpy()
+        pairs_d = lab[same_prompt_pairs(ids[lab], teacher_d[lab], PAIR_GAP)]
+        dim = calibrate(pairs_d, data.group_of[pairs_d[:, 0]], full["vector"][:, j])
+        if dim is None:
+            continue
+        report = dim["held_out"] or dim["after"]
+        calibration["dimensions"][d] = {"temperature": dim["temperature"], "ece": report["ece"], "ece_in_sample": dim["after"]["ece"], "pairs": dim["after"]["pairs"] // 2}
+        metrics[f"val_ece_dim_{d}"] = report["ece"]
+        panels[d] = (dim["after"], dim["temperature"], None if dim["held_out"] is None else dim["held_out"]["ece"])
+    if panels:
+        reliability_grid(panels, out_dir / DIMENSION_PLOT, f"reward model {date}: per-dimension pair calibration")
+    return calibration, metrics
+
+
 def train_reward_model(
     examples: pd.DataFrame,
     *,
@@ -526,8 +581,6 @@ def train_reward_model(
     safety_score, rationale) and optional human pairs (prompt, chosen, rejected); save the model to
     `out_dir`. Returns the final metrics."""
     from safetensors.torch import save_file
-
-    from hominem_pipeline.core.calibration import reliability_diagram, reliability_grid, same_prompt_pairs
 
     n_human = 0 if human_pairs is None else len(human_pairs)
     if len(examples) < 4 and n_human < 4:
@@ -699,46 +752,9 @@ def train_reward_model(
     final = evaluate(full)
     final.update({"best_epoch": best_epoch, "epochs_run": len(history), "train_sequences": int(sum(len(data.groups[g]) for g in train_groups)), "val_sequences": len(val_seqs)})
 
-    # Calibration on the validation pairs: the scalar (teacher and human pairs), then each dimension.
     out_dir.mkdir(parents=True, exist_ok=True)
-    overall = calibrate(data.pairs[val_pairs], data.pair_group[val_pairs], full["scalar"])
-    calibration: dict[str, Any] | None = None
-    if overall is None:
-        log.warning("no validation pair (teacher gap of %.2f or more, or human pair): the reward model's preferences stay uncalibrated", PAIR_GAP)
-    else:
-        held = overall["held_out"]
-        reliability_diagram(
-            overall["before"], overall["after"], out_dir / RELIABILITY_PLOT,
-            f"reward model {date}: {overall['after']['pairs'] // 2} validation pairs, T = {overall['temperature']:.3g}"
-            + ("" if held is None else f"\nheld-out ECE {held['ece']:.3f} (T fitted on the other half of the prompts)"),
-        )
-        final.update({"temperature": overall["temperature"], "val_ece": (held or overall["after"])["ece"], "val_ece_in_sample": overall["after"]["ece"],
-                      "val_ece_uncalibrated": overall["before"]["ece"], "val_mce": (held or overall["after"])["mce"], "val_brier": (held or overall["after"])["brier"]})
-        calibration = {
-            "method": "temperature scaling: P(a preferred over b) = sigmoid((scalar_a - scalar_b) / temperature)",
-            "fitted_on": f"validation pairs (same prompt with teacher scalar gap >= {PAIR_GAP}, and human pairs), each counted in both orders",
-            "held_out_ece": "val_ece: temperature fitted on half the validation prompts, applied to the other half (both ways)" if held else "in sample (one prompt group only)",
-            "temperature": overall["temperature"],
-            "before": overall["before"],
-            "after": overall["after"],
-            "held_out": _drop_bins(held),
-            "dimensions": {},
-        }
-        lab = val_seqs[val_seqs < data.labeled]
-        prompt_ids = np.asarray(examples["prompt_id"])
-        panels = {}
-        for j, d in enumerate(dimensions):
-            teacher_d = data.targets["vector"][:, j].numpy()
-            pairs_d = lab[same_prompt_pairs(prompt_ids[lab], teacher_d[lab], PAIR_GAP)]
-            dim = calibrate(pairs_d, data.group_of[pairs_d[:, 0]], full["vector"][:, j])
-            if dim is None:
-                continue
-            report = dim["held_out"] or dim["after"]
-            calibration["dimensions"][d] = {"temperature": dim["temperature"], "ece": report["ece"], "ece_in_sample": dim["after"]["ece"], "pairs": dim["after"]["pairs"] // 2}
-            final[f"val_ece_dim_{d}"] = report["ece"]
-            panels[d] = (dim["after"], dim["temperature"], None if dim["held_out"] is None else dim["held_out"]["ece"])
-        if panels:
-            reliability_grid(panels, out_dir / DIMENSION_PLOT, f"reward model {date}: per-dimension pair calibration")
+    calibration, calibration_metrics = calibrate_validation(data, val_seqs, val_pairs, full, list(examples["prompt_id"]), dimensions, out_dir, date)
+    final.update(calibration_metrics)
 
     backbone = _unwrap_backbone(net.backbone)
     backbone.save_pretrained(out_dir / BACKBONE_DIR)
