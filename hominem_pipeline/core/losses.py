@@ -1,0 +1,125 @@
+"""Per-example losses for adapter training: DPO, and the dual-channel loss with its safety gate.
+
+Pure functions on per-example tensors (one value per example), so a trainer can weight, gate and log
+each example; nothing here knows about models or batches of tokens.
+
+    L_i = gate_weight_i * (w_sft * L_sft_i * [not inverted_i] + intensity_i * w_reward * L_reward_i)
+
+with L_reward the sigmoid DPO loss of the pair (its roles swapped when the gate inverts it), and the
+batch loss the mean of L_i over every example, gated or not (a skipped example adds 0 and gets no
+gradient).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch.nn import functional as F
+
+
+def dpo_loss(
+    policy_chosen_logps: torch.Tensor,
+    policy_rejected_logps: torch.Tensor,
+    ref_chosen_logps: torch.Tensor,
+    ref_rejected_logps: torch.Tensor,
+    beta: float,
+) -> torch.Tensor:
+    """-log sigmoid(beta * ((pi_c - ref_c) - (pi_r - ref_r))) per example: TRL's `loss_type="sigmoid"`
+    DPO loss (reverse KL, no label smoothing) before its batch mean. Inputs are summed log-probabilities
+    of each response under the policy and the reference."""
+    margin = (policy_chosen_logps - ref_chosen_logps) - (policy_rejected_logps - ref_rejected_logps)
+    return -F.logsigmoid(beta * margin)
+
+
+@dataclass(frozen=True)
+class SafetyGate:
+    """How `safety_score` (1 = safe to learn from) gates each example.
+
+    At or above `pass_at` an example counts fully; below `unsafe_below` it is skipped (weight 0) or
+    inverted (chosen and rejected swapped, so the model learns away from the unsafe reply, and no SFT
+    on it); in between, `between` decides: down-weighted (by `factor`, or by the score itself), passed
+    or skipped."""
+
+    pass_at: float = 0.6
+    unsafe_below: float = 0.3
+    unsafe: Literal["skip", "invert"] = "skip"
+    between: Literal["downweight", "pass", "skip"] = "downweight"
+    downweight_by: Literal["factor", "score"] = "factor"
+    factor: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.unsafe_below <= self.pass_at <= 1.0:
+            raise ValueError(f"safety gate thresholds must satisfy 0 <= unsafe_below ({self.unsafe_below}) <= pass_at ({self.pass_at}) <= 1")
+        if not 0.0 <= self.factor <= 1.0:
+            raise ValueError(f"safety gate factor {self.factor} must be in [0, 1]")
+
+    def __call__(self, safety: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weight per example, inverted per example) for a tensor of safety scores."""
+        safety = safety.detach().float()
+        weight = torch.ones_like(safety)
+        unsafe = safety < self.unsafe_below
+        between = ~unsafe & (safety < self.pass_at)
+        if self.between == "skip":
+            weight[between] = 0.0
+        elif self.between == "downweight":
+            weight[between] = self.factor if self.downweight_by == "factor" else safety[between]
+        inverted = unsafe if self.unsafe == "invert" else torch.zeros_like(unsafe)
+        if self.unsafe == "skip":
+            weight[unsafe] = 0.0
+        return weight, inverted
+
+
+@dataclass
+class DualChannelLoss:
+    total: torch.Tensor  # the batch loss to backpropagate
+    per_example: torch.Tensor  # L_i
+    sft: torch.Tensor  # the memory channel's share of `total`
+    reward: torch.Tensor  # the reward channel's share of `total`
+    skipped: int  # examples with weight 0
+    downweighted: int  # examples with 0 < weight < 1
+    inverted: int  # examples whose pair was swapped
+
+
+def dual_channel_loss(
+    policy_chosen_logps: torch.Tensor,
+    policy_rejected_logps: torch.Tensor,
+    ref_chosen_logps: torch.Tensor,
+    ref_rejected_logps: torch.Tensor,
+    sft_nll: torch.Tensor,
+    intensity: torch.Tensor,
+    safety: torch.Tensor,
+    *,
+    beta: float,
+    w_sft: float,
+    w_reward: float,
+    gate: SafetyGate,
+) -> DualChannelLoss:
+    """`w_sft * L_sft + intensity * w_reward * L_reward` per example, gated by safety (see the module).
+
+    `sft_nll` is the SFT loss of each example's chosen reply (mean token negative log-likelihood);
+    `intensity` the reward intensity in [0, 1] (teacher label, reward model or 1). Returns the batch
+    mean and its parts, so both channels can be logged."""
+    n = policy_chosen_logps.shape[0]
+    for name, t in (("policy_rejected_logps", policy_rejected_logps), ("ref_chosen_logps", ref_chosen_logps), ("ref_rejected_logps", ref_rejected_logps),
+                    ("sft_nll", sft_nll), ("intensity", intensity), ("safety", safety)):
+        if t.shape != (n,):
+            raise ValueError(f"{name} has shape {tuple(t.shape)}; every input is one value per example, shape ({n},)")
+    weight, inverted = gate(safety)
+    forward = dpo_loss(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps, beta)
+    swapped = dpo_loss(policy_rejected_logps, policy_chosen_logps, ref_rejected_logps, ref_chosen_logps, beta)
+    reward = torch.where(inverted, swapped, forward)
+    weight = weight.to(reward.dtype)
+    sft_part = weight * w_sft * sft_nll * (~inverted).to(reward.dtype)
+    reward_part = weight * intensity.to(reward.dtype) * w_reward * reward
+    per_example = sft_part + reward_part
+    return DualChannelLoss(
+        total=per_example.mean(),
+        per_example=per_example,
+        sft=sft_part.mean(),
+        reward=reward_part.mean(),
+        skipped=int((weight == 0).sum()),
+        downweighted=int(((weight > 0) & (weight < 1)).sum()),
+        inverted=int(inverted.sum()),
+    )
