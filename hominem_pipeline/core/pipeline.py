@@ -285,7 +285,10 @@ def build_preference_pairs(ctx: StageContext) -> StageOutput:
     if answered.any():
         rm_scalar[answered.to_numpy()] = rm.raw_scores(list(labels.loc[answered, "prompt"]), list(labels.loc[answered, "response"]))["scalar"]
     pc = ctx.cfg.preferences
-    pairs = build_pairs(labels, weights=pc.dimension_weights, min_margin=pc.min_margin, max_pairs_per_prompt=pc.max_pairs_per_prompt, rm_scalar=rm_scalar)
+    pairs = build_pairs(
+        labels, weights=pc.dimension_weights, min_margin=pc.min_margin, max_pairs_per_prompt=pc.max_pairs_per_prompt, rm_scalar=rm_scalar,
+        strategy=pc.strategy, guard=pc.guard_dimension,
+    )
     pairs.to_parquet(ctx.out_dir / "pairs.parquet", index=False)
     agree = float((pairs["rm_margin"] > 0).mean()) if len(pairs) else None
     return StageOutput(
@@ -477,8 +480,8 @@ STAGES: tuple[StageSpec, ...] = (
     ),
     StageSpec(
         "preference_pairs",
-        "(prompt, chosen, rejected) pairs by the weighted teacher aggregate, annotated with the reward model.",
-        "1",
+        "(prompt, chosen, rejected) pairs by the configured strategy on the teacher's labels, annotated with the reward model.",
+        "2",
         ("preferences",),
         (Upstream("teacher_labels"), Upstream("reward_model")),
         build_preference_pairs,

@@ -1,4 +1,5 @@
-"""Preference pairs from labeled candidates: (prompt, chosen, rejected) ranked by a weighted aggregate."""
+"""Preference pairs from labeled candidates: (prompt, chosen, rejected) by a strategy (every pair above a
+margin, best against worst, or per dimension guarded by harm avoidance) on a weighted aggregate."""
 
 from __future__ import annotations
 
@@ -21,6 +22,41 @@ def weighted_aggregate(vectors: Sequence[Mapping[str, float]], weights: Mapping[
     return v @ w / w.sum()
 
 
+STRATEGIES = ("margin", "best_vs_worst", "per_dimension")
+
+
+def _candidates(records: list[dict], strategy: str, min_margin: float, dims: Sequence[str], guard: str | None) -> list[tuple[float, dict, dict, str | None]]:
+    """(margin, chosen, rejected, dimension) for one prompt's answered candidates, largest margin first.
+
+    margin: every pair whose aggregate gap is at least `min_margin`; best_vs_worst: the highest against
+    the lowest aggregate; per_dimension: pairs where the chosen reply wins on one dimension by at least
+    `min_margin` without losing on `guard` (each pair once, on the dimension it wins most)."""
+    found: list[tuple[float, dict, dict, str | None]] = []
+    if strategy == "best_vs_worst":
+        if len(records) >= 2:
+            ranked = sorted(records, key=lambda r: (-r["_agg"], r["trajectory_id"]))
+            hi, lo = ranked[0], ranked[-1]
+            found.append((float(hi["_agg"] - lo["_agg"]), hi, lo, None))
+    else:
+        for a in range(len(records)):
+            for b in range(len(records)):
+                if a == b:
+                    continue
+                hi, lo = records[a], records[b]
+                if strategy == "margin":
+                    if b > a and hi["_agg"] != lo["_agg"]:
+                        hi, lo = (hi, lo) if hi["_agg"] > lo["_agg"] else (lo, hi)
+                        found.append((float(hi["_agg"] - lo["_agg"]), hi, lo, None))
+                    continue
+                if guard is not None and hi["vector"][guard] < lo["vector"][guard]:
+                    continue  # never prefer a reply that is less careful about harm
+                gap, dim = max((hi["vector"][d] - lo["vector"][d], d) for d in dims)
+                found.append((float(gap), hi, lo, dim))
+    found = [c for c in found if c[0] >= min_margin and c[0] > 0 and c[1]["response"] != c[2]["response"]]
+    found.sort(key=lambda c: (-c[0], c[1]["trajectory_id"], c[2]["trajectory_id"]))
+    return found
+
+
 def build_preference_pairs(
     labeled: pd.DataFrame,
     *,
@@ -29,28 +65,25 @@ def build_preference_pairs(
     max_pairs_per_prompt: int,
     rm_scalar: Sequence[float] | None = None,
     source: str = "teacher",
+    strategy: str = "margin",
+    guard: str | None = "harm_avoidance",
 ) -> pd.DataFrame:
-    """Every same-prompt pair whose aggregate gap is at least `min_margin`, the largest gaps first,
-    at most `max_pairs_per_prompt` per prompt. `labeled` has one row per candidate with columns
-    trajectory_id, prompt_id, prompt, category, response, vector, reward_intensity, safety_score.
-    `rm_scalar` (the reward model's scalar per row) is carried along as each pair's `rm_margin`."""
+    """Same-prompt pairs by `strategy` (see `_candidates`), ties and near-ties (gap below `min_margin`)
+    dropped, the largest gaps first, at most `max_pairs_per_prompt` per prompt. `labeled` has one row
+    per candidate with columns trajectory_id, prompt_id, prompt, category, response, vector,
+    reward_intensity, safety_score. `rm_scalar` (the reward model's scalar per row) is carried along
+    as each pair's `rm_margin`; per-dimension pairs name their `dimension` and their margin is the gap on it."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"pairing strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
     if labeled.empty:
         return pd.DataFrame(columns=PAIR_COLUMNS)
     agg = weighted_aggregate(list(labeled["vector"]), weights)
     rm = np.asarray(rm_scalar, dtype=np.float64) if rm_scalar is not None else np.full(len(labeled), np.nan)
+    guard = guard if guard in weights else None
     rows = []
     for _, group in labeled.assign(_agg=agg, _rm=rm).groupby("prompt_id", sort=True):
         group = group[group["response"].str.strip().astype(bool)]
-        records = group.to_dict(orient="records")
-        candidates = []
-        for a in range(len(records)):
-            for b in range(a + 1, len(records)):
-                hi, lo = (records[a], records[b]) if records[a]["_agg"] >= records[b]["_agg"] else (records[b], records[a])
-                margin = float(hi["_agg"] - lo["_agg"])
-                if margin >= min_margin and margin > 0 and hi["response"] != lo["response"]:
-                    candidates.append((margin, hi, lo))
-        candidates.sort(key=lambda c: (-c[0], c[1]["trajectory_id"], c[2]["trajectory_id"]))
-        for margin, hi, lo in candidates[:max_pairs_per_prompt]:
+        for margin, hi, lo, dim in _candidates(group.to_dict(orient="records"), strategy, min_margin, list(weights), guard)[:max_pairs_per_prompt]:
             pair = PreferencePair(
                 pair_id=fingerprint([hi["trajectory_id"], lo["trajectory_id"]], 12),
                 prompt_id=hi["prompt_id"],
@@ -65,6 +98,7 @@ def build_preference_pairs(
                 chosen_safety_score=float(hi["safety_score"]),
                 rm_margin=float(hi["_rm"] - lo["_rm"]),
                 source=source,
+                dimension=dim,
             )
             rows.append(pair.model_dump())
     return pd.DataFrame(rows, columns=PAIR_COLUMNS)

@@ -7,10 +7,10 @@ from hominem_pipeline.core.preferences import PreferenceFileError, build_prefere
 W = {"empathy": 2.0, "curiosity": 1.0}
 
 
-def labeled(values):
+def labeled(values, harm=None):
     return pd.DataFrame([
         {"trajectory_id": f"t{i}", "prompt_id": pid, "prompt": f"prompt {pid}", "category": "narrative", "response": f"reply {i}",
-         "vector": {"empathy": e, "curiosity": c}, "reward_intensity": 0.4, "safety_score": 0.9}
+         "vector": {"empathy": e, "curiosity": c, **({"harm_avoidance": harm[i]} if harm else {})}, "reward_intensity": 0.4, "safety_score": 0.9}
         for i, (pid, e, c) in enumerate(values)
     ])
 
@@ -47,3 +47,23 @@ def test_corrupt_or_empty_preference_files_fail_clearly(tmp_path):
     pd.DataFrame({"prompt": ["a"]}).to_parquet(wrong)
     with pytest.raises(PreferenceFileError, match=r"lacks columns \['chosen', 'rejected'\]"):
         read_preference_pairs([wrong])
+
+
+def test_best_vs_worst_gives_one_pair_per_prompt():
+    frame = labeled([("p", 0.9, 0.0), ("p", 0.0, 0.0), ("p", 0.5, 0.0), ("q", 0.2, 0.2), ("q", 0.21, 0.2)])
+    pairs = build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=3, strategy="best_vs_worst")
+    assert list(zip(pairs.prompt_id, pairs.chosen, pairs.rejected)) == [("p", "reply 0", "reply 1")]  # q's best and worst are a near-tie
+    assert pairs.dimension.isna().all()
+
+
+def test_per_dimension_pairs_never_lose_on_harm_avoidance():
+    weights = {**W, "harm_avoidance": 1.0}
+    # reply 0 is warmer than reply 1 but less careful; reply 2 is more curious than reply 1 and as careful
+    frame = labeled([("p", 0.9, 0.0), ("p", 0.0, 0.0), ("p", 0.0, 0.6)], harm=[-0.5, 0.5, 0.5])
+    pairs = build_preference_pairs(frame, weights=weights, min_margin=0.1, max_pairs_per_prompt=10, strategy="per_dimension")
+    got = {(c, r, d, round(m, 3)) for c, r, d, m in zip(pairs.chosen, pairs.rejected, pairs.dimension, pairs.margin)}
+    assert ("reply 2", "reply 1", "curiosity", 0.6) in got
+    assert ("reply 1", "reply 0", "harm_avoidance", 1.0) in got and ("reply 2", "reply 0", "harm_avoidance", 1.0) in got
+    assert not any(c == "reply 0" for c, *_ in got)  # every pair reply 0 would win loses on harm_avoidance
+    with pytest.raises(ValueError, match="pairing strategy 'random' is not one of"):
+        build_preference_pairs(frame, weights=weights, min_margin=0.1, max_pairs_per_prompt=1, strategy="random")
