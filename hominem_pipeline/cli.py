@@ -446,6 +446,25 @@ def reward_probe(
         console.print(f"P(#1 preferred over #{j + 1}) = {p:.3f}   (calibrated, temperature {rm.temperature:.3f})")
 
 
+@app.command()
+def export(
+    adapter: Annotated[Path, typer.Option("--adapter", "-a", help="A LoRA adapter folder (data/lora_adapter/<date>/<version>).")],
+    merged: Annotated[Path, typer.Option("--merged", "-o", help="New folder for the merged model.")],
+    base: Annotated[Optional[Path], typer.Option("--base", help="The base model folder (default: the one the adapter names).")] = None,
+) -> None:
+    """Merge an adapter into its base and write a plain HF model (safetensors + tokenizer) that LM Studio,
+    llama.cpp's convert_hf_to_gguf.py and transformers can load."""
+    from hominem_pipeline.core.policy import export_merged
+
+    _logging()
+    try:
+        info = export_merged(adapter, merged, base)
+    except (FileNotFoundError, FileExistsError) as exc:
+        _fail(str(exc))
+    console.print(f"merged {info['adapter']} into {info['base']} -> {merged}")
+    console.print(f"for llama.cpp / LM Studio: python convert_hf_to_gguf.py {merged} --outfile model.gguf")
+
+
 def main() -> None:  # pragma: no cover - console script shim
     try:
         app()

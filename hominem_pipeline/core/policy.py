@@ -159,3 +159,28 @@ def load_policy(student_path: Path, adapter_path: Path | None):
         model = PeftModel.from_pretrained(model, adapter_path)
         model.eval()
     return model, tokenizer
+
+
+def export_merged(adapter_path: Path, out_dir: Path, student_path: Path | None = None) -> dict[str, Any]:
+    """Merge a LoRA adapter into its base and save a plain HF model (safetensors) with the tokenizer:
+    what LM Studio, llama.cpp's `convert_hf_to_gguf.py` and any `from_pretrained` can load. The base is
+    `student_path`, else the one the adapter names in its `adapter_config.json`."""
+    import json
+
+    adapter_path, out_dir = Path(adapter_path), Path(out_dir)
+    config_file = adapter_path / "adapter_config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"{adapter_path} is not a PEFT adapter folder (no adapter_config.json); pass a data/lora_adapter/<date>/<version> folder")
+    base = Path(student_path or json.loads(config_file.read_text())["base_model_name_or_path"])
+    if not (base / "config.json").is_file():
+        raise FileNotFoundError(f"the adapter's base model {base} is missing; pass the student folder with --base")
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise FileExistsError(f"{out_dir} is not empty; choose a new folder for the merged model")
+    model, tokenizer = load_policy(base, adapter_path)
+    merged = model.merge_and_unload()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    merged.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    info = {"base": str(base), "adapter": str(adapter_path), "format": "safetensors, fp32, LoRA merged"}
+    (out_dir / "EXPORT.json").write_text(json.dumps(info, indent=2) + "\n")
+    return info

@@ -42,3 +42,27 @@ def test_dpo_refuses_an_empty_pair_table(tiny_student, tmp_path):
     cfg = load_config(root=REPO).policy
     with pytest.raises(ValueError, match="at least one preference pair"):
         train_dpo_adapter(pairs(0), student_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0)
+
+
+def test_export_merges_the_adapter_into_a_plain_model(tiny_student, tmp_path):
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from hominem_pipeline.core.policy import export_merged
+
+    cfg = load_config(root=REPO, overrides={"policy": {"max_steps": 2, "batch_size": 2, "max_length": 48, "learning_rate": 0.01, "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}}}).policy
+    adapter = tmp_path / "adapter"
+    train_dpo_adapter(pairs(), student_path=tiny_student, cfg=cfg, out_dir=adapter, seed=0)
+    out = tmp_path / "merged"
+    info = export_merged(adapter, out)
+    assert info["base"] == str(tiny_student)  # read from the adapter's config
+    assert not any("lora" in k for k in load_file(str(out / "model.safetensors")))
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    policy, _ = load_policy(tiny_student, adapter)
+    merged = AutoModelForCausalLM.from_pretrained(out).eval()
+    with torch.inference_mode():
+        torch.testing.assert_close(merged(ids).logits, policy(ids).logits, atol=1e-4, rtol=1e-4)
+    with pytest.raises(FileExistsError, match="is not empty"):
+        export_merged(adapter, out)
+    with pytest.raises(FileNotFoundError, match="not a PEFT adapter folder"):
+        export_merged(tmp_path, tmp_path / "x")
