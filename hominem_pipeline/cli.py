@@ -447,6 +447,70 @@ def reward_probe(
 
 
 @app.command()
+def compare(
+    prompt: Annotated[Optional[list[str]], typer.Option("--prompt", "-p", help="A prompt to answer; repeat for several.")] = None,
+    eval_set: Annotated[bool, typer.Option("--eval-set", help="Use the held-out evaluation prompts (of the newest prompts partition).")] = False,
+    adapter: Annotated[Optional[Path], typer.Option("--adapter", "-a", help="Adapter folder (default: the newest built one).")] = None,
+    reward_model: Annotated[Optional[Path], typer.Option("--reward-model", "-m", help="Reward model folder (default: the one the adapter was trained with).")] = None,
+    config: ConfigOpt = None,
+    date: Annotated[Optional[str], typer.Option("--date", "-d", help="Use that day's adapter (default: the newest).")] = None,
+) -> None:
+    """Base and base+adapter side by side: their replies (greedy), reward vectors, intensity and safety,
+    what changed, and the reward model's calibrated probability that the adapter's reply is preferred."""
+    import json
+
+    import pandas as pd
+
+    from hominem_pipeline.core.evaluation import side_by_side
+    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.reward_model import RewardModel
+
+    _logging()
+    cfg = _config(config)
+    texts = list(prompt or [])
+    ref = _artifact_for(cfg, "lora_adapter", date)[1] if adapter is None else None
+    adapter_path = adapter or ref.path
+    if eval_set:
+        _, prompts_ref = _artifact_for(cfg, "prompts", None)
+        table = pd.read_parquet(prompts_ref.file("prompts.parquet"))
+        texts += list(table.loc[table["split"] == "eval", "text"])
+    if not texts:
+        _fail("nothing to compare on; pass --prompt TEXT (repeatable) or --eval-set")
+    if reward_model is None:
+        meta_file = adapter_path / "METADATA.json"
+        rm = json.loads(meta_file.read_text()).get("reward_model") if meta_file.is_file() else None
+        reward_model = cfg.data_dir / "reward_model" / rm["partition"] / rm["version"] if rm else _artifact_for(cfg, "reward_model", None)[1].path
+    try:
+        rm_model = RewardModel.load(reward_model)
+        rows = side_by_side(texts, student_path=student_path(cfg), adapter_path=adapter_path, reward_model=rm_model, cfg=cfg.evaluation, seed=cfg.project.seed)
+    except (FileNotFoundError, ValueError) as exc:
+        _fail(str(exc))
+    console.print(f"[dim]adapter {adapter_path}\nreward model {reward_model}[/]")
+    wins = 0
+    for row in rows:
+        console.rule(row.prompt if len(row.prompt) <= 100 else row.prompt[:97] + "...")
+        replies = Table(show_header=True, expand=True)
+        replies.add_column("base")
+        replies.add_column("base + adapter")
+        replies.add_row(row.base, row.adapter)
+        console.print(replies)
+        scores = Table(show_header=True)
+        for column in ("output", "base", "adapter", "change"):
+            scores.add_column(column, justify="left" if column == "output" else "right")
+        named = [(d, row.base_scores.vector[d], row.adapter_scores.vector[d]) for d in rm_model.dimensions]
+        named += [(k, getattr(row.base_scores, k), getattr(row.adapter_scores, k)) for k in ("scalar", "reward_intensity", "safety_score")]
+        for name, b, a in named:
+            change = a - b
+            colour = "green" if change > 0.005 else "red" if change < -0.005 else "dim"
+            scores.add_row(name, f"{b:+.3f}", f"{a:+.3f}", f"[{colour}]{change:+.3f}[/]", end_section=name == rm_model.dimensions[-1])
+        console.print(scores)
+        console.print(f"P(adapter's reply preferred) = {row.p_adapter_preferred:.3f}")
+        wins += row.p_adapter_preferred > 0.5
+    if len(rows) > 1:
+        console.print(f"[bold]adapter preferred on {wins}/{len(rows)} prompts[/]")
+
+
+@app.command()
 def export(
     adapter: Annotated[Path, typer.Option("--adapter", "-a", help="A LoRA adapter folder (data/lora_adapter/<date>/<version>).")],
     merged: Annotated[Path, typer.Option("--merged", "-o", help="New folder for the merged model.")],

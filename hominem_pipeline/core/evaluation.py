@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pandas as pd
 from hominem_pipeline.core.config import EvaluationConfig
 from hominem_pipeline.core.generation import chat_text, generate
 from hominem_pipeline.core.progress import Progress
-from hominem_pipeline.core.reward_model import RewardModel
+from hominem_pipeline.core.reward_model import RewardModel, RewardOutput
 from hominem_pipeline.core.schema import Prompt
 
 log = logging.getLogger(__name__)
@@ -22,9 +23,9 @@ log = logging.getLogger(__name__)
 SIDES = ("base", "adapter")
 
 
-def generate_both(model: Any, tokenizer: Any, prompts: Sequence[Prompt], cfg: EvaluationConfig, seed: int) -> dict[str, list[str]]:
-    """Greedy responses of the base (adapter disabled) and of base+adapter for each prompt."""
-    texts = [chat_text(tokenizer, p.text) for p in prompts]
+def generate_both(model: Any, tokenizer: Any, prompts: Sequence[str], cfg: EvaluationConfig, seed: int) -> dict[str, list[str]]:
+    """Greedy responses of the base (adapter disabled) and of base+adapter for each prompt text."""
+    texts = [chat_text(tokenizer, p) for p in prompts]
     out: dict[str, list[str]] = {side: [] for side in SIDES}
     progress = Progress("evaluation generation", 2 * len(texts), log, unit="responses")
     for start in range(0, len(texts), cfg.batch_size):
@@ -117,8 +118,37 @@ def evaluate_adapter(
     if not prompts:
         raise ValueError("no evaluation prompts: set prompts.eval_per_category to at least 1")
     model, tokenizer = load_policy(student_path, adapter_path)
-    responses = generate_both(model, tokenizer, prompts, cfg, seed)
+    responses = generate_both(model, tokenizer, [p.text for p in prompts], cfg, seed)
     return compare(prompts, responses, reward_model)
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    prompt: str
+    base: str
+    adapter: str
+    base_scores: RewardOutput
+    adapter_scores: RewardOutput
+    p_adapter_preferred: float  # the reward model's calibrated probability
+
+
+def side_by_side(
+    prompts: Sequence[str], *, student_path: Path, adapter_path: Path, reward_model: RewardModel, cfg: EvaluationConfig, seed: int
+) -> list[SideBySide]:
+    """Base and base+adapter replies to each prompt (greedy), each scored by the reward model."""
+    from hominem_pipeline.core.policy import load_policy
+
+    if not prompts:
+        raise ValueError("no prompt to compare on; pass --prompt TEXT or --eval-set")
+    model, tokenizer = load_policy(student_path, adapter_path)
+    replies = generate_both(model, tokenizer, prompts, cfg, seed)
+    # An empty reply cannot be scored: shown as such, scored as a placeholder the model reads as nothing.
+    shown = {side: [r if r.strip() else "(empty reply)" for r in replies[side]] for side in SIDES}
+    scores = {side: reward_model.score(list(prompts), shown[side]) for side in SIDES}
+    return [
+        SideBySide(p, shown["base"][i], shown["adapter"][i], scores["base"][i], scores["adapter"][i], reward_model.prefer(p, shown["adapter"][i], shown["base"][i]))
+        for i, p in enumerate(prompts)
+    ]
 
 
 def plot_dimension_deltas(summary: dict[str, Any], dimensions: Sequence[str], path: Path, title: str) -> Path:

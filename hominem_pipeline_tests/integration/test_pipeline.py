@@ -150,3 +150,26 @@ def test_changing_a_late_setting_rebuilds_only_what_depends_on_it(chain, tmp_pat
     versions = [p.name for p in (store.root / "reward_health_index" / DAY).iterdir() if not p.name.startswith((".", "current"))]
     assert len(versions) == 2  # the old version is kept, the pointer moved
     assert store.require("reward_health_index", DAY).version == third["reward_health_index"]["version"].value
+
+
+def test_compare_prints_base_and_adapter_side_by_side(chain):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    project = chain["project"]
+    env = {**os.environ, "HOMINEM_HOME": str(project), "COLUMNS": "200"}
+    env.pop("DAGSTER_HOME", None)
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "hominem"), "compare", "--config", "config/tiny.yaml", "--prompt", "I failed my test.", "--eval-set"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    n_eval = len(chain["cfg"].prompts.categories)  # one held-out prompt per category, plus the one given
+    assert out.count("P(adapter's reply preferred) = ") == n_eval + 1
+    assert "base + adapter" in out and "empathy" in out and "safety_score" in out and "change" in out
+    assert "adapter preferred on " in out and f"/{n_eval + 1} prompts" in out
+    rm = ArtifactStore(chain["cfg"].data_dir).require("reward_model", DAY)
+    assert f"reward model {rm.path}" in " ".join(out.split())  # the one the adapter was trained with
