@@ -442,7 +442,7 @@ def reward_probe(
     if top:
         console.print(f"[yellow]*[/] the dimensions on which the replies differ most: {', '.join(sorted(top, key=spread.get, reverse=True))}")
     for j in range(1, len(response)):
-        p = rm.prefer(prompt, response[0], response[j])
+        p = rm.probability(outputs[0].scalar - outputs[j].scalar)
         console.print(f"P(#1 preferred over #{j + 1}) = {p:.3f}   (calibrated, temperature {rm.temperature:.3f})")
 
 

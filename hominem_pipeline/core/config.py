@@ -238,10 +238,14 @@ class RewardLossWeights(_Frozen):
     safety: float = Field(ge=0.0)
 
 
-class RewardLoraConfig(_Frozen):
+class LoraConfig(_Frozen):
     r: int = Field(ge=1, le=1024)
     alpha: float = Field(gt=0.0)
     dropout: float = Field(ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(min_length=1)
+
+
+class RewardLoraConfig(LoraConfig):
     target_modules: list[str] | None = None  # None: the backbone's attention projections (PEFT's default for its type)
 
 
@@ -299,13 +303,6 @@ class PreferencesConfig(_Frozen):
         if bad:
             raise ValueError(f"weights must be > 0, got {bad}")
         return v
-
-
-class LoraConfig(_Frozen):
-    r: int = Field(ge=1, le=1024)
-    alpha: float = Field(gt=0.0)
-    dropout: float = Field(ge=0.0, lt=1.0)
-    target_modules: list[str] = Field(min_length=1)
 
 
 class PolicyConfig(_Frozen):

@@ -146,7 +146,8 @@ def side_by_side(
     shown = {side: [r if r.strip() else "(empty reply)" for r in replies[side]] for side in SIDES}
     scores = {side: reward_model.score(list(prompts), shown[side]) for side in SIDES}
     return [
-        SideBySide(p, shown["base"][i], shown["adapter"][i], scores["base"][i], scores["adapter"][i], reward_model.prefer(p, shown["adapter"][i], shown["base"][i]))
+        SideBySide(p, shown["base"][i], shown["adapter"][i], scores["base"][i], scores["adapter"][i],
+                   reward_model.probability(scores["adapter"][i].scalar - scores["base"][i].scalar))
         for i, p in enumerate(prompts)
     ]
 

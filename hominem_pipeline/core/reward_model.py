@@ -243,19 +243,26 @@ class RewardModel:
         """The fitted preference temperature (1.0, uncalibrated, when training had no validation pairs)."""
         return float((self.metadata.get("calibration") or {}).get("temperature", 1.0))
 
+    def probability(self, gap: float, dimension: str | None = None) -> float:
+        """The calibrated probability that a reply is preferred over another whose score is `gap` lower:
+        the scalar's gap (or, with `dimension`, that dimension's gap) through its fitted temperature."""
+        from hominem_pipeline.core.calibration import preference_probability
+
+        if dimension is None:
+            return float(preference_probability(gap, self.temperature))
+        if dimension not in self.dimensions:
+            raise ValueError(f"unknown dimension {dimension!r}; this model has {', '.join(self.dimensions)}")
+        per_dim = ((self.metadata.get("calibration") or {}).get("dimensions") or {}).get(dimension) or {}
+        return float(preference_probability(gap, float(per_dim.get("temperature", 1.0))))
+
     def prefer(self, prompt: str, a: str, b: str, dimension: str | None = None) -> float:
         """The calibrated probability that response `a` is preferred over `b` for `prompt`: overall (by the
         scalar), or on one reward dimension (by its own fitted temperature)."""
-        from hominem_pipeline.core.calibration import preference_probability
-
-        raw = self.raw_scores([prompt, prompt], [a, b])
-        if dimension is None:
-            return float(preference_probability(float(raw["scalar"][0]) - float(raw["scalar"][1]), self.temperature))
-        if dimension not in self.dimensions:
+        if dimension is not None and dimension not in self.dimensions:
             raise ValueError(f"unknown dimension {dimension!r}; this model has {', '.join(self.dimensions)}")
-        j = self.dimensions.index(dimension)
-        per_dim = ((self.metadata.get("calibration") or {}).get("dimensions") or {}).get(dimension) or {}
-        return float(preference_probability(float(raw["vector"][0, j]) - float(raw["vector"][1, j]), float(per_dim.get("temperature", 1.0))))
+        raw = self.raw_scores([prompt, prompt], [a, b])
+        values = raw["scalar"] if dimension is None else raw["vector"][:, self.dimensions.index(dimension)]
+        return self.probability(float(values[0]) - float(values[1]), dimension)
 
     def encode(self, prompts: Sequence[str], responses: Sequence[str]) -> list[list[int]]:
         return [encode_pair(self.tokenizer, p, r, self.max_length) for p, r in zip(prompts, responses)]

@@ -117,6 +117,8 @@ def test_preferences_are_calibrated_and_complementary(trained):
     p = model.prefer(prompt, kind, curt)
     assert p + model.prefer(prompt, curt, kind) == pytest.approx(1.0, abs=1e-12)
     assert p > 0.5  # kind beats curt, as trained
+    [a, b] = model.score([prompt, prompt], [kind, curt])
+    assert model.probability(a.scalar - b.scalar) == pytest.approx(p, abs=1e-9)  # from scores already computed
 
 
 def toy_human_pairs(n: int = 10) -> pd.DataFrame:
