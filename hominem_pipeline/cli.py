@@ -492,16 +492,15 @@ def compare(
         replies = Table(show_header=True, expand=True)
         replies.add_column("base")
         replies.add_column("base + adapter")
-        replies.add_row(row.base, row.adapter)
+        replies.add_row(*(row.replies[side] or "(empty reply: not scored)" for side in ("base", "adapter")))
         console.print(replies)
         scores = Table(show_header=True)
         for column in ("output", "base", "adapter", "change"):
             scores.add_column(column, justify="left" if column == "output" else "right")
-        named = [(d, row.base_scores.vector[d], row.adapter_scores.vector[d]) for d in rm_model.dimensions]
-        named += [(k, getattr(row.base_scores, k), getattr(row.adapter_scores, k)) for k in ("scalar", "reward_intensity", "safety_score")]
-        for name, b, a in named:
+        for name, b in row.scores["base"].items():
+            a = row.scores["adapter"][name]
             change = a - b
-            colour = "green" if change > 0.005 else "red" if change < -0.005 else "dim"
+            colour = "dim" if pd.isna(change) or abs(change) <= 0.005 else "green" if change > 0 else "red"  # NaN: an empty side
             scores.add_row(name, f"{b:+.3f}", f"{a:+.3f}", f"[{colour}]{change:+.3f}[/]", end_section=name == rm_model.dimensions[-1])
         console.print(scores)
         console.print(f"P(adapter's reply preferred) = {row.p_adapter_preferred:.3f}")

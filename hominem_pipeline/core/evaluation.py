@@ -15,7 +15,7 @@ import pandas as pd
 from hominem_pipeline.core.config import EvaluationConfig
 from hominem_pipeline.core.generation import chat_text, generate
 from hominem_pipeline.core.progress import Progress
-from hominem_pipeline.core.reward_model import RewardModel, RewardOutput
+from hominem_pipeline.core.reward_model import RewardModel
 from hominem_pipeline.core.schema import Prompt
 
 log = logging.getLogger(__name__)
@@ -125,31 +125,35 @@ def evaluate_adapter(
 @dataclass(frozen=True)
 class SideBySide:
     prompt: str
-    base: str
-    adapter: str
-    base_scores: RewardOutput
-    adapter_scores: RewardOutput
-    p_adapter_preferred: float  # the reward model's calibrated probability
+    replies: dict[str, str]  # side (base, adapter) -> reply
+    scores: dict[str, dict[str, float]]  # side -> output (each dimension, scalar, intensity, safety); NaN: empty reply
+    p_adapter_preferred: float  # calibrated by the reward model; 1 or 0 when one side is empty
 
 
 def side_by_side(
     prompts: Sequence[str], *, student_path: Path, adapter_path: Path, reward_model: RewardModel, cfg: EvaluationConfig, seed: int
 ) -> list[SideBySide]:
-    """Base and base+adapter replies to each prompt (greedy), each scored by the reward model."""
+    """Base and base+adapter replies to each prompt (greedy), each scored by the reward model (an empty
+    reply is not scored and loses, as in the evaluation stage)."""
     from hominem_pipeline.core.policy import load_policy
 
     if not prompts:
         raise ValueError("no prompt to compare on; pass --prompt TEXT or --eval-set")
     model, tokenizer = load_policy(student_path, adapter_path)
     replies = generate_both(model, tokenizer, prompts, cfg, seed)
-    # An empty reply cannot be scored: shown as such, scored as a placeholder the model reads as nothing.
-    shown = {side: [r if r.strip() else "(empty reply)" for r in replies[side]] for side in SIDES}
-    scores = {side: reward_model.score(list(prompts), shown[side]) for side in SIDES}
-    return [
-        SideBySide(p, shown["base"][i], shown["adapter"][i], scores["base"][i], scores["adapter"][i],
-                   reward_model.probability(scores["adapter"][i].scalar - scores["base"][i].scalar))
-        for i, p in enumerate(prompts)
-    ]
+    raw = {side: score_side(reward_model, prompts, replies[side]) for side in SIDES}
+    rows = []
+    for i, prompt in enumerate(prompts):
+        scores = {
+            side: {**{d: float(raw[side]["vector"][i, j]) for j, d in enumerate(reward_model.dimensions)},
+                   **{k: float(raw[side][k][i]) for k in ("scalar", "reward_intensity", "safety_score")}}
+            for side in SIDES
+        }
+        base, adapter = scores["base"]["scalar"], scores["adapter"]["scalar"]
+        both = not (math.isnan(base) or math.isnan(adapter))
+        p = reward_model.probability(adapter - base) if both else outcome(base, adapter)
+        rows.append(SideBySide(prompt, {side: replies[side][i] for side in SIDES}, scores, p))
+    return rows
 
 
 def plot_dimension_deltas(summary: dict[str, Any], dimensions: Sequence[str], path: Path, title: str) -> Path:

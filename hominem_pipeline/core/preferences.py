@@ -3,6 +3,7 @@ margin, best against worst, or per dimension guarded by harm avoidance) on a wei
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -37,21 +38,16 @@ def _candidates(records: list[dict], strategy: str, min_margin: float, dims: Seq
             ranked = sorted(records, key=lambda r: (-r["_agg"], r["trajectory_id"]))
             hi, lo = ranked[0], ranked[-1]
             found.append((float(hi["_agg"] - lo["_agg"]), hi, lo, None))
-    else:
-        for a in range(len(records)):
-            for b in range(len(records)):
-                if a == b:
-                    continue
-                hi, lo = records[a], records[b]
-                if strategy == "margin":
-                    if b > a and hi["_agg"] != lo["_agg"]:
-                        hi, lo = (hi, lo) if hi["_agg"] > lo["_agg"] else (lo, hi)
-                        found.append((float(hi["_agg"] - lo["_agg"]), hi, lo, None))
-                    continue
-                if guard is not None and hi["vector"][guard] < lo["vector"][guard]:
-                    continue  # never prefer a reply that is less careful about harm
-                gap, dim = max((hi["vector"][d] - lo["vector"][d], d) for d in dims)
-                found.append((float(gap), hi, lo, dim))
+    elif strategy == "margin":
+        for x, y in itertools.combinations(records, 2):
+            hi, lo = (x, y) if x["_agg"] >= y["_agg"] else (y, x)
+            found.append((float(hi["_agg"] - lo["_agg"]), hi, lo, None))
+    else:  # per_dimension: each ordered pair, on the dimension the first wins most
+        for hi, lo in itertools.permutations(records, 2):
+            if guard is not None and hi["vector"][guard] < lo["vector"][guard]:
+                continue  # never prefer a reply that is less careful about harm
+            gap, dim = max((hi["vector"][d] - lo["vector"][d], d) for d in dims)
+            found.append((float(gap), hi, lo, dim))
     found = [c for c in found if c[0] >= min_margin and c[0] > 0 and c[1]["response"] != c[2]["response"]]
     found.sort(key=lambda c: (-c[0], c[1]["trajectory_id"], c[2]["trajectory_id"]))
     return found

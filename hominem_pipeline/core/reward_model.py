@@ -250,19 +250,22 @@ class RewardModel:
 
         if dimension is None:
             return float(preference_probability(gap, self.temperature))
-        if dimension not in self.dimensions:
-            raise ValueError(f"unknown dimension {dimension!r}; this model has {', '.join(self.dimensions)}")
+        self._dimension_index(dimension)
         per_dim = ((self.metadata.get("calibration") or {}).get("dimensions") or {}).get(dimension) or {}
         return float(preference_probability(gap, float(per_dim.get("temperature", 1.0))))
 
     def prefer(self, prompt: str, a: str, b: str, dimension: str | None = None) -> float:
         """The calibrated probability that response `a` is preferred over `b` for `prompt`: overall (by the
         scalar), or on one reward dimension (by its own fitted temperature)."""
-        if dimension is not None and dimension not in self.dimensions:
-            raise ValueError(f"unknown dimension {dimension!r}; this model has {', '.join(self.dimensions)}")
+        column = None if dimension is None else self._dimension_index(dimension)  # checked before scoring
         raw = self.raw_scores([prompt, prompt], [a, b])
-        values = raw["scalar"] if dimension is None else raw["vector"][:, self.dimensions.index(dimension)]
+        values = raw["scalar"] if column is None else raw["vector"][:, column]
         return self.probability(float(values[0]) - float(values[1]), dimension)
+
+    def _dimension_index(self, dimension: str) -> int:
+        if dimension not in self.dimensions:
+            raise ValueError(f"unknown dimension {dimension!r}; this model has {', '.join(self.dimensions)}")
+        return self.dimensions.index(dimension)
 
     def encode(self, prompts: Sequence[str], responses: Sequence[str]) -> list[list[int]]:
         return [encode_pair(self.tokenizer, p, r, self.max_length) for p, r in zip(prompts, responses)]
@@ -323,19 +326,6 @@ class RewardModel:
 # --- training -------------------------------------------------------------------------------------
 
 
-def split_by_prompt(prompt_ids: Sequence[str], val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Row indices (train, val) with every prompt's candidates on one side (no leakage across the split)."""
-    unique = sorted(set(prompt_ids))
-    rng = np.random.default_rng(seed)
-    rng.shuffle(unique)
-    n_val = max(1, round(len(unique) * val_fraction)) if len(unique) > 1 else 0
-    val_prompts = set(unique[:n_val])
-    ids = np.asarray(prompt_ids)
-    val = np.flatnonzero(np.isin(ids, list(val_prompts)))
-    train = np.flatnonzero(~np.isin(ids, list(val_prompts)))
-    return train, val
-
-
 def pairwise_accuracy(pairs: np.ndarray, predicted: np.ndarray) -> float | None:
     """Share of (preferred, other) pairs that the prediction orders the same way (a tie counts as wrong)."""
     if len(pairs) == 0:
@@ -374,8 +364,8 @@ class TrainingSet:
             **{k: torch.tensor(labels[k].to_numpy(np.float32)) for k in ("scalar", "reward_intensity", "safety_score")},
         }
         prompt_ids = np.asarray(labels["prompt_id"]) if n else np.array([], dtype=object)
-        names = sorted(set(prompt_ids))
-        group_of = np.array([names.index(p) for p in prompt_ids], dtype=np.int64)
+        names = {p: i for i, p in enumerate(sorted(set(prompt_ids)))}
+        group_of = np.array([names[p] for p in prompt_ids], dtype=np.int64)
         pairs = same_prompt_pairs(prompt_ids, labels["scalar"].to_numpy(np.float64), PAIR_GAP) if n else np.zeros((0, 2), np.int64)
         weights = np.full(len(pairs), cfg.pair_loss.teacher_weight)
         human_flags = np.zeros(len(pairs), bool)
@@ -390,11 +380,13 @@ class TrainingSet:
             weights = np.concatenate([weights, np.full(h, cfg.pair_loss.human_weight)])
             human_flags = np.concatenate([human_flags, np.ones(h, bool)])
         n_groups = int(group_of.max()) + 1 if len(group_of) else 0
-        groups = [np.flatnonzero(group_of == g) for g in range(n_groups)]
+        order = np.argsort(group_of, kind="stable")
+        groups = np.split(order, np.cumsum(np.bincount(group_of, minlength=n_groups))[:-1]) if n_groups else []
         return cls(encoded, n, targets, group_of, groups, pairs, weights, group_of[pairs[:, 0]] if len(pairs) else np.zeros(0, np.int64), human_flags)
 
     def split(self, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        """Group ids (train, val): labeled prompts and human pairs each split by `val_fraction`."""
+        """Group ids (train, val): labeled prompts and human pairs each split by `val_fraction`, so a
+        prompt's candidates (or a pair's two replies) are never on both sides."""
         rng = np.random.default_rng(seed)
         labeled_groups = np.unique(self.group_of[: self.labeled])
         human_groups = np.unique(self.group_of[self.labeled :])
@@ -613,7 +605,8 @@ def train_reward_model(
     rationale_head = None
     if cfg.rationale_weight > 0 and data.labeled and "rationale" in examples:
         rationale_targets = _rationale_targets(net, tokenizer, list(examples["rationale"].fillna("")), cfg.max_length, cfg.batch_size)
-        has_rationale = torch.tensor(examples["rationale"].fillna("").str.strip().astype(bool).to_numpy())
+        has_rationale = torch.zeros(len(data.encoded), dtype=torch.bool)  # per sequence: human replies have none
+        has_rationale[: data.labeled] = torch.tensor(examples["rationale"].fillna("").str.strip().astype(bool).to_numpy())
         rationale_head = nn.Linear(net.backbone.config.hidden_size, net.backbone.config.hidden_size)
 
     # A frozen backbone gives every sequence the same pooled vector in every epoch: computed once.
@@ -704,6 +697,8 @@ def train_reward_model(
         return metrics
 
     best_loss, best_state, best_epoch, stale = math.inf, None, 0, 0
+    best_full: dict[str, np.ndarray] = {}
+    best_metrics: dict[str, Any] = {}
     history = []
     steps_per_epoch = len(data.batches(train_groups, cfg.batch_size, np.random.default_rng(0)))
     progress = Progress("reward model training", cfg.epochs * steps_per_epoch, log, unit="steps")
@@ -722,10 +717,10 @@ def train_reward_model(
                 parts["pair"] = bt
                 loss = loss + cfg.pair_loss.weight * bt
             if rationale_head is not None:
-                labeled = (seqs < data.labeled) & has_rationale[seqs.clamp(max=max(data.labeled - 1, 0))]
-                if labeled.any():
-                    guess = rationale_head(net.dropout(pooled[labeled]))
-                    parts["rationale"] = (1 - nn.functional.cosine_similarity(guess, rationale_targets[seqs[labeled]], dim=-1)).mean()
+                explained = has_rationale[seqs]
+                if explained.any():
+                    guess = rationale_head(net.dropout(pooled[explained]))
+                    parts["rationale"] = (1 - nn.functional.cosine_similarity(guess, rationale_targets[seqs[explained]], dim=-1)).mean()
                     loss = loss + cfg.rationale_weight * parts["rationale"]
             optimizer.zero_grad()
             loss.backward()
@@ -736,7 +731,8 @@ def train_reward_model(
                 counts[k] = counts.get(k, 0) + len(batch)
             progress.advance(1, epoch=epoch, loss=f"{loss.item():.4f}")
         metrics = {("train_mse_" if k in weights else "train_loss_") + k: running[k] / counts[k] for k in running}
-        metrics.update(evaluate(predict_val()))
+        full = predict_val()
+        metrics.update(evaluate(full))
         history.append({"epoch": epoch, **metrics})
         log.info(
             "reward model epoch %d: val loss %.4f, teacher pair accuracy %s, human pair accuracy %s",
@@ -747,6 +743,7 @@ def train_reward_model(
         if metrics["val_loss"] < best_loss - 1e-6:
             best_loss, best_epoch, stale = metrics["val_loss"], epoch, 0
             best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+            best_full, best_metrics = full, {k: v for k, v in metrics.items() if not k.startswith("train_")}
         else:
             stale += 1
             if stale >= cfg.early_stopping_patience:
@@ -755,8 +752,7 @@ def train_reward_model(
     if best_state is None:  # every epoch's validation loss was NaN
         raise ValueError("reward model training diverged (validation loss is not finite); lower reward_model.learning_rate")
     net.load_state_dict(best_state)
-    full = predict_val()
-    final = evaluate(full)
+    full, final = best_full, best_metrics  # the best epoch's validation predictions and metrics
     final.update({"best_epoch": best_epoch, "epochs_run": len(history), "train_sequences": int(sum(len(data.groups[g]) for g in train_groups)), "val_sequences": len(val_seqs)})
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -783,7 +779,7 @@ def train_reward_model(
         "backbone": {"source": str(backbone_path), "kind": kind, "pooling": pooling, "finetune": cfg.backbone.finetune},
         "members": members,
         "dropout": cfg.dropout,
-        "uncertainty": {"method": cfg.uncertainty.method, "members": members, "mc_samples": cfg.uncertainty.mc_samples},
+        "uncertainty": {"method": cfg.uncertainty.method, "mc_samples": cfg.uncertainty.mc_samples},  # members: above
         "losses": {"regression": weights, "pair": cfg.pair_loss.model_dump(), "rationale_weight": cfg.rationale_weight if rationale_head else 0.0},
         "training_data_digest": data_digest,
         "date": date,

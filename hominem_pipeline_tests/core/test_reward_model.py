@@ -5,7 +5,7 @@ import torch
 
 from hominem_pipeline.core.calibration import same_prompt_pairs
 from hominem_pipeline.core.config import load_config
-from hominem_pipeline.core.reward_model import RewardModel, RewardNet, encode_pair, pairwise_accuracy, split_by_prompt, train_reward_model
+from hominem_pipeline.core.reward_model import RewardModel, RewardNet, TrainingSet, encode_pair, pairwise_accuracy, train_reward_model
 from hominem_pipeline_tests.conftest import REPO
 
 DIMS = ["empathy", "curiosity", "harm_avoidance"]
@@ -96,8 +96,15 @@ def test_long_inputs_are_truncated_keeping_the_latest_prompt_turn(tiny_encoder):
     assert "latest question" in text and text.count("answer") >= 40
 
 
-def test_split_keeps_prompts_whole_and_pairwise_accuracy_counts_pairs():
-    train, val = split_by_prompt(["a", "a", "b", "b", "c", "c"], 0.34, seed=0)
+def test_split_keeps_prompts_whole_and_pairwise_accuracy_counts_pairs(tiny_encoder):
+    from transformers import AutoTokenizer
+
+    frame = pd.DataFrame({"prompt_id": ["a", "a", "b", "b", "c", "c"], "prompt": ["q"] * 6, "response": ["r"] * 6, "vector": [{d: 0.0 for d in DIMS}] * 6,
+                          "scalar": [0.0] * 6, "reward_intensity": [0.5] * 6, "safety_score": [0.5] * 6})
+    data = TrainingSet.build(AutoTokenizer.from_pretrained(tiny_encoder), frame, None, DIMS, small_cfg())
+    train_groups, val_groups = data.split(0.34, seed=0)
+    train = np.concatenate([data.groups[g] for g in train_groups])
+    val = np.concatenate([data.groups[g] for g in val_groups])
     ids = np.array(["a", "a", "b", "b", "c", "c"])
     assert set(ids[train]).isdisjoint(set(ids[val])) and len(val) == 2
     pairs = same_prompt_pairs(["p", "p", "p"], np.array([0.5, 0.0, 0.45]), 0.1)
