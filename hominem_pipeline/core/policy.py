@@ -148,10 +148,22 @@ def train_dpo_adapter(
     }
 
 
+def adapter_config(adapter_path: Path) -> dict[str, Any]:
+    """The adapter's `adapter_config.json`, or a clear error when the folder is not a PEFT adapter."""
+    import json
+
+    config_file = Path(adapter_path) / "adapter_config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"{adapter_path} is not a PEFT adapter folder (no adapter_config.json); pass a data/lora_adapter/<date>/<version> folder")
+    return json.loads(config_file.read_text())
+
+
 def load_policy(student_path: Path, adapter_path: Path | None):
     """(model, tokenizer) for generation: the base alone, or base + adapter (PEFT, adapter switchable)."""
     from hominem_pipeline.core.models import load_student
 
+    if adapter_path is not None:
+        adapter_config(adapter_path)
     model, tokenizer = load_student(student_path)
     if adapter_path is not None:
         from peft import PeftModel
@@ -168,10 +180,7 @@ def export_merged(adapter_path: Path, out_dir: Path, student_path: Path | None =
     import json
 
     adapter_path, out_dir = Path(adapter_path), Path(out_dir)
-    config_file = adapter_path / "adapter_config.json"
-    if not config_file.is_file():
-        raise FileNotFoundError(f"{adapter_path} is not a PEFT adapter folder (no adapter_config.json); pass a data/lora_adapter/<date>/<version> folder")
-    base = Path(student_path or json.loads(config_file.read_text())["base_model_name_or_path"])
+    base = Path(student_path or adapter_config(adapter_path)["base_model_name_or_path"])
     if not (base / "config.json").is_file():
         raise FileNotFoundError(f"the adapter's base model {base} is missing; pass the student folder with --base")
     if out_dir.exists() and any(out_dir.iterdir()):
