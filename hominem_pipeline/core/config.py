@@ -305,8 +305,55 @@ class PreferencesConfig(_Frozen):
         return v
 
 
+class SafetyGateConfig(_Frozen):
+    """See `losses.SafetyGate`: how each example's safety_score gates what is learned from it."""
+
+    pass_at: float = Field(ge=0.0, le=1.0)
+    unsafe_below: float = Field(ge=0.0, le=1.0)
+    unsafe: Literal["skip", "invert"] = "skip"
+    between: Literal["downweight", "pass", "skip"] = "downweight"
+    downweight_by: Literal["factor", "score"] = "factor"
+    factor: float = Field(ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "SafetyGateConfig":
+        if self.unsafe_below > self.pass_at:
+            raise ValueError(f"policy.safety_gate: unsafe_below ({self.unsafe_below}) must not exceed pass_at ({self.pass_at})")
+        return self
+
+
+class DualConfig(_Frozen):
+    """The dual-channel loss: w_sft * L_sft + intensity * w_reward * L_reward per example."""
+
+    sft_weight: float = Field(ge=0.0)
+    reward_weight: float = Field(ge=0.0)
+    intensity_source: Literal["teacher", "reward_model", "constant"] = "teacher"
+    safety_source: Literal["teacher", "reward_model"] = "teacher"
+    normalize_intensity: bool = True  # divide by the mean over the training pairs: intensity redistributes, w_reward sets the strength
+    memory_files: list[str] = Field(default_factory=list)  # JSONL files or folders of them (instruction-response rows)
+    mixing: Literal["fixed", "availability"] = "availability"
+    memory_fraction: float = Field(ge=0.0, le=1.0)  # fixed: memory rows' share of each batch; availability: the most it may be
+
+    @model_validator(mode="after")
+    def _some_channel(self) -> "DualConfig":
+        if self.sft_weight == 0 and self.reward_weight == 0:
+            raise ValueError("policy.dual: sft_weight and reward_weight are both 0, so nothing would be learned; set one above 0")
+        return self
+
+
+class RLConfig(_Frozen):
+    """Policy-gradient on the reward model (TRL's GRPO or RLOO)."""
+
+    algorithm: Literal["grpo", "rloo"] = "grpo"
+    reward: Literal["scalar", "vector"] = "scalar"  # vector: preferences.dimension_weights' weighted mean of the reward vector
+    num_generations: int = Field(ge=2, le=64)  # completions sampled per prompt (the group)
+    max_new_tokens: int = Field(ge=1, le=4096)
+    temperature: float = Field(gt=0.0, le=5.0)
+    kl_beta: float = Field(ge=0.0, le=10.0)  # KL penalty to the base (the adapter switched off)
+
+
 class PolicyConfig(_Frozen):
-    mode: Literal["dpo"] = "dpo"
+    mode: Literal["dpo", "dual", "rl"] = "dpo"
     window_days: int = Field(ge=1, le=3650)
     lora: LoraConfig
     beta: float = Field(gt=0.0, le=10.0)
@@ -315,12 +362,16 @@ class PolicyConfig(_Frozen):
     batch_size: int = Field(ge=1, le=4096)
     gradient_accumulation_steps: int = Field(ge=1, le=4096)
     max_length: int = Field(ge=16, le=32768)
+    safety_gate: SafetyGateConfig
+    dual: DualConfig
+    rl: RLConfig
 
 
 class EvaluationConfig(_Frozen):
     max_new_tokens: int = Field(ge=1, le=4096)
     batch_size: int = Field(ge=1, le=512)
     repetition_penalty: float = Field(ge=1.0, le=2.0)
+    memory_probe: bool = True  # ask the memory files' questions that carry a `fact` of base and adapter
 
 
 class HealthWeights(_Frozen):

@@ -95,24 +95,30 @@ def dual_channel_loss(
     w_sft: float,
     w_reward: float,
     gate: SafetyGate,
+    pair_mask: torch.Tensor | None = None,
 ) -> DualChannelLoss:
     """`w_sft * L_sft + intensity * w_reward * L_reward` per example, gated by safety (see the module).
 
     `sft_nll` is the SFT loss of each example's chosen reply (mean token negative log-likelihood);
-    `intensity` the reward intensity in [0, 1] (teacher label, reward model or 1). Returns the batch
-    mean and its parts, so both channels can be logged."""
+    `intensity` the reward intensity (teacher label, reward model or 1). `pair_mask` False marks memory
+    rows, which have no pair: they get the SFT term alone, ungated (their log-probability, intensity and
+    safety inputs are ignored). Returns the batch mean and its parts, so both channels can be logged."""
     n = policy_chosen_logps.shape[0]
+    pairs = torch.ones(n, dtype=torch.bool) if pair_mask is None else pair_mask
     for name, t in (("policy_rejected_logps", policy_rejected_logps), ("ref_chosen_logps", ref_chosen_logps), ("ref_rejected_logps", ref_rejected_logps),
-                    ("sft_nll", sft_nll), ("intensity", intensity), ("safety", safety)):
+                    ("sft_nll", sft_nll), ("intensity", intensity), ("safety", safety), ("pair_mask", pairs)):
         if t.shape != (n,):
             raise ValueError(f"{name} has shape {tuple(t.shape)}; every input is one value per example, shape ({n},)")
+    pairs = pairs.to(device=policy_chosen_logps.device, dtype=torch.bool)
     weight, inverted = gate(safety)
+    weight = torch.where(pairs, weight, torch.ones_like(weight))
+    inverted = inverted & pairs
     forward = dpo_loss(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps, beta)
     swapped = dpo_loss(policy_rejected_logps, policy_chosen_logps, ref_rejected_logps, ref_chosen_logps, beta)
     reward = torch.where(inverted, swapped, forward)
     weight = weight.to(reward.dtype)
     sft_part = weight * w_sft * sft_nll * (~inverted).to(reward.dtype)
-    reward_part = weight * intensity.to(reward.dtype) * w_reward * reward
+    reward_part = torch.where(pairs, weight * intensity.to(reward.dtype) * w_reward * reward, torch.zeros_like(reward))
     per_example = sft_part + reward_part
     return DualChannelLoss(
         total=per_example.mean(),
@@ -123,3 +129,28 @@ def dual_channel_loss(
         downweighted=int(((weight > 0) & (weight < 1)).sum()),
         inverted=int(inverted.sum()),
     )
+
+
+def gate_group_rewards(rewards: torch.Tensor, safety: torch.Tensor, gate: SafetyGate, group_size: int, min_gap: float = 0.1) -> torch.Tensor:
+    """The safety gate on sampled completions' rewards, for policy-gradient methods that learn from each
+    completion's reward relative to the other completions of its prompt (GRPO, RLOO). `rewards` and
+    `safety` hold consecutive groups of `group_size` completions of one prompt.
+
+    A passed completion keeps its reward. A skipped one gets the mean reward of its group's passed
+    completions (its advantage is then about 0: nothing is learned from it); a down-weighted one is pulled
+    toward that mean by its weight; an inverted one gets the group's lowest reward minus the group's
+    spread (at least `min_gap`), so it is always learned away from, however the reward model rated it."""
+    if rewards.shape != safety.shape or rewards.dim() != 1:
+        raise ValueError(f"rewards {tuple(rewards.shape)} and safety {tuple(safety.shape)} must be equal 1-d shapes, one value per completion")
+    if group_size < 1 or rewards.shape[0] % group_size:
+        raise ValueError(f"{rewards.shape[0]} completions do not split into groups of {group_size}")
+    weight, inverted = gate(safety)
+    r, w, inv = rewards.float().view(-1, group_size), weight.view(-1, group_size), inverted.view(-1, group_size)
+    passed = (w == 1) & ~inv
+    mean_all = r.mean(1, keepdim=True)
+    mean_passed = torch.where(passed, r, torch.zeros_like(r)).sum(1, keepdim=True) / passed.sum(1, keepdim=True).clamp(min=1)
+    centre = torch.where(passed.any(1, keepdim=True), mean_passed, mean_all)
+    out = centre + w * (r - centre)
+    low, spread = r.min(1, keepdim=True).values, (r.max(1, keepdim=True).values - r.min(1, keepdim=True).values).clamp(min=min_gap)
+    out = torch.where(inv, (low - spread).expand_as(r), out)
+    return out.reshape(-1).to(rewards.dtype)

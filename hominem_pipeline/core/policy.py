@@ -48,6 +48,72 @@ def pairs_to_dpo_dataset(pairs: pd.DataFrame):
     )
 
 
+def lora_student(student_path: Path, cfg: PolicyConfig) -> tuple[Any, Any, str]:
+    """(the student in fp32 wrapped with a fresh LoRA adapter, its tokenizer, the base checksum): what
+    every training mode starts from. Only the LoRA matrices require gradients."""
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hominem_pipeline.core.models import quiet_hf_progress
+
+    quiet_hf_progress()
+    tokenizer = AutoTokenizer.from_pretrained(student_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(student_path, dtype=torch.float32)
+    if torch.cuda.is_available():
+        model = model.to("cuda")
+    lora = cfg.lora
+    peft_config = PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
+    model = get_peft_model(model, peft_config)
+    return model, tokenizer, base_checksum(model)
+
+
+def save_adapter(model: Any, tokenizer: Any, out_dir: Path, before: str) -> int:
+    """Check that training left the base weights as they were (checksum `before`), then save the adapter
+    (PEFT format) and the tokenizer; returns the number of trainable parameters."""
+    if base_checksum(model) != before:
+        raise RuntimeError("base weights changed during LoRA training; only adapter parameters may train")
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def trl_device_args(seed: int) -> dict[str, Any]:
+    """The TrainingArguments every TRL trainer here shares: no bf16 or gradient checkpointing on a CPU
+    (TRL turns both on by default; bf16 autocast is ~30x slower there), no saving, no reporting, no tqdm."""
+    on_gpu = torch.cuda.is_available()
+    return dict(
+        bf16=on_gpu and torch.cuda.is_bf16_supported(),
+        gradient_checkpointing=False,
+        use_cpu=not on_gpu,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        seed=seed,
+        data_seed=seed,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+
+
+def collect_logs(history: list[dict[str, float]], progress: Progress, on_log: Callable[[int, dict[str, float]], None] | None, key: str = "loss"):
+    """A TrainerCallback that appends each logged step to `history`, forwards it to `on_log` and advances `progress`."""
+    from transformers import TrainerCallback
+
+    class _Collect(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and key in logs:
+                record = {k: float(v) for k, v in logs.items() if isinstance(v, (int, float))}
+                history.append({"step": state.global_step, **record})
+                if on_log:
+                    on_log(state.global_step, record)
+                progress.advance(state.global_step - progress.done, **{key: f"{record[key]:.4f}"})
+
+    return _Collect()
+
+
 def train_dpo_adapter(
     pairs: pd.DataFrame,
     *,
@@ -58,34 +124,15 @@ def train_dpo_adapter(
     on_log: Callable[[int, dict[str, float]], None] | None = None,
 ) -> dict[str, Any]:
     """LoRA DPO through TRL; saves the adapter (PEFT format) and the tokenizer to `out_dir`."""
-    from peft import LoraConfig as PeftLoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
+    from transformers import PrinterCallback
     from trl import DPOConfig, DPOTrainer
-
-    from hominem_pipeline.core.models import quiet_hf_progress
-
-    quiet_hf_progress()
 
     if pairs.empty:
         raise ValueError("DPO needs at least one preference pair; preference_pairs produced none")
     torch.manual_seed(seed)
-    tokenizer = AutoTokenizer.from_pretrained(student_path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(student_path, dtype=torch.float32)
-    on_gpu = torch.cuda.is_available()
+    model, tokenizer, before = lora_student(student_path, cfg)
     history: list[dict[str, float]] = []
     progress = Progress("DPO training", cfg.max_steps, log, unit="steps")
-
-    class _Collect(TrainerCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs and "loss" in logs:
-                record = {k: float(v) for k, v in logs.items() if isinstance(v, (int, float))}
-                history.append({"step": state.global_step, **record})
-                if on_log:
-                    on_log(state.global_step, record)
-                progress.advance(state.global_step - progress.done, loss=f"{record['loss']:.4f}")
-
     with tempfile.TemporaryDirectory(prefix="hominem-dpo-") as scratch:
         args = DPOConfig(
             output_dir=scratch,
@@ -95,43 +142,16 @@ def train_dpo_adapter(
             max_steps=cfg.max_steps,
             beta=cfg.beta,
             max_length=cfg.max_length,
-            # TRL turns both on by default; on a CPU bf16 autocast is ~30x slower and checkpointing only costs time.
-            bf16=on_gpu and torch.cuda.is_bf16_supported(),
-            gradient_checkpointing=False,
-            use_cpu=not on_gpu,
-            logging_steps=1,
-            save_strategy="no",
-            report_to=[],
-            seed=seed,
-            data_seed=seed,
-            disable_tqdm=True,
-            dataloader_num_workers=0,
+            **trl_device_args(seed),
         )
-        trainer = DPOTrainer(
-            model=model,
-            args=args,
-            train_dataset=pairs_to_dpo_dataset(pairs),
-            processing_class=tokenizer,
-            peft_config=PeftLoraConfig(
-                r=cfg.lora.r,
-                lora_alpha=cfg.lora.alpha,
-                lora_dropout=cfg.lora.dropout,
-                target_modules=list(cfg.lora.target_modules),
-                task_type="CAUSAL_LM",
-            ),
-            callbacks=[_Collect()],
-        )
+        # A PeftModel: TRL's reference is the same model with the adapter disabled.
+        trainer = DPOTrainer(model=model, args=args, train_dataset=pairs_to_dpo_dataset(pairs), processing_class=tokenizer,
+                             callbacks=[collect_logs(history, progress, on_log)])
         trainer.remove_callback(PrinterCallback)  # our progress lines replace its printed dicts
-        before = base_checksum(trainer.model)
         started = time.monotonic()
         trainer.train()
         seconds = time.monotonic() - started
-        after = base_checksum(trainer.model)
-        if before != after:
-            raise RuntimeError("base weights changed during LoRA training; only adapter parameters may train")
-        trainer.model.save_pretrained(out_dir)
-        tokenizer.save_pretrained(out_dir)
-        trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+        trainable = save_adapter(trainer.model, tokenizer, out_dir, before)
 
     last = history[-1] if history else {}
     return {
@@ -145,6 +165,7 @@ def train_dpo_adapter(
         "base_checksum": before,
         "grad_norms": [h["grad_norm"] for h in history if "grad_norm" in h],
         "history": history,
+        "channel_contributions": {"sft": 0.0, "reward": 1.0},
     }
 
 

@@ -120,3 +120,27 @@ def test_inverted_examples_get_no_sft_and_bad_shapes_are_refused():
         dual_channel_loss(pc, pr, rc, rr, torch.ones(3), torch.ones(4), torch.ones(4), beta=0.1, w_sft=1, w_reward=1, gate=SafetyGate())
     with pytest.raises(ValueError, match="unsafe_below"):
         SafetyGate(pass_at=0.2, unsafe_below=0.5)
+
+
+def test_memory_rows_get_the_sft_term_alone_and_are_not_gated():
+    pc, pr = torch.tensor([-10.0, 0.0]), torch.tensor([-11.0, 0.0])
+    rc, rr = torch.tensor([-10.5, 0.0]), torch.tensor([-10.5, 0.0])
+    out = dual_channel_loss(pc, pr, rc, rr, torch.tensor([2.0, 3.0]), torch.tensor([1.0, 9.0]), torch.tensor([0.9, 0.0]),
+                            beta=0.5, w_sft=0.7, w_reward=2.0, gate=SafetyGate(unsafe="invert"), pair_mask=torch.tensor([True, False]))
+    assert out.per_example.tolist() == pytest.approx([0.7 * 2.0 + 2.0 * hand_dpo(-10, -11, -10.5, -10.5, 0.5), 0.7 * 3.0])
+    assert (out.skipped, out.downweighted, out.inverted) == (0, 0, 0)  # safety 0 on the memory row changes nothing
+
+
+def test_gated_rewards_skip_downweight_and_invert_within_each_group():
+    from hominem_pipeline.core.losses import gate_group_rewards
+
+    rewards = torch.tensor([0.2, 0.4, 0.9, 0.6, 0.1, 0.3, 0.5, 0.7])
+    safety = torch.tensor([0.9, 0.9, 0.1, 0.5, 0.9, 0.9, 0.9, 0.9])  # group 1: one unsafe, one in between
+    skip = gate_group_rewards(rewards, safety, SafetyGate(unsafe="skip", factor=0.5), group_size=4)
+    assert skip[:4].tolist() == pytest.approx([0.2, 0.4, 0.3, 0.3 + 0.5 * (0.6 - 0.3)])  # centre = mean of the passed (0.3)
+    assert skip[4:].tolist() == pytest.approx(rewards[4:].tolist())  # an all-safe group is untouched
+    inverted = gate_group_rewards(rewards, safety, SafetyGate(unsafe="invert", factor=0.5), group_size=4)
+    assert float(inverted[2]) == pytest.approx(0.2 - 0.7)  # lowest (0.2) minus the spread (0.7)
+    assert int(inverted[:4].argmin()) == 2  # the best-rated reply, unsafe, now ranks last
+    with pytest.raises(ValueError, match="do not split into groups of 3"):
+        gate_group_rewards(rewards, safety, SafetyGate(), group_size=3)

@@ -1,0 +1,251 @@
+"""The dual-channel trainer: one LoRA, two channels, one short training loop.
+
+Each step takes a batch of preference rows (prompt, chosen, rejected, intensity, safety) and memory rows
+(instruction, response) and minimises `losses.dual_channel_loss`: the memory channel is the next-token
+loss of every chosen reply and memory row, the reward channel the DPO loss of every pair, weighted by
+its reward intensity; the safety gate skips, down-weights or inverts each pair by its safety score. The
+policy's chosen, rejected and memory sequences go through the model in one forward pass; the reference
+(the same model with the adapter switched off) scores the pairs without gradients, as TRL's DPO does.
+TRL's trainers take no per-example weights, hence this loop; its optimizer, schedule and clipping are
+the Hugging Face Trainer's defaults (AdamW, linear decay, gradient norm clipped at 1)."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from hominem_pipeline.core.config import DualConfig, PolicyConfig
+from hominem_pipeline.core.losses import SafetyGate, dual_channel_loss
+from hominem_pipeline.core.progress import Progress
+
+log = logging.getLogger(__name__)
+
+MAX_GRAD_NORM = 1.0
+
+
+def encode(tokenizer: Any, prompt: str, response: str, max_length: int) -> tuple[list[int], int]:
+    """(token ids, index of the first response token) of one chat exchange in the student's template,
+    the response ending with the template's end-of-turn. Over `max_length`, the response keeps at least
+    half the budget (its end cut) and the prompt loses its start, so the latest turn stays."""
+    from hominem_pipeline.core.generation import chat_text
+
+    prompt_text = chat_text(tokenizer, prompt)
+    full = tokenizer.apply_chat_template([{"role": "user", "content": prompt}, {"role": "assistant", "content": response}], tokenize=False)
+    completion = full[len(prompt_text):] if full.startswith(prompt_text) else response + (tokenizer.eos_token or "")
+    p = tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
+    c = tokenizer(completion, add_special_tokens=False)["input_ids"]
+    c = c[: min(max_length - 1, max(max_length // 2, max_length - len(p)))]
+    p = p[len(p) - (max_length - len(c)):] if len(p) + len(c) > max_length else p
+    return p + c, len(p)
+
+
+def sequence_logps(model: Any, sequences: Sequence[tuple[list[int], int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(summed log-probability of each sequence's response tokens, their count), one forward pass."""
+    device = next(model.parameters()).device
+    width = max(len(ids) for ids, _ in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    scored = torch.zeros((len(sequences), width - 1), dtype=torch.bool)
+    for i, (seq, start) in enumerate(sequences):
+        ids[i, : len(seq)] = torch.tensor(seq)
+        attention[i, : len(seq)] = 1
+        scored[i, max(start, 1) - 1 : len(seq) - 1] = True  # logits at t predict token t+1
+    ids, attention, scored = ids.to(device), attention.to(device), scored.to(device)
+    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
+    token = logits.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
+    return (token * scored).sum(1), scored.sum(1)
+
+
+def memory_rows_per_batch(cfg: DualConfig, batch_size: int, n_memory: int, n_pairs: int) -> int:
+    """How many of a batch's rows are memory rows. fixed: `memory_fraction` of the batch; availability:
+    the memory rows' share of all rows, at most `memory_fraction`. A channel without data gets no rows;
+    while both have data, each gets at least one row (batch permitting)."""
+    if n_memory == 0:
+        return 0
+    if n_pairs == 0:
+        return batch_size
+    share = cfg.memory_fraction if cfg.mixing == "fixed" else min(cfg.memory_fraction, n_memory / (n_memory + n_pairs))
+    if share == 0:
+        return 0
+    return int(min(batch_size - 1, max(1, round(batch_size * share))))
+
+
+def _cycle(n: int, rng: random.Random) -> Iterator[int]:
+    """Indices 0..n-1, reshuffled on every pass."""
+    while True:
+        order = list(range(n))
+        rng.shuffle(order)
+        yield from order
+
+
+@dataclass(frozen=True)
+class PairLabels:
+    intensity: np.ndarray  # per pair, after normalisation
+    safety: np.ndarray
+    raw_intensity_mean: float
+
+
+def pair_labels(pairs: pd.DataFrame, cfg: DualConfig, reward_model: Any | None = None) -> PairLabels:
+    """Each pair's reward intensity and safety score from the configured sources: the teacher's label of
+    the chosen reply, the reward model's score of it, or (intensity only) the constant 1."""
+    scored: dict[str, np.ndarray] = {}
+    if "reward_model" in (cfg.intensity_source, cfg.safety_source) and len(pairs):
+        if reward_model is None:
+            raise ValueError("policy.dual takes intensity or safety from the reward model, but none was given; set the sources to teacher")
+        scored = reward_model.raw_scores(list(pairs["prompt"]), list(pairs["chosen"]))
+    if cfg.intensity_source == "constant":
+        intensity = np.ones(len(pairs))
+    elif cfg.intensity_source == "teacher":
+        intensity = pairs["chosen_reward_intensity"].to_numpy(dtype=np.float64)
+    else:
+        intensity = np.asarray(scored["reward_intensity"], dtype=np.float64)
+    safety = pairs["chosen_safety_score"].to_numpy(dtype=np.float64) if cfg.safety_source == "teacher" else np.asarray(scored["safety_score"], dtype=np.float64)
+    intensity = np.clip(intensity, 0.0, None)
+    mean = float(intensity.mean()) if len(intensity) else 1.0
+    if cfg.normalize_intensity and mean > 0:
+        intensity = intensity / mean
+    return PairLabels(intensity, np.clip(safety, 0.0, 1.0), mean)
+
+
+def train_dual_adapter(
+    pairs: pd.DataFrame,
+    memory: pd.DataFrame,
+    *,
+    student_path: Path,
+    cfg: PolicyConfig,
+    out_dir: Path,
+    seed: int,
+    reward_model: Any | None = None,
+    on_log: Callable[[int, dict[str, float]], None] | None = None,
+) -> dict[str, Any]:
+    """Train a LoRA adapter with the dual-channel loss; saves it (PEFT format) with the tokenizer to `out_dir`.
+
+    `pairs` needs prompt, chosen, rejected and, for teacher-sourced labels, chosen_reward_intensity and
+    chosen_safety_score; `memory` prompt and response (`memory.read_memory_rows`)."""
+    from hominem_pipeline.core.policy import lora_student, save_adapter
+
+    dual = cfg.dual
+    n_pairs, n_memory = len(pairs), len(memory)
+    if n_pairs == 0 and n_memory == 0:
+        raise ValueError("dual training needs preference pairs or memory rows; preference_pairs produced none and no memory file has rows")
+    labels = pair_labels(pairs, dual, reward_model)
+    gate = SafetyGate(**cfg.safety_gate.model_dump())
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    model, tokenizer, before = lora_student(student_path, cfg)
+    pad = tokenizer.pad_token_id
+    pair_seqs = [(encode(tokenizer, r.prompt, r.chosen, cfg.max_length), encode(tokenizer, r.prompt, r.rejected, cfg.max_length)) for r in pairs.itertuples()]
+    memory_seqs = [encode(tokenizer, r.prompt, r.response, cfg.max_length) for r in memory.itertuples()]
+    n_mem = memory_rows_per_batch(dual, cfg.batch_size, n_memory, n_pairs)
+    n_pair = cfg.batch_size - n_mem if n_pairs else 0
+    pair_order, memory_order = _cycle(n_pairs, rng), _cycle(n_memory, rng)
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / cfg.max_steps))
+    history: list[dict[str, float]] = []
+    totals = {"sft": 0.0, "reward": 0.0, "pair_rows": 0, "memory_rows": 0, "skipped": 0, "downweighted": 0, "inverted": 0}
+    progress = Progress("dual-channel training", cfg.max_steps, log, unit="steps")
+    model.train()
+    started = time.monotonic()
+    for step in range(1, cfg.max_steps + 1):
+        record = {"loss": 0.0, "sft": 0.0, "reward": 0.0, "skipped": 0, "downweighted": 0, "inverted": 0, "correct": 0, "margin": 0.0}
+        for _ in range(cfg.gradient_accumulation_steps):
+            pi = [next(pair_order) for _ in range(n_pair)]
+            mi = [next(memory_order) for _ in range(n_mem)]
+            seqs = [pair_seqs[i][0] for i in pi] + [pair_seqs[i][1] for i in pi] + [memory_seqs[i] for i in mi]
+            logps, counts = sequence_logps(model, seqs, pad)
+            zeros = torch.zeros(len(mi), device=logps.device)
+            chosen, rejected, mem = logps[: len(pi)], logps[len(pi) : 2 * len(pi)], logps[2 * len(pi) :]
+            if pi:
+                with torch.no_grad(), model.disable_adapter():
+                    ref, _ = sequence_logps(model, seqs[: 2 * len(pi)], pad)
+                ref_chosen, ref_rejected = ref[: len(pi)], ref[len(pi) :]
+            else:
+                ref_chosen = ref_rejected = logps[:0].detach()
+            nll = -torch.cat([chosen / counts[: len(pi)].clamp(min=1), mem / counts[2 * len(pi) :].clamp(min=1)])
+            out = dual_channel_loss(
+                torch.cat([chosen, zeros]), torch.cat([rejected, zeros]), torch.cat([ref_chosen, zeros]), torch.cat([ref_rejected, zeros]),
+                nll,
+                torch.tensor(np.concatenate([labels.intensity[pi], np.ones(len(mi))]), dtype=torch.float32, device=logps.device),
+                torch.tensor(np.concatenate([labels.safety[pi], np.ones(len(mi))]), dtype=torch.float32, device=logps.device),
+                pair_mask=torch.tensor([True] * len(pi) + [False] * len(mi), device=logps.device),
+                beta=cfg.beta, w_sft=dual.sft_weight, w_reward=dual.reward_weight, gate=gate,
+            )
+            (out.total / cfg.gradient_accumulation_steps).backward()
+            margins = cfg.beta * ((chosen - ref_chosen) - (rejected - ref_rejected)).detach()
+            record["loss"] += float(out.total) / cfg.gradient_accumulation_steps
+            record["sft"] += float(out.sft) / cfg.gradient_accumulation_steps
+            record["reward"] += float(out.reward) / cfg.gradient_accumulation_steps
+            record["correct"] += int((margins > 0).sum())
+            record["margin"] += float(margins.sum())
+            for key in ("skipped", "downweighted", "inverted"):
+                record[key] += getattr(out, key)
+            totals["pair_rows"] += len(pi)
+            totals["memory_rows"] += len(mi)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM))
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        seen = n_pair * cfg.gradient_accumulation_steps
+        entry = {
+            "step": step,
+            "loss": record["loss"],
+            "sft": record["sft"],
+            "reward": record["reward"],
+            "grad_norm": grad_norm,
+            "learning_rate": float(scheduler.get_last_lr()[0]),
+            "rewards/accuracies": record["correct"] / seen if seen else float("nan"),
+            "rewards/margins": record["margin"] / seen if seen else float("nan"),
+            "gate/skipped": record["skipped"],
+            "gate/downweighted": record["downweighted"],
+            "gate/inverted": record["inverted"],
+        }
+        history.append(entry)
+        for key in ("sft", "reward", "skipped", "downweighted", "inverted"):
+            totals[key] += record[key]
+        if on_log:
+            on_log(step, {k: v for k, v in entry.items() if k != "step"})
+        progress.advance(1, loss=f"{record['loss']:.4f}", sft=f"{record['sft']:.3f}", reward=f"{record['reward']:.3f}")
+    seconds = time.monotonic() - started
+    trainable = save_adapter(model, tokenizer, out_dir, before)
+    channel_sum = totals["sft"] + totals["reward"]
+    last = history[-1]
+    return {
+        "steps": len(history),
+        "train_seconds": seconds,
+        "seconds_per_step": seconds / len(history),
+        "final_loss": last["loss"],
+        "final_reward_accuracy": last["rewards/accuracies"],
+        "final_reward_margin": last["rewards/margins"],
+        "trainable_parameters": trainable,
+        "base_checksum": before,
+        "grad_norms": [h["grad_norm"] for h in history],
+        "history": history,
+        "channel_contributions": {
+            "sft": totals["sft"] / channel_sum if channel_sum else 0.0,
+            "reward": totals["reward"] / channel_sum if channel_sum else 0.0,
+        },
+        "channels": {
+            "sft_loss_sum": totals["sft"],
+            "reward_loss_sum": totals["reward"],
+            "pair_rows": totals["pair_rows"],
+            "memory_rows": totals["memory_rows"],
+            "memory_rows_per_batch": n_mem,
+            "pairs_available": n_pairs,
+            "memory_rows_available": n_memory,
+            "gated": {k: totals[k] for k in ("skipped", "downweighted", "inverted")},
+            "mean_raw_intensity": labels.raw_intensity_mean,
+            "intensity_source": dual.intensity_source,
+            "safety_source": dual.safety_source,
+        },
+    }

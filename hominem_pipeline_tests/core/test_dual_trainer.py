@@ -1,0 +1,142 @@
+import numpy as np
+import pandas as pd
+import pytest
+from safetensors.torch import load_file
+
+from hominem_pipeline.core.config import load_config
+from hominem_pipeline.core.dual_trainer import encode, memory_rows_per_batch, pair_labels, train_dual_adapter
+from hominem_pipeline.core.policy import base_checksum
+from hominem_pipeline_tests.conftest import REPO
+
+TINY_POLICY = {"max_steps": 3, "batch_size": 3, "max_length": 48, "learning_rate": 0.01,
+               "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}}
+
+
+def policy_cfg(**dual):
+    gate = dual.pop("safety_gate", {})
+    return load_config(root=REPO, overrides={"policy": {**TINY_POLICY, "mode": "dual", "dual": dual, "safety_gate": gate}}).policy
+
+
+def pairs(n=4, safety=0.9, intensity=0.5):
+    return pd.DataFrame({
+        "prompt": [f"Tell me about day {i}." for i in range(n)],
+        "chosen": ["It was a kind, calm day."] * n,
+        "rejected": ["Bad. Go away."] * n,
+        "chosen_reward_intensity": [intensity] * n,
+        "chosen_safety_score": [safety] * n,
+    })
+
+
+def memory(n=3):
+    return pd.DataFrame({"prompt": [f"What is fact {i}?" for i in range(n)], "response": [f"Fact {i} is blue." for i in range(n)]})
+
+
+def lora_b(folder):
+    return [v for k, v in load_file(str(folder / "adapter_model.safetensors")).items() if "lora_B" in k]
+
+
+def test_dual_trains_both_channels_and_leaves_the_base_untouched(tiny_student, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    before = base_checksum(AutoModelForCausalLM.from_pretrained(tiny_student))
+    logged = []
+    result = train_dual_adapter(pairs(), memory(), student_path=tiny_student, cfg=policy_cfg(mixing="fixed", memory_fraction=0.34),
+                                out_dir=tmp_path, seed=0, on_log=lambda step, m: logged.append(step))
+    assert result["steps"] == 3 and logged == [1, 2, 3] and len(result["grad_norms"]) == 3
+    assert result["base_checksum"] == before == base_checksum(AutoModelForCausalLM.from_pretrained(tiny_student))
+    assert all(v.abs().sum() > 0 for v in lora_b(tmp_path))
+    channels = result["channels"]
+    assert channels["memory_rows_per_batch"] == 1 and (channels["memory_rows"], channels["pair_rows"]) == (3, 6)
+    shares = result["channel_contributions"]
+    assert shares["sft"] > 0 and shares["reward"] > 0 and shares["sft"] + shares["reward"] == pytest.approx(1.0)
+    first = result["history"][0]
+    assert first["loss"] == pytest.approx(first["sft"] + first["reward"], rel=1e-5)
+    # step 1: the adapter is still zero, so policy = reference and each pair's DPO loss is log 2
+    assert first["reward"] == pytest.approx(2 / 3 * np.log(2), rel=1e-4)  # 2 of 3 rows are pairs, intensity normalised to 1
+
+
+def test_a_gate_that_skips_every_pair_learns_nothing_from_them(tiny_student, tmp_path):
+    cfg = policy_cfg(sft_weight=1.0, safety_gate={"unsafe": "skip"})
+    result = train_dual_adapter(pairs(safety=0.1), memory(0), student_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0)
+    assert all(h["loss"] == 0 and h["gate/skipped"] == 3 for h in result["history"])
+    assert all(v.abs().sum() == 0 for v in lora_b(tmp_path))  # no gradient reached the adapter
+
+
+def test_inverted_pairs_are_learned_the_other_way(tiny_student, tmp_path):
+    forward = train_dual_adapter(pairs(), memory(0), student_path=tiny_student, cfg=policy_cfg(sft_weight=0.0), out_dir=tmp_path / "f", seed=0)
+    inverted = train_dual_adapter(pairs(safety=0.1), memory(0), student_path=tiny_student, cfg=policy_cfg(sft_weight=0.0, safety_gate={"unsafe": "invert"}),
+                                  out_dir=tmp_path / "i", seed=0)
+    assert forward["history"][-1]["rewards/margins"] > 0  # learns to prefer chosen
+    assert inverted["history"][-1]["rewards/margins"] < 0  # learns to prefer the other reply
+    assert all(h["gate/inverted"] == 3 for h in inverted["history"])
+
+
+def test_memory_rows_alone_train_the_sft_channel(tiny_student, tmp_path):
+    result = train_dual_adapter(pairs(0), memory(), student_path=tiny_student, cfg=policy_cfg(), out_dir=tmp_path, seed=0)
+    assert result["channel_contributions"] == {"sft": 1.0, "reward": 0.0}
+    assert result["channels"]["memory_rows"] == 9 and result["history"][-1]["sft"] < result["history"][0]["sft"]
+
+
+def test_dual_refuses_when_there_is_nothing_to_learn(tiny_student, tmp_path):
+    with pytest.raises(ValueError, match="preference pairs or memory rows"):
+        train_dual_adapter(pairs(0), memory(0), student_path=tiny_student, cfg=policy_cfg(), out_dir=tmp_path, seed=0)
+
+
+@pytest.mark.parametrize(
+    "mixing, fraction, n_memory, n_pairs, expected",
+    [("fixed", 0.25, 10, 100, 1), ("fixed", 0.5, 10, 100, 2), ("availability", 0.5, 10, 100, 1), ("availability", 0.5, 100, 100, 2),
+     ("availability", 0.25, 0, 100, 0), ("availability", 0.25, 10, 0, 4), ("fixed", 1.0, 10, 10, 3), ("fixed", 0.0, 10, 10, 0)],
+)
+def test_batch_mixing_follows_the_setting_and_the_data(mixing, fraction, n_memory, n_pairs, expected):
+    cfg = policy_cfg(mixing=mixing, memory_fraction=fraction).dual
+    assert memory_rows_per_batch(cfg, 4, n_memory, n_pairs) == expected
+
+
+def test_intensity_and_safety_come_from_the_configured_source():
+    frame = pairs(3).assign(chosen_reward_intensity=[0.2, 0.4, 0.6])
+    teacher = pair_labels(frame, policy_cfg().dual)
+    assert teacher.intensity.tolist() == pytest.approx([0.5, 1.0, 1.5]) and teacher.raw_intensity_mean == pytest.approx(0.4)
+    raw = pair_labels(frame, policy_cfg(normalize_intensity=False).dual)
+    assert raw.intensity.tolist() == pytest.approx([0.2, 0.4, 0.6])
+    assert pair_labels(frame, policy_cfg(intensity_source="constant").dual).intensity.tolist() == [1.0, 1.0, 1.0]
+
+    class Scorer:
+        def raw_scores(self, prompts, responses):
+            return {"reward_intensity": np.array([0.1, 0.1, 0.4]), "safety_score": np.array([0.2, 0.9, 0.9])}
+
+    rm = pair_labels(frame, policy_cfg(intensity_source="reward_model", safety_source="reward_model", normalize_intensity=False).dual, Scorer())
+    assert rm.intensity.tolist() == pytest.approx([0.1, 0.1, 0.4]) and rm.safety.tolist() == pytest.approx([0.2, 0.9, 0.9])
+    with pytest.raises(ValueError, match="from the reward model, but none was given"):
+        pair_labels(frame, policy_cfg(intensity_source="reward_model").dual)
+
+
+def test_sequences_are_tokenised_as_trls_dpo_does(tiny_student, tmp_path):
+    """The reward channel scores exactly the tokens TRL's DPO scores: same ids, same completion tokens."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import DPOConfig, DPOTrainer
+
+    from hominem_pipeline.core.policy import pairs_to_dpo_dataset
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_student)
+    frame = pairs(2)
+    args = DPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, max_length=64, bf16=False, gradient_checkpointing=False,
+                     use_cpu=True, report_to=[], disable_tqdm=True, dataloader_num_workers=0, save_strategy="no")
+    trainer = DPOTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_student), args=args, train_dataset=pairs_to_dpo_dataset(frame),
+                         processing_class=tokenizer)
+    batch = next(iter(trainer.get_train_dataloader()))
+    for row, ids, attention, completion in zip(frame.itertuples(), batch["input_ids"], batch["attention_mask"], batch["completion_mask"]):
+        seq, start = encode(tokenizer, row.prompt, row.chosen, 64)
+        real = int(attention.sum())
+        assert ids[:real].tolist() == seq
+        assert completion[:real].nonzero().flatten().tolist() == list(range(start, len(seq)))
+
+
+def test_long_exchanges_keep_the_reply_and_the_end_of_the_prompt(tiny_student):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_student)
+    seq, start = encode(tokenizer, "word " * 200 + "LAST QUESTION?", "A short reply.", 48)
+    assert len(seq) == 48
+    assert "short reply" in tokenizer.decode(seq[start:]) and "QUESTION" in tokenizer.decode(seq[:start])
+    seq, start = encode(tokenizer, "Hi?", "long " * 200, 48)
+    assert len(seq) == 48 and start == 24  # the reply keeps half the budget; the prompt (with its system turn) the rest
