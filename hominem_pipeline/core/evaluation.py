@@ -112,14 +112,23 @@ def evaluate_adapter(
     reward_model: RewardModel,
     cfg: EvaluationConfig,
     seed: int,
+    memory: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """`compare` on the held-out prompts; with `memory` (memory rows, `memory.read_memory_rows`), also the
+    memory probe: its fact questions asked of both sides, in `summary["memory_probe"]`."""
+    from hominem_pipeline.core.memory import probe
     from hominem_pipeline.core.policy import load_policy
 
     if not prompts:
         raise ValueError("no evaluation prompts: set prompts.eval_per_category to at least 1")
     model, tokenizer = load_policy(student_path, adapter_path)
     responses = generate_both(model, tokenizer, [p.text for p in prompts], cfg, seed)
-    return compare(prompts, responses, reward_model)
+    table, summary = compare(prompts, responses, reward_model)
+    questions = memory[memory["facts"].map(len) > 0].reset_index(drop=True) if memory is not None else None
+    if questions is not None and len(questions):
+        answers = generate_both(model, tokenizer, list(questions["prompt"]), cfg, seed)
+        summary["memory_probe"] = probe(questions, answers).as_dict()
+    return table, summary
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -306,41 +307,78 @@ def build_preference_pairs(ctx: StageContext) -> StageOutput:
 # --- LoRA adapter ---------------------------------------------------------------------------------
 
 
+def _memory_paths(cfg: HominemConfig) -> list[Path]:
+    return [cfg.path(p) for p in cfg.policy.dual.memory_files]
+
+
+def _memory_fingerprint(cfg: HominemConfig, partition: str) -> list[list[str]]:
+    """The memory files' digests: new or edited rows retrain a dual adapter and re-run the memory probe."""
+    from hominem_pipeline.core.memory import memory_digest
+
+    return memory_digest(_memory_paths(cfg))
+
+
+def _adapter_fingerprint(cfg: HominemConfig, partition: str) -> list[list[str]]:
+    return _memory_fingerprint(cfg, partition) if cfg.policy.mode == "dual" else []
+
+
 def build_lora_adapter(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.models import student_path
-    from hominem_pipeline.core.policy import train_dpo_adapter
     from hominem_pipeline.core.preferences import read_preference_pairs
 
+    pc = ctx.cfg.policy
     pair_refs = ctx.inputs["preference_pairs"]
     pairs = read_preference_pairs([r.file("pairs.parquet") for r in pair_refs])
-    result = train_dpo_adapter(
-        pairs,
+    rm_ref = ctx.one("reward_model")
+    common = dict(
         student_path=student_path(ctx.cfg),
-        cfg=ctx.cfg.policy,
+        cfg=pc,
         out_dir=ctx.out_dir,
         seed=ctx.seed,
-        on_log=lambda step, m: ctx.run.log_metrics({k.replace("/", "_"): v for k, v in m.items()}, step=step),
+        on_log=lambda step, m: ctx.run.log_metrics({k.replace("/", "_"): v for k, v in m.items() if v is not None and np.isfinite(v)}, step=step),
     )
-    rm_ref = ctx.one("reward_model")
+    memory_data: list[list[str]] = []
+    if pc.mode == "dpo":
+        from hominem_pipeline.core.policy import train_dpo_adapter
+
+        result = train_dpo_adapter(pairs, **common)
+    elif pc.mode == "dual":
+        from hominem_pipeline.core.dual_trainer import train_dual_adapter
+        from hominem_pipeline.core.memory import read_memory_rows
+        from hominem_pipeline.core.reward_model import RewardModel
+
+        memory = read_memory_rows(_memory_paths(ctx.cfg))
+        memory_data = _memory_fingerprint(ctx.cfg, ctx.partition)
+        needs_rm = "reward_model" in (pc.dual.intensity_source, pc.dual.safety_source)
+        result = train_dual_adapter(pairs, memory, reward_model=RewardModel.load(rm_ref.path) if needs_rm else None, **common)
+    else:
+        from hominem_pipeline.core.reward_model import RewardModel
+        from hominem_pipeline.core.rl_trainer import train_rl_adapter
+
+        result = train_rl_adapter(list(pairs["prompt"]), reward_model=RewardModel.load(rm_ref.path), dimension_weights=ctx.cfg.preferences.dimension_weights, **common)
     _write_json(ctx.out_dir / "training_history.json", {"history": result["history"], "grad_norms": result["grad_norms"]})
     _write_json(
         ctx.out_dir / "METADATA.json",
         {
-            "mode": ctx.cfg.policy.mode,
+            "mode": pc.mode,
             "base_model": str(student_path(ctx.cfg)),
             "base_checksum": result["base_checksum"],
             "reward_model": rm_ref.key,
             "preference_data": [r.key for r in pair_refs],
             "preference_pairs": len(pairs),
-            "channel_contributions": {"preference": 1.0, "sft": 0.0},
-            "lora": ctx.cfg.policy.lora.model_dump(),
+            "memory_data": memory_data,
+            "channel_contributions": result["channel_contributions"],
+            "channels": result.get("channels", {}),
+            "lora": pc.lora.model_dump(),
+            "training": {k: v for k, v in pc.model_dump().items() if k not in ("lora", "dual", "rl") or k == pc.mode},
             "date": ctx.partition,
         },
     )
-    metrics = {k: v for k, v in result.items() if k not in ("history", "grad_norms", "base_checksum")}
+    metrics = {k: v for k, v in result.items() if k not in ("history", "grad_norms", "base_checksum", "channels", "channel_contributions")}
+    metrics.update({f"channel_{k}": v for k, v in result["channel_contributions"].items()})
     return StageOutput(
         metrics=metrics,
-        metadata={"rows": len(pairs), "pair_partitions": [r.partition for r in pair_refs], "reward_model_version": rm_ref.version},
+        metadata={"rows": len(pairs), "mode": pc.mode, "pair_partitions": [r.partition for r in pair_refs], "reward_model_version": rm_ref.version},
         mlflow_artifacts=["adapter_config.json", "adapter_model.safetensors", "METADATA.json", "training_history.json"],
     )
 
@@ -350,6 +388,7 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
 
 def build_evaluation(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.evaluation import evaluate_adapter, plot_dimension_deltas
+    from hominem_pipeline.core.memory import read_memory_rows
     from hominem_pipeline.core.models import student_path
     from hominem_pipeline.core.reward_model import RewardModel
 
@@ -362,14 +401,16 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
         reward_model=rm,
         cfg=ctx.cfg.evaluation,
         seed=ctx.seed,
+        memory=read_memory_rows(_memory_paths(ctx.cfg)) if ctx.cfg.evaluation.memory_probe else None,
     )
     table.to_parquet(ctx.out_dir / "generations.parquet", index=False)
     _write_json(ctx.out_dir / "summary.json", summary)
     plot_dimension_deltas(summary, rm.dimensions, ctx.out_dir / "dimension_deltas.png", f"adapter vs base, {ctx.partition}")
     metrics = {k: v for k, v in summary.items() if v is None or isinstance(v, (int, float))}
+    metrics.update({f"memory_{k}": v for k, v in summary.get("memory_probe", {}).items() if isinstance(v, int)})
     return StageOutput(
         metrics=metrics,
-        metadata={"rows": len(table), "win_rate_by_category": summary["win_rate_by_category"]},
+        metadata={"rows": len(table), "win_rate_by_category": summary["win_rate_by_category"], "memory_probe": summary.get("memory_probe")},
         table="generations.parquet",
         mlflow_artifacts=["summary.json", "dimension_deltas.png"],
     )
@@ -488,19 +529,21 @@ STAGES: tuple[StageSpec, ...] = (
     ),
     StageSpec(
         "lora_adapter",
-        "LoRA adapter on the student trained with DPO on the preference pairs of a window of days.",
-        "1",
+        "LoRA adapter on the student trained on the preference pairs of a window of days: DPO, the dual-channel loss (plus the memory files) or RL on the reward model.",
+        "2",
         ("policy", "models.student"),
         (Upstream("preference_pairs", lambda c: c.policy.window_days), Upstream("reward_model")),
         build_lora_adapter,
+        extra_fingerprint=_adapter_fingerprint,
     ),
     StageSpec(
         "evaluation",
-        "Base vs base+adapter on the held-out prompts: generations, reward scores, win rate, deltas.",
-        "1",
-        ("evaluation",),
+        "Base vs base+adapter on the held-out prompts: generations, reward scores, win rate, deltas; the memory probe's facts kept, lost and gained.",
+        "2",
+        ("evaluation", "policy.dual.memory_files"),
         (Upstream("lora_adapter"), Upstream("reward_model"), Upstream("prompts")),
         build_evaluation,
+        extra_fingerprint=_memory_fingerprint,
     ),
     StageSpec(
         "reward_health_index",

@@ -80,11 +80,15 @@ def save_adapter(model: Any, tokenizer: Any, out_dir: Path, before: str) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def trl_device_args(seed: int) -> dict[str, Any]:
-    """The TrainingArguments every TRL trainer here shares: no bf16 or gradient checkpointing on a CPU
-    (TRL turns both on by default; bf16 autocast is ~30x slower there), no saving, no reporting, no tqdm."""
+def trl_common_args(cfg: PolicyConfig, seed: int) -> dict[str, Any]:
+    """The TrainingArguments every TRL trainer here shares: steps and learning rate from `cfg`; no bf16
+    or gradient checkpointing on a CPU (TRL turns both on by default; bf16 autocast is ~30x slower
+    there), no saving, no reporting, no tqdm."""
     on_gpu = torch.cuda.is_available()
     return dict(
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        learning_rate=cfg.learning_rate,
+        max_steps=cfg.max_steps,
         bf16=on_gpu and torch.cuda.is_bf16_supported(),
         gradient_checkpointing=False,
         use_cpu=not on_gpu,
@@ -124,7 +128,6 @@ def train_dpo_adapter(
     on_log: Callable[[int, dict[str, float]], None] | None = None,
 ) -> dict[str, Any]:
     """LoRA DPO through TRL; saves the adapter (PEFT format) and the tokenizer to `out_dir`."""
-    from transformers import PrinterCallback
     from trl import DPOConfig, DPOTrainer
 
     if pairs.empty:
@@ -137,30 +140,33 @@ def train_dpo_adapter(
         args = DPOConfig(
             output_dir=scratch,
             per_device_train_batch_size=cfg.batch_size,
-            gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-            learning_rate=cfg.learning_rate,
-            max_steps=cfg.max_steps,
             beta=cfg.beta,
             max_length=cfg.max_length,
-            **trl_device_args(seed),
+            **trl_common_args(cfg, seed),
         )
         # A PeftModel: TRL's reference is the same model with the adapter disabled.
         trainer = DPOTrainer(model=model, args=args, train_dataset=pairs_to_dpo_dataset(pairs), processing_class=tokenizer,
                              callbacks=[collect_logs(history, progress, on_log)])
-        trainer.remove_callback(PrinterCallback)  # our progress lines replace its printed dicts
-        started = time.monotonic()
-        trainer.train()
-        seconds = time.monotonic() - started
-        trainable = save_adapter(trainer.model, tokenizer, out_dir, before)
-
+        result = run_trl(trainer, tokenizer, out_dir, before, history)
     last = history[-1] if history else {}
+    return {**result, "final_reward_accuracy": last.get("rewards/accuracies"), "final_reward_margin": last.get("rewards/margins")}
+
+
+def run_trl(trainer: Any, tokenizer: Any, out_dir: Path, before: str, history: list[dict[str, float]]) -> dict[str, Any]:
+    """Train a TRL trainer whose callbacks fill `history`, save the adapter (base checked unchanged) and
+    return the figures every mode reports."""
+    from transformers import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # our progress lines replace its printed dicts
+    started = time.monotonic()
+    trainer.train()
+    seconds = time.monotonic() - started
+    trainable = save_adapter(trainer.model, tokenizer, out_dir, before)
     return {
         "steps": len(history),
         "train_seconds": seconds,
         "seconds_per_step": seconds / max(1, len(history)),
-        "final_loss": last.get("loss"),
-        "final_reward_accuracy": last.get("rewards/accuracies"),
-        "final_reward_margin": last.get("rewards/margins"),
+        "final_loss": history[-1].get("loss") if history else None,
         "trainable_parameters": trainable,
         "base_checksum": before,
         "grad_norms": [h["grad_norm"] for h in history if "grad_norm" in h],

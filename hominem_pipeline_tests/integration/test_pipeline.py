@@ -152,6 +152,35 @@ def test_changing_a_late_setting_rebuilds_only_what_depends_on_it(chain, tmp_pat
     assert store.require("reward_health_index", DAY).version == third["reward_health_index"]["version"].value
 
 
+def test_dual_mode_trains_both_channels_and_the_memory_probe_reports(chain):
+    """The shipped lora_dual.yaml overlay on the tiny config: only the adapter and what follows rebuild;
+    a new memory file under data/sft/ rebuilds them again (the files are part of the fingerprint)."""
+    import yaml
+
+    from hominem_pipeline.core.config import deep_merge
+
+    project = chain["project"]
+    overlay = deep_merge(yaml.safe_load(chain["config"].read_text()), yaml.safe_load((project / "config" / "training" / "lora_dual.yaml").read_text()))
+    dual = project / "config" / "dual.yaml"
+    dual.write_text(yaml.safe_dump(overlay))
+    third, _ = run_all(project, dual, chain["instance"])
+    rebuilt = {n for n, m in third.items() if not m["reused_existing_version"].value}
+    assert rebuilt == {"lora_adapter", "evaluation", "reward_health_index"}
+    store = ArtifactStore(chain["cfg"].data_dir)
+    meta = json.loads(store.require("lora_adapter", DAY).file("METADATA.json").read_text())
+    assert meta["mode"] == "dual" and meta["channel_contributions"]["sft"] > 0 and meta["channel_contributions"]["reward"] > 0
+    assert meta["channels"]["memory_rows"] > 0 and [name for name, _ in meta["memory_data"]] == ["sft/memory.jsonl"]
+    assert third["lora_adapter"]["channel_sft"].value > 0
+    probe = third["evaluation"]["details"].value["memory_probe"]
+    assert probe["questions"] >= 15 and probe["kept"] + len(probe["lost_prompts"]) == probe["base"]
+
+    (project / "data" / "sft").mkdir(parents=True, exist_ok=True)
+    (project / "data" / "sft" / "mine.jsonl").write_text(json.dumps({"prompt": "What is our team's mascot?", "response": "A heron.", "fact": "heron"}) + "\n")
+    fourth, _ = run_all(project, dual, chain["instance"])
+    assert {n for n, m in fourth.items() if not m["reused_existing_version"].value} == {"lora_adapter", "evaluation", "reward_health_index"}
+    assert fourth["evaluation"]["memory_questions"].value == probe["questions"] + 1
+
+
 def test_compare_prints_base_and_adapter_side_by_side(chain):
     import os
     import subprocess
