@@ -5,9 +5,10 @@ Each step takes a batch of preference rows (prompt, chosen, rejected, intensity,
 loss of every chosen reply and memory row, the reward channel the DPO loss of every pair, weighted by
 its reward intensity; the safety gate skips, down-weights or inverts each pair by its safety score. The
 policy's chosen, rejected and memory sequences go through the model in one forward pass; the reference
-(the same model with the adapter switched off) scores the pairs without gradients, as TRL's DPO does.
-TRL's trainers take no per-example weights, hence this loop; its optimizer, schedule and clipping are
-the Hugging Face Trainer's defaults (AdamW, linear decay, gradient norm clipped at 1)."""
+(the same model with the adapter switched off) scores the pairs without gradients, as TRL's DPO does,
+with TRL's fused LM head and with dropout off (TRL's DPO default), so a step costs what TRL's DPO step
+costs. TRL's trainers take no per-example weights, hence this loop; its optimizer, schedule and
+clipping are the Hugging Face Trainer's defaults (AdamW, linear decay, gradient norm clipped at 1)."""
 
 from __future__ import annotations
 
@@ -49,20 +50,22 @@ def encode(tokenizer: Any, prompt: str, response: str, max_length: int) -> tuple
 
 
 def sequence_logps(model: Any, sequences: Sequence[tuple[list[int], int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(summed log-probability of each sequence's response tokens, their count), one forward pass."""
+    """(summed log-probability of each sequence's response tokens, their count), one forward pass.
+
+    `model` carries TRL's fused LM head (`trl.trainer.add_fused_lm_head`, as TRL's DPO does): it projects
+    through the LM head in tiles and returns per-token log-probabilities without materialising the
+    (batch, length, vocabulary) logits, which on a 49k vocabulary would be most of the step's memory."""
     device = next(model.parameters()).device
     width = max(len(ids) for ids, _ in sequences)
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     attention = torch.zeros_like(ids)
-    scored = torch.zeros((len(sequences), width - 1), dtype=torch.bool)
+    labels = torch.full_like(ids, -100)
     for i, (seq, start) in enumerate(sequences):
         ids[i, : len(seq)] = torch.tensor(seq)
         attention[i, : len(seq)] = 1
-        scored[i, max(start, 1) - 1 : len(seq) - 1] = True  # logits at t predict token t+1
-    ids, attention, scored = ids.to(device), attention.to(device), scored.to(device)
-    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
-    token = logits.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
-    return (token * scored).sum(1), scored.sum(1)
+        labels[i, max(start, 1) : len(seq)] = ids[i, max(start, 1) : len(seq)]
+    out = model(input_ids=ids.to(device), attention_mask=attention.to(device), labels=labels.to(device), fused_lm_head=True)
+    return out.log_probs.sum(1), (labels[:, 1:] != -100).sum(1).to(device)
 
 
 def memory_rows_per_batch(cfg: DualConfig, batch_size: int, n_memory: int, n_pairs: int) -> int:
@@ -131,6 +134,8 @@ def train_dual_adapter(
 
     `pairs` needs prompt, chosen, rejected and, for teacher-sourced labels, chosen_reward_intensity and
     chosen_safety_score; `memory` prompt and response (`memory.read_memory_rows`)."""
+    from trl.trainer.utils import add_fused_lm_head, disable_dropout_in_model
+
     from hominem_pipeline.core.policy import lora_student, save_adapter
 
     dual = cfg.dual
@@ -142,6 +147,8 @@ def train_dual_adapter(
     torch.manual_seed(seed)
     rng = random.Random(seed)
     model, tokenizer, before = lora_student(student_path, cfg)
+    add_fused_lm_head(model.get_base_model())
+    disable_dropout_in_model(model)  # as TRL's DPO does by default: policy and reference see the same network
     pad = tokenizer.pad_token_id
     pair_seqs = [(encode(tokenizer, r.prompt, r.chosen, cfg.max_length), encode(tokenizer, r.prompt, r.rejected, cfg.max_length)) for r in pairs.itertuples()]
     memory_seqs = [encode(tokenizer, r.prompt, r.response, cfg.max_length) for r in memory.itertuples()]
