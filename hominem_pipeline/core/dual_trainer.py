@@ -100,8 +100,10 @@ class PairLabels:
 def pair_labels(pairs: pd.DataFrame, cfg: DualConfig, reward_model: Any | None = None) -> PairLabels:
     """Each pair's reward intensity and safety score from the configured sources: the teacher's label of
     the chosen reply, the reward model's score of it, or (intensity only) the constant 1."""
+    if pairs.empty:
+        return PairLabels(np.zeros(0), np.zeros(0), 1.0)
     scored: dict[str, np.ndarray] = {}
-    if "reward_model" in (cfg.intensity_source, cfg.safety_source) and len(pairs):
+    if "reward_model" in (cfg.intensity_source, cfg.safety_source):
         if reward_model is None:
             raise ValueError("policy.dual takes intensity or safety from the reward model, but none was given; set the sources to teacher")
         scored = reward_model.raw_scores(list(pairs["prompt"]), list(pairs["chosen"]))
@@ -113,7 +115,7 @@ def pair_labels(pairs: pd.DataFrame, cfg: DualConfig, reward_model: Any | None =
         intensity = np.asarray(scored["reward_intensity"], dtype=np.float64)
     safety = pairs["chosen_safety_score"].to_numpy(dtype=np.float64) if cfg.safety_source == "teacher" else np.asarray(scored["safety_score"], dtype=np.float64)
     intensity = np.clip(intensity, 0.0, None)
-    mean = float(intensity.mean()) if len(intensity) else 1.0
+    mean = float(intensity.mean())
     if cfg.normalize_intensity and mean > 0:
         intensity = intensity / mean
     return PairLabels(intensity, np.clip(safety, 0.0, 1.0), mean)

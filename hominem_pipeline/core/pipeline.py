@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from hominem_pipeline.core.artifacts import file_sha256, fingerprint
-from hominem_pipeline.core.config import HominemConfig
+from hominem_pipeline.core.config import HominemConfig, PolicyConfig
 from hominem_pipeline.core.schema import Prompt, Trajectory
 from hominem_pipeline.core.stages import StageContext, StageOutput, StageSpec, Upstream
 
@@ -322,6 +322,15 @@ def _adapter_fingerprint(cfg: HominemConfig, partition: str) -> list[list[str]]:
     return _memory_fingerprint(cfg, partition) if cfg.policy.mode == "dual" else []
 
 
+def _training_settings(pc: PolicyConfig) -> dict[str, Any]:
+    """The policy settings this mode used: the shared ones, its own section, and the gate where it applies."""
+    used = {k: v for k, v in pc.model_dump().items() if k not in ("lora", "dual", "rl", "safety_gate")}
+    if pc.mode != "dpo":
+        used[pc.mode] = getattr(pc, pc.mode).model_dump()
+        used["safety_gate"] = pc.safety_gate.model_dump()
+    return used
+
+
 def build_lora_adapter(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.models import student_path
     from hominem_pipeline.core.preferences import read_preference_pairs
@@ -370,7 +379,7 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
             "channel_contributions": result["channel_contributions"],
             "channels": result.get("channels", {}),
             "lora": pc.lora.model_dump(),
-            "training": {k: v for k, v in pc.model_dump().items() if k not in ("lora", "dual", "rl") or k == pc.mode},
+            "training": _training_settings(pc),
             "date": ctx.partition,
         },
     )
