@@ -539,7 +539,7 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec(
         "lora_adapter",
         "LoRA adapter on the student trained on the preference pairs of a window of days: DPO, the dual-channel loss (plus the memory files) or RL on the reward model.",
-        "2",
+        "3",
         ("policy", "models.student"),
         (Upstream("preference_pairs", lambda c: c.policy.window_days), Upstream("reward_model")),
         build_lora_adapter,
