@@ -322,6 +322,10 @@ def _adapter_fingerprint(cfg: HominemConfig, partition: str) -> list[list[str]]:
     return _memory_fingerprint(cfg, partition) if cfg.policy.mode == "dual" else []
 
 
+def _probe_fingerprint(cfg: HominemConfig, partition: str) -> list[list[str]]:
+    return _memory_fingerprint(cfg, partition) if cfg.evaluation.memory_probe else []
+
+
 def _training_settings(pc: PolicyConfig) -> dict[str, Any]:
     """The policy settings this mode used: the shared ones, its own section, and the gate where it applies."""
     used = {k: v for k, v in pc.model_dump().items() if k not in ("lora", "dual", "rl", "safety_gate")}
@@ -334,6 +338,7 @@ def _training_settings(pc: PolicyConfig) -> dict[str, Any]:
 def build_lora_adapter(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.models import student_path
     from hominem_pipeline.core.preferences import read_preference_pairs
+    from hominem_pipeline.core.reward_model import RewardModel
 
     pc = ctx.cfg.policy
     pair_refs = ctx.inputs["preference_pairs"]
@@ -354,14 +359,12 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
     elif pc.mode == "dual":
         from hominem_pipeline.core.dual_trainer import train_dual_adapter
         from hominem_pipeline.core.memory import read_memory_rows
-        from hominem_pipeline.core.reward_model import RewardModel
 
         memory = read_memory_rows(_memory_paths(ctx.cfg))
         memory_data = _memory_fingerprint(ctx.cfg, ctx.partition)
         needs_rm = "reward_model" in (pc.dual.intensity_source, pc.dual.safety_source)
         result = train_dual_adapter(pairs, memory, reward_model=RewardModel.load(rm_ref.path) if needs_rm else None, **common)
     else:
-        from hominem_pipeline.core.reward_model import RewardModel
         from hominem_pipeline.core.rl_trainer import train_rl_adapter
 
         result = train_rl_adapter(list(pairs["prompt"]), reward_model=RewardModel.load(rm_ref.path), dimension_weights=ctx.cfg.preferences.dimension_weights, **common)
@@ -552,7 +555,7 @@ STAGES: tuple[StageSpec, ...] = (
         ("evaluation", "policy.dual.memory_files"),
         (Upstream("lora_adapter"), Upstream("reward_model"), Upstream("prompts")),
         build_evaluation,
-        extra_fingerprint=_memory_fingerprint,
+        extra_fingerprint=_probe_fingerprint,
     ),
     StageSpec(
         "reward_health_index",
