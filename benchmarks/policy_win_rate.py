@@ -1,0 +1,95 @@
+"""Win rate of adapters over the base, by the reward model, on the seed prompts no training day used.
+
+The evaluation stage judges an adapter on the 18 held-out prompts (2 per category): a win rate there
+has a standard error of ~12 points. This script takes every seed prompt in `config/prompts/seed_prompts.yaml`
+that no stored `prompts` partition put in training or evaluation, and runs the evaluation stage's own
+comparison (`evaluation.evaluate_adapter`: greedy replies of base and base+adapter, scored by the reward
+model, memory probe included) for each adapter given, in one process.
+
+    .venv/bin/python benchmarks/policy_win_rate.py --adapter dpo=data/lora_adapter/<date>/<v1> --adapter dual=data/lora_adapter/<date>/<v2>
+    .venv/bin/python benchmarks/policy_win_rate.py --adapter ... --reward-model data/reward_model/<date>/<v> --limit 60
+
+Reads the project's data/ (adapters, reward model, stored prompts); needs no ../shared data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hominem_pipeline.core.config import load_config  # noqa: E402
+from hominem_pipeline.core.evaluation import evaluate_adapter  # noqa: E402
+from hominem_pipeline.core.memory import read_memory_rows  # noqa: E402
+from hominem_pipeline.core.models import student_path  # noqa: E402
+from hominem_pipeline.core.prompts import load_seed_prompts  # noqa: E402
+from hominem_pipeline.core.reward_model import RewardModel  # noqa: E402
+
+DIMENSION_ORDER = ("empathy", "social_coherence", "agency_support", "epistemic_integrity", "harm_avoidance", "narrative_alignment", "curiosity")
+
+
+def unseen_prompts(cfg, limit: int):
+    """Seed prompts absent from every stored prompts partition (any version), balanced over categories."""
+    used = set()
+    for table in (cfg.data_dir / "prompts").glob("*/*/prompts.parquet"):
+        used |= set(pd.read_parquet(table, columns=["text"])["text"])
+    seeds = [p for p in load_seed_prompts(cfg.path(cfg.prompts.seed_file), cfg.prompts.categories) if p.text not in used]
+    by_category: dict[str, list] = {}
+    for p in seeds:
+        by_category.setdefault(p.category, []).append(p)
+    picked, i = [], 0
+    while len(picked) < min(limit, len(seeds)):  # round-robin over categories
+        for group in by_category.values():
+            if i < len(group) and len(picked) < limit:
+                picked.append(group[i])
+        i += 1
+    return picked
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--adapter", action="append", required=True, help="NAME=PATH of an adapter folder (repeat)")
+    parser.add_argument("--reward-model", default=None, help="reward model folder (default: the one the first adapter's METADATA names)")
+    parser.add_argument("--limit", type=int, default=60, help="at most this many unseen seed prompts")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    cfg = load_config(root=ROOT)
+    adapters = dict(item.split("=", 1) for item in args.adapter)
+    if args.reward_model:
+        rm_path = Path(args.reward_model)
+    else:
+        import json
+
+        meta = json.loads((Path(next(iter(adapters.values()))) / "METADATA.json").read_text())["reward_model"]
+        rm_path = cfg.data_dir / "reward_model" / meta["partition"] / meta["version"]
+    rm = RewardModel.load(rm_path)
+    prompts = unseen_prompts(cfg, args.limit)
+    memory = read_memory_rows([cfg.path(p) for p in cfg.policy.dual.memory_files])
+    print(f"{len(prompts)} unseen seed prompts over {len({p.category for p in prompts})} categories; reward model {rm_path.name}", flush=True)
+    rows = []
+    for name, path in adapters.items():
+        started = time.monotonic()
+        _, summary = evaluate_adapter(prompts, student_path=student_path(cfg), adapter_path=Path(path), reward_model=rm, cfg=cfg.evaluation,
+                                      seed=cfg.project.seed, memory=memory)
+        win = summary["win_rate"]
+        se = math.sqrt(win * (1 - win) / len(prompts))
+        probe = summary.get("memory_probe", {})
+        rows.append((name, win, se, summary["adapter_mean_scalar"] - summary["base_mean_scalar"],
+                     [summary[f"delta_{d}"] for d in DIMENSION_ORDER], probe, time.monotonic() - started))
+        print(f"  {name}: win {win:.1%} +- {se:.1%} ({time.monotonic() - started:.0f} s)", flush=True)
+    print(f"\n{'adapter':<12} {'win rate':>9} {'+-1 se':>7} {'d scalar':>9} " + " ".join(f"{d[:8]:>8}" for d in DIMENSION_ORDER) + "  facts base->adapter (lost)")
+    for name, win, se, dscalar, deltas, probe, _ in rows:
+        facts = f"{probe.get('base')}->{probe.get('adapter')} ({probe.get('lost')})" if probe else "-"
+        print(f"{name:<12} {win:>8.1%} {se:>7.1%} {dscalar:>+9.4f} " + " ".join(f"{d:>+8.4f}" for d in deltas) + f"  {facts}")
+
+
+if __name__ == "__main__":
+    main()
