@@ -145,7 +145,7 @@ def train_dual_adapter(
     if n_pairs == 0 and n_memory == 0:
         raise ValueError("dual training needs preference pairs or memory rows; preference_pairs produced none and no memory file has rows")
     labels = pair_labels(pairs, dual, reward_model)
-    gate = SafetyGate(**cfg.safety_gate.model_dump())
+    gate = SafetyGate.from_config(cfg.safety_gate)
     torch.manual_seed(seed)
     rng = random.Random(seed)
     model, tokenizer, before = lora_student(student_path, cfg)

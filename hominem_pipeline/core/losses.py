@@ -55,6 +55,11 @@ class SafetyGate:
         if not 0.0 <= self.factor <= 1.0:
             raise ValueError(f"safety gate factor {self.factor} must be in [0, 1]")
 
+    @classmethod
+    def from_config(cls, cfg) -> "SafetyGate":
+        """The gate a `config.SafetyGateConfig` (policy.safety_gate) describes."""
+        return cls(**cfg.model_dump())
+
     def __call__(self, safety: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(weight per example, inverted per example) for a tensor of safety scores."""
         safety = safety.detach().float()

@@ -34,7 +34,7 @@ class GatedReward:
     def __init__(self, reward_model: Any, cfg: PolicyConfig, group_size: int, weights: Mapping[str, float] | None = None):
         self.reward_model = reward_model
         self.reward = cfg.rl.reward
-        self.gate = SafetyGate(**cfg.safety_gate.model_dump())
+        self.gate = SafetyGate.from_config(cfg.safety_gate)
         self.group_size = group_size
         dims = reward_model.dimensions
         w = np.array([(weights or {}).get(d, 1.0) for d in dims], dtype=np.float64)
@@ -42,15 +42,15 @@ class GatedReward:
         self.counts = {"completions": 0, "empty": 0, "skipped": 0, "downweighted": 0, "inverted": 0}
 
     def raw(self, prompts: Sequence[str], replies: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(reward, safety) per reply; an empty reply gets the lowest scalar and counts as safe."""
-        reward, safety = np.full(len(replies), SCALAR_RANGE[0]), np.ones(len(replies))
-        keep = [i for i, r in enumerate(replies) if r.strip()]
-        if keep:
-            scores = self.reward_model.raw_scores([prompts[i] for i in keep], [replies[i] for i in keep])
-            reward[keep] = scores["scalar"] if self.reward == "scalar" else scores["vector"] @ self.weights
-            safety[keep] = scores["safety_score"]
-        self.counts["empty"] += len(replies) - len(keep)
-        return reward, safety
+        """(reward, safety) per reply; an empty reply (not scored, as in evaluation) gets the lowest
+        scalar and counts as safe."""
+        from hominem_pipeline.core.evaluation import score_side
+
+        scores = score_side(self.reward_model, prompts, replies)
+        empty = np.isnan(scores["scalar"])
+        reward = scores["scalar"] if self.reward == "scalar" else scores["vector"] @ self.weights
+        self.counts["empty"] += int(empty.sum())
+        return np.where(empty, SCALAR_RANGE[0], reward), np.where(empty, 1.0, scores["safety_score"])
 
     def __call__(self, prompts: list, completions: list, **_: Any) -> list[float]:
         texts = [_text(p) for p in prompts]
