@@ -30,6 +30,7 @@ from hominem_pipeline.core.config import load_config  # noqa: E402
 from hominem_pipeline.core.evaluation import evaluate_adapter  # noqa: E402
 from hominem_pipeline.core.memory import read_memory_rows  # noqa: E402
 from hominem_pipeline.core.models import student_path  # noqa: E402
+from hominem_pipeline.core.policy import adapter_reward_model  # noqa: E402
 from hominem_pipeline.core.prompts import load_seed_prompts  # noqa: E402
 from hominem_pipeline.core.reward_model import RewardModel  # noqa: E402
 
@@ -63,13 +64,9 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     cfg = load_config(root=ROOT)
     adapters = dict(item.split("=", 1) for item in args.adapter)
-    if args.reward_model:
-        rm_path = Path(args.reward_model)
-    else:
-        import json
-
-        meta = json.loads((Path(next(iter(adapters.values()))) / "METADATA.json").read_text())["reward_model"]
-        rm_path = cfg.data_dir / "reward_model" / meta["partition"] / meta["version"]
+    rm_path = Path(args.reward_model) if args.reward_model else adapter_reward_model(Path(next(iter(adapters.values()))), cfg.data_dir)
+    if rm_path is None:
+        sys.exit("the first adapter has no METADATA.json naming its reward model; pass --reward-model PATH")
     rm = RewardModel.load(rm_path)
     prompts = unseen_prompts(cfg, args.limit)
     memory = read_memory_rows([cfg.path(p) for p in cfg.policy.dual.memory_files])

@@ -457,12 +457,11 @@ def compare(
 ) -> None:
     """Base and base+adapter side by side: their replies (greedy), reward vectors, intensity and safety,
     what changed, and the reward model's calibrated probability that the adapter's reply is preferred."""
-    import json
-
     import pandas as pd
 
     from hominem_pipeline.core.evaluation import side_by_side
     from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.policy import adapter_reward_model
     from hominem_pipeline.core.reward_model import RewardModel
 
     _logging()
@@ -477,9 +476,7 @@ def compare(
     if not texts:
         _fail("nothing to compare on; pass --prompt TEXT (repeatable) or --eval-set")
     if reward_model is None:
-        meta_file = adapter_path / "METADATA.json"
-        rm = json.loads(meta_file.read_text()).get("reward_model") if meta_file.is_file() else None
-        reward_model = cfg.data_dir / "reward_model" / rm["partition"] / rm["version"] if rm else _artifact_for(cfg, "reward_model", None)[1].path
+        reward_model = adapter_reward_model(adapter_path, cfg.data_dir) or _artifact_for(cfg, "reward_model", None)[1].path
     try:
         rm_model = RewardModel.load(reward_model)
         rows = side_by_side(texts, student_path=student_path(cfg), adapter_path=adapter_path, reward_model=rm_model, cfg=cfg.evaluation, seed=cfg.project.seed)

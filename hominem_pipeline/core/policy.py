@@ -185,6 +185,18 @@ def adapter_config(adapter_path: Path) -> dict[str, Any]:
     return json.loads(config_file.read_text())
 
 
+def adapter_reward_model(adapter_path: Path, data_dir: Path) -> Path | None:
+    """The reward model folder an adapter's METADATA.json names (the one it was trained with), or None
+    when the adapter has no METADATA (one trained outside the pipeline)."""
+    import json
+
+    meta_file = Path(adapter_path) / "METADATA.json"
+    if not meta_file.is_file():
+        return None
+    ref = json.loads(meta_file.read_text())["reward_model"]
+    return Path(data_dir) / ref["asset"] / ref["partition"] / ref["version"]
+
+
 def load_policy(student_path: Path, adapter_path: Path | None):
     """(model, tokenizer) for generation: the base alone, or base + adapter (PEFT, adapter switchable)."""
     from hominem_pipeline.core.models import load_student
