@@ -1,7 +1,8 @@
 """Calibration of pairwise preferences: P(a preferred over b) = sigmoid((scalar_a - scalar_b) / T).
 
 `fit_temperature` picks T by minimising the negative log-likelihood of the teacher's orderings on
-validation pairs (temperature scaling). `calibration_report` gives ECE and MCE over 20 equal-width
+validation pairs (temperature scaling), against Platt's smoothed targets so that a small set the model
+happens to order perfectly does not drive T to zero (certainty it has not earned). `calibration_report` gives ECE and MCE over 20 equal-width
 bins and the Brier score, counting each pair in both orders (so the bins are symmetric around 0.5),
 and `reliability_diagram` draws the bins before and after scaling.
 """
@@ -44,16 +45,28 @@ def both_orders(pairs: np.ndarray, predicted: np.ndarray) -> tuple[np.ndarray, n
     return np.concatenate([gap, -gap]), np.concatenate([np.ones(len(gap)), np.zeros(len(gap))])
 
 
-def _nll(gaps: np.ndarray, outcomes: np.ndarray, temperature: float) -> float:
+def _nll(gaps: np.ndarray, targets: np.ndarray, temperature: float) -> float:
     p = np.clip(preference_probability(gaps, temperature), 1e-12, 1 - 1e-12)
-    return float(-(outcomes * np.log(p) + (1 - outcomes) * np.log(1 - p)).mean())
+    return float(-(targets * np.log(p) + (1 - targets) * np.log(1 - p)).mean())
+
+
+def platt_targets(outcomes: np.ndarray) -> np.ndarray:
+    """Platt's (1999) targets: (N+ + 1) / (N+ + 2) for a preferred outcome, 1 / (N- + 2) for the other,
+    the Bayesian estimate with a uniform prior. With thousands of pairs they are 0 and 1 in effect; with
+    a dozen, they cap the confidence a perfectly ordered set can claim."""
+    y = np.asarray(outcomes, dtype=np.float64)
+    positives = float((y > 0.5).sum())
+    negatives = float(len(y) - positives)
+    return np.where(y > 0.5, (positives + 1.0) / (positives + 2.0), 1.0 / (negatives + 2.0))
 
 
 def fit_temperature(gaps: np.ndarray, outcomes: np.ndarray, lo: float = 1e-3, hi: float = 1e3) -> float:
-    """The T minimising the pairs' negative log-likelihood: a log-spaced grid, then golden-section
-    search around its best point (the NLL is unimodal in log T for a fixed set of gaps)."""
+    """The T minimising the pairs' negative log-likelihood against `platt_targets`: a log-spaced grid,
+    then golden-section search around its best point (the NLL is unimodal in log T for a fixed set of
+    gaps)."""
     if len(gaps) == 0:
         raise ValueError("no validation pairs to fit a temperature on; label more prompts or lower the pair gap")
+    outcomes = platt_targets(outcomes)
     grid = np.geomspace(lo, hi, 121)
     k = int(np.argmin([_nll(gaps, outcomes, t) for t in grid]))
     a, b = np.log(grid[max(k - 1, 0)]), np.log(grid[min(k + 1, len(grid) - 1)])

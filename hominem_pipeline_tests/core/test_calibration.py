@@ -40,3 +40,12 @@ def test_pairs_are_counted_in_both_orders_above_the_gap():
     assert sorted(zip(gaps.round(3), outcomes)) == sorted([(1.0, 1.0), (-1.0, 0.0), (-0.9, 0.0), (0.9, 1.0)])
     with pytest.raises(ValueError, match="no validation pairs"):
         fit_temperature(np.array([]), np.array([]))
+
+
+def test_a_small_perfectly_ordered_set_does_not_claim_certainty():
+    # Eight pairs, every one ordered right: the unsmoothed likelihood is best at T -> 0 (P = 1 for all).
+    gaps, outcomes = both_orders(np.arange(16).reshape(8, 2), np.repeat(np.linspace(0.01, 0.08, 8), 2) * np.tile([1, 0], 8))
+    temperature = fit_temperature(gaps, outcomes)
+    probs = preference_probability(gaps, temperature)
+    assert temperature > 1e-3 * 10
+    assert probs[outcomes == 1].max() < 1.0 and probs[outcomes == 1].mean() == pytest.approx(9 / 10, abs=0.06)
