@@ -47,8 +47,9 @@ BACKBONE_DIR = "backbone"
 PAIR_GAP = 0.1  # teacher gap at which two candidates of a prompt form a pair (training, accuracy, calibration)
 HEAD_OUTPUTS = ("vector", "scalar", "reward_intensity", "safety_score")
 MAX_CHARS = 100_000  # per prompt or response: far beyond any max_length, so longer input is a caller's mistake
-MC_SEED = 0
-BUCKET_GROUPS = 64  # training batches are drawn from windows of this many groups sorted by length  # MC dropout masks are seeded so that the same inputs get the same uncertainty
+MC_SEED = 0  # MC dropout masks are seeded so that the same inputs get the same uncertainty
+FEW_VAL_PAIRS = 30  # fewer teacher pairs than this in the validation split: its accuracy is mostly the split's luck
+BUCKET_GROUPS = 64  # training batches are drawn from windows of this many groups sorted by length
 
 
 @dataclass(frozen=True)
@@ -754,6 +755,14 @@ def train_reward_model(
     net.load_state_dict(best_state)
     full, final = best_full, best_metrics  # the best epoch's validation predictions and metrics
     final.update({"best_epoch": best_epoch, "epochs_run": len(history), "train_sequences": int(sum(len(data.groups[g]) for g in train_groups)), "val_sequences": len(val_seqs)})
+    accuracy, n_val = final["val_pairwise_accuracy"], final["val_pairs"]
+    if accuracy is not None and n_val < FEW_VAL_PAIRS:
+        p = (accuracy * n_val + 1) / (n_val + 2)  # add-one estimate: 2 of 2 right is not a standard error of 0
+        log.warning(
+            "only %d teacher pairs in the validation split: its accuracy %s is +- %.0f points (one standard error); "
+            "benchmarks/reward_teacher_agreement.py cross-validates over every pair of the window",
+            n_val, _pct(accuracy), 100 * math.sqrt(p * (1 - p) / n_val),
+        )
 
     out_dir.mkdir(parents=True, exist_ok=True)
     calibration, calibration_metrics = calibrate_validation(data, val_seqs, val_pairs, full, list(examples["prompt_id"]), dimensions, out_dir, date)

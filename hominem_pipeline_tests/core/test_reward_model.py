@@ -1,3 +1,5 @@
+import logging
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -28,8 +30,23 @@ def trained(tiny_encoder, tmp_path_factory):
     cfg = small_cfg(epochs=8, early_stopping_patience=8)
     out = tmp_path_factory.mktemp("rm")
     history = []
-    metrics = train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_encoder, cfg=cfg, out_dir=out, seed=0, data_digest="abc", date="2026-11-20", on_epoch=lambda e, m: history.append(m))
-    return out, metrics, history
+    warnings = _Records()
+    logger = logging.getLogger("hominem_pipeline.core.reward_model")
+    logger.addHandler(warnings)
+    try:
+        metrics = train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_encoder, cfg=cfg, out_dir=out, seed=0, data_digest="abc", date="2026-11-20", on_epoch=lambda e, m: history.append(m))
+    finally:
+        logger.removeHandler(warnings)
+    return out, metrics, history, warnings.messages
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
 
 
 def test_heads_have_the_configured_shapes(tiny_encoder):
@@ -43,14 +60,16 @@ def test_heads_have_the_configured_shapes(tiny_encoder):
 
 
 def test_loss_falls_and_the_model_learns_the_ordering(trained):
-    _, metrics, history = trained
+    _, metrics, history, warnings = trained
     assert history[-1]["train_mse_vector"] < history[0]["train_mse_vector"] / 2
     assert metrics["val_pairwise_accuracy"] == 1.0
     assert metrics["val_pairs"] == 2  # two held-out prompts, one kind/curt pair each
+    # Two pairs prove little, and the log says so (with the error a perfect score on two pairs hides).
+    assert any("only 2 teacher pairs" in m and "+- 31 points" in m and "reward_teacher_agreement.py" in m for m in warnings), warnings
 
 
 def test_saved_model_scores_identically_after_loading(trained, tiny_encoder):
-    out, _, _ = trained
+    out, _, _, _ = trained
     a = RewardModel.load(out)
     b = RewardModel.load(out)
     prompts, responses = ["I lost my job."] * 2, ["That is hard; what happened?", "ok"]
@@ -114,16 +133,19 @@ def test_split_keeps_prompts_whole_and_pairwise_accuracy_counts_pairs(tiny_encod
 
 
 def test_preferences_are_calibrated_and_complementary(trained):
-    out, metrics, _ = trained
+    out, metrics, _, _ = trained
     model = RewardModel.load(out)
     cal = model.metadata["calibration"]
     assert cal["temperature"] == metrics["temperature"] > 0 and cal["after"]["pairs"] == 2 * metrics["val_pairs"]
-    assert metrics["val_ece"] <= metrics["val_ece_uncalibrated"] + 1e-9 and 0 <= metrics["val_brier"] <= 1
+    assert 0 <= metrics["val_ece"] <= 1 and 0 <= metrics["val_brier"] <= 1
     assert (out / "reliability.png").stat().st_size > 1000
     prompt, kind, curt = "I lost my job.", "That is hard; what happened?", "ok"
     p = model.prefer(prompt, kind, curt)
     assert p + model.prefer(prompt, curt, kind) == pytest.approx(1.0, abs=1e-12)
     assert p > 0.5  # kind beats curt, as trained
+    # Two validation pairs, both right, are evidence, not proof: fitted to Platt's target of 3/4, the
+    # temperature does not collapse to certainty (maximum likelihood would give T -> 0 and p = 1).
+    assert p < 0.95
     [a, b] = model.score([prompt, prompt], [kind, curt])
     assert model.probability(a.scalar - b.scalar) == pytest.approx(p, abs=1e-9)  # from scores already computed
 
@@ -187,7 +209,7 @@ def test_teacher_pairs_and_human_pairs_train_together(tiny_encoder, tmp_path):
 
 
 def test_per_dimension_calibration_and_prefer_by_dimension(trained):
-    out, metrics, _ = trained
+    out, metrics, _, _ = trained
     rm = RewardModel.load(out)
     dims = rm.metadata["calibration"]["dimensions"]
     assert set(dims) == set(DIMS) and all(d["temperature"] > 0 and d["pairs"] == 2 for d in dims.values())
