@@ -261,6 +261,22 @@ def test_int8_path_keeps_the_pairwise_decisions(trained):
         assert (model.raw_scores(prompts, kind)["scalar"] > model.raw_scores(prompts, curt)["scalar"]).all()
     with pytest.raises(ValueError, match="quantize='int4'"):
         RewardModel.load(trained[0], quantize="int4")
+    assert not any(isinstance(m, torch.nn.Linear) for m in int8.net.backbone.modules())
+
+
+def test_int8_linear_scales_each_token_on_its_own():
+    from hominem_pipeline.core.reward_model import Int8Linear
+
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 32)
+    x = torch.randn(2, 5, 64)
+    x[0, 0] *= 100.0  # one outlier token, as an encoder's [SEP] often is
+    exact, quantized = linear(x), Int8Linear(linear)(x)
+    assert quantized.shape == exact.shape == (2, 5, 32)
+    # Every token, the outlier's neighbours included, keeps ~1% accuracy: a scale shared by the batch
+    # would round the ordinary tokens to a handful of levels.
+    error = (quantized - exact).norm(dim=-1) / exact.norm(dim=-1)
+    assert error.max() < 0.02
 
 
 def test_backbone_setting_names_the_encoder_the_student_a_folder_or_a_hub_id(tiny_cfg, tmp_path):
