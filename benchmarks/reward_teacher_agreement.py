@@ -1,0 +1,153 @@
+"""How well the reward model agrees with the teacher on prompts it never saw: k-fold cross-validation
+over the default run's own labels.
+
+The reward_model stage reports its figures on one validation split: on a single default day that is
+6-8 prompts and 5-16 teacher pairs, so one run's "held-out accuracy" is mostly the luck of the split.
+This script reads the same labels the stage trains on (the current teacher_labels of every day in the
+window ending at `--date`), splits the prompts into `--folds` folds, and for each fold trains a model
+exactly as the stage does (its own inner split for early stopping) on the other folds, then scores
+the fold's replies. Every labeled reply thus gets an out-of-fold score, and the figures cover every
+pair of the window:
+
+- pairwise accuracy on same-prompt teacher pairs with a scalar gap >= 0.1 (the issue's measure), with
+  its standard error;
+- Pearson correlation of the scalar and of each dimension with the teacher;
+- ECE / MCE / Brier of the calibrated P(preferred) with the temperature cross-fitted: each fold's
+  pairs get the T fitted on the other folds' out-of-fold pairs, so no pair calibrates itself.
+
+Each `--variant NAME=JSON` (reward_model settings overlaid on the config) runs in the same process, on
+the same folds; the default list compares the configured model with a frozen encoder (heads only) and
+a frozen student backbone (the local judge's own network).
+
+    .venv/bin/python benchmarks/reward_teacher_agreement.py                       # latest day in data/
+    .venv/bin/python benchmarks/reward_teacher_agreement.py --variant default={} --folds 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hominem_pipeline.core.artifacts import ArtifactStore  # noqa: E402
+from hominem_pipeline.core.calibration import both_orders, calibration_report, fit_temperature, preference_probability, reliability_diagram, same_prompt_pairs  # noqa: E402
+from hominem_pipeline.core.config import load_config  # noqa: E402
+from hominem_pipeline.core.models import reward_backbone  # noqa: E402
+from hominem_pipeline.core.reward_model import PAIR_GAP, RewardModel, pairwise_accuracy, train_reward_model  # noqa: E402
+from hominem_pipeline.core.stats import pearson  # noqa: E402
+
+DEFAULT_VARIANTS = {
+    "configured": {},
+    "frozen encoder": {"backbone": {"finetune": "frozen"}, "epochs": 30, "early_stopping_patience": 5},
+    "frozen student": {"backbone": {"path": "student", "finetune": "frozen"}, "epochs": 30, "early_stopping_patience": 5},
+}
+
+
+def window_labels(cfg, date: str | None) -> tuple[pd.DataFrame, list[str]]:
+    store = ArtifactStore(cfg.path(cfg.project.data_dir))
+    days = store.partitions("teacher_labels")
+    if not days:
+        sys.exit(f"no teacher_labels under {store.root}; run `make run` first")
+    date = date or days[-1]
+    refs = store.window("teacher_labels", date, cfg.reward_model.window_days)
+    frames = [pd.read_parquet(r.file(r.manifest["table"])) for r in refs]
+    return pd.concat(frames, ignore_index=True), [r.partition for r in refs]
+
+
+def prompt_folds(prompt_ids: pd.Series, folds: int, seed: int) -> np.ndarray:
+    prompts = np.random.default_rng(seed).permutation(sorted(prompt_ids.unique()))
+    which = {p: i % folds for i, p in enumerate(prompts)}
+    return prompt_ids.map(which).to_numpy()
+
+
+def out_of_fold(name: str, cfg, labels: pd.DataFrame, fold: np.ndarray, folds: int, seed: int) -> tuple[dict[str, np.ndarray], float]:
+    """Every reply's scores from the model trained without its fold."""
+    scores = {"scalar": np.zeros(len(labels)), "vector": np.zeros((len(labels), len(cfg.dimension_names)))}
+    started = time.monotonic()
+    for k in range(folds):
+        train, held = labels[fold != k].reset_index(drop=True), labels[fold == k]
+        with tempfile.TemporaryDirectory() as tmp:
+            m = train_reward_model(
+                train, dimensions=cfg.dimension_names, backbone_path=reward_backbone(cfg), cfg=cfg.reward_model,
+                out_dir=Path(tmp), seed=seed + k, data_digest="cross-validation", date="benchmark",
+            )
+            raw = RewardModel.load(tmp).raw_scores(list(held["prompt"]), list(held["response"]))
+        scores["scalar"][fold == k] = raw["scalar"]
+        scores["vector"][fold == k] = raw["vector"]
+        print(f"  {name}: fold {k + 1}/{folds} trained on {len(train)} labels, {m['epochs_run']} epochs (best {m['best_epoch']})", flush=True)
+    return scores, time.monotonic() - started
+
+
+def cross_fitted(pairs: np.ndarray, pair_fold: np.ndarray, predicted: np.ndarray, folds: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """(P(first preferred) with each fold's T fitted on the other folds, outcomes, T fitted on all)."""
+    gaps, outcomes = both_orders(pairs, predicted)
+    where = np.tile(pair_fold, 2)
+    probs = np.zeros(len(gaps))
+    for k in range(folds):
+        if (where == k).any():
+            probs[where == k] = preference_probability(gaps[where == k], fit_temperature(gaps[where != k], outcomes[where != k]))
+    return probs, outcomes, fit_temperature(gaps, outcomes)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--date", default=None, help="last day of the label window (default: the latest teacher_labels partition)")
+    ap.add_argument("--folds", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=JSON", help="reward_model settings to compare (repeatable)")
+    ap.add_argument("--plot", type=Path, default=ROOT / "docs" / "plots" / "reward_teacher_agreement.png")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.ERROR)  # the per-fold "few validation pairs" warnings are what this script answers
+    variants = {}
+    for item in args.variant:
+        name, _, text = item.partition("=")
+        try:
+            variants[name] = json.loads(text or "{}")
+        except json.JSONDecodeError as exc:
+            sys.exit(f"--variant {item!r}: the part after = must be JSON reward_model settings, e.g. '{{\"epochs\": 3}}' ({exc})")
+    variants = variants or DEFAULT_VARIANTS
+
+    base = load_config(root=ROOT)
+    labels, days = window_labels(base, args.date)
+    ids = labels["prompt_id"].to_numpy()
+    fold = prompt_folds(labels["prompt_id"], args.folds, args.seed)
+    pairs = same_prompt_pairs(ids, labels["scalar"].to_numpy(np.float64), PAIR_GAP)
+    teacher_vec = np.array([[v[d] for d in base.dimension_names] for v in labels["vector"]])
+    print(f"{len(labels)} labels of {labels['prompt_id'].nunique()} prompts ({', '.join(days)}), {len(pairs)} teacher pairs with a gap >= {PAIR_GAP}; {args.folds} prompt folds", flush=True)
+
+    rows = []
+    for i, (name, overrides) in enumerate(variants.items()):
+        cfg = load_config(root=ROOT, overrides={"reward_model": overrides})
+        scores, seconds = out_of_fold(name, cfg, labels, fold, args.folds, args.seed)
+        accuracy = pairwise_accuracy(pairs, scores["scalar"])
+        probs, outcomes, temperature = cross_fitted(pairs, fold[pairs[:, 0]], scores["scalar"], args.folds)
+        after = calibration_report(probs, outcomes)
+        if i == 0:
+            before = calibration_report(preference_probability(both_orders(pairs, scores["scalar"])[0], 1.0), outcomes)
+            args.plot.parent.mkdir(parents=True, exist_ok=True)
+            reliability_diagram(before, after, args.plot, f"{name}: {len(pairs)} out-of-fold teacher pairs, accuracy {accuracy:.1%}\n'after' = T cross-fitted on the other folds")
+        dims = {d: pearson(scores["vector"][:, j], teacher_vec[:, j]) for j, d in enumerate(base.dimension_names)}
+        se = float(np.sqrt(accuracy * (1 - accuracy) / len(pairs)))
+        rows.append((name, accuracy, se, pearson(scores["scalar"], labels["scalar"].to_numpy()), after, temperature, dims, seconds))
+        print(
+            f"{name:>16}: accuracy {accuracy:.1%} +- {se:.1%} on {len(pairs)} pairs, Pearson scalar {rows[-1][3]:.2f}, "
+            f"cross-fitted ECE {after['ece']:.3f} MCE {after['mce']:.3f} Brier {after['brier']:.3f} (T on all {temperature:.3g}), "
+            f"{seconds:.0f} s for {args.folds} models",
+            flush=True,
+        )
+        print("                  Pearson per dimension: " + ", ".join(f"{d} {v:.2f}" for d, v in dims.items()), flush=True)
+    print(f"reliability diagram of {rows[0][0]!r}: {args.plot}")
+
+
+if __name__ == "__main__":
+    main()
