@@ -251,6 +251,11 @@ class RewardModel:
             raise FileNotFoundError(f"{path} is not a reward model folder (no {METADATA}); pass a data/reward_model/<date>/<version> folder")
         if quantize not in (None, "int8"):
             raise ValueError(f"quantize={quantize!r}: use None (fp32) or 'int8'")
+        if not (path / BACKBONE_DIR).is_dir():
+            raise FileNotFoundError(
+                f"{path} has no {BACKBONE_DIR}/ folder: it was saved by an earlier hominem in another layout; "
+                "rebuild that day's model with `hominem run --date <date> --select reward_model`"
+            )
         metadata = json.loads((path / METADATA).read_text())
         backbone, tokenizer = load_backbone(path / BACKBONE_DIR)
         bb = metadata.get("backbone") or {}

@@ -1,4 +1,5 @@
 import logging
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -103,6 +104,14 @@ def test_bad_inputs_fail_clearly(trained):
         rm.score(["a"], ["x" * 100_001])
     with pytest.raises(FileNotFoundError, match="not a reward model folder"):
         RewardModel.load(trained[0].parent)
+
+
+def test_a_model_saved_in_an_older_layout_names_the_rebuild(trained, tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(trained[0], old)
+    (old / "backbone").rename(old / "encoder")  # the layout before the backbone became configurable
+    with pytest.raises(FileNotFoundError, match="no backbone/ folder.*--select reward_model"):
+        RewardModel.load(old)
 
 
 def test_long_inputs_are_truncated_keeping_the_latest_prompt_turn(tiny_encoder):
