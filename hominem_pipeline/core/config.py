@@ -292,6 +292,7 @@ class RewardModelConfig(_Frozen):
 class PreferencesConfig(_Frozen):
     dimension_weights: dict[str, float]
     strategy: Literal["margin", "best_vs_worst", "per_dimension"] = "margin"
+    rank_by: Literal["teacher", "reward_model"] = "teacher"  # whose vectors rank a prompt's candidates
     guard_dimension: str | None = "harm_avoidance"  # per_dimension: the chosen reply may not be worse on it
     min_margin: float = Field(ge=0.0, le=2.0)
     max_pairs_per_prompt: int = Field(ge=1, le=1000)

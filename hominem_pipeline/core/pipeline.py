@@ -280,24 +280,30 @@ def build_preference_pairs(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.reward_model import RewardModel
 
     labels = pd.read_parquet(ctx.one("teacher_labels").file("labels.parquet"))
-    answered = labels["response"].str.strip().astype(bool)
+    answered = labels["response"].str.strip().astype(bool).to_numpy()
     rm = RewardModel.load(ctx.one("reward_model").path)
+    dims = rm.dimensions
     rm_scalar = np.full(len(labels), np.nan)
+    rm_vectors = [dict.fromkeys(dims, np.nan) for _ in range(len(labels))]  # unanswered rows never enter a pair
     if answered.any():
-        rm_scalar[answered.to_numpy()] = rm.raw_scores(list(labels.loc[answered, "prompt"]), list(labels.loc[answered, "response"]))["scalar"]
+        raw = rm.raw_scores(list(labels.loc[answered, "prompt"]), list(labels.loc[answered, "response"]))
+        rm_scalar[answered] = raw["scalar"]
+        for i, row in zip(np.flatnonzero(answered), raw["vector"]):
+            rm_vectors[i] = dict(zip(dims, map(float, row)))
     pc = ctx.cfg.preferences
     pairs = build_pairs(
-        labels, weights=pc.dimension_weights, min_margin=pc.min_margin, max_pairs_per_prompt=pc.max_pairs_per_prompt, rm_scalar=rm_scalar,
-        strategy=pc.strategy, guard=pc.guard_dimension,
+        labels, weights=pc.dimension_weights, min_margin=pc.min_margin, max_pairs_per_prompt=pc.max_pairs_per_prompt,
+        rm_scalar=rm_scalar, rm_vectors=rm_vectors, rank_by=pc.rank_by, strategy=pc.strategy, guard=pc.guard_dimension,
     )
     pairs.to_parquet(ctx.out_dir / "pairs.parquet", index=False)
-    agree = float((pairs["rm_margin"] > 0).mean()) if len(pairs) else None
     return StageOutput(
         metrics={
             "pairs": len(pairs),
             "prompts_with_pairs": int(pairs["prompt_id"].nunique()) if len(pairs) else 0,
             "mean_margin": _finite(pairs["margin"].mean()) if len(pairs) else None,
-            "reward_model_agreement": agree,
+            # how often the other judge agrees with the pairs' order (the one that ranked them always does)
+            "reward_model_agreement": float((pairs["rm_margin"] > 0).mean()) if len(pairs) else None,
+            "teacher_agreement": float((pairs["teacher_margin"] > 0).mean()) if len(pairs) else None,
         },
         metadata={"rows": len(pairs), "candidates": len(labels)},
         table="pairs.parquet",
@@ -533,8 +539,8 @@ STAGES: tuple[StageSpec, ...] = (
     ),
     StageSpec(
         "preference_pairs",
-        "(prompt, chosen, rejected) pairs by the configured strategy on the teacher's labels, annotated with the reward model.",
-        "2",
+        "(prompt, chosen, rejected) pairs by the configured strategy, ranked by the teacher's labels (or the reward model's scores), annotated with both.",
+        "3",
         ("preferences",),
         (Upstream("teacher_labels"), Upstream("reward_model")),
         build_preference_pairs,

@@ -53,6 +53,9 @@ def _candidates(records: list[dict], strategy: str, min_margin: float, dims: Seq
     return found
 
 
+RANKERS = ("teacher", "reward_model")
+
+
 def build_preference_pairs(
     labeled: pd.DataFrame,
     *,
@@ -60,6 +63,8 @@ def build_preference_pairs(
     min_margin: float,
     max_pairs_per_prompt: int,
     rm_scalar: Sequence[float] | None = None,
+    rm_vectors: Sequence[Mapping[str, float]] | None = None,
+    rank_by: str = "teacher",
     source: str = "teacher",
     strategy: str = "margin",
     guard: str | None = "harm_avoidance",
@@ -67,17 +72,30 @@ def build_preference_pairs(
     """Same-prompt pairs by `strategy` (see `_candidates`), ties and near-ties (gap below `min_margin`)
     dropped, the largest gaps first, at most `max_pairs_per_prompt` per prompt. `labeled` has one row
     per candidate with columns trajectory_id, prompt_id, prompt, category, response, vector,
-    reward_intensity, safety_score. `rm_scalar` (the reward model's scalar per row) is carried along
-    as each pair's `rm_margin`; per-dimension pairs name their `dimension` and their margin is the gap on it."""
+    reward_intensity, safety_score.
+
+    `rank_by="teacher"` ranks the candidates by the teacher's vectors; `"reward_model"` by `rm_vectors`
+    (the reward model's vector per row), the design's "preference pairs from the reward model": the
+    policy then learns what the reward model that judges it prefers, among the same candidates. Either
+    way each pair carries `teacher_margin` (the teacher's aggregate gap) and `rm_margin` (the reward
+    model's scalar gap, from `rm_scalar`); its `margin` is the gap it was ranked by (per-dimension
+    pairs: the gap on the `dimension` they name)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"pairing strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
+    if rank_by not in RANKERS:
+        raise ValueError(f"preferences.rank_by {rank_by!r} is not one of {', '.join(RANKERS)}")
     if labeled.empty:
         return pd.DataFrame(columns=PAIR_COLUMNS)
-    agg = weighted_aggregate(list(labeled["vector"]), weights)
+    teacher = weighted_aggregate(list(labeled["vector"]), weights)
+    if rank_by == "reward_model":
+        if rm_vectors is None or len(rm_vectors) != len(labeled):
+            raise ValueError("rank_by='reward_model' needs the reward model's vector for every labeled row (rm_vectors)")
+        labeled = labeled.assign(vector=list(rm_vectors))
+    agg = teacher if rank_by == "teacher" else weighted_aggregate(list(labeled["vector"]), weights)
     rm = np.asarray(rm_scalar, dtype=np.float64) if rm_scalar is not None else np.full(len(labeled), np.nan)
     guard = guard if guard in weights else None
     rows = []
-    for _, group in labeled.assign(_agg=agg, _rm=rm).groupby("prompt_id", sort=True):
+    for _, group in labeled.assign(_agg=agg, _teacher=teacher, _rm=rm).groupby("prompt_id", sort=True):
         group = group[group["response"].str.strip().astype(bool)]
         for margin, hi, lo, dim in _candidates(group.to_dict(orient="records"), strategy, min_margin, list(weights), guard)[:max_pairs_per_prompt]:
             pair = PreferencePair(
@@ -93,6 +111,8 @@ def build_preference_pairs(
                 chosen_reward_intensity=float(hi["reward_intensity"]),
                 chosen_safety_score=float(hi["safety_score"]),
                 rm_margin=float(hi["_rm"] - lo["_rm"]),
+                teacher_margin=float(hi["_teacher"] - lo["_teacher"]),
+                ranked_by=rank_by,
                 source=source,
                 dimension=dim,
             )

@@ -74,6 +74,8 @@ class PreferencePair(_Record):
     chosen_reward_intensity: float = Field(ge=0.0, le=1.0)
     chosen_safety_score: float = Field(ge=0.0, le=1.0)
     rm_margin: float  # the reward model's scalar(chosen) - scalar(rejected)
+    teacher_margin: float | None = None  # the teacher's weighted aggregate(chosen) - aggregate(rejected)
+    ranked_by: str = "teacher"  # whose scores chose the pair: teacher (its labels) or reward_model
     source: str = "teacher"  # teacher, human (imported) or feedback (online)
     dimension: str | None = None  # per-dimension pairs: the dimension the chosen reply wins on
 

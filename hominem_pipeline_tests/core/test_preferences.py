@@ -28,6 +28,23 @@ def test_pairs_rank_by_aggregate_respect_margin_and_cap():
     assert (pairs.source == "teacher").all() and (pairs.chosen_safety_score == 0.9).all()
 
 
+def test_pairs_can_be_ranked_by_the_reward_model_and_keep_the_teachers_margin():
+    frame = labeled([("p", 0.9, 0.0), ("p", 0.0, 0.0), ("p", 0.5, 0.0)])
+    rm_vectors = [{"empathy": 0.1, "curiosity": 0.0}, {"empathy": 0.4, "curiosity": 0.1}, {"empathy": 0.2, "curiosity": 0.0}]
+    pairs = build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=1, rm_scalar=[0.0, 0.3, 0.1], rm_vectors=rm_vectors, rank_by="reward_model")
+    # the reward model prefers reply 1 over reply 0 (aggregates 0.3 vs 0.0667); the teacher says the opposite
+    assert list(zip(pairs.chosen, pairs.rejected)) == [("reply 1", "reply 0")]
+    assert pairs.margin.iloc[0] == pytest.approx((2 * 0.4 + 0.1) / 3 - 0.2 / 3)
+    assert pairs.teacher_margin.iloc[0] == pytest.approx(-0.6)
+    assert pairs.rm_margin.iloc[0] == pytest.approx(0.3) and pairs.ranked_by.iloc[0] == "reward_model"
+    by_teacher = build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=1)
+    assert by_teacher.teacher_margin.iloc[0] == pytest.approx(by_teacher.margin.iloc[0]) and by_teacher.ranked_by.iloc[0] == "teacher"
+    with pytest.raises(ValueError, match="rm_vectors"):
+        build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=1, rank_by="reward_model")
+    with pytest.raises(ValueError, match="'judge' is not one of teacher, reward_model"):
+        build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=1, rank_by="judge")
+
+
 def test_empty_responses_never_enter_a_pair():
     frame = labeled([("p", 0.9, 0.0), ("p", -0.9, 0.0)])
     frame.loc[1, "response"] = "  "
