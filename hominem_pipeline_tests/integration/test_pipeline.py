@@ -153,20 +153,26 @@ def test_changing_a_late_setting_rebuilds_only_what_depends_on_it(chain, tmp_pat
 
 
 def test_dual_mode_trains_both_channels_and_the_memory_probe_reports(chain):
-    """The shipped lora_dual.yaml overlay on the tiny config: only the adapter and what follows rebuild;
-    a new memory file under data/sft/ rebuilds them again (the files are part of the fingerprint)."""
+    """The shipped lora_dual.yaml overlay on the tiny config (its step count kept tiny): the pairs are
+    re-ranked by the reward model and the adapter and what follows rebuild; a new memory file under
+    data/sft/ rebuilds the adapter again (the files are part of the fingerprint)."""
     import yaml
 
     from hominem_pipeline.core.config import deep_merge
 
     project = chain["project"]
-    overlay = deep_merge(yaml.safe_load(chain["config"].read_text()), yaml.safe_load((project / "config" / "training" / "lora_dual.yaml").read_text()))
+    shipped = yaml.safe_load((project / "config" / "training" / "lora_dual.yaml").read_text())
+    shipped["policy"].pop("max_steps", None)
+    overlay = deep_merge(yaml.safe_load(chain["config"].read_text()), shipped)
     dual = project / "config" / "dual.yaml"
     dual.write_text(yaml.safe_dump(overlay))
     third, _ = run_all(project, dual, chain["instance"])
     rebuilt = {n for n, m in third.items() if not m["reused_existing_version"].value}
-    assert rebuilt == {"lora_adapter", "evaluation", "reward_health_index"}
+    assert rebuilt == {"preference_pairs", "lora_adapter", "evaluation", "reward_health_index"}
+    assert third["preference_pairs"]["teacher_agreement"].value is not None
     store = ArtifactStore(chain["cfg"].data_dir)
+    pairs = pd.read_parquet(store.require("preference_pairs", DAY).file("pairs.parquet"))
+    assert len(pairs) and (pairs["ranked_by"] == "reward_model").all()
     meta = json.loads(store.require("lora_adapter", DAY).file("METADATA.json").read_text())
     assert meta["mode"] == "dual" and meta["channel_contributions"]["sft"] > 0 and meta["channel_contributions"]["reward"] > 0
     assert meta["channels"]["memory_rows"] > 0 and [name for name, _ in meta["memory_data"]] == ["sft/memory.jsonl"]
