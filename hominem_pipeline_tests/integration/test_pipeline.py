@@ -169,10 +169,10 @@ def test_dual_mode_trains_both_channels_and_the_memory_probe_reports(chain):
     third, _ = run_all(project, dual, chain["instance"])
     rebuilt = {n for n, m in third.items() if not m["reused_existing_version"].value}
     assert rebuilt == {"preference_pairs", "lora_adapter", "evaluation", "reward_health_index"}
-    assert third["preference_pairs"]["teacher_agreement"].value is not None
     store = ArtifactStore(chain["cfg"].data_dir)
     pairs = pd.read_parquet(store.require("preference_pairs", DAY).file("pairs.parquet"))
     assert len(pairs) and (pairs["ranked_by"] == "reward_model").all()
+    assert third["preference_pairs"]["teacher_agreement"].value == pytest.approx((pairs["teacher_margin"] > 0).mean())
     meta = json.loads(store.require("lora_adapter", DAY).file("METADATA.json").read_text())
     assert meta["mode"] == "dual" and meta["channel_contributions"]["sft"] > 0 and meta["channel_contributions"]["reward"] > 0
     assert meta["channels"]["memory_rows"] > 0 and [name for name, _ in meta["memory_data"]] == ["sft/memory.jsonl"]
