@@ -44,6 +44,7 @@ from hominem_pipeline.core.calibration import both_orders, calibration_report, f
 from hominem_pipeline.core.config import load_config  # noqa: E402
 from hominem_pipeline.core.models import reward_backbone  # noqa: E402
 from hominem_pipeline.core.reward_model import PAIR_GAP, RewardModel, pairwise_accuracy, train_reward_model  # noqa: E402
+from hominem_pipeline.core.schema import vector_matrix  # noqa: E402
 from hominem_pipeline.core.stats import pearson  # noqa: E402
 
 DEFAULT_VARIANTS = {
@@ -88,15 +89,19 @@ def out_of_fold(name: str, cfg, labels: pd.DataFrame, fold: np.ndarray, folds: i
     return scores, time.monotonic() - started
 
 
-def cross_fitted(pairs: np.ndarray, pair_fold: np.ndarray, predicted: np.ndarray, folds: int) -> tuple[np.ndarray, np.ndarray, float]:
-    """(P(first preferred) with each fold's T fitted on the other folds, outcomes, T fitted on all)."""
-    gaps, outcomes = both_orders(pairs, predicted)
+def cross_fitted(gaps: np.ndarray, outcomes: np.ndarray, pair_fold: np.ndarray, folds: int) -> np.ndarray:
+    """P(first preferred) of each pair (both orders, as `both_orders` gives them) with the T fitted on
+    the other folds' pairs."""
     where = np.tile(pair_fold, 2)
     probs = np.zeros(len(gaps))
     for k in range(folds):
         if (where == k).any():
             probs[where == k] = preference_probability(gaps[where == k], fit_temperature(gaps[where != k], outcomes[where != k]))
-    return probs, outcomes, fit_temperature(gaps, outcomes)
+    return probs
+
+
+def corr(value: float | None) -> str:
+    return "n/a (constant)" if value is None else f"{value:.2f}"
 
 
 def main() -> None:
@@ -119,34 +124,31 @@ def main() -> None:
 
     base = load_config(root=ROOT)
     labels, days = window_labels(base, args.date)
-    ids = labels["prompt_id"].to_numpy()
     fold = prompt_folds(labels["prompt_id"], args.folds, args.seed)
-    pairs = same_prompt_pairs(ids, labels["scalar"].to_numpy(np.float64), PAIR_GAP)
-    teacher_vec = np.array([[v[d] for d in base.dimension_names] for v in labels["vector"]])
+    pairs = same_prompt_pairs(labels["prompt_id"].to_numpy(), labels["scalar"].to_numpy(np.float64), PAIR_GAP)
+    teacher_vec = vector_matrix(labels["vector"], base.dimension_names)
     print(f"{len(labels)} labels of {labels['prompt_id'].nunique()} prompts ({', '.join(days)}), {len(pairs)} teacher pairs with a gap >= {PAIR_GAP}; {args.folds} prompt folds", flush=True)
 
-    rows = []
     for i, (name, overrides) in enumerate(variants.items()):
         cfg = load_config(root=ROOT, overrides={"reward_model": overrides})
         scores, seconds = out_of_fold(name, cfg, labels, fold, args.folds, args.seed)
         accuracy = pairwise_accuracy(pairs, scores["scalar"])
-        probs, outcomes, temperature = cross_fitted(pairs, fold[pairs[:, 0]], scores["scalar"], args.folds)
-        after = calibration_report(probs, outcomes)
-        if i == 0:
-            before = calibration_report(preference_probability(both_orders(pairs, scores["scalar"])[0], 1.0), outcomes)
+        gaps, outcomes = both_orders(pairs, scores["scalar"])
+        after = calibration_report(cross_fitted(gaps, outcomes, fold[pairs[:, 0]], args.folds), outcomes)
+        if i == 0:  # the diagram shows the first variant
+            before = calibration_report(preference_probability(gaps, 1.0), outcomes)
             args.plot.parent.mkdir(parents=True, exist_ok=True)
             reliability_diagram(before, after, args.plot, f"{name}: {len(pairs)} out-of-fold teacher pairs, accuracy {accuracy:.1%}\n'after' = T cross-fitted on the other folds")
+            print(f"reliability diagram of {name!r}: {args.plot}", flush=True)
         dims = {d: pearson(scores["vector"][:, j], teacher_vec[:, j]) for j, d in enumerate(base.dimension_names)}
         se = float(np.sqrt(accuracy * (1 - accuracy) / len(pairs)))
-        rows.append((name, accuracy, se, pearson(scores["scalar"], labels["scalar"].to_numpy()), after, temperature, dims, seconds))
         print(
-            f"{name:>16}: accuracy {accuracy:.1%} +- {se:.1%} on {len(pairs)} pairs, Pearson scalar {rows[-1][3]:.2f}, "
-            f"cross-fitted ECE {after['ece']:.3f} MCE {after['mce']:.3f} Brier {after['brier']:.3f} (T on all {temperature:.3g}), "
+            f"{name:>16}: accuracy {accuracy:.1%} +- {se:.1%} on {len(pairs)} pairs, Pearson scalar {corr(pearson(scores['scalar'], labels['scalar'].to_numpy()))}, "
+            f"cross-fitted ECE {after['ece']:.3f} MCE {after['mce']:.3f} Brier {after['brier']:.3f} (T on all {fit_temperature(gaps, outcomes):.3g}), "
             f"{seconds:.0f} s for {args.folds} models",
             flush=True,
         )
-        print("                  Pearson per dimension: " + ", ".join(f"{d} {v:.2f}" for d, v in dims.items()), flush=True)
-    print(f"reliability diagram of {rows[0][0]!r}: {args.plot}")
+        print("                  Pearson per dimension: " + ", ".join(f"{d} {corr(v)}" for d, v in dims.items()), flush=True)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import pandas as pd
 
 from hominem_pipeline.core.artifacts import file_sha256, fingerprint
 from hominem_pipeline.core.config import HominemConfig, PolicyConfig
-from hominem_pipeline.core.schema import Prompt, Trajectory
+from hominem_pipeline.core.schema import Prompt, Trajectory, vector_matrix
 from hominem_pipeline.core.stages import StageContext, StageOutput, StageSpec, Upstream
 
 log = logging.getLogger(__name__)
@@ -200,7 +200,7 @@ def build_teacher_labels(ctx: StageContext) -> StageOutput:
             f"({quarantine['check'].value_counts().to_dict()}); see data/quarantine/teacher_labels/{ctx.partition}/"
         )
     frame.to_parquet(ctx.out_dir / "labels.parquet", index=False)
-    vec = np.array([[v[d] for d in dims] for v in frame["vector"]])
+    vec = vector_matrix(frame["vector"], dims)
     total = len(frame) + len(quarantine)
     usage_metrics, usage_metadata = _teacher_accounting(result.usage, result.failed, ctx.out_dir)
     metrics: dict[str, float | None] = {

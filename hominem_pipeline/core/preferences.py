@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from hominem_pipeline.core.artifacts import fingerprint
-from hominem_pipeline.core.schema import PreferencePair
+from hominem_pipeline.core.schema import PreferencePair, vector_matrix
 
 PAIR_COLUMNS = list(PreferencePair.model_fields)
 
@@ -19,8 +19,7 @@ def weighted_aggregate(vectors: Sequence[Mapping[str, float]], weights: Mapping[
     """Weighted mean of each reward vector: sum_d w_d * v_d / sum_d w_d, in [-1, 1]."""
     names = list(weights)
     w = np.array([weights[d] for d in names], dtype=np.float64)
-    v = np.array([[vec[d] for d in names] for vec in vectors], dtype=np.float64).reshape(-1, len(names))
-    return v @ w / w.sum()
+    return vector_matrix(vectors, names) @ w / w.sum()
 
 
 STRATEGIES = ("margin", "best_vs_worst", "per_dimension")
@@ -86,12 +85,12 @@ def build_preference_pairs(
         raise ValueError(f"preferences.rank_by {rank_by!r} is not one of {', '.join(RANKERS)}")
     if labeled.empty:
         return pd.DataFrame(columns=PAIR_COLUMNS)
-    teacher = weighted_aggregate(list(labeled["vector"]), weights)
+    teacher = agg = weighted_aggregate(list(labeled["vector"]), weights)
     if rank_by == "reward_model":
         if rm_vectors is None or len(rm_vectors) != len(labeled):
             raise ValueError("rank_by='reward_model' needs the reward model's vector for every labeled row (rm_vectors)")
-        labeled = labeled.assign(vector=list(rm_vectors))
-    agg = teacher if rank_by == "teacher" else weighted_aggregate(list(labeled["vector"]), weights)
+        labeled = labeled.assign(vector=list(rm_vectors))  # per_dimension pairs and the guard read it too
+        agg = weighted_aggregate(rm_vectors, weights)
     rm = np.asarray(rm_scalar, dtype=np.float64) if rm_scalar is not None else np.full(len(labeled), np.nan)
     guard = guard if guard in weights else None
     rows = []
@@ -139,7 +138,7 @@ def read_preference_pairs(paths: Sequence, required: Sequence[str] = ("prompt", 
     pairs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if pairs.empty:
         raise PreferenceFileError(
-            f"no preference pairs in {[str(p) for p in paths]}; the teacher's candidates were too close to each other "
-            "(lower preferences.min_margin or sample more candidates)"
+            f"no preference pairs in {[str(p) for p in paths]}; the candidates were too close to each other by the scores "
+            "that rank them (preferences.rank_by): lower preferences.min_margin or sample more candidates"
         )
     return pairs

@@ -33,7 +33,7 @@ from torch import nn
 
 from hominem_pipeline.core.config import RewardModelConfig
 from hominem_pipeline.core.progress import Progress
-from hominem_pipeline.core.schema import INTENSITY_RANGE, SAFETY_RANGE, SCALAR_RANGE, VECTOR_RANGE
+from hominem_pipeline.core.schema import INTENSITY_RANGE, SAFETY_RANGE, SCALAR_RANGE, VECTOR_RANGE, vector_matrix
 from hominem_pipeline.core.stats import pearson
 
 log = logging.getLogger(__name__)
@@ -387,7 +387,7 @@ class TrainingSet:
 
         encoded = [encode_pair(tokenizer, p, r, cfg.max_length) for p, r in zip(labels["prompt"], labels["response"])]
         n = len(labels)
-        vec = np.array([[row[d] for d in dimensions] for row in labels["vector"]], dtype=np.float32).reshape(n, len(dimensions))
+        vec = vector_matrix(labels["vector"], dimensions, np.float32)
         targets = {
             "vector": torch.tensor(vec),
             **{k: torch.tensor(labels[k].to_numpy(np.float32)) for k in ("scalar", "reward_intensity", "safety_score")},

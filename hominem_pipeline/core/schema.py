@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 VECTOR_RANGE = (-1.0, 1.0)
@@ -59,6 +60,11 @@ class Label(_Record):
     reward_intensity: float = Field(ge=INTENSITY_RANGE[0], le=INTENSITY_RANGE[1])
     safety_score: float = Field(ge=SAFETY_RANGE[0], le=SAFETY_RANGE[1])
     rationale: str
+
+
+def vector_matrix(vectors, names, dtype=np.float64) -> np.ndarray:
+    """Reward vectors (mappings of dimension -> value, as labels store them) as an (n, len(names)) array."""
+    return np.array([[v[d] for d in names] for v in vectors], dtype=dtype).reshape(-1, len(names))
 
 
 class PreferencePair(_Record):
