@@ -5,7 +5,8 @@ Scores the chosen and rejected replies of real HH-RLHF pairs (real lengths) four
              and a per-example forward give), truncating the end of the text
   score()    `RewardModel.score`: length-sorted batches padded to their own longest item, the prompt
              cut from the left so the final turn stays
-  int8       the same with `RewardModel.load(path, quantize="int8")`
+  int8       the same with `RewardModel.load(path, quantize="int8")`, and its `pair_gaps()`, which
+             rescores near-ties in fp32
 and prints pairs per second, the ratio to the naive loop (goal >= 1.5x), the share of the machine's
 fp32 matmul ceiling (measured here) that score() reaches on the real tokens, and how often the int8
 path's pairwise decision (chosen above rejected or not) agrees with fp32 (goal >= 99%). Last, the
@@ -35,7 +36,7 @@ from hominem_pipeline.core.artifacts import ArtifactStore  # noqa: E402
 from hominem_pipeline.core.config import load_config  # noqa: E402
 from hominem_pipeline.core.human_preferences import parse_preference_file  # noqa: E402
 from hominem_pipeline.core.models import reward_backbone  # noqa: E402
-from hominem_pipeline.core.reward_model import RewardModel, member_mean_std, train_reward_model  # noqa: E402
+from hominem_pipeline.core.reward_model import INT8_RECHECK_MARGIN, RewardModel, member_mean_std, train_reward_model  # noqa: E402
 
 DECISIVE_GAP = 0.05  # scalar gap; int8 agreement is also reported on the pairs fp32 separates at least this much
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"
@@ -119,6 +120,8 @@ def main() -> None:
     int8 = RewardModel.load(model, quantize="int8")
     int8.raw_scores(prompts[:8], responses[:8])
     quant, t_int8 = timed(lambda: int8.raw_scores(prompts, responses, batch_size=args.batch_size)["scalar"])
+    pair_args = (list(pairs["prompt"]), list(pairs["chosen"]), list(pairs["rejected"]))
+    rechecked, t_recheck = timed(lambda: int8.pair_gaps(*pair_args, batch_size=args.batch_size))
 
     ceiling = matmul_ceiling()
     flops = forward_flops(rm.net.backbone.config, lengths)
@@ -133,6 +136,11 @@ def main() -> None:
     print(f"fp32 matmul ceiling {ceiling:.1f} GFLOP/s; score() fp32 does {flops / t_fast / 1e9:.1f} GFLOP/s of real-token work = {flops / t_fast / 1e9 / ceiling:.0%} of it")
     print(f"int8 pairwise decisions agreeing with fp32: {agree:.2%} of {n} pairs (naive truncation agrees on {naive_agree:.2%}); "
           f"{same[decisive].mean():.2%} of the {decisive.sum()} pairs fp32 separates by >= {DECISIVE_GAP} (median |gap| {np.median(np.abs(fp32_gap)):.3f})")
+    moved = np.abs(quant[:n] - quant[n:] - fp32_gap)
+    near = np.abs(quant[:n] - quant[n:]) < INT8_RECHECK_MARGIN
+    print(f"int8 moves a pair's gap by {np.median(moved):.4f} (median), {np.quantile(moved, 0.99):.4f} (99th percentile), {moved.max():.4f} (most)")
+    print(f"int8 pair_gaps(), near-ties (|gap| < {INT8_RECHECK_MARGIN}) rescored in fp32: {n / t_recheck:7.2f} pairs/s   {t_naive / t_recheck:.2f}x the naive loop, "
+          f"{near.mean():.1%} of pairs rescored, decisions agreeing with fp32: {(np.sign(rechecked) == np.sign(fp32_gap)).mean():.2%}")
 
     if args.train_labels:
         cfg = load_config(root=ROOT, overrides={"reward_model": {"epochs": 1}})

@@ -273,6 +273,22 @@ def test_int8_path_keeps_the_pairwise_decisions(trained):
     assert not any(isinstance(m, torch.nn.Linear) for m in int8.net.backbone.modules())
 
 
+def test_int8_pair_gaps_rescore_near_ties_in_fp32(trained):
+    fp32, int8 = RewardModel.load(trained[0]), RewardModel.load(trained[0], quantize="int8")
+    prompts = ["I failed my driving test.", "My cat is ill.", "I got the job!"]
+    a = ["That must sting. What happened?", "Oh no, I hope she recovers soon.", "Congratulations, you earned it!"]
+    b = ["Try again.", "Cats get ill.", "Ok."]
+    exact = fp32.pair_gaps(prompts, a, b)
+    np.testing.assert_allclose(exact, fp32.raw_scores(prompts, a)["scalar"] - fp32.raw_scores(prompts, b)["scalar"], atol=1e-6)
+    int8_only = int8.pair_gaps(prompts, a, b, recheck_margin=0)
+    assert not np.allclose(int8_only, exact, atol=1e-7, rtol=0)  # int8 moves every gap a little
+    # A margin above every int8 gap sends all pairs to the fp32 twin: fp32's gaps exactly.
+    np.testing.assert_allclose(int8.pair_gaps(prompts, a, b, recheck_margin=np.abs(int8_only).max() + 1), exact, atol=1e-6)
+    assert int8.prefer(prompts[0], a[0], b[0]) + int8.prefer(prompts[0], b[0], a[0]) == pytest.approx(1.0, abs=1e-12)
+    with pytest.raises(ValueError, match="got 3 prompts, 3 a and 2 b replies"):
+        int8.pair_gaps(prompts, a, b[:2])
+
+
 def test_int8_linear_scales_each_token_on_its_own():
     from hominem_pipeline.core.reward_model import Int8Linear
 
