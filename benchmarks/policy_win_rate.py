@@ -86,6 +86,9 @@ def main() -> None:
     for name, win, se, dscalar, deltas, probe, _ in rows:
         facts = f"{probe.get('base')}->{probe.get('adapter')} ({probe.get('lost')})" if probe else "-"
         print(f"{name:<12} {win:>8.1%} {se:>7.1%} {dscalar:>+9.4f} " + " ".join(f"{d:>+8.4f}" for d in deltas) + f"  {facts}")
+    for name, *_, probe, _ in rows:
+        if probe and (probe["lost_prompts"] or probe["gained_prompts"]):
+            print(f"{name}: lost {probe['lost_prompts']}; gained {probe['gained_prompts']}")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 asks their fact questions of the base and the adapter.
 
 A row is one JSON object per line: `{"prompt": ..., "response": ...}` (`instruction` is accepted for
-`prompt`), optionally `"fact"`: a string, or a list of accepted strings, that a reply must contain
-(whole words, case-insensitive) to count as reproducing the fact."""
+`prompt`), optionally `"fact"`: a string, or a list of accepted strings, that a reply's first sentence
+must contain (whole words, case-insensitive) to count as reproducing the fact."""
 
 from __future__ import annotations
 
@@ -84,9 +84,23 @@ def memory_digest(paths: Sequence[Path]) -> list[list[str]]:
     return [[f"{p.parent.name}/{p.name}", file_sha256(p)] for p in memory_files(paths)]
 
 
+# Where a reply's first sentence ends: ., ! or ? before white space (not "3.5"), or a line break.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s|\n")
+
+
+def answer_sentence(reply: str) -> str:
+    """The reply's first sentence: the answer the probe judges. A small model often writes a wrong answer
+    and the right token later ("1 hour = 30 minutes. So, 24 hours is equal to 60 minutes"), or the
+    reverse ("is -18 ... may not be exactly 0°C"); judging the whole reply counts those as known. Short-
+    answer benchmarks cut generation the same way (lm-evaluation-harness stops TriviaQA at "." or a newline)."""
+    return _SENTENCE_END.split(reply.strip(), maxsplit=1)[0]
+
+
 def reproduces(reply: str, facts: Sequence[str]) -> bool:
-    """True when `reply` contains any of `facts` as whole words (case-insensitive)."""
-    return any(re.search(rf"(?<!\w){re.escape(f)}(?!\w)", reply, flags=re.IGNORECASE) for f in facts)
+    """True when the reply's first sentence (`answer_sentence`) contains any of `facts` as whole words
+    (case-insensitive)."""
+    answer = answer_sentence(reply)
+    return any(re.search(rf"(?<!\w){re.escape(f)}(?!\w)", answer, flags=re.IGNORECASE) for f in facts)
 
 
 @dataclass(frozen=True)

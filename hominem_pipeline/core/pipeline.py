@@ -557,7 +557,7 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec(
         "evaluation",
         "Base vs base+adapter on the held-out prompts: generations, reward scores, win rate, deltas; the memory probe's facts kept, lost and gained.",
-        "2",
+        "3",  # 3: facts judged on the reply's first sentence
         ("evaluation", "policy.dual.memory_files"),
         (Upstream("lora_adapter"), Upstream("reward_model"), Upstream("prompts")),
         build_evaluation,

@@ -3,7 +3,7 @@ import json
 import pandas as pd
 import pytest
 
-from hominem_pipeline.core.memory import MemoryFileError, memory_digest, probe, read_memory_rows, reproduces
+from hominem_pipeline.core.memory import MemoryFileError, answer_sentence, memory_digest, probe, read_memory_rows, reproduces
 from hominem_pipeline_tests.conftest import REPO
 
 
@@ -46,6 +46,16 @@ def test_facts_match_whole_words_only():
     assert reproduces("SEVEN days", ["7", "seven"])
     assert not reproduces("There are 17 of them", ["7"])
     assert not reproduces("Parisian cafes", ["Paris"])
+
+
+def test_facts_are_judged_on_the_first_sentence():
+    # Real replies of the 135M student: a wrong answer with the fact's token in a later sentence.
+    assert not reproduces("1 hour = 30 minutes. So, 24 hours is equal to 60 minutes.", ["60", "sixty"])
+    assert not reproduces("The freezing point of water in Celsius is -18. It may not be exactly 0°C.", ["0", "zero"])
+    assert not reproduces("That's an interesting question!\nThe answer is Jupiter.", ["Jupiter"])
+    assert reproduces("  The answer is: 8. A spider has eight legs.", ["8", "eight"])
+    assert reproduces("Water boils at 100.5 degrees? No, at 100 degrees.", ["100"])  # "100.5" does not end the sentence
+    assert answer_sentence("Mars is red! Venus is not.") == "Mars is red!"
 
 
 def test_probe_counts_kept_lost_and_gained():
