@@ -277,6 +277,7 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
 
 def build_preference_pairs(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.preferences import build_preference_pairs as build_pairs
+    from hominem_pipeline.core.preferences import sparse_pairs_warning
     from hominem_pipeline.core.reward_model import RewardModel
 
     labels = pd.read_parquet(ctx.one("teacher_labels").file("labels.parquet"))
@@ -296,6 +297,9 @@ def build_preference_pairs(ctx: StageContext) -> StageOutput:
         rm_scalar=rm_scalar, rm_vectors=rm_vectors, rank_by=pc.rank_by, strategy=pc.strategy, guard=pc.guard_dimension,
     )
     pairs.to_parquet(ctx.out_dir / "pairs.parquet", index=False)
+    warning = sparse_pairs_warning(pairs, labels.loc[answered, "prompt_id"].nunique(), pc.rank_by, pc.min_margin)
+    if warning:
+        log.warning(warning)
     return StageOutput(
         metrics={
             "pairs": len(pairs),

@@ -2,7 +2,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hominem_pipeline.core.preferences import PreferenceFileError, build_preference_pairs, read_preference_pairs, weighted_aggregate
+from hominem_pipeline.core.preferences import PreferenceFileError, build_preference_pairs, read_preference_pairs, sparse_pairs_warning, weighted_aggregate
 
 W = {"empathy": 2.0, "curiosity": 1.0}
 
@@ -43,6 +43,18 @@ def test_pairs_can_be_ranked_by_the_reward_model_and_keep_the_teachers_margin():
         build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=1, rank_by="reward_model")
     with pytest.raises(ValueError, match="'judge' is not one of teacher, reward_model"):
         build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=1, rank_by="judge")
+
+
+def test_a_judge_that_separates_few_prompts_candidates_is_warned_about():
+    # four prompts; the reward model scores all candidates alike except on prompt p
+    frame = labeled([(pid, e, 0.0) for pid in "pqrs" for e in (0.9, 0.0)])
+    flat = [{"empathy": 0.3 if (i == 0) else 0.0, "curiosity": 0.0} for i in range(len(frame))]
+    pairs = build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=1, rm_scalar=[0.0] * 8, rm_vectors=flat, rank_by="reward_model")
+    assert len(pairs) == 1
+    warning = sparse_pairs_warning(pairs, 4, "reward_model", 0.05)
+    assert "only 1 of 4 prompts" in warning and "reward model" in warning and "min_margin (0.05)" in warning
+    assert sparse_pairs_warning(build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=1), 4, "teacher", 0.05) is None
+    assert sparse_pairs_warning(pairs.iloc[:0], 4, "reward_model", 0.05) is None  # no pairs at all: the caller's error
 
 
 def test_empty_responses_never_enter_a_pair():
