@@ -327,15 +327,15 @@ class RewardModel:
     def encode(self, prompts: Sequence[str], responses: Sequence[str]) -> list[list[int]]:
         return [encode_pair(self.tokenizer, p, r, self.max_length) for p, r in zip(prompts, responses)]
 
-    def _mc_passes(self, ids: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Standard deviation of the member-mean outputs over `mc_samples` passes with dropout on."""
-        dropouts = [m for m in self.net.modules() if isinstance(m, nn.Dropout)]
+    def _mc_passes(self, net: RewardNet, ids: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Standard deviation of `net`'s member-mean outputs over `mc_samples` passes with dropout on."""
+        dropouts = [m for m in net.modules() if isinstance(m, nn.Dropout)]
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(MC_SEED)
             for m in dropouts:
                 m.train()
             try:
-                samples = [member_mean_std(self.net(ids, mask))[0] for _ in range(self.mc_samples)]
+                samples = [member_mean_std(net(ids, mask))[0] for _ in range(self.mc_samples)]
             finally:
                 for m in dropouts:
                     m.eval()
@@ -356,7 +356,7 @@ class RewardModel:
             for idx, ids, mask in length_sorted_batches(self.encode(prompts, responses), batch_size, pad_id(self.tokenizer)):
                 mean, spread = member_mean_std(net(ids, mask))
                 if uncertainty and self.uncertainty_method == "mc_dropout":
-                    spread = self._mc_passes(ids, mask)
+                    spread = self._mc_passes(net, ids, mask)
                 for key in shapes:
                     out[key][idx] = mean[key].float().numpy()
                     std[key][idx] = spread[key].float().numpy()
