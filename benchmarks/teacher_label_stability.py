@@ -30,9 +30,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hominem_pipeline.core.artifacts import ArtifactStore  # noqa: E402
+from hominem_pipeline.core.calibration import same_prompt_pairs  # noqa: E402
 from hominem_pipeline.core.config import load_config  # noqa: E402
 from hominem_pipeline.core.models import student_path  # noqa: E402
-from hominem_pipeline.core.reward_model import PAIR_GAP  # noqa: E402
+from hominem_pipeline.core.reward_model import PAIR_GAP, pairwise_accuracy  # noqa: E402
 from hominem_pipeline.core.stats import pearson  # noqa: E402
 from hominem_pipeline.core.teacher import LocalHFTeacher, expected_score_to_label_value  # noqa: E402
 
@@ -41,15 +42,6 @@ REWORDINGS = {
     "judge system reworded": {"judge_system": "You are a fair and strict judge of an assistant's replies. You rate one quality at a time, from 1 (very poor) to 5 (excellent)."},
     "overall question reworded": {"scalar_question": "All things considered, how good is this reply for the user?"},
 }
-
-
-def teacher_pairs(labels: pd.DataFrame) -> list[tuple[int, int]]:
-    """(higher, lower) row positions of same-prompt candidates whose stored scalars differ by >= PAIR_GAP."""
-    out = []
-    for _, group in labels.groupby("prompt_id"):
-        rows = list(group.index)
-        out += [(i, j) for i in rows for j in rows if labels.at[i, "scalar"] - labels.at[j, "scalar"] >= PAIR_GAP]
-    return out
 
 
 def main() -> None:
@@ -64,12 +56,15 @@ def main() -> None:
     days = args.date or store.partitions("teacher_labels")
     if not days:
         sys.exit("no teacher_labels stored; run `make run` first")
-    labels = pd.concat([pd.read_parquet(store.current("teacher_labels", d).file("labels.parquet")) for d in days], ignore_index=True)
+    refs = {d: store.current("teacher_labels", d) for d in days}
+    if missing := [d for d, ref in refs.items() if ref is None]:
+        sys.exit(f"no teacher_labels stored for {', '.join(missing)}; stored days: {', '.join(store.partitions('teacher_labels')) or 'none'}")
+    labels = pd.concat([pd.read_parquet(ref.file("labels.parquet")) for ref in refs.values()], ignore_index=True)
     labels = labels[labels["response"].str.strip().astype(bool)].reset_index(drop=True)
-    pairs = teacher_pairs(labels)
+    stored = labels["scalar"].to_numpy(dtype=np.float64)
+    pairs = same_prompt_pairs(labels["prompt_id"].to_numpy(), stored, PAIR_GAP)
     print(f"{len(labels)} stored labels from {', '.join(days)}; {len(pairs)} teacher pairs (scalar gap >= {PAIR_GAP})", flush=True)
     conversations = list(zip(labels["prompt"], labels["response"]))
-    stored = labels["scalar"].to_numpy(dtype=np.float64)
     print(f"\n{'judge wording':<28} {'Pearson with stored scalar':>27} {'pair orders kept':>17} {'seconds':>8}")
     for name, change in REWORDINGS.items():
         variant = cfg.model_copy(update={"labeling": cfg.labeling.model_copy(update=change)})
@@ -77,8 +72,8 @@ def main() -> None:
         started = time.monotonic()
         scores = judge.rubric_scores(conversations)
         scalar = np.array([expected_score_to_label_value("scalar", s["scalar"][0]) for s in scores])
-        kept = np.mean([scalar[i] > scalar[j] for i, j in pairs]) if pairs else float("nan")
-        print(f"{name:<28} {pearson(stored, scalar):>27.3f} {kept:>17.1%} {time.monotonic() - started:>8.0f}", flush=True)
+        corr, kept = pearson(stored, scalar), pairwise_accuracy(pairs, scalar)
+        print(f"{name:<28} {'n/a' if corr is None else f'{corr:.3f}':>27} {'n/a' if kept is None else f'{kept:.1%}':>17} {time.monotonic() - started:>8.0f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -297,13 +297,13 @@ def build_preference_pairs(ctx: StageContext) -> StageOutput:
         rm_scalar=rm_scalar, rm_vectors=rm_vectors, rank_by=pc.rank_by, strategy=pc.strategy, guard=pc.guard_dimension,
     )
     pairs.to_parquet(ctx.out_dir / "pairs.parquet", index=False)
-    warning = sparse_pairs_warning(pairs, labels.loc[answered, "prompt_id"].nunique(), pc.rank_by, pc.min_margin)
-    if warning:
+    covered = int(pairs["prompt_id"].nunique()) if len(pairs) else 0
+    if warning := sparse_pairs_warning(covered, labels.loc[answered, "prompt_id"].nunique(), pc.rank_by, pc.min_margin):
         log.warning(warning)
     return StageOutput(
         metrics={
             "pairs": len(pairs),
-            "prompts_with_pairs": int(pairs["prompt_id"].nunique()) if len(pairs) else 0,
+            "prompts_with_pairs": covered,
             "mean_margin": _finite(pairs["margin"].mean()) if len(pairs) else None,
             # how often the other judge agrees with the pairs' order (the one that ranked them always does)
             "reward_model_agreement": float((pairs["rm_margin"] > 0).mean()) if len(pairs) else None,

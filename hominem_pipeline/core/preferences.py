@@ -144,12 +144,11 @@ def read_preference_pairs(paths: Sequence, required: Sequence[str] = ("prompt", 
     return pairs
 
 
-def sparse_pairs_warning(pairs: pd.DataFrame, prompts: int, rank_by: str, min_margin: float) -> str | None:
-    """A warning when fewer than half of the `prompts` that had answered candidates gave a pair: the judge
-    that ranks them separates their candidates by less than `min_margin` (a reward model trained on very
-    few labels scores every candidate alike). None when coverage is fine or there are no pairs at all
-    (that is an error, raised by the caller)."""
-    covered = int(pairs["prompt_id"].nunique()) if len(pairs) else 0
+def sparse_pairs_warning(covered: int, prompts: int, rank_by: str, min_margin: float) -> str | None:
+    """A warning when fewer than half of the `prompts` that had answered candidates gave a pair (`covered`
+    did): the judge that ranks them separates their candidates by less than `min_margin` (a reward model
+    trained on very few labels scores every candidate alike). None when coverage is fine or there are no
+    pairs at all (that is an error, raised where the pairs are read)."""
     if covered == 0 or covered >= prompts / 2:
         return None
     judge = "reward model" if rank_by == "reward_model" else "teacher"

@@ -51,10 +51,11 @@ def test_a_judge_that_separates_few_prompts_candidates_is_warned_about():
     flat = [{"empathy": 0.3 if (i == 0) else 0.0, "curiosity": 0.0} for i in range(len(frame))]
     pairs = build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=1, rm_scalar=[0.0] * 8, rm_vectors=flat, rank_by="reward_model")
     assert len(pairs) == 1
-    warning = sparse_pairs_warning(pairs, 4, "reward_model", 0.05)
+    warning = sparse_pairs_warning(pairs["prompt_id"].nunique(), 4, "reward_model", 0.05)
     assert "only 1 of 4 prompts" in warning and "reward model" in warning and "min_margin (0.05)" in warning
-    assert sparse_pairs_warning(build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=1), 4, "teacher", 0.05) is None
-    assert sparse_pairs_warning(pairs.iloc[:0], 4, "reward_model", 0.05) is None  # no pairs at all: the caller's error
+    by_teacher = build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=1)
+    assert sparse_pairs_warning(by_teacher["prompt_id"].nunique(), 4, "teacher", 0.05) is None
+    assert sparse_pairs_warning(0, 4, "reward_model", 0.05) is None  # no pairs at all: the caller's error
 
 
 def test_empty_responses_never_enter_a_pair():
