@@ -328,6 +328,7 @@ class DualConfig(_Frozen):
 
     sft_weight: float = Field(ge=0.0)
     reward_weight: float = Field(ge=0.0)
+    memory_weight: float | None = Field(default=None, ge=0.0)  # w_sft of memory-file rows; None: sft_weight
     intensity_source: Literal["teacher", "reward_model", "constant"] = "teacher"
     safety_source: Literal["teacher", "reward_model"] = "teacher"
     normalize_intensity: bool = True  # divide by the mean over the training pairs: intensity redistributes, w_reward sets the strength
@@ -337,7 +338,7 @@ class DualConfig(_Frozen):
 
     @model_validator(mode="after")
     def _some_channel(self) -> "DualConfig":
-        if self.sft_weight == 0 and self.reward_weight == 0:
+        if self.sft_weight == 0 and self.reward_weight == 0 and not self.memory_weight:
             raise ValueError("policy.dual: sft_weight and reward_weight are both 0, so nothing would be learned; set one above 0")
         return self
 

@@ -188,7 +188,7 @@ def train_dual_adapter(
                 torch.tensor(np.concatenate([labels.intensity[pi], np.ones(len(mi))]), dtype=torch.float32, device=logps.device),
                 torch.tensor(np.concatenate([labels.safety[pi], np.ones(len(mi))]), dtype=torch.float32, device=logps.device),
                 pair_mask=torch.tensor([True] * len(pi) + [False] * len(mi), device=logps.device),
-                beta=cfg.beta, w_sft=dual.sft_weight, w_reward=dual.reward_weight, gate=gate,
+                beta=cfg.beta, w_sft=dual.sft_weight, w_reward=dual.reward_weight, gate=gate, w_memory=dual.memory_weight,
             )
             (out.total / cfg.gradient_accumulation_steps).backward()
             margins = cfg.beta * ((chosen - ref_chosen) - (rejected - ref_rejected)).detach()

@@ -7,7 +7,8 @@ each example; nothing here knows about models or batches of tokens.
 
 with L_reward the sigmoid DPO loss of the pair (its roles swapped when the gate inverts it), and the
 batch loss the mean of L_i over every example, gated or not (a skipped example adds 0 and gets no
-gradient).
+gradient). A memory row (an instruction-response row with no pair) has L_i = w_memory * L_sft_i: its
+own weight, since what it teaches (facts to keep) is not what a pair's chosen reply teaches.
 """
 
 from __future__ import annotations
@@ -101,13 +102,14 @@ def dual_channel_loss(
     w_reward: float,
     gate: SafetyGate,
     pair_mask: torch.Tensor | None = None,
+    w_memory: float | None = None,
 ) -> DualChannelLoss:
     """`w_sft * L_sft + intensity * w_reward * L_reward` per example, gated by safety (see the module).
 
     `sft_nll` is the SFT loss of each example's chosen reply (mean token negative log-likelihood);
     `intensity` the reward intensity (teacher label, reward model or 1). `pair_mask` False marks memory
-    rows, which have no pair: they get the SFT term alone, ungated (their log-probability, intensity and
-    safety inputs are ignored). Returns the batch mean and its parts, so both channels can be logged."""
+    rows, which have no pair: they get the SFT term alone, ungated, weighted by `w_memory` (default
+    `w_sft`; their log-probability, intensity and safety inputs are ignored). Returns the batch mean and its parts, so both channels can be logged."""
     n = policy_chosen_logps.shape[0]
     pairs = torch.ones(n, dtype=torch.bool) if pair_mask is None else pair_mask
     for name, t in (("policy_rejected_logps", policy_rejected_logps), ("ref_chosen_logps", ref_chosen_logps), ("ref_rejected_logps", ref_rejected_logps),
@@ -122,7 +124,8 @@ def dual_channel_loss(
     swapped = dpo_loss(policy_rejected_logps, policy_chosen_logps, ref_rejected_logps, ref_chosen_logps, beta)
     reward = torch.where(inverted, swapped, forward)
     weight = weight.to(reward.dtype)
-    sft_part = weight * w_sft * sft_nll * (~inverted).to(reward.dtype)
+    w_sft_row = torch.where(pairs, torch.full_like(reward, w_sft), torch.full_like(reward, w_sft if w_memory is None else w_memory))
+    sft_part = weight * w_sft_row * sft_nll * (~inverted).to(reward.dtype)
     reward_part = torch.where(pairs, weight * intensity.to(reward.dtype) * w_reward * reward, torch.zeros_like(reward))
     per_example = sft_part + reward_part
     return DualChannelLoss(

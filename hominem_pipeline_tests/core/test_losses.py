@@ -129,6 +129,9 @@ def test_memory_rows_get_the_sft_term_alone_and_are_not_gated():
                             beta=0.5, w_sft=0.7, w_reward=2.0, gate=SafetyGate(unsafe="invert"), pair_mask=torch.tensor([True, False]))
     assert out.per_example.tolist() == pytest.approx([0.7 * 2.0 + 2.0 * hand_dpo(-10, -11, -10.5, -10.5, 0.5), 0.7 * 3.0])
     assert (out.skipped, out.downweighted, out.inverted) == (0, 0, 0)  # safety 0 on the memory row changes nothing
+    own = dual_channel_loss(pc, pr, rc, rr, torch.tensor([2.0, 3.0]), torch.tensor([1.0, 9.0]), torch.tensor([0.9, 0.0]),
+                            beta=0.5, w_sft=0.7, w_reward=2.0, gate=SafetyGate(unsafe="invert"), pair_mask=torch.tensor([True, False]), w_memory=1.5)
+    assert own.per_example.tolist() == pytest.approx([out.per_example[0].item(), 1.5 * 3.0])  # memory rows' own weight; pairs keep w_sft
 
 
 def test_gated_rewards_skip_downweight_and_invert_within_each_group():
