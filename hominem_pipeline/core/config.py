@@ -335,6 +335,7 @@ class DualConfig(_Frozen):
     memory_files: list[str] = Field(default_factory=list)  # JSONL files or folders of them (instruction-response rows)
     mixing: Literal["fixed", "availability"] = "availability"
     memory_fraction: float = Field(ge=0.0, le=1.0)  # fixed: memory rows' share of each batch; availability: the most it may be
+    memory_rows: Literal["share", "extra"] = "share"  # share: memory rows take pair rows' places; extra: added to batch_size pair rows
 
     @model_validator(mode="after")
     def _some_channel(self) -> "DualConfig":

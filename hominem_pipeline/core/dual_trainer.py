@@ -68,18 +68,22 @@ def sequence_logps(model: Any, sequences: Sequence[tuple[list[int], int]], pad_i
     return out.log_probs.sum(1), (labels[:, 1:] != -100).sum(1).to(device)
 
 
-def memory_rows_per_batch(cfg: DualConfig, batch_size: int, n_memory: int, n_pairs: int) -> int:
-    """How many of a batch's rows are memory rows. fixed: `memory_fraction` of the batch; availability:
-    the memory rows' share of all rows, at most `memory_fraction`. A channel without data gets no rows;
-    while both have data, each gets at least one row (batch permitting)."""
+def batch_rows(cfg: DualConfig, batch_size: int, n_memory: int, n_pairs: int) -> tuple[int, int]:
+    """(pair rows, memory rows) of each batch. The memory share: fixed, `memory_fraction`; availability,
+    the memory rows' share of all rows, at most `memory_fraction`. `memory_rows: share` takes that share
+    of `batch_size` from the pairs; `extra` keeps `batch_size` pair rows and adds that share of them as
+    memory rows. A channel without data gets no rows; while both have data, each gets at least one row."""
     if n_memory == 0:
-        return 0
+        return (batch_size if n_pairs else 0), 0
     if n_pairs == 0:
-        return batch_size
+        return 0, batch_size
     share = cfg.memory_fraction if cfg.mixing == "fixed" else min(cfg.memory_fraction, n_memory / (n_memory + n_pairs))
     if share == 0:
-        return 0
-    return int(min(batch_size - 1, max(1, round(batch_size * share))))
+        return batch_size, 0
+    if cfg.memory_rows == "extra":
+        return batch_size, max(1, round(batch_size * share))
+    n_mem = int(min(batch_size - 1, max(1, round(batch_size * share))))
+    return batch_size - n_mem, n_mem
 
 
 def _cycle(n: int, rng: random.Random) -> Iterator[int]:
@@ -154,8 +158,7 @@ def train_dual_adapter(
     pad = tokenizer.pad_token_id
     pair_seqs = [(encode(tokenizer, r.prompt, r.chosen, cfg.max_length), encode(tokenizer, r.prompt, r.rejected, cfg.max_length)) for r in pairs.itertuples()]
     memory_seqs = [encode(tokenizer, r.prompt, r.response, cfg.max_length) for r in memory.itertuples()]
-    n_mem = memory_rows_per_batch(dual, cfg.batch_size, n_memory, n_pairs)
-    n_pair = cfg.batch_size - n_mem if n_pairs else 0
+    n_pair, n_mem = batch_rows(dual, cfg.batch_size, n_memory, n_pairs)
     pair_order, memory_order = _cycle(n_pairs, rng), _cycle(n_memory, rng)
 
     params = [p for p in model.parameters() if p.requires_grad]

@@ -4,7 +4,7 @@ import pytest
 from safetensors.torch import load_file
 
 from hominem_pipeline.core.config import load_config
-from hominem_pipeline.core.dual_trainer import encode, memory_rows_per_batch, pair_labels, train_dual_adapter
+from hominem_pipeline.core.dual_trainer import batch_rows, encode, pair_labels, train_dual_adapter
 from hominem_pipeline.core.policy import base_checksum
 from hominem_pipeline_tests.conftest import REPO
 
@@ -83,13 +83,16 @@ def test_dual_refuses_when_there_is_nothing_to_learn(tiny_student, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "mixing, fraction, n_memory, n_pairs, expected",
-    [("fixed", 0.25, 10, 100, 1), ("fixed", 0.5, 10, 100, 2), ("availability", 0.5, 10, 100, 1), ("availability", 0.5, 100, 100, 2),
-     ("availability", 0.25, 0, 100, 0), ("availability", 0.25, 10, 0, 4), ("fixed", 1.0, 10, 10, 3), ("fixed", 0.0, 10, 10, 0)],
+    "mixing, fraction, rows, n_memory, n_pairs, expected",
+    [("fixed", 0.25, "share", 10, 100, (3, 1)), ("fixed", 0.5, "share", 10, 100, (2, 2)), ("availability", 0.5, "share", 10, 100, (3, 1)),
+     ("availability", 0.5, "share", 100, 100, (2, 2)), ("availability", 0.25, "share", 0, 100, (4, 0)), ("availability", 0.25, "share", 10, 0, (0, 4)),
+     ("fixed", 1.0, "share", 10, 10, (1, 3)), ("fixed", 0.0, "share", 10, 10, (4, 0)),
+     ("fixed", 0.25, "extra", 10, 100, (4, 1)), ("fixed", 1.0, "extra", 10, 10, (4, 4)), ("availability", 0.5, "extra", 100, 100, (4, 2)),
+     ("availability", 0.25, "extra", 0, 100, (4, 0)), ("availability", 0.25, "extra", 10, 0, (0, 4)), ("fixed", 0.0, "extra", 10, 10, (4, 0))],
 )
-def test_batch_mixing_follows_the_setting_and_the_data(mixing, fraction, n_memory, n_pairs, expected):
-    cfg = policy_cfg(mixing=mixing, memory_fraction=fraction).dual
-    assert memory_rows_per_batch(cfg, 4, n_memory, n_pairs) == expected
+def test_batch_mixing_follows_the_setting_and_the_data(mixing, fraction, rows, n_memory, n_pairs, expected):
+    cfg = policy_cfg(mixing=mixing, memory_fraction=fraction, memory_rows=rows).dual
+    assert batch_rows(cfg, 4, n_memory, n_pairs) == expected
 
 
 def test_intensity_and_safety_come_from_the_configured_source():
