@@ -340,7 +340,7 @@ class DualConfig(_Frozen):
     @model_validator(mode="after")
     def _some_channel(self) -> "DualConfig":
         if self.sft_weight == 0 and self.reward_weight == 0 and not self.memory_weight:
-            raise ValueError("policy.dual: sft_weight and reward_weight are both 0, so nothing would be learned; set one above 0")
+            raise ValueError("policy.dual: sft_weight, reward_weight and memory_weight are all 0 or unset, so nothing would be learned; set one above 0")
         return self
 
 

@@ -109,7 +109,8 @@ def dual_channel_loss(
     `sft_nll` is the SFT loss of each example's chosen reply (mean token negative log-likelihood);
     `intensity` the reward intensity (teacher label, reward model or 1). `pair_mask` False marks memory
     rows, which have no pair: they get the SFT term alone, ungated, weighted by `w_memory` (default
-    `w_sft`; their log-probability, intensity and safety inputs are ignored). Returns the batch mean and its parts, so both channels can be logged."""
+    `w_sft`; their log-probability, intensity and safety inputs are ignored). Returns the batch mean and
+    its parts, so both channels can be logged."""
     n = policy_chosen_logps.shape[0]
     pairs = torch.ones(n, dtype=torch.bool) if pair_mask is None else pair_mask
     for name, t in (("policy_rejected_logps", policy_rejected_logps), ("ref_chosen_logps", ref_chosen_logps), ("ref_rejected_logps", ref_rejected_logps),
