@@ -125,8 +125,8 @@ def dual_channel_loss(
     swapped = dpo_loss(policy_rejected_logps, policy_chosen_logps, ref_rejected_logps, ref_chosen_logps, beta)
     reward = torch.where(inverted, swapped, forward)
     weight = weight.to(reward.dtype)
-    w_sft_row = torch.where(pairs, torch.full_like(reward, w_sft), torch.full_like(reward, w_sft if w_memory is None else w_memory))
-    sft_part = weight * w_sft_row * sft_nll * (~inverted).to(reward.dtype)
+    w_row = torch.where(pairs, w_sft, w_sft if w_memory is None else w_memory).to(reward.dtype)
+    sft_part = weight * w_row * sft_nll * (~inverted).to(reward.dtype)
     reward_part = torch.where(pairs, weight * intensity.to(reward.dtype) * w_reward * reward, torch.zeros_like(reward))
     per_example = sft_part + reward_part
     return DualChannelLoss(
