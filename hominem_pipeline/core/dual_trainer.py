@@ -7,7 +7,8 @@ its reward intensity; the safety gate skips, down-weights or inverts each pair b
 policy's chosen, rejected and memory sequences go through the model in one forward pass; the reference
 (the same model with the adapter switched off) scores the pairs without gradients, as TRL's DPO does,
 with TRL's fused LM head and with dropout off (TRL's DPO default), so a step costs what TRL's DPO step
-costs. TRL's trainers take no per-example weights, hence this loop; its optimizer, schedule and
+costs. With `memory_margin` set the reference also scores the memory rows, which are then anchored to
+it (`losses.dual_channel_loss`). TRL's trainers take no per-example weights, hence this loop; its optimizer, schedule and
 clipping are the Hugging Face Trainer's defaults (AdamW, linear decay, gradient norm clipped at 1)."""
 
 from __future__ import annotations
@@ -178,12 +179,15 @@ def train_dual_adapter(
             logps, counts = sequence_logps(model, seqs, pad)
             zeros = torch.zeros(len(mi), device=logps.device)
             chosen, rejected, mem = logps[: len(pi)], logps[len(pi) : 2 * len(pi)], logps[2 * len(pi) :]
-            if pi:
+            anchored = dual.memory_margin is not None and bool(mi)
+            ref_seqs = seqs if anchored else seqs[: 2 * len(pi)]
+            if ref_seqs:
                 with torch.no_grad(), model.disable_adapter():
-                    ref, _ = sequence_logps(model, seqs[: 2 * len(pi)], pad)
-                ref_chosen, ref_rejected = ref[: len(pi)], ref[len(pi) :]
+                    ref, _ = sequence_logps(model, ref_seqs, pad)
             else:
-                ref_chosen = ref_rejected = logps[:0].detach()
+                ref = logps[:0].detach()
+            ref_chosen, ref_rejected = ref[: len(pi)], ref[len(pi) : 2 * len(pi)]
+            memory_ref_nll = torch.cat([torch.zeros(len(pi), device=logps.device), -ref[2 * len(pi) :] / counts[2 * len(pi) :].clamp(min=1)]) if anchored else None
             nll = -torch.cat([chosen / counts[: len(pi)].clamp(min=1), mem / counts[2 * len(pi) :].clamp(min=1)])
             out = dual_channel_loss(
                 torch.cat([chosen, zeros]), torch.cat([rejected, zeros]), torch.cat([ref_chosen, zeros]), torch.cat([ref_rejected, zeros]),
@@ -192,6 +196,7 @@ def train_dual_adapter(
                 torch.tensor(np.concatenate([labels.safety[pi], np.ones(len(mi))]), dtype=torch.float32, device=logps.device),
                 pair_mask=torch.tensor([True] * len(pi) + [False] * len(mi), device=logps.device),
                 beta=cfg.beta, w_sft=dual.sft_weight, w_reward=dual.reward_weight, gate=gate, w_memory=dual.memory_weight,
+                memory_ref_nll=memory_ref_nll, memory_margin=dual.memory_margin or 0.0,
             )
             (out.total / cfg.gradient_accumulation_steps).backward()
             margins = cfg.beta * ((chosen - ref_chosen) - (rejected - ref_rejected)).detach()

@@ -8,7 +8,10 @@ each example; nothing here knows about models or batches of tokens.
 with L_reward the sigmoid DPO loss of the pair (its roles swapped when the gate inverts it), and the
 batch loss the mean of L_i over every example, gated or not (a skipped example adds 0 and gets no
 gradient). A memory row (an instruction-response row with no pair) has L_i = w_memory * L_sft_i: its
-own weight, since what it teaches (facts to keep) is not what a pair's chosen reply teaches.
+own weight, since what it teaches (facts to keep) is not what a pair's chosen reply teaches. Anchored
+(given the reference's NLL of the row and a margin m), its L_sft is max(0, nll - (ref_nll - m)): it
+pulls only while the row is less than m nats per token likelier than under the base, so a row the base
+already knows is held, not taught without end.
 """
 
 from __future__ import annotations
@@ -103,18 +106,23 @@ def dual_channel_loss(
     gate: SafetyGate,
     pair_mask: torch.Tensor | None = None,
     w_memory: float | None = None,
+    memory_ref_nll: torch.Tensor | None = None,
+    memory_margin: float = 0.0,
 ) -> DualChannelLoss:
     """`w_sft * L_sft + intensity * w_reward * L_reward` per example, gated by safety (see the module).
 
     `sft_nll` is the SFT loss of each example's chosen reply (mean token negative log-likelihood);
     `intensity` the reward intensity (teacher label, reward model or 1). `pair_mask` False marks memory
     rows, which have no pair: they get the SFT term alone, ungated, weighted by `w_memory` (default
-    `w_sft`; their log-probability, intensity and safety inputs are ignored). Returns the batch mean and
-    its parts, so both channels can be logged."""
+    `w_sft`; their log-probability, intensity and safety inputs are ignored). With `memory_ref_nll` (the
+    reference's mean token NLL of each example; only memory rows' entries are read) a memory row's SFT
+    term is anchored: max(0, sft_nll - memory_ref_nll + memory_margin). Returns the batch mean and its
+    parts, so both channels can be logged."""
     n = policy_chosen_logps.shape[0]
     pairs = torch.ones(n, dtype=torch.bool) if pair_mask is None else pair_mask
     for name, t in (("policy_rejected_logps", policy_rejected_logps), ("ref_chosen_logps", ref_chosen_logps), ("ref_rejected_logps", ref_rejected_logps),
-                    ("sft_nll", sft_nll), ("intensity", intensity), ("safety", safety), ("pair_mask", pairs)):
+                    ("sft_nll", sft_nll), ("intensity", intensity), ("safety", safety), ("pair_mask", pairs),
+                    *((("memory_ref_nll", memory_ref_nll),) if memory_ref_nll is not None else ())):
         if t.shape != (n,):
             raise ValueError(f"{name} has shape {tuple(t.shape)}; every input is one value per example, shape ({n},)")
     pairs = pairs.to(device=policy_chosen_logps.device, dtype=torch.bool)
@@ -126,6 +134,9 @@ def dual_channel_loss(
     reward = torch.where(inverted, swapped, forward)
     weight = weight.to(reward.dtype)
     w_row = torch.where(pairs, w_sft, w_sft if w_memory is None else w_memory).to(reward.dtype)
+    if memory_ref_nll is not None:
+        anchored = F.relu(sft_nll - memory_ref_nll.detach().to(sft_nll.dtype) + memory_margin)
+        sft_nll = torch.where(pairs, sft_nll, anchored)
     sft_part = weight * w_row * sft_nll * (~inverted).to(reward.dtype)
     reward_part = torch.where(pairs, weight * intensity.to(reward.dtype) * w_reward * reward, torch.zeros_like(reward))
     per_example = sft_part + reward_part

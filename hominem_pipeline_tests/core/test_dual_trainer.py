@@ -77,6 +77,15 @@ def test_memory_rows_alone_train_the_sft_channel(tiny_student, tmp_path):
     assert result["channels"]["memory_rows"] == 9 and result["history"][-1]["sft"] < result["history"][0]["sft"]
 
 
+def test_anchored_memory_rows_hold_the_base_and_teach_only_the_margin(tiny_student, tmp_path):
+    held = train_dual_adapter(pairs(0), memory(), student_path=tiny_student, cfg=policy_cfg(memory_margin=0.0), out_dir=tmp_path / "h", seed=0)
+    assert all(h["sft"] == 0 for h in held["history"])  # the adapter starts as the base, so nothing is above it
+    assert all(v.abs().sum() == 0 for v in lora_b(tmp_path / "h"))
+    taught = train_dual_adapter(pairs(0), memory(), student_path=tiny_student, cfg=policy_cfg(memory_margin=0.5), out_dir=tmp_path / "t", seed=0)
+    assert taught["history"][0]["sft"] == pytest.approx(0.5)  # w_sft 1 * (nll - ref + 0.5) with nll == ref
+    assert taught["history"][-1]["sft"] < 0.5
+
+
 def test_dual_refuses_when_there_is_nothing_to_learn(tiny_student, tmp_path):
     with pytest.raises(ValueError, match="preference pairs or memory rows"):
         train_dual_adapter(pairs(0), memory(0), student_path=tiny_student, cfg=policy_cfg(), out_dir=tmp_path, seed=0)

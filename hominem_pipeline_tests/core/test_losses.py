@@ -134,6 +134,20 @@ def test_memory_rows_get_the_sft_term_alone_and_are_not_gated():
     assert own.per_example.tolist() == pytest.approx([out.per_example[0].item(), 1.5 * 3.0])  # memory rows' own weight; pairs keep w_sft
 
 
+def test_anchored_memory_rows_learn_only_above_the_base_minus_the_margin():
+    pc, pr, rc, rr = (torch.tensor([v, 0.0, 0.0]) for v in (-10.0, -11.0, -10.5, -10.5))
+    nll = torch.tensor([2.0, 3.0, 1.0], requires_grad=True)
+    ref_nll = torch.tensor([9.0, 2.5, 1.5])  # the pair row's entry is never read
+    out = dual_channel_loss(pc, pr, rc, rr, nll, torch.ones(3), torch.ones(3), beta=0.5, w_sft=0.7, w_reward=2.0, gate=SafetyGate(),
+                            pair_mask=torch.tensor([True, False, False]), w_memory=1.5, memory_ref_nll=ref_nll, memory_margin=0.2)
+    pair = 0.7 * 2.0 + 2.0 * hand_dpo(-10, -11, -10.5, -10.5, 0.5)
+    assert out.per_example.tolist() == pytest.approx([pair, 1.5 * (3.0 - 2.5 + 0.2), 0.0])  # row 3 is 0.5 likelier than the base: held, no pull
+    out.total.backward()
+    assert nll.grad.tolist() == pytest.approx([0.7 / 3, 1.5 / 3, 0.0])
+    with pytest.raises(ValueError, match=r"memory_ref_nll has shape \(2,\)"):
+        dual_channel_loss(pc, pr, rc, rr, nll, torch.ones(3), torch.ones(3), beta=0.5, w_sft=1.0, w_reward=1.0, gate=SafetyGate(), memory_ref_nll=ref_nll[:2])
+
+
 def test_gated_rewards_skip_downweight_and_invert_within_each_group():
     from hominem_pipeline.core.losses import gate_group_rewards
 
