@@ -166,12 +166,12 @@ def train_dual_adapter(
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / cfg.max_steps))
     history: list[dict[str, float]] = []
-    totals = {"sft": 0.0, "reward": 0.0, "pair_rows": 0, "memory_rows": 0, "skipped": 0, "downweighted": 0, "inverted": 0}
+    totals = {"sft": 0.0, "memory": 0.0, "reward": 0.0, "pair_rows": 0, "memory_rows": 0, "skipped": 0, "downweighted": 0, "inverted": 0}
     progress = Progress("dual-channel training", cfg.max_steps, log, unit="steps")
     model.train()
     started = time.monotonic()
     for step in range(1, cfg.max_steps + 1):
-        record = {"loss": 0.0, "sft": 0.0, "reward": 0.0, "skipped": 0, "downweighted": 0, "inverted": 0, "correct": 0, "margin": 0.0}
+        record = {"loss": 0.0, "sft": 0.0, "memory": 0.0, "reward": 0.0, "skipped": 0, "downweighted": 0, "inverted": 0, "correct": 0, "margin": 0.0}
         for _ in range(cfg.gradient_accumulation_steps):
             pi = [next(pair_order) for _ in range(n_pair)]
             mi = [next(memory_order) for _ in range(n_mem)]
@@ -202,6 +202,7 @@ def train_dual_adapter(
             margins = cfg.beta * ((chosen - ref_chosen) - (rejected - ref_rejected)).detach()
             record["loss"] += float(out.total) / cfg.gradient_accumulation_steps
             record["sft"] += float(out.sft) / cfg.gradient_accumulation_steps
+            record["memory"] += float(out.memory) / cfg.gradient_accumulation_steps
             record["reward"] += float(out.reward) / cfg.gradient_accumulation_steps
             record["correct"] += int((margins > 0).sum())
             record["margin"] += float(margins.sum())
@@ -218,6 +219,7 @@ def train_dual_adapter(
             "step": step,
             "loss": record["loss"],
             "sft": record["sft"],
+            "memory": record["memory"],
             "reward": record["reward"],
             "grad_norm": grad_norm,
             "learning_rate": float(scheduler.get_last_lr()[0]),
@@ -228,11 +230,12 @@ def train_dual_adapter(
             "gate/inverted": record["inverted"],
         }
         history.append(entry)
-        for key in ("sft", "reward", "skipped", "downweighted", "inverted"):
+        for key in ("sft", "memory", "reward", "skipped", "downweighted", "inverted"):
             totals[key] += record[key]
         if on_log:
             on_log(step, {k: v for k, v in entry.items() if k != "step"})
-        progress.advance(1, loss=f"{record['loss']:.4f}", sft=f"{record['sft']:.3f}", reward=f"{record['reward']:.3f}")
+        progress.advance(1, loss=f"{record['loss']:.4f}", sft=f"{record['sft']:.3f}", **({"memory": f"{record['memory']:.3f}"} if n_mem else {}),
+                         reward=f"{record['reward']:.3f}")
     seconds = time.monotonic() - started
     trainable = save_adapter(model, tokenizer, out_dir, before)
     channel_sum = totals["sft"] + totals["reward"]
@@ -254,6 +257,7 @@ def train_dual_adapter(
         },
         "channels": {
             "sft_loss_sum": totals["sft"],
+            "memory_loss_sum": totals["memory"],
             "reward_loss_sum": totals["reward"],
             "pair_rows": totals["pair_rows"],
             "memory_rows": totals["memory_rows"],

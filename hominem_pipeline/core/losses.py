@@ -84,7 +84,8 @@ class SafetyGate:
 class DualChannelLoss:
     total: torch.Tensor  # the batch loss to backpropagate
     per_example: torch.Tensor  # L_i
-    sft: torch.Tensor  # the memory channel's share of `total`
+    sft: torch.Tensor  # the memory channel's share of `total` (chosen replies and memory rows)
+    memory: torch.Tensor  # the memory rows' part of `sft`
     reward: torch.Tensor  # the reward channel's share of `total`
     skipped: int  # examples with weight 0
     downweighted: int  # examples with 0 < weight < 1
@@ -144,6 +145,7 @@ def dual_channel_loss(
         total=per_example.mean(),
         per_example=per_example,
         sft=sft_part.mean(),
+        memory=torch.where(pairs, torch.zeros_like(sft_part), sft_part).mean(),
         reward=reward_part.mean(),
         skipped=int((weight == 0).sum()),
         downweighted=int(((weight > 0) & (weight < 1)).sum()),

@@ -83,7 +83,7 @@ def test_anchored_memory_rows_hold_the_base_and_teach_only_the_margin(tiny_stude
     assert all(v.abs().sum() == 0 for v in lora_b(tmp_path / "h"))
     taught = train_dual_adapter(pairs(0), memory(), student_path=tiny_student, cfg=policy_cfg(memory_margin=0.5), out_dir=tmp_path / "t", seed=0)
     assert taught["history"][0]["sft"] == pytest.approx(0.5)  # w_sft 1 * (nll - ref + 0.5) with nll == ref
-    assert taught["history"][-1]["sft"] < 0.5
+    assert taught["history"][-1]["sft"] < 0.5 and all(h["memory"] == h["sft"] for h in taught["history"])  # no pairs: all SFT is memory rows
 
 
 def test_dual_refuses_when_there_is_nothing_to_learn(tiny_student, tmp_path):

@@ -142,6 +142,7 @@ def test_anchored_memory_rows_learn_only_above_the_base_minus_the_margin():
                             pair_mask=torch.tensor([True, False, False]), w_memory=1.5, memory_ref_nll=ref_nll, memory_margin=0.2)
     pair = 0.7 * 2.0 + 2.0 * hand_dpo(-10, -11, -10.5, -10.5, 0.5)
     assert out.per_example.tolist() == pytest.approx([pair, 1.5 * (3.0 - 2.5 + 0.2), 0.0])  # row 3 is 0.5 likelier than the base: held, no pull
+    assert float(out.memory) == pytest.approx(1.5 * 0.7 / 3) and float(out.sft) == pytest.approx((0.7 * 2.0 + 1.5 * 0.7) / 3)
     out.total.backward()
     assert nll.grad.tolist() == pytest.approx([0.7 / 3, 1.5 / 3, 0.0])
     with pytest.raises(ValueError, match=r"memory_ref_nll has shape \(2,\)"):
