@@ -7,9 +7,10 @@ its reward intensity; the safety gate skips, down-weights or inverts each pair b
 policy's chosen, rejected and memory sequences go through the model in one forward pass; the reference
 (the same model with the adapter switched off) scores the pairs without gradients, as TRL's DPO does,
 with TRL's fused LM head and with dropout off (TRL's DPO default), so a step costs what TRL's DPO step
-costs. With `memory_margin` set the reference also scores the memory rows, which are then anchored to
-it (`losses.dual_channel_loss`). TRL's trainers take no per-example weights, hence this loop; its optimizer, schedule and
-clipping are the Hugging Face Trainer's defaults (AdamW, linear decay, gradient norm clipped at 1)."""
+costs. With `memory_margin` set the reference also scores the memory rows, which are then anchored
+to it (`losses.dual_channel_loss`). TRL's trainers take no per-example weights, hence this loop; its
+optimizer, schedule and clipping are the Hugging Face Trainer's defaults (AdamW, linear decay,
+gradient norm clipped at 1)."""
 
 from __future__ import annotations
 
@@ -187,8 +188,9 @@ def train_dual_adapter(
             else:
                 ref = logps[:0].detach()
             ref_chosen, ref_rejected = ref[: len(pi)], ref[len(pi) : 2 * len(pi)]
-            memory_ref_nll = torch.cat([torch.zeros(len(pi), device=logps.device), -ref[2 * len(pi) :] / counts[2 * len(pi) :].clamp(min=1)]) if anchored else None
             nll = -torch.cat([chosen / counts[: len(pi)].clamp(min=1), mem / counts[2 * len(pi) :].clamp(min=1)])
+            # the base's mean token NLL of each memory row (pair rows' entries are not read)
+            memory_ref_nll = torch.cat([zeros.new_zeros(len(pi)), -ref[2 * len(pi) :] / counts[2 * len(pi) :].clamp(min=1)]) if anchored else None
             out = dual_channel_loss(
                 torch.cat([chosen, zeros]), torch.cat([rejected, zeros]), torch.cat([ref_chosen, zeros]), torch.cat([ref_rejected, zeros]),
                 nll,
