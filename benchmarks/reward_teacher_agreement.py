@@ -12,6 +12,7 @@ pair of the window:
 - pairwise accuracy on same-prompt teacher pairs with a scalar gap >= 0.1 (the issue's measure), with
   its standard error;
 - Pearson correlation of the scalar and of each dimension with the teacher;
+- the accuracy on each day's pairs, so a day that disagrees with the rest shows;
 - ECE / MCE / Brier of the calibrated P(preferred) with the temperature cross-fitted: each fold's
   pairs get the T fitted on the other folds' out-of-fold pairs, so no pair calibrates itself.
 
@@ -61,7 +62,7 @@ def window_labels(cfg, date: str | None) -> tuple[pd.DataFrame, list[str]]:
         sys.exit(f"no teacher_labels under {store.root}; run `make run` first")
     date = date or days[-1]
     refs = store.window("teacher_labels", date, cfg.reward_model.window_days)
-    frames = [pd.read_parquet(r.file(r.manifest["table"])) for r in refs]
+    frames = [pd.read_parquet(r.file(r.manifest["table"])).assign(day=r.partition) for r in refs]
     return pd.concat(frames, ignore_index=True), [r.partition for r in refs]
 
 
@@ -149,6 +150,10 @@ def main() -> None:
             flush=True,
         )
         print("                  Pearson per dimension: " + ", ".join(f"{d} {corr(v)}" for d, v in dims.items()), flush=True)
+        first, second = labels["day"].to_numpy()[pairs[:, 0]], labels["day"].to_numpy()[pairs[:, 1]]
+        day = np.where(first == second, first, "across days")  # a prompt may come back on later days
+        print("                  accuracy by day: " + ", ".join(
+            f"{d} {pairwise_accuracy(pairs[day == d], scores['scalar']):.1%} of {int((day == d).sum())}" for d in [*days, "across days"] if (day == d).any()), flush=True)
 
 
 if __name__ == "__main__":
