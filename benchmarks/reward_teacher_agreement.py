@@ -128,6 +128,9 @@ def main() -> None:
     fold = prompt_folds(labels["prompt_id"], args.folds, args.seed)
     pairs = same_prompt_pairs(labels["prompt_id"].to_numpy(), labels["scalar"].to_numpy(np.float64), PAIR_GAP)
     teacher_vec = vector_matrix(labels["vector"], base.dimension_names)
+    label_day = labels["day"].to_numpy()
+    pair_day = np.where(label_day[pairs[:, 0]] == label_day[pairs[:, 1]], label_day[pairs[:, 0]], "across days")  # a prompt may come back on later days
+    day_groups = [d for d in [*days, "across days"] if (pair_day == d).any()]
     print(f"{len(labels)} labels of {labels['prompt_id'].nunique()} prompts ({', '.join(days)}), {len(pairs)} teacher pairs with a gap >= {PAIR_GAP}; {args.folds} prompt folds", flush=True)
 
     for i, (name, overrides) in enumerate(variants.items()):
@@ -150,10 +153,8 @@ def main() -> None:
             flush=True,
         )
         print("                  Pearson per dimension: " + ", ".join(f"{d} {corr(v)}" for d, v in dims.items()), flush=True)
-        first, second = labels["day"].to_numpy()[pairs[:, 0]], labels["day"].to_numpy()[pairs[:, 1]]
-        day = np.where(first == second, first, "across days")  # a prompt may come back on later days
         print("                  accuracy by day: " + ", ".join(
-            f"{d} {pairwise_accuracy(pairs[day == d], scores['scalar']):.1%} of {int((day == d).sum())}" for d in [*days, "across days"] if (day == d).any()), flush=True)
+            f"{d} {pairwise_accuracy(pairs[pair_day == d], scores['scalar']):.1%} of {int((pair_day == d).sum())}" for d in day_groups), flush=True)
 
 
 if __name__ == "__main__":

@@ -188,9 +188,10 @@ def train_dual_adapter(
             else:
                 ref = logps[:0].detach()
             ref_chosen, ref_rejected = ref[: len(pi)], ref[len(pi) : 2 * len(pi)]
-            nll = -torch.cat([chosen / counts[: len(pi)].clamp(min=1), mem / counts[2 * len(pi) :].clamp(min=1)])
+            tokens = counts.clamp(min=1)
+            nll = -torch.cat([chosen / tokens[: len(pi)], mem / tokens[2 * len(pi) :]])
             # the base's mean token NLL of each memory row (pair rows' entries are not read)
-            memory_ref_nll = torch.cat([zeros.new_zeros(len(pi)), -ref[2 * len(pi) :] / counts[2 * len(pi) :].clamp(min=1)]) if anchored else None
+            memory_ref_nll = torch.cat([zeros.new_zeros(len(pi)), -ref[2 * len(pi) :] / tokens[2 * len(pi) :]]) if anchored else None
             out = dual_channel_loss(
                 torch.cat([chosen, zeros]), torch.cat([rejected, zeros]), torch.cat([ref_chosen, zeros]), torch.cat([ref_rejected, zeros]),
                 nll,
