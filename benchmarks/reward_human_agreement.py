@@ -92,6 +92,7 @@ def main() -> None:
     ap.add_argument("--max-length", type=int, default=None)
     ap.add_argument("--learning-rate", type=float, default=None, help="encoder learning rate (default: the config's)")
     ap.add_argument("--finetune", choices=["full", "lora", "frozen"], default=None, help="how the backbone trains (default: the config's)")
+    ap.add_argument("--length-feature", choices=["on", "off"], default=None, help="heads also read the sequence's log length (default: the config's)")
     ap.add_argument("--baseline", action="store_true", help="also train a frozen backbone (heads only) first, for the ratio")
     ap.add_argument("--plot", type=Path, default=ROOT / "docs" / "plots" / "reward_human_agreement.png")
     args = ap.parse_args()
@@ -116,6 +117,8 @@ def main() -> None:
         overrides["learning_rate"] = args.learning_rate
     if args.finetune:
         overrides["backbone"] = {"finetune": args.finetune}
+    if args.length_feature:
+        overrides["length_feature"] = args.length_feature == "on"
     results = []
     if args.baseline:
         frozen = load_config(root=ROOT, overrides={"reward_model": {**overrides, "backbone": {"finetune": "frozen"}, "uncertainty": {"method": "none"}}})

@@ -287,6 +287,7 @@ class RewardModelConfig(_Frozen):
     uncertainty: UncertaintyConfig
     human_preferences: bool = True  # train on the human_preferences pairs of the window too
     dropout: float = Field(ge=0.0, lt=1.0)
+    length_feature: bool = False  # heads also read log(real tokens): see reward_model.RewardNet
 
 
 class PreferencesConfig(_Frozen):

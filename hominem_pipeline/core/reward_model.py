@@ -84,28 +84,37 @@ def backbone_kind(config: Any) -> str:
 
 
 class RewardNet(nn.Module):
-    """Backbone -> pooling -> four heads with `members` outputs each. Bounded outputs match the label ranges."""
+    """Backbone -> pooling -> four heads with `members` outputs each. Bounded outputs match the label ranges.
 
-    def __init__(self, backbone: nn.Module, n_dims: int, *, members: int = 1, pooling: str = "mean", dropout: float = 0.1):
+    With `length_feature` the heads also read log(number of real tokens) next to the pooled vector: mean
+    pooling averages length away, and within one prompt (same prompt tokens) it is the reply's length, which
+    LLM judges weigh (their verbosity bias)."""
+
+    def __init__(self, backbone: nn.Module, n_dims: int, *, members: int = 1, pooling: str = "mean", dropout: float = 0.1, length_feature: bool = False):
         super().__init__()
         if pooling not in ("mean", "last"):
             raise ValueError(f"pooling {pooling!r}: use mean or last")
-        hidden = backbone.config.hidden_size
         self.backbone = backbone
-        self.n_dims, self.members, self.pooling = n_dims, members, pooling
+        self.n_dims, self.members, self.pooling, self.length_feature = n_dims, members, pooling, length_feature
+        self.feature_size = backbone.config.hidden_size + int(length_feature)  # what the heads read
         self.dropout = nn.Dropout(dropout)
-        self.vector_head = nn.Linear(hidden, members * n_dims)
-        self.scalar_head = nn.Linear(hidden, members)
-        self.intensity_head = nn.Linear(hidden, members)
-        self.safety_head = nn.Linear(hidden, members)
+        self.vector_head = nn.Linear(self.feature_size, members * n_dims)
+        self.scalar_head = nn.Linear(self.feature_size, members)
+        self.intensity_head = nn.Linear(self.feature_size, members)
+        self.safety_head = nn.Linear(self.feature_size, members)
 
     def pooled(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(B, feature_size): the pooled hidden state, then log(real tokens) with `length_feature`."""
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        n_real = attention_mask.sum(1).clamp(min=1)
         if self.pooling == "last":  # right-padded: the last real token has seen the whole text
-            last = attention_mask.sum(1).clamp(min=1) - 1
-            return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
-        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-        return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+            pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), n_real - 1]
+        else:
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / n_real.unsqueeze(-1).to(hidden.dtype)
+        if not self.length_feature:
+            return pooled
+        return torch.cat([pooled, n_real.to(pooled.dtype).log().unsqueeze(-1)], dim=-1)
 
     def heads(self, pooled: torch.Tensor) -> dict[str, torch.Tensor]:
         """Per member: vector (B, M, D), scalar / reward_intensity / safety_score (B, M)."""
@@ -264,7 +273,8 @@ class RewardModel:
         metadata = json.loads((path / METADATA).read_text())
         backbone, tokenizer = load_backbone(path / BACKBONE_DIR)
         bb = metadata.get("backbone") or {}
-        net = RewardNet(backbone, len(metadata["dimensions"]), members=int(metadata.get("members", 1)), pooling=bb.get("pooling", "mean"), dropout=float(metadata.get("dropout", 0.1)))
+        net = RewardNet(backbone, len(metadata["dimensions"]), members=int(metadata.get("members", 1)), pooling=bb.get("pooling", "mean"),
+                        dropout=float(metadata.get("dropout", 0.1)), length_feature=bool(metadata.get("length_feature", False)))
         missing = net.load_state_dict(load_file(str(path / HEADS)), strict=False)
         if missing.unexpected_keys or any(not k.startswith("backbone.") for k in missing.missing_keys):
             raise ValueError(f"{path / HEADS} does not match the model: {missing}")
@@ -497,7 +507,7 @@ def _bootstrap(n_groups: int, members: int, rng: np.random.Generator) -> np.ndar
 
 def _pooled_all(net: RewardNet, encoded: list[list[int]], batch_size: int, pad: int) -> torch.Tensor:
     """The backbone's pooled vector for every encoded sequence, as it is now (eval mode)."""
-    out = torch.zeros(len(encoded), net.backbone.config.hidden_size)
+    out = torch.zeros(len(encoded), net.feature_size)
     net.eval()
     progress = Progress("reward model backbone pass", len(encoded), log, unit="sequences") if len(encoded) > 256 else None
     with torch.inference_mode():
@@ -651,7 +661,7 @@ def train_reward_model(
     kind = backbone_kind(backbone.config) if cfg.backbone.kind == "auto" else cfg.backbone.kind
     pooling = cfg.backbone.pooling if cfg.backbone.pooling != "auto" else ("last" if kind == "decoder" else "mean")
     members = cfg.uncertainty.members if cfg.uncertainty.method == "ensemble" else 1
-    net = RewardNet(_wrap_backbone(backbone, cfg), len(dimensions), members=members, pooling=pooling, dropout=cfg.dropout)
+    net = RewardNet(_wrap_backbone(backbone, cfg), len(dimensions), members=members, pooling=pooling, dropout=cfg.dropout, length_feature=cfg.length_feature)
     data = TrainingSet.build(tokenizer, examples, human_pairs, dimensions, cfg)
     train_groups, val_groups = data.split(cfg.val_fraction, seed)
     if len(val_groups) == 0:
@@ -667,7 +677,7 @@ def train_reward_model(
         rationale_targets = _rationale_targets(net, tokenizer, list(examples["rationale"].fillna("")), cfg.max_length, cfg.batch_size)
         has_rationale = torch.zeros(len(data.encoded), dtype=torch.bool)  # per sequence: human replies have none
         has_rationale[: data.labeled] = torch.tensor(examples["rationale"].fillna("").str.strip().astype(bool).to_numpy())
-        rationale_head = nn.Linear(net.backbone.config.hidden_size, net.backbone.config.hidden_size)
+        rationale_head = nn.Linear(net.feature_size, net.feature_size)
 
     # A frozen backbone gives every sequence the same pooled vector in every epoch: computed once.
     frozen = _pooled_all(net, data.encoded, cfg.batch_size, pad_id(tokenizer)) if cfg.backbone.finetune == "frozen" else None
@@ -845,6 +855,7 @@ def train_reward_model(
         "normalisation": "none: heads are bounded to the label ranges (tanh for vector and scalar, sigmoid for intensity and safety)",
         "max_length": cfg.max_length,
         "backbone": {"source": str(backbone_path), "kind": kind, "pooling": pooling, "finetune": cfg.backbone.finetune},
+        "length_feature": cfg.length_feature,
         "members": members,
         "dropout": cfg.dropout,
         "uncertainty": {"method": cfg.uncertainty.method, "mc_samples": cfg.uncertainty.mc_samples},  # members: above

@@ -156,7 +156,7 @@ def test_preferences_are_calibrated_and_complementary(trained):
     # temperature does not collapse to certainty (maximum likelihood would give T -> 0 and p = 1).
     assert p < 0.95
     [a, b] = model.score([prompt, prompt], [kind, curt])
-    assert model.probability(a.scalar - b.scalar) == pytest.approx(p, abs=1e-9)  # from scores already computed
+    assert model.probability(a.scalar - b.scalar) == pytest.approx(p, abs=1e-6)  # from scores already computed (float32)
 
 
 def toy_human_pairs(n: int = 10) -> pd.DataFrame:
@@ -252,6 +252,40 @@ def test_frozen_backbone_trains_only_the_heads(tiny_encoder, tmp_path):
     after = RewardModel.load(tmp_path).net.backbone.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert history[-1]["train_mse_vector"] < history[0]["train_mse_vector"]
+
+
+def length_labels(n_prompts: int = 6) -> pd.DataFrame:
+    """The same sentence once or four times over: longer scores higher. Mean pooling all but averages the
+    difference away; the length feature carries it."""
+    rows = []
+    for i in range(n_prompts):
+        for reply, value in [("That sounds hard. " * 4, 0.6), ("That sounds hard. ", -0.6)]:
+            rows.append({
+                "prompt_id": f"p{i}", "prompt": f"My week went badly, number {i}.", "response": reply.strip(),
+                "vector": {d: value for d in DIMS}, "scalar": value, "reward_intensity": 0.5, "safety_score": 0.9,
+            })
+    return pd.DataFrame(rows)
+
+
+def test_length_feature_gives_the_heads_the_reply_length(tiny_encoder, tmp_path):
+    from transformers import AutoModel
+
+    net = RewardNet(AutoModel.from_pretrained(tiny_encoder), n_dims=3, length_feature=True)
+    assert net.feature_size == net.backbone.config.hidden_size + 1 and net.scalar_head.in_features == net.feature_size
+    ids = torch.ones((2, 6), dtype=torch.long)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 0, 0]])
+    pooled = net.eval().pooled(ids, mask)
+    torch.testing.assert_close(pooled[:, -1], torch.tensor([6.0, 2.0]).log())  # padding does not count
+
+    cfg = small_cfg(epochs=12, early_stopping_patience=12, length_feature=True, backbone={"finetune": "frozen"}, head_learning_rate=0.05)
+    train_reward_model(length_labels(), dimensions=DIMS, backbone_path=tiny_encoder, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20")
+    rm = RewardModel.load(tmp_path)
+    assert rm.metadata["length_feature"] is True and rm.net.length_feature
+    prompts, replies = ["My week went badly, number 9."] * 2, ["That sounds hard. " * 4, "That sounds hard."]
+    long_, short = rm.score(prompts, replies)
+    assert long_.scalar > short.scalar
+    assert (rm.net.scalar_head.weight[:, -1] > 0).all()  # every member learned "longer is better" from the feature
+    assert RewardModel.load(tmp_path).score(prompts, replies) == [long_, short]
 
 
 def test_rationale_auxiliary_target_is_learned(tiny_encoder, tmp_path):
