@@ -88,7 +88,8 @@ class RewardNet(nn.Module):
 
     With `length_feature` the heads also read log(number of real tokens) next to the pooled vector: mean
     pooling averages length away, and within one prompt (same prompt tokens) it is the reply's length, which
-    LLM judges weigh (their verbosity bias)."""
+    LLM judges weigh (their verbosity bias). A sequence cut to max_length reads max_length: size max_length
+    so that prompt and reply fit."""
 
     def __init__(self, backbone: nn.Module, n_dims: int, *, members: int = 1, pooling: str = "mean", dropout: float = 0.1, length_feature: bool = False):
         super().__init__()
