@@ -320,7 +320,7 @@ class RewardModel:
         def gaps(net: RewardNet, idx: np.ndarray) -> np.ndarray:
             ps = [prompts[i] for i in idx]
             raw = self.raw_scores(ps + ps, [a[i] for i in idx] + [b[i] for i in idx], batch_size, net=net)
-            values = raw["scalar"] if column is None else raw["vector"][:, column]
+            values = (raw["scalar"] if column is None else raw["vector"][:, column]).astype(np.float64)  # exact gaps of float32 scores
             return values[: len(idx)] - values[len(idx) :]
 
         out = gaps(self.net, np.arange(len(prompts)))

@@ -156,7 +156,7 @@ def test_preferences_are_calibrated_and_complementary(trained):
     # temperature does not collapse to certainty (maximum likelihood would give T -> 0 and p = 1).
     assert p < 0.95
     [a, b] = model.score([prompt, prompt], [kind, curt])
-    assert model.probability(a.scalar - b.scalar) == pytest.approx(p, abs=1e-6)  # from scores already computed (float32)
+    assert model.probability(a.scalar - b.scalar) == pytest.approx(p, abs=1e-9)  # from scores already computed
 
 
 def toy_human_pairs(n: int = 10) -> pd.DataFrame:
