@@ -17,8 +17,9 @@ pair of the window:
   pairs get the T fitted on the other folds' out-of-fold pairs, so no pair calibrates itself.
 
 Each `--variant NAME=JSON` (reward_model settings overlaid on the config) runs in the same process, on
-the same folds; the default list compares the configured model with a frozen encoder (heads only) and
-a frozen student backbone (the local judge's own network).
+the same folds; the default list compares the configured model with a frozen encoder (heads only), a
+frozen student backbone (the local judge's own network) and that network reading the exchange in the
+judge's frame with ridge heads (`config/reward/judge_frame.yaml`).
 
     .venv/bin/python benchmarks/reward_teacher_agreement.py                       # latest day in data/
     .venv/bin/python benchmarks/reward_teacher_agreement.py --variant default={} --folds 8
@@ -47,11 +48,14 @@ from hominem_pipeline.core.models import reward_backbone  # noqa: E402
 from hominem_pipeline.core.reward_model import PAIR_GAP, RewardModel, pairwise_accuracy, train_reward_model  # noqa: E402
 from hominem_pipeline.core.schema import vector_matrix  # noqa: E402
 from hominem_pipeline.core.stats import pearson  # noqa: E402
+from hominem_pipeline.core.teacher import rubric_system  # noqa: E402
 
 DEFAULT_VARIANTS = {
     "configured": {},
     "frozen encoder": {"backbone": {"finetune": "frozen"}, "epochs": 30, "early_stopping_patience": 5},
     "frozen student": {"backbone": {"path": "student", "finetune": "frozen"}, "epochs": 30, "early_stopping_patience": 5},
+    # config/reward/judge_frame.yaml: the student reading the exchange in the judge's frame, ridge heads
+    "judge frame": {"backbone": {"path": "student", "finetune": "frozen", "frame": "judge", "pooling": "last_mean"}, "head_fit": "ridge", "max_length": 384},
 }
 
 
@@ -81,12 +85,13 @@ def out_of_fold(name: str, cfg, labels: pd.DataFrame, fold: np.ndarray, folds: i
         with tempfile.TemporaryDirectory() as tmp:
             m = train_reward_model(
                 train, dimensions=cfg.dimension_names, backbone_path=reward_backbone(cfg), cfg=cfg.reward_model,
-                out_dir=Path(tmp), seed=seed + k, data_digest="cross-validation", date="benchmark",
+                out_dir=Path(tmp), seed=seed + k, data_digest="cross-validation", date="benchmark", judge_system=rubric_system(cfg.labeling),
             )
             raw = RewardModel.load(tmp).raw_scores(list(held["prompt"]), list(held["response"]))
         scores["scalar"][fold == k] = raw["scalar"]
         scores["vector"][fold == k] = raw["vector"]
-        print(f"  {name}: fold {k + 1}/{folds} trained on {len(train)} labels, {m['epochs_run']} epochs (best {m['best_epoch']})", flush=True)
+        fitted = f"ridge penalty {m['ridge_alpha']:g}" if "ridge_alpha" in m else f"{m['epochs_run']} epochs (best {m['best_epoch']})"
+        print(f"  {name}: fold {k + 1}/{folds} trained on {len(train)} labels, {fitted}", flush=True)
     return scores, time.monotonic() - started
 
 

@@ -252,8 +252,11 @@ class RewardLoraConfig(LoraConfig):
 class RewardBackboneConfig(_Frozen):
     path: str | None = None  # None: models.encoder; "student": models.student; else a folder or an HF id
     kind: Literal["auto", "encoder", "decoder"] = "auto"
-    pooling: Literal["auto", "mean", "last"] = "auto"  # auto: mean for encoders, the last real token for decoders
+    pooling: Literal["auto", "mean", "last", "last_mean"] = "auto"  # auto: mean for encoders, the last real token for decoders
     finetune: Literal["full", "lora", "frozen"] = "full"
+    # pair: [CLS] prompt [SEP] reply [SEP]. judge: a chat model reads the exchange in the local judge's
+    # frame (its chat template, the judge's system text, "Conversation to judge: User: ... Assistant: ...")
+    frame: Literal["pair", "judge"] = "pair"
     lora: RewardLoraConfig
 
 
@@ -288,6 +291,19 @@ class RewardModelConfig(_Frozen):
     human_preferences: bool = True  # train on the human_preferences pairs of the window too
     dropout: float = Field(ge=0.0, lt=1.0)
     length_feature: bool = False  # heads also read log(real tokens): see reward_model.RewardNet
+    # gradient: heads trained with the losses above, early stopping. ridge: with a frozen backbone, the heads
+    # solved in closed form on standardised features (per member, on its bootstrap), the penalty picked on
+    # the validation split; no pair losses (human pairs then only measure it)
+    head_fit: Literal["gradient", "ridge"] = "gradient"
+    ridge_alphas: list[float] = Field(default_factory=lambda: [1.0, 10.0, 100.0, 1000.0, 10000.0])
+
+    @model_validator(mode="after")
+    def _check(self) -> RewardModelConfig:
+        if self.head_fit == "ridge" and self.backbone.finetune != "frozen":
+            raise ValueError(f"head_fit ridge solves the heads on fixed features: set reward_model.backbone.finetune to frozen (it is {self.backbone.finetune!r}), or use head_fit gradient")
+        if not self.ridge_alphas or min(self.ridge_alphas) <= 0:
+            raise ValueError(f"ridge_alphas {self.ridge_alphas}: give one or more penalties above 0")
+        return self
 
 
 class PreferencesConfig(_Frozen):

@@ -239,6 +239,7 @@ REWARD_MODEL_NAME = "hominem-reward-model"  # in the MLflow model registry; alia
 def build_reward_model(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.models import reward_backbone
     from hominem_pipeline.core.reward_model import DIMENSION_PLOT, METADATA, RELIABILITY_PLOT, train_reward_model
+    from hominem_pipeline.core.teacher import rubric_system
 
     labels = ctx.tables("teacher_labels")
     human = ctx.tables("human_preferences") if ctx.inputs["human_preferences"] else None
@@ -256,6 +257,7 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
         date=ctx.partition,
         human_pairs=human,
         on_epoch=lambda epoch, m: ctx.run.log_metrics(m, step=epoch),
+        judge_system=rubric_system(ctx.cfg.labeling),
     )
     metrics["train_seconds"] = time.monotonic() - started
     return StageOutput(
@@ -534,7 +536,7 @@ STAGES: tuple[StageSpec, ...] = (
         "reward_model",
         "Multi-head reward model (vector, scalar, intensity, safety, uncertainty) trained on the labels and human pairs of a window of days.",
         "3",
-        ("dimensions", "reward_model", "models.encoder", "models.student"),
+        ("dimensions", "reward_model", "models.encoder", "models.student", "labeling.judge_system"),  # judge_system: what frame: judge reads
         (
             Upstream("teacher_labels", lambda c: c.reward_model.window_days),
             Upstream("human_preferences", lambda c: c.reward_model.window_days if c.reward_model.human_preferences else 0, optional=True),

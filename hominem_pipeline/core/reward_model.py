@@ -53,6 +53,10 @@ MC_SEED = 0  # MC dropout masks are seeded so that the same inputs get the same 
 INT8_RECHECK_MARGIN = 0.01
 FEW_VAL_PAIRS = 30  # fewer teacher pairs than this in the validation split: its accuracy is mostly the split's luck
 BUCKET_GROUPS = 64  # training batches are drawn from windows of this many groups sorted by length
+POOLINGS = ("mean", "last", "last_mean")
+STANDARDISATION = ("feature_mean", "feature_std")  # head buffers that models saved before them lack (identity)
+# The local judge's frame around the exchange (`LocalHFTeacher._conversation`), for `frame: judge`.
+JUDGE_FRAME = ("Conversation to judge:\nUser: ", "\nAssistant: ", "\n")
 
 
 @dataclass(frozen=True)
@@ -89,15 +93,21 @@ class RewardNet(nn.Module):
     With `length_feature` the heads also read log(number of real tokens) next to the pooled vector: mean
     pooling averages length away, and within one prompt (same prompt tokens) it is the reply's length, which
     LLM judges weigh (their verbosity bias). A sequence cut to max_length reads max_length: size max_length
-    so that prompt and reply fit."""
+    so that prompt and reply fit.
+
+    Pooling `last_mean` hands the heads both the last real token's state and the mean. The heads read the
+    features standardised by `feature_mean` / `feature_std` (identity unless ridge-fitted heads set them)."""
 
     def __init__(self, backbone: nn.Module, n_dims: int, *, members: int = 1, pooling: str = "mean", dropout: float = 0.1, length_feature: bool = False):
         super().__init__()
-        if pooling not in ("mean", "last"):
-            raise ValueError(f"pooling {pooling!r}: use mean or last")
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling {pooling!r}: use one of {', '.join(POOLINGS)}")
         self.backbone = backbone
         self.n_dims, self.members, self.pooling, self.length_feature = n_dims, members, pooling, length_feature
-        self.feature_size = backbone.config.hidden_size + int(length_feature)  # what the heads read
+        hidden = backbone.config.hidden_size * (2 if pooling == "last_mean" else 1)
+        self.feature_size = hidden + int(length_feature)  # what the heads read
+        self.register_buffer("feature_mean", torch.zeros(self.feature_size))
+        self.register_buffer("feature_std", torch.ones(self.feature_size))
         self.dropout = nn.Dropout(dropout)
         self.vector_head = nn.Linear(self.feature_size, members * n_dims)
         self.scalar_head = nn.Linear(self.feature_size, members)
@@ -108,18 +118,20 @@ class RewardNet(nn.Module):
         """(B, feature_size): the pooled hidden state, then log(real tokens) with `length_feature`."""
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         n_real = attention_mask.sum(1).clamp(min=1)
-        if self.pooling == "last":  # right-padded: the last real token has seen the whole text
-            pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), n_real - 1]
-        else:
+        parts = []
+        if self.pooling in ("last", "last_mean"):  # right-padded: the last real token has seen the whole text
+            parts.append(hidden[torch.arange(hidden.shape[0], device=hidden.device), n_real - 1])
+        if self.pooling in ("mean", "last_mean"):
             mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / n_real.unsqueeze(-1).to(hidden.dtype)
+            parts.append((hidden * mask).sum(1) / n_real.unsqueeze(-1).to(hidden.dtype))
+        pooled = torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
         if not self.length_feature:
             return pooled
         return torch.cat([pooled, n_real.to(pooled.dtype).log().unsqueeze(-1)], dim=-1)
 
     def heads(self, pooled: torch.Tensor) -> dict[str, torch.Tensor]:
         """Per member: vector (B, M, D), scalar / reward_intensity / safety_score (B, M)."""
-        h = self.dropout(pooled)
+        h = self.dropout((pooled - self.feature_mean) / self.feature_std)
         return {
             "vector": torch.tanh(self.vector_head(h)).view(-1, self.members, self.n_dims),
             "scalar": torch.tanh(self.scalar_head(h)),
@@ -152,6 +164,42 @@ def encode_pair(tokenizer: Any, prompt: str, response: str, max_length: int) -> 
     start = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
     sep = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
     return [t for t in (start,) if t is not None] + p + [sep] + r + [sep]
+
+
+def encode_framed(tokenizer: Any, frame: dict[str, str], prompt: str, response: str, max_length: int) -> list[int]:
+    """head + before + prompt + between + response + after, in at most `max_length` tokens, cut as
+    `encode_pair` cuts (the response keeps its start, the prompt its end). `frame` is the METADATA block
+    `judge_frame` builds."""
+    fixed = [tokenizer.encode(frame[k], add_special_tokens=False, verbose=False) for k in ("head", "before", "between", "after")]
+    p = tokenizer.encode(prompt, add_special_tokens=False, verbose=False)
+    r = tokenizer.encode(response, add_special_tokens=False, verbose=False)
+    budget = max_length - sum(len(f) for f in fixed)
+    if budget < 8:
+        raise ValueError(f"reward_model.max_length {max_length} leaves {budget} tokens for the exchange after the judge frame's {max_length - budget}; raise it")
+    r = r[: max(budget - len(p), (3 * budget) // 4)]
+    p = p[max(0, len(p) - (budget - len(r))) :]
+    head, before, between, after = fixed
+    return head + before + p + between + r + after
+
+
+def judge_frame(tokenizer: Any, system: str) -> dict[str, str]:
+    """The local judge's frame for `frame: judge`: the chat template's text up to the user's content
+    (with `system`), then the judge's "Conversation to judge" lines. Stored in METADATA, so a saved
+    model scores as it was trained whatever the config says later."""
+    from hominem_pipeline.core.generation import chat_text
+
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("reward_model.backbone.frame judge needs a backbone with a chat template (a chat model such as the student); use frame: pair")
+    marker = "\x00HOMINEM\x00"
+    before, between, after = JUDGE_FRAME
+    return {"kind": "judge", "head": chat_text(tokenizer, marker, system).split(marker)[0], "before": before, "between": between, "after": after}
+
+
+def make_encoder(tokenizer: Any, frame: dict[str, str] | None, max_length: int) -> Callable[[str, str], list[int]]:
+    """(prompt, response) -> token ids, as the model was trained to read them."""
+    if frame is None:
+        return lambda p, r: encode_pair(tokenizer, p, r, max_length)
+    return lambda p, r: encode_framed(tokenizer, frame, p, r, max_length)
 
 
 def pad_id(tokenizer: Any) -> int:
@@ -254,6 +302,7 @@ class RewardModel:
         self.uncertainty_method: str = uncertainty.get("method", "none")
         self.mc_samples: int = int(uncertainty.get("mc_samples", 0))
         self.exact_net: RewardNet | None = None  # the fp32 network when `net` runs in int8
+        self._encode = make_encoder(tokenizer, metadata.get("frame"), self.max_length)
 
     @classmethod
     def load(cls, path: str | Path, quantize: str | None = None) -> RewardModel:
@@ -277,7 +326,7 @@ class RewardModel:
         net = RewardNet(backbone, len(metadata["dimensions"]), members=int(metadata.get("members", 1)), pooling=bb.get("pooling", "mean"),
                         dropout=float(metadata.get("dropout", 0.1)), length_feature=bool(metadata.get("length_feature", False)))
         missing = net.load_state_dict(load_file(str(path / HEADS)), strict=False)
-        if missing.unexpected_keys or any(not k.startswith("backbone.") for k in missing.missing_keys):
+        if missing.unexpected_keys or any(not k.startswith("backbone.") and k not in STANDARDISATION for k in missing.missing_keys):
             raise ValueError(f"{path / HEADS} does not match the model: {missing}")
         model = cls(net, tokenizer, metadata)
         if quantize == "int8":
@@ -336,7 +385,7 @@ class RewardModel:
         return self.dimensions.index(dimension)
 
     def encode(self, prompts: Sequence[str], responses: Sequence[str]) -> list[list[int]]:
-        return [encode_pair(self.tokenizer, p, r, self.max_length) for p, r in zip(prompts, responses)]
+        return [self._encode(p, r) for p, r in zip(prompts, responses)]
 
     def _mc_passes(self, net: RewardNet, ids: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
         """Standard deviation of `net`'s member-mean outputs over `mc_samples` passes with dropout on."""
@@ -424,10 +473,10 @@ class TrainingSet:
     pair_human: np.ndarray  # (k,) bool
 
     @classmethod
-    def build(cls, tokenizer: Any, labels: pd.DataFrame, human: pd.DataFrame | None, dimensions: list[str], cfg: RewardModelConfig) -> TrainingSet:
+    def build(cls, encode: Callable[[str, str], list[int]], labels: pd.DataFrame, human: pd.DataFrame | None, dimensions: list[str], cfg: RewardModelConfig) -> TrainingSet:
         from hominem_pipeline.core.calibration import same_prompt_pairs
 
-        encoded = [encode_pair(tokenizer, p, r, cfg.max_length) for p, r in zip(labels["prompt"], labels["response"])]
+        encoded = [encode(p, r) for p, r in zip(labels["prompt"], labels["response"])]
         n = len(labels)
         vec = vector_matrix(labels["vector"], dimensions, np.float32)
         targets = {
@@ -443,7 +492,7 @@ class TrainingSet:
         if human is not None and len(human):
             start, g0 = len(encoded), len(names)
             for prompt, chosen, rejected in zip(human["prompt"], human["chosen"], human["rejected"]):
-                encoded += [encode_pair(tokenizer, prompt, chosen, cfg.max_length), encode_pair(tokenizer, prompt, rejected, cfg.max_length)]
+                encoded += [encode(prompt, chosen), encode(prompt, rejected)]
             h = len(human)
             group_of = np.concatenate([group_of, np.repeat(np.arange(g0, g0 + h), 2)])
             chosen_idx = start + 2 * np.arange(h)
@@ -523,6 +572,73 @@ def _rationale_targets(net: RewardNet, tokenizer: Any, rationales: Sequence[str]
     """The untrained backbone's pooled embedding of each rationale: what the auxiliary head predicts."""
     encoded = [tokenizer.encode(r or "", add_special_tokens=True, truncation=True, max_length=max_length) or [pad_id(tokenizer)] for r in rationales]
     return _pooled_all(net, encoded, batch_size, pad_id(tokenizer))
+
+
+def standardise(net: RewardNet, features: torch.Tensor) -> None:
+    """Set the heads' input standardisation to the mean and spread of `features` (constant ones kept as is)."""
+    std = features.std(0, unbiased=False)
+    net.feature_mean.copy_(features.mean(0))
+    net.feature_std.copy_(torch.where(std > 1e-6, std, torch.ones_like(std)))
+
+
+def ridge_design(net: RewardNet, features: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
+    """(n, F + 1) float64: the standardised features of `rows`, then a column of ones (the intercept)."""
+    x = ((features[torch.as_tensor(rows)] - net.feature_mean) / net.feature_std).double()
+    return torch.cat([x, torch.ones(len(rows), 1, dtype=torch.float64)], 1)
+
+
+def ridge_targets(targets: dict[str, torch.Tensor], rows: np.ndarray) -> torch.Tensor:
+    """(n, D + 3) float64: the labels of `rows` before the heads' squashing (atanh for the vector and the
+    scalar, logit for intensity and safety), clipped just inside the ranges."""
+    idx = torch.as_tensor(rows)
+    unit = lambda k: torch.logit(targets[k][idx].double().clamp(0.005, 0.995)).unsqueeze(1)  # noqa: E731
+    return torch.cat([torch.atanh(targets["vector"][idx].double().clamp(-0.995, 0.995)),
+                      torch.atanh(targets["scalar"][idx].double().clamp(-0.995, 0.995)).unsqueeze(1), unit("reward_intensity"), unit("safety_score")], 1)
+
+
+def ridge_solve(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, alpha: float) -> torch.Tensor:
+    """(F + 1, outputs): argmin sum_i w_i |y_i - x_i B|^2 + alpha |B without its last (intercept) row|^2."""
+    penalty = torch.full((x.shape[1],), float(alpha), dtype=torch.float64)
+    penalty[-1] = 1e-9
+    return torch.linalg.solve(x.T @ (w.unsqueeze(1) * x) + torch.diag(penalty), x.T @ (w.unsqueeze(1) * y))
+
+
+def _squash(pre: torch.Tensor, n_dims: int) -> torch.Tensor:
+    """Ridge outputs (n, D + 3) through the heads' own squashing."""
+    return torch.cat([torch.tanh(pre[:, : n_dims + 1]), torch.sigmoid(pre[:, n_dims + 1 :])], 1)
+
+
+def choose_ridge_alpha(x: torch.Tensor, y: torch.Tensor, groups: np.ndarray, alphas: Sequence[float], output_weights: torch.Tensor, seed: int,
+                       folds: int = 5) -> tuple[float, dict[float, float]]:
+    """The penalty with the least weighted squared error (in the labels' ranges) over `folds` folds of
+    the prompts of `x`: one validation split of a few prompts picks it too noisily. Also every penalty's error."""
+    names = np.random.default_rng(seed).permutation(np.unique(groups))
+    fold = {g: i % folds for i, g in enumerate(names)}
+    which = np.array([fold[g] for g in groups])
+    n_dims = y.shape[1] - 3
+    truth = _squash(y, n_dims)
+    errors = {}
+    for alpha in alphas:
+        total = 0.0
+        for k in np.unique(which):
+            fit, held = torch.as_tensor(which != k), torch.as_tensor(which == k)
+            coef = ridge_solve(x[fit], y[fit], torch.ones(int(fit.sum()), dtype=torch.float64), alpha)
+            total += float((((_squash(x[held] @ coef, n_dims) - truth[held]) ** 2) * output_weights).sum())
+        errors[float(alpha)] = total / len(y)
+    return min(errors, key=errors.__getitem__), errors
+
+
+def set_ridge_heads(net: RewardNet, coefs: Sequence[torch.Tensor]) -> None:
+    """Load one (F + 1, D + 3) ridge solution per member into the heads."""
+    d = net.n_dims
+    with torch.no_grad():
+        for m, coef in enumerate(coefs):
+            weight, bias = coef[:-1].T.float(), coef[-1].float()
+            net.vector_head.weight[m * d : (m + 1) * d] = weight[:d]
+            net.vector_head.bias[m * d : (m + 1) * d] = bias[:d]
+            for j, head in enumerate((net.scalar_head, net.intensity_head, net.safety_head)):
+                head.weight[m] = weight[d + j]
+                head.bias[m] = bias[d + j]
 
 
 def _wrap_backbone(backbone: nn.Module, cfg: RewardModelConfig) -> nn.Module:
@@ -646,10 +762,12 @@ def train_reward_model(
     date: str,
     human_pairs: pd.DataFrame | None = None,
     on_epoch: Callable[[int, dict[str, float]], None] | None = None,
+    judge_system: str | None = None,
 ) -> dict[str, Any]:
     """Train on labeled examples (columns prompt_id, prompt, response, vector, scalar, reward_intensity,
     safety_score, rationale) and optional human pairs (prompt, chosen, rejected); save the model to
-    `out_dir`. Returns the final metrics."""
+    `out_dir`. Returns the final metrics. `judge_system`: the judge's system text, which `frame: judge`
+    needs (`teacher.rubric_system`)."""
     from safetensors.torch import save_file
 
     n_human = 0 if human_pairs is None else len(human_pairs)
@@ -663,7 +781,10 @@ def train_reward_model(
     pooling = cfg.backbone.pooling if cfg.backbone.pooling != "auto" else ("last" if kind == "decoder" else "mean")
     members = cfg.uncertainty.members if cfg.uncertainty.method == "ensemble" else 1
     net = RewardNet(_wrap_backbone(backbone, cfg), len(dimensions), members=members, pooling=pooling, dropout=cfg.dropout, length_feature=cfg.length_feature)
-    data = TrainingSet.build(tokenizer, examples, human_pairs, dimensions, cfg)
+    if cfg.backbone.frame == "judge" and not judge_system:
+        raise ValueError("reward_model.backbone.frame judge needs the judge's system text (train_reward_model(judge_system=...))")
+    frame = judge_frame(tokenizer, judge_system) if cfg.backbone.frame == "judge" else None
+    data = TrainingSet.build(make_encoder(tokenizer, frame, cfg.max_length), examples, human_pairs, dimensions, cfg)
     train_groups, val_groups = data.split(cfg.val_fraction, seed)
     if len(val_groups) == 0:
         raise ValueError("reward model validation split is empty: the data covers a single prompt; label more prompts")
@@ -674,7 +795,9 @@ def train_reward_model(
     val_pairs = data.pairs_within(val_seqs)
 
     rationale_head = None
-    if cfg.rationale_weight > 0 and data.labeled and "rationale" in examples:
+    if cfg.head_fit == "ridge" and (n_human or cfg.rationale_weight > 0):
+        log.warning("head_fit ridge fits the heads to the teacher's labels only: the %d human pairs only measure the model, and the rationale target is not used", n_human)
+    if cfg.rationale_weight > 0 and cfg.head_fit == "gradient" and data.labeled and "rationale" in examples:
         rationale_targets = _rationale_targets(net, tokenizer, list(examples["rationale"].fillna("")), cfg.max_length, cfg.batch_size)
         has_rationale = torch.zeros(len(data.encoded), dtype=torch.bool)  # per sequence: human replies have none
         has_rationale[: data.labeled] = torch.tensor(examples["rationale"].fillna("").str.strip().astype(bool).to_numpy())
@@ -771,9 +894,30 @@ def train_reward_model(
     best_full: dict[str, np.ndarray] = {}
     best_metrics: dict[str, Any] = {}
     history = []
+    if cfg.head_fit == "ridge":
+        train_labeled = np.concatenate([data.groups[g] for g in train_groups]) if len(train_groups) else np.zeros(0, np.int64)
+        train_labeled = np.sort(train_labeled[train_labeled < data.labeled])
+        if len(train_labeled) < 2:
+            raise ValueError(f"head_fit ridge needs labeled examples in the training split, got {len(train_labeled)}; label more prompts")
+        standardise(net, frozen[torch.as_tensor(train_labeled)])
+        x, y = ridge_design(net, frozen, train_labeled), ridge_targets(data.targets, train_labeled)
+        output_weights = torch.tensor([w.vector / len(dimensions)] * len(dimensions) + [w.scalar, w.intensity, w.safety], dtype=torch.float64)
+        alpha, errors = choose_ridge_alpha(x, y, data.group_of[train_labeled], cfg.ridge_alphas, output_weights, seed)
+        for step, (a, err) in enumerate(errors.items(), 1):
+            history.append({"epoch": step, "ridge_alpha": a, "ridge_cv_error": err})
+            if on_epoch:
+                on_epoch(step, {"ridge_alpha": a, "ridge_cv_error": err})
+        log.info("reward model ridge heads: penalty %g chosen by cross-validation over the training prompts (errors %s)", alpha,
+                 ", ".join(f"{a:g}: {e:.4f}" for a, e in errors.items()))
+        set_ridge_heads(net, [ridge_solve(x, y, seq_boot[torch.as_tensor(train_labeled), m].double(), alpha) for m in range(members)])
+        best_full = predict_val()
+        best_metrics = {"ridge_alpha": alpha, **evaluate(best_full)}
+        best_epoch = list(errors).index(alpha) + 1
+        best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+    epochs = cfg.epochs if cfg.head_fit == "gradient" else 0  # ridge: solved above
     steps_per_epoch = len(data.batches(train_groups, cfg.batch_size, np.random.default_rng(0)))
-    progress = Progress("reward model training", cfg.epochs * steps_per_epoch, log, unit="steps")
-    for epoch in range(1, cfg.epochs + 1):
+    progress = Progress("reward model training", epochs * steps_per_epoch, log, unit="steps") if epochs else None
+    for epoch in range(1, epochs + 1):
         net.train()
         running: dict[str, float] = {}
         counts: dict[str, int] = {}
@@ -800,7 +944,7 @@ def train_reward_model(
             for k, v in parts.items():
                 running[k] = running.get(k, 0.0) + v.item() * len(batch)
                 counts[k] = counts.get(k, 0) + len(batch)
-            progress.advance(1, epoch=epoch, loss=f"{loss.item():.4f}")
+            progress.advance(1, epoch=epoch, loss=f"{loss.item():.4f}")  # type: ignore[union-attr]
         metrics = {("train_mse_" if k in weights else "train_loss_") + k: running[k] / counts[k] for k in running}
         full = predict_val()
         metrics.update(evaluate(full))
@@ -856,6 +1000,8 @@ def train_reward_model(
         "normalisation": "none: heads are bounded to the label ranges (tanh for vector and scalar, sigmoid for intensity and safety)",
         "max_length": cfg.max_length,
         "backbone": {"source": str(backbone_path), "kind": kind, "pooling": pooling, "finetune": cfg.backbone.finetune},
+        "frame": frame,
+        "head_fit": cfg.head_fit,
         "length_feature": cfg.length_feature,
         "members": members,
         "dropout": cfg.dropout,

@@ -123,6 +123,11 @@ def expected_score_to_label_value(key: str, expected: float) -> float:
     return 2.0 * unit - 1.0
 
 
+def rubric_system(labeling: LabelingConfig) -> str:
+    """The local judge's system text for its rubric questions (a reward model with `frame: judge` reads it too)."""
+    return f"{labeling.judge_system} Answer with a single digit from {RUBRIC_MIN} to {RUBRIC_MAX}."
+
+
 def trajectory_id(prompt_id: str, candidate_index: int, seed: int) -> str:
     return f"{prompt_id}-c{candidate_index}-{fingerprint([seed, prompt_id, candidate_index], 8)}"
 
@@ -213,7 +218,7 @@ class LocalHFTeacher(Teacher):
         """
         import torch
 
-        head, tail = self._split_chat(f"{self.labeling.judge_system} Answer with a single digit from {RUBRIC_MIN} to {RUBRIC_MAX}.")
+        head, tail = self._split_chat(rubric_system(self.labeling))
         suffix_ids = [self.tokenizer.encode(f"\nQuestion: {q.text}{tail}Rating: ", add_special_tokens=False) for q in self.questions]
         n_q = len(suffix_ids)
         s_len = max(len(x) for x in suffix_ids)

@@ -8,7 +8,7 @@ import torch
 
 from hominem_pipeline.core.calibration import same_prompt_pairs
 from hominem_pipeline.core.config import load_config
-from hominem_pipeline.core.reward_model import RewardModel, RewardNet, TrainingSet, encode_pair, pairwise_accuracy, train_reward_model
+from hominem_pipeline.core.reward_model import RewardModel, RewardNet, TrainingSet, encode_pair, pad_batch, pairwise_accuracy, train_reward_model
 from hominem_pipeline_tests.conftest import REPO
 
 DIMS = ["empathy", "curiosity", "harm_avoidance"]
@@ -129,7 +129,8 @@ def test_split_keeps_prompts_whole_and_pairwise_accuracy_counts_pairs(tiny_encod
 
     frame = pd.DataFrame({"prompt_id": ["a", "a", "b", "b", "c", "c"], "prompt": ["q"] * 6, "response": ["r"] * 6, "vector": [{d: 0.0 for d in DIMS}] * 6,
                           "scalar": [0.0] * 6, "reward_intensity": [0.5] * 6, "safety_score": [0.5] * 6})
-    data = TrainingSet.build(AutoTokenizer.from_pretrained(tiny_encoder), frame, None, DIMS, small_cfg())
+    tokenizer = AutoTokenizer.from_pretrained(tiny_encoder)
+    data = TrainingSet.build(lambda p, r: encode_pair(tokenizer, p, r, 48), frame, None, DIMS, small_cfg())
     train_groups, val_groups = data.split(0.34, seed=0)
     train = np.concatenate([data.groups[g] for g in train_groups])
     val = np.concatenate([data.groups[g] for g in val_groups])
@@ -353,3 +354,41 @@ def test_backbone_setting_names_the_encoder_the_student_a_folder_or_a_hub_id(tin
         reward_backbone(with_path(str(tmp_path / "empty")))
     with pytest.raises(ModelNotAvailable, match="neither a folder"):
         reward_backbone(with_path("no/such/thing"))
+
+
+def test_judge_frame_and_ridge_heads(tiny_student, tmp_path):
+    """frame: judge reads the exchange as the local judge does; head_fit: ridge solves the heads in closed
+    form on standardised frozen features, the penalty chosen on the validation split."""
+    from sklearn.linear_model import Ridge
+
+    cfg = small_cfg(max_length=96, head_fit="ridge", ridge_alphas=[0.1, 10.0], length_feature=True, uncertainty={"method": "none", "members": 1, "mc_samples": 2},
+                    backbone={"finetune": "frozen", "frame": "judge", "pooling": "last_mean"})
+    with pytest.raises(ValueError, match="needs the judge's system text"):
+        train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20")
+    history = []
+    metrics = train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20",
+                                 judge_system="You are a fair judge.", on_epoch=lambda e, m: history.append(m))
+    assert [h["ridge_alpha"] for h in history] == [0.1, 10.0] and metrics["ridge_alpha"] in (0.1, 10.0)
+    rm = RewardModel.load(tmp_path)
+    assert rm.metadata["frame"]["kind"] == "judge" and rm.metadata["head_fit"] == "ridge"
+    assert rm.net.feature_size == 2 * 32 + 1  # last token and mean of a 32-wide model, then the length
+
+    text = rm.tokenizer.decode(rm.encode(["Is it hard?"], ["Yes, a bit."])[0])
+    assert "You are a fair judge." in text and text.endswith("Conversation to judge:\nUser: Is it hard?\nAssistant: Yes, a bit.\n")
+    [cut] = rm.encode(["start " + "filler " * 200 + "LAST QUESTION?"], ["FIRST WORDS " + "more " * 200])
+    cut_text = rm.tokenizer.decode(cut)
+    assert len(cut) <= 96 and "LAST QUESTION?\nAssistant: FIRST WORDS" in cut_text and cut_text.endswith("\n")
+
+    # The scalar head is sklearn's ridge solution of atanh(scalar) on the standardised features of the
+    # training split (one member: every row weighs 1), at the chosen penalty.
+    labels = toy_labels()
+    data = TrainingSet.build(rm._encode, labels, None, DIMS, cfg)
+    train_groups, _ = data.split(cfg.val_fraction, seed=0)
+    rows = np.sort(np.concatenate([data.groups[g] for g in train_groups]))
+    with torch.inference_mode():
+        z = ((rm.net.pooled(*pad_batch(data.encoded, 0)) - rm.net.feature_mean) / rm.net.feature_std).numpy()
+    ref = Ridge(alpha=metrics["ridge_alpha"]).fit(z[rows], np.arctanh(labels["scalar"].to_numpy()[rows]))
+    raw = rm.raw_scores(list(labels["prompt"]), list(labels["response"]))["scalar"]
+    np.testing.assert_allclose(np.arctanh(raw), ref.predict(z), atol=1e-3)
+    assert pairwise_accuracy(np.array([[2 * i, 2 * i + 1] for i in range(6)]), raw) == 1.0  # kind over curt on every prompt
+    np.testing.assert_array_equal(RewardModel.load(tmp_path).raw_scores(list(labels["prompt"]), list(labels["response"]))["scalar"], raw)
