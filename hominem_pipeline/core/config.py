@@ -292,8 +292,8 @@ class RewardModelConfig(_Frozen):
     dropout: float = Field(ge=0.0, lt=1.0)
     length_feature: bool = False  # heads also read log(real tokens): see reward_model.RewardNet
     # gradient: heads trained with the losses above, early stopping. ridge: with a frozen backbone, the heads
-    # solved in closed form on standardised features (per member, on its bootstrap), the penalty picked on
-    # the validation split; no pair losses (human pairs then only measure it)
+    # solved in closed form on standardised features (per member, on its bootstrap), the penalty picked by
+    # cross-validation over the training prompts; no pair losses (human pairs then only measure it)
     head_fit: Literal["gradient", "ridge"] = "gradient"
     ridge_alphas: list[float] = Field(default_factory=lambda: [1.0, 10.0, 100.0, 1000.0, 10000.0])
 

@@ -944,7 +944,8 @@ def train_reward_model(
             for k, v in parts.items():
                 running[k] = running.get(k, 0.0) + v.item() * len(batch)
                 counts[k] = counts.get(k, 0) + len(batch)
-            progress.advance(1, epoch=epoch, loss=f"{loss.item():.4f}")  # type: ignore[union-attr]
+            if progress:
+                progress.advance(1, epoch=epoch, loss=f"{loss.item():.4f}")
         metrics = {("train_mse_" if k in weights else "train_loss_") + k: running[k] / counts[k] for k in running}
         full = predict_val()
         metrics.update(evaluate(full))
@@ -997,7 +998,8 @@ def train_reward_model(
             "uncertainty": f"standard deviation of each output across {cfg.uncertainty.method}"
             + (f" ({members} members)" if cfg.uncertainty.method == "ensemble" else f" ({cfg.uncertainty.mc_samples} passes)" if cfg.uncertainty.method == "mc_dropout" else ""),
         },
-        "normalisation": "none: heads are bounded to the label ranges (tanh for vector and scalar, sigmoid for intensity and safety)",
+        "normalisation": ("heads read features standardised by the training split's mean and spread (feature_mean, feature_std in the heads file); "
+                          if cfg.head_fit == "ridge" else "none; ") + "heads are bounded to the label ranges (tanh for vector and scalar, sigmoid for intensity and safety)",
         "max_length": cfg.max_length,
         "backbone": {"source": str(backbone_path), "kind": kind, "pooling": pooling, "finetune": cfg.backbone.finetune},
         "frame": frame,

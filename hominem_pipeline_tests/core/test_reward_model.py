@@ -392,3 +392,15 @@ def test_judge_frame_and_ridge_heads(tiny_student, tmp_path):
     np.testing.assert_allclose(np.arctanh(raw), ref.predict(z), atol=1e-3)
     assert pairwise_accuracy(np.array([[2 * i, 2 * i + 1] for i in range(6)]), raw) == 1.0  # kind over curt on every prompt
     np.testing.assert_array_equal(RewardModel.load(tmp_path).raw_scores(list(labels["prompt"]), list(labels["response"]))["scalar"], raw)
+
+
+def test_a_model_saved_before_feature_standardisation_loads_unchanged(trained, tmp_path):
+    """Heads files written before `feature_mean` / `feature_std` existed load with the identity in their place."""
+    from safetensors.torch import load_file, save_file
+
+    old = tmp_path / "old"
+    shutil.copytree(trained[0], old)
+    heads = {k: v for k, v in load_file(str(old / "heads.safetensors")).items() if k not in ("feature_mean", "feature_std")}
+    save_file(heads, str(old / "heads.safetensors"))
+    prompts, replies = ["I lost my job."] * 2, ["That is hard; what happened?", "ok"]
+    assert RewardModel.load(old).score(prompts, replies) == RewardModel.load(trained[0]).score(prompts, replies)
