@@ -507,6 +507,28 @@ def deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _overlay_chain(path: Path, root: Path, seen: tuple[Path, ...]) -> list[tuple[Path, dict[str, Any]]]:
+    """The overlay at `path` after the overlays its `extends:` names (a path or a list, relative to the
+    project root, each with its own `extends`), in the order they apply: a file combines others, e.g.
+    the dual training overlay with the judge-frame reward model, and sets only what it adds."""
+    if path in seen:
+        loop = " -> ".join(str(s) for s in (*seen, path))
+        raise ConfigError(f"config file {path} extends itself ({loop}); remove the loop in `extends:`")
+    data = _read_yaml(path)
+    extends = data.pop("extends", None) or []
+    if isinstance(extends, str):
+        extends = [extends]
+    if not isinstance(extends, list) or not all(isinstance(e, str) for e in extends):
+        raise ConfigError(f"config file {path}: `extends:` must be a path or a list of paths (relative to the project root), got {extends!r}")
+    chain: list[tuple[Path, dict[str, Any]]] = []
+    for name in extends:
+        parent = (root / name).resolve()
+        if not parent.is_file():
+            raise ConfigError(f"config file {path} extends {name}, which does not exist under {root}; give a path relative to the project root")
+        chain += _overlay_chain(parent, root, seen + (path,))
+    return chain + [(path, data)]
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist; pass an existing YAML file with --config")
@@ -606,8 +628,9 @@ def load_config(
     if overlay is not None:
         overlay_path = Path(overlay).resolve()
         if overlay_path != default_path:
-            data = deep_merge(data, _read_yaml(overlay_path))
-            sources.append(str(overlay_path))
+            for path, layer in _overlay_chain(overlay_path, root, ()):
+                data = deep_merge(data, layer)
+                sources.append(str(path))
     if overrides:
         data = deep_merge(data, overrides)
         sources.append("overrides")

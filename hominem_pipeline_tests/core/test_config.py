@@ -63,3 +63,31 @@ def test_missing_and_malformed_files_are_reported(tmp_path: Path):
     broken.write_text("teacher: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(broken, root=REPO)
+
+
+def test_an_overlay_extends_others_and_sets_only_what_it_adds(tmp_path: Path):
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "hominem.yaml").write_text((REPO / "config" / "hominem.yaml").read_text())
+    (tmp_path / "config" / "a.yaml").write_text("teacher:\n  candidates_per_prompt: 6\n  max_new_tokens: 40\n")
+    (tmp_path / "config" / "b.yaml").write_text("extends: config/a.yaml\nteacher:\n  max_new_tokens: 50\n")
+    child = tmp_path / "child.yaml"
+    child.write_text("extends: [config/b.yaml]\nprompts:\n  per_partition: 7\n")
+    cfg = load_config(child, root=tmp_path)
+    assert (cfg.teacher.candidates_per_prompt, cfg.teacher.max_new_tokens, cfg.prompts.per_partition) == (6, 50, 7)
+
+
+def test_extends_errors_name_the_file_and_the_fix(tmp_path: Path):
+    missing = tmp_path / "missing.yaml"
+    missing.write_text("extends: config/nope.yaml\n")
+    with pytest.raises(ConfigError, match=r"extends config/nope.yaml, which does not exist.*relative to the project root"):
+        load_config(missing, root=REPO)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("extends: {a: 1}\n")
+    with pytest.raises(ConfigError, match=r"`extends:` must be a path or a list of paths"):
+        load_config(bad, root=REPO)
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "hominem.yaml").write_text((REPO / "config" / "hominem.yaml").read_text())
+    (tmp_path / "config" / "x.yaml").write_text("extends: config/y.yaml\n")
+    (tmp_path / "config" / "y.yaml").write_text("extends: config/x.yaml\n")
+    with pytest.raises(ConfigError, match=r"extends itself .*x.yaml -> .*y.yaml -> .*x.yaml.*remove the loop"):
+        load_config(tmp_path / "config" / "x.yaml", root=tmp_path)
