@@ -4,8 +4,9 @@ The file is read with the project's own importer (`parse_preference_file`, forma
 with a fixed seed, and split into `--train` pairs (the trainer holds `val_fraction` of them out for
 early stopping and the temperature) and the other `--test` pairs, which no step of training sees. The
 model is trained on the pairs alone (Bradley-Terry on the scalar head; no teacher labels) with the
-default backbone, then the script prints on the test pairs: agreement with the people (chosen scored
-above rejected), ECE / MCE / Brier of the calibrated P(chosen preferred), and training time. With
+22M MiniLM encoder (`config/reward/encoder.yaml`: the default reads in the offline judge's frame with
+ridge heads fitted to labels, which pairs cannot train), then the script prints on the test pairs:
+agreement with the people (chosen scored above rejected), ECE / MCE / Brier of the calibrated P(chosen preferred), and training time. With
 `--baseline`, a frozen backbone with only the heads trained (the reference of a linear Bradley-Terry
 head on frozen MiniLM) runs first, in the same process, for the ratio.
 
@@ -36,6 +37,7 @@ from hominem_pipeline.core.human_preferences import parse_preference_file  # noq
 from hominem_pipeline.core.models import reward_backbone  # noqa: E402
 from hominem_pipeline.core.reward_model import RewardModel, train_reward_model  # noqa: E402
 
+ENCODER = ROOT / "config" / "reward" / "encoder.yaml"
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"
 
 
@@ -121,9 +123,9 @@ def main() -> None:
         overrides["length_feature"] = args.length_feature == "on"
     results = []
     if args.baseline:
-        frozen = load_config(root=ROOT, overrides={"reward_model": {**overrides, "backbone": {"finetune": "frozen"}, "uncertainty": {"method": "none"}}})
+        frozen = load_config(ENCODER, root=ROOT, overrides={"reward_model": {**overrides, "backbone": {"finetune": "frozen"}, "uncertainty": {"method": "none"}}})
         results.append(run("frozen", frozen, train, test, args.seed, None))
-    cfg = load_config(root=ROOT, overrides={"reward_model": overrides})
+    cfg = load_config(ENCODER, root=ROOT, overrides={"reward_model": overrides})
     results.append(run(args.finetune or "default", cfg, train, test, args.seed, args.plot))
     if args.baseline:
         print(f"accuracy default / frozen: {results[1]['accuracy'] / results[0]['accuracy']:.3f}")

@@ -17,9 +17,9 @@ pair of the window:
   pairs get the T fitted on the other folds' out-of-fold pairs, so no pair calibrates itself.
 
 Each `--variant NAME=JSON` (reward_model settings overlaid on the config) runs in the same process, on
-the same folds; the default list compares the configured model with a frozen encoder (heads only), a
-frozen student backbone (the local judge's own network) and that network reading the exchange in the
-judge's frame with ridge heads (`config/reward/judge_frame.yaml`).
+the same folds; the default list compares the configured model (the local judge's own network, cut to 18
+layers, reading the exchange in the judge's frame, ridge heads) with the MiniLM encoder of
+`config/reward/encoder.yaml`, fine-tuned and frozen with ridge heads, and with the judge's network uncut.
 
     .venv/bin/python benchmarks/reward_teacher_agreement.py                       # latest day in data/
     .venv/bin/python benchmarks/reward_teacher_agreement.py --variant default={} --folds 8
@@ -50,12 +50,12 @@ from hominem_pipeline.core.schema import vector_matrix  # noqa: E402
 from hominem_pipeline.core.stats import pearson  # noqa: E402
 from hominem_pipeline.core.teacher import rubric_system  # noqa: E402
 
+ENCODER = {"backbone": {"path": None, "pooling": "auto", "finetune": "full", "frame": "pair", "depth": None}, "head_fit": "gradient", "max_length": 256}
 DEFAULT_VARIANTS = {
-    "configured": {},
-    "frozen encoder": {"backbone": {"finetune": "frozen"}, "epochs": 30, "early_stopping_patience": 5},
-    "frozen student": {"backbone": {"path": "student", "finetune": "frozen"}, "epochs": 30, "early_stopping_patience": 5},
-    # config/reward/judge_frame.yaml: the student reading the exchange in the judge's frame, ridge heads
-    "judge frame": {"backbone": {"path": "student", "finetune": "frozen", "frame": "judge", "pooling": "last_mean"}, "head_fit": "ridge", "max_length": 384},
+    "configured": {},  # the judge's network, cut to 18 layers, reading in the judge's frame, ridge heads
+    "encoder": ENCODER,  # config/reward/encoder.yaml: MiniLM fine-tuned
+    "frozen encoder, ridge": {**ENCODER, "backbone": {**ENCODER["backbone"], "finetune": "frozen"}, "head_fit": "ridge"},
+    "judge frame, 30 layers": {"backbone": {"depth": None}},
 }
 
 

@@ -83,7 +83,8 @@ def tiny_overrides(student: Path, encoder: Path) -> dict:
         },
         "teacher": {"candidates_per_prompt": 3, "max_new_tokens": 8, "batch_size": 8},
         "labeling": {"rationale_max_new_tokens": 4, "batch_size": 8},
-        "reward_model": {"epochs": 2, "batch_size": 8, "max_length": 64},
+        # the default reward model (the student in the judge frame, ridge heads), on the 2-layer student cut to 1
+        "reward_model": {"epochs": 2, "batch_size": 8, "max_length": 128, "backbone": {"depth": 1}},
         "preferences": {"min_margin": 0.0},
         "verifier": {"max_failure_rate": 0.5},  # random tiny models may emit an empty reply now and then
         "policy": {"max_steps": 2, "batch_size": 2, "max_length": 64, "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}},

@@ -252,6 +252,27 @@ def load_backbone(source: Path | str) -> tuple[nn.Module, Any]:
     return AutoModel.from_pretrained(source, dtype=torch.float32), AutoTokenizer.from_pretrained(source)
 
 
+def keep_layers(backbone: nn.Module, depth: int | None) -> nn.Module:
+    """The backbone cut to its first `depth` transformer layers (None: unchanged). The cut model is a
+    plain HF model of that depth: its config says so, so it saves and loads as one (the final norm of a
+    decoder, if it has one, still applies)."""
+    if depth is None:
+        return backbone
+    total = getattr(backbone.config, "num_hidden_layers", None)
+    stacks = [(name, m) for name, m in backbone.named_modules() if isinstance(m, nn.ModuleList) and len(m) == total]
+    if total is None or not stacks:
+        raise ValueError(f"reward_model.backbone.depth {depth}: this backbone ({type(backbone).__name__}) has no layer stack to cut; set depth: null")
+    if depth > total:
+        raise ValueError(f"reward_model.backbone.depth {depth} is more than the backbone's {total} layers; use at most {total}, or null for all")
+    name, stack = min(stacks, key=lambda item: item[0].count("."))  # the outermost stack of num_hidden_layers blocks
+    parent = backbone.get_submodule(name.rpartition(".")[0]) if "." in name else backbone
+    setattr(parent, name.rpartition(".")[2], nn.ModuleList(list(stack)[:depth]))
+    backbone.config.num_hidden_layers = depth
+    if isinstance(getattr(backbone.config, "layer_types", None), list):  # per-layer attention kinds (transformers 5)
+        backbone.config.layer_types = backbone.config.layer_types[:depth]
+    return backbone
+
+
 class Int8Linear(nn.Module):
     """An nn.Linear computed in int8: weights quantized once per output channel, activations per token
     (row) at each call, multiplied by `torch._int_mm` with int32 accumulation, then rescaled.
@@ -609,23 +630,26 @@ def _squash(pre: torch.Tensor, n_dims: int) -> torch.Tensor:
 
 
 def choose_ridge_alpha(x: torch.Tensor, y: torch.Tensor, groups: np.ndarray, alphas: Sequence[float], output_weights: torch.Tensor, seed: int,
-                       folds: int = 5) -> tuple[float, dict[float, float]]:
+                       folds: int = 5) -> tuple[float, dict[float, float], torch.Tensor]:
     """The penalty with the least weighted squared error (in the labels' ranges) over `folds` folds of
-    the prompts of `x`: one validation split of a few prompts picks it too noisily. Also every penalty's error."""
+    the prompts of `x`: one validation split of a few prompts picks it too noisily. Also every penalty's
+    error, and the chosen penalty's out-of-fold predictions (n, D + 3), in the labels' ranges."""
     names = np.random.default_rng(seed).permutation(np.unique(groups))
     fold = {g: i % folds for i, g in enumerate(names)}
     which = np.array([fold[g] for g in groups])
     n_dims = y.shape[1] - 3
     truth = _squash(y, n_dims)
-    errors = {}
+    errors, predictions = {}, {}
     for alpha in alphas:
-        total = 0.0
+        out = torch.zeros_like(truth)
         for k in np.unique(which):
             fit, held = torch.as_tensor(which != k), torch.as_tensor(which == k)
             coef = ridge_solve(x[fit], y[fit], torch.ones(int(fit.sum()), dtype=torch.float64), alpha)
-            total += float((((_squash(x[held] @ coef, n_dims) - truth[held]) ** 2) * output_weights).sum())
-        errors[float(alpha)] = total / len(y)
-    return min(errors, key=errors.__getitem__), errors
+            out[held] = _squash(x[held] @ coef, n_dims)
+        errors[float(alpha)] = float((((out - truth) ** 2) * output_weights).sum()) / len(y)
+        predictions[float(alpha)] = out
+    best = min(errors, key=errors.__getitem__)
+    return best, errors, predictions[best]
 
 
 def set_ridge_heads(net: RewardNet, coefs: Sequence[torch.Tensor]) -> None:
@@ -778,6 +802,7 @@ def train_reward_model(
     torch.manual_seed(seed)
     backbone, tokenizer = load_backbone(backbone_path)
     kind = backbone_kind(backbone.config) if cfg.backbone.kind == "auto" else cfg.backbone.kind
+    backbone = keep_layers(backbone, cfg.backbone.depth)
     pooling = cfg.backbone.pooling if cfg.backbone.pooling != "auto" else ("last" if kind == "decoder" else "mean")
     members = cfg.uncertainty.members if cfg.uncertainty.method == "ensemble" else 1
     net = RewardNet(_wrap_backbone(backbone, cfg), len(dimensions), members=members, pooling=pooling, dropout=cfg.dropout, length_feature=cfg.length_feature)
@@ -902,7 +927,13 @@ def train_reward_model(
         standardise(net, frozen[torch.as_tensor(train_labeled)])
         x, y = ridge_design(net, frozen, train_labeled), ridge_targets(data.targets, train_labeled)
         output_weights = torch.tensor([w.vector / len(dimensions)] * len(dimensions) + [w.scalar, w.intensity, w.safety], dtype=torch.float64)
-        alpha, errors = choose_ridge_alpha(x, y, data.group_of[train_labeled], cfg.ridge_alphas, output_weights, seed)
+        alpha, errors, out_of_fold = choose_ridge_alpha(x, y, data.group_of[train_labeled], cfg.ridge_alphas, output_weights, seed)
+        # The training prompts' pairs, each scored by heads fitted without its prompt: many more pairs than
+        # the validation split has on one day (the penalty was chosen on these folds, so slightly optimistic).
+        cv_scalar = np.zeros(len(data.encoded))
+        cv_scalar[train_labeled] = out_of_fold[:, len(dimensions)].numpy()
+        cv_pairs = data.pairs_within(train_labeled)
+        cv_pairs = data.pairs[cv_pairs[~data.pair_human[cv_pairs]]]
         for step, (a, err) in enumerate(errors.items(), 1):
             history.append({"epoch": step, "ridge_alpha": a, "ridge_cv_error": err})
             if on_epoch:
@@ -911,7 +942,9 @@ def train_reward_model(
                  ", ".join(f"{a:g}: {e:.4f}" for a, e in errors.items()))
         set_ridge_heads(net, [ridge_solve(x, y, seq_boot[torch.as_tensor(train_labeled), m].double(), alpha) for m in range(members)])
         best_full = predict_val()
-        best_metrics = {"ridge_alpha": alpha, **evaluate(best_full)}
+        best_metrics = {"ridge_alpha": alpha, "cv_pairwise_accuracy": pairwise_accuracy(cv_pairs, cv_scalar), "cv_pairs": len(cv_pairs), **evaluate(best_full)}
+        log.info("reward model ridge heads: out of fold on the training prompts they order %s of %d teacher pairs",
+                 _pct(best_metrics["cv_pairwise_accuracy"]), len(cv_pairs))
         best_epoch = list(errors).index(alpha) + 1
         best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
     epochs = cfg.epochs if cfg.head_fit == "gradient" else 0  # ridge: solved above
@@ -975,7 +1008,7 @@ def train_reward_model(
         p = (accuracy * n_val + 1) / (n_val + 2)  # add-one estimate: 2 of 2 right is not a standard error of 0
         log.warning(
             "only %d teacher pairs in the validation split: its accuracy %s is +- %.0f points (one standard error); "
-            "benchmarks/reward_teacher_agreement.py cross-validates over every pair of the window",
+            "cv_pairwise_accuracy (ridge heads) and benchmarks/reward_teacher_agreement.py cross-validate over more pairs",
             n_val, _pct(accuracy), 100 * math.sqrt(p * (1 - p) / n_val),
         )
 
@@ -1001,7 +1034,8 @@ def train_reward_model(
         "normalisation": ("heads read features standardised by the training split's mean and spread (feature_mean, feature_std in the heads file); "
                           if cfg.head_fit == "ridge" else "none; ") + "heads are bounded to the label ranges (tanh for vector and scalar, sigmoid for intensity and safety)",
         "max_length": cfg.max_length,
-        "backbone": {"source": str(backbone_path), "kind": kind, "pooling": pooling, "finetune": cfg.backbone.finetune},
+        "backbone": {"source": str(backbone_path), "kind": kind, "pooling": pooling, "finetune": cfg.backbone.finetune,
+                     "depth": backbone.config.num_hidden_layers},
         "frame": frame,
         "head_fit": cfg.head_fit,
         "length_feature": cfg.length_feature,

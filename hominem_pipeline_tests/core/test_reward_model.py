@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from hominem_pipeline.core.calibration import same_prompt_pairs
-from hominem_pipeline.core.config import load_config
+from hominem_pipeline.core.config import deep_merge, load_config
 from hominem_pipeline.core.reward_model import RewardModel, RewardNet, TrainingSet, encode_pair, pad_batch, pairwise_accuracy, train_reward_model
 from hominem_pipeline_tests.conftest import REPO
 
@@ -169,8 +169,10 @@ def toy_human_pairs(n: int = 10) -> pd.DataFrame:
 
 
 def small_cfg(**overrides):
+    """config/reward/encoder.yaml's reward model (these tests pass the tiny encoder), small, then `overrides`."""
     base = {"epochs": 6, "batch_size": 4, "head_learning_rate": 0.01, "learning_rate": 0.001, "early_stopping_patience": 6, "val_fraction": 0.34, "max_length": 48}
-    return load_config(root=REPO, overrides={"reward_model": {**base, **overrides}}).reward_model
+    encoder = REPO / "config" / "reward" / "encoder.yaml"
+    return load_config(encoder, root=REPO, overrides={"reward_model": deep_merge(base, overrides)}).reward_model
 
 
 def test_ensemble_members_give_uncertainty_per_output(trained):
@@ -236,7 +238,7 @@ def test_decoder_backbone_with_lora_is_merged_and_pooled_at_the_last_token(tiny_
     cfg = small_cfg(epochs=2, backbone={"finetune": "lora", "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}})
     train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20")
     rm = RewardModel.load(tmp_path)
-    assert rm.metadata["backbone"] | {"source": None} == {"source": None, "kind": "decoder", "pooling": "last", "finetune": "lora"}
+    assert rm.metadata["backbone"] | {"source": None} == {"source": None, "kind": "decoder", "pooling": "last", "finetune": "lora", "depth": 2}
     assert not any("lora" in k for k in rm.net.backbone.state_dict())  # merged: loading needs no PEFT
     a = rm.raw_scores(["hi", "hi"], ["short", "a much longer reply " * 5])["scalar"]
     b = np.array([rm.raw_scores(["hi"], [r])["scalar"][0] for r in ["short", "a much longer reply " * 5]])
@@ -345,8 +347,8 @@ def test_backbone_setting_names_the_encoder_the_student_a_folder_or_a_hub_id(tin
     def with_path(value):
         return tiny_cfg.model_copy(update={"reward_model": tiny_cfg.reward_model.model_copy(update={"backbone": tiny_cfg.reward_model.backbone.model_copy(update={"path": value})})})
 
-    assert reward_backbone(tiny_cfg) == encoder_path(tiny_cfg)
-    assert reward_backbone(with_path("student")) == student_path(tiny_cfg)
+    assert reward_backbone(tiny_cfg) == student_path(tiny_cfg)  # the default: the judge's own network
+    assert reward_backbone(with_path(None)) == encoder_path(tiny_cfg)
     assert reward_backbone(with_path(str(encoder_path(tiny_cfg)))) == encoder_path(tiny_cfg)
     assert reward_backbone(with_path("OpenAssistant/reward-model-deberta-v3-large-v2")) == "OpenAssistant/reward-model-deberta-v3-large-v2"
     (tmp_path / "empty").mkdir()
@@ -369,6 +371,8 @@ def test_judge_frame_and_ridge_heads(tiny_student, tmp_path):
     metrics = train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20",
                                  judge_system="You are a fair judge.", on_epoch=lambda e, m: history.append(m))
     assert [h["ridge_alpha"] for h in history] == [0.1, 10.0] and metrics["ridge_alpha"] in (0.1, 10.0)
+    # out of fold over the training prompts: each toy prompt gives one teacher pair (kind over curt)
+    assert metrics["cv_pairs"] == metrics["train_sequences"] // 2 and 0.0 <= metrics["cv_pairwise_accuracy"] <= 1.0
     rm = RewardModel.load(tmp_path)
     assert rm.metadata["frame"]["kind"] == "judge" and rm.metadata["head_fit"] == "ridge"
     assert rm.net.feature_size == 2 * 32 + 1  # last token and mean of a 32-wide model, then the length
@@ -404,3 +408,30 @@ def test_a_model_saved_before_feature_standardisation_loads_unchanged(trained, t
     save_file(heads, str(old / "heads.safetensors"))
     prompts, replies = ["I lost my job."] * 2, ["That is hard; what happened?", "ok"]
     assert RewardModel.load(old).score(prompts, replies) == RewardModel.load(trained[0]).score(prompts, replies)
+
+
+def test_depth_keeps_the_first_layers_and_the_cut_model_saves_as_one(tiny_student, tmp_path):
+    """backbone.depth N: the heads read the state after the first N layers; the saved backbone has N layers,
+    so it loads and scores as trained; a depth the backbone lacks is refused with its size."""
+    from transformers import AutoModel
+
+    cfg = small_cfg(max_length=96, head_fit="ridge", ridge_alphas=[1.0], uncertainty={"method": "none", "members": 1, "mc_samples": 2},
+                    backbone={"finetune": "frozen", "frame": "judge", "pooling": "last", "depth": 1})
+    labels = toy_labels()
+    train_reward_model(labels, dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20",
+                       judge_system="You are a fair judge.")
+    rm = RewardModel.load(tmp_path)
+    assert rm.metadata["backbone"]["depth"] == 1 and len(rm.net.backbone.layers) == 1
+
+    full = AutoModel.from_pretrained(tiny_student).eval()
+    [ids] = rm.encode(["Is it hard?"], ["Yes, a bit."])
+    with torch.inference_mode():
+        after_one = full(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states[1]
+        cut = rm.net.pooled(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))
+    # the cut model's output is layer 1's state through the final norm
+    torch.testing.assert_close(cut[0, :32], full.norm(after_one)[0, -1])  # then the length feature
+    assert RewardModel.load(tmp_path).score(list(labels["prompt"]), list(labels["response"])) == rm.score(list(labels["prompt"]), list(labels["response"]))
+
+    with pytest.raises(ValueError, match=r"depth 5 is more than the backbone's 2 layers; use at most 2"):
+        train_reward_model(labels, dimensions=DIMS, backbone_path=tiny_student, cfg=small_cfg(backbone={"finetune": "frozen", "depth": 5}),
+                           out_dir=tmp_path / "x", seed=0, data_digest="x", date="2026-11-20")
