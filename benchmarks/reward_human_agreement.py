@@ -6,8 +6,8 @@ early stopping and the temperature) and the other `--test` pairs, which no step 
 model is trained on the pairs alone (Bradley-Terry on the scalar head; no teacher labels) with the
 22M MiniLM encoder (`config/reward/encoder.yaml`: the default reads in the offline judge's frame with
 ridge heads fitted to labels, which pairs cannot train), then the script prints on the test pairs:
-agreement with the people (chosen scored above rejected), ECE / MCE / Brier of the calibrated P(chosen preferred), and training time. With
-`--baseline`, a frozen backbone with only the heads trained (the reference of a linear Bradley-Terry
+agreement with the people (chosen scored above rejected), ECE / MCE / Brier of the calibrated
+P(chosen preferred), and training time. With `--baseline`, a frozen backbone with only the heads trained (the reference of a linear Bradley-Terry
 head on frozen MiniLM) runs first, in the same process, for the ratio.
 
     .venv/bin/python benchmarks/reward_human_agreement.py                  # 1,800 train / the other 504 test

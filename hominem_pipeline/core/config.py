@@ -513,7 +513,7 @@ def deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
 def _overlay_chain(path: Path, root: Path, seen: tuple[Path, ...]) -> list[tuple[Path, dict[str, Any]]]:
     """The overlay at `path` after the overlays its `extends:` names (a path or a list, relative to the
     project root, each with its own `extends`), in the order they apply: a file combines others, e.g.
-    the dual training overlay with the judge-frame reward model, and sets only what it adds."""
+    the dual training overlay with the encoder reward model, and sets only what it adds."""
     if path in seen:
         loop = " -> ".join(str(s) for s in (*seen, path))
         raise ConfigError(f"config file {path} extends itself ({loop}); remove the loop in `extends:`")
