@@ -7,8 +7,9 @@ model is trained on the pairs alone (Bradley-Terry on the scalar head; no teache
 22M MiniLM encoder (`config/reward/encoder.yaml`: the default reads in the offline judge's frame with
 ridge heads fitted to labels, which pairs cannot train), then the script prints on the test pairs:
 agreement with the people (chosen scored above rejected), ECE / MCE / Brier of the calibrated
-P(chosen preferred), and training time. With `--baseline`, a frozen backbone with only the heads trained (the reference of a linear Bradley-Terry
-head on frozen MiniLM) runs first, in the same process, for the ratio.
+P(chosen preferred), and training time. With `--baseline`, a frozen backbone with only the heads
+trained (the reference of a linear Bradley-Terry head on frozen MiniLM) runs first, in the same
+process, for the ratio.
 
     .venv/bin/python benchmarks/reward_human_agreement.py                  # 1,800 train / the other 504 test
     .venv/bin/python benchmarks/reward_human_agreement.py --baseline --epochs 2
