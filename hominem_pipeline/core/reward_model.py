@@ -55,8 +55,6 @@ FEW_VAL_PAIRS = 30  # fewer teacher pairs than this in the validation split: its
 BUCKET_GROUPS = 64  # training batches are drawn from windows of this many groups sorted by length
 POOLINGS = ("mean", "last", "last_mean")
 STANDARDISATION = ("feature_mean", "feature_std")  # head buffers that models saved before them lack (identity)
-# The local judge's frame around the exchange (`LocalHFTeacher._conversation`), for `frame: judge`.
-JUDGE_FRAME = ("Conversation to judge:\nUser: ", "\nAssistant: ", "\n")
 
 
 @dataclass(frozen=True)
@@ -151,16 +149,21 @@ def member_mean_std(heads: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Ten
     return {k: v.mean(1) for k, v in heads.items()}, {k: v.std(1, unbiased=False) for k, v in heads.items()}
 
 
+def _cut_exchange(tokenizer: Any, prompt: str, response: str, budget: int) -> tuple[list[int], list[int]]:
+    """Prompt and response tokens in at most `budget` together: the response keeps its start (up to 3/4
+    of the budget), the prompt its end (the latest turn)."""
+    # verbose=False: the texts are cut here, so the "longer than the model's maximum" notice is noise.
+    p = tokenizer.encode(prompt, add_special_tokens=False, verbose=False)
+    r = tokenizer.encode(response, add_special_tokens=False, verbose=False)
+    r = r[: max(budget - len(p), (3 * budget) // 4)]
+    return p[max(0, len(p) - (budget - len(r))) :], r
+
+
 def encode_pair(tokenizer: Any, prompt: str, response: str, max_length: int) -> list[int]:
     """[CLS] prompt [SEP] response [SEP] in at most `max_length` tokens: the response keeps its start
     (up to 3/4 of the budget), the prompt keeps its end (the latest turn), which is what is judged.
     Decoders without CLS/SEP get their BOS/EOS tokens instead."""
-    # verbose=False: the texts are cut below, so the "longer than the model's maximum" notice is noise.
-    p = tokenizer.encode(prompt, add_special_tokens=False, verbose=False)
-    r = tokenizer.encode(response, add_special_tokens=False, verbose=False)
-    budget = max_length - 3
-    r = r[: max(budget - len(p), (3 * budget) // 4)]
-    p = p[max(0, len(p) - (budget - len(r))) :]
+    p, r = _cut_exchange(tokenizer, prompt, response, max_length - 3)
     start = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
     sep = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
     return [t for t in (start,) if t is not None] + p + [sep] + r + [sep]
@@ -171,13 +174,10 @@ def encode_framed(tokenizer: Any, frame: dict[str, str], prompt: str, response: 
     `encode_pair` cuts (the response keeps its start, the prompt its end). `frame` is the METADATA block
     `judge_frame` builds."""
     fixed = [tokenizer.encode(frame[k], add_special_tokens=False, verbose=False) for k in ("head", "before", "between", "after")]
-    p = tokenizer.encode(prompt, add_special_tokens=False, verbose=False)
-    r = tokenizer.encode(response, add_special_tokens=False, verbose=False)
     budget = max_length - sum(len(f) for f in fixed)
     if budget < 8:
         raise ValueError(f"reward_model.max_length {max_length} leaves {budget} tokens for the exchange after the judge frame's {max_length - budget}; raise it")
-    r = r[: max(budget - len(p), (3 * budget) // 4)]
-    p = p[max(0, len(p) - (budget - len(r))) :]
+    p, r = _cut_exchange(tokenizer, prompt, response, budget)
     head, before, between, after = fixed
     return head + before + p + between + r + after
 
@@ -190,6 +190,8 @@ def judge_frame(tokenizer: Any, system: str) -> dict[str, str]:
 
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("reward_model.backbone.frame judge needs a backbone with a chat template (a chat model such as the student); use frame: pair")
+    from hominem_pipeline.core.teacher import JUDGE_FRAME
+
     marker = "\x00HOMINEM\x00"
     before, between, after = JUDGE_FRAME
     return {"kind": "judge", "head": chat_text(tokenizer, marker, system).split(marker)[0], "before": before, "between": between, "after": after}

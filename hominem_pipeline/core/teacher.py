@@ -101,6 +101,10 @@ def make_trajectory(prompt: Prompt, candidate: int, style: CandidateStyle, seed:
     )
 
 
+# The text around the exchange the local judge rates (a reward model with `frame: judge` reads it too).
+JUDGE_FRAME = ("Conversation to judge:\nUser: ", "\nAssistant: ", "\n")
+
+
 def rubric_questions(cfg: HominemConfig) -> list[RubricQuestion]:
     qs = [RubricQuestion(d.name, d.question) for d in cfg.dimensions]
     lab = cfg.labeling
@@ -206,7 +210,8 @@ class LocalHFTeacher(Teacher):
         r = self.tokenizer.decode(response_ids) if response.strip() else "(empty reply)"
         # Ends in one newline; the question starts with the second. Split there, the two halves encode
         # to exactly the tokens of the joined text (a trailing blank line would merge into one token).
-        return f"Conversation to judge:\nUser: {p}\nAssistant: {r}\n"
+        before, between, after = JUDGE_FRAME
+        return f"{before}{p}{between}{r}{after}"
 
     def rubric_scores(self, pairs: Sequence[tuple[str, str]]) -> list[dict[str, tuple[float, float]]]:
         """For each (prompt, response): question key -> (expected score in [1, 5], probability mass on digits).
