@@ -1,13 +1,13 @@
 """How well the reward model agrees with the teacher on prompts it never saw: k-fold cross-validation
 over the default run's own labels.
 
-The reward_model stage reports its figures on one validation split: on a single default day that is
-6-8 prompts and 5-16 teacher pairs, so one run's "held-out accuracy" is mostly the luck of the split.
-This script reads the same labels the stage trains on (the current teacher_labels of every day in the
-window ending at `--date`), splits the prompts into `--folds` folds, and for each fold trains a model
-exactly as the stage does (its own inner split for early stopping) on the other folds, then scores
-the fold's replies. Every labeled reply thus gets an out-of-fold score, and the figures cover every
-pair of the window:
+With gradient-trained heads the reward_model stage reports its figures on one validation split: on a
+single default day that is 6-8 prompts and 5-16 teacher pairs, so one run's "held-out accuracy" is
+mostly the luck of the split (ridge heads, the default, score every prompt out of fold inside the
+stage). This script reads the same labels the stage trains on (the current teacher_labels of every day
+in the window ending at `--date`), splits the prompts into `--folds` folds, and for each fold trains a
+model exactly as the stage does on the other folds, then scores the fold's replies. Every labeled reply
+thus gets an out-of-fold score, and the figures cover every pair of the window, for any variant:
 
 - pairwise accuracy on same-prompt teacher pairs with a scalar gap >= 0.1 (the issue's measure), with
   its standard error;
@@ -45,7 +45,7 @@ from hominem_pipeline.core.artifacts import ArtifactStore  # noqa: E402
 from hominem_pipeline.core.calibration import both_orders, calibration_report, fit_temperature, preference_probability, reliability_diagram, same_prompt_pairs  # noqa: E402
 from hominem_pipeline.core.config import load_config  # noqa: E402
 from hominem_pipeline.core.models import reward_backbone  # noqa: E402
-from hominem_pipeline.core.reward_model import PAIR_GAP, RewardModel, pairwise_accuracy, train_reward_model  # noqa: E402
+from hominem_pipeline.core.reward_model import PAIR_GAP, RewardModel, pairwise_accuracy, prompt_folds, train_reward_model  # noqa: E402
 from hominem_pipeline.core.schema import vector_matrix  # noqa: E402
 from hominem_pipeline.core.stats import pearson  # noqa: E402
 from hominem_pipeline.core.teacher import rubric_system  # noqa: E402
@@ -68,12 +68,6 @@ def window_labels(cfg, date: str | None) -> tuple[pd.DataFrame, list[str]]:
     refs = store.window("teacher_labels", date, cfg.reward_model.window_days)
     frames = [pd.read_parquet(r.file(r.manifest["table"])).assign(day=r.partition) for r in refs]
     return pd.concat(frames, ignore_index=True), [r.partition for r in refs]
-
-
-def prompt_folds(prompt_ids: pd.Series, folds: int, seed: int) -> np.ndarray:
-    prompts = np.random.default_rng(seed).permutation(sorted(prompt_ids.unique()))
-    which = {p: i % folds for i, p in enumerate(prompts)}
-    return prompt_ids.map(which).to_numpy()
 
 
 def out_of_fold(name: str, cfg, labels: pd.DataFrame, fold: np.ndarray, folds: int, seed: int) -> tuple[dict[str, np.ndarray], float]:
@@ -130,7 +124,7 @@ def main() -> None:
 
     base = load_config(root=ROOT)
     labels, days = window_labels(base, args.date)
-    fold = prompt_folds(labels["prompt_id"], args.folds, args.seed)
+    fold = prompt_folds(labels["prompt_id"].to_numpy(), args.folds, args.seed)
     pairs = same_prompt_pairs(labels["prompt_id"].to_numpy(), labels["scalar"].to_numpy(np.float64), PAIR_GAP)
     teacher_vec = vector_matrix(labels["vector"], base.dimension_names)
     label_day = labels["day"].to_numpy()

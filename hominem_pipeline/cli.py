@@ -185,7 +185,7 @@ def _print_summary(events, cfg: HominemConfig, day: str, run_id: str, seconds: f
         "prompts": ("train_prompts", "eval_prompts"),
         "teacher_trajectories": ("trajectories", "tokens_per_second"),
         "teacher_labels": ("labels", "mean_scalar"),
-        "reward_model": ("val_pairwise_accuracy", "val_pairs", "cv_pairwise_accuracy", "cv_pairs", "val_ece", "val_pearson_scalar", "train_seconds"),
+        "reward_model": ("val_pairwise_accuracy", "val_pairs", "val_ece", "val_pearson_scalar", "train_seconds"),
         "preference_pairs": ("pairs", "mean_margin"),
         "lora_adapter": ("steps", "final_loss", "seconds_per_step"),
         "evaluation": ("win_rate", "adapter_mean_scalar", "base_mean_scalar"),

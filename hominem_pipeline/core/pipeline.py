@@ -535,7 +535,7 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec(
         "reward_model",
         "Multi-head reward model (vector, scalar, intensity, safety, uncertainty) trained on the labels and human pairs of a window of days.",
-        "3",
+        "4",
         ("dimensions", "reward_model", "models.encoder", "models.student", "labeling.judge_system"),  # judge_system: what frame: judge reads
         (
             Upstream("teacher_labels", lambda c: c.reward_model.window_days),

@@ -53,6 +53,7 @@ MC_SEED = 0  # MC dropout masks are seeded so that the same inputs get the same 
 INT8_RECHECK_MARGIN = 0.01
 FEW_VAL_PAIRS = 30  # fewer teacher pairs than this in the validation split: its accuracy is mostly the split's luck
 BUCKET_GROUPS = 64  # training batches are drawn from windows of this many groups sorted by length
+RIDGE_FOLDS = 5  # ridge heads: prompt folds for the penalty and for the held-out figures
 POOLINGS = ("mean", "last", "last_mean")
 STANDARDISATION = ("feature_mean", "feature_std")  # head buffers that models saved before them lack (identity)
 
@@ -106,22 +107,49 @@ class RewardNet(nn.Module):
         self.feature_size = hidden + int(length_feature)  # what the heads read
         self.register_buffer("feature_mean", torch.zeros(self.feature_size))
         self.register_buffer("feature_std", torch.ones(self.feature_size))
+        # Token ids every input of a causal decoder starts with (the judge frame's head): set, inference
+        # passes encode it once per batch and the rows continue from its KV cache (`frame_prefix`). A
+        # buffer, so it moves with the net, but not saved: the frame in METADATA rebuilds it.
+        self.shared_prefix: torch.Tensor | None
+        self.register_buffer("shared_prefix", None, persistent=False)
         self.dropout = nn.Dropout(dropout)
         self.vector_head = nn.Linear(self.feature_size, members * n_dims)
         self.scalar_head = nn.Linear(self.feature_size, members)
         self.intensity_head = nn.Linear(self.feature_size, members)
         self.safety_head = nn.Linear(self.feature_size, members)
 
+    def _prefix_applies(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> bool:
+        p = self.shared_prefix
+        return (p is not None and not torch.is_grad_enabled() and input_ids.shape[1] > len(p)
+                and bool((input_ids[:, : len(p)] == p).all()) and bool(attention_mask[:, : len(p)].all()))
+
+    def states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The backbone's last hidden states: (B, T, H), or with a shared prefix that every row starts
+        with (inference only), (B, T - P, H) for the tokens after it and the prefix's own (P, H), which
+        are the same for every row of a causal model. The prefix then runs once, not once per row."""
+        if not self._prefix_applies(input_ids, attention_mask):
+            return self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state, None
+        prefix, (b, t) = self.shared_prefix, input_ids.shape
+        first = self.backbone(input_ids=prefix.unsqueeze(0), use_cache=True)
+        cache = first.past_key_values
+        cache.batch_repeat_interleave(b)
+        positions = torch.arange(len(prefix), t, device=input_ids.device).unsqueeze(0).expand(b, -1)
+        rest = self.backbone(input_ids=input_ids[:, len(prefix) :], attention_mask=attention_mask, position_ids=positions,
+                             past_key_values=cache, use_cache=False).last_hidden_state
+        return rest, first.last_hidden_state[0]
+
     def pooled(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """(B, feature_size): the pooled hidden state, then log(real tokens) with `length_feature`."""
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        hidden, prefix = self.states(input_ids, attention_mask)
+        skip = 0 if prefix is None else len(prefix)  # tokens before `hidden`'s first
         n_real = attention_mask.sum(1).clamp(min=1)
         parts = []
         if self.pooling in ("last", "last_mean"):  # right-padded: the last real token has seen the whole text
-            parts.append(hidden[torch.arange(hidden.shape[0], device=hidden.device), n_real - 1])
+            parts.append(hidden[torch.arange(hidden.shape[0], device=hidden.device), n_real - 1 - skip])
         if self.pooling in ("mean", "last_mean"):
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            parts.append((hidden * mask).sum(1) / n_real.unsqueeze(-1).to(hidden.dtype))
+            mask = attention_mask[:, skip:].unsqueeze(-1).to(hidden.dtype)
+            total = (hidden * mask).sum(1) + (0 if prefix is None else prefix.sum(0))
+            parts.append(total / n_real.unsqueeze(-1).to(hidden.dtype))
         pooled = torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
         if not self.length_feature:
             return pooled
@@ -167,6 +195,15 @@ def encode_pair(tokenizer: Any, prompt: str, response: str, max_length: int) -> 
     start = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
     sep = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
     return [t for t in (start,) if t is not None] + p + [sep] + r + [sep]
+
+
+def frame_prefix(tokenizer: Any, frame: dict[str, str] | None, kind: str) -> torch.Tensor | None:
+    """The token ids every framed input starts with (head, then the text before the prompt), for
+    `RewardNet.shared_prefix`; None without a frame or for an encoder, whose prefix states depend on
+    what follows."""
+    if frame is None or kind != "decoder":
+        return None
+    return torch.tensor([t for k in ("head", "before") for t in tokenizer.encode(frame[k], add_special_tokens=False, verbose=False)])
 
 
 def encode_framed(tokenizer: Any, frame: dict[str, str], prompt: str, response: str, max_length: int) -> list[int]:
@@ -351,6 +388,7 @@ class RewardModel:
         missing = net.load_state_dict(load_file(str(path / HEADS)), strict=False)
         if missing.unexpected_keys or any(not k.startswith("backbone.") and k not in STANDARDISATION for k in missing.missing_keys):
             raise ValueError(f"{path / HEADS} does not match the model: {missing}")
+        net.shared_prefix = frame_prefix(tokenizer, metadata.get("frame"), bb.get("kind", "encoder"))
         model = cls(net, tokenizer, metadata)
         if quantize == "int8":
             model.exact_net = copy.deepcopy(net).eval()  # fp32, for the near-ties `pair_gaps` rechecks
@@ -597,16 +635,22 @@ def _rationale_targets(net: RewardNet, tokenizer: Any, rationales: Sequence[str]
     return _pooled_all(net, encoded, batch_size, pad_id(tokenizer))
 
 
-def standardise(net: RewardNet, features: torch.Tensor) -> None:
-    """Set the heads' input standardisation to the mean and spread of `features` (constant ones kept as is)."""
+def feature_stats(features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and spread of `features` per column (a constant column's spread kept at 1)."""
     std = features.std(0, unbiased=False)
-    net.feature_mean.copy_(features.mean(0))
-    net.feature_std.copy_(torch.where(std > 1e-6, std, torch.ones_like(std)))
+    return features.mean(0), torch.where(std > 1e-6, std, torch.ones_like(std))
 
 
-def ridge_design(net: RewardNet, features: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
-    """(n, F + 1) float64: the standardised features of `rows`, then a column of ones (the intercept)."""
-    x = ((features[torch.as_tensor(rows)] - net.feature_mean) / net.feature_std).double()
+def standardise(net: RewardNet, features: torch.Tensor) -> None:
+    """Set the heads' input standardisation to the mean and spread of `features`."""
+    mean, std = feature_stats(features)
+    net.feature_mean.copy_(mean)
+    net.feature_std.copy_(std)
+
+
+def ridge_design(features: torch.Tensor, rows: np.ndarray, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """(n, F + 1) float64: the features of `rows` standardised by `mean` / `std`, then a column of ones (the intercept)."""
+    x = ((features[torch.as_tensor(rows)] - mean) / std).double()
     return torch.cat([x, torch.ones(len(rows), 1, dtype=torch.float64)], 1)
 
 
@@ -631,17 +675,21 @@ def _squash(pre: torch.Tensor, n_dims: int) -> torch.Tensor:
     return torch.cat([torch.tanh(pre[:, : n_dims + 1]), torch.sigmoid(pre[:, n_dims + 1 :])], 1)
 
 
-def choose_ridge_alpha(x: torch.Tensor, y: torch.Tensor, groups: np.ndarray, alphas: Sequence[float], output_weights: torch.Tensor, seed: int,
-                       folds: int = 5) -> tuple[float, dict[float, float], torch.Tensor]:
-    """The penalty with the least weighted squared error (in the labels' ranges) over `folds` folds of
-    the prompts of `x`: one validation split of a few prompts picks it too noisily. Also every penalty's
-    error, and the chosen penalty's out-of-fold predictions (n, D + 3), in the labels' ranges."""
+def prompt_folds(groups: np.ndarray, folds: int, seed: int) -> np.ndarray:
+    """Fold of each row: its group's (prompt's) place in a seeded shuffle of the groups, modulo `folds`."""
     names = np.random.default_rng(seed).permutation(np.unique(groups))
     fold = {g: i % folds for i, g in enumerate(names)}
-    which = np.array([fold[g] for g in groups])
+    return np.array([fold[g] for g in groups], dtype=np.int64)
+
+
+def choose_ridge_alpha(x: torch.Tensor, y: torch.Tensor, groups: np.ndarray, alphas: Sequence[float], output_weights: torch.Tensor, seed: int,
+                       folds: int = RIDGE_FOLDS) -> tuple[float, dict[float, float]]:
+    """The penalty with the least weighted squared error (in the labels' ranges) over `folds` folds of
+    the prompts of `x` (one validation split of a few prompts picks it too noisily), and every penalty's error."""
+    which = prompt_folds(groups, folds, seed)
     n_dims = y.shape[1] - 3
     truth = _squash(y, n_dims)
-    errors, predictions = {}, {}
+    errors = {}
     for alpha in alphas:
         out = torch.zeros_like(truth)
         for k in np.unique(which):
@@ -649,9 +697,29 @@ def choose_ridge_alpha(x: torch.Tensor, y: torch.Tensor, groups: np.ndarray, alp
             coef = ridge_solve(x[fit], y[fit], torch.ones(int(fit.sum()), dtype=torch.float64), alpha)
             out[held] = _squash(x[held] @ coef, n_dims)
         errors[float(alpha)] = float((((out - truth) ** 2) * output_weights).sum()) / len(y)
-        predictions[float(alpha)] = out
-    best = min(errors, key=errors.__getitem__)
-    return best, errors, predictions[best]
+    return min(errors, key=errors.__getitem__), errors
+
+
+def ridge_out_of_fold(features: torch.Tensor, targets: dict[str, torch.Tensor], rows: np.ndarray, groups: np.ndarray, alphas: Sequence[float],
+                      output_weights: torch.Tensor, seed: int, folds: int = RIDGE_FOLDS) -> tuple[torch.Tensor, list[float]]:
+    """(len(rows), D + 3) predictions in the labels' ranges, each row's from heads that never saw its
+    prompt: fitted on the other folds' prompts, standardised on them, with the penalty chosen by
+    cross-validation inside them. These are the held-out figures of ridge heads, over every prompt.
+    Also each fold's penalty."""
+    which = prompt_folds(groups, folds, seed)
+    out = torch.zeros(len(rows), targets["vector"].shape[1] + 3, dtype=torch.float64)
+    chosen = []
+    for k in np.unique(which):
+        fit, held = rows[which != k], rows[which == k]
+        if len(fit) < 2:
+            raise ValueError(f"head_fit ridge needs labeled replies of at least 2 prompts, got {len(np.unique(groups))}; label more prompts")
+        mean, std = feature_stats(features[torch.as_tensor(fit)])
+        x, y = ridge_design(features, fit, mean, std), ridge_targets(targets, fit)
+        alpha, _ = choose_ridge_alpha(x, y, groups[which != k], alphas, output_weights, seed + 1 + int(k), folds)
+        coef = ridge_solve(x, y, torch.ones(len(fit), dtype=torch.float64), alpha)
+        out[torch.as_tensor(which == k)] = _squash(ridge_design(features, held, mean, std) @ coef, y.shape[1] - 3)
+        chosen.append(alpha)
+    return out, chosen
 
 
 def set_ridge_heads(net: RewardNet, coefs: Sequence[torch.Tensor]) -> None:
@@ -722,10 +790,11 @@ def _drop_bins(report: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def calibrate_validation(
-    data: TrainingSet, val_seqs: np.ndarray, val_pairs: np.ndarray, full: dict[str, np.ndarray], prompt_ids: list[str], dimensions: list[str], out_dir: Path, date: str
+    data: TrainingSet, val_seqs: np.ndarray, val_pairs: np.ndarray, full: dict[str, np.ndarray], prompt_ids: list[str], dimensions: list[str], out_dir: Path, date: str,
+    source: str = "validation",
 ) -> tuple[dict[str, Any] | None, dict[str, float]]:
-    """Calibration on the validation pairs: the scalar (teacher and human pairs), then each dimension on
-    the teacher pairs with a gap on it. Draws both reliability plots into `out_dir`. Returns the
+    """Calibration on the held-out pairs (`source`: the validation split's, or every pair scored out of
+    fold): the scalar (teacher and human pairs), then each dimension on the teacher pairs with a gap on it. Draws both reliability plots into `out_dir`. Returns the
     METADATA block (None when there is no pair) and the metrics."""
     from hominem_pipeline.core.calibration import reliability_diagram, reliability_grid, same_prompt_pairs
 
@@ -737,7 +806,7 @@ def calibrate_validation(
     reported = held or overall["after"]
     reliability_diagram(
         overall["before"], overall["after"], out_dir / RELIABILITY_PLOT,
-        f"reward model {date}: {overall['after']['pairs'] // 2} validation pairs, T = {overall['temperature']:.3g}"
+        f"reward model {date}: {overall['after']['pairs'] // 2} {source} pairs, T = {overall['temperature']:.3g}"
         + ("" if held is None else f"\nheld-out ECE {held['ece']:.3f} (T fitted on the other half of the prompts)"),
     )
     metrics = {
@@ -750,8 +819,8 @@ def calibrate_validation(
     }
     calibration: dict[str, Any] = {
         "method": "temperature scaling: P(a preferred over b) = sigmoid((scalar_a - scalar_b) / temperature)",
-        "fitted_on": f"validation pairs (same prompt with teacher scalar gap >= {PAIR_GAP}, and human pairs), each counted in both orders",
-        "held_out_ece": "val_ece: temperature fitted on half the validation prompts, applied to the other half (both ways)" if held else "in sample (one prompt group only)",
+        "fitted_on": f"{source} pairs (same prompt with teacher scalar gap >= {PAIR_GAP}, and human pairs), each counted in both orders",
+        "held_out_ece": f"val_ece: temperature fitted on half the {source} prompts, applied to the other half (both ways)" if held else "in sample (one prompt group only)",
         "temperature": overall["temperature"],
         "before": overall["before"],
         "after": overall["after"],
@@ -811,8 +880,17 @@ def train_reward_model(
     if cfg.backbone.frame == "judge" and not judge_system:
         raise ValueError("reward_model.backbone.frame judge needs the judge's system text (train_reward_model(judge_system=...))")
     frame = judge_frame(tokenizer, judge_system) if cfg.backbone.frame == "judge" else None
+    net.shared_prefix = frame_prefix(tokenizer, frame, kind)
     data = TrainingSet.build(make_encoder(tokenizer, frame, cfg.max_length), examples, human_pairs, dimensions, cfg)
-    train_groups, val_groups = data.split(cfg.val_fraction, seed)
+    if cfg.head_fit == "ridge":
+        # Closed-form heads need no early stopping: they are fitted on every prompt, and their held-out
+        # figures come from cross-validation over every prompt (ridge_out_of_fold), not from one split.
+        if len(np.unique(data.group_of[: data.labeled])) < 2:
+            raise ValueError(f"head_fit ridge needs labeled replies of at least 2 prompts to cross-validate, got {len(examples)} replies of "
+                             f"{len(np.unique(data.group_of[: data.labeled]))}; label more prompts")
+        train_groups = val_groups = np.arange(len(data.groups), dtype=np.int64)
+    else:
+        train_groups, val_groups = data.split(cfg.val_fraction, seed)
     if len(val_groups) == 0:
         raise ValueError("reward model validation split is empty: the data covers a single prompt; label more prompts")
     rng = np.random.default_rng(seed)
@@ -922,31 +1000,26 @@ def train_reward_model(
     best_metrics: dict[str, Any] = {}
     history = []
     if cfg.head_fit == "ridge":
-        train_labeled = np.concatenate([data.groups[g] for g in train_groups]) if len(train_groups) else np.zeros(0, np.int64)
-        train_labeled = np.sort(train_labeled[train_labeled < data.labeled])
-        if len(train_labeled) < 2:
-            raise ValueError(f"head_fit ridge needs labeled examples in the training split, got {len(train_labeled)}; label more prompts")
-        standardise(net, frozen[torch.as_tensor(train_labeled)])
-        x, y = ridge_design(net, frozen, train_labeled), ridge_targets(data.targets, train_labeled)
+        labeled = np.arange(data.labeled)
         output_weights = torch.tensor([w.vector / len(dimensions)] * len(dimensions) + [w.scalar, w.intensity, w.safety], dtype=torch.float64)
-        alpha, errors, out_of_fold = choose_ridge_alpha(x, y, data.group_of[train_labeled], cfg.ridge_alphas, output_weights, seed)
-        # The training prompts' pairs, each scored by heads fitted without its prompt: many more pairs than
-        # the validation split has on one day (the penalty was chosen on these folds, so slightly optimistic).
-        cv_scalar = np.zeros(len(data.encoded))
-        cv_scalar[train_labeled] = out_of_fold[:, len(dimensions)].numpy()
-        cv_pairs = data.pairs_within(train_labeled)
-        cv_pairs = data.pairs[cv_pairs[~data.pair_human[cv_pairs]]]
+        held_out, fold_alphas = ridge_out_of_fold(frozen, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed)
+        standardise(net, frozen[torch.as_tensor(labeled)])
+        x, y = ridge_design(frozen, labeled, net.feature_mean, net.feature_std), ridge_targets(data.targets, labeled)
+        alpha, errors = choose_ridge_alpha(x, y, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed)
         for step, (a, err) in enumerate(errors.items(), 1):
             history.append({"epoch": step, "ridge_alpha": a, "ridge_cv_error": err})
             if on_epoch:
                 on_epoch(step, {"ridge_alpha": a, "ridge_cv_error": err})
-        log.info("reward model ridge heads: penalty %g chosen by cross-validation over the training prompts (errors %s)", alpha,
+        log.info("reward model ridge heads: penalty %g chosen by %d-fold cross-validation over the prompts (errors %s)", alpha, RIDGE_FOLDS,
                  ", ".join(f"{a:g}: {e:.4f}" for a, e in errors.items()))
-        set_ridge_heads(net, [ridge_solve(x, y, seq_boot[torch.as_tensor(train_labeled), m].double(), alpha) for m in range(members)])
-        best_full = predict_val()
-        best_metrics = {"ridge_alpha": alpha, "cv_pairwise_accuracy": pairwise_accuracy(cv_pairs, cv_scalar), "cv_pairs": len(cv_pairs), **evaluate(best_full)}
-        log.info("reward model ridge heads: out of fold on the training prompts they order %s of %d teacher pairs",
-                 _pct(best_metrics["cv_pairwise_accuracy"]), len(cv_pairs))
+        set_ridge_heads(net, [ridge_solve(x, y, seq_boot[torch.as_tensor(labeled), m].double(), alpha) for m in range(members)])
+        best_full = predict_val()  # human pairs (never fitted) by the final heads; every labeled reply out of fold:
+        d = len(dimensions)
+        for j, k in enumerate(HEAD_OUTPUTS):
+            best_full[k][labeled] = (held_out[:, :d] if k == "vector" else held_out[:, d + j - 1]).numpy()
+        best_metrics = {"ridge_alpha": alpha, "ridge_fold_alphas": fold_alphas, **evaluate(best_full)}
+        log.info("reward model ridge heads: out of fold (%d prompt folds) they order %s of %d teacher pairs", RIDGE_FOLDS,
+                 _pct(best_metrics["val_pairwise_accuracy"]), best_metrics["val_pairs"])
         best_epoch = list(errors).index(alpha) + 1
         best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
     epochs = cfg.epochs if cfg.head_fit == "gradient" else 0  # ridge: solved above
@@ -1004,18 +1077,23 @@ def train_reward_model(
         raise ValueError("reward model training diverged (validation loss is not finite); lower reward_model.learning_rate")
     net.load_state_dict(best_state)
     full, final = best_full, best_metrics  # the best epoch's validation predictions and metrics
-    final.update({"best_epoch": best_epoch, "epochs_run": len(history), "train_sequences": int(sum(len(data.groups[g]) for g in train_groups)), "val_sequences": len(val_seqs)})
+    fitted = data.labeled if cfg.head_fit == "ridge" else int(sum(len(data.groups[g]) for g in train_groups))
+    final.update({"best_epoch": best_epoch, "epochs_run": len(history), "train_sequences": fitted, "val_sequences": len(val_seqs)})
+    validation = (f"out of fold: every prompt's replies scored by heads fitted on the other {RIDGE_FOLDS - 1} of {RIDGE_FOLDS} prompt folds "
+                  "(penalty chosen inside them); the saved heads are fitted on every prompt; human pairs (never fitted) scored by the saved heads"
+                  if cfg.head_fit == "ridge" else f"split by prompt: {cfg.val_fraction:g} of the prompts (and of the human pairs) held out, for early stopping and these figures")
     accuracy, n_val = final["val_pairwise_accuracy"], final["val_pairs"]
     if accuracy is not None and n_val < FEW_VAL_PAIRS:
         p = (accuracy * n_val + 1) / (n_val + 2)  # add-one estimate: 2 of 2 right is not a standard error of 0
         log.warning(
             "only %d teacher pairs in the validation split: its accuracy %s is +- %.0f points (one standard error); "
-            "cv_pairwise_accuracy (ridge heads) and benchmarks/reward_teacher_agreement.py cross-validate over more pairs",
+            "benchmarks/reward_teacher_agreement.py cross-validates over more (head_fit: ridge scores every prompt out of fold)",
             n_val, _pct(accuracy), 100 * math.sqrt(p * (1 - p) / n_val),
         )
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    calibration, calibration_metrics = calibrate_validation(data, val_seqs, val_pairs, full, list(examples["prompt_id"]), dimensions, out_dir, date)
+    calibration, calibration_metrics = calibrate_validation(data, val_seqs, val_pairs, full, list(examples["prompt_id"]), dimensions, out_dir, date,
+                                                            source="out-of-fold" if cfg.head_fit == "ridge" else "validation")
     final.update(calibration_metrics)
 
     backbone = _unwrap_backbone(net.backbone)
@@ -1040,6 +1118,7 @@ def train_reward_model(
                      "depth": backbone.config.num_hidden_layers},
         "frame": frame,
         "head_fit": cfg.head_fit,
+        "validation": validation,
         "length_feature": cfg.length_feature,
         "members": members,
         "dropout": cfg.dropout,

@@ -360,7 +360,8 @@ def test_backbone_setting_names_the_encoder_the_student_a_folder_or_a_hub_id(tin
 
 def test_judge_frame_and_ridge_heads(tiny_student, tmp_path):
     """frame: judge reads the exchange as the local judge does; head_fit: ridge solves the heads in closed
-    form on standardised frozen features, the penalty chosen on the validation split."""
+    form on standardised frozen features of every prompt, the penalty chosen by cross-validation, and
+    reports held-out figures on every prompt's pairs, each scored by heads fitted without it."""
     from sklearn.linear_model import Ridge
 
     cfg = small_cfg(max_length=96, head_fit="ridge", ridge_alphas=[0.1, 10.0], length_feature=True, uncertainty={"method": "none", "members": 1, "mc_samples": 2},
@@ -371,11 +372,13 @@ def test_judge_frame_and_ridge_heads(tiny_student, tmp_path):
     metrics = train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20",
                                  judge_system="You are a fair judge.", on_epoch=lambda e, m: history.append(m))
     assert [h["ridge_alpha"] for h in history] == [0.1, 10.0] and metrics["ridge_alpha"] in (0.1, 10.0)
-    # out of fold over the training prompts: each toy prompt gives one teacher pair (kind over curt)
-    assert metrics["cv_pairs"] == metrics["train_sequences"] // 2 and 0.0 <= metrics["cv_pairwise_accuracy"] <= 1.0
+    # out of fold over every prompt: each toy prompt gives one teacher pair (kind over curt)
+    assert metrics["val_pairs"] == 6 and metrics["train_sequences"] == metrics["val_sequences"] == 12
+    assert len(metrics["ridge_fold_alphas"]) == 5 and 0.0 <= metrics["val_pairwise_accuracy"] <= 1.0
     rm = RewardModel.load(tmp_path)
     assert rm.metadata["frame"]["kind"] == "judge" and rm.metadata["head_fit"] == "ridge"
     assert rm.net.feature_size == 2 * 32 + 1  # last token and mean of a 32-wide model, then the length
+    assert rm.net.shared_prefix is not None  # the frame's head, encoded once per batch when scoring
 
     text = rm.tokenizer.decode(rm.encode(["Is it hard?"], ["Yes, a bit."])[0])
     assert "You are a fair judge." in text and text.endswith("Conversation to judge:\nUser: Is it hard?\nAssistant: Yes, a bit.\n")
@@ -383,19 +386,68 @@ def test_judge_frame_and_ridge_heads(tiny_student, tmp_path):
     cut_text = rm.tokenizer.decode(cut)
     assert len(cut) <= 96 and "LAST QUESTION?\nAssistant: FIRST WORDS" in cut_text and cut_text.endswith("\n")
 
-    # The scalar head is sklearn's ridge solution of atanh(scalar) on the standardised features of the
-    # training split (one member: every row weighs 1), at the chosen penalty.
+    # The scalar head is sklearn's ridge solution of atanh(scalar) on the standardised features of every
+    # labeled reply (one member: every row weighs 1), at the chosen penalty.
     labels = toy_labels()
     data = TrainingSet.build(rm._encode, labels, None, DIMS, cfg)
-    train_groups, _ = data.split(cfg.val_fraction, seed=0)
-    rows = np.sort(np.concatenate([data.groups[g] for g in train_groups]))
     with torch.inference_mode():
         z = ((rm.net.pooled(*pad_batch(data.encoded, 0)) - rm.net.feature_mean) / rm.net.feature_std).numpy()
-    ref = Ridge(alpha=metrics["ridge_alpha"]).fit(z[rows], np.arctanh(labels["scalar"].to_numpy()[rows]))
+    np.testing.assert_allclose(z.mean(0), 0.0, atol=1e-4)  # standardised on all of them
+    ref = Ridge(alpha=metrics["ridge_alpha"]).fit(z, np.arctanh(labels["scalar"].to_numpy()))
     raw = rm.raw_scores(list(labels["prompt"]), list(labels["response"]))["scalar"]
     np.testing.assert_allclose(np.arctanh(raw), ref.predict(z), atol=1e-3)
     assert pairwise_accuracy(np.array([[2 * i, 2 * i + 1] for i in range(6)]), raw) == 1.0  # kind over curt on every prompt
     np.testing.assert_array_equal(RewardModel.load(tmp_path).raw_scores(list(labels["prompt"]), list(labels["response"]))["scalar"], raw)
+
+
+def test_ridge_held_out_scores_come_from_heads_that_never_saw_the_prompt():
+    """ridge_out_of_fold: each row is predicted by a ridge fit on the other folds' prompts only,
+    standardised on them, at the penalty chosen inside them."""
+    from sklearn.linear_model import Ridge
+
+    from hominem_pipeline.core.reward_model import prompt_folds, ridge_out_of_fold
+
+    rng = np.random.default_rng(0)
+    n, groups = 60, np.repeat(np.arange(15), 4)
+    features = torch.tensor(rng.normal(size=(n, 6)) * [1, 2, 3, 1, 1, 5] + 3, dtype=torch.float32)
+    scalar = np.tanh(features[:, 0].numpy() - 3 + rng.normal(0, 0.1, n))
+    targets = {"vector": torch.tensor(np.stack([scalar, -scalar], 1), dtype=torch.float32), "scalar": torch.tensor(scalar, dtype=torch.float32),
+               "reward_intensity": torch.full((n,), 0.5), "safety_score": torch.full((n,), 0.9)}
+    weights = torch.ones(5, dtype=torch.float64)
+    held, alphas = ridge_out_of_fold(features, targets, np.arange(n), groups, [0.1, 1.0, 100.0], weights, seed=3)
+    fold = prompt_folds(groups, 5, 3)
+    assert held.shape == (n, 5) and len(alphas) == 5
+    for k in range(5):
+        fit = features.numpy()[fold != k].astype(np.float64)
+        mean, std = fit.mean(0), fit.std(0)
+        ref = Ridge(alpha=alphas[k]).fit((fit - mean) / std, np.arctanh(np.clip(scalar[fold != k], -0.995, 0.995)))
+        expected = np.tanh(ref.predict((features.numpy()[fold == k] - mean) / std))
+        np.testing.assert_allclose(held[fold == k, 2].numpy(), expected, atol=1e-4)
+    assert np.corrcoef(held[:, 2].numpy(), scalar)[0, 1] > 0.9  # and they generalise: the signal is linear
+    with pytest.raises(ValueError, match="at least 2 prompts"):
+        ridge_out_of_fold(features[:4], {k: v[:4] for k, v in targets.items()}, np.arange(4), np.zeros(4, np.int64), [1.0], weights, seed=0)
+
+
+def test_a_shared_frame_prefix_runs_once_and_pools_as_the_whole_sequence(tiny_student):
+    """A causal decoder reading the judge frame: at inference the frame's head runs once per batch and the
+    rows continue from its KV cache; the pooled features equal those of whole-sequence passes."""
+    from hominem_pipeline.core.reward_model import frame_prefix, judge_frame, load_backbone, make_encoder, pad_id
+
+    backbone, tok = load_backbone(tiny_student)
+    frame = judge_frame(tok, "You are a fair judge.")
+    net = RewardNet(backbone, len(DIMS), pooling="last_mean", length_feature=True).eval()
+    encode = make_encoder(tok, frame, 96)
+    ids, mask = pad_batch([encode(p, r) for p, r in [("Hi", "Hello there, how are you today?"), ("I lost my job.", "That is hard."), ("?", "ok")]], pad_id(tok))
+    with torch.inference_mode():
+        whole = net.pooled(ids, mask)
+        net.shared_prefix = frame_prefix(tok, frame, "decoder")
+        rest, prefix = net.states(ids, mask)
+        cached = net.pooled(ids, mask)
+        assert net.states(ids[:, 1:], mask[:, 1:])[1] is None  # rows that do not start with it: whole passes
+    assert prefix is not None and rest.shape[1] == ids.shape[1] - len(net.shared_prefix) > 0
+    torch.testing.assert_close(cached, whole, atol=1e-4, rtol=1e-4)
+    assert net.states(ids, mask)[1] is None  # with gradients (training) every row runs whole
+    assert frame_prefix(tok, frame, "encoder") is None and frame_prefix(tok, None, "decoder") is None
 
 
 def test_a_model_saved_before_feature_standardisation_loads_unchanged(trained, tmp_path):
