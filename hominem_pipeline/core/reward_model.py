@@ -794,8 +794,9 @@ def calibrate_validation(
     source: str = "validation",
 ) -> tuple[dict[str, Any] | None, dict[str, float]]:
     """Calibration on the held-out pairs (`source`: the validation split's, or every pair scored out of
-    fold): the scalar (teacher and human pairs), then each dimension on the teacher pairs with a gap on it. Draws both reliability plots into `out_dir`. Returns the
-    METADATA block (None when there is no pair) and the metrics."""
+    fold): the scalar (teacher and human pairs), then each dimension on the teacher pairs with a gap on
+    it. Draws both reliability plots into `out_dir`. Returns the METADATA block (None when there is no
+    pair) and the metrics."""
     from hominem_pipeline.core.calibration import reliability_diagram, reliability_grid, same_prompt_pairs
 
     overall = calibrate(data.pairs[val_pairs], data.pair_group[val_pairs], full["scalar"])
@@ -1086,7 +1087,7 @@ def train_reward_model(
     if accuracy is not None and n_val < FEW_VAL_PAIRS:
         p = (accuracy * n_val + 1) / (n_val + 2)  # add-one estimate: 2 of 2 right is not a standard error of 0
         log.warning(
-            "only %d teacher pairs in the validation split: its accuracy %s is +- %.0f points (one standard error); "
+            "only %d held-out teacher pairs: their accuracy %s is +- %.0f points (one standard error); "
             "benchmarks/reward_teacher_agreement.py cross-validates over more (head_fit: ridge scores every prompt out of fold)",
             n_val, _pct(accuracy), 100 * math.sqrt(p * (1 - p) / n_val),
         )

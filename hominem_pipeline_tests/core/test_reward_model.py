@@ -66,7 +66,7 @@ def test_loss_falls_and_the_model_learns_the_ordering(trained):
     assert metrics["val_pairwise_accuracy"] == 1.0
     assert metrics["val_pairs"] == 2  # two held-out prompts, one kind/curt pair each
     # Two pairs prove little, and the log says so (with the error a perfect score on two pairs hides).
-    assert any("only 2 teacher pairs" in m and "+- 31 points" in m and "reward_teacher_agreement.py" in m for m in warnings), warnings
+    assert any("only 2 held-out teacher pairs" in m and "+- 31 points" in m and "reward_teacher_agreement.py" in m for m in warnings), warnings
 
 
 def test_saved_model_scores_identically_after_loading(trained, tiny_encoder):
