@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import yaml
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,7 +51,7 @@ from hominem_pipeline.core.schema import vector_matrix  # noqa: E402
 from hominem_pipeline.core.stats import pearson  # noqa: E402
 from hominem_pipeline.core.teacher import rubric_system  # noqa: E402
 
-ENCODER = {"backbone": {"path": None, "pooling": "auto", "finetune": "full", "frame": "pair", "depth": None}, "head_fit": "gradient", "max_length": 256}
+ENCODER = yaml.safe_load((ROOT / "config" / "reward" / "encoder.yaml").read_text())["reward_model"]  # MiniLM, as the overlay sets it
 DEFAULT_VARIANTS = {
     "configured": {},  # the judge's network, cut to 18 layers, reading in the judge's frame, ridge heads
     "encoder": ENCODER,  # config/reward/encoder.yaml: MiniLM fine-tuned

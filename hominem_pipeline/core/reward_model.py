@@ -197,20 +197,28 @@ def encode_pair(tokenizer: Any, prompt: str, response: str, max_length: int) -> 
     return [t for t in (start,) if t is not None] + p + [sep] + r + [sep]
 
 
+FRAME_PARTS = ("head", "before", "between", "after")  # the fixed texts of a frame, in the order they surround the exchange
+
+
+def frame_tokens(tokenizer: Any, frame: dict[str, str]) -> list[list[int]]:
+    """The token ids of the frame's fixed parts (`FRAME_PARTS`), each encoded on its own as the model reads them."""
+    return [tokenizer.encode(frame[k], add_special_tokens=False, verbose=False) for k in FRAME_PARTS]
+
+
 def frame_prefix(tokenizer: Any, frame: dict[str, str] | None, kind: str) -> torch.Tensor | None:
     """The token ids every framed input starts with (head, then the text before the prompt), for
     `RewardNet.shared_prefix`; None without a frame or for an encoder, whose prefix states depend on
     what follows."""
     if frame is None or kind != "decoder":
         return None
-    return torch.tensor([t for k in ("head", "before") for t in tokenizer.encode(frame[k], add_special_tokens=False, verbose=False)])
+    head, before, _, _ = frame_tokens(tokenizer, frame)
+    return torch.tensor(head + before)
 
 
-def encode_framed(tokenizer: Any, frame: dict[str, str], prompt: str, response: str, max_length: int) -> list[int]:
+def encode_framed(tokenizer: Any, fixed: list[list[int]], prompt: str, response: str, max_length: int) -> list[int]:
     """head + before + prompt + between + response + after, in at most `max_length` tokens, cut as
-    `encode_pair` cuts (the response keeps its start, the prompt its end). `frame` is the METADATA block
-    `judge_frame` builds."""
-    fixed = [tokenizer.encode(frame[k], add_special_tokens=False, verbose=False) for k in ("head", "before", "between", "after")]
+    `encode_pair` cuts (the response keeps its start, the prompt its end). `fixed`: the frame's parts as
+    `frame_tokens` encodes them (once per model, not per reply)."""
     budget = max_length - sum(len(f) for f in fixed)
     if budget < 8:
         raise ValueError(f"reward_model.max_length {max_length} leaves {budget} tokens for the exchange after the judge frame's {max_length - budget}; raise it")
@@ -238,7 +246,8 @@ def make_encoder(tokenizer: Any, frame: dict[str, str] | None, max_length: int) 
     """(prompt, response) -> token ids, as the model was trained to read them."""
     if frame is None:
         return lambda p, r: encode_pair(tokenizer, p, r, max_length)
-    return lambda p, r: encode_framed(tokenizer, frame, p, r, max_length)
+    fixed = frame_tokens(tokenizer, frame)
+    return lambda p, r: encode_framed(tokenizer, fixed, p, r, max_length)
 
 
 def pad_id(tokenizer: Any) -> int:
@@ -665,9 +674,14 @@ def ridge_targets(targets: dict[str, torch.Tensor], rows: np.ndarray) -> torch.T
 
 def ridge_solve(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, alpha: float) -> torch.Tensor:
     """(F + 1, outputs): argmin sum_i w_i |y_i - x_i B|^2 + alpha |B without its last (intercept) row|^2."""
-    penalty = torch.full((x.shape[1],), float(alpha), dtype=torch.float64)
+    return _ridge_from_gram(x.T @ (w.unsqueeze(1) * x), x.T @ (w.unsqueeze(1) * y), alpha)
+
+
+def _ridge_from_gram(gram: torch.Tensor, moment: torch.Tensor, alpha: float) -> torch.Tensor:
+    """`ridge_solve` from X'WX and X'WY, so that several penalties share one pass over the rows."""
+    penalty = torch.full((gram.shape[0],), float(alpha), dtype=torch.float64)
     penalty[-1] = 1e-9
-    return torch.linalg.solve(x.T @ (w.unsqueeze(1) * x) + torch.diag(penalty), x.T @ (w.unsqueeze(1) * y))
+    return torch.linalg.solve(gram + torch.diag(penalty), moment)
 
 
 def _squash(pre: torch.Tensor, n_dims: int) -> torch.Tensor:
@@ -689,14 +703,13 @@ def choose_ridge_alpha(x: torch.Tensor, y: torch.Tensor, groups: np.ndarray, alp
     which = prompt_folds(groups, folds, seed)
     n_dims = y.shape[1] - 3
     truth = _squash(y, n_dims)
-    errors = {}
-    for alpha in alphas:
-        out = torch.zeros_like(truth)
-        for k in np.unique(which):
-            fit, held = torch.as_tensor(which != k), torch.as_tensor(which == k)
-            coef = ridge_solve(x[fit], y[fit], torch.ones(int(fit.sum()), dtype=torch.float64), alpha)
-            out[held] = _squash(x[held] @ coef, n_dims)
-        errors[float(alpha)] = float((((out - truth) ** 2) * output_weights).sum()) / len(y)
+    errors = {float(a): 0.0 for a in alphas}
+    for k in np.unique(which):
+        fit, held = torch.as_tensor(which != k), torch.as_tensor(which == k)
+        gram, moment = x[fit].T @ x[fit], x[fit].T @ y[fit]  # once per fold, for every penalty
+        for alpha in alphas:
+            err = ((_squash(x[held] @ _ridge_from_gram(gram, moment, alpha), n_dims) - truth[held]) ** 2) * output_weights
+            errors[float(alpha)] += float(err.sum()) / len(y)
     return min(errors, key=errors.__getitem__), errors
 
 
