@@ -109,7 +109,7 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=512)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--no-int8", dest="int8", action="store_false",
-                    help="skip the int8 rows (Int8Linear is built for MiniLM: on the 18-layer judge-frame default it runs ~30x slower than fp32)")
+                    help="skip the int8 rows")
     ap.add_argument("--train-labels", type=int, default=500, help="labels for the training-time figure (0: skip)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
