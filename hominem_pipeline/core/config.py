@@ -378,6 +378,7 @@ class RLConfig(_Frozen):
 
 class PolicyConfig(_Frozen):
     mode: Literal["dpo", "dual", "rl"] = "dpo"
+    seed: int = Field(default=0, ge=0)  # 0: the stage's seed; another value trains the same data with other random draws
     window_days: int = Field(ge=1, le=3650)
     lora: LoraConfig
     beta: float = Field(gt=0.0, le=10.0)

@@ -347,6 +347,13 @@ def _training_settings(pc: PolicyConfig) -> dict[str, Any]:
     return used
 
 
+def policy_seed(stage_seed: int, extra: int) -> int:
+    """The adapter's training seed: the stage's own (derived from project.seed and the date) when
+    `policy.seed` is 0, else one mixed from both, so that retraining on the same pairs with another
+    `policy.seed` draws other batches, LoRA initialisations and samples, and nothing upstream reruns."""
+    return stage_seed if extra == 0 else int(fingerprint([stage_seed, extra], 8), 16) % (2**31 - 1)
+
+
 def build_lora_adapter(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.models import student_path
     from hominem_pipeline.core.preferences import read_preference_pairs
@@ -360,7 +367,7 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
         student_path=student_path(ctx.cfg),
         cfg=pc,
         out_dir=ctx.out_dir,
-        seed=ctx.seed,
+        seed=policy_seed(ctx.seed, pc.seed),
         on_log=lambda step, m: ctx.run.log_metrics({k.replace("/", "_"): v for k, v in m.items() if v is not None and np.isfinite(v)}, step=step),
     )
     memory_data: list[list[str]] = []

@@ -66,3 +66,15 @@ def test_export_merges_the_adapter_into_a_plain_model(tiny_student, tmp_path):
         export_merged(adapter, out)
     with pytest.raises(FileNotFoundError, match="not a PEFT adapter folder"):
         export_merged(tmp_path, tmp_path / "x")
+
+
+def test_policy_seed_zero_keeps_the_stage_seed_and_others_draw_new_ones():
+    from hominem_pipeline.core.config import load_config
+    from hominem_pipeline.core.pipeline import policy_seed
+
+    assert load_config().policy.seed == 0
+    assert policy_seed(1234, 0) == 1234  # adapters trained before the setting existed train the same way
+    seeds = {policy_seed(1234, k) for k in range(1, 6)}
+    assert len(seeds) == 5 and 1234 not in seeds
+    assert all(0 <= s < 2**31 - 1 for s in seeds) and policy_seed(1234, 3) == policy_seed(1234, 3)
+    assert policy_seed(99, 3) != policy_seed(1234, 3)  # still tied to the day's own seed
