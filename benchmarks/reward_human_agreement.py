@@ -13,6 +13,7 @@ process, for the ratio.
 
     .venv/bin/python benchmarks/reward_human_agreement.py                  # 1,800 train / the other 504 test
     .venv/bin/python benchmarks/reward_human_agreement.py --baseline --epochs 2
+    .venv/bin/python benchmarks/reward_human_agreement.py --finetune frozen --layers 1,2,3,4,5,6
 
 Needs ../shared/data/hh-rlhf/ (or --data PATH); the project itself never reads it.
 """
@@ -96,6 +97,7 @@ def main() -> None:
     ap.add_argument("--learning-rate", type=float, default=None, help="encoder learning rate (default: the config's)")
     ap.add_argument("--finetune", choices=["full", "lora", "frozen"], default=None, help="how the backbone trains (default: the config's)")
     ap.add_argument("--length-feature", choices=["on", "off"], default=None, help="heads also read the sequence's log length (default: the config's)")
+    ap.add_argument("--layers", default=None, help="pool the states after these encoder layers side by side, e.g. 1,2,3,4,5,6 (default: the config's)")
     ap.add_argument("--baseline", action="store_true", help="also train a frozen backbone (heads only) first, for the ratio")
     ap.add_argument("--plot", type=Path, default=ROOT / "docs" / "plots" / "reward_human_agreement.png")
     args = ap.parse_args()
@@ -118,13 +120,21 @@ def main() -> None:
         overrides["max_length"] = args.max_length
     if args.learning_rate:
         overrides["learning_rate"] = args.learning_rate
+    backbone: dict = {}
     if args.finetune:
-        overrides["backbone"] = {"finetune": args.finetune}
+        backbone["finetune"] = args.finetune
+    if args.layers:
+        try:
+            backbone["layers"] = [int(x) for x in args.layers.split(",")]
+        except ValueError:
+            sys.exit(f"--layers {args.layers!r}: give layer numbers separated by commas, e.g. 1,2,3,4,5,6")
+    if backbone:
+        overrides["backbone"] = backbone
     if args.length_feature:
         overrides["length_feature"] = args.length_feature == "on"
     results = []
     if args.baseline:
-        frozen = load_config(ENCODER, root=ROOT, overrides={"reward_model": {**overrides, "backbone": {"finetune": "frozen"}, "uncertainty": {"method": "none"}}})
+        frozen = load_config(ENCODER, root=ROOT, overrides={"reward_model": {**overrides, "backbone": {**backbone, "finetune": "frozen"}, "uncertainty": {"method": "none"}}})
         results.append(run("frozen", frozen, train, test, args.seed, None))
     cfg = load_config(ENCODER, root=ROOT, overrides={"reward_model": overrides})
     results.append(run(args.finetune or "default", cfg, train, test, args.seed, args.plot))

@@ -260,6 +260,10 @@ class RewardBackboneConfig(_Frozen):
     # Keep only the first `depth` transformer layers (null: all): the heads read the state after them. A causal
     # LM's middle layers carry more of what a judge weighs than its last, and the cut model is faster and smaller.
     depth: int | None = Field(default=None, ge=1, le=1000)
+    # Pool the states after these layers (1 = the first block's output, counted within depth), side by side,
+    # instead of the last one alone (null). A sentence encoder's last layer is tuned for similarity; its
+    # middle layers order more human preferences (docs/BENCHMARKS.md).
+    layers: list[int] | None = Field(default=None, min_length=1)
     lora: RewardLoraConfig
 
 

@@ -95,16 +95,20 @@ class RewardNet(nn.Module):
     LLM judges weigh (their verbosity bias). A sequence cut to max_length reads max_length: size max_length
     so that prompt and reply fit.
 
-    Pooling `last_mean` hands the heads both the last real token's state and the mean. The heads read the
-    features standardised by `feature_mean` / `feature_std` (identity unless ridge-fitted heads set them)."""
+    Pooling `last_mean` hands the heads both the last real token's state and the mean. With `layers`,
+    the states pooled are those after each of these layers (1 = the first block's output) side by side,
+    instead of the last one alone. The heads read the features standardised by `feature_mean` /
+    `feature_std` (identity unless ridge-fitted heads set them)."""
 
-    def __init__(self, backbone: nn.Module, n_dims: int, *, members: int = 1, pooling: str = "mean", dropout: float = 0.1, length_feature: bool = False):
+    def __init__(self, backbone: nn.Module, n_dims: int, *, members: int = 1, pooling: str = "mean", dropout: float = 0.1, length_feature: bool = False,
+                 layers: Sequence[int] | None = None):
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling {pooling!r}: use one of {', '.join(POOLINGS)}")
+        self.layers = None if layers is None else check_layers(layers, backbone.config.num_hidden_layers)
         self.backbone = backbone
         self.n_dims, self.members, self.pooling, self.length_feature = n_dims, members, pooling, length_feature
-        hidden = backbone.config.hidden_size * (2 if pooling == "last_mean" else 1)
+        hidden = backbone.config.hidden_size * (2 if pooling == "last_mean" else 1) * (1 if self.layers is None else len(self.layers))
         self.feature_size = hidden + int(length_feature)  # what the heads read
         self.register_buffer("feature_mean", torch.zeros(self.feature_size))
         self.register_buffer("feature_std", torch.ones(self.feature_size))
@@ -124,20 +128,30 @@ class RewardNet(nn.Module):
         return (p is not None and not torch.is_grad_enabled() and input_ids.shape[1] > len(p)
                 and bool((input_ids[:, : len(p)] == p).all()) and bool(attention_mask[:, : len(p)].all()))
 
+    def _run(self, **inputs: Any) -> tuple[torch.Tensor, Any]:
+        """The backbone's output and the states the heads pool: the last hidden state, or with `layers`
+        those layers' states side by side (B, T, H * len(layers))."""
+        if self.layers is None:
+            out = self.backbone(**inputs)
+            return out.last_hidden_state, out
+        out = self.backbone(**inputs, output_hidden_states=True)
+        return torch.cat([out.hidden_states[i] for i in self.layers], dim=-1), out
+
     def states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The backbone's last hidden states: (B, T, H), or with a shared prefix that every row starts
-        with (inference only), (B, T - P, H) for the tokens after it and the prefix's own (P, H), which
-        are the same for every row of a causal model. The prefix then runs once, not once per row."""
+        """The states the heads pool (the last hidden state, or `layers`): (B, T, H), or with a shared
+        prefix that every row starts with (inference only), (B, T - P, H) for the tokens after it and the
+        prefix's own (P, H), which are the same for every row of a causal model. The prefix then runs
+        once, not once per row."""
         if not self._prefix_applies(input_ids, attention_mask):
-            return self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state, None
+            return self._run(input_ids=input_ids, attention_mask=attention_mask)[0], None
         prefix, (b, t) = self.shared_prefix, input_ids.shape
-        first = self.backbone(input_ids=prefix.unsqueeze(0), use_cache=True)
+        first_states, first = self._run(input_ids=prefix.unsqueeze(0), use_cache=True)
         cache = first.past_key_values
         cache.batch_repeat_interleave(b)
         positions = torch.arange(len(prefix), t, device=input_ids.device).unsqueeze(0).expand(b, -1)
-        rest = self.backbone(input_ids=input_ids[:, len(prefix) :], attention_mask=attention_mask, position_ids=positions,
-                             past_key_values=cache, use_cache=False).last_hidden_state
-        return rest, first.last_hidden_state[0]
+        rest = self._run(input_ids=input_ids[:, len(prefix) :], attention_mask=attention_mask, position_ids=positions,
+                         past_key_values=cache, use_cache=False)[0]
+        return rest, first_states[0]
 
     def pooled(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """(B, feature_size): the pooled hidden state, then log(real tokens) with `length_feature`."""
@@ -171,6 +185,15 @@ class RewardNet(nn.Module):
 
     def head_state_dict(self) -> dict[str, torch.Tensor]:
         return {k: v for k, v in self.state_dict().items() if not k.startswith("backbone.")}
+
+
+def check_layers(layers: Sequence[int], depth: int) -> tuple[int, ...]:
+    """`reward_model.backbone.layers` checked against a backbone of `depth` layers: distinct, in 1..depth."""
+    chosen = tuple(int(x) for x in layers)
+    if not chosen or len(set(chosen)) != len(chosen) or not all(1 <= x <= depth for x in chosen):
+        raise ValueError(f"reward_model.backbone.layers {list(layers)}: name distinct layers from 1 to {depth} (this backbone's "
+                         f"depth; 1 = the first block's output), e.g. [{', '.join(map(str, range(max(1, depth - 2), depth + 1)))}], or null for the last alone")
+    return chosen
 
 
 def member_mean_std(heads: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
@@ -409,7 +432,7 @@ class RewardModel:
         backbone, tokenizer = load_backbone(path / BACKBONE_DIR)
         bb = metadata.get("backbone") or {}
         net = RewardNet(backbone, len(metadata["dimensions"]), members=int(metadata.get("members", 1)), pooling=bb.get("pooling", "mean"),
-                        dropout=float(metadata.get("dropout", 0.1)), length_feature=bool(metadata.get("length_feature", False)))
+                        dropout=float(metadata.get("dropout", 0.1)), length_feature=bool(metadata.get("length_feature", False)), layers=bb.get("layers"))
         missing = net.load_state_dict(load_file(str(path / HEADS)), strict=False)
         if missing.unexpected_keys or any(not k.startswith("backbone.") and k not in STANDARDISATION for k in missing.missing_keys):
             raise ValueError(f"{path / HEADS} does not match the model: {missing}")
@@ -906,7 +929,8 @@ def train_reward_model(
     backbone = keep_layers(backbone, cfg.backbone.depth)
     pooling = cfg.backbone.pooling if cfg.backbone.pooling != "auto" else ("last" if kind == "decoder" else "mean")
     members = cfg.uncertainty.members if cfg.uncertainty.method == "ensemble" else 1
-    net = RewardNet(_wrap_backbone(backbone, cfg), len(dimensions), members=members, pooling=pooling, dropout=cfg.dropout, length_feature=cfg.length_feature)
+    net = RewardNet(_wrap_backbone(backbone, cfg), len(dimensions), members=members, pooling=pooling, dropout=cfg.dropout, length_feature=cfg.length_feature,
+                    layers=cfg.backbone.layers)
     if cfg.backbone.frame == "judge" and not judge_system:
         raise ValueError("reward_model.backbone.frame judge needs the judge's system text (train_reward_model(judge_system=...))")
     frame = judge_frame(tokenizer, judge_system) if cfg.backbone.frame == "judge" else None
@@ -1145,7 +1169,7 @@ def train_reward_model(
                           if cfg.head_fit == "ridge" else "none; ") + "heads are bounded to the label ranges (tanh for vector and scalar, sigmoid for intensity and safety)",
         "max_length": cfg.max_length,
         "backbone": {"source": str(backbone_path), "kind": kind, "pooling": pooling, "finetune": cfg.backbone.finetune,
-                     "depth": backbone.config.num_hidden_layers},
+                     "depth": backbone.config.num_hidden_layers, "layers": None if net.layers is None else list(net.layers)},
         "frame": frame,
         "head_fit": cfg.head_fit,
         "validation": validation,

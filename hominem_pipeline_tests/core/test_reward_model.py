@@ -1,4 +1,5 @@
 import logging
+import re
 import shutil
 
 import numpy as np
@@ -487,3 +488,45 @@ def test_depth_keeps_the_first_layers_and_the_cut_model_saves_as_one(tiny_studen
     with pytest.raises(ValueError, match=r"depth 5 is more than the backbone's 2 layers; use at most 2"):
         train_reward_model(labels, dimensions=DIMS, backbone_path=tiny_student, cfg=small_cfg(backbone={"finetune": "frozen", "depth": 5}),
                            out_dir=tmp_path / "x", seed=0, data_digest="x", date="2026-11-20")
+
+
+def test_layers_pool_several_layers_side_by_side(tiny_encoder, tmp_path):
+    """backbone.layers [1, 2]: the heads read the mean of each layer's states, side by side; the saved model
+    loads and scores as trained; layers the backbone lacks are refused with its depth and the fix."""
+    from transformers import AutoModel
+
+    cfg = small_cfg(backbone={"finetune": "frozen", "layers": [1, 2]}, uncertainty={"method": "none", "members": 1, "mc_samples": 2}, length_feature=False)
+    labels = toy_labels()
+    train_reward_model(labels, dimensions=DIMS, backbone_path=tiny_encoder, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20")
+    rm = RewardModel.load(tmp_path)
+    hidden = rm.net.backbone.config.hidden_size
+    assert rm.metadata["backbone"]["layers"] == [1, 2] and rm.net.feature_size == 2 * hidden
+    [ids] = rm.encode(["Is it hard?"], ["Yes, a bit."])
+    with torch.inference_mode():
+        states = AutoModel.from_pretrained(tiny_encoder).eval()(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
+        pooled = rm.net.pooled(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))
+    torch.testing.assert_close(pooled[0], torch.cat([states[1][0].mean(0), states[2][0].mean(0)]))
+    assert RewardModel.load(tmp_path).score(list(labels["prompt"]), list(labels["response"])) == rm.score(list(labels["prompt"]), list(labels["response"]))
+
+    for bad in ([0, 1], [3], [1, 1]):
+        with pytest.raises(ValueError, match=re.escape(f"layers {bad}: name distinct layers from 1 to 2")):
+            train_reward_model(labels, dimensions=DIMS, backbone_path=tiny_encoder, cfg=small_cfg(backbone={"finetune": "frozen", "layers": bad}),
+                               out_dir=tmp_path / "x", seed=0, data_digest="x", date="2026-11-20")
+
+
+def test_several_layers_and_the_cached_frame_prefix_agree(tiny_student):
+    """With layers set, a causal decoder's cached judge-frame head pools as whole-sequence passes do."""
+    from hominem_pipeline.core.reward_model import frame_prefix, judge_frame, load_backbone, make_encoder, pad_id
+
+    backbone, tok = load_backbone(tiny_student)
+    frame = judge_frame(tok, "You are a fair judge.")
+    net = RewardNet(backbone, len(DIMS), pooling="last_mean", layers=[1, 2]).eval()
+    encode = make_encoder(tok, frame, 96)
+    ids, mask = pad_batch([encode(p, r) for p, r in [("Hi", "Hello there, how are you today?"), ("I lost my job.", "That is hard.")]], pad_id(tok))
+    with torch.inference_mode():
+        whole = net.pooled(ids, mask)
+        net.shared_prefix = frame_prefix(tok, frame, "decoder")
+        assert net.states(ids, mask)[1] is not None
+        cached = net.pooled(ids, mask)
+    assert whole.shape == (2, 2 * 2 * backbone.config.hidden_size)
+    torch.testing.assert_close(cached, whole, atol=1e-4, rtol=1e-4)
