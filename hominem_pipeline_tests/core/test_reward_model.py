@@ -239,7 +239,7 @@ def test_decoder_backbone_with_lora_is_merged_and_pooled_at_the_last_token(tiny_
     cfg = small_cfg(epochs=2, backbone={"finetune": "lora", "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}})
     train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20")
     rm = RewardModel.load(tmp_path)
-    assert rm.metadata["backbone"] | {"source": None} == {"source": None, "kind": "decoder", "pooling": "last", "finetune": "lora", "depth": 2}
+    assert rm.metadata["backbone"] | {"source": None} == {"source": None, "kind": "decoder", "pooling": "last", "finetune": "lora", "depth": 2, "layers": None}
     assert not any("lora" in k for k in rm.net.backbone.state_dict())  # merged: loading needs no PEFT
     a = rm.raw_scores(["hi", "hi"], ["short", "a much longer reply " * 5])["scalar"]
     b = np.array([rm.raw_scores(["hi"], [r])["scalar"][0] for r in ["short", "a much longer reply " * 5]])
