@@ -36,8 +36,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-import yaml
 import pandas as pd
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))

@@ -126,7 +126,7 @@ class RewardNet(nn.Module):
     def _prefix_applies(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> bool:
         p = self.shared_prefix
         return (p is not None and not torch.is_grad_enabled() and input_ids.shape[1] > len(p)
-                and bool((input_ids[:, : len(p)] == p).all()) and bool(attention_mask[:, : len(p)].all()))
+                and bool((input_ids[:, : len(p)] == p).all()) and bool(attention_mask[:, : len(p) + 1].all()))  # every row goes on after it
 
     def _run(self, **inputs: Any) -> tuple[torch.Tensor, Any]:
         """The backbone's output and the states the heads pool: the last hidden state, or with `layers`

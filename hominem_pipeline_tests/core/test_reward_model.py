@@ -379,7 +379,10 @@ def test_judge_frame_and_ridge_heads(tiny_student, tmp_path):
     rm = RewardModel.load(tmp_path)
     assert rm.metadata["frame"]["kind"] == "judge" and rm.metadata["head_fit"] == "ridge"
     assert rm.net.feature_size == 2 * 32 + 1  # last token and mean of a 32-wide model, then the length
-    assert rm.net.shared_prefix is not None  # the frame's head, encoded once per batch when scoring
+    # the frame's head, encoded once per batch when scoring: the tokens every framed input starts with
+    [first, second] = rm.encode(["Is it hard?", "Why?"], ["Yes, a bit.", "Because."])
+    n = len(rm.net.shared_prefix)
+    assert n > 0 and rm.net.shared_prefix.tolist() == first[:n] == second[:n] and first[n:] != second[n:]
 
     text = rm.tokenizer.decode(rm.encode(["Is it hard?"], ["Yes, a bit."])[0])
     assert "You are a fair judge." in text and text.endswith("Conversation to judge:\nUser: Is it hard?\nAssistant: Yes, a bit.\n")
@@ -445,7 +448,10 @@ def test_a_shared_frame_prefix_runs_once_and_pools_as_the_whole_sequence(tiny_st
         rest, prefix = net.states(ids, mask)
         cached = net.pooled(ids, mask)
         assert net.states(ids[:, 1:], mask[:, 1:])[1] is None  # rows that do not start with it: whole passes
-    assert prefix is not None and rest.shape[1] == ids.shape[1] - len(net.shared_prefix) > 0
+        n = len(net.shared_prefix)
+        short, short_mask = pad_batch([ids[0].tolist(), ids[0, :n].tolist()], pad_id(tok))
+        assert net.states(short, short_mask)[1] is None  # a row that ends with it: whole passes (its last token is in the prefix)
+    assert prefix.shape == (len(net.shared_prefix), backbone.config.hidden_size) and rest.shape[1] == ids.shape[1] - len(net.shared_prefix) > 0
     torch.testing.assert_close(cached, whole, atol=1e-4, rtol=1e-4)
     assert net.states(ids, mask)[1] is None  # with gradients (training) every row runs whole
     assert frame_prefix(tok, frame, "encoder") is None and frame_prefix(tok, None, "decoder") is None
@@ -526,7 +532,9 @@ def test_several_layers_and_the_cached_frame_prefix_agree(tiny_student):
     with torch.inference_mode():
         whole = net.pooled(ids, mask)
         net.shared_prefix = frame_prefix(tok, frame, "decoder")
-        assert net.states(ids, mask)[1] is not None
+        rest, prefix = net.states(ids, mask)
+        assert prefix.shape == (len(net.shared_prefix), 2 * backbone.config.hidden_size)  # the prefix's states of layers 1 and 2, side by side
+        assert rest.shape == (2, ids.shape[1] - len(net.shared_prefix), 2 * backbone.config.hidden_size)
         cached = net.pooled(ids, mask)
     assert whole.shape == (2, 2 * 2 * backbone.config.hidden_size)
     torch.testing.assert_close(cached, whole, atol=1e-4, rtol=1e-4)
