@@ -13,7 +13,7 @@ help: ## List the targets
 
 run: $(STAMP) ## Install (once), prepare the offline models (once), materialize every asset for today
 	$(BIN)/hominem setup
-	$(BIN)/hominem run $(if $(CONFIG),--config $(CONFIG)) $(if $(DATE),--date $(DATE)) $(if $(SELECT),--select '$(SELECT)')
+	$(BIN)/hominem run $(if $(CONFIG),--config $(CONFIG)) $(if $(DATE),--date $(DATE)) $(if $(SELECT),--select '$(SELECT)') $(if $(FILL_WINDOW),--fill-window)
 
 test: $(STAMP) ## Run the test suite (tiny models built in the tests; no downloads)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -98,6 +98,10 @@ def run(
     config: ConfigOpt = None,
     date: DateOpt = None,
     select: Annotated[str, typer.Option("--select", "-s", help="Dagster asset selection, e.g. '*', 'reward_model+', 'prompts,teacher_trajectories'.")] = "*",
+    fill_window: Annotated[bool, typer.Option(
+        "--fill-window", help="First label the days before --date in the reward model's window (reward_model.window_days) that have no labels yet "
+                              "(prompts, teacher_trajectories, teacher_labels; one Dagster run per day, ~6 min each on the offline default), so a "
+                              "fresh clone's reward model trains on a full window.")] = False,
 ) -> None:
     """Materialize assets for one day through Dagster (runs show in the Dagster UI, metrics in MLflow)."""
     _logging()
@@ -124,7 +128,29 @@ def run(
         _fail(f"--select {select!r} is not a valid asset selection ({exc}); try '*' or 'reward_model+'")
     if not keys:
         _fail(f"--select {select!r} matches no asset; assets are: {', '.join(sorted(k.to_user_string() for k in job.asset_layer.asset_graph.get_all_asset_keys()))}")
+    if fill_window:
+        _fill_window(cfg, day)
     _execute(definitions.daily_job, cfg, day, keys, "hominem run")
+
+
+def _fill_window(cfg: HominemConfig, day: str) -> None:
+    """Label each earlier day of the reward model's window that has no current teacher_labels (oldest
+    first; days before project.partitions_start are left out)."""
+    from dagster import AssetSelection
+
+    from hominem_pipeline import definitions
+    from hominem_pipeline.core.artifacts import ArtifactStore
+
+    end = dt.date.fromisoformat(day)
+    start = cfg.project.partitions_start
+    earlier = [end - dt.timedelta(days=k) for k in range(cfg.reward_model.window_days - 1, 0, -1)]
+    store = ArtifactStore(cfg.data_dir)
+    missing = [d.isoformat() for d in earlier if d >= start and store.current("teacher_labels", d.isoformat()) is None]
+    console.print(f"[bold]--fill-window[/]: reward_model.window_days {cfg.reward_model.window_days}; "
+                  + (f"labeling {len(missing)} earlier day(s) without labels: {', '.join(missing)}" if missing else "every earlier day has labels"))
+    keys = AssetSelection.assets("teacher_labels").upstream().resolve(definitions.daily_job().asset_layer.asset_graph)
+    for k, d in enumerate(missing, 1):
+        _execute(definitions.daily_job, cfg, d, keys, f"hominem run --fill-window ({k}/{len(missing)})")
 
 
 def _execute(job_fn, cfg: HominemConfig, day: str, keys, title: str) -> list:

@@ -157,3 +157,34 @@ def test_reward_probe_prints_scores_uncertainty_and_preference(labeled_project):
     assert empty.returncode == 2 and "item 1: the response is empty" in empty.stderr
     missing = hominem(project, "reward-probe", "--prompt", "hi", "-r", "x", "--model", str(project))
     assert missing.returncode == 2 and "is not a reward model folder" in missing.stderr
+
+
+def test_fill_window_labels_the_earlier_days_that_lack_labels(tmp_path, tiny_student, tiny_encoder):
+    """`hominem run --fill-window` labels each earlier day of the reward model's window without labels
+    (one Dagster run per day, oldest first), leaves labeled days alone, then runs --date."""
+    from dagster import DagsterInstance
+
+    from hominem_pipeline.core.artifacts import ArtifactStore
+    from hominem_pipeline_tests.conftest import make_project
+
+    project = make_project(tmp_path / "project", tiny_student, tiny_encoder)
+    (project / "config" / "window3.yaml").write_text("extends: config/tiny.yaml\nreward_model: {window_days: 3}\n")
+    labels = "prompts,teacher_trajectories,teacher_labels"
+    first = hominem(project, "run", "--config", "config/window3.yaml", "--date", "2026-11-18", "--select", labels)
+    assert first.returncode == 0, first.stdout + first.stderr
+    store = ArtifactStore(project / "data")
+    kept = store.current("teacher_labels", "2026-11-18").version
+    done = hominem(project, "run", "--config", "config/window3.yaml", "--date", DAY, "--select", labels, "--fill-window")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "labeling 1 earlier day(s) without labels: 2026-11-17" in done.stdout
+    assert [d for d in ("2026-11-16", "2026-11-17", "2026-11-18", DAY) if store.current("teacher_labels", d)] == ["2026-11-17", "2026-11-18", DAY]
+    assert store.current("teacher_labels", "2026-11-18").version == kept
+    os.environ["DAGSTER_HOME"] = str(project / "data" / "dagster")
+    try:
+        with DagsterInstance.get() as instance:
+            runs = sorted(instance.get_runs(), key=lambda r: r.run_id)
+            assert sorted(r.tags["dagster/partition"] for r in runs) == ["2026-11-17", "2026-11-18", DAY] and all(r.is_success for r in runs)
+    finally:
+        del os.environ["DAGSTER_HOME"]
+    again = hominem(project, "run", "--config", "config/window3.yaml", "--date", DAY, "--select", labels, "--fill-window")
+    assert again.returncode == 0 and "every earlier day has labels" in again.stdout
