@@ -38,7 +38,7 @@ from hominem_pipeline.core.artifacts import ArtifactStore  # noqa: E402
 from hominem_pipeline.core.config import load_config  # noqa: E402
 from hominem_pipeline.core.human_preferences import parse_preference_file  # noqa: E402
 from hominem_pipeline.core.models import reward_backbone  # noqa: E402
-from hominem_pipeline.core.reward_model import INT8_RECHECK_MARGIN, RewardModel, member_mean_std, train_reward_model  # noqa: E402
+from hominem_pipeline.core.reward_model import RewardModel, member_mean_std, train_reward_model  # noqa: E402
 from hominem_pipeline.core.teacher import rubric_system  # noqa: E402
 
 DECISIVE_GAP = 0.05  # scalar gap; int8 agreement is also reported on the pairs fp32 separates at least this much
@@ -163,9 +163,12 @@ def main() -> None:
         print(f"int8 pairwise decisions agreeing with fp32: {same.mean():.2%} of {n} pairs; "
               f"{same[decisive].mean():.2%} of the {decisive.sum()} pairs fp32 separates by >= {DECISIVE_GAP} (median |gap| {np.median(np.abs(fp32_gap)):.3f})")
         moved = np.abs(quant[:n] - quant[n:] - fp32_gap)
-        near = np.abs(quant[:n] - quant[n:]) < INT8_RECHECK_MARGIN
+        margin = int8.recheck_margin()
+        near = np.abs(quant[:n] - quant[n:]) < margin
         print(f"int8 moves a pair's gap by {np.median(moved):.4f} (median), {np.quantile(moved, 0.99):.4f} (99th percentile), {moved.max():.4f} (most)")
-        print(f"int8 pair_gaps(), near-ties (|gap| < {INT8_RECHECK_MARGIN}) rescored in fp32: {n / t_recheck:7.2f} pairs/s   {t_naive / t_recheck:.2f}x the naive loop, "
+        smoothing = "smoothed by the activation ranges measured in training" if int8.metadata.get("int8") else "no int8 calibration saved: unsmoothed"
+        print(f"int8 path: {smoothing}; recheck margin {margin:.4f}")
+        print(f"int8 pair_gaps(), near-ties (|gap| < {margin:.4f}) rescored in fp32: {n / t_recheck:7.2f} pairs/s   {t_naive / t_recheck:.2f}x the naive loop, "
               f"{near.mean():.1%} of pairs rescored, decisions agreeing with fp32: {(np.sign(rechecked) == np.sign(fp32_gap)).mean():.2%}", flush=True)
 
     if args.train_labels:
@@ -179,7 +182,8 @@ def main() -> None:
         labels = pd.DataFrame(rows)
         with tempfile.TemporaryDirectory() as tmp:
             metrics, seconds = timed(lambda: train_reward_model(labels, dimensions=cfg.dimension_names, backbone_path=reward_backbone(cfg), cfg=cfg.reward_model,
-                                                               out_dir=Path(tmp), seed=0, data_digest="bench", date="benchmark", judge_system=rubric_system(cfg.labeling)))
+                                                               out_dir=Path(tmp), seed=0, data_digest="bench", date="benchmark", judge_system=rubric_system(cfg.labeling),
+                                                               judge_question=cfg.labeling.scalar_question))
         trained = metrics["train_sequences"]
         how = ("ridge heads: one backbone pass, the heads solved and cross-validated, calibration, saving" if cfg.reward_model.head_fit == "ridge"
                else "1 epoch with validation, calibration and saving")

@@ -17,9 +17,10 @@ thus gets an out-of-fold score, and the figures cover every pair of the window, 
   pairs get the T fitted on the other folds' out-of-fold pairs, so no pair calibrates itself.
 
 Each `--variant NAME=JSON` (reward_model settings overlaid on the config) runs in the same process, on
-the same folds; the default list compares the configured model (the local judge's own network, cut to 18
-layers, reading the exchange in the judge's frame, ridge heads) with the MiniLM encoder of
-`config/reward/encoder.yaml`, fine-tuned and frozen with ridge heads, and with the judge's network uncut.
+the same folds; the default list compares the configured model (the local judge's own network, cut to 24
+layers, reading the exchange in the judge's frame up to its overall question, ridge heads) with the same
+network reading the frame without the question (cut to 18 layers, the default before), and with the
+MiniLM encoder of `config/reward/encoder.yaml`, fine-tuned and frozen with ridge heads.
 
     .venv/bin/python benchmarks/reward_teacher_agreement.py                       # latest day in data/
     .venv/bin/python benchmarks/reward_teacher_agreement.py --variant default={} --folds 8
@@ -53,10 +54,10 @@ from hominem_pipeline.core.teacher import rubric_system  # noqa: E402
 
 ENCODER = yaml.safe_load((ROOT / "config" / "reward" / "encoder.yaml").read_text())["reward_model"]  # MiniLM, as the overlay sets it
 DEFAULT_VARIANTS = {
-    "configured": {},  # the judge's network, cut to 18 layers, reading in the judge's frame, ridge heads
+    "configured": {},  # the judge's network, cut to 24 layers, reading in the judge's frame up to its overall question, ridge heads
+    "judge frame without the question, 18 layers": {"backbone": {"frame": "judge", "depth": 18}},
     "encoder": ENCODER,  # config/reward/encoder.yaml: MiniLM fine-tuned
     "frozen encoder, ridge": {**ENCODER, "backbone": {**ENCODER["backbone"], "finetune": "frozen"}, "head_fit": "ridge"},
-    "judge frame, 30 layers": {"backbone": {"depth": None}},
 }
 
 
@@ -80,7 +81,8 @@ def out_of_fold(name: str, cfg, labels: pd.DataFrame, fold: np.ndarray, folds: i
         with tempfile.TemporaryDirectory() as tmp:
             m = train_reward_model(
                 train, dimensions=cfg.dimension_names, backbone_path=reward_backbone(cfg), cfg=cfg.reward_model,
-                out_dir=Path(tmp), seed=seed + k, data_digest="cross-validation", date="benchmark", judge_system=rubric_system(cfg.labeling),
+                out_dir=Path(tmp), seed=seed + k, data_digest="cross-validation", date="benchmark",
+                judge_system=rubric_system(cfg.labeling), judge_question=cfg.labeling.scalar_question,
             )
             raw = RewardModel.load(tmp).raw_scores(list(held["prompt"]), list(held["response"]))
         scores["scalar"][fold == k] = raw["scalar"]

@@ -256,7 +256,9 @@ class RewardBackboneConfig(_Frozen):
     finetune: Literal["full", "lora", "frozen"] = "full"
     # pair: [CLS] prompt [SEP] reply [SEP]. judge: a chat model reads the exchange in the local judge's
     # frame (its chat template, the judge's system text, "Conversation to judge: User: ... Assistant: ...")
-    frame: Literal["pair", "judge"] = "pair"
+    # judge_question: the judge frame followed by the judge's overall question (labeling.scalar_question) up to
+    # "Rating: ", so the heads read the state where the judge gives its rating
+    frame: Literal["pair", "judge", "judge_question"] = "pair"
     # Keep only the first `depth` transformer layers (null: all): the heads read the state after them. A causal
     # LM's middle layers carry more of what a judge weighs than its last, and the cut model is faster and smaller.
     depth: int | None = Field(default=None, ge=1, le=1000)

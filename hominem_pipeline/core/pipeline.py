@@ -258,6 +258,7 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
         human_pairs=human,
         on_epoch=lambda epoch, m: ctx.run.log_metrics(m, step=epoch),
         judge_system=rubric_system(ctx.cfg.labeling),
+        judge_question=ctx.cfg.labeling.scalar_question,
     )
     metrics["train_seconds"] = time.monotonic() - started
     return StageOutput(
@@ -542,8 +543,8 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec(
         "reward_model",
         "Multi-head reward model (vector, scalar, intensity, safety, uncertainty) trained on the labels and human pairs of a window of days.",
-        "4",
-        ("dimensions", "reward_model", "models.encoder", "models.student", "labeling.judge_system"),  # judge_system: what frame: judge reads
+        "6",
+        ("dimensions", "reward_model", "models.encoder", "models.student", "labeling.judge_system", "labeling.scalar_question"),  # what frame: judge / judge_question reads
         (
             Upstream("teacher_labels", lambda c: c.reward_model.window_days),
             Upstream("human_preferences", lambda c: c.reward_model.window_days if c.reward_model.human_preferences else 0, optional=True),

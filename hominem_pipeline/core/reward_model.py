@@ -52,7 +52,12 @@ MC_SEED = 0  # MC dropout masks are seeded so that the same inputs get the same 
 # int8 gaps this close to a tie are rescored in fp32 (`pair_gaps`): on the default model int8 moves a
 # pair's scalar gap by 0.004 (median) to 0.02 (most) and flips only pairs fp32 separates by < 0.004
 INT8_RECHECK_MARGIN = 0.01
+INT8_CALIBRATION = "int8_calibration.safetensors"  # per linear layer: the largest |input| per channel seen in training
+INT8_SMOOTHING = 0.5  # SmoothQuant's alpha: how much of the activations' channel range moves into the weights
+INT8_SAMPLE = 64  # training replies that measure the activation ranges, and as many others that measure int8's error
+INT8_MARGIN_QUANTILE = 0.95  # the recheck margin: this quantile of int8's error on a pair gap, measured at training
 FEW_VAL_PAIRS = 30  # fewer teacher pairs than this in the validation split: its accuracy is mostly the split's luck
+ECE_NOISE_WARNING = 0.05  # above this noise floor (too few held-out pairs) the stage warns that its ECE says little
 BUCKET_GROUPS = 64  # training batches are drawn from windows of this many groups sorted by length
 RIDGE_FOLDS = 5  # ridge heads: prompt folds for the penalty and for the held-out figures
 POOLINGS = ("mean", "last", "last_mean")
@@ -251,19 +256,25 @@ def encode_framed(tokenizer: Any, fixed: list[list[int]], prompt: str, response:
     return head + before + p + between + r + after
 
 
-def judge_frame(tokenizer: Any, system: str) -> dict[str, str]:
+def judge_frame(tokenizer: Any, system: str, question: str | None = None) -> dict[str, str]:
     """The local judge's frame for `frame: judge`: the chat template's text up to the user's content
-    (with `system`), then the judge's "Conversation to judge" lines. Stored in METADATA, so a saved
+    (with `system`), then the judge's "Conversation to judge" lines. With `question` (`frame:
+    judge_question`) the exchange is followed by that rubric question as the judge is asked it, up to
+    "Rating: ", so the last token is where the judge gives its rating. Stored in METADATA, so a saved
     model scores as it was trained whatever the config says later."""
     from hominem_pipeline.core.generation import chat_text
 
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("reward_model.backbone.frame judge needs a backbone with a chat template (a chat model such as the student); use frame: pair")
-    from hominem_pipeline.core.teacher import JUDGE_FRAME
+    from hominem_pipeline.core.teacher import JUDGE_FRAME, rubric_suffix
 
     marker = "\x00HOMINEM\x00"
+    head, tail = chat_text(tokenizer, marker, system).split(marker)
     before, between, after = JUDGE_FRAME
-    return {"kind": "judge", "head": chat_text(tokenizer, marker, system).split(marker)[0], "before": before, "between": between, "after": after}
+    frame = {"kind": "judge", "head": head, "before": before, "between": between, "after": after}
+    if question is not None:
+        frame |= {"kind": "judge_question", "after": after + rubric_suffix(question, tail)}
+    return frame
 
 
 def make_encoder(tokenizer: Any, frame: dict[str, str] | None, max_length: int) -> Callable[[str, str], list[int]]:
@@ -361,9 +372,19 @@ class Int8Linear(nn.Module):
     AVX2 kernels cannot saturate; CPUs with VNNI run the same kernels. (`torch._int_mm`, used before,
     is fast only on CPUs with VNNI: 20-40x slower than fp32 on an AVX2-only CPU.)"""
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, linear: nn.Linear, input_absmax: torch.Tensor | None = None):
         super().__init__()
         weight = linear.weight.detach().float()
+        # SmoothQuant (Xiao et al. 2023): with `input_absmax` (the largest |input| per channel seen on real
+        # text), channel j of the input is divided by s_j = absmax_j^a / max|W[:, j]|^(1-a) and weight column
+        # j multiplied by it: the product is unchanged, and the few outlier channels no longer take the 8
+        # bits of every token. (Per-token scales alone leave those channels setting each row's scale.)
+        smooth = None
+        if input_absmax is not None:
+            w_max = weight.abs().amax(0).clamp(min=1e-5)
+            smooth = (input_absmax.float().clamp(min=1e-5) ** INT8_SMOOTHING / w_max ** (1 - INT8_SMOOTHING)).clamp(min=1e-5)
+            weight = weight * smooth
+        self.register_buffer("inverse_smooth", None if smooth is None else 1.0 / smooth)
         scale = weight.abs().amax(1).clamp(min=1e-12) / INT8_WEIGHT_LEVELS
         with warnings.catch_warnings():  # torch 2.13 marks quantized tensor constructors as deprecated
             warnings.simplefilter("ignore", UserWarning)
@@ -380,6 +401,8 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features).float()
+        if self.inverse_smooth is not None:
+            rows = rows * self.inverse_smooth
         norm = rows.abs().amax(1, keepdim=True).clamp(min=1e-12)
         y = torch.ops.quantized.linear_dynamic(rows / norm, self._packed, False).mul_(norm)
         if self.bias is not None:
@@ -387,14 +410,71 @@ class Int8Linear(nn.Module):
         return y.reshape(*x.shape[:-1], self.out_features)
 
 
-def quantize_int8(module: nn.Module) -> nn.Module:
-    """Every nn.Linear in `module` replaced, in place, by an `Int8Linear` (inference only)."""
+def quantize_int8(module: nn.Module, input_absmax: dict[str, torch.Tensor] | None = None, prefix: str = "") -> nn.Module:
+    """Every nn.Linear in `module` replaced, in place, by an `Int8Linear` (inference only), smoothed by
+    its entry in `input_absmax` (names as `module.named_modules()` gives them) where there is one."""
     for name, child in list(module.named_children()):
+        full = f"{prefix}{name}"
         if isinstance(child, nn.Linear):
-            setattr(module, name, Int8Linear(child))
+            setattr(module, name, Int8Linear(child, None if input_absmax is None else input_absmax.get(full)))
         else:
-            quantize_int8(child)
+            quantize_int8(child, input_absmax, f"{full}.")
     return module
+
+
+def linear_input_absmax(net: RewardNet, encoded: list[list[int]], batch_size: int, pad: int) -> dict[str, torch.Tensor]:
+    """Per nn.Linear of the backbone (by its name there), the largest |input| per channel over `encoded`."""
+    absmax: dict[str, torch.Tensor] = {}
+
+    def hook(name: str) -> Callable[..., None]:
+        def record(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+            seen = inputs[0].detach().reshape(-1, inputs[0].shape[-1]).abs().amax(0).float()
+            absmax[name] = seen if name not in absmax else torch.maximum(absmax[name], seen)
+        return record
+
+    handles = [m.register_forward_hook(hook(n)) for n, m in net.backbone.named_modules() if isinstance(m, nn.Linear)]
+    try:
+        _pooled_all(net, encoded, batch_size, pad)
+    finally:
+        for h in handles:
+            h.remove()
+    return absmax
+
+
+def measure_int8(net: RewardNet, encoded: list[list[int]], rng: np.random.Generator, batch_size: int, pad: int) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
+    """Calibrate the int8 path on training replies: the activation ranges `Int8Linear` smooths by, from
+    `INT8_SAMPLE` replies, then int8's error on the scalar and every dimension over `INT8_SAMPLE` others,
+    compared with fp32. Returns (input_absmax, report with the recheck margins `pair_gaps` uses: for the
+    scalar and for each dimension, the `INT8_MARGIN_QUANTILE` quantile of int8's error on the gap of
+    every pair of those replies, never below `INT8_RECHECK_MARGIN`; the median and largest error are
+    the scalar's); None when the quantized engine refuses the layers."""
+    order = rng.permutation(len(encoded))
+    calibrate, check = order[:INT8_SAMPLE], order[INT8_SAMPLE : 2 * INT8_SAMPLE]
+    if len(check) < 2:
+        calibrate, check = order, order  # a tiny set: measured on the replies it was calibrated on
+    absmax = linear_input_absmax(net, [encoded[i] for i in calibrate], batch_size, pad)
+    try:
+        quantized = copy.deepcopy(net)
+        quantized.backbone = quantize_int8(quantized.backbone, absmax)
+    except RuntimeError as err:
+        log.warning("int8 calibration skipped: %s", err)
+        return None
+    sample = [encoded[i] for i in check]
+
+    def outputs(model: RewardNet) -> torch.Tensor:  # (reply, scalar and each dimension)
+        mean, _ = member_mean_std(model.heads(_pooled_all(model, sample, batch_size, pad)))
+        return torch.cat([mean["scalar"][:, None], mean["vector"]], 1)
+
+    with torch.inference_mode():
+        error = (outputs(quantized) - outputs(net)).double().numpy()
+    i, j = np.triu_indices(len(check), 1)
+    gap_error = np.abs(error[i] - error[j])  # (pair, output): the scalar, then each dimension
+    margins = [max(INT8_RECHECK_MARGIN, float(np.quantile(gap_error[:, k], INT8_MARGIN_QUANTILE))) for k in range(gap_error.shape[1])]
+    return absmax, {
+        "smoothing": INT8_SMOOTHING, "calibrated_on": len(calibrate), "measured_on": len(check),
+        "median_gap_error": float(np.median(gap_error[:, 0])), "max_gap_error": float(gap_error[:, 0].max()),
+        "recheck_margin": margins[0], "dimension_recheck_margins": margins[1:],
+    }
 
 
 class RewardModel:
@@ -440,7 +520,9 @@ class RewardModel:
         model = cls(net, tokenizer, metadata)
         if quantize == "int8":
             model.exact_net = copy.deepcopy(net).eval()  # fp32, for the near-ties `pair_gaps` rechecks
-            net.backbone = quantize_int8(net.backbone)
+            # models saved before the int8 calibration existed quantize without smoothing
+            absmax = load_file(str(path / INT8_CALIBRATION)) if (path / INT8_CALIBRATION).is_file() else None
+            net.backbone = quantize_int8(net.backbone, absmax)
         return model
 
     @property
@@ -464,13 +546,26 @@ class RewardModel:
         scalar), or on one reward dimension (by its own fitted temperature)."""
         return self.probability(float(self.pair_gaps([prompt], [a], [b], dimension)[0]), dimension)
 
+    def recheck_margin(self, dimension: str | None = None) -> float:
+        """The int8 gap (of the scalar, or of `dimension`) under which `pair_gaps` rescores a pair in fp32:
+        the margin measured when the model was trained (`measure_int8`), or `INT8_RECHECK_MARGIN` for
+        models saved before."""
+        int8 = self.metadata.get("int8") or {}
+        if dimension is None:
+            return float(int8.get("recheck_margin", INT8_RECHECK_MARGIN))
+        margins = int8.get("dimension_recheck_margins")
+        return float(margins[self._dimension_index(dimension)]) if margins else INT8_RECHECK_MARGIN
+
     def pair_gaps(self, prompts: Sequence[str], a: Sequence[str], b: Sequence[str], dimension: str | None = None,
-                  recheck_margin: float = INT8_RECHECK_MARGIN, batch_size: int = 32) -> np.ndarray:
+                  recheck_margin: float | None = None, batch_size: int = 32) -> np.ndarray:
         """Score gap (a minus b) per pair, by the scalar or one dimension: positive where `a` is preferred.
 
-        On an int8 model, pairs whose int8 gap is within `recheck_margin` of a tie are scored again in
-        fp32, so every decision is the one the fp32 model makes (int8 moves a gap by up to ~0.02 on the
-        default model: `benchmarks/reward_scoring_speed.py`); 0 turns the recheck off."""
+        On an int8 model, pairs whose int8 gap is within `recheck_margin` of a tie (None: the model's
+        `recheck_margin(dimension)`, what int8 moved such a gap by on 95% of the training replies' pairs) are scored
+        again in fp32, so the decisions are the fp32 model's wherever int8 moves a gap less than that
+        (`benchmarks/reward_scoring_speed.py` measures the agreement); 0 turns the recheck off."""
+        if recheck_margin is None:
+            recheck_margin = self.recheck_margin(dimension)
         if not len(prompts) == len(a) == len(b):
             raise ValueError(f"pair_gaps takes one prompt per pair: got {len(prompts)} prompts, {len(a)} a and {len(b)} b replies")
         column = None if dimension is None else self._dimension_index(dimension)  # checked before scoring
@@ -811,13 +906,14 @@ def calibrate(pairs: np.ndarray, pair_group: np.ndarray, predicted: np.ndarray) 
     """Temperature scaling of P(first preferred) = sigmoid(predicted gap / T) on (preferred, other) pairs,
     with ECE / MCE / Brier before and after, and a held-out ECE: T fitted on half the prompts and
     applied to the other half (both ways). None when there is no pair."""
-    from hominem_pipeline.core.calibration import both_orders, calibration_report, fit_temperature, preference_probability
+    from hominem_pipeline.core.calibration import both_orders, calibration_report, ece_noise_floor, fit_temperature, preference_probability
 
     if len(pairs) == 0:
         return None
     gaps, outcomes = both_orders(pairs, predicted)
     temperature = fit_temperature(gaps, outcomes)
     fold = np.tile(np.asarray(pair_group) % 2, 2)
+    after = calibration_report(preference_probability(gaps, temperature), outcomes)
     held_out = None
     if len(np.unique(fold)) == 2:
         probs = np.zeros(len(gaps))
@@ -825,10 +921,13 @@ def calibrate(pairs: np.ndarray, pair_group: np.ndarray, predicted: np.ndarray) 
             t = fit_temperature(gaps[fold != f], outcomes[fold != f])
             probs[fold == f] = preference_probability(gaps[fold == f], t)
         held_out = calibration_report(probs, outcomes)
+        held_out["noise_floor"] = ece_noise_floor(probs[: len(pairs)])
+    else:
+        after["noise_floor"] = ece_noise_floor(preference_probability(gaps[: len(pairs)], temperature))
     return {
         "temperature": temperature,
         "before": calibration_report(preference_probability(gaps, 1.0), outcomes),
-        "after": calibration_report(preference_probability(gaps, temperature), outcomes),
+        "after": after,
         "held_out": held_out,
     }
 
@@ -857,14 +956,21 @@ def calibrate_validation(
         return None, {}
     held = overall["held_out"]
     reported = held or overall["after"]
+    n_pairs = overall["after"]["pairs"] // 2
+    if reported["noise_floor"] > ECE_NOISE_WARNING:
+        log.warning("calibration measured on %d %s pairs: a perfectly calibrated model would read an ECE of %.3f on them, so the ECE of %.3f says "
+                    "little about calibration; a wider window (reward_model.window_days) of labeled days gives more pairs", n_pairs, source,
+                    reported["noise_floor"], reported["ece"])
     reliability_diagram(
         overall["before"], overall["after"], out_dir / RELIABILITY_PLOT,
-        f"reward model {date}: {overall['after']['pairs'] // 2} {source} pairs, T = {overall['temperature']:.3g}"
-        + ("" if held is None else f"\nheld-out ECE {held['ece']:.3f} (T fitted on the other half of the prompts)"),
+        f"reward model {date}: {n_pairs} {source} pairs, T = {overall['temperature']:.3g}"
+        + ("" if held is None else f"\nheld-out ECE {held['ece']:.3f} (T fitted on the other half of the prompts)")
+        + f"\na perfectly calibrated model would read {reported['noise_floor']:.3f} on these pairs",
     )
     metrics = {
         "temperature": overall["temperature"],
         "val_ece": reported["ece"],
+        "val_ece_noise_floor": reported["noise_floor"],
         "val_ece_in_sample": overall["after"]["ece"],
         "val_ece_uncalibrated": overall["before"]["ece"],
         "val_mce": reported["mce"],
@@ -874,6 +980,8 @@ def calibrate_validation(
         "method": "temperature scaling: P(a preferred over b) = sigmoid((scalar_a - scalar_b) / temperature)",
         "fitted_on": f"{source} pairs (same prompt with teacher scalar gap >= {PAIR_GAP}, and human pairs), each counted in both orders",
         "held_out_ece": f"val_ece: temperature fitted on half the {source} prompts, applied to the other half (both ways)" if held else "in sample (one prompt group only)",
+        "ece_noise_floor": "val_ece_noise_floor: the mean ECE of a perfectly calibrated model on these pairs (outcomes drawn from the reported "
+                           "probabilities, 400 draws): an ECE near it is what the pair count allows",
         "temperature": overall["temperature"],
         "before": overall["before"],
         "after": overall["after"],
@@ -911,11 +1019,13 @@ def train_reward_model(
     human_pairs: pd.DataFrame | None = None,
     on_epoch: Callable[[int, dict[str, float]], None] | None = None,
     judge_system: str | None = None,
+    judge_question: str | None = None,
 ) -> dict[str, Any]:
     """Train on labeled examples (columns prompt_id, prompt, response, vector, scalar, reward_intensity,
     safety_score, rationale) and optional human pairs (prompt, chosen, rejected); save the model to
     `out_dir`. Returns the final metrics. `judge_system`: the judge's system text, which `frame: judge`
-    needs (`teacher.rubric_system`)."""
+    needs (`teacher.rubric_system`); `judge_question`: the question `frame: judge_question` asks after
+    the exchange (`labeling.scalar_question`)."""
     from safetensors.torch import save_file
 
     n_human = 0 if human_pairs is None else len(human_pairs)
@@ -931,9 +1041,13 @@ def train_reward_model(
     members = cfg.uncertainty.members if cfg.uncertainty.method == "ensemble" else 1
     net = RewardNet(_wrap_backbone(backbone, cfg), len(dimensions), members=members, pooling=pooling, dropout=cfg.dropout, length_feature=cfg.length_feature,
                     layers=cfg.backbone.layers)
-    if cfg.backbone.frame == "judge" and not judge_system:
-        raise ValueError("reward_model.backbone.frame judge needs the judge's system text (train_reward_model(judge_system=...))")
-    frame = judge_frame(tokenizer, judge_system) if cfg.backbone.frame == "judge" else None
+    frame = None
+    if cfg.backbone.frame in ("judge", "judge_question"):
+        if not judge_system or (cfg.backbone.frame == "judge_question" and not judge_question):
+            raise ValueError(f"reward_model.backbone.frame {cfg.backbone.frame} needs the judge's system text"
+                             + (" and its overall question" if cfg.backbone.frame == "judge_question" else "")
+                             + " (train_reward_model(judge_system=..., judge_question=...))")
+        frame = judge_frame(tokenizer, judge_system, judge_question if cfg.backbone.frame == "judge_question" else None)
     net.shared_prefix = frame_prefix(tokenizer, frame, kind)
     data = TrainingSet.build(make_encoder(tokenizer, frame, cfg.max_length), examples, human_pairs, dimensions, cfg)
     if cfg.head_fit == "ridge":
@@ -1150,10 +1264,15 @@ def train_reward_model(
                                                             source="out-of-fold" if cfg.head_fit == "ridge" else "validation")
     final.update(calibration_metrics)
 
-    backbone = _unwrap_backbone(net.backbone)
+    backbone = net.backbone = _unwrap_backbone(net.backbone)
     backbone.save_pretrained(out_dir / BACKBONE_DIR)
     tokenizer.save_pretrained(out_dir / BACKBONE_DIR)
     save_file({k: v.contiguous() for k, v in net.head_state_dict().items()}, str(out_dir / HEADS))
+    int8 = measure_int8(net, data.encoded[: data.labeled] or data.encoded, np.random.default_rng(seed), cfg.batch_size, pad)
+    if int8 is not None:
+        save_file({k: v.contiguous() for k, v in int8[0].items()}, str(out_dir / INT8_CALIBRATION))
+        log.info("int8 path calibrated on %d training replies: it moves a pair's gap by %.4f (median), so pair_gaps rescores gaps under %.4f in fp32",
+                 int8[1]["calibrated_on"], int8[1]["median_gap_error"], int8[1]["recheck_margin"])
     metadata = {
         "dimensions": dimensions,
         "ranges": {"vector": list(VECTOR_RANGE), "scalar": list(SCALAR_RANGE), "reward_intensity": list(INTENSITY_RANGE), "safety_score": list(SAFETY_RANGE)},
@@ -1183,6 +1302,7 @@ def train_reward_model(
         "training_examples": len(examples),
         "human_pairs": n_human,
         "calibration": calibration,
+        "int8": None if int8 is None else {**int8[1], "calibration_file": INT8_CALIBRATION},
         "metrics": final,
         "history": history,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(),

@@ -127,6 +127,13 @@ def expected_score_to_label_value(key: str, expected: float) -> float:
     return 2.0 * unit - 1.0
 
 
+def rubric_suffix(question: str, tail: str) -> str:
+    """What follows the judged conversation when the judge is asked `question`; `tail`: the chat
+    template's text after the user's content, up to the assistant's turn. The judge's rating is the
+    next token (a reward model with `frame: judge_question` reads the state there)."""
+    return f"\nQuestion: {question}{tail}Rating: "
+
+
 def rubric_system(labeling: LabelingConfig) -> str:
     """The local judge's system text for its rubric questions (a reward model with `frame: judge` reads it too)."""
     return f"{labeling.judge_system} Answer with a single digit from {RUBRIC_MIN} to {RUBRIC_MAX}."
@@ -224,7 +231,7 @@ class LocalHFTeacher(Teacher):
         import torch
 
         head, tail = self._split_chat(rubric_system(self.labeling))
-        suffix_ids = [self.tokenizer.encode(f"\nQuestion: {q.text}{tail}Rating: ", add_special_tokens=False) for q in self.questions]
+        suffix_ids = [self.tokenizer.encode(rubric_suffix(q.text, tail), add_special_tokens=False) for q in self.questions]
         n_q = len(suffix_ids)
         s_len = max(len(x) for x in suffix_ids)
         pad = self.tokenizer.pad_token_id

@@ -49,3 +49,25 @@ def test_a_small_perfectly_ordered_set_does_not_claim_certainty():
     probs = preference_probability(gaps, temperature)
     assert temperature > 1e-3 * 10
     assert probs[outcomes == 1].max() < 1.0 and probs[outcomes == 1].mean() == pytest.approx(9 / 10, abs=0.06)
+
+
+def test_ece_noise_floor_is_what_a_calibrated_model_reads_on_few_pairs():
+    """A perfectly calibrated model's ECE on few pairs is mostly sampling noise: the floor falls with the
+    pair count, is 0 for certain pairs, and matches the ECE such a model reads on average."""
+    from hominem_pipeline.core.calibration import ece_noise_floor
+
+    rng = np.random.default_rng(1)
+    p_small = preference_probability(np.abs(rng.normal(0.0, 2.0, 54)), 1.0)
+    p_large = preference_probability(np.abs(rng.normal(0.0, 2.0, 2000)), 1.0)
+    small, large = ece_noise_floor(p_small), ece_noise_floor(p_large)
+    assert 0.08 < small < 0.2 and large < 0.03  # 54 pairs: no model can read 0.05; 2,000 pairs: it can
+    assert ece_noise_floor(np.ones(10)) == 0.0  # outcomes certain: no noise
+    assert ece_noise_floor(p_small, seed=3) == pytest.approx(small, rel=0.1)
+    # what a calibrated model reads: outcomes drawn from its own probabilities, in both orders
+    reads = []
+    for _ in range(300):
+        y = (rng.random(54) < p_small).astype(float)
+        reads.append(calibration_report(np.concatenate([p_small, 1 - p_small]), np.concatenate([y, 1 - y]))["ece"])
+    assert np.mean(reads) == pytest.approx(small, rel=0.1)
+    with pytest.raises(ValueError, match="no pairs"):
+        ece_noise_floor(np.array([]))

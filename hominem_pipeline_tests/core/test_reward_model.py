@@ -342,6 +342,57 @@ def test_int8_linear_scales_each_token_on_its_own():
     assert error.max() < 0.02
 
 
+def test_int8_smoothing_moves_an_outlier_channel_into_the_weights():
+    """An input channel far larger than the rest in every token (as a transformer's residual stream has)
+    sets every row's scale, so per-token scales alone round the other channels coarsely; smoothed by the
+    channel ranges seen in calibration, the layer computes the same product far more exactly."""
+    from hominem_pipeline.core.reward_model import Int8Linear
+
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 32)
+    x = torch.randn(4, 8, 64)
+    x[..., 3] *= 200.0
+    exact = linear(x)
+    ordinary = exact - linear.bias - x[..., 3:4] * linear.weight[:, 3]  # what the 63 ordinary channels contribute
+    plain = Int8Linear(linear)(x)
+    smoothed_layer = Int8Linear(linear, input_absmax=x.reshape(-1, 64).abs().amax(0))
+    smoothed = smoothed_layer(x)
+    error = lambda y: ((y - exact).norm(dim=-1) / ordinary.norm(dim=-1)).mean().item()  # noqa: E731
+    assert error(plain) > 0.3 and error(smoothed) < error(plain) / 2.5  # measured: 0.43 and 0.14
+    assert smoothed_layer.inverse_smooth.shape == (64,) and Int8Linear(linear).inverse_smooth is None
+
+
+def test_training_calibrates_the_int8_path(trained, tmp_path):
+    """Training saves the activation ranges the int8 layers are smoothed by and the recheck margin it
+    measured (int8's error on pair gaps of training replies); models saved without them still load."""
+    import json
+    import shutil
+
+    from hominem_pipeline.core.reward_model import INT8_CALIBRATION, INT8_RECHECK_MARGIN, Int8Linear
+
+    path = trained[0]
+    fp32, int8 = RewardModel.load(path), RewardModel.load(path, quantize="int8")
+    report = fp32.metadata["int8"]
+    assert (path / INT8_CALIBRATION).is_file() and report["calibration_file"] == INT8_CALIBRATION
+    assert report["recheck_margin"] >= INT8_RECHECK_MARGIN and report["max_gap_error"] >= report["median_gap_error"] > 0
+    assert fp32.recheck_margin() == int8.recheck_margin() == report["recheck_margin"]
+    assert [int8.recheck_margin(d) for d in DIMS] == report["dimension_recheck_margins"] and min(report["dimension_recheck_margins"]) >= INT8_RECHECK_MARGIN
+    layers = [m for m in int8.net.backbone.modules() if isinstance(m, Int8Linear)]
+    assert layers and all(m.inverse_smooth is not None for m in layers)
+    # a model saved before the calibration existed: unsmoothed int8, the fixed margin
+    old = tmp_path / "old"
+    shutil.copytree(path, old)
+    (old / INT8_CALIBRATION).unlink()
+    meta = json.loads((old / "METADATA.json").read_text())
+    del meta["int8"]
+    (old / "METADATA.json").write_text(json.dumps(meta))
+    legacy = RewardModel.load(old, quantize="int8")
+    assert legacy.recheck_margin() == legacy.recheck_margin(DIMS[0]) == INT8_RECHECK_MARGIN
+    assert all(m.inverse_smooth is None for m in legacy.net.backbone.modules() if isinstance(m, Int8Linear))
+    prompts, replies = ["I lost my keys."] * 2, ["That is annoying; where did you last have them?", "Ok."]
+    np.testing.assert_allclose(legacy.raw_scores(prompts, replies)["scalar"], int8.raw_scores(prompts, replies)["scalar"], atol=0.05)
+
+
 def test_backbone_setting_names_the_encoder_the_student_a_folder_or_a_hub_id(tiny_cfg, tmp_path):
     from hominem_pipeline.core.models import ModelNotAvailable, encoder_path, reward_backbone, student_path
 
@@ -402,6 +453,32 @@ def test_judge_frame_and_ridge_heads(tiny_student, tmp_path):
     np.testing.assert_allclose(np.arctanh(raw), ref.predict(z), atol=1e-3)
     assert pairwise_accuracy(np.array([[2 * i, 2 * i + 1] for i in range(6)]), raw) == 1.0  # kind over curt on every prompt
     np.testing.assert_array_equal(RewardModel.load(tmp_path).raw_scores(list(labels["prompt"]), list(labels["response"]))["scalar"], raw)
+
+
+def test_judge_question_frame_ends_where_the_judge_rates(tiny_student, tmp_path):
+    """frame: judge_question follows the exchange with the judge's overall question, in the words and
+    chat turn the local judge asks it, so the last token is the one before the judge's rating; the
+    saved frame keeps the question, and the stage reports the ECE a calibrated model would read."""
+    from hominem_pipeline.core.generation import chat_text
+    from hominem_pipeline.core.teacher import rubric_suffix
+
+    cfg = small_cfg(max_length=96, head_fit="ridge", ridge_alphas=[1.0], uncertainty={"method": "none", "members": 1, "mc_samples": 2},
+                    backbone={"finetune": "frozen", "frame": "judge_question", "pooling": "last_mean"})
+    with pytest.raises(ValueError, match="judge_question needs the judge's system text and its overall question"):
+        train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20",
+                           judge_system="You are a fair judge.")
+    metrics = train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x",
+                                 date="2026-11-20", judge_system="You are a fair judge.", judge_question="Overall, how good is it?")
+    assert 0.0 < metrics["val_ece_noise_floor"] < 1.0  # six pairs: a floor far above any ECE target
+    rm = RewardModel.load(tmp_path)
+    assert rm.metadata["frame"]["kind"] == "judge_question"
+    tail = chat_text(rm.tokenizer, "\x00", "You are a fair judge.").split("\x00")[1]
+    text = rm.tokenizer.decode(rm.encode(["Is it hard?"], ["Yes, a bit."])[0])
+    assert text.endswith("Conversation to judge:\nUser: Is it hard?\nAssistant: Yes, a bit.\n" + rubric_suffix("Overall, how good is it?", tail))
+    assert rubric_suffix("Overall, how good is it?", tail).endswith("Rating: ") and tail in text
+    # a long exchange is cut so that the question stays whole
+    [cut] = rm.encode(["start " + "filler " * 200 + "LAST QUESTION?"], ["FIRST WORDS " + "more " * 200])
+    assert len(cut) <= 96 and rm.tokenizer.decode(cut).endswith("Question: Overall, how good is it?" + tail + "Rating: ")
 
 
 def test_ridge_held_out_scores_come_from_heads_that_never_saw_the_prompt():
