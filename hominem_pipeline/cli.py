@@ -100,7 +100,7 @@ def run(
     select: Annotated[str, typer.Option("--select", "-s", help="Dagster asset selection, e.g. '*', 'reward_model+', 'prompts,teacher_trajectories'.")] = "*",
     fill_window: Annotated[bool, typer.Option(
         "--fill-window", help="First label the days before --date in the reward model's window (reward_model.window_days) that have no labels yet "
-                              "(prompts, teacher_trajectories, teacher_labels; one Dagster run per day, ~6 min each on the offline default), so a "
+                              "(prompts, teacher_trajectories, teacher_labels; one Dagster run per day, ~8.5 min each on the offline default on 2 cores), so a "
                               "fresh clone's reward model trains on a full window.")] = False,
 ) -> None:
     """Materialize assets for one day through Dagster (runs show in the Dagster UI, metrics in MLflow)."""
