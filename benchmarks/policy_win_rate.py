@@ -1,13 +1,19 @@
-"""Win rate of adapters over the base, by the reward model, on the seed prompts no training day used.
+"""Win rate of adapters over the base, by the reward model, on prompts the adapters never trained on.
 
 The evaluation stage judges an adapter on the 18 held-out prompts (2 per category): a win rate there
-has a standard error of ~12 points. This script takes every seed prompt in `config/prompts/seed_prompts.yaml`
-that no stored `prompts` partition put in training or evaluation, and runs the evaluation stage's own
-comparison (`evaluation.evaluate_adapter`: greedy replies of base and base+adapter, scored by the reward
-model, memory probe included) for each adapter given, in one process.
+has a standard error of ~12 points. This script runs the evaluation stage's own comparison
+(`evaluation.evaluate_adapter`: greedy replies of base and base+adapter, scored by the reward model,
+memory probe included) for each adapter given, in one process, on a larger prompt set:
+
+- `--prompts unseen` (default): the seed prompts in `config/prompts/seed_prompts.yaml` that no stored
+  `prompts` partition put in training or evaluation (few are left once a week of days is stored).
+- `--prompts untrained`: those, plus the held-out evaluation prompts, plus every stored day's training
+  prompts that none of the given adapters trained on (each adapter's METADATA.json names the
+  preference_pairs partitions it read; their prompts are left out). An adapter trained on one day's
+  pairs leaves the other days' ~33 prompts each: on a week of data, ~250 prompts (standard error ~3).
 
     .venv/bin/python benchmarks/policy_win_rate.py --adapter dpo=data/lora_adapter/<date>/<v1> --adapter dual=data/lora_adapter/<date>/<v2>
-    .venv/bin/python benchmarks/policy_win_rate.py --adapter ... --reward-model data/reward_model/<date>/<v> --limit 60
+    .venv/bin/python benchmarks/policy_win_rate.py --adapter ... --reward-model data/reward_model/<date>/<v> --prompts untrained --limit 150
 
 Reads the project's data/ (adapters, reward model, stored prompts); needs no ../shared data.
 """
@@ -43,11 +49,49 @@ def unseen_prompts(cfg, limit: int):
     for table in (cfg.data_dir / "prompts").glob("*/*/prompts.parquet"):
         used |= set(pd.read_parquet(table, columns=["text"])["text"])
     seeds = [p for p in load_seed_prompts(cfg.path(cfg.prompts.seed_file), cfg.prompts.categories) if p.text not in used]
+    return balanced(seeds, limit)
+
+
+def trained_prompts(adapter: Path, data_dir: Path) -> set[str]:
+    """The prompt texts of the preference pairs an adapter's METADATA.json says it trained on."""
+    import json
+
+    meta = adapter / "METADATA.json"
+    if not meta.is_file():
+        sys.exit(f"{adapter} has no METADATA.json, so the prompts it trained on are unknown; use --prompts unseen")
+    texts: set[str] = set()
+    for ref in json.loads(meta.read_text())["preference_data"]:
+        table = data_dir / ref["asset"] / ref["partition"] / ref["version"] / "pairs.parquet"
+        texts |= set(pd.read_parquet(table, columns=["prompt"])["prompt"])
+    return texts
+
+
+def untrained_prompts(cfg, adapters: list[Path], limit: int):
+    """Held-out, unseen seed and stored training prompts that none of `adapters` trained on, one of each
+    text, balanced over categories (held-out and unseen seeds first in each category)."""
+    from hominem_pipeline.core.pipeline import prompts_of
+
+    trained = set().union(*(trained_prompts(a, cfg.data_dir) for a in adapters))
+    stored = [pd.read_parquet(t) for t in sorted((cfg.data_dir / "prompts").glob("*/*/prompts.parquet"))]
+    frame = pd.concat(stored, ignore_index=True) if stored else pd.DataFrame()
+    pool = unseen_prompts(cfg, 10**6)
+    if len(frame):
+        pool += prompts_of(frame, "eval") + prompts_of(frame, "train")
+    seen, picked = set(trained), []
+    for p in pool:
+        if p.text not in seen:
+            seen.add(p.text)
+            picked.append(p)
+    return balanced(picked, limit)
+
+
+def balanced(prompts, limit: int):
+    """At most `limit` prompts, round-robin over categories in the given order."""
     by_category: dict[str, list] = {}
-    for p in seeds:
+    for p in prompts:
         by_category.setdefault(p.category, []).append(p)
     picked, i = [], 0
-    while len(picked) < min(limit, len(seeds)):  # round-robin over categories
+    while len(picked) < min(limit, len(prompts)):
         for group in by_category.values():
             if i < len(group) and len(picked) < limit:
                 picked.append(group[i])
@@ -59,7 +103,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--adapter", action="append", required=True, help="NAME=PATH of an adapter folder (repeat)")
     parser.add_argument("--reward-model", default=None, help="reward model folder (default: the one the first adapter's METADATA names)")
-    parser.add_argument("--limit", type=int, default=60, help="at most this many unseen seed prompts")
+    parser.add_argument("--prompts", choices=("unseen", "untrained"), default="unseen",
+                        help="unseen: seed prompts no stored day used; untrained: also held-out and stored training prompts no given adapter trained on")
+    parser.add_argument("--limit", type=int, default=60, help="at most this many prompts")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     cfg = load_config(root=ROOT)
@@ -68,9 +114,9 @@ def main() -> None:
     if rm_path is None:
         sys.exit("the first adapter has no METADATA.json naming its reward model; pass --reward-model PATH")
     rm = RewardModel.load(rm_path)
-    prompts = unseen_prompts(cfg, args.limit)
+    prompts = unseen_prompts(cfg, args.limit) if args.prompts == "unseen" else untrained_prompts(cfg, [Path(p) for p in adapters.values()], args.limit)
     memory = read_memory_rows([cfg.path(p) for p in cfg.policy.dual.memory_files])
-    print(f"{len(prompts)} unseen seed prompts over {len({p.category for p in prompts})} categories; reward model {rm_path.name}", flush=True)
+    print(f"{len(prompts)} {args.prompts} prompts over {len({p.category for p in prompts})} categories; reward model {rm_path.name}", flush=True)
     rows = []
     for name, path in adapters.items():
         started = time.monotonic()
