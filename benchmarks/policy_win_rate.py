@@ -10,7 +10,8 @@ memory probe included) for each adapter given, in one process, on a larger promp
 - `--prompts untrained`: those, plus the held-out evaluation prompts, plus every stored day's training
   prompts that none of the given adapters trained on (each adapter's METADATA.json names the
   preference_pairs partitions it read; their prompts are left out). An adapter trained on one day's
-  pairs leaves the other days' ~33 prompts each: on a week of data, ~250 prompts (standard error ~3).
+  pairs leaves the other days' prompts (days share many seed prompts): 179 on a week of data here
+  (one standard error ~4 points at --limit 150).
 
     .venv/bin/python benchmarks/policy_win_rate.py --adapter dpo=data/lora_adapter/<date>/<v1> --adapter dual=data/lora_adapter/<date>/<v2>
     .venv/bin/python benchmarks/policy_win_rate.py --adapter ... --reward-model data/reward_model/<date>/<v> --prompts untrained --limit 150
