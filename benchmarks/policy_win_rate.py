@@ -44,13 +44,21 @@ from hominem_pipeline.core.reward_model import RewardModel  # noqa: E402
 DIMENSION_ORDER = ("empathy", "social_coherence", "agency_support", "epistemic_integrity", "harm_avoidance", "narrative_alignment", "curiosity")
 
 
-def unseen_prompts(cfg, limit: int):
-    """Seed prompts absent from every stored prompts partition (any version), balanced over categories."""
-    used = set()
-    for table in (cfg.data_dir / "prompts").glob("*/*/prompts.parquet"):
-        used |= set(pd.read_parquet(table, columns=["text"])["text"])
-    seeds = [p for p in load_seed_prompts(cfg.path(cfg.prompts.seed_file), cfg.prompts.categories) if p.text not in used]
-    return balanced(seeds, limit)
+def stored_prompts(cfg) -> pd.DataFrame:
+    """Every stored prompts partition (any version), one table."""
+    tables = [pd.read_parquet(t) for t in sorted((cfg.data_dir / "prompts").glob("*/*/prompts.parquet"))]
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=["text"])
+
+
+def unseen_seeds(cfg, stored: pd.DataFrame) -> list:
+    """Seed prompts absent from every stored prompts partition."""
+    used = set(stored["text"])
+    return [p for p in load_seed_prompts(cfg.path(cfg.prompts.seed_file), cfg.prompts.categories) if p.text not in used]
+
+
+def unseen_prompts(cfg, limit: int) -> list:
+    """Seed prompts no stored prompts partition used, balanced over categories."""
+    return balanced(unseen_seeds(cfg, stored_prompts(cfg)), limit)
 
 
 def trained_prompts(adapter: Path, data_dir: Path) -> set[str]:
@@ -61,23 +69,24 @@ def trained_prompts(adapter: Path, data_dir: Path) -> set[str]:
     if not meta.is_file():
         sys.exit(f"{adapter} has no METADATA.json, so the prompts it trained on are unknown; use --prompts unseen")
     texts: set[str] = set()
-    for ref in json.loads(meta.read_text())["preference_data"]:
+    for ref in json.loads(meta.read_text()).get("preference_data", []):
         table = data_dir / ref["asset"] / ref["partition"] / ref["version"] / "pairs.parquet"
+        if not table.is_file():
+            sys.exit(f"{adapter} trained on {table}, which is no longer stored, so the prompts it trained on are unknown; use --prompts unseen")
         texts |= set(pd.read_parquet(table, columns=["prompt"])["prompt"])
     return texts
 
 
-def untrained_prompts(cfg, adapters: list[Path], limit: int):
-    """Held-out, unseen seed and stored training prompts that none of `adapters` trained on, one of each
-    text, balanced over categories (held-out and unseen seeds first in each category)."""
+def untrained_prompts(cfg, adapters: list[Path], limit: int) -> list:
+    """Unseen seed, held-out and stored training prompts (in that order within each category) that none
+    of `adapters` trained on, one of each text, balanced over categories."""
     from hominem_pipeline.core.pipeline import prompts_of
 
     trained = set().union(*(trained_prompts(a, cfg.data_dir) for a in adapters))
-    stored = [pd.read_parquet(t) for t in sorted((cfg.data_dir / "prompts").glob("*/*/prompts.parquet"))]
-    frame = pd.concat(stored, ignore_index=True) if stored else pd.DataFrame()
-    pool = unseen_prompts(cfg, 10**6)
-    if len(frame):
-        pool += prompts_of(frame, "eval") + prompts_of(frame, "train")
+    stored = stored_prompts(cfg)
+    pool = unseen_seeds(cfg, stored)
+    if len(stored):
+        pool += prompts_of(stored, "eval") + prompts_of(stored, "train")
     seen, picked = set(trained), []
     for p in pool:
         if p.text not in seen:
