@@ -13,6 +13,10 @@ peak minus the memory held once the model is loaded (what training adds). Varian
 
     .venv/bin/python benchmarks/policy_step_speed.py                 # student from config, 4 pairs x 256 tokens, 6 steps
     .venv/bin/python benchmarks/policy_step_speed.py --steps 3 --max-length 128
+    .venv/bin/python benchmarks/policy_step_speed.py --config config/training/lora_dual.yaml   # that overlay's LoRA and dual settings
+
+`--config` overlays a YAML file on config/hominem.yaml for every variant (the LoRA both train, the
+dual weights); the mode, steps, batch and memory share stay the benchmark's.
 
 Needs ../shared/data/hh-rlhf/ (or --data PATH) and `make setup` (the student folder).
 """
@@ -71,7 +75,7 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict:
     from hominem_pipeline.core.policy import train_dpo_adapter
 
     logging.basicConfig(level=logging.WARNING)
-    cfg = load_config(root=ROOT, overrides={"policy": {
+    cfg = load_config(args.config, root=ROOT, overrides={"policy": {
         "mode": "dpo" if variant == "dpo" else "dual", "max_steps": args.steps, "batch_size": args.batch_size, "max_length": args.max_length,
         "dual": {"mixing": "fixed", "memory_fraction": 0.25 if variant == "dual+memory" else 0.0},
     }})
@@ -101,6 +105,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--config", default=None, help="YAML overlaid on config/hominem.yaml for every variant (e.g. config/training/lora_dual.yaml)")
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # internal: run one variant, print JSON
     args = parser.parse_args()
     if args.variant:
@@ -111,14 +116,15 @@ def main() -> None:
     rows = []
     for variant in VARIANTS:
         cmd = [sys.executable, __file__, "--variant", variant, "--data", args.data, "--steps", str(args.steps), "--batch-size", str(args.batch_size),
-               "--max-length", str(args.max_length), "--threads", str(args.threads)] + (["--student", args.student] if args.student else [])
+               "--max-length", str(args.max_length), "--threads", str(args.threads)] + (["--student", args.student] if args.student else []) + (["--config", args.config] if args.config else [])
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode:
             sys.exit(f"{variant} failed:\n{done.stderr[-3000:]}")
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(f"  {variant}: {rows[-1]['seconds_per_step']:.2f} s/step", flush=True)
     base = rows[0]["seconds_per_step"]
-    print(f"\n{args.batch_size} pairs x up to {args.max_length} tokens, {args.steps} steps, device {rows[0]['device']}, {rows[0]['threads']} threads")
+    print(f"\n{args.batch_size} pairs x up to {args.max_length} tokens, {args.steps} steps, device {rows[0]['device']}, {rows[0]['threads']} threads"
+          + (f", config {args.config}" if args.config else ""))
     print(f"{'variant':<13} {'s/step':>7} {'vs TRL DPO':>10} {'peak GiB':>9} {'training adds GiB':>18}")
     for r in rows:
         print(f"{r['variant']:<13} {r['seconds_per_step']:>7.2f} {r['seconds_per_step'] / base:>9.2f}x {r['peak_gib']:>9.2f} {r['training_gib']:>18.2f}")
