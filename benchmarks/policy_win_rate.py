@@ -68,8 +68,11 @@ def trained_prompts(adapter: Path, data_dir: Path) -> set[str]:
     meta = adapter / "METADATA.json"
     if not meta.is_file():
         sys.exit(f"{adapter} has no METADATA.json, so the prompts it trained on are unknown; use --prompts unseen")
+    refs = json.loads(meta.read_text()).get("preference_data")
+    if refs is None:
+        sys.exit(f"{meta} does not name the preference_pairs it trained on, so the prompts it trained on are unknown; use --prompts unseen")
     texts: set[str] = set()
-    for ref in json.loads(meta.read_text()).get("preference_data", []):
+    for ref in refs:
         table = data_dir / ref["asset"] / ref["partition"] / ref["version"] / "pairs.parquet"
         if not table.is_file():
             sys.exit(f"{adapter} trained on {table}, which is no longer stored, so the prompts it trained on are unknown; use --prompts unseen")
