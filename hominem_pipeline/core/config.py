@@ -425,6 +425,7 @@ class HealthConfig(_Frozen):
     gvi_max_reference: float = Field(gt=0.0)
     perturbations_per_response: int = Field(ge=1, le=100)
     deploy_threshold: float = Field(ge=0.0, le=1.0)
+    min_win_rate: float = Field(0.5, ge=0.0, le=1.0)
 
 
 class RetrainConfig(_Frozen):

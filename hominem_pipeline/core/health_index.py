@@ -40,6 +40,7 @@ class HealthReport:
     components: dict[str, Component]
     deployable: bool
     reason: str
+    win_rate: float | None = None  # the adapter's win rate over the base on the evaluation prompts
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "components": {k: asdict(v) for k, v in self.components.items()}}
@@ -239,7 +240,10 @@ def local_reward_predictivity(reward_model: RewardModel, prompts: Sequence[str],
 # --- aggregate ------------------------------------------------------------------------------------
 
 
-def aggregate(components: dict[str, Component], cfg: HealthConfig) -> HealthReport:
+def aggregate(components: dict[str, Component], cfg: HealthConfig, win_rate: float | None = None) -> HealthReport:
+    """The weighted RHI and the deploy decision: a full index at or above `deploy_threshold` and, where
+    the evaluation measured one, a win rate over the base at or above `min_win_rate` (the RHI says the
+    reward signal is healthy, not that the adapter is better than what is live without it)."""
     weights = cfg.weights.model_dump()
     measured = {k: c for k, c in components.items() if c.value is not None}
     missing = [k for k in COMPONENTS if k not in measured]
@@ -251,9 +255,18 @@ def aggregate(components: dict[str, Component], cfg: HealthConfig) -> HealthRepo
         deployable, reason = False, f"partial index: {', '.join(missing)} not measured"
     elif rhi < cfg.deploy_threshold:
         deployable, reason = False, f"RHI {rhi:.3f} below deploy threshold {cfg.deploy_threshold}"
+    elif win_rate is not None and win_rate < cfg.min_win_rate:
+        deployable, reason = False, (
+            f"RHI {rhi:.3f} passes, but the adapter beat the base on {win_rate:.1%} of the evaluation prompts, "
+            f"below health.min_win_rate {cfg.min_win_rate:.0%}"
+        )
     else:
         deployable, reason = True, f"RHI {rhi:.3f} at or above deploy threshold {cfg.deploy_threshold}"
-    return HealthReport(rhi=rhi, partial=bool(missing), missing=missing, components=components, deployable=deployable, reason=reason)
+        if win_rate is not None:
+            reason += f", win rate {win_rate:.1%} at or above {cfg.min_win_rate:.0%}"
+    return HealthReport(
+        rhi=rhi, partial=bool(missing), missing=missing, components=components, deployable=deployable, reason=reason, win_rate=win_rate
+    )
 
 
 def compute_health(
@@ -274,7 +287,8 @@ def compute_health(
         "cdrs": cross_domain_robustness(evaluation, reward_model.dimensions),
         "lrps": local_reward_predictivity(reward_model, prompts + prompts, base + adapter),
     }
-    return aggregate(components, cfg)
+    outcomes = evaluation["adapter_outcome"].dropna() if "adapter_outcome" in evaluation else pd.Series(dtype=float)
+    return aggregate(components, cfg, float(outcomes.mean()) if len(outcomes) else None)
 
 
 def plot_health(report: HealthReport, path, title: str):

@@ -30,6 +30,17 @@ def test_rhi_uses_the_design_weights_and_reports_missing_components():
     assert "gvs" in report.reason
 
 
+def test_a_healthy_index_does_not_deploy_an_adapter_that_loses_to_the_base():
+    healthy = {n: Component(n, 0.9, "test") for n in ("dcs", "gvs", "mss", "cdrs", "lrps")}
+    losing = aggregate(healthy, CFG, win_rate=0.4)
+    assert losing.rhi == pytest.approx(0.9) and not losing.deployable and losing.win_rate == 0.4
+    assert "40.0%" in losing.reason and "health.min_win_rate" in losing.reason
+    winning = aggregate(healthy, CFG, win_rate=CFG.min_win_rate)
+    assert winning.deployable and "win rate 50.0%" in winning.reason
+    assert aggregate(healthy, CFG).deployable  # no evaluation win rate: the index alone decides
+    assert aggregate(healthy, CFG.model_copy(update={"min_win_rate": 0.0}), win_rate=0.0).deployable
+
+
 def test_cdrs_penalises_categories_that_disagree():
     dims = ["empathy"]
 
