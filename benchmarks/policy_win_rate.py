@@ -15,6 +15,7 @@ memory probe included) for each adapter given, in one process, on a larger promp
 
     .venv/bin/python benchmarks/policy_win_rate.py --adapter dpo=data/lora_adapter/<date>/<v1> --adapter dual=data/lora_adapter/<date>/<v2>
     .venv/bin/python benchmarks/policy_win_rate.py --adapter ... --reward-model data/reward_model/<date>/<v> --prompts untrained --limit 150
+    ... --save out/win_rate     # also each adapter's per-prompt table: replies, reward vectors, outcome
 
 Reads the project's data/ (adapters, reward model, stored prompts); needs no ../shared data.
 """
@@ -119,6 +120,7 @@ def main() -> None:
     parser.add_argument("--prompts", choices=("unseen", "untrained"), default="unseen",
                         help="unseen: seed prompts no stored day used; untrained: also held-out and stored training prompts no given adapter trained on")
     parser.add_argument("--limit", type=int, default=60, help="at most this many prompts")
+    parser.add_argument("--save", type=Path, default=None, help="write each adapter's per-prompt table (replies, scores, outcome) to DIR/NAME.parquet")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     cfg = load_config(root=ROOT)
@@ -133,8 +135,11 @@ def main() -> None:
     rows = []
     for name, path in adapters.items():
         started = time.monotonic()
-        _, summary = evaluate_adapter(prompts, student_path=student_path(cfg), adapter_path=Path(path), reward_model=rm, cfg=cfg.evaluation,
+        table, summary = evaluate_adapter(prompts, student_path=student_path(cfg), adapter_path=Path(path), reward_model=rm, cfg=cfg.evaluation,
                                       seed=cfg.project.seed, memory=memory)
+        if args.save:
+            args.save.mkdir(parents=True, exist_ok=True)
+            table.to_parquet(args.save / f"{name}.parquet", index=False)
         win = summary["win_rate"]
         se = math.sqrt(win * (1 - win) / len(prompts))
         probe = summary.get("memory_probe", {})

@@ -35,15 +35,18 @@ log = logging.getLogger(__name__)
 MAX_GRAD_NORM = 1.0
 
 
-def encode(tokenizer: Any, prompt: str, response: str, max_length: int) -> tuple[list[int], int]:
+def encode(tokenizer: Any, prompt: str, response: str, max_length: int, end_of_turn: bool = True) -> tuple[list[int], int]:
     """(token ids, index of the first response token) of one chat exchange in the student's template,
-    the response ending with the template's end-of-turn. Over `max_length`, the response keeps at least
+    the response ending with the template's end-of-turn (without it when `end_of_turn` is False: the
+    sequence then teaches what to say, not where to stop). Over `max_length`, the response keeps at least
     half the budget (its end cut) and the prompt loses its start, so the latest turn stays."""
     from hominem_pipeline.core.generation import chat_text
 
     prompt_text = chat_text(tokenizer, prompt)
     full = tokenizer.apply_chat_template([{"role": "user", "content": prompt}, {"role": "assistant", "content": response}], tokenize=False)
     completion = full[len(prompt_text):] if full.startswith(prompt_text) else response + (tokenizer.eos_token or "")
+    if not end_of_turn and response.strip() and response.strip() in completion:
+        completion = completion[: completion.index(response.strip()) + len(response.strip())]
     p = tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
     c = tokenizer(completion, add_special_tokens=False)["input_ids"]
     c = c[: min(max_length - 1, max(max_length // 2, max_length - len(p)))]
@@ -159,7 +162,7 @@ def train_dual_adapter(
     disable_dropout_in_model(model)  # as TRL's DPO does by default: policy and reference see the same network
     pad = tokenizer.pad_token_id
     pair_seqs = [(encode(tokenizer, r.prompt, r.chosen, cfg.max_length), encode(tokenizer, r.prompt, r.rejected, cfg.max_length)) for r in pairs.itertuples()]
-    memory_seqs = [encode(tokenizer, r.prompt, r.response, cfg.max_length) for r in memory.itertuples()]
+    memory_seqs = [encode(tokenizer, r.prompt, r.response, cfg.max_length, end_of_turn=dual.memory_stop) for r in memory.itertuples()]
     n_pair, n_mem = batch_rows(dual, cfg.batch_size, n_memory, n_pairs)
     pair_order, memory_order = _cycle(n_pairs, rng), _cycle(n_memory, rng)
 

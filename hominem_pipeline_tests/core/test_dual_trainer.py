@@ -152,3 +152,15 @@ def test_long_exchanges_keep_the_reply_and_the_end_of_the_prompt(tiny_student):
     assert "short reply" in tokenizer.decode(seq[start:]) and "QUESTION" in tokenizer.decode(seq[:start])
     seq, start = encode(tokenizer, "Hi?", "long " * 200, 48)
     assert len(seq) == 48 and start == 24  # the reply keeps half the budget; the prompt (with its system turn) the rest
+
+
+def test_a_reply_without_its_end_of_turn_teaches_the_words_but_not_the_stop(tiny_student):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_student)
+    whole, start = encode(tokenizer, "What is the capital of France?", "The capital of France is Paris.", 64)
+    words, start_words = encode(tokenizer, "What is the capital of France?", "The capital of France is Paris.", 64, end_of_turn=False)
+    assert start_words == start and whole[: len(words)] == words and len(words) < len(whole)
+    assert tokenizer.decode(words[start:]).strip() == "The capital of France is Paris."
+    end_of_turn = tokenizer.decode(whole[len(words):])
+    assert end_of_turn.strip() and end_of_turn.strip() in tokenizer.chat_template  # the template's own end-of-turn, nothing else
