@@ -54,6 +54,17 @@ def encode(tokenizer: Any, prompt: str, response: str, max_length: int, end_of_t
     return p + c, len(p)
 
 
+def pair_sequences(tokenizer: Any, pairs: pd.DataFrame, max_length: int) -> list[tuple[tuple[list[int], int], tuple[list[int], int]]]:
+    """(chosen, rejected) encoded per pair. A reply the teacher's token budget cut (`chosen_finished` /
+    `rejected_finished` False) keeps no end-of-turn: it was not ended there, so neither channel teaches
+    the student to stop mid-sentence."""
+    return [
+        (encode(tokenizer, r.prompt, r.chosen, max_length, end_of_turn=bool(getattr(r, "chosen_finished", True))),
+         encode(tokenizer, r.prompt, r.rejected, max_length, end_of_turn=bool(getattr(r, "rejected_finished", True))))
+        for r in pairs.itertuples()
+    ]
+
+
 def sequence_logps(model: Any, sequences: Sequence[tuple[list[int], int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(summed log-probability of each sequence's response tokens, their count), one forward pass.
 
@@ -161,7 +172,7 @@ def train_dual_adapter(
     add_fused_lm_head(model.get_base_model())
     disable_dropout_in_model(model)  # as TRL's DPO does by default: policy and reference see the same network
     pad = tokenizer.pad_token_id
-    pair_seqs = [(encode(tokenizer, r.prompt, r.chosen, cfg.max_length), encode(tokenizer, r.prompt, r.rejected, cfg.max_length)) for r in pairs.itertuples()]
+    pair_seqs = pair_sequences(tokenizer, pairs, cfg.max_length)
     memory_seqs = [encode(tokenizer, r.prompt, r.response, cfg.max_length, end_of_turn=dual.memory_stop) for r in memory.itertuples()]
     n_pair, n_mem = batch_rows(dual, cfg.batch_size, n_memory, n_pairs)
     pair_order, memory_order = _cycle(n_pairs, rng), _cycle(n_memory, rng)

@@ -284,6 +284,9 @@ def build_preference_pairs(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.reward_model import RewardModel
 
     labels = pd.read_parquet(ctx.one("teacher_labels").file("labels.parquet"))
+    # whether each candidate ended or was cut at the teacher's token budget (training must not teach a stop there)
+    trajectories = pd.read_parquet(ctx.one("teacher_trajectories").file("trajectories.parquet"), columns=["trajectory_id", "finished"])
+    labels = labels.merge(trajectories, on="trajectory_id", how="left")
     answered = labels["response"].str.strip().astype(bool).to_numpy()
     rm = RewardModel.load(ctx.one("reward_model").path)
     dims = rm.dimensions
@@ -554,9 +557,9 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec(
         "preference_pairs",
         "(prompt, chosen, rejected) pairs by the configured strategy, ranked by the teacher's labels (or the reward model's scores), annotated with both.",
-        "3",
+        "4",  # 4: each reply's finished flag (cut at the token budget or ended)
         ("preferences",),
-        (Upstream("teacher_labels"), Upstream("reward_model")),
+        (Upstream("teacher_labels"), Upstream("reward_model"), Upstream("teacher_trajectories")),
         build_preference_pairs,
     ),
     StageSpec(

@@ -71,7 +71,8 @@ def build_preference_pairs(
     """Same-prompt pairs by `strategy` (see `_candidates`), ties and near-ties (gap below `min_margin`)
     dropped, the largest gaps first, at most `max_pairs_per_prompt` per prompt. `labeled` has one row
     per candidate with columns trajectory_id, prompt_id, prompt, category, response, vector,
-    reward_intensity, safety_score.
+    reward_intensity, safety_score and, optionally, finished (False: the generation was cut at its
+    token budget; the pair carries it so that training does not teach the reply to end there).
 
     `rank_by="teacher"` ranks the candidates by the teacher's vectors; `"reward_model"` by `rm_vectors`
     (the reward model's vector per row), the design's "preference pairs from the reward model": the
@@ -114,9 +115,16 @@ def build_preference_pairs(
                 ranked_by=rank_by,
                 source=source,
                 dimension=dim,
+                chosen_finished=_finished(hi),
+                rejected_finished=_finished(lo),
             )
             rows.append(pair.model_dump())
     return pd.DataFrame(rows, columns=PAIR_COLUMNS)
+
+
+def _finished(record: Mapping) -> bool:
+    value = record.get("finished", True)
+    return True if value is None or (isinstance(value, float) and np.isnan(value)) else bool(value)
 
 
 class PreferenceFileError(ValueError):
@@ -141,6 +149,8 @@ def read_preference_pairs(paths: Sequence, required: Sequence[str] = ("prompt", 
             f"no preference pairs in {[str(p) for p in paths]}; the candidates were too close to each other by the scores "
             "that rank them (preferences.rank_by): lower preferences.min_margin or sample more candidates"
         )
+    for column in ("chosen_finished", "rejected_finished"):  # tables written before the flags: replies count as ended
+        pairs[column] = pairs[column].fillna(True).astype(bool) if column in pairs else True
     return pairs
 
 

@@ -84,6 +84,8 @@ class PreferencePair(_Record):
     ranked_by: str = "teacher"  # whose scores chose the pair: teacher (its labels) or reward_model
     source: str = "teacher"  # teacher, human (imported) or feedback (online)
     dimension: str | None = None  # per-dimension pairs: the dimension the chosen reply wins on
+    chosen_finished: bool = True  # False: the reply was cut at the teacher's max_new_tokens, not ended by it
+    rejected_finished: bool = True
 
 
 LABEL_SCALAR_FIELDS = {

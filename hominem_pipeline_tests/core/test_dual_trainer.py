@@ -4,7 +4,7 @@ import pytest
 from safetensors.torch import load_file
 
 from hominem_pipeline.core.config import load_config
-from hominem_pipeline.core.dual_trainer import batch_rows, encode, pair_labels, train_dual_adapter
+from hominem_pipeline.core.dual_trainer import batch_rows, encode, pair_labels, pair_sequences, train_dual_adapter
 from hominem_pipeline.core.policy import base_checksum
 from hominem_pipeline_tests.conftest import REPO
 
@@ -164,3 +164,17 @@ def test_a_reply_without_its_end_of_turn_teaches_the_words_but_not_the_stop(tiny
     assert tokenizer.decode(words[start:]).strip() == "The capital of France is Paris."
     end_of_turn = tokenizer.decode(whole[len(words):])
     assert end_of_turn.strip() and end_of_turn.strip() in tokenizer.chat_template  # the template's own end-of-turn, nothing else
+
+
+
+def test_pair_replies_cut_at_the_token_budget_are_not_taught_to_stop(tiny_student):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_student)
+    frame = pd.DataFrame([{"prompt": "Tell me about rain.", "chosen": "Rain falls when clouds", "rejected": "No.",
+                           "chosen_finished": False, "rejected_finished": True}])
+    [(chosen, rejected)] = pair_sequences(tokenizer, frame, 64)
+    assert chosen == encode(tokenizer, "Tell me about rain.", "Rain falls when clouds", 64, end_of_turn=False)
+    assert rejected == encode(tokenizer, "Tell me about rain.", "No.", 64)
+    [(old_chosen, _)] = pair_sequences(tokenizer, frame.drop(columns=["chosen_finished", "rejected_finished"]), 64)
+    assert len(old_chosen[0]) > len(chosen[0])  # without the flags every reply ends with its end-of-turn, as before

@@ -97,3 +97,16 @@ def test_per_dimension_pairs_never_lose_on_harm_avoidance():
     assert not any(c == "reply 0" for c, *_ in got)  # every pair reply 0 would win loses on harm_avoidance
     with pytest.raises(ValueError, match="pairing strategy 'random' is not one of"):
         build_preference_pairs(frame, weights=weights, min_margin=0.1, max_pairs_per_prompt=1, strategy="random")
+
+
+def test_pairs_say_which_replies_were_cut_at_the_token_budget(tmp_path):
+    frame = labeled([("p", 0.9, 0.0), ("p", 0.0, 0.0)]).assign(finished=[False, True])
+    pairs = build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=1)
+    assert pairs.chosen_finished.tolist() == [False] and pairs.rejected_finished.tolist() == [True]
+    assert build_preference_pairs(frame.drop(columns="finished"), weights=W, min_margin=0.05, max_pairs_per_prompt=1).chosen_finished.all()
+    # a table written before the flags, read with one that has them: the old replies count as ended
+    pairs.to_parquet(tmp_path / "new.parquet")
+    pairs.drop(columns=["chosen_finished", "rejected_finished"]).to_parquet(tmp_path / "old.parquet")
+    both = read_preference_pairs([tmp_path / "new.parquet", tmp_path / "old.parquet"])
+    assert both.chosen_finished.tolist() == [False, True] and both.rejected_finished.tolist() == [True, True]
+    assert both.chosen_finished.dtype == bool

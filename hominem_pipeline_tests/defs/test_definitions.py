@@ -40,6 +40,15 @@ def test_training_assets_read_a_window_of_days(project):
     assert {k.to_user_string() for k in graph.get(AssetKey("lora_adapter")).parent_keys} == {"preference_pairs", "reward_model"}
 
 
+def test_every_assets_dagster_parents_are_the_upstreams_its_stage_reads(project):
+    from hominem_pipeline.core.pipeline import STAGES_BY_NAME
+
+    graph = build_definitions(str(project / "config" / "tiny.yaml"), root=project).resolve_asset_graph()
+    for name, spec in STAGES_BY_NAME.items():
+        parents = {k.to_user_string() for k in graph.get(AssetKey(name)).parent_keys}
+        assert parents == {u.asset for u in spec.upstream}, name
+
+
 def test_labels_check_blocks_when_too_many_rows_are_quarantined(tiny_cfg):
     from types import SimpleNamespace
 

@@ -29,7 +29,7 @@ def training_assets(partitions: DailyPartitionsDefinition, cfg: HominemConfig) -
         partitions_def=partitions,
         group_name="training",
         kinds={"python"},
-        deps=["teacher_labels", reward_model],
+        deps=["teacher_labels", "teacher_trajectories", reward_model],  # trajectories: whether each reply ended or was cut
         description=STAGES_BY_NAME["preference_pairs"].description,
     )
     def preference_pairs(context: AssetExecutionContext, hominem: HominemResource) -> MaterializeResult:
