@@ -178,3 +178,21 @@ def test_pair_replies_cut_at_the_token_budget_are_not_taught_to_stop(tiny_studen
     assert rejected == encode(tokenizer, "Tell me about rain.", "No.", 64)
     [(old_chosen, _)] = pair_sequences(tokenizer, frame.drop(columns=["chosen_finished", "rejected_finished"]), 64)
     assert len(old_chosen[0]) > len(chosen[0])  # without the flags every reply ends with its end-of-turn, as before
+
+
+
+def test_trl_dpo_drops_the_end_of_turn_of_cut_replies_as_dual_does(tiny_student, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import DPOConfig
+
+    from hominem_pipeline.core.policy import dpo_trainer_class, pairs_to_dpo_dataset
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_student)
+    frame = pairs(2).assign(chosen_finished=[False, True], rejected_finished=[True, False])
+    args = DPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, max_length=64, bf16=False, gradient_checkpointing=False,
+                     use_cpu=True, report_to=[], disable_tqdm=True, dataloader_num_workers=0, save_strategy="no")
+    trainer = dpo_trainer_class()(model=AutoModelForCausalLM.from_pretrained(tiny_student), args=args,
+                                  train_dataset=pairs_to_dpo_dataset(frame), processing_class=tokenizer)
+    for row, expected in zip(trainer.train_dataset, pair_sequences(tokenizer, frame, 64)):
+        for side, (seq, start) in zip(("chosen", "rejected"), expected):
+            assert row["prompt_ids"] + row[f"{side}_ids"] == seq
