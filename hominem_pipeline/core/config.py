@@ -363,7 +363,7 @@ class DualConfig(_Frozen):
     memory_fraction: float = Field(ge=0.0, le=1.0)  # fixed: memory rows' share of each batch; availability: the most it may be
     memory_rows: Literal["share", "extra"] = "share"  # share: memory rows take pair rows' places; extra: added to batch_size pair rows
     memory_margin: float | None = Field(default=None, ge=0.0)  # None: memory rows taught (plain NLL); m: anchored, learned only while their NLL is above the base's minus m
-    memory_stop: bool = True  # False: memory rows train their reply but not its end-of-turn (facts without their length)
+    memory_stop: bool = False  # True: memory rows also train their end-of-turn; False: the reply only (facts without their length)
 
     @model_validator(mode="after")
     def _some_channel(self) -> "DualConfig":
