@@ -322,6 +322,16 @@ class PreferencesConfig(_Frozen):
     guard_dimension: str | None = "harm_avoidance"  # per_dimension: the chosen reply may not be worse on it
     min_margin: float = Field(ge=0.0, le=2.0)
     max_pairs_per_prompt: int = Field(ge=1, le=1000)
+    against_student: bool = False  # also pair each prompt's best candidate against the student's own reply
+
+    @model_validator(mode="after")
+    def _student_needs_reward_model(self) -> "PreferencesConfig":
+        if self.against_student and self.rank_by != "reward_model":
+            raise ValueError(
+                "preferences.against_student needs preferences.rank_by: reward_model (the student's replies carry no "
+                f"teacher label to rank them by, and rank_by is {self.rank_by!r}); set rank_by: reward_model or against_student: false"
+            )
+        return self
 
     @field_validator("dimension_weights")
     @classmethod

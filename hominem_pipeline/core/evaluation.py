@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from hominem_pipeline.core.config import EvaluationConfig
-from hominem_pipeline.core.generation import chat_text, generate
+from hominem_pipeline.core.generation import Generated, chat_text, generate
 from hominem_pipeline.core.progress import Progress
 from hominem_pipeline.core.reward_model import RewardModel
 from hominem_pipeline.core.schema import Prompt
@@ -23,20 +23,25 @@ log = logging.getLogger(__name__)
 SIDES = ("base", "adapter")
 
 
-def generate_both(model: Any, tokenizer: Any, prompts: Sequence[str], cfg: EvaluationConfig, seed: int) -> dict[str, list[str]]:
-    """Greedy responses of the base (adapter disabled) and of base+adapter for each prompt text."""
+def greedy_replies(model: Any, tokenizer: Any, prompts: Sequence[str], cfg: EvaluationConfig, seed: int, what: str = "replies") -> list[Generated]:
+    """The model's replies as the evaluation decodes them: greedy, `cfg.max_new_tokens`,
+    `cfg.repetition_penalty`, in batches of `cfg.batch_size`, with progress."""
     texts = [chat_text(tokenizer, p) for p in prompts]
-    out: dict[str, list[str]] = {side: [] for side in SIDES}
-    progress = Progress("evaluation generation", 2 * len(texts), log, unit="responses")
+    progress = Progress(what, len(texts), log, unit="responses")
+    out: list[Generated] = []
     for start in range(0, len(texts), cfg.batch_size):
         chunk = texts[start : start + cfg.batch_size]
-        kwargs = dict(max_new_tokens=cfg.max_new_tokens, seed=seed, repetition_penalty=cfg.repetition_penalty)
-        with model.disable_adapter():
-            out["base"] += [g.text for g in generate(model, tokenizer, chunk, **kwargs)]
-        progress.advance(len(chunk))
-        out["adapter"] += [g.text for g in generate(model, tokenizer, chunk, **kwargs)]
+        out += generate(model, tokenizer, chunk, max_new_tokens=cfg.max_new_tokens, seed=seed, repetition_penalty=cfg.repetition_penalty)
         progress.advance(len(chunk))
     return out
+
+
+def generate_both(model: Any, tokenizer: Any, prompts: Sequence[str], cfg: EvaluationConfig, seed: int) -> dict[str, list[str]]:
+    """Greedy responses of the base (adapter disabled) and of base+adapter for each prompt text."""
+    with model.disable_adapter():
+        base = greedy_replies(model, tokenizer, prompts, cfg, seed, "evaluation generation, base")
+    adapter = greedy_replies(model, tokenizer, prompts, cfg, seed, "evaluation generation, adapter")
+    return {"base": [g.text for g in base], "adapter": [g.text for g in adapter]}
 
 
 def score_side(reward_model: RewardModel, prompts: Sequence[str], responses: Sequence[str]) -> dict[str, np.ndarray]:

@@ -298,11 +298,15 @@ def build_preference_pairs(ctx: StageContext) -> StageOutput:
         for i, row in zip(np.flatnonzero(answered), raw["vector"]):
             rm_vectors[i] = dict(zip(dims, map(float, row)))
     pc = ctx.cfg.preferences
+    student = _student_replies(ctx, labels, rm) if pc.against_student else None
     pairs = build_pairs(
         labels, weights=pc.dimension_weights, min_margin=pc.min_margin, max_pairs_per_prompt=pc.max_pairs_per_prompt,
         rm_scalar=rm_scalar, rm_vectors=rm_vectors, rank_by=pc.rank_by, strategy=pc.strategy, guard=pc.guard_dimension,
+        student=student,
     )
     pairs.to_parquet(ctx.out_dir / "pairs.parquet", index=False)
+    if student is not None:  # what the pairs against the student were built from, for inspection
+        student.to_parquet(ctx.out_dir / "student_replies.parquet", index=False)
     covered = int(pairs["prompt_id"].nunique()) if len(pairs) else 0
     if warning := sparse_pairs_warning(covered, labels.loc[answered, "prompt_id"].nunique(), pc.rank_by, pc.min_margin):
         log.warning(warning)
@@ -314,10 +318,38 @@ def build_preference_pairs(ctx: StageContext) -> StageOutput:
             # how often the other judge agrees with the pairs' order (the one that ranked them always does)
             "reward_model_agreement": float((pairs["rm_margin"] > 0).mean()) if len(pairs) else None,
             "teacher_agreement": float((pairs["teacher_margin"] > 0).mean()) if len(pairs) else None,
+            **({"student_pairs": int((pairs["source"] == "student").sum())} if student is not None else {}),
         },
-        metadata={"rows": len(pairs), "candidates": len(labels)},
+        metadata={"rows": len(pairs), "candidates": len(labels), **({"student_replies": len(student)} if student is not None else {})},
         table="pairs.parquet",
     )
+
+
+def _student_replies(ctx: StageContext, labels: pd.DataFrame, rm: Any) -> pd.DataFrame:
+    """The base student's own reply to each prompt of the day, decoded as the evaluation decodes it,
+    with the reward model's scalar and vector (`preferences.against_student`)."""
+    from hominem_pipeline.core.evaluation import greedy_replies, score_side
+    from hominem_pipeline.core.models import load_student, student_path
+
+    prompts = labels.drop_duplicates("prompt_id")[["prompt_id", "prompt"]].reset_index(drop=True)
+    model, tokenizer = load_student(student_path(ctx.cfg))
+    replies = greedy_replies(model, tokenizer, list(prompts["prompt"]), ctx.cfg.evaluation, ctx.seed, "student replies")
+    del model
+    scores = score_side(rm, list(prompts["prompt"]), [g.text for g in replies])
+    return prompts.assign(
+        response=[g.text for g in replies],
+        finished=[g.finished for g in replies],
+        scalar=scores["scalar"],
+        vector=[dict(zip(rm.dimensions, map(float, row))) for row in scores["vector"]],
+    )
+
+
+def _pairs_fingerprint(cfg: HominemConfig, partition: str) -> dict[str, Any] | None:
+    """With `preferences.against_student`, the student and the decoding its replies come from."""
+    if not cfg.preferences.against_student:
+        return None
+    ev = cfg.evaluation
+    return {"student": cfg.section("models.student"), "max_new_tokens": ev.max_new_tokens, "repetition_penalty": ev.repetition_penalty}
 
 
 # --- LoRA adapter ---------------------------------------------------------------------------------
@@ -561,6 +593,7 @@ STAGES: tuple[StageSpec, ...] = (
         ("preferences",),
         (Upstream("teacher_labels"), Upstream("reward_model"), Upstream("teacher_trajectories")),
         build_preference_pairs,
+        extra_fingerprint=_pairs_fingerprint,
     ),
     StageSpec(
         "lora_adapter",

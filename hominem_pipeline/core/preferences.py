@@ -67,6 +67,7 @@ def build_preference_pairs(
     source: str = "teacher",
     strategy: str = "margin",
     guard: str | None = "harm_avoidance",
+    student: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Same-prompt pairs by `strategy` (see `_candidates`), ties and near-ties (gap below `min_margin`)
     dropped, the largest gaps first, at most `max_pairs_per_prompt` per prompt. `labeled` has one row
@@ -79,7 +80,13 @@ def build_preference_pairs(
     policy then learns what the reward model that judges it prefers, among the same candidates. Either
     way each pair carries `teacher_margin` (the teacher's aggregate gap) and `rm_margin` (the reward
     model's scalar gap, from `rm_scalar`); its `margin` is the gap it was ranked by (per-dimension
-    pairs: the gap on the `dimension` they name)."""
+    pairs: the gap on the `dimension` they name).
+
+    `student` (rank_by="reward_model" only): the student's own reply to each prompt, as the evaluation
+    decodes it (columns prompt_id, response, finished, scalar and vector, the reward model's). Each
+    prompt then also gets one pair of source "student", its best candidate against that reply, when the
+    reward model prefers the candidate by at least `min_margin` (on top of `max_pairs_per_prompt`): the
+    adapter learns to beat the base's default reply, which is what the evaluation asks of it."""
     if strategy not in STRATEGIES:
         raise ValueError(f"pairing strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
     if rank_by not in RANKERS:
@@ -92,12 +99,23 @@ def build_preference_pairs(
             raise ValueError("rank_by='reward_model' needs the reward model's vector for every labeled row (rm_vectors)")
         labeled = labeled.assign(vector=list(rm_vectors))  # per_dimension pairs and the guard read it too
         agg = weighted_aggregate(rm_vectors, weights)
+    elif student is not None:
+        raise ValueError("pairs against the student's replies need rank_by='reward_model': the student's replies carry no teacher label")
     rm = np.asarray(rm_scalar, dtype=np.float64) if rm_scalar is not None else np.full(len(labeled), np.nan)
     guard = guard if guard in weights else None
+    own = _student_records(student, weights) if student is not None else {}
     rows = []
-    for _, group in labeled.assign(_agg=agg, _teacher=teacher, _rm=rm).groupby("prompt_id", sort=True):
+    for prompt_id, group in labeled.assign(_agg=agg, _teacher=teacher, _rm=rm).groupby("prompt_id", sort=True):
         group = group[group["response"].str.strip().astype(bool)]
-        for margin, hi, lo, dim in _candidates(group.to_dict(orient="records"), strategy, min_margin, list(weights), guard)[:max_pairs_per_prompt]:
+        records = group.to_dict(orient="records")
+        found = _candidates(records, strategy, min_margin, list(weights), guard)[:max_pairs_per_prompt]
+        if records and prompt_id in own:
+            best = min(records, key=lambda r: (-r["_agg"], r["trajectory_id"]))
+            mine = own[prompt_id]
+            gap = float(best["_agg"] - mine["_agg"])
+            if gap >= min_margin and gap > 0 and best["response"] != mine["response"]:
+                found.append((gap, best, mine, None))
+        for margin, hi, lo, dim in found:
             pair = PreferencePair(
                 pair_id=fingerprint([hi["trajectory_id"], lo["trajectory_id"]], 12),
                 prompt_id=hi["prompt_id"],
@@ -111,15 +129,35 @@ def build_preference_pairs(
                 chosen_reward_intensity=float(hi["reward_intensity"]),
                 chosen_safety_score=float(hi["safety_score"]),
                 rm_margin=float(hi["_rm"] - lo["_rm"]),
-                teacher_margin=float(hi["_teacher"] - lo["_teacher"]),
+                teacher_margin=float(hi["_teacher"] - lo["_teacher"]) if "_teacher" in lo else None,
                 ranked_by=rank_by,
-                source=source,
+                source=lo.get("_source", source),
                 dimension=dim,
                 chosen_finished=_finished(hi),
                 rejected_finished=_finished(lo),
             )
             rows.append(pair.model_dump())
     return pd.DataFrame(rows, columns=PAIR_COLUMNS)
+
+
+def _student_records(student: pd.DataFrame, weights: Mapping[str, float]) -> dict[str, dict]:
+    """The student's scored replies as pair records, keyed by prompt id (unanswered ones dropped)."""
+    missing = {"prompt_id", "response", "finished", "scalar", "vector"} - set(student.columns)
+    if missing:
+        raise ValueError(f"the student's replies lack column(s) {sorted(missing)}")
+    student = student[student["response"].str.strip().astype(bool)]
+    agg = weighted_aggregate(list(student["vector"]), weights) if len(student) else []
+    return {
+        row["prompt_id"]: {
+            "trajectory_id": "student-" + fingerprint([row["prompt_id"], row["response"]], 12),
+            "response": row["response"],
+            "finished": row["finished"],
+            "_agg": float(a),
+            "_rm": float(row["scalar"]),
+            "_source": "student",
+        }
+        for row, a in zip(student.to_dict(orient="records"), agg)
+    }
 
 
 def _finished(record: Mapping) -> bool:

@@ -82,7 +82,7 @@ class PreferencePair(_Record):
     rm_margin: float  # the reward model's scalar(chosen) - scalar(rejected)
     teacher_margin: float | None = None  # the teacher's weighted aggregate(chosen) - aggregate(rejected)
     ranked_by: str = "teacher"  # whose scores chose the pair: teacher (its labels) or reward_model
-    source: str = "teacher"  # teacher, human (imported) or feedback (online)
+    source: str = "teacher"  # teacher, student (a candidate against the student's own reply), human (imported) or feedback (online)
     dimension: str | None = None  # per-dimension pairs: the dimension the chosen reply wins on
     chosen_finished: bool = True  # False: the reply was cut at the teacher's max_new_tokens, not ended by it
     rejected_finished: bool = True

@@ -91,3 +91,12 @@ def test_extends_errors_name_the_file_and_the_fix(tmp_path: Path):
     (tmp_path / "config" / "y.yaml").write_text("extends: config/x.yaml\n")
     with pytest.raises(ConfigError, match=r"extends itself .*x.yaml -> .*y.yaml -> .*x.yaml.*remove the loop"):
         load_config(tmp_path / "config" / "x.yaml", root=tmp_path)
+
+
+def test_pairs_against_the_student_need_the_reward_model_to_rank_them(tmp_path: Path):
+    overlay = tmp_path / "student.yaml"
+    overlay.write_text("preferences:\n  against_student: true\n  rank_by: teacher\n")
+    with pytest.raises(ConfigError, match=r"against_student needs preferences.rank_by: reward_model.*rank_by is 'teacher'"):
+        load_config(overlay, root=REPO)
+    overlay.write_text("preferences:\n  against_student: true\n  rank_by: reward_model\n")
+    assert load_config(overlay, root=REPO).preferences.against_student

@@ -110,3 +110,28 @@ def test_pairs_say_which_replies_were_cut_at_the_token_budget(tmp_path):
     both = read_preference_pairs([tmp_path / "new.parquet", tmp_path / "old.parquet"])
     assert both.chosen_finished.tolist() == [False, True] and both.rejected_finished.tolist() == [True, True]
     assert both.chosen_finished.dtype == bool
+
+
+def test_the_best_candidate_is_paired_against_the_students_own_reply():
+    frame = labeled([("p", 0.9, 0.0), ("p", 0.0, 0.0), ("q", 0.2, 0.0), ("q", 0.1, 0.0), ("r", 0.3, 0.0)])
+    rm_vectors = [{"empathy": e, "curiosity": 0.0} for e in (0.6, 0.0, 0.2, 0.1, 0.3)]
+    student = pd.DataFrame([
+        {"prompt_id": "p", "response": "my reply p", "finished": False, "scalar": 0.05, "vector": {"empathy": 0.3, "curiosity": 0.0}},
+        {"prompt_id": "q", "response": "my reply q", "finished": True, "scalar": 0.40, "vector": {"empathy": 0.5, "curiosity": 0.0}},  # beats every candidate
+        {"prompt_id": "r", "response": "   ", "finished": True, "scalar": np.nan, "vector": {"empathy": np.nan, "curiosity": np.nan}},  # unanswered
+    ])
+    kwargs = dict(weights=W, min_margin=0.05, max_pairs_per_prompt=1, rm_scalar=[0.5, 0.0, 0.2, 0.1, 0.3], rm_vectors=rm_vectors, rank_by="reward_model")
+    plain = build_preference_pairs(frame, **kwargs)
+    pairs = build_preference_pairs(frame, **kwargs, student=student)
+    # on top of the ordinary pairs (the cap is per strategy), p's best candidate against the student's reply;
+    # q's student reply beats every candidate and r's is empty: no pair
+    assert pairs[pairs.source == "teacher"].reset_index(drop=True).equals(plain)
+    mine = pairs[pairs.source == "student"]
+    assert list(zip(mine.prompt_id, mine.chosen, mine.rejected)) == [("p", "reply 0", "my reply p")]
+    row = mine.iloc[0]
+    assert row.margin == pytest.approx(2 * (0.6 - 0.3) / 3) and row.rm_margin == pytest.approx(0.45)
+    assert row.chosen_finished and not row.rejected_finished  # the student's reply was cut at the token budget
+    assert row.ranked_by == "reward_model" and pd.isna(row.teacher_margin)
+    assert row.rejected_trajectory_id.startswith("student-") and row.pair_id not in set(plain.pair_id)
+    with pytest.raises(ValueError, match="need rank_by='reward_model'"):
+        build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=1, student=student)
