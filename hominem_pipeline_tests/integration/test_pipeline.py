@@ -208,3 +208,37 @@ def test_compare_prints_base_and_adapter_side_by_side(chain):
     assert "adapter preferred on " in out and f"/{n_eval + 1} prompts" in out
     rm = ArtifactStore(chain["cfg"].data_dir).require("reward_model", DAY)
     assert f"reward model {rm.path}" in " ".join(out.split())  # the one the adapter was trained with
+
+
+def test_pairs_against_the_students_own_reply(chain):
+    """preferences.against_student: the stage asks the base student each prompt of the day (decoded as
+    the evaluation decodes it), keeps its replies beside the pairs and adds one pair per prompt whose best
+    candidate the reward model prefers to that reply."""
+    import yaml
+
+    from hominem_pipeline.core.config import deep_merge
+    from hominem_pipeline.core.reward_model import RewardModel
+
+    project = chain["project"]
+    overlay = deep_merge(yaml.safe_load(chain["config"].read_text()), {"preferences": {"rank_by": "reward_model", "against_student": True, "min_margin": 0.0},
+                                                                           # the random tiny student's greedy reply is all newlines without it
+                                                                           "evaluation": {"repetition_penalty": 2.0}})
+    path = project / "config" / "against_student.yaml"
+    path.write_text(yaml.safe_dump(overlay))
+    events, _ = run_all(project, path, chain["instance"], selection=["preference_pairs"])
+    assert not events["preference_pairs"]["reused_existing_version"].value
+    ref = ArtifactStore(chain["cfg"].data_dir).require("preference_pairs", DAY)
+    replies = pd.read_parquet(ref.file("student_replies.parquet"))
+    labels = pd.read_parquet(ArtifactStore(chain["cfg"].data_dir).require("teacher_labels", DAY).file("labels.parquet"))
+    assert sorted(replies["prompt_id"]) == sorted(labels["prompt_id"].unique())
+    assert replies["response"].str.strip().astype(bool).all() and replies["scalar"].notna().all() and not replies["finished"].any()
+    pairs = pd.read_parquet(ref.file("pairs.parquet"))
+    mine = pairs[pairs["source"] == "student"]
+    assert events["preference_pairs"]["student_pairs"].value == len(mine) > 0
+    assert mine["prompt_id"].is_unique and set(mine["rejected"]) <= set(replies["response"])
+    assert (mine["margin"] > 0).all() and mine["rejected_trajectory_id"].str.startswith("student-").all()
+    scored = replies.set_index("prompt_id")
+    assert all(scored.loc[pid, "response"] == rejected for pid, rejected in zip(mine["prompt_id"], mine["rejected"]))
+    rm = RewardModel.load(ArtifactStore(chain["cfg"].data_dir).require("reward_model", DAY).path)
+    gap = rm.raw_scores(list(mine["prompt"]), list(mine["chosen"]))["scalar"] - rm.raw_scores(list(mine["prompt"]), list(mine["rejected"]))["scalar"]
+    assert list(mine["rm_margin"]) == pytest.approx(list(gap), abs=1e-5)
