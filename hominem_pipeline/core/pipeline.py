@@ -289,14 +289,7 @@ def build_preference_pairs(ctx: StageContext) -> StageOutput:
     labels = labels.merge(trajectories, on="trajectory_id", how="left")
     answered = labels["response"].str.strip().astype(bool).to_numpy()
     rm = RewardModel.load(ctx.one("reward_model").path)
-    dims = rm.dimensions
-    rm_scalar = np.full(len(labels), np.nan)
-    rm_vectors = [dict.fromkeys(dims, np.nan) for _ in range(len(labels))]  # unanswered rows never enter a pair
-    if answered.any():
-        raw = rm.raw_scores(list(labels.loc[answered, "prompt"]), list(labels.loc[answered, "response"]))
-        rm_scalar[answered] = raw["scalar"]
-        for i, row in zip(np.flatnonzero(answered), raw["vector"]):
-            rm_vectors[i] = dict(zip(dims, map(float, row)))
+    rm_scalar, rm_vectors = _reward_model_scores(rm, labels)  # unanswered rows score NaN and never enter a pair
     pc = ctx.cfg.preferences
     student = _student_replies(ctx, labels, rm) if pc.against_student else None
     pairs = build_pairs(
@@ -328,20 +321,25 @@ def build_preference_pairs(ctx: StageContext) -> StageOutput:
 def _student_replies(ctx: StageContext, labels: pd.DataFrame, rm: Any) -> pd.DataFrame:
     """The base student's own reply to each prompt of the day, decoded as the evaluation decodes it,
     with the reward model's scalar and vector (`preferences.against_student`)."""
-    from hominem_pipeline.core.evaluation import greedy_replies, score_side
+    from hominem_pipeline.core.evaluation import greedy_replies
     from hominem_pipeline.core.models import load_student, student_path
 
     prompts = labels.drop_duplicates("prompt_id")[["prompt_id", "prompt"]].reset_index(drop=True)
     model, tokenizer = load_student(student_path(ctx.cfg))
     replies = greedy_replies(model, tokenizer, list(prompts["prompt"]), ctx.cfg.evaluation, ctx.seed, "student replies")
     del model
-    scores = score_side(rm, list(prompts["prompt"]), [g.text for g in replies])
-    return prompts.assign(
-        response=[g.text for g in replies],
-        finished=[g.finished for g in replies],
-        scalar=scores["scalar"],
-        vector=[dict(zip(rm.dimensions, map(float, row))) for row in scores["vector"]],
-    )
+    replied = prompts.assign(response=[g.text for g in replies], finished=[g.finished for g in replies])
+    scalar, vectors = _reward_model_scores(rm, replied)
+    return replied.assign(scalar=scalar, vector=vectors)
+
+
+def _reward_model_scores(rm: Any, rows: pd.DataFrame) -> tuple[np.ndarray, list[dict[str, float]]]:
+    """The reward model's scalar and vector (by dimension name) of each row's prompt and response
+    (`evaluation.score_side`: an empty response scores NaN)."""
+    from hominem_pipeline.core.evaluation import score_side
+
+    scores = score_side(rm, list(rows["prompt"]), list(rows["response"]))
+    return scores["scalar"], [dict(zip(rm.dimensions, map(float, row))) for row in scores["vector"]]
 
 
 def _pairs_fingerprint(cfg: HominemConfig, partition: str) -> dict[str, Any] | None:
