@@ -99,9 +99,11 @@ def run(
     date: DateOpt = None,
     select: Annotated[str, typer.Option("--select", "-s", help="Dagster asset selection, e.g. '*', 'reward_model+', 'prompts,teacher_trajectories'.")] = "*",
     fill_window: Annotated[bool, typer.Option(
-        "--fill-window", help="First label the days before --date in the reward model's window (reward_model.window_days) that have no labels yet "
-                              "(prompts, teacher_trajectories, teacher_labels; one Dagster run per day, ~8.5 min each on the offline default on 2 cores), so a "
-                              "fresh clone's reward model trains on a full window.")] = False,
+        "--fill-window", help="First build the days before --date that the day's windows read and that lack them, oldest first, one Dagster run "
+                              "per day: labels for each day of the reward model's window (reward_model.window_days; ~8.5 min a day on the offline "
+                              "default on 2 cores) and, when the selection trains an adapter, that day's reward model and preference pairs for each "
+                              "day of the adapter's window (policy.window_days): a fresh clone's reward model and adapter then train on full "
+                              "windows, as after a week of daily runs.")] = False,
 ) -> None:
     """Materialize assets for one day through Dagster (runs show in the Dagster UI, metrics in MLflow)."""
     _logging()
@@ -129,28 +131,43 @@ def run(
     if not keys:
         _fail(f"--select {select!r} matches no asset; assets are: {', '.join(sorted(k.to_user_string() for k in job.asset_layer.asset_graph.get_all_asset_keys()))}")
     if fill_window:
-        _fill_window(cfg, day)
+        _fill_window(cfg, day, pairs="lora_adapter" in {k.to_user_string() for k in keys})
     _execute(definitions.daily_job, cfg, day, keys, "hominem run")
 
 
-def _fill_window(cfg: HominemConfig, day: str) -> None:
-    """Label each earlier day of the reward model's window that has no current teacher_labels (oldest
-    first; days before project.partitions_start are left out)."""
+def _fill_window(cfg: HominemConfig, day: str, pairs: bool) -> None:
+    """Build each earlier day that `day`'s windows read and that lacks it (oldest first; days before
+    project.partitions_start are left out): teacher_labels for the days of the reward model's window,
+    and, when the run trains an adapter (`pairs`), preference_pairs (with that day's reward model, as a
+    daily run would have trained it) for the days of the adapter's window. A day's stages that are
+    already current are reused, not rebuilt."""
     from dagster import AssetSelection
 
     from hominem_pipeline import definitions
     from hominem_pipeline.core.artifacts import ArtifactStore
 
     end = dt.date.fromisoformat(day)
-    start = cfg.project.partitions_start
-    earlier = [end - dt.timedelta(days=k) for k in range(cfg.reward_model.window_days - 1, 0, -1)]
+    rm_days, policy_days = cfg.reward_model.window_days, (cfg.policy.window_days if pairs else 0)
+    earlier = [end - dt.timedelta(days=k) for k in range(max(rm_days, policy_days) - 1, 0, -1)]
     store = ArtifactStore(cfg.data_dir)
-    missing = [d.isoformat() for d in earlier if d >= start and store.current("teacher_labels", d.isoformat()) is None]
-    console.print(f"[bold]--fill-window[/]: reward_model.window_days {cfg.reward_model.window_days}; "
-                  + (f"labeling {len(missing)} earlier day(s) without labels: {', '.join(missing)}" if missing else "every earlier day has labels"))
-    keys = AssetSelection.assets("teacher_labels").upstream().resolve(definitions.daily_job().asset_layer.asset_graph)
-    for k, d in enumerate(missing, 1):
-        _execute(definitions.daily_job, cfg, d, keys, f"hominem run --fill-window ({k}/{len(missing)})")
+    plan = []  # (day, the asset it needs)
+    for d in earlier:
+        if d < cfg.project.partitions_start:
+            continue
+        ago = (end - d).days
+        for asset, needed in (("preference_pairs", ago < policy_days), ("teacher_labels", ago < rm_days)):
+            if needed:
+                if store.current(asset, d.isoformat()) is None:
+                    plan.append((d.isoformat(), asset))
+                break  # pairs need the day's labels, which their run builds too
+    console.print(f"[bold]--fill-window[/]: reward_model.window_days {rm_days}"
+                  + (f", policy.window_days {policy_days}; " if pairs else "; ")
+                  + (f"filling {len(plan)} earlier day(s): " + ", ".join(f"{d} ({'labels to pairs' if a == 'preference_pairs' else 'labels'})" for d, a in plan)
+                     if plan else "every earlier day is built"))
+    graph = definitions.daily_job().asset_layer.asset_graph
+    for k, (d, asset) in enumerate(plan, 1):
+        keys = AssetSelection.assets(asset).upstream().resolve(graph)
+        _execute(definitions.daily_job, cfg, d, keys, f"hominem run --fill-window ({k}/{len(plan)})")
 
 
 def _execute(job_fn, cfg: HominemConfig, day: str, keys, title: str) -> list:

@@ -159,16 +159,18 @@ def test_reward_probe_prints_scores_uncertainty_and_preference(labeled_project):
     assert missing.returncode == 2 and "is not a reward model folder" in missing.stderr
 
 
-def test_fill_window_labels_the_earlier_days_that_lack_labels(tmp_path, tiny_student, tiny_encoder):
+def test_fill_window_builds_the_earlier_days_that_the_windows_read(tmp_path, tiny_student, tiny_encoder):
     """`hominem run --fill-window` labels each earlier day of the reward model's window without labels
-    (one Dagster run per day, oldest first), leaves labeled days alone, then runs --date."""
+    (one Dagster run per day, oldest first), leaves built days alone, then runs --date; when the
+    selection trains an adapter, the days of the adapter's window also get their reward model and
+    preference pairs, so the adapter reads a full window of pairs."""
     from dagster import DagsterInstance
 
     from hominem_pipeline.core.artifacts import ArtifactStore
     from hominem_pipeline_tests.conftest import make_project
 
     project = make_project(tmp_path / "project", tiny_student, tiny_encoder)
-    (project / "config" / "window3.yaml").write_text("extends: config/tiny.yaml\nreward_model: {window_days: 3}\n")
+    (project / "config" / "window3.yaml").write_text("extends: config/tiny.yaml\nreward_model: {window_days: 3}\npolicy: {window_days: 2}\n")
     labels = "prompts,teacher_trajectories,teacher_labels"
     first = hominem(project, "run", "--config", "config/window3.yaml", "--date", "2026-11-18", "--select", labels)
     assert first.returncode == 0, first.stdout + first.stderr
@@ -176,9 +178,10 @@ def test_fill_window_labels_the_earlier_days_that_lack_labels(tmp_path, tiny_stu
     kept = store.current("teacher_labels", "2026-11-18").version
     done = hominem(project, "run", "--config", "config/window3.yaml", "--date", DAY, "--select", labels, "--fill-window")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "labeling 1 earlier day(s) without labels: 2026-11-17" in done.stdout
+    assert "filling 1 earlier day(s): 2026-11-17 (labels)" in " ".join(done.stdout.split())
     assert [d for d in ("2026-11-16", "2026-11-17", "2026-11-18", DAY) if store.current("teacher_labels", d)] == ["2026-11-17", "2026-11-18", DAY]
     assert store.current("teacher_labels", "2026-11-18").version == kept
+    assert not (project / "data" / "preference_pairs").exists()  # no adapter selected: no pairs
     os.environ["DAGSTER_HOME"] = str(project / "data" / "dagster")
     try:
         with DagsterInstance.get() as instance:
@@ -187,4 +190,14 @@ def test_fill_window_labels_the_earlier_days_that_lack_labels(tmp_path, tiny_stu
     finally:
         del os.environ["DAGSTER_HOME"]
     again = hominem(project, "run", "--config", "config/window3.yaml", "--date", DAY, "--select", labels, "--fill-window")
-    assert again.returncode == 0 and "every earlier day has labels" in again.stdout
+    assert again.returncode == 0 and "every earlier day is built" in again.stdout
+    # An adapter selected: the day before DAY (policy.window_days 2) gets its reward model and pairs,
+    # from its own window of labels (2026-11-16..18: two days), and DAY's adapter reads both days' pairs.
+    adapter = hominem(project, "run", "--config", "config/window3.yaml", "--date", DAY, "--select", "*lora_adapter", "--fill-window")
+    assert adapter.returncode == 0, adapter.stdout + adapter.stderr
+    assert "filling 1 earlier day(s): 2026-11-18 (labels to pairs)" in " ".join(adapter.stdout.split())
+    assert store.current("teacher_labels", "2026-11-18").version == kept  # reused, not relabeled
+    assert [d for d in ("2026-11-17", "2026-11-18", DAY) if store.current("preference_pairs", d)] == ["2026-11-18", DAY]
+    read = lambda asset, day, up: sorted(r["partition"] for r in store.current(asset, day).manifest["inputs"][up])  # noqa: E731
+    assert read("reward_model", "2026-11-18", "teacher_labels") == ["2026-11-17", "2026-11-18"]
+    assert read("lora_adapter", DAY, "preference_pairs") == ["2026-11-18", DAY]
