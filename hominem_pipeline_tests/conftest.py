@@ -88,7 +88,8 @@ def tiny_overrides(student: Path, encoder: Path) -> dict:
         "preferences": {"min_margin": 0.0},
         "verifier": {"max_failure_rate": 0.5},  # random tiny models may emit an empty reply now and then
         "policy": {"max_steps": 2, "batch_size": 2, "max_length": 64, "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}},
-        "evaluation": {"max_new_tokens": 8, "batch_size": 8},
+        # at the default penalty the random tiny student's greedy reply is all newlines (empty once stripped)
+        "evaluation": {"max_new_tokens": 8, "batch_size": 8, "repetition_penalty": 2.0},
     }
 
 

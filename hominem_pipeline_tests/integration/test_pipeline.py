@@ -91,6 +91,10 @@ def test_stages_write_their_artifacts(chain):
         assert comp["how"], name
         assert comp["value"] is None or 0.0 <= comp["value"] <= 1.0
     assert store.require("evaluation", DAY).file("dimension_deltas.png").stat().st_size > 1000
+    generations = pd.read_parquet(store.require("evaluation", DAY).file("generations.parquet"))
+    assert len(generations) == len(cfg.prompts.categories)  # one held-out prompt per category
+    for side in ("base", "adapter"):  # the tiny student answers every prompt, and the reward model scores it
+        assert generations[f"{side}_response"].str.strip().astype(bool).all() and generations[f"{side}_scalar"].notna().all(), side
 
 
 def test_mlflow_has_one_run_per_materialization_linked_by_tags_and_inputs(chain):
@@ -220,9 +224,7 @@ def test_pairs_against_the_students_own_reply(chain):
     from hominem_pipeline.core.reward_model import RewardModel
 
     project = chain["project"]
-    overlay = deep_merge(yaml.safe_load(chain["config"].read_text()), {"preferences": {"rank_by": "reward_model", "against_student": True, "min_margin": 0.0},
-                                                                           # the random tiny student's greedy reply is all newlines without it
-                                                                           "evaluation": {"repetition_penalty": 2.0}})
+    overlay = deep_merge(yaml.safe_load(chain["config"].read_text()), {"preferences": {"rank_by": "reward_model", "against_student": True, "min_margin": 0.0}})
     path = project / "config" / "against_student.yaml"
     path.write_text(yaml.safe_dump(overlay))
     events, _ = run_all(project, path, chain["instance"], selection=["preference_pairs"])
