@@ -999,7 +999,8 @@ def calibrate_validation(
         if dim is None:
             continue
         report = dim["held_out"] or dim["after"]
-        calibration["dimensions"][d] = {"temperature": dim["temperature"], "ece": report["ece"], "ece_in_sample": dim["after"]["ece"], "pairs": dim["after"]["pairs"] // 2}
+        calibration["dimensions"][d] = {"temperature": dim["temperature"], "ece": report["ece"], "ece_noise_floor": report["noise_floor"],
+                                        "ece_in_sample": dim["after"]["ece"], "pairs": dim["after"]["pairs"] // 2}
         metrics[f"val_ece_dim_{d}"] = report["ece"]
         panels[d] = (dim["after"], dim["temperature"], None if dim["held_out"] is None else dim["held_out"]["ece"])
     if panels:

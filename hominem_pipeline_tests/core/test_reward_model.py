@@ -225,7 +225,7 @@ def test_per_dimension_calibration_and_prefer_by_dimension(trained):
     out, metrics, _, _ = trained
     rm = RewardModel.load(out)
     dims = rm.metadata["calibration"]["dimensions"]
-    assert set(dims) == set(DIMS) and all(d["temperature"] > 0 and d["pairs"] == 2 for d in dims.values())
+    assert set(dims) == set(DIMS) and all(d["temperature"] > 0 and d["pairs"] == 2 and 0 <= d["ece_noise_floor"] <= 1 for d in dims.values())
     assert all(f"val_ece_dim_{d}" in metrics for d in DIMS)
     assert (out / "reliability_dimensions.png").stat().st_size > 1000
     kind, curt = "That is hard; what happened?", "ok"
