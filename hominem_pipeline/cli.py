@@ -100,10 +100,10 @@ def run(
     select: Annotated[str, typer.Option("--select", "-s", help="Dagster asset selection, e.g. '*', 'reward_model+', 'prompts,teacher_trajectories'.")] = "*",
     fill_window: Annotated[bool, typer.Option(
         "--fill-window", help="First build the days before --date that the day's windows read and that lack them, oldest first, one Dagster run "
-                              "per day: labels for each day of the reward model's window (reward_model.window_days; ~8.5 min a day on the offline "
-                              "default on 2 cores) and, when the selection trains an adapter, that day's reward model and preference pairs for each "
-                              "day of the adapter's window (policy.window_days): a fresh clone's reward model and adapter then train on full "
-                              "windows, as after a week of daily runs.")] = False,
+                              "per day: labels for each day of the reward model's window (reward_model.window_days) and, when the selection "
+                              "trains an adapter, that day's reward model and preference pairs for each day of the adapter's window "
+                              "(policy.window_days): a fresh clone's reward model and adapter then train on full windows, as after a week of "
+                              "daily runs (~5 min a day on the offline default on 2 cores).")] = False,
 ) -> None:
     """Materialize assets for one day through Dagster (runs show in the Dagster UI, metrics in MLflow)."""
     _logging()
