@@ -423,8 +423,9 @@ def quantize_int8(module: nn.Module, input_absmax: dict[str, torch.Tensor] | Non
     return module
 
 
-def linear_input_absmax(net: RewardNet, encoded: list[list[int]], batch_size: int, pad: int) -> dict[str, torch.Tensor]:
-    """Per nn.Linear of the backbone (by its name there), the largest |input| per channel over `encoded`."""
+def linear_input_absmax(net: RewardNet, encoded: list[list[int]], batch_size: int, pad: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Per nn.Linear of the backbone (by its name there), the largest |input| per channel over `encoded`;
+    and, from the same pass, the pooled vector of each sequence (as `_pooled_all` gives it)."""
     absmax: dict[str, torch.Tensor] = {}
 
     def hook(name: str) -> Callable[..., None]:
@@ -435,25 +436,47 @@ def linear_input_absmax(net: RewardNet, encoded: list[list[int]], batch_size: in
 
     handles = [m.register_forward_hook(hook(n)) for n, m in net.backbone.named_modules() if isinstance(m, nn.Linear)]
     try:
-        _pooled_all(net, encoded, batch_size, pad)
+        pooled = _pooled_all(net, encoded, batch_size, pad)
     finally:
         for h in handles:
             h.remove()
-    return absmax
+    return absmax, pooled
 
 
-def measure_int8(net: RewardNet, encoded: list[list[int]], rng: np.random.Generator, batch_size: int, pad: int) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
-    """Calibrate the int8 path on training replies: the activation ranges `Int8Linear` smooths by, from
-    `INT8_SAMPLE` replies, then int8's error on the scalar and every dimension over `INT8_SAMPLE` others,
-    compared with fp32. Returns (input_absmax, report with the recheck margins `pair_gaps` uses: for the
-    scalar and for each dimension, the `INT8_MARGIN_QUANTILE` quantile of int8's error on the gap of
-    every pair of those replies, never below `INT8_RECHECK_MARGIN`; the median and largest error are
-    the scalar's); None when the quantized engine refuses the layers."""
-    order = rng.permutation(len(encoded))
+def int8_split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Which of `n` training replies calibrate the int8 path and which measure its error: `INT8_SAMPLE`
+    each, at random by `seed` (a set too small for two of each: all of them for both)."""
+    order = np.random.default_rng(seed).permutation(n)
     calibrate, check = order[:INT8_SAMPLE], order[INT8_SAMPLE : 2 * INT8_SAMPLE]
-    if len(check) < 2:
-        calibrate, check = order, order  # a tiny set: measured on the replies it was calibrated on
-    absmax = linear_input_absmax(net, [encoded[i] for i in calibrate], batch_size, pad)
+    return (order, order) if len(check) < 2 else (calibrate, check)
+
+
+def pooled_and_int8_ranges(net: RewardNet, encoded: list[list[int]], calibrate: np.ndarray, batch_size: int, pad: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """`_pooled_all` of every sequence, with the int8 activation ranges (`linear_input_absmax`) of the
+    `calibrate` ones recorded on the way: a frozen backbone's one pass serves training and calibration."""
+    pooled = torch.zeros(len(encoded), net.feature_size)
+    absmax, pooled[calibrate] = linear_input_absmax(net, [encoded[i] for i in calibrate], batch_size, pad)
+    rest = np.setdiff1d(np.arange(len(encoded)), calibrate)
+    if len(rest):
+        pooled[rest] = _pooled_all(net, [encoded[i] for i in rest], batch_size, pad)
+    return pooled, absmax
+
+
+def measure_int8(net: RewardNet, encoded: list[list[int]], seed: int, batch_size: int, pad: int,
+                 pooled: torch.Tensor | None = None, absmax: dict[str, torch.Tensor] | None = None) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
+    """Calibrate the int8 path on training replies (`int8_split`): the activation ranges `Int8Linear`
+    smooths by, from `INT8_SAMPLE` replies, then int8's error on the scalar and every dimension over
+    `INT8_SAMPLE` others, compared with fp32. A frozen backbone's training pass already holds both fp32
+    parts: `pooled` (every reply's pooled vector, in `encoded`'s order) and `absmax` (the ranges of
+    `int8_split`'s calibration replies, `pooled_and_int8_ranges`); given, they are not computed again.
+    Returns (input_absmax, report with the recheck margins `pair_gaps` uses: for the scalar and for each
+    dimension, the `INT8_MARGIN_QUANTILE` quantile of int8's error on the gap of every pair of those
+    replies, never below `INT8_RECHECK_MARGIN`; the median and largest error are the scalar's); None
+    when the quantized engine refuses the layers."""
+    calibrate, check = int8_split(len(encoded), seed)
+    net.eval()
+    if absmax is None:
+        absmax, _ = linear_input_absmax(net, [encoded[i] for i in calibrate], batch_size, pad)
     try:
         quantized = copy.deepcopy(net)
         quantized.backbone = quantize_int8(quantized.backbone, absmax)
@@ -462,12 +485,13 @@ def measure_int8(net: RewardNet, encoded: list[list[int]], rng: np.random.Genera
         return None
     sample = [encoded[i] for i in check]
 
-    def outputs(model: RewardNet) -> torch.Tensor:  # (reply, scalar and each dimension)
-        mean, _ = member_mean_std(model.heads(_pooled_all(model, sample, batch_size, pad)))
+    def outputs(model: RewardNet, features: torch.Tensor | None = None) -> torch.Tensor:  # (reply, scalar and each dimension)
+        mean, _ = member_mean_std(model.heads(_pooled_all(model, sample, batch_size, pad) if features is None else features))
         return torch.cat([mean["scalar"][:, None], mean["vector"]], 1)
 
     with torch.inference_mode():
-        error = (outputs(quantized) - outputs(net)).double().numpy()
+        exact = outputs(net, None if pooled is None else pooled[torch.as_tensor(check)])
+        error = (outputs(quantized) - exact).double().numpy()
     i, j = np.triu_indices(len(check), 1)
     gap_error = np.abs(error[i] - error[j])  # (pair, output): the scalar, then each dimension
     margins = [max(INT8_RECHECK_MARGIN, float(np.quantile(gap_error[:, k], INT8_MARGIN_QUANTILE))) for k in range(gap_error.shape[1])]
@@ -1079,7 +1103,10 @@ def train_reward_model(
         rationale_head = nn.Linear(net.feature_size, net.feature_size)
 
     # A frozen backbone gives every sequence the same pooled vector in every epoch: computed once.
-    frozen = _pooled_all(net, data.encoded, cfg.batch_size, pad_id(tokenizer)) if cfg.backbone.finetune == "frozen" else None
+    # Its int8 activation ranges are recorded in the same pass (`measure_int8` needs no pass of its own).
+    int8_pool = data.labeled or len(data.encoded)  # the replies the int8 path is calibrated and measured on: the labeled ones
+    frozen, int8_absmax = (pooled_and_int8_ranges(net, data.encoded, int8_split(int8_pool, seed)[0], cfg.batch_size, pad_id(tokenizer))
+                           if cfg.backbone.finetune == "frozen" else (None, None))
     head_params = [p for n, p in net.named_parameters() if not n.startswith("backbone.")] + (list(rationale_head.parameters()) if rationale_head else [])
     backbone_params = [p for p in net.backbone.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
@@ -1270,7 +1297,8 @@ def train_reward_model(
     backbone.save_pretrained(out_dir / BACKBONE_DIR)
     tokenizer.save_pretrained(out_dir / BACKBONE_DIR)
     save_file({k: v.contiguous() for k, v in net.head_state_dict().items()}, str(out_dir / HEADS))
-    int8 = measure_int8(net, data.encoded[: data.labeled] or data.encoded, np.random.default_rng(seed), cfg.batch_size, pad)
+    int8 = measure_int8(net, data.encoded[:int8_pool], seed, cfg.batch_size, pad,
+                        pooled=None if frozen is None else frozen[:int8_pool], absmax=int8_absmax)
     if int8 is not None:
         save_file({k: v.contiguous() for k, v in int8[0].items()}, str(out_dir / INT8_CALIBRATION))
         log.info("int8 path calibrated on %d training replies: it moves a pair's gap by %.4f (median), so pair_gaps rescores gaps under %.4f in fp32",

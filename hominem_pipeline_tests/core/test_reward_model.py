@@ -258,6 +258,33 @@ def test_frozen_backbone_trains_only_the_heads(tiny_encoder, tmp_path):
     assert history[-1]["train_mse_vector"] < history[0]["train_mse_vector"]
 
 
+def test_int8_measured_from_a_frozen_backbones_training_pass_as_from_its_own(tiny_encoder, monkeypatch):
+    """With a frozen backbone, training's one pass over the replies also records the int8 calibration
+    replies' activation ranges, and `measure_int8` takes the fp32 side from it: the same ranges and
+    report as two passes of its own."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from hominem_pipeline.core import reward_model as rm_mod
+
+    monkeypatch.setattr(rm_mod, "INT8_SAMPLE", 3)  # 10 replies: 3 calibrate, 3 measure, 4 in neither
+    tok = AutoTokenizer.from_pretrained(tiny_encoder)
+    net = RewardNet(AutoModel.from_pretrained(tiny_encoder), n_dims=len(DIMS), members=2).eval()
+    encoded = [tok.encode(f"reply number {i} " + "and more words " * i) for i in range(10)]
+    pad = tok.pad_token_id
+    calibrate, check = rm_mod.int8_split(len(encoded), seed=3)
+    assert len(calibrate) == len(check) == 3 and not set(calibrate) & set(check)
+    pooled, absmax = rm_mod.pooled_and_int8_ranges(net, encoded, calibrate, batch_size=4, pad=pad)
+    torch.testing.assert_close(pooled, rm_mod._pooled_all(net, encoded, 4, pad), atol=1e-5, rtol=0)
+    own = rm_mod.measure_int8(net, encoded, 3, 4, pad)
+    shared = rm_mod.measure_int8(net, encoded, 3, 4, pad, pooled=pooled, absmax=absmax)
+    assert own is not None and shared is not None and own[0].keys() == shared[0].keys() == absmax.keys()
+    for name in absmax:
+        torch.testing.assert_close(shared[0][name], own[0][name])
+    assert shared[1].keys() == own[1].keys() and shared[1]["calibrated_on"] == shared[1]["measured_on"] == 3
+    for key in ("median_gap_error", "max_gap_error", "recheck_margin"):
+        assert shared[1][key] == pytest.approx(own[1][key], abs=1e-5)
+
+
 def length_labels(n_prompts: int = 6) -> pd.DataFrame:
     """The same sentence once or four times over: longer scores higher. Mean pooling all but averages the
     difference away; the length feature carries it."""
