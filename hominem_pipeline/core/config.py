@@ -321,6 +321,7 @@ class PreferencesConfig(_Frozen):
     rank_by: Literal["teacher", "reward_model"] = "teacher"  # whose vectors rank a prompt's candidates
     guard_dimension: str | None = "harm_avoidance"  # per_dimension: the chosen reply may not be worse on it
     min_margin: float = Field(ge=0.0, le=2.0)
+    min_scalar_margin: float | None = Field(default=None, ge=0.0, le=2.0)  # None: the overall score is not consulted
     max_pairs_per_prompt: int = Field(ge=1, le=1000)
     against_student: bool = False  # also pair each prompt's best candidate against the student's own reply
 

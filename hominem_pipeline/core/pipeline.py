@@ -295,7 +295,7 @@ def build_preference_pairs(ctx: StageContext) -> StageOutput:
     pairs = build_pairs(
         labels, weights=pc.dimension_weights, min_margin=pc.min_margin, max_pairs_per_prompt=pc.max_pairs_per_prompt,
         rm_scalar=rm_scalar, rm_vectors=rm_vectors, rank_by=pc.rank_by, strategy=pc.strategy, guard=pc.guard_dimension,
-        student=student,
+        student=student, min_scalar_margin=pc.min_scalar_margin,
     )
     pairs.to_parquet(ctx.out_dir / "pairs.parquet", index=False)
     if student is not None:  # what the pairs against the student were built from, for inspection

@@ -4,6 +4,7 @@ margin, best against worst, or per dimension guarded by harm avoidance) on a wei
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -25,12 +26,22 @@ def weighted_aggregate(vectors: Sequence[Mapping[str, float]], weights: Mapping[
 STRATEGIES = ("margin", "best_vs_worst", "per_dimension")
 
 
-def _candidates(records: list[dict], strategy: str, min_margin: float, dims: Sequence[str], guard: str | None) -> list[tuple[float, dict, dict, str | None]]:
+def _scalar_agrees(hi: Mapping, lo: Mapping, min_scalar_margin: float) -> bool:
+    """Whether the ranking judge's overall score prefers `hi` by at least `min_scalar_margin` (and at all)."""
+    gap = float(hi["_scalar"] - lo["_scalar"])
+    return math.isfinite(gap) and gap >= min_scalar_margin and gap > 0
+
+
+def _candidates(
+    records: list[dict], strategy: str, min_margin: float, dims: Sequence[str], guard: str | None, min_scalar_margin: float | None = None
+) -> list[tuple[float, dict, dict, str | None]]:
     """(margin, chosen, rejected, dimension) for one prompt's answered candidates, largest margin first.
 
     margin: every pair whose aggregate gap is at least `min_margin`; best_vs_worst: the highest against
     the lowest aggregate; per_dimension: pairs where the chosen reply wins on one dimension by at least
-    `min_margin` without losing on `guard` (each pair once, on the dimension it wins most)."""
+    `min_margin` without losing on `guard` (each pair once, on the dimension it wins most).
+    `min_scalar_margin` (None: off): a pair is also dropped unless the ranking judge's overall score
+    (`_scalar`) prefers the chosen reply by at least this much."""
     found: list[tuple[float, dict, dict, str | None]] = []
     if strategy == "best_vs_worst":
         if len(records) >= 2:
@@ -48,6 +59,8 @@ def _candidates(records: list[dict], strategy: str, min_margin: float, dims: Seq
             gap, dim = max((hi["vector"][d] - lo["vector"][d], d) for d in dims)
             found.append((float(gap), hi, lo, dim))
     found = [c for c in found if c[0] >= min_margin and c[0] > 0 and c[1]["response"] != c[2]["response"]]
+    if min_scalar_margin is not None:
+        found = [c for c in found if _scalar_agrees(c[1], c[2], min_scalar_margin)]
     found.sort(key=lambda c: (-c[0], c[1]["trajectory_id"], c[2]["trajectory_id"]))
     return found
 
@@ -68,6 +81,7 @@ def build_preference_pairs(
     strategy: str = "margin",
     guard: str | None = "harm_avoidance",
     student: pd.DataFrame | None = None,
+    min_scalar_margin: float | None = None,
 ) -> pd.DataFrame:
     """Same-prompt pairs by `strategy` (see `_candidates`), ties and near-ties (gap below `min_margin`)
     dropped, the largest gaps first, at most `max_pairs_per_prompt` per prompt. `labeled` has one row
@@ -86,7 +100,13 @@ def build_preference_pairs(
     decodes it (columns prompt_id, response, finished, scalar and vector, the reward model's). Each
     prompt then also gets one pair of source "student", its best candidate against that reply, when the
     reward model prefers the candidate by at least `min_margin` (on top of `max_pairs_per_prompt`): the
-    adapter learns to beat the base's default reply, which is what the evaluation asks of it."""
+    adapter learns to beat the base's default reply, which is what the evaluation asks of it.
+
+    `min_scalar_margin` (None: off) also drops every pair whose overall score gap, by the judge that
+    ranked it (the teacher's `scalar` label, or the reward model's scalar head from `rm_scalar`), is
+    below it: the weighted dimensions prefer one reply and the overall judgement the other, or cannot
+    tell them apart, so the pair is a near-tie of that judge. The next-largest agreeing pairs take
+    their places under `max_pairs_per_prompt`."""
     if strategy not in STRATEGIES:
         raise ValueError(f"pairing strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
     if rank_by not in RANKERS:
@@ -101,19 +121,23 @@ def build_preference_pairs(
         agg = weighted_aggregate(rm_vectors, weights)
     elif student is not None:
         raise ValueError("pairs against the student's replies need rank_by='reward_model': the student's replies carry no teacher label")
+    if rank_by == "reward_model" and min_scalar_margin is not None and rm_scalar is None:
+        raise ValueError("min_scalar_margin with rank_by='reward_model' needs the reward model's scalar for every labeled row (rm_scalar)")
     rm = np.asarray(rm_scalar, dtype=np.float64) if rm_scalar is not None else np.full(len(labeled), np.nan)
+    overall = rm if rank_by == "reward_model" else _teacher_scalar(labeled, min_scalar_margin)
     guard = guard if guard in weights else None
     own = _student_records(student, weights) if student is not None else {}
     rows = []
-    for prompt_id, group in labeled.assign(_agg=agg, _teacher=teacher, _rm=rm).groupby("prompt_id", sort=True):
+    for prompt_id, group in labeled.assign(_agg=agg, _teacher=teacher, _rm=rm, _scalar=overall).groupby("prompt_id", sort=True):
         group = group[group["response"].str.strip().astype(bool)]
         records = group.to_dict(orient="records")
-        found = _candidates(records, strategy, min_margin, list(weights), guard)[:max_pairs_per_prompt]
+        found = _candidates(records, strategy, min_margin, list(weights), guard, min_scalar_margin)[:max_pairs_per_prompt]
         if records and prompt_id in own:
             best = min(records, key=lambda r: (-r["_agg"], r["trajectory_id"]))
             mine = own[prompt_id]
             gap = float(best["_agg"] - mine["_agg"])
-            if gap >= min_margin and gap > 0 and best["response"] != mine["response"]:
+            agrees = min_scalar_margin is None or _scalar_agrees(best, mine, min_scalar_margin)
+            if gap >= min_margin and gap > 0 and agrees and best["response"] != mine["response"]:
                 found.append((gap, best, mine, None))
         for margin, hi, lo, dim in found:
             pair = PreferencePair(
@@ -140,6 +164,15 @@ def build_preference_pairs(
     return pd.DataFrame(rows, columns=PAIR_COLUMNS)
 
 
+def _teacher_scalar(labeled: pd.DataFrame, min_scalar_margin: float | None) -> np.ndarray:
+    """The teacher's overall score per row (NaN where absent): what `min_scalar_margin` reads under rank_by teacher."""
+    if "scalar" in labeled.columns:
+        return pd.to_numeric(labeled["scalar"], errors="coerce").to_numpy(dtype=np.float64)
+    if min_scalar_margin is not None:
+        raise ValueError("min_scalar_margin with rank_by='teacher' needs the teacher's overall score: the labels have no 'scalar' column")
+    return np.full(len(labeled), np.nan)
+
+
 def _student_records(student: pd.DataFrame, weights: Mapping[str, float]) -> dict[str, dict]:
     """The student's scored replies as pair records, keyed by prompt id (unanswered ones dropped)."""
     missing = {"prompt_id", "response", "finished", "scalar", "vector"} - set(student.columns)
@@ -154,6 +187,7 @@ def _student_records(student: pd.DataFrame, weights: Mapping[str, float]) -> dic
             "finished": row["finished"],
             "_agg": float(a),
             "_rm": float(row["scalar"]),
+            "_scalar": float(row["scalar"]),  # the reward model ranks pairs against the student
             "_source": "student",
         }
         for row, a in zip(student.to_dict(orient="records"), agg)

@@ -135,3 +135,34 @@ def test_the_best_candidate_is_paired_against_the_students_own_reply():
     assert row.rejected_trajectory_id.startswith("student-") and row.pair_id not in set(plain.pair_id)
     with pytest.raises(ValueError, match="need rank_by='reward_model'"):
         build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=1, student=student)
+
+
+def test_pairs_the_judges_overall_score_disagrees_with_are_dropped_and_replaced():
+    # prompt p: by the weighted dimensions reply 0 > reply 2 > reply 1; by the reward model's overall
+    # score reply 1 is best, so both pairs over reply 1 are near-ties of that judge and 0-vs-2 remains
+    frame = labeled([("p", 0.9, 0.0), ("p", 0.0, 0.0), ("p", 0.5, 0.0), ("q", 0.9, 0.0), ("q", 0.0, 0.0)])
+    rm_vectors = list(frame["vector"])
+    kwargs = dict(weights=W, min_margin=0.05, max_pairs_per_prompt=2, rm_scalar=[0.5, 0.6, 0.45, 0.3, 0.1], rm_vectors=rm_vectors, rank_by="reward_model")
+    plain = build_preference_pairs(frame, **kwargs)
+    assert list(zip(plain.chosen, plain.rejected)) == [("reply 0", "reply 1"), ("reply 2", "reply 1"), ("reply 3", "reply 4")]
+    agreeing = build_preference_pairs(frame, **kwargs, min_scalar_margin=0.0)
+    assert list(zip(agreeing.chosen, agreeing.rejected)) == [("reply 0", "reply 2"), ("reply 3", "reply 4")]
+    assert (agreeing.rm_margin > 0).all()
+    # a margin on the overall score drops 0-vs-2 too (0.05 apart); q's pair (0.2 apart) stays
+    assert list(build_preference_pairs(frame, **kwargs, min_scalar_margin=0.1).prompt_id) == ["q"]
+    # ranked by the teacher, its own overall score (the labels' scalar) is the one consulted
+    by_teacher = build_preference_pairs(frame.assign(scalar=[0.0, 0.8, 0.5, 0.2, 0.1]), weights=W, min_margin=0.05, max_pairs_per_prompt=2, min_scalar_margin=0.0)
+    assert list(zip(by_teacher.chosen, by_teacher.rejected)) == [("reply 3", "reply 4")]
+    with pytest.raises(ValueError, match="labels have no 'scalar' column"):
+        build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=2, min_scalar_margin=0.0)
+    with pytest.raises(ValueError, match="rm_scalar"):
+        build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=2, rm_vectors=rm_vectors, rank_by="reward_model", min_scalar_margin=0.0)
+
+
+def test_the_students_pair_needs_the_overall_score_too():
+    frame = labeled([("p", 0.9, 0.0), ("p", 0.0, 0.0)])
+    student = pd.DataFrame([{"prompt_id": "p", "response": "my reply", "finished": True, "scalar": 0.6, "vector": {"empathy": 0.3, "curiosity": 0.0}}])
+    kwargs = dict(weights=W, min_margin=0.05, max_pairs_per_prompt=1, rm_scalar=[0.5, 0.0], rm_vectors=list(frame["vector"]), rank_by="reward_model", student=student)
+    assert list(build_preference_pairs(frame, **kwargs).source) == ["teacher", "student"]
+    # the student's reply scores higher overall (0.6 > 0.5) than the candidate its dimensions lose to
+    assert list(build_preference_pairs(frame, **kwargs, min_scalar_margin=0.0).source) == ["teacher"]

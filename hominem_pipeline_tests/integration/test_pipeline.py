@@ -244,3 +244,24 @@ def test_pairs_against_the_students_own_reply(chain):
     rm = RewardModel.load(ArtifactStore(chain["cfg"].data_dir).require("reward_model", DAY).path)
     gap = rm.raw_scores(list(mine["prompt"]), list(mine["chosen"]))["scalar"] - rm.raw_scores(list(mine["prompt"]), list(mine["rejected"]))["scalar"]
     assert list(mine["rm_margin"]) == pytest.approx(list(gap), abs=1e-5)
+
+
+def test_pairs_whose_overall_score_disagrees_are_dropped_by_the_stage(chain):
+    """preferences.min_scalar_margin reaches the stage: ranked by the reward model's dimensions, every pair
+    it keeps is one the reward model's scalar also prefers, and every such pair of the unfiltered run stays."""
+    import yaml
+
+    from hominem_pipeline.core.config import deep_merge
+
+    project, store = chain["project"], ArtifactStore(chain["cfg"].data_dir)
+    base = yaml.safe_load(chain["config"].read_text())
+    built = {}
+    for name, extra in (("plain", {}), ("agreeing", {"min_scalar_margin": 0.0})):
+        path = project / "config" / f"pairs_{name}.yaml"
+        path.write_text(yaml.safe_dump(deep_merge(base, {"preferences": {"rank_by": "reward_model", "min_margin": 0.0, **extra}})))
+        events, _ = run_all(project, path, chain["instance"], selection=["preference_pairs"])
+        built[name] = (events["preference_pairs"], pd.read_parquet(store.require("preference_pairs", DAY).file("pairs.parquet")))
+    (_, plain), (events, agreeing) = built["plain"], built["agreeing"]
+    assert (plain["rm_margin"] <= 0).any(), "the tiny chain should give a pair the scalar disagrees with"
+    assert len(agreeing) and (agreeing["rm_margin"] > 0).all() and events["reward_model_agreement"].value == 1.0
+    assert set(plain.loc[plain["rm_margin"] > 0, "pair_id"]) <= set(agreeing["pair_id"])
