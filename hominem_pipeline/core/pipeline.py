@@ -301,7 +301,7 @@ def build_preference_pairs(ctx: StageContext) -> StageOutput:
     if student is not None:  # what the pairs against the student were built from, for inspection
         student.to_parquet(ctx.out_dir / "student_replies.parquet", index=False)
     covered = int(pairs["prompt_id"].nunique()) if len(pairs) else 0
-    if warning := sparse_pairs_warning(covered, labels.loc[answered, "prompt_id"].nunique(), pc.rank_by, pc.min_margin):
+    if warning := sparse_pairs_warning(covered, labels.loc[answered, "prompt_id"].nunique(), pc.rank_by, pc.min_margin, pc.min_scalar_margin):
         log.warning(warning)
     return StageOutput(
         metrics={

@@ -4,7 +4,6 @@ margin, best against worst, or per dimension guarded by harm avoidance) on a wei
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -26,10 +25,16 @@ def weighted_aggregate(vectors: Sequence[Mapping[str, float]], weights: Mapping[
 STRATEGIES = ("margin", "best_vs_worst", "per_dimension")
 
 
-def _scalar_agrees(hi: Mapping, lo: Mapping, min_scalar_margin: float) -> bool:
-    """Whether the ranking judge's overall score prefers `hi` by at least `min_scalar_margin` (and at all)."""
-    gap = float(hi["_scalar"] - lo["_scalar"])
-    return math.isfinite(gap) and gap >= min_scalar_margin and gap > 0
+def _kept(gap: float, hi: Mapping, lo: Mapping, min_margin: float, min_scalar_margin: float | None) -> bool:
+    """Whether a (chosen `hi`, rejected `lo`) pair whose ranking gap is `gap` is no near-tie: the gap is at
+    least `min_margin` (and positive), the replies differ, and, with `min_scalar_margin` set, the ranking
+    judge's overall score (`_scalar`) prefers `hi` by at least that much too (a NaN score never does)."""
+    if not (gap >= min_margin and gap > 0 and hi["response"] != lo["response"]):
+        return False
+    if min_scalar_margin is None:
+        return True
+    overall = float(hi["_scalar"] - lo["_scalar"])
+    return overall >= min_scalar_margin and overall > 0
 
 
 def _candidates(
@@ -58,9 +63,7 @@ def _candidates(
                 continue  # never prefer a reply that is less careful about harm
             gap, dim = max((hi["vector"][d] - lo["vector"][d], d) for d in dims)
             found.append((float(gap), hi, lo, dim))
-    found = [c for c in found if c[0] >= min_margin and c[0] > 0 and c[1]["response"] != c[2]["response"]]
-    if min_scalar_margin is not None:
-        found = [c for c in found if _scalar_agrees(c[1], c[2], min_scalar_margin)]
+    found = [c for c in found if _kept(c[0], c[1], c[2], min_margin, min_scalar_margin)]
     found.sort(key=lambda c: (-c[0], c[1]["trajectory_id"], c[2]["trajectory_id"]))
     return found
 
@@ -136,8 +139,7 @@ def build_preference_pairs(
             best = min(records, key=lambda r: (-r["_agg"], r["trajectory_id"]))
             mine = own[prompt_id]
             gap = float(best["_agg"] - mine["_agg"])
-            agrees = min_scalar_margin is None or _scalar_agrees(best, mine, min_scalar_margin)
-            if gap >= min_margin and gap > 0 and agrees and best["response"] != mine["response"]:
+            if _kept(gap, best, mine, min_margin, min_scalar_margin):
                 found.append((gap, best, mine, None))
         for margin, hi, lo, dim in found:
             pair = PreferencePair(
@@ -226,13 +228,17 @@ def read_preference_pairs(paths: Sequence, required: Sequence[str] = ("prompt", 
     return pairs
 
 
-def sparse_pairs_warning(covered: int, prompts: int, rank_by: str, min_margin: float) -> str | None:
+def sparse_pairs_warning(covered: int, prompts: int, rank_by: str, min_margin: float, min_scalar_margin: float | None = None) -> str | None:
     """A warning when fewer than half of the `prompts` that had answered candidates gave a pair (`covered`
     did): the judge that ranks them separates their candidates by less than `min_margin` (a reward model
-    trained on very few labels scores every candidate alike). None when coverage is fine or there are no
-    pairs at all (that is an error, raised where the pairs are read)."""
+    trained on very few labels scores every candidate alike), or, with `min_scalar_margin` set, its
+    overall score disagrees with its dimensions. None when coverage is fine or there are no pairs at all
+    (that is an error, raised where the pairs are read)."""
     if covered == 0 or covered >= prompts / 2:
         return None
     judge = "reward model" if rank_by == "reward_model" else "teacher"
-    return (f"only {covered} of {prompts} prompts gave a preference pair: the {judge} separates few of their candidates by "
-            f"preferences.min_margin ({min_margin}); lower it, or rank by the other judge (preferences.rank_by)")
+    cause, fix = f"preferences.min_margin ({min_margin})", "lower it"
+    if min_scalar_margin is not None:
+        cause += f" with its overall score agreeing by preferences.min_scalar_margin ({min_scalar_margin})"
+        fix = "lower either (min_scalar_margin: null turns that check off)"
+    return f"only {covered} of {prompts} prompts gave a preference pair: the {judge} separates few of their candidates by {cause}; {fix}, or rank by the other judge (preferences.rank_by)"

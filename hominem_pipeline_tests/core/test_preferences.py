@@ -56,6 +56,8 @@ def test_a_judge_that_separates_few_prompts_candidates_is_warned_about():
     by_teacher = build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=1)
     assert sparse_pairs_warning(by_teacher["prompt_id"].nunique(), 4, "teacher", 0.05) is None
     assert sparse_pairs_warning(0, 4, "reward_model", 0.05) is None  # no pairs at all: the caller's error
+    filtered = sparse_pairs_warning(1, 4, "reward_model", 0.05, min_scalar_margin=0.0)
+    assert "min_margin (0.05)" in filtered and "min_scalar_margin (0.0)" in filtered and "min_scalar_margin: null" in filtered
 
 
 def test_empty_responses_never_enter_a_pair():

@@ -248,20 +248,27 @@ def test_pairs_against_the_students_own_reply(chain):
 
 def test_pairs_whose_overall_score_disagrees_are_dropped_by_the_stage(chain):
     """preferences.min_scalar_margin reaches the stage: ranked by the reward model's dimensions, every pair
-    it keeps is one the reward model's scalar also prefers, and every such pair of the unfiltered run stays."""
+    it keeps is one the reward model's scalar prefers by at least that much, no pair short of it survives,
+    and every pair of the unfiltered run that clears it stays. The margin is the unfiltered pairs' median
+    scalar gap, so the filter has pairs to drop whatever the tiny reward model scores."""
     import yaml
 
     from hominem_pipeline.core.config import deep_merge
 
     project, store = chain["project"], ArtifactStore(chain["cfg"].data_dir)
     base = yaml.safe_load(chain["config"].read_text())
-    built = {}
-    for name, extra in (("plain", {}), ("agreeing", {"min_scalar_margin": 0.0})):
+
+    def pairs_with(name, **extra):
         path = project / "config" / f"pairs_{name}.yaml"
         path.write_text(yaml.safe_dump(deep_merge(base, {"preferences": {"rank_by": "reward_model", "min_margin": 0.0, **extra}})))
         events, _ = run_all(project, path, chain["instance"], selection=["preference_pairs"])
-        built[name] = (events["preference_pairs"], pd.read_parquet(store.require("preference_pairs", DAY).file("pairs.parquet")))
-    (_, plain), (events, agreeing) = built["plain"], built["agreeing"]
-    assert (plain["rm_margin"] <= 0).any(), "the tiny chain should give a pair the scalar disagrees with"
-    assert len(agreeing) and (agreeing["rm_margin"] > 0).all() and events["reward_model_agreement"].value == 1.0
-    assert set(plain.loc[plain["rm_margin"] > 0, "pair_id"]) <= set(agreeing["pair_id"])
+        return events["preference_pairs"], pd.read_parquet(store.require("preference_pairs", DAY).file("pairs.parquet"))
+
+    _, plain = pairs_with("plain")
+    threshold = max(float(plain["rm_margin"].median()), 0.0)
+    short = set(plain.loc[plain["rm_margin"] < threshold, "pair_id"])
+    assert short, "the unfiltered pairs' scalar gaps should differ"
+    events, agreeing = pairs_with("agreeing", min_scalar_margin=threshold)
+    assert len(agreeing) and (agreeing["rm_margin"] >= threshold).all() and (agreeing["rm_margin"] > 0).all()
+    assert events["reward_model_agreement"].value == 1.0 and not short & set(agreeing["pair_id"])
+    assert set(plain.loc[(plain["rm_margin"] >= threshold) & (plain["rm_margin"] > 0), "pair_id"]) <= set(agreeing["pair_id"])
