@@ -157,9 +157,10 @@ def test_changing_a_late_setting_rebuilds_only_what_depends_on_it(chain, tmp_pat
 
 
 def test_dual_mode_trains_both_channels_and_the_memory_probe_reports(chain):
-    """The shipped lora_dual.yaml overlay on the tiny config (its step count kept tiny): the pairs are
-    re-ranked by the reward model and the adapter and what follows rebuild; a new memory file under
-    data/sft/ rebuilds the adapter again (the files are part of the fingerprint)."""
+    """The shipped lora_dual.yaml overlay on the tiny config (its step count and the teacher's candidate
+    count kept tiny, so the teacher's data is reused): the pairs are re-ranked by the reward model and
+    the adapter and what follows rebuild; a new memory file under data/sft/ rebuilds the adapter again
+    (the files are part of the fingerprint)."""
     import yaml
 
     from hominem_pipeline.core.config import deep_merge
@@ -167,6 +168,9 @@ def test_dual_mode_trains_both_channels_and_the_memory_probe_reports(chain):
     project = chain["project"]
     shipped = yaml.safe_load((project / "config" / "training" / "lora_dual.yaml").read_text())
     shipped["policy"].pop("max_steps", None)
+    teacher = shipped.pop("teacher", {})
+    teacher.pop("candidates_per_prompt", None)
+    assert not teacher, f"lora_dual.yaml sets teacher settings this test does not know: {teacher}"
     overlay = deep_merge(yaml.safe_load(chain["config"].read_text()), shipped)
     dual = project / "config" / "dual.yaml"
     dual.write_text(yaml.safe_dump(overlay))
