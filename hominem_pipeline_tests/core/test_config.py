@@ -16,6 +16,13 @@ def test_default_config_loads_with_the_seven_dimensions():
     assert cfg.mlflow_uri == f"sqlite:///{REPO / 'data' / 'mlflow' / 'mlflow.db'}"
 
 
+@pytest.mark.parametrize("overlay", sorted(str(p.relative_to(REPO)) for d in ("training", "reward", "examples") for p in (REPO / "config" / d).glob("*.yaml")))
+def test_every_shipped_overlay_loads(overlay: str):
+    """The chain tests run lora_dual.yaml on the tiny config without the keys that would make it slow
+    (its steps, the teacher's candidate count): every key of every shipped overlay is validated here."""
+    assert load_config(REPO / overlay, root=REPO)
+
+
 def test_overlay_changes_only_the_keys_it_sets(tmp_path: Path):
     overlay = tmp_path / "mine.yaml"
     overlay.write_text("teacher:\n  candidates_per_prompt: 6\n")
