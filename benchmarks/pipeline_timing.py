@@ -15,10 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from hominem_pipeline.core.config import load_config
+from hominem_pipeline.core.config_loader import load_config
 from hominem_pipeline.core.models import prepare_student
-from hominem_pipeline.core.pipeline import STAGES
-from hominem_pipeline.core.stages import run_stage
+from hominem_pipeline.core.stages import STAGES
+from hominem_pipeline.core.runner import run_stage
 
 
 def main() -> None:
@@ -39,12 +39,12 @@ def main() -> None:
                 "models": {"student": {"path": str(student)}},
             },
         )
-        timings: dict[str, list[float]] = {s.name: [] for s in STAGES}
-        hits: dict[str, list[bool]] = {s.name: [] for s in STAGES}
+        timings: dict[str, list[float]] = {s.name: [] for s in STAGES if s.daily}
+        hits: dict[str, list[bool]] = {s.name: [] for s in STAGES if s.daily}
         totals = []
         for _ in range(2):
             started = time.perf_counter()
-            for spec in STAGES:
+            for spec in [s for s in STAGES if s.daily]:
                 t0 = time.perf_counter()
                 result = run_stage(spec, cfg, args.date)
                 timings[spec.name].append(time.perf_counter() - t0)
@@ -52,7 +52,7 @@ def main() -> None:
             totals.append(time.perf_counter() - started)
 
     print(f"{'stage':<22}{'first run s':>12}{'second run s':>14}  second run reused")
-    for spec in STAGES:
+    for spec in [s for s in STAGES if s.daily]:
         first, second = timings[spec.name]
         print(f"{spec.name:<22}{first:>12.1f}{second:>14.2f}  {hits[spec.name][1]}")
     print(f"{'total':<22}{totals[0]:>12.1f}{totals[1]:>14.2f}  ratio second/first = {totals[1] / totals[0]:.3f}")

@@ -34,13 +34,13 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.config import load_config  # noqa: E402
-from hominem_pipeline.core.evaluation import evaluate_adapter  # noqa: E402
-from hominem_pipeline.core.memory import read_memory_rows  # noqa: E402
+from hominem_pipeline.core.config_loader import load_config  # noqa: E402
+from hominem_pipeline.core.evaluation.compare import evaluate_adapter  # noqa: E402
+from hominem_pipeline.core.evaluation.memory import read_memory_rows  # noqa: E402
 from hominem_pipeline.core.models import student_path  # noqa: E402
-from hominem_pipeline.core.policy import adapter_reward_model  # noqa: E402
-from hominem_pipeline.core.prompts import load_seed_prompts  # noqa: E402
-from hominem_pipeline.core.reward_model import RewardModel  # noqa: E402
+from hominem_pipeline.core.policy.lora import adapter_reward_model  # noqa: E402
+from hominem_pipeline.core.teacher.prompts import load_seed_prompts  # noqa: E402
+from hominem_pipeline.core.reward.model import RewardModel  # noqa: E402
 
 DIMENSION_ORDER = ("empathy", "social_coherence", "agency_support", "epistemic_integrity", "harm_avoidance", "narrative_alignment", "curiosity")
 
@@ -84,7 +84,7 @@ def trained_prompts(adapter: Path, data_dir: Path) -> set[str]:
 def untrained_prompts(cfg, adapters: list[Path], limit: int) -> list:
     """Unseen seed, held-out and stored training prompts (in that order within each category) that none
     of `adapters` trained on, one of each text, balanced over categories."""
-    from hominem_pipeline.core.pipeline import prompts_of
+    from hominem_pipeline.core.builds.common import prompts_of
 
     trained = set().union(*(trained_prompts(a, cfg.data_dir) for a in adapters))
     stored = stored_prompts(cfg)

@@ -33,11 +33,12 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.calibration import both_orders, calibration_report, preference_probability, reliability_diagram  # noqa: E402
-from hominem_pipeline.core.config import load_config  # noqa: E402
-from hominem_pipeline.core.human_preferences import parse_preference_file  # noqa: E402
+from hominem_pipeline.core.reward.calibration import both_orders, calibration_report, preference_probability, reliability_diagram  # noqa: E402
+from hominem_pipeline.core.config_loader import load_config  # noqa: E402
+from hominem_pipeline.core.human.preferences import parse_preference_file  # noqa: E402
 from hominem_pipeline.core.models import reward_backbone  # noqa: E402
-from hominem_pipeline.core.reward_model import RewardModel, train_reward_model  # noqa: E402
+from hominem_pipeline.core.reward.model import RewardModel  # noqa: E402
+from hominem_pipeline.core.reward.training import train_reward_model  # noqa: E402
 
 ENCODER = ROOT / "config" / "reward" / "encoder.yaml"
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"

@@ -1,16 +1,13 @@
 """Reward model scoring speed on the CPU, against a naive loop in the same process.
 
-Scores the chosen and rejected replies of real HH-RLHF pairs (real lengths) four ways:
+Scores the chosen and rejected replies of real HH-RLHF pairs (real lengths) two ways:
   naive      one example at a time, padded to max_length (what `tokenizer(..., padding="max_length")`
              and a per-example forward give), truncating the end of the text
   score()    `RewardModel.score`: length-sorted batches padded to their own longest item, the prompt
              cut from the left so the final turn stays; a model reading the judge frame runs the
              frame's head once per batch (KV cache), and is also timed with the head in every row
-  int8       the same with `RewardModel.load(path, quantize="int8")`, and its `pair_gaps()`, which
-             rescores near-ties in fp32
 and prints pairs per second, the ratio to the naive loop (goal >= 1.5x), the share of the machine's
-fp32 matmul ceiling (measured here) that score() reaches on the real tokens, and how often the int8
-path's pairwise decision (chosen above rejected or not) agrees with fp32 (goal >= 99%). Last, the
+fp32 matmul ceiling (measured here) that score() reaches on the real tokens. Last, the
 training time per 1,000 labels (the default trainer: one epoch, or with ridge heads the whole fit). The
 naive loop of a judge-frame model tokenizes the frame's text written out around the exchange.
 
@@ -34,14 +31,15 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.artifacts import ArtifactStore  # noqa: E402
-from hominem_pipeline.core.config import load_config  # noqa: E402
-from hominem_pipeline.core.human_preferences import parse_preference_file  # noqa: E402
+from hominem_pipeline.core.lineage import lineage  # noqa: E402
+from hominem_pipeline.core.config_loader import load_config  # noqa: E402
+from hominem_pipeline.core.human.preferences import parse_preference_file  # noqa: E402
 from hominem_pipeline.core.models import reward_backbone  # noqa: E402
-from hominem_pipeline.core.reward_model import RewardModel, member_mean_std, train_reward_model  # noqa: E402
-from hominem_pipeline.core.teacher import rubric_system  # noqa: E402
+from hominem_pipeline.core.reward.model import RewardModel  # noqa: E402
+from hominem_pipeline.core.reward.network import member_mean_std  # noqa: E402
+from hominem_pipeline.core.reward.training import train_reward_model  # noqa: E402
+from hominem_pipeline.core.teacher.base import rubric_system  # noqa: E402
 
-DECISIVE_GAP = 0.05  # scalar gap; int8 agreement is also reported on the pairs fp32 separates at least this much
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"
 
 
@@ -97,9 +95,8 @@ def timed(fn):
 
 def newest_model() -> Path | None:
     cfg = load_config(root=ROOT)
-    store = ArtifactStore(cfg.data_dir)
-    days = store.partitions("reward_model")
-    return store.current("reward_model", days[-1]).path if days else None
+    ref = lineage(cfg).latest("reward_model")
+    return ref.path if ref else None
 
 
 def main() -> None:
@@ -108,8 +105,6 @@ def main() -> None:
     ap.add_argument("--model", type=Path, default=None, help="reward model folder (default: the newest under data/reward_model)")
     ap.add_argument("--pairs", type=int, default=512)
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--no-int8", dest="int8", action="store_false",
-                    help="skip the int8 rows")
     ap.add_argument("--train-labels", type=int, default=500, help="labels for the training-time figure (0: skip)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -150,26 +145,6 @@ def main() -> None:
     busy, which = (t_whole, "with the head in every row") if prefix is not None else (t_fast, "fp32")
     print(f"fp32 matmul ceiling {ceiling:.1f} GFLOP/s; score() {which} does {flops / busy / 1e9:.1f} GFLOP/s of real-token work = {flops / busy / 1e9 / ceiling:.0%} of it",
           flush=True)
-
-    if args.int8:
-        int8 = RewardModel.load(model, quantize="int8")
-        int8.raw_scores(prompts[:8], responses[:8])
-        quant, t_int8 = timed(lambda: int8.raw_scores(prompts, responses, batch_size=args.batch_size)["scalar"])
-        pair_args = (list(pairs["prompt"]), list(pairs["chosen"]), list(pairs["rejected"]))
-        rechecked, t_recheck = timed(lambda: int8.pair_gaps(*pair_args, batch_size=args.batch_size))
-        same = np.sign(fp32_gap) == np.sign(quant[:n] - quant[n:])
-        decisive = np.abs(fp32_gap) >= DECISIVE_GAP
-        print(f"score() int8:                             {n / t_int8:7.2f} pairs/s   {t_naive / t_int8:.2f}x the naive loop")
-        print(f"int8 pairwise decisions agreeing with fp32: {same.mean():.2%} of {n} pairs; "
-              f"{same[decisive].mean():.2%} of the {decisive.sum()} pairs fp32 separates by >= {DECISIVE_GAP} (median |gap| {np.median(np.abs(fp32_gap)):.3f})")
-        moved = np.abs(quant[:n] - quant[n:] - fp32_gap)
-        margin = int8.recheck_margin()
-        near = np.abs(quant[:n] - quant[n:]) < margin
-        print(f"int8 moves a pair's gap by {np.median(moved):.4f} (median), {np.quantile(moved, 0.99):.4f} (99th percentile), {moved.max():.4f} (most)")
-        smoothing = "smoothed by the activation ranges measured in training" if int8.metadata.get("int8") else "no int8 calibration saved: unsmoothed"
-        print(f"int8 path: {smoothing}; recheck margin {margin:.4f}")
-        print(f"int8 pair_gaps(), near-ties (|gap| < {margin:.4f}) rescored in fp32: {n / t_recheck:7.2f} pairs/s   {t_naive / t_recheck:.2f}x the naive loop, "
-              f"{near.mean():.1%} of pairs rescored, decisions agreeing with fp32: {(np.sign(rechecked) == np.sign(fp32_gap)).mean():.2%}", flush=True)
 
     if args.train_labels:
         cfg = load_config(root=ROOT, overrides={"reward_model": {"epochs": 1}})

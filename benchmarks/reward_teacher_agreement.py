@@ -43,14 +43,17 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.artifacts import ArtifactStore  # noqa: E402
-from hominem_pipeline.core.calibration import both_orders, calibration_report, fit_temperature, preference_probability, reliability_diagram, same_prompt_pairs  # noqa: E402
-from hominem_pipeline.core.config import load_config  # noqa: E402
+from hominem_pipeline.core.lineage import lineage  # noqa: E402
+from hominem_pipeline.core.reward.calibration import both_orders, calibration_report, fit_temperature, preference_probability, reliability_diagram, same_prompt_pairs  # noqa: E402
+from hominem_pipeline.core.config_loader import load_config  # noqa: E402
 from hominem_pipeline.core.models import reward_backbone  # noqa: E402
-from hominem_pipeline.core.reward_model import PAIR_GAP, RewardModel, pairwise_accuracy, prompt_folds, train_reward_model  # noqa: E402
+from hominem_pipeline.core.reward.dataset import PAIR_GAP, pairwise_accuracy  # noqa: E402
+from hominem_pipeline.core.reward.model import RewardModel  # noqa: E402
+from hominem_pipeline.core.reward.ridge import prompt_folds  # noqa: E402
+from hominem_pipeline.core.reward.training import train_reward_model  # noqa: E402
 from hominem_pipeline.core.schema import vector_matrix  # noqa: E402
 from hominem_pipeline.core.stats import pearson  # noqa: E402
-from hominem_pipeline.core.teacher import rubric_system  # noqa: E402
+from hominem_pipeline.core.teacher.base import rubric_system  # noqa: E402
 
 ENCODER = yaml.safe_load((ROOT / "config" / "reward" / "encoder.yaml").read_text())["reward_model"]  # MiniLM, as the overlay sets it
 DEFAULT_VARIANTS = {
@@ -62,12 +65,12 @@ DEFAULT_VARIANTS = {
 
 
 def window_labels(cfg, date: str | None) -> tuple[pd.DataFrame, list[str]]:
-    store = ArtifactStore(cfg.path(cfg.project.data_dir))
-    days = store.partitions("teacher_labels")
-    if not days:
-        sys.exit(f"no teacher_labels under {store.root}; run `make run` first")
-    date = date or days[-1]
-    refs = store.window("teacher_labels", date, cfg.reward_model.window_days)
+    data = lineage(cfg)
+    latest = data.latest("teacher_labels")
+    if latest is None:
+        sys.exit(f"no teacher_labels under {data.store.root} for this config; run `make run` first")
+    date = date or latest.partition
+    refs = data.plan("reward_model", date).inputs["teacher_labels"]  # the window the day's reward model reads
     frames = [pd.read_parquet(r.file(r.manifest["table"])).assign(day=r.partition) for r in refs]
     return pd.concat(frames, ignore_index=True), [r.partition for r in refs]
 

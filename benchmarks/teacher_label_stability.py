@@ -29,13 +29,14 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.artifacts import ArtifactStore  # noqa: E402
-from hominem_pipeline.core.calibration import same_prompt_pairs  # noqa: E402
-from hominem_pipeline.core.config import load_config  # noqa: E402
+from hominem_pipeline.core.lineage import lineage  # noqa: E402
+from hominem_pipeline.core.reward.calibration import same_prompt_pairs  # noqa: E402
+from hominem_pipeline.core.config_loader import load_config  # noqa: E402
 from hominem_pipeline.core.models import student_path  # noqa: E402
-from hominem_pipeline.core.reward_model import PAIR_GAP, pairwise_accuracy  # noqa: E402
+from hominem_pipeline.core.reward.dataset import PAIR_GAP, pairwise_accuracy  # noqa: E402
 from hominem_pipeline.core.stats import pearson  # noqa: E402
-from hominem_pipeline.core.teacher import LocalHFTeacher, expected_score_to_label_value  # noqa: E402
+from hominem_pipeline.core.teacher.local import LocalHFTeacher  # noqa: E402
+from hominem_pipeline.core.teacher.base import expected_score_to_label_value  # noqa: E402
 
 REWORDINGS = {
     "as configured": {},
@@ -52,11 +53,12 @@ def main() -> None:
     cfg = load_config(root=ROOT)
     if cfg.teacher.provider != "local":
         sys.exit(f"teacher.provider is {cfg.teacher.provider!r}: this script re-rates with the local judge only")
-    store = ArtifactStore(cfg.data_dir)
+    data = lineage(cfg)
+    store = data.store
     days = args.date or store.partitions("teacher_labels")
     if not days:
         sys.exit("no teacher_labels stored; run `make run` first")
-    refs = {d: store.current("teacher_labels", d) for d in days}
+    refs = {d: data.expected("teacher_labels", d) for d in days}
     if missing := [d for d, ref in refs.items() if ref is None]:
         sys.exit(f"no teacher_labels stored for {', '.join(missing)}; stored days: {', '.join(store.partitions('teacher_labels')) or 'none'}")
     labels = pd.concat([pd.read_parquet(ref.file("labels.parquet")) for ref in refs.values()], ignore_index=True)

@@ -17,7 +17,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from hominem_pipeline.core.config import ConfigError, HominemConfig, load_config
+from hominem_pipeline.core.config import ConfigError, HominemConfig
+
+from hominem_pipeline.core.config_loader import load_config
 
 app = typer.Typer(help="hominem: distill a human-like reward signal into a reward model and LoRA adapters.", no_args_is_help=True, add_completion=False)
 data_app = typer.Typer(help="Inspect and check labeled data.", no_args_is_help=True)
@@ -144,12 +146,12 @@ def _fill_window(cfg: HominemConfig, day: str, pairs: bool) -> None:
     from dagster import AssetSelection
 
     from hominem_pipeline import definitions
-    from hominem_pipeline.core.artifacts import ArtifactStore
+    from hominem_pipeline.core.lineage import lineage
 
     end = dt.date.fromisoformat(day)
     rm_days, policy_days = cfg.reward_model.window_days, (cfg.policy.window_days if pairs else 0)
     earlier = [end - dt.timedelta(days=k) for k in range(max(rm_days, policy_days) - 1, 0, -1)]
-    store = ArtifactStore(cfg.data_dir)
+    expected = lineage(cfg)
     plan = []  # (day, the asset it needs)
     for d in earlier:
         if d < cfg.project.partitions_start:
@@ -157,7 +159,7 @@ def _fill_window(cfg: HominemConfig, day: str, pairs: bool) -> None:
         ago = (end - d).days
         for asset, needed in (("preference_pairs", ago < policy_days), ("teacher_labels", ago < rm_days)):
             if needed:
-                if store.current(asset, d.isoformat()) is None:
+                if expected.expected(asset, d.isoformat()) is None:
                     plan.append((d.isoformat(), asset))
                 break  # pairs need the day's labels, which their run builds too
     console.print(f"[bold]--fill-window[/]: reward_model.window_days {rm_days}"
@@ -314,18 +316,21 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 def _artifact_for(cfg: HominemConfig, asset: str, date: str | None):
-    """(store, ref) of `asset` on `date`, or on the newest day that has one."""
-    from hominem_pipeline.core.artifacts import ArtifactStore
+    """(lineage, ref): the version of `asset` this config implies on `date`, or on the newest day that has one."""
+    from hominem_pipeline.core.lineage import build_command, lineage
 
-    store = ArtifactStore(cfg.data_dir)
-    available = store.partitions(asset)
-    if not available:
-        _fail(f"no {asset} under {cfg.data_dir}; run `hominem run` (or `make run`) first")
-    day = _date(date) if date else available[-1]
-    ref = store.current(asset, day)
+    data = lineage(cfg)
+    if date:
+        day = _date(date)
+        if (ref := data.expected(asset, day)) is None:
+            _fail(f"no {asset} for {day} built under this config; build it: {build_command(asset, day, cfg)}")
+        return data, ref
+    ref = data.latest(asset)
     if ref is None:
-        _fail(f"no {asset} for {day}; partitions with one: {', '.join(available[-10:])}")
-    return store, ref
+        built = data.store.partitions(asset)
+        _fail(f"no {asset} built under this config in {cfg.data_dir}"
+              + (f" (days built under other settings: {', '.join(built[-5:])})" if built else "") + "; run `hominem run` (or `make run`) first")
+    return data, ref
 
 
 @data_app.command("validate")
@@ -337,13 +342,13 @@ def data_validate(
     exits 1 when a blocking check fails."""
     import pandas as pd
 
-    from hominem_pipeline.core.labeling import BLOCKING, validate_labels
+    from hominem_pipeline.core.teacher.labeling import BLOCKING, validate_labels
 
     cfg = _config(config)
-    store, ref = _artifact_for(cfg, "teacher_labels", date)
+    data, ref = _artifact_for(cfg, "teacher_labels", date)
     labels = pd.read_parquet(ref.file("labels.parquet"))
-    trajectories = store.current("teacher_trajectories", ref.partition)
-    quarantine_file = store.quarantine_path("teacher_labels", ref.partition, ref.version)
+    trajectories = data.expected("teacher_trajectories", ref.partition)
+    quarantine_file = data.store.quarantine_path("teacher_labels", ref.partition, ref.version)
     report = validate_labels(
         labels,
         cfg.dimension_names,
@@ -379,7 +384,7 @@ def data_sample(
     """Print random labeled samples with their reward vectors, and any range or missing-field problems."""
     import pandas as pd
 
-    from hominem_pipeline.core.labeling import row_problems
+    from hominem_pipeline.core.teacher.labeling import row_problems
 
     cfg = _config(config)
     _, ref = _artifact_for(cfg, "teacher_labels", date)
@@ -411,7 +416,7 @@ def data_import_preferences(
     """Bring human preference pairs into the `human_preferences` asset for a day. Rows that cannot be
     used are kept, with the reason, in the partition's quarantine table; importing the same file again
     changes nothing."""
-    from hominem_pipeline.core.human_preferences import FORMATS, PreferenceImportError, add_to_inbox
+    from hominem_pipeline.core.human.preferences import FORMATS, PreferenceImportError, add_to_inbox
 
     _logging()
     cfg = _config(config)
@@ -444,7 +449,6 @@ def reward_probe(
     model: Annotated[Optional[Path], typer.Option("--model", "-m", help="A reward model folder (default: the newest built one).")] = None,
     config: ConfigOpt = None,
     date: Annotated[Optional[str], typer.Option("--date", "-d", help="Use that day's reward model (default: the newest).")] = None,
-    int8: Annotated[bool, typer.Option("--int8", help="Score with the int8-quantized backbone.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON instead of a table.")] = False,
 ) -> None:
     """Score replies to one prompt with the reward model: each dimension, the scalar, intensity and safety
@@ -452,12 +456,12 @@ def reward_probe(
     probability that the first reply is preferred over each other."""
     import json
 
-    from hominem_pipeline.core.reward_model import RewardModel
+    from hominem_pipeline.core.reward.model import RewardModel
 
     cfg = _config(config)
     path = model or _artifact_for(cfg, "reward_model", date)[1].path
     try:
-        rm = RewardModel.load(path, quantize="int8" if int8 else None)
+        rm = RewardModel.load(path)
         outputs = rm.score([prompt] * len(response), response)
     except (FileNotFoundError, ValueError, TypeError) as exc:
         _fail(str(exc))
@@ -502,10 +506,10 @@ def compare(
     what changed, and the reward model's calibrated probability that the adapter's reply is preferred."""
     import pandas as pd
 
-    from hominem_pipeline.core.evaluation import side_by_side
+    from hominem_pipeline.core.evaluation.compare import side_by_side
     from hominem_pipeline.core.models import student_path
-    from hominem_pipeline.core.policy import adapter_reward_model
-    from hominem_pipeline.core.reward_model import RewardModel
+    from hominem_pipeline.core.policy.lora import adapter_reward_model
+    from hominem_pipeline.core.reward.model import RewardModel
 
     _logging()
     cfg = _config(config)
@@ -557,7 +561,7 @@ def export(
 ) -> None:
     """Merge an adapter into its base and write a plain HF model (safetensors + tokenizer) that LM Studio,
     llama.cpp's convert_hf_to_gguf.py and transformers can load."""
-    from hominem_pipeline.core.policy import export_merged
+    from hominem_pipeline.core.policy.export import export_merged
 
     _logging()
     try:

@@ -111,6 +111,6 @@ def project(tmp_path, tiny_student, tiny_encoder) -> Path:
 
 @pytest.fixture
 def tiny_cfg(project):
-    from hominem_pipeline.core.config import load_config
+    from hominem_pipeline.core.config_loader import load_config
 
     return load_config(project / "config" / "tiny.yaml", root=project)

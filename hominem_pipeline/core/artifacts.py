@@ -1,10 +1,11 @@
 """Immutable, versioned artifacts on disk.
 
-Layout: `<data_dir>/<asset>/<partition>/<version>/` holds one immutable version (its files plus
-`manifest.json`); `<data_dir>/<asset>/<partition>/current.json` points at the version the last
-materialization produced. A version id is a fingerprint of the stage's code version, its settings and
-the exact versions of its inputs, so an unchanged stage finds its output already there and a changed
-one writes beside the old version instead of over it.
+Layout: `<data_dir>/<asset>/<partition>/<version>/` holds one immutable version: its files plus
+`manifest.json` (settings, inputs, metrics, each file's sha256 and their joint `content` digest). A
+version id is derived from the stage's code, its settings and its inputs' contents
+(`core/lineage.py`), so an unchanged stage finds its output already there and a changed one writes
+beside the old version instead of over it. Which version a stage reads is what its own config implies,
+never a pointer to the last one written.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 MANIFEST = "manifest.json"
-CURRENT = "current.json"
+PARTIAL = "-partial-"  # in the id of a version some of whose work failed for good
 
 
 class ArtifactNotFound(LookupError):
@@ -41,6 +42,37 @@ def file_sha256(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+DIGEST_CACHE = ".hominem-digest.json"  # beside a folder's files: each file's size, mtime and sha256, so an unchanged file is not read again
+
+
+def folder_digest(folder: Path) -> str:
+    """One sha256 over every file of `folder` (names and contents). A file whose size and modification
+    time are unchanged since the last call reuses its recorded hash, so checking a large model folder
+    again costs a directory listing."""
+    folder = Path(folder)
+    cache_path = folder / DIGEST_CACHE
+    try:
+        cache = json.loads(cache_path.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    entries, changed = {}, False
+    for p in sorted(folder.rglob("*")):
+        if not p.is_file() or p.name == DIGEST_CACHE:
+            continue
+        name, stat = str(p.relative_to(folder)), p.stat()
+        known = cache.get(name)
+        if known and known[0] == stat.st_size and known[1] == stat.st_mtime_ns:
+            entries[name] = known
+        else:
+            entries[name], changed = [stat.st_size, stat.st_mtime_ns, file_sha256(p)], True
+    if changed or set(cache) != set(entries):
+        try:
+            _write_json_atomic(cache_path, entries)
+        except OSError:  # a read-only folder is hashed again next time
+            pass
+    return fingerprint({name: e[2] for name, e in entries.items()}, 64)
 
 
 def _write_json_atomic(path: Path, payload: Any) -> None:
@@ -69,6 +101,15 @@ class ArtifactRef:
         return p
 
     @property
+    def content(self) -> str:
+        """The digest of the version's files (names and bytes): what downstream versions are derived from."""
+        return self.manifest["content"]
+
+    @property
+    def complete(self) -> bool:
+        return PARTIAL not in self.version
+
+    @property
     def key(self) -> dict[str, str]:
         return {"asset": self.asset, "partition": self.partition, "version": self.version}
 
@@ -86,42 +127,18 @@ class ArtifactStore:
             return ArtifactRef(asset, partition, version, path)
         return None
 
-    def current(self, asset: str, partition: str) -> ArtifactRef | None:
-        pointer = self.partition_dir(asset, partition) / CURRENT
-        if not pointer.is_file():
-            return None
-        version = json.loads(pointer.read_text())["version"]
-        ref = self.existing(asset, partition, version)
-        if ref is None:
-            raise ArtifactNotFound(
-                f"{pointer} points at version {version}, which is missing; "
-                f"re-materialize {asset} for {partition}"
-            )
-        return ref
+    def find(self, asset: str, partition: str, version: str) -> ArtifactRef | None:
+        """`version` if it is built; else its newest partial build (some calls failed for good), if any."""
+        if (ref := self.existing(asset, partition, version)) is not None:
+            return ref
+        partials = sorted(self.partition_dir(asset, partition).glob(f"{version}{PARTIAL}*/{MANIFEST}"), key=lambda p: p.stat().st_mtime)
+        return ArtifactRef(asset, partition, partials[-1].parent.name, partials[-1].parent) if partials else None
 
-    def require(self, asset: str, partition: str) -> ArtifactRef:
-        ref = self.current(asset, partition)
-        if ref is None:
-            raise ArtifactNotFound(
-                f"no {asset} for partition {partition} under {self.root}; "
-                f"materialize it first: hominem run --date {partition} --select '{asset}'"
-            )
-        return ref
-
-    def window(self, asset: str, end_partition: str, days: int, require_end: bool = True) -> list[ArtifactRef]:
-        """The materialized partitions of `asset` in the `days` days ending at `end_partition`, oldest first.
-
-        Days in the window that were never materialized are skipped; the end day itself is required
-        unless `require_end` is False.
-        """
-        end = dt.date.fromisoformat(end_partition)
-        refs = []
-        for offset in range(days - 1, -1, -1):
-            key = (end - dt.timedelta(days=offset)).isoformat()
-            ref = self.require(asset, key) if offset == 0 and require_end else self.current(asset, key)
-            if ref is not None:
-                refs.append(ref)
-        return refs
+    def versions(self, asset: str, partition: str) -> list[ArtifactRef]:
+        """Every built version of one partition, oldest first."""
+        folder = self.partition_dir(asset, partition)
+        found = sorted(folder.glob(f"*/{MANIFEST}"), key=lambda p: p.stat().st_mtime) if folder.is_dir() else []
+        return [ArtifactRef(asset, partition, m.parent.name, m.parent) for m in found if not m.parent.name.startswith(".")]
 
     def quarantine_path(self, asset: str, partition: str, version: str) -> Path:
         """Rows a version rejected, with the reason: `<data_dir>/quarantine/<asset>/<date>/<version>.parquet`."""
@@ -137,11 +154,11 @@ class ArtifactStore:
         return path
 
     def partitions(self, asset: str) -> list[str]:
-        """Partitions of `asset` that have a current version, in date order."""
+        """Days with at least one built version of `asset`, in date order."""
         base = self.root / asset
         if not base.is_dir():
             return []
-        return sorted(p.name for p in base.iterdir() if (p / CURRENT).is_file())
+        return sorted(p.name for p in base.iterdir() if p.is_dir() and any(p.glob(f"*/{MANIFEST}")))
 
     @contextlib.contextmanager
     def staging(self, asset: str, partition: str) -> Iterator[Path]:
@@ -170,8 +187,9 @@ class ArtifactStore:
             for p in sorted(staged.rglob("*"))
             if p.is_file() and p.name != MANIFEST
         }
+        content = fingerprint(files)
         if not complete:
-            version = f"{version}-partial-{fingerprint(files, 8)}"
+            version = f"{version}{PARTIAL}{content[:8]}"
         full = {
             **manifest,
             "asset": asset,
@@ -179,6 +197,7 @@ class ArtifactStore:
             "version": version,
             "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
             "files": files,
+            "content": content,
         }
         (staged / MANIFEST).write_text(json.dumps(full, indent=2, sort_keys=True, default=str) + "\n")
         target = self.partition_dir(asset, partition) / version
@@ -188,9 +207,3 @@ class ArtifactStore:
             if not (target / MANIFEST).is_file():
                 raise
         return ArtifactRef(asset, partition, version, target)
-
-    def point_current(self, ref: ArtifactRef, **extra: Any) -> None:
-        _write_json_atomic(
-            self.partition_dir(ref.asset, ref.partition) / CURRENT,
-            {"version": ref.version, "updated_at": dt.datetime.now(dt.timezone.utc).isoformat(), **extra},
-        )

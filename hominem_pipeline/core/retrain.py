@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hominem_pipeline.core.artifacts import ArtifactStore
+from hominem_pipeline.core.lineage import Lineage
 from hominem_pipeline.core.config import RetrainConfig
 
 
@@ -47,19 +47,19 @@ def should_retrain(new: DataCounts, cfg: RetrainConfig) -> RetrainDecision:
     )
 
 
-def _rows(store: ArtifactStore, asset: str) -> int:
+def _rows(lineage: Lineage, asset: str) -> int:
+    """Rows of the versions this config implies, over every day that has one."""
     total = 0
-    for partition in store.partitions(asset):
-        ref = store.current(asset, partition)
-        if ref is not None:
+    for partition in lineage.store.partitions(asset):
+        if (ref := lineage.expected(asset, partition)) is not None:
             total += int(ref.manifest.get("metadata", {}).get("rows", 0))
     return total
 
 
-def count_training_data(store: ArtifactStore) -> DataCounts:
-    """Everything available so far. Until the online service logs conversations, teacher trajectories
-    stand in for the memory channel's conversations."""
+def count_training_data(lineage: Lineage) -> DataCounts:
+    """Everything available so far under one config. Until the online service logs conversations,
+    teacher trajectories stand in for the memory channel's conversations."""
     return DataCounts(
-        conversations=_rows(store, "teacher_trajectories"),
-        preference_pairs=_rows(store, "preference_pairs"),
+        conversations=_rows(lineage, "teacher_trajectories"),
+        preference_pairs=_rows(lineage, "preference_pairs"),
     )

@@ -1,199 +1,178 @@
-"""Running one pipeline stage for one partition: resolve inputs, reuse or build, publish, track.
+"""The stage table: every stage of the pipeline, declared once.
 
-A stage is described by a `StageSpec` (its name, the config sections it depends on, its upstream
-assets and a `build` function). `run_stage` is what both the Dagster assets and tests call:
+Each row names the stage's inputs (with the window of days each reads), the config paths it reads
+(`reads`: its slice, part of its version; `runtime`: read, but never changing what it builds), the
+files outside the config it depends on, and its build function. Everything else is derived from it:
+the Dagster assets with their deps, partition mappings and code versions (`defs/assets.py`), each
+version id and the input versions a stage reads (`core/lineage.py`).
 
-1. resolve the upstream artifacts (same partition, or a window of days for training stages);
-2. derive the version id from the code version, the settings and the inputs' versions;
-3. open the MLflow run for this materialization (resumed if the same Dagster run retries);
-4. reuse the version if it is already on disk, else build it in a staging folder and publish it;
-5. point the partition's `current.json` at it, and log params, inputs, metrics and artifacts.
+    prompts -> teacher_trajectories -> teacher_labels -> reward_model -> preference_pairs -> lora_adapter
+    -> evaluation -> reward_health_index;  human_preferences (imported) -> reward_model
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import logging
-import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import pandas as pd
+from hominem_pipeline.core.builds.common import memory_files_digest
+from hominem_pipeline.core.builds.evaluation import build_evaluation
+from hominem_pipeline.core.builds.human_preferences import build_human_preferences, inbox_digest
+from hominem_pipeline.core.builds.lora_adapter import build_lora_adapter
+from hominem_pipeline.core.builds.preference_pairs import build_preference_pairs
+from hominem_pipeline.core.builds.prompts import build_prompts, prompt_files_digest
+from hominem_pipeline.core.builds.reward_health_index import build_reward_health_index
+from hominem_pipeline.core.builds.reward_model import build_reward_model, reward_backbone_digest
+from hominem_pipeline.core.builds.teacher_labels import build_teacher_labels, labels_pass_verifier
+from hominem_pipeline.core.builds.teacher_trajectories import build_teacher_trajectories
+from hominem_pipeline.core.config import HominemConfig, PolicyConfig
+from hominem_pipeline.core.stage import Check, Input, Stage
 
-from hominem_pipeline.core.artifacts import ArtifactRef, ArtifactStore, fingerprint
-from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.tracking import TAG_CACHE_HIT, TAG_VERSION, StageRun, Tracker
-
-log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Upstream:
-    asset: str
-    window_days: Callable[[HominemConfig], int] | None = None  # None: the same partition only
-    optional: bool = False  # a window in which no day (not even the stage's own) need be materialized
-
-
-@dataclass
-class StageOutput:
-    metrics: dict[str, float | None]
-    metadata: dict[str, Any]
-    table: str | None = None  # the file downstream stages log as their MLflow input dataset
-    mlflow_artifacts: list[str] = field(default_factory=list)  # files (relative) copied to MLflow
-    quarantine: pd.DataFrame | None = None  # rejected rows with a `reason` column (kept out of the table)
-    # False when some of the work failed for good (API calls out of retries): see ArtifactStore.publish.
-    complete: bool = True
-    register_model: str | None = None  # MLflow registry name: the version is registered, alias `current`
+# What the teacher is asked and how it answers; `teacher.client` (speed, retries) and `teacher.prices`
+# change how fast and at what cost, never the answers.
+TEACHER = ("teacher.provider", "teacher.candidates_per_prompt", "teacher.max_new_tokens", "teacher.batch_size", "teacher.weak_share",
+           "teacher.styles", "teacher.api", "models.student")
+TEACHER_RUNTIME = ("teacher.client", "teacher.prices")
 
 
-@dataclass
-class StageContext:
-    cfg: HominemConfig
-    partition: str
-    inputs: dict[str, list[ArtifactRef]]
-    out_dir: Path
-    run: StageRun
-    seed: int
-
-    def one(self, asset: str) -> ArtifactRef:
-        refs = self.inputs[asset]
-        if len(refs) != 1:
-            raise ValueError(f"expected one {asset} input for {self.partition}, got {len(refs)}")
-        return refs[0]
-
-    def tables(self, asset: str) -> pd.DataFrame:
-        """The input tables of `asset` over its window, concatenated with a `partition` column."""
-        frames = []
-        for ref in self.inputs[asset]:
-            table = ref.manifest.get("table")
-            if not table:
-                raise ValueError(f"{asset} has no table to read")
-            frames.append(pd.read_parquet(ref.file(table)).assign(partition=ref.partition))
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+def _prompts_reads(c: HominemConfig) -> tuple[str, ...]:
+    g = c.prompts.generators
+    return ("prompts",) + (("models.encoder",) if g.enabled else ()) + (TEACHER if g.uses_teacher else ())
 
 
-@dataclass(frozen=True)
-class StageSpec:
-    name: str
-    description: str
-    code_version: str  # bump when the build logic changes what it writes
-    config_sections: tuple[str, ...]
-    upstream: tuple[Upstream, ...]
-    build: Callable[[StageContext], StageOutput]
-    # Anything else the output depends on that the config sections do not show (a file's content),
-    # given the config and the partition.
-    extra_fingerprint: Callable[[HominemConfig, str], Any] | None = None
+def _pairs_reads(c: HominemConfig) -> tuple[str, ...]:
+    # against the student: its greedy replies, decoded as the evaluation decodes them
+    student = ("models.student", "evaluation.max_new_tokens", "evaluation.repetition_penalty", "evaluation.batch_size")
+    return ("preferences",) + (student if c.preferences.against_student else ())
 
 
-@dataclass(frozen=True)
-class StageResult:
-    ref: ArtifactRef
-    cache_hit: bool
-    mlflow_run_id: str
-    metrics: dict[str, Any]
-    metadata: dict[str, Any]
-    inputs: dict[str, list[ArtifactRef]]
+def _policy_reads(c: HominemConfig) -> tuple[str, ...]:
+    """The shared policy settings and the chosen mode's own section (with the safety gate where it applies)."""
+    mode = c.policy.mode
+    shared = tuple(f"policy.{k}" for k in PolicyConfig.model_fields if k not in ("dual", "rl", "safety_gate"))
+    own = () if mode == "dpo" else (f"policy.{mode}", "policy.safety_gate")
+    return shared + own + ("models.student",) + (("preferences.dimension_weights",) if mode == "rl" else ())
 
 
-def stage_seed(cfg: HominemConfig, stage: str, partition: str) -> int:
-    return int(fingerprint([cfg.project.seed, stage, partition], 8), 16) % (2**31 - 1)
+def _adapter_files(c: HominemConfig, partition: str) -> Any:
+    return memory_files_digest(c, partition) if c.policy.mode == "dual" else None
 
 
-def resolve_inputs(spec: StageSpec, cfg: HominemConfig, store: ArtifactStore, partition: str) -> dict[str, list[ArtifactRef]]:
-    return {
-        up.asset: (
-            store.window(up.asset, partition, up.window_days(cfg), require_end=not up.optional)
-            if up.window_days
-            else [store.require(up.asset, partition)]
-        )
-        for up in spec.upstream
-    }
+def _evaluation_reads(c: HominemConfig) -> tuple[str, ...]:
+    return ("evaluation", "models.student") + (("policy.dual.memory_files",) if c.evaluation.memory_probe else ())
 
 
-def stage_version(spec: StageSpec, cfg: HominemConfig, partition: str, inputs: dict[str, list[ArtifactRef]]) -> str:
-    return fingerprint(
-        {
-            "stage": spec.name,
-            "code_version": spec.code_version,
-            "partition": partition,
-            "config": cfg.section(*spec.config_sections),
-            "inputs": {a: [r.key for r in refs] for a, refs in sorted(inputs.items())},
-            "extra": spec.extra_fingerprint(cfg, partition) if spec.extra_fingerprint else None,
-        }
-    )
+def _probe_files(c: HominemConfig, partition: str) -> Any:
+    return memory_files_digest(c, partition) if c.evaluation.memory_probe else None
 
 
-def run_stage(spec: StageSpec, cfg: HominemConfig, partition: str, *, dagster_run_id: str | None = None) -> StageResult:
-    try:
-        dt.date.fromisoformat(partition)
-    except ValueError:
-        raise ValueError(f"partition {partition!r} is not a date; partitions are days written YYYY-MM-DD") from None
-    store = ArtifactStore(cfg.data_dir)
-    tracker = Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root))
-    inputs = resolve_inputs(spec, cfg, store, partition)
-    version = stage_version(spec, cfg, partition, inputs)
-    run_id = dagster_run_id or f"manual-{uuid.uuid4().hex[:12]}"
+def _reward_window(c: HominemConfig) -> int:
+    return c.reward_model.window_days
 
-    with tracker.stage_run(asset=spec.name, partition=partition, dagster_run_id=run_id, tags={TAG_VERSION: version}) as run:
-        run.log_params(cfg.section(*spec.config_sections))
-        for up in spec.upstream:
-            for ref in inputs[up.asset]:
-                table = ref.manifest.get("table")
-                if table:
-                    run.log_input_table(
-                        pd.read_parquet(ref.file(table)),
-                        name=f"{up.asset}@{ref.partition}",
-                        source=ref.file(table),
-                        context="training" if up.window_days else "input",
-                    )
-                run.set_tags({f"input.{up.asset}.{ref.partition}": ref.version})
 
-        ref = store.existing(spec.name, partition, version)
-        cache_hit = ref is not None
-        if cache_hit:
-            log.info("%s/%s: version %s is already built from these inputs and settings; reusing it", spec.name, partition, version)
-        else:
-            with store.staging(spec.name, partition) as staged:
-                ctx = StageContext(cfg=cfg, partition=partition, inputs=inputs, out_dir=staged, run=run, seed=stage_seed(cfg, spec.name, partition))
-                output = spec.build(ctx)
-                manifest = {
-                    "stage": spec.name,
-                    "code_version": spec.code_version,
-                    "config": cfg.section(*spec.config_sections),
-                    "inputs": {a: [r.key for r in refs] for a, refs in inputs.items()},
-                    "metrics": output.metrics,
-                    "metadata": output.metadata,
-                    "table": output.table,
-                    "mlflow_artifacts": output.mlflow_artifacts,
-                    "mlflow_run_id": run.run_id,
-                    "complete": output.complete,
-                    "registered_model": output.register_model,
-                }
-                ref = store.publish(staged, spec.name, partition, version, manifest, complete=output.complete)
-                if not output.complete:
-                    log.warning("%s/%s is incomplete; published as %s, the next run builds it again", spec.name, partition, ref.version)
-                if output.quarantine is not None:
-                    store.write_quarantine(ref, output.quarantine)
+STAGES: tuple[Stage, ...] = (
+    Stage(
+        name="prompts",
+        description="Seed prompts sampled for the day (stratified by category) and generated ones, plus the fixed held-out evaluation prompts.",
+        group="data",
+        kinds=frozenset({"python"}),
+        inputs=(),
+        reads=_prompts_reads,
+        runtime=TEACHER_RUNTIME,
+        build=build_prompts,
+        files=prompt_files_digest,
+    ),
+    Stage(
+        name="teacher_trajectories",
+        description="Candidate responses of the teacher, several per prompt, with varied sampling and system prompts.",
+        group="data",
+        kinds=frozenset({"pytorch"}),
+        inputs=(Input("prompts"),),
+        reads=TEACHER,
+        runtime=TEACHER_RUNTIME,
+        build=build_teacher_trajectories,
+    ),
+    Stage(
+        name="teacher_labels",
+        description="The teacher's reward label per candidate: vector, scalar, intensity, safety and rationale.",
+        group="data",
+        kinds=frozenset({"pytorch"}),
+        inputs=(Input("teacher_trajectories"),),
+        # every teacher setting: those that shape the candidates reach the labels through them anyway
+        reads=("dimensions", "labeling") + TEACHER,
+        runtime=TEACHER_RUNTIME,
+        build=build_teacher_labels,
+        checks=(
+            Check(
+                "labels_pass_verifier",
+                "The share of quarantined labels is within verifier.max_failure_rate.",
+                labels_pass_verifier,
+                blocking=True,
+            ),
+        ),
+    ),
+    Stage(
+        name="reward_model",
+        description="Multi-head reward model (vector, scalar, intensity, safety, uncertainty) trained on the labels and human pairs of a window of days.",
+        group="training",
+        kinds=frozenset({"pytorch"}),
+        inputs=(
+            Input("teacher_labels", _reward_window),
+            Input("human_preferences", lambda c: c.reward_model.window_days if c.reward_model.human_preferences else 0, optional=True),
+        ),
+        # the judge's system text and question: what `frame: judge` / `judge_question` reads
+        reads=("dimensions", "reward_model", "models.encoder", "models.student", "labeling.judge_system", "labeling.scalar_question"),
+        build=build_reward_model,
+        files=reward_backbone_digest,
+    ),
+    Stage(
+        name="preference_pairs",
+        description="(prompt, chosen, rejected) pairs by the configured strategy, ranked by the teacher's labels (or the reward model's scores), annotated with both.",
+        group="training",
+        kinds=frozenset({"python"}),
+        inputs=(Input("teacher_labels"), Input("reward_model"), Input("teacher_trajectories")),
+        reads=_pairs_reads,
+        build=build_preference_pairs,
+    ),
+    Stage(
+        name="lora_adapter",
+        description="LoRA adapter on the student trained on the preference pairs of a window of days: DPO, the dual-channel loss (plus the memory files) or RL on the reward model.",
+        group="training",
+        kinds=frozenset({"pytorch"}),
+        inputs=(Input("preference_pairs", lambda c: c.policy.window_days), Input("reward_model")),
+        reads=_policy_reads,
+        build=build_lora_adapter,
+        files=_adapter_files,
+    ),
+    Stage(
+        name="evaluation",
+        description="Base vs base+adapter on the held-out prompts: generations, reward scores, win rate, deltas; the memory probe's facts kept, lost and gained.",
+        group="evaluation",
+        kinds=frozenset({"pytorch"}),
+        inputs=(Input("lora_adapter"), Input("reward_model"), Input("prompts")),
+        reads=_evaluation_reads,
+        build=build_evaluation,
+        files=_probe_files,
+    ),
+    Stage(
+        name="reward_health_index",
+        description="The Reward Health Index of the new adapter and whether it may go live.",
+        group="evaluation",
+        kinds=frozenset({"python"}),
+        inputs=(Input("evaluation"), Input("lora_adapter"), Input("reward_model")),
+        reads=("health",),
+        build=build_reward_health_index,
+    ),
+    Stage(
+        name="human_preferences",
+        description="Human preference pairs imported with `hominem data import-preferences` (HH-RLHF, JSONL or Parquet).",
+        group="data",
+        kinds=frozenset({"python"}),
+        inputs=(),
+        reads=(),
+        build=build_human_preferences,
+        files=inbox_digest,
+        daily=False,
+    ),
+)
 
-        manifest = ref.manifest
-        run.log_metrics({k: v for k, v in manifest["metrics"].items() if isinstance(v, (int, float))})
-        run.set_tags({TAG_CACHE_HIT: cache_hit, "hominem.artifact_path": ref.path, "hominem.built_by_run": manifest["mlflow_run_id"]})
-        if not cache_hit:
-            run.log_artifact(ref.path / "manifest.json")
-            for name in manifest.get("mlflow_artifacts", []):
-                run.log_artifact(ref.path / name)
-        extra = {}
-        if manifest.get("registered_model"):
-            extra["registry_version"] = run.register_model(manifest["registered_model"], ref.path, ref.version)
-            run.set_tags({"hominem.registry_version": extra["registry_version"]})
-        store.point_current(ref, mlflow_run_id=run.run_id, dagster_run_id=run_id, **extra)
-        return StageResult(
-            ref=ref,
-            cache_hit=cache_hit,
-            mlflow_run_id=run.run_id,
-            metrics=manifest["metrics"],
-            metadata=manifest["metadata"],
-            inputs=inputs,
-        )
+STAGES_BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}

@@ -6,10 +6,9 @@ from pathlib import Path
 
 from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor
 
-from hominem_pipeline.core.config import find_project_root, load_config
-from hominem_pipeline.defs.assets.data import data_assets
-from hominem_pipeline.defs.assets.evaluation import evaluation_assets
-from hominem_pipeline.defs.assets.training import training_assets
+from hominem_pipeline.core.config_loader import find_project_root, load_config
+from hominem_pipeline.core.stages import STAGES
+from hominem_pipeline.defs.assets import stage_assets
 from hominem_pipeline.defs.partitions import daily_partitions
 from hominem_pipeline.defs.resources import HominemResource
 from hominem_pipeline.defs.schedules import build_weekly_schedule
@@ -24,8 +23,8 @@ def build_definitions(config_path: str | None = None, root: Path | None = None) 
     root = (root or find_project_root()).resolve()
     cfg = load_config(config_path, root=root)
     partitions = daily_partitions(cfg)
-    assets = [*data_assets(partitions), *training_assets(partitions, cfg), *evaluation_assets(partitions)]
-    imported = AssetSelection.assets("human_preferences")
+    assets = stage_assets(cfg, partitions)
+    imported = AssetSelection.assets(*(s.name for s in STAGES if not s.daily))
     daily = define_asset_job(
         DAILY_JOB, selection=AssetSelection.all() - imported, partitions_def=partitions, description="The whole chain for one day."
     )

@@ -6,20 +6,21 @@ import json
 
 from dagster import DefaultSensorStatus, RunRequest, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
-from hominem_pipeline.core.artifacts import ArtifactStore
+from hominem_pipeline.core.lineage import lineage
 from hominem_pipeline.core.retrain import DataCounts, count_training_data, should_retrain
 from hominem_pipeline.defs.resources import HominemResource
 
 
-def sensor_tick(cursor: str | None, store: ArtifactStore, hominem_cfg) -> tuple[RunRequest | None, str, str]:
+def sensor_tick(cursor: str | None, hominem_cfg) -> tuple[RunRequest | None, str, str]:
     """(run request or None, new cursor, reason). The cursor holds the counts at the last retrain, so
     only data that arrived since then counts towards the thresholds."""
-    now = count_training_data(store)
+    data = lineage(hominem_cfg)
+    now = count_training_data(data)
     seen = DataCounts(**json.loads(cursor)) if cursor else DataCounts(0, 0)
     decision = should_retrain(now.since(seen), hominem_cfg.retrain)
     if not decision.retrain:
         return None, cursor or json.dumps(seen.__dict__), decision.reason
-    labeled = store.partitions("teacher_labels")
+    labeled = [d for d in data.store.partitions("teacher_labels") if data.expected("teacher_labels", d) is not None]
     if not labeled:
         return None, cursor or json.dumps(seen.__dict__), "thresholds reached but no teacher_labels partition to train on"
     partition = labeled[-1]
@@ -42,7 +43,7 @@ def build_retrain_sensor(job, interval_seconds: int):
     )
     def data_threshold_retrain_sensor(context: SensorEvaluationContext, hominem: HominemResource):
         cfg = hominem.load()
-        request, cursor, reason = sensor_tick(context.cursor, ArtifactStore(cfg.data_dir), cfg)
+        request, cursor, reason = sensor_tick(context.cursor, cfg)
         if request is None:
             return SensorResult(skip_reason=SkipReason(reason), cursor=cursor)
         context.log.info(reason)

@@ -10,10 +10,11 @@ import time
 
 import pytest
 
-from hominem_pipeline.core.api_teacher import APITeacher
-from hominem_pipeline.core.call_cache import CallCache
-from hominem_pipeline.core.config import ConfigError, load_config
-from hominem_pipeline.core.providers import FatalProviderError, MissingKeyError, parse_retry_after
+from hominem_pipeline.core.teacher.api import APITeacher
+from hominem_pipeline.core.teacher.call_cache import CallCache
+from hominem_pipeline.core.config import ConfigError
+from hominem_pipeline.core.config_loader import load_config
+from hominem_pipeline.core.teacher.providers import FatalProviderError, MissingKeyError, parse_retry_after
 from hominem_pipeline.core.schema import Prompt
 from hominem_pipeline.testing.wire_server import Fault, WireServer, judge
 
@@ -229,8 +230,8 @@ def test_no_secret_reaches_logs_mlflow_or_artifacts(project, server, caplog):
     """The teacher stages end to end on an API provider, with every logger at DEBUG."""
     from mlflow.tracking import MlflowClient
 
-    from hominem_pipeline.core.pipeline import STAGES_BY_NAME
-    from hominem_pipeline.core.stages import run_stage
+    from hominem_pipeline.core.stages import STAGES_BY_NAME
+    from hominem_pipeline.core.runner import run_stage
 
     cfg = api_cfg(project, server, "openai")
     server.add_fault(Fault("status", status=429, retry_after=0.05, times=2))
@@ -251,8 +252,8 @@ def test_no_secret_reaches_logs_mlflow_or_artifacts(project, server, caplog):
 
 
 def test_an_incomplete_partition_is_rebuilt_and_only_the_missing_calls_are_made(project, server):
-    from hominem_pipeline.core.pipeline import STAGES_BY_NAME
-    from hominem_pipeline.core.stages import run_stage
+    from hominem_pipeline.core.stages import STAGES_BY_NAME
+    from hominem_pipeline.core.runner import run_stage
 
     cfg = api_cfg(project, server, "openai", max_retries=0)
     run_stage(STAGES_BY_NAME["prompts"], cfg, "2026-03-03")
@@ -272,7 +273,7 @@ def test_an_incomplete_partition_is_rebuilt_and_only_the_missing_calls_are_made(
 def test_the_limiter_holds_requests_and_tokens_per_minute():
     import asyncio
 
-    from hominem_pipeline.core.dispatch import RateLimiter
+    from hominem_pipeline.core.teacher.dispatch import RateLimiter
 
     async def requests() -> float:
         limiter = RateLimiter(requests_per_minute=1200, tokens_per_minute=None)  # 20/s, one second's burst

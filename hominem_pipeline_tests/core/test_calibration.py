@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from hominem_pipeline.core.calibration import both_orders, same_prompt_pairs, calibration_report, fit_temperature, preference_probability, reliability_diagram
+from hominem_pipeline.core.reward.calibration import both_orders, same_prompt_pairs, calibration_report, fit_temperature, preference_probability, reliability_diagram
 
 
 def overconfident(n: int = 4000, seed: int = 0):
@@ -54,7 +54,7 @@ def test_a_small_perfectly_ordered_set_does_not_claim_certainty():
 def test_ece_noise_floor_is_what_a_calibrated_model_reads_on_few_pairs():
     """A perfectly calibrated model's ECE on few pairs is mostly sampling noise: the floor falls with the
     pair count, is 0 for certain pairs, and matches the ECE such a model reads on average."""
-    from hominem_pipeline.core.calibration import ece_noise_floor
+    from hominem_pipeline.core.reward.calibration import ece_noise_floor
 
     rng = np.random.default_rng(1)
     p_small = preference_probability(np.abs(rng.normal(0.0, 2.0, 54)), 1.0)

@@ -3,9 +3,10 @@ import pandas as pd
 import pytest
 from safetensors.torch import load_file
 
-from hominem_pipeline.core.config import load_config
-from hominem_pipeline.core.dual_trainer import batch_rows, encode, pair_labels, pair_sequences, train_dual_adapter
-from hominem_pipeline.core.policy import base_checksum
+from hominem_pipeline.core.config_loader import load_config
+from hominem_pipeline.core.policy.dual import batch_rows, pair_labels, train_dual_adapter
+from hominem_pipeline.core.policy.sequences import encode, pair_sequences
+from hominem_pipeline.core.policy.lora import base_checksum
 from hominem_pipeline_tests.conftest import REPO
 
 TINY_POLICY = {"max_steps": 3, "batch_size": 3, "max_length": 48, "learning_rate": 0.01,
@@ -127,7 +128,7 @@ def test_sequences_are_tokenised_as_trls_dpo_does(tiny_student, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import DPOConfig, DPOTrainer
 
-    from hominem_pipeline.core.policy import pairs_to_dpo_dataset
+    from hominem_pipeline.core.policy.dpo import pairs_to_dpo_dataset
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_student)
     frame = pairs(2)
@@ -185,7 +186,7 @@ def test_trl_dpo_drops_the_end_of_turn_of_cut_replies_as_dual_does(tiny_student,
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import DPOConfig
 
-    from hominem_pipeline.core.policy import dpo_trainer_class, pairs_to_dpo_dataset
+    from hominem_pipeline.core.policy.dpo import dpo_trainer_class, pairs_to_dpo_dataset
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_student)
     frame = pairs(2).assign(chosen_finished=[False, True], rejected_finished=[True, False])

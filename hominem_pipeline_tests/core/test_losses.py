@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from hominem_pipeline.core.losses import SafetyGate, dpo_loss, dual_channel_loss
+from hominem_pipeline.core.policy.losses import SafetyGate, dpo_loss, dual_channel_loss
 
 
 def logps(requires_grad: bool = True):
@@ -150,7 +150,7 @@ def test_anchored_memory_rows_learn_only_above_the_base_minus_the_margin():
 
 
 def test_gated_rewards_skip_downweight_and_invert_within_each_group():
-    from hominem_pipeline.core.losses import gate_group_rewards
+    from hominem_pipeline.core.policy.losses import gate_group_rewards
 
     rewards = torch.tensor([0.2, 0.4, 0.9, 0.6, 0.1, 0.3, 0.5, 0.7])
     safety = torch.tensor([0.9, 0.9, 0.1, 0.5, 0.9, 0.9, 0.9, 0.9])  # group 1: one unsafe, one in between

@@ -3,8 +3,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from hominem_pipeline.core.config import load_config
-from hominem_pipeline.core.policy import base_checksum, load_policy, train_dpo_adapter
+from hominem_pipeline.core.config_loader import load_config
+from hominem_pipeline.core.policy.lora import base_checksum, load_policy
+from hominem_pipeline.core.policy.dpo import train_dpo_adapter
 from hominem_pipeline_tests.conftest import REPO
 
 
@@ -48,7 +49,7 @@ def test_export_merges_the_adapter_into_a_plain_model(tiny_student, tmp_path):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from hominem_pipeline.core.policy import export_merged
+    from hominem_pipeline.core.policy.export import export_merged
 
     cfg = load_config(root=REPO, overrides={"policy": {"max_steps": 2, "batch_size": 2, "max_length": 48, "learning_rate": 0.01, "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}}}).policy
     adapter = tmp_path / "adapter"
@@ -69,8 +70,8 @@ def test_export_merges_the_adapter_into_a_plain_model(tiny_student, tmp_path):
 
 
 def test_policy_seed_zero_keeps_the_stage_seed_and_others_draw_new_ones():
-    from hominem_pipeline.core.config import load_config
-    from hominem_pipeline.core.pipeline import policy_seed
+    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.builds.lora_adapter import policy_seed
 
     assert load_config().policy.seed == 0
     assert policy_seed(1234, 0) == 1234  # adapters trained before the setting existed train the same way

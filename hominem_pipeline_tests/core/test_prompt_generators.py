@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from hominem_pipeline.core.config import load_config
+from hominem_pipeline.core.config_loader import load_config
 from hominem_pipeline.core.models import package_dir
-from hominem_pipeline.core.prompt_generators import (
+from hominem_pipeline.core.teacher.prompt_generators import (
     TemplateFileError,
     clean_generated,
     deduplicate,
@@ -14,7 +14,7 @@ from hominem_pipeline.core.prompt_generators import (
     sentence_embedder,
     templated,
 )
-from hominem_pipeline.core.prompts import load_seed_prompts
+from hominem_pipeline.core.teacher.prompts import load_seed_prompts
 from hominem_pipeline.core.schema import Prompt
 
 BASE = Prompt(prompt_id="con-003", text="A coworker took credit for my idea in a meeting with our manager. What should I do?", category="disagreement_conflict", difficulty=3, tags=["work"])

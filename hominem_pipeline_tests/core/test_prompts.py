@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from hominem_pipeline.core.config import load_config
-from hominem_pipeline.core.prompts import PromptFileError, load_seed_prompts, sample_partition, split_eval
+from hominem_pipeline.core.config_loader import load_config
+from hominem_pipeline.core.teacher.prompts import PromptFileError, load_seed_prompts, sample_partition, split_eval
 from hominem_pipeline_tests.conftest import REPO
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from hominem_pipeline.core.config import load_config
+from hominem_pipeline.core.config_loader import load_config
 from hominem_pipeline.core.retrain import DataCounts, should_retrain
 from hominem_pipeline_tests.conftest import REPO
 

@@ -1,15 +1,18 @@
 import logging
 import re
-import shutil
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from hominem_pipeline.core.calibration import same_prompt_pairs
-from hominem_pipeline.core.config import deep_merge, load_config
-from hominem_pipeline.core.reward_model import RewardModel, RewardNet, TrainingSet, encode_pair, pad_batch, pairwise_accuracy, train_reward_model
+from hominem_pipeline.core.reward.calibration import same_prompt_pairs
+from hominem_pipeline.core.config_loader import deep_merge, load_config
+from hominem_pipeline.core.reward.model import RewardModel
+from hominem_pipeline.core.reward.network import RewardNet
+from hominem_pipeline.core.reward.dataset import TrainingSet, pairwise_accuracy
+from hominem_pipeline.core.reward.encoding import encode_pair, pad_batch
+from hominem_pipeline.core.reward.training import train_reward_model
 from hominem_pipeline_tests.conftest import REPO
 
 DIMS = ["empathy", "curiosity", "harm_avoidance"]
@@ -33,7 +36,7 @@ def trained(tiny_encoder, tmp_path_factory):
     out = tmp_path_factory.mktemp("rm")
     history = []
     warnings = _Records()
-    logger = logging.getLogger("hominem_pipeline.core.reward_model")
+    logger = logging.getLogger("hominem_pipeline.core.reward.training")
     logger.addHandler(warnings)
     try:
         metrics = train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_encoder, cfg=cfg, out_dir=out, seed=0, data_digest="abc", date="2026-11-20", on_epoch=lambda e, m: history.append(m))
@@ -105,14 +108,6 @@ def test_bad_inputs_fail_clearly(trained):
         rm.score(["a"], ["x" * 100_001])
     with pytest.raises(FileNotFoundError, match="not a reward model folder"):
         RewardModel.load(trained[0].parent)
-
-
-def test_a_model_saved_in_an_older_layout_names_the_rebuild(trained, tmp_path):
-    old = tmp_path / "old"
-    shutil.copytree(trained[0], old)
-    (old / "backbone").rename(old / "encoder")  # the layout before the backbone became configurable
-    with pytest.raises(FileNotFoundError, match="no backbone/ folder.*--select reward_model"):
-        RewardModel.load(old)
 
 
 def test_long_inputs_are_truncated_keeping_the_latest_prompt_turn(tiny_encoder):
@@ -258,33 +253,6 @@ def test_frozen_backbone_trains_only_the_heads(tiny_encoder, tmp_path):
     assert history[-1]["train_mse_vector"] < history[0]["train_mse_vector"]
 
 
-def test_int8_measured_from_a_frozen_backbones_training_pass_as_from_its_own(tiny_encoder, monkeypatch):
-    """With a frozen backbone, training's one pass over the replies also records the int8 calibration
-    replies' activation ranges, and `measure_int8` takes the fp32 side from it: the same ranges and
-    report as two passes of its own."""
-    from transformers import AutoModel, AutoTokenizer
-
-    from hominem_pipeline.core import reward_model as rm_mod
-
-    monkeypatch.setattr(rm_mod, "INT8_SAMPLE", 3)  # 10 replies: 3 calibrate, 3 measure, 4 in neither
-    tok = AutoTokenizer.from_pretrained(tiny_encoder)
-    net = RewardNet(AutoModel.from_pretrained(tiny_encoder), n_dims=len(DIMS), members=2).eval()
-    encoded = [tok.encode(f"reply number {i} " + "and more words " * i) for i in range(10)]
-    pad = tok.pad_token_id
-    calibrate, check = rm_mod.int8_split(len(encoded), seed=3)
-    assert len(calibrate) == len(check) == 3 and not set(calibrate) & set(check)
-    pooled, absmax = rm_mod.pooled_and_int8_ranges(net, encoded, calibrate, batch_size=4, pad=pad)
-    torch.testing.assert_close(pooled, rm_mod._pooled_all(net, encoded, 4, pad), atol=1e-5, rtol=0)
-    own = rm_mod.measure_int8(net, encoded, 3, 4, pad)
-    shared = rm_mod.measure_int8(net, encoded, 3, 4, pad, pooled=pooled, absmax=absmax)
-    assert own is not None and shared is not None and own[0].keys() == shared[0].keys() == absmax.keys()
-    for name in absmax:
-        torch.testing.assert_close(shared[0][name], own[0][name])
-    assert shared[1].keys() == own[1].keys() and shared[1]["calibrated_on"] == shared[1]["measured_on"] == 3
-    for key in ("median_gap_error", "max_gap_error", "recheck_margin"):
-        assert shared[1][key] == pytest.approx(own[1][key], abs=1e-5)
-
-
 def length_labels(n_prompts: int = 6) -> pd.DataFrame:
     """The same sentence once or four times over: longer scores higher. Mean pooling all but averages the
     difference away; the length feature carries it."""
@@ -327,97 +295,15 @@ def test_rationale_auxiliary_target_is_learned(tiny_encoder, tmp_path):
     assert RewardModel.load(tmp_path).metadata["losses"]["rationale_weight"] == 1.0
 
 
-def test_int8_path_keeps_the_pairwise_decisions(trained):
-    fp32, int8 = RewardModel.load(trained[0]), RewardModel.load(trained[0], quantize="int8")
-    prompts = [f"Something sad happened, number {i}." for i in range(6)]
-    kind, curt = ["I am so sorry, that sounds really hard. Tell me more?"] * 6, ["Whatever. Not my problem."] * 6
-    for model in (fp32, int8):
-        assert (model.raw_scores(prompts, kind)["scalar"] > model.raw_scores(prompts, curt)["scalar"]).all()
-    with pytest.raises(ValueError, match="quantize='int4'"):
-        RewardModel.load(trained[0], quantize="int4")
-    assert not any(isinstance(m, torch.nn.Linear) for m in int8.net.backbone.modules())
-
-
-def test_int8_pair_gaps_rescore_near_ties_in_fp32(trained):
-    fp32, int8 = RewardModel.load(trained[0]), RewardModel.load(trained[0], quantize="int8")
+def test_pair_gaps_are_score_differences_and_prefer_is_symmetric(trained):
+    rm = RewardModel.load(trained[0])
     prompts = ["I failed my driving test.", "My cat is ill.", "I got the job!"]
     a = ["That must sting. What happened?", "Oh no, I hope she recovers soon.", "Congratulations, you earned it!"]
     b = ["Try again.", "Cats get ill.", "Ok."]
-    exact = fp32.pair_gaps(prompts, a, b)
-    np.testing.assert_allclose(exact, fp32.raw_scores(prompts, a)["scalar"] - fp32.raw_scores(prompts, b)["scalar"], atol=1e-6)
-    int8_only = int8.pair_gaps(prompts, a, b, recheck_margin=0)
-    assert not np.allclose(int8_only, exact, atol=1e-7, rtol=0)  # int8 moves every gap a little
-    # A margin above every int8 gap sends all pairs to the fp32 twin: fp32's gaps exactly.
-    np.testing.assert_allclose(int8.pair_gaps(prompts, a, b, recheck_margin=np.abs(int8_only).max() + 1), exact, atol=1e-6)
-    assert int8.prefer(prompts[0], a[0], b[0]) + int8.prefer(prompts[0], b[0], a[0]) == pytest.approx(1.0, abs=1e-12)
+    np.testing.assert_allclose(rm.pair_gaps(prompts, a, b), rm.raw_scores(prompts, a)["scalar"] - rm.raw_scores(prompts, b)["scalar"], atol=1e-6)
+    assert rm.prefer(prompts[0], a[0], b[0]) + rm.prefer(prompts[0], b[0], a[0]) == pytest.approx(1.0, abs=1e-12)
     with pytest.raises(ValueError, match="got 3 prompts, 3 a and 2 b replies"):
-        int8.pair_gaps(prompts, a, b[:2])
-
-
-def test_int8_linear_scales_each_token_on_its_own():
-    from hominem_pipeline.core.reward_model import Int8Linear
-
-    torch.manual_seed(0)
-    linear = torch.nn.Linear(64, 32)
-    x = torch.randn(2, 5, 64)
-    x[0, 0] *= 100.0  # one outlier token, as an encoder's [SEP] often is
-    exact, quantized = linear(x), Int8Linear(linear)(x)
-    assert quantized.shape == exact.shape == (2, 5, 32)
-    # Every token, the outlier's neighbours included, keeps ~1% accuracy: a scale shared by the batch
-    # would round the ordinary tokens to a handful of levels.
-    error = (quantized - exact).norm(dim=-1) / exact.norm(dim=-1)
-    assert error.max() < 0.02
-
-
-def test_int8_smoothing_moves_an_outlier_channel_into_the_weights():
-    """An input channel far larger than the rest in every token (as a transformer's residual stream has)
-    sets every row's scale, so per-token scales alone round the other channels coarsely; smoothed by the
-    channel ranges seen in calibration, the layer computes the same product far more exactly."""
-    from hominem_pipeline.core.reward_model import Int8Linear
-
-    torch.manual_seed(0)
-    linear = torch.nn.Linear(64, 32)
-    x = torch.randn(4, 8, 64)
-    x[..., 3] *= 200.0
-    exact = linear(x)
-    ordinary = exact - linear.bias - x[..., 3:4] * linear.weight[:, 3]  # what the 63 ordinary channels contribute
-    plain = Int8Linear(linear)(x)
-    smoothed_layer = Int8Linear(linear, input_absmax=x.reshape(-1, 64).abs().amax(0))
-    smoothed = smoothed_layer(x)
-    error = lambda y: ((y - exact).norm(dim=-1) / ordinary.norm(dim=-1)).mean().item()  # noqa: E731
-    assert error(plain) > 0.3 and error(smoothed) < error(plain) / 2.5  # measured: 0.43 and 0.14
-    assert smoothed_layer.inverse_smooth.shape == (64,) and Int8Linear(linear).inverse_smooth is None
-
-
-def test_training_calibrates_the_int8_path(trained, tmp_path):
-    """Training saves the activation ranges the int8 layers are smoothed by and the recheck margin it
-    measured (int8's error on pair gaps of training replies); models saved without them still load."""
-    import json
-    import shutil
-
-    from hominem_pipeline.core.reward_model import INT8_CALIBRATION, INT8_RECHECK_MARGIN, Int8Linear
-
-    path = trained[0]
-    fp32, int8 = RewardModel.load(path), RewardModel.load(path, quantize="int8")
-    report = fp32.metadata["int8"]
-    assert (path / INT8_CALIBRATION).is_file() and report["calibration_file"] == INT8_CALIBRATION
-    assert report["recheck_margin"] >= INT8_RECHECK_MARGIN and report["max_gap_error"] >= report["median_gap_error"] > 0
-    assert fp32.recheck_margin() == int8.recheck_margin() == report["recheck_margin"]
-    assert [int8.recheck_margin(d) for d in DIMS] == report["dimension_recheck_margins"] and min(report["dimension_recheck_margins"]) >= INT8_RECHECK_MARGIN
-    layers = [m for m in int8.net.backbone.modules() if isinstance(m, Int8Linear)]
-    assert layers and all(m.inverse_smooth is not None for m in layers)
-    # a model saved before the calibration existed: unsmoothed int8, the fixed margin
-    old = tmp_path / "old"
-    shutil.copytree(path, old)
-    (old / INT8_CALIBRATION).unlink()
-    meta = json.loads((old / "METADATA.json").read_text())
-    del meta["int8"]
-    (old / "METADATA.json").write_text(json.dumps(meta))
-    legacy = RewardModel.load(old, quantize="int8")
-    assert legacy.recheck_margin() == legacy.recheck_margin(DIMS[0]) == INT8_RECHECK_MARGIN
-    assert all(m.inverse_smooth is None for m in legacy.net.backbone.modules() if isinstance(m, Int8Linear))
-    prompts, replies = ["I lost my keys."] * 2, ["That is annoying; where did you last have them?", "Ok."]
-    np.testing.assert_allclose(legacy.raw_scores(prompts, replies)["scalar"], int8.raw_scores(prompts, replies)["scalar"], atol=0.05)
+        rm.pair_gaps(prompts, a, b[:2])
 
 
 def test_backbone_setting_names_the_encoder_the_student_a_folder_or_a_hub_id(tiny_cfg, tmp_path):
@@ -487,7 +373,7 @@ def test_judge_question_frame_ends_where_the_judge_rates(tiny_student, tmp_path)
     chat turn the local judge asks it, so the last token is the one before the judge's rating; the
     saved frame keeps the question, and the stage reports the ECE a calibrated model would read."""
     from hominem_pipeline.core.generation import chat_text
-    from hominem_pipeline.core.teacher import rubric_suffix
+    from hominem_pipeline.core.teacher.base import rubric_suffix
 
     cfg = small_cfg(max_length=96, head_fit="ridge", ridge_alphas=[1.0], uncertainty={"method": "none", "members": 1, "mc_samples": 2},
                     backbone={"finetune": "frozen", "frame": "judge_question", "pooling": "last_mean"})
@@ -513,7 +399,7 @@ def test_ridge_held_out_scores_come_from_heads_that_never_saw_the_prompt():
     standardised on them, at the penalty chosen inside them."""
     from sklearn.linear_model import Ridge
 
-    from hominem_pipeline.core.reward_model import prompt_folds, ridge_out_of_fold
+    from hominem_pipeline.core.reward.ridge import prompt_folds, ridge_out_of_fold
 
     rng = np.random.default_rng(0)
     n, groups = 60, np.repeat(np.arange(15), 4)
@@ -539,7 +425,8 @@ def test_ridge_held_out_scores_come_from_heads_that_never_saw_the_prompt():
 def test_a_shared_frame_prefix_runs_once_and_pools_as_the_whole_sequence(tiny_student):
     """A causal decoder reading the judge frame: at inference the frame's head runs once per batch and the
     rows continue from its KV cache; the pooled features equal those of whole-sequence passes."""
-    from hominem_pipeline.core.reward_model import frame_prefix, judge_frame, load_backbone, make_encoder, pad_id
+    from hominem_pipeline.core.reward.encoding import frame_prefix, judge_frame, make_encoder, pad_id
+    from hominem_pipeline.core.reward.network import load_backbone
 
     backbone, tok = load_backbone(tiny_student)
     frame = judge_frame(tok, "You are a fair judge.")
@@ -559,18 +446,6 @@ def test_a_shared_frame_prefix_runs_once_and_pools_as_the_whole_sequence(tiny_st
     torch.testing.assert_close(cached, whole, atol=1e-4, rtol=1e-4)
     assert net.states(ids, mask)[1] is None  # with gradients (training) every row runs whole
     assert frame_prefix(tok, frame, "encoder") is None and frame_prefix(tok, None, "decoder") is None
-
-
-def test_a_model_saved_before_feature_standardisation_loads_unchanged(trained, tmp_path):
-    """Heads files written before `feature_mean` / `feature_std` existed load with the identity in their place."""
-    from safetensors.torch import load_file, save_file
-
-    old = tmp_path / "old"
-    shutil.copytree(trained[0], old)
-    heads = {k: v for k, v in load_file(str(old / "heads.safetensors")).items() if k not in ("feature_mean", "feature_std")}
-    save_file(heads, str(old / "heads.safetensors"))
-    prompts, replies = ["I lost my job."] * 2, ["That is hard; what happened?", "ok"]
-    assert RewardModel.load(old).score(prompts, replies) == RewardModel.load(trained[0]).score(prompts, replies)
 
 
 def test_depth_keeps_the_first_layers_and_the_cut_model_saves_as_one(tiny_student, tmp_path):
@@ -626,7 +501,8 @@ def test_layers_pool_several_layers_side_by_side(tiny_encoder, tmp_path):
 
 def test_several_layers_and_the_cached_frame_prefix_agree(tiny_student):
     """With layers set, a causal decoder's cached judge-frame head pools as whole-sequence passes do."""
-    from hominem_pipeline.core.reward_model import frame_prefix, judge_frame, load_backbone, make_encoder, pad_id
+    from hominem_pipeline.core.reward.encoding import frame_prefix, judge_frame, make_encoder, pad_id
+    from hominem_pipeline.core.reward.network import load_backbone
 
     backbone, tok = load_backbone(tiny_student)
     frame = judge_frame(tok, "You are a fair judge.")

@@ -1,7 +1,7 @@
 import json
 import math
 
-from hominem_pipeline.core.config import load_config
+from hominem_pipeline.core.config_loader import load_config
 from hominem_pipeline.core.schema import label_json_schema, label_problems
 from hominem_pipeline_tests.conftest import REPO
 

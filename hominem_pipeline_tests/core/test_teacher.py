@@ -3,12 +3,13 @@ import torch
 
 from hominem_pipeline.core.generation import chat_text
 from hominem_pipeline.core.schema import Prompt, label_problems
-from hominem_pipeline.core.teacher import LocalHFTeacher, expected_score_to_label_value
+from hominem_pipeline.core.teacher.local import LocalHFTeacher
+from hominem_pipeline.core.teacher.base import expected_score_to_label_value
 
 
 @pytest.fixture(scope="module")
 def teacher(tiny_student, tmp_path_factory):
-    from hominem_pipeline.core.config import load_config
+    from hominem_pipeline.core.config_loader import load_config
     from hominem_pipeline_tests.conftest import make_project
 
     root = make_project(tmp_path_factory.mktemp("teacher") / "p", tiny_student, tiny_student)

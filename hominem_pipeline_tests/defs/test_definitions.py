@@ -40,23 +40,24 @@ def test_training_assets_read_a_window_of_days(project):
     assert {k.to_user_string() for k in graph.get(AssetKey("lora_adapter")).parent_keys} == {"preference_pairs", "reward_model"}
 
 
-def test_every_assets_dagster_parents_are_the_upstreams_its_stage_reads(project):
-    from hominem_pipeline.core.pipeline import STAGES_BY_NAME
+def test_every_assets_dagster_parents_and_code_version_come_from_the_stage_table(project, tiny_cfg):
+    from hominem_pipeline.core.lineage import definition_version
+    from hominem_pipeline.core.stages import STAGES
 
-    graph = build_definitions(str(project / "config" / "tiny.yaml"), root=project).resolve_asset_graph()
-    for name, spec in STAGES_BY_NAME.items():
-        parents = {k.to_user_string() for k in graph.get(AssetKey(name)).parent_keys}
-        assert parents == {u.asset for u in spec.upstream}, name
+    defs = build_definitions(str(project / "config" / "tiny.yaml"), root=project)
+    graph = defs.resolve_asset_graph()
+    for stage in STAGES:
+        node = graph.get(AssetKey(stage.name))
+        assert {k.to_user_string() for k in node.parent_keys} == {i.asset for i in stage.inputs}, stage.name
+        assert node.code_version == definition_version(stage, tiny_cfg) and node.group_name == stage.group
 
 
 def test_labels_check_blocks_when_too_many_rows_are_quarantined(tiny_cfg):
-    from types import SimpleNamespace
+    from hominem_pipeline.core.builds.teacher_labels import labels_pass_verifier
 
-    from hominem_pipeline.defs.assets.data import labels_check
-
-    [ok] = labels_check(SimpleNamespace(metrics={"labels": 19, "quarantined": 1}), tiny_cfg)
-    assert ok.passed and ok.metadata["quarantined"].value == 1
-    [bad] = labels_check(SimpleNamespace(metrics={"labels": 9, "quarantined": 11}), tiny_cfg)  # tiny.yaml allows 50%
+    ok = labels_pass_verifier({"labels": 19, "quarantined": 1}, tiny_cfg)
+    assert ok.passed and ok.metadata["quarantined"] == 1
+    bad = labels_pass_verifier({"labels": 9, "quarantined": 11}, tiny_cfg)  # tiny.yaml allows 50%
     assert not bad.passed and "11/20 rows quarantined" in bad.description
 
 

@@ -3,28 +3,25 @@ import json
 
 from dagster import RunRequest, build_schedule_context, build_sensor_context, instance_for_test
 
-from hominem_pipeline.core.artifacts import ArtifactStore
-from hominem_pipeline.core.config import load_config
+from hominem_pipeline.core.config_loader import load_config
 from hominem_pipeline.defs import build_definitions
 from hominem_pipeline.defs.resources import HominemResource
 from hominem_pipeline.defs.sensors import sensor_tick
+from hominem_pipeline.testing.artifacts import publish_expected
 
 
-def fake_partition(store, asset, day, rows):
-    with store.staging(asset, day) as staged:
-        ref = store.publish(staged, asset, day, f"v{rows}", {"metadata": {"rows": rows}, "table": None})
-    store.point_current(ref)
+def fake_partition(cfg, asset, day, rows):
+    publish_expected(cfg, asset, day, rows)
 
 
 def test_sensor_waits_then_triggers_once_per_data_state(tiny_cfg):
-    store = ArtifactStore(tiny_cfg.data_dir)
-    request, cursor, reason = sensor_tick(None, store, tiny_cfg)
+    request, cursor, reason = sensor_tick(None, tiny_cfg)
     assert request is None and "0/500 conversations" in reason
 
-    fake_partition(store, "teacher_labels", "2026-11-20", 300)
-    fake_partition(store, "teacher_trajectories", "2026-11-20", 300)
-    fake_partition(store, "preference_pairs", "2026-11-20", 120)
-    request, cursor, reason = sensor_tick(cursor, store, tiny_cfg)
+    fake_partition(tiny_cfg, "teacher_trajectories", "2026-11-20", 300)  # upstream first: the labels' version is made from it
+    fake_partition(tiny_cfg, "teacher_labels", "2026-11-20", 300)
+    fake_partition(tiny_cfg, "preference_pairs", "2026-11-20", 120)
+    request, cursor, reason = sensor_tick(cursor, tiny_cfg)
     assert isinstance(request, RunRequest)
     assert request.partition_key == "2026-11-20"
     assert request.run_key == "retrain-2026-11-20-300-120"
@@ -32,12 +29,12 @@ def test_sensor_waits_then_triggers_once_per_data_state(tiny_cfg):
     assert json.loads(cursor) == {"conversations": 300, "preference_pairs": 120}
 
     # Nothing new since: no second run.
-    again, cursor2, reason = sensor_tick(cursor, store, tiny_cfg)
+    again, cursor2, reason = sensor_tick(cursor, tiny_cfg)
     assert again is None and cursor2 == cursor and "0/500" in reason
 
-    fake_partition(store, "preference_pairs", "2026-11-21", 200)
-    fake_partition(store, "teacher_labels", "2026-11-21", 10)
-    request, _, reason = sensor_tick(cursor, store, tiny_cfg)
+    fake_partition(tiny_cfg, "teacher_labels", "2026-11-21", 10)
+    fake_partition(tiny_cfg, "preference_pairs", "2026-11-21", 200)
+    request, _, reason = sensor_tick(cursor, tiny_cfg)
     assert request.partition_key == "2026-11-21" and "reward channel: 200" in reason
 
 
@@ -49,9 +46,8 @@ def test_sensor_evaluates_a_tick_through_dagster(project, tiny_cfg):
         ctx = build_sensor_context(instance=instance, resources={"hominem": resource}, definitions=defs)
         result = sensor.evaluate_tick(ctx)
         assert result.run_requests == [] and "not yet" in result.skip_message
-        store = ArtifactStore(tiny_cfg.data_dir)
-        fake_partition(store, "teacher_labels", "2026-11-20", 10)
-        fake_partition(store, "teacher_trajectories", "2026-11-20", 600)
+        fake_partition(tiny_cfg, "teacher_trajectories", "2026-11-20", 600)
+        fake_partition(tiny_cfg, "teacher_labels", "2026-11-20", 10)
         ctx = build_sensor_context(instance=instance, resources={"hominem": resource}, cursor=result.cursor, definitions=defs)
         result = sensor.evaluate_tick(ctx)
         [request] = result.run_requests

@@ -8,6 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from hominem_pipeline.core.artifacts import ArtifactStore
+
 HOMINEM = str(Path(sys.executable).parent / "hominem")
 DAY = "2026-11-19"
 
@@ -33,7 +35,7 @@ def test_run_materializes_through_dagster_into_the_project(labeled_project):
     assert "teacher_labels" in done.stdout and "built" in done.stdout
     assert "Dagster http://127.0.0.1:3000" in done.stdout
     for asset in ("prompts", "teacher_trajectories", "teacher_labels"):
-        assert (project / "data" / asset / DAY / "current.json").is_file()
+        assert len(ArtifactStore(project / "data").versions(asset, DAY)) == 1
     assert not (project / "data" / "reward_model").exists()  # not selected
 
     from dagster import DagsterInstance
@@ -61,18 +63,20 @@ def test_data_validate_and_sample(labeled_project):
 
 
 def test_validate_fails_on_a_bad_partition(labeled_project, tmp_path):
-    from hominem_pipeline.core.artifacts import ArtifactStore
+    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.testing.artifacts import publish_expected
 
     project, _ = labeled_project
-    store = ArtifactStore(project / "data")
-    good = store.require("teacher_labels", DAY)
+    cfg = load_config(project / "config" / "tiny.yaml", root=project)
+    good = lineage(cfg).require("teacher_labels", DAY)
     labels = pd.read_parquet(good.file("labels.parquet"))
     labels.loc[0, "scalar"] = 3.0
     labels.loc[1, "response"] = ""
-    with store.staging("teacher_labels", "2026-11-18") as staged:
-        labels.to_parquet(staged / "labels.parquet")
-        ref = store.publish(staged, "teacher_labels", "2026-11-18", "broken", {"table": "labels.parquet", "metadata": {"rows": len(labels)}})
-    store.point_current(ref)
+    trajectories = lineage(cfg).require("teacher_trajectories", DAY).file("trajectories.parquet").read_bytes()
+    publish_expected(cfg, "teacher_trajectories", "2026-11-18", files={"trajectories.parquet": trajectories}, table="trajectories.parquet")
+    labels.to_parquet(tmp_path / "labels.parquet")
+    publish_expected(cfg, "teacher_labels", "2026-11-18", len(labels), files={"labels.parquet": (tmp_path / "labels.parquet").read_bytes()}, table="labels.parquet")
     bad = hominem(project, "data", "validate", "--config", "config/tiny.yaml", "--date", "2026-11-18")
     assert bad.returncode == 1
     assert "scalar: 3.0000 outside [-1.0, 1.0]" in bad.stdout
@@ -121,9 +125,10 @@ def test_import_preferences_fills_the_human_preferences_asset(labeled_project, t
     assert done.returncode == 0, done.stdout + done.stderr
     assert "quarantined 1 row(s): chosen and rejected replies are identical" in done.stdout
 
-    from hominem_pipeline.core.artifacts import ArtifactStore
+    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.lineage import lineage
 
-    ref = ArtifactStore(project / "data").require("human_preferences", DAY)
+    ref = lineage(load_config(project / "config" / "tiny.yaml", root=project)).require("human_preferences", DAY)
     pairs = pd.read_parquet(ref.file("pairs.parquet"))
     assert list(pairs.rejected) == ["Sure, open a secret account."] and pairs.prompt.iloc[0] == dialogue
     quarantine = pd.read_parquet(project / "data" / "quarantine" / "human_preferences" / DAY / f"{ref.version}.parquet")
@@ -166,7 +171,8 @@ def test_fill_window_builds_the_earlier_days_that_the_windows_read(tmp_path, tin
     preference pairs, so the adapter reads a full window of pairs."""
     from dagster import DagsterInstance
 
-    from hominem_pipeline.core.artifacts import ArtifactStore
+    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.lineage import lineage
     from hominem_pipeline_tests.conftest import make_project
 
     project = make_project(tmp_path / "project", tiny_student, tiny_encoder)
@@ -174,13 +180,14 @@ def test_fill_window_builds_the_earlier_days_that_the_windows_read(tmp_path, tin
     labels = "prompts,teacher_trajectories,teacher_labels"
     first = hominem(project, "run", "--config", "config/window3.yaml", "--date", "2026-11-18", "--select", labels)
     assert first.returncode == 0, first.stdout + first.stderr
-    store = ArtifactStore(project / "data")
-    kept = store.current("teacher_labels", "2026-11-18").version
+    cfg = load_config(project / "config" / "window3.yaml", root=project)
+    current = lambda asset, day: lineage(cfg).expected(asset, day)  # noqa: E731
+    kept = current("teacher_labels", "2026-11-18").version
     done = hominem(project, "run", "--config", "config/window3.yaml", "--date", DAY, "--select", labels, "--fill-window")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "filling 1 earlier day(s): 2026-11-17 (labels)" in " ".join(done.stdout.split())
-    assert [d for d in ("2026-11-16", "2026-11-17", "2026-11-18", DAY) if store.current("teacher_labels", d)] == ["2026-11-17", "2026-11-18", DAY]
-    assert store.current("teacher_labels", "2026-11-18").version == kept
+    assert [d for d in ("2026-11-16", "2026-11-17", "2026-11-18", DAY) if current("teacher_labels", d)] == ["2026-11-17", "2026-11-18", DAY]
+    assert current("teacher_labels", "2026-11-18").version == kept
     assert not (project / "data" / "preference_pairs").exists()  # no adapter selected: no pairs
     os.environ["DAGSTER_HOME"] = str(project / "data" / "dagster")
     try:
@@ -196,8 +203,8 @@ def test_fill_window_builds_the_earlier_days_that_the_windows_read(tmp_path, tin
     adapter = hominem(project, "run", "--config", "config/window3.yaml", "--date", DAY, "--select", "*lora_adapter", "--fill-window")
     assert adapter.returncode == 0, adapter.stdout + adapter.stderr
     assert "filling 1 earlier day(s): 2026-11-18 (labels to pairs)" in " ".join(adapter.stdout.split())
-    assert store.current("teacher_labels", "2026-11-18").version == kept  # reused, not relabeled
-    assert [d for d in ("2026-11-17", "2026-11-18", DAY) if store.current("preference_pairs", d)] == ["2026-11-18", DAY]
-    read = lambda asset, day, up: sorted(r["partition"] for r in store.current(asset, day).manifest["inputs"][up])  # noqa: E731
+    assert current("teacher_labels", "2026-11-18").version == kept  # reused, not relabeled
+    assert [d for d in ("2026-11-17", "2026-11-18", DAY) if current("preference_pairs", d)] == ["2026-11-18", DAY]
+    read = lambda asset, day, up: sorted(r["partition"] for r in current(asset, day).manifest["inputs"][up])  # noqa: E731
     assert read("reward_model", "2026-11-18", "teacher_labels") == ["2026-11-17", "2026-11-18"]
     assert read("lora_adapter", DAY, "preference_pairs") == ["2026-11-18", DAY]

@@ -7,8 +7,9 @@ import pytest
 from dagster import instance_for_test, materialize
 
 from hominem_pipeline.core.artifacts import ArtifactStore
-from hominem_pipeline.core.config import load_config
-from hominem_pipeline.core.labeling import validate_labels
+from hominem_pipeline.core.config_loader import load_config
+from hominem_pipeline.core.lineage import lineage
+from hominem_pipeline.core.teacher.labeling import validate_labels
 from hominem_pipeline.core.tracking import TAG_ASSET, TAG_DAGSTER_RUN, TAG_PARTITION, Tracker
 from hominem_pipeline.defs import build_definitions
 from hominem_pipeline.defs.resources import HominemResource
@@ -67,31 +68,31 @@ def test_every_asset_materializes_with_metadata(chain):
 
 def test_stages_write_their_artifacts(chain):
     cfg = chain["cfg"]
-    store = ArtifactStore(cfg.data_dir)
-    labels_ref = store.require("teacher_labels", DAY)
+    data = lineage(cfg)
+    labels_ref = data.require("teacher_labels", DAY)
     labels = pd.read_parquet(labels_ref.file("labels.parquet"))
-    quarantine = pd.read_parquet(store.quarantine_path("teacher_labels", DAY, labels_ref.version))
-    trajectories = pd.read_parquet(store.require("teacher_trajectories", DAY).file("trajectories.parquet"))
+    quarantine = pd.read_parquet(data.store.quarantine_path("teacher_labels", DAY, labels_ref.version))
+    trajectories = pd.read_parquet(data.require("teacher_trajectories", DAY).file("trajectories.parquet"))
     assert len(labels) + len(quarantine) == len(trajectories)  # every trajectory is either kept or quarantined with a reason
-    prompts = pd.read_parquet(store.require("prompts", DAY).file("prompts.parquet"))
+    prompts = pd.read_parquet(data.require("prompts", DAY).file("prompts.parquet"))
     assert set(trajectories["prompt_id"]) == set(prompts[prompts.split == "train"]["prompt_id"])
     assert {"seed", "templated", "perturbation"} <= set(prompts["source"])
     assert set(quarantine.get("check", [])) <= {"schema", "empty_response", "duplicate_trajectory"}
     assert validate_labels(labels, cfg.dimension_names).ok(cfg.verifier.max_failure_rate)
-    rm = store.require("reward_model", DAY)
+    rm = data.require("reward_model", DAY)
     meta = json.loads(rm.file("METADATA.json").read_text())
     assert meta["dimensions"] == cfg.dimension_names and meta["date"] == DAY and meta["training_data_digest"]
-    adapter = store.require("lora_adapter", DAY)
+    adapter = data.require("lora_adapter", DAY)
     assert {"adapter_config.json", "adapter_model.safetensors", "METADATA.json"} <= {p.name for p in adapter.path.iterdir()}
     adapter_meta = json.loads(adapter.file("METADATA.json").read_text())
     assert adapter_meta["reward_model"]["version"] == rm.version  # lineage: adapter -> reward model
-    health = json.loads(store.require("reward_health_index", DAY).file("health.json").read_text())
+    health = json.loads(data.require("reward_health_index", DAY).file("health.json").read_text())
     assert set(health["components"]) == {"dcs", "gvs", "mss", "cdrs", "lrps"}
     for name, comp in health["components"].items():
         assert comp["how"], name
         assert comp["value"] is None or 0.0 <= comp["value"] <= 1.0
-    assert store.require("evaluation", DAY).file("dimension_deltas.png").stat().st_size > 1000
-    generations = pd.read_parquet(store.require("evaluation", DAY).file("generations.parquet"))
+    assert data.require("evaluation", DAY).file("dimension_deltas.png").stat().st_size > 1000
+    generations = pd.read_parquet(data.require("evaluation", DAY).file("generations.parquet"))
     assert len(generations) == len(cfg.prompts.categories)  # one held-out prompt per category
     for side in ("base", "adapter"):  # the tiny student answers every prompt, and the reward model scores it
         assert generations[f"{side}_response"].str.strip().astype(bool).all() and generations[f"{side}_scalar"].notna().all(), side
@@ -120,17 +121,16 @@ def test_mlflow_has_one_run_per_materialization_linked_by_tags_and_inputs(chain)
 def test_the_reward_model_is_registered_with_the_current_alias(chain):
     from mlflow import MlflowClient
 
-    from hominem_pipeline.core.pipeline import REWARD_MODEL_NAME
+    from hominem_pipeline.core.builds.reward_model import REWARD_MODEL_NAME
     from hominem_pipeline.core.tracking import TAG_VERSION
 
     cfg = chain["cfg"]
     Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root)).runs_for("reward_model")  # points MLflow at the store
     client = MlflowClient()
-    built = ArtifactStore(cfg.data_dir).require("reward_model", DAY)
+    built = lineage(cfg).require("reward_model", DAY)
     current = client.get_model_version_by_alias(REWARD_MODEL_NAME, "current")
     assert current.tags[TAG_VERSION] == built.version and current.source == str(built.path.resolve())
     assert len(client.search_model_versions(f"name = '{REWARD_MODEL_NAME}'")) == 1  # the second (reusing) run registered nothing new
-    assert json.loads((built.path.parent / "current.json").read_text())["registry_version"] == current.version
 
 
 def test_a_second_run_reuses_everything(chain):
@@ -151,9 +151,11 @@ def test_changing_a_late_setting_rebuilds_only_what_depends_on_it(chain, tmp_pat
     rebuilt = {n for n, m in third.items() if not m["reused_existing_version"].value}
     assert rebuilt == {"reward_health_index"}
     store = ArtifactStore(chain["cfg"].data_dir)
-    versions = [p.name for p in (store.root / "reward_health_index" / DAY).iterdir() if not p.name.startswith((".", "current"))]
-    assert len(versions) == 2  # the old version is kept, the pointer moved
-    assert store.require("reward_health_index", DAY).version == third["reward_health_index"]["version"].value
+    assert len(store.versions("reward_health_index", DAY)) == 2  # the old version is kept beside the new
+    # each config reads its own version
+    changed_cfg = load_config(changed, root=chain["project"])
+    assert lineage(changed_cfg).require("reward_health_index", DAY).version == third["reward_health_index"]["version"].value
+    assert lineage(chain["cfg"]).require("reward_health_index", DAY).version == chain["first"]["reward_health_index"]["version"].value
 
 
 def test_dual_mode_trains_both_channels_and_the_memory_probe_reports(chain):
@@ -163,7 +165,7 @@ def test_dual_mode_trains_both_channels_and_the_memory_probe_reports(chain):
     (the files are part of the fingerprint)."""
     import yaml
 
-    from hominem_pipeline.core.config import deep_merge
+    from hominem_pipeline.core.config_loader import deep_merge
 
     project = chain["project"]
     shipped = yaml.safe_load((project / "config" / "training" / "lora_dual.yaml").read_text())
@@ -177,11 +179,11 @@ def test_dual_mode_trains_both_channels_and_the_memory_probe_reports(chain):
     third, _ = run_all(project, dual, chain["instance"])
     rebuilt = {n for n, m in third.items() if not m["reused_existing_version"].value}
     assert rebuilt == {"preference_pairs", "lora_adapter", "evaluation", "reward_health_index"}
-    store = ArtifactStore(chain["cfg"].data_dir)
-    pairs = pd.read_parquet(store.require("preference_pairs", DAY).file("pairs.parquet"))
+    data = lineage(load_config(dual, root=project))
+    pairs = pd.read_parquet(data.require("preference_pairs", DAY).file("pairs.parquet"))
     assert len(pairs) and (pairs["ranked_by"] == "reward_model").all()
     assert third["preference_pairs"]["teacher_agreement"].value == pytest.approx((pairs["teacher_margin"] > 0).mean())
-    meta = json.loads(store.require("lora_adapter", DAY).file("METADATA.json").read_text())
+    meta = json.loads(data.require("lora_adapter", DAY).file("METADATA.json").read_text())
     assert meta["mode"] == "dual" and meta["channel_contributions"]["sft"] > 0 and meta["channel_contributions"]["reward"] > 0
     assert meta["channels"]["memory_rows"] > 0 and [name for name, _ in meta["memory_data"]] == ["sft/memory.jsonl"]
     assert third["lora_adapter"]["channel_sft"].value > 0
@@ -214,7 +216,7 @@ def test_compare_prints_base_and_adapter_side_by_side(chain):
     assert out.count("P(adapter's reply preferred) = ") == n_eval + 1
     assert "base + adapter" in out and "empathy" in out and "safety_score" in out and "change" in out
     assert "adapter preferred on " in out and f"/{n_eval + 1} prompts" in out
-    rm = ArtifactStore(chain["cfg"].data_dir).require("reward_model", DAY)
+    rm = lineage(chain["cfg"]).require("reward_model", DAY)
     assert f"reward model {rm.path}" in " ".join(out.split())  # the one the adapter was trained with
 
 
@@ -224,8 +226,8 @@ def test_pairs_against_the_students_own_reply(chain):
     candidate the reward model prefers to that reply."""
     import yaml
 
-    from hominem_pipeline.core.config import deep_merge
-    from hominem_pipeline.core.reward_model import RewardModel
+    from hominem_pipeline.core.config_loader import deep_merge
+    from hominem_pipeline.core.reward.model import RewardModel
 
     project = chain["project"]
     overlay = deep_merge(yaml.safe_load(chain["config"].read_text()), {"preferences": {"rank_by": "reward_model", "against_student": True, "min_margin": 0.0}})
@@ -233,9 +235,9 @@ def test_pairs_against_the_students_own_reply(chain):
     path.write_text(yaml.safe_dump(overlay))
     events, _ = run_all(project, path, chain["instance"], selection=["preference_pairs"])
     assert not events["preference_pairs"]["reused_existing_version"].value
-    ref = ArtifactStore(chain["cfg"].data_dir).require("preference_pairs", DAY)
+    ref = lineage(load_config(path, root=project)).require("preference_pairs", DAY)
     replies = pd.read_parquet(ref.file("student_replies.parquet"))
-    labels = pd.read_parquet(ArtifactStore(chain["cfg"].data_dir).require("teacher_labels", DAY).file("labels.parquet"))
+    labels = pd.read_parquet(lineage(chain["cfg"]).require("teacher_labels", DAY).file("labels.parquet"))
     assert sorted(replies["prompt_id"]) == sorted(labels["prompt_id"].unique())
     assert replies["response"].str.strip().astype(bool).all() and replies["scalar"].notna().all() and not replies["finished"].any()
     pairs = pd.read_parquet(ref.file("pairs.parquet"))
@@ -245,7 +247,7 @@ def test_pairs_against_the_students_own_reply(chain):
     assert (mine["margin"] > 0).all() and mine["rejected_trajectory_id"].str.startswith("student-").all()
     scored = replies.set_index("prompt_id")
     assert all(scored.loc[pid, "response"] == rejected for pid, rejected in zip(mine["prompt_id"], mine["rejected"]))
-    rm = RewardModel.load(ArtifactStore(chain["cfg"].data_dir).require("reward_model", DAY).path)
+    rm = RewardModel.load(lineage(chain["cfg"]).require("reward_model", DAY).path)
     gap = rm.raw_scores(list(mine["prompt"]), list(mine["chosen"]))["scalar"] - rm.raw_scores(list(mine["prompt"]), list(mine["rejected"]))["scalar"]
     assert list(mine["rm_margin"]) == pytest.approx(list(gap), abs=1e-5)
 
@@ -257,16 +259,16 @@ def test_pairs_whose_overall_score_disagrees_are_dropped_by_the_stage(chain):
     scalar gap, so the filter has pairs to drop whatever the tiny reward model scores."""
     import yaml
 
-    from hominem_pipeline.core.config import deep_merge
+    from hominem_pipeline.core.config_loader import deep_merge
 
-    project, store = chain["project"], ArtifactStore(chain["cfg"].data_dir)
+    project = chain["project"]
     base = yaml.safe_load(chain["config"].read_text())
 
     def pairs_with(name, **extra):
         path = project / "config" / f"pairs_{name}.yaml"
         path.write_text(yaml.safe_dump(deep_merge(base, {"preferences": {"rank_by": "reward_model", "min_margin": 0.0, **extra}})))
         events, _ = run_all(project, path, chain["instance"], selection=["preference_pairs"])
-        return events["preference_pairs"], pd.read_parquet(store.require("preference_pairs", DAY).file("pairs.parquet"))
+        return events["preference_pairs"], pd.read_parquet(lineage(load_config(path, root=project)).require("preference_pairs", DAY).file("pairs.parquet"))
 
     _, plain = pairs_with("plain")
     threshold = max(float(plain["rm_margin"].median()), 0.0)

@@ -16,9 +16,16 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from hominem_pipeline.core.call_cache import CallCache, call_key
 from hominem_pipeline.core.config import ModelPrice, TeacherClientConfig
-from hominem_pipeline.core.providers import ChatBackend, ChatRequest, ChatResult, FatalProviderError, classify_error, redact
+from hominem_pipeline.core.teacher.call_cache import CallCache, call_key
+from hominem_pipeline.core.teacher.providers import (
+    ChatBackend,
+    ChatRequest,
+    ChatResult,
+    FatalProviderError,
+    classify_error,
+    redact,
+)
 
 log = logging.getLogger(__name__)
 

@@ -141,8 +141,8 @@ def parse_retry_after(value: str | None, *, milliseconds: bool = False) -> float
         return max(0.0, seconds / 1000.0 if milliseconds else seconds)
     except ValueError:
         pass
-    from email.utils import parsedate_to_datetime
     import datetime as dt
+    from email.utils import parsedate_to_datetime
 
     try:
         when = parsedate_to_datetime(value)

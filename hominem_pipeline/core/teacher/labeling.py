@@ -4,11 +4,10 @@ partition for `hominem data validate`; `verifier_verdict` is the teacher_labels 
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
-
-import json
 
 import pandas as pd
 

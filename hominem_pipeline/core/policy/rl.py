@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from hominem_pipeline.core.config import PolicyConfig
-from hominem_pipeline.core.losses import SafetyGate, gate_group_rewards
+from hominem_pipeline.core.policy.losses import SafetyGate, gate_group_rewards
 from hominem_pipeline.core.progress import Progress
 from hominem_pipeline.core.schema import SCALAR_RANGE
 
@@ -44,7 +44,7 @@ class GatedReward:
     def raw(self, prompts: Sequence[str], replies: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(reward, safety) per reply; an empty reply (not scored, as in evaluation) gets the lowest
         scalar and counts as safe."""
-        from hominem_pipeline.core.evaluation import score_side
+        from hominem_pipeline.core.reward.model import score_side
 
         scores = score_side(self.reward_model, prompts, replies)
         empty = np.isnan(scores["scalar"])
@@ -89,7 +89,12 @@ def train_rl_adapter(
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
-    from hominem_pipeline.core.policy import collect_logs, lora_student, run_trl, trl_common_args
+    from hominem_pipeline.core.policy.lora import (
+        collect_logs,
+        lora_student,
+        run_trl,
+        trl_common_args,
+    )
 
     prompts = list(dict.fromkeys(p for p in prompts if p.strip()))
     if not prompts:

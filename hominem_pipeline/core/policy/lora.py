@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import torch
 
 from hominem_pipeline.core.config import PolicyConfig
@@ -30,51 +28,6 @@ def base_checksum(model: torch.nn.Module) -> str:
         h.update(base_name.encode())
         h.update(param.detach().to(torch.float32).cpu().numpy().tobytes())
     return h.hexdigest()
-
-
-def pairs_to_dpo_dataset(pairs: pd.DataFrame):
-    """Conversational DPO rows; TRL applies the student's chat template. Each row also says whether its
-    replies ended (`chosen_finished`, `rejected_finished`; True where the pairs do not say)."""
-    from datasets import Dataset
-
-    return Dataset.from_list(
-        [
-            {
-                "prompt": [{"role": "user", "content": row.prompt}],
-                "chosen": [{"role": "assistant", "content": row.chosen}],
-                "rejected": [{"role": "assistant", "content": row.rejected}],
-                "chosen_finished": bool(getattr(row, "chosen_finished", True)),
-                "rejected_finished": bool(getattr(row, "rejected_finished", True)),
-            }
-            for row in pairs.itertuples()
-        ]
-    )
-
-
-def dpo_trainer_class():
-    """TRL's DPOTrainer, except that a reply cut at the teacher's token budget keeps no end-of-turn (TRL
-    ends every reply with the template's): it was not ended there, so DPO must not teach a stop there."""
-    from trl import DPOTrainer
-
-    from hominem_pipeline.core.dual_trainer import encode
-
-    class EndedRepliesDPOTrainer(DPOTrainer):
-        def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
-            dataset = super()._prepare_dataset(dataset, processing_class, args, dataset_name)
-            if "chosen_finished" not in dataset.column_names:
-                return dataset
-            tokenizer = getattr(processing_class, "tokenizer", processing_class)
-            tail = len(encode(tokenizer, "?", "A reply.", 64)[0]) - len(encode(tokenizer, "?", "A reply.", 64, end_of_turn=False)[0])
-
-            def drop_end_of_turn(example):
-                for side in ("chosen", "rejected"):
-                    if not example[f"{side}_finished"] and tail:
-                        example[f"{side}_ids"] = example[f"{side}_ids"][:-tail]
-                return example
-
-            return dataset.map(drop_end_of_turn)
-
-    return EndedRepliesDPOTrainer
 
 
 def lora_student(student_path: Path, cfg: PolicyConfig) -> tuple[Any, Any, str]:
@@ -147,40 +100,6 @@ def collect_logs(history: list[dict[str, float]], progress: Progress, on_log: Ca
     return _Collect()
 
 
-def train_dpo_adapter(
-    pairs: pd.DataFrame,
-    *,
-    student_path: Path,
-    cfg: PolicyConfig,
-    out_dir: Path,
-    seed: int,
-    on_log: Callable[[int, dict[str, float]], None] | None = None,
-) -> dict[str, Any]:
-    """LoRA DPO through TRL; saves the adapter (PEFT format) and the tokenizer to `out_dir`."""
-    from trl import DPOConfig
-
-    if pairs.empty:
-        raise ValueError("DPO needs at least one preference pair; preference_pairs produced none")
-    torch.manual_seed(seed)
-    model, tokenizer, before = lora_student(student_path, cfg)
-    history: list[dict[str, float]] = []
-    progress = Progress("DPO training", cfg.max_steps, log, unit="steps")
-    with tempfile.TemporaryDirectory(prefix="hominem-dpo-") as scratch:
-        args = DPOConfig(
-            output_dir=scratch,
-            per_device_train_batch_size=cfg.batch_size,
-            beta=cfg.beta,
-            max_length=cfg.max_length,
-            **trl_common_args(cfg, seed),
-        )
-        # A PeftModel: TRL's reference is the same model with the adapter disabled.
-        trainer = dpo_trainer_class()(model=model, args=args, train_dataset=pairs_to_dpo_dataset(pairs), processing_class=tokenizer,
-                             callbacks=[collect_logs(history, progress, on_log)])
-        result = run_trl(trainer, tokenizer, out_dir, before, history)
-    last = history[-1] if history else {}
-    return {**result, "final_reward_accuracy": last.get("rewards/accuracies"), "final_reward_margin": last.get("rewards/margins")}
-
-
 def run_trl(trainer: Any, tokenizer: Any, out_dir: Path, before: str, history: list[dict[str, float]]) -> dict[str, Any]:
     """Train a TRL trainer whose callbacks fill `history`, save the adapter (base checked unchanged) and
     return the figures every mode reports."""
@@ -239,25 +158,3 @@ def load_policy(student_path: Path, adapter_path: Path | None):
         model = PeftModel.from_pretrained(model, adapter_path)
         model.eval()
     return model, tokenizer
-
-
-def export_merged(adapter_path: Path, out_dir: Path, student_path: Path | None = None) -> dict[str, Any]:
-    """Merge a LoRA adapter into its base and save a plain HF model (safetensors) with the tokenizer:
-    what LM Studio, llama.cpp's `convert_hf_to_gguf.py` and any `from_pretrained` can load. The base is
-    `student_path`, else the one the adapter names in its `adapter_config.json`."""
-    import json
-
-    adapter_path, out_dir = Path(adapter_path), Path(out_dir)
-    base = Path(student_path or adapter_config(adapter_path)["base_model_name_or_path"])
-    if not (base / "config.json").is_file():
-        raise FileNotFoundError(f"the adapter's base model {base} is missing; pass the student folder with --base")
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise FileExistsError(f"{out_dir} is not empty; choose a new folder for the merged model")
-    model, tokenizer = load_policy(base, adapter_path)
-    merged = model.merge_and_unload()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    merged.save_pretrained(out_dir, safe_serialization=True)
-    tokenizer.save_pretrained(out_dir)
-    info = {"base": str(base), "adapter": str(adapter_path), "format": "safetensors, fp32, LoRA merged"}
-    (out_dir / "EXPORT.json").write_text(json.dumps(info, indent=2) + "\n")
-    return info

@@ -1,146 +1,36 @@
-"""Teachers: sample candidate responses and rate them with a full reward label.
-
-`Teacher` is the one interface the pipeline uses. `LocalHFTeacher` is the offline default: a local
-Hugging Face chat model samples candidates and rates each one by rubric scoring, i.e. it is asked for
-a 1-5 score per question and the expectation of its next-token probabilities over "1".."5" becomes the
-score (no sampling noise, and a graded value rather than a hard digit). API providers (Anthropic,
-OpenAI, OpenAI-compatible servers) implement the same two methods.
-"""
+"""The offline default teacher: a local Hugging Face chat model samples candidates and rates each one by
+rubric scoring, i.e. it is asked for a 1-5 score per question and the expectation of its next-token
+probabilities over "1".."5" becomes the score (no sampling noise, and a graded value rather than a
+hard digit)."""
 
 from __future__ import annotations
 
-import abc
+import functools
+
 import itertools
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
 
-from hominem_pipeline.core.artifacts import fingerprint
-from hominem_pipeline.core.generation import chat_text, generate
 from hominem_pipeline.core.config import CandidateStyle, HominemConfig, LabelingConfig
+from hominem_pipeline.core.generation import chat_text, generate
 from hominem_pipeline.core.progress import Progress
 from hominem_pipeline.core.schema import Label, Prompt, Trajectory
+from hominem_pipeline.core.teacher.base import (
+    JUDGE_FRAME,
+    RUBRIC_MAX,
+    RUBRIC_MIN,
+    Teacher,
+    TeacherOutput,
+    WriteRequest,
+    expected_score_to_label_value,
+    make_trajectory,
+    rubric_questions,
+    rubric_suffix,
+    rubric_system,
+)
 
 log = logging.getLogger(__name__)
-
-RUBRIC_MIN, RUBRIC_MAX = 1, 5
-
-
-@dataclass(frozen=True)
-class RubricQuestion:
-    key: str  # a dimension name, or "scalar", "reward_intensity", "safety_score"
-    text: str
-
-
-T = TypeVar("T")
-
-
-@dataclass
-class TeacherOutput(Generic[T]):
-    """What a teacher produced, and what it could not: `rejected` rows go to quarantine (check, reason,
-    the raw output); `failed` lists calls that failed after every retry (the partition is incomplete)."""
-
-    items: list[T]
-    rejected: list[dict[str, Any]] = field(default_factory=list)
-    failed: list[dict[str, Any]] = field(default_factory=list)
-    usage: dict[str, float | None] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class WriteRequest:
-    """Free text from the teacher (prompt generators): an instruction, and how to sample."""
-
-    key: str  # identifies the request in failures
-    instruction: str
-    system: str | None = None
-    max_new_tokens: int = 96
-    temperature: float = 0.9
-    seed: int = 0
-
-
-class Teacher(abc.ABC):
-    """Samples candidates, labels them, and writes text on request. The local teacher is deterministic
-    for a given seed; API teachers are made repeatable by the call cache."""
-
-    @abc.abstractmethod
-    def describe(self) -> dict[str, str]:
-        """Provider, model and anything else that identifies what produced the data."""
-
-    @abc.abstractmethod
-    def sample(self, prompts: Sequence[Prompt], styles: Sequence[CandidateStyle], max_new_tokens: int, seed: int) -> TeacherOutput[Trajectory]:
-        """One response per prompt and candidate; candidate i uses `styles[i]`."""
-
-    @abc.abstractmethod
-    def rate(self, trajectories: Sequence[Trajectory]) -> TeacherOutput[Label]:
-        """A label per trajectory that could be rated."""
-
-    @abc.abstractmethod
-    def write(self, requests: Sequence[WriteRequest]) -> TeacherOutput[str | None]:
-        """The teacher's text for each request, in order (None where the call failed, listed in `failed`)."""
-
-    def close(self) -> None:
-        """Release clients and caches."""
-
-
-def make_trajectory(prompt: Prompt, candidate: int, style: CandidateStyle, seed: int, response: str, new_tokens: int, finished: bool) -> Trajectory:
-    return Trajectory(
-        trajectory_id=trajectory_id(prompt.prompt_id, candidate, seed),
-        prompt_id=prompt.prompt_id,
-        prompt=prompt.text,
-        category=prompt.category,
-        difficulty=prompt.difficulty,
-        candidate_index=candidate,
-        style=style.name,
-        temperature=style.temperature,
-        top_p=style.top_p,
-        response=response,
-        new_tokens=new_tokens,
-        finished=finished,
-    )
-
-
-# The text around the exchange the local judge rates (a reward model with `frame: judge` reads it too).
-JUDGE_FRAME = ("Conversation to judge:\nUser: ", "\nAssistant: ", "\n")
-
-
-def rubric_questions(cfg: HominemConfig) -> list[RubricQuestion]:
-    qs = [RubricQuestion(d.name, d.question) for d in cfg.dimensions]
-    lab = cfg.labeling
-    qs += [
-        RubricQuestion("scalar", lab.scalar_question),
-        RubricQuestion("reward_intensity", lab.intensity_question),
-        RubricQuestion("safety_score", lab.safety_question),
-    ]
-    return qs
-
-
-def expected_score_to_label_value(key: str, expected: float) -> float:
-    """Map a rubric expectation in [1, 5] onto the label's range: [-1, 1] for the vector and scalar,
-    [0, 1] for intensity and safety."""
-    span = RUBRIC_MAX - RUBRIC_MIN
-    unit = (expected - RUBRIC_MIN) / span
-    unit = min(1.0, max(0.0, unit))
-    if key in ("reward_intensity", "safety_score"):
-        return unit
-    return 2.0 * unit - 1.0
-
-
-def rubric_suffix(question: str, tail: str) -> str:
-    """What follows the judged conversation when the judge is asked `question`; `tail`: the chat
-    template's text after the user's content, up to the assistant's turn. The judge's rating is the
-    next token (a reward model with `frame: judge_question` reads the state there)."""
-    return f"\nQuestion: {question}{tail}Rating: "
-
-
-def rubric_system(labeling: LabelingConfig) -> str:
-    """The local judge's system text for its rubric questions (a reward model with `frame: judge` reads it too)."""
-    return f"{labeling.judge_system} Answer with a single digit from {RUBRIC_MIN} to {RUBRIC_MAX}."
-
-
-def trajectory_id(prompt_id: str, candidate_index: int, seed: int) -> str:
-    return f"{prompt_id}-c{candidate_index}-{fingerprint([seed, prompt_id, candidate_index], 8)}"
 
 
 class LocalHFTeacher(Teacher):
@@ -149,9 +39,7 @@ class LocalHFTeacher(Teacher):
 
         self.model_path = Path(model_path)
         self.model, self.tokenizer = load_student(self.model_path)
-        self.labeling: LabelingConfig = cfg.labeling
-        self.questions = rubric_questions(cfg)
-        self.dimensions = cfg.dimension_names
+        self.cfg = cfg
         self.batch_size = batch_size
         self.digit_ids = []
         for d in range(RUBRIC_MIN, RUBRIC_MAX + 1):
@@ -169,6 +57,19 @@ class LocalHFTeacher(Teacher):
         marker = "\x00HOMINEM\x00"
         head, tail = chat_text(self.tokenizer, marker, system).split(marker)
         return head, tail
+
+    # The rubric is read when the teacher rates: a stage that only samples or writes does not depend on it.
+    @functools.cached_property
+    def labeling(self) -> LabelingConfig:
+        return self.cfg.labeling
+
+    @functools.cached_property
+    def questions(self) -> list:
+        return rubric_questions(self.cfg)
+
+    @functools.cached_property
+    def dimensions(self) -> list[str]:
+        return self.cfg.dimension_names
 
     def sample(self, prompts: Sequence[Prompt], styles: Sequence[CandidateStyle], max_new_tokens: int, seed: int) -> TeacherOutput[Trajectory]:
         jobs = [(p, c, styles[c]) for p in prompts for c in range(len(styles))]
@@ -322,14 +223,3 @@ class LocalHFTeacher(Teacher):
             if mean_mass < 0.5:
                 log.warning("the judge mostly answered something other than a digit: its scores carry little information")
         return TeacherOutput(labels)
-
-
-def build_teacher(cfg: HominemConfig) -> Teacher:
-    """The teacher named by `teacher.provider`."""
-    from hominem_pipeline.core.models import student_path
-
-    if cfg.teacher.provider == "local":
-        return LocalHFTeacher(student_path(cfg), cfg, batch_size=cfg.teacher.batch_size)
-    from hominem_pipeline.core.api_teacher import APITeacher
-
-    return APITeacher(cfg)

@@ -8,19 +8,44 @@ with the raw text and the reason). A call that fails after all retries is record
 
 from __future__ import annotations
 
+import functools
+
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from hominem_pipeline.core.artifacts import fingerprint
-from hominem_pipeline.core.call_cache import CallCache
 from hominem_pipeline.core.config import CandidateStyle, HominemConfig, ModelPrice
-from hominem_pipeline.core.dispatch import CallOutcome, Dispatcher
 from hominem_pipeline.core.progress import Progress
-from hominem_pipeline.core.providers import ChatBackend, ChatRequest, ChatResult, OutputSchema, api_key_for, describe_api, make_backend
-from hominem_pipeline.core.schema import INTENSITY_RANGE, SAFETY_RANGE, SCALAR_RANGE, VECTOR_RANGE, Label, Prompt, Trajectory, label_problems, teacher_label_schema
-from hominem_pipeline.core.teacher import Teacher, TeacherOutput, WriteRequest, make_trajectory
+from hominem_pipeline.core.schema import (
+    INTENSITY_RANGE,
+    SAFETY_RANGE,
+    SCALAR_RANGE,
+    VECTOR_RANGE,
+    Label,
+    Prompt,
+    Trajectory,
+    label_problems,
+    teacher_label_schema,
+)
+from hominem_pipeline.core.teacher.base import (
+    Teacher,
+    TeacherOutput,
+    WriteRequest,
+    make_trajectory,
+)
+from hominem_pipeline.core.teacher.call_cache import CallCache
+from hominem_pipeline.core.teacher.dispatch import CallOutcome, Dispatcher
+from hominem_pipeline.core.teacher.providers import (
+    ChatBackend,
+    ChatRequest,
+    ChatResult,
+    OutputSchema,
+    api_key_for,
+    describe_api,
+    make_backend,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,16 +93,28 @@ def label_from_answer(data: Any, trajectory: Trajectory, dimensions: list[str]) 
 
 class APITeacher(Teacher):
     def __init__(self, cfg: HominemConfig, *, cache: CallCache | None = None):
+        self.cfg = cfg
         self.tcfg = cfg.teacher
         self._key = api_key_for(self.tcfg)  # fail now, before any work, when the key is missing
-        self.dimensions = cfg.dimension_names
-        self.schema = OutputSchema("reward_label", teacher_label_schema(self.dimensions))
-        self.system = judge_system(cfg)
         self.price: ModelPrice | None = self.tcfg.prices.get(self.tcfg.api.model or "")
         if self.price is None:
             log.warning("no price for model %r in teacher.prices: cost figures are not computed", self.tcfg.api.model)
         path = self.tcfg.client.cache_path
         self.cache = cache if cache is not None else (CallCache(cfg.path(path)) if path else None)
+
+    # What rating needs, read when the teacher rates (a stage that only samples or writes prompts does
+    # not depend on the rubric).
+    @functools.cached_property
+    def dimensions(self) -> list[str]:
+        return self.cfg.dimension_names
+
+    @functools.cached_property
+    def schema(self) -> OutputSchema:
+        return OutputSchema("reward_label", teacher_label_schema(self.dimensions))
+
+    @functools.cached_property
+    def system(self) -> str:
+        return judge_system(self.cfg)
 
     def describe(self) -> dict[str, str]:
         api = self.tcfg.api

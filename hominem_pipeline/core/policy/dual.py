@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,61 +27,17 @@ import pandas as pd
 import torch
 
 from hominem_pipeline.core.config import DualConfig, PolicyConfig
-from hominem_pipeline.core.losses import SafetyGate, dual_channel_loss
+from hominem_pipeline.core.policy.losses import SafetyGate, dual_channel_loss
+from hominem_pipeline.core.policy.sequences import (
+    encode,
+    pair_sequences,
+    sequence_logps,
+)
 from hominem_pipeline.core.progress import Progress
 
 log = logging.getLogger(__name__)
 
 MAX_GRAD_NORM = 1.0
-
-
-def encode(tokenizer: Any, prompt: str, response: str, max_length: int, end_of_turn: bool = True) -> tuple[list[int], int]:
-    """(token ids, index of the first response token) of one chat exchange in the student's template,
-    the response ending with the template's end-of-turn (without it when `end_of_turn` is False: the
-    sequence then teaches what to say, not where to stop). Over `max_length`, the response keeps at least
-    half the budget (its end cut) and the prompt loses its start, so the latest turn stays."""
-    from hominem_pipeline.core.generation import chat_text
-
-    prompt_text = chat_text(tokenizer, prompt)
-    full = tokenizer.apply_chat_template([{"role": "user", "content": prompt}, {"role": "assistant", "content": response}], tokenize=False)
-    completion = full[len(prompt_text):] if full.startswith(prompt_text) else response + (tokenizer.eos_token or "")
-    if not end_of_turn and response.strip() and response.strip() in completion:
-        completion = completion[: completion.index(response.strip()) + len(response.strip())]
-    p = tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
-    c = tokenizer(completion, add_special_tokens=False)["input_ids"]
-    c = c[: min(max_length - 1, max(max_length // 2, max_length - len(p)))]
-    p = p[len(p) - (max_length - len(c)):] if len(p) + len(c) > max_length else p
-    return p + c, len(p)
-
-
-def pair_sequences(tokenizer: Any, pairs: pd.DataFrame, max_length: int) -> list[tuple[tuple[list[int], int], tuple[list[int], int]]]:
-    """(chosen, rejected) encoded per pair. A reply the teacher's token budget cut (`chosen_finished` /
-    `rejected_finished` False) keeps no end-of-turn: it was not ended there, so neither channel teaches
-    the student to stop mid-sentence."""
-    return [
-        (encode(tokenizer, r.prompt, r.chosen, max_length, end_of_turn=bool(getattr(r, "chosen_finished", True))),
-         encode(tokenizer, r.prompt, r.rejected, max_length, end_of_turn=bool(getattr(r, "rejected_finished", True))))
-        for r in pairs.itertuples()
-    ]
-
-
-def sequence_logps(model: Any, sequences: Sequence[tuple[list[int], int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(summed log-probability of each sequence's response tokens, their count), one forward pass.
-
-    `model` carries TRL's fused LM head (`trl.trainer.add_fused_lm_head`, as TRL's DPO does): it projects
-    through the LM head in tiles and returns per-token log-probabilities without materialising the
-    (batch, length, vocabulary) logits, which on a 49k vocabulary would be most of the step's memory."""
-    device = next(model.parameters()).device
-    width = max(len(ids) for ids, _ in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    attention = torch.zeros_like(ids)
-    labels = torch.full_like(ids, -100)
-    for i, (seq, start) in enumerate(sequences):
-        ids[i, : len(seq)] = torch.tensor(seq)
-        attention[i, : len(seq)] = 1
-        labels[i, max(start, 1) : len(seq)] = ids[i, max(start, 1) : len(seq)]
-    out = model(input_ids=ids.to(device), attention_mask=attention.to(device), labels=labels.to(device), fused_lm_head=True)
-    return out.log_probs.sum(1), (labels[:, 1:] != -100).sum(1).to(device)
 
 
 def batch_rows(cfg: DualConfig, batch_size: int, n_memory: int, n_pairs: int) -> tuple[int, int]:
@@ -158,7 +114,7 @@ def train_dual_adapter(
     chosen_safety_score; `memory` prompt and response (`memory.read_memory_rows`)."""
     from trl.trainer.utils import add_fused_lm_head, disable_dropout_in_model
 
-    from hominem_pipeline.core.policy import lora_student, save_adapter
+    from hominem_pipeline.core.policy.lora import lora_student, save_adapter
 
     dual = cfg.dual
     n_pairs, n_memory = len(pairs), len(memory)

@@ -15,7 +15,7 @@ import pandas as pd
 from hominem_pipeline.core.config import EvaluationConfig
 from hominem_pipeline.core.generation import Generated, chat_text, generate
 from hominem_pipeline.core.progress import Progress
-from hominem_pipeline.core.reward_model import RewardModel
+from hominem_pipeline.core.reward.model import RewardModel, score_side
 from hominem_pipeline.core.schema import Prompt
 
 log = logging.getLogger(__name__)
@@ -42,23 +42,6 @@ def generate_both(model: Any, tokenizer: Any, prompts: Sequence[str], cfg: Evalu
         base = greedy_replies(model, tokenizer, prompts, cfg, seed, "evaluation generation, base")
     adapter = greedy_replies(model, tokenizer, prompts, cfg, seed, "evaluation generation, adapter")
     return {"base": [g.text for g in base], "adapter": [g.text for g in adapter]}
-
-
-def score_side(reward_model: RewardModel, prompts: Sequence[str], responses: Sequence[str]) -> dict[str, np.ndarray]:
-    """Reward-model outputs for one side; an empty response gets NaN (it cannot be scored, and loses)."""
-    n, dims = len(prompts), reward_model.dimensions
-    out = {
-        "vector": np.full((n, len(dims)), np.nan),
-        "scalar": np.full(n, np.nan),
-        "reward_intensity": np.full(n, np.nan),
-        "safety_score": np.full(n, np.nan),
-    }
-    keep = [i for i, r in enumerate(responses) if r.strip()]
-    if keep:
-        raw = reward_model.raw_scores([prompts[i] for i in keep], [responses[i] for i in keep])
-        for key in out:
-            out[key][keep] = raw[key]
-    return out
 
 
 def outcome(base: float, adapter: float, tie_tolerance: float = 1e-6) -> float:
@@ -121,8 +104,8 @@ def evaluate_adapter(
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """`compare` on the held-out prompts; with `memory` (memory rows, `memory.read_memory_rows`), also the
     memory probe: its fact questions asked of both sides, in `summary["memory_probe"]`."""
-    from hominem_pipeline.core.memory import probe
-    from hominem_pipeline.core.policy import load_policy
+    from hominem_pipeline.core.evaluation.memory import probe
+    from hominem_pipeline.core.policy.lora import load_policy
 
     if not prompts:
         raise ValueError("no evaluation prompts: set prompts.eval_per_category to at least 1")
@@ -149,7 +132,7 @@ def side_by_side(
 ) -> list[SideBySide]:
     """Base and base+adapter replies to each prompt (greedy), each scored by the reward model (an empty
     reply is not scored and loses, as in the evaluation stage)."""
-    from hominem_pipeline.core.policy import load_policy
+    from hominem_pipeline.core.policy.lora import load_policy
 
     if not prompts:
         raise ValueError("no prompt to compare on; pass --prompt TEXT or --eval-set")

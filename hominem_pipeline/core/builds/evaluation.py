@@ -1,0 +1,45 @@
+"""The `evaluation` stage: base against base+adapter on the held-out prompts, and the memory probe."""
+
+from __future__ import annotations
+
+import logging
+
+import pandas as pd
+
+from hominem_pipeline.core.builds.common import memory_paths, prompts_of, write_json
+from hominem_pipeline.core.stage import StageContext, StageOutput
+
+log = logging.getLogger(__name__)
+
+
+def build_evaluation(ctx: StageContext) -> StageOutput:
+    from hominem_pipeline.core.evaluation.compare import (
+        evaluate_adapter,
+        plot_dimension_deltas,
+    )
+    from hominem_pipeline.core.evaluation.memory import read_memory_rows
+    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.reward.model import RewardModel
+
+    prompts = prompts_of(pd.read_parquet(ctx.one("prompts").file("prompts.parquet")), "eval")
+    rm = RewardModel.load(ctx.one("reward_model").path)
+    table, summary = evaluate_adapter(
+        prompts,
+        student_path=student_path(ctx.cfg),
+        adapter_path=ctx.one("lora_adapter").path,
+        reward_model=rm,
+        cfg=ctx.cfg.evaluation,
+        seed=ctx.seed,
+        memory=read_memory_rows(memory_paths(ctx.cfg)) if ctx.cfg.evaluation.memory_probe else None,
+    )
+    table.to_parquet(ctx.out_dir / "generations.parquet", index=False)
+    write_json(ctx.out_dir / "summary.json", summary)
+    plot_dimension_deltas(summary, rm.dimensions, ctx.out_dir / "dimension_deltas.png", f"adapter vs base, {ctx.partition}")
+    metrics = {k: v for k, v in summary.items() if v is None or isinstance(v, (int, float))}
+    metrics.update({f"memory_{k}": v for k, v in summary.get("memory_probe", {}).items() if isinstance(v, int)})
+    return StageOutput(
+        metrics=metrics,
+        metadata={"rows": len(table), "win_rate_by_category": summary["win_rate_by_category"], "memory_probe": summary.get("memory_probe")},
+        table="generations.parquet",
+        mlflow_artifacts=["summary.json", "dimension_deltas.png"],
+    )

@@ -1,0 +1,92 @@
+"""The `lora_adapter` stage: a LoRA adapter on the student, by `policy.mode` (dpo, dual or rl)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from hominem_pipeline.core.artifacts import fingerprint
+from hominem_pipeline.core.builds.common import memory_paths, write_json
+from hominem_pipeline.core.config import PolicyConfig
+from hominem_pipeline.core.evaluation.memory import memory_digest
+from hominem_pipeline.core.stage import StageContext, StageOutput
+
+log = logging.getLogger(__name__)
+
+
+def _training_settings(pc: PolicyConfig) -> dict[str, Any]:
+    """The policy settings this mode used: the shared ones, its own section, and the gate where it applies."""
+    used = {k: v for k, v in pc.model_dump().items() if k not in ("lora", "dual", "rl", "safety_gate")}
+    if pc.mode != "dpo":
+        used[pc.mode] = getattr(pc, pc.mode).model_dump()
+        used["safety_gate"] = pc.safety_gate.model_dump()
+    return used
+
+
+def policy_seed(stage_seed: int, extra: int) -> int:
+    """The adapter's training seed: the stage's own (derived from project.seed and the date) when
+    `policy.seed` is 0, else one mixed from both, so that retraining on the same pairs with another
+    `policy.seed` draws other batches, LoRA initialisations and samples, and nothing upstream reruns."""
+    return stage_seed if extra == 0 else int(fingerprint([stage_seed, extra], 8), 16) % (2**31 - 1)
+
+
+def build_lora_adapter(ctx: StageContext) -> StageOutput:
+    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.policy.pairs import read_preference_pairs
+    from hominem_pipeline.core.reward.model import RewardModel
+
+    pc = ctx.cfg.policy
+    pair_refs = ctx.inputs["preference_pairs"]
+    pairs = read_preference_pairs([r.file("pairs.parquet") for r in pair_refs])
+    rm_ref = ctx.one("reward_model")
+    common = dict(
+        student_path=student_path(ctx.cfg),
+        cfg=pc,
+        out_dir=ctx.out_dir,
+        seed=policy_seed(ctx.seed, pc.seed),
+        on_log=lambda step, m: ctx.run.log_metrics({k.replace("/", "_"): v for k, v in m.items() if v is not None and np.isfinite(v)}, step=step),
+    )
+    memory_data: list[list[str]] = []
+    if pc.mode == "dpo":
+        from hominem_pipeline.core.policy.dpo import train_dpo_adapter
+
+        result = train_dpo_adapter(pairs, **common)
+    elif pc.mode == "dual":
+        from hominem_pipeline.core.evaluation.memory import read_memory_rows
+        from hominem_pipeline.core.policy.dual import train_dual_adapter
+
+        memory = read_memory_rows(memory_paths(ctx.cfg))
+        memory_data = memory_digest(memory_paths(ctx.cfg))
+        needs_rm = "reward_model" in (pc.dual.intensity_source, pc.dual.safety_source)
+        result = train_dual_adapter(pairs, memory, reward_model=RewardModel.load(rm_ref.path) if needs_rm else None, **common)
+    else:
+        from hominem_pipeline.core.policy.rl import train_rl_adapter
+
+        result = train_rl_adapter(list(pairs["prompt"]), reward_model=RewardModel.load(rm_ref.path), dimension_weights=ctx.cfg.preferences.dimension_weights, **common)
+    write_json(ctx.out_dir / "training_history.json", {"history": result["history"], "grad_norms": result["grad_norms"]})
+    write_json(
+        ctx.out_dir / "METADATA.json",
+        {
+            "mode": pc.mode,
+            "base_model": str(student_path(ctx.cfg)),
+            "base_checksum": result["base_checksum"],
+            "reward_model": rm_ref.key,
+            "preference_data": [r.key for r in pair_refs],
+            "preference_pairs": len(pairs),
+            "memory_data": memory_data,
+            "channel_contributions": result["channel_contributions"],
+            "channels": result.get("channels", {}),
+            "lora": pc.lora.model_dump(),
+            "training": _training_settings(pc),
+            "date": ctx.partition,
+        },
+    )
+    metrics = {k: v for k, v in result.items() if k not in ("history", "grad_norms", "base_checksum", "channels", "channel_contributions")}
+    metrics.update({f"channel_{k}": v for k, v in result["channel_contributions"].items()})
+    return StageOutput(
+        metrics=metrics,
+        metadata={"rows": len(pairs), "mode": pc.mode, "pair_partitions": [r.partition for r in pair_refs], "reward_model_version": rm_ref.version},
+        mlflow_artifacts=["adapter_config.json", "adapter_model.safetensors", "METADATA.json", "training_history.json"],
+    )

@@ -1,0 +1,68 @@
+"""The `preference_pairs` stage: (prompt, chosen, rejected) pairs ranked by the teacher or the reward model."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pandas as pd
+
+from hominem_pipeline.core.builds.common import finite, reward_model_scores
+from hominem_pipeline.core.stage import StageContext, StageOutput
+
+log = logging.getLogger(__name__)
+
+
+def build_preference_pairs(ctx: StageContext) -> StageOutput:
+    from hominem_pipeline.core.policy.pairs import build_preference_pairs as build_pairs
+    from hominem_pipeline.core.policy.pairs import sparse_pairs_warning
+    from hominem_pipeline.core.reward.model import RewardModel
+
+    labels = pd.read_parquet(ctx.one("teacher_labels").file("labels.parquet"))
+    # whether each candidate ended or was cut at the teacher's token budget (training must not teach a stop there)
+    trajectories = pd.read_parquet(ctx.one("teacher_trajectories").file("trajectories.parquet"), columns=["trajectory_id", "finished"])
+    labels = labels.merge(trajectories, on="trajectory_id", how="left")
+    answered = labels["response"].str.strip().astype(bool).to_numpy()
+    rm = RewardModel.load(ctx.one("reward_model").path)
+    rm_scalar, rm_vectors = reward_model_scores(rm, labels)  # unanswered rows score NaN and never enter a pair
+    pc = ctx.cfg.preferences
+    student = _student_replies(ctx, labels, rm) if pc.against_student else None
+    pairs = build_pairs(
+        labels, weights=pc.dimension_weights, min_margin=pc.min_margin, max_pairs_per_prompt=pc.max_pairs_per_prompt,
+        rm_scalar=rm_scalar, rm_vectors=rm_vectors, rank_by=pc.rank_by, strategy=pc.strategy, guard=pc.guard_dimension,
+        student=student, min_scalar_margin=pc.min_scalar_margin,
+    )
+    pairs.to_parquet(ctx.out_dir / "pairs.parquet", index=False)
+    if student is not None:  # what the pairs against the student were built from, for inspection
+        student.to_parquet(ctx.out_dir / "student_replies.parquet", index=False)
+    covered = int(pairs["prompt_id"].nunique()) if len(pairs) else 0
+    if warning := sparse_pairs_warning(covered, labels.loc[answered, "prompt_id"].nunique(), pc.rank_by, pc.min_margin, pc.min_scalar_margin):
+        log.warning(warning)
+    return StageOutput(
+        metrics={
+            "pairs": len(pairs),
+            "prompts_with_pairs": covered,
+            "mean_margin": finite(pairs["margin"].mean()) if len(pairs) else None,
+            # how often the other judge agrees with the pairs' order (the one that ranked them always does)
+            "reward_model_agreement": float((pairs["rm_margin"] > 0).mean()) if len(pairs) else None,
+            "teacher_agreement": float((pairs["teacher_margin"] > 0).mean()) if len(pairs) else None,
+            **({"student_pairs": int((pairs["source"] == "student").sum())} if student is not None else {}),
+        },
+        metadata={"rows": len(pairs), "candidates": len(labels), **({"student_replies": len(student)} if student is not None else {})},
+        table="pairs.parquet",
+    )
+
+
+def _student_replies(ctx: StageContext, labels: pd.DataFrame, rm: Any) -> pd.DataFrame:
+    """The base student's own reply to each prompt of the day, decoded as the evaluation decodes it,
+    with the reward model's scalar and vector (`preferences.against_student`)."""
+    from hominem_pipeline.core.evaluation.compare import greedy_replies
+    from hominem_pipeline.core.models import load_student, student_path
+
+    prompts = labels.drop_duplicates("prompt_id")[["prompt_id", "prompt"]].reset_index(drop=True)
+    model, tokenizer = load_student(student_path(ctx.cfg))
+    replies = greedy_replies(model, tokenizer, list(prompts["prompt"]), ctx.cfg.evaluation, ctx.seed, "student replies")
+    del model
+    replied = prompts.assign(response=[g.text for g in replies], finished=[g.finished for g in replies])
+    scalar, vectors = reward_model_scores(rm, replied)
+    return replied.assign(scalar=scalar, vector=vectors)

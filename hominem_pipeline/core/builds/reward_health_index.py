@@ -1,0 +1,33 @@
+"""The `reward_health_index` stage: the Reward Health Index of the adapter and whether it may go live."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pandas as pd
+
+from hominem_pipeline.core.builds.common import write_json
+from hominem_pipeline.core.stage import StageContext, StageOutput
+
+log = logging.getLogger(__name__)
+
+
+def build_reward_health_index(ctx: StageContext) -> StageOutput:
+    from hominem_pipeline.core.evaluation.health import compute_health, plot_health
+    from hominem_pipeline.core.reward.model import RewardModel
+
+    generations = pd.read_parquet(ctx.one("evaluation").file("generations.parquet"))
+    history = json.loads(ctx.one("lora_adapter").file("training_history.json").read_text())
+    rm = RewardModel.load(ctx.one("reward_model").path)
+    report = compute_health(rm, generations, history["grad_norms"], ctx.cfg.health, ctx.seed)
+    write_json(ctx.out_dir / "health.json", report.as_dict())
+    plot_health(report, ctx.out_dir / "health.png", f"Reward Health Index, {ctx.partition}")
+    metrics: dict[str, float | None] = {"rhi": report.rhi, "deployable": float(report.deployable), "partial": float(report.partial)}
+    for name, comp in report.components.items():
+        metrics[name] = comp.value
+    return StageOutput(
+        metrics=metrics,
+        metadata={"rows": 1, "missing": report.missing, "reason": report.reason, "how": {k: c.how for k, c in report.components.items()}},
+        mlflow_artifacts=["health.json", "health.png"],
+    )

@@ -1,0 +1,67 @@
+"""The `reward_model` stage: the multi-head reward model trained on a window of labels and human pairs."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from hominem_pipeline.core.artifacts import fingerprint
+from hominem_pipeline.core.config import HominemConfig
+from hominem_pipeline.core.stage import StageContext, StageOutput
+
+log = logging.getLogger(__name__)
+
+
+REWARD_MODEL_NAME = "hominem-reward-model"  # in the MLflow model registry; alias `current` = the latest built
+
+
+def build_reward_model(ctx: StageContext) -> StageOutput:
+    from hominem_pipeline.core.models import reward_backbone
+    from hominem_pipeline.core.reward.model import METADATA
+    from hominem_pipeline.core.reward.training import train_reward_model
+    from hominem_pipeline.core.reward.validation import DIMENSION_PLOT, RELIABILITY_PLOT
+    from hominem_pipeline.core.teacher.base import rubric_system
+
+    labels = ctx.tables("teacher_labels")
+    human = ctx.tables("human_preferences") if ctx.inputs["human_preferences"] else None
+    # Content digest: the sha256 of every table read, as their manifests recorded them.
+    digest = fingerprint([[a, r.partition, r.manifest["files"][r.manifest["table"]]] for a in ("teacher_labels", "human_preferences") for r in ctx.inputs[a]], 64)
+    started = time.monotonic()
+    metrics = train_reward_model(
+        labels,
+        dimensions=ctx.cfg.dimension_names,
+        backbone_path=reward_backbone(ctx.cfg),
+        cfg=ctx.cfg.reward_model,
+        out_dir=ctx.out_dir,
+        seed=ctx.seed,
+        data_digest=digest,
+        date=ctx.partition,
+        human_pairs=human,
+        on_epoch=lambda epoch, m: ctx.run.log_metrics(m, step=epoch),
+        judge_system=rubric_system(ctx.cfg.labeling),
+        judge_question=ctx.cfg.labeling.scalar_question,
+    )
+    metrics["train_seconds"] = time.monotonic() - started
+    return StageOutput(
+        metrics={k: v for k, v in metrics.items() if v is None or isinstance(v, (int, float))},
+        metadata={
+            "rows": len(labels),
+            "human_pairs": 0 if human is None else len(human),
+            "label_partitions": [r.partition for r in ctx.inputs["teacher_labels"]],
+            "human_preference_partitions": [r.partition for r in ctx.inputs["human_preferences"]],
+            "training_data_digest": digest,
+        },
+        mlflow_artifacts=[METADATA] + [p for p in (RELIABILITY_PLOT, DIMENSION_PLOT) if (ctx.out_dir / p).is_file()],
+        register_model=REWARD_MODEL_NAME,
+    )
+
+
+def reward_backbone_digest(cfg: HominemConfig, partition: str) -> dict[str, str]:
+    """The backbone's files (a local folder's digest; a hub id as named): a model rebuilt on other
+    weights under the same path gets another version."""
+    from hominem_pipeline.core.artifacts import folder_digest
+    from hominem_pipeline.core.models import reward_backbone
+
+    source = reward_backbone(cfg)
+    return {"backbone": folder_digest(source) if Path(source).is_dir() else str(source)}

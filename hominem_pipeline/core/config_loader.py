@@ -1,0 +1,162 @@
+"""Reading the configuration: `config/hominem.yaml`, then a user's overlay (`--config`, with the overlays
+it `extends`), then overrides; an unknown key or a bad value fails at once with the key's path, the
+value and what is allowed."""
+
+from __future__ import annotations
+
+import os
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from hominem_pipeline.core.config import DEFAULT_CONFIG_RELPATH, ConfigError, HominemConfig
+
+
+def deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """Overlay `overlay` on `base`: mappings merge key by key, `key: null` removes the key (so an
+    overlay can drop a dimension's weight, or fall back to a setting's default), anything else replaces."""
+    out = dict(base)
+    for key, value in overlay.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _overlay_chain(path: Path, root: Path, seen: tuple[Path, ...]) -> list[tuple[Path, dict[str, Any]]]:
+    """The overlay at `path` after the overlays its `extends:` names (a path or a list, relative to the
+    project root, each with its own `extends`), in the order they apply: a file combines others, e.g.
+    the dual training overlay with the encoder reward model, and sets only what it adds."""
+    if path in seen:
+        loop = " -> ".join(str(s) for s in (*seen, path))
+        raise ConfigError(f"config file {path} extends itself ({loop}); remove the loop in `extends:`")
+    data = _read_yaml(path)
+    extends = data.pop("extends", None) or []
+    if isinstance(extends, str):
+        extends = [extends]
+    if not isinstance(extends, list) or not all(isinstance(e, str) for e in extends):
+        raise ConfigError(f"config file {path}: `extends:` must be a path or a list of paths (relative to the project root), got {extends!r}")
+    chain: list[tuple[Path, dict[str, Any]]] = []
+    for name in extends:
+        parent = (root / name).resolve()
+        if not parent.is_file():
+            raise ConfigError(f"config file {path} extends {name}, which does not exist under {root}; give a path relative to the project root")
+        chain += _overlay_chain(parent, root, seen + (path,))
+    return chain + [(path, data)]
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist; pass an existing YAML file with --config")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def _field_at(loc: tuple[Any, ...]) -> Any:
+    """The pydantic FieldInfo at a validation error's location, or None (list items, dict values)."""
+    model: Any = HominemConfig
+    info = None
+    for part in loc:
+        if isinstance(part, int) and typing.get_origin(model) is list:
+            model = typing.get_args(model)[0]  # an item of a list field: descend into its type
+            continue
+        fields = getattr(model, "model_fields", None)
+        if not isinstance(part, str) or not fields or part not in fields:
+            return None
+        info = fields[part]
+        model = info.annotation
+    return info
+
+
+def _allowed(loc: tuple[Any, ...]) -> str:
+    """The field's whole allowed range ('2 <= value <= 16'), read from its constraints."""
+    info = _field_at(loc)
+    if info is None:
+        return ""
+    symbols = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<", "min_length": "length >="}
+    parts = []
+    for meta in info.metadata:
+        for attr, sym in symbols.items():
+            if getattr(meta, attr, None) is not None:
+                parts.append(f"{sym} {getattr(meta, attr)}")
+    if not parts:
+        return ""
+    lower = [p for p in parts if p.startswith(">")]
+    upper = [p for p in parts if p.startswith("<")]
+    if len(lower) == 1 and len(upper) == 1:
+        return f"{lower[0].split()[1]} {'<=' if lower[0].startswith('>=') else '<'} value {upper[0]}"
+    return ", ".join(f"value {p}" for p in parts)
+
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration ({source}):"]
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        path = ".".join(str(p) for p in loc) or "<root>"
+        if err["type"] == "extra_forbidden":
+            lines.append(f"  {path}: unknown key (value {err['input']!r}); remove it or fix its spelling")
+            continue
+        value = err.get("input")
+        shown = "" if isinstance(value, dict) else f" = {value!r}"
+        allowed = _allowed(loc)
+        hint = f" (allowed: {allowed})" if allowed else ""
+        lines.append(f"  {path}{shown}: {err['msg']}{hint}")
+    return "\n".join(lines)
+
+
+def find_project_root(start: Path | None = None) -> Path:
+    """The folder holding `config/hominem.yaml`: $HOMINEM_HOME, else the nearest parent of `start`
+    (default: cwd), else the checkout this package was installed from."""
+    env = os.environ.get("HOMINEM_HOME")
+    if env:
+        root = Path(env).resolve()
+        if not (root / DEFAULT_CONFIG_RELPATH).is_file():
+            raise ConfigError(f"HOMINEM_HOME={env} has no {DEFAULT_CONFIG_RELPATH}; point it at the project folder")
+        return root
+    here = (start or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / DEFAULT_CONFIG_RELPATH).is_file():
+            return candidate
+    package_parent = Path(__file__).resolve().parents[2]
+    if (package_parent / DEFAULT_CONFIG_RELPATH).is_file():
+        return package_parent
+    raise ConfigError(
+        f"no {DEFAULT_CONFIG_RELPATH} found above {here}; run from the hominem project folder or set HOMINEM_HOME"
+    )
+
+
+def load_config(
+    overlay: str | os.PathLike[str] | None = None,
+    *,
+    root: Path | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> HominemConfig:
+    """Load the project's default config, overlay a user's file and then `overrides` (used by tests)."""
+    root = (root or find_project_root()).resolve()
+    default_path = root / DEFAULT_CONFIG_RELPATH
+    data = _read_yaml(default_path)
+    sources = [str(default_path)]
+    if overlay is not None:
+        overlay_path = Path(overlay).resolve()
+        if overlay_path != default_path:
+            for path, layer in _overlay_chain(overlay_path, root, ()):
+                data = deep_merge(data, layer)
+                sources.append(str(path))
+    if overrides:
+        data = deep_merge(data, overrides)
+        sources.append("overrides")
+    try:
+        return HominemConfig.model_validate({**data, "root": root, "overlay": Path(overlay).resolve() if overlay is not None else None})
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, " + ".join(sources))) from None

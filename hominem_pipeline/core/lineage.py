@@ -1,0 +1,221 @@
+"""Versions and lineage by expectation.
+
+A stage's version is derived, never written by hand: a fingerprint of
+- the values of the config paths it declared (its slice, `Stage.settings`),
+- the content digest of each input version it reads (the bytes, not a name: two runs of a sampling
+  teacher under the same settings give two different label sets, and so two different reward models),
+- a digest of the source of every module its build function runs (its module and, transitively, every
+  `hominem_pipeline` module those import),
+- the digests of the files outside the config it reads (`Stage.files`: seed prompts, memory files, ...).
+
+A stage finds its inputs by the same rule: the input version its own config implies (`Lineage.expected`),
+never "whatever was written last". Two overlays against one data folder therefore never read each
+other's days, and a missing input is named with the command that builds it.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime as dt
+import functools
+import hashlib
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hominem_pipeline.core.artifacts import ArtifactNotFound, ArtifactRef, ArtifactStore, fingerprint
+from hominem_pipeline.core.config import HominemConfig
+from hominem_pipeline.core.stage import Stage
+
+PACKAGE = "hominem_pipeline"
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the hominem_pipeline/ folder
+
+
+def _module_file(module: str, root: Path) -> Path | None:
+    parts = module.split(".")[1:]
+    if not parts:
+        return root / "__init__.py"
+    rel = Path(*parts)
+    for candidate in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imports(source: str, module: str) -> set[str]:
+    """Every `hominem_pipeline` module a source imports, at any depth of the file (function-level too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == PACKAGE)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            base = node.module if node.level == 0 else importlib.util.resolve_name("." * node.level + node.module, module.rpartition(".")[0])
+            if base.split(".")[0] == PACKAGE:
+                found.add(base)
+                found.update(f"{base}.{a.name}" for a in node.names)  # `from pkg import module`
+    return found
+
+
+def module_closure(module: str, root: Path = PACKAGE_ROOT) -> dict[str, Path]:
+    """`module` and every `hominem_pipeline` module it imports, transitively, with their packages'
+    `__init__.py`: name -> file."""
+    seen: dict[str, Path] = {}
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        path = _module_file(name, root)
+        if path is None:  # `from pkg import name` where name is not a module
+            continue
+        seen[name] = path
+        parts = name.split(".")
+        todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))  # parent packages
+        todo.extend(_imports(path.read_text(), name if path.name != "__init__.py" else name + ".__init__"))
+    return seen
+
+
+def code_digest(stage: Stage, root: Path = PACKAGE_ROOT) -> str:
+    """The digest of the source of every module `stage`'s build function runs."""
+    return _code_digest(stage.build.__module__, root)
+
+
+@functools.lru_cache(maxsize=None)
+def _closure_cached(module: str, root: Path) -> tuple[tuple[str, Path], ...]:
+    return tuple(sorted(module_closure(module, root).items()))
+
+
+def _code_digest(module: str, root: Path) -> str:
+    h = hashlib.sha256()
+    for name, path in _closure_cached(module, root) if root == PACKAGE_ROOT else sorted(module_closure(module, root).items()):
+        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def settings_values(stage: Stage, cfg: HominemConfig) -> dict[str, Any]:
+    return cfg.section(*stage.settings(cfg))
+
+
+def stage_seed(cfg: HominemConfig, stage: str, partition: str) -> int:
+    return int(fingerprint([cfg.project.seed, stage, partition], 8), 16) % (2**31 - 1)
+
+
+def definition_version(stage: Stage, cfg: HominemConfig, root: Path = PACKAGE_ROOT) -> str:
+    """What the stage's code and settings make of any inputs: Dagster's `code_version` of the asset."""
+    return fingerprint({"settings": settings_values(stage, cfg), "code": _code_digest(stage.build.__module__, root)})
+
+
+def stage_version(stage: Stage, cfg: HominemConfig, partition: str, inputs: dict[str, list[ArtifactRef]], root: Path = PACKAGE_ROOT) -> str:
+    return fingerprint(
+        {
+            "stage": stage.name,
+            "partition": partition,
+            "definition": definition_version(stage, cfg, root),
+            "inputs": {a: [[r.partition, r.content] for r in refs] for a, refs in sorted(inputs.items())},
+            "files": stage.files(cfg, partition) if stage.files else None,
+        }
+    )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a stage is to read and the version it would build from it."""
+
+    stage: Stage
+    partition: str
+    inputs: dict[str, list[ArtifactRef]]
+    version: str
+    built: ArtifactRef | None  # that version, when it is already there
+
+
+class MissingInput(ArtifactNotFound):
+    """An input the stage's config implies has not been built."""
+
+
+def _window(partition: str, days: int) -> list[str]:
+    end = dt.date.fromisoformat(partition)
+    return [(end - dt.timedelta(days=offset)).isoformat() for offset in range(days - 1, -1, -1)]
+
+
+class Lineage:
+    """Expected versions under one config, resolved against one data folder (memoized per instance:
+    make a new one after building something)."""
+
+    def __init__(self, cfg: HominemConfig, stages: dict[str, Stage], store: ArtifactStore | None = None, root: Path = PACKAGE_ROOT):
+        self.cfg, self.stages, self.root = cfg, stages, root
+        self.store = store or ArtifactStore(cfg.data_dir)
+        self._memo: dict[tuple[str, str], Plan | MissingInput] = {}
+
+    def plan(self, asset: str, partition: str) -> Plan:
+        """The inputs `asset` reads for `partition` under this config and the version it would build;
+        raises MissingInput naming the first input that is not built, with the command to build it."""
+        key = (asset, partition)
+        if key not in self._memo:
+            try:
+                self._memo[key] = self._plan(asset, partition)
+            except MissingInput as exc:
+                self._memo[key] = exc
+        found = self._memo[key]
+        if isinstance(found, MissingInput):
+            raise found
+        return found
+
+    def expected(self, asset: str, partition: str) -> ArtifactRef | None:
+        """The version of `asset` for `partition` this config implies, if it is built; else None."""
+        try:
+            return self.plan(asset, partition).built
+        except MissingInput:
+            return None
+
+    def require(self, asset: str, partition: str) -> ArtifactRef:
+        """The expected version, or an error naming it and how to build it."""
+        plan = self.plan(asset, partition)
+        if plan.built is None:
+            raise MissingInput(
+                f"{asset} for {partition} is not built under this config (version {plan.version}); "
+                f"build it: {build_command(asset, partition, self.cfg)}"
+            )
+        return plan.built
+
+    def latest(self, asset: str) -> ArtifactRef | None:
+        """The expected version of `asset` on the newest day that has it built, or None."""
+        for day in reversed(self.store.partitions(asset)):
+            if (ref := self.expected(asset, day)) is not None:
+                return ref
+        return None
+
+    def _plan(self, asset: str, partition: str) -> Plan:
+        stage = self.stages[asset]
+        inputs: dict[str, list[ArtifactRef]] = {}
+        for inp in stage.inputs:
+            days = _window(partition, inp.window(self.cfg)) if inp.window else [partition]
+            refs = []
+            for day in days:
+                ref = self.expected(inp.asset, day)
+                if ref is None and day == partition and not inp.optional:
+                    try:
+                        version = self.plan(inp.asset, day).version
+                    except MissingInput as exc:
+                        raise MissingInput(f"{asset} for {partition} needs {inp.asset} for {day}, which cannot be built yet: {exc}") from None
+                    raise MissingInput(
+                        f"{asset} for {partition} needs {inp.asset} for {day} as this config builds it (version {version}), which is not built; "
+                        f"build it: {build_command(inp.asset, day, self.cfg)}"
+                    )
+                if ref is not None:
+                    refs.append(ref)
+            inputs[inp.asset] = refs
+        version = stage_version(stage, self.cfg, partition, inputs, self.root)
+        return Plan(stage, partition, inputs, version, self.store.find(asset, partition, version))
+
+
+def lineage(cfg: HominemConfig, store: ArtifactStore | None = None) -> Lineage:
+    """Expected versions under `cfg`, for the pipeline's stage table."""
+    from hominem_pipeline.core.stages import STAGES_BY_NAME
+
+    return Lineage(cfg, STAGES_BY_NAME, store)
+
+
+def build_command(asset: str, partition: str, cfg: HominemConfig) -> str:
+    overlay = f" --config {cfg.overlay}" if cfg.overlay else ""
+    return f"hominem run --date {partition} --select '+{asset}'{overlay}"

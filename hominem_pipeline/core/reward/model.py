@@ -1,0 +1,220 @@
+"""The reward model as every later stage uses it: `RewardModel.load(path).score(prompts, responses)`.
+
+A saved model is a folder: `backbone/` (HF `save_pretrained`, with its tokenizer; for a frozen backbone,
+`backbone.json` naming the folder it was read from and its checksum instead), `heads.safetensors` and
+`METADATA.json` (`reward.metadata.RewardMetadata`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from hominem_pipeline.core.reward.encoding import (
+    frame_prefix,
+    length_sorted_batches,
+    make_encoder,
+    pad_id,
+)
+from hominem_pipeline.core.reward.network import (
+    RewardNet,
+    backbone_source,
+    keep_layers,
+    load_backbone,
+    member_mean_std,
+)
+
+METADATA = "METADATA.json"
+HEADS = "heads.safetensors"
+BACKBONE_DIR = "backbone"
+MAX_CHARS = 100_000  # per prompt or response: far beyond any max_length, so longer input is a caller's mistake
+MC_SEED = 0  # MC dropout masks are seeded so that the same inputs get the same uncertainty
+
+
+@dataclass(frozen=True)
+class RewardOutput:
+    vector: dict[str, float]
+    scalar: float
+    reward_intensity: float
+    safety_score: float
+    # Standard deviation per output (each dimension, scalar, reward_intensity, safety_score) across the
+    # ensemble members or MC dropout passes; all 0.0 for a model trained without an uncertainty method.
+    uncertainty: dict[str, float]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "vector": self.vector,
+            "scalar": self.scalar,
+            "reward_intensity": self.reward_intensity,
+            "safety_score": self.safety_score,
+            "uncertainty": self.uncertainty,
+        }
+
+
+def _check_inputs(prompts: Sequence[str], responses: Sequence[str]) -> None:
+    if isinstance(prompts, str) or isinstance(responses, str):
+        raise TypeError("score() takes lists of strings, not a single string; wrap it: score([prompt], [response])")
+    if len(prompts) != len(responses):
+        raise ValueError(f"score() got {len(prompts)} prompts but {len(responses)} responses; pass one prompt per response")
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        if not isinstance(p, str) or not isinstance(r, str):
+            raise TypeError(f"item {i}: prompt and response must be str, got {type(p).__name__} and {type(r).__name__}")
+        if not r.strip():
+            raise ValueError(f"item {i}: the response is empty; there is nothing to score")
+        for name, text in (("prompt", p), ("response", r)):
+            if len(text) > MAX_CHARS:
+                raise ValueError(
+                    f"item {i}: the {name} is {len(text):,} characters, more than the {MAX_CHARS:,} score() accepts "
+                    f"(the model reads at most its max_length tokens); pass one conversation turn, not a whole file"
+                )
+
+
+class RewardModel:
+    """A trained reward model loaded for scoring."""
+
+    def __init__(self, net: RewardNet, tokenizer: Any, metadata: dict[str, Any]):
+        self.net = net.eval()
+        self.tokenizer = tokenizer
+        self.metadata = metadata
+        self.dimensions: list[str] = list(metadata["dimensions"])
+        self.max_length: int = int(metadata["max_length"])
+        uncertainty = metadata.get("uncertainty") or {}
+        self.uncertainty_method: str = uncertainty.get("method", "none")
+        self.mc_samples: int = int(uncertainty.get("mc_samples", 0))
+        self._encode = make_encoder(tokenizer, metadata.get("frame"), self.max_length)
+
+    @classmethod
+    def load(cls, path: str | Path) -> RewardModel:
+        """Load a saved model folder (`data/reward_model/<date>/<version>`)."""
+        from safetensors.torch import load_file
+
+        path = Path(path)
+        if not (path / METADATA).is_file():
+            raise FileNotFoundError(f"{path} is not a reward model folder (no {METADATA}); pass a data/reward_model/<date>/<version> folder")
+        metadata = json.loads((path / METADATA).read_text())
+        backbone, tokenizer = load_backbone(backbone_source(path))
+        bb = metadata["backbone"]
+        net = RewardNet(keep_layers(backbone, bb["depth"]), len(metadata["dimensions"]), members=int(metadata["members"]), pooling=bb["pooling"],
+                        dropout=float(metadata["dropout"]), length_feature=bool(metadata["length_feature"]), layers=bb["layers"])
+        result = net.load_state_dict(load_file(str(path / HEADS)), strict=False)
+        if result.unexpected_keys or any(not k.startswith("backbone.") for k in result.missing_keys):
+            raise ValueError(f"{path / HEADS} does not match the model described by its {METADATA}: {result}; rebuild it "
+                             f"(hominem run --date {metadata.get('date', '<date>')} --select reward_model)")
+        net.shared_prefix = frame_prefix(tokenizer, metadata.get("frame"), bb["kind"])
+        return cls(net, tokenizer, metadata)
+
+    @property
+    def temperature(self) -> float:
+        """The fitted preference temperature (1.0, uncalibrated, when training had no validation pairs)."""
+        return float((self.metadata.get("calibration") or {}).get("temperature", 1.0))
+
+    def probability(self, gap: float, dimension: str | None = None) -> float:
+        """The calibrated probability that a reply is preferred over another whose score is `gap` lower:
+        the scalar's gap (or, with `dimension`, that dimension's gap) through its fitted temperature."""
+        from hominem_pipeline.core.reward.calibration import preference_probability
+
+        if dimension is None:
+            return float(preference_probability(gap, self.temperature))
+        self._dimension_index(dimension)
+        per_dim = ((self.metadata.get("calibration") or {}).get("dimensions") or {}).get(dimension) or {}
+        return float(preference_probability(gap, float(per_dim.get("temperature", 1.0))))
+
+    def prefer(self, prompt: str, a: str, b: str, dimension: str | None = None) -> float:
+        """The calibrated probability that response `a` is preferred over `b` for `prompt`: overall (by the
+        scalar), or on one reward dimension (by its own fitted temperature)."""
+        return self.probability(float(self.pair_gaps([prompt], [a], [b], dimension)[0]), dimension)
+
+    def pair_gaps(self, prompts: Sequence[str], a: Sequence[str], b: Sequence[str], dimension: str | None = None, batch_size: int = 32) -> np.ndarray:
+        """Score gap (a minus b) per pair, by the scalar or one dimension: positive where `a` is preferred."""
+        if not len(prompts) == len(a) == len(b):
+            raise ValueError(f"pair_gaps takes one prompt per pair: got {len(prompts)} prompts, {len(a)} a and {len(b)} b replies")
+        column = None if dimension is None else self._dimension_index(dimension)  # checked before scoring
+        ps = list(prompts)
+        raw = self.raw_scores(ps + ps, list(a) + list(b), batch_size)
+        values = (raw["scalar"] if column is None else raw["vector"][:, column]).astype(np.float64)  # exact gaps of float32 scores
+        return values[: len(ps)] - values[len(ps) :]
+
+    def _dimension_index(self, dimension: str) -> int:
+        if dimension not in self.dimensions:
+            raise ValueError(f"unknown dimension {dimension!r}; this model has {', '.join(self.dimensions)}")
+        return self.dimensions.index(dimension)
+
+    def encode(self, prompts: Sequence[str], responses: Sequence[str]) -> list[list[int]]:
+        return [self._encode(p, r) for p, r in zip(prompts, responses)]
+
+    def _mc_passes(self, net: RewardNet, ids: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Standard deviation of `net`'s member-mean outputs over `mc_samples` passes with dropout on."""
+        dropouts = [m for m in net.modules() if isinstance(m, nn.Dropout)]
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(MC_SEED)
+            for m in dropouts:
+                m.train()
+            try:
+                samples = [member_mean_std(net(ids, mask))[0] for _ in range(self.mc_samples)]
+            finally:
+                for m in dropouts:
+                    m.eval()
+        return {k: torch.stack([s[k] for s in samples]).std(0, unbiased=False) for k in samples[0]}
+
+    def raw_scores(self, prompts: Sequence[str], responses: Sequence[str], batch_size: int = 32, uncertainty: bool = False) -> dict[str, Any]:
+        """Head outputs as arrays: vector (n, D), scalar, reward_intensity, safety_score (n,); with
+        `uncertainty`, also "std": the same keys holding standard deviations."""
+        _check_inputs(prompts, responses)
+        net = self.net
+        n = len(prompts)
+        shapes = {"vector": (n, len(self.dimensions)), "scalar": (n,), "reward_intensity": (n,), "safety_score": (n,)}
+        out: dict[str, Any] = {k: np.zeros(s, dtype=np.float32) for k, s in shapes.items()}
+        std = {k: np.zeros(s, dtype=np.float32) for k, s in shapes.items()}
+        with torch.inference_mode():
+            for idx, ids, mask in length_sorted_batches(self.encode(prompts, responses), batch_size, pad_id(self.tokenizer)):
+                mean, spread = member_mean_std(net(ids, mask))
+                if uncertainty and self.uncertainty_method == "mc_dropout":
+                    spread = self._mc_passes(net, ids, mask)
+                for key in shapes:
+                    out[key][idx] = mean[key].float().numpy()
+                    std[key][idx] = spread[key].float().numpy()
+        if uncertainty:
+            out["std"] = std
+        return out
+
+    def score(self, prompts: Sequence[str], responses: Sequence[str], batch_size: int = 32) -> list[RewardOutput]:
+        raw = self.raw_scores(prompts, responses, batch_size, uncertainty=True)
+        std = raw["std"]
+        results = []
+        for i in range(len(prompts)):
+            spread = {d: float(std["vector"][i, j]) for j, d in enumerate(self.dimensions)}
+            spread.update({k: float(std[k][i]) for k in ("scalar", "reward_intensity", "safety_score")})
+            results.append(
+                RewardOutput(
+                    vector={d: float(raw["vector"][i, j]) for j, d in enumerate(self.dimensions)},
+                    scalar=float(raw["scalar"][i]),
+                    reward_intensity=float(raw["reward_intensity"][i]),
+                    safety_score=float(raw["safety_score"][i]),
+                    uncertainty=spread,
+                )
+            )
+        return results
+
+
+def score_side(reward_model: RewardModel, prompts: Sequence[str], responses: Sequence[str]) -> dict[str, np.ndarray]:
+    """Reward-model outputs for one side; an empty response gets NaN (it cannot be scored, and loses)."""
+    n, dims = len(prompts), reward_model.dimensions
+    out = {
+        "vector": np.full((n, len(dims)), np.nan),
+        "scalar": np.full(n, np.nan),
+        "reward_intensity": np.full(n, np.nan),
+        "safety_score": np.full(n, np.nan),
+    }
+    keep = [i for i, r in enumerate(responses) if r.strip()]
+    if keep:
+        raw = reward_model.raw_scores([prompts[i] for i in keep], [responses[i] for i in keep])
+        for key in out:
+            out[key][keep] = raw[key]
+    return out

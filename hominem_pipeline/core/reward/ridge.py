@@ -1,0 +1,117 @@
+"""Closed-form (ridge) heads on frozen pooled features: the penalty chosen by cross-validation over
+prompt folds, and out-of-fold predictions for the held-out figures."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from hominem_pipeline.core.reward.network import RewardNet
+
+RIDGE_FOLDS = 5  # prompt folds for the penalty and for the held-out figures
+
+
+def feature_stats(features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and spread of `features` per column (a constant column's spread kept at 1)."""
+    std = features.std(0, unbiased=False)
+    return features.mean(0), torch.where(std > 1e-6, std, torch.ones_like(std))
+
+
+def standardise(net: RewardNet, features: torch.Tensor) -> None:
+    """Set the heads' input standardisation to the mean and spread of `features`."""
+    mean, std = feature_stats(features)
+    net.feature_mean.copy_(mean)
+    net.feature_std.copy_(std)
+
+
+def ridge_design(features: torch.Tensor, rows: np.ndarray, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """(n, F + 1) float64: the features of `rows` standardised by `mean` / `std`, then a column of ones (the intercept)."""
+    x = ((features[torch.as_tensor(rows)] - mean) / std).double()
+    return torch.cat([x, torch.ones(len(rows), 1, dtype=torch.float64)], 1)
+
+
+def ridge_targets(targets: dict[str, torch.Tensor], rows: np.ndarray) -> torch.Tensor:
+    """(n, D + 3) float64: the labels of `rows` before the heads' squashing (atanh for the vector and the
+    scalar, logit for intensity and safety), clipped just inside the ranges."""
+    idx = torch.as_tensor(rows)
+    unit = lambda k: torch.logit(targets[k][idx].double().clamp(0.005, 0.995)).unsqueeze(1)  # noqa: E731
+    return torch.cat([torch.atanh(targets["vector"][idx].double().clamp(-0.995, 0.995)),
+                      torch.atanh(targets["scalar"][idx].double().clamp(-0.995, 0.995)).unsqueeze(1), unit("reward_intensity"), unit("safety_score")], 1)
+
+
+def ridge_solve(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, alpha: float) -> torch.Tensor:
+    """(F + 1, outputs): argmin sum_i w_i |y_i - x_i B|^2 + alpha |B without its last (intercept) row|^2."""
+    return _ridge_from_gram(x.T @ (w.unsqueeze(1) * x), x.T @ (w.unsqueeze(1) * y), alpha)
+
+
+def _ridge_from_gram(gram: torch.Tensor, moment: torch.Tensor, alpha: float) -> torch.Tensor:
+    """`ridge_solve` from X'WX and X'WY, so that several penalties share one pass over the rows."""
+    penalty = torch.full((gram.shape[0],), float(alpha), dtype=torch.float64)
+    penalty[-1] = 1e-9
+    return torch.linalg.solve(gram + torch.diag(penalty), moment)
+
+
+def _squash(pre: torch.Tensor, n_dims: int) -> torch.Tensor:
+    """Ridge outputs (n, D + 3) through the heads' own squashing."""
+    return torch.cat([torch.tanh(pre[:, : n_dims + 1]), torch.sigmoid(pre[:, n_dims + 1 :])], 1)
+
+
+def prompt_folds(groups: np.ndarray, folds: int, seed: int) -> np.ndarray:
+    """Fold of each row: its group's (prompt's) place in a seeded shuffle of the groups, modulo `folds`."""
+    names = np.random.default_rng(seed).permutation(np.unique(groups))
+    fold = {g: i % folds for i, g in enumerate(names)}
+    return np.array([fold[g] for g in groups], dtype=np.int64)
+
+
+def choose_ridge_alpha(x: torch.Tensor, y: torch.Tensor, groups: np.ndarray, alphas: Sequence[float], output_weights: torch.Tensor, seed: int,
+                       folds: int = RIDGE_FOLDS) -> tuple[float, dict[float, float]]:
+    """The penalty with the least weighted squared error (in the labels' ranges) over `folds` folds of
+    the prompts of `x` (one validation split of a few prompts picks it too noisily), and every penalty's error."""
+    which = prompt_folds(groups, folds, seed)
+    n_dims = y.shape[1] - 3
+    truth = _squash(y, n_dims)
+    errors = {float(a): 0.0 for a in alphas}
+    for k in np.unique(which):
+        fit, held = torch.as_tensor(which != k), torch.as_tensor(which == k)
+        gram, moment = x[fit].T @ x[fit], x[fit].T @ y[fit]  # once per fold, for every penalty
+        for alpha in alphas:
+            err = ((_squash(x[held] @ _ridge_from_gram(gram, moment, alpha), n_dims) - truth[held]) ** 2) * output_weights
+            errors[float(alpha)] += float(err.sum()) / len(y)
+    return min(errors, key=errors.__getitem__), errors
+
+
+def ridge_out_of_fold(features: torch.Tensor, targets: dict[str, torch.Tensor], rows: np.ndarray, groups: np.ndarray, alphas: Sequence[float],
+                      output_weights: torch.Tensor, seed: int, folds: int = RIDGE_FOLDS) -> tuple[torch.Tensor, list[float]]:
+    """(len(rows), D + 3) predictions in the labels' ranges, each row's from heads that never saw its
+    prompt: fitted on the other folds' prompts, standardised on them, with the penalty chosen by
+    cross-validation inside them. These are the held-out figures of ridge heads, over every prompt.
+    Also each fold's penalty."""
+    which = prompt_folds(groups, folds, seed)
+    out = torch.zeros(len(rows), targets["vector"].shape[1] + 3, dtype=torch.float64)
+    chosen = []
+    for k in np.unique(which):
+        fit, held = rows[which != k], rows[which == k]
+        if len(fit) < 2:
+            raise ValueError(f"head_fit ridge needs labeled replies of at least 2 prompts, got {len(np.unique(groups))}; label more prompts")
+        mean, std = feature_stats(features[torch.as_tensor(fit)])
+        x, y = ridge_design(features, fit, mean, std), ridge_targets(targets, fit)
+        alpha, _ = choose_ridge_alpha(x, y, groups[which != k], alphas, output_weights, seed + 1 + int(k), folds)
+        coef = ridge_solve(x, y, torch.ones(len(fit), dtype=torch.float64), alpha)
+        out[torch.as_tensor(which == k)] = _squash(ridge_design(features, held, mean, std) @ coef, y.shape[1] - 3)
+        chosen.append(alpha)
+    return out, chosen
+
+
+def set_ridge_heads(net: RewardNet, coefs: Sequence[torch.Tensor]) -> None:
+    """Load one (F + 1, D + 3) ridge solution per member into the heads."""
+    d = net.n_dims
+    with torch.no_grad():
+        for m, coef in enumerate(coefs):
+            weight, bias = coef[:-1].T.float(), coef[-1].float()
+            net.vector_head.weight[m * d : (m + 1) * d] = weight[:d]
+            net.vector_head.bias[m * d : (m + 1) * d] = bias[:d]
+            for j, head in enumerate((net.scalar_head, net.intensity_head, net.safety_head)):
+                head.weight[m] = weight[d + j]
+                head.bias[m] = bias[d + j]

@@ -1,0 +1,400 @@
+"""Training the multi-head reward model.
+
+The backbone is any HF encoder (mean pooling) or decoder (last-token pooling), fine-tuned fully, with
+LoRA (merged before saving) or frozen. Each head has `members` outputs: a small deep ensemble on the
+shared backbone, each member trained on its own bootstrap weights of the prompts, whose spread is the
+model's uncertainty (or MC dropout: several stochastic passes at scoring time).
+
+Training minimises, per member, the regression losses on the teacher's labels plus a Bradley-Terry
+loss on the scalar over same-prompt teacher pairs and human pairs (and, optionally, an auxiliary loss
+predicting the embedding of the teacher's rationale), with early stopping on a validation split held
+out by prompt; or, with `head_fit: ridge`, solves the heads in closed form on the frozen backbone's
+features. Pairwise preferences are then calibrated by temperature scaling.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from hominem_pipeline.core.config import RewardModelConfig
+from hominem_pipeline.core.progress import Progress
+from hominem_pipeline.core.reward.dataset import (
+    TrainingSet,
+    _bootstrap,
+    _pooled_all,
+    _rationale_targets,
+    pairwise_accuracy,
+)
+from hominem_pipeline.core.reward.encoding import (
+    frame_prefix,
+    judge_frame,
+    length_sorted_batches,
+    make_encoder,
+    pad_batch,
+    pad_id,
+)
+from hominem_pipeline.core.reward.model import BACKBONE_DIR, HEADS, METADATA
+from hominem_pipeline.core.reward.network import (
+    RewardNet,
+    backbone_kind,
+    keep_layers,
+    load_backbone,
+    member_mean_std,
+    write_backbone_reference,
+)
+from hominem_pipeline.core.reward.ridge import (
+    RIDGE_FOLDS,
+    choose_ridge_alpha,
+    ridge_design,
+    ridge_out_of_fold,
+    ridge_solve,
+    ridge_targets,
+    set_ridge_heads,
+    standardise,
+)
+from hominem_pipeline.core.reward.validation import _pct, calibrate_validation
+from hominem_pipeline.core.schema import (
+    INTENSITY_RANGE,
+    SAFETY_RANGE,
+    SCALAR_RANGE,
+    VECTOR_RANGE,
+)
+from hominem_pipeline.core.stats import pearson
+
+log = logging.getLogger(__name__)
+
+HEAD_OUTPUTS = ("vector", "scalar", "reward_intensity", "safety_score")
+FEW_VAL_PAIRS = 30  # fewer teacher pairs than this in the validation split: its accuracy is mostly the split's luck
+
+
+def _wrap_backbone(backbone: nn.Module, cfg: RewardModelConfig) -> nn.Module:
+    mode = cfg.backbone.finetune
+    if mode == "frozen":
+        backbone.requires_grad_(False)
+    elif mode == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        lc = cfg.backbone.lora
+        try:
+            backbone = get_peft_model(backbone, LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=lc.target_modules))
+        except ValueError as exc:
+            raise ValueError(f"LoRA on the reward backbone failed ({exc}); set reward_model.backbone.lora.target_modules to its projection layers") from exc
+    return backbone
+
+
+def _unwrap_backbone(backbone: nn.Module) -> nn.Module:
+    """The plain backbone to save: LoRA merged into the weights, so loading needs no PEFT."""
+    return backbone.merge_and_unload() if hasattr(backbone, "merge_and_unload") else backbone
+
+
+def train_reward_model(
+    examples: pd.DataFrame,
+    *,
+    dimensions: list[str],
+    backbone_path: Path | str,
+    cfg: RewardModelConfig,
+    out_dir: Path,
+    seed: int,
+    data_digest: str,
+    date: str,
+    human_pairs: pd.DataFrame | None = None,
+    on_epoch: Callable[[int, dict[str, float]], None] | None = None,
+    judge_system: str | None = None,
+    judge_question: str | None = None,
+) -> dict[str, Any]:
+    """Train on labeled examples (columns prompt_id, prompt, response, vector, scalar, reward_intensity,
+    safety_score, rationale) and optional human pairs (prompt, chosen, rejected); save the model to
+    `out_dir`. Returns the final metrics. `judge_system`: the judge's system text, which `frame: judge`
+    needs (`teacher.rubric_system`); `judge_question`: the question `frame: judge_question` asks after
+    the exchange (`labeling.scalar_question`)."""
+    from safetensors.torch import save_file
+
+    n_human = 0 if human_pairs is None else len(human_pairs)
+    if len(examples) < 4 and n_human < 4:
+        raise ValueError(f"reward model training needs at least 4 labeled examples or 4 human pairs, got {len(examples)} and {n_human}; label more trajectories")
+    if len(examples) == 0:
+        examples = pd.DataFrame(columns=["prompt_id", "prompt", "response", "vector", *HEAD_OUTPUTS[1:], "rationale"])
+    torch.manual_seed(seed)
+    backbone, tokenizer = load_backbone(backbone_path)
+    kind = backbone_kind(backbone.config) if cfg.backbone.kind == "auto" else cfg.backbone.kind
+    backbone = keep_layers(backbone, cfg.backbone.depth)
+    pooling = cfg.backbone.pooling if cfg.backbone.pooling != "auto" else ("last" if kind == "decoder" else "mean")
+    members = cfg.uncertainty.members if cfg.uncertainty.method == "ensemble" else 1
+    net = RewardNet(_wrap_backbone(backbone, cfg), len(dimensions), members=members, pooling=pooling, dropout=cfg.dropout, length_feature=cfg.length_feature,
+                    layers=cfg.backbone.layers)
+    frame = None
+    if cfg.backbone.frame in ("judge", "judge_question"):
+        if not judge_system or (cfg.backbone.frame == "judge_question" and not judge_question):
+            raise ValueError(f"reward_model.backbone.frame {cfg.backbone.frame} needs the judge's system text"
+                             + (" and its overall question" if cfg.backbone.frame == "judge_question" else "")
+                             + " (train_reward_model(judge_system=..., judge_question=...))")
+        frame = judge_frame(tokenizer, judge_system, judge_question if cfg.backbone.frame == "judge_question" else None)
+    net.shared_prefix = frame_prefix(tokenizer, frame, kind)
+    data = TrainingSet.build(make_encoder(tokenizer, frame, cfg.max_length), examples, human_pairs, dimensions, cfg)
+    if cfg.head_fit == "ridge":
+        # Closed-form heads need no early stopping: they are fitted on every prompt, and their held-out
+        # figures come from cross-validation over every prompt (ridge_out_of_fold), not from one split.
+        if len(np.unique(data.group_of[: data.labeled])) < 2:
+            raise ValueError(f"head_fit ridge needs labeled replies of at least 2 prompts to cross-validate, got {len(examples)} replies of "
+                             f"{len(np.unique(data.group_of[: data.labeled]))}; label more prompts")
+        train_groups = val_groups = np.arange(len(data.groups), dtype=np.int64)
+    else:
+        train_groups, val_groups = data.split(cfg.val_fraction, seed)
+    if len(val_groups) == 0:
+        raise ValueError("reward model validation split is empty: the data covers a single prompt; label more prompts")
+    rng = np.random.default_rng(seed)
+    boot = torch.tensor(_bootstrap(len(data.groups), members, rng))
+    seq_boot = boot[torch.as_tensor(data.group_of)]  # (sequence, member)
+    val_seqs = np.concatenate([data.groups[g] for g in val_groups])
+    val_pairs = data.pairs_within(val_seqs)
+
+    rationale_head = None
+    if cfg.head_fit == "ridge" and (n_human or cfg.rationale_weight > 0):
+        log.warning("head_fit ridge fits the heads to the teacher's labels only: the %d human pairs only measure the model, and the rationale target is not used", n_human)
+    if cfg.rationale_weight > 0 and cfg.head_fit == "gradient" and data.labeled and "rationale" in examples:
+        rationale_targets = _rationale_targets(net, tokenizer, list(examples["rationale"].fillna("")), cfg.max_length, cfg.batch_size)
+        has_rationale = torch.zeros(len(data.encoded), dtype=torch.bool)  # per sequence: human replies have none
+        has_rationale[: data.labeled] = torch.tensor(examples["rationale"].fillna("").str.strip().astype(bool).to_numpy())
+        rationale_head = nn.Linear(net.feature_size, net.feature_size)
+
+    # A frozen backbone gives every sequence the same pooled vector in every epoch: computed once.
+    frozen = _pooled_all(net, data.encoded, cfg.batch_size, pad_id(tokenizer)) if cfg.backbone.finetune == "frozen" else None
+    head_params = [p for n, p in net.named_parameters() if not n.startswith("backbone.")] + (list(rationale_head.parameters()) if rationale_head else [])
+    backbone_params = [p for p in net.backbone.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(
+        ([{"params": backbone_params, "lr": cfg.learning_rate}] if backbone_params else []) + [{"params": head_params, "lr": cfg.head_learning_rate}],
+        weight_decay=cfg.weight_decay,
+    )
+    w = cfg.loss_weights
+    weights = {"vector": w.vector, "scalar": w.scalar, "reward_intensity": w.intensity, "safety_score": w.safety}
+    pad = pad_id(tokenizer)
+
+    def regression_losses(seqs: torch.Tensor, heads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Per head: the bootstrap-weighted squared error over the batch's labeled sequences and members."""
+        labeled = seqs < data.labeled
+        if not labeled.any():
+            return {}
+        rows, bw = seqs[labeled], seq_boot[seqs[labeled]]  # bw: (b, M)
+        out = {}
+        for k in weights:
+            err = (heads[k][labeled] - data.targets[k][rows].unsqueeze(1)) ** 2
+            if k == "vector":
+                err = err.mean(-1)
+            out[k] = (err * bw).sum() / bw.sum().clamp(min=1e-6)
+        return out
+
+    def pair_loss(seqs: np.ndarray, scalar: torch.Tensor) -> torch.Tensor | None:
+        """Bradley-Terry: -log sigmoid(scale * (s_preferred - s_other)), per member, weighted."""
+        which = data.pairs_within(seqs)
+        if len(which) == 0:
+            return None
+        position = {s: i for i, s in enumerate(seqs.tolist())}
+        first = torch.tensor([position[s] for s in data.pairs[which, 0]])
+        second = torch.tensor([position[s] for s in data.pairs[which, 1]])
+        pw = torch.tensor(data.pair_weight[which], dtype=torch.float32).unsqueeze(1) * seq_boot[torch.as_tensor(data.pairs[which, 0])]
+        logits = cfg.pair_loss.scale * (scalar[first] - scalar[second])
+        return (nn.functional.softplus(-logits) * pw).sum() / pw.sum().clamp(min=1e-6)
+
+    def predict(seqs: np.ndarray) -> dict[str, np.ndarray]:
+        """Member-mean predictions for `seqs`, keyed like the heads."""
+        net.eval()
+        out = {"vector": np.zeros((len(seqs), len(dimensions)), np.float32), **{k: np.zeros(len(seqs), np.float32) for k in HEAD_OUTPUTS[1:]}}
+        with torch.inference_mode():
+            if frozen is not None:
+                mean, _ = member_mean_std(net.heads(frozen[torch.as_tensor(seqs)]))
+                return {k: mean[k].numpy() for k in out}
+            for pos, ids, mask in length_sorted_batches([data.encoded[i] for i in seqs], cfg.batch_size, pad):
+                mean, _ = member_mean_std(net(ids, mask))
+                for k in out:
+                    out[k][pos] = mean[k].numpy()
+        return out
+
+    def predict_val() -> dict[str, np.ndarray]:
+        """Member-mean validation predictions, indexed by sequence (zero elsewhere)."""
+        preds = predict(val_seqs)
+        full = {k: np.zeros((len(data.encoded),) + v.shape[1:], np.float32) for k, v in preds.items()}
+        for k in preds:
+            full[k][val_seqs] = preds[k]
+        return full
+
+    def evaluate(full: dict[str, np.ndarray]) -> dict[str, Any]:
+        metrics: dict[str, Any] = {}
+        lab = val_seqs[val_seqs < data.labeled]
+        val_loss = 0.0
+        if len(lab):
+            for k in weights:
+                t = data.targets[k][torch.as_tensor(lab)].numpy()
+                metrics[f"val_mse_{k}"] = float(((full[k][lab] - t) ** 2).mean())
+                val_loss += weights[k] * metrics[f"val_mse_{k}"]
+            tv = data.targets["vector"][torch.as_tensor(lab)].numpy()
+            for j, d in enumerate(dimensions):
+                metrics[f"val_mse_dim_{d}"] = float(((full["vector"][lab, j] - tv[:, j]) ** 2).mean())
+                metrics[f"val_pearson_{d}"] = pearson(full["vector"][lab, j], tv[:, j])
+            metrics["val_pearson_scalar"] = pearson(full["scalar"][lab], data.targets["scalar"][torch.as_tensor(lab)].numpy())
+        teacher, human = val_pairs[~data.pair_human[val_pairs]], val_pairs[data.pair_human[val_pairs]]
+        metrics["val_pairwise_accuracy"] = pairwise_accuracy(data.pairs[teacher], full["scalar"])
+        metrics["val_pairs"] = len(teacher)
+        if n_human:
+            metrics["val_human_accuracy"] = pairwise_accuracy(data.pairs[human], full["scalar"])
+            metrics["val_human_pairs"] = len(human)
+        if len(val_pairs):
+            gap = full["scalar"][data.pairs[val_pairs, 0]] - full["scalar"][data.pairs[val_pairs, 1]]
+            metrics["val_pair_nll"] = float(np.logaddexp(0.0, -cfg.pair_loss.scale * gap).mean())
+            val_loss += cfg.pair_loss.weight * metrics["val_pair_nll"]
+        metrics["val_loss"] = val_loss
+        return metrics
+
+    best_loss, best_state, best_epoch, stale = math.inf, None, 0, 0
+    best_full: dict[str, np.ndarray] = {}
+    best_metrics: dict[str, Any] = {}
+    history = []
+    if cfg.head_fit == "ridge":
+        labeled = np.arange(data.labeled)
+        output_weights = torch.tensor([w.vector / len(dimensions)] * len(dimensions) + [w.scalar, w.intensity, w.safety], dtype=torch.float64)
+        held_out, fold_alphas = ridge_out_of_fold(frozen, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed)
+        standardise(net, frozen[torch.as_tensor(labeled)])
+        x, y = ridge_design(frozen, labeled, net.feature_mean, net.feature_std), ridge_targets(data.targets, labeled)
+        alpha, errors = choose_ridge_alpha(x, y, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed)
+        for step, (a, err) in enumerate(errors.items(), 1):
+            history.append({"epoch": step, "ridge_alpha": a, "ridge_cv_error": err})
+            if on_epoch:
+                on_epoch(step, {"ridge_alpha": a, "ridge_cv_error": err})
+        log.info("reward model ridge heads: penalty %g chosen by %d-fold cross-validation over the prompts (errors %s)", alpha, RIDGE_FOLDS,
+                 ", ".join(f"{a:g}: {e:.4f}" for a, e in errors.items()))
+        set_ridge_heads(net, [ridge_solve(x, y, seq_boot[torch.as_tensor(labeled), m].double(), alpha) for m in range(members)])
+        best_full = predict_val()  # human pairs (never fitted) by the final heads; every labeled reply out of fold:
+        d = len(dimensions)
+        for j, k in enumerate(HEAD_OUTPUTS):
+            best_full[k][labeled] = (held_out[:, :d] if k == "vector" else held_out[:, d + j - 1]).numpy()
+        best_metrics = {"ridge_alpha": alpha, "ridge_fold_alphas": fold_alphas, **evaluate(best_full)}
+        log.info("reward model ridge heads: out of fold (%d prompt folds) they order %s of %d teacher pairs", RIDGE_FOLDS,
+                 _pct(best_metrics["val_pairwise_accuracy"]), best_metrics["val_pairs"])
+        best_epoch = list(errors).index(alpha) + 1
+        best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+    epochs = cfg.epochs if cfg.head_fit == "gradient" else 0  # ridge: solved above
+    steps_per_epoch = len(data.batches(train_groups, cfg.batch_size, np.random.default_rng(0)))
+    progress = Progress("reward model training", epochs * steps_per_epoch, log, unit="steps") if epochs else None
+    for epoch in range(1, epochs + 1):
+        net.train()
+        running: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        for batch in data.batches(train_groups, cfg.batch_size, rng):
+            seqs = torch.as_tensor(batch)
+            pooled = frozen[seqs] if frozen is not None else net.pooled(*pad_batch([data.encoded[i] for i in batch], pad))
+            heads = net.heads(pooled)
+            parts = regression_losses(seqs, heads)
+            loss = sum((weights[k] * v for k, v in parts.items()), torch.zeros(()))
+            bt = pair_loss(batch, heads["scalar"])
+            if bt is not None:
+                parts["pair"] = bt
+                loss = loss + cfg.pair_loss.weight * bt
+            if rationale_head is not None:
+                explained = has_rationale[seqs]
+                if explained.any():
+                    guess = rationale_head(net.dropout(pooled[explained]))
+                    parts["rationale"] = (1 - nn.functional.cosine_similarity(guess, rationale_targets[seqs[explained]], dim=-1)).mean()
+                    loss = loss + cfg.rationale_weight * parts["rationale"]
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], 1.0)
+            optimizer.step()
+            for k, v in parts.items():
+                running[k] = running.get(k, 0.0) + v.item() * len(batch)
+                counts[k] = counts.get(k, 0) + len(batch)
+            if progress:
+                progress.advance(1, epoch=epoch, loss=f"{loss.item():.4f}")
+        metrics = {("train_mse_" if k in weights else "train_loss_") + k: running[k] / counts[k] for k in running}
+        full = predict_val()
+        metrics.update(evaluate(full))
+        history.append({"epoch": epoch, **metrics})
+        log.info(
+            "reward model epoch %d: val loss %.4f, teacher pair accuracy %s, human pair accuracy %s",
+            epoch, metrics["val_loss"], _pct(metrics["val_pairwise_accuracy"]), _pct(metrics.get("val_human_accuracy")),
+        )
+        if on_epoch:
+            on_epoch(epoch, {k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+        if metrics["val_loss"] < best_loss - 1e-6:
+            best_loss, best_epoch, stale = metrics["val_loss"], epoch, 0
+            best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+            best_full, best_metrics = full, {k: v for k, v in metrics.items() if not k.startswith("train_")}
+        else:
+            stale += 1
+            if stale >= cfg.early_stopping_patience:
+                log.info("early stopping after epoch %d (best epoch %d)", epoch, best_epoch)
+                break
+    if best_state is None:  # every epoch's validation loss was NaN
+        raise ValueError("reward model training diverged (validation loss is not finite); lower reward_model.learning_rate")
+    net.load_state_dict(best_state)
+    full, final = best_full, best_metrics  # the best epoch's validation predictions and metrics
+    fitted = data.labeled if cfg.head_fit == "ridge" else int(sum(len(data.groups[g]) for g in train_groups))
+    final.update({"best_epoch": best_epoch, "epochs_run": len(history), "train_sequences": fitted, "val_sequences": len(val_seqs)})
+    validation = (f"out of fold: every prompt's replies scored by heads fitted on the other {RIDGE_FOLDS - 1} of {RIDGE_FOLDS} prompt folds "
+                  "(penalty chosen inside them); the saved heads are fitted on every prompt; human pairs (never fitted) scored by the saved heads"
+                  if cfg.head_fit == "ridge" else f"split by prompt: {cfg.val_fraction:g} of the prompts (and of the human pairs) held out, for early stopping and these figures")
+    accuracy, n_val = final["val_pairwise_accuracy"], final["val_pairs"]
+    if accuracy is not None and n_val < FEW_VAL_PAIRS:
+        p = (accuracy * n_val + 1) / (n_val + 2)  # add-one estimate: 2 of 2 right is not a standard error of 0
+        log.warning(
+            "only %d held-out teacher pairs: their accuracy %s is +- %.0f points (one standard error); "
+            "benchmarks/reward_teacher_agreement.py cross-validates over more (head_fit: ridge scores every prompt out of fold)",
+            n_val, _pct(accuracy), 100 * math.sqrt(p * (1 - p) / n_val),
+        )
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    calibration, calibration_metrics = calibrate_validation(data, val_seqs, val_pairs, full, list(examples["prompt_id"]), dimensions, out_dir, date,
+                                                            source="out-of-fold" if cfg.head_fit == "ridge" else "validation")
+    final.update(calibration_metrics)
+
+    backbone = net.backbone = _unwrap_backbone(net.backbone)
+    if cfg.backbone.finetune == "frozen":  # unchanged weights: referenced with their digest, not copied
+        write_backbone_reference(out_dir / BACKBONE_DIR, backbone_path)
+    else:
+        backbone.save_pretrained(out_dir / BACKBONE_DIR)
+        tokenizer.save_pretrained(out_dir / BACKBONE_DIR)
+    save_file({k: v.contiguous() for k, v in net.head_state_dict().items()}, str(out_dir / HEADS))
+    metadata = {
+        "dimensions": dimensions,
+        "ranges": {"vector": list(VECTOR_RANGE), "scalar": list(SCALAR_RANGE), "reward_intensity": list(INTENSITY_RANGE), "safety_score": list(SAFETY_RANGE)},
+        "semantics": {
+            "vector": "per dimension: -1 worst, 0 neutral, 1 best",
+            "scalar": "overall preference, -1 worst to 1 best",
+            "reward_intensity": "0 = should not drive learning, 1 = should drive it strongly",
+            "safety_score": "1 = safe to learn from; low values gate learning (skip, down-weight or invert)",
+            "uncertainty": f"standard deviation of each output across {cfg.uncertainty.method}"
+            + (f" ({members} members)" if cfg.uncertainty.method == "ensemble" else f" ({cfg.uncertainty.mc_samples} passes)" if cfg.uncertainty.method == "mc_dropout" else ""),
+        },
+        "normalisation": ("heads read features standardised by the training split's mean and spread (feature_mean, feature_std in the heads file); "
+                          if cfg.head_fit == "ridge" else "none; ") + "heads are bounded to the label ranges (tanh for vector and scalar, sigmoid for intensity and safety)",
+        "max_length": cfg.max_length,
+        "backbone": {"source": str(backbone_path), "kind": kind, "pooling": pooling, "finetune": cfg.backbone.finetune,
+                     "depth": backbone.config.num_hidden_layers, "layers": None if net.layers is None else list(net.layers)},
+        "frame": frame,
+        "head_fit": cfg.head_fit,
+        "validation": validation,
+        "length_feature": cfg.length_feature,
+        "members": members,
+        "dropout": cfg.dropout,
+        "uncertainty": {"method": cfg.uncertainty.method, "mc_samples": cfg.uncertainty.mc_samples},  # members: above
+        "losses": {"regression": weights, "pair": cfg.pair_loss.model_dump(), "rationale_weight": cfg.rationale_weight if rationale_head else 0.0},
+        "training_data_digest": data_digest,
+        "date": date,
+        "training_examples": len(examples),
+        "human_pairs": n_human,
+        "calibration": calibration,
+        "metrics": final,
+        "history": history,
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(),
+    }
+    (out_dir / METADATA).write_text(json.dumps(metadata, indent=2, default=float) + "\n")
+    return final

@@ -1,0 +1,133 @@
+"""Held-out calibration of the reward model's pairwise preferences (temperature scaling), overall and per
+dimension, with the reliability plots."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hominem_pipeline.core.reward.dataset import PAIR_GAP, TrainingSet
+
+log = logging.getLogger(__name__)
+
+RELIABILITY_PLOT = "reliability.png"
+DIMENSION_PLOT = "reliability_dimensions.png"
+ECE_NOISE_WARNING = 0.05  # above this noise floor (too few held-out pairs) the stage warns that its ECE says little
+
+
+def calibrate(pairs: np.ndarray, pair_group: np.ndarray, predicted: np.ndarray) -> dict[str, Any] | None:
+    """Temperature scaling of P(first preferred) = sigmoid(predicted gap / T) on (preferred, other) pairs,
+    with ECE / MCE / Brier before and after, and a held-out ECE: T fitted on half the prompts and
+    applied to the other half (both ways). None when there is no pair."""
+    from hominem_pipeline.core.reward.calibration import (
+        both_orders,
+        calibration_report,
+        ece_noise_floor,
+        fit_temperature,
+        preference_probability,
+    )
+
+    if len(pairs) == 0:
+        return None
+    gaps, outcomes = both_orders(pairs, predicted)
+    temperature = fit_temperature(gaps, outcomes)
+    fold = np.tile(np.asarray(pair_group) % 2, 2)
+    after = calibration_report(preference_probability(gaps, temperature), outcomes)
+    held_out = None
+    if len(np.unique(fold)) == 2:
+        probs = np.zeros(len(gaps))
+        for f in (0, 1):
+            t = fit_temperature(gaps[fold != f], outcomes[fold != f])
+            probs[fold == f] = preference_probability(gaps[fold == f], t)
+        held_out = calibration_report(probs, outcomes)
+        held_out["noise_floor"] = ece_noise_floor(probs[: len(pairs)])
+    else:
+        after["noise_floor"] = ece_noise_floor(preference_probability(gaps[: len(pairs)], temperature))
+    return {
+        "temperature": temperature,
+        "before": calibration_report(preference_probability(gaps, 1.0), outcomes),
+        "after": after,
+        "held_out": held_out,
+    }
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def _drop_bins(report: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if report is None else {k: v for k, v in report.items() if k != "bins"}
+
+
+def calibrate_validation(
+    data: TrainingSet, val_seqs: np.ndarray, val_pairs: np.ndarray, full: dict[str, np.ndarray], prompt_ids: list[str], dimensions: list[str], out_dir: Path, date: str,
+    source: str = "validation",
+) -> tuple[dict[str, Any] | None, dict[str, float]]:
+    """Calibration on the held-out pairs (`source`: the validation split's, or every pair scored out of
+    fold): the scalar (teacher and human pairs), then each dimension on the teacher pairs with a gap on
+    it. Draws both reliability plots into `out_dir`. Returns the METADATA block (None when there is no
+    pair) and the metrics."""
+    from hominem_pipeline.core.reward.calibration import (
+        reliability_diagram,
+        reliability_grid,
+        same_prompt_pairs,
+    )
+
+    overall = calibrate(data.pairs[val_pairs], data.pair_group[val_pairs], full["scalar"])
+    if overall is None:
+        log.warning("no validation pair (teacher gap of %.2f or more, or human pair): the reward model's preferences stay uncalibrated", PAIR_GAP)
+        return None, {}
+    held = overall["held_out"]
+    reported = held or overall["after"]
+    n_pairs = overall["after"]["pairs"] // 2
+    if reported["noise_floor"] > ECE_NOISE_WARNING:
+        log.warning("calibration measured on %d %s pairs: a perfectly calibrated model would read an ECE of %.3f on them, so the ECE of %.3f says "
+                    "little about calibration; a wider window (reward_model.window_days) of labeled days gives more pairs", n_pairs, source,
+                    reported["noise_floor"], reported["ece"])
+    reliability_diagram(
+        overall["before"], overall["after"], out_dir / RELIABILITY_PLOT,
+        f"reward model {date}: {n_pairs} {source} pairs, T = {overall['temperature']:.3g}"
+        + ("" if held is None else f"\nheld-out ECE {held['ece']:.3f} (T fitted on the other half of the prompts)")
+        + f"\na perfectly calibrated model would read {reported['noise_floor']:.3f} on these pairs",
+    )
+    metrics = {
+        "temperature": overall["temperature"],
+        "val_ece": reported["ece"],
+        "val_ece_noise_floor": reported["noise_floor"],
+        "val_ece_in_sample": overall["after"]["ece"],
+        "val_ece_uncalibrated": overall["before"]["ece"],
+        "val_mce": reported["mce"],
+        "val_brier": reported["brier"],
+    }
+    calibration: dict[str, Any] = {
+        "method": "temperature scaling: P(a preferred over b) = sigmoid((scalar_a - scalar_b) / temperature)",
+        "fitted_on": f"{source} pairs (same prompt with teacher scalar gap >= {PAIR_GAP}, and human pairs), each counted in both orders",
+        "held_out_ece": f"val_ece: temperature fitted on half the {source} prompts, applied to the other half (both ways)" if held else "in sample (one prompt group only)",
+        "ece_noise_floor": "val_ece_noise_floor: the mean ECE of a perfectly calibrated model on these pairs (outcomes drawn from the reported "
+                           "probabilities, 400 draws): an ECE near it is what the pair count allows",
+        "temperature": overall["temperature"],
+        "before": overall["before"],
+        "after": overall["after"],
+        "held_out": _drop_bins(held),
+        "dimensions": {},
+    }
+    lab = val_seqs[val_seqs < data.labeled]
+    ids = np.asarray(prompt_ids)
+    panels = {}
+    for j, d in enumerate(dimensions):
+        teacher_d = data.targets["vector"][:, j].numpy()
+        pairs_d = lab[same_prompt_pairs(ids[lab], teacher_d[lab], PAIR_GAP)]
+        dim = calibrate(pairs_d, data.group_of[pairs_d[:, 0]], full["vector"][:, j])
+        if dim is None:
+            continue
+        report = dim["held_out"] or dim["after"]
+        calibration["dimensions"][d] = {"temperature": dim["temperature"], "ece": report["ece"], "ece_noise_floor": report["noise_floor"],
+                                        "ece_in_sample": dim["after"]["ece"], "pairs": dim["after"]["pairs"] // 2}
+        metrics[f"val_ece_dim_{d}"] = report["ece"]
+        panels[d] = (dim["after"], dim["temperature"], None if dim["held_out"] is None else dim["held_out"]["ece"])
+    if panels:
+        reliability_grid(panels, out_dir / DIMENSION_PLOT, f"reward model {date}: per-dimension pair calibration")
+    return calibration, metrics

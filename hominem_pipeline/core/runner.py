@@ -1,0 +1,109 @@
+"""Running one stage for one day: plan, reuse or build, publish, track.
+
+`run_stage` is what the Dagster assets and the tests call:
+
+1. plan: the input versions this config implies and the version they make (`core/lineage.py`);
+2. open the MLflow run of this materialization (resumed if the same Dagster run retries);
+3. reuse the version if it is already built, else build it in a staging folder and publish it;
+4. log params, inputs, metrics and artifacts; register a model where the stage makes one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from hominem_pipeline.core.artifacts import ArtifactRef, ArtifactStore
+from hominem_pipeline.core.config import HominemConfig
+from hominem_pipeline.core.lineage import Lineage, settings_values, stage_seed
+from hominem_pipeline.core.stage import Stage, StageContext
+from hominem_pipeline.core.stages import STAGES_BY_NAME
+from hominem_pipeline.core.tracking import TAG_CACHE_HIT, TAG_VERSION, Tracker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StageResult:
+    ref: ArtifactRef
+    cache_hit: bool
+    mlflow_run_id: str
+    metrics: dict[str, Any]
+    metadata: dict[str, Any]
+    inputs: dict[str, list[ArtifactRef]]
+
+
+def check_partition(partition: str) -> None:
+    try:
+        dt.date.fromisoformat(partition)
+    except ValueError:
+        raise ValueError(f"partition {partition!r} is not a date; partitions are days written YYYY-MM-DD") from None
+
+
+def run_stage(stage: Stage | str, cfg: HominemConfig, partition: str, *, dagster_run_id: str | None = None) -> StageResult:
+    stage = STAGES_BY_NAME[stage] if isinstance(stage, str) else stage
+    check_partition(partition)
+    store = ArtifactStore(cfg.data_dir)
+    plan = Lineage(cfg, STAGES_BY_NAME, store).plan(stage.name, partition)
+    inputs, version = plan.inputs, plan.version
+    tracker = Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root))
+    run_id = dagster_run_id or f"manual-{uuid.uuid4().hex[:12]}"
+    settings = settings_values(stage, cfg)
+
+    with tracker.stage_run(asset=stage.name, partition=partition, dagster_run_id=run_id, tags={TAG_VERSION: version}) as run:
+        run.log_params(settings)
+        for inp in stage.inputs:
+            for ref in inputs[inp.asset]:
+                table = ref.manifest.get("table")
+                if table:
+                    run.log_input_table(
+                        pd.read_parquet(ref.file(table)),
+                        name=f"{inp.asset}@{ref.partition}",
+                        source=ref.file(table),
+                        context="training" if inp.window else "input",
+                    )
+                run.set_tags({f"input.{inp.asset}.{ref.partition}": ref.version})
+
+        ref = store.existing(stage.name, partition, version)
+        cache_hit = ref is not None
+        if cache_hit:
+            log.info("%s/%s: version %s is already built from these inputs and settings; reusing it", stage.name, partition, version)
+        else:
+            with store.staging(stage.name, partition) as staged:
+                ctx = StageContext(cfg=stage.slice(cfg), partition=partition, inputs=inputs, out_dir=staged, run=run,
+                                   seed=stage_seed(cfg, stage.name, partition))
+                output = stage.build(ctx)
+                manifest = {
+                    "stage": stage.name,
+                    "config": settings,
+                    "inputs": {a: [r.key | {"content": r.content} for r in refs] for a, refs in inputs.items()},
+                    "metrics": output.metrics,
+                    "metadata": output.metadata,
+                    "table": output.table,
+                    "mlflow_artifacts": output.mlflow_artifacts,
+                    "mlflow_run_id": run.run_id,
+                    "complete": output.complete,
+                    "registered_model": output.register_model,
+                }
+                ref = store.publish(staged, stage.name, partition, version, manifest, complete=output.complete)
+                if not output.complete:
+                    log.warning("%s/%s is incomplete; published as %s, the next run builds it again", stage.name, partition, ref.version)
+                if output.quarantine is not None:
+                    store.write_quarantine(ref, output.quarantine)
+
+        manifest = ref.manifest
+        run.log_metrics({k: v for k, v in manifest["metrics"].items() if isinstance(v, (int, float))})
+        run.set_tags({TAG_CACHE_HIT: cache_hit, "hominem.artifact_path": ref.path, "hominem.built_by_run": manifest["mlflow_run_id"],
+                      "hominem.content": ref.content})
+        if not cache_hit:
+            run.log_artifact(ref.path / "manifest.json")
+            for name in manifest.get("mlflow_artifacts", []):
+                run.log_artifact(ref.path / name)
+        if manifest.get("registered_model"):
+            run.set_tags({"hominem.registry_version": run.register_model(manifest["registered_model"], ref.path, ref.version)})
+        return StageResult(ref=ref, cache_hit=cache_hit, mlflow_run_id=run.run_id, metrics=manifest["metrics"], metadata=manifest["metadata"], inputs=inputs)

@@ -1,0 +1,110 @@
+"""Versions are derived from a stage's slice of the config, its inputs' contents and its source, and a
+stage reads the input versions its own config implies."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hominem_pipeline.core.config import load_config
+from hominem_pipeline.core.lineage import PACKAGE_ROOT, Lineage, MissingInput, definition_version, lineage, module_closure
+from hominem_pipeline.core.stage import SliceError
+from hominem_pipeline.core.stages import STAGES, STAGES_BY_NAME
+from hominem_pipeline.testing.artifacts import publish_expected
+
+DAY = "2026-11-20"
+CHAIN = ["prompts", "teacher_trajectories", "teacher_labels", "reward_model", "preference_pairs", "lora_adapter", "evaluation", "reward_health_index"]
+
+
+def planned_versions(cfg, root=PACKAGE_ROOT) -> dict[str, str]:
+    """The version of every stage of the chain for DAY, each upstream faked at its expected version with
+    bytes of its own (a rebuilt stage writes other bytes: versions follow their inputs' contents)."""
+    out = {}
+    for name in CHAIN:
+        data = Lineage(cfg, STAGES_BY_NAME, root=root)
+        out[name] = data.plan(name, DAY).version
+        if data.expected(name, DAY) is None:
+            publish_expected(cfg, name, DAY, text=f"{name} {out[name]}", root=root)
+    return out
+
+
+def copy_package(tmp_path) -> Path:
+    root = tmp_path / "pkg" / "hominem_pipeline"
+    shutil.copytree(PACKAGE_ROOT, root, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def test_a_setting_in_a_slice_changes_that_stage_and_its_downstream_only(project, tiny_cfg):
+    base = planned_versions(tiny_cfg)
+    # policy.beta is in lora_adapter's slice: it and what reads it change, nothing upstream does
+    changed = load_config(project / "config" / "tiny.yaml", root=project, overrides={"policy": {"beta": 0.3}})
+    after = planned_versions(changed)
+    assert [n for n in CHAIN if after[n] != base[n]] == ["lora_adapter", "evaluation", "reward_health_index"]
+    # a setting outside every slice (the retrain sensor's threshold) changes nothing
+    outside = load_config(project / "config" / "tiny.yaml", root=project, overrides={"retrain": {"reward_pairs": 7}})
+    assert planned_versions(outside) == base
+    assert not any("retrain" in p for s in STAGES for p in s.settings(outside))
+
+
+def test_a_source_line_of_a_module_a_stage_runs_changes_it_and_its_downstream_only(tiny_cfg, tmp_path):
+    root = copy_package(tmp_path)
+    base = planned_versions(tiny_cfg, root)
+    training = root / "core" / "reward" / "training.py"  # run by reward_model alone
+    assert "hominem_pipeline.core.reward.training" in module_closure("hominem_pipeline.core.builds.reward_model", root)
+    assert "hominem_pipeline.core.reward.training" not in module_closure("hominem_pipeline.core.builds.preference_pairs", root)
+    training.write_text(training.read_text() + "\n# a changed line\n")
+    after = planned_versions(tiny_cfg, root)
+    assert [n for n in CHAIN if after[n] != base[n]] == ["reward_model", "preference_pairs", "lora_adapter", "evaluation", "reward_health_index"]
+    assert definition_version(STAGES_BY_NAME["reward_model"], tiny_cfg, root) != definition_version(STAGES_BY_NAME["reward_model"], tiny_cfg)
+    assert definition_version(STAGES_BY_NAME["prompts"], tiny_cfg, root) == definition_version(STAGES_BY_NAME["prompts"], tiny_cfg)
+
+
+def test_a_version_names_its_inputs_bytes_not_their_names(tiny_cfg):
+    """Two builds of the same upstream version id with other bytes (a sampling teacher on another
+    machine) make different downstream versions."""
+    publish_expected(tiny_cfg, "teacher_labels", DAY, text="one day's labels")
+    first = lineage(tiny_cfg).plan("reward_model", DAY).version
+    labels = lineage(tiny_cfg).expected("teacher_labels", DAY)
+    shutil.rmtree(labels.path)
+    publish_expected(tiny_cfg, "teacher_labels", DAY, text="the same settings, other samples")
+    assert lineage(tiny_cfg).expected("teacher_labels", DAY).version == labels.version
+    assert lineage(tiny_cfg).plan("reward_model", DAY).version != first
+
+
+def test_two_overlays_in_one_data_folder_each_read_their_own_inputs(project, tiny_cfg):
+    other = load_config(project / "config" / "tiny.yaml", root=project, overrides={"labeling": {"judge_system": "Judge kindly."}})
+    mine = publish_expected(tiny_cfg, "teacher_labels", DAY, text="mine")
+    theirs = publish_expected(other, "teacher_labels", DAY, text="theirs")
+    assert mine.version != theirs.version
+    # written last, the other overlay's labels are not what this config reads
+    assert lineage(tiny_cfg).plan("reward_model", DAY).inputs["teacher_labels"] == [mine]
+    assert lineage(other).plan("reward_model", DAY).inputs["teacher_labels"] == [theirs]
+    # both read the same candidates, whose settings they agree on
+    assert lineage(tiny_cfg).expected("teacher_trajectories", DAY) == lineage(other).expected("teacher_trajectories", DAY)
+
+
+def test_a_missing_input_names_its_version_and_the_command_that_builds_it(tiny_cfg):
+    with pytest.raises(MissingInput, match=r"needs teacher_labels for 2026-11-20 as this config builds it \(version [0-9a-f]{16}\), which is not built; "
+                                           r"build it: hominem run --date 2026-11-20 --select '\+teacher_labels' --config .*tiny.yaml"):
+        publish_expected(tiny_cfg, "teacher_trajectories", DAY)
+        lineage(tiny_cfg).plan("reward_model", DAY)
+    # earlier days of a window are optional: the first day's model trains on the days that are there
+    publish_expected(tiny_cfg, "teacher_labels", DAY)
+    assert [r.partition for r in lineage(tiny_cfg).plan("reward_model", DAY).inputs["teacher_labels"]] == [DAY]
+
+
+def test_a_stage_reads_only_its_slice(tiny_cfg):
+    view = STAGES_BY_NAME["reward_health_index"].slice(tiny_cfg)
+    assert view.health.deploy_threshold == tiny_cfg.health.deploy_threshold
+    assert view.data_dir == tiny_cfg.data_dir  # locations are not settings
+    with pytest.raises(SliceError, match="stage 'reward_health_index' read the setting 'policy', which is not in its config slice"):
+        view.policy  # noqa: B018
+    pairs = STAGES_BY_NAME["preference_pairs"].slice(tiny_cfg)
+    assert pairs.preferences.min_margin == tiny_cfg.preferences.min_margin
+    with pytest.raises(SliceError, match="'evaluation'"):
+        pairs.evaluation  # noqa: B018  (only with preferences.against_student)
+    policy = STAGES_BY_NAME["lora_adapter"].slice(tiny_cfg)
+    assert policy.policy.lora.r == tiny_cfg.policy.lora.r
+    with pytest.raises(SliceError, match="'policy.dual'"):
+        policy.policy.dual  # noqa: B018  (dpo mode reads no dual settings)
+    assert "dual" not in policy.policy.model_dump()

@@ -1,0 +1,68 @@
+import ast
+from pathlib import Path
+
+CORE = Path(__file__).resolve().parents[2] / "hominem_pipeline" / "core"
+
+
+def test_core_never_imports_dagster():
+    offenders = []
+    for path in sorted(CORE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "dagster"]
+    assert offenders == []
+    assert len(list(CORE.rglob("*.py"))) >= 40  # the check really looked at the core modules
+
+
+PACKAGE = CORE.parent
+MAX_LINES = 600
+
+
+def _graph() -> dict[str, set[str]]:
+    from hominem_pipeline.core.lineage import _imports, _module_file
+
+    graph = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = ".".join(("hominem_pipeline", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
+        own = name + ".__init__" if path.name == "__init__.py" else name
+        graph[name] = {m for m in _imports(path.read_text(), own) if _module_file(m, PACKAGE) is not None and m != name}
+    return graph
+
+
+def test_no_import_cycles_at_any_depth():
+    """Function-level imports count too: a cycle there is one a refactor turns into an import error."""
+    graph = _graph()
+    index, low, stack, on, cycles, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert cycles == []
+    assert len(graph) > 40
+
+
+def test_no_module_is_over_600_lines():
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
