@@ -67,7 +67,7 @@ def tiny_encoder(tmp_path_factory) -> Path:
 
 def tiny_overrides(student: Path, encoder: Path) -> dict:
     return {
-        "models": {"student": {"path": str(student), "gguf_package": None}, "encoder": {"path": str(encoder), "package": None}},
+        "models": {"student": {"path": str(student), "gguf_package": None, "hub_id": "tiny/random-llama"}, "encoder": {"path": str(encoder), "package": None}},
         "prompts": {
             "per_partition": 6,
             "eval_per_category": 1,

@@ -46,6 +46,7 @@ class DimensionConfig(_Frozen):
 class StudentModelConfig(_Frozen):
     path: str = Field(min_length=1)
     gguf_package: str | None = None
+    hub_id: str | None = None
 
 
 class EncoderModelConfig(_Frozen):

@@ -88,7 +88,6 @@ def run_stage(stage: Stage | str, cfg: HominemConfig, partition: str, *, dagster
                     "mlflow_artifacts": output.mlflow_artifacts,
                     "mlflow_run_id": run.run_id,
                     "complete": output.complete,
-                    "registered_model": output.register_model,
                 }
                 ref = store.publish(staged, stage.name, partition, version, manifest, complete=output.complete)
                 if not output.complete:
@@ -104,6 +103,7 @@ def run_stage(stage: Stage | str, cfg: HominemConfig, partition: str, *, dagster
             run.log_artifact(ref.path / "manifest.json")
             for name in manifest.get("mlflow_artifacts", []):
                 run.log_artifact(ref.path / name)
-        if manifest.get("registered_model"):
-            run.set_tags({"hominem.registry_version": run.register_model(manifest["registered_model"], ref.path, ref.version)})
+        if stage.registered:
+            registry_version = run.register_model(stage.registered.name, ref.version, lambda: stage.registered.log(ref.path))
+            run.set_tags({"hominem.registry_version": registry_version})
         return StageResult(ref=ref, cache_hit=cache_hit, mlflow_run_id=run.run_id, metrics=manifest["metrics"], metadata=manifest["metadata"], inputs=inputs)

@@ -115,7 +115,6 @@ class StageOutput:
     quarantine: pd.DataFrame | None = None  # rejected rows with a `reason` column (kept out of the table)
     # False when some of the work failed for good (API calls out of retries): see ArtifactStore.publish.
     complete: bool = True
-    register_model: str | None = None  # MLflow registry name: the version is registered, alias `current`
 
 
 @dataclass
@@ -170,6 +169,14 @@ class Check:
     blocking: bool = False
 
 
+@dataclass(frozen=True)
+class Registered:
+    """A stage whose versions are models in the MLflow registry (alias `current` = the newest built)."""
+
+    name: str  # the registered model's name
+    log: Callable[[Path], str]  # logs a version folder as an MLflow model in the active run; returns its URI
+
+
 Reads = tuple[str, ...] | Callable[[HominemConfig], tuple[str, ...]]
 
 
@@ -186,6 +193,7 @@ class Stage:
     files: Callable[[HominemConfig, str], Any] | None = None  # files outside the config it reads (their digests), by config and day
     daily: bool = True  # part of the daily job (False: imported data, materialized on its own)
     checks: tuple[Check, ...] = ()
+    registered: Registered | None = None
 
     def settings(self, cfg: HominemConfig) -> tuple[str, ...]:
         """The versioned config paths for this config (a stage may read more settings in some modes)."""

@@ -21,11 +21,12 @@ from hominem_pipeline.core.builds.lora_adapter import build_lora_adapter
 from hominem_pipeline.core.builds.preference_pairs import build_preference_pairs
 from hominem_pipeline.core.builds.prompts import build_prompts, prompt_files_digest
 from hominem_pipeline.core.builds.reward_health_index import build_reward_health_index
-from hominem_pipeline.core.builds.reward_model import build_reward_model, reward_backbone_digest
+from hominem_pipeline.core.builds.reward_model import REWARD_MODEL_NAME, build_reward_model, reward_backbone_digest
 from hominem_pipeline.core.builds.teacher_labels import build_teacher_labels, labels_pass_verifier
 from hominem_pipeline.core.builds.teacher_trajectories import build_teacher_trajectories
 from hominem_pipeline.core.config import HominemConfig, PolicyConfig
-from hominem_pipeline.core.stage import Check, Input, Stage
+from hominem_pipeline.core.reward.pyfunc import log_reward_pyfunc
+from hominem_pipeline.core.stage import Check, Input, Registered, Stage
 
 # What the teacher is asked and how it answers; `teacher.client` (speed, retries) and `teacher.prices`
 # change how fast and at what cost, never the answers.
@@ -123,6 +124,7 @@ STAGES: tuple[Stage, ...] = (
         reads=("dimensions", "reward_model", "models.encoder", "models.student", "labeling.judge_system", "labeling.scalar_question"),
         build=build_reward_model,
         files=reward_backbone_digest,
+        registered=Registered(REWARD_MODEL_NAME, log_reward_pyfunc),
     ),
     Stage(
         name="preference_pairs",

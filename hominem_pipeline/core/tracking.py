@@ -11,7 +11,7 @@ import contextlib
 import logging
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,9 +87,10 @@ class StageRun:
             dataset = mlflow.data.from_pandas(flat, source=str(source), name=name)
             mlflow.log_input(dataset, context=context)
 
-    def register_model(self, name: str, path: Path, version_key: str, alias: str = "current") -> int:
-        """Register the model folder `path` (an artifact version) under `name` in the MLflow model
-        registry, once per artifact version, and point `alias` at it. Returns the registry version."""
+    def register_model(self, name: str, version_key: str, log_model: Callable[[], str], alias: str = "current") -> int:
+        """Register a model under `name` in the MLflow model registry, once per artifact version (its
+        `version_key`): `log_model` logs it in this run and returns its model URI. Points `alias` at it.
+        Returns the registry version."""
         from mlflow import MlflowClient
         from mlflow.exceptions import MlflowException
 
@@ -97,12 +98,12 @@ class StageRun:
         try:
             client.get_registered_model(name)
         except MlflowException:
-            client.create_registered_model(name, description="hominem: the reward model later stages score with (alias `current`)")
+            client.create_registered_model(name, description=f"hominem: alias `{alias}` is the newest built; load with mlflow.pyfunc.load_model('models:/{name}@{alias}')")
         found = client.search_model_versions(f"name = '{name}' and tags.`{TAG_VERSION}` = '{version_key}'")
         if found:
             version = found[0].version
         else:
-            version = client.create_model_version(name, source=str(path.resolve()), run_id=self.run_id, tags={TAG_VERSION: version_key}).version
+            version = client.create_model_version(name, source=log_model(), run_id=self.run_id, tags={TAG_VERSION: version_key}).version
         client.set_registered_model_alias(name, alias, version)
         return int(version)
 

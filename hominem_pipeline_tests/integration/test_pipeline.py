@@ -84,6 +84,14 @@ def test_stages_write_their_artifacts(chain):
     assert meta["dimensions"] == cfg.dimension_names and meta["date"] == DAY and meta["training_data_digest"]
     adapter = data.require("lora_adapter", DAY)
     assert {"adapter_config.json", "adapter_model.safetensors", "METADATA.json"} <= {p.name for p in adapter.path.iterdir()}
+    # a plain PEFT adapter: it loads onto the base with PeftModel.from_pretrained, and its model card names the base
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(cfg.models.student.path), adapter.path)
+    assert loaded.active_adapter == "default" and any("lora_A" in n for n, _ in loaded.named_parameters())
+    card = adapter.file("README.md").read_text()
+    assert "base_model: tiny/random-llama" in card and "library_name: peft" in card and "PeftModel.from_pretrained" in card
     adapter_meta = json.loads(adapter.file("METADATA.json").read_text())
     assert adapter_meta["reward_model"]["version"] == rm.version  # lineage: adapter -> reward model
     health = json.loads(data.require("reward_health_index", DAY).file("health.json").read_text())
@@ -129,8 +137,20 @@ def test_the_reward_model_is_registered_with_the_current_alias(chain):
     client = MlflowClient()
     built = lineage(cfg).require("reward_model", DAY)
     current = client.get_model_version_by_alias(REWARD_MODEL_NAME, "current")
-    assert current.tags[TAG_VERSION] == built.version and current.source == str(built.path.resolve())
+    assert current.tags[TAG_VERSION] == built.version
     assert len(client.search_model_versions(f"name = '{REWARD_MODEL_NAME}'")) == 1  # the second (reusing) run registered nothing new
+    # a pyfunc with a signature: any MLflow user scores a DataFrame with it, as RewardModel.score does
+    import mlflow.pyfunc
+
+    from hominem_pipeline.core.reward.model import RewardModel
+
+    pyfunc = mlflow.pyfunc.load_model(f"models:/{REWARD_MODEL_NAME}@current")
+    assert [c.name for c in pyfunc.metadata.get_input_schema().inputs] == ["prompt", "response"]
+    rows = pd.DataFrame({"prompt": ["I failed my driving test.", "I failed my driving test."], "response": ["That's rough. What happened?", "Try harder."]})
+    scored = pyfunc.predict(rows)
+    direct = RewardModel.load(built.path).score(list(rows.prompt), list(rows.response))
+    assert list(scored.columns) == ["scalar", "reward_intensity", "safety_score", *cfg.dimension_names, "uncertainty_scalar"]
+    assert scored["scalar"].tolist() == pytest.approx([o.scalar for o in direct], abs=1e-6)
 
 
 def test_a_second_run_reuses_everything(chain):

@@ -34,6 +34,7 @@ def policy_seed(stage_seed: int, extra: int) -> int:
 
 def build_lora_adapter(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.policy.export import write_model_card
     from hominem_pipeline.core.policy.pairs import read_preference_pairs
     from hominem_pipeline.core.reward.model import RewardModel
 
@@ -85,8 +86,13 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
     )
     metrics = {k: v for k, v in result.items() if k not in ("history", "grad_norms", "base_checksum", "channels", "channel_contributions")}
     metrics.update({f"channel_{k}": v for k, v in result["channel_contributions"].items()})
+    student = ctx.cfg.models.student
+    write_model_card(ctx.out_dir, base_hub_id=student.hub_id, base_path=student_path(ctx.cfg), gguf_package=student.gguf_package, mode=pc.mode,
+                     date=ctx.partition, metrics=metrics,
+                     data={"preference pairs": f"{len(pairs)} over {len(pair_refs)} day(s)", "reward model": f"{rm_ref.partition}/{rm_ref.version}",
+                           "LoRA": f"r {pc.lora.r}, alpha {pc.lora.alpha}, on {', '.join(pc.lora.target_modules)}"})
     return StageOutput(
         metrics=metrics,
         metadata={"rows": len(pairs), "mode": pc.mode, "pair_partitions": [r.partition for r in pair_refs], "reward_model_version": rm_ref.version},
-        mlflow_artifacts=["adapter_config.json", "adapter_model.safetensors", "METADATA.json", "training_history.json"],
+        mlflow_artifacts=["adapter_config.json", "adapter_model.safetensors", "METADATA.json", "README.md", "training_history.json"],
     )

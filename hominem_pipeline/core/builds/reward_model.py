@@ -53,7 +53,6 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
             "training_data_digest": digest,
         },
         mlflow_artifacts=[METADATA] + [p for p in (RELIABILITY_PLOT, DIMENSION_PLOT) if (ctx.out_dir / p).is_file()],
-        register_model=REWARD_MODEL_NAME,
     )
 
 

@@ -31,3 +31,52 @@ def export_merged(adapter_path: Path, out_dir: Path, student_path: Path | None =
     info = {"base": str(base), "adapter": str(adapter_path), "format": "safetensors, fp32, LoRA merged"}
     (out_dir / "EXPORT.json").write_text(json.dumps(info, indent=2) + "\n")
     return info
+
+
+def write_model_card(out_dir: Path, *, base_hub_id: str | None, base_path: Path, gguf_package: str | None, mode: str, date: str,
+                     metrics: dict[str, Any], data: dict[str, Any]) -> Path:
+    """The adapter's README.md (Hugging Face model card): what it is, what it was trained on, how to load it."""
+    base = base_hub_id or str(base_path)
+    front = ["---", "library_name: peft", f"base_model: {base}" if base_hub_id else "", "pipeline_tag: text-generation",
+             "tags: [hominem, lora, " + mode + "]", "---"]
+    source = (f"The base was loaded from `{base_path}`, converted once from the Q4_1 GGUF that the `{gguf_package}` package ships "
+              "(weights dequantized to fp32): the adapter was trained on those weights, which differ slightly from the hub's fp32 ones.") if gguf_package else \
+             f"The base was loaded from `{base_path}`."
+    shown = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    lines = [
+        *[x for x in front if x],
+        "",
+        f"# hominem LoRA adapter ({mode}, {date})",
+        "",
+        f"A LoRA adapter on `{base}` trained by [hominem](https://pypi.org/project/hominem-pipeline/) with `policy.mode: {mode}` "
+        "on preference pairs a reward model ranked (and, for `dual`, on memory rows). The base weights are unchanged.",
+        "",
+        source,
+        "",
+        "## Load it",
+        "",
+        "```python",
+        "from peft import PeftModel",
+        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        "",
+        f"base = AutoModelForCausalLM.from_pretrained({str(base_path)!r})",
+        f"model = PeftModel.from_pretrained(base, {str(out_dir.name)!r})  # this folder",
+        f"tokenizer = AutoTokenizer.from_pretrained({str(out_dir.name)!r})",
+        "```",
+        "",
+        "`hominem export --adapter THIS_FOLDER --merged OUT` writes the merged model as plain safetensors.",
+        "",
+        "## Training",
+        "",
+        *[f"- {k}: {v}" for k, v in data.items()],
+        "",
+        "| metric | value |",
+        "| --- | --- |",
+        *[f"| {k} | {v:.4g} |" for k, v in sorted(shown.items())],
+        "",
+        "`METADATA.json` beside this card records the reward model, the pairs and the settings it came from.",
+        "",
+    ]
+    path = out_dir / "README.md"
+    path.write_text("\n".join(lines))
+    return path
