@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -18,8 +17,9 @@ from rich.console import Console
 from rich.table import Table
 
 from hominem_pipeline.core.config import ConfigError, HominemConfig
+from hominem_pipeline.warnings_seen import silence_known
 
-from hominem_pipeline.core.config_loader import load_config
+from hominem_pipeline.core.config_loader import load_config, parse_assignments, write_set_overlay
 
 app = typer.Typer(help="hominem: distill a human-like reward signal into a reward model and LoRA adapters.", no_args_is_help=True, add_completion=False)
 data_app = typer.Typer(help="Inspect and check labeled data.", no_args_is_help=True)
@@ -28,6 +28,7 @@ console = Console()
 err = Console(stderr=True)
 
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML file overlaid on config/hominem.yaml (only the keys it sets change).")]
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="KEY=VALUE on top of the config: a dotted key and a YAML value, e.g. --set policy.mode=dual --set preferences.guard_dimension=null (repeatable).")]
 DateOpt = Annotated[Optional[str], typer.Option("--date", "-d", help="Partition date YYYY-MM-DD (default: today, UTC).")]
 
 
@@ -36,9 +37,13 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _config(config: Path | None) -> HominemConfig:
+def _config(config: Path | None, sets: list[str] | None = None) -> HominemConfig:
+    """The config: config/hominem.yaml, the overlay, then each --set. With --set, the combination is
+    written as an overlay under data/overlays/ so that Dagster runs and later commands see the same."""
     try:
-        return load_config(config)
+        if not sets:
+            return load_config(config)
+        return load_config(write_set_overlay(config, parse_assignments(sets)))
     except ConfigError as exc:
         _fail(str(exc))
         raise  # unreachable
@@ -58,13 +63,13 @@ def _logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     for noisy in ("httpx", "httpx2", "anthropic", "openai", "urllib3", "filelock", "alembic", "mlflow", "dagster"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore")
+    silence_known()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 
-def _dagster_env(cfg: HominemConfig, config: Path | None) -> None:
+def _dagster_env(cfg: HominemConfig) -> None:
     """Dagster's instance lives in the project: DAGSTER_HOME is data/dagster/, holding a link to the
     project's dagster.yaml, so every store Dagster keeps is under data/dagster/."""
     home = cfg.data_dir / "dagster"
@@ -75,18 +80,18 @@ def _dagster_env(cfg: HominemConfig, config: Path | None) -> None:
         link.unlink(missing_ok=True)
         link.symlink_to(source)
     os.environ["DAGSTER_HOME"] = str(home.resolve())
-    if config is not None:
-        os.environ["HOMINEM_CONFIG"] = str(config.resolve())
+    if cfg.overlay is not None:
+        os.environ["HOMINEM_CONFIG"] = str(cfg.overlay)
     os.chdir(cfg.root)
 
 
 @app.command()
-def setup(config: ConfigOpt = None) -> None:
+def setup(config: ConfigOpt = None, sets: SetOpt = None) -> None:
     """Prepare the offline models once: convert the packaged SmolLM2 GGUF to an HF folder, find the encoder."""
     _logging()
     from hominem_pipeline.core.models import ModelNotAvailable, encoder_path, prepare_student
 
-    cfg = _config(config)
+    cfg = _config(config, sets)
     try:
         student = prepare_student(cfg)
         encoder = encoder_path(cfg)
@@ -98,6 +103,7 @@ def setup(config: ConfigOpt = None) -> None:
 @app.command()
 def run(
     config: ConfigOpt = None,
+    sets: SetOpt = None,
     date: DateOpt = None,
     select: Annotated[str, typer.Option("--select", "-s", help="Dagster asset selection, e.g. '*', 'reward_model+', 'prompts,teacher_trajectories'.")] = "*",
     fill_window: Annotated[bool, typer.Option(
@@ -109,9 +115,9 @@ def run(
 ) -> None:
     """Materialize assets for one day through Dagster (runs show in the Dagster UI, metrics in MLflow)."""
     _logging()
-    cfg = _config(config)
+    cfg = _config(config, sets)
     day = _date(date)
-    _dagster_env(cfg, config)
+    _dagster_env(cfg)
     from hominem_pipeline.core.models import ModelNotAvailable, prepare_student
 
     try:
@@ -257,12 +263,13 @@ def _print_summary(events, cfg: HominemConfig, day: str, run_id: str, seconds: f
 @app.command()
 def ui(
     config: ConfigOpt = None,
+    sets: SetOpt = None,
     dagster_port: Annotated[int, typer.Option(help="Port of the Dagster UI.")] = 3000,
     mlflow_port: Annotated[int, typer.Option(help="Port of the MLflow UI.")] = 5000,
 ) -> None:
     """Start the Dagster UI and the MLflow UI on localhost together; Ctrl-C stops both."""
-    cfg = _config(config)
-    _dagster_env(cfg, config)
+    cfg = _config(config, sets)
+    _dagster_env(cfg)
     (cfg.data_dir / "mlflow").mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     bindir = Path(sys.executable).parent
@@ -336,6 +343,7 @@ def _artifact_for(cfg: HominemConfig, asset: str, date: str | None):
 @data_app.command("validate")
 def data_validate(
     config: ConfigOpt = None,
+    sets: SetOpt = None,
     date: Annotated[Optional[str], typer.Option("--date", "-d", help="Partition date (default: the newest labeled one).")] = None,
 ) -> None:
     """Check every label of a partition (schema, ranges, duplicates, empty or truncated responses);
@@ -344,7 +352,7 @@ def data_validate(
 
     from hominem_pipeline.core.teacher.labeling import BLOCKING, validate_labels
 
-    cfg = _config(config)
+    cfg = _config(config, sets)
     data, ref = _artifact_for(cfg, "teacher_labels", date)
     labels = pd.read_parquet(ref.file("labels.parquet"))
     trajectories = data.expected("teacher_trajectories", ref.partition)
@@ -377,6 +385,7 @@ def data_validate(
 @data_app.command("sample")
 def data_sample(
     config: ConfigOpt = None,
+    sets: SetOpt = None,
     date: Annotated[Optional[str], typer.Option("--date", "-d", help="Partition date (default: the newest labeled one).")] = None,
     n: Annotated[int, typer.Option("-n", min=1, help="How many random labeled samples to print.")] = 3,
     seed: Annotated[Optional[int], typer.Option(help="Seed for the random choice (default: a new choice each time).")] = None,
@@ -386,7 +395,7 @@ def data_sample(
 
     from hominem_pipeline.core.teacher.labeling import row_problems
 
-    cfg = _config(config)
+    cfg = _config(config, sets)
     _, ref = _artifact_for(cfg, "teacher_labels", date)
     labels = pd.read_parquet(ref.file("labels.parquet"))
     picked = labels.sample(n=min(n, len(labels)), random_state=seed)
@@ -411,6 +420,7 @@ def data_import_preferences(
     path: Annotated[Path, typer.Argument(help="The file to import (.jsonl, .jsonl.gz or .parquet).")],
     format: Annotated[str, typer.Option("--format", "-f", help="hh-rlhf (HH-RLHF transcripts: chosen/rejected dialogues), jsonl or parquet (prompt/chosen/rejected rows).")],
     config: ConfigOpt = None,
+    sets: SetOpt = None,
     date: DateOpt = None,
 ) -> None:
     """Bring human preference pairs into the `human_preferences` asset for a day. Rows that cannot be
@@ -419,7 +429,7 @@ def data_import_preferences(
     from hominem_pipeline.core.human.preferences import FORMATS, PreferenceImportError, add_to_inbox
 
     _logging()
-    cfg = _config(config)
+    cfg = _config(config, sets)
     day = _date(date)
     if format not in FORMATS:
         _fail(f"--format {format!r} is not supported; use one of: {', '.join(FORMATS)}")
@@ -428,7 +438,7 @@ def data_import_preferences(
     except PreferenceImportError as exc:
         _fail(str(exc))
     console.print(f"{'added' if added else 'already imported'}: {path} -> {target}")
-    _dagster_env(cfg, config)
+    _dagster_env(cfg)
     from dagster import AssetKey
 
     from hominem_pipeline import definitions
@@ -448,6 +458,7 @@ def reward_probe(
     response: Annotated[list[str], typer.Option("--response", "-r", help="A reply to score; repeat the option to compare several.")],
     model: Annotated[Optional[Path], typer.Option("--model", "-m", help="A reward model folder (default: the newest built one).")] = None,
     config: ConfigOpt = None,
+    sets: SetOpt = None,
     date: Annotated[Optional[str], typer.Option("--date", "-d", help="Use that day's reward model (default: the newest).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON instead of a table.")] = False,
 ) -> None:
@@ -458,7 +469,7 @@ def reward_probe(
 
     from hominem_pipeline.core.reward.model import RewardModel
 
-    cfg = _config(config)
+    cfg = _config(config, sets)
     path = model or _artifact_for(cfg, "reward_model", date)[1].path
     try:
         rm = RewardModel.load(path)
@@ -500,6 +511,7 @@ def compare(
     adapter: Annotated[Optional[Path], typer.Option("--adapter", "-a", help="Adapter folder (default: the newest built one).")] = None,
     reward_model: Annotated[Optional[Path], typer.Option("--reward-model", "-m", help="Reward model folder (default: the one the adapter was trained with).")] = None,
     config: ConfigOpt = None,
+    sets: SetOpt = None,
     date: Annotated[Optional[str], typer.Option("--date", "-d", help="Use that day's adapter (default: the newest).")] = None,
 ) -> None:
     """Base and base+adapter side by side: their replies (greedy), reward vectors, intensity and safety,
@@ -512,7 +524,7 @@ def compare(
     from hominem_pipeline.core.reward.model import RewardModel
 
     _logging()
-    cfg = _config(config)
+    cfg = _config(config, sets)
     texts = list(prompt or [])
     ref = _artifact_for(cfg, "lora_adapter", date)[1] if adapter is None else None
     adapter_path = adapter or ref.path

@@ -16,6 +16,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 
+def pytest_configure(config):
+    from hominem_pipeline.warnings_seen import pytest_filters
+
+    for line in pytest_filters():
+        config.addinivalue_line("filterwarnings", line)
+
+
 @pytest.fixture(scope="session")
 def tiny_student(tmp_path_factory) -> Path:
     """A 2-layer Llama with SmolLM2's real tokenizer (read from the packaged GGUF) and random weights."""
@@ -82,7 +89,7 @@ def tiny_overrides(student: Path, encoder: Path) -> dict:
             },
         },
         "teacher": {"candidates_per_prompt": 3, "max_new_tokens": 8, "batch_size": 8},
-        "labeling": {"rationale_max_new_tokens": 4, "batch_size": 8},
+        "labeling": {"rationale_max_new_tokens": 4},
         # the default reward model (the student in the judge frame, ridge heads), on the 2-layer student cut to 1
         "reward_model": {"epochs": 2, "batch_size": 8, "max_length": 128, "backbone": {"depth": 1}},
         "preferences": {"min_margin": 0.0},

@@ -26,7 +26,7 @@ class _Frozen(BaseModel):
 
 
 class ProjectConfig(_Frozen):
-    data_dir: str = "data"
+    data_dir: str
     partitions_start: dt.date
     seed: int = Field(ge=0)
 
@@ -45,14 +45,14 @@ class DimensionConfig(_Frozen):
 
 class StudentModelConfig(_Frozen):
     path: str = Field(min_length=1)
-    gguf_package: str | None = None
-    hub_id: str | None = None
+    gguf_package: str | None
+    hub_id: str | None
 
 
 class EncoderModelConfig(_Frozen):
-    path: str | None = None
-    package: str | None = None
-    package_subdir: str = "model"
+    path: str | None
+    package: str | None
+    package_subdir: str
 
     @model_validator(mode="after")
     def _one_source(self) -> EncoderModelConfig:
@@ -136,10 +136,10 @@ class TeacherAPIConfig(_Frozen):
     """What an API teacher is asked, and of whom (these settings change the answers, so they are part of
     the data's version)."""
 
-    model: str | None = None
-    base_url: str | None = None
-    api_key_env: str | None = None
-    structured_output: Literal["auto", "tool", "json_schema", "prompt"] = "auto"
+    model: str | None
+    base_url: str | None
+    api_key_env: str | None
+    structured_output: Literal["auto", "tool", "json_schema", "prompt"]
     rating_max_tokens: int = Field(ge=64, le=8192)
 
     def resolved_structured_output(self, provider: str) -> str:
@@ -152,15 +152,15 @@ class TeacherClientConfig(_Frozen):
     """How API calls are made: these never change an answer, only how fast and how safely it arrives."""
 
     concurrency: int = Field(ge=1, le=1024)
-    requests_per_minute: float | None = Field(default=None, gt=0)
-    tokens_per_minute: float | None = Field(default=None, gt=0)
+    requests_per_minute: float | None = Field(gt=0)
+    tokens_per_minute: float | None = Field(gt=0)
     timeout_seconds: float = Field(gt=0, le=3600)
     max_retries: int = Field(ge=0, le=20)
     backoff_seconds: float = Field(gt=0, le=600)
     max_backoff_seconds: float = Field(gt=0, le=3600)
     max_retry_after_seconds: float = Field(gt=0, le=3600)
-    stream: bool = True
-    cache_path: str | None = None  # sqlite file of answered calls; null disables the cache
+    stream: bool
+    cache_path: str | None  # sqlite file of answered calls; null disables the cache
 
 
 class ModelPrice(_Frozen):
@@ -169,7 +169,7 @@ class ModelPrice(_Frozen):
 
 
 class TeacherConfig(_Frozen):
-    provider: Provider = "local"
+    provider: Provider
     candidates_per_prompt: int = Field(ge=2, le=16)
     max_new_tokens: int = Field(ge=1, le=4096)
     batch_size: int = Field(ge=1, le=512)
@@ -177,7 +177,7 @@ class TeacherConfig(_Frozen):
     styles: list[CandidateStyle] = Field(min_length=1)
     api: TeacherAPIConfig
     client: TeacherClientConfig
-    prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    prices: dict[str, ModelPrice]
 
     @model_validator(mode="after")
     def _check(self) -> TeacherConfig:
@@ -221,7 +221,6 @@ class LabelingConfig(_Frozen):
     safety_question: str = Field(min_length=1)
     rationale_instruction: str = Field(min_length=1)
     rationale_max_new_tokens: int = Field(ge=1, le=512)
-    batch_size: int = Field(ge=1, le=512)
     max_context_tokens: int = Field(ge=32, le=8192)
     api_judge_system: str = Field(min_length=1)  # API teachers: instructions before the dimension list
 
@@ -245,22 +244,22 @@ class LoraConfig(_Frozen):
 
 
 class RewardLoraConfig(LoraConfig):
-    target_modules: list[str] | None = None  # None: the backbone's attention projections (PEFT's default for its type)
+    target_modules: list[str] | None  # None: the backbone's attention projections (PEFT's default for its type)
 
 
 class RewardBackboneConfig(_Frozen):
-    path: str | None = None  # None: models.encoder; "student": models.student; else a folder or an HF id
-    kind: Literal["auto", "encoder", "decoder"] = "auto"
-    pooling: Literal["auto", "mean", "last", "last_mean"] = "auto"  # auto: mean for encoders, the last real token for decoders
-    finetune: Literal["full", "lora", "frozen"] = "full"
+    path: str | None  # None: models.encoder; "student": models.student; else a folder or an HF id
+    kind: Literal["auto", "encoder", "decoder"]
+    pooling: Literal["auto", "mean", "last", "last_mean"]  # auto: mean for encoders, the last real token for decoders
+    finetune: Literal["full", "lora", "frozen"]
     # pair: [CLS] prompt [SEP] reply [SEP]. judge: a chat model reads the exchange in the local judge's
     # frame (its chat template, the judge's system text, "Conversation to judge: User: ... Assistant: ...")
     # judge_question: the judge frame followed by the judge's overall question (labeling.scalar_question) up to
     # "Rating: ", so the heads read the state where the judge gives its rating
-    frame: Literal["pair", "judge", "judge_question"] = "pair"
+    frame: Literal["pair", "judge", "judge_question"]
     # Keep only the first `depth` transformer layers (null: all): the heads read the state after them. A causal
     # LM's middle layers carry more of what a judge weighs than its last, and the cut model is faster and smaller.
-    depth: int | None = Field(default=None, ge=1, le=1000)
+    depth: int | None = Field(ge=1, le=1000)
     # Pool the states after these layers (1 = the first block's output, counted within depth), side by side,
     # instead of the last one alone (null). A sentence encoder's last layer is tuned for similarity; its
     # middle layers order more human preferences (docs/BENCHMARKS.md).
@@ -296,14 +295,14 @@ class RewardModelConfig(_Frozen):
     pair_loss: PairLossConfig
     rationale_weight: float = Field(ge=0.0)  # auxiliary target: the embedding of the teacher's rationale (0: off)
     uncertainty: UncertaintyConfig
-    human_preferences: bool = True  # train on the human_preferences pairs of the window too
+    human_preferences: bool  # train on the human_preferences pairs of the window too
     dropout: float = Field(ge=0.0, lt=1.0)
-    length_feature: bool = False  # heads also read log(real tokens): see reward_model.RewardNet
+    length_feature: bool  # heads also read log(real tokens): see reward_model.RewardNet
     # gradient: heads trained with the losses above, early stopping. ridge: with a frozen backbone, the heads
     # solved in closed form on standardised features (per member, on its bootstrap), the penalty picked by
     # cross-validation over the training prompts; no pair losses (human pairs then only measure it)
-    head_fit: Literal["gradient", "ridge"] = "gradient"
-    ridge_alphas: list[float] = Field(default_factory=lambda: [1.0, 10.0, 100.0, 1000.0, 10000.0])
+    head_fit: Literal["gradient", "ridge"]
+    ridge_alphas: list[float]
 
     @model_validator(mode="after")
     def _check(self) -> RewardModelConfig:
@@ -316,13 +315,13 @@ class RewardModelConfig(_Frozen):
 
 class PreferencesConfig(_Frozen):
     dimension_weights: dict[str, float]
-    strategy: Literal["margin", "best_vs_worst", "per_dimension"] = "margin"
-    rank_by: Literal["teacher", "reward_model"] = "teacher"  # whose vectors rank a prompt's candidates
-    guard_dimension: str | None = "harm_avoidance"  # per_dimension: the chosen reply may not be worse on it
+    strategy: Literal["margin", "best_vs_worst", "per_dimension"]
+    rank_by: Literal["teacher", "reward_model"]  # whose vectors rank a prompt's candidates
+    guard_dimension: str | None  # per_dimension: the chosen reply may not be worse on it
     min_margin: float = Field(ge=0.0, le=2.0)
-    min_scalar_margin: float | None = Field(default=None, ge=0.0, le=2.0)  # None: the overall score is not consulted
+    min_scalar_margin: float | None = Field(ge=0.0, le=2.0)  # None: the overall score is not consulted
     max_pairs_per_prompt: int = Field(ge=1, le=1000)
-    against_student: bool = False  # also pair each prompt's best candidate against the student's own reply
+    against_student: bool  # also pair each prompt's best candidate against the student's own reply
 
     @model_validator(mode="after")
     def _student_needs_reward_model(self) -> "PreferencesConfig":
@@ -347,9 +346,9 @@ class SafetyGateConfig(_Frozen):
 
     pass_at: float = Field(ge=0.0, le=1.0)
     unsafe_below: float = Field(ge=0.0, le=1.0)
-    unsafe: Literal["skip", "invert"] = "skip"
-    between: Literal["downweight", "pass", "skip"] = "downweight"
-    downweight_by: Literal["factor", "score"] = "factor"
+    unsafe: Literal["skip", "invert"]
+    between: Literal["downweight", "pass", "skip"]
+    downweight_by: Literal["factor", "score"]
     factor: float = Field(ge=0.0, le=1.0)
 
     @model_validator(mode="after")
@@ -364,16 +363,16 @@ class DualConfig(_Frozen):
 
     sft_weight: float = Field(ge=0.0)
     reward_weight: float = Field(ge=0.0)
-    memory_weight: float | None = Field(default=None, ge=0.0)  # w_sft of memory-file rows; None: sft_weight
-    intensity_source: Literal["teacher", "reward_model", "constant"] = "teacher"
-    safety_source: Literal["teacher", "reward_model"] = "teacher"
-    normalize_intensity: bool = True  # divide by the mean over the training pairs: intensity redistributes, w_reward sets the strength
-    memory_files: list[str] = Field(default_factory=list)  # JSONL files or folders of them (instruction-response rows)
-    mixing: Literal["fixed", "availability"] = "availability"
+    memory_weight: float | None = Field(ge=0.0)  # w_sft of memory-file rows; None: sft_weight
+    intensity_source: Literal["teacher", "reward_model", "constant"]
+    safety_source: Literal["teacher", "reward_model"]
+    normalize_intensity: bool  # divide by the mean over the training pairs: intensity redistributes, w_reward sets the strength
+    memory_files: list[str]  # JSONL files or folders of them (instruction-response rows)
+    mixing: Literal["fixed", "availability"]
     memory_fraction: float = Field(ge=0.0, le=1.0)  # fixed: memory rows' share of each batch; availability: the most it may be
-    memory_rows: Literal["share", "extra"] = "share"  # share: memory rows take pair rows' places; extra: added to batch_size pair rows
-    memory_margin: float | None = Field(default=None, ge=0.0)  # None: memory rows taught (plain NLL); m: anchored, learned only while their NLL is above the base's minus m
-    memory_stop: bool = False  # True: memory rows also train their end-of-turn; False: the reply only (facts without their length)
+    memory_rows: Literal["share", "extra"]  # share: memory rows take pair rows' places; extra: added to batch_size pair rows
+    memory_margin: float | None = Field(ge=0.0)  # None: memory rows taught (plain NLL); m: anchored, learned only while their NLL is above the base's minus m
+    memory_stop: bool  # True: memory rows also train their end-of-turn; False: the reply only (facts without their length)
 
     @model_validator(mode="after")
     def _some_channel(self) -> "DualConfig":
@@ -385,8 +384,8 @@ class DualConfig(_Frozen):
 class RLConfig(_Frozen):
     """Policy-gradient on the reward model (TRL's GRPO or RLOO)."""
 
-    algorithm: Literal["grpo", "rloo"] = "grpo"
-    reward: Literal["scalar", "vector"] = "scalar"  # vector: preferences.dimension_weights' weighted mean of the reward vector
+    algorithm: Literal["grpo", "rloo"]
+    reward: Literal["scalar", "vector"]  # vector: preferences.dimension_weights' weighted mean of the reward vector
     num_generations: int = Field(ge=2, le=64)  # completions sampled per prompt (the group)
     max_new_tokens: int = Field(ge=1, le=4096)
     temperature: float = Field(gt=0.0, le=5.0)
@@ -394,8 +393,8 @@ class RLConfig(_Frozen):
 
 
 class PolicyConfig(_Frozen):
-    mode: Literal["dpo", "dual", "rl"] = "dpo"
-    seed: int = Field(default=0, ge=0)  # 0: the stage's seed; another value trains the same data with other random draws
+    mode: Literal["dpo", "dual", "rl"]
+    seed: int = Field(ge=0)  # 0: the stage's seed; another value trains the same data with other random draws
     window_days: int = Field(ge=1, le=3650)
     lora: LoraConfig
     beta: float = Field(gt=0.0, le=10.0)
@@ -413,7 +412,7 @@ class EvaluationConfig(_Frozen):
     max_new_tokens: int = Field(ge=1, le=4096)
     batch_size: int = Field(ge=1, le=512)
     repetition_penalty: float = Field(ge=1.0, le=2.0)
-    memory_probe: bool = True  # ask the memory files' questions that carry a `fact` of base and adapter
+    memory_probe: bool  # ask the memory files' questions that carry a `fact` of base and adapter
 
 
 class HealthWeights(_Frozen):
@@ -436,7 +435,7 @@ class HealthConfig(_Frozen):
     gvi_max_reference: float = Field(gt=0.0)
     perturbations_per_response: int = Field(ge=1, le=100)
     deploy_threshold: float = Field(ge=0.0, le=1.0)
-    min_win_rate: float = Field(0.5, ge=0.0, le=1.0)
+    min_win_rate: float = Field(ge=0.0, le=1.0)
 
 
 class RetrainConfig(_Frozen):

@@ -16,13 +16,11 @@ from hominem_pipeline.core.config import DEFAULT_CONFIG_RELPATH, ConfigError, Ho
 
 
 def deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
-    """Overlay `overlay` on `base`: mappings merge key by key, `key: null` removes the key (so an
-    overlay can drop a dimension's weight, or fall back to a setting's default), anything else replaces."""
+    """Overlay `overlay` on `base`: mappings merge key by key, anything else (lists, values, null, which
+    means None) replaces."""
     out = dict(base)
     for key, value in overlay.items():
-        if value is None:
-            out.pop(key, None)
-        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = deep_merge(out[key], value)
         else:
             out[key] = value
@@ -160,3 +158,43 @@ def load_config(
         return HominemConfig.model_validate({**data, "root": root, "overlay": Path(overlay).resolve() if overlay is not None else None})
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, " + ".join(sources))) from None
+
+
+def parse_assignments(items: list[str]) -> dict[str, Any]:
+    """`["policy.mode=dual", "preferences.guard_dimension=null"]` as nested overrides; values are YAML
+    (numbers, booleans, null, lists)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        parts = key.strip().split(".")
+        if not sep or not all(parts):
+            raise ConfigError(f"--set {item!r}: write KEY=VALUE with a dotted key, e.g. --set policy.mode=dual")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML ({exc})") from None
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {item!r}: {'.'.join(parts[:-1])} was set to a value by an earlier --set")
+        node[parts[-1]] = value
+    return out
+
+
+def write_set_overlay(overlay: str | os.PathLike[str] | None, overrides: dict[str, Any], root: Path | None = None) -> Path:
+    """An overlay file extending `overlay` with `overrides`, under data/overlays/ (named by its content),
+    validated first: what `--set` runs with, so a Dagster run and any later command read the same."""
+    import hashlib
+
+    root = (root or find_project_root()).resolve()
+    base = load_config(overlay, root=root, overrides=overrides)  # fails here, naming the key, before anything is written
+    content = {**({"extends": [str(Path(overlay).resolve())]} if overlay is not None else {}), **overrides}
+    text = "# written by `hominem --set`: the overlay below plus the --set values\n" + yaml.safe_dump(content, sort_keys=True)
+    path = base.data_dir / "overlays" / f"set-{hashlib.sha256(text.encode()).hexdigest()[:12]}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.is_file():
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return path

@@ -26,15 +26,14 @@ def build_definitions(config_path: str | None = None, root: Path | None = None) 
     assets = stage_assets(cfg, partitions)
     imported = AssetSelection.assets(*(s.name for s in STAGES if not s.daily))
     daily = define_asset_job(
-        DAILY_JOB, selection=AssetSelection.all() - imported, partitions_def=partitions, description="The whole chain for one day."
+        DAILY_JOB, selection=AssetSelection.all() - imported, description="The whole chain for one day."
     )
     import_job = define_asset_job(
-        IMPORT_JOB, selection=imported, partitions_def=partitions, description="Human preferences imported for one day."
+        IMPORT_JOB, selection=imported, description="Human preferences imported for one day."
     )
     retrain = define_asset_job(
         RETRAIN_JOB,
         selection=AssetSelection.assets("reward_model").downstream(),
-        partitions_def=partitions,
         description="Reward model, pairs, adapter, evaluation and health for one day (labels already there).",
     )
     return Definitions(

@@ -33,13 +33,14 @@ def server():
 
 def api_cfg(project, server, provider="openai", *, structured=None, **client):
     base = server.url if provider == "anthropic" else server.url + "/v1"
-    api = {"model": "claude-sonnet-4-5" if provider == "anthropic" else "gpt-4o-mini", "base_url": base, "api_key_env": "HOMINEM_TEST_KEY"}
+    api = {"model": "claude-sonnet-4-6" if provider == "anthropic" else "gpt-4o-mini", "base_url": base, "api_key_env": "HOMINEM_TEST_KEY"}
     if structured:
         api["structured_output"] = structured
     overrides = {
         "teacher": {
             "provider": provider,
             "api": api,
+            "prices": {api["model"]: {"input": 3.0, "output": 15.0}},  # the test's own figures, for the cost arithmetic
             "client": {
                 "concurrency": 4,
                 "requests_per_minute": None,

@@ -20,8 +20,7 @@ def test_default_config_loads_with_the_seven_dimensions():
 
 @pytest.mark.parametrize("overlay", sorted(str(p.relative_to(REPO)) for d in ("training", "reward", "examples") for p in (REPO / "config" / d).glob("*.yaml")))
 def test_every_shipped_overlay_loads(overlay: str):
-    """The chain tests run lora_dual.yaml on the tiny config without the keys that would make it slow
-    (its steps, the teacher's candidate count): every key of every shipped overlay is validated here."""
+    """Every key of every shipped overlay is validated here (the chain tests run on the tiny config)."""
     assert load_config(REPO / overlay, root=REPO)
 
 
@@ -53,11 +52,46 @@ def test_bad_value_names_value_and_allowed_range(tmp_path: Path):
 
 
 def test_dimension_weights_must_match_the_dimensions():
-    with pytest.raises(ConfigError, match=r"missing \['curiosity'\].*unknown \['kindness'\]"):
-        load_config(
-            root=REPO,
-            overrides={"preferences": {"dimension_weights": {"curiosity": None, "kindness": 1.0}}},
-        )
+    with pytest.raises(ConfigError, match=r"missing \[\].*unknown \['kindness'\]"):
+        load_config(root=REPO, overrides={"preferences": {"dimension_weights": {"kindness": 1.0}}})
+
+
+def test_null_in_an_overlay_means_none(tmp_path: Path):
+    """`key: null` switches an optional setting off; on a required one it is an error naming the key."""
+    overlay = tmp_path / "off.yaml"
+    overlay.write_text("preferences:\n  guard_dimension: null\n")
+    assert load_config(root=REPO).preferences.guard_dimension == "harm_avoidance"
+    assert load_config(overlay, root=REPO).preferences.guard_dimension is None
+    overlay.write_text("teacher:\n  max_new_tokens: null\n")
+    with pytest.raises(ConfigError, match=r"teacher.max_new_tokens = None"):
+        load_config(overlay, root=REPO)
+
+
+def test_every_default_lives_in_one_place():
+    """A setting config/hominem.yaml gives has no pydantic default to disagree with it; defaults stay only
+    for keys the file leaves out (optional fields of list items such as a teacher style's `weak`)."""
+    import typing
+
+    import yaml
+    from pydantic import BaseModel
+    from pydantic_core import PydanticUndefined
+
+    from hominem_pipeline.core.config import HominemConfig
+
+    twice = []
+
+    def walk(model, node, path):
+        for name, field in model.model_fields.items():
+            here = f"{path}.{name}" if path else name
+            if isinstance(node, dict) and name in node and (field.default is not PydanticUndefined or field.default_factory is not None):
+                twice.append(here)
+            for sub in typing.get_args(field.annotation) or (field.annotation,):
+                value = node.get(name) if isinstance(node, dict) else None
+                if isinstance(sub, type) and issubclass(sub, BaseModel) and not isinstance(value, list):  # list items may leave fields out
+                    walk(sub, value, here)
+
+    walk(HominemConfig, yaml.safe_load((REPO / "config" / "hominem.yaml").read_text()), "")
+    assert twice == []
 
 
 def test_health_weights_must_sum_to_one():
@@ -109,3 +143,21 @@ def test_pairs_against_the_student_need_the_reward_model_to_rank_them(tmp_path: 
         load_config(overlay, root=REPO)
     overlay.write_text("preferences:\n  against_student: true\n  rank_by: reward_model\n")
     assert load_config(overlay, root=REPO).preferences.against_student
+
+
+def test_set_assignments_are_dotted_keys_with_yaml_values(tmp_path: Path):
+    from hominem_pipeline.core.config_loader import parse_assignments, write_set_overlay
+
+    sets = parse_assignments(["policy.mode=dual", "policy.beta=0.3", "preferences.guard_dimension=null", "prompts.categories=[factual, creative]"])
+    assert sets == {"policy": {"mode": "dual", "beta": 0.3}, "preferences": {"guard_dimension": None}, "prompts": {"categories": ["factual", "creative"]}}
+    with pytest.raises(ConfigError, match="write KEY=VALUE"):
+        parse_assignments(["policy.beta"])
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "hominem.yaml").write_text((REPO / "config" / "hominem.yaml").read_text())
+    (tmp_path / "mine.yaml").write_text("teacher:\n  candidates_per_prompt: 6\n")
+    overlay = write_set_overlay(tmp_path / "mine.yaml", sets, root=tmp_path)
+    assert overlay.parent == tmp_path / "data" / "overlays"
+    cfg = load_config(overlay, root=tmp_path)
+    assert (cfg.policy.mode, cfg.teacher.candidates_per_prompt, cfg.preferences.guard_dimension) == ("dual", 6, None)
+    with pytest.raises(ConfigError, match="policy.beta = -1"):
+        write_set_overlay(None, parse_assignments(["policy.beta=-1"]), root=tmp_path)

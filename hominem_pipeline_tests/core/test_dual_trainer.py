@@ -15,6 +15,7 @@ TINY_POLICY = {"max_steps": 3, "batch_size": 3, "max_length": 48, "learning_rate
 
 def policy_cfg(**dual):
     gate = dual.pop("safety_gate", {})
+    dual = {"sft_weight": 1.0, "memory_weight": None, **dual}  # the weights the hand computations below assume
     return load_config(root=REPO, overrides={"policy": {**TINY_POLICY, "mode": "dual", "dual": dual, "safety_gate": gate}}).policy
 
 
@@ -132,7 +133,7 @@ def test_sequences_are_tokenised_as_trls_dpo_does(tiny_student, tmp_path):
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_student)
     frame = pairs(2)
-    args = DPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, max_length=64, bf16=False, gradient_checkpointing=False,
+    args = DPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, max_length=64, bf16=False, activation_checkpointing=False,
                      use_cpu=True, report_to=[], disable_tqdm=True, dataloader_num_workers=0, save_strategy="no")
     trainer = DPOTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_student), args=args, train_dataset=pairs_to_dpo_dataset(frame),
                          processing_class=tokenizer)
@@ -190,7 +191,7 @@ def test_trl_dpo_drops_the_end_of_turn_of_cut_replies_as_dual_does(tiny_student,
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_student)
     frame = pairs(2).assign(chosen_finished=[False, True], rejected_finished=[True, False])
-    args = DPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, max_length=64, bf16=False, gradient_checkpointing=False,
+    args = DPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, max_length=64, bf16=False, activation_checkpointing=False,
                      use_cpu=True, report_to=[], disable_tqdm=True, dataloader_num_workers=0, save_strategy="no")
     trainer = dpo_trainer_class()(model=AutoModelForCausalLM.from_pretrained(tiny_student), args=args,
                                   train_dataset=pairs_to_dpo_dataset(frame), processing_class=tokenizer)

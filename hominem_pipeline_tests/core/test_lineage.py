@@ -93,7 +93,7 @@ def test_a_missing_input_names_its_version_and_the_command_that_builds_it(tiny_c
     assert [r.partition for r in lineage(tiny_cfg).plan("reward_model", DAY).inputs["teacher_labels"]] == [DAY]
 
 
-def test_a_stage_reads_only_its_slice(tiny_cfg):
+def test_a_stage_reads_only_its_slice(project, tiny_cfg):
     view = STAGES_BY_NAME["reward_health_index"].slice(tiny_cfg)
     assert view.health.deploy_threshold == tiny_cfg.health.deploy_threshold
     assert view.data_dir == tiny_cfg.data_dir  # locations are not settings
@@ -103,8 +103,10 @@ def test_a_stage_reads_only_its_slice(tiny_cfg):
     assert pairs.preferences.min_margin == tiny_cfg.preferences.min_margin
     with pytest.raises(SliceError, match="'evaluation'"):
         pairs.evaluation  # noqa: B018  (only with preferences.against_student)
-    policy = STAGES_BY_NAME["lora_adapter"].slice(tiny_cfg)
-    assert policy.policy.lora.r == tiny_cfg.policy.lora.r
+    dpo = load_config(project / "config" / "tiny.yaml", root=project, overrides={"policy": {"mode": "dpo"}})
+    policy = STAGES_BY_NAME["lora_adapter"].slice(dpo)
+    assert policy.policy.lora.r == dpo.policy.lora.r
     with pytest.raises(SliceError, match="'policy.dual'"):
         policy.policy.dual  # noqa: B018  (dpo mode reads no dual settings)
     assert "dual" not in policy.policy.model_dump()
+    assert STAGES_BY_NAME["lora_adapter"].slice(tiny_cfg).policy.dual.memory_weight == tiny_cfg.policy.dual.memory_weight

@@ -39,7 +39,7 @@ def test_dpo_loss_equals_trls_dpo_trainer_loss(tiny_student, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(tiny_student, dtype=torch.float32)
     rows = [{"prompt": [{"role": "user", "content": f"Tell me about day {i}."}], "chosen": [{"role": "assistant", "content": "A kind, calm day."}],
              "rejected": [{"role": "assistant", "content": "Bad. Go away now."}]} for i in range(2)]
-    args = DPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, beta=0.3, max_length=64, bf16=False, gradient_checkpointing=False,
+    args = DPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, beta=0.3, max_length=64, bf16=False, activation_checkpointing=False,
                      use_cpu=True, report_to=[], disable_tqdm=True, dataloader_num_workers=0, save_strategy="no")
     trainer = DPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                          peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False, task_type="CAUSAL_LM"))
@@ -89,8 +89,8 @@ def test_dual_channel_loss_matches_a_hand_computation_for_each_gate_mode(gate, w
     out, _ = run(gate, safety=(0.9, 0.5, 0.1, 0.65))
     want = [hand_dual(i, weights[i], i in inverted) for i in range(4)]
     assert out.per_example.tolist() == pytest.approx(want, rel=1e-6)
-    assert float(out.total) == pytest.approx(sum(want) / 4, rel=1e-6)
-    assert float(out.sft + out.reward) == pytest.approx(float(out.total), rel=1e-6)
+    assert float(out.total.detach()) == pytest.approx(sum(want) / 4, rel=1e-6)
+    assert float((out.sft + out.reward).detach()) == pytest.approx(float(out.total.detach()), rel=1e-6)
     assert out.skipped == sum(w == 0 for w in weights) and out.inverted == len(inverted)
     assert out.downweighted == sum(0 < w < 1 for w in weights)
 
@@ -114,7 +114,7 @@ def test_skip_gives_no_gradient_and_invert_flips_its_sign():
 
 def test_inverted_examples_get_no_sft_and_bad_shapes_are_refused():
     out, _ = run(SafetyGate(unsafe="invert", between="pass"), safety=(0.1, 0.1, 0.1, 0.1), intensity=(0.0, 0.0, 0.0, 0.0))
-    assert float(out.sft) == 0.0 and float(out.total) == 0.0  # no SFT on an unsafe chosen reply; intensity 0 mutes the pair
+    assert float(out.sft.detach()) == 0.0 and float(out.total.detach()) == 0.0  # no SFT on an unsafe chosen reply; intensity 0 mutes the pair
     pc, pr, rc, rr = logps()
     with pytest.raises(ValueError, match=r"sft_nll has shape \(3,\); every input is one value per example, shape \(4,\)"):
         dual_channel_loss(pc, pr, rc, rr, torch.ones(3), torch.ones(4), torch.ones(4), beta=0.1, w_sft=1, w_reward=1, gate=SafetyGate())
@@ -142,7 +142,7 @@ def test_anchored_memory_rows_learn_only_above_the_base_minus_the_margin():
                             pair_mask=torch.tensor([True, False, False]), w_memory=1.5, memory_ref_nll=ref_nll, memory_margin=0.2)
     pair = 0.7 * 2.0 + 2.0 * hand_dpo(-10, -11, -10.5, -10.5, 0.5)
     assert out.per_example.tolist() == pytest.approx([pair, 1.5 * (3.0 - 2.5 + 0.2), 0.0])  # row 3 is 0.5 likelier than the base: held, no pull
-    assert float(out.memory) == pytest.approx(1.5 * 0.7 / 3) and float(out.sft) == pytest.approx((0.7 * 2.0 + 1.5 * 0.7) / 3)
+    assert float(out.memory.detach()) == pytest.approx(1.5 * 0.7 / 3) and float(out.sft.detach()) == pytest.approx((0.7 * 2.0 + 1.5 * 0.7) / 3)
     out.total.backward()
     assert nll.grad.tolist() == pytest.approx([0.7 / 3, 1.5 / 3, 0.0])
     with pytest.raises(ValueError, match=r"memory_ref_nll has shape \(2,\)"):

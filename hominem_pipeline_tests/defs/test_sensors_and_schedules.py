@@ -40,7 +40,7 @@ def test_sensor_waits_then_triggers_once_per_data_state(tiny_cfg):
 
 def test_sensor_evaluates_a_tick_through_dagster(project, tiny_cfg):
     defs = build_definitions(str(project / "config" / "tiny.yaml"), root=project)
-    sensor = defs.get_sensor_def("data_threshold_retrain_sensor")
+    sensor = defs.resolve_sensor_def("data_threshold_retrain_sensor")
     resource = HominemResource(root=str(project), config_path=str(project / "config" / "tiny.yaml"))
     with instance_for_test() as instance:
         ctx = build_sensor_context(instance=instance, resources={"hominem": resource}, definitions=defs)
@@ -57,7 +57,7 @@ def test_sensor_evaluates_a_tick_through_dagster(project, tiny_cfg):
 
 def test_weekly_schedule_requests_the_ticks_day_with_a_run_key(project):
     defs = build_definitions(str(project / "config" / "tiny.yaml"), root=project)
-    schedule = defs.get_schedule_def("weekly_retrain_schedule")
+    schedule = defs.resolve_schedule_def("weekly_retrain_schedule")
     assert schedule.cron_schedule == load_config(root=project).retrain.weekly_cron
     ctx = build_schedule_context(
         scheduled_execution_time=dt.datetime(2026, 11, 23, 3, 0, tzinfo=dt.timezone.utc), repository_def=defs.get_repository_def()

@@ -95,6 +95,23 @@ def test_bad_input_gives_a_clear_error(labeled_project, tmp_path):
     assert unknown.returncode == 2 and "no_such_asset" in unknown.stderr
     missing = hominem(project, "data", "validate", "--date", "2026-01-05")
     assert missing.returncode == 2 and "no teacher_labels for 2026-01-05" in missing.stderr
+    bad_set = hominem(project, "run", "--config", "config/tiny.yaml", "--set", "policy.beta=-1")
+    assert bad_set.returncode == 2 and "policy.beta = -1" in bad_set.stderr
+    no_value = hominem(project, "run", "--set", "policy.beta")
+    assert no_value.returncode == 2 and "--set 'policy.beta': write KEY=VALUE" in no_value.stderr
+
+
+def test_set_changes_one_setting_for_the_run_and_later_commands(labeled_project):
+    """--set reaches the Dagster run (a new prompts version for the day) and a later command with the same
+    --set reads what that run built."""
+    project, _ = labeled_project
+    done = hominem(project, "run", "--config", "config/tiny.yaml", "--set", "prompts.per_partition=3", "--date", DAY, "--select", "prompts")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(ArtifactStore(project / "data").versions("prompts", DAY)) == 2  # the day's first prompts and these, side by side
+    [overlay] = (project / "data" / "overlays").glob("set-*.yaml")
+    from hominem_pipeline.core.config_loader import load_config
+
+    assert load_config(overlay, root=project).prompts.per_partition == 3
 
 
 def test_a_failed_step_reports_its_root_cause(labeled_project):

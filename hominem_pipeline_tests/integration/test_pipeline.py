@@ -178,41 +178,37 @@ def test_changing_a_late_setting_rebuilds_only_what_depends_on_it(chain, tmp_pat
     assert lineage(chain["cfg"]).require("reward_health_index", DAY).version == chain["first"]["reward_health_index"]["version"].value
 
 
-def test_dual_mode_trains_both_channels_and_the_memory_probe_reports(chain):
-    """The shipped lora_dual.yaml overlay on the tiny config (its step count and the teacher's candidate
-    count kept tiny, so the teacher's data is reused): the pairs are re-ranked by the reward model and
-    the adapter and what follows rebuild; a new memory file under data/sft/ rebuilds the adapter again
-    (the files are part of the fingerprint)."""
+def test_the_default_dual_mode_trains_both_channels_and_dpo_is_one_overlay_away(chain):
+    """The default chain trains `dual` on pairs the reward model ranked, with the memory files; the
+    shipped lora_dpo.yaml overlay retrains only the adapter and what follows; a new memory file under
+    data/sft/ rebuilds the adapter again (the files are part of its version)."""
     import yaml
 
     from hominem_pipeline.core.config_loader import deep_merge
 
-    project = chain["project"]
-    shipped = yaml.safe_load((project / "config" / "training" / "lora_dual.yaml").read_text())
-    shipped["policy"].pop("max_steps", None)
-    teacher = shipped.pop("teacher", {})
-    teacher.pop("candidates_per_prompt", None)
-    assert not teacher, f"lora_dual.yaml sets teacher settings this test does not know: {teacher}"
-    overlay = deep_merge(yaml.safe_load(chain["config"].read_text()), shipped)
-    dual = project / "config" / "dual.yaml"
-    dual.write_text(yaml.safe_dump(overlay))
-    third, _ = run_all(project, dual, chain["instance"])
-    rebuilt = {n for n, m in third.items() if not m["reused_existing_version"].value}
-    assert rebuilt == {"preference_pairs", "lora_adapter", "evaluation", "reward_health_index"}
-    data = lineage(load_config(dual, root=project))
+    project, first = chain["project"], chain["first"]
+    data = lineage(chain["cfg"])
     pairs = pd.read_parquet(data.require("preference_pairs", DAY).file("pairs.parquet"))
     assert len(pairs) and (pairs["ranked_by"] == "reward_model").all()
-    assert third["preference_pairs"]["teacher_agreement"].value == pytest.approx((pairs["teacher_margin"] > 0).mean())
+    assert first["preference_pairs"]["teacher_agreement"].value == pytest.approx((pairs["teacher_margin"] > 0).mean())
     meta = json.loads(data.require("lora_adapter", DAY).file("METADATA.json").read_text())
     assert meta["mode"] == "dual" and meta["channel_contributions"]["sft"] > 0 and meta["channel_contributions"]["reward"] > 0
     assert meta["channels"]["memory_rows"] > 0 and [name for name, _ in meta["memory_data"]] == ["sft/memory.jsonl"]
-    assert third["lora_adapter"]["channel_sft"].value > 0
-    probe = third["evaluation"]["details"].value["memory_probe"]
+    assert first["lora_adapter"]["channel_sft"].value > 0
+    probe = first["evaluation"]["details"].value["memory_probe"]
     assert probe["questions"] >= 15 and probe["kept"] + len(probe["lost_prompts"]) == probe["base"]
+
+    shipped = yaml.safe_load((project / "config" / "training" / "lora_dpo.yaml").read_text())
+    assert set(shipped) == {"policy"}, f"lora_dpo.yaml sets more than the policy: {sorted(shipped)}"
+    dpo = project / "config" / "dpo.yaml"
+    dpo.write_text(yaml.safe_dump(deep_merge(yaml.safe_load(chain["config"].read_text()), shipped)))
+    third, _ = run_all(project, dpo, chain["instance"])
+    assert {n for n, m in third.items() if not m["reused_existing_version"].value} == {"lora_adapter", "evaluation", "reward_health_index"}
+    assert json.loads(lineage(load_config(dpo, root=project)).require("lora_adapter", DAY).file("METADATA.json").read_text())["mode"] == "dpo"
 
     (project / "data" / "sft").mkdir(parents=True, exist_ok=True)
     (project / "data" / "sft" / "mine.jsonl").write_text(json.dumps({"prompt": "What is our team's mascot?", "response": "A heron.", "fact": "heron"}) + "\n")
-    fourth, _ = run_all(project, dual, chain["instance"])
+    fourth, _ = run_all(project, chain["config"], chain["instance"])
     assert {n for n, m in fourth.items() if not m["reused_existing_version"].value} == {"lora_adapter", "evaluation", "reward_health_index"}
     assert fourth["evaluation"]["memory_questions"].value == probe["questions"] + 1
 

@@ -173,10 +173,10 @@ def train_dual_adapter(
             )
             (out.total / cfg.gradient_accumulation_steps).backward()
             margins = cfg.beta * ((chosen - ref_chosen) - (rejected - ref_rejected)).detach()
-            record["loss"] += float(out.total) / cfg.gradient_accumulation_steps
-            record["sft"] += float(out.sft) / cfg.gradient_accumulation_steps
-            record["memory"] += float(out.memory) / cfg.gradient_accumulation_steps
-            record["reward"] += float(out.reward) / cfg.gradient_accumulation_steps
+            record["loss"] += out.total.detach().item() / cfg.gradient_accumulation_steps
+            record["sft"] += out.sft.detach().item() / cfg.gradient_accumulation_steps
+            record["memory"] += out.memory.detach().item() / cfg.gradient_accumulation_steps
+            record["reward"] += out.reward.detach().item() / cfg.gradient_accumulation_steps
             record["correct"] += int((margins > 0).sum())
             record["margin"] += float(margins.sum())
             for key in ("skipped", "downweighted", "inverted"):

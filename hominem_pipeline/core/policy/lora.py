@@ -72,7 +72,7 @@ def trl_common_args(cfg: PolicyConfig, seed: int) -> dict[str, Any]:
         learning_rate=cfg.learning_rate,
         max_steps=cfg.max_steps,
         bf16=on_gpu and torch.cuda.is_bf16_supported(),
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
         use_cpu=not on_gpu,
         logging_steps=1,
         save_strategy="no",

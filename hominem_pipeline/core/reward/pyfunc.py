@@ -4,6 +4,7 @@ scores a DataFrame of (prompt, response) rows, for tools that know MLflow and no
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +50,14 @@ def log_reward_pyfunc(model_dir: Path) -> str:
         inputs=Schema([ColSpec("string", c) for c in INPUT_COLUMNS]),
         outputs=Schema([ColSpec("double", c) for c in output_columns(dimensions)]),
     )
-    info = mlflow.pyfunc.log_model(
-        name="reward_model",
-        python_model=RewardModelPyfunc(),
-        artifacts={"reward_model": str(model_dir)},
-        signature=signature,
-        pip_requirements=PIP_REQUIREMENTS,
-    )
+    with warnings.catch_warnings():
+        # The signature above is explicit; an input example would only make MLflow load the model to check it.
+        warnings.filterwarnings("ignore", message=".*An input example was not provided", category=UserWarning)
+        info = mlflow.pyfunc.log_model(
+            name="reward_model",
+            python_model=RewardModelPyfunc(),
+            artifacts={"reward_model": str(model_dir)},
+            signature=signature,
+            pip_requirements=PIP_REQUIREMENTS,
+        )
     return info.model_uri
