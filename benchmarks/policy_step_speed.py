@@ -92,7 +92,7 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict:
             result = train_dpo_adapter(pairs, student_path=student, cfg=cfg.policy, out_dir=Path(out), seed=0)
         else:
             result = train_dual_adapter(pairs, memory, student_path=student, cfg=cfg.policy, out_dir=Path(out), seed=0)
-    return {"variant": variant, "seconds_per_step": result["seconds_per_step"], "steps": result["steps"],
+    return {"variant": variant, "seconds_per_step": result.metrics["seconds_per_step"], "steps": result.metrics["steps"],
             "peak_gib": peak_bytes() / 2**30, "training_gib": (peak_bytes() - loaded) / 2**30,
             "device": "cuda" if torch.cuda.is_available() else "cpu", "threads": torch.get_num_threads()}
 

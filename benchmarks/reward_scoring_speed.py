@@ -68,7 +68,7 @@ def forward_flops(config, lengths: list[int]) -> float:
 
 def naive_text(rm: RewardModel, prompt: str, response: str) -> tuple[str, str | None]:
     """What a naive caller hands the tokenizer: the pair, or the judge frame's text written out."""
-    frame = rm.metadata.get("frame")
+    frame = rm.metadata.frame
     if frame is None:
         return prompt, response
     return frame["head"] + frame["before"] + prompt + frame["between"] + response + frame["after"], None

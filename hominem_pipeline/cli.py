@@ -255,7 +255,7 @@ def _print_summary(events, cfg: HominemConfig, day: str, run_id: str, seconds: f
         table.add_row(asset, str(meta["version"].value), "reused" if reused and reused.value else "built", "  ".join(highlights))
     console.print(table)
     console.print(
-        f"results: {cfg.data_dir}/<asset>/{day}/   (current.json points at each version)\n"
+        f"results: {cfg.data_dir}/<asset>/{day}/   (one folder per version; the table above names the ones this config reads)\n"
         f"UIs:     make ui   ->  Dagster http://127.0.0.1:3000   MLflow http://127.0.0.1:5000"
     )
 

@@ -13,6 +13,8 @@ KNOWN = [
     (DeprecationWarning, r".*all arguments of all will be keyword-only", r"mlflow\..*"),
     # transformers renamed gradient checkpointing; TRL's trainers still call the old names
     (FutureWarning, r".*is_gradient_checkpointing` is deprecated", r"transformers\..*"),
+    # Dagster's own selection parser (for `--select '*'`) calls a beta parameter of its own API
+    (Warning, r".*Parameter .include_sources. of function .AssetSelection.all. is currently in beta", r"dagster\..*"),
 ]
 
 

@@ -44,14 +44,14 @@ def test_dual_trains_both_channels_and_leaves_the_base_untouched(tiny_student, t
     logged = []
     result = train_dual_adapter(pairs(), memory(), student_path=tiny_student, cfg=policy_cfg(mixing="fixed", memory_fraction=0.34),
                                 out_dir=tmp_path, seed=0, on_log=lambda step, m: logged.append(step))
-    assert result["steps"] == 3 and logged == [1, 2, 3] and len(result["grad_norms"]) == 3
-    assert result["base_checksum"] == before == base_checksum(AutoModelForCausalLM.from_pretrained(tiny_student))
+    assert result.metrics["steps"] == 3 and logged == [1, 2, 3] and len(result.grad_norms) == 3
+    assert result.base_checksum == before == base_checksum(AutoModelForCausalLM.from_pretrained(tiny_student))
     assert all(v.abs().sum() > 0 for v in lora_b(tmp_path))
-    channels = result["channels"]
+    channels = result.channels
     assert channels["memory_rows_per_batch"] == 1 and (channels["memory_rows"], channels["pair_rows"]) == (3, 6)
-    shares = result["channel_contributions"]
+    shares = result.channel_contributions
     assert shares["sft"] > 0 and shares["reward"] > 0 and shares["sft"] + shares["reward"] == pytest.approx(1.0)
-    first = result["history"][0]
+    first = result.history[0]
     assert first["loss"] == pytest.approx(first["sft"] + first["reward"], rel=1e-5)
     # step 1: the adapter is still zero, so policy = reference and each pair's DPO loss is log 2
     assert first["reward"] == pytest.approx(2 / 3 * np.log(2), rel=1e-4)  # 2 of 3 rows are pairs, intensity normalised to 1
@@ -60,7 +60,7 @@ def test_dual_trains_both_channels_and_leaves_the_base_untouched(tiny_student, t
 def test_a_gate_that_skips_every_pair_learns_nothing_from_them(tiny_student, tmp_path):
     cfg = policy_cfg(sft_weight=1.0, safety_gate={"unsafe": "skip"})
     result = train_dual_adapter(pairs(safety=0.1), memory(0), student_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0)
-    assert all(h["loss"] == 0 and h["gate/skipped"] == 3 for h in result["history"])
+    assert all(h["loss"] == 0 and h["gate/skipped"] == 3 for h in result.history)
     assert all(v.abs().sum() == 0 for v in lora_b(tmp_path))  # no gradient reached the adapter
 
 
@@ -68,24 +68,24 @@ def test_inverted_pairs_are_learned_the_other_way(tiny_student, tmp_path):
     forward = train_dual_adapter(pairs(), memory(0), student_path=tiny_student, cfg=policy_cfg(sft_weight=0.0), out_dir=tmp_path / "f", seed=0)
     inverted = train_dual_adapter(pairs(safety=0.1), memory(0), student_path=tiny_student, cfg=policy_cfg(sft_weight=0.0, safety_gate={"unsafe": "invert"}),
                                   out_dir=tmp_path / "i", seed=0)
-    assert forward["history"][-1]["rewards/margins"] > 0  # learns to prefer chosen
-    assert inverted["history"][-1]["rewards/margins"] < 0  # learns to prefer the other reply
-    assert all(h["gate/inverted"] == 3 for h in inverted["history"])
+    assert forward.history[-1]["rewards/margins"] > 0  # learns to prefer chosen
+    assert inverted.history[-1]["rewards/margins"] < 0  # learns to prefer the other reply
+    assert all(h["gate/inverted"] == 3 for h in inverted.history)
 
 
 def test_memory_rows_alone_train_the_sft_channel(tiny_student, tmp_path):
     result = train_dual_adapter(pairs(0), memory(), student_path=tiny_student, cfg=policy_cfg(), out_dir=tmp_path, seed=0)
-    assert result["channel_contributions"] == {"sft": 1.0, "reward": 0.0}
-    assert result["channels"]["memory_rows"] == 9 and result["history"][-1]["sft"] < result["history"][0]["sft"]
+    assert result.channel_contributions == {"sft": 1.0, "reward": 0.0}
+    assert result.channels["memory_rows"] == 9 and result.history[-1]["sft"] < result.history[0]["sft"]
 
 
 def test_anchored_memory_rows_hold_the_base_and_teach_only_the_margin(tiny_student, tmp_path):
     held = train_dual_adapter(pairs(0), memory(), student_path=tiny_student, cfg=policy_cfg(memory_margin=0.0), out_dir=tmp_path / "h", seed=0)
-    assert all(h["sft"] == 0 for h in held["history"])  # the adapter starts as the base, so nothing is above it
+    assert all(h["sft"] == 0 for h in held.history)  # the adapter starts as the base, so nothing is above it
     assert all(v.abs().sum() == 0 for v in lora_b(tmp_path / "h"))
     taught = train_dual_adapter(pairs(0), memory(), student_path=tiny_student, cfg=policy_cfg(memory_margin=0.5), out_dir=tmp_path / "t", seed=0)
-    assert taught["history"][0]["sft"] == pytest.approx(0.5)  # w_sft 1 * (nll - ref + 0.5) with nll == ref
-    assert taught["history"][-1]["sft"] < 0.5 and all(h["memory"] == h["sft"] for h in taught["history"])  # no pairs: all SFT is memory rows
+    assert taught.history[0]["sft"] == pytest.approx(0.5)  # w_sft 1 * (nll - ref + 0.5) with nll == ref
+    assert taught.history[-1]["sft"] < 0.5 and all(h["memory"] == h["sft"] for h in taught.history)  # no pairs: all SFT is memory rows
 
 
 def test_dual_refuses_when_there_is_nothing_to_learn(tiny_student, tmp_path):

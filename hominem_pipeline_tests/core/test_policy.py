@@ -22,8 +22,8 @@ def test_dpo_trains_the_adapter_and_leaves_the_base_untouched(tiny_student, tmp_
     before = base_checksum(AutoModelForCausalLM.from_pretrained(tiny_student))
     result = train_dpo_adapter(pairs(), student_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0)
 
-    assert result["steps"] == 3 and len(result["grad_norms"]) == 3
-    assert result["base_checksum"] == before  # computed inside, on the PEFT-wrapped model
+    assert result.metrics["steps"] == 3 and len(result.grad_norms) == 3
+    assert result.base_checksum == before  # computed inside, on the PEFT-wrapped model
     assert base_checksum(AutoModelForCausalLM.from_pretrained(tiny_student)) == before  # the files on disk too
     weights = load_file(str(tmp_path / "adapter_model.safetensors"))
     lora_b = [v for k, v in weights.items() if "lora_B" in k]

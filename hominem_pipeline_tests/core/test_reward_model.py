@@ -82,7 +82,7 @@ def test_saved_model_scores_identically_after_loading(trained, tiny_encoder):
     assert sa == sb
     assert set(sa[0].vector) == set(DIMS)
     assert sa[0].scalar > sa[1].scalar  # kind beats curt, as trained
-    assert a.metadata["training_data_digest"] == "abc" and a.metadata["date"] == "2026-11-20"
+    assert a.metadata.training_data_digest == "abc" and a.metadata.date == "2026-11-20"
 
 
 def test_batched_scores_do_not_depend_on_batch_composition(trained):
@@ -141,7 +141,7 @@ def test_split_keeps_prompts_whole_and_pairwise_accuracy_counts_pairs(tiny_encod
 def test_preferences_are_calibrated_and_complementary(trained):
     out, metrics, _, _ = trained
     model = RewardModel.load(out)
-    cal = model.metadata["calibration"]
+    cal = model.metadata.calibration
     assert cal["temperature"] == metrics["temperature"] > 0 and cal["after"]["pairs"] == 2 * metrics["val_pairs"]
     assert 0 <= metrics["val_ece"] <= 1 and 0 <= metrics["val_brier"] <= 1
     assert (out / "reliability.png").stat().st_size > 1000
@@ -173,7 +173,7 @@ def small_cfg(**overrides):
 
 def test_ensemble_members_give_uncertainty_per_output(trained):
     rm = RewardModel.load(trained[0])
-    assert rm.metadata["members"] == 5 and rm.uncertainty_method == "ensemble"
+    assert rm.metadata.members == 5 and rm.uncertainty_method == "ensemble"
     [out] = rm.score(["I lost my job."], ["That is hard; what happened?"])
     assert set(out.uncertainty) == set(DIMS) | {"scalar", "reward_intensity", "safety_score"}
     assert all(v >= 0 for v in out.uncertainty.values()) and out.uncertainty["scalar"] > 0  # members trained on different resamples
@@ -184,7 +184,7 @@ def test_mc_dropout_uncertainty_is_positive_and_repeatable(tiny_encoder, tmp_pat
     cfg = small_cfg(epochs=2, uncertainty={"method": "mc_dropout", "members": 5, "mc_samples": 6})
     train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_encoder, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20")
     rm = RewardModel.load(tmp_path)
-    assert rm.metadata["members"] == 1
+    assert rm.metadata.members == 1
     first = rm.score(["I lost my job."] * 2, ["That is hard; what happened?", "ok"])
     assert all(o.uncertainty["scalar"] > 0 for o in first)
     assert rm.score(["I lost my job."] * 2, ["That is hard; what happened?", "ok"]) == first
@@ -213,13 +213,13 @@ def test_teacher_pairs_and_human_pairs_train_together(tiny_encoder, tmp_path):
     )
     assert metrics["val_pairs"] == 2 and metrics["val_human_pairs"] == 3
     assert metrics["val_pairwise_accuracy"] == 1.0 and metrics["val_human_accuracy"] == 1.0
-    assert RewardModel.load(tmp_path).metadata["human_pairs"] == 10
+    assert RewardModel.load(tmp_path).metadata.human_pairs == 10
 
 
 def test_per_dimension_calibration_and_prefer_by_dimension(trained):
     out, metrics, _, _ = trained
     rm = RewardModel.load(out)
-    dims = rm.metadata["calibration"]["dimensions"]
+    dims = rm.metadata.calibration["dimensions"]
     assert set(dims) == set(DIMS) and all(d["temperature"] > 0 and d["pairs"] == 2 and 0 <= d["ece_noise_floor"] <= 1 for d in dims.values())
     assert all(f"val_ece_dim_{d}" in metrics for d in DIMS)
     assert (out / "reliability_dimensions.png").stat().st_size > 1000
@@ -234,7 +234,7 @@ def test_decoder_backbone_with_lora_is_merged_and_pooled_at_the_last_token(tiny_
     cfg = small_cfg(epochs=2, backbone={"finetune": "lora", "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}})
     train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20")
     rm = RewardModel.load(tmp_path)
-    assert rm.metadata["backbone"] | {"source": None} == {"source": None, "kind": "decoder", "pooling": "last", "finetune": "lora", "depth": 2, "layers": None}
+    assert rm.metadata.backbone.model_dump() | {"source": None} == {"source": None, "kind": "decoder", "pooling": "last", "finetune": "lora", "depth": 2, "layers": None}
     assert not any("lora" in k for k in rm.net.backbone.state_dict())  # merged: loading needs no PEFT
     a = rm.raw_scores(["hi", "hi"], ["short", "a much longer reply " * 5])["scalar"]
     b = np.array([rm.raw_scores(["hi"], [r])["scalar"][0] for r in ["short", "a much longer reply " * 5]])
@@ -279,7 +279,7 @@ def test_length_feature_gives_the_heads_the_reply_length(tiny_encoder, tmp_path)
     cfg = small_cfg(epochs=12, early_stopping_patience=12, length_feature=True, backbone={"finetune": "frozen"}, head_learning_rate=0.05)
     train_reward_model(length_labels(), dimensions=DIMS, backbone_path=tiny_encoder, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20")
     rm = RewardModel.load(tmp_path)
-    assert rm.metadata["length_feature"] is True and rm.net.length_feature
+    assert rm.metadata.length_feature is True and rm.net.length_feature
     prompts, replies = ["My week went badly, number 9."] * 2, ["That sounds hard. " * 4, "That sounds hard."]
     long_, short = rm.score(prompts, replies)
     assert long_.scalar > short.scalar
@@ -292,7 +292,7 @@ def test_rationale_auxiliary_target_is_learned(tiny_encoder, tmp_path):
     history = []
     train_reward_model(labels, dimensions=DIMS, backbone_path=tiny_encoder, cfg=small_cfg(rationale_weight=1.0), out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20", on_epoch=lambda e, m: history.append(m))
     assert history[-1]["train_loss_rationale"] < history[0]["train_loss_rationale"]
-    assert RewardModel.load(tmp_path).metadata["losses"]["rationale_weight"] == 1.0
+    assert RewardModel.load(tmp_path).metadata.losses["rationale_weight"] == 1.0
 
 
 def test_pair_gaps_are_score_differences_and_prefer_is_symmetric(trained):
@@ -341,7 +341,7 @@ def test_judge_frame_and_ridge_heads(tiny_student, tmp_path):
     assert metrics["val_pairs"] == 6 and metrics["train_sequences"] == metrics["val_sequences"] == 12
     assert len(metrics["ridge_fold_alphas"]) == 5 and 0.0 <= metrics["val_pairwise_accuracy"] <= 1.0
     rm = RewardModel.load(tmp_path)
-    assert rm.metadata["frame"]["kind"] == "judge" and rm.metadata["head_fit"] == "ridge"
+    assert rm.metadata.frame["kind"] == "judge" and rm.metadata.head_fit == "ridge"
     assert rm.net.feature_size == 2 * 32 + 1  # last token and mean of a 32-wide model, then the length
     # the frame's head, encoded once per batch when scoring: the tokens every framed input starts with
     [first, second] = rm.encode(["Is it hard?", "Why?"], ["Yes, a bit.", "Because."])
@@ -384,7 +384,7 @@ def test_judge_question_frame_ends_where_the_judge_rates(tiny_student, tmp_path)
                                  date="2026-11-20", judge_system="You are a fair judge.", judge_question="Overall, how good is it?")
     assert 0.0 < metrics["val_ece_noise_floor"] < 1.0  # six pairs: a floor far above any ECE target
     rm = RewardModel.load(tmp_path)
-    assert rm.metadata["frame"]["kind"] == "judge_question"
+    assert rm.metadata.frame["kind"] == "judge_question"
     tail = chat_text(rm.tokenizer, "\x00", "You are a fair judge.").split("\x00")[1]
     text = rm.tokenizer.decode(rm.encode(["Is it hard?"], ["Yes, a bit."])[0])
     assert text.endswith("Conversation to judge:\nUser: Is it hard?\nAssistant: Yes, a bit.\n" + rubric_suffix("Overall, how good is it?", tail))
@@ -459,7 +459,7 @@ def test_depth_keeps_the_first_layers_and_the_cut_model_saves_as_one(tiny_studen
     train_reward_model(labels, dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20",
                        judge_system="You are a fair judge.")
     rm = RewardModel.load(tmp_path)
-    assert rm.metadata["backbone"]["depth"] == 1 and len(rm.net.backbone.layers) == 1
+    assert rm.metadata.backbone.depth == 1 and len(rm.net.backbone.layers) == 1
 
     full = AutoModel.from_pretrained(tiny_student).eval()
     [ids] = rm.encode(["Is it hard?"], ["Yes, a bit."])
@@ -485,7 +485,7 @@ def test_layers_pool_several_layers_side_by_side(tiny_encoder, tmp_path):
     train_reward_model(labels, dimensions=DIMS, backbone_path=tiny_encoder, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20")
     rm = RewardModel.load(tmp_path)
     hidden = rm.net.backbone.config.hidden_size
-    assert rm.metadata["backbone"]["layers"] == [1, 2] and rm.net.feature_size == 2 * hidden
+    assert rm.metadata.backbone.layers == [1, 2] and rm.net.feature_size == 2 * hidden
     [ids] = rm.encode(["Is it hard?"], ["Yes, a bit."])
     with torch.inference_mode():
         states = AutoModel.from_pretrained(tiny_encoder).eval()(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states

@@ -32,13 +32,13 @@ def test_rl_trains_only_the_adapter_on_the_reward_models_reward(algorithm, rewar
     before = base_checksum(AutoModelForCausalLM.from_pretrained(tiny_student))
     prompts = ["Something sad happened to me.", "I lost my keys again.", "Can you help me plan a talk?", ""]
     result = train_rl_adapter(prompts, reward_model=reward_model, student_path=tiny_student, cfg=policy_cfg(algorithm), out_dir=tmp_path, seed=0)
-    assert result["steps"] == 2 and result["base_checksum"] == before
+    assert result.metrics["steps"] == 2 and result.base_checksum == before
     assert base_checksum(AutoModelForCausalLM.from_pretrained(tiny_student)) == before
     weights = load_file(str(tmp_path / "adapter_model.safetensors"))
     assert all("lora" in k for k in weights) and any(v.abs().sum() > 0 for k, v in weights.items() if "lora_B" in k)
-    gated = result["channels"]["gated"]
-    assert result["channels"]["prompts"] == 3 and gated["completions"] == 2 * 2 * 2  # steps x prompts x generations
-    assert all("reward" in h for h in result["history"])
+    gated = result.channels["gated"]
+    assert result.channels["prompts"] == 3 and gated["completions"] == 2 * 2 * 2  # steps x prompts x generations
+    assert all("reward" in h for h in result.history)
 
 
 def test_gated_reward_scores_gates_and_penalises_empty_replies(reward_model):

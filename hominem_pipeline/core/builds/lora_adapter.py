@@ -11,6 +11,7 @@ from hominem_pipeline.core.artifacts import fingerprint
 from hominem_pipeline.core.builds.common import memory_paths, write_json
 from hominem_pipeline.core.config import PolicyConfig
 from hominem_pipeline.core.evaluation.memory import memory_digest
+from hominem_pipeline.core.policy.metadata import AdapterMetadata
 from hominem_pipeline.core.stage import StageContext, StageOutput
 
 log = logging.getLogger(__name__)
@@ -66,26 +67,22 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
         from hominem_pipeline.core.policy.rl import train_rl_adapter
 
         result = train_rl_adapter(list(pairs["prompt"]), reward_model=RewardModel.load(rm_ref.path), dimension_weights=ctx.cfg.preferences.dimension_weights, **common)
-    write_json(ctx.out_dir / "training_history.json", {"history": result["history"], "grad_norms": result["grad_norms"]})
-    write_json(
-        ctx.out_dir / "METADATA.json",
-        {
-            "mode": pc.mode,
-            "base_model": str(student_path(ctx.cfg)),
-            "base_checksum": result["base_checksum"],
-            "reward_model": rm_ref.key,
-            "preference_data": [r.key for r in pair_refs],
-            "preference_pairs": len(pairs),
-            "memory_data": memory_data,
-            "channel_contributions": result["channel_contributions"],
-            "channels": result.get("channels", {}),
-            "lora": pc.lora.model_dump(),
-            "training": _training_settings(pc),
-            "date": ctx.partition,
-        },
-    )
-    metrics = {k: v for k, v in result.items() if k not in ("history", "grad_norms", "base_checksum", "channels", "channel_contributions")}
-    metrics.update({f"channel_{k}": v for k, v in result["channel_contributions"].items()})
+    write_json(ctx.out_dir / "training_history.json", {"history": result.history, "grad_norms": result.grad_norms})
+    AdapterMetadata(
+        mode=pc.mode,
+        base_model=str(student_path(ctx.cfg)),
+        base_checksum=result.base_checksum,
+        reward_model=rm_ref.key,
+        preference_data=[r.key for r in pair_refs],
+        preference_pairs=len(pairs),
+        memory_data=memory_data,
+        channel_contributions=result.channel_contributions,
+        channels=result.channels,
+        lora=pc.lora.model_dump(),
+        training=_training_settings(pc),
+        date=ctx.partition,
+    ).write(ctx.out_dir)
+    metrics = {**result.metrics, **{f"channel_{k}": v for k, v in result.channel_contributions.items()}}
     student = ctx.cfg.models.student
     write_model_card(ctx.out_dir, base_hub_id=student.hub_id, base_path=student_path(ctx.cfg), gguf_package=student.gguf_package, mode=pc.mode,
                      date=ctx.partition, metrics=metrics,

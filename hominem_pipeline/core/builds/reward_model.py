@@ -18,7 +18,7 @@ REWARD_MODEL_NAME = "hominem-reward-model"  # in the MLflow model registry; alia
 
 def build_reward_model(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.models import reward_backbone
-    from hominem_pipeline.core.reward.model import METADATA
+    from hominem_pipeline.core.reward.metadata import METADATA
     from hominem_pipeline.core.reward.training import train_reward_model
     from hominem_pipeline.core.reward.validation import DIMENSION_PLOT, RELIABILITY_PLOT
     from hominem_pipeline.core.teacher.base import rubric_system

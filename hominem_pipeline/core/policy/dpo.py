@@ -101,4 +101,5 @@ def train_dpo_adapter(
                              callbacks=[collect_logs(history, progress, on_log)])
         result = run_trl(trainer, tokenizer, out_dir, before, history)
     last = history[-1] if history else {}
-    return {**result, "final_reward_accuracy": last.get("rewards/accuracies"), "final_reward_margin": last.get("rewards/margins")}
+    result.metrics.update(final_reward_accuracy=last.get("rewards/accuracies"), final_reward_margin=last.get("rewards/margins"))
+    return result

@@ -114,7 +114,7 @@ def train_dual_adapter(
     chosen_safety_score; `memory` prompt and response (`memory.read_memory_rows`)."""
     from trl.trainer.utils import add_fused_lm_head, disable_dropout_in_model
 
-    from hominem_pipeline.core.policy.lora import lora_student, save_adapter
+    from hominem_pipeline.core.policy.lora import AdapterTraining, lora_student, save_adapter
 
     dual = cfg.dual
     n_pairs, n_memory = len(pairs), len(memory)
@@ -213,22 +213,14 @@ def train_dual_adapter(
     trainable = save_adapter(model, tokenizer, out_dir, before)
     channel_sum = totals["sft"] + totals["reward"]
     last = history[-1]
-    return {
-        "steps": len(history),
-        "train_seconds": seconds,
-        "seconds_per_step": seconds / len(history),
-        "final_loss": last["loss"],
-        "final_reward_accuracy": last["rewards/accuracies"],
-        "final_reward_margin": last["rewards/margins"],
-        "trainable_parameters": trainable,
-        "base_checksum": before,
-        "grad_norms": [h["grad_norm"] for h in history],
-        "history": history,
-        "channel_contributions": {
-            "sft": totals["sft"] / channel_sum if channel_sum else 0.0,
-            "reward": totals["reward"] / channel_sum if channel_sum else 0.0,
-        },
-        "channels": {
+    metrics = {"steps": len(history), "train_seconds": seconds, "seconds_per_step": seconds / len(history), "final_loss": last["loss"],
+               "final_reward_accuracy": last["rewards/accuracies"], "final_reward_margin": last["rewards/margins"], "trainable_parameters": trainable}
+    return AdapterTraining(
+        metrics,
+        before,
+        history,
+        {"sft": totals["sft"] / channel_sum if channel_sum else 0.0, "reward": totals["reward"] / channel_sum if channel_sum else 0.0},
+        {
             "sft_loss_sum": totals["sft"],
             "memory_loss_sum": totals["memory"],
             "reward_loss_sum": totals["reward"],
@@ -238,8 +230,5 @@ def train_dual_adapter(
             "pairs_available": n_pairs,
             "memory_rows_available": n_memory,
             "gated": {k: totals[k] for k in ("skipped", "downweighted", "inverted")},
-            "mean_raw_intensity": labels.raw_intensity_mean,
-            "intensity_source": dual.intensity_source,
-            "safety_source": dual.safety_source,
         },
-    }
+    )

@@ -4,6 +4,7 @@ and the DPO reference is the same base with the adapter switched off."""
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass, field
 import logging
 import time
 from collections.abc import Callable
@@ -100,7 +101,22 @@ def collect_logs(history: list[dict[str, float]], progress: Progress, on_log: Ca
     return _Collect()
 
 
-def run_trl(trainer: Any, tokenizer: Any, out_dir: Path, before: str, history: list[dict[str, float]]) -> dict[str, Any]:
+@dataclass
+class AdapterTraining:
+    """What training an adapter returns, whatever the mode."""
+
+    metrics: dict[str, float | int | None]  # steps, train_seconds, seconds_per_step, final_loss, trainable_parameters, and the mode's own
+    base_checksum: str  # of the base weights, checked unchanged after training
+    history: list[dict[str, float]]  # one entry per logged step
+    channel_contributions: dict[str, float]  # each loss channel's share of the signal (sft, reward)
+    channels: dict[str, Any] = field(default_factory=dict)  # the mode's own accounting (rows per channel, gated examples, ...)
+
+    @property
+    def grad_norms(self) -> list[float]:
+        return [h["grad_norm"] for h in self.history if "grad_norm" in h]
+
+
+def run_trl(trainer: Any, tokenizer: Any, out_dir: Path, before: str, history: list[dict[str, float]]) -> AdapterTraining:
     """Train a TRL trainer whose callbacks fill `history`, save the adapter (base checked unchanged) and
     return the figures every mode reports."""
     from transformers import PrinterCallback
@@ -110,17 +126,9 @@ def run_trl(trainer: Any, tokenizer: Any, out_dir: Path, before: str, history: l
     trainer.train()
     seconds = time.monotonic() - started
     trainable = save_adapter(trainer.model, tokenizer, out_dir, before)
-    return {
-        "steps": len(history),
-        "train_seconds": seconds,
-        "seconds_per_step": seconds / max(1, len(history)),
-        "final_loss": history[-1].get("loss") if history else None,
-        "trainable_parameters": trainable,
-        "base_checksum": before,
-        "grad_norms": [h["grad_norm"] for h in history if "grad_norm" in h],
-        "history": history,
-        "channel_contributions": {"sft": 0.0, "reward": 1.0},
-    }
+    metrics = {"steps": len(history), "train_seconds": seconds, "seconds_per_step": seconds / max(1, len(history)),
+               "final_loss": history[-1].get("loss") if history else None, "trainable_parameters": trainable}
+    return AdapterTraining(metrics, before, history, {"sft": 0.0, "reward": 1.0})
 
 
 def adapter_config(adapter_path: Path) -> dict[str, Any]:
@@ -136,13 +144,10 @@ def adapter_config(adapter_path: Path) -> dict[str, Any]:
 def adapter_reward_model(adapter_path: Path, data_dir: Path) -> Path | None:
     """The reward model folder an adapter's METADATA.json names (the one it was trained with), or None
     when the adapter has no METADATA (one trained outside the pipeline)."""
-    import json
+    from hominem_pipeline.core.policy.metadata import AdapterMetadata
 
-    meta_file = Path(adapter_path) / "METADATA.json"
-    if not meta_file.is_file():
-        return None
-    ref = json.loads(meta_file.read_text())["reward_model"]
-    return Path(data_dir) / ref["asset"] / ref["partition"] / ref["version"]
+    meta = AdapterMetadata.read(Path(adapter_path))
+    return None if meta is None else meta.reward_model.path(data_dir)
 
 
 def load_policy(student_path: Path, adapter_path: Path | None):

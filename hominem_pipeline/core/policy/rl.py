@@ -120,9 +120,6 @@ def train_rl_adapter(
         trainer = trainer_cls(model=model, reward_funcs=[reward], args=args, train_dataset=dataset, processing_class=tokenizer,
                               callbacks=[collect_logs(history, progress, on_log, key="reward")])
         result = run_trl(trainer, tokenizer, out_dir, before, history)
-    return {
-        **result,
-        "final_reward": history[-1].get("reward") if history else None,
-        "first_reward": history[0].get("reward") if history else None,
-        "channels": {"prompts": len(prompts), "algorithm": rl.algorithm, "reward": rl.reward, "gated": reward.counts},
-    }
+    result.metrics.update(final_reward=history[-1].get("reward") if history else None, first_reward=history[0].get("reward") if history else None)
+    result.channels = {"prompts": len(prompts), "algorithm": rl.algorithm, "reward": rl.reward, "gated": reward.counts}
+    return result

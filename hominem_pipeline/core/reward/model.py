@@ -7,7 +7,6 @@ A saved model is a folder: `backbone/` (HF `save_pretrained`, with its tokenizer
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from hominem_pipeline.core.reward.encoding import (
     make_encoder,
     pad_id,
 )
+from hominem_pipeline.core.reward.metadata import METADATA, RewardMetadata
 from hominem_pipeline.core.reward.network import (
     RewardNet,
     backbone_source,
@@ -31,7 +31,6 @@ from hominem_pipeline.core.reward.network import (
     member_mean_std,
 )
 
-METADATA = "METADATA.json"
 HEADS = "heads.safetensors"
 BACKBONE_DIR = "backbone"
 MAX_CHARS = 100_000  # per prompt or response: far beyond any max_length, so longer input is a caller's mistake
@@ -79,16 +78,15 @@ def _check_inputs(prompts: Sequence[str], responses: Sequence[str]) -> None:
 class RewardModel:
     """A trained reward model loaded for scoring."""
 
-    def __init__(self, net: RewardNet, tokenizer: Any, metadata: dict[str, Any]):
+    def __init__(self, net: RewardNet, tokenizer: Any, metadata: RewardMetadata):
         self.net = net.eval()
         self.tokenizer = tokenizer
         self.metadata = metadata
-        self.dimensions: list[str] = list(metadata["dimensions"])
-        self.max_length: int = int(metadata["max_length"])
-        uncertainty = metadata.get("uncertainty") or {}
-        self.uncertainty_method: str = uncertainty.get("method", "none")
-        self.mc_samples: int = int(uncertainty.get("mc_samples", 0))
-        self._encode = make_encoder(tokenizer, metadata.get("frame"), self.max_length)
+        self.dimensions: list[str] = list(metadata.dimensions)
+        self.max_length: int = metadata.max_length
+        self.uncertainty_method: str = metadata.uncertainty.method
+        self.mc_samples: int = metadata.uncertainty.mc_samples
+        self._encode = make_encoder(tokenizer, metadata.frame, self.max_length)
 
     @classmethod
     def load(cls, path: str | Path) -> RewardModel:
@@ -96,24 +94,22 @@ class RewardModel:
         from safetensors.torch import load_file
 
         path = Path(path)
-        if not (path / METADATA).is_file():
-            raise FileNotFoundError(f"{path} is not a reward model folder (no {METADATA}); pass a data/reward_model/<date>/<version> folder")
-        metadata = json.loads((path / METADATA).read_text())
+        metadata = RewardMetadata.read(path)
         backbone, tokenizer = load_backbone(backbone_source(path))
-        bb = metadata["backbone"]
-        net = RewardNet(keep_layers(backbone, bb["depth"]), len(metadata["dimensions"]), members=int(metadata["members"]), pooling=bb["pooling"],
-                        dropout=float(metadata["dropout"]), length_feature=bool(metadata["length_feature"]), layers=bb["layers"])
+        bb = metadata.backbone
+        net = RewardNet(keep_layers(backbone, bb.depth), len(metadata.dimensions), members=metadata.members, pooling=bb.pooling,
+                        dropout=metadata.dropout, length_feature=metadata.length_feature, layers=bb.layers)
         result = net.load_state_dict(load_file(str(path / HEADS)), strict=False)
         if result.unexpected_keys or any(not k.startswith("backbone.") for k in result.missing_keys):
             raise ValueError(f"{path / HEADS} does not match the model described by its {METADATA}: {result}; rebuild it "
-                             f"(hominem run --date {metadata.get('date', '<date>')} --select reward_model)")
-        net.shared_prefix = frame_prefix(tokenizer, metadata.get("frame"), bb["kind"])
+                             f"(hominem run --date {metadata.date} --select reward_model)")
+        net.shared_prefix = frame_prefix(tokenizer, metadata.frame, bb.kind)
         return cls(net, tokenizer, metadata)
 
     @property
     def temperature(self) -> float:
         """The fitted preference temperature (1.0, uncalibrated, when training had no validation pairs)."""
-        return float((self.metadata.get("calibration") or {}).get("temperature", 1.0))
+        return self.metadata.temperature
 
     def probability(self, gap: float, dimension: str | None = None) -> float:
         """The calibrated probability that a reply is preferred over another whose score is `gap` lower:
@@ -123,8 +119,7 @@ class RewardModel:
         if dimension is None:
             return float(preference_probability(gap, self.temperature))
         self._dimension_index(dimension)
-        per_dim = ((self.metadata.get("calibration") or {}).get("dimensions") or {}).get(dimension) or {}
-        return float(preference_probability(gap, float(per_dim.get("temperature", 1.0))))
+        return float(preference_probability(gap, self.metadata.dimension_temperature(dimension)))
 
     def prefer(self, prompt: str, a: str, b: str, dimension: str | None = None) -> float:
         """The calibrated probability that response `a` is preferred over `b` for `prompt`: overall (by the

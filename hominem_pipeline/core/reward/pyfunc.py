@@ -3,7 +3,6 @@ scores a DataFrame of (prompt, response) rows, for tools that know MLflow and no
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 from typing import Any
@@ -43,9 +42,9 @@ def log_reward_pyfunc(model_dir: Path) -> str:
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, Schema
 
-    from hominem_pipeline.core.reward.model import METADATA
+    from hominem_pipeline.core.reward.metadata import RewardMetadata
 
-    dimensions = json.loads((Path(model_dir) / METADATA).read_text())["dimensions"]
+    dimensions = RewardMetadata.read(Path(model_dir)).dimensions
     signature = ModelSignature(
         inputs=Schema([ColSpec("string", c) for c in INPUT_COLUMNS]),
         outputs=Schema([ColSpec("double", c) for c in output_columns(dimensions)]),

@@ -44,7 +44,8 @@ from hominem_pipeline.core.reward.encoding import (
     pad_batch,
     pad_id,
 )
-from hominem_pipeline.core.reward.model import BACKBONE_DIR, HEADS, METADATA
+from hominem_pipeline.core.reward.metadata import RewardMetadata
+from hominem_pipeline.core.reward.model import BACKBONE_DIR, HEADS
 from hominem_pipeline.core.reward.network import (
     RewardNet,
     backbone_kind,
@@ -396,5 +397,6 @@ def train_reward_model(
         "history": history,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(),
     }
-    (out_dir / METADATA).write_text(json.dumps(metadata, indent=2, default=float) + "\n")
+    # through JSON first: numpy scalars in the metrics and calibration become plain numbers
+    RewardMetadata.model_validate(json.loads(json.dumps(metadata, default=float))).write(out_dir)
     return final
