@@ -198,3 +198,31 @@ def test_trl_dpo_drops_the_end_of_turn_of_cut_replies_as_dual_does(tiny_student,
     for row, expected in zip(trainer.train_dataset, pair_sequences(tokenizer, frame, 64)):
         for side, (seq, start) in zip(("chosen", "rejected"), expected):
             assert row["prompt_ids"] + row[f"{side}_ids"] == seq
+
+
+def test_the_reference_is_scored_once_per_sequence_as_a_whole_batch_scores_it(tiny_student):
+    """The reference (the base: adapter off) never changes, so each sequence's log-probability is
+    computed once and reused: the same values a pass over the whole batch gives, and a second call with
+    the same keys reads the cache (here its sequences are swapped for others, and the values stay)."""
+    import torch
+
+    from hominem_pipeline.core.policy.dual import reference_logps
+    from hominem_pipeline.core.policy.lora import lora_student
+    from hominem_pipeline.core.policy.sequences import sequence_logps
+
+    from trl.trainer.utils import add_fused_lm_head
+
+    model, tokenizer, _ = lora_student(tiny_student, policy_cfg())
+    add_fused_lm_head(model.get_base_model())  # as the trainer sets it up
+    seqs = [s for pair in pair_sequences(tokenizer, pairs(3), 64) for s in pair]
+    keys = [("pair", i) for i in range(len(seqs))]
+    cache: dict = {}
+    first = reference_logps(model, seqs[:2], keys[:2], cache, tokenizer.pad_token_id)
+    every = reference_logps(model, seqs, keys, cache, tokenizer.pad_token_id)
+    with torch.no_grad(), model.disable_adapter():
+        whole, _ = sequence_logps(model, seqs, tokenizer.pad_token_id)
+    torch.testing.assert_close(every, whole.float(), atol=1e-4, rtol=0)
+    torch.testing.assert_close(every[:2], first)
+    assert len(cache) == len(seqs)
+    again = reference_logps(model, list(reversed(seqs)), keys, cache, tokenizer.pad_token_id)
+    torch.testing.assert_close(again, every)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,19 @@ from hominem_pipeline.core.progress import Progress
 log = logging.getLogger(__name__)
 
 MAX_GRAD_NORM = 1.0
+
+
+def reference_logps(model: Any, seqs: Sequence[tuple[list[int], int]], keys: Sequence[tuple[str, int]], cache: dict[tuple[str, int], float],
+                    pad_id: int) -> torch.Tensor:
+    """The reference's (the base's: adapter off, no dropout) summed reply log-probability of each
+    sequence, computed once per sequence and kept in `cache` by its key: the reference never changes, and
+    a pair is drawn several times over a run."""
+    todo = [k for k, key in enumerate(keys) if key not in cache]
+    if todo:
+        with torch.no_grad(), model.disable_adapter():
+            values, _ = sequence_logps(model, [seqs[k] for k in todo], pad_id)
+        cache.update({keys[k]: v for k, v in zip(todo, values.tolist())})
+    return torch.tensor([cache[key] for key in keys], dtype=torch.float32)
 
 
 def batch_rows(cfg: DualConfig, batch_size: int, n_memory: int, n_pairs: int) -> tuple[int, int]:
@@ -133,6 +146,7 @@ def train_dual_adapter(
     n_pair, n_mem = batch_rows(dual, cfg.batch_size, n_memory, n_pairs)
     pair_order, memory_order = _cycle(n_pairs, rng), _cycle(n_memory, rng)
 
+    ref_cache: dict[tuple[str, int], float] = {}  # the base's log-probability of each sequence used so far
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / cfg.max_steps))
@@ -151,12 +165,8 @@ def train_dual_adapter(
             zeros = torch.zeros(len(mi), device=logps.device)
             chosen, rejected, mem = logps[: len(pi)], logps[len(pi) : 2 * len(pi)], logps[2 * len(pi) :]
             anchored = dual.memory_margin is not None and bool(mi)
-            ref_seqs = seqs if anchored else seqs[: 2 * len(pi)]
-            if ref_seqs:
-                with torch.no_grad(), model.disable_adapter():
-                    ref, _ = sequence_logps(model, ref_seqs, pad)
-            else:
-                ref = logps[:0].detach()
+            keys = [("chosen", i) for i in pi] + [("rejected", i) for i in pi] + ([("memory", j) for j in mi] if anchored else [])
+            ref = reference_logps(model, seqs[: len(keys)], keys, ref_cache, pad).to(logps.device)
             ref_chosen, ref_rejected = ref[: len(pi)], ref[len(pi) : 2 * len(pi)]
             tokens = counts.clamp(min=1)
             nll = -torch.cat([chosen / tokens[: len(pi)], mem / tokens[2 * len(pi) :]])
@@ -230,5 +240,6 @@ def train_dual_adapter(
             "pairs_available": n_pairs,
             "memory_rows_available": n_memory,
             "gated": {k: totals[k] for k in ("skipped", "downweighted", "inverted")},
+            "reference_sequences": len(ref_cache),  # each scored by the base once, however often it was drawn
         },
     )
