@@ -17,8 +17,8 @@ from pathlib import Path
 
 from hominem_pipeline.core.config_loader import load_config
 from hominem_pipeline.core.models import prepare_student
-from hominem_pipeline.core.stages import STAGES
 from hominem_pipeline.core.runner import run_stage
+from hominem_pipeline.core.stages import STAGES
 
 
 def main() -> None:

@@ -53,8 +53,8 @@ def same_batch(data: Path, student: Path, n: int, max_length: int):
     left-truncates them, so only pairs neither touches make literally the same batch for both."""
     from transformers import AutoTokenizer
 
-    from hominem_pipeline.core.policy.sequences import encode
     from hominem_pipeline.core.human.preferences import parse_preference_file
+    from hominem_pipeline.core.policy.sequences import encode
 
     tokenizer = AutoTokenizer.from_pretrained(student)
     pairs = parse_preference_file(data, "hh-rlhf", "bench").pairs
@@ -69,10 +69,10 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict:
     import torch
 
     from hominem_pipeline.core.config_loader import load_config
-    from hominem_pipeline.core.policy.dual import train_dual_adapter
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
     from hominem_pipeline.core.models import student_path
     from hominem_pipeline.core.policy.dpo import train_dpo_adapter
+    from hominem_pipeline.core.policy.dual import train_dual_adapter
 
     logging.basicConfig(level=logging.WARNING)
     cfg = load_config(args.config, root=ROOT, overrides={"policy": {

@@ -39,8 +39,8 @@ from hominem_pipeline.core.evaluation.compare import evaluate_adapter  # noqa: E
 from hominem_pipeline.core.evaluation.memory import read_memory_rows  # noqa: E402
 from hominem_pipeline.core.models import student_path  # noqa: E402
 from hominem_pipeline.core.policy.lora import adapter_reward_model  # noqa: E402
-from hominem_pipeline.core.teacher.prompts import load_seed_prompts  # noqa: E402
 from hominem_pipeline.core.reward.model import RewardModel  # noqa: E402
+from hominem_pipeline.core.teacher.prompts import load_seed_prompts  # noqa: E402
 
 DIMENSION_ORDER = ("empathy", "social_coherence", "agency_support", "epistemic_integrity", "harm_avoidance", "narrative_alignment", "curiosity")
 

@@ -33,10 +33,15 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.reward.calibration import both_orders, calibration_report, preference_probability, reliability_diagram  # noqa: E402
 from hominem_pipeline.core.config_loader import load_config  # noqa: E402
 from hominem_pipeline.core.human.preferences import parse_preference_file  # noqa: E402
 from hominem_pipeline.core.models import reward_backbone  # noqa: E402
+from hominem_pipeline.core.reward.calibration import (  # noqa: E402
+    both_orders,
+    calibration_report,
+    preference_probability,
+    reliability_diagram,
+)
 from hominem_pipeline.core.reward.model import RewardModel  # noqa: E402
 from hominem_pipeline.core.reward.training import train_reward_model  # noqa: E402
 

@@ -43,10 +43,17 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.lineage import lineage  # noqa: E402
-from hominem_pipeline.core.reward.calibration import both_orders, calibration_report, fit_temperature, preference_probability, reliability_diagram, same_prompt_pairs  # noqa: E402
 from hominem_pipeline.core.config_loader import load_config  # noqa: E402
+from hominem_pipeline.core.lineage import lineage  # noqa: E402
 from hominem_pipeline.core.models import reward_backbone  # noqa: E402
+from hominem_pipeline.core.reward.calibration import (  # noqa: E402
+    both_orders,
+    calibration_report,
+    fit_temperature,
+    preference_probability,
+    reliability_diagram,
+    same_prompt_pairs,
+)
 from hominem_pipeline.core.reward.dataset import PAIR_GAP, pairwise_accuracy  # noqa: E402
 from hominem_pipeline.core.reward.model import RewardModel  # noqa: E402
 from hominem_pipeline.core.reward.ridge import prompt_folds  # noqa: E402

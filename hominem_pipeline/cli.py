@@ -17,9 +17,12 @@ from rich.console import Console
 from rich.table import Table
 
 from hominem_pipeline.core.config import ConfigError, HominemConfig
+from hominem_pipeline.core.config_loader import (
+    load_config,
+    parse_assignments,
+    write_set_overlay,
+)
 from hominem_pipeline.warnings_seen import silence_known
-
-from hominem_pipeline.core.config_loader import load_config, parse_assignments, write_set_overlay
 
 app = typer.Typer(help="hominem: distill a human-like reward signal into a reward model and LoRA adapters.", no_args_is_help=True, add_completion=False)
 data_app = typer.Typer(help="Inspect and check labeled data.", no_args_is_help=True)
@@ -89,7 +92,11 @@ def _dagster_env(cfg: HominemConfig) -> None:
 def setup(config: ConfigOpt = None, sets: SetOpt = None) -> None:
     """Prepare the offline models once: convert the packaged SmolLM2 GGUF to an HF folder, find the encoder."""
     _logging()
-    from hominem_pipeline.core.models import ModelNotAvailable, encoder_path, prepare_student
+    from hominem_pipeline.core.models import (
+        ModelNotAvailable,
+        encoder_path,
+        prepare_student,
+    )
 
     cfg = _config(config, sets)
     try:
@@ -152,22 +159,10 @@ def _fill_window(cfg: HominemConfig, day: str, pairs: bool) -> None:
     from dagster import AssetSelection
 
     from hominem_pipeline import definitions
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.lineage import lineage, window_gaps
 
-    end = dt.date.fromisoformat(day)
     rm_days, policy_days = cfg.reward_model.window_days, (cfg.policy.window_days if pairs else 0)
-    earlier = [end - dt.timedelta(days=k) for k in range(max(rm_days, policy_days) - 1, 0, -1)]
-    expected = lineage(cfg)
-    plan = []  # (day, the asset it needs)
-    for d in earlier:
-        if d < cfg.project.partitions_start:
-            continue
-        ago = (end - d).days
-        for asset, needed in (("preference_pairs", ago < policy_days), ("teacher_labels", ago < rm_days)):
-            if needed:
-                if expected.expected(asset, d.isoformat()) is None:
-                    plan.append((d.isoformat(), asset))
-                break  # pairs need the day's labels, which their run builds too
+    plan = window_gaps(lineage(cfg), day, rm_days, policy_days)
     console.print(f"[bold]--fill-window[/]: reward_model.window_days {rm_days}"
                   + (f", policy.window_days {policy_days}; " if pairs else "; ")
                   + (f"filling {len(plan)} earlier day(s): " + ", ".join(f"{d} ({'labels to pairs' if a == 'preference_pairs' else 'labels'})" for d, a in plan)
@@ -184,6 +179,8 @@ def _execute(job_fn, cfg: HominemConfig, day: str, keys, title: str) -> list:
     with the root cause when a step fails. Returns the materialization events."""
     from dagster import DagsterInstance, execute_job, reconstructable
     from dagster._core.errors import DagsterInvalidSubsetError
+
+    from hominem_pipeline.defs.launch import first_failure
 
     job = job_fn()
     if not job.partitions_def.has_partition_key(day):
@@ -204,28 +201,13 @@ def _execute(job_fn, cfg: HominemConfig, day: str, keys, title: str) -> list:
             success = result.success
             run_id = result.run_id
             events = result.get_asset_materialization_events()
-            failure = None if success else _first_failure(result)
+            failure = None if success else first_failure(result)
     except DagsterInvalidSubsetError as exc:
         _fail(str(exc))
     _print_summary(events, cfg, day, run_id, time.monotonic() - started)
     if not success:
         _fail(f"run {run_id} failed at {failure}\n(full traceback: `make ui`, Dagster -> Runs -> {run_id[:8]})", code=1)
     return events
-
-
-def _first_failure(result) -> str:
-    """The failed step and the message of the exception that started it (not Dagster's wrapper)."""
-    for event in result.all_events:
-        if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
-            error = event.step_failure_data.error
-            while error.cause is not None:
-                error = error.cause
-            message = error.message.strip()
-            head, _, rest = message.partition(": ")
-            if head.split(".")[-1] == error.cls_name:  # "pkg.module.Error: text" -> "Error: text"
-                message = f"{error.cls_name}: {rest}"
-            return f"{event.step_key}: {message}"
-    return "see the run's logs in the Dagster UI"
 
 
 def _print_summary(events, cfg: HominemConfig, day: str, run_id: str, seconds: float) -> None:
@@ -426,7 +408,11 @@ def data_import_preferences(
     """Bring human preference pairs into the `human_preferences` asset for a day. Rows that cannot be
     used are kept, with the reason, in the partition's quarantine table; importing the same file again
     changes nothing."""
-    from hominem_pipeline.core.human.preferences import FORMATS, PreferenceImportError, add_to_inbox
+    from hominem_pipeline.core.human.preferences import (
+        FORMATS,
+        PreferenceImportError,
+        add_to_inbox,
+    )
 
     _logging()
     cfg = _config(config, sets)

@@ -12,7 +12,11 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from hominem_pipeline.core.config import DEFAULT_CONFIG_RELPATH, ConfigError, HominemConfig
+from hominem_pipeline.core.config import (
+    DEFAULT_CONFIG_RELPATH,
+    ConfigError,
+    HominemConfig,
+)
 
 
 def deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:

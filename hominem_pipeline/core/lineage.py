@@ -24,7 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hominem_pipeline.core.artifacts import ArtifactNotFound, ArtifactRef, ArtifactStore, fingerprint
+from hominem_pipeline.core.artifacts import (
+    ArtifactNotFound,
+    ArtifactRef,
+    ArtifactStore,
+    fingerprint,
+)
 from hominem_pipeline.core.config import HominemConfig
 from hominem_pipeline.core.stage import Stage
 
@@ -76,19 +81,21 @@ def module_closure(module: str, root: Path = PACKAGE_ROOT) -> dict[str, Path]:
     return seen
 
 
-def code_digest(stage: Stage, root: Path = PACKAGE_ROOT) -> str:
-    """The digest of the source of every module `stage`'s build function runs."""
-    return _code_digest(stage.build.__module__, root)
+def code_digest(module: str, root: Path = PACKAGE_ROOT) -> str:
+    """The digest of the source of `module` and every module it runs. The installed package's sources
+    do not change while a process runs, so its digests are computed once; another `root` (a copy a test
+    edits) is read every time."""
+    return _installed_digest(module) if root == PACKAGE_ROOT else _digest(module, root)
 
 
 @functools.lru_cache(maxsize=None)
-def _closure_cached(module: str, root: Path) -> tuple[tuple[str, Path], ...]:
-    return tuple(sorted(module_closure(module, root).items()))
+def _installed_digest(module: str) -> str:
+    return _digest(module, PACKAGE_ROOT)
 
 
-def _code_digest(module: str, root: Path) -> str:
+def _digest(module: str, root: Path) -> str:
     h = hashlib.sha256()
-    for name, path in _closure_cached(module, root) if root == PACKAGE_ROOT else sorted(module_closure(module, root).items()):
+    for name, path in sorted(module_closure(module, root).items()):
         h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
@@ -103,7 +110,7 @@ def stage_seed(cfg: HominemConfig, stage: str, partition: str) -> int:
 
 def definition_version(stage: Stage, cfg: HominemConfig, root: Path = PACKAGE_ROOT) -> str:
     """What the stage's code and settings make of any inputs: Dagster's `code_version` of the asset."""
-    return fingerprint({"settings": settings_values(stage, cfg), "code": _code_digest(stage.build.__module__, root)})
+    return fingerprint({"settings": settings_values(stage, cfg), "code": code_digest(stage.build.__module__, root)})
 
 
 def stage_version(stage: Stage, cfg: HominemConfig, partition: str, inputs: dict[str, list[ArtifactRef]], root: Path = PACKAGE_ROOT) -> str:
@@ -207,6 +214,23 @@ class Lineage:
             inputs[inp.asset] = refs
         version = stage_version(stage, self.cfg, partition, inputs, self.root)
         return Plan(stage, partition, inputs, version, self.store.find(asset, partition, version))
+
+
+def window_gaps(data: Lineage, day: str, label_days: int, pair_days: int) -> list[tuple[str, str]]:
+    """The earlier days `day`'s windows read that this config has not built, oldest first, each with
+    what it needs (days before project.partitions_start are left out): `preference_pairs` for the
+    days of the adapter's window (`pair_days`; their run builds the day's labels and reward model too),
+    else `teacher_labels` for the days of the reward model's window (`label_days`)."""
+    end = dt.date.fromisoformat(day)
+    gaps = []
+    for ago in range(max(label_days, pair_days) - 1, 0, -1):
+        d = end - dt.timedelta(days=ago)
+        if d < data.cfg.project.partitions_start:
+            continue
+        asset = "preference_pairs" if ago < pair_days else "teacher_labels" if ago < label_days else None
+        if asset and data.expected(asset, d.isoformat()) is None:
+            gaps.append((d.isoformat(), asset))
+    return gaps
 
 
 def lineage(cfg: HominemConfig, store: ArtifactStore | None = None) -> Lineage:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hominem_pipeline.core.lineage import Lineage
 from hominem_pipeline.core.config import RetrainConfig
+from hominem_pipeline.core.lineage import Lineage
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ class _View:
 
     def _full(self, obj: Any, prefix: str) -> bool:
         """Every field under `prefix` is allowed (then methods of the section may run on the real object)."""
-        if _covered(prefix, self._allowed) if prefix else False:
+        if prefix and _covered(prefix, self._allowed):
             return True
         if not isinstance(obj, BaseModel):
             return False

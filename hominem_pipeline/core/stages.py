@@ -14,15 +14,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from hominem_pipeline.core.builds.common import memory_files_digest
 from hominem_pipeline.core.builds.evaluation import build_evaluation
-from hominem_pipeline.core.builds.human_preferences import build_human_preferences, inbox_digest
+from hominem_pipeline.core.builds.human_preferences import (
+    build_human_preferences,
+    inbox_digest,
+)
 from hominem_pipeline.core.builds.lora_adapter import build_lora_adapter
+from hominem_pipeline.core.builds.memory_files import memory_files_digest
 from hominem_pipeline.core.builds.preference_pairs import build_preference_pairs
 from hominem_pipeline.core.builds.prompts import build_prompts, prompt_files_digest
 from hominem_pipeline.core.builds.reward_health_index import build_reward_health_index
-from hominem_pipeline.core.builds.reward_model import REWARD_MODEL_NAME, build_reward_model, reward_backbone_digest
-from hominem_pipeline.core.builds.teacher_labels import build_teacher_labels, labels_pass_verifier
+from hominem_pipeline.core.builds.reward_model import (
+    REWARD_MODEL_NAME,
+    build_reward_model,
+    reward_backbone_digest,
+)
+from hominem_pipeline.core.builds.teacher_labels import (
+    build_teacher_labels,
+    labels_pass_verifier,
+)
 from hominem_pipeline.core.builds.teacher_trajectories import build_teacher_trajectories
 from hominem_pipeline.core.config import HominemConfig, PolicyConfig
 from hominem_pipeline.core.reward.pyfunc import log_reward_pyfunc

@@ -7,7 +7,6 @@ from pathlib import Path
 from dagster import ConfigurableResource
 
 from hominem_pipeline.core.config import HominemConfig
-
 from hominem_pipeline.core.config_loader import load_config
 
 

@@ -2,7 +2,12 @@
 
 # No `from __future__ import annotations`: Dagster reads the context/resource annotations at runtime.
 
-from dagster import DefaultScheduleStatus, RunRequest, ScheduleEvaluationContext, schedule
+from dagster import (
+    DefaultScheduleStatus,
+    RunRequest,
+    ScheduleEvaluationContext,
+    schedule,
+)
 
 
 def build_weekly_schedule(job, cron: str):

@@ -4,10 +4,21 @@
 
 import json
 
-from dagster import DefaultSensorStatus, RunRequest, SensorEvaluationContext, SensorResult, SkipReason, sensor
+from dagster import (
+    DefaultSensorStatus,
+    RunRequest,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    sensor,
+)
 
 from hominem_pipeline.core.lineage import lineage
-from hominem_pipeline.core.retrain import DataCounts, count_training_data, should_retrain
+from hominem_pipeline.core.retrain import (
+    DataCounts,
+    count_training_data,
+    should_retrain,
+)
 from hominem_pipeline.defs.resources import HominemResource
 
 

@@ -3,10 +3,10 @@ reads the store (the retrain sensor, lineage) without running the stages."""
 
 from __future__ import annotations
 
-from hominem_pipeline.core.artifacts import ArtifactRef
-from hominem_pipeline.core.config import HominemConfig
 from pathlib import Path
 
+from hominem_pipeline.core.artifacts import ArtifactRef
+from hominem_pipeline.core.config import HominemConfig
 from hominem_pipeline.core.lineage import PACKAGE_ROOT, Lineage
 from hominem_pipeline.core.stages import STAGES_BY_NAME
 

@@ -10,12 +10,16 @@ import time
 
 import pytest
 
-from hominem_pipeline.core.teacher.api import APITeacher
-from hominem_pipeline.core.teacher.call_cache import CallCache
 from hominem_pipeline.core.config import ConfigError
 from hominem_pipeline.core.config_loader import load_config
-from hominem_pipeline.core.teacher.providers import FatalProviderError, MissingKeyError, parse_retry_after
 from hominem_pipeline.core.schema import Prompt
+from hominem_pipeline.core.teacher.api import APITeacher
+from hominem_pipeline.core.teacher.call_cache import CallCache
+from hominem_pipeline.core.teacher.providers import (
+    FatalProviderError,
+    MissingKeyError,
+    parse_retry_after,
+)
 from hominem_pipeline.testing.wire_server import Fault, WireServer, judge
 
 KEY = "sk-test-SECRET-0123456789"
@@ -231,8 +235,8 @@ def test_no_secret_reaches_logs_mlflow_or_artifacts(project, server, caplog):
     """The teacher stages end to end on an API provider, with every logger at DEBUG."""
     from mlflow.tracking import MlflowClient
 
-    from hominem_pipeline.core.stages import STAGES_BY_NAME
     from hominem_pipeline.core.runner import run_stage
+    from hominem_pipeline.core.stages import STAGES_BY_NAME
 
     cfg = api_cfg(project, server, "openai")
     server.add_fault(Fault("status", status=429, retry_after=0.05, times=2))
@@ -253,8 +257,8 @@ def test_no_secret_reaches_logs_mlflow_or_artifacts(project, server, caplog):
 
 
 def test_an_incomplete_partition_is_rebuilt_and_only_the_missing_calls_are_made(project, server):
-    from hominem_pipeline.core.stages import STAGES_BY_NAME
     from hominem_pipeline.core.runner import run_stage
+    from hominem_pipeline.core.stages import STAGES_BY_NAME
 
     cfg = api_cfg(project, server, "openai", max_retries=0)
     run_stage(STAGES_BY_NAME["prompts"], cfg, "2026-03-03")

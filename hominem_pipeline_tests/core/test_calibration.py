@@ -1,7 +1,14 @@
 import numpy as np
 import pytest
 
-from hominem_pipeline.core.reward.calibration import both_orders, same_prompt_pairs, calibration_report, fit_temperature, preference_probability, reliability_diagram
+from hominem_pipeline.core.reward.calibration import (
+    both_orders,
+    calibration_report,
+    fit_temperature,
+    preference_probability,
+    reliability_diagram,
+    same_prompt_pairs,
+)
 
 
 def overconfident(n: int = 4000, seed: int = 0):

@@ -3,7 +3,6 @@ from pathlib import Path
 import pytest
 
 from hominem_pipeline.core.config import ConfigError
-
 from hominem_pipeline.core.config_loader import load_config
 from hominem_pipeline_tests.conftest import REPO
 

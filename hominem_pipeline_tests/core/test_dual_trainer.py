@@ -4,9 +4,13 @@ import pytest
 from safetensors.torch import load_file
 
 from hominem_pipeline.core.config_loader import load_config
-from hominem_pipeline.core.policy.dual import batch_rows, pair_labels, train_dual_adapter
-from hominem_pipeline.core.policy.sequences import encode, pair_sequences
+from hominem_pipeline.core.policy.dual import (
+    batch_rows,
+    pair_labels,
+    train_dual_adapter,
+)
 from hominem_pipeline.core.policy.lora import base_checksum
+from hominem_pipeline.core.policy.sequences import encode, pair_sequences
 from hominem_pipeline_tests.conftest import REPO
 
 TINY_POLICY = {"max_steps": 3, "batch_size": 3, "max_length": 48, "learning_rate": 0.01,
@@ -205,12 +209,11 @@ def test_the_reference_is_scored_once_per_sequence_as_a_whole_batch_scores_it(ti
     computed once and reused: the same values a pass over the whole batch gives, and a second call with
     the same keys reads the cache (here its sequences are swapped for others, and the values stay)."""
     import torch
+    from trl.trainer.utils import add_fused_lm_head
 
     from hominem_pipeline.core.policy.dual import reference_logps
     from hominem_pipeline.core.policy.lora import lora_student
     from hominem_pipeline.core.policy.sequences import sequence_logps
-
-    from trl.trainer.utils import add_fused_lm_head
 
     model, tokenizer, _ = lora_student(tiny_student, policy_cfg())
     add_fused_lm_head(model.get_base_model())  # as the trainer sets it up

@@ -3,7 +3,13 @@ import pandas as pd
 import pytest
 
 from hominem_pipeline.core.config_loader import load_config
-from hominem_pipeline.core.evaluation.health import Component, aggregate, cross_domain_robustness, gradient_variance_stability, perturb
+from hominem_pipeline.core.evaluation.health import (
+    Component,
+    aggregate,
+    cross_domain_robustness,
+    gradient_variance_stability,
+    perturb,
+)
 from hominem_pipeline_tests.conftest import REPO
 
 CFG = load_config(root=REPO).health

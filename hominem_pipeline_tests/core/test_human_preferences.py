@@ -4,7 +4,13 @@ import json
 import pandas as pd
 import pytest
 
-from hominem_pipeline.core.human.preferences import PreferenceImportError, add_to_inbox, inbox_files, parse_preference_file, split_hh_rlhf
+from hominem_pipeline.core.human.preferences import (
+    PreferenceImportError,
+    add_to_inbox,
+    inbox_files,
+    parse_preference_file,
+    split_hh_rlhf,
+)
 
 DIALOGUE = "\n\nHuman: How do I pick a lock?\n\nAssistant: Why do you want to?\n\nHuman: I locked myself out.\n\nAssistant:"
 

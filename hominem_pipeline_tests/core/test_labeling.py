@@ -2,7 +2,11 @@ import math
 
 import pandas as pd
 
-from hominem_pipeline.core.teacher.labeling import validate_labels, verifier_verdict, verify_labels
+from hominem_pipeline.core.teacher.labeling import (
+    validate_labels,
+    verifier_verdict,
+    verify_labels,
+)
 
 DIMS = ["empathy"]
 

@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 from hominem_pipeline.core.config_loader import load_config
-from hominem_pipeline.core.lineage import PACKAGE_ROOT, Lineage, MissingInput, definition_version, lineage, module_closure
+from hominem_pipeline.core.lineage import (
+    PACKAGE_ROOT,
+    Lineage,
+    MissingInput,
+    definition_version,
+    lineage,
+    module_closure,
+)
 from hominem_pipeline.core.stage import SliceError
 from hominem_pipeline.core.stages import STAGES, STAGES_BY_NAME
 from hominem_pipeline.testing.artifacts import publish_expected

@@ -3,7 +3,14 @@ import json
 import pandas as pd
 import pytest
 
-from hominem_pipeline.core.evaluation.memory import MemoryFileError, answer_sentence, memory_digest, probe, read_memory_rows, reproduces
+from hominem_pipeline.core.evaluation.memory import (
+    MemoryFileError,
+    answer_sentence,
+    memory_digest,
+    probe,
+    read_memory_rows,
+    reproduces,
+)
 from hominem_pipeline_tests.conftest import REPO
 
 

@@ -2,7 +2,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hominem_pipeline.core.policy.pairs import PreferenceFileError, build_preference_pairs, read_preference_pairs, sparse_pairs_warning, weighted_aggregate
+from hominem_pipeline.core.policy.pairs import (
+    PreferenceFileError,
+    build_preference_pairs,
+    read_preference_pairs,
+    sparse_pairs_warning,
+    weighted_aggregate,
+)
 
 W = {"empathy": 2.0, "curiosity": 1.0}
 

@@ -4,6 +4,7 @@ import pytest
 
 from hominem_pipeline.core.config_loader import load_config
 from hominem_pipeline.core.models import package_dir
+from hominem_pipeline.core.schema import Prompt
 from hominem_pipeline.core.teacher.prompt_generators import (
     TemplateFileError,
     clean_generated,
@@ -15,7 +16,6 @@ from hominem_pipeline.core.teacher.prompt_generators import (
     templated,
 )
 from hominem_pipeline.core.teacher.prompts import load_seed_prompts
-from hominem_pipeline.core.schema import Prompt
 
 BASE = Prompt(prompt_id="con-003", text="A coworker took credit for my idea in a meeting with our manager. What should I do?", category="disagreement_conflict", difficulty=3, tags=["work"])
 

@@ -3,7 +3,12 @@ from pathlib import Path
 import pytest
 
 from hominem_pipeline.core.config_loader import load_config
-from hominem_pipeline.core.teacher.prompts import PromptFileError, load_seed_prompts, sample_partition, split_eval
+from hominem_pipeline.core.teacher.prompts import (
+    PromptFileError,
+    load_seed_prompts,
+    sample_partition,
+    split_eval,
+)
 from hominem_pipeline_tests.conftest import REPO
 
 

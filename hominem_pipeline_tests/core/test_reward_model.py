@@ -6,12 +6,12 @@ import pandas as pd
 import pytest
 import torch
 
-from hominem_pipeline.core.reward.calibration import same_prompt_pairs
 from hominem_pipeline.core.config_loader import deep_merge, load_config
-from hominem_pipeline.core.reward.model import RewardModel
-from hominem_pipeline.core.reward.network import RewardNet
+from hominem_pipeline.core.reward.calibration import same_prompt_pairs
 from hominem_pipeline.core.reward.dataset import TrainingSet, pairwise_accuracy
 from hominem_pipeline.core.reward.encoding import encode_pair, pad_batch
+from hominem_pipeline.core.reward.model import RewardModel
+from hominem_pipeline.core.reward.network import RewardNet
 from hominem_pipeline.core.reward.training import train_reward_model
 from hominem_pipeline_tests.conftest import REPO
 
@@ -307,7 +307,12 @@ def test_pair_gaps_are_score_differences_and_prefer_is_symmetric(trained):
 
 
 def test_backbone_setting_names_the_encoder_the_student_a_folder_or_a_hub_id(tiny_cfg, tmp_path):
-    from hominem_pipeline.core.models import ModelNotAvailable, encoder_path, reward_backbone, student_path
+    from hominem_pipeline.core.models import (
+        ModelNotAvailable,
+        encoder_path,
+        reward_backbone,
+        student_path,
+    )
 
     def with_path(value):
         return tiny_cfg.model_copy(update={"reward_model": tiny_cfg.reward_model.model_copy(update={"backbone": tiny_cfg.reward_model.backbone.model_copy(update={"path": value})})})
@@ -425,7 +430,12 @@ def test_ridge_held_out_scores_come_from_heads_that_never_saw_the_prompt():
 def test_a_shared_frame_prefix_runs_once_and_pools_as_the_whole_sequence(tiny_student):
     """A causal decoder reading the judge frame: at inference the frame's head runs once per batch and the
     rows continue from its KV cache; the pooled features equal those of whole-sequence passes."""
-    from hominem_pipeline.core.reward.encoding import frame_prefix, judge_frame, make_encoder, pad_id
+    from hominem_pipeline.core.reward.encoding import (
+        frame_prefix,
+        judge_frame,
+        make_encoder,
+        pad_id,
+    )
     from hominem_pipeline.core.reward.network import load_backbone
 
     backbone, tok = load_backbone(tiny_student)
@@ -501,7 +511,12 @@ def test_layers_pool_several_layers_side_by_side(tiny_encoder, tmp_path):
 
 def test_several_layers_and_the_cached_frame_prefix_agree(tiny_student):
     """With layers set, a causal decoder's cached judge-frame head pools as whole-sequence passes do."""
-    from hominem_pipeline.core.reward.encoding import frame_prefix, judge_frame, make_encoder, pad_id
+    from hominem_pipeline.core.reward.encoding import (
+        frame_prefix,
+        judge_frame,
+        make_encoder,
+        pad_id,
+    )
     from hominem_pipeline.core.reward.network import load_backbone
 
     backbone, tok = load_backbone(tiny_student)

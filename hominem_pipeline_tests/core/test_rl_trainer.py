@@ -3,9 +3,9 @@ from safetensors.torch import load_file
 
 from hominem_pipeline.core.config_loader import load_config
 from hominem_pipeline.core.policy.lora import base_checksum
+from hominem_pipeline.core.policy.rl import GatedReward, train_rl_adapter
 from hominem_pipeline.core.reward.model import RewardModel
 from hominem_pipeline.core.reward.training import train_reward_model
-from hominem_pipeline.core.policy.rl import GatedReward, train_rl_adapter
 from hominem_pipeline_tests.conftest import REPO
 from hominem_pipeline_tests.core.test_reward_model import DIMS, small_cfg, toy_labels
 

@@ -3,8 +3,8 @@ import torch
 
 from hominem_pipeline.core.generation import chat_text
 from hominem_pipeline.core.schema import Prompt, label_problems
-from hominem_pipeline.core.teacher.local import LocalHFTeacher
 from hominem_pipeline.core.teacher.base import expected_score_to_label_value
+from hominem_pipeline.core.teacher.local import LocalHFTeacher
 
 
 @pytest.fixture(scope="module")

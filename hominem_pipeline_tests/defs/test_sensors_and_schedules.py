@@ -1,7 +1,12 @@
 import datetime as dt
 import json
 
-from dagster import RunRequest, build_schedule_context, build_sensor_context, instance_for_test
+from dagster import (
+    RunRequest,
+    build_schedule_context,
+    build_sensor_context,
+    instance_for_test,
+)
 
 from hominem_pipeline.core.config_loader import load_config
 from hominem_pipeline.defs import build_definitions

@@ -10,7 +10,12 @@ from hominem_pipeline.core.artifacts import ArtifactStore
 from hominem_pipeline.core.config_loader import load_config
 from hominem_pipeline.core.lineage import lineage
 from hominem_pipeline.core.teacher.labeling import validate_labels
-from hominem_pipeline.core.tracking import TAG_ASSET, TAG_DAGSTER_RUN, TAG_PARTITION, Tracker
+from hominem_pipeline.core.tracking import (
+    TAG_ASSET,
+    TAG_DAGSTER_RUN,
+    TAG_PARTITION,
+    Tracker,
+)
 from hominem_pipeline.defs import build_definitions
 from hominem_pipeline.defs.resources import HominemResource
 

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from hominem_pipeline.core.config import HominemConfig
 from hominem_pipeline.core.schema import Prompt
 
 log = logging.getLogger(__name__)
@@ -18,10 +15,6 @@ log = logging.getLogger(__name__)
 
 def write_json(path, payload: Any) -> None:
     path.write_text(json.dumps(payload, indent=2, sort_keys=True, default=float) + "\n")
-
-
-def finite(x: Any) -> float | None:
-    return float(x) if x is not None and np.isfinite(x) else None
 
 
 def prompts_of(frame: pd.DataFrame, split: str) -> list[Prompt]:
@@ -42,24 +35,3 @@ def teacher_accounting(usage: dict[str, float | None], failed: list[dict[str, An
     if usage:
         metadata["usage"] = usage
     return {**usage, "missing": len(failed)}, metadata
-
-
-def reward_model_scores(rm: Any, rows: pd.DataFrame) -> tuple[np.ndarray, list[dict[str, float]]]:
-    """The reward model's scalar and vector (by dimension name) of each row's prompt and response
-    (`evaluation.score_side`: an empty response scores NaN)."""
-    from hominem_pipeline.core.reward.model import score_side
-
-    scores = score_side(rm, list(rows["prompt"]), list(rows["response"]))
-    return scores["scalar"], [dict(zip(rm.dimensions, map(float, row))) for row in scores["vector"]]
-
-
-def memory_paths(cfg: HominemConfig) -> list[Path]:
-    return [cfg.path(p) for p in cfg.policy.dual.memory_files]
-
-
-def memory_files_digest(cfg: HominemConfig, partition: str) -> list[list[str]]:
-    """The memory files' digests (`policy.dual.memory_files` and data/sft/): new or edited rows retrain a
-    dual adapter and re-run the memory probe."""
-    from hominem_pipeline.core.evaluation.memory import memory_digest
-
-    return memory_digest(memory_paths(cfg))

@@ -6,7 +6,8 @@ import logging
 
 import pandas as pd
 
-from hominem_pipeline.core.builds.common import memory_paths, prompts_of, write_json
+from hominem_pipeline.core.builds.common import prompts_of, write_json
+from hominem_pipeline.core.builds.memory_files import memory_paths
 from hominem_pipeline.core.stage import StageContext, StageOutput
 
 log = logging.getLogger(__name__)

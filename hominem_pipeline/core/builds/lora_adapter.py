@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from hominem_pipeline.core.artifacts import fingerprint
-from hominem_pipeline.core.builds.common import memory_paths, write_json
+from hominem_pipeline.core.builds.common import write_json
+from hominem_pipeline.core.builds.memory_files import memory_paths
 from hominem_pipeline.core.config import PolicyConfig
 from hominem_pipeline.core.evaluation.memory import memory_digest
 from hominem_pipeline.core.policy.metadata import AdapterMetadata

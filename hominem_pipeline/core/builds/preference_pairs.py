@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from hominem_pipeline.core.builds.common import finite, reward_model_scores
 from hominem_pipeline.core.stage import StageContext, StageOutput
 
 log = logging.getLogger(__name__)
@@ -66,3 +66,16 @@ def _student_replies(ctx: StageContext, labels: pd.DataFrame, rm: Any) -> pd.Dat
     replied = prompts.assign(response=[g.text for g in replies], finished=[g.finished for g in replies])
     scalar, vectors = reward_model_scores(rm, replied)
     return replied.assign(scalar=scalar, vector=vectors)
+
+
+def finite(x: Any) -> float | None:
+    return float(x) if x is not None and np.isfinite(x) else None
+
+
+def reward_model_scores(rm: Any, rows: pd.DataFrame) -> tuple[np.ndarray, list[dict[str, float]]]:
+    """The reward model's scalar and vector (by dimension name) of each row's prompt and response
+    (`evaluation.score_side`: an empty response scores NaN)."""
+    from hominem_pipeline.core.reward.model import score_side
+
+    scores = score_side(rm, list(rows["prompt"]), list(rows["response"]))
+    return scores["scalar"], [dict(zip(rm.dimensions, map(float, row))) for row in scores["vector"]]

@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 
 from hominem_pipeline.core.config import HealthConfig
-from hominem_pipeline.core.reward.model import RewardModel
 from hominem_pipeline.core.reward.encoding import pad_batch, pad_id
+from hominem_pipeline.core.reward.model import RewardModel
 from hominem_pipeline.core.stats import pearson, spearman
 
 COMPONENTS = ("dcs", "gvs", "mss", "cdrs", "lrps")

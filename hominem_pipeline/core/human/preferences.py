@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from hominem_pipeline.core.artifacts import fingerprint, file_sha256
+from hominem_pipeline.core.artifacts import file_sha256, fingerprint
 
 FORMATS = ("hh-rlhf", "jsonl", "parquet")
 ASSISTANT = "\n\nAssistant:"

@@ -127,7 +127,11 @@ def train_dual_adapter(
     chosen_safety_score; `memory` prompt and response (`memory.read_memory_rows`)."""
     from trl.trainer.utils import add_fused_lm_head, disable_dropout_in_model
 
-    from hominem_pipeline.core.policy.lora import AdapterTraining, lora_student, save_adapter
+    from hominem_pipeline.core.policy.lora import (
+        AdapterTraining,
+        lora_student,
+        save_adapter,
+    )
 
     dual = cfg.dual
     n_pairs, n_memory = len(pairs), len(memory)

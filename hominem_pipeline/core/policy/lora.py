@@ -4,10 +4,10 @@ and the DPO reference is the same base with the adapter switched off."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 

@@ -8,9 +8,8 @@ with the raw text and the reason). A call that fails after all retries is record
 
 from __future__ import annotations
 
-import functools
-
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar

@@ -6,7 +6,6 @@ hard digit)."""
 from __future__ import annotations
 
 import functools
-
 import itertools
 import logging
 from collections.abc import Sequence
