@@ -31,7 +31,7 @@ console = Console()
 err = Console(stderr=True)
 
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML file overlaid on config/hominem.yaml (only the keys it sets change).")]
-SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="KEY=VALUE on top of the config: a dotted key and a YAML value, e.g. --set policy.mode=dual --set preferences.guard_dimension=null (repeatable).")]
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="KEY=VALUE on top of the config: a dotted key and a YAML value, e.g. --set policy.mode=dpo --set preferences.guard_dimension=null (repeatable).")]
 DateOpt = Annotated[Optional[str], typer.Option("--date", "-d", help="Partition date YYYY-MM-DD (default: today, UTC).")]
 
 
