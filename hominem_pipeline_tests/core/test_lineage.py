@@ -20,7 +20,7 @@ from hominem_pipeline.core.stages import STAGES, STAGES_BY_NAME
 from hominem_pipeline.testing.artifacts import publish_expected
 
 DAY = "2026-11-20"
-CHAIN = ["prompts", "teacher_trajectories", "teacher_labels", "reward_model", "preference_pairs", "lora_adapter", "evaluation", "reward_health_index"]
+CHAIN = [s.name for s in STAGES if s.daily]  # in table order, upstream first
 
 
 def planned_versions(cfg, root=PACKAGE_ROOT) -> dict[str, str]:
