@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 LOCATIONS = frozenset({"root", "overlay", "path", "data_dir", "mlflow_uri"})
 
 
-class SliceError(AttributeError):
-    """A stage read a setting outside the config slice it declared."""
+class SliceError(LookupError):
+    """A stage read a setting outside the config slice it declared. Not an AttributeError, so that
+    `getattr(cfg, name, default)` or `hasattr` cannot turn an undeclared read into a silent default."""
 
 
 def _covered(path: str, paths: frozenset[str]) -> bool:

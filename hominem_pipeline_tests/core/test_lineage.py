@@ -117,3 +117,11 @@ def test_a_stage_reads_only_its_slice(project, tiny_cfg):
         policy.policy.dual  # noqa: B018  (dpo mode reads no dual settings)
     assert "dual" not in policy.policy.model_dump()
     assert STAGES_BY_NAME["lora_adapter"].slice(tiny_cfg).policy.dual.memory_weight == tiny_cfg.policy.dual.memory_weight
+
+
+def test_an_undeclared_read_is_never_a_silent_default(tiny_cfg):
+    view = STAGES_BY_NAME["reward_health_index"].slice(tiny_cfg)
+    with pytest.raises(SliceError):
+        getattr(view, "policy", None)
+    with pytest.raises(SliceError):
+        hasattr(view, "teacher")
