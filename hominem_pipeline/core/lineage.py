@@ -242,4 +242,4 @@ def lineage(cfg: HominemConfig, store: ArtifactStore | None = None) -> Lineage:
 
 def build_command(asset: str, partition: str, cfg: HominemConfig) -> str:
     overlay = f" --config {cfg.overlay}" if cfg.overlay else ""
-    return f"hominem run --date {partition} --select '+{asset}'{overlay}"
+    return f"hominem run --date {partition} --select '*{asset}'{overlay}"

@@ -92,7 +92,7 @@ def test_two_overlays_in_one_data_folder_each_read_their_own_inputs(project, tin
 
 def test_a_missing_input_names_its_version_and_the_command_that_builds_it(tiny_cfg):
     with pytest.raises(MissingInput, match=r"needs teacher_labels for 2026-11-20 as this config builds it \(version [0-9a-f]{16}\), which is not built; "
-                                           r"build it: hominem run --date 2026-11-20 --select '\+teacher_labels' --config .*tiny.yaml"):
+                                           r"build it: hominem run --date 2026-11-20 --select '\*teacher_labels' --config .*tiny.yaml"):
         publish_expected(tiny_cfg, "teacher_trajectories", DAY)
         lineage(tiny_cfg).plan("reward_model", DAY)
     # earlier days of a window are optional: the first day's model trains on the days that are there
