@@ -132,11 +132,11 @@ def main() -> None:
     prompts = unseen_prompts(cfg, args.limit) if args.prompts == "unseen" else untrained_prompts(cfg, [Path(p) for p in adapters.values()], args.limit)
     memory = read_memory_rows([cfg.path(p) for p in cfg.policy.dual.memory_files])
     print(f"{len(prompts)} {args.prompts} prompts over {len({p.category for p in prompts})} categories; reward model {rm_path.name}", flush=True)
-    rows = []
+    rows, base_replies = [], {}  # the base answers once, for every adapter
     for name, path in adapters.items():
         started = time.monotonic()
         table, summary = evaluate_adapter(prompts, student_path=student_path(cfg), adapter_path=Path(path), reward_model=rm, cfg=cfg.evaluation,
-                                      seed=cfg.project.seed, memory=memory)
+                                      seed=cfg.project.seed, memory=memory, base_replies=base_replies)
         if args.save:
             args.save.mkdir(parents=True, exist_ok=True)
             table.to_parquet(args.save / f"{name}.parquet", index=False)

@@ -165,6 +165,27 @@ def test_a_second_run_reuses_everything(chain):
         assert second[name]["version"].value == chain["first"][name]["version"].value
 
 
+def test_an_evaluation_reuses_the_base_replies_it_is_given(chain):
+    """Several adapters of one base are compared on one set of base replies (benchmarks/policy_win_rate.py)."""
+    from hominem_pipeline.core.builds.common import prompts_of
+    from hominem_pipeline.core.evaluation.compare import evaluate_adapter
+    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.reward.model import RewardModel
+
+    cfg, lin = chain["cfg"], lineage(chain["cfg"])
+    stored = pd.read_parquet(lin.require("evaluation", DAY).file("generations.parquet"))
+    prompts = prompts_of(pd.read_parquet(lin.require("prompts", DAY).file("prompts.parquet")), "eval")
+    rm = RewardModel.load(lin.require("reward_model", DAY).path)
+    kwargs = {"student_path": student_path(cfg), "adapter_path": lin.require("lora_adapter", DAY).path, "reward_model": rm, "cfg": cfg.evaluation, "seed": cfg.project.seed}
+    generated: dict[str, str] = {}
+    first, _ = evaluate_adapter(prompts, base_replies=generated, **kwargs)
+    assert generated == dict(zip(stored["prompt"], stored["base_response"]))  # what the stage decoded, now known
+    given = {p.text: "A reply given by the caller." for p in prompts}
+    second, _ = evaluate_adapter(prompts, base_replies=given, **kwargs)
+    assert (second["base_response"] == "A reply given by the caller.").all()
+    assert list(second["adapter_response"]) == list(first["adapter_response"]) == list(stored["adapter_response"])
+
+
 def test_changing_a_late_setting_rebuilds_only_what_depends_on_it(chain, tmp_path):
     import yaml
 

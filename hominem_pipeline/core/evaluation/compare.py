@@ -36,12 +36,19 @@ def greedy_replies(model: Any, tokenizer: Any, prompts: Sequence[str], cfg: Eval
     return out
 
 
-def generate_both(model: Any, tokenizer: Any, prompts: Sequence[str], cfg: EvaluationConfig, seed: int) -> dict[str, list[str]]:
-    """Greedy responses of the base (adapter disabled) and of base+adapter for each prompt text."""
-    with model.disable_adapter():
-        base = greedy_replies(model, tokenizer, prompts, cfg, seed, "evaluation generation, base")
+def generate_both(
+    model: Any, tokenizer: Any, prompts: Sequence[str], cfg: EvaluationConfig, seed: int, base_replies: dict[str, str] | None = None
+) -> dict[str, list[str]]:
+    """Greedy responses of the base (adapter disabled) and of base+adapter for each prompt text.
+    `base_replies` (prompt text -> the base's reply, decoded with the same settings) are reused, and the
+    ones generated here are added to it: several adapters of one base are compared on one set of base replies."""
+    known = {} if base_replies is None else base_replies
+    todo = [p for p in dict.fromkeys(prompts) if p not in known]
+    if todo:
+        with model.disable_adapter():
+            known.update(zip(todo, (g.text for g in greedy_replies(model, tokenizer, todo, cfg, seed, "evaluation generation, base"))))
     adapter = greedy_replies(model, tokenizer, prompts, cfg, seed, "evaluation generation, adapter")
-    return {"base": [g.text for g in base], "adapter": [g.text for g in adapter]}
+    return {"base": [known[p] for p in prompts], "adapter": [g.text for g in adapter]}
 
 
 def outcome(base: float, adapter: float, tie_tolerance: float = 1e-6) -> float:
@@ -101,20 +108,22 @@ def evaluate_adapter(
     cfg: EvaluationConfig,
     seed: int,
     memory: pd.DataFrame | None = None,
+    base_replies: dict[str, str] | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """`compare` on the held-out prompts; with `memory` (memory rows, `memory.read_memory_rows`), also the
-    memory probe: its fact questions asked of both sides, in `summary["memory_probe"]`."""
+    memory probe: its fact questions asked of both sides, in `summary["memory_probe"]`. `base_replies`:
+    see `generate_both`."""
     from hominem_pipeline.core.evaluation.memory import probe
     from hominem_pipeline.core.policy.lora import load_policy
 
     if not prompts:
         raise ValueError("no evaluation prompts: set prompts.eval_per_category to at least 1")
     model, tokenizer = load_policy(student_path, adapter_path)
-    responses = generate_both(model, tokenizer, [p.text for p in prompts], cfg, seed)
+    responses = generate_both(model, tokenizer, [p.text for p in prompts], cfg, seed, base_replies)
     table, summary = compare(prompts, responses, reward_model)
     questions = memory[memory["facts"].map(len) > 0].reset_index(drop=True) if memory is not None else None
     if questions is not None and len(questions):
-        answers = generate_both(model, tokenizer, list(questions["prompt"]), cfg, seed)
+        answers = generate_both(model, tokenizer, list(questions["prompt"]), cfg, seed, base_replies)
         summary["memory_probe"] = probe(questions, answers).as_dict()
     return table, summary
 
