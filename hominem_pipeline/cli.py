@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import os
 import signal
@@ -86,6 +87,24 @@ def _dagster_env(cfg: HominemConfig) -> None:
     if cfg.overlay is not None:
         os.environ["HOMINEM_CONFIG"] = str(cfg.overlay)
     os.chdir(cfg.root)
+
+
+@app.command("config")
+def show_config(
+    keys: Annotated[Optional[list[str]], typer.Argument(help="Dotted keys or sections, e.g. policy.dual teacher.provider (default: every setting).")] = None,
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+) -> None:
+    """Each setting's value under this config (overlay and --set applied) and what it means."""
+    from hominem_pipeline.core.config_loader import describe
+
+    try:
+        rows = describe(_config(config, sets), keys or [""])
+    except KeyError as exc:
+        _fail(exc.args[0])
+    for row in rows:
+        value = "" if row.section else f" = {json.dumps(row.value, ensure_ascii=False)}"
+        console.print(f"[bold]{row.key}[/]{value}\n    {row.meaning}", highlight=False, soft_wrap=True)
 
 
 @app.command()

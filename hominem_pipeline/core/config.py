@@ -1,8 +1,9 @@
 """Configuration: `config/hominem.yaml` parsed into frozen pydantic models.
 
-The YAML file carries each setting's meaning next to it; these models carry the types and allowed
-ranges. A user's file (`--config PATH`) overlays the defaults key by key. Any unknown key or bad value
-fails at start with the key's path, the value and what is allowed.
+The YAML file holds every default (the fields here have none, but for the optional keys of a list
+item such as a candidate style's `weak`); these models carry each setting's type, allowed range and
+meaning (`Field(description=...)`, shown by `hominem config KEY` and in errors). A user's file (`--config PATH`) overlays the defaults key by key. Any unknown key or bad
+value fails at start with the key's path, the value, what is allowed and what the key means.
 """
 
 from __future__ import annotations
@@ -26,33 +27,33 @@ class _Frozen(BaseModel):
 
 
 class ProjectConfig(_Frozen):
-    data_dir: str
-    partitions_start: dt.date
-    seed: int = Field(ge=0)
+    data_dir: str = Field(description="Folder of every output: data/<asset>/<date>/<version>/, the models, the MLflow and Dagster stores; relative to the project root.")
+    partitions_start: dt.date = Field(description="First daily partition Dagster offers (YYYY-MM-DD).")
+    seed: int = Field(ge=0, description="Base seed, >= 0; each stage derives its own from it and the partition date.")
 
 
 class TrackingConfig(_Frozen):
-    mlflow_uri: str = Field(min_length=1)
-    artifact_root: str = Field(min_length=1)
-    experiment: str = Field(min_length=1)
+    mlflow_uri: str = Field(min_length=1, description="MLflow tracking URI; a relative sqlite path is relative to the project root.")
+    artifact_root: str = Field(min_length=1, description="Where a new MLflow experiment stores its artifacts.")
+    experiment: str = Field(min_length=1, description="MLflow experiment name.")
 
 
 class DimensionConfig(_Frozen):
-    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
-    description: str = Field(min_length=1)
-    question: str = Field(min_length=1)
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="Dimension name: lower case, digits and underscores.")
+    description: str = Field(min_length=1, description="What the dimension means (shown to API judges).")
+    question: str = Field(min_length=1, description="What the offline rubric judge is asked for this dimension (1 = very poor, 5 = excellent).")
 
 
 class StudentModelConfig(_Frozen):
-    path: str = Field(min_length=1)
-    gguf_package: str | None
-    hub_id: str | None
+    path: str = Field(min_length=1, description="HF folder of the student model; built once from gguf_package when missing.")
+    gguf_package: str | None = Field(description="Python package that ships the student's GGUF file; null: path must exist.")
+    hub_id: str | None = Field(description="The base model's Hugging Face id, named in adapters' model cards (never downloaded); null: unknown.")
 
 
 class EncoderModelConfig(_Frozen):
-    path: str | None
-    package: str | None
-    package_subdir: str
+    path: str | None = Field(description="HF encoder folder; null: the folder inside `package`.")
+    package: str | None = Field(description="Python package that ships the encoder (used when path is null).")
+    package_subdir: str = Field(description="Folder of the encoder inside `package`.")
 
     @model_validator(mode="after")
     def _one_source(self) -> EncoderModelConfig:
@@ -62,46 +63,46 @@ class EncoderModelConfig(_Frozen):
 
 
 class ModelsConfig(_Frozen):
-    student: StudentModelConfig
-    encoder: EncoderModelConfig
+    student: StudentModelConfig = Field(description="The student (policy) model, also the offline teacher and judge.")
+    encoder: EncoderModelConfig = Field(description="The sentence encoder (MiniLM): near-duplicate filtering, the encoder reward backbone.")
 
 
 PerturbationKind = Literal["conflict", "ambiguity", "intensity", "typo", "terse"]
 
 
 class TemplatedGeneratorConfig(_Frozen):
-    count: int = Field(ge=0, le=100_000)
-    file: str
+    count: int = Field(ge=0, le=100_000, description="Prompts a day, >= 0.")
+    file: str = Field(description="YAML of templates and the lists their slots are filled from.")
 
 
 class PerturbationGeneratorConfig(_Frozen):
-    count: int = Field(ge=0, le=100_000)
-    kinds: list[PerturbationKind] = Field(min_length=1)
+    count: int = Field(ge=0, le=100_000, description="Prompts a day, >= 0.")
+    kinds: list[PerturbationKind] = Field(min_length=1, description="Perturbations drawn from: conflict, ambiguity, intensity, typo, terse.")
 
 
 class EvolutionaryGeneratorConfig(_Frozen):
-    count: int = Field(ge=0, le=100_000)
-    axes: dict[str, str] = Field(min_length=1)  # axis -> what "harder along it" means
-    instruction: str = Field(min_length=1)  # with {axis}, {meaning} and {prompt}
-    max_new_tokens: int = Field(ge=8, le=2048)
+    count: int = Field(ge=0, le=100_000, description="Prompts a day, >= 0 (the teacher rewrites a sampled prompt to be harder along one axis).")
+    axes: dict[str, str] = Field(min_length=1, description="Axis name -> what harder along it means.")
+    instruction: str = Field(min_length=1, description="Instruction to the teacher, with {axis}, {meaning} and {prompt}.")
+    max_new_tokens: int = Field(ge=8, le=2048, description="Tokens the teacher may write, 8-2048.")
 
 
 class FreeformGeneratorConfig(_Frozen):
-    count: int = Field(ge=0, le=100_000)
-    instruction: str = Field(min_length=1)  # with {category} and {domain}
-    domains: list[str] = Field(min_length=1)
-    max_new_tokens: int = Field(ge=8, le=2048)
+    count: int = Field(ge=0, le=100_000, description="Prompts a day, >= 0 (the teacher writes new prompts from the instruction and a domain).")
+    instruction: str = Field(min_length=1, description="Instruction to the teacher, with {category} and {domain}.")
+    domains: list[str] = Field(min_length=1, description="Domains drawn from.")
+    max_new_tokens: int = Field(ge=8, le=2048, description="Tokens the teacher may write, 8-2048.")
 
 
 class PromptGeneratorsConfig(_Frozen):
-    templated: TemplatedGeneratorConfig
-    perturbation: PerturbationGeneratorConfig
-    evolutionary: EvolutionaryGeneratorConfig
-    freeform: FreeformGeneratorConfig
-    min_words: int = Field(ge=1, le=1000)
-    max_words: int = Field(ge=1, le=10_000)
-    near_duplicate_similarity: float = Field(gt=0.0, le=1.0)
-    evolution_min_similarity: float = Field(ge=-1.0, le=1.0)
+    templated: TemplatedGeneratorConfig = Field(description="Slots of templates filled from lists.")
+    perturbation: PerturbationGeneratorConfig = Field(description="A sampled seed prompt with added conflict, ambiguity, emotional intensity, typos, or made terse.")
+    evolutionary: EvolutionaryGeneratorConfig = Field(description="The teacher rewrites a sampled prompt to be harder along one axis (Evol-Instruct).")
+    freeform: FreeformGeneratorConfig = Field(description="The teacher writes new prompts from an instruction and a domain.")
+    min_words: int = Field(ge=1, le=1000, description="Teacher-written prompts shorter than this are dropped.")
+    max_words: int = Field(ge=1, le=10_000, description="Teacher-written prompts longer than this are dropped.")
+    near_duplicate_similarity: float = Field(gt=0.0, le=1.0, description="A generated prompt at or above this embedding cosine similarity to a seed, evaluation or other generated prompt is dropped (0-1; not compared with its own parent).")
+    evolution_min_similarity: float = Field(ge=-1.0, le=1.0, description="An evolved prompt less similar than this to its parent has lost the situation and is dropped (-1 to 1).")
 
     @property
     def uses_teacher(self) -> bool:
@@ -113,19 +114,19 @@ class PromptGeneratorsConfig(_Frozen):
 
 
 class PromptsConfig(_Frozen):
-    seed_file: str
-    categories: list[str] = Field(min_length=1)
-    per_partition: int = Field(ge=1, le=100_000)
-    eval_per_category: int = Field(ge=0, le=1_000)
-    generators: PromptGeneratorsConfig
+    seed_file: str = Field(description="YAML of seed prompts, each with a category.")
+    categories: list[str] = Field(min_length=1, description="Prompt categories; every seed prompt's category must be one of them.")
+    per_partition: int = Field(ge=1, le=100_000, description="Seed prompts sampled (stratified by category) into each daily partition.")
+    eval_per_category: int = Field(ge=0, le=1_000, description="Prompts per category held out of training for the evaluation stage.")
+    generators: PromptGeneratorsConfig = Field(description="Generated prompts joining the day's seed prompts, seeded by the partition; near-duplicates dropped.")
 
 
 class CandidateStyle(_Frozen):
-    name: str = Field(min_length=1)
-    temperature: float = Field(gt=0.0, le=2.0)
-    top_p: float = Field(gt=0.0, le=1.0)
-    system: str | None = None
-    weak: bool = False  # a deliberately weaker variant (terse, careless): drawn for `weak_share` of the candidates
+    name: str = Field(min_length=1, description="Style name, unique.")
+    temperature: float = Field(gt=0.0, le=2.0, description="Sampling temperature, (0, 2] (the Anthropic API from version 2026-10-21 ignores it).")
+    top_p: float = Field(gt=0.0, le=1.0, description="Nucleus sampling mass, (0, 1].")
+    system: str | None = Field(default=None, description="System prompt of this style; null: none.")
+    weak: bool = Field(default=False, description="A deliberately weaker style (terse, careless), drawn for `weak_share` of the candidates.")
 
 
 Provider = Literal["local", "anthropic", "openai", "openai_compatible"]
@@ -136,11 +137,11 @@ class TeacherAPIConfig(_Frozen):
     """What an API teacher is asked, and of whom (these settings change the answers, so they are part of
     the data's version)."""
 
-    model: str | None
-    base_url: str | None
-    api_key_env: str | None
-    structured_output: Literal["auto", "tool", "json_schema", "prompt"]
-    rating_max_tokens: int = Field(ge=64, le=8192)
+    model: str | None = Field(description="Model the API serves, e.g. claude-sonnet-4-6, gpt-4o-mini, or the name a local server shows.")
+    base_url: str | None = Field(description="API base URL; null: the provider's own (e.g. http://localhost:1234/v1 for LM Studio).")
+    api_key_env: str | None = Field(description="Environment variable holding the key; null: ANTHROPIC_API_KEY / OPENAI_API_KEY (openai_compatible needs none).")
+    structured_output: Literal["auto", "tool", "json_schema", "prompt"] = Field(description="How a label comes back: tool (Anthropic tool use), json_schema (OpenAI response_format), prompt (schema in the prompt, any server), auto (by provider).")
+    rating_max_tokens: int = Field(ge=64, le=8192, description="Tokens an API judge may write per rating, 64-8192.")
 
     def resolved_structured_output(self, provider: str) -> str:
         if self.structured_output != "auto":
@@ -151,33 +152,33 @@ class TeacherAPIConfig(_Frozen):
 class TeacherClientConfig(_Frozen):
     """How API calls are made: these never change an answer, only how fast and how safely it arrives."""
 
-    concurrency: int = Field(ge=1, le=1024)
-    requests_per_minute: float | None = Field(gt=0)
-    tokens_per_minute: float | None = Field(gt=0)
-    timeout_seconds: float = Field(gt=0, le=3600)
-    max_retries: int = Field(ge=0, le=20)
-    backoff_seconds: float = Field(gt=0, le=600)
-    max_backoff_seconds: float = Field(gt=0, le=3600)
-    max_retry_after_seconds: float = Field(gt=0, le=3600)
-    stream: bool
-    cache_path: str | None  # sqlite file of answered calls; null disables the cache
+    concurrency: int = Field(ge=1, le=1024, description="API calls in flight at once, 1-1024.")
+    requests_per_minute: float | None = Field(gt=0, description="Request rate limit; null: none.")
+    tokens_per_minute: float | None = Field(gt=0, description="Input + output token rate limit; null: none.")
+    timeout_seconds: float = Field(gt=0, le=3600, description="Seconds before a call times out.")
+    max_retries: int = Field(ge=0, le=20, description="Retries on 429, 5xx, timeouts and dropped connections, 0-20.")
+    backoff_seconds: float = Field(gt=0, le=600, description="First retry's wait; it doubles, with jitter.")
+    max_backoff_seconds: float = Field(gt=0, le=3600, description="Longest wait between retries.")
+    max_retry_after_seconds: float = Field(gt=0, le=3600, description="A server asking to wait longer than this fails the call instead.")
+    stream: bool = Field(description="Stream candidate replies (doubles the client's CPU per call).")
+    cache_path: str | None = Field(description="SQLite file of answered calls by content fingerprint; null: no cache.")
 
 
 class ModelPrice(_Frozen):
-    input: float = Field(ge=0.0)  # USD per million input tokens
-    output: float = Field(ge=0.0)  # USD per million output tokens
+    input: float = Field(ge=0.0, description="USD per million input tokens.")
+    output: float = Field(ge=0.0, description="USD per million output tokens.")
 
 
 class TeacherConfig(_Frozen):
-    provider: Provider
-    candidates_per_prompt: int = Field(ge=2, le=16)
-    max_new_tokens: int = Field(ge=1, le=4096)
-    batch_size: int = Field(ge=1, le=512)
-    weak_share: float = Field(ge=0.0, le=1.0)
-    styles: list[CandidateStyle] = Field(min_length=1)
-    api: TeacherAPIConfig
-    client: TeacherClientConfig
-    prices: dict[str, ModelPrice]
+    provider: Provider = Field(description="local (the HF chat model at models.student, offline) | anthropic | openai | openai_compatible (any server speaking OpenAI Chat Completions at api.base_url).")
+    candidates_per_prompt: int = Field(ge=2, le=16, description="Replies sampled per prompt, 2-16.")
+    max_new_tokens: int = Field(ge=1, le=4096, description="Tokens per sampled reply.")
+    batch_size: int = Field(ge=1, le=512, description="Local teacher: prompts generated together (left-padded).")
+    weak_share: float = Field(ge=0.0, le=1.0, description="Share of each prompt's candidates drawn from the weak styles, 0-1.")
+    styles: list[CandidateStyle] = Field(min_length=1, description="Candidate styles: strong ones take the first candidates, weak ones the rest, each group cycling in order.")
+    api: TeacherAPIConfig = Field(description="What an API teacher is asked (part of the data's version).")
+    client: TeacherClientConfig = Field(description="How API calls are made (never changes an answer, so not part of the version).")
+    prices: dict[str, ModelPrice] = Field(description="Model -> USD per million tokens, for the cost figures (a model missing here gets none, with a warning).")
 
     @model_validator(mode="after")
     def _check(self) -> TeacherConfig:
@@ -215,94 +216,82 @@ class TeacherConfig(_Frozen):
 
 
 class LabelingConfig(_Frozen):
-    judge_system: str = Field(min_length=1)
-    scalar_question: str = Field(min_length=1)
-    intensity_question: str = Field(min_length=1)
-    safety_question: str = Field(min_length=1)
-    rationale_instruction: str = Field(min_length=1)
-    rationale_max_new_tokens: int = Field(ge=1, le=512)
-    max_context_tokens: int = Field(ge=32, le=8192)
-    api_judge_system: str = Field(min_length=1)  # API teachers: instructions before the dimension list
+    judge_system: str = Field(min_length=1, description="Offline judge's system text.")
+    scalar_question: str = Field(min_length=1, description="Offline judge's overall question (the scalar).")
+    intensity_question: str = Field(min_length=1, description="Offline judge's question for reward_intensity.")
+    safety_question: str = Field(min_length=1, description="Offline judge's question for safety_score.")
+    rationale_instruction: str = Field(min_length=1, description="What the offline judge is asked for its one-sentence rationale.")
+    rationale_max_new_tokens: int = Field(ge=1, le=512, description="Tokens of the offline judge's rationale, 1-512.")
+    max_context_tokens: int = Field(ge=32, le=8192, description="Prompt + reply tokens shown to the offline judge (the reply is cut from the end).")
+    api_judge_system: str = Field(min_length=1, description="API judges' instructions; the dimensions and ranges are appended.")
 
 
 class VerifierConfig(_Frozen):
-    max_failure_rate: float = Field(ge=0.0, le=1.0)
+    max_failure_rate: float = Field(ge=0.0, le=1.0, description="Share of quarantined rows (failed a blocking check) above which the teacher_labels check and `hominem data validate` fail, 0-1.")
 
 
 class RewardLossWeights(_Frozen):
-    vector: float = Field(ge=0.0)
-    scalar: float = Field(ge=0.0)
-    intensity: float = Field(ge=0.0)
-    safety: float = Field(ge=0.0)
+    vector: float = Field(ge=0.0, description="Weight of the reward vector's regression loss, >= 0.")
+    scalar: float = Field(ge=0.0, description="Weight of the scalar's regression loss, >= 0.")
+    intensity: float = Field(ge=0.0, description="Weight of reward_intensity's regression loss, >= 0.")
+    safety: float = Field(ge=0.0, description="Weight of safety_score's regression loss, >= 0.")
 
 
 class LoraConfig(_Frozen):
-    r: int = Field(ge=1, le=1024)
-    alpha: float = Field(gt=0.0)
-    dropout: float = Field(ge=0.0, lt=1.0)
-    target_modules: list[str] = Field(min_length=1)
+    r: int = Field(ge=1, le=1024, description="LoRA rank, 1-1024.")
+    alpha: float = Field(gt=0.0, description="LoRA scaling numerator (the update is scaled by alpha / r).")
+    dropout: float = Field(ge=0.0, lt=1.0, description="Dropout on the LoRA input, [0, 1).")
+    target_modules: list[str] = Field(min_length=1, description="Module names LoRA wraps.")
 
 
 class RewardLoraConfig(LoraConfig):
-    target_modules: list[str] | None  # None: the backbone's attention projections (PEFT's default for its type)
+    target_modules: list[str] | None = Field(description="Module names LoRA wraps; null: PEFT's default projections for the backbone's type.")
 
 
 class RewardBackboneConfig(_Frozen):
-    path: str | None  # None: models.encoder; "student": models.student; else a folder or an HF id
-    kind: Literal["auto", "encoder", "decoder"]
-    pooling: Literal["auto", "mean", "last", "last_mean"]  # auto: mean for encoders, the last real token for decoders
-    finetune: Literal["full", "lora", "frozen"]
-    # pair: [CLS] prompt [SEP] reply [SEP]. judge: a chat model reads the exchange in the local judge's
-    # frame (its chat template, the judge's system text, "Conversation to judge: User: ... Assistant: ...")
-    # judge_question: the judge frame followed by the judge's overall question (labeling.scalar_question) up to
-    # "Rating: ", so the heads read the state where the judge gives its rating
-    frame: Literal["pair", "judge", "judge_question"]
-    # Keep only the first `depth` transformer layers (null: all): the heads read the state after them. A causal
-    # LM's middle layers carry more of what a judge weighs than its last, and the cut model is faster and smaller.
-    depth: int | None = Field(ge=1, le=1000)
-    # Pool the states after these layers (1 = the first block's output, counted within depth), side by side,
-    # instead of the last one alone (null). A sentence encoder's last layer is tuned for similarity; its
-    # middle layers order more human preferences (docs/BENCHMARKS.md).
-    layers: list[int] | None = Field(default=None, min_length=1)
-    lora: RewardLoraConfig
+    path: str | None = Field(description="null: models.encoder (MiniLM); \"student\": models.student; or an HF folder / hub id.")
+    kind: Literal["auto", "encoder", "decoder"] = Field(description="auto | encoder | decoder (auto: decoders are the *ForCausalLM checkpoints).")
+    pooling: Literal["auto", "mean", "last", "last_mean"] = Field(description="auto (mean for encoders, the last real token for decoders) | mean | last | last_mean (both, side by side).")
+    finetune: Literal["full", "lora", "frozen"] = Field(description="full | lora (merged into the saved backbone) | frozen (heads only).")
+    frame: Literal["pair", "judge", "judge_question"] = Field(description="pair: [CLS] prompt [SEP] reply [SEP] | judge: the exchange as the local judge reads it (its chat template and system text) | judge_question: the same, then the judge's overall question up to \"Rating: \".")
+    depth: int | None = Field(ge=1, le=1000, description="Keep the first N transformer layers, 1 to the backbone's depth; the heads read the state after layer N; null: all.")
+    layers: list[int] | None = Field(min_length=1, description="Pool the states after these layers (1 = the first block's output, within depth) side by side; null: the last one alone.")
+    lora: RewardLoraConfig = Field(description="LoRA on the backbone when finetune is lora.")
 
 
 class PairLossConfig(_Frozen):
-    weight: float = Field(ge=0.0)  # Bradley-Terry loss on the scalar head, next to the regression losses
-    scale: float = Field(gt=0.0, le=100.0)  # logit = scale * (scalar_chosen - scalar_rejected); the scalar lives in [-1, 1]
-    teacher_weight: float = Field(ge=0.0)  # per pair: same-prompt teacher pairs (scalar gap >= 0.1)
-    human_weight: float = Field(ge=0.0)  # per pair: human_preferences pairs
+    weight: float = Field(ge=0.0, description="Weight of the Bradley-Terry loss on the scalar head, >= 0.")
+    scale: float = Field(gt=0.0, le=100.0, description="Logit = scale * (s_preferred - s_other); the scalar lives in [-1, 1].")
+    teacher_weight: float = Field(ge=0.0, description="Weight per same-prompt teacher pair (scalar gap >= 0.1), >= 0.")
+    human_weight: float = Field(ge=0.0, description="Weight per human_preferences pair, >= 0.")
 
 
 class UncertaintyConfig(_Frozen):
-    method: Literal["ensemble", "mc_dropout", "none"]
-    members: int = Field(ge=1, le=64)  # ensemble: heads on the shared backbone, each on its own bootstrap weights
-    mc_samples: int = Field(ge=2, le=256)  # mc_dropout: stochastic forward passes per score() call
+    method: Literal["ensemble", "mc_dropout", "none"] = Field(description="ensemble (heads on the shared backbone, each on its own bootstrap of the prompts) | mc_dropout (passes with dropout on) | none.")
+    members: int = Field(ge=1, le=64, description="Ensemble heads, 1-64.")
+    mc_samples: int = Field(ge=2, le=256, description="mc_dropout: forward passes per score, 2-256.")
 
 
 class RewardModelConfig(_Frozen):
-    window_days: int = Field(ge=1, le=3650)
-    backbone: RewardBackboneConfig
-    max_length: int = Field(ge=16, le=4096)
-    epochs: int = Field(ge=1, le=1000)
-    batch_size: int = Field(ge=1, le=4096)
-    learning_rate: float = Field(gt=0.0, lt=1.0)
-    head_learning_rate: float = Field(gt=0.0, lt=1.0)
-    weight_decay: float = Field(ge=0.0, lt=1.0)
-    val_fraction: float = Field(gt=0.0, lt=1.0)
-    early_stopping_patience: int = Field(ge=1, le=1000)
-    loss_weights: RewardLossWeights
-    pair_loss: PairLossConfig
-    rationale_weight: float = Field(ge=0.0)  # auxiliary target: the embedding of the teacher's rationale (0: off)
-    uncertainty: UncertaintyConfig
-    human_preferences: bool  # train on the human_preferences pairs of the window too
-    dropout: float = Field(ge=0.0, lt=1.0)
-    length_feature: bool  # heads also read log(real tokens): see reward_model.RewardNet
-    # gradient: heads trained with the losses above, early stopping. ridge: with a frozen backbone, the heads
-    # solved in closed form on standardised features (per member, on its bootstrap), the penalty picked by
-    # cross-validation over the training prompts; no pair losses (human pairs then only measure it)
-    head_fit: Literal["gradient", "ridge"]
-    ridge_alphas: list[float]
+    window_days: int = Field(ge=1, le=3650, description="Trains on teacher_labels (and human_preferences) of this many days up to its own partition.")
+    backbone: RewardBackboneConfig = Field(description="The network that reads the exchange.")
+    max_length: int = Field(ge=16, le=4096, description="Tokens of prompt + reply (the prompt is cut from the left first).")
+    epochs: int = Field(ge=1, le=1000, description="Gradient training: epochs at most.")
+    batch_size: int = Field(ge=1, le=4096, description="Gradient training: examples per step.")
+    learning_rate: float = Field(gt=0.0, lt=1.0, description="Gradient training: the backbone's learning rate.")
+    head_learning_rate: float = Field(gt=0.0, lt=1.0, description="Gradient training: the heads' learning rate.")
+    weight_decay: float = Field(ge=0.0, lt=1.0, description="Gradient training: AdamW weight decay.")
+    val_fraction: float = Field(gt=0.0, lt=1.0, description="Gradient training: share of prompts held out for early stopping and the reported metrics.")
+    early_stopping_patience: int = Field(ge=1, le=1000, description="Gradient training: epochs without validation improvement before stopping.")
+    loss_weights: RewardLossWeights = Field(description="Per-head regression on the teacher's labels.")
+    pair_loss: PairLossConfig = Field(description="Bradley-Terry on the scalar over same-prompt teacher pairs and imported human pairs.")
+    rationale_weight: float = Field(ge=0.0, description="> 0: an auxiliary head predicts the embedding of the teacher's rationale; 0: off.")
+    uncertainty: UncertaintyConfig = Field(description="How each score's uncertainty is estimated.")
+    human_preferences: bool = Field(description="Also train on the human_preferences pairs imported in the window.")
+    dropout: float = Field(ge=0.0, lt=1.0, description="Dropout before the heads, [0, 1).")
+    length_feature: bool = Field(description="The heads also read log(tokens of prompt + reply) (LLM judges weigh length; mean pooling averages it away).")
+    head_fit: Literal["gradient", "ridge"] = Field(description="gradient: heads (and an unfrozen backbone) trained on the losses | ridge (frozen backbones): heads solved in closed form, the penalty by cross-validation over prompts.")
+    ridge_alphas: list[float] = Field(description="Ridge penalties tried by cross-validation, each > 0.")
 
     @model_validator(mode="after")
     def _check(self) -> RewardModelConfig:
@@ -314,17 +303,17 @@ class RewardModelConfig(_Frozen):
 
 
 class PreferencesConfig(_Frozen):
-    dimension_weights: dict[str, float]
-    strategy: Literal["margin", "best_vs_worst", "per_dimension"]
-    rank_by: Literal["teacher", "reward_model"]  # whose vectors rank a prompt's candidates
-    guard_dimension: str | None  # per_dimension: the chosen reply may not be worse on it
-    min_margin: float = Field(ge=0.0, le=2.0)
-    min_scalar_margin: float | None = Field(ge=0.0, le=2.0)  # None: the overall score is not consulted
-    max_pairs_per_prompt: int = Field(ge=1, le=1000)
-    against_student: bool  # also pair each prompt's best candidate against the student's own reply
+    dimension_weights: dict[str, float] = Field(description="Weight of each dimension in the aggregate that ranks candidates, each > 0.")
+    strategy: Literal["margin", "best_vs_worst", "per_dimension"] = Field(description="margin (every same-prompt pair with an aggregate gap >= min_margin) | best_vs_worst (one pair per prompt) | per_dimension (the chosen reply wins one dimension without losing on guard_dimension).")
+    rank_by: Literal["teacher", "reward_model"] = Field(description="Whose vectors rank a prompt's candidates: teacher (its labels) | reward_model (the reward model's scores).")
+    guard_dimension: str | None = Field(description="per_dimension: the chosen reply may not be worse on this dimension; null: no guard.")
+    min_margin: float = Field(ge=0.0, le=2.0, description="Pairs whose aggregate gap is below this are dropped as near-ties, 0-2.")
+    min_scalar_margin: float | None = Field(ge=0.0, le=2.0, description="Also drop pairs whose overall-score gap is below this, 0-2; null: the overall score is not consulted.")
+    max_pairs_per_prompt: int = Field(ge=1, le=1000, description="Largest-margin pairs kept per prompt.")
+    against_student: bool = Field(description="Also pair each prompt's best candidate against the base student's own reply (needs rank_by: reward_model).")
 
     @model_validator(mode="after")
-    def _student_needs_reward_model(self) -> "PreferencesConfig":
+    def _student_needs_reward_model(self) -> PreferencesConfig:
         if self.against_student and self.rank_by != "reward_model":
             raise ValueError(
                 "preferences.against_student needs preferences.rank_by: reward_model (the student's replies carry no "
@@ -344,15 +333,15 @@ class PreferencesConfig(_Frozen):
 class SafetyGateConfig(_Frozen):
     """See `losses.SafetyGate`: how each example's safety_score gates what is learned from it."""
 
-    pass_at: float = Field(ge=0.0, le=1.0)
-    unsafe_below: float = Field(ge=0.0, le=1.0)
-    unsafe: Literal["skip", "invert"]
-    between: Literal["downweight", "pass", "skip"]
-    downweight_by: Literal["factor", "score"]
-    factor: float = Field(ge=0.0, le=1.0)
+    pass_at: float = Field(ge=0.0, le=1.0, description="safety_score at or above which an example counts fully, 0-1.")
+    unsafe_below: float = Field(ge=0.0, le=1.0, description="safety_score below which an example is unsafe, 0-1, at most pass_at.")
+    unsafe: Literal["skip", "invert"] = Field(description="What happens to unsafe examples: skip | invert (learned away from).")
+    between: Literal["downweight", "pass", "skip"] = Field(description="Examples between the two: downweight | pass | skip.")
+    downweight_by: Literal["factor", "score"] = Field(description="factor (times `factor`) | score (times the safety_score).")
+    factor: float = Field(ge=0.0, le=1.0, description="Down-weighting factor, 0-1.")
 
     @model_validator(mode="after")
-    def _ordered(self) -> "SafetyGateConfig":
+    def _ordered(self) -> SafetyGateConfig:
         if self.unsafe_below > self.pass_at:
             raise ValueError(f"policy.safety_gate: unsafe_below ({self.unsafe_below}) must not exceed pass_at ({self.pass_at})")
         return self
@@ -361,21 +350,21 @@ class SafetyGateConfig(_Frozen):
 class DualConfig(_Frozen):
     """The dual-channel loss: w_sft * L_sft + intensity * w_reward * L_reward per example."""
 
-    sft_weight: float = Field(ge=0.0)
-    reward_weight: float = Field(ge=0.0)
-    memory_weight: float | None = Field(ge=0.0)  # w_sft of memory-file rows; None: sft_weight
-    intensity_source: Literal["teacher", "reward_model", "constant"]
-    safety_source: Literal["teacher", "reward_model"]
-    normalize_intensity: bool  # divide by the mean over the training pairs: intensity redistributes, w_reward sets the strength
-    memory_files: list[str]  # JSONL files or folders of them (instruction-response rows)
-    mixing: Literal["fixed", "availability"]
-    memory_fraction: float = Field(ge=0.0, le=1.0)  # fixed: memory rows' share of each batch; availability: the most it may be
-    memory_rows: Literal["share", "extra"]  # share: memory rows take pair rows' places; extra: added to batch_size pair rows
-    memory_margin: float | None = Field(ge=0.0)  # None: memory rows taught (plain NLL); m: anchored, learned only while their NLL is above the base's minus m
-    memory_stop: bool  # True: memory rows also train their end-of-turn; False: the reply only (facts without their length)
+    sft_weight: float = Field(ge=0.0, description="w_sft >= 0: weight of the memory channel (next-token loss of the chosen replies).")
+    reward_weight: float = Field(ge=0.0, description="w_reward >= 0: weight of the reward channel (DPO loss of the pair, times its intensity).")
+    memory_weight: float | None = Field(ge=0.0, description="w_sft of memory-file rows (facts to keep), >= 0; null: sft_weight.")
+    intensity_source: Literal["teacher", "reward_model", "constant"] = Field(description="teacher (the chosen reply's label) | reward_model (scored at the start) | constant (1).")
+    safety_source: Literal["teacher", "reward_model"] = Field(description="Whose safety_score gates a pair: teacher | reward_model.")
+    normalize_intensity: bool = Field(description="Divide intensities by their mean over the training pairs (they redistribute learning; reward_weight sets its strength).")
+    memory_files: list[str] = Field(description="Instruction-response JSONL files or folders of them; a row with a `fact` is also a memory-probe question.")
+    mixing: Literal["fixed", "availability"] = Field(description="fixed (memory_fraction of each batch) | availability (the memory rows' share of all rows, at most memory_fraction).")
+    memory_fraction: float = Field(ge=0.0, le=1.0, description="Memory rows' share of a batch (fixed) or its upper bound (availability), 0-1.")
+    memory_rows: Literal["share", "extra"] = Field(description="share (memory rows take pair rows' places in batch_size) | extra (added to batch_size pair rows).")
+    memory_margin: float | None = Field(ge=0.0, description="null: memory rows are taught every step; m >= 0: a row pulls only while its loss is above the base's minus m nats/token.")
+    memory_stop: bool = Field(description="Memory rows also train the end-of-turn after their reply (false: the reply only).")
 
     @model_validator(mode="after")
-    def _some_channel(self) -> "DualConfig":
+    def _some_channel(self) -> DualConfig:
         if self.sft_weight == 0 and self.reward_weight == 0 and not self.memory_weight:
             raise ValueError("policy.dual: sft_weight, reward_weight and memory_weight are all 0 or unset, so nothing would be learned; set one above 0")
         return self
@@ -384,43 +373,43 @@ class DualConfig(_Frozen):
 class RLConfig(_Frozen):
     """Policy-gradient on the reward model (TRL's GRPO or RLOO)."""
 
-    algorithm: Literal["grpo", "rloo"]
-    reward: Literal["scalar", "vector"]  # vector: preferences.dimension_weights' weighted mean of the reward vector
-    num_generations: int = Field(ge=2, le=64)  # completions sampled per prompt (the group)
-    max_new_tokens: int = Field(ge=1, le=4096)
-    temperature: float = Field(gt=0.0, le=5.0)
-    kl_beta: float = Field(ge=0.0, le=10.0)  # KL penalty to the base (the adapter switched off)
+    algorithm: Literal["grpo", "rloo"] = Field(description="grpo | rloo (TRL).")
+    reward: Literal["scalar", "vector"] = Field(description="scalar | vector (the reward vector weighted by preferences.dimension_weights).")
+    num_generations: int = Field(ge=2, le=64, description="Completions sampled per prompt, compared within their group, 2-64.")
+    max_new_tokens: int = Field(ge=1, le=4096, description="Tokens per sampled completion.")
+    temperature: float = Field(gt=0.0, le=5.0, description="Sampling temperature, (0, 5].")
+    kl_beta: float = Field(ge=0.0, le=10.0, description="KL penalty to the base (the adapter switched off), 0-10.")
 
 
 class PolicyConfig(_Frozen):
-    mode: Literal["dpo", "dual", "rl"]
-    seed: int = Field(ge=0)  # 0: the stage's seed; another value trains the same data with other random draws
-    window_days: int = Field(ge=1, le=3650)
-    lora: LoraConfig
-    beta: float = Field(gt=0.0, le=10.0)
-    learning_rate: float = Field(gt=0.0, lt=1.0)
-    max_steps: int = Field(ge=1, le=1_000_000)
-    batch_size: int = Field(ge=1, le=4096)
-    gradient_accumulation_steps: int = Field(ge=1, le=4096)
-    max_length: int = Field(ge=16, le=32768)
-    safety_gate: SafetyGateConfig
-    dual: DualConfig
-    rl: RLConfig
+    mode: Literal["dpo", "dual", "rl"] = Field(description="dual (the dual-channel loss, safety-gated) | dpo (TRL's DPO) | rl (GRPO / RLOO on the reward model, safety-gated).")
+    seed: int = Field(ge=0, description="0: the stage's own seed; another value retrains on the same pairs with other random draws.")
+    window_days: int = Field(ge=1, le=3650, description="Trains on preference_pairs of this many days up to its own partition.")
+    lora: LoraConfig = Field(description="LoRA adapter on the student.")
+    beta: float = Field(gt=0.0, le=10.0, description="DPO temperature (dpo, and dual's reward channel), > 0.")
+    learning_rate: float = Field(gt=0.0, lt=1.0, description="AdamW learning rate of the adapter.")
+    max_steps: int = Field(ge=1, le=1_000_000, description="Optimizer steps.")
+    batch_size: int = Field(ge=1, le=4096, description="Rows per step (dual: preference and memory rows together; rl: prompts).")
+    gradient_accumulation_steps: int = Field(ge=1, le=4096, description="Batches accumulated per optimizer step.")
+    max_length: int = Field(ge=16, le=32768, description="Prompt + reply tokens per example.")
+    safety_gate: SafetyGateConfig = Field(description="How each example's safety_score gates what is learned from it.")
+    dual: DualConfig = Field(description="The dual-channel loss: w_sft * L_sft + intensity * w_reward * L_dpo per example.")
+    rl: RLConfig = Field(description="Policy-gradient on the reward model.")
 
 
 class EvaluationConfig(_Frozen):
-    max_new_tokens: int = Field(ge=1, le=4096)
-    batch_size: int = Field(ge=1, le=512)
-    repetition_penalty: float = Field(ge=1.0, le=2.0)
-    memory_probe: bool  # ask the memory files' questions that carry a `fact` of base and adapter
+    max_new_tokens: int = Field(ge=1, le=4096, description="Tokens per evaluation reply.")
+    batch_size: int = Field(ge=1, le=512, description="Prompts generated together.")
+    repetition_penalty: float = Field(ge=1.0, le=2.0, description="Repetition penalty of the greedy decoding, 1-2.")
+    memory_probe: bool = Field(description="Also ask base and adapter the memory files' fact questions: what the adapter kept, lost and gained.")
 
 
 class HealthWeights(_Frozen):
-    dcs: float = Field(ge=0.0, le=1.0)
-    gvs: float = Field(ge=0.0, le=1.0)
-    mss: float = Field(ge=0.0, le=1.0)
-    cdrs: float = Field(ge=0.0, le=1.0)
-    lrps: float = Field(ge=0.0, le=1.0)
+    dcs: float = Field(ge=0.0, le=1.0, description="Weight of dimensional coherence, 0-1.")
+    gvs: float = Field(ge=0.0, le=1.0, description="Weight of gradient variance stability, 0-1.")
+    mss: float = Field(ge=0.0, le=1.0, description="Weight of manifold stability, 0-1.")
+    cdrs: float = Field(ge=0.0, le=1.0, description="Weight of cross-domain robustness, 0-1.")
+    lrps: float = Field(ge=0.0, le=1.0, description="Weight of local reward predictivity, 0-1.")
 
     @model_validator(mode="after")
     def _sum_to_one(self) -> HealthWeights:
@@ -431,36 +420,37 @@ class HealthWeights(_Frozen):
 
 
 class HealthConfig(_Frozen):
-    weights: HealthWeights
-    gvi_max_reference: float = Field(gt=0.0)
-    perturbations_per_response: int = Field(ge=1, le=100)
-    deploy_threshold: float = Field(ge=0.0, le=1.0)
-    min_win_rate: float = Field(ge=0.0, le=1.0)
+    weights: HealthWeights = Field(description="Weights of the five RHI components; they sum to 1.")
+    gvi_max_reference: float = Field(gt=0.0, description="Gradient-norm coefficient of variation that maps GVS to 0, > 0.")
+    perturbations_per_response: int = Field(ge=1, le=100, description="Word-drop perturbations per evaluation reply for manifold stability, 1-100.")
+    dcs_layers: int | None = Field(ge=1, description="DCS compares the dimensions' gradients w.r.t. the reward backbone's last N blocks (and final norm); null: every parameter.")
+    deploy_threshold: float = Field(ge=0.0, le=1.0, description="RHI an adapter needs before it may go live, 0-1.")
+    min_win_rate: float = Field(ge=0.0, le=1.0, description="Win rate over the base on the held-out prompts an adapter also needs, 0-1; 0: off.")
 
 
 class RetrainConfig(_Frozen):
-    memory_conversations: int = Field(ge=1)
-    reward_pairs: int = Field(ge=1)
-    combined_fraction: float = Field(gt=0.0, le=1.0)
-    sensor_interval_seconds: int = Field(ge=30)
-    weekly_cron: str = Field(min_length=9)
+    memory_conversations: int = Field(ge=1, description="New conversations that trigger the memory (SFT) channel.")
+    reward_pairs: int = Field(ge=1, description="New preference pairs that trigger the reward channel.")
+    combined_fraction: float = Field(gt=0.0, le=1.0, description="Both channels at this fraction of their thresholds also trigger, (0, 1].")
+    sensor_interval_seconds: int = Field(ge=30, description="Seconds between retrain sensor evaluations, >= 30.")
+    weekly_cron: str = Field(min_length=9, description="Cron of the weekly schedule (UTC).")
 
 
 class HominemConfig(_Frozen):
-    project: ProjectConfig
-    tracking: TrackingConfig
-    dimensions: list[DimensionConfig] = Field(min_length=1)
-    models: ModelsConfig
-    prompts: PromptsConfig
-    teacher: TeacherConfig
-    labeling: LabelingConfig
-    verifier: VerifierConfig
-    reward_model: RewardModelConfig
-    preferences: PreferencesConfig
-    policy: PolicyConfig
-    evaluation: EvaluationConfig
-    health: HealthConfig
-    retrain: RetrainConfig
+    project: ProjectConfig = Field(description="Where outputs go and the base seed.")
+    tracking: TrackingConfig = Field(description="Where MLflow records runs, metrics and artifacts.")
+    dimensions: list[DimensionConfig] = Field(min_length=1, description="The reward manifold: the list here is the list everywhere (labels, reward model heads, pairs).")
+    models: ModelsConfig = Field(description="The offline models.")
+    prompts: PromptsConfig = Field(description="Where each day's prompts come from.")
+    teacher: TeacherConfig = Field(description="Who samples and rates the replies.")
+    labeling: LabelingConfig = Field(description="What the offline judge is asked.")
+    verifier: VerifierConfig = Field(description="Checks on teacher output.")
+    reward_model: RewardModelConfig = Field(description="The reward model distilled from the teacher's labels.")
+    preferences: PreferencesConfig = Field(description="How preference pairs are built from the ranked candidates.")
+    policy: PolicyConfig = Field(description="The student's LoRA adapter.")
+    evaluation: EvaluationConfig = Field(description="Base against base+adapter on the held-out prompts.")
+    health: HealthConfig = Field(description="The Reward Health Index and the deploy gate.")
+    retrain: RetrainConfig = Field(description="When the retrain sensor and schedule start a run.")
 
     # Not a YAML key: the folder relative paths are resolved against (set by `load_config`).
     root: Path = Field(default=Path("."), exclude=True)

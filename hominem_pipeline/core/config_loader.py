@@ -113,8 +113,45 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
         shown = "" if isinstance(value, dict) else f" = {value!r}"
         allowed = _allowed(loc)
         hint = f" (allowed: {allowed})" if allowed else ""
-        lines.append(f"  {path}{shown}: {err['msg']}{hint}")
+        info = _field_at(loc)
+        meaning = f"\n    {path}: {info.description}" if info is not None and info.description else ""
+        lines.append(f"  {path}{shown}: {err['msg']}{hint}{meaning}")
     return "\n".join(lines)
+
+
+class Setting(typing.NamedTuple):
+    key: str  # dotted
+    value: Any  # as YAML would hold it; None for a section
+    meaning: str  # the field's description
+    section: bool  # a group of settings, not one
+
+
+def describe(cfg: HominemConfig, prefixes: list[str]) -> list[Setting]:
+    """Every setting under each prefix ("" for all; a section such as
+    `policy.dual`, or one key), from the models' `Field(description=...)`. An unknown prefix raises
+    KeyError naming the keys there are."""
+    from pydantic import BaseModel
+
+    rows: list[Setting] = []
+
+    def walk(model: type[BaseModel], data: dict[str, Any], path: str) -> None:
+        for name, info in model.model_fields.items():
+            if info.exclude:
+                continue
+            section = info.annotation if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel) else None
+            rows.append(Setting(path + name, None if section else data[name], info.description or "", section is not None))
+            if section:
+                walk(section, data[name], f"{path}{name}.")
+
+    walk(HominemConfig, cfg.model_dump(mode="json"), "")
+    picked: list[Setting] = []
+    for prefix in prefixes:
+        found = [r for r in rows if not prefix or r.key == prefix or r.key.startswith(prefix + ".")]
+        if not found:
+            sections = ", ".join(r.key for r in rows if "." not in r.key)
+            raise KeyError(f"no setting {prefix!r}; the sections are {sections} (e.g. `hominem config policy.dual`)")
+        picked += [r for r in found if r not in picked]
+    return picked
 
 
 def find_project_root(start: Path | None = None) -> Path:

@@ -533,3 +533,27 @@ def test_several_layers_and_the_cached_frame_prefix_agree(tiny_student):
         cached = net.pooled(ids, mask)
     assert whole.shape == (2, 2 * 2 * backbone.config.hidden_size)
     torch.testing.assert_close(cached, whole, atol=1e-4, rtol=1e-4)
+
+
+def test_dcs_sums_gradients_over_chunks_and_can_stop_at_the_top_blocks(trained):
+    from hominem_pipeline.core.evaluation.health import dimensional_coherence
+    from hominem_pipeline.core.reward.network import layer_stack, top_parameters
+
+    rm = RewardModel.load(trained[0])
+    backbone = rm.net.backbone
+    _, stack = layer_stack(backbone)
+    top = {id(p) for p in top_parameters(backbone, 1)}
+    assert {id(p) for p in stack[-1].parameters()} <= top
+    assert not top & {id(p) for p in stack[0].parameters()}
+    assert not top & {id(p) for n, p in backbone.named_parameters() if "embed" in n}
+    assert len(top_parameters(backbone, None)) == len(list(backbone.parameters()))
+
+    before = [p.requires_grad for p in backbone.parameters()]
+    prompts = ["I lost my job.", "My friend is angry with me.", "I failed an exam."]
+    replies = ["That is hard; what happened?", "Whatever.", "I am sorry, tell me more?"]
+    for layers in (None, 1):
+        whole = dimensional_coherence(rm, prompts, replies, layers, chunk=len(replies))
+        pieces = dimensional_coherence(rm, prompts, replies, layers, chunk=1)
+        assert pieces.details["mean_gda"] == pytest.approx(whole.details["mean_gda"], abs=1e-5)
+        assert 0.0 <= whole.value <= 1.0
+    assert [p.requires_grad for p in backbone.parameters()] == before  # the model is left as it was

@@ -91,6 +91,7 @@ def test_bad_input_gives_a_clear_error(labeled_project, tmp_path):
     bad.write_text("policy:\n  beta: -1\n")
     bad_config = hominem(project, "run", "--config", str(bad))
     assert bad_config.returncode == 2 and "policy.beta = -1" in bad_config.stderr
+    assert "policy.beta: DPO temperature" in " ".join(bad_config.stderr.split())  # what the key means
     unknown = hominem(project, "run", "--config", "config/tiny.yaml", "--select", "no_such_asset")
     assert unknown.returncode == 2 and "no_such_asset" in unknown.stderr
     missing = hominem(project, "data", "validate", "--date", "2026-01-05")
@@ -99,6 +100,18 @@ def test_bad_input_gives_a_clear_error(labeled_project, tmp_path):
     assert bad_set.returncode == 2 and "policy.beta = -1" in bad_set.stderr
     no_value = hominem(project, "run", "--set", "policy.beta")
     assert no_value.returncode == 2 and "--set 'policy.beta': write KEY=VALUE" in no_value.stderr
+
+
+def test_config_shows_each_setting_its_value_and_meaning(labeled_project):
+    project, _ = labeled_project
+    shown = hominem(project, "config", "policy.dual", "health.dcs_layers", "--config", "config/tiny.yaml", "--set", "policy.dual.memory_weight=null")
+    assert shown.returncode == 0, shown.stderr
+    text = " ".join(shown.stdout.split())
+    assert "policy.dual The dual-channel loss" in text
+    assert "policy.dual.memory_weight = null w_sft of memory-file rows" in text  # --set applied
+    assert "health.dcs_layers = " in text and "policy.mode" not in text
+    unknown = hominem(project, "config", "polcy")
+    assert unknown.returncode == 2 and "no setting 'polcy'; the sections are project" in " ".join(unknown.stderr.split())
 
 
 def test_set_changes_one_setting_for_the_run_and_later_commands(labeled_project):

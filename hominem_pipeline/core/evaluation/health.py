@@ -54,33 +54,45 @@ def _clip01(x: float) -> float:
 # --- components -----------------------------------------------------------------------------------
 
 
-def dimensional_coherence(reward_model: RewardModel, prompts: Sequence[str], responses: Sequence[str]) -> Component:
+def dimensional_coherence(
+    reward_model: RewardModel, prompts: Sequence[str], responses: Sequence[str], layers: int | None = None, chunk: int = 8
+) -> Component:
     """DCS = 2/(N(N-1)) * sum_{i<j} max(0, GDA(i, j)), GDA = cosine between the gradients (w.r.t. the
-    reward model backbone's parameters) of the mean of dimension i and of dimension j over the responses.
+    reward model backbone's parameters: those of its last `layers` transformer blocks and final norm, or
+    with None every parameter) of the mean of dimension i and of dimension j over the responses.
 
     The design writes 1/(N(N-1)), which caps DCS at 0.5 for perfectly agreeing dimensions; normalising
-    by the number of pairs keeps the component in [0, 1] like the other four."""
+    by the number of pairs keeps the component in [0, 1] like the other four. The responses go through
+    the backbone `chunk` at a time and their gradients are summed, so memory does not grow with them."""
     import torch
+
+    from hominem_pipeline.core.reward.network import top_parameters
 
     if len(responses) < 2:
         return Component("dcs", None, "needs at least 2 scored responses")
     net = reward_model.net
-    params = [p for p in net.backbone.parameters()]
+    every = list(net.backbone.parameters())
+    params = top_parameters(net.backbone, layers)
     encoded = reward_model.encode(prompts, responses)
-    ids, mask = pad_batch(encoded, pad_id(reward_model.tokenizer))
     net.eval()
-    was = [p.requires_grad for p in params]
+    was = [p.requires_grad for p in every]
+    for p in every:
+        p.requires_grad_(False)  # gradients stop at the lowest block measured
     for p in params:
         p.requires_grad_(True)
+    grads: list[torch.Tensor] | None = None
     try:
         with torch.enable_grad():
-            vectors = net(ids, mask)["vector"].mean(1)  # (n, D): the ensemble members' mean
-            grads = []
-            for d in range(vectors.shape[1]):
-                g = torch.autograd.grad(vectors[:, d].mean(), params, retain_graph=True, allow_unused=True)
-                grads.append(torch.cat([x.reshape(-1) for x in g if x is not None]))
+            for start in range(0, len(encoded), chunk):
+                ids, mask = pad_batch(encoded[start : start + chunk], pad_id(reward_model.tokenizer))
+                vectors = net(ids, mask)["vector"].mean(1)  # (n, D): the ensemble members' mean
+                n_dims, chunk_grads = vectors.shape[1], []
+                for d in range(n_dims):
+                    g = torch.autograd.grad(vectors[:, d].sum() / len(encoded), params, retain_graph=d < n_dims - 1, allow_unused=True)
+                    chunk_grads.append(torch.cat([x.reshape(-1) for x in g if x is not None]))
+                grads = chunk_grads if grads is None else [a + b for a, b in zip(grads, chunk_grads)]
     finally:
-        for p, w in zip(params, was):
+        for p, w in zip(every, was):
             p.requires_grad_(w)
     G = torch.stack(grads)
     G = G / G.norm(dim=1, keepdim=True).clamp(min=1e-12)
@@ -93,7 +105,8 @@ def dimensional_coherence(reward_model: RewardModel, prompts: Sequence[str], res
     return Component(
         "dcs",
         _clip01(value),
-        "cosine of per-dimension reward gradients w.r.t. the reward model's backbone on the adapter's evaluation responses",
+        f"cosine of per-dimension reward gradients w.r.t. the reward model's backbone "
+        f"({'every parameter' if layers is None else f'its last {layers} blocks'}) on the adapter's evaluation responses",
         {"mean_gda": float(upper.mean()), "min_gda": float(upper.min()), "pairs": int(len(upper))},
     )
 
@@ -282,7 +295,7 @@ def compute_health(
     adapter = list(evaluation["adapter_response"])
     answered = [i for i, r in enumerate(adapter) if r.strip()]
     components = {
-        "dcs": dimensional_coherence(reward_model, [prompts[i] for i in answered], [adapter[i] for i in answered]),
+        "dcs": dimensional_coherence(reward_model, [prompts[i] for i in answered], [adapter[i] for i in answered], cfg.dcs_layers),
         "gvs": gradient_variance_stability(grad_norms, cfg.gvi_max_reference),
         "mss": manifold_stability(reward_model, prompts, base, adapter, cfg.perturbations_per_response, seed),
         "cdrs": cross_domain_robustness(evaluation, reward_model.dimensions),

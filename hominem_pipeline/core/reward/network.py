@@ -176,19 +176,40 @@ def load_backbone(source: Path | str) -> tuple[nn.Module, Any]:
     return AutoModel.from_pretrained(source, dtype=torch.float32), AutoTokenizer.from_pretrained(source)
 
 
+def layer_stack(backbone: nn.Module) -> tuple[str, nn.ModuleList] | None:
+    """The backbone's stack of transformer blocks, with its module path (the outermost `ModuleList` of
+    `config.num_hidden_layers` blocks), or None when it has none."""
+    total = getattr(backbone.config, "num_hidden_layers", None)
+    stacks = [(name, m) for name, m in backbone.named_modules() if isinstance(m, nn.ModuleList) and len(m) == total]
+    return min(stacks, key=lambda item: item[0].count(".")) if total and stacks else None
+
+
+def top_parameters(backbone: nn.Module, layers: int | None) -> list[nn.Parameter]:
+    """The parameters of the backbone's last `layers` transformer blocks and of what runs after them (a
+    decoder's final norm); None, or a backbone without a layer stack: every parameter."""
+    found = layer_stack(backbone) if layers is not None else None
+    if found is None:
+        return list(backbone.parameters())
+    _, stack = found
+    top = list(stack)[-layers:]
+    in_stack = {id(p) for p in stack.parameters()}
+    after = [p for n, p in backbone.named_parameters() if id(p) not in in_stack and "embed" not in n]  # final norms, not the input embeddings
+    return [p for block in top for p in block.parameters()] + after
+
+
 def keep_layers(backbone: nn.Module, depth: int | None) -> nn.Module:
     """The backbone cut to its first `depth` transformer layers (None: unchanged). The cut model is a
     plain HF model of that depth: its config says so, so it saves and loads as one (the final norm of a
     decoder, if it has one, still applies)."""
     if depth is None:
         return backbone
-    total = getattr(backbone.config, "num_hidden_layers", None)
-    stacks = [(name, m) for name, m in backbone.named_modules() if isinstance(m, nn.ModuleList) and len(m) == total]
-    if total is None or not stacks:
+    found = layer_stack(backbone)
+    if found is None:
         raise ValueError(f"reward_model.backbone.depth {depth}: this backbone ({type(backbone).__name__}) has no layer stack to cut; set depth: null")
+    name, stack = found
+    total = len(stack)
     if depth > total:
         raise ValueError(f"reward_model.backbone.depth {depth} is more than the backbone's {total} layers; use at most {total}, or null for all")
-    name, stack = min(stacks, key=lambda item: item[0].count("."))  # the outermost stack of num_hidden_layers blocks
     parent = backbone.get_submodule(name.rpartition(".")[0]) if "." in name else backbone
     setattr(parent, name.rpartition(".")[2], nn.ModuleList(list(stack)[:depth]))
     backbone.config.num_hidden_layers = depth
