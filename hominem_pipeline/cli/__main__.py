@@ -1,0 +1,3 @@
+from hominem_pipeline.cli import main
+
+main()

@@ -1,0 +1,110 @@
+"""What every `hominem` command shares: the Typer app, the options, config and date parsing, errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import subprocess
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from hominem_pipeline.core.config import ConfigError, HominemConfig
+from hominem_pipeline.core.config_loader import (
+    load_config,
+    parse_assignments,
+    write_set_overlay,
+)
+from hominem_pipeline.warnings_seen import silence_known
+
+app = typer.Typer(help="hominem: distill a human-like reward signal into a reward model and LoRA adapters.", no_args_is_help=True, add_completion=False)
+data_app = typer.Typer(help="Inspect and check labeled data.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+console = Console()
+err = Console(stderr=True)
+
+ConfigOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML file overlaid on config/hominem.yaml (only the keys it sets change).")]
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="KEY=VALUE on top of the config: a dotted key and a YAML value, e.g. --set policy.mode=dpo --set preferences.guard_dimension=null (repeatable).")]
+DateOpt = Annotated[Optional[str], typer.Option("--date", "-d", help="Partition date YYYY-MM-DD (default: today, UTC).")]
+
+
+def fail(message: str, code: int = 2) -> None:
+    err.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+def load(config: Path | None, sets: list[str] | None = None) -> HominemConfig:
+    """The config: config/hominem.yaml, the overlay, then each --set. With --set, the combination is
+    written as an overlay under data/overlays/ so that Dagster runs and later commands see the same."""
+    try:
+        if not sets:
+            return load_config(config)
+        return load_config(write_set_overlay(config, parse_assignments(sets)))
+    except ConfigError as exc:
+        fail(str(exc))
+        raise  # unreachable
+
+
+def parse_date(value: str | None) -> str:
+    if value is None:
+        return dt.datetime.now(dt.timezone.utc).date().isoformat()
+    try:
+        return dt.date.fromisoformat(value).isoformat()
+    except ValueError:
+        fail(f"--date {value!r} is not a date; use YYYY-MM-DD, e.g. --date {dt.date.today().isoformat()}")
+        raise
+
+
+def setup_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("httpx", "httpx2", "anthropic", "openai", "urllib3", "filelock", "alembic", "mlflow", "dagster"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    silence_known()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+
+def dagster_env(cfg: HominemConfig) -> None:
+    """Dagster's instance lives in the project: DAGSTER_HOME is data/dagster/, holding a link to the
+    project's dagster.yaml, so every store Dagster keeps is under data/dagster/."""
+    home = cfg.data_dir / "dagster"
+    home.mkdir(parents=True, exist_ok=True)
+    link = home / "dagster.yaml"
+    source = cfg.root / "dagster.yaml"
+    if source.is_file() and not (link.is_symlink() and link.resolve() == source.resolve()):
+        link.unlink(missing_ok=True)
+        link.symlink_to(source)
+    os.environ["DAGSTER_HOME"] = str(home.resolve())
+    if cfg.overlay is not None:
+        os.environ["HOMINEM_CONFIG"] = str(cfg.overlay)
+    os.chdir(cfg.root)
+
+
+def signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass  # the whole group is already gone
+
+
+def artifact_for(cfg: HominemConfig, asset: str, date: str | None):
+    """(lineage, ref): the version of `asset` this config implies on `date`, or on the newest day that has one."""
+    from hominem_pipeline.core.lineage import build_command, lineage
+
+    data = lineage(cfg)
+    if date:
+        day = parse_date(date)
+        if (ref := data.expected(asset, day)) is None:
+            fail(f"no {asset} for {day} built under this config; build it: {build_command(asset, day, cfg)}")
+        return data, ref
+    ref = data.latest(asset)
+    if ref is None:
+        built = data.store.partitions(asset)
+        fail(f"no {asset} built under this config in {cfg.data_dir}"
+              + (f" (days built under other settings: {', '.join(built[-5:])})" if built else "") + "; run `hominem run` (or `make run`) first")
+    return data, ref
+

@@ -1,0 +1,140 @@
+"""`hominem data ...`: inspect, check and import labeled data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from hominem_pipeline.cli.common import (
+    ConfigOpt,
+    DateOpt,
+    SetOpt,
+    artifact_for,
+    console,
+    dagster_env,
+    data_app,
+    fail,
+    load,
+    parse_date,
+    setup_logging,
+)
+from hominem_pipeline.cli.pipeline import execute
+
+
+@data_app.command("validate")
+def data_validate(
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    date: Annotated[Optional[str], typer.Option("--date", "-d", help="Partition date (default: the newest labeled one).")] = None,
+) -> None:
+    """Check every label of a partition (schema, ranges, duplicates, empty or truncated responses);
+    exits 1 when a blocking check fails."""
+    import pandas as pd
+
+    from hominem_pipeline.core.teacher.labeling import BLOCKING, validate_labels
+
+    cfg = load(config, sets)
+    data, ref = artifact_for(cfg, "teacher_labels", date)
+    labels = pd.read_parquet(ref.file("labels.parquet"))
+    trajectories = data.expected("teacher_trajectories", ref.partition)
+    quarantine_file = data.store.quarantine_path("teacher_labels", ref.partition, ref.version)
+    report = validate_labels(
+        labels,
+        cfg.dimension_names,
+        pd.read_parquet(trajectories.file("trajectories.parquet")) if trajectories else None,
+        pd.read_parquet(quarantine_file) if quarantine_file.is_file() else None,
+    )
+    table = Table(title=f"teacher_labels {ref.partition} (version {ref.version}): {report.rows} rows kept")
+    table.add_column("check")
+    table.add_column("failing stored rows", justify="right")
+    table.add_column("quarantined", justify="right")
+    table.add_column("kind")
+    table.add_column("examples")
+    for check in (*BLOCKING, "truncated_response"):
+        failing = report.failures.get(check, 0) or report.warnings.get(check, 0)
+        kind = "blocking" if check in BLOCKING else "warning"
+        table.add_row(check, str(failing), str(report.quarantined.get(check, 0)), kind, "\n".join(report.examples.get(check, [])))
+    console.print(table)
+    limit = cfg.verifier.max_failure_rate
+    console.print(f"failure rate {report.failure_rate:.1%} (allowed {limit:.1%}); quarantine: {quarantine_file}")
+    if not report.ok(limit):
+        reason = f"{report.failed_rows} stored label row(s) fail blocking checks" if report.failed_rows else f"failure rate {report.failure_rate:.1%} is above verifier.max_failure_rate {limit:.1%}"
+        fail(reason, code=1)
+    console.print("[green]all blocking checks pass[/]")
+
+
+@data_app.command("sample")
+def data_sample(
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    date: Annotated[Optional[str], typer.Option("--date", "-d", help="Partition date (default: the newest labeled one).")] = None,
+    n: Annotated[int, typer.Option("-n", min=1, help="How many random labeled samples to print.")] = 3,
+    seed: Annotated[Optional[int], typer.Option(help="Seed for the random choice (default: a new choice each time).")] = None,
+) -> None:
+    """Print random labeled samples with their reward vectors, and any range or missing-field problems."""
+    import pandas as pd
+
+    from hominem_pipeline.core.teacher.labeling import row_problems
+
+    cfg = load(config, sets)
+    _, ref = artifact_for(cfg, "teacher_labels", date)
+    labels = pd.read_parquet(ref.file("labels.parquet"))
+    picked = labels.sample(n=min(n, len(labels)), random_state=seed)
+    for row in picked.to_dict(orient="records"):
+        console.rule(f"{row['trajectory_id']}  [{row.get('category', '?')}, style {row.get('style', '?')}]")
+        console.print(f"[bold]prompt:[/] {row['prompt']}\n[bold]response:[/] {row['response']}")
+        table = Table(show_header=True)
+        for d in cfg.dimension_names:
+            table.add_column(d, justify="right")
+        table.add_row(*[f"{row['vector'].get(d, float('nan')):+.3f}" for d in cfg.dimension_names])
+        console.print(table)
+        console.print(
+            f"scalar {row['scalar']:+.3f}   intensity {row['reward_intensity']:.3f}   safety {row['safety_score']:.3f}\n"
+            f"[bold]rationale:[/] {row['rationale']}"
+        )
+        problems = row_problems(row, cfg.dimension_names)
+        console.print("[green]ranges and fields ok[/]" if not problems else f"[red]problems:[/] {'; '.join(problems)}")
+
+
+@data_app.command("import-preferences")
+def data_import_preferences(
+    path: Annotated[Path, typer.Argument(help="The file to import (.jsonl, .jsonl.gz or .parquet).")],
+    format: Annotated[str, typer.Option("--format", "-f", help="hh-rlhf (HH-RLHF transcripts: chosen/rejected dialogues), jsonl or parquet (prompt/chosen/rejected rows).")],
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    date: DateOpt = None,
+) -> None:
+    """Bring human preference pairs into the `human_preferences` asset for a day. Rows that cannot be
+    used are kept, with the reason, in the partition's quarantine table; importing the same file again
+    changes nothing."""
+    from hominem_pipeline.core.human.preferences import (
+        FORMATS,
+        PreferenceImportError,
+        add_to_inbox,
+    )
+
+    setup_logging()
+    cfg = load(config, sets)
+    day = parse_date(date)
+    if format not in FORMATS:
+        fail(f"--format {format!r} is not supported; use one of: {', '.join(FORMATS)}")
+    try:
+        target, added = add_to_inbox(path, format, cfg.data_dir, day)
+    except PreferenceImportError as exc:
+        fail(str(exc))
+    console.print(f"{'added' if added else 'already imported'}: {path} -> {target}")
+    dagster_env(cfg)
+    from dagster import AssetKey
+
+    from hominem_pipeline import definitions
+
+    [event] = execute(definitions.import_job, cfg, day, [AssetKey("human_preferences")], "hominem data import-preferences")
+    meta = event.materialization.metadata
+    if meta["pairs"].value == 0:
+        fail(f"no usable pair in the files imported for {day}; see the reasons in {cfg.data_dir}/quarantine/human_preferences/{day}/", code=1)
+    details = meta["details"].value if "details" in meta else {}
+    for reason, count in details.get("quarantine_reasons", {}).items():
+        console.print(f"quarantined {count} row(s): {reason}")

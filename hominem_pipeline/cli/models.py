@@ -1,0 +1,152 @@
+"""`hominem reward-probe`, `compare` and `export`: look at and use the models a run built."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from hominem_pipeline.cli.common import (
+    ConfigOpt,
+    SetOpt,
+    app,
+    artifact_for,
+    console,
+    fail,
+    load,
+    setup_logging,
+)
+
+
+@app.command("reward-probe")
+def reward_probe(
+    prompt: Annotated[str, typer.Option("--prompt", "-p", help="The user's message.")],
+    response: Annotated[list[str], typer.Option("--response", "-r", help="A reply to score; repeat the option to compare several.")],
+    model: Annotated[Optional[Path], typer.Option("--model", "-m", help="A reward model folder (default: the newest built one).")] = None,
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    date: Annotated[Optional[str], typer.Option("--date", "-d", help="Use that day's reward model (default: the newest).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON instead of a table.")] = False,
+) -> None:
+    """Score replies to one prompt with the reward model: each dimension, the scalar, intensity and safety
+    with their uncertainty, the dimensions on which the replies differ most, and the calibrated
+    probability that the first reply is preferred over each other."""
+    import json
+
+    from hominem_pipeline.core.reward.model import RewardModel
+
+    cfg = load(config, sets)
+    path = model or artifact_for(cfg, "reward_model", date)[1].path
+    try:
+        rm = RewardModel.load(path)
+        outputs = rm.score([prompt] * len(response), response)
+    except (FileNotFoundError, ValueError, TypeError) as exc:
+        fail(str(exc))
+    if as_json:
+        console.print_json(json.dumps([o.as_dict() for o in outputs]))
+        return
+    console.print(f"[dim]reward model {path}[/]")
+    for i, text in enumerate(response, 1):
+        console.print(f"[bold]#{i}[/] {text if len(text) <= 160 else text[:157] + '...'}")
+    rows = [(d, [o.vector[d] for o in outputs], [o.uncertainty[d] for o in outputs]) for d in rm.dimensions]
+    rows += [(k, [getattr(o, k) for o in outputs], [o.uncertainty[k] for o in outputs]) for k in ("scalar", "reward_intensity", "safety_score")]
+    spread = {name: max(values) - min(values) for name, values, _ in rows[: len(rm.dimensions)]}
+    top = {d for d in sorted(spread, key=spread.get, reverse=True)[:3] if spread[d] > 0} if len(outputs) > 1 else set()
+    table = Table(title=f"prompt: {prompt if len(prompt) <= 80 else prompt[:77] + '...'}")
+    table.add_column("output")
+    for i in range(len(outputs)):
+        table.add_column(f"#{i + 1} (± sd)", justify="right")
+    if len(outputs) > 1:
+        table.add_column("spread", justify="right")
+    for name, values, sds in rows:
+        cells = [f"{v:+.3f} ± {s:.3f}" for v, s in zip(values, sds)]
+        label = f"[bold yellow]{name} *[/]" if name in top else name
+        table.add_row(label, *cells, *([f"{max(values) - min(values):.3f}"] if len(outputs) > 1 else []), end_section=name == rm.dimensions[-1])
+    console.print(table)
+    if top:
+        console.print(f"[yellow]*[/] the dimensions on which the replies differ most: {', '.join(sorted(top, key=spread.get, reverse=True))}")
+    for j in range(1, len(response)):
+        p = rm.probability(outputs[0].scalar - outputs[j].scalar)
+        console.print(f"P(#1 preferred over #{j + 1}) = {p:.3f}   (calibrated, temperature {rm.temperature:.3f})")
+
+
+@app.command()
+def compare(
+    prompt: Annotated[Optional[list[str]], typer.Option("--prompt", "-p", help="A prompt to answer; repeat for several.")] = None,
+    eval_set: Annotated[bool, typer.Option("--eval-set", help="Use the held-out evaluation prompts (of the newest prompts partition).")] = False,
+    adapter: Annotated[Optional[Path], typer.Option("--adapter", "-a", help="Adapter folder (default: the newest built one).")] = None,
+    reward_model: Annotated[Optional[Path], typer.Option("--reward-model", "-m", help="Reward model folder (default: the one the adapter was trained with).")] = None,
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    date: Annotated[Optional[str], typer.Option("--date", "-d", help="Use that day's adapter (default: the newest).")] = None,
+) -> None:
+    """Base and base+adapter side by side: their replies (greedy), reward vectors, intensity and safety,
+    what changed, and the reward model's calibrated probability that the adapter's reply is preferred."""
+    import pandas as pd
+
+    from hominem_pipeline.core.evaluation.compare import side_by_side
+    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.policy.lora import adapter_reward_model
+    from hominem_pipeline.core.reward.model import RewardModel
+
+    setup_logging()
+    cfg = load(config, sets)
+    texts = list(prompt or [])
+    ref = artifact_for(cfg, "lora_adapter", date)[1] if adapter is None else None
+    adapter_path = adapter or ref.path
+    if eval_set:
+        _, prompts_ref = artifact_for(cfg, "prompts", None)
+        table = pd.read_parquet(prompts_ref.file("prompts.parquet"))
+        texts += list(table.loc[table["split"] == "eval", "text"])
+    if not texts:
+        fail("nothing to compare on; pass --prompt TEXT (repeatable) or --eval-set")
+    if reward_model is None:
+        reward_model = adapter_reward_model(adapter_path, cfg.data_dir) or artifact_for(cfg, "reward_model", None)[1].path
+    try:
+        rm_model = RewardModel.load(reward_model)
+        rows = side_by_side(texts, student_path=student_path(cfg), adapter_path=adapter_path, reward_model=rm_model, cfg=cfg.evaluation, seed=cfg.project.seed)
+    except (FileNotFoundError, ValueError) as exc:
+        fail(str(exc))
+    console.print(f"[dim]adapter {adapter_path}\nreward model {reward_model}[/]")
+    wins = 0
+    for row in rows:
+        console.rule(row.prompt if len(row.prompt) <= 100 else row.prompt[:97] + "...")
+        replies = Table(show_header=True, expand=True)
+        replies.add_column("base")
+        replies.add_column("base + adapter")
+        replies.add_row(*(row.replies[side] or "(empty reply: not scored)" for side in ("base", "adapter")))
+        console.print(replies)
+        scores = Table(show_header=True)
+        for column in ("output", "base", "adapter", "change"):
+            scores.add_column(column, justify="left" if column == "output" else "right")
+        for name, b in row.scores["base"].items():
+            a = row.scores["adapter"][name]
+            change = a - b
+            colour = "dim" if pd.isna(change) or abs(change) <= 0.005 else "green" if change > 0 else "red"  # NaN: an empty side
+            scores.add_row(name, f"{b:+.3f}", f"{a:+.3f}", f"[{colour}]{change:+.3f}[/]", end_section=name == rm_model.dimensions[-1])
+        console.print(scores)
+        console.print(f"P(adapter's reply preferred) = {row.p_adapter_preferred:.3f}")
+        wins += row.p_adapter_preferred > 0.5
+    if len(rows) > 1:
+        console.print(f"[bold]adapter preferred on {wins}/{len(rows)} prompts[/]")
+
+
+@app.command()
+def export(
+    adapter: Annotated[Path, typer.Option("--adapter", "-a", help="A LoRA adapter folder (data/lora_adapter/<date>/<version>).")],
+    merged: Annotated[Path, typer.Option("--merged", "-o", help="New folder for the merged model.")],
+    base: Annotated[Optional[Path], typer.Option("--base", help="The base model folder (default: the one the adapter names).")] = None,
+) -> None:
+    """Merge an adapter into its base and write a plain HF model (safetensors + tokenizer) that LM Studio,
+    llama.cpp's convert_hf_to_gguf.py and transformers can load."""
+    from hominem_pipeline.core.policy.export import export_merged
+
+    setup_logging()
+    try:
+        info = export_merged(adapter, merged, base)
+    except (FileNotFoundError, FileExistsError) as exc:
+        fail(str(exc))
+    console.print(f"merged {info['adapter']} into {info['base']} -> {merged}")
+    console.print(f"for llama.cpp / LM Studio: python convert_hf_to_gguf.py {merged} --outfile model.gguf")

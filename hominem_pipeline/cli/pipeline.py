@@ -1,0 +1,260 @@
+"""`hominem config`, `setup`, `run` and `ui`: the pipeline through Dagster, and its UIs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from hominem_pipeline.core.config import HominemConfig
+
+from hominem_pipeline.cli.common import (
+    ConfigOpt,
+    DateOpt,
+    SetOpt,
+    app,
+    console,
+    dagster_env,
+    err,
+    fail,
+    load,
+    parse_date,
+    setup_logging,
+    signal_group,
+)
+
+
+@app.command("config")
+def show_config(
+    keys: Annotated[Optional[list[str]], typer.Argument(help="Dotted keys or sections, e.g. policy.dual teacher.provider (default: every setting).")] = None,
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+) -> None:
+    """Each setting's value under this config (overlay and --set applied) and what it means."""
+    from hominem_pipeline.core.config_loader import describe
+
+    try:
+        rows = describe(load(config, sets), keys or [""])
+    except KeyError as exc:
+        fail(exc.args[0])
+    for row in rows:
+        value = "" if row.section else f" = {json.dumps(row.value, ensure_ascii=False)}"
+        console.print(f"[bold]{row.key}[/]{value}\n    {row.meaning}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+def setup(config: ConfigOpt = None, sets: SetOpt = None) -> None:
+    """Prepare the offline models once: convert the packaged SmolLM2 GGUF to an HF folder, find the encoder."""
+    setup_logging()
+    from hominem_pipeline.core.models import (
+        ModelNotAvailable,
+        encoder_path,
+        prepare_student,
+    )
+
+    cfg = load(config, sets)
+    try:
+        student = prepare_student(cfg)
+        encoder = encoder_path(cfg)
+    except ModelNotAvailable as exc:
+        fail(str(exc))
+    console.print(f"student: {student}\nencoder: {encoder}")
+
+
+@app.command()
+def run(
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    date: DateOpt = None,
+    select: Annotated[str, typer.Option("--select", "-s", help="Dagster asset selection, e.g. '*', 'reward_model+', 'prompts,teacher_trajectories'.")] = "*",
+    fill_window: Annotated[bool, typer.Option(
+        "--fill-window", help="First build the days before --date that the day's windows read and that lack them, oldest first, one Dagster run "
+                              "per day: labels for each day of the reward model's window (reward_model.window_days) and, when the selection "
+                              "trains an adapter, that day's reward model and preference pairs for each day of the adapter's window "
+                              "(policy.window_days): a fresh clone's reward model and adapter then train on full windows, as after a week of "
+                              "daily runs (~5 min a day on the offline default on 2 cores).")] = False,
+) -> None:
+    """Materialize assets for one day through Dagster (runs show in the Dagster UI, metrics in MLflow)."""
+    setup_logging()
+    cfg = load(config, sets)
+    day = parse_date(date)
+    dagster_env(cfg)
+    from hominem_pipeline.core.models import ModelNotAvailable, prepare_student
+
+    try:
+        prepare_student(cfg)
+    except ModelNotAvailable as exc:
+        fail(str(exc))
+
+    from dagster import AssetSelection
+
+    from hominem_pipeline import definitions
+
+    job = definitions.daily_job()
+    if "human_preferences" in select:
+        fail("human_preferences is not built by `hominem run`; fill it with `hominem data import-preferences PATH --format hh-rlhf`")
+    try:
+        keys = AssetSelection.from_coercible(select.split(",")).resolve(job.asset_layer.asset_graph)
+    except Exception as exc:  # dagster raises several error types for a bad selection string
+        fail(f"--select {select!r} is not a valid asset selection ({exc}); try '*' or 'reward_model+'")
+    if not keys:
+        fail(f"--select {select!r} matches no asset; assets are: {', '.join(sorted(k.to_user_string() for k in job.asset_layer.asset_graph.get_all_asset_keys()))}")
+    if fill_window:
+        _fill_window(cfg, day, pairs="lora_adapter" in {k.to_user_string() for k in keys})
+    execute(definitions.daily_job, cfg, day, keys, "hominem run")
+
+
+def _fill_window(cfg: HominemConfig, day: str, pairs: bool) -> None:
+    """Build each earlier day that `day`'s windows read and that lacks it (oldest first; days before
+    project.partitions_start are left out): teacher_labels for the days of the reward model's window,
+    and, when the run trains an adapter (`pairs`), preference_pairs (with that day's reward model, as a
+    daily run would have trained it) for the days of the adapter's window. A day's stages that are
+    already current are reused, not rebuilt."""
+    from dagster import AssetSelection
+
+    from hominem_pipeline import definitions
+    from hominem_pipeline.core.lineage import lineage, window_gaps
+
+    rm_days, policy_days = cfg.reward_model.window_days, (cfg.policy.window_days if pairs else 0)
+    plan = window_gaps(lineage(cfg), day, rm_days, policy_days)
+    console.print(f"[bold]--fill-window[/]: reward_model.window_days {rm_days}"
+                  + (f", policy.window_days {policy_days}; " if pairs else "; ")
+                  + (f"filling {len(plan)} earlier day(s): " + ", ".join(f"{d} ({'labels to pairs' if a == 'preference_pairs' else 'labels'})" for d, a in plan)
+                     if plan else "every earlier day is built"))
+    graph = definitions.daily_job().asset_layer.asset_graph
+    for k, (d, asset) in enumerate(plan, 1):
+        keys = AssetSelection.assets(asset).upstream().resolve(graph)
+        execute(definitions.daily_job, cfg, d, keys, f"hominem run --fill-window ({k}/{len(plan)})")
+
+
+def execute(job_fn, cfg: HominemConfig, day: str, keys, title: str) -> list:
+    """Run `keys` of the job `job_fn` returns for partition `day` through Dagster's `execute_job`
+    (so the run is recorded in the project's instance and shows in the UI); print a summary; exit 1
+    with the root cause when a step fails. Returns the materialization events."""
+    from dagster import DagsterInstance, execute_job, reconstructable
+    from dagster._core.errors import DagsterInvalidSubsetError
+
+    from hominem_pipeline.defs.launch import first_failure
+
+    job = job_fn()
+    if not job.partitions_def.has_partition_key(day):
+        fail(f"--date {day} is outside the daily partitions (from {cfg.project.partitions_start} to today); change project.partitions_start or the date")
+    started = time.monotonic()
+    console.print(f"[bold]{title}[/] {day}: {len(keys)} asset(s), DAGSTER_HOME {os.environ['DAGSTER_HOME']}, MLflow {cfg.mlflow_uri}")
+    # Dagster's own console lines (and a failed step's traceback) stay in the run's event log in the
+    # UI; the terminal shows our progress lines and, on failure, the root cause.
+    run_config = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+    try:
+        with execute_job(
+            reconstructable(job_fn),
+            instance=DagsterInstance.get(),
+            run_config=run_config,
+            tags={"dagster/partition": day, "hominem/trigger": "cli"},
+            asset_selection=sorted(keys, key=lambda k: k.to_user_string()),
+        ) as result:
+            success = result.success
+            run_id = result.run_id
+            events = result.get_asset_materialization_events()
+            failure = None if success else first_failure(result)
+    except DagsterInvalidSubsetError as exc:
+        fail(str(exc))
+    _print_summary(events, cfg, day, run_id, time.monotonic() - started)
+    if not success:
+        fail(f"run {run_id} failed at {failure}\n(full traceback: `make ui`, Dagster -> Runs -> {run_id[:8]})", code=1)
+    return events
+
+
+def _print_summary(events, cfg: HominemConfig, day: str, run_id: str, seconds: float) -> None:
+    table = Table(title=f"hominem {day}  (Dagster run {run_id[:8]}, {seconds / 60:.1f} min)")
+    for col in ("asset", "version", "", "highlights"):
+        table.add_column(col)
+    keys = {
+        "prompts": ("train_prompts", "eval_prompts"),
+        "teacher_trajectories": ("trajectories", "tokens_per_second"),
+        "teacher_labels": ("labels", "mean_scalar"),
+        "reward_model": ("val_pairwise_accuracy", "val_pairs", "val_ece", "val_pearson_scalar", "train_seconds"),
+        "preference_pairs": ("pairs", "mean_margin"),
+        "lora_adapter": ("steps", "final_loss", "seconds_per_step"),
+        "evaluation": ("win_rate", "adapter_mean_scalar", "base_mean_scalar"),
+        "reward_health_index": ("rhi", "deployable", "dcs", "gvs", "mss", "cdrs", "lrps"),
+        "human_preferences": ("pairs", "quarantined", "duplicates_dropped"),
+    }
+    for event in events:
+        asset = event.asset_key.to_user_string()
+        meta = event.materialization.metadata
+        highlights = []
+        for k in keys.get(asset, ()):
+            if k in meta:
+                v = meta[k].value
+                highlights.append(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}")
+        reused = meta.get("reused_existing_version")
+        table.add_row(asset, str(meta["version"].value), "reused" if reused and reused.value else "built", "  ".join(highlights))
+    console.print(table)
+    console.print(
+        f"results: {cfg.data_dir}/<asset>/{day}/   (one folder per version; the table above names the ones this config reads)\n"
+        f"UIs:     make ui   ->  Dagster http://127.0.0.1:3000   MLflow http://127.0.0.1:5000"
+    )
+
+
+@app.command()
+def ui(
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    dagster_port: Annotated[int, typer.Option(help="Port of the Dagster UI.")] = 3000,
+    mlflow_port: Annotated[int, typer.Option(help="Port of the MLflow UI.")] = 5000,
+) -> None:
+    """Start the Dagster UI and the MLflow UI on localhost together; Ctrl-C stops both."""
+    cfg = load(config, sets)
+    dagster_env(cfg)
+    (cfg.data_dir / "mlflow").mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    bindir = Path(sys.executable).parent
+    commands = {
+        "Dagster": [str(bindir / "dagster"), "dev", "-m", "hominem_pipeline.definitions", "-h", "127.0.0.1", "-p", str(dagster_port)],
+        "MLflow": [
+            str(bindir / "mlflow"), "server", "--backend-store-uri", cfg.mlflow_uri, "--default-artifact-root",
+            cfg.path(cfg.tracking.artifact_root).resolve().as_uri(), "--host", "127.0.0.1", "--port", str(mlflow_port), "--workers", "1",
+        ],
+    }
+    procs: dict[str, subprocess.Popen] = {}
+    dagster_home = os.environ["DAGSTER_HOME"]
+    for name, cmd in commands.items():
+        # Own process group each, so stopping takes their workers and children too. Dagster starts in
+        # its home (not the project folder, whose dagster.yaml it would warn about).
+        procs[name] = subprocess.Popen(cmd, env=env, cwd=dagster_home if name == "Dagster" else cfg.root, start_new_session=True)
+    console.print(f"Dagster UI: http://127.0.0.1:{dagster_port}\nMLflow UI:  http://127.0.0.1:{mlflow_port}\nCtrl-C stops both.")
+
+    def stop(*_: object) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        # SIGINT is what both servers treat as Ctrl-C (a clean shutdown of their own children);
+        # whatever is left after the grace period is killed with its whole group.
+        for proc in procs.values():
+            signal_group(proc, signal.SIGINT)
+        deadline = time.monotonic() + 20
+        for proc in procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            signal_group(proc, signal.SIGKILL)
+        console.print("stopped Dagster and MLflow")
+        raise typer.Exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while True:
+        for name, proc in procs.items():
+            if proc.poll() is not None:
+                err.print(f"{name} exited with code {proc.returncode}; stopping the other one")
+                stop()
+        time.sleep(1)
+
