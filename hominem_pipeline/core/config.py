@@ -436,6 +436,26 @@ class RetrainConfig(_Frozen):
     weekly_cron: str = Field(min_length=9, description="Cron of the weekly schedule (UTC).")
 
 
+class ServingConfig(_Frozen):
+    host: str = Field(min_length=1, description="Address `hominem serve` binds; beyond loopback (127.0.0.1, ::1, localhost) it needs bearer tokens (tokens_file or tokens_env).")
+    port: int = Field(ge=0, le=65535, description="TCP port, 0-65535 (0: any free port, printed at start).")
+    adapter: str | None = Field(description="What `hominem` (the served model) runs: \"latest\" (the newest lora_adapter built under this config), an adapter folder, or null (the base alone).")
+    reward_model: str | None = Field(description="What scores replies: \"adapter\" (the one the served adapter was trained with, else the newest built), \"latest\", a folder, or null (no scores).")
+    max_batch_size: int = Field(ge=1, le=256, description="Replies generated together in one batch, 1-256.")
+    batch_wait_ms: float = Field(ge=0.0, le=1000.0, description="How long the first waiting request waits for others to join its batch, 0-1000 ms.")
+    max_queue: int = Field(ge=1, le=100_000, description="Requests waiting for the model beyond which a new one gets 503 with Retry-After.")
+    max_new_tokens: int = Field(ge=1, le=4096, description="Tokens a reply may have: the default and the most a request may ask for.")
+    temperature: float = Field(ge=0.0, le=2.0, description="Sampling temperature when a request names none, 0-2 (0: greedy).")
+    top_p: float = Field(gt=0.0, le=1.0, description="Nucleus sampling mass when a request names none, (0, 1].")
+    repetition_penalty: float = Field(ge=1.0, le=2.0, description="Repetition penalty of every reply, 1-2.")
+    max_body_bytes: int = Field(ge=1024, le=100_000_000, description="Largest request body accepted; larger gets 413.")
+    log_dir: str = Field(min_length=1, description="Folder of the interaction log (log/<day>.jsonl, one file per UTC day) and the audit log (audit.jsonl); relative to project.data_dir.")
+    tokens_file: str | None = Field(description="File of bearer tokens, one `rater TOKEN` or `admin TOKEN` per line (keep it outside the repository); null: none.")
+    tokens_env: str = Field(min_length=1, description="Environment variable with more tokens in the same form, separated by newlines or commas.")
+    redact: bool = Field(description="Replace e-mail addresses, phone numbers, card and IP numbers in logged text with [email], [phone], ... before it is written.")
+    repeat_rate: float = Field(ge=0.0, le=1.0, description="Share of pairwise choices the page asks again (order swapped) to measure each rater's consistency, 0-1.")
+
+
 class HominemConfig(_Frozen):
     project: ProjectConfig = Field(description="Where outputs go and the base seed.")
     tracking: TrackingConfig = Field(description="Where MLflow records runs, metrics and artifacts.")
@@ -451,6 +471,7 @@ class HominemConfig(_Frozen):
     evaluation: EvaluationConfig = Field(description="Base against base+adapter on the held-out prompts.")
     health: HealthConfig = Field(description="The Reward Health Index and the deploy gate.")
     retrain: RetrainConfig = Field(description="When the retrain sensor and schedule start a run.")
+    serving: ServingConfig = Field(description="`hominem serve`: the chat and feedback service.")
 
     # Not a YAML key: the folder relative paths are resolved against (set by `load_config`).
     root: Path = Field(default=Path("."), exclude=True)

@@ -1,0 +1,141 @@
+"""The interaction log: every served turn and every piece of feedback, one JSON object per line, a file
+per UTC day (`<folder>/<YYYY-MM-DD>.jsonl`).
+
+`InteractionLog.append` returns only after its lines are written and fsynced, so whatever the service
+acknowledges survives a crash. Each event carries an `id`; an id the log already holds is not written
+again, so a client that retries after losing a reply gets the same acknowledgement, not a second copy.
+A line cut short by a crash (the process killed mid-write) was never acknowledged: opening the log
+cuts it off, with a warning, so the next event starts on a line of its own. Readers skip any line that
+is not a JSON object, with a warning naming the file and line, and never fail on one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+SUFFIX = ".jsonl"
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def event_day(event: dict[str, Any]) -> str:
+    """The UTC day an event belongs to, from its `time` (ISO 8601)."""
+    return dt.datetime.fromisoformat(event["time"]).astimezone(dt.timezone.utc).date().isoformat()
+
+
+def read_events(path: Path) -> Iterator[dict[str, Any]]:
+    """The events of one log file in order; a line that is not a JSON object (a torn write, a stray edit)
+    is skipped with a warning."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                event = json.loads(raw)
+            except ValueError:
+                event = None
+            if not isinstance(event, dict) or "id" not in event:
+                torn = not raw.endswith(b"\n")
+                log.warning("%s line %d: %s, skipped (%d bytes: %r)", path, number,
+                            "a torn last line (the writer stopped mid-line)" if torn else "not a JSON event", len(raw), raw[:80])
+                continue
+            yield event
+
+
+class InteractionLog:
+    """Append-only, durable, de-duplicated by event id. Thread-safe."""
+
+    def __init__(self, folder: Path, remember_days: int = 2):
+        """`remember_days`: the ids of this many most recent days' files are loaded, so a retry of an
+        event written then is recognised (retries come seconds later; older ids are not kept)."""
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._file: Any = None
+        self._file_day: str | None = None
+        self._ids: set[str] = set()
+        for path in self.files()[-remember_days:]:
+            self._cut_torn_tail(path)
+            self._ids.update(e["id"] for e in read_events(path))
+
+    def files(self) -> list[Path]:
+        return sorted(self.folder.glob(f"*{SUFFIX}"))
+
+    def days(self) -> list[str]:
+        return [p.name.removesuffix(SUFFIX) for p in self.files()]
+
+    def path(self, day: str) -> Path:
+        return self.folder / f"{day}{SUFFIX}"
+
+    def __contains__(self, event_id: str) -> bool:
+        return event_id in self._ids
+
+    @staticmethod
+    def _cut_torn_tail(path: Path) -> None:
+        data = path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            keep = data.rfind(b"\n") + 1
+            log.warning("%s: cutting off a torn last line of %d bytes (never acknowledged): %r", path, len(data) - keep, data[keep:][:80])
+            with open(path, "r+b") as f:
+                f.truncate(keep)
+                os.fsync(f.fileno())
+
+    def _open(self, day: str) -> Any:
+        if self._file_day != day:
+            if self._file is not None:
+                self._file.close()
+            path = self.path(day)
+            if path.exists():
+                self._cut_torn_tail(path)
+            self._file = open(path, "ab")
+            self._file_day = day
+        return self._file
+
+    def append(self, events: Iterable[dict[str, Any]]) -> list[bool]:
+        """Write the events (each a JSON object with `id` and `time`) and fsync before returning; per
+        event, True when written, False when its id was already in the log (nothing written for it)."""
+        events = list(events)
+        written: list[bool] = []
+        with self._lock:
+            lines: dict[str, list[bytes]] = {}
+            for event in events:
+                if event["id"] in self._ids:
+                    written.append(False)
+                    continue
+                lines.setdefault(event_day(event), []).append(json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
+                self._ids.add(event["id"])
+                written.append(True)
+            try:
+                for day, chunk in lines.items():
+                    f = self._open(day)
+                    f.write(b"".join(chunk))
+                    f.flush()
+                    os.fsync(f.fileno())
+            except BaseException:
+                # Nothing of this call counts as written: a retry must be able to write it.
+                for event, new in zip(events, written):
+                    if new:
+                        self._ids.discard(event["id"])
+                raise
+        return written
+
+    def read(self, day: str) -> list[dict[str, Any]]:
+        path = self.path(day)
+        return list(read_events(path)) if path.exists() else []
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file, self._file_day = None, None

@@ -1,0 +1,122 @@
+"""`hominem serve`: resolve what to serve from the config, load it, and run the app under uvicorn."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+from pathlib import Path
+
+from hominem_pipeline.core.config import HominemConfig
+from hominem_pipeline.core.online.ledger import Ledger
+from hominem_pipeline.core.online.log import InteractionLog
+from hominem_pipeline.serving.auth import Access
+from hominem_pipeline.serving.journal import Journal
+
+log = logging.getLogger(__name__)
+REMEMBER_DAYS = 2  # days of the log whose turns feedback may refer to, and whose ids a retry is checked against
+
+
+class ServeError(ValueError):
+    """What to serve cannot be resolved; the message says what to build or pass."""
+
+
+def _built(cfg: HominemConfig, asset: str) -> Path | None:
+    from hominem_pipeline.core.lineage import lineage
+
+    ref = lineage(cfg).latest(asset)
+    return None if ref is None else ref.path
+
+
+def resolve_adapter(cfg: HominemConfig, choice: str | None) -> Path | None:
+    """`latest` (the newest lora_adapter under this config; None with a warning when there is none),
+    a folder, or None / `none` / `base` (the base alone)."""
+    if choice is None or choice in ("none", "base"):
+        return None
+    if choice == "latest":
+        path = _built(cfg, "lora_adapter")
+        if path is None:
+            log.warning("no lora_adapter is built under this config in %s: serving the base alone (build one with `make run`)", cfg.data_dir)
+        return path
+    path = cfg.path(choice)
+    if not (path / "adapter_config.json").is_file():
+        raise ServeError(f"adapter {choice!r}: {path} is not a PEFT adapter folder (no adapter_config.json); pass data/lora_adapter/<day>/<version>, "
+                         "`latest`, or `none`")
+    return path
+
+
+def resolve_reward_model(cfg: HominemConfig, choice: str | None, adapter: Path | None) -> Path | None:
+    """`adapter` (the one the served adapter was trained with, else the newest), `latest`, a folder, or
+    None / `none` (replies are not scored)."""
+    from hominem_pipeline.core.policy.lora import adapter_reward_model
+
+    if choice is None or choice == "none":
+        return None
+    if choice == "adapter" and adapter is not None and (own := adapter_reward_model(adapter, cfg.data_dir)) is not None and own.is_dir():
+        return own
+    if choice in ("adapter", "latest"):
+        path = _built(cfg, "reward_model")
+        if path is None:
+            log.warning("no reward_model is built under this config in %s: replies are not scored", cfg.data_dir)
+        return path
+    path = cfg.path(choice)
+    if not (path / "METADATA.json").is_file():
+        raise ServeError(f"reward model {choice!r}: {path} is not a reward model folder (no METADATA.json); pass data/reward_model/<day>/<version>, "
+                         "`latest`, or `none`")
+    return path
+
+
+def label(cfg: HominemConfig, path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return str(path.resolve().relative_to(cfg.data_dir.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def build_service(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, student: Path):
+    from hominem_pipeline.serving.app import Service
+    from hominem_pipeline.serving.engine import Engine
+
+    s = cfg.serving
+    folder = cfg.data_dir / s.log_dir
+    access = Access.from_settings(cfg.path(s.tokens_file) if s.tokens_file else None, s.tokens_env, folder / "audit.jsonl", repo=cfg.root)
+    access.check_bind(s.host)
+    interaction_log = InteractionLog(folder / "log", remember_days=REMEMBER_DAYS)
+    ledger = Ledger(cfg.dimension_names)
+    for day in interaction_log.days()[-REMEMBER_DAYS:]:
+        ledger.load(interaction_log.read(day))
+    engine = Engine(student, adapter, reward_model, max_batch_size=s.max_batch_size, batch_wait_ms=s.batch_wait_ms, max_queue=s.max_queue,
+                    repetition_penalty=s.repetition_penalty)
+    return Service(s, engine, Journal(interaction_log), ledger, access, label(cfg, adapter), label(cfg, reward_model))
+
+
+def serve(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, student: Path) -> None:
+    """Load, bind, print the address, and serve until SIGINT / SIGTERM."""
+    import uvicorn
+
+    from hominem_pipeline.serving.app import create_app
+
+    service = build_service(cfg, adapter, reward_model, student)
+    host, port = cfg.serving.host, cfg.serving.port
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        raise ServeError(f"cannot listen on {host}:{port} ({exc.strerror}); pass another --port (0: any free one)") from exc
+    bound = sock.getsockname()[1]
+    service.access.audit("start", host=host, port=bound, adapter=service.adapter_label, reward_model=service.reward_label)
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{bound}"
+    print(f"hominem serve: {url}  (page {url}/ , OpenAI base_url {url}/v1 , API docs {url}/docs)\n"
+          f"  adapter {service.adapter_label or 'none (the base)'}; reward model {service.reward_label or 'none'}; "
+          f"log {service.journal.log.folder}; {'open on loopback' if service.access.open else 'bearer tokens required'}", flush=True)
+    server = uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning", timeout_graceful_shutdown=30))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        service.engine.close()
+        service.journal.log.close()
+        service.access.audit("stop", port=bound)
+        print("hominem serve: stopped", file=sys.stderr, flush=True)

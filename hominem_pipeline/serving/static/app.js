@@ -1,0 +1,219 @@
+// The feedback page: chat with the student; rate, compare, nudge and label its replies.
+// Plain JavaScript against the service's own API (/config, /generate, /feedback, ...); no build step.
+"use strict";
+
+const EMOJI = {
+  high_arousal: "🚀 high arousal", low_arousal: "😴 low arousal", predictive_discrepancy: "💔 predictive discrepancy",
+  prospect_heavy: "⏳ prospect-heavy", reflection_heavy: "🪞 reflection-heavy",
+  high_social_broadcast: "🤗 high social broadcast", low_social_broadcast: "🎭 low social broadcast",
+};
+const state = { config: null, messages: [], session: newId(), choiceCount: 0 };
+const $ = (sel, root = document) => root.querySelector(sel);
+
+function newId() {
+  return (crypto.randomUUID ? crypto.randomUUID() : String(Date.now()) + Math.random().toString(16).slice(2)).replace(/-/g, "");
+}
+
+function status(text, isError = false) {
+  const el = $("#status");
+  el.textContent = text;
+  el.className = isError ? "error" : "muted";
+}
+
+async function api(path, body) {
+  const headers = { "Content-Type": "application/json" };
+  const token = localStorage.getItem("hominem-token");
+  if (token) headers.Authorization = "Bearer " + token;
+  const response = await fetch(path, body === undefined ? { headers } : { method: "POST", headers, body: JSON.stringify(body) });
+  const data = await response.json().catch(() => ({}));
+  if (!response.ok) {
+    const message = (data.error && data.error.message) || response.statusText;
+    throw new Error(`${response.status}: ${message}`);
+  }
+  return data;
+}
+
+// Feedback is sent with its own id, so a retry after a lost answer is written once.
+async function sendFeedback(event, what) {
+  const body = { id: newId(), ...event };
+  for (let attempt = 0; ; attempt++) {
+    try {
+      const result = await api("/feedback", body);
+      status(`saved: ${what}`);
+      return result;
+    } catch (error) {
+      if (attempt >= 2 || !/^(5\d\d|Failed|NetworkError)/.test(error.message)) {
+        status(`not saved (${what}): ${error.message}`, true);
+        throw error;
+      }
+      await new Promise((r) => setTimeout(r, 500 * (attempt + 1)));
+    }
+  }
+}
+
+function scoresView(reward) {
+  const box = document.createElement("div");
+  if (!reward) {
+    box.textContent = state.config && state.config.reward_model ? "(empty reply: not scored)" : "(no reward model served)";
+    box.className = "muted";
+    return box;
+  }
+  const head = document.createElement("div");
+  head.className = "headline";
+  head.textContent = `scalar ${reward.scalar.toFixed(2)} · intensity ${reward.reward_intensity.toFixed(2)} · safety ${reward.safety_score.toFixed(2)}`;
+  box.appendChild(head);
+  for (const [name, value] of Object.entries(reward.vector)) {
+    const row = document.createElement("div");
+    row.className = "bar";
+    row.dataset.dimension = name;
+    const width = Math.round(Math.abs(value) * 50);
+    row.innerHTML = `<span class="name"></span><span class="track"><span class="fill ${value < 0 ? "neg" : "pos"}" style="width:${width}%;${value < 0 ? `margin-left:${50 - width}%` : "margin-left:50%"}"></span></span><span class="value"></span>`;
+    $(".name", row).textContent = name;
+    $(".value", row).textContent = (value >= 0 ? "+" : "") + value.toFixed(2);
+    box.appendChild(row);
+  }
+  return box;
+}
+
+function replyCard(reply, label) {
+  const card = $("#reply-template").content.firstElementChild.cloneNode(true);
+  card.dataset.turn = reply.turn;
+  $(".label", card).textContent = label;
+  $(".text", card).textContent = reply.text || "(empty reply)";
+  $(".scores", card).appendChild(scoresView(reply.reward));
+  for (const button of card.querySelectorAll(".thumb")) {
+    button.onclick = () => sendFeedback({ kind: "thumb", turn: reply.turn, value: button.dataset.value }, `thumb ${button.dataset.value}`)
+      .then(() => button.classList.add("done")).catch(() => {});
+  }
+  const select = $(".dimension", card);
+  for (const name of state.config.dimensions) select.add(new Option(name, name));
+  for (const button of card.querySelectorAll(".nudge button")) {
+    button.onclick = () => sendFeedback({ kind: "nudge", turn: reply.turn, dimension: select.value, direction: button.dataset.direction },
+      `${button.dataset.direction} ${select.value}`).then(() => button.classList.add("done")).catch(() => {});
+  }
+  const tags = $(".tags", card);
+  for (const tag of state.config.emotion_tags) {
+    const item = document.createElement("label");
+    item.innerHTML = `<input type="checkbox" value="${tag}"> `;
+    item.append(EMOJI[tag] || tag);
+    tags.appendChild(item);
+  }
+  let valence = null;
+  for (const button of card.querySelectorAll("[data-valence]")) {
+    button.onclick = () => {
+      valence = Number(button.dataset.valence);
+      card.querySelectorAll("[data-valence]").forEach((b) => b.classList.toggle("selected", b === button));
+    };
+  }
+  $(".send-emotion", card).onclick = () => {
+    const chosen = [...tags.querySelectorAll("input:checked")].map((i) => i.value);
+    sendFeedback({ kind: "emotion", turn: reply.turn, valence, tags: chosen }, "emotion labels").catch(() => {});
+  };
+  return card;
+}
+
+function choiceBox(a, b, onChosen, repeatOf) {
+  const box = $("#choice-template").content.firstElementChild.cloneNode(true);
+  const group = "c" + state.choiceCount++;
+  box.querySelectorAll('input[name="pick"]').forEach((i) => (i.name = "pick-" + group));
+  box.querySelectorAll('input[name="strength"]').forEach((i) => (i.name = "strength-" + group));
+  $(".submit-choice", box).onclick = async () => {
+    const pick = $(`input[name="pick-${group}"]:checked`, box);
+    if (!pick) return status("choose A or B first", true);
+    const [chosen, rejected] = pick.value === "A" ? [a, b] : [b, a];
+    const event = { kind: "choice", chosen: chosen.turn, rejected: rejected.turn, strength: $(`input[name="strength-${group}"]:checked`, box).value };
+    const note = $(".note", box).value.trim();
+    if (note) event.note = note;
+    if (repeatOf) event.repeat_of = repeatOf;
+    try {
+      await sendFeedback(event, `${pick.value} over ${pick.value === "A" ? "B" : "A"} (${event.strength})`);
+    } catch { return; }
+    box.classList.add("done");
+    box.querySelectorAll("input, textarea, button").forEach((el) => (el.disabled = true));
+    onChosen(chosen);
+    refreshConsistency();
+    offerRepeat();
+  };
+  return box;
+}
+
+function addUser(text) {
+  const el = document.createElement("div");
+  el.className = "user card";
+  el.textContent = text;
+  $("#chat").appendChild(el);
+}
+
+async function send(event) {
+  event.preventDefault();
+  const text = $("#message").value.trim();
+  if (!text) return;
+  const pair = $("#pair-mode").checked;
+  state.messages.push({ role: "user", content: text });
+  addUser(text);
+  $("#message").value = "";
+  $("#send").disabled = true;
+  status(pair ? "writing two replies…" : "writing…");
+  try {
+    const result = await api("/generate", { messages: state.messages, n: pair ? 2 : 1, adapter: !$("#base-mode").checked, session: state.session });
+    const chat = $("#chat");
+    if (pair) {
+      const [a, b] = result.replies;
+      const pairBox = document.createElement("div");
+      pairBox.className = "pair";
+      pairBox.append(replyCard(a, "A"), replyCard(b, "B"));
+      chat.append(pairBox, choiceBox(a, b, (chosen) => state.messages.push({ role: "assistant", content: chosen.text })));
+    } else {
+      chat.appendChild(replyCard(result.replies[0], result.adapter ? "student + adapter" : "base"));
+      state.messages.push({ role: "assistant", content: result.replies[0].text });
+    }
+    status("");
+    chat.lastElementChild.scrollIntoView({ behavior: "smooth", block: "end" });
+  } catch (error) {
+    state.messages.pop();
+    status(`no reply: ${error.message}`, true);
+  } finally {
+    $("#send").disabled = false;
+  }
+}
+
+async function offerRepeat() {
+  const section = $("#repeat");
+  const { repeat } = await api("/feedback/repeat").catch(() => ({ repeat: null }));
+  if (!repeat) return;
+  section.hidden = false;
+  $(".prompt", section).textContent = repeat.messages[repeat.messages.length - 1].content;
+  const pair = $(".pair", section);
+  pair.replaceChildren(replyCard(repeat.a, "A"), replyCard(repeat.b, "B"));
+  const old = $(".choice", section);
+  if (old) old.remove();
+  section.appendChild(choiceBox(repeat.a, repeat.b, () => setTimeout(() => (section.hidden = true), 800), repeat.repeat_of));
+}
+
+async function refreshConsistency() {
+  const stats = await api("/feedback/consistency").catch(() => null);
+  if (!stats) return;
+  $("#consistency").textContent = stats.repeats
+    ? `your consistency: ${Math.round(100 * stats.consistency)}% of ${stats.repeats} repeated choices`
+    : `${stats.choices} choice(s) made`;
+}
+
+async function start() {
+  const tokenInput = $("#token");
+  tokenInput.value = localStorage.getItem("hominem-token") || "";
+  tokenInput.onchange = () => { localStorage.setItem("hominem-token", tokenInput.value.trim()); start(); };
+  try {
+    state.config = await api("/config");
+  } catch (error) {
+    return status(`cannot reach the service: ${error.message}`, true);
+  }
+  $("#token-box").hidden = !state.config.token_required;
+  $("#served").textContent = `adapter: ${state.config.adapter || "none (base)"} · reward model: ${state.config.reward_model || "none"}`;
+  $("#composer").onsubmit = send;
+  $("#message").onkeydown = (e) => { if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("#composer").requestSubmit(); } };
+  $("#new-chat").onclick = () => { state.messages = []; state.session = newId(); $("#chat").replaceChildren(); status("new conversation"); };
+  refreshConsistency();
+  document.body.dataset.ready = "1";
+}
+
+start();
