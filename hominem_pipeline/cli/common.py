@@ -36,12 +36,15 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def load(config: Path | None, sets: list[str] | None = None) -> HominemConfig:
-    """The config: config/hominem.yaml, the overlay, then each --set. With --set, the combination is
-    written as an overlay under data/overlays/ so that Dagster runs and later commands see the same."""
+def load(config: Path | None, sets: list[str] | None = None, persist: bool = True) -> HominemConfig:
+    """The config: config/hominem.yaml, the overlay, then each --set. With --set and `persist`, the
+    combination is written as an overlay under data/overlays/ so that Dagster runs and later commands
+    see the same; commands that only read the config (`config`, `serve`) apply --set in memory."""
     try:
         if not sets:
             return load_config(config)
+        if not persist:
+            return load_config(config, overrides=parse_assignments(sets))
         return load_config(write_set_overlay(config, parse_assignments(sets)))
     except ConfigError as exc:
         fail(str(exc))

@@ -42,7 +42,7 @@ def show_config(
     from hominem_pipeline.core.config_loader import describe
 
     try:
-        rows = describe(load(config, sets), keys or [""])
+        rows = describe(load(config, sets, persist=False), keys or [""])
     except KeyError as exc:
         fail(exc.args[0])
     for row in rows:
@@ -186,6 +186,7 @@ def _print_summary(events, cfg: HominemConfig, day: str, run_id: str, seconds: f
         "evaluation": ("win_rate", "adapter_mean_scalar", "base_mean_scalar"),
         "reward_health_index": ("rhi", "deployable", "dcs", "gvs", "mss", "cdrs", "lrps"),
         "human_preferences": ("pairs", "quarantined", "duplicates_dropped"),
+        "human_feedback": ("turns", "pairs", "raters"),
     }
     for event in events:
         asset = event.asset_key.to_user_string()

@@ -25,7 +25,7 @@ def serve(
     from hominem_pipeline.serving.auth import AccessError
     from hominem_pipeline.serving.server import ServeError, resolve_adapter, resolve_reward_model, serve as run_server
 
-    cfg = load(config, [*(sets or []), *([f"serving.host={host}"] if host else []), *([f"serving.port={port}"] if port is not None else [])])
+    cfg = load(config, [*(sets or []), *([f"serving.host={host}"] if host else []), *([f"serving.port={port}"] if port is not None else [])], persist=False)
     try:
         student = prepare_student(cfg)
         adapter_path = resolve_adapter(cfg, adapter if adapter is not None else cfg.serving.adapter)
