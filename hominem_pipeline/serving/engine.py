@@ -1,12 +1,16 @@
 """The model behind the service: one worker thread runs every generation and scoring job, so requests
 share the CPU through batching instead of fighting over it.
 
-Chat requests wait in a bounded queue; the worker takes the oldest and, after `batch_wait_ms`, up to
-`max_batch_size - 1` more with the same sampling settings and adapter switch, and generates them as
-one left-padded batch (`model.generate` with a streamer that hands each row's new tokens to its
-request as they are sampled, and a stopping rule per row: its own token limit, the end of turn, or a
-client that went away). A full queue refuses new requests with `QueueFull`, which carries how long to
-wait before retrying; nothing is dropped once accepted.
+Generation is continuously batched (as vLLM does it, on a small scale): the worker keeps one batch of
+rows in flight, each with its own KV cache rows, and steps them all one token at a time. A request
+that arrives joins the running batch at the next step (its prompt is prefilled, then its cache is
+left-padded into the batch's); a finished row leaves at once. So a client never waits for someone
+else's long reply to end before its own starts. Each row samples with its own temperature, top-p and
+seed (its own generator: a seeded request gets the same reply whoever it shares a batch with). Rows
+with the adapter and rows without it (`hominem-base`) run in separate batches, first come first served.
+
+Waiting requests are bounded by `max_queue`: beyond it `submit` raises `QueueFull`, which carries how
+long to wait before retrying; nothing is dropped once accepted.
 """
 
 from __future__ import annotations
@@ -38,10 +42,6 @@ class Sampling:
     max_tokens: int
     seed: int | None = None
 
-    @property
-    def key(self) -> tuple[float, float]:
-        return (self.temperature, self.top_p if self.temperature > 0 else 1.0)
-
 
 @dataclass
 class Request:
@@ -58,51 +58,18 @@ class Request:
     cancelled: bool = False
     prompt_tokens: int = 0
     future: Future = field(default_factory=Future)
+    context: list[int] = field(default_factory=list)  # prompt + reply ids: what the repetition penalty looks at
+    generator: Any = None
 
-
-class _Rows:
-    """The streamer and the per-row stopping rule of one batch."""
-
-    def __init__(self, rows: list[Request], tokenizer: Any, stop_ids: set[int]):
-        self.rows, self.tokenizer, self.stop_ids = rows, tokenizer, stop_ids
-        self.prompt_seen = False
-
-    # transformers' BaseStreamer protocol: put(prompt ids) once, then put(new tokens, one per row) per step
-    def put(self, value: Any) -> None:
-        if not self.prompt_seen:
-            self.prompt_seen = True
+    def emit(self, tokenizer: Any, final: bool = False) -> None:
+        """Hand the text decoded since the last call to `on_text` (a character split across tokens waits
+        for its end, unless this is the final call)."""
+        text = tokenizer.decode(self.ids, skip_special_tokens=True)
+        if text.endswith("\ufffd") and not final:
             return
-        for row, token in zip(self.rows, value.tolist()):
-            if row.done:
-                continue
-            if token in self.stop_ids:
-                row.done, row.finish_reason = True, "stop"
-                continue
-            row.ids.append(token)
-            self._emit(row)
-            if len(row.ids) >= row.sampling.max_tokens:
-                row.done, row.finish_reason = True, "length"
-
-    def end(self) -> None:
-        for row in self.rows:
-            row.done = True
-
-    def _emit(self, row: Request) -> None:
-        text = self.tokenizer.decode(row.ids, skip_special_tokens=True)
-        if text.endswith("\ufffd"):  # a character split across tokens: wait for the rest
-            return
-        delta, row.sent = text[len(row.sent):], text
-        if delta and row.on_text is not None:
-            row.on_text(delta)
-
-    # a StoppingCriteria: a bool per row, True where that row is finished
-    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-        import torch
-
-        for row in self.rows:
-            if row.cancelled and not row.done:
-                row.done, row.finish_reason = True, "cancelled"
-        return torch.tensor([row.done for row in self.rows], dtype=torch.bool)
+        delta, self.sent = text[len(self.sent):], text
+        if delta and self.on_text is not None:
+            self.on_text(delta)
 
 
 class Engine:
@@ -147,6 +114,7 @@ class Engine:
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     def count_tokens(self, text: str) -> int:
+        """Call it on the worker (`run`): the tokenizer is not safe to share between threads."""
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def submit(self, request: Request) -> Future:
@@ -186,24 +154,8 @@ class Engine:
 
     # -- the worker ---------------------------------------------------------------------------------
 
-    def _take_batch(self) -> list[Request] | None:
-        with self._cond:
-            while not self._pending and self._jobs.empty() and not self._closed:
-                self._cond.wait()
-            if self._closed and not self._pending:
-                return None
-            if not self._pending:
-                return []
-        if self.batch_wait > 0:
-            time.sleep(self.batch_wait)  # let the requests that arrive together share the batch
-        with self._cond:
-            first = self._pending[0]
-            key = (first.sampling.key, first.adapter)
-            batch = [r for r in self._pending if (r.sampling.key, r.adapter) == key][: self.max_batch_size]
-            self._pending = [r for r in self._pending if not any(r is b for b in batch)]
-        return batch
-
     def _loop(self) -> None:
+        batch: _Batch | None = None
         while True:
             while not self._jobs.empty():
                 job, future = self._jobs.get()
@@ -212,63 +164,186 @@ class Engine:
                         future.set_result(job())
                     except BaseException as exc:  # handed to the caller, who reports it
                         future.set_exception(exc)
-            batch = self._take_batch()
-            if batch is None:
+            joining = self._admit(batch)
+            if joining is None:
                 return
-            if not batch:
-                continue
             try:
-                self._generate(batch)
-                for row in batch:
-                    row.future.set_result(row)
+                if joining:
+                    batch = self._join(batch, joining)
+                if batch is not None:
+                    batch = self._step(batch)
             except BaseException as exc:
-                log.exception("generation failed for a batch of %d", len(batch))
-                for row in batch:
+                log.exception("generation failed")
+                for row in (batch.rows if batch else []) + joining:
                     if not row.future.done():
                         row.future.set_exception(exc)
+                batch = None
 
-    def _generate(self, rows: list[Request]) -> None:
+    def _admit(self, batch: _Batch | None) -> list[Request] | None:
+        """Requests to join the running batch now (None: shut down). The oldest waiting request decides
+        which kind of batch runs (adapter on or off): while it waits for the other kind to drain, no one
+        newer joins."""
+        with self._cond:
+            while batch is None and not self._pending and self._jobs.empty() and not self._closed:
+                self._cond.wait()
+            if batch is None and not self._pending:
+                return None if self._closed else []
+        if batch is None and self.batch_wait > 0:
+            time.sleep(self.batch_wait)  # let the requests that arrive together start together
+        with self._cond:
+            if not self._pending or (batch is not None and self._pending[0].adapter != batch.adapter):
+                return []
+            adapter = self._pending[0].adapter
+            room = self.max_batch_size - (len(batch.rows) if batch else 0)
+            joining = [r for r in self._pending if r.adapter == adapter][:room]
+            self._pending = [r for r in self._pending if not any(r is j for j in joining)]
+        return joining
+
+    def _forward(self, adapter: bool, **inputs: Any) -> Any:
         import contextlib
 
-        import torch
-        from transformers import StoppingCriteriaList
+        switch = self.model.disable_adapter() if not adapter and hasattr(self.model, "disable_adapter") else contextlib.nullcontext()
+        with switch:
+            return self.model(**inputs, use_cache=True)
 
-        sampling = rows[0].sampling
+    def _join(self, batch: _Batch | None, rows: list[Request]) -> _Batch:
+        """Prefill the new rows' prompts together (left-padded), sample each one's first token, and merge
+        their cache rows into the running batch's."""
+        import torch
+
         enc = self.tokenizer([r.text for r in rows], return_tensors="pt", padding=True, add_special_tokens=False)
-        for row, mask in zip(rows, enc["attention_mask"]):
-            row.prompt_tokens = int(mask.sum())
-        control = _Rows(rows, self.tokenizer, self.stop_ids)
-        seed = sampling.seed if sampling.seed is not None else int(time.time_ns() % 2**31)
-        torch.manual_seed(seed)
-        greedy = sampling.temperature <= 0
-        switch = contextlib.nullcontext()
-        if not rows[0].adapter and hasattr(self.model, "disable_adapter"):
-            switch = self.model.disable_adapter()
-        started = time.monotonic()
-        with torch.inference_mode(), switch:
-            self.model.generate(
-                **enc,
-                max_new_tokens=max(r.sampling.max_tokens for r in rows) + 1,  # +1: room to sample the end of turn
-                do_sample=not greedy,
-                temperature=None if greedy else sampling.temperature,
-                top_p=None if greedy else sampling.top_p,
-                top_k=None,
-                repetition_penalty=self.repetition_penalty,
-                pad_token_id=self.tokenizer.pad_token_id,
-                streamer=control,
-                stopping_criteria=StoppingCriteriaList([control]),
-            )
+        mask = enc["attention_mask"]
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        with torch.inference_mode():
+            out = self._forward(rows[0].adapter, input_ids=enc["input_ids"], attention_mask=mask, position_ids=positions)
+        for row, ids, m in zip(rows, enc["input_ids"], mask):
+            row.prompt_tokens = int(m.sum())
+            row.context = ids[m.bool()].tolist()
+            row.generator = torch.Generator().manual_seed(row.sampling.seed if row.sampling.seed is not None else int(time.time_ns() % 2**63))
+        new = _Batch(rows, out.past_key_values, mask, positions[:, -1] + 1, rows[0].adapter)
+        new.last = self._sample(new, out.logits[:, -1, :])
+        merged = new if batch is None else batch.merge(new)
         self.batches += 1
-        self.largest_batch = max(self.largest_batch, len(rows))
-        produced = sum(len(r.ids) for r in rows)
+        self.largest_batch = max(self.largest_batch, len(merged.rows))
+        return self._retire(merged)
+
+    def _step(self, batch: _Batch) -> _Batch | None:
+        """One token for every row of the batch."""
+        import torch
+
+        started = time.monotonic()
+        batch.mask = torch.cat([batch.mask, torch.ones(len(batch.rows), 1, dtype=batch.mask.dtype)], 1)
+        with torch.inference_mode():
+            out = self._forward(batch.adapter, input_ids=batch.last.unsqueeze(1), attention_mask=batch.mask,
+                                position_ids=batch.positions.unsqueeze(1), past_key_values=batch.cache)
+        batch.cache, batch.positions = out.past_key_values, batch.positions + 1
+        batch.last = self._sample(batch, out.logits[:, -1, :])
         seconds = time.monotonic() - started
-        if produced and seconds > 0:
-            self.tokens_per_second = 0.7 * self.tokens_per_second + 0.3 * produced / seconds
-        for row in rows:  # what a split character held back
-            text = self.tokenizer.decode(row.ids, skip_special_tokens=True)
-            delta, row.sent = text[len(row.sent):], text
-            if delta and row.on_text is not None:
-                row.on_text(delta)
+        if seconds > 0:
+            self.tokens_per_second = 0.95 * self.tokens_per_second + 0.05 * len(batch.rows) / seconds
+        return self._retire(batch)
+
+    def _sample(self, batch: _Batch, logits: Any) -> Any:
+        """Each row's next token (with its own penalty, temperature, top-p and generator), appended to it."""
+        import torch
+
+        with torch.inference_mode():  # the logits are inference tensors: edited in place below
+            return self._sample_rows(batch, logits)
+
+    def _sample_rows(self, batch: _Batch, logits: Any) -> Any:
+        import torch
+
+        tokens = []
+        for row, scores in zip(batch.rows, logits.float()):
+            if row.cancelled and not row.done:
+                row.done, row.finish_reason = True, "cancelled"
+            if row.done:
+                tokens.append(self.tokenizer.pad_token_id)
+                continue
+            if self.repetition_penalty != 1.0:
+                seen = torch.tensor(row.context)
+                picked = scores[seen]
+                scores[seen] = torch.where(picked < 0, picked * self.repetition_penalty, picked / self.repetition_penalty)
+            if row.sampling.temperature <= 0:
+                token = int(scores.argmax())
+            else:
+                scores = scores / row.sampling.temperature
+                if row.sampling.top_p < 1.0:
+                    ordered, order = scores.sort()  # ascending, as transformers' TopPLogitsWarper
+                    drop = ordered.softmax(-1).cumsum(-1) <= 1 - row.sampling.top_p
+                    drop[-1] = False
+                    scores[order[drop]] = -float("inf")
+                token = int(torch.multinomial(scores.softmax(-1), 1, generator=row.generator))
+            if token in self.stop_ids:
+                row.done, row.finish_reason = True, "stop"
+            else:
+                row.ids.append(token)
+                row.context.append(token)
+                row.emit(self.tokenizer)
+                if len(row.ids) >= row.sampling.max_tokens:
+                    row.done, row.finish_reason = True, "length"
+            tokens.append(token)
+        return torch.tensor(tokens, dtype=torch.long)
+
+    def _retire(self, batch: _Batch) -> _Batch | None:
+        """Finish the rows that are done (their futures resolve) and drop them from the batch."""
+        done = [r for r in batch.rows if r.done]
+        for row in done:
+            row.emit(self.tokenizer, final=True)
+            row.future.set_result(row)
+        if not done:
+            return batch
+        keep = [i for i, r in enumerate(batch.rows) if not r.done]
+        return batch.select(keep) if keep else None
+
+
+@dataclass
+class _Batch:
+    """The rows in flight: their cache (one row each, left-padded to a common length), attention mask,
+    next position and last sampled token."""
+
+    rows: list[Request]
+    cache: Any
+    mask: Any  # (rows, length) long: 1 for a real token
+    positions: Any  # (rows,) the next token's position in its own row
+    adapter: bool
+    last: Any = None  # (rows,) the token each row feeds next
+
+    def select(self, keep: list[int]) -> _Batch:
+        import torch
+
+        index = torch.tensor(keep)
+        self.cache.batch_select_indices(index)
+        mask = self.mask[index]
+        first = int((mask.sum(0) > 0).nonzero()[0]) if mask.any() else 0  # columns no kept row uses
+        if first:
+            for layer in self.cache.layers:
+                layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
+            mask = mask[:, first:]
+        return _Batch([self.rows[i] for i in keep], self.cache, mask, self.positions[index], self.adapter, self.last[index])
+
+    def merge(self, other: _Batch) -> _Batch:
+        """Both batches' rows in one: the shorter side's cache and mask left-padded to the longer length."""
+        import torch
+
+        length = max(self.mask.shape[1], other.mask.shape[1])
+        for mine, theirs in zip(self.cache.layers, other.cache.layers):
+            mine.keys = torch.cat([_left_pad(mine.keys, length), _left_pad(theirs.keys, length)])
+            mine.values = torch.cat([_left_pad(mine.values, length), _left_pad(theirs.values, length)])
+        mask = torch.cat([_left_pad(self.mask, length, dim=1), _left_pad(other.mask, length, dim=1)])
+        return _Batch(self.rows + other.rows, self.cache, mask, torch.cat([self.positions, other.positions]), self.adapter,
+                      torch.cat([self.last, other.last]))
+
+
+def _left_pad(t: Any, length: int, dim: int = 2) -> Any:
+    import torch
+
+    missing = length - t.shape[dim]
+    if missing <= 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = missing
+    return torch.cat([torch.zeros(shape, dtype=t.dtype), t], dim)
 
 
 async def wait(future: Future) -> Any:

@@ -41,3 +41,53 @@ def test_streamed_text_adds_up_to_the_reply_and_a_cancelled_row_stops(engine):
     assert a.result(timeout=60) is streamed and len(streamed.ids) == 12
     assert "".join(pieces) == streamed.sent and len(pieces) > 1
     assert b.result(timeout=60).finish_reason == "cancelled" and len(cancelled.ids) <= 1
+
+
+def test_continuous_batching_writes_what_generate_writes_alone_and_rows_join_mid_flight(engine, tiny_student):
+    """Greedy replies of rows of different prompt lengths, batched, some joining while others are halfway,
+    equal `generate`'s for each prompt alone: the left-padded cache merge changes nothing."""
+    from hominem_pipeline.core.generation import generate
+    from hominem_pipeline.core.models import load_student
+
+    model, tokenizer = load_student(tiny_student)
+    prompts = ["hi", "tell me a long story about a dragon and a knight", "why?"]
+    alone = [generate(model, tokenizer, [engine.chat_text([{"role": "user", "content": p}])], max_new_tokens=10, seed=0, repetition_penalty=1.0)[0].text
+             for p in prompts]
+    first = Request(engine.chat_text([{"role": "user", "content": prompts[0]}]), Sampling(0.0, 1.0, 10), adapter=False)
+    joined_at = []
+    later = [Request(engine.chat_text([{"role": "user", "content": p}]), Sampling(0.0, 1.0, 10), adapter=False) for p in prompts[1:]]
+
+    def join_when_started(delta: str) -> None:
+        if not joined_at:  # the first row has its first token: the others arrive now
+            joined_at.append(len(first.ids))
+            for r in later:
+                engine.submit(r)
+
+    first.on_text = join_when_started
+    engine.submit(first).result(timeout=60)
+    got = [first.sent] + [r.future.result(timeout=60).sent for r in later]
+    assert joined_at and [g.strip() for g in got] == alone
+
+
+def test_a_seeded_sampled_reply_is_the_same_whoever_shares_its_batch(engine):
+    text = engine.chat_text([{"role": "user", "content": "say something"}])
+    alone = engine.submit(Request(text, Sampling(0.9, 0.9, 8, seed=7), adapter=False)).result(timeout=60)
+    crowd = [Request(text, Sampling(0.9, 0.9, 8, seed=s), adapter=False) for s in (1, 7, 3)]
+    for r in crowd:
+        engine.submit(r)
+    assert crowd[1].future.result(timeout=60).ids == alone.ids
+
+
+def test_the_repetition_penalty_is_transformers_own(tiny_student):
+    """With the service's penalty (1.1 by default; 1.5 here, to make it bite) a greedy reply equals `generate`'s."""
+    from hominem_pipeline.core.generation import generate
+    from hominem_pipeline.core.models import load_student
+
+    engine = Engine(tiny_student, None, None, max_batch_size=2, batch_wait_ms=0, max_queue=2, repetition_penalty=1.5)
+    try:
+        text = engine.chat_text([{"role": "user", "content": "repeat after me: la la la"}])
+        got = engine.submit(Request(text, Sampling(0.0, 1.0, 12), adapter=False)).result(timeout=60).sent
+    finally:
+        engine.close()
+    model, tokenizer = load_student(tiny_student)
+    assert got.strip() == generate(model, tokenizer, [text], max_new_tokens=12, seed=0, repetition_penalty=1.5)[0].text
