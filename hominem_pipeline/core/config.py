@@ -287,7 +287,7 @@ class RewardModelConfig(_Frozen):
     pair_loss: PairLossConfig = Field(description="Bradley-Terry on the scalar over same-prompt teacher pairs and imported human pairs.")
     rationale_weight: float = Field(ge=0.0, description="> 0: an auxiliary head predicts the embedding of the teacher's rationale; 0: off.")
     uncertainty: UncertaintyConfig = Field(description="How each score's uncertainty is estimated.")
-    human_preferences: bool = Field(description="Also train on the human_preferences pairs imported in the window.")
+    human_preferences: bool = Field(description="Also train on the human pairs of the window: imported (human_preferences) and people's feedback to `hominem serve` (human_feedback).")
     dropout: float = Field(ge=0.0, lt=1.0, description="Dropout before the heads, [0, 1).")
     length_feature: bool = Field(description="The heads also read log(tokens of prompt + reply) (LLM judges weigh length; mean pooling averages it away).")
     head_fit: Literal["gradient", "ridge"] = Field(description="gradient: heads (and an unfrozen backbone) trained on the losses | ridge (frozen backbones): heads solved in closed form, the penalty by cross-validation over prompts.")

@@ -2,7 +2,8 @@
 
 The design's cadence (execution plan, Phase 7): retrain when the memory channel has 500 new
 conversations, or the reward channel 200 new preference pairs, or both reach 50% of those.
-`count_training_data` is the one place that counts; the online loop adds its conversation log here.
+`count_training_data` is the one place that counts: what people said to `hominem serve`
+(`human_feedback`: conversations and their preference pairs) and the human pairs they imported.
 """
 
 from __future__ import annotations
@@ -47,19 +48,20 @@ def should_retrain(new: DataCounts, cfg: RetrainConfig) -> RetrainDecision:
     )
 
 
-def _rows(lineage: Lineage, asset: str) -> int:
-    """Rows of the versions this config implies, over every day that has one."""
+def _rows(lineage: Lineage, asset: str, key: str = "rows") -> int:
+    """A metadata count (`rows` by default) summed over the versions this config implies, every day that has one."""
     total = 0
     for partition in lineage.store.partitions(asset):
         if (ref := lineage.expected(asset, partition)) is not None:
-            total += int(ref.manifest.get("metadata", {}).get("rows", 0))
+            total += int(ref.manifest.get("metadata", {}).get(key, 0))
     return total
 
 
 def count_training_data(lineage: Lineage) -> DataCounts:
-    """Everything available so far under one config. Until the online service logs conversations,
-    teacher trajectories stand in for the memory channel's conversations."""
+    """Everything people have given so far, under one config: the conversations held with the
+    service, and the preference pairs from their feedback and imports (the teacher's own output does
+    not count: it arrives every day by itself)."""
     return DataCounts(
-        conversations=_rows(lineage, "teacher_trajectories"),
-        preference_pairs=_rows(lineage, "preference_pairs"),
+        conversations=_rows(lineage, "human_feedback", "conversations"),
+        preference_pairs=_rows(lineage, "human_feedback") + _rows(lineage, "human_preferences"),
     )

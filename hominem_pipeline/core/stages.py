@@ -7,7 +7,7 @@ the Dagster assets with their deps, partition mappings and code versions (`defs/
 version id and the input versions a stage reads (`core/lineage.py`).
 
     prompts -> teacher_trajectories -> teacher_labels -> reward_model -> preference_pairs -> lora_adapter
-    -> evaluation -> reward_health_index;  human_preferences (imported) -> reward_model
+    -> evaluation -> reward_health_index;  human_preferences (imported), human_feedback (the service's log) -> reward_model
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from hominem_pipeline.core.builds.evaluation import build_evaluation
+from hominem_pipeline.core.builds.human_feedback import build_human_feedback, log_digest
 from hominem_pipeline.core.builds.human_preferences import (
     build_human_preferences,
     inbox_digest,
@@ -80,6 +81,10 @@ def _reward_window(c: HominemConfig) -> int:
     return c.reward_model.window_days
 
 
+def _human_window(c: HominemConfig) -> int:
+    return c.reward_model.window_days if c.reward_model.human_preferences else 0
+
+
 STAGES: tuple[Stage, ...] = (
     Stage(
         name="prompts",
@@ -122,13 +127,24 @@ STAGES: tuple[Stage, ...] = (
         ),
     ),
     Stage(
+        name="human_feedback",
+        description="A day of the interaction log (`hominem serve`): people's choices and thumbs as weighted preference pairs, and the conversations with their feedback.",
+        group="data",
+        kinds=frozenset({"python"}),
+        inputs=(),
+        reads=("serving.log_dir",),
+        build=build_human_feedback,
+        files=log_digest,
+    ),
+    Stage(
         name="reward_model",
         description="Multi-head reward model (vector, scalar, intensity, safety, uncertainty) trained on the labels and human pairs of a window of days.",
         group="training",
         kinds=frozenset({"pytorch"}),
         inputs=(
             Input("teacher_labels", _reward_window),
-            Input("human_preferences", lambda c: c.reward_model.window_days if c.reward_model.human_preferences else 0, optional=True),
+            Input("human_preferences", _human_window, optional=True),
+            Input("human_feedback", _human_window, optional=True),
         ),
         # the judge's system text and question: what `frame: judge` / `judge_question` reads
         reads=("dimensions", "reward_model", "models.encoder", "models.student", "labeling.judge_system", "labeling.scalar_question"),

@@ -33,8 +33,8 @@ def build_definitions(config_path: str | None = None, root: Path | None = None) 
     )
     retrain = define_asset_job(
         RETRAIN_JOB,
-        selection=AssetSelection.assets("reward_model").downstream(),
-        description="Reward model, pairs, adapter, evaluation and health for one day (labels already there).",
+        selection=AssetSelection.assets("human_feedback") | AssetSelection.assets("reward_model").downstream(),
+        description="The day's feedback, then reward model, pairs, adapter, evaluation and health (labels already there).",
     )
     return Definitions(
         assets=assets,

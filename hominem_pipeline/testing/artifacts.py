@@ -12,9 +12,9 @@ from hominem_pipeline.core.stages import STAGES_BY_NAME
 
 
 def publish_expected(cfg: HominemConfig, asset: str, day: str, rows: int = 0, files: dict[str, bytes] | None = None, table: str | None = None,
-                     text: str | None = None, root: Path = PACKAGE_ROOT) -> ArtifactRef:
+                     text: str | None = None, root: Path = PACKAGE_ROOT, metadata: dict | None = None) -> ArtifactRef:
     """Publish `asset` for `day` as `cfg` expects it (its same-day inputs faked first when missing),
-    holding `files` (default: one file of `text`) and `rows` in its metadata. `root`: the package source
+    holding `files` (default: one file of `text`) and `rows` (and `metadata`) in its metadata. `root`: the package source
     the versions are derived from."""
     data = Lineage(cfg, STAGES_BY_NAME, root=root)
     for inp in data.stages[asset].inputs:
@@ -24,4 +24,4 @@ def publish_expected(cfg: HominemConfig, asset: str, day: str, rows: int = 0, fi
     with data.store.staging(asset, day) as staged:
         for name, blob in (files or {"fake.txt": (text or f"{asset} {day} {rows}").encode()}).items():
             (staged / name).write_bytes(blob)
-        return data.store.publish(staged, asset, day, version, {"metadata": {"rows": rows}, "table": table})
+        return data.store.publish(staged, asset, day, version, {"metadata": {"rows": rows, **(metadata or {})}, "table": table})

@@ -106,3 +106,38 @@ def test_repeats_ask_a_raters_own_choice_again_swapped_and_measure_consistency()
     assert ledger.repeat_for("local", 1.0, rng) is None
     assert ledger.consistency()["local"] == {"choices": 2, "repeats": 2, "consistent": 1, "consistency": 0.5}
     assert ledger.consistency()["r-someone"]["consistency"] is None
+
+
+def test_a_days_feedback_becomes_weighted_pairs_and_conversations():
+    from hominem_pipeline.core.online.feedback import feedback_tables
+
+    hello, bye, third = ([{"role": "user", "content": text}] for text in ("hello", "bye", "third"))
+    two_turns = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello!"}, {"role": "user", "content": "how are you?"}]
+    turns = [turn("a", hello, "warm"), turn("b", hello, "cold"), turn("c", bye, "x"), turn("d", bye, "y"), turn("e", third, "up"),
+             turn("f", third, "down"), turn("g", two_turns, "fine, you?"), turn("h", two_turns, "no")]
+    feedback = [
+        {"kind": "choice", "id": "c1", "chosen": "a", "rejected": "b", "strength": "clear", "note": "warmer"},
+        {"kind": "choice", "id": "c1r", "chosen": "a", "rejected": "b", "strength": "strong", "repeat_of": "c1"},  # same answer, stronger
+        {"kind": "choice", "id": "c2", "chosen": "c", "rejected": "d", "strength": "slight"},
+        {"kind": "choice", "id": "c2r", "chosen": "d", "rejected": "c", "strength": "slight", "repeat_of": "c2"},  # flipped: both dropped
+        {"kind": "thumb", "id": "t1", "turn": "e", "value": "up"},
+        {"kind": "thumb", "id": "t2", "turn": "f", "value": "down"},
+        {"kind": "choice", "id": "c3", "chosen": "g", "rejected": "h", "strength": "slight"},
+        {"kind": "nudge", "id": "n1", "turn": "b", "dimension": "empathy", "direction": "more"},
+        {"kind": "emotion", "id": "m1", "turn": "a", "valence": 2, "tags": ["high_social_broadcast"]},
+        {"kind": "thumb", "id": "t3", "turn": "never-logged", "value": "up"},
+    ]
+    events = [t.model_dump(mode="json") for t in turns] + [f | {"time": T0, "rater": "local"} for f in feedback] + [{"kind": "from-the-future", "id": "z"}]
+    tables = feedback_tables(events, "2026-11-25.jsonl")
+    pairs = tables.pairs.set_index("pair_id")
+    assert sorted(pairs.index) == ["c1", "c3", "thumbs-e-f"]
+    assert (pairs.loc["c1", "chosen"], pairs.loc["c1", "rejected"], pairs.loc["c1", "weight"], pairs.loc["c1", "note"]) == ("warm", "cold", 1.5, "warmer")
+    assert (pairs.loc["thumbs-e-f", "chosen"], pairs.loc["thumbs-e-f", "weight"], pairs.loc["thumbs-e-f", "source"]) == ("up", 0.5, "feedback:thumbs")
+    assert pairs.loc["c1", "prompt"] == "hello"
+    assert pairs.loc["c3", "prompt"] == "\n\nHuman: hi\n\nAssistant: hello!\n\nHuman: how are you?\n\nAssistant:"  # as HH-RLHF writes it
+    assert pairs.loc["c3", "prompt_id"] == turns[6].context
+    stats = tables.stats
+    assert (stats["turns"], stats["repeats_consistent"], stats["repeats_inconsistent"], stats["events_skipped"]) == (8, 1, 1, 1)
+    convo = tables.conversations.set_index("turn")
+    assert list(convo.loc["b", "nudges"]) == ["more empathy"] and convo.loc["a", "valence"] == 2 and convo.loc["a", "chosen"] == 2
+    assert (convo.loc["e", "thumbs_up"], convo.loc["f", "thumbs_down"]) == (1, 1)

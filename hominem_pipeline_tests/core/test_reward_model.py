@@ -413,8 +413,9 @@ def test_ridge_held_out_scores_come_from_heads_that_never_saw_the_prompt():
     targets = {"vector": torch.tensor(np.stack([scalar, -scalar], 1), dtype=torch.float32), "scalar": torch.tensor(scalar, dtype=torch.float32),
                "reward_intensity": torch.full((n,), 0.5), "safety_score": torch.full((n,), 0.9)}
     weights = torch.ones(5, dtype=torch.float64)
-    held, alphas = ridge_out_of_fold(features, targets, np.arange(n), groups, [0.1, 1.0, 100.0], weights, seed=3)
+    held, alphas, none = ridge_out_of_fold(features, targets, np.arange(n), groups, [0.1, 1.0, 100.0], weights, seed=3)
     fold = prompt_folds(groups, 5, 3)
+    assert none is None  # no human pairs
     assert held.shape == (n, 5) and len(alphas) == 5
     for k in range(5):
         fit = features.numpy()[fold != k].astype(np.float64)
@@ -425,6 +426,47 @@ def test_ridge_held_out_scores_come_from_heads_that_never_saw_the_prompt():
     assert np.corrcoef(held[:, 2].numpy(), scalar)[0, 1] > 0.9  # and they generalise: the signal is linear
     with pytest.raises(ValueError, match="at least 2 prompts"):
         ridge_out_of_fold(features[:4], {k: v[:4] for k, v in targets.items()}, np.arange(4), np.zeros(4, np.int64), [1.0], weights, seed=0)
+
+
+def test_peoples_pairs_pull_the_scalar_from_the_judges_fit_and_win_where_they_disagree():
+    """The scalar starts from the labels' ridge solution and moves to fit the pairs (checked against least
+    squares on the stacked rows); pairs that order replies against the judge's labels are followed, in
+    and out of fold, and the other heads stay the judge's."""
+    from hominem_pipeline.core.reward.ridge import PAIR_MARGIN, feature_stats, pair_rows, ridge_design, ridge_out_of_fold, ridge_solve
+
+    rng = np.random.default_rng(1)
+    n_labeled, n_human = 80, 60
+    features = torch.tensor(rng.normal(size=(n_labeled + 2 * n_human, 4)), dtype=torch.float32)
+    judge = np.tanh(0.8 * features[:n_labeled, 0].numpy() + 0.2 * features[:n_labeled, 1].numpy())  # the judge likes feature 0
+    targets = {"vector": torch.tensor(np.stack([judge, judge], 1), dtype=torch.float32), "scalar": torch.tensor(judge, dtype=torch.float32),
+               "reward_intensity": torch.full((n_labeled,), 0.5), "safety_score": torch.full((n_labeled,), 0.9)}
+    # people prefer the reply with more of feature 1, even when it has less of feature 0
+    a, b = n_labeled + 2 * np.arange(n_human), n_labeled + 2 * np.arange(n_human) + 1
+    more_f1 = features[a, 1] > features[b, 1]
+    pairs = np.stack([np.where(more_f1, a, b), np.where(more_f1, b, a)], 1)
+    against_judge = (features[pairs[:, 0], 0] < features[pairs[:, 1], 0]).numpy()
+    assert against_judge.sum() > 15
+    labeled = np.arange(n_labeled)
+    mean, std = feature_stats(features[:n_labeled])
+    x, y = ridge_design(features, labeled, mean, std), torch.atanh(targets["scalar"].double().clamp(-0.995, 0.995)).unsqueeze(1).repeat(1, 5)
+    w, pw = torch.ones(n_labeled, dtype=torch.float64), torch.full((n_human,), 2.0, dtype=torch.float64)
+    d = pair_rows(features, pairs, mean, std)
+    coef = ridge_solve(x, y, w, 1.0, d, pw, column=2)
+    judge_coef = ridge_solve(x, y, w, 1.0)
+    # least squares on the stacked rows: the pairs, then the pull towards the labels' solution (alpha = 1)
+    rows = torch.cat([d * pw.sqrt().unsqueeze(1), torch.eye(5, dtype=torch.float64)])
+    target = torch.cat([PAIR_MARGIN * pw.sqrt(), judge_coef[:, 2]])
+    np.testing.assert_allclose(coef[:, 2].numpy(), torch.linalg.lstsq(rows, target.unsqueeze(1)).solution[:, 0].numpy(), atol=1e-8)
+    assert coef[4, 2] == pytest.approx(float(judge_coef[4, 2]))  # the intercept, which no pair sees
+    np.testing.assert_allclose(coef[:, 0].numpy(), ridge_solve(x, y, w, 1.0)[:, 0].numpy())  # the other outputs are the labels' alone
+    scores = (ridge_design(features, np.arange(len(features)), mean, std) @ coef[:, 2]).numpy()
+    assert (scores[pairs[:, 0]] > scores[pairs[:, 1]])[against_judge].mean() > 0.9  # the person wins where the judge disagrees
+    judge_only = (ridge_design(features, np.arange(len(features)), mean, std) @ judge_coef[:, 2]).numpy()
+    assert (judge_only[pairs[:, 0]] > judge_only[pairs[:, 1]])[against_judge].mean() < 0.3
+    groups = np.repeat(np.arange(20), 4)
+    _, _, held = ridge_out_of_fold(features, targets, labeled, groups, [1.0], torch.ones(5, dtype=torch.float64), seed=0,
+                                   human=(pairs, pw.numpy(), 100 + np.arange(n_human)))
+    assert held.shape == (n_human, 2) and (held[:, 0] > held[:, 1]).mean() > 0.85  # held-out pairs: people's taste generalises
 
 
 def test_a_shared_frame_prefix_runs_once_and_pools_as_the_whole_sequence(tiny_student):

@@ -4,11 +4,12 @@ from dagster import AssetKey, DailyPartitionsDefinition, TimeWindowPartitionMapp
 
 from hominem_pipeline.defs import DAILY_JOB, IMPORT_JOB, RETRAIN_JOB, build_definitions
 
-CHAIN = ["prompts", "teacher_trajectories", "teacher_labels", "reward_model", "preference_pairs", "lora_adapter", "evaluation", "reward_health_index"]
+CHAIN = ["prompts", "teacher_trajectories", "teacher_labels", "human_feedback", "reward_model", "preference_pairs", "lora_adapter", "evaluation",
+         "reward_health_index"]
 ASSETS = [*CHAIN, "human_preferences"]
 
 
-def test_definitions_load_with_eight_daily_partitioned_assets(project):
+def test_definitions_load_with_nine_daily_partitioned_assets(project):
     defs = build_definitions(str(project / "config" / "tiny.yaml"), root=project)
     graph = defs.resolve_asset_graph()
     assert sorted(k.to_user_string() for k in graph.get_all_asset_keys()) == sorted(ASSETS)
@@ -20,7 +21,7 @@ def test_definitions_load_with_eight_daily_partitioned_assets(project):
     daily = defs.resolve_job_def(DAILY_JOB)
     assert sorted(k.to_user_string() for k in daily.asset_layer.executable_asset_keys) == sorted(CHAIN)
     retrain = defs.resolve_job_def(RETRAIN_JOB)
-    assert sorted(k.to_user_string() for k in retrain.asset_layer.executable_asset_keys) == sorted(CHAIN[3:])
+    assert sorted(k.to_user_string() for k in retrain.asset_layer.executable_asset_keys) == sorted(CHAIN[3:])  # the day's feedback onwards
     assert [k.to_user_string() for k in defs.resolve_job_def(IMPORT_JOB).asset_layer.executable_asset_keys] == ["human_preferences"]
     assert {s.name for s in defs.sensors} == {"data_threshold_retrain_sensor"}
     assert {s.name for s in defs.schedules} == {"weekly_retrain_schedule"}
@@ -34,9 +35,9 @@ def test_training_assets_read_a_window_of_days(project):
     assert isinstance(mapping, TimeWindowPartitionMapping)
     assert (mapping.start_offset, mapping.end_offset) == (-6, 0)  # reward_model.window_days = 7
     upstream = {k.to_user_string() for k in node.parent_keys}
-    assert upstream == {"teacher_labels", "human_preferences"}  # imported human pairs of the same window train it too
-    human = node.partition_mappings[AssetKey("human_preferences")]
-    assert (human.start_offset, human.end_offset) == (-6, 0)
+    assert upstream == {"teacher_labels", "human_preferences", "human_feedback"}  # people's pairs of the same window train it too
+    for human in ("human_preferences", "human_feedback"):
+        assert (node.partition_mappings[AssetKey(human)].start_offset, node.partition_mappings[AssetKey(human)].end_offset) == (-6, 0)
     assert {k.to_user_string() for k in graph.get(AssetKey("lora_adapter")).parent_keys} == {"preference_pairs", "reward_model"}
 
 

@@ -15,17 +15,20 @@ from hominem_pipeline.defs.sensors import sensor_tick
 from hominem_pipeline.testing.artifacts import publish_expected
 
 
-def fake_partition(cfg, asset, day, rows):
-    publish_expected(cfg, asset, day, rows)
+def fake_partition(cfg, asset, day, rows, **metadata):
+    publish_expected(cfg, asset, day, rows, metadata=metadata)
 
 
-def test_sensor_waits_then_triggers_once_per_data_state(tiny_cfg):
+def test_sensor_counts_what_people_said_and_triggers_once_per_data_state(tiny_cfg):
     request, cursor, reason = sensor_tick(None, tiny_cfg)
     assert request is None and "0/500 conversations" in reason
 
-    fake_partition(tiny_cfg, "teacher_trajectories", "2026-11-20", 300)  # upstream first: the labels' version is made from it
-    fake_partition(tiny_cfg, "teacher_labels", "2026-11-20", 300)
-    fake_partition(tiny_cfg, "preference_pairs", "2026-11-20", 120)
+    fake_partition(tiny_cfg, "teacher_trajectories", "2026-11-20", 3000)  # the teacher's own output does not count
+    fake_partition(tiny_cfg, "teacher_labels", "2026-11-20", 3000)
+    fake_partition(tiny_cfg, "preference_pairs", "2026-11-20", 900)
+    assert sensor_tick(cursor, tiny_cfg)[0] is None
+    fake_partition(tiny_cfg, "human_feedback", "2026-11-20", 90, conversations=300)  # 90 pairs from the page
+    fake_partition(tiny_cfg, "human_preferences", "2026-11-20", 30)  # and 30 imported
     request, cursor, reason = sensor_tick(cursor, tiny_cfg)
     assert isinstance(request, RunRequest)
     assert request.partition_key == "2026-11-20"
@@ -38,7 +41,7 @@ def test_sensor_waits_then_triggers_once_per_data_state(tiny_cfg):
     assert again is None and cursor2 == cursor and "0/500" in reason
 
     fake_partition(tiny_cfg, "teacher_labels", "2026-11-21", 10)
-    fake_partition(tiny_cfg, "preference_pairs", "2026-11-21", 200)
+    fake_partition(tiny_cfg, "human_feedback", "2026-11-21", 200, conversations=20)
     request, _, reason = sensor_tick(cursor, tiny_cfg)
     assert request.partition_key == "2026-11-21" and "reward channel: 200" in reason
 
@@ -51,8 +54,8 @@ def test_sensor_evaluates_a_tick_through_dagster(project, tiny_cfg):
         ctx = build_sensor_context(instance=instance, resources={"hominem": resource}, definitions=defs)
         result = sensor.evaluate_tick(ctx)
         assert result.run_requests == [] and "not yet" in result.skip_message
-        fake_partition(tiny_cfg, "teacher_trajectories", "2026-11-20", 600)
         fake_partition(tiny_cfg, "teacher_labels", "2026-11-20", 10)
+        fake_partition(tiny_cfg, "human_feedback", "2026-11-20", 0, conversations=600)
         ctx = build_sensor_context(instance=instance, resources={"hominem": resource}, cursor=result.cursor, definitions=defs)
         result = sensor.evaluate_tick(ctx)
         [request] = result.run_requests

@@ -20,7 +20,23 @@ from hominem_pipeline.defs import build_definitions
 from hominem_pipeline.defs.resources import HominemResource
 
 DAY = "2026-11-20"
-ORDER = ["prompts", "teacher_trajectories", "teacher_labels", "reward_model", "preference_pairs", "lora_adapter", "evaluation", "reward_health_index"]
+ORDER = ["prompts", "teacher_trajectories", "teacher_labels", "human_feedback", "reward_model", "preference_pairs", "lora_adapter", "evaluation",
+         "reward_health_index"]
+
+
+def write_feedback_log(project):
+    """What `hominem serve` would have logged on DAY: two replies to one message, a strong choice, thumbs."""
+    from hominem_pipeline.core.online.events import context_digest
+
+    messages = [{"role": "user", "content": "I failed my driving test again."}]
+    turn = {"kind": "turn", "time": f"{DAY}T09:00:00+00:00", "rater": "local", "session": "s", "messages": messages, "model": "hominem",
+            "adapter": None, "sampling": {}, "finish_reason": "stop", "completion_tokens": 5, "context": context_digest(messages)}
+    events = [turn | {"id": "kind", "reply": "That is rough. What happened?"}, turn | {"id": "curt", "reply": "Try harder."},
+              {"kind": "choice", "id": "c1", "time": f"{DAY}T09:01:00+00:00", "rater": "local", "chosen": "kind", "rejected": "curt", "strength": "strong"},
+              {"kind": "thumb", "id": "t1", "time": f"{DAY}T09:02:00+00:00", "rater": "local", "turn": "curt", "value": "down"}]
+    folder = project / "data" / "online" / "log"
+    folder.mkdir(parents=True)
+    (folder / f"{DAY}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
 
 
 def run_all(project, config_path, instance, selection=None):
@@ -46,6 +62,7 @@ def chain(tmp_path_factory, tiny_student, tiny_encoder):
 
     project = make_project(tmp_path_factory.mktemp("chain") / "project", tiny_student, tiny_encoder)
     config_path = project / "config" / "tiny.yaml"
+    write_feedback_log(project)
     with instance_for_test() as instance:
         first, first_run = run_all(project, config_path, instance)
         second, second_run = run_all(project, config_path, instance)
@@ -69,6 +86,8 @@ def test_every_asset_materializes_with_metadata(chain):
     assert first["teacher_labels"]["labels"].value + first["teacher_labels"]["quarantined"].value == train * 3
     assert 0.0 <= first["evaluation"]["win_rate"].value <= 1.0
     assert first["lora_adapter"]["steps"].value == 2
+    assert (first["human_feedback"]["pairs"].value, first["human_feedback"]["turns"].value, first["human_feedback"]["conversations"].value) == (1, 2, 1)
+    assert first["reward_model"]["feedback_pairs"].value == 1  # the person's choice reached the reward model
 
 
 def test_stages_write_their_artifacts(chain):
@@ -123,7 +142,7 @@ def test_mlflow_has_one_run_per_materialization_linked_by_tags_and_inputs(chain)
     [labels_run] = [r for r in tracker.runs_for("teacher_labels") if r.data.tags[TAG_DAGSTER_RUN] == first_run]
     assert [d.dataset.name for d in labels_run.inputs.dataset_inputs] == [f"teacher_trajectories@{DAY}"]
     [rm_run] = [r for r in tracker.runs_for("reward_model") if r.data.tags[TAG_DAGSTER_RUN] == first_run]
-    assert [d.dataset.name for d in rm_run.inputs.dataset_inputs] == [f"teacher_labels@{DAY}"]
+    assert [d.dataset.name for d in rm_run.inputs.dataset_inputs] == [f"teacher_labels@{DAY}", f"human_feedback@{DAY}"]  # the labels and people's pairs it trained on
     assert "val_loss" in rm_run.data.metrics and "reward_model.epochs" in rm_run.data.params
     import mlflow
 

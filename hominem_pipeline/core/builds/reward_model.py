@@ -14,6 +14,17 @@ log = logging.getLogger(__name__)
 
 
 REWARD_MODEL_NAME = "hominem-reward-model"  # in the MLflow model registry; alias `current` = the latest built
+HUMAN = ("human_preferences", "human_feedback")  # imported pairs, and the service's feedback
+
+
+def human_pairs(ctx: StageContext):
+    """Imported pairs and feedback pairs of the window together, each with a `weight` (imported: 1);
+    None when there are none."""
+    import pandas as pd
+
+    frames = [ctx.tables(a) for a in HUMAN if ctx.inputs[a]]
+    frames = [f.assign(weight=f["weight"] if "weight" in f else 1.0) for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else None
 
 
 def build_reward_model(ctx: StageContext) -> StageOutput:
@@ -24,9 +35,9 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.teacher.base import rubric_system
 
     labels = ctx.tables("teacher_labels")
-    human = ctx.tables("human_preferences") if ctx.inputs["human_preferences"] else None
+    human = human_pairs(ctx)
     # Content digest: the sha256 of every table read, as their manifests recorded them.
-    digest = fingerprint([[a, r.partition, r.manifest["files"][r.manifest["table"]]] for a in ("teacher_labels", "human_preferences") for r in ctx.inputs[a]], 64)
+    digest = fingerprint([[a, r.partition, r.manifest["files"][r.manifest["table"]]] for a in ("teacher_labels", *HUMAN) for r in ctx.inputs[a]], 64)
     started = time.monotonic()
     metrics = train_reward_model(
         labels,
@@ -43,11 +54,13 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
         judge_question=ctx.cfg.labeling.scalar_question,
     )
     metrics["train_seconds"] = time.monotonic() - started
+    metrics["feedback_pairs"] = 0 if human is None else int(human["source"].str.startswith("feedback:").sum())
     return StageOutput(
         metrics={k: v for k, v in metrics.items() if v is None or isinstance(v, (int, float))},
         metadata={
             "rows": len(labels),
             "human_pairs": 0 if human is None else len(human),
+            "feedback_partitions": [r.partition for r in ctx.inputs["human_feedback"]],
             "label_partitions": [r.partition for r in ctx.inputs["teacher_labels"]],
             "human_preference_partitions": [r.partition for r in ctx.inputs["human_preferences"]],
             "training_data_digest": digest,

@@ -77,7 +77,8 @@ class TrainingSet:
             group_of = np.concatenate([group_of, np.repeat(np.arange(g0, g0 + h), 2)])
             chosen_idx = start + 2 * np.arange(h)
             pairs = np.concatenate([pairs, np.stack([chosen_idx, chosen_idx + 1], 1)])
-            weights = np.concatenate([weights, np.full(h, cfg.pair_loss.human_weight)])
+            per_pair = human["weight"].to_numpy(float) if "weight" in human else np.ones(h)  # a feedback choice's strength
+            weights = np.concatenate([weights, cfg.pair_loss.human_weight * per_pair])
             human_flags = np.concatenate([human_flags, np.ones(h, bool)])
         n_groups = int(group_of.max()) + 1 if len(group_of) else 0
         order = np.argsort(group_of, kind="stable")

@@ -1,5 +1,14 @@
 """Closed-form (ridge) heads on frozen pooled features: the penalty chosen by cross-validation over
-prompt folds, and out-of-fold predictions for the held-out figures."""
+prompt folds, and out-of-fold predictions for the held-out figures.
+
+People's preference pairs refine the scalar head: the judge's ridge solution is the prior, and the
+pairs pull the scalar away from it wherever they say otherwise. For a pair, the feature difference
+(chosen - rejected) should map to `PAIR_MARGIN` (before the scalar's tanh), weighted by the pair's
+weight (`reward_model.pair_loss.human_weight` times its strength): the scalar's coefficients minimise
+sum_p w_p (d_p b - PAIR_MARGIN)^2 + alpha |b - b_judge|^2. Where people have not spoken (directions
+no pair's difference covers) the scalar stays the judge's; where they have, it follows them, more so
+the more pairs there are. The other heads are the judge's alone.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +20,7 @@ import torch
 from hominem_pipeline.core.reward.network import RewardNet
 
 RIDGE_FOLDS = 5  # prompt folds for the penalty and for the held-out figures
+PAIR_MARGIN = 1.0  # s_chosen - s_rejected a human pair asks for before the tanh: tanh(0.5) against tanh(-0.5)
 
 
 def feature_stats(features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,9 +51,24 @@ def ridge_targets(targets: dict[str, torch.Tensor], rows: np.ndarray) -> torch.T
                       torch.atanh(targets["scalar"][idx].double().clamp(-0.995, 0.995)).unsqueeze(1), unit("reward_intensity"), unit("safety_score")], 1)
 
 
-def ridge_solve(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, alpha: float) -> torch.Tensor:
-    """(F + 1, outputs): argmin sum_i w_i |y_i - x_i B|^2 + alpha |B without its last (intercept) row|^2."""
-    return _ridge_from_gram(x.T @ (w.unsqueeze(1) * x), x.T @ (w.unsqueeze(1) * y), alpha)
+def pair_rows(features: torch.Tensor, pairs: np.ndarray, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """(p, F + 1) float64: per pair (chosen row, rejected row), the difference of their standardised
+    features; the intercept column is 0 (an offset never orders two replies)."""
+    return ridge_design(features, pairs[:, 0], mean, std) - ridge_design(features, pairs[:, 1], mean, std)
+
+
+def ridge_solve(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, alpha: float, pairs: torch.Tensor | None = None,
+                pair_w: torch.Tensor | None = None, column: int | None = None) -> torch.Tensor:
+    """(F + 1, outputs): argmin sum_i w_i |y_i - x_i B|^2 + alpha |B without its last (intercept) row|^2.
+    With `pairs` (rows of `pair_rows`), output `column` (the scalar) is then moved to
+    argmin_b sum_p pair_w_p (pairs_p b - PAIR_MARGIN)^2 + alpha |b - b_labels|^2 (its intercept, which
+    no pair sees, stays the labels')."""
+    coef = _ridge_from_gram(x.T @ (w.unsqueeze(1) * x), x.T @ (w.unsqueeze(1) * y), alpha)
+    if pairs is not None and len(pairs):
+        prior = coef[:, column]
+        gram = pairs.T @ (pair_w.unsqueeze(1) * pairs) + alpha * torch.eye(len(prior), dtype=torch.float64)
+        coef[:, column] = torch.linalg.solve(gram, pairs.T @ (pair_w * PAIR_MARGIN) + alpha * prior)
+    return coef
 
 
 def _ridge_from_gram(gram: torch.Tensor, moment: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -83,25 +108,40 @@ def choose_ridge_alpha(x: torch.Tensor, y: torch.Tensor, groups: np.ndarray, alp
 
 
 def ridge_out_of_fold(features: torch.Tensor, targets: dict[str, torch.Tensor], rows: np.ndarray, groups: np.ndarray, alphas: Sequence[float],
-                      output_weights: torch.Tensor, seed: int, folds: int = RIDGE_FOLDS) -> tuple[torch.Tensor, list[float]]:
+                      output_weights: torch.Tensor, seed: int, folds: int = RIDGE_FOLDS,
+                      human: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[torch.Tensor, list[float], np.ndarray | None]:
     """(len(rows), D + 3) predictions in the labels' ranges, each row's from heads that never saw its
     prompt: fitted on the other folds' prompts, standardised on them, with the penalty chosen by
     cross-validation inside them. These are the held-out figures of ridge heads, over every prompt.
-    Also each fold's penalty."""
-    which = prompt_folds(groups, folds, seed)
-    out = torch.zeros(len(rows), targets["vector"].shape[1] + 3, dtype=torch.float64)
+    Also each fold's penalty, and with `human` (pairs as (p, 2) rows of `features`, their weights and
+    groups) each pair's two scalars, (p, 2), from heads fitted without that pair (each pair is in a fold)."""
+    n_dims = targets["vector"].shape[1]
+    all_groups = groups if human is None else np.concatenate([groups, human[2]])
+    which_all = prompt_folds(all_groups, folds, seed)
+    which, pair_fold = which_all[: len(groups)], which_all[len(groups):]
+    out = torch.zeros(len(rows), n_dims + 3, dtype=torch.float64)
+    pair_scalars = None if human is None else np.zeros((len(human[0]), 2))
     chosen = []
-    for k in np.unique(which):
+    for k in np.unique(which_all):
         fit, held = rows[which != k], rows[which == k]
         if len(fit) < 2:
             raise ValueError(f"head_fit ridge needs labeled replies of at least 2 prompts, got {len(np.unique(groups))}; label more prompts")
         mean, std = feature_stats(features[torch.as_tensor(fit)])
         x, y = ridge_design(features, fit, mean, std), ridge_targets(targets, fit)
         alpha, _ = choose_ridge_alpha(x, y, groups[which != k], alphas, output_weights, seed + 1 + int(k), folds)
-        coef = ridge_solve(x, y, torch.ones(len(fit), dtype=torch.float64), alpha)
-        out[torch.as_tensor(which == k)] = _squash(ridge_design(features, held, mean, std) @ coef, y.shape[1] - 3)
+        pairs = pair_w = None
+        if human is not None:
+            train = pair_fold != k
+            pairs, pair_w = pair_rows(features, human[0][train], mean, std), torch.as_tensor(human[1][train], dtype=torch.float64)
+        coef = ridge_solve(x, y, torch.ones(len(fit), dtype=torch.float64), alpha, pairs, pair_w, n_dims)
+        if len(held):
+            out[torch.as_tensor(which == k)] = _squash(ridge_design(features, held, mean, std) @ coef, n_dims)
+        if human is not None and (pair_fold == k).any():
+            test = human[0][pair_fold == k]
+            for side in (0, 1):
+                pair_scalars[pair_fold == k, side] = torch.tanh(ridge_design(features, test[:, side], mean, std) @ coef[:, n_dims]).numpy()
         chosen.append(alpha)
-    return out, chosen
+    return out, chosen, pair_scalars
 
 
 def set_ridge_heads(net: RewardNet, coefs: Sequence[torch.Tensor]) -> None:

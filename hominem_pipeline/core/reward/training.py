@@ -57,6 +57,7 @@ from hominem_pipeline.core.reward.network import (
 from hominem_pipeline.core.reward.ridge import (
     RIDGE_FOLDS,
     choose_ridge_alpha,
+    pair_rows,
     ridge_design,
     ridge_out_of_fold,
     ridge_solve,
@@ -161,8 +162,8 @@ def train_reward_model(
     val_pairs = data.pairs_within(val_seqs)
 
     rationale_head = None
-    if cfg.head_fit == "ridge" and (n_human or cfg.rationale_weight > 0):
-        log.warning("head_fit ridge fits the heads to the teacher's labels only: the %d human pairs only measure the model, and the rationale target is not used", n_human)
+    if cfg.head_fit == "ridge" and cfg.rationale_weight > 0:
+        log.warning("head_fit ridge fits the heads to the teacher's labels and people's pairs: the rationale target is not used")
     if cfg.rationale_weight > 0 and cfg.head_fit == "gradient" and data.labeled and "rationale" in examples:
         rationale_targets = _rationale_targets(net, tokenizer, list(examples["rationale"].fillna("")), cfg.max_length, cfg.batch_size)
         has_rationale = torch.zeros(len(data.encoded), dtype=torch.bool)  # per sequence: human replies have none
@@ -263,7 +264,11 @@ def train_reward_model(
     if cfg.head_fit == "ridge":
         labeled = np.arange(data.labeled)
         output_weights = torch.tensor([w.vector / len(dimensions)] * len(dimensions) + [w.scalar, w.intensity, w.safety], dtype=torch.float64)
-        held_out, fold_alphas = ridge_out_of_fold(frozen, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed)
+        hp = data.pairs[data.pair_human]  # people's pairs (rows of `frozen`), fitted by the scalar with the labels
+        hw = data.pair_weight[data.pair_human]
+        human = (hp, hw, data.group_of[hp[:, 0]]) if len(hp) else None
+        held_out, fold_alphas, human_oof = ridge_out_of_fold(frozen, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed,
+                                                             human=human)
         standardise(net, frozen[torch.as_tensor(labeled)])
         x, y = ridge_design(frozen, labeled, net.feature_mean, net.feature_std), ridge_targets(data.targets, labeled)
         alpha, errors = choose_ridge_alpha(x, y, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed)
@@ -273,11 +278,16 @@ def train_reward_model(
                 on_epoch(step, {"ridge_alpha": a, "ridge_cv_error": err})
         log.info("reward model ridge heads: penalty %g chosen by %d-fold cross-validation over the prompts (errors %s)", alpha, RIDGE_FOLDS,
                  ", ".join(f"{a:g}: {e:.4f}" for a, e in errors.items()))
-        set_ridge_heads(net, [ridge_solve(x, y, seq_boot[torch.as_tensor(labeled), m].double(), alpha) for m in range(members)])
-        best_full = predict_val()  # human pairs (never fitted) by the final heads; every labeled reply out of fold:
+        hx = pair_rows(frozen, hp, net.feature_mean, net.feature_std) if human else None
+        set_ridge_heads(net, [ridge_solve(x, y, seq_boot[torch.as_tensor(labeled), m].double(), alpha, hx,
+                                          torch.as_tensor(hw, dtype=torch.float64) * seq_boot[torch.as_tensor(hp[:, 0]), m].double() if human else None,
+                                          len(dimensions)) for m in range(members)])
+        best_full = predict_val()  # every labeled reply and every human pair out of fold:
         d = len(dimensions)
         for j, k in enumerate(HEAD_OUTPUTS):
             best_full[k][labeled] = (held_out[:, :d] if k == "vector" else held_out[:, d + j - 1]).numpy()
+        if human:
+            best_full["scalar"][hp[:, 0]], best_full["scalar"][hp[:, 1]] = human_oof[:, 0], human_oof[:, 1]
         best_metrics = {"ridge_alpha": alpha, "ridge_fold_alphas": fold_alphas, **evaluate(best_full)}
         log.info("reward model ridge heads: out of fold (%d prompt folds) they order %s of %d teacher pairs", RIDGE_FOLDS,
                  _pct(best_metrics["val_pairwise_accuracy"]), best_metrics["val_pairs"])
@@ -338,10 +348,10 @@ def train_reward_model(
         raise ValueError("reward model training diverged (validation loss is not finite); lower reward_model.learning_rate")
     net.load_state_dict(best_state)
     full, final = best_full, best_metrics  # the best epoch's validation predictions and metrics
-    fitted = data.labeled if cfg.head_fit == "ridge" else int(sum(len(data.groups[g]) for g in train_groups))
+    fitted = len(data.encoded) if cfg.head_fit == "ridge" else int(sum(len(data.groups[g]) for g in train_groups))
     final.update({"best_epoch": best_epoch, "epochs_run": len(history), "train_sequences": fitted, "val_sequences": len(val_seqs)})
     validation = (f"out of fold: every prompt's replies scored by heads fitted on the other {RIDGE_FOLDS - 1} of {RIDGE_FOLDS} prompt folds "
-                  "(penalty chosen inside them); the saved heads are fitted on every prompt; human pairs (never fitted) scored by the saved heads"
+                  "(penalty chosen inside them), and every human pair by heads fitted without its fold; the saved heads are fitted on every prompt and pair"
                   if cfg.head_fit == "ridge" else f"split by prompt: {cfg.val_fraction:g} of the prompts (and of the human pairs) held out, for early stopping and these figures")
     accuracy, n_val = final["val_pairwise_accuracy"], final["val_pairs"]
     if accuracy is not None and n_val < FEW_VAL_PAIRS:

@@ -1,0 +1,154 @@
+"""A day of the interaction log as training data: conversations, and human preference pairs.
+
+- **Pairs** (the reward channel), in the columns of imported human pairs plus `weight`:
+  - a `choice` is a pair, weighted by its strength (slight 0.5, clear 1, strong 1.5); a choice asked
+    again (`repeat_of`) and answered the same way stays one pair at the larger weight, one answered the
+    other way drops both (the rater could not tell) and is counted as inconsistent;
+  - of two replies to the same conversation, one thumbed up and one down, the up one is preferred
+    (weight `THUMB_WEIGHT`), unless a choice already compares them.
+- **Conversations** (the memory channel): one row per served turn with its feedback gathered: thumbs,
+  nudges, emotion labels, and how often it was chosen or rejected.
+
+The prompt of a pair is the user's message when the conversation is one message long, else the
+conversation as a transcript ("\\n\\nHuman: ... \\n\\nAssistant:"), as imported HH-RLHF pairs have it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from pydantic import ValidationError
+
+from hominem_pipeline.core.online.events import EVENT, STRENGTHS, Choice, Emotion, Message, Nudge, Thumb, Turn
+
+log = logging.getLogger(__name__)
+
+THUMB_WEIGHT = STRENGTHS["slight"]  # an up and a down are absolute judgements: a weaker pair than a choice
+PAIR_COLUMNS = ["pair_id", "prompt_id", "prompt", "chosen", "rejected", "source", "source_file", "source_row",
+                "weight", "strength", "rater", "chosen_turn", "rejected_turn", "note"]
+CONVERSATION_COLUMNS = ["turn", "session", "time", "rater", "prompt", "messages", "reply", "model", "adapter", "reward_model", "scalar",
+                        "finish_reason", "thumbs_up", "thumbs_down", "nudges", "valence", "emotion_tags", "chosen", "rejected"]
+ROLES = {"user": "Human", "assistant": "Assistant", "system": "System"}
+
+
+@dataclass(frozen=True)
+class FeedbackTables:
+    pairs: pd.DataFrame
+    conversations: pd.DataFrame
+    stats: dict[str, Any]
+
+
+def pair_prompt(messages: list[Message]) -> str:
+    if len(messages) == 1:
+        return messages[0].content
+    return "".join(f"\n\n{ROLES[m.role]}: {m.content}" for m in messages) + "\n\nAssistant:"
+
+
+def feedback_tables(events: list[dict[str, Any]], source_file: str = "") -> FeedbackTables:
+    """Parse one day's events (unknown or malformed ones are counted and skipped) into pairs and
+    conversations. Feedback on a turn of an earlier day is kept when the turn is among `events`."""
+    parsed: list[Turn | Thumb | Choice | Nudge | Emotion] = []
+    rows_of: dict[str, int] = {}
+    skipped = 0
+    for row, raw in enumerate(events):
+        try:
+            parsed.append(EVENT.validate_python(raw))
+            rows_of[parsed[-1].id] = row
+        except ValidationError:
+            skipped += 1
+    turns = {e.id: e for e in parsed if isinstance(e, Turn)}
+    choices = [e for e in parsed if isinstance(e, Choice)]
+    by_id = {c.id: c for c in choices}
+
+    # A repeat answered the same way keeps the pair once, at the larger strength; a flipped one drops both.
+    kept: dict[str, Choice] = {c.id: c for c in choices if c.repeat_of is None}
+    consistent = inconsistent = 0
+    for repeat in (c for c in choices if c.repeat_of is not None):
+        first = by_id.get(repeat.repeat_of)
+        if first is None or first.id not in kept:
+            continue
+        if first.chosen == repeat.chosen:
+            consistent += 1
+            if STRENGTHS[repeat.strength] > STRENGTHS[first.strength]:
+                kept[first.id] = first.model_copy(update={"strength": repeat.strength})
+        else:
+            inconsistent += 1
+            del kept[first.id]
+
+    pairs: list[dict[str, Any]] = []
+    compared: set[frozenset[str]] = set()
+    missing_turns = 0
+    for choice in kept.values():
+        chosen, rejected = turns.get(choice.chosen), turns.get(choice.rejected)
+        if chosen is None or rejected is None:
+            missing_turns += 1
+            continue
+        compared.add(frozenset((chosen.id, rejected.id)))
+        pairs.append(_pair(choice.id, chosen, rejected, "feedback:choice", STRENGTHS[choice.strength], choice.strength, choice.rater, choice.note,
+                           source_file, rows_of[choice.id]))
+
+    thumbs: dict[str, list[Thumb]] = defaultdict(list)
+    for e in parsed:
+        if isinstance(e, Thumb) and e.turn in turns:
+            thumbs[e.turn].append(e)
+    net = {turn: sum(1 if t.value == "up" else -1 for t in ts) for turn, ts in thumbs.items()}
+    by_context: dict[str, list[Turn]] = defaultdict(list)
+    for turn_id, score in net.items():
+        if score != 0:
+            by_context[turns[turn_id].context].append(turns[turn_id])
+    for context_turns in by_context.values():
+        for a, b in itertools.combinations(context_turns, 2):
+            if net[a.id] * net[b.id] >= 0 or frozenset((a.id, b.id)) in compared:
+                continue  # both up, both down, or already chosen between
+            up, down = (a, b) if net[a.id] > 0 else (b, a)
+            vote = thumbs[up.id][-1]
+            pairs.append(_pair(f"thumbs-{up.id}-{down.id}", up, down, "feedback:thumbs", THUMB_WEIGHT, None, vote.rater, None, source_file, rows_of[vote.id]))
+
+    conversations = _conversations(parsed, turns)
+    stats = {
+        "turns": len(turns), "conversations": int(conversations["session"].fillna(conversations["turn"]).nunique()) if len(conversations) else 0,
+        "pairs": len(pairs), "choices": len(choices), "repeats": consistent + inconsistent, "repeats_consistent": consistent,
+        "repeats_inconsistent": inconsistent, "thumb_pairs": sum(p["source"] == "feedback:thumbs" for p in pairs),
+        "feedback_on_unknown_turns": missing_turns, "events_skipped": skipped,
+        "raters": len({e.rater for e in parsed if not isinstance(e, Turn)}),
+        "events": dict(Counter(type(e).__name__.lower() for e in parsed)),
+    }
+    if skipped:
+        log.warning("%s: %d event(s) that are not turns or feedback of this version were skipped", source_file or "the log", skipped)
+    return FeedbackTables(pd.DataFrame(pairs, columns=PAIR_COLUMNS), conversations, stats)
+
+
+def _pair(pair_id: str, chosen: Turn, rejected: Turn, source: str, weight: float, strength: str | None, rater: str, note: str | None,
+          source_file: str, source_row: int) -> dict[str, Any]:
+    return {"pair_id": pair_id, "prompt_id": chosen.context, "prompt": pair_prompt(chosen.messages), "chosen": chosen.reply, "rejected": rejected.reply,
+            "source": source, "source_file": source_file, "source_row": source_row, "weight": weight, "strength": strength, "rater": rater,
+            "chosen_turn": chosen.id, "rejected_turn": rejected.id, "note": note}
+
+
+def _conversations(parsed: list[Any], turns: dict[str, Turn]) -> pd.DataFrame:
+    gathered: dict[str, dict[str, Any]] = {
+        t.id: {"turn": t.id, "session": t.session, "time": t.time, "rater": t.rater, "prompt": t.prompt,
+               "messages": [m.model_dump() for m in t.messages], "reply": t.reply, "model": t.model, "adapter": t.adapter,
+               "reward_model": t.reward_model, "scalar": (t.reward or {}).get("scalar"), "finish_reason": t.finish_reason,
+               "thumbs_up": 0, "thumbs_down": 0, "nudges": [], "valence": None, "emotion_tags": [], "chosen": 0, "rejected": 0}
+        for t in turns.values()
+    }
+    for e in parsed:
+        if isinstance(e, Thumb) and e.turn in gathered:
+            gathered[e.turn]["thumbs_up" if e.value == "up" else "thumbs_down"] += 1
+        elif isinstance(e, Nudge) and e.turn in gathered:
+            gathered[e.turn]["nudges"].append(f"{e.direction} {e.dimension}")
+        elif isinstance(e, Emotion) and e.turn in gathered:
+            row = gathered[e.turn]
+            row["valence"] = e.valence if e.valence is not None else row["valence"]
+            row["emotion_tags"] = sorted(set(row["emotion_tags"]) | set(e.tags))
+        elif isinstance(e, Choice):
+            for turn_id, side in ((e.chosen, "chosen"), (e.rejected, "rejected")):
+                if turn_id in gathered:
+                    gathered[turn_id][side] += 1
+    return pd.DataFrame(list(gathered.values()), columns=CONVERSATION_COLUMNS)
