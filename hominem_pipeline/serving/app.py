@@ -31,7 +31,7 @@ from hominem_pipeline.core.online.log import utc_now
 from hominem_pipeline.serving.auth import Access, Caller
 from hominem_pipeline.serving.engine import Engine, QueueFull, Request as Job, Sampling, wait
 from hominem_pipeline.serving.journal import Journal
-from hominem_pipeline.serving.schemas import ChatCompletionRequest, FeedbackRequest, GenerateRequest, RewardRequest
+from hominem_pipeline.serving.schemas import ChatCompletionRequest, FeedbackRequest, GenerateRequest, RewardRequest, TurnRequest
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
@@ -261,6 +261,19 @@ def create_app(service: Service) -> FastAPI:
         return {"adapter": service.adapter_label if adapter else None, "reward_model": service.reward_label,
                 "replies": [{"turn": t.id, "text": j.sent, "finish_reason": _finish(j), "completion_tokens": len(j.ids), "reward": r}
                             for j, t, r in zip(jobs, turns, rewards)]}
+
+    @app.post("/turns", tags=["hominem"])
+    async def turns(body: TurnRequest, caller: Caller = Depends(authenticate)) -> dict[str, Any]:
+        """Record a reply written elsewhere (another model, a person) as a turn, so that it can be rated
+        and compared with /feedback like the service's own."""
+        messages = [{"role": m["role"], "content": text(m["content"])} for m in (x.plain() for x in body.messages or [])]
+        tokens = await wait(engine.run(lambda: engine.count_tokens(body.reply)))  # the tokenizer is the worker's alone
+        turn = Turn(id=uuid.uuid4().hex, time=utc_now().isoformat(), rater=caller.rater, session=body.session, messages=messages, reply=text(body.reply),
+                    model=body.author, adapter=None, sampling={}, finish_reason="stop", completion_tokens=tokens,
+                    context=context_digest(messages))  # type: ignore[arg-type]
+        await service.journal.write(turn.model_dump(mode="json"))
+        service.ledger.add(turn)
+        return {"turn": turn.id}
 
     @app.post("/reward", tags=["hominem"])
     async def reward(body: RewardRequest, caller: Caller = Depends(authenticate)) -> dict[str, Any]:

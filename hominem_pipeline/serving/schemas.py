@@ -45,6 +45,15 @@ def _check_messages(messages: list[ChatMessage]) -> list[ChatMessage]:
     return messages
 
 
+def _prompt_or_messages(body: Any) -> None:
+    """`prompt` (one user message) or `messages`, exactly one; `messages` filled from `prompt`."""
+    if (body.messages is None) == (body.prompt is None):
+        raise ValueError("send either `prompt` (one user message) or `messages` (a conversation), not both or neither")
+    if body.prompt is not None:
+        body.messages = [ChatMessage(role="user", content=body.prompt)]
+    _check_messages(body.messages or [])
+
+
 class ChatCompletionRequest(BaseModel):
     """OpenAI Chat Completions (the fields the service uses; others a client may send are ignored)."""
 
@@ -90,11 +99,7 @@ class GenerateRequest(BaseModel):
 
     @model_validator(mode="after")
     def _one_input(self) -> GenerateRequest:
-        if (self.messages is None) == (self.prompt is None):
-            raise ValueError("send either `prompt` (one user message) or `messages` (a conversation), not both or neither")
-        if self.prompt is not None:
-            self.messages = [ChatMessage(role="user", content=self.prompt)]
-        _check_messages(self.messages or [])
+        _prompt_or_messages(self)
         return self
 
 
@@ -145,3 +150,22 @@ class FeedbackRequest(BaseModel):
     valence: int | None = Field(default=None, ge=-2, le=2)
     tags: list[str] | None = None
     note: str | None = Field(default=None, max_length=MAX_TEXT)
+
+
+class TurnRequest(BaseModel):
+    """A reply written elsewhere (another model, a person), recorded as a turn so it can be rated."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    messages: list[ChatMessage] | None = Field(default=None, description="The conversation the reply answers, the user's last message last.")
+    prompt: str | None = Field(default=None, description="A single user message (instead of messages).")
+    reply: str = Field(min_length=1, max_length=MAX_MESSAGE, description="The reply.")
+    author: str = Field(default="external", pattern=r"^[A-Za-z0-9_.:/-]{1,100}$", description="Who wrote it (kept as the turn's model), e.g. gpt-4o or me.")
+    session: str | None = Field(default=None, max_length=200)
+
+    @model_validator(mode="after")
+    def _one_input(self) -> TurnRequest:
+        _prompt_or_messages(self)
+        if not self.reply.strip():
+            raise ValueError("the reply is blank; there is nothing to rate")
+        return self

@@ -5,109 +5,13 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
-import signal
-import socket
 import subprocess
-import sys
-import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import httpx2 as httpx
 import openai
-import pandas as pd
 import pytest
 
-from hominem_pipeline.core.online.log import InteractionLog
-
-HOMINEM = str(Path(sys.executable).parent / "hominem")
-RATER_TOKEN, ADMIN_TOKEN = "rater-token-0123456789abcdef", "admin-token-0123456789abcdef"
-
-
-@dataclass
-class Served:
-    url: str
-    project: Path
-    proc: subprocess.Popen
-
-    def events(self) -> list[dict]:
-        log = InteractionLog(self.project / "data" / "online" / "log")
-        return [e for day in log.days() for e in log.read(day)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start(project: Path, *args: str, env: dict | None = None) -> Served:
-    port = free_port()
-    proc = subprocess.Popen([HOMINEM, "serve", "--config", "config/tiny.yaml", "--port", str(port), *args], cwd=project,
-                            env={**os.environ, "HOMINEM_HOME": str(project), **(env or {})}, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"hominem serve exited with {proc.returncode}:\n{proc.stdout.read()}")
-        try:
-            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-                return Served(url, project, proc)
-        except httpx.TransportError:
-            time.sleep(0.3)
-    stop(proc)
-    raise AssertionError("hominem serve did not answer /healthz within 120 s")
-
-
-def stop(proc: subprocess.Popen) -> str:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-    return out
-
-
-def make_adapter(student: Path, out: Path) -> Path:
-    """A real PEFT adapter with random (not zero) LoRA weights, so its replies differ from the base's."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(0)
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(student), LoraConfig(r=4, lora_alpha=64, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
-    model.save_pretrained(out)
-    return out
-
-
-def make_reward_model(encoder: Path, dimensions: list[str], out: Path) -> Path:
-    from hominem_pipeline.core.config_loader import load_config
-    from hominem_pipeline.core.reward.training import train_reward_model
-    from hominem_pipeline_tests.conftest import REPO
-
-    rows = [{"prompt_id": f"p{i}", "prompt": f"Something sad happened, number {i}.", "response": reply, "vector": {d: value for d in dimensions},
-             "scalar": value, "reward_intensity": 0.5, "safety_score": 0.9}
-            for i in range(6) for reply, value in [("I am so sorry, that sounds hard. Tell me more?", 0.8), ("Whatever.", -0.8)]]
-    cfg = load_config(REPO / "config" / "reward" / "encoder.yaml", root=REPO,
-                      overrides={"reward_model": {"epochs": 2, "batch_size": 4, "max_length": 48, "val_fraction": 0.34, "uncertainty": {"method": "none"}}}).reward_model
-    train_reward_model(pd.DataFrame(rows), dimensions=dimensions, backbone_path=encoder, cfg=cfg, out_dir=out, seed=0, data_digest="t", date="2026-11-25")
-    return out
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory, tiny_student, tiny_encoder):
-    from hominem_pipeline.core.config_loader import load_config
-    from hominem_pipeline_tests.conftest import make_project
-
-    project = make_project(tmp_path_factory.mktemp("serve") / "project", tiny_student, tiny_encoder)
-    dims = load_config(project / "config" / "tiny.yaml", root=project).dimension_names
-    adapter = make_adapter(tiny_student, project / "adapter")
-    reward = make_reward_model(tiny_encoder, dims, project / "reward")
-    server = start(project, "--adapter", str(adapter), "--reward-model", str(reward))
-    yield server
-    stop(server.proc)
+from hominem_pipeline_tests.serving.conftest import ADMIN_TOKEN, HOMINEM, RATER_TOKEN, Served, start, stop
 
 
 def chat(served: Served, **kwargs):
@@ -224,3 +128,19 @@ def test_tokens_name_raters_pseudonymously_and_unauthorised_calls_are_audited(tm
         assert len(server.events()) == 1  # the refused calls wrote nothing
     finally:
         stop(server.proc)
+
+
+def test_replies_written_elsewhere_are_recorded_and_compared_into_a_training_pair(served):
+    from hominem_pipeline.core.online.feedback import feedback_tables
+
+    post = lambda path, body: httpx.post(served.url + path, json=body, timeout=60)  # noqa: E731
+    kind = post("/turns", {"prompt": "My cat died today.", "reply": "I'm so sorry. How long did you have her?", "author": "hh-rlhf"}).json()["turn"]
+    curt = post("/turns", {"prompt": "My cat died today.", "reply": "Get another one.", "author": "hh-rlhf"}).json()["turn"]
+    other = post("/turns", {"prompt": "Something else entirely.", "reply": "ok", "author": "hh-rlhf"}).json()["turn"]
+    assert post("/feedback", {"kind": "choice", "chosen": kind, "rejected": curt, "strength": "clear"}).status_code == 200
+    mixed = post("/feedback", {"kind": "choice", "chosen": kind, "rejected": other, "strength": "clear"})
+    assert mixed.status_code == 422 and "different conversations" in mixed.json()["error"]["message"]
+    assert post("/turns", {"prompt": "hi", "reply": "   "}).status_code == 422
+    pairs = feedback_tables(served.events()).pairs
+    [pair] = pairs[pairs["chosen_turn"] == kind].to_dict("records")
+    assert (pair["prompt"], pair["chosen"], pair["rejected"], pair["weight"]) == ("My cat died today.", "I'm so sorry. How long did you have her?", "Get another one.", 1.0)
