@@ -113,7 +113,8 @@ def create_app(service: Service) -> FastAPI:
         first = exc.errors()[0] if exc.errors() else {"loc": ()}
         return _error(422 if "json_invalid" not in {e["type"] for e in exc.errors()} else 400, "; ".join(problems), _field(tuple(first["loc"])), "invalid_value")
 
-    def authenticate(request: Request) -> Caller:
+    # async: a plain `def` dependency would run in a thread pool, a thread hop on every request
+    async def authenticate(request: Request) -> Caller:
         caller = access.caller(request.headers.get("authorization"))
         if caller is None:
             access.audit("unauthorized", path=request.url.path, method=request.method, client=request.client.host if request.client else None,
@@ -122,7 +123,7 @@ def create_app(service: Service) -> FastAPI:
                                 f"${s.tokens_env}", "authorization", "invalid_api_key", {"WWW-Authenticate": "Bearer"})
         return caller
 
-    def admin(request: Request, caller: Caller = Depends(authenticate)) -> Caller:
+    async def admin(request: Request, caller: Caller = Depends(authenticate)) -> Caller:
         if not caller.admin:
             access.audit("forbidden", path=request.url.path, rater=caller.rater)
             raise ApiError(403, "this needs an admin token (`admin TOKEN` in serving.tokens_file)", "authorization", "forbidden")
@@ -173,7 +174,7 @@ def create_app(service: Service) -> FastAPI:
     # -- OpenAI-compatible -------------------------------------------------------------------------
 
     @app.get("/v1/models", tags=["openai"])
-    def models(caller: Caller = Depends(authenticate)) -> dict[str, Any]:
+    async def models(caller: Caller = Depends(authenticate)) -> dict[str, Any]:
         created = int(service.started)
         return {"object": "list", "data": [
             {"id": SERVED, "object": "model", "created": created, "owned_by": "hominem", "adapter": service.adapter_label},
@@ -288,7 +289,7 @@ def create_app(service: Service) -> FastAPI:
         return {"reward_model": service.reward_label, "scores": scores}
 
     @app.post("/feedback", tags=["hominem"])
-    async def feedback(body: FeedbackRequest, caller: Caller = Depends(authenticate)) -> dict[str, Any]:
+    async def feedback(body: FeedbackRequest, caller: Caller = Depends(authenticate)) -> JSONResponse:
         """Record feedback on turns: thumb, choice (A over B, strength, note), nudge, emotion labels."""
         raw = {k: v for k, v in body.model_dump().items() if v is not None}
         raw.setdefault("id", uuid.uuid4().hex)
@@ -308,38 +309,38 @@ def create_app(service: Service) -> FastAPI:
         written = await service.journal.write(event.model_dump(mode="json"))
         if written:
             service.ledger.add(event)
-        return {"id": event.id, "written": written}
+        return JSONResponse({"id": event.id, "written": written})  # no jsonable_encoder pass: the hot path under load
 
     @app.get("/feedback/repeat", tags=["hominem"])
-    def repeat(caller: Caller = Depends(authenticate)) -> dict[str, Any]:
+    async def repeat(caller: Caller = Depends(authenticate)) -> dict[str, Any]:
         """Now and then (serving.repeat_rate) one of your earlier choices to make again, A and B swapped."""
         return {"repeat": service.ledger.repeat_for(caller.rater, s.repeat_rate, service.rng)}
 
     @app.get("/feedback/consistency", tags=["hominem"])
-    def consistency(caller: Caller = Depends(authenticate)) -> dict[str, Any]:
+    async def consistency(caller: Caller = Depends(authenticate)) -> dict[str, Any]:
         """Your choices, how many were asked again, and the share you answered the same way."""
         mine = service.ledger.consistency(caller.rater).get(caller.rater, {"choices": 0, "repeats": 0, "consistent": 0, "consistency": None})
         return {"rater": caller.rater, **mine}
 
     @app.get("/admin/raters", tags=["admin"])
-    def raters(request: Request, caller: Caller = Depends(admin)) -> dict[str, Any]:
+    async def raters(request: Request, caller: Caller = Depends(admin)) -> dict[str, Any]:
         """Every rater's consistency (admin)."""
         access.audit("read_raters", rater=caller.rater)
         return {"raters": service.ledger.consistency()}
 
     @app.get("/admin/audit", tags=["admin"])
-    def audit(caller: Caller = Depends(admin)) -> dict[str, Any]:
+    async def audit(caller: Caller = Depends(admin)) -> dict[str, Any]:
         """The audit log (admin)."""
         access.audit("read_audit", rater=caller.rater)
         return {"entries": access.audit_entries()}
 
     @app.get("/healthz", tags=["hominem"])
-    def healthz() -> dict[str, Any]:
+    async def healthz() -> dict[str, Any]:
         return {"status": "ok", "adapter": service.adapter_label, "reward_model": service.reward_label, "waiting": engine.waiting,
                 "batches": engine.batches, "largest_batch": engine.largest_batch, "uptime_seconds": round(time.time() - service.started, 1), "auth": "open (loopback)" if access.open else "bearer tokens"}
 
     @app.get("/config", tags=["hominem"])
-    def page_config() -> dict[str, Any]:
+    async def page_config() -> dict[str, Any]:
         """What the page needs: the dimensions, the emotion tags, whether a token is needed."""
         from hominem_pipeline.core.online.events import EMOTION_TAGS, STRENGTHS
 

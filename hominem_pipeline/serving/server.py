@@ -100,7 +100,9 @@ def serve(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, s
 
     service = build_service(cfg, adapter, reward_model, student)
     host, port = cfg.serving.host, cfg.serving.port
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    # proto IPPROTO_TCP, not 0: asyncio turns Nagle off (TCP_NODELAY) only on sockets that say they are
+    # TCP, and with Nagle on, every keep-alive response after the first waits ~40 ms for a delayed ACK
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -112,7 +114,7 @@ def serve(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, s
     print(f"hominem serve: {url}  (page {url}/ , OpenAI base_url {url}/v1 , API docs {url}/docs)\n"
           f"  adapter {service.adapter_label or 'none (the base)'}; reward model {service.reward_label or 'none'}; "
           f"log {service.journal.log.folder}; {'open on loopback' if service.access.open else 'bearer tokens required'}", flush=True)
-    server = uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning", timeout_graceful_shutdown=30))
+    server = uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning", access_log=False, timeout_graceful_shutdown=30))
     try:
         server.run(sockets=[sock])
     finally:
