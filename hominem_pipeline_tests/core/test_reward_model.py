@@ -469,6 +469,21 @@ def test_peoples_pairs_pull_the_scalar_from_the_judges_fit_and_win_where_they_di
     assert held.shape == (n_human, 2) and (held[:, 0] > held[:, 1]).mean() > 0.85  # held-out pairs: people's taste generalises
 
 
+def test_ridge_training_chooses_how_far_peoples_pairs_pull_by_their_out_of_fold_agreement(tiny_student, tmp_path):
+    from hominem_pipeline.core.reward.ridge import PAIR_PULLS
+
+    cfg = small_cfg(max_length=96, head_fit="ridge", ridge_alphas=[1.0, 100.0], uncertainty={"method": "none", "members": 1, "mc_samples": 2},
+                    backbone={"finetune": "frozen", "frame": "judge", "pooling": "last_mean"})
+    human = pd.DataFrame({"prompt": [f"Question {i}?" for i in range(10)], "chosen": ["Here is a careful answer."] * 10,
+                          "rejected": ["no"] * 10, "weight": [1.5] * 10, "source": ["feedback:choice"] * 10})
+    metrics = train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x",
+                                 date="2026-11-20", judge_system="You are a fair judge.", human_pairs=human)
+    assert metrics["human_pull"] in PAIR_PULLS and set(PAIR_PULLS) == {float(k.split("_")[2]) for k in metrics if k.startswith("human_pull_")}
+    best = max(metrics[f"human_pull_{k:g}_accuracy"] for k in PAIR_PULLS)
+    assert metrics[f"human_pull_{metrics['human_pull']:g}_accuracy"] == best == metrics["val_human_accuracy"]  # held out: the chosen pull's own figure
+    assert metrics["val_human_pairs"] == 10 and metrics["train_sequences"] == 12 + 20
+
+
 def test_a_shared_frame_prefix_runs_once_and_pools_as_the_whole_sequence(tiny_student):
     """A causal decoder reading the judge frame: at inference the frame's head runs once per batch and the
     rows continue from its KV cache; the pooled features equal those of whole-sequence passes."""

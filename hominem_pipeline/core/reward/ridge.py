@@ -7,7 +7,9 @@ pairs pull the scalar away from it wherever they say otherwise. For a pair, the 
 weight (`reward_model.pair_loss.human_weight` times its strength): the scalar's coefficients minimise
 sum_p w_p (d_p b - PAIR_MARGIN)^2 + alpha |b - b_judge|^2. Where people have not spoken (directions
 no pair's difference covers) the scalar stays the judge's; where they have, it follows them, more so
-the more pairs there are. The other heads are the judge's alone.
+the more pairs there are. How strongly (a scale of the pairs' weights, `PAIR_PULLS`) is chosen by the
+people's own out-of-fold pairs: few pairs that do not generalise pull little. The other heads are the
+judge's alone.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from hominem_pipeline.core.reward.network import RewardNet
 
 RIDGE_FOLDS = 5  # prompt folds for the penalty and for the held-out figures
 PAIR_MARGIN = 1.0  # s_chosen - s_rejected a human pair asks for before the tanh: tanh(0.5) against tanh(-0.5)
+PAIR_PULLS = (0.01, 0.1, 1.0)  # scales of the pairs' weights tried: the one people agree with most out of fold is kept
 
 
 def feature_stats(features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

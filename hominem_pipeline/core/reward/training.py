@@ -56,6 +56,7 @@ from hominem_pipeline.core.reward.network import (
 )
 from hominem_pipeline.core.reward.ridge import (
     RIDGE_FOLDS,
+    PAIR_PULLS,
     choose_ridge_alpha,
     pair_rows,
     ridge_design,
@@ -267,8 +268,22 @@ def train_reward_model(
         hp = data.pairs[data.pair_human]  # people's pairs (rows of `frozen`), fitted by the scalar with the labels
         hw = data.pair_weight[data.pair_human]
         human = (hp, hw, data.group_of[hp[:, 0]]) if len(hp) else None
-        held_out, fold_alphas, human_oof = ridge_out_of_fold(frozen, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed,
-                                                             human=human)
+        pull, pull_accuracy = 1.0, {}
+        if human:
+            # How far people's pairs pull the scalar from the judge's: the scale of their weights whose
+            # out-of-fold pairs people agree with most (ties: the smaller pull, nearer the judge).
+            trials = {}
+            for scale in PAIR_PULLS:
+                trials[scale] = ridge_out_of_fold(frozen, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed,
+                                                  human=(hp, hw * scale, human[2]))
+                pull_accuracy[scale] = float((trials[scale][2][:, 0] > trials[scale][2][:, 1]).mean())
+            pull = max(PAIR_PULLS, key=lambda scale: (pull_accuracy[scale], -scale))
+            log.info("reward model ridge heads: people's pairs pull the scalar at scale %g (out-of-fold agreement with them %s)", pull,
+                     ", ".join(f"{k:g}: {v:.1%}" for k, v in pull_accuracy.items()))
+            held_out, fold_alphas, human_oof = trials[pull]
+            hw = hw * pull
+        else:
+            held_out, fold_alphas, human_oof = ridge_out_of_fold(frozen, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed)
         standardise(net, frozen[torch.as_tensor(labeled)])
         x, y = ridge_design(frozen, labeled, net.feature_mean, net.feature_std), ridge_targets(data.targets, labeled)
         alpha, errors = choose_ridge_alpha(x, y, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed)
@@ -288,7 +303,8 @@ def train_reward_model(
             best_full[k][labeled] = (held_out[:, :d] if k == "vector" else held_out[:, d + j - 1]).numpy()
         if human:
             best_full["scalar"][hp[:, 0]], best_full["scalar"][hp[:, 1]] = human_oof[:, 0], human_oof[:, 1]
-        best_metrics = {"ridge_alpha": alpha, "ridge_fold_alphas": fold_alphas, **evaluate(best_full)}
+        best_metrics = {"ridge_alpha": alpha, "ridge_fold_alphas": fold_alphas, **evaluate(best_full),
+                        **({"human_pull": pull, **{f"human_pull_{k:g}_accuracy": v for k, v in pull_accuracy.items()}} if human else {})}
         log.info("reward model ridge heads: out of fold (%d prompt folds) they order %s of %d teacher pairs", RIDGE_FOLDS,
                  _pct(best_metrics["val_pairwise_accuracy"]), best_metrics["val_pairs"])
         best_epoch = list(errors).index(alpha) + 1
