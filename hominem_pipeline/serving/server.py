@@ -28,21 +28,27 @@ def _built(cfg: HominemConfig, asset: str) -> Path | None:
     return None if ref is None else ref.path
 
 
+def _latest_or_folder(cfg: HominemConfig, asset: str, choice: str, marker: str, without: str) -> Path | None:
+    """`latest`: the newest `asset` under this config (None, with a warning saying `without`, when none
+    is built); anything else: a folder holding `marker`, or a ServeError naming it."""
+    if choice == "latest":
+        path = _built(cfg, asset)
+        if path is None:
+            log.warning("no %s is built under this config in %s: %s (build one with `make run`)", asset, cfg.data_dir, without)
+        return path
+    path = cfg.path(choice)
+    if not (path / marker).is_file():
+        raise ServeError(f"{asset} {choice!r}: {path} has no {marker}, so it is not a {asset} folder; pass data/{asset}/<day>/<version>, "
+                         "`latest`, or `none`")
+    return path
+
+
 def resolve_adapter(cfg: HominemConfig, choice: str | None) -> Path | None:
     """`latest` (the newest lora_adapter under this config; None with a warning when there is none),
     a folder, or None / `none` / `base` (the base alone)."""
     if choice is None or choice in ("none", "base"):
         return None
-    if choice == "latest":
-        path = _built(cfg, "lora_adapter")
-        if path is None:
-            log.warning("no lora_adapter is built under this config in %s: serving the base alone (build one with `make run`)", cfg.data_dir)
-        return path
-    path = cfg.path(choice)
-    if not (path / "adapter_config.json").is_file():
-        raise ServeError(f"adapter {choice!r}: {path} is not a PEFT adapter folder (no adapter_config.json); pass data/lora_adapter/<day>/<version>, "
-                         "`latest`, or `none`")
-    return path
+    return _latest_or_folder(cfg, "lora_adapter", choice, "adapter_config.json", "serving the base alone")
 
 
 def resolve_reward_model(cfg: HominemConfig, choice: str | None, adapter: Path | None) -> Path | None:
@@ -54,16 +60,7 @@ def resolve_reward_model(cfg: HominemConfig, choice: str | None, adapter: Path |
         return None
     if choice == "adapter" and adapter is not None and (own := adapter_reward_model(adapter, cfg.data_dir)) is not None and own.is_dir():
         return own
-    if choice in ("adapter", "latest"):
-        path = _built(cfg, "reward_model")
-        if path is None:
-            log.warning("no reward_model is built under this config in %s: replies are not scored", cfg.data_dir)
-        return path
-    path = cfg.path(choice)
-    if not (path / "METADATA.json").is_file():
-        raise ServeError(f"reward model {choice!r}: {path} is not a reward model folder (no METADATA.json); pass data/reward_model/<day>/<version>, "
-                         "`latest`, or `none`")
-    return path
+    return _latest_or_folder(cfg, "reward_model", "latest" if choice == "adapter" else choice, "METADATA.json", "replies are not scored")
 
 
 def label(cfg: HominemConfig, path: Path | None) -> str | None:
@@ -85,8 +82,7 @@ def build_service(cfg: HominemConfig, adapter: Path | None, reward_model: Path |
     access.check_bind(s.host)
     interaction_log = InteractionLog(folder / "log", remember_days=REMEMBER_DAYS)
     ledger = Ledger(cfg.dimension_names)
-    for day in interaction_log.days()[-REMEMBER_DAYS:]:
-        ledger.load(interaction_log.read(day))
+    ledger.load(interaction_log.remembered)
     engine = Engine(student, adapter, reward_model, max_batch_size=s.max_batch_size, batch_wait_ms=s.batch_wait_ms, max_queue=s.max_queue,
                     repetition_penalty=s.repetition_penalty)
     return Service(s, engine, Journal(interaction_log), ledger, access, label(cfg, adapter), label(cfg, reward_model))

@@ -65,9 +65,11 @@ class InteractionLog:
         self._file: Any = None
         self._file_day: str | None = None
         self._ids: set[str] = set()
+        self.remembered: list[dict[str, Any]] = []  # the events of those days, read once at start (the service's ledger loads them)
         for path in self.files()[-remember_days:]:
             self._cut_torn_tail(path)
-            self._ids.update(e["id"] for e in read_events(path))
+            self.remembered += read_events(path)
+        self._ids.update(e["id"] for e in self.remembered)
 
     def files(self) -> list[Path]:
         return sorted(self.folder.glob(f"*{SUFFIX}"))
