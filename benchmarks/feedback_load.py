@@ -21,10 +21,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,38 +34,20 @@ import httpx2 as httpx
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-HOMINEM = str(Path(sys.executable).parent / "hominem")
+sys.path.insert(0, str(ROOT))
+
+from hominem_pipeline.testing.service import ServeFailed, free_port, start_serve, stop_serve  # noqa: E402
+
 DIMENSIONS = ["empathy", "curiosity", "agency_support", "harm_avoidance"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_server(data: Path, port: int) -> tuple[subprocess.Popen, float]:
-    started = time.monotonic()
-    proc = subprocess.Popen([HOMINEM, "serve", "--adapter", "none", "--reward-model", "none", "--port", str(port),
-                             "--set", f"serving.log_dir={data}", "--set", "serving.max_new_tokens=8"],
-                            cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    while True:
-        if proc.poll() is not None:
-            raise SystemExit(f"hominem serve exited with {proc.returncode}")
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                return proc, time.monotonic() - started
-        except httpx.TransportError:
-            time.sleep(0.1)
-
-
-def kill(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
     try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        return
-    proc.wait(timeout=60)
+        proc, _, ready = start_serve(["--adapter", "none", "--reward-model", "none", "--set", f"serving.log_dir={data}", "--set", "serving.max_new_tokens=8"],
+                                     ROOT, port=port)
+    except ServeFailed as exc:
+        raise SystemExit(str(exc)) from None
+    return proc, ready
 
 
 def feedback(rng: random.Random, pairs: list[tuple[str, str]], client: int, k: int, storm: str) -> dict:
@@ -190,7 +170,7 @@ def main() -> None:
             async def second_storm() -> dict:
                 task = asyncio.create_task(storm(port, pairs, args.clients, args.posts, "storm2"))
                 await asyncio.sleep(kill_after)
-                await asyncio.to_thread(kill, proc)
+                await asyncio.to_thread(stop_serve, proc, signal.SIGKILL)
                 return await task
 
             second = asyncio.run(second_storm())
@@ -204,7 +184,7 @@ def main() -> None:
                     if answer.status_code == 200:
                         retried_ack.add(body["id"])
         finally:
-            kill(proc, signal.SIGTERM)
+            stop_serve(proc)
         events = read_log(data)
         ids = Counter(e["id"] for e in events)
         acknowledged = first["acknowledged"] | second["acknowledged"] | retried_ack

@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,19 +25,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-HOMINEM = str(Path(sys.executable).parent / "hominem")
+
+from hominem_pipeline.testing.service import HOMINEM, free_port, stop_serve  # noqa: E402
+
 PROMPTS = [
     "I failed my driving test again. What should I do?", "Can you explain how vaccines train the immune system?",
     "My friend keeps cancelling our plans. Should I say something?", "Write a short poem about autumn rain.",
     "What is a good way to start learning to cook?", "I feel nervous about a job interview tomorrow.",
     "How do I politely decline a wedding invitation?", "Why is the sky blue?",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def first_answer(url: str, proc: subprocess.Popen, started: float) -> float:
@@ -107,7 +100,7 @@ def main() -> None:
     url = f"http://127.0.0.1:{port}"
     started = time.monotonic()
     proc = subprocess.Popen([HOMINEM, "serve", "--port", str(port), "--reward-model", "none", "--adapter", str(adapter) if adapter else "none"],
-                            cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # not start_serve: timed to the first chat answer
     results = {}
     try:
         ready = first_answer(url, proc, started)
@@ -117,8 +110,7 @@ def main() -> None:
             results[f"server, {clients} client(s)"] = tokens / seconds
             print(f"server, {clients} concurrent client(s): {tokens} tokens in {seconds:.1f} s = {tokens / seconds:.1f} tok/s", flush=True)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
+        stop_serve(proc)
     for batch in (1, 8):
         tokens, seconds = plain_generate(cfg, adapter, batch, args.rounds, args.max_tokens)
         results[f"generate, batch {batch}"] = tokens / seconds

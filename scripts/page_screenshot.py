@@ -10,20 +10,14 @@ Needs `make run` (an adapter and a reward model) and `make browser`.
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
-
-import httpx2 as httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hominem_pipeline.testing.browser import choose_between_two_replies, chromium, screenshot  # noqa: E402
+from hominem_pipeline.testing.service import ServeFailed, start_serve, stop_serve  # noqa: E402
 
 
 def main() -> None:
@@ -33,24 +27,14 @@ def main() -> None:
     ap.add_argument("--adapter", default=None, help="passed to `hominem serve` (default: serving.adapter)")
     ap.add_argument("--reward-model", default=None, help="passed to `hominem serve` (default: serving.reward_model)")
     args = ap.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
     # its own log folder: the screenshot's exchange is not feedback anyone gave
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "hominem"), "serve", "--port", str(port), "--set", "serving.log_dir=online-screenshot",
-                             "--set", "serving.max_new_tokens=96", *(["--adapter", args.adapter] if args.adapter else []),
-                             *(["--reward-model", args.reward_model] if args.reward_model else [])], cwd=ROOT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("hominem serve did not start")
-                time.sleep(0.5)
+        proc, url, _ = start_serve(["--set", "serving.log_dir=online-screenshot", "--set", "serving.max_new_tokens=96",
+                                    *(["--adapter", args.adapter] if args.adapter else []), *(["--reward-model", args.reward_model] if args.reward_model else [])],
+                                   ROOT, stdout=None)
+    except ServeFailed as exc:
+        raise SystemExit(str(exc)) from None
+    try:
         driver = chromium(1280, 1500)
         try:
             choose_between_two_replies(driver, url + "/", args.message, pick="A", strength="strong", note="A takes the feeling seriously")
@@ -58,8 +42,7 @@ def main() -> None:
         finally:
             driver.quit()
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
+        stop_serve(proc)
 
 
 if __name__ == "__main__":

@@ -2,20 +2,10 @@
 
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 import urllib.request
-from pathlib import Path
-
-HOMINEM = str(Path(sys.executable).parent / "hominem")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from hominem_pipeline.testing.service import HOMINEM, free_port
 
 
 def answers(port: int) -> bool:

@@ -3,22 +3,15 @@ real HTTP), with a real PEFT adapter and a reward model trained on the tiny mode
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx2 as httpx
 import pandas as pd
 import pytest
 
 from hominem_pipeline.core.online.log import InteractionLog
-
-HOMINEM = str(Path(sys.executable).parent / "hominem")
+from hominem_pipeline.testing.service import HOMINEM, ServeFailed, start_serve, stop_serve
 RATER_TOKEN, ADMIN_TOKEN = "rater-token-0123456789abcdef", "admin-token-0123456789abcdef"
 
 
@@ -33,39 +26,17 @@ class Served:
         return [e for day in log.days() for e in log.read(day)]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start(project: Path, *args: str, env: dict | None = None) -> Served:
-    port = free_port()
-    proc = subprocess.Popen([HOMINEM, "serve", "--config", "config/tiny.yaml", "--port", str(port), *args], cwd=project,
-                            env={**os.environ, "HOMINEM_HOME": str(project), **(env or {})}, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"hominem serve exited with {proc.returncode}:\n{proc.stdout.read()}")
-        try:
-            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-                return Served(url, project, proc)
-        except httpx.TransportError:
-            time.sleep(0.3)
-    stop(proc)
-    raise AssertionError("hominem serve did not answer /healthz within 120 s")
+    try:
+        proc, url, _ = start_serve(["--config", "config/tiny.yaml", *args], project, env={"HOMINEM_HOME": str(project), **(env or {})}, timeout=120,
+                                   stdout=subprocess.PIPE)
+    except ServeFailed as exc:
+        raise AssertionError(str(exc)) from None
+    return Served(url, project, proc)
 
 
 def stop(proc: subprocess.Popen) -> str:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-    return out
+    return stop_serve(proc)
 
 
 def make_adapter(student: Path, out: Path) -> Path:

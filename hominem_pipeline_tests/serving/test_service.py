@@ -130,6 +130,26 @@ def test_tokens_name_raters_pseudonymously_and_unauthorised_calls_are_audited(tm
         stop(server.proc)
 
 
+def test_a_full_queue_answers_503_with_retry_after_and_writes_nothing_for_it(tmp_path, tiny_student, tiny_encoder):
+    from hominem_pipeline_tests.conftest import make_project
+
+    project = make_project(tmp_path / "project", tiny_student, tiny_encoder)
+    server = start(project, "--adapter", "none", "--reward-model", "none", "--set", "serving.max_queue=1", "--set", "serving.max_batch_size=1")
+    try:
+        def ask(i: int):
+            return httpx.post(server.url + "/generate", json={"prompt": f"Tell me a long story number {i}.", "max_tokens": 48, "seed": i}, timeout=120)
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(ask, range(8)))
+        codes = sorted(a.status_code for a in answers)
+        assert set(codes) == {200, 503} and codes.count(200) >= 2  # one generating, one waiting; the rest turned away
+        for busy in (a for a in answers if a.status_code == 503):
+            assert int(busy.headers["retry-after"]) >= 1 and busy.json()["error"]["code"] == "overloaded"
+        assert len([e for e in server.events() if e["kind"] == "turn"]) == codes.count(200)  # a refused request wrote nothing
+    finally:
+        stop(server.proc)
+
+
 def test_replies_written_elsewhere_are_recorded_and_compared_into_a_training_pair(served):
     from hominem_pipeline.core.online.feedback import feedback_tables
 
