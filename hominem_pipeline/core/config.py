@@ -288,6 +288,7 @@ class RewardModelConfig(_Frozen):
     rationale_weight: float = Field(ge=0.0, description="> 0: an auxiliary head predicts the embedding of the teacher's rationale; 0: off.")
     uncertainty: UncertaintyConfig = Field(description="How each score's uncertainty is estimated.")
     human_preferences: bool = Field(description="Also train on the human pairs of the window: imported (human_preferences) and people's feedback to `hominem serve` (human_feedback).")
+    min_human_agreement: float = Field(ge=0, le=1, description="The asset check human_agreement warns when people agree with the model's out-of-fold order of their pairs less often than this (0 to 1; 0.5 is chance).")
     dropout: float = Field(ge=0.0, lt=1.0, description="Dropout before the heads, [0, 1).")
     length_feature: bool = Field(description="The heads also read log(tokens of prompt + reply) (LLM judges weigh length; mean pooling averages it away).")
     head_fit: Literal["gradient", "ridge"] = Field(description="gradient: heads (and an unfrozen backbone) trained on the losses | ridge (frozen backbones): heads solved in closed form, the penalty by cross-validation over prompts.")

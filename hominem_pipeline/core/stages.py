@@ -28,6 +28,7 @@ from hominem_pipeline.core.builds.reward_health_index import build_reward_health
 from hominem_pipeline.core.builds.reward_model import (
     REWARD_MODEL_NAME,
     build_reward_model,
+    human_agreement,
     reward_backbone_digest,
 )
 from hominem_pipeline.core.builds.teacher_labels import (
@@ -151,6 +152,8 @@ STAGES: tuple[Stage, ...] = (
         build=build_reward_model,
         files=reward_backbone_digest,
         registered=Registered(REWARD_MODEL_NAME, log_reward_pyfunc),
+        checks=(Check("human_agreement", "People's held-out preference pairs are ordered as they chose at least reward_model.min_human_agreement of the time.",
+                      human_agreement),),
     ),
     Stage(
         name="preference_pairs",

@@ -62,6 +62,24 @@ def test_labels_check_blocks_when_too_many_rows_are_quarantined(tiny_cfg):
     assert not bad.passed and "11/20 rows quarantined" in bad.description
 
 
+def test_human_agreement_check_warns_below_the_floor_and_passes_without_people(tiny_cfg):
+    from hominem_pipeline.core.builds.reward_model import human_agreement
+
+    floor = tiny_cfg.reward_model.min_human_agreement
+    none = human_agreement({"val_pairwise_accuracy": 0.9, "val_pairs": 12}, tiny_cfg)
+    assert none.passed and "no human pairs" in none.description and "90.0%" in none.description
+    good = human_agreement({"val_human_accuracy": floor + 0.1, "val_human_pairs": 40, "val_pairwise_accuracy": 0.8, "val_pairs": 12}, tiny_cfg)
+    assert good.passed and good.metadata["human_agreement"] == floor + 0.1 and good.metadata["judge_agreement"] == 0.8
+    bad = human_agreement({"val_human_accuracy": floor - 0.1, "val_human_pairs": 40, "val_pairwise_accuracy": 0.8, "val_pairs": 12}, tiny_cfg)
+    assert not bad.passed and "of 40" in bad.description and "below" in bad.description
+
+
+def test_reward_model_carries_a_warning_human_agreement_check(project):
+    defs = build_definitions(str(project / "config" / "tiny.yaml"), root=project)
+    [spec] = defs.resolve_assets_def("reward_model").check_specs
+    assert spec.name == "human_agreement" and not spec.blocking
+
+
 def test_teacher_labels_carries_a_blocking_verifier_check(project):
     defs = build_definitions(str(project / "config" / "tiny.yaml"), root=project)
     [spec] = defs.resolve_assets_def("teacher_labels").check_specs

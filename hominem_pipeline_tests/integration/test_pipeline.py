@@ -39,7 +39,8 @@ def write_feedback_log(project):
     (folder / f"{DAY}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
 
 
-def run_all(project, config_path, instance, selection=None):
+def run_all(project, config_path, instance, selection=None, checks=None):
+    """Materialize the stages (all but the imports' `human_preferences`); `checks`, a dict, gets the asset check evaluations by name."""
     defs = build_definitions(str(config_path), root=project)
     assets = [a for a in defs.assets if a.key.to_user_string() != "human_preferences"]  # filled by imports
     result = materialize(
@@ -50,9 +51,11 @@ def run_all(project, config_path, instance, selection=None):
         selection=selection,
     )
     assert result.success
-    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
     if selection is None:
-        assert checks["labels_pass_verifier"].passed
+        assert evaluations["labels_pass_verifier"].passed
+    if checks is not None:
+        checks.update(evaluations)
     return {e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()}, result.run_id
 
 
@@ -64,10 +67,11 @@ def chain(tmp_path_factory, tiny_student, tiny_encoder):
     config_path = project / "config" / "tiny.yaml"
     write_feedback_log(project)
     with instance_for_test() as instance:
-        first, first_run = run_all(project, config_path, instance)
+        checks = {}
+        first, first_run = run_all(project, config_path, instance, checks=checks)
         second, second_run = run_all(project, config_path, instance)
         yield {"project": project, "config": config_path, "cfg": load_config(config_path, root=project), "first": first, "second": second,
-               "runs": (first_run, second_run), "instance": instance}
+               "runs": (first_run, second_run), "instance": instance, "checks": checks}
 
 
 def test_every_asset_materializes_with_metadata(chain):
@@ -88,6 +92,8 @@ def test_every_asset_materializes_with_metadata(chain):
     assert first["lora_adapter"]["steps"].value == 2
     assert (first["human_feedback"]["pairs"].value, first["human_feedback"]["turns"].value, first["human_feedback"]["conversations"].value) == (1, 2, 1)
     assert first["reward_model"]["feedback_pairs"].value == 1  # the person's choice reached the reward model
+    human = chain["checks"]["human_agreement"]  # its held-out agreement with people, as an asset check
+    assert human.metadata["human_pairs"].value == 1 and human.metadata["human_agreement"].value in (0.0, 1.0)
 
 
 def test_stages_write_their_artifacts(chain):

@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 from hominem_pipeline.core.artifacts import fingerprint
 from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.stage import StageContext, StageOutput
+from hominem_pipeline.core.stage import CheckOutcome, StageContext, StageOutput
 
 log = logging.getLogger(__name__)
 
@@ -77,3 +78,22 @@ def reward_backbone_digest(cfg: HominemConfig, partition: str) -> dict[str, str]
 
     source = reward_backbone(cfg)
     return {"backbone": folder_digest(source) if Path(source).is_dir() else str(source)}
+
+
+def human_agreement(metrics: dict[str, Any], cfg: HominemConfig) -> CheckOutcome:
+    """Warns when the model orders people's held-out pairs (each scored by heads fitted without it) as
+    they did less often than `reward_model.min_human_agreement`; the judge's own held-out pairs beside it.
+    Passes, saying so, when the window holds no human pairs."""
+    floor = cfg.reward_model.min_human_agreement
+    pairs = int(metrics.get("val_human_pairs") or 0)
+    judge = metrics.get("val_pairwise_accuracy")
+    meta = {"human_pairs": pairs, "min_human_agreement": floor, "judge_pairs": int(metrics.get("val_pairs") or 0),
+            "judge_agreement": None if judge is None else float(judge)}
+    beside = "" if judge is None else f"; the judge's held-out pairs {judge:.1%}"
+    if not pairs:
+        return CheckOutcome(True, "no human pairs in the window (import some with `hominem data import-preferences`, or give feedback in `hominem serve`)" + beside, meta)
+    agreement = float(metrics["val_human_accuracy"])
+    meta["human_agreement"] = agreement
+    passed = agreement >= floor
+    return CheckOutcome(passed, f"people's held-out pairs ordered as they chose: {agreement:.1%} of {pairs} ({'at or above' if passed else 'below'} "
+                                f"reward_model.min_human_agreement {floor:.0%}){beside}", meta)
