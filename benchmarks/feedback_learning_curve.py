@@ -8,10 +8,11 @@ step (0, 100, 300, 1,000, 1,800 pairs given in all) the new pairs go through the
 both replies recorded with `POST /turns`, the choice with `POST /feedback` (strength `clear`). Then the
 `human_feedback` and `reward_model` stages of the day run (the core runner: the same builds Dagster
 runs) on this project's data, with the benchmark's own log folder so no real feedback mixes in, and
-the new reward model scores the held-out pairs. Printed per step: agreement with the people on the
-held-out pairs, the judge's pairs ordered out of fold (`val_pairwise_accuracy`), and the plot
-`docs/plots/feedback_learning_curve.png`. Goal: agreement rises with the feedback and reaches 65% at
-1,800, the judge's figure reported beside it.
+the new reward model scores the held-out pairs (the frozen backbone's pooled features of them are
+computed once and each step's heads applied to them, checked against `raw_scores`). Printed per
+step: agreement with the people on the held-out pairs, the judge's pairs ordered out of fold
+(`val_pairwise_accuracy`), and the plot `docs/plots/feedback_learning_curve.png`. Goal: agreement
+rises with the feedback and reaches 65% at 1,800, the judge's figure reported beside it.
 
     .venv/bin/python benchmarks/feedback_learning_curve.py [--steps 0,100,300,1000,1800] [--test 504]
 
@@ -23,9 +24,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -38,27 +36,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hominem_pipeline.core.human.preferences import parse_preference_file  # noqa: E402
+from hominem_pipeline.testing.service import ServeFailed, start_serve, stop_serve  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"
 LOG_DIR = "online-benchmark-feedback"
 
 
 def serve(day_log_dir: str) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "hominem"), "serve", "--port", str(port), "--adapter", "none", "--reward-model", "none",
-                             "--set", f"serving.log_dir={day_log_dir}"], cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while True:
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("hominem serve did not start")
-            time.sleep(0.3)
+    try:
+        proc, url, _ = start_serve(["--adapter", "none", "--reward-model", "none", "--set", f"serving.log_dir={day_log_dir}"], ROOT)
+    except ServeFailed as exc:
+        raise SystemExit(str(exc)) from None
+    return proc, url
 
 
 def give(url: str, pairs) -> None:
@@ -83,7 +72,12 @@ def main() -> None:
 
     from hominem_pipeline.core.config_loader import load_config
     from hominem_pipeline.core.lineage import lineage
+    import torch
+
+    from hominem_pipeline.core.reward.dataset import _pooled_all
+    from hominem_pipeline.core.reward.encoding import pad_id
     from hominem_pipeline.core.reward.model import RewardModel
+    from hominem_pipeline.core.reward.network import member_mean_std
     from hominem_pipeline.core.runner import run_stage
 
     steps = [int(x) for x in args.steps.split(",")]
@@ -101,7 +95,8 @@ def main() -> None:
     print(f"day {day}; {len(teach)} pairs to give in steps {steps}, {len(test)} held out; 'prefer the longer reply' agrees {longer:.1%} on them", flush=True)
 
     proc, url = serve(LOG_DIR)
-    rows, given = [], 0
+    rows, given, pooled = [], 0, None
+    prompts, replies = list(test["prompt"]) * 2, list(test["chosen"]) + list(test["rejected"])
     try:
         for step in steps:
             started = time.monotonic()
@@ -110,7 +105,13 @@ def main() -> None:
             run_stage("human_feedback", cfg, day)
             result = run_stage("reward_model", cfg, day)
             rm = RewardModel.load(result.ref.path)
-            scores = rm.raw_scores(list(test["prompt"]) * 2, list(test["chosen"]) + list(test["rejected"]))["scalar"]
+            if pooled is None:  # the backbone is frozen and the same in every step: only the heads change
+                pooled = _pooled_all(rm.net, rm.encode(prompts, replies), 32, pad_id(rm.tokenizer))
+            with torch.inference_mode():
+                scores = member_mean_std(rm.net.heads(pooled))[0]["scalar"].numpy()
+            check = rm.raw_scores(prompts[:4], replies[:4])["scalar"]  # what a user's scoring call gives, for a few
+            if not np.allclose(check, scores[:4], atol=1e-4):
+                raise SystemExit(f"the heads on the held-out pooled features give {scores[:4]}, raw_scores {check}")
             people = float((scores[: len(test)] > scores[len(test):]).mean())
             judge = result.metrics.get("val_pairwise_accuracy")
             rows.append((step, people, judge, result.metrics.get("val_human_accuracy")))
@@ -118,8 +119,7 @@ def main() -> None:
                   f"{judge:.1%}; given pairs out of fold {rows[-1][3] if rows[-1][3] is None else f'{rows[-1][3]:.1%}'}; {time.monotonic() - started:.0f} s",
                   flush=True)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
+        stop_serve(proc)
 
     import matplotlib
 
