@@ -1,12 +1,13 @@
-"""`hominem serve`: chat with the student, score replies, collect feedback (the page at /)."""
+"""`hominem serve`: chat with the student, score replies, collect feedback (the page at /); `hominem chat`: talk to it in the terminal."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Annotated, Optional
 
 import typer
 
-from hominem_pipeline.cli.common import ConfigOpt, SetOpt, app, fail, load, setup_logging
+from hominem_pipeline.cli.common import ConfigOpt, SetOpt, app, err, fail, load, setup_logging
 
 
 @app.command()
@@ -33,3 +34,77 @@ def serve(
         run_server(cfg, adapter_path, reward_path, student)
     except (ModelNotAvailable, ServeError, AccessError) as exc:
         fail(str(exc))
+
+
+@app.command()
+def chat(
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    adapter: Annotated[Optional[str], typer.Option("--adapter", "-a", help="Adapter to talk to: a folder, `latest` or `none` for the base (default: serving.adapter).")] = None,
+    message: Annotated[Optional[list[str]], typer.Option("--message", "-p", help="Say this, print the reply and go on to the next --message; without it, read what you type (repeatable).")] = None,
+    system: Annotated[Optional[str], typer.Option(help="A system message the conversation starts with.")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option(min=1, help="Tokens per reply at most (default: serving.max_new_tokens).")] = None,
+    temperature: Annotated[Optional[float], typer.Option(min=0.0, max=2.0, help="Sampling temperature, 0 for greedy (default: serving.temperature).")] = None,
+    seed: Annotated[int, typer.Option(help="Sampling seed of the first reply; each later reply uses the next.")] = 0,
+) -> None:
+    """Chat with the student in the terminal, the base or an adapter, each reply printed as it is
+    written. Type /reset to start over, /quit (or Ctrl-D) to leave. Nothing is logged: for feedback
+    that teaches the reward model, use `hominem serve` and its page."""
+    import sys
+
+    setup_logging()
+    from hominem_pipeline.core.generation import stream_reply
+    from hominem_pipeline.core.models import ModelNotAvailable, prepare_student
+    from hominem_pipeline.core.policy.lora import load_policy
+    from hominem_pipeline.serving.server import ServeError, label, resolve_adapter
+
+    cfg = load(config, sets, persist=False)
+    s = cfg.serving
+    try:
+        student = prepare_student(cfg)
+        adapter_path = resolve_adapter(cfg, adapter if adapter is not None else s.adapter)
+        model, tokenizer = load_policy(student, adapter_path)
+    except (ModelNotAvailable, ServeError, ValueError) as exc:
+        fail(str(exc))
+    name = "adapter" if adapter_path else "base"
+    temp = s.temperature if temperature is None else temperature
+    interactive = message is None and sys.stdin.isatty()
+    if interactive:
+        err.print(f"Talking to the {name} ({label(cfg, adapter_path) or student}). /reset starts over, /quit or Ctrl-D leaves.")
+
+    def said() -> Iterator[str]:
+        if message is not None:
+            yield from message
+            return
+        while True:
+            try:
+                line = input("you> ") if interactive else sys.stdin.readline()
+            except EOFError:
+                return
+            if not interactive and not line:
+                return
+            yield line.strip()
+
+    history: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
+    turn = 0
+    for text in said():
+        if text in ("/quit", "/exit"):
+            break
+        if text == "/reset":
+            history = history[:1] if system else []
+            err.print("(a new conversation)")
+            continue
+        if not text:
+            continue
+        history.append({"role": "user", "content": text})
+        sys.stdout.write(f"{name}> ")
+        pieces = []
+        for piece in stream_reply(model, tokenizer, history, max_new_tokens=max_tokens or s.max_new_tokens, seed=seed + turn,
+                                  temperature=temp if temp > 0 else None, top_p=s.top_p, repetition_penalty=s.repetition_penalty):
+            pieces.append(piece)
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        history.append({"role": "assistant", "content": "".join(pieces).strip()})
+        turn += 1

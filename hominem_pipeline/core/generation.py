@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,56 @@ class Generated:
 def chat_text(tokenizer: Any, user: str, system: str | None = None) -> str:
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def messages_text(tokenizer: Any, messages: Sequence[dict[str, str]]) -> str:
+    """A conversation (role/content dicts, the last the user's) as the model reads it before its reply."""
+    return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+
+
+def stream_reply(
+    model: Any,
+    tokenizer: Any,
+    messages: Sequence[dict[str, str]],
+    *,
+    max_new_tokens: int,
+    seed: int,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    repetition_penalty: float = 1.0,
+) -> Iterator[str]:
+    """The reply to `messages`, yielded in pieces of text as the model writes them (greedy when
+    `temperature` is None, else seeded sampling, as `generate`); joined, the pieces are the reply
+    `generate` gives for the same conversation and settings, before its strip."""
+    import threading
+
+    import torch
+    from transformers import TextIteratorStreamer
+
+    enc = tokenizer([messages_text(tokenizer, messages)], return_tensors="pt", add_special_tokens=False).to(model.device)
+    streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+    sampling = temperature is not None
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        torch.manual_seed(seed)
+        try:
+            with torch.inference_mode():
+                model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=sampling, temperature=temperature if sampling else None,
+                               top_p=top_p if sampling else None, top_k=None, repetition_penalty=repetition_penalty,
+                               pad_token_id=tokenizer.pad_token_id, streamer=streamer)
+        except BaseException as exc:  # handed to the reader, who would otherwise wait forever
+            failure.append(exc)
+            streamer.end()
+
+    worker = threading.Thread(target=run, name="hominem-stream", daemon=True)
+    worker.start()
+    for piece in streamer:
+        if piece:
+            yield piece
+    worker.join()
+    if failure:
+        raise failure[0]
 
 
 def generate(
