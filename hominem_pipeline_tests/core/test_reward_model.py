@@ -341,7 +341,7 @@ def test_judge_frame_and_ridge_heads(tiny_student, tmp_path):
     history = []
     metrics = train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20",
                                  judge_system="You are a fair judge.", on_epoch=lambda e, m: history.append(m))
-    assert [h["ridge_alpha"] for h in history] == [0.1, 10.0] and metrics["ridge_alpha"] in (0.1, 10.0)
+    assert [h["ridge_alpha_tried"] for h in history] == [0.1, 10.0] and metrics["ridge_alpha"] in (0.1, 10.0)
     # out of fold over every prompt: each toy prompt gives one teacher pair (kind over curt)
     assert metrics["val_pairs"] == 6 and metrics["train_sequences"] == metrics["val_sequences"] == 12
     assert len(metrics["ridge_fold_alphas"]) == 5 and 0.0 <= metrics["val_pairwise_accuracy"] <= 1.0

@@ -288,9 +288,10 @@ def train_reward_model(
         x, y = ridge_design(frozen, labeled, net.feature_mean, net.feature_std), ridge_targets(data.targets, labeled)
         alpha, errors = choose_ridge_alpha(x, y, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed)
         for step, (a, err) in enumerate(errors.items(), 1):
-            history.append({"epoch": step, "ridge_alpha": a, "ridge_cv_error": err})
+            # the sweep under its own key: MLflow shows a metric's last step, and `ridge_alpha` is the chosen one
+            history.append({"epoch": step, "ridge_alpha_tried": a, "ridge_cv_error": err})
             if on_epoch:
-                on_epoch(step, {"ridge_alpha": a, "ridge_cv_error": err})
+                on_epoch(step, {"ridge_alpha_tried": a, "ridge_cv_error": err})
         log.info("reward model ridge heads: penalty %g chosen by %d-fold cross-validation over the prompts (errors %s)", alpha, RIDGE_FOLDS,
                  ", ".join(f"{a:g}: {e:.4f}" for a, e in errors.items()))
         hx = pair_rows(frozen, hp, net.feature_mean, net.feature_std) if human else None
