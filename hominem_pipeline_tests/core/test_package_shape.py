@@ -66,3 +66,15 @@ def test_no_import_cycles_at_any_depth():
 def test_no_module_is_over_600_lines():
     long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert long == {}
+
+
+def test_mlflow_telemetry_is_off_unless_the_user_turns_it_on():
+    import os
+    import subprocess
+    import sys
+
+    probe = "import os, hominem_pipeline, mlflow.telemetry.utils as t; print(os.environ['MLFLOW_DISABLE_TELEMETRY'], t.MLFLOW_DISABLE_TELEMETRY.get())"
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_DISABLE_TELEMETRY"}
+    assert subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout.split() == ["true", "True"]
+    chosen = subprocess.run([sys.executable, "-c", probe], env={**env, "MLFLOW_DISABLE_TELEMETRY": "false"}, capture_output=True, text=True, check=True)
+    assert chosen.stdout.split() == ["false", "False"]
