@@ -7,6 +7,7 @@ import pytest
 from hominem_pipeline.core.human.preferences import (
     PreferenceImportError,
     add_to_inbox,
+    check_importable,
     inbox_files,
     parse_preference_file,
     split_hh_rlhf,
@@ -64,7 +65,7 @@ def test_jsonl_and_parquet_rows_need_prompt_chosen_rejected(tmp_path):
     pq = tmp_path / "rows.parquet"
     pd.DataFrame(rows[:1]).to_parquet(pq)
     assert list(parse_preference_file(pq, "parquet", "rows.parquet").pairs.rejected) == ["bad"]
-    with pytest.raises(PreferenceImportError, match="cannot read .* as Parquet"):
+    with pytest.raises(PreferenceImportError, match="is not a readable Parquet file"):
         parse_preference_file(jl, "parquet", "rows.jsonl")
     with pytest.raises(PreferenceImportError, match="unknown format 'csv'"):
         parse_preference_file(jl, "csv", "rows.jsonl")
@@ -80,3 +81,42 @@ def test_inbox_is_content_addressed_so_a_second_import_is_a_no_op(tmp_path):
     assert (path, fmt) == (target, "jsonl") and len(sha) == 64
     with pytest.raises(PreferenceImportError, match="does not exist"):
         add_to_inbox(tmp_path / "missing.jsonl", "jsonl", tmp_path / "data", "2026-11-20")
+
+
+def test_a_file_that_cannot_be_imported_is_named_with_the_fix_and_never_reaches_the_inbox(tmp_path):
+    data = tmp_path / "data"
+    latin = tmp_path / "latin1.jsonl"
+    latin.write_bytes(json.dumps({"prompt": "Caf\u00e9?", "chosen": "Oui", "rejected": "Non"}, ensure_ascii=False).encode("latin-1"))
+    fake = tmp_path / "rows.parquet"
+    fake.write_text('{"prompt": "p", "chosen": "a", "rejected": "b"}')
+    cut = tmp_path / "cut.jsonl.gz"
+    with gzip.open(cut, "wt") as fh:
+        fh.write(json.dumps({"prompt": "p", "chosen": "a", "rejected": "b"}) * 50)
+    cut.write_bytes(cut.read_bytes()[:-12])
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    useless = tmp_path / "useless.jsonl"
+    useless.write_text(json.dumps({"prompt": "  ", "chosen": "a", "rejected": "b"}) + "\n{not json\n")
+    for path, fmt, says in [(latin, "jsonl", r"is not UTF-8 text .* save it as UTF-8"), (fake, "parquet", r"not a readable Parquet file .* --format jsonl"),
+                            (cut, "jsonl", r"cannot read .*cut.jsonl.gz as gzipped JSON lines"), (empty, "jsonl", r"holds no rows; .* `prompt`, `chosen` and `rejected`"),
+                            (useless, "jsonl", r"holds no usable pair: 1 row\(s\): empty prompt; 1 row\(s\): not JSON")]:
+        with pytest.raises(PreferenceImportError, match=says) as caught:
+            add_to_inbox(path, fmt, data, "2026-11-20")
+        assert str(path) in str(caught.value)
+    assert inbox_files(data, "2026-11-20") == [] and not (data / "inbox" / "human_preferences" / "2026-11-20").exists()  # nothing poisons the day
+
+
+def test_lines_that_are_not_json_keep_their_text_in_the_quarantine(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps({"prompt": "p", "chosen": "a", "rejected": "b"}) + "\n{half an object, no end\n")
+    parsed = check_importable(path, "jsonl")
+    assert len(parsed.pairs) == 1 and parsed.quarantine.raw.iloc[0] == "{half an object, no end"
+
+
+def test_an_unreadable_file_already_in_an_inbox_does_not_block_the_day(tmp_path):
+    from hominem_pipeline.core.builds.human_preferences import _parse_or_quarantine
+
+    bad = tmp_path / "0123456789abcdef.parquet"
+    bad.write_text("not parquet")
+    parsed = _parse_or_quarantine(bad, "parquet")
+    assert parsed.pairs.empty and parsed.quarantine.reason.iloc[0].startswith("unreadable file: ") and "not a readable Parquet file" in parsed.quarantine.reason.iloc[0]

@@ -164,6 +164,12 @@ def test_import_preferences_fills_the_human_preferences_asset(labeled_project, t
     quarantine = pd.read_parquet(project / "data" / "quarantine" / "human_preferences" / DAY / f"{ref.version}.parquet")
     assert list(quarantine.reason) == ["chosen and rejected replies are identical"]
 
+    latin = tmp_path / "latin1.jsonl"
+    latin.write_bytes('{"prompt": "Caf\u00e9?", "chosen": "Oui", "rejected": "Non"}'.encode("latin-1"))
+    refused = hominem(project, "data", "import-preferences", str(latin), "--format", "jsonl", "--date", DAY, "--config", "config/tiny.yaml")
+    assert refused.returncode == 2 and "is not UTF-8 text" in " ".join(refused.stderr.split()) and "Traceback" not in refused.stdout + refused.stderr
+    assert len(list((project / "data" / "inbox" / "human_preferences" / DAY).glob("*.import.json"))) == 1  # the refused file never reached the inbox
+
     again = hominem(project, "data", "import-preferences", str(src), "--format", "hh-rlhf", "--date", DAY, "--config", "config/tiny.yaml")
     assert again.returncode == 0 and "already imported" in again.stdout and "reused" in again.stdout
 

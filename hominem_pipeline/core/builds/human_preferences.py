@@ -13,10 +13,7 @@ log = logging.getLogger(__name__)
 
 
 def build_human_preferences(ctx: StageContext) -> StageOutput:
-    from hominem_pipeline.core.human.preferences import (
-        inbox_files,
-        parse_preference_file,
-    )
+    from hominem_pipeline.core.human.preferences import inbox_files
 
     files = inbox_files(ctx.cfg.data_dir, ctx.partition)
     if not files:
@@ -24,7 +21,7 @@ def build_human_preferences(ctx: StageContext) -> StageOutput:
             f"nothing imported for {ctx.partition}; import a file first: "
             f"hominem data import-preferences PATH --format hh-rlhf --date {ctx.partition}"
         )
-    parsed = [(path, fmt, parse_preference_file(path, fmt, path.name)) for path, fmt, _ in files]
+    parsed = [(path, fmt, _parse_or_quarantine(path, fmt)) for path, fmt, _ in files]
     pairs = pd.concat([p.pairs for _, _, p in parsed], ignore_index=True)
     before = len(pairs)
     pairs = pairs.drop_duplicates("pair_id", keep="first").reset_index(drop=True)
@@ -40,6 +37,25 @@ def build_human_preferences(ctx: StageContext) -> StageOutput:
         table="pairs.parquet",
         quarantine=quarantine,
     )
+
+
+def _parse_or_quarantine(path, fmt: str):
+    """A file of the inbox parsed; one that cannot be read at all (put there before imports were checked,
+    or damaged since) becomes one quarantined row saying why, so it does not block the day's other files."""
+    from hominem_pipeline.core.human.preferences import (
+        HUMAN_PAIR_COLUMNS,
+        QUARANTINE_COLUMNS,
+        ParsedFile,
+        PreferenceImportError,
+        parse_preference_file,
+    )
+
+    try:
+        return parse_preference_file(path, fmt, path.name)
+    except PreferenceImportError as exc:
+        log.warning("%s", exc)
+        return ParsedFile(pd.DataFrame(columns=HUMAN_PAIR_COLUMNS),
+                          pd.DataFrame([{"source_file": path.name, "source_row": -1, "reason": f"unreadable file: {exc}", "raw": ""}], columns=QUARANTINE_COLUMNS))
 
 
 def inbox_digest(cfg: HominemConfig, partition: str) -> list[list[str]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,14 @@ def split_hh_rlhf(chosen: str, rejected: str) -> tuple[str, str, str]:
     return prompt, chosen[len(prompt) :].strip(), rejected[len(prompt) :].strip()
 
 
+@dataclass(frozen=True)
+class Unparsed:
+    """A line that is not JSON: its text (kept in the quarantine) and the parser's complaint."""
+
+    text: str
+    error: str
+
+
 def _lines(path: Path) -> Iterator[str]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as fh:
@@ -57,12 +66,14 @@ def _lines(path: Path) -> Iterator[str]:
 
 
 def _records(path: Path, fmt: str) -> Iterator[tuple[int, Any]]:
-    """(row number, record or an exception) for each row of the file."""
+    """(row number, record or `Unparsed`) for each row of the file; PreferenceImportError, naming the
+    file and the fix, when the file cannot be read as `fmt` at all."""
     if fmt == "parquet":
         try:
             frame = pd.read_parquet(path)
         except Exception as exc:  # pyarrow raises several types for a damaged file
-            raise PreferenceImportError(f"cannot read {path} as Parquet: {exc}") from exc
+            raise PreferenceImportError(f"{path} is not a readable Parquet file ({type(exc).__name__}: {str(exc)[:160]}); export it again, "
+                                        "or pass --format jsonl / hh-rlhf for JSON lines") from exc
         for i, row in enumerate(frame.to_dict(orient="records")):
             yield i, row
         return
@@ -73,9 +84,13 @@ def _records(path: Path, fmt: str) -> Iterator[tuple[int, Any]]:
             try:
                 yield i, json.loads(line)
             except json.JSONDecodeError as exc:
-                yield i, exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PreferenceImportError(f"cannot read {path} as {'gzipped ' if path.suffix == '.gz' else ''}JSON lines: {exc}") from exc
+                yield i, Unparsed(line.rstrip("\n"), str(exc))
+    except UnicodeDecodeError as exc:
+        raise PreferenceImportError(f"{path} is not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} at offset {exc.start}); save it as UTF-8 "
+                                    "JSON lines, or pass --format parquet for a Parquet file") from exc
+    except (OSError, EOFError, zlib.error) as exc:  # a damaged or truncated .gz among them
+        raise PreferenceImportError(f"cannot read {path} as {'gzipped ' if path.suffix == '.gz' else ''}JSON lines ({exc}); check the file, "
+                                    "or pass --format parquet for a Parquet file") from exc
 
 
 def parse_preference_file(path: Path, fmt: str, source_name: str) -> ParsedFile:
@@ -84,8 +99,8 @@ def parse_preference_file(path: Path, fmt: str, source_name: str) -> ParsedFile:
     pairs, bad = [], []
     for row_no, record in _records(path, fmt):
         try:
-            if isinstance(record, Exception):
-                raise ValueError(f"not JSON: {record}")
+            if isinstance(record, Unparsed):
+                raise ValueError(f"not JSON: {record.error}")
             if not isinstance(record, dict):
                 raise ValueError(f"expected an object, got {type(record).__name__}")
             if fmt == "hh-rlhf":
@@ -95,13 +110,15 @@ def parse_preference_file(path: Path, fmt: str, source_name: str) -> ParsedFile:
                 if missing:
                     raise ValueError(f"missing or non-text fields {missing}")
                 prompt, chosen, rejected = record["prompt"], record["chosen"].strip(), record["rejected"].strip()
+            if not prompt.strip():
+                raise ValueError("empty prompt")
             if not chosen or not rejected:
                 raise ValueError("empty chosen or rejected reply")
             if chosen == rejected:
                 raise ValueError("chosen and rejected replies are identical")
         except ValueError as exc:
-            raw = record if not isinstance(record, Exception) else None
-            bad.append({"source_file": source_name, "source_row": row_no, "reason": str(exc), "raw": json.dumps(raw, default=str)[:2000]})
+            raw = record.text if isinstance(record, Unparsed) else json.dumps(record, default=str, ensure_ascii=False)
+            bad.append({"source_file": source_name, "source_row": row_no, "reason": str(exc), "raw": raw[:2000]})
             continue
         pairs.append(
             {
@@ -122,12 +139,30 @@ def inbox_dir(data_dir: Path, partition: str) -> Path:
     return data_dir / "inbox" / "human_preferences" / partition
 
 
-def add_to_inbox(path: Path, fmt: str, data_dir: Path, partition: str) -> tuple[Path, bool]:
-    """Copy `path` into the partition's inbox under its content hash; (inbox file, newly added)."""
+def check_importable(path: Path, fmt: str) -> ParsedFile:
+    """The file parsed as `fmt`, or PreferenceImportError naming it and the fix when it cannot be read,
+    holds no rows, or holds no usable pair (the first reasons given): checked before anything is
+    copied, so a file that cannot be imported never reaches the inbox."""
     if not path.is_file():
         raise PreferenceImportError(f"{path} does not exist or is not a file")
+    parsed = parse_preference_file(path, fmt, path.name)
+    if parsed.pairs.empty:
+        if parsed.quarantine.empty:
+            raise PreferenceImportError(f"{path} holds no rows; a {fmt} file needs "
+                                        + ("one JSON object per line with `chosen` and `rejected` transcripts" if fmt == "hh-rlhf" else
+                                           "rows with `prompt`, `chosen` and `rejected`"))
+        reasons = parsed.quarantine["reason"].value_counts()
+        raise PreferenceImportError(f"{path} holds no usable pair: " + "; ".join(f"{n} row(s): {r}" for r, n in reasons.head(3).items())
+                                    + f"; first row {int(parsed.quarantine['source_row'].iloc[0]) + 1}; fix the rows (or the --format) and import again")
+    return parsed
+
+
+def add_to_inbox(path: Path, fmt: str, data_dir: Path, partition: str) -> tuple[Path, bool]:
+    """Copy `path` into the partition's inbox under its content hash, once `check_importable` passed;
+    (inbox file, newly added)."""
     if fmt not in FORMATS:
         raise PreferenceImportError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    check_importable(path, fmt)
     digest = file_sha256(path)
     inbox = inbox_dir(data_dir, partition)
     inbox.mkdir(parents=True, exist_ok=True)
