@@ -94,6 +94,20 @@ def signal_group(proc: subprocess.Popen, sig: int) -> None:
         pass  # the whole group is already gone
 
 
+def read_table(ref, name: str, cfg: HominemConfig):
+    """A version's Parquet table, its bytes checked against the manifest first: a damaged file is named
+    with the command that rebuilds it, not a reader's traceback."""
+    import pandas as pd
+
+    from hominem_pipeline.core.artifacts import DamagedArtifact
+    from hominem_pipeline.core.lineage import build_command
+
+    try:
+        return pd.read_parquet(ref.verified_file(name, build_command(ref.asset, ref.partition, cfg)))
+    except DamagedArtifact as exc:
+        fail(str(exc))
+
+
 def artifact_for(cfg: HominemConfig, asset: str, date: str | None):
     """(lineage, ref): the version of `asset` this config implies on `date`, or on the newest day that has one."""
     from hominem_pipeline.core.lineage import build_command, lineage

@@ -19,6 +19,7 @@ from hominem_pipeline.cli.common import (
     fail,
     load,
     parse_date,
+    read_table,
     setup_logging,
 )
 from hominem_pipeline.cli.pipeline import execute
@@ -29,22 +30,25 @@ def data_validate(
     config: ConfigOpt = None,
     sets: SetOpt = None,
     date: Annotated[Optional[str], typer.Option("--date", "-d", help="Partition date (default: the newest labeled one).")] = None,
+    all_versions: Annotated[bool, typer.Option("--all", help="Instead: check every file of every built version of every asset against its manifest's sha256.")] = False,
 ) -> None:
     """Check every label of a partition (schema, ranges, duplicates, empty or truncated responses);
-    exits 1 when a blocking check fails."""
+    exits 1 when a blocking check fails. With --all, check that no stored file is damaged."""
     import pandas as pd
 
     from hominem_pipeline.core.teacher.labeling import BLOCKING, validate_labels
 
     cfg = load(config, sets)
+    if all_versions:
+        return _validate_all(cfg)
     data, ref = artifact_for(cfg, "teacher_labels", date)
-    labels = pd.read_parquet(ref.file("labels.parquet"))
+    labels = read_table(ref, "labels.parquet", cfg)
     trajectories = data.expected("teacher_trajectories", ref.partition)
     quarantine_file = data.store.quarantine_path("teacher_labels", ref.partition, ref.version)
     report = validate_labels(
         labels,
         cfg.dimension_names,
-        pd.read_parquet(trajectories.file("trajectories.parquet")) if trajectories else None,
+        read_table(trajectories, "trajectories.parquet", cfg) if trajectories else None,
         pd.read_parquet(quarantine_file) if quarantine_file.is_file() else None,
     )
     table = Table(title=f"teacher_labels {ref.partition} (version {ref.version}): {report.rows} rows kept")
@@ -66,6 +70,34 @@ def data_validate(
     console.print("[green]all blocking checks pass[/]")
 
 
+def _validate_all(cfg) -> None:
+    """Every file of every built version of every stage, checked against its manifest's sha256."""
+    from hominem_pipeline.core.artifacts import ArtifactStore
+    from hominem_pipeline.core.lineage import build_command
+    from hominem_pipeline.core.stages import STAGES
+
+    store = ArtifactStore(cfg.data_dir)
+    checked, damaged = 0, []
+    for stage in STAGES:
+        for day in store.partitions(stage.name):
+            for ref in store.versions(stage.name, day):
+                checked += 1
+                for name, problem in ref.damaged().items():
+                    damaged.append((ref, name, problem))
+    if not damaged:
+        console.print(f"[green]{checked} version(s) checked in {cfg.data_dir}: every file matches its manifest[/]")
+        return
+    table = Table(title=f"{len(damaged)} damaged file(s) in {checked} version(s)")
+    for column in ("asset", "day", "version", "file", "what is wrong", "to rebuild"):
+        table.add_column(column, overflow="fold")
+    for ref, name, problem in damaged:
+        rebuild = f"rm -r {ref.path} && " + (f"hominem data import-preferences ... --date {ref.partition}" if ref.asset == "human_preferences"
+                                                else build_command(ref.asset, ref.partition, cfg))
+        table.add_row(ref.asset, ref.partition, ref.version, name, problem, rebuild)
+    console.print(table)
+    fail(f"{len(damaged)} stored file(s) do not match their manifests; remove each damaged version and build it again (the table's last column)", code=1)
+
+
 @data_app.command("sample")
 def data_sample(
     config: ConfigOpt = None,
@@ -75,13 +107,11 @@ def data_sample(
     seed: Annotated[Optional[int], typer.Option(help="Seed for the random choice (default: a new choice each time).")] = None,
 ) -> None:
     """Print random labeled samples with their reward vectors, and any range or missing-field problems."""
-    import pandas as pd
-
     from hominem_pipeline.core.teacher.labeling import row_problems
 
     cfg = load(config, sets)
     _, ref = artifact_for(cfg, "teacher_labels", date)
-    labels = pd.read_parquet(ref.file("labels.parquet"))
+    labels = read_table(ref, "labels.parquet", cfg)
     picked = labels.sample(n=min(n, len(labels)), random_state=seed)
     for row in picked.to_dict(orient="records"):
         console.rule(f"{row['trajectory_id']}  [{row.get('category', '?')}, style {row.get('style', '?')}]")

@@ -30,6 +30,10 @@ class ArtifactNotFound(LookupError):
     """An upstream artifact a stage needs has not been materialized."""
 
 
+class DamagedArtifact(RuntimeError):
+    """A published file no longer matches the sha256 its manifest recorded (or is gone)."""
+
+
 def fingerprint(payload: Any, length: int = 16) -> str:
     """A stable short hash of JSON-serialisable data."""
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str).encode()
@@ -99,6 +103,33 @@ class ArtifactRef:
         if not p.exists():
             raise ArtifactNotFound(f"{self.asset}/{self.partition} version {self.version} has no file {name!r}")
         return p
+
+    def damaged(self, names: list[str] | None = None) -> dict[str, str]:
+        """{file: what is wrong} for the version's files (or `names` of them) that are missing or whose
+        sha256 differs from the one the manifest recorded when the version was sealed; {} when whole.
+        A manifest that cannot be read is reported as the file `manifest.json`."""
+        try:
+            files = self.manifest["files"]
+        except (OSError, ValueError, KeyError) as exc:
+            return {MANIFEST: f"unreadable ({exc.__class__.__name__})"}
+        problems = {}
+        for name in names if names is not None else sorted(files):
+            path = self.path / name
+            if name not in files:
+                continue
+            if not path.is_file():
+                problems[name] = "missing"
+            elif file_sha256(path) != files[name]:
+                problems[name] = f"changed since it was written ({path.stat().st_size:,} bytes; sha256 differs from the manifest's)"
+        return problems
+
+    def verified_file(self, name: str, rebuild: str) -> Path:
+        """`file(name)`, once its bytes are checked against the manifest: DamagedArtifact naming the file,
+        what is wrong and the fix (`rebuild`: the command that builds the version again) otherwise."""
+        path = self.file(name)
+        if problem := self.damaged([name]).get(name):
+            raise DamagedArtifact(f"{path} is damaged: {problem}. Remove the version and build it again: rm -r {self.path} && {rebuild}")
+        return path
 
     @property
     def content(self) -> str:

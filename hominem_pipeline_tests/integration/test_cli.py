@@ -83,6 +83,28 @@ def test_validate_fails_on_a_bad_partition(labeled_project, tmp_path):
     assert "2 stored label row(s) fail blocking checks" in bad.stderr
 
 
+def test_a_damaged_file_is_named_with_the_command_that_rebuilds_it(labeled_project):
+    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.lineage import lineage
+
+    project, _ = labeled_project
+    whole = hominem(project, "data", "validate", "--all")
+    assert whole.returncode == 0 and "every file matches its manifest" in whole.stdout, whole.stdout + whole.stderr
+    labels = lineage(load_config(project / "config" / "tiny.yaml", root=project)).require("teacher_labels", DAY).file("labels.parquet")
+    kept = labels.read_bytes()
+    try:
+        labels.write_bytes(kept[: len(kept) // 2])  # a truncated copy, as a full disk or an interrupted sync leaves it
+        for command in (["data", "validate"], ["data", "sample"]):
+            broken = hominem(project, *command, "--config", "config/tiny.yaml", "--date", DAY)
+            said = " ".join(broken.stderr.split())
+            assert broken.returncode == 2 and f"{labels} is damaged" in said and f"hominem run --date {DAY} --select '*teacher_labels'" in said, said
+            assert "Traceback" not in broken.stdout + broken.stderr
+        every = hominem(project, "data", "validate", "--all")
+        assert every.returncode == 1 and "1 damaged file(s)" in every.stdout and "labels.parquet" in every.stdout and "changed since it was written" in every.stdout
+    finally:
+        labels.write_bytes(kept)
+
+
 def test_bad_input_gives_a_clear_error(labeled_project, tmp_path):
     project, _ = labeled_project
     wrong_date = hominem(project, "run", "--date", "2026-02-30")
