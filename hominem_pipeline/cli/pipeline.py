@@ -107,9 +107,28 @@ def run(
         fail(f"--select {select!r} is not a valid asset selection ({exc}); try '*' or 'reward_model+'")
     if not keys:
         fail(f"--select {select!r} matches no asset; assets are: {', '.join(sorted(k.to_user_string() for k in job.asset_layer.asset_graph.get_all_asset_keys()))}")
+    _check_teacher_key(cfg, day, {k.to_user_string() for k in keys}, fill_window)
     if fill_window:
         _fill_window(cfg, day, pairs="lora_adapter" in {k.to_user_string() for k in keys})
     execute(definitions.daily_job, cfg, day, keys, "hominem run")
+
+
+def _check_teacher_key(cfg: HominemConfig, day: str, selected: set[str], fill_window: bool) -> None:
+    """A hosted teacher's key is checked before any run starts, when a selected stage that calls the
+    teacher has work to do (is not built for this config): nothing is started, so no failed run, empty
+    partition folder or failed MLflow run is left behind."""
+    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.stages import TEACHER_STAGES
+    from hominem_pipeline.core.teacher.providers import MissingKeyError, api_key_for
+
+    if cfg.teacher.provider == "local":
+        return
+    data = lineage(cfg)
+    if fill_window or any(data.expected(stage, day) is None for stage in TEACHER_STAGES if stage in selected):
+        try:
+            api_key_for(cfg.teacher)
+        except MissingKeyError as exc:
+            fail(str(exc))
 
 
 def _fill_window(cfg: HominemConfig, day: str, pairs: bool) -> None:

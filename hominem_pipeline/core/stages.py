@@ -207,3 +207,4 @@ STAGES: tuple[Stage, ...] = (
 )
 
 STAGES_BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
+TEACHER_STAGES = ("prompts", "teacher_trajectories", "teacher_labels")  # the stages that call the teacher (prompts: it writes some)

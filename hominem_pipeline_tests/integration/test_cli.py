@@ -105,6 +105,20 @@ def test_a_damaged_file_is_named_with_the_command_that_rebuilds_it(labeled_proje
         labels.write_bytes(kept)
 
 
+def test_a_missing_api_key_stops_before_any_run_starts(labeled_project):
+    project, _ = labeled_project
+    (project / "config" / "hosted.yaml").write_text("extends: config/tiny.yaml\nteacher:\n  provider: anthropic\n  api:\n    model: claude-test\n")
+    runs = project / "data" / "dagster" / "storage"
+    before = sorted(p.name for p in runs.iterdir())
+    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+    done = subprocess.run([HOMINEM, "run", "--config", "config/hosted.yaml", "--date", "2026-11-21"], cwd=project, capture_output=True, text=True, timeout=600,
+                          env={**env, "HOMINEM_HOME": str(project), "COLUMNS": "200"})
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 2 and "needs an API key in the environment variable ANTHROPIC_API_KEY" in said, done.stdout + done.stderr
+    assert "results:" not in done.stdout and not (project / "data" / "prompts" / "2026-11-21").exists()  # no run, no empty partition folder
+    assert sorted(p.name for p in runs.iterdir()) == before
+
+
 def test_bad_input_gives_a_clear_error(labeled_project, tmp_path):
     project, _ = labeled_project
     wrong_date = hominem(project, "run", "--date", "2026-02-30")
