@@ -36,6 +36,7 @@ class TrackingConfig(_Frozen):
     mlflow_uri: str = Field(min_length=1, description="MLflow tracking URI; a relative sqlite path is relative to the project root.")
     artifact_root: str = Field(min_length=1, description="Where a new MLflow experiment stores its artifacts.")
     experiment: str = Field(min_length=1, description="MLflow experiment name.")
+    ui_url: str = Field(min_length=1, description="Where the MLflow UI is served (`hominem ui`: http://127.0.0.1:5000); each asset page in Dagster links its MLflow run there.")
 
 
 class DimensionConfig(_Frozen):

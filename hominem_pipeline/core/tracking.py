@@ -192,3 +192,11 @@ class Tracker:
             if existing:
                 log.info("resuming MLflow run %s for %s/%s", existing, asset, partition)
             yield StageRun(run.info.run_id)
+
+
+def mlflow_run_url(ui_url: str, run_id: str) -> str:
+    """The run's page in the MLflow UI at `ui_url` (`tracking.ui_url`); the run is looked up in the
+    tracking store the stage logged it to, which the runner has pointed MLflow at."""
+    import mlflow
+
+    return f"{ui_url.rstrip('/')}/#/experiments/{mlflow.get_run(run_id).info.experiment_id}/runs/{run_id}"

@@ -5,6 +5,8 @@ digest of what it wrote. Every asset body is the same thin shell: run the core s
 
 # No `from __future__ import annotations`: Dagster reads the context/resource annotations at runtime.
 
+import base64
+from pathlib import Path
 from typing import Any
 
 from dagster import (
@@ -26,11 +28,15 @@ from hominem_pipeline.core.lineage import definition_version
 from hominem_pipeline.core.runner import StageResult, run_stage
 from hominem_pipeline.core.stage import Stage
 from hominem_pipeline.core.stages import STAGES
+from hominem_pipeline.core.tracking import mlflow_run_url
 from hominem_pipeline.defs.partitions import trailing_days
 from hominem_pipeline.defs.resources import HominemResource
 
 
-def dagster_metadata(result: StageResult) -> dict[str, Any]:
+PLOT_BYTES = 600_000  # larger plots are linked by path only: the event log keeps every materialization's metadata
+
+
+def dagster_metadata(result: StageResult, cfg: HominemConfig | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "version": result.ref.version,
         "path": MetadataValue.path(str(result.ref.path)),
@@ -48,6 +54,12 @@ def dagster_metadata(result: StageResult) -> dict[str, Any]:
     extra = {k: v for k, v in result.metadata.items() if k != "rows"}
     if extra:
         meta["details"] = MetadataValue.json(extra)
+    if cfg is not None:
+        meta["mlflow_run"] = MetadataValue.url(mlflow_run_url(cfg.tracking.ui_url, result.mlflow_run_id))
+    for name in result.ref.manifest.get("mlflow_artifacts", []):
+        plot = result.ref.path / name
+        if name.endswith(".png") and plot.is_file() and plot.stat().st_size <= PLOT_BYTES:  # the stage's plots, on its asset page
+            meta[f"plot: {Path(name).stem}"] = MetadataValue.md(f"![{Path(name).stem}](data:image/png;base64,{base64.b64encode(plot.read_bytes()).decode()})")
     return meta
 
 
@@ -78,7 +90,7 @@ def stage_asset(stage: Stage, cfg: HominemConfig, partitions: DailyPartitionsDef
             outcome = check.evaluate(result.metrics, cfg)
             checks.append(AssetCheckResult(check_name=check.name, passed=outcome.passed, description=outcome.description, metadata=outcome.metadata,
                                            severity=AssetCheckSeverity.ERROR if check.blocking else AssetCheckSeverity.WARN))
-        return MaterializeResult(metadata=dagster_metadata(result), check_results=checks or None, data_version=DataVersion(result.ref.content))
+        return MaterializeResult(metadata=dagster_metadata(result, cfg), check_results=checks or None, data_version=DataVersion(result.ref.content))
 
     return _materialize
 

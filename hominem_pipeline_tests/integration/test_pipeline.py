@@ -81,6 +81,7 @@ def test_every_asset_materializes_with_metadata(chain):
         assert meta["reused_existing_version"].value is False, name
         assert len(meta["version"].value) == 16
         assert meta["mlflow_run_id"].value
+        assert meta["mlflow_run"].value.startswith("http://127.0.0.1:5000/#/experiments/") and meta["mlflow_run"].value.endswith(f"/runs/{meta['mlflow_run_id'].value}")
     generated = first["prompts"]["generated_prompts"].value
     assert first["prompts"]["generated_templated"].value == 2 and first["prompts"]["generated_perturbation"].value == 2
     assert 4 <= generated <= 6  # the tiny teacher's two written prompts may be unusable
@@ -92,6 +93,7 @@ def test_every_asset_materializes_with_metadata(chain):
     assert first["lora_adapter"]["steps"].value == 2
     assert (first["human_feedback"]["pairs"].value, first["human_feedback"]["turns"].value, first["human_feedback"]["conversations"].value) == (1, 2, 1)
     assert first["reward_model"]["feedback_pairs"].value == 1  # the person's choice reached the reward model
+    assert first["reward_model"]["plot: reliability"].value.startswith("![reliability](data:image/png;base64,iVBOR")  # its plot on the asset page
     human = chain["checks"]["human_agreement"]  # its held-out agreement with people, as an asset check
     assert human.metadata["human_pairs"].value == 1 and human.metadata["human_agreement"].value in (0.0, 1.0)
 
