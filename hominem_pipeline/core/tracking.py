@@ -17,6 +17,10 @@ from typing import Any
 
 import pandas as pd
 
+# The MLflow UI opens an experiment so tagged on its runs table (model training), with Models in the
+# sidebar, not on MLflow 3's GenAI overview.
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+
 log = logging.getLogger(__name__)
 
 TAG_DAGSTER_RUN = "hominem.dagster_run_id"
@@ -138,13 +142,14 @@ class Tracker:
 
         exp = mlflow.get_experiment_by_name(self.experiment)
         if exp is not None:
+            if EXPERIMENT_KIND[0] not in exp.tags:  # made by an older version, or by hand: opens on the runs table too
+                mlflow.MlflowClient().set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
             return exp.experiment_id
         self.artifact_root.mkdir(parents=True, exist_ok=True)
         return mlflow.create_experiment(
             self.experiment,
             artifact_location=self.artifact_root.resolve().as_uri(),
-            # Opens on the runs table (model training), not on MLflow 3's GenAI trace overview.
-            tags={"mlflow.experimentKind": "custom_model_development"},
+            tags=dict([EXPERIMENT_KIND]),
         )
 
     def find_run(self, *, asset: str, partition: str, dagster_run_id: str) -> str | None:

@@ -125,3 +125,15 @@ def test_an_undeclared_read_is_never_a_silent_default(tiny_cfg):
         getattr(view, "policy", None)
     with pytest.raises(SliceError):
         hasattr(view, "teacher")
+
+
+def test_an_experiment_made_without_the_model_training_kind_gets_it(tmp_path):
+    import mlflow
+
+    from hominem_pipeline.core.tracking import EXPERIMENT_KIND, Tracker
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    mlflow.set_tracking_uri(uri)
+    mlflow.create_experiment("made-by-hand", artifact_location=(tmp_path / "art").as_uri())  # as an older version, or a user, made it
+    Tracker(uri, "made-by-hand", tmp_path / "art").runs_for("reward_model")
+    assert mlflow.get_experiment_by_name("made-by-hand").tags[EXPERIMENT_KIND[0]] == EXPERIMENT_KIND[1]
