@@ -57,9 +57,13 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist; pass an existing YAML file with --config")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} at offset {exc.start}); save it as UTF-8") from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc if isinstance(exc, yaml.YAMLError) else 'nested too deeply'}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of sections, got {type(data).__name__}")
     return data

@@ -183,6 +183,8 @@ def parse_json_object(text: str) -> tuple[Any, str | None]:
         data = json.loads(candidates[0])
     except json.JSONDecodeError as exc:
         return None, f"the reply is not valid JSON ({exc.msg} at position {exc.pos})"
+    except RecursionError:
+        return None, "the reply's JSON is nested too deeply to read"
     if not isinstance(data, dict):
         return None, f"the reply is JSON but not an object ({type(data).__name__})"
     return data, None
