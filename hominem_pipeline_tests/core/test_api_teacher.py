@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
+import sqlite3
 import time
 
 import pytest
@@ -170,6 +171,39 @@ def test_a_second_run_is_served_entirely_from_the_cache(project, server):
     assert [t.response for t in second[0].items] == [t.response for t in first[0].items]
     assert [l.model_dump() for l in second[1].items] == [l.model_dump() for l in first[1].items]
     assert second[1].usage["cost_saved_by_cache_usd"] == pytest.approx(first[1].usage["cost_usd"])
+
+
+def test_an_answer_that_failed_to_parse_is_never_served_from_the_cache(project, server):
+    cfg = api_cfg(project, server, "openai")
+    teacher = APITeacher(cfg)
+    sampled = teacher.sample(PROMPTS[:1], cfg.teacher.candidate_styles(), 32, seed=3)
+    warm = sampled.items[0]
+    server.add_fault(Fault("garbage", match=warm.response[:30], times=1))  # one 200 answer that is not JSON
+    first = teacher.rate(sampled.items)
+    teacher.close()
+    assert len(first.items) == 3 and first.usage["api_calls"] == 4  # 3 asks + the warm reply's re-ask
+    cached = [row[0] for row in sqlite3.connect(cfg.path(cfg.teacher.client.cache_path)).execute("SELECT answer FROM calls")]
+    assert not any("I cannot rate that" in answer for answer in cached)
+    before = server.count()
+    again = APITeacher(cfg)
+    rebuilt = again.rate(sampled.items)  # a later run: the unreadable answer is asked again, never replayed
+    again.close()
+    assert server.count() - before == 1 and rebuilt.usage["cache_hits"] == 2 and len(rebuilt.items) == 3 and not rebuilt.rejected
+
+
+def test_the_same_exchange_twice_is_rated_once_so_a_rebuild_gives_the_same_labels(project, server):
+    cfg = api_cfg(project, server, "anthropic")
+    teacher = APITeacher(cfg)
+    sampled = teacher.sample(PROMPTS[:1], cfg.teacher.candidate_styles(), 32, seed=3)
+    twin = sampled.items[0].model_copy(update={"trajectory_id": "p-friend-twin", "candidate_index": 9})  # the same prompt and reply again
+    live = teacher.rate([*sampled.items, twin])
+    teacher.close()
+    assert live.usage["api_calls"] == 3 and [l.trajectory_id for l in live.items] == [*(t.trajectory_id for t in sampled.items), "p-friend-twin"]
+    assert live.items[3].model_dump(exclude={"trajectory_id"}) == live.items[0].model_dump(exclude={"trajectory_id"})
+    again = APITeacher(cfg)
+    rebuilt = again.rate([*sampled.items, twin])
+    again.close()
+    assert rebuilt.usage["api_calls"] == 0 and [l.model_dump() for l in rebuilt.items] == [l.model_dump() for l in live.items]
 
 
 def test_a_wrong_key_stops_the_run_without_showing_the_key(project, server, monkeypatch):

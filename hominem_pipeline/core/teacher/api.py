@@ -215,9 +215,22 @@ class APITeacher(Teacher):
                 "row": outcome.result.text[:4000],
             }
 
-        results, usage = self._run("teacher rating", "responses", trajectories, work, 0)
+        # One call per distinct exchange: two candidates with the same prompt and reply get the same
+        # label, live and when rebuilt from the cache alike (their call is one cache key).
+        first: dict[tuple[str, str], int] = {}  # exchange -> its place in `distinct`
+        distinct: list[Trajectory] = []
+        for t in trajectories:
+            if (t.prompt, t.response) not in first:
+                first[(t.prompt, t.response)] = len(distinct)
+                distinct.append(t)
+        results, usage = self._run("teacher rating", "responses", distinct, work, 0)
         out: TeacherOutput[Label] = TeacherOutput([], usage=usage)
-        for kind, value in results:
+        for t in trajectories:
+            kind, value = results[first[(t.prompt, t.response)]]
+            if kind == "ok":
+                value = value.model_copy(update={"trajectory_id": t.trajectory_id, "prompt_id": t.prompt_id})
+            else:
+                value = {**value, **({"id": t.trajectory_id} if kind == "failed" else {"trajectory_id": t.trajectory_id})}
             {"ok": out.items, "failed": out.failed, "rejected": out.rejected}[kind].append(value)
         return out
 
