@@ -309,6 +309,22 @@ def test_an_incomplete_partition_is_rebuilt_and_only_the_missing_calls_are_made(
     assert third.cache_hit and third.ref.version == second.ref.version
 
 
+def test_a_failed_prompt_writing_call_leaves_the_prompts_partial_and_is_made_again(project, server):
+    from hominem_pipeline.core.runner import run_stage
+    from hominem_pipeline.core.stages import STAGES_BY_NAME
+
+    cfg = api_cfg(project, server, "openai", max_retries=0)
+    server.add_fault(Fault("status", status=503, times=1))  # the first writing call fails for good
+    first = run_stage(STAGES_BY_NAME["prompts"], cfg, "2026-03-04")
+    assert "-partial-" in first.ref.version and first.metrics["missing"] == 1
+    [failed] = json.loads(first.ref.file("failed_calls.json").read_text())
+    assert failed["purpose"] == "write"
+    assert "teacher call failed" in {d["reason"].split(": ")[1] for d in first.metadata["generators_dropped"]}  # not "unusable teacher output"
+    before = server.count()
+    second = run_stage(STAGES_BY_NAME["prompts"], cfg, "2026-03-04")
+    assert server.count() - before == 1 and "-partial-" not in second.ref.version and second.metrics["missing"] == 0
+
+
 def test_the_limiter_holds_requests_and_tokens_per_minute():
     import asyncio
 

@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from hominem_pipeline.core.artifacts import file_sha256
+from hominem_pipeline.core.builds.common import teacher_accounting
 from hominem_pipeline.core.config import HominemConfig
 from hominem_pipeline.core.schema import Prompt
 from hominem_pipeline.core.stage import StageContext, StageOutput
@@ -24,7 +25,8 @@ def build_prompts(ctx: StageContext) -> StageOutput:
     cfg = ctx.cfg
     seeds = load_seed_prompts(cfg.path(cfg.prompts.seed_file), cfg.prompts.categories)
     train, evaluation = partition_prompts(cfg, seeds, ctx.seed)
-    generated, gen_metrics, gen_metadata = _generated_prompts(cfg, train, seeds, ctx.seed)
+    generated, gen_metrics, gen_metadata, failed = _generated_prompts(cfg, train, seeds, ctx.seed)
+    missing_metrics, missing_metadata = teacher_accounting({}, failed, ctx.out_dir)  # a failed call leaves the version partial: filled next run
     train = train + generated
     rows = [p.model_dump() | {"split": "train"} for p in train] + [p.model_dump() | {"split": "eval"} for p in evaluation]
     frame = pd.DataFrame(rows)
@@ -32,14 +34,16 @@ def build_prompts(ctx: StageContext) -> StageOutput:
     by_cat = frame[frame.split == "train"].groupby("category").size().to_dict()
     by_source = frame[frame.split == "train"].groupby("source").size().to_dict()
     return StageOutput(
-        metrics={"train_prompts": len(train), "eval_prompts": len(evaluation), **gen_metrics},
-        metadata={"rows": len(frame), "train_by_category": by_cat, "train_by_source": by_source, **gen_metadata},
+        metrics={"train_prompts": len(train), "eval_prompts": len(evaluation), **gen_metrics, **missing_metrics},
+        metadata={"rows": len(frame), "train_by_category": by_cat, "train_by_source": by_source, **gen_metadata, **missing_metadata},
         table="prompts.parquet",
+        complete=not failed,
     )
 
 
-def _generated_prompts(cfg: HominemConfig, base: list[Prompt], known: list[Prompt], seed: int) -> tuple[list[Prompt], dict[str, Any], dict[str, Any]]:
-    """The generators' prompts for the day, with their counts (proposed, kept, dropped and why)."""
+def _generated_prompts(cfg: HominemConfig, base: list[Prompt], known: list[Prompt], seed: int) -> tuple[list[Prompt], dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """The generators' prompts for the day, with their counts (proposed, kept, dropped and why), and the
+    teacher's writing calls that failed after every retry."""
     from hominem_pipeline.core.models import encoder_path
     from hominem_pipeline.core.teacher.base import WriteRequest
     from hominem_pipeline.core.teacher.factory import build_teacher
@@ -50,11 +54,12 @@ def _generated_prompts(cfg: HominemConfig, base: list[Prompt], known: list[Promp
 
     g = cfg.prompts.generators
     if not g.enabled:
-        return [], {}, {}
+        return [], {}, {}, []
     teacher = build_teacher(cfg) if g.uses_teacher else None
     tokens = {"evolutionary": g.evolutionary.max_new_tokens, "freeform": g.freeform.max_new_tokens}
 
     usage: dict[str, float | None] = {}
+    failed: list[dict[str, Any]] = []
 
     def write(plans):
         requests = [
@@ -63,6 +68,7 @@ def _generated_prompts(cfg: HominemConfig, base: list[Prompt], known: list[Promp
         ]
         written = teacher.write(requests)
         usage.update(written.usage)
+        failed.extend(written.failed)
         return written.items
 
     try:
@@ -76,7 +82,7 @@ def _generated_prompts(cfg: HominemConfig, base: list[Prompt], known: list[Promp
     metrics.update({f"teacher_{k}": v for k, v in usage.items()})
     if result.dropped:
         log.info("prompt generators: %d of %d proposed prompts dropped (near-duplicates or unusable)", len(result.dropped), sum(result.proposed.values()))
-    return result.prompts, metrics, {"generators_proposed": result.proposed, "generators_dropped": result.dropped[:20]}
+    return result.prompts, metrics, {"generators_proposed": result.proposed, "generators_dropped": result.dropped[:20]}, failed
 
 
 def prompt_files_digest(cfg: HominemConfig, partition: str) -> dict[str, Any]:

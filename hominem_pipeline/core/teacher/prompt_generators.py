@@ -329,9 +329,12 @@ def generate_prompts(
             raise ValueError("evolutionary and freeform generators need the teacher; pass `write`")
         for plan, text in zip(plans, write(plans)):
             proposed[plan.source] = proposed.get(plan.source, 0) + 1
+            if text is None:  # the call failed after its retries: not the teacher's output, and the version is left partial
+                dropped.append({"prompt_id": "", "text": "", "reason": f"{plan.source}: teacher call failed"})
+                continue
             cleaned = clean_generated(text, g.min_words, g.max_words)
             if cleaned is None:
-                dropped.append({"prompt_id": "", "text": (text or "")[:300], "reason": f"{plan.source}: unusable teacher output"})
+                dropped.append({"prompt_id": "", "text": text[:300], "reason": f"{plan.source}: unusable teacher output"})
                 continue
             candidates.append(
                 Prompt(
