@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
+from hominem_pipeline.core.artifacts import PARTIAL
 from hominem_pipeline.core.config import HominemConfig
 
 from hominem_pipeline.cli.common import (
@@ -154,10 +155,14 @@ def _fill_window(cfg: HominemConfig, day: str, pairs: bool) -> None:
         execute(definitions.daily_job, cfg, d, keys, f"hominem run --fill-window ({k}/{len(plan)})")
 
 
+PARTIAL_EXIT = 3  # the run finished, but some teacher calls failed for good: the versions so marked are partial
+
+
 def execute(job_fn, cfg: HominemConfig, day: str, keys, title: str) -> list:
     """Run `keys` of the job `job_fn` returns for partition `day` through Dagster's `execute_job`
     (so the run is recorded in the project's instance and shows in the UI); print a summary; exit 1
-    with the root cause when a step fails. Returns the materialization events."""
+    with the root cause when a step fails, 3 (`PARTIAL_EXIT`) when a version is partial. Returns the
+    materialization events."""
     from dagster import DagsterInstance, execute_job, reconstructable
     from dagster._core.errors import DagsterInvalidSubsetError
 
@@ -188,13 +193,20 @@ def execute(job_fn, cfg: HominemConfig, day: str, keys, title: str) -> list:
     _print_summary(events, cfg, day, run_id, time.monotonic() - started)
     if not success:
         fail(f"run {run_id} failed at {failure}\n(full traceback: `make ui`, Dagster -> Runs -> {run_id[:8]})", code=1)
+    partial = [(e.asset_key.to_user_string(), e.materialization.metadata) for e in events if PARTIAL in str(e.materialization.metadata["version"].value)]
+    if partial:
+        missing = sum(int(m["missing"].value) for _, m in partial if "missing" in m)
+        fail(f"{', '.join(a for a, _ in partial)} {'is' if len(partial) == 1 else 'are'} partial: {missing} teacher call(s) failed after every retry "
+             f"(failed_calls.json in each version); run the same command again to make only those calls", code=PARTIAL_EXIT)
     return events
 
 
 def _print_summary(events, cfg: HominemConfig, day: str, run_id: str, seconds: float) -> None:
     table = Table(title=f"hominem {day}  (Dagster run {run_id[:8]}, {seconds / 60:.1f} min)")
-    for col in ("asset", "version", "", "highlights"):
-        table.add_column(col)
+    table.add_column("asset")
+    table.add_column("version", no_wrap=True, min_width=16)  # a partial version's id is longer: never cut
+    table.add_column("")
+    table.add_column("highlights")
     keys = {
         "prompts": ("train_prompts", "eval_prompts"),
         "teacher_trajectories": ("trajectories", "tokens_per_second"),
@@ -216,7 +228,10 @@ def _print_summary(events, cfg: HominemConfig, day: str, run_id: str, seconds: f
                 v = meta[k].value
                 highlights.append(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}")
         reused = meta.get("reused_existing_version")
-        table.add_row(asset, str(meta["version"].value), "reused" if reused and reused.value else "built", "  ".join(highlights))
+        state = "reused" if reused and reused.value else "built"
+        if PARTIAL in str(meta["version"].value):
+            state = f"[bold yellow]partial[/] ({meta['missing'].value if 'missing' in meta else '?'} calls failed)"
+        table.add_row(asset, str(meta["version"].value), state, "  ".join(highlights))
     console.print(table)
     console.print(
         f"results: {cfg.data_dir}/<asset>/{day}/   (one folder per version; the table above names the ones this config reads)\n"

@@ -325,6 +325,25 @@ def test_a_failed_prompt_writing_call_leaves_the_prompts_partial_and_is_made_aga
     assert server.count() - before == 1 and "-partial-" not in second.ref.version and second.metrics["missing"] == 0
 
 
+def test_a_partial_run_says_so_in_its_exit_status_and_summary(project, server):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (project / "config" / "hosted.yaml").write_text(
+        "extends: config/tiny.yaml\nteacher:\n  provider: openai\n  api: {model: gpt-4o-mini, base_url: '" + server.url + "/v1', api_key_env: HOMINEM_TEST_KEY}\n"
+        "  client: {max_retries: 0, backoff_seconds: 0.01, requests_per_minute: null, tokens_per_minute: null}\n")
+    server.add_fault(Fault("status", status=503, times=1))  # one writing call fails for good
+    done = subprocess.run([str(Path(sys.executable).parent / "hominem"), "run", "--config", "config/hosted.yaml", "--date", "2026-03-05", "--select", "prompts"],
+                          cwd=project, env={**os.environ, "HOMINEM_HOME": str(project), "COLUMNS": "200"}, capture_output=True, text=True, timeout=600)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "prompts is partial: 1 teacher call(s) failed after every retry" in said and "run the same command again" in said
+    [row] = [line for line in done.stdout.splitlines() if line.lstrip("│ ").startswith("prompts")]
+    assert "-partial-" in row and "partial (1 calls failed)" in row  # the whole version id, marked
+
+
 def test_the_limiter_holds_requests_and_tokens_per_minute():
     import asyncio
 

@@ -26,8 +26,10 @@ def test_verifier_keeps_good_rows_and_quarantines_the_rest_with_reasons():
 
 
 def test_verdict_and_report_use_the_configured_failure_rate():
-    assert verifier_verdict(95, 5, 0.05) == (True, "5/100 rows quarantined (5.0%; allowed 5.0%)")
+    assert verifier_verdict(95, 5, 0.05) == (True, "5/100 rows quarantined (5.0% without a label; allowed 5.0%)")
     assert verifier_verdict(94, 6, 0.05)[0] is False
+    # labels whose rating calls failed for good count too: none quarantined, but 10 of 105 have no label
+    assert verifier_verdict(95, 0, 0.05, missing=10) == (False, "0/105 rows quarantined, 10 missing (their rating calls failed) (9.5% without a label; allowed 5.0%)")
     assert verifier_verdict(0, 0, 0.05) == (False, "no label passed the verifier (0 quarantined)")
 
     kept = pd.DataFrame([row("a"), row("b")])

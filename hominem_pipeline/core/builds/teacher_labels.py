@@ -92,6 +92,6 @@ def labels_pass_verifier(metrics: dict[str, Any], cfg: HominemConfig) -> CheckOu
     """Blocking: too many quarantined labels stop the run before anything trains on the partition."""
     from hominem_pipeline.core.teacher.labeling import verifier_verdict
 
-    kept, quarantined = int(metrics["labels"]), int(metrics.get("quarantined") or 0)
-    passed, description = verifier_verdict(kept, quarantined, cfg.verifier.max_failure_rate)
-    return CheckOutcome(passed, description, {"kept": kept, "quarantined": quarantined, "max_failure_rate": cfg.verifier.max_failure_rate})
+    kept, quarantined, missing = int(metrics["labels"]), int(metrics.get("quarantined") or 0), int(metrics.get("missing") or 0)
+    passed, description = verifier_verdict(kept, quarantined, cfg.verifier.max_failure_rate, missing)
+    return CheckOutcome(passed, description, {"kept": kept, "quarantined": quarantined, "missing": missing, "max_failure_rate": cfg.verifier.max_failure_rate})

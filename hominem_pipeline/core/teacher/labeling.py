@@ -80,13 +80,16 @@ def verify_labels(labels: pd.DataFrame, dimensions: list[str]) -> tuple[pd.DataF
     return pd.DataFrame(kept, columns=labels.columns), pd.DataFrame(rejected, columns=QUARANTINE_COLUMNS)
 
 
-def verifier_verdict(kept: int, quarantined: int, max_failure_rate: float) -> tuple[bool, str]:
-    total = kept + quarantined
-    rate = quarantined / total if total else 0.0
+def verifier_verdict(kept: int, quarantined: int, max_failure_rate: float, missing: int = 0) -> tuple[bool, str]:
+    """Whether the share of trajectories without a usable label (quarantined, or `missing`: their rating
+    call failed for good) is within `max_failure_rate`, and the sentence saying so."""
+    total = kept + quarantined + missing
+    rate = (quarantined + missing) / total if total else 0.0
     if kept == 0:
-        return False, f"no label passed the verifier ({quarantined} quarantined)"
+        return False, f"no label passed the verifier ({quarantined} quarantined" + (f", {missing} missing: their calls failed" if missing else "") + ")"
     verdict = rate <= max_failure_rate
-    return verdict, f"{quarantined}/{total} rows quarantined ({rate:.1%}; allowed {max_failure_rate:.1%})"
+    what = f"{quarantined}/{total} rows quarantined" + (f", {missing} missing (their rating calls failed)" if missing else "")
+    return verdict, f"{what} ({rate:.1%} without a label; allowed {max_failure_rate:.1%})"
 
 
 def validate_labels(
