@@ -74,6 +74,7 @@ def served(tmp_path_factory, tiny_student, tiny_encoder):
     dims = load_config(project / "config" / "tiny.yaml", root=project).dimension_names
     adapter = make_adapter(tiny_student, project / "adapter")
     reward = make_reward_model(tiny_encoder, dims, project / "reward")
-    server = start(project, "--adapter", str(adapter), "--reward-model", str(reward))
+    # replies of 64 tokens at most: the tiny random model seldom stops by itself, and the page asks for two
+    server = start(project, "--adapter", str(adapter), "--reward-model", str(reward), "--set", "serving.max_new_tokens=64")
     yield server
     stop(server.proc)
