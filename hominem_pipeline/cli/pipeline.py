@@ -259,13 +259,19 @@ def ui(
             cfg.path(cfg.tracking.artifact_root).resolve().as_uri(), "--host", "127.0.0.1", "--port", str(mlflow_port), "--workers", "1",
         ],
     }
+    from hominem_pipeline.core.tracking import experiment_url
+
+    # before the server starts: this creates the store (and the experiment) the server then opens, where
+    # both creating it at once would race on its schema migration
+    runs = experiment_url(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root), f"http://127.0.0.1:{mlflow_port}")
     procs: dict[str, subprocess.Popen] = {}
     dagster_home = os.environ["DAGSTER_HOME"]
     for name, cmd in commands.items():
         # Own process group each, so stopping takes their workers and children too. Dagster starts in
         # its home (not the project folder, whose dagster.yaml it would warn about).
         procs[name] = subprocess.Popen(cmd, env=env, cwd=dagster_home if name == "Dagster" else cfg.root, start_new_session=True)
-    console.print(f"Dagster UI: http://127.0.0.1:{dagster_port}\nMLflow UI:  http://127.0.0.1:{mlflow_port}\nCtrl-C stops both.")
+    console.print(f"Dagster UI: http://127.0.0.1:{dagster_port}\nMLflow UI:  http://127.0.0.1:{mlflow_port}\n"
+                  f"  the runs: {runs}  (the model-training view)\nCtrl-C stops both.")
 
     def stop(*_: object) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -20,6 +20,9 @@ import pandas as pd
 # The MLflow UI opens an experiment so tagged on its runs table (model training), with Models in the
 # sidebar, not on MLflow 3's GenAI overview.
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+# The UI's own mode (GenAI or model training) is a per-browser setting that starts at GenAI: "Models"
+# and "Runs" are missing from its sidebar there. Links carrying this query open the model-training view.
+UI_VIEW = "workflowType=machine_learning"
 
 log = logging.getLogger(__name__)
 
@@ -204,4 +207,10 @@ def mlflow_run_url(ui_url: str, run_id: str) -> str:
     tracking store the stage logged it to, which the runner has pointed MLflow at."""
     import mlflow
 
-    return f"{ui_url.rstrip('/')}/#/experiments/{mlflow.get_run(run_id).info.experiment_id}/runs/{run_id}"
+    return f"{ui_url.rstrip('/')}/#/experiments/{mlflow.get_run(run_id).info.experiment_id}/runs/{run_id}?{UI_VIEW}"
+
+
+def experiment_url(uri: str, experiment: str, artifact_root: Path, ui_url: str) -> str:
+    """The experiment's runs in the MLflow UI at `ui_url`, in the model-training view (the experiment
+    is created if it does not exist yet, so the link works before the first run)."""
+    return f"{ui_url.rstrip('/')}/#/experiments/{Tracker(uri, experiment, artifact_root)._experiment_id}?{UI_VIEW}"
