@@ -81,7 +81,7 @@ def test_every_asset_materializes_with_metadata(chain):
         assert meta["reused_existing_version"].value is False, name
         assert len(meta["version"].value) == 16
         assert meta["mlflow_run_id"].value
-        assert meta["mlflow_run"].value.startswith("http://127.0.0.1:5000/#/experiments/") and meta["mlflow_run"].value.endswith(f"/runs/{meta['mlflow_run_id'].value}")
+        assert meta["mlflow_run"].value.startswith("http://127.0.0.1:5000/#/experiments/") and meta["mlflow_run"].value.endswith(f"/runs/{meta['mlflow_run_id'].value}?workflowType=machine_learning")
     generated = first["prompts"]["generated_prompts"].value
     assert first["prompts"]["generated_templated"].value == 2 and first["prompts"]["generated_perturbation"].value == 2
     assert 4 <= generated <= 6  # the tiny teacher's two written prompts may be unusable
