@@ -15,13 +15,19 @@ class Generated:
 
 
 def chat_text(tokenizer: Any, user: str, system: str | None = None) -> str:
-    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return messages_text(tokenizer, ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}])
 
 
 def messages_text(tokenizer: Any, messages: Sequence[dict[str, str]]) -> str:
     """A conversation (role/content dicts, the last the user's) as the model reads it before its reply."""
     return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+
+
+def _decoding(tokenizer: Any, max_new_tokens: int, temperature: float | None, top_p: float | None, repetition_penalty: float) -> dict[str, Any]:
+    """`model.generate`'s decoding settings: greedy when `temperature` is None, else sampling."""
+    sampling = temperature is not None
+    return {"max_new_tokens": max_new_tokens, "do_sample": sampling, "temperature": temperature if sampling else None, "top_p": top_p if sampling else None,
+            "top_k": None, "repetition_penalty": repetition_penalty, "pad_token_id": tokenizer.pad_token_id}
 
 
 def stream_reply(
@@ -45,16 +51,13 @@ def stream_reply(
 
     enc = tokenizer([messages_text(tokenizer, messages)], return_tensors="pt", add_special_tokens=False).to(model.device)
     streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
-    sampling = temperature is not None
     failure: list[BaseException] = []
 
     def run() -> None:
         torch.manual_seed(seed)
         try:
             with torch.inference_mode():
-                model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=sampling, temperature=temperature if sampling else None,
-                               top_p=top_p if sampling else None, top_k=None, repetition_penalty=repetition_penalty,
-                               pad_token_id=tokenizer.pad_token_id, streamer=streamer)
+                model.generate(**enc, **_decoding(tokenizer, max_new_tokens, temperature, top_p, repetition_penalty), streamer=streamer)
         except BaseException as exc:  # handed to the reader, who would otherwise wait forever
             failure.append(exc)
             streamer.end()
@@ -87,18 +90,8 @@ def generate(
         raise ValueError("generation needs a left-padding tokenizer (tokenizer.padding_side = 'left')")
     enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
     torch.manual_seed(seed)
-    sampling = temperature is not None
     with torch.inference_mode():
-        out = model.generate(
-            **enc,
-            max_new_tokens=max_new_tokens,
-            do_sample=sampling,
-            temperature=temperature if sampling else None,
-            top_p=top_p if sampling else None,
-            top_k=None,
-            repetition_penalty=repetition_penalty,
-            pad_token_id=tokenizer.pad_token_id,
-        )
+        out = model.generate(**enc, **_decoding(tokenizer, max_new_tokens, temperature, top_p, repetition_penalty))
     new = out[:, enc["input_ids"].shape[1] :].cpu()
     eos = tokenizer.eos_token_id
     results = []

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hominem_pipeline.core.generation import messages_text
+
 log = logging.getLogger(__name__)
 
 
@@ -111,7 +113,7 @@ class Engine:
     # -- what the app calls -------------------------------------------------------------------------
 
     def chat_text(self, messages: list[dict[str, str]]) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return messages_text(self.tokenizer, messages)
 
     def count_tokens(self, text: str) -> int:
         """Call it on the worker (`run`): the tokenizer is not safe to share between threads."""

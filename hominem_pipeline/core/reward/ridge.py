@@ -67,11 +67,16 @@ def ridge_solve(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, alpha: float,
     argmin_b sum_p pair_w_p (pairs_p b - PAIR_MARGIN)^2 + alpha |b - b_labels|^2 (its intercept, which
     no pair sees, stays the labels')."""
     coef = _ridge_from_gram(x.T @ (w.unsqueeze(1) * x), x.T @ (w.unsqueeze(1) * y), alpha)
-    if pairs is not None and len(pairs):
-        prior = coef[:, column]
-        gram = pairs.T @ (pair_w.unsqueeze(1) * pairs) + alpha * torch.eye(len(prior), dtype=torch.float64)
-        coef[:, column] = torch.linalg.solve(gram, pairs.T @ (pair_w * PAIR_MARGIN) + alpha * prior)
-    return coef
+    return coef if pairs is None or not len(pairs) else pull_toward_pairs(coef, pairs, pair_w, alpha, column)
+
+
+def pull_toward_pairs(coef: torch.Tensor, pairs: torch.Tensor, pair_w: torch.Tensor, alpha: float, column: int) -> torch.Tensor:
+    """`coef` (the labels' solution, kept) with output `column` moved to
+    argmin_b sum_p pair_w_p (pairs_p b - PAIR_MARGIN)^2 + alpha |b - coef[:, column]|^2."""
+    out = coef.clone()
+    gram = pairs.T @ (pair_w.unsqueeze(1) * pairs) + alpha * torch.eye(len(coef), dtype=torch.float64)
+    out[:, column] = torch.linalg.solve(gram, pairs.T @ (pair_w * PAIR_MARGIN) + alpha * coef[:, column])
+    return out
 
 
 def _ridge_from_gram(gram: torch.Tensor, moment: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -118,13 +123,19 @@ def ridge_out_of_fold(features: torch.Tensor, targets: dict[str, torch.Tensor], 
     cross-validation inside them. These are the held-out figures of ridge heads, over every prompt.
     Also each fold's penalty, and with `human` (pairs as (p, 2) rows of `features`, their weights and
     groups) each pair's two scalars, (p, 2), from heads fitted without that pair (each pair is in a fold)."""
+    return ridge_out_of_fold_pulls(features, targets, rows, groups, alphas, output_weights, seed, folds, human, (1.0,))[1.0]
+
+
+def ridge_out_of_fold_pulls(features: torch.Tensor, targets: dict[str, torch.Tensor], rows: np.ndarray, groups: np.ndarray, alphas: Sequence[float],
+                            output_weights: torch.Tensor, seed: int, folds: int, human: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
+                            pulls: Sequence[float]) -> dict[float, tuple[torch.Tensor, list[float], np.ndarray | None]]:
+    """`ridge_out_of_fold` for each scale of the pairs' weights in `pulls`, by scale: the labels' part of
+    each fold (standardisation, penalty, solution) is computed once and shared by every scale."""
     n_dims = targets["vector"].shape[1]
     all_groups = groups if human is None else np.concatenate([groups, human[2]])
     which_all = prompt_folds(all_groups, folds, seed)
     which, pair_fold = which_all[: len(groups)], which_all[len(groups):]
-    out = torch.zeros(len(rows), n_dims + 3, dtype=torch.float64)
-    pair_scalars = None if human is None else np.zeros((len(human[0]), 2))
-    chosen = []
+    results = {p: (torch.zeros(len(rows), n_dims + 3, dtype=torch.float64), [], None if human is None else np.zeros((len(human[0]), 2))) for p in pulls}
     for k in np.unique(which_all):
         fit, held = rows[which != k], rows[which == k]
         if len(fit) < 2:
@@ -132,19 +143,21 @@ def ridge_out_of_fold(features: torch.Tensor, targets: dict[str, torch.Tensor], 
         mean, std = feature_stats(features[torch.as_tensor(fit)])
         x, y = ridge_design(features, fit, mean, std), ridge_targets(targets, fit)
         alpha, _ = choose_ridge_alpha(x, y, groups[which != k], alphas, output_weights, seed + 1 + int(k), folds)
+        labels_coef = ridge_solve(x, y, torch.ones(len(fit), dtype=torch.float64), alpha)
         pairs = pair_w = None
         if human is not None:
             train = pair_fold != k
             pairs, pair_w = pair_rows(features, human[0][train], mean, std), torch.as_tensor(human[1][train], dtype=torch.float64)
-        coef = ridge_solve(x, y, torch.ones(len(fit), dtype=torch.float64), alpha, pairs, pair_w, n_dims)
-        if len(held):
-            out[torch.as_tensor(which == k)] = _squash(ridge_design(features, held, mean, std) @ coef, n_dims)
-        if human is not None and (pair_fold == k).any():
-            test = human[0][pair_fold == k]
-            for side in (0, 1):
-                pair_scalars[pair_fold == k, side] = torch.tanh(ridge_design(features, test[:, side], mean, std) @ coef[:, n_dims]).numpy()
-        chosen.append(alpha)
-    return out, chosen, pair_scalars
+        for pull, (out, chosen, pair_scalars) in results.items():
+            coef = labels_coef if pairs is None or not len(pairs) else pull_toward_pairs(labels_coef, pairs, pair_w * pull, alpha, n_dims)
+            if len(held):
+                out[torch.as_tensor(which == k)] = _squash(ridge_design(features, held, mean, std) @ coef, n_dims)
+            if human is not None and (pair_fold == k).any():
+                test = human[0][pair_fold == k]
+                for side in (0, 1):
+                    pair_scalars[pair_fold == k, side] = torch.tanh(ridge_design(features, test[:, side], mean, std) @ coef[:, n_dims]).numpy()
+            chosen.append(alpha)
+    return results
 
 
 def set_ridge_heads(net: RewardNet, coefs: Sequence[torch.Tensor]) -> None:

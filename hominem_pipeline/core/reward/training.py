@@ -61,6 +61,7 @@ from hominem_pipeline.core.reward.ridge import (
     pair_rows,
     ridge_design,
     ridge_out_of_fold,
+    ridge_out_of_fold_pulls,
     ridge_solve,
     ridge_targets,
     set_ridge_heads,
@@ -272,11 +273,9 @@ def train_reward_model(
         if human:
             # How far people's pairs pull the scalar from the judge's: the scale of their weights whose
             # out-of-fold pairs people agree with most (ties: the smaller pull, nearer the judge).
-            trials = {}
-            for scale in PAIR_PULLS:
-                trials[scale] = ridge_out_of_fold(frozen, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed,
-                                                  human=(hp, hw * scale, human[2]))
-                pull_accuracy[scale] = float((trials[scale][2][:, 0] > trials[scale][2][:, 1]).mean())
+            trials = ridge_out_of_fold_pulls(frozen, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed, RIDGE_FOLDS,
+                                             human, PAIR_PULLS)
+            pull_accuracy = {scale: float((oof[:, 0] > oof[:, 1]).mean()) for scale, (_, _, oof) in trials.items()}
             pull = max(PAIR_PULLS, key=lambda scale: (pull_accuracy[scale], -scale))
             log.info("reward model ridge heads: people's pairs pull the scalar at scale %g (out-of-fold agreement with them %s)", pull,
                      ", ".join(f"{k:g}: {v:.1%}" for k, v in pull_accuracy.items()))
