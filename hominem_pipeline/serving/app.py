@@ -336,7 +336,7 @@ def create_app(service: Service) -> FastAPI:
 
     @app.get("/healthz", tags=["hominem"])
     async def healthz() -> dict[str, Any]:
-        return {"status": "ok", "adapter": service.adapter_label, "reward_model": service.reward_label, "waiting": engine.waiting,
+        return {"status": "ok", "adapter": service.adapter_label, "reward_model": service.reward_label, "waiting": engine.waiting, "running": engine.running,
                 "batches": engine.batches, "largest_batch": engine.largest_batch, "uptime_seconds": round(time.time() - service.started, 1), "auth": "open (loopback)" if access.open else "bearer tokens"}
 
     @app.get("/config", tags=["hominem"])

@@ -106,6 +106,7 @@ class Engine:
         self.tokens_per_second = 30.0  # updated from each batch; sizes Retry-After
         self.batches = 0
         self.largest_batch = 0
+        self.running = 0  # rows generating now (the batch on the worker)
         self._worker = threading.Thread(target=self._loop, name="hominem-engine", daemon=True)
         self._worker.start()
         log.info("engine ready in %.1f s: student %s, adapter %s, reward model %s", time.monotonic() - started, student, adapter, reward_model)
@@ -174,12 +175,13 @@ class Engine:
                     batch = self._join(batch, joining)
                 if batch is not None:
                     batch = self._step(batch)
+                self.running = len(batch.rows) if batch else 0
             except BaseException as exc:
                 log.exception("generation failed")
                 for row in (batch.rows if batch else []) + joining:
                     if not row.future.done():
                         row.future.set_exception(exc)
-                batch = None
+                batch, self.running = None, 0
 
     def _admit(self, batch: _Batch | None) -> list[Request] | None:
         """Requests to join the running batch now (None: shut down). The oldest waiting request decides

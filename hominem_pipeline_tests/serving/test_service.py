@@ -90,7 +90,7 @@ def test_bad_input_gets_a_4xx_naming_the_field_and_writes_nothing(served):
 
 def test_concurrent_chats_share_batches(served):
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        replies = list(pool.map(lambda i: chat(served, model="hominem", seed=i, temperature=0.8, max_tokens=16), range(4)))
+        replies = list(pool.map(lambda i: chat(served, model="hominem", seed=i, temperature=0.8, max_tokens=64), range(4)))  # long enough to overlap
     assert all(r.choices[0].message.content for r in replies)
     assert httpx.get(served.url + "/healthz").json()["largest_batch"] >= 2
 
@@ -131,21 +131,41 @@ def test_tokens_name_raters_pseudonymously_and_unauthorised_calls_are_audited(tm
 
 
 def test_a_full_queue_answers_503_with_retry_after_and_writes_nothing_for_it(tmp_path, tiny_student, tiny_encoder):
+    import threading
+    import time
+
     from hominem_pipeline_tests.conftest import make_project
 
     project = make_project(tmp_path / "project", tiny_student, tiny_encoder)
-    server = start(project, "--adapter", "none", "--reward-model", "none", "--set", "serving.max_queue=1", "--set", "serving.max_batch_size=1")
-    try:
-        def ask(i: int):
-            return httpx.post(server.url + "/generate", json={"prompt": f"Tell me a long story number {i}.", "max_tokens": 48, "seed": i}, timeout=120)
+    server = start(project, "--adapter", "none", "--reward-model", "none", "--set", "serving.max_queue=1", "--set", "serving.max_batch_size=1",
+                   "--set", "serving.max_new_tokens=900")
+    answers: dict[str, httpx.Response] = {}
 
-        with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            answers = list(pool.map(ask, range(8)))
-        codes = sorted(a.status_code for a in answers)
-        assert set(codes) == {200, 503} and codes.count(200) >= 2  # one generating, one waiting; the rest turned away
-        for busy in (a for a in answers if a.status_code == 503):
-            assert int(busy.headers["retry-after"]) >= 1 and busy.json()["error"]["code"] == "overloaded"
-        assert len([e for e in server.events() if e["kind"] == "turn"]) == codes.count(200)  # a refused request wrote nothing
+    def ask(name: str, max_tokens: int = 8) -> threading.Thread:
+        body = {"prompt": f"Tell me a long story, {name}.", "max_tokens": max_tokens, "seed": 1}
+        thread = threading.Thread(target=lambda: answers.__setitem__(name, httpx.post(server.url + "/generate", json=body, timeout=120)))
+        thread.start()
+        return thread
+
+    def until(field: str, value: int) -> None:
+        deadline = time.monotonic() + 60
+        while httpx.get(server.url + "/healthz", timeout=10).json()[field] != value:
+            assert time.monotonic() < deadline, f"/healthz never showed {field} = {value}"
+            time.sleep(0.005)
+
+    try:
+        threads = [ask("generating", 900)]  # a long reply holds the only batch row
+        until("running", 1)
+        threads.append(ask("waiting"))
+        until("waiting", 1)  # the queue (max_queue 1) is full now
+        threads += [ask(f"turned away {i}") for i in range(4)]
+        for thread in threads:
+            thread.join()
+        assert answers["generating"].json()["replies"][0]["finish_reason"] == "length"  # it was still generating when the rest came
+        assert answers["waiting"].status_code == 200
+        for busy in (answers[f"turned away {i}"] for i in range(4)):
+            assert busy.status_code == 503 and int(busy.headers["retry-after"]) >= 1 and busy.json()["error"]["code"] == "overloaded"
+        assert len([e for e in server.events() if e["kind"] == "turn"]) == 2  # a refused request wrote nothing
     finally:
         stop(server.proc)
 
