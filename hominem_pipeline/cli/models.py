@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from hominem_pipeline.cli.common import (
@@ -22,8 +23,9 @@ from hominem_pipeline.cli.common import (
 
 @app.command("reward-probe")
 def reward_probe(
-    prompt: Annotated[str, typer.Option("--prompt", "-p", help="The user's message.")],
-    response: Annotated[list[str], typer.Option("--response", "-r", help="A reply to score; repeat the option to compare several.")],
+    prompt: Annotated[Optional[str], typer.Option("--prompt", "-p", help="The user's message.")] = None,
+    response: Annotated[Optional[list[str]], typer.Option("--response", "-r", help="A reply to score; repeat the option to compare several.")] = None,
+    fixtures: Annotated[bool, typer.Option("--fixtures", help="Score the contrast fixtures (fixtures.file) instead: how often the better reply wins, per tag, and the pairs lost.")] = False,
     model: Annotated[Optional[Path], typer.Option("--model", "-m", help="A reward model folder (default: the newest built one).")] = None,
     config: ConfigOpt = None,
     sets: SetOpt = None,
@@ -32,13 +34,19 @@ def reward_probe(
 ) -> None:
     """Score replies to one prompt with the reward model: each dimension, the scalar, intensity and safety
     with their uncertainty, the dimensions on which the replies differ most, and the calibrated
-    probability that the first reply is preferred over each other."""
+    probability that the first reply is preferred over each other. With --fixtures: the model on the
+    hand-written contrast fixtures."""
     import json
 
     from hominem_pipeline.core.reward.model import RewardModel
 
     cfg = load(config, sets)
+    if not fixtures and (prompt is None or not response):
+        fail("give --prompt TEXT and at least one --response TEXT, or --fixtures")
     path = model or artifact_for(cfg, "reward_model", date)[1].path
+    if fixtures:
+        _probe_fixtures(cfg, path, as_json)
+        return
     try:
         rm = RewardModel.load(path)
         outputs = rm.score([prompt] * len(response), response)
@@ -70,6 +78,38 @@ def reward_probe(
     for j in range(1, len(response)):
         p = rm.probability(outputs[0].scalar - outputs[j].scalar)
         console.print(f"P(#1 preferred over #{j + 1}) = {p:.3f}   (calibrated, temperature {rm.temperature:.3f})")
+
+
+def _probe_fixtures(cfg, path: Path, as_json: bool) -> None:
+    import json
+
+    from hominem_pipeline.core.evaluation.fixtures import load_fixtures, score_fixtures
+    from hominem_pipeline.core.reward.model import RewardModel
+
+    if cfg.fixtures.file is None:
+        fail("fixtures.file is null: no contrast fixtures to score; --set fixtures.file=PATH names a file")
+    try:
+        items = load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names)
+        report = score_fixtures(RewardModel.load(path), items)
+    except (FileNotFoundError, ValueError, TypeError) as exc:
+        fail(str(exc))
+    if as_json:
+        console.print_json(json.dumps(report.as_dict()))
+        return
+    f = cfg.fixtures
+    console.print(f"[dim]reward model {path}\nfixtures {cfg.path(f.file)}[/]")
+    table = Table(title="the better reply scored higher")
+    for column in ("tag", "pairs", "right"):
+        table.add_column(column, justify="left" if column == "tag" else "right")
+    for tag, value in report.by_tag.items():
+        colour = "green" if value >= f.min_tag_accuracy else "red"
+        table.add_row(tag, str(report.counts[tag]), f"[{colour}]{value:.0%}[/]")
+    colour = "green" if report.accuracy >= f.min_accuracy else "red"
+    table.add_row("[bold]all[/]", str(report.pairs), f"[bold {colour}]{report.accuracy:.1%}[/]", end_section=True)
+    console.print(table)
+    for x in report.failures:
+        console.print(escape(f"x [{x['tag']}] {x['prompt']}\n    better: {x['better']}\n    worse:  {x['worse']}   (gap {x['gap']:+.3f})"), style="red")
+    console.print(f"goal: at least {f.min_accuracy:.0%} overall and {f.min_tag_accuracy:.0%} in every tag (fixtures.min_accuracy, fixtures.min_tag_accuracy)")
 
 
 @app.command()

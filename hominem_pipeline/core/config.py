@@ -406,6 +406,12 @@ class EvaluationConfig(_Frozen):
     memory_probe: bool = Field(description="Also ask base and adapter the memory files' fact questions: what the adapter kept, lost and gained.")
 
 
+class FixturesConfig(_Frozen):
+    file: str | None = Field(description="Hand-written contrast pairs (YAML: tag, prompt, better, worse), relative to the project root; null: no fixture figures or checks.")
+    min_accuracy: float = Field(ge=0.0, le=1.0, description="The asset check reward_fixtures warns when the reward model's scalar prefers the better reply less often than this (0 to 1).")
+    min_tag_accuracy: float = Field(ge=0.0, le=1.0, description="... or less often than this within any one tag (0 to 1).")
+
+
 class HealthWeights(_Frozen):
     dcs: float = Field(ge=0.0, le=1.0, description="Weight of dimensional coherence, 0-1.")
     gvs: float = Field(ge=0.0, le=1.0, description="Weight of gradient variance stability, 0-1.")
@@ -471,6 +477,7 @@ class HominemConfig(_Frozen):
     preferences: PreferencesConfig = Field(description="How preference pairs are built from the ranked candidates.")
     policy: PolicyConfig = Field(description="The student's LoRA adapter.")
     evaluation: EvaluationConfig = Field(description="Base against base+adapter on the held-out prompts.")
+    fixtures: FixturesConfig = Field(description="Contrast pairs any attentive person agrees on: a yardstick for the reward model and the adapters.")
     health: HealthConfig = Field(description="The Reward Health Index and the deploy gate.")
     retrain: RetrainConfig = Field(description="When the retrain sensor and schedule start a run.")
     serving: ServingConfig = Field(description="`hominem serve`: the chat and feedback service.")

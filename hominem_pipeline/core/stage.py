@@ -166,7 +166,7 @@ class Check:
 
     name: str
     description: str
-    evaluate: Callable[[dict[str, Any], HominemConfig], CheckOutcome]  # (the version's metrics, config)
+    evaluate: Callable[[dict[str, Any], HominemConfig, Path], CheckOutcome]  # (the version's metrics, config, folder)
     blocking: bool = False
 
 

@@ -30,6 +30,7 @@ from hominem_pipeline.core.builds.reward_model import (
     build_reward_model,
     human_agreement,
     reward_backbone_digest,
+    reward_fixtures,
 )
 from hominem_pipeline.core.builds.teacher_labels import (
     build_teacher_labels,
@@ -148,12 +149,15 @@ STAGES: tuple[Stage, ...] = (
             Input("human_feedback", _human_window, optional=True),
         ),
         # the judge's system text and question: what `frame: judge` / `judge_question` reads
-        reads=("dimensions", "reward_model", "models.encoder", "models.student", "labeling.judge_system", "labeling.scalar_question"),
+        reads=("dimensions", "reward_model", "models.encoder", "models.student", "labeling.judge_system", "labeling.scalar_question",
+               "fixtures.file"),
         build=build_reward_model,
         files=reward_backbone_digest,
         registered=Registered(REWARD_MODEL_NAME, log_reward_pyfunc),
         checks=(Check("human_agreement", "People's held-out preference pairs are ordered as they chose at least reward_model.min_human_agreement of the time.",
-                      human_agreement),),
+                      human_agreement),
+                Check("reward_fixtures", "The scalar prefers the better reply of the hand-written contrast fixtures at least fixtures.min_accuracy of the time, "
+                                         "and at least fixtures.min_tag_accuracy within every tag; the pairs it gets wrong are listed.", reward_fixtures)),
     ),
     Stage(
         name="preference_pairs",

@@ -234,6 +234,12 @@ def test_reward_probe_prints_scores_uncertainty_and_preference(labeled_project):
     assert empty.returncode == 2 and "item 1: the response is empty" in empty.stderr
     missing = hominem(project, "reward-probe", "--prompt", "hi", "-r", "x", "--model", str(project))
     assert missing.returncode == 2 and "is not a reward model folder" in missing.stderr
+    fixtures = hominem(project, "reward-probe", "--config", "config/tiny.yaml", "--fixtures")
+    assert fixtures.returncode == 0, fixtures.stdout + fixtures.stderr
+    assert "harm_avoidance" in fixtures.stdout and "truth" in fixtures.stdout and "goal: at least 90% overall" in fixtures.stdout
+    report = json.loads(hominem(project, "reward-probe", "--config", "config/tiny.yaml", "--fixtures", "--json").stdout)
+    assert report["pairs"] == 132 and len(report["failures"]) == round((1 - report["accuracy"]) * 132)
+    assert hominem(project, "reward-probe", "--config", "config/tiny.yaml").returncode == 2
 
 
 def test_fill_window_builds_the_earlier_days_that_the_windows_read(tmp_path, tiny_student, tiny_encoder):

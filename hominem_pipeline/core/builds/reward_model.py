@@ -29,6 +29,7 @@ def human_pairs(ctx: StageContext):
 
 
 def build_reward_model(ctx: StageContext) -> StageOutput:
+    from hominem_pipeline.core.evaluation.fixtures import FIXTURES_JSON
     from hominem_pipeline.core.models import reward_backbone
     from hominem_pipeline.core.reward.metadata import METADATA
     from hominem_pipeline.core.reward.training import train_reward_model
@@ -56,6 +57,10 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
     )
     metrics["train_seconds"] = time.monotonic() - started
     metrics["feedback_pairs"] = 0 if human is None else int(human["source"].str.startswith("feedback:").sum())
+    report = score_fixture_file(ctx.cfg, ctx.out_dir)
+    if report is not None:
+        metrics.update(report.metrics())
+        log.info("reward model on the contrast fixtures: %.1f%% of %d pairs (weakest tag %s %.0f%%)", 100 * report.accuracy, report.pairs, *_pct_tag(report))
     return StageOutput(
         metrics={k: v for k, v in metrics.items() if v is None or isinstance(v, (int, float))},
         metadata={
@@ -66,21 +71,68 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
             "human_preference_partitions": [r.partition for r in ctx.inputs["human_preferences"]],
             "training_data_digest": digest,
         },
-        mlflow_artifacts=[METADATA] + [p for p in (RELIABILITY_PLOT, DIMENSION_PLOT) if (ctx.out_dir / p).is_file()],
+        mlflow_artifacts=[METADATA] + [p for p in (RELIABILITY_PLOT, DIMENSION_PLOT, FIXTURES_JSON) if (ctx.out_dir / p).is_file()],
     )
 
 
-def reward_backbone_digest(cfg: HominemConfig, partition: str) -> dict[str, str]:
+def score_fixture_file(cfg: HominemConfig, folder: Path):
+    """The reward model in `folder` scored on the contrast fixtures (`fixtures.file`), the report written
+    beside it (fixtures.json); None when no fixture file is configured."""
+    import json
+
+    from hominem_pipeline.core.evaluation.fixtures import FIXTURES_JSON, load_fixtures, score_fixtures
+    from hominem_pipeline.core.reward.model import RewardModel
+
+    if cfg.fixtures.file is None:
+        return None
+    fixtures = load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names)
+    report = score_fixtures(RewardModel.load(folder), fixtures)
+    (folder / FIXTURES_JSON).write_text(json.dumps(report.as_dict(), indent=1))
+    return report
+
+
+def _pct_tag(report) -> tuple[str, float]:
+    tag, value = report.worst_tag()
+    return tag, 100 * value
+
+
+def reward_backbone_digest(cfg: HominemConfig, partition: str) -> dict[str, str | None]:
     """The backbone's files (a local folder's digest; a hub id as named): a model rebuilt on other
-    weights under the same path gets another version."""
+    weights under the same path gets another version. And the contrast fixtures it is scored on."""
     from hominem_pipeline.core.artifacts import folder_digest
+    from hominem_pipeline.core.evaluation.fixtures import fixtures_digest
     from hominem_pipeline.core.models import reward_backbone
 
     source = reward_backbone(cfg)
-    return {"backbone": folder_digest(source) if Path(source).is_dir() else str(source)}
+    fixtures = None if cfg.fixtures.file is None else fixtures_digest(cfg.path(cfg.fixtures.file))
+    return {"backbone": folder_digest(source) if Path(source).is_dir() else str(source), "fixtures": fixtures}
 
 
-def human_agreement(metrics: dict[str, Any], cfg: HominemConfig) -> CheckOutcome:
+def reward_fixtures(metrics: dict[str, Any], cfg: HominemConfig, folder: Path) -> CheckOutcome:
+    """Warns when the scalar prefers the better reply of the contrast fixtures less often than
+    `fixtures.min_accuracy`, or within any tag less often than `fixtures.min_tag_accuracy`; lists the
+    pairs it got wrong. Passes, saying so, when no fixture file is configured."""
+    import json
+
+    from hominem_pipeline.core.evaluation.fixtures import FIXTURES_JSON, FixtureReport
+
+    f = cfg.fixtures
+    if f.file is None or not (folder / FIXTURES_JSON).is_file():
+        return CheckOutcome(True, "no contrast fixtures configured (fixtures.file is null)", {})
+    report = FixtureReport.from_dict(json.loads((folder / FIXTURES_JSON).read_text()))
+    low = {t: v for t, v in report.by_tag.items() if v < f.min_tag_accuracy}
+    passed = report.accuracy >= f.min_accuracy and not low
+    meta: dict[str, Any] = {"fixture_accuracy": report.accuracy, "min_accuracy": f.min_accuracy, "min_tag_accuracy": f.min_tag_accuracy,
+                            **{f"tag {t}": v for t, v in report.by_tag.items()}}
+    if report.failures:
+        meta["failures"] = "\n".join(f"[{x['tag']}] {x['prompt']} | better: {x['better']} | worse: {x['worse']} | gap {x['gap']:+.3f}"
+                                     for x in report.failures[:30])
+    tags = f"; tags below fixtures.min_tag_accuracy {f.min_tag_accuracy:.0%}: " + ", ".join(f"{t} {v:.0%}" for t, v in sorted(low.items())) if low else ""
+    return CheckOutcome(passed, f"the better reply scored higher in {report.accuracy:.1%} of {report.pairs} contrast fixtures "
+                                f"({'at or above' if report.accuracy >= f.min_accuracy else 'below'} fixtures.min_accuracy {f.min_accuracy:.0%}){tags}", meta)
+
+
+def human_agreement(metrics: dict[str, Any], cfg: HominemConfig, folder: Path | None = None) -> CheckOutcome:
     """Warns when the model orders people's held-out pairs (each scored by heads fitted without it) as
     they did less often than `reward_model.min_human_agreement`; the judge's own held-out pairs beside it.
     Passes, saying so, when the window holds no human pairs."""

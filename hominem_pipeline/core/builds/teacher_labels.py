@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -88,7 +89,7 @@ def build_teacher_labels(ctx: StageContext) -> StageOutput:
     )
 
 
-def labels_pass_verifier(metrics: dict[str, Any], cfg: HominemConfig) -> CheckOutcome:
+def labels_pass_verifier(metrics: dict[str, Any], cfg: HominemConfig, folder: Path | None = None) -> CheckOutcome:
     """Blocking: too many quarantined labels stop the run before anything trains on the partition."""
     from hominem_pipeline.core.teacher.labeling import verifier_verdict
 

@@ -1,0 +1,123 @@
+"""Contrast fixtures: hand-written pairs of replies to one message where any attentive person agrees
+which is better, each tagged with the quality it tests (`config/fixtures/contrast.yaml`).
+
+They are a yardstick, never training data: a reward model is scored on them (`fixture_report`: the
+share of pairs whose better reply it scores higher, overall and per tag, with the pairs it got wrong),
+and so is each adapter (`core/evaluation/fixture_moves.py`: did training move the student toward the
+better replies).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# Tags beyond the reward dimensions: the quirks a small judge has that people do not.
+EXTRA_TAGS = {
+    "fluency": "gibberish, emoji strings or repetition against a plain sentence",
+    "relevance": "a fluent reply to another message against a reply to this one",
+    "truth": "a plain factual error against the fact",
+    "tradeoff": "kindness against honesty, or the person's choice against their safety, done well against done badly",
+}
+FIXTURES_JSON = "fixtures.json"  # a reward model's fixture report, beside its METADATA
+
+
+@dataclass(frozen=True)
+class Fixture:
+    tag: str
+    prompt: str
+    better: str
+    worse: str
+
+
+def load_fixtures(path: str | Path, dimensions: Sequence[str]) -> list[Fixture]:
+    """The fixtures in `path` (a YAML list of {tag, prompt, better, worse}); a malformed entry raises
+    ValueError naming the file, the entry and what to write instead."""
+    import yaml
+
+    path = Path(path)
+    try:
+        rows = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"fixture file {path} does not exist; set fixtures.file to a YAML list of pairs, or to null for none") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} is not readable YAML ({exc}); it holds a list of {{tag, prompt, better, worse}} entries") from None
+    if not isinstance(rows, list) or not rows:
+        raise ValueError(f"{path} holds {type(rows).__name__}, not a list of fixtures; write one '- tag: ...' entry per pair")
+    tags = set(dimensions) | set(EXTRA_TAGS)
+    out = []
+    for i, row in enumerate(rows, 1):
+        where = f"{path}, entry {i}"
+        if not isinstance(row, dict):
+            raise ValueError(f"{where} is {type(row).__name__}, not a mapping with tag, prompt, better and worse")
+        missing = [k for k in ("tag", "prompt", "better", "worse") if not isinstance(row.get(k), str) or not row[k].strip()]
+        unknown = sorted(set(row) - {"tag", "prompt", "better", "worse"})
+        if missing or unknown:
+            raise ValueError(f"{where}: " + "; ".join(([f"needs non-empty text for {', '.join(missing)}"] if missing else [])
+                                                     + ([f"unknown keys {unknown}"] if unknown else [])))
+        if row["tag"] not in tags:
+            raise ValueError(f"{where}: unknown tag {row['tag']!r}; use a dimension ({', '.join(dimensions)}) or one of {', '.join(EXTRA_TAGS)}")
+        if row["better"].strip() == row["worse"].strip():
+            raise ValueError(f"{where}: the better and the worse reply are the same text")
+        out.append(Fixture(row["tag"], row["prompt"].strip(), row["better"].strip(), row["worse"].strip()))
+    return out
+
+
+@dataclass
+class FixtureReport:
+    """How often a scorer prefers the better reply: overall, per tag, and the pairs it got wrong."""
+
+    accuracy: float
+    by_tag: dict[str, float]
+    counts: dict[str, int]
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def pairs(self) -> int:
+        return sum(self.counts.values())
+
+    def worst_tag(self) -> tuple[str, float]:
+        tag = min(self.by_tag, key=lambda t: (self.by_tag[t], t))
+        return tag, self.by_tag[tag]
+
+    def metrics(self) -> dict[str, float]:
+        """Flat figures for MLflow: fixture_accuracy and fixture_accuracy_<tag>."""
+        return {"fixture_accuracy": self.accuracy, **{f"fixture_accuracy_{t}": v for t, v in self.by_tag.items()}}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"accuracy": self.accuracy, "pairs": self.pairs, "by_tag": self.by_tag, "counts": self.counts, "failures": self.failures}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FixtureReport:
+        return cls(d["accuracy"], d["by_tag"], d["counts"], d["failures"])
+
+
+def fixture_report(fixtures: Sequence[Fixture], gaps: Sequence[float]) -> FixtureReport:
+    """`gaps`: per fixture, the better reply's score minus the worse one's (a tie counts as wrong)."""
+    gaps = np.asarray(gaps, dtype=np.float64)
+    if len(gaps) != len(fixtures):
+        raise ValueError(f"fixture_report takes one gap per fixture: got {len(gaps)} for {len(fixtures)}")
+    right = gaps > 0
+    tags = sorted({f.tag for f in fixtures})
+    by_tag = {t: float(np.mean([r for f, r in zip(fixtures, right) if f.tag == t])) for t in tags}
+    counts = {t: sum(f.tag == t for f in fixtures) for t in tags}
+    failures = [{"tag": f.tag, "prompt": f.prompt, "better": f.better, "worse": f.worse, "gap": round(float(g), 4)}
+                for f, g, r in zip(fixtures, gaps, right) if not r]
+    return FixtureReport(float(right.mean()), by_tag, counts, sorted(failures, key=lambda x: x["gap"]))
+
+
+def score_fixtures(reward_model: Any, fixtures: Sequence[Fixture], batch_size: int = 32) -> FixtureReport:
+    """The report of a `RewardModel`'s scalar on `fixtures`."""
+    gaps = reward_model.pair_gaps([f.prompt for f in fixtures], [f.better for f in fixtures], [f.worse for f in fixtures], batch_size=batch_size)
+    return fixture_report(fixtures, gaps)
+
+
+def fixtures_digest(path: Path | None) -> str | None:
+    """The file's content digest (part of the versions of the stages that read it); None without one."""
+    import hashlib
+
+    return None if path is None or not path.is_file() else hashlib.sha256(path.read_bytes()).hexdigest()

@@ -1,0 +1,83 @@
+"""The contrast fixtures: the shipped file, its parser, and the reward_fixtures asset check."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from hominem_pipeline.core.builds.reward_model import reward_fixtures, score_fixture_file
+from hominem_pipeline.core.evaluation.fixtures import EXTRA_TAGS, FIXTURES_JSON, fixture_report, load_fixtures
+from hominem_pipeline.core.reward.training import train_reward_model
+from hominem_pipeline_tests.conftest import REPO
+from hominem_pipeline_tests.core.test_reward_model import small_cfg
+
+DIMENSIONS = ["empathy", "social_coherence", "agency_support", "epistemic_integrity", "harm_avoidance", "narrative_alignment", "curiosity"]
+
+
+def test_the_shipped_fixtures_cover_every_tag_and_half_prefer_the_shorter_reply():
+    fixtures = load_fixtures(REPO / "config" / "fixtures" / "contrast.yaml", DIMENSIONS)
+    assert len(fixtures) >= 120
+    tags = {t: [f for f in fixtures if f.tag == t] for t in DIMENSIONS + list(EXTRA_TAGS)}
+    assert all(len(group) >= 8 for group in tags.values()), {t: len(g) for t, g in tags.items()}
+    shorter_better = sum(len(f.better.encode()) < len(f.worse.encode()) for f in fixtures)
+    assert shorter_better >= len(fixtures) / 2  # "prefer the longer reply" is not a way through
+    assert len({(f.prompt, f.better) for f in fixtures}) == len(fixtures)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("- {tag: kindness, prompt: a, better: b, worse: c}", "unknown tag 'kindness'; use a dimension"),
+    ("- {tag: empathy, prompt: a, better: b}", "entry 1: needs non-empty text for worse"),
+    ("- {tag: empathy, prompt: a, better: b, worse: ' b '}", "the better and the worse reply are the same text"),
+    ("- {tag: empathy, prompt: a, better: b, worse: c, note: d}", "unknown keys ['note']"),
+    ("tag: empathy", "holds dict, not a list of fixtures"),
+    ("- [unclosed", "is not readable YAML"),
+])
+def test_a_malformed_fixture_file_names_the_entry_and_the_fix(tmp_path, text, message):
+    path = tmp_path / "fixtures.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match="fixtures.yaml") as info:
+        load_fixtures(path, DIMENSIONS)
+    assert message in str(info.value)
+
+
+def test_the_report_counts_ties_as_wrong_and_lists_the_worst_first():
+    fixtures = load_fixtures(REPO / "config" / "fixtures" / "contrast.yaml", DIMENSIONS)[:4]  # four empathy pairs
+    report = fixture_report(fixtures, [0.5, 0.0, -0.2, 0.1])
+    assert report.accuracy == 0.5 and report.by_tag == {"empathy": 0.5} and report.counts == {"empathy": 4}
+    assert [x["gap"] for x in report.failures] == [-0.2, 0.0]
+    assert report.metrics() == {"fixture_accuracy": 0.5, "fixture_accuracy_empathy": 0.5}
+
+
+def _trained_on_fixtures(cfg, out, inverted: bool):
+    fixtures = load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names)
+    better, worse = [f.better for f in fixtures], [f.worse for f in fixtures]
+    pairs = pd.DataFrame({"prompt": [f.prompt for f in fixtures], "chosen": worse if inverted else better, "rejected": better if inverted else worse})
+    rm_cfg = small_cfg(epochs=6, val_fraction=0.1, max_length=96, uncertainty={"method": "none", "members": 1, "mc_samples": 2})
+    train_reward_model(pd.DataFrame(), dimensions=cfg.dimension_names, backbone_path=cfg.models.encoder.path, cfg=rm_cfg, out_dir=out, seed=0,
+                       data_digest="fixtures", date="2026-11-20", human_pairs=pairs)
+    metrics = score_fixture_file(cfg, out).metrics()
+    return metrics, reward_fixtures(metrics, cfg, out)
+
+
+def test_the_fixture_check_fails_on_a_model_trained_on_inverted_pairs_and_lists_them(tiny_cfg, tmp_path):
+    metrics, outcome = _trained_on_fixtures(tiny_cfg, tmp_path / "inverted", inverted=True)
+    assert metrics["fixture_accuracy"] < 0.5 and not outcome.passed
+    assert "below fixtures.min_accuracy 90%" in outcome.description and "tags below fixtures.min_tag_accuracy 75%" in outcome.description
+    report = json.loads((tmp_path / "inverted" / FIXTURES_JSON).read_text())
+    assert len(report["failures"]) == round((1 - report["accuracy"]) * report["pairs"])
+    worst = report["failures"][0]
+    assert outcome.metadata["failures"].splitlines()[0].startswith(f"[{worst['tag']}] {worst['prompt']} | better: {worst['better']} | worse: {worst['worse']}")
+
+    right, fair = _trained_on_fixtures(tiny_cfg, tmp_path / "right", inverted=False)
+    assert right["fixture_accuracy"] > 0.5 > metrics["fixture_accuracy"]
+    lenient = tiny_cfg.model_copy(update={"fixtures": tiny_cfg.fixtures.model_copy(update={"min_accuracy": 0.5, "min_tag_accuracy": 0.0})})
+    assert reward_fixtures(right, lenient, tmp_path / "right").passed
+
+
+def test_without_a_fixture_file_the_check_passes_saying_so(tiny_cfg, tmp_path):
+    off = tiny_cfg.model_copy(update={"fixtures": tiny_cfg.fixtures.model_copy(update={"file": None})})
+    assert score_fixture_file(off, tmp_path) is None
+    outcome = reward_fixtures({}, off, tmp_path)
+    assert outcome.passed and "fixtures.file is null" in outcome.description
