@@ -38,6 +38,7 @@ from hominem_pipeline.core.builds.teacher_labels import (
 )
 from hominem_pipeline.core.builds.teacher_trajectories import build_teacher_trajectories
 from hominem_pipeline.core.config import HominemConfig, PolicyConfig
+from hominem_pipeline.core.evaluation.fixtures import fixtures_digest
 from hominem_pipeline.core.reward.pyfunc import log_reward_pyfunc
 from hominem_pipeline.core.stage import Check, Input, Registered, Stage
 
@@ -72,11 +73,13 @@ def _adapter_files(c: HominemConfig, partition: str) -> Any:
 
 
 def _evaluation_reads(c: HominemConfig) -> tuple[str, ...]:
-    return ("evaluation", "models.student") + (("policy.dual.memory_files",) if c.evaluation.memory_probe else ())
+    return ("evaluation", "models.student", "fixtures.file", "dimensions") + (("policy.dual.memory_files",) if c.evaluation.memory_probe else ())
 
 
 def _probe_files(c: HominemConfig, partition: str) -> Any:
-    return memory_files_digest(c, partition) if c.evaluation.memory_probe else None
+    """The memory files the probe asks (when it runs) and the contrast fixtures."""
+    fixtures = None if c.fixtures.file is None else fixtures_digest(c.path(c.fixtures.file))
+    return {"memory": memory_files_digest(c, partition) if c.evaluation.memory_probe else None, "fixtures": fixtures}
 
 
 def _reward_window(c: HominemConfig) -> int:

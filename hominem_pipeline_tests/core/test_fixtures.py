@@ -81,3 +81,33 @@ def test_without_a_fixture_file_the_check_passes_saying_so(tiny_cfg, tmp_path):
     assert score_fixture_file(off, tmp_path) is None
     outcome = reward_fixtures({}, off, tmp_path)
     assert outcome.passed and "fixtures.file is null" in outcome.description
+
+
+def test_an_adapter_taught_the_better_replies_moves_the_student_toward_them(tiny_student):
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from hominem_pipeline.core.evaluation.fixtures import adapter_moves, with_fused_head
+    from hominem_pipeline.core.models import load_student
+    from hominem_pipeline.core.policy.sequences import encode, sequence_logps
+
+    fixtures = load_fixtures(REPO / "config" / "fixtures" / "contrast.yaml", DIMENSIONS)[:12]
+    student, tokenizer = load_student(tiny_student)
+    torch.manual_seed(0)
+    model = with_fused_head(get_peft_model(student, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear")))
+    untouched, figures = adapter_moves(model, tokenizer, fixtures, batch_size=8)
+    assert figures["fixture_mean_move"] == 0.0 and untouched.accuracy == 0.0  # LoRA starts as the base: no move, and no move is no win
+    assert figures["fixture_base_prefers_better"] == figures["fixture_adapter_prefers_better"]
+
+    sequences = [encode(tokenizer, f.prompt, reply, 96) for f in fixtures for reply in (f.better, f.worse)]
+    optimiser = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    model.train()
+    for _ in range(10):  # teach the pairs: the better reply up, the worse down
+        logps, _ = sequence_logps(model, sequences, tokenizer.pad_token_id)
+        (-(logps[0::2] - logps[1::2]).mean()).backward()
+        optimiser.step()
+        optimiser.zero_grad()
+    model.eval()
+    taught, figures = adapter_moves(model, tokenizer, fixtures, batch_size=8)
+    assert taught.accuracy >= 0.9 and figures["fixture_mean_move"] > 0
+    assert len(taught.failures) == round((1 - taught.accuracy) * 12)

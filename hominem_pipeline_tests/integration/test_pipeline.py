@@ -99,6 +99,8 @@ def test_every_asset_materializes_with_metadata(chain):
     fixtures = chain["checks"]["reward_fixtures"]  # the contrast fixtures, as an asset check (a random tiny model fails it)
     assert not fixtures.passed and 0.0 <= fixtures.metadata["fixture_accuracy"].value <= 1.0 and "tag truth" in fixtures.metadata
     assert first["reward_model"]["fixture_accuracy"].value == fixtures.metadata["fixture_accuracy"].value
+    moved = first["evaluation"]["fixture_moved_right"].value  # did the adapter move the student toward the fixtures' better replies
+    assert 0.0 <= moved <= 1.0 and len(first["evaluation"]["details"].value["fixtures_moved_wrong"]) == min(20, round((1 - moved) * 132))
 
 
 def test_stages_write_their_artifacts(chain):

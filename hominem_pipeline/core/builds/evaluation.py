@@ -18,6 +18,7 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
         evaluate_adapter,
         plot_dimension_deltas,
     )
+    from hominem_pipeline.core.evaluation.fixtures import load_fixtures
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
     from hominem_pipeline.core.models import student_path
     from hominem_pipeline.core.reward.model import RewardModel
@@ -32,6 +33,7 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
         cfg=ctx.cfg.evaluation,
         seed=ctx.seed,
         memory=read_memory_rows(memory_paths(ctx.cfg)) if ctx.cfg.evaluation.memory_probe else None,
+        fixtures=None if ctx.cfg.fixtures.file is None else load_fixtures(ctx.cfg.path(ctx.cfg.fixtures.file), ctx.cfg.dimension_names),
     )
     table.to_parquet(ctx.out_dir / "generations.parquet", index=False)
     write_json(ctx.out_dir / "summary.json", summary)
@@ -40,7 +42,8 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
     metrics.update({f"memory_{k}": v for k, v in summary.get("memory_probe", {}).items() if isinstance(v, int)})
     return StageOutput(
         metrics=metrics,
-        metadata={"rows": len(table), "win_rate_by_category": summary["win_rate_by_category"], "memory_probe": summary.get("memory_probe")},
+        metadata={"rows": len(table), "win_rate_by_category": summary["win_rate_by_category"], "memory_probe": summary.get("memory_probe"),
+                  "fixtures_moved_wrong": [f"[{x['tag']}] {x['prompt']}" for x in summary.get("fixtures", {}).get("failures", [])][:20]},
         table="generations.parquet",
         mlflow_artifacts=["summary.json", "dimension_deltas.png"],
     )

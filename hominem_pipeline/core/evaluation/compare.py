@@ -109,10 +109,13 @@ def evaluate_adapter(
     seed: int,
     memory: pd.DataFrame | None = None,
     base_replies: dict[str, str] | None = None,
+    fixtures: Sequence[Any] | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """`compare` on the held-out prompts; with `memory` (memory rows, `memory.read_memory_rows`), also the
     memory probe: its fact questions asked of both sides, in `summary["memory_probe"]`. `base_replies`:
-    see `generate_both`."""
+    see `generate_both`. With `fixtures` (the contrast fixtures), also whether the adapter moved the
+    student toward their better replies (`fixtures.adapter_moves`), in `summary["fixtures"]` and the
+    summary's fixture_* figures."""
     from hominem_pipeline.core.evaluation.memory import probe
     from hominem_pipeline.core.policy.lora import load_policy
 
@@ -125,6 +128,14 @@ def evaluate_adapter(
     if questions is not None and len(questions):
         answers = generate_both(model, tokenizer, list(questions["prompt"]), cfg, seed, base_replies)
         summary["memory_probe"] = probe(questions, answers).as_dict()
+    if fixtures:
+        from hominem_pipeline.core.evaluation.fixtures import adapter_moves
+
+        report, figures = adapter_moves(model, tokenizer, fixtures, cfg.batch_size)
+        summary.update({"fixture_moved_right": report.accuracy, **{f"fixture_moved_right_{t}": v for t, v in report.by_tag.items()}, **figures})
+        summary["fixtures"] = report.as_dict()
+        log.info("contrast fixtures: the adapter moved the student toward the better reply on %.0f%% of %d (mean move %+.2f nats)",
+                 100 * report.accuracy, report.pairs, figures["fixture_mean_move"])
     return table, summary
 
 
