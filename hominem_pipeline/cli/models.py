@@ -126,7 +126,7 @@ def compare(
     what changed, and the reward model's calibrated probability that the adapter's reply is preferred."""
     import pandas as pd
 
-    from hominem_pipeline.core.evaluation.compare import side_by_side
+    from hominem_pipeline.core.evaluation.compare import outcome, side_by_side
     from hominem_pipeline.core.models import student_path
     from hominem_pipeline.core.policy.lora import adapter_reward_model
     from hominem_pipeline.core.reward.model import RewardModel
@@ -150,7 +150,7 @@ def compare(
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     console.print(f"[dim]adapter {adapter_path}\nreward model {reward_model}[/]")
-    wins = 0
+    wins = 0.0
     for row in rows:
         console.rule(row.prompt if len(row.prompt) <= 100 else row.prompt[:97] + "...")
         replies = Table(show_header=True, expand=True)
@@ -168,9 +168,9 @@ def compare(
             scores.add_row(name, f"{b:+.3f}", f"{a:+.3f}", f"[{colour}]{change:+.3f}[/]", end_section=name == rm_model.dimensions[-1])
         console.print(scores)
         console.print(f"P(adapter's reply preferred) = {row.p_adapter_preferred:.3f}")
-        wins += row.p_adapter_preferred > 0.5
+        wins += outcome(row.scores["base"]["scalar"], row.scores["adapter"]["scalar"])
     if len(rows) > 1:
-        console.print(f"[bold]adapter preferred on {wins}/{len(rows)} prompts[/]")
+        console.print(f"[bold]adapter's win rate {wins / len(rows):.1%} ({wins:g} of {len(rows)} prompts; a tie counts half, as in the evaluation stage)[/]")
 
 
 @app.command()

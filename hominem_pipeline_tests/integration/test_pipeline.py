@@ -281,15 +281,16 @@ def test_compare_prints_base_and_adapter_side_by_side(chain):
     env = {**os.environ, "HOMINEM_HOME": str(project), "COLUMNS": "200"}
     env.pop("DAGSTER_HOME", None)
     done = subprocess.run(
-        [str(Path(sys.executable).parent / "hominem"), "compare", "--config", "config/tiny.yaml", "--prompt", "I failed my test.", "--eval-set"],
+        [str(Path(sys.executable).parent / "hominem"), "compare", "--config", "config/tiny.yaml", "--eval-set"],
         cwd=project, env=env, capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    n_eval = len(chain["cfg"].prompts.categories)  # one held-out prompt per category, plus the one given
-    assert out.count("P(adapter's reply preferred) = ") == n_eval + 1
+    n_eval = len(chain["cfg"].prompts.categories)  # one held-out prompt per category
+    assert out.count("P(adapter's reply preferred) = ") == n_eval
     assert "base + adapter" in out and "empathy" in out and "safety_score" in out and "change" in out
-    assert "adapter preferred on " in out and f"/{n_eval + 1} prompts" in out
+    win_rate = chain["first"]["evaluation"]["win_rate"].value  # the same replies, counted the same way
+    assert f"adapter's win rate {win_rate:.1%} ({win_rate * n_eval:g} of {n_eval} prompts; a tie counts half" in out
     rm = lineage(chain["cfg"]).require("reward_model", DAY)
     assert f"reward model {rm.path}" in " ".join(out.split())  # the one the adapter was trained with
 
