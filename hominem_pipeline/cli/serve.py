@@ -100,7 +100,8 @@ def chat(
         sys.stdout.write(f"{name}> ")
         pieces = []
         for piece in stream_reply(model, tokenizer, history, max_new_tokens=max_tokens or s.max_new_tokens, seed=seed + turn,
-                                  temperature=temp if temp > 0 else None, top_p=s.top_p, repetition_penalty=s.repetition_penalty):
+                                  temperature=temp if temp > 0 else None, top_p=s.top_p, repetition_penalty=s.repetition_penalty,
+                                  plain_start=s.plain_start):
             pieces.append(piece)
             sys.stdout.write(piece)
             sys.stdout.flush()

@@ -403,6 +403,7 @@ class EvaluationConfig(_Frozen):
     max_new_tokens: int = Field(ge=1, le=4096, description="Tokens per evaluation reply.")
     batch_size: int = Field(ge=1, le=512, description="Prompts generated together.")
     repetition_penalty: float = Field(ge=1.0, le=2.0, description="Repetition penalty of the greedy decoding, 1-2.")
+    plain_start: bool = Field(description="A reply may not start with an emoji or symbol token.")
     memory_probe: bool = Field(description="Also ask base and adapter the memory files' fact questions: what the adapter kept, lost and gained.")
 
 
@@ -456,6 +457,7 @@ class ServingConfig(_Frozen):
     temperature: float = Field(ge=0.0, le=2.0, description="Sampling temperature when a request names none, 0-2 (0: greedy).")
     top_p: float = Field(gt=0.0, le=1.0, description="Nucleus sampling mass when a request names none, (0, 1].")
     repetition_penalty: float = Field(ge=1.0, le=2.0, description="Repetition penalty of every reply, 1-2.")
+    plain_start: bool = Field(description="A reply may not start with an emoji or symbol token.")
     max_body_bytes: int = Field(ge=1024, le=100_000_000, description="Largest request body accepted; larger gets 413.")
     log_dir: str = Field(min_length=1, description="Folder of the interaction log (log/<day>.jsonl, one file per UTC day) and the audit log (audit.jsonl); relative to project.data_dir.")
     tokens_file: str | None = Field(description="File of bearer tokens, one `rater TOKEN` or `admin TOKEN` per line (keep it outside the repository); null: none.")

@@ -23,11 +23,31 @@ def messages_text(tokenizer: Any, messages: Sequence[dict[str, str]]) -> str:
     return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
 
 
-def _decoding(tokenizer: Any, max_new_tokens: int, temperature: float | None, top_p: float | None, repetition_penalty: float) -> dict[str, Any]:
-    """`model.generate`'s decoding settings: greedy when `temperature` is None, else sampling."""
+_SYMBOL_TOKENS: dict[tuple[str, int], list[int]] = {}
+
+
+def symbol_token_ids(tokenizer: Any) -> list[int]:
+    """The tokens that hold no letter or digit but an emoji, a symbol, or a piece of a multi-byte
+    character (byte-level BPE splits most emoji into such pieces); once per tokenizer."""
+    import unicodedata
+
+    key = (str(getattr(tokenizer, "name_or_path", "")), len(tokenizer))
+    if key not in _SYMBOL_TOKENS:
+        def symbolic(text: str) -> bool:
+            return bool(text.strip()) and not any(c.isalnum() for c in text) and ("\ufffd" in text or any(unicodedata.category(c) == "So" for c in text))
+
+        _SYMBOL_TOKENS[key] = [i for i in range(len(tokenizer)) if symbolic(tokenizer.decode([i]))]
+    return _SYMBOL_TOKENS[key]
+
+
+def decoding_settings(tokenizer: Any, max_new_tokens: int, temperature: float | None, top_p: float | None, repetition_penalty: float,
+              plain_start: bool = False) -> dict[str, Any]:
+    """`model.generate`'s decoding settings: greedy when `temperature` is None, else sampling; with
+    `plain_start`, the first token may not be an emoji or symbol (`symbol_token_ids`)."""
     sampling = temperature is not None
     return {"max_new_tokens": max_new_tokens, "do_sample": sampling, "temperature": temperature if sampling else None, "top_p": top_p if sampling else None,
-            "top_k": None, "repetition_penalty": repetition_penalty, "pad_token_id": tokenizer.pad_token_id}
+            "top_k": None, "repetition_penalty": repetition_penalty, "pad_token_id": tokenizer.pad_token_id,
+            **({"begin_suppress_tokens": symbol_token_ids(tokenizer)} if plain_start else {})}
 
 
 def stream_reply(
@@ -40,6 +60,7 @@ def stream_reply(
     temperature: float | None = None,
     top_p: float | None = None,
     repetition_penalty: float = 1.0,
+    plain_start: bool = False,
 ) -> Iterator[str]:
     """The reply to `messages`, yielded in pieces of text as the model writes them (greedy when
     `temperature` is None, else seeded sampling, as `generate`); joined, the pieces are the reply
@@ -57,7 +78,7 @@ def stream_reply(
         torch.manual_seed(seed)
         try:
             with torch.inference_mode():
-                model.generate(**enc, **_decoding(tokenizer, max_new_tokens, temperature, top_p, repetition_penalty), streamer=streamer)
+                model.generate(**enc, **decoding_settings(tokenizer, max_new_tokens, temperature, top_p, repetition_penalty, plain_start), streamer=streamer)
         except BaseException as exc:  # handed to the reader, who would otherwise wait forever
             failure.append(exc)
             streamer.end()
@@ -82,8 +103,9 @@ def generate(
     temperature: float | None = None,
     top_p: float | None = None,
     repetition_penalty: float = 1.0,
+    plain_start: bool = False,
 ) -> list[Generated]:
-    """One left-padded batch; greedy when `temperature` is None, else seeded sampling."""
+    """One left-padded batch; greedy when `temperature` is None, else seeded sampling; `plain_start`: see `decoding_settings`."""
     import torch
 
     if tokenizer.padding_side != "left":
@@ -91,7 +113,7 @@ def generate(
     enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
     torch.manual_seed(seed)
     with torch.inference_mode():
-        out = model.generate(**enc, **_decoding(tokenizer, max_new_tokens, temperature, top_p, repetition_penalty))
+        out = model.generate(**enc, **decoding_settings(tokenizer, max_new_tokens, temperature, top_p, repetition_penalty, plain_start))
     new = out[:, enc["input_ids"].shape[1] :].cpu()
     eos = tokenizer.eos_token_id
     results = []

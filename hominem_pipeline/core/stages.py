@@ -56,7 +56,7 @@ def _prompts_reads(c: HominemConfig) -> tuple[str, ...]:
 
 def _pairs_reads(c: HominemConfig) -> tuple[str, ...]:
     # against the student: its greedy replies, decoded as the evaluation decodes them
-    student = ("models.student", "evaluation.max_new_tokens", "evaluation.repetition_penalty", "evaluation.batch_size")
+    student = ("models.student", "evaluation.max_new_tokens", "evaluation.repetition_penalty", "evaluation.plain_start", "evaluation.batch_size")
     return ("preferences",) + (student if c.preferences.against_student else ())
 
 

@@ -78,7 +78,7 @@ class Engine:
     """The student (with its adapter, if any), the reward model (if any), and the worker thread."""
 
     def __init__(self, student: Path, adapter: Path | None, reward_model: Path | None, *, max_batch_size: int,
-                 batch_wait_ms: float, max_queue: int, repetition_penalty: float, threads: int | None = None):
+                 batch_wait_ms: float, max_queue: int, repetition_penalty: float, plain_start: bool = False, threads: int | None = None):
         import torch
 
         from hominem_pipeline.core.policy.lora import load_policy
@@ -95,6 +95,14 @@ class Engine:
             self.reward = RewardModel.load(reward_model)
         self.max_batch_size, self.batch_wait = max_batch_size, batch_wait_ms / 1000
         self.max_queue, self.repetition_penalty = max_queue, repetition_penalty
+        # plain_start: no reply starts with an emoji or symbol token (as `generate` with plain_start)
+        self.symbol_ids = None
+        if plain_start:
+            import torch
+
+            from hominem_pipeline.core.generation import symbol_token_ids
+
+            self.symbol_ids = torch.tensor(symbol_token_ids(self.tokenizer), dtype=torch.long)
         eos = self.tokenizer.eos_token_id
         self.stop_ids = set(eos if isinstance(eos, list) else [eos])
         if (end := self.tokenizer.convert_tokens_to_ids("<|im_end|>")) is not None and end != self.tokenizer.unk_token_id:
@@ -264,6 +272,8 @@ class Engine:
             if row.done:
                 tokens.append(self.tokenizer.pad_token_id)
                 continue
+            if self.symbol_ids is not None and not row.ids:
+                scores[self.symbol_ids] = -float("inf")
             if self.repetition_penalty != 1.0:
                 seen = torch.tensor(row.context)
                 picked = scores[seen]

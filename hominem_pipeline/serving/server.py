@@ -85,7 +85,7 @@ def build_service(cfg: HominemConfig, adapter: Path | None, reward_model: Path |
     ledger = Ledger(cfg.dimension_names)
     ledger.load(interaction_log.remembered)
     engine = Engine(student, adapter, reward_model, max_batch_size=s.max_batch_size, batch_wait_ms=s.batch_wait_ms, max_queue=s.max_queue,
-                    repetition_penalty=s.repetition_penalty)
+                    repetition_penalty=s.repetition_penalty, plain_start=s.plain_start)
     return Service(s, engine, Journal(interaction_log), ledger, access, label(cfg, adapter), label(cfg, reward_model))
 
 

@@ -91,3 +91,44 @@ def test_the_repetition_penalty_is_transformers_own(tiny_student):
         engine.close()
     model, tokenizer = load_student(tiny_student)
     assert got.strip() == generate(model, tokenizer, [text], max_new_tokens=12, seed=0, repetition_penalty=1.5)[0].text
+
+
+@pytest.fixture(scope="module")
+def emoji_student(tiny_student, tmp_path_factory):
+    """The tiny student with one emoji piece's embedding set along its last state for "hello": its greedy
+    reply opens with that emoji piece."""
+    import torch
+
+    from hominem_pipeline.core.generation import chat_text, symbol_token_ids
+    from hominem_pipeline.core.models import load_student
+
+    model, tokenizer = load_student(tiny_student)
+    piece = tokenizer("🙂", add_special_tokens=False)["input_ids"][0]
+    assert piece in symbol_token_ids(tokenizer) and not set(tokenizer("Hello there", add_special_tokens=False)["input_ids"]) & set(symbol_token_ids(tokenizer))
+    enc = tokenizer([chat_text(tokenizer, "hello")], return_tensors="pt", add_special_tokens=False)
+    with torch.no_grad():
+        last = model(**enc, output_hidden_states=True).hidden_states[-1][0, -1]  # after the final norm
+        model.get_input_embeddings().weight[piece] = 1000 * last / last.norm() ** 2
+    path = tmp_path_factory.mktemp("emoji-student")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path, piece
+
+
+def test_plain_start_keeps_an_emoji_from_opening_a_reply_in_generate_and_in_the_engine(emoji_student):
+    from hominem_pipeline.core.generation import chat_text, decoding_settings
+    from hominem_pipeline.core.models import load_student
+
+    path, piece = emoji_student
+    model, tokenizer = load_student(path)
+    enc = tokenizer([chat_text(tokenizer, "hello")], return_tensors="pt", add_special_tokens=False)
+    first = lambda plain: int(model.generate(**enc, **decoding_settings(tokenizer, 3, None, None, 1.0, plain))[0, enc["input_ids"].shape[1]])  # noqa: E731
+    assert first(plain=False) == piece  # the rigged student opens with the emoji piece
+    assert first(plain=True) != piece
+    for plain in (False, True):
+        engine = Engine(path, None, None, max_batch_size=1, batch_wait_ms=0, max_queue=1, repetition_penalty=1.0, plain_start=plain)
+        try:
+            reply = engine.submit(Request(engine.chat_text([{"role": "user", "content": "hello"}]), Sampling(0.0, 1.0, 3), adapter=False)).result(timeout=60)
+        finally:
+            engine.close()
+        assert (reply.ids[0] == piece) is not plain

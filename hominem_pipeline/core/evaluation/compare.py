@@ -25,13 +25,14 @@ SIDES = ("base", "adapter")
 
 def greedy_replies(model: Any, tokenizer: Any, prompts: Sequence[str], cfg: EvaluationConfig, seed: int, what: str = "replies") -> list[Generated]:
     """The model's replies as the evaluation decodes them: greedy, `cfg.max_new_tokens`,
-    `cfg.repetition_penalty`, in batches of `cfg.batch_size`, with progress."""
+    `cfg.repetition_penalty`, `cfg.plain_start`, in batches of `cfg.batch_size`, with progress."""
     texts = [chat_text(tokenizer, p) for p in prompts]
     progress = Progress(what, len(texts), log, unit="responses")
     out: list[Generated] = []
     for start in range(0, len(texts), cfg.batch_size):
         chunk = texts[start : start + cfg.batch_size]
-        out += generate(model, tokenizer, chunk, max_new_tokens=cfg.max_new_tokens, seed=seed, repetition_penalty=cfg.repetition_penalty)
+        out += generate(model, tokenizer, chunk, max_new_tokens=cfg.max_new_tokens, seed=seed, repetition_penalty=cfg.repetition_penalty,
+                        plain_start=cfg.plain_start)
         progress.advance(len(chunk))
     return out
 
