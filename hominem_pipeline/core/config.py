@@ -273,6 +273,11 @@ class UncertaintyConfig(_Frozen):
     mc_samples: int = Field(ge=2, le=256, description="mc_dropout: forward passes per score, 2-256.")
 
 
+class PeoplePairsConfig(_Frozen):
+    file: str | None = Field(description="Preference pairs people gave that every reward model learns from, relative to the project root; null: none.")
+    format: Literal["hh-rlhf", "jsonl", "parquet"] = Field(description="The file's format, as `hominem data import-preferences --format` reads it.")
+
+
 class RewardModelConfig(_Frozen):
     window_days: int = Field(ge=1, le=3650, description="Trains on teacher_labels (and human_preferences) of this many days up to its own partition.")
     backbone: RewardBackboneConfig = Field(description="The network that reads the exchange.")
@@ -289,6 +294,7 @@ class RewardModelConfig(_Frozen):
     rationale_weight: float = Field(ge=0.0, description="> 0: an auxiliary head predicts the embedding of the teacher's rationale; 0: off.")
     uncertainty: UncertaintyConfig = Field(description="How each score's uncertainty is estimated.")
     human_preferences: bool = Field(description="Also train on the human pairs of the window: imported (human_preferences) and people's feedback to `hominem serve` (human_feedback).")
+    people_pairs: PeoplePairsConfig = Field(description="People's pairs every reward model learns from, beside the window's imports and feedback.")
     min_human_agreement: float = Field(ge=0, le=1, description="The asset check human_agreement warns when people agree with the model's out-of-fold order of their pairs less often than this (0 to 1; 0.5 is chance).")
     dropout: float = Field(ge=0.0, lt=1.0, description="Dropout before the heads, [0, 1).")
     length_feature: bool = Field(description="The heads also read log(tokens of prompt + reply) (LLM judges weigh length; mean pooling averages it away).")

@@ -38,7 +38,7 @@ from hominem_pipeline.core.builds.teacher_labels import (
 )
 from hominem_pipeline.core.builds.teacher_trajectories import build_teacher_trajectories
 from hominem_pipeline.core.config import HominemConfig, PolicyConfig
-from hominem_pipeline.core.evaluation.fixtures import fixtures_digest
+from hominem_pipeline.core.evaluation.fixtures import fixtures_file_digest
 from hominem_pipeline.core.reward.pyfunc import log_reward_pyfunc
 from hominem_pipeline.core.stage import Check, Input, Registered, Stage
 
@@ -78,8 +78,7 @@ def _evaluation_reads(c: HominemConfig) -> tuple[str, ...]:
 
 def _probe_files(c: HominemConfig, partition: str) -> Any:
     """The memory files the probe asks (when it runs) and the contrast fixtures."""
-    fixtures = None if c.fixtures.file is None else fixtures_digest(c.path(c.fixtures.file))
-    return {"memory": memory_files_digest(c, partition) if c.evaluation.memory_probe else None, "fixtures": fixtures}
+    return {"memory": memory_files_digest(c, partition) if c.evaluation.memory_probe else None, "fixtures": fixtures_file_digest(c)}
 
 
 def _reward_window(c: HominemConfig) -> int:

@@ -120,3 +120,26 @@ def test_an_unreadable_file_already_in_an_inbox_does_not_block_the_day(tmp_path)
     bad.write_text("not parquet")
     parsed = _parse_or_quarantine(bad, "parquet")
     assert parsed.pairs.empty and parsed.quarantine.reason.iloc[0].startswith("unreadable file: ") and "not a readable Parquet file" in parsed.quarantine.reason.iloc[0]
+
+
+def test_every_reward_model_learns_from_the_shipped_peoples_pairs_unless_told_not_to(tiny_cfg, tmp_path):
+    import gzip
+
+    from hominem_pipeline.core.builds.reward_model import people_pairs
+
+    shipped = people_pairs(tiny_cfg)
+    assert len(shipped) == 300 and set(shipped["source"]) == {"shipped:hh-rlhf-harmless-300.jsonl.gz"} and (shipped["weight"] == 1.0).all()
+    assert shipped["prompt"].str.endswith("\n\nAssistant:").all() and (shipped["chosen"] != shipped["rejected"]).all()
+
+    def with_file(file):
+        rm = tiny_cfg.reward_model
+        return tiny_cfg.model_copy(update={"reward_model": rm.model_copy(update={"people_pairs": rm.people_pairs.model_copy(update={"file": file})})})
+
+    assert people_pairs(with_file(None)) is None
+    broken = tmp_path / "broken.jsonl.gz"
+    with gzip.open(broken, "wt") as f:
+        f.write('{"chosen": "\\n\\nHuman: hi\\n\\nAssistant: hello", "rejected": "\\n\\nHuman: hi\\n\\nAssistant: go away"}\n{"chosen": 3}\n')
+    with pytest.raises(ValueError, match=r"broken.jsonl.gz has 1 unusable rows \(line 2: `chosen` and `rejected` must both be strings\); mend the file or check its format \(hh-rlhf\)"):
+        people_pairs(with_file(str(broken)))
+    with pytest.raises(FileNotFoundError, match="people_pairs.file .*nowhere.jsonl does not exist"):
+        people_pairs(with_file("nowhere.jsonl"))

@@ -19,13 +19,34 @@ HUMAN = ("human_preferences", "human_feedback")  # imported pairs, and the servi
 
 
 def human_pairs(ctx: StageContext):
-    """Imported pairs and feedback pairs of the window together, each with a `weight` (imported: 1);
-    None when there are none."""
+    """People's pairs: the shipped ones (`reward_model.people_pairs`), then the window's imported and
+    feedback pairs, each with a `weight` (shipped and imported: 1); None when there are none."""
     import pandas as pd
 
     frames = [ctx.tables(a) for a in HUMAN if ctx.inputs[a]]
-    frames = [f.assign(weight=f["weight"] if "weight" in f else 1.0) for f in frames if len(f)]
+    shipped = people_pairs(ctx.cfg)
+    frames = ([] if shipped is None else [shipped]) + [f.assign(weight=f["weight"] if "weight" in f else 1.0) for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else None
+
+
+def people_pairs(cfg: HominemConfig):
+    """The pairs of `reward_model.people_pairs.file` (source `shipped:<name>`, weight 1); None without one.
+    A file with unusable rows is refused whole, naming them (it is part of the project, not an import)."""
+    from hominem_pipeline.core.human.preferences import parse_preference_file
+
+    spec = cfg.reward_model.people_pairs
+    if spec.file is None:
+        return None
+    path = cfg.path(spec.file)
+    if not path.is_file():
+        raise FileNotFoundError(f"reward_model.people_pairs.file {path} does not exist; point it at a preference file, or set it to null")
+    parsed = parse_preference_file(path, spec.format, path.name)
+    if len(parsed.quarantine) or not len(parsed.pairs):
+        first = parsed.quarantine.iloc[0] if len(parsed.quarantine) else None
+        unit = "row" if spec.format == "parquet" else "line"
+        why = "no pairs" if first is None else f"{len(parsed.quarantine)} unusable rows ({unit} {first['source_row'] + 1}: {first['reason']})"
+        raise ValueError(f"reward_model.people_pairs.file {path} has {why}; mend the file or check its format ({spec.format})")
+    return parsed.pairs.assign(source=f"shipped:{path.name}", weight=1.0)
 
 
 def build_reward_model(ctx: StageContext) -> StageOutput:
@@ -38,8 +59,9 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
 
     labels = ctx.tables("teacher_labels")
     human = human_pairs(ctx)
-    # Content digest: the sha256 of every table read, as their manifests recorded them.
-    digest = fingerprint([[a, r.partition, r.manifest["files"][r.manifest["table"]]] for a in ("teacher_labels", *HUMAN) for r in ctx.inputs[a]], 64)
+    # Content digest: the sha256 of every table read, as their manifests recorded them, and of the shipped pairs.
+    digest = fingerprint([[a, r.partition, r.manifest["files"][r.manifest["table"]]] for a in ("teacher_labels", *HUMAN) for r in ctx.inputs[a]]
+                         + [people_pairs_digest(ctx.cfg)], 64)
     started = time.monotonic()
     metrics = train_reward_model(
         labels,
@@ -66,6 +88,7 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
         metadata={
             "rows": len(labels),
             "human_pairs": 0 if human is None else len(human),
+            "shipped_pairs": 0 if human is None else int(human["source"].str.startswith("shipped:").sum()),
             "feedback_partitions": [r.partition for r in ctx.inputs["human_feedback"]],
             "label_partitions": [r.partition for r in ctx.inputs["teacher_labels"]],
             "human_preference_partitions": [r.partition for r in ctx.inputs["human_preferences"]],
@@ -98,14 +121,22 @@ def _pct_tag(report) -> tuple[str, float]:
 
 def reward_backbone_digest(cfg: HominemConfig, partition: str) -> dict[str, str | None]:
     """The backbone's files (a local folder's digest; a hub id as named): a model rebuilt on other
-    weights under the same path gets another version. And the contrast fixtures it is scored on."""
+    weights under the same path gets another version. And the contrast fixtures it is scored on, and
+    the shipped people's pairs it learns from."""
     from hominem_pipeline.core.artifacts import folder_digest
-    from hominem_pipeline.core.evaluation.fixtures import fixtures_digest
+    from hominem_pipeline.core.evaluation.fixtures import fixtures_file_digest
     from hominem_pipeline.core.models import reward_backbone
 
     source = reward_backbone(cfg)
-    fixtures = None if cfg.fixtures.file is None else fixtures_digest(cfg.path(cfg.fixtures.file))
-    return {"backbone": folder_digest(source) if Path(source).is_dir() else str(source), "fixtures": fixtures}
+    return {"backbone": folder_digest(source) if Path(source).is_dir() else str(source), "fixtures": fixtures_file_digest(cfg),
+            "people_pairs": people_pairs_digest(cfg)}
+
+
+def people_pairs_digest(cfg: HominemConfig) -> str | None:
+    from hominem_pipeline.core.artifacts import file_sha256
+
+    file = cfg.reward_model.people_pairs.file
+    return None if file is None or not cfg.path(file).is_file() else file_sha256(cfg.path(file))
 
 
 def reward_fixtures(metrics: dict[str, Any], cfg: HominemConfig, folder: Path) -> CheckOutcome:

@@ -116,11 +116,15 @@ def score_fixtures(reward_model: Any, fixtures: Sequence[Fixture], batch_size: i
     return fixture_report(fixtures, gaps)
 
 
-def fixtures_digest(path: Path | None) -> str | None:
-    """The file's content digest (part of the versions of the stages that read it); None without one."""
-    import hashlib
+def fixtures_file_digest(cfg: Any) -> str | None:
+    """The content digest of `fixtures.file` (part of the versions of the stages scored on it); None
+    without one ("missing" for a file that is not there: the stage then says so)."""
+    from hominem_pipeline.core.artifacts import file_sha256
 
-    return None if path is None or not path.is_file() else hashlib.sha256(path.read_bytes()).hexdigest()
+    if cfg.fixtures.file is None:
+        return None
+    path = cfg.path(cfg.fixtures.file)
+    return file_sha256(path) if path.is_file() else "missing"
 
 
 def reply_logps(model: Any, tokenizer: Any, fixtures: Sequence[Fixture], batch_size: int, max_length: int = 256) -> np.ndarray:
