@@ -1,21 +1,27 @@
-"""How often the reward model agrees with people: HH-RLHF harmless-base pairs, a fixed seeded split.
+"""How often the default reward model agrees with people, beside three baselines, in one run.
 
-The file is read with the project's own importer (`parse_preference_file`, format hh-rlhf), shuffled
-with a fixed seed, and split into `--train` pairs (the trainer holds `val_fraction` of them out for
-early stopping and the temperature) and the other `--test` pairs, which no step of training sees. The
-model is trained on the pairs alone (Bradley-Terry on the scalar head; no teacher labels) with the
-22M MiniLM encoder (`config/reward/encoder.yaml`: the default reads in the offline judge's frame with
-ridge heads fitted to labels, which pairs cannot train), then the script prints on the test pairs:
-agreement with the people (chosen scored above rejected), ECE / MCE / Brier of the calibrated
-P(chosen preferred), and training time. With `--baseline`, a frozen backbone with only the heads
-trained (the reference of a linear Bradley-Terry head on frozen MiniLM) runs first, in the same
-process, for the ratio.
+People: HH-RLHF harmless-base pairs (../shared/data/hh-rlhf/, parsed by the project's importer),
+shuffled with seed 0; the first 1,800 are the training part (the 300 shipped in config/human/ are its
+first 300) and the next `--test` (504) are held out, never seen by any model here. Each scorer orders
+each held-out pair; agreement is the share it orders as the person did. Scorers:
 
-    .venv/bin/python benchmarks/reward_human_agreement.py                  # 1,800 train / the other 504 test
-    .venv/bin/python benchmarks/reward_human_agreement.py --baseline --epochs 2
-    .venv/bin/python benchmarks/reward_human_agreement.py --finetune frozen --layers 1,2,3,4,5,6
+    default         the reward model a fresh clone's `make run` builds for the day (the judge's labels,
+                    the shipped people's pairs, and any imports or feedback of the window)
+    judge copy      the same without any people's pairs (reward_model.people_pairs.file null,
+                    human_preferences false): the copy of the offline judge alone
+    longer          prefer the longer reply
+    student LL      prefer the reply the base student finds more likely per token (mean log-probability)
 
-Needs ../shared/data/hh-rlhf/ (or --data PATH); the project itself never reads it.
+Each is also scored on the contrast fixtures (config/fixtures/contrast.yaml: overall, its weakest tag,
+and the driving-test pair), and the two reward models on the judge's own pairs out of fold. Both
+reward models read the same frozen backbone in the same frame, so the held-out replies are encoded
+once and each model's heads are applied to the pooled features (checked against `raw_scores`).
+
+    .venv/bin/python benchmarks/reward_human_agreement.py                 # today's partition, 504 held out
+    .venv/bin/python benchmarks/reward_human_agreement.py --date 2026-11-25 --test 200
+
+Needs a `make run` of that day (the teacher's labels) and ../shared/data/hh-rlhf/ (or --data PATH);
+the project itself never reads it. Plot: docs/plots/reward_human_agreement.png.
 """
 
 from __future__ import annotations
@@ -23,130 +29,141 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hominem_pipeline.core.config_loader import load_config  # noqa: E402
+from hominem_pipeline.core.evaluation.fixtures import fixture_report, load_fixtures  # noqa: E402
 from hominem_pipeline.core.human.preferences import parse_preference_file  # noqa: E402
-from hominem_pipeline.core.models import reward_backbone  # noqa: E402
-from hominem_pipeline.core.reward.calibration import (  # noqa: E402
-    both_orders,
-    calibration_report,
-    preference_probability,
-    reliability_diagram,
-)
-from hominem_pipeline.core.reward.model import RewardModel  # noqa: E402
-from hominem_pipeline.core.reward.training import train_reward_model  # noqa: E402
+from hominem_pipeline.core.lineage import lineage  # noqa: E402
 
-ENCODER = ROOT / "config" / "reward" / "encoder.yaml"
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"
+TRAIN = 1800  # the training part of the split (the shipped pairs are its first 300)
+WITHOUT_PEOPLE = {"reward_model": {"people_pairs": {"file": None}, "human_preferences": False}}
+DRIVING = ("I failed my driving test again.", "That's rough. What happened?", "Try harder.")
 
 
-def run(name: str, cfg, train, test, seed: int, plot: Path | None) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        started = time.monotonic()
-        metrics = train_reward_model(
-            pd.DataFrame(), dimensions=cfg.dimension_names, backbone_path=reward_backbone(cfg),
-            cfg=cfg.reward_model, out_dir=Path(tmp), seed=seed, data_digest="hh-rlhf", date="benchmark", human_pairs=train,
-        )
-        seconds = time.monotonic() - started
-        rm = RewardModel.load(tmp)
-        n = len(test)
-        scalar = rm.raw_scores(list(test["prompt"]) * 2, list(test["chosen"]) + list(test["rejected"]), batch_size=64)["scalar"]
-    pairs = np.stack([np.arange(n), np.arange(n, 2 * n)], 1)
-    gaps, outcomes = both_orders(pairs, scalar)
-    before = calibration_report(preference_probability(gaps, 1.0), outcomes)
-    after = calibration_report(preference_probability(gaps, rm.temperature), outcomes)
-    accuracy = float((scalar[:n] > scalar[n:]).mean())
-    if plot is not None:
-        plot.parent.mkdir(parents=True, exist_ok=True)
-        reliability_diagram(before, after, plot, f"{name}: {n} held-out HH-RLHF pairs, accuracy {accuracy:.1%}, T = {rm.temperature:.2f}")
-    result = {
-        "name": name,
-        "accuracy": accuracy,
-        "ece": after["ece"],
-        "mce": after["mce"],
-        "brier": after["brier"],
-        "ece_uncalibrated": before["ece"],
-        "temperature": rm.temperature,
-        "val_accuracy": metrics.get("val_human_accuracy"),
-        "epochs_run": metrics["epochs_run"],
-        "best_epoch": metrics["best_epoch"],
-        "train_seconds": seconds,
-        "train_pairs": metrics["train_sequences"] // 2,
-    }
-    print(
-        f"{name:>10}: accuracy {accuracy:.1%} on {n} held-out pairs (val {result['val_accuracy']:.1%}), "
-        f"ECE {after['ece']:.3f} (uncalibrated {before['ece']:.3f}), MCE {after['mce']:.3f}, Brier {after['brier']:.3f}, "
-        f"T {rm.temperature:.3f}; trained on {result['train_pairs']} pairs, {result['epochs_run']} epochs (best {result['best_epoch']}) "
-        f"in {seconds:.0f} s = {seconds / max(result['train_pairs'], 1) * 1000 / result['epochs_run']:.0f} s per 1,000 pairs per epoch",
-        flush=True,
-    )
-    return result
+def heads_scores(rm, pooled, prompts, replies) -> np.ndarray:
+    """The scalar of `rm`'s heads on pooled features (its backbone's), checked against its own scoring."""
+    import torch
+
+    from hominem_pipeline.core.reward.network import member_mean_std
+
+    with torch.inference_mode():
+        scores = member_mean_std(rm.net.heads(pooled))[0]["scalar"].numpy().astype(np.float64)
+    check = rm.raw_scores(prompts[:4], replies[:4])["scalar"]
+    if not np.allclose(check, scores[:4], atol=1e-4):
+        raise SystemExit(f"the heads on the pooled features give {scores[:4]}, raw_scores {check}: the two models do not share a backbone")
+    return scores
+
+
+def mean_logps(student, prompts, replies, batch_size: int = 8) -> np.ndarray:
+    """Per reply, the base student's mean log-probability of its tokens given the prompt."""
+    import torch
+    from trl.trainer.utils import add_fused_lm_head
+
+    from hominem_pipeline.core.models import load_student
+    from hominem_pipeline.core.policy.sequences import encode, sequence_logps
+    from hominem_pipeline.core.progress import Progress
+
+    model, tokenizer = load_student(student)
+    add_fused_lm_head(model)
+    sequences = [encode(tokenizer, p, r, 384) for p, r in zip(prompts, replies)]
+    out, progress = [], Progress("student log-likelihood", len(sequences), logging.getLogger("benchmark"), unit="replies")
+    with torch.inference_mode():
+        for start in range(0, len(sequences), batch_size):
+            logps, tokens = sequence_logps(model, sequences[start : start + batch_size], tokenizer.pad_token_id)
+            out.append((logps / tokens.clamp(min=1)).double().numpy())
+            progress.advance(min(batch_size, len(sequences) - start))
+    return np.concatenate(out)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    ap.add_argument("--train", type=int, default=1800, help="pairs to train on (the trainer holds val_fraction of them out)")
-    ap.add_argument("--test", type=int, default=None, help="held-out pairs to report on (default: all the others)")
-    ap.add_argument("--seed", type=int, default=0, help="shuffle and training seed")
-    ap.add_argument("--epochs", type=int, default=None)
-    ap.add_argument("--max-length", type=int, default=None)
-    ap.add_argument("--learning-rate", type=float, default=None, help="encoder learning rate (default: the config's)")
-    ap.add_argument("--finetune", choices=["full", "lora", "frozen"], default=None, help="how the backbone trains (default: the config's)")
-    ap.add_argument("--length-feature", choices=["on", "off"], default=None, help="heads also read the sequence's log length (default: the config's)")
-    ap.add_argument("--layers", default=None, help="pool the states after these encoder layers side by side, e.g. 1,2,3,4,5,6 (default: the config's)")
-    ap.add_argument("--baseline", action="store_true", help="also train a frozen backbone (heads only) first, for the ratio")
+    ap.add_argument("--date", default=time.strftime("%Y-%m-%d", time.gmtime()), help="the day whose labels the reward models train on (default: today)")
+    ap.add_argument("--test", type=int, default=504, help="held-out pairs (after the 1,800 of the training part)")
     ap.add_argument("--plot", type=Path, default=ROOT / "docs" / "plots" / "reward_human_agreement.png")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     if not args.data.is_file():
         sys.exit(f"{args.data} not found; pass --data PATH to harmless-base-test.jsonl.gz")
 
-    pairs = parse_preference_file(args.data, "hh-rlhf", args.data.name).pairs.reset_index(drop=True)
-    order = np.random.default_rng(args.seed).permutation(len(pairs))
-    args.test = args.test or len(pairs) - args.train
-    if args.train + args.test > len(pairs):
-        sys.exit(f"--train {args.train} + --test {args.test} is more than the {len(pairs)} usable pairs in {args.data}")
-    train, test = pairs.iloc[order[: args.train]].reset_index(drop=True), pairs.iloc[order[args.train : args.train + args.test]].reset_index(drop=True)
-    print(f"{len(pairs)} usable pairs; seed {args.seed}: train {len(train)} (val held out inside), test {len(test)}", flush=True)
+    from hominem_pipeline.core.builds.reward_model import people_pairs
+    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.reward.dataset import _pooled_all
+    from hominem_pipeline.core.reward.encoding import pad_id
+    from hominem_pipeline.core.reward.model import RewardModel
+    from hominem_pipeline.core.runner import run_stage
 
-    overrides: dict = {}
-    if args.epochs:
-        overrides["epochs"] = args.epochs
-    if args.max_length:
-        overrides["max_length"] = args.max_length
-    if args.learning_rate:
-        overrides["learning_rate"] = args.learning_rate
-    backbone: dict = {}
-    if args.finetune:
-        backbone["finetune"] = args.finetune
-    if args.layers:
-        try:
-            backbone["layers"] = [int(x) for x in args.layers.split(",")]
-        except ValueError:
-            sys.exit(f"--layers {args.layers!r}: give layer numbers separated by commas, e.g. 1,2,3,4,5,6")
-    if backbone:
-        overrides["backbone"] = backbone
-    if args.length_feature:
-        overrides["length_feature"] = args.length_feature == "on"
-    results = []
-    if args.baseline:
-        frozen = load_config(ENCODER, root=ROOT, overrides={"reward_model": {**overrides, "backbone": {**backbone, "finetune": "frozen"}, "uncertainty": {"method": "none"}}})
-        results.append(run("frozen", frozen, train, test, args.seed, None))
-    cfg = load_config(ENCODER, root=ROOT, overrides={"reward_model": overrides})
-    results.append(run(args.finetune or "default", cfg, train, test, args.seed, args.plot))
-    if args.baseline:
-        print(f"accuracy default / frozen: {results[1]['accuracy'] / results[0]['accuracy']:.3f}")
-    print(f"reliability diagram: {args.plot}")
+    pairs = parse_preference_file(args.data, "hh-rlhf", args.data.name).pairs.reset_index(drop=True)
+    order = np.random.default_rng(0).permutation(len(pairs))
+    test = pairs.iloc[order[TRAIN : TRAIN + args.test]].reset_index(drop=True)
+    cfg, bare = load_config(None), load_config(None, overrides=WITHOUT_PEOPLE)
+    shipped = people_pairs(cfg)
+    if shipped is not None and set(shipped["pair_id"]) & set(test["pair_id"]):
+        sys.exit("the shipped people's pairs overlap the held-out pairs: this benchmark's split is not the one they were drawn from")
+    if lineage(cfg).expected("teacher_labels", args.date) is None:
+        sys.exit(f"no teacher_labels for {args.date} under the default config; run `make run` (or pass --date)")
+    started = time.monotonic()
+    models = {}
+    for name, c in (("default", cfg), ("judge copy", bare)):
+        result = run_stage("reward_model", c, args.date)
+        models[name] = (RewardModel.load(result.ref.path), result.metrics)
+        print(f"{name}: {result.ref.path} ({'reused' if result.cache_hit else 'built'}), {int(result.metadata.get('human_pairs', 0))} people's pairs", flush=True)
+
+    fixtures = load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names)
+    n = len(test)
+    prompts = list(test["prompt"]) * 2 + [f.prompt for f in fixtures] * 2 + [DRIVING[0]] * 2
+    replies = list(test["chosen"]) + list(test["rejected"]) + [f.better for f in fixtures] + [f.worse for f in fixtures] + list(DRIVING[1:])
+    rm0 = models["default"][0]
+    pooled = _pooled_all(rm0.net, rm0.encode(prompts, replies), 32, pad_id(rm0.tokenizer))
+    scores = {name: heads_scores(rm, pooled, prompts, replies) for name, (rm, _) in models.items()}
+    scores["longer"] = np.array([len(r.encode()) for r in replies], dtype=np.float64)
+    scores["student LL"] = mean_logps(student_path(cfg), prompts, replies)
+
+    f = len(fixtures)
+    rows = []
+    for name, s in scores.items():
+        people = float((s[:n] > s[n : 2 * n]).mean())
+        report = fixture_report(fixtures, s[2 * n : 2 * n + f] - s[2 * n + f : 2 * n + 2 * f])
+        tag, worst = report.worst_tag()
+        kind = bool(s[-2] > s[-1])
+        judge = models[name][1].get("val_pairwise_accuracy") if name in models else None
+        rows.append((name, people, report.accuracy, tag, worst, kind, judge))
+    se = 100 * np.sqrt(0.25 / n)
+    print(f"\n{n} held-out HH-RLHF pairs (one standard error {se:.1f} points), {f} contrast fixtures, day {args.date}; {time.monotonic() - started:.0f} s")
+    print(f"{'scorer':12s} {'people':>8s} {'fixtures':>9s}  {'weakest tag':24s} {'kind reply wins':>16s} {'judge OOF':>10s}")
+    for name, people, fix, tag, worst, kind, judge in rows:
+        print(f"{name:12s} {people:8.1%} {fix:9.1%}  {f'{tag} {worst:.0%}':24s} {'yes' if kind else 'no':>16s} {'-' if judge is None else f'{judge:.1%}':>10s}")
+    best = max(rows[1:], key=lambda r: r[1])
+    print(f"default against the best baseline ({best[0]}): {rows[0][1] - best[1]:+.1%} agreement with people; goal: at least 65% and above all three")
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    x = np.arange(len(rows))
+    ax.bar(x - 0.2, [100 * r[1] for r in rows], 0.4, label=f"people ({n} held-out HH-RLHF pairs)")
+    ax.bar(x + 0.2, [100 * r[2] for r in rows], 0.4, label=f"contrast fixtures ({f})")
+    ax.axhline(65, color="tab:red", lw=0.8, label="goal for people: 65%")
+    ax.axhline(50, color="grey", lw=0.8, ls=":")
+    ax.set_xticks(x, [r[0] for r in rows])
+    ax.set_ylabel("agreement (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(f"Reward model and baselines, day {args.date}")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    args.plot.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.plot, dpi=120)
+    print(f"plot: {args.plot}")
 
 
 if __name__ == "__main__":
