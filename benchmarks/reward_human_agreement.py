@@ -64,33 +64,13 @@ def heads_scores(rm, pooled, prompts, replies) -> np.ndarray:
 
 def mean_logps(student, prompts, replies, batch_size: int = 8) -> np.ndarray:
     """Per reply, the base student's mean log-probability of its tokens given the prompt (in the chat
-    template, up to 384 tokens); batches of similar length."""
-    import torch
-
+    template, up to 384 tokens)."""
     from hominem_pipeline.core.models import load_student
-    from hominem_pipeline.core.policy.sequences import encode
-    from hominem_pipeline.core.progress import Progress
+    from hominem_pipeline.core.policy.sequences import encode, reply_logps
 
     model, tokenizer = load_student(student)
-    sequences = [encode(tokenizer, p, r, 384) for p, r in zip(prompts, replies)]
-    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i][0]))
-    out = np.zeros(len(sequences))
-    progress = Progress("student log-likelihood", len(sequences), logging.getLogger("benchmark"), unit="replies")
-    with torch.inference_mode():
-        for start in range(0, len(order), batch_size):
-            rows = order[start : start + batch_size]
-            width = max(len(sequences[i][0]) for i in rows)
-            ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for j, i in enumerate(rows):
-                ids[j, : len(sequences[i][0])] = torch.tensor(sequences[i][0])
-                mask[j, : len(sequences[i][0])] = 1
-            logps = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float().log_softmax(-1).gather(-1, ids[:, 1:, None])[..., 0]
-            for j, i in enumerate(rows):
-                seq, begin = sequences[i]
-                out[i] = float(logps[j, max(begin, 1) - 1 : len(seq) - 1].mean())
-            progress.advance(len(rows))
-    return out
+    sums, counts = reply_logps(model, [encode(tokenizer, p, r, 384) for p, r in zip(prompts, replies)], tokenizer.pad_token_id, batch_size)
+    return (sums / counts.clamp(min=1)).numpy()
 
 
 def main() -> None:

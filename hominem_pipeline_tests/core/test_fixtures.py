@@ -87,19 +87,25 @@ def test_an_adapter_taught_the_better_replies_moves_the_student_toward_them(tiny
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from hominem_pipeline.core.evaluation.fixtures import adapter_moves, with_fused_head
+    from trl.trainer.utils import add_fused_lm_head
+
+    from hominem_pipeline.core.evaluation.fixtures import adapter_moves
     from hominem_pipeline.core.models import load_student
-    from hominem_pipeline.core.policy.sequences import encode, sequence_logps
+    from hominem_pipeline.core.policy.sequences import encode, reply_logps, sequence_logps
 
     fixtures = load_fixtures(REPO / "config" / "fixtures" / "contrast.yaml", DIMENSIONS)[:12]
     student, tokenizer = load_student(tiny_student)
     torch.manual_seed(0)
-    model = with_fused_head(get_peft_model(student, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear")))
+    add_fused_lm_head(student)  # for the training steps below (sequence_logps)
+    model = get_peft_model(student, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear"))
+    sequences = [encode(tokenizer, f.prompt, reply, 96) for f in fixtures for reply in (f.better, f.worse)]
+    fused, fused_tokens = sequence_logps(model, sequences[:6], tokenizer.pad_token_id)
+    plain, plain_tokens = reply_logps(model, sequences[:6], tokenizer.pad_token_id, batch_size=4)  # what the evaluation uses
+    assert torch.allclose(plain.float(), fused.detach().float(), atol=1e-3) and plain_tokens.tolist() == fused_tokens.tolist()
     untouched, figures = adapter_moves(model, tokenizer, fixtures, batch_size=8)
     assert figures["fixture_mean_move"] == 0.0 and untouched.accuracy == 0.0  # LoRA starts as the base: no move, and no move is no win
     assert figures["fixture_base_prefers_better"] == figures["fixture_adapter_prefers_better"]
 
-    sequences = [encode(tokenizer, f.prompt, reply, 96) for f in fixtures for reply in (f.better, f.worse)]
     optimiser = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     model.train()
     for _ in range(10):  # teach the pairs: the better reply up, the worse down

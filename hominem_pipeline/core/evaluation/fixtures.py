@@ -127,31 +127,13 @@ def fixtures_file_digest(cfg: Any) -> str | None:
     return file_sha256(path) if path.is_file() else "missing"
 
 
-def reply_logps(model: Any, tokenizer: Any, fixtures: Sequence[Fixture], batch_size: int, max_length: int = 256) -> np.ndarray:
+def pair_logps(model: Any, tokenizer: Any, fixtures: Sequence[Fixture], batch_size: int, max_length: int = 256) -> np.ndarray:
     """(n, 2): the summed log-probability of each fixture's better and worse reply (with its end of
     turn) given its prompt, under `model` as it stands (a PEFT model: with its adapter on)."""
-    import torch
-
-    from hominem_pipeline.core.policy.sequences import encode, sequence_logps
+    from hominem_pipeline.core.policy.sequences import encode, reply_logps
 
     sequences = [encode(tokenizer, f.prompt, reply, max_length) for f in fixtures for reply in (f.better, f.worse)]
-    out = []
-    with torch.inference_mode():
-        for start in range(0, len(sequences), batch_size):
-            logps, _ = sequence_logps(model, sequences[start : start + batch_size], tokenizer.pad_token_id)
-            out.append(logps.double().cpu().numpy())
-    return np.concatenate(out).reshape(len(fixtures), 2)
-
-
-def with_fused_head(model: Any) -> Any:
-    """`model` (a PEFT model) with TRL's fused LM head on its base, once (`sequence_logps` needs it)."""
-    from trl.trainer.utils import add_fused_lm_head
-
-    base = model.get_base_model()
-    if not getattr(base, "_hominem_fused_head", False):
-        add_fused_lm_head(base)  # summed log-probabilities without the (batch, length, vocabulary) logits
-        base._hominem_fused_head = True
-    return model
+    return reply_logps(model, sequences, tokenizer.pad_token_id, batch_size)[0].numpy().reshape(len(fixtures), 2)
 
 
 def adapter_moves(model: Any, tokenizer: Any, fixtures: Sequence[Fixture], batch_size: int) -> tuple[FixtureReport, dict[str, float]]:
@@ -160,10 +142,9 @@ def adapter_moves(model: Any, tokenizer: Any, fixtures: Sequence[Fixture], batch
     the adapter moved the right way. The report's accuracy is the share of fixtures moved the right way
     (per tag, the pairs moved the wrong way listed); also the mean move in nats and the share of fixtures
     whose better reply each side finds the more likely per token."""
-    with_fused_head(model)
-    adapter = reply_logps(model, tokenizer, fixtures, batch_size)
+    adapter = pair_logps(model, tokenizer, fixtures, batch_size)
     with model.disable_adapter():
-        base = reply_logps(model, tokenizer, fixtures, batch_size)
+        base = pair_logps(model, tokenizer, fixtures, batch_size)
     moves = (adapter[:, 0] - adapter[:, 1]) - (base[:, 0] - base[:, 1])
     tokens = np.array([[max(1, len(tokenizer(r, add_special_tokens=False)["input_ids"])) for r in (f.better, f.worse)] for f in fixtures])
     per_token = lambda lp: float(np.mean(lp[:, 0] / tokens[:, 0] > lp[:, 1] / tokens[:, 1]))  # noqa: E731

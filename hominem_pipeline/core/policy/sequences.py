@@ -57,3 +57,28 @@ def sequence_logps(model: Any, sequences: Sequence[tuple[list[int], int]], pad_i
         labels[i, max(start, 1) : len(seq)] = ids[i, max(start, 1) : len(seq)]
     out = model(input_ids=ids.to(device), attention_mask=attention.to(device), labels=labels.to(device), fused_lm_head=True)
     return out.log_probs.sum(1), (labels[:, 1:] != -100).sum(1).to(device)
+
+
+def reply_logps(model: Any, sequences: Sequence[tuple[list[int], int]], pad_id: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`sequence_logps` for inference, from the full logits in batches of similar length: (summed
+    log-probability of each sequence's response tokens, their count), in the order given. On a CPU
+    this is several times faster than the fused head's tiles; the logits of a batch are held at once."""
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i][0]))
+    sums, counts = torch.zeros(len(sequences), dtype=torch.float64), torch.zeros(len(sequences), dtype=torch.long)
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            width = max(len(sequences[i][0]) for i in rows)
+            ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            for j, i in enumerate(rows):
+                ids[j, : len(sequences[i][0])] = torch.tensor(sequences[i][0])
+                mask[j, : len(sequences[i][0])] = 1
+            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, :-1].float()
+            token_logps = logits.log_softmax(-1).gather(-1, ids[:, 1:, None].to(device))[..., 0].cpu()
+            for j, i in enumerate(rows):
+                seq, begin = sequences[i]
+                picked = token_logps[j, max(begin, 1) - 1 : len(seq) - 1]
+                sums[i], counts[i] = picked.double().sum(), len(picked)
+    return sums, counts
