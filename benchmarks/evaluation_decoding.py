@@ -1,5 +1,5 @@
-"""Which greedy decoding gives sentences: the student's replies to every seed prompt and every contrast
-fixture prompt under each setting, in one run, counted as
+"""Which decoding gives sentences: the student's replies to every contrast fixture prompt and every
+seed prompt under each setting, in one run, counted as
 
     sentences   replies that start with an ASCII character, are at least 90% ASCII and hold at
                 least three words (emoji strings, other scripts and empty replies are not)
@@ -9,8 +9,8 @@ Settings: greedy at repetition penalty 1.0 and 1.1, the service's sampling (temp
 0.9, penalty 1.1, seeded), each with and without `plain_start` (no emoji or symbol token first).
 The evaluation uses `evaluation.repetition_penalty` and `evaluation.plain_start`.
 
-    .venv/bin/python benchmarks/evaluation_decoding.py              # every seed and fixture prompt, 64 new tokens
-    .venv/bin/python benchmarks/evaluation_decoding.py --limit 40 --max-new-tokens 48
+    .venv/bin/python benchmarks/evaluation_decoding.py --limit 132   # the fixtures' prompts, 64 new tokens
+    .venv/bin/python benchmarks/evaluation_decoding.py               # and every seed prompt (~4x longer)
 
 Needs `make setup` (the student folder).
 """
@@ -55,14 +55,14 @@ def loops(text: str) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--limit", type=int, default=None, help="the first N prompts only")
+    parser.add_argument("--limit", type=int, default=None, help="the first N prompts only (the fixtures' come first)")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default: evaluation.max_new_tokens")
     parser.add_argument("--batch-size", type=int, default=16)
     args = parser.parse_args()
     cfg = load_config(None)
     seeds = [p.text for p in load_seed_prompts(cfg.path(cfg.prompts.seed_file), cfg.prompts.categories)]
     fixtures = [f.prompt for f in load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names)]
-    prompts = list(dict.fromkeys(seeds + fixtures))[: args.limit]
+    prompts = list(dict.fromkeys(fixtures + seeds))[: args.limit]
     tokens = args.max_new_tokens or cfg.evaluation.max_new_tokens
     model, tokenizer = load_student(student_path(cfg))
     texts = [chat_text(tokenizer, p) for p in prompts]
