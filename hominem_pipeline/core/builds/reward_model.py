@@ -20,12 +20,19 @@ HUMAN = ("human_preferences", "human_feedback")  # imported pairs, and the servi
 
 def human_pairs(ctx: StageContext):
     """People's pairs: the shipped ones (`reward_model.people_pairs`), then the window's imported and
-    feedback pairs, each with a `weight` (shipped and imported: 1); None when there are none."""
+    feedback pairs, each with a `weight` (shipped and imported: 1); None when there are none. An
+    imported pair that is also shipped (the same prompt and replies) counts once."""
     import pandas as pd
 
-    frames = [ctx.tables(a) for a in HUMAN if ctx.inputs[a]]
     shipped = people_pairs(ctx.cfg)
-    frames = ([] if shipped is None else [shipped]) + [f.assign(weight=f["weight"] if "weight" in f else 1.0) for f in frames if len(f)]
+    frames = [] if shipped is None else [shipped]
+    for asset in HUMAN:
+        if ctx.inputs[asset]:
+            frame = ctx.tables(asset)
+            if asset == "human_preferences" and shipped is not None:
+                frame = frame[~frame["pair_id"].isin(shipped["pair_id"])]
+            if len(frame):
+                frames.append(frame.assign(weight=frame["weight"] if "weight" in frame else 1.0))
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
