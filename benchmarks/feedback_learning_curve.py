@@ -72,12 +72,7 @@ def main() -> None:
 
     from hominem_pipeline.core.config_loader import load_config
     from hominem_pipeline.core.lineage import lineage
-    import torch
-
-    from hominem_pipeline.core.reward.dataset import _pooled_all
-    from hominem_pipeline.core.reward.encoding import pad_id
     from hominem_pipeline.core.reward.model import RewardModel
-    from hominem_pipeline.core.reward.network import member_mean_std
     from hominem_pipeline.core.runner import run_stage
 
     steps = [int(x) for x in args.steps.split(",")]
@@ -106,9 +101,8 @@ def main() -> None:
             result = run_stage("reward_model", cfg, day)
             rm = RewardModel.load(result.ref.path)
             if pooled is None:  # the backbone is frozen and the same in every step: only the heads change
-                pooled = _pooled_all(rm.net, rm.encode(prompts, replies), 32, pad_id(rm.tokenizer))
-            with torch.inference_mode():
-                scores = member_mean_std(rm.net.heads(pooled))[0]["scalar"].numpy()
+                pooled = rm.pooled(prompts, replies)
+            scores = rm.scalar_from_pooled(pooled)
             check = rm.raw_scores(prompts[:4], replies[:4])["scalar"]  # what a user's scoring call gives, for a few
             if not np.allclose(check, scores[:4], atol=1e-4):
                 raise SystemExit(f"the heads on the held-out pooled features give {scores[:4]}, raw_scores {check}")

@@ -50,12 +50,7 @@ DRIVING = ("I failed my driving test again.", "That's rough. What happened?", "T
 
 def heads_scores(rm, pooled, prompts, replies) -> np.ndarray:
     """The scalar of `rm`'s heads on pooled features (its backbone's), checked against its own scoring."""
-    import torch
-
-    from hominem_pipeline.core.reward.network import member_mean_std
-
-    with torch.inference_mode():
-        scores = member_mean_std(rm.net.heads(pooled))[0]["scalar"].numpy().astype(np.float64)
+    scores = rm.scalar_from_pooled(pooled).astype(np.float64)
     check = rm.raw_scores(prompts[:4], replies[:4])["scalar"]
     if not np.allclose(check, scores[:4], atol=1e-4):
         raise SystemExit(f"the heads on the pooled features give {scores[:4]}, raw_scores {check}: the two models do not share a backbone")
@@ -86,8 +81,6 @@ def main() -> None:
 
     from hominem_pipeline.core.builds.reward_model import people_pairs
     from hominem_pipeline.core.models import student_path
-    from hominem_pipeline.core.reward.dataset import _pooled_all
-    from hominem_pipeline.core.reward.encoding import pad_id
     from hominem_pipeline.core.reward.model import RewardModel
     from hominem_pipeline.core.runner import run_stage
 
@@ -111,8 +104,7 @@ def main() -> None:
     n = len(test)
     prompts = list(test["prompt"]) * 2 + [f.prompt for f in fixtures] * 2 + [DRIVING[0]] * 2
     replies = list(test["chosen"]) + list(test["rejected"]) + [f.better for f in fixtures] + [f.worse for f in fixtures] + list(DRIVING[1:])
-    rm0 = models["default"][0]
-    pooled = _pooled_all(rm0.net, rm0.encode(prompts, replies), 32, pad_id(rm0.tokenizer))
+    pooled = models["default"][0].pooled(prompts, replies)
     scores = {name: heads_scores(rm, pooled, prompts, replies) for name, (rm, _) in models.items()}
     scores["longer"] = np.array([len(r.encode()) for r in replies], dtype=np.float64)
     scores["student LL"] = mean_logps(student_path(cfg), prompts, replies)

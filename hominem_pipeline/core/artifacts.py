@@ -48,6 +48,14 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def optional_file_digest(path: Path | None) -> str | None:
+    """`file_sha256` of a file a setting names: None when the setting is off, "missing" when the file
+    is not there (the stage that reads it then says so)."""
+    if path is None:
+        return None
+    return file_sha256(path) if path.is_file() else "missing"
+
+
 DIGEST_CACHE = ".hominem-digest.json"  # beside a folder's files: each file's size, mtime and sha256, so an unchanged file is not read again
 
 

@@ -614,3 +614,9 @@ def test_dcs_sums_gradients_over_chunks_and_can_stop_at_the_top_blocks(trained):
         assert pieces.details["mean_gda"] == pytest.approx(whole.details["mean_gda"], abs=1e-5)
         assert 0.0 <= whole.value <= 1.0
     assert [p.requires_grad for p in backbone.parameters()] == before  # the model is left as it was
+
+
+def test_pooled_features_scored_by_the_heads_match_the_models_own_scores(trained):
+    rm = RewardModel.load(trained[0])
+    prompts, replies = ["I lost my job."] * 3, ["That is hard; what happened?", "ok", "Whatever. Not my problem."]
+    assert np.allclose(rm.scalar_from_pooled(rm.pooled(prompts, replies)), rm.raw_scores(prompts, replies)["scalar"], atol=1e-5)

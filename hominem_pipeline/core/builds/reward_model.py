@@ -140,10 +140,10 @@ def reward_backbone_digest(cfg: HominemConfig, partition: str) -> dict[str, str 
 
 
 def people_pairs_digest(cfg: HominemConfig) -> str | None:
-    from hominem_pipeline.core.artifacts import file_sha256
+    from hominem_pipeline.core.artifacts import optional_file_digest
 
     file = cfg.reward_model.people_pairs.file
-    return None if file is None or not cfg.path(file).is_file() else file_sha256(cfg.path(file))
+    return optional_file_digest(None if file is None else cfg.path(file))
 
 
 def reward_fixtures(metrics: dict[str, Any], cfg: HominemConfig, folder: Path) -> CheckOutcome:

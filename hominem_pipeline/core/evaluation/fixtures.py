@@ -3,8 +3,7 @@ which is better, each tagged with the quality it tests (`config/fixtures/contras
 
 They are a yardstick, never training data: a reward model is scored on them (`fixture_report`: the
 share of pairs whose better reply it scores higher, overall and per tag, with the pairs it got wrong),
-and so is each adapter (`core/evaluation/fixture_moves.py`: did training move the student toward the
-better replies).
+and so is each adapter (`adapter_moves`: did training move the student toward the better replies).
 """
 
 from __future__ import annotations
@@ -117,23 +116,21 @@ def score_fixtures(reward_model: Any, fixtures: Sequence[Fixture], batch_size: i
 
 
 def fixtures_file_digest(cfg: Any) -> str | None:
-    """The content digest of `fixtures.file` (part of the versions of the stages scored on it); None
-    without one ("missing" for a file that is not there: the stage then says so)."""
-    from hominem_pipeline.core.artifacts import file_sha256
+    """The content digest of `fixtures.file` (part of the versions of the stages scored on it)."""
+    from hominem_pipeline.core.artifacts import optional_file_digest
 
-    if cfg.fixtures.file is None:
-        return None
-    path = cfg.path(cfg.fixtures.file)
-    return file_sha256(path) if path.is_file() else "missing"
+    return optional_file_digest(None if cfg.fixtures.file is None else cfg.path(cfg.fixtures.file))
 
 
-def pair_logps(model: Any, tokenizer: Any, fixtures: Sequence[Fixture], batch_size: int, max_length: int = 256) -> np.ndarray:
-    """(n, 2): the summed log-probability of each fixture's better and worse reply (with its end of
-    turn) given its prompt, under `model` as it stands (a PEFT model: with its adapter on)."""
+def pair_logps(model: Any, tokenizer: Any, fixtures: Sequence[Fixture], batch_size: int, max_length: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    """(n, 2) each: the summed log-probability of each fixture's better and worse reply (with its end
+    of turn) given its prompt, under `model` as it stands (a PEFT model: with its adapter on), and the
+    replies' token counts."""
     from hominem_pipeline.core.policy.sequences import encode, reply_logps
 
     sequences = [encode(tokenizer, f.prompt, reply, max_length) for f in fixtures for reply in (f.better, f.worse)]
-    return reply_logps(model, sequences, tokenizer.pad_token_id, batch_size)[0].numpy().reshape(len(fixtures), 2)
+    sums, counts = reply_logps(model, sequences, tokenizer.pad_token_id, batch_size)
+    return sums.numpy().reshape(len(fixtures), 2), counts.numpy().reshape(len(fixtures), 2)
 
 
 def adapter_moves(model: Any, tokenizer: Any, fixtures: Sequence[Fixture], batch_size: int) -> tuple[FixtureReport, dict[str, float]]:
@@ -142,11 +139,11 @@ def adapter_moves(model: Any, tokenizer: Any, fixtures: Sequence[Fixture], batch
     the adapter moved the right way. The report's accuracy is the share of fixtures moved the right way
     (per tag, the pairs moved the wrong way listed); also the mean move in nats and the share of fixtures
     whose better reply each side finds the more likely per token."""
-    adapter = pair_logps(model, tokenizer, fixtures, batch_size)
+    adapter, tokens = pair_logps(model, tokenizer, fixtures, batch_size)
     with model.disable_adapter():
-        base = pair_logps(model, tokenizer, fixtures, batch_size)
+        base, _ = pair_logps(model, tokenizer, fixtures, batch_size)
     moves = (adapter[:, 0] - adapter[:, 1]) - (base[:, 0] - base[:, 1])
-    tokens = np.array([[max(1, len(tokenizer(r, add_special_tokens=False)["input_ids"])) for r in (f.better, f.worse)] for f in fixtures])
+    tokens = np.maximum(tokens, 1)
     per_token = lambda lp: float(np.mean(lp[:, 0] / tokens[:, 0] > lp[:, 1] / tokens[:, 1]))  # noqa: E731
     return fixture_report(fixtures, moves), {"fixture_mean_move": float(moves.mean()), "fixture_base_prefers_better": per_token(base),
                                              "fixture_adapter_prefers_better": per_token(adapter)}

@@ -179,6 +179,20 @@ class RewardModel:
             out["std"] = std
         return out
 
+    def pooled(self, prompts: Sequence[str], responses: Sequence[str], batch_size: int = 32) -> torch.Tensor:
+        """What the heads read: the backbone's pooled features of each exchange. Models on one frozen
+        backbone and frame read the same features, so several can score one pooled set
+        (`scalar_from_pooled`) without reading the texts again."""
+        from hominem_pipeline.core.reward.dataset import _pooled_all
+
+        _check_inputs(prompts, responses)
+        return _pooled_all(self.net, self.encode(prompts, responses), batch_size, pad_id(self.tokenizer))
+
+    def scalar_from_pooled(self, pooled: torch.Tensor) -> np.ndarray:
+        """The scalar (the members' mean) of these heads on `pooled` features."""
+        with torch.inference_mode():
+            return member_mean_std(self.net.heads(pooled))[0]["scalar"].float().numpy()
+
     def score(self, prompts: Sequence[str], responses: Sequence[str], batch_size: int = 32) -> list[RewardOutput]:
         raw = self.raw_scores(prompts, responses, batch_size, uncertainty=True)
         std = raw["std"]
