@@ -7,7 +7,7 @@ each held-out pair; agreement is the share it orders as the person did. Scorers:
 
     default         the reward model a fresh clone's `make run` builds for the day (the judge's labels,
                     the shipped people's pairs, and any imports or feedback of the window)
-    judge copy      the same without any people's pairs (reward_model.people_pairs.file null,
+    judge copy      the same without any people's pairs (reward_model.people_pairs [], guards [],
                     human_preferences false): the copy of the offline judge alone
     longer          prefer the longer reply
     student LL      prefer the reply the base student finds more likely per token (mean log-probability)
@@ -44,7 +44,7 @@ from hominem_pipeline.core.lineage import lineage  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"
 TRAIN = 1800  # the training part of the split (the shipped pairs are its first 300)
-WITHOUT_PEOPLE = {"reward_model": {"people_pairs": {"file": None}, "human_preferences": False}}
+WITHOUT_PEOPLE = {"reward_model": {"people_pairs": [], "human_preferences": False, "guards": []}}
 DRIVING = ("I failed my driving test again.", "That's rough. What happened?", "Try harder.")
 
 

@@ -274,7 +274,7 @@ class UncertaintyConfig(_Frozen):
 
 
 class PeoplePairsConfig(_Frozen):
-    file: str | None = Field(description="Preference pairs people gave that every reward model learns from, relative to the project root; null: none.")
+    file: str = Field(min_length=1, description="A file of preference pairs people gave, relative to the project root.")
     format: Literal["hh-rlhf", "jsonl", "parquet"] = Field(description="The file's format, as `hominem data import-preferences --format` reads it.")
 
 
@@ -294,10 +294,11 @@ class RewardModelConfig(_Frozen):
     rationale_weight: float = Field(ge=0.0, description="> 0: an auxiliary head predicts the embedding of the teacher's rationale; 0: off.")
     uncertainty: UncertaintyConfig = Field(description="How each score's uncertainty is estimated.")
     human_preferences: bool = Field(description="Also train on the human pairs of the window: imported (human_preferences) and people's feedback to `hominem serve` (human_feedback).")
-    people_pairs: PeoplePairsConfig = Field(description="People's pairs every reward model learns from, beside the window's imports and feedback.")
+    people_pairs: list[PeoplePairsConfig] = Field(description="Files of people's pairs every reward model learns from, beside the window's imports and feedback; []: none.")
     min_human_agreement: float = Field(ge=0, le=1, description="The asset check human_agreement warns when people agree with the model's out-of-fold order of their pairs less often than this (0 to 1; 0.5 is chance).")
     dropout: float = Field(ge=0.0, lt=1.0, description="Dropout before the heads, [0, 1).")
     length_feature: bool = Field(description="The heads also read log(tokens of prompt + reply) (LLM judges weigh length; mean pooling averages it away).")
+    guards: list[Literal["reply_logp", "prompt_gain"]] = Field(description="Columns from the student the heads also read (reply_logp: its mean log-probability per reply token given the prompt; prompt_gain: that minus the same without the prompt); []: none.")
     head_fit: Literal["gradient", "ridge"] = Field(description="gradient: heads (and an unfrozen backbone) trained on the losses | ridge (frozen backbones): heads solved in closed form, the penalty by cross-validation over prompts.")
     ridge_alphas: list[float] = Field(description="Ridge penalties tried by cross-validation, each > 0.")
 
@@ -307,6 +308,8 @@ class RewardModelConfig(_Frozen):
             raise ValueError(f"head_fit ridge solves the heads on fixed features: set reward_model.backbone.finetune to frozen (it is {self.backbone.finetune!r}), or use head_fit gradient")
         if not self.ridge_alphas or min(self.ridge_alphas) <= 0:
             raise ValueError(f"ridge_alphas {self.ridge_alphas}: give one or more penalties above 0")
+        if len(set(self.guards)) != len(self.guards):
+            raise ValueError(f"reward_model.guards {self.guards}: name each guard once")
         return self
 
 

@@ -126,20 +126,29 @@ def test_every_reward_model_learns_from_the_shipped_peoples_pairs_unless_told_no
     import gzip
 
     from hominem_pipeline.core.builds.reward_model import people_pairs
+    from hominem_pipeline.core.config import PeoplePairsConfig
+    from hominem_pipeline.core.evaluation.fixtures import load_fixtures
 
     shipped = people_pairs(tiny_cfg)
-    assert len(shipped) == 300 and set(shipped["source"]) == {"shipped:hh-rlhf-harmless-300.jsonl.gz"} and (shipped["weight"] == 1.0).all()
-    assert shipped["prompt"].str.endswith("\n\nAssistant:").all() and (shipped["chosen"] != shipped["rejected"]).all()
+    hh = shipped[shipped["source"] == "shipped:hh-rlhf-harmless-300.jsonl.gz"]
+    ours = shipped[shipped["source"] == "shipped:hominem-contrast-pairs.jsonl"]
+    assert len(hh) == 300 and len(ours) >= 150 and len(shipped) == len(hh) + len(ours) and (shipped["weight"] == 1.0).all()
+    assert hh["prompt"].str.endswith("\n\nAssistant:").all() and (shipped["chosen"] != shipped["rejected"]).all()
+    # the hand-written training pairs never share a prompt or a reply with the contrast fixtures they are measured on
+    fixtures = load_fixtures(tiny_cfg.path(tiny_cfg.fixtures.file), tiny_cfg.dimension_names)
+    assert not set(ours["prompt"]) & {f.prompt for f in fixtures}
+    assert not (set(ours["chosen"]) | set(ours["rejected"])) & ({f.better for f in fixtures} | {f.worse for f in fixtures})
 
-    def with_file(file):
+    def with_files(*files):
         rm = tiny_cfg.reward_model
-        return tiny_cfg.model_copy(update={"reward_model": rm.model_copy(update={"people_pairs": rm.people_pairs.model_copy(update={"file": file})})})
+        specs = [PeoplePairsConfig(file=f, format="hh-rlhf") for f in files]
+        return tiny_cfg.model_copy(update={"reward_model": rm.model_copy(update={"people_pairs": specs})})
 
-    assert people_pairs(with_file(None)) is None
+    assert people_pairs(with_files()) is None
     broken = tmp_path / "broken.jsonl.gz"
     with gzip.open(broken, "wt") as f:
         f.write('{"chosen": "\\n\\nHuman: hi\\n\\nAssistant: hello", "rejected": "\\n\\nHuman: hi\\n\\nAssistant: go away"}\n{"chosen": 3}\n')
-    with pytest.raises(ValueError, match=r"broken.jsonl.gz has 1 unusable rows \(line 2: `chosen` and `rejected` must both be strings\); mend the file or check its format \(hh-rlhf\)"):
-        people_pairs(with_file(str(broken)))
-    with pytest.raises(FileNotFoundError, match="people_pairs.file .*nowhere.jsonl does not exist"):
-        people_pairs(with_file("nowhere.jsonl"))
+    with pytest.raises(ValueError, match=r"people_pairs\[1\].file .*broken.jsonl.gz has 1 unusable rows \(line 2: `chosen` and `rejected` must both be strings\); mend the file or check its format \(hh-rlhf\)"):
+        people_pairs(with_files("config/human/hh-rlhf-harmless-300.jsonl.gz", str(broken)))
+    with pytest.raises(FileNotFoundError, match=r"people_pairs\[0\].file .*nowhere.jsonl does not exist"):
+        people_pairs(with_files("nowhere.jsonl"))

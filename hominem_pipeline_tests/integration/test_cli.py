@@ -213,7 +213,7 @@ def test_import_preferences_fills_the_human_preferences_asset(labeled_project, t
     built = hominem(project, "run", "--config", "config/tiny.yaml", "--date", DAY, "--select", "reward_model")
     assert built.returncode == 0, built.stdout + built.stderr
     meta = lineage(load_config(project / "config" / "tiny.yaml", root=project)).require("reward_model", DAY).manifest["metadata"]
-    assert (meta["human_pairs"], meta["shipped_pairs"]) == (301, 300)  # the imported copies of the shipped pairs count once
+    assert (meta["human_pairs"], meta["shipped_pairs"]) == (300 + 188 + 1, 300 + 188)  # the imported copies of the shipped pairs count once
 
     wrong = hominem(project, "data", "import-preferences", str(src), "--format", "csv", "--date", DAY)
     assert wrong.returncode == 2 and "--format 'csv' is not supported" in wrong.stderr

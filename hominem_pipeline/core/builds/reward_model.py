@@ -37,28 +37,35 @@ def human_pairs(ctx: StageContext):
 
 
 def people_pairs(cfg: HominemConfig):
-    """The pairs of `reward_model.people_pairs.file` (source `shipped:<name>`, weight 1); None without one.
-    A file with unusable rows is refused whole, naming them (it is part of the project, not an import)."""
+    """The pairs of every `reward_model.people_pairs` file (source `shipped:<name>`, weight 1), in
+    order; None without any. A file with unusable rows is refused whole, naming them (it is part of the
+    project, not an import)."""
+    import pandas as pd
+
     from hominem_pipeline.core.human.preferences import parse_preference_file
 
-    spec = cfg.reward_model.people_pairs
-    if spec.file is None:
+    frames = []
+    for i, spec in enumerate(cfg.reward_model.people_pairs):
+        key = f"reward_model.people_pairs[{i}].file"
+        path = cfg.path(spec.file)
+        if not path.is_file():
+            raise FileNotFoundError(f"{key} {path} does not exist; point it at a preference file, or remove the entry")
+        parsed = parse_preference_file(path, spec.format, path.name)
+        if len(parsed.quarantine) or not len(parsed.pairs):
+            first = parsed.quarantine.iloc[0] if len(parsed.quarantine) else None
+            unit = "row" if spec.format == "parquet" else "line"
+            why = "no pairs" if first is None else f"{len(parsed.quarantine)} unusable rows ({unit} {first['source_row'] + 1}: {first['reason']})"
+            raise ValueError(f"{key} {path} has {why}; mend the file or check its format ({spec.format})")
+        frames.append(parsed.pairs.assign(source=f"shipped:{path.name}", weight=1.0))
+    if not frames:
         return None
-    path = cfg.path(spec.file)
-    if not path.is_file():
-        raise FileNotFoundError(f"reward_model.people_pairs.file {path} does not exist; point it at a preference file, or set it to null")
-    parsed = parse_preference_file(path, spec.format, path.name)
-    if len(parsed.quarantine) or not len(parsed.pairs):
-        first = parsed.quarantine.iloc[0] if len(parsed.quarantine) else None
-        unit = "row" if spec.format == "parquet" else "line"
-        why = "no pairs" if first is None else f"{len(parsed.quarantine)} unusable rows ({unit} {first['source_row'] + 1}: {first['reason']})"
-        raise ValueError(f"reward_model.people_pairs.file {path} has {why}; mend the file or check its format ({spec.format})")
-    return parsed.pairs.assign(source=f"shipped:{path.name}", weight=1.0)
+    pairs = pd.concat(frames, ignore_index=True)
+    return pairs.drop_duplicates("pair_id", ignore_index=True)
 
 
 def build_reward_model(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.evaluation.fixtures import FIXTURES_JSON
-    from hominem_pipeline.core.models import reward_backbone
+    from hominem_pipeline.core.models import reward_backbone, student_path
     from hominem_pipeline.core.reward.metadata import METADATA
     from hominem_pipeline.core.reward.training import train_reward_model
     from hominem_pipeline.core.reward.validation import DIMENSION_PLOT, RELIABILITY_PLOT
@@ -83,6 +90,7 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
         on_epoch=lambda epoch, m: ctx.run.log_metrics(m, step=epoch),
         judge_system=rubric_system(ctx.cfg.labeling),
         judge_question=ctx.cfg.labeling.scalar_question,
+        guard_student=student_path(ctx.cfg) if ctx.cfg.reward_model.guards else None,
     )
     metrics["train_seconds"] = time.monotonic() - started
     metrics["feedback_pairs"] = 0 if human is None else int(human["source"].str.startswith("feedback:").sum())
@@ -128,22 +136,21 @@ def _pct_tag(report) -> tuple[str, float]:
 
 def reward_backbone_digest(cfg: HominemConfig, partition: str) -> dict[str, str | None]:
     """The backbone's files (a local folder's digest; a hub id as named): a model rebuilt on other
-    weights under the same path gets another version. And the contrast fixtures it is scored on, and
-    the shipped people's pairs it learns from."""
+    weights under the same path gets another version. And the student that measures the guards, the
+    contrast fixtures it is scored on, and the shipped people's pairs it learns from."""
     from hominem_pipeline.core.artifacts import folder_digest
     from hominem_pipeline.core.evaluation.fixtures import fixtures_file_digest
-    from hominem_pipeline.core.models import reward_backbone
+    from hominem_pipeline.core.models import reward_backbone, student_path
 
     source = reward_backbone(cfg)
     return {"backbone": folder_digest(source) if Path(source).is_dir() else str(source), "fixtures": fixtures_file_digest(cfg),
-            "people_pairs": people_pairs_digest(cfg)}
+            "people_pairs": people_pairs_digest(cfg), "guard_student": folder_digest(student_path(cfg)) if cfg.reward_model.guards else None}
 
 
-def people_pairs_digest(cfg: HominemConfig) -> str | None:
+def people_pairs_digest(cfg: HominemConfig) -> list[str | None]:
     from hominem_pipeline.core.artifacts import optional_file_digest
 
-    file = cfg.reward_model.people_pairs.file
-    return optional_file_digest(None if file is None else cfg.path(file))
+    return [optional_file_digest(cfg.path(spec.file)) for spec in cfg.reward_model.people_pairs]
 
 
 def reward_fixtures(metrics: dict[str, Any], cfg: HominemConfig, folder: Path) -> CheckOutcome:
