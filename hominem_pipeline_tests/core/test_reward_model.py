@@ -620,3 +620,53 @@ def test_pooled_features_scored_by_the_heads_match_the_models_own_scores(trained
     rm = RewardModel.load(trained[0])
     prompts, replies = ["I lost my job."] * 3, ["That is hard; what happened?", "ok", "Whatever. Not my problem."]
     assert np.allclose(rm.scalar_from_pooled(rm.pooled(prompts, replies)), rm.raw_scores(prompts, replies)["scalar"], atol=1e-5)
+
+
+def test_guard_columns_are_the_students_reply_log_probabilities(tiny_student):
+    """reply_logp is the mean log-probability of the reply's tokens given the prompt, as the full logits
+    give it; prompt_gain subtracts the same without the prompt."""
+    from hominem_pipeline.core.models import load_student
+    from hominem_pipeline.core.policy.sequences import encode, reply_logps
+    from hominem_pipeline.core.reward.guards import GUARD_MAX_LENGTH, GuardScorer
+
+    prompts, replies = ["How was your weekend?", "Tell me about cats."], ["Quiet, thanks. And yours?", "Cats sleep a lot."]
+    columns = GuardScorer(["reply_logp", "prompt_gain"], tiny_student)(prompts, replies)
+    model, tok = load_student(tiny_student)
+    s, c = reply_logps(model, [encode(tok, p, r, GUARD_MAX_LENGTH) for p, r in zip(prompts, replies)], tok.pad_token_id, 2)
+    s0, c0 = reply_logps(model, [encode(tok, "", r, GUARD_MAX_LENGTH) for r in replies], tok.pad_token_id, 2)
+    assert columns.shape == (2, 2)
+    assert torch.allclose(columns[:, 0].double(), s / c, atol=1e-4) and torch.allclose(columns[:, 1].double(), s / c - s0 / c0, atol=1e-4)
+    assert GuardScorer(["prompt_gain"], tiny_student)(prompts, replies)[:, 0].tolist() == pytest.approx(columns[:, 1].tolist(), abs=1e-6)
+
+
+def test_a_guard_puts_gibberish_below_a_fluent_reply(tiny_student, tmp_path):
+    """A student that has read plain sentences finds gibberish unlikely: a reward model whose heads read
+    the guard columns learns from people's pairs that fluent beats gibberish, and orders an unseen pair so."""
+    from hominem_pipeline.core.models import load_student
+
+    fluent = ["It was quiet, thanks.", "That sounds lovely.", "I am sorry to hear that.", "Thanks, that helps a lot.", "It was a good day."]
+    model, tok = load_student(tiny_student)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    batch = tok(fluent * 4, return_tensors="pt", padding=True)
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    for _ in range(60):  # the tiny student learns how plain English goes
+        loss = model(**batch, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    reader = tmp_path / "reader"
+    model.save_pretrained(reader)
+    tok.save_pretrained(reader)
+    gibberish = ["zq xv blorp wug", "asd qwe zxc vbn", "mlk poi uyt rew", "gnap fleeb zib wump", "qqq zzz xxx vvv"]
+    people = pd.DataFrame({"prompt": ["How was it?", "Any news?", "How are you?", "What happened?", "Tell me."],
+                           "chosen": fluent, "rejected": gibberish})
+    cfg = small_cfg(guards=["reply_logp"], backbone={"path": None, "finetune": "frozen"}, head_fit="ridge")
+    out = tmp_path / "rm"
+    train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=reader, cfg=cfg, out_dir=out, seed=0, data_digest="g", date="2026-11-20",
+                       human_pairs=people, guard_student=reader)
+    rm = RewardModel.load(out)
+    assert rm.metadata.guards.names == ["reply_logp"] and rm.net.guards == 1
+    logp = rm.guard_columns(["How is it going?"] * 2, ["It was a good day, thanks.", "wug zq blorp xv"])[:, 0]
+    assert logp[0] > logp[1]  # the guard itself: the fluent reply is the likelier
+    assert rm.prefer("How is it going?", "It was a good day, thanks.", "wug zq blorp xv") > 0.5

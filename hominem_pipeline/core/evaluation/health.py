@@ -74,6 +74,7 @@ def dimensional_coherence(
     every = list(net.backbone.parameters())
     params = top_parameters(net.backbone, layers)
     encoded = reward_model.encode(prompts, responses)
+    guards = reward_model.guard_columns(prompts, responses)
     net.eval()
     was = [p.requires_grad for p in every]
     for p in every:
@@ -85,7 +86,8 @@ def dimensional_coherence(
         with torch.enable_grad():
             for start in range(0, len(encoded), chunk):
                 ids, mask = pad_batch(encoded[start : start + chunk], pad_id(reward_model.tokenizer))
-                vectors = net(ids, mask)["vector"].mean(1)  # (n, D): the ensemble members' mean
+                rows = None if guards is None else guards[start : start + chunk]
+                vectors = net(ids, mask, rows)["vector"].mean(1)  # (n, D): the ensemble members' mean
                 n_dims, chunk_grads = vectors.shape[1], []
                 for d in range(n_dims):
                     g = torch.autograd.grad(vectors[:, d].sum() / len(encoded), params, retain_graph=d < n_dims - 1, allow_unused=True)

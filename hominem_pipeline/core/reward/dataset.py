@@ -43,6 +43,7 @@ class TrainingSet:
     made of whole groups, so a batch holds both sides of every pair it trains on."""
 
     encoded: list[list[int]]
+    texts: list[tuple[str, str]]  # (prompt, reply) of each sequence
     labeled: int
     targets: dict[str, torch.Tensor]
     group_of: np.ndarray  # sequence -> group
@@ -56,7 +57,8 @@ class TrainingSet:
     def build(cls, encode: Callable[[str, str], list[int]], labels: pd.DataFrame, human: pd.DataFrame | None, dimensions: list[str], cfg: RewardModelConfig) -> TrainingSet:
         from hominem_pipeline.core.reward.calibration import same_prompt_pairs
 
-        encoded = [encode(p, r) for p, r in zip(labels["prompt"], labels["response"])]
+        texts = list(zip(labels["prompt"], labels["response"]))
+        encoded = [encode(p, r) for p, r in texts]
         n = len(labels)
         vec = vector_matrix(labels["vector"], dimensions, np.float32)
         targets = {
@@ -73,6 +75,7 @@ class TrainingSet:
             start, g0 = len(encoded), len(names)
             for prompt, chosen, rejected in zip(human["prompt"], human["chosen"], human["rejected"]):
                 encoded += [encode(prompt, chosen), encode(prompt, rejected)]
+                texts += [(prompt, chosen), (prompt, rejected)]
             h = len(human)
             group_of = np.concatenate([group_of, np.repeat(np.arange(g0, g0 + h), 2)])
             chosen_idx = start + 2 * np.arange(h)
@@ -83,7 +86,7 @@ class TrainingSet:
         n_groups = int(group_of.max()) + 1 if len(group_of) else 0
         order = np.argsort(group_of, kind="stable")
         groups = np.split(order, np.cumsum(np.bincount(group_of, minlength=n_groups))[:-1]) if n_groups else []
-        return cls(encoded, n, targets, group_of, groups, pairs, weights, group_of[pairs[:, 0]] if len(pairs) else np.zeros(0, np.int64), human_flags)
+        return cls(encoded, texts, n, targets, group_of, groups, pairs, weights, group_of[pairs[:, 0]] if len(pairs) else np.zeros(0, np.int64), human_flags)
 
     def split(self, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
         """Group ids (train, val): labeled prompts and human pairs each split by `val_fraction`, so a
@@ -136,14 +139,15 @@ def _bootstrap(n_groups: int, members: int, rng: np.random.Generator) -> np.ndar
     return w
 
 
-def _pooled_all(net: RewardNet, encoded: list[list[int]], batch_size: int, pad: int) -> torch.Tensor:
-    """The backbone's pooled vector for every encoded sequence, as it is now (eval mode)."""
-    out = torch.zeros(len(encoded), net.feature_size)
+def _pooled_all(net: RewardNet, encoded: list[list[int]], batch_size: int, pad: int, guards: torch.Tensor | None = None) -> torch.Tensor:
+    """What the heads read for every encoded sequence, as the net is now (eval mode): the backbone's
+    pooled vector, then the sequence's row of `guards` (None: the pooled vector alone)."""
+    out = torch.zeros(len(encoded), net.feature_size - (net.guards if guards is None else 0))
     net.eval()
     progress = Progress("reward model backbone pass", len(encoded), log, unit="sequences") if len(encoded) > 256 else None
     with torch.inference_mode():
         for idx, ids, mask in length_sorted_batches(encoded, batch_size, pad):
-            out[idx] = net.pooled(ids, mask)
+            out[idx] = net.pooled(ids, mask) if guards is None else net.features(ids, mask, guards[idx])
             if progress:
                 progress.advance(len(idx))
     return out

@@ -25,6 +25,12 @@ class BackboneInfo(_Strict):
     layers: list[int] | None  # the layers whose states the heads read side by side; None: the last alone
 
 
+class GuardInfo(_Strict):
+    names: list[str]  # the guard columns the heads read after the backbone's (core/reward/guards.py), in order
+    student: str  # the student folder that measures them
+    sha256: str  # its digest at training
+
+
 class UncertaintyInfo(_Strict):
     method: Literal["ensemble", "mc_dropout", "none"]
     mc_samples: int
@@ -41,6 +47,7 @@ class RewardMetadata(_Strict):
     head_fit: Literal["gradient", "ridge"]
     validation: str  # how the held-out figures were obtained
     length_feature: bool
+    guards: GuardInfo | None  # None: the heads read the backbone alone
     members: int
     dropout: float
     uncertainty: UncertaintyInfo

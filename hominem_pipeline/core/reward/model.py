@@ -22,7 +22,8 @@ from hominem_pipeline.core.reward.encoding import (
     make_encoder,
     pad_id,
 )
-from hominem_pipeline.core.reward.metadata import METADATA, RewardMetadata
+from hominem_pipeline.core.reward.guards import GuardScorer
+from hominem_pipeline.core.reward.metadata import METADATA, GuardInfo, RewardMetadata
 from hominem_pipeline.core.reward.network import (
     RewardNet,
     backbone_source,
@@ -32,6 +33,21 @@ from hominem_pipeline.core.reward.network import (
 )
 
 HEADS = "heads.safetensors"
+
+
+def guard_scorer(info: GuardInfo | None) -> GuardScorer | None:
+    """The scorer of a saved model's guard columns, from the student it was trained with (checked by digest)."""
+    if info is None or not info.names:
+        return None
+    from hominem_pipeline.core.artifacts import folder_digest
+
+    source = Path(info.student)
+    if not source.is_dir():
+        raise FileNotFoundError(f"this reward model's guards read the student at {source}, which is missing; run `hominem setup` (or rebuild the reward model)")
+    if (digest := folder_digest(source)) != info.sha256:
+        raise ValueError(f"this reward model's guards were measured with the student at {source} with digest {info.sha256[:12]}, but the folder now "
+                         f"reads {digest[:12]}; rebuild the reward model (hominem run --select reward_model+)")
+    return GuardScorer(info.names, source)
 BACKBONE_DIR = "backbone"
 MAX_CHARS = 100_000  # per prompt or response: far beyond any max_length, so longer input is a caller's mistake
 MC_SEED = 0  # MC dropout masks are seeded so that the same inputs get the same uncertainty
@@ -87,6 +103,7 @@ class RewardModel:
         self.uncertainty_method: str = metadata.uncertainty.method
         self.mc_samples: int = metadata.uncertainty.mc_samples
         self._encode = make_encoder(tokenizer, metadata.frame, self.max_length)
+        self._guards = guard_scorer(metadata.guards)
 
     @classmethod
     def load(cls, path: str | Path) -> RewardModel:
@@ -98,7 +115,8 @@ class RewardModel:
         backbone, tokenizer = load_backbone(backbone_source(path))
         bb = metadata.backbone
         net = RewardNet(keep_layers(backbone, bb.depth), len(metadata.dimensions), members=metadata.members, pooling=bb.pooling,
-                        dropout=metadata.dropout, length_feature=metadata.length_feature, layers=bb.layers)
+                        dropout=metadata.dropout, length_feature=metadata.length_feature, layers=bb.layers,
+                        guards=0 if metadata.guards is None else len(metadata.guards.names))
         result = net.load_state_dict(load_file(str(path / HEADS)), strict=False)
         if result.unexpected_keys or any(not k.startswith("backbone.") for k in result.missing_keys):
             raise ValueError(f"{path / HEADS} does not match the model described by its {METADATA}: {result}; rebuild it "
@@ -144,7 +162,11 @@ class RewardModel:
     def encode(self, prompts: Sequence[str], responses: Sequence[str]) -> list[list[int]]:
         return [self._encode(p, r) for p, r in zip(prompts, responses)]
 
-    def _mc_passes(self, net: RewardNet, ids: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    def guard_columns(self, prompts: Sequence[str], responses: Sequence[str]) -> torch.Tensor | None:
+        """The guard columns the heads read beside the backbone (`reward.guards`), (n, guards); None without guards."""
+        return None if self._guards is None else self._guards(prompts, responses)
+
+    def _mc_passes(self, net: RewardNet, ids: torch.Tensor, mask: torch.Tensor, guards: torch.Tensor | None) -> dict[str, torch.Tensor]:
         """Standard deviation of `net`'s member-mean outputs over `mc_samples` passes with dropout on."""
         dropouts = [m for m in net.modules() if isinstance(m, nn.Dropout)]
         with torch.random.fork_rng(devices=[]):
@@ -152,7 +174,7 @@ class RewardModel:
             for m in dropouts:
                 m.train()
             try:
-                samples = [member_mean_std(net(ids, mask))[0] for _ in range(self.mc_samples)]
+                samples = [member_mean_std(net(ids, mask, guards))[0] for _ in range(self.mc_samples)]
             finally:
                 for m in dropouts:
                     m.eval()
@@ -167,11 +189,13 @@ class RewardModel:
         shapes = {"vector": (n, len(self.dimensions)), "scalar": (n,), "reward_intensity": (n,), "safety_score": (n,)}
         out: dict[str, Any] = {k: np.zeros(s, dtype=np.float32) for k, s in shapes.items()}
         std = {k: np.zeros(s, dtype=np.float32) for k, s in shapes.items()}
+        guards = self.guard_columns(prompts, responses)
         with torch.inference_mode():
             for idx, ids, mask in length_sorted_batches(self.encode(prompts, responses), batch_size, pad_id(self.tokenizer)):
-                mean, spread = member_mean_std(net(ids, mask))
+                rows = None if guards is None else guards[idx]
+                mean, spread = member_mean_std(net(ids, mask, rows))
                 if uncertainty and self.uncertainty_method == "mc_dropout":
-                    spread = self._mc_passes(net, ids, mask)
+                    spread = self._mc_passes(net, ids, mask, rows)
                 for key in shapes:
                     out[key][idx] = mean[key].float().numpy()
                     std[key][idx] = spread[key].float().numpy()
@@ -180,13 +204,13 @@ class RewardModel:
         return out
 
     def pooled(self, prompts: Sequence[str], responses: Sequence[str], batch_size: int = 32) -> torch.Tensor:
-        """What the heads read: the backbone's pooled features of each exchange. Models on one frozen
-        backbone and frame read the same features, so several can score one pooled set
-        (`scalar_from_pooled`) without reading the texts again."""
+        """What the heads read: the backbone's pooled features of each exchange, then its guard columns.
+        Models on one frozen backbone, frame and guards read the same features, so several can score
+        one pooled set (`scalar_from_pooled`) without reading the texts again."""
         from hominem_pipeline.core.reward.dataset import _pooled_all
 
         _check_inputs(prompts, responses)
-        return _pooled_all(self.net, self.encode(prompts, responses), batch_size, pad_id(self.tokenizer))
+        return _pooled_all(self.net, self.encode(prompts, responses), batch_size, pad_id(self.tokenizer), self.guard_columns(prompts, responses))
 
     def scalar_from_pooled(self, pooled: torch.Tensor) -> np.ndarray:
         """The scalar (the members' mean) of these heads on `pooled` features."""

@@ -32,11 +32,12 @@ class RewardNet(nn.Module):
 
     Pooling `last_mean` hands the heads both the last real token's state and the mean. With `layers`,
     the states pooled are those after each of these layers (1 = the first block's output) side by side,
-    instead of the last one alone. The heads read the features standardised by `feature_mean` /
-    `feature_std` (identity unless ridge-fitted heads set them)."""
+    instead of the last one alone. `guards` more columns (`reward.guards`), measured outside the
+    backbone, follow the pooled features (`features`). The heads read the features standardised by
+    `feature_mean` / `feature_std` (identity unless ridge-fitted heads set them)."""
 
     def __init__(self, backbone: nn.Module, n_dims: int, *, members: int = 1, pooling: str = "mean", dropout: float = 0.1, length_feature: bool = False,
-                 layers: Sequence[int] | None = None):
+                 layers: Sequence[int] | None = None, guards: int = 0):
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling {pooling!r}: use one of {', '.join(POOLINGS)}")
@@ -44,7 +45,8 @@ class RewardNet(nn.Module):
         self.backbone = backbone
         self.n_dims, self.members, self.pooling, self.length_feature = n_dims, members, pooling, length_feature
         hidden = backbone.config.hidden_size * (2 if pooling == "last_mean" else 1) * (1 if self.layers is None else len(self.layers))
-        self.feature_size = hidden + int(length_feature)  # what the heads read
+        self.guards = guards
+        self.feature_size = hidden + int(length_feature) + guards  # what the heads read
         self.register_buffer("feature_mean", torch.zeros(self.feature_size))
         self.register_buffer("feature_std", torch.ones(self.feature_size))
         # Token ids every input of a causal decoder starts with (the judge frame's head): set, inference
@@ -105,6 +107,15 @@ class RewardNet(nn.Module):
             return pooled
         return torch.cat([pooled, n_real.to(pooled.dtype).log().unsqueeze(-1)], dim=-1)
 
+    def features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, guards: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, feature_size): `pooled`, then the batch's guard columns (B, guards)."""
+        pooled = self.pooled(input_ids, attention_mask)
+        if not self.guards:
+            return pooled
+        if guards is None or guards.shape != (pooled.shape[0], self.guards):
+            raise ValueError(f"this reward net reads {self.guards} guard columns per row; got {None if guards is None else tuple(guards.shape)}")
+        return torch.cat([pooled, guards.to(pooled.dtype)], dim=-1)
+
     def heads(self, pooled: torch.Tensor) -> dict[str, torch.Tensor]:
         """Per member: vector (B, M, D), scalar / reward_intensity / safety_score (B, M)."""
         h = self.dropout((pooled - self.feature_mean) / self.feature_std)
@@ -115,8 +126,8 @@ class RewardNet(nn.Module):
             "safety_score": torch.sigmoid(self.safety_head(h)),
         }
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        return self.heads(self.pooled(input_ids, attention_mask))
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, guards: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        return self.heads(self.features(input_ids, attention_mask, guards))
 
     def head_state_dict(self) -> dict[str, torch.Tensor]:
         return {k: v for k, v in self.state_dict().items() if not k.startswith("backbone.")}

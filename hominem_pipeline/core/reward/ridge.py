@@ -23,7 +23,7 @@ from hominem_pipeline.core.reward.network import RewardNet
 
 RIDGE_FOLDS = 5  # prompt folds for the penalty and for the held-out figures
 PAIR_MARGIN = 1.0  # s_chosen - s_rejected a human pair asks for before the tanh: tanh(0.5) against tanh(-0.5)
-PAIR_PULLS = (0.01, 0.1, 1.0)  # scales of the pairs' weights tried: the one people agree with most out of fold is kept
+PAIR_PULLS = (0.01, 0.1, 1.0, 10.0)  # scales of the pairs' weights tried: the one people agree with most out of fold is kept
 
 
 def feature_stats(features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

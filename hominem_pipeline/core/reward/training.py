@@ -27,6 +27,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from hominem_pipeline.core.artifacts import folder_digest
 from hominem_pipeline.core.config import RewardModelConfig
 from hominem_pipeline.core.progress import Progress
 from hominem_pipeline.core.reward.dataset import (
@@ -44,6 +45,7 @@ from hominem_pipeline.core.reward.encoding import (
     pad_batch,
     pad_id,
 )
+from hominem_pipeline.core.reward.guards import GuardScorer
 from hominem_pipeline.core.reward.metadata import RewardMetadata
 from hominem_pipeline.core.reward.model import BACKBONE_DIR, HEADS
 from hominem_pipeline.core.reward.network import (
@@ -116,12 +118,14 @@ def train_reward_model(
     on_epoch: Callable[[int, dict[str, float]], None] | None = None,
     judge_system: str | None = None,
     judge_question: str | None = None,
+    guard_student: Path | None = None,
 ) -> dict[str, Any]:
     """Train on labeled examples (columns prompt_id, prompt, response, vector, scalar, reward_intensity,
     safety_score, rationale) and optional human pairs (prompt, chosen, rejected); save the model to
     `out_dir`. Returns the final metrics. `judge_system`: the judge's system text, which `frame: judge`
     needs (`teacher.rubric_system`); `judge_question`: the question `frame: judge_question` asks after
-    the exchange (`labeling.scalar_question`)."""
+    the exchange (`labeling.scalar_question`); `guard_student`: the student folder that measures
+    `cfg.guards` (`reward.guards`; None: the backbone's own folder, a causal LM)."""
     from safetensors.torch import save_file
 
     n_human = 0 if human_pairs is None else len(human_pairs)
@@ -135,8 +139,13 @@ def train_reward_model(
     backbone = keep_layers(backbone, cfg.backbone.depth)
     pooling = cfg.backbone.pooling if cfg.backbone.pooling != "auto" else ("last" if kind == "decoder" else "mean")
     members = cfg.uncertainty.members if cfg.uncertainty.method == "ensemble" else 1
+    if cfg.guards and guard_student is None:
+        if kind != "decoder" or not isinstance(backbone_path, Path):
+            raise ValueError(f"reward_model.guards {cfg.guards} are measured by a causal LM (the student) and the backbone {backbone_path} is not a local one: "
+                             "pass train_reward_model(guard_student=...), or set reward_model.guards: []")
+        guard_student = backbone_path
     net = RewardNet(_wrap_backbone(backbone, cfg), len(dimensions), members=members, pooling=pooling, dropout=cfg.dropout, length_feature=cfg.length_feature,
-                    layers=cfg.backbone.layers)
+                    layers=cfg.backbone.layers, guards=len(cfg.guards))
     frame = None
     if cfg.backbone.frame in ("judge", "judge_question"):
         if not judge_system or (cfg.backbone.frame == "judge_question" and not judge_question):
@@ -170,10 +179,12 @@ def train_reward_model(
         rationale_targets = _rationale_targets(net, tokenizer, list(examples["rationale"].fillna("")), cfg.max_length, cfg.batch_size)
         has_rationale = torch.zeros(len(data.encoded), dtype=torch.bool)  # per sequence: human replies have none
         has_rationale[: data.labeled] = torch.tensor(examples["rationale"].fillna("").str.strip().astype(bool).to_numpy())
-        rationale_head = nn.Linear(net.feature_size, net.feature_size)
+        rationale_head = nn.Linear(net.feature_size, rationale_targets.shape[1])
 
-    # A frozen backbone gives every sequence the same pooled vector in every epoch: computed once.
-    frozen = _pooled_all(net, data.encoded, cfg.batch_size, pad_id(tokenizer)) if cfg.backbone.finetune == "frozen" else None
+    # The guard columns never change (the student is not trained here), and a frozen backbone gives every
+    # sequence the same pooled vector in every epoch: both computed once.
+    guards = GuardScorer(cfg.guards, guard_student)(*zip(*data.texts)) if cfg.guards else None
+    frozen = _pooled_all(net, data.encoded, cfg.batch_size, pad_id(tokenizer), guards) if cfg.backbone.finetune == "frozen" else None
     head_params = [p for n, p in net.named_parameters() if not n.startswith("backbone.")] + (list(rationale_head.parameters()) if rationale_head else [])
     backbone_params = [p for p in net.backbone.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
@@ -219,7 +230,7 @@ def train_reward_model(
                 mean, _ = member_mean_std(net.heads(frozen[torch.as_tensor(seqs)]))
                 return {k: mean[k].numpy() for k in out}
             for pos, ids, mask in length_sorted_batches([data.encoded[i] for i in seqs], cfg.batch_size, pad):
-                mean, _ = member_mean_std(net(ids, mask))
+                mean, _ = member_mean_std(net(ids, mask, None if guards is None else guards[torch.as_tensor(seqs[pos])]))
                 for k in out:
                     out[k][pos] = mean[k].numpy()
         return out
@@ -318,7 +329,7 @@ def train_reward_model(
         counts: dict[str, int] = {}
         for batch in data.batches(train_groups, cfg.batch_size, rng):
             seqs = torch.as_tensor(batch)
-            pooled = frozen[seqs] if frozen is not None else net.pooled(*pad_batch([data.encoded[i] for i in batch], pad))
+            pooled = frozen[seqs] if frozen is not None else net.features(*pad_batch([data.encoded[i] for i in batch], pad), None if guards is None else guards[seqs])
             heads = net.heads(pooled)
             parts = regression_losses(seqs, heads)
             loss = sum((weights[k] * v for k, v in parts.items()), torch.zeros(()))
@@ -410,6 +421,7 @@ def train_reward_model(
         "head_fit": cfg.head_fit,
         "validation": validation,
         "length_feature": cfg.length_feature,
+        "guards": {"names": list(cfg.guards), "student": str(Path(guard_student).resolve()), "sha256": folder_digest(Path(guard_student))} if cfg.guards else None,
         "members": members,
         "dropout": cfg.dropout,
         "uncertainty": {"method": cfg.uncertainty.method, "mc_samples": cfg.uncertainty.mc_samples},  # members: above
