@@ -59,6 +59,16 @@ def sequence_logps(model: Any, sequences: Sequence[tuple[list[int], int]], pad_i
     return out.log_probs.sum(1), (labels[:, 1:] != -100).sum(1).to(device)
 
 
+def right_padded(rows: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, attention mask) of token rows padded on the right, so each row's positions are its own."""
+    ids = torch.full((len(rows), max(len(r) for r in rows)), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for j, row in enumerate(rows):
+        ids[j, : len(row)] = torch.tensor(row)
+        mask[j, : len(row)] = 1
+    return ids, mask
+
+
 def reply_logps(model: Any, sequences: Sequence[tuple[list[int], int]], pad_id: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """`sequence_logps` for inference, from the full logits in batches of similar length: (summed
     log-probability of each sequence's response tokens, their count), in the order given. On a CPU
@@ -69,12 +79,7 @@ def reply_logps(model: Any, sequences: Sequence[tuple[list[int], int]], pad_id: 
     with torch.inference_mode():
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
-            width = max(len(sequences[i][0]) for i in rows)
-            ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for j, i in enumerate(rows):
-                ids[j, : len(sequences[i][0])] = torch.tensor(sequences[i][0])
-                mask[j, : len(sequences[i][0])] = 1
+            ids, mask = right_padded([sequences[i][0] for i in rows], pad_id)
             logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, :-1].float()
             token_logps = logits.log_softmax(-1).gather(-1, ids[:, 1:, None].to(device))[..., 0].cpu()
             for j, i in enumerate(rows):

@@ -47,18 +47,15 @@ def reply_token_logps(model: Any, sequences: Sequence[tuple[list[int], int]], pa
     """(summed log-probability of each sequence's reply tokens, their count), in the order given: the
     base network once per batch of similar length, the LM head on the reply positions alone (a long
     prompt costs its layers, not its 49k-way projections)."""
+    from hominem_pipeline.core.policy.sequences import right_padded
+
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i][0]))
     sums, counts = torch.zeros(len(sequences), dtype=torch.float64), torch.zeros(len(sequences), dtype=torch.long)
     body, head = model.get_decoder(), model.get_output_embeddings()
     with torch.inference_mode():
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
-            width = max(len(sequences[i][0]) for i in rows)
-            ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for j, i in enumerate(rows):  # right-padded: positions are the same as unpadded
-                ids[j, : len(sequences[i][0])] = torch.tensor(sequences[i][0])
-                mask[j, : len(sequences[i][0])] = 1
+            ids, mask = right_padded([sequences[i][0] for i in rows], pad_id)
             hidden = body(input_ids=ids, attention_mask=mask).last_hidden_state
             for j, i in enumerate(rows):
                 seq, begin = sequences[i]
