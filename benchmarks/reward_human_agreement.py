@@ -7,6 +7,7 @@ each held-out pair; agreement is the share it orders as the person did. Scorers:
 
     default         the reward model a fresh clone's `make run` builds for the day (the judge's labels,
                     the shipped people's pairs, and any imports or feedback of the window)
+    no guards       the default without its guard columns (reward_model.guards []): does each guard earn its place
     judge copy      the same without any people's pairs (reward_model.people_pairs [], guards [],
                     human_preferences false): the copy of the offline judge alone
     longer          prefer the longer reply
@@ -15,7 +16,8 @@ each held-out pair; agreement is the share it orders as the person did. Scorers:
 Each is also scored on the contrast fixtures (config/fixtures/contrast.yaml: overall, its weakest tag,
 and the driving-test pair), and the two reward models on the judge's own pairs out of fold. Both
 reward models read the same frozen backbone in the same frame, so the held-out replies are encoded
-once and each model's heads are applied to the pooled features (checked against `raw_scores`).
+once and each model's heads are applied to the pooled features and the guard columns it reads
+(checked against `raw_scores`).
 
     .venv/bin/python benchmarks/reward_human_agreement.py                 # today's partition, 504 held out
     .venv/bin/python benchmarks/reward_human_agreement.py --date 2026-11-25 --test 200
@@ -45,11 +47,17 @@ from hominem_pipeline.core.lineage import lineage  # noqa: E402
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"
 TRAIN = 1800  # the training part of the split (the shipped pairs are its first 300)
 WITHOUT_PEOPLE = {"reward_model": {"people_pairs": [], "human_preferences": False, "guards": []}}
+WITHOUT_GUARDS = {"reward_model": {"guards": []}}
 DRIVING = ("I failed my driving test again.", "That's rough. What happened?", "Try harder.")
 
 
-def heads_scores(rm, pooled, prompts, replies) -> np.ndarray:
-    """The scalar of `rm`'s heads on pooled features (its backbone's), checked against its own scoring."""
+def heads_scores(rm, backbone, guards, prompts, replies) -> np.ndarray:
+    """The scalar of `rm`'s heads on the backbone's pooled features and the guard columns it reads (by
+    name, from `guards`), checked against its own scoring."""
+    import torch
+
+    names = rm.metadata.guards.names if rm.metadata.guards else []
+    pooled = torch.cat([backbone] + [guards[name].unsqueeze(1) for name in names], 1)
     scores = rm.scalar_from_pooled(pooled).astype(np.float64)
     check = rm.raw_scores(prompts[:4], replies[:4])["scalar"]
     if not np.allclose(check, scores[:4], atol=1e-4):
@@ -87,7 +95,7 @@ def main() -> None:
     pairs = parse_preference_file(args.data, "hh-rlhf", args.data.name).pairs.reset_index(drop=True)
     order = np.random.default_rng(0).permutation(len(pairs))
     test = pairs.iloc[order[TRAIN : TRAIN + args.test]].reset_index(drop=True)
-    cfg, bare = load_config(None), load_config(None, overrides=WITHOUT_PEOPLE)
+    cfg, bare, unguarded = load_config(None), load_config(None, overrides=WITHOUT_PEOPLE), load_config(None, overrides=WITHOUT_GUARDS)
     shipped = people_pairs(cfg)
     if shipped is not None and set(shipped["pair_id"]) & set(test["pair_id"]):
         sys.exit("the shipped people's pairs overlap the held-out pairs: this benchmark's split is not the one they were drawn from")
@@ -95,7 +103,7 @@ def main() -> None:
         sys.exit(f"no teacher_labels for {args.date} under the default config; run `make run` (or pass --date)")
     started = time.monotonic()
     models = {}
-    for name, c in (("default", cfg), ("judge copy", bare)):
+    for name, c in (("default", cfg), ("no guards", unguarded), ("judge copy", bare)):
         result = run_stage("reward_model", c, args.date)
         models[name] = (RewardModel.load(result.ref.path), result.metrics)
         print(f"{name}: {result.ref.path} ({'reused' if result.cache_hit else 'built'}), {int(result.metadata.get('human_pairs', 0))} people's pairs", flush=True)
@@ -104,10 +112,14 @@ def main() -> None:
     n = len(test)
     prompts = list(test["prompt"]) * 2 + [f.prompt for f in fixtures] * 2 + [DRIVING[0]] * 2
     replies = list(test["chosen"]) + list(test["rejected"]) + [f.better for f in fixtures] + [f.worse for f in fixtures] + list(DRIVING[1:])
-    pooled = models["default"][0].pooled(prompts, replies)
-    scores = {name: heads_scores(rm, pooled, prompts, replies) for name, (rm, _) in models.items()}
+    default = models["default"][0]
+    pooled = default.pooled(prompts, replies)
+    names = default.metadata.guards.names if default.metadata.guards else []
+    backbone, guards = pooled[:, : pooled.shape[1] - len(names)], {name: pooled[:, -len(names) + i] for i, name in enumerate(names)}
+    scores = {name: heads_scores(rm, backbone, guards, prompts, replies) for name, (rm, _) in models.items()}
     scores["longer"] = np.array([len(r.encode()) for r in replies], dtype=np.float64)
-    scores["student LL"] = mean_logps(student_path(cfg), prompts, replies)
+    # the default's reply_logp guard is this very figure (a test checks it): reused, not measured twice
+    scores["student LL"] = guards["reply_logp"].double().numpy() if "reply_logp" in guards else mean_logps(student_path(cfg), prompts, replies)
 
     f = len(fixtures)
     rows = []
@@ -123,7 +135,9 @@ def main() -> None:
     print(f"{'scorer':12s} {'people':>8s} {'fixtures':>9s}  {'weakest tag':24s} {'kind reply wins':>16s} {'judge OOF':>10s}")
     for name, people, fix, tag, worst, kind, judge in rows:
         print(f"{name:12s} {people:8.1%} {fix:9.1%}  {f'{tag} {worst:.0%}':24s} {'yes' if kind else 'no':>16s} {'-' if judge is None else f'{judge:.1%}':>10s}")
-    best = max(rows[1:], key=lambda r: r[1])
+    best = max((r for r in rows if r[0] not in ("default", "no guards")), key=lambda r: r[1])
+    plain = next(r for r in rows if r[0] == "no guards")
+    print(f"the guards ({', '.join(names) or 'none'}): {rows[0][1] - plain[1]:+.1%} agreement with people, {rows[0][2] - plain[2]:+.1%} on the fixtures")
     print(f"default against the best baseline ({best[0]}): {rows[0][1] - best[1]:+.1%} agreement with people; goal: at least 65% and above all three")
 
     import matplotlib
