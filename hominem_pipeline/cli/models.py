@@ -116,7 +116,7 @@ def _probe_fixtures(cfg, path: Path, as_json: bool) -> None:
 def compare(
     prompt: Annotated[Optional[list[str]], typer.Option("--prompt", "-p", help="A prompt to answer; repeat for several.")] = None,
     eval_set: Annotated[bool, typer.Option("--eval-set", help="Use the held-out evaluation prompts (of the newest prompts partition).")] = False,
-    adapter: Annotated[Optional[Path], typer.Option("--adapter", "-a", help="Adapter folder (default: the newest built one).")] = None,
+    adapter: Annotated[Optional[Path], typer.Option("--adapter", "-a", help="Adapter folder, or `live` (the one that passed the gate) (default: the newest built one, live or not).")] = None,
     reward_model: Annotated[Optional[Path], typer.Option("--reward-model", "-m", help="Reward model folder (default: the one the adapter was trained with).")] = None,
     config: ConfigOpt = None,
     sets: SetOpt = None,
@@ -135,7 +135,7 @@ def compare(
     cfg = load(config, sets)
     texts = list(prompt or [])
     ref = artifact_for(cfg, "lora_adapter", date)[1] if adapter is None else None
-    adapter_path = adapter or ref.path
+    adapter_path = _live_adapter(cfg) if str(adapter) == "live" else adapter or ref.path
     if eval_set:
         _, prompts_ref = artifact_for(cfg, "prompts", None)
         table = pd.read_parquet(prompts_ref.file("prompts.parquet"))
@@ -149,7 +149,7 @@ def compare(
         rows = side_by_side(texts, student_path=student_path(cfg), adapter_path=adapter_path, reward_model=rm_model, cfg=cfg.evaluation, seed=cfg.project.seed)
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
-    console.print(f"[dim]adapter {adapter_path}\nreward model {reward_model}[/]")
+    console.print(f"[dim]adapter {adapter_path} ({_live_status(cfg, adapter_path)})\nreward model {reward_model}[/]")
     wins = 0.0
     for row in rows:
         console.rule(row.prompt if len(row.prompt) <= 100 else row.prompt[:97] + "...")
@@ -173,9 +173,30 @@ def compare(
         console.print(f"[bold]adapter's win rate {wins / len(rows):.1%} ({wins:g} of {len(rows)} prompts; a tie counts half, as in the evaluation stage)[/]")
 
 
+def _live_adapter(cfg) -> Path:
+    from hominem_pipeline.core.online.live import LiveState
+
+    path = LiveState(cfg.data_dir).adapter_path()
+    if path is None:
+        fail("no adapter is live (none has passed the gate); `hominem live status` lists the candidates and why")
+    return path
+
+
+def _live_status(cfg, adapter_path: Path) -> str:
+    """Whether `adapter_path` is live, a candidate the gate refused (and why), or not gated yet."""
+    from hominem_pipeline.core.online.live import LiveState
+
+    state = LiveState(cfg.data_dir)
+    live = state.adapter_path()
+    if live is not None and live.resolve() == Path(adapter_path).resolve():
+        return "live"
+    refused = [c for c in state.candidates() if state.absolute(c["adapter"]).resolve() == Path(adapter_path).resolve()] if state.history_path.is_file() else []
+    return f"not live: the gate refused it ({refused[0]['reason']})" if refused else "not live"
+
+
 @app.command()
 def export(
-    adapter: Annotated[Path, typer.Option("--adapter", "-a", help="A LoRA adapter folder (data/lora_adapter/<date>/<version>).")],
+    adapter: Annotated[Path, typer.Option("--adapter", "-a", help="A LoRA adapter folder (data/lora_adapter/<date>/<version>), or `live`.")],
     merged: Annotated[Path, typer.Option("--merged", "-o", help="New folder for the merged model.")],
     base: Annotated[Optional[Path], typer.Option("--base", help="The base model folder (default: the one the adapter names).")] = None,
 ) -> None:
@@ -184,6 +205,8 @@ def export(
     from hominem_pipeline.core.policy.export import export_merged
 
     setup_logging()
+    if str(adapter) == "live":
+        adapter = _live_adapter(load(None))
     try:
         info = export_merged(adapter, merged, base)
     except (FileNotFoundError, FileExistsError) as exc:

@@ -14,7 +14,7 @@ from hominem_pipeline.cli.common import ConfigOpt, SetOpt, app, err, fail, load,
 def serve(
     config: ConfigOpt = None,
     sets: SetOpt = None,
-    adapter: Annotated[Optional[str], typer.Option("--adapter", "-a", help="Adapter to serve: a folder, `latest` or `none` (default: serving.adapter).")] = None,
+    adapter: Annotated[Optional[str], typer.Option("--adapter", "-a", help="Adapter to serve: `live` (the one that passed the gate), `latest`, a folder or `none` (default: serving.adapter).")] = None,
     reward_model: Annotated[Optional[str], typer.Option("--reward-model", "-m", help="Reward model: a folder, `adapter`, `latest` or `none` (default: serving.reward_model).")] = None,
     host: Annotated[Optional[str], typer.Option(help="Address to bind (default: serving.host; beyond loopback, tokens are required).")] = None,
     port: Annotated[Optional[int], typer.Option(help="Port (default: serving.port; 0: any free port).")] = None,
@@ -40,7 +40,7 @@ def serve(
 def chat(
     config: ConfigOpt = None,
     sets: SetOpt = None,
-    adapter: Annotated[Optional[str], typer.Option("--adapter", "-a", help="Adapter to talk to: a folder, `latest` or `none` for the base (default: serving.adapter).")] = None,
+    adapter: Annotated[Optional[str], typer.Option("--adapter", "-a", help="Adapter to talk to: `live`, `latest`, a folder or `none` for the base (default: serving.adapter).")] = None,
     message: Annotated[Optional[list[str]], typer.Option("--message", "-p", help="Say this, print the reply and go on to the next --message; without it, read what you type (repeatable).")] = None,
     system: Annotated[Optional[str], typer.Option(help="A system message the conversation starts with.")] = None,
     max_tokens: Annotated[Optional[int], typer.Option(min=1, help="Tokens per reply at most (default: serving.max_new_tokens).")] = None,

@@ -457,7 +457,7 @@ class RetrainConfig(_Frozen):
 class ServingConfig(_Frozen):
     host: str = Field(min_length=1, description="Address `hominem serve` binds; beyond loopback (127.0.0.1, ::1, localhost) it needs bearer tokens (tokens_file or tokens_env).")
     port: int = Field(ge=0, le=65535, description="TCP port, 0-65535 (0: any free port, printed at start).")
-    adapter: str | None = Field(description="What `hominem` (the served model) runs: \"latest\" (the newest lora_adapter built under this config), an adapter folder, or null (the base alone).")
+    adapter: str | None = Field(description="What `hominem` (the served model) runs: \"live\" (the adapter data/live/current.json names, which passed the gate; the base until one has), \"latest\" (the newest lora_adapter built under this config, passed or not), an adapter folder, or null (the base alone).")
     reward_model: str | None = Field(description="What scores replies: \"adapter\" (the one the served adapter was trained with, else the newest built), \"latest\", a folder, or null (no scores).")
     max_batch_size: int = Field(ge=1, le=256, description="Replies generated together in one batch, 1-256.")
     batch_wait_ms: float = Field(ge=0.0, le=1000.0, description="How long the first waiting request waits for others to join its batch, 0-1000 ms.")

@@ -9,10 +9,12 @@ from dagster import AssetSelection, Definitions, define_asset_job, in_process_ex
 from hominem_pipeline.core.config_loader import find_project_root, load_config
 from hominem_pipeline.core.stages import STAGES
 from hominem_pipeline.defs.assets import stage_assets
+from hominem_pipeline.defs.live import live_gate_check
 from hominem_pipeline.defs.partitions import daily_partitions
 from hominem_pipeline.defs.resources import HominemResource
 from hominem_pipeline.defs.schedules import build_weekly_schedule
 from hominem_pipeline.defs.sensors import build_retrain_sensor
+from hominem_pipeline.warnings_seen import silence_known
 
 DAILY_JOB = "hominem_daily"
 RETRAIN_JOB = "hominem_retrain"
@@ -20,6 +22,7 @@ IMPORT_JOB = "hominem_import"
 
 
 def build_definitions(config_path: str | None = None, root: Path | None = None) -> Definitions:
+    silence_known()
     root = (root or find_project_root()).resolve()
     cfg = load_config(config_path, root=root)
     partitions = daily_partitions(cfg)
@@ -38,6 +41,7 @@ def build_definitions(config_path: str | None = None, root: Path | None = None) 
     )
     return Definitions(
         assets=assets,
+        asset_checks=[live_gate_check(partitions)],
         jobs=[daily, retrain, import_job],
         sensors=[build_retrain_sensor(retrain, cfg.retrain.sensor_interval_seconds)],
         schedules=[build_weekly_schedule(daily, cfg.retrain.weekly_cron)],

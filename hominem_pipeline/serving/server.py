@@ -45,10 +45,21 @@ def _latest_or_folder(cfg: HominemConfig, asset: str, choice: str, marker: str, 
 
 
 def resolve_adapter(cfg: HominemConfig, choice: str | None) -> Path | None:
-    """`latest` (the newest lora_adapter under this config; None with a warning when there is none),
-    a folder, or None / `none` / `base` (the base alone)."""
+    """`live` (what data/live/current.json names: the adapter that passed the gate; the base when none
+    has), `latest` (the newest lora_adapter under this config, passed or not; None with a warning when
+    there is none), a folder, or None / `none` / `base` (the base alone)."""
     if choice is None or choice in ("none", "base"):
         return None
+    if choice == "live":
+        from hominem_pipeline.core.online.live import LiveState
+
+        state = LiveState(cfg.data_dir)
+        path = state.adapter_path()
+        if path is None:
+            log.info("no adapter is live in %s (none has passed the gate yet): serving the base alone", state.dir)
+        elif not path.is_dir():
+            raise ServeError(f"the live adapter {path} (named by {state.current_path}) is gone; `hominem live rollback` to one that is there")
+        return path
     return _latest_or_folder(cfg, "lora_adapter", choice, "adapter_config.json", "serving the base alone")
 
 

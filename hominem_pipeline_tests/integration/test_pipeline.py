@@ -44,7 +44,7 @@ def run_all(project, config_path, instance, selection=None, checks=None):
     defs = build_definitions(str(config_path), root=project)
     assets = [a for a in defs.assets if a.key.to_user_string() != "human_preferences"]  # filled by imports
     result = materialize(
-        assets,
+        [*assets, *defs.asset_checks],  # the checks defined beside the assets: the live gate
         instance=instance,
         partition_key=DAY,
         resources={"hominem": HominemResource(root=str(project), config_path=str(config_path))},
@@ -271,6 +271,73 @@ def test_the_default_dual_mode_trains_both_channels_and_dpo_is_one_overlay_away(
     fourth, _ = run_all(project, chain["config"], chain["instance"])
     assert {n for n, m in fourth.items() if not m["reused_existing_version"].value} == {"lora_adapter", "evaluation", "reward_health_index"}
     assert fourth["evaluation"]["memory_questions"].value == probe["questions"] + 1
+
+
+def hominem(project, *args, check=True):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "HOMINEM_HOME": str(project), "COLUMNS": "200"}
+    env.pop("DAGSTER_HOME", None)
+    done = subprocess.run([str(Path(sys.executable).parent / "hominem"), *args], cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    if check:
+        assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def test_the_daily_adapter_goes_through_the_live_gate(chain):
+    """The daily job offers its adapter to the live gate (the `live_gate` check on lora_adapter): it is
+    promoted or stays a candidate, with the gate's figures in data/live/history.json; the second run of
+    the day does not gate it again."""
+    from hominem_pipeline.core.online.live import LiveState
+
+    cfg, first = chain["cfg"], chain["first"]
+    check = chain["checks"]["live_gate"]
+    version = first["lora_adapter"]["version"].value
+    entries = [e for e in LiveState(cfg.data_dir).history() if e.get("version") == version and e["action"] in ("promote", "refuse")]
+    assert len(entries) == 1  # gated once, though the day ran twice
+    gate = entries[0]["gate"]
+    assert entries[0]["action"] == ("promote" if check.passed else "refuse") and gate["passed"] == check.passed
+    assert gate["rhi"] == pytest.approx(first["reward_health_index"]["rhi"].value) and gate["deploy_threshold"] == cfg.health.deploy_threshold
+    assert gate["live_version"] is None and gate["prompts"] == len(cfg.prompts.categories)
+    assert gate["win_rate_vs_live"] == pytest.approx(first["evaluation"]["win_rate"].value)  # against the base: the evaluation's replies and count
+    assert isinstance(gate["smoke_reply"], str) and check.metadata["version"].value == version
+    assert version in hominem(chain["project"], "live", "status", "--config", "config/tiny.yaml").stdout
+
+
+def test_promote_and_rollback_by_hand_go_through_the_gate(chain):
+    """`hominem live promote` gates the adapter against the live one: under a gate it cannot pass it
+    exits 1 and the adapter stays a candidate with the reason; under one it passes it becomes live, and
+    `compare --adapter live` and `rollback` follow the pointer."""
+    import yaml
+
+    from hominem_pipeline.core.config_loader import deep_merge
+    from hominem_pipeline.core.online.live import LiveState
+
+    project, cfg = chain["project"], chain["cfg"]
+    state = LiveState(cfg.data_dir)
+    if not state.current().is_base:
+        hominem(project, "live", "rollback", "base", "--config", "config/tiny.yaml")
+    version = chain["first"]["lora_adapter"]["version"].value
+    base = yaml.safe_load(chain["config"].read_text())
+    for name, health in (("strict", {"deploy_threshold": 1.0}), ("lenient", {"deploy_threshold": 0.0, "min_win_rate": 0.0})):
+        (project / "config" / f"{name}.yaml").write_text(yaml.safe_dump(deep_merge(base, {"health": health})))
+    refused = hominem(project, "live", "promote", version, "--config", "config/strict.yaml", "--reason", "try it", check=False)
+    assert refused.returncode == 1 and "stays a candidate" in refused.stderr and "below health.deploy_threshold 1.0" in refused.stderr
+    assert state.current().is_base and state.candidates()[0]["version"] == version
+    hominem(project, "live", "promote", version, "--config", "config/lenient.yaml", "--reason", "by hand")
+    live = state.current()
+    assert live.version == version and state.history()[-1]["reason"] == "by hand" and state.history()[-1]["gate"]["passed"]
+    assert live.reward_model == str(lineage(cfg).require("reward_model", DAY).path.relative_to(cfg.data_dir))
+    assert f"adapter {state.adapter_path()} (live)" in " ".join(hominem(project, "compare", "--config", "config/tiny.yaml", "--adapter", "live", "-p", "Hi").stdout.split())
+    hominem(project, "live", "freeze", "--config", "config/tiny.yaml", "--reason", "hold")
+    frozen = hominem(project, "live", "promote", version, "--config", "config/lenient.yaml", check=False)
+    assert frozen.returncode == 2 and "frozen" in frozen.stderr
+    hominem(project, "live", "unfreeze", "--config", "config/tiny.yaml")
+    hominem(project, "live", "rollback", "--config", "config/tiny.yaml", "--reason", "back to the base")
+    assert state.current().is_base and [e["action"] for e in state.history()[-5:]] == ["refuse", "promote", "freeze", "unfreeze", "rollback"]
 
 
 def test_compare_prints_base_and_adapter_side_by_side(chain):

@@ -1,0 +1,115 @@
+"""`hominem live ...`: which adapter the service answers with, and changing it (through the gate)."""
+
+from __future__ import annotations
+
+import getpass
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from hominem_pipeline.cli.common import ConfigOpt, SetOpt, app, console, fail, load, setup_logging
+
+live_app = typer.Typer(help="The live adapter: status, promote (through the gate), rollback, freeze, notes.", no_args_is_help=True)
+app.add_typer(live_app, name="live")
+
+ReasonOpt = Annotated[Optional[str], typer.Option("--reason", "-r", help="Why; kept in data/live/history.json.")]
+
+
+def _who() -> str:
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return "cli"
+
+
+def _state(config, sets):
+    from hominem_pipeline.core.online.live import LiveState
+
+    return LiveState(load(config, sets, persist=False).data_dir)
+
+
+def _do(action):
+    from hominem_pipeline.core.online.live import LiveError
+
+    try:
+        return action()
+    except LiveError as exc:
+        fail(str(exc))
+
+
+@live_app.command("status")
+def live_status(config: ConfigOpt = None, sets: SetOpt = None,
+                last: Annotated[int, typer.Option("--last", "-n", help="History entries shown.")] = 10) -> None:
+    """The live adapter, whether updates are frozen, the candidates the gate refused, and the latest history."""
+    state = _state(config, sets)
+    live = _do(state.current)
+    console.print(f"live: [bold]{live.version or 'base'}[/]" + (f"  {live.adapter}" if live.adapter else "  (the base student alone)")
+                  + (f"  since {live.since}" if live.since else ""))
+    if live.reward_model:
+        console.print(f"reward model: {live.reward_model}")
+    if live.frozen:
+        console.print(f"[bold yellow]frozen[/] since {live.frozen['since']} by {live.frozen['by']}: {live.frozen['reason']} (`hominem live unfreeze`)")
+    stack = [s["version"] or "base" for s in state.stack()]
+    if len(stack) > 1:
+        console.print(f"rollback goes to: {stack[-2]}  (live before, oldest first: {', '.join(stack[:-1])})")
+    candidates = state.candidates()
+    if candidates:
+        table = Table(title="candidates the gate refused")
+        for col in ("version", "when", "why"):
+            table.add_column(col)
+        for c in candidates[:last]:
+            table.add_row(c["version"], c["time"], c.get("reason", ""))
+        console.print(table)
+    history = state.history()[-last:]
+    if history:
+        table = Table(title=f"history (last {len(history)})")
+        for col in ("when", "action", "version", "by", "reason / note"):
+            table.add_column(col)
+        for e in history:
+            table.add_row(e["time"], e["action"], e.get("version") or "base", e.get("by", ""), e.get("note") or e.get("reason") or "")
+        console.print(table)
+
+
+@live_app.command("promote")
+def live_promote(version: Annotated[str, typer.Argument(help="The adapter's version id (a lora_adapter version or an online update's).")],
+                 config: ConfigOpt = None, sets: SetOpt = None, reason: ReasonOpt = None) -> None:
+    """Gate the adapter against the live one and make it live if it passes; exit 1 with the reasons if not."""
+    from hominem_pipeline.core.online.promotion import promote_version
+
+    setup_logging()
+    cfg = load(config, sets, persist=False)
+    result = _do(lambda: promote_version(cfg, version, by=_who(), reason=reason or "promoted by hand"))
+    console.print(result.report.summary())
+    if not result.promoted:
+        fail(f"{version} stays a candidate: " + "; ".join(result.report.reasons), code=1)
+    console.print(f"[bold green]{version} is live[/]")
+
+
+@live_app.command("rollback")
+def live_rollback(version: Annotated[Optional[str], typer.Argument(help="A version that was live, or `base`; default: the one live before.")] = None,
+                  config: ConfigOpt = None, sets: SetOpt = None, reason: ReasonOpt = None) -> None:
+    """Make the adapter live before the current one (or VERSION) live again; no gate: it was live already."""
+    live = _do(lambda: _state(config, sets).rollback(version, reason=reason or "rolled back by hand", by=_who()))
+    console.print(f"live: [bold]{live.version or 'base'}[/]")
+
+
+@live_app.command("freeze")
+def live_freeze(config: ConfigOpt = None, sets: SetOpt = None, reason: ReasonOpt = None) -> None:
+    """Stop online updates and promotions; the live adapter keeps answering."""
+    _do(lambda: _state(config, sets).freeze(reason=reason or "frozen by hand", by=_who()))
+    console.print("live updates frozen (`hominem live unfreeze` resumes them)")
+
+
+@live_app.command("unfreeze")
+def live_unfreeze(config: ConfigOpt = None, sets: SetOpt = None, reason: ReasonOpt = None) -> None:
+    """Resume online updates and promotions."""
+    _do(lambda: _state(config, sets).unfreeze(reason=reason or "", by=_who()))
+    console.print("live updates resumed")
+
+
+@live_app.command("note")
+def live_note(text: Annotated[str, typer.Argument(help="What you noticed about the live adapter.")], config: ConfigOpt = None, sets: SetOpt = None) -> None:
+    """Keep a note about the live adapter in its history."""
+    _do(lambda: _state(config, sets).note(text, by=_who()))
+    console.print("noted")

@@ -1,0 +1,159 @@
+"""The gate an adapter passes before it goes live.
+
+A candidate passes when all of these hold, each measured against the adapter live now (the base
+student when none is):
+
+- its Reward Health Index is at least `health.deploy_threshold` (the daily job's: the
+  `reward_health_index` of that adapter; an online update's: the fast loop's partial index);
+- the reward model prefers its replies to the live adapter's on at least `health.min_win_rate` of the
+  held-out prompts (greedy, decoded as the evaluation decodes; a tie counts half);
+- it still answers every memory-probe question the live adapter answers with its fact;
+- its reply to a plain greeting is neither empty nor degenerate (one repeated word, no letters).
+
+Candidate and live adapter are loaded side by side on one base (PEFT named adapters), so the two are
+compared on the same prompts in one process.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hominem_pipeline.core.config import HominemConfig
+
+log = logging.getLogger(__name__)
+
+SMOKE_PROMPT = "Hello! How are you today?"
+CANDIDATE, LIVE = "candidate", "live"
+
+
+@dataclass(frozen=True)
+class GateReport:
+    passed: bool
+    reasons: list[str]  # why it failed, one line per failed condition (empty when it passed)
+    figures: dict[str, Any] = field(default_factory=dict)  # every measured figure and its threshold
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"passed": self.passed, "reasons": self.reasons, **self.figures}
+
+    def summary(self) -> str:
+        f = self.figures
+        win = "n/a" if f.get("win_rate_vs_live") is None else f"{f['win_rate_vs_live']:.0%}"
+        rhi = "n/a" if f.get("rhi") is None else f"{f['rhi']:.3f}"
+        head = f"RHI {rhi} (>= {f.get('deploy_threshold')}), win rate over {f.get('live_version') or 'the base'} {win} (>= {f.get('min_win_rate')}), " \
+               f"facts lost {f.get('facts_lost', 0)}"
+        return head + ("" if self.passed else "; " + "; ".join(self.reasons))
+
+
+def degenerate(reply: str) -> str | None:
+    """Why `reply` is not a usable answer (empty, no letters, one word over and over), or None."""
+    text = reply.strip()
+    if not text:
+        return "an empty reply"
+    words = re.findall(r"[^\W\d_]+", text.lower())
+    if not words:
+        return f"no words, only symbols: {text[:40]!r}"
+    if len(words) >= 6 and len(set(words)) / len(words) < 0.25:
+        return f"the same few words over and over: {text[:60]!r}"
+    return None
+
+
+def side_by_side_model(student: Path, candidate: Path, live: Path | None):
+    """(model, tokenizer): the base with the candidate and (if any) the live adapter loaded under their names."""
+    from peft import PeftModel
+
+    from hominem_pipeline.core.models import load_student
+
+    model, tokenizer = load_student(student)
+    model = PeftModel.from_pretrained(model, candidate, adapter_name=CANDIDATE)
+    if live is not None:
+        model.load_adapter(str(live), adapter_name=LIVE)
+    model.eval()
+    return model, tokenizer
+
+
+def replies_of(model: Any, tokenizer: Any, name: str | None, prompts: Sequence[str], cfg: HominemConfig, seed: int) -> list[str]:
+    """Greedy replies (the evaluation's decoding) with adapter `name`, or the base alone (None)."""
+    from hominem_pipeline.core.evaluation.compare import greedy_replies
+
+    what = f"gate replies, {name or 'base'}"
+    if name is None:
+        with model.disable_adapter():
+            return [g.text for g in greedy_replies(model, tokenizer, prompts, cfg.evaluation, seed, what)]
+    model.set_adapter(name)
+    return [g.text for g in greedy_replies(model, tokenizer, prompts, cfg.evaluation, seed, what)]
+
+
+def run_gate(
+    candidate: Path,
+    live: Path | None,
+    *,
+    cfg: HominemConfig,
+    student: Path,
+    reward_model: Any,
+    prompts: Sequence[str],
+    memory: pd.DataFrame | None,
+    rhi: float | None,
+    seed: int,
+    live_version: str | None = None,
+    threshold: float | None = None,
+) -> GateReport:
+    """Measure `candidate` against `live` (None: the base) and say whether it may go live. `rhi`: the
+    candidate's health index (None: not measured, which fails the gate); `threshold`: the RHI it needs
+    (default `health.deploy_threshold`)."""
+    from hominem_pipeline.core.evaluation.compare import outcome
+    from hominem_pipeline.core.evaluation.memory import probe
+    from hominem_pipeline.core.reward.model import score_side
+
+    if not prompts:
+        raise ValueError("the gate needs held-out prompts to compare on; set prompts.eval_per_category to at least 1")
+    threshold = cfg.health.deploy_threshold if threshold is None else threshold
+    model, tokenizer = side_by_side_model(student, candidate, live)
+    live_name = None if live is None else LIVE
+    reasons: list[str] = []
+    figures: dict[str, Any] = {"candidate": str(candidate), "live_version": live_version, "rhi": rhi, "deploy_threshold": threshold,
+                               "min_win_rate": cfg.health.min_win_rate, "prompts": len(prompts)}
+
+    smoke = replies_of(model, tokenizer, CANDIDATE, [SMOKE_PROMPT], cfg, seed)[0]
+    figures["smoke_reply"] = smoke
+    if (why := degenerate(smoke)) is not None:
+        reasons.append(f"smoke generation: {why}")
+
+    if rhi is None:
+        reasons.append("no Reward Health Index measured for it")
+    elif rhi < threshold:
+        reasons.append(f"RHI {rhi:.3f} below health.deploy_threshold {threshold}")
+
+    texts = list(prompts)
+    sides = {"live": replies_of(model, tokenizer, live_name, texts, cfg, seed), "candidate": replies_of(model, tokenizer, CANDIDATE, texts, cfg, seed)}
+    scores = {side: score_side(reward_model, texts, replies)["scalar"] for side, replies in sides.items()}
+    wins = [outcome(float(a), float(b)) for a, b in zip(scores["live"], scores["candidate"])]
+    win_rate = float(np.mean(wins))
+    figures.update(win_rate_vs_live=win_rate, live_mean_scalar=_nanmean(scores["live"]), candidate_mean_scalar=_nanmean(scores["candidate"]))
+    if win_rate < cfg.health.min_win_rate:
+        reasons.append(f"win rate over {live_version or 'the base'} {win_rate:.0%} below health.min_win_rate {cfg.health.min_win_rate:.0%}")
+
+    figures.update(facts_asked=0, facts_live=0, facts_candidate=0, facts_lost=0, facts_lost_prompts=[])
+    questions = memory[memory["facts"].map(len) > 0].reset_index(drop=True) if memory is not None else None
+    if questions is not None and len(questions):
+        asked = list(questions["prompt"])
+        found = probe(questions, {"base": replies_of(model, tokenizer, live_name, asked, cfg, seed),
+                                  "adapter": replies_of(model, tokenizer, CANDIDATE, asked, cfg, seed)})
+        figures.update(facts_asked=found.questions, facts_live=found.base, facts_candidate=found.adapter, facts_lost=len(found.lost),
+                       facts_lost_prompts=found.lost)
+        if found.lost:
+            reasons.append(f"lost {len(found.lost)} memory-probe fact(s) the live adapter knows (first: {found.lost[0]!r})")
+    report = GateReport(not reasons, reasons, figures)
+    log.info("live gate for %s: %s. %s", candidate, "passed" if report.passed else "refused", report.summary())
+    return report
+
+
+def _nanmean(x: np.ndarray) -> float | None:
+    return float(np.nanmean(x)) if np.isfinite(x).any() else None

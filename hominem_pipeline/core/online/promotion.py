@@ -1,0 +1,157 @@
+"""Offering an adapter for promotion: check its files, run the gate against the live adapter, then
+promote it or keep it as a refused candidate with the reason. The daily job, `hominem live promote`,
+the server's admin endpoint and the online updater all go through `offer`."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hominem_pipeline.core.config import HominemConfig
+from hominem_pipeline.core.online.gate import GateReport, run_gate
+from hominem_pipeline.core.online.live import BadAdapter, Live, LiveError, LiveState, check_adapter, find_adapter
+
+log = logging.getLogger(__name__)
+
+_CHECKSUMS: dict[tuple[str, str], str] = {}
+
+
+def student_checksum(student: Path) -> str:
+    """`policy.lora.base_checksum` of the student's weights (what an adapter's METADATA records), once per
+    process and student folder content."""
+    from hominem_pipeline.core.artifacts import folder_digest
+    from hominem_pipeline.core.models import load_student
+    from hominem_pipeline.core.policy.lora import base_checksum
+
+    key = (str(Path(student).resolve()), folder_digest(Path(student)))
+    if key not in _CHECKSUMS:
+        _CHECKSUMS[key] = base_checksum(load_student(student)[0])
+    return _CHECKSUMS[key]
+
+
+@dataclass(frozen=True)
+class Offer:
+    version: str
+    adapter: Path
+    report: GateReport
+    live: Live  # what is live after the offer
+
+    @property
+    def promoted(self) -> bool:
+        return self.report.passed
+
+
+def health_of(cfg: HominemConfig, adapter: Path) -> float | None:
+    """The RHI the `reward_health_index` stage measured for `adapter` (a daily lora_adapter version), or
+    None when none was built for it."""
+    version, day = adapter.name, adapter.parent.name
+    for manifest in sorted((cfg.data_dir / "reward_health_index" / day).glob("*/manifest.json")):
+        m = json.loads(manifest.read_text())
+        if any(i["version"] == version for i in m.get("inputs", {}).get("lora_adapter", [])) and m.get("complete", True):
+            return m["metrics"].get("rhi")
+    return None
+
+
+def gate_prompts(cfg: HominemConfig) -> list[str]:
+    """The held-out prompts of the newest `prompts` built under this config: what the gate compares on."""
+    import pandas as pd
+
+    from hominem_pipeline.core.builds.common import prompts_of
+    from hominem_pipeline.core.lineage import lineage
+
+    ref = lineage(cfg).latest("prompts")
+    if ref is None:
+        raise LiveError("no prompts built under this config to compare adapters on; run `hominem run` first")
+    return [p.text for p in prompts_of(pd.read_parquet(ref.file("prompts.parquet")), "eval")]
+
+
+def offer(cfg: HominemConfig, adapter: Path, *, by: str, reason: str, rhi: float | None = None, rhi_threshold: float | None = None,
+          version: str | None = None, seed: int | None = None, prompts: list[str] | None = None) -> Offer:
+    """Gate `adapter` against the live one and promote it if it passes; a refusal is recorded with its
+    reasons and the adapter stays on disk as a candidate. A damaged adapter (BadAdapter) is refused
+    without running the gate. `rhi`: its health index (default: what reward_health_index measured)."""
+    from hominem_pipeline.core.builds.memory_files import memory_paths
+    from hominem_pipeline.core.evaluation.memory import read_memory_rows
+    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.policy.lora import adapter_reward_model
+    from hominem_pipeline.core.reward.model import RewardModel
+
+    state = LiveState(cfg.data_dir)
+    adapter = Path(adapter)
+    version = version or adapter.name
+    current = state.current()
+    if current.frozen:
+        raise LiveError(f"live updates are frozen since {current.frozen['since']} ({current.frozen['reason']}); `hominem live unfreeze` first")
+    student = student_path(cfg)
+    rm_path = adapter_reward_model(adapter, cfg.data_dir) if (adapter / "METADATA.json").is_file() else None
+    try:
+        check_adapter(adapter, student_checksum(student))
+    except BadAdapter as exc:
+        report = GateReport(False, [f"adapter files: {exc}"], {"candidate": str(adapter), "live_version": current.version})
+        state.refuse(version, adapter, rm_path, gate=report.as_dict(), reason=report.reasons[0], by=by)
+        return Offer(version, adapter, report, current)
+    rm_path = rm_path or state.reward_model_path(current)
+    if rm_path is None or not Path(rm_path).is_dir():
+        raise LiveError(f"no reward model to judge {adapter} with (its METADATA names {rm_path}); build one with `hominem run`")
+    report = run_gate(
+        adapter, state.adapter_path(current), cfg=cfg, student=student, reward_model=RewardModel.load(rm_path),
+        prompts=gate_prompts(cfg) if prompts is None else prompts,
+        memory=read_memory_rows(memory_paths(cfg)) if cfg.evaluation.memory_probe else None,
+        rhi=health_of(cfg, adapter) if rhi is None else rhi, threshold=rhi_threshold, seed=cfg.project.seed if seed is None else seed,
+        live_version=current.version,
+    )
+    if report.passed:
+        live = state.promote(version, adapter, rm_path, gate=report.as_dict(), reason=reason, by=by)
+    else:
+        state.refuse(version, adapter, rm_path, gate=report.as_dict(), reason="; ".join(report.reasons), by=by)
+        live = current
+    return Offer(version, adapter, report, live)
+
+
+def promote_version(cfg: HominemConfig, version: str, *, by: str, reason: str = "promoted by hand") -> Offer:
+    """`hominem live promote VERSION`: the adapter of that version, through the same gate."""
+    return offer(cfg, find_adapter(cfg.data_dir, version), by=by, reason=reason, version=version)
+
+
+def describe(live: Live) -> dict[str, Any]:
+    return {"version": live.version or "base", "adapter": live.adapter, "reward_model": live.reward_model, "since": live.since or None,
+            "frozen": live.frozen}
+
+
+def gate_daily_adapter(cfg: HominemConfig, day: str, *, by: str):
+    """The daily job's adapter for `day` offered for promotion (the `live_gate` check on lora_adapter):
+    a CheckOutcome saying whether it is live. An adapter already live, or already refused while the same
+    adapter was live, is not gated again (a re-run of the day reuses every version)."""
+    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.stage import CheckOutcome
+
+    ref = lineage(cfg).expected("lora_adapter", day)
+    if ref is None:
+        return CheckOutcome(False, f"no lora_adapter for {day} under this config", {})
+    state = LiveState(cfg.data_dir)
+    current = state.current()
+    meta = {"version": ref.version, "live_before": current.version or "base"}
+    if current.version == ref.version:
+        return CheckOutcome(True, f"{ref.version} is live (since {current.since})", meta)
+    earlier = [e for e in state.history() if e.get("version") == ref.version and e["action"] == "refuse" and e.get("live") == current.version]
+    if earlier:
+        return CheckOutcome(False, f"{ref.version} stays a candidate (gated {earlier[-1]['time']}): {earlier[-1]['reason']}", {**meta, **_flat(earlier[-1].get("gate", {}))})
+    if current.frozen:
+        return CheckOutcome(False, f"live updates are frozen ({current.frozen['reason']}): {ref.version} stays a candidate, not gated", meta)
+    result = offer(cfg, ref.path, by=by, reason=f"the daily job's adapter for {day}", version=ref.version)
+    what = f"{ref.version} is live" if result.promoted else f"{ref.version} stays a candidate"
+    return CheckOutcome(result.promoted, f"{what}: {result.report.summary()}", {**meta, **_flat(result.report.as_dict())})
+
+
+def _flat(figures: dict[str, Any]) -> dict[str, Any]:
+    """Gate figures as asset-check metadata: numbers and short text; lists joined."""
+    out: dict[str, Any] = {}
+    for k, v in figures.items():
+        if isinstance(v, list):
+            v = "; ".join(map(str, v)) or "none"
+        if v is None or isinstance(v, (int, float, str, bool)):
+            out[k] = v if v is not None else "n/a"
+    return out

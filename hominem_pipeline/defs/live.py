@@ -1,0 +1,31 @@
+"""The `live_gate` asset check on `lora_adapter`: after the day's health index, the daily adapter is
+offered for promotion through the same gate as `hominem live promote` (core/online/promotion.py)."""
+
+# No `from __future__ import annotations`: Dagster reads the context/resource annotations at runtime.
+
+from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, AssetChecksDefinition, DailyPartitionsDefinition, asset_check
+
+from hominem_pipeline.defs.resources import HominemResource
+
+LIVE_GATE = "live_gate"
+
+
+def live_gate_check(partitions: DailyPartitionsDefinition) -> AssetChecksDefinition:
+    @asset_check(
+        asset="lora_adapter",
+        name=LIVE_GATE,
+        additional_deps=["reward_health_index"],
+        partitions_def=partitions,
+        description="The adapter passed the live gate against the live adapter (RHI >= health.deploy_threshold, win rate over the live adapter "
+                    ">= health.min_win_rate, no memory-probe fact lost, a sane smoke reply) and is live; a failing one stays a candidate "
+                    "with the reason in data/live/history.json.",
+    )
+    def _live_gate(context: AssetCheckExecutionContext, hominem: HominemResource) -> AssetCheckResult:
+        from hominem_pipeline.core.online.promotion import gate_daily_adapter
+
+        cfg = hominem.load()
+        outcome = gate_daily_adapter(cfg, context.partition_key, by=f"dagster:{context.run.run_id}")
+        context.log.info(outcome.description)
+        return AssetCheckResult(passed=outcome.passed, description=outcome.description, metadata=outcome.metadata, severity=AssetCheckSeverity.WARN)
+
+    return _live_gate
