@@ -29,9 +29,10 @@ def serve(
     cfg = load(config, [*(sets or []), *([f"serving.host={host}"] if host else []), *([f"serving.port={port}"] if port is not None else [])], persist=False)
     try:
         student = prepare_student(cfg)
-        adapter_path = resolve_adapter(cfg, adapter if adapter is not None else cfg.serving.adapter)
+        choice = adapter if adapter is not None else cfg.serving.adapter
+        adapter_path = resolve_adapter(cfg, choice)
         reward_path = resolve_reward_model(cfg, reward_model if reward_model is not None else cfg.serving.reward_model, adapter_path)
-        run_server(cfg, adapter_path, reward_path, student)
+        run_server(cfg, adapter_path, reward_path, student, follow_live=choice == "live")
     except (ModelNotAvailable, ServeError, AccessError) as exc:
         fail(str(exc))
 

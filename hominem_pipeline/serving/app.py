@@ -31,7 +31,7 @@ from hominem_pipeline.core.online.log import utc_now
 from hominem_pipeline.serving.auth import Access, Caller
 from hominem_pipeline.serving.engine import Engine, QueueFull, Request as Job, Sampling, wait
 from hominem_pipeline.serving.journal import Journal
-from hominem_pipeline.serving.schemas import ChatCompletionRequest, FeedbackRequest, GenerateRequest, RewardRequest, TurnRequest
+from hominem_pipeline.serving.schemas import ChatCompletionRequest, FeedbackRequest, GenerateRequest, LiveRequest, RewardRequest, TurnRequest
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
@@ -45,10 +45,16 @@ class Service:
     journal: Journal
     ledger: Ledger
     access: Access
-    adapter_label: str | None  # the served adapter, as the log names it
     reward_label: str | None
     started: float = field(default_factory=time.time)
     rng: random.Random = field(default_factory=random.Random)
+    live: Any = None  # the LiveWatcher when the service follows data/live/current.json
+    config: Any = None  # the whole HominemConfig: what the admin's live endpoints gate and write with
+
+    @property
+    def adapter_label(self) -> str | None:
+        """The adapter new requests run on, as the log names it (None: the base alone); a hot-swap changes it."""
+        return self.engine.adapter_label
 
 
 class ApiError(Exception):
@@ -156,7 +162,7 @@ def create_app(service: Service) -> FastAPI:
         turns = []
         for i, job in enumerate(jobs):
             turn = Turn(id=uuid.uuid4().hex, time=utc_now().isoformat(), rater=caller.rater, session=session, messages=logged, reply=text(job.sent),
-                        model=model, adapter=service.adapter_label if adapter else None,
+                        model=model, adapter=job.adapter_label,
                         reward_model=service.reward_label if rewards and rewards[i] is not None else None, reward=rewards[i] if rewards else None,
                         sampling={"temperature": job.sampling.temperature, "top_p": job.sampling.top_p, "max_tokens": job.sampling.max_tokens, "seed": job.sampling.seed},
                         finish_reason=job.finish_reason, completion_tokens=len(job.ids), context=context_digest(logged))  # type: ignore[arg-type]
@@ -259,7 +265,7 @@ def create_app(service: Service) -> FastAPI:
                 for i, output in zip(scored, outputs):
                     rewards[i] = output
         turns = await record(caller, messages, jobs, SERVED if adapter else BASE, adapter, plan, body.session, rewards)
-        return {"adapter": service.adapter_label if adapter else None, "reward_model": service.reward_label,
+        return {"adapter": jobs[0].adapter_label if jobs else None, "reward_model": service.reward_label,
                 "replies": [{"turn": t.id, "text": j.sent, "finish_reason": _finish(j), "completion_tokens": len(j.ids), "reward": r}
                             for j, t, r in zip(jobs, turns, rewards)]}
 
@@ -333,6 +339,74 @@ def create_app(service: Service) -> FastAPI:
         """The audit log (admin)."""
         access.audit("read_audit", rater=caller.rater)
         return {"entries": access.audit_entries()}
+
+    # -- the live adapter (admin) ------------------------------------------------------------------
+
+    def live_state():
+        from hominem_pipeline.core.online.live import LiveState
+
+        if service.config is None:
+            raise ApiError(404, "this service was started without a project config; use `hominem live` on the project", None, "not_found")
+        return LiveState(service.config.data_dir)
+
+    async def live_change(caller: Caller, action: str, change) -> dict[str, Any]:
+        """Apply a live-state change in a thread (a promotion runs the gate), audit it, and swap at once
+        if the service follows the pointer."""
+        from hominem_pipeline.core.online.live import LiveError
+
+        try:
+            result = await asyncio.to_thread(change)
+        except LiveError as exc:
+            access.audit(f"live_{action}_refused", rater=caller.rater, reason=str(exc))
+            raise ApiError(409, str(exc), None, "conflict") from None
+        if service.live is not None:
+            await asyncio.to_thread(service.live.follow)
+        return result
+
+    @app.get("/admin/live", tags=["admin"])
+    async def live_status(caller: Caller = Depends(admin)) -> dict[str, Any]:
+        """The live adapter, what this service answers with, the refused candidates and the latest history (admin)."""
+        from hominem_pipeline.core.online.promotion import describe
+
+        state = live_state()
+        return {"live": describe(state.current()), "serving": service.adapter_label, "candidates": state.candidates()[:20], "history": state.history()[-20:]}
+
+    @app.post("/admin/live/promote", tags=["admin"])
+    async def live_promote(body: LiveRequest, caller: Caller = Depends(admin)) -> dict[str, Any]:
+        """Gate adapter `version` against the live one and make it live if it passes (admin); 409 with the
+        reasons when it stays a candidate."""
+        from hominem_pipeline.core.online.promotion import promote_version
+
+        if not body.version:
+            raise ApiError(422, "promote needs the adapter's version (`hominem live status` lists them)", "version", "invalid_value")
+        access.audit("live_promote", rater=caller.rater, version=body.version, reason=body.reason)
+        offer = await live_change(caller, "promote", lambda: promote_version(service.config, body.version, by=f"admin:{caller.rater}",
+                                                                             reason=body.reason or "promoted through the service"))
+        if not offer.promoted:
+            raise ApiError(409, f"{body.version} stays a candidate: " + "; ".join(offer.report.reasons), "version", "gate_failed")
+        return {"live": body.version, "serving": service.adapter_label, "gate": offer.report.as_dict()}
+
+    @app.post("/admin/live/rollback", tags=["admin"])
+    async def live_rollback(body: LiveRequest, caller: Caller = Depends(admin)) -> dict[str, Any]:
+        """Make the adapter live before the current one (or `version`) live again (admin)."""
+        access.audit("live_rollback", rater=caller.rater, version=body.version, reason=body.reason)
+        live = await live_change(caller, "rollback", lambda: live_state().rollback(body.version, reason=body.reason or "rolled back through the service",
+                                                                                   by=f"admin:{caller.rater}"))
+        return {"live": live.version or "base", "serving": service.adapter_label}
+
+    @app.post("/admin/live/freeze", tags=["admin"])
+    async def live_freeze(body: LiveRequest, caller: Caller = Depends(admin)) -> dict[str, Any]:
+        """Stop online updates and promotions (admin)."""
+        access.audit("live_freeze", rater=caller.rater, reason=body.reason)
+        live = await live_change(caller, "freeze", lambda: live_state().freeze(reason=body.reason or "frozen through the service", by=f"admin:{caller.rater}"))
+        return {"live": live.version or "base", "frozen": live.frozen}
+
+    @app.post("/admin/live/unfreeze", tags=["admin"])
+    async def live_unfreeze(body: LiveRequest, caller: Caller = Depends(admin)) -> dict[str, Any]:
+        """Resume online updates and promotions (admin)."""
+        access.audit("live_unfreeze", rater=caller.rater, reason=body.reason)
+        live = await live_change(caller, "unfreeze", lambda: live_state().unfreeze(reason=body.reason or "", by=f"admin:{caller.rater}"))
+        return {"live": live.version or "base", "frozen": live.frozen}
 
     @app.get("/healthz", tags=["hominem"])
     async def healthz() -> dict[str, Any]:

@@ -9,6 +9,11 @@ else's long reply to end before its own starts. Each row samples with its own te
 seed (its own generator: a seeded request gets the same reply whoever it shares a batch with). Rows
 with the adapter and rows without it (`hominem-base`) run in separate batches, first come first served.
 
+Hot-swap (`swap`): a new adapter is checked off the worker, then loaded beside the old one (PEFT named
+adapters on the same base, which is never reloaded) between two steps; requests submitted after that
+use it, while a batch already running finishes on the adapter it started with. An old adapter is
+dropped once no row uses it.
+
 Waiting requests are bounded by `max_queue`: beyond it `submit` raises `QueueFull`, which carries how
 long to wait before retrying; nothing is dropped once accepted.
 """
@@ -62,6 +67,8 @@ class Request:
     future: Future = field(default_factory=Future)
     context: list[int] = field(default_factory=list)  # prompt + reply ids: what the repetition penalty looks at
     generator: Any = None
+    adapter_name: str | None = None  # the loaded adapter it runs on (stamped by `submit`; None: the base)
+    adapter_label: str | None = None  # that adapter, as the log names it
 
     def emit(self, tokenizer: Any, final: bool = False) -> None:
         """Hand the text decoded since the last call to `on_text` (a character split across tokens waits
@@ -78,7 +85,8 @@ class Engine:
     """The student (with its adapter, if any), the reward model (if any), and the worker thread."""
 
     def __init__(self, student: Path, adapter: Path | None, reward_model: Path | None, *, max_batch_size: int,
-                 batch_wait_ms: float, max_queue: int, repetition_penalty: float, plain_start: bool = False, threads: int | None = None):
+                 batch_wait_ms: float, max_queue: int, repetition_penalty: float, plain_start: bool = False, threads: int | None = None,
+                 adapter_label: str | None = None):
         import torch
 
         from hominem_pipeline.core.policy.lora import load_policy
@@ -88,6 +96,10 @@ class Engine:
         started = time.monotonic()
         self.student, self.adapter_path, self.reward_model_path = Path(student), adapter, reward_model
         self.model, self.tokenizer = load_policy(self.student, adapter)
+        self.active: str | None = "default" if adapter is not None else None  # PEFT names the first adapter "default"
+        self.labels: dict[str, str | None] = {"default": adapter_label or (str(adapter) if adapter else None)}
+        self._stale: set[str] = set()  # swapped-out adapters, dropped once no row uses them
+        self._base_checksum: str | None = None
         self.reward = None
         if reward_model is not None:
             from hominem_pipeline.core.reward.model import RewardModel
@@ -128,9 +140,16 @@ class Engine:
         """Call it on the worker (`run`): the tokenizer is not safe to share between threads."""
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    @property
+    def adapter_label(self) -> str | None:
+        """The adapter new requests run on (None: the base alone)."""
+        return None if self.active is None else self.labels.get(self.active)
+
     def submit(self, request: Request) -> Future:
         """Queue a reply; its future resolves to the request when done. Raises QueueFull."""
         with self._cond:
+            request.adapter_name = self.active if request.adapter else None
+            request.adapter_label = self.labels.get(request.adapter_name) if request.adapter_name else None
             if self._closed:
                 raise RuntimeError("the engine is shut down")
             if len(self._pending) >= self.max_queue:
@@ -152,6 +171,57 @@ class Engine:
         if self.reward is None:
             raise RuntimeError("no reward model is served")
         return self.run(lambda: [o.as_dict() for o in self.reward.score(prompts, responses)])
+
+    def base_checksum(self) -> str:
+        """The served base's weights' checksum (what an adapter's METADATA must name), computed once."""
+        if self._base_checksum is None:
+            from hominem_pipeline.core.policy.lora import base_checksum
+
+            self._base_checksum = base_checksum(self.model)
+        return self._base_checksum
+
+    def swap(self, adapter: Path | None, label: str | None) -> Future:
+        """Serve `adapter` (None: the base alone) to requests submitted from now on. The folder is checked
+        here, in the caller's thread (a damaged or foreign adapter raises BadAdapter and nothing changes);
+        the load runs on the worker between two steps. The future resolves to the seconds the worker spent."""
+        import uuid
+
+        if adapter is not None:
+            from hominem_pipeline.core.online.live import check_adapter
+
+            check_adapter(Path(adapter), self.base_checksum())
+        name = f"swap-{uuid.uuid4().hex[:8]}"
+
+        def load() -> float:
+            started = time.monotonic()
+            if adapter is not None:
+                from peft import PeftModel
+
+                if isinstance(self.model, PeftModel):
+                    self.model.load_adapter(str(adapter), adapter_name=name)
+                else:
+                    self.model = PeftModel.from_pretrained(self.model, str(adapter), adapter_name=name)
+                self.model.eval()
+                self.labels[name] = label or str(adapter)
+            if self.active is not None:
+                self._stale.add(self.active)
+            self.active = name if adapter is not None else None
+            log.info("serving %s from now on (loaded in %.2f s)", self.adapter_label or "the base alone", time.monotonic() - started)
+            return time.monotonic() - started
+
+        return self.run(load)
+
+    def _drop_stale(self, batch: _Batch | None) -> None:
+        """Unload swapped-out adapters no running or waiting row uses (the last adapter loaded stays)."""
+        with self._cond:
+            used = {self.active, batch.adapter if batch else None} | {r.adapter_name for r in self._pending}
+        for name in list(self._stale):
+            if name not in used and len(getattr(self.model, "peft_config", {})) > 1:
+                if self.model.active_adapter == name:  # PEFT keeps one adapter active: hand it to another first
+                    self.model.set_adapter(self.active or next(n for n in self.model.peft_config if n != name))
+                self.model.delete_adapter(name)
+                self.labels.pop(name, None)
+                self._stale.discard(name)
 
     @property
     def waiting(self) -> int:
@@ -175,6 +245,8 @@ class Engine:
                         future.set_result(job())
                     except BaseException as exc:  # handed to the caller, who reports it
                         future.set_exception(exc)
+            if self._stale:
+                self._drop_stale(batch)
             joining = self._admit(batch)
             if joining is None:
                 return
@@ -203,18 +275,21 @@ class Engine:
         if batch is None and self.batch_wait > 0:
             time.sleep(self.batch_wait)  # let the requests that arrive together start together
         with self._cond:
-            if not self._pending or (batch is not None and self._pending[0].adapter != batch.adapter):
+            if not self._pending or (batch is not None and self._pending[0].adapter_name != batch.adapter):
                 return []
-            adapter = self._pending[0].adapter
+            adapter = self._pending[0].adapter_name
             room = self.max_batch_size - (len(batch.rows) if batch else 0)
-            joining = [r for r in self._pending if r.adapter == adapter][:room]
+            joining = [r for r in self._pending if r.adapter_name == adapter][:room]
             self._pending = [r for r in self._pending if not any(r is j for j in joining)]
         return joining
 
-    def _forward(self, adapter: bool, **inputs: Any) -> Any:
+    def _forward(self, adapter: str | None, **inputs: Any) -> Any:
+        """The model on `inputs` with adapter `adapter` (by its loaded name; None: the base alone)."""
         import contextlib
 
-        switch = self.model.disable_adapter() if not adapter and hasattr(self.model, "disable_adapter") else contextlib.nullcontext()
+        if adapter is not None and self.model.active_adapter != adapter:
+            self.model.set_adapter(adapter)
+        switch = self.model.disable_adapter() if adapter is None and hasattr(self.model, "disable_adapter") else contextlib.nullcontext()
         with switch:
             return self.model(**inputs, use_cache=True)
 
@@ -227,12 +302,12 @@ class Engine:
         mask = enc["attention_mask"]
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         with torch.inference_mode():
-            out = self._forward(rows[0].adapter, input_ids=enc["input_ids"], attention_mask=mask, position_ids=positions)
+            out = self._forward(rows[0].adapter_name, input_ids=enc["input_ids"], attention_mask=mask, position_ids=positions)
         for row, ids, m in zip(rows, enc["input_ids"], mask):
             row.prompt_tokens = int(m.sum())
             row.context = ids[m.bool()].tolist()
             row.generator = torch.Generator().manual_seed(row.sampling.seed if row.sampling.seed is not None else int(time.time_ns() % 2**63))
-        new = _Batch(rows, out.past_key_values, mask, positions[:, -1] + 1, rows[0].adapter)
+        new = _Batch(rows, out.past_key_values, mask, positions[:, -1] + 1, rows[0].adapter_name)
         new.last = self._sample(new, out.logits[:, -1, :])
         merged = new if batch is None else batch.merge(new)
         self.batches += 1
@@ -320,7 +395,7 @@ class _Batch:
     cache: Any
     mask: Any  # (rows, length) long: 1 for a real token
     positions: Any  # (rows,) the next token's position in its own row
-    adapter: bool
+    adapter: str | None  # the loaded adapter every row of the batch runs on (None: the base)
     last: Any = None  # (rows,) the token each row feeds next
 
     def select(self, keep: list[int]) -> _Batch:

@@ -169,3 +169,13 @@ class TurnRequest(BaseModel):
         if not self.reply.strip():
             raise ValueError("the reply is blank; there is nothing to rate")
         return self
+
+
+class LiveRequest(BaseModel):
+    """An admin's change of the live adapter: `version` (promote: required; rollback: optional, `base`
+    for the base) and why."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: str | None = Field(default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    reason: str | None = Field(default=None, max_length=2000)

@@ -84,7 +84,8 @@ def label(cfg: HominemConfig, path: Path | None) -> str | None:
         return str(path)
 
 
-def build_service(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, student: Path):
+def build_service(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, student: Path, follow_live: bool = False):
+    """The service; with `follow_live`, it hot-swaps to whatever data/live/current.json names from now on."""
     from hominem_pipeline.serving.app import Service
     from hominem_pipeline.serving.engine import Engine
 
@@ -96,17 +97,23 @@ def build_service(cfg: HominemConfig, adapter: Path | None, reward_model: Path |
     ledger = Ledger(cfg.dimension_names)
     ledger.load(interaction_log.remembered)
     engine = Engine(student, adapter, reward_model, max_batch_size=s.max_batch_size, batch_wait_ms=s.batch_wait_ms, max_queue=s.max_queue,
-                    repetition_penalty=s.repetition_penalty, plain_start=s.plain_start)
-    return Service(s, engine, Journal(interaction_log), ledger, access, label(cfg, adapter), label(cfg, reward_model))
+                    repetition_penalty=s.repetition_penalty, plain_start=s.plain_start, adapter_label=label(cfg, adapter))
+    service = Service(s, engine, Journal(interaction_log), ledger, access, label(cfg, reward_model), config=cfg)
+    if follow_live:
+        from hominem_pipeline.core.online.live import LiveState
+        from hominem_pipeline.serving.live import LiveWatcher
+
+        service.live = LiveWatcher(LiveState(cfg.data_dir), engine, access.audit, lambda path: label(cfg, path), s.live_poll_seconds)
+    return service
 
 
-def serve(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, student: Path) -> None:
+def serve(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, student: Path, follow_live: bool = False) -> None:
     """Load, bind, print the address, and serve until SIGINT / SIGTERM."""
     import uvicorn
 
     from hominem_pipeline.serving.app import create_app
 
-    service = build_service(cfg, adapter, reward_model, student)
+    service = build_service(cfg, adapter, reward_model, student, follow_live)
     host, port = cfg.serving.host, cfg.serving.port
     # proto IPPROTO_TCP, not 0: asyncio turns Nagle off (TCP_NODELAY) only on sockets that say they are
     # TCP, and with Nagle on, every keep-alive response after the first waits ~40 ms for a delayed ACK
@@ -131,6 +138,8 @@ def serve(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, s
     try:
         server.run(sockets=[sock])
     finally:
+        if service.live is not None:
+            service.live.close()
         service.engine.close()
         service.journal.log.close()
         service.access.audit("stop", port=bound)

@@ -132,3 +132,63 @@ def test_plain_start_keeps_an_emoji_from_opening_a_reply_in_generate_and_in_the_
         finally:
             engine.close()
         assert (reply.ids[0] == piece) is not plain
+
+
+def test_a_hot_swap_changes_new_requests_only_and_refuses_a_bad_adapter(tiny_student, tmp_path):
+    """swap: a request running when the swap comes finishes on the adapter it started with (its reply
+    equals an unswapped run's); requests after it run on the new adapter; a damaged or foreign adapter
+    is refused and the old one keeps serving; a swapped-out adapter is unloaded once unused."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from hominem_pipeline.core.online.live import BadAdapter
+    from hominem_pipeline_tests.serving.conftest import make_adapter
+
+    engine = Engine(tiny_student, None, None, max_batch_size=4, batch_wait_ms=0, max_queue=8, repetition_penalty=1.0)
+    try:
+        checksum = engine.base_checksum()
+        good = make_adapter(tiny_student, tmp_path / "good")
+        (good / "METADATA.json").write_text(json.dumps({"base_checksum": checksum}))
+        text = engine.chat_text([{"role": "user", "content": "tell me a story"}])
+        ask = lambda n: engine.submit(Request(text, Sampling(0.0, 1.0, n), adapter=True))  # noqa: E731
+        base_reply = ask(24).result(timeout=60)
+        assert base_reply.adapter_label is None and engine.adapter_label is None  # nothing loaded yet: the base
+
+        gate = threading.Event()
+        running = engine.submit(Request(text, Sampling(0.0, 1.0, 24), adapter=True, on_text=lambda _: gate.set()))
+        assert gate.wait(60)  # the row is generating
+        seconds = engine.swap(good, "good").result(timeout=60)
+        after = ask(24).result(timeout=60)
+        assert running.result(timeout=60).sent == base_reply.sent and running.result().adapter_label is None  # finished on the base
+        assert after.adapter_label == "good" and after.sent != base_reply.sent and engine.adapter_label == "good" and seconds < 30
+
+        nan = tmp_path / "nan"
+        nan.mkdir()
+        for f in good.iterdir():
+            (nan / f.name).write_bytes(f.read_bytes())
+        tensors = load_file(str(good / "adapter_model.safetensors"))
+        tensors = {k: torch.full_like(v, float("nan")) for k, v in tensors.items()}
+        save_file(tensors, str(nan / "adapter_model.safetensors"))
+        with pytest.raises(BadAdapter, match="NaN"):
+            engine.swap(nan, "nan")
+        foreign = tmp_path / "foreign"
+        foreign.mkdir()
+        for f in good.iterdir():
+            (foreign / f.name).write_bytes(f.read_bytes())
+        (foreign / "METADATA.json").write_text(json.dumps({"base_checksum": "0" * 64}))
+        with pytest.raises(BadAdapter, match="another base"):
+            engine.swap(foreign, "foreign")
+        assert ask(24).result(timeout=60).sent == after.sent and engine.adapter_label == "good"  # still the good one
+
+        second = tmp_path / "second"
+        make_adapter(tiny_student, second)
+        (second / "METADATA.json").write_text(json.dumps({"base_checksum": checksum}))
+        engine.swap(second, "second").result(timeout=60)
+        assert ask(4).result(timeout=60).adapter_label == "second"
+        assert len(engine.model.peft_config) == 1  # "good" unloaded once nothing ran on it
+        engine.swap(None, None).result(timeout=60)  # back to the base
+        assert ask(24).result(timeout=60).sent == base_reply.sent
+    finally:
+        engine.close()
