@@ -90,7 +90,10 @@ def live_promote(version: Annotated[str, typer.Argument(help="The adapter's vers
 def live_rollback(version: Annotated[Optional[str], typer.Argument(help="A version that was live, or `base`; default: the one live before.")] = None,
                   config: ConfigOpt = None, sets: SetOpt = None, reason: ReasonOpt = None) -> None:
     """Make the adapter live before the current one (or VERSION) live again; no gate: it was live already."""
-    live = _do(lambda: _state(config, sets).rollback(version, reason=reason or "rolled back by hand", by=_who()))
+    from hominem_pipeline.core.online.promotion import rollback
+
+    cfg = load(config, sets, persist=False)
+    live = _do(lambda: rollback(cfg, version, reason=reason or "rolled back by hand", by=_who()))
     console.print(f"live: [bold]{live.version or 'base'}[/]")
 
 

@@ -94,7 +94,7 @@ class StageRun:
             dataset = mlflow.data.from_pandas(flat, source=str(source), name=name)
             mlflow.log_input(dataset, context=context)
 
-    def register_model(self, name: str, version_key: str, log_model: Callable[[], str], alias: str = "current") -> int:
+    def register_model(self, name: str, version_key: str, log_model: Callable[[], str], alias: str = "current", description: str | None = None) -> int:
         """Register a model under `name` in the MLflow model registry, once per artifact version (its
         `version_key`): `log_model` logs it in this run and returns its model URI. Points `alias` at it.
         Returns the registry version."""
@@ -105,7 +105,7 @@ class StageRun:
         try:
             client.get_registered_model(name)
         except MlflowException:
-            client.create_registered_model(name, description=f"hominem: alias `{alias}` is the newest built; load with mlflow.pyfunc.load_model('models:/{name}@{alias}')")
+            client.create_registered_model(name, description=description or f"hominem: alias `{alias}` is the newest built; load with mlflow.pyfunc.load_model('models:/{name}@{alias}')")
         found = client.search_model_versions(f"name = '{name}' and tags.`{TAG_VERSION}` = '{version_key}'")
         if found:
             version = found[0].version

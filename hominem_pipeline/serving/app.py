@@ -390,8 +390,11 @@ def create_app(service: Service) -> FastAPI:
     async def live_rollback(body: LiveRequest, caller: Caller = Depends(admin)) -> dict[str, Any]:
         """Make the adapter live before the current one (or `version`) live again (admin)."""
         access.audit("live_rollback", rater=caller.rater, version=body.version, reason=body.reason)
-        live = await live_change(caller, "rollback", lambda: live_state().rollback(body.version, reason=body.reason or "rolled back through the service",
-                                                                                   by=f"admin:{caller.rater}"))
+        from hominem_pipeline.core.online.promotion import rollback
+
+        live_state()  # 404 without a project config
+        live = await live_change(caller, "rollback", lambda: rollback(service.config, body.version, reason=body.reason or "rolled back through the service",
+                                                                      by=f"admin:{caller.rater}"))
         return {"live": live.version or "base", "serving": service.adapter_label}
 
     @app.post("/admin/live/freeze", tags=["admin"])

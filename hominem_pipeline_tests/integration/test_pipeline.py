@@ -336,8 +336,19 @@ def test_promote_and_rollback_by_hand_go_through_the_gate(chain):
     frozen = hominem(project, "live", "promote", version, "--config", "config/lenient.yaml", check=False)
     assert frozen.returncode == 2 and "frozen" in frozen.stderr
     hominem(project, "live", "unfreeze", "--config", "config/tiny.yaml")
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    from hominem_pipeline.core.online.promotion import CHAMPION_MODEL
+    from hominem_pipeline.core.tracking import TAG_VERSION
+
+    Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root)).runs_for("live")  # points MLflow at the store
+    champion = MlflowClient().get_model_version_by_alias(CHAMPION_MODEL, "champion")  # the registry's alias moves with promotion
+    assert champion.tags[TAG_VERSION] == version
     hominem(project, "live", "rollback", "--config", "config/tiny.yaml", "--reason", "back to the base")
     assert state.current().is_base and [e["action"] for e in state.history()[-5:]] == ["refuse", "promote", "freeze", "unfreeze", "rollback"]
+    with pytest.raises(MlflowException):  # the base is live: no adapter is champion
+        MlflowClient().get_model_version_by_alias(CHAMPION_MODEL, "champion")
 
 
 def test_compare_prints_base_and_adapter_side_by_side(chain):

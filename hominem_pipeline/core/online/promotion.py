@@ -105,10 +105,49 @@ def offer(cfg: HominemConfig, adapter: Path, *, by: str, reason: str, rhi: float
     )
     if report.passed:
         live = state.promote(version, adapter, rm_path, gate=report.as_dict(), reason=reason, by=by)
+        move_champion(cfg, live)
     else:
         state.refuse(version, adapter, rm_path, gate=report.as_dict(), reason="; ".join(report.reasons), by=by)
         live = current
     return Offer(version, adapter, report, live)
+
+
+CHAMPION_MODEL = "hominem-lora-adapter"  # in the MLflow model registry; alias `champion` = the live adapter
+CHAMPION = "champion"
+
+
+def move_champion(cfg: HominemConfig, live: Live) -> int | None:
+    """Point the registry's `champion` alias of hominem-lora-adapter at the live adapter (each adapter
+    version registered once, its folder logged in an MLflow run `live/<version>`); with the base live,
+    the alias is removed. Returns the registry version (None: the base)."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    from hominem_pipeline.core.tracking import Tracker
+
+    tracker = Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root))
+    if live.version is None:
+        tracker.runs_for("live")  # points MLflow at the project's store
+        try:
+            MlflowClient().delete_registered_model_alias(CHAMPION_MODEL, CHAMPION)
+        except MlflowException:  # no such model or alias yet: nothing to move
+            pass
+        return None
+    adapter = LiveState(cfg.data_dir).adapter_path(live)
+    with tracker.stage_run(asset="live", partition=live.since[:10], dagster_run_id=f"live-{live.version}", tags={"hominem.live_version": live.version}) as run:
+        def log_adapter() -> str:
+            run.log_artifact(adapter, "adapter")
+            return f"runs:/{run.run_id}/adapter"
+
+        return run.register_model(CHAMPION_MODEL, live.version, log_adapter, alias=CHAMPION,
+                                  description="hominem: LoRA adapters that went live; alias `champion` is the live one (data/live/current.json)")
+
+
+def rollback(cfg: HominemConfig, version: str | None, *, reason: str, by: str) -> Live:
+    """`LiveState.rollback`, with the registry's `champion` alias moved back too."""
+    live = LiveState(cfg.data_dir).rollback(version, reason=reason, by=by)
+    move_champion(cfg, live)
+    return live
 
 
 def promote_version(cfg: HominemConfig, version: str, *, by: str, reason: str = "promoted by hand") -> Offer:
