@@ -349,6 +349,9 @@ def test_promote_and_rollback_by_hand_go_through_the_gate(chain):
     assert state.current().is_base and [e["action"] for e in state.history()[-5:]] == ["refuse", "promote", "freeze", "unfreeze", "rollback"]
     with pytest.raises(MlflowException):  # the base is live: no adapter is champion
         MlflowClient().get_model_version_by_alias(CHAMPION_MODEL, "champion")
+    checks = {}
+    run_all(project, chain["config"], chain["instance"], checks=checks)  # the day again: a rollback by hand sticks
+    assert not checks["live_gate"].passed and "was rolled back" in checks["live_gate"].description and state.current().is_base
 
 
 def test_compare_prints_base_and_adapter_side_by_side(chain):

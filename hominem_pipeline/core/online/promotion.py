@@ -162,8 +162,9 @@ def describe(live: Live) -> dict[str, Any]:
 
 def gate_daily_adapter(cfg: HominemConfig, day: str, *, by: str):
     """The daily job's adapter for `day` offered for promotion (the `live_gate` check on lora_adapter):
-    a CheckOutcome saying whether it is live. An adapter already live, or already refused while the same
-    adapter was live, is not gated again (a re-run of the day reuses every version)."""
+    a CheckOutcome saying whether it is live. An adapter already live, already refused while the same
+    adapter was live, or rolled back since it was live, is not gated again (a re-run of the day reuses
+    every version, and a rollback by hand sticks)."""
     from hominem_pipeline.core.lineage import lineage
     from hominem_pipeline.core.stage import CheckOutcome
 
@@ -175,7 +176,12 @@ def gate_daily_adapter(cfg: HominemConfig, day: str, *, by: str):
     meta = {"version": ref.version, "live_before": current.version or "base"}
     if current.version == ref.version:
         return CheckOutcome(True, f"{ref.version} is live (since {current.since})", meta)
-    earlier = [e for e in state.history() if e.get("version") == ref.version and e["action"] == "refuse" and e.get("live") == current.version]
+    history = state.history()
+    demoted = [e for e in history if e["action"] == "rollback" and e.get("previous") == ref.version]
+    if demoted:  # it was live and someone rolled it back: the daily job does not bring it back
+        return CheckOutcome(False, f"{ref.version} was rolled back {demoted[-1]['time']} ({demoted[-1].get('reason', '')}); "
+                                   f"`hominem live promote {ref.version}` makes it live again", meta)
+    earlier = [e for e in history if e.get("version") == ref.version and e["action"] == "refuse" and e.get("live") == current.version]
     if earlier:
         return CheckOutcome(False, f"{ref.version} stays a candidate (gated {earlier[-1]['time']}): {earlier[-1]['reason']}", {**meta, **_flat(earlier[-1].get("gate", {}))})
     if current.frozen:
