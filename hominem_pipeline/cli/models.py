@@ -190,7 +190,7 @@ def _live_status(cfg, adapter_path: Path) -> str:
     live = state.adapter_path()
     if live is not None and live.resolve() == Path(adapter_path).resolve():
         return "live"
-    refused = [c for c in state.candidates() if state.absolute(c["adapter"]).resolve() == Path(adapter_path).resolve()] if state.history_path.is_file() else []
+    refused = [c for c in state.candidates() if state.absolute(c["adapter"]).resolve() == Path(adapter_path).resolve()]
     return f"not live: the gate refused it ({refused[0]['reason']})" if refused else "not live"
 
 

@@ -117,7 +117,7 @@ def evaluate_adapter(
     see `generate_both`. With `fixtures` (the contrast fixtures), also whether the adapter moved the
     student toward their better replies (`fixtures.adapter_moves`), in `summary["fixtures"]` and the
     summary's fixture_* figures."""
-    from hominem_pipeline.core.evaluation.memory import probe
+    from hominem_pipeline.core.evaluation.memory import fact_questions, probe
     from hominem_pipeline.core.policy.lora import load_policy
 
     if not prompts:
@@ -125,7 +125,7 @@ def evaluate_adapter(
     model, tokenizer = load_policy(student_path, adapter_path)
     responses = generate_both(model, tokenizer, [p.text for p in prompts], cfg, seed, base_replies)
     table, summary = compare(prompts, responses, reward_model)
-    questions = memory[memory["facts"].map(len) > 0].reset_index(drop=True) if memory is not None else None
+    questions = fact_questions(memory)
     if questions is not None and len(questions):
         answers = generate_both(model, tokenizer, list(questions["prompt"]), cfg, seed, base_replies)
         summary["memory_probe"] = probe(questions, answers).as_dict()

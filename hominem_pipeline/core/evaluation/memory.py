@@ -79,6 +79,11 @@ def read_memory_rows(paths: Sequence[Path]) -> pd.DataFrame:
     return frame.drop_duplicates("memory_id", keep="first").reset_index(drop=True)
 
 
+def fact_questions(memory: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The memory rows that name a fact: the memory probe's questions (None without memory rows)."""
+    return None if memory is None else memory[memory["facts"].map(len) > 0].reset_index(drop=True)
+
+
 def memory_digest(paths: Sequence[Path]) -> list[list[str]]:
     """(file name, sha256) per memory file: part of a stage's fingerprint, so new rows retrain."""
     return [[f"{p.parent.name}/{p.name}", file_sha256(p)] for p in memory_files(paths)]

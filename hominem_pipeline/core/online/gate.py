@@ -65,30 +65,27 @@ def degenerate(reply: str) -> str | None:
     return None
 
 
-def side_by_side_model(student: Path, candidate: Path, live: Path | None):
-    """(model, tokenizer): the base with the candidate and (if any) the live adapter loaded under their names."""
+def side_by_side_model(base: Any, candidate: Path, live: Path | None):
+    """The base model with the candidate and (if any) the live adapter loaded under their names."""
     from peft import PeftModel
 
-    from hominem_pipeline.core.models import load_student
-
-    model, tokenizer = load_student(student)
-    model = PeftModel.from_pretrained(model, candidate, adapter_name=CANDIDATE)
+    model = PeftModel.from_pretrained(base, candidate, adapter_name=CANDIDATE)
     if live is not None:
         model.load_adapter(str(live), adapter_name=LIVE)
     model.eval()
-    return model, tokenizer
+    return model
 
 
 def replies_of(model: Any, tokenizer: Any, name: str | None, prompts: Sequence[str], cfg: HominemConfig, seed: int) -> list[str]:
     """Greedy replies (the evaluation's decoding) with adapter `name`, or the base alone (None)."""
     from hominem_pipeline.core.evaluation.compare import greedy_replies
 
-    what = f"gate replies, {name or 'base'}"
-    if name is None:
-        with model.disable_adapter():
-            return [g.text for g in greedy_replies(model, tokenizer, prompts, cfg.evaluation, seed, what)]
-    model.set_adapter(name)
-    return [g.text for g in greedy_replies(model, tokenizer, prompts, cfg.evaluation, seed, what)]
+    import contextlib
+
+    if name is not None:
+        model.set_adapter(name)
+    with model.disable_adapter() if name is None else contextlib.nullcontext():
+        return [g.text for g in greedy_replies(model, tokenizer, prompts, cfg.evaluation, seed, f"gate replies, {name or 'base'}")]
 
 
 def run_gate(
@@ -96,7 +93,8 @@ def run_gate(
     live: Path | None,
     *,
     cfg: HominemConfig,
-    student: Path,
+    base: Any,
+    tokenizer: Any,
     reward_model: Any,
     prompts: Sequence[str],
     memory: pd.DataFrame | None,
@@ -105,23 +103,30 @@ def run_gate(
     live_version: str | None = None,
     threshold: float | None = None,
 ) -> GateReport:
-    """Measure `candidate` against `live` (None: the base) and say whether it may go live. `rhi`: the
-    candidate's health index (None: not measured, which fails the gate); `threshold`: the RHI it needs
-    (default `health.deploy_threshold`)."""
+    """Measure `candidate` against `live` (None: the base), both loaded on `base` (the student, with its
+    `tokenizer`), and say whether it may go live. `rhi`: the candidate's health index (None: not
+    measured, which fails the gate); `threshold`: the RHI it needs (default `health.deploy_threshold`)."""
     from hominem_pipeline.core.evaluation.compare import outcome
-    from hominem_pipeline.core.evaluation.memory import probe
+    from hominem_pipeline.core.evaluation.memory import fact_questions, probe
     from hominem_pipeline.core.reward.model import score_side
 
     if not prompts:
         raise ValueError("the gate needs held-out prompts to compare on; set prompts.eval_per_category to at least 1")
     threshold = cfg.health.deploy_threshold if threshold is None else threshold
-    model, tokenizer = side_by_side_model(student, candidate, live)
+    model = side_by_side_model(base, candidate, live)
     live_name = None if live is None else LIVE
+    texts = list(prompts)
+    questions = fact_questions(memory)
+    asked = [] if questions is None else list(questions["prompt"])
+    # the held-out prompts batched on their own, as the evaluation batches them (so against the base the
+    # replies are the evaluation's); the memory questions, and the candidate's smoke prompt with them, after
+    live_replies = replies_of(model, tokenizer, live_name, texts, cfg, seed) + (replies_of(model, tokenizer, live_name, asked, cfg, seed) if asked else [])
+    candidate_replies = replies_of(model, tokenizer, CANDIDATE, texts, cfg, seed) + replies_of(model, tokenizer, CANDIDATE, asked + [SMOKE_PROMPT], cfg, seed)
     reasons: list[str] = []
     figures: dict[str, Any] = {"candidate": str(candidate), "live_version": live_version, "rhi": rhi, "deploy_threshold": threshold,
                                "min_win_rate": cfg.health.min_win_rate, "prompts": len(prompts)}
 
-    smoke = replies_of(model, tokenizer, CANDIDATE, [SMOKE_PROMPT], cfg, seed)[0]
+    smoke = candidate_replies[-1]
     figures["smoke_reply"] = smoke
     if (why := degenerate(smoke)) is not None:
         reasons.append(f"smoke generation: {why}")
@@ -131,8 +136,7 @@ def run_gate(
     elif rhi < threshold:
         reasons.append(f"RHI {rhi:.3f} below health.deploy_threshold {threshold}")
 
-    texts = list(prompts)
-    sides = {"live": replies_of(model, tokenizer, live_name, texts, cfg, seed), "candidate": replies_of(model, tokenizer, CANDIDATE, texts, cfg, seed)}
+    sides = {"live": live_replies[: len(texts)], "candidate": candidate_replies[: len(texts)]}
     scores = {side: score_side(reward_model, texts, replies)["scalar"] for side, replies in sides.items()}
     wins = [outcome(float(a), float(b)) for a, b in zip(scores["live"], scores["candidate"])]
     win_rate = float(np.mean(wins))
@@ -141,11 +145,9 @@ def run_gate(
         reasons.append(f"win rate over {live_version or 'the base'} {win_rate:.0%} below health.min_win_rate {cfg.health.min_win_rate:.0%}")
 
     figures.update(facts_asked=0, facts_live=0, facts_candidate=0, facts_lost=0, facts_lost_prompts=[])
-    questions = memory[memory["facts"].map(len) > 0].reset_index(drop=True) if memory is not None else None
-    if questions is not None and len(questions):
-        asked = list(questions["prompt"])
-        found = probe(questions, {"base": replies_of(model, tokenizer, live_name, asked, cfg, seed),
-                                  "adapter": replies_of(model, tokenizer, CANDIDATE, asked, cfg, seed)})
+    if asked:
+        n = len(texts)
+        found = probe(questions, {"base": live_replies[n : n + len(asked)], "adapter": candidate_replies[n : n + len(asked)]})
         figures.update(facts_asked=found.questions, facts_live=found.base, facts_candidate=found.adapter, facts_lost=len(found.lost),
                        facts_lost_prompts=found.lost)
         if found.lost:

@@ -16,22 +16,6 @@ from hominem_pipeline.core.online.live import BadAdapter, Live, LiveError, LiveS
 
 log = logging.getLogger(__name__)
 
-_CHECKSUMS: dict[tuple[str, str], str] = {}
-
-
-def student_checksum(student: Path) -> str:
-    """`policy.lora.base_checksum` of the student's weights (what an adapter's METADATA records), once per
-    process and student folder content."""
-    from hominem_pipeline.core.artifacts import folder_digest
-    from hominem_pipeline.core.models import load_student
-    from hominem_pipeline.core.policy.lora import base_checksum
-
-    key = (str(Path(student).resolve()), folder_digest(Path(student)))
-    if key not in _CHECKSUMS:
-        _CHECKSUMS[key] = base_checksum(load_student(student)[0])
-    return _CHECKSUMS[key]
-
-
 @dataclass(frozen=True)
 class Offer:
     version: str
@@ -75,8 +59,8 @@ def offer(cfg: HominemConfig, adapter: Path, *, by: str, reason: str, rhi: float
     without running the gate. `rhi`: its health index (default: what reward_health_index measured)."""
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
-    from hominem_pipeline.core.models import student_path
-    from hominem_pipeline.core.policy.lora import adapter_reward_model
+    from hominem_pipeline.core.models import load_student, student_path
+    from hominem_pipeline.core.policy.lora import adapter_reward_model, base_checksum
     from hominem_pipeline.core.reward.model import RewardModel
 
     state = LiveState(cfg.data_dir)
@@ -85,10 +69,10 @@ def offer(cfg: HominemConfig, adapter: Path, *, by: str, reason: str, rhi: float
     current = state.current()
     if current.frozen:
         raise LiveError(f"live updates are frozen since {current.frozen['since']} ({current.frozen['reason']}); `hominem live unfreeze` first")
-    student = student_path(cfg)
+    base, tokenizer = load_student(student_path(cfg))  # checks the adapter's base, then carries both adapters in the gate
     rm_path = adapter_reward_model(adapter, cfg.data_dir) if (adapter / "METADATA.json").is_file() else None
     try:
-        check_adapter(adapter, student_checksum(student))
+        check_adapter(adapter, base_checksum(base))
     except BadAdapter as exc:
         report = GateReport(False, [f"adapter files: {exc}"], {"candidate": str(adapter), "live_version": current.version})
         state.refuse(version, adapter, rm_path, gate=report.as_dict(), reason=report.reasons[0], by=by)
@@ -97,7 +81,7 @@ def offer(cfg: HominemConfig, adapter: Path, *, by: str, reason: str, rhi: float
     if rm_path is None or not Path(rm_path).is_dir():
         raise LiveError(f"no reward model to judge {adapter} with (its METADATA names {rm_path}); build one with `hominem run`")
     report = run_gate(
-        adapter, state.adapter_path(current), cfg=cfg, student=student, reward_model=RewardModel.load(rm_path),
+        adapter, state.adapter_path(current), cfg=cfg, base=base, tokenizer=tokenizer, reward_model=RewardModel.load(rm_path),
         prompts=gate_prompts(cfg) if prompts is None else prompts,
         memory=read_memory_rows(memory_paths(cfg)) if cfg.evaluation.memory_probe else None,
         rhi=health_of(cfg, adapter) if rhi is None else rhi, threshold=rhi_threshold, seed=cfg.project.seed if seed is None else seed,
