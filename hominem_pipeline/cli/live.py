@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -10,7 +11,7 @@ from rich.table import Table
 
 from hominem_pipeline.cli.common import ConfigOpt, SetOpt, app, console, fail, load, setup_logging
 
-live_app = typer.Typer(help="The live adapter: status, promote (through the gate), rollback, freeze, notes.", no_args_is_help=True)
+live_app = typer.Typer(help="The live adapter: status, online update, promote (through the gate), rollback, freeze, notes.", no_args_is_help=True)
 app.add_typer(live_app, name="live")
 
 ReasonOpt = Annotated[Optional[str], typer.Option("--reason", "-r", help="Why; kept in data/live/history.json.")]
@@ -116,3 +117,25 @@ def live_note(text: Annotated[str, typer.Argument(help="What you noticed about t
     """Keep a note about the live adapter in its history."""
     _do(lambda: _state(config, sets).note(text, by=_who()))
     console.print("noted")
+
+
+@live_app.command("update")
+def live_update(config: ConfigOpt = None, sets: SetOpt = None, reason: ReasonOpt = None,
+                result: Annotated[Optional[Path], typer.Option("--result", help="Also write the outcome as JSON to this file.")] = None) -> None:
+    """One online update now: a short `dual` update of the live adapter on a replay batch (people's pairs
+    from the log, the teacher's pairs), through the fast-loop gate; promoted if it passes. Exit 1 when
+    the gate refuses it, 0 when promoted or skipped (nothing new to learn, frozen)."""
+    import json
+
+    from hominem_pipeline.core.online.updates import run_update
+
+    setup_logging()
+    cfg = load(config, sets, persist=False)
+    done = _do(lambda: run_update(cfg, by=_who(), reason=reason or "online update by hand"))
+    if result is not None:
+        result.write_text(json.dumps(done.as_dict(), indent=1, default=str) + "\n")
+    console.print(f"{done.outcome}: {done.version or ''} {done.reason}".replace("  ", " "))
+    if done.outcome == "refused":
+        raise typer.Exit(1)
+    if done.outcome == "promoted":
+        console.print(f"[bold green]{done.version} is live[/]")

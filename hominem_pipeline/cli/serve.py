@@ -32,7 +32,8 @@ def serve(
         choice = adapter if adapter is not None else cfg.serving.adapter
         adapter_path = resolve_adapter(cfg, choice)
         reward_path = resolve_reward_model(cfg, reward_model if reward_model is not None else cfg.serving.reward_model, adapter_path)
-        run_server(cfg, adapter_path, reward_path, student, follow_live=choice == "live")
+        run_server(cfg, adapter_path, reward_path, student, follow_live=choice == "live",
+                   config_args=[*(["--config", str(config.resolve())] if config else []), *(f"--set={a}" for a in sets or [])])
     except (ModelNotAvailable, ServeError, AccessError) as exc:
         fail(str(exc))
 

@@ -454,6 +454,39 @@ class RetrainConfig(_Frozen):
     weekly_cron: str = Field(min_length=9, description="Cron of the weekly schedule (UTC).")
 
 
+class ReplayConfig(_Frozen):
+    recent_items: int = Field(ge=1, description="The newest this many items of the replay buffer count as recent, >= 1.")
+    recent_fraction: float = Field(ge=0.0, le=1.0, description="Share of a batch drawn from the recent items, 0-1.")
+    priority_fraction: float = Field(ge=0.0, le=1.0, description="Share of each side drawn in proportion to priority (the rest uniformly), 0-1.")
+    intensity_weight: float = Field(ge=0.0, description="Priority weight of an item's reward intensity, >= 0.")
+    social_weight: float = Field(ge=0.0, description="Priority weight of its social salience (the mean of social_dimensions, mapped to 0-1), >= 0.")
+    novelty_weight: float = Field(ge=0.0, description="Priority weight of its prompt's novelty (1 - its largest word-count cosine to an earlier prompt), >= 0.")
+    social_dimensions: list[str] = Field(min_length=1, description="Dimensions whose mean is an item's social salience.")
+    unsafe_below: float = Field(ge=0.0, le=1.0, description="An item whose safety score is below this is deprioritised, 0-1.")
+    unsafe_factor: float = Field(ge=0.0, le=1.0, description="... its priority times this (never dropped), 0-1.")
+
+
+class OnlineConfig(_Frozen):
+    scheduler: bool = Field(description="`hominem serve` runs online updates by itself (after every_events feedback events, or every_minutes); false: only on demand (`hominem live update`, POST /admin/live/update).")
+    every_events: int = Field(ge=1, description="New feedback events (thumbs, choices, nudges, emotions) that start an update, >= 1.")
+    every_minutes: float | None = Field(gt=0.0, description="An update this often while any feedback came in since the last one, minutes > 0; null: by count only.")
+    batch_items: int = Field(ge=1, description="Replay items (preference pairs) one update trains on, >= 1.")
+    max_steps: int = Field(ge=2, description="Optimizer steps of one update (the rest of the training settings are policy's), >= 2 (GVS needs two).")
+    teacher_days: int = Field(ge=0, description="Newest days of the teacher's preference pairs the live adapter was trained on that the replay buffer holds beside people's pairs, >= 0 (0: none).")
+    feedback_days: int = Field(ge=1, description="Days of the interaction log whose feedback pairs the replay buffer holds, >= 1.")
+    memory_folder: str | None = Field(description="Facts and corrections people state in conversation are written here as conversations.jsonl, memory rows the update (and the daily adapter) trains on and the memory probe asks; keep the folder among policy.dual.memory_files; null: not extracted.")
+    skip_below: float = Field(ge=0.0, le=1.0, description="Fast-loop gate: an update whose partial RHI (DCS and GVS) is below this is not promoted, 0-1.")
+    rollback_below: float = Field(ge=0.0, le=1.0, description="... below this the online update live now is rolled back too, 0-1.")
+    freeze_below: float = Field(ge=0.0, le=1.0, description="... below this online updates are also frozen until `hominem live unfreeze`, 0-1.")
+    replay: ReplayConfig = Field(description="The replay buffer's priorities and sampler.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> OnlineConfig:
+        if not self.freeze_below <= self.rollback_below <= self.skip_below:
+            raise ValueError(f"online: freeze_below {self.freeze_below} <= rollback_below {self.rollback_below} <= skip_below {self.skip_below} must hold")
+        return self
+
+
 class ServingConfig(_Frozen):
     host: str = Field(min_length=1, description="Address `hominem serve` binds; beyond loopback (127.0.0.1, ::1, localhost) it needs bearer tokens (tokens_file or tokens_env).")
     port: int = Field(ge=0, le=65535, description="TCP port, 0-65535 (0: any free port, printed at start).")
@@ -493,6 +526,7 @@ class HominemConfig(_Frozen):
     health: HealthConfig = Field(description="The Reward Health Index and the deploy gate.")
     retrain: RetrainConfig = Field(description="When the retrain sensor and schedule start a run.")
     serving: ServingConfig = Field(description="`hominem serve`: the chat and feedback service.")
+    online: OnlineConfig = Field(description="Online updates of the live adapter from the replay buffer, and the fast-loop gate.")
 
     # Not a YAML key: the folder relative paths are resolved against (set by `load_config`).
     root: Path = Field(default=Path("."), exclude=True)
@@ -512,6 +546,13 @@ class HominemConfig(_Frozen):
                 "preferences.dimension_weights must name exactly the configured dimensions; "
                 f"missing {sorted(set(names) - weights)}, unknown {sorted(weights - set(names))}"
             )
+        folder = self.online.memory_folder
+        if folder is not None and Path(folder) not in {Path(f) for f in self.policy.dual.memory_files}:
+            raise ValueError(f"online.memory_folder {folder} is not among policy.dual.memory_files {self.policy.dual.memory_files}: "
+                             "the facts people state would be extracted and never learned; add it there or set online.memory_folder to null")
+        unknown = sorted(set(self.online.replay.social_dimensions) - set(names))
+        if unknown:
+            raise ValueError(f"online.replay.social_dimensions names {unknown}, which are not configured dimensions {names}")
         return self
 
     @property

@@ -49,6 +49,7 @@ class Service:
     started: float = field(default_factory=time.time)
     rng: random.Random = field(default_factory=random.Random)
     live: Any = None  # the LiveWatcher when the service follows data/live/current.json
+    updates: Any = None  # the UpdateScheduler of online updates, beside the LiveWatcher
     config: Any = None  # the whole HominemConfig: what the admin's live endpoints gate and write with
 
     @property
@@ -315,6 +316,8 @@ def create_app(service: Service) -> FastAPI:
         written = await service.journal.write(event.model_dump(mode="json"))
         if written:
             service.ledger.add(event)
+            if service.updates is not None:
+                service.updates.note_feedback()
         return JSONResponse({"id": event.id, "written": written})  # no jsonable_encoder pass: the hot path under load
 
     @app.get("/feedback/repeat", tags=["hominem"])
@@ -369,7 +372,20 @@ def create_app(service: Service) -> FastAPI:
         from hominem_pipeline.core.online.promotion import describe
 
         state = live_state()
-        return {"live": describe(state.current()), "serving": service.adapter_label, "candidates": state.candidates()[:20], "history": state.history()[-20:]}
+        return {"live": describe(state.current()), "serving": service.adapter_label, "candidates": state.candidates()[:20], "history": state.history()[-20:],
+                "updates": None if service.updates is None else service.updates.status()}
+
+    @app.post("/admin/live/update", tags=["admin"], status_code=202)
+    async def live_update(body: LiveRequest, caller: Caller = Depends(admin)) -> dict[str, Any]:
+        """Start an online update of the live adapter now (admin): a short `dual` update on a replay batch,
+        through the fast-loop gate; GET /admin/live shows it running and its outcome."""
+        if service.updates is None:
+            raise ApiError(409, "this service does not follow the live adapter (started with --adapter other than `live`), so it runs no online updates",
+                           None, "conflict")
+        access.audit("live_update", rater=caller.rater, reason=body.reason)
+        if not service.updates.request(body.reason or "asked for through the service", f"admin:{caller.rater}"):
+            raise ApiError(409, "an online update is already running or asked for; GET /admin/live shows it", None, "conflict")
+        return {"started": True, "updates": service.updates.status()}
 
     @app.post("/admin/live/promote", tags=["admin"])
     async def live_promote(body: LiveRequest, caller: Caller = Depends(admin)) -> dict[str, Any]:

@@ -84,8 +84,10 @@ def label(cfg: HominemConfig, path: Path | None) -> str | None:
         return str(path)
 
 
-def build_service(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, student: Path, follow_live: bool = False):
-    """The service; with `follow_live`, it hot-swaps to whatever data/live/current.json names from now on."""
+def build_service(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, student: Path, follow_live: bool = False,
+                  config_args: list[str] | None = None):
+    """The service; with `follow_live`, it hot-swaps to whatever data/live/current.json names from now on
+    and runs online updates of the live adapter (`config_args`: the --config / --set the update runs under)."""
     from hominem_pipeline.serving.app import Service
     from hominem_pipeline.serving.engine import Engine
 
@@ -103,17 +105,21 @@ def build_service(cfg: HominemConfig, adapter: Path | None, reward_model: Path |
         from hominem_pipeline.core.online.live import LiveState
         from hominem_pipeline.serving.live import LiveWatcher
 
+        from hominem_pipeline.serving.updates import UpdateScheduler
+
         service.live = LiveWatcher(LiveState(cfg.data_dir), engine, access.audit, lambda path: label(cfg, path), s.live_poll_seconds)
+        service.updates = UpdateScheduler(cfg.online, config_args or [], folder / "updates", access.audit, service.live.follow, auto=cfg.online.scheduler)
     return service
 
 
-def serve(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, student: Path, follow_live: bool = False) -> None:
+def serve(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, student: Path, follow_live: bool = False,
+          config_args: list[str] | None = None) -> None:
     """Load, bind, print the address, and serve until SIGINT / SIGTERM."""
     import uvicorn
 
     from hominem_pipeline.serving.app import create_app
 
-    service = build_service(cfg, adapter, reward_model, student, follow_live)
+    service = build_service(cfg, adapter, reward_model, student, follow_live, config_args)
     host, port = cfg.serving.host, cfg.serving.port
     # proto IPPROTO_TCP, not 0: asyncio turns Nagle off (TCP_NODELAY) only on sockets that say they are
     # TCP, and with Nagle on, every keep-alive response after the first waits ~40 ms for a delayed ACK
@@ -138,6 +144,8 @@ def serve(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, s
     try:
         server.run(sockets=[sock])
     finally:
+        if service.updates is not None:
+            service.updates.close()
         if service.live is not None:
             service.live.close()
         service.engine.close()

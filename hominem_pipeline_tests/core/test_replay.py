@@ -7,13 +7,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hominem_pipeline.core.online.replay import ReplayBuffer, ReplaySettings, novelty, teacher_items
+from hominem_pipeline.core.config_loader import load_config
+from hominem_pipeline.core.online.replay import ReplayBuffer, feedback_pair_items, novelty, teacher_pair_items
+from hominem_pipeline_tests.conftest import REPO
+
+
+def settings(**changes):
+    """online.replay of the shipped config, with `changes`."""
+    return load_config(REPO / "config" / "hominem.yaml", root=REPO).online.replay.model_copy(update=changes)
 
 
 def items(n: int, **columns) -> pd.DataFrame:
     base = {"id": [f"i{k}" for k in range(n)], "time": [f"2026-11-{1 + k // 100:02d}T{k % 24:02d}:00:00+00:00" for k in range(n)],
             "source": "test", "prompt": [f"topic number {k} about thing {k * 7}" for k in range(n)], "chosen": "reply",
-            "reward_intensity": 0.5, "safety_score": 0.9, "vector": [{"empathy": 0.0, "social_coherence": 0.0}] * n}
+            "rejected": "worse reply", "reward_intensity": 0.5, "safety_score": 0.9, "vector": [{"empathy": 0.0, "social_coherence": 0.0}] * n,
+            "weight": 1.0}
     return pd.DataFrame({**base, **columns})
 
 
@@ -21,7 +29,7 @@ def test_priority_rises_with_intensity_social_salience_and_novelty_and_falls_whe
     frame = items(5, prompt=["How do I bake bread?", "How do I bake bread at home?", "My cat died today.", "Tax forms due.", "Tax forms due soon."],
                   reward_intensity=[0.9, 0.9, 0.9, 0.1, 0.9], safety_score=[0.9, 0.9, 0.9, 0.9, 0.2],
                   vector=[{"empathy": 0.0, "social_coherence": 0.0}] * 2 + [{"empathy": 1.0, "social_coherence": 1.0}] + [{"empathy": 0.0, "social_coherence": 0.0}] * 2)
-    p = ReplayBuffer(frame).items.set_index("prompt")["priority"]
+    p = ReplayBuffer(frame, settings()).items.set_index("prompt")["priority"]
     assert p["How do I bake bread?"] > p["How do I bake bread at home?"]  # a paraphrase is less novel
     assert p["My cat died today."] > p["How do I bake bread?"]  # as intense and new, and socially salient
     assert p["Tax forms due soon."] < 0.2 * p["How do I bake bread?"]  # unsafe: deprioritised ...
@@ -32,7 +40,7 @@ def test_priority_rises_with_intensity_social_salience_and_novelty_and_falls_whe
 def test_the_sampler_mixes_recent_and_old_and_follows_priority():
     n = 600
     intensity = np.where(np.arange(n) % 10 == 0, 1.0, 0.0)  # every tenth item is intense
-    buffer = ReplayBuffer(items(n, reward_intensity=intensity), ReplaySettings(recent_items=200, recent_fraction=0.25, priority_fraction=1.0,
+    buffer = ReplayBuffer(items(n, reward_intensity=intensity), settings(recent_items=200, recent_fraction=0.25, priority_fraction=1.0,
                                                                               novelty_weight=0.0, social_weight=0.0))
     rng = np.random.default_rng(0)
     batch = buffer.sample(80, rng)
@@ -41,18 +49,24 @@ def test_the_sampler_mixes_recent_and_old_and_follows_priority():
     draws = pd.concat([buffer.sample(40, rng) for _ in range(30)])
     share = (draws["reward_intensity"] == 1.0).mean()
     assert share > 0.9  # by priority, nearly always the intense tenth (10% of the items)
-    uniform = ReplayBuffer(items(n, reward_intensity=intensity), ReplaySettings(priority_fraction=0.0, novelty_weight=0.0, social_weight=0.0))
+    uniform = ReplayBuffer(items(n, reward_intensity=intensity), settings(priority_fraction=0.0, novelty_weight=0.0, social_weight=0.0))
     assert (pd.concat([uniform.sample(40, rng) for _ in range(30)])["reward_intensity"] == 1.0).mean() < 0.25  # at random: about a tenth
     assert len(buffer.sample(10_000, rng)) == n  # asked for more than there is: everything once
 
 
-def test_teacher_labels_become_items_and_bad_settings_are_named():
-    labels = pd.DataFrame({"prompt": ["p1", "p2"], "response": ["r1", "r2"], "reward_intensity": [0.3, 0.8], "safety_score": [0.9, 0.1],
-                           "vector": [{"empathy": 0.5}, {"empathy": -0.5}]})
-    frame = teacher_items(labels, "2026-11-25")
-    buffer = ReplayBuffer(frame)
-    assert list(buffer.items["source"]) == ["teacher:2026-11-25"] * 2 and list(buffer.items["chosen"]) == ["r1", "r2"]
-    with pytest.raises(ValueError, match="recent_fraction 1.5 is outside 0-1"):
-        ReplaySettings(recent_fraction=1.5)
+def test_teacher_and_people_pairs_become_items():
+    pairs = pd.DataFrame({"pair_id": ["a", "b"], "prompt": ["p1", "p2"], "chosen": ["r1", "r2"], "rejected": ["w1", "w2"],
+                          "chosen_trajectory_id": ["t1", "t9"], "chosen_reward_intensity": [0.3, 0.8], "chosen_safety_score": [0.9, 0.1]})
+    labels = pd.DataFrame({"trajectory_id": ["t1"], "vector": [{"empathy": 0.5}]})
+    frame = teacher_pair_items(pairs, labels, "2026-11-25")
+    assert list(frame["id"]) == ["teacher:2026-11-25:a", "teacher:2026-11-25:b"] and list(frame["rejected"]) == ["w1", "w2"]
+    assert frame["vector"].tolist() == [{"empathy": 0.5}, {}]  # a pair whose chosen reply has no label keeps an empty vector
+    people = pd.DataFrame({"pair_id": ["c1", "thumbs-x-y"], "prompt": ["p3", "p4"], "chosen": ["r3", "r4"], "rejected": ["w3", "w4"],
+                           "chosen_turn": ["x", "y"], "source": ["feedback:choice", "feedback:thumbs"], "weight": [1.5, 0.5]})
+    items = feedback_pair_items(people, {"x": "2026-11-26T10:00:00+00:00", "y": "2026-11-26T11:00:00+00:00"},
+                                {"safety_score": np.array([0.9, 0.8]), "vector": [{"empathy": 1.0}, {"empathy": 0.0}]}, 1.5)
+    assert items["reward_intensity"].tolist() == pytest.approx([1.0, 1 / 3]) and items["time"].tolist()[0] == "2026-11-26T10:00:00+00:00"
+    buffer = ReplayBuffer(pd.concat([frame, items], ignore_index=True), settings())
+    assert list(buffer.items["source"]) == ["teacher:2026-11-25"] * 2 + ["feedback:choice", "feedback:thumbs"]  # in time order
     with pytest.raises(ValueError, match=r"lack column\(s\) \['safety_score'\]"):
-        ReplayBuffer(frame.drop(columns="safety_score"))
+        ReplayBuffer(frame.drop(columns="safety_score"), settings())

@@ -1,6 +1,7 @@
 """The whole chain on a tiny configuration, through Dagster, with a real MLflow store."""
 
 import json
+import time
 
 import pandas as pd
 import pytest
@@ -436,3 +437,142 @@ def test_pairs_whose_overall_score_disagrees_are_dropped_by_the_stage(chain):
     assert len(agreeing) and (agreeing["rm_margin"] >= threshold).all() and (agreeing["rm_margin"] > 0).all()
     assert events["reward_model_agreement"].value == 1.0 and not short & set(agreeing["pair_id"])
     assert set(plain.loc[(plain["rm_margin"] >= threshold) & (plain["rm_margin"] > 0), "pair_id"]) <= set(agreeing["pair_id"])
+
+
+def _overlay(chain, name: str, changes: dict) -> str:
+    import yaml
+
+    from hominem_pipeline.core.config_loader import deep_merge
+
+    path = chain["project"] / "config" / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(deep_merge(yaml.safe_load(chain["config"].read_text()), changes)))
+    return f"config/{name}.yaml"
+
+
+def _add_choice(project, tag: str, day: str = DAY, said: str = "My friend forgot my birthday") -> None:
+    """One more person's choice between two replies to a new message, appended to the day's log."""
+    from hominem_pipeline.core.online.events import context_digest
+
+    messages = [{"role": "user", "content": f"({tag}) {said}."}]
+    turn = {"kind": "turn", "time": f"{day}T10:00:00+00:00", "rater": "local", "session": tag, "messages": messages, "model": "hominem",
+            "adapter": None, "sampling": {}, "finish_reason": "stop", "completion_tokens": 5, "context": context_digest(messages)}
+    events = [turn | {"id": f"{tag}-warm", "reply": "That stings. Did you tell them?"}, turn | {"id": f"{tag}-cold", "reply": "Get over it."},
+              {"kind": "choice", "id": f"{tag}-c", "time": f"{day}T10:01:00+00:00", "rater": "local", "chosen": f"{tag}-warm", "rejected": f"{tag}-cold",
+               "strength": "clear"}]
+    with open(project / "data" / "online" / "log" / f"{day}.jsonl", "a") as fh:
+        fh.write("".join(json.dumps(e) + "\n" for e in events))
+
+
+def _fresh_live(cfg) -> None:
+    from hominem_pipeline.core.online.live import LiveState
+
+    state = LiveState(cfg.data_dir)
+    if state.current().frozen:
+        state.unfreeze(by="test")
+    if not state.current().is_base:
+        state.rollback("base", reason="a test starts from the base", by="test")
+
+
+def test_an_online_update_learns_people_s_pairs_through_the_fast_loop(chain):
+    """`hominem live update`: the live adapter (the base here) trained on a replay batch of people's and
+    the teacher's pairs into live/adapters/<version>, its partial RHI (DCS, GVS) in health.json, promoted
+    through the gate; the same batch again is skipped; an update the fast loop scores below every
+    threshold is refused, rolls the online update back and freezes updates."""
+    from hominem_pipeline.core.builds.memory_files import memory_paths
+    from hominem_pipeline.core.evaluation.memory import read_memory_rows
+    from hominem_pipeline.core.online.live import LiveState
+    from hominem_pipeline.core.online.updates import run_update
+
+    project, cfg = chain["project"], chain["cfg"]
+    _fresh_live(cfg)
+    state = LiveState(cfg.data_dir)
+    lenient = _overlay(chain, "online_lenient", {"health": {"min_win_rate": 0.0}, "online": {"skip_below": 0.0, "rollback_below": 0.0, "freeze_below": 0.0}})
+    _add_choice(project, "name", said="Hello, my name is Ana")  # a fact the person states: a memory row, asked by the gate's probe
+    done = hominem(project, "live", "update", "--config", lenient, "--result", "update.json")
+    result = json.loads((project / "update.json").read_text())
+    assert result["outcome"] == "promoted", result["reason"]
+    version = result["version"]
+    live = state.current()
+    assert live.version == version and version in done.stdout and live.adapter == f"live/adapters/{version}"
+    folder = state.adapter_path()
+    health = json.loads((folder / "health.json").read_text())
+    assert set(health["components"]) == {"dcs", "gvs"} and health["rhi"] == pytest.approx(result["partial_rhi"]) and health["threshold"] == 0.0
+    assert state.history()[-1]["gate"]["rhi"] == pytest.approx(health["rhi"]) and state.history()[-1]["gate"]["deploy_threshold"] == 0.0
+    batch = pd.read_parquet(folder / "replay_batch.parquet")
+    assert "feedback:choice" in set(batch["source"]) and batch["source"].str.startswith("teacher:").any()  # people's pair and the teacher's
+    assert "That is rough. What happened?" in set(batch.loc[batch["source"] == "feedback:choice", "chosen"])  # the strong choice of DAY
+    meta = json.loads((folder / "METADATA.json").read_text())
+    assert meta["training"]["from"] is None and meta["training"]["policy"]["max_steps"] == cfg.online.max_steps and meta["mode"] == "dual"
+    assert result["items"]["feedback"] == 2 and sum(result["items"].values()) == len(batch)
+    stated = [json.loads(line) for line in (project / "data" / "sft" / "conversations.jsonl").read_text().splitlines()]
+    assert [(r["prompt"], r["response"], r["fact"], r["turn"]) for r in stated] == [("What is my name?", "Your name is Ana.", "Ana", "name-warm")]
+    assert "sft/conversations.jsonl" in {name for name, _ in meta["memory_data"]}  # trained on it ...
+    assert result["gate"]["facts_asked"] == len(read_memory_rows(memory_paths(cfg)).query("facts.str.len() > 0"))  # ... and asked it
+
+    again = run_update(load_config(project / lenient, root=project), by="test", reason="again")
+    assert again.outcome == "skipped" and "no new preference pairs or facts from people since" in again.reason and state.current().version == version
+
+    _add_choice(project, "second")  # something new to learn: a new batch on the live update
+    strict = _overlay(chain, "online_strict", {"health": {"min_win_rate": 0.0}, "online": {"skip_below": 1.0, "rollback_below": 1.0, "freeze_below": 1.0}})
+    refused = hominem(project, "live", "update", "--config", strict, check=False)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    history = state.history()
+    assert [e["action"] for e in history[-3:]] == ["refuse", "rollback", "freeze"]
+    assert "below online.skip_below 1.0" in history[-3]["reason"] and history[-3]["version"] != version
+    assert history[-2]["previous"] == version and state.current().is_base and state.current().frozen  # the online update rolled back, frozen
+    frozen = run_update(load_config(project / lenient, root=project), by="test", reason="while frozen")
+    assert frozen.outcome == "skipped" and "frozen" in frozen.reason
+    _fresh_live(cfg)
+
+
+def test_the_server_learns_from_feedback_and_swaps_to_the_update(chain):
+    """serve, post feedback, the scheduler trains after online.every_events events, the gate passes, the
+    server hot-swaps: /v1/models and the next reply's turn name the new version. A failing gate leaves it
+    live and says why in history.json."""
+    import httpx2 as httpx
+
+    from hominem_pipeline.core.online.live import LiveState
+    from hominem_pipeline_tests.serving.conftest import start, stop
+
+    project, cfg = chain["project"], chain["cfg"]
+    _fresh_live(cfg)
+    state = LiveState(cfg.data_dir)
+    overlay = _overlay(chain, "online_serve", {"health": {"min_win_rate": 0.0}, "online": {"every_events": 3, "every_minutes": None, "skip_below": 0.0,
+                                                                                            "rollback_below": 0.0, "freeze_below": 0.0}})
+    server = start(project, "--config", overlay, "--reward-model", "none", "--set", "serving.max_new_tokens=16", "--set", "serving.live_poll_seconds=0.2")
+    try:
+        url = server.url
+        models = lambda: {m["id"]: m["adapter"] for m in httpx.get(f"{url}/v1/models", timeout=30).json()["data"]}  # noqa: E731
+        assert models()["hominem"] is None  # the base is live
+        replies = httpx.post(f"{url}/generate", json={"messages": [{"role": "user", "content": "I lost my keys again."}], "n": 2, "seed": 1}, timeout=120).json()["replies"]
+        a, b = replies[0]["turn"], replies[1]["turn"]
+        for body in ({"kind": "choice", "chosen": a, "rejected": b, "strength": "strong"}, {"kind": "thumb", "turn": a, "value": "up"},
+                     {"kind": "thumb", "turn": b, "value": "down"}):
+            assert httpx.post(f"{url}/feedback", json=body, timeout=30).status_code == 200
+        status = lambda: httpx.get(f"{url}/admin/live", timeout=30).json()  # noqa: E731
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and status()["updates"]["last"] is None:  # the update is done ...
+            time.sleep(0.5)
+        while time.monotonic() < deadline and not (models()["hominem"] or "").startswith("live/adapters/online-"):  # ... and swapped in
+            time.sleep(0.2)
+        label, status = models()["hominem"], status()
+        assert label and label.startswith("live/adapters/online-"), status["updates"]
+        version = label.rsplit("/", 1)[1]
+        assert state.current().version == version and status["live"]["version"] == version
+        assert status["updates"]["last"]["outcome"] == "promoted" and status["updates"]["updates"] == 1 and "3 new feedback events" in status["history"][-1]["reason"]
+        chat = httpx.post(f"{url}/v1/chat/completions", json={"model": "hominem", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}, timeout=60)
+        turn = chat.json()["choices"][0]["turn"]
+        assert next(e for e in server.events() if e["id"] == turn)["adapter"] == label  # the reply came from the new version
+
+        _add_choice(project, "third", day=time.strftime("%Y-%m-%d", time.gmtime()))
+        strict = _overlay(chain, "online_strict_skip", {"health": {"min_win_rate": 0.0}, "online": {"skip_below": 1.0, "rollback_below": 0.0, "freeze_below": 0.0}})
+        refused = hominem(project, "live", "update", "--config", strict, check=False)
+        assert refused.returncode == 1 and "below online.skip_below 1.0" in refused.stdout
+        last = state.history()[-1]
+        assert last["action"] == "refuse" and last["live"] == version and "below online.skip_below 1.0" in last["reason"]
+        assert state.current().version == version and models()["hominem"] == label  # the old one stays live and served
+        audit = [json.loads(line) for line in (project / "data" / "online" / "audit.jsonl").read_text().splitlines()]
+        assert any(a["action"] == "online_update" and a["outcome"] == "promoted" and a["version"] == version for a in audit)
+    finally:
+        stop(server.proc)
+        _fresh_live(cfg)

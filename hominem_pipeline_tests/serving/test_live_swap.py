@@ -66,7 +66,9 @@ def test_the_service_hot_swaps_to_what_the_pointer_names(tmp_path, tiny_student,
         time.sleep(1.0)
         state.promote("second", folders["second"], None, gate={"passed": True}, reason="test", by="another process")
         wait_for(url, "lora_adapter/2026-11-25/second")
-        time.sleep(1.0)
+        deadline = time.monotonic() + 120  # the clients go on until a reply from the new adapter is logged
+        while time.monotonic() < deadline and not any(e.get("adapter") == "lora_adapter/2026-11-25/second" for e in server.events()):
+            time.sleep(0.2)
         stop_chat.set()
         for c in clients:
             c.join()

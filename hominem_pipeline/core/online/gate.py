@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,14 +98,17 @@ def run_gate(
     reward_model: Any,
     prompts: Sequence[str],
     memory: pd.DataFrame | None,
-    rhi: float | None,
+    rhi: float | Callable[[list[str], list[str]], float | None] | None,
     seed: int,
     live_version: str | None = None,
     threshold: float | None = None,
+    threshold_name: str = "health.deploy_threshold",
 ) -> GateReport:
     """Measure `candidate` against `live` (None: the base), both loaded on `base` (the student, with its
     `tokenizer`), and say whether it may go live. `rhi`: the candidate's health index (None: not
-    measured, which fails the gate); `threshold`: the RHI it needs (default `health.deploy_threshold`)."""
+    measured, which fails the gate), or a function of the held-out prompts and the candidate's replies to
+    them that measures it (the online updates' partial index); `threshold`: the RHI it needs (default
+    `health.deploy_threshold`), `threshold_name` the setting it comes from."""
     from hominem_pipeline.core.evaluation.compare import outcome
     from hominem_pipeline.core.evaluation.memory import fact_questions, probe
     from hominem_pipeline.core.reward.model import score_side
@@ -122,6 +125,8 @@ def run_gate(
     # replies are the evaluation's); the memory questions, and the candidate's smoke prompt with them, after
     live_replies = replies_of(model, tokenizer, live_name, texts, cfg, seed) + (replies_of(model, tokenizer, live_name, asked, cfg, seed) if asked else [])
     candidate_replies = replies_of(model, tokenizer, CANDIDATE, texts, cfg, seed) + replies_of(model, tokenizer, CANDIDATE, asked + [SMOKE_PROMPT], cfg, seed)
+    if callable(rhi):
+        rhi = rhi(texts, candidate_replies[: len(texts)])
     reasons: list[str] = []
     figures: dict[str, Any] = {"candidate": str(candidate), "live_version": live_version, "rhi": rhi, "deploy_threshold": threshold,
                                "min_win_rate": cfg.health.min_win_rate, "prompts": len(prompts)}
@@ -134,7 +139,7 @@ def run_gate(
     if rhi is None:
         reasons.append("no Reward Health Index measured for it")
     elif rhi < threshold:
-        reasons.append(f"RHI {rhi:.3f} below health.deploy_threshold {threshold}")
+        reasons.append(f"RHI {rhi:.3f} below {threshold_name} {threshold}")
 
     sides = {"live": live_replies[: len(texts)], "candidate": candidate_replies[: len(texts)]}
     scores = {side: score_side(reward_model, texts, replies)["scalar"] for side, replies in sides.items()}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +29,22 @@ class Offer:
         return self.report.passed
 
 
-def health_of(cfg: HominemConfig, adapter: Path) -> float | None:
-    """The RHI the `reward_health_index` stage measured for `adapter` (a daily lora_adapter version), or
-    None when none was built for it."""
+def health_of(cfg: HominemConfig, adapter: Path) -> tuple[float | None, tuple[float, str] | None]:
+    """(RHI, the threshold it is held to and its setting; None: health.deploy_threshold) of `adapter`: for
+    an online update, the partial index in its health.json (held to online.skip_below); for a daily
+    lora_adapter version, what the `reward_health_index` stage measured for it. (None, None) when none
+    was measured."""
+    from hominem_pipeline.core.online.updates import HEALTH
+
+    if (adapter / HEALTH).is_file():
+        health = json.loads((adapter / HEALTH).read_text())
+        return health.get("rhi"), (cfg.online.skip_below, "online.skip_below")
     version, day = adapter.name, adapter.parent.name
     for manifest in sorted((cfg.data_dir / "reward_health_index" / day).glob("*/manifest.json")):
         m = json.loads(manifest.read_text())
         if any(i["version"] == version for i in m.get("inputs", {}).get("lora_adapter", [])) and m.get("complete", True):
-            return m["metrics"].get("rhi")
-    return None
+            return m["metrics"].get("rhi"), None
+    return None, None
 
 
 def gate_prompts(cfg: HominemConfig) -> list[str]:
@@ -52,11 +60,13 @@ def gate_prompts(cfg: HominemConfig) -> list[str]:
     return [p.text for p in prompts_of(pd.read_parquet(ref.file("prompts.parquet")), "eval")]
 
 
-def offer(cfg: HominemConfig, adapter: Path, *, by: str, reason: str, rhi: float | None = None, rhi_threshold: float | None = None,
+def offer(cfg: HominemConfig, adapter: Path, *, by: str, reason: str, rhi: float | Callable[[list[str], list[str]], float | None] | None = None,
+          rhi_threshold: float | None = None, threshold_name: str | None = None,
           version: str | None = None, seed: int | None = None, prompts: list[str] | None = None) -> Offer:
     """Gate `adapter` against the live one and promote it if it passes; a refusal is recorded with its
     reasons and the adapter stays on disk as a candidate. A damaged adapter (BadAdapter) is refused
-    without running the gate. `rhi`: its health index (default: what reward_health_index measured)."""
+    without running the gate. `rhi`: its health index, or a function measuring it on the candidate's
+    replies (`gate.run_gate`); default: `health_of`, with the threshold it is held to."""
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
     from hominem_pipeline.core.models import load_student, student_path
@@ -80,11 +90,15 @@ def offer(cfg: HominemConfig, adapter: Path, *, by: str, reason: str, rhi: float
     rm_path = rm_path or state.reward_model_path(current)
     if rm_path is None or not Path(rm_path).is_dir():
         raise LiveError(f"no reward model to judge {adapter} with (its METADATA names {rm_path}); build one with `hominem run`")
+    if rhi is None:
+        rhi, held_to = health_of(cfg, adapter)
+        if rhi_threshold is None and held_to is not None:
+            rhi_threshold, threshold_name = held_to
     report = run_gate(
         adapter, state.adapter_path(current), cfg=cfg, base=base, tokenizer=tokenizer, reward_model=RewardModel.load(rm_path),
         prompts=gate_prompts(cfg) if prompts is None else prompts,
         memory=read_memory_rows(memory_paths(cfg)) if cfg.evaluation.memory_probe else None,
-        rhi=health_of(cfg, adapter) if rhi is None else rhi, threshold=rhi_threshold, seed=cfg.project.seed if seed is None else seed,
+        rhi=rhi, threshold=rhi_threshold, threshold_name=threshold_name or "health.deploy_threshold", seed=cfg.project.seed if seed is None else seed,
         live_version=current.version,
     )
     if report.passed:

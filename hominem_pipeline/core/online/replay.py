@@ -1,9 +1,9 @@
 """The replay buffer (design 000 3.7): past examples with a priority, and one sampler that mixes recent
 and old, high-priority and random, at the configured ratios.
 
-An item is one training example: a prompt, the reply to learn (and the one it beat, for a pair), its
-reward vector, reward intensity and safety score, its time and where it came from (`teacher:<day>`,
-`feedback:<day>`). Its priority (000 3.7.2) is
+An item is one preference pair: a prompt, the reply to learn and the one it beat, the chosen reply's
+reward vector, reward intensity and safety score, its time, its weight and where it came from
+(`teacher:<day>`, `feedback:choice`, `feedback:thumbs`). Its priority (000 3.7.2) is
 
     priority = w_intensity * intensity + w_social * mean(social dimensions) + w_novelty * novelty
 
@@ -22,34 +22,15 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from hominem_pipeline.core.config import ReplayConfig
+
 HASH_DIM = 1 << 12  # buckets of the hashed word counts novelty compares
 _WORD = re.compile(r"[^\W\d_]+")
-
-
-@dataclass(frozen=True)
-class ReplaySettings:
-    recent_items: int = 200  # the newest items count as recent
-    recent_fraction: float = 0.5  # share of a batch drawn from the recent items, 0-1
-    priority_fraction: float = 0.7  # share drawn by priority (the rest uniformly), 0-1
-    intensity_weight: float = 1.0
-    social_weight: float = 0.5
-    novelty_weight: float = 0.5
-    social_dimensions: tuple[str, ...] = ("empathy", "social_coherence")
-    unsafe_below: float = 0.5  # safety scores under this are deprioritised
-    unsafe_factor: float = 0.1  # ... their priority times this
-
-    def __post_init__(self) -> None:
-        for name in ("recent_fraction", "priority_fraction", "unsafe_below", "unsafe_factor"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"replay {name} {value} is outside 0-1")
-        if self.recent_items < 1:
-            raise ValueError(f"replay recent_items {self.recent_items} must be at least 1")
 
 
 def _word_vector(text: str) -> np.ndarray:
@@ -71,19 +52,16 @@ def novelty(prompts: Sequence[str]) -> np.ndarray:
 
 @dataclass
 class ReplayBuffer:
-    """Items as a DataFrame (columns: id, time, source, prompt, chosen, rejected, reward_intensity,
-    safety_score, vector) in time order, with their priorities."""
+    """Items as a DataFrame (ITEM_COLUMNS) in time order, with their priorities."""
 
     items: pd.DataFrame
-    settings: ReplaySettings = field(default_factory=ReplaySettings)
+    settings: ReplayConfig  # online.replay
 
     def __post_init__(self) -> None:
-        missing = {"id", "time", "source", "prompt", "chosen", "reward_intensity", "safety_score", "vector"} - set(self.items.columns)
+        missing = set(ITEM_COLUMNS) - set(self.items.columns)
         if missing:
             raise ValueError(f"replay items lack column(s) {sorted(missing)}")
         self.items = self.items.sort_values("time", kind="stable").reset_index(drop=True)
-        if "rejected" not in self.items:
-            self.items["rejected"] = None
         self.items["priority"] = self.priorities()
 
     def priorities(self) -> np.ndarray:
@@ -119,10 +97,29 @@ class ReplayBuffer:
         return np.concatenate([first, second]).astype(np.int64)
 
 
-def teacher_items(labels: pd.DataFrame, day: str) -> pd.DataFrame:
-    """Replay items from a day of teacher labels (one per labeled reply)."""
+ITEM_COLUMNS = ["id", "time", "source", "prompt", "chosen", "rejected", "reward_intensity", "safety_score", "vector", "weight"]
+
+
+def teacher_pair_items(pairs: pd.DataFrame, labels: pd.DataFrame, day: str) -> pd.DataFrame:
+    """Replay items from a day of the teacher's preference pairs: intensity and safety are the chosen
+    reply's labels, its vector (for social salience) looked up in that day's `labels` by trajectory."""
+    vectors = dict(zip(labels["trajectory_id"], labels["vector"])) if len(labels) else {}
     return pd.DataFrame({
-        "id": [f"teacher:{day}:{i}" for i in range(len(labels))], "time": f"{day}T00:00:00+00:00", "source": f"teacher:{day}",
-        "prompt": labels["prompt"].to_numpy(), "chosen": labels["response"].to_numpy(), "rejected": None,
-        "reward_intensity": labels["reward_intensity"].to_numpy(), "safety_score": labels["safety_score"].to_numpy(), "vector": list(labels["vector"]),
-    })
+        "id": [f"teacher:{day}:{p}" for p in pairs["pair_id"]], "time": f"{day}T00:00:00+00:00", "source": f"teacher:{day}",
+        "prompt": pairs["prompt"].to_numpy(), "chosen": pairs["chosen"].to_numpy(), "rejected": pairs["rejected"].to_numpy(),
+        "reward_intensity": pairs["chosen_reward_intensity"].to_numpy(dtype=float), "safety_score": pairs["chosen_safety_score"].to_numpy(dtype=float),
+        "vector": [vectors.get(t, {}) for t in pairs["chosen_trajectory_id"]], "weight": 1.0,
+    }, columns=ITEM_COLUMNS)
+
+
+def feedback_pair_items(pairs: pd.DataFrame, times: dict[str, str], scores: dict[str, np.ndarray], max_weight: float) -> pd.DataFrame:
+    """Replay items from people's pairs (`online.feedback.feedback_tables`): the intensity is how strongly
+    the person chose (its weight over `max_weight`, the strongest); safety and vector are the reward
+    model's `scores` of the chosen reply; the time is the chosen reply's turn's (`times`, by turn id)."""
+    return pd.DataFrame({
+        "id": [f"feedback:{p}" for p in pairs["pair_id"]], "time": [times[t] for t in pairs["chosen_turn"]],
+        "source": ["feedback:" + str(s).removeprefix("feedback:") for s in pairs["source"]],
+        "prompt": pairs["prompt"].to_numpy(), "chosen": pairs["chosen"].to_numpy(), "rejected": pairs["rejected"].to_numpy(),
+        "reward_intensity": np.clip(pairs["weight"].to_numpy(dtype=float) / max_weight, 0.0, 1.0),
+        "safety_score": np.asarray(scores["safety_score"], dtype=float), "vector": list(scores["vector"]), "weight": pairs["weight"].to_numpy(dtype=float),
+    }, columns=ITEM_COLUMNS)

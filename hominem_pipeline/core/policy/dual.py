@@ -120,8 +120,11 @@ def train_dual_adapter(
     seed: int,
     reward_model: Any | None = None,
     on_log: Callable[[int, dict[str, float]], None] | None = None,
+    init_adapter: Path | None = None,
 ) -> dict[str, Any]:
     """Train a LoRA adapter with the dual-channel loss; saves it (PEFT format) with the tokenizer to `out_dir`.
+    `init_adapter`: an adapter to train on from (an online update of the live one) instead of a fresh one;
+    the reference stays the base (adapter off).
 
     `pairs` needs prompt, chosen, rejected and, for teacher-sourced labels, chosen_reward_intensity and
     chosen_safety_score; `memory` prompt and response (`memory.read_memory_rows`)."""
@@ -141,7 +144,7 @@ def train_dual_adapter(
     gate = SafetyGate.from_config(cfg.safety_gate)
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    model, tokenizer, before = lora_student(student_path, cfg)
+    model, tokenizer, before = lora_student(student_path, cfg, init_adapter)
     add_fused_lm_head(model.get_base_model())
     disable_dropout_in_model(model)  # as TRL's DPO does by default: policy and reference see the same network
     pad = tokenizer.pad_token_id

@@ -31,9 +31,10 @@ def base_checksum(model: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
-def lora_student(student_path: Path, cfg: PolicyConfig) -> tuple[Any, Any, str]:
-    """(the student in fp32 wrapped with a fresh LoRA adapter, its tokenizer, the base checksum): what
-    every training mode starts from. Only the LoRA matrices require gradients."""
+def lora_student(student_path: Path, cfg: PolicyConfig, init_adapter: Path | None = None) -> tuple[Any, Any, str]:
+    """(the student in fp32 wrapped with a fresh LoRA adapter, or with `init_adapter` to train on from
+    (an online update continues the live adapter, with its LoRA shape), its tokenizer, the base
+    checksum): what every training mode starts from. Only the LoRA matrices require gradients."""
     from peft import LoraConfig as PeftLoraConfig
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -47,6 +48,12 @@ def lora_student(student_path: Path, cfg: PolicyConfig) -> tuple[Any, Any, str]:
     model = AutoModelForCausalLM.from_pretrained(student_path, dtype=torch.float32)
     if torch.cuda.is_available():
         model = model.to("cuda")
+    if init_adapter is not None:
+        from peft import PeftModel
+
+        adapter_config(init_adapter)
+        model = PeftModel.from_pretrained(model, init_adapter, is_trainable=True)
+        return model, tokenizer, base_checksum(model)
     lora = cfg.lora
     peft_config = PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
     model = get_peft_model(model, peft_config)

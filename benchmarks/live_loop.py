@@ -1,0 +1,213 @@
+"""The live loop on the default offline models: how long from a person's N-th feedback event to the new
+adapter answering, how long a hot-swap takes with clients chatting through it, and how long a rollback.
+
+In a scratch project (the repo's config, `data/` linked to this project's built versions, its own live
+state, log and MLflow store, so the project's own are untouched) the daily adapter is made live and
+`hominem serve` started (its own process group, loopback). Then:
+
+1. `--events` feedback events (`online.every_events`) over HTTP: a pair of replies to each of a fixed
+   list of messages, a choice between them and a thumb each, until the N-th; the scheduler starts an
+   update (short `dual` on a replay batch, the fast-loop gate); the clock runs from the N-th event's
+   acknowledgement until a chat reply comes from the new version (goal: under 120 s on 2 cores). The
+   update's own figures (train, gate, partial RHI, win rate over the live adapter) are printed.
+2. `--clients` chat clients (the `openai` client) talk without pause while the live pointer is moved
+   twice (to the adapter live before, then back): each swap's time as the engine measured it (goal:
+   under 1 s), and every request's status (goal: none failed).
+3. A rollback through the admin endpoint: from the request until its answer, the swap included.
+
+    .venv/bin/python benchmarks/live_loop.py
+    .venv/bin/python benchmarks/live_loop.py --adapter data/lora_adapter/2026-11-26/<version> --events 20
+
+Needs `make run` (a daily adapter, with its reward model and preference pairs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hominem_pipeline.testing.service import start_serve, stop_serve  # noqa: E402
+
+LINKED = ("models", "reward_model", "preference_pairs", "teacher_labels", "teacher_trajectories", "prompts", "lora_adapter")
+MESSAGES = [
+    "I failed my driving test again.", "My sister never calls me back.", "I got the job I wanted!", "How do I stop procrastinating?",
+    "My dog is sick and I am scared.", "Is it okay to say no to my boss?", "I can't sleep before exams.", "My name is Ana, by the way.",
+    "What should I cook for friends tonight?", "I feel lonely in a new city.", "Can you help me plan a hard conversation?", "I keep losing my keys.",
+]
+
+
+def scratch_project(project: Path, given_adapter: str | None, overrides: dict | None = None):
+    """A scratch project in a temp folder: the repo's config (with `overrides`), `data/` linking to
+    `project`'s built versions, its own live state (the daily adapter `given_adapter`, default the newest
+    built, live at the start), log and MLflow store. Returns (temp folder, config, live state)."""
+    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.online.live import LiveState
+    from hominem_pipeline.core.policy.lora import adapter_reward_model
+    from hominem_pipeline.core.tracking import Tracker
+
+    source = daily_adapter(project, given_adapter)
+    tmp = Path(tempfile.mkdtemp(prefix="hominem-live-"))
+    into = tmp / "project"
+    shutil.copytree(ROOT / "config", into / "config")
+    shutil.copy(ROOT / "dagster.yaml", into / "dagster.yaml")
+    (into / "data").mkdir()
+    for name in LINKED:
+        if (project / "data" / name).exists():
+            (into / "data" / name).symlink_to((project / "data" / name).resolve())
+    cfg = load_config(root=into, overrides=overrides)
+    adapter = cfg.data_dir / source.relative_to(project / "data")
+    state = LiveState(cfg.data_dir)
+    state.promote(adapter.name, adapter, adapter_reward_model(adapter, cfg.data_dir), gate={"note": "the benchmark's starting point"},
+                  reason="benchmark start", by="benchmark")
+    Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root)).runs_for("live")  # the MLflow store exists, as in a used project
+    print(f"scratch project {into}; live at start: {adapter.name} ({source})")
+    return tmp, cfg, state
+
+
+def daily_adapter(project: Path, given: str | None) -> Path:
+    if given:
+        path = Path(given) if Path(given).is_absolute() else project / given
+        if not (path / "METADATA.json").is_file():
+            raise SystemExit(f"--adapter {given}: {path} is not an adapter the pipeline built (no METADATA.json)")
+        return path
+    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.lineage import lineage
+
+    ref = lineage(load_config(root=project)).latest("lora_adapter")
+    if ref is None:
+        raise SystemExit(f"no lora_adapter built under this code and config in {project / 'data'}; run `make run`, or pass --adapter")
+    return ref.path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--project", type=Path, default=ROOT, help="the project whose built versions are used (default: this repo)")
+    ap.add_argument("--adapter", help="the daily adapter live at the start (default: the newest built under the config)")
+    ap.add_argument("--events", type=int, default=None, help="feedback events before an update (default: online.every_events)")
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--max-tokens", type=int, default=48, help="tokens per chat reply")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds to wait for the update")
+    args = ap.parse_args()
+
+    import httpx2 as httpx
+
+    tmp, cfg, state = scratch_project(args.project.resolve(), args.adapter, {"online": {"every_minutes": None}})
+    events = args.events or cfg.online.every_events
+    sets = [f"online.every_events={events}", "online.every_minutes=null", f"serving.max_new_tokens={args.max_tokens}", "serving.live_poll_seconds=0.2"]
+    data, scratch = cfg.data_dir, cfg.root
+    print(f"an update after {events} feedback events")
+
+    env = {"HOMINEM_HOME": str(scratch)}
+    proc, url, ready = start_serve([*(f"--set={s}" for s in sets)], scratch, env=env, timeout=600, stdout=open(tmp / "serve.log", "w"))
+    print(f"hominem serve answered after {ready:.1f} s ({url})")
+    report: dict = {"events": events, "clients": args.clients}
+    try:
+        with httpx.Client(timeout=600) as http:
+            label = lambda: next(m["adapter"] for m in http.get(f"{url}/v1/models").json()["data"] if m["id"] == "hominem")  # noqa: E731
+            before = label()
+            # 1. feedback until the N-th event; then the time until a reply comes from the new version
+            sent, k = 0, 0
+            while sent < events:
+                message = MESSAGES[k % len(MESSAGES)]
+                replies = http.post(f"{url}/generate", json={"messages": [{"role": "user", "content": message}], "n": 2, "seed": k}).json()["replies"]
+                a, b = replies[0]["turn"], replies[1]["turn"]
+                for body in ({"kind": "choice", "chosen": a, "rejected": b, "strength": "clear"}, {"kind": "thumb", "turn": a, "value": "up"},
+                             {"kind": "thumb", "turn": b, "value": "down"}):
+                    if sent == events:
+                        break
+                    assert http.post(f"{url}/feedback", json=body).status_code == 200
+                    sent += 1
+                k += 1
+            nth = time.monotonic()
+            print(f"{events} feedback events sent ({k} messages, {2 * k} replies); waiting for the update")
+            status = {}
+            while time.monotonic() - nth < args.timeout:
+                status = http.get(f"{url}/admin/live").json()["updates"]
+                if status["last"] is not None:
+                    break
+                time.sleep(0.5)
+            decided = time.monotonic() - nth
+            last = status.get("last") or {}
+            report["update"] = {k: last.get(k) for k in ("outcome", "version", "reason", "partial_rhi", "items", "seconds")}
+            report["decided_s"] = round(decided, 1)
+            print(f"update {last.get('outcome')} {decided:.1f} s after the {events}th event: {last.get('reason')}")
+            new = None
+            if last.get("outcome") == "promoted":
+                while (new := label()) == before:
+                    time.sleep(0.05)
+                reply = http.post(f"{url}/v1/chat/completions", json={"model": "hominem", "messages": [{"role": "user", "content": "Hi!"}], "max_tokens": 8}).json()
+                report["answering_s"] = round(time.monotonic() - nth, 1)
+                print(f"the new adapter {new} answered {report['answering_s']:.1f} s after the {events}th event (goal < 120 s): {reply['choices'][0]['message']['content']!r}")
+            else:
+                print("the gate kept the old adapter live: no swap to time here (the swap timing below moves the pointer by hand)")
+
+            # 2. swaps under load: the pointer moved to the adapter live before and back (a rollback, then one to the newer version)
+            outcomes: list[int] = []
+            stop = threading.Event()
+
+            def chat(c: int) -> None:
+                import openai
+
+                client = openai.OpenAI(base_url=url + "/v1", api_key="-", max_retries=0, timeout=600)
+                r = 0
+                while not stop.is_set():
+                    try:
+                        client.chat.completions.create(model="hominem", messages=[{"role": "user", "content": MESSAGES[(c + r) % len(MESSAGES)]}],
+                                                       max_tokens=args.max_tokens, seed=r)
+                        outcomes.append(200)
+                    except openai.APIStatusError as exc:
+                        outcomes.append(exc.status_code)
+                    except openai.APIConnectionError:
+                        outcomes.append(-1)
+                    r += 1
+
+            threads = [threading.Thread(target=chat, args=(c,)) for c in range(args.clients)]
+            for t in threads:
+                t.start()
+            time.sleep(5)
+            audit = data / cfg.serving.log_dir / "audit.jsonl"
+            start_swaps = sum(1 for _ in open(audit))
+            current = state.current().version
+            state.rollback(reason="benchmark: a swap under load", by="benchmark")
+            while label() == (new or before):
+                time.sleep(0.05)
+            time.sleep(3)
+            state.rollback(current, reason="benchmark: back again", by="benchmark")
+            while label() != (new or before):
+                time.sleep(0.05)
+            time.sleep(3)
+            # 3. a rollback through the admin endpoint, timed from the request to its answer (the swap included)
+            t = time.monotonic()
+            rolled = http.post(f"{url}/admin/live/rollback", json={"reason": "benchmark: rollback time"})
+            report["rollback_s"] = round(time.monotonic() - t, 3)
+            time.sleep(2)
+            stop.set()
+            for th in threads:
+                th.join()
+            swaps = [json.loads(line) for line in list(open(audit))[start_swaps:]]
+            report["swap_s"] = [s["seconds"] for s in swaps if s["action"] == "live_swap"]
+            report["requests"] = len(outcomes)
+            report["failed"] = sum(o != 200 for o in outcomes)
+            print(f"swaps with {args.clients} clients chatting: {', '.join(f'{s:.3f} s' for s in report['swap_s'])} (goal < 1 s); "
+                  f"{report['requests']} requests, {report['failed']} failed")
+            print(f"rollback through /admin/live/rollback: {report['rollback_s']:.3f} s (answer {rolled.status_code}: {rolled.json()})")
+    finally:
+        log = stop_serve(proc)
+        del log
+    print(json.dumps(report, indent=1, default=str))
+    if os.environ.get("KEEP_SCRATCH") is None:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

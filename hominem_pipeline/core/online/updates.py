@@ -1,0 +1,314 @@
+"""Online updates of the live adapter (design 002 Phase 7.3; the fast loop of 001 Phase 10.3).
+
+One update:
+
+1. builds the replay buffer: people's preference pairs from the last `online.feedback_days` of the
+   interaction log (their strength is the intensity; the live reward model scores the chosen reply's
+   safety and vector, once per pair and reward model) and the teacher's preference pairs of the newest
+   `online.teacher_days` days the live adapter was trained on (`update_sources`);
+2. samples `online.batch_items` of them (recent and old, by priority and at random) and trains the live
+   adapter (the base when none is live) for `online.max_steps` steps of the `dual` loss on them and the
+   memory files, into an immutable `data/live/adapters/<version>/`;
+3. offers it to the gate (`promotion.offer`) with its partial Reward Health Index: DCS on its replies to
+   the held-out prompts and GVS on its gradient norms, weighted as in `health.weights` and renormalised,
+   written to `health.json` beside it. Below `online.skip_below` it stays a candidate; below
+   `online.rollback_below` the online update live now is rolled back too; below `online.freeze_below`
+   online updates are frozen until `hominem live unfreeze`.
+
+Before that, facts and corrections people stated in the log become memory rows (`facts`, in
+`online.memory_folder`). An update with nothing from people to learn from (no pair, no new fact), nothing
+new since the live online update was trained, or whose batch and starting adapter equal an earlier
+update's, is skipped with the reason. `hominem live update`, the server's scheduler and
+POST /admin/live/update all run `run_update`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hominem_pipeline.core.artifacts import fingerprint
+from hominem_pipeline.core.config import HominemConfig
+from hominem_pipeline.core.online.live import LIVE_DIR, ONLINE_ADAPTERS, LiveError, LiveState, utc_now
+from hominem_pipeline.core.online.replay import ITEM_COLUMNS, ReplayBuffer, feedback_pair_items, teacher_pair_items
+
+log = logging.getLogger(__name__)
+
+HEALTH = "health.json"  # beside an online adapter: its partial RHI (what `promotion.health_of` reads)
+PEOPLE_SEEN = "people_pairs.json"  # beside an online adapter: the ids of people's pairs its replay buffer held
+SCORES = "replay_scores.parquet"  # per reward model: the safety and vector of each people's pair's chosen reply
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    outcome: str  # promoted | refused | skipped
+    reason: str
+    version: str | None = None
+    live: str | None = None  # what is live afterwards (None: the base)
+    partial_rhi: float | None = None
+    items: dict[str, int] = field(default_factory=dict)  # the batch by source
+    actions: list[str] = field(default_factory=list)  # what the fast loop did beyond refusing: rollback, freeze
+    gate: dict[str, Any] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# -- the replay buffer -------------------------------------------------------------------------------
+
+
+def feedback_events(cfg: HominemConfig) -> list[dict[str, Any]]:
+    """The events of the last `online.feedback_days` files of the interaction log, oldest first."""
+    from hominem_pipeline.core.online.log import read_events
+
+    folder = cfg.data_dir / cfg.serving.log_dir / "log"
+    files = sorted(folder.glob("*.jsonl"))[-cfg.online.feedback_days :] if folder.is_dir() else []
+    return [e for path in files for e in read_events(path)]
+
+
+def _scored(cfg: HominemConfig, reward_model: Any, rm_path: Path, pairs: pd.DataFrame) -> dict[str, np.ndarray | list]:
+    """The reward model's safety score and vector of each pair's chosen reply; pairs scored before by
+    the same reward model are read from its cache (`<log_dir>/replay/<reward model>/`), the rest scored
+    and added."""
+    folder = cfg.data_dir / cfg.serving.log_dir / "replay" / fingerprint([str(rm_path.resolve())], 16)
+    path = folder / SCORES
+    cached = pd.read_parquet(path) if path.is_file() else pd.DataFrame(columns=["pair_id", "safety_score", "vector"])
+    known = set(cached["pair_id"])
+    todo = pairs[~pairs["pair_id"].isin(known)]
+    if len(todo):
+        raw = reward_model.raw_scores(list(todo["prompt"]), list(todo["chosen"]))
+        new = pd.DataFrame({"pair_id": todo["pair_id"].to_numpy(), "safety_score": raw["safety_score"].astype(float),
+                            "vector": [json.dumps(dict(zip(reward_model.dimensions, map(float, row)))) for row in raw["vector"]]})
+        cached = pd.concat([cached, new], ignore_index=True) if len(cached) else new
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{SCORES}.{uuid.uuid4().hex}.tmp"
+        cached.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    by_id = cached.drop_duplicates("pair_id", keep="last").set_index("pair_id").loc[list(pairs["pair_id"])]
+    return {"safety_score": by_id["safety_score"].to_numpy(dtype=float), "vector": [json.loads(v) for v in by_id["vector"]]}
+
+
+def feedback_items(cfg: HominemConfig, events: list[dict[str, Any]], reward_model: Any, rm_path: Path) -> pd.DataFrame:
+    """People's preference pairs among the log's `events` as replay items."""
+    from hominem_pipeline.core.online.events import STRENGTHS
+    from hominem_pipeline.core.online.feedback import feedback_tables
+
+    pairs = feedback_tables(events).pairs
+    if pairs.empty:
+        return pd.DataFrame(columns=ITEM_COLUMNS)
+    times = {e["id"]: e["time"] for e in events if e.get("kind") == "turn"}
+    return feedback_pair_items(pairs, times, _scored(cfg, reward_model, rm_path, pairs), max(STRENGTHS.values()))
+
+
+def upstream(store: Any, ref: Any, asset: str) -> Any | None:
+    """The version of `asset` that `ref` was built from, following the manifests' inputs upward (the
+    first found, breadth first), or None."""
+    todo, seen = [ref], set()
+    while todo:
+        current = todo.pop(0)
+        for inputs in current.manifest.get("inputs", {}).values():
+            for i in inputs:
+                found = store.existing(i["asset"], i["partition"], i["version"])
+                if found is None or (found.asset, found.partition, found.version) in seen:
+                    continue
+                if found.asset == asset:
+                    return found
+                seen.add((found.asset, found.partition, found.version))
+                todo.append(found)
+    return None
+
+
+def teacher_items(cfg: HominemConfig, sources: list[Any]) -> tuple[pd.DataFrame, list[Any]]:
+    """The teacher's preference pairs of the newest `online.teacher_days` days among `sources` (VersionKeys
+    of preference_pairs versions) as replay items, and the keys they came from. The chosen replies take
+    their vectors from the teacher_labels each version was built from."""
+    from hominem_pipeline.core.artifacts import ArtifactStore
+
+    store = ArtifactStore(cfg.data_dir)
+    keys = sorted(sources, key=lambda k: k.partition)[-cfg.online.teacher_days :] if cfg.online.teacher_days else []
+    frames, used = [], []
+    for key in keys:
+        ref = store.existing(key.asset, key.partition, key.version)
+        if ref is None:
+            log.warning("the teacher's pairs %s/%s are gone from %s; the update goes on without them", key.partition, key.version, cfg.data_dir)
+            continue
+        labels_ref = upstream(store, ref, "teacher_labels")
+        labels = pd.read_parquet(labels_ref.file("labels.parquet"), columns=["trajectory_id", "vector"]) if labels_ref else pd.DataFrame(columns=["trajectory_id", "vector"])
+        frames.append(teacher_pair_items(pd.read_parquet(ref.file("pairs.parquet")), labels, key.partition))
+        used.append(key)
+    return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ITEM_COLUMNS)), used
+
+
+def held_out_prompts(cfg: HominemConfig, sources: list[Any]) -> list[str]:
+    """The held-out prompts the update is gated on: those of the prompts the newest of `sources` (the
+    live adapter's preference_pairs) was built from; without sources, `promotion.gate_prompts`."""
+    from hominem_pipeline.core.artifacts import ArtifactStore
+    from hominem_pipeline.core.builds.common import prompts_of
+    from hominem_pipeline.core.online.promotion import gate_prompts
+
+    store = ArtifactStore(cfg.data_dir)
+    for key in sorted(sources, key=lambda k: k.partition, reverse=True):
+        ref = store.existing(key.asset, key.partition, key.version)
+        found = upstream(store, ref, "prompts") if ref is not None else None
+        if found is not None:
+            return [p.text for p in prompts_of(pd.read_parquet(found.file("prompts.parquet")), "eval")]
+    return gate_prompts(cfg)
+
+
+# -- the partial health index ------------------------------------------------------------------------
+
+
+def partial_health(cfg: HominemConfig, reward_model: Any, prompts: list[str], replies: list[str], grad_norms: list[float]):
+    """The fast loop's Reward Health Index: DCS on the adapter's replies and GVS on its gradient norms,
+    weighted as in health.weights and renormalised (`health.aggregate` over the two)."""
+    from hominem_pipeline.core.evaluation.health import aggregate, dimensional_coherence, gradient_variance_stability
+
+    answered = [i for i, r in enumerate(replies) if r.strip()]
+    components = {
+        "dcs": dimensional_coherence(reward_model, [prompts[i] for i in answered], [replies[i] for i in answered], cfg.health.dcs_layers),
+        "gvs": gradient_variance_stability(grad_norms, cfg.health.gvi_max_reference),
+    }
+    return aggregate(components, cfg.health)
+
+
+# -- one update --------------------------------------------------------------------------------------
+
+
+def update_sources(cfg: HominemConfig, state: LiveState) -> tuple[Path, list[Any]]:
+    """(the reward model, the teacher's preference_pairs versions) an update follows: those the live
+    adapter was trained with (its METADATA.json) and the reward model the live pointer names; with the
+    base live, those of the newest adapter the gate judged (history.json); with none judged yet, the
+    newest reward model and preference pairs built under this config."""
+    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.policy.metadata import AdapterMetadata
+
+    current = state.current()
+    anchor = state.adapter_path(current)
+    if anchor is None:
+        judged = [state.absolute(e["adapter"]) for e in state.history() if e.get("adapter")]
+        anchor = next((a for a in reversed(judged) if (a / "METADATA.json").is_file()), None)
+    meta = AdapterMetadata.read(anchor) if anchor is not None else None
+    rm_path = state.reward_model_path(current) or (meta.reward_model.path(cfg.data_dir) if meta else None)
+    pairs = list(meta.preference_data) if meta else []
+    if meta is None:
+        data = lineage(cfg)
+        rm_ref, pairs_ref = data.latest("reward_model"), data.latest("preference_pairs")
+        rm_path = rm_ref.path if rm_ref else None
+        pairs = [_version_key(pairs_ref.path, cfg.data_dir)] if pairs_ref else []
+    if rm_path is None or not rm_path.is_dir():
+        raise LiveError(f"no reward model to score people's pairs and gate the update with ({rm_path or 'none built'}); build one with `hominem run`")
+    return rm_path, pairs
+
+
+def _version_key(path: Path, data_dir: Path):
+    from hominem_pipeline.core.policy.metadata import VersionKey
+
+    rel = Path(path).resolve().relative_to(Path(data_dir).resolve())
+    return VersionKey(asset=rel.parts[0], partition=rel.parts[1], version=rel.parts[2])
+
+
+def run_update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
+    """One online update of the live adapter, gated; see the module's docstring."""
+    from hominem_pipeline.core.builds.memory_files import memory_paths
+    from hominem_pipeline.core.evaluation.memory import memory_digest, read_memory_rows
+    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.online.facts import extract_facts, write_extracted
+    from hominem_pipeline.core.online.promotion import offer, rollback
+    from hominem_pipeline.core.policy.dual import train_dual_adapter
+    from hominem_pipeline.core.policy.metadata import AdapterMetadata
+    from hominem_pipeline.core.reward.model import RewardModel
+
+    started = time.monotonic()
+    oc = cfg.online
+    state = LiveState(cfg.data_dir)
+    current = state.current()
+    if current.frozen:
+        return UpdateResult("skipped", f"online updates are frozen since {current.frozen['since']} ({current.frozen['reason']}); `hominem live unfreeze` resumes them",
+                            live=current.version)
+    rm_path, pair_sources = update_sources(cfg, state)
+    reward_model = RewardModel.load(rm_path)
+    events = feedback_events(cfg)
+    facts = extract_facts(events) if oc.memory_folder is not None else []
+    new_facts = 0
+    if facts:
+        path, new_facts = write_extracted(cfg.path(oc.memory_folder), facts)
+        log.info("%d fact(s) people stated in the log, %d new or changed, in %s", len(facts), new_facts, path)
+    people = feedback_items(cfg, events, reward_model, rm_path)
+    if people.empty and not new_facts:
+        return UpdateResult("skipped", "nothing new from people in the interaction log: no preference pair (a choice between two replies, or "
+                                       "one reply thumbed up and another to the same message down) and no new fact they stated", live=current.version)
+    live_adapter = state.adapter_path(current)
+    seen_file = None if live_adapter is None else live_adapter / PEOPLE_SEEN
+    if not new_facts and seen_file is not None and seen_file.is_file() and set(people["id"]) <= set(json.loads(seen_file.read_text())):
+        return UpdateResult("skipped", f"no new preference pairs or facts from people since {current.version} was trained on them", live=current.version)
+    teacher, teacher_keys = teacher_items(cfg, pair_sources)
+    buffer = ReplayBuffer(pd.concat([f for f in (teacher, people) if len(f)], ignore_index=True) if len(teacher) or len(people) else people, oc.replay)
+    seed = int(fingerprint([cfg.project.seed, current.version, len(buffer.items)], 8), 16) % (2**31 - 1)
+    batch = buffer.sample(oc.batch_items, np.random.default_rng(seed))
+    items = {k: int(v) for k, v in batch["source"].str.split(":").str[0].value_counts().items()}
+    version = "online-" + fingerprint([current.version, sorted(batch["id"]), oc.max_steps, cfg.section("policy"), seed], 12)
+    out = cfg.data_dir / LIVE_DIR / ONLINE_ADAPTERS / version
+    if out.exists():
+        return UpdateResult("skipped", f"nothing new since update {version} (the same batch on the same live adapter)", version=version,
+                            live=current.version, items=items)
+    log.info("online update %s: %d replay items (%s) on %s, %d steps", version, len(batch), items, current.version or "the base", oc.max_steps)
+
+    pairs = pd.DataFrame({"prompt": batch["prompt"], "chosen": batch["chosen"], "rejected": batch["rejected"],
+                          "chosen_reward_intensity": batch["reward_intensity"].astype(float), "chosen_safety_score": batch["safety_score"].astype(float)})
+    memory = read_memory_rows(memory_paths(cfg))
+    policy = cfg.policy.model_copy(update={"max_steps": oc.max_steps})
+    tmp = out.parent / f".{version}.{uuid.uuid4().hex}.tmp"
+    tmp.mkdir(parents=True)
+    try:
+        needs_rm = "reward_model" in (policy.dual.intensity_source, policy.dual.safety_source)
+        result = train_dual_adapter(pairs, memory, student_path=student_path(cfg), cfg=policy, out_dir=tmp, seed=seed,
+                                    reward_model=reward_model if needs_rm else None, init_adapter=live_adapter)
+        (tmp / "training_history.json").write_text(json.dumps({"history": result.history, "grad_norms": result.grad_norms}, indent=1) + "\n")
+        batch.drop(columns=["vector"]).to_parquet(tmp / "replay_batch.parquet", index=False)
+        (tmp / PEOPLE_SEEN).write_text(json.dumps(sorted(people["id"])) + "\n")
+        AdapterMetadata(
+            mode="dual", base_model=str(student_path(cfg)), base_checksum=result.base_checksum, reward_model=_version_key(rm_path, cfg.data_dir),
+            preference_data=teacher_keys, preference_pairs=len(pairs), memory_data=memory_digest(memory_paths(cfg)),
+            channel_contributions=result.channel_contributions, channels=result.channels, lora=policy.lora.model_dump(),
+            training={"online": oc.model_dump(mode="json"), "from": current.version, "policy": policy.model_dump(mode="json")}, date=utc_now()[:10],
+        ).write(tmp)
+        os.replace(tmp, out)  # the version appears whole or not at all
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    trained = time.monotonic()
+
+    health: dict[str, Any] = {}
+
+    def measure(prompts: list[str], replies: list[str]) -> float | None:
+        report = partial_health(cfg, reward_model, prompts, replies, result.grad_norms)
+        health.update(report.as_dict(), threshold=oc.skip_below, threshold_setting="online.skip_below")
+        (out / HEALTH).write_text(json.dumps(health, indent=1, default=str) + "\n")
+        return report.rhi
+
+    done = offer(cfg, out, by=by, reason=reason, rhi=measure, rhi_threshold=oc.skip_below, threshold_name="online.skip_below", version=version,
+                 prompts=held_out_prompts(cfg, pair_sources))
+    rhi, actions = health.get("rhi"), []
+    if not done.promoted and rhi is not None:
+        if rhi < oc.rollback_below and current.version is not None and state.adapter_path(current).parent.name == ONLINE_ADAPTERS:
+            rollback(cfg, None, reason=f"fast loop: update {version} has partial RHI {rhi:.3f} < online.rollback_below {oc.rollback_below}", by=by)
+            actions.append(f"rolled back {current.version}")
+        if rhi < oc.freeze_below:
+            state.freeze(reason=f"fast loop: update {version} has partial RHI {rhi:.3f} < online.freeze_below {oc.freeze_below}", by=by)
+            actions.append("froze online updates")
+    live = state.current()
+    seconds = {"train": round(trained - started, 2), "gate": round(time.monotonic() - trained, 2), "total": round(time.monotonic() - started, 2)}
+    why = done.report.summary() + (f"; {'; '.join(actions)}" if actions else "")
+    outcome = UpdateResult("promoted" if done.promoted else "refused", why, version, live.version, rhi, items, actions, done.report.as_dict(), seconds)
+    log.info("online update %s %s in %.0f s: %s", version, outcome.outcome, seconds["total"], why)
+    return outcome

@@ -1,0 +1,143 @@
+"""The online update scheduler beside the server: after `online.every_events` new feedback events, every
+`online.every_minutes` while feedback came in, or on demand (POST /admin/live/update), it runs one
+update (`hominem live update`, `core.online.updates.run_update`) in a child process, one at a time.
+
+The child trains and gates off the server's process, so serving never waits on training, and a crash
+of the update is not a crash of the service. It stays in the server's process group (stopping the
+server's group stops it) and is terminated when the server stops. When it promotes an adapter, the
+server's LiveWatcher swaps to it at once; each update is audited with its outcome, and its output is
+kept in `<log_dir>/updates/<time>.log`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from hominem_pipeline.core.config import OnlineConfig
+from hominem_pipeline.core.online.live import utc_now
+
+log = logging.getLogger(__name__)
+
+
+class UpdateScheduler:
+    def __init__(self, settings: OnlineConfig, config_args: Sequence[str], folder: Path, audit: Callable[..., None],
+                 on_done: Callable[[], Any] | None = None, auto: bool = True):
+        """`config_args`: the --config / --set arguments the server was started with (the update runs under
+        the same config); `folder`: where each update's output goes; `on_done`: called after an update
+        (the live watcher's `follow`); `auto`: start updates by count and time (else only `request`)."""
+        self.settings, self.config_args, self.folder, self.audit, self.on_done, self.auto = settings, list(config_args), Path(folder), audit, on_done, auto
+        self.pending = 0  # feedback events since the last update started
+        self.first_pending: float | None = None  # when the oldest of them came
+        self.running: dict[str, Any] | None = None  # the update in progress: started, reason, by, log
+        self.last: dict[str, Any] | None = None  # the outcome of the last update
+        self.updates = 0
+        self._proc: subprocess.Popen | None = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._asked: tuple[str, str] | None = None  # (reason, by) of an update asked for and not yet started
+        self._thread = threading.Thread(target=self._loop, name="hominem-online-updates", daemon=True)
+        self._thread.start()
+
+    # -- what the service calls ------------------------------------------------------------------------
+
+    def note_feedback(self, n: int = 1) -> None:
+        """`n` new feedback events were written; an update starts once enough have come."""
+        with self._lock:
+            self.pending += n
+            self.first_pending = self.first_pending or time.monotonic()
+            due = self.auto and self.pending >= self.settings.every_events
+        if due:
+            self._wake.set()
+
+    def request(self, reason: str, by: str) -> bool:
+        """Ask for an update now; False when one is already running or asked for."""
+        with self._lock:
+            if self.running is not None or self._asked is not None:
+                return False
+            self._asked = (reason, by)
+        self._wake.set()
+        return True
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            return {"scheduler": "on" if self.auto else "on demand", "every_events": self.settings.every_events, "every_minutes": self.settings.every_minutes,
+                    "pending_events": self.pending, "running": self.running, "updates": self.updates, "last": self.last}
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self._thread.join(timeout=15)
+
+    # -- the scheduler's thread ---------------------------------------------------------------------
+
+    def _due(self) -> tuple[str, str] | None:
+        with self._lock:
+            if self._asked is not None:
+                asked, self._asked = self._asked, None
+                return asked
+            if not self.auto or not self.pending:
+                return None
+            if self.pending >= self.settings.every_events:
+                return f"{self.pending} new feedback events (online.every_events {self.settings.every_events})", "scheduler"
+            minutes = self.settings.every_minutes
+            if minutes is not None and self.first_pending is not None and time.monotonic() - self.first_pending >= minutes * 60:
+                return f"{self.pending} feedback events in the last {minutes:g} minutes (online.every_minutes)", "scheduler"
+        return None
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(timeout=5.0)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            due = self._due()
+            if due is not None:
+                try:
+                    self._run(*due)
+                except Exception:  # the scheduler outlives one failed start; the next trigger tries again
+                    log.exception("an online update could not be run")
+
+    def _run(self, reason: str, by: str) -> None:
+        stamp = utc_now().replace(":", "")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        out, result = self.folder / f"{stamp}.log", self.folder / f"{stamp}.json"
+        with self._lock:
+            self.running = {"started": utc_now(), "reason": reason, "by": by, "log": str(out)}
+            self.pending, self.first_pending = 0, None
+        self.audit("online_update_start", reason=reason, by=by, log=str(out))
+        started = time.monotonic()
+        command = [sys.executable, "-m", "hominem_pipeline.cli", "live", "update", *self.config_args, "--reason", reason, "--result", str(result)]
+        with open(out, "w") as fh:
+            self._proc = subprocess.Popen(command, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            code = self._proc.wait()
+        self._proc = None
+        outcome: dict[str, Any] = {"outcome": "failed", "reason": f"`hominem live update` exited {code}; see {out}"}
+        if result.is_file():
+            outcome = json.loads(result.read_text())
+        elif self._stop.is_set():
+            outcome = {"outcome": "stopped", "reason": "the server stopped during the update"}
+        summary = {"finished": utc_now(), "seconds": round(time.monotonic() - started, 1), "exit": code, "log": str(out),
+                   **{k: outcome.get(k) for k in ("outcome", "version", "live", "reason", "partial_rhi", "items", "actions")}}
+        with self._lock:
+            self.running, self.last = None, summary
+            self.updates += 1
+        self.audit("online_update", **{k: v for k, v in summary.items() if k != "finished"})
+        log.info("online update %s: %s", summary["outcome"], summary.get("reason"))
+        if self.on_done is not None and summary["outcome"] == "promoted":
+            self.on_done()

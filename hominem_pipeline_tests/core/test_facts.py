@@ -1,0 +1,44 @@
+"""Memory extraction (core/online/facts.py): what a person states about themselves, or corrects, in
+conversation becomes a memory row whose fact is their own words; a later statement replaces an earlier one."""
+
+from __future__ import annotations
+
+import json
+
+from hominem_pipeline.core.evaluation.memory import read_memory_rows, reproduces
+from hominem_pipeline.core.online.facts import extract_facts, facts_in, write_extracted
+
+
+def turn(id_: str, time: str, *said: str) -> dict:
+    return {"kind": "turn", "id": id_, "time": f"2026-11-26T{time}+00:00", "messages": [{"role": "user", "content": s} for s in said],
+            "reply": "ok"}
+
+
+def test_statements_and_corrections_become_questions_answers_and_facts():
+    assert facts_in("Hi! My name is Ana and I live in Lisbon.") == [
+        ("What is my name?", "Your name is Ana.", "Ana", "statement"), ("Where do I live?", "You live in Lisbon.", "Lisbon", "statement")]
+    assert facts_in("Call me Sam. My dog is called Rex!") == [
+        ("What is my name?", "Your name is Sam.", "Sam", "statement"), ("What is my dog called?", "Your dog is called Rex.", "Rex", "statement")]
+    assert facts_in("I work as a nurse.") == [("What is my job?", "You work as a nurse.", "nurse", "statement")]
+    assert facts_in("my favorite color is green") == [("What is my favorite color?", "Your favorite color is green.", "green", "statement")]
+    assert facts_in("Actually, the capital of Australia is Canberra, not Sydney.") == [
+        ("What is the capital of Australia?", "The capital of Australia is Canberra.", "Canberra", "correction")]
+    for nothing in ("I failed my driving test again.", "I live in a small flat near the sea.", "What is my name?", "The sky is blue."):
+        assert facts_in(nothing) == [], nothing
+
+
+def test_the_newest_statement_wins_and_rows_feed_the_memory_channel(tmp_path):
+    events = [turn("t1", "09:00:00", "My dog is called Rex."), turn("t2", "09:05:00", "My dog is called Rex.", "I live in Porto."),
+              turn("t3", "10:00:00", "Sorry, I misspoke. My dog is called Max.")]
+    facts = extract_facts(events)
+    assert [(f.prompt, f.fact, f.turn) for f in facts] == [("What is my dog called?", "Rex", "t1"), ("Where do I live?", "Porto", "t2"),
+                                                          ("What is my dog called?", "Max", "t3")]  # a repeated message counts once
+    path, changed = write_extracted(tmp_path, facts)
+    assert changed == 2
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert {r["prompt"]: r["fact"] for r in rows} == {"What is my dog called?": "Max", "Where do I live?": "Porto"}  # corrected
+    assert write_extracted(tmp_path, facts) == (path, 0)  # nothing new: the file is left as it is
+    memory = read_memory_rows([tmp_path])
+    assert sorted(memory["prompt"]) == ["What is my dog called?", "Where do I live?"] and all(len(f) == 1 for f in memory["facts"])
+    dog = memory.set_index("prompt").loc["What is my dog called?"]
+    assert reproduces(dog["response"], dog["facts"])  # the answer it teaches is one the probe accepts
