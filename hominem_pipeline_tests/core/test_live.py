@@ -173,3 +173,19 @@ def test_the_service_serves_what_the_pointer_names(tmp_path, tiny_cfg):
     shutil.rmtree(a["aaa"])
     with pytest.raises(ServeError, match="hominem live rollback"):
         resolve_adapter(tiny_cfg, "live")
+
+
+def test_one_online_update_at_a_time_and_a_killed_one_leaves_nothing_behind(tiny_cfg):
+    from filelock import FileLock
+
+    from hominem_pipeline.core.online.updates import run_update
+
+    folder = tiny_cfg.data_dir / "live" / "adapters"
+    torn = folder / ".online-0123456789ab.feedface.tmp"  # what an update killed mid-training leaves
+    torn.mkdir(parents=True)
+    with FileLock(str(folder / ".update.lock")):  # another process's update is running
+        busy = run_update(tiny_cfg, by="test", reason="second")
+    assert busy.outcome == "skipped" and "another online update" in busy.reason and torn.is_dir()
+    with pytest.raises(LiveError, match="no reward model to score people's pairs"):  # nothing built in this project yet
+        run_update(tiny_cfg, by="test", reason="first")
+    assert not torn.exists()

@@ -184,7 +184,10 @@ def gate_daily_adapter(cfg: HominemConfig, day: str, *, by: str):
         return CheckOutcome(False, f"{ref.version} stays a candidate (gated {earlier[-1]['time']}): {earlier[-1]['reason']}", {**meta, **_flat(earlier[-1].get("gate", {}))})
     if current.frozen:
         return CheckOutcome(False, f"live updates are frozen ({current.frozen['reason']}): {ref.version} stays a candidate, not gated", meta)
-    result = offer(cfg, ref.path, by=by, reason=f"the daily job's adapter for {day}", version=ref.version)
+    try:
+        result = offer(cfg, ref.path, by=by, reason=f"the daily job's adapter for {day}", version=ref.version)
+    except LiveError as exc:  # nothing to gate with (no reward model, no held-out prompts): a failed check, not a failed run
+        return CheckOutcome(False, f"{ref.version} was not gated: {exc}", meta)
     what = f"{ref.version} is live" if result.promoted else f"{ref.version} stays a candidate"
     return CheckOutcome(result.promoted, f"{what}: {result.report.summary()}", {**meta, **_flat(result.report.as_dict())})
 

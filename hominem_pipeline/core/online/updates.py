@@ -219,7 +219,23 @@ def _version_key(path: Path, data_dir: Path):
 
 
 def run_update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
-    """One online update of the live adapter, gated; see the module's docstring."""
+    """One online update of the live adapter, gated; see the module's docstring. One at a time per data
+    folder (a file lock; another process's update in progress: skipped); a temp folder an update killed
+    mid-training left behind is removed."""
+    from filelock import FileLock, Timeout
+
+    folder = cfg.data_dir / LIVE_DIR / ONLINE_ADAPTERS
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        with FileLock(str(folder / ".update.lock"), timeout=0):
+            for torn in folder.glob(".online-*.tmp"):
+                shutil.rmtree(torn, ignore_errors=True)
+            return _update(cfg, by=by, reason=reason)
+    except Timeout:
+        return UpdateResult("skipped", f"another online update of {cfg.data_dir} is running", live=LiveState(cfg.data_dir).current().version)
+
+
+def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.evaluation.memory import memory_digest, read_memory_rows
     from hominem_pipeline.core.models import student_path
