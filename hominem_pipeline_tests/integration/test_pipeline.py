@@ -519,6 +519,9 @@ def test_an_online_update_learns_people_s_pairs_through_the_fast_loop(chain):
     history = state.history()
     assert [e["action"] for e in history[-3:]] == ["refuse", "rollback", "freeze"]
     assert "below online.skip_below 1.0" in history[-3]["reason"] and history[-3]["version"] != version
+    cached = json.loads((cfg.data_dir / "live" / "replies" / f"{version}.json").read_text())["replies"]
+    assert "Hello! How are you today?" in cached and "What is my name?" in cached  # the gate's replies of the update, kept ...
+    assert history[-3]["gate"]["live_mean_scalar"] == pytest.approx(result["gate"]["candidate_mean_scalar"])  # ... and read back when it was live
     assert history[-2]["previous"] == version and state.current().is_base and state.current().frozen  # the online update rolled back, frozen
     frozen = run_update(load_config(project / lenient, root=project), by="test", reason="while frozen")
     assert frozen.outcome == "skipped" and "frozen" in frozen.reason

@@ -16,8 +16,11 @@ compared on the same prompts in one process.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,6 +91,35 @@ def replies_of(model: Any, tokenizer: Any, name: str | None, prompts: Sequence[s
         return [g.text for g in greedy_replies(model, tokenizer, prompts, cfg.evaluation, seed, f"gate replies, {name or 'base'}")]
 
 
+class ReplyCache:
+    """The gate's greedy replies per adapter version (`<folder>/<version>.json`, `base.json` for the base
+    alone), valid for one decoding (evaluation settings, seed, student): a candidate's replies are the
+    next gate's live replies once it is promoted, so each adapter answers the held-out prompts once."""
+
+    def __init__(self, folder: Path, cfg: HominemConfig, seed: int):
+        from hominem_pipeline.core.artifacts import fingerprint
+
+        self.folder = Path(folder)
+        self.key = fingerprint([cfg.evaluation.model_dump(mode="json"), seed, str(cfg.models.student.model_dump(mode="json"))], 16)
+
+    def _path(self, version: str | None) -> Path:
+        return self.folder / f"{version or 'base'}.json"
+
+    def get(self, version: str | None) -> dict[str, str]:
+        path = self._path(version)
+        try:
+            saved = json.loads(path.read_text())
+        except (OSError, ValueError):  # none yet, or a torn write: generated again
+            return {}
+        return saved["replies"] if saved.get("decoding") == self.key else {}
+
+    def put(self, version: str | None, replies: dict[str, str]) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.folder / f".{self._path(version).name}.{uuid.uuid4().hex}.tmp"
+        tmp.write_text(json.dumps({"decoding": self.key, "replies": {**self.get(version), **replies}}, ensure_ascii=False))
+        os.replace(tmp, self._path(version))
+
+
 def run_gate(
     candidate: Path,
     live: Path | None,
@@ -103,12 +135,16 @@ def run_gate(
     live_version: str | None = None,
     threshold: float | None = None,
     threshold_name: str = "health.deploy_threshold",
+    cache: ReplyCache | None = None,
+    candidate_version: str | None = None,
 ) -> GateReport:
     """Measure `candidate` against `live` (None: the base), both loaded on `base` (the student, with its
     `tokenizer`), and say whether it may go live. `rhi`: the candidate's health index (None: not
     measured, which fails the gate), or a function of the held-out prompts and the candidate's replies to
     them that measures it (the online updates' partial index); `threshold`: the RHI it needs (default
-    `health.deploy_threshold`), `threshold_name` the setting it comes from."""
+    `health.deploy_threshold`), `threshold_name` the setting it comes from. With a `cache`, the live
+    adapter's replies it holds are not generated again, and the candidate's are kept under
+    `candidate_version`."""
     from hominem_pipeline.core.evaluation.compare import outcome
     from hominem_pipeline.core.evaluation.memory import fact_questions, probe
     from hominem_pipeline.core.reward.model import score_side
@@ -123,8 +159,17 @@ def run_gate(
     asked = [] if questions is None else list(questions["prompt"])
     # the held-out prompts batched on their own, as the evaluation batches them (so against the base the
     # replies are the evaluation's); the memory questions, and the candidate's smoke prompt with them, after
-    live_replies = replies_of(model, tokenizer, live_name, texts, cfg, seed) + (replies_of(model, tokenizer, live_name, asked, cfg, seed) if asked else [])
+    known = cache.get(live_version) if cache is not None else {}
+    live_replies = []
+    for group in (texts, asked):
+        missing = [p for p in group if p not in known]
+        known |= dict(zip(missing, replies_of(model, tokenizer, live_name, missing, cfg, seed) if missing else []))
+        live_replies += [known[p] for p in group]
     candidate_replies = replies_of(model, tokenizer, CANDIDATE, texts, cfg, seed) + replies_of(model, tokenizer, CANDIDATE, asked + [SMOKE_PROMPT], cfg, seed)
+    if cache is not None:
+        cache.put(live_version, known)
+        if candidate_version is not None:
+            cache.put(candidate_version, dict(zip(texts + asked + [SMOKE_PROMPT], candidate_replies)))
     if callable(rhi):
         rhi = rhi(texts, candidate_replies[: len(texts)])
     reasons: list[str] = []

@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.online.gate import GateReport, run_gate
+from hominem_pipeline.core.online.gate import GateReport, ReplyCache, run_gate
 from hominem_pipeline.core.online.live import BadAdapter, Live, LiveError, LiveState, check_adapter, find_adapter
 
 log = logging.getLogger(__name__)
+
+REPLIES = "replies"  # data/live/replies/<version>.json: the gate's replies of each adapter it judged (gate.ReplyCache)
 
 @dataclass(frozen=True)
 class Offer:
@@ -98,7 +100,8 @@ def offer(cfg: HominemConfig, adapter: Path, *, by: str, reason: str, rhi: float
         adapter, state.adapter_path(current), cfg=cfg, base=base, tokenizer=tokenizer, reward_model=RewardModel.load(rm_path),
         prompts=gate_prompts(cfg) if prompts is None else prompts,
         memory=read_memory_rows(memory_paths(cfg)) if cfg.evaluation.memory_probe else None,
-        rhi=rhi, threshold=rhi_threshold, threshold_name=threshold_name or "health.deploy_threshold", seed=cfg.project.seed if seed is None else seed,
+        rhi=rhi, threshold=rhi_threshold, threshold_name=threshold_name or "health.deploy_threshold",
+        cache=ReplyCache(state.dir / REPLIES, cfg, cfg.project.seed if seed is None else seed), candidate_version=version, seed=cfg.project.seed if seed is None else seed,
         live_version=current.version,
     )
     if report.passed:
