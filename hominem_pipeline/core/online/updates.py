@@ -218,6 +218,43 @@ def _version_key(path: Path, data_dir: Path):
     return VersionKey(asset=rel.parts[0], partition=rel.parts[1], version=rel.parts[2])
 
 
+def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: int, live: str | None, live_adapter: Path | None, reward_model: Any,
+                 rm_path: Path, teacher_keys: list[Any], people_ids: list[str]):
+    """Train the live adapter (`live_adapter`; None: a fresh one on the base) on the replay `batch` and the
+    memory files into the new version's folder `out`, written whole (a temp folder renamed) with its
+    METADATA, training history, replay batch and the people's pairs its buffer held."""
+    from hominem_pipeline.core.builds.memory_files import memory_paths
+    from hominem_pipeline.core.evaluation.memory import memory_digest, read_memory_rows
+    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.policy.dual import train_dual_adapter
+    from hominem_pipeline.core.policy.metadata import AdapterMetadata
+
+    pairs = pd.DataFrame({"prompt": batch["prompt"], "chosen": batch["chosen"], "rejected": batch["rejected"],
+                          "chosen_reward_intensity": batch["reward_intensity"].astype(float), "chosen_safety_score": batch["safety_score"].astype(float)})
+    memory = read_memory_rows(memory_paths(cfg))
+    oc = cfg.online
+    policy = cfg.policy.model_copy(update={"max_steps": oc.max_steps})
+    tmp = out.parent / f".{out.name}.{uuid.uuid4().hex}.tmp"
+    tmp.mkdir(parents=True)
+    try:
+        needs_rm = "reward_model" in (policy.dual.intensity_source, policy.dual.safety_source)
+        result = train_dual_adapter(pairs, memory, student_path=student_path(cfg), cfg=policy, out_dir=tmp, seed=seed,
+                                    reward_model=reward_model if needs_rm else None, init_adapter=live_adapter)
+        (tmp / "training_history.json").write_text(json.dumps({"history": result.history, "grad_norms": result.grad_norms}, indent=1) + "\n")
+        batch.drop(columns=["vector"]).to_parquet(tmp / "replay_batch.parquet", index=False)
+        (tmp / PEOPLE_SEEN).write_text(json.dumps(people_ids) + "\n")
+        AdapterMetadata(
+            mode="dual", base_model=str(student_path(cfg)), base_checksum=result.base_checksum, reward_model=_version_key(rm_path, cfg.data_dir),
+            preference_data=teacher_keys, preference_pairs=len(pairs), memory_data=memory_digest(memory_paths(cfg)),
+            channel_contributions=result.channel_contributions, channels=result.channels, lora=policy.lora.model_dump(),
+            training={"online": oc.model_dump(mode="json"), "from": live, "policy": policy.model_dump(mode="json")}, date=utc_now()[:10],
+        ).write(tmp)
+        os.replace(tmp, out)  # the version appears whole or not at all
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return result
+
+
 def run_update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
     """One online update of the live adapter, gated; see the module's docstring. One at a time per data
     folder (a file lock; another process's update in progress: skipped); a temp folder an update killed
@@ -236,13 +273,8 @@ def run_update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
 
 
 def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
-    from hominem_pipeline.core.builds.memory_files import memory_paths
-    from hominem_pipeline.core.evaluation.memory import memory_digest, read_memory_rows
-    from hominem_pipeline.core.models import student_path
     from hominem_pipeline.core.online.facts import extract_facts, write_extracted
     from hominem_pipeline.core.online.promotion import offer, rollback
-    from hominem_pipeline.core.policy.dual import train_dual_adapter
-    from hominem_pipeline.core.policy.metadata import AdapterMetadata
     from hominem_pipeline.core.reward.model import RewardModel
 
     started = time.monotonic()
@@ -280,28 +312,8 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
                             live=current.version, items=items)
     log.info("online update %s: %d replay items (%s) on %s, %d steps", version, len(batch), items, current.version or "the base", oc.max_steps)
 
-    pairs = pd.DataFrame({"prompt": batch["prompt"], "chosen": batch["chosen"], "rejected": batch["rejected"],
-                          "chosen_reward_intensity": batch["reward_intensity"].astype(float), "chosen_safety_score": batch["safety_score"].astype(float)})
-    memory = read_memory_rows(memory_paths(cfg))
-    policy = cfg.policy.model_copy(update={"max_steps": oc.max_steps})
-    tmp = out.parent / f".{version}.{uuid.uuid4().hex}.tmp"
-    tmp.mkdir(parents=True)
-    try:
-        needs_rm = "reward_model" in (policy.dual.intensity_source, policy.dual.safety_source)
-        result = train_dual_adapter(pairs, memory, student_path=student_path(cfg), cfg=policy, out_dir=tmp, seed=seed,
-                                    reward_model=reward_model if needs_rm else None, init_adapter=live_adapter)
-        (tmp / "training_history.json").write_text(json.dumps({"history": result.history, "grad_norms": result.grad_norms}, indent=1) + "\n")
-        batch.drop(columns=["vector"]).to_parquet(tmp / "replay_batch.parquet", index=False)
-        (tmp / PEOPLE_SEEN).write_text(json.dumps(sorted(people["id"])) + "\n")
-        AdapterMetadata(
-            mode="dual", base_model=str(student_path(cfg)), base_checksum=result.base_checksum, reward_model=_version_key(rm_path, cfg.data_dir),
-            preference_data=teacher_keys, preference_pairs=len(pairs), memory_data=memory_digest(memory_paths(cfg)),
-            channel_contributions=result.channel_contributions, channels=result.channels, lora=policy.lora.model_dump(),
-            training={"online": oc.model_dump(mode="json"), "from": current.version, "policy": policy.model_dump(mode="json")}, date=utc_now()[:10],
-        ).write(tmp)
-        os.replace(tmp, out)  # the version appears whole or not at all
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    result = train_update(cfg, batch, out, seed=seed, live=current.version, live_adapter=live_adapter, reward_model=reward_model, rm_path=rm_path,
+                          teacher_keys=teacher_keys, people_ids=sorted(people["id"]))
     trained = time.monotonic()
 
     health: dict[str, Any] = {}
