@@ -12,13 +12,14 @@ from pathlib import Path
 from hominem_pipeline.core.online.live import BadAdapter, LiveState
 
 log = logging.getLogger(__name__)
+NOTHING = object()  # nothing refused (a version of None is the base, which may be refused too)
 
 
 class LiveWatcher:
     def __init__(self, state: LiveState, engine, audit: Callable[..., None], label: Callable[[Path | None], str | None], interval: float = 1.0):
         self.state, self.engine, self.audit, self.label, self.interval = state, engine, audit, label, interval
         self.version = state.current().version  # what the engine serves (it was loaded from the pointer)
-        self.refused: str | None = None  # the version last refused: not tried again until the pointer moves on
+        self.refused: object = NOTHING  # the version last refused (None: the base): not tried again until the pointer moves on
         self._seen = self._stamp()
         self._stop = threading.Event()
         self._lock = threading.Lock()  # the watcher's thread and an admin endpoint may both follow
@@ -60,7 +61,7 @@ class LiveWatcher:
             self.audit("live_swap_refused", version=live.version, reason=str(exc), serving=self.version)
             return False
         self.audit("live_swap", version=live.version or "base", previous=self.version or "base", seconds=round(seconds, 3))
-        self.version, self.refused = live.version, None
+        self.version, self.refused = live.version, NOTHING
         return True
 
     def close(self) -> None:

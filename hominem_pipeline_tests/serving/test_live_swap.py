@@ -89,6 +89,8 @@ def test_the_service_hot_swaps_to_what_the_pointer_names(tmp_path, tiny_student,
         assert refused.status_code == 409 and "frozen" in refused.json()["error"]["message"]
         status = httpx.get(f"{url}/admin/live", timeout=30).json()
         assert status["live"]["version"] == "first" and status["serving"] == "lora_adapter/2026-11-25/first" and status["live"]["frozen"]
+        based = httpx.post(f"{url}/admin/live/rollback", json={"version": "base", "reason": "the base alone"}, timeout=60)
+        assert based.json() == {"live": "base", "serving": None} and served_adapter(url) is None  # back to the base: followed too
         audit = [json.loads(line) for line in (data / "online" / "audit.jsonl").read_text().splitlines()]
         actions = [a["action"] for a in audit]
         assert {"live_swap", "live_swap_refused", "live_rollback", "live_freeze", "live_promote", "live_promote_refused"} <= set(actions)

@@ -205,17 +205,18 @@ def update_sources(cfg: HominemConfig, state: LiveState) -> tuple[Path, list[Any
         data = lineage(cfg)
         rm_ref, pairs_ref = data.latest("reward_model"), data.latest("preference_pairs")
         rm_path = rm_ref.path if rm_ref else None
-        pairs = [_version_key(pairs_ref.path, cfg.data_dir)] if pairs_ref else []
+        pairs = [_version_key(pairs_ref.path)] if pairs_ref else []
     if rm_path is None or not rm_path.is_dir():
         raise LiveError(f"no reward model to score people's pairs and gate the update with ({rm_path or 'none built'}); build one with `hominem run`")
     return rm_path, pairs
 
 
-def _version_key(path: Path, data_dir: Path):
+def _version_key(path: Path):
+    """The VersionKey of a stage's version folder, `<data>/<asset>/<partition>/<version>`."""
     from hominem_pipeline.core.policy.metadata import VersionKey
 
-    rel = Path(path).resolve().relative_to(Path(data_dir).resolve())
-    return VersionKey(asset=rel.parts[0], partition=rel.parts[1], version=rel.parts[2])
+    asset, partition, version = Path(path).parts[-3:]
+    return VersionKey(asset=asset, partition=partition, version=version)
 
 
 def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: int, live: str | None, live_adapter: Path | None, reward_model: Any,
@@ -244,7 +245,7 @@ def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: in
         batch.drop(columns=["vector"]).to_parquet(tmp / "replay_batch.parquet", index=False)
         (tmp / PEOPLE_SEEN).write_text(json.dumps(people_ids) + "\n")
         AdapterMetadata(
-            mode="dual", base_model=str(student_path(cfg)), base_checksum=result.base_checksum, reward_model=_version_key(rm_path, cfg.data_dir),
+            mode="dual", base_model=str(student_path(cfg)), base_checksum=result.base_checksum, reward_model=_version_key(rm_path),
             preference_data=teacher_keys, preference_pairs=len(pairs), memory_data=memory_digest(memory_paths(cfg)),
             channel_contributions=result.channel_contributions, channels=result.channels, lora=policy.lora.model_dump(),
             training={"online": oc.model_dump(mode="json"), "from": live, "policy": policy.model_dump(mode="json")}, date=utc_now()[:10],
