@@ -5,8 +5,9 @@ In a scratch project (the repo's config, `data/` linked to this project's built 
 state, log and MLflow store, so the project's own are untouched) the daily adapter is made live and
 `hominem serve` started (its own process group, loopback). Then:
 
-1. `--events` feedback events (`online.every_events`) over HTTP: a pair of replies to each of a fixed
-   list of messages, a choice between them and a thumb each, until the N-th; the scheduler starts an
+1. `--events` feedback events (`online.every_events`) over HTTP: the hand-written pairs people agree
+   on (config/human/hominem-contrast-pairs.jsonl) recorded as turns (/turns), a choice between each
+   pair and a thumb each, until the N-th; the scheduler starts an
    update (short `dual` on a replay batch, the fast-loop gate); the clock runs from the N-th event's
    acknowledgement until a chat reply comes from the new version (goal: under 120 s on 2 cores). The
    update's own figures (train, gate, partial RHI, win rate over the live adapter) are printed.
@@ -115,12 +116,13 @@ def main() -> None:
         with httpx.Client(timeout=600) as http:
             label = lambda: next(m["adapter"] for m in http.get(f"{url}/v1/models").json()["data"] if m["id"] == "hominem")  # noqa: E731
             before = label()
-            # 1. feedback until the N-th event; then the time until a reply comes from the new version
+            # 1. feedback until the N-th event: hand-written pairs people agree on, recorded as turns, a
+            # choice and a thumb each; then the time until a reply comes from the new version
+            pairs = [json.loads(line) for line in (ROOT / "config" / "human" / "hominem-contrast-pairs.jsonl").read_text().splitlines() if line.strip()]
             sent, k = 0, 0
             while sent < events:
-                message = MESSAGES[k % len(MESSAGES)]
-                replies = http.post(f"{url}/generate", json={"messages": [{"role": "user", "content": message}], "n": 2, "seed": k}).json()["replies"]
-                a, b = replies[0]["turn"], replies[1]["turn"]
+                pair, messages = pairs[k % len(pairs)], [{"role": "user", "content": pairs[k % len(pairs)]["prompt"]}]
+                a, b = (http.post(f"{url}/turns", json={"messages": messages, "reply": pair[side], "author": "benchmark"}).json()["turn"] for side in ("chosen", "rejected"))
                 for body in ({"kind": "choice", "chosen": a, "rejected": b, "strength": "clear"}, {"kind": "thumb", "turn": a, "value": "up"},
                              {"kind": "thumb", "turn": b, "value": "down"}):
                     if sent == events:
@@ -129,7 +131,7 @@ def main() -> None:
                     sent += 1
                 k += 1
             nth = time.monotonic()
-            print(f"{events} feedback events sent ({k} messages, {2 * k} replies); waiting for the update")
+            print(f"{events} feedback events sent ({k} hand-written pairs people agree on); waiting for the update")
             status = {}
             while time.monotonic() - nth < args.timeout:
                 status = http.get(f"{url}/admin/live").json()["updates"]
