@@ -123,11 +123,17 @@ class UpdateScheduler:
         self.audit("online_update_start", reason=reason, by=by, log=str(out))
         started = time.monotonic()
         command = [sys.executable, "-m", "hominem_pipeline.cli", "live", "update", *self.config_args, "--reason", reason, "--result", str(result)]
-        with open(out, "w") as fh:
-            self._proc = subprocess.Popen(command, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            code = self._proc.wait()
-        self._proc = None
-        outcome: dict[str, Any] = {"outcome": "failed", "reason": f"`hominem live update` exited {code}; see {out}"}
+        code: int | None = None
+        try:
+            with open(out, "w") as fh:
+                self._proc = subprocess.Popen(command, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                code = self._proc.wait()
+            said = " ".join(out.read_text(errors="replace").split())[-300:]  # the end of its output: the error, when it failed
+            outcome: dict[str, Any] = {"outcome": "failed", "reason": f"`hominem live update` exited {code} ({out}): ...{said}"}
+        except OSError as exc:
+            outcome = {"outcome": "failed", "reason": f"`hominem live update` could not be started: {exc}"}
+        finally:
+            self._proc = None
         if result.is_file():
             outcome = json.loads(result.read_text())
         elif self._stop.is_set():

@@ -35,6 +35,7 @@ LIVE_DIR = "live"
 CURRENT = "current.json"
 HISTORY = "history.json"
 ONLINE_ADAPTERS = "adapters"  # live/adapters/<version>/: the online updates' adapters
+HEALTH = "health.json"  # beside an online update's adapter: its partial RHI (what `promotion.health_of` reads)
 ACTIONS = ("promote", "refuse", "rollback", "freeze", "unfreeze", "note")
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from hominem_pipeline.core.config import HominemConfig
 from hominem_pipeline.core.online.gate import GateReport, ReplyCache, run_gate
-from hominem_pipeline.core.online.live import BadAdapter, Live, LiveError, LiveState, check_adapter, find_adapter
+from hominem_pipeline.core.online.live import HEALTH, BadAdapter, Live, LiveError, LiveState, check_adapter, find_adapter
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +36,6 @@ def health_of(cfg: HominemConfig, adapter: Path) -> tuple[float | None, tuple[fl
     an online update, the partial index in its health.json (held to online.skip_below); for a daily
     lora_adapter version, what the `reward_health_index` stage measured for it. (None, None) when none
     was measured."""
-    from hominem_pipeline.core.online.updates import HEALTH
-
     if (adapter / HEALTH).is_file():
         health = json.loads((adapter / HEALTH).read_text())
         return health.get("rhi"), (cfg.online.skip_below, "online.skip_below")

@@ -39,12 +39,11 @@ import pandas as pd
 
 from hominem_pipeline.core.artifacts import fingerprint
 from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.online.live import LIVE_DIR, ONLINE_ADAPTERS, LiveError, LiveState, utc_now
+from hominem_pipeline.core.online.live import HEALTH, LIVE_DIR, ONLINE_ADAPTERS, LiveError, LiveState, utc_now
 from hominem_pipeline.core.online.replay import ITEM_COLUMNS, ReplayBuffer, feedback_pair_items, teacher_pair_items
 
 log = logging.getLogger(__name__)
 
-HEALTH = "health.json"  # beside an online adapter: its partial RHI (what `promotion.health_of` reads)
 PEOPLE_SEEN = "people_pairs.json"  # beside an online adapter: the ids of people's pairs its replay buffer held
 SCORES = "replay_scores.parquet"  # per reward model: the safety and vector of each people's pair's chosen reply
 
