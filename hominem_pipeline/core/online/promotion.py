@@ -61,12 +61,13 @@ def gate_prompts(cfg: HominemConfig) -> list[str]:
 
 
 def offer(cfg: HominemConfig, adapter: Path, *, by: str, reason: str, rhi: float | Callable[[list[str], list[str]], float | None] | None = None,
-          rhi_threshold: float | None = None, threshold_name: str | None = None,
+          rhi_threshold: float | None = None, threshold_name: str | None = None, reward_model: Any | None = None,
           version: str | None = None, seed: int | None = None, prompts: list[str] | None = None) -> Offer:
     """Gate `adapter` against the live one and promote it if it passes; a refusal is recorded with its
     reasons and the adapter stays on disk as a candidate. A damaged adapter (BadAdapter) is refused
     without running the gate. `rhi`: its health index, or a function measuring it on the candidate's
-    replies (`gate.run_gate`); default: `health_of`, with the threshold it is held to."""
+    replies (`gate.run_gate`); default: `health_of`, with the threshold it is held to. `reward_model`: the
+    one its METADATA names, when the caller has it loaded already."""
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
     from hominem_pipeline.core.models import load_student, student_path
@@ -95,7 +96,7 @@ def offer(cfg: HominemConfig, adapter: Path, *, by: str, reason: str, rhi: float
         if rhi_threshold is None and held_to is not None:
             rhi_threshold, threshold_name = held_to
     report = run_gate(
-        adapter, state.adapter_path(current), cfg=cfg, base=base, tokenizer=tokenizer, reward_model=RewardModel.load(rm_path),
+        adapter, state.adapter_path(current), cfg=cfg, base=base, tokenizer=tokenizer, reward_model=reward_model if reward_model is not None else RewardModel.load(rm_path),
         prompts=gate_prompts(cfg) if prompts is None else prompts,
         memory=read_memory_rows(memory_paths(cfg)) if cfg.evaluation.memory_probe else None,
         rhi=rhi, threshold=rhi_threshold, threshold_name=threshold_name or "health.deploy_threshold",
