@@ -64,7 +64,6 @@ def main() -> None:
 
     tmp, cfg0, state = scratch_project(args.project.resolve(), args.adapter)
     start = state.current()
-    start_path = state.adapter_path(start)
     pairs = [json.loads(line) for line in (ROOT / "config" / "human" / "hominem-contrast-pairs.jsonl").read_text().splitlines() if line.strip()]
     day = time.strftime("%Y-%m-%d", time.gmtime())
     rows = []
@@ -74,8 +73,8 @@ def main() -> None:
             state = LiveState(cfg.data_dir)
             if state.current().frozen:
                 state.unfreeze(by="benchmark")
-            state.promote(start.version, start_path, state.reward_model_path(start), gate={"note": "the benchmark's starting point"},
-                          reason=f"{name}, case {case + 1}", by="benchmark")
+            if state.current().version != start.version:
+                state.rollback(start.version, reason=f"{name}, case {case + 1}", by="benchmark")
             shutil.rmtree(cfg.path(cfg.online.memory_folder), ignore_errors=True)
             log = cfg.data_dir / cfg.serving.log_dir / "log" / f"{day}.jsonl"
             log.parent.mkdir(parents=True, exist_ok=True)
