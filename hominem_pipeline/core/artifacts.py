@@ -173,6 +173,23 @@ class ArtifactStore:
         partials = sorted(self.partition_dir(asset, partition).glob(f"{version}{PARTIAL}*/{MANIFEST}"), key=lambda p: p.stat().st_mtime)
         return ArtifactRef(asset, partition, partials[-1].parent.name, partials[-1].parent) if partials else None
 
+    def upstream(self, ref: ArtifactRef, asset: str) -> ArtifactRef | None:
+        """The version of `asset` that `ref` was built from, following the manifests' inputs upward
+        (breadth first, the first found), or None."""
+        todo, seen = [ref], set()
+        while todo:
+            current = todo.pop(0)
+            for inputs in current.manifest.get("inputs", {}).values():
+                for i in inputs:
+                    found = self.existing(i["asset"], i["partition"], i["version"])
+                    if found is None or (found.asset, found.partition, found.version) in seen:
+                        continue
+                    if found.asset == asset:
+                        return found
+                    seen.add((found.asset, found.partition, found.version))
+                    todo.append(found)
+        return None
+
     def versions(self, asset: str, partition: str) -> list[ArtifactRef]:
         """Every built version of one partition, oldest first."""
         folder = self.partition_dir(asset, partition)

@@ -373,6 +373,7 @@ class DualConfig(_Frozen):
     memory_rows: Literal["share", "extra"] = Field(description="share (memory rows take pair rows' places in batch_size) | extra (added to batch_size pair rows).")
     memory_margin: float | None = Field(ge=0.0, description="null: memory rows are taught every step; m >= 0: a row pulls only while its loss is above the base's minus m nats/token.")
     memory_stop: bool = Field(description="Memory rows also train the end-of-turn after their reply (false: the reply only).")
+    sampler: Literal["uniform", "replay"] = Field(description="uniform (every pair once per pass, reshuffled) | replay (each batch's pairs drawn by the replay section's sampler: recent and old, by priority and at random).")
 
     @model_validator(mode="after")
     def _some_channel(self) -> DualConfig:
@@ -478,7 +479,6 @@ class OnlineConfig(_Frozen):
     skip_below: float = Field(ge=0.0, le=1.0, description="Fast-loop gate: an update whose partial RHI (DCS and GVS) is below this is not promoted, 0-1.")
     rollback_below: float = Field(ge=0.0, le=1.0, description="... below this the online update live now is rolled back too, 0-1.")
     freeze_below: float = Field(ge=0.0, le=1.0, description="... below this online updates are also frozen until `hominem live unfreeze`, 0-1.")
-    replay: ReplayConfig = Field(description="The replay buffer's priorities and sampler.")
 
     @model_validator(mode="after")
     def _ordered(self) -> OnlineConfig:
@@ -527,6 +527,7 @@ class HominemConfig(_Frozen):
     retrain: RetrainConfig = Field(description="When the retrain sensor and schedule start a run.")
     serving: ServingConfig = Field(description="`hominem serve`: the chat and feedback service.")
     online: OnlineConfig = Field(description="Online updates of the live adapter from the replay buffer, and the fast-loop gate.")
+    replay: ReplayConfig = Field(description="The replay buffer's priorities and sampler (online updates; the daily dual training with policy.dual.sampler replay).")
 
     # Not a YAML key: the folder relative paths are resolved against (set by `load_config`).
     root: Path = Field(default=Path("."), exclude=True)
@@ -550,9 +551,9 @@ class HominemConfig(_Frozen):
         if folder is not None and Path(folder) not in {Path(f) for f in self.policy.dual.memory_files}:
             raise ValueError(f"online.memory_folder {folder} is not among policy.dual.memory_files {self.policy.dual.memory_files}: "
                              "the facts people state would be extracted and never learned; add it there or set online.memory_folder to null")
-        unknown = sorted(set(self.online.replay.social_dimensions) - set(names))
+        unknown = sorted(set(self.replay.social_dimensions) - set(names))
         if unknown:
-            raise ValueError(f"online.replay.social_dimensions names {unknown}, which are not configured dimensions {names}")
+            raise ValueError(f"replay.social_dimensions names {unknown}, which are not configured dimensions {names}")
         return self
 
     @property

@@ -65,7 +65,8 @@ def _policy_reads(c: HominemConfig) -> tuple[str, ...]:
     mode = c.policy.mode
     shared = tuple(f"policy.{k}" for k in PolicyConfig.model_fields if k not in ("dual", "rl", "safety_gate"))
     own = () if mode == "dpo" else (f"policy.{mode}", "policy.safety_gate")
-    return shared + own + ("models.student",) + (("preferences.dimension_weights",) if mode == "rl" else ())
+    replay = ("replay",) if mode == "dual" and c.policy.dual.sampler == "replay" else ()
+    return shared + own + replay + ("models.student",) + (("preferences.dimension_weights",) if mode == "rl" else ())
 
 
 def _adapter_files(c: HominemConfig, partition: str) -> Any:

@@ -59,11 +59,11 @@ def test_the_online_settings_are_checked_together():
     with pytest.raises(ConfigError, match=r"freeze_below 0.4 <= rollback_below 0.3 <= skip_below 0.5 must hold"):
         load_config(root=REPO, overrides={"online": {"freeze_below": 0.4}})
     with pytest.raises(ConfigError, match=r"social_dimensions names \['warmth'\]"):
-        load_config(root=REPO, overrides={"online": {"replay": {"social_dimensions": ["empathy", "warmth"]}}})
+        load_config(root=REPO, overrides={"replay": {"social_dimensions": ["empathy", "warmth"]}})
     with pytest.raises(ConfigError, match=r"online.memory_folder data/notes is not among policy.dual.memory_files"):
         load_config(root=REPO, overrides={"online": {"memory_folder": "data/notes"}})
-    with pytest.raises(ConfigError, match=r"online.replay.recent_fraction = 1.5"):
-        load_config(root=REPO, overrides={"online": {"replay": {"recent_fraction": 1.5}}})
+    with pytest.raises(ConfigError, match=r"replay.recent_fraction = 1.5"):
+        load_config(root=REPO, overrides={"replay": {"recent_fraction": 1.5}})
 
 
 def test_null_in_an_overlay_means_none(tmp_path: Path):

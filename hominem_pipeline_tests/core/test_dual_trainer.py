@@ -61,6 +61,21 @@ def test_dual_trains_both_channels_and_leaves_the_base_untouched(tiny_student, t
     assert first["reward"] == pytest.approx(2 / 3 * np.log(2), rel=1e-4)  # 2 of 3 rows are pairs, intensity normalised to 1
 
 
+def test_a_pair_sampler_chooses_each_batch_s_pairs(tiny_student, tmp_path):
+    asked = []
+    unsafe_but_one = pairs(4, safety=0.1)
+    unsafe_but_one.loc[2, "chosen_safety_score"] = 0.9  # only pair 2 passes the gate
+
+    def only_pair_2(n):
+        asked.append(n)
+        return [2] * n
+
+    cfg = policy_cfg(safety_gate={"unsafe": "skip"})
+    result = train_dual_adapter(unsafe_but_one, memory(0), student_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0, pair_sampler=only_pair_2)
+    assert asked == [3, 3, 3]  # one call per step, for batch_size pair rows
+    assert all(h["gate/skipped"] == 0 for h in result.history)  # the uniform order would have drawn the unsafe pairs
+
+
 def test_a_gate_that_skips_every_pair_learns_nothing_from_them(tiny_student, tmp_path):
     cfg = policy_cfg(sft_weight=1.0, safety_gate={"unsafe": "skip"})
     result = train_dual_adapter(pairs(safety=0.1), memory(0), student_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0)

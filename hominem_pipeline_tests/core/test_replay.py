@@ -13,8 +13,8 @@ from hominem_pipeline_tests.conftest import REPO
 
 
 def settings(**changes):
-    """online.replay of the shipped config, with `changes`."""
-    return load_config(REPO / "config" / "hominem.yaml", root=REPO).online.replay.model_copy(update=changes)
+    """The replay section of the shipped config, with `changes`."""
+    return load_config(REPO / "config" / "hominem.yaml", root=REPO).replay.model_copy(update=changes)
 
 
 def items(n: int, **columns) -> pd.DataFrame:
@@ -70,3 +70,20 @@ def test_teacher_and_people_pairs_become_items():
     assert list(buffer.items["source"]) == ["teacher:2026-11-25"] * 2 + ["feedback:choice", "feedback:thumbs"]  # in time order
     with pytest.raises(ValueError, match=r"lack column\(s\) \['safety_score'\]"):
         ReplayBuffer(frame.drop(columns="safety_score"), settings())
+
+
+def test_daily_batches_draw_rows_of_the_training_table_with_the_newest_day_as_recent():
+    # the window's pairs as the daily training reads them: the newest day first in the table, 30 pairs,
+    # then 40 of an older day; every pair of one day shares its time, so the whole newest day is recent
+    frame = pd.concat([teacher_pair_items(pd.DataFrame({"pair_id": [f"{day}-{k}" for k in range(n)], "prompt": [f"prompt {day} {k}" for k in range(n)],
+                                                        "chosen": "c", "rejected": "r", "chosen_trajectory_id": "t", "chosen_reward_intensity": 0.5,
+                                                        "chosen_safety_score": 0.9}), pd.DataFrame(columns=["trajectory_id", "vector"]), day)
+                       for day, n in (("2026-11-26", 30), ("2026-11-20", 40))], ignore_index=True)
+    sampler = ReplayBuffer(frame, settings(recent_items=16, recent_fraction=0.5)).batches(seed=0)
+    rows = np.concatenate([sampler(8) for _ in range(200)])
+    assert rows.min() >= 0 and rows.max() < 70 and len(set(sampler(8))) == 8  # rows of the table as given; distinct within a batch
+    newest = rows < 30  # the table's first 30 rows are the newest day's
+    assert newest.mean() == pytest.approx(0.5, abs=0.01)  # half of every batch from the newest day (all 30 recent, not only 16)
+    assert len(set(rows[newest])) == 30 and len(set(rows[~newest])) == 40  # every pair of both days is drawn over a run
+    first, second = (ReplayBuffer(frame, settings()).batches(seed=3) for _ in range(2))
+    assert [list(first(4)) for _ in range(5)] == [list(second(4)) for _ in range(5)]  # the same seed draws the same batches

@@ -63,7 +63,13 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
         memory = read_memory_rows(memory_paths(ctx.cfg))
         memory_data = memory_digest(memory_paths(ctx.cfg))
         needs_rm = "reward_model" in (pc.dual.intensity_source, pc.dual.safety_source)
-        result = train_dual_adapter(pairs, memory, reward_model=RewardModel.load(rm_ref.path) if needs_rm else None, **common)
+        sampler = None
+        if pc.dual.sampler == "replay":
+            from hominem_pipeline.core.artifacts import ArtifactStore
+            from hominem_pipeline.core.online.replay import ReplayBuffer, teacher_replay_items
+
+            sampler = ReplayBuffer(teacher_replay_items(ArtifactStore(ctx.cfg.data_dir), pair_refs), ctx.cfg.replay).batches(common["seed"])
+        result = train_dual_adapter(pairs, memory, reward_model=RewardModel.load(rm_ref.path) if needs_rm else None, pair_sampler=sampler, **common)
     else:
         from hominem_pipeline.core.policy.rl import train_rl_adapter
 
@@ -80,7 +86,7 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
         channel_contributions=result.channel_contributions,
         channels=result.channels,
         lora=pc.lora.model_dump(),
-        training=_training_settings(pc),
+        training=_training_settings(pc) | ({"replay": ctx.cfg.replay.model_dump()} if pc.mode == "dual" and pc.dual.sampler == "replay" else {}),
         date=ctx.partition,
     ).write(ctx.out_dir)
     metrics = {**result.metrics, **{f"channel_{k}": v for k, v in result.channel_contributions.items()}}

@@ -12,8 +12,11 @@ with every term in [0, 1]; an item whose safety score is below `unsafe_below` ha
 prompt is: 1 minus the largest cosine similarity of their word-count vectors (hashed), so the first
 time a subject comes up counts more than its tenth paraphrase.
 
-`sample(n)` takes `recent_fraction` of the batch from the `recent_items` newest items and the rest from
-the older ones (all from one side when the other is empty); within each side, `priority_fraction` is
+Online updates draw one batch of items (`sample`); the daily `dual` training with `policy.dual.sampler:
+replay` draws every step's pairs from the window's teacher pairs (`batches`), today's being the recent.
+
+`sample(n)` takes `recent_fraction` of the batch from the `recent_items` newest items (and any as new as
+the last of them: a day of the teacher's pairs shares one time) and the rest from the older ones (all from one side when the other is empty); within each side, `priority_fraction` is
 drawn in proportion to priority and the rest uniformly, without repeats.
 """
 
@@ -21,8 +24,9 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -55,13 +59,13 @@ class ReplayBuffer:
     """Items as a DataFrame (ITEM_COLUMNS) in time order, with their priorities."""
 
     items: pd.DataFrame
-    settings: ReplayConfig  # online.replay
+    settings: ReplayConfig  # the config's replay section
 
     def __post_init__(self) -> None:
         missing = set(ITEM_COLUMNS) - set(self.items.columns)
         if missing:
             raise ValueError(f"replay items lack column(s) {sorted(missing)}")
-        self.items = self.items.sort_values("time", kind="stable").reset_index(drop=True)
+        self.items = self.items.assign(row=np.arange(len(self.items))).sort_values("time", kind="stable").reset_index(drop=True)
         self.items["priority"] = self.priorities()
 
     def priorities(self) -> np.ndarray:
@@ -76,15 +80,27 @@ class ReplayBuffer:
 
     def sample(self, n: int, rng: np.random.Generator) -> pd.DataFrame:
         """`n` distinct items (all of them when there are fewer), mixed as the settings say."""
+        return self.items.iloc[self.draw(n, rng)].reset_index(drop=True)
+
+    def batches(self, seed: int) -> Callable[[int], np.ndarray]:
+        """A batch sampler for training on a table whose row i is item i as given (before the time
+        sort): each call draws `n` items and returns their rows. Items recur across batches by priority."""
+        rng = np.random.default_rng(seed)
+        rows = self.items["row"].to_numpy()
+        return lambda n: rows[self.draw(n, rng)]
+
+    def draw(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """The positions (in `items`, ascending) of `n` distinct items (all when there are fewer): the
+        settings' share from the recent items, the rest from the older ones, by priority and at random."""
         total = len(self.items)
         if n >= total:
-            return self.items.copy()
+            return np.arange(total)
         s = self.settings
-        recent = np.arange(max(0, total - s.recent_items), total)
-        old = np.arange(0, max(0, total - s.recent_items))
+        times = self.items["time"].to_numpy()
+        split = 0 if total <= s.recent_items else int(np.searchsorted(times, times[total - s.recent_items], side="left"))  # ties are recent
+        recent, old = np.arange(split, total), np.arange(0, split)
         want_recent = min(len(recent), max(n - len(old), round(n * s.recent_fraction)))
-        chosen = np.concatenate([self._draw(recent, want_recent, rng), self._draw(old, n - want_recent, rng)])
-        return self.items.iloc[np.sort(chosen)].reset_index(drop=True)
+        return np.sort(np.concatenate([self._draw(recent, want_recent, rng), self._draw(old, n - want_recent, rng)]))
 
     def _draw(self, pool: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
         if n <= 0 or not len(pool):
@@ -110,6 +126,18 @@ def teacher_pair_items(pairs: pd.DataFrame, labels: pd.DataFrame, day: str) -> p
         "reward_intensity": pairs["chosen_reward_intensity"].to_numpy(dtype=float), "safety_score": pairs["chosen_safety_score"].to_numpy(dtype=float),
         "vector": [vectors.get(t, {}) for t in pairs["chosen_trajectory_id"]], "weight": 1.0,
     }, columns=ITEM_COLUMNS)
+
+
+def teacher_replay_items(store: Any, refs: Sequence[Any]) -> pd.DataFrame:
+    """The teacher's preference pairs of `refs` (preference_pairs versions in an ArtifactStore), in their
+    order and each version's row order, as replay items; the chosen replies take their vectors from the
+    teacher_labels each version was built from."""
+    frames = []
+    for ref in refs:
+        labels_ref = store.upstream(ref, "teacher_labels")
+        labels = pd.read_parquet(labels_ref.file("labels.parquet"), columns=["trajectory_id", "vector"]) if labels_ref else pd.DataFrame(columns=["trajectory_id", "vector"])
+        frames.append(teacher_pair_items(pd.read_parquet(ref.file("pairs.parquet")), labels, ref.partition))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ITEM_COLUMNS)
 
 
 def feedback_pair_items(pairs: pd.DataFrame, times: dict[str, str], scores: dict[str, np.ndarray], max_weight: float) -> pd.DataFrame:

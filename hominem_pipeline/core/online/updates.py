@@ -40,7 +40,7 @@ import pandas as pd
 from hominem_pipeline.core.artifacts import fingerprint
 from hominem_pipeline.core.config import HominemConfig
 from hominem_pipeline.core.online.live import HEALTH, LIVE_DIR, ONLINE_ADAPTERS, LiveError, LiveState, utc_now
-from hominem_pipeline.core.online.replay import ITEM_COLUMNS, ReplayBuffer, feedback_pair_items, teacher_pair_items
+from hominem_pipeline.core.online.replay import ITEM_COLUMNS, ReplayBuffer, feedback_pair_items, teacher_replay_items
 
 log = logging.getLogger(__name__)
 
@@ -110,43 +110,22 @@ def feedback_items(cfg: HominemConfig, events: list[dict[str, Any]], reward_mode
     return feedback_pair_items(pairs, times, _scored(cfg, reward_model, rm_path, pairs), max(STRENGTHS.values()))
 
 
-def upstream(store: Any, ref: Any, asset: str) -> Any | None:
-    """The version of `asset` that `ref` was built from, following the manifests' inputs upward (the
-    first found, breadth first), or None."""
-    todo, seen = [ref], set()
-    while todo:
-        current = todo.pop(0)
-        for inputs in current.manifest.get("inputs", {}).values():
-            for i in inputs:
-                found = store.existing(i["asset"], i["partition"], i["version"])
-                if found is None or (found.asset, found.partition, found.version) in seen:
-                    continue
-                if found.asset == asset:
-                    return found
-                seen.add((found.asset, found.partition, found.version))
-                todo.append(found)
-    return None
-
-
 def teacher_items(cfg: HominemConfig, sources: list[Any]) -> tuple[pd.DataFrame, list[Any]]:
     """The teacher's preference pairs of the newest `online.teacher_days` days among `sources` (VersionKeys
-    of preference_pairs versions) as replay items, and the keys they came from. The chosen replies take
-    their vectors from the teacher_labels each version was built from."""
+    of preference_pairs versions) as replay items, and the keys they came from."""
     from hominem_pipeline.core.artifacts import ArtifactStore
 
     store = ArtifactStore(cfg.data_dir)
     keys = sorted(sources, key=lambda k: k.partition)[-cfg.online.teacher_days :] if cfg.online.teacher_days else []
-    frames, used = [], []
+    refs, used = [], []
     for key in keys:
         ref = store.existing(key.asset, key.partition, key.version)
         if ref is None:
             log.warning("the teacher's pairs %s/%s are gone from %s; the update goes on without them", key.partition, key.version, cfg.data_dir)
             continue
-        labels_ref = upstream(store, ref, "teacher_labels")
-        labels = pd.read_parquet(labels_ref.file("labels.parquet"), columns=["trajectory_id", "vector"]) if labels_ref else pd.DataFrame(columns=["trajectory_id", "vector"])
-        frames.append(teacher_pair_items(pd.read_parquet(ref.file("pairs.parquet")), labels, key.partition))
+        refs.append(ref)
         used.append(key)
-    return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ITEM_COLUMNS)), used
+    return teacher_replay_items(store, refs), used
 
 
 def held_out_prompts(cfg: HominemConfig, sources: list[Any]) -> list[str]:
@@ -159,7 +138,7 @@ def held_out_prompts(cfg: HominemConfig, sources: list[Any]) -> list[str]:
     store = ArtifactStore(cfg.data_dir)
     for key in sorted(sources, key=lambda k: k.partition, reverse=True):
         ref = store.existing(key.asset, key.partition, key.version)
-        found = upstream(store, ref, "prompts") if ref is not None else None
+        found = store.upstream(ref, "prompts") if ref is not None else None
         if found is not None:
             return [p.text for p in prompts_of(pd.read_parquet(found.file("prompts.parquet")), "eval")]
     return gate_prompts(cfg)
@@ -301,7 +280,7 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
     if not new_facts and seen_file is not None and seen_file.is_file() and set(people["id"]) <= set(json.loads(seen_file.read_text())):
         return UpdateResult("skipped", f"no new preference pairs or facts from people since {current.version} was trained on them", live=current.version)
     teacher, teacher_keys = teacher_items(cfg, pair_sources)
-    buffer = ReplayBuffer(pd.concat([f for f in (teacher, people) if len(f)], ignore_index=True) if len(teacher) or len(people) else people, oc.replay)
+    buffer = ReplayBuffer(pd.concat([f for f in (teacher, people) if len(f)], ignore_index=True) if len(teacher) or len(people) else people, cfg.replay)
     seed = int(fingerprint([cfg.project.seed, current.version, len(buffer.items)], 8), 16) % (2**31 - 1)
     batch = buffer.sample(oc.batch_items, np.random.default_rng(seed))
     items = {k: int(v) for k, v in batch["source"].str.split(":").str[0].value_counts().items()}

@@ -121,10 +121,12 @@ def train_dual_adapter(
     reward_model: Any | None = None,
     on_log: Callable[[int, dict[str, float]], None] | None = None,
     init_adapter: Path | None = None,
+    pair_sampler: Callable[[int], Sequence[int]] | None = None,
 ) -> dict[str, Any]:
     """Train a LoRA adapter with the dual-channel loss; saves it (PEFT format) with the tokenizer to `out_dir`.
     `init_adapter`: an adapter to train on from (an online update of the live one) instead of a fresh one;
-    the reference stays the base (adapter off).
+    the reference stays the base (adapter off). `pair_sampler(n)`: the rows of `pairs` for a batch of `n`
+    (the replay buffer's `batches`); None: every pair once per pass, reshuffled.
 
     `pairs` needs prompt, chosen, rejected and, for teacher-sourced labels, chosen_reward_intensity and
     chosen_safety_score; `memory` prompt and response (`memory.read_memory_rows`)."""
@@ -165,7 +167,7 @@ def train_dual_adapter(
     for step in range(1, cfg.max_steps + 1):
         record = {"loss": 0.0, "sft": 0.0, "memory": 0.0, "reward": 0.0, "skipped": 0, "downweighted": 0, "inverted": 0, "correct": 0, "margin": 0.0}
         for _ in range(cfg.gradient_accumulation_steps):
-            pi = [next(pair_order) for _ in range(n_pair)]
+            pi = [int(i) for i in pair_sampler(n_pair)] if pair_sampler is not None else [next(pair_order) for _ in range(n_pair)]
             mi = [next(memory_order) for _ in range(n_mem)]
             seqs = [pair_seqs[i][0] for i in pi] + [pair_seqs[i][1] for i in pi] + [memory_seqs[i] for i in mi]
             logps, counts = sequence_logps(model, seqs, pad)
