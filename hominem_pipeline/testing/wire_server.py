@@ -8,6 +8,7 @@ demand: HTTP errors with `retry-after`, hangs (timeouts), dropped connections an
 Answers are deterministic functions of the request, so a test knows what to expect:
 - a rating request gets a label whose scores follow simple cues in the reply (feeling words raise
   empathy, a question raises curiosity, a very short reply lowers everything);
+- a memory-extraction request (core/online/facts.py) gets a JSON list of the facts `facts_answer` finds;
 - any other request gets a reply made from the system prompt and the user's message.
 
     python -m hominem_pipeline.testing.wire_server --latency 0.1   # prints the URL, serves until killed
@@ -84,6 +85,25 @@ def invalid_label(dimensions: list[str]) -> dict[str, Any]:
     return {"rationale": "", "vector": vector, "scalar": 3.0, "reward_intensity": 0.5}
 
 
+FACTS_REQUEST = "You read one message a user sent to an assistant and list the facts"  # core/online/facts.py's FACTS_SYSTEM
+
+
+def facts_answer(message: str) -> str:
+    """A memory-extraction request's answer: a JSON list of facts. It finds "allergic to X" and "my
+    name is X"; a message with the word "invent" also gets a fact that is not in it (which the reader
+    must drop), and one with "ramble" gets prose instead of JSON."""
+    if "ramble" in message:
+        return "Sure! The user seems to be talking about their day."
+    items = []
+    if m := re.search(r"allergic to ([a-z ]+?)[.!,]", message):
+        items.append({"question": "What am I allergic to?", "answer": f"You are allergic to {m.group(1)}.", "fact": m.group(1)})
+    if m := re.search(r"[Mm]y name is ([A-Z]\w+)", message):
+        items.append({"question": "What is my name?", "answer": f"Your name is {m.group(1)}.", "fact": m.group(1)})
+    if "invent" in message:
+        items.append({"question": "Where was I born?", "answer": "You were born in Atlantis.", "fact": "Atlantis"})
+    return json.dumps(items)
+
+
 def _reply_text(system: str | None, user: str, seed: Any) -> str:
     topic = " ".join(user.split()[:12])
     if system and "curt" in system.lower():
@@ -139,6 +159,8 @@ class _Handler(BaseHTTPRequestHandler):
             label = invalid_label(dims) if fault and fault.kind == "invalid" else judge(reply, dims)
             data: Any = label
             text = "I cannot rate that, sorry." if fault and fault.kind == "garbage" else json.dumps(label)
+        elif system and system.startswith(FACTS_REQUEST):
+            data, text = None, facts_answer(_between(user, "<<<\n", "\n>>>"))
         else:
             data, text = None, _reply_text(system, user, body.get("seed", body.get("metadata")))
             words = text.split()

@@ -42,3 +42,31 @@ def test_the_newest_statement_wins_and_rows_feed_the_memory_channel(tmp_path):
     assert sorted(memory["prompt"]) == ["What is my dog called?", "Where do I live?"] and all(len(f) == 1 for f in memory["facts"])
     dog = memory.set_index("prompt").loc["What is my dog called?"]
     assert reproduces(dog["response"], dog["facts"])  # the answer it teaches is one the probe accepts
+
+
+def test_the_teacher_reads_facts_the_patterns_miss_and_its_answers_are_checked(project, tmp_path, monkeypatch, caplog):
+    """`online.facts_by: teacher`: the configured teacher (here the official openai client against the
+    local wire-format server) lists each message's facts as JSON; an item whose fact is not the person's
+    words, or an answer that is not JSON, is dropped with the reason; each message is asked once."""
+    import logging
+
+    from hominem_pipeline.core.online.updates import stated_facts
+    from hominem_pipeline.testing.wire_server import WireServer
+    from hominem_pipeline_tests.core.test_api_teacher import KEY, api_cfg
+
+    monkeypatch.setenv("HOMINEM_TEST_KEY", KEY)
+    events = [turn("t1", "09:00:00", "I'm allergic to peanuts, so no satay for me."), turn("t2", "09:01:00", "Let me invent a story. My name is Ana."),
+              turn("t3", "09:02:00", "Just ramble at me."), turn("t4", "09:03:00", "Just ramble at me.", "I live in Porto.")]
+    with WireServer(api_key=KEY) as server, caplog.at_level(logging.INFO, logger="hominem_pipeline.core.online.facts"):
+        cfg = api_cfg(project, server).model_copy(update={"online": api_cfg(project, server).online.model_copy(update={"facts_by": "teacher"})})
+        facts = stated_facts(cfg, events)
+        assert [(f.prompt, f.response, f.fact, f.kind, f.turn) for f in facts] == [
+            ("What am I allergic to?", "You are allergic to peanuts.", "peanuts", "teacher", "t1"),  # no pattern knows this shape
+            ("What is my name?", "Your name is Ana.", "Ana", "teacher", "t2")]  # "born in Atlantis" was not said: dropped
+        assert "the fact 'Atlantis' is not words of the message" in caplog.text and "is not a JSON list" in caplog.text
+        calls = server.count()
+        assert calls == 4  # one per distinct message ("Just ramble at me." repeated in t4's history counts once)
+        both = cfg.model_copy(update={"online": cfg.online.model_copy(update={"facts_by": "both"})})
+        assert [(f.prompt, f.kind) for f in stated_facts(both, events)] == [
+            ("What am I allergic to?", "teacher"), ("What is my name?", "statement"), ("Where do I live?", "statement")]  # the patterns' first
+        assert server.count() == calls  # every message was read before: no call

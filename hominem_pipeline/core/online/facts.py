@@ -8,11 +8,19 @@ correction of a plain fact ("Actually, the capital of Australia is Canberra, not
 a question, the answer to learn, and the fact the probe looks for; the fact is always words the person
 wrote, never made up. A later statement of the same thing replaces the earlier one (the person
 corrected it), so the file holds one row per question, the newest, with the turn it came from.
+
+`online.facts_by` chooses who reads the messages: `rules` (the patterns below: offline, instant, only
+the shapes they know), `teacher` (the configured teacher, asked for a JSON list of facts per message:
+any phrasing, at a call per new message; its answer is checked: the fact must be words of the message
+and of the answer, the question a question, or the item is dropped with the reason in the log) or
+`both`. The teacher's answers are kept per teacher and message in `<log_dir>/facts/`, so each message
+is read once.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import uuid
@@ -20,6 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 EXTRACTED = "conversations.jsonl"  # in data/sft/: the rows extracted from the log
 
@@ -51,7 +61,7 @@ class StatedFact:
     prompt: str  # the question the memory probe asks
     response: str  # the answer the memory channel teaches
     fact: str  # the words of the person's message the answer must contain
-    kind: str  # statement (about the person) | correction (of a plain fact)
+    kind: str  # statement (about the person) | correction (of a plain fact): by the patterns; teacher: by the teacher
     message: str  # the sentence it came from
     turn: str  # the turn whose conversation held it
     time: str
@@ -76,18 +86,101 @@ def facts_in(message: str) -> list[tuple[str, str, str, str]]:
     return found
 
 
-def extract_facts(events: Iterable[dict[str, Any]]) -> list[StatedFact]:
-    """The facts stated in the user messages of the log's turns, oldest first (a message repeated in
-    later turns' histories counts once, at its first turn)."""
+FACTS_SYSTEM = ("You read one message a user sent to an assistant and list the facts it states that the assistant should remember: "
+                "facts about the user (name, home, work, family, pets, likes, plans, health) and corrections of facts the user makes. "
+                "Answer with JSON only.")
+FACTS_INSTRUCTION = ("Message:\n<<<\n{message}\n>>>\n\n"
+                     "Reply with a JSON list, one object per fact: {{\"question\": a question the user could ask later to check that the "
+                     "assistant remembers, in the user's voice (\"What is my name?\"), \"answer\": the reply to it, addressed to the user "
+                     "(\"Your name is Ana.\"), \"fact\": the fewest words copied from the message that the answer must contain (\"Ana\")}}. "
+                     "Reply [] if the message states no such fact.")
+
+
+def teacher_facts_in(message: str, text: str | None) -> tuple[list[tuple[str, str, str, str]], list[str]]:
+    """(question, answer, fact, "teacher") for each valid item of the teacher's answer `text` about
+    `message`, and why each other item (or the whole answer) was dropped."""
+    if text is None:
+        return [], ["the teacher's call failed"]
+    start, end = text.find("["), text.rfind("]")
+    try:
+        items = json.loads(text[start : end + 1]) if start >= 0 and end > start else None
+    except ValueError:
+        items = None
+    if not isinstance(items, list):
+        return [], [f"the teacher's answer is not a JSON list: {text[:80]!r}"]
+    found, dropped = [], []
+    flat = " ".join(message.split()).lower()
+    for item in items:
+        if not isinstance(item, dict) or not all(isinstance(item.get(k), str) and item[k].strip() for k in ("question", "answer", "fact")):
+            dropped.append(f"not an object with question, answer and fact strings: {str(item)[:80]!r}")
+            continue
+        question, answer, fact = (" ".join(item[k].split()) for k in ("question", "answer", "fact"))
+        if fact.lower() not in flat:
+            dropped.append(f"the fact {fact!r} is not words of the message")
+        elif fact.lower() not in answer.lower():
+            dropped.append(f"the answer {answer!r} does not contain the fact {fact!r}")
+        elif not question.endswith("?"):
+            dropped.append(f"{question!r} is not a question")
+        else:
+            found.append((question, answer, fact, "teacher"))
+    return found, dropped
+
+
+def user_messages(events: Iterable[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """(message, the turn that first held it) for each distinct user message of the log's turns, oldest first."""
     seen: set[str] = set()
-    out: list[StatedFact] = []
+    out = []
     for event in sorted((e for e in events if e.get("kind") == "turn"), key=lambda e: e["time"]):
         for message in event.get("messages") or []:
             text = message.get("content", "") if message.get("role") == "user" else ""
-            if not text or text in seen:
-                continue
-            seen.add(text)
-            out += [StatedFact(q, a, f, kind, text, event["id"], event["time"]) for q, a, f, kind in facts_in(text)]
+            if text and text not in seen:
+                seen.add(text)
+                out.append((text, event))
+    return out
+
+
+def ask_teacher(teacher: Any, messages: list[str], cache_dir: Path) -> dict[str, list[tuple[str, str, str, str]]]:
+    """The teacher's valid facts per message; answers kept in `cache_dir/<teacher>.json` by message, so a
+    message is sent once per teacher (and once more after a failed call)."""
+    from hominem_pipeline.core.artifacts import fingerprint
+    from hominem_pipeline.core.teacher.base import WriteRequest
+
+    path = Path(cache_dir) / f"{fingerprint([teacher.describe(), FACTS_SYSTEM, FACTS_INSTRUCTION], 16)}.json"
+    try:
+        answers: dict[str, str] = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        answers = {}
+    todo = [m for m in messages if m not in answers]
+    if todo:
+        out = teacher.write([WriteRequest(key=f"facts-{i}", instruction=FACTS_INSTRUCTION.format(message=m), system=FACTS_SYSTEM,
+                                          max_new_tokens=200, temperature=0.0) for i, m in enumerate(todo)])
+        answers |= {m: t for m, t in zip(todo, out.items) if t is not None}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        tmp.write_text(json.dumps(answers, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, path)
+    found = {}
+    for m in messages:
+        found[m], dropped = teacher_facts_in(m, answers.get(m))
+        for why in dropped:
+            log.info("memory extraction: an item of the teacher's answer about %r dropped: %s", m[:60], why)
+    return found
+
+
+def extract_facts(events: Iterable[dict[str, Any]], *, rules: bool = True, teacher: Any | None = None, cache_dir: Path | None = None) -> list[StatedFact]:
+    """The facts stated in the user messages of the log's turns, oldest first (a message repeated in
+    later turns' histories counts once, at its first turn): by the patterns (`rules`) and, given a
+    `teacher`, by its reading of each message (answers cached in `cache_dir`)."""
+    messages = user_messages(events)
+    by_teacher = ask_teacher(teacher, [m for m, _ in messages], cache_dir) if teacher is not None else {}
+    out: list[StatedFact] = []
+    for text, event in messages:
+        found = (facts_in(text) if rules else []) + by_teacher.get(text, [])
+        questions = set()
+        for q, a, f, kind in found:
+            if q not in questions:  # the patterns' reading first, where both found the same question
+                questions.add(q)
+                out.append(StatedFact(q, a, f, kind, text, event["id"], event["time"]))
     return out
 
 

@@ -128,6 +128,26 @@ def teacher_items(cfg: HominemConfig, sources: list[Any]) -> tuple[pd.DataFrame,
     return teacher_replay_items(store, refs), used
 
 
+def stated_facts(cfg: HominemConfig, events: list[dict[str, Any]]) -> list[Any]:
+    """The facts people stated in the log's messages, read as `online.facts_by` says (none when
+    `online.memory_folder` is null)."""
+    from hominem_pipeline.core.online.facts import extract_facts
+
+    oc = cfg.online
+    if oc.memory_folder is None:
+        return []
+    teacher = None
+    if oc.facts_by in ("teacher", "both"):
+        from hominem_pipeline.core.teacher.factory import build_teacher
+
+        teacher = build_teacher(cfg)
+    try:
+        return extract_facts(events, rules=oc.facts_by in ("rules", "both"), teacher=teacher, cache_dir=cfg.data_dir / cfg.serving.log_dir / "facts")
+    finally:
+        if teacher is not None:
+            teacher.close()
+
+
 def held_out_prompts(cfg: HominemConfig, sources: list[Any]) -> list[str]:
     """The held-out prompts the update is gated on: those of the prompts the newest of `sources` (the
     live adapter's preference_pairs) was built from; without sources, `promotion.gate_prompts`."""
@@ -252,7 +272,7 @@ def run_update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
 
 
 def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
-    from hominem_pipeline.core.online.facts import extract_facts, write_extracted
+    from hominem_pipeline.core.online.facts import write_extracted
     from hominem_pipeline.core.online.promotion import offer, rollback
     from hominem_pipeline.core.reward.model import RewardModel
 
@@ -266,7 +286,7 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
     rm_path, pair_sources = update_sources(cfg, state)
     reward_model = RewardModel.load(rm_path)
     events = feedback_events(cfg)
-    facts = extract_facts(events) if oc.memory_folder is not None else []
+    facts = stated_facts(cfg, events)
     new_facts = 0
     if facts:
         path, new_facts = write_extracted(cfg.path(oc.memory_folder), facts)

@@ -48,7 +48,7 @@ class WriteRequest:
     instruction: str
     system: str | None = None
     max_new_tokens: int = 96
-    temperature: float = 0.9
+    temperature: float = 0.9  # 0: greedy
     seed: int = 0
 
 

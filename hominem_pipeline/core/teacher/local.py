@@ -101,7 +101,7 @@ class LocalHFTeacher(Teacher):
                 first = requests[idx[0]]
                 gen = generate(
                     self.model, self.tokenizer, [chat_text(self.tokenizer, requests[i].instruction, requests[i].system) for i in idx],
-                    max_new_tokens=max(requests[i].max_new_tokens for i in idx), seed=first.seed, temperature=first.temperature,
+                    max_new_tokens=max(requests[i].max_new_tokens for i in idx), seed=first.seed, temperature=first.temperature or None,  # 0: greedy
                     top_p=0.95, repetition_penalty=1.1,
                 )
                 for i, g in zip(idx, gen):
