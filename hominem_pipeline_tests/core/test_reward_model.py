@@ -637,6 +637,14 @@ def test_guard_columns_are_the_students_reply_log_probabilities(tiny_student):
     assert columns.shape == (2, 2)
     assert torch.allclose(columns[:, 0].double(), s / c, atol=1e-4) and torch.allclose(columns[:, 1].double(), s / c - s0 / c0, atol=1e-4)
     assert GuardScorer(["prompt_gain"], tiny_student)(prompts, replies)[:, 0].tolist() == pytest.approx(columns[:, 1].tolist(), abs=1e-6)
+    # an exchange scored before is not scored again, in any order and alongside new ones
+    scorer, computed = GuardScorer(["reply_logp", "prompt_gain"], tiny_student), []
+    compute = scorer._compute
+    scorer._compute = lambda p, r: computed.append(list(r)) or compute(p, r)
+    scorer(prompts, replies)
+    again = scorer(prompts[::-1] + ["Hi"], replies[::-1] + ["Hello there."])
+    assert computed == [replies, ["Hello there."]]
+    assert torch.allclose(again[:2], columns.flip(0), atol=1e-5)
 
 
 def test_a_guard_puts_gibberish_below_a_fluent_reply(tiny_student, tmp_path):

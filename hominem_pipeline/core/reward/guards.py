@@ -17,6 +17,7 @@ people's pairs gets a small weight. They cost two passes of the full student per
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -71,13 +72,18 @@ def reply_token_logps(model: Any, sequences: Sequence[tuple[list[int], int]], pa
 
 
 class GuardScorer:
-    """The guard columns of (prompt, reply) exchanges, from the student at `student` (loaded on first use)."""
+    """The guard columns of (prompt, reply) exchanges, from the student at `student` (loaded on first use).
+    The columns of the last `MEMO` exchanges are kept by content: the gate scores a candidate's replies
+    for its health index and again for its win rate, and the student is the costly part of both."""
+
+    MEMO = 4096
 
     def __init__(self, names: Sequence[str], student: Path | str):
         self.names = check_guards(names)
         self.student = Path(student)
         self._model: Any = None
         self._tokenizer: Any = None
+        self._memo: OrderedDict[tuple[str, str], torch.Tensor] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self.names)
@@ -92,6 +98,18 @@ class GuardScorer:
         """(n, len(names)) float32, in the order of `names`."""
         if not self.names:
             return torch.zeros(len(prompts), 0)
+        keys = list(zip(prompts, replies))
+        todo = list(dict.fromkeys(k for k in keys if k not in self._memo))
+        if todo:
+            for key, row in zip(todo, self._compute([p for p, _ in todo], [r for _, r in todo])):
+                self._memo[key] = row
+            while len(self._memo) > self.MEMO:
+                self._memo.popitem(last=False)
+        for key in keys:
+            self._memo.move_to_end(key)
+        return torch.stack([self._memo[k] for k in keys]) if keys else torch.zeros(0, len(self.names))
+
+    def _compute(self, prompts: Sequence[str], replies: Sequence[str]) -> torch.Tensor:
         from hominem_pipeline.core.policy.sequences import encode
 
         self._load()
