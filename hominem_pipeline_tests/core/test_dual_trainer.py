@@ -219,28 +219,36 @@ def test_trl_dpo_drops_the_end_of_turn_of_cut_replies_as_dual_does(tiny_student,
             assert row["prompt_ids"] + row[f"{side}_ids"] == seq
 
 
-def test_the_reference_is_scored_once_per_sequence_as_a_whole_batch_scores_it(tiny_student):
+def test_the_reference_is_scored_once_per_sequence_as_a_whole_batch_scores_it(tiny_student, tmp_path):
     """The reference (the base: adapter off) never changes, so each sequence's log-probability is
-    computed once and reused: the same values a pass over the whole batch gives, and a second call with
-    the same keys reads the cache (here its sequences are swapped for others, and the values stay)."""
+    computed once, by content, and reused: the same values a pass over the whole batch gives, in any
+    order; kept in a file, it serves later runs on the same base and no other."""
     import torch
     from trl.trainer.utils import add_fused_lm_head
 
-    from hominem_pipeline.core.policy.dual import reference_logps
+    from hominem_pipeline.core.policy.dual import load_reference_cache, reference_logps, save_reference_cache
     from hominem_pipeline.core.policy.lora import lora_student
     from hominem_pipeline.core.policy.sequences import sequence_logps
 
-    model, tokenizer, _ = lora_student(tiny_student, policy_cfg())
+    model, tokenizer, base = lora_student(tiny_student, policy_cfg())
     add_fused_lm_head(model.get_base_model())  # as the trainer sets it up
     seqs = [s for pair in pair_sequences(tokenizer, pairs(3), 64) for s in pair]
-    keys = [("pair", i) for i in range(len(seqs))]
     cache: dict = {}
-    first = reference_logps(model, seqs[:2], keys[:2], cache, tokenizer.pad_token_id)
-    every = reference_logps(model, seqs, keys, cache, tokenizer.pad_token_id)
+    first = reference_logps(model, seqs[:2], cache, tokenizer.pad_token_id)
+    every = reference_logps(model, seqs, cache, tokenizer.pad_token_id)
     with torch.no_grad(), model.disable_adapter():
         whole, _ = sequence_logps(model, seqs, tokenizer.pad_token_id)
     torch.testing.assert_close(every, whole.float(), atol=1e-4, rtol=0)
     torch.testing.assert_close(every[:2], first)
     assert len(cache) == len(seqs)
-    again = reference_logps(model, list(reversed(seqs)), keys, cache, tokenizer.pad_token_id)
-    torch.testing.assert_close(again, every)
+    torch.testing.assert_close(reference_logps(model, list(reversed(seqs)), cache, tokenizer.pad_token_id), every.flip(0))
+    save_reference_cache(tmp_path / "ref.json", base, cache)
+    assert load_reference_cache(tmp_path / "ref.json", base) == cache and load_reference_cache(tmp_path / "ref.json", "another base") == {}
+
+
+def test_a_reference_cache_file_spares_the_next_run_the_base_s_passes(tiny_student, tmp_path):
+    cfg, ref = policy_cfg(), tmp_path / "reference.json"
+    runs = [train_dual_adapter(pairs(), memory(), student_path=tiny_student, cfg=cfg, out_dir=tmp_path / name, seed=0, reference_cache=ref)
+            for name in ("first", "second")]
+    assert runs[0].channels["reference_sequences"] > 0 and runs[1].channels["reference_sequences"] == 0
+    assert all(a.equal(b) for a, b in zip(lora_b(tmp_path / "first"), lora_b(tmp_path / "second")))  # the same values, read back

@@ -58,7 +58,7 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
         result = train_dpo_adapter(pairs, **common)
     elif pc.mode == "dual":
         from hominem_pipeline.core.evaluation.memory import read_memory_rows
-        from hominem_pipeline.core.policy.dual import train_dual_adapter
+        from hominem_pipeline.core.policy.dual import REFERENCE_CACHE, train_dual_adapter
 
         memory = read_memory_rows(memory_paths(ctx.cfg))
         memory_data = memory_digest(memory_paths(ctx.cfg))
@@ -69,7 +69,8 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
             from hominem_pipeline.core.online.replay import ReplayBuffer, teacher_replay_items
 
             sampler = ReplayBuffer(teacher_replay_items(ArtifactStore(ctx.cfg.data_dir), pair_refs), ctx.cfg.replay).batches(common["seed"])
-        result = train_dual_adapter(pairs, memory, reward_model=RewardModel.load(rm_ref.path) if needs_rm else None, pair_sampler=sampler, **common)
+        result = train_dual_adapter(pairs, memory, reward_model=RewardModel.load(rm_ref.path) if needs_rm else None, pair_sampler=sampler,
+                                    reference_cache=ctx.cfg.data_dir / REFERENCE_CACHE, **common)
     else:
         from hominem_pipeline.core.policy.rl import train_rl_adapter
 

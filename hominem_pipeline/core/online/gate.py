@@ -105,18 +105,28 @@ class ReplyCache:
     def _path(self, version: str | None) -> Path:
         return self.folder / f"{version or 'base'}.json"
 
-    def get(self, version: str | None) -> dict[str, str]:
-        path = self._path(version)
+    def _read(self, version: str | None) -> dict[str, Any]:
         try:
-            saved = json.loads(path.read_text())
+            saved = json.loads(self._path(version).read_text())
         except (OSError, ValueError):  # none yet, or a torn write: generated again
             return {}
-        return saved["replies"] if saved.get("decoding") == self.key else {}
+        return saved if saved.get("decoding") == self.key else {}
 
-    def put(self, version: str | None, replies: dict[str, str]) -> None:
+    def get(self, version: str | None) -> dict[str, str]:
+        return self._read(version).get("replies", {})
+
+    def scalars(self, version: str | None, reward_model: str | None) -> dict[str, float]:
+        """The scalar `reward_model` (its folder) gave each of the version's replies, by prompt."""
+        return self._read(version).get("scalars", {}).get(reward_model, {}) if reward_model else {}
+
+    def put(self, version: str | None, replies: dict[str, str], scalars: dict[str, float] | None = None, reward_model: str | None = None) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
+        saved = self._read(version)
+        by_model = saved.get("scalars", {})
+        if scalars and reward_model:
+            by_model[reward_model] = {**by_model.get(reward_model, {}), **scalars}
         tmp = self.folder / f".{self._path(version).name}.{uuid.uuid4().hex}.tmp"
-        tmp.write_text(json.dumps({"decoding": self.key, "replies": {**self.get(version), **replies}}, ensure_ascii=False))
+        tmp.write_text(json.dumps({"decoding": self.key, "replies": {**saved.get("replies", {}), **replies}, "scalars": by_model}, ensure_ascii=False))
         os.replace(tmp, self._path(version))
 
 
@@ -147,7 +157,6 @@ def run_gate(
     `candidate_version`."""
     from hominem_pipeline.core.evaluation.compare import outcome
     from hominem_pipeline.core.evaluation.memory import fact_questions, probe
-    from hominem_pipeline.core.reward.model import score_side
 
     if not prompts:
         raise ValueError("the gate needs held-out prompts to compare on; set prompts.eval_per_category to at least 1")
@@ -166,10 +175,15 @@ def run_gate(
         known |= dict(zip(missing, replies_of(model, tokenizer, live_name, missing, cfg, seed) if missing else []))
         live_replies += [known[p] for p in group]
     candidate_replies = replies_of(model, tokenizer, CANDIDATE, texts, cfg, seed) + replies_of(model, tokenizer, CANDIDATE, asked + [SMOKE_PROMPT], cfg, seed)
+    # the reward model's scalar of each side's replies to the held-out prompts; the live adapter's kept with its replies
+    rm_key = None if cache is None or getattr(reward_model, "source", None) is None else str(Path(reward_model.source).resolve())
+    sides = {"live": live_replies[: len(texts)], "candidate": candidate_replies[: len(texts)]}
+    known_scalars = cache.scalars(live_version, rm_key) if cache is not None else {}
+    scores = {"live": _scalars(reward_model, texts, sides["live"], known_scalars), "candidate": _scalars(reward_model, texts, sides["candidate"], {})}
     if cache is not None:
-        cache.put(live_version, known)
+        cache.put(live_version, known, dict(zip(texts, scores["live"].tolist())), rm_key)
         if candidate_version is not None:
-            cache.put(candidate_version, dict(zip(texts + asked + [SMOKE_PROMPT], candidate_replies)))
+            cache.put(candidate_version, dict(zip(texts + asked + [SMOKE_PROMPT], candidate_replies)), dict(zip(texts, scores["candidate"].tolist())), rm_key)
     if callable(rhi):
         rhi = rhi(texts, candidate_replies[: len(texts)])
     reasons: list[str] = []
@@ -186,8 +200,6 @@ def run_gate(
     elif rhi < threshold:
         reasons.append(f"RHI {rhi:.3f} below {threshold_name} {threshold}")
 
-    sides = {"live": live_replies[: len(texts)], "candidate": candidate_replies[: len(texts)]}
-    scores = {side: score_side(reward_model, texts, replies)["scalar"] for side, replies in sides.items()}
     wins = [outcome(float(a), float(b)) for a, b in zip(scores["live"], scores["candidate"])]
     win_rate = float(np.mean(wins))
     figures.update(win_rate_vs_live=win_rate, live_mean_scalar=_nanmean(scores["live"]), candidate_mean_scalar=_nanmean(scores["candidate"]))
@@ -205,6 +217,17 @@ def run_gate(
     report = GateReport(not reasons, reasons, figures)
     log.info("live gate for %s: %s. %s", candidate, "passed" if report.passed else "refused", report.summary())
     return report
+
+
+def _scalars(reward_model: Any, prompts: list[str], replies: list[str], known: dict[str, float]) -> np.ndarray:
+    """The reward model's scalar per reply (NaN for an empty one); those `known` (by prompt) are not scored again."""
+    from hominem_pipeline.core.reward.model import score_side
+
+    out = np.array([known.get(p, np.nan) for p in prompts], dtype=np.float64)
+    todo = [i for i, p in enumerate(prompts) if p not in known]
+    if todo:
+        out[todo] = score_side(reward_model, [prompts[i] for i in todo], [replies[i] for i in todo])["scalar"]
+    return out
 
 
 def _nanmean(x: np.ndarray) -> float | None:

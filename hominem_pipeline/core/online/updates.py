@@ -225,7 +225,7 @@ def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: in
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.evaluation.memory import memory_digest, read_memory_rows
     from hominem_pipeline.core.models import student_path
-    from hominem_pipeline.core.policy.dual import train_dual_adapter
+    from hominem_pipeline.core.policy.dual import REFERENCE_CACHE, train_dual_adapter
     from hominem_pipeline.core.policy.metadata import AdapterMetadata
 
     pairs = pd.DataFrame({"prompt": batch["prompt"], "chosen": batch["chosen"], "rejected": batch["rejected"],
@@ -238,7 +238,8 @@ def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: in
     try:
         needs_rm = "reward_model" in (policy.dual.intensity_source, policy.dual.safety_source)
         result = train_dual_adapter(pairs, memory, student_path=student_path(cfg), cfg=policy, out_dir=tmp, seed=seed,
-                                    reward_model=reward_model if needs_rm else None, init_adapter=live_adapter)
+                                    reward_model=reward_model if needs_rm else None, init_adapter=live_adapter,
+                                    reference_cache=cfg.data_dir / REFERENCE_CACHE)
         (tmp / "training_history.json").write_text(json.dumps({"history": result.history, "grad_norms": result.grad_norms}, indent=1) + "\n")
         batch.drop(columns=["vector"]).to_parquet(tmp / "replay_batch.parquet", index=False)
         (tmp / PEOPLE_SEEN).write_text(json.dumps(people_ids) + "\n")

@@ -14,9 +14,13 @@ gradient norm clipped at 1)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import os
 import random
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,17 +44,45 @@ log = logging.getLogger(__name__)
 MAX_GRAD_NORM = 1.0
 
 
-def reference_logps(model: Any, seqs: Sequence[tuple[list[int], int]], keys: Sequence[tuple[str, int]], cache: dict[tuple[str, int], float],
-                    pad_id: int) -> torch.Tensor:
+def sequence_key(seq: tuple[list[int], int]) -> str:
+    """A sequence's identity for the reference cache: its tokens and where its reply starts."""
+    ids, begin = seq
+    return hashlib.blake2b(np.asarray(ids, dtype=np.int64).tobytes() + begin.to_bytes(4, "little"), digest_size=12).hexdigest()
+
+
+def reference_logps(model: Any, seqs: Sequence[tuple[list[int], int]], cache: dict[str, float], pad_id: int) -> torch.Tensor:
     """The reference's (the base's: adapter off, no dropout) summed reply log-probability of each
-    sequence, computed once per sequence and kept in `cache` by its key: the reference never changes, and
-    a pair is drawn several times over a run."""
+    sequence, computed once per sequence and kept in `cache` by its content: the reference never
+    changes, and a pair is drawn several times over a run (and, with a `reference_cache` file, again in
+    later runs on the same base)."""
+    keys = [sequence_key(s) for s in seqs]
     todo = [k for k, key in enumerate(keys) if key not in cache]
     if todo:
         with torch.no_grad(), model.disable_adapter():
             values, _ = sequence_logps(model, [seqs[k] for k in todo], pad_id)
         cache.update({keys[k]: v for k, v in zip(todo, values.tolist())})
     return torch.tensor([cache[key] for key in keys], dtype=torch.float32)
+
+
+def load_reference_cache(path: Path | None, base: str) -> dict[str, float]:
+    """The reference log-probabilities saved at `path` for the base with checksum `base` (empty when
+    there are none, or they belong to another base)."""
+    try:
+        saved = json.loads(Path(path).read_text()) if path is not None else {}
+    except (OSError, ValueError):
+        saved = {}
+    return dict(saved.get("logps", {})) if saved.get("base") == base else {}
+
+
+REFERENCE_CACHE = "cache/reference_logps.json"  # under the data folder: shared by the daily dual training and online updates
+REFERENCE_CACHE_MAX = 50_000  # sequences kept, the newest
+
+
+def save_reference_cache(path: Path, base: str, cache: dict[str, float]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp.write_text(json.dumps({"base": base, "logps": dict(list(cache.items())[-REFERENCE_CACHE_MAX:])}))
+    os.replace(tmp, path)
 
 
 def batch_rows(cfg: DualConfig, batch_size: int, n_memory: int, n_pairs: int) -> tuple[int, int]:
@@ -122,11 +154,14 @@ def train_dual_adapter(
     on_log: Callable[[int, dict[str, float]], None] | None = None,
     init_adapter: Path | None = None,
     pair_sampler: Callable[[int], Sequence[int]] | None = None,
+    reference_cache: Path | None = None,
 ) -> dict[str, Any]:
     """Train a LoRA adapter with the dual-channel loss; saves it (PEFT format) with the tokenizer to `out_dir`.
     `init_adapter`: an adapter to train on from (an online update of the live one) instead of a fresh one;
     the reference stays the base (adapter off). `pair_sampler(n)`: the rows of `pairs` for a batch of `n`
-    (the replay buffer's `batches`); None: every pair once per pass, reshuffled.
+    (the replay buffer's `batches`); None: every pair once per pass, reshuffled. `reference_cache`: a file
+    of the base's log-probabilities of sequences, read at the start and written back at the end (online
+    updates train on many of the same pairs each time).
 
     `pairs` needs prompt, chosen, rejected and, for teacher-sourced labels, chosen_reward_intensity and
     chosen_safety_score; `memory` prompt and response (`memory.read_memory_rows`)."""
@@ -155,7 +190,8 @@ def train_dual_adapter(
     n_pair, n_mem = batch_rows(dual, cfg.batch_size, n_memory, n_pairs)
     pair_order, memory_order = _cycle(n_pairs, rng), _cycle(n_memory, rng)
 
-    ref_cache: dict[tuple[str, int], float] = {}  # the base's log-probability of each sequence used so far
+    ref_cache = load_reference_cache(reference_cache, before)  # the base's log-probability of each sequence used so far, by content
+    known = len(ref_cache)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / cfg.max_steps))
@@ -174,8 +210,7 @@ def train_dual_adapter(
             zeros = torch.zeros(len(mi), device=logps.device)
             chosen, rejected, mem = logps[: len(pi)], logps[len(pi) : 2 * len(pi)], logps[2 * len(pi) :]
             anchored = dual.memory_margin is not None and bool(mi)
-            keys = [("chosen", i) for i in pi] + [("rejected", i) for i in pi] + ([("memory", j) for j in mi] if anchored else [])
-            ref = reference_logps(model, seqs[: len(keys)], keys, ref_cache, pad).to(logps.device)
+            ref = reference_logps(model, seqs[: 2 * len(pi) + (len(mi) if anchored else 0)], ref_cache, pad).to(logps.device)
             ref_chosen, ref_rejected = ref[: len(pi)], ref[len(pi) : 2 * len(pi)]
             tokens = counts.clamp(min=1)
             nll = -torch.cat([chosen / tokens[: len(pi)], mem / tokens[2 * len(pi) :]])
@@ -230,6 +265,8 @@ def train_dual_adapter(
                          reward=f"{record['reward']:.3f}")
     seconds = time.monotonic() - started
     trainable = save_adapter(model, tokenizer, out_dir, before)
+    if reference_cache is not None:
+        save_reference_cache(reference_cache, before, ref_cache)
     channel_sum = totals["sft"] + totals["reward"]
     last = history[-1]
     metrics = {"steps": len(history), "train_seconds": seconds, "seconds_per_step": seconds / len(history), "final_loss": last["loss"],
@@ -249,6 +286,6 @@ def train_dual_adapter(
             "pairs_available": n_pairs,
             "memory_rows_available": n_memory,
             "gated": {k: totals[k] for k in ("skipped", "downweighted", "inverted")},
-            "reference_sequences": len(ref_cache),  # each scored by the base once, however often it was drawn
+            "reference_sequences": len(ref_cache) - known,  # each scored by the base once, however often it was drawn
         },
     )

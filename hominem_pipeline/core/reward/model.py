@@ -98,6 +98,7 @@ class RewardModel:
         self.net = net.eval()
         self.tokenizer = tokenizer
         self.metadata = metadata
+        self.source: Path | None = None  # the folder it was loaded from (None: built in memory)
         self.dimensions: list[str] = list(metadata.dimensions)
         self.max_length: int = metadata.max_length
         self.uncertainty_method: str = metadata.uncertainty.method
@@ -122,7 +123,9 @@ class RewardModel:
             raise ValueError(f"{path / HEADS} does not match the model described by its {METADATA}: {result}; rebuild it "
                              f"(hominem run --date {metadata.date} --select reward_model)")
         net.shared_prefix = frame_prefix(tokenizer, metadata.frame, bb.kind)
-        return cls(net, tokenizer, metadata)
+        model = cls(net, tokenizer, metadata)
+        model.source = path
+        return model
 
     @property
     def temperature(self) -> float:
