@@ -32,11 +32,12 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.live_day import FACTS, script_events  # noqa: E402
 from benchmarks.live_loop import scratch_project  # noqa: E402
 
+REHEARSE_ALL = {"memory_rows": "extra", "mixing": "fixed", "memory_fraction": 0.75}  # three memory rows beside each step's four pair rows
 DEFAULT_VARIANTS = {
     "default": {},
-    # every memory row rehearsed about once per update: three memory rows beside the four pair rows of each step
-    "rehearse_all": {"policy": {"dual": {"memory_rows": "extra", "mixing": "fixed", "memory_fraction": 0.75}}},
-    "anchored": {"policy": {"dual": {"memory_margin": 0.0}}},
+    "rehearse_all": {"policy": {"dual": REHEARSE_ALL}},  # every memory row about once per update
+    "own_words": {"online": {"memory_answers": "live"}},  # known facts taught in the live adapter's own first sentence
+    "own_words+rehearse_all": {"online": {"memory_answers": "live"}, "policy": {"dual": REHEARSE_ALL}},
     "lr_2e-4": {"policy": {"learning_rate": 2.0e-4}},
 }
 
