@@ -121,7 +121,9 @@ def live_note(text: Annotated[str, typer.Argument(help="What you noticed about t
 
 @live_app.command("update")
 def live_update(config: ConfigOpt = None, sets: SetOpt = None, reason: ReasonOpt = None,
-                result: Annotated[Optional[Path], typer.Option("--result", help="Also write the outcome as JSON to this file.")] = None) -> None:
+                result: Annotated[Optional[Path], typer.Option("--result", help="Also write the outcome as JSON to this file.")] = None,
+                ready: Annotated[bool, typer.Option("--ready", help="Load the libraries, then wait: a line on stdin starts the update (the line "
+                                                                    "is its reason); end of input exits. `hominem serve` keeps one such process ready.")] = False) -> None:
     """One online update now: a short `dual` update of the live adapter on a replay batch (people's pairs
     from the log, the teacher's pairs), through the fast-loop gate; promoted if it passes. Exit 1 when
     the gate refuses it, 0 when promoted or skipped (nothing new to learn, frozen)."""
@@ -130,6 +132,18 @@ def live_update(config: ConfigOpt = None, sets: SetOpt = None, reason: ReasonOpt
     from hominem_pipeline.core.online.updates import run_update
 
     setup_logging()
+    if ready:
+        import importlib
+        import sys
+
+        # what an update imports first: seconds it then does not wait for
+        for module in ("peft", "trl.trainer.utils", "hominem_pipeline.core.online.promotion", "hominem_pipeline.core.policy.dual",
+                       "hominem_pipeline.core.reward.model", "hominem_pipeline.core.evaluation.health"):
+            importlib.import_module(module)
+        line = sys.stdin.readline()
+        if not line:
+            raise typer.Exit(0)  # the server stopped before it needed this process
+        reason = line.strip() or reason
     cfg = load(config, sets, persist=False)
     done = _do(lambda: run_update(cfg, by=_who(), reason=reason or "online update by hand"))
     if result is not None:

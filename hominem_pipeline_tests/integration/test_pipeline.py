@@ -2,6 +2,7 @@
 
 import json
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -295,7 +296,6 @@ def hominem(project, *args, check=True):
     import os
     import subprocess
     import sys
-    from pathlib import Path
 
     env = {**os.environ, "HOMINEM_HOME": str(project), "COLUMNS": "200"}
     env.pop("DAGSTER_HOME", None)
@@ -376,7 +376,6 @@ def test_compare_prints_base_and_adapter_side_by_side(chain):
     import os
     import subprocess
     import sys
-    from pathlib import Path
 
     project = chain["project"]
     env = {**os.environ, "HOMINEM_HOME": str(project), "COLUMNS": "200"}
@@ -583,6 +582,17 @@ def test_the_server_learns_from_feedback_and_swaps_to_the_update(chain):
         chat = httpx.post(f"{url}/v1/chat/completions", json={"model": "hominem", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}, timeout=60)
         turn = chat.json()["choices"][0]["turn"]
         assert next(e for e in server.events() if e["id"] == turn)["adapter"] == label  # the reply came from the new version
+        # on demand through the admin endpoint, in the process the scheduler keeps ready: nothing new since the update, so skipped
+        updates = lambda: httpx.get(f"{url}/admin/live", timeout=30).json()["updates"]  # noqa: E731
+        while time.monotonic() < deadline and not updates()["ready"]:
+            time.sleep(0.2)
+        asked = httpx.post(f"{url}/admin/live/update", json={"reason": "by hand"}, timeout=30)
+        assert asked.status_code == 202 and asked.json()["started"]
+        assert httpx.post(f"{url}/admin/live/update", json={}, timeout=30).status_code == 409  # one at a time
+        while time.monotonic() < deadline and updates()["updates"] < 2:
+            time.sleep(0.5)
+        last = updates()["last"]
+        assert last["outcome"] == "skipped" and "no new preference pairs or facts" in last["reason"] and Path(last["log"]).is_file()
 
         _add_choice(project, "third", day=time.strftime("%Y-%m-%d", time.gmtime()))
         strict = _overlay(chain, "online_strict_skip", {"health": {"min_win_rate": 0.0}, "online": {"skip_below": 1.0, "rollback_below": 0.0, "freeze_below": 0.0}})
