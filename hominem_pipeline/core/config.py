@@ -475,7 +475,7 @@ class OnlineConfig(_Frozen):
     max_steps: int = Field(ge=2, description="Optimizer steps of one update (the rest of the training settings are policy's), >= 2 (GVS needs two).")
     teacher_days: int = Field(ge=0, description="Newest days of the teacher's preference pairs the live adapter was trained on that the replay buffer holds beside people's pairs, >= 0 (0: none).")
     feedback_days: int = Field(ge=1, description="Days of the interaction log whose feedback pairs the replay buffer holds, >= 1.")
-    memory_answers: Literal["file", "live"] = Field(description="What an update's memory rows teach: file (the memory files' answers) | live (a fact the live adapter answers is rehearsed in its own words, its reply's first sentence; the rest as file).")
+    rehearse_memory: bool = Field(description="Every memory row is trained on once per update (ceil(rows / max_steps) memory rows beside each step's batch_size pairs); false: policy.dual's mixing.")
     facts_by: Literal["rules", "teacher", "both"] = Field(description="Who reads people's messages for facts: rules (patterns: offline, instant, the shapes they know) | teacher (the configured teacher, a call per new message, its answer checked) | both.")
     memory_folder: str | None = Field(description="Facts and corrections people state in conversation are written here as conversations.jsonl, memory rows the update (and the daily adapter) trains on and the memory probe asks; keep the folder among policy.dual.memory_files; null: not extracted.")
     skip_below: float = Field(ge=0.0, le=1.0, description="Fast-loop gate: an update whose partial RHI (DCS and GVS) is below this is not promoted, 0-1.")

@@ -76,6 +76,13 @@ def test_a_pair_sampler_chooses_each_batch_s_pairs(tiny_student, tmp_path):
     assert all(h["gate/skipped"] == 0 for h in result.history)  # the uniform order would have drawn the unsafe pairs
 
 
+def test_memory_rows_per_step_rehearse_every_row_beside_full_pair_batches(tiny_student, tmp_path):
+    result = train_dual_adapter(pairs(), memory(7), student_path=tiny_student, cfg=policy_cfg(), out_dir=tmp_path, seed=0, memory_per_step=3)
+    channels = result.channels
+    assert channels["memory_rows_per_batch"] == 3 and (channels["memory_rows"], channels["pair_rows"]) == (9, 9)  # 3 steps x (3 pairs + 3 rows)
+    assert result.history[0]["memory"] > 0
+
+
 def test_a_gate_that_skips_every_pair_learns_nothing_from_them(tiny_student, tmp_path):
     cfg = policy_cfg(sft_weight=1.0, safety_gate={"unsafe": "skip"})
     result = train_dual_adapter(pairs(safety=0.1), memory(0), student_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0)

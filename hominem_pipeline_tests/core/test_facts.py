@@ -71,18 +71,3 @@ def test_the_teacher_reads_facts_the_patterns_miss_and_its_answers_are_checked(p
             ("What am I allergic to?", "teacher"), ("What is my name?", "statement"), ("Where do I live?", "statement")]  # the patterns' first
         assert server.count() == calls  # every message was read before: no call
 
-
-def test_an_update_can_rehearse_the_facts_the_live_adapter_knows_in_its_own_words():
-    """online.memory_answers: live: a fact the live adapter answers is taught as its reply's first
-    sentence; a fact it misses, and a row without a fact, keep the memory file's answer."""
-    import pandas as pd
-
-    from hominem_pipeline.core.online.updates import in_own_words
-
-    memory = pd.DataFrame({"prompt": ["What planet is known as the Red Planet?", "What is the capital of France?", "Say hello."],
-                           "response": ["Mars is known as the Red Planet.", "The capital of France is Paris.", "Hello!"],
-                           "facts": [["Mars"], ["Paris"], []]})
-    live = {"What planet is known as the Red Planet?": "The Red Planet is Mars. It is the fourth planet.",
-            "What is the capital of France?": "France is a country in Europe. Its capital is Paris.", "Say hello.": "Hi there."}
-    assert in_own_words(memory, live)["response"].tolist() == ["The Red Planet is Mars.", "The capital of France is Paris.", "Hello!"]
-    assert in_own_words(memory, {})["response"].tolist() == memory["response"].tolist()  # no live replies kept: the file's answers

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import time
@@ -217,25 +218,12 @@ def _version_key(path: Path):
     return VersionKey(asset=asset, partition=partition, version=version)
 
 
-def in_own_words(memory: pd.DataFrame, live_replies: dict[str, str]) -> pd.DataFrame:
-    """The memory rows with each fact the live adapter answers (its reply to the question, by prompt, in
-    `live_replies`, reproduces the fact) taught in its own words: the first sentence of that reply. An
-    update then rehearses what the live adapter says instead of pulling it toward another phrasing,
-    whose half-way points can lose the fact from the first sentence."""
-    from hominem_pipeline.core.evaluation.memory import answer_sentence, reproduces
-
-    own = [answer_sentence(live_replies[p]) if facts and p in live_replies and reproduces(live_replies[p], facts) else None
-           for p, facts in zip(memory["prompt"], memory["facts"])]
-    log.info("memory rows: %d of %d facts rehearsed in the live adapter's own words", sum(o is not None for o in own), int((memory["facts"].map(len) > 0).sum()))
-    return memory.assign(response=[o if o is not None else r for o, r in zip(own, memory["response"])])
-
-
 def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: int, live: str | None, live_adapter: Path | None, reward_model: Any,
-                 rm_path: Path, teacher_keys: list[Any], people_ids: list[str], live_replies: dict[str, str] | None = None):
+                 rm_path: Path, teacher_keys: list[Any], people_ids: list[str]):
     """Train the live adapter (`live_adapter`; None: a fresh one on the base) on the replay `batch` and the
     memory files into the new version's folder `out`, written whole (a temp folder renamed) with its
-    METADATA, training history, replay batch and the people's pairs its buffer held. `live_replies`: the
-    live adapter's gate replies by prompt (for `online.memory_answers: live`)."""
+    METADATA, training history, replay batch and the people's pairs its buffer held. With
+    `online.rehearse_memory`, every memory row is trained on once."""
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.evaluation.memory import memory_digest, read_memory_rows
     from hominem_pipeline.core.models import student_path
@@ -246,8 +234,6 @@ def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: in
                           "chosen_reward_intensity": batch["reward_intensity"].astype(float), "chosen_safety_score": batch["safety_score"].astype(float)})
     memory = read_memory_rows(memory_paths(cfg))
     oc = cfg.online
-    if oc.memory_answers == "live":
-        memory = in_own_words(memory, live_replies or {})
     policy = cfg.policy.model_copy(update={"max_steps": oc.max_steps})
     tmp = out.parent / f".{out.name}.{uuid.uuid4().hex}.tmp"
     tmp.mkdir(parents=True)
@@ -255,7 +241,8 @@ def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: in
         needs_rm = "reward_model" in (policy.dual.intensity_source, policy.dual.safety_source)
         result = train_dual_adapter(pairs, memory, student_path=student_path(cfg), cfg=policy, out_dir=tmp, seed=seed,
                                     reward_model=reward_model if needs_rm else None, init_adapter=live_adapter,
-                                    reference_cache=cfg.data_dir / REFERENCE_CACHE)
+                                    reference_cache=cfg.data_dir / REFERENCE_CACHE,
+                                    memory_per_step=math.ceil(len(memory) / oc.max_steps) if oc.rehearse_memory else None)
         (tmp / "training_history.json").write_text(json.dumps({"history": result.history, "grad_norms": result.grad_norms}, indent=1) + "\n")
         batch.drop(columns=["vector"]).to_parquet(tmp / "replay_batch.parquet", index=False)
         (tmp / PEOPLE_SEEN).write_text(json.dumps(people_ids) + "\n")
@@ -292,8 +279,7 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.evaluation.memory import memory_digest
     from hominem_pipeline.core.online.facts import write_extracted
-    from hominem_pipeline.core.online.gate import ReplyCache
-    from hominem_pipeline.core.online.promotion import REPLIES, offer, rollback
+    from hominem_pipeline.core.online.promotion import offer, rollback
     from hominem_pipeline.core.reward.model import RewardModel
 
     started = time.monotonic()
@@ -325,7 +311,7 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
     batch = buffer.sample(oc.batch_items, np.random.default_rng(seed))
     items = {k: int(v) for k, v in batch["source"].str.split(":").str[0].value_counts().items()}
     # the version: what it starts from and trains on (the batch, the memory files), and how
-    version = "online-" + fingerprint([current.version, sorted(batch["id"]), memory_digest(memory_paths(cfg)), oc.max_steps, oc.memory_answers,
+    version = "online-" + fingerprint([current.version, sorted(batch["id"]), memory_digest(memory_paths(cfg)), oc.max_steps, oc.rehearse_memory,
                                        cfg.section("policy"), seed], 12)
     out = cfg.data_dir / LIVE_DIR / ONLINE_ADAPTERS / version
     if out.exists():
@@ -333,9 +319,8 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
                             live=current.version, items=items)
     log.info("online update %s: %d replay items (%s) on %s, %d steps", version, len(batch), items, current.version or "the base", oc.max_steps)
 
-    live_replies = ReplyCache(state.dir / REPLIES, cfg, cfg.project.seed).get(current.version)
     result = train_update(cfg, batch, out, seed=seed, live=current.version, live_adapter=live_adapter, reward_model=reward_model, rm_path=rm_path,
-                          teacher_keys=teacher_keys, people_ids=sorted(people["id"]), live_replies=live_replies)
+                          teacher_keys=teacher_keys, people_ids=sorted(people["id"]))
     trained = time.monotonic()
 
     health: dict[str, Any] = {}

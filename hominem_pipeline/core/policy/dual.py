@@ -4,7 +4,8 @@ Each step takes a batch of preference rows (prompt, chosen, rejected, intensity,
 (instruction, response) and minimises `losses.dual_channel_loss`: the memory channel is the next-token
 loss of every chosen reply and memory row, the reward channel the DPO loss of every pair, weighted by
 its reward intensity; the safety gate skips, down-weights or inverts each pair by its safety score. The
-policy's chosen, rejected and memory sequences go through the model in one forward pass; the reference
+policy's chosen and rejected sequences go through the model in one forward pass, the memory rows in
+another (they are short, and would be padded to the pairs' length); the reference
 (the same model with the adapter switched off) scores the pairs without gradients, as TRL's DPO does,
 with TRL's fused LM head and with dropout off (TRL's DPO default), so a step costs what TRL's DPO step
 costs. With `memory_margin` set the reference also scores the memory rows, which are then anchored
@@ -155,13 +156,16 @@ def train_dual_adapter(
     init_adapter: Path | None = None,
     pair_sampler: Callable[[int], Sequence[int]] | None = None,
     reference_cache: Path | None = None,
+    memory_per_step: int | None = None,
 ) -> dict[str, Any]:
     """Train a LoRA adapter with the dual-channel loss; saves it (PEFT format) with the tokenizer to `out_dir`.
     `init_adapter`: an adapter to train on from (an online update of the live one) instead of a fresh one;
     the reference stays the base (adapter off). `pair_sampler(n)`: the rows of `pairs` for a batch of `n`
     (the replay buffer's `batches`); None: every pair once per pass, reshuffled. `reference_cache`: a file
     of the base's log-probabilities of sequences, read at the start and written back at the end (online
-    updates train on many of the same pairs each time).
+    updates train on many of the same pairs each time). `memory_per_step`: that many memory rows beside
+    each step's `batch_size` pair rows, instead of `policy.dual`'s mixing (an online update rehearses
+    every memory row this way).
 
     `pairs` needs prompt, chosen, rejected and, for teacher-sourced labels, chosen_reward_intensity and
     chosen_safety_score; `memory` prompt and response (`memory.read_memory_rows`)."""
@@ -188,6 +192,8 @@ def train_dual_adapter(
     pair_seqs = pair_sequences(tokenizer, pairs, cfg.max_length)
     memory_seqs = [encode(tokenizer, r.prompt, r.response, cfg.max_length, end_of_turn=dual.memory_stop) for r in memory.itertuples()]
     n_pair, n_mem = batch_rows(dual, cfg.batch_size, n_memory, n_pairs)
+    if memory_per_step is not None and n_memory:
+        n_pair, n_mem = (cfg.batch_size if n_pairs else 0), min(memory_per_step, n_memory)
     pair_order, memory_order = _cycle(n_pairs, rng), _cycle(n_memory, rng)
 
     ref_cache = load_reference_cache(reference_cache, before)  # the base's log-probability of each sequence used so far, by content
@@ -206,7 +212,9 @@ def train_dual_adapter(
             pi = [int(i) for i in pair_sampler(n_pair)] if pair_sampler is not None else [next(pair_order) for _ in range(n_pair)]
             mi = [next(memory_order) for _ in range(n_mem)]
             seqs = [pair_seqs[i][0] for i in pi] + [pair_seqs[i][1] for i in pi] + [memory_seqs[i] for i in mi]
-            logps, counts = sequence_logps(model, seqs, pad)
+            # pairs and memory rows in separate passes: a short memory row is not padded to a long pair's length
+            parts = [sequence_logps(model, part, pad) for part in (seqs[: 2 * len(pi)], seqs[2 * len(pi) :]) if part]
+            logps, counts = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
             zeros = torch.zeros(len(mi), device=logps.device)
             chosen, rejected, mem = logps[: len(pi)], logps[len(pi) : 2 * len(pi)], logps[2 * len(pi) :]
             anchored = dual.memory_margin is not None and bool(mi)
