@@ -10,7 +10,9 @@ state, log and MLflow store, so the project's own are untouched) the daily adapt
    pair and a thumb each, until the N-th; the scheduler starts an
    update (short `dual` on a replay batch, the fast-loop gate); the clock runs from the N-th event's
    acknowledgement until a chat reply comes from the new version (goal: under 120 s on 2 cores). The
-   update's own figures (train, gate, partial RHI, win rate over the live adapter) are printed.
+   update's own figures (train, gate, partial RHI, win rate over the live adapter) are printed. In
+   `--updates` rounds: the first update finds the scratch project's caches empty (the live adapter's
+   gate replies, the base's log-probabilities of the pairs), later ones find what earlier ones kept.
 2. `--clients` chat clients (the `openai` client) talk without pause while the live pointer is moved
    twice (to the adapter live before, then back): each swap's time as the engine measured it (goal:
    under 1 s), and every request's status (goal: none failed).
@@ -97,7 +99,8 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=None, help="feedback events before an update (default: online.every_events)")
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=48, help="tokens per chat reply")
-    ap.add_argument("--timeout", type=float, default=900, help="seconds to wait for the update")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds to wait for each update")
+    ap.add_argument("--updates", type=int, default=2, help="rounds of --events feedback events, each followed by the update it starts")
     args = ap.parse_args()
 
     import httpx2 as httpx
@@ -115,43 +118,47 @@ def main() -> None:
     try:
         with httpx.Client(timeout=600) as http:
             label = lambda: next(m["adapter"] for m in http.get(f"{url}/v1/models").json()["data"] if m["id"] == "hominem")  # noqa: E731
-            before = label()
             # 1. feedback until the N-th event: hand-written pairs people agree on, recorded as turns, a
-            # choice and a thumb each; then the time until a reply comes from the new version
+            # choice and a thumb each; then the time until a reply comes from the new version. Each round
+            # sends the next pairs; the first update finds the caches empty, later ones find what it kept.
             pairs = [json.loads(line) for line in (ROOT / "config" / "human" / "hominem-contrast-pairs.jsonl").read_text().splitlines() if line.strip()]
-            sent, k = 0, 0
-            while sent < events:
-                pair, messages = pairs[k % len(pairs)], [{"role": "user", "content": pairs[k % len(pairs)]["prompt"]}]
-                a, b = (http.post(f"{url}/turns", json={"messages": messages, "reply": pair[side], "author": "benchmark"}).json()["turn"] for side in ("chosen", "rejected"))
-                for body in ({"kind": "choice", "chosen": a, "rejected": b, "strength": "clear"}, {"kind": "thumb", "turn": a, "value": "up"},
-                             {"kind": "thumb", "turn": b, "value": "down"}):
-                    if sent == events:
+            k = 0
+            report["updates"] = []
+            for round_ in range(args.updates):
+                sent = 0
+                while sent < events:
+                    pair, messages = pairs[k % len(pairs)], [{"role": "user", "content": pairs[k % len(pairs)]["prompt"]}]
+                    a, b = (http.post(f"{url}/turns", json={"messages": messages, "reply": pair[side], "author": "benchmark"}).json()["turn"] for side in ("chosen", "rejected"))
+                    for body in ({"kind": "choice", "chosen": a, "rejected": b, "strength": "clear"}, {"kind": "thumb", "turn": a, "value": "up"},
+                                 {"kind": "thumb", "turn": b, "value": "down"}):
+                        if sent == events:
+                            break
+                        assert http.post(f"{url}/feedback", json=body).status_code == 200
+                        sent += 1
+                    k += 1
+                nth = time.monotonic()
+                before = label()
+                print(f"round {round_ + 1}: {events} feedback events sent ({k} hand-written pairs people agree on so far); waiting for the update")
+                status = {}
+                while time.monotonic() - nth < args.timeout:
+                    status = http.get(f"{url}/admin/live").json()["updates"]
+                    if status["updates"] > round_ and status["last"] is not None:
                         break
-                    assert http.post(f"{url}/feedback", json=body).status_code == 200
-                    sent += 1
-                k += 1
-            nth = time.monotonic()
-            print(f"{events} feedback events sent ({k} hand-written pairs people agree on); waiting for the update")
-            status = {}
-            while time.monotonic() - nth < args.timeout:
-                status = http.get(f"{url}/admin/live").json()["updates"]
-                if status["last"] is not None:
-                    break
-                time.sleep(0.5)
-            decided = time.monotonic() - nth
-            last = status.get("last") or {}
-            report["update"] = {k: last.get(k) for k in ("outcome", "version", "reason", "partial_rhi", "items", "seconds")}
-            report["decided_s"] = round(decided, 1)
-            print(f"update {last.get('outcome')} {decided:.1f} s after the {events}th event: {last.get('reason')}")
-            new = None
-            if last.get("outcome") == "promoted":
-                while (new := label()) == before:
-                    time.sleep(0.05)
-                reply = http.post(f"{url}/v1/chat/completions", json={"model": "hominem", "messages": [{"role": "user", "content": "Hi!"}], "max_tokens": 8}).json()
-                report["answering_s"] = round(time.monotonic() - nth, 1)
-                print(f"the new adapter {new} answered {report['answering_s']:.1f} s after the {events}th event (goal < 120 s): {reply['choices'][0]['message']['content']!r}")
-            else:
-                print("the gate kept the old adapter live: no swap to time here (the swap timing below moves the pointer by hand)")
+                    time.sleep(0.5)
+                decided = time.monotonic() - nth
+                last = status.get("last") or {}
+                row = {k2: last.get(k2) for k2 in ("outcome", "version", "reason", "partial_rhi", "items", "seconds")} | {"decided_s": round(decided, 1)}
+                print(f"update {last.get('outcome')} {decided:.1f} s after the {events}th event: {last.get('reason')}")
+                if last.get("outcome") == "promoted":
+                    while (new := label()) == before:  # noqa: F841 (the watcher has swapped)
+                        time.sleep(0.05)
+                    reply = http.post(f"{url}/v1/chat/completions", json={"model": "hominem", "messages": [{"role": "user", "content": "Hi!"}], "max_tokens": 8}).json()
+                    row["answering_s"] = round(time.monotonic() - nth, 1)
+                    print(f"the new adapter {new} answered {row['answering_s']:.1f} s after the {events}th event (goal < 120 s): {reply['choices'][0]['message']['content']!r}")
+                else:
+                    print("the gate kept the old adapter live")
+                report["updates"].append(row)
+            live_label = label()
 
             # 2. swaps under load: the pointer moved to the adapter live before and back (a rollback, then one to the newer version)
             outcomes: list[int] = []
@@ -181,11 +188,11 @@ def main() -> None:
             start_swaps = sum(1 for _ in open(audit))
             current = state.current().version
             state.rollback(reason="benchmark: a swap under load", by="benchmark")
-            while label() == (new or before):
+            while label() == live_label:
                 time.sleep(0.05)
             time.sleep(3)
             state.rollback(current, reason="benchmark: back again", by="benchmark")
-            while label() != (new or before):
+            while label() != live_label:
                 time.sleep(0.05)
             time.sleep(3)
             # 3. a rollback through the admin endpoint, timed from the request to its answer (the swap included)
