@@ -35,7 +35,7 @@ from benchmarks.live_loop import scratch_project  # noqa: E402
 DEFAULT_VARIANTS = {
     "default": {},
     "6_steps": {"online": {"max_steps": 6}},
-    "lr_2e-4": {"policy": {"learning_rate": 2.0e-4}},
+    "6_steps_lr_3e-4": {"online": {"max_steps": 6, "learning_rate": 3.0e-4}},
 }
 
 

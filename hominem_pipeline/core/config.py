@@ -473,6 +473,7 @@ class OnlineConfig(_Frozen):
     every_minutes: float | None = Field(gt=0.0, description="An update this often while any feedback came in since the last one, minutes > 0; null: by count only.")
     batch_items: int = Field(ge=1, description="Replay items (preference pairs) one update trains on, >= 1.")
     max_steps: int = Field(ge=2, description="Optimizer steps of one update (the rest of the training settings are policy's), >= 2 (GVS needs two).")
+    learning_rate: float | None = Field(gt=0.0, description="Peak learning rate of an update (it decays linearly over max_steps); null: policy.learning_rate.")
     teacher_days: int = Field(ge=0, description="Newest days of the teacher's preference pairs the live adapter was trained on that the replay buffer holds beside people's pairs, >= 0 (0: none).")
     feedback_days: int = Field(ge=1, description="Days of the interaction log whose feedback pairs the replay buffer holds, >= 1.")
     rehearse_memory: bool = Field(description="Every memory row is trained on once per update (ceil(rows / max_steps) memory rows beside each step's batch_size pairs); false: policy.dual's mixing.")

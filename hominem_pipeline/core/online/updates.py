@@ -234,7 +234,7 @@ def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: in
                           "chosen_reward_intensity": batch["reward_intensity"].astype(float), "chosen_safety_score": batch["safety_score"].astype(float)})
     memory = read_memory_rows(memory_paths(cfg))
     oc = cfg.online
-    policy = cfg.policy.model_copy(update={"max_steps": oc.max_steps})
+    policy = cfg.policy.model_copy(update={"max_steps": oc.max_steps, "learning_rate": oc.learning_rate or cfg.policy.learning_rate})
     tmp = out.parent / f".{out.name}.{uuid.uuid4().hex}.tmp"
     tmp.mkdir(parents=True)
     try:
@@ -311,7 +311,7 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
     batch = buffer.sample(oc.batch_items, np.random.default_rng(seed))
     items = {k: int(v) for k, v in batch["source"].str.split(":").str[0].value_counts().items()}
     # the version: what it starts from and trains on (the batch, the memory files), and how
-    version = "online-" + fingerprint([current.version, sorted(batch["id"]), memory_digest(memory_paths(cfg)), oc.max_steps, oc.rehearse_memory,
+    version = "online-" + fingerprint([current.version, sorted(batch["id"]), memory_digest(memory_paths(cfg)), oc.max_steps, oc.learning_rate, oc.rehearse_memory,
                                        cfg.section("policy"), seed], 12)
     out = cfg.data_dir / LIVE_DIR / ONLINE_ADAPTERS / version
     if out.exists():
