@@ -11,8 +11,9 @@ state, log and MLflow store, so the project's own are untouched) the daily adapt
    update (short `dual` on a replay batch, the fast-loop gate); the clock runs from the N-th event's
    acknowledgement until a chat reply comes from the new version (goal: under 120 s on 2 cores). The
    update's own figures (train, gate, partial RHI, win rate over the live adapter) are printed. In
-   `--updates` rounds: the first update finds the scratch project's caches empty (the live adapter's
-   gate replies, the base's log-probabilities of the pairs), later ones find what earlier ones kept.
+   `--updates` rounds. The scratch starts as `make run` leaves a project: the daily adapter made live by
+   the daily gate (its replies kept), the base's log-probabilities of its training pairs cached
+   (`--cold`: made live by hand, every cache empty).
 2. `--clients` chat clients (the `openai` client) talk without pause while the live pointer is moved
    twice (to the adapter live before, then back): each swap's time as the engine measured it (goal:
    under 1 s), and every request's status (goal: none failed).
@@ -41,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from hominem_pipeline.testing.service import start_serve, stop_serve  # noqa: E402
 
-LINKED = ("models", "reward_model", "preference_pairs", "teacher_labels", "teacher_trajectories", "prompts", "lora_adapter")
+LINKED = ("models", "reward_model", "preference_pairs", "teacher_labels", "teacher_trajectories", "prompts", "lora_adapter", "reward_health_index")
 MESSAGES = [
     "I failed my driving test again.", "My sister never calls me back.", "I got the job I wanted!", "How do I stop procrastinating?",
     "My dog is sick and I am scared.", "Is it okay to say no to my boss?", "I can't sleep before exams.", "My name is Ana, by the way.",
@@ -49,10 +50,13 @@ MESSAGES = [
 ]
 
 
-def scratch_project(project: Path, given_adapter: str | None, overrides: dict | None = None):
+def scratch_project(project: Path, given_adapter: str | None, overrides: dict | None = None, like_make_run: bool = False):
     """A scratch project in a temp folder: the repo's config (with `overrides`), `data/` linking to
     `project`'s built versions, its own live state (the daily adapter `given_adapter`, default the newest
-    built, live at the start), log and MLflow store. Returns (temp folder, config, live state)."""
+    built, live at the start), log and MLflow store. Returns (temp folder, config, live state).
+    `like_make_run`: the daily adapter is made live through the daily gate and the base's
+    log-probabilities of its training pairs are cached, as `make run` under this code leaves a project
+    (else it is made live by hand and every cache starts empty)."""
     from hominem_pipeline.core.config_loader import load_config
     from hominem_pipeline.core.online.live import LiveState
     from hominem_pipeline.core.policy.lora import adapter_reward_model
@@ -70,11 +74,48 @@ def scratch_project(project: Path, given_adapter: str | None, overrides: dict | 
     cfg = load_config(root=into, overrides=overrides)
     adapter = cfg.data_dir / source.relative_to(project / "data")
     state = LiveState(cfg.data_dir)
-    state.promote(adapter.name, adapter, adapter_reward_model(adapter, cfg.data_dir), gate={"note": "the benchmark's starting point"},
-                  reason="benchmark start", by="benchmark")
+    if like_make_run:
+        started = time.monotonic()
+        warm_reference_cache(cfg, adapter)
+        from hominem_pipeline.core.online.promotion import offer
+        from hominem_pipeline.core.online.updates import held_out_prompts
+        from hominem_pipeline.core.policy.metadata import AdapterMetadata
+
+        prompts = held_out_prompts(cfg, list(AdapterMetadata.read(adapter).preference_data))  # its pairs' day's held-out prompts, as updates gate on
+        done = offer(cfg, adapter, by="benchmark", reason="the daily job's adapter (benchmark start)", version=adapter.name, prompts=prompts)
+        if not done.promoted:
+            raise SystemExit(f"the daily gate refused {adapter.name}: {done.report.summary()}")
+        print(f"as after `make run`: the daily adapter through the daily gate, the base's log-probabilities of its pairs cached "
+              f"({time.monotonic() - started:.0f} s)")
+    else:
+        state.promote(adapter.name, adapter, adapter_reward_model(adapter, cfg.data_dir), gate={"note": "the benchmark's starting point"},
+                      reason="benchmark start", by="benchmark")
     Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root)).runs_for("live")  # the MLflow store exists, as in a used project
     print(f"scratch project {into}; live at start: {adapter.name} ({source})")
     return tmp, cfg, state
+
+
+def warm_reference_cache(cfg, adapter: Path) -> None:
+    """What the daily `dual` training leaves in data/cache/reference_logps.json: the base's summed
+    log-probability of each sequence of the adapter's training pairs."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.policy.dual import REFERENCE_CACHE, load_reference_cache, reference_logps, save_reference_cache
+    from hominem_pipeline.core.policy.lora import lora_student
+    from hominem_pipeline.core.policy.pairs import read_preference_pairs
+    from hominem_pipeline.core.policy.sequences import pair_sequences
+
+    meta = json.loads((adapter / "METADATA.json").read_text())
+    pairs = read_preference_pairs([cfg.data_dir / k["asset"] / k["partition"] / k["version"] / "pairs.parquet" for k in meta["preference_data"]])
+    model, tokenizer, base = lora_student(student_path(cfg), cfg.policy)
+    add_fused_lm_head(model.get_base_model())
+    path = cfg.data_dir / REFERENCE_CACHE
+    cache = load_reference_cache(path, base)
+    seqs = [s for pair in pair_sequences(tokenizer, pairs, cfg.policy.max_length) for s in pair]
+    for start in range(0, len(seqs), 8):
+        reference_logps(model, seqs[start : start + 8], cache, tokenizer.pad_token_id)
+    save_reference_cache(path, base, cache)
 
 
 def daily_adapter(project: Path, given: str | None) -> Path:
@@ -101,11 +142,12 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=48, help="tokens per chat reply")
     ap.add_argument("--timeout", type=float, default=900, help="seconds to wait for each update")
     ap.add_argument("--updates", type=int, default=2, help="rounds of --events feedback events, each followed by the update it starts")
+    ap.add_argument("--cold", action="store_true", help="start with every cache empty (the daily adapter made live by hand), not as `make run` leaves a project")
     args = ap.parse_args()
 
     import httpx2 as httpx
 
-    tmp, cfg, state = scratch_project(args.project.resolve(), args.adapter, {"online": {"every_minutes": None}})
+    tmp, cfg, state = scratch_project(args.project.resolve(), args.adapter, {"online": {"every_minutes": None}}, like_make_run=not args.cold)
     events = args.events or cfg.online.every_events
     sets = [f"online.every_events={events}", "online.every_minutes=null", f"serving.max_new_tokens={args.max_tokens}", "serving.live_poll_seconds=0.2"]
     data, scratch = cfg.data_dir, cfg.root
