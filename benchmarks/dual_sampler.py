@@ -83,7 +83,7 @@ def main() -> None:
                 out = tmp / f"{sampler}-{seed}"
                 run_seed = seed  # the same seeds for both samplers: each seed's LoRA initialisation is the same
                 started = time.monotonic()
-                batches = ReplayBuffer(teacher_replay_items(store, refs), cfg.replay).batches(run_seed) if sampler == "replay" else None
+                batches = ReplayBuffer(teacher_replay_items(store, refs), cfg.replay, recent="newest_time").batches(run_seed) if sampler == "replay" else None
                 train_dual_adapter(pairs, memory, student_path=student_path(cfg), cfg=policy, out_dir=out, seed=run_seed, pair_sampler=batches)
                 trained_s = time.monotonic() - started
                 table, summary = evaluate_adapter(prompts, student_path=student_path(cfg), adapter_path=out, reward_model=rm, cfg=cfg.evaluation,

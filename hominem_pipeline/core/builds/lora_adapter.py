@@ -68,7 +68,8 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
             from hominem_pipeline.core.artifacts import ArtifactStore
             from hominem_pipeline.core.online.replay import ReplayBuffer, teacher_replay_items
 
-            sampler = ReplayBuffer(teacher_replay_items(ArtifactStore(ctx.cfg.data_dir), pair_refs), ctx.cfg.replay).batches(common["seed"])
+            sampler = ReplayBuffer(teacher_replay_items(ArtifactStore(ctx.cfg.data_dir), pair_refs), ctx.cfg.replay,
+                                   recent="newest_time").batches(common["seed"])  # the newest day's pairs are the recent ones
         result = train_dual_adapter(pairs, memory, reward_model=RewardModel.load(rm_ref.path) if needs_rm else None, pair_sampler=sampler,
                                     reference_cache=ctx.cfg.data_dir / REFERENCE_CACHE, **common)
     else:

@@ -15,8 +15,9 @@ time a subject comes up counts more than its tenth paraphrase.
 Online updates draw one batch of items (`sample`); the daily `dual` training with `policy.dual.sampler:
 replay` draws every step's pairs from the window's teacher pairs (`batches`), today's being the recent.
 
-`sample(n)` takes `recent_fraction` of the batch from the `recent_items` newest items (and any as new as
-the last of them: a day of the teacher's pairs shares one time) and the rest from the older ones (all from one side when the other is empty); within each side, `priority_fraction` is
+`sample(n)` takes `recent_fraction` of the batch from the `recent_items` newest items (with `recent:
+newest_time`, from every item of the newest time instead: the daily training's newest day of pairs) and
+the rest from the older ones (all from one side when the other is empty); within each side, `priority_fraction` is
 drawn in proportion to priority and the rest uniformly, without repeats.
 """
 
@@ -60,6 +61,7 @@ class ReplayBuffer:
 
     items: pd.DataFrame
     settings: ReplayConfig  # the config's replay section
+    recent: str = "count"  # which items are recent: count (the newest settings.recent_items) | newest_time (all of the newest time)
 
     def __post_init__(self) -> None:
         missing = set(ITEM_COLUMNS) - set(self.items.columns)
@@ -96,8 +98,11 @@ class ReplayBuffer:
         if n >= total:
             return np.arange(total)
         s = self.settings
-        times = self.items["time"].to_numpy()
-        split = 0 if total <= s.recent_items else int(np.searchsorted(times, times[total - s.recent_items], side="left"))  # ties are recent
+        if self.recent == "newest_time":  # every item as new as the newest (the newest day of the teacher's pairs)
+            times = self.items["time"].to_numpy()
+            split = int(np.searchsorted(times, times[-1], side="left"))
+        else:
+            split = max(0, total - s.recent_items)
         recent, old = np.arange(split, total), np.arange(0, split)
         want_recent = min(len(recent), max(n - len(old), round(n * s.recent_fraction)))
         return np.sort(np.concatenate([self._draw(recent, want_recent, rng), self._draw(old, n - want_recent, rng)]))
@@ -114,6 +119,7 @@ class ReplayBuffer:
 
 
 ITEM_COLUMNS = ["id", "time", "source", "prompt", "chosen", "rejected", "reward_intensity", "safety_score", "vector", "weight"]
+FINISHED = ["chosen_finished", "rejected_finished"]  # False: the reply was cut at a token budget (trained without its end-of-turn)
 
 
 def teacher_pair_items(pairs: pd.DataFrame, labels: pd.DataFrame, day: str) -> pd.DataFrame:
@@ -125,7 +131,8 @@ def teacher_pair_items(pairs: pd.DataFrame, labels: pd.DataFrame, day: str) -> p
         "prompt": pairs["prompt"].to_numpy(), "chosen": pairs["chosen"].to_numpy(), "rejected": pairs["rejected"].to_numpy(),
         "reward_intensity": pairs["chosen_reward_intensity"].to_numpy(dtype=float), "safety_score": pairs["chosen_safety_score"].to_numpy(dtype=float),
         "vector": [vectors.get(t, {}) for t in pairs["chosen_trajectory_id"]], "weight": 1.0,
-    }, columns=ITEM_COLUMNS)
+        **{f: pairs[f].fillna(True).astype(bool).to_numpy() if f in pairs else True for f in FINISHED},
+    }, columns=ITEM_COLUMNS + FINISHED)
 
 
 def teacher_replay_items(store: Any, refs: Sequence[Any]) -> pd.DataFrame:
@@ -137,7 +144,7 @@ def teacher_replay_items(store: Any, refs: Sequence[Any]) -> pd.DataFrame:
         labels_ref = store.upstream(ref, "teacher_labels")
         labels = pd.read_parquet(labels_ref.file("labels.parquet"), columns=["trajectory_id", "vector"]) if labels_ref else pd.DataFrame(columns=["trajectory_id", "vector"])
         frames.append(teacher_pair_items(pd.read_parquet(ref.file("pairs.parquet")), labels, ref.partition))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ITEM_COLUMNS)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ITEM_COLUMNS + FINISHED)
 
 
 def feedback_pair_items(pairs: pd.DataFrame, times: dict[str, str], scores: dict[str, np.ndarray], max_weight: float) -> pd.DataFrame:
@@ -150,4 +157,5 @@ def feedback_pair_items(pairs: pd.DataFrame, times: dict[str, str], scores: dict
         "prompt": pairs["prompt"].to_numpy(), "chosen": pairs["chosen"].to_numpy(), "rejected": pairs["rejected"].to_numpy(),
         "reward_intensity": np.clip(pairs["weight"].to_numpy(dtype=float) / max_weight, 0.0, 1.0),
         "safety_score": np.asarray(scores["safety_score"], dtype=float), "vector": list(scores["vector"]), "weight": pairs["weight"].to_numpy(dtype=float),
-    }, columns=ITEM_COLUMNS)
+        "chosen_finished": True, "rejected_finished": True,
+    }, columns=ITEM_COLUMNS + FINISHED)

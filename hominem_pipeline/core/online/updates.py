@@ -41,7 +41,7 @@ import pandas as pd
 from hominem_pipeline.core.artifacts import fingerprint
 from hominem_pipeline.core.config import HominemConfig
 from hominem_pipeline.core.online.live import HEALTH, LIVE_DIR, ONLINE_ADAPTERS, LiveError, LiveState, utc_now
-from hominem_pipeline.core.online.replay import ITEM_COLUMNS, ReplayBuffer, feedback_pair_items, teacher_replay_items
+from hominem_pipeline.core.online.replay import FINISHED, ITEM_COLUMNS, ReplayBuffer, feedback_pair_items, teacher_replay_items
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def feedback_items(cfg: HominemConfig, events: list[dict[str, Any]], reward_mode
 
     pairs = feedback_tables(events).pairs
     if pairs.empty:
-        return pd.DataFrame(columns=ITEM_COLUMNS)
+        return pd.DataFrame(columns=ITEM_COLUMNS + FINISHED)
     times = {e["id"]: e["time"] for e in events if e.get("kind") == "turn"}
     return feedback_pair_items(pairs, times, _scored(cfg, reward_model, rm_path, pairs), max(STRENGTHS.values()))
 
@@ -231,7 +231,8 @@ def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: in
     from hominem_pipeline.core.policy.metadata import AdapterMetadata
 
     pairs = pd.DataFrame({"prompt": batch["prompt"], "chosen": batch["chosen"], "rejected": batch["rejected"],
-                          "chosen_reward_intensity": batch["reward_intensity"].astype(float), "chosen_safety_score": batch["safety_score"].astype(float)})
+                          "chosen_reward_intensity": batch["reward_intensity"].astype(float), "chosen_safety_score": batch["safety_score"].astype(float),
+                          **{f: batch[f].fillna(True).astype(bool) if f in batch else True for f in FINISHED}})  # as the daily training encodes them
     memory = read_memory_rows(memory_paths(cfg))
     oc = cfg.online
     policy = cfg.policy.model_copy(update={"max_steps": oc.max_steps, "learning_rate": oc.learning_rate or cfg.policy.learning_rate})
