@@ -52,7 +52,9 @@ def main() -> None:
     from hominem_pipeline.core.reward.model import RewardModel
 
     project = args.project.resolve()
-    cfg = load_config(ROOT / "config" / "hominem.yaml", root=project)  # this code's settings, the project's data
+    student = load_config(root=ROOT).models.student.path
+    # this code's settings; the project's data and student
+    cfg = load_config(root=ROOT, overrides={"project": {"data_dir": str(project / "data")}, "models": {"student": {"path": str(project / student)}}})
     daily = Path(args.adapter) if Path(args.adapter).is_absolute() else project / args.adapter
     meta = json.loads((daily / "METADATA.json").read_text())
     store = ArtifactStore(cfg.data_dir)
