@@ -4,9 +4,9 @@ update (`hominem live update`, `core.online.updates.run_update`) in a child proc
 
 The child trains and gates off the server's process, so serving never waits on training, and a crash
 of the update is not a crash of the service. It stays in the server's process group (stopping the
-server's group stops it) and is terminated when the server stops. One child is kept ready, its
-libraries loaded (`hominem live update --ready`), so an update starts without the seconds of imports;
-it begins when the scheduler writes the reason to its stdin. When it promotes an adapter, the server's
+server's group stops it) and is terminated when the server stops. Once feedback comes in, the next
+update's child is started ahead, its libraries loaded (`hominem live update --ready`), so the update
+starts without the seconds of imports; it begins when the scheduler writes the reason to its stdin. When it promotes an adapter, the server's
 LiveWatcher swaps to it at once; each update is audited with its outcome, and its output is kept in
 `<log_dir>/updates/<time>.log` (the time its process started).
 """
@@ -120,15 +120,16 @@ class UpdateScheduler:
         return self._spare
 
     def _loop(self) -> None:
-        try:
-            self._ready()
-        except OSError:
-            log.exception("no update process could be started ahead of time; the next update starts its own")
         while not self._stop.is_set():
             self._wake.wait(timeout=5.0)
             self._wake.clear()
             if self._stop.is_set():
                 return
+            if self.pending and self.auto:
+                try:  # feedback is coming in: the next update's process loads while the server waits for the rest
+                    self._ready()
+                except OSError:
+                    log.exception("no update process could be started ahead of time; the update starts its own")
             due = self._due()
             if due is not None:
                 try:
@@ -171,5 +172,3 @@ class UpdateScheduler:
         log.info("online update %s: %s", summary["outcome"], summary.get("reason"))
         if self.on_done is not None and summary["outcome"] == "promoted":
             self.on_done()
-        if not self._stop.is_set():
-            self._ready()  # the next update's process, loading while the server waits for feedback

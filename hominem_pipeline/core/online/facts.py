@@ -24,7 +24,7 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -139,21 +139,24 @@ def user_messages(events: Iterable[dict[str, Any]]) -> list[tuple[str, dict[str,
     return out
 
 
-def ask_teacher(teacher: Any, messages: list[str], cache_dir: Path) -> dict[str, list[tuple[str, str, str, str]]]:
-    """The teacher's valid facts per message; answers kept in `cache_dir/<teacher>.json` by message, so a
-    message is sent once per teacher (and once more after a failed call)."""
-    from hominem_pipeline.core.artifacts import fingerprint
+def ask_teacher(teacher: Callable[[], Any], messages: list[str], path: Path) -> dict[str, list[tuple[str, str, str, str]]]:
+    """The teacher's valid facts per message; its answers kept in the JSON file `path` by message, so a
+    message is sent once (and once more after a failed call). `teacher` builds the teacher, only when a
+    message is not in the file."""
     from hominem_pipeline.core.teacher.base import WriteRequest
 
-    path = Path(cache_dir) / f"{fingerprint([teacher.describe(), FACTS_SYSTEM, FACTS_INSTRUCTION], 16)}.json"
     try:
         answers: dict[str, str] = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         answers = {}
     todo = [m for m in messages if m not in answers]
     if todo:
-        out = teacher.write([WriteRequest(key=f"facts-{i}", instruction=FACTS_INSTRUCTION.format(message=m), system=FACTS_SYSTEM,
-                                          max_new_tokens=200, temperature=0.0) for i, m in enumerate(todo)])
+        reader = teacher()
+        try:
+            out = reader.write([WriteRequest(key=f"facts-{i}", instruction=FACTS_INSTRUCTION.format(message=m), system=FACTS_SYSTEM,
+                                             max_new_tokens=200, temperature=0.0) for i, m in enumerate(todo)])
+        finally:
+            reader.close()
         answers |= {m: t for m, t in zip(todo, out.items) if t is not None}
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
@@ -167,12 +170,13 @@ def ask_teacher(teacher: Any, messages: list[str], cache_dir: Path) -> dict[str,
     return found
 
 
-def extract_facts(events: Iterable[dict[str, Any]], *, rules: bool = True, teacher: Any | None = None, cache_dir: Path | None = None) -> list[StatedFact]:
+def extract_facts(events: Iterable[dict[str, Any]], *, rules: bool = True, teacher: Callable[[], Any] | None = None,
+                  answers: Path | None = None) -> list[StatedFact]:
     """The facts stated in the user messages of the log's turns, oldest first (a message repeated in
     later turns' histories counts once, at its first turn): by the patterns (`rules`) and, given a
-    `teacher`, by its reading of each message (answers cached in `cache_dir`)."""
+    `teacher` (a function building it), by its reading of each message (its answers kept in `answers`)."""
     messages = user_messages(events)
-    by_teacher = ask_teacher(teacher, [m for m, _ in messages], cache_dir) if teacher is not None else {}
+    by_teacher = ask_teacher(teacher, [m for m, _ in messages], answers) if teacher is not None else {}
     out: list[StatedFact] = []
     for text, event in messages:
         found = (facts_in(text) if rules else []) + by_teacher.get(text, [])

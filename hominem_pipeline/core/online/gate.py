@@ -125,8 +125,11 @@ class ReplyCache:
         by_model = saved.get("scalars", {})
         if scalars and reward_model:
             by_model[reward_model] = {**by_model.get(reward_model, {}), **scalars}
+        merged = {"decoding": self.key, "replies": {**saved.get("replies", {}), **replies}, "scalars": by_model}
+        if merged == saved:
+            return  # nothing new: the file stays as it is
         tmp = self.folder / f".{self._path(version).name}.{uuid.uuid4().hex}.tmp"
-        tmp.write_text(json.dumps({"decoding": self.key, "replies": {**saved.get("replies", {}), **replies}, "scalars": by_model}, ensure_ascii=False))
+        tmp.write_text(json.dumps(merged, ensure_ascii=False))
         os.replace(tmp, self._path(version))
 
 

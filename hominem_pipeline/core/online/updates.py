@@ -137,16 +137,13 @@ def stated_facts(cfg: HominemConfig, events: list[dict[str, Any]]) -> list[Any]:
     oc = cfg.online
     if oc.memory_folder is None:
         return []
-    teacher = None
-    if oc.facts_by in ("teacher", "both"):
-        from hominem_pipeline.core.teacher.factory import build_teacher
+    from hominem_pipeline.core.online.facts import FACTS_INSTRUCTION, FACTS_SYSTEM
+    from hominem_pipeline.core.teacher.factory import build_teacher
 
-        teacher = build_teacher(cfg)
-    try:
-        return extract_facts(events, rules=oc.facts_by in ("rules", "both"), teacher=teacher, cache_dir=cfg.data_dir / cfg.serving.log_dir / "facts")
-    finally:
-        if teacher is not None:
-            teacher.close()
+    by_teacher = oc.facts_by in ("teacher", "both")
+    # the teacher's answers, per teacher and request text: the teacher is built only for a message not read before
+    answers = cfg.data_dir / cfg.serving.log_dir / "facts" / f"{fingerprint([cfg.section('teacher'), FACTS_SYSTEM, FACTS_INSTRUCTION], 16)}.json"
+    return extract_facts(events, rules=oc.facts_by in ("rules", "both"), teacher=(lambda: build_teacher(cfg)) if by_teacher else None, answers=answers)
 
 
 def held_out_prompts(cfg: HominemConfig, sources: list[Any]) -> list[str]:
