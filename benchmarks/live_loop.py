@@ -5,7 +5,8 @@ In a scratch project (the repo's config, `data/` linked to this project's built 
 state, log and MLflow store, so the project's own are untouched) the daily adapter is made live and
 `hominem serve` started (its own process group, loopback). Then:
 
-1. `--events` feedback events (`online.every_events`) over HTTP: the hand-written pairs people agree
+1. Once the server's next update process has loaded (`/admin/live`'s `ready`: a person's N events
+   take minutes, in which it loads), `--events` feedback events (`online.every_events`) over HTTP: the hand-written pairs people agree
    on (config/human/hominem-contrast-pairs.jsonl) recorded as turns (/turns), a choice between each
    pair and a thumb each, until the N-th; the scheduler starts an
    update (short `dual` on a replay batch, the fast-loop gate); the clock runs from the N-th event's
@@ -167,6 +168,14 @@ def main() -> None:
             k = 0
             report["updates"] = []
             for round_ in range(args.updates):
+                # a person's N events take minutes, in which the server's next update process loads (libraries,
+                # reward model): the round starts once it has, as the N-th event would find it
+                waited = time.monotonic()
+                while not http.get(f"{url}/admin/live").json()["updates"]["ready"]:
+                    if time.monotonic() - waited > 300:
+                        raise SystemExit("the server's update process did not get ready in 300 s; see its log in <log_dir>/updates/")
+                    time.sleep(0.5)
+                print(f"round {round_ + 1}: the server's next update process was ready after {time.monotonic() - waited:.1f} s")
                 sent = 0
                 while sent < events:
                     pair, messages = pairs[k % len(pairs)], [{"role": "user", "content": pairs[k % len(pairs)]["prompt"]}]

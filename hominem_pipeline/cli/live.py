@@ -122,7 +122,7 @@ def live_note(text: Annotated[str, typer.Argument(help="What you noticed about t
 @live_app.command("update")
 def live_update(config: ConfigOpt = None, sets: SetOpt = None, reason: ReasonOpt = None,
                 result: Annotated[Optional[Path], typer.Option("--result", help="Also write the outcome as JSON to this file.")] = None,
-                ready: Annotated[bool, typer.Option("--ready", help="Load the libraries, then wait: a line on stdin starts the update (the line "
+                ready: Annotated[bool, typer.Option("--ready", help="Load the libraries and the reward model, then wait: a line on stdin starts the update (the line "
                                                                     "is its reason); end of input exits. `hominem serve` keeps one such process ready.")] = False) -> None:
     """One online update now: a short `dual` update of the live adapter on a replay batch (people's pairs
     from the log, the teacher's pairs), through the fast-loop gate; promoted if it passes. Exit 1 when
@@ -130,6 +130,7 @@ def live_update(config: ConfigOpt = None, sets: SetOpt = None, reason: ReasonOpt
     import json
 
     from hominem_pipeline.core.online.updates import run_update
+    from hominem_pipeline.serving.updates import ready_marker
 
     setup_logging()
     if ready:
@@ -140,6 +141,11 @@ def live_update(config: ConfigOpt = None, sets: SetOpt = None, reason: ReasonOpt
         for module in ("peft", "trl.trainer.utils", "hominem_pipeline.core.online.promotion", "hominem_pipeline.core.policy.dual",
                        "hominem_pipeline.core.reward.model", "hominem_pipeline.core.evaluation.health"):
             importlib.import_module(module)
+        from hominem_pipeline.core.online.updates import prepare
+
+        prepare(load(config, sets, persist=False))  # and the reward model it would follow now, with the student its guards read
+        if result is not None:
+            ready_marker(result).touch()  # the server's status says "ready" from now on
         line = sys.stdin.readline()
         if not line:
             raise typer.Exit(0)  # the server stopped before it needed this process

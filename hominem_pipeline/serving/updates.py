@@ -4,9 +4,10 @@ update (`hominem live update`, `core.online.updates.run_update`) in a child proc
 
 The child trains and gates off the server's process, so serving never waits on training, and a crash
 of the update is not a crash of the service. It stays in the server's process group (stopping the
-server's group stops it) and is terminated when the server stops. Once feedback comes in, the next
-update's child is started ahead, its libraries loaded (`hominem live update --ready`), so the update
-starts without the seconds of imports; it begins when the scheduler writes the reason to its stdin. When it promotes an adapter, the server's
+server's group stops it) and is terminated when the server stops. With the scheduler on, the next
+update's child is started ahead (with the server, and again after each update), its libraries, the
+reward model and the student its guards read loaded (`hominem live update --ready`), so the update
+starts without those seconds; it begins when the scheduler writes the reason to its stdin. When it promotes an adapter, the server's
 LiveWatcher swaps to it at once; each update is audited with its outcome, and its output is kept in
 `<log_dir>/updates/<time>.log` (the time its process started).
 """
@@ -27,6 +28,11 @@ from hominem_pipeline.core.config import OnlineConfig
 from hominem_pipeline.core.online.live import utc_now
 
 log = logging.getLogger(__name__)
+
+
+def ready_marker(result: Path) -> Path:
+    """The file a ready update process writes beside its result file once it has loaded what it loads ahead."""
+    return result.with_name(result.name + ".ready")
 
 
 class UpdateScheduler:
@@ -74,7 +80,7 @@ class UpdateScheduler:
         with self._lock:
             return {"scheduler": "on" if self.auto else "on demand", "every_events": self.settings.every_events, "every_minutes": self.settings.every_minutes,
                     "pending_events": self.pending, "running": self.running, "updates": self.updates, "last": self.last,
-                    "ready": self._spare is not None and self._spare[0].poll() is None}  # a process waits, its libraries loaded
+                    "ready": self._spare is not None and self._spare[0].poll() is None and ready_marker(self._spare[2]).is_file()}  # a process waits, loaded
 
     def close(self) -> None:
         self._stop.set()
@@ -90,6 +96,7 @@ class UpdateScheduler:
         self._thread.join(timeout=15)
         if spare is not None and spare is self._spare:
             spare[1].unlink(missing_ok=True)  # the ready process never ran an update: its (empty) output goes with it
+            ready_marker(spare[2]).unlink(missing_ok=True)
 
     # -- the scheduler's thread ---------------------------------------------------------------------
 
@@ -120,13 +127,16 @@ class UpdateScheduler:
         return self._spare
 
     def _loop(self) -> None:
+        first = True
         while not self._stop.is_set():
-            self._wake.wait(timeout=5.0)
+            if not first:
+                self._wake.wait(timeout=5.0)
+            first = False
             self._wake.clear()
             if self._stop.is_set():
                 return
-            if self.pending and self.auto:
-                try:  # feedback is coming in: the next update's process loads while the server waits for the rest
+            if self.auto:
+                try:  # the next update's process loads while feedback comes in (and it takes its seconds of imports off the update)
                     self._ready()
                 except OSError:
                     log.exception("no update process could be started ahead of time; the update starts its own")
@@ -147,6 +157,7 @@ class UpdateScheduler:
         try:
             self._proc, out, result = self._ready()
             self._spare = None
+            ready_marker(result).unlink(missing_ok=True)
             with self._lock:
                 self.running["log"] = str(out)
             self.audit("online_update_start", reason=reason, by=by, log=str(out))

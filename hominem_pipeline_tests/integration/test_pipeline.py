@@ -563,6 +563,11 @@ def test_the_server_learns_from_feedback_and_swaps_to_the_update(chain):
         url = server.url
         models = lambda: {m["id"]: m["adapter"] for m in httpx.get(f"{url}/v1/models", timeout=30).json()["data"]}  # noqa: E731
         assert models()["hominem"] is None  # the base is live
+        loaded = lambda: httpx.get(f"{url}/admin/live", timeout=30).json()["updates"]["ready"]  # noqa: E731
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not loaded():  # the next update's process loads beside the server (libraries, reward model)
+            time.sleep(0.5)
+        assert loaded()
         replies = httpx.post(f"{url}/generate", json={"messages": [{"role": "user", "content": "I lost my keys again."}], "n": 2, "seed": 1}, timeout=120).json()["replies"]
         a, b = replies[0]["turn"], replies[1]["turn"]
         for body in ({"kind": "choice", "chosen": a, "rejected": b, "strength": "strong"}, {"kind": "thumb", "turn": a, "value": "up"},

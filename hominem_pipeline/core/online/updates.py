@@ -215,6 +215,31 @@ def _version_key(path: Path):
     return VersionKey(asset=asset, partition=partition, version=version)
 
 
+_REWARD_MODELS: dict[str, Any] = {}  # the reward model an update of this process loaded, by folder (versions are immutable)
+
+
+def reward_model_at(path: Path) -> Any:
+    """The reward model at `path`, loaded once per process (the newest one asked for is kept)."""
+    from hominem_pipeline.core.reward.model import RewardModel
+
+    key = str(Path(path).resolve())
+    if key not in _REWARD_MODELS:
+        _REWARD_MODELS.clear()
+        _REWARD_MODELS[key] = RewardModel.load(path)
+    return _REWARD_MODELS[key]
+
+
+def prepare(cfg: HominemConfig) -> None:
+    """Load ahead what the next update loads first: the reward model it would follow now and the student
+    its guard columns read (`hominem live update --ready`, while it waits). If another becomes live in
+    the meantime, the update loads that one."""
+    try:
+        rm_path, _ = update_sources(cfg, LiveState(cfg.data_dir))
+        reward_model_at(rm_path).warm()
+    except Exception as exc:  # noqa: BLE001 - the update itself meets it again and reports it
+        log.warning("could not load ahead what the next update needs (%s); it loads it when it runs", exc)
+
+
 def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: int, live: str | None, live_adapter: Path | None, reward_model: Any,
                  rm_path: Path, teacher_keys: list[Any], people_ids: list[str]):
     """Train the live adapter (`live_adapter`; None: a fresh one on the base) on the replay `batch` and the
@@ -278,7 +303,6 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
     from hominem_pipeline.core.evaluation.memory import memory_digest
     from hominem_pipeline.core.online.facts import write_extracted
     from hominem_pipeline.core.online.promotion import offer, rollback
-    from hominem_pipeline.core.reward.model import RewardModel
 
     started = time.monotonic()
     oc = cfg.online
@@ -288,7 +312,7 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
         return UpdateResult("skipped", f"online updates are frozen since {current.frozen['since']} ({current.frozen['reason']}); `hominem live unfreeze` resumes them",
                             live=current.version)
     rm_path, pair_sources = update_sources(cfg, state)
-    reward_model = RewardModel.load(rm_path)
+    reward_model = reward_model_at(rm_path)
     events = feedback_events(cfg)
     facts = stated_facts(cfg, events)
     new_facts = 0

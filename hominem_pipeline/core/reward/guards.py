@@ -88,6 +88,10 @@ class GuardScorer:
     def __len__(self) -> int:
         return len(self.names)
 
+    def load(self) -> None:
+        """Load the student now (else on first use)."""
+        self._load()
+
     def _load(self) -> None:
         if self._model is None:
             from hominem_pipeline.core.models import load_student

@@ -165,6 +165,11 @@ class RewardModel:
     def encode(self, prompts: Sequence[str], responses: Sequence[str]) -> list[list[int]]:
         return [self._encode(p, r) for p, r in zip(prompts, responses)]
 
+    def warm(self) -> None:
+        """Load what scoring loads on first use (the student its guard columns read), so the first score does not wait."""
+        if self._guards is not None:
+            self._guards.load()
+
     def guard_columns(self, prompts: Sequence[str], responses: Sequence[str]) -> torch.Tensor | None:
         """The guard columns the heads read beside the backbone (`reward.guards`), (n, guards); None without guards."""
         return None if self._guards is None else self._guards(prompts, responses)
