@@ -9,6 +9,7 @@ from typing import Any
 
 from hominem_pipeline.core.artifacts import fingerprint
 from hominem_pipeline.core.config import HominemConfig
+from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE
 from hominem_pipeline.core.stage import CheckOutcome, StageContext, StageOutput
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
         on_epoch=lambda epoch, m: ctx.run.log_metrics(m, step=epoch),
         judge_system=rubric_system(ctx.cfg.labeling),
         judge_question=ctx.cfg.labeling.scalar_question,
+        feature_cache=ctx.cfg.data_dir / FEATURE_CACHE,
         guard_student=student_path(ctx.cfg) if ctx.cfg.reward_model.guards else None,
     )
     metrics["train_seconds"] = time.monotonic() - started
@@ -124,7 +126,9 @@ def score_fixture_file(cfg: HominemConfig, folder: Path):
     if cfg.fixtures.file is None:
         return None
     fixtures = load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names)
-    report = score_fixtures(RewardModel.load(folder), fixtures)
+    model = RewardModel.load(folder)
+    model.use_feature_cache(cfg.data_dir / FEATURE_CACHE)  # the fixtures' guard columns are measured once, not every day
+    report = score_fixtures(model, fixtures)
     (folder / FIXTURES_JSON).write_text(json.dumps(report.as_dict(), indent=1))
     return report
 

@@ -139,18 +139,31 @@ def _bootstrap(n_groups: int, members: int, rng: np.random.Generator) -> np.ndar
     return w
 
 
-def _pooled_all(net: RewardNet, encoded: list[list[int]], batch_size: int, pad: int, guards: torch.Tensor | None = None) -> torch.Tensor:
+def _pooled_all(net: RewardNet, encoded: list[list[int]], batch_size: int, pad: int, guards: torch.Tensor | None = None, cache: Any = None) -> torch.Tensor:
     """What the heads read for every encoded sequence, as the net is now (eval mode): the backbone's
-    pooled vector, then the sequence's row of `guards` (None: the pooled vector alone)."""
-    out = torch.zeros(len(encoded), net.feature_size - (net.guards if guards is None else 0))
-    net.eval()
-    progress = Progress("reward model backbone pass", len(encoded), log, unit="sequences") if len(encoded) > 256 else None
-    with torch.inference_mode():
-        for idx, ids, mask in length_sorted_batches(encoded, batch_size, pad):
-            out[idx] = net.pooled(ids, mask) if guards is None else net.features(ids, mask, guards[idx])
-            if progress:
-                progress.advance(len(idx))
-    return out
+    pooled vector, then the sequence's row of `guards` (None: the pooled vector alone). `cache`: a
+    `FeatureCache` of pooled vectors by token ids (a frozen backbone's), read first and added to."""
+    from hominem_pipeline.core.reward.feature_cache import cached_rows, ids_key
+
+    width = net.feature_size - net.guards
+
+    def compute(todo: list[int]) -> torch.Tensor:
+        out = torch.zeros(len(todo), width)
+        net.eval()
+        progress = Progress("reward model backbone pass", len(todo), log, unit="sequences") if len(todo) > 256 else None
+        with torch.inference_mode():
+            for idx, ids, mask in length_sorted_batches([encoded[i] for i in todo], batch_size, pad):
+                out[idx] = net.pooled(ids, mask)
+                if progress:
+                    progress.advance(len(idx))
+        return out
+
+    pooled = cached_rows(cache, [ids_key(e) for e in encoded], compute, width) if cache is not None else compute(list(range(len(encoded))))
+    if guards is None:
+        return pooled
+    if guards.shape != (len(encoded), net.guards):
+        raise ValueError(f"this reward net reads {net.guards} guard columns per row; got {tuple(guards.shape)}")
+    return torch.cat([pooled, guards.to(pooled.dtype)], dim=-1)
 
 
 def _rationale_targets(net: RewardNet, tokenizer: Any, rationales: Sequence[str], max_length: int, batch_size: int) -> torch.Tensor:

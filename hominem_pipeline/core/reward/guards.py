@@ -78,12 +78,25 @@ class GuardScorer:
 
     MEMO = 4096
 
-    def __init__(self, names: Sequence[str], student: Path | str):
+    def __init__(self, names: Sequence[str], student: Path | str, cache: Path | None = None):
+        """`cache`: a folder of feature caches (`feature_cache`) where the columns of every exchange
+        measured are also kept on disk by content, for the next process (None: memoised in this one only)."""
         self.names = check_guards(names)
         self.student = Path(student)
+        self.cache_folder = cache
+        self._cache: Any = None
         self._model: Any = None
         self._tokenizer: Any = None
         self._memo: OrderedDict[tuple[str, str], torch.Tensor] = OrderedDict()
+
+    def disk_cache(self):
+        """The on-disk cache of this student's columns (None without a cache folder)."""
+        if self.cache_folder is not None and self._cache is None:
+            from hominem_pipeline.core.artifacts import folder_digest
+            from hominem_pipeline.core.reward.feature_cache import FeatureCache
+
+            self._cache = FeatureCache(self.cache_folder, ["guards", folder_digest(self.student), self.names, GUARD_MAX_LENGTH], len(self.names))
+        return self._cache
 
     def __len__(self) -> int:
         return len(self.names)
@@ -114,6 +127,12 @@ class GuardScorer:
         return torch.stack([self._memo[k] for k in keys]) if keys else torch.zeros(0, len(self.names))
 
     def _compute(self, prompts: Sequence[str], replies: Sequence[str]) -> torch.Tensor:
+        from hominem_pipeline.core.reward.feature_cache import cached_rows, text_key
+
+        keys = [text_key(p, r) for p, r in zip(prompts, replies)]
+        return cached_rows(self.disk_cache(), keys, lambda todo: self._measure([prompts[i] for i in todo], [replies[i] for i in todo]), len(self.names))
+
+    def _measure(self, prompts: Sequence[str], replies: Sequence[str]) -> torch.Tensor:
         from hominem_pipeline.core.policy.sequences import encode
 
         self._load()

@@ -165,6 +165,12 @@ class RewardModel:
     def encode(self, prompts: Sequence[str], responses: Sequence[str]) -> list[list[int]]:
         return [self._encode(p, r) for p, r in zip(prompts, responses)]
 
+    def use_feature_cache(self, folder: Path) -> None:
+        """Keep the guard columns of every exchange scored in `folder` by content (`reward.feature_cache`),
+        and read those measured before from it."""
+        if self._guards is not None and self._guards.cache_folder is None:
+            self._guards.cache_folder = Path(folder)
+
     def warm(self) -> None:
         """Load what scoring loads on first use (the student its guard columns read), so the first score does not wait."""
         if self._guards is not None:

@@ -119,13 +119,16 @@ def train_reward_model(
     judge_system: str | None = None,
     judge_question: str | None = None,
     guard_student: Path | None = None,
+    feature_cache: Path | None = None,
 ) -> dict[str, Any]:
     """Train on labeled examples (columns prompt_id, prompt, response, vector, scalar, reward_intensity,
     safety_score, rationale) and optional human pairs (prompt, chosen, rejected); save the model to
     `out_dir`. Returns the final metrics. `judge_system`: the judge's system text, which `frame: judge`
     needs (`teacher.rubric_system`); `judge_question`: the question `frame: judge_question` asks after
     the exchange (`labeling.scalar_question`); `guard_student`: the student folder that measures
-    `cfg.guards` (`reward.guards`; None: the backbone's own folder, a causal LM)."""
+    `cfg.guards` (`reward.guards`; None: the backbone's own folder, a causal LM); `feature_cache`: a folder
+    where a frozen backbone's pooled state and the guard columns of each text are kept by content
+    (`reward.feature_cache`), so texts read before (the shipped people's pairs, every day) are not read again."""
     from safetensors.torch import save_file
 
     n_human = 0 if human_pairs is None else len(human_pairs)
@@ -183,8 +186,16 @@ def train_reward_model(
 
     # The guard columns never change (the student is not trained here), and a frozen backbone gives every
     # sequence the same pooled vector in every epoch: both computed once.
-    guards = GuardScorer(cfg.guards, guard_student)(*zip(*data.texts)) if cfg.guards else None
-    frozen = _pooled_all(net, data.encoded, cfg.batch_size, pad_id(tokenizer), guards) if cfg.backbone.finetune == "frozen" else None
+    scorer = GuardScorer(cfg.guards, guard_student, cache=feature_cache) if cfg.guards else None
+    guards = scorer(*zip(*data.texts)) if scorer is not None else None
+    pooled_cache = None
+    if feature_cache is not None and cfg.backbone.finetune == "frozen" and isinstance(backbone_path, Path) and backbone_path.is_dir():
+        from hominem_pipeline.core.reward.feature_cache import FeatureCache
+
+        pooled_cache = FeatureCache(feature_cache, ["pooled", folder_digest(backbone_path), kind, cfg.backbone.depth, cfg.backbone.layers, pooling,
+                                                    cfg.length_feature], net.feature_size - net.guards)
+    frozen = _pooled_all(net, data.encoded, cfg.batch_size, pad_id(tokenizer), guards, cache=pooled_cache) if cfg.backbone.finetune == "frozen" else None
+    cached = {f"feature_cache_{name}_hits": c.hits for name, c in (("pooled", pooled_cache), ("guards", scorer and scorer.disk_cache())) if c is not None}
     head_params = [p for n, p in net.named_parameters() if not n.startswith("backbone.")] + (list(rationale_head.parameters()) if rationale_head else [])
     backbone_params = [p for p in net.backbone.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
@@ -376,7 +387,7 @@ def train_reward_model(
     net.load_state_dict(best_state)
     full, final = best_full, best_metrics  # the best epoch's validation predictions and metrics
     fitted = len(data.encoded) if cfg.head_fit == "ridge" else int(sum(len(data.groups[g]) for g in train_groups))
-    final.update({"best_epoch": best_epoch, "epochs_run": len(history), "train_sequences": fitted, "val_sequences": len(val_seqs)})
+    final.update({"best_epoch": best_epoch, "epochs_run": len(history), "train_sequences": fitted, "val_sequences": len(val_seqs), **cached})
     validation = (f"out of fold: every prompt's replies scored by heads fitted on the other {RIDGE_FOLDS - 1} of {RIDGE_FOLDS} prompt folds "
                   "(penalty chosen inside them), and every human pair by heads fitted without its fold; the saved heads are fitted on every prompt and pair"
                   if cfg.head_fit == "ridge" else f"split by prompt: {cfg.val_fraction:g} of the prompts (and of the human pairs) held out, for early stopping and these figures")

@@ -1,0 +1,143 @@
+"""What a frozen network computes for a text, kept on disk by content, so a text it has read before is
+not read again: the reward model's pooled backbone state of each exchange and the guard columns
+(`reward_model.guards`) the student measures for it.
+
+The reward model is trained every day on the window's teacher labels and on the same shipped people's
+pairs (config/human/), and with a frozen backbone and frozen guards every one of those texts gives the
+same features each day; they dominate the stage's time. A cache is one folder per network and setting
+(`namespace`: the network's folder digest and whatever else decides the features), holding shards of
+(key, row) written whole (a temp file renamed), so a crash leaves whole shards only; a key is the
+digest of the exact input (token ids, or prompt and reply). Any entry can be recomputed: deleting the
+folder costs time, nothing else. Rows beyond `max_rows` drop the oldest shards.
+
+A cached row equals the computed one up to the last bits: the padding of the batch a text was read in
+changes float rounding, not the figures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+FEATURE_CACHE = "cache/reward_features"  # under project.data_dir
+MAX_ROWS = 100_000  # per namespace (a 1,155-wide row is 4.6 kB: 460 MB at most)
+COMPACT_AT = 24  # shards in a namespace beyond which they are merged into one
+
+
+def text_key(*parts: str) -> str:
+    """The key of a text input (prompt and reply, ...)."""
+    h = hashlib.sha256()
+    for part in parts:
+        data = part.encode("utf-8")
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()[:32]
+
+
+def ids_key(ids: Sequence[int]) -> str:
+    """The key of a tokenised input."""
+    return hashlib.sha256(np.asarray(ids, dtype=np.int64).tobytes()).hexdigest()[:32]
+
+
+class FeatureCache:
+    """Rows of `width` float32 features by key, in `<folder>/<namespace digest>/`."""
+
+    def __init__(self, folder: Path, namespace: Any, width: int, max_rows: int = MAX_ROWS):
+        from hominem_pipeline.core.artifacts import fingerprint
+
+        self.folder = Path(folder) / fingerprint(namespace, 16)
+        self.width, self.max_rows = width, max_rows
+        self._rows: dict[str, np.ndarray] = {}
+        self._shards: list[Path] = []
+        self.hits = self.misses = 0
+        for shard in sorted(self.folder.glob("shard-*.npz")):  # names start with the time: oldest first
+            try:
+                with np.load(shard, allow_pickle=False) as saved:
+                    keys, rows = saved["keys"], saved["rows"]
+            except (OSError, ValueError, KeyError) as exc:  # written whole, so only a foreign file gets here
+                log.warning("feature cache shard %s is unreadable (%s); it is ignored", shard, exc)
+                continue
+            if rows.ndim != 2 or rows.shape[1] != width or len(keys) != len(rows):
+                log.warning("feature cache shard %s holds rows of another width; it is ignored", shard)
+                continue
+            self._rows.update(zip(keys.tolist(), rows))
+            self._shards.append(shard)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def get(self, keys: Sequence[str]) -> dict[str, np.ndarray]:
+        """The rows held for `keys` (those not held are missing from the answer)."""
+        found = {k: self._rows[k] for k in keys if k in self._rows}
+        self.hits += len(found)
+        self.misses += len(keys) - len(found)
+        return found
+
+    def add(self, keys: Sequence[str], rows: np.ndarray) -> None:
+        """Keep `rows` (n, width) under `keys`; the new ones are written as one shard."""
+        rows = np.asarray(rows, dtype=np.float32).reshape(len(keys), self.width)
+        new = {k: r for k, r in zip(keys, rows) if k not in self._rows}
+        if not new:
+            return
+        self._rows.update(new)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._shards.append(self._write(list(new), np.stack(list(new.values()))))
+        if len(self._rows) > self.max_rows:
+            self._evict()
+        elif len(self._shards) > COMPACT_AT:
+            self._compact()
+
+    def _write(self, keys: list[str], rows: np.ndarray) -> Path:
+        path = self.folder / f"shard-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.npz"
+        tmp = self.folder / f".{path.name}.{uuid.uuid4().hex}.tmp"
+        with open(tmp, "wb") as fh:
+            np.savez(fh, keys=np.array(keys, dtype="<U32"), rows=rows.astype(np.float32))
+        os.replace(tmp, path)
+        return path
+
+    def _evict(self) -> None:
+        """Drop the oldest shards until the rows fit in `max_rows` (the newest shard always stays)."""
+        while len(self._rows) > self.max_rows and len(self._shards) > 1:
+            oldest = self._shards.pop(0)
+            with np.load(oldest, allow_pickle=False) as saved:
+                gone = saved["keys"].tolist()
+            oldest.unlink(missing_ok=True)
+            for key in gone:
+                self._rows.pop(key, None)
+
+    def _compact(self) -> None:
+        """Merge every shard into one (written before the old ones are removed)."""
+        merged = self._write(list(self._rows), np.stack(list(self._rows.values())))
+        for shard in self._shards:
+            shard.unlink(missing_ok=True)
+        self._shards = [merged]
+
+
+def cached_rows(cache: FeatureCache | None, keys: Sequence[str], compute, width: int):
+    """(n, width) float32 rows for `keys`: those `cache` holds read, the rest computed by
+    `compute(indices)` (a float array of their rows, in that order) and added to it."""
+    import torch
+
+    out = np.zeros((len(keys), width), dtype=np.float32)
+    held = cache.get(keys) if cache is not None else {}
+    todo = [i for i, k in enumerate(keys) if k not in held]
+    for i, k in enumerate(keys):
+        if k in held:
+            out[i] = held[k]
+    if todo:
+        rows = compute(todo)
+        rows = rows.detach().cpu().numpy() if isinstance(rows, torch.Tensor) else np.asarray(rows)
+        out[todo] = rows
+        if cache is not None:
+            cache.add([keys[i] for i in todo], rows)
+    return torch.from_numpy(out)

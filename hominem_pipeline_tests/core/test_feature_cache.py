@@ -1,0 +1,83 @@
+"""The reward features cache: what a frozen network computed for a text, kept on disk by content."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from hominem_pipeline.core.reward import feature_cache
+from hominem_pipeline.core.reward.feature_cache import FeatureCache, cached_rows, ids_key, text_key
+from hominem_pipeline_tests.core.test_reward_model import DIMS, small_cfg, toy_labels
+
+
+def test_rows_outlive_the_process_per_namespace_and_the_oldest_go_first(tmp_path, monkeypatch):
+    rows = np.arange(12, dtype=np.float32).reshape(4, 3)
+    cache = FeatureCache(tmp_path, ["net", "abc"], 3)
+    cache.add(["a", "b"], rows[:2])
+    cache.add(["b", "c"], rows[1:3])  # b is held already: only c is written
+    again = FeatureCache(tmp_path, ["net", "abc"], 3)  # another process
+    assert len(again) == 3 and np.array_equal(again.get(["c"])["c"], rows[2])
+    assert again.get(["a", "zzz"]).keys() == {"a"} and (again.hits, again.misses) == (2, 1)
+    assert len(FeatureCache(tmp_path, ["net", "other weights"], 3)) == 0  # another network reads none of them
+    # a foreign or torn file is ignored, not fatal
+    (again.folder / "shard-00000000000000000000-bad.npz").write_bytes(b"not a shard")
+    (again.folder / ".shard-x.npz.123.tmp").write_bytes(b"torn")
+    assert len(FeatureCache(tmp_path, ["net", "abc"], 3)) == 3
+    (again.folder / "shard-00000000000000000000-bad.npz").unlink()
+
+    small = FeatureCache(tmp_path, ["net", "abc"], 3, max_rows=3)
+    small.add(["d"], rows[3:])  # 4 rows > 3: the oldest shard (a, b) goes
+    assert set(FeatureCache(tmp_path, ["net", "abc"], 3).get(["a", "b", "c", "d"])) == {"c", "d"}
+
+    monkeypatch.setattr(feature_cache, "COMPACT_AT", 2)
+    many = FeatureCache(tmp_path / "compact", ["n"], 3)
+    for i, key in enumerate("pqr"):
+        many.add([key], rows[i : i + 1])
+    assert len(list(many.folder.glob("shard-*.npz"))) == 1  # merged once there were more than 2
+    assert set(FeatureCache(tmp_path / "compact", ["n"], 3).get(list("pqr"))) == set("pqr")
+
+
+def test_cached_rows_compute_only_what_is_missing(tmp_path):
+    cache, asked = FeatureCache(tmp_path, ["n"], 2), []
+
+    def compute(todo):
+        asked.append(list(todo))
+        return torch.tensor([[float(i), 1.0] for i in todo])
+
+    first = cached_rows(cache, ["x", "y"], compute, 2)
+    second = cached_rows(cache, ["y", "z", "x"], compute, 2)
+    assert asked == [[0, 1], [1]]  # z alone, at its position in the second call
+    assert second.tolist() == [[1.0, 1.0], [1.0, 1.0], [0.0, 1.0]] and first.tolist() == [[0.0, 1.0], [1.0, 1.0]]
+    assert text_key("a", "bc") != text_key("ab", "c") and ids_key([1, 2]) != ids_key([2, 1])
+
+
+def test_a_second_training_reads_the_texts_it_read_before_and_fits_the_same_heads(tiny_student, tmp_path):
+    """The reward model of the next day reads the shipped pairs' features from the cache: no backbone or
+    guard pass for them, and the same model as without the cache."""
+    import pandas as pd
+
+    from hominem_pipeline.core.reward.model import RewardModel
+    from hominem_pipeline.core.reward.training import train_reward_model
+
+    cfg = small_cfg(guards=["reply_logp", "prompt_gain"], backbone={"path": None, "finetune": "frozen"}, head_fit="ridge")
+    people = pd.DataFrame({"prompt": ["How was it?", "Any news?", "How are you?"], "chosen": ["Quiet, thanks.", "None yet.", "Well, and you?"],
+                           "rejected": ["zq xv", "asd qwe", "mlk poi"]})
+    cache, runs = tmp_path / "cache", []
+    for name, folder in (("first", cache), ("second", cache), ("without", None)):
+        metrics = train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path / name, seed=0,
+                                     data_digest="c", date="2026-11-20", human_pairs=people, feature_cache=folder)
+        runs.append(metrics)
+    texts = len(toy_labels()) + 2 * len(people)
+    assert runs[0]["feature_cache_pooled_hits"] == 0 and runs[0]["feature_cache_guards_hits"] == 0
+    assert runs[1]["feature_cache_pooled_hits"] == texts and runs[1]["feature_cache_guards_hits"] == texts
+    assert "feature_cache_pooled_hits" not in runs[2]
+    prompts, replies = ["How is it going?"] * 2, ["It was a good day, thanks.", "wug zq blorp xv"]
+    scores = [RewardModel.load(tmp_path / name).raw_scores(prompts, replies)["scalar"] for name in ("first", "second", "without")]
+    assert np.allclose(scores[0], scores[1], atol=1e-5) and np.allclose(scores[0], scores[2], atol=1e-4)
+
+
+def test_rows_of_another_width_are_not_read(tmp_path):
+    """A namespace that left the width out: the same folder read as another width holds nothing."""
+    FeatureCache(tmp_path, ["n"], 3).add(["a"], np.ones((1, 3)))
+    other = FeatureCache(tmp_path, ["n"], 4)
+    assert other.folder == FeatureCache(tmp_path, ["n"], 3).folder and len(other) == 0
