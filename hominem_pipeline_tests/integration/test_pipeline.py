@@ -275,21 +275,25 @@ def test_the_default_dual_mode_trains_both_channels_and_dpo_is_one_overlay_away(
     assert fourth["evaluation"]["memory_questions"].value == probe["questions"] + 1
 
 
-def test_the_daily_dual_training_can_draw_its_batches_from_the_replay_buffer(chain):
-    """`policy.dual.sampler: replay`: the adapter's pairs come through the replay sampler (the window's
-    teacher pairs with their priorities); the replay settings are part of the adapter's version."""
+def test_the_daily_dual_training_draws_its_batches_from_the_replay_buffer(chain):
+    """The default `policy.dual.sampler: replay`: the adapter's pairs come through the replay sampler (the
+    window's teacher pairs with their priorities); the replay settings are part of the adapter's version,
+    and `uniform` (every pair once per pass) is one setting away."""
     from hominem_pipeline.core.runner import run_stage
 
-    project = chain["project"]
-    uniform = lineage(chain["cfg"]).require("lora_adapter", DAY)
-    replay_cfg = load_config(chain["config"], root=project, overrides={"policy": {"dual": {"sampler": "replay"}}})
-    built = run_stage("lora_adapter", replay_cfg, DAY)
-    meta = json.loads(built.ref.file("METADATA.json").read_text())
-    assert not built.cache_hit and built.ref.version != uniform.version
-    assert meta["training"]["dual"]["sampler"] == "replay" and meta["training"]["replay"] == replay_cfg.replay.model_dump()
-    assert meta["channels"]["pair_rows"] > 0 and meta["preference_pairs"] == json.loads(uniform.file("METADATA.json").read_text())["preference_pairs"]
-    other = load_config(chain["config"], root=project, overrides={"policy": {"dual": {"sampler": "replay"}}, "replay": {"recent_fraction": 0.9}})
-    assert lineage(other).plan("lora_adapter", DAY).version not in {built.ref.version, uniform.version}
+    project, cfg = chain["project"], chain["cfg"]
+    built = lineage(cfg).require("lora_adapter", DAY)
+    meta = json.loads(built.file("METADATA.json").read_text())
+    assert cfg.policy.dual.sampler == "replay"
+    assert meta["training"]["dual"]["sampler"] == "replay" and meta["training"]["replay"] == cfg.replay.model_dump()
+    assert meta["channels"]["pair_rows"] > 0
+    uniform = run_stage("lora_adapter", load_config(chain["config"], root=project, overrides={"policy": {"dual": {"sampler": "uniform"}}}), DAY)
+    uniform_meta = json.loads(uniform.ref.file("METADATA.json").read_text())
+    assert not uniform.cache_hit and uniform.ref.version != built.version
+    assert uniform_meta["training"]["dual"]["sampler"] == "uniform" and "replay" not in uniform_meta["training"]
+    assert uniform_meta["preference_pairs"] == meta["preference_pairs"]
+    other = load_config(chain["config"], root=project, overrides={"replay": {"recent_fraction": 0.9}})
+    assert lineage(other).plan("lora_adapter", DAY).version not in {built.version, uniform.ref.version}
 
 
 def hominem(project, *args, check=True):
