@@ -28,6 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.project import config_on  # noqa: E402
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -42,7 +44,6 @@ def main() -> None:
     from hominem_pipeline.core.artifacts import ArtifactStore
     from hominem_pipeline.core.builds.common import prompts_of
     from hominem_pipeline.core.builds.memory_files import memory_paths
-    from hominem_pipeline.core.config_loader import load_config
     from hominem_pipeline.core.evaluation.compare import evaluate_adapter
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
     from hominem_pipeline.core.models import student_path
@@ -52,9 +53,7 @@ def main() -> None:
     from hominem_pipeline.core.reward.model import RewardModel
 
     project = args.project.resolve()
-    student = load_config(root=ROOT).models.student.path
-    # this code's settings; the project's data and student
-    cfg = load_config(root=ROOT, overrides={"project": {"data_dir": str(project / "data")}, "models": {"student": {"path": str(project / student)}}})
+    cfg = config_on(project)  # this code's config, the project's data and student
     daily = Path(args.adapter) if Path(args.adapter).is_absolute() else project / args.adapter
     meta = json.loads((daily / "METADATA.json").read_text())
     store = ArtifactStore(cfg.data_dir)

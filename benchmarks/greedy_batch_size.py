@@ -23,6 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.project import config_on  # noqa: E402
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -35,7 +37,6 @@ def main() -> None:
     from peft import PeftModel
 
     from hominem_pipeline.core.builds.memory_files import memory_paths
-    from hominem_pipeline.core.config_loader import load_config
     from hominem_pipeline.core.evaluation.compare import greedy_replies
     from hominem_pipeline.core.evaluation.memory import fact_questions, read_memory_rows
     from hominem_pipeline.core.models import load_student, student_path
@@ -44,8 +45,7 @@ def main() -> None:
     from hominem_pipeline.core.policy.metadata import AdapterMetadata
 
     project = args.project.resolve()
-    student = load_config(root=ROOT).models.student.path  # this code's config, the project's data and student
-    cfg = load_config(root=ROOT, overrides={"project": {"data_dir": str(project / "data")}, "models": {"student": {"path": str(project / student)}}})
+    cfg = config_on(project)  # this code's config, the project's data and student
     adapter = Path(args.adapter) if Path(args.adapter).is_absolute() else project / args.adapter
     prompts = held_out_prompts(cfg, list(AdapterMetadata.read(adapter).preference_data))
     questions = fact_questions(read_memory_rows(memory_paths(cfg)))

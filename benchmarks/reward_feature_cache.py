@@ -23,6 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.project import config_on  # noqa: E402
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -33,7 +35,6 @@ def main() -> None:
     import pandas as pd
 
     from hominem_pipeline.core.builds.reward_model import people_pairs
-    from hominem_pipeline.core.config_loader import load_config
     from hominem_pipeline.core.evaluation.fixtures import load_fixtures
     from hominem_pipeline.core.models import reward_backbone, student_path
     from hominem_pipeline.core.reward.model import RewardModel
@@ -41,8 +42,7 @@ def main() -> None:
     from hominem_pipeline.core.teacher.base import rubric_system
 
     project = args.project.resolve()
-    student = load_config(root=ROOT).models.student.path  # this code's config, the project's data and student
-    cfg = load_config(root=ROOT, overrides={"project": {"data_dir": str(project / "data")}, "models": {"student": {"path": str(project / student)}}})
+    cfg = config_on(project)  # this code's config, the project's data and student
     labels_file = sorted((cfg.data_dir / "teacher_labels").glob("*/*/labels.parquet"))[-1]
     labels, human = pd.read_parquet(labels_file), people_pairs(cfg)
     print(f"{len(labels)} teacher labels ({labels_file.parent.parent.name}), {0 if human is None else len(human)} shipped people's pairs", flush=True)

@@ -49,6 +49,7 @@ class UpdateScheduler:
         self.updates = 0
         self._proc: subprocess.Popen | None = None
         self._spare: tuple[subprocess.Popen, Path, Path] | None = None  # the child kept ready, its output and result files
+        self._spare_died = False  # one exited unused (a crash at start): none is started ahead again until an update has run
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -116,7 +117,11 @@ class UpdateScheduler:
 
     def _ready(self) -> tuple[subprocess.Popen, Path, Path]:
         """The child kept ready (started now if there is none, or it died)."""
-        if self._spare is None or self._spare[0].poll() is not None:
+        if self._spare is not None and self._spare[0].poll() is not None:
+            self._spare_died = True  # exited before it was used: not started again ahead of time until an update has run
+            log.warning("the update process kept ready exited with %s before it was used (its output: %s)", self._spare[0].returncode, self._spare[1])
+            self._spare = None
+        if self._spare is None:
             stamp = utc_now().replace(":", "")
             self.folder.mkdir(parents=True, exist_ok=True)
             out, result = self.folder / f"{stamp}.log", self.folder / f"{stamp}.json"
@@ -127,16 +132,9 @@ class UpdateScheduler:
         return self._spare
 
     def _loop(self) -> None:
-        first = True
         while not self._stop.is_set():
-            if not first:
-                self._wake.wait(timeout=5.0)
-            first = False
-            self._wake.clear()
-            if self._stop.is_set():
-                return
-            if self.auto:
-                try:  # the next update's process loads while feedback comes in (and it takes its seconds of imports off the update)
+            if self.auto and not self._spare_died:
+                try:  # the next update's process loads while feedback comes in (and takes its seconds of loading off the update)
                     self._ready()
                 except OSError:
                     log.exception("no update process could be started ahead of time; the update starts its own")
@@ -146,6 +144,8 @@ class UpdateScheduler:
                     self._run(*due)
                 except Exception:  # the scheduler outlives one failed start; the next trigger tries again
                     log.exception("an online update could not be run")
+            self._wake.wait(timeout=5.0)
+            self._wake.clear()
 
     def _run(self, reason: str, by: str) -> None:
         with self._lock:
@@ -156,7 +156,7 @@ class UpdateScheduler:
         out = result = None
         try:
             self._proc, out, result = self._ready()
-            self._spare = None
+            self._spare, self._spare_died = None, False
             ready_marker(result).unlink(missing_ok=True)
             with self._lock:
                 self.running["log"] = str(out)

@@ -90,19 +90,25 @@ class FeatureCache:
         if not new:
             return
         self._rows.update(new)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self._shards.append(self._write(list(new), np.stack(list(new.values()))))
-        if len(self._rows) > self.max_rows:
-            self._evict()
-        elif len(self._shards) > COMPACT_AT:
-            self._compact()
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self._shards.append(self._write(list(new), np.stack(list(new.values()))))
+            if len(self._rows) > self.max_rows:
+                self._evict()
+            elif len(self._shards) > COMPACT_AT:
+                self._compact()
+        except OSError as exc:  # a cache: the rows serve this process, and a later one computes them again
+            log.warning("could not write the feature cache %s (%s); %d rows kept in memory only", self.folder, exc, len(new))
 
     def _write(self, keys: list[str], rows: np.ndarray) -> Path:
         path = self.folder / f"shard-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.npz"
         tmp = self.folder / f".{path.name}.{uuid.uuid4().hex}.tmp"
-        with open(tmp, "wb") as fh:
-            np.savez(fh, keys=np.array(keys, dtype="<U32"), rows=rows.astype(np.float32))
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as fh:
+                np.savez(fh, keys=np.array(keys, dtype="<U32"), rows=rows.astype(np.float32))
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)  # a failed write leaves no torn file
         return path
 
     def _evict(self) -> None:

@@ -195,7 +195,8 @@ def train_reward_model(
         pooled_cache = FeatureCache(feature_cache, ["pooled", folder_digest(backbone_path), kind, cfg.backbone.depth, cfg.backbone.layers, pooling,
                                                     cfg.length_feature], net.feature_size - net.guards)
     frozen = _pooled_all(net, data.encoded, cfg.batch_size, pad_id(tokenizer), guards, cache=pooled_cache) if cfg.backbone.finetune == "frozen" else None
-    cached = {f"feature_cache_{name}_hits": c.hits for name, c in (("pooled", pooled_cache), ("guards", scorer and scorer.disk_cache())) if c is not None}
+    guard_cache = scorer.disk_cache() if scorer is not None else None
+    cached = {f"feature_cache_{name}_hits": c.hits for name, c in (("pooled", pooled_cache), ("guards", guard_cache)) if c is not None}
     head_params = [p for n, p in net.named_parameters() if not n.startswith("backbone.")] + (list(rationale_head.parameters()) if rationale_head else [])
     backbone_params = [p for p in net.backbone.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
