@@ -43,6 +43,7 @@ from hominem_pipeline.core.config_loader import load_config  # noqa: E402
 from hominem_pipeline.core.evaluation.fixtures import fixture_report, load_fixtures  # noqa: E402
 from hominem_pipeline.core.human.preferences import parse_preference_file  # noqa: E402
 from hominem_pipeline.core.lineage import lineage  # noqa: E402
+from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"
 TRAIN = 1800  # the training part of the split (the shipped pairs are its first 300)
@@ -52,12 +53,14 @@ DRIVING = ("I failed my driving test again.", "That's rough. What happened?", "T
 
 
 def heads_scores(rm, backbone, guards, prompts, replies) -> np.ndarray:
-    """The scalar of `rm`'s heads on the backbone's pooled features and the guard columns it reads (by
-    name, from `guards`), checked against its own scoring."""
+    """The scalar of `rm`'s heads on the backbone's pooled features, the guard columns it reads (by
+    name, from `guards`) and its own people's score, checked against its own scoring."""
     import torch
 
     names = rm.metadata.guards.names if rm.metadata.guards else []
-    pooled = torch.cat([backbone] + [guards[name].unsqueeze(1) for name in names], 1)
+    people = rm.people_column(prompts, replies)
+    pooled = torch.cat([backbone] + [guards[name].unsqueeze(1) for name in names]
+                       + ([] if people is None else [torch.from_numpy(people).float().unsqueeze(1)]), 1)
     scores = rm.scalar_from_pooled(pooled).astype(np.float64)
     check = rm.raw_scores(prompts[:4], replies[:4])["scalar"]
     if not np.allclose(check, scores[:4], atol=1e-4):
@@ -82,6 +85,7 @@ def main() -> None:
     ap.add_argument("--date", default=time.strftime("%Y-%m-%d", time.gmtime()), help="the day whose labels the reward models train on (default: today)")
     ap.add_argument("--test", type=int, default=504, help="held-out pairs (after the 1,800 of the training part)")
     ap.add_argument("--plot", type=Path, default=ROOT / "docs" / "plots" / "reward_human_agreement.png")
+    ap.add_argument("--project", type=Path, default=None, help="a project folder whose data (a `make run` of --date) to use with this code's config (default: this one)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     if not args.data.is_file():
@@ -95,7 +99,13 @@ def main() -> None:
     pairs = parse_preference_file(args.data, "hh-rlhf", args.data.name).pairs.reset_index(drop=True)
     order = np.random.default_rng(0).permutation(len(pairs))
     test = pairs.iloc[order[TRAIN : TRAIN + args.test]].reset_index(drop=True)
-    cfg, bare, unguarded = load_config(None), load_config(None, overrides=WITHOUT_PEOPLE), load_config(None, overrides=WITHOUT_GUARDS)
+    if args.project is not None:
+        from project import config_on
+
+        project = args.project.resolve()
+        cfg, bare, unguarded = config_on(project), config_on(project, WITHOUT_PEOPLE), config_on(project, WITHOUT_GUARDS)
+    else:
+        cfg, bare, unguarded = load_config(None), load_config(None, overrides=WITHOUT_PEOPLE), load_config(None, overrides=WITHOUT_GUARDS)
     shipped = people_pairs(cfg)
     if shipped is not None and set(shipped["pair_id"]) & set(test["pair_id"]):
         sys.exit("the shipped people's pairs overlap the held-out pairs: this benchmark's split is not the one they were drawn from")
@@ -113,10 +123,15 @@ def main() -> None:
     prompts = list(test["prompt"]) * 2 + [f.prompt for f in fixtures] * 2 + [DRIVING[0]] * 2
     replies = list(test["chosen"]) + list(test["rejected"]) + [f.better for f in fixtures] + [f.worse for f in fixtures] + list(DRIVING[1:])
     default = models["default"][0]
+    for rm, _ in models.values():
+        rm.use_feature_cache(cfg.data_dir / FEATURE_CACHE)  # the encoder's states: read once for all three
     pooled = default.pooled(prompts, replies)
     names = default.metadata.guards.names if default.metadata.guards else []
-    backbone, guards = pooled[:, : pooled.shape[1] - len(names)], {name: pooled[:, -len(names) + i] for i, name in enumerate(names)}
+    extra = len(names) + int(default.metadata.people is not None)
+    backbone, guards = pooled[:, : pooled.shape[1] - extra], {name: pooled[:, pooled.shape[1] - extra + i] for i, name in enumerate(names)}
     scores = {name: heads_scores(rm, backbone, guards, prompts, replies) for name, (rm, _) in models.items()}
+    if default.metadata.people is not None:  # the default's people's score on its own: what the heads add to it
+        scores["people's score"] = default.people_column(prompts, replies).astype(np.float64)
     scores["longer"] = np.array([len(r.encode()) for r in replies], dtype=np.float64)
     # the default's reply_logp guard is this very figure (a test checks it): reused, not measured twice
     scores["student LL"] = guards["reply_logp"].double().numpy() if "reply_logp" in guards else mean_logps(student_path(cfg), prompts, replies)
@@ -135,7 +150,7 @@ def main() -> None:
     print(f"{'scorer':12s} {'people':>8s} {'fixtures':>9s}  {'weakest tag':24s} {'kind reply wins':>16s} {'judge OOF':>10s}")
     for name, people, fix, tag, worst, kind, judge in rows:
         print(f"{name:12s} {people:8.1%} {fix:9.1%}  {f'{tag} {worst:.0%}':24s} {'yes' if kind else 'no':>16s} {'-' if judge is None else f'{judge:.1%}':>10s}")
-    best = max((r for r in rows if r[0] not in ("default", "no guards")), key=lambda r: r[1])
+    best = max((r for r in rows if r[0] not in ("default", "no guards", "people's score")), key=lambda r: r[1])
     plain = next(r for r in rows if r[0] == "no guards")
     print(f"the guards ({', '.join(names) or 'none'}): {rows[0][1] - plain[1]:+.1%} agreement with people, {rows[0][2] - plain[2]:+.1%} on the fixtures")
     print(f"default against the best baseline ({best[0]}): {rows[0][1] - best[1]:+.1%} agreement with people; goal: at least 65% and above all three")

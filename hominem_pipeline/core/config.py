@@ -276,6 +276,12 @@ class UncertaintyConfig(_Frozen):
 class PeoplePairsConfig(_Frozen):
     file: str = Field(min_length=1, description="A file of preference pairs people gave, relative to the project root.")
     format: Literal["hh-rlhf", "jsonl", "parquet"] = Field(description="The file's format, as `hominem data import-preferences --format` reads it.")
+    heads: int | None = Field(default=None, ge=0, description="The heads (which read each text through the backbone and the student's guards) learn from the first N pairs of the file, the people's score from all of them; null: the heads from all.")
+
+
+class PeopleScoreConfig(_Frozen):
+    encoder: str | None = Field(description="The frozen sentence encoder the people's score reads: encoder (models.encoder, MiniLM) | an HF encoder folder relative to the project | null (no people's score).")
+    max_length: int = Field(ge=16, le=512, description="Tokens of [CLS] prompt [SEP] reply [SEP] the encoder reads (the prompt cut from the left first), 16-512.")
 
 
 class RewardModelConfig(_Frozen):
@@ -299,6 +305,7 @@ class RewardModelConfig(_Frozen):
     dropout: float = Field(ge=0.0, lt=1.0, description="Dropout before the heads, [0, 1).")
     length_feature: bool = Field(description="The heads also read log(tokens of prompt + reply) (LLM judges weigh length; mean pooling averages it away).")
     guards: list[Literal["reply_logp", "prompt_gain"]] = Field(description="Columns from the student the heads also read (reply_logp: its mean log-probability per reply token given the prompt; prompt_gain: that minus the same without the prompt); []: none.")
+    people_score: PeopleScoreConfig = Field(description="A linear model of every people's pair on a small frozen encoder, read by the heads as one more column (core/reward/people.py).")
     head_fit: Literal["gradient", "ridge"] = Field(description="gradient: heads (and an unfrozen backbone) trained on the losses | ridge (frozen backbones): heads solved in closed form, the penalty by cross-validation over prompts.")
     ridge_alphas: list[float] = Field(description="Ridge penalties tried by cross-validation, each > 0.")
 
@@ -310,6 +317,8 @@ class RewardModelConfig(_Frozen):
             raise ValueError(f"ridge_alphas {self.ridge_alphas}: give one or more penalties above 0")
         if len(set(self.guards)) != len(self.guards):
             raise ValueError(f"reward_model.guards {self.guards}: name each guard once")
+        if self.people_score.encoder is not None and self.head_fit != "ridge":
+            raise ValueError("reward_model.people_score is combined with ridge heads (head_fit: ridge); with head_fit gradient set people_score.encoder: null")
         return self
 
 

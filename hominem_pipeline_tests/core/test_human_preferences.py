@@ -130,9 +130,11 @@ def test_every_reward_model_learns_from_the_shipped_peoples_pairs_unless_told_no
     from hominem_pipeline.core.evaluation.fixtures import load_fixtures
 
     shipped = people_pairs(tiny_cfg)
-    hh = shipped[shipped["source"] == "shipped:hh-rlhf-harmless-300.jsonl.gz"]
+    hh = shipped[shipped["source"] == "shipped:hh-rlhf-harmless-1800.jsonl.gz"]
     ours = shipped[shipped["source"] == "shipped:hominem-contrast-pairs.jsonl"]
-    assert len(hh) == 300 and len(ours) >= 150 and len(shipped) == len(hh) + len(ours) and (shipped["weight"] == 1.0).all()
+    assert len(hh) == 1800 and len(ours) >= 150 and len(shipped) == len(hh) + len(ours) and (shipped["weight"] == 1.0).all()
+    # the heads read the file's first 300 (reward_model.people_pairs[0].heads) and every hand-written pair; the people's score all
+    assert hh["heads"].tolist() == [True] * 300 + [False] * 1500 and ours["heads"].all()
     assert hh["prompt"].str.endswith("\n\nAssistant:").all() and (shipped["chosen"] != shipped["rejected"]).all()
     # the hand-written training pairs never share a prompt or a reply with the contrast fixtures they are measured on
     fixtures = load_fixtures(tiny_cfg.path(tiny_cfg.fixtures.file), tiny_cfg.dimension_names)
@@ -149,6 +151,6 @@ def test_every_reward_model_learns_from_the_shipped_peoples_pairs_unless_told_no
     with gzip.open(broken, "wt") as f:
         f.write('{"chosen": "\\n\\nHuman: hi\\n\\nAssistant: hello", "rejected": "\\n\\nHuman: hi\\n\\nAssistant: go away"}\n{"chosen": 3}\n')
     with pytest.raises(ValueError, match=r"people_pairs\[1\].file .*broken.jsonl.gz has 1 unusable rows \(line 2: `chosen` and `rejected` must both be strings\); mend the file or check its format \(hh-rlhf\)"):
-        people_pairs(with_files("config/human/hh-rlhf-harmless-300.jsonl.gz", str(broken)))
+        people_pairs(with_files("config/human/hh-rlhf-harmless-1800.jsonl.gz", str(broken)))
     with pytest.raises(FileNotFoundError, match=r"people_pairs\[0\].file .*nowhere.jsonl does not exist"):
         people_pairs(with_files("nowhere.jsonl"))

@@ -678,3 +678,54 @@ def test_a_guard_puts_gibberish_below_a_fluent_reply(tiny_student, tmp_path):
     logp = rm.guard_columns(["How is it going?"] * 2, ["It was a good day, thanks.", "wug zq blorp xv"])[:, 0]
     assert logp[0] > logp[1]  # the guard itself: the fluent reply is the likelier
     assert rm.prefer("How is it going?", "It was a good day, thanks.", "wug zq blorp xv") > 0.5
+
+
+def test_the_peoples_score_learns_pairs_out_of_fold_and_saves_what_it_scores():
+    """A direction of the encoder's states decides people's choices: the score finds it, the values of a
+    pair's replies come from a fit that never saw that pair's prompt, and a saved score reads the same."""
+    from hominem_pipeline.core.reward.people import PeopleScore
+
+    rng = np.random.default_rng(0)
+    states = rng.normal(size=(200, 12))
+    taste = rng.normal(size=12)
+    pairs = np.array([(a, b) if states[a] @ taste > states[b] @ taste else (b, a) for a, b in rng.permutation(200).reshape(100, 2)])
+    score, values = PeopleScore.fit(states, pairs, np.ones(100), np.arange(100), seed=0, alphas=[0.1, 10.0, 1e6])
+    assert score.alpha < 1e6 and score.agreement > 0.9 and score.pairs == 100
+    new = rng.normal(size=(50, 12))
+    assert np.corrcoef(score(new), new @ taste)[0, 1] > 0.9
+    # out of fold: a pair's replies read by the fit without them differ from the full fit's reading
+    assert not np.allclose(values[pairs.ravel()], score(states[pairs.ravel()]))
+    assert (values[pairs[:, 0]] > values[pairs[:, 1]]).mean() == pytest.approx(score.agreement)
+
+
+def test_pairs_for_the_peoples_score_alone_move_the_scalar_through_it(tiny_student, tiny_encoder, tmp_path):
+    """People's pairs marked for the people's score only are read by the encoder, not by the heads; the
+    score joins the scalar with a weight fitted on the heads' pairs out of fold, and the saved model
+    scores a new pair the way the pairs chose."""
+    kind = ["Thank you, that is very kind of you.", "Thank you kindly, that helps.", "That is kind, thank you so much."]
+    rude = ["Go away now.", "Leave me alone, go away.", "Go away, stop asking."]
+    rows = [{"prompt": f"Could you help me with thing {i}?", "chosen": kind[i % 3], "rejected": rude[i % 3], "weight": 1.0, "heads": i < 12,
+             "source": "shipped:test"} for i in range(48)]
+    cfg = small_cfg(max_length=96, head_fit="ridge", ridge_alphas=[1.0, 100.0], uncertainty={"method": "none", "members": 1, "mc_samples": 2},
+                    backbone={"path": "student", "finetune": "frozen", "frame": "judge", "pooling": "last_mean"},
+                    people_score={"encoder": "encoder", "max_length": 64})
+    out = tmp_path / "rm"
+    metrics = train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=out, seed=0, data_digest="p", date="2026-11-20",
+                                 judge_system="You are a fair judge.", human_pairs=pd.DataFrame(rows), people_encoder=tiny_encoder, feature_cache=tmp_path / "cache")
+    assert metrics["val_human_pairs"] == 12 and metrics["people_pairs"] == 48 and metrics["people_weight"] >= 0
+    rm = RewardModel.load(out)
+    assert rm.metadata.people.pairs == 48 and rm.net.guards == 1  # the score is the one column beside the backbone
+    prompts, a, b = ["Can you help me move?"] * 2, "Thank you, that is kind.", "Go away, leave me alone."
+    column = rm.people_column(prompts, [a, b])
+    assert column[0] > column[1]  # the score learned the pairs' taste
+    if metrics["people_weight"] > 0:
+        assert rm.prefer(prompts[0], a, b) > 0.5
+    # what the heads read is the backbone's state and the score, and scoring through them is the model's own
+    pooled = rm.pooled(prompts, [a, b])
+    assert torch.allclose(pooled[:, -1], torch.from_numpy(column).float(), atol=1e-5)
+    np.testing.assert_allclose(rm.scalar_from_pooled(pooled), rm.raw_scores(prompts, [a, b])["scalar"], atol=1e-5)
+    # the encoder's states were kept by content: a second model reads them from the cache
+    train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path / "again", seed=0, data_digest="p",
+                       date="2026-11-20", judge_system="You are a fair judge.", human_pairs=pd.DataFrame(rows), people_encoder=tiny_encoder,
+                       feature_cache=tmp_path / "cache")
+    np.testing.assert_allclose(RewardModel.load(tmp_path / "again").people_column(prompts, [a, b]), column, atol=1e-5)

@@ -208,12 +208,12 @@ def test_import_preferences_fills_the_human_preferences_asset(labeled_project, t
 
     again = hominem(project, "data", "import-preferences", str(src), "--format", "hh-rlhf", "--date", DAY, "--config", "config/tiny.yaml")
     assert again.returncode == 0 and "already imported" in again.stdout and "reused" in again.stdout
-    shipped = project / "config" / "human" / "hh-rlhf-harmless-300.jsonl.gz"  # the pairs every reward model already learns from
+    shipped = project / "config" / "human" / "hh-rlhf-harmless-1800.jsonl.gz"  # the pairs every reward model already learns from
     assert hominem(project, "data", "import-preferences", str(shipped), "--format", "hh-rlhf", "--date", DAY, "--config", "config/tiny.yaml").returncode == 0
     built = hominem(project, "run", "--config", "config/tiny.yaml", "--date", DAY, "--select", "reward_model")
     assert built.returncode == 0, built.stdout + built.stderr
     meta = lineage(load_config(project / "config" / "tiny.yaml", root=project)).require("reward_model", DAY).manifest["metadata"]
-    assert (meta["human_pairs"], meta["shipped_pairs"]) == (300 + 188 + 1, 300 + 188)  # the imported copies of the shipped pairs count once
+    assert (meta["human_pairs"], meta["shipped_pairs"]) == (1800 + 188 + 1, 1800 + 188)  # the imported copies of the shipped pairs count once
 
     wrong = hominem(project, "data", "import-preferences", str(src), "--format", "csv", "--date", DAY)
     assert wrong.returncode == 2 and "--format 'csv' is not supported" in wrong.stderr

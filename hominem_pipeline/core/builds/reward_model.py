@@ -21,7 +21,8 @@ HUMAN = ("human_preferences", "human_feedback")  # imported pairs, and the servi
 
 def human_pairs(ctx: StageContext):
     """People's pairs: the shipped ones (`reward_model.people_pairs`), then the window's imported and
-    feedback pairs, each with a `weight` (shipped and imported: 1); None when there are none. An
+    feedback pairs, each with a `weight` (shipped and imported: 1) and `heads` (the heads learn from it,
+    not only the people's score: every imported and feedback pair); None when there are none. An
     imported pair that is also shipped (the same prompt and replies) counts once."""
     import pandas as pd
 
@@ -33,14 +34,15 @@ def human_pairs(ctx: StageContext):
             if asset == "human_preferences" and shipped is not None:
                 frame = frame[~frame["pair_id"].isin(shipped["pair_id"])]
             if len(frame):
-                frames.append(frame.assign(weight=frame["weight"] if "weight" in frame else 1.0))
+                frames.append(frame.assign(weight=frame["weight"] if "weight" in frame else 1.0, heads=True))
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
 def people_pairs(cfg: HominemConfig):
-    """The pairs of every `reward_model.people_pairs` file (source `shipped:<name>`, weight 1), in
-    order; None without any. A file with unusable rows is refused whole, naming them (it is part of the
-    project, not an import)."""
+    """The pairs of every `reward_model.people_pairs` file (source `shipped:<name>`, weight 1, `heads`:
+    whether the heads learn from it as well as the people's score), in order; None without any. A file
+    with unusable rows is refused whole, naming them (it is part of the project, not an import)."""
+    import numpy as np
     import pandas as pd
 
     from hominem_pipeline.core.human.preferences import parse_preference_file
@@ -57,7 +59,8 @@ def people_pairs(cfg: HominemConfig):
             unit = "row" if spec.format == "parquet" else "line"
             why = "no pairs" if first is None else f"{len(parsed.quarantine)} unusable rows ({unit} {first['source_row'] + 1}: {first['reason']})"
             raise ValueError(f"{key} {path} has {why}; mend the file or check its format ({spec.format})")
-        frames.append(parsed.pairs.assign(source=f"shipped:{path.name}", weight=1.0))
+        heads = np.arange(len(parsed.pairs)) < (len(parsed.pairs) if spec.heads is None else spec.heads)
+        frames.append(parsed.pairs.assign(source=f"shipped:{path.name}", weight=1.0, heads=heads))
     if not frames:
         return None
     pairs = pd.concat(frames, ignore_index=True)
@@ -93,6 +96,7 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
         judge_question=ctx.cfg.labeling.scalar_question,
         feature_cache=ctx.cfg.data_dir / FEATURE_CACHE,
         guard_student=student_path(ctx.cfg) if ctx.cfg.reward_model.guards else None,
+        people_encoder=people_encoder(ctx.cfg),
     )
     metrics["train_seconds"] = time.monotonic() - started
     metrics["feedback_pairs"] = 0 if human is None else int(human["source"].str.startswith("feedback:").sum())
@@ -113,6 +117,21 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
         },
         mlflow_artifacts=[METADATA] + [p for p in (RELIABILITY_PLOT, DIMENSION_PLOT, FIXTURES_JSON) if (ctx.out_dir / p).is_file()],
     )
+
+
+def people_encoder(cfg: HominemConfig) -> Path | None:
+    """The encoder the people's score reads (`reward_model.people_score.encoder`); None: no people's score."""
+    from hominem_pipeline.core.models import ModelNotAvailable, encoder_path
+
+    name = cfg.reward_model.people_score.encoder
+    if name is None:
+        return None
+    if name == "encoder":
+        return encoder_path(cfg)
+    path = cfg.path(name)
+    if not (path / "config.json").is_file():
+        raise ModelNotAvailable(f"reward_model.people_score.encoder {path} has no config.json; point it at an HF encoder folder, `encoder` (models.encoder), or null")
+    return path
 
 
 def score_fixture_file(cfg: HominemConfig, folder: Path):
@@ -148,7 +167,8 @@ def reward_backbone_digest(cfg: HominemConfig, partition: str) -> dict[str, str 
 
     source = reward_backbone(cfg)
     return {"backbone": folder_digest(source) if Path(source).is_dir() else str(source), "fixtures": fixtures_file_digest(cfg),
-            "people_pairs": people_pairs_digest(cfg), "guard_student": folder_digest(student_path(cfg)) if cfg.reward_model.guards else None}
+            "people_pairs": people_pairs_digest(cfg), "guard_student": folder_digest(student_path(cfg)) if cfg.reward_model.guards else None,
+            "people_encoder": None if (enc := people_encoder(cfg)) is None else folder_digest(enc)}
 
 
 def people_pairs_digest(cfg: HominemConfig) -> list[str | None]:

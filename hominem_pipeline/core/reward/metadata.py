@@ -31,6 +31,16 @@ class GuardInfo(_Strict):
     sha256: str  # its digest at training
 
 
+class PeopleInfo(_Strict):
+    encoder: str  # the encoder folder the people's score reads (core/reward/people.py)
+    sha256: str  # its digest at training
+    max_length: int
+    weight: float  # the score's weight in the scalar, beside the heads' own (fitted on people's pairs out of fold)
+    alpha: float  # the score's ridge penalty
+    pairs: int  # people's pairs it was fitted on
+    agreement: float  # their share it orders as people chose, out of fold
+
+
 class UncertaintyInfo(_Strict):
     method: Literal["ensemble", "mc_dropout", "none"]
     mc_samples: int
@@ -48,6 +58,7 @@ class RewardMetadata(_Strict):
     validation: str  # how the held-out figures were obtained
     length_feature: bool
     guards: GuardInfo | None  # None: the heads read the backbone alone
+    people: PeopleInfo | None  # the people's score the scalar also reads, after the guards; None: none
     members: int
     dropout: float
     uncertainty: UncertaintyInfo

@@ -23,7 +23,8 @@ from hominem_pipeline.core.reward.encoding import (
     pad_id,
 )
 from hominem_pipeline.core.reward.guards import GuardScorer
-from hominem_pipeline.core.reward.metadata import METADATA, GuardInfo, RewardMetadata
+from hominem_pipeline.core.reward.people import EncoderStates, PeopleScore
+from hominem_pipeline.core.reward.metadata import METADATA, GuardInfo, PeopleInfo, RewardMetadata
 from hominem_pipeline.core.reward.network import (
     RewardNet,
     backbone_source,
@@ -48,6 +49,21 @@ def guard_scorer(info: GuardInfo | None) -> GuardScorer | None:
         raise ValueError(f"this reward model's guards were measured with the student at {source} with digest {info.sha256[:12]}, but the folder now "
                          f"reads {digest[:12]}; rebuild the reward model (hominem run --select reward_model+)")
     return GuardScorer(info.names, source)
+def people_reader(info: PeopleInfo | None, folder: Path) -> tuple[EncoderStates, PeopleScore] | None:
+    """The encoder and the fitted people's score of a saved model (the encoder checked by digest)."""
+    if info is None:
+        return None
+    from hominem_pipeline.core.artifacts import folder_digest
+
+    source = Path(info.encoder)
+    if not source.is_dir():
+        raise FileNotFoundError(f"this reward model's people's score reads the encoder at {source}, which is missing; run `hominem setup` (or rebuild the reward model)")
+    if (digest := folder_digest(source)) != info.sha256:
+        raise ValueError(f"this reward model's people's score was fitted on the encoder at {source} with digest {info.sha256[:12]}, but the folder now "
+                         f"reads {digest[:12]}; rebuild the reward model (hominem run --select reward_model+)")
+    return EncoderStates(source, info.max_length), PeopleScore.load(folder, info.alpha, info.agreement, info.pairs)
+
+
 BACKBONE_DIR = "backbone"
 MAX_CHARS = 100_000  # per prompt or response: far beyond any max_length, so longer input is a caller's mistake
 MC_SEED = 0  # MC dropout masks are seeded so that the same inputs get the same uncertainty
@@ -105,6 +121,7 @@ class RewardModel:
         self.mc_samples: int = metadata.uncertainty.mc_samples
         self._encode = make_encoder(tokenizer, metadata.frame, self.max_length)
         self._guards = guard_scorer(metadata.guards)
+        self._people: tuple[EncoderStates, PeopleScore] | None = None  # set by `load` (the score's coefficients live in the folder)
 
     @classmethod
     def load(cls, path: str | Path) -> RewardModel:
@@ -117,7 +134,7 @@ class RewardModel:
         bb = metadata.backbone
         net = RewardNet(keep_layers(backbone, bb.depth), len(metadata.dimensions), members=metadata.members, pooling=bb.pooling,
                         dropout=metadata.dropout, length_feature=metadata.length_feature, layers=bb.layers,
-                        guards=0 if metadata.guards is None else len(metadata.guards.names))
+                        guards=(0 if metadata.guards is None else len(metadata.guards.names)) + int(metadata.people is not None))
         result = net.load_state_dict(load_file(str(path / HEADS)), strict=False)
         if result.unexpected_keys or any(not k.startswith("backbone.") for k in result.missing_keys):
             raise ValueError(f"{path / HEADS} does not match the model described by its {METADATA}: {result}; rebuild it "
@@ -125,6 +142,7 @@ class RewardModel:
         net.shared_prefix = frame_prefix(tokenizer, metadata.frame, bb.kind)
         model = cls(net, tokenizer, metadata)
         model.source = path
+        model._people = people_reader(metadata.people, path)
         return model
 
     @property
@@ -166,19 +184,35 @@ class RewardModel:
         return [self._encode(p, r) for p, r in zip(prompts, responses)]
 
     def use_feature_cache(self, folder: Path) -> None:
-        """Keep the guard columns of every exchange scored in `folder` by content (`reward.feature_cache`),
-        and read those measured before from it."""
+        """Keep the guard columns and the people's score's encoder states of every exchange scored in
+        `folder` by content (`reward.feature_cache`), and read those measured before from it."""
         if self._guards is not None and self._guards.cache_folder is None:
             self._guards.cache_folder = Path(folder)
+        if self._people is not None and self._people[0].cache_folder is None:
+            self._people[0].cache_folder = Path(folder)
 
     def warm(self) -> None:
-        """Load what scoring loads on first use (the student its guard columns read), so the first score does not wait."""
+        """Load what scoring loads on first use (the student its guard columns read, the people's score's
+        encoder), so the first score does not wait."""
         if self._guards is not None:
             self._guards.load()
+        if self._people is not None:
+            self._people[0].load()
+
+    def people_column(self, prompts: Sequence[str], responses: Sequence[str]) -> np.ndarray | None:
+        """The people's score of each exchange (`reward.people`); None for a model without one."""
+        if self._people is None:
+            return None
+        reader, score = self._people
+        return score(reader(prompts, responses))
 
     def guard_columns(self, prompts: Sequence[str], responses: Sequence[str]) -> torch.Tensor | None:
-        """The guard columns the heads read beside the backbone (`reward.guards`), (n, guards); None without guards."""
-        return None if self._guards is None else self._guards(prompts, responses)
+        """The columns the heads read beside the backbone: the guards (`reward.guards`), then the people's
+        score (`reward.people`), (n, columns); None without either."""
+        columns = [] if self._guards is None else [self._guards(prompts, responses)]
+        if self._people is not None:
+            columns.append(torch.from_numpy(self.people_column(prompts, responses)).float().unsqueeze(1))
+        return torch.cat(columns, 1) if columns else None
 
     def _mc_passes(self, net: RewardNet, ids: torch.Tensor, mask: torch.Tensor, guards: torch.Tensor | None) -> dict[str, torch.Tensor]:
         """Standard deviation of `net`'s member-mean outputs over `mc_samples` passes with dropout on."""

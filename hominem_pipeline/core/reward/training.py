@@ -46,6 +46,7 @@ from hominem_pipeline.core.reward.encoding import (
     pad_id,
 )
 from hominem_pipeline.core.reward.guards import GuardScorer
+from hominem_pipeline.core.reward.people import EncoderStates, PeopleScore
 from hominem_pipeline.core.reward.metadata import RewardMetadata
 from hominem_pipeline.core.reward.model import BACKBONE_DIR, HEADS
 from hominem_pipeline.core.reward.network import (
@@ -81,7 +82,57 @@ from hominem_pipeline.core.stats import pearson
 log = logging.getLogger(__name__)
 
 HEAD_OUTPUTS = ("vector", "scalar", "reward_intensity", "safety_score")
+MIN_PEOPLE_PAIRS = 10  # people's pairs the heads read, at least, for a people's score (its weight is fitted on them)
 FEW_VAL_PAIRS = 30  # fewer teacher pairs than this in the validation split: its accuracy is mostly the split's luck
+
+
+def _fit_people(encoder: Path, cfg: RewardModelConfig, cache: Path | None, data: TrainingSet, people_only: pd.DataFrame | None,
+                seed: int) -> tuple[PeopleScore, np.ndarray]:
+    """The people's score fitted on every people's pair (the heads' and `people_only`), and its value
+    for each of the training set's texts (out of fold for a pair's replies), then the people-only texts'."""
+    texts = list(data.texts)
+    hp, hw = data.pairs[data.pair_human], data.pair_weight[data.pair_human]
+    groups = [f"heads:{g}" for g in data.group_of[hp[:, 0]]]
+    pairs, weights = [hp], [hw]
+    if people_only is not None and len(people_only):
+        start = len(texts)
+        texts += [(p, r) for p, r in zip(people_only["prompt"], people_only["chosen"])] + [(p, r) for p, r in zip(people_only["prompt"], people_only["rejected"])]
+        n = len(people_only)
+        pairs.append(np.stack([start + np.arange(n), start + n + np.arange(n)], 1))
+        weights.append(people_only["weight"].to_numpy(np.float64) * cfg.pair_loss.human_weight if "weight" in people_only else np.full(n, cfg.pair_loss.human_weight))
+        groups += [f"prompt:{p}" for p in people_only["prompt"]]
+    reader = EncoderStates(encoder, cfg.people_score.max_length, cache=cache)
+    states = reader([p for p, _ in texts], [r for _, r in texts]).numpy()
+    return PeopleScore.fit(states, np.concatenate(pairs), np.concatenate(weights), np.array(groups), seed)
+
+
+def people_scalar_weight(human_oof: np.ndarray, column: np.ndarray, pairs: np.ndarray, weights: np.ndarray) -> float:
+    """The weight w of the people's score in the scalar (atanh(heads' scalar) + w * score) that people's
+    pairs, read out of fold by both, favour: a logistic fit of the pair's choice on the two gaps (no
+    intercept, a small penalty), w = the score's coefficient over the heads'. Never below 0."""
+    gap_heads = np.arctanh(np.clip(human_oof[:, 0], -1 + 1e-6, 1 - 1e-6)) - np.arctanh(np.clip(human_oof[:, 1], -1 + 1e-6, 1 - 1e-6))
+    gap_people = column[pairs[:, 0]] - column[pairs[:, 1]]
+    x = np.stack([gap_heads, gap_people], 1)
+    w = np.asarray(weights, dtype=np.float64)
+    beta = np.zeros(2)
+    for _ in range(50):  # Newton's method on the penalised log-likelihood of "chosen over rejected"
+        p = 1.0 / (1.0 + np.exp(-(x @ beta)))
+        grad = x.T @ (w * (1 - p)) - 1e-3 * beta
+        hess = (x * (w * p * (1 - p))[:, None]).T @ x + 1e-3 * np.eye(2)
+        step = np.linalg.solve(hess, grad)
+        beta += step
+        if np.abs(step).max() < 1e-8:
+            break
+    heads, people = beta
+    if people <= 0:
+        return 0.0
+    return float(people / heads) if heads > 1e-3 else float(people / 1e-3)
+
+
+def _with_people(human_oof: np.ndarray, column: np.ndarray, pairs: np.ndarray, weight: float) -> np.ndarray:
+    """Per pair: the gap chosen - rejected of atanh(heads' scalar) + weight * people's score."""
+    pre = np.arctanh(np.clip(human_oof, -1 + 1e-6, 1 - 1e-6))
+    return pre[:, 0] - pre[:, 1] + weight * (column[pairs[:, 0]] - column[pairs[:, 1]])
 
 
 def _wrap_backbone(backbone: nn.Module, cfg: RewardModelConfig) -> nn.Module:
@@ -120,6 +171,7 @@ def train_reward_model(
     judge_question: str | None = None,
     guard_student: Path | None = None,
     feature_cache: Path | None = None,
+    people_encoder: Path | None = None,
 ) -> dict[str, Any]:
     """Train on labeled examples (columns prompt_id, prompt, response, vector, scalar, reward_intensity,
     safety_score, rationale) and optional human pairs (prompt, chosen, rejected); save the model to
@@ -128,10 +180,22 @@ def train_reward_model(
     the exchange (`labeling.scalar_question`); `guard_student`: the student folder that measures
     `cfg.guards` (`reward.guards`; None: the backbone's own folder, a causal LM); `feature_cache`: a folder
     where a frozen backbone's pooled state and the guard columns of each text are kept by content
-    (`reward.feature_cache`), so texts read before (the shipped people's pairs, every day) are not read again."""
+    (`reward.feature_cache`), so texts read before (the shipped people's pairs, every day) are not read again;
+    `people_encoder`: the encoder the people's score reads (`reward.people`; None: no people's score). Human
+    pairs whose `heads` column is False train the people's score only."""
     from safetensors.torch import save_file
 
+    people_only = None
+    if human_pairs is not None and "heads" in human_pairs and not human_pairs["heads"].all():
+        people_only = human_pairs[~human_pairs["heads"].astype(bool)].reset_index(drop=True)
+        human_pairs = human_pairs[human_pairs["heads"].astype(bool)].reset_index(drop=True)
+        if people_encoder is None:
+            log.info("reward model: %d people's pairs are for the people's score only, which is off (reward_model.people_score.encoder: null); not read", len(people_only))
+            people_only = None
     n_human = 0 if human_pairs is None else len(human_pairs)
+    use_people = people_encoder is not None and cfg.head_fit == "ridge" and n_human >= MIN_PEOPLE_PAIRS
+    if people_encoder is not None and not use_people:
+        log.info("reward model: no people's score (it needs head_fit ridge and at least %d people's pairs the heads read, got %d)", MIN_PEOPLE_PAIRS, n_human)
     if len(examples) < 4 and n_human < 4:
         raise ValueError(f"reward model training needs at least 4 labeled examples or 4 human pairs, got {len(examples)} and {n_human}; label more trajectories")
     if len(examples) == 0:
@@ -148,7 +212,7 @@ def train_reward_model(
                              "pass train_reward_model(guard_student=...), or set reward_model.guards: []")
         guard_student = backbone_path
     net = RewardNet(_wrap_backbone(backbone, cfg), len(dimensions), members=members, pooling=pooling, dropout=cfg.dropout, length_feature=cfg.length_feature,
-                    layers=cfg.backbone.layers, guards=len(cfg.guards))
+                    layers=cfg.backbone.layers, guards=len(cfg.guards) + int(use_people))
     frame = None
     if cfg.backbone.frame in ("judge", "judge_question"):
         if not judge_system or (cfg.backbone.frame == "judge_question" and not judge_question):
@@ -188,6 +252,11 @@ def train_reward_model(
     # sequence the same pooled vector in every epoch: both computed once.
     scorer = GuardScorer(cfg.guards, guard_student, cache=feature_cache) if cfg.guards else None
     guards = scorer(*zip(*data.texts)) if scorer is not None else None
+    people = people_column = None
+    if use_people:
+        people, people_column = _fit_people(people_encoder, cfg, feature_cache, data, people_only, seed)
+        column = torch.from_numpy(people_column[: len(data.texts)]).float().unsqueeze(1)
+        guards = column if guards is None else torch.cat([guards, column], 1)
     pooled_cache = None
     if feature_cache is not None and cfg.backbone.finetune == "frozen" and isinstance(backbone_path, Path) and backbone_path.is_dir():
         from hominem_pipeline.core.reward.feature_cache import FeatureCache
@@ -287,6 +356,7 @@ def train_reward_model(
     best_metrics: dict[str, Any] = {}
     history = []
     if cfg.head_fit == "ridge":
+        features = frozen[:, :-1] if use_people else frozen  # the people's score joins the scalar after the heads' fit
         labeled = np.arange(data.labeled)
         output_weights = torch.tensor([w.vector / len(dimensions)] * len(dimensions) + [w.scalar, w.intensity, w.safety], dtype=torch.float64)
         hp = data.pairs[data.pair_human]  # people's pairs (rows of `frozen`), fitted by the scalar with the labels
@@ -296,7 +366,7 @@ def train_reward_model(
         if human:
             # How far people's pairs pull the scalar from the judge's: the scale of their weights whose
             # out-of-fold pairs people agree with most (ties: the smaller pull, nearer the judge).
-            trials = ridge_out_of_fold_pulls(frozen, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed, RIDGE_FOLDS,
+            trials = ridge_out_of_fold_pulls(features, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed, RIDGE_FOLDS,
                                              human, PAIR_PULLS)
             pull_accuracy = {scale: float((oof[:, 0] > oof[:, 1]).mean()) for scale, (_, _, oof) in trials.items()}
             pull = max(PAIR_PULLS, key=lambda scale: (pull_accuracy[scale], -scale))
@@ -305,9 +375,21 @@ def train_reward_model(
             held_out, fold_alphas, human_oof = trials[pull]
             hw = hw * pull
         else:
-            held_out, fold_alphas, human_oof = ridge_out_of_fold(frozen, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed)
+            held_out, fold_alphas, human_oof = ridge_out_of_fold(features, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed)
+        people_weight = 0.0
+        if use_people:
+            # The people's score's weight beside the heads' scalar: a two-weight logistic fit of people's
+            # pairs, each read out of fold by both (the heads' scalar fitted without the pair's fold, the
+            # score without its own), so neither looks better than it is on a new reply.
+            people_weight = people_scalar_weight(human_oof, people_column, hp, data.pair_weight[data.pair_human])
+            log.info("reward model: the people's score weighs %.3g in the scalar (out-of-fold agreement with people's pairs: heads alone %.1f%%, "
+                     "with the score %.1f%%)", people_weight, 100 * float((human_oof[:, 0] > human_oof[:, 1]).mean()),
+                     100 * float((_with_people(human_oof, people_column, hp, people_weight) > 0).mean()))
         standardise(net, frozen[torch.as_tensor(labeled)])
-        x, y = ridge_design(frozen, labeled, net.feature_mean, net.feature_std), ridge_targets(data.targets, labeled)
+        if use_people:  # the score is read as it is (its own units), weighed in the scalar alone
+            net.feature_mean[-1], net.feature_std[-1] = 0.0, 1.0
+        mean, std = (net.feature_mean[:-1], net.feature_std[:-1]) if use_people else (net.feature_mean, net.feature_std)
+        x, y = ridge_design(features, labeled, mean, std), ridge_targets(data.targets, labeled)
         alpha, errors = choose_ridge_alpha(x, y, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed)
         for step, (a, err) in enumerate(errors.items(), 1):
             # the sweep under its own key: MLflow shows a metric's last step, and `ridge_alpha` is the chosen one
@@ -316,18 +398,28 @@ def train_reward_model(
                 on_epoch(step, {"ridge_alpha_tried": a, "ridge_cv_error": err})
         log.info("reward model ridge heads: penalty %g chosen by %d-fold cross-validation over the prompts (errors %s)", alpha, RIDGE_FOLDS,
                  ", ".join(f"{a:g}: {e:.4f}" for a, e in errors.items()))
-        hx = pair_rows(frozen, hp, net.feature_mean, net.feature_std) if human else None
-        set_ridge_heads(net, [ridge_solve(x, y, seq_boot[torch.as_tensor(labeled), m].double(), alpha, hx,
-                                          torch.as_tensor(hw, dtype=torch.float64) * seq_boot[torch.as_tensor(hp[:, 0]), m].double() if human else None,
-                                          len(dimensions)) for m in range(members)])
+        hx = pair_rows(features, hp, mean, std) if human else None
+        coefs = [ridge_solve(x, y, seq_boot[torch.as_tensor(labeled), m].double(), alpha, hx,
+                             torch.as_tensor(hw, dtype=torch.float64) * seq_boot[torch.as_tensor(hp[:, 0]), m].double() if human else None,
+                             len(dimensions)) for m in range(members)]
+        if use_people:  # one more row before the intercept: the score's weight in the scalar, 0 in every other head
+            row = torch.zeros(1, coefs[0].shape[1], dtype=torch.float64)
+            row[0, len(dimensions)] = people_weight
+            coefs = [torch.cat([c[:-1], row, c[-1:]]) for c in coefs]
+        set_ridge_heads(net, coefs)
         best_full = predict_val()  # every labeled reply and every human pair out of fold:
         d = len(dimensions)
         for j, k in enumerate(HEAD_OUTPUTS):
             best_full[k][labeled] = (held_out[:, :d] if k == "vector" else held_out[:, d + j - 1]).numpy()
         if human:
             best_full["scalar"][hp[:, 0]], best_full["scalar"][hp[:, 1]] = human_oof[:, 0], human_oof[:, 1]
+        if use_people:  # the out-of-fold scalars with the score added as the saved heads add it
+            scalar = best_full["scalar"].astype(np.float64).clip(-1 + 1e-6, 1 - 1e-6)
+            best_full["scalar"] = np.tanh(np.arctanh(scalar) + people_weight * people_column[: len(scalar)]).astype(np.float32)
         best_metrics = {"ridge_alpha": alpha, "ridge_fold_alphas": fold_alphas, **evaluate(best_full),
-                        **({"human_pull": pull, **{f"human_pull_{k:g}_accuracy": v for k, v in pull_accuracy.items()}} if human else {})}
+                        **({"human_pull": pull, **{f"human_pull_{k:g}_accuracy": v for k, v in pull_accuracy.items()}} if human else {}),
+                        **({"people_weight": people_weight, "people_pairs": people.pairs, "people_agreement": people.agreement,
+                            "people_alpha": people.alpha} if use_people else {})}
         log.info("reward model ridge heads: out of fold (%d prompt folds) they order %s of %d teacher pairs", RIDGE_FOLDS,
                  _pct(best_metrics["val_pairwise_accuracy"]), best_metrics["val_pairs"])
         best_epoch = list(errors).index(alpha) + 1
@@ -413,6 +505,8 @@ def train_reward_model(
         backbone.save_pretrained(out_dir / BACKBONE_DIR)
         tokenizer.save_pretrained(out_dir / BACKBONE_DIR)
     save_file({k: v.contiguous() for k, v in net.head_state_dict().items()}, str(out_dir / HEADS))
+    if people is not None:
+        people.save(out_dir)
     metadata = {
         "dimensions": dimensions,
         "ranges": {"vector": list(VECTOR_RANGE), "scalar": list(SCALAR_RANGE), "reward_intensity": list(INTENSITY_RANGE), "safety_score": list(SAFETY_RANGE)},
@@ -434,6 +528,8 @@ def train_reward_model(
         "validation": validation,
         "length_feature": cfg.length_feature,
         "guards": {"names": list(cfg.guards), "student": str(Path(guard_student).resolve()), "sha256": folder_digest(Path(guard_student))} if cfg.guards else None,
+        "people": {"encoder": str(Path(people_encoder).resolve()), "sha256": folder_digest(Path(people_encoder)), "max_length": cfg.people_score.max_length,
+                   "weight": people_weight, "alpha": people.alpha, "pairs": people.pairs, "agreement": people.agreement} if people is not None else None,
         "members": members,
         "dropout": cfg.dropout,
         "uncertainty": {"method": cfg.uncertainty.method, "mc_samples": cfg.uncertainty.mc_samples},  # members: above

@@ -1,0 +1,185 @@
+"""The people's score: what people prefer, learned from their pairs alone, read by the reward model's
+heads as one more column (`reward_model.people_score`).
+
+The heads read the judge's network, which costs a pass of the student per text: reading thousands of
+long human conversations that way every first day is out of reach on a CPU, and a few hundred pairs
+teach it little (its agreement with people grows slowly with their number). A small frozen sentence
+encoder (MiniLM, 6 layers) reads the same texts about 30 times faster, and a linear model of its
+states learns people's pairs about as well. So every people's pair (shipped, imported, given as
+feedback) trains this score, and the heads read it beside the backbone and the guards.
+
+The features of an exchange are the encoder's mean state after each layer, over the whole exchange
+and over the reply's tokens alone, standardised. A pair asks `(x_chosen - x_rejected) . b` to be 1
+(weighted least squares, a ridge penalty chosen by cross-validation over the people's prompts); the
+score of a reply is `x . b`. The heads are fitted on the same pairs, so for the replies of a pair
+they read the score of a model fitted without that pair's prompt (out of fold, `fit`): otherwise
+the score would look better to them than it is on a new reply.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hominem_pipeline.core.progress import Progress
+
+log = logging.getLogger(__name__)
+
+PEOPLE_FILE = "people_score.safetensors"  # in a reward model's folder: the score's standardisation and coefficients
+PEOPLE_ALPHAS = (100.0, 1000.0, 10000.0, 100000.0)  # ridge penalties tried (on standardised features)
+PEOPLE_FOLDS = 5
+PEOPLE_BATCH = 32
+CACHE_ROWS = 20_000  # the encoder's states of this many texts kept on disk (a row is 18 kB for MiniLM)
+
+
+def _pair_segments(ids: torch.Tensor, sep: int, mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) 1 on the reply's tokens (after the first separator), 0 elsewhere and on padding."""
+    first = (ids == sep).int().argmax(1, keepdim=True)
+    return (torch.arange(ids.shape[1]).unsqueeze(0) > first).long() * mask
+
+
+class EncoderStates:
+    """Per (prompt, reply): the encoder's mean state after each layer over the whole exchange, then the
+    same over the reply's tokens ((n, 2 * layers * hidden) float32), as `[CLS] prompt [SEP] reply [SEP]`
+    cut to `max_length` (the prompt from the left). With a cache folder, every exchange read is kept on
+    disk by content (`feature_cache`), for the next day."""
+
+    def __init__(self, encoder: Path | str, max_length: int, cache: Path | None = None):
+        self.encoder, self.max_length, self.cache_folder = Path(encoder), max_length, cache
+        self._model: Any = None
+        self._tokenizer: Any = None
+        self._cache: Any = None
+
+    @property
+    def width(self) -> int:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(self.encoder)
+        return 2 * config.num_hidden_layers * config.hidden_size
+
+    def load(self) -> None:
+        if self._model is None:
+            from transformers import AutoModel, AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(self.encoder)
+            self._model = AutoModel.from_pretrained(self.encoder).eval()
+
+    def disk_cache(self):
+        if self.cache_folder is not None and self._cache is None:
+            from hominem_pipeline.core.artifacts import folder_digest
+            from hominem_pipeline.core.reward.feature_cache import FeatureCache
+
+            self._cache = FeatureCache(self.cache_folder, ["people", folder_digest(self.encoder), self.max_length], self.width, max_rows=CACHE_ROWS)
+        return self._cache
+
+    def __call__(self, prompts: Sequence[str], replies: Sequence[str]) -> torch.Tensor:
+        from hominem_pipeline.core.reward.feature_cache import cached_rows, text_key
+
+        keys = [text_key(p, r) for p, r in zip(prompts, replies)]
+        return cached_rows(self.disk_cache(), keys, lambda todo: self._measure([prompts[i] for i in todo], [replies[i] for i in todo]), self.width)
+
+    def _measure(self, prompts: Sequence[str], replies: Sequence[str]) -> torch.Tensor:
+        from hominem_pipeline.core.reward.encoding import encode_pair, length_sorted_batches
+
+        self.load()
+        tok, model = self._tokenizer, self._model
+        encoded = [encode_pair(tok, p, r, self.max_length) for p, r in zip(prompts, replies)]
+        out = torch.zeros(len(encoded), self.width)
+        progress = Progress("people's score encoder", len(encoded), log, unit="replies") if len(encoded) > 512 else None
+        with torch.inference_mode():
+            for idx, ids, mask in length_sorted_batches(encoded, PEOPLE_BATCH, tok.pad_token_id):
+                reply = _pair_segments(ids, tok.sep_token_id, mask)
+                states = model(input_ids=ids, attention_mask=mask, token_type_ids=reply, output_hidden_states=True).hidden_states[1:]
+                parts = []
+                for weights in (mask, reply):
+                    w = weights.unsqueeze(-1).float()
+                    parts += [(h * w).sum(1) / w.sum(1).clamp(min=1) for h in states]
+                out[idx] = torch.cat(parts, 1)
+                if progress:
+                    progress.advance(len(idx))
+        return out
+
+
+def _solve(d: np.ndarray, w: np.ndarray, alpha: float) -> np.ndarray:
+    """argmin_b sum_p w_p (d_p b - 1)^2 + alpha |b|^2, in whichever of the primal (features) or dual
+    (pairs) forms is smaller."""
+    a = d * np.sqrt(w)[:, None]
+    y = np.sqrt(w)
+    if len(a) < a.shape[1]:
+        return a.T @ np.linalg.solve(a @ a.T + alpha * np.eye(len(a)), y)
+    return np.linalg.solve(a.T @ a + alpha * np.eye(a.shape[1]), a.T @ y)
+
+
+def _folds(groups: np.ndarray, folds: int, seed: int) -> np.ndarray:
+    names = np.random.default_rng(seed).permutation(np.unique(groups))
+    fold = {g: i % folds for i, g in enumerate(names)}
+    return np.array([fold[g] for g in groups], dtype=np.int64)
+
+
+@dataclass
+class PeopleScore:
+    """The fitted score: standardisation and coefficients over the encoder's states."""
+
+    mean: np.ndarray
+    std: np.ndarray
+    coef: np.ndarray
+    alpha: float
+    agreement: float  # out-of-fold share of people's pairs ordered as they chose (at `alpha`)
+    pairs: int
+
+    def __call__(self, states: torch.Tensor | np.ndarray) -> np.ndarray:
+        x = np.asarray(states, dtype=np.float64)
+        return ((x - self.mean) / self.std) @ self.coef
+
+    @classmethod
+    def fit(cls, states: np.ndarray, pairs: np.ndarray, weights: np.ndarray, groups: np.ndarray, seed: int,
+            alphas: Sequence[float] = PEOPLE_ALPHAS, folds: int = PEOPLE_FOLDS) -> tuple[PeopleScore, np.ndarray]:
+        """Fit on `pairs` ((p, 2) rows of `states`: chosen, rejected), weighted, folded by `groups` (a
+        pair's prompt). Returns the score and every row's value: out of fold for the rows of a pair
+        (from the fit without its fold, at the chosen penalty), the full fit's elsewhere."""
+        if len(pairs) < 2 * folds:
+            raise ValueError(f"the people's score needs at least {2 * folds} people's pairs, got {len(pairs)}; add pairs "
+                             "(reward_model.people_pairs, `hominem data import-preferences`) or set reward_model.people_score.encoder: null")
+        x = np.asarray(states, dtype=np.float64)
+        used = np.unique(pairs)
+        mean, std = x[used].mean(0), x[used].std(0)
+        std = np.where(std > 1e-6, std, 1.0)
+        x = (x - mean) / std
+        d = x[pairs[:, 0]] - x[pairs[:, 1]]
+        w = np.asarray(weights, dtype=np.float64)
+        which = _folds(np.asarray(groups), folds, seed)
+        oof = {a: np.zeros(len(x)) for a in alphas}
+        right = {a: 0.0 for a in alphas}
+        for k in np.unique(which):
+            fit, held = which != k, which == k
+            for a in alphas:
+                b = _solve(d[fit], w[fit], a)
+                right[a] += float((w[held] * ((d[held] @ b) > 0)).sum())
+                rows = pairs[held].ravel()
+                oof[a][rows] = x[rows] @ b
+        alpha = max(alphas, key=lambda a: (right[a], a))  # ties: the larger penalty, the smoother score
+        coef = _solve(d, w, alpha)
+        values = x @ coef
+        values[used] = oof[alpha][used]
+        agreement = right[alpha] / float(w.sum())
+        log.info("people's score: %d pairs, penalty %g, out-of-fold agreement %.1f%% (%s)", len(pairs), alpha, 100 * agreement,
+                 ", ".join(f"{a:g}: {100 * right[a] / w.sum():.1f}%" for a in alphas))
+        return cls(mean, std, coef, float(alpha), agreement, len(pairs)), values
+
+    def save(self, folder: Path) -> None:
+        from safetensors.numpy import save_file
+
+        save_file({"mean": self.mean, "std": self.std, "coef": self.coef}, str(Path(folder) / PEOPLE_FILE))  # float64: the values the heads were fitted on
+
+    @classmethod
+    def load(cls, folder: Path, alpha: float, agreement: float, pairs: int) -> PeopleScore:
+        from safetensors.numpy import load_file
+
+        saved = load_file(str(Path(folder) / PEOPLE_FILE))
+        return cls(saved["mean"].astype(np.float64), saved["std"].astype(np.float64), saved["coef"].astype(np.float64), alpha, agreement, pairs)
