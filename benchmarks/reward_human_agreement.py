@@ -91,10 +91,16 @@ def main() -> None:
     if not args.data.is_file():
         sys.exit(f"{args.data} not found; pass --data PATH to harmless-base-test.jsonl.gz")
 
-    from hominem_pipeline.core.builds.reward_model import people_pairs
-    from hominem_pipeline.core.models import student_path
+    import tempfile
+
+    import pandas as pd
+
+    from hominem_pipeline.core.builds.reward_model import people_encoder, people_pairs
+    from hominem_pipeline.core.models import reward_backbone, student_path
     from hominem_pipeline.core.reward.model import RewardModel
+    from hominem_pipeline.core.reward.training import train_reward_model
     from hominem_pipeline.core.runner import run_stage
+    from hominem_pipeline.core.teacher.base import rubric_system
 
     pairs = parse_preference_file(args.data, "hh-rlhf", args.data.name).pairs.reset_index(drop=True)
     order = np.random.default_rng(0).permutation(len(pairs))
@@ -109,14 +115,28 @@ def main() -> None:
     shipped = people_pairs(cfg)
     if shipped is not None and set(shipped["pair_id"]) & set(test["pair_id"]):
         sys.exit("the shipped people's pairs overlap the held-out pairs: this benchmark's split is not the one they were drawn from")
-    if lineage(cfg).expected("teacher_labels", args.date) is None:
-        sys.exit(f"no teacher_labels for {args.date} under the default config; run `make run` (or pass --date)")
     started = time.monotonic()
     models = {}
-    for name, c in (("default", cfg), ("no guards", unguarded), ("judge copy", bare)):
-        result = run_stage("reward_model", c, args.date)
-        models[name] = (RewardModel.load(result.ref.path), result.metrics)
-        print(f"{name}: {result.ref.path} ({'reused' if result.cache_hit else 'built'}), {int(result.metadata.get('human_pairs', 0))} people's pairs", flush=True)
+    if args.project is not None:  # the project's labels of the day with this code's settings: each model trained here, as on a first day
+        labels_file = sorted((cfg.data_dir / "teacher_labels" / args.date).glob("*/labels.parquet"))
+        if not labels_file:
+            sys.exit(f"no teacher_labels for {args.date} in {args.project}; pass the --date of its `make run`")
+        labels, out = pd.read_parquet(labels_file[-1]), Path(tempfile.mkdtemp(prefix="hominem-agreement-"))
+        for name, c in (("default", cfg), ("no guards", unguarded), ("judge copy", bare)):
+            metrics = train_reward_model(labels, dimensions=c.dimension_names, backbone_path=reward_backbone(c), cfg=c.reward_model, out_dir=out / name,
+                                         seed=c.project.seed, data_digest="benchmark", date=args.date, human_pairs=people_pairs(c),
+                                         judge_system=rubric_system(c.labeling), judge_question=c.labeling.scalar_question,
+                                         feature_cache=c.data_dir / FEATURE_CACHE, guard_student=student_path(c) if c.reward_model.guards else None,
+                                         people_encoder=people_encoder(c))
+            models[name] = (RewardModel.load(out / name), metrics)
+            print(f"{name}: trained on {len(labels)} labels and {models[name][0].metadata.human_pairs} people's pairs", flush=True)
+    else:
+        if lineage(cfg).expected("teacher_labels", args.date) is None:
+            sys.exit(f"no teacher_labels for {args.date} under the default config; run `make run` (or pass --date)")
+        for name, c in (("default", cfg), ("no guards", unguarded), ("judge copy", bare)):
+            result = run_stage("reward_model", c, args.date)
+            models[name] = (RewardModel.load(result.ref.path), result.metrics)
+            print(f"{name}: {result.ref.path} ({'reused' if result.cache_hit else 'built'}), {int(result.metadata.get('human_pairs', 0))} people's pairs", flush=True)
 
     fixtures = load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names)
     n = len(test)
