@@ -7,6 +7,7 @@ each held-out pair; agreement is the share it orders as the person did. Scorers:
 
     default         the reward model a fresh clone's `make run` builds for the day (the judge's labels,
                     the shipped people's pairs, and any imports or feedback of the window)
+    people's score  the default's people's score alone (reward_model.people_score): what its heads add to it
     no guards       the default without its guard columns (reward_model.guards []): does each guard earn its place
     judge copy      the same without any people's pairs (reward_model.people_pairs [], guards [],
                     human_preferences false): the copy of the offline judge alone
@@ -21,6 +22,10 @@ once and each model's heads are applied to the pooled features and the guard col
 
     .venv/bin/python benchmarks/reward_human_agreement.py                 # today's partition, 504 held out
     .venv/bin/python benchmarks/reward_human_agreement.py --date 2026-11-25 --test 200
+    .venv/bin/python benchmarks/reward_human_agreement.py --project ../other --date 2026-11-26   # another project's labels
+
+With --project, the three reward models are trained here on that project's labels of the day and the
+shipped people's pairs alone (a first day's default), with this code's settings; its features cache is used.
 
 Needs a `make run` of that day (the teacher's labels) and ../shared/data/hh-rlhf/ (or --data PATH);
 the project itself never reads it. Plot: docs/plots/reward_human_agreement.png.
