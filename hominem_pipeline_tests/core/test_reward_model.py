@@ -712,14 +712,12 @@ def test_pairs_for_the_peoples_score_alone_move_the_scalar_through_it(tiny_stude
     out = tmp_path / "rm"
     metrics = train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=out, seed=0, data_digest="p", date="2026-11-20",
                                  judge_system="You are a fair judge.", human_pairs=pd.DataFrame(rows), people_encoder=tiny_encoder, feature_cache=tmp_path / "cache")
-    assert metrics["val_human_pairs"] == 12 and metrics["people_pairs"] == 48 and metrics["people_weight"] >= 0
+    assert metrics["val_human_pairs"] == 12 and metrics["people_pairs"] == 48 and metrics["people_weight"] > 0 and metrics["people_agreement"] > 0.9
     rm = RewardModel.load(out)
     assert rm.metadata.people.pairs == 48 and rm.net.guards == 1  # the score is the one column beside the backbone
     prompts, a, b = ["Can you help me move?"] * 2, "Thank you, that is kind.", "Go away, leave me alone."
     column = rm.people_column(prompts, [a, b])
-    assert column[0] > column[1]  # the score learned the pairs' taste
-    if metrics["people_weight"] > 0:
-        assert rm.prefer(prompts[0], a, b) > 0.5
+    assert column[0] > column[1] and rm.prefer(prompts[0], a, b) > 0.5  # the score learned the pairs' taste, and the scalar reads it
     # what the heads read is the backbone's state and the score, and scoring through them is the model's own
     pooled = rm.pooled(prompts, [a, b])
     assert torch.allclose(pooled[:, -1], torch.from_numpy(column).float(), atol=1e-5)
