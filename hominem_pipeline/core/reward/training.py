@@ -362,13 +362,20 @@ def train_reward_model(
         hp = data.pairs[data.pair_human]  # people's pairs (rows of `frozen`), fitted by the scalar with the labels
         hw = data.pair_weight[data.pair_human]
         human = (hp, hw, data.group_of[hp[:, 0]]) if len(hp) else None
-        pull, pull_accuracy = 1.0, {}
+        pull, pull_accuracy, people_weights = 1.0, {}, {}
         if human:
             # How far people's pairs pull the scalar from the judge's: the scale of their weights whose
-            # out-of-fold pairs people agree with most (ties: the smaller pull, nearer the judge).
+            # out-of-fold pairs people agree with most (ties: the smaller pull, nearer the judge). With a
+            # people's score, each scale's scalar is read with the score at the weight fitted for it
+            # (people_scalar_weight): the final scalar's agreement decides, not the heads' alone.
             trials = ridge_out_of_fold_pulls(features, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed, RIDGE_FOLDS,
                                              human, PAIR_PULLS)
-            pull_accuracy = {scale: float((oof[:, 0] > oof[:, 1]).mean()) for scale, (_, _, oof) in trials.items()}
+            for scale, (_, _, oof) in trials.items():
+                if use_people:
+                    people_weights[scale] = people_scalar_weight(oof, people_column, hp, hw)
+                    pull_accuracy[scale] = float((_with_people(oof, people_column, hp, people_weights[scale]) > 0).mean())
+                else:
+                    pull_accuracy[scale] = float((oof[:, 0] > oof[:, 1]).mean())
             pull = max(PAIR_PULLS, key=lambda scale: (pull_accuracy[scale], -scale))
             log.info("reward model ridge heads: people's pairs pull the scalar at scale %g (out-of-fold agreement with them %s)", pull,
                      ", ".join(f"{k:g}: {v:.1%}" for k, v in pull_accuracy.items()))
@@ -380,8 +387,8 @@ def train_reward_model(
         if use_people:
             # The people's score's weight beside the heads' scalar: a two-weight logistic fit of people's
             # pairs, each read out of fold by both (the heads' scalar fitted without the pair's fold, the
-            # score without its own), so neither looks better than it is on a new reply.
-            people_weight = people_scalar_weight(human_oof, people_column, hp, data.pair_weight[data.pair_human])
+            # score without its own), so neither looks better than it is on a new reply (above, per pull).
+            people_weight = people_weights[pull]
             log.info("reward model: the people's score weighs %.3g in the scalar (out-of-fold agreement with people's pairs: heads alone %.1f%%, "
                      "with the score %.1f%%)", people_weight, 100 * float((human_oof[:, 0] > human_oof[:, 1]).mean()),
                      100 * float((_with_people(human_oof, people_column, hp, people_weight) > 0).mean()))
