@@ -22,12 +22,18 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from hominem_pipeline.core.progress import Progress
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from hominem_pipeline.core.config import RewardModelConfig
+    from hominem_pipeline.core.reward.dataset import TrainingSet
 
 log = logging.getLogger(__name__)
 
@@ -183,3 +189,52 @@ class PeopleScore:
 
         saved = load_file(str(Path(folder) / PEOPLE_FILE))
         return cls(saved["mean"].astype(np.float64), saved["std"].astype(np.float64), saved["coef"].astype(np.float64), alpha, agreement, pairs)
+
+
+def fit_people_score(encoder: Path, cfg: RewardModelConfig, cache: Path | None, data: TrainingSet, people_only: pd.DataFrame | None,
+                     seed: int) -> tuple[PeopleScore, np.ndarray]:
+    """The people's score fitted on every people's pair (the heads' and `people_only`), and its value
+    for each of the training set's texts (out of fold for a pair's replies), then the people-only texts'."""
+    texts = list(data.texts)
+    hp, hw = data.pairs[data.pair_human], data.pair_weight[data.pair_human]
+    groups = [f"heads:{g}" for g in data.group_of[hp[:, 0]]]
+    pairs, weights = [hp], [hw]
+    if people_only is not None and len(people_only):
+        start = len(texts)
+        texts += [(p, r) for p, r in zip(people_only["prompt"], people_only["chosen"])] + [(p, r) for p, r in zip(people_only["prompt"], people_only["rejected"])]
+        n = len(people_only)
+        pairs.append(np.stack([start + np.arange(n), start + n + np.arange(n)], 1))
+        weights.append(people_only["weight"].to_numpy(np.float64) * cfg.pair_loss.human_weight if "weight" in people_only else np.full(n, cfg.pair_loss.human_weight))
+        groups += [f"prompt:{p}" for p in people_only["prompt"]]
+    reader = EncoderStates(encoder, cfg.people_score.max_length, cache=cache)
+    states = reader([p for p, _ in texts], [r for _, r in texts]).numpy()
+    return PeopleScore.fit(states, np.concatenate(pairs), np.concatenate(weights), np.array(groups), seed)
+
+
+def people_scalar_weight(human_oof: np.ndarray, column: np.ndarray, pairs: np.ndarray, weights: np.ndarray) -> float:
+    """The weight w of the people's score in the scalar (atanh(heads' scalar) + w * score) that people's
+    pairs, read out of fold by both, favour: a logistic fit of the pair's choice on the two gaps (no
+    intercept, a small penalty), w = the score's coefficient over the heads'. Never below 0."""
+    gap_heads = np.arctanh(np.clip(human_oof[:, 0], -1 + 1e-6, 1 - 1e-6)) - np.arctanh(np.clip(human_oof[:, 1], -1 + 1e-6, 1 - 1e-6))
+    gap_people = column[pairs[:, 0]] - column[pairs[:, 1]]
+    x = np.stack([gap_heads, gap_people], 1)
+    w = np.asarray(weights, dtype=np.float64)
+    beta = np.zeros(2)
+    for _ in range(50):  # Newton's method on the penalised log-likelihood of "chosen over rejected"
+        p = 1.0 / (1.0 + np.exp(-(x @ beta)))
+        grad = x.T @ (w * (1 - p)) - 1e-3 * beta
+        hess = (x * (w * p * (1 - p))[:, None]).T @ x + 1e-3 * np.eye(2)
+        step = np.linalg.solve(hess, grad)
+        beta += step
+        if np.abs(step).max() < 1e-8:
+            break
+    heads, people = beta
+    if people <= 0:
+        return 0.0
+    return float(people / heads) if heads > 1e-3 else float(people / 1e-3)
+
+
+def with_people(human_oof: np.ndarray, column: np.ndarray, pairs: np.ndarray, weight: float) -> np.ndarray:
+    """Per pair: the gap chosen - rejected of atanh(heads' scalar) + weight * people's score."""
+    pre = np.arctanh(np.clip(human_oof, -1 + 1e-6, 1 - 1e-6))
+    return pre[:, 0] - pre[:, 1] + weight * (column[pairs[:, 0]] - column[pairs[:, 1]])

@@ -46,7 +46,7 @@ from hominem_pipeline.core.reward.encoding import (
     pad_id,
 )
 from hominem_pipeline.core.reward.guards import GuardScorer
-from hominem_pipeline.core.reward.people import EncoderStates, PeopleScore
+from hominem_pipeline.core.reward.people import fit_people_score, people_scalar_weight, with_people
 from hominem_pipeline.core.reward.metadata import RewardMetadata
 from hominem_pipeline.core.reward.model import BACKBONE_DIR, HEADS
 from hominem_pipeline.core.reward.network import (
@@ -84,55 +84,6 @@ log = logging.getLogger(__name__)
 HEAD_OUTPUTS = ("vector", "scalar", "reward_intensity", "safety_score")
 MIN_PEOPLE_PAIRS = 10  # people's pairs the heads read, at least, for a people's score (its weight is fitted on them)
 FEW_VAL_PAIRS = 30  # fewer teacher pairs than this in the validation split: its accuracy is mostly the split's luck
-
-
-def _fit_people(encoder: Path, cfg: RewardModelConfig, cache: Path | None, data: TrainingSet, people_only: pd.DataFrame | None,
-                seed: int) -> tuple[PeopleScore, np.ndarray]:
-    """The people's score fitted on every people's pair (the heads' and `people_only`), and its value
-    for each of the training set's texts (out of fold for a pair's replies), then the people-only texts'."""
-    texts = list(data.texts)
-    hp, hw = data.pairs[data.pair_human], data.pair_weight[data.pair_human]
-    groups = [f"heads:{g}" for g in data.group_of[hp[:, 0]]]
-    pairs, weights = [hp], [hw]
-    if people_only is not None and len(people_only):
-        start = len(texts)
-        texts += [(p, r) for p, r in zip(people_only["prompt"], people_only["chosen"])] + [(p, r) for p, r in zip(people_only["prompt"], people_only["rejected"])]
-        n = len(people_only)
-        pairs.append(np.stack([start + np.arange(n), start + n + np.arange(n)], 1))
-        weights.append(people_only["weight"].to_numpy(np.float64) * cfg.pair_loss.human_weight if "weight" in people_only else np.full(n, cfg.pair_loss.human_weight))
-        groups += [f"prompt:{p}" for p in people_only["prompt"]]
-    reader = EncoderStates(encoder, cfg.people_score.max_length, cache=cache)
-    states = reader([p for p, _ in texts], [r for _, r in texts]).numpy()
-    return PeopleScore.fit(states, np.concatenate(pairs), np.concatenate(weights), np.array(groups), seed)
-
-
-def people_scalar_weight(human_oof: np.ndarray, column: np.ndarray, pairs: np.ndarray, weights: np.ndarray) -> float:
-    """The weight w of the people's score in the scalar (atanh(heads' scalar) + w * score) that people's
-    pairs, read out of fold by both, favour: a logistic fit of the pair's choice on the two gaps (no
-    intercept, a small penalty), w = the score's coefficient over the heads'. Never below 0."""
-    gap_heads = np.arctanh(np.clip(human_oof[:, 0], -1 + 1e-6, 1 - 1e-6)) - np.arctanh(np.clip(human_oof[:, 1], -1 + 1e-6, 1 - 1e-6))
-    gap_people = column[pairs[:, 0]] - column[pairs[:, 1]]
-    x = np.stack([gap_heads, gap_people], 1)
-    w = np.asarray(weights, dtype=np.float64)
-    beta = np.zeros(2)
-    for _ in range(50):  # Newton's method on the penalised log-likelihood of "chosen over rejected"
-        p = 1.0 / (1.0 + np.exp(-(x @ beta)))
-        grad = x.T @ (w * (1 - p)) - 1e-3 * beta
-        hess = (x * (w * p * (1 - p))[:, None]).T @ x + 1e-3 * np.eye(2)
-        step = np.linalg.solve(hess, grad)
-        beta += step
-        if np.abs(step).max() < 1e-8:
-            break
-    heads, people = beta
-    if people <= 0:
-        return 0.0
-    return float(people / heads) if heads > 1e-3 else float(people / 1e-3)
-
-
-def _with_people(human_oof: np.ndarray, column: np.ndarray, pairs: np.ndarray, weight: float) -> np.ndarray:
-    """Per pair: the gap chosen - rejected of atanh(heads' scalar) + weight * people's score."""
-    pre = np.arctanh(np.clip(human_oof, -1 + 1e-6, 1 - 1e-6))
-    return pre[:, 0] - pre[:, 1] + weight * (column[pairs[:, 0]] - column[pairs[:, 1]])
 
 
 def _wrap_backbone(backbone: nn.Module, cfg: RewardModelConfig) -> nn.Module:
@@ -254,7 +205,7 @@ def train_reward_model(
     guards = scorer(*zip(*data.texts)) if scorer is not None else None
     people = people_column = None
     if use_people:
-        people, people_column = _fit_people(people_encoder, cfg, feature_cache, data, people_only, seed)
+        people, people_column = fit_people_score(people_encoder, cfg, feature_cache, data, people_only, seed)
         column = torch.from_numpy(people_column[: len(data.texts)]).float().unsqueeze(1)
         guards = column if guards is None else torch.cat([guards, column], 1)
     pooled_cache = None
@@ -373,7 +324,7 @@ def train_reward_model(
             for scale, (_, _, oof) in trials.items():
                 if use_people:
                     people_weights[scale] = people_scalar_weight(oof, people_column, hp, hw)
-                    pull_accuracy[scale] = float((_with_people(oof, people_column, hp, people_weights[scale]) > 0).mean())
+                    pull_accuracy[scale] = float((with_people(oof, people_column, hp, people_weights[scale]) > 0).mean())
                 else:
                     pull_accuracy[scale] = float((oof[:, 0] > oof[:, 1]).mean())
             pull = max(PAIR_PULLS, key=lambda scale: (pull_accuracy[scale], -scale))
@@ -391,7 +342,7 @@ def train_reward_model(
             people_weight = people_weights[pull]
             log.info("reward model: the people's score weighs %.3g in the scalar (out-of-fold agreement with people's pairs: heads alone %.1f%%, "
                      "with the score %.1f%%)", people_weight, 100 * float((human_oof[:, 0] > human_oof[:, 1]).mean()),
-                     100 * float((_with_people(human_oof, people_column, hp, people_weight) > 0).mean()))
+                     100 * float((with_people(human_oof, people_column, hp, people_weight) > 0).mean()))
         standardise(net, frozen[torch.as_tensor(labeled)])
         if use_people:  # the score is read as it is (its own units), weighed in the scalar alone
             net.feature_mean[-1], net.feature_std[-1] = 0.0, 1.0
