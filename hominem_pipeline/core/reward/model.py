@@ -36,31 +36,31 @@ from hominem_pipeline.core.reward.network import (
 HEADS = "heads.safetensors"
 
 
+def _checked_folder(path: str, sha256: str, what: str) -> Path:
+    """The folder a saved model's `what` reads, present and with the digest it had at training."""
+    from hominem_pipeline.core.artifacts import folder_digest
+
+    source = Path(path)
+    if not source.is_dir():
+        raise FileNotFoundError(f"this reward model's {what} at {source}, which is missing; run `hominem setup` (or rebuild the reward model)")
+    if (digest := folder_digest(source)) != sha256:
+        raise ValueError(f"this reward model's {what} at {source} with digest {sha256[:12]}, but the folder now reads {digest[:12]}; "
+                         "rebuild the reward model (hominem run --select reward_model+)")
+    return source
+
+
 def guard_scorer(info: GuardInfo | None) -> GuardScorer | None:
     """The scorer of a saved model's guard columns, from the student it was trained with (checked by digest)."""
     if info is None or not info.names:
         return None
-    from hominem_pipeline.core.artifacts import folder_digest
+    return GuardScorer(info.names, _checked_folder(info.student, info.sha256, "guards read the student"))
 
-    source = Path(info.student)
-    if not source.is_dir():
-        raise FileNotFoundError(f"this reward model's guards read the student at {source}, which is missing; run `hominem setup` (or rebuild the reward model)")
-    if (digest := folder_digest(source)) != info.sha256:
-        raise ValueError(f"this reward model's guards were measured with the student at {source} with digest {info.sha256[:12]}, but the folder now "
-                         f"reads {digest[:12]}; rebuild the reward model (hominem run --select reward_model+)")
-    return GuardScorer(info.names, source)
+
 def people_reader(info: PeopleInfo | None, folder: Path) -> tuple[EncoderStates, PeopleScore] | None:
     """The encoder and the fitted people's score of a saved model (the encoder checked by digest)."""
     if info is None:
         return None
-    from hominem_pipeline.core.artifacts import folder_digest
-
-    source = Path(info.encoder)
-    if not source.is_dir():
-        raise FileNotFoundError(f"this reward model's people's score reads the encoder at {source}, which is missing; run `hominem setup` (or rebuild the reward model)")
-    if (digest := folder_digest(source)) != info.sha256:
-        raise ValueError(f"this reward model's people's score was fitted on the encoder at {source} with digest {info.sha256[:12]}, but the folder now "
-                         f"reads {digest[:12]}; rebuild the reward model (hominem run --select reward_model+)")
+    source = _checked_folder(info.encoder, info.sha256, "people's score reads the encoder")
     return EncoderStates(source, info.max_length), PeopleScore.load(folder, info.alpha, info.agreement, info.pairs)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,7 +63,7 @@ class EncoderStates:
         self._tokenizer: Any = None
         self._cache: Any = None
 
-    @property
+    @cached_property
     def width(self) -> int:
         from transformers import AutoConfig
 
