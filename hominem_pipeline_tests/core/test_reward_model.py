@@ -680,22 +680,31 @@ def test_a_guard_puts_gibberish_below_a_fluent_reply(tiny_student, tmp_path):
     assert rm.prefer("How is it going?", "It was a good day, thanks.", "wug zq blorp xv") > 0.5
 
 
-def test_the_peoples_score_learns_pairs_out_of_fold_and_saves_what_it_scores():
-    """A direction of the encoder's states decides people's choices: the score finds it, the values of a
-    pair's replies come from a fit that never saw that pair's prompt, and a saved score reads the same."""
+def test_the_peoples_score_learns_pairs_out_of_fold_and_saves_what_it_scores(tmp_path):
+    """People prefer replies whose states lie near one place (a taste no linear score can express): the
+    kernel score finds it, the values of a pair's replies come from a fit that never saw that pair's
+    prompt, and a saved score reads what the fitted one does."""
     from hominem_pipeline.core.reward.people import PeopleScore
 
     rng = np.random.default_rng(0)
-    states = rng.normal(size=(200, 12))
-    taste = rng.normal(size=12)
-    pairs = np.array([(a, b) if states[a] @ taste > states[b] @ taste else (b, a) for a, b in rng.permutation(200).reshape(100, 2)])
-    score, values = PeopleScore.fit(states, pairs, np.ones(100), np.arange(100), seed=0, alphas=[0.1, 10.0, 1e6])
-    assert score.alpha < 1e6 and score.agreement > 0.9 and score.pairs == 100
-    new = rng.normal(size=(50, 12))
-    assert np.corrcoef(score(new), new @ taste)[0, 1] > 0.9
+    states = rng.normal(size=(400, 12))
+    centre = rng.normal(size=12) * 0.1
+    taste = lambda x: -((x - centre) ** 2).sum(1)  # noqa: E731
+    pairs = np.array([(a, b) if taste(states[[a]])[0] > taste(states[[b]])[0] else (b, a) for a, b in rng.permutation(400).reshape(200, 2)])
+    score, values = PeopleScore.fit(states, pairs, np.ones(200), np.arange(200), seed=0, alphas=[0.1, 1.0, 1e6])
+    assert score.alpha < 1e6 and score.agreement > 0.8 and score.pairs == 200
+    new = rng.normal(size=(100, 12))
+    assert np.corrcoef(score(new), taste(new))[0, 1] > 0.8
+    linear = np.linalg.lstsq(np.c_[states, np.ones(400)], taste(states), rcond=None)[0]  # fitted on the taste itself, not on pairs
+    assert np.corrcoef(np.c_[new, np.ones(100)] @ linear, taste(new))[0, 1] < 0.3  # a linear score cannot express it
     # out of fold: a pair's replies read by the fit without them differ from the full fit's reading
     assert not np.allclose(values[pairs.ravel()], score(states[pairs.ravel()]))
     assert (values[pairs[:, 0]] > values[pairs[:, 1]]).mean() == pytest.approx(score.agreement)
+    score.save(tmp_path)
+    loaded = PeopleScore.load(tmp_path, score.alpha, score.agreement, score.pairs)
+    np.testing.assert_array_equal(loaded(new), score(new))
+    others = np.setdiff1d(np.arange(400), pairs.ravel())
+    np.testing.assert_array_equal(values[others], loaded(states[others]))  # what the heads read for any other text is the saved score's
 
 
 def test_pairs_for_the_peoples_score_alone_move_the_scalar_through_it(tiny_student, tiny_encoder, tmp_path):

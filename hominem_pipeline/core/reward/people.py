@@ -4,16 +4,18 @@ heads as one more column (`reward_model.people_score`).
 The heads read the judge's network, which costs a pass of the student per text: reading thousands of
 long human conversations that way every first day is out of reach on a CPU, and a few hundred pairs
 teach it little (its agreement with people grows slowly with their number). A small frozen sentence
-encoder (MiniLM, 6 layers) reads the same texts about 30 times faster, and a linear model of its
-states learns people's pairs about as well. So every people's pair (shipped, imported, given as
-feedback) trains this score, and the heads read it beside the backbone and the guards.
+encoder (MiniLM, 6 layers) reads the same texts about 30 times faster, and a kernel model of its
+states learns people's pairs better than the heads do. So every people's pair (shipped, imported,
+given as feedback) trains this score, and the scalar reads it beside the heads.
 
 The features of an exchange are the encoder's mean state after each layer, over the whole exchange
-and over the reply's tokens alone, standardised. A pair asks `(x_chosen - x_rejected) . b` to be 1
-(weighted least squares, a ridge penalty chosen by cross-validation over the people's prompts); the
-score of a reply is `x . b`. The heads are fitted on the same pairs, so for the replies of a pair
-they read the score of a model fitted without that pair's prompt (out of fold, `fit`): otherwise
-the score would look better to them than it is on a new reply.
+and over the reply's tokens alone, standardised and cut to their main principal directions. The score
+of a reply is `f(x) = sum_j c_j exp(-|x - x_j|^2 / s)` over the pairs' replies x_j (a Gaussian kernel,
+expanded on at most PEOPLE_LANDMARKS of them, Nystroem); a pair asks `f(chosen) - f(rejected)` to be 1
+(weighted least squares), with the kernel's width s and the ridge penalty chosen by agreement over
+folds of the people's prompts. The heads are fitted on the same pairs, so for the replies of a pair
+the weight of the score in the scalar reads the score of a model fitted without that pair's prompt
+(out of fold, `fit`): otherwise the score would look better than it is on a new reply.
 """
 
 from __future__ import annotations
@@ -39,7 +41,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PEOPLE_FILE = "people_score.safetensors"  # in a reward model's folder: the score's standardisation and coefficients
-PEOPLE_ALPHAS = (100.0, 1000.0, 10000.0, 100000.0)  # ridge penalties tried (on standardised features)
+PEOPLE_ALPHAS = (0.1, 0.3, 1.0, 3.0, 10.0)  # ridge penalties tried (on the kernel's features, whose squared norm is 1)
+PEOPLE_GAMMAS = (0.5, 1.0, 2.0)  # kernel widths tried: k(a, b) = exp(-gamma |a - b|^2 / median squared distance)
+PEOPLE_COMPONENTS = 256  # principal directions of the standardised states the kernel reads
+PEOPLE_LANDMARKS = 4000  # training replies the kernel is expanded on, at most (the rest are sampled)
 PEOPLE_FOLDS = 5
 PEOPLE_BATCH = 32
 CACHE_ROWS = 20_000  # the encoder's states of this many texts kept on disk (a row is 18 kB for MiniLM)
@@ -129,27 +134,56 @@ def _folds(groups: np.ndarray, folds: int, seed: int) -> np.ndarray:
     return np.array([fold[g] for g in groups], dtype=np.int64)
 
 
+def _kernel(a: np.ndarray, b: np.ndarray, scale: float) -> np.ndarray:
+    """exp(-|a_i - b_j|^2 / scale), (len(a), len(b))."""
+    d2 = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * a @ b.T
+    return np.exp(-np.maximum(d2, 0.0) / scale)
+
+
+def _expand(z: np.ndarray, landmarks: np.ndarray, scale: float, coef: np.ndarray, batch: int = 2048) -> np.ndarray:
+    """sum_j coef_j k(z_i, landmark_j) for every row of z, a batch of rows at a time."""
+    return np.concatenate([np.zeros(0)] + [_kernel(z[i:i + batch], landmarks, scale) @ coef for i in range(0, len(z), batch)])
+
+
+def _as_stored(x: np.ndarray) -> np.ndarray:
+    """The float32 values the model folder keeps, as float64: the fit computes with exactly what a
+    loaded model reads."""
+    return np.ascontiguousarray(x, dtype=np.float32).astype(np.float64)
+
+
 @dataclass
 class PeopleScore:
-    """The fitted score: standardisation and coefficients over the encoder's states."""
+    """The fitted score: the states' standardisation and principal directions, the training replies
+    there (the kernel's landmarks), and their coefficients. `basis` None: a linear score (`coef` over
+    the standardised states), as saved before the kernel."""
 
     mean: np.ndarray
     std: np.ndarray
     coef: np.ndarray
     alpha: float
-    agreement: float  # out-of-fold share of people's pairs ordered as they chose (at `alpha`)
+    agreement: float  # out-of-fold share of people's pairs ordered as they chose (at `alpha`, `scale`)
     pairs: int
+    basis: np.ndarray | None = None  # (width, components)
+    landmarks: np.ndarray | None = None  # (landmarks, components)
+    scale: float = 1.0  # the kernel's squared-distance scale: k(a, b) = exp(-|a - b|^2 / scale)
+
+    def project(self, states: torch.Tensor | np.ndarray) -> np.ndarray:
+        x = (np.asarray(states, dtype=np.float64) - self.mean) / self.std
+        return x if self.basis is None else x @ self.basis
 
     def __call__(self, states: torch.Tensor | np.ndarray) -> np.ndarray:
-        x = np.asarray(states, dtype=np.float64)
-        return ((x - self.mean) / self.std) @ self.coef
+        z = self.project(states)
+        if self.landmarks is None:
+            return z @ self.coef
+        return _expand(z, self.landmarks, self.scale, self.coef)
 
     @classmethod
     def fit(cls, states: np.ndarray, pairs: np.ndarray, weights: np.ndarray, groups: np.ndarray, seed: int,
-            alphas: Sequence[float] = PEOPLE_ALPHAS, folds: int = PEOPLE_FOLDS) -> tuple[PeopleScore, np.ndarray]:
+            alphas: Sequence[float] = PEOPLE_ALPHAS, gammas: Sequence[float] = PEOPLE_GAMMAS, folds: int = PEOPLE_FOLDS,
+            components: int = PEOPLE_COMPONENTS, landmarks: int = PEOPLE_LANDMARKS) -> tuple[PeopleScore, np.ndarray]:
         """Fit on `pairs` ((p, 2) rows of `states`: chosen, rejected), weighted, folded by `groups` (a
         pair's prompt). Returns the score and every row's value: out of fold for the rows of a pair
-        (from the fit without its fold, at the chosen penalty), the full fit's elsewhere."""
+        (from the fit without its fold, at the chosen width and penalty), the full fit's elsewhere."""
         if len(pairs) < 2 * folds:
             raise ValueError(f"the people's score needs at least {2 * folds} people's pairs, got {len(pairs)}; add pairs "
                              "(reward_model.people_pairs, `hominem data import-preferences`) or set reward_model.people_score.encoder: null")
@@ -158,38 +192,71 @@ class PeopleScore:
         mean, std = x[used].mean(0), x[used].std(0)
         std = np.where(std > 1e-6, std, 1.0)
         x = (x - mean) / std
-        d = x[pairs[:, 0]] - x[pairs[:, 1]]
+        # principal directions of the pairs' replies: the kernel reads distances there
+        _, sv, vt = np.linalg.svd(x[used], full_matrices=False)
+        keep = min(components, int((sv > 1e-6 * sv[0]).sum()))
+        basis = _as_stored(vt[:keep].T)
+        z = x @ basis
+        rng = np.random.default_rng(seed)
+        marks = used if len(used) <= landmarks else np.sort(rng.choice(used, landmarks, replace=False))
+        centres = _as_stored(z[marks])
+        some = centres[rng.choice(len(centres), min(len(centres), 1000), replace=False)]
+        d2 = (some * some).sum(1)[:, None] + (some * some).sum(1)[None, :] - 2.0 * some @ some.T
+        median = float(np.median(d2[np.triu_indices(len(some), 1)]))
         w = np.asarray(weights, dtype=np.float64)
         which = _folds(np.asarray(groups), folds, seed)
-        oof = {a: np.zeros(len(x)) for a in alphas}
-        right = {a: 0.0 for a in alphas}
-        for k in np.unique(which):
-            fit, held = which != k, which == k
-            for a in alphas:
-                b = _solve(d[fit], w[fit], a)
-                right[a] += float((w[held] * ((d[held] @ b) > 0)).sum())
-                rows = pairs[held].ravel()
-                oof[a][rows] = x[rows] @ b
-        alpha = max(alphas, key=lambda a: (right[a], a))  # ties: the larger penalty, the smoother score
-        coef = _solve(d, w, alpha)
-        values = x @ coef
-        values[used] = oof[alpha][used]
-        agreement = right[alpha] / float(w.sum())
-        log.info("people's score: %d pairs, penalty %g, out-of-fold agreement %.1f%% (%s)", len(pairs), alpha, 100 * agreement,
-                 ", ".join(f"{a:g}: {100 * right[a] / w.sum():.1f}%" for a in alphas))
-        return cls(mean, std, coef, float(alpha), agreement, len(pairs)), values
+        pos = np.searchsorted(used, pairs)  # pair -> rows of `used`
+        best: tuple[float, float, float] | None = None  # (right, gamma, alpha)
+        trials = {}
+        for gamma in gammas:
+            # Nystroem features of the kernel on the landmarks: phi(x) = k(x, L) V diag(l)^-1/2, so that
+            # phi(a) . phi(b) = k(a, b) wherever a or b is a landmark; a pair's features are their difference
+            lam, vec = np.linalg.eigh(_kernel(centres, centres, median / gamma))
+            ok = lam > 1e-10 * lam[-1]
+            to_coef = vec[:, ok] / np.sqrt(lam[ok])
+            phi = _kernel(z[used], centres, median / gamma) @ to_coef
+            d = phi[pos[:, 0]] - phi[pos[:, 1]]
+            oof = {a: np.zeros(len(used)) for a in alphas}
+            right = {a: 0.0 for a in alphas}
+            for k in np.unique(which):
+                fit, held = which != k, which == k
+                for a in alphas:
+                    b = _solve(d[fit], w[fit], a)
+                    right[a] += float((w[held] * ((d[held] @ b) > 0)).sum())
+                    rows = pos[held].ravel()
+                    oof[a][rows] = phi[rows] @ b
+            trials[gamma] = (to_coef, d, oof, right)
+            for a in alphas:  # ties: the wider kernel and the larger penalty, the smoother score
+                if best is None or right[a] > best[0]:
+                    best = (right[a], gamma, a)
+        right_best, gamma, alpha = best
+        to_coef, d, oof, right = trials[gamma]
+        score = cls(mean, std, to_coef @ _solve(d, w, alpha), float(alpha), right_best / float(w.sum()), len(pairs),
+                    basis=basis, landmarks=centres, scale=median / gamma)
+        values = _expand(z, centres, score.scale, score.coef)
+        values[used] = oof[alpha]
+        log.info("people's score: %d pairs, %d landmarks in %d dimensions, kernel width %g x median, penalty %g, out-of-fold agreement %.1f%% (%s)",
+                 len(pairs), len(centres), keep, 1 / gamma, alpha, 100 * score.agreement,
+                 ", ".join(f"{g:g}/{a:g}: {100 * trials[g][3][a] / w.sum():.1f}%" for g in gammas for a in alphas))
+        return score, values
 
     def save(self, folder: Path) -> None:
         from safetensors.numpy import save_file
 
-        save_file({"mean": self.mean, "std": self.std, "coef": self.coef}, str(Path(folder) / PEOPLE_FILE))  # float64: the values the heads were fitted on
+        tensors = {"mean": self.mean, "std": self.std, "coef": self.coef}  # float64: the values the heads were fitted on
+        if self.basis is not None:
+            tensors |= {"basis": self.basis.astype(np.float32), "landmarks": self.landmarks.astype(np.float32), "scale": np.array([self.scale])}
+        save_file(tensors, str(Path(folder) / PEOPLE_FILE))
 
     @classmethod
     def load(cls, folder: Path, alpha: float, agreement: float, pairs: int) -> PeopleScore:
         from safetensors.numpy import load_file
 
         saved = load_file(str(Path(folder) / PEOPLE_FILE))
-        return cls(saved["mean"].astype(np.float64), saved["std"].astype(np.float64), saved["coef"].astype(np.float64), alpha, agreement, pairs)
+        kernel = {}
+        if "basis" in saved:
+            kernel = {"basis": saved["basis"].astype(np.float64), "landmarks": saved["landmarks"].astype(np.float64), "scale": float(saved["scale"][0])}
+        return cls(saved["mean"].astype(np.float64), saved["std"].astype(np.float64), saved["coef"].astype(np.float64), alpha, agreement, pairs, **kernel)
 
 
 def fit_people_score(encoder: Path, cfg: RewardModelConfig, cache: Path | None, data: TrainingSet, people_only: pd.DataFrame | None,
