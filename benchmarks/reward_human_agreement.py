@@ -185,13 +185,13 @@ def main() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    fig, ax = plt.subplots(figsize=(7.6, 3.6))
     x = np.arange(len(rows))
     ax.bar(x - 0.2, [100 * r[1] for r in rows], 0.4, label=f"people ({n} held-out HH-RLHF pairs)")
     ax.bar(x + 0.2, [100 * r[2] for r in rows], 0.4, label=f"contrast fixtures ({f})")
     ax.axhline(65, color="tab:red", lw=0.8, label="goal for people: 65%")
     ax.axhline(50, color="grey", lw=0.8, ls=":")
-    ax.set_xticks(x, [r[0] for r in rows])
+    ax.set_xticks(x, [r[0] for r in rows], fontsize=8)
     ax.set_ylabel("agreement (%)")
     ax.set_ylim(0, 100)
     ax.set_title(f"Reward model and baselines, day {args.date}")
