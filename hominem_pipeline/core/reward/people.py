@@ -134,10 +134,14 @@ def _folds(groups: np.ndarray, folds: int, seed: int) -> np.ndarray:
     return np.array([fold[g] for g in groups], dtype=np.int64)
 
 
+def _squared_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """|a_i - b_j|^2, (len(a), len(b))."""
+    return np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * a @ b.T, 0.0)
+
+
 def _kernel(a: np.ndarray, b: np.ndarray, scale: float) -> np.ndarray:
     """exp(-|a_i - b_j|^2 / scale), (len(a), len(b))."""
-    d2 = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * a @ b.T
-    return np.exp(-np.maximum(d2, 0.0) / scale)
+    return np.exp(-_squared_distances(a, b) / scale)
 
 
 def _expand(z: np.ndarray, landmarks: np.ndarray, scale: float, coef: np.ndarray, batch: int = 2048) -> np.ndarray:
@@ -201,13 +205,12 @@ class PeopleScore:
         marks = used if len(used) <= landmarks else np.sort(rng.choice(used, landmarks, replace=False))
         centres = _as_stored(z[marks])
         some = centres[rng.choice(len(centres), min(len(centres), 1000), replace=False)]
-        d2 = (some * some).sum(1)[:, None] + (some * some).sum(1)[None, :] - 2.0 * some @ some.T
-        median = float(np.median(d2[np.triu_indices(len(some), 1)]))
+        median = float(np.median(_squared_distances(some, some)[np.triu_indices(len(some), 1)]))
         w = np.asarray(weights, dtype=np.float64)
         which = _folds(np.asarray(groups), folds, seed)
         pos = np.searchsorted(used, pairs)  # pair -> rows of `used`
-        best: tuple[float, float, float] | None = None  # (right, gamma, alpha)
-        trials = {}
+        right: dict[tuple[float, float], float] = {}  # (gamma, alpha) -> weight of the pairs ordered right, out of fold
+        best: tuple[Any, ...] | None = None  # the chosen (gamma, alpha)'s Nystroem map, pair features and out-of-fold values
         for gamma in gammas:
             # Nystroem features of the kernel on the landmarks: phi(x) = k(x, L) V diag(l)^-1/2, so that
             # phi(a) . phi(b) = k(a, b) wherever a or b is a landmark; a pair's features are their difference
@@ -217,27 +220,27 @@ class PeopleScore:
             phi = _kernel(z[used], centres, median / gamma) @ to_coef
             d = phi[pos[:, 0]] - phi[pos[:, 1]]
             oof = {a: np.zeros(len(used)) for a in alphas}
-            right = {a: 0.0 for a in alphas}
+            for a in alphas:
+                right[gamma, a] = 0.0
             for k in np.unique(which):
                 fit, held = which != k, which == k
                 for a in alphas:
                     b = _solve(d[fit], w[fit], a)
-                    right[a] += float((w[held] * ((d[held] @ b) > 0)).sum())
+                    right[gamma, a] += float((w[held] * ((d[held] @ b) > 0)).sum())
                     rows = pos[held].ravel()
                     oof[a][rows] = phi[rows] @ b
-            trials[gamma] = (to_coef, d, oof, right)
-            for a in alphas:  # ties: the wider kernel and the larger penalty, the smoother score
-                if best is None or right[a] > best[0]:
-                    best = (right[a], gamma, a)
-        right_best, gamma, alpha = best
-        to_coef, d, oof, right = trials[gamma]
-        score = cls(mean, std, to_coef @ _solve(d, w, alpha), float(alpha), right_best / float(w.sum()), len(pairs),
+            # ties: the wider kernel (smaller gamma) and the larger penalty, the smoother score
+            alpha = max(alphas, key=lambda a: (right[gamma, a], a))
+            if best is None or right[gamma, alpha] > right[best[0], best[1]]:
+                best = (gamma, alpha, to_coef, d, oof[alpha])
+        gamma, alpha, to_coef, d, held_values = best
+        score = cls(mean, std, to_coef @ _solve(d, w, alpha), float(alpha), right[gamma, alpha] / float(w.sum()), len(pairs),
                     basis=basis, landmarks=centres, scale=median / gamma)
         values = _expand(z, centres, score.scale, score.coef)
-        values[used] = oof[alpha]
+        values[used] = held_values
         log.info("people's score: %d pairs, %d landmarks in %d dimensions, kernel width %g x median, penalty %g, out-of-fold agreement %.1f%% (%s)",
                  len(pairs), len(centres), keep, 1 / gamma, alpha, 100 * score.agreement,
-                 ", ".join(f"{g:g}/{a:g}: {100 * trials[g][3][a] / w.sum():.1f}%" for g in gammas for a in alphas))
+                 ", ".join(f"{g:g}/{a:g}: {100 * r / w.sum():.1f}%" for (g, a), r in right.items()))
         return score, values
 
     def save(self, folder: Path) -> None:
