@@ -133,8 +133,8 @@ def test_every_reward_model_learns_from_the_shipped_peoples_pairs_unless_told_no
     hh = shipped[shipped["source"] == "shipped:hh-rlhf-harmless-1800.jsonl.gz"]
     ours = shipped[shipped["source"] == "shipped:hominem-contrast-pairs.jsonl"]
     assert len(hh) == 1800 and len(ours) >= 150 and len(shipped) == len(hh) + len(ours) and (shipped["weight"] == 1.0).all()
-    # the heads read the file's first 300 (reward_model.people_pairs[0].heads) and every hand-written pair; the people's score all
-    assert hh["heads"].tolist() == [True] * 300 + [False] * 1500 and ours["heads"].all()
+    # the heads read the file's first 600 (reward_model.people_pairs[0].heads) and every hand-written pair; the people's score all
+    assert hh["heads"].tolist() == [True] * 600 + [False] * 1200 and ours["heads"].all()
     assert hh["prompt"].str.endswith("\n\nAssistant:").all() and (shipped["chosen"] != shipped["rejected"]).all()
     # the hand-written training pairs never share a prompt or a reply with the contrast fixtures they are measured on
     fixtures = load_fixtures(tiny_cfg.path(tiny_cfg.fixtures.file), tiny_cfg.dimension_names)

@@ -97,10 +97,12 @@ def test_every_asset_materializes_with_metadata(chain):
     assert first["reward_model"]["feedback_pairs"].value == 1  # the person's choice reached the reward model
     assert first["reward_model"]["plot: reliability"].value.startswith("![reliability](data:image/png;base64,iVBOR")  # its plot on the asset page
     human = chain["checks"]["human_agreement"]  # its held-out agreement with people, as an asset check
-    heads = 300 + 188  # the heads read HH-RLHF's first 300 and the hand-written contrast pairs (config/human/)
+    shipped = chain["cfg"].reward_model.people_pairs  # HH-RLHF's 1,800, then the hand-written contrast pairs (config/human/)
+    ours = sum(1 for _ in chain["cfg"].path(shipped[1].file).open())
+    heads = shipped[0].heads + ours  # the heads read HH-RLHF's first `heads` and every hand-written pair
     assert human.metadata["human_pairs"].value == heads + 1 and 0.0 <= human.metadata["human_agreement"].value <= 1.0  # + the feedback
-    assert first["reward_model"]["details"].value["shipped_pairs"] == 1800 + 188
-    assert first["reward_model"]["people_pairs"].value == 1800 + 188 + 1  # the people's score reads every one, the feedback too
+    assert first["reward_model"]["details"].value["shipped_pairs"] == 1800 + ours
+    assert first["reward_model"]["people_pairs"].value == 1800 + ours + 1  # the people's score reads every one, the feedback too
     fixtures = chain["checks"]["reward_fixtures"]  # the contrast fixtures, as an asset check (a random tiny model fails it)
     assert not fixtures.passed and 0.0 <= fixtures.metadata["fixture_accuracy"].value <= 1.0 and "tag truth" in fixtures.metadata
     assert first["reward_model"]["fixture_accuracy"].value == fixtures.metadata["fixture_accuracy"].value
