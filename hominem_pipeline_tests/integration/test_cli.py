@@ -213,7 +213,8 @@ def test_import_preferences_fills_the_human_preferences_asset(labeled_project, t
     built = hominem(project, "run", "--config", "config/tiny.yaml", "--date", DAY, "--select", "reward_model")
     assert built.returncode == 0, built.stdout + built.stderr
     meta = lineage(load_config(project / "config" / "tiny.yaml", root=project)).require("reward_model", DAY).manifest["metadata"]
-    assert (meta["human_pairs"], meta["shipped_pairs"]) == (1800 + 188 + 1, 1800 + 188)  # the imported copies of the shipped pairs count once
+    ours = sum(1 for _ in (project / "config" / "human" / "hominem-contrast-pairs.jsonl").open())  # the hand-written contrast pairs
+    assert (meta["human_pairs"], meta["shipped_pairs"]) == (1800 + ours + 1, 1800 + ours)  # the imported copies of the shipped pairs count once
 
     wrong = hominem(project, "data", "import-preferences", str(src), "--format", "csv", "--date", DAY)
     assert wrong.returncode == 2 and "--format 'csv' is not supported" in wrong.stderr
