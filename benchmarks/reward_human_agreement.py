@@ -1,8 +1,8 @@
 """How often the default reward model agrees with people, beside three baselines, in one run.
 
 People: HH-RLHF harmless-base pairs (../shared/data/hh-rlhf/, parsed by the project's importer),
-shuffled with seed 0; the first 1,800 are the training part (the 300 shipped in config/human/ are its
-first 300) and the next `--test` (504) are held out, never seen by any model here. Each scorer orders
+shuffled with seed 0; the first 1,800 are the training part (the 1,800 shipped in config/human/) and
+the next `--test` (504) are held out, never seen by any model here. Each scorer orders
 each held-out pair; agreement is the share it orders as the person did. Scorers:
 
     default         the reward model a fresh clone's `make run` builds for the day (the judge's labels,
@@ -51,7 +51,7 @@ from hominem_pipeline.core.lineage import lineage  # noqa: E402
 from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"
-TRAIN = 1800  # the training part of the split (the shipped pairs are its first 300)
+TRAIN = 1800  # the training part of the split (the pairs shipped in config/human/)
 WITHOUT_PEOPLE = {"reward_model": {"people_pairs": [], "human_preferences": False, "guards": []}}
 WITHOUT_GUARDS = {"reward_model": {"guards": []}}
 DRIVING = ("I failed my driving test again.", "That's rough. What happened?", "Try harder.")
