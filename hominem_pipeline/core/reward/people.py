@@ -220,8 +220,7 @@ class PeopleScore:
             phi = _kernel(z[used], centres, median / gamma) @ to_coef
             d = phi[pos[:, 0]] - phi[pos[:, 1]]
             oof = {a: np.zeros(len(used)) for a in alphas}
-            for a in alphas:
-                right[gamma, a] = 0.0
+            right.update({(gamma, a): 0.0 for a in alphas})
             for k in np.unique(which):
                 fit, held = which != k, which == k
                 for a in alphas:
@@ -236,8 +235,10 @@ class PeopleScore:
         gamma, alpha, to_coef, d, held_values = best
         score = cls(mean, std, to_coef @ _solve(d, w, alpha), float(alpha), right[gamma, alpha] / float(w.sum()), len(pairs),
                     basis=basis, landmarks=centres, scale=median / gamma)
-        values = _expand(z, centres, score.scale, score.coef)
+        values = np.zeros(len(z))
         values[used] = held_values
+        others = np.setdiff1d(np.arange(len(z)), used)  # rows of no pair: the full fit's values (the pairs' are out of fold)
+        values[others] = _expand(z[others], centres, score.scale, score.coef)
         log.info("people's score: %d pairs, %d landmarks in %d dimensions, kernel width %g x median, penalty %g, out-of-fold agreement %.1f%% (%s)",
                  len(pairs), len(centres), keep, 1 / gamma, alpha, 100 * score.agreement,
                  ", ".join(f"{g:g}/{a:g}: {100 * r / w.sum():.1f}%" for (g, a), r in right.items()))
