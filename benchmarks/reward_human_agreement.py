@@ -8,6 +8,7 @@ each held-out pair; agreement is the share it orders as the person did. Scorers:
     default         the reward model a fresh clone's `make run` builds for the day (the judge's labels,
                     the shipped people's pairs, and any imports or feedback of the window)
     people's score  the default's people's score alone (reward_model.people_score): what its heads add to it
+    judge's vector  the default with dimension_pairs false: its vector the judge's alone (its scalar the same)
     no guards       the default without its guard columns (reward_model.guards []): does each guard earn its place
     judge copy      the same without any people's pairs (reward_model.people_pairs [], guards [],
                     human_preferences false): the copy of the offline judge alone
@@ -15,16 +16,17 @@ each held-out pair; agreement is the share it orders as the person did. Scorers:
     student LL      prefer the reply the base student finds more likely per token (mean log-probability)
 
 Each is also scored on the contrast fixtures (config/fixtures/contrast.yaml: overall, its weakest tag,
-and the driving-test pair), and the two reward models on the judge's own pairs out of fold. Both
-reward models read the same frozen backbone in the same frame, so the held-out replies are encoded
-once and each model's heads are applied to the pooled features and the guard columns it reads
+and the driving-test pair), and the reward models on the judge's own pairs out of fold; the reward models'
+vectors too: each fixture tag's own dimension (`core.tags.own_dimension`), and the driving-test pair's
+empathy, social coherence and agency support. The reward models read the same frozen backbone in the
+same frame, so the held-out replies are encoded once and each model's heads are applied to the pooled features and the guard columns it reads
 (checked against `raw_scores`).
 
     .venv/bin/python benchmarks/reward_human_agreement.py                 # today's partition, 504 held out
     .venv/bin/python benchmarks/reward_human_agreement.py --date 2026-11-25 --test 200
     .venv/bin/python benchmarks/reward_human_agreement.py --project ../other --date 2026-11-26   # another project's labels
 
-With --project, the three reward models are trained here on that project's labels of the day and the
+With --project, the four reward models are trained here on that project's labels of the day and the
 shipped people's pairs alone (a first day's default), with this code's settings; its features cache is used.
 
 Needs a `make run` of that day (the teacher's labels) and ../shared/data/hh-rlhf/ (or --data PATH);
@@ -54,23 +56,26 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test
 TRAIN = 1800  # the training part of the split (the pairs shipped in config/human/)
 WITHOUT_PEOPLE = {"reward_model": {"people_pairs": [], "human_preferences": False, "guards": []}}
 WITHOUT_GUARDS = {"reward_model": {"guards": []}}
+WITHOUT_DIMENSION_PAIRS = {"reward_model": {"dimension_pairs": False}}
+README_DIMENSIONS = ("empathy", "social_coherence", "agency_support")  # what the driving-test example must show, beside the scalar
 DRIVING = ("I failed my driving test again.", "That's rough. What happened?", "Try harder.")
 
 
-def heads_scores(rm, backbone, guards, prompts, replies) -> np.ndarray:
-    """The scalar of `rm`'s heads on the backbone's pooled features, the guard columns it reads (by
-    name, from `guards`) and its own people's score, checked against its own scoring."""
+def heads_scores(rm, backbone, guards, prompts, replies) -> tuple[np.ndarray, np.ndarray]:
+    """The scalar and the vector of `rm`'s heads on the backbone's pooled features, the guard columns it
+    reads (by name, from `guards`) and its own people's score, checked against its own scoring."""
     import torch
 
     names = rm.metadata.guards.names if rm.metadata.guards else []
     people = rm.people_column(prompts, replies)
     pooled = torch.cat([backbone] + [guards[name].unsqueeze(1) for name in names]
                        + ([] if people is None else [torch.from_numpy(people).float().unsqueeze(1)]), 1)
-    scores = rm.scalar_from_pooled(pooled).astype(np.float64)
-    check = rm.raw_scores(prompts[:4], replies[:4])["scalar"]
-    if not np.allclose(check, scores[:4], atol=1e-4):
-        raise SystemExit(f"the heads on the pooled features give {scores[:4]}, raw_scores {check}: the two models do not share a backbone")
-    return scores
+    heads = rm.heads_from_pooled(pooled)
+    scores = heads["scalar"].astype(np.float64)
+    check = rm.raw_scores(prompts[:4], replies[:4])
+    if not np.allclose(check["scalar"], scores[:4], atol=1e-4) or not np.allclose(check["vector"], heads["vector"][:4], atol=1e-4):
+        raise SystemExit(f"the heads on the pooled features give {scores[:4]}, raw_scores {check['scalar']}: the two models do not share a backbone")
+    return scores, heads["vector"].astype(np.float64)
 
 
 def mean_logps(student, prompts, replies, batch_size: int = 8) -> np.ndarray:
@@ -114,9 +119,12 @@ def main() -> None:
         from project import config_on
 
         project = args.project.resolve()
-        cfg, bare, unguarded = config_on(project), config_on(project, WITHOUT_PEOPLE), config_on(project, WITHOUT_GUARDS)
+        cfg, bare, unguarded, judge_vector = (config_on(project), config_on(project, WITHOUT_PEOPLE), config_on(project, WITHOUT_GUARDS),
+                                              config_on(project, WITHOUT_DIMENSION_PAIRS))
     else:
-        cfg, bare, unguarded = load_config(None), load_config(None, overrides=WITHOUT_PEOPLE), load_config(None, overrides=WITHOUT_GUARDS)
+        cfg, bare, unguarded, judge_vector = (load_config(None), load_config(None, overrides=WITHOUT_PEOPLE), load_config(None, overrides=WITHOUT_GUARDS),
+                                              load_config(None, overrides=WITHOUT_DIMENSION_PAIRS))
+    trained = (("default", cfg), ("judge's vector", judge_vector), ("no guards", unguarded), ("judge copy", bare))
     shipped = people_pairs(cfg)
     if shipped is not None and set(shipped["pair_id"]) & set(test["pair_id"]):
         sys.exit("the shipped people's pairs overlap the held-out pairs: this benchmark's split is not the one they were drawn from")
@@ -127,7 +135,7 @@ def main() -> None:
         if not labels_file:
             sys.exit(f"no teacher_labels for {args.date} in {args.project}; pass the --date of its `make run`")
         labels, out = pd.read_parquet(labels_file[-1]), Path(tempfile.mkdtemp(prefix="hominem-agreement-"))
-        for name, c in (("default", cfg), ("no guards", unguarded), ("judge copy", bare)):
+        for name, c in trained:
             metrics = train_reward_model(labels, dimensions=c.dimension_names, backbone_path=reward_backbone(c), cfg=c.reward_model, out_dir=out / name,
                                          seed=c.project.seed, data_digest="benchmark", date=args.date, human_pairs=people_pairs(c),
                                          judge_system=rubric_system(c.labeling), judge_question=c.labeling.scalar_question,
@@ -138,7 +146,7 @@ def main() -> None:
     else:
         if lineage(cfg).expected("teacher_labels", args.date) is None:
             sys.exit(f"no teacher_labels for {args.date} under the default config; run `make run` (or pass --date)")
-        for name, c in (("default", cfg), ("no guards", unguarded), ("judge copy", bare)):
+        for name, c in trained:
             result = run_stage("reward_model", c, args.date)
             models[name] = (RewardModel.load(result.ref.path), result.metrics)
             print(f"{name}: {result.ref.path} ({'reused' if result.cache_hit else 'built'}), {int(result.metadata.get('human_pairs', 0))} people's pairs", flush=True)
@@ -149,12 +157,13 @@ def main() -> None:
     replies = list(test["chosen"]) + list(test["rejected"]) + [f.better for f in fixtures] + [f.worse for f in fixtures] + list(DRIVING[1:])
     default = models["default"][0]
     for rm, _ in models.values():
-        rm.use_feature_cache(cfg.data_dir / FEATURE_CACHE)  # the encoder's states: read once for all three
+        rm.use_feature_cache(cfg.data_dir / FEATURE_CACHE)  # the encoded states: read once for all of them
     pooled = default.pooled(prompts, replies)
     names = default.metadata.guards.names if default.metadata.guards else []
     extra = len(names) + int(default.metadata.people is not None)
     backbone, guards = pooled[:, : pooled.shape[1] - extra], {name: pooled[:, pooled.shape[1] - extra + i] for i, name in enumerate(names)}
-    scores = {name: heads_scores(rm, backbone, guards, prompts, replies) for name, (rm, _) in models.items()}
+    heads = {name: heads_scores(rm, backbone, guards, prompts, replies) for name, (rm, _) in models.items()}
+    scores = {name: scalar for name, (scalar, _) in heads.items()}
     if default.metadata.people is not None:  # the default's people's score on its own: what the heads add to it
         scores["people's score"] = default.people_column(prompts, replies).astype(np.float64)
     scores["longer"] = np.array([len(r.encode()) for r in replies], dtype=np.float64)
@@ -175,7 +184,19 @@ def main() -> None:
     print(f"{'scorer':12s} {'people':>8s} {'fixtures':>9s}  {'weakest tag':24s} {'kind reply wins':>16s} {'judge OOF':>10s}")
     for name, people, fix, tag, worst, kind, judge in rows:
         print(f"{name:12s} {people:8.1%} {fix:9.1%}  {f'{tag} {worst:.0%}':24s} {'yes' if kind else 'no':>16s} {'-' if judge is None else f'{judge:.1%}':>10s}")
-    best = max((r for r in rows if r[0] not in ("default", "no guards", "people's score")), key=lambda r: r[1])
+    print("\nEach tag's own dimension on its fixtures (the scalar beside it), and the driving-test example's "
+          f"{', '.join(README_DIMENSIONS)} (kind reply minus 'Try harder.'):")
+    dim_reports = {}
+    for name, (scalar, vector) in heads.items():
+        dim_reports[name] = fixture_report(fixtures, scalar[2 * n : 2 * n + f] - scalar[2 * n + f : 2 * n + 2 * f],
+                                           vector[2 * n : 2 * n + f] - vector[2 * n + f : 2 * n + 2 * f], default.dimensions).dimensions
+    tags = list(dim_reports["default"].by_tag)
+    print(f"{'scorer':15s} {'all':>6s} " + " ".join(f"{t[:10]:>10s}" for t in tags) + "  " + " ".join(f"{d[:9]:>9s}" for d in README_DIMENSIONS))
+    for name, rep in dim_reports.items():
+        vector = heads[name][1]
+        gaps = [vector[-2, default.dimensions.index(d)] - vector[-1, default.dimensions.index(d)] for d in README_DIMENSIONS]
+        print(f"{name:15s} {rep.accuracy:6.1%} " + " ".join(f"{rep.by_tag[t]:10.0%}" for t in tags) + "  " + " ".join(f"{g:+9.3f}" for g in gaps))
+    best = max((r for r in rows if r[0] not in ("default", "no guards", "people's score", "judge's vector")), key=lambda r: r[1])
     plain = next(r for r in rows if r[0] == "no guards")
     print(f"the guards ({', '.join(names) or 'none'}): {rows[0][1] - plain[1]:+.1%} agreement with people, {rows[0][2] - plain[2]:+.1%} on the fixtures")
     print(f"default against the best baseline ({best[0]}): {rows[0][1] - best[1]:+.1%} agreement with people; goal: at least 65% and above all three")

@@ -98,18 +98,26 @@ def _probe_fixtures(cfg, path: Path, as_json: bool) -> None:
         return
     f = cfg.fixtures
     console.print(f"[dim]reward model {path}\nfixtures {cfg.path(f.file)}[/]")
-    table = Table(title="the better reply scored higher")
-    for column in ("tag", "pairs", "right"):
-        table.add_column(column, justify="left" if column == "tag" else "right")
+    dims = report.dimensions
+    table = Table(title="the better reply scored higher: by the scalar, and by the tag's own dimension")
+    for column in ("tag", "pairs", "scalar", "own dimension", "by it"):
+        table.add_column(column, justify="left" if column in ("tag", "own dimension") else "right")
+    mark = lambda value, floor, bold="": f"[{bold}{'green' if value >= floor else 'red'}]{value:.0%}[/]"  # noqa: E731
     for tag, value in report.by_tag.items():
-        colour = "green" if value >= f.min_tag_accuracy else "red"
-        table.add_row(tag, str(report.counts[tag]), f"[{colour}]{value:.0%}[/]")
-    colour = "green" if report.accuracy >= f.min_accuracy else "red"
-    table.add_row("[bold]all[/]", str(report.pairs), f"[bold {colour}]{report.accuracy:.1%}[/]", end_section=True)
+        own = dims is not None and tag in dims.by_tag
+        table.add_row(tag, str(report.counts[tag]), mark(value, f.min_tag_accuracy), report.dimension_of.get(tag, "-"),
+                      mark(dims.by_tag[tag], f.min_dimension_tag_accuracy) if own else "-")
+    table.add_row("[bold]all[/]", str(report.pairs), mark(report.accuracy, f.min_accuracy, "bold "), "",
+                  mark(dims.accuracy, f.min_dimension_accuracy, "bold ") + f" of {dims.pairs}" if dims is not None else "-", end_section=True)
     console.print(table)
     for x in report.failures:
-        console.print(escape(f"x [{x['tag']}] {x['prompt']}\n    better: {x['better']}\n    worse:  {x['worse']}   (gap {x['gap']:+.3f})"), style="red")
-    console.print(f"goal: at least {f.min_accuracy:.0%} overall and {f.min_tag_accuracy:.0%} in every tag (fixtures.min_accuracy, fixtures.min_tag_accuracy)")
+        console.print(escape(f"x [{x['tag']}] {x['prompt']}\n    better: {x['better']}\n    worse:  {x['worse']}   (scalar gap {x['gap']:+.3f})"), style="red")
+    for x in [] if dims is None else dims.failures:
+        console.print(escape(f"x [{x['tag']}: {x['dimension']}] {x['prompt']}\n    better: {x['better']}\n    worse:  {x['worse']}   ({x['dimension']} gap {x['gap']:+.3f})"),
+                      style="yellow")
+    console.print(f"goal: the scalar at least {f.min_accuracy:.0%} overall and {f.min_tag_accuracy:.0%} in every tag (fixtures.min_accuracy, "
+                  f"fixtures.min_tag_accuracy); each tag's own dimension at least {f.min_dimension_accuracy:.0%} overall and "
+                  f"{f.min_dimension_tag_accuracy:.0%} in every tag (fixtures.min_dimension_accuracy, fixtures.min_dimension_tag_accuracy)")
 
 
 @app.command()

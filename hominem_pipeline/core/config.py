@@ -343,6 +343,8 @@ class FixturesConfig(_Frozen):
     file: str | None = Field(description="Hand-written contrast pairs (YAML: tag, prompt, better, worse), relative to the project root; null: no fixture figures or checks.")
     min_accuracy: float = Field(ge=0.0, le=1.0, description="The asset check reward_fixtures warns when the reward model's scalar prefers the better reply less often than this (0 to 1).")
     min_tag_accuracy: float = Field(ge=0.0, le=1.0, description="... or less often than this within any one tag (0 to 1).")
+    min_dimension_accuracy: float = Field(ge=0.0, le=1.0, description="The asset check reward_dimension_fixtures warns when, on the fixtures whose tag is about one dimension, that dimension alone prefers the better reply less often than this (0 to 1).")
+    min_dimension_tag_accuracy: float = Field(ge=0.0, le=1.0, description="... or less often than this within any one such tag (0 to 1).")
 
 
 class HealthWeights(_Frozen):

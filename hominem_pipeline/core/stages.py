@@ -30,6 +30,7 @@ from hominem_pipeline.core.builds.reward_model import (
     build_reward_model,
     human_agreement,
     reward_backbone_digest,
+    reward_dimension_fixtures,
     reward_fixtures,
 )
 from hominem_pipeline.core.builds.teacher_labels import (
@@ -160,7 +161,10 @@ STAGES: tuple[Stage, ...] = (
         checks=(Check("human_agreement", "People's held-out preference pairs are ordered as they chose at least reward_model.min_human_agreement of the time.",
                       human_agreement),
                 Check("reward_fixtures", "The scalar prefers the better reply of the hand-written contrast fixtures at least fixtures.min_accuracy of the time, "
-                                         "and at least fixtures.min_tag_accuracy within every tag; the pairs it gets wrong are listed.", reward_fixtures)),
+                                         "and at least fixtures.min_tag_accuracy within every tag; the pairs it gets wrong are listed.", reward_fixtures),
+                Check("reward_dimension_fixtures", "On the contrast fixtures about one dimension, that dimension alone prefers the better reply at least "
+                                                   "fixtures.min_dimension_accuracy of the time, and at least fixtures.min_dimension_tag_accuracy within "
+                                                   "every tag; the pairs it gets wrong are listed.", reward_dimension_fixtures)),
     ),
     Stage(
         name="preference_pairs",

@@ -7,8 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from hominem_pipeline.core.builds.reward_model import reward_fixtures, score_fixture_file
-from hominem_pipeline.core.evaluation.fixtures import EXTRA_TAGS, FIXTURES_JSON, fixture_report, load_fixtures
+from hominem_pipeline.core.builds.reward_model import reward_dimension_fixtures, reward_fixtures, score_fixture_file
+from hominem_pipeline.core.evaluation.fixtures import EXTRA_TAGS, FIXTURES_JSON, FixtureReport, fixture_report, load_fixtures
 from hominem_pipeline.core.reward.training import train_reward_model
 from hominem_pipeline_tests.conftest import REPO
 from hominem_pipeline_tests.core.test_reward_model import small_cfg
@@ -50,6 +50,28 @@ def test_the_report_counts_ties_as_wrong_and_lists_the_worst_first():
     assert report.metrics() == {"fixture_accuracy": 0.5, "fixture_accuracy_empathy": 0.5}
 
 
+def test_each_tag_is_also_scored_by_its_own_dimension_alone():
+    """Beside the scalar, each fixture whose tag is about a dimension is scored by that dimension's gap (truth
+    by epistemic_integrity, relevance by narrative_alignment); fluency and trade-offs have none."""
+    import numpy as np
+
+    every = load_fixtures(REPO / "config" / "fixtures" / "contrast.yaml", DIMENSIONS)
+    fixtures = [next(f for f in every if f.tag == t) for t in ("empathy", "curiosity", "truth", "relevance", "fluency", "tradeoff")]
+    vector = np.zeros((len(fixtures), len(DIMENSIONS)))
+    vector[0, DIMENSIONS.index("empathy")] = -0.3  # empathy prefers the worse reply of the empathy pair
+    vector[1, DIMENSIONS.index("curiosity")] = 0.2
+    vector[2, DIMENSIONS.index("epistemic_integrity")] = 0.1
+    vector[3, DIMENSIONS.index("empathy")] = 0.5  # relevance is scored by narrative_alignment, which ties here: wrong
+    report = fixture_report(fixtures, [0.1] * 6, vector, DIMENSIONS)
+    assert report.accuracy == 1.0 and report.dimensions.pairs == 4
+    assert report.dimension_of == {"empathy": "empathy", "curiosity": "curiosity", "truth": "epistemic_integrity", "relevance": "narrative_alignment"}
+    assert report.dimensions.by_tag == {"curiosity": 1.0, "empathy": 0.0, "relevance": 0.0, "truth": 1.0} and report.dimensions.accuracy == 0.5
+    assert [(x["tag"], x["dimension"], x["gap"]) for x in report.dimensions.failures] == [("empathy", "empathy", -0.3), ("relevance", "narrative_alignment", 0.0)]
+    assert report.metrics()["fixture_dimension_accuracy"] == 0.5 and report.metrics()["fixture_dimension_accuracy_truth"] == 1.0
+    again = FixtureReport.from_dict(json.loads(json.dumps(report.as_dict())))
+    assert again.dimensions.by_tag == report.dimensions.by_tag and again.dimension_of == report.dimension_of
+
+
 def _trained_on_fixtures(cfg, out, inverted: bool):
     fixtures = load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names)
     better, worse = [f.better for f in fixtures], [f.worse for f in fixtures]
@@ -70,6 +92,11 @@ def test_the_fixture_check_fails_on_a_model_trained_on_inverted_pairs_and_lists_
     worst = report["failures"][0]
     assert outcome.metadata["failures"].splitlines()[0].startswith(f"[{worst['tag']}] {worst['prompt']} | better: {worst['better']} | worse: {worst['worse']}")
 
+    dims = reward_dimension_fixtures(metrics, tiny_cfg, tmp_path / "inverted")  # untagged pairs leave the dimensions the judge's (none here)
+    assert dims.metadata["dimension_accuracy"] == metrics["fixture_dimension_accuracy"]
+    assert "contrast fixtures" in dims.description and "fixtures.min_dimension_accuracy 90%" in dims.description
+    assert "truth: epistemic_integrity" in dims.metadata["dimension of each tag"]
+
     right, fair = _trained_on_fixtures(tiny_cfg, tmp_path / "right", inverted=False)
     assert right["fixture_accuracy"] > 0.5 > metrics["fixture_accuracy"]
     lenient = tiny_cfg.model_copy(update={"fixtures": tiny_cfg.fixtures.model_copy(update={"min_accuracy": 0.5, "min_tag_accuracy": 0.0})})
@@ -80,6 +107,8 @@ def test_without_a_fixture_file_the_check_passes_saying_so(tiny_cfg, tmp_path):
     off = tiny_cfg.model_copy(update={"fixtures": tiny_cfg.fixtures.model_copy(update={"file": None})})
     assert score_fixture_file(off, tmp_path) is None
     outcome = reward_fixtures({}, off, tmp_path)
+    assert outcome.passed and "fixtures.file is null" in outcome.description
+    outcome = reward_dimension_fixtures({}, off, tmp_path)
     assert outcome.passed and "fixtures.file is null" in outcome.description
 
 

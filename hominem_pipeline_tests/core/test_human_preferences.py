@@ -71,6 +71,21 @@ def test_jsonl_and_parquet_rows_need_prompt_chosen_rejected(tmp_path):
         parse_preference_file(jl, "csv", "rows.jsonl")
 
 
+def test_a_rows_tag_is_kept_and_a_bad_one_is_quarantined(tmp_path):
+    """A tag names the quality a pair tests (a dimension's name makes it supervise that dimension's head)."""
+    rows = [{"prompt": "p", "chosen": "good", "rejected": "bad", "tag": "empathy"}, {"prompt": "q", "chosen": "good", "rejected": "bad"},
+            {"prompt": "r", "chosen": "good", "rejected": "bad", "tag": 3}]
+    jl = tmp_path / "rows.jsonl"
+    jl.write_text("\n".join(json.dumps(r) for r in rows))
+    parsed = parse_preference_file(jl, "jsonl", "rows.jsonl")
+    assert parsed.pairs["tag"].iloc[0] == "empathy" and pd.isna(parsed.pairs["tag"].iloc[1])
+    assert parsed.quarantine.reason.iloc[0] == "`tag` must be a non-empty text (a dimension, or a quality like truth), got 3"
+    pq = tmp_path / "rows.parquet"
+    pd.DataFrame(rows[:2]).to_parquet(pq)  # the second row's tag is missing there
+    tags = parse_preference_file(pq, "parquet", "rows.parquet").pairs["tag"]
+    assert tags.iloc[0] == "empathy" and pd.isna(tags.iloc[1])
+
+
 def test_inbox_is_content_addressed_so_a_second_import_is_a_no_op(tmp_path):
     src = tmp_path / "rows.jsonl"
     src.write_text(json.dumps({"prompt": "p", "chosen": "a", "rejected": "b"}))

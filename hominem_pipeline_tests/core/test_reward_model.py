@@ -736,3 +736,80 @@ def test_pairs_for_the_peoples_score_alone_move_the_scalar_through_it(tiny_stude
                        date="2026-11-20", judge_system="You are a fair judge.", human_pairs=pd.DataFrame(rows), people_encoder=tiny_encoder,
                        feature_cache=tmp_path / "cache")
     np.testing.assert_allclose(RewardModel.load(tmp_path / "again").people_column(prompts, [a, b]), column, atol=1e-5)
+
+
+def test_tagged_pairs_pull_their_dimension_and_win_where_the_judge_inverts_it():
+    """The judge's labels invert one dimension (it likes less of what people prefer on it); people's pairs
+    tagged with that dimension pull its head until it orders them their way, in and out of fold; the
+    other dimensions, which no pair is tagged with, stay the judge's."""
+    from hominem_pipeline.core.reward.ridge import dimension_pulls_out_of_fold, feature_stats, pair_rows, pull_dimensions, ridge_design, ridge_solve
+
+    rng = np.random.default_rng(2)
+    n_labeled, n_human = 80, 60
+    features = torch.tensor(rng.normal(size=(n_labeled + 2 * n_human, 4)), dtype=torch.float32)
+    f0 = features[:n_labeled, 0].numpy()
+    vector = np.stack([np.tanh(-0.8 * f0), np.tanh(0.8 * f0)], 1)  # dimension 0 inverted by the judge, dimension 1 not
+    targets = {"vector": torch.tensor(vector, dtype=torch.float32), "scalar": torch.tensor(np.tanh(0.8 * f0), dtype=torch.float32),
+               "reward_intensity": torch.full((n_labeled,), 0.5), "safety_score": torch.full((n_labeled,), 0.9)}
+    a, b = n_labeled + 2 * np.arange(n_human), n_labeled + 2 * np.arange(n_human) + 1
+    more_f0 = (features[a, 0] > features[b, 0]).numpy()
+    pairs = np.stack([np.where(more_f0, a, b), np.where(more_f0, b, a)], 1)  # people: more of feature 0 is better on dimension 0
+    tags = np.where(np.arange(n_human) < 40, 0, -1)  # 40 pairs tagged with dimension 0, 20 untagged (the scalar's alone)
+    labeled = np.arange(n_labeled)
+    mean, std = feature_stats(features[:n_labeled])
+    x = ridge_design(features, labeled, mean, std)
+    y = torch.cat([torch.atanh(targets["vector"].double().clamp(-0.995, 0.995)), torch.zeros(n_labeled, 3, dtype=torch.float64)], 1)
+    judge = ridge_solve(x, y, torch.ones(n_labeled, dtype=torch.float64), 1.0)
+    d = pair_rows(features, pairs, mean, std)
+    pulled = pull_dimensions(judge, d, torch.full((n_human,), 10.0, dtype=torch.float64), tags, 1.0)
+    gaps = lambda coef, j: (d @ coef[:, j]).numpy()  # noqa: E731
+    assert (gaps(judge, 0) > 0).mean() < 0.1 and (gaps(pulled, 0) > 0).mean() > 0.95  # the person wins on the tagged dimension
+    np.testing.assert_allclose(pulled[:, 1:].numpy(), judge[:, 1:].numpy())  # untouched: dimension 1 and every other output
+    untagged_only = pull_dimensions(judge, d, torch.full((n_human,), 10.0, dtype=torch.float64), np.full(n_human, -1), 1.0)
+    np.testing.assert_allclose(untagged_only.numpy(), judge.numpy())  # untagged pairs never move a dimension
+    held = dimension_pulls_out_of_fold(features, targets, labeled, np.repeat(np.arange(20), 4), [1.0], torch.ones(5, dtype=torch.float64), 0, 5,
+                                       (pairs, np.ones(n_human), 100 + np.arange(n_human)), tags, (0.0, 10.0))
+    assert np.isnan(held[10.0][tags < 0]).all()
+    assert (held[0.0][tags == 0] > 0).mean() < 0.1 and (held[10.0][tags == 0] > 0).mean() > 0.9  # out of fold: it generalises
+
+
+def test_training_follows_tagged_peoples_pairs_on_the_dimension_the_judge_inverts(tiny_student, tmp_path):
+    """A toy day whose judge scores the curt reply higher on empathy (and lower on everything else), and
+    people's pairs tagged empathy that prefer the kind reply: the trained model's empathy prefers the kind
+    reply on a new prompt, its curiosity (no tagged pairs) stays the judge's, and the figures say so."""
+    from hominem_pipeline.core.reward.ridge import DIMENSION_PULLS
+
+    labels = toy_labels(8)
+    kind = labels["response"].str.startswith("I am so sorry")
+    labels["vector"] = [{"empathy": -0.8 if k else 0.8, "curiosity": 0.8 if k else -0.8, "harm_avoidance": 0.5} for k in kind]
+    cfg = small_cfg(max_length=96, head_fit="ridge", ridge_alphas=[1.0, 100.0], uncertainty={"method": "none", "members": 1, "mc_samples": 2},
+                    backbone={"finetune": "frozen", "frame": "judge", "pooling": "last_mean"})
+    n = 12
+    human = pd.DataFrame({"prompt": [f"My plans fell through, time {i}." for i in range(n)],
+                          "chosen": ["I am so sorry, that sounds really hard. Tell me more?"] * n, "rejected": ["Whatever. Not my problem."] * n,
+                          "tag": ["empathy"] * (n - 2) + [None, None]})
+    metrics = train_reward_model(labels, dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x",
+                                 date="2026-11-20", judge_system="You are a fair judge.", human_pairs=human)
+    assert metrics["dimension_pull"] in DIMENSION_PULLS and metrics["val_dimension_pairs"] == n - 2
+    assert metrics["val_dimension_accuracy_judge_empathy"] == 0.0 and metrics["val_dimension_accuracy_empathy"] == 1.0
+    model = RewardModel.load(tmp_path)
+    prompt = "My bike was stolen today."
+    assert model.prefer(prompt, "I am so sorry, that sounds really hard. Tell me more?", "Whatever. Not my problem.", "empathy") > 0.5
+    assert model.prefer(prompt, "I am so sorry, that sounds really hard. Tell me more?", "Whatever. Not my problem.", "curiosity") > 0.5
+
+
+def test_gradient_training_learns_a_dimension_from_its_tagged_pairs(tiny_encoder, tmp_path):
+    """head_fit gradient: tagged people's pairs add a Bradley-Terry loss on their own dimension, which falls
+    as the empathy head learns the people's order; pairs without a tag leave the dimensions alone."""
+    history = []
+    pairs = toy_human_pairs().assign(tag=["empathy"] * 10)
+    train_reward_model(toy_labels().iloc[0:0], dimensions=DIMS, backbone_path=tiny_encoder, cfg=small_cfg(uncertainty={"method": "none", "members": 1, "mc_samples": 2}),
+                       out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20", human_pairs=pairs, on_epoch=lambda e, m: history.append(m))
+    assert history[-1]["train_loss_dimension_pair"] < history[0]["train_loss_dimension_pair"]
+    rm = RewardModel.load(tmp_path)
+    assert rm.prefer("My exam went badly.", "I am so sorry, that sounds really hard. Tell me more?", "Whatever. Not my problem.", "empathy") > 0.5
+    untagged = []
+    train_reward_model(toy_labels().iloc[0:0], dimensions=DIMS, backbone_path=tiny_encoder, cfg=small_cfg(uncertainty={"method": "none", "members": 1, "mc_samples": 2}),
+                       out_dir=tmp_path / "untagged", seed=0, data_digest="x", date="2026-11-20", human_pairs=toy_human_pairs(),
+                       on_epoch=lambda e, m: untagged.append(m))
+    assert not any("train_loss_dimension_pair" in m for m in untagged)

@@ -181,24 +181,51 @@ def reward_fixtures(metrics: dict[str, Any], cfg: HominemConfig, folder: Path) -
     """Warns when the scalar prefers the better reply of the contrast fixtures less often than
     `fixtures.min_accuracy`, or within any tag less often than `fixtures.min_tag_accuracy`; lists the
     pairs it got wrong. Passes, saying so, when no fixture file is configured."""
+    report = _fixture_report(cfg, folder)
+    if report is None:
+        return CheckOutcome(True, "no contrast fixtures configured (fixtures.file is null)", {})
+    f = cfg.fixtures
+    return _fixture_outcome(report, f.min_accuracy, f.min_tag_accuracy, "fixtures.min_accuracy", "fixtures.min_tag_accuracy",
+                            "the better reply scored higher", "fixture_accuracy")
+
+
+def reward_dimension_fixtures(metrics: dict[str, Any], cfg: HominemConfig, folder: Path) -> CheckOutcome:
+    """Warns when, on the contrast fixtures whose tag is about one dimension (`tags.own_dimension`), that
+    dimension alone prefers the better reply less often than `fixtures.min_dimension_accuracy`, or within
+    any tag less often than `fixtures.min_dimension_tag_accuracy`; lists the pairs it got wrong. Passes,
+    saying so, when no fixture file is configured or no fixture's tag is about a dimension."""
+    report = _fixture_report(cfg, folder)
+    if report is None or report.dimensions is None:
+        return CheckOutcome(True, "no contrast fixtures about a dimension" + (" configured (fixtures.file is null)" if report is None else " in fixtures.file"), {})
+    f = cfg.fixtures
+    outcome = _fixture_outcome(report.dimensions, f.min_dimension_accuracy, f.min_dimension_tag_accuracy, "fixtures.min_dimension_accuracy",
+                               "fixtures.min_dimension_tag_accuracy", "each tag's own dimension scored the better reply higher", "dimension_accuracy")
+    outcome.metadata["dimension of each tag"] = ", ".join(f"{t}: {d}" for t, d in sorted(report.dimension_of.items()))
+    return outcome
+
+
+def _fixture_report(cfg: HominemConfig, folder: Path):
+    """The fixture report written beside the model (`score_fixture_file`); None without a fixture file."""
     import json
 
     from hominem_pipeline.core.evaluation.fixtures import FIXTURES_JSON, FixtureReport
 
-    f = cfg.fixtures
-    if f.file is None or not (folder / FIXTURES_JSON).is_file():
-        return CheckOutcome(True, "no contrast fixtures configured (fixtures.file is null)", {})
-    report = FixtureReport.from_dict(json.loads((folder / FIXTURES_JSON).read_text()))
-    low = {t: v for t, v in report.by_tag.items() if v < f.min_tag_accuracy}
-    passed = report.accuracy >= f.min_accuracy and not low
-    meta: dict[str, Any] = {"fixture_accuracy": report.accuracy, "min_accuracy": f.min_accuracy, "min_tag_accuracy": f.min_tag_accuracy,
+    if cfg.fixtures.file is None or not (folder / FIXTURES_JSON).is_file():
+        return None
+    return FixtureReport.from_dict(json.loads((folder / FIXTURES_JSON).read_text()))
+
+
+def _fixture_outcome(report, floor: float, tag_floor: float, floor_key: str, tag_key: str, what: str, figure: str) -> CheckOutcome:
+    low = {t: v for t, v in report.by_tag.items() if v < tag_floor}
+    passed = report.accuracy >= floor and not low
+    meta: dict[str, Any] = {figure: report.accuracy, floor_key.split(".")[1]: floor, tag_key.split(".")[1]: tag_floor,
                             **{f"tag {t}": v for t, v in report.by_tag.items()}}
     if report.failures:
         meta["failures"] = "\n".join(f"[{x['tag']}] {x['prompt']} | better: {x['better']} | worse: {x['worse']} | gap {x['gap']:+.3f}"
                                      for x in report.failures[:30])
-    tags = f"; tags below fixtures.min_tag_accuracy {f.min_tag_accuracy:.0%}: " + ", ".join(f"{t} {v:.0%}" for t, v in sorted(low.items())) if low else ""
-    return CheckOutcome(passed, f"the better reply scored higher in {report.accuracy:.1%} of {report.pairs} contrast fixtures "
-                                f"({'at or above' if report.accuracy >= f.min_accuracy else 'below'} fixtures.min_accuracy {f.min_accuracy:.0%}){tags}", meta)
+    tags = f"; tags below {tag_key} {tag_floor:.0%}: " + ", ".join(f"{t} {v:.0%}" for t, v in sorted(low.items())) if low else ""
+    return CheckOutcome(passed, f"{what} in {report.accuracy:.1%} of {report.pairs} contrast fixtures "
+                                f"({'at or above' if report.accuracy >= floor else 'below'} {floor_key} {floor:.0%}){tags}", meta)
 
 
 def human_agreement(metrics: dict[str, Any], cfg: HominemConfig, folder: Path | None = None) -> CheckOutcome:

@@ -15,13 +15,8 @@ from typing import Any
 
 import numpy as np
 
-# Tags beyond the reward dimensions: the quirks a small judge has that people do not.
-EXTRA_TAGS = {
-    "fluency": "gibberish, emoji strings or repetition against a plain sentence",
-    "relevance": "a fluent reply to another message against a reply to this one",
-    "truth": "a plain factual error against the fact",
-    "tradeoff": "kindness against honesty, or the person's choice against their safety, done well against done badly",
-}
+from hominem_pipeline.core.tags import EXTRA_TAGS, own_dimension
+
 FIXTURES_JSON = "fixtures.json"  # a reward model's fixture report, beside its METADATA
 
 
@@ -68,12 +63,16 @@ def load_fixtures(path: str | Path, dimensions: Sequence[str]) -> list[Fixture]:
 
 @dataclass
 class FixtureReport:
-    """How often a scorer prefers the better reply: overall, per tag, and the pairs it got wrong."""
+    """How often a scorer prefers the better reply: overall, per tag, and the pairs it got wrong. A
+    reward model's report also holds `dimensions`: the same figures for each tag's own dimension
+    (`tags.own_dimension`) on that tag's fixtures, where the scorer is that one dimension of the vector."""
 
     accuracy: float
     by_tag: dict[str, float]
     counts: dict[str, int]
     failures: list[dict[str, Any]] = field(default_factory=list)
+    dimensions: FixtureReport | None = None
+    dimension_of: dict[str, str] = field(default_factory=dict)  # tag -> the dimension that scored it (in `dimensions`)
 
     @property
     def pairs(self) -> int:
@@ -84,19 +83,29 @@ class FixtureReport:
         return tag, self.by_tag[tag]
 
     def metrics(self) -> dict[str, float]:
-        """Flat figures for MLflow: fixture_accuracy and fixture_accuracy_<tag>."""
-        return {"fixture_accuracy": self.accuracy, **{f"fixture_accuracy_{t}": v for t, v in self.by_tag.items()}}
+        """Flat figures for MLflow: fixture_accuracy and fixture_accuracy_<tag>; with dimensions, also
+        fixture_dimension_accuracy and fixture_dimension_accuracy_<tag>."""
+        out = {"fixture_accuracy": self.accuracy, **{f"fixture_accuracy_{t}": v for t, v in self.by_tag.items()}}
+        if self.dimensions is not None:
+            out.update({"fixture_dimension_accuracy": self.dimensions.accuracy,
+                        **{f"fixture_dimension_accuracy_{t}": v for t, v in self.dimensions.by_tag.items()}})
+        return out
 
     def as_dict(self) -> dict[str, Any]:
-        return {"accuracy": self.accuracy, "pairs": self.pairs, "by_tag": self.by_tag, "counts": self.counts, "failures": self.failures}
+        return {"accuracy": self.accuracy, "pairs": self.pairs, "by_tag": self.by_tag, "counts": self.counts, "failures": self.failures,
+                **({"dimensions": self.dimensions.as_dict(), "dimension_of": self.dimension_of} if self.dimensions is not None else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FixtureReport:
-        return cls(d["accuracy"], d["by_tag"], d["counts"], d["failures"])
+        nested = d.get("dimensions")
+        return cls(d["accuracy"], d["by_tag"], d["counts"], d["failures"], None if nested is None else cls.from_dict(nested), d.get("dimension_of", {}))
 
 
-def fixture_report(fixtures: Sequence[Fixture], gaps: Sequence[float]) -> FixtureReport:
-    """`gaps`: per fixture, the better reply's score minus the worse one's (a tie counts as wrong)."""
+def fixture_report(fixtures: Sequence[Fixture], gaps: Sequence[float], vector_gaps: np.ndarray | None = None,
+                   dimensions: Sequence[str] | None = None) -> FixtureReport:
+    """`gaps`: per fixture, the better reply's score minus the worse one's (a tie counts as wrong).
+    `vector_gaps` (n, len(dimensions)): the same per dimension; each fixture whose tag has an own
+    dimension is then also scored by that dimension alone (the report's `dimensions`)."""
     gaps = np.asarray(gaps, dtype=np.float64)
     if len(gaps) != len(fixtures):
         raise ValueError(f"fixture_report takes one gap per fixture: got {len(gaps)} for {len(fixtures)}")
@@ -106,13 +115,25 @@ def fixture_report(fixtures: Sequence[Fixture], gaps: Sequence[float]) -> Fixtur
     counts = {t: sum(f.tag == t for f in fixtures) for t in tags}
     failures = [{"tag": f.tag, "prompt": f.prompt, "better": f.better, "worse": f.worse, "gap": round(float(g), 4)}
                 for f, g, r in zip(fixtures, gaps, right) if not r]
-    return FixtureReport(float(right.mean()), by_tag, counts, sorted(failures, key=lambda x: x["gap"]))
+    report = FixtureReport(float(right.mean()), by_tag, counts, sorted(failures, key=lambda x: x["gap"]))
+    if vector_gaps is not None and dimensions is not None:
+        own = [(i, own_dimension(f.tag, dimensions)) for i, f in enumerate(fixtures)]
+        own = [(i, d) for i, d in own if d is not None]
+        if own:
+            report.dimensions = fixture_report([fixtures[i] for i, _ in own], [vector_gaps[i, list(dimensions).index(d)] for i, d in own])
+            report.dimension_of = {fixtures[i].tag: d for i, d in own}
+            for x in report.dimensions.failures:
+                x["dimension"] = report.dimension_of[x["tag"]]
+    return report
 
 
 def score_fixtures(reward_model: Any, fixtures: Sequence[Fixture], batch_size: int = 32) -> FixtureReport:
-    """The report of a `RewardModel`'s scalar on `fixtures`."""
-    gaps = reward_model.pair_gaps([f.prompt for f in fixtures], [f.better for f in fixtures], [f.worse for f in fixtures], batch_size=batch_size)
-    return fixture_report(fixtures, gaps)
+    """The report of a `RewardModel` on `fixtures`: its scalar, and each tag's own dimension of its vector."""
+    prompts = [f.prompt for f in fixtures]
+    raw = reward_model.raw_scores(prompts + prompts, [f.better for f in fixtures] + [f.worse for f in fixtures], batch_size=batch_size)
+    n = len(fixtures)
+    scalar, vector = raw["scalar"].astype(np.float64), raw["vector"].astype(np.float64)  # exact gaps of float32 scores
+    return fixture_report(fixtures, scalar[:n] - scalar[n:], vector[:n] - vector[n:], reward_model.dimensions)
 
 
 def fixtures_file_digest(cfg: Any) -> str | None:

@@ -23,7 +23,8 @@ from hominem_pipeline.core.artifacts import file_sha256, fingerprint
 
 FORMATS = ("hh-rlhf", "jsonl", "parquet")
 ASSISTANT = "\n\nAssistant:"
-HUMAN_PAIR_COLUMNS = ["pair_id", "prompt_id", "prompt", "chosen", "rejected", "source", "source_file", "source_row"]
+# tag: the quality the pair tests (`core.tags`; a dimension's name makes the pair supervise that dimension), or None
+HUMAN_PAIR_COLUMNS = ["pair_id", "prompt_id", "prompt", "chosen", "rejected", "tag", "source", "source_file", "source_row"]
 QUARANTINE_COLUMNS = ["source_file", "source_row", "reason", "raw"]
 
 
@@ -116,6 +117,11 @@ def parse_preference_file(path: Path, fmt: str, source_name: str) -> ParsedFile:
                 raise ValueError("empty chosen or rejected reply")
             if chosen == rejected:
                 raise ValueError("chosen and rejected replies are identical")
+            tag = record.get("tag")
+            if isinstance(tag, float) and tag != tag:  # a Parquet row without one
+                tag = None
+            if tag is not None and (not isinstance(tag, str) or not tag.strip()):
+                raise ValueError(f"`tag` must be a non-empty text (a dimension, or a quality like truth), got {tag!r}")
         except ValueError as exc:
             raw = record.text if isinstance(record, Unparsed) else json.dumps(record, default=str, ensure_ascii=False)
             bad.append({"source_file": source_name, "source_row": row_no, "reason": str(exc), "raw": raw[:2000]})
@@ -127,6 +133,7 @@ def parse_preference_file(path: Path, fmt: str, source_name: str) -> ParsedFile:
                 "prompt": prompt,
                 "chosen": chosen,
                 "rejected": rejected,
+                "tag": tag.strip() if tag else None,
                 "source": f"human:{fmt}",
                 "source_file": source_name,
                 "source_row": row_no,

@@ -17,6 +17,7 @@ from hominem_pipeline.core.progress import Progress
 from hominem_pipeline.core.reward.encoding import length_sorted_batches, pad_id
 from hominem_pipeline.core.reward.network import RewardNet
 from hominem_pipeline.core.schema import vector_matrix
+from hominem_pipeline.core.tags import own_dimension
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ class TrainingSet:
     pair_weight: np.ndarray  # (k,)
     pair_group: np.ndarray  # (k,) group of each pair
     pair_human: np.ndarray  # (k,) bool
+    pair_dimension: np.ndarray  # (k,) the dimension a people's pair is tagged with (`tags.own_dimension`): its index, -1 for none
 
     @classmethod
     def build(cls, encode: Callable[[str, str], list[int]], labels: pd.DataFrame, human: pd.DataFrame | None, dimensions: list[str], cfg: RewardModelConfig) -> TrainingSet:
@@ -71,6 +73,7 @@ class TrainingSet:
         pairs = same_prompt_pairs(prompt_ids, labels["scalar"].to_numpy(np.float64), PAIR_GAP) if n else np.zeros((0, 2), np.int64)
         weights = np.full(len(pairs), cfg.pair_loss.teacher_weight)
         human_flags = np.zeros(len(pairs), bool)
+        pair_dims = np.full(len(pairs), -1, np.int64)
         if human is not None and len(human):
             start, g0 = len(encoded), len(names)
             for prompt, chosen, rejected in zip(human["prompt"], human["chosen"], human["rejected"]):
@@ -83,10 +86,14 @@ class TrainingSet:
             per_pair = human["weight"].to_numpy(float) if "weight" in human else np.ones(h)  # a feedback choice's strength
             weights = np.concatenate([weights, cfg.pair_loss.human_weight * per_pair])
             human_flags = np.concatenate([human_flags, np.ones(h, bool)])
+            tags = human["tag"] if "tag" in human else [None] * h
+            own = [own_dimension(t if isinstance(t, str) else None, dimensions) for t in tags]  # feedback pairs have no tag column (NaN)
+            pair_dims = np.concatenate([pair_dims, [-1 if d is None else dimensions.index(d) for d in own]])
         n_groups = int(group_of.max()) + 1 if len(group_of) else 0
         order = np.argsort(group_of, kind="stable")
         groups = np.split(order, np.cumsum(np.bincount(group_of, minlength=n_groups))[:-1]) if n_groups else []
-        return cls(encoded, texts, n, targets, group_of, groups, pairs, weights, group_of[pairs[:, 0]] if len(pairs) else np.zeros(0, np.int64), human_flags)
+        return cls(encoded, texts, n, targets, group_of, groups, pairs, weights, group_of[pairs[:, 0]] if len(pairs) else np.zeros(0, np.int64), human_flags,
+                   pair_dims)
 
     def split(self, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
         """Group ids (train, val): labeled prompts and human pairs each split by `val_fraction`, so a

@@ -260,10 +260,14 @@ class RewardModel:
         _check_inputs(prompts, responses)
         return _pooled_all(self.net, self.encode(prompts, responses), batch_size, pad_id(self.tokenizer), self.guard_columns(prompts, responses))
 
+    def heads_from_pooled(self, pooled: torch.Tensor) -> dict[str, np.ndarray]:
+        """Every head's output (the members' mean) on `pooled` features, keyed as `raw_scores`."""
+        with torch.inference_mode():
+            return {k: v.float().numpy() for k, v in member_mean_std(self.net.heads(pooled))[0].items()}
+
     def scalar_from_pooled(self, pooled: torch.Tensor) -> np.ndarray:
         """The scalar (the members' mean) of these heads on `pooled` features."""
-        with torch.inference_mode():
-            return member_mean_std(self.net.heads(pooled))[0]["scalar"].float().numpy()
+        return self.heads_from_pooled(pooled)["scalar"]
 
     def score(self, prompts: Sequence[str], responses: Sequence[str], batch_size: int = 32) -> list[RewardOutput]:
         raw = self.raw_scores(prompts, responses, batch_size, uncertainty=True)

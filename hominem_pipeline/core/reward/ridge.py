@@ -8,7 +8,11 @@ weight (`reward_model.pair_loss.human_weight` times its strength): the scalar's 
 sum_p w_p (d_p b - PAIR_MARGIN)^2 + alpha |b - b_judge|^2. Where people have not spoken (directions
 no pair's difference covers) the scalar stays the judge's; where they have, it follows them, more so
 the more pairs there are. How strongly (a scale of the pairs' weights, `PAIR_PULLS`) is chosen by the
-people's own out-of-fold pairs: few pairs that do not generalise pull little. The other heads are the
+people's own out-of-fold pairs: few pairs that do not generalise pull little.
+
+A people's pair tagged with a dimension (`core.tags`: a hand-written contrast pair about empathy, say)
+pulls that dimension's head the same way (`pull_dimensions`), from the judge's solution toward ordering
+the pair right on that dimension; untagged pairs pull the scalar only. Intensity and safety are the
 judge's alone.
 """
 
@@ -24,6 +28,7 @@ from hominem_pipeline.core.reward.network import RewardNet
 RIDGE_FOLDS = 5  # prompt folds for the penalty and for the held-out figures
 PAIR_MARGIN = 1.0  # s_chosen - s_rejected a human pair asks for before the tanh: tanh(0.5) against tanh(-0.5)
 PAIR_PULLS = (0.01, 0.1, 1.0, 10.0)  # scales of the pairs' weights tried: the one people agree with most out of fold is kept
+DIMENSION_PULLS = (0.1, 1.0, 10.0, 100.0)  # the same for people's pairs tagged with a dimension, on that dimension's head
 
 
 def feature_stats(features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -126,37 +131,86 @@ def ridge_out_of_fold(features: torch.Tensor, targets: dict[str, torch.Tensor], 
     return ridge_out_of_fold_pulls(features, targets, rows, groups, alphas, output_weights, seed, folds, human, (1.0,))[1.0]
 
 
+def _label_folds(features: torch.Tensor, targets: dict[str, torch.Tensor], rows: np.ndarray, groups: np.ndarray, alphas: Sequence[float],
+                 output_weights: torch.Tensor, seed: int, folds: int, pair_groups: np.ndarray | None):
+    """Per fold k of the prompts (labeled rows' and people's pairs' groups together, so a pair and the
+    replies of its prompt share a fold): (k, held rows, held pairs, mean, std, alpha, the labels'
+    solution), everything fitted without fold k, the penalty chosen by cross-validation inside the rest."""
+    all_groups = groups if pair_groups is None else np.concatenate([groups, pair_groups])
+    which_all = prompt_folds(all_groups, folds, seed)
+    which, pair_fold = which_all[: len(groups)], which_all[len(groups):]
+    for k in np.unique(which_all):
+        fit = rows[which != k]
+        if len(fit) < 2:
+            raise ValueError(f"head_fit ridge needs labeled replies of at least 2 prompts, got {len(np.unique(groups))}; label more prompts")
+        mean, std = feature_stats(features[torch.as_tensor(fit)])
+        x, y = ridge_design(features, fit, mean, std), ridge_targets(targets, fit)
+        alpha, _ = choose_ridge_alpha(x, y, groups[which != k], alphas, output_weights, seed + 1 + int(k), folds)
+        yield k, which == k, pair_fold == k, mean, std, alpha, ridge_solve(x, y, torch.ones(len(fit), dtype=torch.float64), alpha)
+
+
 def ridge_out_of_fold_pulls(features: torch.Tensor, targets: dict[str, torch.Tensor], rows: np.ndarray, groups: np.ndarray, alphas: Sequence[float],
                             output_weights: torch.Tensor, seed: int, folds: int, human: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
                             pulls: Sequence[float]) -> dict[float, tuple[torch.Tensor, list[float], np.ndarray | None]]:
     """`ridge_out_of_fold` for each scale of the pairs' weights in `pulls`, by scale: the labels' part of
     each fold (standardisation, penalty, solution) is computed once and shared by every scale."""
     n_dims = targets["vector"].shape[1]
-    all_groups = groups if human is None else np.concatenate([groups, human[2]])
-    which_all = prompt_folds(all_groups, folds, seed)
-    which, pair_fold = which_all[: len(groups)], which_all[len(groups):]
     results = {p: (torch.zeros(len(rows), n_dims + 3, dtype=torch.float64), [], None if human is None else np.zeros((len(human[0]), 2))) for p in pulls}
-    for k in np.unique(which_all):
-        fit, held = rows[which != k], rows[which == k]
-        if len(fit) < 2:
-            raise ValueError(f"head_fit ridge needs labeled replies of at least 2 prompts, got {len(np.unique(groups))}; label more prompts")
-        mean, std = feature_stats(features[torch.as_tensor(fit)])
-        x, y = ridge_design(features, fit, mean, std), ridge_targets(targets, fit)
-        alpha, _ = choose_ridge_alpha(x, y, groups[which != k], alphas, output_weights, seed + 1 + int(k), folds)
-        labels_coef = ridge_solve(x, y, torch.ones(len(fit), dtype=torch.float64), alpha)
+    for k, held_rows, held_pairs, mean, std, alpha, labels_coef in _label_folds(features, targets, rows, groups, alphas, output_weights, seed, folds,
+                                                                                None if human is None else human[2]):
+        held = rows[held_rows]
         pairs = pair_w = None
         if human is not None:
-            train = pair_fold != k
-            pairs, pair_w = pair_rows(features, human[0][train], mean, std), torch.as_tensor(human[1][train], dtype=torch.float64)
+            pairs, pair_w = pair_rows(features, human[0][~held_pairs], mean, std), torch.as_tensor(human[1][~held_pairs], dtype=torch.float64)
         for pull, (out, chosen, pair_scalars) in results.items():
             coef = labels_coef if pairs is None or not len(pairs) else pull_toward_pairs(labels_coef, pairs, pair_w * pull, alpha, n_dims)
             if len(held):
-                out[torch.as_tensor(which == k)] = _squash(ridge_design(features, held, mean, std) @ coef, n_dims)
-            if human is not None and (pair_fold == k).any():
-                test = human[0][pair_fold == k]
+                out[torch.as_tensor(held_rows)] = _squash(ridge_design(features, held, mean, std) @ coef, n_dims)
+            if human is not None and held_pairs.any():
+                test = human[0][held_pairs]
                 for side in (0, 1):
-                    pair_scalars[pair_fold == k, side] = torch.tanh(ridge_design(features, test[:, side], mean, std) @ coef[:, n_dims]).numpy()
+                    pair_scalars[held_pairs, side] = torch.tanh(ridge_design(features, test[:, side], mean, std) @ coef[:, n_dims]).numpy()
             chosen.append(alpha)
+    return results
+
+
+def pull_dimensions(coef: torch.Tensor, pairs: torch.Tensor, pair_w: torch.Tensor, pair_dims: np.ndarray, alpha: float) -> torch.Tensor:
+    """`coef` with each dimension's column (0..D-1) moved toward the people's pairs tagged with it, as
+    `pull_toward_pairs` moves the scalar's: argmin_b sum_p w_p (pairs_p b - PAIR_MARGIN)^2 + alpha |b - b_judge|^2
+    over that dimension's pairs. A dimension no pair is tagged with stays the judge's."""
+    out = coef
+    for d in np.unique(pair_dims[pair_dims >= 0]):
+        mine = torch.as_tensor(pair_dims == d)
+        out = pull_toward_pairs(out, pairs[mine], pair_w[mine], alpha, int(d))
+    return out
+
+
+def with_column(coef: torch.Tensor) -> torch.Tensor:
+    """`coef` (F + 1, outputs) with a zero row before the intercept: the solution over one more column
+    that no output read yet (the people's score, before any pull)."""
+    return torch.cat([coef[:-1], torch.zeros(1, coef.shape[1], dtype=coef.dtype), coef[-1:]])
+
+
+def dimension_pulls_out_of_fold(features: torch.Tensor, targets: dict[str, torch.Tensor], rows: np.ndarray, groups: np.ndarray, alphas: Sequence[float],
+                                output_weights: torch.Tensor, seed: int, folds: int, human: tuple[np.ndarray, np.ndarray, np.ndarray],
+                                pair_dims: np.ndarray, pulls: Sequence[float]) -> dict[float, np.ndarray]:
+    """For each scale in `pulls` (0: the judge's labels alone), each tagged people's pair's gap in its own
+    dimension (chosen minus rejected, before the tanh: the sign is what counts), from heads fitted without
+    its fold whose dimensions were pulled toward the other folds' tagged pairs at that scale of their
+    weights. The folds are `ridge_out_of_fold_pulls`'s (the same `human` and seed give the same folds);
+    untagged pairs' entries are NaN."""
+    tagged = pair_dims >= 0
+    results = {p: np.full(len(pair_dims), np.nan) for p in pulls}
+    for _, _, held_pairs, mean, std, alpha, labels_coef in _label_folds(features, targets, rows, groups, alphas, output_weights, seed, folds, human[2]):
+        test = np.flatnonzero(held_pairs & tagged)
+        if not len(test):
+            continue
+        train = ~held_pairs & tagged
+        diffs = pair_rows(features, human[0][test], mean, std)
+        pairs, pair_w = pair_rows(features, human[0][train], mean, std), torch.as_tensor(human[1][train], dtype=torch.float64)
+        for pull, gaps in results.items():
+            coef = labels_coef if pull == 0 or not train.any() else pull_dimensions(labels_coef, pairs, pair_w * pull, pair_dims[train], alpha)
+            gaps[test] = (diffs * coef[:, pair_dims[test]].T).sum(1).numpy()
     return results
 
 

@@ -58,17 +58,21 @@ from hominem_pipeline.core.reward.network import (
     write_backbone_reference,
 )
 from hominem_pipeline.core.reward.ridge import (
+    DIMENSION_PULLS,
     RIDGE_FOLDS,
     PAIR_PULLS,
     choose_ridge_alpha,
+    dimension_pulls_out_of_fold,
     pair_rows,
     ridge_design,
     ridge_out_of_fold,
     ridge_out_of_fold_pulls,
     ridge_solve,
     ridge_targets,
+    pull_dimensions,
     set_ridge_heads,
     standardise,
+    with_column,
 )
 from hominem_pipeline.core.reward.validation import _pct, calibrate_validation
 from hominem_pipeline.core.schema import (
@@ -104,6 +108,32 @@ def _wrap_backbone(backbone: nn.Module, cfg: RewardModelConfig) -> nn.Module:
 def _unwrap_backbone(backbone: nn.Module) -> nn.Module:
     """The plain backbone to save: LoRA merged into the weights, so loading needs no PEFT."""
     return backbone.merge_and_unload() if hasattr(backbone, "merge_and_unload") else backbone
+
+
+def choose_dimension_pull(features: torch.Tensor, data: TrainingSet, labeled: np.ndarray, cfg: RewardModelConfig, output_weights: torch.Tensor,
+                          seed: int, human: tuple[np.ndarray, np.ndarray, np.ndarray], pair_dims: np.ndarray,
+                          dimensions: list[str]) -> tuple[float, dict[str, float]]:
+    """How strongly the people's pairs tagged with a dimension pull that dimension's head from the judge's
+    labels: the scale of their weights (`DIMENSION_PULLS`) whose out-of-fold tagged pairs are ordered
+    right in their own dimension most often; ties go to the larger pull, since where the judge and the
+    person disagree on a dimension the person wins. Also the figures: agreement per scale, the judge's
+    alone (scale 0) and, at the chosen scale, per dimension."""
+    trials = dimension_pulls_out_of_fold(features, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed, RIDGE_FOLDS,
+                                         human, pair_dims, (0.0, *DIMENSION_PULLS))
+    tagged = pair_dims >= 0
+    right = {scale: gaps[tagged] > 0 for scale, gaps in trials.items()}
+    accuracy = {scale: float(r.mean()) for scale, r in right.items()}
+    pull = max(DIMENSION_PULLS, key=lambda scale: (accuracy[scale], scale))
+    log.info("reward model: people's pairs tagged with a dimension pull it at scale %g (out of fold, %d tagged pairs ordered right in their own "
+             "dimension: judge alone %.1f%%, %s)", pull, int(tagged.sum()), 100 * accuracy[0.0],
+             ", ".join(f"{k:g}: {100 * v:.1f}%" for k, v in accuracy.items() if k))
+    metrics = {"dimension_pull": pull, "val_dimension_pairs": int(tagged.sum()), "val_dimension_accuracy": accuracy[pull],
+               "val_dimension_accuracy_judge": accuracy[0.0], **{f"dimension_pull_{k:g}_accuracy": v for k, v in accuracy.items() if k}}
+    for d in np.unique(pair_dims[tagged]):
+        mine = pair_dims[tagged] == d
+        metrics[f"val_dimension_accuracy_{dimensions[d]}"] = float(right[pull][mine].mean())
+        metrics[f"val_dimension_accuracy_judge_{dimensions[d]}"] = float(right[0.0][mine].mean())
+    return pull, metrics
 
 
 def train_reward_model(
@@ -241,16 +271,24 @@ def train_reward_model(
             out[k] = (err * bw).sum() / bw.sum().clamp(min=1e-6)
         return out
 
-    def pair_loss(seqs: np.ndarray, scalar: torch.Tensor) -> torch.Tensor | None:
-        """Bradley-Terry: -log sigmoid(scale * (s_preferred - s_other)), per member, weighted."""
+    def pair_loss(seqs: np.ndarray, scalar: torch.Tensor, vector: torch.Tensor | None = None) -> torch.Tensor | None:
+        """Bradley-Terry: -log sigmoid(scale * (s_preferred - s_other)), per member, weighted. With `vector`
+        (b, M, D): the same on each tagged people's pair's own dimension instead of the scalar."""
         which = data.pairs_within(seqs)
+        if vector is not None:
+            which = which[data.pair_dimension[which] >= 0]
+            scalar = vector[..., torch.as_tensor(data.pair_dimension[which])] if len(which) else scalar
         if len(which) == 0:
             return None
         position = {s: i for i, s in enumerate(seqs.tolist())}
         first = torch.tensor([position[s] for s in data.pairs[which, 0]])
         second = torch.tensor([position[s] for s in data.pairs[which, 1]])
         pw = torch.tensor(data.pair_weight[which], dtype=torch.float32).unsqueeze(1) * seq_boot[torch.as_tensor(data.pairs[which, 0])]
-        logits = cfg.pair_loss.scale * (scalar[first] - scalar[second])
+        if vector is not None:  # (b, M, pairs) -> each pair's own dimension on its two rows: (pairs, M)
+            columns = torch.arange(len(which))
+            logits = cfg.pair_loss.scale * (scalar[first, :, columns] - scalar[second, :, columns])
+        else:
+            logits = cfg.pair_loss.scale * (scalar[first] - scalar[second])
         return (nn.functional.softplus(-logits) * pw).sum() / pw.sum().clamp(min=1e-6)
 
     def predict(seqs: np.ndarray) -> dict[str, np.ndarray]:
@@ -314,6 +352,9 @@ def train_reward_model(
         hw = data.pair_weight[data.pair_human]
         human = (hp, hw, data.group_of[hp[:, 0]]) if len(hp) else None
         pull, pull_accuracy, people_weights = 1.0, {}, {}
+        hp_dims = data.pair_dimension[data.pair_human]  # the dimension each people's pair is tagged with (-1: none)
+        dim_pull, dimension_metrics = (choose_dimension_pull(features, data, labeled, cfg, output_weights, seed, human, hp_dims, dimensions)
+                                       if human and cfg.dimension_pairs and (hp_dims >= 0).any() else (0.0, {}))
         if human:
             # How far people's pairs pull the scalar from the judge's: the scale of their weights whose
             # out-of-fold pairs people agree with most (ties: the smaller pull, nearer the judge). With a
@@ -360,10 +401,14 @@ def train_reward_model(
         coefs = [ridge_solve(x, y, seq_boot[torch.as_tensor(labeled), m].double(), alpha, hx,
                              torch.as_tensor(hw, dtype=torch.float64) * seq_boot[torch.as_tensor(hp[:, 0]), m].double() if human else None,
                              len(dimensions)) for m in range(members)]
+        if dim_pull:  # each tagged dimension pulled toward its people's pairs, from the labels' solution
+            tagged = hp_dims >= 0
+            coefs = [pull_dimensions(c, hx[torch.as_tensor(tagged)], torch.as_tensor(data.pair_weight[data.pair_human][tagged] * dim_pull, dtype=torch.float64)
+                                     * seq_boot[torch.as_tensor(hp[tagged, 0]), m].double(), hp_dims[tagged], alpha) for m, c in enumerate(coefs)]
         if use_people:  # one more row before the intercept: the score's weight in the scalar, 0 in every other head
-            row = torch.zeros(1, coefs[0].shape[1], dtype=torch.float64)
-            row[0, len(dimensions)] = people_weight
-            coefs = [torch.cat([c[:-1], row, c[-1:]]) for c in coefs]
+            coefs = [with_column(c) for c in coefs]
+            for c in coefs:
+                c[-2, len(dimensions)] = people_weight
         set_ridge_heads(net, coefs)
         best_full = predict_val()  # every labeled reply and every human pair out of fold:
         d = len(dimensions)
@@ -374,7 +419,7 @@ def train_reward_model(
         if use_people:  # the out-of-fold scalars with the score added as the saved heads add it
             scalar = best_full["scalar"].astype(np.float64).clip(-1 + 1e-6, 1 - 1e-6)
             best_full["scalar"] = np.tanh(np.arctanh(scalar) + people_weight * people_column[: len(scalar)]).astype(np.float32)
-        best_metrics = {"ridge_alpha": alpha, "ridge_fold_alphas": fold_alphas, **evaluate(best_full),
+        best_metrics = {"ridge_alpha": alpha, "ridge_fold_alphas": fold_alphas, **evaluate(best_full), **dimension_metrics,
                         **({"human_pull": pull, **{f"human_pull_{k:g}_accuracy": v for k, v in pull_accuracy.items()}} if human else {}),
                         **({"people_weight": people_weight, "people_pairs": people.pairs, "people_agreement": people.agreement,
                             "people_alpha": people.alpha} if use_people else {})}
@@ -399,6 +444,10 @@ def train_reward_model(
             if bt is not None:
                 parts["pair"] = bt
                 loss = loss + cfg.pair_loss.weight * bt
+            dim_bt = pair_loss(batch, heads["scalar"], heads["vector"]) if cfg.dimension_pairs else None
+            if dim_bt is not None:  # tagged people's pairs on their own dimension, as the scalar's pairs
+                parts["dimension_pair"] = dim_bt
+                loss = loss + cfg.pair_loss.weight * dim_bt
             if rationale_head is not None:
                 explained = has_rationale[seqs]
                 if explained.any():
