@@ -77,7 +77,7 @@ def test_human_agreement_check_warns_below_the_floor_and_passes_without_people(t
 def test_reward_model_carries_warning_checks_for_people_and_the_fixtures(project):
     defs = build_definitions(str(project / "config" / "tiny.yaml"), root=project)
     specs = sorted(defs.resolve_assets_def("reward_model").check_specs, key=lambda s: s.name)
-    assert [s.name for s in specs] == ["human_agreement", "reward_fixtures"] and not any(s.blocking for s in specs)
+    assert [s.name for s in specs] == ["human_agreement", "reward_dimension_fixtures", "reward_fixtures"] and not any(s.blocking for s in specs)
 
 
 def test_teacher_labels_carries_a_blocking_verifier_check(project):

@@ -243,9 +243,12 @@ def test_reward_probe_prints_scores_uncertainty_and_preference(labeled_project):
     assert missing.returncode == 2 and "is not a reward model folder" in missing.stderr
     fixtures = hominem(project, "reward-probe", "--config", "config/tiny.yaml", "--fixtures")
     assert fixtures.returncode == 0, fixtures.stdout + fixtures.stderr
-    assert "harm_avoidance" in fixtures.stdout and "truth" in fixtures.stdout and "goal: at least 90% overall" in fixtures.stdout
+    assert "harm_avoidance" in fixtures.stdout and "truth" in fixtures.stdout and "goal: the scalar at least 90% overall" in fixtures.stdout
+    assert "epistemic_integrity" in fixtures.stdout and "each tag's own dimension at least 90% overall" in fixtures.stdout
     report = json.loads(hominem(project, "reward-probe", "--config", "config/tiny.yaml", "--fixtures", "--json").stdout)
     assert report["pairs"] == 132 and len(report["failures"]) == round((1 - report["accuracy"]) * 132)
+    dims = report["dimensions"]  # the seven dimensions' tags, truth and relevance: scored by their own dimension too
+    assert dims["pairs"] == 108 and report["dimension_of"]["truth"] == "epistemic_integrity" and "fluency" not in dims["by_tag"]
     assert hominem(project, "reward-probe", "--config", "config/tiny.yaml").returncode == 2
 
 

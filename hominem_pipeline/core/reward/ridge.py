@@ -187,7 +187,7 @@ def pull_dimensions(coef: torch.Tensor, pairs: torch.Tensor, pair_w: torch.Tenso
 
 def with_column(coef: torch.Tensor) -> torch.Tensor:
     """`coef` (F + 1, outputs) with a zero row before the intercept: the solution over one more column
-    that no output read yet (the people's score, before any pull)."""
+    (the people's score) that no output reads until a weight is set in that row."""
     return torch.cat([coef[:-1], torch.zeros(1, coef.shape[1], dtype=coef.dtype), coef[-1:]])
 
 
