@@ -113,7 +113,8 @@ def _probe_fixtures(cfg, path: Path, as_json: bool) -> None:
     for x in report.failures:
         console.print(escape(f"x [{x['tag']}] {x['prompt']}\n    better: {x['better']}\n    worse:  {x['worse']}   (scalar gap {x['gap']:+.3f})"), style="red")
     for x in [] if dims is None else dims.failures:
-        console.print(escape(f"x [{x['tag']}: {x['dimension']}] {x['prompt']}\n    better: {x['better']}\n    worse:  {x['worse']}   ({x['dimension']} gap {x['gap']:+.3f})"),
+        where = x["tag"] if x["tag"] == x["dimension"] else f"{x['tag']}: {x['dimension']}"
+        console.print(escape(f"x [{where}] {x['prompt']}\n    better: {x['better']}\n    worse:  {x['worse']}   ({x['dimension']} gap {x['gap']:+.3f})"),
                       style="yellow")
     console.print(f"goal: the scalar at least {f.min_accuracy:.0%} overall and {f.min_tag_accuracy:.0%} in every tag (fixtures.min_accuracy, "
                   f"fixtures.min_tag_accuracy); each tag's own dimension at least {f.min_dimension_accuracy:.0%} overall and "
