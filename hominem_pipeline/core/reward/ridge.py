@@ -131,11 +131,13 @@ def ridge_out_of_fold(features: torch.Tensor, targets: dict[str, torch.Tensor], 
     return ridge_out_of_fold_pulls(features, targets, rows, groups, alphas, output_weights, seed, folds, human, (1.0,))[1.0]
 
 
-def _label_folds(features: torch.Tensor, targets: dict[str, torch.Tensor], rows: np.ndarray, groups: np.ndarray, alphas: Sequence[float],
-                 output_weights: torch.Tensor, seed: int, folds: int, pair_groups: np.ndarray | None):
+def label_folds(features: torch.Tensor, targets: dict[str, torch.Tensor], rows: np.ndarray, groups: np.ndarray, alphas: Sequence[float],
+                output_weights: torch.Tensor, seed: int, folds: int, pair_groups: np.ndarray | None) -> list[tuple]:
     """Per fold k of the prompts (labeled rows' and people's pairs' groups together, so a pair and the
     replies of its prompt share a fold): (k, held rows, held pairs, mean, std, alpha, the labels'
-    solution), everything fitted without fold k, the penalty chosen by cross-validation inside the rest."""
+    solution), everything fitted without fold k, the penalty chosen by cross-validation inside the rest.
+    Computed once, they serve both the scalar's pulls and the dimensions' (`fold_fits` below)."""
+    out = []
     all_groups = groups if pair_groups is None else np.concatenate([groups, pair_groups])
     which_all = prompt_folds(all_groups, folds, seed)
     which, pair_fold = which_all[: len(groups)], which_all[len(groups):]
@@ -146,18 +148,21 @@ def _label_folds(features: torch.Tensor, targets: dict[str, torch.Tensor], rows:
         mean, std = feature_stats(features[torch.as_tensor(fit)])
         x, y = ridge_design(features, fit, mean, std), ridge_targets(targets, fit)
         alpha, _ = choose_ridge_alpha(x, y, groups[which != k], alphas, output_weights, seed + 1 + int(k), folds)
-        yield k, which == k, pair_fold == k, mean, std, alpha, ridge_solve(x, y, torch.ones(len(fit), dtype=torch.float64), alpha)
+        out.append((k, which == k, pair_fold == k, mean, std, alpha, ridge_solve(x, y, torch.ones(len(fit), dtype=torch.float64), alpha)))
+    return out
 
 
 def ridge_out_of_fold_pulls(features: torch.Tensor, targets: dict[str, torch.Tensor], rows: np.ndarray, groups: np.ndarray, alphas: Sequence[float],
                             output_weights: torch.Tensor, seed: int, folds: int, human: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
-                            pulls: Sequence[float]) -> dict[float, tuple[torch.Tensor, list[float], np.ndarray | None]]:
+                            pulls: Sequence[float], fold_fits: list[tuple] | None = None) -> dict[float, tuple[torch.Tensor, list[float], np.ndarray | None]]:
     """`ridge_out_of_fold` for each scale of the pairs' weights in `pulls`, by scale: the labels' part of
-    each fold (standardisation, penalty, solution) is computed once and shared by every scale."""
+    each fold (standardisation, penalty, solution; `label_folds`, or `fold_fits` made by it with the same
+    arguments) is computed once and shared by every scale."""
     n_dims = targets["vector"].shape[1]
     results = {p: (torch.zeros(len(rows), n_dims + 3, dtype=torch.float64), [], None if human is None else np.zeros((len(human[0]), 2))) for p in pulls}
-    for k, held_rows, held_pairs, mean, std, alpha, labels_coef in _label_folds(features, targets, rows, groups, alphas, output_weights, seed, folds,
-                                                                                None if human is None else human[2]):
+    if fold_fits is None:
+        fold_fits = label_folds(features, targets, rows, groups, alphas, output_weights, seed, folds, None if human is None else human[2])
+    for k, held_rows, held_pairs, mean, std, alpha, labels_coef in fold_fits:
         held = rows[held_rows]
         pairs = pair_w = None
         if human is not None:
@@ -193,15 +198,17 @@ def with_column(coef: torch.Tensor) -> torch.Tensor:
 
 def dimension_pulls_out_of_fold(features: torch.Tensor, targets: dict[str, torch.Tensor], rows: np.ndarray, groups: np.ndarray, alphas: Sequence[float],
                                 output_weights: torch.Tensor, seed: int, folds: int, human: tuple[np.ndarray, np.ndarray, np.ndarray],
-                                pair_dims: np.ndarray, pulls: Sequence[float]) -> dict[float, np.ndarray]:
+                                pair_dims: np.ndarray, pulls: Sequence[float], fold_fits: list[tuple] | None = None) -> dict[float, np.ndarray]:
     """For each scale in `pulls` (0: the judge's labels alone), each tagged people's pair's gap in its own
     dimension (chosen minus rejected, before the tanh: the sign is what counts), from heads fitted without
     its fold whose dimensions were pulled toward the other folds' tagged pairs at that scale of their
-    weights. The folds are `ridge_out_of_fold_pulls`'s (the same `human` and seed give the same folds);
-    untagged pairs' entries are NaN."""
+    weights. The folds are `ridge_out_of_fold_pulls`'s (the same `human` and seed give the same folds, and
+    `fold_fits` can be shared between the two); untagged pairs' entries are NaN."""
     tagged = pair_dims >= 0
     results = {p: np.full(len(pair_dims), np.nan) for p in pulls}
-    for _, _, held_pairs, mean, std, alpha, labels_coef in _label_folds(features, targets, rows, groups, alphas, output_weights, seed, folds, human[2]):
+    if fold_fits is None:
+        fold_fits = label_folds(features, targets, rows, groups, alphas, output_weights, seed, folds, human[2])
+    for _, _, held_pairs, mean, std, alpha, labels_coef in fold_fits:
         test = np.flatnonzero(held_pairs & tagged)
         if not len(test):
             continue

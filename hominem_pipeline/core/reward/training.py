@@ -63,6 +63,7 @@ from hominem_pipeline.core.reward.ridge import (
     PAIR_PULLS,
     choose_ridge_alpha,
     dimension_pulls_out_of_fold,
+    label_folds,
     pair_rows,
     ridge_design,
     ridge_out_of_fold,
@@ -112,14 +113,14 @@ def _unwrap_backbone(backbone: nn.Module) -> nn.Module:
 
 def choose_dimension_pull(features: torch.Tensor, data: TrainingSet, labeled: np.ndarray, cfg: RewardModelConfig, output_weights: torch.Tensor,
                           seed: int, human: tuple[np.ndarray, np.ndarray, np.ndarray], pair_dims: np.ndarray,
-                          dimensions: list[str]) -> tuple[float, dict[str, float]]:
+                          dimensions: list[str], fold_fits: list[tuple]) -> tuple[float, dict[str, float]]:
     """How strongly the people's pairs tagged with a dimension pull that dimension's head from the judge's
     labels: the scale of their weights (`DIMENSION_PULLS`) whose out-of-fold tagged pairs are ordered
     right in their own dimension most often; ties go to the larger pull, since where the judge and the
     person disagree on a dimension the person wins. Also the figures: agreement per scale, the judge's
     alone (scale 0) and, at the chosen scale, per dimension."""
     trials = dimension_pulls_out_of_fold(features, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed, RIDGE_FOLDS,
-                                         human, pair_dims, (0.0, *DIMENSION_PULLS))
+                                         human, pair_dims, (0.0, *DIMENSION_PULLS), fold_fits)
     tagged = pair_dims >= 0
     right = {scale: gaps[tagged] > 0 for scale, gaps in trials.items()}
     accuracy = {scale: float(r.mean()) for scale, r in right.items()}
@@ -353,7 +354,10 @@ def train_reward_model(
         human = (hp, hw, data.group_of[hp[:, 0]]) if len(hp) else None
         pull, pull_accuracy, people_weights = 1.0, {}, {}
         hp_dims = data.pair_dimension[data.pair_human]  # the dimension each people's pair is tagged with (-1: none)
-        dim_pull, dimension_metrics = (choose_dimension_pull(features, data, labeled, cfg, output_weights, seed, human, hp_dims, dimensions)
+        # the labels' fit of each prompt fold, shared by the scalar's pulls and the dimensions'
+        fold_fits = label_folds(features, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed, RIDGE_FOLDS,
+                                human[2]) if human else None
+        dim_pull, dimension_metrics = (choose_dimension_pull(features, data, labeled, cfg, output_weights, seed, human, hp_dims, dimensions, fold_fits)
                                        if human and cfg.dimension_pairs and (hp_dims >= 0).any() else (0.0, {}))
         if human:
             # How far people's pairs pull the scalar from the judge's: the scale of their weights whose
@@ -361,7 +365,7 @@ def train_reward_model(
             # people's score, each scale's scalar is read with the score at the weight fitted for it
             # (people_scalar_weight): the final scalar's agreement decides, not the heads' alone.
             trials = ridge_out_of_fold_pulls(features, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed, RIDGE_FOLDS,
-                                             human, PAIR_PULLS)
+                                             human, PAIR_PULLS, fold_fits)
             for scale, (_, _, oof) in trials.items():
                 if use_people:
                     people_weights[scale] = people_scalar_weight(oof, people_column, hp, hw)
