@@ -8,7 +8,10 @@ each held-out pair; agreement is the share it orders as the person did. Scorers:
     default         the reward model a fresh clone's `make run` builds for the day (the judge's labels,
                     the shipped people's pairs, and any imports or feedback of the window)
     people's score  the default's people's score alone (reward_model.people_score): what its heads add to it
-    judge's vector  the default with dimension_pairs false: its vector the judge's alone (its scalar the same)
+    free scalar     the default with reward_model.scalar free: the scalar its own head (the judge's scalar
+                    pulled by people's pairs, plus the people's score), not a combination of the vector
+    judge's vector  the default with dimension_pairs false: its vector the judge's alone (the scalar that
+                    vector's combination)
     no guards       the default without its guard columns (reward_model.guards []): does each guard earn its place
     judge copy      the same without any people's pairs (reward_model.people_pairs [], guards [],
                     human_preferences false): the copy of the offline judge alone
@@ -57,6 +60,7 @@ TRAIN = 1800  # the training part of the split (the pairs shipped in config/huma
 WITHOUT_PEOPLE = {"reward_model": {"people_pairs": [], "human_preferences": False, "guards": []}}
 WITHOUT_GUARDS = {"reward_model": {"guards": []}}
 WITHOUT_DIMENSION_PAIRS = {"reward_model": {"dimension_pairs": False}}
+FREE_SCALAR = {"reward_model": {"scalar": "free"}}
 README_DIMENSIONS = ("empathy", "social_coherence", "agency_support")  # what the driving-test example must show, beside the scalar
 DRIVING = ("I failed my driving test again.", "That's rough. What happened?", "Try harder.")
 
@@ -119,12 +123,12 @@ def main() -> None:
         from project import config_on
 
         project = args.project.resolve()
-        cfg, bare, unguarded, judge_vector = (config_on(project), config_on(project, WITHOUT_PEOPLE), config_on(project, WITHOUT_GUARDS),
-                                              config_on(project, WITHOUT_DIMENSION_PAIRS))
+        cfg, bare, unguarded, judge_vector, free = (config_on(project), config_on(project, WITHOUT_PEOPLE), config_on(project, WITHOUT_GUARDS),
+                                                    config_on(project, WITHOUT_DIMENSION_PAIRS), config_on(project, FREE_SCALAR))
     else:
-        cfg, bare, unguarded, judge_vector = (load_config(None), load_config(None, overrides=WITHOUT_PEOPLE), load_config(None, overrides=WITHOUT_GUARDS),
-                                              load_config(None, overrides=WITHOUT_DIMENSION_PAIRS))
-    trained = (("default", cfg), ("judge's vector", judge_vector), ("no guards", unguarded), ("judge copy", bare))
+        cfg, bare, unguarded, judge_vector, free = (load_config(None), load_config(None, overrides=WITHOUT_PEOPLE), load_config(None, overrides=WITHOUT_GUARDS),
+                                                    load_config(None, overrides=WITHOUT_DIMENSION_PAIRS), load_config(None, overrides=FREE_SCALAR))
+    trained = (("default", cfg), ("free scalar", free), ("judge's vector", judge_vector), ("no guards", unguarded), ("judge copy", bare))
     shipped = people_pairs(cfg)
     if shipped is not None and set(shipped["pair_id"]) & set(test["pair_id"]):
         sys.exit("the shipped people's pairs overlap the held-out pairs: this benchmark's split is not the one they were drawn from")
@@ -196,7 +200,17 @@ def main() -> None:
         vector = heads[name][1]
         gaps = [vector[-2, default.dimensions.index(d)] - vector[-1, default.dimensions.index(d)] for d in README_DIMENSIONS]
         print(f"{name:15s} {rep.accuracy:6.1%} " + " ".join(f"{rep.by_tag[t]:10.0%}" for t in tags) + "  " + " ".join(f"{g:+9.3f}" for g in gaps))
-    best = max((r for r in rows if r[0] not in ("default", "no guards", "people's score", "judge's vector")), key=lambda r: r[1])
+    # consistency: pairs of replies to one prompt (held out and fixtures) where one is at least as good on
+    # every dimension and on the people's score, yet gets the lower scalar
+    people_col = scores.get("people's score", np.zeros(len(replies)))
+    first, second = np.r_[np.arange(n), 2 * n + np.arange(f)], np.r_[n + np.arange(n), 2 * n + f + np.arange(f)]
+    print("\nReplies at least as good on every dimension and on the people's score, yet with the lower scalar:")
+    for name, (scalar, vector) in heads.items():
+        a_wins = (vector[first] >= vector[second]).all(1) & (people_col[first] >= people_col[second])
+        b_wins = (vector[second] >= vector[first]).all(1) & (people_col[second] >= people_col[first])
+        wrong = (a_wins & (scalar[first] < scalar[second])) | (b_wins & (scalar[second] < scalar[first]))
+        print(f"  {name:15s} {int(wrong.sum())} of {int((a_wins | b_wins).sum())} such pairs")
+    best = max((r for r in rows if r[0] not in ("default", "no guards", "people's score", "judge's vector", "free scalar")), key=lambda r: r[1])
     plain = next(r for r in rows if r[0] == "no guards")
     print(f"the guards ({', '.join(names) or 'none'}): {rows[0][1] - plain[1]:+.1%} agreement with people, {rows[0][2] - plain[2]:+.1%} on the fixtures")
     print(f"default against the best baseline ({best[0]}): {rows[0][1] - best[1]:+.1%} agreement with people; goal: at least 65% and above all three")

@@ -50,15 +50,21 @@ def reward_probe(
     try:
         rm = RewardModel.load(path)
         outputs = rm.score([prompt] * len(response), response)
+        people = rm.people_column([prompt] * len(response), response)
     except (FileNotFoundError, ValueError, TypeError) as exc:
         fail(str(exc))
     if as_json:
-        console.print_json(json.dumps([o.as_dict() for o in outputs]))
+        scored = [o.as_dict() for o in outputs]
+        for row, value in zip(scored, [] if people is None else people):
+            row["people_score"] = float(value)
+        console.print_json(json.dumps(scored))
         return
     console.print(f"[dim]reward model {path}[/]")
     for i, text in enumerate(response, 1):
         console.print(f"[bold]#{i}[/] {text if len(text) <= 160 else text[:157] + '...'}")
     rows = [(d, [o.vector[d] for o in outputs], [o.uncertainty[d] for o in outputs]) for d in rm.dimensions]
+    if people is not None:  # the people's score (no spread: one fit), which the scalar reads beside the vector
+        rows.append(("people's score", [float(p) for p in people], [0.0] * len(outputs)))
     rows += [(k, [getattr(o, k) for o in outputs], [o.uncertainty[k] for o in outputs]) for k in ("scalar", "reward_intensity", "safety_score")]
     spread = {name: max(values) - min(values) for name, values, _ in rows[: len(rm.dimensions)]}
     top = {d for d in sorted(spread, key=spread.get, reverse=True)[:3] if spread[d] > 0} if len(outputs) > 1 else set()
@@ -73,6 +79,10 @@ def reward_probe(
         label = f"[bold yellow]{name} *[/]" if name in top else name
         table.add_row(label, *cells, *([f"{max(values) - min(values):.3f}"] if len(outputs) > 1 else []), end_section=name == rm.dimensions[-1])
     console.print(table)
+    if (combo := rm.metadata.scalar) is not None:
+        terms = [f"{w:.2f} {d}" for d, w in combo.weights.items() if w > 0] + ([f"{combo.people:.2f} people's score"] if combo.people > 0 else [])
+        console.print(f"scalar = tanh({' + '.join(terms) or '0'} {combo.intercept:+.2f}): a reply at least as good on every dimension and "
+                      "on the people's score never scores lower")
     if top:
         console.print(f"[yellow]*[/] the dimensions on which the replies differ most: {', '.join(sorted(top, key=spread.get, reverse=True))}")
     for j in range(1, len(response)):

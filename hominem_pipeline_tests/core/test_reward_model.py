@@ -11,7 +11,7 @@ from hominem_pipeline.core.reward.calibration import same_prompt_pairs
 from hominem_pipeline.core.reward.dataset import TrainingSet, pairwise_accuracy
 from hominem_pipeline.core.reward.encoding import encode_pair, pad_batch
 from hominem_pipeline.core.reward.model import RewardModel
-from hominem_pipeline.core.reward.network import RewardNet
+from hominem_pipeline.core.reward.network import RewardNet, member_mean_std
 from hominem_pipeline.core.reward.training import train_reward_model
 from hominem_pipeline_tests.conftest import REPO
 
@@ -359,18 +359,23 @@ def test_judge_frame_and_ridge_heads(tiny_student, tmp_path):
     cut_text = rm.tokenizer.decode(cut)
     assert len(cut) <= 96 and "LAST QUESTION?\nAssistant: FIRST WORDS" in cut_text and cut_text.endswith("\n")
 
-    # The scalar head is sklearn's ridge solution of atanh(scalar) on the standardised features of every
-    # labeled reply (one member: every row weighs 1), at the chosen penalty.
+    # Each dimension's head is sklearn's ridge solution of atanh(its label) on the standardised features of
+    # every labeled reply (one member: every row weighs 1), at the chosen penalty; the scalar is the
+    # saved combination of the vector (reward.combination: no people's score here).
     labels = toy_labels()
     data = TrainingSet.build(rm._encode, labels, None, DIMS, cfg)
     with torch.inference_mode():
         z = ((rm.net.pooled(*pad_batch(data.encoded, 0)) - rm.net.feature_mean) / rm.net.feature_std).numpy()
     np.testing.assert_allclose(z.mean(0), 0.0, atol=1e-4)  # standardised on all of them
-    ref = Ridge(alpha=metrics["ridge_alpha"]).fit(z, np.arctanh(labels["scalar"].to_numpy()))
-    raw = rm.raw_scores(list(labels["prompt"]), list(labels["response"]))["scalar"]
-    np.testing.assert_allclose(np.arctanh(raw), ref.predict(z), atol=1e-3)
-    assert pairwise_accuracy(np.array([[2 * i, 2 * i + 1] for i in range(6)]), raw) == 1.0  # kind over curt on every prompt
-    np.testing.assert_array_equal(RewardModel.load(tmp_path).raw_scores(list(labels["prompt"]), list(labels["response"]))["scalar"], raw)
+    ref = Ridge(alpha=metrics["ridge_alpha"]).fit(z, np.arctanh(np.array([v[DIMS[0]] for v in labels["vector"]])))
+    raw = rm.raw_scores(list(labels["prompt"]), list(labels["response"]))
+    np.testing.assert_allclose(np.arctanh(raw["vector"][:, 0]), ref.predict(z), atol=1e-3)
+    combo = rm.metadata.scalar
+    assert combo is not None and combo.people == 0.0 and min(combo.weights.values()) >= 0.0
+    expected = np.tanh(raw["vector"] @ np.array([combo.weights[d] for d in DIMS]) + combo.intercept)
+    np.testing.assert_allclose(raw["scalar"], expected, atol=1e-5)
+    assert pairwise_accuracy(np.array([[2 * i, 2 * i + 1] for i in range(6)]), raw["scalar"]) == 1.0  # kind over curt on every prompt
+    np.testing.assert_array_equal(RewardModel.load(tmp_path).raw_scores(list(labels["prompt"]), list(labels["response"]))["scalar"], raw["scalar"])
 
 
 def test_judge_question_frame_ends_where_the_judge_rates(tiny_student, tmp_path):
@@ -470,9 +475,10 @@ def test_peoples_pairs_pull_the_scalar_from_the_judges_fit_and_win_where_they_di
 
 
 def test_ridge_training_chooses_how_far_peoples_pairs_pull_by_their_out_of_fold_agreement(tiny_student, tmp_path):
+    """scalar: free: the scalar is its own head, pulled by people's pairs as far as their out-of-fold agreement says."""
     from hominem_pipeline.core.reward.ridge import PAIR_PULLS
 
-    cfg = small_cfg(max_length=96, head_fit="ridge", ridge_alphas=[1.0, 100.0], uncertainty={"method": "none", "members": 1, "mc_samples": 2},
+    cfg = small_cfg(max_length=96, head_fit="ridge", scalar="free", ridge_alphas=[1.0, 100.0], uncertainty={"method": "none", "members": 1, "mc_samples": 2},
                     backbone={"finetune": "frozen", "frame": "judge", "pooling": "last_mean"})
     human = pd.DataFrame({"prompt": [f"Question {i}?" for i in range(10)], "chosen": ["Here is a careful answer."] * 10,
                           "rejected": ["no"] * 10, "weight": [1.5] * 10, "source": ["feedback:choice"] * 10})
@@ -796,6 +802,12 @@ def test_training_follows_tagged_peoples_pairs_on_the_dimension_the_judge_invert
     prompt = "My bike was stolen today."
     assert model.prefer(prompt, "I am so sorry, that sounds really hard. Tell me more?", "Whatever. Not my problem.", "empathy") > 0.5
     assert model.prefer(prompt, "I am so sorry, that sounds really hard. Tell me more?", "Whatever. Not my problem.", "curiosity") > 0.5
+    # the scalar is the vector's combination (no people's score here), each weight >= 0: kind on the two
+    # dimensions that tell the replies apart, kind overall
+    [kind_out, curt_out] = model.score([prompt] * 2, ["I am so sorry, that sounds really hard. Tell me more?", "Whatever. Not my problem."])
+    weights = model.metadata.scalar.weights
+    assert min(weights.values()) >= 0.0 and weights["empathy"] + weights["curiosity"] > 0.0 and metrics["scalar_weight_empathy"] == weights["empathy"]
+    assert kind_out.scalar > curt_out.scalar
 
 
 def test_gradient_training_learns_a_dimension_from_its_tagged_pairs(tiny_encoder, tmp_path):
@@ -813,3 +825,69 @@ def test_gradient_training_learns_a_dimension_from_its_tagged_pairs(tiny_encoder
                        out_dir=tmp_path / "untagged", seed=0, data_digest="x", date="2026-11-20", human_pairs=toy_human_pairs(),
                        on_epoch=lambda e, m: untagged.append(m))
     assert not any("train_loss_dimension_pair" in m for m in untagged)
+
+
+def test_a_reply_as_good_on_every_dimension_and_the_peoples_score_never_gets_the_lower_scalar(tiny_encoder):
+    """scalar: combined: the members' mean scalar is tanh(c . mean vector + w * people + b) with c, w >= 0,
+    so among any replies, one at least as good on every dimension as read and on the people's score (the
+    last column the heads read) never scores lower; the members' spread stays each member's own. A free
+    scalar head with the same vector has no such tie to it."""
+    from transformers import AutoModel
+
+    torch.manual_seed(0)
+    backbone = AutoModel.from_pretrained(tiny_encoder)
+    combined = RewardNet(backbone, n_dims=7, members=5, guards=1, combined=True).eval()
+    free = RewardNet(backbone, n_dims=7, members=5, guards=1).eval()
+    free.load_state_dict({k: v for k, v in combined.state_dict().items() if k != "scalar_weights"})
+    with torch.no_grad():
+        combined.scalar_weights.copy_(torch.tensor([0.5, 1.2, 0.0, 0.3, 2.0, 0.7, 0.1, 0.8, -0.2]))
+        for net in (combined, free):
+            net.vector_head.weight.mul_(0.05)  # vectors spread over the range, not all saturated
+    pooled = torch.randn(400, combined.feature_size)
+    for net, consistent in ((combined, True), (free, False)):
+        with torch.inference_mode():
+            mean, spread = member_mean_std(net.heads(pooled))
+        v, s, people = mean["vector"].numpy(), mean["scalar"].numpy(), pooled[:, -1].numpy()
+        dominates = (v[:, None, :] >= v[None, :, :]).all(-1) & (people[:, None] >= people[None, :])
+        np.fill_diagonal(dominates, False)
+        lower = dominates & (s[:, None] < s[None, :])
+        assert dominates.sum() > 50
+        assert (lower.sum() == 0) == consistent
+    with torch.inference_mode():
+        heads = combined.heads(pooled)
+        mean, spread = member_mean_std(heads)
+        own = torch.tanh(heads["vector"] @ combined.scalar_weights[:7] + (0.8 * pooled[:, -1] - 0.2).unsqueeze(1))
+    np.testing.assert_allclose(mean["scalar"].numpy(), np.tanh(mean["vector"].numpy() @ np.array([0.5, 1.2, 0.0, 0.3, 2.0, 0.7, 0.1])
+                                                                + 0.8 * pooled[:, -1].numpy() - 0.2), atol=1e-5)
+    np.testing.assert_allclose(spread["scalar"].numpy(), own.std(1, unbiased=False).numpy(), atol=1e-5)
+
+
+def test_the_combination_is_fitted_on_pairs_with_no_negative_weight():
+    """fit_scalar_combination: people's pairs decide which dimensions the scalar weighs (a dimension their
+    choices run against gets 0, never a negative weight), the people's score gets its own weight, the
+    intercept puts the scalar at the judge's level; with too few pairs the judge's labels decide."""
+    from hominem_pipeline.core.reward.combination import MIN_PAIRS, fit_scalar_combination
+
+    rng = np.random.default_rng(0)
+    n = 400
+    vector, people = np.tanh(rng.normal(size=(n, 3))), rng.normal(size=n)
+    taste = 2.0 * vector[:, 0] - 1.0 * vector[:, 2] + 1.0 * people  # people like dimension 0 and their score, dislike dimension 2
+    a, b = rng.permutation(n)[:200], rng.permutation(n)[:200]
+    keep = a != b
+    a, b = a[keep], b[keep]
+    pairs = np.stack([np.where(taste[a] > taste[b], a, b), np.where(taste[a] > taste[b], b, a)], 1)
+    labeled = np.arange(50)
+    labels = np.tanh(0.5 * vector[labeled, 1] + 0.3)
+    # the judge's pairs prefer dimension 1; people's pairs decide when there are enough of them
+    judge = np.stack([np.where(vector[a, 1] > vector[b, 1], a, b), np.where(vector[a, 1] > vector[b, 1], b, a)], 1)
+    both, human = np.concatenate([judge, pairs]), np.r_[np.zeros(len(judge), bool), np.ones(len(pairs), bool)]
+    combo = fit_scalar_combination(vector, people, both, np.ones(len(both)), human, labeled, labels)
+    assert combo.weights[0] > 1.0 and combo.weights[1] < 0.1 and combo.weights[2] == 0.0 and combo.people > 0.5
+    assert (combo.pre(vector[pairs[:, 0]], people[pairs[:, 0]]) > combo.pre(vector[pairs[:, 1]], people[pairs[:, 1]])).mean() > 0.8
+    level = np.arctanh(labels) - combo.pre(vector[labeled], people[labeled])
+    assert abs(level.mean()) < 1e-9  # the intercept: the judge's labels' level
+    few = MIN_PAIRS - 1  # too few people's pairs: the judge's pairs; too few of those too: the judge's labels
+    judged = fit_scalar_combination(vector, people, both[: len(judge) + few], np.ones(len(judge) + few), human[: len(judge) + few], labeled, labels)
+    assert judged.weights[1] > 1.0 and judged.weights[0] < 0.1
+    labels_only = fit_scalar_combination(vector, None, pairs[:few], np.ones(few), np.ones(few, bool), labeled, labels)
+    assert labels_only.people == 0.0 and labels_only.weights[1] > 0.3 and labels_only.weights[0] < 0.1

@@ -234,6 +234,7 @@ def test_reward_probe_prints_scores_uncertainty_and_preference(labeled_project):
     out = done.stdout
     assert "empathy" in out and "safety_score" in out and "±" in out
     assert "differ most" in out and "P(#1 preferred over #2) = " in out
+    assert "scalar = tanh(" in out and "never scores lower" in " ".join(out.split())  # the combined scalar's formula
     as_json = hominem(project, *args, "--json")
     scores = json.loads(as_json.stdout)
     assert len(scores) == 2 and set(scores[0]["uncertainty"]) >= {"empathy", "scalar"} and -1 <= scores[0]["scalar"] <= 1

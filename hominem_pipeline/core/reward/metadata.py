@@ -35,10 +35,18 @@ class PeopleInfo(_Strict):
     encoder: str  # the encoder folder the people's score reads (core/reward/people.py)
     sha256: str  # its digest at training
     max_length: int
-    weight: float  # the score's weight in the scalar, beside the heads' own (fitted on people's pairs out of fold)
+    weight: float  # the score's weight in the scalar (the combination's w; or beside a free scalar head), fitted on people's pairs out of fold
     alpha: float  # the score's ridge penalty
     pairs: int  # people's pairs it was fitted on
     agreement: float  # their share it orders as people chose, out of fold
+
+
+class ScalarInfo(_Strict):
+    """The scalar as tanh(sum_d weights[d] * vector[d] + people * people's score + intercept) (`reward.combination`)."""
+
+    weights: dict[str, float]  # per dimension, each >= 0
+    people: float  # the people's score's weight, >= 0 (0 without one)
+    intercept: float
 
 
 class UncertaintyInfo(_Strict):
@@ -59,6 +67,7 @@ class RewardMetadata(_Strict):
     length_feature: bool
     guards: GuardInfo | None  # None: the heads read the backbone alone
     people: PeopleInfo | None  # the people's score the scalar also reads, after the guards; None: none
+    scalar: ScalarInfo | None  # the scalar combined from the vector and the people's score; None: its own head
     members: int
     dropout: float
     uncertainty: UncertaintyInfo

@@ -134,7 +134,8 @@ class RewardModel:
         bb = metadata.backbone
         net = RewardNet(keep_layers(backbone, bb.depth), len(metadata.dimensions), members=metadata.members, pooling=bb.pooling,
                         dropout=metadata.dropout, length_feature=metadata.length_feature, layers=bb.layers,
-                        guards=(0 if metadata.guards is None else len(metadata.guards.names)) + int(metadata.people is not None))
+                        guards=(0 if metadata.guards is None else len(metadata.guards.names)) + int(metadata.people is not None),
+                        combined=metadata.scalar is not None)
         result = net.load_state_dict(load_file(str(path / HEADS)), strict=False)
         if result.unexpected_keys or any(not k.startswith("backbone.") for k in result.missing_keys):
             raise ValueError(f"{path / HEADS} does not match the model described by its {METADATA}: {result}; rebuild it "

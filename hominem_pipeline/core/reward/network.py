@@ -37,7 +37,7 @@ class RewardNet(nn.Module):
     `feature_mean` / `feature_std` (identity unless ridge-fitted heads set them)."""
 
     def __init__(self, backbone: nn.Module, n_dims: int, *, members: int = 1, pooling: str = "mean", dropout: float = 0.1, length_feature: bool = False,
-                 layers: Sequence[int] | None = None, guards: int = 0):
+                 layers: Sequence[int] | None = None, guards: int = 0, combined: bool = False):
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling {pooling!r}: use one of {', '.join(POOLINGS)}")
@@ -59,6 +59,11 @@ class RewardNet(nn.Module):
         self.scalar_head = nn.Linear(self.feature_size, members)
         self.intensity_head = nn.Linear(self.feature_size, members)
         self.safety_head = nn.Linear(self.feature_size, members)
+        # combined: the scalar is tanh(c . vector + w * people + b) (`reward.combination`), these (D + 2,)
+        # c, w, b; `scalar_head` is then unused. The people's score is the last feature column, read as it is.
+        self.combined = combined
+        if combined:
+            self.register_buffer("scalar_weights", torch.zeros(n_dims + 2))
 
     def _prefix_applies(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> bool:
         p = self.shared_prefix
@@ -119,12 +124,25 @@ class RewardNet(nn.Module):
     def heads(self, pooled: torch.Tensor) -> dict[str, torch.Tensor]:
         """Per member: vector (B, M, D), scalar / reward_intensity / safety_score (B, M)."""
         h = self.dropout((pooled - self.feature_mean) / self.feature_std)
+        vector = torch.tanh(self.vector_head(h)).view(-1, self.members, self.n_dims)
         return {
-            "vector": torch.tanh(self.vector_head(h)).view(-1, self.members, self.n_dims),
-            "scalar": torch.tanh(self.scalar_head(h)),
+            "vector": vector,
+            "scalar": self._combined_scalar(vector, pooled) if self.combined else torch.tanh(self.scalar_head(h)),
             "reward_intensity": torch.sigmoid(self.intensity_head(h)),
             "safety_score": torch.sigmoid(self.safety_head(h)),
         }
+
+    def _combined_scalar(self, vector: torch.Tensor, pooled: torch.Tensor) -> torch.Tensor:
+        """(B, M): per member, the combination of the members' mean vector plus that member's own
+        deviation, so the members' mean is exactly tanh(c . mean vector + w * people + b) (a reply at least
+        as good on every dimension as read, and on the people's score, never scores lower) and their spread
+        is the spread of each member's own combination."""
+        d = self.n_dims
+        c, w, b = self.scalar_weights[:d].to(vector.dtype), self.scalar_weights[d], self.scalar_weights[d + 1]
+        offset = (w * pooled[:, -1] + b).to(vector.dtype).unsqueeze(1)  # (B, 1)
+        own = torch.tanh(vector @ c + offset)  # (B, M)
+        of_mean = torch.tanh(vector.mean(1) @ c + offset[:, 0]).unsqueeze(1)
+        return of_mean + own - own.mean(1, keepdim=True)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, guards: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         return self.heads(self.features(input_ids, attention_mask, guards))

@@ -221,6 +221,27 @@ def dimension_pulls_out_of_fold(features: torch.Tensor, targets: dict[str, torch
     return results
 
 
+def vectors_out_of_fold(features: torch.Tensor, rows: np.ndarray, human: tuple[np.ndarray, np.ndarray, np.ndarray] | None, pair_dims: np.ndarray | None,
+                        pull: float, fold_fits: list[tuple], n_dims: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """The vector (in its range) of each labeled row, (len(rows), D), and of both replies of each people's
+    pair, (p, 2, D), from heads fitted without its fold (`label_folds`), their dimensions pulled toward
+    the other folds' tagged pairs at scale `pull` (0: the judge's alone), as the saved heads are."""
+    vectors = np.zeros((len(rows), n_dims))
+    pair_vectors = None if human is None else np.zeros((len(human[0]), 2, n_dims))
+    for _, held_rows, held_pairs, mean, std, alpha, coef in fold_fits:
+        if human is not None and pull and pair_dims is not None:
+            train = ~held_pairs & (pair_dims >= 0)
+            if train.any():
+                coef = pull_dimensions(coef, pair_rows(features, human[0][train], mean, std),
+                                       torch.as_tensor(human[1][train], dtype=torch.float64) * pull, pair_dims[train], alpha)
+        if held_rows.any():
+            vectors[held_rows] = torch.tanh(ridge_design(features, rows[held_rows], mean, std) @ coef[:, :n_dims]).numpy()
+        if human is not None and held_pairs.any():
+            for side in (0, 1):
+                pair_vectors[held_pairs, side] = torch.tanh(ridge_design(features, human[0][held_pairs, side], mean, std) @ coef[:, :n_dims]).numpy()
+    return vectors, pair_vectors
+
+
 def set_ridge_heads(net: RewardNet, coefs: Sequence[torch.Tensor]) -> None:
     """Load one (F + 1, D + 3) ridge solution per member into the heads."""
     d = net.n_dims

@@ -45,6 +45,7 @@ from hominem_pipeline.core.reward.encoding import (
     pad_batch,
     pad_id,
 )
+from hominem_pipeline.core.reward.combination import ScalarCombination, fit_scalar_combination
 from hominem_pipeline.core.reward.guards import GuardScorer
 from hominem_pipeline.core.reward.people import fit_people_score, people_scalar_weight, with_people
 from hominem_pipeline.core.reward.metadata import RewardMetadata
@@ -66,13 +67,13 @@ from hominem_pipeline.core.reward.ridge import (
     label_folds,
     pair_rows,
     ridge_design,
-    ridge_out_of_fold,
     ridge_out_of_fold_pulls,
     ridge_solve,
     ridge_targets,
     pull_dimensions,
     set_ridge_heads,
     standardise,
+    vectors_out_of_fold,
     with_column,
 )
 from hominem_pipeline.core.reward.validation import _pct, calibrate_validation
@@ -137,6 +138,29 @@ def choose_dimension_pull(features: torch.Tensor, data: TrainingSet, labeled: np
     return pull, metrics
 
 
+def _combine(net: RewardNet, full: dict[str, np.ndarray], features: torch.Tensor, data: TrainingSet, labeled: np.ndarray,
+             human: tuple[np.ndarray, np.ndarray, np.ndarray] | None, pair_dims: np.ndarray | None, dim_pull: float, fold_fits: list[tuple],
+             people_column: np.ndarray | None, dimensions: list[str]) -> tuple[ScalarCombination, dict[str, float]]:
+    """The combined scalar (`reward.combination`) fitted on every pair's replies read out of fold (the
+    vector as the saved heads pull it, the people's score without the pair's fold), set in `net`; `full`'s
+    vector and scalar become those out-of-fold values. Also its weights as metrics."""
+    n = len(data.encoded)
+    vectors, pair_vectors = vectors_out_of_fold(features, labeled, human, pair_dims, dim_pull, fold_fits, len(dimensions))
+    full["vector"][labeled] = vectors
+    if human is not None:
+        full["vector"][human[0][:, 0]], full["vector"][human[0][:, 1]] = pair_vectors[:, 0], pair_vectors[:, 1]
+    people = None if people_column is None else people_column[:n]
+    combination = fit_scalar_combination(full["vector"].astype(np.float64), people, data.pairs, data.pair_weight, data.pair_human, labeled,
+                                         data.targets["scalar"][torch.as_tensor(labeled)].numpy().astype(np.float64))
+    with torch.no_grad():
+        net.scalar_weights.copy_(combination.as_tensor())
+    full["scalar"] = combination(full["vector"], people).astype(np.float32)
+    log.info("reward model: the scalar is tanh(%s + %.3g people's score %+.3g) (fitted out of fold on %d people's pairs and %d of the judge's)",
+             " + ".join(f"{c:.3g} {d}" for d, c in zip(dimensions, combination.weights)), combination.people, combination.intercept,
+             int(data.pair_human.sum()), int((~data.pair_human).sum()))
+    return combination, {**{f"scalar_weight_{d}": float(c) for d, c in zip(dimensions, combination.weights)}, "scalar_weight_people": combination.people}
+
+
 def train_reward_model(
     examples: pd.DataFrame,
     *,
@@ -193,8 +217,9 @@ def train_reward_model(
             raise ValueError(f"reward_model.guards {cfg.guards} are measured by a causal LM (the student) and the backbone {backbone_path} is not a local one: "
                              "pass train_reward_model(guard_student=...), or set reward_model.guards: []")
         guard_student = backbone_path
+    combined = cfg.head_fit == "ridge" and cfg.scalar == "combined"
     net = RewardNet(_wrap_backbone(backbone, cfg), len(dimensions), members=members, pooling=pooling, dropout=cfg.dropout, length_feature=cfg.length_feature,
-                    layers=cfg.backbone.layers, guards=len(cfg.guards) + int(use_people))
+                    layers=cfg.backbone.layers, guards=len(cfg.guards) + int(use_people), combined=combined)
     frame = None
     if cfg.backbone.frame in ("judge", "judge_question"):
         if not judge_system or (cfg.backbone.frame == "judge_question" and not judge_question):
@@ -342,6 +367,7 @@ def train_reward_model(
         return metrics
 
     best_loss, best_state, best_epoch, stale = math.inf, None, 0, 0
+    combination = None
     best_full: dict[str, np.ndarray] = {}
     best_metrics: dict[str, Any] = {}
     history = []
@@ -354,12 +380,12 @@ def train_reward_model(
         human = (hp, hw, data.group_of[hp[:, 0]]) if len(hp) else None
         pull, pull_accuracy, people_weights = 1.0, {}, {}
         hp_dims = data.pair_dimension[data.pair_human]  # the dimension each people's pair is tagged with (-1: none)
-        # the labels' fit of each prompt fold, shared by the scalar's pulls and the dimensions'
+        # the labels' fit of each prompt fold, shared by the scalar's pulls, the dimensions' and the combination's
         fold_fits = label_folds(features, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed, RIDGE_FOLDS,
-                                human[2]) if human else None
+                                human[2] if human else None) if human or combined else None
         dim_pull, dimension_metrics = (choose_dimension_pull(features, data, labeled, cfg, output_weights, seed, human, hp_dims, dimensions, fold_fits)
                                        if human and cfg.dimension_pairs and (hp_dims >= 0).any() else (0.0, {}))
-        if human:
+        if human and not combined:
             # How far people's pairs pull the scalar from the judge's: the scale of their weights whose
             # out-of-fold pairs people agree with most (ties: the smaller pull, nearer the judge). With a
             # people's score, each scale's scalar is read with the score at the weight fitted for it
@@ -378,9 +404,10 @@ def train_reward_model(
             held_out, fold_alphas, human_oof = trials[pull]
             hw = hw * pull
         else:
-            held_out, fold_alphas, human_oof = ridge_out_of_fold(features, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed)
+            held_out, fold_alphas, human_oof = ridge_out_of_fold_pulls(features, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights,
+                                                                       seed, RIDGE_FOLDS, None if combined else human, (1.0,), fold_fits)[1.0]
         people_weight = 0.0
-        if use_people:
+        if use_people and not combined:
             # The people's score's weight beside the heads' scalar: a two-weight logistic fit of people's
             # pairs, each read out of fold by both (the heads' scalar fitted without the pair's fold, the
             # score without its own), so neither looks better than it is on a new reply (above, per pull).
@@ -402,8 +429,9 @@ def train_reward_model(
         log.info("reward model ridge heads: penalty %g chosen by %d-fold cross-validation over the prompts (errors %s)", alpha, RIDGE_FOLDS,
                  ", ".join(f"{a:g}: {e:.4f}" for a, e in errors.items()))
         hx = pair_rows(features, hp, mean, std) if human else None
-        coefs = [ridge_solve(x, y, seq_boot[torch.as_tensor(labeled), m].double(), alpha, hx,
-                             torch.as_tensor(hw, dtype=torch.float64) * seq_boot[torch.as_tensor(hp[:, 0]), m].double() if human else None,
+        pull_scalar = human and not combined  # a combined scalar is no head of its own: nothing to pull
+        coefs = [ridge_solve(x, y, seq_boot[torch.as_tensor(labeled), m].double(), alpha, hx if pull_scalar else None,
+                             torch.as_tensor(hw, dtype=torch.float64) * seq_boot[torch.as_tensor(hp[:, 0]), m].double() if pull_scalar else None,
                              len(dimensions)) for m in range(members)]
         if dim_pull:  # each tagged dimension pulled toward its people's pairs, from the labels' solution
             tagged = hp_dims >= 0
@@ -418,13 +446,18 @@ def train_reward_model(
         d = len(dimensions)
         for j, k in enumerate(HEAD_OUTPUTS):
             best_full[k][labeled] = (held_out[:, :d] if k == "vector" else held_out[:, d + j - 1]).numpy()
-        if human:
+        if human and not combined:
             best_full["scalar"][hp[:, 0]], best_full["scalar"][hp[:, 1]] = human_oof[:, 0], human_oof[:, 1]
-        if use_people:  # the out-of-fold scalars with the score added as the saved heads add it
+        combination, combination_metrics = None, {}
+        if combined:  # the scalar from the vector and the people's score, both out of fold
+            combination, combination_metrics = _combine(net, best_full, features, data, labeled, human, hp_dims if dim_pull else None, dim_pull, fold_fits,
+                                                        people_column if use_people else None, dimensions)
+            people_weight = combination.people
+        elif use_people:  # the out-of-fold scalars with the score added as the saved heads add it
             scalar = best_full["scalar"].astype(np.float64).clip(-1 + 1e-6, 1 - 1e-6)
             best_full["scalar"] = np.tanh(np.arctanh(scalar) + people_weight * people_column[: len(scalar)]).astype(np.float32)
-        best_metrics = {"ridge_alpha": alpha, "ridge_fold_alphas": fold_alphas, **evaluate(best_full), **dimension_metrics,
-                        **({"human_pull": pull, **{f"human_pull_{k:g}_accuracy": v for k, v in pull_accuracy.items()}} if human else {}),
+        best_metrics = {"ridge_alpha": alpha, "ridge_fold_alphas": fold_alphas, **evaluate(best_full), **dimension_metrics, **combination_metrics,
+                        **({"human_pull": pull, **{f"human_pull_{k:g}_accuracy": v for k, v in pull_accuracy.items()}} if human and not combined else {}),
                         **({"people_weight": people_weight, "people_pairs": people.pairs, "people_agreement": people.agreement,
                             "people_alpha": people.alpha} if use_people else {})}
         log.info("reward model ridge heads: out of fold (%d prompt folds) they order %s of %d teacher pairs", RIDGE_FOLDS,
@@ -541,6 +574,7 @@ def train_reward_model(
         "guards": {"names": list(cfg.guards), "student": str(Path(guard_student).resolve()), "sha256": folder_digest(Path(guard_student))} if cfg.guards else None,
         "people": {"encoder": str(Path(people_encoder).resolve()), "sha256": folder_digest(Path(people_encoder)), "max_length": cfg.people_score.max_length,
                    "weight": people_weight, "alpha": people.alpha, "pairs": people.pairs, "agreement": people.agreement} if people is not None else None,
+        "scalar": combination.describe(dimensions) if combination is not None else None,
         "members": members,
         "dropout": cfg.dropout,
         "uncertainty": {"method": cfg.uncertainty.method, "mc_samples": cfg.uncertainty.mc_samples},  # members: above
