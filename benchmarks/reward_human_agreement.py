@@ -180,14 +180,16 @@ def main() -> None:
         people = float((s[:n] > s[n : 2 * n]).mean())
         report = fixture_report(fixtures, s[2 * n : 2 * n + f] - s[2 * n + f : 2 * n + 2 * f])
         tag, worst = report.worst_tag()
-        kind = bool(s[-2] > s[-1])
+        kind = "yes" if s[-2] > s[-1] else "no"
+        if name in models:  # the calibrated probability, as `hominem reward-probe` prints it
+            kind += f" (P {models[name][0].probability(float(s[-2] - s[-1])):.2f})"
         judge = models[name][1].get("val_pairwise_accuracy") if name in models else None
         rows.append((name, people, report.accuracy, tag, worst, kind, judge))
     se = 100 * np.sqrt(0.25 / n)
     print(f"\n{n} held-out HH-RLHF pairs (one standard error {se:.1f} points), {f} contrast fixtures, day {args.date}; {time.monotonic() - started:.0f} s")
     print(f"{'scorer':12s} {'people':>8s} {'fixtures':>9s}  {'weakest tag':24s} {'kind reply wins':>16s} {'judge OOF':>10s}")
     for name, people, fix, tag, worst, kind, judge in rows:
-        print(f"{name:12s} {people:8.1%} {fix:9.1%}  {f'{tag} {worst:.0%}':24s} {'yes' if kind else 'no':>16s} {'-' if judge is None else f'{judge:.1%}':>10s}")
+        print(f"{name:12s} {people:8.1%} {fix:9.1%}  {f'{tag} {worst:.0%}':24s} {kind:>16s} {'-' if judge is None else f'{judge:.1%}':>10s}")
     print("\nEach tag's own dimension on its fixtures (the scalar beside it), and the driving-test example's "
           f"{', '.join(README_DIMENSIONS)} (kind reply minus 'Try harder.'):")
     dim_reports = {}

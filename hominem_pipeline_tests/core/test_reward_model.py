@@ -799,6 +799,9 @@ def test_training_follows_tagged_peoples_pairs_on_the_dimension_the_judge_invert
     assert metrics["dimension_pull"] in DIMENSION_PULLS and metrics["val_dimension_pairs"] == n - 2
     assert metrics["val_dimension_accuracy_judge_empathy"] == 0.0 and metrics["val_dimension_accuracy_empathy"] == 1.0
     model = RewardModel.load(tmp_path)
+    # empathy's temperature is fitted on the judge's pairs and the tagged people's pairs, read out of fold
+    assert model.metadata.calibration["dimensions"]["empathy"]["people_pairs"] == n - 2
+    assert model.metadata.calibration["dimensions"]["curiosity"]["people_pairs"] == 0
     prompt = "My bike was stolen today."
     assert model.prefer(prompt, "I am so sorry, that sounds really hard. Tell me more?", "Whatever. Not my problem.", "empathy") > 0.5
     assert model.prefer(prompt, "I am so sorry, that sounds really hard. Tell me more?", "Whatever. Not my problem.", "curiosity") > 0.5

@@ -138,17 +138,12 @@ def choose_dimension_pull(features: torch.Tensor, data: TrainingSet, labeled: np
     return pull, metrics
 
 
-def _combine(net: RewardNet, full: dict[str, np.ndarray], features: torch.Tensor, data: TrainingSet, labeled: np.ndarray,
-             human: tuple[np.ndarray, np.ndarray, np.ndarray] | None, pair_dims: np.ndarray | None, dim_pull: float, fold_fits: list[tuple],
-             people_column: np.ndarray | None, dimensions: list[str]) -> tuple[ScalarCombination, dict[str, float]]:
-    """The combined scalar (`reward.combination`) fitted on every pair's replies read out of fold (the
-    vector as the saved heads pull it, the people's score without the pair's fold), set in `net`; `full`'s
-    vector and scalar become those out-of-fold values. Also its weights as metrics."""
+def _combine(net: RewardNet, full: dict[str, np.ndarray], data: TrainingSet, labeled: np.ndarray, people_column: np.ndarray | None,
+             dimensions: list[str]) -> tuple[ScalarCombination, dict[str, float]]:
+    """The combined scalar (`reward.combination`) fitted on every pair's replies read out of fold (`full`'s
+    vector, the people's score without the pair's fold), set in `net`; `full`'s scalar becomes its
+    out-of-fold value. Also its weights as metrics."""
     n = len(data.encoded)
-    vectors, pair_vectors = vectors_out_of_fold(features, labeled, human, pair_dims, dim_pull, fold_fits, len(dimensions))
-    full["vector"][labeled] = vectors
-    if human is not None:
-        full["vector"][human[0][:, 0]], full["vector"][human[0][:, 1]] = pair_vectors[:, 0], pair_vectors[:, 1]
     people = None if people_column is None else people_column[:n]
     combination = fit_scalar_combination(full["vector"].astype(np.float64), people, data.pairs, data.pair_weight, data.pair_human, labeled,
                                          data.targets["scalar"][torch.as_tensor(labeled)].numpy().astype(np.float64))
@@ -448,10 +443,14 @@ def train_reward_model(
             best_full[k][labeled] = (held_out[:, :d] if k == "vector" else held_out[:, d + j - 1]).numpy()
         if human and not combined:
             best_full["scalar"][hp[:, 0]], best_full["scalar"][hp[:, 1]] = human_oof[:, 0], human_oof[:, 1]
+        if fold_fits is not None:  # the vector out of fold as the saved heads pull it: labeled replies, people's pairs' replies
+            vectors, pair_vectors = vectors_out_of_fold(features, labeled, human, hp_dims if dim_pull else None, dim_pull, fold_fits, d)
+            best_full["vector"][labeled] = vectors
+            if human:
+                best_full["vector"][hp[:, 0]], best_full["vector"][hp[:, 1]] = pair_vectors[:, 0], pair_vectors[:, 1]
         combination, combination_metrics = None, {}
         if combined:  # the scalar from the vector and the people's score, both out of fold
-            combination, combination_metrics = _combine(net, best_full, features, data, labeled, human, hp_dims if dim_pull else None, dim_pull, fold_fits,
-                                                        people_column if use_people else None, dimensions)
+            combination, combination_metrics = _combine(net, best_full, data, labeled, people_column if use_people else None, dimensions)
             people_weight = combination.people
         elif use_people:  # the out-of-fold scalars with the score added as the saved heads add it
             scalar = best_full["scalar"].astype(np.float64).clip(-1 + 1e-6, 1 - 1e-6)

@@ -68,7 +68,7 @@ def calibrate_validation(
 ) -> tuple[dict[str, Any] | None, dict[str, float]]:
     """Calibration on the held-out pairs (`source`: the validation split's, or every pair scored out of
     fold): the scalar (teacher and human pairs), then each dimension on the teacher pairs with a gap on
-    it. Draws both reliability plots into `out_dir`. Returns the METADATA block (None when there is no
+    it and the held-out people's pairs tagged with it. Draws both reliability plots into `out_dir`. Returns the METADATA block (None when there is no
     pair) and the metrics."""
     from hominem_pipeline.core.reward.calibration import (
         reliability_diagram,
@@ -104,7 +104,8 @@ def calibrate_validation(
     }
     calibration: dict[str, Any] = {
         "method": "temperature scaling: P(a preferred over b) = sigmoid((scalar_a - scalar_b) / temperature)",
-        "fitted_on": f"{source} pairs (same prompt with teacher scalar gap >= {PAIR_GAP}, and human pairs), each counted in both orders",
+        "fitted_on": f"{source} pairs (same prompt with teacher scalar gap >= {PAIR_GAP}, and human pairs), each counted in both orders; "
+                     "a dimension: the teacher's pairs with that gap on it and the human pairs tagged with it",
         "held_out_ece": f"val_ece: temperature fitted on half the {source} prompts, applied to the other half (both ways)" if held else "in sample (one prompt group only)",
         "ece_noise_floor": "val_ece_noise_floor: the mean ECE of a perfectly calibrated model on these pairs (outcomes drawn from the reported "
                            "probabilities, 400 draws): an ECE near it is what the pair count allows",
@@ -119,13 +120,14 @@ def calibrate_validation(
     panels = {}
     for j, d in enumerate(dimensions):
         teacher_d = data.targets["vector"][:, j].numpy()
-        pairs_d = lab[same_prompt_pairs(ids[lab], teacher_d[lab], PAIR_GAP)]
+        tagged = data.pairs[val_pairs[data.pair_human[val_pairs] & (data.pair_dimension[val_pairs] == j)]]
+        pairs_d = np.concatenate([lab[same_prompt_pairs(ids[lab], teacher_d[lab], PAIR_GAP)].reshape(-1, 2), tagged])
         dim = calibrate(pairs_d, data.group_of[pairs_d[:, 0]], full["vector"][:, j])
         if dim is None:
             continue
         report = dim["held_out"] or dim["after"]
         calibration["dimensions"][d] = {"temperature": dim["temperature"], "ece": report["ece"], "ece_noise_floor": report["noise_floor"],
-                                        "ece_in_sample": dim["after"]["ece"], "pairs": dim["after"]["pairs"] // 2}
+                                        "ece_in_sample": dim["after"]["ece"], "pairs": dim["after"]["pairs"] // 2, "people_pairs": len(tagged)}
         metrics[f"val_ece_dim_{d}"] = report["ece"]
         panels[d] = (dim["after"], dim["temperature"], None if dim["held_out"] is None else dim["held_out"]["ece"])
     if panels:
