@@ -168,3 +168,24 @@ def data_import_preferences(
     details = meta["details"].value if "details" in meta else {}
     for reason, count in details.get("quarantine_reasons", {}).items():
         console.print(f"quarantined {count} row(s): {reason}")
+
+
+@data_app.command("ship-features")
+def data_ship_features(config: ConfigOpt = None, sets: SetOpt = None) -> None:
+    """Write the guard columns of the shipped people's pairs (reward_model.people_pairs) under the
+    student to config/human/features/, so that a fresh clone's first reward model reads them instead
+    of measuring them. Run it after changing the shipped pairs, the guards or the student, and commit
+    the folder."""
+    from hominem_pipeline.core.builds.reward_model import ship_people_pair_features
+    from hominem_pipeline.core.models import ModelNotAvailable
+
+    setup_logging()
+    cfg = load(config, sets)
+    try:
+        shipped = ship_people_pair_features(cfg)
+    except ModelNotAvailable as exc:
+        fail(str(exc))
+    if shipped is None:
+        fail("nothing to ship: reward_model.guards is [] or reward_model.people_pairs names no file", code=1)
+    path, rows, measured = shipped
+    console.print(f"wrote {path}: the guard columns of {rows} replies ({measured} measured now, the rest read from the feature cache)")

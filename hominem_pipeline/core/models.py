@@ -96,7 +96,8 @@ def prepare_student(cfg: HominemConfig) -> Path:
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        (tmp / READY_MARKER).write_text(json.dumps({"source": str(gguf), "package": package}, indent=2))
+        # No absolute path: the folder's digest (which keys the feature caches and the shipped features) is then the same in every clone.
+        (tmp / READY_MARKER).write_text(json.dumps({"package": package, "file": gguf.name}, indent=2))
         if target.exists():
             shutil.rmtree(target)
         tmp.rename(target)

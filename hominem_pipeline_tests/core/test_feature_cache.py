@@ -81,3 +81,54 @@ def test_rows_of_another_width_are_not_read(tmp_path):
     FeatureCache(tmp_path, ["n"], 3).add(["a"], np.ones((1, 3)))
     other = FeatureCache(tmp_path, ["n"], 4)
     assert other.folder == FeatureCache(tmp_path, ["n"], 3).folder and len(other) == 0
+
+
+def test_shipped_rows_are_read_never_written_and_a_fresh_clone_measures_none_of_them(tiny_student, tmp_path, monkeypatch):
+    """Rows shipped with the project (`hominem data ship-features`) serve a scorer with an empty cache:
+    the student reads only what was not shipped, and the shipped rows equal the measured ones."""
+    from hominem_pipeline.core.reward.guards import GuardScorer
+
+    prompts, replies = ["How was it?", "How was it?", "Any news?"], ["Quiet, thanks.", "zq xv", "None yet."]
+    first = GuardScorer(["reply_logp", "prompt_gain"], tiny_student, cache=tmp_path / "maintainer")
+    measured = first(prompts, replies)
+    shipped = tmp_path / "config" / "human" / "features"
+    path = first.disk_cache().ship([text_key(p, r) for p, r in zip(prompts, replies)], shipped)
+    assert path.parent == shipped and path.stem == first.disk_cache().folder.name
+    try:
+        first.disk_cache().ship([text_key("never", "read")], shipped)
+        raise AssertionError("shipping a row nobody measured must fail")
+    except KeyError as exc:
+        assert "compute them before shipping" in str(exc)
+
+    fresh = GuardScorer(["reply_logp", "prompt_gain"], tiny_student, cache=tmp_path / "fresh-clone", shipped=shipped)
+    read: list[list[str]] = []
+    real = fresh._measure
+    monkeypatch.setattr(fresh, "_measure", lambda p, r: read.append(list(r)) or real(p, r))
+    got = fresh(prompts + ["Any news?"], replies + ["Nothing at all."])
+    assert read == [["Nothing at all."]]  # only the reply nobody shipped
+    assert torch.allclose(got[:3], measured) and fresh.disk_cache().shipped == 3
+    assert len(list(fresh.disk_cache().folder.glob("shard-*.npz"))) == 1  # the new reply's shard; nothing shipped written again
+    other = GuardScorer(["reply_logp"], tiny_student, cache=tmp_path / "other", shipped=shipped)  # another setting: another namespace
+    assert other.disk_cache().shipped == 0
+
+
+def test_the_shipped_guard_rows_cover_every_shipped_pair_the_heads_read():
+    """config/human/features/ holds a row for every reply of the shipped people's pairs the heads read
+    (run `hominem data ship-features` after changing config/human/ and commit the folder)."""
+    import json
+
+    from hominem_pipeline.core.builds.reward_model import people_pairs, people_pairs_digest
+    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline_tests.conftest import REPO
+
+    cfg = load_config(root=REPO)
+    folder = cfg.path(feature_cache.SHIPPED_FEATURES)
+    manifest = json.loads((folder / "MANIFEST.json").read_text())
+    [(name, entry)] = manifest.items()
+    assert entry["columns"] == list(cfg.reward_model.guards) and entry["pairs_digests"] == people_pairs_digest(cfg)
+    with np.load(folder / name, allow_pickle=False) as saved:
+        keys, rows = set(saved["keys"].tolist()), saved["rows"]
+    pairs = people_pairs(cfg)
+    pairs = pairs[pairs["heads"]]
+    wanted = {text_key(p, r) for p, c, j in zip(pairs["prompt"], pairs["chosen"], pairs["rejected"]) for r in (c, j)}
+    assert wanted <= keys and rows.shape == (len(keys), len(cfg.reward_model.guards)) and np.isfinite(rows).all()

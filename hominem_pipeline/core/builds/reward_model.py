@@ -9,7 +9,7 @@ from typing import Any
 
 from hominem_pipeline.core.artifacts import fingerprint
 from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE
+from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
 from hominem_pipeline.core.stage import CheckOutcome, StageContext, StageOutput
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,7 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
         judge_system=rubric_system(ctx.cfg.labeling),
         judge_question=ctx.cfg.labeling.scalar_question,
         feature_cache=ctx.cfg.data_dir / FEATURE_CACHE,
+        shipped_features=ctx.cfg.path(SHIPPED_FEATURES),
         guard_student=student_path(ctx.cfg) if ctx.cfg.reward_model.guards else None,
         people_encoder=people_encoder(ctx.cfg),
     )
@@ -169,6 +170,41 @@ def reward_backbone_digest(cfg: HominemConfig, partition: str) -> dict[str, str 
     return {"backbone": folder_digest(source) if Path(source).is_dir() else str(source), "fixtures": fixtures_file_digest(cfg),
             "people_pairs": people_pairs_digest(cfg), "guard_student": folder_digest(student_path(cfg)) if cfg.reward_model.guards else None,
             "people_encoder": None if (enc := people_encoder(cfg)) is None else folder_digest(enc)}
+
+
+def ship_people_pair_features(cfg: HominemConfig) -> tuple[Path, int, int] | None:
+    """Write the guard columns (`reward_model.guards`) of every shipped people's pair the heads read as
+    the project's shipped rows (`feature_cache.SHIPPED_FEATURES`), so a fresh clone's first reward model
+    does not measure them: read from the project's feature cache or the rows shipped already, measured
+    by the student where neither holds them. Replaces the folder's earlier files and its MANIFEST.json.
+    Returns (file, rows, rows measured now); None without guards or shipped pairs."""
+    import json
+
+    from hominem_pipeline.core.artifacts import folder_digest
+    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.reward.feature_cache import text_key
+    from hominem_pipeline.core.reward.guards import GUARD_MAX_LENGTH, GuardScorer
+
+    pairs = people_pairs(cfg)
+    if not cfg.reward_model.guards or pairs is None:
+        return None
+    pairs = pairs[pairs["heads"]]
+    prompts = [p for p in pairs["prompt"] for _ in (0, 1)]
+    replies = [r for c, j in zip(pairs["chosen"], pairs["rejected"]) for r in (c, j)]
+    folder, student = cfg.path(SHIPPED_FEATURES), student_path(cfg)
+    scorer = GuardScorer(cfg.reward_model.guards, student, cache=cfg.data_dir / FEATURE_CACHE, shipped=folder)
+    cache = scorer.disk_cache()
+    scorer(prompts, replies)
+    measured = cache.misses
+    path = cache.ship([text_key(p, r) for p, r in zip(prompts, replies)], folder)
+    for stale in folder.glob("*.npz"):
+        if stale != path:
+            stale.unlink()
+    manifest = {path.name: {"features": "guards", "columns": list(cfg.reward_model.guards), "student": student.name, "student_digest": folder_digest(student),
+                            "window_tokens": GUARD_MAX_LENGTH, "replies": len(set(zip(prompts, replies))), "pairs_files": [s.file for s in cfg.reward_model.people_pairs],
+                            "pairs_digests": people_pairs_digest(cfg)}}
+    (folder / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return path, len(set(zip(prompts, replies))), measured
 
 
 def people_pairs_digest(cfg: HominemConfig) -> list[str | None]:

@@ -10,6 +10,11 @@ same features each day; they dominate the stage's time. A cache is one folder pe
 digest of the exact input (token ids, or prompt and reply). Any entry can be recomputed: deleting the
 folder costs time, nothing else. Rows beyond `max_rows` drop the oldest shards.
 
+A project can also ship rows (`SHIPPED_FEATURES`, read-only, one `<namespace digest>.npz` per
+namespace): the guard columns of its shipped people's pairs under the shipped student, so that a fresh
+clone's first run does not measure them (`hominem data ship-features` writes them). A namespace whose
+network or settings differ has another digest and finds none of them.
+
 A cached row equals the computed one up to the last bits: the padding of the batch a text was read in
 changes float rounding, not the figures.
 """
@@ -30,6 +35,7 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 FEATURE_CACHE = "cache/reward_features"  # under project.data_dir
+SHIPPED_FEATURES = "config/human/features"  # under the project root: rows shipped with the project
 MAX_ROWS = 100_000  # per namespace (a 1,155-wide row is 4.6 kB: 460 MB at most)
 COMPACT_AT = 24  # shards in a namespace beyond which they are merged into one
 
@@ -52,7 +58,9 @@ def ids_key(ids: Sequence[int]) -> str:
 class FeatureCache:
     """Rows of `width` float32 features by key, in `<folder>/<namespace digest>/`."""
 
-    def __init__(self, folder: Path, namespace: Any, width: int, max_rows: int = MAX_ROWS):
+    def __init__(self, folder: Path, namespace: Any, width: int, max_rows: int = MAX_ROWS, shipped: Path | None = None):
+        """`shipped`: a folder of rows shipped with the project (`SHIPPED_FEATURES`), read beside `folder`
+        and never written."""
         from hominem_pipeline.core.artifacts import fingerprint
 
         self.folder = Path(folder) / fingerprint(namespace, 16)
@@ -60,6 +68,7 @@ class FeatureCache:
         self._rows: dict[str, np.ndarray] = {}
         self._shards: list[Path] = []
         self.hits = self.misses = 0
+        self._shipped = self._read_shipped(Path(shipped) / f"{self.folder.name}.npz") if shipped is not None else {}
         for shard in sorted(self.folder.glob("shard-*.npz")):  # names start with the time: oldest first
             try:
                 with np.load(shard, allow_pickle=False) as saved:
@@ -73,20 +82,57 @@ class FeatureCache:
             self._rows.update(zip(keys.tolist(), rows))
             self._shards.append(shard)
 
+    def _read_shipped(self, path: Path) -> dict[str, np.ndarray]:
+        if not path.is_file():
+            return {}
+        try:
+            with np.load(path, allow_pickle=False) as saved:
+                keys, rows = saved["keys"], saved["rows"]
+        except (OSError, ValueError, KeyError) as exc:
+            log.warning("shipped features %s are unreadable (%s); they are measured instead", path, exc)
+            return {}
+        if rows.ndim != 2 or rows.shape[1] != self.width or len(keys) != len(rows):
+            log.warning("shipped features %s hold rows of width %s, not %d; they are measured instead", path, rows.shape[1:], self.width)
+            return {}
+        return dict(zip(keys.tolist(), rows))
+
     def __len__(self) -> int:
         return len(self._rows)
 
+    @property
+    def shipped(self) -> int:
+        """How many rows the project shipped for this namespace."""
+        return len(self._shipped)
+
     def get(self, keys: Sequence[str]) -> dict[str, np.ndarray]:
-        """The rows held for `keys` (those not held are missing from the answer)."""
-        found = {k: self._rows[k] for k in keys if k in self._rows}
+        """The rows held for `keys`, written here or shipped (those held by neither are missing from the answer)."""
+        found = {k: self._rows[k] if k in self._rows else self._shipped[k] for k in keys if k in self._rows or k in self._shipped}
         self.hits += len(found)
         self.misses += len(keys) - len(found)
         return found
 
+    def ship(self, keys: Sequence[str], folder: Path) -> Path:
+        """Write the rows of `keys` (every one held) as this namespace's shipped rows in `folder`."""
+        found = self.get(list(dict.fromkeys(keys)))
+        missing = [k for k in keys if k not in found]
+        if missing:
+            raise KeyError(f"{len(missing)} of {len(keys)} keys have no row in {self.folder} (first {missing[0]}); compute them before shipping")
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{self.folder.name}.npz"
+        tmp = folder / f".{path.name}.{uuid.uuid4().hex}.tmp"
+        try:
+            with open(tmp, "wb") as fh:
+                np.savez_compressed(fh, keys=np.array(sorted(found), dtype="<U32"), rows=np.stack([found[k] for k in sorted(found)]).astype(np.float32))
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return path
+
     def add(self, keys: Sequence[str], rows: np.ndarray) -> None:
         """Keep `rows` (n, width) under `keys`; the new ones are written as one shard."""
         rows = np.asarray(rows, dtype=np.float32).reshape(len(keys), self.width)
-        new = {k: r for k, r in zip(keys, rows) if k not in self._rows}
+        new = {k: r for k, r in zip(keys, rows) if k not in self._rows and k not in self._shipped}
         if not new:
             return
         self._rows.update(new)

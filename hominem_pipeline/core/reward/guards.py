@@ -78,12 +78,13 @@ class GuardScorer:
 
     MEMO = 4096
 
-    def __init__(self, names: Sequence[str], student: Path | str, cache: Path | None = None):
+    def __init__(self, names: Sequence[str], student: Path | str, cache: Path | None = None, shipped: Path | None = None):
         """`cache`: a folder of feature caches (`feature_cache`) where the columns of every exchange
-        measured are also kept on disk by content, for the next process (None: memoised in this one only)."""
+        measured are also kept on disk by content, for the next process (None: memoised in this one only);
+        `shipped`: the project's shipped rows (`feature_cache.SHIPPED_FEATURES`), read with the cache."""
         self.names = check_guards(names)
         self.student = Path(student)
-        self.cache_folder = cache
+        self.cache_folder, self.shipped = cache, shipped
         self._cache: Any = None
         self._model: Any = None
         self._tokenizer: Any = None
@@ -95,7 +96,8 @@ class GuardScorer:
             from hominem_pipeline.core.artifacts import folder_digest
             from hominem_pipeline.core.reward.feature_cache import FeatureCache
 
-            self._cache = FeatureCache(self.cache_folder, ["guards", folder_digest(self.student), self.names, GUARD_MAX_LENGTH], len(self.names))
+            self._cache = FeatureCache(self.cache_folder, ["guards", folder_digest(self.student), self.names, GUARD_MAX_LENGTH], len(self.names),
+                                       shipped=self.shipped)
         return self._cache
 
     def __len__(self) -> int:

@@ -172,6 +172,7 @@ def train_reward_model(
     judge_question: str | None = None,
     guard_student: Path | None = None,
     feature_cache: Path | None = None,
+    shipped_features: Path | None = None,
     people_encoder: Path | None = None,
 ) -> dict[str, Any]:
     """Train on labeled examples (columns prompt_id, prompt, response, vector, scalar, reward_intensity,
@@ -182,6 +183,7 @@ def train_reward_model(
     `cfg.guards` (`reward.guards`; None: the backbone's own folder, a causal LM); `feature_cache`: a folder
     where a frozen backbone's pooled state and the guard columns of each text are kept by content
     (`reward.feature_cache`), so texts read before (the shipped people's pairs, every day) are not read again;
+    `shipped_features`: the project's shipped rows, read beside that cache (`feature_cache.SHIPPED_FEATURES`);
     `people_encoder`: the encoder the people's score reads (`reward.people`; None: no people's score). Human
     pairs whose `heads` column is False train the people's score only."""
     from safetensors.torch import save_file
@@ -252,7 +254,7 @@ def train_reward_model(
 
     # The guard columns never change (the student is not trained here), and a frozen backbone gives every
     # sequence the same pooled vector in every epoch: both computed once.
-    scorer = GuardScorer(cfg.guards, guard_student, cache=feature_cache) if cfg.guards else None
+    scorer = GuardScorer(cfg.guards, guard_student, cache=feature_cache, shipped=shipped_features) if cfg.guards else None
     guards = scorer(*zip(*data.texts)) if scorer is not None else None
     people = people_column = None
     if use_people:
@@ -264,9 +266,11 @@ def train_reward_model(
         from hominem_pipeline.core.reward.feature_cache import FeatureCache
 
         pooled_cache = FeatureCache(feature_cache, ["pooled", folder_digest(backbone_path), kind, cfg.backbone.depth, cfg.backbone.layers, pooling,
-                                                    cfg.length_feature], net.feature_size - net.guards)
+                                                    cfg.length_feature], net.feature_size - net.guards, shipped=shipped_features)
     frozen = _pooled_all(net, data.encoded, cfg.batch_size, pad_id(tokenizer), guards, cache=pooled_cache) if cfg.backbone.finetune == "frozen" else None
     guard_cache = scorer.disk_cache() if scorer is not None else None
+    if guard_cache is not None and guard_cache.shipped:
+        log.info("reward model guards: %d of %d replies read from the cache or the %d rows shipped with the project", guard_cache.hits, len(data.texts), guard_cache.shipped)
     cached = {f"feature_cache_{name}_hits": c.hits for name, c in (("pooled", pooled_cache), ("guards", guard_cache)) if c is not None}
     head_params = [p for n, p in net.named_parameters() if not n.startswith("backbone.")] + (list(rationale_head.parameters()) if rationale_head else [])
     backbone_params = [p for p in net.backbone.parameters() if p.requires_grad]
