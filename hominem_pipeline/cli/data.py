@@ -172,20 +172,21 @@ def data_import_preferences(
 
 @data_app.command("ship-features")
 def data_ship_features(config: ConfigOpt = None, sets: SetOpt = None) -> None:
-    """Write the guard columns of the shipped people's pairs (reward_model.people_pairs) under the
-    student to config/human/features/, so that a fresh clone's first reward model reads them instead
-    of measuring them. Run it after changing the shipped pairs, the guards or the student, and commit
-    the folder."""
+    """Write what the reward model's frozen networks compute for the shipped people's pairs
+    (reward_model.people_pairs): the guard columns and the backbone's pooled states, to
+    config/human/features/, so that a fresh clone's first reward model reads them instead of computing
+    them. Run it after `hominem run` once the shipped pairs, the guards, the backbone or the judge's frame
+    change, and commit the folder."""
     from hominem_pipeline.core.builds.reward_model import ship_people_pair_features
     from hominem_pipeline.core.models import ModelNotAvailable
 
     setup_logging()
     cfg = load(config, sets)
     try:
-        shipped = ship_people_pair_features(cfg)
-    except ModelNotAvailable as exc:
-        fail(str(exc))
-    if shipped is None:
-        fail("nothing to ship: reward_model.guards is [] or reward_model.people_pairs names no file", code=1)
-    path, rows, measured = shipped
-    console.print(f"wrote {path}: the guard columns of {rows} replies ({measured} measured now, the rest read from the feature cache)")
+        written = ship_people_pair_features(cfg)
+    except (ModelNotAvailable, KeyError) as exc:
+        fail(str(exc).strip("'\""))
+    if not written:
+        fail("nothing to ship: reward_model.people_pairs names no file", code=1)
+    for path, rows, computed in written:
+        console.print(f"wrote {path}: {rows} replies ({computed} computed now, the rest read from the feature cache)")

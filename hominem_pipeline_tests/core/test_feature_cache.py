@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 
@@ -112,23 +114,39 @@ def test_shipped_rows_are_read_never_written_and_a_fresh_clone_measures_none_of_
     assert other.disk_cache().shipped == 0
 
 
-def test_the_shipped_guard_rows_cover_every_shipped_pair_the_heads_read():
-    """config/human/features/ holds a row for every reply of the shipped people's pairs the heads read
-    (run `hominem data ship-features` after changing config/human/ and commit the folder)."""
+def test_the_shipped_rows_cover_every_shipped_pair_the_heads_read(tiny_student):
+    """config/human/features/ holds, per pairs file, the guard columns and the pooled backbone row of
+    every reply of the shipped people's pairs the heads read, keyed as training reads them (the same
+    tokenizer, judge frame and window). After changing config/human/, the judge's frame or the guards,
+    run `hominem data ship-features` and commit the folder."""
     import json
 
     from hominem_pipeline.core.builds.reward_model import people_pairs, people_pairs_digest
     from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.reward.encoding import judge_frame, make_encoder
+    from hominem_pipeline.core.teacher.base import rubric_system
     from hominem_pipeline_tests.conftest import REPO
+
+    from transformers import AutoTokenizer
 
     cfg = load_config(root=REPO)
     folder = cfg.path(feature_cache.SHIPPED_FEATURES)
     manifest = json.loads((folder / "MANIFEST.json").read_text())
-    [(name, entry)] = manifest.items()
-    assert entry["columns"] == list(cfg.reward_model.guards) and entry["pairs_digests"] == people_pairs_digest(cfg)
-    with np.load(folder / name, allow_pickle=False) as saved:
-        keys, rows = set(saved["keys"].tolist()), saved["rows"]
+    assert manifest["pairs_digests"] == people_pairs_digest(cfg)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_student)  # SmolLM2's own tokenizer and chat template
+    encode = make_encoder(tokenizer, judge_frame(tokenizer, rubric_system(cfg.labeling), cfg.labeling.scalar_question), cfg.reward_model.max_length)
+    assert cfg.reward_model.backbone.frame == "judge_question"
     pairs = people_pairs(cfg)
-    pairs = pairs[pairs["heads"]]
-    wanted = {text_key(p, r) for p, c, j in zip(pairs["prompt"], pairs["chosen"], pairs["rejected"]) for r in (c, j)}
-    assert wanted <= keys and rows.shape == (len(keys), len(cfg.reward_model.guards)) and np.isfinite(rows).all()
+    kinds = {}
+    for name, entry in manifest["files"].items():
+        with np.load(folder / name, allow_pickle=False) as saved:
+            keys, rows = set(saved["keys"].tolist()), saved["rows"]
+        part = pairs[pairs["heads"] & (pairs["source"] == "shipped:" + entry["pairs_file"])]
+        texts = [(p, r) for p, c, j in zip(part["prompt"], part["chosen"], part["rejected"]) for r in (c, j)]
+        wanted = {text_key(p, r) for p, r in texts} if entry["features"] == "guards" else {ids_key(encode(p, r)) for p, r in texts}
+        assert wanted == keys and rows.shape[0] == len(keys) and np.isfinite(rows).all(), name
+        kinds.setdefault(entry["features"], set()).add(entry["pairs_file"])
+        if entry["features"] == "guards":
+            assert entry["columns"] == list(cfg.reward_model.guards) and rows.shape[1] == len(cfg.reward_model.guards)
+    files = {Path(spec.file).name for spec in cfg.reward_model.people_pairs}
+    assert kinds == {"guards": files, "pooled": files} and sorted(p.name for p in folder.glob("*.npz")) == sorted(manifest["files"])

@@ -172,39 +172,80 @@ def reward_backbone_digest(cfg: HominemConfig, partition: str) -> dict[str, str 
             "people_encoder": None if (enc := people_encoder(cfg)) is None else folder_digest(enc)}
 
 
-def ship_people_pair_features(cfg: HominemConfig) -> tuple[Path, int, int] | None:
-    """Write the guard columns (`reward_model.guards`) of every shipped people's pair the heads read as
-    the project's shipped rows (`feature_cache.SHIPPED_FEATURES`), so a fresh clone's first reward model
-    does not measure them: read from the project's feature cache or the rows shipped already, measured
-    by the student where neither holds them. Replaces the folder's earlier files and its MANIFEST.json.
-    Returns (file, rows, rows measured now); None without guards or shipped pairs."""
+def ship_people_pair_features(cfg: HominemConfig) -> list[tuple[Path, int, int]]:
+    """Write what the reward model's frozen networks compute for every shipped people's pair the heads
+    read as the project's shipped rows (`feature_cache.SHIPPED_FEATURES`), one file per pairs file and
+    kind, so a fresh clone's first reward model reads them instead of computing them: the guard columns
+    (`reward_model.guards`, measured by the student) and the frozen backbone's pooled states. Rows are
+    read from the project's feature cache or the rows shipped already, the guards measured where neither
+    holds them; a pooled row must be in the cache (`hominem run` computes them). Replaces the folder's
+    files and its MANIFEST.json. Returns (file, rows, rows computed now) per file written."""
     import json
 
     from hominem_pipeline.core.artifacts import folder_digest
     from hominem_pipeline.core.models import student_path
-    from hominem_pipeline.core.reward.feature_cache import text_key
+    from hominem_pipeline.core.reward.feature_cache import FeatureCache, ids_key, text_key
     from hominem_pipeline.core.reward.guards import GUARD_MAX_LENGTH, GuardScorer
 
     pairs = people_pairs(cfg)
-    if not cfg.reward_model.guards or pairs is None:
-        return None
-    pairs = pairs[pairs["heads"]]
-    prompts = [p for p in pairs["prompt"] for _ in (0, 1)]
-    replies = [r for c, j in zip(pairs["chosen"], pairs["rejected"]) for r in (c, j)]
-    folder, student = cfg.path(SHIPPED_FEATURES), student_path(cfg)
-    scorer = GuardScorer(cfg.reward_model.guards, student, cache=cfg.data_dir / FEATURE_CACHE, shipped=folder)
-    cache = scorer.disk_cache()
-    scorer(prompts, replies)
-    measured = cache.misses
-    path = cache.ship([text_key(p, r) for p, r in zip(prompts, replies)], folder)
+    if pairs is None:
+        return []
+    folder, rm = cfg.path(SHIPPED_FEATURES), cfg.reward_model
+    cache_folder = cfg.data_dir / FEATURE_CACHE
+    pooled = _pooled_encoding(cfg)
+    written, manifest = [], {}
+    for source, part in pairs[pairs["heads"]].groupby("source", sort=False):
+        name = source.removeprefix("shipped:").split(".")[0]
+        prompts = [p for p in part["prompt"] for _ in (0, 1)]
+        replies = [r for c, j in zip(part["chosen"], part["rejected"]) for r in (c, j)]
+        if rm.guards:
+            student = student_path(cfg)
+            scorer = GuardScorer(rm.guards, student, cache=cache_folder, shipped=folder)
+            scorer(prompts, replies)
+            cache = scorer.disk_cache()
+            path = cache.ship([text_key(p, r) for p, r in zip(prompts, replies)], folder, name)
+            written.append((path, len(set(zip(prompts, replies))), cache.misses))
+            manifest[path.name] = {"features": "guards", "columns": list(rm.guards), "pairs_file": source.removeprefix("shipped:"), "rows": written[-1][1],
+                                   "student": student.name, "student_digest": folder_digest(student), "window_tokens": GUARD_MAX_LENGTH}
+        if pooled is not None:
+            namespace, width, encode = pooled
+            cache = FeatureCache(cache_folder, namespace, width, shipped=folder)
+            keys = list(dict.fromkeys(ids_key(encode(p, r)) for p, r in zip(prompts, replies)))
+            path = cache.ship(keys, folder, name)
+            written.append((path, len(keys), 0))
+            manifest[path.name] = {"features": "pooled", "width": width, "pairs_file": source.removeprefix("shipped:"), "rows": len(keys),
+                                   "backbone_digest": namespace[1], "settings": namespace[2:], "max_length": rm.max_length, "frame": rm.backbone.frame}
     for stale in folder.glob("*.npz"):
-        if stale != path:
+        if stale not in [w[0] for w in written]:
             stale.unlink()
-    manifest = {path.name: {"features": "guards", "columns": list(cfg.reward_model.guards), "student": student.name, "student_digest": folder_digest(student),
-                            "window_tokens": GUARD_MAX_LENGTH, "replies": len(set(zip(prompts, replies))), "pairs_files": [s.file for s in cfg.reward_model.people_pairs],
-                            "pairs_digests": people_pairs_digest(cfg)}}
-    (folder / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    return path, len(set(zip(prompts, replies))), measured
+    if written:
+        (folder / "MANIFEST.json").write_text(json.dumps({"pairs_digests": people_pairs_digest(cfg), "files": manifest}, indent=2) + "\n")
+    return written
+
+
+def _pooled_encoding(cfg: HominemConfig):
+    """(feature cache namespace, row width, (prompt, reply) -> token ids) of the reward model's frozen
+    backbone under `cfg`, as `train_reward_model` reads it; None when it is not a frozen local folder."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from hominem_pipeline.core.models import reward_backbone
+    from hominem_pipeline.core.reward.dataset import pooled_namespace
+    from hominem_pipeline.core.reward.encoding import judge_frame, make_encoder
+    from hominem_pipeline.core.reward.network import backbone_kind, check_layers
+    from hominem_pipeline.core.teacher.base import rubric_system
+
+    rm, backbone = cfg.reward_model, reward_backbone(cfg)
+    if rm.backbone.finetune != "frozen" or not isinstance(backbone, Path):
+        return None
+    config, tokenizer = AutoConfig.from_pretrained(backbone), AutoTokenizer.from_pretrained(backbone)
+    kind = backbone_kind(config) if rm.backbone.kind == "auto" else rm.backbone.kind
+    pooling = rm.backbone.pooling if rm.backbone.pooling != "auto" else ("last" if kind == "decoder" else "mean")
+    layers = None if rm.backbone.layers is None else check_layers(rm.backbone.layers, config.num_hidden_layers)
+    width = config.hidden_size * (2 if pooling == "last_mean" else 1) * (1 if layers is None else len(layers)) + int(rm.length_feature)
+    frame = None
+    if rm.backbone.frame in ("judge", "judge_question"):
+        frame = judge_frame(tokenizer, rubric_system(cfg.labeling), cfg.labeling.scalar_question if rm.backbone.frame == "judge_question" else None)
+    return pooled_namespace(backbone, kind, pooling, rm), width, make_encoder(tokenizer, frame, rm.max_length)
 
 
 def people_pairs_digest(cfg: HominemConfig) -> list[str | None]:

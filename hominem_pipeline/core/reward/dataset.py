@@ -146,6 +146,13 @@ def _bootstrap(n_groups: int, members: int, rng: np.random.Generator) -> np.ndar
     return w
 
 
+def pooled_namespace(backbone: Any, kind: str, pooling: str, cfg: RewardModelConfig) -> list:
+    """What decides a frozen backbone's pooled rows besides the tokens (`feature_cache` namespace)."""
+    from hominem_pipeline.core.artifacts import folder_digest
+
+    return ["pooled", folder_digest(backbone), kind, cfg.backbone.depth, cfg.backbone.layers, pooling, cfg.length_feature]
+
+
 def _pooled_all(net: RewardNet, encoded: list[list[int]], batch_size: int, pad: int, guards: torch.Tensor | None = None, cache: Any = None) -> torch.Tensor:
     """What the heads read for every encoded sequence, as the net is now (eval mode): the backbone's
     pooled vector, then the sequence's row of `guards` (None: the pooled vector alone). `cache`: a

@@ -68,7 +68,9 @@ class FeatureCache:
         self._rows: dict[str, np.ndarray] = {}
         self._shards: list[Path] = []
         self.hits = self.misses = 0
-        self._shipped = self._read_shipped(Path(shipped) / f"{self.folder.name}.npz") if shipped is not None else {}
+        self._shipped: dict[str, np.ndarray] = {}
+        for path in self.shipped_files(shipped) if shipped is not None else ():
+            self._shipped.update(self._read_shipped(path))
         for shard in sorted(self.folder.glob("shard-*.npz")):  # names start with the time: oldest first
             try:
                 with np.load(shard, allow_pickle=False) as saved:
@@ -81,6 +83,11 @@ class FeatureCache:
                 continue
             self._rows.update(zip(keys.tolist(), rows))
             self._shards.append(shard)
+
+    def shipped_files(self, folder: Path) -> list[Path]:
+        """This namespace's files in a folder of shipped rows: `<namespace digest>.npz`, or one per part, `<digest>-<part>.npz`."""
+        folder = Path(folder)
+        return sorted([*folder.glob(f"{self.folder.name}.npz"), *folder.glob(f"{self.folder.name}-*.npz")])
 
     def _read_shipped(self, path: Path) -> dict[str, np.ndarray]:
         if not path.is_file():
@@ -111,15 +118,16 @@ class FeatureCache:
         self.misses += len(keys) - len(found)
         return found
 
-    def ship(self, keys: Sequence[str], folder: Path) -> Path:
-        """Write the rows of `keys` (every one held) as this namespace's shipped rows in `folder`."""
+    def ship(self, keys: Sequence[str], folder: Path, part: str | None = None) -> Path:
+        """Write the rows of `keys` (every one held) as this namespace's shipped rows in `folder` (`part`:
+        as one of several files, e.g. one per pairs file, so that changing one rewrites that one)."""
         found = self.get(list(dict.fromkeys(keys)))
         missing = [k for k in keys if k not in found]
         if missing:
             raise KeyError(f"{len(missing)} of {len(keys)} keys have no row in {self.folder} (first {missing[0]}); compute them before shipping")
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{self.folder.name}.npz"
+        path = folder / f"{self.folder.name}{'' if part is None else '-' + part}.npz"
         tmp = folder / f".{path.name}.{uuid.uuid4().hex}.tmp"
         try:
             with open(tmp, "wb") as fh:
