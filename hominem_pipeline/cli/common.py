@@ -109,19 +109,15 @@ def read_table(ref, name: str, cfg: HominemConfig):
 
 
 def artifact_for(cfg: HominemConfig, asset: str, date: str | None):
-    """(lineage, ref): the version of `asset` this config implies on `date`, or on the newest day that has one."""
-    from hominem_pipeline.core.lineage import build_command, lineage
+    """(lineage, ref): the version of `asset` this config implies on `date` (default: the newest day
+    that has one), else the newest one it built there from earlier inputs (people gave feedback since
+    the day's run), said on stderr; fails naming the cause when there is neither."""
+    from hominem_pipeline.core.lineage import lineage
 
     data = lineage(cfg)
-    if date:
-        day = parse_date(date)
-        if (ref := data.expected(asset, day)) is None:
-            fail(f"no {asset} for {day} built under this config; build it: {build_command(asset, day, cfg)}")
-        return data, ref
-    ref = data.latest(asset)
+    ref, note = data.newest(asset, parse_date(date) if date else None)
     if ref is None:
-        built = data.store.partitions(asset)
-        fail(f"no {asset} built under this config in {cfg.data_dir}"
-              + (f" (days built under other settings: {', '.join(built[-5:])})" if built else "") + "; run `hominem run` (or `make run`) first")
+        fail(note or f"no {asset} built under this config")
+    if note:
+        err.print(f"[dim]{note}[/]")
     return data, ref
-

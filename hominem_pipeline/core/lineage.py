@@ -153,6 +153,7 @@ class Lineage:
         self.cfg, self.stages, self.root = cfg, stages, root
         self.store = store or ArtifactStore(cfg.data_dir)
         self._memo: dict[tuple[str, str], Plan | MissingInput] = {}
+        self._here: dict[tuple[str, str, str], bool] = {}
 
     def plan(self, asset: str, partition: str) -> Plan:
         """The inputs `asset` reads for `partition` under this config and the version it would build;
@@ -191,6 +192,65 @@ class Lineage:
             if (ref := self.expected(asset, day)) is not None:
                 return ref
         return None
+
+    def newest(self, asset: str, partition: str | None = None) -> tuple[ArtifactRef | None, str | None]:
+        """What a command that reads `asset` should use: the version this config implies on `partition`
+        (default: the newest day that has one), else the newest one this config's code and settings built
+        there from the day's earlier inputs (people gave feedback since, the labels were rebuilt, ...),
+        with a note naming what changed; (None, why) when neither is built."""
+        days = [partition] if partition else list(reversed(self.store.partitions(asset)))
+        for day in days:
+            if (ref := self.expected(asset, day)) is not None:
+                return ref, None
+        for day in days:
+            for ref in reversed(self.store.versions(asset, day)):
+                if ref.manifest.get("complete", True) and self._built_here(ref):
+                    return ref, (f"{asset} for {day} is version {ref.version}, built before {self.changes(ref)}; "
+                                 f"`{build_command(asset, day, self.cfg)}` builds it from the day's inputs as they are now")
+        return None, self.why_not_built(asset, partition)
+
+    def changes(self, ref: ArtifactRef) -> str:
+        """What is new among the inputs `ref` was built from, in words (its inputs as this config plans them now)."""
+        try:
+            now = self.plan(ref.asset, ref.partition).inputs
+        except MissingInput as exc:
+            return f"an input was replaced ({exc})"
+        then = {a: {(i["partition"], i["version"]) for i in refs} for a, refs in ref.manifest.get("inputs", {}).items()}
+        changed = sorted(a for a in set(now) | set(then) if {(r.partition, r.version) for r in now.get(a, [])} != then.get(a, set()))
+        if not changed:
+            return "its inputs' files changed"
+        words = {"human_feedback": "new feedback in the service's log"}
+        return ", ".join(words.get(a, f"a new {a}") for a in changed)
+
+    def why_not_built(self, asset: str, partition: str | None) -> str:
+        """Why this config finds no `asset` (on `partition`, or on any day), and what builds it."""
+        built = self.store.partitions(asset) if partition is None else [partition] if self.store.versions(asset, partition) else []
+        if not built:
+            if partition:
+                return f"no {asset} for {partition} is built in {self.cfg.data_dir}; build it: {build_command(asset, partition, self.cfg)}"
+            return f"no {asset} is built in {self.cfg.data_dir}; run `hominem run` (or `make run`) first"
+        day = built[-1]
+        try:
+            plan = self.plan(asset, day)
+        except MissingInput as exc:
+            return f"no {asset} for {day} can be read under this config: {exc}"
+        return (f"{asset} for {day} is built only under other settings or code than this config's (version {plan.version} is expected); "
+                f"build it: {build_command(asset, day, self.cfg)}")
+
+    def _built_here(self, ref: ArtifactRef) -> bool:
+        """`ref` was built by this config's code and settings, and so was every input it read, all the way
+        up (from whatever those inputs held then)."""
+        key = (ref.asset, ref.partition, ref.version)
+        if key not in self._here:
+            stage = self.stages.get(ref.asset)
+            ok = stage is not None and ref.manifest.get("definition") == definition_version(stage, self.cfg, self.root)
+            for refs in ref.manifest.get("inputs", {}).values() if ok else ():
+                for i in refs:
+                    found = self.store.existing(i["asset"], i["partition"], i["version"])
+                    if found is None or not self._built_here(found):
+                        ok = False
+            self._here[key] = ok
+        return self._here[key]
 
     def _plan(self, asset: str, partition: str) -> Plan:
         stage = self.stages[asset]

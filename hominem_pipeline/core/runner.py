@@ -20,7 +20,7 @@ import pandas as pd
 
 from hominem_pipeline.core.artifacts import ArtifactRef, ArtifactStore
 from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.lineage import Lineage, settings_values, stage_seed
+from hominem_pipeline.core.lineage import Lineage, definition_version, settings_values, stage_seed
 from hominem_pipeline.core.stage import Stage, StageContext
 from hominem_pipeline.core.stages import STAGES_BY_NAME
 from hominem_pipeline.core.tracking import TAG_CACHE_HIT, TAG_VERSION, Tracker
@@ -81,6 +81,7 @@ def run_stage(stage: Stage | str, cfg: HominemConfig, partition: str, *, dagster
                 manifest = {
                     "stage": stage.name,
                     "config": settings,
+                    "definition": definition_version(stage, cfg),  # code and settings: how Lineage.newest knows a version built from earlier inputs
                     "inputs": {a: [r.key | {"content": r.content} for r in refs] for a, refs in inputs.items()},
                     "metrics": output.metrics,
                     "metadata": output.metadata,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from hominem_pipeline.core.artifacts import ArtifactRef
 from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.lineage import PACKAGE_ROOT, Lineage
+from hominem_pipeline.core.lineage import PACKAGE_ROOT, Lineage, definition_version
 from hominem_pipeline.core.stages import STAGES_BY_NAME
 
 
@@ -20,8 +20,11 @@ def publish_expected(cfg: HominemConfig, asset: str, day: str, rows: int = 0, fi
     for inp in data.stages[asset].inputs:
         if not inp.optional and data.expected(inp.asset, day) is None:
             publish_expected(cfg, inp.asset, day, root=root)
-    version = Lineage(cfg, STAGES_BY_NAME, root=root).plan(asset, day).version
+    plan = Lineage(cfg, STAGES_BY_NAME, root=root).plan(asset, day)
     with data.store.staging(asset, day) as staged:
         for name, blob in (files or {"fake.txt": (text or f"{asset} {day} {rows}").encode()}).items():
             (staged / name).write_bytes(blob)
-        return data.store.publish(staged, asset, day, version, {"metadata": {"rows": rows, **(metadata or {})}, "table": table})
+        # the inputs and definition as the runner records them
+        return data.store.publish(staged, asset, day, plan.version, {"metadata": {"rows": rows, **(metadata or {})}, "table": table,
+                                                                      "definition": definition_version(data.stages[asset], cfg, root),
+                                                                      "inputs": {a: [r.key | {"content": r.content} for r in refs] for a, refs in plan.inputs.items()}})

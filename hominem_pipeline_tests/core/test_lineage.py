@@ -137,3 +137,29 @@ def test_an_experiment_made_without_the_model_training_kind_gets_it(tmp_path):
     mlflow.create_experiment("made-by-hand", artifact_location=(tmp_path / "art").as_uri())  # as an older version, or a user, made it
     Tracker(uri, "made-by-hand", tmp_path / "art").runs_for("reward_model")
     assert mlflow.get_experiment_by_name("made-by-hand").tags[EXPERIMENT_KIND[0]] == EXPERIMENT_KIND[1]
+
+
+def test_feedback_after_a_days_run_leaves_its_stages_readable_and_says_what_changed(tiny_cfg):
+    """A new event in the day's log makes a new human_feedback version, so the day's reward model is no
+    longer the one this config implies; commands still find the one built before, with a note naming the
+    feedback, and only another config's version is refused, saying so."""
+    from hominem_pipeline.core.builds.human_feedback import log_file
+
+    log = log_file(tiny_cfg, DAY)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text('{"kind": "turn", "id": "a"}\n')
+    publish_expected(tiny_cfg, "human_feedback", DAY)
+    built = publish_expected(tiny_cfg, "reward_model", DAY)
+    assert lineage(tiny_cfg).newest("reward_model", DAY) == (built, None)
+    with open(log, "a") as fh:  # the page's next rating
+        fh.write('{"kind": "thumb", "id": "b"}\n')
+    data = lineage(tiny_cfg)
+    assert data.expected("reward_model", DAY) is None
+    ref, note = data.newest("reward_model", DAY)
+    assert ref == built and f"built before new feedback in the service's log; `hominem run --date {DAY} --select '*reward_model'" in note
+    assert data.newest("reward_model") == (ref, note)  # the newest day too
+    other = tiny_cfg.model_copy(update={"reward_model": tiny_cfg.reward_model.model_copy(update={"ridge_alphas": [7.0]})})
+    ref, why = lineage(other).newest("reward_model", DAY)
+    assert ref is None and f"reward_model for {DAY} is built only under other settings or code than this config's" in why
+    assert lineage(tiny_cfg).newest("lora_adapter", DAY) == (None, f"no lora_adapter for {DAY} is built in {tiny_cfg.data_dir}; "
+                                                                    f"build it: hominem run --date {DAY} --select '*lora_adapter' --config {tiny_cfg.overlay}")

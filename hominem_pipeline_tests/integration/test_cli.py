@@ -297,3 +297,37 @@ def test_fill_window_builds_the_earlier_days_that_the_windows_read(tmp_path, tin
     read = lambda asset, day, up: sorted(r["partition"] for r in current(asset, day).manifest["inputs"][up])  # noqa: E731
     assert read("reward_model", "2026-11-18", "teacher_labels") == ["2026-11-17", "2026-11-18"]
     assert read("lora_adapter", DAY, "preference_pairs") == ["2026-11-18", DAY]
+
+
+def test_feedback_given_in_the_page_leaves_the_days_commands_working(tmp_path, tiny_student, tiny_encoder):
+    """The README's day: `hominem run` for today, a person rates two replies in `hominem serve`, and the
+    README's `reward-probe` and `compare --eval-set` still work without a rebuild, saying that they read
+    the versions built before that feedback and what brings them up to date."""
+    import datetime as dt
+
+    import httpx2 as httpx
+
+    from hominem_pipeline_tests.conftest import make_project
+    from hominem_pipeline_tests.serving.conftest import start, stop
+
+    project = make_project(tmp_path / "project", tiny_student, tiny_encoder)
+    today = dt.datetime.now(dt.timezone.utc).date().isoformat()  # the day the server logs feedback under
+    built = hominem(project, "run", "--config", "config/tiny.yaml", "--date", today, "--select", "*lora_adapter")
+    assert built.returncode == 0, built.stdout + built.stderr
+    server = start(project, "--set", "serving.max_new_tokens=8")
+    try:
+        replies = httpx.post(f"{server.url}/generate", json={"messages": [{"role": "user", "content": "I failed my driving test again."}], "n": 2, "seed": 1},
+                             timeout=120).json()["replies"]
+        choice = {"kind": "choice", "chosen": replies[0]["turn"], "rejected": replies[1]["turn"], "strength": "clear"}
+        assert httpx.post(f"{server.url}/feedback", json=choice, timeout=30).status_code == 200
+    finally:
+        stop(server.proc)
+    probe = hominem(project, "reward-probe", "--config", "config/tiny.yaml", "--prompt", "I failed my driving test again.",
+                    "-r", "That's rough. What happened?", "-r", "Try harder.")
+    said = " ".join(probe.stderr.split())
+    assert probe.returncode == 0 and "P(#1 preferred over #2) = " in probe.stdout, probe.stdout + probe.stderr
+    assert f"reward_model for {today} is version" in said and "built before new feedback in the service's log" in said
+    assert f"hominem run --date {today} --select '*reward_model'" in said
+    compare = hominem(project, "compare", "--config", "config/tiny.yaml", "--eval-set")
+    assert compare.returncode == 0 and "P(adapter's reply preferred) = " in compare.stdout, compare.stdout + compare.stderr
+    assert f"lora_adapter for {today} is version" in " ".join(compare.stderr.split())

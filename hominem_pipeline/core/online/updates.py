@@ -199,7 +199,7 @@ def update_sources(cfg: HominemConfig, state: LiveState) -> tuple[Path, list[Any
     pairs = list(meta.preference_data) if meta else []
     if meta is None:
         data = lineage(cfg)
-        rm_ref, pairs_ref = data.latest("reward_model"), data.latest("preference_pairs")
+        rm_ref, pairs_ref = data.newest("reward_model")[0], data.newest("preference_pairs")[0]
         rm_path = rm_ref.path if rm_ref else None
         pairs = [_version_key(pairs_ref.path)] if pairs_ref else []
     if rm_path is None or not rm_path.is_dir():
