@@ -24,12 +24,12 @@ browser: ## Install Debian's chromium and chromium-driver once (the feedback pag
 	  echo "installing chromium and chromium-driver with apt-get (the page's browser test drives them)"; \
 	  $$sudo apt-get update -qq && $$sudo apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
-serve: $(STAMP) ## Chat with the student and give feedback: http://127.0.0.1:8000 (Ctrl-C stops it)
+serve: $(STAMP) ## Chat with the student and give feedback: http://127.0.0.1:8000, or PORT= (Ctrl-C stops it)
 	$(BIN)/hominem setup
-	$(BIN)/hominem serve $(if $(CONFIG),--config $(CONFIG))
+	$(BIN)/hominem serve $(if $(CONFIG),--config $(CONFIG)) $(if $(PORT),--port $(PORT))
 
-ui: $(STAMP) ## Dagster UI and MLflow UI on localhost together (Ctrl-C stops both)
-	$(BIN)/hominem ui $(if $(CONFIG),--config $(CONFIG))
+ui: $(STAMP) ## Dagster UI and MLflow UI on localhost together: ports 3000 and 5000, or PORT= and PORT+1 (Ctrl-C stops both)
+	$(BIN)/hominem ui $(if $(CONFIG),--config $(CONFIG)) $(if $(PORT),--dagster-port $(PORT) --mlflow-port $$(( $(PORT) + 1 )))
 
 install: $(STAMP) ## Create .venv and install the pinned dependencies
 

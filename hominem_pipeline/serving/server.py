@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import gc
 import logging
+import signal
 import socket
 import sys
+import threading
 from pathlib import Path
 
 from hominem_pipeline.core.config import HominemConfig
@@ -25,7 +27,9 @@ class ServeError(ValueError):
 def _built(cfg: HominemConfig, asset: str) -> Path | None:
     from hominem_pipeline.core.lineage import lineage
 
-    ref = lineage(cfg).latest(asset)
+    ref, note = lineage(cfg).newest(asset)
+    if ref is not None and note:
+        log.info("%s", note)
     return None if ref is None else ref.path
 
 
@@ -114,12 +118,12 @@ def build_service(cfg: HominemConfig, adapter: Path | None, reward_model: Path |
 
 def serve(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, student: Path, follow_live: bool = False,
           config_args: list[str] | None = None) -> None:
-    """Load, bind, print the address, and serve until SIGINT / SIGTERM."""
+    """Bind, load, print the address, and serve until SIGINT / SIGTERM. The port is taken first, so a
+    busy one is said at once, before any model loads or update process starts."""
     import uvicorn
 
     from hominem_pipeline.serving.app import create_app
 
-    service = build_service(cfg, adapter, reward_model, student, follow_live, config_args)
     host, port = cfg.serving.host, cfg.serving.port
     # proto IPPROTO_TCP, not 0: asyncio turns Nagle off (TCP_NODELAY) only on sockets that say they are
     # TCP, and with Nagle on, every keep-alive response after the first waits ~40 ms for a delayed ACK
@@ -128,8 +132,14 @@ def serve(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, s
     try:
         sock.bind((host, port))
     except OSError as exc:
+        sock.close()
         raise ServeError(f"cannot listen on {host}:{port} ({exc.strerror}); pass another --port (0: any free one)") from exc
     bound = sock.getsockname()[1]
+    try:
+        service = build_service(cfg, adapter, reward_model, student, follow_live, config_args)
+    except BaseException:
+        sock.close()
+        raise
     service.access.audit("start", host=host, port=bound, adapter=service.adapter_label, reward_model=service.reward_label)
     url = f"http://{'[' + host + ']' if ':' in host else host}:{bound}"
     print(f"hominem serve: {url}  (page {url}/ , OpenAI base_url {url}/v1 , API docs {url}/docs)\n"
@@ -141,8 +151,15 @@ def serve(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, s
     # stalling every request in flight (the 99th percentile of a feedback storm).
     gc.collect()
     gc.freeze()
+    # uvicorn shuts down gracefully on SIGINT and SIGTERM alike, then raises the signal again for the
+    # handler it found. Python's own SIGTERM handler ends the process there, before the cleanup below
+    # (the update process kept ready, the audit's stop line); this one ends it as Ctrl-C does.
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if in_main else None
     try:
         server.run(sockets=[sock])
+    except (KeyboardInterrupt, Terminated):
+        pass  # the graceful shutdown is done; what the server started stops below
     finally:
         if service.updates is not None:
             service.updates.close()
@@ -152,3 +169,14 @@ def serve(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, s
         service.journal.log.close()
         service.access.audit("stop", port=bound)
         print("hominem serve: stopped", file=sys.stderr, flush=True)
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(Exception):
+    """SIGTERM arrived (`kill`, a service manager): the server stops as after Ctrl-C."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one, during the cleanup, ends the process at once
+    raise Terminated()

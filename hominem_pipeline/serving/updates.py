@@ -122,6 +122,8 @@ class UpdateScheduler:
             log.warning("the update process kept ready exited with %s before it was used (its output: %s)", self._spare[0].returncode, self._spare[1])
             self._spare = None
         if self._spare is None:
+            if self._stop.is_set():  # the server is stopping: no process is started that close() would not see
+                raise OSError("the server is stopping")
             stamp = utc_now().replace(":", "")
             self.folder.mkdir(parents=True, exist_ok=True)
             out, result = self.folder / f"{stamp}.log", self.folder / f"{stamp}.json"
