@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,20 @@ def chat_text(tokenizer: Any, user: str, system: str | None = None) -> str:
 def messages_text(tokenizer: Any, messages: Sequence[dict[str, str]]) -> str:
     """A conversation (role/content dicts, the last the user's) as the model reads it before its reply."""
     return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+
+
+_SENTENCE_END = re.compile(r"""[.!?\u2026]+["')\]\u201d\u2019*_]*(?=\s|$)""")
+
+
+def end_at_sentence(text: str) -> str:
+    """A reply cut off by its token limit, ended at its last finished sentence (`.`, `!`, `?` or `…`,
+    with any closing quote or bracket), or at its last full line when that comes later; unchanged when
+    it has neither (one long unfinished sentence reads better whole than empty)."""
+    body = text.rstrip()
+    ends = [m.end() for m in _SENTENCE_END.finditer(body)]
+    line = body.rfind("\n")
+    cut = max(ends[-1] if ends else 0, line if line > 0 and body[:line].strip() else 0)
+    return body[:cut].rstrip() if cut else text
 
 
 _SYMBOL_TOKENS: dict[tuple[str, int], list[int]] = {}

@@ -22,9 +22,11 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 from pydantic import ValidationError
 
 from hominem_pipeline.core.config import ServingConfig
+from hominem_pipeline.core.generation import end_at_sentence
 from hominem_pipeline.core.online.events import FEEDBACK, Turn, context_digest, redact
 from hominem_pipeline.core.online.ledger import FeedbackError, Ledger
 from hominem_pipeline.core.online.log import utc_now
@@ -101,7 +103,8 @@ class BodyLimit:
 
 def create_app(service: Service) -> FastAPI:
     s, engine, access = service.settings, service.engine, service.access
-    app = FastAPI(title="hominem", version="1", description="Chat with the student, score replies with the reward model, and teach both with your feedback. "
+    # FastAPIOffline: /docs and /redoc from the files the fastapi-offline package installs, not a CDN (they work offline)
+    app = FastAPIOffline(title="hominem", version="1", description="Chat with the student, score replies with the reward model, and teach both with your feedback. "
                   "OpenAI-compatible under /v1; every turn and piece of feedback is kept in the interaction log.")
     app.add_middleware(BodyLimit, limit=s.max_body_bytes)
 
@@ -257,6 +260,9 @@ def create_app(service: Service) -> FastAPI:
         plan = sampling(body.max_tokens, body.temperature, body.top_p, body.seed)
         jobs = submit(messages, plan, adapter, body.n)
         await asyncio.gather(*(wait(j.future) for j in jobs))
+        for job in jobs:  # the page shows whole replies: one cut by the token limit ends at its last sentence (the log keeps what was shown)
+            if job.finish_reason == "length":
+                job.sent = end_at_sentence(job.sent)
         rewards: list[dict[str, Any] | None] = [None] * len(jobs)
         if body.score and engine.reward is not None:
             scored = [i for i, j in enumerate(jobs) if j.sent.strip()]

@@ -19,14 +19,16 @@ def _which(names: tuple[str, ...], what: str) -> str:
     raise FileNotFoundError(f"no {what} on PATH (looked for {', '.join(names)}); install Debian's chromium and chromium-driver: `make browser`")
 
 
-def chromium(width: int = 1200, height: int = 900) -> Any:
-    """A headless chromium WebDriver (the caller quits it)."""
+def chromium(width: int = 1200, height: int = 900, offline: bool = False) -> Any:
+    """A headless chromium WebDriver (the caller quits it); `offline`: every host but loopback is
+    unreachable (through a proxy that is not there), as on a machine without a network."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
     options.binary_location = _which(CHROMIUM, "chromium")
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", f"--window-size={width},{height}"):
+    offline_args = ("--proxy-server=http://127.0.0.1:9",) if offline else ()  # loopback bypasses a proxy by itself
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", f"--window-size={width},{height}", *offline_args):
         options.add_argument(arg)
     return webdriver.Chrome(options=options, service=Service(executable_path=_which(DRIVER, "chromedriver")))
 

@@ -23,3 +23,51 @@ def test_chat_choose_a_over_b_strongly_with_a_note_and_nudge_empathy_all_in_the_
     assert (choice["rejected"], choice["strength"], choice["note"]) == (turns["B"], "strong", "A sounds like it cares")
     [nudge] = [e for e in events if e["kind"] == "nudge" and e["turn"] == turns["B"]]
     assert (nudge["dimension"], nudge["direction"]) == ("empathy", "more")
+
+
+def test_the_api_docs_render_with_no_network(served):
+    """/docs (Swagger UI) and /redoc load their scripts from the server, not a CDN: a browser that can
+    reach nothing but loopback shows every endpoint."""
+    from selenium.webdriver.common.by import By
+
+    from hominem_pipeline.testing.browser import wait_for
+
+    driver = chromium(offline=True)
+    try:
+        driver.get(served.url + "/docs")
+        wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ".swagger-ui .opblock"), timeout=60)
+        paths = {e.text for e in driver.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")}
+        title = driver.find_element(By.CSS_SELECTOR, ".swagger-ui .info .title").text
+        driver.get(served.url + "/redoc")
+        wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "[data-section-id]"), timeout=60)
+    finally:
+        driver.quit()
+    assert title.startswith("hominem") and {"/generate", "/feedback", "/v1/chat/completions"} <= {p.replace("\u200b", "") for p in paths}
+
+
+def test_replies_are_shown_as_markdown_and_a_reply_cut_by_the_token_limit_ends_at_a_sentence(served):
+    """The page renders a reply's markdown (bold, italics, lists, code) with any markup it holds shown as
+    text; a reply the token limit cut is shown, and logged, up to its last finished sentence."""
+    from selenium.webdriver.common.by import By
+
+    from hominem_pipeline.core.generation import end_at_sentence
+
+    driver = chromium()
+    try:
+        turns = choose_between_two_replies(driver, served.url + "/", "Tell me about your day.", pick="B", strength="clear")
+        texts = {c.get_attribute("data-turn"): c.find_element(By.CLASS_NAME, "text") for c in driver.find_elements(By.CSS_SELECTOR, "#chat .pair .reply")}
+        nodes = {turn: {child.tag_name for child in el.find_elements(By.XPATH, "./*")} for turn, el in texts.items()}
+        box = texts[turns["A"]]
+        driver.execute_script("renderMarkdown(arguments[0], arguments[1])", box,
+                              "**Breathe.** Then:\n- walk *slowly*\n- <script>alert(1)</script> `ok`\n\n1. rest")
+        html = box.get_attribute("innerHTML")
+    finally:
+        driver.quit()
+    assert "<p><strong>Breathe.</strong> Then:</p>" in html and "<ul><li>walk <em>slowly</em></li>" in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; <code>ok</code>" in html and "<ol><li>rest</li></ol>" in html
+    by_id = {e["id"]: e for e in served.events()}
+    for turn in turns.values():
+        event = by_id[turn]
+        assert nodes[turn] <= {"p", "ul", "ol"}  # drawn by the renderer, not dropped in as raw text
+        if event["finish_reason"] == "length":
+            assert end_at_sentence(event["reply"]) == event["reply"]  # nothing after its last sentence end

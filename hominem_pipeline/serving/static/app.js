@@ -75,11 +75,54 @@ function scoresView(reward) {
   return box;
 }
 
+// A reply's markdown as DOM nodes: paragraphs, "-"/"*"/"1." lists, **bold**, *italic*, `code`. Text only
+// ever goes in through textContent, so whatever the model writes cannot become markup.
+function inlineMarkdown(parent, text) {
+  const pattern = /(\*\*[^*\n]+\*\*|__[^_\n]+__|`[^`\n]+`|\*[^*\s][^*\n]*\*|_[^_\s][^_\n]*_)/g;
+  let last = 0;
+  for (const match of text.matchAll(pattern)) {
+    parent.append(text.slice(last, match.index));
+    const token = match[0];
+    const [tag, inner] = token.startsWith("**") || token.startsWith("__") ? ["strong", token.slice(2, -2)]
+      : token.startsWith("`") ? ["code", token.slice(1, -1)] : ["em", token.slice(1, -1)];
+    const el = document.createElement(tag);
+    el.textContent = inner;
+    parent.append(el);
+    last = match.index + token.length;
+  }
+  parent.append(text.slice(last));
+}
+
+function renderMarkdown(box, text) {
+  box.replaceChildren();
+  let list = null;
+  for (const line of text.split("\n")) {
+    const item = line.match(/^\s*(?:[-*\u2022]|(\d+)[.)])\s+(.*)$/);
+    if (item) {
+      const kind = item[1] ? "OL" : "UL";
+      if (!list || list.tagName !== kind) {
+        list = document.createElement(kind.toLowerCase());
+        box.append(list);
+      }
+      const li = document.createElement("li");
+      inlineMarkdown(li, item[2]);
+      list.append(li);
+      continue;
+    }
+    list = null;
+    if (!line.trim()) continue;
+    const p = document.createElement("p");
+    inlineMarkdown(p, line.replace(/^#+\s+/, ""));
+    box.append(p);
+  }
+}
+
 function replyCard(reply, label) {
   const card = $("#reply-template").content.firstElementChild.cloneNode(true);
   card.dataset.turn = reply.turn;
   $(".label", card).textContent = label;
-  $(".text", card).textContent = reply.text || "(empty reply)";
+  if (reply.text) renderMarkdown($(".text", card), reply.text);
+  else $(".text", card).textContent = "(empty reply)";
   $(".scores", card).appendChild(scoresView(reply.reward));
   for (const button of card.querySelectorAll(".thumb")) {
     button.onclick = () => sendFeedback({ kind: "thumb", turn: reply.turn, value: button.dataset.value }, `thumb ${button.dataset.value}`)
@@ -153,7 +196,10 @@ async function send(event) {
   addUser(text);
   $("#message").value = "";
   $("#send").disabled = true;
-  status(pair ? "writing two replies…" : "writing…");
+  const started = Date.now();
+  const writing = () => status(`${pair ? "writing two replies" : "writing"}… ${Math.round((Date.now() - started) / 1000)} s`);
+  writing();
+  const ticker = setInterval(writing, 1000);
   try {
     const result = await api("/generate", { messages: state.messages, n: pair ? 2 : 1, adapter: !$("#base-mode").checked, session: state.session });
     const chat = $("#chat");
@@ -173,6 +219,7 @@ async function send(event) {
     state.messages.pop();
     status(`no reply: ${error.message}`, true);
   } finally {
+    clearInterval(ticker);
     $("#send").disabled = false;
   }
 }
