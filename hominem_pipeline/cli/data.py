@@ -173,20 +173,20 @@ def data_import_preferences(
 @data_app.command("ship-features")
 def data_ship_features(config: ConfigOpt = None, sets: SetOpt = None) -> None:
     """Write what the reward model's frozen networks compute for the shipped people's pairs
-    (reward_model.people_pairs): the guard columns and the backbone's pooled states, to
+    (reward_model.people_pairs) and the contrast fixtures: the guard columns and the backbone's pooled states, to
     config/human/features/, so that a fresh clone's first reward model reads them instead of computing
     them. Run it after `hominem run` once the shipped pairs, the guards, the backbone or the judge's frame
     change, and commit the folder."""
-    from hominem_pipeline.core.builds.reward_model import ship_people_pair_features
+    from hominem_pipeline.core.builds.reward_model import ship_features
     from hominem_pipeline.core.models import ModelNotAvailable
 
     setup_logging()
     cfg = load(config, sets)
     try:
-        written = ship_people_pair_features(cfg)
+        written = ship_features(cfg)
     except (ModelNotAvailable, KeyError) as exc:
         fail(str(exc).strip("'\""))
     if not written:
-        fail("nothing to ship: reward_model.people_pairs names no file", code=1)
+        fail("nothing to ship: reward_model.people_pairs names no file and fixtures.file is null", code=1)
     for path, rows, computed in written:
         console.print(f"wrote {path}: {rows} replies ({computed} computed now, the rest read from the feature cache)")

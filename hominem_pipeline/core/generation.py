@@ -38,6 +38,13 @@ def end_at_sentence(text: str) -> str:
     return body[:cut].rstrip() if cut else text
 
 
+def ends_at_sentence(text: str) -> bool:
+    """Whether `text` ends with a finished sentence."""
+    body = text.rstrip()
+    ends = [m.end() for m in _SENTENCE_END.finditer(body)]
+    return bool(ends) and ends[-1] == len(body)
+
+
 _SYMBOL_TOKENS: dict[tuple[str, int], list[int]] = {}
 
 

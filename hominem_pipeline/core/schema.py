@@ -48,6 +48,7 @@ class Trajectory(_Record):
     response: str
     new_tokens: int = Field(ge=0)
     finished: bool  # False when generation stopped at max_new_tokens
+    ended_at_sentence: bool = False  # stopped at max_new_tokens, and the response kept up to its last finished sentence
 
 
 class Label(_Record):

@@ -114,39 +114,63 @@ def test_shipped_rows_are_read_never_written_and_a_fresh_clone_measures_none_of_
     assert other.disk_cache().shipped == 0
 
 
-def test_the_shipped_rows_cover_every_shipped_pair_the_heads_read(tiny_student):
-    """config/human/features/ holds, per pairs file, the guard columns and the pooled backbone row of
-    every reply of the shipped people's pairs the heads read, keyed as training reads them (the same
-    tokenizer, judge frame and window). After changing config/human/, the judge's frame or the guards,
-    run `hominem data ship-features` and commit the folder."""
+def test_the_shipped_rows_cover_every_shipped_text_as_training_and_scoring_read_it(tiny_student):
+    """config/human/features/ holds, per shipped file (the people's pairs the heads read, the contrast
+    fixtures), the guard columns and the pooled backbone row of every reply, keyed as the reward model
+    reads them (the same tokenizer, judge frame and window). After changing config/human/, the fixtures,
+    the judge's frame or the guards, run `hominem data ship-features` and commit the folder."""
     import json
 
-    from hominem_pipeline.core.builds.reward_model import people_pairs, people_pairs_digest
+    from transformers import AutoTokenizer
+
+    from hominem_pipeline.core.artifacts import optional_file_digest
+    from hominem_pipeline.core.builds.reward_model import shipped_texts
     from hominem_pipeline.core.config_loader import load_config
     from hominem_pipeline.core.reward.encoding import judge_frame, make_encoder
     from hominem_pipeline.core.teacher.base import rubric_system
     from hominem_pipeline_tests.conftest import REPO
 
-    from transformers import AutoTokenizer
-
     cfg = load_config(root=REPO)
     folder = cfg.path(feature_cache.SHIPPED_FEATURES)
     manifest = json.loads((folder / "MANIFEST.json").read_text())
-    assert manifest["pairs_digests"] == people_pairs_digest(cfg)
+    assert manifest["file_digests"] == {f: optional_file_digest(cfg.path(f)) for f in [s.file for s in cfg.reward_model.people_pairs] + [cfg.fixtures.file]}
     tokenizer = AutoTokenizer.from_pretrained(tiny_student)  # SmolLM2's own tokenizer and chat template
-    encode = make_encoder(tokenizer, judge_frame(tokenizer, rubric_system(cfg.labeling), cfg.labeling.scalar_question), cfg.reward_model.max_length)
     assert cfg.reward_model.backbone.frame == "judge_question"
-    pairs = people_pairs(cfg)
-    kinds = {}
+    encode = make_encoder(tokenizer, judge_frame(tokenizer, rubric_system(cfg.labeling), cfg.labeling.scalar_question), cfg.reward_model.max_length)
+    texts = dict(shipped_texts(cfg))
+    kinds: dict[str, set[str]] = {}
     for name, entry in manifest["files"].items():
         with np.load(folder / name, allow_pickle=False) as saved:
             keys, rows = set(saved["keys"].tolist()), saved["rows"]
-        part = pairs[pairs["heads"] & (pairs["source"] == "shipped:" + entry["pairs_file"])]
-        texts = [(p, r) for p, c, j in zip(part["prompt"], part["chosen"], part["rejected"]) for r in (c, j)]
-        wanted = {text_key(p, r) for p, r in texts} if entry["features"] == "guards" else {ids_key(encode(p, r)) for p, r in texts}
+        wanted = {text_key(p, r) if entry["features"] == "guards" else ids_key(encode(p, r)) for p, r in texts[entry["file"]]}
         assert wanted == keys and rows.shape[0] == len(keys) and np.isfinite(rows).all(), name
-        kinds.setdefault(entry["features"], set()).add(entry["pairs_file"])
+        kinds.setdefault(entry["features"], set()).add(entry["file"])
         if entry["features"] == "guards":
             assert entry["columns"] == list(cfg.reward_model.guards) and rows.shape[1] == len(cfg.reward_model.guards)
-    files = {Path(spec.file).name for spec in cfg.reward_model.people_pairs}
-    assert kinds == {"guards": files, "pooled": files} and sorted(p.name for p in folder.glob("*.npz")) == sorted(manifest["files"])
+    assert kinds == {"guards": set(texts), "pooled": set(texts)} and len(texts) == 3
+    assert sorted(p.name for p in folder.glob("*.npz")) == sorted(manifest["files"])
+
+
+def test_a_saved_model_scores_from_the_rows_its_training_computed(tiny_student, tmp_path, monkeypatch):
+    """With the feature cache, a saved model on a frozen backbone reads the pooled states training
+    computed (the day's candidates, scored again by the pairs stage) and gives the scores of a full pass."""
+    from hominem_pipeline.core.reward import dataset
+    from hominem_pipeline.core.reward.model import RewardModel
+    from hominem_pipeline.core.reward.training import train_reward_model
+
+    cfg = small_cfg(guards=["reply_logp"], backbone={"path": None, "finetune": "frozen"}, head_fit="ridge")
+    cache = tmp_path / "cache"
+    train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path / "rm", seed=0, data_digest="c",
+                       date="2026-11-20", feature_cache=cache)
+    labels = toy_labels()
+    prompts, replies = list(labels["prompt"]) + ["How is it going?"], list(labels["response"]) + ["A reply nobody read."]
+    plain = RewardModel.load(tmp_path / "rm").raw_scores(prompts, replies, uncertainty=True)
+    cached = RewardModel.load(tmp_path / "rm")
+    cached.use_feature_cache(cache)
+    read: list[int] = []
+    real = dataset.length_sorted_batches
+    monkeypatch.setattr(dataset, "length_sorted_batches", lambda encoded, *a: read.append(len(encoded)) or real(encoded, *a))
+    scores = cached.raw_scores(prompts, replies, uncertainty=True)
+    assert read == [1]  # the backbone read the one new reply; the others came from training's rows
+    for key in ("scalar", "vector", "safety_score"):
+        assert np.allclose(scores[key], plain[key], atol=1e-5) and np.allclose(scores["std"][key], plain["std"][key], atol=1e-5)

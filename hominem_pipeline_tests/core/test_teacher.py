@@ -81,3 +81,26 @@ def test_chat_text_uses_the_template(teacher):
     t, _ = teacher
     text = chat_text(t.tokenizer, "hello", "be brief")
     assert text.startswith("<|im_start|>system\nbe brief<|im_end|>") and text.endswith("<|im_start|>assistant\n")
+
+
+def test_a_candidate_cut_by_the_token_limit_ends_at_its_last_sentence_and_only_a_mid_sentence_one_is_noted():
+    import pandas as pd
+
+    from hominem_pipeline.core.config import CandidateStyle
+    from hominem_pipeline.core.generation import end_at_sentence
+    from hominem_pipeline.core.teacher.base import make_trajectory
+    from hominem_pipeline.core.teacher.labeling import validate_labels
+
+    assert end_at_sentence("Great job! Now, go out there and enjoy") == "Great job!"
+    assert end_at_sentence('He said "hi." Then we') == 'He said "hi."' and end_at_sentence("Pi is 3.14 and e is") == "Pi is 3.14 and e is"
+    assert end_at_sentence("Steps:\n- one\n- two and thr") == "Steps:\n- one" and end_at_sentence("Wow... really? yes") == "Wow... really?"
+    prompt, style = Prompt(prompt_id="p", text="How did it go?", category="c", difficulty=1), CandidateStyle(name="s", temperature=0.7, top_p=0.9)
+    cut = make_trajectory(prompt, 0, style, 0, "It went well. Now, go out there and enjoy", 64, finished=False)
+    whole = make_trajectory(prompt, 1, style, 0, "It went well. Thanks", 5, finished=True)  # it stopped by itself: kept as written
+    mid = make_trajectory(prompt, 2, style, 0, "It went well and then the", 64, finished=False)  # no sentence ended before the limit
+    assert (cut.response, cut.finished, cut.ended_at_sentence) == ("It went well.", False, True)
+    assert (whole.response, whole.ended_at_sentence) == ("It went well. Thanks", False)
+    assert (mid.response, mid.ended_at_sentence) == ("It went well and then the", False)
+    trajectories = pd.DataFrame([t.model_dump() for t in (cut, whole, mid)])
+    report = validate_labels(pd.DataFrame(columns=["trajectory_id"]), ["empathy"], trajectories=trajectories)
+    assert report.examples["truncated_response"] == [f"{mid.trajectory_id}: stopped mid-sentence at the token limit (teacher.max_new_tokens)"]

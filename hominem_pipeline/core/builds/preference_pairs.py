@@ -16,6 +16,7 @@ log = logging.getLogger(__name__)
 def build_preference_pairs(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.policy.pairs import build_preference_pairs as build_pairs
     from hominem_pipeline.core.policy.pairs import sparse_pairs_warning
+    from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
     from hominem_pipeline.core.reward.model import RewardModel
 
     labels = pd.read_parquet(ctx.one("teacher_labels").file("labels.parquet"))
@@ -24,6 +25,7 @@ def build_preference_pairs(ctx: StageContext) -> StageOutput:
     labels = labels.merge(trajectories, on="trajectory_id", how="left")
     answered = labels["response"].str.strip().astype(bool).to_numpy()
     rm = RewardModel.load(ctx.one("reward_model").path)
+    rm.use_feature_cache(ctx.cfg.data_dir / FEATURE_CACHE, ctx.cfg.path(SHIPPED_FEATURES))  # the day's candidates: read once, by the reward model's training
     rm_scalar, rm_vectors = reward_model_scores(rm, labels)  # unanswered rows score NaN and never enter a pair
     pc = ctx.cfg.preferences
     student = _student_replies(ctx, labels, rm) if pc.against_student else None

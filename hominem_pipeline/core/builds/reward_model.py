@@ -147,7 +147,7 @@ def score_fixture_file(cfg: HominemConfig, folder: Path):
         return None
     fixtures = load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names)
     model = RewardModel.load(folder)
-    model.use_feature_cache(cfg.data_dir / FEATURE_CACHE)  # the fixtures' guard columns are measured once, not every day
+    model.use_feature_cache(cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES))  # the fixtures' features are computed once, not every day
     report = score_fixtures(model, fixtures)
     (folder / FIXTURES_JSON).write_text(json.dumps(report.as_dict(), indent=1))
     return report
@@ -172,54 +172,70 @@ def reward_backbone_digest(cfg: HominemConfig, partition: str) -> dict[str, str 
             "people_encoder": None if (enc := people_encoder(cfg)) is None else folder_digest(enc)}
 
 
-def ship_people_pair_features(cfg: HominemConfig) -> list[tuple[Path, int, int]]:
-    """Write what the reward model's frozen networks compute for every shipped people's pair the heads
-    read as the project's shipped rows (`feature_cache.SHIPPED_FEATURES`), one file per pairs file and
-    kind, so a fresh clone's first reward model reads them instead of computing them: the guard columns
-    (`reward_model.guards`, measured by the student) and the frozen backbone's pooled states. Rows are
-    read from the project's feature cache or the rows shipped already, the guards measured where neither
-    holds them; a pooled row must be in the cache (`hominem run` computes them). Replaces the folder's
-    files and its MANIFEST.json. Returns (file, rows, rows computed now) per file written."""
+def shipped_texts(cfg: HominemConfig) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The (prompt, reply) exchanges the project ships that every reward model reads, per file: each
+    shipped people's pairs file's pairs the heads read (`reward_model.people_pairs`), then the contrast
+    fixtures the model is scored on (`fixtures.file`); (file name, exchanges) in that order."""
+    from hominem_pipeline.core.evaluation.fixtures import load_fixtures
+
+    parts = []
+    pairs = people_pairs(cfg)
+    if pairs is not None:
+        for source, part in pairs[pairs["heads"]].groupby("source", sort=False):
+            parts.append((source.removeprefix("shipped:"), [(p, r) for p, c, j in zip(part["prompt"], part["chosen"], part["rejected"]) for r in (c, j)]))
+    if cfg.fixtures.file is not None:
+        fixtures = load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names)
+        parts.append((Path(cfg.fixtures.file).name, [(f.prompt, r) for f in fixtures for r in (f.better, f.worse)]))
+    return parts
+
+
+def ship_features(cfg: HominemConfig) -> list[tuple[Path, int, int]]:
+    """Write what the reward model's frozen networks compute for the exchanges the project ships
+    (`shipped_texts`: the shipped people's pairs, the contrast fixtures) as its shipped rows
+    (`feature_cache.SHIPPED_FEATURES`), one file per text file and kind, so a fresh clone's first reward
+    model reads them instead of computing them: the guard columns (`reward_model.guards`, measured by the
+    student) and the frozen backbone's pooled states. Rows are read from the project's feature cache or
+    the rows shipped already, the guards measured where neither holds them; a pooled row must be in the
+    cache (`hominem run` computes them). Replaces the folder's files and its MANIFEST.json. Returns
+    (file, rows, rows computed now) per file written."""
     import json
 
-    from hominem_pipeline.core.artifacts import folder_digest
+    from hominem_pipeline.core.artifacts import folder_digest, optional_file_digest
     from hominem_pipeline.core.models import student_path
     from hominem_pipeline.core.reward.feature_cache import FeatureCache, ids_key, text_key
     from hominem_pipeline.core.reward.guards import GUARD_MAX_LENGTH, GuardScorer
 
-    pairs = people_pairs(cfg)
-    if pairs is None:
-        return []
     folder, rm = cfg.path(SHIPPED_FEATURES), cfg.reward_model
     cache_folder = cfg.data_dir / FEATURE_CACHE
     pooled = _pooled_encoding(cfg)
     written, manifest = [], {}
-    for source, part in pairs[pairs["heads"]].groupby("source", sort=False):
-        name = source.removeprefix("shipped:").split(".")[0]
-        prompts = [p for p in part["prompt"] for _ in (0, 1)]
-        replies = [r for c, j in zip(part["chosen"], part["rejected"]) for r in (c, j)]
+    for source, texts in shipped_texts(cfg):
+        name = source.split(".")[0]
+        prompts, replies = [p for p, _ in texts], [r for _, r in texts]
         if rm.guards:
             student = student_path(cfg)
             scorer = GuardScorer(rm.guards, student, cache=cache_folder, shipped=folder)
             scorer(prompts, replies)
             cache = scorer.disk_cache()
-            path = cache.ship([text_key(p, r) for p, r in zip(prompts, replies)], folder, name)
-            written.append((path, len(set(zip(prompts, replies))), cache.misses))
-            manifest[path.name] = {"features": "guards", "columns": list(rm.guards), "pairs_file": source.removeprefix("shipped:"), "rows": written[-1][1],
+            path = cache.ship([text_key(p, r) for p, r in texts], folder, name)
+            written.append((path, len(set(texts)), cache.misses))
+            manifest[path.name] = {"features": "guards", "columns": list(rm.guards), "file": source, "rows": written[-1][1],
                                    "student": student.name, "student_digest": folder_digest(student), "window_tokens": GUARD_MAX_LENGTH}
         if pooled is not None:
             namespace, width, encode = pooled
             cache = FeatureCache(cache_folder, namespace, width, shipped=folder)
-            keys = list(dict.fromkeys(ids_key(encode(p, r)) for p, r in zip(prompts, replies)))
+            keys = list(dict.fromkeys(ids_key(encode(p, r)) for p, r in texts))
             path = cache.ship(keys, folder, name)
             written.append((path, len(keys), 0))
-            manifest[path.name] = {"features": "pooled", "width": width, "pairs_file": source.removeprefix("shipped:"), "rows": len(keys),
-                                   "backbone_digest": namespace[1], "settings": namespace[2:], "max_length": rm.max_length, "frame": rm.backbone.frame}
+            manifest[path.name] = {"features": "pooled", "width": width, "file": source, "rows": len(keys), "backbone_digest": namespace[1],
+                                   "settings": namespace[2:], "max_length": rm.max_length, "frame": rm.backbone.frame}
     for stale in folder.glob("*.npz"):
         if stale not in [w[0] for w in written]:
             stale.unlink()
     if written:
-        (folder / "MANIFEST.json").write_text(json.dumps({"pairs_digests": people_pairs_digest(cfg), "files": manifest}, indent=2) + "\n")
+        digests = {**dict(zip([s.file for s in rm.people_pairs], people_pairs_digest(cfg))),
+                   **({cfg.fixtures.file: optional_file_digest(cfg.path(cfg.fixtures.file))} if cfg.fixtures.file else {})}
+        (folder / "MANIFEST.json").write_text(json.dumps({"file_digests": digests, "files": manifest}, indent=2) + "\n")
     return written
 
 
@@ -240,12 +256,13 @@ def _pooled_encoding(cfg: HominemConfig):
     config, tokenizer = AutoConfig.from_pretrained(backbone), AutoTokenizer.from_pretrained(backbone)
     kind = backbone_kind(config) if rm.backbone.kind == "auto" else rm.backbone.kind
     pooling = rm.backbone.pooling if rm.backbone.pooling != "auto" else ("last" if kind == "decoder" else "mean")
-    layers = None if rm.backbone.layers is None else check_layers(rm.backbone.layers, config.num_hidden_layers)
+    layers = None if rm.backbone.layers is None else check_layers(rm.backbone.layers, rm.backbone.depth or config.num_hidden_layers)
     width = config.hidden_size * (2 if pooling == "last_mean" else 1) * (1 if layers is None else len(layers)) + int(rm.length_feature)
     frame = None
     if rm.backbone.frame in ("judge", "judge_question"):
         frame = judge_frame(tokenizer, rubric_system(cfg.labeling), cfg.labeling.scalar_question if rm.backbone.frame == "judge_question" else None)
-    return pooled_namespace(backbone, kind, pooling, rm), width, make_encoder(tokenizer, frame, rm.max_length)
+    depth = config.num_hidden_layers if rm.backbone.depth is None else rm.backbone.depth
+    return pooled_namespace(backbone, kind, pooling, depth, layers, rm.length_feature), width, make_encoder(tokenizer, frame, rm.max_length)
 
 
 def people_pairs_digest(cfg: HominemConfig) -> list[str | None]:

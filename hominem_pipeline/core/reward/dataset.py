@@ -146,11 +146,13 @@ def _bootstrap(n_groups: int, members: int, rng: np.random.Generator) -> np.ndar
     return w
 
 
-def pooled_namespace(backbone: Any, kind: str, pooling: str, cfg: RewardModelConfig) -> list:
-    """What decides a frozen backbone's pooled rows besides the tokens (`feature_cache` namespace)."""
+def pooled_namespace(backbone: Any, kind: str, pooling: str, depth: int, layers: Sequence[int] | None, length_feature: bool) -> list:
+    """What decides a frozen backbone's pooled rows besides the tokens (`feature_cache` namespace): its
+    folder's digest, kind, the layers kept (`depth`) and read (`layers`), pooling and the length column.
+    Training and a saved model's scoring name them alike, so each reads what the other computed."""
     from hominem_pipeline.core.artifacts import folder_digest
 
-    return ["pooled", folder_digest(backbone), kind, cfg.backbone.depth, cfg.backbone.layers, pooling, cfg.length_feature]
+    return ["pooled", folder_digest(backbone), kind, depth, None if layers is None else list(layers), pooling, length_feature]
 
 
 def _pooled_all(net: RewardNet, encoded: list[list[int]], batch_size: int, pad: int, guards: torch.Tensor | None = None, cache: Any = None) -> torch.Tensor:

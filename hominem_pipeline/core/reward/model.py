@@ -122,6 +122,7 @@ class RewardModel:
         self._encode = make_encoder(tokenizer, metadata.frame, self.max_length)
         self._guards = guard_scorer(metadata.guards)
         self._people: tuple[EncoderStates, PeopleScore] | None = None  # set by `load` (the score's coefficients live in the folder)
+        self._pooled_cache: Any = None  # a frozen backbone's pooled rows by tokens (`use_feature_cache`)
 
     @classmethod
     def load(cls, path: str | Path) -> RewardModel:
@@ -184,13 +185,24 @@ class RewardModel:
     def encode(self, prompts: Sequence[str], responses: Sequence[str]) -> list[list[int]]:
         return [self._encode(p, r) for p, r in zip(prompts, responses)]
 
-    def use_feature_cache(self, folder: Path) -> None:
-        """Keep the guard columns and the people's score's encoder states of every exchange scored in
-        `folder` by content (`reward.feature_cache`), and read those measured before from it."""
+    def use_feature_cache(self, folder: Path, shipped: Path | None = None) -> None:
+        """Keep what the frozen networks compute for every exchange scored in `folder` by content
+        (`reward.feature_cache`): the guard columns, the people's score's encoder states and a frozen
+        backbone's pooled state, and read those computed before from it, or from the rows the project
+        ships (`shipped`, read only). Training keys its rows alike: the day's replies it read are not read again."""
+        from hominem_pipeline.core.reward.dataset import pooled_namespace
+        from hominem_pipeline.core.reward.feature_cache import FeatureCache
+
         if self._guards is not None and self._guards.cache_folder is None:
-            self._guards.cache_folder = Path(folder)
+            self._guards.cache_folder, self._guards.shipped = Path(folder), shipped
         if self._people is not None and self._people[0].cache_folder is None:
             self._people[0].cache_folder = Path(folder)
+        bb = self.metadata.backbone
+        if bb.finetune == "frozen" and self.source is not None and self._pooled_cache is None:
+            from hominem_pipeline.core.reward.network import backbone_source
+
+            namespace = pooled_namespace(backbone_source(self.source), bb.kind, bb.pooling, bb.depth, bb.layers, self.metadata.length_feature)
+            self._pooled_cache = FeatureCache(Path(folder), namespace, self.net.feature_size - self.net.guards, shipped=shipped)
 
     def warm(self) -> None:
         """Load what scoring loads on first use (the student its guard columns read, the people's score's
@@ -239,6 +251,17 @@ class RewardModel:
         out: dict[str, Any] = {k: np.zeros(s, dtype=np.float32) for k, s in shapes.items()}
         std = {k: np.zeros(s, dtype=np.float32) for k, s in shapes.items()}
         guards = self.guard_columns(prompts, responses)
+        if self._pooled_cache is not None and not (uncertainty and self.uncertainty_method == "mc_dropout"):
+            from hominem_pipeline.core.reward.dataset import _pooled_all
+
+            # a frozen backbone's states, read once per text: the heads on the cached features equal the whole net's pass
+            pooled = _pooled_all(net, self.encode(prompts, responses), batch_size, pad_id(self.tokenizer), guards, cache=self._pooled_cache)
+            with torch.inference_mode():
+                mean, spread = member_mean_std(net.heads(pooled))
+            out = {k: mean[k].float().numpy() for k in shapes}
+            if uncertainty:
+                out["std"] = {k: spread[k].float().numpy() for k in shapes}
+            return out
         with torch.inference_mode():
             for idx, ids, mask in length_sorted_batches(self.encode(prompts, responses), batch_size, pad_id(self.tokenizer)):
                 rows = None if guards is None else guards[idx]

@@ -266,7 +266,7 @@ def train_reward_model(
     if feature_cache is not None and cfg.backbone.finetune == "frozen" and isinstance(backbone_path, Path) and backbone_path.is_dir():
         from hominem_pipeline.core.reward.feature_cache import FeatureCache
 
-        pooled_cache = FeatureCache(feature_cache, pooled_namespace(backbone_path, kind, pooling, cfg), net.feature_size - net.guards, shipped=shipped_features)
+        pooled_cache = FeatureCache(feature_cache, pooled_namespace(backbone_path, kind, pooling, backbone.config.num_hidden_layers, net.layers, cfg.length_feature), net.feature_size - net.guards, shipped=shipped_features)
     frozen = _pooled_all(net, data.encoded, cfg.batch_size, pad_id(tokenizer), guards, cache=pooled_cache) if cfg.backbone.finetune == "frozen" else None
     guard_cache = scorer.disk_cache() if scorer is not None else None
     if guard_cache is not None and guard_cache.shipped:

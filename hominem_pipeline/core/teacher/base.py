@@ -77,6 +77,15 @@ class Teacher(abc.ABC):
 
 
 def make_trajectory(prompt: Prompt, candidate: int, style: CandidateStyle, seed: int, response: str, new_tokens: int, finished: bool) -> Trajectory:
+    """A candidate; one the token limit cut is kept up to its last finished sentence (`end_at_sentence`),
+    so the judge and the reward model read a reply that ends, not half a word."""
+    from hominem_pipeline.core.generation import end_at_sentence, ends_at_sentence
+
+    ended = False
+    if not finished:
+        kept = end_at_sentence(response)
+        ended = kept.rstrip() != response.rstrip() or ends_at_sentence(kept)  # cut back to a sentence or line, or it ended at one already
+        response = kept
     return Trajectory(
         trajectory_id=trajectory_id(prompt.prompt_id, candidate, seed),
         prompt_id=prompt.prompt_id,
@@ -90,6 +99,7 @@ def make_trajectory(prompt: Prompt, candidate: int, style: CandidateStyle, seed:
         response=response,
         new_tokens=new_tokens,
         finished=finished,
+        ended_at_sentence=ended,
     )
 
 

@@ -111,6 +111,9 @@ def validate_labels(
     for row in failing.itertuples():
         report.note(row.check, f"{row.trajectory_id}: {row.reason}", blocking=True)
     if trajectories is not None and "finished" in trajectories:
-        for row in trajectories[~trajectories["finished"]].itertuples():
-            report.note("truncated_response", f"{row.trajectory_id}: stopped at the token limit", blocking=False)
+        cut = ~trajectories["finished"].astype(bool)
+        if "ended_at_sentence" in trajectories:  # cut, but kept up to its last sentence: nothing to say
+            cut &= ~trajectories["ended_at_sentence"].astype(bool)
+        for row in trajectories[cut].itertuples():
+            report.note("truncated_response", f"{row.trajectory_id}: stopped mid-sentence at the token limit (teacher.max_new_tokens)", blocking=False)
     return report
