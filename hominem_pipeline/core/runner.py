@@ -20,6 +20,7 @@ import pandas as pd
 
 from hominem_pipeline.core.artifacts import ArtifactRef, ArtifactStore
 from hominem_pipeline.core.config import HominemConfig
+from hominem_pipeline.core.device import describe_device, resolve_device
 from hominem_pipeline.core.lineage import Lineage, definition_version, settings_values, stage_seed
 from hominem_pipeline.core.stage import Stage, StageContext
 from hominem_pipeline.core.stages import STAGES_BY_NAME
@@ -55,8 +56,9 @@ def run_stage(stage: Stage | str, cfg: HominemConfig, partition: str, *, dagster
     run_id = dagster_run_id or f"manual-{uuid.uuid4().hex[:12]}"
     settings = settings_values(stage, cfg)
 
+    device = describe_device(resolve_device(cfg.runtime.device))  # where its networks run (runtime: not in the version)
     with tracker.stage_run(asset=stage.name, partition=partition, dagster_run_id=run_id, tags={TAG_VERSION: version}) as run:
-        run.log_params(settings)
+        run.log_params({**settings, "runtime.device": device})
         for inp in stage.inputs:
             for ref in inputs[inp.asset]:
                 table = ref.manifest.get("table")
@@ -82,6 +84,7 @@ def run_stage(stage: Stage | str, cfg: HominemConfig, partition: str, *, dagster
                     "stage": stage.name,
                     "config": settings,
                     "definition": definition_version(stage, cfg),  # code and settings: how Lineage.newest knows a version built from earlier inputs
+                    "device": device,
                     "inputs": {a: [r.key | {"content": r.content} for r in refs] for a, refs in inputs.items()},
                     "metrics": output.metrics,
                     "metadata": output.metadata,

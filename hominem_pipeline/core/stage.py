@@ -96,7 +96,7 @@ class ConfigSlice(_View):
     """The config as one stage sees it: the declared paths (versioned and runtime) and the project's locations."""
 
     def __init__(self, cfg: HominemConfig, stage: str, paths: frozenset[str]):
-        super().__init__(stage, cfg, "", frozenset(paths) | {"project.seed"})
+        super().__init__(stage, cfg, "", frozenset(paths) | {"project.seed", "runtime.device"})  # runtime.device: every stage, never versioned
         self.full = cfg  # for the runner and the tracker; build functions read through the slice
 
     def __getattr__(self, name: str) -> Any:

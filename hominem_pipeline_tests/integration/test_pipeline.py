@@ -164,6 +164,8 @@ def test_mlflow_has_one_run_per_materialization_linked_by_tags_and_inputs(chain)
     [rm_run] = [r for r in tracker.runs_for("reward_model") if r.data.tags[TAG_DAGSTER_RUN] == first_run]
     assert [d.dataset.name for d in rm_run.inputs.dataset_inputs] == [f"teacher_labels@{DAY}", f"human_feedback@{DAY}"]  # the labels and people's pairs it trained on
     assert "val_loss" in rm_run.data.metrics and "reward_model.epochs" in rm_run.data.params
+    assert rm_run.data.params["runtime.device"].startswith("cpu (")  # runtime.device: auto, on a machine without a GPU
+    assert lineage(cfg).require("reward_model", DAY).manifest["device"] == rm_run.data.params["runtime.device"]
     import mlflow
 
     experiment = mlflow.get_experiment_by_name(cfg.tracking.experiment)

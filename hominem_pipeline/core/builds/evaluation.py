@@ -20,11 +20,13 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
     )
     from hominem_pipeline.core.evaluation.fixtures import load_fixtures
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
+    from hominem_pipeline.core.device import resolve_device
     from hominem_pipeline.core.models import student_path
     from hominem_pipeline.core.reward.model import RewardModel
 
     prompts = prompts_of(pd.read_parquet(ctx.one("prompts").file("prompts.parquet")), "eval")
-    rm = RewardModel.load(ctx.one("reward_model").path)
+    device = resolve_device(ctx.cfg.runtime.device)
+    rm = RewardModel.load(ctx.one("reward_model").path, device)
     table, summary = evaluate_adapter(
         prompts,
         student_path=student_path(ctx.cfg),
@@ -34,6 +36,7 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
         seed=ctx.seed,
         memory=read_memory_rows(memory_paths(ctx.cfg)) if ctx.cfg.evaluation.memory_probe else None,
         fixtures=None if ctx.cfg.fixtures.file is None else load_fixtures(ctx.cfg.path(ctx.cfg.fixtures.file), ctx.cfg.dimension_names),
+        device=device,
     )
     table.to_parquet(ctx.out_dir / "generations.parquet", index=False)
     write_json(ctx.out_dir / "summary.json", summary)

@@ -16,6 +16,7 @@ log = logging.getLogger(__name__)
 def build_preference_pairs(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.policy.pairs import build_preference_pairs as build_pairs
     from hominem_pipeline.core.policy.pairs import sparse_pairs_warning
+    from hominem_pipeline.core.device import resolve_device
     from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
     from hominem_pipeline.core.reward.model import RewardModel
 
@@ -24,7 +25,7 @@ def build_preference_pairs(ctx: StageContext) -> StageOutput:
     trajectories = pd.read_parquet(ctx.one("teacher_trajectories").file("trajectories.parquet"), columns=["trajectory_id", "finished"])
     labels = labels.merge(trajectories, on="trajectory_id", how="left")
     answered = labels["response"].str.strip().astype(bool).to_numpy()
-    rm = RewardModel.load(ctx.one("reward_model").path)
+    rm = RewardModel.load(ctx.one("reward_model").path, resolve_device(ctx.cfg.runtime.device))
     rm.use_feature_cache(ctx.cfg.data_dir / FEATURE_CACHE, ctx.cfg.path(SHIPPED_FEATURES))  # the day's candidates: read once, by the reward model's training
     rm_scalar, rm_vectors = reward_model_scores(rm, labels)  # unanswered rows score NaN and never enter a pair
     pc = ctx.cfg.preferences
@@ -59,10 +60,11 @@ def _student_replies(ctx: StageContext, labels: pd.DataFrame, rm: Any) -> pd.Dat
     """The base student's own reply to each prompt of the day, decoded as the evaluation decodes it,
     with the reward model's scalar and vector (`preferences.against_student`)."""
     from hominem_pipeline.core.evaluation.compare import greedy_replies
+    from hominem_pipeline.core.device import resolve_device
     from hominem_pipeline.core.models import load_student, student_path
 
     prompts = labels.drop_duplicates("prompt_id")[["prompt_id", "prompt"]].reset_index(drop=True)
-    model, tokenizer = load_student(student_path(ctx.cfg))
+    model, tokenizer = load_student(student_path(ctx.cfg), resolve_device(ctx.cfg.runtime.device))
     replies = greedy_replies(model, tokenizer, list(prompts["prompt"]), ctx.cfg.evaluation, ctx.seed, "student replies")
     del model
     replied = prompts.assign(response=[g.text for g in replies], finished=[g.finished for g in replies])

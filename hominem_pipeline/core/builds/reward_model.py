@@ -68,6 +68,7 @@ def people_pairs(cfg: HominemConfig):
 
 
 def build_reward_model(ctx: StageContext) -> StageOutput:
+    from hominem_pipeline.core.device import resolve_device
     from hominem_pipeline.core.evaluation.fixtures import FIXTURES_JSON
     from hominem_pipeline.core.models import reward_backbone, student_path
     from hominem_pipeline.core.reward.metadata import METADATA
@@ -81,6 +82,7 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
     digest = fingerprint([[a, r.partition, r.manifest["files"][r.manifest["table"]]] for a in ("teacher_labels", *HUMAN) for r in ctx.inputs[a]]
                          + [people_pairs_digest(ctx.cfg)], 64)
     started = time.monotonic()
+    device = resolve_device(ctx.cfg.runtime.device)
     metrics = train_reward_model(
         labels,
         dimensions=ctx.cfg.dimension_names,
@@ -96,12 +98,13 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
         judge_question=ctx.cfg.labeling.scalar_question,
         feature_cache=ctx.cfg.data_dir / FEATURE_CACHE,
         shipped_features=ctx.cfg.path(SHIPPED_FEATURES),
+        device=device,
         guard_student=student_path(ctx.cfg) if ctx.cfg.reward_model.guards else None,
         people_encoder=people_encoder(ctx.cfg),
     )
     metrics["train_seconds"] = time.monotonic() - started
     metrics["feedback_pairs"] = 0 if human is None else int(human["source"].str.startswith("feedback:").sum())
-    report = score_fixture_file(ctx.cfg, ctx.out_dir)
+    report = score_fixture_file(ctx.cfg, ctx.out_dir, device)
     if report is not None:
         metrics.update(report.metrics())
         log.info("reward model on the contrast fixtures: %.1f%% of %d pairs (weakest tag %s %.0f%%)", 100 * report.accuracy, report.pairs, *_pct_tag(report))
@@ -135,7 +138,7 @@ def people_encoder(cfg: HominemConfig) -> Path | None:
     return path
 
 
-def score_fixture_file(cfg: HominemConfig, folder: Path):
+def score_fixture_file(cfg: HominemConfig, folder: Path, device: Any = None):
     """The reward model in `folder` scored on the contrast fixtures (`fixtures.file`), the report written
     beside it (fixtures.json); None when no fixture file is configured."""
     import json
@@ -146,7 +149,7 @@ def score_fixture_file(cfg: HominemConfig, folder: Path):
     if cfg.fixtures.file is None:
         return None
     fixtures = load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names)
-    model = RewardModel.load(folder)
+    model = RewardModel.load(folder, device)
     model.use_feature_cache(cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES))  # the fixtures' features are computed once, not every day
     report = score_fixtures(model, fixtures)
     (folder / FIXTURES_JSON).write_text(json.dumps(report.as_dict(), indent=1))

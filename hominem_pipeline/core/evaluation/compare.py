@@ -111,18 +111,19 @@ def evaluate_adapter(
     memory: pd.DataFrame | None = None,
     base_replies: dict[str, str] | None = None,
     fixtures: Sequence[Any] | None = None,
+    device: Any = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """`compare` on the held-out prompts; with `memory` (memory rows, `memory.read_memory_rows`), also the
     memory probe: its fact questions asked of both sides, in `summary["memory_probe"]`. `base_replies`:
     see `generate_both`. With `fixtures` (the contrast fixtures), also whether the adapter moved the
     student toward their better replies (`fixtures.adapter_moves`), in `summary["fixtures"]` and the
-    summary's fixture_* figures."""
+    summary's fixture_* figures. `device`: where the student runs (`core.device`; None: the CPU)."""
     from hominem_pipeline.core.evaluation.memory import fact_questions, probe
     from hominem_pipeline.core.policy.lora import load_policy
 
     if not prompts:
         raise ValueError("no evaluation prompts: set prompts.eval_per_category to at least 1")
-    model, tokenizer = load_policy(student_path, adapter_path)
+    model, tokenizer = load_policy(student_path, adapter_path, device)
     responses = generate_both(model, tokenizer, [p.text for p in prompts], cfg, seed, base_replies)
     table, summary = compare(prompts, responses, reward_model)
     questions = fact_questions(memory)

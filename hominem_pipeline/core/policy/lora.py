@@ -157,13 +157,14 @@ def adapter_reward_model(adapter_path: Path, data_dir: Path) -> Path | None:
     return None if meta is None else meta.reward_model.path(data_dir)
 
 
-def load_policy(student_path: Path, adapter_path: Path | None):
-    """(model, tokenizer) for generation: the base alone, or base + adapter (PEFT, adapter switchable)."""
+def load_policy(student_path: Path, adapter_path: Path | None, device=None):
+    """(model, tokenizer) for generation: the base alone, or base + adapter (PEFT, adapter switchable),
+    on `device` (None: the CPU)."""
     from hominem_pipeline.core.models import load_student
 
     if adapter_path is not None:
         adapter_config(adapter_path)
-    model, tokenizer = load_student(student_path)
+    model, tokenizer = load_student(student_path, device)
     if adapter_path is not None:
         from peft import PeftModel
 

@@ -166,10 +166,11 @@ def _pooled_all(net: RewardNet, encoded: list[list[int]], batch_size: int, pad: 
     def compute(todo: list[int]) -> torch.Tensor:
         out = torch.zeros(len(todo), width)
         net.eval()
+        device = next(net.parameters()).device  # the inputs go where the net is; the rows come back to the CPU
         progress = Progress("reward model backbone pass", len(todo), log, unit="sequences") if len(todo) > 256 else None
         with torch.inference_mode():
             for idx, ids, mask in length_sorted_batches([encoded[i] for i in todo], batch_size, pad):
-                out[idx] = net.pooled(ids, mask)
+                out[idx] = net.pooled(ids.to(device), mask.to(device)).cpu()
                 if progress:
                     progress.advance(len(idx))
         return out

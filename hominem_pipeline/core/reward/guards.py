@@ -53,19 +53,20 @@ def reply_token_logps(model: Any, sequences: Sequence[tuple[list[int], int]], pa
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i][0]))
     sums, counts = torch.zeros(len(sequences), dtype=torch.float64), torch.zeros(len(sequences), dtype=torch.long)
     body, head = model.get_decoder(), model.get_output_embeddings()
+    device = model.device
     with torch.inference_mode():
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
             ids, mask = right_padded([sequences[i][0] for i in rows], pad_id)
-            hidden = body(input_ids=ids, attention_mask=mask).last_hidden_state
+            hidden = body(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
             for j, i in enumerate(rows):
                 seq, begin = sequences[i]
                 first = max(begin, 1)
                 if first >= len(seq):
                     continue
                 logits = head(hidden[j, first - 1 : len(seq) - 1]).float()
-                picked = logits.log_softmax(-1).gather(-1, torch.tensor(seq[first:]).unsqueeze(1))[:, 0]
-                sums[i], counts[i] = picked.double().sum(), len(picked)
+                picked = logits.log_softmax(-1).gather(-1, torch.tensor(seq[first:], device=device).unsqueeze(1))[:, 0]
+                sums[i], counts[i] = picked.double().sum().item(), len(picked)
             if progress:
                 progress.advance(len(rows))
     return sums, counts
@@ -78,11 +79,13 @@ class GuardScorer:
 
     MEMO = 4096
 
-    def __init__(self, names: Sequence[str], student: Path | str, cache: Path | None = None, shipped: Path | None = None):
+    def __init__(self, names: Sequence[str], student: Path | str, cache: Path | None = None, shipped: Path | None = None, device: Any = None):
         """`cache`: a folder of feature caches (`feature_cache`) where the columns of every exchange
         measured are also kept on disk by content, for the next process (None: memoised in this one only);
-        `shipped`: the project's shipped rows (`feature_cache.SHIPPED_FEATURES`), read with the cache."""
+        `shipped`: the project's shipped rows (`feature_cache.SHIPPED_FEATURES`), read with the cache;
+        `device`: where the student runs (`core.device`; None: the CPU)."""
         self.names = check_guards(names)
+        self.device = device
         self.student = Path(student)
         self.cache_folder, self.shipped = cache, shipped
         self._cache: Any = None
@@ -111,7 +114,7 @@ class GuardScorer:
         if self._model is None:
             from hominem_pipeline.core.models import load_student
 
-            self._model, self._tokenizer = load_student(self.student)
+            self._model, self._tokenizer = load_student(self.student, self.device)
 
     def __call__(self, prompts: Sequence[str], replies: Sequence[str]) -> torch.Tensor:
         """(n, len(names)) float32, in the order of `names`."""

@@ -49,19 +49,19 @@ def _checked_folder(path: str, sha256: str, what: str) -> Path:
     return source
 
 
-def guard_scorer(info: GuardInfo | None) -> GuardScorer | None:
+def guard_scorer(info: GuardInfo | None, device: Any = None) -> GuardScorer | None:
     """The scorer of a saved model's guard columns, from the student it was trained with (checked by digest)."""
     if info is None or not info.names:
         return None
-    return GuardScorer(info.names, _checked_folder(info.student, info.sha256, "guards read the student"))
+    return GuardScorer(info.names, _checked_folder(info.student, info.sha256, "guards read the student"), device=device)
 
 
-def people_reader(info: PeopleInfo | None, folder: Path) -> tuple[EncoderStates, PeopleScore] | None:
+def people_reader(info: PeopleInfo | None, folder: Path, device: Any = None) -> tuple[EncoderStates, PeopleScore] | None:
     """The encoder and the fitted people's score of a saved model (the encoder checked by digest)."""
     if info is None:
         return None
     source = _checked_folder(info.encoder, info.sha256, "people's score reads the encoder")
-    return EncoderStates(source, info.max_length), PeopleScore.load(folder, info.alpha, info.agreement, info.pairs)
+    return EncoderStates(source, info.max_length, device=device), PeopleScore.load(folder, info.alpha, info.agreement, info.pairs)
 
 
 BACKBONE_DIR = "backbone"
@@ -110,8 +110,9 @@ def _check_inputs(prompts: Sequence[str], responses: Sequence[str]) -> None:
 class RewardModel:
     """A trained reward model loaded for scoring."""
 
-    def __init__(self, net: RewardNet, tokenizer: Any, metadata: RewardMetadata):
-        self.net = net.eval()
+    def __init__(self, net: RewardNet, tokenizer: Any, metadata: RewardMetadata, device: Any = None):
+        self.net = net.eval() if device is None else net.eval().to(device)
+        self.device = next(self.net.parameters()).device
         self.tokenizer = tokenizer
         self.metadata = metadata
         self.source: Path | None = None  # the folder it was loaded from (None: built in memory)
@@ -120,13 +121,14 @@ class RewardModel:
         self.uncertainty_method: str = metadata.uncertainty.method
         self.mc_samples: int = metadata.uncertainty.mc_samples
         self._encode = make_encoder(tokenizer, metadata.frame, self.max_length)
-        self._guards = guard_scorer(metadata.guards)
+        self._guards = guard_scorer(metadata.guards, device)
         self._people: tuple[EncoderStates, PeopleScore] | None = None  # set by `load` (the score's coefficients live in the folder)
         self._pooled_cache: Any = None  # a frozen backbone's pooled rows by tokens (`use_feature_cache`)
 
     @classmethod
-    def load(cls, path: str | Path) -> RewardModel:
-        """Load a saved model folder (`data/reward_model/<date>/<version>`)."""
+    def load(cls, path: str | Path, device: Any = None) -> RewardModel:
+        """Load a saved model folder (`data/reward_model/<date>/<version>`), its networks on `device`
+        (`core.device`; None: the CPU); scores come back as CPU arrays either way."""
         from safetensors.torch import load_file
 
         path = Path(path)
@@ -142,9 +144,9 @@ class RewardModel:
             raise ValueError(f"{path / HEADS} does not match the model described by its {METADATA}: {result}; rebuild it "
                              f"(hominem run --date {metadata.date} --select reward_model)")
         net.shared_prefix = frame_prefix(tokenizer, metadata.frame, bb.kind)
-        model = cls(net, tokenizer, metadata)
+        model = cls(net, tokenizer, metadata, device)
         model.source = path
-        model._people = people_reader(metadata.people, path)
+        model._people = people_reader(metadata.people, path, device)
         return model
 
     @property
@@ -257,20 +259,21 @@ class RewardModel:
             # a frozen backbone's states, read once per text: the heads on the cached features equal the whole net's pass
             pooled = _pooled_all(net, self.encode(prompts, responses), batch_size, pad_id(self.tokenizer), guards, cache=self._pooled_cache)
             with torch.inference_mode():
-                mean, spread = member_mean_std(net.heads(pooled))
-            out = {k: mean[k].float().numpy() for k in shapes}
+                mean, spread = member_mean_std(net.heads(pooled.to(self.device)))
+            out = {k: mean[k].float().cpu().numpy() for k in shapes}
             if uncertainty:
-                out["std"] = {k: spread[k].float().numpy() for k in shapes}
+                out["std"] = {k: spread[k].float().cpu().numpy() for k in shapes}
             return out
         with torch.inference_mode():
             for idx, ids, mask in length_sorted_batches(self.encode(prompts, responses), batch_size, pad_id(self.tokenizer)):
-                rows = None if guards is None else guards[idx]
+                ids, mask = ids.to(self.device), mask.to(self.device)
+                rows = None if guards is None else guards[idx].to(self.device)
                 mean, spread = member_mean_std(net(ids, mask, rows))
                 if uncertainty and self.uncertainty_method == "mc_dropout":
                     spread = self._mc_passes(net, ids, mask, rows)
                 for key in shapes:
-                    out[key][idx] = mean[key].float().numpy()
-                    std[key][idx] = spread[key].float().numpy()
+                    out[key][idx] = mean[key].float().cpu().numpy()
+                    std[key][idx] = spread[key].float().cpu().numpy()
         if uncertainty:
             out["std"] = std
         return out
@@ -287,7 +290,7 @@ class RewardModel:
     def heads_from_pooled(self, pooled: torch.Tensor) -> dict[str, np.ndarray]:
         """Every head's output (the members' mean) on `pooled` features, keyed as `raw_scores`."""
         with torch.inference_mode():
-            return {k: v.float().numpy() for k, v in member_mean_std(self.net.heads(pooled))[0].items()}
+            return {k: v.float().cpu().numpy() for k, v in member_mean_std(self.net.heads(pooled.to(self.device)))[0].items()}
 
     def scalar_from_pooled(self, pooled: torch.Tensor) -> np.ndarray:
         """The scalar (the members' mean) of these heads on `pooled` features."""

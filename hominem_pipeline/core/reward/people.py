@@ -62,8 +62,8 @@ class EncoderStates:
     cut to `max_length` (the prompt from the left). With a cache folder, every exchange read is kept on
     disk by content (`feature_cache`), for the next day."""
 
-    def __init__(self, encoder: Path | str, max_length: int, cache: Path | None = None):
-        self.encoder, self.max_length, self.cache_folder = Path(encoder), max_length, cache
+    def __init__(self, encoder: Path | str, max_length: int, cache: Path | None = None, device: Any = None):
+        self.encoder, self.max_length, self.cache_folder, self.device = Path(encoder), max_length, cache, device
         self._model: Any = None
         self._tokenizer: Any = None
         self._cache: Any = None
@@ -81,6 +81,8 @@ class EncoderStates:
 
             self._tokenizer = AutoTokenizer.from_pretrained(self.encoder)
             self._model = AutoModel.from_pretrained(self.encoder).eval()
+            if self.device is not None:
+                self._model = self._model.to(self.device)
 
     def disk_cache(self):
         if self.cache_folder is not None and self._cache is None:
@@ -107,12 +109,13 @@ class EncoderStates:
         with torch.inference_mode():
             for idx, ids, mask in length_sorted_batches(encoded, PEOPLE_BATCH, tok.pad_token_id):
                 reply = _pair_segments(ids, tok.sep_token_id, mask)
+                ids, mask, reply = ids.to(model.device), mask.to(model.device), reply.to(model.device)
                 states = model(input_ids=ids, attention_mask=mask, token_type_ids=reply, output_hidden_states=True).hidden_states[1:]
                 parts = []
                 for weights in (mask, reply):
                     w = weights.unsqueeze(-1).float()
                     parts += [(h * w).sum(1) / w.sum(1).clamp(min=1) for h in states]
-                out[idx] = torch.cat(parts, 1)
+                out[idx] = torch.cat(parts, 1).cpu()
                 if progress:
                     progress.advance(len(idx))
         return out
@@ -264,7 +267,7 @@ class PeopleScore:
 
 
 def fit_people_score(encoder: Path, cfg: RewardModelConfig, cache: Path | None, data: TrainingSet, people_only: pd.DataFrame | None,
-                     seed: int) -> tuple[PeopleScore, np.ndarray]:
+                     seed: int, device: Any = None) -> tuple[PeopleScore, np.ndarray]:
     """The people's score fitted on every people's pair (the heads' and `people_only`), and its value
     for each of the training set's texts (out of fold for a pair's replies), then the people-only texts'."""
     texts = list(data.texts)
@@ -278,7 +281,7 @@ def fit_people_score(encoder: Path, cfg: RewardModelConfig, cache: Path | None, 
         pairs.append(np.stack([start + np.arange(n), start + n + np.arange(n)], 1))
         weights.append(people_only["weight"].to_numpy(np.float64) * cfg.pair_loss.human_weight if "weight" in people_only else np.full(n, cfg.pair_loss.human_weight))
         groups += [f"prompt:{p}" for p in people_only["prompt"]]
-    reader = EncoderStates(encoder, cfg.people_score.max_length, cache=cache)
+    reader = EncoderStates(encoder, cfg.people_score.max_length, cache=cache, device=device)
     states = reader([p for p, _ in texts], [r for _, r in texts]).numpy()
     return PeopleScore.fit(states, np.concatenate(pairs), np.concatenate(weights), np.array(groups), seed)
 

@@ -78,12 +78,7 @@ from hominem_pipeline.core.reward.ridge import (
     with_column,
 )
 from hominem_pipeline.core.reward.validation import _pct, calibrate_validation
-from hominem_pipeline.core.schema import (
-    INTENSITY_RANGE,
-    SAFETY_RANGE,
-    SCALAR_RANGE,
-    VECTOR_RANGE,
-)
+from hominem_pipeline.core.schema import INTENSITY_RANGE, SAFETY_RANGE, SCALAR_RANGE, VECTOR_RANGE
 from hominem_pipeline.core.stats import pearson
 
 log = logging.getLogger(__name__)
@@ -174,6 +169,7 @@ def train_reward_model(
     guard_student: Path | None = None,
     feature_cache: Path | None = None,
     shipped_features: Path | None = None,
+    device: Any = None,
     people_encoder: Path | None = None,
 ) -> dict[str, Any]:
     """Train on labeled examples (columns prompt_id, prompt, response, vector, scalar, reward_intensity,
@@ -185,6 +181,8 @@ def train_reward_model(
     where a frozen backbone's pooled state and the guard columns of each text are kept by content
     (`reward.feature_cache`), so texts read before (the shipped people's pairs, every day) are not read again;
     `shipped_features`: the project's shipped rows, read beside that cache (`feature_cache.SHIPPED_FEATURES`);
+    `device`: where the frozen passes run (backbone, guards, the people's score's encoder; `core.device`;
+    None: the CPU), the heads' fit staying on the CPU;
     `people_encoder`: the encoder the people's score reads (`reward.people`; None: no people's score). Human
     pairs whose `heads` column is False train the people's score only."""
     from safetensors.torch import save_file
@@ -255,11 +253,11 @@ def train_reward_model(
 
     # The guard columns never change (the student is not trained here), and a frozen backbone gives every
     # sequence the same pooled vector in every epoch: both computed once.
-    scorer = GuardScorer(cfg.guards, guard_student, cache=feature_cache, shipped=shipped_features) if cfg.guards else None
+    scorer = GuardScorer(cfg.guards, guard_student, cache=feature_cache, shipped=shipped_features, device=device) if cfg.guards else None
     guards = scorer(*zip(*data.texts)) if scorer is not None else None
     people = people_column = None
     if use_people:
-        people, people_column = fit_people_score(people_encoder, cfg, feature_cache, data, people_only, seed)
+        people, people_column = fit_people_score(people_encoder, cfg, feature_cache, data, people_only, seed, device)
         column = torch.from_numpy(people_column[: len(data.texts)]).float().unsqueeze(1)
         guards = column if guards is None else torch.cat([guards, column], 1)
     pooled_cache = None
@@ -267,7 +265,9 @@ def train_reward_model(
         from hominem_pipeline.core.reward.feature_cache import FeatureCache
 
         pooled_cache = FeatureCache(feature_cache, pooled_namespace(backbone_path, kind, pooling, backbone.config.num_hidden_layers, net.layers, cfg.length_feature), net.feature_size - net.guards, shipped=shipped_features)
-    frozen = _pooled_all(net, data.encoded, cfg.batch_size, pad_id(tokenizer), guards, cache=pooled_cache) if cfg.backbone.finetune == "frozen" else None
+    frozen = None if cfg.backbone.finetune != "frozen" else _pooled_all(net.to(device or "cpu"), data.encoded, cfg.batch_size, pad_id(tokenizer), guards,
+                                                                         cache=pooled_cache)
+    net.cpu()  # the backbone's one pass on `device`; the heads are fitted on the CPU
     guard_cache = scorer.disk_cache() if scorer is not None else None
     if guard_cache is not None and guard_cache.shipped:
         log.info("reward model guards: %d of %d replies read from the cache or the %d rows shipped with the project", guard_cache.hits, len(data.texts), guard_cache.shipped)

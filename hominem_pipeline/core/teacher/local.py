@@ -34,10 +34,11 @@ log = logging.getLogger(__name__)
 
 class LocalHFTeacher(Teacher):
     def __init__(self, model_path: Path, cfg: HominemConfig, *, batch_size: int):
+        from hominem_pipeline.core.device import resolve_device
         from hominem_pipeline.core.models import load_student
 
         self.model_path = Path(model_path)
-        self.model, self.tokenizer = load_student(self.model_path)
+        self.model, self.tokenizer = load_student(self.model_path, resolve_device(cfg.runtime.device))
         self.cfg = cfg
         self.batch_size = batch_size
         self.digit_ids = []

@@ -1,0 +1,49 @@
+"""One device policy (`runtime.device`) for every network the project runs: the local teacher, the
+reward model's frozen passes (backbone, guards, the people's score's encoder) and its scoring, the
+evaluation's and the gate's replies.
+
+`auto` takes CUDA when torch sees a GPU and the CPU otherwise; `cpu` and `cuda` force one (`cuda`
+without a GPU is an error naming the fix). Weights stay fp32 on every device: bf16 changes scores
+beyond the last bits, and no tolerance for that has been measured yet. The setting is runtime, not part
+of any version: a GPU makes a stage faster, and its outputs equal the CPU's up to float rounding.
+Code that runs a network moves its inputs to the network's device and its outputs back to the CPU, so
+nothing else changes with the device. The policy trainers place themselves (`policy.lora`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@functools.lru_cache(maxsize=None)
+def resolve_device(setting: str | None = "auto") -> Any:
+    """The torch device `runtime.device` names (None: auto)."""
+    import torch
+
+    setting = setting or "auto"
+    if setting not in DEVICES:
+        raise ValueError(f"runtime.device {setting!r} is not one of {', '.join(DEVICES)}")
+    if setting == "cuda" and not torch.cuda.is_available():
+        raise ValueError("runtime.device is cuda, but torch sees no CUDA GPU here (a CPU build of torch, or no driver); "
+                         "set runtime.device: auto or cpu (`--set runtime.device=cpu`)")
+    if setting == "auto":
+        setting = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(setting)
+
+
+def describe_device(device: Any) -> str:
+    """What a stage's metadata and MLflow params say: `cpu (2 threads)` or `cuda:0 (NVIDIA H100 80GB HBM3)`."""
+    import torch
+
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+    return f"cpu ({torch.get_num_threads()} threads)"
+
+
+def place(model: Any, device: Any) -> Any:
+    """`model` on `device` (fp32 everywhere: see the module's note)."""
+    return model.to(device) if device is not None else model

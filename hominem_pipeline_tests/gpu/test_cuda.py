@@ -1,0 +1,91 @@
+"""Every network the project runs, placed by `runtime.device` on a CUDA GPU: each part puts its
+tensors there and gives the CPU's figures (up to float rounding). Skipped without a GPU; run on one by
+scripts/device_check.sh, which needs torch, transformers and peft there, nothing from the project's
+other dependencies but pydantic and pytest (carried as wheels), and tokenizer folders, not models."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+import torch
+
+# HOMINEM_GPU_CHECK_DEVICE=cpu: the same checks on the CPU (`scripts/device_check.sh dry-run`, before spending GPU time)
+CUDA = torch.device(os.environ.get("HOMINEM_GPU_CHECK_DEVICE", "cuda"))
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(CUDA.type == "cuda" and not torch.cuda.is_available(), reason="no CUDA GPU (scripts/device_check.sh runs these on one)")]
+PROMPTS = ["How was your day?", "I failed my driving test again.", "What is the capital of France?"]
+REPLIES = ["Quiet, thanks for asking. And yours?", "That's rough. What happened?", "Paris."]
+
+
+def sync() -> None:
+    if CUDA.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(what: str, fn):
+    sync()
+    started = time.perf_counter()
+    out = fn()
+    sync()
+    print(f"{what}: {time.perf_counter() - started:.3f} s")
+    return out
+
+
+def test_the_guard_columns_on_cuda_equal_the_cpus(tiny_student):
+    from hominem_pipeline.core.reward.guards import GuardScorer
+
+    cpu = GuardScorer(["reply_logp", "prompt_gain"], tiny_student)(PROMPTS, REPLIES)
+    scorer = GuardScorer(["reply_logp", "prompt_gain"], tiny_student, device=CUDA)
+    cuda = timed(f"guards, {CUDA.type}", lambda: scorer(PROMPTS, REPLIES))
+    assert next(scorer._model.parameters()).device.type == CUDA.type and cuda.device.type == "cpu"
+    assert torch.allclose(cuda, cpu, atol=1e-3)
+
+
+def test_the_peoples_encoder_on_cuda_equals_the_cpus(tiny_encoder):
+    from hominem_pipeline.core.reward.people import EncoderStates
+
+    cpu = EncoderStates(tiny_encoder, 64)(PROMPTS, REPLIES)
+    reader = EncoderStates(tiny_encoder, 64, device=CUDA)
+    cuda = timed(f"people's encoder, {CUDA.type}", lambda: reader(PROMPTS, REPLIES))
+    assert next(reader._model.parameters()).device.type == CUDA.type and torch.allclose(cuda, cpu, atol=1e-4)
+
+
+def test_the_reward_model_trains_its_frozen_pass_and_scores_on_cuda_as_on_the_cpu(tiny_student, tmp_path):
+    from hominem_pipeline.core.reward.model import RewardModel
+    from hominem_pipeline.core.reward.training import train_reward_model
+    from hominem_pipeline_tests.core.test_reward_model import DIMS, small_cfg, toy_labels
+
+    cfg = small_cfg(guards=["reply_logp"], backbone={"path": None, "finetune": "frozen"}, head_fit="ridge")
+    for name, device in (("cpu", None), ("placed", CUDA)):
+        timed(f"reward model training, {name}", lambda: train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg,
+                                                                          out_dir=tmp_path / name, seed=0, data_digest="d", date="2026-11-20", device=device))
+    cpu = RewardModel.load(tmp_path / "cpu").raw_scores(PROMPTS, REPLIES)
+    model = RewardModel.load(tmp_path / "placed", CUDA)
+    cuda = timed(f"reward model scoring, {CUDA.type}", lambda: model.raw_scores(PROMPTS, REPLIES))
+    assert model.device.type == CUDA.type and next(model.net.parameters()).device.type == CUDA.type
+    assert np.allclose(cuda["scalar"], cpu["scalar"], atol=1e-3) and np.allclose(cuda["vector"], cpu["vector"], atol=1e-3)
+
+
+def test_the_teacher_and_the_evaluation_generate_on_cuda(tiny_student, tiny_encoder, tmp_path):
+    from hominem_pipeline.core.config import CandidateStyle
+    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.evaluation.compare import greedy_replies
+    from hominem_pipeline.core.policy.lora import load_policy
+    from hominem_pipeline.core.schema import Prompt
+    from hominem_pipeline.core.teacher.local import LocalHFTeacher
+    from hominem_pipeline_tests.conftest import make_project
+
+    project = make_project(tmp_path / "project", tiny_student, tiny_encoder)
+    cfg = load_config(project / "config" / "tiny.yaml", root=project, overrides={"runtime": {"device": CUDA.type}})
+    teacher = LocalHFTeacher(tiny_student, cfg, batch_size=4)
+    assert teacher.model.device.type == CUDA.type
+    prompts = [Prompt(prompt_id=f"p{i}", text=t, category="c", difficulty=1) for i, t in enumerate(PROMPTS)]
+    sampled = timed(f"teacher sampling, {CUDA.type}", lambda: teacher.sample(prompts, [CandidateStyle(name="s", temperature=0.8, top_p=0.9)], 8, seed=0))
+    assert len(sampled.items) == len(PROMPTS)
+    labels = timed(f"teacher rating, {CUDA.type}", lambda: teacher.rate(sampled.items))
+    assert len(labels.items) == len(PROMPTS)
+    model, tokenizer = load_policy(tiny_student, None, CUDA)
+    replies = timed(f"evaluation replies, {CUDA.type}", lambda: greedy_replies(model, tokenizer, PROMPTS, cfg.evaluation, 0, "gpu check"))
+    assert next(model.parameters()).device.type == CUDA.type and len(replies) == len(PROMPTS)  # greedy text can differ where the CPU's logits tie
