@@ -37,7 +37,7 @@ class ProjectConfig(_Frozen):
 
 
 class RuntimeConfig(_Frozen):
-    device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description="Where the networks run: auto (CUDA when torch sees a GPU, else the CPU), cpu, or cuda (an error without one). Changes how fast, not what is built (not part of any version).")
+    device: Literal["auto", "cpu", "cuda"] = Field(description="Where the networks run: auto (CUDA when torch sees a GPU, else the CPU), cpu, or cuda (an error without one). Changes how fast, not what is built (not part of any version).")
 
 
 class TrackingConfig(_Frozen):
@@ -443,7 +443,7 @@ class ServingConfig(_Frozen):
 class HominemConfig(_Frozen):
     project: ProjectConfig = Field(description="Where outputs go and the base seed.")
     tracking: TrackingConfig = Field(description="Where MLflow records runs, metrics and artifacts.")
-    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig, description="Where the networks run.")
+    runtime: RuntimeConfig = Field(description="Where the networks run.")
     dimensions: list[DimensionConfig] = Field(min_length=1, description="The reward manifold: the list here is the list everywhere (labels, reward model heads, pairs).")
     models: ModelsConfig = Field(description="The offline models.")
     prompts: PromptsConfig = Field(description="Where each day's prompts come from.")

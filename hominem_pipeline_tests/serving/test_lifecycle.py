@@ -6,7 +6,9 @@ import json
 import os
 import signal
 import subprocess
+import time
 
+import httpx2 as httpx
 import psutil
 
 from hominem_pipeline.testing.service import HOMINEM
@@ -25,6 +27,10 @@ def test_a_busy_port_is_refused_before_anything_loads_and_sigterm_stops_as_clean
     server = start(project)  # follows the live adapter: an update process waits beside it, loaded
     port = server.url.rsplit(":", 1)[1]
     updates = project / "data" / "online" / "updates"
+    deadline = time.monotonic() + 300
+    while not httpx.get(f"{server.url}/admin/live", timeout=30).json()["updates"]["ready"]:  # its files all written
+        assert time.monotonic() < deadline, "the update process kept ready never said it was loaded"
+        time.sleep(0.5)
     children = psutil.Process(server.proc.pid).children(recursive=True)
     before = sorted(p.name for p in updates.iterdir()) if updates.is_dir() else []
 
