@@ -53,7 +53,7 @@ from hominem_pipeline.core.config_loader import load_config  # noqa: E402
 from hominem_pipeline.core.evaluation.fixtures import fixture_report, load_fixtures  # noqa: E402
 from hominem_pipeline.core.human.preferences import parse_preference_file  # noqa: E402
 from hominem_pipeline.core.lineage import lineage  # noqa: E402
-from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE  # noqa: E402
+from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"
 TRAIN = 1800  # the training part of the split (the pairs shipped in config/human/)
@@ -143,7 +143,8 @@ def main() -> None:
             metrics = train_reward_model(labels, dimensions=c.dimension_names, backbone_path=reward_backbone(c), cfg=c.reward_model, out_dir=out / name,
                                          seed=c.project.seed, data_digest="benchmark", date=args.date, human_pairs=people_pairs(c),
                                          judge_system=rubric_system(c.labeling), judge_question=c.labeling.scalar_question,
-                                         feature_cache=c.data_dir / FEATURE_CACHE, guard_student=student_path(c) if c.reward_model.guards else None,
+                                         feature_cache=c.data_dir / FEATURE_CACHE, shipped_features=c.path(SHIPPED_FEATURES),
+                                         guard_student=student_path(c) if c.reward_model.guards else None,
                                          people_encoder=people_encoder(c))
             models[name] = (RewardModel.load(out / name), metrics)
             print(f"{name}: trained on {len(labels)} labels and {models[name][0].metadata.human_pairs} people's pairs", flush=True)
@@ -161,7 +162,7 @@ def main() -> None:
     replies = list(test["chosen"]) + list(test["rejected"]) + [f.better for f in fixtures] + [f.worse for f in fixtures] + list(DRIVING[1:])
     default = models["default"][0]
     for rm, _ in models.values():
-        rm.use_feature_cache(cfg.data_dir / FEATURE_CACHE)  # the encoded states: read once for all of them
+        rm.use_feature_cache(cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES))  # the encoded states: read once for all of them
     pooled = default.pooled(prompts, replies)
     names = default.metadata.guards.names if default.metadata.guards else []
     extra = len(names) + int(default.metadata.people is not None)

@@ -285,7 +285,8 @@ class RewardModel:
         from hominem_pipeline.core.reward.dataset import _pooled_all
 
         _check_inputs(prompts, responses)
-        return _pooled_all(self.net, self.encode(prompts, responses), batch_size, pad_id(self.tokenizer), self.guard_columns(prompts, responses))
+        return _pooled_all(self.net, self.encode(prompts, responses), batch_size, pad_id(self.tokenizer), self.guard_columns(prompts, responses),
+                           cache=self._pooled_cache)
 
     def heads_from_pooled(self, pooled: torch.Tensor) -> dict[str, np.ndarray]:
         """Every head's output (the members' mean) on `pooled` features, keyed as `raw_scores`."""
