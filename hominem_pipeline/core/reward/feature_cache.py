@@ -10,9 +10,9 @@ same features each day; they dominate the stage's time. A cache is one folder pe
 digest of the exact input (token ids, or prompt and reply). Any entry can be recomputed: deleting the
 folder costs time, nothing else. Rows beyond `max_rows` drop the oldest shards.
 
-A project can also ship rows (`SHIPPED_FEATURES`, read-only, one `<namespace digest>.npz` per
-namespace): the guard columns of its shipped people's pairs under the shipped student, so that a fresh
-clone's first run does not measure them (`hominem data ship-features` writes them). A namespace whose
+A project can also ship rows (`SHIPPED_FEATURES`, read-only, `<namespace digest>-<file>.npz`): the guard
+columns and pooled states of the texts it ships (people's pairs, contrast fixtures) under the shipped
+networks, so that a fresh clone's first run does not compute them (`hominem data ship-features`). A namespace whose
 network or settings differ has another digest and finds none of them.
 
 A cached row equals the computed one up to the last bits: the padding of the batch a text was read in
@@ -90,8 +90,6 @@ class FeatureCache:
         return sorted([*folder.glob(f"{self.folder.name}.npz"), *folder.glob(f"{self.folder.name}-*.npz")])
 
     def _read_shipped(self, path: Path) -> dict[str, np.ndarray]:
-        if not path.is_file():
-            return {}
         try:
             with np.load(path, allow_pickle=False) as saved:
                 keys, rows = saved["keys"], saved["rows"]
@@ -125,17 +123,9 @@ class FeatureCache:
         missing = [k for k in keys if k not in found]
         if missing:
             raise KeyError(f"{len(missing)} of {len(keys)} keys have no row in {self.folder} (first {missing[0]}); compute them before shipping")
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{self.folder.name}{'' if part is None else '-' + part}.npz"
-        tmp = folder / f".{path.name}.{uuid.uuid4().hex}.tmp"
-        try:
-            with open(tmp, "wb") as fh:
-                np.savez_compressed(fh, keys=np.array(sorted(found), dtype="<U32"), rows=np.stack([found[k] for k in sorted(found)]).astype(np.float32))
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
-        return path
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        order = sorted(found)
+        return _write_rows(Path(folder) / f"{self.folder.name}{'' if part is None else '-' + part}.npz", order, np.stack([found[k] for k in order]), compressed=True)
 
     def add(self, keys: Sequence[str], rows: np.ndarray) -> None:
         """Keep `rows` (n, width) under `keys`; the new ones are written as one shard."""
@@ -155,15 +145,7 @@ class FeatureCache:
             log.warning("could not write the feature cache %s (%s); %d rows kept in memory only", self.folder, exc, len(new))
 
     def _write(self, keys: list[str], rows: np.ndarray) -> Path:
-        path = self.folder / f"shard-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.npz"
-        tmp = self.folder / f".{path.name}.{uuid.uuid4().hex}.tmp"
-        try:
-            with open(tmp, "wb") as fh:
-                np.savez(fh, keys=np.array(keys, dtype="<U32"), rows=rows.astype(np.float32))
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)  # a failed write leaves no torn file
-        return path
+        return _write_rows(self.folder / f"shard-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.npz", keys, rows)
 
     def _evict(self) -> None:
         """Drop the oldest shards until the rows fit in `max_rows` (the newest shard always stays)."""
@@ -181,6 +163,18 @@ class FeatureCache:
         for shard in self._shards:
             shard.unlink(missing_ok=True)
         self._shards = [merged]
+
+
+def _write_rows(path: Path, keys: Sequence[str], rows: np.ndarray, compressed: bool = False) -> Path:
+    """(keys, rows) as one .npz written whole (a temp file renamed): a failed write leaves no torn file."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            (np.savez_compressed if compressed else np.savez)(fh, keys=np.array(list(keys), dtype="<U32"), rows=np.asarray(rows, dtype=np.float32))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
 
 
 def cached_rows(cache: FeatureCache | None, keys: Sequence[str], compute, width: int):
