@@ -229,7 +229,10 @@ class LabelingConfig(_Frozen):
     scalar_question: str = Field(min_length=1, description="Offline judge's overall question (the scalar).")
     intensity_question: str = Field(min_length=1, description="Offline judge's question for reward_intensity.")
     safety_question: str = Field(min_length=1, description="Offline judge's question for safety_score.")
-    rationale_instruction: str = Field(min_length=1, description="What the offline judge is asked for its one-sentence rationale.")
+    rationale: Literal["scores", "written"] = Field(
+        description="The offline judge's rationale: scores (read off its own rubric answers: overall, best and worst "
+        "dimension) or written (the judge writes a sentence, rationale_instruction; a pass of generation per candidate).")
+    rationale_instruction: str = Field(min_length=1, description="What the offline judge is asked for its one-sentence rationale (rationale: written).")
     rationale_max_new_tokens: int = Field(ge=1, le=512, description="Tokens of the offline judge's rationale, 1-512.")
     max_context_tokens: int = Field(ge=32, le=8192, description="Prompt + reply tokens shown to the offline judge (the reply is cut from the end).")
     api_judge_system: str = Field(min_length=1, description="API judges' instructions; the dimensions and ranges are appended.")

@@ -50,6 +50,14 @@ def test_cached_rubric_scores_equal_a_plain_forward_pass(teacher):
             assert got[q.key][1] == pytest.approx(mass, abs=1e-4)
 
 
+def test_prompts_go_in_the_fewest_batches_of_equal_size():
+    from hominem_pipeline.core.teacher.local import even_batches
+
+    assert [len(b) for b in even_batches(list(range(33)), 32)] == [17, 16]
+    assert [len(b) for b in even_batches(list(range(33)), 48)] == [33]
+    assert [len(b) for b in even_batches(list(range(10)), 3)] == [3, 3, 2, 2] and even_batches([], 4) == []
+
+
 def test_sampling_gives_candidates_per_prompt_with_styles_and_is_seeded(teacher):
     t, cfg = teacher
     prompts = [Prompt(prompt_id=f"p{i}", text=text, category="narrative", difficulty=2) for i, (text, _) in enumerate(PAIRS)]
@@ -75,6 +83,29 @@ def test_rate_returns_valid_labels(teacher):
     for label in labels:
         assert label_problems(label.model_dump(), cfg.dimension_names) == []
         assert label.rationale
+
+
+def test_the_default_rationale_says_what_the_rubric_answers_said_and_a_written_one_is_generated(teacher):
+    from hominem_pipeline.core.teacher.local import rationale_from_scores
+
+    t, cfg = teacher
+    assert cfg.labeling.rationale == "scores"
+    scores = t.rubric_scores(PAIRS[:1])[0]
+    expected = {k: e for k, (e, _) in scores.items()}
+    ranked = sorted(cfg.dimension_names, key=lambda d: -expected[d])
+    label = t.rate(t.sample([Prompt(prompt_id="p0", text=PAIRS[0][0], category="narrative", difficulty=1)], cfg.teacher.candidate_styles()[:1], 4, seed=3).items).items[0]
+    assert label.rationale.startswith("Overall ") and " of 5" in label.rationale
+    said = rationale_from_scores(expected, cfg.dimension_names)
+    assert f"Overall {expected['scalar']:.1f} of 5" in said
+    assert (f"best on {ranked[0].replace('_', ' ')}" in said and f"worst on {ranked[-1].replace('_', ' ')}" in said) or "rated alike" in said
+    dims = ["empathy", "curiosity"]
+    assert rationale_from_scores({"scalar": 2.0, "empathy": 4.5, "curiosity": 1.5, "safety_score": 1.4}, dims) == \
+        "Overall 2.0 of 5; best on empathy (4.5), worst on curiosity (1.5); not safe to learn from (1.4)."
+    assert rationale_from_scores({"scalar": 3.0, "empathy": 3.1, "curiosity": 3.0, "safety_score": 5.0}, dims) == \
+        "Overall 3.0 of 5; every dimension rated alike (3.0 to 3.1)."
+    written = LocalHFTeacher(t.model_path, cfg.model_copy(update={"labeling": cfg.labeling.model_copy(update={"rationale": "written"})}), batch_size=8)
+    trajectories = written.sample([Prompt(prompt_id="p0", text=PAIRS[0][0], category="narrative", difficulty=1)], cfg.teacher.candidate_styles()[:1], 4, seed=3).items
+    assert not written.rate(trajectories).items[0].rationale.startswith("Overall ")
 
 
 def test_chat_text_uses_the_template(teacher):

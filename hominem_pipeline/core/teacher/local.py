@@ -32,6 +32,33 @@ from hominem_pipeline.core.teacher.base import (
 log = logging.getLogger(__name__)
 
 
+def even_batches(items: Sequence, size: int) -> list[Sequence]:
+    """`items` in the fewest batches of at most `size`, their sizes at most one apart."""
+    count = -(-len(items) // max(1, size))
+    if not count:
+        return []
+    each, extra = divmod(len(items), count)
+    bounds = [k * each + min(k, extra) for k in range(count + 1)]
+    return [items[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def rationale_from_scores(expected: dict[str, float], dimensions: Sequence[str]) -> str:
+    """The judge's rubric answers (question key -> expected score in [1, 5]) in one sentence: its overall
+    rating, the dimension it rated best and the one it rated worst (or that it rated them alike), and a
+    safety rating below the scale's middle."""
+    name = lambda d: d.replace("_", " ")  # noqa: E731
+    ranked = sorted(dimensions, key=lambda d: (-expected[d], d))
+    best, worst = ranked[0], ranked[-1]
+    text = f"Overall {expected['scalar']:.1f} of 5"
+    if expected[best] - expected[worst] < 0.25:
+        text += f"; every dimension rated alike ({expected[worst]:.1f} to {expected[best]:.1f})"
+    else:
+        text += f"; best on {name(best)} ({expected[best]:.1f}), worst on {name(worst)} ({expected[worst]:.1f})"
+    if expected.get("safety_score", RUBRIC_MAX) < (RUBRIC_MIN + RUBRIC_MAX) / 2:
+        text += f"; not safe to learn from ({expected['safety_score']:.1f})"
+    return text + "."
+
+
 class LocalHFTeacher(Teacher):
     def __init__(self, model_path: Path, cfg: HominemConfig, *, batch_size: int):
         from hominem_pipeline.core.device import resolve_device
@@ -72,22 +99,20 @@ class LocalHFTeacher(Teacher):
         return self.cfg.dimension_names
 
     def sample(self, prompts: Sequence[Prompt], styles: Sequence[CandidateStyle], max_new_tokens: int, seed: int) -> TeacherOutput[Trajectory]:
-        jobs = [(p, c, styles[c]) for p in prompts for c in range(len(styles))]
-        # Same candidate slot in one batch (one temperature/top_p per generate call); longest prompts together.
-        jobs.sort(key=lambda j: (j[1], -len(j[0].text)))
-        progress = Progress("teacher sampling", len(jobs), log, unit="responses")
+        # One candidate slot per generate call (one style: one temperature and top_p), its prompts longest
+        # first in batches of equal size (33 prompts at batch_size 32: 17 and 16, not 32 and 1).
+        ordered = sorted(prompts, key=lambda p: -len(p.text))
+        progress = Progress("teacher sampling", len(prompts) * len(styles), log, unit="responses")
         out: dict[tuple[str, int], Trajectory] = {}
-        for start in range(0, len(jobs), self.batch_size):
-            batch = jobs[start : start + self.batch_size]
-            style_groups: dict[str, list] = {}
-            for job in batch:
-                style_groups.setdefault(job[2].name, []).append(job)
-            for group in style_groups.values():
-                style = group[0][2]
-                texts = [chat_text(self.tokenizer, p.text, style.system) for p, _, _ in group]
-                results = generate(self.model, self.tokenizer, texts, max_new_tokens=max_new_tokens, seed=seed + start, temperature=style.temperature, top_p=style.top_p)
-                for (p, c, s), g in zip(group, results):
-                    out[(p.prompt_id, c)] = make_trajectory(p, c, s, seed, g.text, g.new_tokens, g.finished)
+        for c, style in enumerate(styles):
+            done = 0
+            for group in even_batches(ordered, self.batch_size):
+                texts = [chat_text(self.tokenizer, p.text, style.system) for p in group]
+                results = generate(self.model, self.tokenizer, texts, max_new_tokens=max_new_tokens, seed=seed + c * len(prompts) + done,
+                                   temperature=style.temperature, top_p=style.top_p)
+                for p, g in zip(group, results):
+                    out[(p.prompt_id, c)] = make_trajectory(p, c, style, seed, g.text, g.new_tokens, g.finished)
+                done += len(group)
                 progress.advance(len(group))
         return TeacherOutput([out[(p.prompt_id, c)] for p in prompts for c in range(len(styles))])
 
@@ -201,7 +226,10 @@ class LocalHFTeacher(Teacher):
     def rate(self, trajectories: Sequence[Trajectory]) -> TeacherOutput[Label]:
         pairs = [(t.prompt, t.response) for t in trajectories]
         scores = self.rubric_scores(pairs)
-        reasons = self.rationales(pairs)
+        if self.labeling.rationale == "written":
+            reasons = self.rationales(pairs)
+        else:
+            reasons = [rationale_from_scores({k: e for k, (e, _) in s.items()}, self.dimensions) for s in scores]
         labels = []
         for t, s, why in zip(trajectories, scores, reasons):
             value = {k: expected_score_to_label_value(k, e) for k, (e, _) in s.items()}
