@@ -142,12 +142,15 @@ def test_the_shipped_rows_cover_every_shipped_text_as_training_and_scoring_read_
     for name, entry in manifest["files"].items():
         with np.load(folder / name, allow_pickle=False) as saved:
             keys, rows = set(saved["keys"].tolist()), saved["rows"]
-        wanted = {text_key(p, r) if entry["features"] == "guards" else ids_key(encode(p, r)) for p, r in texts[entry["file"]]}
+        wanted = {ids_key(encode(p, r)) if entry["features"] == "pooled" else text_key(p, r) for p, r in texts[entry["file"]]}
         assert wanted == keys and rows.shape[0] == len(keys) and np.isfinite(rows).all(), name
         kinds.setdefault(entry["features"], set()).add(entry["file"])
         if entry["features"] == "guards":
             assert entry["columns"] == list(cfg.reward_model.guards) and rows.shape[1] == len(cfg.reward_model.guards)
-    assert kinds == {"guards": set(texts), "pooled": set(texts)} and len(texts) == 3
+        if entry["features"] == "student_logps":  # (summed log-probability, tokens) of each fixture reply under the base student
+            assert entry["columns"] == ["sum", "tokens"] and (rows[:, 0] < 0).all() and (rows[:, 1] >= 1).all()
+    fixtures = Path(cfg.fixtures.file).name
+    assert kinds == {"guards": set(texts), "pooled": set(texts), "student_logps": {fixtures}} and len(texts) == 3
     assert sorted(p.name for p in folder.glob("*.npz")) == sorted(manifest["files"])
 
 

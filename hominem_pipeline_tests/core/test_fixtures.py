@@ -112,13 +112,13 @@ def test_without_a_fixture_file_the_check_passes_saying_so(tiny_cfg, tmp_path):
     assert outcome.passed and "fixtures.file is null" in outcome.description
 
 
-def test_an_adapter_taught_the_better_replies_moves_the_student_toward_them(tiny_student):
+def test_an_adapter_taught_the_better_replies_moves_the_student_toward_them(tiny_student, tmp_path):
     import torch
     from peft import LoraConfig, get_peft_model
 
     from trl.trainer.utils import add_fused_lm_head
 
-    from hominem_pipeline.core.evaluation.fixtures import adapter_moves
+    from hominem_pipeline.core.evaluation.fixtures import adapter_moves, base_logp_cache
     from hominem_pipeline.core.models import load_student
     from hominem_pipeline.core.policy.sequences import encode, reply_logps, sequence_logps
 
@@ -131,7 +131,7 @@ def test_an_adapter_taught_the_better_replies_moves_the_student_toward_them(tiny
     fused, fused_tokens = sequence_logps(model, sequences[:6], tokenizer.pad_token_id)
     plain, plain_tokens = reply_logps(model, sequences[:6], tokenizer.pad_token_id, batch_size=4)  # what the evaluation uses
     assert torch.allclose(plain.float(), fused.detach().float(), atol=1e-3) and plain_tokens.tolist() == fused_tokens.tolist()
-    untouched, figures = adapter_moves(model, tokenizer, fixtures, batch_size=8)
+    untouched, figures = adapter_moves(model, tokenizer, fixtures, batch_size=8, base_cache=base_logp_cache(tiny_student, tmp_path))
     assert figures["fixture_mean_move"] == 0.0 and untouched.accuracy == 0.0  # LoRA starts as the base: no move, and no move is no win
     assert figures["fixture_base_prefers_better"] == figures["fixture_adapter_prefers_better"]
 
@@ -145,4 +145,9 @@ def test_an_adapter_taught_the_better_replies_moves_the_student_toward_them(tiny
     model.eval()
     taught, figures = adapter_moves(model, tokenizer, fixtures, batch_size=8)
     assert taught.accuracy >= 0.9 and figures["fixture_mean_move"] > 0
+    cache = base_logp_cache(tiny_student, tmp_path)  # the base's rows the first call kept, read by a new process
+    assert len(cache) == 24
+    again, cached = adapter_moves(model, tokenizer, fixtures, batch_size=8, base_cache=cache)
+    assert cache.hits == 24 and cache.misses == 0 and again.accuracy == taught.accuracy
+    assert cached == pytest.approx(figures, abs=1e-4)
     assert len(taught.failures) == round((1 - taught.accuracy) * 12)

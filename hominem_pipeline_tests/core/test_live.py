@@ -195,11 +195,11 @@ def test_the_gate_s_reply_cache_keeps_replies_and_scalars_per_decoding_and_rewar
     """A version's greedy replies hold for one decoding; the reward model's scalars of them for one reward model."""
     from hominem_pipeline.core.online.gate import ReplyCache
 
-    cache = ReplyCache(tmp_path, tiny_cfg, seed=1)
+    cache = ReplyCache(tmp_path, tiny_cfg)
     cache.put("v1", {"Hi?": "Hello."}, {"Hi?": 0.25}, "/rm/a")
     cache.put("v1", {"Why?": "Because."}, {"Why?": float("nan")}, "/rm/b")  # an empty reply's NaN round-trips
     assert cache.get("v1") == {"Hi?": "Hello.", "Why?": "Because."} and cache.get(None) == {}
     assert cache.scalars("v1", "/rm/a") == {"Hi?": 0.25} and cache.scalars("v1", "/rm/c") == {} and cache.scalars("v1", None) == {}
     assert set(cache.scalars("v1", "/rm/b")) == {"Why?"}
-    other = ReplyCache(tmp_path, tiny_cfg.model_copy(update={"evaluation": tiny_cfg.evaluation.model_copy(update={"max_new_tokens": 7})}), seed=1)
+    other = ReplyCache(tmp_path, tiny_cfg.model_copy(update={"evaluation": tiny_cfg.evaluation.model_copy(update={"max_new_tokens": 7})}))
     assert other.get("v1") == {} and other.scalars("v1", "/rm/a") == {}  # another decoding: nothing holds

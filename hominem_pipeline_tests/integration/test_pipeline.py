@@ -331,6 +331,12 @@ def test_the_daily_adapter_goes_through_the_live_gate(chain):
     assert gate["live_version"] is None and gate["prompts"] == len(cfg.prompts.categories)
     assert gate["win_rate_vs_live"] == pytest.approx(first["evaluation"]["win_rate"].value)  # against the base: the evaluation's replies and count
     assert isinstance(gate["smoke_reply"], str) and check.metadata["version"].value == version
+    assert gate["replies_generated"] == 1  # the smoke reply: the base's and the adapter's others are the evaluation's, read back
+    evaluation = lineage(cfg).expected("evaluation", DAY)
+    kept = json.loads((cfg.data_dir / "live" / "replies" / f"{version}.json").read_text())["replies"]
+    held = pd.read_parquet(evaluation.file("generations.parquet"))
+    memory = pd.read_parquet(evaluation.file("memory_answers.parquet"))
+    assert len(memory) and {**dict(zip(held["prompt"], held["adapter_response"])), **dict(zip(memory["prompt"], memory["adapter"]))}.items() <= kept.items()
     assert version in hominem(chain["project"], "live", "status", "--config", "config/tiny.yaml").stdout
 
 

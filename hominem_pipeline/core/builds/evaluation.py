@@ -12,6 +12,8 @@ from hominem_pipeline.core.stage import StageContext, StageOutput
 
 log = logging.getLogger(__name__)
 
+MEMORY_ANSWERS = "memory_answers.parquet"  # in an evaluation version: prompt, base, adapter (the memory probe's replies)
+
 
 def build_evaluation(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.evaluation.compare import (
@@ -22,11 +24,12 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
     from hominem_pipeline.core.device import resolve_device
     from hominem_pipeline.core.models import student_path
-    from hominem_pipeline.core.reward.model import RewardModel
+    from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
+    from hominem_pipeline.core.reward.model import project_reward_model
 
     prompts = prompts_of(pd.read_parquet(ctx.one("prompts").file("prompts.parquet")), "eval")
     device = resolve_device(ctx.cfg.runtime.device)
-    rm = RewardModel.load(ctx.one("reward_model").path, device)
+    rm = project_reward_model(ctx.one("reward_model").path, ctx.cfg)
     table, summary = evaluate_adapter(
         prompts,
         student_path=student_path(ctx.cfg),
@@ -37,8 +40,12 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
         memory=read_memory_rows(memory_paths(ctx.cfg)) if ctx.cfg.evaluation.memory_probe else None,
         fixtures=None if ctx.cfg.fixtures.file is None else load_fixtures(ctx.cfg.path(ctx.cfg.fixtures.file), ctx.cfg.dimension_names),
         device=device,
+        feature_cache=ctx.cfg.data_dir / FEATURE_CACHE,
+        shipped=ctx.cfg.path(SHIPPED_FEATURES),
     )
     table.to_parquet(ctx.out_dir / "generations.parquet", index=False)
+    # the memory probe's questions and both sides' replies (the gate reuses them with the held-out prompts' replies)
+    pd.DataFrame(summary.pop("memory_answers", []), columns=["prompt", "base", "adapter"]).to_parquet(ctx.out_dir / MEMORY_ANSWERS, index=False)
     write_json(ctx.out_dir / "summary.json", summary)
     plot_dimension_deltas(summary, rm.dimensions, ctx.out_dir / "dimension_deltas.png", f"adapter vs base, {ctx.partition}")
     metrics = {k: v for k, v in summary.items() if v is None or isinstance(v, (int, float))}

@@ -16,17 +16,14 @@ log = logging.getLogger(__name__)
 def build_preference_pairs(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.policy.pairs import build_preference_pairs as build_pairs
     from hominem_pipeline.core.policy.pairs import sparse_pairs_warning
-    from hominem_pipeline.core.device import resolve_device
-    from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
-    from hominem_pipeline.core.reward.model import RewardModel
+    from hominem_pipeline.core.reward.model import project_reward_model
 
     labels = pd.read_parquet(ctx.one("teacher_labels").file("labels.parquet"))
     # whether each candidate ended or was cut at the teacher's token budget (training must not teach a stop there)
     trajectories = pd.read_parquet(ctx.one("teacher_trajectories").file("trajectories.parquet"), columns=["trajectory_id", "finished"])
     labels = labels.merge(trajectories, on="trajectory_id", how="left")
     answered = labels["response"].str.strip().astype(bool).to_numpy()
-    rm = RewardModel.load(ctx.one("reward_model").path, resolve_device(ctx.cfg.runtime.device))
-    rm.use_feature_cache(ctx.cfg.data_dir / FEATURE_CACHE, ctx.cfg.path(SHIPPED_FEATURES))  # the day's candidates: read once, by the reward model's training
+    rm = project_reward_model(ctx.one("reward_model").path, ctx.cfg)  # the day's candidates: read once, by the reward model's training
     rm_scalar, rm_vectors = reward_model_scores(rm, labels)  # unanswered rows score NaN and never enter a pair
     pc = ctx.cfg.preferences
     student = _student_replies(ctx, labels, rm) if pc.against_student else None

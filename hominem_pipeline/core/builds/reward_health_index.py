@@ -15,11 +15,11 @@ log = logging.getLogger(__name__)
 
 def build_reward_health_index(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.evaluation.health import compute_health, plot_health
-    from hominem_pipeline.core.reward.model import RewardModel
+    from hominem_pipeline.core.reward.model import project_reward_model
 
     generations = pd.read_parquet(ctx.one("evaluation").file("generations.parquet"))
     history = json.loads(ctx.one("lora_adapter").file("training_history.json").read_text())
-    rm = RewardModel.load(ctx.one("reward_model").path)
+    rm = project_reward_model(ctx.one("reward_model").path, ctx.cfg)
     report = compute_health(rm, generations, history["grad_norms"], ctx.cfg.health, ctx.seed)
     write_json(ctx.out_dir / "health.json", report.as_dict())
     plot_health(report, ctx.out_dir / "health.png", f"Reward Health Index, {ctx.partition}")

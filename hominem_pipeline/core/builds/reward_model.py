@@ -197,13 +197,15 @@ def ship_features(cfg: HominemConfig) -> list[tuple[Path, int, int]]:
     (`shipped_texts`: the shipped people's pairs, the contrast fixtures) as its shipped rows
     (`feature_cache.SHIPPED_FEATURES`), one file per text file and kind, so a fresh clone's first reward
     model reads them instead of computing them: the guard columns (`reward_model.guards`, measured by the
-    student) and the frozen backbone's pooled states. Rows are read from the project's feature cache or
+    student) and the frozen backbone's pooled states; for the fixtures also the base student's
+    log-probabilities of their replies (the evaluation's `adapter_moves`). Rows are read from the project's feature cache or
     the rows shipped already, the guards measured where neither holds them; a pooled row must be in the
     cache (`hominem run` computes them). Replaces the folder's files and its MANIFEST.json. Returns
     (file, rows, rows computed now) per file written."""
     import json
 
     from hominem_pipeline.core.artifacts import folder_digest, optional_file_digest
+    from hominem_pipeline.core.evaluation.fixtures import FIXTURE_MAX_LENGTH
     from hominem_pipeline.core.models import student_path
     from hominem_pipeline.core.reward.feature_cache import FeatureCache, ids_key, text_key
     from hominem_pipeline.core.reward.guards import GUARD_MAX_LENGTH, GuardScorer
@@ -232,6 +234,10 @@ def ship_features(cfg: HominemConfig) -> list[tuple[Path, int, int]]:
             written.append((path, len(keys), 0))
             manifest[path.name] = {"features": "pooled", "width": width, "file": source, "rows": len(keys), "backbone_digest": namespace[1],
                                    "settings": namespace[2:], "max_length": rm.max_length, "frame": rm.backbone.frame}
+        if cfg.fixtures.file is not None and source == Path(cfg.fixtures.file).name:
+            written.append(_ship_fixture_logps(cfg, cache_folder, folder, name))
+            manifest[written[-1][0].name] = {"features": "student_logps", "columns": ["sum", "tokens"], "file": source, "rows": written[-1][1],
+                                             "student_digest": folder_digest(student_path(cfg)), "max_length": FIXTURE_MAX_LENGTH}
     for stale in folder.glob("*.npz"):
         if stale not in [w[0] for w in written]:
             stale.unlink()
@@ -240,6 +246,23 @@ def ship_features(cfg: HominemConfig) -> list[tuple[Path, int, int]]:
                    **({cfg.fixtures.file: optional_file_digest(cfg.path(cfg.fixtures.file))} if cfg.fixtures.file else {})}
         (folder / "MANIFEST.json").write_text(json.dumps({"file_digests": digests, "files": manifest}, indent=2) + "\n")
     return written
+
+
+def _ship_fixture_logps(cfg: HominemConfig, cache_folder: Path, folder: Path, name: str) -> tuple[Path, int, int]:
+    """The base student's (summed log-probability, tokens) of every fixture reply (`fixtures.base_logp_cache`),
+    which the evaluation's `adapter_moves` reads for the base side, as shipped rows."""
+    from hominem_pipeline.core.evaluation.fixtures import base_logp_cache, load_fixtures, pair_logps
+    from hominem_pipeline.core.models import load_student, student_path
+    from hominem_pipeline.core.reward.feature_cache import text_key
+
+    fixtures = load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names)
+    cache = base_logp_cache(student_path(cfg), cache_folder, folder)
+    keys = [text_key(f.prompt, r) for f in fixtures for r in (f.better, f.worse)]
+    missing = len(set(keys) - set(cache.get(keys)))
+    if missing:
+        model, tokenizer = load_student(student_path(cfg))
+        pair_logps(model, tokenizer, fixtures, cfg.evaluation.batch_size, cache=cache)
+    return cache.ship(keys, folder, name), len(set(keys)), missing
 
 
 def _pooled_encoding(cfg: HominemConfig):

@@ -112,12 +112,17 @@ def evaluate_adapter(
     base_replies: dict[str, str] | None = None,
     fixtures: Sequence[Any] | None = None,
     device: Any = None,
+    feature_cache: Path | None = None,
+    shipped: Path | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """`compare` on the held-out prompts; with `memory` (memory rows, `memory.read_memory_rows`), also the
     memory probe: its fact questions asked of both sides, in `summary["memory_probe"]`. `base_replies`:
     see `generate_both`. With `fixtures` (the contrast fixtures), also whether the adapter moved the
     student toward their better replies (`fixtures.adapter_moves`), in `summary["fixtures"]` and the
-    summary's fixture_* figures. `device`: where the student runs (`core.device`; None: the CPU)."""
+    summary's fixture_* figures. `device`: where the student runs (`core.device`; None: the CPU). With the
+    memory probe, `summary["memory_answers"]` lists each question's base and adapter replies.
+    `feature_cache` (and the project's `shipped` rows): where the base student's log-probabilities of
+    the fixtures' replies are kept (`fixtures.base_logp_cache`)."""
     from hominem_pipeline.core.evaluation.memory import fact_questions, probe
     from hominem_pipeline.core.policy.lora import load_policy
 
@@ -130,10 +135,12 @@ def evaluate_adapter(
     if questions is not None and len(questions):
         answers = generate_both(model, tokenizer, list(questions["prompt"]), cfg, seed, base_replies)
         summary["memory_probe"] = probe(questions, answers).as_dict()
+        summary["memory_answers"] = [{"prompt": q, "base": b, "adapter": a} for q, b, a in zip(questions["prompt"], answers["base"], answers["adapter"])]
     if fixtures:
-        from hominem_pipeline.core.evaluation.fixtures import adapter_moves
+        from hominem_pipeline.core.evaluation.fixtures import adapter_moves, base_logp_cache
 
-        report, figures = adapter_moves(model, tokenizer, fixtures, cfg.batch_size)
+        cache = None if feature_cache is None else base_logp_cache(student_path, feature_cache, shipped)
+        report, figures = adapter_moves(model, tokenizer, fixtures, cfg.batch_size, base_cache=cache)
         summary.update({"fixture_moved_right": report.accuracy, **{f"fixture_moved_right_{t}": v for t, v in report.by_tag.items()}, **figures})
         summary["fixtures"] = report.as_dict()
         log.info("contrast fixtures: the adapter moved the student toward the better reply on %.0f%% of %d (mean move %+.2f nats)",

@@ -143,26 +143,48 @@ def fixtures_file_digest(cfg: Any) -> str | None:
     return optional_file_digest(None if cfg.fixtures.file is None else cfg.path(cfg.fixtures.file))
 
 
-def pair_logps(model: Any, tokenizer: Any, fixtures: Sequence[Fixture], batch_size: int, max_length: int = 256) -> tuple[np.ndarray, np.ndarray]:
+FIXTURE_MAX_LENGTH = 256  # tokens of prompt + reply in the student's chat template (`policy.sequences.encode`)
+
+
+def pair_logps(model: Any, tokenizer: Any, fixtures: Sequence[Fixture], batch_size: int, max_length: int = FIXTURE_MAX_LENGTH,
+               cache: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """(n, 2) each: the summed log-probability of each fixture's better and worse reply (with its end
     of turn) given its prompt, under `model` as it stands (a PEFT model: with its adapter on), and the
-    replies' token counts."""
+    replies' token counts. `cache`: a `FeatureCache` of this model's (sum, count) rows by exchange
+    (`base_logp_cache`), read first and added to (for a network that does not change: the base student)."""
     from hominem_pipeline.core.policy.sequences import encode, reply_logps
+    from hominem_pipeline.core.reward.feature_cache import cached_rows, text_key
 
-    sequences = [encode(tokenizer, f.prompt, reply, max_length) for f in fixtures for reply in (f.better, f.worse)]
-    sums, counts = reply_logps(model, sequences, tokenizer.pad_token_id, batch_size)
-    return sums.numpy().reshape(len(fixtures), 2), counts.numpy().reshape(len(fixtures), 2)
+    exchanges = [(f.prompt, reply) for f in fixtures for reply in (f.better, f.worse)]
+
+    def measure(todo: Sequence[int]) -> np.ndarray:
+        sums, counts = reply_logps(model, [encode(tokenizer, *exchanges[i], max_length) for i in todo], tokenizer.pad_token_id, batch_size)
+        return np.stack([sums.numpy(), counts.numpy()], 1)
+
+    rows = cached_rows(cache, [text_key(p, r) for p, r in exchanges], measure, 2).numpy().astype(np.float64)
+    return rows[:, 0].reshape(len(fixtures), 2), rows[:, 1].round().astype(np.int64).reshape(len(fixtures), 2)
 
 
-def adapter_moves(model: Any, tokenizer: Any, fixtures: Sequence[Fixture], batch_size: int) -> tuple[FixtureReport, dict[str, float]]:
+def base_logp_cache(student: Path, folder: Path, shipped: Path | None = None) -> Any:
+    """The feature cache (`reward.feature_cache`) of the base student's (summed log-probability, token
+    count) of fixture replies, in `folder`, with the project's shipped rows (`shipped`): the base never
+    changes, so each day's evaluation reads them instead of a pass of the student over every fixture."""
+    from hominem_pipeline.core.artifacts import folder_digest
+    from hominem_pipeline.core.reward.feature_cache import FeatureCache
+
+    return FeatureCache(folder, ["student reply logps", folder_digest(student), FIXTURE_MAX_LENGTH], 2, shipped=shipped)
+
+
+def adapter_moves(model: Any, tokenizer: Any, fixtures: Sequence[Fixture], batch_size: int, base_cache: Any = None) -> tuple[FixtureReport, dict[str, float]]:
     """Did training move the student toward the better replies? Per fixture, the adapter's margin
     log P(better) - log P(worse) minus the base's (the DPO implicit reward of the pair): positive where
     the adapter moved the right way. The report's accuracy is the share of fixtures moved the right way
     (per tag, the pairs moved the wrong way listed); also the mean move in nats and the share of fixtures
-    whose better reply each side finds the more likely per token."""
+    whose better reply each side finds the more likely per token. `base_cache`: `base_logp_cache` of the
+    model's base."""
     adapter, tokens = pair_logps(model, tokenizer, fixtures, batch_size)
     with model.disable_adapter():
-        base, _ = pair_logps(model, tokenizer, fixtures, batch_size)
+        base, _ = pair_logps(model, tokenizer, fixtures, batch_size, cache=base_cache)
     moves = (adapter[:, 0] - adapter[:, 1]) - (base[:, 0] - base[:, 1])
     tokens = np.maximum(tokens, 1)
     per_token = lambda lp: float(np.mean(lp[:, 0] / tokens[:, 0] > lp[:, 1] / tokens[:, 1]))  # noqa: E731

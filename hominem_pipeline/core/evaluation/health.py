@@ -82,12 +82,13 @@ def dimensional_coherence(
     for p in params:
         p.requires_grad_(True)
     grads: list[torch.Tensor] | None = None
+    dev = next(net.parameters()).device
     try:
         with torch.enable_grad():
             for start in range(0, len(encoded), chunk):
                 ids, mask = pad_batch(encoded[start : start + chunk], pad_id(reward_model.tokenizer))
-                rows = None if guards is None else guards[start : start + chunk]
-                vectors = net(ids, mask, rows)["vector"].mean(1)  # (n, D): the ensemble members' mean
+                rows = None if guards is None else guards[start : start + chunk].to(dev)
+                vectors = net(ids.to(dev), mask.to(dev), rows)["vector"].mean(1)  # (n, D): the ensemble members' mean
                 n_dims, chunk_grads = vectors.shape[1], []
                 for d in range(n_dims):
                     g = torch.autograd.grad(vectors[:, d].sum() / len(encoded), params, retain_graph=d < n_dims - 1, allow_unused=True)
@@ -98,7 +99,7 @@ def dimensional_coherence(
             p.requires_grad_(w)
     G = torch.stack(grads)
     G = G / G.norm(dim=1, keepdim=True).clamp(min=1e-12)
-    cos = (G @ G.T).numpy()
+    cos = (G @ G.T).cpu().numpy()
     n = cos.shape[0]
     if n < 2:
         return Component("dcs", None, "needs at least 2 reward dimensions")

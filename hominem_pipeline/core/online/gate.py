@@ -91,16 +91,30 @@ def replies_of(model: Any, tokenizer: Any, name: str | None, prompts: Sequence[s
         return [g.text for g in greedy_replies(model, tokenizer, prompts, cfg.evaluation, seed, f"gate replies, {name or 'base'}")]
 
 
+def replies_in_groups(model: Any, tokenizer: Any, name: str | None, groups: Sequence[Sequence[str]], known: dict[str, str],
+                      cfg: HominemConfig, seed: int) -> list[str]:
+    """`replies_of` each group's prompts, each group batched on its own as the evaluation batches it (so
+    the replies equal the evaluation's), in order; those in `known` (prompt -> reply) are not generated,
+    and the new ones are added to it."""
+    out: list[str] = []
+    for group in groups:
+        missing = [p for p in dict.fromkeys(group) if p not in known]
+        known |= dict(zip(missing, replies_of(model, tokenizer, name, missing, cfg, seed) if missing else []))
+        out += [known[p] for p in group]
+    return out
+
+
 class ReplyCache:
     """The gate's greedy replies per adapter version (`<folder>/<version>.json`, `base.json` for the base
-    alone), valid for one decoding (evaluation settings, seed, student): a candidate's replies are the
-    next gate's live replies once it is promoted, so each adapter answers the held-out prompts once."""
+    alone), valid for one decoding (evaluation settings and student; greedy decoding draws nothing, so no
+    seed): a candidate's replies are the next gate's live replies once it is promoted, and the daily
+    adapter's come from its evaluation (`from_evaluation`), so each adapter answers the held-out prompts once."""
 
-    def __init__(self, folder: Path, cfg: HominemConfig, seed: int):
+    def __init__(self, folder: Path, cfg: HominemConfig):
         from hominem_pipeline.core.artifacts import fingerprint
 
         self.folder = Path(folder)
-        self.key = fingerprint([cfg.evaluation.model_dump(mode="json"), seed, str(cfg.models.student.model_dump(mode="json"))], 16)
+        self.key = fingerprint([cfg.evaluation.model_dump(mode="json"), str(cfg.models.student.model_dump(mode="json"))], 16)
 
     def _path(self, version: str | None) -> Path:
         return self.folder / f"{version or 'base'}.json"
@@ -171,13 +185,13 @@ def run_gate(
     asked = [] if questions is None else list(questions["prompt"])
     # the held-out prompts batched on their own, as the evaluation batches them (so against the base the
     # replies are the evaluation's); the memory questions, and the candidate's smoke prompt with them, after
+    # (the candidate's too: those its evaluation wrote are in the cache under its version)
     known = cache.get(live_version) if cache is not None else {}
-    live_replies = []
-    for group in (texts, asked):
-        missing = [p for p in group if p not in known]
-        known |= dict(zip(missing, replies_of(model, tokenizer, live_name, missing, cfg, seed) if missing else []))
-        live_replies += [known[p] for p in group]
-    candidate_replies = replies_of(model, tokenizer, CANDIDATE, texts, cfg, seed) + replies_of(model, tokenizer, CANDIDATE, asked + [SMOKE_PROMPT], cfg, seed)
+    candidate_known = cache.get(candidate_version) if cache is not None and candidate_version is not None else {}
+    had = len(known) + len(candidate_known)
+    live_replies = replies_in_groups(model, tokenizer, live_name, (texts, asked), known, cfg, seed)
+    candidate_replies = replies_in_groups(model, tokenizer, CANDIDATE, (texts, asked, [SMOKE_PROMPT]), candidate_known, cfg, seed)
+    generated = len(known) + len(candidate_known) - had
     # the reward model's scalar of each side's replies to the held-out prompts; the live adapter's kept with its replies
     rm_key = None if cache is None or getattr(reward_model, "source", None) is None else str(Path(reward_model.source).resolve())
     sides = {"live": live_replies[: len(texts)], "candidate": candidate_replies[: len(texts)]}
@@ -191,7 +205,7 @@ def run_gate(
         rhi = rhi(texts, candidate_replies[: len(texts)])
     reasons: list[str] = []
     figures: dict[str, Any] = {"candidate": str(candidate), "live_version": live_version, "rhi": rhi, "deploy_threshold": threshold,
-                               "min_win_rate": cfg.health.min_win_rate, "prompts": len(prompts)}
+                               "min_win_rate": cfg.health.min_win_rate, "prompts": len(prompts), "replies_generated": generated}
 
     smoke = candidate_replies[-1]
     figures["smoke_reply"] = smoke

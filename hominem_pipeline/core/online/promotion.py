@@ -72,7 +72,7 @@ def offer(cfg: HominemConfig, adapter: Path, *, by: str, reason: str, rhi: float
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
     from hominem_pipeline.core.models import load_student, student_path
     from hominem_pipeline.core.policy.lora import adapter_reward_model, base_checksum
-    from hominem_pipeline.core.reward.model import RewardModel
+    from hominem_pipeline.core.reward.model import project_reward_model
 
     state = LiveState(cfg.data_dir)
     adapter = Path(adapter)
@@ -96,11 +96,11 @@ def offer(cfg: HominemConfig, adapter: Path, *, by: str, reason: str, rhi: float
         if rhi_threshold is None and held_to is not None:
             rhi_threshold, threshold_name = held_to
     report = run_gate(
-        adapter, state.adapter_path(current), cfg=cfg, base=base, tokenizer=tokenizer, reward_model=reward_model if reward_model is not None else RewardModel.load(rm_path),
+        adapter, state.adapter_path(current), cfg=cfg, base=base, tokenizer=tokenizer, reward_model=reward_model if reward_model is not None else project_reward_model(rm_path, cfg),
         prompts=gate_prompts(cfg) if prompts is None else prompts,
         memory=read_memory_rows(memory_paths(cfg)) if cfg.evaluation.memory_probe else None,
         rhi=rhi, threshold=rhi_threshold, threshold_name=threshold_name or "health.deploy_threshold",
-        cache=ReplyCache(state.dir / REPLIES, cfg, cfg.project.seed if seed is None else seed), candidate_version=version, seed=cfg.project.seed if seed is None else seed,
+        cache=ReplyCache(state.dir / REPLIES, cfg), candidate_version=version, seed=cfg.project.seed if seed is None else seed,
         live_version=current.version,
     )
     if report.passed:
@@ -186,12 +186,39 @@ def gate_daily_adapter(cfg: HominemConfig, day: str, *, by: str):
         return CheckOutcome(False, f"{ref.version} stays a candidate (gated {earlier[-1]['time']}): {earlier[-1]['reason']}", {**meta, **_flat(earlier[-1].get("gate", {}))})
     if current.frozen:
         return CheckOutcome(False, f"live updates are frozen ({current.frozen['reason']}): {ref.version} stays a candidate, not gated", meta)
+    reuse_evaluation_replies(cfg, day, ref.version, live_is_base=current.version is None)
     try:
         result = offer(cfg, ref.path, by=by, reason=f"the daily job's adapter for {day}", version=ref.version)
     except LiveError as exc:  # nothing to gate with (no reward model, no held-out prompts): a failed check, not a failed run
         return CheckOutcome(False, f"{ref.version} was not gated: {exc}", meta)
     what = f"{ref.version} is live" if result.promoted else f"{ref.version} stays a candidate"
     return CheckOutcome(result.promoted, f"{what}: {result.report.summary()}", {**meta, **_flat(result.report.as_dict())})
+
+
+def reuse_evaluation_replies(cfg: HominemConfig, day: str, version: str, *, live_is_base: bool) -> int:
+    """Put the replies the day's `evaluation` (the version this config implies, built on adapter `version`)
+    decoded into the gate's reply cache: the adapter's under its version and, when the base is live, the
+    base's. The gate decodes as the evaluation does and batches the held-out prompts and the memory
+    questions as it does, so the replies are the ones it would generate. Returns how many were added."""
+    import pandas as pd
+
+    from hominem_pipeline.core.builds.evaluation import MEMORY_ANSWERS
+    from hominem_pipeline.core.lineage import lineage
+
+    ref = lineage(cfg).expected("evaluation", day)
+    if ref is None or version not in {i["version"] for i in ref.manifest.get("inputs", {}).get("lora_adapter", [])}:
+        return 0
+    held = pd.read_parquet(ref.file("generations.parquet"), columns=["prompt", "base_response", "adapter_response"])
+    frames = [held.rename(columns={"base_response": "base", "adapter_response": "adapter"})]
+    if (ref.path / MEMORY_ANSWERS).is_file():
+        frames.append(pd.read_parquet(ref.path / MEMORY_ANSWERS))
+    replies = pd.concat(frames, ignore_index=True)
+    cache = ReplyCache(LiveState(cfg.data_dir).dir / REPLIES, cfg)
+    cache.put(version, dict(zip(replies["prompt"], replies["adapter"])))
+    if live_is_base:
+        cache.put(None, dict(zip(replies["prompt"], replies["base"])))
+    log.info("live gate: %d replies of %s%s read from its evaluation %s", len(replies), version, " and of the base" if live_is_base else "", ref.version)
+    return len(replies)
 
 
 def _flat(figures: dict[str, Any]) -> dict[str, Any]:

@@ -331,3 +331,16 @@ def score_side(reward_model: RewardModel, prompts: Sequence[str], responses: Seq
         for key in out:
             out[key][keep] = raw[key]
     return out
+
+
+def project_reward_model(path: str | Path, cfg: Any) -> RewardModel:
+    """The reward model at `path` as the project's stages, gate and commands score with it: on the device
+    `runtime.device` names, with the project's feature cache in use (`RewardModel.use_feature_cache`), so
+    a reply scored once (by the evaluation, say) is not read by the frozen networks again (by the health
+    index or the gate)."""
+    from hominem_pipeline.core.device import resolve_device
+    from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
+
+    model = RewardModel.load(path, resolve_device(cfg.runtime.device))
+    model.use_feature_cache(cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES))
+    return model
