@@ -894,3 +894,16 @@ def test_the_combination_is_fitted_on_pairs_with_no_negative_weight():
     assert judged.weights[1] > 1.0 and judged.weights[0] < 0.1
     labels_only = fit_scalar_combination(vector, None, pairs[:few], np.ones(few), np.ones(few, bool), labeled, labels)
     assert labels_only.people == 0.0 and labels_only.weights[1] > 0.3 and labels_only.weights[0] < 0.1
+
+
+def test_the_peoples_score_principal_directions_are_the_svds_either_way_round():
+    from hominem_pipeline.core.reward.people import _principal
+
+    rng = np.random.default_rng(1)
+    for shape in ((60, 25), (25, 60)):  # more rows than columns, and fewer (the shipped pairs: 4,316 replies of 4,608 features)
+        x = rng.normal(size=shape) @ np.diag(np.linspace(3, 0.1, shape[1]))
+        _, sv, vt = np.linalg.svd(x, full_matrices=False)
+        got_sv, got = _principal(x)
+        k = min(shape)
+        np.testing.assert_allclose(got_sv[:k], sv, rtol=1e-8)
+        np.testing.assert_allclose(np.abs((vt * got[:, :k].T).sum(1)), 1.0, atol=1e-8)  # the same directions, up to sign

@@ -131,6 +131,20 @@ def _solve(d: np.ndarray, w: np.ndarray, alpha: float) -> np.ndarray:
     return np.linalg.solve(a.T @ a + alpha * np.eye(a.shape[1]), a.T @ y)
 
 
+def _principal(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(singular values, right singular vectors as columns) of `x`, largest first: the SVD's, from the
+    eigendecomposition of the smaller Gram matrix (x'x or xx'), a few times faster than the SVD itself."""
+    if x.shape[0] >= x.shape[1]:
+        lam, vec = np.linalg.eigh(x.T @ x)
+        lam, vec = lam[::-1], vec[:, ::-1]
+        return np.sqrt(np.clip(lam, 0.0, None)), vec
+    lam, u = np.linalg.eigh(x @ x.T)
+    lam, u = lam[::-1], u[:, ::-1]
+    sv = np.sqrt(np.clip(lam, 0.0, None))
+    nonzero = sv > 1e-12 * max(sv[0], 1e-300)
+    return sv[nonzero], (x.T @ u[:, nonzero]) / sv[nonzero]
+
+
 def _folds(groups: np.ndarray, folds: int, seed: int) -> np.ndarray:
     names = np.random.default_rng(seed).permutation(np.unique(groups))
     fold = {g: i % folds for i, g in enumerate(names)}
@@ -200,9 +214,9 @@ class PeopleScore:
         std = np.where(std > 1e-6, std, 1.0)
         x = (x - mean) / std
         # principal directions of the pairs' replies: the kernel reads distances there
-        _, sv, vt = np.linalg.svd(x[used], full_matrices=False)
+        sv, directions = _principal(x[used])
         keep = min(components, int((sv > 1e-6 * sv[0]).sum()))
-        basis = _as_stored(vt[:keep].T)
+        basis = _as_stored(directions[:, :keep])
         z = x @ basis
         rng = np.random.default_rng(seed)
         marks = used if len(used) <= landmarks else np.sort(rng.choice(used, landmarks, replace=False))
