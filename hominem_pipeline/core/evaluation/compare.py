@@ -43,12 +43,15 @@ def generate_both(
     """Greedy responses of the base (adapter disabled) and of base+adapter for each prompt text.
     `base_replies` (prompt text -> the base's reply, decoded with the same settings) are reused, and the
     ones generated here are added to it: several adapters of one base are compared on one set of base replies."""
+    from hominem_pipeline.core.policy.lora import merged
+
     known = {} if base_replies is None else base_replies
     todo = [p for p in dict.fromkeys(prompts) if p not in known]
     if todo:
         with model.disable_adapter():
             known.update(zip(todo, (g.text for g in greedy_replies(model, tokenizer, todo, cfg, seed, "evaluation generation, base"))))
-    adapter = greedy_replies(model, tokenizer, prompts, cfg, seed, "evaluation generation, adapter")
+    with merged(model):
+        adapter = greedy_replies(model, tokenizer, prompts, cfg, seed, "evaluation generation, adapter")
     return {"base": [known[p] for p in prompts], "adapter": [g.text for g in adapter]}
 
 

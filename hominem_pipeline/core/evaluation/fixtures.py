@@ -182,7 +182,10 @@ def adapter_moves(model: Any, tokenizer: Any, fixtures: Sequence[Fixture], batch
     (per tag, the pairs moved the wrong way listed); also the mean move in nats and the share of fixtures
     whose better reply each side finds the more likely per token. `base_cache`: `base_logp_cache` of the
     model's base."""
-    adapter, tokens = pair_logps(model, tokenizer, fixtures, batch_size)
+    from hominem_pipeline.core.policy.lora import merged
+
+    with merged(model):
+        adapter, tokens = pair_logps(model, tokenizer, fixtures, batch_size)
     with model.disable_adapter():
         base, _ = pair_logps(model, tokenizer, fixtures, batch_size, cache=base_cache)
     moves = (adapter[:, 0] - adapter[:, 1]) - (base[:, 0] - base[:, 1])

@@ -82,12 +82,11 @@ def side_by_side_model(base: Any, candidate: Path, live: Path | None):
 def replies_of(model: Any, tokenizer: Any, name: str | None, prompts: Sequence[str], cfg: HominemConfig, seed: int) -> list[str]:
     """Greedy replies (the evaluation's decoding) with adapter `name`, or the base alone (None)."""
     from hominem_pipeline.core.evaluation.compare import greedy_replies
-
-    import contextlib
+    from hominem_pipeline.core.policy.lora import merged
 
     if name is not None:
         model.set_adapter(name)
-    with model.disable_adapter() if name is None else contextlib.nullcontext():
+    with model.disable_adapter() if name is None else merged(model):
         return [g.text for g in greedy_replies(model, tokenizer, prompts, cfg.evaluation, seed, f"gate replies, {name or 'base'}")]
 
 

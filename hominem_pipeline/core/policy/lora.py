@@ -3,6 +3,7 @@ and the DPO reference is the same base with the adapter switched off."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import time
@@ -171,3 +172,16 @@ def load_policy(student_path: Path, adapter_path: Path | None, device=None):
         model = PeftModel.from_pretrained(model, adapter_path)
         model.eval()
     return model, tokenizer
+
+
+@contextlib.contextmanager
+def merged(model: Any):
+    """Inside, the PEFT `model`'s active adapter is added into the base weights (`merge_adapter`), and taken
+    out again after (`unmerge_adapter`): the same outputs up to float rounding, at the base's speed (an
+    unmerged LoRA runs its low-rank matmuls beside every projection at every decoding step).
+    The base alone (`disable_adapter`) is not available inside."""
+    model.base_model.merge_adapter()
+    try:
+        yield model
+    finally:
+        model.base_model.unmerge_adapter()
