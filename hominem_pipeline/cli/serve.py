@@ -56,6 +56,7 @@ def chat(
 
     setup_logging()
     from hominem_pipeline.core.generation import stream_reply
+    from hominem_pipeline.core.online.facts import with_stated_facts
     from hominem_pipeline.core.models import ModelNotAvailable, prepare_student
     from hominem_pipeline.core.policy.lora import load_policy
     from hominem_pipeline.serving.server import ServeError, label, resolve_adapter
@@ -101,7 +102,7 @@ def chat(
         history.append({"role": "user", "content": text})
         sys.stdout.write(f"{name}> ")
         pieces = []
-        for piece in stream_reply(model, tokenizer, history, max_new_tokens=max_tokens or s.max_new_tokens, seed=seed + turn,
+        for piece in stream_reply(model, tokenizer, with_stated_facts(history) if s.recall_facts else history, max_new_tokens=max_tokens or s.max_new_tokens, seed=seed + turn,
                                   temperature=temp if temp > 0 else None, top_p=s.top_p, repetition_penalty=s.repetition_penalty,
                                   plain_start=s.plain_start):
             pieces.append(piece)

@@ -435,6 +435,7 @@ class ServingConfig(_Frozen):
     top_p: float = Field(gt=0.0, le=1.0, description="Nucleus sampling mass when a request names none, (0, 1].")
     repetition_penalty: float = Field(ge=1.0, le=2.0, description="Repetition penalty of every reply, 1-2.")
     plain_start: bool = Field(description="A reply may not start with an emoji or symbol token.")
+    recall_facts: bool = Field(description="Repeat what the person stated about themselves earlier in the conversation (core/online/facts.py's patterns), in their words, before their last message in the model's input (`hominem serve` and `hominem chat`); the log keeps what was said.")
     max_body_bytes: int = Field(ge=1024, le=100_000_000, description="Largest request body accepted; larger gets 413.")
     log_dir: str = Field(min_length=1, description="Folder of the interaction log (log/<day>.jsonl, one file per UTC day) and the audit log (audit.jsonl); relative to project.data_dir.")
     tokens_file: str | None = Field(description="File of bearer tokens, one `rater TOKEN` or `admin TOKEN` per line (keep it outside the repository); null: none.")

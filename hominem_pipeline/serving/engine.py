@@ -86,7 +86,7 @@ class Engine:
 
     def __init__(self, student: Path, adapter: Path | None, reward_model: Path | None, *, max_batch_size: int,
                  batch_wait_ms: float, max_queue: int, repetition_penalty: float, plain_start: bool = False, threads: int | None = None,
-                 adapter_label: str | None = None):
+                 adapter_label: str | None = None, recall_facts: bool = False):
         import torch
 
         from hominem_pipeline.core.policy.lora import load_policy
@@ -106,6 +106,7 @@ class Engine:
 
             self.reward = RewardModel.load(reward_model)
         self.max_batch_size, self.batch_wait = max_batch_size, batch_wait_ms / 1000
+        self.recall_facts = recall_facts
         self.max_queue, self.repetition_penalty = max_queue, repetition_penalty
         # plain_start: no reply starts with an emoji or symbol token (as `generate` with plain_start)
         self.symbol_ids = None
@@ -134,6 +135,12 @@ class Engine:
     # -- what the app calls -------------------------------------------------------------------------
 
     def chat_text(self, messages: list[dict[str, str]]) -> str:
+        """The conversation as the model reads it; with `recall_facts`, what the person stated about
+        themselves earlier repeated before their last message (`facts.with_stated_facts`)."""
+        if self.recall_facts:
+            from hominem_pipeline.core.online.facts import with_stated_facts
+
+            messages = with_stated_facts(messages)
         return messages_text(self.tokenizer, messages)
 
     def count_tokens(self, text: str) -> int:

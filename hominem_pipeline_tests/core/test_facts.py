@@ -71,3 +71,23 @@ def test_the_teacher_reads_facts_the_patterns_miss_and_its_answers_are_checked(p
             ("What am I allergic to?", "teacher"), ("What is my name?", "statement"), ("Where do I live?", "statement")]  # the patterns' first
         assert server.count() == calls  # every message was read before: no call
 
+
+
+def test_what_the_person_stated_earlier_is_put_back_in_front_of_the_model_in_their_words():
+    from hominem_pipeline.core.online.facts import with_stated_facts
+
+    said = [{"role": "user", "content": "Hi! My name is Ana. I live in Lisbon and I had a rough week."},
+            {"role": "assistant", "content": "I'm sorry to hear that."},
+            {"role": "user", "content": "Actually, call me Annie. I work at a bakery."},
+            {"role": "assistant", "content": "Of course, Annie."},
+            {"role": "user", "content": "What is my name, and where do I live?"}]
+    seen = with_stated_facts(said)
+    assert seen[:-1] == said[:-1] and seen[-1]["role"] == "user" and seen[-1]["content"].endswith("\nWhat is my name, and where do I live?")
+    note = seen[-1]["content"]
+    assert "Actually, call me Annie." in note and "I live in Lisbon and I had a rough week." in note and "I work at a bakery." in note
+    assert "My name is Ana." not in note  # the newer statement of the name replaced it
+    assert said[-1]["content"] == "What is my name, and where do I live?"  # the caller's messages are not changed
+    restated = said[:-1] + [{"role": "user", "content": "My name is Annie, I live in Porto and I work at a bakery."}]
+    assert with_stated_facts(restated) == restated  # each fact is stated again in the last message: nothing older is repeated
+    plain = [{"role": "user", "content": "Why is the sky blue?"}, {"role": "assistant", "content": "Scattering."}, {"role": "user", "content": "And sunsets?"}]
+    assert with_stated_facts(plain) == plain and with_stated_facts(said[:1]) == said[:1]

@@ -192,3 +192,17 @@ def test_a_hot_swap_changes_new_requests_only_and_refuses_a_bad_adapter(tiny_stu
         assert ask(24).result(timeout=60).sent == base_reply.sent
     finally:
         engine.close()
+
+
+def test_the_engine_puts_what_the_person_stated_earlier_back_before_their_last_message(engine, tiny_student):
+    """serving.recall_facts: every request's conversation goes through `chat_text`, which repeats the
+    person's earlier statements about themselves in their words (the log keeps what was said)."""
+    said = [{"role": "user", "content": "Hi, my name is Ana."}, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "What is my name?"}]
+    recalling = Engine(tiny_student, None, None, max_batch_size=1, batch_wait_ms=0, max_queue=1, repetition_penalty=1.0, recall_facts=True)
+    try:
+        text = recalling.chat_text(said)
+    finally:
+        recalling.close()
+    last = text.rsplit("<|im_start|>user\n", 1)[1]
+    assert "my name is Ana." in last and last.index("my name is Ana.") < last.index("What is my name?")
+    assert engine.chat_text(said).count("Ana") == 1 and said[-1]["content"] == "What is my name?"

@@ -126,6 +126,35 @@ def teacher_facts_in(message: str, text: str | None) -> tuple[list[tuple[str, st
     return found, dropped
 
 
+RECALL_NOTE = "Facts the user told you earlier in this conversation, in their words (use them exactly): "
+
+
+def with_stated_facts(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """`messages` (a conversation, the last message the user's) with what the person stated about
+    themselves in earlier messages (the patterns' statements: "My name is Ana.", "I live in Lisbon.")
+    repeated, in their own sentences, at the start of the last message, so that a small model answering
+    many tokens later has the words in front of it and copies them instead of misremembering ("Kanaq").
+    The newest statement of each fact wins; a fact stated in the last message itself is not repeated;
+    unchanged when there is none. The model's input only: what is logged stays what was said."""
+    stated: dict[str, str] = {}  # question -> the sentence that stated it
+    for message in messages[:-1]:
+        if message.get("role") == "user":
+            for sentence in (s.strip() for s in _SENTENCES.split(str(message.get("content", ""))) if s.strip()):
+                for question, _, _, kind in facts_in(sentence):
+                    if kind == "statement":
+                        stated.pop(question, None)
+                        stated[question] = sentence
+    last = messages[-1] if messages else None
+    if not stated or last is None or last.get("role") != "user":
+        return messages
+    said = str(last.get("content", ""))
+    known = {q for q, _, _, _ in facts_in(said)}
+    sentences = list(dict.fromkeys(s for q, s in stated.items() if q not in known))
+    if not sentences:
+        return messages
+    return [*messages[:-1], {**last, "content": f"({RECALL_NOTE}{' '.join(sentences)})\n{said}"}]
+
+
 def user_messages(events: Iterable[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     """(message, the turn that first held it) for each distinct user message of the log's turns, oldest first."""
     seen: set[str] = set()

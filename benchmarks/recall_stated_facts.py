@@ -1,0 +1,64 @@
+"""Does the student say back the name a person gave earlier in the conversation, with and without
+`serving.recall_facts` (core/online/facts.py `with_stated_facts`: the person's earlier statements about
+themselves repeated, in their words, before their last message in the model's input)?
+
+Each conversation: the person gives their name and a worry, the assistant answers, then the person asks
+one of three questions about their name (after another sentence, alone, or indirectly). 16 names x 3
+questions, greedy decoding (the evaluation's), 32 tokens; a reply counts when it contains the name.
+
+    .venv/bin/python benchmarks/recall_stated_facts.py            # the base student
+    .venv/bin/python benchmarks/recall_stated_facts.py --adapter live
+
+Needs the converted student (`make run` or `hominem setup`); no ../shared data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hominem_pipeline.core.config_loader import load_config  # noqa: E402
+from hominem_pipeline.core.generation import generate, messages_text  # noqa: E402
+from hominem_pipeline.core.online.facts import with_stated_facts  # noqa: E402
+
+NAMES = ["Ana", "Oskar", "Priya", "Tomasz", "Wen", "Kofi", "Ines", "Dmitri", "Lena", "Marco", "Sofia", "Ravi", "Yuki", "Elif", "Nadia", "Hugo"]
+QUESTIONS = ["My manager keeps changing the deadlines. Anyway, what is my name?", "What is my name?", "Do you remember my name?"]
+
+
+def conversation(name: str, question: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": f"Hi! My name is {name}. I had a rough week at work."},
+            {"role": "assistant", "content": "I'm sorry to hear that. Do you want to talk about what happened at work this week?"},
+            {"role": "user", "content": question}]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--adapter", default=None, help="`live`, `latest` or an adapter folder (default: the base student)")
+    args = parser.parse_args()
+    from hominem_pipeline.core.models import prepare_student
+    from hominem_pipeline.core.policy.lora import load_policy
+    from hominem_pipeline.serving.server import resolve_adapter
+
+    cfg = load_config(root=ROOT)
+    adapter = resolve_adapter(cfg, args.adapter) if args.adapter else None
+    model, tokenizer = load_policy(prepare_student(cfg), adapter)
+    started = time.monotonic()
+    print(f"{len(NAMES)} names x {len(QUESTIONS)} questions, {'adapter ' + str(adapter) if adapter else 'the base student'}, greedy, 32 tokens")
+    for label, view in (("without recall_facts", lambda m: m), ("with recall_facts", with_stated_facts)):
+        said = 0
+        for question in QUESTIONS:
+            texts = [messages_text(tokenizer, view(conversation(n, question))) for n in NAMES]
+            replies = generate(model, tokenizer, texts, max_new_tokens=32, seed=0, repetition_penalty=cfg.evaluation.repetition_penalty)
+            said += sum(n in r.text for n, r in zip(NAMES, replies))
+        total = len(NAMES) * len(QUESTIONS)
+        print(f"{label:22s} the name said back in {said}/{total} replies ({100 * said / total:.0f}%)")
+    print(f"{time.monotonic() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
