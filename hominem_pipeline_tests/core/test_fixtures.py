@@ -131,6 +131,10 @@ def test_an_adapter_taught_the_better_replies_moves_the_student_toward_them(tiny
     fused, fused_tokens = sequence_logps(model, sequences[:6], tokenizer.pad_token_id)
     plain, plain_tokens = reply_logps(model, sequences[:6], tokenizer.pad_token_id, batch_size=4)  # what the evaluation uses
     assert torch.allclose(plain.float(), fused.detach().float(), atol=1e-3) and plain_tokens.tolist() == fused_tokens.tolist()
+    from hominem_pipeline.core.reward.guards import reply_token_logps
+
+    replies_only, replies_tokens = reply_token_logps(model, sequences[:6], tokenizer.pad_token_id, batch_size=4)  # what the fixtures read
+    assert torch.allclose(replies_only, plain, atol=1e-4) and replies_tokens.tolist() == plain_tokens.tolist()
     untouched, figures = adapter_moves(model, tokenizer, fixtures, batch_size=8, base_cache=base_logp_cache(tiny_student, tmp_path))
     assert figures["fixture_mean_move"] == 0.0 and untouched.accuracy == 0.0  # LoRA starts as the base: no move, and no move is no win
     assert figures["fixture_base_prefers_better"] == figures["fixture_adapter_prefers_better"]

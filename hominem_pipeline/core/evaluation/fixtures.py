@@ -152,13 +152,14 @@ def pair_logps(model: Any, tokenizer: Any, fixtures: Sequence[Fixture], batch_si
     of turn) given its prompt, under `model` as it stands (a PEFT model: with its adapter on), and the
     replies' token counts. `cache`: a `FeatureCache` of this model's (sum, count) rows by exchange
     (`base_logp_cache`), read first and added to (for a network that does not change: the base student)."""
-    from hominem_pipeline.core.policy.sequences import encode, reply_logps
+    from hominem_pipeline.core.policy.sequences import encode
     from hominem_pipeline.core.reward.feature_cache import cached_rows, text_key
+    from hominem_pipeline.core.reward.guards import reply_token_logps
 
     exchanges = [(f.prompt, reply) for f in fixtures for reply in (f.better, f.worse)]
 
-    def measure(todo: Sequence[int]) -> np.ndarray:
-        sums, counts = reply_logps(model, [encode(tokenizer, *exchanges[i], max_length) for i in todo], tokenizer.pad_token_id, batch_size)
+    def measure(todo: Sequence[int]) -> np.ndarray:  # the LM head on the replies' positions alone
+        sums, counts = reply_token_logps(model, [encode(tokenizer, *exchanges[i], max_length) for i in todo], tokenizer.pad_token_id, batch_size)
         return np.stack([sums.numpy(), counts.numpy()], 1)
 
     rows = cached_rows(cache, [text_key(p, r) for p, r in exchanges], measure, 2).numpy().astype(np.float64)

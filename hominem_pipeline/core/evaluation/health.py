@@ -55,7 +55,7 @@ def _clip01(x: float) -> float:
 
 
 def dimensional_coherence(
-    reward_model: RewardModel, prompts: Sequence[str], responses: Sequence[str], layers: int | None = None, chunk: int = 8
+    reward_model: RewardModel, prompts: Sequence[str], responses: Sequence[str], layers: int | None = None, chunk: int = 32
 ) -> Component:
     """DCS = 2/(N(N-1)) * sum_{i<j} max(0, GDA(i, j)), GDA = cosine between the gradients (w.r.t. the
     reward model backbone's parameters: those of its last `layers` transformer blocks and final norm, or

@@ -124,11 +124,18 @@ class EncoderStates:
 def _solve(d: np.ndarray, w: np.ndarray, alpha: float) -> np.ndarray:
     """argmin_b sum_p w_p (d_p b - 1)^2 + alpha |b|^2, in whichever of the primal (features) or dual
     (pairs) forms is smaller."""
+    return _solve_each(d, w, [alpha])[0]
+
+
+def _solve_each(d: np.ndarray, w: np.ndarray, alphas: Sequence[float]) -> list[np.ndarray]:
+    """`_solve` for each penalty in `alphas`, the Gram matrix formed once."""
     a = d * np.sqrt(w)[:, None]
     y = np.sqrt(w)
     if len(a) < a.shape[1]:
-        return a.T @ np.linalg.solve(a @ a.T + alpha * np.eye(len(a)), y)
-    return np.linalg.solve(a.T @ a + alpha * np.eye(a.shape[1]), a.T @ y)
+        gram = a @ a.T
+        return [a.T @ np.linalg.solve(gram + alpha * np.eye(len(a)), y) for alpha in alphas]
+    gram, rhs = a.T @ a, a.T @ y
+    return [np.linalg.solve(gram + alpha * np.eye(a.shape[1]), rhs) for alpha in alphas]
 
 
 def _principal(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -240,8 +247,7 @@ class PeopleScore:
             right.update({(gamma, a): 0.0 for a in alphas})
             for k in np.unique(which):
                 fit, held = which != k, which == k
-                for a in alphas:
-                    b = _solve(d[fit], w[fit], a)
+                for a, b in zip(alphas, _solve_each(d[fit], w[fit], alphas)):
                     right[gamma, a] += float((w[held] * ((d[held] @ b) > 0)).sum())
                     rows = pos[held].ravel()
                     oof[a][rows] = phi[rows] @ b
