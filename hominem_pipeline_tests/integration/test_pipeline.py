@@ -123,6 +123,10 @@ def test_stages_write_their_artifacts(chain):
     assert {"seed", "templated", "perturbation"} <= set(prompts["source"])
     assert set(quarantine.get("check", [])) <= {"schema", "empty_response", "duplicate_trajectory"}
     assert validate_labels(labels, cfg.dimension_names).ok(cfg.verifier.max_failure_rate)
+    # the student's mean log-probability of each reply (verifier.min_reply_logp), measured once: the reward
+    # model's guard columns of the same replies are read from the features cache, not measured again
+    assert labels["reply_logp"].notna().all() and (labels["reply_logp"] < 0).all()
+    assert chain["checks"]["labels_pass_verifier"].metadata["degenerate"].value == 0
     rm = data.require("reward_model", DAY)
     meta = json.loads(rm.file("METADATA.json").read_text())
     assert meta["dimensions"] == cfg.dimension_names and meta["date"] == DAY and meta["training_data_digest"]
@@ -332,7 +336,8 @@ def test_the_daily_adapter_goes_through_the_live_gate(chain):
     assert gate["win_rate_vs_live"] == pytest.approx(first["evaluation"]["win_rate"].value)  # against the base: the evaluation's replies and count
     assert isinstance(gate["smoke_reply"], str) and check.metadata["version"].value == version
     assert gate["replies_generated"] == 1  # the smoke reply: the base's and the adapter's others are the evaluation's, read back
-    evaluation = lineage(cfg).expected("evaluation", DAY)
+    built = first["evaluation"]["version"].value  # the day's first run's (later tests change the memory files)
+    evaluation = next(ref for ref in lineage(cfg).store.versions("evaluation", DAY) if ref.version == built)
     kept = json.loads((cfg.data_dir / "live" / "replies" / f"{version}.json").read_text())["replies"]
     held = pd.read_parquet(evaluation.file("generations.parquet"))
     memory = pd.read_parquet(evaluation.file("memory_answers.parquet"))
