@@ -32,11 +32,11 @@ def data_validate(
     date: Annotated[Optional[str], typer.Option("--date", "-d", help="Partition date (default: the newest labeled one).")] = None,
     all_versions: Annotated[bool, typer.Option("--all", help="Instead: check every file of every built version of every asset against its manifest's sha256.")] = False,
 ) -> None:
-    """Check every label of a partition (schema, ranges, duplicates, empty or truncated responses);
+    """Check every label of a partition (schema, ranges, duplicates, empty, truncated or degenerate responses);
     exits 1 when a blocking check fails. With --all, check that no stored file is damaged."""
     import pandas as pd
 
-    from hominem_pipeline.core.teacher.labeling import BLOCKING, validate_labels
+    from hominem_pipeline.core.teacher.labeling import BLOCKING, DEGENERATE, validate_labels
 
     cfg = load(config, sets)
     if all_versions:
@@ -50,6 +50,7 @@ def data_validate(
         cfg.dimension_names,
         read_table(trajectories, "trajectories.parquet", cfg) if trajectories else None,
         pd.read_parquet(quarantine_file) if quarantine_file.is_file() else None,
+        cfg.verifier.min_reply_logp,
     )
     table = Table(title=f"teacher_labels {ref.partition} (version {ref.version}): {report.rows} rows kept")
     table.add_column("check")
@@ -57,7 +58,7 @@ def data_validate(
     table.add_column("quarantined", justify="right")
     table.add_column("kind")
     table.add_column("examples")
-    for check in (*BLOCKING, "truncated_response"):
+    for check in (*BLOCKING, "truncated_response", DEGENERATE):
         failing = report.failures.get(check, 0) or report.warnings.get(check, 0)
         kind = "blocking" if check in BLOCKING else "warning"
         table.add_row(check, str(failing), str(report.quarantined.get(check, 0)), kind, "\n".join(report.examples.get(check, [])))

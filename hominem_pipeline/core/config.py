@@ -240,6 +240,7 @@ class LabelingConfig(_Frozen):
 
 class VerifierConfig(_Frozen):
     max_failure_rate: float = Field(ge=0.0, le=1.0, description="Share of quarantined rows (failed a blocking check) above which the teacher_labels check and `hominem data validate` fail, 0-1.")
+    min_reply_logp: float | None = Field(le=0.0, description="A candidate the student finds less likely than this per reply token (mean log-probability in nats, <= 0; word salad, a string of emoji), or one with no words or one word over and over, is flagged degenerate: a warning of the teacher_labels check and `hominem data validate`, and never the chosen reply of a preference pair. null: no flag.")
 
 
 class PreferencesConfig(_Frozen):

@@ -38,6 +38,19 @@ def end_at_sentence(text: str) -> str:
     return body[:cut].rstrip() if cut else text
 
 
+def degenerate(reply: str) -> str | None:
+    """Why `reply` is not a usable answer (empty, no letters, one word over and over), or None."""
+    text = reply.strip()
+    if not text:
+        return "an empty reply"
+    words = re.findall(r"[^\W\d_]+", text.lower())
+    if not words:
+        return f"no words, only symbols: {text[:40]!r}"
+    if len(words) >= 6 and len(set(words)) / len(words) < 0.25:
+        return f"the same few words over and over: {text[:60]!r}"
+    return None
+
+
 def ends_at_sentence(text: str) -> bool:
     """Whether `text` ends with a finished sentence."""
     body = text.rstrip()

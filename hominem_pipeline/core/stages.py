@@ -58,7 +58,7 @@ def _prompts_reads(c: HominemConfig) -> tuple[str, ...]:
 def _pairs_reads(c: HominemConfig) -> tuple[str, ...]:
     # against the student: its greedy replies, decoded as the evaluation decodes them
     student = ("models.student", "evaluation.max_new_tokens", "evaluation.repetition_penalty", "evaluation.plain_start", "evaluation.batch_size")
-    return ("preferences",) + (student if c.preferences.against_student else ())
+    return ("preferences", "verifier.min_reply_logp") + (student if c.preferences.against_student else ())
 
 
 def _policy_reads(c: HominemConfig) -> tuple[str, ...]:
@@ -120,7 +120,7 @@ STAGES: tuple[Stage, ...] = (
         kinds=frozenset({"pytorch"}),
         inputs=(Input("teacher_trajectories"),),
         # every teacher setting: those that shape the candidates reach the labels through them anyway
-        reads=("dimensions", "labeling") + TEACHER,
+        reads=("dimensions", "labeling", "verifier.min_reply_logp") + TEACHER,
         runtime=TEACHER_RUNTIME,
         build=build_teacher_labels,
         checks=(

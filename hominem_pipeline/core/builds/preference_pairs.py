@@ -32,6 +32,7 @@ def build_preference_pairs(ctx: StageContext) -> StageOutput:
         rm_scalar=rm_scalar, rm_vectors=rm_vectors, rank_by=pc.rank_by, strategy=pc.strategy, guard=pc.guard_dimension,
         student=student, min_scalar_margin=pc.min_scalar_margin,
     )
+    pairs, flagged = without_degenerate_chosen(pairs, labels, ctx.cfg.verifier.min_reply_logp)
     pairs.to_parquet(ctx.out_dir / "pairs.parquet", index=False)
     if student is not None:  # what the pairs against the student were built from, for inspection
         student.to_parquet(ctx.out_dir / "student_replies.parquet", index=False)
@@ -47,10 +48,27 @@ def build_preference_pairs(ctx: StageContext) -> StageOutput:
             "reward_model_agreement": float((pairs["rm_margin"] > 0).mean()) if len(pairs) else None,
             "teacher_agreement": float((pairs["teacher_margin"] > 0).mean()) if len(pairs) else None,
             **({"student_pairs": int((pairs["source"] == "student").sum())} if student is not None else {}),
+            "dropped_degenerate_chosen": flagged,
         },
         metadata={"rows": len(pairs), "candidates": len(labels), **({"student_replies": len(student)} if student is not None else {})},
         table="pairs.parquet",
     )
+
+
+def without_degenerate_chosen(pairs: pd.DataFrame, labels: pd.DataFrame, min_reply_logp: float | None) -> tuple[pd.DataFrame, int]:
+    """`pairs` without those whose chosen reply the verifier flags degenerate (`teacher.labeling.degenerate_rows`:
+    word salad, no words, one word over and over; such a reply may still be the rejected one), and how
+    many were dropped. dual's memory channel trains on the chosen replies: it must never learn word salad."""
+    from hominem_pipeline.core.teacher.labeling import degenerate_rows
+
+    flagged = degenerate_rows(labels, min_reply_logp)
+    if not flagged or pairs.empty:
+        return pairs, 0
+    keep = ~pairs["chosen_trajectory_id"].astype(str).isin(flagged)
+    if (~keep).any():
+        log.info("preference pairs: %d dropped whose chosen reply is degenerate (first: %s)", int((~keep).sum()),
+                 flagged[str(pairs.loc[~keep, "chosen_trajectory_id"].iloc[0])])
+    return pairs[keep].reset_index(drop=True), int((~keep).sum())
 
 
 def _student_replies(ctx: StageContext, labels: pd.DataFrame, rm: Any) -> pd.DataFrame:

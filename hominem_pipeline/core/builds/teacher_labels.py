@@ -25,6 +25,8 @@ def build_teacher_labels(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.teacher.factory import build_teacher
     from hominem_pipeline.core.teacher.labeling import (
         QUARANTINE_COLUMNS,
+        REPLY_LOGP,
+        degenerate_rows,
         quarantine_row,
         verify_labels,
     )
@@ -57,6 +59,13 @@ def build_teacher_labels(ctx: StageContext) -> StageOutput:
             f"the verifier rejected all {len(quarantine)} labels of {ctx.partition} "
             f"({quarantine['check'].value_counts().to_dict()}); see data/quarantine/teacher_labels/{ctx.partition}/"
         )
+    degenerate: dict[str, str] = {}
+    if ctx.cfg.verifier.min_reply_logp is not None:
+        frame[REPLY_LOGP] = student_reply_logps(ctx.cfg, list(frame["prompt"]), list(frame["response"]))
+        degenerate = degenerate_rows(frame, ctx.cfg.verifier.min_reply_logp)
+        if degenerate:
+            log.info("verifier: %d of %d candidates flagged degenerate (kept, never the chosen reply of a pair); first: %s",
+                     len(degenerate), len(frame), next(iter(degenerate.values())))
     frame.to_parquet(ctx.out_dir / "labels.parquet", index=False)
     vec = vector_matrix(frame["vector"], dims)
     total = len(frame) + len(quarantine)
@@ -66,6 +75,7 @@ def build_teacher_labels(ctx: StageContext) -> StageOutput:
         "quarantined": len(quarantine),
         "failure_rate": len(quarantine) / total,
         "labeling_seconds": seconds,
+        "degenerate": len(degenerate),
         **usage_metrics,
     }
     for j, d in enumerate(dims):
@@ -81,6 +91,7 @@ def build_teacher_labels(ctx: StageContext) -> StageOutput:
             "teacher": teacher.describe(),
             "scalar_by_style": frame.groupby("style")["scalar"].mean().round(4).to_dict(),
             "quarantined_by_check": quarantine["check"].value_counts().to_dict() if len(quarantine) else {},
+            "degenerate_examples": [f"{t}: {why}" for t, why in list(degenerate.items())[:3]],
             **usage_metadata,
         },
         table="labels.parquet",
@@ -89,10 +100,28 @@ def build_teacher_labels(ctx: StageContext) -> StageOutput:
     )
 
 
+def student_reply_logps(cfg: HominemConfig, prompts: list[str], replies: list[str]):
+    """The student's mean log-probability per reply token of each exchange (the reward model's
+    `reply_logp` guard, `reward.guards`), through the project's feature cache: the reward model, which
+    reads the same guard columns, finds them there instead of measuring them again."""
+    from hominem_pipeline.core.device import resolve_device
+    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
+    from hominem_pipeline.core.reward.guards import GUARDS, GuardScorer
+
+    scorer = GuardScorer(tuple(GUARDS), student_path(cfg), cache=cfg.data_dir / FEATURE_CACHE, shipped=cfg.path(SHIPPED_FEATURES),
+                         device=resolve_device(cfg.runtime.device))
+    return scorer(prompts, replies)[:, list(GUARDS).index("reply_logp")].numpy()
+
+
 def labels_pass_verifier(metrics: dict[str, Any], cfg: HominemConfig, folder: Path | None = None) -> CheckOutcome:
     """Blocking: too many quarantined labels stop the run before anything trains on the partition."""
     from hominem_pipeline.core.teacher.labeling import verifier_verdict
 
     kept, quarantined, missing = int(metrics["labels"]), int(metrics.get("quarantined") or 0), int(metrics.get("missing") or 0)
     passed, description = verifier_verdict(kept, quarantined, cfg.verifier.max_failure_rate, missing)
-    return CheckOutcome(passed, description, {"kept": kept, "quarantined": quarantined, "missing": missing, "max_failure_rate": cfg.verifier.max_failure_rate})
+    degenerate = int(metrics.get("degenerate") or 0)
+    if degenerate:
+        description += f"; {degenerate} kept but flagged degenerate (never a pair's chosen reply)"
+    return CheckOutcome(passed, description, {"kept": kept, "quarantined": quarantined, "missing": missing, "degenerate": degenerate,
+                                              "max_failure_rate": cfg.verifier.max_failure_rate})

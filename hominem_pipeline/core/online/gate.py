@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from hominem_pipeline.core.config import HominemConfig
+from hominem_pipeline.core.generation import degenerate
 
 log = logging.getLogger(__name__)
 
@@ -53,19 +53,6 @@ class GateReport:
         head = f"RHI {rhi} (>= {f.get('deploy_threshold')}), win rate over {f.get('live_version') or 'the base'} {win} (>= {f.get('min_win_rate')}), " \
                f"facts lost {f.get('facts_lost', 0)}"
         return head + ("" if self.passed else "; " + "; ".join(self.reasons))
-
-
-def degenerate(reply: str) -> str | None:
-    """Why `reply` is not a usable answer (empty, no letters, one word over and over), or None."""
-    text = reply.strip()
-    if not text:
-        return "an empty reply"
-    words = re.findall(r"[^\W\d_]+", text.lower())
-    if not words:
-        return f"no words, only symbols: {text[:40]!r}"
-    if len(words) >= 6 and len(set(words)) / len(words) < 0.25:
-        return f"the same few words over and over: {text[:60]!r}"
-    return None
 
 
 def side_by_side_model(base: Any, candidate: Path, live: Path | None):

@@ -15,6 +15,8 @@ from hominem_pipeline.core.schema import label_problems
 
 # Checks whose failures make a partition unfit for training; the rest are reported as warnings.
 BLOCKING = ("schema", "duplicate_trajectory", "empty_response")
+DEGENERATE = "degenerate_response"  # a warning: kept, never the chosen reply of a pair (`verifier.min_reply_logp`)
+REPLY_LOGP = "reply_logp"  # labels' column: the student's mean log-probability per reply token (`reward.guards`)
 
 
 QUARANTINE_COLUMNS = ["trajectory_id", "check", "reason", "row"]
@@ -80,6 +82,31 @@ def verify_labels(labels: pd.DataFrame, dimensions: list[str]) -> tuple[pd.DataF
     return pd.DataFrame(kept, columns=labels.columns), pd.DataFrame(rejected, columns=QUARANTINE_COLUMNS)
 
 
+def degenerate_reason(response: str, reply_logp: float | None, min_reply_logp: float | None) -> str | None:
+    """Why a candidate is degenerate (`verifier.min_reply_logp`): no words or one word over and over
+    (`generation.degenerate`), or a mean log-probability per token under the student below the bar
+    (word salad); None when it is not, or when the bar is off."""
+    from hominem_pipeline.core.generation import degenerate
+
+    if min_reply_logp is None:
+        return None
+    if (why := degenerate(str(response))) is not None:
+        return why
+    if reply_logp is not None and reply_logp == reply_logp and reply_logp < min_reply_logp:
+        return f"the student finds it unlikely: {reply_logp:.2f} nats per token, below verifier.min_reply_logp {min_reply_logp}"
+    return None
+
+
+def degenerate_rows(labels: pd.DataFrame, min_reply_logp: float | None) -> dict[str, str]:
+    """trajectory_id -> why, for the labels `degenerate_reason` flags."""
+    logps = labels[REPLY_LOGP] if REPLY_LOGP in labels else pd.Series([None] * len(labels), index=labels.index)
+    out = {}
+    for tid, response, logp in zip(labels["trajectory_id"], labels["response"], logps):
+        if (why := degenerate_reason(response, None if logp is None else float(logp), min_reply_logp)) is not None:
+            out[str(tid)] = why
+    return out
+
+
 def verifier_verdict(kept: int, quarantined: int, max_failure_rate: float, missing: int = 0) -> tuple[bool, str]:
     """Whether the share of trajectories without a usable label (quarantined, or `missing`: their rating
     call failed for good) is within `max_failure_rate`, and the sentence saying so."""
@@ -97,6 +124,7 @@ def validate_labels(
     dimensions: list[str],
     trajectories: pd.DataFrame | None = None,
     quarantine: pd.DataFrame | None = None,
+    min_reply_logp: float | None = None,
 ) -> ValidationReport:
     report = ValidationReport(rows=len(labels))
     if quarantine is not None:
@@ -116,4 +144,7 @@ def validate_labels(
             cut &= ~trajectories["ended_at_sentence"].astype(bool)
         for row in trajectories[cut].itertuples():
             report.note("truncated_response", f"{row.trajectory_id}: stopped mid-sentence at the token limit (teacher.max_new_tokens)", blocking=False)
+    if "response" in labels:
+        for tid, why in degenerate_rows(labels, min_reply_logp).items():
+            report.note(DEGENERATE, f"{tid}: {why}", blocking=False)
     return report
