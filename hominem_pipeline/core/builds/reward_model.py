@@ -104,7 +104,7 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
     )
     metrics["train_seconds"] = time.monotonic() - started
     metrics["feedback_pairs"] = 0 if human is None else int(human["source"].str.startswith("feedback:").sum())
-    report = score_fixture_file(ctx.cfg, ctx.out_dir, device)
+    report = score_fixture_file(ctx.cfg, ctx.out_dir)
     if report is not None:
         metrics.update(report.metrics())
         log.info("reward model on the contrast fixtures: %.1f%% of %d pairs (weakest tag %s %.0f%%)", 100 * report.accuracy, report.pairs, *_pct_tag(report))
@@ -138,20 +138,18 @@ def people_encoder(cfg: HominemConfig) -> Path | None:
     return path
 
 
-def score_fixture_file(cfg: HominemConfig, folder: Path, device: Any = None):
+def score_fixture_file(cfg: HominemConfig, folder: Path):
     """The reward model in `folder` scored on the contrast fixtures (`fixtures.file`), the report written
     beside it (fixtures.json); None when no fixture file is configured."""
     import json
 
     from hominem_pipeline.core.evaluation.fixtures import FIXTURES_JSON, load_fixtures, score_fixtures
-    from hominem_pipeline.core.reward.model import RewardModel
+    from hominem_pipeline.core.reward.model import project_reward_model
 
     if cfg.fixtures.file is None:
         return None
     fixtures = load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names)
-    model = RewardModel.load(folder, device)
-    model.use_feature_cache(cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES))  # the fixtures' features are computed once, not every day
-    report = score_fixtures(model, fixtures)
+    report = score_fixtures(project_reward_model(folder, cfg), fixtures)  # the fixtures' features come from the cache, not computed every day
     (folder / FIXTURES_JSON).write_text(json.dumps(report.as_dict(), indent=1))
     return report
 

@@ -94,7 +94,7 @@ class ReplyCache:
     """The gate's greedy replies per adapter version (`<folder>/<version>.json`, `base.json` for the base
     alone), valid for one decoding (evaluation settings and student; greedy decoding draws nothing, so no
     seed): a candidate's replies are the next gate's live replies once it is promoted, and the daily
-    adapter's come from its evaluation (`from_evaluation`), so each adapter answers the held-out prompts once."""
+    adapter's come from its evaluation (`promotion.reuse_evaluation_replies`), so each adapter answers the held-out prompts once."""
 
     def __init__(self, folder: Path, cfg: HominemConfig):
         from hominem_pipeline.core.artifacts import fingerprint

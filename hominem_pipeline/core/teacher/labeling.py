@@ -5,6 +5,7 @@ partition for `hominem data validate`; `verifier_verdict` is the teacher_labels 
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,7 +93,7 @@ def degenerate_reason(response: str, reply_logp: float | None, min_reply_logp: f
         return None
     if (why := degenerate(str(response))) is not None:
         return why
-    if reply_logp is not None and reply_logp == reply_logp and reply_logp < min_reply_logp:
+    if reply_logp is not None and not math.isnan(reply_logp) and reply_logp < min_reply_logp:
         return f"the student finds it unlikely: {reply_logp:.2f} nats per token, below verifier.min_reply_logp {min_reply_logp}"
     return None
 
