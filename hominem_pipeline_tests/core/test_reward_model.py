@@ -907,3 +907,20 @@ def test_the_peoples_score_principal_directions_are_the_svds_either_way_round():
         k = min(shape)
         np.testing.assert_allclose(got_sv[:k], sv, rtol=1e-8)
         np.testing.assert_allclose(np.abs((vt * got[:, :k].T).sum(1)), 1.0, atol=1e-8)  # the same directions, up to sign
+        top_sv, top = _principal(x, top=5)  # the largest five alone: the same values and directions
+        np.testing.assert_allclose(top_sv, sv[:5], rtol=1e-8)
+        np.testing.assert_allclose(np.abs((vt[:5] * top.T).sum(1)), 1.0, atol=1e-8)
+
+
+def test_the_peoples_score_nystroem_map_reproduces_the_kernel_and_survives_duplicate_landmarks():
+    from hominem_pipeline.core.reward.people import _kernel, _nystroem_map
+
+    rng = np.random.default_rng(2)
+    centres = rng.normal(size=(40, 6))
+    centres[7] = centres[3]  # one reply twice among the pairs: its kernel matrix is singular
+    others = rng.normal(size=(9, 6))
+    m = _nystroem_map(centres, 4.0)
+    phi_l, phi_o = _kernel(centres, centres, 4.0) @ m, _kernel(others, centres, 4.0) @ m
+    np.testing.assert_allclose(phi_l @ phi_l.T, _kernel(centres, centres, 4.0), atol=1e-6)  # k(a, b) wherever a and b are landmarks
+    np.testing.assert_allclose(phi_o @ phi_l.T, _kernel(others, centres, 4.0), atol=1e-6)  # and wherever one of them is
+    assert np.isfinite(phi_o).all() and (np.einsum("ij,ij->i", phi_o, phi_o) <= 1.0 + 1e-6).all()  # never more than k(x, x) = 1

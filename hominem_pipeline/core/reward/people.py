@@ -138,18 +138,42 @@ def _solve_each(d: np.ndarray, w: np.ndarray, alphas: Sequence[float]) -> list[n
     return [np.linalg.solve(gram + alpha * np.eye(a.shape[1]), rhs) for alpha in alphas]
 
 
-def _principal(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(singular values, right singular vectors as columns) of `x`, largest first: the SVD's, from the
-    eigendecomposition of the smaller Gram matrix (x'x or xx'), a few times faster than the SVD itself."""
-    if x.shape[0] >= x.shape[1]:
-        lam, vec = np.linalg.eigh(x.T @ x)
-        lam, vec = lam[::-1], vec[:, ::-1]
-        return np.sqrt(np.clip(lam, 0.0, None)), vec
-    lam, u = np.linalg.eigh(x @ x.T)
-    lam, u = lam[::-1], u[:, ::-1]
+def _principal(x: np.ndarray, top: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(singular values, right singular vectors as columns) of `x`, largest first (the `top` largest
+    only, when given): the SVD's, from the eigendecomposition of the smaller Gram matrix (x'x or xx'),
+    a few times faster than the SVD itself, and faster again when only the top ones are computed."""
+    from scipy.linalg import eigh
+
+    small = x.T @ x if x.shape[0] >= x.shape[1] else x @ x.T
+    n = len(small)
+    subset = None if top is None or top >= n else [n - top, n - 1]
+    lam, vec = eigh(small, subset_by_index=subset, driver="evr" if subset else "evd", overwrite_a=True, check_finite=False)
+    lam, vec = lam[::-1], vec[:, ::-1]
     sv = np.sqrt(np.clip(lam, 0.0, None))
+    if x.shape[0] >= x.shape[1]:
+        return sv, vec
     nonzero = sv > 1e-12 * max(sv[0], 1e-300)
-    return sv[nonzero], (x.T @ u[:, nonzero]) / sv[nonzero]
+    return sv[nonzero], (x.T @ vec[:, nonzero]) / sv[nonzero]
+
+
+def _nystroem_map(centres: np.ndarray, scale: float) -> np.ndarray:
+    """The (landmarks, landmarks) matrix M of the Nystroem features phi(x) = k(x, L) M, for which
+    phi(a) . phi(b) = k(a, L) K^-1 k(L, b) with K = k(L, L): M = C^-T for the Cholesky factor C of K
+    (a tiny ridge on K's diagonal keeps duplicate or near-duplicate landmarks from making it singular;
+    it shrinks only directions the kernel barely spans). A ridge on phi is the same fit under any such M."""
+    from scipy.linalg import LinAlgError, cholesky, solve_triangular
+
+    gram = _kernel(centres, centres, scale)
+    jitter = 1e-10 * len(gram)
+    for _ in range(6):
+        try:
+            factor = cholesky(gram + jitter * np.eye(len(gram)), lower=True, check_finite=False)
+            break
+        except LinAlgError:
+            jitter *= 100.0
+    else:
+        raise ValueError("the people's score's kernel matrix is not positive definite even with a ridge; its landmarks' states hold NaN?")
+    return solve_triangular(factor, np.eye(len(gram)), lower=True, check_finite=False).T
 
 
 def _folds(groups: np.ndarray, folds: int, seed: int) -> np.ndarray:
@@ -221,7 +245,7 @@ class PeopleScore:
         std = np.where(std > 1e-6, std, 1.0)
         x = (x - mean) / std
         # principal directions of the pairs' replies: the kernel reads distances there
-        sv, directions = _principal(x[used])
+        sv, directions = _principal(x[used], top=components)
         keep = min(components, int((sv > 1e-6 * sv[0]).sum()))
         basis = _as_stored(directions[:, :keep])
         z = x @ basis
@@ -236,11 +260,9 @@ class PeopleScore:
         right: dict[tuple[float, float], float] = {}  # (gamma, alpha) -> weight of the pairs ordered right, out of fold
         best: tuple[Any, ...] | None = None  # the chosen (gamma, alpha)'s Nystroem map, pair features and out-of-fold values
         for gamma in gammas:
-            # Nystroem features of the kernel on the landmarks: phi(x) = k(x, L) V diag(l)^-1/2, so that
-            # phi(a) . phi(b) = k(a, b) wherever a or b is a landmark; a pair's features are their difference
-            lam, vec = np.linalg.eigh(_kernel(centres, centres, median / gamma))
-            ok = lam > 1e-10 * lam[-1]
-            to_coef = vec[:, ok] / np.sqrt(lam[ok])
+            # Nystroem features of the kernel on the landmarks: phi(a) . phi(b) = k(a, b) wherever a or b
+            # is a landmark; a pair's features are their difference
+            to_coef = _nystroem_map(centres, median / gamma)
             phi = _kernel(z[used], centres, median / gamma) @ to_coef
             d = phi[pos[:, 0]] - phi[pos[:, 1]]
             oof = {a: np.zeros(len(used)) for a in alphas}
