@@ -159,14 +159,13 @@ PARTIAL_EXIT = 3  # the run finished, but some teacher calls failed for good: th
 
 
 def execute(job_fn, cfg: HominemConfig, day: str, keys, title: str) -> list:
-    """Run `keys` of the job `job_fn` returns for partition `day` through Dagster's `execute_job`
-    (so the run is recorded in the project's instance and shows in the UI); print a summary; exit 1
+    """Run `keys` of the job `job_fn` returns for partition `day` in this process, recorded in the
+    project's instance under the UI's origin for the job (so the UI lists it under the job); print a summary; exit 1
     with the root cause when a step fails, 3 (`PARTIAL_EXIT`) when a version is partial. Returns the
     materialization events."""
-    from dagster import DagsterInstance, execute_job, reconstructable
     from dagster._core.errors import DagsterInvalidSubsetError
 
-    from hominem_pipeline.defs.launch import first_failure
+    from hominem_pipeline.defs.launch import execute_in_process, first_failure
 
     job = job_fn()
     if not job.partitions_def.has_partition_key(day):
@@ -177,13 +176,8 @@ def execute(job_fn, cfg: HominemConfig, day: str, keys, title: str) -> list:
     # UI; the terminal shows our progress lines and, on failure, the root cause.
     run_config = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
     try:
-        with execute_job(
-            reconstructable(job_fn),
-            instance=DagsterInstance.get(),
-            run_config=run_config,
-            tags={"dagster/partition": day, "hominem/trigger": "cli"},
-            asset_selection=sorted(keys, key=lambda k: k.to_user_string()),
-        ) as result:
+        with execute_in_process(job_fn, keys, run_config, {"dagster/partition": day, "hominem/trigger": "cli"},
+                                working_directory=os.environ["DAGSTER_HOME"]) as result:
             success = result.success
             run_id = result.run_id
             events = result.get_asset_materialization_events()

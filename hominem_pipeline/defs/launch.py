@@ -16,3 +16,39 @@ def first_failure(result) -> str:
                 message = f"{error.cls_name}: {rest}"
             return f"{event.step_key}: {message}"
     return "see the run's logs in the Dagster UI"
+
+
+DEFINITIONS_MODULE = "hominem_pipeline.definitions"  # what `hominem ui` serves: `dagster dev -m <this>`
+
+
+def ui_job_origin(job_name: str, working_directory: str):
+    """The origin the project's Dagster UI gives job `job_name`: its code location (`dagster dev -m
+    DEFINITIONS_MODULE`, named after the module), the location's single repository, the job. A run
+    created with it is listed under that job (the Overview's timeline, the job's runs) and can be
+    re-executed from the UI; a run without one is in the run list only."""
+    import sys
+
+    from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
+    from dagster._core.remote_origin import ManagedGrpcPythonEnvCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+    target = LoadableTargetOrigin(executable_path=sys.executable, module_name=DEFINITIONS_MODULE, working_directory=working_directory)
+    location = ManagedGrpcPythonEnvCodeLocationOrigin(loadable_target_origin=target, location_name=DEFINITIONS_MODULE)
+    return RemoteJobOrigin(repository_origin=RemoteRepositoryOrigin(code_location_origin=location, repository_name=SINGLETON_REPOSITORY_NAME), job_name=job_name)
+
+
+def execute_in_process(job_fn, keys, run_config: dict, tags: dict, working_directory: str):
+    """Dagster's `execute_job` (the run recorded in the project's instance, executed here), with the
+    run created under the UI's origin for the job (`ui_job_origin`). Returns the JobExecutionResult
+    (a context manager, as `execute_job`'s)."""
+    from dagster import DagsterInstance, reconstructable
+    from dagster._core.execution.api import execute_run
+
+    job = reconstructable(job_fn)
+    definition = job.get_definition()
+    instance = DagsterInstance.get()
+    run = instance.create_run_for_job(
+        job_def=definition, run_config=run_config, tags={**definition.run_tags, **tags}, asset_selection=frozenset(keys),
+        job_code_origin=job.get_python_origin(), remote_job_origin=ui_job_origin(definition.name, working_directory),
+    )
+    return execute_run(job, run, instance)
