@@ -175,7 +175,8 @@ def data_import_preferences(
 def data_ship_features(config: ConfigOpt = None, sets: SetOpt = None) -> None:
     """Write what the reward model's frozen networks compute for the shipped people's pairs
     (reward_model.people_pairs) and the contrast fixtures: the guard columns and the backbone's pooled states (and
-    the base student's log-probabilities of the fixtures' replies, which the evaluation reads), to config/human/features/, so that a fresh clone's first reward model reads them instead of computing
+    the base student's log-probabilities of the fixtures' replies, which the evaluation reads), and the people's score's projection with
+    every shipped pair's rows through it, to config/human/features/, so that a fresh clone's first reward model reads them instead of computing
     them. Run it after `hominem run` once the shipped pairs, the guards, the backbone or the judge's frame
     change, and commit the folder."""
     from hominem_pipeline.core.builds.reward_model import ship_features

@@ -170,7 +170,18 @@ def reward_backbone_digest(cfg: HominemConfig, partition: str) -> dict[str, str 
     source = reward_backbone(cfg)
     return {"backbone": folder_digest(source) if Path(source).is_dir() else str(source), "fixtures": fixtures_file_digest(cfg),
             "people_pairs": people_pairs_digest(cfg), "guard_student": folder_digest(student_path(cfg)) if cfg.reward_model.guards else None,
-            "people_encoder": None if (enc := people_encoder(cfg)) is None else folder_digest(enc)}
+            "people_encoder": None if (enc := people_encoder(cfg)) is None else folder_digest(enc), "people_projection": people_projection_digest(cfg, enc)}
+
+
+def people_projection_digest(cfg: HominemConfig, encoder: Path | None) -> str | None:
+    """The digest of the people's score's projection the project ships for `encoder` (None: none shipped;
+    the projection is then fitted with the score)."""
+    from hominem_pipeline.core.artifacts import optional_file_digest
+    from hominem_pipeline.core.reward.people import EncoderStates
+
+    if encoder is None:
+        return None
+    return optional_file_digest(EncoderStates(encoder, cfg.reward_model.people_score.max_length).projection_file(cfg.path(SHIPPED_FEATURES)))
 
 
 def shipped_texts(cfg: HominemConfig) -> list[tuple[str, list[tuple[str, str]]]]:
@@ -198,7 +209,9 @@ def ship_features(cfg: HominemConfig) -> list[tuple[Path, int, int]]:
     student) and the frozen backbone's pooled states; for the fixtures also the base student's
     log-probabilities of their replies (the evaluation's `adapter_moves`). Rows are read from the project's feature cache or
     the rows shipped already, the guards measured where neither holds them; a pooled row must be in the
-    cache (`hominem run` computes them). Replaces the folder's files and its MANIFEST.json. Returns
+    cache (`hominem run` computes them). And the people's score's projection, fitted on every shipped
+    people's pair's replies, with their rows read through it (`people.ship_projection`; their encoder's
+    states read from the cache or measured). Replaces the folder's files and its MANIFEST.json. Returns
     (file, rows, rows computed now) per file written."""
     import json
 
@@ -211,6 +224,7 @@ def ship_features(cfg: HominemConfig) -> list[tuple[Path, int, int]]:
     folder, rm = cfg.path(SHIPPED_FEATURES), cfg.reward_model
     cache_folder = cfg.data_dir / FEATURE_CACHE
     pooled = _pooled_encoding(cfg)
+    pairs = people_pairs(cfg)
     written, manifest = [], {}
     for source, texts in shipped_texts(cfg):
         name = source.split(".")[0]
@@ -236,7 +250,17 @@ def ship_features(cfg: HominemConfig) -> list[tuple[Path, int, int]]:
             written.append(_ship_fixture_logps(cfg, cache_folder, folder, name))
             manifest[written[-1][0].name] = {"features": "student_logps", "columns": ["sum", "tokens"], "file": source, "rows": written[-1][1],
                                              "student_digest": folder_digest(student_path(cfg)), "max_length": FIXTURE_MAX_LENGTH}
-    for stale in folder.glob("*.npz"):
+    encoder = people_encoder(cfg)
+    if encoder is not None and pairs is not None:
+        from hominem_pipeline.core.reward.people import ship_projection
+
+        every = [(p, r) for p, c, j in zip(pairs["prompt"], pairs["chosen"], pairs["rejected"]) for r in (c, j)]
+        projection, rows, n, measured = ship_projection(encoder, rm.people_score.max_length, cache_folder, every, folder)
+        written += [(projection, n, measured), (rows, n, 0)]
+        for path in (projection, rows):
+            manifest[path.name] = {"features": "people_projection" if path == projection else "people_projected", "files": [s.file for s in rm.people_pairs],
+                                   "rows": n, "encoder_digest": folder_digest(encoder), "max_length": rm.people_score.max_length}
+    for stale in [*folder.glob("*.npz"), *folder.glob("*.safetensors")]:
         if stale not in [w[0] for w in written]:
             stale.unlink()
     if written:

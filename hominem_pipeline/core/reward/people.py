@@ -47,6 +47,8 @@ PEOPLE_COMPONENTS = 256  # principal directions of the standardised states the k
 PEOPLE_LANDMARKS = 4000  # training replies the kernel is expanded on, at most (the rest are sampled)
 PEOPLE_FOLDS = 5
 PEOPLE_BATCH = 32
+PROJECTION_PART = "projection"  # a shipped projection's file: <the encoder's namespace digest>-projection.safetensors
+PROJECTION_ROWS = "people"  # the shipped rows read through it: <the projected namespace's digest>-people.npz
 CACHE_ROWS = 20_000  # the encoder's states of this many texts kept on disk (a row is 18 kB for MiniLM)
 
 
@@ -84,13 +86,45 @@ class EncoderStates:
             if self.device is not None:
                 self._model = self._model.to(self.device)
 
+    @cached_property
+    def namespace(self) -> list:
+        """What decides a row: the encoder's files and the tokens it reads."""
+        from hominem_pipeline.core.artifacts import folder_digest
+
+        return ["people", folder_digest(self.encoder), self.max_length]
+
     def disk_cache(self):
         if self.cache_folder is not None and self._cache is None:
-            from hominem_pipeline.core.artifacts import folder_digest
             from hominem_pipeline.core.reward.feature_cache import FeatureCache
 
-            self._cache = FeatureCache(self.cache_folder, ["people", folder_digest(self.encoder), self.max_length], self.width, max_rows=CACHE_ROWS)
+            self._cache = FeatureCache(self.cache_folder, self.namespace, self.width, max_rows=CACHE_ROWS)
         return self._cache
+
+    def projection_file(self, shipped: Path) -> Path:
+        """Where a project ships the projection for this encoder and length (`hominem data ship-features`)."""
+        from hominem_pipeline.core.artifacts import fingerprint
+
+        return Path(shipped) / f"{fingerprint(self.namespace, 16)}-{PROJECTION_PART}.safetensors"
+
+    def projected_cache(self, projection: Projection, shipped: Path | None = None):
+        """The on-disk cache of rows read through `projection`, with the project's shipped ones (needs a cache folder)."""
+        from hominem_pipeline.core.reward.feature_cache import FeatureCache
+
+        return FeatureCache(self.cache_folder, [*self.namespace, "projected", projection.digest()], projection.basis.shape[1], max_rows=CACHE_ROWS,
+                            shipped=shipped)
+
+    def projected(self, prompts: Sequence[str], replies: Sequence[str], projection: Projection, shipped: Path | None = None) -> np.ndarray:
+        """`projection` of the states of each (prompt, reply): with a cache folder, the rows the project
+        ships (`shipped`) or the cache holds are read, the rest measured (their full states cached as
+        `__call__` caches them)."""
+        from hominem_pipeline.core.reward.feature_cache import cached_rows, text_key
+
+        def measure(todo: list[int]) -> np.ndarray:
+            return projection(self([prompts[i] for i in todo], [replies[i] for i in todo]).numpy())
+
+        keys = [text_key(p, r) for p, r in zip(prompts, replies)]
+        cache = self.projected_cache(projection, shipped) if self.cache_folder is not None else None
+        return cached_rows(cache, keys, measure, projection.basis.shape[1]).numpy().astype(np.float64)
 
     def __call__(self, prompts: Sequence[str], replies: Sequence[str]) -> torch.Tensor:
         from hominem_pipeline.core.reward.feature_cache import cached_rows, text_key
@@ -204,6 +238,47 @@ def _as_stored(x: np.ndarray) -> np.ndarray:
 
 
 @dataclass
+class Projection:
+    """How the score reads the encoder's states: standardised (`mean`, `std`), then cut to the `basis`'
+    principal directions of the people's pairs' replies, where the kernel measures distances."""
+
+    mean: np.ndarray
+    std: np.ndarray
+    basis: np.ndarray  # (width, components)
+
+    def __call__(self, states: torch.Tensor | np.ndarray) -> np.ndarray:
+        return ((np.asarray(states, dtype=np.float64) - self.mean) / self.std) @ self.basis
+
+    @classmethod
+    def fit(cls, states: np.ndarray, components: int = PEOPLE_COMPONENTS) -> Projection:
+        """From the states of the pairs' replies, one row each."""
+        x = np.asarray(states, dtype=np.float64)
+        mean, std = x.mean(0), x.std(0)
+        std = np.where(std > 1e-6, std, 1.0)
+        sv, directions = _principal((x - mean) / std, top=components)
+        keep = min(components, int((sv > 1e-6 * sv[0]).sum()))
+        return cls(mean, std, _as_stored(directions[:, :keep]))
+
+    def digest(self) -> str:
+        import hashlib
+
+        return hashlib.sha256(b"".join(np.ascontiguousarray(a, dtype=np.float64).tobytes() for a in (self.mean, self.std, self.basis))).hexdigest()[:16]
+
+    def save(self, path: Path) -> None:
+        from safetensors.numpy import save_file
+
+        save_file({"mean": self.mean, "std": self.std, "basis": self.basis.astype(np.float32)}, str(path))
+        Path(path).chmod(0o644)  # a file the project ships, readable as its other files are
+
+    @classmethod
+    def load(cls, path: Path) -> Projection:
+        from safetensors.numpy import load_file
+
+        saved = load_file(str(path))
+        return cls(saved["mean"].astype(np.float64), saved["std"].astype(np.float64), saved["basis"].astype(np.float64))
+
+
+@dataclass
 class PeopleScore:
     """The fitted score: the states' standardisation and principal directions, the training replies
     there (the kernel's landmarks), and their coefficients. `basis` None: a linear score (`coef` over
@@ -231,24 +306,30 @@ class PeopleScore:
 
     @classmethod
     def fit(cls, states: np.ndarray, pairs: np.ndarray, weights: np.ndarray, groups: np.ndarray, seed: int,
-            alphas: Sequence[float] = PEOPLE_ALPHAS, gammas: Sequence[float] = PEOPLE_GAMMAS, folds: int = PEOPLE_FOLDS,
-            components: int = PEOPLE_COMPONENTS, landmarks: int = PEOPLE_LANDMARKS) -> tuple[PeopleScore, np.ndarray]:
+            components: int = PEOPLE_COMPONENTS, **settings: Any) -> tuple[PeopleScore, np.ndarray]:
         """Fit on `pairs` ((p, 2) rows of `states`: chosen, rejected), weighted, folded by `groups` (a
-        pair's prompt). Returns the score and every row's value: out of fold for the rows of a pair
-        (from the fit without its fold, at the chosen width and penalty), the full fit's elsewhere."""
+        pair's prompt), reading the states through the projection fitted on the pairs' rows. Returns the
+        score and every row's value: out of fold for the rows of a pair (from the fit without its fold,
+        at the chosen width and penalty), the full fit's elsewhere. `settings`: as `fit_projected`'s."""
+        cls._check_pairs(pairs, settings.get("folds", PEOPLE_FOLDS))
+        x = np.asarray(states, dtype=np.float64)
+        projection = Projection.fit(x[np.unique(pairs)], components)
+        return cls.fit_projected(projection, projection(x), pairs, weights, groups, seed, **settings)
+
+    @staticmethod
+    def _check_pairs(pairs: np.ndarray, folds: int) -> None:
         if len(pairs) < 2 * folds:
             raise ValueError(f"the people's score needs at least {2 * folds} people's pairs, got {len(pairs)}; add pairs "
                              "(reward_model.people_pairs, `hominem data import-preferences`) or set reward_model.people_score.encoder: null")
-        x = np.asarray(states, dtype=np.float64)
+
+    @classmethod
+    def fit_projected(cls, projection: Projection, z: np.ndarray, pairs: np.ndarray, weights: np.ndarray, groups: np.ndarray, seed: int,
+                      alphas: Sequence[float] = PEOPLE_ALPHAS, gammas: Sequence[float] = PEOPLE_GAMMAS, folds: int = PEOPLE_FOLDS,
+                      landmarks: int = PEOPLE_LANDMARKS) -> tuple[PeopleScore, np.ndarray]:
+        """`fit` on states already read through `projection` (`z`, e.g. a shipped projection's rows)."""
+        cls._check_pairs(pairs, folds)
+        z = np.asarray(z, dtype=np.float64)
         used = np.unique(pairs)
-        mean, std = x[used].mean(0), x[used].std(0)
-        std = np.where(std > 1e-6, std, 1.0)
-        x = (x - mean) / std
-        # principal directions of the pairs' replies: the kernel reads distances there
-        sv, directions = _principal(x[used], top=components)
-        keep = min(components, int((sv > 1e-6 * sv[0]).sum()))
-        basis = _as_stored(directions[:, :keep])
-        z = x @ basis
         rng = np.random.default_rng(seed)
         marks = used if len(used) <= landmarks else np.sort(rng.choice(used, landmarks, replace=False))
         centres = _as_stored(z[marks])
@@ -278,14 +359,14 @@ class PeopleScore:
             if best is None or right[gamma, alpha] > right[best[0], best[1]]:
                 best = (gamma, alpha, to_coef, d, oof[alpha])
         gamma, alpha, to_coef, d, held_values = best
-        score = cls(mean, std, to_coef @ _solve(d, w, alpha), float(alpha), right[gamma, alpha] / float(w.sum()), len(pairs),
-                    basis=basis, landmarks=centres, scale=median / gamma)
+        score = cls(projection.mean, projection.std, to_coef @ _solve(d, w, alpha), float(alpha), right[gamma, alpha] / float(w.sum()), len(pairs),
+                    basis=projection.basis, landmarks=centres, scale=median / gamma)
         values = np.zeros(len(z))
         values[used] = held_values
         others = np.setdiff1d(np.arange(len(z)), used)  # rows of no pair: the full fit's values (the pairs' are out of fold)
         values[others] = _expand(z[others], centres, score.scale, score.coef)
         log.info("people's score: %d pairs, %d landmarks in %d dimensions, kernel width %g x median, penalty %g, out-of-fold agreement %.1f%% (%s)",
-                 len(pairs), len(centres), keep, 1 / gamma, alpha, 100 * score.agreement,
+                 len(pairs), len(centres), z.shape[1], 1 / gamma, alpha, 100 * score.agreement,
                  ", ".join(f"{g:g}/{a:g}: {100 * r / w.sum():.1f}%" for (g, a), r in right.items()))
         return score, values
 
@@ -309,9 +390,12 @@ class PeopleScore:
 
 
 def fit_people_score(encoder: Path, cfg: RewardModelConfig, cache: Path | None, data: TrainingSet, people_only: pd.DataFrame | None,
-                     seed: int, device: Any = None) -> tuple[PeopleScore, np.ndarray]:
+                     seed: int, device: Any = None, shipped: Path | None = None) -> tuple[PeopleScore, np.ndarray]:
     """The people's score fitted on every people's pair (the heads' and `people_only`), and its value
-    for each of the training set's texts (out of fold for a pair's replies), then the people-only texts'."""
+    for each of the training set's texts (out of fold for a pair's replies), then the people-only texts'.
+    With a projection shipped for this encoder in `shipped` (`ship_projection`), the states are read
+    through it, and the rows it ships for the shipped pairs are not measured again; without one, the
+    projection is fitted on the pairs' replies here."""
     texts = list(data.texts)
     hp, hw = data.pairs[data.pair_human], data.pair_weight[data.pair_human]
     groups = [f"heads:{g}" for g in data.group_of[hp[:, 0]]]
@@ -324,8 +408,34 @@ def fit_people_score(encoder: Path, cfg: RewardModelConfig, cache: Path | None, 
         weights.append(people_only["weight"].to_numpy(np.float64) * cfg.pair_loss.human_weight if "weight" in people_only else np.full(n, cfg.pair_loss.human_weight))
         groups += [f"prompt:{p}" for p in people_only["prompt"]]
     reader = EncoderStates(encoder, cfg.people_score.max_length, cache=cache, device=device)
-    states = reader([p for p, _ in texts], [r for _, r in texts]).numpy()
-    return PeopleScore.fit(states, np.concatenate(pairs), np.concatenate(weights), np.array(groups), seed)
+    prompts, replies = [p for p, _ in texts], [r for _, r in texts]
+    pairs, weights, groups = np.concatenate(pairs), np.concatenate(weights), np.array(groups)
+    if shipped is not None and (path := reader.projection_file(shipped)).is_file():
+        projection = Projection.load(path)
+        log.info("people's score: the states read through the projection shipped in %s", path)
+        return PeopleScore.fit_projected(projection, reader.projected(prompts, replies, projection, shipped), pairs, weights, groups, seed)
+    return PeopleScore.fit(reader(prompts, replies).numpy(), pairs, weights, groups, seed)
+
+
+def ship_projection(encoder: Path, max_length: int, cache: Path, texts: Sequence[tuple[str, str]], shipped: Path) -> tuple[Path, Path, int, int]:
+    """Fit the projection on the states of `texts` (the replies of the people's pairs a project ships,
+    each exchange once) and write it to `shipped` with their rows read through it, so that a fresh
+    clone's first people's score neither measures those texts nor fits the projection. Returns (the
+    projection's file, the rows' file, rows, rows the encoder read now: the rest came from the cache)."""
+    from hominem_pipeline.core.reward.feature_cache import text_key
+
+    reader = EncoderStates(encoder, max_length, cache=cache)
+    texts = list(dict.fromkeys(texts))
+    prompts, replies = [p for p, _ in texts], [r for _, r in texts]
+    projection = Projection.fit(reader(prompts, replies).numpy())
+    measured = reader.disk_cache().misses
+    path = reader.projection_file(shipped)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    projection.save(path)
+    projection = Projection.load(path)  # as a clone reads it: the basis stored in float32
+    reader.projected(prompts, replies, projection)  # measured into the cache
+    keys = [text_key(p, r) for p, r in texts]
+    return path, reader.projected_cache(projection).ship(keys, shipped, PROJECTION_ROWS), len(keys), measured
 
 
 def people_scalar_weight(human_oof: np.ndarray, column: np.ndarray, pairs: np.ndarray, weights: np.ndarray) -> float:

@@ -257,7 +257,7 @@ def train_reward_model(
     guards = scorer(*zip(*data.texts)) if scorer is not None else None
     people = people_column = None
     if use_people:
-        people, people_column = fit_people_score(people_encoder, cfg, feature_cache, data, people_only, seed, device)
+        people, people_column = fit_people_score(people_encoder, cfg, feature_cache, data, people_only, seed, device, shipped=shipped_features)
         column = torch.from_numpy(people_column[: len(data.texts)]).float().unsqueeze(1)
         guards = column if guards is None else torch.cat([guards, column], 1)
     pooled_cache = None
