@@ -86,7 +86,9 @@ class Engine:
 
     def __init__(self, student: Path, adapter: Path | None, reward_model: Path | None, *, max_batch_size: int,
                  batch_wait_ms: float, max_queue: int, repetition_penalty: float, plain_start: bool = False, threads: int | None = None,
-                 adapter_label: str | None = None, recall_facts: bool = False):
+                 adapter_label: str | None = None, recall_facts: bool = False, device: Any = None):
+        """`device`: where the student and the reward model run, and the batch's tensors live (`core.device`;
+        None: the CPU); each row's sampling stays on the CPU (its own generator), one logits copy a step."""
         import torch
 
         from hominem_pipeline.core.policy.lora import load_policy
@@ -95,7 +97,8 @@ class Engine:
             torch.set_num_threads(threads)
         started = time.monotonic()
         self.student, self.adapter_path, self.reward_model_path = Path(student), adapter, reward_model
-        self.model, self.tokenizer = load_policy(self.student, adapter)
+        self.device = torch.device(device or "cpu")
+        self.model, self.tokenizer = load_policy(self.student, adapter, self.device)
         self.active: str | None = "default" if adapter is not None else None  # PEFT names the first adapter "default"
         self.labels: dict[str, str | None] = {"default": adapter_label or (str(adapter) if adapter else None)}
         self._stale: set[str] = set()  # swapped-out adapters, dropped once no row uses them
@@ -104,7 +107,7 @@ class Engine:
         if reward_model is not None:
             from hominem_pipeline.core.reward.model import RewardModel
 
-            self.reward = RewardModel.load(reward_model)
+            self.reward = RewardModel.load(reward_model, self.device)
         self.max_batch_size, self.batch_wait = max_batch_size, batch_wait_ms / 1000
         self.recall_facts = recall_facts
         self.max_queue, self.repetition_penalty = max_queue, repetition_penalty
@@ -305,7 +308,7 @@ class Engine:
         their cache rows into the running batch's."""
         import torch
 
-        enc = self.tokenizer([r.text for r in rows], return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = self.tokenizer([r.text for r in rows], return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
         mask = enc["attention_mask"]
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         with torch.inference_mode():
@@ -326,7 +329,7 @@ class Engine:
         import torch
 
         started = time.monotonic()
-        batch.mask = torch.cat([batch.mask, torch.ones(len(batch.rows), 1, dtype=batch.mask.dtype)], 1)
+        batch.mask = torch.cat([batch.mask, torch.ones(len(batch.rows), 1, dtype=batch.mask.dtype, device=batch.mask.device)], 1)
         with torch.inference_mode():
             out = self._forward(batch.adapter, input_ids=batch.last.unsqueeze(1), attention_mask=batch.mask,
                                 position_ids=batch.positions.unsqueeze(1), past_key_values=batch.cache)
@@ -348,7 +351,7 @@ class Engine:
         import torch
 
         tokens = []
-        for row, scores in zip(batch.rows, logits.float()):
+        for row, scores in zip(batch.rows, logits.float().cpu()):
             if row.cancelled and not row.done:
                 row.done, row.finish_reason = True, "cancelled"
             if row.done:
@@ -379,7 +382,7 @@ class Engine:
                 if len(row.ids) >= row.sampling.max_tokens:
                     row.done, row.finish_reason = True, "length"
             tokens.append(token)
-        return torch.tensor(tokens, dtype=torch.long)
+        return torch.tensor(tokens, dtype=torch.long).to(self.device)
 
     def _retire(self, batch: _Batch) -> _Batch | None:
         """Finish the rows that are done (their futures resolve) and drop them from the batch."""
@@ -408,7 +411,7 @@ class _Batch:
     def select(self, keep: list[int]) -> _Batch:
         import torch
 
-        index = torch.tensor(keep)
+        index = torch.tensor(keep, device=self.mask.device)
         self.cache.batch_select_indices(index)
         mask = self.mask[index]
         first = int((mask.sum(0) > 0).nonzero()[0]) if mask.any() else 0  # columns no kept row uses
@@ -439,7 +442,7 @@ def _left_pad(t: Any, length: int, dim: int = 2) -> Any:
         return t
     shape = list(t.shape)
     shape[dim] = missing
-    return torch.cat([torch.zeros(shape, dtype=t.dtype), t], dim)
+    return torch.cat([torch.zeros(shape, dtype=t.dtype, device=t.device), t], dim)
 
 
 async def wait(future: Future) -> Any:

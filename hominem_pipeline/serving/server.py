@@ -93,6 +93,7 @@ def build_service(cfg: HominemConfig, adapter: Path | None, reward_model: Path |
     """The service; with `follow_live`, it hot-swaps to whatever data/live/current.json names from now on
     and runs online updates of the live adapter (`config_args`: the --config / --set the update runs under)."""
     from hominem_pipeline.serving.app import Service
+    from hominem_pipeline.core.device import resolve_device
     from hominem_pipeline.serving.engine import Engine
 
     s = cfg.serving
@@ -103,7 +104,8 @@ def build_service(cfg: HominemConfig, adapter: Path | None, reward_model: Path |
     ledger = Ledger(cfg.dimension_names)
     ledger.load(interaction_log.remembered)
     engine = Engine(student, adapter, reward_model, max_batch_size=s.max_batch_size, batch_wait_ms=s.batch_wait_ms, max_queue=s.max_queue,
-                    repetition_penalty=s.repetition_penalty, plain_start=s.plain_start, adapter_label=label(cfg, adapter), recall_facts=s.recall_facts)
+                    repetition_penalty=s.repetition_penalty, plain_start=s.plain_start, adapter_label=label(cfg, adapter), recall_facts=s.recall_facts,
+                    device=resolve_device(cfg.runtime.device))
     service = Service(s, engine, Journal(interaction_log), ledger, access, label(cfg, reward_model), config=cfg)
     if follow_live:
         from hominem_pipeline.core.online.live import LiveState

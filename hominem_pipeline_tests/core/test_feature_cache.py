@@ -140,6 +140,8 @@ def test_the_shipped_rows_cover_every_shipped_text_as_training_and_scoring_read_
     texts = dict(shipped_texts(cfg))
     kinds: dict[str, set[str]] = {}
     for name, entry in manifest["files"].items():
+        if entry["features"].startswith("people_"):  # the people's score's projection and its rows: below
+            continue
         with np.load(folder / name, allow_pickle=False) as saved:
             keys, rows = set(saved["keys"].tolist()), saved["rows"]
         wanted = {ids_key(encode(p, r)) if entry["features"] == "pooled" else text_key(p, r) for p, r in texts[entry["file"]]}
@@ -151,7 +153,25 @@ def test_the_shipped_rows_cover_every_shipped_text_as_training_and_scoring_read_
             assert entry["columns"] == ["sum", "tokens"] and (rows[:, 0] < 0).all() and (rows[:, 1] >= 1).all()
     fixtures = Path(cfg.fixtures.file).name
     assert kinds == {"guards": set(texts), "pooled": set(texts), "student_logps": {fixtures}} and len(texts) == 3
-    assert sorted(p.name for p in folder.glob("*.npz")) == sorted(manifest["files"])
+    # the people's score's projection for the configured encoder and length, and the rows of every
+    # shipped people's pair's replies (the heads' and the score's own) read through it
+    from hominem_pipeline.core.builds.reward_model import people_pairs
+    from hominem_pipeline.core.reward.people import EncoderStates, Projection
+
+    [projection_name] = [n for n, e in manifest["files"].items() if e["features"] == "people_projection"]
+    [rows_name] = [n for n, e in manifest["files"].items() if e["features"] == "people_projected"]
+    assert cfg.reward_model.people_score.encoder == "encoder" and manifest["files"][rows_name]["max_length"] == cfg.reward_model.people_score.max_length
+    projection = Projection.load(folder / projection_name)
+    pairs = people_pairs(cfg)
+    with np.load(folder / rows_name, allow_pickle=False) as saved:
+        keys, rows = set(saved["keys"].tolist()), saved["rows"]
+    assert keys == {text_key(p, r) for p, c, j in zip(pairs["prompt"], pairs["chosen"], pairs["rejected"]) for r in (c, j)}
+    assert rows.shape == (len(keys), projection.basis.shape[1]) and projection.basis.shape == (2 * 6 * 384, 256) and np.isfinite(rows).all()
+    from hominem_pipeline.core.models import encoder_path
+
+    # named for the installed encoder, so that a fresh clone's fit finds it
+    assert EncoderStates(encoder_path(cfg), cfg.reward_model.people_score.max_length).projection_file(folder).name == projection_name
+    assert sorted([p.name for p in folder.glob("*.npz")] + [p.name for p in folder.glob("*.safetensors")]) == sorted(manifest["files"])
 
 
 def test_a_saved_model_scores_from_the_rows_its_training_computed(tiny_student, tmp_path, monkeypatch):

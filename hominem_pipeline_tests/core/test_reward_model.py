@@ -924,3 +924,34 @@ def test_the_peoples_score_nystroem_map_reproduces_the_kernel_and_survives_dupli
     np.testing.assert_allclose(phi_l @ phi_l.T, _kernel(centres, centres, 4.0), atol=1e-6)  # k(a, b) wherever a and b are landmarks
     np.testing.assert_allclose(phi_o @ phi_l.T, _kernel(others, centres, 4.0), atol=1e-6)  # and wherever one of them is
     assert np.isfinite(phi_o).all() and (np.einsum("ij,ij->i", phi_o, phi_o) <= 1.0 + 1e-6).all()  # never more than k(x, x) = 1
+
+
+def test_a_shipped_projection_gives_the_score_fitted_without_it_and_measures_no_shipped_text(tiny_encoder, tmp_path, monkeypatch):
+    """`hominem data ship-features` ships the people's score's projection, fitted on the shipped pairs'
+    replies, with their rows read through it: a fresh clone's fit reads those rows instead of passing the
+    texts through the encoder, and finds the score a fit on the measured states finds."""
+    from hominem_pipeline.core.reward.people import EncoderStates, PeopleScore, Projection, ship_projection
+
+    kind = ["Thank you, that is very kind of you.", "Thank you kindly, that helps.", "That is kind, thank you so much.", "How kind, thanks a lot."]
+    rude = ["Go away now.", "Leave me alone, go away.", "Go away, stop asking.", "Stop it and leave."]
+    prompts = [f"Could you help me with thing {i}?" for i in range(24)]
+    texts = [(p, kind[i % 4]) for i, p in enumerate(prompts)] + [(p, rude[i % 4]) for i, p in enumerate(prompts)]
+    pairs, weights, groups = np.stack([np.arange(24), 24 + np.arange(24)], 1), np.ones(24), np.arange(24)
+    states = EncoderStates(tiny_encoder, 64, cache=tmp_path / "maintainer")([p for p, _ in texts], [r for _, r in texts]).numpy()
+    direct, direct_values = PeopleScore.fit(states, pairs, weights, groups, seed=0)
+    shipped = tmp_path / "config" / "human" / "features"
+    projection_file, rows_file, n, measured = ship_projection(tiny_encoder, 64, tmp_path / "maintainer", texts + texts[:3], shipped)
+    assert n == 48 and measured == 0 and projection_file.parent == rows_file.parent == shipped  # each exchange once, read from the cache
+
+    fresh = EncoderStates(tiny_encoder, 64, cache=tmp_path / "fresh-clone")
+    assert fresh.projection_file(shipped) == projection_file
+    read: list[list[str]] = []
+    real = fresh._measure
+    monkeypatch.setattr(fresh, "_measure", lambda p, r: read.append(list(r)) or real(p, r))
+    projection = Projection.load(projection_file)
+    z = fresh.projected([p for p, _ in texts] + ["Any news?"], [r for _, r in texts] + ["None yet, sorry."], projection, shipped)
+    assert read == [["None yet, sorry."]]  # only the text nobody shipped
+    score, values = PeopleScore.fit_projected(projection, z[:48], pairs, weights, groups, seed=0)
+    assert score.agreement == direct.agreement and score.alpha == direct.alpha
+    np.testing.assert_allclose(values, direct_values, atol=1e-4)
+    np.testing.assert_allclose(score(states), direct(states), atol=1e-4)

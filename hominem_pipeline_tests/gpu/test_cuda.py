@@ -89,3 +89,23 @@ def test_the_teacher_and_the_evaluation_generate_on_cuda(tiny_student, tiny_enco
     model, tokenizer = load_policy(tiny_student, None, CUDA)
     replies = timed(f"evaluation replies, {CUDA.type}", lambda: greedy_replies(model, tokenizer, PROMPTS, cfg.evaluation, 0, "gpu check"))
     assert next(model.parameters()).device.type == CUDA.type and len(replies) == len(PROMPTS)  # greedy text can differ where the CPU's logits tie
+
+
+def test_the_servers_engine_batches_on_cuda_as_on_the_cpu(tiny_student):
+    """`hominem serve`'s engine on `runtime.device`: the model, the batch's cache, mask and positions on the
+    GPU (rows joining and leaving), each row's sampling on the CPU; greedy replies as long as the CPU's."""
+    from hominem_pipeline.serving.engine import Engine, Request, Sampling
+
+    def replies(device):
+        engine = Engine(tiny_student, None, None, max_batch_size=4, batch_wait_ms=0, max_queue=8, repetition_penalty=1.3, device=device)
+        try:
+            rows = [Request(engine.chat_text([{"role": "user", "content": p}]), Sampling(0.0, 1.0, 6 + 3 * i), adapter=False) for i, p in enumerate(PROMPTS)]
+            done = [f.result(timeout=120) for f in [engine.submit(r) for r in rows]]
+            return engine, [r.ids for r in done]
+        finally:
+            engine.close()
+
+    _, cpu = replies(None)
+    engine, cuda = timed(f"engine, {CUDA.type}", lambda: replies(CUDA))
+    assert next(engine.model.parameters()).device.type == CUDA.type
+    assert [len(r) for r in cuda] == [len(r) for r in cpu] == [6, 9, 12]  # rows of different lengths left the batch one by one

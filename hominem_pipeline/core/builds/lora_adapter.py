@@ -38,7 +38,7 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.models import student_path
     from hominem_pipeline.core.policy.export import write_model_card
     from hominem_pipeline.core.policy.pairs import read_preference_pairs
-    from hominem_pipeline.core.reward.model import RewardModel
+    from hominem_pipeline.core.reward.model import project_reward_model
 
     pc = ctx.cfg.policy
     pair_refs = ctx.inputs["preference_pairs"]
@@ -70,12 +70,12 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
 
             sampler = ReplayBuffer(teacher_replay_items(ArtifactStore(ctx.cfg.data_dir), pair_refs), ctx.cfg.replay,
                                    recent="newest_time").batches(common["seed"])  # the newest day's pairs are the recent ones
-        result = train_dual_adapter(pairs, memory, reward_model=RewardModel.load(rm_ref.path) if needs_rm else None, pair_sampler=sampler,
+        result = train_dual_adapter(pairs, memory, reward_model=project_reward_model(rm_ref.path, ctx.cfg) if needs_rm else None, pair_sampler=sampler,
                                     reference_cache=ctx.cfg.data_dir / REFERENCE_CACHE, **common)
     else:
         from hominem_pipeline.core.policy.rl import train_rl_adapter
 
-        result = train_rl_adapter(list(pairs["prompt"]), reward_model=RewardModel.load(rm_ref.path), dimension_weights=ctx.cfg.preferences.dimension_weights, **common)
+        result = train_rl_adapter(list(pairs["prompt"]), reward_model=project_reward_model(rm_ref.path, ctx.cfg), dimension_weights=ctx.cfg.preferences.dimension_weights, **common)
     write_json(ctx.out_dir / "training_history.json", {"history": result.history, "grad_norms": result.grad_norms})
     AdapterMetadata(
         mode=pc.mode,

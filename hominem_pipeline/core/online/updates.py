@@ -218,14 +218,15 @@ def _version_key(path: Path):
 _REWARD_MODELS: dict[str, Any] = {}  # the reward model an update of this process loaded, by folder (versions are immutable)
 
 
-def reward_model_at(path: Path) -> Any:
-    """The reward model at `path`, loaded once per process (the newest one asked for is kept)."""
-    from hominem_pipeline.core.reward.model import RewardModel
+def reward_model_at(path: Path, cfg: HominemConfig) -> Any:
+    """The reward model at `path` as the project's stages score with it (`project_reward_model`: on
+    `runtime.device`, through the feature cache), loaded once per process (the newest one asked for is kept)."""
+    from hominem_pipeline.core.reward.model import project_reward_model
 
     key = str(Path(path).resolve())
     if key not in _REWARD_MODELS:
         _REWARD_MODELS.clear()
-        _REWARD_MODELS[key] = RewardModel.load(path)
+        _REWARD_MODELS[key] = project_reward_model(path, cfg)
     return _REWARD_MODELS[key]
 
 
@@ -235,7 +236,7 @@ def prepare(cfg: HominemConfig) -> None:
     the meantime, the update loads that one."""
     try:
         rm_path, _ = update_sources(cfg, LiveState(cfg.data_dir))
-        reward_model_at(rm_path).warm()
+        reward_model_at(rm_path, cfg).warm()
     except Exception as exc:  # noqa: BLE001 - the update itself meets it again and reports it
         log.warning("could not load ahead what the next update needs (%s); it loads it when it runs", exc)
 
@@ -312,7 +313,7 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
         return UpdateResult("skipped", f"online updates are frozen since {current.frozen['since']} ({current.frozen['reason']}); `hominem live unfreeze` resumes them",
                             live=current.version)
     rm_path, pair_sources = update_sources(cfg, state)
-    reward_model = reward_model_at(rm_path)
+    reward_model = reward_model_at(rm_path, cfg)
     events = feedback_events(cfg)
     facts = stated_facts(cfg, events)
     new_facts = 0
