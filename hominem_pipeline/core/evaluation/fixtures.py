@@ -150,20 +150,11 @@ def pair_logps(model: Any, tokenizer: Any, fixtures: Sequence[Fixture], batch_si
                cache: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """(n, 2) each: the summed log-probability of each fixture's better and worse reply (with its end
     of turn) given its prompt, under `model` as it stands (a PEFT model: with its adapter on), and the
-    replies' token counts. `cache`: a `FeatureCache` of this model's (sum, count) rows by exchange
-    (`base_logp_cache`), read first and added to (for a network that does not change: the base student)."""
-    from hominem_pipeline.core.policy.sequences import encode
-    from hominem_pipeline.core.reward.feature_cache import cached_rows, text_key
-    from hominem_pipeline.core.reward.guards import reply_token_logps
+    replies' token counts (`people_pairs.exchange_logps`; `cache`: as there)."""
+    from hominem_pipeline.core.evaluation.people_pairs import exchange_logps
 
-    exchanges = [(f.prompt, reply) for f in fixtures for reply in (f.better, f.worse)]
-
-    def measure(todo: Sequence[int]) -> np.ndarray:  # the LM head on the replies' positions alone
-        sums, counts = reply_token_logps(model, [encode(tokenizer, *exchanges[i], max_length) for i in todo], tokenizer.pad_token_id, batch_size)
-        return np.stack([sums.numpy(), counts.numpy()], 1)
-
-    rows = cached_rows(cache, [text_key(p, r) for p, r in exchanges], measure, 2).numpy().astype(np.float64)
-    return rows[:, 0].reshape(len(fixtures), 2), rows[:, 1].round().astype(np.int64).reshape(len(fixtures), 2)
+    sums, counts = exchange_logps(model, tokenizer, [(f.prompt, reply) for f in fixtures for reply in (f.better, f.worse)], batch_size, max_length, cache)
+    return sums.reshape(len(fixtures), 2), counts.reshape(len(fixtures), 2)
 
 
 def base_logp_cache(student: Path, folder: Path, shipped: Path | None = None) -> Any:
@@ -177,20 +168,15 @@ def base_logp_cache(student: Path, folder: Path, shipped: Path | None = None) ->
 
 
 def adapter_moves(model: Any, tokenizer: Any, fixtures: Sequence[Fixture], batch_size: int, base_cache: Any = None) -> tuple[FixtureReport, dict[str, float]]:
-    """Did training move the student toward the better replies? Per fixture, the adapter's margin
-    log P(better) - log P(worse) minus the base's (the DPO implicit reward of the pair): positive where
-    the adapter moved the right way. The report's accuracy is the share of fixtures moved the right way
-    (per tag, the pairs moved the wrong way listed); also the mean move in nats and the share of fixtures
-    whose better reply each side finds the more likely per token. `base_cache`: `base_logp_cache` of the
-    model's base."""
-    from hominem_pipeline.core.policy.lora import merged
+    """Did training move the student toward the better replies? Per fixture, the adapter's implicit
+    reward (`people_pairs.implicit_reward`: its margin log P(better) - log P(worse) minus the base's):
+    positive where the adapter moved the right way. The report's accuracy is the share of fixtures moved
+    the right way (per tag, the pairs moved the wrong way listed); also the mean move in nats and the
+    share of fixtures whose better reply each side finds the more likely per token. `base_cache`:
+    `base_logp_cache` of the model's base."""
+    from hominem_pipeline.core.evaluation.people_pairs import implicit_reward
 
-    with merged(model):
-        adapter, tokens = pair_logps(model, tokenizer, fixtures, batch_size)
-    with model.disable_adapter():
-        base, _ = pair_logps(model, tokenizer, fixtures, batch_size, cache=base_cache)
-    moves = (adapter[:, 0] - adapter[:, 1]) - (base[:, 0] - base[:, 1])
-    tokens = np.maximum(tokens, 1)
-    per_token = lambda lp: float(np.mean(lp[:, 0] / tokens[:, 0] > lp[:, 1] / tokens[:, 1]))  # noqa: E731
-    return fixture_report(fixtures, moves), {"fixture_mean_move": float(moves.mean()), "fixture_base_prefers_better": per_token(base),
-                                             "fixture_adapter_prefers_better": per_token(adapter)}
+    summary, moves = implicit_reward(model, tokenizer, [f.prompt for f in fixtures], [f.better for f in fixtures], [f.worse for f in fixtures],
+                                     batch_size, FIXTURE_MAX_LENGTH, base_cache)
+    return fixture_report(fixtures, moves), {"fixture_mean_move": summary.mean_margin, "fixture_base_prefers_better": summary.base_prefers_chosen,
+                                             "fixture_adapter_prefers_better": summary.adapter_prefers_chosen}

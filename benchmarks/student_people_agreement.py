@@ -1,0 +1,92 @@
+"""Does the day's adapter move the student toward what people prefer? Judged on people's pairs no one
+here wrote, not by the project's reward model: the DPO implicit reward of the adapter against the base
+(`core/evaluation/people_pairs.py`; TRL's `rewards/accuracies`, 0.5 is chance) on HH-RLHF harmless-base
+pairs held out of the seed-0 split (the 1,800 of its training part are the pairs shipped in
+config/human/; the next --test are never seen by any model here), and on the contrast fixtures.
+
+    .venv/bin/python benchmarks/student_people_agreement.py --project /tmp/a-make-run --date 2026-11-27
+    .venv/bin/python benchmarks/student_people_agreement.py --adapter data/lora_adapter/2026-11-27/<version> --test 200
+
+Each adapter named (--adapter, repeatable; default: every lora_adapter version of --date in the project)
+is measured in the same run; the base's log-probabilities are kept in the project's features cache, so a
+second run reads them. Needs ../shared/data/hh-rlhf/ (or --data PATH); the project itself never reads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hominem_pipeline.core.human.preferences import parse_preference_file  # noqa: E402
+
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"
+TRAIN = 1800  # the training part of the split (the pairs shipped in config/human/)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--test", type=int, default=504, help="held-out pairs (after the 1,800 of the training part)")
+    ap.add_argument("--project", type=Path, default=ROOT, help="the project folder whose adapters and student to use")
+    ap.add_argument("--date", default=None, help="the day whose adapters to measure (default: the newest built)")
+    ap.add_argument("--adapter", type=Path, action="append", default=None, help="an adapter folder (repeatable; default: the day's)")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    if not args.data.is_file():
+        sys.exit(f"{args.data} not found; pass --data PATH to harmless-base-test.jsonl.gz")
+
+    from project import config_on
+
+    from hominem_pipeline.core.artifacts import ArtifactStore
+    from hominem_pipeline.core.evaluation.fixtures import base_logp_cache, load_fixtures
+    from hominem_pipeline.core.evaluation.people_pairs import implicit_reward
+    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.policy.lora import load_policy
+    from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
+
+    project = args.project.resolve()
+    cfg = config_on(project)
+    store = ArtifactStore(cfg.data_dir)
+    adapters = args.adapter
+    if not adapters:
+        days = store.partitions("lora_adapter")
+        if not days:
+            sys.exit(f"no lora_adapter built in {cfg.data_dir}; run `make run` there, or pass --adapter")
+        day = args.date or days[-1]
+        adapters = [ref.path for ref in store.versions("lora_adapter", day)]
+        if not adapters:
+            sys.exit(f"no lora_adapter built for {day} in {cfg.data_dir} (built days: {', '.join(days)})")
+    pairs = parse_preference_file(args.data, "hh-rlhf", args.data.name).pairs.reset_index(drop=True)
+    order = np.random.default_rng(0).permutation(len(pairs))
+    test = pairs.iloc[order[TRAIN : TRAIN + args.test]].reset_index(drop=True)
+    fixtures = load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names) if cfg.fixtures.file else []
+    student = student_path(cfg)
+    base = base_logp_cache(student, cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES))  # the base's rows, kept for the next run
+    rows = []
+    for adapter in adapters:
+        started = time.monotonic()
+        model, tokenizer = load_policy(student, Path(adapter))
+        held, _ = implicit_reward(model, tokenizer, list(test["prompt"]), list(test["chosen"]), list(test["rejected"]), cfg.evaluation.batch_size,
+                                  base_cache=base)
+        fixed, _ = implicit_reward(model, tokenizer, [f.prompt for f in fixtures], [f.better for f in fixtures], [f.worse for f in fixtures],
+                                   cfg.evaluation.batch_size, base_cache=base)
+        rows.append((Path(adapter), held, fixed, time.monotonic() - started))
+    print(f"\n{len(test)} held-out HH-RLHF pairs, {len(fixtures)} contrast fixtures; the base reads 0.5 on both by construction")
+    print(f"{'adapter':58s} {'people':>16s} {'margin':>8s} {'base/adapter prefer chosen':>28s} {'fixtures':>16s} {'seconds':>8s}")
+    for path, held, fixed, seconds in rows:
+        name = "/".join(path.parts[-3:])
+        print(f"{name:58s} {100 * held.accuracy:7.1f}% +-{100 * held.standard_error:4.1f} {held.mean_margin:+8.3f} "
+              f"{100 * held.base_prefers_chosen:13.1f}% / {100 * held.adapter_prefers_chosen:5.1f}% "
+              f"{100 * fixed.accuracy:7.1f}% +-{100 * fixed.standard_error:4.1f} {seconds:8.0f}")
+
+
+if __name__ == "__main__":
+    main()
