@@ -16,6 +16,10 @@ expanded on at most PEOPLE_LANDMARKS of them, Nystroem); a pair asks `f(chosen) 
 folds of the people's prompts. The heads are fitted on the same pairs, so for the replies of a pair
 the weight of the score in the scalar reads the score of a model fitted without that pair's prompt
 (out of fold, `fit`): otherwise the score would look better than it is on a new reply.
+
+The standardisation and principal directions (`Projection`) are fitted on the pairs' replies, unless the
+project ships one for the encoder (`ship_projection`, fitted on every shipped pair's replies, with their
+rows read through it): a fresh clone's first fit then reads those rows instead of the encoder.
 """
 
 from __future__ import annotations
