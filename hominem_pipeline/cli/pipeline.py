@@ -241,13 +241,15 @@ def ui(
     mlflow_port: Annotated[int, typer.Option(help="Port of the MLflow UI.")] = 5000,
 ) -> None:
     """Start the Dagster UI and the MLflow UI on localhost together; Ctrl-C stops both."""
+    from hominem_pipeline.defs.launch import DEFINITIONS_MODULE  # the run origin `hominem run` gives its runs names the same module
+
     cfg = load(config, sets)
     dagster_env(cfg)
     (cfg.data_dir / "mlflow").mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     bindir = Path(sys.executable).parent
     commands = {
-        "Dagster": [str(bindir / "dagster"), "dev", "-m", "hominem_pipeline.definitions", "-h", "127.0.0.1", "-p", str(dagster_port)],
+        "Dagster": [str(bindir / "dagster"), "dev", "-m", DEFINITIONS_MODULE, "-h", "127.0.0.1", "-p", str(dagster_port)],
         "MLflow": [
             str(bindir / "mlflow"), "server", "--backend-store-uri", cfg.mlflow_uri, "--default-artifact-root",
             cfg.path(cfg.tracking.artifact_root).resolve().as_uri(), "--host", "127.0.0.1", "--port", str(mlflow_port), "--workers", "1",
