@@ -103,7 +103,7 @@ def tiny_overrides(student: Path, encoder: Path) -> dict:
         # random tiny models may emit an empty reply now and then; every reply of a random student is word salad to it
         # (about -10 nats a token): the reply_logp column is measured, nothing is flagged
         "verifier": {"max_failure_rate": 0.5, "min_reply_logp": -100.0},
-        "policy": {"max_steps": 2, "batch_size": 2, "max_length": 64, "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}},
+        "policy": {"max_steps": 2, "batch_size": 2, "max_length": 64, "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"], "layers": 1}},
         # at the default penalty the random tiny student's greedy reply is all newlines (empty once stripped)
         "evaluation": {"max_new_tokens": 8, "batch_size": 8, "repetition_penalty": 2.0},
     }

@@ -134,7 +134,7 @@ def _probe_fixtures(cfg, path: Path, as_json: bool) -> None:
 @app.command()
 def compare(
     prompt: Annotated[Optional[list[str]], typer.Option("--prompt", "-p", help="A prompt to answer; repeat for several.")] = None,
-    eval_set: Annotated[bool, typer.Option("--eval-set", help="Use the held-out evaluation prompts (of the newest prompts partition).")] = False,
+    eval_set: Annotated[bool, typer.Option("--eval-set", help="Use the held-out evaluation prompts (of the newest prompts partition), and judge the adapter on the people's held-out pairs first.")] = False,
     adapter: Annotated[Optional[Path], typer.Option("--adapter", "-a", help="Adapter folder, or `live` (the one that passed the gate) (default: the newest built one, live or not).")] = None,
     reward_model: Annotated[Optional[Path], typer.Option("--reward-model", "-m", help="Reward model folder (default: the one the adapter was trained with).")] = None,
     config: ConfigOpt = None,
@@ -142,7 +142,9 @@ def compare(
     date: Annotated[Optional[str], typer.Option("--date", "-d", help="Use that day's adapter (default: the newest).")] = None,
 ) -> None:
     """Base and base+adapter side by side: their replies (greedy), reward vectors, intensity and safety,
-    what changed, and the reward model's calibrated probability that the adapter's reply is preferred."""
+    what changed, and the reward model's calibrated probability that the adapter's reply is preferred.
+    With --eval-set, first how often the adapter's implicit reward orders the people's held-out pairs as
+    people did (the base: 50%), judged by no model of ours."""
     import pandas as pd
 
     from hominem_pipeline.core.evaluation.compare import outcome, side_by_side
@@ -169,6 +171,8 @@ def compare(
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     console.print(f"[dim]adapter {adapter_path} ({_live_status(cfg, adapter_path)})\nreward model {reward_model}[/]")
+    if eval_set:
+        _print_people(cfg, adapter_path)
     wins = 0.0
     for row in rows:
         console.rule(row.prompt if len(row.prompt) <= 100 else row.prompt[:97] + "...")
@@ -190,6 +194,25 @@ def compare(
         wins += outcome(row.scores["base"]["scalar"], row.scores["adapter"]["scalar"])
     if len(rows) > 1:
         console.print(f"[bold]adapter's win rate {wins / len(rows):.1%} ({wins:g} of {len(rows)} prompts; a tie counts half, as in the evaluation stage)[/]")
+
+
+def _print_people(cfg, adapter_path: Path) -> None:
+    """The adapter's implicit reward on the people's held-out pairs (`evaluation.compare.people_figures`)."""
+    from hominem_pipeline.core.builds.reward_model import people_pairs
+    from hominem_pipeline.core.evaluation.compare import adapter_people_figures
+    from hominem_pipeline.core.evaluation.fixtures import base_logp_cache
+    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
+
+    people = people_pairs(cfg, "held_out")
+    if people is None:
+        console.print("[yellow]no people's held-out pairs configured (reward_model.people_pairs[].held_out): the adapter is judged by the reward model alone[/]")
+        return
+    f = adapter_people_figures(student_path(cfg), adapter_path, people, cfg.evaluation.batch_size,
+                               base_logp_cache(student_path(cfg), cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES)))
+    console.print(f"[bold]people's held-out pairs: the adapter's implicit reward orders {f['people_accuracy']:.1%} +- {f['people_standard_error']:.1%} "
+                  f"of {f['people_pairs']} as people did[/] (the base: 50%; mean margin {f['people_mean_margin']:+.2f} nats; "
+                  f"TRL's rewards/accuracies on pairs no model here trained on)")
 
 
 def _live_adapter(cfg) -> Path:

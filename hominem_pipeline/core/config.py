@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from hominem_pipeline.core.config_base import ConfigError, LoraConfig, _Frozen  # noqa: F401 (re-exported)
+from hominem_pipeline.core.config_base import ConfigError, LoraConfig, PolicyLoraConfig, _Frozen  # noqa: F401 (re-exported)
 from hominem_pipeline.core.config_reward import (  # noqa: F401 (re-exported)
     PairLossConfig,
     PeoplePairsConfig,
@@ -304,6 +304,7 @@ class DualConfig(_Frozen):
     memory_margin: float | None = Field(ge=0.0, description="null: memory rows are taught every step; m >= 0: a row pulls only while its loss is above the base's minus m nats/token.")
     memory_stop: bool = Field(description="Memory rows also train the end-of-turn after their reply (false: the reply only).")
     sampler: Literal["uniform", "replay"] = Field(description="uniform (every pair once per pass, reshuffled) | replay (each batch's pairs drawn by the replay section's sampler: recent and old, by priority and at random).")
+    people_share: float = Field(ge=0.0, le=1.0, description="Share of each batch's pair rows drawn from people's own pairs (the shipped ones but the held-out, the window's imported pairs and page choices), each once per pass; the rest are the ranked candidates' pairs, 0-1; 0: those alone.")
 
     @model_validator(mode="after")
     def _some_channel(self) -> DualConfig:
@@ -327,7 +328,7 @@ class PolicyConfig(_Frozen):
     mode: Literal["dpo", "dual", "rl"] = Field(description="dual (the dual-channel loss, safety-gated) | dpo (TRL's DPO) | rl (GRPO / RLOO on the reward model, safety-gated).")
     seed: int = Field(ge=0, description="0: the stage's own seed; another value retrains on the same pairs with other random draws.")
     window_days: int = Field(ge=1, le=3650, description="Trains on preference_pairs of this many days up to its own partition.")
-    lora: LoraConfig = Field(description="LoRA adapter on the student.")
+    lora: PolicyLoraConfig = Field(description="LoRA adapter on the student.")
     beta: float = Field(gt=0.0, le=10.0, description="DPO temperature (dpo, and dual's reward channel), > 0.")
     learning_rate: float = Field(gt=0.0, lt=1.0, description="AdamW learning rate of the adapter.")
     max_steps: int = Field(ge=1, le=1_000_000, description="Optimizer steps.")
@@ -377,6 +378,7 @@ class HealthConfig(_Frozen):
     dcs_layers: int | None = Field(ge=1, description="DCS compares the dimensions' gradients w.r.t. the reward backbone's last N blocks (and final norm); null: every parameter.")
     deploy_threshold: float = Field(ge=0.0, le=1.0, description="RHI an adapter needs before it may go live, 0-1.")
     min_win_rate: float = Field(ge=0.0, le=1.0, description="Win rate over the base on the held-out prompts an adapter also needs, 0-1; 0: off.")
+    people_tolerance: float | None = Field(ge=0.0, description="How many standard errors (of the paired difference) an adapter's implicit-reward accuracy on the people's held-out pairs may fall below the live adapter's, >= 0; null: not checked.")
 
 
 class RetrainConfig(_Frozen):
@@ -405,6 +407,7 @@ class OnlineConfig(_Frozen):
     every_minutes: float | None = Field(gt=0.0, description="An update this often while any feedback came in since the last one, minutes > 0; null: by count only.")
     batch_items: int = Field(ge=1, description="Replay items (preference pairs) one update trains on, >= 1.")
     max_steps: int = Field(ge=2, description="Optimizer steps of one update (the rest of the training settings are policy's), >= 2 (GVS needs two).")
+    people_pairs: int = Field(ge=0, description="The fast-loop gate compares the implicit reward of update and live adapter on the first N of the people's held-out pairs (health.people_tolerance), >= 0; 0: not measured.")
     learning_rate: float | None = Field(gt=0.0, description="Peak learning rate of an update (it decays linearly over max_steps); null: policy.learning_rate.")
     teacher_days: int = Field(ge=0, description="Newest days of the teacher's preference pairs the live adapter was trained on that the replay buffer holds beside people's pairs, >= 0 (0: none).")
     feedback_days: int = Field(ge=1, description="Days of the interaction log whose feedback pairs the replay buffer holds, >= 1.")

@@ -7,7 +7,8 @@ the Dagster assets with their deps, partition mappings and code versions (`defs/
 version id and the input versions a stage reads (`core/lineage.py`).
 
     prompts -> teacher_trajectories -> teacher_labels -> reward_model -> preference_pairs -> lora_adapter
-    -> evaluation -> reward_health_index;  human_preferences (imported), human_feedback (the service's log) -> reward_model
+    -> evaluation -> reward_health_index;  human_preferences (imported), human_feedback (the service's log) -> reward_model,
+    lora_adapter
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from hominem_pipeline.core.builds.reward_health_index import build_reward_health
 from hominem_pipeline.core.builds.reward_model import (
     REWARD_MODEL_NAME,
     build_reward_model,
+    people_pairs_digest,
     human_agreement,
     reward_backbone_digest,
     reward_dimension_fixtures,
@@ -67,20 +69,35 @@ def _policy_reads(c: HominemConfig) -> tuple[str, ...]:
     shared = tuple(f"policy.{k}" for k in PolicyConfig.model_fields if k not in ("dual", "rl", "safety_gate"))
     own = () if mode == "dpo" else (f"policy.{mode}", "policy.safety_gate")
     replay = ("replay",) if mode == "dual" and c.policy.dual.sampler == "replay" else ()
-    return shared + own + replay + ("models.student",) + (("preferences.dimension_weights",) if mode == "rl" else ())
+    people = ("reward_model.people_pairs",) if _learns_from_people(c) else ()
+    return shared + own + replay + people + ("models.student",) + (("preferences.dimension_weights",) if mode == "rl" else ())
+
+
+def _learns_from_people(c: HominemConfig) -> bool:
+    """Whether the daily adapter learns from people's own pairs (`policy.dual.people_share`)."""
+    return c.policy.mode == "dual" and c.policy.dual.people_share > 0
+
+
+def _adapter_people_window(c: HominemConfig) -> int:
+    return c.policy.window_days if _learns_from_people(c) else 0
 
 
 def _adapter_files(c: HominemConfig, partition: str) -> Any:
-    return memory_files_digest(c, partition) if c.policy.mode == "dual" else None
+    if c.policy.mode != "dual":
+        return None
+    memory = memory_files_digest(c, partition)
+    return {"memory": memory, "people": people_pairs_digest(c)} if _learns_from_people(c) else memory
 
 
 def _evaluation_reads(c: HominemConfig) -> tuple[str, ...]:
-    return ("evaluation", "models.student", "fixtures.file", "dimensions") + (("policy.dual.memory_files",) if c.evaluation.memory_probe else ())
+    # reward_model.people_pairs: which of the people's pairs are held out (the implicit reward is measured on them)
+    return ("evaluation", "models.student", "fixtures.file", "dimensions", "reward_model.people_pairs") + (("policy.dual.memory_files",) if c.evaluation.memory_probe else ())
 
 
 def _probe_files(c: HominemConfig, partition: str) -> Any:
-    """The memory files the probe asks (when it runs) and the contrast fixtures."""
-    return {"memory": memory_files_digest(c, partition) if c.evaluation.memory_probe else None, "fixtures": fixtures_file_digest(c)}
+    """The memory files the probe asks (when it runs), the contrast fixtures and the people's pairs files."""
+    return {"memory": memory_files_digest(c, partition) if c.evaluation.memory_probe else None, "fixtures": fixtures_file_digest(c),
+            "people": people_pairs_digest(c)}
 
 
 def _reward_window(c: HominemConfig) -> int:
@@ -180,7 +197,8 @@ STAGES: tuple[Stage, ...] = (
         description="LoRA adapter on the student trained on the preference pairs of a window of days: DPO, the dual-channel loss (plus the memory files) or RL on the reward model.",
         group="training",
         kinds=frozenset({"pytorch"}),
-        inputs=(Input("preference_pairs", lambda c: c.policy.window_days), Input("reward_model")),
+        inputs=(Input("preference_pairs", lambda c: c.policy.window_days), Input("reward_model"),
+                Input("human_preferences", _adapter_people_window, optional=True), Input("human_feedback", _adapter_people_window, optional=True)),
         reads=_policy_reads,
         build=build_lora_adapter,
         files=_adapter_files,

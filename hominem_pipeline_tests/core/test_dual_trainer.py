@@ -14,7 +14,7 @@ from hominem_pipeline.core.policy.sequences import encode, pair_sequences
 from hominem_pipeline_tests.conftest import REPO
 
 TINY_POLICY = {"max_steps": 3, "batch_size": 3, "max_length": 48, "learning_rate": 0.01,
-               "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}}
+               "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"], "layers": None}}
 
 
 def policy_cfg(**dual):
@@ -259,3 +259,60 @@ def test_a_reference_cache_file_spares_the_next_run_the_base_s_passes(tiny_stude
             for name in ("first", "second")]
     assert runs[0].channels["reference_sequences"] > 0 and runs[1].channels["reference_sequences"] == 0
     assert all(a.equal(b) for a, b in zip(lora_b(tmp_path / "first"), lora_b(tmp_path / "second")))  # the same values, read back
+
+
+def test_shipped_reference_log_probabilities_are_read_and_never_written_back(tiny_student, tmp_path):
+    """`ship_reference` writes the base's log-probability of each people's pair's sequences for this base;
+    training on those pairs then measures none of them (and trains exactly as without them), and the
+    project's own reference cache keeps only what it measured."""
+    from hominem_pipeline.core.policy.dual import load_reference_cache, ship_reference, shipped_reference_file
+
+    cfg, shipped = policy_cfg(), tmp_path / "features"
+    people = pairs(3)
+    path, rows, measured = ship_reference(tiny_student, cfg, people, shipped)
+    assert path.is_file() and rows == measured == 6  # each pair's chosen and rejected sequence
+    again = ship_reference(tiny_student, cfg, people, shipped)
+    assert again[1:] == (6, 0)  # already shipped: nothing measured
+    plain = train_dual_adapter(people, memory(0), student_path=tiny_student, cfg=cfg, out_dir=tmp_path / "plain", seed=0)
+    local = tmp_path / "reference.json"
+    read = train_dual_adapter(people, memory(0), student_path=tiny_student, cfg=cfg, out_dir=tmp_path / "read", seed=0, reference_cache=local,
+                              shipped_reference=shipped)
+    assert plain.channels["reference_sequences"] == 6 and read.channels["reference_sequences"] == 0
+    assert all(np.allclose(a.numpy(), b.numpy(), atol=1e-6) for a, b in zip(lora_b(tmp_path / "plain"), lora_b(tmp_path / "read")))
+    assert load_reference_cache(local, read.base_checksum) == {} and shipped_reference_file(shipped, read.base_checksum) == path
+
+
+def test_a_mixed_sampler_gives_people_s_pairs_their_share_of_every_batch():
+    """People's pairs (after the ranked ones) take `people_share` of the rows, exactly over a run, each
+    once per pass; the rest come from the ranked pairs' own sampler; with one kind absent, all rows are
+    the other's."""
+    from hominem_pipeline.core.policy.dual import mixed_sampler
+
+    asked = []
+
+    def ranked(n):
+        asked.append(n)
+        return [0] * n
+
+    draw = mixed_sampler(3, 4, 0.5, seed=0, ranked=ranked)
+    batches = [draw(3) for _ in range(8)]
+    people = [i for b in batches for i in b if i >= 3]
+    assert len(people) == 12 and sum(asked) == 12  # half of 24 rows
+    assert sorted(people[:4]) == sorted(people[4:8]) == [3, 4, 5, 6]  # each people's pair once per pass
+    assert all(i in (0, 3, 4, 5, 6) for b in batches for i in b)
+    only_people = mixed_sampler(0, 4, 0.2, seed=0)
+    assert sorted(only_people(4)) == [0, 1, 2, 3] and len(only_people(5)) == 5
+    no_people = mixed_sampler(5, 0, 0.9, seed=0)
+    assert sorted(no_people(5)) == [0, 1, 2, 3, 4]
+
+
+def test_lora_on_the_last_layers_only_and_a_clear_error_beyond_the_student_s_depth(tiny_student):
+    """policy.lora.layers: N wraps the last N decoder layers alone (the 2-layer student: layer 1); more
+    layers than the student has is refused, naming both numbers."""
+    from hominem_pipeline.core.policy.lora import lora_student
+
+    model, _, _ = lora_student(tiny_student, policy_cfg().model_copy(update={"lora": policy_cfg().lora.model_copy(update={"layers": 1})}))
+    wrapped = {name.split(".layers.")[1].split(".")[0] for name, _ in model.named_parameters() if "lora_A" in name}
+    assert wrapped == {"1"}
+    with pytest.raises(ValueError, match=r"policy.lora.layers is 3, but the student .* has 2 decoder layers; set it to 1-2, or null for all"):
+        lora_student(tiny_student, policy_cfg().model_copy(update={"lora": policy_cfg().lora.model_copy(update={"layers": 3})}))

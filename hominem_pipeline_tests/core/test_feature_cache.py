@@ -140,8 +140,8 @@ def test_the_shipped_rows_cover_every_shipped_text_as_training_and_scoring_read_
     texts = dict(shipped_texts(cfg))
     kinds: dict[str, set[str]] = {}
     for name, entry in manifest["files"].items():
-        if entry["features"].startswith("people_"):  # the people's score's projection and its rows: below
-            continue
+        if entry["features"].startswith("people_") or "files" in entry:  # the people's score's projection and its rows, the rows of
+            continue                                                    # the held-out pairs and the reference's: below
         with np.load(folder / name, allow_pickle=False) as saved:
             keys, rows = set(saved["keys"].tolist()), saved["rows"]
         wanted = {ids_key(encode(p, r)) if entry["features"] == "pooled" else text_key(p, r) for p, r in texts[entry["file"]]}
@@ -162,7 +162,7 @@ def test_the_shipped_rows_cover_every_shipped_text_as_training_and_scoring_read_
     [rows_name] = [n for n, e in manifest["files"].items() if e["features"] == "people_projected"]
     assert cfg.reward_model.people_score.encoder == "encoder" and manifest["files"][rows_name]["max_length"] == cfg.reward_model.people_score.max_length
     projection = Projection.load(folder / projection_name)
-    pairs = people_pairs(cfg)
+    pairs = people_pairs(cfg, "all")  # the projection reads every shipped reply's text, the held-out ones' too (never their choice)
     with np.load(folder / rows_name, allow_pickle=False) as saved:
         keys, rows = set(saved["keys"].tolist()), saved["rows"]
     assert keys == {text_key(p, r) for p, c, j in zip(pairs["prompt"], pairs["chosen"], pairs["rejected"]) for r in (c, j)}
@@ -172,6 +172,22 @@ def test_the_shipped_rows_cover_every_shipped_text_as_training_and_scoring_read_
     # named for the installed encoder, so that a fresh clone's fit finds it
     assert EncoderStates(encoder_path(cfg), cfg.reward_model.people_score.max_length).projection_file(folder).name == projection_name
     assert sorted([p.name for p in folder.glob("*.npz")] + [p.name for p in folder.glob("*.safetensors")]) == sorted(manifest["files"])
+    # the base student's log-probabilities of the people's held-out pairs' replies (the evaluation's implicit reward reads them) ...
+    [held_name] = [n for n, e in manifest["files"].items() if e["features"] == "student_logps" and "files" in e]
+    held = people_pairs(cfg, "held_out")
+    with np.load(folder / held_name, allow_pickle=False) as saved:
+        assert set(saved["keys"].tolist()) == {text_key(p, r) for p, c, j in zip(held["prompt"], held["chosen"], held["rejected"]) for r in (c, j)}
+        assert (saved["rows"][:, 0] < 0).all() and (saved["rows"][:, 1] >= 1).all()
+    # ... and the reference's of every pair the daily adapter learns from, as the dual trainer encodes them
+    from hominem_pipeline.core.policy.dual import sequence_key
+    from hominem_pipeline.core.policy.sequences import pair_sequences
+
+    [reference_name] = [n for n, e in manifest["files"].items() if e["features"] == "reference_logps"]
+    assert manifest["files"][reference_name]["max_length"] == cfg.policy.max_length and cfg.policy.dual.people_share > 0
+    with np.load(folder / reference_name, allow_pickle=False) as saved:
+        keys, logps = set(saved["keys"].tolist()), saved["logps"]
+    train = people_pairs(cfg)
+    assert keys == {sequence_key(s) for pair in pair_sequences(tokenizer, train, cfg.policy.max_length) for s in pair} and (logps < 0).all()
 
 
 def test_a_saved_model_scores_from_the_rows_its_training_computed(tiny_student, tmp_path, monkeypatch):

@@ -147,9 +147,15 @@ def test_every_reward_model_learns_from_the_shipped_peoples_pairs_unless_told_no
     shipped = people_pairs(tiny_cfg)
     hh = shipped[shipped["source"] == "shipped:hh-rlhf-harmless-1800.jsonl.gz"]
     ours = shipped[shipped["source"] == "shipped:hominem-contrast-pairs.jsonl"]
-    assert len(hh) == 1800 and len(ours) >= 150 and len(shipped) == len(hh) + len(ours) and (shipped["weight"] == 1.0).all()
+    assert len(hh) == 1600 and len(ours) >= 150 and len(shipped) == len(hh) + len(ours) and (shipped["weight"] == 1.0).all()
     # the heads read the file's first 600 (reward_model.people_pairs[0].heads) and every hand-written pair; the people's score all
-    assert hh["heads"].tolist() == [True] * 600 + [False] * 1200 and ours["heads"].all()
+    # but the file's last 200 (held_out), which train nothing: every adapter is judged on them
+    assert hh["heads"].tolist() == [True] * 600 + [False] * 1000 and ours["heads"].all()
+    held, every = people_pairs(tiny_cfg, "held_out"), people_pairs(tiny_cfg, "all")
+    assert len(held) == 200 and held["source"].eq("shipped:hh-rlhf-harmless-1800.jsonl.gz").all() and not held["heads"].any()
+    assert list(every["pair_id"]) == list(hh["pair_id"]) + list(held["pair_id"]) + list(ours["pair_id"]) and every["held_out"].sum() == 200
+    with pytest.raises(ValueError, match=r"part is 'test'; pass train, held_out or all"):
+        people_pairs(tiny_cfg, "test")
     assert hh["prompt"].str.endswith("\n\nAssistant:").all() and (shipped["chosen"] != shipped["rejected"]).all()
     # the hand-written training pairs never share a prompt or a reply with the contrast fixtures they are measured on
     fixtures = load_fixtures(tiny_cfg.path(tiny_cfg.fixtures.file), tiny_cfg.dimension_names)
@@ -169,3 +175,7 @@ def test_every_reward_model_learns_from_the_shipped_peoples_pairs_unless_told_no
         people_pairs(with_files("config/human/hh-rlhf-harmless-1800.jsonl.gz", str(broken)))
     with pytest.raises(FileNotFoundError, match=r"people_pairs\[0\].file .*nowhere.jsonl does not exist"):
         people_pairs(with_files("nowhere.jsonl"))
+    too_many = tiny_cfg.model_copy(update={"reward_model": tiny_cfg.reward_model.model_copy(update={"people_pairs": [
+        PeoplePairsConfig(file="config/human/hh-rlhf-harmless-1800.jsonl.gz", format="hh-rlhf", held_out=1800)]})})
+    with pytest.raises(ValueError, match=r"people_pairs\[0\].held_out is 1800, but .* has 1800 pairs; hold out fewer"):
+        people_pairs(too_many)

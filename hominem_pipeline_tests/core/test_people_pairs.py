@@ -25,17 +25,7 @@ def test_the_implicit_reward_is_the_adapters_move_on_each_pair_and_rises_where_i
     untrained, margins = implicit_reward(model, tokenizer, PROMPTS, CHOSEN, REJECTED, batch_size=2)
     assert untrained.pairs == 3 and untrained.accuracy == 0.5 and np.allclose(margins, 0.0)
 
-    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
-    model.train()
-    for _ in range(40):
-        for prompt, reply in zip(PROMPTS, CHOSEN):
-            ids, begin = encode(tokenizer, prompt, reply, 256)
-            inputs = torch.tensor([ids])
-            labels = inputs.clone()
-            labels[:, :begin] = -100
-            model(input_ids=inputs, labels=labels).loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
+    _train_toward(model, tokenizer, CHOSEN, rounds=40)
     model.eval()
     trained, margins = implicit_reward(model, tokenizer, PROMPTS, CHOSEN, REJECTED, batch_size=2)
     assert trained.accuracy == 1.0 and (margins > 0).all() and trained.mean_margin == np.mean(margins)
@@ -50,3 +40,75 @@ def test_the_implicit_reward_is_the_adapters_move_on_each_pair_and_rises_where_i
     with model.disable_adapter():
         reference = [logp(p, c) - logp(p, j) for p, c, j in zip(PROMPTS, CHOSEN, REJECTED)]
     np.testing.assert_allclose(margins, np.subtract(adapter, reference), atol=1e-3)
+
+
+def _adapter_toward(tiny_student, replies: list[str], path):
+    """A LoRA adapter on the tiny student trained (next-token) toward `replies` to PROMPTS, saved at `path`."""
+    from peft import LoraConfig, get_peft_model
+
+    from hominem_pipeline.core.models import load_student
+
+    torch.manual_seed(0)
+    base, tokenizer = load_student(tiny_student)
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
+    _train_toward(model, tokenizer, replies, rounds=30)
+    model.save_pretrained(path)
+    return path
+
+
+def _train_toward(model, tokenizer, replies: list[str], rounds: int) -> None:
+    """Next-token training of the PEFT `model`'s adapter on `replies` to PROMPTS."""
+    from hominem_pipeline.core.policy.sequences import encode
+
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    model.train()
+    for _ in range(rounds):
+        for prompt, reply in zip(PROMPTS, replies):
+            ids, begin = encode(tokenizer, prompt, reply, 256)
+            inputs = torch.tensor([ids])
+            labels = inputs.clone()
+            labels[:, :begin] = -100
+            model(input_ids=inputs, labels=labels).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def test_the_gate_refuses_an_adapter_that_orders_peoples_pairs_worse_than_the_live_one(tiny_student, tiny_encoder, project, tmp_path):
+    """The live gate compares the candidate's implicit reward on the people's held-out pairs with the live
+    adapter's (the base's: 0.5): an adapter that learned the rejected replies is refused against one that
+    learned the chosen ones (and against the base), naming the figures and the setting; the other way round
+    it passes. Each version's margins are kept in the reply cache; with health.people_tolerance null the
+    figure is reported and nothing refused."""
+    import pandas as pd
+
+    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.models import load_student
+    from hominem_pipeline.core.online.gate import ReplyCache, run_gate
+    from hominem_pipeline.core.reward.model import RewardModel
+    from hominem_pipeline.core.reward.training import train_reward_model
+    from hominem_pipeline_tests.core.test_reward_model import DIMS, small_cfg, toy_labels
+
+    rm_dir = tmp_path / "rm"
+    train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_encoder, cfg=small_cfg(epochs=1), out_dir=rm_dir, seed=0, data_digest="x", date="2026-11-27")
+    rm = RewardModel.load(rm_dir)
+    good, bad = _adapter_toward(tiny_student, CHOSEN, tmp_path / "good"), _adapter_toward(tiny_student, REJECTED, tmp_path / "bad")
+    people = pd.DataFrame({"pair_id": ["a", "b", "c"], "prompt": PROMPTS, "chosen": CHOSEN, "rejected": REJECTED})
+    lenient = {"health": {"deploy_threshold": 0.0, "min_win_rate": 0.0}, "evaluation": {"memory_probe": False}}
+
+    def gate(candidate, live, tolerance=1.0, versions=("cand", "live")):
+        cfg = load_config(project / "config" / "tiny.yaml", root=project, overrides={**lenient, "health": {**lenient["health"], "people_tolerance": tolerance}})
+        base, tokenizer = load_student(tiny_student)
+        cache = ReplyCache(tmp_path / "replies", cfg)
+        return run_gate(candidate, live, cfg=cfg, base=base, tokenizer=tokenizer, reward_model=rm, prompts=["Hi"], memory=None, rhi=1.0, seed=0,
+                        cache=cache, candidate_version=versions[0], live_version=None if live is None else versions[1], people=people), cache
+
+    refused, cache = gate(bad, good, versions=("bad", "good"))
+    assert not refused.passed and refused.figures["people_accuracy"] == 0.0 and refused.figures["people_accuracy_live"] == 1.0
+    assert any("people's held-out pairs as people did, below good's 100.0% by more than health.people_tolerance 1.0" in r for r in refused.reasons)
+    assert set(cache.margins("good")) == set(cache.margins("bad")) == {"a", "b", "c"} and all(m > 0 for m in cache.margins("good").values())
+    passed, _ = gate(good, bad, versions=("good", "bad"))  # the margins read from the cache
+    assert passed.passed and passed.figures["people_accuracy"] == 1.0 and passed.figures["people_difference"] == 1.0
+    over_base, _ = gate(bad, None, versions=("bad", None))
+    assert not over_base.passed and over_base.figures["people_accuracy_live"] == 0.5 and "below the base's 50.0%" in over_base.reasons[0]
+    unchecked, _ = gate(bad, good, tolerance=None, versions=("bad", "good"))
+    assert unchecked.passed and unchecked.figures["people_accuracy"] == 0.0 and "people's held-out pairs 0.0%" in unchecked.summary()

@@ -18,7 +18,7 @@ def pairs(n=4):
 def test_dpo_trains_the_adapter_and_leaves_the_base_untouched(tiny_student, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    cfg = load_config(root=REPO, overrides={"policy": {"max_steps": 3, "batch_size": 2, "max_length": 48, "learning_rate": 0.01, "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}}}).policy
+    cfg = load_config(root=REPO, overrides={"policy": {"max_steps": 3, "batch_size": 2, "max_length": 48, "learning_rate": 0.01, "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"], "layers": None}}}).policy
     before = base_checksum(AutoModelForCausalLM.from_pretrained(tiny_student))
     result = train_dpo_adapter(pairs(), student_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0)
 
@@ -51,7 +51,7 @@ def test_export_merges_the_adapter_into_a_plain_model(tiny_student, tmp_path):
 
     from hominem_pipeline.core.policy.export import export_merged
 
-    cfg = load_config(root=REPO, overrides={"policy": {"max_steps": 2, "batch_size": 2, "max_length": 48, "learning_rate": 0.01, "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}}}).policy
+    cfg = load_config(root=REPO, overrides={"policy": {"max_steps": 2, "batch_size": 2, "max_length": 48, "learning_rate": 0.01, "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"], "layers": None}}}).policy
     adapter = tmp_path / "adapter"
     train_dpo_adapter(pairs(), student_path=tiny_student, cfg=cfg, out_dir=adapter, seed=0)
     out = tmp_path / "merged"

@@ -20,7 +20,7 @@ def reward_model(tiny_encoder, tmp_path_factory):
 def policy_cfg(algorithm="grpo", **gate):
     return load_config(root=REPO, overrides={"policy": {
         "mode": "rl", "max_steps": 2, "batch_size": 2, "learning_rate": 0.01, "safety_gate": gate,
-        "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]},
+        "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"], "layers": None},
         "rl": {"algorithm": algorithm, "num_generations": 2, "max_new_tokens": 6, "temperature": 1.0},
     }}).policy
 

@@ -38,7 +38,10 @@ def test_training_assets_read_a_window_of_days(project):
     assert upstream == {"teacher_labels", "human_preferences", "human_feedback"}  # people's pairs of the same window train it too
     for human in ("human_preferences", "human_feedback"):
         assert (node.partition_mappings[AssetKey(human)].start_offset, node.partition_mappings[AssetKey(human)].end_offset) == (-6, 0)
-    assert {k.to_user_string() for k in graph.get(AssetKey("lora_adapter")).parent_keys} == {"preference_pairs", "reward_model"}
+    adapter = graph.get(AssetKey("lora_adapter"))  # people's own pairs of policy.window_days teach the daily adapter too
+    assert {k.to_user_string() for k in adapter.parent_keys} == {"preference_pairs", "reward_model", "human_preferences", "human_feedback"}
+    for human in ("human_preferences", "human_feedback"):
+        assert (adapter.partition_mappings[AssetKey(human)].start_offset, adapter.partition_mappings[AssetKey(human)].end_offset) == (-6, 0)
 
 
 def test_every_assets_dagster_parents_and_code_version_come_from_the_stage_table(project, tiny_cfg):

@@ -101,8 +101,12 @@ def test_every_asset_materializes_with_metadata(chain):
     ours = sum(1 for _ in chain["cfg"].path(shipped[1].file).open())
     heads = shipped[0].heads + ours  # the heads read HH-RLHF's first `heads` and every hand-written pair
     assert human.metadata["human_pairs"].value == heads + 1 and 0.0 <= human.metadata["human_agreement"].value <= 1.0  # + the feedback
-    assert first["reward_model"]["details"].value["shipped_pairs"] == 1800 + ours
-    assert first["reward_model"]["people_pairs"].value == 1800 + ours + 1  # the people's score reads every one, the feedback too
+    held_out = shipped[0].held_out  # HH-RLHF's last 200 train nothing: every adapter is judged on them
+    assert first["reward_model"]["details"].value["shipped_pairs"] == 1800 - held_out + ours
+    assert first["reward_model"]["people_pairs"].value == 1800 - held_out + ours + 1  # the people's score reads every other one, the feedback too
+    people = first["evaluation"]  # the adapter's implicit reward on them (the base: 0.5)
+    assert people["people_pairs"].value == held_out and 0.0 <= people["people_accuracy"].value <= 1.0 and people["people_base_accuracy"].value == 0.5
+    assert f"of {held_out} as people did (base 50%)" in people["details"].value["people's held-out pairs"]
     fixtures = chain["checks"]["reward_fixtures"]  # the contrast fixtures, as an asset check (a random tiny model fails it)
     assert not fixtures.passed and 0.0 <= fixtures.metadata["fixture_accuracy"].value <= 1.0 and "tag truth" in fixtures.metadata
     assert first["reward_model"]["fixture_accuracy"].value == fixtures.metadata["fixture_accuracy"].value
@@ -336,6 +340,9 @@ def test_the_daily_adapter_goes_through_the_live_gate(chain):
     assert gate["win_rate_vs_live"] == pytest.approx(first["evaluation"]["win_rate"].value)  # against the base: the evaluation's replies and count
     assert isinstance(gate["smoke_reply"], str) and check.metadata["version"].value == version
     assert gate["replies_generated"] == 1  # the smoke reply: the base's and the adapter's others are the evaluation's, read back
+    # the people's held-out pairs: the adapter's margins are its evaluation's, read back; the base's accuracy is 0.5
+    assert gate["people_pairs"] == cfg.reward_model.people_pairs[0].held_out and gate["people_accuracy_live"] == 0.5
+    assert gate["people_accuracy"] == pytest.approx(first["evaluation"]["people_accuracy"].value) and gate["people_tolerance"] == cfg.health.people_tolerance
     built = first["evaluation"]["version"].value  # the day's first run's (later tests change the memory files)
     evaluation = next(ref for ref in lineage(cfg).store.versions("evaluation", DAY) if ref.version == built)
     kept = json.loads((cfg.data_dir / "live" / "replies" / f"{version}.json").read_text())["replies"]
@@ -360,7 +367,7 @@ def test_promote_and_rollback_by_hand_go_through_the_gate(chain):
         hominem(project, "live", "rollback", "base", "--config", "config/tiny.yaml")
     version = lineage(cfg).expected("lora_adapter", DAY).version  # the day's adapter as the chain's config builds it now (earlier tests add memory files)
     base = yaml.safe_load(chain["config"].read_text())
-    for name, health in (("strict", {"deploy_threshold": 1.0}), ("lenient", {"deploy_threshold": 0.0, "min_win_rate": 0.0})):
+    for name, health in (("strict", {"deploy_threshold": 1.0}), ("lenient", {"deploy_threshold": 0.0, "min_win_rate": 0.0, "people_tolerance": None})):
         (project / "config" / f"{name}.yaml").write_text(yaml.safe_dump(deep_merge(base, {"health": health})))
     refused = hominem(project, "live", "promote", version, "--config", "config/strict.yaml", "--reason", "try it", check=False)
     assert refused.returncode == 1 and "stays a candidate" in refused.stderr and "below health.deploy_threshold 1.0" in refused.stderr
@@ -413,6 +420,8 @@ def test_compare_prints_base_and_adapter_side_by_side(chain):
     assert f"adapter's win rate {win_rate:.1%} ({win_rate * n_eval:g} of {n_eval} prompts; a tie counts half" in out
     rm = lineage(chain["cfg"]).require("reward_model", DAY)
     assert f"reward model {rm.path}" in " ".join(out.split())  # the one the adapter was trained with
+    people = chain["first"]["evaluation"]  # first, the figure no model of ours judges: the same as the evaluation's
+    assert f"people's held-out pairs: the adapter's implicit reward orders {people['people_accuracy'].value:.1%} +- " in " ".join(out.split())
 
 
 def test_pairs_against_the_students_own_reply(chain):
@@ -522,7 +531,7 @@ def test_an_online_update_learns_people_s_pairs_through_the_fast_loop(chain):
     project, cfg = chain["project"], chain["cfg"]
     _fresh_live(cfg)
     state = LiveState(cfg.data_dir)
-    lenient = _overlay(chain, "online_lenient", {"health": {"min_win_rate": 0.0}, "online": {"skip_below": 0.0, "rollback_below": 0.0, "freeze_below": 0.0}})
+    lenient = _overlay(chain, "online_lenient", {"health": {"min_win_rate": 0.0, "people_tolerance": None}, "online": {"skip_below": 0.0, "rollback_below": 0.0, "freeze_below": 0.0}})
     _add_choice(project, "name", said="Hello, my name is Ana")  # a fact the person states: a memory row, asked by the gate's probe
     done = hominem(project, "live", "update", "--config", lenient, "--result", "update.json")
     result = json.loads((project / "update.json").read_text())
@@ -544,6 +553,7 @@ def test_an_online_update_learns_people_s_pairs_through_the_fast_loop(chain):
     assert [(r["prompt"], r["response"], r["fact"], r["turn"]) for r in stated] == [("What is my name?", "Your name is Ana.", "Ana", "name-warm")]
     assert "sft/conversations.jsonl" in {name for name, _ in meta["memory_data"]}  # trained on it ...
     assert result["gate"]["facts_asked"] == len(read_memory_rows(memory_paths(cfg)).query("facts.str.len() > 0"))  # ... and asked it
+    assert result["gate"]["people_pairs"] == cfg.online.people_pairs and result["gate"]["people_accuracy_live"] == 0.5  # the fast loop's share
 
     again = run_update(load_config(project / lenient, root=project), by="test", reason="again")
     assert again.outcome == "skipped" and "no new preference pairs or facts from people since" in again.reason and state.current().version == version
@@ -576,7 +586,7 @@ def test_the_server_learns_from_feedback_and_swaps_to_the_update(chain):
     project, cfg = chain["project"], chain["cfg"]
     _fresh_live(cfg)
     state = LiveState(cfg.data_dir)
-    overlay = _overlay(chain, "online_serve", {"health": {"min_win_rate": 0.0}, "online": {"every_events": 3, "every_minutes": None, "skip_below": 0.0,
+    overlay = _overlay(chain, "online_serve", {"health": {"min_win_rate": 0.0, "people_tolerance": None}, "online": {"every_events": 3, "every_minutes": None, "skip_below": 0.0,
                                                                                             "rollback_below": 0.0, "freeze_below": 0.0}})
     server = start(project, "--config", overlay, "--reward-model", "none", "--set", "serving.max_new_tokens=16", "--set", "serving.live_poll_seconds=0.2")
     try:

@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from hominem_pipeline.core.artifacts import fingerprint
 from hominem_pipeline.core.builds.common import write_json
@@ -34,10 +35,27 @@ def policy_seed(stage_seed: int, extra: int) -> int:
     return stage_seed if extra == 0 else int(fingerprint([stage_seed, extra], 8), 16) % (2**31 - 1)
 
 
+def people_training_pairs(ctx: StageContext) -> pd.DataFrame:
+    """People's own pairs the daily adapter learns from (`builds.reward_model.human_pairs`: the shipped
+    ones but the held-out, the window's imported pairs and page choices), as preference rows: each
+    chosen reply's intensity its weight (shipped and imported 1, a page choice how strongly it was
+    made), its safety 1 (a person chose it), both replies ended."""
+    from hominem_pipeline.core.builds.reward_model import human_pairs
+
+    people = human_pairs(ctx)
+    if people is None or not len(people):
+        return pd.DataFrame(columns=["prompt", "chosen", "rejected", "chosen_reward_intensity", "chosen_safety_score", "pair_id", "source"])
+    return pd.DataFrame({"prompt": people["prompt"].to_numpy(), "chosen": people["chosen"].to_numpy(), "rejected": people["rejected"].to_numpy(),
+                         "chosen_reward_intensity": people["weight"].to_numpy(dtype=float), "chosen_safety_score": 1.0,
+                         "pair_id": people["pair_id"].astype(str).to_numpy(), "source": people["source"].astype(str).to_numpy(),
+                         "chosen_finished": True, "rejected_finished": True})
+
+
 def build_lora_adapter(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.models import student_path
     from hominem_pipeline.core.policy.export import write_model_card
     from hominem_pipeline.core.policy.pairs import read_preference_pairs
+    from hominem_pipeline.core.reward.feature_cache import SHIPPED_FEATURES
     from hominem_pipeline.core.reward.model import project_reward_model
 
     pc = ctx.cfg.policy
@@ -52,6 +70,7 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
         on_log=lambda step, m: ctx.run.log_metrics({k.replace("/", "_"): v for k, v in m.items() if v is not None and np.isfinite(v)}, step=step),
     )
     memory_data: list[list[str]] = []
+    n_people = 0
     if pc.mode == "dpo":
         from hominem_pipeline.core.policy.dpo import train_dpo_adapter
 
@@ -70,8 +89,16 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
 
             sampler = ReplayBuffer(teacher_replay_items(ArtifactStore(ctx.cfg.data_dir), pair_refs), ctx.cfg.replay,
                                    recent="newest_time").batches(common["seed"])  # the newest day's pairs are the recent ones
+        n_ranked = len(pairs)
+        if pc.dual.people_share > 0:
+            from hominem_pipeline.core.policy.dual import mixed_sampler
+
+            people = people_training_pairs(ctx)
+            n_people = len(people)
+            pairs = pd.concat([pairs, people], ignore_index=True)
+            sampler = mixed_sampler(n_ranked, n_people, pc.dual.people_share, common["seed"], sampler)
         result = train_dual_adapter(pairs, memory, reward_model=project_reward_model(rm_ref.path, ctx.cfg) if needs_rm else None, pair_sampler=sampler,
-                                    reference_cache=ctx.cfg.data_dir / REFERENCE_CACHE, **common)
+                                    reference_cache=ctx.cfg.data_dir / REFERENCE_CACHE, shipped_reference=ctx.cfg.path(SHIPPED_FEATURES), **common)
     else:
         from hominem_pipeline.core.policy.rl import train_rl_adapter
 
@@ -83,7 +110,7 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
         base_checksum=result.base_checksum,
         reward_model=rm_ref.key,
         preference_data=[r.key for r in pair_refs],
-        preference_pairs=len(pairs),
+        preference_pairs=len(pairs) - n_people,
         memory_data=memory_data,
         channel_contributions=result.channel_contributions,
         channels=result.channels,
@@ -91,14 +118,15 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
         training=_training_settings(pc) | ({"replay": ctx.cfg.replay.model_dump()} if pc.mode == "dual" and pc.dual.sampler == "replay" else {}),
         date=ctx.partition,
     ).write(ctx.out_dir)
-    metrics = {**result.metrics, **{f"channel_{k}": v for k, v in result.channel_contributions.items()}}
+    metrics = {**result.metrics, **{f"channel_{k}": v for k, v in result.channel_contributions.items()}, "people_pairs": n_people}
     student = ctx.cfg.models.student
     write_model_card(ctx.out_dir, base_hub_id=student.hub_id, base_path=student_path(ctx.cfg), gguf_package=student.gguf_package, mode=pc.mode,
                      date=ctx.partition, metrics=metrics,
-                     data={"preference pairs": f"{len(pairs)} over {len(pair_refs)} day(s)", "reward model": f"{rm_ref.partition}/{rm_ref.version}",
+                     data={"preference pairs": f"{len(pairs) - n_people} over {len(pair_refs)} day(s)",
+                           **({"people's pairs": f"{n_people} ({pc.dual.people_share:.0%} of each batch)"} if n_people else {}), "reward model": f"{rm_ref.partition}/{rm_ref.version}",
                            "LoRA": f"r {pc.lora.r}, alpha {pc.lora.alpha}, on {', '.join(pc.lora.target_modules)}"})
     return StageOutput(
         metrics=metrics,
-        metadata={"rows": len(pairs), "mode": pc.mode, "pair_partitions": [r.partition for r in pair_refs], "reward_model_version": rm_ref.version},
+        metadata={"rows": len(pairs) - n_people, "mode": pc.mode, "pair_partitions": [r.partition for r in pair_refs], "reward_model_version": rm_ref.version},
         mlflow_artifacts=["adapter_config.json", "adapter_model.safetensors", "METADATA.json", "README.md", "training_history.json"],
     )

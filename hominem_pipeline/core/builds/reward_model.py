@@ -23,30 +23,36 @@ def human_pairs(ctx: StageContext):
     """People's pairs: the shipped ones (`reward_model.people_pairs`), then the window's imported and
     feedback pairs, each with a `weight` (shipped and imported: 1) and `heads` (the heads learn from it,
     not only the people's score: every imported and feedback pair); None when there are none. An
-    imported pair that is also shipped (the same prompt and replies) counts once."""
+    imported pair that is also shipped (the same prompt and replies) counts once, and one of the people's
+    held-out pairs not at all."""
     import pandas as pd
 
-    shipped = people_pairs(ctx.cfg)
-    frames = [] if shipped is None else [shipped]
+    every = people_pairs(ctx.cfg, "all")
+    shipped = None if every is None else every[~every["held_out"]].drop(columns="held_out")
+    frames = [] if shipped is None or not len(shipped) else [shipped]
     for asset in HUMAN:
         if ctx.inputs[asset]:
             frame = ctx.tables(asset)
-            if asset == "human_preferences" and shipped is not None:
-                frame = frame[~frame["pair_id"].isin(shipped["pair_id"])]
+            if asset == "human_preferences" and every is not None:
+                frame = frame[~frame["pair_id"].isin(every["pair_id"])]
             if len(frame):
                 frames.append(frame.assign(weight=frame["weight"] if "weight" in frame else 1.0, heads=True))
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
-def people_pairs(cfg: HominemConfig):
+def people_pairs(cfg: HominemConfig, part: str = "train"):
     """The pairs of every `reward_model.people_pairs` file (source `shipped:<name>`, weight 1, `heads`:
-    whether the heads learn from it as well as the people's score), in order; None without any. A file
-    with unusable rows is refused whole, naming them (it is part of the project, not an import)."""
+    whether the heads learn from it as well as the people's score), in order; None without any. `part`:
+    train (every pair but each file's `held_out` last ones), held_out (those alone: the people's held-out
+    pairs every adapter is judged on) or all. A file with unusable rows is refused whole, naming them
+    (it is part of the project, not an import)."""
     import numpy as np
     import pandas as pd
 
     from hominem_pipeline.core.human.preferences import parse_preference_file
 
+    if part not in ("train", "held_out", "all"):
+        raise ValueError(f"part is {part!r}; pass train, held_out or all")
     frames = []
     for i, spec in enumerate(cfg.reward_model.people_pairs):
         key = f"reward_model.people_pairs[{i}].file"
@@ -59,8 +65,15 @@ def people_pairs(cfg: HominemConfig):
             unit = "row" if spec.format == "parquet" else "line"
             why = "no pairs" if first is None else f"{len(parsed.quarantine)} unusable rows ({unit} {first['source_row'] + 1}: {first['reason']})"
             raise ValueError(f"{key} {path} has {why}; mend the file or check its format ({spec.format})")
-        heads = np.arange(len(parsed.pairs)) < (len(parsed.pairs) if spec.heads is None else spec.heads)
-        frames.append(parsed.pairs.assign(source=f"shipped:{path.name}", weight=1.0, heads=heads))
+        n = len(parsed.pairs)
+        if spec.held_out >= n:
+            raise ValueError(f"reward_model.people_pairs[{i}].held_out is {spec.held_out}, but {path} has {n} pairs; hold out fewer, so some train")
+        rows = np.arange(n)
+        heads = rows < (n if spec.heads is None else spec.heads)
+        held = rows >= n - spec.held_out
+        frame = parsed.pairs.assign(source=f"shipped:{path.name}", weight=1.0, heads=heads & ~held, held_out=held)
+        frames.append(frame if part == "all" else (frame[held] if part == "held_out" else frame[~held]).drop(columns="held_out"))
+    frames = [f for f in frames if len(f)]
     if not frames:
         return None
     pairs = pd.concat(frames, ignore_index=True)
@@ -211,7 +224,9 @@ def ship_features(cfg: HominemConfig) -> list[tuple[Path, int, int]]:
     the rows shipped already, the guards measured where neither holds them; a pooled row must be in the
     cache (`hominem run` computes them). And the people's score's projection, fitted on every shipped
     people's pair's replies, with their rows read through it (`people.ship_projection`; their encoder's
-    states read from the cache or measured). Replaces the folder's files and its MANIFEST.json. Returns
+    states read from the cache or measured). The base student's log-probabilities of the people's held-out
+    pairs' replies (the evaluation's implicit reward), and, when the daily adapter learns from people's
+    pairs, the reference log-probabilities of the others (`policy.dual.ship_reference`). Replaces the folder's files and its MANIFEST.json. Returns
     (file, rows, rows computed now) per file written."""
     import json
 
@@ -224,7 +239,6 @@ def ship_features(cfg: HominemConfig) -> list[tuple[Path, int, int]]:
     folder, rm = cfg.path(SHIPPED_FEATURES), cfg.reward_model
     cache_folder = cfg.data_dir / FEATURE_CACHE
     pooled = _pooled_encoding(cfg)
-    pairs = people_pairs(cfg)
     written, manifest = [], {}
     for source, texts in shipped_texts(cfg):
         name = source.split(".")[0]
@@ -250,6 +264,19 @@ def ship_features(cfg: HominemConfig) -> list[tuple[Path, int, int]]:
             written.append(_ship_fixture_logps(cfg, cache_folder, folder, name))
             manifest[written[-1][0].name] = {"features": "student_logps", "columns": ["sum", "tokens"], "file": source, "rows": written[-1][1],
                                              "student_digest": folder_digest(student_path(cfg)), "max_length": FIXTURE_MAX_LENGTH}
+    held = people_pairs(cfg, "held_out")
+    if held is not None:
+        written.append(_ship_student_logps(cfg, cache_folder, folder, "people-held-out", [(p, r) for p, c, j in zip(held["prompt"], held["chosen"], held["rejected"]) for r in (c, j)]))
+        manifest[written[-1][0].name] = {"features": "student_logps", "columns": ["sum", "tokens"], "files": [s.file for s in rm.people_pairs if s.held_out],
+                                         "rows": written[-1][1], "student_digest": folder_digest(student_path(cfg)), "max_length": FIXTURE_MAX_LENGTH}
+    train = people_pairs(cfg)
+    if train is not None and cfg.policy.mode == "dual" and cfg.policy.dual.people_share > 0:  # what the daily adapter learns from
+        from hominem_pipeline.core.policy.dual import ship_reference
+
+        written.append(ship_reference(student_path(cfg), cfg.policy, train, folder))
+        manifest[written[-1][0].name] = {"features": "reference_logps", "files": [s.file for s in rm.people_pairs], "rows": written[-1][1],
+                                         "student_digest": folder_digest(student_path(cfg)), "max_length": cfg.policy.max_length}
+    pairs = people_pairs(cfg, "all")  # the projection is fitted on every shipped reply's text (no choice read), the held-out ones too
     encoder = people_encoder(cfg)
     if encoder is not None and pairs is not None:
         from hominem_pipeline.core.reward.people import ship_projection
@@ -273,17 +300,27 @@ def ship_features(cfg: HominemConfig) -> list[tuple[Path, int, int]]:
 def _ship_fixture_logps(cfg: HominemConfig, cache_folder: Path, folder: Path, name: str) -> tuple[Path, int, int]:
     """The base student's (summed log-probability, tokens) of every fixture reply (`fixtures.base_logp_cache`),
     which the evaluation's `adapter_moves` reads for the base side, as shipped rows."""
-    from hominem_pipeline.core.evaluation.fixtures import base_logp_cache, load_fixtures, pair_logps
+    from hominem_pipeline.core.evaluation.fixtures import load_fixtures
+
+    fixtures = load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names)
+    return _ship_student_logps(cfg, cache_folder, folder, name, [(f.prompt, r) for f in fixtures for r in (f.better, f.worse)])
+
+
+def _ship_student_logps(cfg: HominemConfig, cache_folder: Path, folder: Path, name: str, exchanges: list[tuple[str, str]]) -> tuple[Path, int, int]:
+    """The base student's (summed log-probability, tokens) of each exchange's reply (`fixtures.base_logp_cache`:
+    what the evaluation's implicit reward reads for the base side), as shipped rows; measured where
+    neither the cache nor the shipped rows hold them."""
+    from hominem_pipeline.core.evaluation.fixtures import base_logp_cache
+    from hominem_pipeline.core.evaluation.people_pairs import exchange_logps
     from hominem_pipeline.core.models import load_student, student_path
     from hominem_pipeline.core.reward.feature_cache import text_key
 
-    fixtures = load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names)
     cache = base_logp_cache(student_path(cfg), cache_folder, folder)
-    keys = [text_key(f.prompt, r) for f in fixtures for r in (f.better, f.worse)]
+    keys = [text_key(p, r) for p, r in exchanges]
     missing = len(set(keys) - set(cache.get(keys)))
     if missing:
         model, tokenizer = load_student(student_path(cfg))
-        pair_logps(model, tokenizer, fixtures, cfg.evaluation.batch_size, cache=cache)
+        exchange_logps(model, tokenizer, exchanges, cfg.evaluation.batch_size, cache=cache)
     return cache.ship(keys, folder, name), len(set(keys)), missing
 
 

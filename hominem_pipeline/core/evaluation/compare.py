@@ -117,6 +117,7 @@ def evaluate_adapter(
     device: Any = None,
     feature_cache: Path | None = None,
     shipped: Path | None = None,
+    people: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """`compare` on the held-out prompts; with `memory` (memory rows, `memory.read_memory_rows`), also the
     memory probe: its fact questions asked of both sides, in `summary["memory_probe"]`. `base_replies`:
@@ -125,7 +126,10 @@ def evaluate_adapter(
     summary's fixture_* figures. `device`: where the student runs (`core.device`; None: the CPU). With the
     memory probe, `summary["memory_answers"]` lists each question's base and adapter replies.
     `feature_cache` (and the project's `shipped` rows): where the base student's log-probabilities of
-    the fixtures' replies are kept (`fixtures.base_logp_cache`)."""
+    the fixtures' replies are kept (`fixtures.base_logp_cache`). With `people` (the people's held-out
+    pairs: pair_id, prompt, chosen, rejected), the adapter's implicit reward on them
+    (`people_pairs.implicit_reward`, TRL's rewards/accuracies), in the summary's people_* figures and,
+    per pair, in `summary["people_margins"]` (pair_id -> margin)."""
     from hominem_pipeline.core.evaluation.memory import fact_questions, probe
     from hominem_pipeline.core.policy.lora import load_policy
 
@@ -139,16 +143,44 @@ def evaluate_adapter(
         answers = generate_both(model, tokenizer, list(questions["prompt"]), cfg, seed, base_replies)
         summary["memory_probe"] = probe(questions, answers).as_dict()
         summary["memory_answers"] = [{"prompt": q, "base": b, "adapter": a} for q, b, a in zip(questions["prompt"], answers["base"], answers["adapter"])]
-    if fixtures:
-        from hominem_pipeline.core.evaluation.fixtures import adapter_moves, base_logp_cache
+    from hominem_pipeline.core.evaluation.fixtures import base_logp_cache
 
-        cache = None if feature_cache is None else base_logp_cache(student_path, feature_cache, shipped)
+    cache = None if feature_cache is None else base_logp_cache(student_path, feature_cache, shipped)
+    if people is not None and len(people):
+        summary.update(people_figures(model, tokenizer, people, cfg.batch_size, cache))
+    if fixtures:
+        from hominem_pipeline.core.evaluation.fixtures import adapter_moves
+
         report, figures = adapter_moves(model, tokenizer, fixtures, cfg.batch_size, base_cache=cache)
         summary.update({"fixture_moved_right": report.accuracy, **{f"fixture_moved_right_{t}": v for t, v in report.by_tag.items()}, **figures})
         summary["fixtures"] = report.as_dict()
         log.info("contrast fixtures: the adapter moved the student toward the better reply on %.0f%% of %d (mean move %+.2f nats)",
                  100 * report.accuracy, report.pairs, figures["fixture_mean_move"])
     return table, summary
+
+
+def people_figures(model: Any, tokenizer: Any, people: pd.DataFrame, batch_size: int, base_cache: Any = None) -> dict[str, Any]:
+    """The active adapter's implicit reward on the people's held-out pairs, as the summary's people_*
+    figures (the base's accuracy is 0.5 by construction), and each pair's margin (`people_margins`)."""
+    from hominem_pipeline.core.evaluation.people_pairs import implicit_reward
+
+    reward, margins = implicit_reward(model, tokenizer, list(people["prompt"]), list(people["chosen"]), list(people["rejected"]), batch_size,
+                                      base_cache=base_cache)
+    log.info("people's held-out pairs: the adapter's implicit reward orders %.1f%% +- %.1f of %d as people did (base 50%%; mean margin %+.2f nats)",
+             100 * reward.accuracy, 100 * reward.standard_error, reward.pairs, reward.mean_margin)
+    return {"people_accuracy": reward.accuracy, "people_standard_error": reward.standard_error, "people_mean_margin": reward.mean_margin,
+            "people_pairs": reward.pairs, "people_base_accuracy": 0.5, "people_base_prefers_chosen": reward.base_prefers_chosen,
+            "people_adapter_prefers_chosen": reward.adapter_prefers_chosen,
+            "people_margins": dict(zip(people["pair_id"].astype(str), margins.tolist()))}
+
+
+def adapter_people_figures(student_path: Path, adapter_path: Path, people: pd.DataFrame, batch_size: int, base_cache: Any = None,
+                           device: Any = None) -> dict[str, Any]:
+    """`people_figures` of the adapter at `adapter_path` (loaded here on `device`)."""
+    from hominem_pipeline.core.policy.lora import load_policy
+
+    model, tokenizer = load_policy(student_path, adapter_path, device)
+    return people_figures(model, tokenizer, people, batch_size, base_cache)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,38 @@ class ImplicitReward:
         return asdict(self)
 
 
+def pair_scores(margins: np.ndarray) -> np.ndarray:
+    """Each pair's share of a correct order: 1 margin > 0, 0.5 a tie, 0 otherwise (their mean: the accuracy)."""
+    margins = np.asarray(margins, dtype=np.float64)
+    return (margins > 0) + 0.5 * (margins == 0)
+
+
+@dataclass(frozen=True)
+class PeopleComparison:
+    """Two adapters' implicit-reward accuracies on the same people's pairs."""
+
+    pairs: int
+    candidate: float
+    live: float
+    difference: float  # candidate - live
+    standard_error: float  # of the difference, paired (each pair read by both)
+
+    def below(self, tolerance: float) -> bool:
+        """Whether the candidate falls below the live adapter by more than `tolerance` standard errors."""
+        return self.difference < 0 and self.difference < -tolerance * self.standard_error
+
+
+def compare_margins(candidate: np.ndarray, live: np.ndarray | None) -> PeopleComparison:
+    """The candidate's accuracy against the live adapter's (None: the base, whose margins are all 0) on
+    the same pairs, and the standard error of their paired difference."""
+    c = pair_scores(candidate)
+    v = pair_scores(np.zeros(len(c)) if live is None else live)
+    d = c - v
+    n = len(d)
+    se = float(d.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
+    return PeopleComparison(n, float(c.mean()) if n else float("nan"), float(v.mean()) if n else float("nan"), float(d.mean()) if n else float("nan"), se)
+
+
 def exchange_logps(model: Any, tokenizer: Any, exchanges: Sequence[tuple[str, str]], batch_size: int, max_length: int = PEOPLE_MAX_LENGTH,
                    cache: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """(summed log-probability of each reply's tokens with its end of turn, their count) given its prompt,
@@ -69,7 +101,7 @@ def implicit_reward(model: Any, tokenizer: Any, prompts: Sequence[str], chosen: 
     adapter, base, tokens = adapter.reshape(-1, 2), base.reshape(-1, 2), tokens.reshape(-1, 2)
     margins = (adapter[:, 0] - base[:, 0]) - (adapter[:, 1] - base[:, 1])
     n = len(margins)
-    accuracy = float((margins > 0).mean() + 0.5 * (margins == 0).mean()) if n else float("nan")  # a tie (the base itself) counts half
+    accuracy = float(pair_scores(margins).mean()) if n else float("nan")  # a tie (the base itself) counts half
     per_token = lambda lp: float(np.mean(lp[:, 0] / tokens[:, 0] > lp[:, 1] / tokens[:, 1])) if n else float("nan")  # noqa: E731
     summary = ImplicitReward(n, accuracy, math.sqrt(accuracy * (1 - accuracy) / n) if n else float("nan"), float(margins.mean()) if n else float("nan"),
                              per_token(base), per_token(adapter))

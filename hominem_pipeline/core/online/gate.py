@@ -8,6 +8,9 @@ student when none is):
 - the reward model prefers its replies to the live adapter's on at least `health.min_win_rate` of the
   held-out prompts (greedy, decoded as the evaluation decodes; a tie counts half);
 - it still answers every memory-probe question the live adapter answers with its fact;
+- its implicit reward orders the people's held-out pairs (`reward_model.people_pairs`' held_out) as
+  people did no less often than the live adapter's, within `health.people_tolerance` standard errors
+  of the paired difference (the base orders half by construction);
 - its reply to a plain greeting is neither empty nor degenerate (one repeated word, no letters).
 
 Candidate and live adapter are loaded side by side on one base (PEFT named adapters), so the two are
@@ -50,8 +53,10 @@ class GateReport:
         f = self.figures
         win = "n/a" if f.get("win_rate_vs_live") is None else f"{f['win_rate_vs_live']:.0%}"
         rhi = "n/a" if f.get("rhi") is None else f"{f['rhi']:.3f}"
+        people = "" if f.get("people_accuracy") is None else \
+            f"people's held-out pairs {f['people_accuracy']:.1%} (live {f['people_accuracy_live']:.1%} +- {f['people_standard_error']:.1%}), "
         head = f"RHI {rhi} (>= {f.get('deploy_threshold')}), win rate over {f.get('live_version') or 'the base'} {win} (>= {f.get('min_win_rate')}), " \
-               f"facts lost {f.get('facts_lost', 0)}"
+               f"{people}facts lost {f.get('facts_lost', 0)}"
         return head + ("" if self.passed else "; " + "; ".join(self.reasons))
 
 
@@ -119,13 +124,19 @@ class ReplyCache:
         """The scalar `reward_model` (its folder) gave each of the version's replies, by prompt."""
         return self._read(version).get("scalars", {}).get(reward_model, {}) if reward_model else {}
 
-    def put(self, version: str | None, replies: dict[str, str], scalars: dict[str, float] | None = None, reward_model: str | None = None) -> None:
+    def margins(self, version: str | None) -> dict[str, float]:
+        """The version's implicit reward on each people's held-out pair it was measured on, by pair id."""
+        return self._read(version).get("people_margins", {})
+
+    def put(self, version: str | None, replies: dict[str, str], scalars: dict[str, float] | None = None, reward_model: str | None = None,
+            margins: dict[str, float] | None = None) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         saved = self._read(version)
         by_model = saved.get("scalars", {})
         if scalars and reward_model:
             by_model[reward_model] = {**by_model.get(reward_model, {}), **scalars}
-        merged = {"decoding": self.key, "replies": {**saved.get("replies", {}), **replies}, "scalars": by_model}
+        merged = {"decoding": self.key, "replies": {**saved.get("replies", {}), **replies}, "scalars": by_model,
+                  "people_margins": {**saved.get("people_margins", {}), **(margins or {})}}
         if merged == saved:
             return  # nothing new: the file stays as it is
         tmp = self.folder / f".{self._path(version).name}.{uuid.uuid4().hex}.tmp"
@@ -150,6 +161,8 @@ def run_gate(
     threshold_name: str = "health.deploy_threshold",
     cache: ReplyCache | None = None,
     candidate_version: str | None = None,
+    people: pd.DataFrame | None = None,
+    base_logps: Any = None,
 ) -> GateReport:
     """Measure `candidate` against `live` (None: the base), both loaded on `base` (the student, with its
     `tokenizer`), and say whether it may go live. `rhi`: the candidate's health index (None: not
@@ -157,7 +170,10 @@ def run_gate(
     them that measures it (the online updates' partial index); `threshold`: the RHI it needs (default
     `health.deploy_threshold`), `threshold_name` the setting it comes from. With a `cache`, the live
     adapter's replies it holds are not generated again, and the candidate's are kept under
-    `candidate_version`."""
+    `candidate_version`. `people`: the people's held-out pairs (pair_id, prompt, chosen, rejected) both
+    adapters' implicit rewards are compared on (`health.people_tolerance`), `base_logps` the base
+    student's log-probability cache of their replies (`fixtures.base_logp_cache`); their margins are kept
+    in the cache too."""
     from hominem_pipeline.core.evaluation.compare import outcome
     from hominem_pipeline.core.evaluation.memory import fact_questions, probe
 
@@ -217,9 +233,43 @@ def run_gate(
                        facts_lost_prompts=found.lost)
         if found.lost:
             reasons.append(f"lost {len(found.lost)} memory-probe fact(s) the live adapter knows (first: {found.lost[0]!r})")
+    if people is not None and len(people):
+        _people_check(model, tokenizer, people, cfg, cache, base_logps, candidate_version, live is not None, live_version, figures, reasons)
     report = GateReport(not reasons, reasons, figures)
     log.info("live gate for %s: %s. %s", candidate, "passed" if report.passed else "refused", report.summary())
     return report
+
+
+def _people_check(model: Any, tokenizer: Any, people: pd.DataFrame, cfg: HominemConfig, cache: ReplyCache | None, base_logps: Any,
+                  candidate_version: str | None, has_live: bool, live_version: str | None, figures: dict[str, Any], reasons: list[str]) -> None:
+    """Compare the candidate's and the live adapter's (None: the base's) implicit rewards on the people's
+    held-out pairs; adds the figures, and the reason when the candidate falls below by more than
+    `health.people_tolerance` standard errors. Margins the cache holds for a version are not measured again."""
+    from hominem_pipeline.core.evaluation.people_pairs import compare_margins
+
+    ids = [str(i) for i in people["pair_id"]]
+
+    def margins(name: str, version: str | None) -> np.ndarray:
+        known = cache.margins(version) if cache is not None and version is not None else {}
+        if not all(i in known for i in ids):
+            from hominem_pipeline.core.evaluation.compare import people_figures
+
+            model.set_adapter(name)
+            known = {**known, **people_figures(model, tokenizer, people, cfg.evaluation.batch_size, base_logps)["people_margins"]}
+            if cache is not None and version is not None:
+                cache.put(version, {}, margins={i: known[i] for i in ids})
+        return np.array([known[i] for i in ids], dtype=np.float64)
+
+    candidate = margins(CANDIDATE, candidate_version)
+    live = margins(LIVE, live_version) if has_live else None
+    result = compare_margins(candidate, live)
+    tolerance = cfg.health.people_tolerance
+    figures.update(people_pairs=result.pairs, people_accuracy=result.candidate, people_accuracy_live=result.live, people_difference=result.difference,
+                   people_standard_error=result.standard_error, people_tolerance=tolerance)
+    if tolerance is not None and result.below(tolerance):
+        reasons.append(f"its implicit reward orders {result.candidate:.1%} of {result.pairs} people's held-out pairs as people did, below "
+                       f"{live_version or 'the base'}'s {result.live:.1%} by more than health.people_tolerance {tolerance} standard error(s) "
+                       f"({result.standard_error:.1%})")
 
 
 def _scalars(reward_model: Any, prompts: list[str], replies: list[str], known: dict[str, float]) -> np.ndarray:

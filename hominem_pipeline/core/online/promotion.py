@@ -62,12 +62,13 @@ def gate_prompts(cfg: HominemConfig) -> list[str]:
 
 def offer(cfg: HominemConfig, adapter: Path, *, by: str, reason: str, rhi: float | Callable[[list[str], list[str]], float | None] | None = None,
           rhi_threshold: float | None = None, threshold_name: str | None = None, reward_model: Any | None = None,
-          version: str | None = None, seed: int | None = None, prompts: list[str] | None = None) -> Offer:
+          version: str | None = None, seed: int | None = None, prompts: list[str] | None = None, people_pairs: int | None = None) -> Offer:
     """Gate `adapter` against the live one and promote it if it passes; a refusal is recorded with its
     reasons and the adapter stays on disk as a candidate. A damaged adapter (BadAdapter) is refused
     without running the gate. `rhi`: its health index, or a function measuring it on the candidate's
     replies (`gate.run_gate`); default: `health_of`, with the threshold it is held to. `reward_model`: the
-    one its METADATA names, when the caller has it loaded already."""
+    one its METADATA names, when the caller has it loaded already. `people_pairs`: compare the implicit
+    rewards on the first N of the people's held-out pairs (0: none); default: all of them."""
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
     from hominem_pipeline.core.models import load_student, student_path
@@ -95,13 +96,18 @@ def offer(cfg: HominemConfig, adapter: Path, *, by: str, reason: str, rhi: float
         rhi, held_to = health_of(cfg, adapter)
         if rhi_threshold is None and held_to is not None:
             rhi_threshold, threshold_name = held_to
+    from hominem_pipeline.core.builds.reward_model import people_pairs as held_out_pairs
+    from hominem_pipeline.core.evaluation.fixtures import base_logp_cache
+    from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
+
     report = run_gate(
         adapter, state.adapter_path(current), cfg=cfg, base=base, tokenizer=tokenizer, reward_model=reward_model if reward_model is not None else project_reward_model(rm_path, cfg),
         prompts=gate_prompts(cfg) if prompts is None else prompts,
         memory=read_memory_rows(memory_paths(cfg)) if cfg.evaluation.memory_probe else None,
         rhi=rhi, threshold=rhi_threshold, threshold_name=threshold_name or "health.deploy_threshold",
         cache=ReplyCache(state.dir / REPLIES, cfg), candidate_version=version, seed=cfg.project.seed if seed is None else seed,
-        live_version=current.version,
+        live_version=current.version, people=_first(held_out_pairs(cfg, "held_out"), people_pairs),
+        base_logps=base_logp_cache(student_path(cfg), cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES)),
     )
     if report.passed:
         live = state.promote(version, adapter, rm_path, gate=report.as_dict(), reason=reason, by=by)
@@ -110,6 +116,10 @@ def offer(cfg: HominemConfig, adapter: Path, *, by: str, reason: str, rhi: float
         state.refuse(version, adapter, rm_path, gate=report.as_dict(), reason="; ".join(report.reasons), by=by)
         live = current
     return Offer(version, adapter, report, live)
+
+
+def _first(pairs: Any, n: int | None) -> Any:
+    return pairs if pairs is None or n is None else pairs.head(n) if n > 0 else None
 
 
 CHAMPION_MODEL = "hominem-lora-adapter"  # in the MLflow model registry; alias `champion` = the live adapter
@@ -198,11 +208,11 @@ def gate_daily_adapter(cfg: HominemConfig, day: str, *, by: str):
 def reuse_evaluation_replies(cfg: HominemConfig, day: str, version: str, *, live_is_base: bool) -> int:
     """Put the replies the day's `evaluation` (the version this config implies, built on adapter `version`)
     decoded into the gate's reply cache: the adapter's under its version and, when the base is live, the
-    base's. The gate decodes as the evaluation does and batches the held-out prompts and the memory
+    base's; and the adapter's implicit reward on each people's held-out pair. The gate decodes as the evaluation does and batches the held-out prompts and the memory
     questions as it does, so the replies are the ones it would generate. Returns how many were added."""
     import pandas as pd
 
-    from hominem_pipeline.core.builds.evaluation import MEMORY_ANSWERS
+    from hominem_pipeline.core.builds.evaluation import MEMORY_ANSWERS, PEOPLE_MARGINS
     from hominem_pipeline.core.lineage import lineage
 
     ref = lineage(cfg).expected("evaluation", day)
@@ -214,7 +224,8 @@ def reuse_evaluation_replies(cfg: HominemConfig, day: str, version: str, *, live
         frames.append(pd.read_parquet(ref.path / MEMORY_ANSWERS))
     replies = pd.concat(frames, ignore_index=True)
     cache = ReplyCache(LiveState(cfg.data_dir).dir / REPLIES, cfg)
-    cache.put(version, dict(zip(replies["prompt"], replies["adapter"])))
+    margins = pd.read_parquet(ref.path / PEOPLE_MARGINS) if (ref.path / PEOPLE_MARGINS).is_file() else pd.DataFrame(columns=["pair_id", "margin"])
+    cache.put(version, dict(zip(replies["prompt"], replies["adapter"])), margins=dict(zip(margins["pair_id"].astype(str), margins["margin"].astype(float))))
     if live_is_base:
         cache.put(None, dict(zip(replies["prompt"], replies["base"])))
     log.info("live gate: %d replies of %s%s read from its evaluation %s", len(replies), version, " and of the base" if live_is_base else "", ref.version)

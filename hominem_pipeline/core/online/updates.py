@@ -355,7 +355,8 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
         return report.rhi
 
     done = offer(cfg, out, by=by, reason=reason, rhi=measure, rhi_threshold=oc.skip_below, threshold_name="online.skip_below", version=version,
-                 prompts=held_out_prompts(cfg, pair_sources), reward_model=reward_model)  # the one its METADATA names, loaded once
+                 prompts=held_out_prompts(cfg, pair_sources), reward_model=reward_model,  # the one its METADATA names, loaded once
+                 people_pairs=oc.people_pairs)
     rhi, actions = health.get("rhi"), []
     if not done.promoted and rhi is not None:
         if rhi < oc.rollback_below and current.version is not None and state.adapter_path(current).parent.name == ONLINE_ADAPTERS:

@@ -75,6 +75,49 @@ def load_reference_cache(path: Path | None, base: str) -> dict[str, float]:
     return dict(saved.get("logps", {})) if saved.get("base") == base else {}
 
 
+def shipped_reference_file(folder: Path, base: str) -> Path:
+    """Where a project ships the reference log-probabilities of its people's pairs for the base with checksum `base`."""
+    return Path(folder) / f"{base[:16]}-reference.npz"
+
+
+def load_shipped_reference(folder: Path | None, base: str) -> dict[str, float]:
+    """The reference log-probabilities shipped in `folder` for this base (empty when there are none)."""
+    path = None if folder is None else shipped_reference_file(folder, base)
+    if path is None or not path.is_file():
+        return {}
+    with np.load(path) as saved:
+        return dict(zip(saved["keys"].tolist(), saved["logps"].astype(np.float64).tolist()))
+
+
+def ship_reference(student_path: Path, cfg: PolicyConfig, pairs: pd.DataFrame, folder: Path, batch_size: int = 16) -> tuple[Path, int, int]:
+    """Write the base's (the reference's) summed reply log-probability of each pair's chosen and rejected
+    sequence, as the dual trainer encodes them (`policy.max_length`), to `folder`
+    (`shipped_reference_file`), so a fresh clone's first training reads them instead of a pass of the
+    student over every shipped pair. Returns (file, sequences, sequences measured now)."""
+    from hominem_pipeline.core.policy.lora import lora_student
+    from hominem_pipeline.core.reward.guards import reply_token_logps
+
+    model, tokenizer, base = lora_student(student_path, cfg)
+    model.eval()
+    seqs = [s for pair in pair_sequences(tokenizer, pairs, cfg.max_length) for s in pair]
+    cache = load_shipped_reference(folder, base)
+    known = len(cache)
+    progress = Progress("reference log-probabilities of the shipped pairs", len(seqs), log, unit="sequences")
+    todo = sorted({sequence_key(s): s for s in seqs if sequence_key(s) not in cache}.items(), key=lambda kv: len(kv[1][0]))
+    progress.advance(len(seqs) - len(todo))
+    with model.disable_adapter():  # inference only: the LM head on the reply positions alone (the same values as the fused head's, to ~1e-5)
+        for start in range(0, len(todo), 8 * batch_size):
+            chunk = todo[start : start + 8 * batch_size]
+            values, _ = reply_token_logps(model, [s for _, s in chunk], tokenizer.pad_token_id, batch_size)
+            cache.update({key: float(v) for (key, _), v in zip(chunk, values.tolist())})
+            progress.advance(len(chunk))
+    keys = list(dict.fromkeys(sequence_key(s) for s in seqs))
+    path = shipped_reference_file(folder, base)
+    folder.mkdir(parents=True, exist_ok=True)
+    np.savez(path, keys=np.array(keys), logps=np.array([cache[k] for k in keys], dtype=np.float64))
+    return path, len(keys), max(0, len(cache) - known)
+
+
 REFERENCE_CACHE = "cache/reference_logps.json"  # under the data folder: shared by the daily dual training and online updates
 REFERENCE_CACHE_MAX = 50_000  # sequences kept, the newest
 
@@ -110,6 +153,30 @@ def _cycle(n: int, rng: random.Random) -> Iterator[int]:
         order = list(range(n))
         rng.shuffle(order)
         yield from order
+
+
+def mixed_sampler(n_ranked: int, n_people: int, people_share: float, seed: int,
+                  ranked: Callable[[int], Sequence[int]] | None = None) -> Callable[[int], list[int]]:
+    """A `pair_sampler` over pairs laid out as `n_ranked` ranked candidates' pairs, then `n_people`
+    people's pairs: each batch of n takes `people_share` of its rows from the people's pairs (each once
+    per pass, reshuffled; the fraction carried from batch to batch, so the share is exact over a run) and
+    the rest from the ranked ones (by `ranked(k)`, their indices 0..n_ranked-1; None: each once per
+    pass). With one kind absent every row is the other's."""
+    rng = random.Random(seed)
+    people, own = _cycle(n_people, rng), _cycle(n_ranked, rng)
+    share = 0.0 if n_people == 0 else 1.0 if n_ranked == 0 else people_share
+    owed = 0.0
+
+    def draw(n: int) -> list[int]:
+        nonlocal owed
+        owed += n * share
+        k = min(n, int(owed + 1e-9))
+        owed -= k
+        rest = n - k
+        first = [int(i) for i in ranked(rest)] if ranked is not None and rest else [next(own) for _ in range(rest)]
+        return first + [n_ranked + next(people) for _ in range(k)]
+
+    return draw
 
 
 @dataclass(frozen=True)
@@ -157,6 +224,7 @@ def train_dual_adapter(
     pair_sampler: Callable[[int], Sequence[int]] | None = None,
     reference_cache: Path | None = None,
     memory_per_step: int | None = None,
+    shipped_reference: Path | None = None,
 ) -> dict[str, Any]:
     """Train a LoRA adapter with the dual-channel loss; saves it (PEFT format) with the tokenizer to `out_dir`.
     `init_adapter`: an adapter to train on from (an online update of the live one) instead of a fresh one;
@@ -165,7 +233,8 @@ def train_dual_adapter(
     of the base's log-probabilities of sequences, read at the start and written back at the end (online
     updates train on many of the same pairs each time). `memory_per_step`: that many memory rows beside
     each step's `batch_size` pair rows, instead of `policy.dual`'s mixing (an online update rehearses
-    every memory row this way).
+    every memory row this way). `shipped_reference`: the project's shipped features folder, whose
+    reference log-probabilities of the people's pairs (`ship_reference`) are read, never written.
 
     `pairs` needs prompt, chosen, rejected and, for teacher-sourced labels, chosen_reward_intensity and
     chosen_safety_score; `memory` prompt and response (`memory.read_memory_rows`)."""
@@ -196,7 +265,8 @@ def train_dual_adapter(
         n_pair, n_mem = (cfg.batch_size if n_pairs else 0), min(memory_per_step, n_memory)
     pair_order, memory_order = _cycle(n_pairs, rng), _cycle(n_memory, rng)
 
-    ref_cache = load_reference_cache(reference_cache, before)  # the base's log-probability of each sequence used so far, by content
+    shipped = load_shipped_reference(shipped_reference, before)
+    ref_cache = {**shipped, **load_reference_cache(reference_cache, before)}  # the base's log-probability of each sequence used so far, by content
     known = len(ref_cache)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)
@@ -274,7 +344,7 @@ def train_dual_adapter(
     seconds = time.monotonic() - started
     trainable = save_adapter(model, tokenizer, out_dir, before)
     if reference_cache is not None:
-        save_reference_cache(reference_cache, before, ref_cache)
+        save_reference_cache(reference_cache, before, {k: v for k, v in ref_cache.items() if k not in shipped})
     channel_sum = totals["sft"] + totals["reward"]
     last = history[-1]
     metrics = {"steps": len(history), "train_seconds": seconds, "seconds_per_step": seconds / len(history), "final_loss": last["loss"],

@@ -56,7 +56,12 @@ def lora_student(student_path: Path, cfg: PolicyConfig, init_adapter: Path | Non
         model = PeftModel.from_pretrained(model, init_adapter, is_trainable=True)
         return model, tokenizer, base_checksum(model)
     lora = cfg.lora
-    peft_config = PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
+    depth = model.config.num_hidden_layers
+    if lora.layers is not None and lora.layers > depth:
+        raise ValueError(f"policy.lora.layers is {lora.layers}, but the student {student_path} has {depth} decoder layers; set it to 1-{depth}, or null for all")
+    layers = None if lora.layers is None else list(range(depth - lora.layers, depth))
+    peft_config = PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=list(lora.target_modules),
+                                 layers_to_transform=layers, task_type="CAUSAL_LM")
     model = get_peft_model(model, peft_config)
     return model, tokenizer, base_checksum(model)
 
