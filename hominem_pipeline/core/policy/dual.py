@@ -99,19 +99,19 @@ def ship_reference(student_path: Path, cfg: PolicyConfig, pairs: pd.DataFrame, f
 
     model, tokenizer, base = lora_student(student_path, cfg)
     model.eval()
-    seqs = [s for pair in pair_sequences(tokenizer, pairs, cfg.max_length) for s in pair]
+    by_key = {sequence_key(s): s for pair in pair_sequences(tokenizer, pairs, cfg.max_length) for s in pair}
     cache = load_shipped_reference(folder, base)
     known = len(cache)
-    progress = Progress("reference log-probabilities of the shipped pairs", len(seqs), log, unit="sequences")
-    todo = sorted({sequence_key(s): s for s in seqs if sequence_key(s) not in cache}.items(), key=lambda kv: len(kv[1][0]))
-    progress.advance(len(seqs) - len(todo))
+    progress = Progress("reference log-probabilities of the shipped pairs", len(by_key), log, unit="sequences")
+    todo = sorted(((k, s) for k, s in by_key.items() if k not in cache), key=lambda kv: len(kv[1][0]))
+    progress.advance(len(by_key) - len(todo))
     with model.disable_adapter():  # inference only: the LM head on the reply positions alone (the same values as the fused head's, to ~1e-5)
         for start in range(0, len(todo), 8 * batch_size):
             chunk = todo[start : start + 8 * batch_size]
             values, _ = reply_token_logps(model, [s for _, s in chunk], tokenizer.pad_token_id, batch_size)
             cache.update({key: float(v) for (key, _), v in zip(chunk, values.tolist())})
             progress.advance(len(chunk))
-    keys = list(dict.fromkeys(sequence_key(s) for s in seqs))
+    keys = list(by_key)
     path = shipped_reference_file(folder, base)
     folder.mkdir(parents=True, exist_ok=True)
     np.savez(path, keys=np.array(keys), logps=np.array([cache[k] for k in keys], dtype=np.float64))
