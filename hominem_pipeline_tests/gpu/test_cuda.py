@@ -1,7 +1,8 @@
-"""Every network the project runs, placed by `runtime.device` on a CUDA GPU: each part puts its
-tensors there and gives the CPU's figures (up to float rounding). Skipped without a GPU; run on one by
-scripts/device_check.sh, which needs torch, transformers and peft there, nothing from the project's
-other dependencies but pydantic and pytest (carried as wheels), and tokenizer folders, not models."""
+"""Every network the project runs, placed by `runtime.device` (the policy trainers: by themselves) on a
+CUDA GPU: each part puts its tensors there and gives the CPU's figures (up to float rounding). Skipped
+without a GPU; run on one by scripts/device_check.sh, which needs torch, transformers, peft and pytest
+there, nothing from the project's other dependencies but pydantic and TRL (carried as wheels), and
+tokenizer folders, not models."""
 
 from __future__ import annotations
 
@@ -109,3 +110,33 @@ def test_the_servers_engine_batches_on_cuda_as_on_the_cpu(tiny_student):
     engine, cuda = timed(f"engine, {CUDA.type}", lambda: replies(CUDA))
     assert next(engine.model.parameters()).device.type == CUDA.type
     assert [len(r) for r in cuda] == [len(r) for r in cpu] == [6, 9, 12]  # rows of different lengths left the batch one by one
+
+
+def test_the_dual_trainer_learns_peoples_pairs_on_cuda_as_on_the_cpu(tiny_student, tiny_encoder, tmp_path):
+    """The daily adapter's trainer (`policy.dual`) on a GPU: the same fresh LoRA draws, the same losses
+    step by step as the CPU's (up to float rounding), and the same implicit reward on people's pairs
+    (the evaluation's first figure), measured on either device."""
+    import pandas as pd
+
+    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.evaluation.people_pairs import implicit_reward
+    from hominem_pipeline.core.policy.dual import train_dual_adapter
+    from hominem_pipeline.core.policy.lora import load_policy
+    from hominem_pipeline_tests.conftest import make_project
+
+    project = make_project(tmp_path / "project", tiny_student, tiny_encoder)
+    cfg = load_config(project / "config" / "tiny.yaml", root=project, overrides={"policy": {"max_steps": 4, "batch_size": 4}}).policy
+    rejected = ["Whatever.", "Try harder.", "Somewhere in Europe, probably."]
+    pairs = pd.DataFrame({"prompt": PROMPTS, "chosen": REPLIES, "rejected": rejected, "chosen_reward_intensity": 1.0, "chosen_safety_score": 1.0})
+    memory = pd.DataFrame({"prompt": ["What is my cat called?"], "response": ["Your cat is called Miso."]})
+    runs = {}
+    for name, device in (("cpu", torch.device("cpu")), (CUDA.type, CUDA)):
+        runs[name] = timed(f"dual training, 4 steps, {name}", lambda: train_dual_adapter(pairs, memory, student_path=tiny_student, cfg=cfg,
+                                                                                        out_dir=tmp_path / name, seed=0, device=device))
+    cpu, cuda = ([h["loss"] for h in runs[n].history] for n in ("cpu", CUDA.type))
+    assert len(cuda) == 4 and np.allclose(cuda, cpu, rtol=1e-3, atol=1e-4), (cpu, cuda)
+    figures = {}
+    for name, device in (("cpu", None), (CUDA.type, CUDA)):
+        model, tokenizer = load_policy(tiny_student, tmp_path / CUDA.type, device)
+        figures[name], _ = implicit_reward(model, tokenizer, PROMPTS, REPLIES, rejected, 4)
+    assert figures[CUDA.type].accuracy == figures["cpu"].accuracy and abs(figures[CUDA.type].mean_margin - figures["cpu"].mean_margin) < 1e-3

@@ -225,6 +225,7 @@ def train_dual_adapter(
     reference_cache: Path | None = None,
     memory_per_step: int | None = None,
     shipped_reference: Path | None = None,
+    device: Any = None,
 ) -> dict[str, Any]:
     """Train a LoRA adapter with the dual-channel loss; saves it (PEFT format) with the tokenizer to `out_dir`.
     `init_adapter`: an adapter to train on from (an online update of the live one) instead of a fresh one;
@@ -235,6 +236,7 @@ def train_dual_adapter(
     each step's `batch_size` pair rows, instead of `policy.dual`'s mixing (an online update rehearses
     every memory row this way). `shipped_reference`: the project's shipped features folder, whose
     reference log-probabilities of the people's pairs (`ship_reference`) are read, never written.
+    `device`: where it trains (`lora.lora_student`; None: a CUDA GPU where torch sees one).
 
     `pairs` needs prompt, chosen, rejected and, for teacher-sourced labels, chosen_reward_intensity and
     chosen_safety_score; `memory` prompt and response (`memory.read_memory_rows`)."""
@@ -254,7 +256,7 @@ def train_dual_adapter(
     gate = SafetyGate.from_config(cfg.safety_gate)
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    model, tokenizer, before = lora_student(student_path, cfg, init_adapter)
+    model, tokenizer, before = lora_student(student_path, cfg, init_adapter, device)
     add_fused_lm_head(model.get_base_model())
     disable_dropout_in_model(model)  # as TRL's DPO does by default: policy and reference see the same network
     pad = tokenizer.pad_token_id

@@ -32,10 +32,12 @@ def base_checksum(model: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
-def lora_student(student_path: Path, cfg: PolicyConfig, init_adapter: Path | None = None) -> tuple[Any, Any, str]:
+def lora_student(student_path: Path, cfg: PolicyConfig, init_adapter: Path | None = None, device: Any = None) -> tuple[Any, Any, str]:
     """(the student in fp32 wrapped with a fresh LoRA adapter, or with `init_adapter` to train on from
     (an online update continues the live adapter, with its LoRA shape), its tokenizer, the base
-    checksum): what every training mode starts from. Only the LoRA matrices require gradients."""
+    checksum): what every training mode starts from. Only the LoRA matrices require gradients. On
+    `device` (None: a CUDA GPU where torch sees one, else the CPU), moved there once wrapped, so a fresh
+    adapter starts from the same draws on every device."""
     from peft import LoraConfig as PeftLoraConfig
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -47,13 +49,13 @@ def lora_student(student_path: Path, cfg: PolicyConfig, init_adapter: Path | Non
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(student_path, dtype=torch.float32)
-    if torch.cuda.is_available():
-        model = model.to("cuda")
+    if device is None:
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if init_adapter is not None:
         from peft import PeftModel
 
         adapter_config(init_adapter)
-        model = PeftModel.from_pretrained(model, init_adapter, is_trainable=True)
+        model = PeftModel.from_pretrained(model, init_adapter, is_trainable=True).to(device)
         return model, tokenizer, base_checksum(model)
     lora = cfg.lora
     depth = model.config.num_hidden_layers
@@ -62,7 +64,7 @@ def lora_student(student_path: Path, cfg: PolicyConfig, init_adapter: Path | Non
     layers = None if lora.layers is None else list(range(depth - lora.layers, depth))
     peft_config = PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=list(lora.target_modules),
                                  layers_to_transform=layers, task_type="CAUSAL_LM")
-    model = get_peft_model(model, peft_config)
+    model = get_peft_model(model, peft_config).to(device)
     return model, tokenizer, base_checksum(model)
 
 
