@@ -40,6 +40,13 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test
 TRAIN = 1800  # the training part of the split (the pairs shipped in config/human/)
 
 
+def held_out_test(data: Path, n: int):
+    """The `n` HH-RLHF pairs after the 1,800 of the seed-0 split's training part: never seen by any model here."""
+    pairs = parse_preference_file(data, "hh-rlhf", data.name).pairs.reset_index(drop=True)
+    order = np.random.default_rng(0).permutation(len(pairs))
+    return pairs.iloc[order[TRAIN : TRAIN + n]].reset_index(drop=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -79,9 +86,7 @@ def main() -> None:
         adapters = [ref.path for ref in store.versions("lora_adapter", day)]
         if not adapters:
             sys.exit(f"no lora_adapter built for {day} in {cfg.data_dir} (built days: {', '.join(days)})")
-    pairs = parse_preference_file(args.data, "hh-rlhf", args.data.name).pairs.reset_index(drop=True)
-    order = np.random.default_rng(0).permutation(len(pairs))
-    test = pairs.iloc[order[TRAIN : TRAIN + args.test]].reset_index(drop=True)
+    test = held_out_test(args.data, args.test)
     fixtures = load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names) if cfg.fixtures.file else []
     student = student_path(cfg)
     base = base_logp_cache(student, cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES))  # the base's rows, kept for the next run

@@ -176,9 +176,10 @@ def data_ship_features(config: ConfigOpt = None, sets: SetOpt = None) -> None:
     """Write what the reward model's frozen networks compute for the shipped people's pairs
     (reward_model.people_pairs) and the contrast fixtures: the guard columns and the backbone's pooled states (and
     the base student's log-probabilities of the fixtures' and the people's held-out pairs' replies, which the evaluation reads), the people's
-    score's projection with every shipped pair's rows through it, and the reference log-probabilities of the pairs the daily adapter learns
-    from, to config/human/features/, so that a fresh clone's first run reads them instead of computing them. Run it after `hominem run` once
-    the shipped pairs, the guards, the backbone, the judge's frame or policy.max_length change, and commit the folder."""
+    score's projection with every shipped pair's rows through it, the reference log-probabilities of the pairs the daily adapter learns
+    from, and the people's start trained on them (policy.dual.people_start; about 25 minutes on 2 CPU cores), to config/human/features/,
+    so that a fresh clone's first run reads them instead of computing them. Run it after `hominem run` once the shipped pairs, the guards,
+    the backbone, the judge's frame, policy.lora or policy.max_length change, and commit the folder."""
     from hominem_pipeline.core.builds.reward_model import ship_features
     from hominem_pipeline.core.models import ModelNotAvailable
 

@@ -288,6 +288,13 @@ class SafetyGateConfig(_Frozen):
         return self
 
 
+class PeopleStartConfig(_Frozen):
+    """How `hominem data ship-features` trains the people's start (`policy.people_start`)."""
+
+    max_steps: int = Field(ge=1, description="Optimizer steps over the people's training pairs (400 at batch 4: about one pass over them), >= 1.")
+    learning_rate: float = Field(gt=0.0, description="AdamW peak learning rate (linear decay over max_steps), > 0.")
+
+
 class DualConfig(_Frozen):
     """The dual-channel loss: w_sft * L_sft + intensity * w_reward * L_reward per example."""
 
@@ -305,6 +312,7 @@ class DualConfig(_Frozen):
     memory_stop: bool = Field(description="Memory rows also train the end-of-turn after their reply (false: the reply only).")
     sampler: Literal["uniform", "replay"] = Field(description="uniform (every pair once per pass, reshuffled) | replay (each batch's pairs drawn by the replay section's sampler: recent and old, by priority and at random).")
     people_share: float = Field(ge=0.0, le=1.0, description="Share of each batch's pair rows drawn from people's own pairs (the shipped ones but the held-out, the window's imported pairs and page choices), each once per pass; the rest are the ranked candidates' pairs, 0-1; 0: those alone.")
+    people_start: PeopleStartConfig | None = Field(description="The daily adapter starts from the people's start shipped in config/human/features (an adapter trained once on the people's training pairs, these settings; `policy.people_start`) where it was built for this student, LoRA shape and pairs; null: from a fresh LoRA.")
 
     @model_validator(mode="after")
     def _some_channel(self) -> DualConfig:

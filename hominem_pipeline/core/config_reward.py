@@ -48,7 +48,7 @@ class PeoplePairsConfig(_Frozen):
     file: str = Field(min_length=1, description="A file of preference pairs people gave, relative to the project root.")
     format: Literal["hh-rlhf", "jsonl", "parquet"] = Field(description="The file's format, as `hominem data import-preferences --format` reads it.")
     heads: int | None = Field(default=None, ge=0, description="The heads (which read each text through the backbone and the student's guards) learn from the first N pairs of the file, the people's score from all of them; null: the heads from all.")
-    held_out: int = Field(default=0, ge=0, description="The file's last N pairs train nothing (neither reward model nor adapter): they are the people's held-out pairs every adapter is judged on (`evaluation.people_pairs`); 0: none.")
+    held_out: int = Field(default=0, ge=0, description="No adapter learns from the file's last N pairs: they are the people's held-out pairs every adapter is judged on (its implicit reward, which never reads the reward model; the reward model learns from them); 0: none.")
 
 
 class PeopleScoreConfig(_Frozen):

@@ -78,11 +78,16 @@ def prepare_student(cfg: HominemConfig) -> Path:
     ggufs = sorted(src.glob("*.gguf"))
     if not ggufs:
         raise ModelNotAvailable(f"package {package!r} at {src} holds no .gguf file")
-    gguf = ggufs[0]
+    return convert_gguf(ggufs[0], target, package)
 
+
+def convert_gguf(gguf: Path, target: Path, package: str | None = None) -> Path:
+    """Dequantize the GGUF model file `gguf` into an fp32 HF folder at `target` (replaced whole, with the
+    ready marker naming `package` and the file); returns `target`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    src = gguf.parent
     started = time.monotonic()
     log.info("converting %s to an fp32 HF folder at %s (once)", gguf.name, target)
     tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=gguf.name)

@@ -42,6 +42,8 @@ from hominem_pipeline.core.builds.teacher_labels import (
 from hominem_pipeline.core.builds.teacher_trajectories import build_teacher_trajectories
 from hominem_pipeline.core.config import HominemConfig, PolicyConfig
 from hominem_pipeline.core.evaluation.fixtures import fixtures_file_digest
+from hominem_pipeline.core.policy.people_start import people_start_digest
+from hominem_pipeline.core.reward.feature_cache import SHIPPED_FEATURES
 from hominem_pipeline.core.reward.pyfunc import log_reward_pyfunc
 from hominem_pipeline.core.stage import Check, Input, Registered, Stage
 
@@ -86,7 +88,8 @@ def _adapter_files(c: HominemConfig, partition: str) -> Any:
     if c.policy.mode != "dual":
         return None
     memory = memory_files_digest(c, partition)
-    return {"memory": memory, "people": people_pairs_digest(c)} if _learns_from_people(c) else memory
+    files = {"memory": memory, "people": people_pairs_digest(c)} if _learns_from_people(c) else memory
+    return files if c.policy.dual.people_start is None else {"files": files, "people_start": people_start_digest(c.path(SHIPPED_FEATURES))}
 
 
 def _evaluation_reads(c: HominemConfig) -> tuple[str, ...]:

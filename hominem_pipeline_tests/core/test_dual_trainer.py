@@ -316,3 +316,37 @@ def test_lora_on_the_last_layers_only_and_a_clear_error_beyond_the_student_s_dep
     assert wrapped == {"1"}
     with pytest.raises(ValueError, match=r"policy.lora.layers is 3, but the student .* has 2 decoder layers; set it to 1-2, or null for all"):
         lora_student(tiny_student, policy_cfg().model_copy(update={"lora": policy_cfg().lora.model_copy(update={"layers": 3})}))
+
+
+def test_a_fresh_adapter_starts_from_the_shipped_peoples_start_only_where_it_fits(tiny_student, tmp_path):
+    """The people's start (`policy.people_start`): trained once on the people's pairs and shipped; a daily
+    adapter starts from its weights (not zero: it already prefers the chosen replies), kept when nothing
+    changed, and left aside, saying why, for another LoRA shape or other pairs."""
+    from hominem_pipeline.core.policy.people_start import pairs_key, people_start_file, ship_people_start
+
+    def cfg(**policy):
+        return load_config(root=REPO, overrides={"policy": {**TINY_POLICY, "mode": "dual", "dual": {"people_start": {"max_steps": 4, "learning_rate": 0.01}}, **policy}}).policy
+
+    people, folder = pairs().assign(pair_id=[f"p{i}" for i in range(4)]), tmp_path / "features"
+    path, n, trained = ship_people_start(tiny_student, cfg(), people, memory(), folder)
+    before = base_checksum(__import__("transformers").AutoModelForCausalLM.from_pretrained(tiny_student))
+    assert path == people_start_file(folder, before) and (n, trained) == (4, 4) and path.is_file()
+    assert ship_people_start(tiny_student, cfg(), people, memory(), folder) == (path, 4, 0)  # the same settings and data: kept
+    shipped = load_file(str(path))
+
+    def started(policy_cfg, key=pairs_key(people), out="daily"):
+        result = train_dual_adapter(pairs(), memory(), student_path=tiny_student, cfg=policy_cfg, out_dir=tmp_path / out, seed=0,
+                                    people_start=(folder, key))
+        return result.channels["start"], result.history[0]
+
+    start, first = started(cfg(learning_rate=1e-12))
+    assert start.startswith(f"the people's start {path.name}: 4 steps over 4 people's pairs")
+    daily = load_file(str(tmp_path / "daily" / "adapter_model.safetensors"))
+    assert set(daily) == set(shipped) and all(np.allclose(daily[k].numpy(), shipped[k].numpy(), atol=1e-6) for k in shipped)
+    other, fresh = started(cfg(lora={**TINY_POLICY["lora"], "r": 2}), out="r2")
+    assert other.startswith("a fresh LoRA:") and "was trained for LoRA" in other
+    # a zero adapter is the reference (every margin 0); the start already orders the pairs as people did
+    assert fresh["rewards/accuracies"] == 0.0 and first["rewards/accuracies"] == 1.0 and first["reward"] < fresh["reward"]
+    assert "other people's pairs" in started(cfg(), key="another", out="other")[0]
+    assert started(cfg(), out="none")[0] and "no people's start" in train_dual_adapter(
+        pairs(), memory(), student_path=tiny_student, cfg=cfg(), out_dir=tmp_path / "empty", seed=0, people_start=(tmp_path / "nowhere", "k")).channels["start"]

@@ -188,6 +188,17 @@ def test_the_shipped_rows_cover_every_shipped_text_as_training_and_scoring_read_
         keys, logps = set(saved["keys"].tolist()), saved["logps"]
     train = people_pairs(cfg)
     assert keys == {sequence_key(s) for pair in pair_sequences(tokenizer, train, cfg.policy.max_length) for s in pair} and (logps < 0).all()
+    # ... and the people's start every daily adapter begins from, trained on those pairs as policy.dual.people_start says
+    from safetensors import safe_open
+
+    from hominem_pipeline.core.policy.people_start import lora_shape, pairs_key
+
+    [start_name] = [n for n, e in manifest["files"].items() if e["features"] == "people_start"]
+    with safe_open(str(folder / start_name), "pt") as fh:
+        settings = json.loads(fh.metadata()["settings"])
+    start = cfg.policy.dual.people_start
+    assert (settings["pairs_key"], settings["lora"], settings["max_steps"], settings["learning_rate"]) == (
+        pairs_key(train), lora_shape(cfg.policy.lora), start.max_steps, start.learning_rate)
 
 
 def test_a_saved_model_scores_from_the_rows_its_training_computed(tiny_student, tmp_path, monkeypatch):

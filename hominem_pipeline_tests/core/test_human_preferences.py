@@ -148,8 +148,8 @@ def test_every_reward_model_learns_from_the_shipped_peoples_pairs_unless_told_no
     hh = shipped[shipped["source"] == "shipped:hh-rlhf-harmless-1800.jsonl.gz"]
     ours = shipped[shipped["source"] == "shipped:hominem-contrast-pairs.jsonl"]
     assert len(hh) == 1600 and len(ours) >= 150 and len(shipped) == len(hh) + len(ours) and (shipped["weight"] == 1.0).all()
-    # the heads read the file's first 600 (reward_model.people_pairs[0].heads) and every hand-written pair; the people's score all
-    # but the file's last 200 (held_out), which train nothing: every adapter is judged on them
+    # the heads read the file's first 600 (reward_model.people_pairs[0].heads) and every hand-written pair; the people's score all.
+    # The file's last 200 (held_out) are apart: every adapter is judged on them, so the daily adapter never learns from them
     assert hh["heads"].tolist() == [True] * 600 + [False] * 1000 and ours["heads"].all()
     held, every = people_pairs(tiny_cfg, "held_out"), people_pairs(tiny_cfg, "all")
     assert len(held) == 200 and held["source"].eq("shipped:hh-rlhf-harmless-1800.jsonl.gz").all() and not held["heads"].any()

@@ -214,8 +214,8 @@ def test_import_preferences_fills_the_human_preferences_asset(labeled_project, t
     assert built.returncode == 0, built.stdout + built.stderr
     meta = lineage(load_config(project / "config" / "tiny.yaml", root=project)).require("reward_model", DAY).manifest["metadata"]
     ours = sum(1 for _ in (project / "config" / "human" / "hominem-contrast-pairs.jsonl").open())  # the hand-written contrast pairs
-    # the imported copies of the shipped pairs count once; those of the 200 held out (they judge every adapter) not at all
-    assert (meta["human_pairs"], meta["shipped_pairs"]) == (1600 + ours + 1, 1600 + ours)
+    # the imported copies of the shipped pairs count once, those of the 200 held out from the daily adapter too
+    assert (meta["human_pairs"], meta["shipped_pairs"]) == (1800 + ours + 1, 1800 + ours)
 
     wrong = hominem(project, "data", "import-preferences", str(src), "--format", "csv", "--date", DAY)
     assert wrong.returncode == 2 and "--format 'csv' is not supported" in wrong.stderr

@@ -101,9 +101,12 @@ def test_every_asset_materializes_with_metadata(chain):
     ours = sum(1 for _ in chain["cfg"].path(shipped[1].file).open())
     heads = shipped[0].heads + ours  # the heads read HH-RLHF's first `heads` and every hand-written pair
     assert human.metadata["human_pairs"].value == heads + 1 and 0.0 <= human.metadata["human_agreement"].value <= 1.0  # + the feedback
-    held_out = shipped[0].held_out  # HH-RLHF's last 200 train nothing: every adapter is judged on them
-    assert first["reward_model"]["details"].value["shipped_pairs"] == 1800 - held_out + ours
-    assert first["reward_model"]["people_pairs"].value == 1800 - held_out + ours + 1  # the people's score reads every other one, the feedback too
+    held_out = shipped[0].held_out  # HH-RLHF's last 200: every adapter is judged on them, so no adapter learns from them
+    assert first["reward_model"]["details"].value["shipped_pairs"] == 1800 + ours  # the reward model does (the figure never reads it)
+    assert first["reward_model"]["people_pairs"].value == 1800 + ours + 1  # the people's score reads every one, the feedback too
+    assert first["lora_adapter"]["people_pairs"].value == 1800 - held_out + ours + 1  # the daily adapter every one but the held-out
+    # the people's start shipped in config/human/features is the real student's: the tiny one's adapter starts fresh, saying why
+    assert first["lora_adapter"]["details"].value["started from"].startswith("a fresh LoRA: no people's start for this student")
     people = first["evaluation"]  # the adapter's implicit reward on them (the base: 0.5)
     assert people["people_pairs"].value == held_out and 0.0 <= people["people_accuracy"].value <= 1.0 and people["people_base_accuracy"].value == 0.5
     assert f"of {held_out} as people did (base 50%)" in people["details"].value["people's held-out pairs"]

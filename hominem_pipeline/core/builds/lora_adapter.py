@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,7 @@ import pandas as pd
 from hominem_pipeline.core.artifacts import fingerprint
 from hominem_pipeline.core.builds.common import write_json
 from hominem_pipeline.core.builds.memory_files import memory_paths
-from hominem_pipeline.core.config import PolicyConfig
+from hominem_pipeline.core.config import HominemConfig, PolicyConfig
 from hominem_pipeline.core.evaluation.memory import memory_digest
 from hominem_pipeline.core.policy.metadata import AdapterMetadata
 from hominem_pipeline.core.stage import StageContext, StageOutput
@@ -37,12 +38,27 @@ def policy_seed(stage_seed: int, extra: int) -> int:
 
 def people_training_pairs(ctx: StageContext) -> pd.DataFrame:
     """People's own pairs the daily adapter learns from (`builds.reward_model.human_pairs`: the shipped
-    ones but the held-out, the window's imported pairs and page choices), as preference rows: each
-    chosen reply's intensity its weight (shipped and imported 1, a page choice how strongly it was
-    made), its safety 1 (a person chose it), both replies ended."""
+    ones but the held-out it is judged on, the window's imported pairs and page choices), as preference rows (`people_rows`)."""
     from hominem_pipeline.core.builds.reward_model import human_pairs
 
-    people = human_pairs(ctx)
+    return people_rows(human_pairs(ctx, held_out=False))
+
+
+def people_start_setting(cfg: HominemConfig) -> tuple[Path, str] | None:
+    """(the shipped features folder, the key of the people's training pairs) for `train_dual_adapter`'s
+    `people_start`; None where `policy.dual.people_start` is null or no people's pairs are shipped."""
+    from hominem_pipeline.core.builds.reward_model import people_pairs
+    from hominem_pipeline.core.policy.people_start import pairs_key
+    from hominem_pipeline.core.reward.feature_cache import SHIPPED_FEATURES
+
+    train = people_pairs(cfg, "train") if cfg.policy.dual.people_start is not None else None
+    return None if train is None else (cfg.path(SHIPPED_FEATURES), pairs_key(train))
+
+
+def people_rows(people: pd.DataFrame | None) -> pd.DataFrame:
+    """People's pairs (`builds.reward_model.human_pairs`, `people_pairs`) as the dual trainer's preference
+    rows: each chosen reply's intensity its weight (shipped and imported 1, a page choice how strongly it
+    was made), its safety 1 (a person chose it), both replies ended."""
     if people is None or not len(people):
         return pd.DataFrame(columns=["prompt", "chosen", "rejected", "chosen_reward_intensity", "chosen_safety_score", "pair_id", "source"])
     return pd.DataFrame({"prompt": people["prompt"].to_numpy(), "chosen": people["chosen"].to_numpy(), "rejected": people["rejected"].to_numpy(),
@@ -70,7 +86,7 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
         on_log=lambda step, m: ctx.run.log_metrics({k.replace("/", "_"): v for k, v in m.items() if v is not None and np.isfinite(v)}, step=step),
     )
     memory_data: list[list[str]] = []
-    n_people = 0
+    n_people, start = 0, "a fresh LoRA"
     if pc.mode == "dpo":
         from hominem_pipeline.core.policy.dpo import train_dpo_adapter
 
@@ -98,7 +114,9 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
             pairs = pd.concat([pairs, people], ignore_index=True)
             sampler = mixed_sampler(n_ranked, n_people, pc.dual.people_share, common["seed"], sampler)
         result = train_dual_adapter(pairs, memory, reward_model=project_reward_model(rm_ref.path, ctx.cfg) if needs_rm else None, pair_sampler=sampler,
-                                    reference_cache=ctx.cfg.data_dir / REFERENCE_CACHE, shipped_reference=ctx.cfg.path(SHIPPED_FEATURES), **common)
+                                    reference_cache=ctx.cfg.data_dir / REFERENCE_CACHE, shipped_reference=ctx.cfg.path(SHIPPED_FEATURES),
+                                    people_start=people_start_setting(ctx.cfg), **common)
+        start = result.channels["start"]
     else:
         from hominem_pipeline.core.policy.rl import train_rl_adapter
 
@@ -124,9 +142,10 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
                      date=ctx.partition, metrics=metrics,
                      data={"preference pairs": f"{len(pairs) - n_people} over {len(pair_refs)} day(s)",
                            **({"people's pairs": f"{n_people} ({pc.dual.people_share:.0%} of each batch)"} if n_people else {}), "reward model": f"{rm_ref.partition}/{rm_ref.version}",
-                           "LoRA": f"r {pc.lora.r}, alpha {pc.lora.alpha}, on {', '.join(pc.lora.target_modules)}"})
+                           "LoRA": f"r {pc.lora.r}, alpha {pc.lora.alpha}, on {', '.join(pc.lora.target_modules)}", "started from": start})
     return StageOutput(
         metrics=metrics,
-        metadata={"rows": len(pairs) - n_people, "mode": pc.mode, "pair_partitions": [r.partition for r in pair_refs], "reward_model_version": rm_ref.version},
+        metadata={"rows": len(pairs) - n_people, "mode": pc.mode, "pair_partitions": [r.partition for r in pair_refs], "reward_model_version": rm_ref.version,
+                  "started from": start},
         mlflow_artifacts=["adapter_config.json", "adapter_model.safetensors", "METADATA.json", "README.md", "training_history.json"],
     )

@@ -19,16 +19,18 @@ REWARD_MODEL_NAME = "hominem-reward-model"  # in the MLflow model registry; alia
 HUMAN = ("human_preferences", "human_feedback")  # imported pairs, and the service's feedback
 
 
-def human_pairs(ctx: StageContext):
+def human_pairs(ctx: StageContext, held_out: bool = True):
     """People's pairs: the shipped ones (`reward_model.people_pairs`), then the window's imported and
     feedback pairs, each with a `weight` (shipped and imported: 1) and `heads` (the heads learn from it,
     not only the people's score: every imported and feedback pair); None when there are none. An
-    imported pair that is also shipped (the same prompt and replies) counts once, and one of the people's
-    held-out pairs not at all."""
+    imported pair that is also shipped (the same prompt and replies) counts once. `held_out` false: without
+    the people's held-out pairs, nor an import of one (what the daily adapter, judged on them, learns
+    from); true: with them (the reward model: an adapter's figure on them is its implicit reward, which
+    never reads the reward model)."""
     import pandas as pd
 
     every = people_pairs(ctx.cfg, "all")
-    shipped = None if every is None else every[~every["held_out"]].drop(columns="held_out")
+    shipped = None if every is None else (every if held_out else every[~every["held_out"]]).drop(columns="held_out")
     frames = [] if shipped is None or not len(shipped) else [shipped]
     for asset in HUMAN:
         if ctx.inputs[asset]:
@@ -226,7 +228,8 @@ def ship_features(cfg: HominemConfig) -> list[tuple[Path, int, int]]:
     people's pair's replies, with their rows read through it (`people.ship_projection`; their encoder's
     states read from the cache or measured). The base student's log-probabilities of the people's held-out
     pairs' replies (the evaluation's implicit reward), and, when the daily adapter learns from people's
-    pairs, the reference log-probabilities of the others (`policy.dual.ship_reference`). Replaces the folder's files and its MANIFEST.json. Returns
+    pairs, the reference log-probabilities of the others (`policy.dual.ship_reference`) and the people's start
+    trained on them (`policy.people_start`). Replaces the folder's files and its MANIFEST.json. Returns
     (file, rows, rows computed now) per file written."""
     import json
 
@@ -276,6 +279,16 @@ def ship_features(cfg: HominemConfig) -> list[tuple[Path, int, int]]:
         written.append(ship_reference(student_path(cfg), cfg.policy, train, folder))
         manifest[written[-1][0].name] = {"features": "reference_logps", "files": [s.file for s in rm.people_pairs], "rows": written[-1][1],
                                          "student_digest": folder_digest(student_path(cfg)), "max_length": cfg.policy.max_length}
+    if train is not None and cfg.policy.mode == "dual" and cfg.policy.dual.people_start is not None:  # what it starts from
+        from hominem_pipeline.core.builds.lora_adapter import people_rows
+        from hominem_pipeline.core.builds.memory_files import memory_paths
+        from hominem_pipeline.core.evaluation.memory import read_memory_rows
+        from hominem_pipeline.core.policy.people_start import ship_people_start
+
+        written.append(ship_people_start(student_path(cfg), cfg.policy, people_rows(train), read_memory_rows(memory_paths(cfg)), folder))
+        manifest[written[-1][0].name] = {"features": "people_start", "files": [s.file for s in rm.people_pairs], "pairs": written[-1][1],
+                                         "steps": cfg.policy.dual.people_start.max_steps,
+                               "student_digest": folder_digest(student_path(cfg)), "max_length": cfg.policy.max_length}
     pairs = people_pairs(cfg, "all")  # the projection is fitted on every shipped reply's text (no choice read), the held-out ones too
     encoder = people_encoder(cfg)
     if encoder is not None and pairs is not None:

@@ -226,6 +226,7 @@ def train_dual_adapter(
     memory_per_step: int | None = None,
     shipped_reference: Path | None = None,
     device: Any = None,
+    people_start: tuple[Path, str] | None = None,
 ) -> dict[str, Any]:
     """Train a LoRA adapter with the dual-channel loss; saves it (PEFT format) with the tokenizer to `out_dir`.
     `init_adapter`: an adapter to train on from (an online update of the live one) instead of a fresh one;
@@ -236,7 +237,9 @@ def train_dual_adapter(
     each step's `batch_size` pair rows, instead of `policy.dual`'s mixing (an online update rehearses
     every memory row this way). `shipped_reference`: the project's shipped features folder, whose
     reference log-probabilities of the people's pairs (`ship_reference`) are read, never written.
-    `device`: where it trains (`lora.lora_student`; None: a CUDA GPU where torch sees one).
+    `device`: where it trains (`lora.lora_student`; None: a CUDA GPU where torch sees one). `people_start`:
+    (the shipped features folder, the key of the people's training pairs): a fresh adapter starts from the
+    people's start shipped there where it fits (`people_start.load_people_start`; channels' `start` says).
 
     `pairs` needs prompt, chosen, rejected and, for teacher-sourced labels, chosen_reward_intensity and
     chosen_safety_score; `memory` prompt and response (`memory.read_memory_rows`)."""
@@ -257,6 +260,12 @@ def train_dual_adapter(
     torch.manual_seed(seed)
     rng = random.Random(seed)
     model, tokenizer, before = lora_student(student_path, cfg, init_adapter, device)
+    start = f"the adapter {init_adapter}" if init_adapter is not None else "a fresh LoRA"
+    if people_start is not None and init_adapter is None:
+        from hominem_pipeline.core.policy.people_start import load_people_start
+
+        _, start = load_people_start(model, people_start[0], before, cfg.lora, people_start[1])
+        log.info("dual training starts from %s", start)
     add_fused_lm_head(model.get_base_model())
     disable_dropout_in_model(model)  # as TRL's DPO does by default: policy and reference see the same network
     pad = tokenizer.pad_token_id
@@ -367,5 +376,6 @@ def train_dual_adapter(
             "memory_rows_available": n_memory,
             "gated": {k: totals[k] for k in ("skipped", "downweighted", "inverted")},
             "reference_sequences": len(ref_cache) - known,  # each scored by the base once, however often it was drawn
+            "start": start,
         },
     )
