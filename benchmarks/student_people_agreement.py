@@ -8,11 +8,12 @@ config/human/; the next --test are never seen by any model here), and on the con
     .venv/bin/python benchmarks/student_people_agreement.py --adapter data/lora_adapter/2026-11-27/<version> --test 200
     .venv/bin/python benchmarks/student_people_agreement.py --project /tmp/a-make-run --date 2026-11-27 --simulate-week 20
 
---simulate-week N: a week of the page's use after --date, then its seventh day's adapter measured. Each
+--simulate-week N: a week of the page's use ending on --date (the 6 days before it and the day itself: a
+day after today is not a partition), then that day's job built again and its new adapter measured. Each
 of the 7 days the log gets N choices a person made on the page (two replies to a conversation, one
 chosen, strength clear), drawn from the HH-RLHF pairs that no held-out set holds; `human_feedback` is
-built for each day and the whole daily job for the seventh, whose adapter learns from the week's
-choices (`policy.window_days`). It changes the project's data: use a scratch clone.
+built for each day and the whole daily job for the last, whose reward model and adapter learn from the
+week's choices (`policy.window_days`). It changes the project's data: use a scratch clone.
 
 Each adapter named (--adapter, repeatable; default: every lora_adapter version of --date in the project)
 is measured in the same run; the base's log-probabilities are kept in the project's features cache, so a
@@ -54,7 +55,7 @@ def main() -> None:
     ap.add_argument("--project", type=Path, default=ROOT, help="the project folder whose adapters and student to use")
     ap.add_argument("--date", default=None, help="the day whose adapters to measure (default: the newest built)")
     ap.add_argument("--adapter", type=Path, action="append", default=None, help="an adapter folder (repeatable; default: the day's)")
-    ap.add_argument("--simulate-week", type=int, default=0, metavar="N", help="N page choices a day for the 7 days after --date, then measure day 7")
+    ap.add_argument("--simulate-week", type=int, default=0, metavar="N", help="N page choices a day for the 7 days ending on --date, then its new adapter measured")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     if not args.data.is_file():
@@ -72,12 +73,14 @@ def main() -> None:
     project = args.project.resolve()
     cfg = config_on(project)
     store = ArtifactStore(cfg.data_dir)
+    adapters = args.adapter
     if args.simulate_week:
         if not args.date:
-            sys.exit("--simulate-week needs --date: the day the week follows")
-        args.date = simulate_week(project, args.date, args.simulate_week)
+            sys.exit("--simulate-week needs --date: the day the week ends on")
+        before = {ref.version for ref in store.versions("lora_adapter", args.date)}
+        simulate_week(project, args.date, args.simulate_week)
         store = ArtifactStore(cfg.data_dir)
-    adapters = args.adapter
+        adapters = [ref.path for ref in store.versions("lora_adapter", args.date) if ref.version not in before]
     if not adapters:
         days = store.partitions("lora_adapter")
         if not days:
@@ -117,11 +120,11 @@ def main() -> None:
               f"{100 * fixed.accuracy:7.1f}% +-{100 * fixed.standard_error:4.1f} {win:>12s} {facts:>24s} {seconds:8.0f}")
 
 
-def simulate_week(project: Path, day: str, per_day: int) -> str:
-    """Write `per_day` page choices into the interaction log of each of the 7 days after `day` (HH-RLHF
+def simulate_week(project: Path, day: str, per_day: int) -> None:
+    """Write `per_day` page choices into the interaction log of each of the 7 days ending on `day` (HH-RLHF
     pairs of the shipped training part, as conversations the page served: each pair's transcript as
     messages, its two replies as two turns, the person's choice between them), build `human_feedback`
-    for each day and the whole job for the seventh (`hominem run`, in `project`); returns that day."""
+    for each day and the whole job for `day` (`hominem run`, in `project`)."""
     import datetime as dt
     import json
     import os
@@ -140,7 +143,7 @@ def simulate_week(project: Path, day: str, per_day: int) -> str:
     log_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "HOMINEM_HOME": str(project)}
     env.pop("DAGSTER_HOME", None)
-    days = [(dt.date.fromisoformat(day) + dt.timedelta(days=k)).isoformat() for k in range(1, 8)]
+    days = [(dt.date.fromisoformat(day) - dt.timedelta(days=k)).isoformat() for k in range(6, -1, -1)]
     for k, when in enumerate(days):
         events = []
         for j, pair in picked.iloc[k * per_day : (k + 1) * per_day].iterrows():
@@ -156,7 +159,6 @@ def simulate_week(project: Path, day: str, per_day: int) -> str:
         select = ["--select", "human_feedback"] if when != days[-1] else []
         print(f"{when}: {per_day} page choices; hominem run {' '.join(select) or '(every asset)'}", flush=True)
         subprocess.run([str(project / ".venv" / "bin" / "hominem"), "run", "--date", when, *select], cwd=project, env=env, check=True)
-    return days[-1]
 
 
 if __name__ == "__main__":

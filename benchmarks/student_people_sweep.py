@@ -3,7 +3,7 @@
 one run, and each adapter is judged on the 504 held-out HH-RLHF pairs no model here saw
 (`student_people_agreement.py`'s split): its implicit reward's accuracy (TRL's `rewards/accuracies`;
 chance 0.5), and on the contrast fixtures. Training data: the people's pairs the daily adapter learns from
-(the shipped ones but the held-out; `builds.lora_adapter.people_rows`) and, for the settings that mix them
+(the shipped ones but the held-out; `policy.pairs.people_rows`) and, for the settings that mix them
 in, a day's pairs ranked by the reward model (--ranked: a `preference_pairs` table of a built project;
 drawn each once per pass here, not by the replay sampler). `cost` is a setting's optimizer steps times
 rows per step times tokens per row against the default's: about what it would cost the CPU's daily job
@@ -89,7 +89,6 @@ def main() -> None:
     import pandas as pd
     import torch
 
-    from hominem_pipeline.core.builds.lora_adapter import people_rows
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.builds.reward_model import people_pairs
     from hominem_pipeline.core.config_loader import deep_merge, load_config
@@ -99,7 +98,7 @@ def main() -> None:
     from hominem_pipeline.core.models import student_path
     from hominem_pipeline.core.policy.dual import mixed_sampler, train_dual_adapter
     from hominem_pipeline.core.policy.lora import load_policy
-    from hominem_pipeline.core.policy.pairs import read_preference_pairs
+    from hominem_pipeline.core.policy.pairs import people_rows, read_preference_pairs
     from hominem_pipeline.core.reward.feature_cache import SHIPPED_FEATURES
 
     base_cfg = load_config(root=ROOT)

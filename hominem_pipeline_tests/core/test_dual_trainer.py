@@ -322,7 +322,8 @@ def test_a_fresh_adapter_starts_from_the_shipped_peoples_start_only_where_it_fit
     """The people's start (`policy.people_start`): trained once on the people's pairs and shipped; a daily
     adapter starts from its weights (not zero: it already prefers the chosen replies), kept when nothing
     changed, and left aside, saying why, for another LoRA shape or other pairs."""
-    from hominem_pipeline.core.policy.people_start import pairs_key, people_start_file, ship_people_start
+    from hominem_pipeline.core.policy.dual import ship_people_start
+    from hominem_pipeline.core.policy.people_start import pairs_key, people_start_file
 
     def cfg(**policy):
         return load_config(root=REPO, overrides={"policy": {**TINY_POLICY, "mode": "dual", "dual": {"people_start": {"max_steps": 4, "learning_rate": 0.01}}, **policy}}).policy

@@ -38,8 +38,10 @@ def policy_seed(stage_seed: int, extra: int) -> int:
 
 def people_training_pairs(ctx: StageContext) -> pd.DataFrame:
     """People's own pairs the daily adapter learns from (`builds.reward_model.human_pairs`: the shipped
-    ones but the held-out it is judged on, the window's imported pairs and page choices), as preference rows (`people_rows`)."""
+    ones but the held-out it is judged on, the window's imported pairs and page choices), as preference rows (`policy.pairs.people_rows`)."""
     from hominem_pipeline.core.builds.reward_model import human_pairs
+
+    from hominem_pipeline.core.policy.pairs import people_rows
 
     return people_rows(human_pairs(ctx, held_out=False))
 
@@ -53,18 +55,6 @@ def people_start_setting(cfg: HominemConfig) -> tuple[Path, str] | None:
 
     train = people_pairs(cfg, "train") if cfg.policy.dual.people_start is not None else None
     return None if train is None else (cfg.path(SHIPPED_FEATURES), pairs_key(train))
-
-
-def people_rows(people: pd.DataFrame | None) -> pd.DataFrame:
-    """People's pairs (`builds.reward_model.human_pairs`, `people_pairs`) as the dual trainer's preference
-    rows: each chosen reply's intensity its weight (shipped and imported 1, a page choice how strongly it
-    was made), its safety 1 (a person chose it), both replies ended."""
-    if people is None or not len(people):
-        return pd.DataFrame(columns=["prompt", "chosen", "rejected", "chosen_reward_intensity", "chosen_safety_score", "pair_id", "source"])
-    return pd.DataFrame({"prompt": people["prompt"].to_numpy(), "chosen": people["chosen"].to_numpy(), "rejected": people["rejected"].to_numpy(),
-                         "chosen_reward_intensity": people["weight"].to_numpy(dtype=float), "chosen_safety_score": 1.0,
-                         "pair_id": people["pair_id"].astype(str).to_numpy(), "source": people["source"].astype(str).to_numpy(),
-                         "chosen_finished": True, "rejected_finished": True})
 
 
 def build_lora_adapter(ctx: StageContext) -> StageOutput:

@@ -280,10 +280,10 @@ def ship_features(cfg: HominemConfig) -> list[tuple[Path, int, int]]:
         manifest[written[-1][0].name] = {"features": "reference_logps", "files": [s.file for s in rm.people_pairs], "rows": written[-1][1],
                                          "student_digest": folder_digest(student_path(cfg)), "max_length": cfg.policy.max_length}
     if train is not None and cfg.policy.mode == "dual" and cfg.policy.dual.people_start is not None:  # what it starts from
-        from hominem_pipeline.core.builds.lora_adapter import people_rows
         from hominem_pipeline.core.builds.memory_files import memory_paths
         from hominem_pipeline.core.evaluation.memory import read_memory_rows
-        from hominem_pipeline.core.policy.people_start import ship_people_start
+        from hominem_pipeline.core.policy.dual import ship_people_start
+        from hominem_pipeline.core.policy.pairs import people_rows
 
         written.append(ship_people_start(student_path(cfg), cfg.policy, people_rows(train), read_memory_rows(memory_paths(cfg)), folder))
         manifest[written[-1][0].name] = {"features": "people_start", "files": [s.file for s in rm.people_pairs], "pairs": written[-1][1],

@@ -242,3 +242,15 @@ def sparse_pairs_warning(covered: int, prompts: int, rank_by: str, min_margin: f
         cause += f" with its overall score agreeing by preferences.min_scalar_margin ({min_scalar_margin})"
         fix = "lower either (min_scalar_margin: null turns that check off)"
     return f"only {covered} of {prompts} prompts gave a preference pair: the {judge} separates few of their candidates by {cause}; {fix}, or rank by the other judge (preferences.rank_by)"
+
+
+def people_rows(people: pd.DataFrame | None) -> pd.DataFrame:
+    """People's pairs (`builds.reward_model.human_pairs` or `people_pairs`) as the dual trainer's preference
+    rows: each chosen reply's intensity its weight (shipped and imported 1, a page choice how strongly it
+    was made), its safety 1 (a person chose it), both replies ended."""
+    if people is None or not len(people):
+        return pd.DataFrame(columns=["prompt", "chosen", "rejected", "chosen_reward_intensity", "chosen_safety_score", "pair_id", "source"])
+    return pd.DataFrame({"prompt": people["prompt"].to_numpy(), "chosen": people["chosen"].to_numpy(), "rejected": people["rejected"].to_numpy(),
+                         "chosen_reward_intensity": people["weight"].to_numpy(dtype=float), "chosen_safety_score": 1.0,
+                         "pair_id": people["pair_id"].astype(str).to_numpy(), "source": people["source"].astype(str).to_numpy(),
+                         "chosen_finished": True, "rejected_finished": True})

@@ -1,7 +1,7 @@
 """The people's start: a LoRA adapter trained once on the people's own training pairs (the shipped
 ones but the held-out, `builds.reward_model.people_pairs`) and the memory files, for about one pass
-over them, with the dual trainer (`policy.dual.people_start`), and shipped in the project's features
-folder. Each day's dual adapter starts from it instead of a fresh LoRA, then trains its own steps on the
+over them, with the dual trainer (`policy.dual.people_start`; `dual.ship_people_start`), and shipped in
+the project's features folder. Each day's dual adapter starts from it instead of a fresh LoRA, then trains its own steps on the
 day's pairs: a daily job on 2 CPU cores affords ~50 steps, which move the student toward people's held-out
 choices little (docs/BENCHMARKS.md), while one pass over the people's pairs moves it clearly, and is the
 same every day, so it is done once. The reference stays the base (adapter off): every figure of an
@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import json
 import logging
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from hominem_pipeline.core.artifacts import fingerprint
-from hominem_pipeline.core.config import PolicyConfig, PolicyLoraConfig
+from hominem_pipeline.core.config import PolicyLoraConfig
 
 log = logging.getLogger(__name__)
 
@@ -71,38 +70,3 @@ def load_people_start(model: Any, folder: Path, base: str, lora: PolicyLoraConfi
     if loaded.unexpected_keys:
         raise RuntimeError(f"{path} holds weights the LoRA lacks ({loaded.unexpected_keys[:3]}...); rebuild it with `hominem data ship-features`")
     return settings, f"the people's start {path.name}: {settings['max_steps']} steps over {settings['pairs']} people's pairs"
-
-
-def ship_people_start(student_path: Path, cfg: PolicyConfig, pairs: pd.DataFrame, memory: pd.DataFrame, folder: Path) -> tuple[Path, int, int]:
-    """Train the people's start on `pairs` (the people's training pairs as the dual trainer's rows,
-    `builds.lora_adapter.people_rows`) and `memory` with `policy.dual.people_start`'s steps and learning
-    rate (seed 0, the reference read from `folder`'s shipped log-probabilities), and write it to `folder`
-    (`people_start_file`); one shipped there already with the same settings, pairs and memory rows is kept.
-    Returns (file, pairs, pairs trained on now: 0 when kept)."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file, save_file
-
-    from hominem_pipeline.core.policy.dual import train_dual_adapter
-    from hominem_pipeline.core.policy.lora import lora_student
-
-    start = cfg.dual.people_start
-    if start is None:
-        raise ValueError("policy.dual.people_start is null: there is no people's start to train")
-    settings = {"max_steps": start.max_steps, "learning_rate": start.learning_rate, "batch_size": cfg.batch_size, "max_length": cfg.max_length,
-                "beta": cfg.beta, "dual": cfg.dual.model_dump(exclude={"people_start", "people_share", "sampler"}), "lora": lora_shape(cfg.lora),
-                "pairs": len(pairs), "pairs_key": pairs_key(pairs), "memory_key": fingerprint(list(zip(memory["prompt"], memory["response"])), 16), "seed": 0}
-    _, _, base = lora_student(student_path, cfg, device="cpu")
-    path = people_start_file(folder, base)
-    if path.is_file():
-        with safe_open(str(path), "pt") as fh:
-            shipped = json.loads(fh.metadata()["settings"])
-        if {k: v for k, v in shipped.items() if k != "final_reward_accuracy"} == settings:
-            return path, len(pairs), 0
-    tuned = cfg.model_copy(update={"max_steps": start.max_steps, "learning_rate": start.learning_rate})
-    with tempfile.TemporaryDirectory() as tmp:
-        result = train_dual_adapter(pairs, memory, student_path=student_path, cfg=tuned, out_dir=Path(tmp), seed=0, shipped_reference=folder)
-        state = load_file(str(Path(tmp) / "adapter_model.safetensors"))
-    settings["final_reward_accuracy"] = result.metrics["final_reward_accuracy"]
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in state.items()}, str(path), metadata={"settings": json.dumps(settings)})
-    return path, len(pairs), len(pairs)
