@@ -301,7 +301,7 @@ def train_dual_adapter(
     if people_start is not None and init_adapter is None:
         from hominem_pipeline.core.policy.people_start import load_people_start
 
-        _, start = load_people_start(model, people_start[0], before, cfg.lora, people_start[1])
+        start = load_people_start(model, people_start[0], before, cfg.lora, people_start[1])
         log.info("dual training starts from %s", start)
     add_fused_lm_head(model.get_base_model())
     disable_dropout_in_model(model)  # as TRL's DPO does by default: policy and reference see the same network

@@ -15,7 +15,6 @@ judged on)."""
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +22,6 @@ import pandas as pd
 
 from hominem_pipeline.core.artifacts import fingerprint
 from hominem_pipeline.core.config import PolicyLoraConfig
-
-log = logging.getLogger(__name__)
 
 
 def people_start_file(folder: Path, base: str) -> Path:
@@ -49,12 +46,12 @@ def pairs_key(pairs: pd.DataFrame) -> str:
     return fingerprint(sorted(pairs["pair_id"].astype(str)), 16)
 
 
-def load_people_start(model: Any, folder: Path, base: str, lora: PolicyLoraConfig, key: str) -> tuple[dict | None, str]:
+def load_people_start(model: Any, folder: Path, base: str, lora: PolicyLoraConfig, key: str) -> str:
     """Load the people's start shipped in `folder` for this base into `model`'s fresh LoRA where it fits
-    (`lora`'s shape, the people's training pairs `key`). Returns (its settings or None, what happened, in words)."""
+    (`lora`'s shape, the people's training pairs `key`). Returns what the adapter starts from, in words."""
     path = people_start_file(folder, base)
     if not path.is_file():
-        return None, f"a fresh LoRA: no people's start for this student in {folder} (`hominem data ship-features` trains one)"
+        return f"a fresh LoRA: no people's start for this student in {folder} (`hominem data ship-features` trains one)"
     from peft import set_peft_model_state_dict
     from safetensors import safe_open
     from safetensors.torch import load_file
@@ -62,11 +59,11 @@ def load_people_start(model: Any, folder: Path, base: str, lora: PolicyLoraConfi
     with safe_open(str(path), "pt") as fh:
         settings = json.loads(fh.metadata()["settings"])
     if settings["lora"] != lora_shape(lora):
-        return None, f"a fresh LoRA: {path.name} was trained for LoRA {settings['lora']}, not policy.lora's {lora_shape(lora)} (`hominem data ship-features` retrains it)"
+        return f"a fresh LoRA: {path.name} was trained for LoRA {settings['lora']}, not policy.lora's {lora_shape(lora)} (`hominem data ship-features` retrains it)"
     if settings["pairs_key"] != key:
-        return None, f"a fresh LoRA: {path.name} was trained on other people's pairs than reward_model.people_pairs' training part (`hominem data ship-features` retrains it)"
+        return f"a fresh LoRA: {path.name} was trained on other people's pairs than reward_model.people_pairs' training part (`hominem data ship-features` retrains it)"
     state = load_file(str(path), device=str(next(model.parameters()).device))
     loaded = set_peft_model_state_dict(model, state)
     if loaded.unexpected_keys:
         raise RuntimeError(f"{path} holds weights the LoRA lacks ({loaded.unexpected_keys[:3]}...); rebuild it with `hominem data ship-features`")
-    return settings, f"the people's start {path.name}: {settings['max_steps']} steps over {settings['pairs']} people's pairs"
+    return f"the people's start {path.name}: {settings['max_steps']} steps over {settings['pairs']} people's pairs"
