@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from hominem_pipeline.core.config_attune import AttunementConfig  # noqa: F401 (re-exported)
 from hominem_pipeline.core.config_base import ConfigError, LoraConfig, PolicyLoraConfig, _Frozen  # noqa: F401 (re-exported)
 from hominem_pipeline.core.config_reward import (  # noqa: F401 (re-exported)
     PairLossConfig,
@@ -476,6 +477,7 @@ class HominemConfig(_Frozen):
     serving: ServingConfig = Field(description="`hominem serve`: the chat and feedback service.")
     online: OnlineConfig = Field(description="Online updates of the live adapter from the replay buffer, and the fast-loop gate.")
     replay: ReplayConfig = Field(description="The replay buffer's priorities and sampler (online updates; the daily dual training with policy.dual.sampler replay).")
+    attunement: AttunementConfig = Field(description="Predictions checked against people's later choices: calibration and drift over time, error clusters, the next question.")
 
     # Not a YAML key: the folder relative paths are resolved against (set by `load_config`).
     root: Path = Field(default=Path("."), exclude=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hominem_pipeline.core.builds.attunement import build_attunement, preference_drift_check, window_days
 from hominem_pipeline.core.builds.evaluation import build_evaluation
 from hominem_pipeline.core.builds.human_feedback import build_human_feedback, log_digest
 from hominem_pipeline.core.builds.human_preferences import (
@@ -23,6 +24,7 @@ from hominem_pipeline.core.builds.human_preferences import (
 )
 from hominem_pipeline.core.builds.lora_adapter import build_lora_adapter
 from hominem_pipeline.core.builds.memory_files import memory_files_digest
+from hominem_pipeline.core.builds.predictions import build_predictions, seed_prompts_digest
 from hominem_pipeline.core.builds.preference_pairs import build_preference_pairs
 from hominem_pipeline.core.builds.prompts import build_prompts, prompt_files_digest
 from hominem_pipeline.core.builds.reward_health_index import build_reward_health_index
@@ -224,6 +226,32 @@ STAGES: tuple[Stage, ...] = (
         inputs=(Input("evaluation"), Input("lora_adapter"), Input("reward_model")),
         reads=("health",),
         build=build_reward_health_index,
+    ),
+    Stage(
+        name="predictions",
+        description="The prediction log: every pair people ordered that day (page choices, imports) and the judge's ranked pairs, with what the newest "
+                    "earlier reward model predicted: P(chosen), gaps per dimension, uncertainty, domain, rater, time.",
+        group="evaluation",
+        kinds=frozenset({"pytorch"}),
+        inputs=(Input("reward_model", lambda c: 2), Input("human_feedback", optional=True), Input("human_preferences", optional=True),
+                Input("preference_pairs", optional=True)),
+        reads=("dimensions", "attunement.bins", "prompts.seed_file", "prompts.categories", "models.encoder"),
+        build=build_predictions,
+        files=seed_prompts_digest,  # the domains are the seed prompts' categories
+    ),
+    Stage(
+        name="attunement",
+        description="Predictions read back over a window: calibration per day, version and domain; preference and served-reply drift; "
+                    "the pairs the day's reward model orders against people, clustered, named and followed from yesterday.",
+        group="evaluation",
+        kinds=frozenset({"python"}),
+        inputs=(Input("predictions", window_days), Input("reward_model", lambda c: 2),
+                Input("human_feedback", lambda c: c.attunement.drift.recent_days + c.attunement.drift.reference_days, optional=True)),
+        reads=("dimensions", "attunement", "models.encoder"),
+        build=build_attunement,
+        checks=(Check("preference_drift", "People's preferences (each dimension's agreement with their choices, per rater too) and the served replies' "
+                                          "reward vectors have not drifted between the recent and the reference window (attunement.drift).",
+                      preference_drift_check),),
     ),
     Stage(
         name="human_preferences",

@@ -5,11 +5,11 @@ from dagster import AssetKey, DailyPartitionsDefinition, TimeWindowPartitionMapp
 from hominem_pipeline.defs import DAILY_JOB, IMPORT_JOB, RETRAIN_JOB, build_definitions
 
 CHAIN = ["prompts", "teacher_trajectories", "teacher_labels", "human_feedback", "reward_model", "preference_pairs", "lora_adapter", "evaluation",
-         "reward_health_index"]
+         "reward_health_index", "predictions", "attunement"]
 ASSETS = [*CHAIN, "human_preferences"]
 
 
-def test_definitions_load_with_nine_daily_partitioned_assets(project):
+def test_definitions_load_with_eleven_daily_partitioned_assets(project):
     defs = build_definitions(str(project / "config" / "tiny.yaml"), root=project)
     graph = defs.resolve_asset_graph()
     assert sorted(k.to_user_string() for k in graph.get_all_asset_keys()) == sorted(ASSETS)
@@ -38,6 +38,12 @@ def test_training_assets_read_a_window_of_days(project):
     assert upstream == {"teacher_labels", "human_preferences", "human_feedback"}  # people's pairs of the same window train it too
     for human in ("human_preferences", "human_feedback"):
         assert (node.partition_mappings[AssetKey(human)].start_offset, node.partition_mappings[AssetKey(human)].end_offset) == (-6, 0)
+    # the prediction log reads the reward model of the day before (it never trained on the day's choices); the
+    # attunement reads both drift windows of predictions (3 recent + 14 reference days)
+    predictions = graph.get(AssetKey("predictions")).partition_mappings[AssetKey("reward_model")]
+    assert (predictions.start_offset, predictions.end_offset) == (-1, 0)
+    attunement = graph.get(AssetKey("attunement")).partition_mappings[AssetKey("predictions")]
+    assert (attunement.start_offset, attunement.end_offset) == (-16, 0)
     adapter = graph.get(AssetKey("lora_adapter"))  # people's own pairs of policy.window_days teach the daily adapter too
     assert {k.to_user_string() for k in adapter.parent_keys} == {"preference_pairs", "reward_model", "human_preferences", "human_feedback"}
     for human in ("human_preferences", "human_feedback"):

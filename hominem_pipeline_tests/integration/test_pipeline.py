@@ -23,7 +23,7 @@ from hominem_pipeline.defs.resources import HominemResource
 
 DAY = "2026-11-20"
 ORDER = ["prompts", "teacher_trajectories", "teacher_labels", "human_feedback", "reward_model", "preference_pairs", "lora_adapter", "evaluation",
-         "reward_health_index"]
+         "reward_health_index", "predictions", "attunement"]
 
 
 def write_feedback_log(project):
@@ -113,6 +113,13 @@ def test_every_asset_materializes_with_metadata(chain):
     fixtures = chain["checks"]["reward_fixtures"]  # the contrast fixtures, as an asset check (a random tiny model fails it)
     assert not fixtures.passed and 0.0 <= fixtures.metadata["fixture_accuracy"].value <= 1.0 and "tag truth" in fixtures.metadata
     assert first["reward_model"]["fixture_accuracy"].value == fixtures.metadata["fixture_accuracy"].value
+    predicted = first["predictions"]  # the person's choice, with what the reward model predicted for it (the day's own: no earlier one)
+    assert predicted["people_pairs"].value == 1 and predicted["details"].value["sources"]["page"] == 1
+    assert predicted["judge_pairs"].value == first["preference_pairs"]["dagster/row_count"].value  # the judge's pairs beside
+    assert "the day's own: it trained on these pairs" in predicted["details"].value["reward_model"]
+    assert first["attunement"]["people_agreement"].value in (0.0, 1.0) and first["attunement"]["plot: calibration"].value.startswith("![calibration](data:image/png")
+    drift = chain["checks"]["preference_drift"]  # one choice: nothing to test yet, and it says so
+    assert drift.passed and drift.description.startswith("not tested: each window needs 20 people's choices")
     moved = first["evaluation"]["fixture_moved_right"].value  # did the adapter move the student toward the fixtures' better replies
     assert 0.0 <= moved <= 1.0 and len(first["evaluation"]["details"].value["fixtures_moved_wrong"]) == min(20, round((1 - moved) * 132))
 

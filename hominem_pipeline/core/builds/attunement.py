@@ -1,0 +1,153 @@
+"""The `attunement` stage: the prediction log of a window read back (`core/attune`). Calibration per day,
+per reward-model version and per domain; preference and served-reply drift between the recent and the
+reference window, by the day's reward model; the people's pairs that model orders against them,
+clustered, named and followed from yesterday's clusters (yesterday's model on yesterday's window)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hominem_pipeline.core.builds.common import write_json
+from hominem_pipeline.core.config import HominemConfig
+from hominem_pipeline.core.stage import CheckOutcome, StageContext, StageOutput
+
+log = logging.getLogger(__name__)
+
+SUMMARY, DAYS, DOMAINS, CLUSTERS, PLOT = "attunement.json", "calibration_days.parquet", "domains.parquet", "clusters.parquet", "calibration.png"
+
+
+def window_days(cfg: HominemConfig) -> int:
+    """Days of predictions the stage reads: the calibration window, or both drift windows if longer."""
+    a = cfg.attunement
+    return max(a.window_days, a.drift.recent_days + a.drift.reference_days)
+
+
+def _days(day: str, n: int) -> list[str]:
+    end = pd.Timestamp(day)
+    return [(end - pd.Timedelta(days=i)).date().isoformat() for i in range(n)]
+
+
+def _label(cfg: Any, path: Path) -> str:
+    return str(path.resolve().relative_to(cfg.data_dir.resolve()))
+
+
+def _errors_of(model: Any, label: str, people: pd.DataFrame, days: list[str]) -> pd.DataFrame:
+    from hominem_pipeline.core.attune.predictions import predict
+
+    part = people[people["day"].isin(days)]
+    now = predict(part, model, label, False, None, days[0])
+    return now[~now["correct"]]
+
+
+def _served_vectors(ctx: StageContext, model: Any) -> pd.DataFrame:
+    """The window's served replies scored by `model`: one row per turn with its day and vector."""
+    from hominem_pipeline.core.builds.human_feedback import CONVERSATIONS
+
+    frames = [pd.read_parquet(r.file(CONVERSATIONS), columns=["turn", "prompt", "reply"]).assign(day=r.partition) for r in ctx.inputs["human_feedback"]]
+    served = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["turn", "prompt", "reply", "day"])
+    served = served[served["reply"].fillna("").str.strip() != ""].reset_index(drop=True)
+    if not len(served):
+        return served.assign(vector=[])
+    raw = model.raw_scores(list(served["prompt"]), list(served["reply"]))
+    return served.assign(vector=list(raw["vector"].astype(np.float64)))
+
+
+def build_attunement(ctx: StageContext) -> StageOutput:
+    from hominem_pipeline.core.attune.clusters import cluster_errors, follow
+    from hominem_pipeline.core.attune.drift import preference_drift, served_drift, windows
+    from hominem_pipeline.core.attune.predictions import PEOPLE, predict
+    from hominem_pipeline.core.attune.timeline import GROUPS, by_day, by_domain, calibration, plot
+    from hominem_pipeline.core.models import encoder_path
+    from hominem_pipeline.core.reward.model import project_reward_model
+    from hominem_pipeline.core.teacher.prompt_generators import sentence_embedder
+
+    a = ctx.cfg.attunement
+    dims = ctx.cfg.dimension_names
+    pred = ctx.tables("predictions").drop(columns=["partition"])
+    window = _days(ctx.partition, a.window_days)
+    in_window = pred[pred["day"].isin(window)]
+    days = by_day(in_window, a.bins)
+    days.to_parquet(ctx.out_dir / DAYS, index=False)
+    report = {g: calibration(in_window[in_window["source"].isin(s)], a.bins) for g, s in GROUPS.items()}
+    domains = by_domain(in_window, a.bins)
+    domains.to_parquet(ctx.out_dir / DOMAINS, index=False)
+    plot(days, report, ctx.out_dir / PLOT, f"predictions against later choices, {window[-1]} to {ctx.partition}")
+
+    refs = sorted(ctx.inputs["reward_model"], key=lambda r: r.partition)
+    current = next(r for r in refs if r.partition == ctx.partition)
+    previous = [r for r in refs if r.partition < ctx.partition]
+    model = project_reward_model(current.path, ctx.cfg)
+    label = _label(ctx.cfg, current.path)
+    people = pred[pred["source"].isin(PEOPLE)].reset_index(drop=True)
+    now = predict(people, model, label, False, None, ctx.partition)  # the day's model on every people's pair read
+
+    reference, recent = windows(ctx.partition, a.drift.recent_days, a.drift.reference_days)
+    preference = preference_drift(now[now["day"].isin(reference)], now[now["day"].isin(recent)], dims, a.drift)
+    served = _served_vectors(ctx, model)
+    vectors = lambda days_: np.stack(served.loc[served["day"].isin(days_), "vector"].to_list()) if served["day"].isin(days_).any() else np.zeros((0, len(dims)))  # noqa: E731
+    served_report = served_drift(vectors(reference), vectors(recent), dims, a.drift)
+
+    scale = {d: float(now[f"gap_{d}"].std()) if len(now) > 1 else 1.0 for d in dims}
+    scale["length"] = float((now["chosen_words"] - now["rejected_words"]).std()) if len(now) > 1 else 1.0
+    errors = now[~now["correct"] & now["day"].isin(window)]
+    embed = sentence_embedder(encoder_path(ctx.cfg)) if len(errors) >= a.clusters.min_errors else None
+    seed = ctx.cfg.project.seed  # not the day's seed: yesterday's clusters, recomputed here, come out as they did yesterday
+    clusters, _ = cluster_errors(errors, dims, scale, embed, a.clusters, seed)
+    yesterday = None
+    if previous and len(clusters):
+        before = previous[-1]
+        old = _errors_of(project_reward_model(before.path, ctx.cfg), _label(ctx.cfg, before.path), people, _days(before.partition, a.window_days))
+        if len(old) >= a.clusters.min_errors:
+            yesterday, _ = cluster_errors(old, dims, scale, embed, a.clusters, seed)
+            yesterday = follow(yesterday, None, before.partition, a.clusters.match_similarity)
+    clusters = follow(clusters, yesterday, ctx.partition, a.clusters.match_similarity)
+    stored = clusters.assign(terms=clusters["terms"].map(json.dumps), examples=clusters["examples"].map(json.dumps))
+    stored.to_parquet(ctx.out_dir / CLUSTERS, index=False)
+
+    drifted = [d for d in preference if d["drifted"]] + [dict(d, scope="served") for d in served_report if d["drifted"]]
+    summary = {"day": ctx.partition, "window": [window[-1], ctx.partition], "reward_model": label,
+               "calibration": {g: None if r is None else {k: v for k, v in r.items() if k != "bins"} | {"bins": r["bins"]} for g, r in report.items()},
+               "drift": {"reference": [reference[0], reference[-1]], "recent": [recent[0], recent[-1]], "preference": preference, "served": served_report,
+                         "drifted": drifted},
+               "clusters": len(clusters[clusters["status"] != "closed"]), "errors": len(errors), "people_pairs": int(len(now))}
+    write_json(ctx.out_dir / SUMMARY, summary)
+    people_report = report["people"]
+    metrics: dict[str, float | None] = {
+        "people_pairs": 0 if people_report is None else people_report["pairs"],
+        "people_agreement": None if people_report is None else people_report["agreement"],
+        "people_ece": None if people_report is None else people_report["ece"],
+        "judge_agreement": None if report["judge"] is None else report["judge"]["agreement"],
+        "judge_ece": None if report["judge"] is None else report["judge"]["ece"],
+        "drifted": len(drifted), "error_clusters": summary["clusters"], "errors": len(errors),
+    }
+    return StageOutput(
+        metrics=metrics,
+        metadata={"rows": len(days), "drifted": [f"{d['scope']}: {d['says']}" for d in drifted] or "none",
+                  "clusters": [f"[{r.status}] {r.size} pairs: {r.name}" for r in clusters.itertuples()][:10],
+                  "domains": {r.domain: f"{r.agreement:.0%} of {r.pairs}" for r in domains.itertuples()}},
+        table=DAYS,
+        mlflow_artifacts=[PLOT, SUMMARY],
+    )
+
+
+def preference_drift_check(metrics: dict[str, Any], cfg: HominemConfig, folder: Path) -> CheckOutcome:
+    """Warns when people's preferences or the served replies drifted between the windows, naming each
+    dimension and the direction; passes, saying what it tested, otherwise."""
+    summary = json.loads((folder / SUMMARY).read_text())
+    drift = summary["drift"]
+    drifted = drift["drifted"]
+    meta = {"reference": " to ".join(drift["reference"]), "recent": " to ".join(drift["recent"]),
+            "drifted": [f"{d['scope']}: {d['dimension']} {d['direction']}" for d in drifted]}
+    if drifted:
+        return CheckOutcome(False, "drift: " + "; ".join(f"{d['scope']}: {d['says']}" for d in drifted[:6]), meta)
+    tested = len({d["dimension"] for d in drift["preference"]})
+    if not tested and not drift["served"]:
+        d = cfg.attunement.drift
+        return CheckOutcome(True, f"not tested: each window needs {d.min_choices} people's choices (and {d.min_served} served replies for their vectors)", meta)
+    return CheckOutcome(True, f"no drift: {tested} preference dimensions and {len(drift['served'])} served-reply dimensions compared, none moved past the thresholds", meta)
