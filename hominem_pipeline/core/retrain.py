@@ -65,3 +65,17 @@ def count_training_data(lineage: Lineage) -> DataCounts:
         conversations=_rows(lineage, "human_feedback", "conversations"),
         preference_pairs=_rows(lineage, "human_feedback") + _rows(lineage, "human_preferences"),
     )
+
+
+def drift_to_act_on(lineage: Lineage, acted: str | None) -> tuple[str, str] | None:
+    """(version, reason) of the newest `attunement` day under this config when it reports drift
+    (`preference_drift`: people's preferences or the served replies moved) and is not `acted`, the
+    version a retrain was already started for; None otherwise."""
+    days = [d for d in lineage.store.partitions("attunement") if lineage.expected("attunement", d) is not None]
+    if not days:
+        return None
+    ref = lineage.expected("attunement", days[-1])
+    drifted = ref.manifest.get("metadata", {}).get("drifted")
+    if not isinstance(drifted, list) or not drifted or ref.version == acted:
+        return None
+    return ref.version, f"drift on {days[-1]}: " + "; ".join(drifted[:3])

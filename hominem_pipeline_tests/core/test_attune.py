@@ -58,7 +58,10 @@ def test_preference_drift_names_the_dimension_and_the_direction():
     assert found["empathy"]["drifted"] and found["empathy"]["direction"] == "down" and "empathy counts less for them" in found["empathy"]["says"]
     assert found["length"]["drifted"] and "shorter" in found["length"]["says"]
     assert not found["honesty"]["drifted"]
-    assert {d["scope"] for d in drift.preference_drift(before, after, DIMS, cfg)} == {"all", "r1"}  # per rater too
+    assert {d["scope"] for d in drift.preference_drift(before, after, DIMS, cfg)} == {"all"}  # one rater is the whole
+    two = drift.preference_drift(pd.concat([before, _pred(200, rng, rater="r2")]), pd.concat([after, _pred(60, rng, rater="r2")]), DIMS, cfg)
+    by_scope = {(d["scope"], d["dimension"]): d["drifted"] for d in two}
+    assert by_scope[("r1", "length")] and not by_scope[("r2", "length")]  # per rater: only r1's taste turned
     same = drift.preference_drift(before, _pred(60, rng), DIMS, cfg)
     assert not any(d["drifted"] for d in same)
     assert drift.preference_drift(before.head(5), after, DIMS, cfg) == []  # too few choices: not tested

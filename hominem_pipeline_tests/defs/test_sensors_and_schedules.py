@@ -46,6 +46,20 @@ def test_sensor_counts_what_people_said_and_triggers_once_per_data_state(tiny_cf
     assert request.partition_key == "2026-11-21" and "reward channel: 200" in reason
 
 
+def test_drift_the_attunement_reports_starts_one_retrain(tiny_cfg):
+    request, cursor, _ = sensor_tick(None, tiny_cfg)
+    fake_partition(tiny_cfg, "teacher_labels", "2026-11-20", 10)
+    fake_partition(tiny_cfg, "attunement", "2026-11-20", 3, drifted="none")  # a day without drift: nothing
+    assert sensor_tick(cursor, tiny_cfg)[0] is None
+    fake_partition(tiny_cfg, "attunement", "2026-11-21", 3, drifted=["all: people now choose the longer reply less often (50% -> 20% of choices)"])
+    request, cursor, reason = sensor_tick(cursor, tiny_cfg)
+    assert isinstance(request, RunRequest) and request.tags["hominem/trigger"] == "drift"
+    assert reason.startswith("drift on 2026-11-21: all: people now choose the longer reply less often") and "0/500 conversations" in reason
+    assert "-drift-" in request.run_key
+    again, cursor2, _ = sensor_tick(cursor, tiny_cfg)  # the same drift: no second run, and the cursor keeps it
+    assert again is None and json.loads(cursor2)["drift"] == json.loads(cursor)["drift"]
+
+
 def test_sensor_evaluates_a_tick_through_dagster(project, tiny_cfg):
     defs = build_definitions(str(project / "config" / "tiny.yaml"), root=project)
     sensor = defs.resolve_sensor_def("data_threshold_retrain_sensor")

@@ -56,8 +56,9 @@ def preference_drift(reference: pd.DataFrame, recent: pd.DataFrame, dimensions: 
     choices: before, after, shift, z, whether it `drifted`, and a sentence saying which way."""
     out = []
     scopes = [("all", reference, recent)]
-    if "rater" in recent and "rater" in reference:
-        for rater in sorted(set(recent["rater"].dropna()) & set(reference["rater"].dropna())):
+    raters = sorted(set(recent["rater"].dropna()) | set(reference["rater"].dropna())) if "rater" in recent and "rater" in reference else []
+    if len(raters) > 1:  # one rater alone is the whole
+        for rater in raters:
             scopes.append((str(rater), reference[reference["rater"] == rater], recent[recent["rater"] == rater]))
     for scope, old, new in scopes:
         if len(old) < cfg.min_choices or len(new) < cfg.min_choices:

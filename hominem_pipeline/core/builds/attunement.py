@@ -110,7 +110,7 @@ def build_attunement(ctx: StageContext) -> StageOutput:
     stored = clusters.assign(terms=clusters["terms"].map(json.dumps), examples=clusters["examples"].map(json.dumps))
     stored.to_parquet(ctx.out_dir / CLUSTERS, index=False)
 
-    drifted = [d for d in preference if d["drifted"]] + [dict(d, scope="served") for d in served_report if d["drifted"]]
+    drifted = sorted((d for d in preference if d["drifted"]), key=lambda d: -abs(d["z"])) + [dict(d, scope="served") for d in served_report if d["drifted"]]
     summary = {"day": ctx.partition, "window": [window[-1], ctx.partition], "reward_model": label,
                "calibration": {g: None if r is None else {k: v for k, v in r.items() if k != "bins"} | {"bins": r["bins"]} for g, r in report.items()},
                "drift": {"reference": [reference[0], reference[-1]], "recent": [recent[0], recent[-1]], "preference": preference, "served": served_report,
