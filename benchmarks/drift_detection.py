@@ -64,7 +64,7 @@ def taste(dims: list[str], change: str, changed: bool) -> tuple[np.ndarray, floa
         w[dims.index("epistemic_integrity")] += w[dims.index("empathy")] * 3
         w[dims.index("empathy")] = -w[dims.index("empathy")] * 2
     if changed and change == "shorter":
-        length = 0.03  # per word: 50 words shorter is worth 1.5 logits
+        length = 0.15  # per word, before the sharpness: about as much as the taste (50 words shorter is worth 7.5)
     return w, length
 
 
@@ -104,7 +104,7 @@ def run(seed: int, args: argparse.Namespace, dims: list[str], d) -> dict:
             fired_quiet += 1
         if changed and found and first is None:
             first = i - change_at + 1  # 1: on the day of the change
-            named = sorted({f"{x['dimension']} {x['direction']}" for x in found})
+            named = sorted({f"{x['dimension']} {x['direction']}" for x in found} | {n for x in found for n in x.get("suspects", [])})
     return {"seed": seed, "false_alarm_days": fired_quiet, "fired_after_days": first, "named": named}
 
 

@@ -62,6 +62,15 @@ def test_preference_drift_names_the_dimension_and_the_direction():
     two = drift.preference_drift(pd.concat([before, _pred(200, rng, rater="r2")]), pd.concat([after, _pred(60, rng, rater="r2")]), DIMS, cfg)
     by_scope = {(d["scope"], d["dimension"]): d["drifted"] for d in two}
     assert by_scope[("r1", "length")] and not by_scope[("r2", "length")]  # per rater: only r1's taste turned
+    # the model's agreement falls before any one dimension's share passes the thresholds: the ones that moved most are named
+    def exact(n, empathy, correct):  # shares exactly: empathy's and the model's as given, honesty's and the length's one half
+        i = np.arange(n)
+        return pd.DataFrame({"gap_empathy": np.where(i < empathy * n, 1.0, -1.0), "gap_honesty": np.where(i % 2 == 0, 1.0, -1.0),
+                             "chosen_words": np.where(i % 2 == 1, 10, 30), "rejected_words": 20, "correct": i < correct * n, "rater": "r1"})
+
+    alone = {d["dimension"]: d for d in drift.preference_drift(exact(200, 0.8, 0.85), exact(60, 0.7, 1 / 3), DIMS, cfg)}
+    assert alone["scalar"]["drifted"] and not any(alone[d]["drifted"] for d in (*DIMS, "length"))
+    assert alone["scalar"]["suspects"][0] == "empathy down" and "moved most: empathy (" in alone["scalar"]["says"]
     same = drift.preference_drift(before, _pred(60, rng), DIMS, cfg)
     assert not any(d["drifted"] for d in same)
     assert drift.preference_drift(before.head(5), after, DIMS, cfg) == []  # too few choices: not tested

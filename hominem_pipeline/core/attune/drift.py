@@ -22,6 +22,7 @@ import pandas as pd
 from hominem_pipeline.core.attune.stats import ks, proportion_shift, psi, wasserstein
 
 LENGTH, MODEL = "length", "scalar"  # the pseudo-dimensions: the reply's length, and the model's own order
+SUSPECTS = 2  # dimensions named when the model's agreement alone drifted
 
 
 def windows(day: str, recent_days: int, reference_days: int) -> tuple[list[str], list[str]]:
@@ -64,12 +65,20 @@ def preference_drift(reference: pd.DataFrame, recent: pd.DataFrame, dimensions: 
         if len(old) < cfg.min_choices or len(new) < cfg.min_choices:
             continue
         a, b = agreement_columns(old, dimensions), agreement_columns(new, dimensions)
+        rows = []
         for name in [*dimensions, LENGTH, MODEL]:
             s = proportion_shift(float(a[name].sum()), len(a), float(b[name].sum()), len(b))
             drifted = abs(s.z) >= cfg.z and abs(s.shift) >= cfg.min_shift
-            out.append({"scope": scope, "dimension": name, "reference": len(a), "recent": len(b), "before": s.before, "after": s.after,
-                        "shift": s.shift, "z": s.z, "drifted": bool(drifted), "direction": "up" if s.shift > 0 else "down",
-                        "says": _describe(name, s.before, s.after)})
+            rows.append({"scope": scope, "dimension": name, "reference": len(a), "recent": len(b), "before": s.before, "after": s.after,
+                         "shift": s.shift, "z": s.z, "drifted": bool(drifted), "direction": "up" if s.shift > 0 else "down",
+                         "says": _describe(name, s.before, s.after), "suspects": []})
+        model = rows[-1]
+        if model["drifted"] and not any(r["drifted"] for r in rows[:-1]):
+            # the model's agreement fell before any one dimension's share moved past the thresholds: name the ones that moved most
+            moved = sorted(rows[:-1], key=lambda r: -abs(r["z"]))[:SUSPECTS]
+            model["suspects"] = [f"{r['dimension']} {r['direction']}" for r in moved]
+            model["says"] += "; moved most: " + ", ".join(f"{r['dimension']} ({r['before']:.0%} -> {r['after']:.0%}, z {r['z']:+.1f})" for r in moved)
+        out += rows
     return out
 
 
