@@ -171,6 +171,53 @@ def data_import_preferences(
         console.print(f"quarantined {count} row(s): {reason}")
 
 
+@data_app.command("import-questions")
+def data_import_questions(
+    path: Annotated[Path, typer.Argument(help="The file of pairs to ask about (.jsonl, .jsonl.gz or .parquet).")],
+    format: Annotated[str, typer.Option("--format", "-f", help="questions (JSON lines of prompt, a, b), or a preference file: hh-rlhf, jsonl or parquet (its labels are dropped).")],
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+) -> None:
+    """Pairs of replies people will be asked to choose between (`GET /feedback/next`, the page's "ask me a pair"),
+    beside the teacher's newest candidates. A preference file's labels are dropped: people give their own. Written
+    to <data>/<serving.log_dir>/questions/ named by content (importing it again changes nothing); a running server
+    reads it at its next pick."""
+    import pandas as pd
+
+    from hominem_pipeline.core.attune.questions import QUESTIONS, write_question_file
+    from hominem_pipeline.core.human.preferences import FORMATS, PreferenceImportError, parse_preference_file
+
+    cfg = load(config, sets)
+    if format not in ("questions", *FORMATS):
+        fail(f"--format {format!r} is not supported; use questions or one of: {', '.join(FORMATS)}")
+    if not path.is_file():
+        fail(f"{path} does not exist; pass the file of pairs to ask about")
+    if format == "questions":
+        import json
+
+        rows, bad = [], 0
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line) if line.strip() else None
+            except json.JSONDecodeError:
+                row = None
+            if isinstance(row, dict) and all(isinstance(row.get(k), str) and row[k].strip() for k in ("prompt", "a", "b")) and row["a"] != row["b"]:
+                rows.append({"prompt": row["prompt"], "chosen": row["a"], "rejected": row["b"]})
+            elif line.strip():
+                bad += 1
+        pairs = pd.DataFrame(rows, columns=["prompt", "chosen", "rejected"])
+    else:
+        try:
+            parsed = parse_preference_file(path, format, path.name)
+        except PreferenceImportError as exc:
+            fail(str(exc))
+        pairs, bad = parsed.pairs, len(parsed.quarantine)
+    if not len(pairs):
+        fail(f"{path} has no usable pair ({bad} unusable line(s)); each needs a prompt and two different replies", code=1)
+    target, n = write_question_file(pairs, cfg.data_dir / cfg.serving.log_dir / QUESTIONS, f"file:{path.name}")
+    console.print(f"{n} question(s) -> {target}" + (f"; {bad} unusable line(s) skipped" if bad else ""))
+
+
 @data_app.command("ship-features")
 def data_ship_features(config: ConfigOpt = None, sets: SetOpt = None) -> None:
     """Write what the reward model's frozen networks compute for the shipped people's pairs

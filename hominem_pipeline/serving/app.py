@@ -53,6 +53,7 @@ class Service:
     live: Any = None  # the LiveWatcher when the service follows data/live/current.json
     updates: Any = None  # the UpdateScheduler of online updates, beside the LiveWatcher
     config: Any = None  # the whole HominemConfig: what the admin's live endpoints gate and write with
+    questions: Any = None  # the QuestionDesk behind GET /feedback/next
 
     @property
     def adapter_label(self) -> str | None:
@@ -330,6 +331,31 @@ def create_app(service: Service) -> FastAPI:
     async def repeat(caller: Caller = Depends(authenticate)) -> dict[str, Any]:
         """Now and then (serving.repeat_rate) one of your earlier choices to make again, A and B swapped."""
         return {"repeat": service.ledger.repeat_for(caller.rater, s.repeat_rate, service.rng)}
+
+    @app.get("/feedback/next", tags=["hominem"])
+    async def next_question(caller: Caller = Depends(authenticate)) -> dict[str, Any]:
+        """The next pair to choose between, picked by what the reward model does not know (attunement.selection): its two
+        replies are turns to answer with a `choice`; `reason` says why it was asked, `by` how (information, or random: the
+        unbiased share). `question` is null once you have answered every pair of the pool."""
+        if service.questions is None:
+            raise ApiError(404, "this service has no question pool", None, "not_found")
+        found = await asyncio.to_thread(service.questions.next, caller.rater)
+        if found is None:
+            return {"question": None, "reason": "you have answered every pair in the pool; import more with `hominem data import-questions`"}
+        q = found["question"]
+        messages = [{"role": r, "content": text(c)} for r, c in q.messages]
+        sampling = {"question": q.id, "source": q.source, "by": found["by"], "value": round(found["value"], 4), "reason": found["reason"]}
+        sides = {}
+        for side, turn_id, reply, reward in (("a", q.turn_ids()[0], q.a, found["a_reward"]), ("b", q.turn_ids()[1], q.b, found["b_reward"])):
+            if turn_id not in service.ledger.turns:  # asked before (of anyone): the same turns, nothing new written
+                turn = Turn(id=turn_id, time=utc_now().isoformat(), rater=caller.rater, messages=messages, reply=text(reply), model="question",
+                            adapter=None, reward_model=service.reward_label if reward else None, reward=reward, sampling=sampling, finish_reason="stop",
+                            completion_tokens=0, context=context_digest(messages))  # type: ignore[arg-type]
+                await service.journal.write(turn.model_dump(mode="json"))
+                service.ledger.add(turn)
+            sides[side] = {"turn": turn_id, "text": service.ledger.turns[turn_id].reply, "reward": reward}
+        return {"question": {"id": q.id, "messages": messages, "source": q.source, **sides}, "by": found["by"], "reason": found["reason"],
+                "value": found["value"], "parts": found["parts"], "p_a": found["p_a"], "pool": found["pool"], "answered": found["answered"]}
 
     @app.get("/feedback/consistency", tags=["hominem"])
     async def consistency(caller: Caller = Depends(authenticate)) -> dict[str, Any]:

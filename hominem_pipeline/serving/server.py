@@ -107,6 +107,9 @@ def build_service(cfg: HominemConfig, adapter: Path | None, reward_model: Path |
                     repetition_penalty=s.repetition_penalty, plain_start=s.plain_start, adapter_label=label(cfg, adapter), recall_facts=s.recall_facts,
                     device=resolve_device(cfg.runtime.device))
     service = Service(s, engine, Journal(interaction_log), ledger, access, label(cfg, reward_model), config=cfg)
+    from hominem_pipeline.serving.questions import QuestionDesk
+
+    service.questions = QuestionDesk(cfg, engine, ledger)
     if follow_live:
         from hominem_pipeline.core.online.live import LiveState
         from hominem_pipeline.serving.live import LiveWatcher

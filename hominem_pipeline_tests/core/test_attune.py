@@ -150,3 +150,41 @@ def test_the_selection_prefers_the_uncertain_pair_and_keeps_the_random_share():
     assert novel["value"].idxmax() == 1 and "unlike anything" in selection.pick(novel, 0.0, rng, np.array([0.6, 0.6])).reason
     with pytest.raises(ValueError, match="question pool is empty"):
         selection.pick(info.iloc[0:0], 0.2, rng)
+
+
+def test_questions_hide_which_reply_was_chosen_and_read_transcripts_as_messages():
+    from hominem_pipeline.core.attune import questions
+
+    q1 = questions.make("Hi?", "Hello there.", "Go away.", "file:x")
+    q2 = questions.make("Hi?", "Go away.", "Hello there.", "file:y")
+    assert (q1.id, q1.a, q1.b) == (q2.id, q2.a, q2.b) and q1.id.startswith("q") and len(q1.id) == 17  # the order never says which was chosen
+    transcript = "\n\nHuman: My cat is sick.\n\nAssistant: I'm sorry. How old is she?\n\nHuman: Twelve.\n\nAssistant:"
+    q = questions.make(transcript, "Take her to a vet.", "Cats are fine.", "hh")
+    assert q.messages == (("user", "My cat is sick."), ("assistant", "I'm sorry. How old is she?"), ("user", "Twelve."))
+    assert q.prompt == transcript  # as the pair's prompt reads back from the log
+    frame = pd.DataFrame({"prompt_id": ["p1"] * 3 + ["p2"] * 2, "prompt": ["A?"] * 3 + ["B?"] * 2, "response": ["x", "y", "z", "u", "v"]})
+    assert len(questions.from_candidates(frame, "teacher:2026-11-20")) == 3 + 1
+
+
+def test_choose_asks_the_unsure_pair_first_and_never_an_answered_one():
+    from hominem_pipeline.core.attune import questions
+
+    pool = [questions.make(f"Question {i}?", f"yes {i}", f"no {i}", "file:x") for i in range(3)]
+    p = {pool[0].id: 0.95, pool[1].id: 0.5, pool[2].id: 0.1}
+
+    def score(qs):  # the calibrated P(A) of each question, as the served reward model would give it
+        pa = np.array([p[q.id] for q in qs])
+        return {"p_a": pa, "gap": np.log(pa / (1 - pa)), "spread": np.zeros(len(qs)), "a": [None] * len(qs), "b": [None] * len(qs)}
+
+    cfg = SimpleNamespace(pool_sample=10, random_share=0.0, weights=SimpleNamespace(uncertainty=1.0, disagreement=1.0, cluster=0.5, novelty=0.5))
+    rng = np.random.default_rng(0)
+    first, pick, _ = questions.choose(pool, set(), [], score, [], cfg, rng)
+    assert first.id == pool[1].id and pick.by == "information" and "P(A) = 0.50" in pick.reason
+    second, _, _ = questions.choose(pool, {pool[1].id}, [first.prompt], score, [], cfg, rng)
+    assert second.id != pool[1].id
+    assert questions.choose(pool, {q.id for q in pool}, [], score, [], cfg, rng) is None
+    growing = [{"name": "tax forms", "terms": ["question", "2"]}]
+    _, pick, _ = questions.choose(pool, {pool[1].id}, [], score, growing, cfg, rng)
+    assert pick.parts["cluster"] in (0.0, 0.5, 1.0)
+    blind, pick, _ = questions.choose(pool, set(), [], None, [], cfg, rng)  # no reward model served: at random, and it says so
+    assert pick.by == "random" and "no reward model" in pick.reason

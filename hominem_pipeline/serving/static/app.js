@@ -237,6 +237,29 @@ async function offerRepeat() {
   section.appendChild(choiceBox(repeat.a, repeat.b, () => setTimeout(() => (section.hidden = true), 800), repeat.repeat_of));
 }
 
+async function askPair() {
+  const section = $("#asked");
+  let next;
+  try {
+    next = await api("/feedback/next");
+  } catch (error) {
+    return status(`no pair to ask: ${error.message}`, true);
+  }
+  if (!next.question) {
+    section.hidden = true;
+    return status(next.reason);
+  }
+  const q = next.question;
+  section.hidden = false;
+  $(".why", section).textContent = next.reason;
+  $(".prompt", section).textContent = q.messages[q.messages.length - 1].content;
+  $(".pair", section).replaceChildren(replyCard(q.a, "A"), replyCard(q.b, "B"));
+  const old = $(".choice", section);
+  if (old) old.remove();
+  section.appendChild(choiceBox(q.a, q.b, () => setTimeout(askPair, 800)));
+  section.scrollIntoView({ behavior: "smooth", block: "start" });
+}
+
 async function refreshConsistency() {
   const stats = await api("/feedback/consistency").catch(() => null);
   if (!stats) return;
@@ -258,6 +281,7 @@ async function start() {
   $("#served").textContent = `adapter: ${state.config.adapter || "none (base)"} · reward model: ${state.config.reward_model || "none"}`;
   $("#composer").onsubmit = send;
   $("#message").onkeydown = (e) => { if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("#composer").requestSubmit(); } };
+  $("#ask-pair").onclick = askPair;
   $("#new-chat").onclick = () => { state.messages = []; state.session = newId(); $("#chat").replaceChildren(); status("new conversation"); };
   refreshConsistency();
   document.body.dataset.ready = "1";
