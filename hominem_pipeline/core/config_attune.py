@@ -38,7 +38,7 @@ class SelectionConfig(_Frozen):
     random_share: float = Field(ge=0.0, le=1.0, description="Share of questions picked uniformly at random (marked so), so that the log stays an unbiased sample, 0-1.")
     weights: SelectionWeights = Field(description="How the expected information of a pair is made of its parts (normalised by their sum).")
     pool_sample: int = Field(ge=1, description="Unanswered pairs scored per pick (a uniform sample of the pool; all when it is smaller), >= 1.")
-    retrain_boost: float = Field(ge=0.0, description="A people's pair the model ordered against the person, or was unsure of, weighs up to 1 + this in the next retrain, >= 0; 0: every pair as given.")
+    retrain_boost: float = Field(ge=0.0, description="In the reward model's retrain, an answer to a question the service asked weighs 1 + this x the question's expected information when asked (0-1), >= 0; 0: every answer as given.")
 
 
 class AttunementConfig(_Frozen):

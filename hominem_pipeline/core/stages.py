@@ -176,7 +176,7 @@ STAGES: tuple[Stage, ...] = (
         ),
         # the judge's system text and question: what `frame: judge` / `judge_question` reads
         reads=("dimensions", "reward_model", "models.encoder", "models.student", "labeling.judge_system", "labeling.scalar_question",
-               "fixtures.file"),
+               "fixtures.file", "attunement.selection.retrain_boost"),
         build=build_reward_model,
         files=reward_backbone_digest,
         registered=Registered(REWARD_MODEL_NAME, log_reward_pyfunc),

@@ -106,6 +106,10 @@ def build_service(cfg: HominemConfig, adapter: Path | None, reward_model: Path |
     engine = Engine(student, adapter, reward_model, max_batch_size=s.max_batch_size, batch_wait_ms=s.batch_wait_ms, max_queue=s.max_queue,
                     repetition_penalty=s.repetition_penalty, plain_start=s.plain_start, adapter_label=label(cfg, adapter), recall_facts=s.recall_facts,
                     device=resolve_device(cfg.runtime.device))
+    if engine.reward is not None:  # a reply scored once (a question of the pool, a shipped pair) is not read by the frozen networks again
+        from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
+
+        engine.reward.use_feature_cache(cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES))
     service = Service(s, engine, Journal(interaction_log), ledger, access, label(cfg, reward_model), config=cfg)
     from hominem_pipeline.serving.questions import QuestionDesk
 

@@ -188,3 +188,24 @@ def test_choose_asks_the_unsure_pair_first_and_never_an_answered_one():
     assert pick.parts["cluster"] in (0.0, 0.5, 1.0)
     blind, pick, _ = questions.choose(pool, set(), [], None, [], cfg, rng)  # no reward model served: at random, and it says so
     assert pick.by == "random" and "no reward model" in pick.reason
+
+
+def test_an_answer_to_an_asked_question_weighs_more_by_its_expected_information_when_boosted():
+    from hominem_pipeline.core.builds.reward_model import boosted
+    from hominem_pipeline.core.online.events import context_digest
+    from hominem_pipeline.core.online.feedback import feedback_tables
+
+    messages = [{"role": "user", "content": "My cat is sick."}]
+    turn = {"kind": "turn", "time": "2026-11-20T09:00:00+00:00", "rater": "ana", "messages": messages, "finish_reason": "stop",
+            "completion_tokens": 0, "context": context_digest(messages), "adapter": None}
+    asked = {"model": "question", "sampling": {"question": "q0123456789abcdef", "by": "information", "value": 0.8, "reason": "asked because ..."}}
+    events = [turn | asked | {"id": "q0123456789abcdef-a", "reply": "Call a vet."}, turn | asked | {"id": "q0123456789abcdef-b", "reply": "Cats are fine."},
+              turn | {"id": "t1", "model": "hominem", "sampling": {}, "reply": "Poor cat."}, turn | {"id": "t2", "model": "hominem", "sampling": {}, "reply": "Eh."},
+              {"kind": "choice", "id": "c1", "time": "2026-11-20T09:01:00+00:00", "rater": "ana", "chosen": "q0123456789abcdef-a",
+               "rejected": "q0123456789abcdef-b", "strength": "clear"},
+              {"kind": "choice", "id": "c2", "time": "2026-11-20T09:02:00+00:00", "rater": "ana", "chosen": "t1", "rejected": "t2", "strength": "clear"}]
+    pairs = feedback_tables(events).pairs.set_index("pair_id")
+    assert pairs.loc["c1", "asked_value"] == 0.8 and pd.isna(pairs.loc["c2", "asked_value"])
+    weighed = boosted(pairs.reset_index(), 1.0).set_index("pair_id")["weight"]
+    assert weighed["c1"] == pytest.approx(1.8) and weighed["c2"] == 1.0  # a chat choice as given
+    assert boosted(pairs.reset_index(), 0.0)["weight"].tolist() == [1.0, 1.0]

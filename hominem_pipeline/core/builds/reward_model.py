@@ -42,6 +42,15 @@ def human_pairs(ctx: StageContext, held_out: bool = True):
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
+def boosted(pairs, boost: float):
+    """People's pairs with each answer to a question the service asked weighing 1 + boost x its expected
+    information when asked (`asked_value`, 0-1; `attunement.selection.retrain_boost`); others as given."""
+    if pairs is None or not boost or "asked_value" not in pairs:
+        return pairs
+    value = pairs["asked_value"].astype(float).fillna(0.0).clip(0.0, 1.0)
+    return pairs.assign(weight=pairs["weight"].astype(float) * (1.0 + boost * value))
+
+
 def people_pairs(cfg: HominemConfig, part: str = "train"):
     """The pairs of every `reward_model.people_pairs` file (source `shipped:<name>`, weight 1, `heads`:
     whether the heads learn from it as well as the people's score), in order; None without any. `part`:
@@ -92,7 +101,7 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.teacher.base import rubric_system
 
     labels = ctx.tables("teacher_labels")
-    human = human_pairs(ctx)
+    human = boosted(human_pairs(ctx), ctx.cfg.attunement.selection.retrain_boost)
     # Content digest: the sha256 of every table read, as their manifests recorded them, and of the shipped pairs.
     digest = fingerprint([[a, r.partition, r.manifest["files"][r.manifest["table"]]] for a in ("teacher_labels", *HUMAN) for r in ctx.inputs[a]]
                          + [people_pairs_digest(ctx.cfg)], 64)

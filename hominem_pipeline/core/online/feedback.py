@@ -1,6 +1,7 @@
 """A day of the interaction log as training data: conversations, and human preference pairs.
 
-- **Pairs** (the reward channel), in the columns of imported human pairs plus `weight`:
+- **Pairs** (the reward channel), in the columns of imported human pairs plus `weight` (and `asked_value`: a
+  question's expected information when the service asked it, `GET /feedback/next`):
   - a `choice` is a pair, weighted by its strength (slight 0.5, clear 1, strong 1.5); a choice asked
     again (`repeat_of`) and answered the same way stays one pair at the larger weight, one answered the
     other way drops both (the rater could not tell) and is counted as inconsistent;
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 
 THUMB_WEIGHT = STRENGTHS["slight"]  # an up and a down are absolute judgements: a weaker pair than a choice
 PAIR_COLUMNS = ["pair_id", "prompt_id", "prompt", "chosen", "rejected", "source", "source_file", "source_row",
-                "weight", "strength", "rater", "chosen_turn", "rejected_turn", "note"]
+                "weight", "strength", "rater", "chosen_turn", "rejected_turn", "note", "asked_value"]
 CONVERSATION_COLUMNS = ["turn", "session", "time", "rater", "prompt", "messages", "reply", "model", "adapter", "reward_model", "scalar",
                         "finish_reason", "thumbs_up", "thumbs_down", "nudges", "valence", "emotion_tags", "chosen", "rejected"]
 ROLES = {"user": "Human", "assistant": "Assistant", "system": "System"}
@@ -125,9 +126,11 @@ def feedback_tables(events: list[dict[str, Any]], source_file: str = "") -> Feed
 
 def _pair(pair_id: str, chosen: Turn, rejected: Turn, source: str, weight: float, strength: str | None, rater: str, note: str | None,
           source_file: str, source_row: int) -> dict[str, Any]:
+    # a question the service asked (GET /feedback/next) records its expected information when asked
+    asked = chosen.sampling.get("value") if chosen.model == "question" and isinstance(chosen.sampling, dict) else None
     return {"pair_id": pair_id, "prompt_id": chosen.context, "prompt": pair_prompt(chosen.messages), "chosen": chosen.reply, "rejected": rejected.reply,
             "source": source, "source_file": source_file, "source_row": source_row, "weight": weight, "strength": strength, "rater": rater,
-            "chosen_turn": chosen.id, "rejected_turn": rejected.id, "note": note}
+            "chosen_turn": chosen.id, "rejected_turn": rejected.id, "note": note, "asked_value": None if asked is None else float(asked)}
 
 
 def _conversations(parsed: list[Any], turns: dict[str, Turn]) -> pd.DataFrame:

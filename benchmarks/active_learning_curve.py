@@ -1,0 +1,208 @@
+"""How many people's answers does the reward model need when the service chooses what to ask by expected
+information (`GET /feedback/next`, `attunement.selection`), against asking at random?
+
+The setup:
+- The question pool is the 1,800 HH-RLHF pairs of the seed-0 split's training part, imported with
+  `hominem data import-questions` (labels dropped).
+- The reward model is judged on the 504 held-out pairs after them (`student_people_agreement.held_out_test`).
+  It is the project's default with one difference: the shipped HH-RLHF pairs are left out of its people's
+  pairs, so what it knows of these people comes from the answers alone. The hand-written contrast pairs stay.
+- The two arms differ only in `attunement.selection.random_share`: 0 (pure information gain) or 1 (at random).
+  Both ask through the same service.
+- In each round, a simulated rater answers `--per-round` questions through `hominem serve` with the human
+  label, as choices. Then `hominem run --select human_feedback,reward_model` retrains the reward model on
+  every answer so far, through the pipeline, and the server restarts on it.
+- Each arm and seed has its own scratch data folder. The day's prompts, candidates and labels are copied
+  into it; the models and the feature cache are linked.
+
+The figure: the fewest answers with which the information arm reaches the random arm's final agreement, in
+each seed. Goal: at most half the random arm's. Also plotted: agreement against answers, both arms, every seed.
+
+    .venv/bin/python benchmarks/active_learning_curve.py --project /path/to/project --seeds 0 1 --rounds 6 --per-round 30
+
+Needs a `make run` project with today's (UTC) teacher labels. If the day turns during the run, the next
+day's labels are built first. Writes only under --out (default /tmp/hominem-active-learning).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"
+POOL_FILE = "config/human/hh-rlhf-harmless-1800.jsonl.gz"
+COPIED = ("prompts", "teacher_trajectories", "teacher_labels")
+
+
+def hominem(project: Path, *args: str, timeout: int = 3600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HOMINEM_HOME": str(project)}
+    env.pop("DAGSTER_HOME", None)
+    done = subprocess.run([str(ROOT / ".venv" / "bin" / "hominem"), *args], cwd=project, env=env, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        sys.exit(f"hominem {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return done
+
+
+def today() -> str:
+    return dt.datetime.now(dt.timezone.utc).date().isoformat()
+
+
+def scratch(project: Path, out: Path, arm: str, seed: int, day: str) -> Path:
+    """A scratch data folder for one arm and seed, and its overlay (returned)."""
+    data = out / f"{arm}-{seed}" / "data"
+    if data.exists():
+        shutil.rmtree(data.parent)
+    data.mkdir(parents=True)
+    for name in ("models", "cache"):
+        (data / name).symlink_to(project / "data" / name)
+    for asset in COPIED:
+        shutil.copytree(project / "data" / asset / day, data / asset / day, symlinks=True)
+    overlay = {"project": {"data_dir": str(data)},
+               "reward_model": {"people_pairs": [{"file": "config/human/hominem-contrast-pairs.jsonl", "format": "jsonl"}]},
+               "attunement": {"selection": {"random_share": 0.0 if arm == "information" else 1.0}}}
+    path = data.parent / "overlay.yaml"
+    path.write_text(json.dumps(overlay))  # JSON is YAML
+    return path
+
+
+def ensure_labels(project: Path, overlay: Path, data: Path, day: str) -> None:
+    """The log's day needs its teacher labels (the day turned during the run): build them once, copy them in."""
+    if (data / "teacher_labels" / day).exists():
+        return
+    if not (project / "data" / "teacher_labels" / day).exists():
+        print(f"  the day turned: building {day}'s teacher labels in {project}", flush=True)
+        hominem(project, "run", "--date", day, "--select", ",".join(COPIED))
+    for asset in COPIED:
+        shutil.copytree(project / "data" / asset / day, data / asset / day, symlinks=True)
+
+
+def agreement(cfg, held_out) -> float:
+    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.reward.model import project_reward_model
+
+    ref, _ = lineage(cfg).newest("reward_model")
+    model = project_reward_model(ref.path, cfg)
+    gaps = model.pair_gaps(list(held_out["prompt"]), list(held_out["chosen"]), list(held_out["rejected"]))
+    return float((gaps > 0).mean())
+
+
+def run_arm(project: Path, out: Path, arm: str, seed: int, args, labels: dict[str, str], held_out) -> list[tuple[int, float]]:
+    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.testing.service import start_serve, stop_serve
+
+    import httpx2 as httpx
+
+    day = today()
+    overlay = scratch(project, out, arm, seed, day)
+    data = overlay.parent / "data"
+    hominem(project, "data", "import-questions", str(project / POOL_FILE), "--format", "hh-rlhf", "--config", str(overlay))
+    curve, answered = [], 0
+    for round_ in range(args.rounds + 1):
+        day = today()
+        ensure_labels(project, overlay, data, day)
+        started = time.monotonic()
+        hominem(project, "run", "--config", str(overlay), "--date", day, "--select", "human_feedback,reward_model")
+        cfg = load_config(overlay, root=project)
+        curve.append((answered, agreement(cfg, held_out)))
+        print(f"  {arm} seed {seed}: {answered} answers -> {curve[-1][1]:.1%} on {len(held_out)} held-out pairs "
+              f"(retrain and measure {time.monotonic() - started:.0f} s)", flush=True)
+        if round_ == args.rounds:
+            break
+        proc, url, _ = start_serve(["--config", str(overlay), "--adapter", "none", "--reward-model", "latest"], project,
+                                   env={"HOMINEM_HOME": str(project)})
+        try:
+            for _ in range(args.per_round):
+                nxt = httpx.get(f"{url}/feedback/next", timeout=600).json()
+                q = nxt["question"]
+                if q is None:
+                    break
+                chosen_text = labels[q["id"]]
+                chosen, rejected = (q["a"], q["b"]) if q["a"]["text"] == chosen_text else (q["b"], q["a"])
+                posted = httpx.post(f"{url}/feedback", json={"kind": "choice", "chosen": chosen["turn"], "rejected": rejected["turn"], "strength": "clear"},
+                                    timeout=60)
+                posted.raise_for_status()
+                answered += 1
+        finally:
+            stop_serve(proc)
+    return curve
+
+
+def needed(curve: list[tuple[int, float]], target: float) -> int | None:
+    return next((n for n, a in curve if a >= target), None)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--project", type=Path, required=True, help="a `make run` project with today's teacher labels")
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="runs (each arm once per run: the service's picks are not seeded)")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--per-round", type=int, default=30)
+    ap.add_argument("--out", type=Path, default=Path("/tmp/hominem-active-learning"))
+    args = ap.parse_args()
+
+    from student_people_agreement import held_out_test
+
+    from hominem_pipeline.core.attune.questions import question_id
+    from hominem_pipeline.core.human.preferences import parse_preference_file
+
+    project = args.project.resolve()
+    pool = parse_preference_file(project / POOL_FILE, "hh-rlhf", POOL_FILE).pairs
+    labels = {question_id(r.prompt, r.chosen, r.rejected): r.chosen for r in pool.itertuples()}
+    held_out = held_out_test(args.data, 504)
+    print(f"pool {len(pool)} questions, {len(held_out)} held-out pairs; {args.rounds} rounds of {args.per_round} answers; seeds {args.seeds}", flush=True)
+    curves = {}
+    for seed in args.seeds:
+        for arm in ("random", "information"):
+            curves[(arm, seed)] = run_arm(project, args.out, arm, seed, args, labels, held_out)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "curves.json").write_text(json.dumps({f"{a}-{s}": c for (a, s), c in curves.items()}))
+    ratios = []
+    for seed in args.seeds:
+        target = curves[("random", seed)][-1][1]
+        info, rand = needed(curves[("information", seed)], target), needed(curves[("random", seed)], target)
+        ratios.append(None if info is None or not rand else info / rand)
+        most = curves[("information", seed)][-1][0]
+        print(f"run {seed}: random reaches {target:.1%} with {rand} answers; information gain with {info if info is not None else f'more than {most}'}")
+    kept = [r for r in ratios if r is not None]
+    print(f"information gain needs {np.mean(kept):.2f} of the random arm's answers (mean over {len(kept)} seeds; goal <= 0.5)" if kept else
+          "information gain did not reach the random arm's final agreement in any seed")
+    plot(curves, args.out / "active_learning_curve.png")
+    print(f"plot: {args.out / 'active_learning_curve.png'}")
+
+
+def plot(curves: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for (arm, seed), curve in sorted(curves.items()):
+        n, a = zip(*curve)
+        ax.plot(n, a, "-" if arm == "information" else "--", marker="o", color="tab:blue" if arm == "information" else "tab:grey",
+                label=f"{arm}, seed {seed}")
+    ax.set_xlabel("people's answers")
+    ax.set_ylabel("agreement on 504 held-out HH-RLHF pairs")
+    ax.set_title("information gain against random questions")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
