@@ -62,6 +62,10 @@ def test_preference_drift_names_the_dimension_and_the_direction():
     two = drift.preference_drift(pd.concat([before, _pred(200, rng, rater="r2")]), pd.concat([after, _pred(60, rng, rater="r2")]), DIMS, cfg)
     by_scope = {(d["scope"], d["dimension"]): d["drifted"] for d in two}
     assert by_scope[("r1", "length")] and not by_scope[("r2", "length")]  # per rater: only r1's taste turned
+    domains = drift.preference_drift(pd.concat([before.assign(domain="a"), _pred(200, rng).assign(domain="b")]),
+                                     pd.concat([after.assign(domain="a"), _pred(60, rng).assign(domain="b")]), DIMS, cfg)
+    by_domain = {(d["scope"], d["dimension"]): d["drifted"] for d in domains}
+    assert by_domain[("domain a", "length")] and not by_domain[("domain b", "length")]  # per domain too
     # the model's agreement falls before any one dimension's share passes the thresholds: the ones that moved most are named
     def exact(n, empathy, correct):  # shares exactly: empathy's and the model's as given, honesty's and the length's one half
         i = np.arange(n)

@@ -3,7 +3,7 @@
 - **Preference drift**: on people's choices, each dimension's agreement (the share where the chosen
   reply is higher on it, by the current reward model; ties count half), the reply's length (the share
   where the longer one was chosen) and the model's own agreement (its scalar), recent against
-  reference, overall and per rater. A dimension drifts when the shift is both significant (two-proportion
+  reference, overall, per rater and per domain. A dimension drifts when the shift is both significant (two-proportion
   z >= `drift.z`) and large (>= `drift.min_shift`): what people reward has moved.
 - **Served drift**: each dimension of the served replies' reward vectors (scored by the current model),
   recent against reference. A dimension drifts when the KS p-value is below `drift.served_p` and the
@@ -57,10 +57,10 @@ def preference_drift(reference: pd.DataFrame, recent: pd.DataFrame, dimensions: 
     choices: before, after, shift, z, whether it `drifted`, and a sentence saying which way."""
     out = []
     scopes = [("all", reference, recent)]
-    raters = sorted(set(recent["rater"].dropna()) | set(reference["rater"].dropna())) if "rater" in recent and "rater" in reference else []
-    if len(raters) > 1:  # one rater alone is the whole
-        for rater in raters:
-            scopes.append((str(rater), reference[reference["rater"] == rater], recent[recent["rater"] == rater]))
+    for column, prefix in (("rater", ""), ("domain", "domain ")):  # per rater and per domain (FR4.4), where there are several
+        values = sorted(set(recent[column].dropna()) | set(reference[column].dropna())) if column in recent and column in reference else []
+        if len(values) > 1:  # one alone is the whole
+            scopes += [(f"{prefix}{v}", reference[reference[column] == v], recent[recent[column] == v]) for v in values]
     for scope, old, new in scopes:
         if len(old) < cfg.min_choices or len(new) < cfg.min_choices:
             continue
