@@ -140,6 +140,25 @@ def run_arm(project: Path, out: Path, arm: str, seed: int, args, labels: dict[st
     return curve
 
 
+def warm(project: Path, questions: list, held_out) -> None:
+    """What the frozen networks compute for every question of the pool and the held-out pairs, into the
+    project's feature cache (shared by every arm): one pass here, so that the service's picks and the
+    retrains read features instead of the student. Any reward model built under this config reads the same."""
+    from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
+    from hominem_pipeline.core.reward.model import RewardModel
+
+    folder = sorted((project / "data" / "reward_model").glob("*/*/METADATA.json"))[-1].parent
+    model = RewardModel.load(folder)
+    model.use_feature_cache(project / "data" / FEATURE_CACHE, project / SHIPPED_FEATURES)
+    started, chunk = time.monotonic(), 100
+    for i in range(0, len(questions), chunk):
+        part = questions[i : i + chunk]
+        prompts = [q.prompt for q in part]
+        model.raw_scores(prompts + prompts, [q.a for q in part] + [q.b for q in part])
+        print(f"  warming the feature cache: {i + len(part)}/{len(questions)} questions, {time.monotonic() - started:.0f} s", flush=True)
+    model.raw_scores(list(held_out["prompt"]) * 2, list(held_out["chosen"]) + list(held_out["rejected"]))
+
+
 def needed(curve: list[tuple[int, float]], target: float) -> int | None:
     return next((n for n, a in curve if a >= target), None)
 
@@ -156,7 +175,7 @@ def main() -> None:
 
     from student_people_agreement import held_out_test
 
-    from hominem_pipeline.core.attune.questions import question_id
+    from hominem_pipeline.core.attune.questions import make, question_id
     from hominem_pipeline.core.human.preferences import parse_preference_file
 
     project = args.project.resolve()
@@ -164,6 +183,7 @@ def main() -> None:
     labels = {question_id(r.prompt, r.chosen, r.rejected): r.chosen for r in pool.itertuples()}
     held_out = held_out_test(args.data, 504)
     print(f"pool {len(pool)} questions, {len(held_out)} held-out pairs; {args.rounds} rounds of {args.per_round} answers; seeds {args.seeds}", flush=True)
+    warm(project, [make(r.prompt, r.chosen, r.rejected, "hh") for r in pool.itertuples()], held_out)
     curves = {}
     for seed in args.seeds:
         for arm in ("random", "information"):

@@ -154,15 +154,21 @@ def choose(pool: Sequence[Question], answered: set[str], seen_prompts: Sequence[
     open_ = [q for q in pool if q.id not in answered]
     if not open_:
         return None
+    from hominem_pipeline.core.attune.selection import PARTS, Pick
+
+    if score is None or rng.random() < cfg.random_share:  # the random share is drawn first: only the one picked is scored
+        q = open_[int(rng.integers(len(open_)))]
+        if score is None:
+            return q, Pick(0, "random", 0.0, {k: 0.0 for k in PARTS}, "picked at random: no reward model is served to say what it does not know"), {}
+        one = score([q])
+        parts = information(one["p_a"], one["gap"], one["spread"], cfg.weights)
+        return q, Pick(0, "random", float(parts.at[0, "value"]), {k: float(parts.at[0, k]) for k in PARTS},
+                       f"picked at random ({cfg.random_share:.0%} of questions are), so what people answer stays an unbiased sample"), \
+            {k: (v[0] if isinstance(v, (list, np.ndarray)) else v) for k, v in one.items()}
     sample = [open_[i] for i in sorted(rng.choice(len(open_), size=min(cfg.pool_sample, len(open_)), replace=False))]
     prompts = [q.prompt for q in sample]
-    if score is None:
-        from hominem_pipeline.core.attune.selection import PARTS, Pick
-
-        i = int(rng.integers(len(sample)))
-        return sample[i], Pick(i, "random", 0.0, {k: 0.0 for k in PARTS}, "picked at random: no reward model is served to say what it does not know"), {}
     scores = score(sample)
     cluster, names = likeness(prompts, clusters) if clusters else (None, None)
     info = information(scores["p_a"], scores["gap"], scores["spread"], cfg.weights, cluster, novelty_to(prompts, seen_prompts))
-    chosen = pick(info, cfg.random_share, rng, scores["p_a"], names)
+    chosen = pick(info, 0.0, rng, scores["p_a"], names)
     return sample[chosen.index], chosen, {k: (v[chosen.index] if isinstance(v, (list, np.ndarray)) else v) for k, v in scores.items()}
