@@ -39,10 +39,10 @@ def empty(dimensions: Sequence[str]) -> pd.DataFrame:
 def _dtype(column: str) -> str:
     if column in ("in_sample", "correct"):
         return "bool"
-    if column in ("weight", "p_chosen", "gap", "gap_std", "served_p_chosen") or column.startswith(("gap_", "chosen_")) and column != "chosen_words":
-        return "float64"
     if column in ("chosen_words", "rejected_words"):
         return "int64"
+    if column in ("weight", "p_chosen", "gap", "gap_std", "served_p_chosen") or column.startswith(("gap_", "chosen_")):
+        return "float64"
     return "object"
 
 

@@ -90,7 +90,11 @@ def build_attunement(ctx: StageContext) -> StageOutput:
     reference, recent = windows(ctx.partition, a.drift.recent_days, a.drift.reference_days)
     preference = preference_drift(now[now["day"].isin(reference)], now[now["day"].isin(recent)], dims, a.drift)
     served = _served_vectors(ctx, model)
-    vectors = lambda days_: np.stack(served.loc[served["day"].isin(days_), "vector"].to_list()) if served["day"].isin(days_).any() else np.zeros((0, len(dims)))  # noqa: E731
+
+    def vectors(days_: list[str]) -> np.ndarray:
+        rows = served.loc[served["day"].isin(days_), "vector"].to_list()
+        return np.stack(rows) if rows else np.zeros((0, len(dims)))
+
     served_report = served_drift(vectors(reference), vectors(recent), dims, a.drift)
 
     scale = {d: float(now[f"gap_{d}"].std()) if len(now) > 1 else 1.0 for d in dims}
