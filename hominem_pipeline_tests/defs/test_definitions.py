@@ -39,11 +39,11 @@ def test_training_assets_read_a_window_of_days(project):
     for human in ("human_preferences", "human_feedback"):
         assert (node.partition_mappings[AssetKey(human)].start_offset, node.partition_mappings[AssetKey(human)].end_offset) == (-6, 0)
     # the prediction log reads the reward model of the day before (it never trained on the day's choices); the
-    # attunement reads both drift windows of predictions (3 recent + 14 reference days)
+    # attunement reads both drift windows of predictions (1 recent + 14 reference days)
     predictions = graph.get(AssetKey("predictions")).partition_mappings[AssetKey("reward_model")]
     assert (predictions.start_offset, predictions.end_offset) == (-1, 0)
     attunement = graph.get(AssetKey("attunement")).partition_mappings[AssetKey("predictions")]
-    assert (attunement.start_offset, attunement.end_offset) == (-16, 0)
+    assert (attunement.start_offset, attunement.end_offset) == (-14, 0)
     adapter = graph.get(AssetKey("lora_adapter"))  # people's own pairs of policy.window_days teach the daily adapter too
     assert {k.to_user_string() for k in adapter.parent_keys} == {"preference_pairs", "reward_model", "human_preferences", "human_feedback"}
     for human in ("human_preferences", "human_feedback"):
