@@ -53,14 +53,14 @@ class QuestionDesk:
         """The newest attunement day's growing error clusters (new or grew): name and terms."""
         import json
 
+        import pandas as pd
+
         from hominem_pipeline.core.builds.attunement import CLUSTERS
         from hominem_pipeline.core.lineage import lineage
 
         ref, _ = lineage(self.cfg).newest("attunement")
         if ref is None:
             return []
-        import pandas as pd
-
         found = pd.read_parquet(ref.file(CLUSTERS), columns=["name", "terms", "status"])
         return [{"name": r.name, "terms": json.loads(r.terms)} for r in found.itertuples() if r.status in ("new", "grew")]
 
