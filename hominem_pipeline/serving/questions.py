@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ from hominem_pipeline.core.online.ledger import Ledger
 
 log = logging.getLogger(__name__)
 QUESTION_TURN = re.compile(r"^(q[0-9a-f]{16})-[ab]$")
+RECHECK_SECONDS = 10.0  # how often the pool's sources and the error clusters are looked at again
 
 
 class QuestionDesk:
@@ -33,6 +35,8 @@ class QuestionDesk:
         self._pool: list[Question] = []
         self._pool_key: Any = None
         self._scores: dict[tuple[str | None, str], dict[str, Any]] = {}  # (reward model, question) -> scores
+        self._clusters: list[dict[str, Any]] = []
+        self._checked_at = float("-inf")
 
     def _key(self) -> Any:
         from hominem_pipeline.core.lineage import lineage
@@ -43,13 +47,18 @@ class QuestionDesk:
         return (None if ref is None else ref.version, tuple(files))
 
     def pool(self) -> list[Question]:
-        key = self._key()
-        if key != self._pool_key:
-            self._pool, self._pool_key = load_pool(self.cfg), key
-            log.info("question pool: %d pairs", len(self._pool))
+        """The pool, read again when the teacher's newest day or the question files changed (looked at every RECHECK_SECONDS)."""
+        if time.monotonic() - self._checked_at >= RECHECK_SECONDS:
+            self._checked_at = time.monotonic()
+            key = self._key()
+            if key != self._pool_key:
+                self._pool, self._pool_key, self._clusters = load_pool(self.cfg), key, self._growing()
+                log.info("question pool: %d pairs", len(self._pool))
+            else:
+                self._clusters = self._growing()
         return self._pool
 
-    def clusters(self) -> list[dict[str, Any]]:
+    def _growing(self) -> list[dict[str, Any]]:
         """The newest attunement day's growing error clusters (new or grew): name and terms."""
         import json
 
@@ -98,7 +107,7 @@ class QuestionDesk:
         with self._lock:
             pool = self.pool()
             answered, seen = self.answered(rater)
-            found = choose(pool, answered, seen, self._score if self.engine.reward is not None else None, self.clusters(),
+            found = choose(pool, answered, seen, self._score if self.engine.reward is not None else None, self._clusters,
                            self.cfg.attunement.selection, self.rng)
         if found is None:
             return None
