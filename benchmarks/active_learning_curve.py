@@ -8,7 +8,8 @@ The setup:
   It is the project's default with one difference: the shipped HH-RLHF pairs are left out of its people's
   pairs, so what it knows of these people comes from the answers alone. The hand-written contrast pairs stay.
 - The two arms differ only in `attunement.selection.random_share`: 0 (pure information gain) or 1 (at random).
-  Both ask through the same service.
+  Both ask through the same service, the imported questions alone (`teacher_candidates: false`: the rater
+  knows only the HH-RLHF labels).
 - In each round, a simulated rater answers `--per-round` questions through `hominem serve` with the human
   label, as choices. Then `hominem run --select human_feedback,reward_model` retrains the reward model on
   every answer so far, through the pipeline, and the server restarts on it.
@@ -72,7 +73,7 @@ def scratch(project: Path, out: Path, arm: str, seed: int, day: str) -> Path:
         shutil.copytree(project / "data" / asset / day, data / asset / day, symlinks=True)
     overlay = {"project": {"data_dir": str(data)},
                "reward_model": {"people_pairs": [{"file": "config/human/hominem-contrast-pairs.jsonl", "format": "jsonl"}]},
-               "attunement": {"selection": {"random_share": 0.0 if arm == "information" else 1.0}}}
+               "attunement": {"selection": {"random_share": 0.0 if arm == "information" else 1.0, "teacher_candidates": False}}}
     path = data.parent / "overlay.yaml"
     path.write_text(json.dumps(overlay))  # JSON is YAML
     return path

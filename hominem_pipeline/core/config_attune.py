@@ -37,6 +37,7 @@ class SelectionWeights(_Frozen):
 class SelectionConfig(_Frozen):
     random_share: float = Field(ge=0.0, le=1.0, description="Share of questions picked uniformly at random (marked so), so that the log stays an unbiased sample, 0-1.")
     weights: SelectionWeights = Field(description="How the expected information of a pair is made of its parts (normalised by their sum).")
+    teacher_candidates: bool = Field(description="The teacher's newest candidates join the question pool beside the imported questions (false: the imported ones alone).")
     pool_sample: int = Field(ge=1, description="Unanswered pairs scored per pick (a uniform sample of the pool; all when it is smaller), >= 1.")
     retrain_boost: float = Field(ge=0.0, description="In the reward model's retrain, an answer to a question the service asked weighs 1 + this x the question's expected information when asked (0-1), >= 0; 0: every answer as given.")
 

@@ -105,11 +105,12 @@ def write_question_file(pairs: pd.DataFrame, folder: Path, source: str) -> tuple
 
 
 def load_pool(cfg: Any) -> list[Question]:
-    """The teacher's newest day's candidates (under this config) and every imported question file, one per id."""
+    """The teacher's newest day's candidates (under this config; `attunement.selection.teacher_candidates`) and every
+    imported question file, one per id."""
     from hominem_pipeline.core.lineage import lineage
 
     pool: dict[str, Question] = {}
-    ref, _ = lineage(cfg).newest("teacher_trajectories")
+    ref = lineage(cfg).newest("teacher_trajectories")[0] if cfg.attunement.selection.teacher_candidates else None
     if ref is not None:
         frame = pd.read_parquet(ref.file("trajectories.parquet"), columns=["prompt_id", "prompt", "response"])
         pool |= {q.id: q for q in from_candidates(frame, f"teacher:{ref.partition}")}
