@@ -182,9 +182,7 @@ def data_import_questions(
     beside the teacher's newest candidates. A preference file's labels are dropped: people give their own. Written
     to <data>/<serving.log_dir>/questions/ named by content (importing it again changes nothing); a running server
     reads it at its next pick."""
-    import pandas as pd
-
-    from hominem_pipeline.core.attune.questions import QUESTIONS, write_question_file
+    from hominem_pipeline.core.attune.questions import QUESTIONS, parse_questions, write_question_file
     from hominem_pipeline.core.human.preferences import FORMATS, PreferenceImportError, parse_preference_file
 
     cfg = load(config, sets)
@@ -193,19 +191,10 @@ def data_import_questions(
     if not path.is_file():
         fail(f"{path} does not exist; pass the file of pairs to ask about")
     if format == "questions":
-        import json
-
-        rows, bad = [], 0
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                row = json.loads(line) if line.strip() else None
-            except json.JSONDecodeError:
-                row = None
-            if isinstance(row, dict) and all(isinstance(row.get(k), str) and row[k].strip() for k in ("prompt", "a", "b")) and row["a"] != row["b"]:
-                rows.append({"prompt": row["prompt"], "chosen": row["a"], "rejected": row["b"]})
-            elif line.strip():
-                bad += 1
-        pairs = pd.DataFrame(rows, columns=["prompt", "chosen", "rejected"])
+        try:
+            pairs, bad = parse_questions(path)
+        except UnicodeDecodeError:
+            fail(f"{path} is not UTF-8 text; save it as UTF-8 JSON lines of prompt, a and b")
     else:
         try:
             parsed = parse_preference_file(path, format, path.name)

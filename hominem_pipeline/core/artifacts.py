@@ -40,6 +40,15 @@ def fingerprint(payload: Any, length: int = 16) -> str:
     return hashlib.sha256(blob).hexdigest()[:length]
 
 
+def data_label(data_dir: Path, path: Path) -> str:
+    """How the log and the prediction log name a version folder: its path relative to the data folder
+    (the path itself when it lies elsewhere)."""
+    try:
+        return str(path.resolve().relative_to(data_dir.resolve()))
+    except ValueError:
+        return str(path)
+
+
 def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as fh:

@@ -80,12 +80,9 @@ def resolve_reward_model(cfg: HominemConfig, choice: str | None, adapter: Path |
 
 
 def label(cfg: HominemConfig, path: Path | None) -> str | None:
-    if path is None:
-        return None
-    try:
-        return str(path.resolve().relative_to(cfg.data_dir.resolve()))
-    except ValueError:
-        return str(path)
+    from hominem_pipeline.core.artifacts import data_label
+
+    return None if path is None else data_label(cfg.data_dir, path)
 
 
 def build_service(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, student: Path, follow_live: bool = False,

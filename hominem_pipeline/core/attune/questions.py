@@ -89,6 +89,24 @@ def read_question_file(path: Path) -> list[Question]:
     return out
 
 
+def parse_questions(path: Path) -> tuple[pd.DataFrame, int]:
+    """A file of `{"prompt", "a", "b"}` lines as pairs (columns prompt, chosen, rejected: the order means
+    nothing here) and the number of unusable lines (not JSON, a field missing or blank, a and b the same)."""
+    rows, bad = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        if isinstance(row, dict) and all(isinstance(row.get(k), str) and row[k].strip() for k in ("prompt", "a", "b")) and row["a"] != row["b"]:
+            rows.append({"prompt": row["prompt"], "chosen": row["a"], "rejected": row["b"]})
+        else:
+            bad += 1
+    return pd.DataFrame(rows, columns=["prompt", "chosen", "rejected"]), bad
+
+
 def write_question_file(pairs: pd.DataFrame, folder: Path, source: str) -> tuple[Path, int]:
     """Imported pairs (prompt, chosen, rejected) as a question file, their labels dropped; named by content, so
     importing the same pairs again changes nothing. (path, questions)."""

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hominem_pipeline.core.artifacts import data_label
+from hominem_pipeline.core.attune.drift import windows
 from hominem_pipeline.core.builds.common import write_json
 from hominem_pipeline.core.config import HominemConfig
 from hominem_pipeline.core.stage import CheckOutcome, StageContext, StageOutput
@@ -28,20 +30,11 @@ def window_days(cfg: HominemConfig) -> int:
     return max(a.window_days, a.drift.recent_days + a.drift.reference_days)
 
 
-def _days(day: str, n: int) -> list[str]:
-    end = pd.Timestamp(day)
-    return [(end - pd.Timedelta(days=i)).date().isoformat() for i in range(n)]
-
-
-def _label(cfg: Any, path: Path) -> str:
-    return str(path.resolve().relative_to(cfg.data_dir.resolve()))
-
-
 def _errors_of(model: Any, label: str, people: pd.DataFrame, days: list[str]) -> pd.DataFrame:
     from hominem_pipeline.core.attune.predictions import predict
 
     part = people[people["day"].isin(days)]
-    now = predict(part, model, label, False, None, days[0])
+    now = predict(part, model, label, False, None, days[-1])
     return now[~now["correct"]]
 
 
@@ -60,7 +53,7 @@ def _served_vectors(ctx: StageContext, model: Any) -> pd.DataFrame:
 
 def build_attunement(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.attune.clusters import cluster_errors, follow
-    from hominem_pipeline.core.attune.drift import preference_drift, served_drift, windows
+    from hominem_pipeline.core.attune.drift import preference_drift, served_drift
     from hominem_pipeline.core.attune.predictions import PEOPLE, predict
     from hominem_pipeline.core.attune.timeline import GROUPS, by_day, by_domain, calibration, plot
     from hominem_pipeline.core.models import encoder_path
@@ -70,20 +63,20 @@ def build_attunement(ctx: StageContext) -> StageOutput:
     a = ctx.cfg.attunement
     dims = ctx.cfg.dimension_names
     pred = ctx.tables("predictions").drop(columns=["partition"])
-    window = _days(ctx.partition, a.window_days)
+    window = windows(ctx.partition, a.window_days, 0)[1]
     in_window = pred[pred["day"].isin(window)]
     days = by_day(in_window, a.bins)
     days.to_parquet(ctx.out_dir / DAYS, index=False)
     report = {g: calibration(in_window[in_window["source"].isin(s)], a.bins) for g, s in GROUPS.items()}
     domains = by_domain(in_window, a.bins)
     domains.to_parquet(ctx.out_dir / DOMAINS, index=False)
-    plot(days, report, ctx.out_dir / PLOT, f"predictions against later choices, {window[-1]} to {ctx.partition}")
+    plot(days, report, ctx.out_dir / PLOT, f"predictions against later choices, {window[0]} to {ctx.partition}")
 
     refs = sorted(ctx.inputs["reward_model"], key=lambda r: r.partition)
     current = next(r for r in refs if r.partition == ctx.partition)
     previous = [r for r in refs if r.partition < ctx.partition]
     model = project_reward_model(current.path, ctx.cfg)
-    label = _label(ctx.cfg, current.path)
+    label = data_label(ctx.cfg.data_dir, current.path)
     people = pred[pred["source"].isin(PEOPLE)].reset_index(drop=True)
     now = predict(people, model, label, False, None, ctx.partition)  # the day's model on every people's pair read
 
@@ -106,7 +99,7 @@ def build_attunement(ctx: StageContext) -> StageOutput:
     yesterday = None
     if previous and len(clusters):
         before = previous[-1]
-        old = _errors_of(project_reward_model(before.path, ctx.cfg), _label(ctx.cfg, before.path), people, _days(before.partition, a.window_days))
+        old = _errors_of(project_reward_model(before.path, ctx.cfg), data_label(ctx.cfg.data_dir, before.path), people, windows(before.partition, a.window_days, 0)[1])
         if len(old) >= a.clusters.min_errors:
             yesterday, _ = cluster_errors(old, dims, scale, embed, a.clusters, seed)
             yesterday = follow(yesterday, None, before.partition, a.clusters.match_similarity)
@@ -115,7 +108,7 @@ def build_attunement(ctx: StageContext) -> StageOutput:
     stored.to_parquet(ctx.out_dir / CLUSTERS, index=False)
 
     drifted = sorted((d for d in preference if d["drifted"]), key=lambda d: -abs(d["z"])) + [dict(d, scope="served") for d in served_report if d["drifted"]]
-    summary = {"day": ctx.partition, "window": [window[-1], ctx.partition], "reward_model": label,
+    summary = {"day": ctx.partition, "window": [window[0], ctx.partition], "reward_model": label,
                "calibration": {g: None if r is None else {k: v for k, v in r.items() if k != "bins"} | {"bins": r["bins"]} for g, r in report.items()},
                "drift": {"reference": [reference[0], reference[-1]], "recent": [recent[0], recent[-1]], "preference": preference, "served": served_report,
                          "drifted": drifted},

@@ -59,13 +59,14 @@ def seed_prompts_digest(cfg, partition: str) -> str:
 
 
 def build_predictions(ctx: StageContext) -> StageOutput:
+    from hominem_pipeline.core.artifacts import data_label
     from hominem_pipeline.core.attune.predictions import PEOPLE, predict
     from hominem_pipeline.core.attune.timeline import calibration
     from hominem_pipeline.core.reward.model import project_reward_model
 
     ref, in_sample = predictor(ctx)
     model = project_reward_model(ref.path, ctx.cfg)
-    label = str(ref.path.resolve().relative_to(ctx.cfg.data_dir.resolve()))
+    label = data_label(ctx.cfg.data_dir, ref.path)
     pairs = day_pairs(ctx)
     pred = predict(pairs, model, label, in_sample, domains_for(ctx.cfg) if len(pairs) else None, ctx.partition)
     pred.to_parquet(ctx.out_dir / PREDICTIONS, index=False)
