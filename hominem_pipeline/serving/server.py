@@ -89,7 +89,7 @@ def build_service(cfg: HominemConfig, adapter: Path | None, reward_model: Path |
                   config_args: list[str] | None = None):
     """The service; with `follow_live`, it hot-swaps to whatever data/live/current.json names from now on
     and runs online updates of the live adapter (`config_args`: the --config / --set the update runs under)."""
-    from hominem_pipeline.serving.app import Service
+    from hominem_pipeline.serving.common import Service
     from hominem_pipeline.core.device import resolve_device
     from hominem_pipeline.serving.engine import Engine
 

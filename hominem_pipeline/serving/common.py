@@ -1,0 +1,143 @@
+"""What every route of the service shares: the `Service` it answers for, `ApiError` (OpenAI's error shape,
+naming the field at fault), and `Kit`, the per-app helpers the routers use (the caller's token, the
+sampling plan, submitting to the engine, writing turns to the log)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Depends, Request
+from fastapi.responses import JSONResponse
+
+from hominem_pipeline.core.config import ServingConfig
+from hominem_pipeline.core.online.events import Turn, context_digest, redact
+from hominem_pipeline.core.online.ledger import Ledger
+from hominem_pipeline.core.online.log import utc_now
+from hominem_pipeline.serving.auth import Access, Caller
+from hominem_pipeline.serving.engine import Engine, QueueFull, Request as Job, Sampling
+from hominem_pipeline.serving.journal import Journal
+
+SERVED, BASE = "hominem", "hominem-base"
+
+
+@dataclass
+class Service:
+    settings: ServingConfig
+    engine: Engine
+    journal: Journal
+    ledger: Ledger
+    access: Access
+    reward_label: str | None
+    started: float = field(default_factory=time.time)
+    rng: random.Random = field(default_factory=random.Random)
+    live: Any = None  # the LiveWatcher when the service follows data/live/current.json
+    updates: Any = None  # the UpdateScheduler of online updates, beside the LiveWatcher
+    config: Any = None  # the whole HominemConfig: what the admin's live endpoints gate and write with
+    questions: Any = None  # the QuestionDesk behind GET /feedback/next
+
+    @property
+    def adapter_label(self) -> str | None:
+        """The adapter new requests run on, as the log names it (None: the base alone); a hot-swap changes it."""
+        return self.engine.adapter_label
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.headers = status, message, param, code, headers
+
+
+def error_response(status: int, message: str, param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status, headers=headers)
+
+
+def field_name(loc: tuple[Any, ...]) -> str:
+    """A validation error's location as the client wrote it (`messages.0.content`; `body` for the whole)."""
+    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
+    return ".".join(parts) or "body"
+
+
+def finish(job: Job) -> str:
+    return "length" if job.finish_reason == "length" else "stop"
+
+
+class Kit:
+    """The helpers of one app's routes, bound to its `Service`. `authenticate` and `admin` are FastAPI
+    dependencies: the caller of a valid token, and one whose token is an admin's."""
+
+    def __init__(self, service: Service):
+        self.service = service
+        s, access = service.settings, service.access
+
+        # async: a plain `def` dependency would run in a thread pool, a thread hop on every request
+        async def authenticate(request: Request) -> Caller:
+            caller = access.caller(request.headers.get("authorization"))
+            if caller is None:
+                access.audit("unauthorized", path=request.url.path, method=request.method, client=request.client.host if request.client else None,
+                             header="absent" if not request.headers.get("authorization") else "unknown token")
+                raise ApiError(401, "a bearer token is needed: send `Authorization: Bearer TOKEN` with a token from serving.tokens_file or "
+                                    f"${s.tokens_env}", "authorization", "invalid_api_key", {"WWW-Authenticate": "Bearer"})
+            return caller
+
+        async def admin(request: Request, caller: Caller = Depends(authenticate)) -> Caller:
+            if not caller.admin:
+                access.audit("forbidden", path=request.url.path, rater=caller.rater)
+                raise ApiError(403, "this needs an admin token (`admin TOKEN` in serving.tokens_file)", "authorization", "forbidden")
+            return caller
+
+        self.authenticate, self.admin = authenticate, admin
+
+    def text(self, value: str) -> str:
+        """What the log keeps of a text: redacted when serving.redact is on."""
+        return redact(value) if self.service.settings.redact else value
+
+    def sampling(self, max_tokens: int | None, temperature: float | None, top_p: float | None, seed: int | None) -> Sampling:
+        s = self.service.settings
+        if max_tokens is not None and max_tokens > s.max_new_tokens:
+            raise ApiError(422, f"max_tokens {max_tokens} is more than this service writes per reply ({s.max_new_tokens}, serving.max_new_tokens)", "max_tokens")
+        return Sampling(s.temperature if temperature is None else temperature, s.top_p if top_p is None else top_p, max_tokens or s.max_new_tokens, seed)
+
+    def submit(self, messages: list[dict[str, str]], plan: Sampling, adapter: bool, n: int, on_text: Any = None) -> list[Job]:
+        """`n` replies to `messages` queued on the engine (seeds plan.seed + i); 503 with Retry-After when it is full."""
+        engine = self.service.engine
+        chat = engine.chat_text(messages)
+        jobs = [Job(chat, plan if plan.seed is None else Sampling(plan.temperature, plan.top_p, plan.max_tokens, plan.seed + i), adapter,
+                    None if on_text is None else (lambda d, i=i: on_text(i, d))) for i in range(n)]
+        try:
+            for job in jobs:
+                engine.submit(job)
+        except QueueFull as exc:
+            for job in jobs:
+                job.cancelled = True
+            raise ApiError(503, str(exc), None, "overloaded", {"Retry-After": str(int(exc.retry_after + 0.999))}) from exc
+        return jobs
+
+    async def record(self, caller: Caller, messages: list[dict[str, str]], jobs: list[Job], model: str, adapter: bool, plan: Sampling,
+                     session: str | None, rewards: list[dict[str, Any] | None] | None = None) -> list[Turn]:
+        """Each finished job as a turn, on disk before this returns, then in the ledger."""
+        service = self.service
+        logged = [{"role": m["role"], "content": self.text(m["content"])} for m in messages]
+        turns = []
+        for i, job in enumerate(jobs):
+            turn = Turn(id=uuid.uuid4().hex, time=utc_now().isoformat(), rater=caller.rater, session=session, messages=logged, reply=self.text(job.sent),
+                        model=model, adapter=job.adapter_label,
+                        reward_model=service.reward_label if rewards and rewards[i] is not None else None, reward=rewards[i] if rewards else None,
+                        sampling={"temperature": job.sampling.temperature, "top_p": job.sampling.top_p, "max_tokens": job.sampling.max_tokens, "seed": job.sampling.seed},
+                        finish_reason=job.finish_reason, completion_tokens=len(job.ids), context=context_digest(logged))  # type: ignore[arg-type]
+            turns.append(turn)
+        await asyncio.gather(*(service.journal.write(t.model_dump(mode="json")) for t in turns))
+        for turn in turns:
+            service.ledger.add(turn)
+        return turns
+
+    @staticmethod
+    def usage(jobs: list[Job]) -> dict[str, int]:
+        prompt = jobs[0].prompt_tokens if jobs else 0
+        completion = sum(len(j.ids) for j in jobs)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
