@@ -156,7 +156,7 @@ def test_the_selection_prefers_the_uncertain_pair_and_keeps_the_random_share():
         selection.pick(info.iloc[0:0], 0.2, rng)
 
 
-def test_questions_hide_which_reply_was_chosen_and_read_transcripts_as_messages():
+def test_questions_hide_which_reply_was_chosen_and_read_transcripts_as_messages(tmp_path):
     from hominem_pipeline.core.attune import questions
 
     q1 = questions.make("Hi?", "Hello there.", "Go away.", "file:x")
@@ -166,6 +166,12 @@ def test_questions_hide_which_reply_was_chosen_and_read_transcripts_as_messages(
     q = questions.make(transcript, "Take her to a vet.", "Cats are fine.", "hh")
     assert q.messages == (("user", "My cat is sick."), ("assistant", "I'm sorry. How old is she?"), ("user", "Twelve."))
     assert q.prompt == transcript  # as the pair's prompt reads back from the log
+    # an imported transcript with stray spaces: written to a question file and read back, it keeps its id
+    spaced = "\n\nHuman: My cat is sick. \n\nAssistant:  I'm sorry. How old is she?\n\nHuman: Twelve.\n\nAssistant:"
+    written, _ = questions.write_question_file(pd.DataFrame({"prompt": [spaced], "chosen": ["Take her to a vet."], "rejected": ["Cats are fine."]}),
+                                               tmp_path, "file:hh")
+    [back] = questions.read_question_file(written)
+    assert back.id == questions.make(spaced, "Cats are fine.", "Take her to a vet.", "hh").id == q.id
     frame = pd.DataFrame({"prompt_id": ["p1"] * 3 + ["p2"] * 2, "prompt": ["A?"] * 3 + ["B?"] * 2, "response": ["x", "y", "z", "u", "v"]})
     assert len(questions.from_candidates(frame, "teacher:2026-11-20")) == 3 + 1
 

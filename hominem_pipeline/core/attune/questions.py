@@ -65,9 +65,13 @@ def messages_of(prompt: str) -> tuple[tuple[str, str], ...]:
 
 
 def make(prompt: str, x: str, y: str, source: str) -> Question:
-    """A question on replies `x` and `y`, in an order set by their content (not by which was chosen)."""
-    a, b = (x, y) if fingerprint([prompt, x], 8) <= fingerprint([prompt, y], 8) else (y, x)
-    return Question(question_id(prompt, a, b), messages_of(prompt), a, b, source)
+    """A question on replies `x` and `y`, in an order set by their content (not by which was chosen). Its id is
+    that of the prompt as its messages read it back (`Question.prompt`), so a question written to a file and read
+    again keeps its id."""
+    messages = messages_of(prompt)
+    canonical = Question("", messages, x, y, source).prompt
+    a, b = (x, y) if fingerprint([canonical, x], 8) <= fingerprint([canonical, y], 8) else (y, x)
+    return Question(question_id(canonical, a, b), messages, a, b, source)
 
 
 def from_candidates(frame: pd.DataFrame, source: str) -> list[Question]:
