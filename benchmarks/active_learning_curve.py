@@ -8,7 +8,8 @@ The setup:
   It is the project's default with one difference: the shipped HH-RLHF pairs are left out of its people's
   pairs, so what it knows of these people comes from the answers alone. The hand-written contrast pairs stay.
 - The two arms differ only in `attunement.selection.random_share`: 0 (pure information gain) or 1 (at random).
-  Both ask through the same service, the imported questions alone (`teacher_candidates: false`: the rater
+  A third, `boosted` (`--arms`), asks as the information arm and also weighs each answer up in the retrain by
+  its value when asked (`attunement.selection.retrain_boost`, `--boost`). All ask through the same service, the imported questions alone (`teacher_candidates: false`: the rater
   knows only the HH-RLHF labels).
 - In each round, a simulated rater answers `--per-round` questions through `hominem serve` with the human
   label, as choices. Then `hominem run --select human_feedback,reward_model` retrains the reward model on
@@ -46,6 +47,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"
 POOL_FILE = "config/human/hh-rlhf-harmless-1800.jsonl.gz"
 COPIED = ("prompts", "teacher_trajectories", "teacher_labels")
+ARMS = ("random", "information", "boosted")
+COLOURS = {"random": "tab:grey", "information": "tab:blue", "boosted": "tab:orange"}
 
 
 def hominem(project: Path, *args: str, timeout: int = 3600) -> subprocess.CompletedProcess:
@@ -61,7 +64,7 @@ def today() -> str:
     return dt.datetime.now(dt.timezone.utc).date().isoformat()
 
 
-def scratch(project: Path, out: Path, arm: str, seed: int, day: str) -> Path:
+def scratch(project: Path, out: Path, arm: str, seed: int, day: str, boost: float = 0.0) -> Path:
     """A scratch data folder for one arm and seed, and its overlay (returned)."""
     data = out / f"{arm}-{seed}" / "data"
     if data.exists():
@@ -71,9 +74,10 @@ def scratch(project: Path, out: Path, arm: str, seed: int, day: str) -> Path:
         (data / name).symlink_to(project / "data" / name)
     for asset in COPIED:
         shutil.copytree(project / "data" / asset / day, data / asset / day, symlinks=True)
+    selection = {"random_share": 1.0 if arm == "random" else 0.0, "teacher_candidates": False, "retrain_boost": boost if arm == "boosted" else 0.0}
     overlay = {"project": {"data_dir": str(data)},
                "reward_model": {"people_pairs": [{"file": "config/human/hominem-contrast-pairs.jsonl", "format": "jsonl"}]},
-               "attunement": {"selection": {"random_share": 0.0 if arm == "information" else 1.0, "teacher_candidates": False}}}
+               "attunement": {"selection": selection}}
     path = data.parent / "overlay.yaml"
     path.write_text(json.dumps(overlay))  # JSON is YAML
     return path
@@ -107,7 +111,7 @@ def run_arm(project: Path, out: Path, arm: str, seed: int, args, labels: dict[st
     import httpx2 as httpx
 
     day = today()
-    overlay = scratch(project, out, arm, seed, day)
+    overlay = scratch(project, out, arm, seed, day, args.boost)
     data = overlay.parent / "data"
     hominem(project, "data", "import-questions", str(project / POOL_FILE), "--format", "hh-rlhf", "--config", str(overlay))
     curve, answered = [], 0
@@ -130,6 +134,8 @@ def run_arm(project: Path, out: Path, arm: str, seed: int, args, labels: dict[st
                 q = nxt["question"]
                 if q is None:
                     break
+                if q["id"] not in labels:
+                    sys.exit(f"the service asked {q['id']} ({q['source']}), not one of {POOL_FILE}'s questions: the scratch pool has more than the import")
                 chosen_text = labels[q["id"]]
                 chosen, rejected = (q["a"], q["b"]) if q["a"]["text"] == chosen_text else (q["b"], q["a"])
                 posted = httpx.post(f"{url}/feedback", json={"kind": "choice", "chosen": chosen["turn"], "rejected": rejected["turn"], "strength": "clear"},
@@ -171,38 +177,54 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="runs (each arm once per run: the service's picks are not seeded)")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--per-round", type=int, default=30)
+    ap.add_argument("--arms", nargs="+", default=["random", "information"], choices=ARMS)
+    ap.add_argument("--boost", type=float, default=1.0, help="attunement.selection.retrain_boost of the boosted arm")
+    ap.add_argument("--resume", action="store_true", help="keep the curves already in --out/curves.json; run only the missing arms and seeds")
     ap.add_argument("--out", type=Path, default=Path("/tmp/hominem-active-learning"))
     args = ap.parse_args()
 
     from student_people_agreement import held_out_test
 
-    from hominem_pipeline.core.attune.questions import make, question_id
+    from hominem_pipeline.core.attune.questions import make
     from hominem_pipeline.core.human.preferences import parse_preference_file
 
     project = args.project.resolve()
     pool = parse_preference_file(project / POOL_FILE, "hh-rlhf", POOL_FILE).pairs
-    labels = {question_id(r.prompt, r.chosen, r.rejected): r.chosen for r in pool.itertuples()}
+    labels = {make(r.prompt, r.chosen, r.rejected, "hh").id: r.chosen for r in pool.itertuples()}  # the id the imported question has
     held_out = held_out_test(args.data, 504)
     print(f"pool {len(pool)} questions, {len(held_out)} held-out pairs; {args.rounds} rounds of {args.per_round} answers; seeds {args.seeds}", flush=True)
     warm(project, [make(r.prompt, r.chosen, r.rejected, "hh") for r in pool.itertuples()], held_out)
+    saved = args.out / "curves.json"
     curves = {}
-    for seed in args.seeds:
-        for arm in ("random", "information"):
-            curves[(arm, seed)] = run_arm(project, args.out, arm, seed, args, labels, held_out)
+    if args.resume and saved.exists():
+        curves = {(k.rsplit("-", 1)[0], int(k.rsplit("-", 1)[1])): [tuple(p) for p in c] for k, c in json.loads(saved.read_text()).items()}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "curves.json").write_text(json.dumps({f"{a}-{s}": c for (a, s), c in curves.items()}))
-    ratios = []
     for seed in args.seeds:
-        target = curves[("random", seed)][-1][1]
-        info, rand = needed(curves[("information", seed)], target), needed(curves[("random", seed)], target)
-        ratios.append(None if info is None or not rand else info / rand)
-        most = curves[("information", seed)][-1][0]
-        print(f"run {seed}: random reaches {target:.1%} with {rand} answers; information gain with {info if info is not None else f'more than {most}'}")
-    kept = [r for r in ratios if r is not None]
-    print(f"information gain needs {np.mean(kept):.2f} of the random arm's answers (mean over {len(kept)} seeds; goal <= 0.5)" if kept else
-          "information gain did not reach the random arm's final agreement in any seed")
+        for arm in args.arms:
+            if (arm, seed) not in curves:
+                curves[(arm, seed)] = run_arm(project, args.out, arm, seed, args, labels, held_out)
+                saved.write_text(json.dumps({f"{a}-{s}": c for (a, s), c in curves.items()}))
+    report(curves, args.seeds)
     plot(curves, args.out / "active_learning_curve.png")
     print(f"plot: {args.out / 'active_learning_curve.png'}")
+
+
+def report(curves: dict, seeds: list[int]) -> None:
+    """Per seed, the answers each arm needs to reach the random arm's final agreement, and their mean ratio."""
+    for arm in [a for a in ARMS if a != "random"]:
+        ratios = []
+        for seed in seeds:
+            if ("random", seed) not in curves or (arm, seed) not in curves:
+                continue
+            target = curves[("random", seed)][-1][1]
+            mine, rand = needed(curves[(arm, seed)], target), needed(curves[("random", seed)], target)
+            ratios.append(None if mine is None or not rand else mine / rand)
+            most = curves[(arm, seed)][-1][0]
+            print(f"run {seed}: random reaches {target:.1%} with {rand} answers; {arm} with {mine if mine is not None else f'more than {most}'}")
+        kept = [r for r in ratios if r is not None]
+        if ratios:
+            print(f"{arm} needs {np.mean(kept):.2f} of the random arm's answers (mean over {len(kept)} of {len(ratios)} seeds; goal <= 0.5)" if kept else
+                  f"{arm} did not reach the random arm's final agreement in any seed")
 
 
 def plot(curves: dict, path: Path) -> None:
@@ -214,7 +236,7 @@ def plot(curves: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for (arm, seed), curve in sorted(curves.items()):
         n, a = zip(*curve)
-        ax.plot(n, a, "-" if arm == "information" else "--", marker="o", color="tab:blue" if arm == "information" else "tab:grey",
+        ax.plot(n, a, "--" if arm == "random" else "-", marker="o", color=COLOURS[arm], alpha=0.5 + 0.5 * (seed == min(s for _, s in curves)),
                 label=f"{arm}, seed {seed}")
     ax.set_xlabel("people's answers")
     ax.set_ylabel("agreement on 504 held-out HH-RLHF pairs")
