@@ -1,8 +1,10 @@
-"""The screenshot of the feedback page in docs/: `hominem serve` with this project's adapter and reward
-model, one exchange in headless chromium (two replies, A chosen strongly with a note, the other nudged
-toward more empathy), then a PNG of the page.
+"""The screenshots of the feedback page in docs/: `hominem serve` with this project's adapter and reward
+model in headless chromium. The page: one exchange (two replies, A chosen strongly with a note, the other
+nudged toward more empathy). With --asked: "ask me a pair" pressed, the pair the service picked by what
+the reward model does not know, with the line that says why.
 
     .venv/bin/python scripts/page_screenshot.py [--out docs/screenshots/feedback_page.png]
+    .venv/bin/python scripts/page_screenshot.py --asked [--out docs/screenshots/asked_pair.png]
 
 Needs `make run` (an adapter and a reward model) and `make browser`.
 """
@@ -16,17 +18,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.testing.browser import choose_between_two_replies, chromium, screenshot  # noqa: E402
+from hominem_pipeline.testing.browser import ask_for_a_pair, choose_between_two_replies, chromium, screenshot  # noqa: E402
 from hominem_pipeline.testing.service import ServeFailed, start_serve, stop_serve  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots" / "feedback_page.png")
+    ap.add_argument("--out", type=Path, default=None, help="default: docs/screenshots/feedback_page.png, or asked_pair.png with --asked")
+    ap.add_argument("--asked", action="store_true", help="the pair \"ask me a pair\" brings (GET /feedback/next), with why it was picked")
     ap.add_argument("--message", default="I failed my driving test again today. I feel so stupid.")
     ap.add_argument("--adapter", default=None, help="passed to `hominem serve` (default: serving.adapter)")
     ap.add_argument("--reward-model", default=None, help="passed to `hominem serve` (default: serving.reward_model)")
     args = ap.parse_args()
+    out = args.out or ROOT / "docs" / "screenshots" / ("asked_pair.png" if args.asked else "feedback_page.png")
     # its own log folder: the screenshot's exchange is not feedback anyone gave
     try:
         proc, url, _ = start_serve(["--set", "serving.log_dir=online-screenshot", "--set", "serving.max_new_tokens=96",
@@ -37,8 +41,11 @@ def main() -> None:
     try:
         driver = chromium(1280, 1500)
         try:
-            choose_between_two_replies(driver, url + "/", args.message, pick="A", strength="strong", note="A takes the feeling seriously")
-            print(screenshot(driver, args.out))
+            if args.asked:
+                ask_for_a_pair(driver, url + "/")
+            else:
+                choose_between_two_replies(driver, url + "/", args.message, pick="A", strength="strong", note="A takes the feeling seriously")
+            print(screenshot(driver, out))
         finally:
             driver.quit()
     finally:

@@ -77,6 +77,16 @@ def choose_between_two_replies(driver: Any, url: str, message: str, pick: str = 
     return turns
 
 
+def ask_for_a_pair(driver: Any, url: str) -> Any:
+    """Open the page and press "ask me a pair"; returns the `#asked` section once it shows a pair."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(url)
+    wait_for(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1", 60)
+    driver.find_element(By.ID, "ask-pair").click()
+    return wait_for(driver, lambda d: d.find_element(By.ID, "asked") if d.find_element(By.ID, "asked").is_displayed() else False, 120)
+
+
 def screenshot(driver: Any, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(path))

@@ -8,7 +8,7 @@ import subprocess
 
 import httpx2 as httpx
 
-from hominem_pipeline.testing.browser import chromium, status_is, wait_for
+from hominem_pipeline.testing.browser import ask_for_a_pair, chromium, status_is, wait_for
 from hominem_pipeline.testing.service import HOMINEM
 
 PAIRS = [("I lost my job today.", "I'm so sorry. Do you want to talk about what happened?", "Get another one."),
@@ -36,10 +36,7 @@ def test_questions_are_asked_by_what_the_model_does_not_know_and_answered_once(s
     # the page: "ask me a pair" shows a pair with why it was asked; choosing A brings the next one
     driver = chromium()
     try:
-        driver.get(served.url + "/")
-        wait_for(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1", 60)
-        driver.find_element(By.ID, "ask-pair").click()
-        section = wait_for(driver, lambda d: d.find_element(By.ID, "asked") if d.find_element(By.ID, "asked").is_displayed() else False, 120)
+        section = ask_for_a_pair(driver, served.url + "/")
         why = section.find_element(By.CLASS_NAME, "why").text
         asked = section.find_element(By.CLASS_NAME, "prompt").text
         cards = section.find_elements(By.CSS_SELECTOR, ".pair .reply")
