@@ -4,7 +4,10 @@ nudged toward more empathy). With --asked: "ask me a pair" pressed, the pair the
 the reward model does not know, with the line that says why.
 
     .venv/bin/python scripts/page_screenshot.py [--out docs/screenshots/feedback_page.png]
-    .venv/bin/python scripts/page_screenshot.py --asked [--out docs/screenshots/asked_pair.png]
+    .venv/bin/python scripts/page_screenshot.py --asked --adapter data/lora_adapter/<day>/<v> --reward-model data/reward_model/<day>/<v>
+
+The asked pair shows the reward model's scores and why it was asked only with a reward model served: with no
+adapter live yet (`serving.adapter: live`), pass the folders.
 
 Needs `make run` (an adapter and a reward model) and `make browser`.
 """
