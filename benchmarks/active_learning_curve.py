@@ -225,22 +225,55 @@ def report(curves: dict, seeds: list[int]) -> None:
         if ratios:
             print(f"{arm} needs {np.mean(kept):.2f} of the random arm's answers (mean over {len(kept)} of {len(ratios)} seeds; goal <= 0.5)" if kept else
                   f"{arm} did not reach the random arm's final agreement in any seed")
+    # the same on the seeds' mean curves (less noisy than one seed's final point), crossings interpolated
+    means = {arm: mean_curve(curves, arm, seeds) for arm in ARMS}
+    if means["random"]:
+        n_final, target = means["random"][-1]
+        print(f"mean over seeds: random reaches {target:.1%} at {n_final} answers; "
+              + "; ".join(f"{arm} at {f'{crossing(means[arm], target):.0f}' if crossing(means[arm], target) else f'more than {means[arm][-1][0]}'}"
+                          + (f" ({crossing(means[arm], target) / n_final:.2f} of it)" if crossing(means[arm], target) else "")
+                          for arm in ARMS if arm != "random" and means[arm]))
+
+
+def mean_curve(curves: dict, arm: str, seeds: list[int]) -> list[tuple[int, float]]:
+    """(answers, agreement averaged over the seeds that have the arm) at the answer counts all of them reached."""
+    runs = [dict(curves[(arm, s)]) for s in seeds if (arm, s) in curves]
+    if not runs:
+        return []
+    shared = sorted(set.intersection(*(set(r) for r in runs)))
+    return [(n, float(np.mean([r[n] for r in runs]))) for n in shared]
+
+
+def crossing(curve: list[tuple[int, float]], target: float) -> float | None:
+    """The answers at which `curve` first reaches `target`, linearly interpolated between its points."""
+    for (n0, a0), (n1, a1) in zip([curve[0], *curve], curve):
+        if a1 >= target:
+            return float(n1) if a1 == a0 or n1 == n0 else n0 + (target - a0) / (a1 - a0) * (n1 - n0)
+    return None
 
 
 def plot(curves: dict, path: Path) -> None:
+    """Agreement against answers: each seed thin, the seeds' mean thick, one colour per arm."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    seeds = sorted({s for _, s in curves})
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for (arm, seed), curve in sorted(curves.items()):
-        n, a = zip(*curve)
-        ax.plot(n, a, "--" if arm == "random" else "-", marker="o", color=COLOURS[arm], alpha=0.5 + 0.5 * (seed == min(s for _, s in curves)),
-                label=f"{arm}, seed {seed}")
+    for arm in ARMS:
+        for seed in seeds:
+            if (arm, seed) in curves:
+                n, a = zip(*curves[(arm, seed)])
+                ax.plot(n, a, "--" if arm == "random" else "-", color=COLOURS[arm], alpha=0.3, linewidth=1)
+        mean = mean_curve(curves, arm, seeds)
+        if mean:
+            n, a = zip(*mean)
+            ax.plot(n, a, "--" if arm == "random" else "-", marker="o", color=COLOURS[arm], linewidth=2.5,
+                    label=f"{arm} (mean of {sum((arm, s) in curves for s in seeds)} runs)")
     ax.set_xlabel("people's answers")
     ax.set_ylabel("agreement on 504 held-out HH-RLHF pairs")
-    ax.set_title("information gain against random questions")
+    ax.set_title("questions chosen by expected information against at random")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
