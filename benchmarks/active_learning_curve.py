@@ -8,8 +8,9 @@ The setup:
   It is the project's default with one difference: the shipped HH-RLHF pairs are left out of its people's
   pairs, so what it knows of these people comes from the answers alone. The hand-written contrast pairs stay.
 - The two arms differ only in `attunement.selection.random_share`: 0 (pure information gain) or 1 (at random).
-  A third, `boosted` (`--arms`), asks as the information arm and also weighs each answer up in the retrain by
-  its value when asked (`attunement.selection.retrain_boost`, `--boost`). All ask through the same service, the imported questions alone (`teacher_candidates: false`: the rater
+  Other arms (`--arms`): `boosted` asks as the information arm and also weighs each answer up in the retrain by
+  its value when asked (`attunement.selection.retrain_boost`, `--boost`); `disagreement` and `novelty` ask by
+  that part of the expected information alone (`ARMS` below). All ask through the same service, the imported questions alone (`teacher_candidates: false`: the rater
   knows only the HH-RLHF labels).
 - In each round, a simulated rater answers `--per-round` questions through `hominem serve` with the human
   label, as choices. Then `hominem run --select human_feedback,reward_model` retrains the reward model on
@@ -47,8 +48,15 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"
 POOL_FILE = "config/human/hh-rlhf-harmless-1800.jsonl.gz"
 COPIED = ("prompts", "teacher_trajectories", "teacher_labels")
-ARMS = ("random", "information", "boosted")
-COLOURS = {"random": "tab:grey", "information": "tab:blue", "boosted": "tab:orange"}
+# each arm's attunement.selection keys beside teacher_candidates false (the rater knows only the imported pairs' labels)
+ARMS = {
+    "random": {"random_share": 1.0},
+    "information": {"random_share": 0.0},  # the shipped weights
+    "boosted": {"random_share": 0.0, "retrain_boost": None},  # None: --boost
+    "disagreement": {"random_share": 0.0, "weights": {"uncertainty": 0.0, "disagreement": 1.0, "cluster": 0.0, "novelty": 0.0}},  # query by committee
+    "novelty": {"random_share": 0.0, "weights": {"uncertainty": 0.0, "disagreement": 0.0, "cluster": 0.0, "novelty": 1.0}},  # coverage alone
+}
+COLOURS = {"random": "tab:grey", "information": "tab:blue", "boosted": "tab:orange", "disagreement": "tab:green", "novelty": "tab:purple"}
 
 
 def hominem(project: Path, *args: str, timeout: int = 3600) -> subprocess.CompletedProcess:
@@ -74,7 +82,9 @@ def scratch(project: Path, out: Path, arm: str, seed: int, day: str, boost: floa
         (data / name).symlink_to(project / "data" / name)
     for asset in COPIED:
         shutil.copytree(project / "data" / asset / day, data / asset / day, symlinks=True)
-    selection = {"random_share": 1.0 if arm == "random" else 0.0, "teacher_candidates": False, "retrain_boost": boost if arm == "boosted" else 0.0}
+    selection = {"teacher_candidates": False, "retrain_boost": 0.0, **ARMS[arm]}
+    if selection["retrain_boost"] is None:
+        selection["retrain_boost"] = boost
     overlay = {"project": {"data_dir": str(data)},
                "reward_model": {"people_pairs": [{"file": "config/human/hominem-contrast-pairs.jsonl", "format": "jsonl"}]},
                "attunement": {"selection": selection}}
@@ -177,7 +187,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="runs (each arm once per run: the service's picks are not seeded)")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--per-round", type=int, default=30)
-    ap.add_argument("--arms", nargs="+", default=["random", "information"], choices=ARMS)
+    ap.add_argument("--arms", nargs="+", default=["random", "information"], choices=list(ARMS))
     ap.add_argument("--boost", type=float, default=1.0, help="attunement.selection.retrain_boost of the boosted arm")
     ap.add_argument("--resume", action="store_true", help="keep the curves already in --out/curves.json; run only the missing arms and seeds")
     ap.add_argument("--out", type=Path, default=Path("/tmp/hominem-active-learning"))
