@@ -41,7 +41,7 @@ def features(model, prompts: list[str], chosen: list[str], rejected: list[str]) 
     pooled = model.pooled(prompts + prompts, chosen + rejected)
     vector = model.heads_from_pooled(pooled)["vector"].astype(np.float64)
     n = len(prompts)
-    people = pooled[:, -1].double().numpy() if model.people_column(prompts[:1], chosen[:1]) is not None else None
+    people = pooled[:, -1].double().numpy() if model.metadata.people is not None else None  # the people's score is the last column
     return vector[:n] - vector[n:], None if people is None else people[:n] - people[n:]
 
 

@@ -4,10 +4,11 @@ nudged toward more empathy). With --asked: "ask me a pair" pressed, the pair the
 the reward model does not know, with the line that says why.
 
     .venv/bin/python scripts/page_screenshot.py [--out docs/screenshots/feedback_page.png]
-    .venv/bin/python scripts/page_screenshot.py --asked --adapter data/lora_adapter/<day>/<v> --reward-model data/reward_model/<day>/<v>
+    .venv/bin/python scripts/page_screenshot.py --asked [--out docs/screenshots/asked_pair.png]
 
-The asked pair shows the reward model's scores and why it was asked only with a reward model served: with no
-adapter live yet (`serving.adapter: live`), pass the folders.
+The adapter and the reward model (default: the newest built, live or not) are found under the project's own
+config, then served by folder: the server runs with its own log folder, which would make `latest` look for
+versions built on that log.
 
 Needs `make run` (an adapter and a reward model) and `make browser`.
 """
@@ -21,6 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hominem_pipeline.core.config_loader import load_config  # noqa: E402
+from hominem_pipeline.serving.server import resolve_adapter, resolve_reward_model  # noqa: E402
 from hominem_pipeline.testing.browser import ask_for_a_pair, choose_between_two_replies, chromium, screenshot  # noqa: E402
 from hominem_pipeline.testing.service import ServeFailed, start_serve, stop_serve  # noqa: E402
 
@@ -30,14 +33,17 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="default: docs/screenshots/feedback_page.png, or asked_pair.png with --asked")
     ap.add_argument("--asked", action="store_true", help="the pair \"ask me a pair\" brings (GET /feedback/next), with why it was picked")
     ap.add_argument("--message", default="I failed my driving test again today. I feel so stupid.")
-    ap.add_argument("--adapter", default=None, help="passed to `hominem serve` (default: serving.adapter)")
-    ap.add_argument("--reward-model", default=None, help="passed to `hominem serve` (default: serving.reward_model)")
+    ap.add_argument("--adapter", default="latest", help="live, latest, a folder or none (as `hominem serve --adapter`)")
+    ap.add_argument("--reward-model", default="adapter", help="adapter, latest, a folder or none (as `hominem serve --reward-model`)")
     args = ap.parse_args()
+    cfg = load_config(root=ROOT)
+    adapter = resolve_adapter(cfg, args.adapter)
+    reward_model = resolve_reward_model(cfg, args.reward_model, adapter)
     out = args.out or ROOT / "docs" / "screenshots" / ("asked_pair.png" if args.asked else "feedback_page.png")
     # its own log folder: the screenshot's exchange is not feedback anyone gave
     try:
         proc, url, _ = start_serve(["--set", "serving.log_dir=online-screenshot", "--set", "serving.max_new_tokens=96",
-                                    *(["--adapter", args.adapter] if args.adapter else []), *(["--reward-model", args.reward_model] if args.reward_model else [])],
+                                    "--adapter", str(adapter or "none"), "--reward-model", str(reward_model or "none")],
                                    ROOT, stdout=None)
     except ServeFailed as exc:
         raise SystemExit(str(exc)) from None

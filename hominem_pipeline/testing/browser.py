@@ -46,6 +46,14 @@ def status_is(text: str) -> Any:
     return lambda d: d.find_element(By.ID, "status").text == text
 
 
+def open_page(driver: Any, url: str) -> None:
+    """Open the feedback page and wait until its script has set it up (body data-ready="1")."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(url)
+    wait_for(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1", 60)
+
+
 def choose_between_two_replies(driver: Any, url: str, message: str, pick: str = "A", strength: str = "strong", note: str = "",
                                nudge: tuple[str, str] | None = ("empathy", "more")) -> dict[str, str]:
     """Open the page, ask for two replies to `message`, choose `pick` with `strength` and `note`, and
@@ -53,8 +61,7 @@ def choose_between_two_replies(driver: Any, url: str, message: str, pick: str = 
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
-    driver.get(url)
-    wait_for(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1", 60)
+    open_page(driver, url)
     driver.find_element(By.ID, "pair-mode").click()
     driver.find_element(By.ID, "message").send_keys(message)
     driver.find_element(By.ID, "send").click()
@@ -81,8 +88,7 @@ def ask_for_a_pair(driver: Any, url: str) -> Any:
     """Open the page and press "ask me a pair"; returns the `#asked` section once it shows a pair."""
     from selenium.webdriver.common.by import By
 
-    driver.get(url)
-    wait_for(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1", 60)
+    open_page(driver, url)
     driver.find_element(By.ID, "ask-pair").click()
     return wait_for(driver, lambda d: d.find_element(By.ID, "asked") if d.find_element(By.ID, "asked").is_displayed() else False, 120)
 

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from hominem_pipeline.core.artifacts import fingerprint
+from hominem_pipeline.core.online.feedback import transcript
 
 PER_PROMPT = 3  # candidate pairs per prompt offered from the teacher's day
 QUESTIONS = "questions"  # folder under <serving.log_dir> of imported question files
@@ -38,11 +39,8 @@ class Question:
 
     @property
     def prompt(self) -> str:
-        """As a preference pair's prompt reads (`online.feedback.pair_prompt`): the message, or the transcript."""
-        if len(self.messages) == 1:
-            return self.messages[0][1]
-        names = {"user": "Human", "assistant": "Assistant", "system": "System"}
-        return "".join(f"\n\n{names[r]}: {c}" for r, c in self.messages) + "\n\nAssistant:"
+        """As a preference pair's prompt reads (`online.feedback.transcript`): the message, or the transcript."""
+        return transcript(self.messages)
 
     def turn_ids(self) -> tuple[str, str]:
         return f"{self.id}-a", f"{self.id}-b"
@@ -69,7 +67,7 @@ def make(prompt: str, x: str, y: str, source: str) -> Question:
     that of the prompt as its messages read it back (`Question.prompt`), so a question written to a file and read
     again keeps its id."""
     messages = messages_of(prompt)
-    canonical = Question("", messages, x, y, source).prompt
+    canonical = transcript(messages)
     a, b = (x, y) if fingerprint([canonical, x], 8) <= fingerprint([canonical, y], 8) else (y, x)
     return Question(question_id(canonical, a, b), messages, a, b, source)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,10 +45,15 @@ class FeedbackTables:
     stats: dict[str, Any]
 
 
-def pair_prompt(messages: list[Message]) -> str:
+def transcript(messages: Sequence[tuple[str, str]]) -> str:
+    """(role, content) messages as a preference pair's prompt reads: the message alone, or the HH-style transcript."""
     if len(messages) == 1:
-        return messages[0].content
-    return "".join(f"\n\n{ROLES[m.role]}: {m.content}" for m in messages) + "\n\nAssistant:"
+        return messages[0][1]
+    return "".join(f"\n\n{ROLES[role]}: {content}" for role, content in messages) + "\n\nAssistant:"
+
+
+def pair_prompt(messages: list[Message]) -> str:
+    return transcript([(m.role, m.content) for m in messages])
 
 
 def feedback_tables(events: list[dict[str, Any]], source_file: str = "") -> FeedbackTables:
