@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hominem_pipeline.core.config_loader import load_config  # noqa: E402
-from hominem_pipeline.serving.server import resolve_adapter, resolve_reward_model  # noqa: E402
+from hominem_pipeline.serving.server import ServeError, resolve_adapter, resolve_reward_model  # noqa: E402
 from hominem_pipeline.testing.browser import ask_for_a_pair, choose_between_two_replies, chromium, screenshot  # noqa: E402
 from hominem_pipeline.testing.service import ServeFailed, start_serve, stop_serve  # noqa: E402
 
@@ -37,8 +37,11 @@ def main() -> None:
     ap.add_argument("--reward-model", default="adapter", help="adapter, latest, a folder or none (as `hominem serve --reward-model`)")
     args = ap.parse_args()
     cfg = load_config(root=ROOT)
-    adapter = resolve_adapter(cfg, args.adapter)
-    reward_model = resolve_reward_model(cfg, args.reward_model, adapter)
+    try:
+        adapter = resolve_adapter(cfg, args.adapter)
+        reward_model = resolve_reward_model(cfg, args.reward_model, adapter)
+    except ServeError as exc:
+        raise SystemExit(str(exc)) from None
     out = args.out or ROOT / "docs" / "screenshots" / ("asked_pair.png" if args.asked else "feedback_page.png")
     # its own log folder: the screenshot's exchange is not feedback anyone gave
     try:
