@@ -10,7 +10,7 @@ The setup:
 - The two arms differ only in `attunement.selection.random_share`: 0 (pure information gain) or 1 (at random).
   Other arms (`--arms`): `boosted` asks as the information arm and also weighs each answer up in the retrain by
   its value when asked (`attunement.selection.retrain_boost`, `--boost`); `disagreement` and `novelty` ask by
-  that part of the expected information alone (`ARMS` below). All ask through the same service, the imported questions alone (`teacher_candidates: false`: the rater
+  that part of the expected information alone; `calm` weighs the calibrated uncertainty down and novelty up (`ARMS` below). All ask through the same service, the imported questions alone (`teacher_candidates: false`: the rater
   knows only the HH-RLHF labels).
 - In each round, a simulated rater answers `--per-round` questions through `hominem serve` with the human
   label, as choices. Then `hominem run --select human_feedback,reward_model` retrains the reward model on
@@ -55,8 +55,10 @@ ARMS = {
     "boosted": {"random_share": 0.0, "retrain_boost": None},  # None: --boost
     "disagreement": {"random_share": 0.0, "weights": {"uncertainty": 0.0, "disagreement": 1.0, "cluster": 0.0, "novelty": 0.0}},  # query by committee
     "novelty": {"random_share": 0.0, "weights": {"uncertainty": 0.0, "disagreement": 0.0, "cluster": 0.0, "novelty": 1.0}},  # coverage alone
+    # less on the calibrated uncertainty (with noisy labels the least-sure pairs are often those people disagree on), more on coverage
+    "calm": {"random_share": 0.0, "weights": {"uncertainty": 0.25, "disagreement": 1.0, "cluster": 0.5, "novelty": 1.0}},
 }
-COLOURS = {"random": "tab:grey", "information": "tab:blue", "boosted": "tab:orange", "disagreement": "tab:green", "novelty": "tab:purple"}
+COLOURS = {"random": "tab:grey", "information": "tab:blue", "boosted": "tab:orange", "disagreement": "tab:green", "novelty": "tab:purple", "calm": "tab:red"}
 
 
 def hominem(project: Path, *args: str, timeout: int = 3600) -> subprocess.CompletedProcess:

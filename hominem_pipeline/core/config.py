@@ -365,6 +365,17 @@ class FixturesConfig(_Frozen):
     min_dimension_tag_accuracy: float = Field(ge=0.0, le=1.0, description="... or less often than this within any one such tag (0 to 1).")
 
 
+class ProbesConfig(_Frozen):
+    tradeoffs: str | None = Field(description="Trade-off scenarios (YAML: id, trade, prompt, a, b, a_higher, b_higher, prefer), relative to the project root; null: none.")
+    counterfactuals: str | None = Field(description="Counterfactual queries (YAML: id, change, dimension, direction, prompt, reply, changed), relative to the project root; null: none.")
+    adversarial_pairs: int = Field(ge=0, description="Contrast fixtures (fixtures.file) rewritten by each perturbation, drawn by the day's seed; 0: no adversarial probe.")
+    attribution_examples: int = Field(ge=0, description="Counterfactual replies explained by occlusion (an HTML page each), 0: none.")
+    attribution_words: int = Field(ge=1, le=20, description="Words left out together per occluded span, 1-20.")
+    map_replies: int = Field(ge=0, description="The day's teacher candidates on the manifold map (PCA), beside the day's people's pairs; 0: no map.")
+    collision_replies: int = Field(ge=0, description="Of them, the replies the dimensions' reward gradients are compared on (reward collisions); 0 or 1: none.")
+    max_flip_rate: float = Field(ge=0.0, le=1.0, description="The probe_consistency check warns when a perturbation flips more than this share of pairs, 0-1.")
+
+
 class HealthWeights(_Frozen):
     dcs: float = Field(ge=0.0, le=1.0, description="Weight of dimensional coherence, 0-1.")
     gvs: float = Field(ge=0.0, le=1.0, description="Weight of gradient variance stability, 0-1.")
@@ -380,6 +391,12 @@ class HealthWeights(_Frozen):
         return self
 
 
+class ManifoldConfig(_Frozen):
+    min_spread_ratio: float = Field(ge=0.0, le=1.0, description="A dimension collapses when its spread over an adapter's training replies is under this share of its spread over the teacher's labels, 0-1.")
+    max_decided_share: float = Field(gt=0.0, le=1.0, description="A column of the scalar (a dimension or the people's score) dominates when it alone decides more than this share of the pairs, (0, 1].")
+    intended: list[str] = Field(description="Columns that may dominate (dimension names, or `people` for the people's score).")
+
+
 class HealthConfig(_Frozen):
     weights: HealthWeights = Field(description="Weights of the five RHI components; they sum to 1.")
     gvi_max_reference: float = Field(gt=0.0, description="Gradient-norm coefficient of variation that maps GVS to 0, > 0.")
@@ -388,6 +405,7 @@ class HealthConfig(_Frozen):
     deploy_threshold: float = Field(ge=0.0, le=1.0, description="RHI an adapter needs before it may go live, 0-1.")
     min_win_rate: float = Field(ge=0.0, le=1.0, description="Win rate over the base on the held-out prompts an adapter also needs, 0-1; 0: off.")
     people_tolerance: float | None = Field(ge=0.0, description="How many standard errors (of the paired difference) an adapter's implicit-reward accuracy on the people's held-out pairs may fall below the live adapter's, >= 0; null: not checked.")
+    manifold: ManifoldConfig = Field(description="Collapse and dominance of the reward signal an adapter was trained on: either blocks its promotion (check reward_manifold, the live gate).")
 
 
 class RetrainConfig(_Frozen):
@@ -473,6 +491,7 @@ class HominemConfig(_Frozen):
     evaluation: EvaluationConfig = Field(description="Base against base+adapter on the held-out prompts.")
     fixtures: FixturesConfig = Field(description="Contrast pairs any attentive person agrees on: a yardstick for the reward model and the adapters.")
     health: HealthConfig = Field(description="The Reward Health Index and the deploy gate.")
+    probes: ProbesConfig = Field(description="The probing suite on each day's reward model (`probes` asset, `hominem probe --suite`).")
     retrain: RetrainConfig = Field(description="When the retrain sensor and schedule start a run.")
     serving: ServingConfig = Field(description="`hominem serve`: the chat and feedback service.")
     online: OnlineConfig = Field(description="Online updates of the live adapter from the replay buffer, and the fast-loop gate.")
@@ -504,6 +523,9 @@ class HominemConfig(_Frozen):
         unknown = sorted(set(self.replay.social_dimensions) - set(names))
         if unknown:
             raise ValueError(f"replay.social_dimensions names {unknown}, which are not configured dimensions {names}")
+        unknown = sorted(set(self.health.manifold.intended) - set(names) - {"people"})
+        if unknown:
+            raise ValueError(f"health.manifold.intended names {unknown}; it takes configured dimensions {names} or `people` (the people's score)")
         return self
 
     @property

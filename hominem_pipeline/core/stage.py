@@ -162,12 +162,19 @@ class CheckOutcome:
 
 @dataclass(frozen=True)
 class Check:
-    """A check on a stage's result, shown by Dagster as an asset check; `blocking` stops the run."""
+    """A check on a stage's result, shown by Dagster as an asset check; `blocking` stops the run. A failure
+    is an ERROR when the check is blocking or `error` (what it guards is refused downstream, e.g. by the
+    live gate, while the run goes on to measure the rest), else a WARN."""
 
     name: str
     description: str
     evaluate: Callable[[dict[str, Any], HominemConfig, Path], CheckOutcome]  # (the version's metrics, config, folder)
     blocking: bool = False
+    error: bool = False
+
+    @property
+    def severity(self) -> str:
+        return "error" if self.blocking or self.error else "warn"
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,10 @@ from hominem_pipeline.core.builds.human_preferences import (
     build_human_preferences,
     inbox_digest,
 )
-from hominem_pipeline.core.builds.lora_adapter import build_lora_adapter
+from hominem_pipeline.core.builds.lora_adapter import build_lora_adapter, reward_manifold_check
 from hominem_pipeline.core.builds.memory_files import memory_files_digest
 from hominem_pipeline.core.builds.predictions import build_predictions, seed_prompts_digest
+from hominem_pipeline.core.builds.probes import build_probes, probe_consistency_check, probe_files_digest
 from hominem_pipeline.core.builds.preference_pairs import build_preference_pairs
 from hominem_pipeline.core.builds.prompts import build_prompts, prompt_files_digest
 from hominem_pipeline.core.builds.reward_health_index import build_reward_health_index
@@ -207,6 +208,10 @@ STAGES: tuple[Stage, ...] = (
         reads=_policy_reads,
         build=build_lora_adapter,
         files=_adapter_files,
+        checks=(Check("reward_manifold", "The reward signal the adapter was trained on (its pairs scored by its reward model) has no collapsed dimension "
+                                         "(spread under health.manifold.min_spread_ratio of the teacher's labels') and no column of the scalar that alone "
+                                         "decides more than health.manifold.max_decided_share of the pairs; a failure blocks promotion (the live gate).",
+                      reward_manifold_check, error=True),),
     ),
     Stage(
         name="evaluation",
@@ -226,6 +231,19 @@ STAGES: tuple[Stage, ...] = (
         inputs=(Input("evaluation"), Input("lora_adapter"), Input("reward_model")),
         reads=("health",),
         build=build_reward_health_index,
+    ),
+    Stage(
+        name="probes",
+        description="The probing suite on the day's reward model: trade-offs (against the version before), adversarial consistency, "
+                    "counterfactuals, attribution, and the manifold's shape (PCA map, dimension correlations, reward collisions).",
+        group="evaluation",
+        kinds=frozenset({"pytorch"}),
+        inputs=(Input("reward_model", lambda c: 2), Input("teacher_labels"), Input("human_feedback", optional=True)),
+        reads=("dimensions", "probes", "fixtures.file", "health.dcs_layers"),
+        build=build_probes,
+        files=probe_files_digest,
+        checks=(Check("probe_consistency", "No trade-off scenario the reward model before chose as written flips, and no meaning-preserving "
+                                           "perturbation flips more than probes.max_flip_rate of the contrast pairs.", probe_consistency_check),),
     ),
     Stage(
         name="predictions",

@@ -89,7 +89,7 @@ def stage_asset(stage: Stage, cfg: HominemConfig, partitions: DailyPartitionsDef
         for check in stage.checks:
             outcome = check.evaluate(result.metrics, cfg, result.ref.path)
             checks.append(AssetCheckResult(check_name=check.name, passed=outcome.passed, description=outcome.description, metadata=outcome.metadata,
-                                           severity=AssetCheckSeverity.ERROR if check.blocking else AssetCheckSeverity.WARN))
+                                           severity=AssetCheckSeverity.ERROR if check.severity == "error" else AssetCheckSeverity.WARN))
         return MaterializeResult(metadata=dagster_metadata(result, cfg), check_results=checks or None, data_version=DataVersion(result.ref.content))
 
     return _materialize

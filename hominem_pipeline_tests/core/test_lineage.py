@@ -62,7 +62,7 @@ def test_a_source_line_of_a_module_a_stage_runs_changes_it_and_its_downstream_on
     training.write_text(training.read_text() + "\n# a changed line\n")
     after = planned_versions(tiny_cfg, root)
     assert [n for n in CHAIN if after[n] != base[n]] == ["reward_model", "preference_pairs", "lora_adapter", "evaluation", "reward_health_index",
-                                                         "predictions", "attunement"]
+                                                         "probes", "predictions", "attunement"]
     assert definition_version(STAGES_BY_NAME["reward_model"], tiny_cfg, root) != definition_version(STAGES_BY_NAME["reward_model"], tiny_cfg)
     assert definition_version(STAGES_BY_NAME["prompts"], tiny_cfg, root) == definition_version(STAGES_BY_NAME["prompts"], tiny_cfg)
 

@@ -1,9 +1,11 @@
 """Collapse and dominance of the reward manifold on constructed cases whose answer is known."""
 
+import json
+
 import numpy as np
 import pytest
 
-from hominem_pipeline.core.evaluation.manifold import decided, manifold_shape
+from hominem_pipeline.core.evaluation.manifold import ManifoldShape, decided, manifold_shape
 
 DIMS = ["empathy", "honesty", "agency", "safety"]
 
@@ -18,13 +20,17 @@ def test_a_planted_collapse_blocks_and_is_named():
     vectors = healthy(rng)
     vectors[:, 2] = 0.3 + rng.normal(0.0, 0.01, len(vectors))  # agency: the same for every reply
     gaps = rng.normal(0.0, 0.5, (300, len(DIMS)))
-    shape = manifold_shape(vectors, reference, gaps, np.ones(len(DIMS)), DIMS, min_spread_ratio=0.2, max_decided_share=0.5)
-    assert shape.collapsed == ["agency"] and shape.blocked
+    shape = manifold_shape(vectors, reference.std(0), DIMS, gaps, np.ones(len(DIMS)))
+    verdict = shape.verdict(0.2, 0.5)
+    assert verdict.collapsed == ["agency"] and verdict.blocked and not verdict.dominant
     assert shape.spread_ratio["agency"] < 0.05 and all(shape.spread_ratio[d] > 0.8 for d in ("empathy", "honesty", "safety"))
-    assert shape.reasons()[0].startswith("agency collapsed: its spread over the replies is 0.0")
+    assert verdict.reasons[0].startswith("agency collapsed: its spread over the 400 replies is 0.0")
+    assert "min_spread_ratio 0.2" in verdict.summary()
+    # the same figures under a looser threshold pass: the verdict is the config's, the figures are kept
+    assert not shape.verdict(0.01, 0.5).blocked
     # a healthy manifold passes
-    ok = manifold_shape(healthy(rng), reference, gaps, np.ones(len(DIMS)), DIMS, min_spread_ratio=0.2, max_decided_share=0.5)
-    assert not ok.blocked and ok.reasons() == []
+    ok = manifold_shape(healthy(rng), reference.std(0), DIMS, gaps, np.ones(len(DIMS))).verdict(0.2, 0.5)
+    assert not ok.blocked and ok.reasons == [] and ok.summary().startswith("no dimension collapsed")
 
 
 def test_a_planted_dominance_blocks_unless_intended():
@@ -32,12 +38,24 @@ def test_a_planted_dominance_blocks_unless_intended():
     gaps = rng.normal(0.0, 0.5, (500, len(DIMS)))
     weights = np.array([0.1, 5.0, 0.1, 0.1])  # honesty's weight drowns the rest
     vectors = healthy(rng)
-    shape = manifold_shape(vectors, vectors, gaps, weights, DIMS, min_spread_ratio=0.2, max_decided_share=0.5)
-    assert shape.dominant == ["honesty"] and shape.blocked and shape.decided_share["honesty"] > 0.5
-    assert shape.contribution_share["honesty"] > 0.9 and "honesty dominates: it alone decides" in shape.reasons()[0]
-    assert not manifold_shape(vectors, vectors, gaps, weights, DIMS, min_spread_ratio=0.2, max_decided_share=0.5, intended=["honesty"]).blocked
-    balanced = manifold_shape(vectors, vectors, gaps, np.ones(len(DIMS)), DIMS, min_spread_ratio=0.2, max_decided_share=0.5)
-    assert not balanced.dominant and max(balanced.decided_share.values()) < 0.35
+    shape = manifold_shape(vectors, vectors.std(0), DIMS, gaps, weights)
+    verdict = shape.verdict(0.2, 0.5)
+    assert verdict.dominant == ["honesty"] and verdict.blocked and shape.decided_share["honesty"] > 0.5
+    assert shape.contribution_share["honesty"] > 0.9 and "honesty dominates: it alone decides" in verdict.reasons[0]
+    assert not shape.verdict(0.2, 0.5, intended=["honesty"]).blocked
+    balanced = manifold_shape(vectors, vectors.std(0), DIMS, gaps, np.ones(len(DIMS)))
+    assert not balanced.verdict(0.2, 0.5).dominant and max(balanced.decided_share.values()) < 0.35
+    # the figures round-trip through the adapter's manifold.json
+    assert ManifoldShape.from_dict(json.loads(json.dumps(shape.as_dict()))) == shape
+
+
+def test_the_people_s_score_may_dominate_when_intended():
+    rng = np.random.default_rng(2)
+    vectors = healthy(rng)
+    gaps = np.column_stack([rng.normal(0.0, 0.1, (300, len(DIMS))), rng.normal(0.0, 1.0, 300)])  # the people's score's gaps drown the dimensions'
+    shape = manifold_shape(vectors, vectors.std(0), DIMS, gaps, np.ones(len(DIMS) + 1), DIMS + ["people"])
+    assert shape.decided_share["people"] > 0.5 and shape.verdict(0.2, 0.5).dominant == ["people"]
+    assert not shape.verdict(0.2, 0.5, intended=["people"]).blocked
 
 
 def test_deciding_by_hand():
@@ -53,4 +71,12 @@ def test_bad_shapes_are_named():
     with pytest.raises(ValueError, match="one column per dimension"):
         decided(np.zeros((3, 2)), np.ones(3), ["a", "b", "c"])
     with pytest.raises(ValueError, match="at least 2 replies"):
-        manifold_shape(np.zeros((1, 3)), np.zeros((5, 3)), np.zeros((2, 3)), np.ones(3), ["a", "b", "c"], min_spread_ratio=0.2, max_decided_share=0.5)
+        manifold_shape(np.zeros((1, 3)), np.ones(3), ["a", "b", "c"], np.zeros((2, 3)), np.ones(3))
+
+
+def test_a_flat_dimension_against_flat_labels_is_a_collapse_only_if_the_replies_are_flat_too():
+    vectors = np.array([[0.1, 0.5], [0.3, 0.5]])
+    shape = manifold_shape(vectors, np.array([0.1, 0.0]), ["a", "b"], np.ones((2, 2)), np.ones(2))
+    assert shape.spread_ratio == {"a": pytest.approx(1.0), "b": None}
+    assert shape.verdict(0.2, 0.5).collapsed == ["b"]
+    assert "as flat as the teacher's labels'" in shape.verdict(0.2, 0.5).reasons[0]

@@ -112,3 +112,19 @@ def test_the_gate_refuses_an_adapter_that_orders_peoples_pairs_worse_than_the_li
     assert not over_base.passed and over_base.figures["people_accuracy_live"] == 0.5 and "below the base's 50.0%" in over_base.reasons[0]
     unchecked, _ = gate(bad, good, tolerance=None, versions=("bad", "good"))
     assert unchecked.passed and unchecked.figures["people_accuracy"] == 0.0 and "people's held-out pairs 0.0%" in unchecked.summary()
+    # the reward signal an adapter was trained on: a collapse planted in its manifold.json refuses it under health.manifold,
+    # the same figures pass under a looser threshold, and an adapter written without them is marked not measured
+    import numpy as np
+
+    from hominem_pipeline.core.evaluation.manifold import MANIFOLD, manifold_shape
+
+    assert passed.figures["manifold"].startswith("not measured")
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(0.0, 0.3, (40, len(DIMS)))
+    vectors[:, 1] = 0.2  # curiosity: the same for every reply
+    manifold_shape(vectors, np.full(len(DIMS), 0.3), DIMS, rng.normal(0.0, 0.3, (20, len(DIMS))), np.ones(len(DIMS))).write(good)
+    collapsed, _ = gate(good, bad, versions=("good", "bad"))
+    assert not collapsed.passed and collapsed.figures["manifold_blocked"] is True and collapsed.figures["manifold_min_spread_ratio"] < 1e-9
+    assert collapsed.reasons == ["reward manifold: curiosity collapsed: its spread over the 40 replies is 0.00 of the teacher's labels' "
+                                 "(< health.manifold.min_spread_ratio 0.2)"]
+    (good / MANIFOLD).unlink()

@@ -955,3 +955,22 @@ def test_a_shipped_projection_gives_the_score_fitted_without_it_and_measures_no_
     assert score.agreement == direct.agreement and score.alpha == direct.alpha
     np.testing.assert_allclose(values, direct_values, atol=1e-4)
     np.testing.assert_allclose(score(states), direct(states), atol=1e-4)
+
+
+def test_the_reward_manifold_is_read_against_the_spread_of_the_labels_it_learned(trained):
+    from hominem_pipeline.core.evaluation.manifold import reward_manifold
+
+    out, _, _, _ = trained
+    model = RewardModel.load(out)
+    # every dimension's labels are +-0.8 in equal numbers: a spread of 0.8
+    assert model.metadata.label_spread == pytest.approx({d: 0.8 for d in DIMS})
+    kind, curt = "I am so sorry, that sounds really hard. Tell me more?", "Whatever. Not my problem."
+    prompts = [f"Something sad happened to me, number {i}." for i in range(4)]
+    shape = reward_manifold(model, prompts + ["an empty reply is left out"], [kind] * 4 + [""], [curt] * 4 + [curt])
+    assert shape.pairs == 4 and shape.replies == 8
+    vectors = np.vstack([model.raw_scores(prompts, [kind] * 4)["vector"], model.raw_scores(prompts, [curt] * 4)["vector"]])
+    for j, d in enumerate(DIMS):
+        assert shape.spread_ratio[d] == pytest.approx(vectors[:, j].std() / 0.8, rel=1e-4)
+    assert set(shape.decided_share) == set(DIMS) or set(shape.decided_share) == {*DIMS, "people"}
+    with pytest.raises(ValueError, match="no pair with two non-empty replies"):
+        reward_manifold(model, ["p"], [""], [curt])

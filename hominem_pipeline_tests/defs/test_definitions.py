@@ -5,11 +5,11 @@ from dagster import AssetKey, DailyPartitionsDefinition, TimeWindowPartitionMapp
 from hominem_pipeline.defs import DAILY_JOB, IMPORT_JOB, RETRAIN_JOB, build_definitions
 
 CHAIN = ["prompts", "teacher_trajectories", "teacher_labels", "human_feedback", "reward_model", "preference_pairs", "lora_adapter", "evaluation",
-         "reward_health_index", "predictions", "attunement"]
+         "reward_health_index", "probes", "predictions", "attunement"]
 ASSETS = [*CHAIN, "human_preferences"]
 
 
-def test_definitions_load_with_eleven_daily_partitioned_assets(project):
+def test_definitions_load_with_twelve_daily_partitioned_assets(project):
     defs = build_definitions(str(project / "config" / "tiny.yaml"), root=project)
     graph = defs.resolve_asset_graph()
     assert sorted(k.to_user_string() for k in graph.get_all_asset_keys()) == sorted(ASSETS)

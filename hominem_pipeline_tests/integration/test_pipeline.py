@@ -23,7 +23,7 @@ from hominem_pipeline.defs.resources import HominemResource
 
 DAY = "2026-11-20"
 ORDER = ["prompts", "teacher_trajectories", "teacher_labels", "human_feedback", "reward_model", "preference_pairs", "lora_adapter", "evaluation",
-         "reward_health_index", "predictions", "attunement"]
+         "reward_health_index", "probes", "predictions", "attunement"]
 
 
 def write_feedback_log(project):
@@ -122,6 +122,42 @@ def test_every_asset_materializes_with_metadata(chain):
     assert drift.passed and drift.description.startswith("not tested: each window needs 20 people's choices")
     moved = first["evaluation"]["fixture_moved_right"].value  # did the adapter move the student toward the fixtures' better replies
     assert 0.0 <= moved <= 1.0 and len(first["evaluation"]["details"].value["fixtures_moved_wrong"]) == min(20, round((1 - moved) * 132))
+
+
+def test_the_probing_suite_runs_on_the_day_s_reward_model(chain):
+    """The `probes` asset: trade-offs, adversarial consistency, counterfactuals, attribution and the manifold's
+    shape on the day's reward model, its figures as metadata, in MLflow and in the probe_consistency check;
+    `hominem probe --suite` prints them from the asset, or runs the suite itself with --fresh."""
+    from hominem_pipeline.core.evaluation.suite import ATTRIBUTION, MAP_PLOT, SUITE_PLOT, SUMMARY
+
+    cfg, first = chain["cfg"], chain["first"]
+    meta = first["probes"]
+    assert 0.0 <= meta["probe_tradeoffs_as_expected"].value <= 1.0 and 0.0 <= meta["probe_counterfactual_right_way"].value <= 1.0
+    assert meta["probe_tradeoff_regressions"].value == 0.0  # no earlier reward model on the first day
+    assert 0.0 <= meta["probe_adversarial_max_flip_rate"].value <= 1.0 and meta["probe_flip_rate_typos"].value is not None
+    assert meta["dagster/row_count"].value == 12 + 12 + cfg.probes.adversarial_pairs  # scenarios, queries, contrast pairs
+    assert meta["plot: probes"].value.startswith("![probes](data:image/png;base64,") and meta["plot: manifold_map"].value.startswith("![manifold_map]")
+    check = chain["checks"]["probe_consistency"]
+    assert check.metadata["max_flip_rate"].value == cfg.probes.max_flip_rate and check.metadata["regressions"].value == []
+    ref = lineage(cfg).require("probes", DAY)
+    summary = json.loads(ref.file(SUMMARY).read_text())
+    assert summary["map"]["replies"] == min(cfg.probes.map_replies, first["teacher_labels"]["labels"].value) + 2  # the person's pair beside
+    assert summary["map"]["people_replies"] == 2 and summary["collisions"]["replies"] == cfg.probes.collision_replies
+    page = ref.file(ATTRIBUTION).read_text()
+    assert page.count('class="span"') > 10 and all(f"<h3>{d}</h3>" in page for d in cfg.dimension_names)
+    assert ref.file(MAP_PLOT).stat().st_size > 1000 and ref.file(SUITE_PLOT).stat().st_size > 1000
+    runs = Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root)).runs_for("probes")
+    assert runs and runs[0].data.metrics["probe_tradeoffs_as_expected"] == pytest.approx(meta["probe_tradeoffs_as_expected"].value)
+
+    project = chain["project"]
+    read = hominem(project, "probe", "--suite", "--config", "config/tiny.yaml")
+    assert "read from the probes asset" in read.stderr and "trade-offs:" in read.stdout and "collisions:" in read.stdout
+    assert f"{summary['tradeoffs']['as_expected']}/12 chosen as written" in read.stdout
+    fresh = hominem(project, "probe", "--suite", "--config", "config/tiny.yaml", "--fresh", "--out", str(project / "probe-here"), "--json")
+    ran = json.loads(fresh.stdout)
+    assert ran["tradeoffs"] == {**summary["tradeoffs"], "flipped": [], "regressions": []} and (project / "probe-here" / SUMMARY).is_file()
+    bad = hominem(project, "probe", "--suite", "--config", "config/tiny.yaml", "--reward-model", "nope", check=False)
+    assert bad.returncode != 0 and "--reward-model nope: neither a folder nor a version" in bad.stderr
 
 
 def test_stages_write_their_artifacts(chain):
@@ -349,6 +385,11 @@ def test_the_daily_adapter_goes_through_the_live_gate(chain):
     assert gate["live_version"] is None and gate["prompts"] == len(cfg.prompts.categories)
     assert gate["win_rate_vs_live"] == pytest.approx(first["evaluation"]["win_rate"].value)  # against the base: the evaluation's replies and count
     assert isinstance(gate["smoke_reply"], str) and check.metadata["version"].value == version
+    # the reward signal it learned from (its pairs, scored by its reward model): the reward_manifold check's figures, judged alike by the gate
+    manifold = chain["checks"]["reward_manifold"]
+    assert gate["manifold"] == manifold.description and gate["manifold_blocked"] is (not manifold.passed)
+    assert gate["manifold_min_spread_ratio"] == pytest.approx(first["lora_adapter"]["manifold_min_spread_ratio"].value)
+    assert set(manifold.metadata["spread_ratio"].value) == set(cfg.dimension_names) and manifold.metadata["intended"].value == ["people"]
     assert gate["replies_generated"] == 1  # the smoke reply: the base's and the adapter's others are the evaluation's, read back
     # the people's held-out pairs: the adapter's margins are its evaluation's, read back; the base's accuracy is 0.5
     assert gate["people_pairs"] == cfg.reward_model.people_pairs[0].held_out and gate["people_accuracy_live"] == 0.5

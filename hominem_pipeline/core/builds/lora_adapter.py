@@ -13,9 +13,10 @@ from hominem_pipeline.core.artifacts import fingerprint
 from hominem_pipeline.core.builds.common import write_json
 from hominem_pipeline.core.builds.memory_files import memory_paths
 from hominem_pipeline.core.config import HominemConfig, PolicyConfig
+from hominem_pipeline.core.evaluation.manifold import MANIFOLD, MANIFOLD_PLOT, ManifoldShape
 from hominem_pipeline.core.evaluation.memory import memory_digest
 from hominem_pipeline.core.policy.metadata import AdapterMetadata
-from hominem_pipeline.core.stage import StageContext, StageOutput
+from hominem_pipeline.core.stage import CheckOutcome, StageContext, StageOutput
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,17 @@ def people_start_setting(cfg: HominemConfig) -> tuple[Path, str] | None:
 
     train = people_pairs(cfg, "train") if cfg.policy.dual.people_start is not None else None
     return None if train is None else (cfg.path(SHIPPED_FEATURES), pairs_key(train))
+
+
+def reward_manifold_check(metrics: dict[str, Any], cfg: HominemConfig, folder: Path) -> CheckOutcome:
+    """The `reward_manifold` check: the adapter's figures judged under today's health.manifold."""
+    shape = ManifoldShape.read(folder)
+    if shape is None:
+        return CheckOutcome(False, f"{folder} has no {MANIFOLD}: the reward manifold was not measured; rebuild the adapter", {})
+    verdict = shape.judged(cfg.health.manifold)
+    meta = {**shape.metrics(), "blocked": verdict.blocked, "spread_ratio": shape.spread_ratio, "decided_share": shape.decided_share,
+            "contribution_share": shape.contribution_share, "pairs": shape.pairs, **verdict.thresholds}
+    return CheckOutcome(not verdict.blocked, verdict.summary(), meta)
 
 
 def build_lora_adapter(ctx: StageContext) -> StageOutput:
@@ -112,6 +124,9 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
 
         result = train_rl_adapter(list(pairs["prompt"]), reward_model=project_reward_model(rm_ref.path, ctx.cfg), dimension_weights=ctx.cfg.preferences.dimension_weights, **common)
     write_json(ctx.out_dir / "training_history.json", {"history": result.history, "grad_norms": result.grad_norms})
+    from hominem_pipeline.core.evaluation.manifold import keep_manifold
+
+    shape = keep_manifold(project_reward_model(rm_ref.path, ctx.cfg), pairs, ctx.out_dir, f"The reward signal of lora_adapter {ctx.partition}")
     AdapterMetadata(
         mode=pc.mode,
         base_model=str(student_path(ctx.cfg)),
@@ -126,7 +141,8 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
         training=_training_settings(pc) | ({"replay": ctx.cfg.replay.model_dump()} if pc.mode == "dual" and pc.dual.sampler == "replay" else {}),
         date=ctx.partition,
     ).write(ctx.out_dir)
-    metrics = {**result.metrics, **{f"channel_{k}": v for k, v in result.channel_contributions.items()}, "people_pairs": n_people}
+    metrics = {**result.metrics, **{f"channel_{k}": v for k, v in result.channel_contributions.items()}, "people_pairs": n_people,
+               **shape.metrics()}
     student = ctx.cfg.models.student
     write_model_card(ctx.out_dir, base_hub_id=student.hub_id, base_path=student_path(ctx.cfg), gguf_package=student.gguf_package, mode=pc.mode,
                      date=ctx.partition, metrics=metrics,
@@ -137,5 +153,5 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
         metrics=metrics,
         metadata={"rows": len(pairs) - n_people, "mode": pc.mode, "pair_partitions": [r.partition for r in pair_refs], "reward_model_version": rm_ref.version,
                   "started from": start},
-        mlflow_artifacts=["adapter_config.json", "adapter_model.safetensors", "METADATA.json", "README.md", "training_history.json"],
+        mlflow_artifacts=["adapter_config.json", "adapter_model.safetensors", "METADATA.json", "README.md", "training_history.json", MANIFOLD, MANIFOLD_PLOT],
     )

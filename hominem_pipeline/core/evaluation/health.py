@@ -54,22 +54,17 @@ def _clip01(x: float) -> float:
 # --- components -----------------------------------------------------------------------------------
 
 
-def dimensional_coherence(
-    reward_model: RewardModel, prompts: Sequence[str], responses: Sequence[str], layers: int | None = None, chunk: int = 32
-) -> Component:
-    """DCS = 2/(N(N-1)) * sum_{i<j} max(0, GDA(i, j)), GDA = cosine between the gradients (w.r.t. the
-    reward model backbone's parameters: those of its last `layers` transformer blocks and final norm, or
-    with None every parameter) of the mean of dimension i and of dimension j over the responses.
-
-    The design writes 1/(N(N-1)), which caps DCS at 0.5 for perfectly agreeing dimensions; normalising
-    by the number of pairs keeps the component in [0, 1] like the other four. The responses go through
-    the backbone `chunk` at a time and their gradients are summed, so memory does not grow with them."""
+def gradient_agreement(reward_model: RewardModel, prompts: Sequence[str], responses: Sequence[str], layers: int | None = None,
+                       chunk: int = 32) -> np.ndarray:
+    """GDA(i, j) for every pair of dimensions, (D, D): the cosine between the gradients (w.r.t. the reward
+    model backbone's parameters: those of its last `layers` transformer blocks and final norm, or with
+    None every parameter) of the mean of dimension i and of dimension j over the responses. The responses
+    go through the backbone `chunk` at a time and their gradients are summed, so memory does not grow
+    with them."""
     import torch
 
     from hominem_pipeline.core.reward.network import top_parameters
 
-    if len(responses) < 2:
-        return Component("dcs", None, "needs at least 2 scored responses")
     net = reward_model.net
     every = list(net.backbone.parameters())
     params = top_parameters(net.backbone, layers)
@@ -99,12 +94,24 @@ def dimensional_coherence(
             p.requires_grad_(w)
     G = torch.stack(grads)
     G = G / G.norm(dim=1, keepdim=True).clamp(min=1e-12)
-    cos = (G @ G.T).cpu().numpy()
+    return (G @ G.T).cpu().numpy()
+
+
+def dimensional_coherence(
+    reward_model: RewardModel, prompts: Sequence[str], responses: Sequence[str], layers: int | None = None, chunk: int = 32
+) -> Component:
+    """DCS = 2/(N(N-1)) * sum_{i<j} max(0, GDA(i, j)) (`gradient_agreement`).
+
+    The design writes 1/(N(N-1)), which caps DCS at 0.5 for perfectly agreeing dimensions; normalising
+    by the number of pairs keeps the component in [0, 1] like the other four."""
+    if len(responses) < 2:
+        return Component("dcs", None, "needs at least 2 scored responses")
+    cos = gradient_agreement(reward_model, prompts, responses, layers, chunk)
     n = cos.shape[0]
     if n < 2:
         return Component("dcs", None, "needs at least 2 reward dimensions")
+    value = dcs_of(cos)
     upper = cos[np.triu_indices(n, k=1)]
-    value = float(np.maximum(upper, 0.0).sum() * 2.0 / (n * (n - 1)))
     return Component(
         "dcs",
         _clip01(value),
@@ -112,6 +119,13 @@ def dimensional_coherence(
         f"({'every parameter' if layers is None else f'its last {layers} blocks'}) on the adapter's evaluation responses",
         {"mean_gda": float(upper.mean()), "min_gda": float(upper.min()), "pairs": int(len(upper))},
     )
+
+
+def dcs_of(agreement: np.ndarray) -> float:
+    """DCS of a GDA matrix: the mean over pairs of dimensions of max(0, GDA)."""
+    n = agreement.shape[0]
+    upper = agreement[np.triu_indices(n, k=1)]
+    return float(np.maximum(upper, 0.0).sum() * 2.0 / (n * (n - 1)))
 
 
 def gradient_variance_stability(grad_norms: Sequence[float], gvi_max: float) -> Component:

@@ -1,92 +1,210 @@
-"""The reward manifold's two failure shapes that block a release (design: acceptance criteria of the
-evaluation subsystem, "no reward dimension collapse; no single dimension dominates unless intended").
+"""The reward manifold's two failure shapes that block a release (design 000 3.4.3: "no reward dimension
+collapse; no single dimension dominates unless intended").
 
-- **Collapse**: a dimension whose reward vectors barely vary over a day's replies says nothing about
-  them; an adapter trained on it learns nothing from it, or learns a constant. Measured as each
+- **Collapse**: a dimension whose reward vectors barely vary over the replies an adapter learns from says
+  nothing about them; the adapter learns nothing from it, or learns a constant. Measured as each
   dimension's standard deviation over the replies against the same dimension's over the teacher's labels
-  of the day (the spread the model was taught): a ratio under `min_spread_ratio` is a collapse.
-- **Dominance**: the scalar orders a pair by the sum of the dimensions' contributions (c_d x gap_d,
-  `reward.combination`). A dimension *decides* a pair when its contribution outweighs all the others'
-  together (|c_d gap_d| > sum over e != d of |c_e gap_e|): the pair goes its way whatever the others
-  say. A dimension that decides more than `max_decided_share` of the pairs dominates: the others no
-  longer matter. Also reported: each dimension's share of the mean absolute contribution.
+  the reward model learned from (the spread it was taught, `RewardMetadata.label_spread`): a ratio under
+  `health.manifold.min_spread_ratio` is a collapse.
+- **Dominance**: the scalar orders a pair by the sum of its columns' contributions (c_d x gap_d,
+  `reward.combination`: the seven dimensions and the people's score). A column *decides* a pair when its
+  contribution outweighs all the others' together (|c_d gap_d| > sum over e != d of |c_e gap_e|): the
+  pair goes its way whatever the others say. A column that decides more than
+  `health.manifold.max_decided_share` of the pairs dominates, unless it is `intended` (by default the
+  people's score: the scalar is grounded in people by design). Also reported: each column's share of the
+  mean absolute contribution.
+
+The figures (`ManifoldShape`) are measured once, on an adapter's training pairs, and kept in the adapter's
+folder (`manifold.json`); the `reward_manifold` check on `lora_adapter` and the live gate both judge them
+against the configured thresholds (`verdict`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+MANIFOLD = "manifold.json"  # in an adapter's folder: the figures of the reward signal it was trained on
+MANIFOLD_PLOT = "manifold.png"
+PEOPLE = "people"  # the people's score's column in the dominance figures
+
 
 @dataclass(frozen=True)
-class ManifoldShape:
-    """Collapse and dominance of one reward model on one set of replies and pairs."""
-
-    spread: dict[str, float]  # std of each dimension over the replies
-    reference_spread: dict[str, float]  # ... over the teacher's labels
-    spread_ratio: dict[str, float | None]  # spread / reference (None: the reference is flat too)
+class Verdict:
     collapsed: list[str]
-    decided_share: dict[str, float]  # share of pairs each dimension alone decides
-    contribution_share: dict[str, float]  # share of the mean |c_d gap_d|
     dominant: list[str]
-    pairs: int
-    replies: int
-    thresholds: dict[str, float] = field(default_factory=dict)
+    reasons: list[str]
+    thresholds: dict[str, Any]
 
     @property
     def blocked(self) -> bool:
         return bool(self.collapsed or self.dominant)
 
-    def reasons(self) -> list[str]:
-        out = [f"{d} collapsed: its spread over the replies is {self.spread_ratio[d]:.2f} of the teacher's labels' "
-               f"(< {self.thresholds['min_spread_ratio']})" for d in self.collapsed]
-        out += [f"{d} dominates: it alone decides {self.decided_share[d]:.0%} of {self.pairs} pairs "
-                f"(> {self.thresholds['max_decided_share']:.0%})" for d in self.dominant]
-        return out
+    def summary(self) -> str:
+        if self.blocked:
+            return "; ".join(self.reasons)
+        t = self.thresholds
+        return (f"no dimension collapsed (spread ratio >= {t['min_spread_ratio']}) and none dominates "
+                f"(decides <= {t['max_decided_share']:.0%} of pairs; intended: {', '.join(t['intended']) or 'none'})")
+
+
+@dataclass(frozen=True)
+class ManifoldShape:
+    """Collapse and dominance figures of one reward model on one set of pairs (both replies of each)."""
+
+    spread: dict[str, float]  # each dimension's std over the replies
+    reference_spread: dict[str, float]  # ... over the teacher's labels
+    spread_ratio: dict[str, float | None]  # spread / reference (None: the reference is flat)
+    decided_share: dict[str, float]  # per column (dimensions, then the people's score): the share of pairs it alone decides
+    contribution_share: dict[str, float]  # per column: its share of the mean |c_d gap_d|
+    pairs: int
+    replies: int
+
+    def verdict(self, min_spread_ratio: float, max_decided_share: float, intended: Sequence[str] = ()) -> Verdict:
+        collapsed = [d for d, r in self.spread_ratio.items() if (r is not None and r < min_spread_ratio) or (r is None and self.spread[d] <= 1e-9)]
+        dominant = [c for c, s in self.decided_share.items() if s > max_decided_share and c not in intended]
+        reasons = [f"{d} collapsed: its spread over the {self.replies} replies is "
+                   + (f"{self.spread_ratio[d]:.2f} of the teacher's labels' (< health.manifold.min_spread_ratio {min_spread_ratio})"
+                      if self.spread_ratio[d] is not None else "0, as flat as the teacher's labels'") for d in collapsed]
+        reasons += [f"{c} dominates: it alone decides {self.decided_share[c]:.0%} of {self.pairs} pairs "
+                    f"(> health.manifold.max_decided_share {max_decided_share:.0%})" for c in dominant]
+        return Verdict(collapsed, dominant, reasons, {"min_spread_ratio": float(min_spread_ratio), "max_decided_share": float(max_decided_share),
+                                                      "intended": list(intended)})
+
+    def judged(self, cfg: Any) -> Verdict:
+        """The verdict under `health.manifold` (`cfg`: its section)."""
+        return self.verdict(cfg.min_spread_ratio, cfg.max_decided_share, cfg.intended)
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "blocked": self.blocked, "reasons": self.reasons()}
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ManifoldShape:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+    def write(self, folder: Path) -> Path:
+        path = Path(folder) / MANIFOLD
+        path.write_text(json.dumps(self.as_dict(), indent=1) + "\n")
+        return path
+
+    @classmethod
+    def read(cls, folder: Path) -> ManifoldShape | None:
+        """The figures kept in an adapter's folder; None for an adapter written without them."""
+        path = Path(folder) / MANIFOLD
+        return cls.from_dict(json.loads(path.read_text())) if path.is_file() else None
+
+    def metrics(self) -> dict[str, float]:
+        """The figures as flat metrics (no threshold: the check and the gate judge them under the config)."""
+        ratios = [r for r in self.spread_ratio.values() if r is not None]
+        return {"manifold_min_spread_ratio": min(ratios) if ratios else 0.0, **{f"manifold_decided_{c}": s for c, s in self.decided_share.items()}}
 
 
-def spread(vectors: np.ndarray, reference: np.ndarray, dimensions: Sequence[str], min_ratio: float) -> tuple[dict, dict, dict, list[str]]:
-    """Each dimension's std over `vectors` (n, D) and over `reference` (m, D), their ratio, and the dimensions
-    whose ratio is under `min_ratio` (a reference with no spread either counts only when the replies have none)."""
-    vectors, reference = np.asarray(vectors, dtype=np.float64), np.asarray(reference, dtype=np.float64)
-    if vectors.ndim != 2 or vectors.shape[1] != len(dimensions) or reference.shape[1:] != (len(dimensions),):
-        raise ValueError(f"vectors {vectors.shape} and reference {reference.shape} need one column per dimension ({len(dimensions)})")
-    if len(vectors) < 2 or len(reference) < 2:
-        raise ValueError(f"spread needs at least 2 replies and 2 labels, got {len(vectors)} and {len(reference)}")
-    std, ref = vectors.std(0), reference.std(0)
-    ratio = {d: (float(s / r) if r > 1e-9 else None) for d, s, r in zip(dimensions, std, ref)}
-    collapsed = [d for d, s in zip(dimensions, std) if (ratio[d] is not None and ratio[d] < min_ratio) or (ratio[d] is None and s <= 1e-9)]
-    return dict(zip(dimensions, map(float, std))), dict(zip(dimensions, map(float, ref))), ratio, collapsed
+def spread(vectors: np.ndarray, reference_std: np.ndarray, dimensions: Sequence[str]) -> tuple[dict[str, float], dict[str, float | None]]:
+    """Each dimension's std over `vectors` (n, D) and its ratio to `reference_std` (D,) (None where the reference is flat)."""
+    vectors, reference_std = np.asarray(vectors, dtype=np.float64), np.asarray(reference_std, dtype=np.float64)
+    if vectors.ndim != 2 or vectors.shape[1] != len(dimensions) or reference_std.shape != (len(dimensions),):
+        raise ValueError(f"vectors {vectors.shape} and the reference spread {reference_std.shape} need one column per dimension ({len(dimensions)})")
+    if len(vectors) < 2:
+        raise ValueError(f"a spread needs at least 2 replies, got {len(vectors)}")
+    std = vectors.std(0)
+    return (dict(zip(dimensions, map(float, std))),
+            {d: (float(s / r) if r > 1e-9 else None) for d, s, r in zip(dimensions, std, reference_std)})
 
 
-def decided(gaps: np.ndarray, weights: np.ndarray, dimensions: Sequence[str]) -> tuple[dict[str, float], dict[str, float]]:
-    """Per dimension: the share of pairs (rows of `gaps`, chosen minus rejected, (p, D)) it alone decides
-    under the scalar's `weights` (D,), and its share of the mean absolute contribution."""
+def decided(gaps: np.ndarray, weights: np.ndarray, columns: Sequence[str]) -> tuple[dict[str, float], dict[str, float]]:
+    """Per column: the share of pairs (rows of `gaps`, chosen minus rejected, (p, C)) it alone decides
+    under the scalar's `weights` (C,), and its share of the mean absolute contribution."""
     gaps, weights = np.asarray(gaps, dtype=np.float64), np.asarray(weights, dtype=np.float64)
-    if gaps.ndim != 2 or gaps.shape[1] != len(dimensions) or weights.shape != (len(dimensions),):
-        raise ValueError(f"gaps {gaps.shape} and weights {weights.shape} need one column per dimension ({len(dimensions)})")
+    if gaps.ndim != 2 or gaps.shape[1] != len(columns) or weights.shape != (len(columns),):
+        raise ValueError(f"gaps {gaps.shape} and weights {weights.shape} need one column per dimension ({len(columns)})")
     if not len(gaps):
         raise ValueError("dominance needs at least one pair")
     contrib = np.abs(gaps * weights)
     outweighs = contrib > contrib.sum(1, keepdims=True) - contrib
     magnitude = contrib.mean(0)
     whole = magnitude.sum()
-    return ({d: float(outweighs[:, j].mean()) for j, d in enumerate(dimensions)},
-            {d: float(magnitude[j] / whole) if whole > 0 else 0.0 for j, d in enumerate(dimensions)})
+    return ({c: float(outweighs[:, j].mean()) for j, c in enumerate(columns)},
+            {c: float(magnitude[j] / whole) if whole > 0 else 0.0 for j, c in enumerate(columns)})
 
 
-def manifold_shape(vectors: np.ndarray, reference: np.ndarray, gaps: np.ndarray, weights: np.ndarray, dimensions: Sequence[str], *,
-                   min_spread_ratio: float, max_decided_share: float, intended: Sequence[str] = ()) -> ManifoldShape:
-    """Collapse of `vectors` (the replies' reward vectors) against `reference` (the teacher's labels), and
-    dominance over the pairs' vector `gaps` under the scalar `weights`; a dimension in `intended` may dominate."""
-    std, ref, ratio, collapsed = spread(vectors, reference, dimensions, min_spread_ratio)
-    share, contribution = decided(gaps, weights, dimensions)
-    dominant = [d for d in dimensions if share[d] > max_decided_share and d not in intended]
-    return ManifoldShape(std, ref, ratio, collapsed, share, contribution, dominant, int(len(gaps)), int(len(vectors)),
-                         {"min_spread_ratio": float(min_spread_ratio), "max_decided_share": float(max_decided_share)})
+def manifold_shape(vectors: np.ndarray, reference_std: np.ndarray, dimensions: Sequence[str], gaps: np.ndarray, weights: np.ndarray,
+                   columns: Sequence[str] | None = None) -> ManifoldShape:
+    """Collapse of `vectors` (the replies' reward vectors, (n, D)) against the teacher's labels' `reference_std`,
+    and dominance over the pairs' `gaps` (p, C) under the scalar's `weights` (C,); `columns` names the C columns
+    (default: the dimensions)."""
+    std, ratio = spread(vectors, reference_std, dimensions)
+    share, contribution = decided(gaps, weights, list(dimensions) if columns is None else columns)
+    return ManifoldShape(std, dict(zip(dimensions, map(float, np.asarray(reference_std, dtype=np.float64)))), ratio, share, contribution,
+                         int(len(gaps)), int(len(vectors)))
+
+
+def reward_manifold(reward_model: Any, prompts: Sequence[str], chosen: Sequence[str], rejected: Sequence[str]) -> ManifoldShape:
+    """The shape of `reward_model`'s signal on these pairs: its vectors of both replies (collapse, against
+    the spread of the labels it learned from) and its scalar's columns on their gaps (dominance). A model
+    whose scalar is a head of its own (no combination) has no columns to weigh: every pair is then decided
+    by none."""
+    meta = reward_model.metadata
+    dims = list(reward_model.dimensions)
+    if meta.label_spread is None:
+        raise ValueError("this reward model does not carry its labels' spread (written before it, or fewer than 2 labels); "
+                         "rebuild it: hominem run --select reward_model")
+    keep = [i for i in range(len(prompts)) if chosen[i].strip() and rejected[i].strip()]
+    if not keep:
+        raise ValueError("no pair with two non-empty replies to measure the reward manifold on")
+    p = [prompts[i] for i in keep]
+    a, b = [chosen[i] for i in keep], [rejected[i] for i in keep]
+    va, vb = reward_model.raw_scores(p, a)["vector"], reward_model.raw_scores(p, b)["vector"]
+    columns, gaps = dims, va - vb
+    weights = np.zeros(len(dims))
+    if meta.scalar is not None:
+        weights = np.array([meta.scalar.weights[d] for d in dims])
+        pa, pb = reward_model.people_column(p, a), reward_model.people_column(p, b)
+        if pa is not None:
+            columns, gaps, weights = dims + [PEOPLE], np.column_stack([gaps, pa - pb]), np.append(weights, meta.scalar.people)
+    return manifold_shape(np.vstack([va, vb]), np.array([meta.label_spread[d] for d in dims]), dims, gaps, weights, columns)
+
+
+def plot_manifold(shape: ManifoldShape, path: Path, title: str, verdict: Verdict | None = None) -> Path:
+    """Two panels: each dimension's spread ratio, and each column's share of the pairs it alone decides;
+    with a `verdict`, its thresholds drawn and what fails them in red."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    collapsed, dominant = (verdict.collapsed, verdict.dominant) if verdict else ([], [])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    dims = list(shape.spread_ratio)
+    left.bar(dims, [shape.spread_ratio[d] or 0.0 for d in dims], color=["#e03131" if d in collapsed else "#1c7ed6" for d in dims])
+    left.set_title("spread over the replies / over the teacher's labels", fontsize=9)
+    cols = list(shape.decided_share)
+    right.bar(cols, [shape.decided_share[c] for c in cols], color=["#e03131" if c in dominant else "#1c7ed6" for c in cols])
+    right.set_ylim(0, 1)
+    right.set_title(f"share of {shape.pairs} pairs each column alone decides", fontsize=9)
+    if verdict:
+        left.axhline(verdict.thresholds["min_spread_ratio"], color="#495057", linestyle="--", label="collapse below")
+        right.axhline(verdict.thresholds["max_decided_share"], color="#495057", linestyle="--", label="dominates above (unless intended)")
+    for ax in (left, right):
+        ax.tick_params(axis="x", rotation=45, labelsize=7)
+        if verdict:
+            ax.legend(fontsize=7)
+    fig.suptitle(title + (f": {'BLOCKED' if verdict.blocked else 'passes'}" if verdict else ""), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def keep_manifold(reward_model: Any, pairs: Any, folder: Path, title: str) -> ManifoldShape:
+    """Measure `reward_model`'s signal on the training `pairs` (prompt, chosen, rejected) and keep the figures
+    and their plot in the adapter's `folder`, for the `reward_manifold` check and the gate to judge under
+    `health.manifold` (the thresholds are not part of what an adapter is built from)."""
+    shape = reward_manifold(reward_model, list(pairs["prompt"]), list(pairs["chosen"]), list(pairs["rejected"]))
+    shape.write(folder)
+    plot_manifold(shape, Path(folder) / MANIFOLD_PLOT, title)
+    return shape

@@ -11,7 +11,9 @@ student when none is):
 - its implicit reward orders the people's held-out pairs (`reward_model.people_pairs`' held_out) as
   people did no less often than the live adapter's, within `health.people_tolerance` standard errors
   of the paired difference (the base orders half by construction);
-- its reply to a plain greeting is neither empty nor degenerate (one repeated word, no letters).
+- its reply to a plain greeting is neither empty nor degenerate (one repeated word, no letters);
+- the reward signal it was trained on (its `manifold.json`) has no collapsed dimension and no dominant column
+  (`health.manifold`, `evaluation.manifold`); an adapter written without the figures is marked not measured.
 
 Candidate and live adapter are loaded side by side on one base (PEFT named adapters), so the two are
 compared on the same prompts in one process.
@@ -175,6 +177,7 @@ def run_gate(
     student's log-probability cache of their replies (`fixtures.base_logp_cache`); their margins are kept
     in the cache too."""
     from hominem_pipeline.core.evaluation.compare import outcome
+    from hominem_pipeline.core.evaluation.manifold import ManifoldShape
     from hominem_pipeline.core.evaluation.memory import fact_questions, probe
 
     if not prompts:
@@ -233,6 +236,13 @@ def run_gate(
                        facts_lost_prompts=found.lost)
         if found.lost:
             reasons.append(f"lost {len(found.lost)} memory-probe fact(s) the live adapter knows (first: {found.lost[0]!r})")
+    shape = ManifoldShape.read(candidate)
+    if shape is None:
+        figures["manifold"] = "not measured: the adapter was written without its reward manifold's figures"
+    else:
+        verdict = shape.judged(cfg.health.manifold)
+        figures.update(manifold=verdict.summary(), manifold_blocked=verdict.blocked, **shape.metrics())
+        reasons += [f"reward manifold: {r}" for r in verdict.reasons]
     if people is not None and len(people):
         _people_check(model, tokenizer, people, cfg, cache, base_logps, candidate_version, live is not None, live_version, figures, reasons)
     report = GateReport(not reasons, reasons, figures)

@@ -248,6 +248,7 @@ def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: in
     METADATA, training history, replay batch and the people's pairs its buffer held. With
     `online.rehearse_memory`, every memory row is trained on once."""
     from hominem_pipeline.core.builds.memory_files import memory_paths
+    from hominem_pipeline.core.evaluation.manifold import keep_manifold
     from hominem_pipeline.core.evaluation.memory import memory_digest, read_memory_rows
     from hominem_pipeline.core.models import student_path
     from hominem_pipeline.core.policy.dual import REFERENCE_CACHE, train_dual_adapter
@@ -270,6 +271,10 @@ def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: in
         (tmp / "training_history.json").write_text(json.dumps({"history": result.history, "grad_norms": result.grad_norms}, indent=1) + "\n")
         batch.drop(columns=["vector"]).to_parquet(tmp / "replay_batch.parquet", index=False)
         (tmp / PEOPLE_SEEN).write_text(json.dumps(people_ids) + "\n")
+        try:  # the gate judges the reward signal this update learned from (`evaluation.manifold`)
+            keep_manifold(reward_model, pairs, tmp, f"The reward signal of online update {out.name}")
+        except ValueError as exc:  # a reward model written before it carried its labels' spread: the gate says not measured
+            log.warning("online update %s: reward manifold not measured: %s", out.name, exc)
         AdapterMetadata(
             mode="dual", base_model=str(student_path(cfg)), base_checksum=result.base_checksum, reward_model=_version_key(rm_path),
             preference_data=teacher_keys, preference_pairs=len(pairs), memory_data=memory_digest(memory_paths(cfg)),

@@ -80,6 +80,9 @@ class RewardMetadata(_Strict):
     metrics: dict[str, Any]
     history: list[dict[str, Any]]
     created: str
+    # each dimension's standard deviation over the teacher's labels it learned from: the spread it was taught, against
+    # which a collapse of its vectors is read (`evaluation.manifold`); None: fewer than 2 labels, or a model written before it
+    label_spread: dict[str, float] | None = None
 
     @property
     def temperature(self) -> float:

@@ -78,7 +78,7 @@ from hominem_pipeline.core.reward.ridge import (
     with_column,
 )
 from hominem_pipeline.core.reward.validation import _pct, calibrate_validation
-from hominem_pipeline.core.schema import INTENSITY_RANGE, SAFETY_RANGE, SCALAR_RANGE, VECTOR_RANGE
+from hominem_pipeline.core.schema import INTENSITY_RANGE, SAFETY_RANGE, SCALAR_RANGE, VECTOR_RANGE, vector_matrix
 from hominem_pipeline.core.stats import pearson
 
 log = logging.getLogger(__name__)
@@ -590,6 +590,7 @@ def train_reward_model(
         "metrics": final,
         "history": history,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "label_spread": dict(zip(dimensions, vector_matrix(examples["vector"], dimensions).std(0).tolist())) if len(examples) >= 2 else None,
     }
     # through JSON first: numpy scalars in the metrics and calibration become plain numbers
     RewardMetadata.model_validate(json.loads(json.dumps(metadata, default=float))).write(out_dir)
