@@ -20,7 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
 from hominem_pipeline.serving.common import ApiError, Kit, Service, error_response, field_name
-from hominem_pipeline.serving.routes import admin, feedback, openai
+from hominem_pipeline.serving.routes import admin, dashboard, feedback, openai
 
 STATIC = Path(__file__).parent / "static"
 __all__ = ["STATIC", "BodyLimit", "Service", "create_app"]
@@ -74,7 +74,7 @@ def create_app(service: Service) -> FastAPI:
         return error_response(422 if "json_invalid" not in {e["type"] for e in exc.errors()} else 400, "; ".join(problems), field_name(tuple(first["loc"])), "invalid_value")
 
     kit = Kit(service)
-    for routes in (openai, feedback, admin):
+    for routes in (openai, feedback, admin, dashboard):
         app.include_router(routes.router(kit))
 
     @app.get("/healthz", tags=["hominem"])

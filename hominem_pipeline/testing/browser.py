@@ -97,3 +97,47 @@ def screenshot(driver: Any, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(path))
     return path
+
+
+DASHBOARD_VIEWS = {  # view -> the charts it draws
+    "timeline": ("chart-agreement", "chart-rhi", "chart-adapter"),
+    "calibration": ("chart-cal-judge",),
+    "drift": (),
+    "compare": ("chart-compare",),
+    "probe": (),
+    "health": ("chart-health",),
+}
+
+
+def open_view(driver: Any, url: str, view: str, timeout: float = 60) -> None:
+    """Open the dashboard at `view` and wait until its script has drawn it (body data-ready=view); a view
+    that failed (data-ready="error") raises with the status line."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(f"{url}/dashboard#{view}")
+    ready = wait_for(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") in (view, "error"), timeout)
+    if driver.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "error" or not ready:
+        raise AssertionError(f"the dashboard's {view} view failed: {driver.find_element(By.ID, 'status').text}")
+
+
+def chart_drawn(driver: Any, chart: str) -> dict[str, Any]:
+    """What the dashboard drew in `chart`: its series and data points, and how many of its canvas's pixels are not blank."""
+    return driver.execute_script(
+        """const c = window.hominemCharts[arguments[0]]; if (!c) return null;
+        const canvas = document.querySelector('#' + arguments[0] + ' canvas'); const ctx = canvas.getContext('2d');
+        const px = ctx.getImageData(0, 0, canvas.width, canvas.height).data; let ink = 0;
+        for (let i = 3; i < px.length; i += 4) if (px[i] > 0) ink++;
+        return {series: c.series, points: c.points, ink: ink, width: canvas.width};""", chart)
+
+
+def probe_replies(driver: Any, prompt: str, replies: list[str], timeout: float = 300) -> None:
+    """On the dashboard's Probe view: type the message and up to two replies, probe, wait for the result."""
+    from selenium.webdriver.common.by import By
+
+    driver.find_element(By.ID, "probe-prompt").send_keys(prompt)
+    for box, text in zip(driver.find_elements(By.CLASS_NAME, "probe-reply"), replies):
+        box.send_keys(text)
+    driver.find_element(By.CSS_SELECTOR, "#probe-form button").click()
+    wait_for(driver, lambda d: d.find_element(By.ID, "status").text in ("probed",) or d.find_element(By.ID, "status").get_attribute("class") == "error", timeout)
+    if driver.find_element(By.ID, "status").get_attribute("class") == "error":
+        raise AssertionError(f"the probe failed: {driver.find_element(By.ID, 'status').text}")

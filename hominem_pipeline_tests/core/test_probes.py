@@ -110,6 +110,8 @@ def test_occlusion_attributes_each_output_to_the_words_that_raise_it():
     assert list(pairs["text"]) == ["one two", "three four", "five"]
     page = attribution_html("My cat died.", "I am so sorry about Sydney.", table, DIMS)
     assert 'title="empathy +1.0000">sorry</span>' in page and 'title="epistemic_integrity -1.0000">Sydney.</span>' in page
+    alone = occlusion(Words(exact=True), "My cat died.", "sorry", words=2)  # the whole reply is one span: without it, nothing (0)
+    assert list(alone["text"]) == ["sorry"] and alone.loc[0, "empathy"] == 1.0
     with pytest.raises(ValueError, match="non-empty reply"):
         occlusion(Length(), "Hi", "  ")
 

@@ -160,6 +160,42 @@ def test_the_probing_suite_runs_on_the_day_s_reward_model(chain):
     assert bad.returncode != 0 and "--reward-model nope: neither a folder nor a version" in bad.stderr
 
 
+def test_the_dashboard_draws_every_view_from_the_pipeline_s_files(chain, tmp_path):
+    """`hominem serve` on the chain's project: /dashboard in Debian's chromium draws the timeline, the
+    calibration, drift and clusters, a comparison, a probe of typed replies and the health index from the
+    run's own files (charts with data points and ink on their canvas, not only a loaded page); its data
+    needs the service's token like every other route."""
+    import httpx2 as httpx
+    from selenium.webdriver.common.by import By
+
+    from hominem_pipeline.testing.browser import DASHBOARD_VIEWS, chart_drawn, chromium, open_view, probe_replies
+    from hominem_pipeline.testing.service import start_serve, stop_serve
+
+    project = chain["project"]
+    proc, url, _ = start_serve(["--config", "config/tiny.yaml", "--reward-model", "latest", "--adapter", "none"], project)
+    driver = chromium()
+    try:
+        assert httpx.get(f"{url}/static/vendor/uPlot.iife.min.js").status_code == 200  # installed by the project, served locally
+        for view, drawn in DASHBOARD_VIEWS.items():
+            open_view(driver, url, view)
+            for chart in drawn:
+                figure = chart_drawn(driver, chart)
+                assert figure and figure["points"] > 0 and figure["ink"] > 1000, (view, chart, figure)
+        open_view(driver, url, "timeline")
+        assert "refused" in driver.find_element(By.ID, "events").text or "promoted" in driver.find_element(By.ID, "events").text
+        open_view(driver, url, "health")
+        assert "Dimensional coherence" in driver.find_element(By.ID, "components").text
+        open_view(driver, url, "probe")
+        probe_replies(driver, "I failed my driving test again.", ["That's rough. What happened on the test?", "Try harder."])
+        figure = chart_drawn(driver, "chart-probe")
+        assert figure["series"] == 2 and figure["points"] == 2 * len(chain["cfg"].dimension_names) and figure["ink"] > 1000
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#probe-out .attribution .span")) >= 3
+        assert "typos" in driver.find_element(By.ID, "probe-out").text and "P(reply 1 preferred over reply 2)" in driver.find_element(By.ID, "probe-out").text
+    finally:
+        driver.quit()
+        stop_serve(proc)
+
+
 def test_stages_write_their_artifacts(chain):
     cfg = chain["cfg"]
     data = lineage(cfg)

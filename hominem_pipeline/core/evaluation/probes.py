@@ -311,14 +311,18 @@ def spans(text: str, words: int) -> list[tuple[int, int]]:
 
 def occlusion(scorer: Any, prompt: str, reply: str, words: int = 1) -> pd.DataFrame:
     """Each span of `words` words of `reply`, and per dimension (and the scalar) how much the full reply
-    scores above the reply without it: positive, the span raises that output."""
+    scores above the reply without it: positive, the span raises that output. Without its only span a reply
+    is empty, which scores 0 (the middle of every output's range)."""
     if not reply.strip():
         raise ValueError("attribution needs a non-empty reply")
     cuts = spans(reply, max(1, int(words)))
     variants = [reply] + [re.sub(r"\s{2,}", " ", (reply[:a] + reply[b:]).strip()) for a, b in cuts]
-    raw = scorer.raw_scores([prompt] * len(variants), variants)
-    vec, scal = np.asarray(raw["vector"]), np.asarray(raw["scalar"])
+    # a reply that is one span leaves nothing to score without it: nothing scores 0, the middle of every range
+    scored = [i for i, v in enumerate(variants) if v]
+    raw = scorer.raw_scores([prompt] * len(scored), [variants[i] for i in scored])
     dims = list(scorer.dimensions)
+    vec, scal = np.zeros((len(variants), len(dims))), np.zeros(len(variants))
+    vec[scored], scal[scored] = np.asarray(raw["vector"]), np.asarray(raw["scalar"])
     rows = [{"start": a, "end": b, "text": reply[a:b], "scalar": float(scal[0] - scal[k + 1]),
              **{d: float(vec[0, j] - vec[k + 1, j]) for j, d in enumerate(dims)}} for k, (a, b) in enumerate(cuts)]
     return pd.DataFrame(rows)

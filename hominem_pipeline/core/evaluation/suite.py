@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,14 @@ def run_suite(model: Any, cfg: Any, seed: int, out_dir: Path, *, previous: Any =
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {"reward_model": label, "previous": previous_label, "dimensions": dims}
+    seconds: dict[str, float] = {}
+    clock = [time.monotonic()]
+
+    def done(part: str) -> None:  # each probe's seconds, logged as it finishes (the suite takes a minute or two on a CPU)
+        now = time.monotonic()
+        seconds[part] = round(now - clock[0], 2)
+        clock[0] = now
+        log.info("probes: %s done in %.1f s", part, seconds[part])
 
     # trade-offs, against the version before
     scenarios = probes.load_tradeoffs(cfg.path(pc.tradeoffs), dims) if pc.tradeoffs else []
@@ -56,6 +65,7 @@ def run_suite(model: Any, cfg: Any, seed: int, out_dir: Path, *, previous: Any =
                                 "missed": list(trade.loc[~trade["as_expected"], "id"]), "flipped": probes.flipped(trade, before),
                                 "regressions": probes.regressions(trade, before),
                                 "per_trade": {t: {"scenarios": int(len(g)), "as_expected": int(g["as_expected"].sum())} for t, g in trade.groupby("trade")}}
+    done("tradeoffs")
 
     # adversarial consistency on a sample of the contrast fixtures
     fixtures = load_fixtures(cfg.path(cfg.fixtures.file), dims) if cfg.fixtures.file and pc.adversarial_pairs else []
@@ -68,6 +78,7 @@ def run_suite(model: Any, cfg: Any, seed: int, out_dir: Path, *, previous: Any =
         summary["adversarial"] = {"pairs": len(chosen), "per": {r.perturbation: {"pairs": int(r.pairs), "flip_rate": r.flip_rate, "mean_shift": r.mean_shift,
                                                                                   "max_shift": r.max_shift} for r in adv.itertuples()},
                                   "worst": None if worst is None else worst["perturbation"], "max_flip_rate": None if worst is None else float(worst["flip_rate"])}
+    done("adversarial")
 
     # counterfactuals, and the attribution of the first changed replies (where the change should show)
     items = probes.load_counterfactuals(cfg.path(pc.counterfactuals), dims) if pc.counterfactuals else []
@@ -78,6 +89,7 @@ def run_suite(model: Any, cfg: Any, seed: int, out_dir: Path, *, previous: Any =
                                       "missed": list(cf.loc[~cf["right_way"], "id"]),
                                       "per_change": {c: {"queries": int(len(g)), "right_way": int(g["right_way"].sum()), "largest": int(g["largest"].sum()),
                                                          "dimension": g["dimension"].iloc[0]} for c, g in cf.groupby("change")}}
+    done("counterfactuals")
     explained = [items[i] for i in _sample(len(items), pc.attribution_examples, seed)] if items else []
     if explained:
         tables, pages = [], []
@@ -88,6 +100,7 @@ def run_suite(model: Any, cfg: Any, seed: int, out_dir: Path, *, previous: Any =
         pd.concat(tables, ignore_index=True).to_parquet(out_dir / ATTRIBUTION_TABLE, index=False)
         (out_dir / ATTRIBUTION).write_text(_join_pages(pages), encoding="utf-8")
         summary["attribution"] = {"examples": [c.id for c in explained], "words": pc.attribution_words, "method": "occlusion"}
+    done("attribution")
 
     # the manifold's shape: the day's replies (and people's pairs) on the first two principal components
     rows = _map_rows(replies, people, pc.map_replies, seed)
@@ -103,6 +116,7 @@ def run_suite(model: Any, cfg: Any, seed: int, out_dir: Path, *, previous: Any =
         pairs = [(dims[i], dims[j], float(corr.iloc[i, j])) for i in range(len(dims)) for j in range(i + 1, len(dims)) if np.isfinite(corr.iloc[i, j])]
         summary["map"] = {"replies": len(rows), "people_replies": int(rows["chosen"].notna().sum()), "explained": [float(v) for v in var],
                           "strongest_correlations": [{"a": a, "b": b, "r": r} for a, b, r in sorted(pairs, key=lambda t: -abs(t[2]))[:3]]}
+        done("map")
         grad_rows = rows[rows["chosen"].isna()].head(pc.collision_replies) if pc.collision_replies else rows.iloc[:0]
         if len(grad_rows) >= 2:
             from hominem_pipeline.core.evaluation.health import dcs_of, gradient_agreement
@@ -110,7 +124,9 @@ def run_suite(model: Any, cfg: Any, seed: int, out_dir: Path, *, previous: Any =
             gda = gradient_agreement(model, list(grad_rows["prompt"]), list(grad_rows["response"]), cfg.health.dcs_layers)
             summary["collisions"] = {"replies": len(grad_rows), "dcs": dcs_of(gda), "pairs": probes.collisions(gda, dims),
                                      "agreement": {d: dict(zip(dims, map(float, gda[i]))) for i, d in enumerate(dims)}}
+            done("collisions")
     plot_suite(summary, out_dir / SUITE_PLOT)
+    summary["seconds"] = seconds
     (out_dir / SUMMARY).write_text(json.dumps(summary, indent=1, default=float) + "\n")
     return summary
 

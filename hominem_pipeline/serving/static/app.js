@@ -8,29 +8,9 @@ const EMOJI = {
   high_social_broadcast: "🤗 high social broadcast", low_social_broadcast: "🎭 low social broadcast",
 };
 const state = { config: null, messages: [], session: newId(), choiceCount: 0 };
-const $ = (sel, root = document) => root.querySelector(sel);
 
 function newId() {
   return (crypto.randomUUID ? crypto.randomUUID() : String(Date.now()) + Math.random().toString(16).slice(2)).replace(/-/g, "");
-}
-
-function status(text, isError = false) {
-  const el = $("#status");
-  el.textContent = text;
-  el.className = isError ? "error" : "muted";
-}
-
-async function api(path, body) {
-  const headers = { "Content-Type": "application/json" };
-  const token = localStorage.getItem("hominem-token");
-  if (token) headers.Authorization = "Bearer " + token;
-  const response = await fetch(path, body === undefined ? { headers } : { method: "POST", headers, body: JSON.stringify(body) });
-  const data = await response.json().catch(() => ({}));
-  if (!response.ok) {
-    const message = (data.error && data.error.message) || response.statusText;
-    throw new Error(`${response.status}: ${message}`);
-  }
-  return data;
 }
 
 // Feedback is sent with its own id, so a retry after a lost answer is written once.

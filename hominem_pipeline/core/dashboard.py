@@ -1,0 +1,258 @@
+"""What the dashboard shows (design 003 FR7.1-7.4, 001 10.4), read only from the project's files: each
+asset's versions (`data/<asset>/<day>/<version>/manifest.json` and the files beside it) and the live
+history. The service's `/dashboard` routes serve these as JSON; nothing here writes.
+
+Manifests are read once each and kept by path (a version never changes once published); a day's folder
+is listed again only when its modification time changes, so a view over 90 days costs a few hundred
+`stat` calls once warm.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from hominem_pipeline.core.artifacts import MANIFEST
+
+# the RHI's components and what a value means (001 Phase 10.4)
+COMPONENTS = {
+    "dcs": ("Dimensional coherence", "how far the dimensions' reward gradients point the same way; low: dimensions fighting each other"),
+    "gvs": ("Gradient variance stability", "how steady the adapter's gradient norms were in training; low: unstable updates"),
+    "mss": ("Manifold stability", "how little the reward geometry moves under small rewrites of the replies; low: a brittle, curved manifold"),
+    "cdrs": ("Cross-domain robustness", "how consistently the dimensions behave across prompt categories; low: contradictions between domains"),
+    "lrps": ("Local reward predictivity", "how well the reward of a reply predicts that of its trajectory; low: the evaluator is not tracking outcomes"),
+}
+PATTERNS = [
+    ("sharp drop", "dimensions fighting: a new reward signal pulls the dimensions apart (look at DCS and reward collisions)"),
+    ("oscillation", "curvature instability: the manifold bends from update to update (look at MSS)"),
+    ("flat near 0.5", "the evaluator is failing: its components carry no information (look at LRPS and the reward model's agreement with people)"),
+    ("flat near 1.0", "extremely healthy"),
+]
+TIMELINE = {  # series name -> (asset, metric)
+    "people_agreement": ("attunement", "people_agreement"), "people_ece": ("attunement", "people_ece"),
+    "judge_agreement": ("attunement", "judge_agreement"), "judge_ece": ("attunement", "judge_ece"),
+    "rhi": ("reward_health_index", "rhi"), **{c: ("reward_health_index", c) for c in COMPONENTS},
+    "win_rate": ("evaluation", "win_rate"), "people_accuracy": ("evaluation", "people_accuracy"),
+    "memory_kept": ("evaluation", "memory_kept"), "memory_lost": ("evaluation", "memory_lost"),
+    "fixture_accuracy": ("reward_model", "fixture_accuracy"), "probe_tradeoffs_as_expected": ("probes", "probe_tradeoffs_as_expected"),
+    "probe_adversarial_max_flip_rate": ("probes", "probe_adversarial_max_flip_rate"),
+}
+
+
+class DashboardData:
+    """The dashboard's views over one project's data folder."""
+
+    def __init__(self, data_dir: Path):
+        self.data_dir = Path(data_dir)
+        self._manifests: dict[Path, dict[str, Any]] = {}
+        self._days: dict[Path, tuple[float, list[Path]]] = {}
+        self._lock = threading.Lock()
+
+    # --- reading ------------------------------------------------------------------------------------
+
+    def versions(self, asset: str) -> list[dict[str, Any]]:
+        """Every complete version of `asset`, oldest day first, each its manifest plus `path`."""
+        root = self.data_dir / asset
+        if not root.is_dir():
+            return []
+        out = []
+        with self._lock:
+            for day in sorted(p for p in root.iterdir() if p.is_dir()):
+                mtime = day.stat().st_mtime
+                cached = self._days.get(day)
+                if cached is None or cached[0] != mtime:
+                    cached = (mtime, sorted(p for p in day.iterdir() if (p / MANIFEST).is_file()))
+                    self._days[day] = cached
+                for folder in cached[1]:
+                    m = self._manifests.get(folder)
+                    if m is None:
+                        try:
+                            m = {**json.loads((folder / MANIFEST).read_text()), "path": str(folder)}
+                        except (OSError, ValueError):
+                            continue
+                        self._manifests[folder] = m
+                    if m.get("complete", True):
+                        out.append(m)
+        return out
+
+    def newest_per_day(self, asset: str) -> dict[str, dict[str, Any]]:
+        """Per day, the version of `asset` built last."""
+        out: dict[str, dict[str, Any]] = {}
+        for m in self.versions(asset):
+            if m["partition"] not in out or m.get("created_at", "") > out[m["partition"]].get("created_at", ""):
+                out[m["partition"]] = m
+        return out
+
+    def live_history(self) -> list[dict[str, Any]]:
+        path = self.data_dir / "live" / "history.json"
+        try:
+            return json.loads(path.read_text()) if path.is_file() else []
+        except (OSError, ValueError):
+            return []
+
+    # --- views --------------------------------------------------------------------------------------
+
+    def timeline(self) -> dict[str, Any]:
+        """FR7.1: per day, the figures of the day's newest versions (agreement with people, ECE, RHI and its
+        components, win rate, facts kept, ...), the versions they come from, and the live history's events."""
+        per = {a: self.newest_per_day(a) for a in {a for a, _ in TIMELINE.values()} | {"lora_adapter"}}
+        days = sorted(set().union(*(set(v) for v in per.values()))) if per else []
+        series = {name: [(per[a].get(d) or {}).get("metrics", {}).get(metric) for d in days] for name, (a, metric) in TIMELINE.items()}
+        versions = [{a: (per[a].get(d) or {}).get("version") for a in ("reward_model", "lora_adapter")} for d in days]
+        events = [{"time": e.get("time"), "day": (e.get("time") or "")[:10], "action": e.get("action"), "version": e.get("version"),
+                   "reason": e.get("reason"), "by": e.get("by")} for e in self.live_history() if e.get("action") in ("promote", "rollback", "refuse", "freeze", "unfreeze")]
+        return {"days": days, "series": series, "versions": versions, "events": events}
+
+    def calibration(self, last: int = 8) -> dict[str, Any]:
+        """FR7.2: the reliability curve of each reward model version (the attunement of the day it served),
+        people's choices and the judge's pairs apart, for the `last` days."""
+        curves = []
+        for day, m in sorted(self.newest_per_day("attunement").items())[-last:]:
+            try:
+                summary = json.loads((Path(m["path"]) / "attunement.json").read_text())
+            except (OSError, ValueError):
+                continue
+            for group in ("people", "judge"):
+                report = (summary.get("calibration") or {}).get(group)
+                if report:
+                    curves.append({"day": day, "reward_model": summary.get("reward_model"), "group": group, "ece": report["ece"], "pairs": report["pairs"],
+                                   "agreement": report["agreement"], "bins": [{"confidence": b["confidence"], "accuracy": b["accuracy"], "count": b["count"]}
+                                                                              for b in report["bins"] if b["count"]]})
+        return {"curves": curves}
+
+    def drift(self) -> dict[str, Any]:
+        """FR7.3: the newest attunement's drift (the dimensions that moved, and how) and its error clusters with examples."""
+        newest = self.newest_per_day("attunement")
+        if not newest:
+            return {"day": None, "drift": None, "clusters": []}
+        day, m = max(newest.items())
+        folder = Path(m["path"])
+        summary = json.loads((folder / "attunement.json").read_text())
+        clusters: list[dict[str, Any]] = []
+        if (folder / "clusters.parquet").is_file():
+            frame = pd.read_parquet(folder / "clusters.parquet")
+            clusters = json.loads(frame.drop(columns=["centroid"], errors="ignore").to_json(orient="records"))
+        return {"day": day, "reward_model": summary.get("reward_model"), "drift": summary.get("drift"), "clusters": clusters, "errors": summary.get("errors")}
+
+    def health(self) -> dict[str, Any]:
+        """001 10.4: the newest RHI, each component with its value and what it means, the trend's pattern over
+        the last days, and what the fast loop (gate, rollbacks, freezes) did."""
+        per = self.newest_per_day("reward_health_index")
+        days = sorted(per)
+        rhi = [per[d]["metrics"].get("rhi") for d in days]
+        latest = per[days[-1]] if days else None
+        components = []
+        if latest:
+            for key, (name, meaning) in COMPONENTS.items():
+                components.append({"key": key, "name": name, "value": latest["metrics"].get(key), "meaning": meaning})
+        actions = [e for e in self.live_history() if e.get("action") in ("refuse", "rollback", "freeze", "unfreeze", "promote")][-20:]
+        return {"day": days[-1] if days else None, "rhi": rhi[-1] if rhi else None, "deploy": None if not latest else latest["metrics"].get("deployable"),
+                "components": components, "pattern": pattern(rhi), "patterns": [{"pattern": p, "means": m} for p, m in PATTERNS],
+                "trend": {"days": days, "rhi": rhi},
+                "actions": [{"time": e.get("time"), "action": e.get("action"), "version": e.get("version"), "reason": e.get("reason")} for e in actions],
+                "slow_loop": "the slow loop (nightly RHI trend -> learning rate and rank) takes no actions yet"}
+
+    def options(self) -> dict[str, Any]:
+        """The versions a comparison can pick: reward models (with a probes version) and adapters (with an evaluation)."""
+        probes = {self._input(m, "reward_model"): m for m in self.versions("probes")}
+        evals = {self._input(m, "lora_adapter"): m for m in self.versions("evaluation")}
+        return {"reward_models": [{"label": k, "day": v["partition"]} for k, v in sorted(probes.items(), key=lambda kv: kv[1]["partition"]) if k],
+                "adapters": [{"label": k, "day": v["partition"]} for k, v in sorted(evals.items(), key=lambda kv: kv[1]["partition"]) if k]}
+
+    @staticmethod
+    def _input(m: dict[str, Any], asset: str) -> str | None:
+        refs = [r for r in m.get("inputs", {}).get(asset, []) if r.get("partition") == m["partition"]]
+        return f"{asset}/{refs[0]['partition']}/{refs[0]['version']}" if refs else None
+
+    def compare(self, kind: str, a: str, b: str) -> dict[str, Any]:
+        """FR7.4: two reward models (their probing suites side by side: the figures, each trade-off's choice,
+        each counterfactual's move) or two adapters (their evaluations: figures, and both replies per prompt
+        they share, with the reward model's scalars)."""
+        if kind == "reward_models":
+            sides = {label: self._by_input("probes", "reward_model", label) for label in (a, b)}
+            out: dict[str, Any] = {"kind": kind, "a": a, "b": b, "metrics": {k: m and m["metrics"] for k, m in sides.items()}}
+            tables = {k: m and _read(Path(m["path"]) / "tradeoffs.parquet") for k, m in sides.items()}
+            if all(t is not None for t in tables.values()):
+                ta, tb = tables[a], tables[b]
+                merged = ta.merge(tb, on="id", suffixes=("_a", "_b"))
+                out["tradeoffs"] = [{"id": r.id, "trade": r.trade_a, "expected": r.expected_a, "a": r.choice_a, "b": r.choice_b,
+                                     "gap_a": r.scalar_gap_a, "gap_b": r.scalar_gap_b} for r in merged.itertuples()]
+            cfs = {k: m and _read(Path(m["path"]) / "counterfactuals.parquet") for k, m in sides.items()}
+            if all(c is not None for c in cfs.values()):
+                merged = cfs[a].merge(cfs[b], on="id", suffixes=("_a", "_b"))
+                out["counterfactuals"] = [{"id": r.id, "dimension": r.dimension_a, "direction": r.direction_a, "moved_a": r.moved_a, "moved_b": r.moved_b}
+                                          for r in merged.itertuples()]
+            return out
+        if kind == "adapters":
+            sides = {label: self._by_input("evaluation", "lora_adapter", label) for label in (a, b)}
+            out = {"kind": kind, "a": a, "b": b, "metrics": {k: m and m["metrics"] for k, m in sides.items()}}
+            gens = {k: m and _read(Path(m["path"]) / "generations.parquet") for k, m in sides.items()}
+            if all(g is not None for g in gens.values()):
+                cols = ["prompt", "adapter_response", "adapter_scalar"]
+                ga, gb = (g[[c for c in cols if c in g]] for g in (gens[a], gens[b]))
+                merged = ga.merge(gb, on="prompt", suffixes=("_a", "_b"))
+                out["replies"] = json.loads(merged.to_json(orient="records"))
+            return out
+        raise ValueError(f"kind is {kind!r}; compare reward_models or adapters")
+
+    def _by_input(self, asset: str, upstream: str, label: str) -> dict[str, Any] | None:
+        found = [m for m in self.versions(asset) if self._input(m, upstream) == label]
+        return max(found, key=lambda m: m.get("created_at", "")) if found else None
+
+
+def _read(path: Path) -> pd.DataFrame | None:
+    return pd.read_parquet(path) if path.is_file() else None
+
+
+def pattern(values: list[float | None], window: int = 5) -> str | None:
+    """Which 001 10.4 pattern the last `window` RHI values show: a sharp drop (the last fell by 0.1 or more),
+    oscillation (three or more sign changes of the day-to-day change), flat near 0.5 or near 1.0 (within
+    0.05 of it throughout), else None."""
+    v = [x for x in values if x is not None][-window:]
+    if len(v) < 2:
+        return None
+    if v[-2] - v[-1] >= 0.1:
+        return "sharp drop"
+    steps = [b - a for a, b in zip(v, v[1:])]
+    if sum(1 for s, t in zip(steps, steps[1:]) if s * t < 0) >= 3:
+        return "oscillation"
+    for level, name in ((0.5, "flat near 0.5"), (1.0, "flat near 1.0")):
+        if len(v) >= 3 and all(abs(x - level) <= 0.05 for x in v):
+            return name
+    return None
+
+
+def probe_view(reward_model: Any, prompt: str, replies: list[str], words: int = 2, seed: int = 0) -> dict[str, Any]:
+    """The Probe view: each reply's vector, people's score and scalar; its attribution by occlusion; and the
+    counterfactuals of the first reply: each meaning-preserving rewrite (and a frame around the message),
+    what it reads, and how far each output moved."""
+    import random
+
+    import numpy as np
+
+    from hominem_pipeline.core.evaluation import probes
+
+    if not prompt.strip() or not replies or any(not r.strip() for r in replies):
+        raise ValueError("give a prompt and at least one non-empty reply")
+    dims = list(reward_model.dimensions)
+    raw = reward_model.raw_scores([prompt] * len(replies), replies)
+    people = reward_model.people_column([prompt] * len(replies), replies)
+    scored = [{"reply": r, "scalar": float(raw["scalar"][i]), "vector": dict(zip(dims, map(float, raw["vector"][i]))),
+               "people_score": None if people is None else float(people[i]),
+               "attribution": json.loads(probes.occlusion(reward_model, prompt, r, words).to_json(orient="records"))} for i, r in enumerate(replies)]
+    first = replies[0]
+    variants = []
+    for name in probes.PERTURBATIONS:
+        rng = random.Random(f"{seed}:{name}")
+        p2, r2 = (probes.PROMPT_FRAMES[name].format(prompt=prompt), first) if name in probes.PROMPT_FRAMES else (prompt, probes.REPLY_REWRITES[name](first, rng))
+        variants.append((name, p2, r2))
+    moved = reward_model.raw_scores([v[1] for v in variants], [v[2] for v in variants])
+    counterfactuals = [{"change": name, "prompt": p2, "reply": r2, "scalar_moved": float(moved["scalar"][k] - raw["scalar"][0]),
+                        "moved": dict(zip(dims, map(float, np.asarray(moved["vector"][k]) - np.asarray(raw["vector"][0]))))}
+                       for k, (name, p2, r2) in enumerate(variants)]
+    return {"prompt": prompt, "dimensions": dims, "replies": scored, "counterfactuals": counterfactuals, "words": words,
+            "p_first": [float(reward_model.probability(float(raw["scalar"][0] - raw["scalar"][j]))) for j in range(1, len(replies))]}

@@ -1,0 +1,92 @@
+"""The dashboard (`/dashboard`, linked from the feedback page): timeline, calibration, drift and error
+clusters, compare, probe and the RHI's meaning, over the project's files (`core.dashboard`). Read-only;
+its data needs the same tokens as the rest of the service."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import FileResponse
+from pydantic import BaseModel, Field
+
+from hominem_pipeline.serving.auth import Caller
+from hominem_pipeline.serving.common import ApiError, Kit
+
+STATIC = Path(__file__).resolve().parents[1] / "static"
+
+
+class ProbeRequest(BaseModel):
+    prompt: str = Field(min_length=1, max_length=8000, description="The person's message.")
+    replies: list[str] = Field(min_length=1, max_length=4, description="One to four replies to score; the first one's counterfactuals are shown.")
+    words: int = Field(default=2, ge=1, le=20, description="Words left out together per occluded span.")
+
+
+def router(kit: Kit) -> APIRouter:
+    from hominem_pipeline.core.dashboard import DashboardData
+
+    service = kit.service
+    api = APIRouter(tags=["dashboard"])
+    data = DashboardData(service.config.data_dir) if service.config is not None else None
+
+    def project() -> DashboardData:
+        if data is None:
+            raise ApiError(404, "this service was started without a project config; the dashboard reads a project's data folder", None, "not_found")
+        return data
+
+    async def view(fn, *args) -> dict[str, Any]:
+        return await asyncio.to_thread(fn, *args)  # file reads off the event loop
+
+    @api.get("/dashboard", include_in_schema=False)
+    def page() -> FileResponse:
+        return FileResponse(STATIC / "dashboard.html")
+
+    @api.get("/dashboard/api/timeline")
+    async def timeline(caller: Caller = Depends(kit.authenticate)) -> dict[str, Any]:
+        """Per day: agreement with people, ECE, RHI and its components, win rate, facts kept; live promotions and rollbacks."""
+        return await view(project().timeline)
+
+    @api.get("/dashboard/api/calibration")
+    async def calibration(caller: Caller = Depends(kit.authenticate)) -> dict[str, Any]:
+        """Reliability curves per reward-model version, people's choices and the judge's pairs apart."""
+        return await view(project().calibration)
+
+    @api.get("/dashboard/api/drift")
+    async def drift(caller: Caller = Depends(kit.authenticate)) -> dict[str, Any]:
+        """The newest drift report and error clusters."""
+        return await view(project().drift)
+
+    @api.get("/dashboard/api/health")
+    async def health(caller: Caller = Depends(kit.authenticate)) -> dict[str, Any]:
+        """The RHI, its components and what they mean, and what the fast loop did."""
+        return await view(project().health)
+
+    @api.get("/dashboard/api/options")
+    async def options(caller: Caller = Depends(kit.authenticate)) -> dict[str, Any]:
+        """The reward models and adapters a comparison can pick."""
+        return await view(project().options)
+
+    @api.get("/dashboard/api/compare")
+    async def compare(kind: str, a: str, b: str, caller: Caller = Depends(kit.authenticate)) -> dict[str, Any]:
+        """Two reward models (their probing suites) or two adapters (their evaluations) side by side."""
+        try:
+            return await view(project().compare, kind, a, b)
+        except ValueError as exc:
+            raise ApiError(422, str(exc), "kind", "invalid_value") from None
+
+    @api.post("/dashboard/api/probe")
+    async def probe(body: ProbeRequest, caller: Caller = Depends(kit.authenticate)) -> dict[str, Any]:
+        """Vectors, attribution (occlusion) and the first reply's counterfactuals by the served reward model."""
+        from hominem_pipeline.core.dashboard import probe_view
+
+        reward = service.engine.reward
+        if reward is None:
+            raise ApiError(409, "no reward model is served; start `hominem serve --reward-model latest` to probe", None, "no_reward_model")
+        try:
+            return await asyncio.wrap_future(service.engine.run(lambda: probe_view(reward, body.prompt, body.replies, body.words)))
+        except ValueError as exc:
+            raise ApiError(422, str(exc), "replies", "invalid_value") from None
+
+    return api

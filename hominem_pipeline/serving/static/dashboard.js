@@ -1,0 +1,182 @@
+// The dashboard: six views over the project's files (/dashboard/api/*), charts drawn with uPlot
+// (installed by the project's own `make install`, scripts/vendor_js.py; nothing from a CDN). No build step.
+"use strict";
+
+const COLOURS = ["#3457d5", "#d0584b", "#2f9e6f", "#e8590c", "#7048e8", "#1098ad", "#c2255c", "#5c940d", "#495057"];
+const charts = {};  // id -> {chart, series, points}: what each view drew (the browser test reads it)
+window.hominemCharts = charts;
+
+const esc = (s) => String(s ?? "").replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
+const pct = (v) => (v === null || v === undefined ? "–" : `${(100 * v).toFixed(1)}%`);
+const num = (v, d = 3) => (v === null || v === undefined ? "–" : Number(v).toFixed(d));
+const dayTs = (d) => Date.parse(d + "T12:00:00Z") / 1000;
+
+// One uPlot chart in `id`: x values and named series ({label, values, colour, points, dash}); kind "time" or "linear".
+function draw(id, x, series, { kind = "time", yRange = null, xLabel = "", yLabel = "", bars = false } = {}) {
+  const el = document.getElementById(id);
+  if (charts[id]) { charts[id].chart.destroy(); delete charts[id]; }
+  el.innerHTML = "";
+  if (!x.length || !series.length) { el.innerHTML = '<p class="muted">nothing measured yet</p>'; return; }
+  const width = Math.max(320, el.clientWidth || el.parentElement.clientWidth || 600);
+  const opts = {
+    width, height: 250, scales: { x: { time: kind === "time" }, y: yRange ? { range: yRange } : {} },
+    axes: [{ label: xLabel }, { label: yLabel }],
+    series: [{}, ...series.map((s, i) => ({
+      label: s.label, stroke: s.colour || COLOURS[i % COLOURS.length], width: s.width || 2, dash: s.dash,
+      points: { show: s.points ?? x.length < 40, size: 6 }, spanGaps: true,
+      ...(bars ? { paths: uPlot.paths.bars({ size: [0.6, 40] }), fill: (s.colour || COLOURS[i % COLOURS.length]) + "99" } : {}),
+    }))],
+  };
+  const chart = new uPlot(opts, [x, ...series.map((s) => s.values.map((v) => (v === undefined ? null : v)))], el);
+  charts[id] = { chart, series: series.length, points: series.reduce((n, s) => n + s.values.filter((v) => v !== null && v !== undefined).length, 0) };
+}
+
+function table(el, head, rows) {
+  el.innerHTML = `<thead><tr>${head.map((h) => `<th>${esc(h)}</th>`).join("")}</tr></thead><tbody>${rows.map((r) => `<tr>${r.map((c) => (typeof c === "object" && c !== null ? `<td class="${c.cls || ""}">${c.html}</td>` : `<td>${esc(c)}</td>`)).join("")}</tr>`).join("")}</tbody>`;
+}
+
+const views = {
+  async timeline() {
+    const t = await api("/dashboard/api/timeline");
+    const x = t.days.map(dayTs), s = t.series;
+    draw("chart-agreement", x, [
+      { label: "people: agreement", values: s.people_agreement }, { label: "people: ECE", values: s.people_ece, dash: [6, 4] },
+      { label: "judge: agreement", values: s.judge_agreement, colour: "#868e96" }, { label: "judge: ECE", values: s.judge_ece, colour: "#adb5bd", dash: [6, 4] },
+    ], { yRange: [0, 1] });
+    draw("chart-rhi", x, [{ label: "RHI", values: s.rhi, width: 3, colour: "#1d1f23" }, ...["dcs", "gvs", "mss", "cdrs", "lrps"].map((k) => ({ label: k.toUpperCase(), values: s[k], width: 1 }))], { yRange: [0, 1] });
+    draw("chart-adapter", x, [
+      { label: "win rate over the base", values: s.win_rate }, { label: "people's held-out pairs", values: s.people_accuracy },
+      { label: "probes: trade-offs as written", values: s.probe_tradeoffs_as_expected, dash: [4, 4] },
+    ], { yRange: [0, 1] });
+    const mark = { promote: "▲ promoted", rollback: "▼ rolled back", refuse: "× refused", freeze: "❄ froze", unfreeze: "unfroze" };
+    table($("#events"), ["time", "what", "version", "why"], t.events.slice().reverse().map((e) => [e.time, mark[e.action] || e.action, e.version || "base", e.reason || ""]));
+    status(`${t.days.length} day(s), ${t.events.length} live event(s)`);
+  },
+
+  async calibration() {
+    const c = await api("/dashboard/api/calibration");
+    for (const group of ["people", "judge"]) {
+      const curves = c.curves.filter((k) => k.group === group);
+      const xs = [...new Set(curves.flatMap((k) => k.bins.map((b) => +b.confidence.toFixed(3))))].sort((a, b) => a - b);
+      const series = curves.map((k) => {
+        const at = new Map(k.bins.map((b) => [+b.confidence.toFixed(3), b.accuracy]));
+        return { label: `${k.day} (ECE ${num(k.ece)})`, values: xs.map((v) => (at.has(v) ? at.get(v) : null)), points: true };
+      });
+      if (curves.length) series.push({ label: "perfect", values: xs, colour: "#adb5bd", dash: [4, 4], points: false });
+      draw(`chart-cal-${group}`, xs, series, { kind: "linear", yRange: [0, 1], xLabel: "predicted P(chosen)", yLabel: "share chosen" });
+    }
+    table($("#cal-table"), ["day", "reward model", "pairs of", "pairs", "agreement", "ECE"], c.curves.map((k) => [k.day, k.reward_model || "", k.group, k.pairs, pct(k.agreement), num(k.ece)]));
+    status(`${c.curves.length} reliability curve(s)`);
+  },
+
+  async drift() {
+    const d = await api("/dashboard/api/drift");
+    if (!d.day) { $("#drift-box").innerHTML = '<p class="muted">no attunement built yet (`hominem run`)</p>'; status("no attunement yet"); return; }
+    const drifted = (d.drift && d.drift.drifted) || [];
+    $("#drift-box").innerHTML = `<h3>Drift on ${esc(d.day)} <span class="muted">(reference ${esc(d.drift.reference.join(" to "))}, recent ${esc(d.drift.recent.join(" to "))})</span></h3>`
+      + (drifted.length ? `<ul>${drifted.map((x) => `<li class="bad">${esc(x.scope)}: ${esc(x.says)}</li>`).join("")}</ul>` : '<p class="good">nothing drifted</p>');
+    const clusters = d.clusters || [];
+    draw("chart-clusters", clusters.map((_, i) => i + 1), [{ label: "pairs now", values: clusters.map((c) => c.size) }, { label: "yesterday", values: clusters.map((c) => c.previous_size ?? null), colour: "#adb5bd" }],
+      { kind: "linear", bars: true, xLabel: "cluster", yLabel: "pairs" });
+    $("#clusters").innerHTML = clusters.map((c, i) => `<div class="card"><b>${i + 1}. ${esc(c.name)}</b> <span class="tag">${esc(c.status)}</span> ${c.size} pair(s)`
+      + ` <span class="muted">${esc(c.dimension || "")} ${c.tag ? "· " + esc(c.tag) : ""}</span>`
+      + (c.examples || []).slice(0, 2).map((e) => `<p class="muted">${esc(e.prompt || "")}<br>chosen: ${esc(e.chosen || "")}<br>rejected: ${esc(e.rejected || "")}</p>`).join("") + "</div>").join("")
+      || '<p class="muted">no error clusters (too few errors in the window)</p>';
+    status(`drift of ${d.day}: ${drifted.length} finding(s), ${clusters.length} cluster(s)`);
+  },
+
+  async compare() {
+    const o = await api("/dashboard/api/options");
+    const kind = $("#compare-kind");
+    const fill = () => {
+      const list = o[kind.value] || [];
+      for (const [sel, pick] of [[$("#compare-a"), list.length - 2], [$("#compare-b"), list.length - 1]]) {
+        sel.innerHTML = list.map((v) => `<option>${esc(v.label)}</option>`).join("");
+        sel.selectedIndex = Math.max(0, pick);
+      }
+    };
+    kind.onchange = fill;
+    fill();
+    $("#compare-form").onsubmit = async (ev) => { ev.preventDefault(); await runCompare(); };
+    if ($("#compare-a").value) await runCompare();
+    else status("nothing to compare yet");
+  },
+
+  async probe() {
+    $("#probe-form").onsubmit = async (ev) => {
+      ev.preventDefault();
+      const replies = [...document.querySelectorAll(".probe-reply")].map((t) => t.value.trim()).filter(Boolean);
+      status("probing (each word group of each reply is scored again)…");
+      try { showProbe(await api("/dashboard/api/probe", { prompt: $("#probe-prompt").value, replies })); status("probed"); } catch (e) { status(e.message, true); }
+    };
+    status("type a message and one or two replies");
+  },
+
+  async health() {
+    const h = await api("/dashboard/api/health");
+    draw("chart-health", h.trend.days.map(dayTs), [{ label: "RHI", values: h.trend.rhi, width: 3 }], { yRange: [0, 1] });
+    const means = Object.fromEntries(h.patterns.map((p) => [p.pattern, p.means]));
+    $("#health-pattern").innerHTML = h.pattern ? `Pattern over the last days: <b>${esc(h.pattern)}</b>: ${esc(means[h.pattern])}` : '<span class="muted">no named pattern in the last days (sharp drop, oscillation, flat near 0.5 or 1.0)</span>';
+    table($("#components"), ["component", "value", "what a low value means"], h.components.map((c) => [c.name, { html: num(c.value), cls: "num " + (c.value !== null && c.value < 0.5 ? "bad" : "") }, c.meaning]));
+    table($("#actions"), ["time", "action", "version", "reason"], h.actions.slice().reverse().map((a) => [a.time, a.action, a.version || "base", a.reason || ""]));
+    $("#slow-loop").textContent = h.slow_loop;
+    status(h.day ? `RHI ${num(h.rhi)} on ${h.day}` : "no health index yet");
+  },
+};
+
+async function runCompare() {
+  const kind = $("#compare-kind").value, a = $("#compare-a").value, b = $("#compare-b").value;
+  const c = await api(`/dashboard/api/compare?kind=${kind}&a=${encodeURIComponent(a)}&b=${encodeURIComponent(b)}`);
+  const ma = c.metrics[a] || {}, mb = c.metrics[b] || {};
+  const keys = Object.keys({ ...ma, ...mb }).filter((k) => typeof (ma[k] ?? mb[k]) === "number" && (kind === "adapters" ? /win_rate|people_accuracy|memory|delta_|fixture_moved_right$/.test(k) : /^probe_/.test(k)));
+  draw("chart-compare", keys.map((_, i) => i + 1), [{ label: a, values: keys.map((k) => ma[k] ?? null) }, { label: b, values: keys.map((k) => mb[k] ?? null) }], { kind: "linear", bars: true, xLabel: keys.map((k, i) => `${i + 1} ${k}`).join("  ") });
+  let html = `<table><thead><tr><th>figure</th><th>${esc(a)}</th><th>${esc(b)}</th><th>b - a</th></tr></thead><tbody>`
+    + keys.map((k) => `<tr><td>${esc(k)}</td><td class="num">${num(ma[k])}</td><td class="num">${num(mb[k])}</td><td class="num">${num((mb[k] ?? 0) - (ma[k] ?? 0))}</td></tr>`).join("") + "</tbody></table>";
+  if (c.tradeoffs) html += `<h3>Trade-offs</h3><table><thead><tr><th>scenario</th><th>written</th><th>a</th><th>b</th></tr></thead><tbody>`
+    + c.tradeoffs.map((t) => `<tr><td>${esc(t.id)}</td><td>${esc(t.expected)}</td><td class="${t.a === t.expected ? "good" : "bad"}">${esc(t.a)} (${num(t.gap_a)})</td><td class="${t.b === t.expected ? "good" : "bad"}">${esc(t.b)} (${num(t.gap_b)})</td></tr>`).join("") + "</tbody></table>";
+  if (c.counterfactuals) html += `<h3>Counterfactuals: the named dimension's move</h3><table><thead><tr><th>query</th><th>dimension</th><th>a</th><th>b</th></tr></thead><tbody>`
+    + c.counterfactuals.map((t) => `<tr><td>${esc(t.id)}</td><td>${esc(t.dimension)} ${t.direction === "up" ? "↑" : "↓"}</td><td class="num">${num(t.moved_a)}</td><td class="num">${num(t.moved_b)}</td></tr>`).join("") + "</tbody></table>";
+  if (c.replies) html += `<h3>Replies to the same prompts</h3>` + c.replies.map((r) => `<div class="card"><b>${esc(r.prompt)}</b><div class="pair"><div>${esc(r.adapter_response_a)}<p class="muted">scalar ${num(r.adapter_scalar_a)}</p></div><div>${esc(r.adapter_response_b)}<p class="muted">scalar ${num(r.adapter_scalar_b)}</p></div></div></div>`).join("");
+  $("#compare-out").innerHTML = html;
+  status(`${a} against ${b}`);
+}
+
+function showProbe(p) {
+  const dims = p.dimensions;
+  draw("chart-probe", dims.map((_, i) => i + 1), p.replies.map((r, i) => ({ label: `reply ${i + 1} (scalar ${num(r.scalar)})`, values: dims.map((d) => r.vector[d]) })),
+    { kind: "linear", bars: true, xLabel: dims.map((d, i) => `${i + 1} ${d}`).join("  "), yRange: [-1, 1] });
+  let html = p.p_first.map((v, j) => `<p>P(reply 1 preferred over reply ${j + 2}) = ${num(v)}</p>`).join("");
+  p.replies.forEach((r, i) => {
+    const top = Math.max(1e-9, ...r.attribution.map((a) => Math.abs(a.scalar)));
+    let at = 0, text = "";
+    for (const a of r.attribution) {
+      text += esc(r.reply.slice(at, a.start));
+      const alpha = Math.min(1, Math.abs(a.scalar) / top).toFixed(2);
+      text += `<span class="span" style="background:${a.scalar > 0 ? `rgba(47,158,68,${alpha})` : `rgba(224,49,49,${alpha})`}" title="scalar ${a.scalar.toFixed(4)}">${esc(a.text)}</span>`;
+      at = a.end;
+    }
+    html += `<div class="card"><h3>Reply ${i + 1}: attribution of the scalar <span class="muted">(occlusion, ${p.words} words a span: green raises it, red lowers it)</span></h3><p class="attribution">${text}${esc(r.reply.slice(at))}</p></div>`;
+  });
+  html += `<div class="card"><h3>Counterfactuals of reply 1 <span class="muted">(meaning-preserving rewrites: the scores should barely move)</span></h3><table><thead><tr><th>change</th><th>scalar moved</th><th>largest dimension move</th><th>what it read</th></tr></thead><tbody>`
+    + p.counterfactuals.map((c) => { const [d, v] = Object.entries(c.moved).sort((x, y) => Math.abs(y[1]) - Math.abs(x[1]))[0];
+      return `<tr><td>${esc(c.change)}</td><td class="num">${num(c.scalar_moved)}</td><td>${esc(d)} ${num(v)}</td><td class="muted">${esc(c.reply)}</td></tr>`; }).join("") + "</tbody></table></div>";
+  $("#probe-out").innerHTML = html;
+}
+
+async function show() {
+  const name = (location.hash || "#timeline").slice(1);
+  const view = views[name] ? name : "timeline";
+  document.querySelectorAll(".view").forEach((v) => { v.hidden = v.id !== `view-${view}`; });
+  document.querySelectorAll("#tabs a").forEach((a) => a.classList.toggle("active", a.getAttribute("href") === `#${view}`));
+  status("loading…");
+  try { await views[view](); document.body.dataset.ready = view; } catch (e) { status(e.message, true); document.body.dataset.ready = "error"; }
+}
+
+window.addEventListener("hashchange", show);
+window.addEventListener("DOMContentLoaded", () => {
+  const token = $("#token");
+  token.value = localStorage.getItem("hominem-token") || "";
+  token.onchange = () => { localStorage.setItem("hominem-token", token.value.trim()); show(); };
+  if (typeof uPlot === "undefined") { status("the chart library is not installed: run `make install` (scripts/vendor_js.py)", true); return; }
+  show();
+});

@@ -1,0 +1,61 @@
+"""The dashboard's views over a data folder written the way the stages write it."""
+
+import json
+
+import pandas as pd
+
+from hominem_pipeline.core.dashboard import DashboardData, pattern
+
+
+def version(data, asset, day, v, metrics, inputs=None, created=None, complete=True):
+    folder = data / asset / day / v
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text(json.dumps({"asset": asset, "partition": day, "version": v, "complete": complete, "metrics": metrics,
+                                                      "inputs": inputs or {}, "created_at": created or f"{day}T03:00:00+00:00"}))
+    return folder
+
+
+def test_the_timeline_takes_each_day_s_newest_version_and_marks_live_events(tmp_path):
+    data = tmp_path / "data"
+    version(data, "reward_health_index", "2026-11-01", "a", {"rhi": 0.7, "dcs": 0.5})
+    version(data, "reward_health_index", "2026-11-02", "b", {"rhi": 0.6})
+    version(data, "reward_health_index", "2026-11-02", "c", {"rhi": 0.8}, created="2026-11-02T09:00:00+00:00")  # built later that day
+    version(data, "reward_health_index", "2026-11-02", "d", {"rhi": 0.1}, created="2026-11-02T10:00:00+00:00", complete=False)  # never finished
+    version(data, "attunement", "2026-11-03", "e", {"people_agreement": 0.62, "people_ece": 0.04})
+    (data / "live").mkdir()
+    (data / "live" / "history.json").write_text(json.dumps([{"time": "2026-11-02T05:00:00+00:00", "action": "promote", "version": "c", "reason": "passed"},
+                                                            {"time": "2026-11-02T06:00:00+00:00", "action": "note", "reason": "not an event"}]))
+    view = DashboardData(data)
+    t = view.timeline()
+    assert t["days"] == ["2026-11-01", "2026-11-02", "2026-11-03"]
+    assert t["series"]["rhi"] == [0.7, 0.8, None] and t["series"]["people_agreement"] == [None, None, 0.62] and t["series"]["dcs"] == [0.5, None, None]
+    assert [e["action"] for e in t["events"]] == ["promote"]
+    # a new version appears on the next read (the day's folder changed), the old ones are read from memory
+    version(data, "reward_health_index", "2026-11-03", "f", {"rhi": 0.75})
+    assert view.timeline()["series"]["rhi"] == [0.7, 0.8, 0.75]
+    health = view.health()
+    assert health["rhi"] == 0.75 and health["day"] == "2026-11-03" and [c["key"] for c in health["components"]] == ["dcs", "gvs", "mss", "cdrs", "lrps"]
+    assert health["trend"]["rhi"] == [0.7, 0.8, 0.75] and health["actions"][0]["action"] == "promote"
+
+
+def test_compare_puts_two_reward_models_probing_suites_side_by_side(tmp_path):
+    data = tmp_path / "data"
+    for day, v, choices in (("2026-11-01", "p1", ["a", "b"]), ("2026-11-02", "p2", ["a", "a"])):
+        folder = version(data, "probes", day, v, {"probe_tradeoffs_as_expected": 0.5 + (v == "p1") * 0.5},
+                         {"reward_model": [{"asset": "reward_model", "partition": day, "version": f"rm-{day}"}]})
+        pd.DataFrame({"id": ["x", "y"], "trade": "empathy_vs_honesty", "expected": ["a", "b"], "choice": choices, "scalar_gap": [0.1, 0.2]}).to_parquet(folder / "tradeoffs.parquet")
+    view = DashboardData(data)
+    options = view.options()
+    labels = [o["label"] for o in options["reward_models"]]
+    assert labels == ["reward_model/2026-11-01/rm-2026-11-01", "reward_model/2026-11-02/rm-2026-11-02"] and options["adapters"] == []
+    out = view.compare("reward_models", *labels)
+    assert out["metrics"][labels[0]]["probe_tradeoffs_as_expected"] == 1.0
+    assert [(t["id"], t["a"], t["b"]) for t in out["tradeoffs"]] == [("x", "a", "a"), ("y", "b", "a")]
+
+
+def test_rhi_patterns_of_design_001_10_4():
+    assert pattern([0.8, 0.82, 0.81, 0.65]) == "sharp drop"
+    assert pattern([0.7, 0.78, 0.71, 0.77, 0.72]) == "oscillation"
+    assert pattern([0.5, 0.52, 0.49, 0.51]) == "flat near 0.5"
+    assert pattern([0.97, 0.99, 1.0]) == "flat near 1.0"
+    assert pattern([0.7, 0.72, 0.74]) is None and pattern([0.7]) is None and pattern([None, 0.7]) is None
