@@ -10,7 +10,7 @@ The setup:
 - The two arms differ only in `attunement.selection.random_share`: 0 (pure information gain) or 1 (at random).
   Other arms (`--arms`): `boosted` asks as the information arm and also weighs each answer up in the retrain by
   its value when asked (`attunement.selection.retrain_boost`, `--boost`); `disagreement` and `novelty` ask by
-  that part of the expected information alone; `calm` weighs the calibrated uncertainty down and novelty up (`ARMS` below). All ask through the same service, the imported questions alone (`teacher_candidates: false`: the rater
+  that part of the expected information alone; `uncertain` and `calm` are two explicit mixes, uncertainty first and coverage first (`ARMS` below). All ask through the same service, the imported questions alone (`teacher_candidates: false`: the rater
   knows only the HH-RLHF labels).
 - In each round, a simulated rater answers `--per-round` questions through `hominem serve` with the human
   label, as choices. Then `hominem run --select human_feedback,reward_model` retrains the reward model on
@@ -51,14 +51,16 @@ COPIED = ("prompts", "teacher_trajectories", "teacher_labels")
 # each arm's attunement.selection keys beside teacher_candidates false (the rater knows only the imported pairs' labels)
 ARMS = {
     "random": {"random_share": 1.0},
-    "information": {"random_share": 0.0},  # the shipped weights
+    "information": {"random_share": 0.0},  # the shipped weights (attunement.selection.weights)
     "boosted": {"random_share": 0.0, "retrain_boost": None},  # None: --boost
     "disagreement": {"random_share": 0.0, "weights": {"uncertainty": 0.0, "disagreement": 1.0, "cluster": 0.0, "novelty": 0.0}},  # query by committee
     "novelty": {"random_share": 0.0, "weights": {"uncertainty": 0.0, "disagreement": 0.0, "cluster": 0.0, "novelty": 1.0}},  # coverage alone
+    # uncertainty first (the weights shipped before the calm ones were measured against them)
+    "uncertain": {"random_share": 0.0, "weights": {"uncertainty": 1.0, "disagreement": 1.0, "cluster": 0.5, "novelty": 0.5}},
     # less on the calibrated uncertainty (with noisy labels the least-sure pairs are often those people disagree on), more on coverage
     "calm": {"random_share": 0.0, "weights": {"uncertainty": 0.25, "disagreement": 1.0, "cluster": 0.5, "novelty": 1.0}},
 }
-COLOURS = {"random": "tab:grey", "information": "tab:blue", "boosted": "tab:orange", "disagreement": "tab:green", "novelty": "tab:purple", "calm": "tab:red"}
+COLOURS = {"random": "tab:grey", "information": "tab:blue", "boosted": "tab:orange", "disagreement": "tab:green", "novelty": "tab:purple", "uncertain": "tab:brown", "calm": "tab:red"}
 
 
 def hominem(project: Path, *args: str, timeout: int = 3600) -> subprocess.CompletedProcess:

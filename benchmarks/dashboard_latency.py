@@ -133,7 +133,8 @@ def main() -> None:
     views = {"page": ("GET", "/dashboard", {}), "chart library": ("GET", "/static/vendor/uPlot.iife.min.js", {}),
              "timeline": ("GET", "/dashboard/api/timeline", {}), "calibration": ("GET", "/dashboard/api/calibration", {}),
              "drift": ("GET", "/dashboard/api/drift", {}), "health": ("GET", "/dashboard/api/health", {}), "options": ("GET", "/dashboard/api/options", {})}
-    proc, url, startup = start_serve(["--config", str(overlay), "--adapter", "none", "--reward-model", str(rm)], project, env={"HOMINEM_HOME": str(project)})
+    # this checkout's config with the scratch data folder (the project lends its models and reward model)
+    proc, url, startup = start_serve(["--config", str(overlay), "--adapter", "none", "--reward-model", str(rm)], ROOT, env={"HOMINEM_HOME": str(ROOT)})
     try:
         with httpx.Client() as client:
             options = client.get(url + "/dashboard/api/options", timeout=120).json()
@@ -148,7 +149,12 @@ def main() -> None:
                 first[name] = timed(client, method, url + path, **kw)
             rows = []
             for name, (method, path, kw) in views.items():
-                times = [timed(client, method, url + path, **kw) for _ in range(args.requests)]
+                if name == "probe":  # typed text is new each time: a probe of the same words again would be read from caches
+                    kws = [{"json": {"prompt": f"I failed my driving test again, the {i + 2}th time.",
+                                     "replies": [f"That's rough after {i + 2} tries. What happened on the test?", "Try harder."]}} for i in range(args.requests)]
+                else:
+                    kws = [kw] * args.requests
+                times = [timed(client, method, url + path, **k) for k in kws]
                 rows.append((name, first[name], float(np.median(times)), float(np.percentile(times, 95))))
     finally:
         stop_serve(proc)

@@ -368,7 +368,7 @@ class FixturesConfig(_Frozen):
 class ProbesConfig(_Frozen):
     tradeoffs: str | None = Field(description="Trade-off scenarios (YAML: id, trade, prompt, a, b, a_higher, b_higher, prefer), relative to the project root; null: none.")
     counterfactuals: str | None = Field(description="Counterfactual queries (YAML: id, change, dimension, direction, prompt, reply, changed), relative to the project root; null: none.")
-    adversarial_pairs: int = Field(ge=0, description="Contrast fixtures (fixtures.file) rewritten by each perturbation, drawn by the day's seed; 0: no adversarial probe.")
+    adversarial_pairs: int = Field(ge=0, description="Contrast fixtures (fixtures.file) rewritten by each perturbation, drawn by project.seed (the same every day); 0: no adversarial probe.")
     attribution_examples: int = Field(ge=0, description="Counterfactual replies explained by occlusion (an HTML page each), 0: none.")
     attribution_words: int = Field(ge=1, le=20, description="Words left out together per occluded span, 1-20.")
     map_replies: int = Field(ge=0, description="The day's teacher candidates on the manifold map (PCA), beside the day's people's pairs; 0: no map.")

@@ -40,7 +40,8 @@ def build_probes(ctx: StageContext) -> StageOutput:
     previous = project_reward_model(earlier[-1].path, ctx.cfg) if earlier else None
     labels = pd.read_parquet(ctx.one("teacher_labels").file("labels.parquet"), columns=["prompt", "response", "category"])
     people = [pd.read_parquet(r.file(PAIRS), columns=["prompt", "chosen", "rejected"]) for r in ctx.inputs.get("human_feedback", []) if r.file(PAIRS).is_file()]
-    summary = run_suite(model, ctx.cfg, ctx.seed, ctx.out_dir, previous=previous, replies=labels, people=pd.concat(people, ignore_index=True) if people else None,
+    # the project's seed, not the day's: the same contrast pairs every day, so flip rates compare across days (and their rewrites are cached)
+    summary = run_suite(model, ctx.cfg, ctx.cfg.project.seed, ctx.out_dir, previous=previous, replies=labels, people=pd.concat(people, ignore_index=True) if people else None,
                         label=data_label(ctx.cfg.data_dir, current.path), previous_label=data_label(ctx.cfg.data_dir, earlier[-1].path) if earlier else None)
     figures = metrics(summary)
     log.info("probes %s: %s", ctx.partition, ", ".join(f"{k} {v:.3g}" for k, v in figures.items() if v is not None))
