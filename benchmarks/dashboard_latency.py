@@ -8,7 +8,7 @@ The setup:
   several versions on some days, and a live history of promotions, refusals and rollbacks. The project's models
   are linked in.
 - `hominem serve` on it, with the project's newest reward model (the Probe view scores typed replies with it).
-- Each view's JSON route is asked --requests times; the first request of each view after the start is timed on
+- Each view's JSON route is asked --requests times (the Probe view's three requests with new text each time); the first request of each view after the start is timed on
   its own (a cold cache: every manifest read once). The page itself and the chart library are timed too.
 
     .venv/bin/python benchmarks/dashboard_latency.py --project /path/to/project [--days 90] [--requests 20]
@@ -100,6 +100,16 @@ def synthesize(data: Path, days: int, seed: int) -> dict:
     return {"days": days, "versions": versions, "live_events": len(history)}
 
 
+def probe_body(i: int) -> dict:
+    return {"prompt": reply_body(i)["prompt"], "replies": [reply_body(i)["reply"], "Try harder."]}
+
+
+def reply_body(i: int) -> dict:
+    """A typed reply of about 25 words, new for each `i`."""
+    return {"prompt": f"I failed my driving test again, for the {i + 2}th time.", "changes": ["typos", "paraphrase", "insertion", "reorder"],
+            "reply": f"That sounds really discouraging after {i + 2} tries. Lots of people need several attempts; what went wrong this time, and what felt better than before?"}
+
+
 def timed(client, method: str, url: str, **kw) -> float:
     started = time.perf_counter()
     response = client.request(method, url, timeout=120, **kw)
@@ -143,15 +153,16 @@ def main() -> None:
             rms, ads = options["reward_models"], options["adapters"]
             views["compare reward models"] = ("GET", "/dashboard/api/compare", {"params": {"kind": "reward_models", "a": rms[-2]["label"], "b": rms[-1]["label"]}})
             views["compare adapters"] = ("GET", "/dashboard/api/compare", {"params": {"kind": "adapters", "a": ads[0]["label"], "b": ads[-1]["label"]}})
-            views["probe"] = ("POST", "/dashboard/api/probe", {"json": {"prompt": "I failed my driving test again.",
-                                                                         "replies": ["That's rough. What happened on the test?", "Try harder."]}})
+            # the Probe view's three requests (the page draws each as it arrives); the attribution once per reply, here the longer
+            views["probe: scores"] = ("POST", "/dashboard/api/probe", {"json": probe_body(0)})
+            views["probe: attribution"] = ("POST", "/dashboard/api/probe/attribution", {"json": reply_body(0)})
+            views["probe: rewrites"] = ("POST", "/dashboard/api/probe/rewrites", {"json": reply_body(0)})  # the four of the reply (the frames: a second, smaller request)
             for name, (method, path, kw) in views.items():
                 first[name] = timed(client, method, url + path, **kw)
             rows = []
             for name, (method, path, kw) in views.items():
-                if name == "probe":  # typed text is new each time: a probe of the same words again would be read from caches
-                    kws = [{"json": {"prompt": f"I failed my driving test again, the {i + 2}th time.",
-                                     "replies": [f"That's rough after {i + 2} tries. What happened on the test?", "Try harder."]}} for i in range(args.requests)]
+                if name.startswith("probe"):  # typed text is new each time: the same words again would be read from caches
+                    kws = [{"json": (probe_body if name == "probe: scores" else reply_body)(i + 1)} for i in range(args.requests)]
                 else:
                     kws = [kw] * args.requests
                 times = [timed(client, method, url + path, **k) for k in kws]

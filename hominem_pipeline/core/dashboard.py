@@ -226,33 +226,56 @@ def pattern(values: list[float | None], window: int = 5) -> str | None:
     return None
 
 
-def probe_view(reward_model: Any, prompt: str, replies: list[str], words: int = 2, seed: int = 0) -> dict[str, Any]:
-    """The Probe view: each reply's vector, people's score and scalar; its attribution by occlusion; and the
-    counterfactuals of the first reply: each meaning-preserving rewrite (and a frame around the message),
-    what it reads, and how far each output moved."""
+MAX_SPANS = 5  # occluded spans per reply in the Probe view: each is one more scoring of the reply, so a long reply gets longer spans
+
+
+def probe_scores(reward_model: Any, prompt: str, replies: list[str]) -> dict[str, Any]:
+    """The Probe view's first part: each reply's vector, people's score and scalar, and P(the first preferred)."""
+    if not prompt.strip() or not replies or any(not r.strip() for r in replies):
+        raise ValueError("give a prompt and at least one non-empty reply")
+    dims = list(reward_model.dimensions)
+    raw = reward_model.raw_scores([prompt] * len(replies), replies)
+    people = reward_model.people_column([prompt] * len(replies), replies)
+    return {"prompt": prompt, "dimensions": dims,
+            "replies": [{"reply": r, "scalar": float(raw["scalar"][i]), "vector": dict(zip(dims, map(float, raw["vector"][i]))),
+                         "people_score": None if people is None else float(people[i])} for i, r in enumerate(replies)],
+            "p_first": [float(reward_model.probability(float(raw["scalar"][0] - raw["scalar"][j]))) for j in range(1, len(replies))]}
+
+
+def probe_attribution(reward_model: Any, prompt: str, reply: str, words: int = 2) -> dict[str, Any]:
+    """The Probe view's second part, per reply: occlusion (`probes.occlusion`) over at most MAX_SPANS spans of
+    at least `words` words."""
+    import math
+
+    from hominem_pipeline.core.evaluation import probes
+
+    if not reply.strip():
+        raise ValueError("give a non-empty reply")
+    words = max(int(words), math.ceil(len(reply.split()) / MAX_SPANS))
+    return {"reply": reply, "words": words, "attribution": json.loads(probes.occlusion(reward_model, prompt, reply, words).to_json(orient="records"))}
+
+
+def probe_rewrites(reward_model: Any, prompt: str, reply: str, changes: list[str] | None = None, seed: int = 0) -> dict[str, Any]:
+    """The Probe view's third part: each meaning-preserving rewrite of the reply (and a frame around the
+    message) among `changes` (default: all), what it reads, and how far each output moved from the reply's own scores."""
     import random
 
     import numpy as np
 
     from hominem_pipeline.core.evaluation import probes
 
-    if not prompt.strip() or not replies or any(not r.strip() for r in replies):
-        raise ValueError("give a prompt and at least one non-empty reply")
+    if not prompt.strip() or not reply.strip():
+        raise ValueError("give a prompt and a non-empty reply")
+    unknown = sorted(set(changes or ()) - set(probes.PERTURBATIONS))
+    if unknown:
+        raise ValueError(f"unknown changes {unknown}; choose from {', '.join(probes.PERTURBATIONS)}")
     dims = list(reward_model.dimensions)
-    raw = reward_model.raw_scores([prompt] * len(replies), replies)
-    people = reward_model.people_column([prompt] * len(replies), replies)
-    scored = [{"reply": r, "scalar": float(raw["scalar"][i]), "vector": dict(zip(dims, map(float, raw["vector"][i]))),
-               "people_score": None if people is None else float(people[i]),
-               "attribution": json.loads(probes.occlusion(reward_model, prompt, r, words).to_json(orient="records"))} for i, r in enumerate(replies)]
-    first = replies[0]
-    variants = []
-    for name in probes.PERTURBATIONS:
+    variants = [("original", prompt, reply)]
+    for name in changes or probes.PERTURBATIONS:
         rng = random.Random(f"{seed}:{name}")
-        p2, r2 = (probes.PROMPT_FRAMES[name].format(prompt=prompt), first) if name in probes.PROMPT_FRAMES else (prompt, probes.REPLY_REWRITES[name](first, rng))
-        variants.append((name, p2, r2))
-    moved = reward_model.raw_scores([v[1] for v in variants], [v[2] for v in variants])
-    counterfactuals = [{"change": name, "prompt": p2, "reply": r2, "scalar_moved": float(moved["scalar"][k] - raw["scalar"][0]),
-                        "moved": dict(zip(dims, map(float, np.asarray(moved["vector"][k]) - np.asarray(raw["vector"][0]))))}
-                       for k, (name, p2, r2) in enumerate(variants)]
-    return {"prompt": prompt, "dimensions": dims, "replies": scored, "counterfactuals": counterfactuals, "words": words,
-            "p_first": [float(reward_model.probability(float(raw["scalar"][0] - raw["scalar"][j]))) for j in range(1, len(replies))]}
+        variants.append((name, *((probes.PROMPT_FRAMES[name].format(prompt=prompt), reply) if name in probes.PROMPT_FRAMES
+                                 else (prompt, probes.REPLY_REWRITES[name](reply, rng)))))
+    raw = reward_model.raw_scores([v[1] for v in variants], [v[2] for v in variants])
+    vec, scal = np.asarray(raw["vector"]), np.asarray(raw["scalar"])
+    return {"counterfactuals": [{"change": name, "prompt": p2, "reply": r2, "scalar_moved": float(scal[k] - scal[0]),
+                                 "moved": dict(zip(dims, map(float, vec[k] - vec[0])))} for k, (name, p2, r2) in enumerate(variants) if k]}

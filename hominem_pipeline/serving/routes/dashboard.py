@@ -20,8 +20,14 @@ STATIC = Path(__file__).resolve().parents[1] / "static"
 
 class ProbeRequest(BaseModel):
     prompt: str = Field(min_length=1, max_length=8000, description="The person's message.")
-    replies: list[str] = Field(min_length=1, max_length=4, description="One to four replies to score; the first one's counterfactuals are shown.")
-    words: int = Field(default=2, ge=1, le=20, description="Words left out together per occluded span.")
+    replies: list[str] = Field(min_length=1, max_length=4, description="One to four replies to score.")
+
+
+class ReplyRequest(BaseModel):
+    prompt: str = Field(min_length=1, max_length=8000, description="The person's message.")
+    reply: str = Field(min_length=1, max_length=8000, description="The reply to explain or rewrite.")
+    words: int = Field(default=2, ge=1, le=20, description="Words left out together per occluded span (more for a long reply: at most five spans).")
+    changes: list[str] | None = Field(default=None, description="The rewrites to make (typos, paraphrase, insertion, reorder, polite_frame, rude_frame); default: all.")
 
 
 def router(kit: Kit) -> APIRouter:
@@ -76,17 +82,38 @@ def router(kit: Kit) -> APIRouter:
         except ValueError as exc:
             raise ApiError(422, str(exc), "kind", "invalid_value") from None
 
-    @api.post("/dashboard/api/probe")
-    async def probe(body: ProbeRequest, caller: Caller = Depends(kit.authenticate)) -> dict[str, Any]:
-        """Vectors, attribution (occlusion) and the first reply's counterfactuals by the served reward model."""
-        from hominem_pipeline.core.dashboard import probe_view
-
-        reward = service.engine.reward
-        if reward is None:
+    def scorer():
+        if service.engine.reward is None:
             raise ApiError(409, "no reward model is served; start `hominem serve --reward-model latest` to probe", None, "no_reward_model")
+        return service.engine.reward
+
+    async def on_engine(fn, *args) -> dict[str, Any]:
+        """`fn(reward_model, *args)` on the engine's worker (between generation batches); bad text is a 422."""
+        reward = scorer()
         try:
-            return await asyncio.wrap_future(service.engine.run(lambda: probe_view(reward, body.prompt, body.replies, body.words)))
+            return await asyncio.wrap_future(service.engine.run(lambda: fn(reward, *args)))
         except ValueError as exc:
             raise ApiError(422, str(exc), "replies", "invalid_value") from None
+
+    @api.post("/dashboard/api/probe")
+    async def probe(body: ProbeRequest, caller: Caller = Depends(kit.authenticate)) -> dict[str, Any]:
+        """Each reply's vector, people's score and scalar by the served reward model, and P(the first preferred)."""
+        from hominem_pipeline.core.dashboard import probe_scores
+
+        return await on_engine(probe_scores, body.prompt, body.replies)
+
+    @api.post("/dashboard/api/probe/attribution")
+    async def attribution(body: ReplyRequest, caller: Caller = Depends(kit.authenticate)) -> dict[str, Any]:
+        """One reply's attribution by occlusion (at most five spans)."""
+        from hominem_pipeline.core.dashboard import probe_attribution
+
+        return await on_engine(probe_attribution, body.prompt, body.reply, body.words)
+
+    @api.post("/dashboard/api/probe/rewrites")
+    async def rewrites(body: ReplyRequest, caller: Caller = Depends(kit.authenticate)) -> dict[str, Any]:
+        """How meaning-preserving rewrites of one reply (and frames around the message) move its scores."""
+        from hominem_pipeline.core.dashboard import probe_rewrites
+
+        return await on_engine(probe_rewrites, body.prompt, body.reply, body.changes)
 
     return api

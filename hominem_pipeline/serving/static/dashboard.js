@@ -106,8 +106,24 @@ const views = {
     $("#probe-form").onsubmit = async (ev) => {
       ev.preventDefault();
       const replies = [...document.querySelectorAll(".probe-reply")].map((t) => t.value.trim()).filter(Boolean);
-      status("probing (each word group of each reply is scored again)…");
-      try { showProbe(await api("/dashboard/api/probe", { prompt: $("#probe-prompt").value, replies })); status("probed"); } catch (e) { status(e.message, true); }
+      const prompt = $("#probe-prompt").value;
+      try {
+        // three requests, each drawn as it arrives: the scores, each reply's attribution, the first reply's rewrites
+        status("scoring…");
+        const p = await api("/dashboard/api/probe", { prompt, replies });
+        showProbe(p);
+        for (let i = 0; i < replies.length; i++) {
+          status(`attribution of reply ${i + 1} (each word group left out in turn)…`);
+          showAttribution(i, await api("/dashboard/api/probe/attribution", { prompt, reply: replies[i] }));
+        }
+        status("rewriting reply 1…");
+        const rewrites = [];
+        for (const changes of [["typos", "paraphrase", "insertion", "reorder"], ["polite_frame", "rude_frame"]]) {  // each request under 2 s
+          rewrites.push(...(await api("/dashboard/api/probe/rewrites", { prompt, reply: replies[0], changes })).counterfactuals);
+          showRewrites({ counterfactuals: rewrites });
+        }
+        status("probed");
+      } catch (e) { status(e.message, true); }
     };
     status("type a message and one or two replies");
   },
@@ -145,22 +161,26 @@ function showProbe(p) {
   const dims = p.dimensions;
   draw("chart-probe", dims.map((_, i) => i + 1), p.replies.map((r, i) => ({ label: `reply ${i + 1} (scalar ${num(r.scalar)})`, values: dims.map((d) => r.vector[d]) })),
     { kind: "linear", bars: true, xLabel: dims.map((d, i) => `${i + 1} ${d}`).join("  "), yRange: [-1, 1] });
-  let html = p.p_first.map((v, j) => `<p>P(reply 1 preferred over reply ${j + 2}) = ${num(v)}</p>`).join("");
-  p.replies.forEach((r, i) => {
-    const top = Math.max(1e-9, ...r.attribution.map((a) => Math.abs(a.scalar)));
-    let at = 0, text = "";
-    for (const a of r.attribution) {
-      text += esc(r.reply.slice(at, a.start));
-      const alpha = Math.min(1, Math.abs(a.scalar) / top).toFixed(2);
-      text += `<span class="span" style="background:${a.scalar > 0 ? `rgba(47,158,68,${alpha})` : `rgba(224,49,49,${alpha})`}" title="scalar ${a.scalar.toFixed(4)}">${esc(a.text)}</span>`;
-      at = a.end;
-    }
-    html += `<div class="card"><h3>Reply ${i + 1}: attribution of the scalar <span class="muted">(occlusion, ${p.words} words a span: green raises it, red lowers it)</span></h3><p class="attribution">${text}${esc(r.reply.slice(at))}</p></div>`;
-  });
-  html += `<div class="card"><h3>Counterfactuals of reply 1 <span class="muted">(meaning-preserving rewrites: the scores should barely move)</span></h3><table><thead><tr><th>change</th><th>scalar moved</th><th>largest dimension move</th><th>what it read</th></tr></thead><tbody>`
-    + p.counterfactuals.map((c) => { const [d, v] = Object.entries(c.moved).sort((x, y) => Math.abs(y[1]) - Math.abs(x[1]))[0];
-      return `<tr><td>${esc(c.change)}</td><td class="num">${num(c.scalar_moved)}</td><td>${esc(d)} ${num(v)}</td><td class="muted">${esc(c.reply)}</td></tr>`; }).join("") + "</tbody></table></div>";
-  $("#probe-out").innerHTML = html;
+  $("#probe-out").innerHTML = p.p_first.map((v, j) => `<p>P(reply 1 preferred over reply ${j + 2}) = ${num(v)}</p>`).join("")
+    + p.replies.map((_, i) => `<div class="card" id="attribution-${i}"></div>`).join("") + '<div class="card" id="rewrites"></div>';
+}
+
+function showAttribution(i, a) {
+  const top = Math.max(1e-9, ...a.attribution.map((s) => Math.abs(s.scalar)));
+  let at = 0, text = "";
+  for (const s of a.attribution) {
+    text += esc(a.reply.slice(at, s.start));
+    const alpha = Math.min(1, Math.abs(s.scalar) / top).toFixed(2);
+    text += `<span class="span" style="background:${s.scalar > 0 ? `rgba(47,158,68,${alpha})` : `rgba(224,49,49,${alpha})`}" title="scalar ${s.scalar.toFixed(4)}">${esc(s.text)}</span>`;
+    at = s.end;
+  }
+  $(`#attribution-${i}`).innerHTML = `<h3>Reply ${i + 1}: attribution of the scalar <span class="muted">(occlusion, ${a.words} words a span: green raises it, red lowers it)</span></h3><p class="attribution">${text}${esc(a.reply.slice(at))}</p>`;
+}
+
+function showRewrites(r) {
+  $("#rewrites").innerHTML = `<h3>Counterfactuals of reply 1 <span class="muted">(meaning-preserving rewrites: the scores should barely move)</span></h3><table><thead><tr><th>change</th><th>scalar moved</th><th>largest dimension move</th><th>what it read</th></tr></thead><tbody>`
+    + r.counterfactuals.map((c) => { const [d, v] = Object.entries(c.moved).sort((x, y) => Math.abs(y[1]) - Math.abs(x[1]))[0];
+      return `<tr><td>${esc(c.change)}</td><td class="num">${num(c.scalar_moved)}</td><td>${esc(d)} ${num(v)}</td><td class="muted">${esc(c.reply)}</td></tr>`; }).join("") + "</tbody></table>";
 }
 
 async function show() {
