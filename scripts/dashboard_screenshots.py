@@ -24,10 +24,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     ap.add_argument("--views", nargs="+", default=list(DASHBOARD_VIEWS), choices=list(DASHBOARD_VIEWS))
     ap.add_argument("--project", type=Path, default=ROOT, help="the project whose files the dashboard shows (default: this one)")
+    ap.add_argument("--reward-model", default="latest", help="what the Probe view scores with: latest, or a reward model folder")
     args = ap.parse_args()
     project = args.project.resolve()
     try:
-        proc, url, _ = start_serve(["--adapter", "none", "--reward-model", "latest"], project, env={"HOMINEM_HOME": str(project)}, stdout=None)
+        proc, url, _ = start_serve(["--adapter", "none", "--reward-model", args.reward_model], project, env={"HOMINEM_HOME": str(project)}, stdout=None)
     except ServeFailed as exc:
         raise SystemExit(str(exc)) from None
     try:

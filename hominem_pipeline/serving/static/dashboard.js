@@ -19,7 +19,9 @@ function draw(id, x, series, { kind = "time", yRange = null, xLabel = "", yLabel
   if (!x.length || !series.length) { el.innerHTML = '<p class="muted">nothing measured yet</p>'; return; }
   const width = Math.max(320, el.clientWidth || el.parentElement.clientWidth || 600);
   const opts = {
-    width, height: 250, scales: { x: { time: kind === "time" }, y: yRange ? { range: yRange } : {} },
+    width, height: 250,
+    // one day alone: a week around it, not the years uPlot would span
+    scales: { x: { time: kind === "time", ...(kind === "time" && x.length === 1 ? { range: [x[0] - 3 * 86400, x[0] + 3 * 86400] } : {}) }, y: yRange ? { range: yRange } : {} },
     axes: [{ label: xLabel }, { label: yLabel }],
     series: [{}, ...series.map((s, i) => ({
       label: s.label, stroke: s.colour || COLOURS[i % COLOURS.length], width: s.width || 2, dash: s.dash,
