@@ -270,11 +270,8 @@ def probe_rewrites(reward_model: Any, prompt: str, reply: str, changes: list[str
     if unknown:
         raise ValueError(f"unknown changes {unknown}; choose from {', '.join(probes.PERTURBATIONS)}")
     dims = list(reward_model.dimensions)
-    variants = [("original", prompt, reply)]
-    for name in changes or probes.PERTURBATIONS:
-        rng = random.Random(f"{seed}:{name}")
-        variants.append((name, *((probes.PROMPT_FRAMES[name].format(prompt=prompt), reply) if name in probes.PROMPT_FRAMES
-                                 else (prompt, probes.REPLY_REWRITES[name](reply, rng)))))
+    variants = [("original", prompt, reply)] + [(name, *probes.rewrite(name, prompt, reply, random.Random(f"{seed}:{name}")))
+                                                 for name in changes or probes.PERTURBATIONS]
     raw = reward_model.raw_scores([v[1] for v in variants], [v[2] for v in variants])
     vec, scal = np.asarray(raw["vector"]), np.asarray(raw["scalar"])
     return {"counterfactuals": [{"change": name, "prompt": p2, "reply": r2, "scalar_moved": float(scal[k] - scal[0]),

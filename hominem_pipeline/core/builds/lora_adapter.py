@@ -78,6 +78,13 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
 
     pc = ctx.cfg.policy
     pair_refs = ctx.inputs["preference_pairs"]
+    loaded: list[Any] = []
+
+    def reward_model() -> Any:  # loaded when first needed (training or the manifold's figures), once
+        if not loaded:
+            loaded.append(project_reward_model(ctx.one("reward_model").path, ctx.cfg))
+        return loaded[0]
+
     pairs = read_preference_pairs([r.file("pairs.parquet") for r in pair_refs])
     rm_ref = ctx.one("reward_model")
     common = dict(
@@ -115,18 +122,18 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
             n_people = len(people)
             pairs = pd.concat([pairs, people], ignore_index=True)
             sampler = mixed_sampler(n_ranked, n_people, pc.dual.people_share, common["seed"], sampler)
-        result = train_dual_adapter(pairs, memory, reward_model=project_reward_model(rm_ref.path, ctx.cfg) if needs_rm else None, pair_sampler=sampler,
+        result = train_dual_adapter(pairs, memory, reward_model=reward_model() if needs_rm else None, pair_sampler=sampler,
                                     reference_cache=ctx.cfg.data_dir / REFERENCE_CACHE, shipped_reference=ctx.cfg.path(SHIPPED_FEATURES),
                                     people_start=people_start_setting(ctx.cfg), **common)
         start = result.channels["start"]
     else:
         from hominem_pipeline.core.policy.rl import train_rl_adapter
 
-        result = train_rl_adapter(list(pairs["prompt"]), reward_model=project_reward_model(rm_ref.path, ctx.cfg), dimension_weights=ctx.cfg.preferences.dimension_weights, **common)
+        result = train_rl_adapter(list(pairs["prompt"]), reward_model=reward_model(), dimension_weights=ctx.cfg.preferences.dimension_weights, **common)
     write_json(ctx.out_dir / "training_history.json", {"history": result.history, "grad_norms": result.grad_norms})
     from hominem_pipeline.core.evaluation.manifold import keep_manifold
 
-    shape = keep_manifold(project_reward_model(rm_ref.path, ctx.cfg), pairs, ctx.out_dir, f"The reward signal of lora_adapter {ctx.partition}")
+    shape = keep_manifold(reward_model(), pairs, ctx.out_dir, f"The reward signal of lora_adapter {ctx.partition}")
     AdapterMetadata(
         mode=pc.mode,
         base_model=str(student_path(ctx.cfg)),

@@ -144,7 +144,7 @@ def tradeoff_results(scorer: Any, scenarios: Sequence[TradeOff]) -> pd.DataFrame
     each dimension's gap, and whether every named dimension took its side."""
     dims = list(scorer.dimensions)
     prompts = [s.prompt for s in scenarios]
-    ra, rb = scorer.raw_scores(prompts, [s.a for s in scenarios]), scorer.raw_scores(prompts, [s.b for s in scenarios])
+    ra, rb = both_sides(scorer, prompts, [s.a for s in scenarios], [s.b for s in scenarios])
     gaps = np.asarray(ra["vector"]) - np.asarray(rb["vector"])
     rows = []
     for i, s in enumerate(scenarios):
@@ -239,6 +239,18 @@ PROMPT_FRAMES = {"polite_frame": POLITE, "rude_frame": RUDE}
 PERTURBATIONS = (*REPLY_REWRITES, *PROMPT_FRAMES)
 
 
+def rewrite(name: str, prompt: str, reply: str, rng: random.Random) -> tuple[str, str]:
+    """(prompt, reply) after the perturbation `name`: a frame changes the message, a rewrite the reply."""
+    if name in PROMPT_FRAMES:
+        return PROMPT_FRAMES[name].format(prompt=prompt), reply
+    return prompt, REPLY_REWRITES[name](reply, rng)
+
+
+def both_sides(scorer: Any, prompts: Sequence[str], a: Sequence[str], b: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`scorer.raw_scores` of two replies to each prompt, side a then side b."""
+    return scorer.raw_scores(list(prompts), list(a)), scorer.raw_scores(list(prompts), list(b))
+
+
 def adversarial(scorer: Any, prompts: Sequence[str], better: Sequence[str], worse: Sequence[str], seed: int,
                 perturbations: Sequence[str] = PERTURBATIONS) -> pd.DataFrame:
     """Per perturbation: the pairs it changed, the share whose order (by the scalar) flipped, and the mean
@@ -248,22 +260,18 @@ def adversarial(scorer: Any, prompts: Sequence[str], better: Sequence[str], wors
     if unknown:
         raise ValueError(f"unknown perturbations {unknown}; choose from {', '.join(PERTURBATIONS)}")
     n = len(prompts)
-    base_a, base_b = (np.asarray(scorer.raw_scores(list(prompts), list(r))["scalar"], dtype=np.float64) for r in (better, worse))
+    base_a, base_b = (np.asarray(r["scalar"], dtype=np.float64) for r in both_sides(scorer, prompts, better, worse))
     rows = []
     for name in perturbations:
         rng = random.Random(f"{seed}:{name}")
-        if name in PROMPT_FRAMES:
-            p2, a2, b2 = [PROMPT_FRAMES[name].format(prompt=p) for p in prompts], list(better), list(worse)
-            keep = list(range(n))
-        else:
-            fn = REPLY_REWRITES[name]
-            p2, a2, b2 = list(prompts), [], []
-            for a, b in zip(better, worse):
-                state = rng.getstate()
-                a2.append(fn(a, rng))
-                rng.setstate(state)  # the same draw for both replies (the same inserted sentence)
-                b2.append(fn(b, rng))
-            keep = [i for i in range(n) if a2[i] != better[i] or b2[i] != worse[i]]
+        p2, a2, b2 = [], [], []
+        for p, a, b in zip(prompts, better, worse):
+            state = rng.getstate()
+            pa, ra = rewrite(name, p, a, rng)
+            rng.setstate(state)  # the same draw for both replies (the same inserted sentence)
+            _, rb = rewrite(name, p, b, rng)
+            p2.append(pa), a2.append(ra), b2.append(rb)
+        keep = [i for i in range(n) if (p2[i], a2[i], b2[i]) != (prompts[i], better[i], worse[i])]
         if not keep:
             rows.append({"perturbation": name, "pairs": 0, "flip_rate": None, "mean_shift": None, "max_shift": None, "example": None})
             continue
@@ -287,7 +295,7 @@ def counterfactual_results(scorer: Any, items: Sequence[Counterfactual]) -> pd.D
     it moved more than every other dimension, and the others' mean |change|."""
     dims = list(scorer.dimensions)
     prompts = [c.prompt for c in items]
-    before, after = scorer.raw_scores(prompts, [c.reply for c in items]), scorer.raw_scores(prompts, [c.changed for c in items])
+    before, after = both_sides(scorer, prompts, [c.reply for c in items], [c.changed for c in items])
     delta = np.asarray(after["vector"]) - np.asarray(before["vector"])
     rows = []
     for i, c in enumerate(items):
