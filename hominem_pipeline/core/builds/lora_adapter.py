@@ -86,6 +86,7 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
         return loaded[0]
 
     pairs = read_preference_pairs([r.file("pairs.parquet") for r in pair_refs])
+    ranked = pairs  # the pairs the reward model ranked: the signal its manifold's figures are read on (people's pairs are people's)
     rm_ref = ctx.one("reward_model")
     common = dict(
         student_path=student_path(ctx.cfg),
@@ -133,7 +134,7 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
     write_json(ctx.out_dir / "training_history.json", {"history": result.history, "grad_norms": result.grad_norms})
     from hominem_pipeline.core.evaluation.manifold import keep_manifold
 
-    shape = keep_manifold(reward_model(), pairs, ctx.out_dir, f"The reward signal of lora_adapter {ctx.partition}")
+    shape = keep_manifold(reward_model(), ranked, ctx.out_dir, f"The reward signal of lora_adapter {ctx.partition}")
     AdapterMetadata(
         mode=pc.mode,
         base_model=str(student_path(ctx.cfg)),
