@@ -153,6 +153,8 @@ def main() -> None:
             rms, ads = options["reward_models"], options["adapters"]
             views["compare reward models"] = ("GET", "/dashboard/api/compare", {"params": {"kind": "reward_models", "a": rms[-2]["label"], "b": rms[-1]["label"]}})
             views["compare adapters"] = ("GET", "/dashboard/api/compare", {"params": {"kind": "adapters", "a": ads[0]["label"], "b": ads[-1]["label"]}})
+            # both adapters' replies scored on the served reward model (the Compare view asks 2 prompts a request)
+            views["compare: one scale"] = ("GET", "/dashboard/api/compare/score", {"params": {"a": ads[0]["label"], "b": ads[-1]["label"]}})
             # the Probe view's three requests (the page draws each as it arrives); the attribution once per reply, here the longer
             views["probe: scores"] = ("POST", "/dashboard/api/probe", {"json": probe_body(0)})
             views["probe: attribution"] = ("POST", "/dashboard/api/probe/attribution", {"json": reply_body(0)})
@@ -163,6 +165,8 @@ def main() -> None:
             for name, (method, path, kw) in views.items():
                 if name.startswith("probe"):  # typed text is new each time: the same words again would be read from caches
                     kws = [{"json": (probe_body if name == "probe: scores" else reply_body)(i + 1)} for i in range(args.requests)]
+                elif name == "compare: one scale":  # two other adapters each time: replies the reward model has not read
+                    kws = [{"params": {"a": ads[(2 * i + 1) % len(ads)]["label"], "b": ads[(2 * i + 2) % len(ads)]["label"]}} for i in range(args.requests)]
                 else:
                     kws = [kw] * args.requests
                 times = [timed(client, method, url + path, **k) for k in kws]

@@ -105,7 +105,29 @@ class DashboardData:
         versions = [{a: (per[a].get(d) or {}).get("version") for a in ("reward_model", "lora_adapter")} for d in days]
         events = [{"time": e.get("time"), "day": (e.get("time") or "")[:10], "action": e.get("action"), "version": e.get("version"),
                    "reason": e.get("reason"), "by": e.get("by")} for e in self.live_history() if e.get("action") in ("promote", "rollback", "refuse", "freeze", "unfreeze")]
-        return {"days": days, "series": series, "versions": versions, "events": events}
+        return {"days": days, "series": series, "versions": versions, "events": events, "builds": self.builds()}
+
+    def builds(self, last: int = 60) -> list[dict[str, Any]]:
+        """Per version (not only each day's newest), the `last` reward models and adapters built, newest first:
+        when, from what, their own figures and those of the attunement or evaluation that read them, and what
+        the live history did with an adapter (promoted, refused, rolled back)."""
+        by_input = {up: {self._input(m, up): m for m in self.versions(asset)} for asset, up in (("attunement", "reward_model"), ("evaluation", "lora_adapter"))}
+        live: dict[str, list[str]] = {}
+        for e in self.live_history():
+            if e.get("action") in ("promote", "rollback", "refuse") and e.get("version"):
+                live.setdefault(str(e["version"]).rstrip("/").split("/")[-1], []).append(e["action"])
+        rows = []
+        for asset, figures, read, read_figures in (
+                ("reward_model", ("fixture_accuracy", "people_accuracy"), "reward_model", ("people_agreement", "people_ece")),
+                ("lora_adapter", (), "lora_adapter", ("win_rate", "people_accuracy", "memory_kept"))):
+            for m in self.versions(asset):
+                label = f"{asset}/{m['partition']}/{m['version']}"
+                seen = by_input[read].get(label) or {}
+                rows.append({"asset": asset, "day": m["partition"], "version": m["version"], "created_at": m.get("created_at"),
+                             "reward_model": self._input(m, "reward_model") if asset == "lora_adapter" else None,
+                             "figures": {**{k: m.get("metrics", {}).get(k) for k in figures}, **{k: (seen.get("metrics") or {}).get(k) for k in read_figures}},
+                             "live": live.get(m["version"], [])})
+        return sorted(rows, key=lambda r: r.get("created_at") or "", reverse=True)[:last]
 
     def calibration(self, last: int = 8) -> dict[str, Any]:
         """FR7.2: the reliability curve of each reward model version (the attunement of the day it served),
@@ -190,14 +212,23 @@ class DashboardData:
         if kind == "adapters":
             sides = {label: self._by_input("evaluation", "lora_adapter", label) for label in (a, b)}
             out = {"kind": kind, "a": a, "b": b, "metrics": {k: m and m["metrics"] for k, m in sides.items()}}
-            gens = {k: m and _read(Path(m["path"]) / "generations.parquet") for k, m in sides.items()}
-            if all(g is not None for g in gens.values()):
-                cols = ["prompt", "adapter_response", "adapter_scalar"]
-                ga, gb = (g[[c for c in cols if c in g]] for g in (gens[a], gens[b]))
-                merged = ga.merge(gb, on="prompt", suffixes=("_a", "_b"))
+            merged = self.adapter_replies(a, b)
+            if merged is not None:
                 out["replies"] = json.loads(merged.to_json(orient="records"))
+                out["scored_by"] = {k: m and self._input(m, "reward_model") for k, m in sides.items()}
             return out
         raise ValueError(f"kind is {kind!r}; compare reward_models or adapters")
+
+    def adapter_replies(self, a: str, b: str) -> pd.DataFrame | None:
+        """The two adapters' replies to the prompts both evaluations share (`prompt`, `adapter_response_a/_b`,
+        `adapter_scalar_a/_b`: each scalar by its own evaluation's reward model), or None if either has none."""
+        gens = [_read(Path(m["path"]) / "generations.parquet") if m else None
+                for m in (self._by_input("evaluation", "lora_adapter", label) for label in (a, b))]
+        if any(g is None for g in gens):
+            return None
+        cols = ["prompt", "adapter_response", "adapter_scalar"]
+        ga, gb = (g[[c for c in cols if c in g]].drop_duplicates("prompt") for g in gens)
+        return ga.merge(gb, on="prompt", suffixes=("_a", "_b"))
 
     def _by_input(self, asset: str, upstream: str, label: str) -> dict[str, Any] | None:
         found = [m for m in self.versions(asset) if self._input(m, upstream) == label]
@@ -276,3 +307,27 @@ def probe_rewrites(reward_model: Any, prompt: str, reply: str, changes: list[str
     vec, scal = np.asarray(raw["vector"]), np.asarray(raw["scalar"])
     return {"counterfactuals": [{"change": name, "prompt": p2, "reply": r2, "scalar_moved": float(scal[k] - scal[0]),
                                  "moved": dict(zip(dims, map(float, vec[k] - vec[0])))} for k, (name, p2, r2) in enumerate(variants) if k]}
+
+
+def score_side_by_side(reward_model: Any, prompts: list[str], replies_a: list[str], replies_b: list[str]) -> dict[str, Any]:
+    """Two adapters' replies to the same prompts scored by one reward model, so that their scalars share a
+    scale (each evaluation's own scalars come from its day's reward model): per prompt both scalars,
+    P(b's reply preferred) and each dimension's change b - a; overall the mean change b - a of the scalar and of each dimension with its
+    standard error over the prompts, and how many prompts b's reply wins."""
+    import numpy as np
+
+    if not prompts or not (len(prompts) == len(replies_a) == len(replies_b)):
+        raise ValueError("give the same number (at least one) of prompts and of each adapter's replies")
+    dims = list(reward_model.dimensions)
+    raw = reward_model.raw_scores(list(prompts) * 2, list(replies_a) + list(replies_b))
+    n = len(prompts)
+    vec, scal = np.asarray(raw["vector"], dtype=float), np.asarray(raw["scalar"], dtype=float)
+    dv, ds = vec[n:] - vec[:n], scal[n:] - scal[:n]
+
+    def mean_se(x: np.ndarray) -> dict[str, float | None]:
+        return {"mean": float(x.mean()), "se": float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else None}
+
+    return {"dimensions": dims, "prompts": n, "scalar": mean_se(ds), "b_wins": int((ds > 0).sum()),
+            "delta": {d: mean_se(dv[:, k]) for k, d in enumerate(dims)},
+            "replies": [{"prompt": p, "scalar_a": float(scal[i]), "scalar_b": float(scal[n + i]), "p_b": float(reward_model.probability(float(ds[i]))),
+                         "delta": dict(zip(dims, map(float, dv[i])))} for i, p in enumerate(prompts)]}

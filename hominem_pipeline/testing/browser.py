@@ -141,3 +141,15 @@ def probe_replies(driver: Any, prompt: str, replies: list[str], timeout: float =
     wait_for(driver, lambda d: d.find_element(By.ID, "status").text in ("probed",) or d.find_element(By.ID, "status").get_attribute("class") == "error", timeout)
     if driver.find_element(By.ID, "status").get_attribute("class") == "error":
         raise AssertionError(f"the probe failed: {driver.find_element(By.ID, 'status').text}")
+
+
+def compare_adapters(driver: Any, timeout: float = 300) -> str:
+    """On the dashboard's Compare view: pick adapters (the last two, or the one twice), compare, and wait until
+    both sides' replies were scored on the served reward model; returns the status line."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    Select(driver.find_element(By.ID, "compare-kind")).select_by_value("adapters")
+    driver.find_element(By.CSS_SELECTOR, "#compare-form button").click()
+    wait_for(driver, lambda d: d.find_element(By.ID, "status").text.endswith(("on one scale", ")")) or d.find_element(By.ID, "status").get_attribute("class") == "error", timeout)
+    return driver.find_element(By.ID, "status").text

@@ -1,10 +1,12 @@
 """The dashboard's views over a data folder written the way the stages write it."""
 
 import json
+import math
 
+import numpy as np
 import pandas as pd
 
-from hominem_pipeline.core.dashboard import DashboardData, pattern
+from hominem_pipeline.core.dashboard import DashboardData, pattern, score_side_by_side
 
 
 def version(data, asset, day, v, metrics, inputs=None, created=None, complete=True):
@@ -59,3 +61,55 @@ def test_rhi_patterns_of_design_001_10_4():
     assert pattern([0.5, 0.52, 0.49, 0.51]) == "flat near 0.5"
     assert pattern([0.97, 0.99, 1.0]) == "flat near 1.0"
     assert pattern([0.7, 0.72, 0.74]) is None and pattern([0.7]) is None and pattern([None, 0.7]) is None
+
+
+def test_every_version_is_listed_with_what_read_it_and_what_the_live_loop_did(tmp_path):
+    """The timeline's table of builds: two reward models of one day (not only the newest), each with the
+    attunement that read it; an adapter with its evaluation's figures and its refusal."""
+    data = tmp_path / "data"
+    rm = lambda day, v: {"reward_model": [{"asset": "reward_model", "partition": day, "version": v}]}  # noqa: E731
+    version(data, "reward_model", "2026-11-02", "r1", {"fixture_accuracy": 0.8}, created="2026-11-02T03:00:00+00:00")
+    version(data, "reward_model", "2026-11-02", "r2", {"fixture_accuracy": 0.9}, created="2026-11-02T09:00:00+00:00")
+    version(data, "attunement", "2026-11-02", "t1", {"people_agreement": 0.6}, rm("2026-11-02", "r1"))
+    version(data, "lora_adapter", "2026-11-02", "l1", {}, rm("2026-11-02", "r2"), created="2026-11-02T10:00:00+00:00")
+    version(data, "evaluation", "2026-11-02", "e1", {"win_rate": 0.55}, {"lora_adapter": [{"asset": "lora_adapter", "partition": "2026-11-02", "version": "l1"}]})
+    (data / "live").mkdir()
+    (data / "live" / "history.json").write_text(json.dumps([{"time": "2026-11-02T11:00:00+00:00", "action": "refuse", "version": "l1", "reason": "RHI"}]))
+    builds = DashboardData(data).timeline()["builds"]
+    assert [(b["asset"], b["version"]) for b in builds] == [("lora_adapter", "l1"), ("reward_model", "r2"), ("reward_model", "r1")]
+    assert builds[0]["figures"]["win_rate"] == 0.55 and builds[0]["live"] == ["refuse"] and builds[0]["reward_model"] == "reward_model/2026-11-02/r2"
+    assert builds[2]["figures"] == {"fixture_accuracy": 0.8, "people_accuracy": None, "people_agreement": 0.6, "people_ece": None}
+    assert builds[1]["figures"]["people_agreement"] is None  # no attunement read r2
+
+
+class Kind:
+    """A toy reward model: empathy counts "sorry", truth counts "paris"; the scalar is their sum."""
+
+    dimensions = ["empathy", "truth"]
+
+    def raw_scores(self, prompts, replies):
+        vec = np.array([[r.lower().count("sorry"), r.lower().count("paris")] for r in replies], dtype=float)
+        return {"vector": vec, "scalar": vec.sum(1)}
+
+    def probability(self, gap):
+        return 1 / (1 + math.exp(-gap))
+
+
+def test_two_adapters_replies_are_compared_on_one_reward_model_s_scale(tmp_path):
+    """Each evaluation's own scalars come from its day's reward model; the dashboard rescoring both sides on
+    one model gives the per-dimension change b - a with its standard error, on the prompts both share."""
+    data = tmp_path / "data"
+    for day, adapter, ev, replies in (("2026-11-01", "l1", "e1", ["It is Paris.", "Go on.", "Fine."]),
+                                      ("2026-11-02", "l2", "e2", ["Sorry, it is Paris.", "Sorry to hear it.", "Sorry."])):
+        folder = version(data, "evaluation", day, ev, {"win_rate": 0.5}, {"lora_adapter": [{"asset": "lora_adapter", "partition": day, "version": adapter}],
+                                                                          "reward_model": [{"asset": "reward_model", "partition": day, "version": f"rm{day[-1]}"}]})
+        pd.DataFrame({"prompt": ["Capital of France?", "I lost my job.", "Hi" + day], "adapter_response": replies, "adapter_scalar": [1.0, 2.0, 3.0]}).to_parquet(folder / "generations.parquet")
+    view = DashboardData(data)
+    a, b = "lora_adapter/2026-11-01/l1", "lora_adapter/2026-11-02/l2"
+    out = view.compare("adapters", a, b)
+    assert [r["prompt"] for r in out["replies"]] == ["Capital of France?", "I lost my job."]  # the third prompts differ
+    assert out["scored_by"] == {a: "reward_model/2026-11-01/rm1", b: "reward_model/2026-11-02/rm2"}
+    pairs = view.adapter_replies(a, b)
+    scored = score_side_by_side(Kind(), list(pairs["prompt"]), list(pairs["adapter_response_a"]), list(pairs["adapter_response_b"]))
+    assert scored["delta"]["empathy"] == {"mean": 1.0, "se": 0.0} and scored["delta"]["truth"]["mean"] == 0.0
+    assert scored["scalar"]["mean"] == 1.0 and scored["b_wins"] == 2 and scored["replies"][0]["p_b"] > 0.5

@@ -168,7 +168,7 @@ def test_the_dashboard_draws_every_view_from_the_pipeline_s_files(chain, tmp_pat
     import httpx2 as httpx
     from selenium.webdriver.common.by import By
 
-    from hominem_pipeline.testing.browser import DASHBOARD_VIEWS, chart_drawn, chromium, open_view, probe_replies
+    from hominem_pipeline.testing.browser import DASHBOARD_VIEWS, chart_drawn, chromium, compare_adapters, open_view, probe_replies
     from hominem_pipeline.testing.service import start_serve, stop_serve
 
     project = chain["project"]
@@ -185,6 +185,10 @@ def test_the_dashboard_draws_every_view_from_the_pipeline_s_files(chain, tmp_pat
         assert "refused" in driver.find_element(By.ID, "events").text or "promoted" in driver.find_element(By.ID, "events").text
         open_view(driver, url, "health")
         assert "Dimensional coherence" in driver.find_element(By.ID, "components").text
+        open_view(driver, url, "compare")  # the day's adapter against itself: its replies on the served reward model move nothing
+        assert compare_adapters(driver).endswith("on one scale"), driver.find_element(By.ID, "status").text
+        figure = chart_drawn(driver, "chart-compare-delta")
+        assert figure["points"] >= 1 + len(chain["cfg"].dimension_names) and " 0 of " in driver.find_element(By.ID, "compare-scale-note").text
         open_view(driver, url, "probe")
         probe_replies(driver, "I failed my driving test again.", ["That's rough. What happened on the test?", "Try harder."])
         figure = chart_drawn(driver, "chart-probe")

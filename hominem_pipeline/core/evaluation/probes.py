@@ -411,8 +411,8 @@ def plot_manifold_map(coords: np.ndarray, explained: np.ndarray, labels: Sequenc
         for flag, marker in ((True, "o"), (False, "x")):
             idx = [i for i, c in enumerate(chosen) if c is flag]
             if idx:
-                ax.scatter(coords[idx, 0], y[idx], s=60, facecolors="none" if flag else "k", edgecolors="k", marker=marker,
-                           label=f"people {'chose' if flag else 'rejected'}")
+                style = {"facecolors": "none", "edgecolors": "k"} if flag else {"color": "k"}  # an "x" has no face to fill
+                ax.scatter(coords[idx, 0], y[idx], s=60, marker=marker, label=f"people {'chose' if flag else 'rejected'}", **style)
     ax.set_xlabel(f"PC1 ({explained[0]:.0%} of the variance)")
     ax.set_ylabel(f"PC2 ({explained[1]:.0%})" if len(explained) > 1 else "")
     ax.set_title(title, fontsize=10)

@@ -8,7 +8,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import FileResponse
 from pydantic import BaseModel, Field
 
@@ -94,6 +94,24 @@ def router(kit: Kit) -> APIRouter:
             return await asyncio.wrap_future(service.engine.run(lambda: fn(reward, *args)))
         except ValueError as exc:
             raise ApiError(422, str(exc), "replies", "invalid_value") from None
+
+    @api.get("/dashboard/api/compare/score")
+    async def compare_score(a: str, b: str, start: int = Query(0, ge=0), count: int = Query(2, ge=1, le=50),
+                            caller: Caller = Depends(kit.authenticate)) -> dict[str, Any]:
+        """Two adapters' replies to the prompts both evaluations share, `count` prompts from `start` (a reply the
+        served reward model has not read costs it about 0.3 s: the page asks in parts), scored by the served
+        reward model (one scale for both): per prompt both scalars, P(b preferred) and each dimension's change b - a."""
+        from hominem_pipeline.core.dashboard import score_side_by_side
+
+        scorer()
+        replies = await view(project().adapter_replies, a, b)
+        if replies is None or replies.empty:
+            raise ApiError(404, f"no evaluation replies shared by {a!r} and {b!r}; pick two adapters from /dashboard/api/options", "a", "not_found")
+        if start >= len(replies):
+            raise ApiError(422, f"start is {start}, but the two adapters share {len(replies)} prompts; start below that", "start", "invalid_value")
+        part = replies.iloc[start:start + count]
+        out = await on_engine(score_side_by_side, list(part["prompt"]), list(part["adapter_response_a"]), list(part["adapter_response_b"]))
+        return {**out, "a": a, "b": b, "start": start, "total": len(replies), "reward_model": service.reward_label}
 
     @api.post("/dashboard/api/probe")
     async def probe(body: ProbeRequest, caller: Caller = Depends(kit.authenticate)) -> dict[str, Any]:

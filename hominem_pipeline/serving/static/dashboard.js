@@ -52,7 +52,10 @@ const views = {
     ], { yRange: [0, 1] });
     const mark = { promote: "▲ promoted", rollback: "▼ rolled back", refuse: "× refused", freeze: "❄ froze", unfreeze: "unfroze" };
     table($("#events"), ["time", "what", "version", "why"], t.events.slice().reverse().map((e) => [e.time, mark[e.action] || e.action, e.version || "base", e.reason || ""]));
-    status(`${t.days.length} day(s), ${t.events.length} live event(s)`);
+    const figures = (f) => Object.entries(f).filter(([, v]) => v !== null && v !== undefined).map(([k, v]) => `${k.replace(/_/g, " ")} ${k.includes("ece") ? num(v) : pct(v)}`).join(" · ");
+    table($("#builds"), ["built", "version", "from", "figures", "live"], t.builds.map((b) => [(b.created_at || "").replace("T", " ").slice(0, 16), `${b.asset}/${b.day}/${b.version}`,
+      b.reward_model || "", figures(b.figures), b.live.map((a) => mark[a] || a).join(" ")]));
+    status(`${t.days.length} day(s), ${t.builds.length} version(s), ${t.events.length} live event(s)`);
   },
 
   async calibration() {
@@ -154,9 +157,52 @@ async function runCompare() {
     + c.tradeoffs.map((t) => `<tr><td>${esc(t.id)}</td><td>${esc(t.expected)}</td><td class="${t.a === t.expected ? "good" : "bad"}">${esc(t.a)} (${num(t.gap_a)})</td><td class="${t.b === t.expected ? "good" : "bad"}">${esc(t.b)} (${num(t.gap_b)})</td></tr>`).join("") + "</tbody></table>";
   if (c.counterfactuals) html += `<h3>Counterfactuals: the named dimension's move</h3><table><thead><tr><th>query</th><th>dimension</th><th>a</th><th>b</th></tr></thead><tbody>`
     + c.counterfactuals.map((t) => `<tr><td>${esc(t.id)}</td><td>${esc(t.dimension)} ${t.direction === "up" ? "↑" : "↓"}</td><td class="num">${num(t.moved_a)}</td><td class="num">${num(t.moved_b)}</td></tr>`).join("") + "</tbody></table>";
-  if (c.replies) html += `<h3>Replies to the same prompts</h3>` + c.replies.map((r) => `<div class="card"><b>${esc(r.prompt)}</b><div class="pair"><div>${esc(r.adapter_response_a)}<p class="muted">scalar ${num(r.adapter_scalar_a)}</p></div><div>${esc(r.adapter_response_b)}<p class="muted">scalar ${num(r.adapter_scalar_b)}</p></div></div></div>`).join("");
+  if (c.replies) {
+    const by = c.scored_by || {};
+    const same = by[a] && by[a] === by[b];
+    html += `<h3>Replies to the same prompts <span class="muted">(scalar by ${same ? esc(by[a]) : `each evaluation's own reward model: a by ${esc(by[a] || "?")}, b by ${esc(by[b] || "?")}, not one scale`})</span></h3>`
+      + c.replies.map((r, i) => `<div class="card"><b>${esc(r.prompt)}</b><div class="pair"><div>${esc(r.adapter_response_a)}<p class="muted">scalar ${num(r.adapter_scalar_a)}</p></div><div>${esc(r.adapter_response_b)}<p class="muted">scalar ${num(r.adapter_scalar_b)}</p></div></div><p class="muted" id="served-${i}"></p></div>`).join("");
+  }
   $("#compare-out").innerHTML = html;
+  $("#compare-scale").hidden = true;
   status(`${a} against ${b}`);
+  if (c.replies && c.replies.length) await scoreOnOneScale(a, b);
+}
+
+// Both adapters' replies scored by the served reward model, a few prompts a request (each drawn as it
+// arrives): the mean change b - a of the scalar and of each dimension, with its standard error over the prompts.
+async function scoreOnOneScale(a, b) {
+  const rows = [];
+  let s = { total: 1 };
+  try {
+    while (rows.length < s.total) {
+      s = await api(`/dashboard/api/compare/score?a=${encodeURIComponent(a)}&b=${encodeURIComponent(b)}&start=${rows.length}&count=2`);
+      rows.push(...s.replies);
+      showOneScale(s, rows);
+      if (rows.length < s.total) status(`scoring both adapters' replies on the served reward model: ${rows.length} of ${s.total} prompts…`);
+    }
+  } catch (e) { status(`${a} against ${b} (not rescored on one reward model: ${e.message})`); return; }
+  status(`${a} against ${b}, on one scale`);
+}
+
+function meanSe(values) {
+  const n = values.length, mean = values.reduce((t, v) => t + v, 0) / n;
+  return { mean, se: n > 1 ? Math.sqrt(values.reduce((t, v) => t + (v - mean) ** 2, 0) / (n - 1) / n) : null };
+}
+
+function showOneScale(s, rows) {
+  $("#compare-scale").hidden = false;
+  $("#compare-scale-by").textContent = `(both adapters' replies scored by the served reward model ${s.reward_model || ""}: mean change b - a over ${rows.length} of ${s.total} prompts)`;
+  const keys = ["scalar", ...s.dimensions];
+  const stats = Object.fromEntries(keys.map((k) => [k, meanSe(rows.map((r) => (k === "scalar" ? r.scalar_b - r.scalar_a : r.delta[k])))]));
+  draw("chart-compare-delta", keys.map((_, i) => i + 1), [
+    { label: "b - a", values: keys.map((k) => stats[k].mean) },
+    { label: "± 1 standard error", values: keys.map((k) => stats[k].se), colour: "#adb5bd" },
+  ], { kind: "linear", bars: true, xLabel: keys.map((k, i) => `${i + 1} ${k}`).join("  ") });
+  const wins = rows.filter((r) => r.scalar_b > r.scalar_a).length;
+  $("#compare-scale-note").innerHTML = `b's reply scores higher on ${wins} of ${rows.length} prompts; scalar b - a ${num(stats.scalar.mean)} ± ${num(stats.scalar.se)}. `
+    + s.dimensions.filter((k) => stats[k].se !== null && Math.abs(stats[k].mean) > 2 * stats[k].se).map((k) => `<b>${esc(k)}</b> ${stats[k].mean > 0 ? "rose" : "fell"} beyond two standard errors`).join("; ");
+  rows.forEach((r, i) => { const el = document.getElementById(`served-${i}`); if (el) el.textContent = `served reward model: a ${num(r.scalar_a)}, b ${num(r.scalar_b)}, P(b preferred) ${num(r.p_b)}`; });
 }
 
 function showProbe(p) {
