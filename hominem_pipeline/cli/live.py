@@ -42,7 +42,12 @@ def _do(action):
 @live_app.command("status")
 def live_status(config: ConfigOpt = None, sets: SetOpt = None,
                 last: Annotated[int, typer.Option("--last", "-n", help="History entries shown.")] = 10) -> None:
-    """The live adapter, whether updates are frozen, the candidates the gate refused, and the latest history."""
+    """The live adapter, whether updates are frozen, the slow loop's nights and the settings in force, the
+    candidates the gate refused, and the latest history."""
+    from hominem_pipeline.core.online.live import utc_now
+    from hominem_pipeline.core.online.slow_loop import status as slow_status
+
+    cfg = load(config, sets, persist=False)
     state = _state(config, sets)
     live = _do(state.current)
     console.print(f"live: [bold]{live.version or 'base'}[/]" + (f"  {live.adapter}" if live.adapter else "  (the base student alone)")
@@ -54,6 +59,15 @@ def live_status(config: ConfigOpt = None, sets: SetOpt = None,
     stack = [s["version"] or "base" for s in state.stack()]
     if len(stack) > 1:
         console.print(f"rollback goes to: {stack[-2]}  (live before, oldest first: {', '.join(stack[:-1])})")
+    slow = slow_status(cfg.data_dir, cfg.slow_loop, utc_now()[:10])
+    if slow["nights"]:
+        trend = "  ".join(f"{n['day'][5:]} {n['rhi']:.3f}" if n["rhi"] is not None else f"{n['day'][5:]} -" for n in slow["nights"])
+        console.print(f"slow loop{'' if slow['enabled'] else ' (off: slow_loop.enabled false)'}: nightly RHI {trend}")
+    if slow["in_force"]:
+        console.print(f"[bold yellow]slow loop in force[/]: {', '.join(slow['in_force'])} (next adapters: learning rate x{slow['lr_factor']:g}, "
+                      f"LoRA rank x{slow['rank_factor']:g}); rising nights undo them")
+    for a in slow["actions"]:
+        console.print(f"  {a['night']}: {a['step']}: {a['reason']}")
     candidates = state.candidates()
     if candidates:
         table = Table(title="candidates the gate refused")
@@ -68,7 +82,8 @@ def live_status(config: ConfigOpt = None, sets: SetOpt = None,
         for col in ("when", "action", "version", "by", "reason / note"):
             table.add_column(col)
         for e in history:
-            table.add_row(e["time"], e["action"], e.get("version") or "base", e.get("by", ""), e.get("note") or e.get("reason") or "")
+            action = e["action"] + (f" ({e['slow_loop_step']})" if e.get("slow_loop_step") and e["slow_loop_step"] != e["action"] else "")
+            table.add_row(e["time"], action, e.get("version") or "base", e.get("by", ""), e.get("note") or e.get("reason") or "")
         console.print(table)
 
 

@@ -237,6 +237,7 @@ class LabelingConfig(_Frozen):
     rationale_max_new_tokens: int = Field(ge=1, le=512, description="Tokens of the offline judge's rationale, 1-512.")
     max_context_tokens: int = Field(ge=32, le=8192, description="Prompt + reply tokens shown to the offline judge (the reply is cut from the end).")
     api_judge_system: str = Field(min_length=1, description="API judges' instructions; the dimensions and ranges are appended.")
+    served_turns: int = Field(ge=0, le=10_000, description="The day's teacher_labels also rate this many of the replies `hominem serve` wrote the day before (its interaction log): those people gave feedback on first, then the newest; each row keeps its turn id. 0: none.")
 
 
 class VerifierConfig(_Frozen):
@@ -428,6 +429,16 @@ class ReplayConfig(_Frozen):
     unsafe_factor: float = Field(ge=0.0, le=1.0, description="... its priority times this (never dropped), 0-1.")
 
 
+class NudgesConfig(_Frozen):
+    half_life_days: float = Field(gt=0.0, le=365.0, description="A nudge's pull halves every this many days, (0, 365].")
+    saturation: float = Field(gt=0.0, description="Net nudges on a dimension that give it pressure tanh(1) = 0.76, > 0.")
+    strength: float = Field(ge=0.0, description="A replay pair weighs exp(strength * sum of pressure * the dimension's gap between its replies), >= 0; 0: no weights.")
+    max_factor: float = Field(ge=1.0, description="Those weights are clipped to [1/max_factor, max_factor], >= 1.")
+    pair_share: float = Field(ge=0.0, le=1.0, description="Share of an update's batch given to dimension pairs (two teacher candidates that differ on a pressed dimension while the others hold), 0-1.")
+    min_gap: float = Field(ge=0.0, le=2.0, description="A dimension pair's replies differ on the pressed dimension by at least this (label scale -1..1), 0-2.")
+    tolerance: float = Field(ge=0.0, le=2.0, description="... and the mean of their other dimensions by at most this, 0-2.")
+
+
 class OnlineConfig(_Frozen):
     scheduler: bool = Field(description="`hominem serve` runs online updates by itself (after every_events feedback events, or every_minutes); false: only on demand (`hominem live update`, POST /admin/live/update).")
     every_events: int = Field(ge=1, description="New feedback events (thumbs, choices, nudges, emotions) that start an update, >= 1.")
@@ -444,11 +455,32 @@ class OnlineConfig(_Frozen):
     skip_below: float = Field(ge=0.0, le=1.0, description="Fast-loop gate: an update whose partial RHI (DCS and GVS) is below this is not promoted, 0-1.")
     rollback_below: float = Field(ge=0.0, le=1.0, description="... below this the online update live now is rolled back too, 0-1.")
     freeze_below: float = Field(ge=0.0, le=1.0, description="... below this online updates are also frozen until `hominem live unfreeze`, 0-1.")
+    nudges: NudgesConfig = Field(description="People's nudges (\"more empathy\") as pressure on the dimensions: the update's pairs weighted by it, and dimension pairs added.")
 
     @model_validator(mode="after")
     def _ordered(self) -> OnlineConfig:
         if not self.freeze_below <= self.rollback_below <= self.skip_below:
             raise ValueError(f"online: freeze_below {self.freeze_below} <= rollback_below {self.rollback_below} <= skip_below {self.skip_below} must hold")
+        return self
+
+
+SLOW_LOOP_STEPS = ("lower_lr", "shrink_rank", "freeze")
+
+
+class SlowLoopConfig(_Frozen):
+    enabled: bool = Field(description="The nightly RHI trend acts (design 001 Phase 10.3): falling nights step down the ladder, rising nights step back up, a dip after a promotion reverts it; false: nights are only recorded.")
+    falling_nights: int = Field(ge=1, le=30, description="Nights in a row whose RHI fell (by more than min_fall) that take the next step of the ladder, 1-30.")
+    min_fall: float = Field(ge=0.0, le=0.5, description="A night counts as falling (or rising) only when its RHI moved by more than this from the night before, 0-0.5.")
+    recovery_nights: int = Field(ge=1, le=30, description="Nights in a row whose RHI rose that undo the last step taken, 1-30.")
+    steps: list[Literal["lower_lr", "shrink_rank", "freeze"]] = Field(min_length=1, description="The ladder, in the order falling nights take it: lower_lr (the next adapters' learning rate, daily and online, times lr_factor), shrink_rank (the next daily adapters' LoRA rank and alpha times rank_factor: the people's start is cut to it by SVD), freeze (online updates and promotions stop).")
+    lr_factor: float = Field(gt=0.0, lt=1.0, description="lower_lr multiplies policy.learning_rate and online.learning_rate by this, (0, 1).")
+    rank_factor: float = Field(gt=0.0, lt=1.0, description="shrink_rank multiplies policy.lora.r and alpha by this (rank at least 1), (0, 1).")
+    revert_dip: float | None = Field(ge=0.0, le=1.0, description="The night after the daily adapter went live (a consolidation), an RHI this far below the one it went live with rolls it back, 0-1; null: never.")
+
+    @model_validator(mode="after")
+    def _once_each(self) -> SlowLoopConfig:
+        if len(set(self.steps)) != len(self.steps):
+            raise ValueError(f"slow_loop.steps {self.steps} names a step twice; each of {', '.join(SLOW_LOOP_STEPS)} at most once")
         return self
 
 
@@ -495,6 +527,7 @@ class HominemConfig(_Frozen):
     retrain: RetrainConfig = Field(description="When the retrain sensor and schedule start a run.")
     serving: ServingConfig = Field(description="`hominem serve`: the chat and feedback service.")
     online: OnlineConfig = Field(description="Online updates of the live adapter from the replay buffer, and the fast-loop gate.")
+    slow_loop: SlowLoopConfig = Field(description="The slow loop: the nightly RHI trend lowers the learning rate, shrinks the adapter or freezes, and undoes it on recovery.")
     replay: ReplayConfig = Field(description="The replay buffer's priorities and sampler (online updates; the daily dual training with policy.dual.sampler replay).")
     attunement: AttunementConfig = Field(description="Predictions checked against people's later choices: calibration and drift over time, error clusters, the next question.")
 

@@ -9,6 +9,7 @@ is listed again only when its modification time changes, so a view over 90 days 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import threading
 from pathlib import Path
@@ -35,6 +36,7 @@ PATTERNS = [
 TIMELINE = {  # series name -> (asset, metric)
     "people_agreement": ("attunement", "people_agreement"), "people_ece": ("attunement", "people_ece"),
     "judge_agreement": ("attunement", "judge_agreement"), "judge_ece": ("attunement", "judge_ece"),
+    "served_agreement": ("attunement", "served_agreement"),
     "rhi": ("reward_health_index", "rhi"), **{c: ("reward_health_index", c) for c in COMPONENTS},
     "win_rate": ("evaluation", "win_rate"), "people_accuracy": ("evaluation", "people_accuracy"),
     "memory_kept": ("evaluation", "memory_kept"), "memory_lost": ("evaluation", "memory_lost"),
@@ -104,7 +106,7 @@ class DashboardData:
         series = {name: [(per[a].get(d) or {}).get("metrics", {}).get(metric) for d in days] for name, (a, metric) in TIMELINE.items()}
         versions = [{a: (per[a].get(d) or {}).get("version") for a in ("reward_model", "lora_adapter")} for d in days]
         events = [{"time": e.get("time"), "day": (e.get("time") or "")[:10], "action": e.get("action"), "version": e.get("version"),
-                   "reason": e.get("reason"), "by": e.get("by")} for e in self.live_history() if e.get("action") in ("promote", "rollback", "refuse", "freeze", "unfreeze")]
+                   "reason": e.get("reason"), "by": e.get("by")} for e in self.live_history() if e.get("action") in ("promote", "rollback", "refuse", "freeze", "unfreeze", "adjust")]
         return {"days": days, "series": series, "versions": versions, "events": events, "builds": self.builds()}
 
     def builds(self, last: int = 60) -> list[dict[str, Any]]:
@@ -162,7 +164,10 @@ class DashboardData:
 
     def health(self) -> dict[str, Any]:
         """001 10.4: the newest RHI, each component with its value and what it means, the trend's pattern over
-        the last days, and what the fast loop (gate, rollbacks, freezes) did."""
+        the last days, what the fast loop (gate, rollbacks, freezes) did, and the slow loop's nights, the
+        steps in force and its last actions."""
+        from hominem_pipeline.core.online.slow_loop import status as slow_status
+
         per = self.newest_per_day("reward_health_index")
         days = sorted(per)
         rhi = [per[d]["metrics"].get("rhi") for d in days]
@@ -171,12 +176,12 @@ class DashboardData:
         if latest:
             for key, (name, meaning) in COMPONENTS.items():
                 components.append({"key": key, "name": name, "value": latest["metrics"].get(key), "meaning": meaning})
-        actions = [e for e in self.live_history() if e.get("action") in ("refuse", "rollback", "freeze", "unfreeze", "promote")][-20:]
+        actions = [e for e in self.live_history() if e.get("action") in ("refuse", "rollback", "freeze", "unfreeze", "promote", "adjust")][-20:]
         return {"day": days[-1] if days else None, "rhi": rhi[-1] if rhi else None, "deploy": None if not latest else latest["metrics"].get("deployable"),
                 "components": components, "pattern": pattern(rhi), "patterns": [{"pattern": p, "means": m} for p, m in PATTERNS],
                 "trend": {"days": days, "rhi": rhi},
                 "actions": [{"time": e.get("time"), "action": e.get("action"), "version": e.get("version"), "reason": e.get("reason")} for e in actions],
-                "slow_loop": "the slow loop (nightly RHI trend -> learning rate and rank) takes no actions yet"}
+                "slow_loop": slow_status(self.data_dir, None, dt.datetime.now(dt.timezone.utc).date().isoformat(), last=14)}
 
     def options(self) -> dict[str, Any]:
         """The versions a comparison can pick: reward models (with a probes version) and adapters (with an evaluation)."""
@@ -257,6 +262,7 @@ def pattern(values: list[float | None], window: int = 5) -> str | None:
     return None
 
 
+TIE = 1e-6  # scalars closer than this are a tie: the same reply scored in two batches differs in the last digits
 MAX_SPANS = 5  # occluded spans per reply in the Probe view: each is one more scoring of the reply, so a long reply gets longer spans
 
 
@@ -327,7 +333,7 @@ def score_side_by_side(reward_model: Any, prompts: list[str], replies_a: list[st
     def mean_se(x: np.ndarray) -> dict[str, float | None]:
         return {"mean": float(x.mean()), "se": float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else None}
 
-    return {"dimensions": dims, "prompts": n, "scalar": mean_se(ds), "b_wins": int((ds > 0).sum()),
+    return {"dimensions": dims, "prompts": n, "scalar": mean_se(ds), "b_wins": int((ds > TIE).sum()),
             "delta": {d: mean_se(dv[:, k]) for k, d in enumerate(dims)},
             "replies": [{"prompt": p, "scalar_a": float(scal[i]), "scalar_b": float(scal[n + i]), "p_b": float(reward_model.probability(float(ds[i]))),
                          "delta": dict(zip(dims, map(float, dv[i])))} for i, p in enumerate(prompts)]}

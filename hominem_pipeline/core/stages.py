@@ -41,10 +41,12 @@ from hominem_pipeline.core.builds.reward_model import (
 from hominem_pipeline.core.builds.teacher_labels import (
     build_teacher_labels,
     labels_pass_verifier,
+    served_log_digest,
 )
 from hominem_pipeline.core.builds.teacher_trajectories import build_teacher_trajectories
 from hominem_pipeline.core.config import HominemConfig, PolicyConfig
 from hominem_pipeline.core.evaluation.fixtures import fixtures_file_digest
+from hominem_pipeline.core.online.slow_loop import adjustment_on
 from hominem_pipeline.core.policy.people_start import people_start_digest
 from hominem_pipeline.core.reward.feature_cache import SHIPPED_FEATURES
 from hominem_pipeline.core.reward.pyfunc import log_reward_pyfunc
@@ -88,11 +90,16 @@ def _adapter_people_window(c: HominemConfig) -> int:
 
 
 def _adapter_files(c: HominemConfig, partition: str) -> Any:
+    """The memory files, the people's pairs and start it reads, and the slow loop's factors in force on the day
+    (`slow_loop.adjustment`: none while neutral, so a quiet history changes no version)."""
+    slow = adjustment_on(c.data_dir, partition).digest()
     if c.policy.mode != "dual":
-        return None
+        return None if slow is None else {"slow_loop": slow}
     memory = memory_files_digest(c, partition)
     files = {"memory": memory, "people": people_pairs_digest(c)} if _learns_from_people(c) else memory
-    return files if c.policy.dual.people_start is None else {"files": files, "people_start": people_start_digest(c.path(SHIPPED_FEATURES))}
+    files = files if c.policy.dual.people_start is None else {"files": files, "people_start": people_start_digest(c.path(SHIPPED_FEATURES))}
+    return files if slow is None else {"files": files, "slow_loop": slow}
+
 
 
 def _evaluation_reads(c: HominemConfig) -> tuple[str, ...]:
@@ -138,14 +145,15 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         name="teacher_labels",
-        description="The teacher's reward label per candidate: vector, scalar, intensity, safety and rationale.",
+        description="The teacher's reward label per candidate, and per reply the student served the day before (labeling.served_turns): vector, scalar, intensity, safety and rationale.",
         group="data",
         kinds=frozenset({"pytorch"}),
         inputs=(Input("teacher_trajectories"),),
         # every teacher setting: those that shape the candidates reach the labels through them anyway
-        reads=("dimensions", "labeling", "verifier.min_reply_logp") + TEACHER,
+        reads=("dimensions", "labeling", "verifier.min_reply_logp", "serving.log_dir") + TEACHER,
         runtime=TEACHER_RUNTIME,
         build=build_teacher_labels,
+        files=served_log_digest,  # the day before's log, whose served replies it rates too (labeling.served_turns)
         checks=(
             Check(
                 "labels_pass_verifier",

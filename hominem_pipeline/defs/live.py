@@ -1,5 +1,6 @@
-"""The `live_gate` asset check on `lora_adapter`: after the day's health index, the daily adapter is
-offered for promotion through the same gate as `hominem live promote` (core/online/promotion.py)."""
+"""The `live_gate` asset check on `lora_adapter`: after the day's health index, the slow loop reads the
+night's RHI (core/online/slow_loop.py), then the daily adapter is offered for promotion through the same
+gate as `hominem live promote` (core/online/promotion.py)."""
 
 # No `from __future__ import annotations`: Dagster reads the context/resource annotations at runtime.
 
@@ -22,10 +23,15 @@ def live_gate_check(partitions: DailyPartitionsDefinition) -> AssetChecksDefinit
     )
     def _live_gate(context: AssetCheckExecutionContext, hominem: HominemResource) -> AssetCheckResult:
         from hominem_pipeline.core.online.promotion import gate_daily_adapter
+        from hominem_pipeline.core.online.slow_loop import nightly
 
         cfg = hominem.load()
-        outcome = gate_daily_adapter(cfg, context.partition_key, by=f"dagster:{context.run.run_id}")
+        by = f"dagster:{context.run.run_id}"
+        night = nightly(cfg, context.partition_key, by=by)  # the slow loop first: a dip after last night's promotion reverts it before the gate
+        context.log.info(night.description)
+        outcome = gate_daily_adapter(cfg, context.partition_key, by=by)
         context.log.info(outcome.description)
-        return AssetCheckResult(passed=outcome.passed, description=outcome.description, metadata=outcome.metadata, severity=AssetCheckSeverity.WARN)
+        metadata = {**outcome.metadata, "slow_loop": night.description, "lr_factor_next": night.adjustment.lr_factor, "rank_factor_next": night.adjustment.rank_factor}
+        return AssetCheckResult(passed=outcome.passed, description=f"{outcome.description}. {night.description}", metadata=metadata, severity=AssetCheckSeverity.WARN)
 
     return _live_gate

@@ -22,8 +22,6 @@ from hominem_pipeline.serving.auth import Access, Caller
 from hominem_pipeline.serving.engine import Engine, QueueFull, Request as Job, Sampling
 from hominem_pipeline.serving.journal import Journal
 
-SERVED, BASE = "hominem", "hominem-base"
-
 
 @dataclass
 class Service:

@@ -428,6 +428,13 @@ def test_the_daily_adapter_goes_through_the_live_gate(chain):
     # the reward signal it learned from (its pairs, scored by its reward model): the reward_manifold check's figures, judged alike by the gate
     manifold = chain["checks"]["reward_manifold"]
     assert gate["manifold"] == manifold.description and gate["manifold_blocked"] is (not manifold.passed)
+    # the slow loop judged the night first: one night, the newest daily run's RHI and adapter (other tests rerun the day), too few to act on
+    from hominem_pipeline.core.online.slow_loop import read_nights
+
+    nights = read_nights(cfg.data_dir)
+    assert [n.day for n in nights] == [DAY] and nights[0].rhi is not None
+    assert nights[0].adapter in {ref.version for ref in lineage(cfg).store.versions("lora_adapter", DAY)}
+    assert "slow loop, " in check.description and "no action" in check.metadata["slow_loop"].value
     assert gate["manifold_min_spread_ratio"] == pytest.approx(first["lora_adapter"]["manifold_min_spread_ratio"].value)
     assert set(manifold.metadata["spread_ratio"].value) == set(cfg.dimension_names) and manifold.metadata["intended"].value == ["people"]
     assert gate["replies_generated"] == 1  # the smoke reply: the base's and the adapter's others are the evaluation's, read back
@@ -440,7 +447,8 @@ def test_the_daily_adapter_goes_through_the_live_gate(chain):
     held = pd.read_parquet(evaluation.file("generations.parquet"))
     memory = pd.read_parquet(evaluation.file("memory_answers.parquet"))
     assert len(memory) and {**dict(zip(held["prompt"], held["adapter_response"])), **dict(zip(memory["prompt"], memory["adapter"]))}.items() <= kept.items()
-    assert version in hominem(chain["project"], "live", "status", "--config", "config/tiny.yaml").stdout
+    status = " ".join(hominem(chain["project"], "live", "status", "--config", "config/tiny.yaml").stdout.split())
+    assert version in status and f"slow loop: nightly RHI {DAY[5:]} " in status  # the nights the slow loop judged
 
 
 def test_promote_and_rollback_by_hand_go_through_the_gate(chain):
@@ -647,7 +655,7 @@ def test_an_online_update_learns_people_s_pairs_through_the_fast_loop(chain):
     assert result["gate"]["people_pairs"] == cfg.online.people_pairs and result["gate"]["people_accuracy_live"] == 0.5  # the fast loop's share
 
     again = run_update(load_config(project / lenient, root=project), by="test", reason="again")
-    assert again.outcome == "skipped" and "no new preference pairs or facts from people since" in again.reason and state.current().version == version
+    assert again.outcome == "skipped" and "no new preference pairs, nudges or facts from people since" in again.reason and state.current().version == version
 
     _add_choice(project, "second")  # something new to learn: a new batch on the live update
     strict = _overlay(chain, "online_strict", {"health": {"min_win_rate": 0.0}, "online": {"skip_below": 1.0, "rollback_below": 1.0, "freeze_below": 1.0}})
@@ -662,6 +670,47 @@ def test_an_online_update_learns_people_s_pairs_through_the_fast_loop(chain):
     assert history[-2]["previous"] == version and state.current().is_base and state.current().frozen  # the online update rolled back, frozen
     frozen = run_update(load_config(project / lenient, root=project), by="test", reason="while frozen")
     assert frozen.outcome == "skipped" and "frozen" in frozen.reason
+    _fresh_live(cfg)
+
+
+def _add_nudges(project, turn: str, dimension: str, direction: str, n: int, tag: str, day: str = DAY) -> None:
+    """`n` nudges on one turn, sent now, appended to the day's log."""
+    import datetime as dt
+
+    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    with open(project / "data" / "online" / "log" / f"{day}.jsonl", "a") as fh:
+        fh.write("".join(json.dumps({"kind": "nudge", "id": f"{tag}-{k}", "time": now, "rater": "local", "turn": turn, "dimension": dimension,
+                                     "direction": direction}) + "\n" for k in range(n)))
+
+
+def test_nudges_weight_an_update_s_pairs_and_add_dimension_pairs(chain):
+    """Three "more empathy" nudges: the next update gives a share of its batch to pairs of the teacher's
+    candidates that differ on empathy, weights every pair by its replies' empathy gap, and counts the
+    nudges as heard (the same log again is skipped; a new nudge is not)."""
+    from hominem_pipeline.core.online.live import LiveState
+    from hominem_pipeline.core.online.updates import run_update
+
+    project, cfg = chain["project"], chain["cfg"]
+    _fresh_live(cfg)
+    state = LiveState(cfg.data_dir)
+    # every candidate pair qualifies (the tiny teacher's labels are noise): the largest empathy gaps are taken
+    overlay = _overlay(chain, "nudged", {"health": {"min_win_rate": 0.0, "people_tolerance": None},
+                                         "online": {"skip_below": 0.0, "rollback_below": 0.0, "freeze_below": 0.0,
+                                                    "nudges": {"min_gap": 0.0, "tolerance": 2.0, "pair_share": 0.25}}})
+    _add_choice(project, "nudged")
+    _add_nudges(project, "nudged-cold", "empathy", "more", 3, "nudge-a")
+    nudged = load_config(project / overlay, root=project)
+    result = run_update(nudged, by="test", reason="nudged")
+    assert result.outcome == "promoted", result.reason
+    batch = pd.read_parquet(state.adapter_path() / "replay_batch.parquet")
+    dimension = batch[batch["source"] == "nudge:empathy"]
+    assert len(dimension) == round(0.25 * cfg.online.batch_items) and len(batch) <= cfg.online.batch_items
+    weights = batch.loc[batch["source"] != "nudge:empathy", "nudge_weight"].to_numpy()
+    assert weights.std() > 0 and weights.min() >= 0.25 and weights.max() <= 4.0 and (dimension["nudge_weight"] == 1.0).all()
+    again = run_update(nudged, by="test", reason="the same nudges")
+    assert again.outcome == "skipped" and "nudges" in again.reason
+    _add_nudges(project, "nudged-cold", "empathy", "more", 1, "nudge-b")
+    assert run_update(nudged, by="test", reason="one more nudge").outcome != "skipped"
     _fresh_live(cfg)
 
 
@@ -716,7 +765,7 @@ def test_the_server_learns_from_feedback_and_swaps_to_the_update(chain):
         while time.monotonic() < deadline and updates()["updates"] < 2:
             time.sleep(0.5)
         last = updates()["last"]
-        assert last["outcome"] == "skipped" and "no new preference pairs or facts" in last["reason"] and Path(last["log"]).is_file()
+        assert last["outcome"] == "skipped" and "no new preference pairs, nudges or facts" in last["reason"] and Path(last["log"]).is_file()
 
         _add_choice(project, "third", day=time.strftime("%Y-%m-%d", time.gmtime()))
         strict = _overlay(chain, "online_strict_skip", {"health": {"min_win_rate": 0.0, "people_tolerance": None}, "online": {"skip_below": 1.0, "rollback_below": 0.0, "freeze_below": 0.0}})

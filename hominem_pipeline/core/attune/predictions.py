@@ -22,6 +22,7 @@ from hominem_pipeline.core.reward.calibration import preference_probability
 Embed = Callable[[list[str]], np.ndarray]
 SOURCES = ("page", "import", "judge")  # people's choices (the page's, imported ones), and the judge's ranked candidates
 PEOPLE = ("page", "import")
+SERVED_CATEGORY = "served"  # a page pair's category when both replies are the student's (else asked: an imported question; written: elsewhere)
 BASE_COLUMNS = ["pair_id", "source", "rater", "time", "day", "prompt_id", "prompt", "chosen", "rejected", "category", "domain", "tag", "weight",
                 "reward_model", "in_sample", "p_chosen", "gap", "gap_std", "correct", "served_reward_model", "served_p_chosen",
                 "chosen_words", "rejected_words"]
@@ -129,6 +130,12 @@ def predict(pairs: pd.DataFrame, model: Any, label: str, in_sample: bool, domain
     return out[columns(dims)]
 
 
+def served_choices(pred: pd.DataFrame) -> pd.DataFrame:
+    """The rows of people's choices between two replies the student served (what the reward model must
+    read of the student's own style), beside the judge's ranked candidates."""
+    return pred[(pred["source"] == "page") & (pred["category"] == SERVED_CATEGORY)]
+
+
 def _column(frame: pd.DataFrame, name: str) -> np.ndarray:
     if name not in frame:
         return np.array([None] * len(frame), dtype=object)
@@ -138,12 +145,16 @@ def _column(frame: pd.DataFrame, name: str) -> np.ndarray:
 def page_pairs(feedback: pd.DataFrame, conversations: pd.DataFrame, data_dir: Path) -> pd.DataFrame:
     """A day's page pairs (`human_feedback`'s table) with the time of the choice and what the serving
     reward model predicted then: P(chosen) from the two turns' scalars through that model's temperature
-    (read from its folder's METADATA; NaN when either reply was not scored or the folder is gone)."""
+    (read from its folder's METADATA; NaN when either reply was not scored or the folder is gone); the
+    category says whose replies they were: served (both the student's), asked (a question the service
+    asked), written (rated elsewhere)."""
+    from hominem_pipeline.core.online.events import BASE, SERVED
+
     if not len(feedback):
-        return feedback.assign(source=[], served_reward_model=[], served_p_chosen=[], time=[])
-    turns = conversations.set_index("turn") if len(conversations) else pd.DataFrame(columns=["scalar", "reward_model", "time"])
+        return feedback.assign(source=[], served_reward_model=[], served_p_chosen=[], time=[], category=[])
+    turns = conversations.set_index("turn") if len(conversations) else pd.DataFrame(columns=["scalar", "reward_model", "time", "model"])
     temperatures: dict[str, float | None] = {}
-    served_label, served_p, times = [], [], []
+    served_label, served_p, times, kinds = [], [], [], []
     for row in feedback.itertuples(index=False):
         a = turns.loc[row.chosen_turn] if row.chosen_turn in turns.index else None
         b = turns.loc[row.rejected_turn] if row.rejected_turn in turns.index else None
@@ -153,7 +164,9 @@ def page_pairs(feedback: pd.DataFrame, conversations: pd.DataFrame, data_dir: Pa
         served_label.append(label)
         served_p.append(float(preference_probability(float(a["scalar"]) - float(b["scalar"]), t)) if ok else np.nan)
         times.append(max(str(a["time"]), str(b["time"])) if a is not None and b is not None else None)
-    return feedback.assign(source="page", served_reward_model=served_label, served_p_chosen=served_p, time=times)
+        models = {a.get("model") if a is not None else None, b.get("model") if b is not None else None}
+        kinds.append(SERVED_CATEGORY if models <= {SERVED, BASE} else "asked" if "question" in models else "written")
+    return feedback.assign(source="page", served_reward_model=served_label, served_p_chosen=served_p, time=times, category=kinds)
 
 
 def _temperature(folder: Path) -> float | None:

@@ -54,7 +54,7 @@ def _served_vectors(ctx: StageContext, model: Any) -> pd.DataFrame:
 def build_attunement(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.attune.clusters import cluster_errors, follow
     from hominem_pipeline.core.attune.drift import preference_drift, served_drift
-    from hominem_pipeline.core.attune.predictions import PEOPLE, predict
+    from hominem_pipeline.core.attune.predictions import PEOPLE, predict, served_choices
     from hominem_pipeline.core.attune.timeline import GROUPS, by_day, by_domain, calibration, plot
     from hominem_pipeline.core.models import encoder_path
     from hominem_pipeline.core.reward.model import project_reward_model
@@ -68,6 +68,7 @@ def build_attunement(ctx: StageContext) -> StageOutput:
     days = by_day(in_window, a.bins)
     days.to_parquet(ctx.out_dir / DAYS, index=False)
     report = {g: calibration(in_window[in_window["source"].isin(s)], a.bins) for g, s in GROUPS.items()}
+    own = calibration(served_choices(in_window), a.bins)  # people's choices between the student's own replies
     domains = by_domain(in_window, a.bins)
     domains.to_parquet(ctx.out_dir / DOMAINS, index=False)
     plot(days, report, ctx.out_dir / PLOT, f"predictions against later choices, {window[0]} to {ctx.partition}")
@@ -121,6 +122,8 @@ def build_attunement(ctx: StageContext) -> StageOutput:
         "people_ece": None if people_report is None else people_report["ece"],
         "judge_agreement": None if report["judge"] is None else report["judge"]["agreement"],
         "judge_ece": None if report["judge"] is None else report["judge"]["ece"],
+        # people's choices between two replies the student served: the student's own style, beside the judge's candidates
+        "served_pairs": 0 if own is None else own["pairs"], "served_agreement": None if own is None else own["agreement"],
         "drifted": len(drifted), "error_clusters": summary["clusters"], "errors": len(errors),
     }
     return StageOutput(

@@ -76,7 +76,10 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.reward.feature_cache import SHIPPED_FEATURES
     from hominem_pipeline.core.reward.model import project_reward_model
 
-    pc = ctx.cfg.policy
+    from hominem_pipeline.core.online.slow_loop import adjusted_policy, adjustment_on
+
+    slow = adjustment_on(ctx.cfg.data_dir, ctx.partition)  # the slow loop's factors in force today (part of the version)
+    pc = adjusted_policy(ctx.cfg.policy, slow)
     pair_refs = ctx.inputs["preference_pairs"]
     loaded: list[Any] = []
 
@@ -146,7 +149,8 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
         channel_contributions=result.channel_contributions,
         channels=result.channels,
         lora=pc.lora.model_dump(),
-        training=_training_settings(pc) | ({"replay": ctx.cfg.replay.model_dump()} if pc.mode == "dual" and pc.dual.sampler == "replay" else {}),
+        training=_training_settings(pc) | ({"replay": ctx.cfg.replay.model_dump()} if pc.mode == "dual" and pc.dual.sampler == "replay" else {})
+        | ({"slow_loop": {"lr_factor": slow.lr_factor, "rank_factor": slow.rank_factor, "in_force": list(slow.steps)}} if not slow.neutral else {}),
         date=ctx.partition,
     ).write(ctx.out_dir)
     metrics = {**result.metrics, **{f"channel_{k}": v for k, v in result.channel_contributions.items()}, "people_pairs": n_people,
@@ -160,6 +164,7 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
     return StageOutput(
         metrics=metrics,
         metadata={"rows": len(pairs) - n_people, "mode": pc.mode, "pair_partitions": [r.partition for r in pair_refs], "reward_model_version": rm_ref.version,
-                  "started from": start},
+                  "started from": start, "learning_rate": pc.learning_rate, "lora_r": pc.lora.r,
+                  **({"slow loop": f"{', '.join(slow.steps)} in force (learning rate x{slow.lr_factor:g}, rank x{slow.rank_factor:g})"} if not slow.neutral else {})},
         mlflow_artifacts=["adapter_config.json", "adapter_model.safetensors", "METADATA.json", "README.md", "training_history.json", MANIFOLD, MANIFOLD_PLOT],
     )

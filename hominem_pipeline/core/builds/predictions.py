@@ -60,7 +60,7 @@ def seed_prompts_digest(cfg, partition: str) -> str:
 
 def build_predictions(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.artifacts import data_label
-    from hominem_pipeline.core.attune.predictions import PEOPLE, predict
+    from hominem_pipeline.core.attune.predictions import PEOPLE, predict, served_choices
     from hominem_pipeline.core.attune.timeline import calibration
     from hominem_pipeline.core.reward.model import project_reward_model
 
@@ -71,8 +71,8 @@ def build_predictions(ctx: StageContext) -> StageOutput:
     pred = predict(pairs, model, label, in_sample, domains_for(ctx.cfg) if len(pairs) else None, ctx.partition)
     pred.to_parquet(ctx.out_dir / PREDICTIONS, index=False)
     metrics: dict[str, float | None] = {}
-    for group, sources in (("people", PEOPLE), ("judge", ("judge",))):
-        report = calibration(pred[pred["source"].isin(sources)], ctx.cfg.attunement.bins)
+    for group, rows in (("people", pred[pred["source"].isin(PEOPLE)]), ("served", served_choices(pred)), ("judge", pred[pred["source"] == "judge"])):
+        report = calibration(rows, ctx.cfg.attunement.bins)
         metrics[f"{group}_pairs"] = 0 if report is None else report["pairs"]
         metrics[f"{group}_agreement"] = None if report is None else report["agreement"]
         metrics[f"{group}_ece"] = None if report is None else report["ece"]

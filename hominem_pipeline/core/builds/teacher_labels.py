@@ -17,7 +17,34 @@ from hominem_pipeline.core.stage import CheckOutcome, StageContext, StageOutput
 log = logging.getLogger(__name__)
 
 
-LABEL_COLUMNS = ["trajectory_id", "prompt_id", "vector", "scalar", "reward_intensity", "safety_score", "rationale", "prompt", "response", "category", "style"]
+LABEL_COLUMNS = ["trajectory_id", "prompt_id", "vector", "scalar", "reward_intensity", "safety_score", "rationale", "prompt", "response", "category", "style",
+                 "turn_id"]  # turn_id: the served reply's turn in the interaction log (`labeling.served_turns`); null for the teacher's candidates
+
+
+def served_day(partition: str) -> str:
+    """The day whose served replies the labels of `partition` rate: the day before (its log is complete)."""
+    import datetime as dt
+
+    return (dt.date.fromisoformat(partition) - dt.timedelta(days=1)).isoformat()
+
+
+def served_log_digest(cfg: HominemConfig, partition: str) -> str | None:
+    """The day before's interaction log by content, while `labeling.served_turns` rates its replies (part of the labels' version)."""
+    from hominem_pipeline.core.builds.human_feedback import log_digest
+
+    return log_digest(cfg, served_day(partition)) if cfg.labeling.served_turns > 0 else None
+
+
+def served_replies(cfg: HominemConfig, partition: str) -> list[Trajectory]:
+    """`labeling.served_turns` of the replies the student served the day before, as trajectories to rate."""
+    from hominem_pipeline.core.builds.human_feedback import log_file
+    from hominem_pipeline.core.online.feedback import served_trajectories
+    from hominem_pipeline.core.online.log import read_events
+
+    path = log_file(cfg, served_day(partition))
+    if cfg.labeling.served_turns <= 0 or not path.exists():
+        return []
+    return served_trajectories(list(read_events(path)), cfg.labeling.served_turns)
 
 
 def build_teacher_labels(ctx: StageContext) -> StageOutput:
@@ -33,6 +60,8 @@ def build_teacher_labels(ctx: StageContext) -> StageOutput:
 
     trajectories_frame = pd.read_parquet(ctx.one("teacher_trajectories").file("trajectories.parquet"))
     trajectories = [Trajectory(**row) for row in trajectories_frame.to_dict(orient="records")]
+    served = served_replies(ctx.cfg, ctx.partition)  # the student's own replies of the day before: the reward model learns what it says
+    trajectories += served
     # An empty response has nothing to judge: it is quarantined without spending a rating on it.
     empty = [t for t in trajectories if not t.response.strip()]
     to_rate = [t for t in trajectories if t.response.strip()]
@@ -45,8 +74,9 @@ def build_teacher_labels(ctx: StageContext) -> StageOutput:
     seconds = time.monotonic() - started
     dims = ctx.cfg.dimension_names
     by_id = {t.trajectory_id: t for t in to_rate}
+    turn_of = {t.trajectory_id: t.trajectory_id.removeprefix("turn-") for t in served}
     rows = [
-        label.model_dump() | {"prompt": t.prompt, "response": t.response, "category": t.category, "style": t.style}
+        label.model_dump() | {"prompt": t.prompt, "response": t.response, "category": t.category, "style": t.style, "turn_id": turn_of.get(t.trajectory_id)}
         for label in result.items
         for t in [by_id[label.trajectory_id]]
     ]
@@ -76,6 +106,7 @@ def build_teacher_labels(ctx: StageContext) -> StageOutput:
         "failure_rate": len(quarantine) / total,
         "labeling_seconds": seconds,
         "degenerate": len(degenerate),
+        "served_labels": int(frame["turn_id"].notna().sum()),
         **usage_metrics,
     }
     for j, d in enumerate(dims):
@@ -90,6 +121,7 @@ def build_teacher_labels(ctx: StageContext) -> StageOutput:
             "rows": len(frame),
             "teacher": teacher.describe(),
             "scalar_by_style": frame.groupby("style")["scalar"].mean().round(4).to_dict(),
+            "served": f"{len(served)} replies served on {served_day(ctx.partition)} rated (labeling.served_turns {ctx.cfg.labeling.served_turns})",
             "quarantined_by_check": quarantine["check"].value_counts().to_dict() if len(quarantine) else {},
             "degenerate_examples": [f"{t}: {why}" for t, why in list(degenerate.items())[:3]],
             **usage_metadata,

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+SERVED, BASE = "hominem", "hominem-base"  # the model names `hominem serve` answers as: the student with the live adapter, the base alone
 STRENGTHS = {"slight": 0.5, "clear": 1.0, "strong": 1.5}  # a choice's weight as a training pair
 EMOTION_TAGS = ("high_arousal", "low_arousal", "predictive_discrepancy", "prospect_heavy", "reflection_heavy",
                 "high_social_broadcast", "low_social_broadcast")

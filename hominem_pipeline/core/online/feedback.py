@@ -161,3 +161,34 @@ def _conversations(parsed: list[Any], turns: dict[str, Turn]) -> pd.DataFrame:
                 if turn_id in gathered:
                     gathered[turn_id][side] += 1
     return pd.DataFrame(list(gathered.values()), columns=CONVERSATION_COLUMNS)
+
+
+def served_trajectories(events: list[dict[str, Any]], limit: int) -> list[Any]:
+    """Up to `limit` replies the student served (turns of the served models, finished, not empty) as
+    trajectories the teacher rates beside its own candidates: first those people gave feedback on (a
+    thumb, a choice, a nudge or an emotion), then the newest. Each keeps its turn id (`trajectory_id`
+    `turn-<id>`); a conversation is one prompt (`prompt_id` `served-<context>`), with the pair's prompt."""
+    from hominem_pipeline.core.online.events import BASE, SERVED
+    from hominem_pipeline.core.schema import Trajectory
+
+    if limit <= 0:
+        return []
+    parsed = []
+    for raw in events:
+        try:
+            parsed.append(EVENT.validate_python(raw))
+        except ValidationError:
+            continue
+    turns = [e for e in parsed if isinstance(e, Turn) and e.model in (SERVED, BASE) and e.finish_reason != "cancelled" and e.reply.strip()]
+    rated = {t for e in parsed if isinstance(e, (Thumb, Nudge, Emotion)) for t in [e.turn]} | {t for e in parsed if isinstance(e, Choice) for t in (e.chosen, e.rejected)}
+    newest = sorted(turns, key=lambda t: t.time, reverse=True)
+    picked = sorted(newest, key=lambda t: t.id not in rated)[:limit]  # stable: the rated first, each part newest first
+    index: dict[str, int] = defaultdict(int)
+    out = []
+    for t in sorted(picked, key=lambda t: t.time):
+        out.append(Trajectory(trajectory_id=f"turn-{t.id}", prompt_id=f"served-{t.context}", prompt=pair_prompt(t.messages), category="served",
+                              difficulty=0, candidate_index=index[t.context], style=f"served:{t.model}",
+                              temperature=float(t.sampling.get("temperature") or 0.0), top_p=float(t.sampling.get("top_p") or 1.0),
+                              response=t.reply, new_tokens=t.completion_tokens, finished=t.finish_reason == "stop"))
+        index[t.context] += 1
+    return out

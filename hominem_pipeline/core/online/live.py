@@ -1,7 +1,8 @@
 """Which adapter is live: `<data_dir>/live/current.json` and `history.json`.
 
 `current.json` names the adapter (and its reward model) the service answers with; no file means the
-base student alone. `history.json` lists every promotion, refusal, rollback, freeze, unfreeze and note,
+base student alone. `history.json` lists every promotion, refusal, rollback, freeze, unfreeze, the slow
+loop's adjustments (`slow_loop.py`) and notes,
 with its time, who did it, the reason and the gate's figures. Both files are replaced whole (a temp
 file, fsynced, renamed over the old one) under one lock, so a process killed mid-write leaves the
 previous state and two writers (the server's scheduler, `hominem live`) never interleave.
@@ -36,7 +37,7 @@ CURRENT = "current.json"
 HISTORY = "history.json"
 ONLINE_ADAPTERS = "adapters"  # live/adapters/<version>/: the online updates' adapters
 HEALTH = "health.json"  # beside an online update's adapter: its partial RHI (what `promotion.health_of` reads)
-ACTIONS = ("promote", "refuse", "rollback", "freeze", "unfreeze", "note")
+ACTIONS = ("promote", "refuse", "rollback", "freeze", "unfreeze", "adjust", "note")  # adjust: the slow loop changed the next adapters' settings
 
 
 class LiveError(RuntimeError):
@@ -166,7 +167,7 @@ class LiveState:
         """Record that the gate refused `adapter`: it stays on disk as a candidate, with the reason."""
         self._change(lambda current, history: (current, self._entry("refuse", version, adapter, reward_model, reason, by, gate=gate, live=current.version)))
 
-    def rollback(self, version: str | None = None, *, reason: str, by: str) -> Live:
+    def rollback(self, version: str | None = None, *, reason: str, by: str, **extra: Any) -> Live:
         """Make the adapter live before the current one live again, or `version` (one that was live, by its id;
         "base" for the base student). Allowed while frozen: rolling back is how a bad update is undone."""
         def change(current: Live, history: list[dict[str, Any]]) -> tuple[Live, dict[str, Any]]:
@@ -186,28 +187,33 @@ class LiveState:
             if target["adapter"] is not None and not self.absolute(target["adapter"]).is_dir():
                 raise LiveError(f"cannot roll back to {target['version']}: its folder {target['adapter']} is gone")
             entry = {"time": utc_now(), "action": "rollback", "version": target["version"], "adapter": target["adapter"],
-                     "reward_model": target["reward_model"], "reason": reason, "by": by, "previous": current.version}
+                     "reward_model": target["reward_model"], "reason": reason, "by": by, "previous": current.version, **extra}
             return Live(target["version"], target["adapter"], target["reward_model"], entry["time"], -1, current.frozen), entry
 
         return self._change(change)
 
-    def freeze(self, *, reason: str, by: str) -> Live:
-        """Stop online updates and promotions until `unfreeze`; the live adapter keeps serving."""
+    def freeze(self, *, reason: str, by: str, **extra: Any) -> Live:
+        """Stop online updates and promotions until `unfreeze`; the live adapter keeps serving. `extra`: more
+        fields of the history entry (the slow loop's step)."""
         def change(current: Live, history: list[dict[str, Any]]) -> tuple[Live, dict[str, Any]]:
             if current.frozen:
                 raise LiveError(f"already frozen since {current.frozen['since']} ({current.frozen['reason']})")
-            entry = {"time": utc_now(), "action": "freeze", "version": current.version, "reason": reason, "by": by}
+            entry = {"time": utc_now(), "action": "freeze", "version": current.version, "reason": reason, "by": by, **extra}
             return Live(**{**asdict(current), "frozen": {"since": entry["time"], "reason": reason, "by": by}}), entry
 
         return self._change(change)
 
-    def unfreeze(self, *, by: str, reason: str = "") -> Live:
+    def unfreeze(self, *, by: str, reason: str = "", **extra: Any) -> Live:
         def change(current: Live, history: list[dict[str, Any]]) -> tuple[Live, dict[str, Any]]:
             if not current.frozen:
                 raise LiveError("live updates are not frozen")
-            return Live(**{**asdict(current), "frozen": None}), {"time": utc_now(), "action": "unfreeze", "version": current.version, "reason": reason, "by": by}
+            return Live(**{**asdict(current), "frozen": None}), {"time": utc_now(), "action": "unfreeze", "version": current.version, "reason": reason, "by": by, **extra}
 
         return self._change(change)
+
+    def adjust(self, *, reason: str, by: str, **extra: Any) -> None:
+        """Record a change of the next adapters' settings (the slow loop's `step`, its factor and the day it applies from)."""
+        self._change(lambda current, history: (current, {"time": utc_now(), "action": "adjust", "version": current.version, "reason": reason, "by": by, **extra}))
 
     def note(self, text: str, *, by: str) -> None:
         """A note about the live adapter, kept in the history beside the changes."""

@@ -153,9 +153,9 @@ def move_champion(cfg: HominemConfig, live: Live) -> int | None:
                                   description="hominem: LoRA adapters that went live; alias `champion` is the live one (data/live/current.json)")
 
 
-def rollback(cfg: HominemConfig, version: str | None, *, reason: str, by: str) -> Live:
+def rollback(cfg: HominemConfig, version: str | None, *, reason: str, by: str, **extra: Any) -> Live:
     """`LiveState.rollback`, with the registry's `champion` alias moved back too."""
-    live = LiveState(cfg.data_dir).rollback(version, reason=reason, by=by)
+    live = LiveState(cfg.data_dir).rollback(version, reason=reason, by=by, **extra)
     move_champion(cfg, live)
     return live
 

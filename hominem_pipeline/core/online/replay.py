@@ -124,7 +124,8 @@ FINISHED = ["chosen_finished", "rejected_finished"]  # False: the reply was cut 
 
 def teacher_pair_items(pairs: pd.DataFrame, labels: pd.DataFrame, day: str) -> pd.DataFrame:
     """Replay items from a day of the teacher's preference pairs: intensity and safety are the chosen
-    reply's labels, its vector (for social salience) looked up in that day's `labels` by trajectory."""
+    reply's labels, its vector (for social salience) and the rejected reply's (`rejected_vector`, for the
+    nudges' weights) looked up in that day's `labels` by trajectory."""
     vectors = dict(zip(labels["trajectory_id"], labels["vector"])) if len(labels) else {}
     return pd.DataFrame({
         "id": [f"teacher:{day}:{p}" for p in pairs["pair_id"]], "time": f"{day}T00:00:00+00:00", "source": f"teacher:{day}",
@@ -132,7 +133,8 @@ def teacher_pair_items(pairs: pd.DataFrame, labels: pd.DataFrame, day: str) -> p
         "reward_intensity": pairs["chosen_reward_intensity"].to_numpy(dtype=float), "safety_score": pairs["chosen_safety_score"].to_numpy(dtype=float),
         "vector": [vectors.get(t, {}) for t in pairs["chosen_trajectory_id"]], "weight": 1.0,
         **{f: pairs[f].fillna(True).astype(bool).to_numpy() if f in pairs else True for f in FINISHED},
-    }, columns=ITEM_COLUMNS + FINISHED)
+        "rejected_vector": [vectors.get(t, {}) for t in pairs["rejected_trajectory_id"]] if "rejected_trajectory_id" in pairs else [{}] * len(pairs),
+    }, columns=ITEM_COLUMNS + FINISHED + ["rejected_vector"])
 
 
 def teacher_replay_items(store: Any, refs: Sequence[Any]) -> pd.DataFrame:
@@ -144,7 +146,7 @@ def teacher_replay_items(store: Any, refs: Sequence[Any]) -> pd.DataFrame:
         labels_ref = store.upstream(ref, "teacher_labels")
         labels = pd.read_parquet(labels_ref.file("labels.parquet"), columns=["trajectory_id", "vector"]) if labels_ref else pd.DataFrame(columns=["trajectory_id", "vector"])
         frames.append(teacher_pair_items(pd.read_parquet(ref.file("pairs.parquet")), labels, ref.partition))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ITEM_COLUMNS + FINISHED)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ITEM_COLUMNS + FINISHED + ["rejected_vector"])
 
 
 def feedback_pair_items(pairs: pd.DataFrame, times: dict[str, str], scores: dict[str, np.ndarray], max_weight: float) -> pd.DataFrame:

@@ -6,8 +6,9 @@ One update:
    interaction log (their strength is the intensity; the live reward model scores the chosen reply's
    safety and vector, once per pair and reward model) and the teacher's preference pairs of the newest
    `online.teacher_days` days the live adapter was trained on (`update_sources`);
-2. samples `online.batch_items` of them (recent and old, by priority and at random) and trains the live
-   adapter (the base when none is live) for `online.max_steps` steps of the `dual` loss on them and the
+2. samples `online.batch_items` of them (recent and old, by priority and at random; with people's nudges
+   pressing on dimensions, `online.nudges.pair_share` of the batch are dimension pairs and every pair is
+   weighted by the pressure, `nudges.py`) and trains the live adapter (the base when none is live) for `online.max_steps` steps of the `dual` loss on them and the
    memory files, into an immutable `data/live/adapters/<version>/`;
 3. offers it to the gate (`promotion.offer`) with its partial Reward Health Index: DCS on its replies to
    the held-out prompts and GVS on its gradient norms, weighted as in `health.weights` and renormalised,
@@ -16,7 +17,7 @@ One update:
    online updates are frozen until `hominem live unfreeze`.
 
 Before that, facts and corrections people stated in the log become memory rows (`facts`, in
-`online.memory_folder`). An update with nothing from people to learn from (no pair, no new fact), nothing
+`online.memory_folder`). An update with nothing from people to learn from (no pair, no nudge, no new fact), nothing
 new since the live online update was trained, or whose batch and starting adapter equal an earlier
 update's, is skipped with the reason. `hominem live update`, the server's scheduler and
 POST /admin/live/update all run `run_update`.
@@ -24,6 +25,7 @@ POST /admin/live/update all run `run_update`.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import math
@@ -41,7 +43,9 @@ import pandas as pd
 from hominem_pipeline.core.artifacts import fingerprint
 from hominem_pipeline.core.config import HominemConfig
 from hominem_pipeline.core.online.live import HEALTH, LIVE_DIR, ONLINE_ADAPTERS, LiveError, LiveState, utc_now
+from hominem_pipeline.core.online.nudges import Pressure, dimension_pairs, gaps, pair_weights, pressure
 from hominem_pipeline.core.online.replay import FINISHED, ITEM_COLUMNS, ReplayBuffer, feedback_pair_items, teacher_replay_items
+from hominem_pipeline.core.online.slow_loop import adjustment_on
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +131,25 @@ def teacher_items(cfg: HominemConfig, sources: list[Any]) -> tuple[pd.DataFrame,
         refs.append(ref)
         used.append(key)
     return teacher_replay_items(store, refs), used
+
+
+def nudge_pairs(cfg: HominemConfig, keys: list[Any], push: Pressure) -> pd.DataFrame:
+    """`online.nudges.pair_share` of the batch as dimension pairs (`nudges.dimension_pairs`) of the teacher's
+    labelled candidates behind the preference pairs `keys` (none without pressure)."""
+    from hominem_pipeline.core.artifacts import ArtifactStore
+
+    n = round(cfg.online.nudges.pair_share * cfg.online.batch_items)
+    if not push.active or n <= 0:
+        return dimension_pairs(pd.DataFrame(), cfg.dimension_names, push, 0, 0.0, 0.0, utc_now())
+    store, frames = ArtifactStore(cfg.data_dir), []
+    for key in keys:
+        ref = store.existing(key.asset, key.partition, key.version)
+        labels_ref = store.upstream(ref, "teacher_labels") if ref is not None else None
+        if labels_ref is not None:
+            frames.append(pd.read_parquet(labels_ref.file("labels.parquet")))
+    labels = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    nc = cfg.online.nudges
+    return dimension_pairs(labels, cfg.dimension_names, push, n, nc.min_gap, nc.tolerance, utc_now())
 
 
 def stated_facts(cfg: HominemConfig, events: list[dict[str, Any]]) -> list[Any]:
@@ -242,11 +265,11 @@ def prepare(cfg: HominemConfig) -> None:
 
 
 def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: int, live: str | None, live_adapter: Path | None, reward_model: Any,
-                 rm_path: Path, teacher_keys: list[Any], people_ids: list[str]):
+                 rm_path: Path, teacher_keys: list[Any], people_ids: list[str], lr_factor: float = 1.0):
     """Train the live adapter (`live_adapter`; None: a fresh one on the base) on the replay `batch` and the
     memory files into the new version's folder `out`, written whole (a temp folder renamed) with its
     METADATA, training history, replay batch and the people's pairs its buffer held. With
-    `online.rehearse_memory`, every memory row is trained on once."""
+    `online.rehearse_memory`, every memory row is trained on once. `lr_factor`: the slow loop's lower_lr in force."""
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.evaluation.manifold import keep_manifold
     from hominem_pipeline.core.evaluation.memory import memory_digest, read_memory_rows
@@ -256,10 +279,11 @@ def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: in
 
     pairs = pd.DataFrame({"prompt": batch["prompt"], "chosen": batch["chosen"], "rejected": batch["rejected"],
                           "chosen_reward_intensity": batch["reward_intensity"].astype(float), "chosen_safety_score": batch["safety_score"].astype(float),
+                          **({"weight": batch["nudge_weight"].astype(float)} if "nudge_weight" in batch else {}),  # the nudges' weights scale the intensity
                           **{f: batch[f].fillna(True).astype(bool) if f in batch else True for f in FINISHED}})  # as the daily training encodes them
     memory = read_memory_rows(memory_paths(cfg))
     oc = cfg.online
-    policy = cfg.policy.model_copy(update={"max_steps": oc.max_steps, "learning_rate": oc.learning_rate or cfg.policy.learning_rate})
+    policy = cfg.policy.model_copy(update={"max_steps": oc.max_steps, "learning_rate": (oc.learning_rate or cfg.policy.learning_rate) * lr_factor})
     tmp = out.parent / f".{out.name}.{uuid.uuid4().hex}.tmp"
     tmp.mkdir(parents=True)
     try:
@@ -269,7 +293,7 @@ def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: in
                                     reference_cache=cfg.data_dir / REFERENCE_CACHE,
                                     memory_per_step=math.ceil(len(memory) / oc.max_steps) if oc.rehearse_memory else None)
         (tmp / "training_history.json").write_text(json.dumps({"history": result.history, "grad_norms": result.grad_norms}, indent=1) + "\n")
-        batch.drop(columns=["vector"]).to_parquet(tmp / "replay_batch.parquet", index=False)
+        batch.drop(columns=["vector", "rejected_vector"], errors="ignore").to_parquet(tmp / "replay_batch.parquet", index=False)
         (tmp / PEOPLE_SEEN).write_text(json.dumps(people_ids) + "\n")
         try:  # the gate judges the reward signal this update learned from (`evaluation.manifold`)
             keep_manifold(reward_model, pairs, tmp, f"The reward signal of online update {out.name}")
@@ -326,21 +350,32 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
         path, new_facts = write_extracted(cfg.path(oc.memory_folder), facts)
         log.info("%d fact(s) people stated in the log, %d new or changed, in %s", len(facts), new_facts, path)
     people = feedback_items(cfg, events, reward_model, rm_path)
-    if people.empty and not new_facts:
+    nc = oc.nudges
+    push = pressure(events, cfg.dimension_names, dt.datetime.now(dt.timezone.utc), nc.half_life_days, nc.saturation)
+    if people.empty and not new_facts and not push.active:
         return UpdateResult("skipped", "nothing new from people in the interaction log: no preference pair (a choice between two replies, or "
-                                       "one reply thumbed up and another to the same message down) and no new fact they stated", live=current.version)
+                                       "one reply thumbed up and another to the same message down), no nudge and no new fact they stated", live=current.version)
     live_adapter = state.adapter_path(current)
     seen_file = None if live_adapter is None else live_adapter / PEOPLE_SEEN
-    if not new_facts and seen_file is not None and seen_file.is_file() and set(people["id"]) <= set(json.loads(seen_file.read_text())):
-        return UpdateResult("skipped", f"no new preference pairs or facts from people since {current.version} was trained on them", live=current.version)
+    heard = set(people["id"]) | {f"nudge:{i}" for i in push.ids}  # people's pairs and nudges
+    if not new_facts and seen_file is not None and seen_file.is_file() and heard <= set(json.loads(seen_file.read_text())):
+        return UpdateResult("skipped", f"no new preference pairs, nudges or facts from people since {current.version} was trained on them", live=current.version)
     teacher, teacher_keys = teacher_items(cfg, pair_sources)
     buffer = ReplayBuffer(pd.concat([f for f in (teacher, people) if len(f)], ignore_index=True) if len(teacher) or len(people) else people, cfg.replay)
     seed = int(fingerprint([cfg.project.seed, current.version, len(buffer.items)], 8), 16) % (2**31 - 1)
-    batch = buffer.sample(oc.batch_items, np.random.default_rng(seed))
+    extra = nudge_pairs(cfg, teacher_keys, push)
+    batch = buffer.sample(oc.batch_items - len(extra), np.random.default_rng(seed))
+    if push.active:  # pairs whose chosen reply has more of what people asked for weigh more; the dimension pairs join the batch
+        dims = cfg.dimension_names
+        batch = pd.concat([batch.assign(nudge_weight=pair_weights(gaps(batch, dims), push.vector(dims), nc.strength, nc.max_factor)),
+                           extra.assign(nudge_weight=1.0)], ignore_index=True)
+        log.info("nudges: %s; %d dimension pair(s) in the batch", push.describe(), len(extra))
     items = {k: int(v) for k, v in batch["source"].str.split(":").str[0].value_counts().items()}
     # the version: what it starts from and trains on (the batch, the memory files), and how
+    lr_factor = adjustment_on(cfg.data_dir, utc_now()[:10]).lr_factor  # the slow loop's lower_lr, while in force
     version = "online-" + fingerprint([current.version, sorted(batch["id"]), memory_digest(memory_paths(cfg)), oc.max_steps, oc.learning_rate, oc.rehearse_memory,
-                                       cfg.section("policy"), seed], 12)
+                                       cfg.section("policy"), seed] + ([lr_factor] if lr_factor != 1.0 else [])
+                                      + ([{d: round(p, 4) for d, p in push.by_dimension.items()}, nc.model_dump()] if push.active else []), 12)
     out = cfg.data_dir / LIVE_DIR / ONLINE_ADAPTERS / version
     if out.exists():
         return UpdateResult("skipped", f"nothing new since update {version} (the same batch on the same live adapter)", version=version,
@@ -348,7 +383,7 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
     log.info("online update %s: %d replay items (%s) on %s, %d steps", version, len(batch), items, current.version or "the base", oc.max_steps)
 
     result = train_update(cfg, batch, out, seed=seed, live=current.version, live_adapter=live_adapter, reward_model=reward_model, rm_path=rm_path,
-                          teacher_keys=teacher_keys, people_ids=sorted(people["id"]))
+                          teacher_keys=teacher_keys, people_ids=sorted(heard), lr_factor=lr_factor)
     trained = time.monotonic()
 
     health: dict[str, Any] = {}

@@ -225,7 +225,8 @@ class PairLabels:
 
 def pair_labels(pairs: pd.DataFrame, cfg: DualConfig, reward_model: Any | None = None) -> PairLabels:
     """Each pair's reward intensity and safety score from the configured sources: the teacher's label of
-    the chosen reply, the reward model's score of it, or (intensity only) the constant 1."""
+    the chosen reply, the reward model's score of it, or (intensity only) the constant 1; a pair's optional
+    `weight` column (the nudges' weights of an online update) multiplies its intensity."""
     if pairs.empty:
         return PairLabels(np.zeros(0), np.zeros(0), 1.0)
     scored: dict[str, np.ndarray] = {}
@@ -240,6 +241,8 @@ def pair_labels(pairs: pd.DataFrame, cfg: DualConfig, reward_model: Any | None =
     else:
         intensity = np.asarray(scored["reward_intensity"], dtype=np.float64)
     safety = pairs["chosen_safety_score"].to_numpy(dtype=np.float64) if cfg.safety_source == "teacher" else np.asarray(scored["safety_score"], dtype=np.float64)
+    if "weight" in pairs:
+        intensity = intensity * pairs["weight"].to_numpy(dtype=np.float64)
     intensity = np.clip(intensity, 0.0, None)
     mean = float(intensity.mean())
     if cfg.normalize_intensity and mean > 0:

@@ -58,12 +58,42 @@ def load_people_start(model: Any, folder: Path, base: str, lora: PolicyLoraConfi
 
     with safe_open(str(path), "pt") as fh:
         settings = json.loads(fh.metadata()["settings"])
-    if settings["lora"] != lora_shape(lora):
-        return f"a fresh LoRA: {path.name} was trained for LoRA {settings['lora']}, not policy.lora's {lora_shape(lora)} (`hominem data ship-features` retrains it)"
+    shape, cut = lora_shape(lora), False
+    if settings["lora"] != shape:
+        if not _smaller(settings["lora"], shape):
+            return f"a fresh LoRA: {path.name} was trained for LoRA {settings['lora']}, not policy.lora's {shape} (`hominem data ship-features` retrains it)"
+        cut = True  # the slow loop shrank the rank: the start's updates cut to it
     if settings["pairs_key"] != key:
         return f"a fresh LoRA: {path.name} was trained on other people's pairs than reward_model.people_pairs' training part (`hominem data ship-features` retrains it)"
     state = load_file(str(path), device=str(next(model.parameters()).device))
+    if cut:
+        state = truncate_lora(state, lora.r)
     loaded = set_peft_model_state_dict(model, state)
     if loaded.unexpected_keys:
         raise RuntimeError(f"{path} holds weights the LoRA lacks ({loaded.unexpected_keys[:3]}...); rebuild it with `hominem data ship-features`")
-    return f"the people's start {path.name}: {settings['max_steps']} steps over {settings['pairs']} people's pairs"
+    what = f"the people's start {path.name}: {settings['max_steps']} steps over {settings['pairs']} people's pairs"
+    return what + (f", cut from rank {settings['lora']['r']} to {lora.r} (SVD)" if cut else "")
+
+
+def _smaller(trained: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """`wanted` is `trained` at a lower rank with the same scaling (alpha / r): its updates can be cut to it."""
+    same = {k: v for k, v in trained.items() if k not in ("r", "alpha")} == {k: v for k, v in wanted.items() if k not in ("r", "alpha")}
+    return same and wanted["r"] < trained["r"] and abs(wanted["alpha"] / wanted["r"] - trained["alpha"] / trained["r"]) < 1e-9
+
+
+def truncate_lora(state: dict[str, Any], r: int) -> dict[str, Any]:
+    """LoRA weights cut to rank `r` with the same scaling: each module's update B @ A replaced by its best
+    rank-r approximation (the top r singular directions, split evenly between B and A). What shrinking an
+    adapter keeps is what it had learned most of."""
+    import torch
+
+    out = dict(state)
+    for key in [k for k in state if k.endswith("lora_A.weight")]:
+        b_key = key.replace("lora_A.weight", "lora_B.weight")
+        a, b = state[key].double(), state[b_key].double()  # a: r0 x in, b: out x r0
+        qb, rb = torch.linalg.qr(b)  # the product's SVD through the two thin factors: B A = Qb (Rb A)
+        u, sv, vh = torch.linalg.svd(rb @ a, full_matrices=False)
+        root = sv[:r].sqrt()
+        out[b_key] = ((qb @ u[:, :r]) * root).to(state[b_key].dtype)
+        out[key] = (root[:, None] * vh[:r]).to(state[key].dtype)
+    return out

@@ -13,11 +13,11 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from hominem_pipeline.core.generation import end_at_sentence
-from hominem_pipeline.core.online.events import FEEDBACK, Turn, context_digest
+from hominem_pipeline.core.online.events import BASE, FEEDBACK, SERVED, Turn, context_digest
 from hominem_pipeline.core.online.ledger import FeedbackError
 from hominem_pipeline.core.online.log import utc_now
 from hominem_pipeline.serving.auth import Caller
-from hominem_pipeline.serving.common import BASE, SERVED, ApiError, Kit, field_name, finish
+from hominem_pipeline.serving.common import ApiError, Kit, field_name, finish
 from hominem_pipeline.serving.engine import wait
 from hominem_pipeline.serving.schemas import FeedbackRequest, GenerateRequest, RewardRequest, TurnRequest
 

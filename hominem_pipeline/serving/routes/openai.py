@@ -13,8 +13,9 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
+from hominem_pipeline.core.online.events import BASE, SERVED
 from hominem_pipeline.serving.auth import Caller
-from hominem_pipeline.serving.common import BASE, SERVED, ApiError, Kit, finish
+from hominem_pipeline.serving.common import ApiError, Kit, finish
 from hominem_pipeline.serving.engine import wait
 from hominem_pipeline.serving.schemas import ChatCompletionRequest
 

@@ -10,6 +10,7 @@ const esc = (s) => String(s ?? "").replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<
 const pct = (v) => (v === null || v === undefined ? "–" : `${(100 * v).toFixed(1)}%`);
 const num = (v, d = 3) => (v === null || v === undefined ? "–" : Number(v).toFixed(d));
 const dayTs = (d) => Date.parse(d + "T12:00:00Z") / 1000;
+const TIE = 1e-6;  // scalars closer than this are a tie (the same reply scored in two batches differs in the last digits)
 
 // One uPlot chart in `id`: x values and named series ({label, values, colour, points, dash}); kind "time" or "linear".
 function draw(id, x, series, { kind = "time", yRange = null, xLabel = "", yLabel = "", bars = false } = {}) {
@@ -43,6 +44,7 @@ const views = {
     const x = t.days.map(dayTs), s = t.series;
     draw("chart-agreement", x, [
       { label: "people: agreement", values: s.people_agreement }, { label: "people: ECE", values: s.people_ece, dash: [6, 4] },
+      { label: "people, between the student's own replies", values: s.served_agreement, colour: "#2f9e6f", dash: [2, 3] },
       { label: "judge: agreement", values: s.judge_agreement, colour: "#868e96" }, { label: "judge: ECE", values: s.judge_ece, colour: "#adb5bd", dash: [6, 4] },
     ], { yRange: [0, 1] });
     draw("chart-rhi", x, [{ label: "RHI", values: s.rhi, width: 3, colour: "#1d1f23" }, ...["dcs", "gvs", "mss", "cdrs", "lrps"].map((k) => ({ label: k.toUpperCase(), values: s[k], width: 1 }))], { yRange: [0, 1] });
@@ -50,7 +52,7 @@ const views = {
       { label: "win rate over the base", values: s.win_rate }, { label: "people's held-out pairs", values: s.people_accuracy },
       { label: "probes: trade-offs as written", values: s.probe_tradeoffs_as_expected, dash: [4, 4] },
     ], { yRange: [0, 1] });
-    const mark = { promote: "▲ promoted", rollback: "▼ rolled back", refuse: "× refused", freeze: "❄ froze", unfreeze: "unfroze" };
+    const mark = { promote: "▲ promoted", rollback: "▼ rolled back", refuse: "× refused", freeze: "❄ froze", unfreeze: "unfroze", adjust: "⚙ slow loop" };
     table($("#events"), ["time", "what", "version", "why"], t.events.slice().reverse().map((e) => [e.time, mark[e.action] || e.action, e.version || "base", e.reason || ""]));
     const figures = (f) => Object.entries(f).filter(([, v]) => v !== null && v !== undefined).map(([k, v]) => `${k.replace(/_/g, " ")} ${k.includes("ece") ? num(v) : pct(v)}`).join(" · ");
     table($("#builds"), ["built", "version", "from", "figures", "live"], t.builds.map((b) => [(b.created_at || "").replace("T", " ").slice(0, 16), `${b.asset}/${b.day}/${b.version}`,
@@ -140,7 +142,11 @@ const views = {
     $("#health-pattern").innerHTML = h.pattern ? `Pattern over the last days: <b>${esc(h.pattern)}</b>: ${esc(means[h.pattern])}` : '<span class="muted">no named pattern in the last days (sharp drop, oscillation, flat near 0.5 or 1.0)</span>';
     table($("#components"), ["component", "value", "what a low value means"], h.components.map((c) => [c.name, { html: num(c.value), cls: "num " + (c.value !== null && c.value < 0.5 ? "bad" : "") }, c.meaning]));
     table($("#actions"), ["time", "action", "version", "reason"], h.actions.slice().reverse().map((a) => [a.time, a.action, a.version || "base", a.reason || ""]));
-    $("#slow-loop").textContent = h.slow_loop;
+    const sl = h.slow_loop;
+    $("#slow-loop").innerHTML = (sl.in_force.length ? `<p class="bad">In force: <b>${sl.in_force.map(esc).join(", ")}</b> (the next adapters train at ${sl.lr_factor}× the learning rate, ${sl.rank_factor}× the LoRA rank); rising nights undo them.</p>`
+      : '<p class="good">No slow-loop step in force: the next adapters train with the configured learning rate and rank.</p>')
+      + (sl.nights.length ? `<p class="muted">Nightly RHI: ${sl.nights.map((n) => `${esc(n.day.slice(5))} ${num(n.rhi)}`).join(" · ")}</p>` : '<p class="muted">no night judged yet</p>')
+      + (sl.actions.length ? `<ul>${sl.actions.map((a) => `<li>${esc(a.night)}: <b>${esc(a.step)}</b>: ${esc(a.reason || "")}</li>`).join("")}</ul>` : "");
     status(h.day ? `RHI ${num(h.rhi)} on ${h.day}` : "no health index yet");
   },
 };
@@ -199,9 +205,9 @@ function showOneScale(s, rows) {
     { label: "b - a", values: keys.map((k) => stats[k].mean) },
     { label: "± 1 standard error", values: keys.map((k) => stats[k].se), colour: "#adb5bd" },
   ], { kind: "linear", bars: true, xLabel: keys.map((k, i) => `${i + 1} ${k}`).join("  ") });
-  const wins = rows.filter((r) => r.scalar_b > r.scalar_a).length;
+  const wins = rows.filter((r) => r.scalar_b - r.scalar_a > TIE).length;
   $("#compare-scale-note").innerHTML = `b's reply scores higher on ${wins} of ${rows.length} prompts; scalar b - a ${num(stats.scalar.mean)} ± ${num(stats.scalar.se)}. `
-    + s.dimensions.filter((k) => stats[k].se !== null && Math.abs(stats[k].mean) > 2 * stats[k].se).map((k) => `<b>${esc(k)}</b> ${stats[k].mean > 0 ? "rose" : "fell"} beyond two standard errors`).join("; ");
+    + s.dimensions.filter((k) => stats[k].se !== null && Math.abs(stats[k].mean) > Math.max(TIE, 2 * stats[k].se)).map((k) => `<b>${esc(k)}</b> ${stats[k].mean > 0 ? "rose" : "fell"} beyond two standard errors`).join("; ");
   rows.forEach((r, i) => { const el = document.getElementById(`served-${i}`); if (el) el.textContent = `served reward model: a ${num(r.scalar_a)}, b ${num(r.scalar_b)}, P(b preferred) ${num(r.p_b)}`; });
 }
 

@@ -1,0 +1,159 @@
+"""Does nudging "more empathy" move the live adapter toward empathy, and "less" away from it, through the
+online updates, with no other dimension falling and no fact lost?
+
+Each arm starts a scratch project (the repo's config, `data/` linked to a `make run` project's built
+versions) with the project's daily adapter live, and plays the same simulated day: `--rounds` rounds of
+`--per-round` people's choices (the hand-written contrast pairs, config/human/hominem-contrast-pairs.jsonl),
+each round followed by one online update (`run_update`). The arms differ only in the nudges: `control`
+none, `more` a "more empathy" nudge on `--share` of the round's replies, `less` a "less empathy" nudge on
+the same share. The fast-loop gate is opened (skip, rollback and freeze at 0, no win-rate or people's
+floor) so that every update goes live: this measures what the updates learn, not what the gate lets
+through.
+
+Judged at the end, against the adapter live at the start:
+- its greedy replies to the held-out prompts, scored by the reward model: each dimension's mean change
+  (end minus start) with its paired standard error;
+- the contrast fixtures' empathy pairs: the change of its implicit reward (log P(better) - log P(worse)
+  minus the base's, nats) on them, with its standard error;
+- the memory probe: facts the start adapter answered that the end adapter lost (the gate's probe).
+Goal: `more` above `control` on empathy, `less` below it, no other dimension falling by more than one
+standard error, no fact lost.
+
+    .venv/bin/python benchmarks/nudge_response.py --project P
+    .venv/bin/python benchmarks/nudge_response.py --project P --arms control more less --rounds 3 --per-round 12 --share 0.5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.live_day import script_events  # noqa: E402
+from benchmarks.live_loop import scratch_project  # noqa: E402
+
+OPEN_GATE = {"health": {"min_win_rate": 0.0, "people_tolerance": None}, "online": {"skip_below": 0.0, "rollback_below": 0.0, "freeze_below": 0.0}}
+
+
+def nudges(events: list[dict], direction: str | None, share: float, dimension: str, stamp: str, tag: str) -> list[dict]:
+    """A nudge on `share` of the round's replies (every k-th turn), in `direction` (None: none)."""
+    if direction is None:
+        return []
+    turns = [e for e in events if e["kind"] == "turn"]
+    step = max(1, round(1 / share)) if share > 0 else len(turns) + 1
+    return [{"kind": "nudge", "id": f"{tag}-{i}", "time": stamp, "rater": "sim", "turn": t["id"], "dimension": dimension, "direction": direction}
+            for i, t in enumerate(turns[::step])]
+
+
+def judge(cfg, start: Path, end: Path, prompts: list[str], fixtures: list, reward_model) -> dict:
+    """The end adapter against the start: reward-model dimensions of their held-out replies, the implicit
+    reward on the fixtures, facts lost."""
+    from hominem_pipeline.core.builds.memory_files import memory_paths
+    from hominem_pipeline.core.evaluation.compare import greedy_replies
+    from hominem_pipeline.core.evaluation.fixtures import FIXTURE_MAX_LENGTH, base_logp_cache
+    from hominem_pipeline.core.evaluation.memory import read_memory_rows
+    from hominem_pipeline.core.evaluation.people_pairs import implicit_reward
+    from hominem_pipeline.core.models import load_student, student_path
+    from hominem_pipeline.core.online.gate import run_gate
+    from hominem_pipeline.core.policy.lora import load_policy
+    from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
+
+    cache = base_logp_cache(student_path(cfg), cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES))
+    vectors, moves = {}, {}
+    for name, adapter in (("start", start), ("end", end)):
+        model, tokenizer = load_policy(student_path(cfg), adapter, None)
+        replies = [g.text for g in greedy_replies(model, tokenizer, prompts, cfg.evaluation, cfg.project.seed)]
+        vectors[name] = np.asarray(reward_model.raw_scores(prompts, replies)["vector"], dtype=float)
+        _, moves[name] = implicit_reward(model, tokenizer, [f.prompt for f in fixtures], [f.better for f in fixtures], [f.worse for f in fixtures],
+                                         cfg.evaluation.batch_size, FIXTURE_MAX_LENGTH, cache)
+    diff = vectors["end"] - vectors["start"]
+    move = np.asarray(moves["end"]) - np.asarray(moves["start"])
+    se = lambda x: float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")  # noqa: E731
+    base, tokenizer = load_student(student_path(cfg))
+    gate = run_gate(end, start, cfg=cfg, base=base, tokenizer=tokenizer, reward_model=reward_model, prompts=prompts,
+                    memory=read_memory_rows(memory_paths(cfg)), rhi=1.0, seed=cfg.project.seed).figures
+    return {"dimensions": {d: (float(diff[:, j].mean()), se(diff[:, j])) for j, d in enumerate(reward_model.dimensions)},
+            "fixture_move": (float(move.mean()), se(move)) if len(move) else (float("nan"), float("nan")),
+            "facts_lost": gate["facts_lost"], "facts_asked": gate["facts_asked"]}
+
+
+def run_arm(project: Path, adapter: str | None, arm: str, args) -> dict:
+    from hominem_pipeline.core.evaluation.fixtures import load_fixtures
+    from hominem_pipeline.core.online.live import LiveState
+    from hominem_pipeline.core.online.updates import held_out_prompts, reward_model_at, run_update, update_sources
+
+    tmp, cfg, state = scratch_project(project, adapter, overrides=OPEN_GATE)
+    try:
+        start = state.adapter_path()
+        rm_path, sources = update_sources(cfg, state)
+        prompts = held_out_prompts(cfg, sources)
+        pairs = [json.loads(line) for line in (ROOT / "config" / "human" / "hominem-contrast-pairs.jsonl").read_text().splitlines() if line.strip()]
+        day = time.strftime("%Y-%m-%d", time.gmtime())
+        log = cfg.data_dir / cfg.serving.log_dir / "log" / f"{day}.jsonl"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        direction = {"control": None, "more": "more", "less": "less"}[arm]
+        outcomes = []
+        for r in range(args.rounds):
+            events = script_events(pairs[r * args.per_round : (r + 1) * args.per_round], [], day, r)
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+            events += nudges(events, direction, args.share, args.dimension, stamp, f"{arm}-{r}")
+            with open(log, "a") as fh:
+                fh.write("".join(json.dumps(e) + "\n" for e in events))
+            started = time.monotonic()
+            done = run_update(cfg, by="benchmark", reason=f"{arm}, round {r + 1}")
+            outcomes.append(done.outcome)
+            print(f"  {arm} round {r + 1}: {done.outcome} in {time.monotonic() - started:.0f} s ({done.items})", flush=True)
+        end = state.adapter_path()
+        fixtures = [f for f in load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names) if f.tag == args.dimension]
+        result = judge(cfg, start, end, prompts, fixtures, reward_model_at(rm_path, cfg))
+        return {"arm": arm, "outcomes": outcomes, "live": LiveState(cfg.data_dir).current().version, **result}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--project", type=Path, required=True, help="a `make run` project (its daily adapter, reward model and pairs)")
+    ap.add_argument("--adapter", help="the daily adapter live at the start (default: the newest built)")
+    ap.add_argument("--arms", nargs="+", default=["control", "more", "less"], choices=["control", "more", "less"])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--per-round", type=int, default=12)
+    ap.add_argument("--share", type=float, default=0.5, help="share of a round's replies nudged")
+    ap.add_argument("--dimension", default="empathy")
+    args = ap.parse_args()
+
+    rows = []
+    for arm in args.arms:
+        started = time.monotonic()
+        rows.append(run_arm(args.project.resolve(), args.adapter, arm, args))
+        print(f"{arm}: {time.monotonic() - started:.0f} s", flush=True)
+    dims = list(rows[0]["dimensions"])
+    print(f"\nthe end adapter minus the start, on the held-out prompts (reward model; mean ± standard error); "
+          f"{args.dimension} fixtures' implicit reward change (nats); facts lost")
+    print(f"{'arm':8s} " + " ".join(f"{d[:12]:>16s}" for d in dims) + f" {'fixtures':>16s} {'facts lost':>10s}  updates")
+    for r in rows:
+        print(f"{r['arm']:8s} " + " ".join(f"{m:+7.3f} ± {s:5.3f}" for m, s in r["dimensions"].values())
+              + f" {r['fixture_move'][0]:+7.2f} ± {r['fixture_move'][1]:5.2f} {r['facts_lost']:>10}  {', '.join(r['outcomes'])}")
+    by = {r["arm"]: r for r in rows}
+    if "control" in by:
+        c = by["control"]["dimensions"][args.dimension][0]
+        for arm, sign in (("more", 1), ("less", -1)):
+            if arm in by:
+                m, s = by[arm]["dimensions"][args.dimension]
+                others = [d for d in dims if d != args.dimension and by[arm]["dimensions"][d][0] - by["control"]["dimensions"][d][0] < -by[arm]["dimensions"][d][1]]
+                print(f"{arm}: {args.dimension} {m - c:+.3f} against control ({'the asked way' if sign * (m - c) > 0 else 'NOT the asked way'}; "
+                      f"one standard error {s:.3f}); other dimensions falling beyond one standard error: {others or 'none'}; "
+                      f"facts lost {by[arm]['facts_lost']}")
+    print(json.dumps(rows, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
