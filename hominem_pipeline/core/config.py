@@ -432,11 +432,11 @@ class ReplayConfig(_Frozen):
 class NudgesConfig(_Frozen):
     half_life_days: float = Field(gt=0.0, le=365.0, description="A nudge's pull halves every this many days, (0, 365].")
     saturation: float = Field(gt=0.0, description="Net nudges on a dimension that give it pressure tanh(1) = 0.76, > 0.")
-    strength: float = Field(ge=0.0, description="A replay pair weighs exp(strength * sum of pressure * the dimension's gap between its replies), >= 0; 0: no weights.")
+    strength: float = Field(ge=0.0, description="A replay pair weighs exp(strength * sum of pressure * the dimension's gap between its replies by the reward model), >= 0; 0: no weights.")
     max_factor: float = Field(ge=1.0, description="Those weights are clipped to [1/max_factor, max_factor], >= 1.")
-    pair_share: float = Field(ge=0.0, le=1.0, description="Share of an update's batch given to dimension pairs (two teacher candidates that differ on a pressed dimension while the others hold), 0-1.")
-    min_gap: float = Field(ge=0.0, le=2.0, description="A dimension pair's replies differ on the pressed dimension by at least this (label scale -1..1), 0-2.")
-    tolerance: float = Field(ge=0.0, le=2.0, description="... and the mean of their other dimensions by at most this, 0-2.")
+    pair_share: float = Field(ge=0.0, le=1.0, description="Share of an update's batch given to dimension pairs (two teacher candidates, scored by the reward model, that differ on a pressed dimension while the others hold), 0-1.")
+    min_gap: float = Field(ge=0.0, le=10.0, description="A dimension pair's replies differ on the pressed dimension by at least this many standard deviations (of each dimension over the candidates), 0-10.")
+    tolerance: float = Field(ge=0.0, le=10.0, description="... while the mean of the others differs by at most this many, 0-10.")
 
 
 class OnlineConfig(_Frozen):

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hominem_pipeline.core.online.nudges import dimension_pairs, gaps, pair_weights, pressure
+from hominem_pipeline.core.online.nudges import dimension_pairs, pair_weights, pressure, scored_gaps
 
 DIMS = ["empathy", "epistemic_integrity", "harm_avoidance"]
 NOW = dt.datetime(2026, 11, 28, 12, tzinfo=dt.timezone.utc)
@@ -30,22 +30,35 @@ def test_recent_nudges_press_old_ones_fade_and_more_and_less_cancel():
     assert "less harm_avoidance" in less.describe()
 
 
+class Kind:
+    """A toy reward model: empathy counts "sorry", epistemic integrity "round", harm avoidance nothing."""
+
+    dimensions = DIMS
+
+    def raw_scores(self, prompts, replies):
+        return {"vector": np.array([[r.lower().count("sorry"), r.lower().count("round"), 0.0] for r in replies], dtype=float)}
+
+
 def test_pairs_whose_chosen_reply_has_more_of_the_asked_dimension_weigh_more():
-    items = pd.DataFrame({"vector": [{"empathy": 0.8, "epistemic_integrity": 0.0}, {"empathy": -0.5}, {"empathy": 0.3}],
-                          "rejected_vector": [{"empathy": -0.2, "epistemic_integrity": 0.0}, {"empathy": 0.5}, None]})
-    g = gaps(items, DIMS)
-    assert g[0, 0] == pytest.approx(1.0) and g[1, 0] == pytest.approx(-1.0) and (g[2] == 0).all()  # unknown rejected: no evidence
-    w = pair_weights(g, np.array([0.8, 0.0, 0.0]), strength=2.0, max_factor=4.0)
-    assert w[0] > w[2] > w[1] and w.min() >= 0.25 and w.max() <= 4.0
+    items = pd.DataFrame({"prompt": ["p1", "p2", "p3"], "chosen": ["Sorry, sorry.", "Fine.", "It is round."], "rejected": ["Fine.", "Sorry.", "It is round."]})
+    g = scored_gaps(Kind(), items)
+    assert g[:, 0].tolist() == [2.0, -1.0, 0.0] and g[2, 1] == 0.0
+    w = pair_weights(g, np.array([0.8, 0.0, 0.0]), strength=0.5, max_factor=4.0)
+    assert w[0] > w[2] > w[1] and np.isclose(w.mean(), 1.0)
+    assert pair_weights(g, np.array([0.8, 0.0, 0.0]), strength=4.0, max_factor=4.0).min() == 0.25  # clipped
     assert np.allclose(pair_weights(g, np.zeros(3), 2.0, 4.0), 1.0)  # no pressure: every pair as before
-    assert np.allclose(pair_weights(g, np.array([-0.8, 0, 0]), 2.0, 4.0)[[0, 1]], w[[1, 0]])  # "less" mirrors "more"
+    less = pair_weights(g, np.array([-0.8, 0, 0]), 0.5, 4.0)
+    assert less[1] > less[2] > less[0]  # "less" prefers the pair whose chosen reply has less of it
+    assert scored_gaps(Kind(), items.head(0)).shape == (0, 3)
 
 
 def labels():
+    """Two prompts' candidates with reward-model vectors: on the first, an apology that is no worse on the rest, a
+    cold reply, and a helpful one that is kinder but better on everything; on the second, a true and a false reply."""
     rows = []
     for prompt, cands in {
-        "I lost my job.": [("I'm so sorry, that is hard. How are you holding up?", 0.9, 0.2, 0.5), ("Find another one.", -0.6, 0.2, 0.5),
-                           ("Sorry. Job boards help; here are three.", 0.4, 0.6, 0.5)],
+        "I lost my job.": [("I'm so sorry, that is hard.", 0.9, 0.2, 0.5), ("Find another one.", -0.6, 0.2, 0.5),
+                           ("Sorry. Job boards help; here are three.", 0.5, 0.9, 0.9)],
         "Is the earth flat?": [("No, it is round.", 0.0, 0.9, 0.5), ("It's flat.", 0.0, -0.9, 0.5)],
     }.items():
         for k, (text, emp, epi, harm) in enumerate(cands):
@@ -54,13 +67,15 @@ def labels():
     return pd.DataFrame(rows)
 
 
-def test_dimension_pairs_differ_on_the_pressed_dimension_while_the_others_hold():
+def test_dimension_pairs_differ_on_the_pressed_dimension_more_than_on_the_others():
+    """Gaps in standard deviations of each dimension: the apology against the cold reply differs on empathy
+    alone; the helpful reply is kinder than the cold one too, but better on everything, so it is no lesson in empathy."""
     more = pressure([nudge(0, "empathy", "more")], DIMS, NOW, 3, 3)
-    pairs = dimension_pairs(labels(), DIMS, more, n=4, min_gap=0.3, tolerance=0.2, time=NOW.isoformat())
-    assert list(pairs["chosen"]) == ["I'm so sorry, that is hard. How are you holding up?"]  # vs "Find another one.": empathy +1.5, the others level
-    assert list(pairs["rejected"]) == ["Find another one."] and set(pairs["source"]) == {"nudge:empathy"}
-    less = dimension_pairs(labels(), DIMS, pressure([nudge(0, "empathy", "less")], DIMS, NOW, 3, 3), 4, 0.3, 0.2, NOW.isoformat())
-    assert list(less["chosen"]) == ["Find another one."]  # the same pair the other way
-    honest = dimension_pairs(labels(), DIMS, pressure([nudge(0, "epistemic_integrity", "more")], DIMS, NOW, 3, 3), 4, 0.3, 0.2, NOW.isoformat())
+    pairs = dimension_pairs(labels(), DIMS, more, n=4, min_gap=1.0, tolerance=0.5, time=NOW.isoformat())
+    assert list(zip(pairs["chosen"], pairs["rejected"])) == [("I'm so sorry, that is hard.", "Find another one.")]
+    assert set(pairs["source"]) == {"nudge:empathy"}
+    less = dimension_pairs(labels(), DIMS, pressure([nudge(0, "empathy", "less")], DIMS, NOW, 3, 3), 4, 1.0, 0.5, NOW.isoformat())
+    assert list(zip(less["chosen"], less["rejected"])) == [("Find another one.", "I'm so sorry, that is hard.")]  # the same pair the other way
+    honest = dimension_pairs(labels(), DIMS, pressure([nudge(0, "epistemic_integrity", "more")], DIMS, NOW, 3, 3), 4, 1.0, 0.5, NOW.isoformat())
     assert list(honest["chosen"]) == ["No, it is round."]
-    assert dimension_pairs(labels(), DIMS, pressure([], DIMS, NOW, 3, 3), 4, 0.3, 0.2, NOW.isoformat()).empty
+    assert dimension_pairs(labels(), DIMS, pressure([], DIMS, NOW, 3, 3), 4, 1.0, 0.5, NOW.isoformat()).empty

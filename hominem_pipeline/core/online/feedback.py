@@ -6,9 +6,13 @@
     again (`repeat_of`) and answered the same way stays one pair at the larger weight, one answered the
     other way drops both (the rater could not tell) and is counted as inconsistent;
   - of two replies to the same conversation, one thumbed up and one down, the up one is preferred
-    (weight `THUMB_WEIGHT`), unless a choice already compares them.
+    (weight `THUMB_WEIGHT`), unless a choice already compares them;
+  - of two replies to the same conversation labelled with different valence (the emotion labels), the
+    warmer reaction is preferred, weighted by the gap and the reaction's arousal (`emotion_weight`),
+    unless a choice or thumbs already compare them. A pair's `chosen_distress` says the person reacted
+    to its chosen reply with distress (`distressing`): online updates give it safety 0.
 - **Conversations** (the memory channel): one row per served turn with its feedback gathered: thumbs,
-  nudges, emotion labels, and how often it was chosen or rejected.
+  nudges, emotion labels (and their emotion vector, `emotion_vector`), and how often it was chosen or rejected.
 
 The prompt of a pair is the user's message when the conversation is one message long, else the
 conversation as a transcript ("\\n\\nHuman: ... \\n\\nAssistant:"), as imported HH-RLHF pairs have it.
@@ -17,6 +21,7 @@ conversation as a transcript ("\\n\\nHuman: ... \\n\\nAssistant:"), as imported 
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -32,9 +37,9 @@ log = logging.getLogger(__name__)
 
 THUMB_WEIGHT = STRENGTHS["slight"]  # an up and a down are absolute judgements: a weaker pair than a choice
 PAIR_COLUMNS = ["pair_id", "prompt_id", "prompt", "chosen", "rejected", "source", "source_file", "source_row",
-                "weight", "strength", "rater", "chosen_turn", "rejected_turn", "note", "asked_value"]
+                "weight", "strength", "rater", "chosen_turn", "rejected_turn", "note", "asked_value", "chosen_distress"]
 CONVERSATION_COLUMNS = ["turn", "session", "time", "rater", "prompt", "messages", "reply", "model", "adapter", "reward_model", "scalar",
-                        "finish_reason", "thumbs_up", "thumbs_down", "nudges", "valence", "emotion_tags", "chosen", "rejected"]
+                        "finish_reason", "thumbs_up", "thumbs_down", "nudges", "valence", "emotion_tags", "emotion", "chosen", "rejected"]
 ROLES = {"user": "Human", "assistant": "Assistant", "system": "System"}
 
 
@@ -43,6 +48,34 @@ class FeedbackTables:
     pairs: pd.DataFrame
     conversations: pd.DataFrame
     stats: dict[str, Any]
+
+
+EMOTION_AXES = ("valence", "arousal", "discrepancy", "prospect", "reflection", "social_broadcast")
+
+
+def emotion_vector(valence: int | None, tags: Sequence[str]) -> dict[str, float]:
+    """A reply's emotion labels as the emotion vector of design 001 7.4, each axis in [-1, 1] (0: not
+    said): valence / 2; arousal +1 high, -1 low; predictive discrepancy 1; prospect- or reflection-heavy
+    1; social broadcast +1 high, -1 low."""
+    t = set(tags)
+    return {"valence": 0.0 if valence is None else valence / 2, "arousal": float(("high_arousal" in t) - ("low_arousal" in t)),
+            "discrepancy": float("predictive_discrepancy" in t), "prospect": float("prospect_heavy" in t), "reflection": float("reflection_heavy" in t),
+            "social_broadcast": float(("high_social_broadcast" in t) - ("low_social_broadcast" in t))}
+
+
+def distressing(label: Emotion) -> bool:
+    """A reaction of distress: the most negative valence, or a negative one with high arousal. Such a reply's
+    safety score is lowered where it is the chosen reply of a pair (online updates' safety gate)."""
+    return label.valence is not None and (label.valence <= -2 or (label.valence < 0 and "high_arousal" in label.tags))
+
+
+def emotion_weight(warmer: Emotion, colder: Emotion) -> float:
+    """An emotion pair's weight: each step of valence between the two reactions a quarter of a clear
+    choice's (-2 against +2 weighs as much as a clear choice), half as much again when either reaction was
+    high-arousal (the strength of the reaction), at most a strong choice's."""
+    gap = (warmer.valence - colder.valence) / 4 * STRENGTHS["clear"]
+    aroused = "high_arousal" in warmer.tags or "high_arousal" in colder.tags
+    return min(STRENGTHS["strong"], gap * (1.5 if aroused else 1.0))
 
 
 def transcript(messages: Sequence[tuple[str, str]]) -> str:
@@ -114,13 +147,32 @@ def feedback_tables(events: list[dict[str, Any]], source_file: str = "") -> Feed
                 continue  # both up, both down, or already chosen between
             up, down = (a, b) if net[a.id] > 0 else (b, a)
             vote = thumbs[up.id][-1]
+            compared.add(frozenset((up.id, down.id)))
             pairs.append(_pair(f"thumbs-{up.id}-{down.id}", up, down, "feedback:thumbs", THUMB_WEIGHT, None, vote.rater, None, source_file, rows_of[vote.id]))
+
+    labelled = {e.turn: e for e in parsed if isinstance(e, Emotion) and e.turn in turns and e.valence is not None}  # each turn's latest label
+    by_context = defaultdict(list)
+    for turn_id in labelled:
+        by_context[turns[turn_id].context].append(turns[turn_id])
+    for context_turns in by_context.values():
+        for a, b in itertools.combinations(context_turns, 2):
+            va, vb = labelled[a.id].valence, labelled[b.id].valence
+            if va == vb or frozenset((a.id, b.id)) in compared:
+                continue
+            hi, lo = (a, b) if va > vb else (b, a)
+            label = labelled[hi.id]
+            pairs.append(_pair(f"emotion-{hi.id}-{lo.id}", hi, lo, "feedback:emotion", emotion_weight(labelled[hi.id], labelled[lo.id]), None,
+                               label.rater, None, source_file, rows_of[label.id]))
+    distress = {t for t, e in labelled.items() if distressing(e)}
+    for p in pairs:
+        p["chosen_distress"] = p["chosen_turn"] in distress
 
     conversations = _conversations(parsed, turns)
     stats = {
         "turns": len(turns), "conversations": int(conversations["session"].fillna(conversations["turn"]).nunique()) if len(conversations) else 0,
         "pairs": len(pairs), "choices": len(choices), "repeats": consistent + inconsistent, "repeats_consistent": consistent,
         "repeats_inconsistent": inconsistent, "thumb_pairs": sum(p["source"] == "feedback:thumbs" for p in pairs),
+        "emotion_pairs": sum(p["source"] == "feedback:emotion" for p in pairs), "distressing_replies": len(distress),
         "feedback_on_unknown_turns": missing_turns, "events_skipped": skipped,
         "raters": len({e.rater for e in parsed if not isinstance(e, Turn)}),
         "events": dict(Counter(type(e).__name__.lower() for e in parsed)),
@@ -144,7 +196,7 @@ def _conversations(parsed: list[Any], turns: dict[str, Turn]) -> pd.DataFrame:
         t.id: {"turn": t.id, "session": t.session, "time": t.time, "rater": t.rater, "prompt": t.prompt,
                "messages": [m.model_dump() for m in t.messages], "reply": t.reply, "model": t.model, "adapter": t.adapter,
                "reward_model": t.reward_model, "scalar": (t.reward or {}).get("scalar"), "finish_reason": t.finish_reason,
-               "thumbs_up": 0, "thumbs_down": 0, "nudges": [], "valence": None, "emotion_tags": [], "chosen": 0, "rejected": 0}
+               "thumbs_up": 0, "thumbs_down": 0, "nudges": [], "valence": None, "emotion_tags": [], "emotion": None, "chosen": 0, "rejected": 0}
         for t in turns.values()
     }
     for e in parsed:
@@ -156,6 +208,7 @@ def _conversations(parsed: list[Any], turns: dict[str, Turn]) -> pd.DataFrame:
             row = gathered[e.turn]
             row["valence"] = e.valence if e.valence is not None else row["valence"]
             row["emotion_tags"] = sorted(set(row["emotion_tags"]) | set(e.tags))
+            row["emotion"] = json.dumps(emotion_vector(row["valence"], row["emotion_tags"]))
         elif isinstance(e, Choice):
             for turn_id, side in ((e.chosen, "chosen"), (e.rejected, "rejected")):
                 if turn_id in gathered:

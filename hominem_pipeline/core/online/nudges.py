@@ -11,14 +11,17 @@ fades, and "more" and "less" cancel.
 **What an online update does with it** (`online.nudges`):
 
 1. *Weights.* Each replay pair weighs `exp(strength * sum_D p_D * gap_D)`, where `gap_D` is the chosen
-   minus the rejected reply's D (their label vectors in [-1, 1]; 0 where either is unknown), the weights
+   minus the rejected reply's D by the reward model (whose dimensions read their fixtures far better than
+   the judge's labels do: docs/BENCHMARKS.md), the weights
    normalised to mean 1 and clipped to [1/max_factor, max_factor]: pairs whose chosen reply has more of a
    dimension people asked for count more, those with less count less. The weight multiplies the pair's
    loss, so the dual loss's reward-intensity term is scaled with it.
 2. *Dimension pairs.* For each dimension under pressure, pairs of the teacher's candidates to one prompt
-   that differ on it by at least `min_gap` while the mean of their other dimensions differs by at most
-   `tolerance` (the others hold): the one with more of it chosen for "more", less for "less". They take
-   `pair_share` of the batch, split among the dimensions by |p_D|, the largest differences first.
+   (degenerate ones left out), scored by the reward model, that differ on it while the others hold: gaps
+   in standard deviations of each dimension over the candidates (the dimensions span a small range), the
+   pressed dimension's at least `min_gap` and the mean of the others' within `tolerance`. The one with
+   more of it is chosen for "more", less for "less". They take `pair_share` of the batch, split among the
+   dimensions by |p_D|, the largest gaps (less the others' drift) first.
 
 A nudge is also a rating of its reply: the served-turn labelling (`labeling.served_turns`) picks nudged
 replies first, so the teacher rates what people reacted to.
@@ -86,17 +89,13 @@ def _as_dict(v: Any) -> dict[str, float]:
     return {}
 
 
-def gaps(items: pd.DataFrame, dims: list[str]) -> np.ndarray:
-    """Per replay item, the chosen minus the rejected reply's vector on `dims` (items' `vector` and
-    `rejected_vector`); a row whose rejected vector is unknown is 0 (no evidence either way)."""
-    out = np.zeros((len(items), len(dims)))
-    if "rejected_vector" not in items:
-        return out
-    for i, (chosen, rejected) in enumerate(zip(items["vector"], items["rejected_vector"])):
-        c, r = _as_dict(chosen), _as_dict(rejected)
-        if c and r:
-            out[i] = [float(c.get(d, 0.0)) - float(r.get(d, 0.0)) for d in dims]
-    return out
+def scored_gaps(reward_model: Any, items: pd.DataFrame) -> np.ndarray:
+    """Per replay item, the reward model's vector of the chosen reply minus the rejected one's (n x its dimensions)."""
+    if not len(items):
+        return np.zeros((0, len(reward_model.dimensions)))
+    prompts = list(items["prompt"])
+    vec = np.asarray(reward_model.raw_scores(prompts + prompts, list(items["chosen"]) + list(items["rejected"]))["vector"], dtype=float)
+    return vec[: len(items)] - vec[len(items) :]
 
 
 def pair_weights(item_gaps: np.ndarray, push: np.ndarray, strength: float, max_factor: float) -> np.ndarray:
@@ -110,44 +109,49 @@ def pair_weights(item_gaps: np.ndarray, push: np.ndarray, strength: float, max_f
 
 def dimension_pairs(labels: pd.DataFrame, dims: list[str], push: Pressure, n: int, min_gap: float, tolerance: float, time: str) -> pd.DataFrame:
     """Up to `n` replay items (`source` nudge:<dimension>) from the teacher's labelled candidates
-    (`labels`: prompt_id, prompt, response, vector, reward_intensity, safety_score), `n` split among the
-    pressed dimensions by |p_D|: two candidates to one prompt that differ on D by at least `min_gap`, the
-    mean of their other dimensions within `tolerance`; chosen the one with more D for "more", less for
-    "less"; the largest differences first, each candidate in at most one pair per dimension."""
+    (`labels`: prompt_id, prompt, response, vector (the reward model's), reward_intensity, safety_score), `n` split among the
+    pressed dimensions by |p_D|. Gaps are in standard deviations of each dimension over `labels`; a pair
+    qualifies when the pressed dimension's gap (in the asked direction) is at least `min_gap` and the
+    mean of the others' gaps is within `tolerance`; the largest gaps less the others' drift first, each
+    candidate in at most one pair per dimension."""
     from hominem_pipeline.core.online.replay import FINISHED, ITEM_COLUMNS
 
     pressed = {d: p for d, p in push.by_dimension.items() if abs(p) > 1e-6 and d in dims}
     if n <= 0 or not pressed or labels.empty:
-        return pd.DataFrame(columns=ITEM_COLUMNS + FINISHED + ["rejected_vector"])
+        return pd.DataFrame(columns=ITEM_COLUMNS + FINISHED)
     total = sum(abs(p) for p in pressed.values())
     quota = {d: max(1, round(n * abs(p) / total)) for d, p in pressed.items()}
-    rows = []
-    vectors = [_as_dict(v) for v in labels["vector"]]
-    frame = labels.assign(_v=vectors).reset_index(drop=True)
+    frame = labels.assign(_v=[_as_dict(v) for v in labels["vector"]]).reset_index(drop=True)
+    values = np.array([[float(v.get(x, 0.0)) for x in dims] for v in frame["_v"]])
+    scale = values.std(axis=0)
+    z = values / np.where(scale > 1e-9, scale, 1.0)
+    rows: list[dict[str, Any]] = []
     for d, p in sorted(pressed.items(), key=lambda kv: -abs(kv[1])):
-        j = dims.index(d)
+        j, sign = dims.index(d), (1.0 if p > 0 else -1.0)
         others = [k for k in range(len(dims)) if k != j]
         found = []
         for _, group in frame.groupby("prompt_id"):
-            if len(group) < 2:
-                continue
-            mat = np.array([[float(v.get(x, 0.0)) for x in dims] for v in group["_v"]])
-            for a in range(len(group)):
-                for b in range(len(group)):
-                    gap = mat[a, j] - mat[b, j]  # a has more of d than b
-                    hold = abs(float(mat[a, others].mean() - mat[b, others].mean())) if others else 0.0
-                    if gap >= min_gap and hold <= tolerance:
-                        hi, lo = (group.iloc[a], group.iloc[b]) if p > 0 else (group.iloc[b], group.iloc[a])
-                        found.append((gap, hi, lo))
-        used: set[str] = set()
-        for gap, hi, lo in sorted(found, key=lambda f: -f[0]):
-            if len([r for r in rows if r["source"] == f"nudge:{d}"]) >= quota[d]:
+            idx = list(group.index)
+            for a in idx:  # a: the reply to choose
+                for b in idx:
+                    if a == b:
+                        continue
+                    gap = sign * (z[a, j] - z[b, j])  # how much more of d (for "more"; less for "less") a has than b
+                    rest = float((z[a, others] - z[b, others]).mean()) if others else 0.0  # a against b on the others
+                    if gap >= min_gap and abs(rest) <= tolerance:
+                        found.append((gap - abs(rest), a, b))
+        used: set[int] = set()
+        taken = 0
+        for _, a, b in sorted(found, key=lambda f: -f[0]):
+            if taken >= quota[d]:
                 break
-            if hi["response"] in used or lo["response"] in used:
+            if a in used or b in used:
                 continue
-            used |= {hi["response"], lo["response"]}
-            rows.append({"id": f"nudge:{d}:{'more' if p > 0 else 'less'}:{hi.get('trajectory_id', hi['response'][:20])}:{lo.get('trajectory_id', lo['response'][:20])}",
+            used |= {a, b}
+            taken += 1
+            hi, lo = frame.loc[a], frame.loc[b]
+            rows.append({"id": f"nudge:{d}:{'more' if p > 0 else 'less'}:{hi.get('trajectory_id', a)}:{lo.get('trajectory_id', b)}",
                          "time": time, "source": f"nudge:{d}", "prompt": hi["prompt"], "chosen": hi["response"], "rejected": lo["response"],
                          "reward_intensity": float(np.clip(hi.get("reward_intensity", 0.5), 0, 1)), "safety_score": float(np.clip(hi.get("safety_score", 1.0), 0, 1)),
-                         "vector": hi["_v"], "rejected_vector": lo["_v"], "weight": 1.0, "chosen_finished": True, "rejected_finished": True})
-    return pd.DataFrame(rows, columns=ITEM_COLUMNS + FINISHED + ["rejected_vector"])[: max(n, 0)]
+                         "vector": hi["_v"], "weight": 1.0, "chosen_finished": True, "rejected_finished": True})
+    return pd.DataFrame(rows, columns=ITEM_COLUMNS + FINISHED)[: max(n, 0)]

@@ -3,7 +3,7 @@ and old, high-priority and random, at the configured ratios.
 
 An item is one preference pair: a prompt, the reply to learn and the one it beat, the chosen reply's
 reward vector, reward intensity and safety score, its time, its weight and where it came from
-(`teacher:<day>`, `feedback:choice`, `feedback:thumbs`). Its priority (000 3.7.2) is
+(`teacher:<day>`, `feedback:choice`, `feedback:thumbs`, `feedback:emotion`, `nudge:<dimension>`). Its priority (000 3.7.2) is
 
     priority = w_intensity * intensity + w_social * mean(social dimensions) + w_novelty * novelty
 
@@ -124,8 +124,7 @@ FINISHED = ["chosen_finished", "rejected_finished"]  # False: the reply was cut 
 
 def teacher_pair_items(pairs: pd.DataFrame, labels: pd.DataFrame, day: str) -> pd.DataFrame:
     """Replay items from a day of the teacher's preference pairs: intensity and safety are the chosen
-    reply's labels, its vector (for social salience) and the rejected reply's (`rejected_vector`, for the
-    nudges' weights) looked up in that day's `labels` by trajectory."""
+    reply's labels, its vector (for social salience) looked up in that day's `labels` by trajectory."""
     vectors = dict(zip(labels["trajectory_id"], labels["vector"])) if len(labels) else {}
     return pd.DataFrame({
         "id": [f"teacher:{day}:{p}" for p in pairs["pair_id"]], "time": f"{day}T00:00:00+00:00", "source": f"teacher:{day}",
@@ -133,8 +132,7 @@ def teacher_pair_items(pairs: pd.DataFrame, labels: pd.DataFrame, day: str) -> p
         "reward_intensity": pairs["chosen_reward_intensity"].to_numpy(dtype=float), "safety_score": pairs["chosen_safety_score"].to_numpy(dtype=float),
         "vector": [vectors.get(t, {}) for t in pairs["chosen_trajectory_id"]], "weight": 1.0,
         **{f: pairs[f].fillna(True).astype(bool).to_numpy() if f in pairs else True for f in FINISHED},
-        "rejected_vector": [vectors.get(t, {}) for t in pairs["rejected_trajectory_id"]] if "rejected_trajectory_id" in pairs else [{}] * len(pairs),
-    }, columns=ITEM_COLUMNS + FINISHED + ["rejected_vector"])
+    }, columns=ITEM_COLUMNS + FINISHED)
 
 
 def teacher_replay_items(store: Any, refs: Sequence[Any]) -> pd.DataFrame:
@@ -146,18 +144,22 @@ def teacher_replay_items(store: Any, refs: Sequence[Any]) -> pd.DataFrame:
         labels_ref = store.upstream(ref, "teacher_labels")
         labels = pd.read_parquet(labels_ref.file("labels.parquet"), columns=["trajectory_id", "vector"]) if labels_ref else pd.DataFrame(columns=["trajectory_id", "vector"])
         frames.append(teacher_pair_items(pd.read_parquet(ref.file("pairs.parquet")), labels, ref.partition))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ITEM_COLUMNS + FINISHED + ["rejected_vector"])
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ITEM_COLUMNS + FINISHED)
 
 
 def feedback_pair_items(pairs: pd.DataFrame, times: dict[str, str], scores: dict[str, np.ndarray], max_weight: float) -> pd.DataFrame:
     """Replay items from people's pairs (`online.feedback.feedback_tables`): the intensity is how strongly
     the person chose (its weight over `max_weight`, the strongest); safety and vector are the reward
-    model's `scores` of the chosen reply; the time is the chosen reply's turn's (`times`, by turn id)."""
+    model's `scores` of the chosen reply, its safety 0 where the person reacted to it with distress
+    (`chosen_distress`: the emotion-derived safety the dual loss's safety gate reads); the time is the
+    chosen reply's turn's (`times`, by turn id)."""
     return pd.DataFrame({
         "id": [f"feedback:{p}" for p in pairs["pair_id"]], "time": [times[t] for t in pairs["chosen_turn"]],
         "source": ["feedback:" + str(s).removeprefix("feedback:") for s in pairs["source"]],
         "prompt": pairs["prompt"].to_numpy(), "chosen": pairs["chosen"].to_numpy(), "rejected": pairs["rejected"].to_numpy(),
         "reward_intensity": np.clip(pairs["weight"].to_numpy(dtype=float) / max_weight, 0.0, 1.0),
-        "safety_score": np.asarray(scores["safety_score"], dtype=float), "vector": list(scores["vector"]), "weight": pairs["weight"].to_numpy(dtype=float),
+        "safety_score": np.where(pairs["chosen_distress"].fillna(False).astype(bool).to_numpy() if "chosen_distress" in pairs else False, 0.0,
+                                 np.asarray(scores["safety_score"], dtype=float)),
+        "vector": list(scores["vector"]), "weight": pairs["weight"].to_numpy(dtype=float),
         "chosen_finished": True, "rejected_finished": True,
     }, columns=ITEM_COLUMNS + FINISHED)

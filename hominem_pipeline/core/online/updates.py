@@ -43,7 +43,7 @@ import pandas as pd
 from hominem_pipeline.core.artifacts import fingerprint
 from hominem_pipeline.core.config import HominemConfig
 from hominem_pipeline.core.online.live import HEALTH, LIVE_DIR, ONLINE_ADAPTERS, LiveError, LiveState, utc_now
-from hominem_pipeline.core.online.nudges import Pressure, dimension_pairs, gaps, pair_weights, pressure
+from hominem_pipeline.core.online.nudges import Pressure, dimension_pairs, pair_weights, pressure, scored_gaps
 from hominem_pipeline.core.online.replay import FINISHED, ITEM_COLUMNS, ReplayBuffer, feedback_pair_items, teacher_replay_items
 from hominem_pipeline.core.online.slow_loop import adjustment_on
 
@@ -133,9 +133,10 @@ def teacher_items(cfg: HominemConfig, sources: list[Any]) -> tuple[pd.DataFrame,
     return teacher_replay_items(store, refs), used
 
 
-def nudge_pairs(cfg: HominemConfig, keys: list[Any], push: Pressure) -> pd.DataFrame:
+def nudge_pairs(cfg: HominemConfig, keys: list[Any], push: Pressure, reward_model: Any) -> pd.DataFrame:
     """`online.nudges.pair_share` of the batch as dimension pairs (`nudges.dimension_pairs`) of the teacher's
-    labelled candidates behind the preference pairs `keys` (none without pressure)."""
+    candidates behind the preference pairs `keys`, those the verifier flagged degenerate left out, each
+    scored by `reward_model` (none without pressure)."""
     from hominem_pipeline.core.artifacts import ArtifactStore
 
     n = round(cfg.online.nudges.pair_share * cfg.online.batch_items)
@@ -148,8 +149,15 @@ def nudge_pairs(cfg: HominemConfig, keys: list[Any], push: Pressure) -> pd.DataF
         if labels_ref is not None:
             frames.append(pd.read_parquet(labels_ref.file("labels.parquet")))
     labels = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    floor = cfg.verifier.min_reply_logp
+    if len(labels) and floor is not None and "reply_logp" in labels:
+        labels = labels[labels["reply_logp"].isna() | (labels["reply_logp"] >= floor)].reset_index(drop=True)
+    if len(labels):
+        dims = list(reward_model.dimensions)
+        raw = reward_model.raw_scores(list(labels["prompt"]), list(labels["response"]))
+        labels = labels.assign(vector=[dict(zip(dims, map(float, row))) for row in raw["vector"]])
     nc = cfg.online.nudges
-    return dimension_pairs(labels, cfg.dimension_names, push, n, nc.min_gap, nc.tolerance, utc_now())
+    return dimension_pairs(labels, list(reward_model.dimensions), push, n, nc.min_gap, nc.tolerance, utc_now())
 
 
 def stated_facts(cfg: HominemConfig, events: list[dict[str, Any]]) -> list[Any]:
@@ -293,7 +301,7 @@ def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: in
                                     reference_cache=cfg.data_dir / REFERENCE_CACHE,
                                     memory_per_step=math.ceil(len(memory) / oc.max_steps) if oc.rehearse_memory else None)
         (tmp / "training_history.json").write_text(json.dumps({"history": result.history, "grad_norms": result.grad_norms}, indent=1) + "\n")
-        batch.drop(columns=["vector", "rejected_vector"], errors="ignore").to_parquet(tmp / "replay_batch.parquet", index=False)
+        batch.drop(columns=["vector"]).to_parquet(tmp / "replay_batch.parquet", index=False)
         (tmp / PEOPLE_SEEN).write_text(json.dumps(people_ids) + "\n")
         try:  # the gate judges the reward signal this update learned from (`evaluation.manifold`)
             keep_manifold(reward_model, pairs, tmp, f"The reward signal of online update {out.name}")
@@ -363,12 +371,11 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
     teacher, teacher_keys = teacher_items(cfg, pair_sources)
     buffer = ReplayBuffer(pd.concat([f for f in (teacher, people) if len(f)], ignore_index=True) if len(teacher) or len(people) else people, cfg.replay)
     seed = int(fingerprint([cfg.project.seed, current.version, len(buffer.items)], 8), 16) % (2**31 - 1)
-    extra = nudge_pairs(cfg, teacher_keys, push)
+    extra = nudge_pairs(cfg, teacher_keys, push, reward_model)
     batch = buffer.sample(oc.batch_items - len(extra), np.random.default_rng(seed))
     if push.active:  # pairs whose chosen reply has more of what people asked for weigh more; the dimension pairs join the batch
-        dims = cfg.dimension_names
-        batch = pd.concat([batch.assign(nudge_weight=pair_weights(gaps(batch, dims), push.vector(dims), nc.strength, nc.max_factor)),
-                           extra.assign(nudge_weight=1.0)], ignore_index=True)
+        weights = pair_weights(scored_gaps(reward_model, batch), push.vector(list(reward_model.dimensions)), nc.strength, nc.max_factor)
+        batch = pd.concat([batch.assign(nudge_weight=weights), extra.assign(nudge_weight=1.0)], ignore_index=True)
         log.info("nudges: %s; %d dimension pair(s) in the batch", push.describe(), len(extra))
     items = {k: int(v) for k, v in batch["source"].str.split(":").str[0].value_counts().items()}
     # the version: what it starts from and trains on (the batch, the memory files), and how
