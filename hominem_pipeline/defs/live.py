@@ -22,8 +22,7 @@ def live_gate_check(partitions: DailyPartitionsDefinition) -> AssetChecksDefinit
                     "with the reason in data/live/history.json.",
     )
     def _live_gate(context: AssetCheckExecutionContext, hominem: HominemResource) -> AssetCheckResult:
-        from hominem_pipeline.core.online.promotion import gate_daily_adapter
-        from hominem_pipeline.core.online.slow_loop import nightly
+        from hominem_pipeline.core.online.promotion import gate_daily_adapter, nightly
 
         cfg = hominem.load()
         by = f"dagster:{context.run.run_id}"

@@ -14,6 +14,7 @@ from typing import Any
 from hominem_pipeline.core.config import HominemConfig
 from hominem_pipeline.core.online.gate import GateReport, ReplyCache, run_gate
 from hominem_pipeline.core.online.live import HEALTH, BadAdapter, Live, LiveError, LiveState, check_adapter, find_adapter
+from hominem_pipeline.core.online.slow_loop import BY, Night, NightReport, act
 
 log = logging.getLogger(__name__)
 
@@ -241,3 +242,26 @@ def _flat(figures: dict[str, Any]) -> dict[str, Any]:
         if v is None or isinstance(v, (int, float, str, bool)):
             out[k] = v if v is not None else "n/a"
     return out
+
+
+def night_of(cfg: HominemConfig, day: str) -> Night:
+    """The slow loop's night of `day`: the day's RHI (the `reward_health_index` version this config implies) and the adapter it measured."""
+    from hominem_pipeline.core.lineage import lineage
+
+    ref = lineage(cfg).expected("reward_health_index", day)
+    if ref is None:
+        return Night(day, None)
+    adapters = ref.manifest.get("inputs", {}).get("lora_adapter", [])
+    return Night(day, ref.manifest.get("metrics", {}).get("rhi"), adapters[0]["version"] if adapters else None)
+
+
+def nightly(cfg: HominemConfig, day: str, *, by: str) -> NightReport:
+    """The daily job's slow loop for `day` (`slow_loop.act`), before its adapter is offered to the live gate;
+    a revert moves the registry's alias back too."""
+    def revert(version: str, reason: str, **mark: Any) -> None:
+        try:
+            rollback(cfg, None, reason=reason, by=f"{BY} ({by})", **mark)
+        except LiveError as exc:  # nothing before it to go back to: said, not raised
+            log.warning("slow loop: could not revert %s: %s", version, exc)
+
+    return act(cfg.data_dir, night_of(cfg, day), cfg.slow_loop, by=by, revert=revert)

@@ -31,8 +31,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hominem_pipeline.core.config import HominemConfig, SlowLoopConfig
-from hominem_pipeline.core.online.live import LiveError, LiveState, _write_atomic
+from hominem_pipeline.core.config import SlowLoopConfig
+from hominem_pipeline.core.online.live import LiveState, _write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -215,17 +215,6 @@ def record_night(data_dir: Path, night: Night) -> list[Night]:
     return read_nights(data_dir)
 
 
-def night_of(cfg: HominemConfig, day: str) -> Night:
-    """The day's RHI (the `reward_health_index` version this config implies) and the adapter it measured."""
-    from hominem_pipeline.core.lineage import lineage
-
-    ref = lineage(cfg).expected("reward_health_index", day)
-    if ref is None:
-        return Night(day, None)
-    adapters = ref.manifest.get("inputs", {}).get("lora_adapter", [])
-    return Night(day, ref.manifest.get("metrics", {}).get("rhi"), adapters[0]["version"] if adapters else None)
-
-
 @dataclass(frozen=True)
 class NightReport:
     night: Night
@@ -288,19 +277,6 @@ def _aside(step: str, state: LiveState) -> str:
     if step == "unfreeze":
         return f" (left frozen: frozen by hand, {frozen['reason']}; `hominem live unfreeze` lifts it)" if frozen else " (not frozen any more)"
     return ""
-
-
-def nightly(cfg: HominemConfig, day: str, *, by: str) -> NightReport:
-    """The daily job's slow loop for `day`, before its adapter is offered to the live gate."""
-    from hominem_pipeline.core.online.promotion import rollback
-
-    def revert(version: str, reason: str, **mark: Any) -> None:
-        try:
-            rollback(cfg, None, reason=reason, by=f"{BY} ({by})", **mark)
-        except LiveError as exc:  # nothing before it to go back to: said, not raised
-            log.warning("slow loop: could not revert %s: %s", version, exc)
-
-    return act(cfg.data_dir, night_of(cfg, day), cfg.slow_loop, by=by, revert=revert)
 
 
 def status(data_dir: Path, cfg: SlowLoopConfig | None, today: str, last: int = 7) -> dict[str, Any]:
