@@ -221,7 +221,7 @@ def served_trajectories(events: list[dict[str, Any]], limit: int) -> list[Any]:
     trajectories the teacher rates beside its own candidates: first those people gave feedback on (a
     thumb, a choice, a nudge or an emotion), then the newest. Each keeps its turn id (`trajectory_id`
     `turn-<id>`); a conversation is one prompt (`prompt_id` `served-<context>`), with the pair's prompt."""
-    from hominem_pipeline.core.online.events import BASE, SERVED
+    from hominem_pipeline.core.online.events import BASE, SERVED, turns_of
     from hominem_pipeline.core.schema import Trajectory
 
     if limit <= 0:
@@ -233,7 +233,7 @@ def served_trajectories(events: list[dict[str, Any]], limit: int) -> list[Any]:
         except ValidationError:
             continue
     turns = [e for e in parsed if isinstance(e, Turn) and e.model in (SERVED, BASE) and e.finish_reason != "cancelled" and e.reply.strip()]
-    rated = {t for e in parsed if isinstance(e, (Thumb, Nudge, Emotion)) for t in [e.turn]} | {t for e in parsed if isinstance(e, Choice) for t in (e.chosen, e.rejected)}
+    rated = {t for e in parsed if not isinstance(e, Turn) for t in turns_of(e)}
     newest = sorted(turns, key=lambda t: t.time, reverse=True)
     picked = sorted(newest, key=lambda t: t.id not in rated)[:limit]  # stable: the rated first, each part newest first
     index: dict[str, int] = defaultdict(int)

@@ -230,10 +230,6 @@ class NightReport:
         off = "" if self.enabled else " (slow_loop.enabled is false: recorded only)"
         return f"slow loop, {self.night.day} RHI {self.night.rhi:.3f}: {what}{off}"
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"night": asdict(self.night), "steps": [asdict(s) for s in self.steps], "lr_factor": self.adjustment.lr_factor,
-                "rank_factor": self.adjustment.rank_factor, "in_force": list(self.adjustment.steps), "enabled": self.enabled}
-
 
 def act(data_dir: Path, night: Night, cfg: SlowLoopConfig, *, by: str, revert: Any = None) -> NightReport:
     """Record `night`, decide, and carry out each step on the live state: `adjust` entries for the
