@@ -79,3 +79,30 @@ def test_dimension_pairs_differ_on_the_pressed_dimension_more_than_on_the_others
     honest = dimension_pairs(labels(), DIMS, pressure([nudge(0, "epistemic_integrity", "more")], DIMS, NOW, 3, 3), 4, 1.0, 0.5, NOW.isoformat())
     assert list(honest["chosen"]) == ["No, it is round."]
     assert dimension_pairs(labels(), DIMS, pressure([], DIMS, NOW, 3, 3), 4, 1.0, 0.5, NOW.isoformat()).empty
+
+
+def test_a_nudge_orders_its_reply_against_a_sibling_on_its_dimension_alone(tmp_path):
+    """For the reward model: "more empathy" on one of two replies to a message says the other has more
+    empathy; "less" the other way round; both nudged the same way, no order; a lone reply, no pair. The
+    pairs are tagged and not about the scalar, and the day's preference pairs (which the policies read)
+    do not hold them."""
+    from hominem_pipeline.core.online.feedback import feedback_tables
+    from hominem_pipeline_tests.core.test_emotions import T, turn
+
+    def said(i, tid, dimension, direction, rater="ana"):
+        return {"id": i, "time": T, "rater": rater, "kind": "nudge", "turn": tid, "dimension": dimension, "direction": direction}
+
+    events = [turn("a", "My cat died.", "Get a new one."), turn("b", "My cat died.", "I'm so sorry. Tell me about her?"),
+              turn("c", "Hi", "Hello!"), turn("d", "Hi", "Hey there, how are you today?"), turn("lone", "Bye", "Bye."),
+              said("n1", "a", "empathy", "more"), said("n2", "b", "empathy", "less"),  # the same order twice: one pair
+              said("n3", "d", "curiosity", "less"),
+              said("n4", "c", "empathy", "more"), said("n5", "d", "empathy", "more"),  # both want more: no order
+              said("n6", "lone", "empathy", "more")]
+    tables = feedback_tables(events)
+    pairs = tables.dimension_pairs.set_index("tag")
+    assert len(tables.dimension_pairs) == 2 and not len(tables.pairs)
+    assert (pairs.loc["empathy", "chosen_turn"], pairs.loc["empathy", "rejected_turn"]) == ("b", "a")
+    assert (pairs.loc["curiosity", "chosen_turn"], pairs.loc["curiosity", "rejected_turn"]) == ("d", "c")  # less curiosity on d: d has more
+    assert not tables.dimension_pairs["scalar"].any() and set(tables.dimension_pairs["source"]) == {"feedback:nudge"}
+    assert tables.stats["nudge_pairs"] == 2 and tables.stats["nudges_without_sibling"] == 1
+    tables.dimension_pairs.to_parquet(tmp_path / "dimension_pairs.parquet")  # the asset writes it as is

@@ -813,6 +813,33 @@ def test_training_follows_tagged_peoples_pairs_on_the_dimension_the_judge_invert
     assert kind_out.scalar > curt_out.scalar
 
 
+def test_nudge_pairs_pull_their_dimension_and_leave_the_scalar_alone(tiny_student, tmp_path):
+    """People's pairs about one dimension alone (a nudge against a sibling reply: `scalar` false) pull that
+    dimension's head as tagged pairs do, while the scalar is exactly the one fitted without them: they never
+    say which reply is better overall. An untagged one is refused, naming the fix."""
+    labels = toy_labels(8)
+    kind = labels["response"].str.startswith("I am so sorry")
+    labels["vector"] = [{"empathy": -0.8 if k else 0.8, "curiosity": 0.8 if k else -0.8, "harm_avoidance": 0.5} for k in kind]
+    cfg = small_cfg(max_length=96, head_fit="ridge", ridge_alphas=[1.0, 100.0], uncertainty={"method": "none", "members": 1, "mc_samples": 2},
+                    backbone={"finetune": "frozen", "frame": "judge", "pooling": "last_mean"}, scalar="free")
+    n = 12
+    nudges = pd.DataFrame({"prompt": [f"My plans fell through, time {i}." for i in range(n)],
+                           "chosen": ["I am so sorry, that sounds really hard. Tell me more?"] * n, "rejected": ["Whatever. Not my problem."] * n,
+                           "tag": ["empathy"] * n, "scalar": [False] * n, "source": ["feedback:nudge"] * n, "weight": [0.5] * n})
+    common = dict(dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, seed=0, data_digest="x", date="2026-11-20", judge_system="You are a fair judge.")
+    judge_only = train_reward_model(labels, out_dir=tmp_path / "judge", **common)
+    nudged = train_reward_model(labels, out_dir=tmp_path / "nudged", human_pairs=nudges, **common)
+    assert nudged["val_dimension_accuracy_judge_empathy"] == 0.0 and nudged["val_dimension_accuracy_empathy"] == 1.0
+    assert "val_human_accuracy" not in nudged and "human_pull" not in nudged and "val_human_accuracy" not in judge_only
+    a, b = RewardModel.load(tmp_path / "judge"), RewardModel.load(tmp_path / "nudged")
+    assert b.metadata.dimension_only_pairs == n and b.metadata.human_pairs == n
+    prompt, replies = "My bike was stolen today.", ["I am so sorry, that sounds really hard. Tell me more?", "Whatever. Not my problem."]
+    assert a.prefer(prompt, *replies, "empathy") < 0.5 < b.prefer(prompt, *replies, "empathy")
+    np.testing.assert_allclose(a.raw_scores([prompt] * 2, replies)["scalar"], b.raw_scores([prompt] * 2, replies)["scalar"], atol=1e-6)
+    with pytest.raises(ValueError, match="scalar false.*tag them with one of"):
+        train_reward_model(labels, out_dir=tmp_path / "bad", human_pairs=nudges.assign(tag=None), **common)
+
+
 def test_gradient_training_learns_a_dimension_from_its_tagged_pairs(tiny_encoder, tmp_path):
     """head_fit gradient: tagged people's pairs add a Bradley-Terry loss on their own dimension, which falls
     as the empathy head learns the people's order; pairs without a tag leave the dimensions alone."""

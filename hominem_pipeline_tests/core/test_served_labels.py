@@ -69,11 +69,16 @@ def test_the_next_day_s_labels_rate_the_served_replies_and_the_reward_model_lear
     assert lineage(tiny_cfg).plan("teacher_labels", DAY).version == before
     with open(path, "a") as fh:
         fh.write(json.dumps(feedback("thumb", "th1", f"{BEFORE}T16:00:00+00:00", turn="b1", value="up")) + "\n")
+        fh.write(json.dumps(feedback("nudge", "nu1", f"{BEFORE}T16:00:00+00:00", turn="a2", dimension="empathy", direction="more")) + "\n")
     assert lineage(tiny_cfg).plan("teacher_labels", DAY).version != before
-    # the reward model trains on the day's labels, the served rows among them
+    # the reward model trains on the day's labels, the served rows among them, and on the day before's
+    # nudge as a pair about empathy alone (a1 has more of it than the nudged a2)
     result = run_stage(STAGES_BY_NAME["teacher_labels"], tiny_cfg, DAY)
+    run_stage(STAGES_BY_NAME["human_feedback"], tiny_cfg, BEFORE)
     rm = run_stage(STAGES_BY_NAME["reward_model"], tiny_cfg, DAY)
     assert rm.metadata["rows"] == result.metrics["labels"] and result.metrics["served_labels"] == 3
+    assert BEFORE in rm.metadata["feedback_partitions"] and rm.metrics["nudge_pairs"] == 1 and rm.metrics["feedback_pairs"] == 1  # and the choice
+    assert json.loads((rm.ref.path / "METADATA.json").read_text())["dimension_only_pairs"] == 1
 
 
 def test_people_s_choices_between_served_replies_are_told_apart_from_asked_questions(tmp_path):

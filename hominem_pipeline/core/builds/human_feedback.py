@@ -9,6 +9,7 @@ from hominem_pipeline.core.config import HominemConfig
 from hominem_pipeline.core.stage import StageContext, StageOutput
 
 PAIRS, CONVERSATIONS = "pairs.parquet", "conversations.parquet"
+DIMENSION_PAIRS = "dimension_pairs.parquet"  # the nudges' pairs, about one dimension each (the reward model's alone)
 
 
 def log_file(cfg: HominemConfig, partition: str) -> Path:
@@ -24,6 +25,7 @@ def build_human_feedback(ctx: StageContext) -> StageOutput:
     tables = feedback_tables(events, path.name)
     tables.pairs.to_parquet(ctx.out_dir / PAIRS, index=False)
     tables.conversations.to_parquet(ctx.out_dir / CONVERSATIONS, index=False)
+    tables.dimension_pairs.to_parquet(ctx.out_dir / DIMENSION_PAIRS, index=False)
     stats = tables.stats
     return StageOutput(
         metrics={k: v for k, v in stats.items() if isinstance(v, (int, float))},

@@ -42,6 +42,24 @@ def human_pairs(ctx: StageContext, held_out: bool = True):
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
+def nudge_pairs(ctx: StageContext):
+    """The window's nudges as pairs about one dimension each (`online.feedback`'s dimension pairs: `tag` the
+    dimension, `scalar` false), those on a configured dimension; None when there are none."""
+    import pandas as pd
+
+    from hominem_pipeline.core.builds.human_feedback import DIMENSION_PAIRS
+
+    frames = [pd.read_parquet(r.file(DIMENSION_PAIRS)) for r in ctx.inputs["human_feedback"] if r.file(DIMENSION_PAIRS).is_file()]
+    pairs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if not len(pairs):
+        return None
+    known = pairs["tag"].isin(ctx.cfg.dimension_names)
+    if not known.all():
+        log.warning("reward model: %d nudge pair(s) on dimensions that are not configured (%s) are not read", int((~known).sum()),
+                    ", ".join(sorted(set(pairs.loc[~known, "tag"]))))
+    return pairs[known].assign(heads=True, scalar=False) if known.any() else None
+
+
 def boosted(pairs, boost: float):
     """People's pairs with each answer to a question the service asked weighing 1 + boost x its expected
     information when asked (`asked_value`, 0-1; `attunement.selection.retrain_boost`); others as given."""
@@ -92,6 +110,9 @@ def people_pairs(cfg: HominemConfig, part: str = "train"):
 
 
 def build_reward_model(ctx: StageContext) -> StageOutput:
+    import pandas as pd
+
+    from hominem_pipeline.core.builds.human_feedback import DIMENSION_PAIRS
     from hominem_pipeline.core.device import resolve_device
     from hominem_pipeline.core.evaluation.fixtures import FIXTURES_JSON
     from hominem_pipeline.core.models import reward_backbone, student_path
@@ -102,9 +123,12 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
 
     labels = ctx.tables("teacher_labels")
     human = boosted(human_pairs(ctx), ctx.cfg.attunement.selection.retrain_boost)
-    # Content digest: the sha256 of every table read, as their manifests recorded them, and of the shipped pairs.
+    nudged = nudge_pairs(ctx) if ctx.cfg.reward_model.dimension_pairs else None
+    if nudged is not None:
+        human = nudged if human is None else pd.concat([human, nudged], ignore_index=True)
+    # Content digest: the sha256 of every table read, as their manifests recorded them, of the nudges' pairs, and of the shipped pairs.
     digest = fingerprint([[a, r.partition, r.manifest["files"][r.manifest["table"]]] for a in ("teacher_labels", *HUMAN) for r in ctx.inputs[a]]
-                         + [people_pairs_digest(ctx.cfg)], 64)
+                         + [r.manifest["files"].get(DIMENSION_PAIRS) for r in ctx.inputs["human_feedback"]] + [people_pairs_digest(ctx.cfg)], 64)
     started = time.monotonic()
     device = resolve_device(ctx.cfg.runtime.device)
     metrics = train_reward_model(
@@ -127,7 +151,8 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
         people_encoder=people_encoder(ctx.cfg),
     )
     metrics["train_seconds"] = time.monotonic() - started
-    metrics["feedback_pairs"] = 0 if human is None else int(human["source"].str.startswith("feedback:").sum())
+    metrics["feedback_pairs"] = 0 if human is None else int(human["source"].str.startswith("feedback:").sum()) - (0 if nudged is None else len(nudged))
+    metrics["nudge_pairs"] = 0 if nudged is None else len(nudged)
     report = score_fixture_file(ctx.cfg, ctx.out_dir)
     if report is not None:
         metrics.update(report.metrics())

@@ -11,6 +11,14 @@
     warmer reaction is preferred, weighted by the gap and the reaction's arousal (`emotion_weight`),
     unless a choice or thumbs already compare them. A pair's `chosen_distress` says the person reacted
     to its chosen reply with distress (`distressing`): online updates give it safety 0.
+- **Dimension pairs** (the reward model's dimensions, `dimension_pairs`): a nudge says the person wants more
+  (or less) of a dimension than the nudged reply has. Against another reply to the same conversation
+  (the page's two replies, a regenerated one), which the person did not nudge the same way, it orders the
+  two on that dimension alone: after "more empathy" on r, its sibling s has more empathy than r ("less":
+  r has more than s). Such a pair is tagged with the dimension and `scalar` false: it pulls that
+  dimension's head of the reward model, never the scalar (it does not say s is the better reply), and
+  no policy reads it (the online updates read nudges as pressure, `nudges.py`). Weight `NUDGE_PAIR_WEIGHT`.
+  A nudge on a reply with no sibling makes no pair.
 - **Conversations** (the memory channel): one row per served turn with its feedback gathered: thumbs,
   nudges, emotion labels (and their emotion vector, `emotion_vector`), and how often it was chosen or rejected.
 
@@ -25,7 +33,7 @@ import json
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -36,10 +44,12 @@ from hominem_pipeline.core.online.events import EVENT, STRENGTHS, Choice, Emotio
 log = logging.getLogger(__name__)
 
 THUMB_WEIGHT = STRENGTHS["slight"]  # an up and a down are absolute judgements: a weaker pair than a choice
+NUDGE_PAIR_WEIGHT = STRENGTHS["slight"]  # a nudge is about one reply: its order against a sibling is inferred, a weak pair
 PAIR_COLUMNS = ["pair_id", "prompt_id", "prompt", "chosen", "rejected", "source", "source_file", "source_row",
                 "weight", "strength", "rater", "chosen_turn", "rejected_turn", "note", "asked_value", "chosen_distress"]
 CONVERSATION_COLUMNS = ["turn", "session", "time", "rater", "prompt", "messages", "reply", "model", "adapter", "reward_model", "scalar",
                         "finish_reason", "thumbs_up", "thumbs_down", "nudges", "valence", "emotion_tags", "emotion", "chosen", "rejected"]
+DIMENSION_PAIR_COLUMNS = [*PAIR_COLUMNS, "tag", "scalar"]
 ROLES = {"user": "Human", "assistant": "Assistant", "system": "System"}
 
 
@@ -48,6 +58,7 @@ class FeedbackTables:
     pairs: pd.DataFrame
     conversations: pd.DataFrame
     stats: dict[str, Any]
+    dimension_pairs: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=DIMENSION_PAIR_COLUMNS))  # nudges' pairs (above)
 
 
 EMOTION_AXES = ("valence", "arousal", "discrepancy", "prospect", "reflection", "social_broadcast")
@@ -168,18 +179,49 @@ def feedback_tables(events: list[dict[str, Any]], source_file: str = "") -> Feed
         p["chosen_distress"] = p["chosen_turn"] in distress
 
     conversations = _conversations(parsed, turns)
+    dimension_pairs, lone_nudges = _nudge_pairs(parsed, turns, source_file, rows_of)
     stats = {
         "turns": len(turns), "conversations": int(conversations["session"].fillna(conversations["turn"]).nunique()) if len(conversations) else 0,
         "pairs": len(pairs), "choices": len(choices), "repeats": consistent + inconsistent, "repeats_consistent": consistent,
         "repeats_inconsistent": inconsistent, "thumb_pairs": sum(p["source"] == "feedback:thumbs" for p in pairs),
         "emotion_pairs": sum(p["source"] == "feedback:emotion" for p in pairs), "distressing_replies": len(distress),
+        "nudge_pairs": len(dimension_pairs), "nudges_without_sibling": lone_nudges,
         "feedback_on_unknown_turns": missing_turns, "events_skipped": skipped,
         "raters": len({e.rater for e in parsed if not isinstance(e, Turn)}),
         "events": dict(Counter(type(e).__name__.lower() for e in parsed)),
     }
     if skipped:
         log.warning("%s: %d event(s) that are not turns or feedback of this version were skipped", source_file or "the log", skipped)
-    return FeedbackTables(pd.DataFrame(pairs, columns=PAIR_COLUMNS), conversations, stats)
+    return FeedbackTables(pd.DataFrame(pairs, columns=PAIR_COLUMNS), conversations, stats, pd.DataFrame(dimension_pairs, columns=DIMENSION_PAIR_COLUMNS))
+
+
+def _nudge_pairs(parsed: list[Any], turns: dict[str, Turn], source_file: str, rows_of: dict[str, int]) -> tuple[list[dict[str, Any]], int]:
+    """The nudges' dimension pairs (module docstring), and how many nudges had no sibling reply. A person's
+    latest nudge on a reply and dimension counts."""
+    latest: dict[tuple[str, str, str], Nudge] = {}
+    for e in parsed:
+        if isinstance(e, Nudge) and e.turn in turns:
+            latest[(e.rater, e.turn, e.dimension)] = e
+    siblings: dict[str, list[Turn]] = defaultdict(list)
+    for t in turns.values():
+        siblings[t.context].append(t)
+    out: list[dict[str, Any]] = []
+    seen: set[tuple[frozenset[str], str]] = set()
+    lone = 0
+    for (rater, turn_id, dimension), nudge in latest.items():
+        nudged = turns[turn_id]
+        others = [s for s in siblings[nudged.context] if s.id != turn_id]
+        lone += not others
+        for other in others:
+            same_way = latest.get((rater, other.id, dimension))
+            key = (frozenset((turn_id, other.id)), dimension)
+            if (same_way is not None and same_way.direction == nudge.direction) or key in seen:
+                continue  # both asked the same way: no order between them; or ordered already
+            seen.add(key)
+            more, less = (other, nudged) if nudge.direction == "more" else (nudged, other)
+            out.append(_pair(f"nudge-{nudge.id}-{other.id}", more, less, "feedback:nudge", NUDGE_PAIR_WEIGHT, None, rater, None, source_file,
+                             rows_of[nudge.id]) | {"chosen_distress": False, "tag": dimension, "scalar": False})
+    return out, lone
 
 
 def _pair(pair_id: str, chosen: Turn, rejected: Turn, source: str, weight: float, strength: str | None, rater: str, note: str | None,

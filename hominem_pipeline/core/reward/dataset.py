@@ -54,6 +54,7 @@ class TrainingSet:
     pair_group: np.ndarray  # (k,) group of each pair
     pair_human: np.ndarray  # (k,) bool
     pair_dimension: np.ndarray  # (k,) the dimension a people's pair is tagged with (`tags.own_dimension`): its index, -1 for none
+    pair_scalar: np.ndarray  # (k,) bool: the pair also says which reply is better overall (False: a nudge's pair, about its dimension alone)
 
     @classmethod
     def build(cls, encode: Callable[[str, str], list[int]], labels: pd.DataFrame, human: pd.DataFrame | None, dimensions: list[str], cfg: RewardModelConfig) -> TrainingSet:
@@ -74,6 +75,7 @@ class TrainingSet:
         weights = np.full(len(pairs), cfg.pair_loss.teacher_weight)
         human_flags = np.zeros(len(pairs), bool)
         pair_dims = np.full(len(pairs), -1, np.int64)
+        scalar_flags = np.ones(len(pairs), bool)
         if human is not None and len(human):
             start, g0 = len(encoded), len(names)
             for prompt, chosen, rejected in zip(human["prompt"], human["chosen"], human["rejected"]):
@@ -89,11 +91,17 @@ class TrainingSet:
             tags = human["tag"] if "tag" in human else [None] * h
             own = [own_dimension(t if isinstance(t, str) else None, dimensions) for t in tags]  # feedback pairs have no tag column (NaN)
             pair_dims = np.concatenate([pair_dims, [-1 if d is None else dimensions.index(d) for d in own]])
+            overall = human["scalar"].fillna(True).astype(bool).to_numpy() if "scalar" in human else np.ones(h, bool)
+            lost = np.flatnonzero(~overall & (pair_dims[-h:] < 0))
+            if len(lost):
+                raise ValueError(f"{len(lost)} people's pairs are about a dimension alone (scalar false) but name no configured dimension in `tag` "
+                                 f"(first: {tags.iloc[lost[0]] if hasattr(tags, 'iloc') else tags[lost[0]]!r}); tag them with one of {dimensions}, or drop them")
+            scalar_flags = np.concatenate([scalar_flags, overall])
         n_groups = int(group_of.max()) + 1 if len(group_of) else 0
         order = np.argsort(group_of, kind="stable")
         groups = np.split(order, np.cumsum(np.bincount(group_of, minlength=n_groups))[:-1]) if n_groups else []
         return cls(encoded, texts, n, targets, group_of, groups, pairs, weights, group_of[pairs[:, 0]] if len(pairs) else np.zeros(0, np.int64), human_flags,
-                   pair_dims)
+                   pair_dims, scalar_flags)
 
     def split(self, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
         """Group ids (train, val): labeled prompts and human pairs each split by `val_fraction`, so a

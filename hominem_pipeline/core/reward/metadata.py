@@ -76,6 +76,7 @@ class RewardMetadata(_Strict):
     date: str
     training_examples: int
     human_pairs: int
+    dimension_only_pairs: int = 0  # of human_pairs, those about one dimension alone (people's nudges): they train that dimension, not the scalar
     calibration: dict[str, Any] | None  # temperature scaling overall and per dimension; None: no held-out pair
     metrics: dict[str, Any]
     history: list[dict[str, Any]]

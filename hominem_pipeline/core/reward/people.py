@@ -401,7 +401,8 @@ def fit_people_score(encoder: Path, cfg: RewardModelConfig, cache: Path | None, 
     through it, and the rows it ships for the shipped pairs are not measured again; without one, the
     projection is fitted on the pairs' replies here."""
     texts = list(data.texts)
-    hp, hw = data.pairs[data.pair_human], data.pair_weight[data.pair_human]
+    overall = data.pair_human & data.pair_scalar  # a nudge's pair is about one dimension, not what people prefer
+    hp, hw = data.pairs[overall], data.pair_weight[overall]
     groups = [f"heads:{g}" for g in data.group_of[hp[:, 0]]]
     pairs, weights = [hp], [hw]
     if people_only is not None and len(people_only):

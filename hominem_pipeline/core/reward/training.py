@@ -141,14 +141,14 @@ def _combine(net: RewardNet, full: dict[str, np.ndarray], data: TrainingSet, lab
     out-of-fold value. Also its weights as metrics."""
     n = len(data.encoded)
     people = None if people_column is None else people_column[:n]
-    combination = fit_scalar_combination(full["vector"].astype(np.float64), people, data.pairs, data.pair_weight, data.pair_human, labeled,
+    combination = fit_scalar_combination(full["vector"].astype(np.float64), people, data.pairs, data.pair_weight * data.pair_scalar, data.pair_human, labeled,
                                          data.targets["scalar"][torch.as_tensor(labeled)].numpy().astype(np.float64))
     with torch.no_grad():
         net.scalar_weights.copy_(combination.as_tensor())
     full["scalar"] = combination(full["vector"], people).astype(np.float32)
     log.info("reward model: the scalar is tanh(%s + %.3g people's score %+.3g) (fitted out of fold on %d people's pairs and %d of the judge's)",
              " + ".join(f"{c:.3g} {d}" for d, c in zip(dimensions, combination.weights)), combination.people, combination.intercept,
-             int(data.pair_human.sum()), int((~data.pair_human).sum()))
+             int((data.pair_human & data.pair_scalar).sum()), int((~data.pair_human).sum()))
     return combination, {**{f"scalar_weight_{d}": float(c) for d, c in zip(dimensions, combination.weights)}, "scalar_weight_people": combination.people}
 
 
@@ -195,9 +195,11 @@ def train_reward_model(
             log.info("reward model: %d people's pairs are for the people's score only, which is off (reward_model.people_score.encoder: null); not read", len(people_only))
             people_only = None
     n_human = 0 if human_pairs is None else len(human_pairs)
-    use_people = people_encoder is not None and cfg.head_fit == "ridge" and n_human >= MIN_PEOPLE_PAIRS
+    n_dimension_only = 0 if human_pairs is None or "scalar" not in human_pairs else int((~human_pairs["scalar"].fillna(True).astype(bool)).sum())
+    use_people = people_encoder is not None and cfg.head_fit == "ridge" and n_human - n_dimension_only >= MIN_PEOPLE_PAIRS
     if people_encoder is not None and not use_people:
-        log.info("reward model: no people's score (it needs head_fit ridge and at least %d people's pairs the heads read, got %d)", MIN_PEOPLE_PAIRS, n_human)
+        log.info("reward model: no people's score (it needs head_fit ridge and at least %d people's pairs the heads read, got %d)", MIN_PEOPLE_PAIRS,
+                 n_human - n_dimension_only)
     if len(examples) < 4 and n_human < 4:
         raise ValueError(f"reward model training needs at least 4 labeled examples or 4 human pairs, got {len(examples)} and {n_human}; label more trajectories")
     if len(examples) == 0:
@@ -303,6 +305,8 @@ def train_reward_model(
         if vector is not None:
             which = which[data.pair_dimension[which] >= 0]
             scalar = vector[..., torch.as_tensor(data.pair_dimension[which])] if len(which) else scalar
+        else:
+            which = which[data.pair_scalar[which]]  # a nudge's pair says nothing about the scalar
         if len(which) == 0:
             return None
         position = {s: i for i, s in enumerate(seqs.tolist())}
@@ -352,14 +356,15 @@ def train_reward_model(
                 metrics[f"val_mse_dim_{d}"] = float(((full["vector"][lab, j] - tv[:, j]) ** 2).mean())
                 metrics[f"val_pearson_{d}"] = pearson(full["vector"][lab, j], tv[:, j])
             metrics["val_pearson_scalar"] = pearson(full["scalar"][lab], data.targets["scalar"][torch.as_tensor(lab)].numpy())
-        teacher, human = val_pairs[~data.pair_human[val_pairs]], val_pairs[data.pair_human[val_pairs]]
+        scalar_pairs = val_pairs[data.pair_scalar[val_pairs]]
+        teacher, human = scalar_pairs[~data.pair_human[scalar_pairs]], scalar_pairs[data.pair_human[scalar_pairs]]
         metrics["val_pairwise_accuracy"] = pairwise_accuracy(data.pairs[teacher], full["scalar"])
         metrics["val_pairs"] = len(teacher)
-        if n_human:
+        if n_human > n_dimension_only:
             metrics["val_human_accuracy"] = pairwise_accuracy(data.pairs[human], full["scalar"])
             metrics["val_human_pairs"] = len(human)
-        if len(val_pairs):
-            gap = full["scalar"][data.pairs[val_pairs, 0]] - full["scalar"][data.pairs[val_pairs, 1]]
+        if len(scalar_pairs):
+            gap = full["scalar"][data.pairs[scalar_pairs, 0]] - full["scalar"][data.pairs[scalar_pairs, 1]]
             metrics["val_pair_nll"] = float(np.logaddexp(0.0, -cfg.pair_loss.scale * gap).mean())
             val_loss += cfg.pair_loss.weight * metrics["val_pair_nll"]
         metrics["val_loss"] = val_loss
@@ -377,6 +382,9 @@ def train_reward_model(
         hp = data.pairs[data.pair_human]  # people's pairs (rows of `frozen`), fitted by the scalar with the labels
         hw = data.pair_weight[data.pair_human]
         human = (hp, hw, data.group_of[hp[:, 0]]) if len(hp) else None
+        overall = data.pair_scalar[data.pair_human]  # the people's pairs about the reply overall (not a nudge's, about one dimension)
+        # the scalar's view of them: a nudge's pair weighs 0 (the folds stay those of every people's pair)
+        scalar_human = (hp, hw * overall, human[2]) if human and overall.any() else None
         pull, pull_accuracy, people_weights = 1.0, {}, {}
         hp_dims = data.pair_dimension[data.pair_human]  # the dimension each people's pair is tagged with (-1: none)
         # the labels' fit of each prompt fold, shared by the scalar's pulls, the dimensions' and the combination's
@@ -384,27 +392,26 @@ def train_reward_model(
                                 human[2] if human else None) if human or combined else None
         dim_pull, dimension_metrics = (choose_dimension_pull(features, data, labeled, cfg, output_weights, seed, human, hp_dims, dimensions, fold_fits)
                                        if human and cfg.dimension_pairs and (hp_dims >= 0).any() else (0.0, {}))
-        if human and not combined:
+        if scalar_human and not combined:
             # How far people's pairs pull the scalar from the judge's: the scale of their weights whose
             # out-of-fold pairs people agree with most (ties: the smaller pull, nearer the judge). With a
             # people's score, each scale's scalar is read with the score at the weight fitted for it
             # (people_scalar_weight): the final scalar's agreement decides, not the heads' alone.
             trials = ridge_out_of_fold_pulls(features, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed, RIDGE_FOLDS,
-                                             human, PAIR_PULLS, fold_fits)
+                                             scalar_human, PAIR_PULLS, fold_fits)
             for scale, (_, _, oof) in trials.items():
                 if use_people:
-                    people_weights[scale] = people_scalar_weight(oof, people_column, hp, hw)
-                    pull_accuracy[scale] = float((with_people(oof, people_column, hp, people_weights[scale]) > 0).mean())
+                    people_weights[scale] = people_scalar_weight(oof[overall], people_column, hp[overall], hw[overall])
+                    pull_accuracy[scale] = float((with_people(oof[overall], people_column, hp[overall], people_weights[scale]) > 0).mean())
                 else:
-                    pull_accuracy[scale] = float((oof[:, 0] > oof[:, 1]).mean())
+                    pull_accuracy[scale] = float((oof[overall, 0] > oof[overall, 1]).mean())
             pull = max(PAIR_PULLS, key=lambda scale: (pull_accuracy[scale], -scale))
             log.info("reward model ridge heads: people's pairs pull the scalar at scale %g (out-of-fold agreement with them %s)", pull,
                      ", ".join(f"{k:g}: {v:.1%}" for k, v in pull_accuracy.items()))
             held_out, fold_alphas, human_oof = trials[pull]
-            hw = hw * pull
         else:
             held_out, fold_alphas, human_oof = ridge_out_of_fold_pulls(features, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights,
-                                                                       seed, RIDGE_FOLDS, None if combined else human, (1.0,), fold_fits)[1.0]
+                                                                       seed, RIDGE_FOLDS, None if combined else scalar_human, (1.0,), fold_fits)[1.0]
         people_weight = 0.0
         if use_people and not combined:
             # The people's score's weight beside the heads' scalar: a two-weight logistic fit of people's
@@ -412,8 +419,8 @@ def train_reward_model(
             # score without its own), so neither looks better than it is on a new reply (above, per pull).
             people_weight = people_weights[pull]
             log.info("reward model: the people's score weighs %.3g in the scalar (out-of-fold agreement with people's pairs: heads alone %.1f%%, "
-                     "with the score %.1f%%)", people_weight, 100 * float((human_oof[:, 0] > human_oof[:, 1]).mean()),
-                     100 * float((with_people(human_oof, people_column, hp, people_weight) > 0).mean()))
+                     "with the score %.1f%%)", people_weight, 100 * float((human_oof[overall, 0] > human_oof[overall, 1]).mean()),
+                     100 * float((with_people(human_oof[overall], people_column, hp[overall], people_weight) > 0).mean()))
         standardise(net, frozen[torch.as_tensor(labeled)])
         if use_people:  # the score is read as it is (its own units), weighed in the scalar alone
             net.feature_mean[-1], net.feature_std[-1] = 0.0, 1.0
@@ -428,9 +435,9 @@ def train_reward_model(
         log.info("reward model ridge heads: penalty %g chosen by %d-fold cross-validation over the prompts (errors %s)", alpha, RIDGE_FOLDS,
                  ", ".join(f"{a:g}: {e:.4f}" for a, e in errors.items()))
         hx = pair_rows(features, hp, mean, std) if human else None
-        pull_scalar = human and not combined  # a combined scalar is no head of its own: nothing to pull
+        pull_scalar = scalar_human is not None and not combined  # a combined scalar is no head of its own: nothing to pull
         coefs = [ridge_solve(x, y, seq_boot[torch.as_tensor(labeled), m].double(), alpha, hx if pull_scalar else None,
-                             torch.as_tensor(hw, dtype=torch.float64) * seq_boot[torch.as_tensor(hp[:, 0]), m].double() if pull_scalar else None,
+                             torch.as_tensor(hw * overall * pull, dtype=torch.float64) * seq_boot[torch.as_tensor(hp[:, 0]), m].double() if pull_scalar else None,
                              len(dimensions)) for m in range(members)]
         if dim_pull:  # each tagged dimension pulled toward its people's pairs, from the labels' solution
             tagged = hp_dims >= 0
@@ -445,7 +452,7 @@ def train_reward_model(
         d = len(dimensions)
         for j, k in enumerate(HEAD_OUTPUTS):
             best_full[k][labeled] = (held_out[:, :d] if k == "vector" else held_out[:, d + j - 1]).numpy()
-        if human and not combined:
+        if scalar_human and not combined:
             best_full["scalar"][hp[:, 0]], best_full["scalar"][hp[:, 1]] = human_oof[:, 0], human_oof[:, 1]
         if fold_fits is not None:  # the vector out of fold as the saved heads pull it: labeled replies, people's pairs' replies
             vectors, pair_vectors = vectors_out_of_fold(features, labeled, human, hp_dims if dim_pull else None, dim_pull, fold_fits, d)
@@ -460,7 +467,7 @@ def train_reward_model(
             scalar = best_full["scalar"].astype(np.float64).clip(-1 + 1e-6, 1 - 1e-6)
             best_full["scalar"] = np.tanh(np.arctanh(scalar) + people_weight * people_column[: len(scalar)]).astype(np.float32)
         best_metrics = {"ridge_alpha": alpha, "ridge_fold_alphas": fold_alphas, **evaluate(best_full), **dimension_metrics, **combination_metrics,
-                        **({"human_pull": pull, **{f"human_pull_{k:g}_accuracy": v for k, v in pull_accuracy.items()}} if human and not combined else {}),
+                        **({"human_pull": pull, **{f"human_pull_{k:g}_accuracy": v for k, v in pull_accuracy.items()}} if scalar_human and not combined else {}),
                         **({"people_weight": people_weight, "people_pairs": people.pairs, "people_agreement": people.agreement,
                             "people_alpha": people.alpha} if use_people else {})}
         log.info("reward model ridge heads: out of fold (%d prompt folds) they order %s of %d teacher pairs", RIDGE_FOLDS,
@@ -586,6 +593,7 @@ def train_reward_model(
         "date": date,
         "training_examples": len(examples),
         "human_pairs": n_human,
+        "dimension_only_pairs": n_dimension_only,
         "calibration": calibration,
         "metrics": final,
         "history": history,

@@ -76,7 +76,8 @@ def calibrate_validation(
         same_prompt_pairs,
     )
 
-    overall = calibrate(data.pairs[val_pairs], data.pair_group[val_pairs], full["scalar"])
+    scalar_pairs = val_pairs[data.pair_scalar[val_pairs]]  # a nudge's pair is about its dimension alone
+    overall = calibrate(data.pairs[scalar_pairs], data.pair_group[scalar_pairs], full["scalar"])
     if overall is None:
         log.warning("no validation pair (teacher gap of %.2f or more, or human pair): the reward model's preferences stay uncalibrated", PAIR_GAP)
         return None, {}
