@@ -452,6 +452,7 @@ class OnlineConfig(_Frozen):
     rehearse_memory: bool = Field(description="Every memory row is trained on once per update (ceil(rows / max_steps) memory rows beside each step's batch_size pairs); false: policy.dual's mixing.")
     facts_by: Literal["rules", "teacher", "both"] = Field(description="Who reads people's messages for facts: rules (patterns: offline, instant, the shapes they know) | teacher (the configured teacher, a call per new message, its answer checked) | both.")
     memory_folder: str | None = Field(description="Facts and corrections people state in conversation are written here as conversations.jsonl, memory rows the update (and the daily adapter) trains on and the memory probe asks; keep the folder among policy.dual.memory_files; null: not extracted.")
+    liked_replies: int = Field(ge=0, description="The newest N replies people thumbed up are kept in memory_folder as liked.jsonl: memory rows (SFT targets) the update and the daily adapter train on, >= 0; 0: none.")
     skip_below: float = Field(ge=0.0, le=1.0, description="Fast-loop gate: an update whose partial RHI (DCS and GVS) is below this is not promoted, 0-1.")
     rollback_below: float = Field(ge=0.0, le=1.0, description="... below this the online update live now is rolled back too, 0-1.")
     freeze_below: float = Field(ge=0.0, le=1.0, description="... below this online updates are also frozen until `hominem live unfreeze`, 0-1.")

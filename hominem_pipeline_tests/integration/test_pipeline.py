@@ -632,6 +632,8 @@ def test_an_online_update_learns_people_s_pairs_through_the_fast_loop(chain):
     state = LiveState(cfg.data_dir)
     lenient = _overlay(chain, "online_lenient", {"health": {"min_win_rate": 0.0, "people_tolerance": None}, "online": {"skip_below": 0.0, "rollback_below": 0.0, "freeze_below": 0.0}})
     _add_choice(project, "name", said="Hello, my name is Ana")  # a fact the person states: a memory row, asked by the gate's probe
+    with open(project / "data" / "online" / "log" / f"{DAY}.jsonl", "a") as fh:  # and a reply they liked: a memory row too
+        fh.write(json.dumps({"kind": "thumb", "id": "name-up", "time": f"{DAY}T10:02:00+00:00", "rater": "local", "turn": "name-warm", "value": "up"}) + "\n")
     done = hominem(project, "live", "update", "--config", lenient, "--result", "update.json")
     result = json.loads((project / "update.json").read_text())
     assert result["outcome"] == "promoted", result["reason"]
@@ -650,12 +652,14 @@ def test_an_online_update_learns_people_s_pairs_through_the_fast_loop(chain):
     assert result["items"]["feedback"] == 2 and sum(result["items"].values()) == len(batch)
     stated = [json.loads(line) for line in (project / "data" / "sft" / "conversations.jsonl").read_text().splitlines()]
     assert [(r["prompt"], r["response"], r["fact"], r["turn"]) for r in stated] == [("What is my name?", "Your name is Ana.", "Ana", "name-warm")]
-    assert "sft/conversations.jsonl" in {name for name, _ in meta["memory_data"]}  # trained on it ...
+    liked = [json.loads(line) for line in (project / "data" / "sft" / "liked.jsonl").read_text().splitlines()]
+    assert [(r["prompt"], r["response"], r["turn"]) for r in liked] == [("(name) Hello, my name is Ana.", "That stings. Did you tell them?", "name-warm")]
+    assert {"sft/conversations.jsonl", "sft/liked.jsonl"} <= {name for name, _ in meta["memory_data"]}  # trained on them ...
     assert result["gate"]["facts_asked"] == len(read_memory_rows(memory_paths(cfg)).query("facts.str.len() > 0"))  # ... and asked it
     assert result["gate"]["people_pairs"] == cfg.online.people_pairs and result["gate"]["people_accuracy_live"] == 0.5  # the fast loop's share
 
     again = run_update(load_config(project / lenient, root=project), by="test", reason="again")
-    assert again.outcome == "skipped" and "no new preference pairs, nudges or facts from people since" in again.reason and state.current().version == version
+    assert again.outcome == "skipped" and "no new preference pairs, nudges, liked replies or facts from people since" in again.reason and state.current().version == version
 
     _add_choice(project, "second")  # something new to learn: a new batch on the live update
     strict = _overlay(chain, "online_strict", {"health": {"min_win_rate": 0.0}, "online": {"skip_below": 1.0, "rollback_below": 1.0, "freeze_below": 1.0}})
@@ -765,7 +769,7 @@ def test_the_server_learns_from_feedback_and_swaps_to_the_update(chain):
         while time.monotonic() < deadline and updates()["updates"] < 2:
             time.sleep(0.5)
         last = updates()["last"]
-        assert last["outcome"] == "skipped" and "no new preference pairs, nudges or facts" in last["reason"] and Path(last["log"]).is_file()
+        assert last["outcome"] == "skipped" and "no new preference pairs, nudges, liked replies or facts" in last["reason"] and Path(last["log"]).is_file()
 
         _add_choice(project, "third", day=time.strftime("%Y-%m-%d", time.gmtime()))
         strict = _overlay(chain, "online_strict_skip", {"health": {"min_win_rate": 0.0, "people_tolerance": None}, "online": {"skip_below": 1.0, "rollback_below": 0.0, "freeze_below": 0.0}})

@@ -32,6 +32,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 EXTRACTED = "conversations.jsonl"  # in data/sft/: the rows extracted from the log
+LIKED = "liked.jsonl"  # in data/sft/: the replies people thumbed up (`feedback.liked_replies`)
 
 _VALUE = r"([A-Z0-9][\w'\-]*(?:\s+[A-Z0-9][\w'\-]*){0,3}|[a-z][\w'\-]*(?:\s+[a-z][\w'\-]*){0,2})"  # a name, or up to three plain words
 _NAME = r"([A-Z][\w'\-]*(?:\s+[A-Z][\w'\-]*){0,2})"  # capitalised words
@@ -233,9 +234,36 @@ def write_extracted(folder: Path, facts: list[StatedFact]) -> tuple[Path, int]:
             rows[fact.prompt] = fact.row()
     changed = sum(before.get(k) != json.dumps(v, sort_keys=True) for k, v in rows.items())
     if changed:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in sorted(rows.values(), key=lambda r: r["time"])), encoding="utf-8")
-        os.replace(tmp, path)
+        _replace(path, sorted(rows.values(), key=lambda r: r["time"]))
     return path, changed
+
+
+def write_liked(folder: Path, liked: list[dict[str, Any]], window: set[str], limit: int) -> tuple[Path, int]:
+    """Merge the window's liked replies (`feedback.liked_replies`) into `folder/liked.jsonl`, one row per
+    turn: a turn of the window that is no longer liked (thumbed down since) leaves, a turn older than the
+    window stays; the newest `limit` are kept. Replaces the file whole; returns (the file, rows added,
+    changed or removed)."""
+    path = Path(folder) / LIKED
+    rows: dict[str, dict[str, Any]] = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                row = json.loads(line)
+                rows[row["turn"]] = row
+    before = {k: json.dumps(v, sort_keys=True) for k, v in rows.items()}
+    rows = {k: v for k, v in rows.items() if k not in window} | {r["turn"]: r for r in liked}
+    kept = sorted(rows.values(), key=lambda r: r["time"])[-limit:] if limit else []
+    after = {r["turn"]: json.dumps(r, sort_keys=True) for r in kept}
+    changed = sum(before.get(k) != v for k, v in after.items()) + sum(k not in after for k in before)
+    if changed:
+        _replace(path, kept)
+    return path, changed
+
+
+def _replace(path: Path, rows: list[dict[str, Any]]) -> None:
+    """`path` rewritten whole with `rows` (a temp file renamed over it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    os.replace(tmp, path)
 

@@ -77,7 +77,12 @@ def emotion_vector(valence: int | None, tags: Sequence[str]) -> dict[str, float]
 def distressing(label: Emotion) -> bool:
     """A reaction of distress: the most negative valence, or a negative one with high arousal. Such a reply's
     safety score is lowered where it is the chosen reply of a pair (online updates' safety gate)."""
-    return label.valence is not None and (label.valence <= -2 or (label.valence < 0 and "high_arousal" in label.tags))
+    return distress(label.valence, label.tags)
+
+
+def distress(valence: int | None, tags: Sequence[str]) -> bool:
+    """`distressing` on a reaction's valence and tags."""
+    return valence is not None and not pd.isna(valence) and (valence <= -2 or (valence < 0 and "high_arousal" in tags))
 
 
 def emotion_weight(warmer: Emotion, colder: Emotion) -> float:
@@ -193,6 +198,20 @@ def feedback_tables(events: list[dict[str, Any]], source_file: str = "") -> Feed
     if skipped:
         log.warning("%s: %d event(s) that are not turns or feedback of this version were skipped", source_file or "the log", skipped)
     return FeedbackTables(pd.DataFrame(pairs, columns=PAIR_COLUMNS), conversations, stats, pd.DataFrame(dimension_pairs, columns=DIMENSION_PAIR_COLUMNS))
+
+
+def liked_replies(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], set[str]]:
+    """The replies people liked as memory rows (design 000 4.3.3: explicit feedback as SFT targets): each
+    turn with more thumbs up than down, finished (`stop`), not empty and not marked distressing, as
+    `{"prompt", "response", "turn", "time", "source": "thumbs_up"}` (the prompt as a pair's: the message,
+    or the conversation as a transcript). Also every turn id of `events`, liked or not (`facts.write_liked`)."""
+    conversations = feedback_tables(events).conversations
+    rows = []
+    for c in conversations.itertuples():
+        if c.thumbs_up > c.thumbs_down and c.finish_reason == "stop" and str(c.reply).strip() and not distress(c.valence, list(c.emotion_tags)):
+            rows.append({"prompt": transcript([(m["role"], m["content"]) for m in c.messages]), "response": c.reply, "turn": c.turn, "time": c.time,
+                         "source": "thumbs_up"})
+    return rows, set(conversations["turn"])
 
 
 def _nudge_pairs(parsed: list[Any], turns: dict[str, Turn], source_file: str, rows_of: dict[str, int]) -> tuple[list[dict[str, Any]], int]:

@@ -16,8 +16,9 @@ One update:
    `online.rollback_below` the online update live now is rolled back too; below `online.freeze_below`
    online updates are frozen until `hominem live unfreeze`.
 
-Before that, facts and corrections people stated in the log become memory rows (`facts`, in
-`online.memory_folder`). An update with nothing from people to learn from (no pair, no nudge, no new fact), nothing
+Before that, facts and corrections people stated in the log, and the replies they thumbed up
+(`online.liked_replies`), become memory rows (`facts`, in `online.memory_folder`). An update with nothing
+from people to learn from (no pair, no nudge, no newly liked reply, no new fact), nothing
 new since the live online update was trained, or whose batch and starting adapter equal an earlier
 update's, is skipped with the reason. `hominem live update`, the server's scheduler and
 POST /admin/live/update all run `run_update`.
@@ -158,6 +159,24 @@ def nudge_pairs(cfg: HominemConfig, keys: list[Any], push: Pressure, reward_mode
         labels = labels.assign(vector=[dict(zip(dims, map(float, row))) for row in raw["vector"]])
     nc = cfg.online.nudges
     return dimension_pairs(labels, list(reward_model.dimensions), push, n, nc.min_gap, nc.tolerance, utc_now())
+
+
+def remember_liked(cfg: HominemConfig, events: list[dict[str, Any]]) -> int:
+    """The replies people thumbed up in `events` written to `online.memory_folder`'s liked.jsonl (memory rows,
+    `facts.write_liked`); returns the rows added, changed or removed (0 with the folder or `liked_replies` off)."""
+    from hominem_pipeline.core.online.facts import LIKED, write_liked
+    from hominem_pipeline.core.online.feedback import liked_replies
+
+    oc = cfg.online
+    if oc.memory_folder is None or not oc.liked_replies:
+        return 0
+    liked, window = liked_replies(events)
+    if not liked and not (cfg.path(oc.memory_folder) / LIKED).is_file():
+        return 0
+    path, changed = write_liked(cfg.path(oc.memory_folder), liked, window, oc.liked_replies)
+    if changed:
+        log.info("%d reply(ies) people liked in the log, %d added, changed or removed, in %s", len(liked), changed, path)
+    return changed
 
 
 def stated_facts(cfg: HominemConfig, events: list[dict[str, Any]]) -> list[Any]:
@@ -357,17 +376,19 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
     if facts:
         path, new_facts = write_extracted(cfg.path(oc.memory_folder), facts)
         log.info("%d fact(s) people stated in the log, %d new or changed, in %s", len(facts), new_facts, path)
+    new_liked = remember_liked(cfg, events)
     people = feedback_items(cfg, events, reward_model, rm_path)
     nc = oc.nudges
     push = pressure(events, cfg.dimension_names, dt.datetime.now(dt.timezone.utc), nc.half_life_days, nc.saturation)
-    if people.empty and not new_facts and not push.active:
+    if people.empty and not new_facts and not new_liked and not push.active:
         return UpdateResult("skipped", "nothing new from people in the interaction log: no preference pair (a choice between two replies, or "
-                                       "one reply thumbed up and another to the same message down), no nudge and no new fact they stated", live=current.version)
+                                       "one reply thumbed up and another to the same message down), no nudge, no newly liked reply and no new fact "
+                                       "they stated", live=current.version)
     live_adapter = state.adapter_path(current)
     seen_file = None if live_adapter is None else live_adapter / PEOPLE_SEEN
     heard = set(people["id"]) | {f"nudge:{i}" for i in push.ids}  # people's pairs and nudges
-    if not new_facts and seen_file is not None and seen_file.is_file() and heard <= set(json.loads(seen_file.read_text())):
-        return UpdateResult("skipped", f"no new preference pairs, nudges or facts from people since {current.version} was trained on them", live=current.version)
+    if not new_facts and not new_liked and seen_file is not None and seen_file.is_file() and heard <= set(json.loads(seen_file.read_text())):
+        return UpdateResult("skipped", f"no new preference pairs, nudges, liked replies or facts from people since {current.version} was trained on them", live=current.version)
     teacher, teacher_keys = teacher_items(cfg, pair_sources)
     buffer = ReplayBuffer(pd.concat([f for f in (teacher, people) if len(f)], ignore_index=True) if len(teacher) or len(people) else people, cfg.replay)
     seed = int(fingerprint([cfg.project.seed, current.version, len(buffer.items)], 8), 16) % (2**31 - 1)
