@@ -222,12 +222,7 @@ def write_extracted(folder: Path, facts: list[StatedFact]) -> tuple[Path, int]:
     """Merge `facts` into `folder/conversations.jsonl` (one row per question, the newest statement wins)
     and replace the file whole; returns (the file, rows that are new or changed)."""
     path = Path(folder) / EXTRACTED
-    rows: dict[str, dict[str, Any]] = {}
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                rows[row["prompt"]] = row
+    rows = _rows_by(path, "prompt")
     before = {k: json.dumps(v, sort_keys=True) for k, v in rows.items()}
     for fact in facts:
         if fact.prompt not in rows or rows[fact.prompt].get("time", "") <= fact.time:
@@ -244,12 +239,7 @@ def write_liked(folder: Path, liked: list[dict[str, Any]], window: set[str], lim
     window stays; the newest `limit` are kept. Replaces the file whole; returns (the file, rows added,
     changed or removed)."""
     path = Path(folder) / LIKED
-    rows: dict[str, dict[str, Any]] = {}
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                rows[row["turn"]] = row
+    rows = _rows_by(path, "turn")
     before = {k: json.dumps(v, sort_keys=True) for k, v in rows.items()}
     rows = {k: v for k, v in rows.items() if k not in window} | {r["turn"]: r for r in liked}
     kept = sorted(rows.values(), key=lambda r: r["time"])[-limit:] if limit else []
@@ -258,6 +248,17 @@ def write_liked(folder: Path, liked: list[dict[str, Any]], window: set[str], lim
     if changed:
         _replace(path, kept)
     return path, changed
+
+
+def _rows_by(path: Path, key: str) -> dict[str, dict[str, Any]]:
+    """The JSONL file's rows by their `key` (the last row of a key wins); none when it does not exist."""
+    rows: dict[str, dict[str, Any]] = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                row = json.loads(line)
+                rows[row[key]] = row
+    return rows
 
 
 def _replace(path: Path, rows: list[dict[str, Any]]) -> None:
