@@ -297,6 +297,25 @@ class PeopleStartConfig(_Frozen):
     learning_rate: float = Field(gt=0.0, description="AdamW peak learning rate (linear decay over max_steps), > 0.")
 
 
+class ChannelsConfig(_Frozen):
+    """The dual loss's two channels as the optimizer sees them: the memory channel (the next-token loss of
+    chosen replies and memory rows) and the reward channel (the DPO loss)."""
+
+    memory_lr_factor: float = Field(gt=0.0, le=100.0, description="The memory channel's learning rate as a factor of the one in force (policy's, online's, times the slow loop's), > 0.")
+    reward_lr_factor: float = Field(gt=0.0, le=100.0, description="The reward channel's, the same way. Both 1: one AdamW on the channels' summed gradient; else each channel has its own AdamW (its own moments) at its rate: two backward passes a step.")
+    monitor_every: int = Field(ge=0, description="Every k-th step (the first, then k later, ...) each channel's share of the gradient, |g_c| / (|g_memory| + |g_reward|), is measured (a second backward pass), >= 0; 0: never.")
+    max_share: float | None = Field(gt=0.5, le=1.0, description="A channel whose measured share exceeds this is scaled down to it from that step on (its loss weighted by a balance factor), 0.5-1; null: reported, never rebalanced.")
+
+    @property
+    def split(self) -> bool:
+        """Each channel has its own optimizer."""
+        return self.memory_lr_factor != 1.0 or self.reward_lr_factor != 1.0
+
+    def trains_differently(self) -> bool:
+        """Settings that change what is learned (monitoring alone does not)."""
+        return self.split or self.max_share is not None
+
+
 class DualConfig(_Frozen):
     """The dual-channel loss: w_sft * L_sft + intensity * w_reward * L_reward per example."""
 
@@ -314,6 +333,7 @@ class DualConfig(_Frozen):
     memory_stop: bool = Field(description="Memory rows also train the end-of-turn after their reply (false: the reply only).")
     sampler: Literal["uniform", "replay"] = Field(description="uniform (every pair once per pass, reshuffled) | replay (each batch's pairs drawn by the replay section's sampler: recent and old, by priority and at random).")
     people_share: float = Field(ge=0.0, le=1.0, description="Share of each batch's pair rows drawn from people's own pairs (the shipped ones but the held-out, the window's imported pairs and page choices), each once per pass; the rest are the ranked candidates' pairs, 0-1; 0: those alone.")
+    channels: ChannelsConfig = Field(description="Per-channel learning rates and the dominance monitor (each channel's share of the gradient, rebalanced above max_share).")
     people_start: PeopleStartConfig | None = Field(description="The daily adapter starts from the people's start shipped in config/human/features (an adapter trained once on the people's training pairs, these settings; `policy.people_start`) where it was built for this student, LoRA shape and pairs; null: from a fresh LoRA.")
 
     @model_validator(mode="after")

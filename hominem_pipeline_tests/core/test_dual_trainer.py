@@ -1,6 +1,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from hominem_pipeline.core.config_loader import load_config
@@ -351,3 +352,40 @@ def test_a_fresh_adapter_starts_from_the_shipped_peoples_start_only_where_it_fit
     assert "other people's pairs" in started(cfg(), key="another", out="other")[0]
     assert started(cfg(), out="none")[0] and "no people's start" in train_dual_adapter(
         pairs(), memory(), student_path=tiny_student, cfg=cfg(), out_dir=tmp_path / "empty", seed=0, people_start=(tmp_path / "nowhere", "k")).channels["start"]
+
+
+def test_the_dominance_monitor_measures_each_channel_s_share_and_rebalances_above_the_cap(tiny_student, tmp_path):
+    """Every k-th step each channel's share of the gradient is measured (shares sum to 1) and reported;
+    measuring alone learns what one backward pass learns. With max_share, a channel above it is scaled
+    down to exactly that share on the step it was measured, and its loss weighs less from then on."""
+    kw = dict(student_path=tiny_student, out_dir=tmp_path / "a", seed=0)
+    plain = train_dual_adapter(pairs(), memory(), cfg=policy_cfg(mixing="fixed", memory_fraction=0.34, channels={"monitor_every": 0}), **kw)
+    watched = train_dual_adapter(pairs(), memory(), cfg=policy_cfg(mixing="fixed", memory_fraction=0.34, channels={"monitor_every": 2}),
+                                 **(kw | {"out_dir": tmp_path / "b"}))
+    assert plain.channels["measured_steps"] == 0 and plain.channels["gradient_share"] is None
+    assert watched.channels["measured_steps"] == 2 and [("share/memory" in h) for h in watched.history] == [True, False, True]  # steps 1 and 3
+    for h in watched.history[::2]:
+        assert h["share/memory"] + h["share/reward"] == pytest.approx(1.0) and 0 < h["share/memory"] < 1
+    for a, b in zip(lora_b(tmp_path / "a"), lora_b(tmp_path / "b")):
+        assert torch.allclose(a, b, atol=1e-5)  # the same training, measured
+    first = watched.history[0]
+    top = max(("memory", "reward"), key=lambda c: first[f"share/{c}"])
+    cap = (first[f"share/{top}"] + 0.5) / 2  # below what the top channel had
+    capped = train_dual_adapter(pairs(), memory(), cfg=policy_cfg(mixing="fixed", memory_fraction=0.34, channels={"monitor_every": 1, "max_share": cap}),
+                                **(kw | {"out_dir": tmp_path / "c"}))
+    assert capped.channels["rebalanced_steps"] >= 1 and capped.channels["balance"][top] < 1.0
+    assert capped.history[0][f"share/{top}"] == pytest.approx(first[f"share/{top}"])  # measured before the cut ...
+    assert capped.channels["gradient_share_max"][top] <= first[f"share/{top}"] + 1e-6
+
+
+def test_each_channel_learns_at_its_own_rate(tiny_student, tmp_path):
+    """Per-channel learning rates: each channel has its own AdamW, so with the reward channel off, the
+    memory channel's factor scales how far the adapter moves from where it started (AdamW's step is
+    proportional to its rate)."""
+    def moved(factor, out):
+        train_dual_adapter(pd.DataFrame(columns=pairs().columns), memory(), student_path=tiny_student, out_dir=out, seed=0,
+                           cfg=policy_cfg(reward_weight=0.0, channels={"memory_lr_factor": factor}))
+        return float(sum(b.abs().sum() for b in lora_b(out)))
+
+    full, slow = moved(1.0, tmp_path / "full"), moved(0.1, tmp_path / "slow")
+    assert full > 0 and slow == pytest.approx(0.1 * full, rel=0.2)

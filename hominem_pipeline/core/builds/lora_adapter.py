@@ -153,8 +153,10 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
         | ({"slow_loop": {"lr_factor": slow.lr_factor, "rank_factor": slow.rank_factor, "in_force": list(slow.steps)}} if not slow.neutral else {}),
         date=ctx.partition,
     ).write(ctx.out_dir)
+    shares = result.channels.get("gradient_share") or {}  # the dominance monitor's (dual)
     metrics = {**result.metrics, **{f"channel_{k}": v for k, v in result.channel_contributions.items()}, "people_pairs": n_people,
-               **shape.metrics()}
+               **{f"gradient_share_{c}": s for c, s in shares.items()},
+               **({"rebalanced_steps": result.channels["rebalanced_steps"]} if shares else {}), **shape.metrics()}
     student = ctx.cfg.models.student
     write_model_card(ctx.out_dir, base_hub_id=student.hub_id, base_path=student_path(ctx.cfg), gguf_package=student.gguf_package, mode=pc.mode,
                      date=ctx.partition, metrics=metrics,

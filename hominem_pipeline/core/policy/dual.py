@@ -136,7 +136,8 @@ def ship_people_start(student_path: Path, cfg: PolicyConfig, pairs: pd.DataFrame
     if start is None:
         raise ValueError("policy.dual.people_start is null: there is no people's start to train")
     settings = {"max_steps": start.max_steps, "learning_rate": start.learning_rate, "batch_size": cfg.batch_size, "max_length": cfg.max_length,
-                "beta": cfg.beta, "dual": cfg.dual.model_dump(exclude={"people_start", "people_share", "sampler"}), "lora": lora_shape(cfg.lora),
+                "beta": cfg.beta, "dual": cfg.dual.model_dump(exclude={"people_start", "people_share", "sampler", "channels"}), "lora": lora_shape(cfg.lora),
+                **({"channels": cfg.dual.channels.model_dump()} if cfg.dual.channels.trains_differently() else {}),
                 "pairs": len(pairs), "pairs_key": pairs_key(pairs), "memory_key": fingerprint(list(zip(memory["prompt"], memory["response"])), 16), "seed": 0}
     _, _, base = lora_student(student_path, cfg, device="cpu")
     path = people_start_file(folder, base)
@@ -164,6 +165,46 @@ def save_reference_cache(path: Path, base: str, cache: dict[str, float]) -> None
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     tmp.write_text(json.dumps({"base": base, "logps": dict(list(cache.items())[-REFERENCE_CACHE_MAX:])}))
     os.replace(tmp, path)
+
+
+CHANNELS = ("memory", "reward")
+
+
+class ChannelMonitor:
+    """The dominance monitor (design 001 Phase 5.5): on a measured step, each channel's share of the
+    gradient, |g_c| / (|g_memory| + |g_reward|), of the channels' losses as weighted then. With `max_share`,
+    a channel above it is scaled down to it (its loss weighted by a balance factor from then on, this
+    step's gradient too): share' = max_share exactly on the step it was measured."""
+
+    def __init__(self, max_share: float | None):
+        self.max_share = max_share
+        self.balance = {c: 1.0 for c in CHANNELS}
+        self.shares: list[dict[str, float]] = []
+        self.rebalanced = 0
+
+    def measure(self, grads: dict[str, list[torch.Tensor]]) -> dict[str, float]:
+        norms = {c: float(torch.sqrt(sum((g.float() ** 2).sum() for g in grads[c]))) for c in CHANNELS}
+        total = sum(norms.values())
+        share = {c: norms[c] / total if total else 0.0 for c in CHANNELS}
+        top = max(CHANNELS, key=share.get)
+        other = next(c for c in CHANNELS if c != top)
+        if self.max_share is not None and share[top] > self.max_share and norms[other] > 0:
+            scale = self.max_share / (1 - self.max_share) * norms[other] / norms[top]
+            self.balance[top] *= scale
+            for g in grads[top]:
+                g.mul_(scale)
+            self.rebalanced += 1
+            log.info("dual training: the %s channel had %.0f%% of the gradient (max_share %.0f%%): its loss now weighs %.3g",
+                     top, 100 * share[top], 100 * self.max_share, self.balance[top])
+        self.shares.append(share)
+        return share
+
+    def summary(self) -> dict[str, Any]:
+        """For the adapter's METADATA `channels`: the mean share over the measured steps, the steps measured
+        and rebalanced, the balance factors at the end."""
+        mean = {c: float(np.mean([s[c] for s in self.shares])) for c in CHANNELS} if self.shares else None
+        return {"gradient_share": mean, "gradient_share_max": {c: float(max(s[c] for s in self.shares)) for c in CHANNELS} if self.shares else None,
+                "measured_steps": len(self.shares), "rebalanced_steps": self.rebalanced, "max_share": self.max_share, "balance": dict(self.balance)}
 
 
 def batch_rows(cfg: DualConfig, batch_size: int, n_memory: int, n_pairs: int) -> tuple[int, int]:
@@ -320,8 +361,14 @@ def train_dual_adapter(
     ref_cache = {**shipped, **load_reference_cache(reference_cache, before)}  # the base's log-probability of each sequence used so far, by content
     known = len(ref_cache)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / cfg.max_steps))
+    ch = dual.channels
+    factors = {"memory": ch.memory_lr_factor, "reward": ch.reward_lr_factor}
+    # one AdamW on the summed gradient, or one per channel (its own moments) at its own rate
+    optimizers = ({c: torch.optim.AdamW(params, lr=cfg.learning_rate * f, weight_decay=0.0) for c, f in factors.items()} if ch.split
+                  else {"both": torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)})
+    decay = lambda step: max(0.0, 1 - step / cfg.max_steps)  # noqa: E731
+    schedulers = [torch.optim.lr_scheduler.LambdaLR(o, decay) for o in optimizers.values()]
+    monitor = ChannelMonitor(ch.max_share)
     history: list[dict[str, float]] = []
     totals = {"sft": 0.0, "memory": 0.0, "reward": 0.0, "pair_rows": 0, "memory_rows": 0, "skipped": 0, "downweighted": 0, "inverted": 0}
     progress = Progress("dual-channel training", cfg.max_steps, log, unit="steps")
@@ -329,6 +376,8 @@ def train_dual_adapter(
     started = time.monotonic()
     for step in range(1, cfg.max_steps + 1):
         record = {"loss": 0.0, "sft": 0.0, "memory": 0.0, "reward": 0.0, "skipped": 0, "downweighted": 0, "inverted": 0, "correct": 0, "margin": 0.0}
+        measured = bool(ch.monitor_every) and (step - 1) % ch.monitor_every == 0
+        grads = {c: [torch.zeros_like(p) for p in params] for c in CHANNELS} if ch.split or measured else None
         for _ in range(cfg.gradient_accumulation_steps):
             pi = [int(i) for i in pair_sampler(n_pair)] if pair_sampler is not None else [next(pair_order) for _ in range(n_pair)]
             mi = [next(memory_order) for _ in range(n_mem)]
@@ -354,7 +403,15 @@ def train_dual_adapter(
                 beta=cfg.beta, w_sft=dual.sft_weight, w_reward=dual.reward_weight, gate=gate, w_memory=dual.memory_weight,
                 memory_ref_nll=memory_ref_nll, memory_margin=dual.memory_margin or 0.0,
             )
-            (out.total / cfg.gradient_accumulation_steps).backward()
+            channel_losses = {"memory": out.sft * monitor.balance["memory"], "reward": out.reward * monitor.balance["reward"]}
+            if grads is None:
+                (sum(channel_losses.values()) / cfg.gradient_accumulation_steps).backward()
+            else:  # each channel's gradient on its own
+                for c, part in channel_losses.items():
+                    if part.requires_grad:
+                        for acc, g in zip(grads[c], torch.autograd.grad(part / cfg.gradient_accumulation_steps, params, retain_graph=True, allow_unused=True)):
+                            if g is not None:
+                                acc.add_(g)
             margins = cfg.beta * ((chosen - ref_chosen) - (rejected - ref_rejected)).detach()
             record["loss"] += out.total.detach().item() / cfg.gradient_accumulation_steps
             record["sft"] += out.sft.detach().item() / cfg.gradient_accumulation_steps
@@ -366,10 +423,22 @@ def train_dual_adapter(
                 record[key] += getattr(out, key)
             totals["pair_rows"] += len(pi)
             totals["memory_rows"] += len(mi)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM))
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        shares = monitor.measure(grads) if measured else None
+        if grads is None:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM))
+            optimizers["both"].step()
+        else:
+            grad_norm = float(torch.sqrt(sum(((a + b).float() ** 2).sum() for a, b in zip(grads["memory"], grads["reward"]))))
+            for name, optimizer in optimizers.items():
+                for p, *gs in zip(params, *(grads[c] for c in (CHANNELS if name == "both" else (name,)))):
+                    p.grad = sum(gs)
+                torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+        for scheduler in schedulers:
+            scheduler.step()
+        for optimizer in optimizers.values():
+            optimizer.zero_grad(set_to_none=True)
         seen = n_pair * cfg.gradient_accumulation_steps
         entry = {
             "step": step,
@@ -378,12 +447,13 @@ def train_dual_adapter(
             "memory": record["memory"],
             "reward": record["reward"],
             "grad_norm": grad_norm,
-            "learning_rate": float(scheduler.get_last_lr()[0]),
+            "learning_rate": cfg.learning_rate * decay(step),
             "rewards/accuracies": record["correct"] / seen if seen else float("nan"),
             "rewards/margins": record["margin"] / seen if seen else float("nan"),
             "gate/skipped": record["skipped"],
             "gate/downweighted": record["downweighted"],
             "gate/inverted": record["inverted"],
+            **({f"share/{c}": s for c, s in shares.items()} | {f"balance/{c}": b for c, b in monitor.balance.items()} if shares else {}),
         }
         history.append(entry)
         for key in ("sft", "memory", "reward", "skipped", "downweighted", "inverted"):
@@ -416,6 +486,8 @@ def train_dual_adapter(
             "memory_rows_available": n_memory,
             "gated": {k: totals[k] for k in ("skipped", "downweighted", "inverted")},
             "reference_sequences": len(ref_cache) - known,  # each scored by the base once, however often it was drawn
+            "lr_factors": factors,
+            **monitor.summary(),
             "start": start,
         },
     )
