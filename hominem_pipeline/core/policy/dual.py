@@ -207,6 +207,25 @@ class ChannelMonitor:
                 "measured_steps": len(self.shares), "rebalanced_steps": self.rebalanced, "max_share": self.max_share, "balance": dict(self.balance)}
 
 
+def _optimizer_step(params: list[torch.Tensor], optimizers: dict[str, torch.optim.Optimizer], grads: dict[str, list[torch.Tensor]] | None) -> float:
+    """One step of each optimizer (`both`: on the summed gradient; a channel's: on its own), each gradient
+    clipped to MAX_GRAD_NORM; `grads` None: the gradient backward() left in the parameters. Returns the norm
+    of the summed gradient before clipping (what GVS reads)."""
+    if grads is None:
+        norm = float(torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM))
+        optimizers["both"].step()
+        optimizers["both"].zero_grad(set_to_none=True)
+        return norm
+    norm = float(torch.sqrt(sum(((a + b).float() ** 2).sum() for a, b in zip(grads["memory"], grads["reward"]))))
+    for name, optimizer in optimizers.items():
+        for p, *gs in zip(params, *(grads[c] for c in (CHANNELS if name == "both" else (name,)))):
+            p.grad = sum(gs)
+        torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return norm
+
+
 def batch_rows(cfg: DualConfig, batch_size: int, n_memory: int, n_pairs: int) -> tuple[int, int]:
     """(pair rows, memory rows) of each batch. The memory share: fixed, `memory_fraction`; availability,
     the memory rows' share of all rows, at most `memory_fraction`. `memory_rows: share` takes that share
@@ -424,21 +443,9 @@ def train_dual_adapter(
             totals["pair_rows"] += len(pi)
             totals["memory_rows"] += len(mi)
         shares = monitor.measure(grads) if measured else None
-        if grads is None:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM))
-            optimizers["both"].step()
-        else:
-            grad_norm = float(torch.sqrt(sum(((a + b).float() ** 2).sum() for a, b in zip(grads["memory"], grads["reward"]))))
-            for name, optimizer in optimizers.items():
-                for p, *gs in zip(params, *(grads[c] for c in (CHANNELS if name == "both" else (name,)))):
-                    p.grad = sum(gs)
-                torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+        grad_norm = _optimizer_step(params, optimizers, grads)
         for scheduler in schedulers:
             scheduler.step()
-        for optimizer in optimizers.values():
-            optimizer.zero_grad(set_to_none=True)
         seen = n_pair * cfg.gradient_accumulation_steps
         entry = {
             "step": step,
