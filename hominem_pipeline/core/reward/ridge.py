@@ -18,12 +18,17 @@ judge's alone.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
+from hominem_pipeline.core.config import RewardModelConfig
+from hominem_pipeline.core.reward.dataset import TrainingSet
 from hominem_pipeline.core.reward.network import RewardNet
+
+log = logging.getLogger(__name__)
 
 RIDGE_FOLDS = 5  # prompt folds for the penalty and for the held-out figures
 PAIR_MARGIN = 1.0  # s_chosen - s_rejected a human pair asks for before the tanh: tanh(0.5) against tanh(-0.5)
@@ -253,3 +258,29 @@ def set_ridge_heads(net: RewardNet, coefs: Sequence[torch.Tensor]) -> None:
             for j, head in enumerate((net.scalar_head, net.intensity_head, net.safety_head)):
                 head.weight[m] = weight[d + j]
                 head.bias[m] = bias[d + j]
+
+
+def choose_dimension_pull(features: torch.Tensor, data: TrainingSet, labeled: np.ndarray, cfg: RewardModelConfig, output_weights: torch.Tensor,
+                          seed: int, human: tuple[np.ndarray, np.ndarray, np.ndarray], pair_dims: np.ndarray,
+                          dimensions: list[str], fold_fits: list[tuple]) -> tuple[float, dict[str, float]]:
+    """How strongly the people's pairs tagged with a dimension pull that dimension's head from the judge's
+    labels: the scale of their weights (`DIMENSION_PULLS`) whose out-of-fold tagged pairs are ordered
+    right in their own dimension most often; ties go to the larger pull, since where the judge and the
+    person disagree on a dimension the person wins. Also the figures: agreement per scale, the judge's
+    alone (scale 0) and, at the chosen scale, per dimension."""
+    trials = dimension_pulls_out_of_fold(features, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed, RIDGE_FOLDS,
+                                         human, pair_dims, (0.0, *DIMENSION_PULLS), fold_fits)
+    tagged = pair_dims >= 0
+    right = {scale: gaps[tagged] > 0 for scale, gaps in trials.items()}
+    accuracy = {scale: float(r.mean()) for scale, r in right.items()}
+    pull = max(DIMENSION_PULLS, key=lambda scale: (accuracy[scale], scale))
+    log.info("reward model: people's pairs tagged with a dimension pull it at scale %g (out of fold, %d tagged pairs ordered right in their own "
+             "dimension: judge alone %.1f%%, %s)", pull, int(tagged.sum()), 100 * accuracy[0.0],
+             ", ".join(f"{k:g}: {100 * v:.1f}%" for k, v in accuracy.items() if k))
+    metrics = {"dimension_pull": pull, "val_dimension_pairs": int(tagged.sum()), "val_dimension_accuracy": accuracy[pull],
+               "val_dimension_accuracy_judge": accuracy[0.0], **{f"dimension_pull_{k:g}_accuracy": v for k, v in accuracy.items() if k}}
+    for d in np.unique(pair_dims[tagged]):
+        mine = pair_dims[tagged] == d
+        metrics[f"val_dimension_accuracy_{dimensions[d]}"] = float(right[pull][mine].mean())
+        metrics[f"val_dimension_accuracy_judge_{dimensions[d]}"] = float(right[0.0][mine].mean())
+    return pull, metrics

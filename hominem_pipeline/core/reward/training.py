@@ -60,11 +60,10 @@ from hominem_pipeline.core.reward.network import (
     write_backbone_reference,
 )
 from hominem_pipeline.core.reward.ridge import (
-    DIMENSION_PULLS,
     RIDGE_FOLDS,
     PAIR_PULLS,
+    choose_dimension_pull,
     choose_ridge_alpha,
-    dimension_pulls_out_of_fold,
     label_folds,
     pair_rows,
     ridge_design,
@@ -106,32 +105,6 @@ def _wrap_backbone(backbone: nn.Module, cfg: RewardModelConfig) -> nn.Module:
 def _unwrap_backbone(backbone: nn.Module) -> nn.Module:
     """The plain backbone to save: LoRA merged into the weights, so loading needs no PEFT."""
     return backbone.merge_and_unload() if hasattr(backbone, "merge_and_unload") else backbone
-
-
-def choose_dimension_pull(features: torch.Tensor, data: TrainingSet, labeled: np.ndarray, cfg: RewardModelConfig, output_weights: torch.Tensor,
-                          seed: int, human: tuple[np.ndarray, np.ndarray, np.ndarray], pair_dims: np.ndarray,
-                          dimensions: list[str], fold_fits: list[tuple]) -> tuple[float, dict[str, float]]:
-    """How strongly the people's pairs tagged with a dimension pull that dimension's head from the judge's
-    labels: the scale of their weights (`DIMENSION_PULLS`) whose out-of-fold tagged pairs are ordered
-    right in their own dimension most often; ties go to the larger pull, since where the judge and the
-    person disagree on a dimension the person wins. Also the figures: agreement per scale, the judge's
-    alone (scale 0) and, at the chosen scale, per dimension."""
-    trials = dimension_pulls_out_of_fold(features, data.targets, labeled, data.group_of[labeled], cfg.ridge_alphas, output_weights, seed, RIDGE_FOLDS,
-                                         human, pair_dims, (0.0, *DIMENSION_PULLS), fold_fits)
-    tagged = pair_dims >= 0
-    right = {scale: gaps[tagged] > 0 for scale, gaps in trials.items()}
-    accuracy = {scale: float(r.mean()) for scale, r in right.items()}
-    pull = max(DIMENSION_PULLS, key=lambda scale: (accuracy[scale], scale))
-    log.info("reward model: people's pairs tagged with a dimension pull it at scale %g (out of fold, %d tagged pairs ordered right in their own "
-             "dimension: judge alone %.1f%%, %s)", pull, int(tagged.sum()), 100 * accuracy[0.0],
-             ", ".join(f"{k:g}: {100 * v:.1f}%" for k, v in accuracy.items() if k))
-    metrics = {"dimension_pull": pull, "val_dimension_pairs": int(tagged.sum()), "val_dimension_accuracy": accuracy[pull],
-               "val_dimension_accuracy_judge": accuracy[0.0], **{f"dimension_pull_{k:g}_accuracy": v for k, v in accuracy.items() if k}}
-    for d in np.unique(pair_dims[tagged]):
-        mine = pair_dims[tagged] == d
-        metrics[f"val_dimension_accuracy_{dimensions[d]}"] = float(right[pull][mine].mean())
-        metrics[f"val_dimension_accuracy_judge_{dimensions[d]}"] = float(right[0.0][mine].mean())
-    return pull, metrics
 
 
 def _combine(net: RewardNet, full: dict[str, np.ndarray], data: TrainingSet, labeled: np.ndarray, people_column: np.ndarray | None,
