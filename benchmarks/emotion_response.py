@@ -43,29 +43,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.live_loop import scratch_project  # noqa: E402
-from benchmarks.nudge_response import OPEN_GATE  # noqa: E402
-
-MAX_NEW_TOKENS = 64  # the evaluation's reply length: the day's replies are rated, not read
-
-
-def sample(cfg, adapter: Path, prompts: list[str], k: int, seed: int) -> list[list[str]]:
-    """`k` replies to each prompt from the student with `adapter`, sampled as the server does (its
-    temperature, top-p, repetition penalty and plain start), in batches of `serving.max_batch_size`."""
-    from hominem_pipeline.core.generation import chat_text, generate
-    from hominem_pipeline.core.models import student_path
-    from hominem_pipeline.core.policy.lora import load_policy, merged
-
-    sc = cfg.serving
-    model, tokenizer = load_policy(student_path(cfg), adapter, None)
-    texts = [chat_text(tokenizer, p) for p in prompts for _ in range(k)]
-    out: list[str] = []
-    with merged(model):
-        for start in range(0, len(texts), sc.max_batch_size):
-            out += [g.text for g in generate(model, tokenizer, texts[start : start + sc.max_batch_size], max_new_tokens=MAX_NEW_TOKENS,
-                                             seed=seed + start, temperature=sc.temperature, top_p=sc.top_p,
-                                             repetition_penalty=sc.repetition_penalty, plain_start=sc.plain_start)]
-    return [out[i * k : (i + 1) * k] for i in range(len(prompts))]
+from benchmarks.live_loop import OPEN_GATE, sample_replies, scratch_project  # noqa: E402
 
 
 def per_token_logps(cfg, adapter: Path, prompts: list[str], replies: list[list[str]]) -> np.ndarray:
@@ -129,7 +107,7 @@ def run_arm(project: Path, adapter: str | None, arm: str, day: dict, args) -> di
             print(f"  {arm} round {r + 1}: {done.outcome} in {time.monotonic() - started:.0f} s ({done.items})", flush=True)
         end = state.adapter_path()
         after = per_token_logps(cfg, end, prompts, replies)
-        fresh = sample(cfg, end, prompts, args.k, args.seed + 1)
+        fresh = sample_replies(cfg, end, prompts, args.k, args.seed + 1)
         scalars = day["reward_model"].raw_scores([p for p, rs in zip(prompts, fresh) for _ in rs], [r for rs in fresh for r in rs])["scalar"]
         return {"arm": arm, "outcomes": outcomes, "logps": after, "fresh_distress": np.asarray(scalars, dtype=float) <= day["low"]}
     finally:
@@ -148,13 +126,13 @@ def the_day(project: Path, adapter: str | None, args) -> dict:
         prompts = held_out_prompts(cfg, sources)[: args.prompts]
         reward_model = reward_model_at(rm_path, cfg)
         started = time.monotonic()
-        replies = sample(cfg, start, prompts, args.k, args.seed)
+        replies = sample_replies(cfg, start, prompts, args.k, args.seed)
         flat = lambda rs: [r for x in rs for r in x]  # noqa: E731
         each = [p for p in prompts for _ in range(args.k)]
         scalars = np.asarray(reward_model.raw_scores(each, flat(replies))["scalar"], dtype=float)
         low, high = np.quantile(scalars, [0.25, 0.75])
         valence = rate(scalars, low, high).reshape(len(prompts), args.k)
-        fresh = sample(cfg, start, prompts, args.k, args.seed + 1)
+        fresh = sample_replies(cfg, start, prompts, args.k, args.seed + 1)
         fresh_scalars = np.asarray(reward_model.raw_scores(each, flat(fresh))["scalar"], dtype=float)
         print(f"the day: {len(prompts)} prompts x {args.k} replies sampled and rated in {time.monotonic() - started:.0f} s; "
               f"{int((valence == -2).sum())} distressing, {int((valence == 1).sum())} warm", flush=True)

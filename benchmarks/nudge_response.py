@@ -12,7 +12,9 @@ through.
 
 Judged at the end, against the adapter live at the start:
 - its greedy replies to the held-out prompts, scored by the reward model: each dimension's mean change
-  (end minus start) with its paired standard error;
+  (end minus start) with its paired standard error; and the same on `--samples` sampled replies per
+  prompt (the server's sampling, the same seeds on both sides; per prompt the mean of its replies), which
+  averages out more of the noise of one reply;
 - the contrast fixtures' empathy pairs: the change of its implicit reward (log P(better) - log P(worse)
   minus the base's, nats) on them, with its standard error;
 - the memory probe: facts the start adapter answered that the end adapter lost (the gate's probe).
@@ -38,9 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.live_day import script_events  # noqa: E402
-from benchmarks.live_loop import scratch_project  # noqa: E402
-
-OPEN_GATE = {"health": {"min_win_rate": 0.0, "people_tolerance": None}, "online": {"skip_below": 0.0, "rollback_below": 0.0, "freeze_below": 0.0}}
+from benchmarks.live_loop import OPEN_GATE, sample_replies, scratch_project  # noqa: E402
 
 
 def nudges(events: list[dict], direction: str | None, share: float, dimension: str, stamp: str, tag: str) -> list[dict]:
@@ -53,9 +53,10 @@ def nudges(events: list[dict], direction: str | None, share: float, dimension: s
             for i, t in enumerate(turns[::step])]
 
 
-def judge(cfg, start: Path, end: Path, prompts: list[str], fixtures: list, reward_model) -> dict:
-    """The end adapter against the start: reward-model dimensions of their held-out replies, the implicit
-    reward on the fixtures, facts lost."""
+def judge(cfg, start: Path, end: Path, prompts: list[str], fixtures: list, reward_model, samples: int = 0) -> dict:
+    """The end adapter against the start: reward-model dimensions of their held-out replies (greedy, and
+    the mean of `samples` sampled ones per prompt, the same seeds on both sides), the implicit reward on
+    the fixtures, facts lost."""
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.evaluation.compare import greedy_replies
     from hominem_pipeline.core.evaluation.fixtures import FIXTURE_MAX_LENGTH, base_logp_cache
@@ -77,10 +78,19 @@ def judge(cfg, start: Path, end: Path, prompts: list[str], fixtures: list, rewar
     diff = vectors["end"] - vectors["start"]
     move = np.asarray(moves["end"]) - np.asarray(moves["start"])
     se = lambda x: float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")  # noqa: E731
+    sampled = {}
+    if samples:  # per prompt, the mean vector of its sampled replies; end minus start, paired by prompt
+        means = {}
+        for name, adapter in (("start", start), ("end", end)):
+            replies = sample_replies(cfg, adapter, prompts, samples, cfg.project.seed)
+            v = np.asarray(reward_model.raw_scores([p for p in prompts for _ in range(samples)], [r for rs in replies for r in rs])["vector"], dtype=float)
+            means[name] = v.reshape(len(prompts), samples, -1).mean(1)
+        d = means["end"] - means["start"]
+        sampled = {dim: (float(d[:, j].mean()), se(d[:, j])) for j, dim in enumerate(reward_model.dimensions)}
     base, tokenizer = load_student(student_path(cfg))
     gate = run_gate(end, start, cfg=cfg, base=base, tokenizer=tokenizer, reward_model=reward_model, prompts=prompts,
                     memory=read_memory_rows(memory_paths(cfg)), rhi=1.0, seed=cfg.project.seed).figures
-    return {"dimensions": {d: (float(diff[:, j].mean()), se(diff[:, j])) for j, d in enumerate(reward_model.dimensions)},
+    return {"dimensions": {d: (float(diff[:, j].mean()), se(diff[:, j])) for j, d in enumerate(reward_model.dimensions)}, "sampled": sampled,
             "fixture_move": (float(move.mean()), se(move)) if len(move) else (float("nan"), float("nan")),
             "facts_lost": gate["facts_lost"], "facts_asked": gate["facts_asked"]}
 
@@ -113,7 +123,7 @@ def run_arm(project: Path, adapter: str | None, arm: str, args) -> dict:
             print(f"  {arm} round {r + 1}: {done.outcome} in {time.monotonic() - started:.0f} s ({done.items})", flush=True)
         end = state.adapter_path()
         fixtures = [f for f in load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names) if f.tag == args.dimension]
-        result = judge(cfg, start, end, prompts, fixtures, reward_model_at(rm_path, cfg))
+        result = judge(cfg, start, end, prompts, fixtures, reward_model_at(rm_path, cfg), args.samples)
         return {"arm": arm, "outcomes": outcomes, "live": LiveState(cfg.data_dir).current().version, **result}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -128,6 +138,7 @@ def main() -> None:
     ap.add_argument("--per-round", type=int, default=12)
     ap.add_argument("--share", type=float, default=0.5, help="share of a round's replies nudged")
     ap.add_argument("--dimension", default="empathy")
+    ap.add_argument("--samples", type=int, default=4, help="sampled replies per held-out prompt, scored by the reward model beside the greedy one; 0: greedy only")
     args = ap.parse_args()
 
     rows = []
@@ -142,6 +153,10 @@ def main() -> None:
     for r in rows:
         print(f"{r['arm']:8s} " + " ".join(f"{m:+7.3f} ± {s:5.3f}" for m, s in r["dimensions"].values())
               + f" {r['fixture_move'][0]:+7.2f} ± {r['fixture_move'][1]:5.2f} {r['facts_lost']:>10}  {', '.join(r['outcomes'])}")
+    if rows[0]["sampled"]:
+        print(f"\nthe same, {args.samples} sampled replies per prompt (the server's sampling; per prompt their mean vector)")
+        for r in rows:
+            print(f"{r['arm']:8s} " + " ".join(f"{m:+7.3f} ± {s:5.3f}" for m, s in r["sampled"].values()))
     by = {r["arm"]: r for r in rows}
     if "control" in by:
         c = by["control"]["dimensions"][args.dimension][0]
