@@ -10,6 +10,11 @@ peak minus the memory held once the model is loaded (what training adds). Varian
     dpo            TRL's DPOTrainer (the baseline)
     dual           the dual-channel loop, SFT on the chosen replies + intensity-weighted DPO, no memory rows
     dual+memory    the same with memory_fraction 0.25 of the batch taken by memory-file rows
+    dual+monitor   dual with the dominance monitor on every step (each channel's gradient on its own: a second backward pass)
+    dual+rates     dual with per-channel learning rates (memory 0.5x): one AdamW per channel, every step split like dual+monitor
+
+The `dual` variants other than `+monitor` run with the monitor off (`policy.dual.channels.monitor_every: 0`), so
+`dual+monitor` / `dual` is what a measured step costs.
 
     .venv/bin/python benchmarks/policy_step_speed.py                 # student from config, 4 pairs x 256 tokens, 6 steps
     .venv/bin/python benchmarks/policy_step_speed.py --steps 3 --max-length 128
@@ -36,7 +41,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"
-VARIANTS = ("dpo", "dual", "dual+memory")
+VARIANTS = ("dpo", "dual", "dual+memory", "dual+monitor", "dual+rates")
+CHANNELS = {"dual+monitor": {"monitor_every": 1}, "dual+rates": {"monitor_every": 0, "memory_lr_factor": 0.5}}
 
 
 def peak_bytes() -> int:
@@ -77,7 +83,7 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict:
     logging.basicConfig(level=logging.WARNING)
     cfg = load_config(args.config, root=ROOT, overrides={"policy": {
         "mode": "dpo" if variant == "dpo" else "dual", "max_steps": args.steps, "batch_size": args.batch_size, "max_length": args.max_length,
-        "dual": {"mixing": "fixed", "memory_fraction": 0.25 if variant == "dual+memory" else 0.0},
+        "dual": {"mixing": "fixed", "memory_fraction": 0.25 if variant == "dual+memory" else 0.0, "channels": CHANNELS.get(variant, {"monitor_every": 0})},
     }})
     student = Path(args.student) if args.student else student_path(cfg)
     pairs = same_batch(Path(args.data), student, args.batch_size, args.max_length).assign(chosen_reward_intensity=0.5, chosen_safety_score=1.0)
