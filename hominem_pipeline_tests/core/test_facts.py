@@ -98,7 +98,7 @@ def test_replies_people_liked_become_memory_rows_and_leave_when_thumbed_down(tmp
     memory channel (liked.jsonl); one thumbed down later leaves; older rows outside the window stay; the
     newest `limit` are kept. No fact: the memory probe does not ask them."""
     from hominem_pipeline.core.online.facts import write_liked
-    from hominem_pipeline.core.online.feedback import liked_replies
+    from hominem_pipeline.core.online.feedback import feedback_tables, liked_replies
 
     def said(id_, reply, finish="stop", time="09:00:00"):
         return turn(id_, time, "My exam went badly.") | {"rater": "ana", "reply": reply, "finish_reason": finish, "model": "hominem", "adapter": None,
@@ -111,7 +111,7 @@ def test_replies_people_liked_become_memory_rows_and_leave_when_thumbed_down(tmp
               said("t4", "That sounds hard.", time="10:00:00"), said("t5", "Oh no."),
               thumb("u1", "t1", "up"), thumb("u2", "t2", "up"), thumb("d2", "t2", "down"), thumb("u3", "t3", "up"), thumb("u4", "t4", "up"),
               thumb("u5", "t5", "up"), {"kind": "emotion", "id": "e5", "time": "2026-11-26T11:00:00+00:00", "rater": "ana", "turn": "t5", "valence": -2}]
-    liked, window = liked_replies(events)
+    liked, window = liked_replies(feedback_tables(events).conversations)
     assert [(r["turn"], r["prompt"], r["response"], r["source"]) for r in liked] == [
         ("t1", "My exam went badly.", "I'm sorry. What happened?", "thumbs_up"), ("t4", "My exam went badly.", "That sounds hard.", "thumbs_up")]
     assert window == {"t1", "t2", "t3", "t4", "t5"}  # t2 even, t3 cut short, t5 distressing: not liked
@@ -121,7 +121,7 @@ def test_replies_people_liked_become_memory_rows_and_leave_when_thumbed_down(tmp
     assert write_liked(tmp_path, liked, window, limit=10) == (path, 0)  # nothing new: left as it is
     memory = read_memory_rows([tmp_path])
     assert "That sounds hard." in set(memory["response"]) and all(len(f) == 0 for f in memory["facts"])
-    liked, window = liked_replies(events + [thumb("d1", "t1", "down"), thumb("d1b", "t1", "down")])  # t1 thumbed down since
+    liked, window = liked_replies(feedback_tables(events + [thumb("d1", "t1", "down"), thumb("d1b", "t1", "down")]).conversations)  # t1 thumbed down since
     path, changed = write_liked(tmp_path, liked, window, limit=2)
     assert changed == 1 and [json.loads(line)["turn"] for line in path.read_text().splitlines()] == ["old", "t4"]
     path, changed = write_liked(tmp_path, liked, window, limit=1)

@@ -123,6 +123,7 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
 
     labels = ctx.tables("teacher_labels")
     human = boosted(human_pairs(ctx), ctx.cfg.attunement.selection.retrain_boost)
+    feedback_pairs = 0 if human is None else int(human["source"].str.startswith("feedback:").sum())
     nudged = nudge_pairs(ctx) if ctx.cfg.reward_model.dimension_pairs else None
     if nudged is not None:
         human = nudged if human is None else pd.concat([human, nudged], ignore_index=True)
@@ -151,7 +152,7 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
         people_encoder=people_encoder(ctx.cfg),
     )
     metrics["train_seconds"] = time.monotonic() - started
-    metrics["feedback_pairs"] = 0 if human is None else int(human["source"].str.startswith("feedback:").sum()) - (0 if nudged is None else len(nudged))
+    metrics["feedback_pairs"] = feedback_pairs
     metrics["nudge_pairs"] = 0 if nudged is None else len(nudged)
     report = score_fixture_file(ctx.cfg, ctx.out_dir)
     if report is not None:

@@ -200,12 +200,12 @@ def feedback_tables(events: list[dict[str, Any]], source_file: str = "") -> Feed
     return FeedbackTables(pd.DataFrame(pairs, columns=PAIR_COLUMNS), conversations, stats, pd.DataFrame(dimension_pairs, columns=DIMENSION_PAIR_COLUMNS))
 
 
-def liked_replies(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], set[str]]:
+def liked_replies(conversations: pd.DataFrame) -> tuple[list[dict[str, Any]], set[str]]:
     """The replies people liked as memory rows (design 000 4.3.3: explicit feedback as SFT targets): each
     turn with more thumbs up than down, finished (`stop`), not empty and not marked distressing, as
     `{"prompt", "response", "turn", "time", "source": "thumbs_up"}` (the prompt as a pair's: the message,
-    or the conversation as a transcript). Also every turn id of `events`, liked or not (`facts.write_liked`)."""
-    conversations = feedback_tables(events).conversations
+    or the conversation as a transcript), from `feedback_tables`' conversations. Also every turn id among
+    them, liked or not (`facts.write_liked`)."""
     rows = []
     for c in conversations.itertuples():
         if c.thumbs_up > c.thumbs_down and c.finish_reason == "stop" and str(c.reply).strip() and not distress(c.valence, list(c.emotion_tags)):

@@ -104,12 +104,10 @@ def _scored(cfg: HominemConfig, reward_model: Any, rm_path: Path, pairs: pd.Data
     return {"safety_score": by_id["safety_score"].to_numpy(dtype=float), "vector": [json.loads(v) for v in by_id["vector"]]}
 
 
-def feedback_items(cfg: HominemConfig, events: list[dict[str, Any]], reward_model: Any, rm_path: Path) -> pd.DataFrame:
-    """People's preference pairs among the log's `events` as replay items."""
+def feedback_items(cfg: HominemConfig, events: list[dict[str, Any]], pairs: pd.DataFrame, reward_model: Any, rm_path: Path) -> pd.DataFrame:
+    """People's preference pairs among the log's `events` (`feedback_tables(events).pairs`) as replay items."""
     from hominem_pipeline.core.online.events import STRENGTHS
-    from hominem_pipeline.core.online.feedback import feedback_tables
 
-    pairs = feedback_tables(events).pairs
     if pairs.empty:
         return pd.DataFrame(columns=ITEM_COLUMNS + FINISHED)
     times = {e["id"]: e["time"] for e in events if e.get("kind") == "turn"}
@@ -161,8 +159,8 @@ def nudge_pairs(cfg: HominemConfig, keys: list[Any], push: Pressure, reward_mode
     return dimension_pairs(labels, list(reward_model.dimensions), push, n, nc.min_gap, nc.tolerance, utc_now())
 
 
-def remember_liked(cfg: HominemConfig, events: list[dict[str, Any]]) -> int:
-    """The replies people thumbed up in `events` written to `online.memory_folder`'s liked.jsonl (memory rows,
+def remember_liked(cfg: HominemConfig, conversations: pd.DataFrame) -> int:
+    """The replies people thumbed up (`conversations`: the log's, `feedback_tables`) written to `online.memory_folder`'s liked.jsonl (memory rows,
     `facts.write_liked`); returns the rows added, changed or removed (0 with the folder or `liked_replies` off)."""
     from hominem_pipeline.core.online.facts import LIKED, write_liked
     from hominem_pipeline.core.online.feedback import liked_replies
@@ -170,7 +168,7 @@ def remember_liked(cfg: HominemConfig, events: list[dict[str, Any]]) -> int:
     oc = cfg.online
     if oc.memory_folder is None or not oc.liked_replies:
         return 0
-    liked, window = liked_replies(events)
+    liked, window = liked_replies(conversations)
     if not liked and not (cfg.path(oc.memory_folder) / LIKED).is_file():
         return 0
     path, changed = write_liked(cfg.path(oc.memory_folder), liked, window, oc.liked_replies)
@@ -359,6 +357,7 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.evaluation.memory import memory_digest
     from hominem_pipeline.core.online.facts import write_extracted
+    from hominem_pipeline.core.online.feedback import feedback_tables
     from hominem_pipeline.core.online.promotion import offer, rollback
 
     started = time.monotonic()
@@ -376,8 +375,9 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
     if facts:
         path, new_facts = write_extracted(cfg.path(oc.memory_folder), facts)
         log.info("%d fact(s) people stated in the log, %d new or changed, in %s", len(facts), new_facts, path)
-    new_liked = remember_liked(cfg, events)
-    people = feedback_items(cfg, events, reward_model, rm_path)
+    tables = feedback_tables(events)
+    new_liked = remember_liked(cfg, tables.conversations)
+    people = feedback_items(cfg, events, tables.pairs, reward_model, rm_path)
     nc = oc.nudges
     push = pressure(events, cfg.dimension_names, dt.datetime.now(dt.timezone.utc), nc.half_life_days, nc.saturation)
     if people.empty and not new_facts and not new_liked and not push.active:
