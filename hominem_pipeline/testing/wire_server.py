@@ -5,7 +5,9 @@ the real client code paths offline: structured output (Anthropic tool use, OpenA
 in the prompt), streaming (server-sent events in both formats), usage accounting, and failures on
 demand: HTTP errors with `retry-after`, hangs (timeouts), dropped connections and invalid labels.
 
-Answers are deterministic functions of the request, so a test knows what to expect:
+Answers are deterministic functions of the request, so a test knows what to expect (with `drift`, each
+answer also carries the count of answers served so far, the way a sampling model never says the same
+thing twice: a test can tell a replayed answer from one asked again):
 - a rating request gets a label whose scores follow simple cues in the reply (feeling words raise
   empathy, a question raises curiosity, a very short reply lowers everything);
 - a memory-extraction request (core/online/facts.py) gets a JSON list of the facts `facts_answer` finds;
@@ -157,12 +159,14 @@ class _Handler(BaseHTTPRequestHandler):
             dims = list(schema["properties"]["vector"]["properties"])
             reply = _between(user, "The assistant replied:\n<<<\n", "\n>>>")
             label = invalid_label(dims) if fault and fault.kind == "invalid" else judge(reply, dims)
+            if suffix := self.server.owner._drift():
+                label["rationale"] += suffix
             data: Any = label
             text = "I cannot rate that, sorry." if fault and fault.kind == "garbage" else json.dumps(label)
         elif system and system.startswith(FACTS_REQUEST):
             data, text = None, facts_answer(_between(user, "<<<\n", "\n>>>"))
         else:
-            data, text = None, _reply_text(system, user, body.get("seed", body.get("metadata")))
+            data, text = None, _reply_text(system, user, body.get("seed", body.get("metadata"))) + self.server.owner._drift()
             words = text.split()
             limit = int(body.get("max_tokens") or body.get("max_completion_tokens") or 1_000_000)
             text = " ".join(words[:limit])
@@ -287,8 +291,10 @@ class WireServer:
                 return  # a client that timed out or hung up: expected in fault tests
             super().handle_error(request, client_address)
 
-    def __init__(self, *, latency: float = 0.0, api_key: str | None = "test-key", host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, *, latency: float = 0.0, api_key: str | None = "test-key", host: str = "127.0.0.1", port: int = 0, drift: bool = False):
         self.latency = latency
+        self.drift = drift
+        self._answers = 0
         self.api_key = api_key
         self.faults: list[Fault] = []
         self.requests: list[dict[str, Any]] = []
@@ -316,6 +322,14 @@ class WireServer:
                     fault.times -= 1
                 return fault
         return None
+
+    def _drift(self) -> str:
+        """With `drift`, a suffix that makes this answer unlike any other (the count of answers so far)."""
+        if not self.drift:
+            return ""
+        with self._lock:
+            self._answers += 1
+            return f" (answer {self._answers})"
 
     def _record(self, path: str, body: dict[str, Any], headers: Any) -> None:
         with self._lock:

@@ -22,6 +22,7 @@ from hominem_pipeline.core.teacher.providers import (
     parse_retry_after,
 )
 from hominem_pipeline.testing.wire_server import Fault, WireServer, judge
+from hominem_pipeline_tests.conftest import make_project
 
 KEY = "sk-test-SECRET-0123456789"
 PROMPTS = [
@@ -173,7 +174,7 @@ def test_a_second_run_is_served_entirely_from_the_cache(project, server):
     assert second[1].usage["cost_saved_by_cache_usd"] == pytest.approx(first[1].usage["cost_usd"])
 
 
-def test_an_answer_that_failed_to_parse_is_never_served_from_the_cache(project, server):
+def test_an_answer_that_failed_to_parse_is_replayed_with_its_re_ask(project, server):
     cfg = api_cfg(project, server, "openai")
     teacher = APITeacher(cfg)
     sampled = teacher.sample(PROMPTS[:1], cfg.teacher.candidate_styles(), 32, seed=3)
@@ -183,12 +184,57 @@ def test_an_answer_that_failed_to_parse_is_never_served_from_the_cache(project, 
     teacher.close()
     assert len(first.items) == 3 and first.usage["api_calls"] == 4  # 3 asks + the warm reply's re-ask
     cached = [row[0] for row in sqlite3.connect(cfg.path(cfg.teacher.client.cache_path)).execute("SELECT answer FROM calls")]
-    assert not any("I cannot rate that" in answer for answer in cached)
+    assert sum("I cannot rate that" in answer for answer in cached) == 1  # the unreadable answer is kept: the re-ask quotes it
     before = server.count()
     again = APITeacher(cfg)
-    rebuilt = again.rate(sampled.items)  # a later run: the unreadable answer is asked again, never replayed
+    rebuilt = again.rate(sampled.items)  # a later run replays the whole exchange: no call, the same labels
     again.close()
-    assert server.count() - before == 1 and rebuilt.usage["cache_hits"] == 2 and len(rebuilt.items) == 3 and not rebuilt.rejected
+    assert server.count() == before and rebuilt.usage["cache_hits"] == 4
+    assert [l.model_dump() for l in rebuilt.items] == [l.model_dump() for l in first.items]
+
+
+def test_a_day_built_through_faults_is_rebuilt_from_its_call_cache_elsewhere_with_no_call(project, tiny_student, tiny_encoder, tmp_path):
+    """A teacher that fails now and then (429, 500, a dropped connection, an answer that is not JSON, labels
+    out of range) and never says the same thing twice: a fresh project with only the call cache rebuilds
+    the day's prompts, candidates, labels and quarantine without a call, row for row."""
+    import shutil
+
+    import pandas as pd
+
+    from hominem_pipeline.core.runner import run_stage
+    from hominem_pipeline.core.stages import STAGES_BY_NAME
+
+    day = "2026-03-05"
+    stages = ["prompts", "teacher_trajectories", "teacher_labels"]
+    with WireServer(api_key=KEY, drift=True) as drifting:
+        cfg = api_cfg(project, drifting, "openai_compatible", concurrency=1)
+        built = {}
+        for name in stages:
+            if name == "teacher_trajectories":
+                for fault in (Fault("status", status=429, retry_after=0.05), Fault("status", status=500), Fault("drop")):
+                    drifting.add_fault(fault)
+            if name == "teacher_labels":  # one reply's label is not JSON once (then re-asked); another's is out of range every time (quarantined)
+                replies = list(pd.read_parquet(built["teacher_trajectories"].ref.file("trajectories.parquet"))["response"])
+                drifting.add_fault(Fault("garbage", match=json.dumps(replies[0])[1:-1][:40], times=1))
+                drifting.add_fault(Fault("invalid", match=json.dumps(replies[1])[1:-1][:40], times=None))
+            built[name] = run_stage(STAGES_BY_NAME[name], cfg, day)
+        assert built["teacher_trajectories"].metrics["retries"] == 3 and built["teacher_labels"].metrics["quarantined"] == 1
+        assert built["teacher_labels"].metrics["api_calls"] == len(replies) + 2  # one ask each, and two re-asks
+        assert all(out.metadata.get("missing", 0) == 0 for out in built.values())
+        asked = drifting.count()
+
+        elsewhere = make_project(tmp_path / "elsewhere", tiny_student, tiny_encoder)  # another folder, no data of the first
+        (elsewhere / "data" / "cache").mkdir(parents=True)
+        shutil.copy(cfg.path(cfg.teacher.client.cache_path), elsewhere / "data" / "cache" / "calls.sqlite")
+        again_cfg = api_cfg(elsewhere, drifting, "openai_compatible", concurrency=1)
+        rebuilt = {name: run_stage(STAGES_BY_NAME[name], again_cfg, day) for name in stages}
+        assert drifting.count() == asked  # not one call
+    assert rebuilt["teacher_labels"].metrics["api_calls"] == 0
+    for name, table in (("prompts", "prompts.parquet"), ("teacher_trajectories", "trajectories.parquet"), ("teacher_labels", "labels.parquet")):
+        pd.testing.assert_frame_equal(pd.read_parquet(rebuilt[name].ref.file(table)), pd.read_parquet(built[name].ref.file(table)))
+    quarantined = [sorted((project / "data" / "quarantine" / "teacher_labels" / day).rglob("*.parquet"))[-1],
+                   sorted((elsewhere / "data" / "quarantine" / "teacher_labels" / day).rglob("*.parquet"))[-1]]
+    pd.testing.assert_frame_equal(*(pd.read_parquet(p) for p in quarantined))
 
 
 def test_the_same_exchange_twice_is_rated_once_so_a_rebuild_gives_the_same_labels(project, server):

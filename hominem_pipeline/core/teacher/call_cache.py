@@ -2,8 +2,11 @@
 
 The key is the sha256 of everything that determines an answer (provider, model, endpoint, output mode,
 system prompt, turns, sampling settings and sample index; never the key). Re-running a partition, or
-another partition asking the same thing, is served from here without a call. Only answers are stored:
-a call that failed is asked again next time.
+another partition asking the same thing, is served from here without a call. Every answer is stored,
+readable or not: a label that was not JSON is served again, so its re-ask (which quotes it) is the same
+call and comes from here too, and a rebuild from this file alone gives the same rows without a call. A
+call that failed (no answer after its retries) stores nothing: its row is missing from the partial
+partition, and the next build of it asks again.
 
 Two processes may share the file: it runs in WAL mode with a busy timeout, and writes are
 `INSERT OR IGNORE` (the first answer for a key wins; both were asked the same thing).

@@ -88,12 +88,6 @@ class RateLimiter:
                 self.tokens.give_back(estimated_tokens - actual_tokens)
 
 
-def _cacheable(request: ChatRequest, result: ChatResult) -> bool:
-    """Whether an answer may be stored and served again: a structured request's answer only when it
-    parsed (one that did not is a failure of that attempt, asked again next time, never replayed)."""
-    return request.schema is None or result.data is not None
-
-
 def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random) -> float:
     """Exponential backoff with full jitter: uniform in [base/2, min(cap, base * 2**attempt)]."""
     top = min(cap, base * (2**attempt))
@@ -180,8 +174,8 @@ class Dispatcher:
         key = call_key(self.backend.fingerprint_payload(request))
         if self.cache is not None:
             hit = self.cache.get(key)
-            result = None if hit is None else ChatResult.from_json(hit)
-            if result is not None and _cacheable(request, result):  # an unreadable answer (cached by an older version) is asked again
+            if hit is not None:  # served as it came, readable or not: what was built on it is built again the same way
+                result = ChatResult.from_json(hit)
                 self.stats.cache_hits += 1
                 self.stats.cached_input_tokens += result.input_tokens
                 self.stats.cached_output_tokens += result.output_tokens
@@ -224,7 +218,7 @@ class Dispatcher:
             self.limiter.settle(estimate, result.input_tokens + result.output_tokens)
             self.stats.input_tokens += result.input_tokens
             self.stats.output_tokens += result.output_tokens
-            if self.cache is not None and _cacheable(request, result):
+            if self.cache is not None:
                 self.cache.put(key, result.to_json(), provider=self.backend.provider, model=self.backend.model, purpose=request.purpose)
             return CallOutcome(result, attempts=attempt + 1)
         self.stats.failed += 1
