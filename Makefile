@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.hominem-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help run test ui serve browser install setup lock clean
+.PHONY: help run test ui serve browser services install setup lock clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -15,7 +15,7 @@ run: $(STAMP) ## Install (once), prepare the offline models (once), materialize 
 	$(BIN)/hominem setup
 	$(BIN)/hominem run $(if $(CONFIG),--config $(CONFIG)) $(if $(DATE),--date $(DATE)) $(if $(SELECT),--select '$(SELECT)') $(if $(FILL_WINDOW),--fill-window)
 
-test: $(STAMP) browser ## Run the test suite (tiny models built in the tests; no downloads)
+test: $(STAMP) browser services ## Run the test suite (tiny models built in the tests; no downloads)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 browser: ## Install Debian's chromium and chromium-driver once (the feedback page's browser test; needs root or sudo)
@@ -23,6 +23,12 @@ browser: ## Install Debian's chromium and chromium-driver once (the feedback pag
 	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  echo "installing chromium and chromium-driver with apt-get (the page's browser test drives them)"; \
 	  $$sudo apt-get update -qq && $$sudo apt-get install -y -qq chromium chromium-driver >/dev/null; }
+
+services: ## Install Debian's postgresql and redis-server once (the deployment tests start their own servers; needs root or sudo)
+	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && command -v redis-server >/dev/null || { \
+	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  echo "installing postgresql and redis-server with apt-get (the tests start and stop their own servers)"; \
+	  $$sudo apt-get update -qq && $$sudo apt-get install -y -qq postgresql redis-server >/dev/null; }
 
 serve: $(STAMP) ## Chat with the student and give feedback: http://127.0.0.1:8000, or PORT= (Ctrl-C stops it)
 	$(BIN)/hominem setup

@@ -17,7 +17,7 @@ from pydantic import Field, field_validator, model_validator
 
 from hominem_pipeline.core.config_attune import AttunementConfig  # noqa: F401 (re-exported)
 from hominem_pipeline.core.config_base import ConfigError, LoraConfig, PolicyLoraConfig, _Frozen  # noqa: F401 (re-exported)
-from hominem_pipeline.core.config_online import SLOW_LOOP_STEPS, NudgesConfig, OnlineConfig, ReplayConfig, SlowLoopConfig  # noqa: F401 (re-exported)
+from hominem_pipeline.core.config_online import SLOW_LOOP_STEPS, HistoryConfig, NudgesConfig, OnlineConfig, ReplayConfig, SlowLoopConfig  # noqa: F401 (re-exported)
 from hominem_pipeline.core.config_reward import (  # noqa: F401 (re-exported)
     PairLossConfig,
     PeoplePairsConfig,
@@ -484,6 +484,7 @@ class HominemConfig(_Frozen):
     slow_loop: SlowLoopConfig = Field(description="The slow loop: the nightly RHI trend lowers the learning rate, shrinks the adapter or freezes, and undoes it on recovery.")
     replay: ReplayConfig = Field(description="The replay buffer's priorities and sampler (online updates; the daily dual training with policy.dual.sampler replay).")
     attunement: AttunementConfig = Field(description="Predictions checked against people's later choices: calibration and drift over time, error clusters, the next question.")
+    history: HistoryConfig = Field(description="The preference history index over the interaction log (`hominem history`): sqlite embedded, Postgres in a deployment.")
 
     # Not a YAML key: the folder relative paths are resolved against (set by `load_config`).
     root: Path = Field(default=Path("."), exclude=True)

@@ -58,6 +58,11 @@ class OnlineConfig(_Frozen):
         return self
 
 
+class HistoryConfig(_Frozen):
+    url: str | None = Field(description="The preference history index's database, a SQLAlchemy URL (postgresql+psycopg2://user@host:5432/hominem); null: sqlite at data/history.sqlite. $HOMINEM_HISTORY_URL, when set, is used instead.")
+    domains: bool = Field(description="Each indexed turn gets the seed category its user message lies nearest (the shipped encoder); false: no domains, `pairs --domain` finds nothing.")
+
+
 SLOW_LOOP_STEPS = ("lower_lr", "shrink_rank", "freeze")
 
 

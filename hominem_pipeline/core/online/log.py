@@ -34,6 +34,15 @@ def event_day(event: dict[str, Any]) -> str:
     return dt.datetime.fromisoformat(event["time"]).astimezone(dt.timezone.utc).date().isoformat()
 
 
+def parse_line(raw: bytes) -> dict[str, Any] | None:
+    """The event on one log line; None for a line that is not a JSON object with an id."""
+    try:
+        event = json.loads(raw)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) and "id" in event else None
+
+
 def read_events(path: Path) -> Iterator[dict[str, Any]]:
     """The events of one log file in order; a line that is not a JSON object (a torn write, a stray edit)
     is skipped with a warning."""
@@ -41,11 +50,8 @@ def read_events(path: Path) -> Iterator[dict[str, Any]]:
         for number, raw in enumerate(f, 1):
             if not raw.strip():
                 continue
-            try:
-                event = json.loads(raw)
-            except ValueError:
-                event = None
-            if not isinstance(event, dict) or "id" not in event:
+            event = parse_line(raw)
+            if event is None:
                 torn = not raw.endswith(b"\n")
                 log.warning("%s line %d: %s, skipped (%d bytes: %r)", path, number,
                             "a torn last line (the writer stopped mid-line)" if torn else "not a JSON event", len(raw), raw[:80])

@@ -1,0 +1,113 @@
+"""`hominem history ...`: the preference history index (core/online/history.py) over the interaction log."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from hominem_pipeline.cli.common import ConfigOpt, SetOpt, app, console, fail, load, setup_logging
+
+history_app = typer.Typer(help="People's choices, served turns and pairs, from the index over the interaction log (sqlite, or Postgres: history.url).",
+                          no_args_is_help=True)
+app.add_typer(history_app, name="history")
+
+LimitOpt = Annotated[int, typer.Option("--limit", "-n", min=1, help="Rows shown, newest first.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the answer as JSON (total, rows, seconds).")]
+NoUpdateOpt = Annotated[bool, typer.Option("--no-update", help="Answer from the index as it is, without reading what is new in the log first.")]
+
+
+def _open(config, sets, update: bool, rebuild: bool = False):
+    """The index, brought up to date with the log (unless `update` is false)."""
+    from hominem_pipeline.core.online.history import HistoryIndex, index_url
+
+    cfg = load(config, sets, persist=False)
+    url = index_url(cfg.history.url, cfg.data_dir)
+    try:
+        index = HistoryIndex(url)
+    except Exception as exc:  # a database that cannot be reached: say which, and how to change it
+        fail(f"cannot open the history index at {_safe(url)}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}; "
+             "check history.url (or $HOMINEM_HISTORY_URL)")
+    if update or rebuild:
+        folder = cfg.data_dir / cfg.serving.log_dir / "log"
+        stats = (index.rebuild if rebuild else index.update)(folder, _domains(cfg) if cfg.history.domains else None)
+        if stats.files:
+            console.print(f"[dim]indexed {stats.turns} turns and {stats.feedback} feedback events from {stats.files} log files "
+                          f"in {stats.seconds:.1f}s ({index.backend})[/]", highlight=False)
+    return index
+
+
+def _domains(cfg):
+    """Each turn's domain, by the shipped encoder; loaded only when there are turns to classify."""
+    classifier = None
+
+    def domain_of(prompts: list[str]) -> list[str]:
+        nonlocal classifier
+        if classifier is None:
+            from hominem_pipeline.core.builds.predictions import domains_for
+
+            classifier = domains_for(cfg)
+        return classifier(prompts)
+
+    return domain_of
+
+
+def _safe(url: str) -> str:
+    """The URL without its password."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _show(page, title: str, as_json: bool) -> None:
+    if as_json:
+        console.print_json(json.dumps({"total": page.total, "rows": page.rows, "seconds": round(page.seconds, 4)}, default=str))
+        return
+    table = Table(title=f"{title}: {page.total} (newest {len(page.rows)}; {page.seconds * 1000:.1f} ms)")
+    for column in page.rows[0] if page.rows else ["(none)"]:
+        table.add_column(column, overflow="fold", max_width=60)
+    for row in page.rows:
+        table.add_row(*("" if v is None else str(v) for v in row.values()))
+    console.print(table)
+
+
+@history_app.command("choices")
+def history_choices(rater: Annotated[str, typer.Option("--rater", "-r", help="The rater's pseudonymous id (`local` on loopback without tokens).")],
+                    config: ConfigOpt = None, sets: SetOpt = None, limit: LimitOpt = 20, as_json: JsonOpt = False, no_update: NoUpdateOpt = False) -> None:
+    """The rater's choices between two replies, newest first."""
+    setup_logging()
+    with _open(config, sets, not no_update) as index:
+        _show(index.choices_of_rater(rater, limit), f"choices of {rater}", as_json)
+
+
+@history_app.command("turns")
+def history_turns(version: Annotated[str, typer.Option("--version", "-v", help="The adapter version that wrote them (its folder's name; `base`: the student alone).")],
+                  config: ConfigOpt = None, sets: SetOpt = None, limit: LimitOpt = 20, as_json: JsonOpt = False, no_update: NoUpdateOpt = False) -> None:
+    """The turns an adapter version served, newest first."""
+    setup_logging()
+    with _open(config, sets, not no_update) as index:
+        _show(index.turns_of_version(version, limit), f"turns of {version}", as_json)
+
+
+@history_app.command("pairs")
+def history_pairs(domain: Annotated[str, typer.Option("--domain", "-d", help="A seed category (prompts.categories), e.g. emotional_support.")],
+                  config: ConfigOpt = None, sets: SetOpt = None, limit: LimitOpt = 20, as_json: JsonOpt = False, no_update: NoUpdateOpt = False) -> None:
+    """People's choices on conversations of a domain, newest first."""
+    setup_logging()
+    cfg = load(config, sets, persist=False)
+    if domain not in cfg.prompts.categories:
+        fail(f"unknown domain {domain!r}: one of {', '.join(cfg.prompts.categories)} (prompts.categories)")
+    with _open(config, sets, not no_update) as index:
+        _show(index.pairs_of_domain(domain, limit), f"pairs of {domain}", as_json)
+
+
+@history_app.command("update")
+def history_update(config: ConfigOpt = None, sets: SetOpt = None,
+                   rebuild: Annotated[bool, typer.Option("--rebuild", help="Drop the index and read the whole log again.")] = False) -> None:
+    """Read what is new in the interaction log into the index (every query does this first), and show the counts."""
+    setup_logging()
+    with _open(config, sets, True, rebuild=rebuild) as index:
+        counts = index.counts()
+        console.print(f"{_safe(index.url)}: " + ", ".join(f"{n} {k}" for k, n in counts.items()), highlight=False)
