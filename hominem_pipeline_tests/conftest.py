@@ -22,7 +22,12 @@ TOKENIZERS = os.environ.get("HOMINEM_TEST_TOKENIZERS")
 
 
 def pytest_configure(config):
+    import tempfile
+
     from hominem_pipeline.warnings_seen import pytest_filters
+
+    # The model folders the tests' artifacts record go to a list of the run's own, not the user's (core/model_refs.py).
+    os.environ["HOMINEM_MODEL_PLACES"] = str(Path(tempfile.mkdtemp(prefix="hominem-test-places-")) / "model_places.json")
 
     for line in pytest_filters():
         config.addinivalue_line("filterwarnings", line)

@@ -240,17 +240,19 @@ def _live_status(cfg, adapter_path: Path) -> str:
 def export(
     adapter: Annotated[Path, typer.Option("--adapter", "-a", help="A LoRA adapter folder (data/lora_adapter/<date>/<version>), or `live`.")],
     merged: Annotated[Path, typer.Option("--merged", "-o", help="New folder for the merged model.")],
-    base: Annotated[Optional[Path], typer.Option("--base", help="The base model folder (default: the one the adapter names).")] = None,
+    base: Annotated[Optional[Path], typer.Option("--base", help="The base model folder (default: the project's student, models.student.path).")] = None,
 ) -> None:
     """Merge an adapter into its base and write a plain HF model (safetensors + tokenizer) that LM Studio,
     llama.cpp's convert_hf_to_gguf.py and transformers can load."""
     from hominem_pipeline.core.policy.export import export_merged
 
+    from hominem_pipeline.core.models import student_path
+
     setup_logging()
     if str(adapter) == "live":
         adapter = _live_adapter(load(None))
     try:
-        info = export_merged(adapter, merged, base)
+        info = export_merged(adapter, merged, base or student_path(load(None)))
     except (FileNotFoundError, FileExistsError) as exc:
         fail(str(exc))
     console.print(f"merged {info['adapter']} into {info['base']} -> {merged}")

@@ -115,6 +115,19 @@ def convert_gguf(gguf: Path, target: Path, package: str | None = None) -> Path:
     return target
 
 
+def base_name(cfg: HominemConfig) -> str:
+    """How an adapter names its base: the student's hub id when the config knows it, else the student
+    folder's name (never an absolute path)."""
+    return cfg.models.student.hub_id or Path(student_path(cfg)).resolve().name
+
+
+def shown_path(cfg: HominemConfig, folder: Path) -> str:
+    """A model folder as a user of the project names it: relative to the project root when inside it (as
+    the config does), else its name; never a machine's absolute path in what an artifact records."""
+    folder, root = Path(folder).resolve(), Path(cfg.root).resolve()
+    return str(folder.relative_to(root)) if folder.is_relative_to(root) else folder.name
+
+
 def encoder_path(cfg: HominemConfig) -> Path:
     enc = cfg.models.encoder
     path = cfg.path(enc.path) if enc.path else package_dir(enc.package or "") / enc.package_subdir

@@ -70,8 +70,10 @@ def reward_manifold_check(metrics: dict[str, Any], cfg: HominemConfig, folder: P
 
 
 def build_lora_adapter(ctx: StageContext) -> StageOutput:
-    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.model_refs import model_name
+    from hominem_pipeline.core.models import base_name, shown_path, student_path
     from hominem_pipeline.core.policy.export import write_model_card
+    from hominem_pipeline.core.policy.lora import name_base
     from hominem_pipeline.core.policy.pairs import read_preference_pairs
     from hominem_pipeline.core.reward.feature_cache import SHIPPED_FEATURES
     from hominem_pipeline.core.reward.model import project_reward_model
@@ -140,7 +142,7 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
     shape = keep_manifold(reward_model(), ranked, ctx.out_dir, f"The reward signal of lora_adapter {ctx.partition}")
     AdapterMetadata(
         mode=pc.mode,
-        base_model=str(student_path(ctx.cfg)),
+        base_model=model_name(student_path(ctx.cfg)),
         base_checksum=result.base_checksum,
         reward_model=rm_ref.key,
         preference_data=[r.key for r in pair_refs],
@@ -158,7 +160,8 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
                **{f"gradient_share_{c}": s for c, s in shares.items()},
                **({"rebalanced_steps": result.channels["rebalanced_steps"]} if shares else {}), **shape.metrics()}
     student = ctx.cfg.models.student
-    write_model_card(ctx.out_dir, base_hub_id=student.hub_id, base_path=student_path(ctx.cfg), gguf_package=student.gguf_package, mode=pc.mode,
+    name_base(ctx.out_dir, base_name(ctx.cfg))
+    write_model_card(ctx.out_dir, base_hub_id=student.hub_id, base_path=shown_path(ctx.cfg, student_path(ctx.cfg)), gguf_package=student.gguf_package, mode=pc.mode,
                      date=ctx.partition, metrics=metrics,
                      data={"preference pairs": f"{len(pairs) - n_people} over {len(pair_refs)} day(s)",
                            **({"people's pairs": f"{n_people} ({pc.dual.people_share:.0%} of each batch)"} if n_people else {}), "reward model": f"{rm_ref.partition}/{rm_ref.version}",

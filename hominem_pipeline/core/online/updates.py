@@ -298,7 +298,9 @@ def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: in
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.evaluation.manifold import keep_manifold
     from hominem_pipeline.core.evaluation.memory import memory_digest, read_memory_rows
-    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.model_refs import model_name
+    from hominem_pipeline.core.models import base_name, student_path
+    from hominem_pipeline.core.policy.lora import name_base
     from hominem_pipeline.core.policy.dual import REFERENCE_CACHE, train_dual_adapter
     from hominem_pipeline.core.policy.metadata import AdapterMetadata
 
@@ -325,11 +327,12 @@ def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: in
         except ValueError as exc:  # a reward model written before it carried its labels' spread: the gate says not measured
             log.warning("online update %s: reward manifold not measured: %s", out.name, exc)
         AdapterMetadata(
-            mode="dual", base_model=str(student_path(cfg)), base_checksum=result.base_checksum, reward_model=_version_key(rm_path),
+            mode="dual", base_model=model_name(student_path(cfg)), base_checksum=result.base_checksum, reward_model=_version_key(rm_path),
             preference_data=teacher_keys, preference_pairs=len(pairs), memory_data=memory_digest(memory_paths(cfg)),
             channel_contributions=result.channel_contributions, channels=result.channels, lora=policy.lora.model_dump(),
             training={"online": oc.model_dump(mode="json"), "from": live, "policy": policy.model_dump(mode="json")}, date=utc_now()[:10],
         ).write(tmp)
+        name_base(tmp, base_name(cfg))
         os.replace(tmp, out)  # the version appears whole or not at all
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -33,9 +33,10 @@ def export_merged(adapter_path: Path, out_dir: Path, student_path: Path | None =
     return info
 
 
-def write_model_card(out_dir: Path, *, base_hub_id: str | None, base_path: Path, gguf_package: str | None, mode: str, date: str,
+def write_model_card(out_dir: Path, *, base_hub_id: str | None, base_path: str, gguf_package: str | None, mode: str, date: str,
                      metrics: dict[str, Any], data: dict[str, Any]) -> Path:
-    """The adapter's README.md (Hugging Face model card): what it is, what it was trained on, how to load it."""
+    """The adapter's README.md (Hugging Face model card): what it is, what it was trained on, how to load it.
+    `base_path`: the student folder as the project names it (`models.shown_path`), never an absolute path."""
     base = base_hub_id or str(base_path)
     front = ["---", "library_name: peft", f"base_model: {base}" if base_hub_id else "", "pipeline_tag: text-generation",
              "tags: [hominem, lora, " + mode + "]", "---"]

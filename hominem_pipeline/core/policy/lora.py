@@ -146,6 +146,18 @@ def run_trl(trainer: Any, tokenizer: Any, out_dir: Path, before: str, history: l
     return AdapterTraining(metrics, before, history, {"sft": 0.0, "reward": 1.0})
 
 
+def name_base(adapter_dir: Path, name: str) -> None:
+    """Record the adapter's base in its `adapter_config.json` by `name` (the student's hub id, else its
+    folder's name) instead of the absolute path PEFT writes: the folder loads on any machine, beside that
+    machine's own copy of the base (METADATA's `base_checksum` says whether it is the same)."""
+    import json
+
+    config_file = Path(adapter_dir) / "adapter_config.json"
+    config = json.loads(config_file.read_text())
+    config["base_model_name_or_path"] = name
+    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
 def adapter_config(adapter_path: Path) -> dict[str, Any]:
     """The adapter's `adapter_config.json`, or a clear error when the folder is not a PEFT adapter."""
     import json

@@ -26,7 +26,7 @@ class AdapterMetadata(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     mode: str  # dpo | dual | rl
-    base_model: str  # the folder of the base it was trained on
+    base_model: str  # the name of the base's folder it was trained on (an absolute path in older adapters)
     base_checksum: str  # of the base weights (unchanged by training)
     reward_model: VersionKey
     preference_data: list[VersionKey]

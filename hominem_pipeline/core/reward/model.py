@@ -36,17 +36,12 @@ from hominem_pipeline.core.reward.network import (
 HEADS = "heads.safetensors"
 
 
-def _checked_folder(path: str, sha256: str, what: str) -> Path:
-    """The folder a saved model's `what` reads, present and with the digest it had at training."""
-    from hominem_pipeline.core.artifacts import folder_digest
+def _checked_folder(recorded: str, sha256: str, what: str) -> Path:
+    """The folder a saved model's `what` reads: the one with the digest it had at training, wherever it is
+    on this machine (`model_refs.find_model`)."""
+    from hominem_pipeline.core.model_refs import find_model
 
-    source = Path(path)
-    if not source.is_dir():
-        raise FileNotFoundError(f"this reward model's {what} at {source}, which is missing; run `hominem setup` (or rebuild the reward model)")
-    if (digest := folder_digest(source)) != sha256:
-        raise ValueError(f"this reward model's {what} at {source} with digest {sha256[:12]}, but the folder now reads {digest[:12]}; "
-                         "rebuild the reward model (hominem run --select reward_model+)")
-    return source
+    return find_model(recorded, sha256, f"this reward model's {what}")
 
 
 def guard_scorer(info: GuardInfo | None, device: Any = None) -> GuardScorer | None:

@@ -169,31 +169,26 @@ BACKBONE_REFERENCE = "reference.json"  # in a model's backbone/ folder when the 
 
 
 def write_backbone_reference(folder: Path, source: Path | str) -> None:
-    """Record a frozen backbone by where it is and the digest of its files, instead of copying its weights."""
+    """Record a frozen backbone by its name and the digest of its files, instead of copying its weights
+    (found again on any machine by `model_refs.find_model`)."""
     from hominem_pipeline.core.artifacts import folder_digest
+    from hominem_pipeline.core.model_refs import model_name
 
     folder.mkdir(parents=True, exist_ok=True)
-    source = Path(source).resolve()
-    (folder / BACKBONE_REFERENCE).write_text(json.dumps({"path": str(source), "sha256": folder_digest(source)}, indent=2) + "\n")
+    (folder / BACKBONE_REFERENCE).write_text(json.dumps({"name": model_name(source), "sha256": folder_digest(Path(source))}, indent=2) + "\n")
 
 
 def backbone_source(model_dir: Path) -> Path:
     """The folder a saved model's backbone loads from: its own `backbone/`, or the frozen backbone it
-    references, checked against the digest recorded at training."""
-    from hominem_pipeline.core.artifacts import folder_digest
+    references, found by the digest recorded at training."""
+    from hominem_pipeline.core.model_refs import find_model
 
     folder = model_dir / "backbone"
     reference = folder / BACKBONE_REFERENCE
     if not reference.is_file():
         return folder
     ref = json.loads(reference.read_text())
-    source = Path(ref["path"])
-    if not source.is_dir():
-        raise FileNotFoundError(f"{model_dir} reads its frozen backbone from {source}, which is missing; run `hominem setup` (or rebuild the reward model)")
-    if (digest := folder_digest(source)) != ref["sha256"]:
-        raise ValueError(f"{model_dir} was trained on the backbone at {source} with digest {ref['sha256'][:12]}, but the folder now reads "
-                         f"{digest[:12]}; rebuild the reward model (hominem run --select reward_model+)")
-    return source
+    return find_model(ref.get("name") or ref["path"], ref["sha256"], f"{model_dir} reads its frozen backbone")
 
 
 def load_backbone(source: Path | str) -> tuple[nn.Module, Any]:

@@ -29,6 +29,7 @@ from torch import nn
 
 from hominem_pipeline.core.artifacts import folder_digest
 from hominem_pipeline.core.config import RewardModelConfig
+from hominem_pipeline.core.model_refs import model_name
 from hominem_pipeline.core.progress import Progress
 from hominem_pipeline.core.reward.dataset import (
     TrainingSet,
@@ -548,14 +549,14 @@ def train_reward_model(
         "normalisation": ("heads read features standardised by the training split's mean and spread (feature_mean, feature_std in the heads file); "
                           if cfg.head_fit == "ridge" else "none; ") + "heads are bounded to the label ranges (tanh for vector and scalar, sigmoid for intensity and safety)",
         "max_length": cfg.max_length,
-        "backbone": {"source": str(backbone_path), "kind": kind, "pooling": pooling, "finetune": cfg.backbone.finetune,
+        "backbone": {"source": model_name(backbone_path) if Path(backbone_path).is_dir() else str(backbone_path), "kind": kind, "pooling": pooling, "finetune": cfg.backbone.finetune,
                      "depth": backbone.config.num_hidden_layers, "layers": None if net.layers is None else list(net.layers)},
         "frame": frame,
         "head_fit": cfg.head_fit,
         "validation": validation,
         "length_feature": cfg.length_feature,
-        "guards": {"names": list(cfg.guards), "student": str(Path(guard_student).resolve()), "sha256": folder_digest(Path(guard_student))} if cfg.guards else None,
-        "people": {"encoder": str(Path(people_encoder).resolve()), "sha256": folder_digest(Path(people_encoder)), "max_length": cfg.people_score.max_length,
+        "guards": {"names": list(cfg.guards), "student": model_name(guard_student), "sha256": folder_digest(Path(guard_student))} if cfg.guards else None,
+        "people": {"encoder": model_name(people_encoder), "sha256": folder_digest(Path(people_encoder)), "max_length": cfg.people_score.max_length,
                    "weight": people_weight, "alpha": people.alpha, "pairs": people.pairs, "agreement": people.agreement} if people is not None else None,
         "scalar": combination.describe(dimensions) if combination is not None else None,
         "members": members,
