@@ -14,8 +14,8 @@ from hominem_pipeline.cli.common import ConfigOpt, SetOpt, app, err, fail, load,
 def serve(
     config: ConfigOpt = None,
     sets: SetOpt = None,
-    adapter: Annotated[Optional[str], typer.Option("--adapter", "-a", help="Adapter to serve: `live` (the one that passed the gate), `latest`, a folder or `none` (default: serving.adapter).")] = None,
-    reward_model: Annotated[Optional[str], typer.Option("--reward-model", "-m", help="Reward model: a folder, `adapter`, `latest` or `none` (default: serving.reward_model).")] = None,
+    adapter: Annotated[Optional[str], typer.Option("--adapter", "-a", help="Adapter to serve: `live` (the one that passed the gate), `latest`, a folder, a registry alias it follows (models:/hominem-lora-adapter@champion) or `none` (default: serving.adapter).")] = None,
+    reward_model: Annotated[Optional[str], typer.Option("--reward-model", "-m", help="Reward model: a folder, `adapter`, `latest`, a registry model (models:/hominem-reward-model@champion) or `none` (default: serving.reward_model).")] = None,
     host: Annotated[Optional[str], typer.Option(help="Address to bind (default: serving.host; beyond loopback, tokens are required).")] = None,
     port: Annotated[Optional[int], typer.Option(help="Port (default: serving.port; 0: any free port).")] = None,
 ) -> None:
@@ -32,7 +32,9 @@ def serve(
         choice = adapter if adapter is not None else cfg.serving.adapter
         adapter_path = resolve_adapter(cfg, choice)
         reward_path = resolve_reward_model(cfg, reward_model if reward_model is not None else cfg.serving.reward_model, adapter_path)
-        run_server(cfg, adapter_path, reward_path, student, follow_live=choice == "live",
+        from hominem_pipeline.core.registry import is_registry_uri
+
+        run_server(cfg, adapter_path, reward_path, student, follow_live=choice == "live", follow_registry=choice if is_registry_uri(choice) and "@" in choice else None,
                    config_args=[*(["--config", str(config.resolve())] if config else []), *(f"--set={a}" for a in sets or [])])
     except (ModelNotAvailable, ServeError, AccessError) as exc:
         fail(str(exc))
@@ -42,7 +44,7 @@ def serve(
 def chat(
     config: ConfigOpt = None,
     sets: SetOpt = None,
-    adapter: Annotated[Optional[str], typer.Option("--adapter", "-a", help="Adapter to talk to: `live`, `latest`, a folder or `none` for the base (default: serving.adapter).")] = None,
+    adapter: Annotated[Optional[str], typer.Option("--adapter", "-a", help="Adapter to talk to: `live`, `latest`, a folder, a registry model (models:/hominem-lora-adapter@champion) or `none` for the base (default: serving.adapter).")] = None,
     message: Annotated[Optional[list[str]], typer.Option("--message", "-p", help="Say this, print the reply and go on to the next --message; without it, read what you type (repeatable).")] = None,
     system: Annotated[Optional[str], typer.Option(help="A system message the conversation starts with.")] = None,
     max_tokens: Annotated[Optional[int], typer.Option(min=1, help="Tokens per reply at most (default: serving.max_new_tokens).")] = None,

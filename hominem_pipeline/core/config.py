@@ -44,7 +44,7 @@ class RuntimeConfig(_Frozen):
 
 class TrackingConfig(_Frozen):
     mlflow_uri: str = Field(min_length=1, description="MLflow tracking URI; a relative sqlite path is relative to the project root.")
-    artifact_root: str = Field(min_length=1, description="Where a new MLflow experiment stores its artifacts.")
+    artifact_root: str = Field(min_length=1, description="Where a new MLflow experiment stores its artifacts (not used with a tracking server, http://..., which keeps its own: --artifacts-destination).")
     experiment: str = Field(min_length=1, description="MLflow experiment name.")
     ui_url: str = Field(min_length=1, description="Where the MLflow UI is served (`hominem ui`: http://127.0.0.1:5000); each asset page in Dagster links its MLflow run there.")
 
@@ -444,6 +444,7 @@ class ServingConfig(_Frozen):
     adapter: str | None = Field(description="What `hominem` (the served model) runs: \"live\" (the adapter data/live/current.json names, which passed the gate; the base until one has), \"latest\" (the newest lora_adapter built under this config, passed or not), an adapter folder, or null (the base alone).")
     reward_model: str | None = Field(description="What scores replies: \"adapter\" (the one the served adapter was trained with, else the newest built), \"latest\", a folder, or null (no scores).")
     live_poll_seconds: float = Field(ge=0.1, le=60.0, description="With adapter `live`: seconds between the server's checks of data/live/current.json, whose changes it hot-swaps to, 0.1-60.")
+    registry_poll_seconds: float = Field(ge=0.1, le=3600.0, description="With a registry alias as the adapter (models:/hominem-lora-adapter@champion): seconds between the server's questions to the tracking server, 0.1-3600.")
     max_batch_size: int = Field(ge=1, le=256, description="Replies generated together in one batch, 1-256.")
     batch_wait_ms: float = Field(ge=0.0, le=1000.0, description="How long the first waiting request waits for others to join its batch, 0-1000 ms.")
     max_queue: int = Field(ge=1, le=100_000, description="Requests waiting for the model beyond which a new one gets 503 with Retry-After.")

@@ -110,7 +110,10 @@ class StageRun:
         if found:
             version = found[0].version
         else:
-            version = client.create_model_version(name, source=log_model(), run_id=self.run_id, tags={TAG_VERSION: version_key}).version
+            source = log_model()
+            # a model logged with MLflow 3's log_model is a LoggedModel (models:/m-...): a tracking server needs its id with the source
+            model_id = source.removeprefix("models:/") if source.startswith("models:/m-") else None
+            version = client.create_model_version(name, source=source, run_id=self.run_id, tags={TAG_VERSION: version_key}, model_id=model_id).version
         client.set_registered_model_alias(name, alias, version)
         return int(version)
 
@@ -148,12 +151,19 @@ class Tracker:
             if EXPERIMENT_KIND[0] not in exp.tags:  # made by an older version, or by hand: opens on the runs table too
                 mlflow.MlflowClient().set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
             return exp.experiment_id
+        if self.server:  # the tracking server keeps the artifacts (--artifacts-destination) and serves them to every client
+            return mlflow.create_experiment(self.experiment, tags=dict([EXPERIMENT_KIND]))
         self.artifact_root.mkdir(parents=True, exist_ok=True)
         return mlflow.create_experiment(
             self.experiment,
             artifact_location=self.artifact_root.resolve().as_uri(),
             tags=dict([EXPERIMENT_KIND]),
         )
+
+    @property
+    def server(self) -> bool:
+        """Whether the URI is a tracking server (http/https), whose artifact store is its own, not artifact_root."""
+        return self.uri.startswith(("http://", "https://"))
 
     def find_run(self, *, asset: str, partition: str, dagster_run_id: str) -> str | None:
         import mlflow

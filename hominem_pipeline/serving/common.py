@@ -35,6 +35,7 @@ class Service:
     rng: random.Random = field(default_factory=random.Random)
     live: Any = None  # the LiveWatcher when the service follows data/live/current.json
     updates: Any = None  # the UpdateScheduler of online updates, beside the LiveWatcher
+    registry: Any = None  # the RegistryWatcher when the service follows a registry alias (models:/...@champion)
     config: Any = None  # the whole HominemConfig: what the admin's live endpoints gate and write with
     questions: Any = None  # the QuestionDesk behind GET /feedback/next
 

@@ -67,3 +67,50 @@ class LiveWatcher:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+
+
+class RegistryWatcher:
+    """Follows a registry alias (`models:/hominem-lora-adapter@champion`) for a server on a machine without
+    the project's data folder: every `interval` seconds it asks the tracking server which version the
+    alias names, and when that moved, downloads it (`core/registry.fetch`) and hot-swaps. A version that
+    cannot serve is refused and audited, as with the live pointer."""
+
+    def __init__(self, cfg, uri: str, engine, audit: Callable[..., None], label: Callable[[Path | None], str | None], interval: float = 30.0):
+        from hominem_pipeline.core.registry import alias_version
+
+        self.cfg, self.uri, self.engine, self.audit, self.label, self.interval = cfg, uri, engine, audit, label, interval
+        self.version = alias_version(cfg, uri)  # what the engine serves (resolved from the alias at start)
+        self.refused: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="hominem-registry-watcher", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.follow()
+            except Exception:  # an unreachable server now and then: the next poll tries again
+                log.exception("following %s failed", self.uri)
+
+    def follow(self) -> bool:
+        """Swap to the version the alias names now, if that is not what is served; True when swapped."""
+        from hominem_pipeline.core.registry import alias_version, fetch
+
+        version = alias_version(self.cfg, self.uri)
+        if version is None or version == self.version or version == self.refused:
+            return False
+        try:
+            path = fetch(self.cfg, self.uri, "adapter_config.json")
+            seconds = self.engine.swap(path, self.label(path)).result()
+        except (BadAdapter, OSError, ValueError, RuntimeError) as exc:
+            self.refused = version
+            log.error("%s names version %s, which cannot serve (%s); version %s keeps answering", self.uri, version, exc, self.version)
+            self.audit("registry_swap_refused", uri=self.uri, version=version, reason=str(exc), serving=self.version)
+            return False
+        self.audit("registry_swap", uri=self.uri, version=version, previous=self.version, seconds=round(seconds, 3))
+        self.version, self.refused = version, None
+        return True
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)

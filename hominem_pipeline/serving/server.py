@@ -48,12 +48,26 @@ def _latest_or_folder(cfg: HominemConfig, asset: str, choice: str, marker: str, 
     return path
 
 
+def _from_registry(cfg: HominemConfig, uri: str, marker: str) -> Path:
+    from hominem_pipeline.core.registry import RegistryError, fetch
+
+    try:
+        return fetch(cfg, uri, marker)
+    except RegistryError as exc:
+        raise ServeError(str(exc)) from None
+
+
 def resolve_adapter(cfg: HominemConfig, choice: str | None) -> Path | None:
     """`live` (what data/live/current.json names: the adapter that passed the gate; the base when none
     has), `latest` (the newest lora_adapter under this config, passed or not; None with a warning when
-    there is none), a folder, or None / `none` / `base` (the base alone)."""
+    there is none), a folder, a registry model (models:/hominem-lora-adapter@champion, downloaded once),
+    or None / `none` / `base` (the base alone)."""
+    from hominem_pipeline.core.registry import is_registry_uri
+
     if choice is None or choice in ("none", "base"):
         return None
+    if is_registry_uri(choice):
+        return _from_registry(cfg, choice, "adapter_config.json")
     if choice == "live":
         from hominem_pipeline.core.online.live import LiveState
 
@@ -68,12 +82,15 @@ def resolve_adapter(cfg: HominemConfig, choice: str | None) -> Path | None:
 
 
 def resolve_reward_model(cfg: HominemConfig, choice: str | None, adapter: Path | None) -> Path | None:
-    """`adapter` (the one the served adapter was trained with, else the newest), `latest`, a folder, or
-    None / `none` (replies are not scored)."""
+    """`adapter` (the one the served adapter was trained with, else the newest), `latest`, a folder, a
+    registry model (models:/hominem-reward-model@champion), or None / `none` (replies are not scored)."""
     from hominem_pipeline.core.policy.lora import adapter_reward_model
+    from hominem_pipeline.core.registry import is_registry_uri
 
     if choice is None or choice == "none":
         return None
+    if is_registry_uri(choice):
+        return _from_registry(cfg, choice, "METADATA.json")
     if choice == "adapter" and adapter is not None and (own := adapter_reward_model(adapter, cfg.data_dir)) is not None and own.is_dir():
         return own
     return _latest_or_folder(cfg, "reward_model", "latest" if choice == "adapter" else choice, "METADATA.json", "replies are not scored")
@@ -86,9 +103,10 @@ def label(cfg: HominemConfig, path: Path | None) -> str | None:
 
 
 def build_service(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, student: Path, follow_live: bool = False,
-                  config_args: list[str] | None = None):
+                  config_args: list[str] | None = None, follow_registry: str | None = None):
     """The service; with `follow_live`, it hot-swaps to whatever data/live/current.json names from now on
-    and runs online updates of the live adapter (`config_args`: the --config / --set the update runs under)."""
+    and runs online updates of the live adapter (`config_args`: the --config / --set the update runs under);
+    with `follow_registry` (a models:/NAME@ALIAS URI), to whatever version that alias names."""
     from hominem_pipeline.serving.common import Service
     from hominem_pipeline.core.device import resolve_device
     from hominem_pipeline.serving.engine import Engine
@@ -119,11 +137,15 @@ def build_service(cfg: HominemConfig, adapter: Path | None, reward_model: Path |
 
         service.live = LiveWatcher(LiveState(cfg.data_dir), engine, access.audit, lambda path: label(cfg, path), s.live_poll_seconds)
         service.updates = UpdateScheduler(cfg.online, config_args or [], folder / "updates", access.audit, service.live.follow, auto=cfg.online.scheduler)
+    if follow_registry:
+        from hominem_pipeline.serving.live import RegistryWatcher
+
+        service.registry = RegistryWatcher(cfg, follow_registry, engine, access.audit, lambda path: label(cfg, path), s.registry_poll_seconds)
     return service
 
 
 def serve(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, student: Path, follow_live: bool = False,
-          config_args: list[str] | None = None) -> None:
+          config_args: list[str] | None = None, follow_registry: str | None = None) -> None:
     """Bind, load, print the address, and serve until SIGINT / SIGTERM. The port is taken first, so a
     busy one is said at once, before any model loads or update process starts."""
     import uvicorn
@@ -142,7 +164,7 @@ def serve(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, s
         raise ServeError(f"cannot listen on {host}:{port} ({exc.strerror}); pass another --port (0: any free one)") from exc
     bound = sock.getsockname()[1]
     try:
-        service = build_service(cfg, adapter, reward_model, student, follow_live, config_args)
+        service = build_service(cfg, adapter, reward_model, student, follow_live, config_args, follow_registry)
     except BaseException:
         sock.close()
         raise
@@ -171,6 +193,8 @@ def serve(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, s
             service.updates.close()
         if service.live is not None:
             service.live.close()
+        if service.registry is not None:
+            service.registry.close()
         service.engine.close()
         service.journal.log.close()
         service.access.audit("stop", port=bound)

@@ -93,6 +93,11 @@ class PostgresServer(_Server):
     def dsn(self) -> str:
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/{self.database}"
 
+    def create_database(self, name: str) -> str:
+        """A second database on the same server (Dagster's storage beside MLflow's); its SQLAlchemy URL."""
+        subprocess.run([str(postgres_bin() / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user, name], check=True, capture_output=True)
+        return f"postgresql+psycopg2://{self.user}@127.0.0.1:{self.port}/{name}"
+
     def _as_server_user(self, argv: list[str]) -> list[str]:
         return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
 
@@ -161,6 +166,50 @@ class RedisServer(_Server):
     def stop(self) -> None:
         _stop_group(self.proc)
 
+
+
+class MlflowServer(_Server):
+    """`with MlflowServer(backend_uri, artifacts) as server:` then `server.url`: MLflow's tracking server on a
+    database (Postgres in a deployment), storing artifacts in `artifacts` (a folder, or s3://...) and
+    proxying them (`mlflow-artifacts:/`), so clients never see where they lie."""
+
+    def __init__(self, backend_uri: str, artifacts: str | Path, port: int | None = None, workers: int = 2):
+        self.backend_uri = backend_uri
+        self.artifacts = str(artifacts)
+        self.port = port or free_port()
+        self.workers = workers
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> MlflowServer:
+        import sys
+
+        self.log = Path(tempfile.mkdtemp(prefix="hominem-mlflow-")) / "server.log"
+        self.proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri", self.backend_uri, "--artifacts-destination", self.artifacts,
+             "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(self.workers)],
+            stdout=subprocess.DEVNULL, stderr=open(self.log, "wb"), start_new_session=True,
+        )
+        import urllib.request
+
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mlflow server exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as answer:
+                    if answer.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.5)
+        raise RuntimeError(f"mlflow server did not answer on {self.url} within 120s: {self.log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        _stop_group(self.proc)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -137,8 +137,9 @@ def move_champion(cfg: HominemConfig, live: Live) -> int | None:
     from hominem_pipeline.core.tracking import Tracker
 
     tracker = Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root))
+    tracker.runs_for("live")  # points MLflow at the project's store
+    _champion_reward_model(live)
     if live.version is None:
-        tracker.runs_for("live")  # points MLflow at the project's store
         try:
             MlflowClient().delete_registered_model_alias(CHAMPION_MODEL, CHAMPION)
         except MlflowException:  # no such model or alias yet: nothing to move
@@ -152,6 +153,26 @@ def move_champion(cfg: HominemConfig, live: Live) -> int | None:
 
         return run.register_model(CHAMPION_MODEL, live.version, log_adapter, alias=CHAMPION,
                                   description="hominem: LoRA adapters that went live; alias `champion` is the live one (data/live/current.json)")
+
+
+def _champion_reward_model(live: Live) -> None:
+    """Point hominem-reward-model's `champion` alias at the reward model the live adapter serves with (its
+    registry version tagged with that artifact version); none registered (or the base alone): left as is."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    from hominem_pipeline.core.builds.reward_model import REWARD_MODEL_NAME
+    from hominem_pipeline.core.tracking import TAG_VERSION
+
+    if not live.reward_model:
+        return
+    client = MlflowClient()
+    try:
+        found = client.search_model_versions(f"name = '{REWARD_MODEL_NAME}' and tags.`{TAG_VERSION}` = '{Path(live.reward_model).name}'")
+    except MlflowException:
+        return
+    if found:
+        client.set_registered_model_alias(REWARD_MODEL_NAME, CHAMPION, found[0].version)
 
 
 def rollback(cfg: HominemConfig, version: str | None, *, reason: str, by: str, **extra: Any) -> Live:
