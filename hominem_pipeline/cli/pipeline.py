@@ -257,16 +257,20 @@ def ui(
     }
     from hominem_pipeline.core.tracking import experiment_url
 
+    mlflow_ui = f"http://127.0.0.1:{mlflow_port}"
+    if cfg.mlflow_uri.startswith(("http://", "https://")):  # a tracking server (a deployment): it is the MLflow UI already
+        del commands["MLflow"]
+        mlflow_ui = cfg.mlflow_uri
     # before the server starts: this creates the store (and the experiment) the server then opens, where
     # both creating it at once would race on its schema migration
-    runs = experiment_url(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root), f"http://127.0.0.1:{mlflow_port}")
+    runs = experiment_url(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root), mlflow_ui)
     procs: dict[str, subprocess.Popen] = {}
     dagster_home = os.environ["DAGSTER_HOME"]
     for name, cmd in commands.items():
         # Own process group each, so stopping takes their workers and children too. Dagster starts in
         # its home (not the project folder, whose dagster.yaml it would warn about).
         procs[name] = subprocess.Popen(cmd, env=env, cwd=dagster_home if name == "Dagster" else cfg.root, start_new_session=True)
-    console.print(f"Dagster UI: http://127.0.0.1:{dagster_port}\nMLflow UI:  http://127.0.0.1:{mlflow_port}\n"
+    console.print(f"Dagster UI: http://127.0.0.1:{dagster_port}\nMLflow UI:  {mlflow_ui}\n"
                   f"  the runs: {runs}  (the model-training view)\nCtrl-C stops both.")
 
     def stop(*_: object) -> None:

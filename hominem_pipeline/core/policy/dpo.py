@@ -16,6 +16,7 @@ from hominem_pipeline.core.config import PolicyConfig
 from hominem_pipeline.core.policy.lora import (
     collect_logs,
     lora_student,
+    per_process,
     run_trl,
     trl_common_args,
 )
@@ -91,7 +92,7 @@ def train_dpo_adapter(
     with tempfile.TemporaryDirectory(prefix="hominem-dpo-") as scratch:
         args = DPOConfig(
             output_dir=scratch,
-            per_device_train_batch_size=cfg.batch_size,
+            per_device_train_batch_size=per_process(cfg.batch_size),
             beta=cfg.beta,
             max_length=cfg.max_length,
             **trl_common_args(cfg, seed),

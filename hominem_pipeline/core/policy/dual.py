@@ -345,6 +345,7 @@ def train_dual_adapter(
     chosen_safety_score; `memory` prompt and response (`memory.read_memory_rows`)."""
     from trl.trainer.utils import add_fused_lm_head, disable_dropout_in_model
 
+    from hominem_pipeline.core.policy.distributed import ranks as launched
     from hominem_pipeline.core.policy.lora import (
         AdapterTraining,
         lora_student,
@@ -359,7 +360,8 @@ def train_dual_adapter(
     gate = SafetyGate.from_config(cfg.safety_gate)
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    model, tokenizer, before = lora_student(student_path, cfg, init_adapter, device)
+    ranks = launched()  # one process, or those `accelerate launch` started: each trains on its share of every batch
+    model, tokenizer, before = lora_student(student_path, cfg, init_adapter, device if device is not None else ranks.device)
     start = f"the adapter {init_adapter}" if init_adapter is not None else "a fresh LoRA"
     if people_start is not None and init_adapter is None:
         from hominem_pipeline.core.policy.people_start import load_people_start
@@ -380,6 +382,7 @@ def train_dual_adapter(
     ref_cache = {**shipped, **load_reference_cache(reference_cache, before)}  # the base's log-probability of each sequence used so far, by content
     known = len(ref_cache)
     params = [p for p in model.parameters() if p.requires_grad]
+    ranks.broadcast(params)  # one start for all
     ch = dual.channels
     factors = {"memory": ch.memory_lr_factor, "reward": ch.reward_lr_factor}
     # one AdamW on the summed gradient, or one per channel (its own moments) at its own rate
@@ -400,6 +403,9 @@ def train_dual_adapter(
         for _ in range(cfg.gradient_accumulation_steps):
             pi = [int(i) for i in pair_sampler(n_pair)] if pair_sampler is not None else [next(pair_order) for _ in range(n_pair)]
             mi = [next(memory_order) for _ in range(n_mem)]
+            pi, mi = ranks.shard(pi), ranks.shard(mi)  # every process drew the same batch; each takes its rows
+            if not pi and not mi:  # more processes than rows: this one adds nothing to the step
+                continue
             seqs = [pair_seqs[i][0] for i in pi] + [pair_seqs[i][1] for i in pi] + [memory_seqs[i] for i in mi]
             # pairs and memory rows in separate passes: a short memory row is not padded to a long pair's length
             parts = [sequence_logps(model, part, pad) for part in (seqs[: 2 * len(pi)], seqs[2 * len(pi) :]) if part]
@@ -442,6 +448,16 @@ def train_dual_adapter(
                 record[key] += getattr(out, key)
             totals["pair_rows"] += len(pi)
             totals["memory_rows"] += len(mi)
+        if ranks.world > 1:  # the step's gradient: the mean over the processes
+            if grads is None:
+                for p in params:
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
+                ranks.average([p.grad for p in params])
+            else:
+                ranks.average([g for c in CHANNELS for g in grads[c]])
+            record = ranks.mean({k: record[k] for k in ("loss", "sft", "memory", "reward")}) | ranks.total(
+                {k: record[k] for k in ("skipped", "downweighted", "inverted", "correct", "margin")})
         shares = monitor.measure(grads) if measured else None
         grad_norm = _optimizer_step(params, optimizers, grads)
         for scheduler in schedulers:
@@ -470,13 +486,20 @@ def train_dual_adapter(
         progress.advance(1, loss=f"{record['loss']:.4f}", sft=f"{record['sft']:.3f}", **({"memory": f"{record['memory']:.3f}"} if n_mem else {}),
                          reward=f"{record['reward']:.3f}")
     seconds = time.monotonic() - started
-    trainable = save_adapter(model, tokenizer, out_dir, before)
-    if reference_cache is not None:
-        save_reference_cache(reference_cache, before, {k: v for k, v in ref_cache.items() if k not in shipped})
+    rows = ranks.total({"pair_rows": totals["pair_rows"], "memory_rows": totals["memory_rows"]})
+    totals.update({k: int(round(v)) for k, v in rows.items()})
+    if ranks.main:  # every process holds the same adapter: one writes it
+        trainable = save_adapter(model, tokenizer, out_dir, before)
+        if reference_cache is not None:
+            save_reference_cache(reference_cache, before, {k: v for k, v in ref_cache.items() if k not in shipped})
+    else:
+        trainable = sum(p.numel() for p in params)
+    ranks.barrier()
     channel_sum = totals["sft"] + totals["reward"]
     last = history[-1]
     metrics = {"steps": len(history), "train_seconds": seconds, "seconds_per_step": seconds / len(history), "final_loss": last["loss"],
-               "final_reward_accuracy": last["rewards/accuracies"], "final_reward_margin": last["rewards/margins"], "trainable_parameters": trainable}
+               "final_reward_accuracy": last["rewards/accuracies"], "final_reward_margin": last["rewards/margins"], "trainable_parameters": trainable,
+               "processes": ranks.world}
     return AdapterTraining(
         metrics,
         before,

@@ -100,6 +100,14 @@ def trl_common_args(cfg: PolicyConfig, seed: int) -> dict[str, Any]:
     )
 
 
+def per_process(batch_size: int) -> int:
+    """A TRL trainer's per-device batch under `accelerate launch` (WORLD_SIZE processes): the configured
+    batch shared out, so the batch a step learns from is the same size however many processes run it."""
+    import os
+
+    return max(1, batch_size // int(os.environ.get("WORLD_SIZE", "1")))
+
+
 def collect_logs(history: list[dict[str, float]], progress: Progress, on_log: Callable[[int, dict[str, float]], None] | None, key: str = "loss"):
     """A TrainerCallback that appends each logged step to `history`, forwards it to `on_log` and advances `progress`."""
     from transformers import TrainerCallback
@@ -140,7 +148,11 @@ def run_trl(trainer: Any, tokenizer: Any, out_dir: Path, before: str, history: l
     started = time.monotonic()
     trainer.train()
     seconds = time.monotonic() - started
-    trainable = save_adapter(trainer.model, tokenizer, out_dir, before)
+    if trainer.accelerator.is_main_process:  # under `accelerate launch` every process holds the adapter: one writes it
+        trainable = save_adapter(trainer.model, tokenizer, out_dir, before)
+    else:
+        trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    trainer.accelerator.wait_for_everyone()
     metrics = {"steps": len(history), "train_seconds": seconds, "seconds_per_step": seconds / max(1, len(history)),
                "final_loss": history[-1].get("loss") if history else None, "trainable_parameters": trainable}
     return AdapterTraining(metrics, before, history, {"sft": 0.0, "reward": 1.0})

@@ -92,6 +92,7 @@ def train_rl_adapter(
     from hominem_pipeline.core.policy.lora import (
         collect_logs,
         lora_student,
+        per_process,
         run_trl,
         trl_common_args,
     )
@@ -110,7 +111,7 @@ def train_rl_adapter(
     with tempfile.TemporaryDirectory(prefix="hominem-rl-") as scratch:
         args = config_cls(
             output_dir=scratch,
-            per_device_train_batch_size=cfg.batch_size * rl.num_generations,
+            per_device_train_batch_size=per_process(cfg.batch_size) * rl.num_generations,
             num_generations=rl.num_generations,
             max_completion_length=rl.max_new_tokens,
             temperature=rl.temperature,
