@@ -72,16 +72,23 @@ def setup_logging() -> None:
 
 
 def dagster_env(cfg: HominemConfig) -> None:
-    """Dagster's instance lives in the project: DAGSTER_HOME is data/dagster/, holding a link to the
-    project's dagster.yaml, so every store Dagster keeps is under data/dagster/."""
-    home = cfg.data_dir / "dagster"
-    home.mkdir(parents=True, exist_ok=True)
-    link = home / "dagster.yaml"
-    source = cfg.root / "dagster.yaml"
-    if source.is_file() and not (link.is_symlink() and link.resolve() == source.resolve()):
-        link.unlink(missing_ok=True)
-        link.symlink_to(source)
-    os.environ["DAGSTER_HOME"] = str(home.resolve())
+    """Dagster's instance: embedded, it lives in the project (DAGSTER_HOME is data/dagster/, holding a link
+    to the project's dagster.yaml, so every store Dagster keeps is under data/dagster/); in a deployment,
+    `runtime.dagster_home` names the folder of its dagster.yaml (deploy/: Postgres, the run queue)."""
+    if cfg.runtime.dagster_home is not None:
+        home = cfg.path(cfg.runtime.dagster_home)
+        if not (home / "dagster.yaml").is_file():
+            fail(f"runtime.dagster_home is {cfg.runtime.dagster_home}, which has no dagster.yaml; copy deploy/dagster.yaml there (deploy/README.md)")
+        os.environ["DAGSTER_HOME"] = str(home.resolve())
+    else:
+        home = cfg.data_dir / "dagster"
+        home.mkdir(parents=True, exist_ok=True)
+        link = home / "dagster.yaml"
+        source = cfg.root / "dagster.yaml"
+        if source.is_file() and not (link.is_symlink() and link.resolve() == source.resolve()):
+            link.unlink(missing_ok=True)
+            link.symlink_to(source)
+        os.environ["DAGSTER_HOME"] = str(home.resolve())
     if cfg.overlay is not None:
         os.environ["HOMINEM_CONFIG"] = str(cfg.overlay)
     os.chdir(cfg.root)

@@ -175,13 +175,20 @@ def execute(job_fn, cfg: HominemConfig, day: str, keys, title: str) -> list:
     # Dagster's own console lines (and a failed step's traceback) stay in the run's event log in the
     # UI; the terminal shows our progress lines and, on failure, the root cause.
     run_config = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+    tags = {"dagster/partition": day, "hominem/trigger": "cli"}
     try:
-        with execute_in_process(job_fn, keys, run_config, {"dagster/partition": day, "hominem/trigger": "cli"},
-                                working_directory=os.environ["DAGSTER_HOME"]) as result:
-            success = result.success
-            run_id = result.run_id
-            events = result.get_asset_materialization_events()
-            failure = None if success else first_failure(result)
+        if cfg.runtime.launch == "queue":  # the instance's queue: the daemon launches it where its run launcher says
+            from hominem_pipeline.defs.launch import submit_and_wait
+
+            queued = submit_and_wait(job_fn, keys, run_config, tags, working_directory=str(cfg.root),
+                                     on_status=lambda status: console.print(f"run {status.lower()}", highlight=False))
+            success, run_id, events, failure = queued.success, queued.run_id, queued.events, queued.failure
+        else:
+            with execute_in_process(job_fn, keys, run_config, tags, working_directory=os.environ["DAGSTER_HOME"]) as result:
+                success = result.success
+                run_id = result.run_id
+                events = result.get_asset_materialization_events()
+                failure = None if success else first_failure(result)
     except DagsterInvalidSubsetError as exc:
         fail(str(exc))
     _print_summary(events, cfg, day, run_id, time.monotonic() - started)

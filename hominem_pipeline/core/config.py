@@ -40,6 +40,11 @@ class ProjectConfig(_Frozen):
 
 class RuntimeConfig(_Frozen):
     device: Literal["auto", "cpu", "cuda"] = Field(description="Where the networks run: auto (CUDA when torch sees a GPU, else the CPU), cpu, or cuda (an error without one). Changes how fast, not what is built (not part of any version).")
+    dagster_home: str | None = Field(description="The Dagster instance's folder (its dagster.yaml); null: the embedded one, data/dagster with the project's dagster.yaml (sqlite). A deployment: a folder holding deploy/dagster.yaml's kind (Postgres storage, the run queue). $DAGSTER_HOME is not read: this says which.")
+    launch: Literal["in_process", "queue"] = Field(description="in_process: `hominem run` executes the run itself; queue: it submits the run to the instance's run queue (the daemon launches it; the UI sees and controls it) and waits for it.")
+    executor: Literal["in_process", "multiprocess", "celery"] = Field(description="Where a run's steps execute: in_process (one process), multiprocess (a process per step), celery (a task per step on Celery workers: `dagster-celery worker start`).")
+    max_concurrent_steps: int = Field(ge=1, le=64, description="multiprocess: steps at once, 1-64.")
+    celery_broker: str | None = Field(description="celery: the broker and result backend URL (redis://host:6379/0); $HOMINEM_CELERY_BROKER, when set, is used instead.")
 
 
 class TrackingConfig(_Frozen):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor
+from dagster import AssetSelection, Definitions, ExecutorDefinition, define_asset_job, in_process_executor, multiprocess_executor
 
 from hominem_pipeline.core.config_loader import find_project_root, load_config
 from hominem_pipeline.core.stages import STAGES
@@ -19,6 +19,26 @@ from hominem_pipeline.warnings_seen import silence_known
 DAILY_JOB = "hominem_daily"
 RETRAIN_JOB = "hominem_retrain"
 IMPORT_JOB = "hominem_import"
+
+
+CELERY_BROKER_ENV = "HOMINEM_CELERY_BROKER"
+
+
+def executor_for(runtime) -> ExecutorDefinition:
+    """The executor `runtime.executor` names. One process by default: the models each step loads fit in
+    memory, and a subprocess per step would only import torch again for each."""
+    import os
+
+    if runtime.executor == "multiprocess":
+        return multiprocess_executor.configured({"max_concurrent": runtime.max_concurrent_steps})
+    if runtime.executor == "celery":
+        from dagster_celery import celery_executor
+
+        broker = os.environ.get(CELERY_BROKER_ENV) or runtime.celery_broker
+        if not broker:
+            raise ValueError(f"runtime.executor is celery, but no broker is set: runtime.celery_broker (redis://host:6379/0) or ${CELERY_BROKER_ENV}")
+        return celery_executor.configured({"broker": broker, "backend": broker})
+    return in_process_executor
 
 
 def build_definitions(config_path: str | None = None, root: Path | None = None) -> Definitions:
@@ -46,7 +66,5 @@ def build_definitions(config_path: str | None = None, root: Path | None = None) 
         sensors=[build_retrain_sensor(retrain, cfg.retrain.sensor_interval_seconds)],
         schedules=[build_weekly_schedule(daily, cfg.retrain.weekly_cron)],
         resources={"hominem": HominemResource(root=str(root), config_path=str(Path(config_path).resolve()) if config_path else None)},
-        # One process: the models each step loads fit in memory, and a subprocess per step would only
-        # re-import torch eight times.
-        executor=in_process_executor,
+        executor=executor_for(cfg.runtime),
     )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 
 def first_failure(result) -> str:
     """The failed step and the message of the exception that started it (not Dagster's wrapper)."""
@@ -52,3 +55,53 @@ def execute_in_process(job_fn, keys, run_config: dict, tags: dict, working_direc
         job_code_origin=job.get_python_origin(), remote_job_origin=ui_job_origin(definition.name, working_directory),
     )
     return execute_run(job, run, instance)
+
+
+@dataclass
+class QueuedRun:
+    """A run submitted to the instance's queue, once it ended: what `hominem run` reports of it."""
+
+    run_id: str
+    success: bool
+    events: list  # its asset materializations (DagsterEvents)
+    failure: str | None
+
+
+def submit_and_wait(job_fn, keys, run_config: dict, tags: dict, working_directory: str, poll_seconds: float = 2.0,
+                    on_status: Callable[[str], None] | None = None) -> QueuedRun:
+    """The run created as `execute_in_process` creates it, then submitted to the instance's run coordinator
+    (a deployment's QueuedRunCoordinator: the daemon dequeues and launches it), and followed until it ends."""
+    import time
+
+    from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, reconstructable
+
+    job = reconstructable(job_fn)
+    definition = job.get_definition()
+    instance = DagsterInstance.get()
+    run = instance.create_run_for_job(
+        job_def=definition, run_config=run_config, tags={**definition.run_tags, **tags}, asset_selection=frozenset(keys),
+        job_code_origin=job.get_python_origin(), remote_job_origin=ui_job_origin(definition.name, working_directory),
+    )
+    instance.submit_run(run.run_id, workspace=None)  # the queued coordinator reads only the run
+    done = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
+    status = None
+    while True:
+        current = instance.get_run_by_id(run.run_id)
+        if current.status != status:
+            status = current.status
+            if on_status:
+                on_status(status.value)
+        if status in done:
+            break
+        time.sleep(poll_seconds)
+    records = instance.get_records_for_run(run.run_id, of_type={DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.STEP_FAILURE}, limit=100_000).records
+    events = [r.event_log_entry.dagster_event for r in records]
+    materialized = [e for e in events if e.event_type == DagsterEventType.ASSET_MATERIALIZATION]
+    failed = _Events([e for e in events if e.event_type == DagsterEventType.STEP_FAILURE])
+    success = status == DagsterRunStatus.SUCCESS
+    return QueuedRun(run.run_id, success, materialized, None if success else first_failure(failed) if failed.all_events else f"the run ended {status.value}")
+
+
+@dataclass
+class _Events:
+    all_events: list

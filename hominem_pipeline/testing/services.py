@@ -193,6 +193,7 @@ class MlflowServer(_Server):
             [str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri", self.backend_uri, "--artifacts-destination", self.artifacts,
              "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(self.workers)],
             stdout=subprocess.DEVNULL, stderr=open(self.log, "wb"), start_new_session=True,
+            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},  # no job-runner processes: tracking and artifacts only
         )
         import urllib.request
 

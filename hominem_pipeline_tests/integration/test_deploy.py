@@ -16,7 +16,7 @@ import yaml
 
 from hominem_pipeline.core.config_loader import deep_merge
 from hominem_pipeline.testing.services import MlflowServer, PostgresServer
-from hominem_pipeline_tests.conftest import make_project
+from hominem_pipeline_tests.conftest import REPO, make_project
 
 DAY = "2026-11-20"
 HOMINEM = str(Path(sys.executable).parent / "hominem")
@@ -40,9 +40,9 @@ def clone(root: Path, tiny_student: Path, tiny_encoder: Path, tracking: str) -> 
     return project
 
 
-def run(project: Path, args: list[str], places: Path, timeout: int = 900) -> subprocess.CompletedProcess:
+def run(project: Path, args: list[str], places: Path, timeout: int = 900, **extra: str) -> subprocess.CompletedProcess:
     """A command in the project as its user would run it, on a machine whose list of model folders is `places`."""
-    env = {**os.environ, "HOMINEM_HOME": str(project), "HOMINEM_MODEL_PLACES": str(places), "COLUMNS": "200"}
+    env = {**os.environ, "HOMINEM_HOME": str(project), "HOMINEM_MODEL_PLACES": str(places), "COLUMNS": "200", **extra}
     env.pop("DAGSTER_HOME", None)
     done = subprocess.run(args, cwd=project, env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -82,3 +82,119 @@ def test_a_second_clone_loads_the_champion_models_through_the_tracking_server_al
     downloaded = list((second / "data" / "cache" / "registry" / "hominem-lora-adapter").rglob("adapter_config.json"))
     assert len(downloaded) == 1 and json.loads(downloaded[0].read_text())["base_model_name_or_path"] == "tiny/random-llama"  # the hub id, not a path
     assert chat.stdout.strip() and str(tmp_path / "first") not in chat.stdout + chat.stderr
+
+
+class Processes:
+    """Servers the test starts, each in its own process group, stopped by that id."""
+
+    def __init__(self):
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, args: list[str], env: dict, cwd: Path, log: Path) -> subprocess.Popen:
+        proc = subprocess.Popen(args, env=env, cwd=cwd, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        import signal
+
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+def graphql(url: str, query: str) -> dict:
+    import urllib.request
+
+    request = urllib.request.Request(f"{url}/graphql", data=json.dumps({"query": query}).encode(), headers={"content-type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return json.loads(answer.read())
+
+
+def wait_for(url: str, seconds: float = 180) -> None:
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/server_info", timeout=2):
+                return
+        except OSError:
+            time.sleep(1)
+    raise TimeoutError(f"{url} did not answer within {seconds:.0f}s")
+
+
+def test_the_daily_chain_runs_through_the_queue_on_celery_workers_with_postgres_storage(servers, tmp_path, tiny_student, tiny_encoder):
+    """The deployment profile (deploy/): Dagster's storage in Postgres, `hominem run` submitting to the run
+    queue, the daemon launching, the steps on two Celery workers over Redis, MLflow's server on Postgres;
+    the UI's GraphQL lists the run; two days launched at once both finish, each in its own partition."""
+    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.testing.services import RedisServer, free_port
+
+    pg, tracking = servers["postgres"], servers["mlflow"].url
+    dagster_url = pg.create_database("dagster")
+    home = tmp_path / "dagster-home"
+    home.mkdir()
+    shutil.copy(REPO / "deploy" / "dagster.yaml", home / "dagster.yaml")
+    processes = Processes()
+    with RedisServer() as redis:
+        project = clone(tmp_path / "project", tiny_student, tiny_encoder, tracking)
+        shutil.copy(REPO / "deploy" / "workspace.yaml", project / "workspace.yaml")
+        server = yaml.safe_load((project / "config" / "server.yaml").read_text())
+        runtime = {"dagster_home": str(home), "launch": "queue", "executor": "celery", "celery_broker": redis.url}
+        (project / "config" / "deploy.yaml").write_text(yaml.safe_dump(deep_merge(server, {"runtime": runtime})))
+        env = {**os.environ, "HOMINEM_HOME": str(project), "HOMINEM_CONFIG": str(project / "config" / "deploy.yaml"), "DAGSTER_HOME": str(home),
+               "HOMINEM_DAGSTER_PG_URL": dagster_url, "HOMINEM_MODEL_PLACES": str(tmp_path / "places.json"), "OMP_NUM_THREADS": "1",
+               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # dagster-celery starts `celery` from the PATH
+        (tmp_path / "celery.yaml").write_text(yaml.safe_dump({"execution": {"config": {"broker": redis.url, "backend": redis.url}}}))
+        bindir = Path(sys.executable).parent
+        ui = f"http://127.0.0.1:{free_port()}"
+        try:
+            processes.start([str(bindir / "dagster-daemon"), "run", "-w", "workspace.yaml"], env, project, tmp_path / "daemon.log")
+            for i in range(2):
+                processes.start([str(bindir / "dagster-celery"), "worker", "start", "-A", "dagster_celery.app", "-y", str(tmp_path / "celery.yaml"), "-n", f"hominem-{i}@%h",
+                                 "--", "--concurrency", "1"], env, project, tmp_path / f"worker{i}.log")
+            processes.start([str(bindir / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", ui.rsplit(":", 1)[1]], env, project,
+                            tmp_path / "webserver.log")
+            wait_for(ui)
+            done = run(project, [HOMINEM, "run", "--config", "config/deploy.yaml", "--date", DAY], tmp_path / "places.json", timeout=900,
+                       HOMINEM_DAGSTER_PG_URL=dagster_url)
+            assert "run queued" in done.stdout and "run success" in done.stdout, done.stdout[-3000:]
+            runs = graphql(ui, "{ runsOrError { ... on Runs { results { runId status tags { key value } } } } }")["data"]["runsOrError"]["results"]
+            assert [r["status"] for r in runs] == ["SUCCESS"] and {"key": "dagster/partition", "value": DAY} in runs[0]["tags"]
+            cfg = load_config(project / "config" / "deploy.yaml", root=project)
+            assert lineage(cfg).require("attunement", DAY) is not None  # the last stage, built by the workers into the project's folder
+            assert all("succeeded" in (tmp_path / f"worker{i}.log").read_text() for i in range(2))  # both workers took steps
+            from mlflow import MlflowClient
+
+            from hominem_pipeline.core.tracking import TAG_ASSET
+
+            client = MlflowClient(tracking)  # lineage and the registry on the tracking server, as the embedded run keeps them
+            [experiment] = [e for e in client.search_experiments() if e.name == cfg.tracking.experiment]
+            assets = {r.data.tags.get(TAG_ASSET) for r in client.search_runs([experiment.experiment_id], max_results=500)}
+            assert {"teacher_labels", "reward_model", "lora_adapter", "evaluation", "reward_health_index"} <= assets
+            assert client.get_model_version_by_alias("hominem-reward-model", "current").tags
+            assert any(e["action"] in ("promote", "refuse") for e in json.loads((project / "data" / "live" / "history.json").read_text()))  # the live gate's check ran
+
+            later = "2026-11-21"
+            both = [subprocess.Popen([HOMINEM, "run", "--config", "config/deploy.yaml", "--date", day, "--select", "prompts,teacher_trajectories"],
+                                     cwd=project, env={k: v for k, v in env.items() if k != "DAGSTER_HOME"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                    for day in (DAY, later)]
+            outputs = [p.communicate(timeout=1800)[0] for p in both]
+            assert [p.returncode for p in both] == [0, 0], outputs
+            runs = graphql(ui, "{ runsOrError { ... on Runs { results { status tags { key value } } } } }")["data"]["runsOrError"]["results"]
+            assert sorted(next(t["value"] for t in r["tags"] if t["key"] == "dagster/partition") for r in runs[:2]) == [DAY, later]
+            assert all(r["status"] == "SUCCESS" for r in runs)
+            store = lineage(cfg).store
+            assert {ref.partition for ref in store.versions("teacher_trajectories", later)} == {later}
+        finally:
+            processes.stop()
+            for log in sorted(tmp_path.glob("*.log")):
+                print(log.name, log.read_text()[-2000:])

@@ -1,0 +1,2 @@
+-- MLflow's database beside Dagster's (compose.yaml creates `dagster` itself).
+CREATE DATABASE mlflow;
