@@ -44,8 +44,16 @@ def execute_in_process(job_fn, keys, run_config: dict, tags: dict, working_direc
     """Dagster's `execute_job` (the run recorded in the project's instance, executed here), with the
     run created under the UI's origin for the job (`ui_job_origin`). Returns the JobExecutionResult
     (a context manager, as `execute_job`'s)."""
-    from dagster import DagsterInstance, reconstructable
     from dagster._core.execution.api import execute_run
+
+    job, instance, run = create_run(job_fn, keys, run_config, tags, working_directory)
+    return execute_run(job, run, instance)
+
+
+def create_run(job_fn, keys, run_config: dict, tags: dict, working_directory: str):
+    """(the reconstructable job, the instance, the run) for `keys` of the job `job_fn` returns, created in
+    the instance under the UI's origin for the job, not started."""
+    from dagster import DagsterInstance, reconstructable
 
     job = reconstructable(job_fn)
     definition = job.get_definition()
@@ -54,7 +62,7 @@ def execute_in_process(job_fn, keys, run_config: dict, tags: dict, working_direc
         job_def=definition, run_config=run_config, tags={**definition.run_tags, **tags}, asset_selection=frozenset(keys),
         job_code_origin=job.get_python_origin(), remote_job_origin=ui_job_origin(definition.name, working_directory),
     )
-    return execute_run(job, run, instance)
+    return job, instance, run
 
 
 @dataclass
@@ -73,15 +81,9 @@ def submit_and_wait(job_fn, keys, run_config: dict, tags: dict, working_director
     (a deployment's QueuedRunCoordinator: the daemon dequeues and launches it), and followed until it ends."""
     import time
 
-    from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, reconstructable
+    from dagster import DagsterEventType, DagsterRunStatus
 
-    job = reconstructable(job_fn)
-    definition = job.get_definition()
-    instance = DagsterInstance.get()
-    run = instance.create_run_for_job(
-        job_def=definition, run_config=run_config, tags={**definition.run_tags, **tags}, asset_selection=frozenset(keys),
-        job_code_origin=job.get_python_origin(), remote_job_origin=ui_job_origin(definition.name, working_directory),
-    )
+    _, instance, run = create_run(job_fn, keys, run_config, tags, working_directory)
     instance.submit_run(run.run_id, workspace=None)  # the queued coordinator reads only the run
     done = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
     status = None
