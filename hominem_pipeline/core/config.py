@@ -178,6 +178,7 @@ class TeacherClientConfig(_Frozen):
     max_retry_after_seconds: float = Field(gt=0, le=3600, description="A server asking to wait longer than this fails the call instead.")
     stream: bool = Field(description="Stream candidate replies (doubles the client's CPU per call).")
     cache_path: str | None = Field(description="SQLite file of answered calls by content fingerprint; null: no cache.")
+    cache_url: str | None = Field(description="Instead of cache_path: a database every worker host shares (postgresql+psycopg2://user@host/db); $HOMINEM_CALL_CACHE_URL, when set, is used instead; null: cache_path.")
 
 
 class ModelPrice(_Frozen):

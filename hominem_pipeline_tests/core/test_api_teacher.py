@@ -425,3 +425,18 @@ def test_the_example_overlays_are_valid(project, name):
     cfg = load_config(REPO / "config" / "examples" / f"{name}.yaml", root=project)
     assert cfg.teacher.provider != "local" and cfg.teacher.api.model
     assert cfg.teacher.key_env() == {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY", "lmstudio": None}[name]
+
+
+def test_workers_on_two_hosts_share_the_call_cache_in_a_database(project, tiny_student, tiny_encoder, tmp_path, server):
+    """teacher.client.cache_url: a Postgres every worker reaches. What one project (one host) asked, another
+    with none of its files is answered from there, without a call, the same rows."""
+    from hominem_pipeline.testing.services import PostgresServer
+
+    with PostgresServer() as pg:
+        first = sample_and_rate(api_cfg(project, server, "openai", cache_url=pg.url))
+        asked = server.count()
+        elsewhere = make_project(tmp_path / "other-host", tiny_student, tiny_encoder)
+        again = sample_and_rate(api_cfg(elsewhere, server, "openai", cache_url=pg.url))
+        assert server.count() == asked and again[1].usage["api_calls"] == 0
+        assert [l.model_dump() for l in again[1].items] == [l.model_dump() for l in first[1].items]
+        assert not (elsewhere / "data" / "cache" / "calls.sqlite").exists()  # the database, not a file, answered

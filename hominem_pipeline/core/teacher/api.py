@@ -34,7 +34,7 @@ from hominem_pipeline.core.teacher.base import (
     WriteRequest,
     make_trajectory,
 )
-from hominem_pipeline.core.teacher.call_cache import CallCache
+from hominem_pipeline.core.teacher.call_cache import CallCache, DatabaseCallCache, open_call_cache
 from hominem_pipeline.core.teacher.dispatch import CallOutcome, Dispatcher
 from hominem_pipeline.core.teacher.providers import (
     ChatBackend,
@@ -91,7 +91,7 @@ def label_from_answer(data: Any, trajectory: Trajectory, dimensions: list[str]) 
 
 
 class APITeacher(Teacher):
-    def __init__(self, cfg: HominemConfig, *, cache: CallCache | None = None):
+    def __init__(self, cfg: HominemConfig, *, cache: CallCache | DatabaseCallCache | None = None):
         self.cfg = cfg
         self.tcfg = cfg.teacher
         self._key = api_key_for(self.tcfg)  # fail now, before any work, when the key is missing
@@ -99,7 +99,7 @@ class APITeacher(Teacher):
         if self.price is None:
             log.warning("no price for model %r in teacher.prices: cost figures are not computed", self.tcfg.api.model)
         path = self.tcfg.client.cache_path
-        self.cache = cache if cache is not None else (CallCache(cfg.path(path)) if path else None)
+        self.cache = cache if cache is not None else open_call_cache(cfg.path(path) if path else None, self.tcfg.client.cache_url)
 
     # What rating needs, read when the teacher rates (a stage that only samples or writes prompts does
     # not depend on the rubric).

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hominem_pipeline.core.config import ModelPrice, TeacherClientConfig
-from hominem_pipeline.core.teacher.call_cache import CallCache, call_key
+from hominem_pipeline.core.teacher.call_cache import CallCache, DatabaseCallCache, call_key
 from hominem_pipeline.core.teacher.providers import (
     ChatBackend,
     ChatRequest,
@@ -147,7 +147,7 @@ class Dispatcher:
         backend: ChatBackend,
         client: TeacherClientConfig,
         *,
-        cache: CallCache | None,
+        cache: CallCache | DatabaseCallCache | None,
         price: ModelPrice | None,
         secrets: list[str],
         key_env: str | None = None,
