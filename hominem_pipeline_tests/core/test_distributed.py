@@ -1,5 +1,5 @@
 """Training across processes: `accelerate launch --multi_gpu --num_processes 2` (torchrun; gloo on the CPU)
-of the dual and DPO trainers on the tiny student: the gradients averaged, one adapter written, the same
+of the dual, DPO and RL trainers on the tiny student: the gradients averaged, one adapter written, the same
 batches and the same losses as one process."""
 
 from __future__ import annotations
@@ -53,4 +53,20 @@ def test_dpo_across_two_processes_writes_one_adapter(tiny_student, tmp_path):
     spec = write_spec(tmp_path / "launch", mode="dpo", student=tiny_student, policy=cfg, seed=0, out_dir=tmp_path / "adapter", pairs=pairs(8))
     result = launch(spec)
     assert len(result["history"]) == cfg.max_steps and (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+    load_policy(tiny_student, tmp_path / "adapter")
+
+
+def test_rl_across_two_processes_writes_one_adapter(tiny_student, tiny_encoder, tmp_path):
+    import pandas as pd
+
+    from hominem_pipeline.core.reward.training import train_reward_model
+    from hominem_pipeline_tests.core.test_reward_model import DIMS, small_cfg, toy_labels
+    from hominem_pipeline_tests.core.test_rl_trainer import policy_cfg
+
+    train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_encoder, cfg=small_cfg(epochs=1), out_dir=tmp_path / "rm", seed=0, data_digest="x", date="2026-11-22")
+    prompts = pd.DataFrame({"prompt": ["Something sad happened to me.", "I lost my keys again.", "Can you help me plan a talk?", "My cat is ill."]})
+    spec = write_spec(tmp_path / "launch", mode="rl", student=tiny_student, policy=policy_cfg(), seed=0, out_dir=tmp_path / "adapter", pairs=prompts,
+                      reward_model=tmp_path / "rm")
+    result = launch(spec)
+    assert len(result["history"]) == 2 and (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
     load_policy(tiny_student, tmp_path / "adapter")
