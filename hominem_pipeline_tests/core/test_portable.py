@@ -54,3 +54,23 @@ def test_a_reward_model_loads_in_another_project_that_holds_the_same_models(tiny
     shutil.copytree(tiny_encoder, elsewhere / "minilm")  # another name, the same weights: found by digest through $HOMINEM_MODELS
     monkeypatch.setenv("HOMINEM_MODELS", str(elsewhere))
     np.testing.assert_allclose(RewardModel.load(moved).raw_scores(PROMPTS, REPLIES)["scalar"], here["scalar"], atol=1e-5)
+
+
+def test_an_adapter_that_names_its_base_by_hub_id_is_trained_on_and_saved_offline(tiny_student, tmp_path, recwarn):
+    """An update trains on from an adapter whose config names the hub id: PEFT reads the base's config from
+    the local student when it saves, never from the hub (it would try to download it)."""
+    import json
+
+    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.policy.lora import lora_student, name_base, save_adapter
+    from hominem_pipeline_tests.conftest import REPO
+    from hominem_pipeline_tests.core.test_dual_trainer import TINY_POLICY
+
+    cfg = load_config(root=REPO, overrides={"policy": TINY_POLICY}).policy
+    model, tokenizer, before = lora_student(tiny_student, cfg, device="cpu")
+    save_adapter(model, tokenizer, tmp_path / "first", before)
+    name_base(tmp_path / "first", "someone/not-on-this-machine")
+    model, tokenizer, before = lora_student(tiny_student, cfg, tmp_path / "first", device="cpu")
+    save_adapter(model, tokenizer, tmp_path / "second", before)
+    assert not [w for w in recwarn if "Could not find a config file" in str(w.message)]
+    assert json.loads((tmp_path / "second" / "adapter_config.json").read_text())["base_model_name_or_path"] == str(tiny_student)

@@ -73,6 +73,11 @@ def save_adapter(model: Any, tokenizer: Any, out_dir: Path, before: str) -> int:
     (PEFT format) and the tokenizer; returns the number of trainable parameters."""
     if base_checksum(model) != before:
         raise RuntimeError("base weights changed during LoRA training; only adapter parameters may train")
+    # PEFT reads the base's config from the folder an adapter names when it saves: the local student's, never a
+    # hub id that an adapter trained on from a registered one names (`name_base` writes that after saving)
+    local = getattr(model.get_base_model().config, "_name_or_path", None)
+    for config in getattr(model, "peft_config", {}).values():
+        config.base_model_name_or_path = local or config.base_model_name_or_path
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
