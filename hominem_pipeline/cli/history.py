@@ -19,11 +19,10 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print the answer as JSON 
 NoUpdateOpt = Annotated[bool, typer.Option("--no-update", help="Answer from the index as it is, without reading what is new in the log first.")]
 
 
-def _open(config, sets, update: bool, rebuild: bool = False):
+def _open(cfg, update: bool, rebuild: bool = False):
     """The index, brought up to date with the log (unless `update` is false)."""
     from hominem_pipeline.core.online.history import HistoryIndex, index_url
 
-    cfg = load(config, sets, persist=False)
     url = index_url(cfg.history.url, cfg.data_dir)
     try:
         index = HistoryIndex(url)
@@ -73,34 +72,39 @@ def _show(page, title: str, as_json: bool) -> None:
     console.print(table)
 
 
+def _answer(config, sets, update: bool, as_json: bool, title: str, ask, check=None) -> None:
+    """One query's answer (`ask(index)`), from the index brought up to date first; `check(cfg)` refuses a bad key before."""
+    setup_logging()
+    cfg = load(config, sets, persist=False)
+    if check is not None:
+        check(cfg)
+    with _open(cfg, update) as index:
+        _show(ask(index), title, as_json)
+
+
 @history_app.command("choices")
 def history_choices(rater: Annotated[str, typer.Option("--rater", "-r", help="The rater's pseudonymous id (`local` on loopback without tokens).")],
                     config: ConfigOpt = None, sets: SetOpt = None, limit: LimitOpt = 20, as_json: JsonOpt = False, no_update: NoUpdateOpt = False) -> None:
     """The rater's choices between two replies, newest first."""
-    setup_logging()
-    with _open(config, sets, not no_update) as index:
-        _show(index.choices_of_rater(rater, limit), f"choices of {rater}", as_json)
+    _answer(config, sets, not no_update, as_json, f"choices of {rater}", lambda index: index.choices_of_rater(rater, limit))
 
 
 @history_app.command("turns")
 def history_turns(version: Annotated[str, typer.Option("--version", "-v", help="The adapter version that wrote them (its folder's name; `base`: the student alone).")],
                   config: ConfigOpt = None, sets: SetOpt = None, limit: LimitOpt = 20, as_json: JsonOpt = False, no_update: NoUpdateOpt = False) -> None:
     """The turns an adapter version served, newest first."""
-    setup_logging()
-    with _open(config, sets, not no_update) as index:
-        _show(index.turns_of_version(version, limit), f"turns of {version}", as_json)
+    _answer(config, sets, not no_update, as_json, f"turns of {version}", lambda index: index.turns_of_version(version, limit))
 
 
 @history_app.command("pairs")
 def history_pairs(domain: Annotated[str, typer.Option("--domain", "-d", help="A seed category (prompts.categories), e.g. emotional_support.")],
                   config: ConfigOpt = None, sets: SetOpt = None, limit: LimitOpt = 20, as_json: JsonOpt = False, no_update: NoUpdateOpt = False) -> None:
     """People's choices on conversations of a domain, newest first."""
-    setup_logging()
-    cfg = load(config, sets, persist=False)
-    if domain not in cfg.prompts.categories:
-        fail(f"unknown domain {domain!r}: one of {', '.join(cfg.prompts.categories)} (prompts.categories)")
-    with _open(config, sets, not no_update) as index:
-        _show(index.pairs_of_domain(domain, limit), f"pairs of {domain}", as_json)
+    def known(cfg) -> None:
+        if domain not in cfg.prompts.categories:
+            fail(f"unknown domain {domain!r}: one of {', '.join(cfg.prompts.categories)} (prompts.categories)")
+
+    _answer(config, sets, not no_update, as_json, f"pairs of {domain}", lambda index: index.pairs_of_domain(domain, limit), known)
 
 
 @history_app.command("update")
@@ -108,6 +112,6 @@ def history_update(config: ConfigOpt = None, sets: SetOpt = None,
                    rebuild: Annotated[bool, typer.Option("--rebuild", help="Drop the index and read the whole log again.")] = False) -> None:
     """Read what is new in the interaction log into the index (every query does this first), and show the counts."""
     setup_logging()
-    with _open(config, sets, True, rebuild=rebuild) as index:
+    with _open(load(config, sets, persist=False), True, rebuild=rebuild) as index:
         counts = index.counts()
         console.print(f"{_safe(index.url)}: " + ", ".join(f"{n} {k}" for k, n in counts.items()), highlight=False)

@@ -188,7 +188,7 @@ def execute(job_fn, cfg: HominemConfig, day: str, keys, title: str) -> list:
                 success = result.success
                 run_id = result.run_id
                 events = result.get_asset_materialization_events()
-                failure = None if success else first_failure(result)
+                failure = None if success else first_failure(result.all_events)
     except DagsterInvalidSubsetError as exc:
         fail(str(exc))
     _print_summary(events, cfg, day, run_id, time.monotonic() - started)

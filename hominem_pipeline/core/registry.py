@@ -58,13 +58,14 @@ def alias_version(cfg: HominemConfig, uri: str) -> str | None:
         return None
 
 
-def fetch(cfg: HominemConfig, uri: str, marker: str) -> Path:
+def fetch(cfg: HominemConfig, uri: str, marker: str, version: str | None = None) -> Path:
     """The folder of the registry version `uri` names (downloaded once into data/cache/registry), the one
-    inside it that holds `marker` (adapter_config.json for an adapter, METADATA.json for a reward model)."""
+    inside it that holds `marker` (adapter_config.json for an adapter, METADATA.json for a reward model).
+    `version`: the one `alias_version` just said (not asked again)."""
     import mlflow
 
     name, _, _ = _parts(uri)
-    version = alias_version(cfg, uri)
+    version = version or alias_version(cfg, uri)
     if version is None:
         raise RegistryError(f"{uri}: no version of {name} has that alias in the registry at {cfg.mlflow_uri} (yet); "
                             f"`hominem live promote` moves `champion`, each build moves `current`")

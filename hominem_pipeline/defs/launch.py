@@ -6,9 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 
-def first_failure(result) -> str:
-    """The failed step and the message of the exception that started it (not Dagster's wrapper)."""
-    for event in result.all_events:
+def first_failure(events) -> str:
+    """The failed step among a run's `events` and the message of the exception that started it (not Dagster's wrapper)."""
+    for event in events:
         if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
             error = event.step_failure_data.error
             while error.cause is not None:
@@ -99,11 +99,6 @@ def submit_and_wait(job_fn, keys, run_config: dict, tags: dict, working_director
     records = instance.get_records_for_run(run.run_id, of_type={DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.STEP_FAILURE}, limit=100_000).records
     events = [r.event_log_entry.dagster_event for r in records]
     materialized = [e for e in events if e.event_type == DagsterEventType.ASSET_MATERIALIZATION]
-    failed = _Events([e for e in events if e.event_type == DagsterEventType.STEP_FAILURE])
     success = status == DagsterRunStatus.SUCCESS
-    return QueuedRun(run.run_id, success, materialized, None if success else first_failure(failed) if failed.all_events else f"the run ended {status.value}")
-
-
-@dataclass
-class _Events:
-    all_events: list
+    failed = [e for e in events if e.event_type == DagsterEventType.STEP_FAILURE]
+    return QueuedRun(run.run_id, success, materialized, None if success else first_failure(failed) if failed else f"the run ended {status.value}")

@@ -100,7 +100,7 @@ class RegistryWatcher:
         if version is None or version == self.version or version == self.refused:
             return False
         try:
-            path = fetch(self.cfg, self.uri, "adapter_config.json")
+            path = fetch(self.cfg, self.uri, "adapter_config.json", version)
             seconds = self.engine.swap(path, self.label(path)).result()
         except (BadAdapter, OSError, ValueError, RuntimeError) as exc:
             self.refused = version

@@ -54,18 +54,20 @@ class Ranks:
         for t in tensors:
             dist.broadcast(t.data, src=0)
 
-    def mean(self, values: dict[str, float]) -> dict[str, float]:
-        """Figures averaged over the processes (what a step's record reports)."""
-        if self.world == 1:
-            return values
-        keys = sorted(values)
-        t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=self.device)
-        self.average([t])
-        return dict(zip(keys, t.tolist()))
-
     def total(self, values: dict[str, float]) -> dict[str, float]:
         """Figures summed over the processes (counts of rows)."""
-        return {k: v * self.world for k, v in self.mean(values).items()}
+        if self.world == 1:
+            return values
+        import torch.distributed as dist
+
+        keys = sorted(values)
+        t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return dict(zip(keys, t.tolist()))
+
+    def mean(self, values: dict[str, float]) -> dict[str, float]:
+        """Figures averaged over the processes (what a step's record reports)."""
+        return {k: v / self.world for k, v in self.total(values).items()}
 
     def barrier(self) -> None:
         if self.world > 1:
