@@ -50,7 +50,7 @@ def main() -> None:
 
     from hominem_pipeline.core.config_loader import load_config
     from hominem_pipeline.core.models import student_path
-    from hominem_pipeline.core.policy.launch import RESULT, write_spec
+    from hominem_pipeline.core.policy.launch import RESULT, launch_command, write_spec
 
     cfg = load_config(root=ROOT, overrides={"policy": {"mode": "dual", "max_steps": args.steps, "batch_size": args.batch_size, "max_length": args.max_length,
                                                        "dual": {"mixing": "fixed", "memory_fraction": 0.0, "channels": {"monitor_every": 0}}}})
@@ -62,11 +62,8 @@ def main() -> None:
         for n in (1, args.processes):
             spec = write_spec(Path(scratch) / f"p{n}", mode="dual", student=student, policy=cfg.policy, seed=0, out_dir=Path(scratch) / f"adapter{n}", pairs=pairs)
             threads = "1" if torch.cuda.is_available() else str(max(1, cores // n))
-            if n == 1:  # one process, as the pipeline trains
-                cmd = [sys.executable, "-m", "hominem_pipeline.core.policy.launch", str(spec)]
-            else:
-                cmd = [str(Path(sys.executable).parent / "accelerate"), "launch", "--multi_gpu", "--num_processes", str(n), "--num_machines", "1",
-                       "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0", "-m", "hominem_pipeline.core.policy.launch", str(spec)]
+            # one process as the pipeline trains by default; n as it does under runtime.train_processes
+            cmd = [sys.executable, "-m", "hominem_pipeline.core.policy.launch", str(spec)] if n == 1 else launch_command(spec, n)
             done = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": threads}, cwd=ROOT, capture_output=True, text=True)
             if done.returncode:
                 sys.exit(f"{n} process(es) failed:\n{done.stderr[-3000:]}")

@@ -45,6 +45,7 @@ class RuntimeConfig(_Frozen):
     executor: Literal["in_process", "multiprocess", "celery"] = Field(description="Where a run's steps execute: in_process (one process), multiprocess (a process per step), celery (a task per step on Celery workers: `dagster-celery worker start`).")
     max_concurrent_steps: int = Field(ge=1, le=64, description="multiprocess: steps at once, 1-64.")
     celery_broker: str | None = Field(description="celery: the broker and result backend URL (redis://host:6379/0); $HOMINEM_CELERY_BROKER, when set, is used instead.")
+    train_processes: int = Field(ge=1, le=64, description="Processes the daily adapter trains in (`lora_adapter`, every mode), 1-64: 1 trains in the stage's own process; more start them with `accelerate launch` on this machine (data-parallel, gradients averaged; on GPUs one per GPU, at most as many as torch sees). Changes how fast, not what is built (not part of any version).")
 
 
 class TrackingConfig(_Frozen):

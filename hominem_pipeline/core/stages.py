@@ -214,6 +214,7 @@ STAGES: tuple[Stage, ...] = (
         inputs=(Input("preference_pairs", lambda c: c.policy.window_days), Input("reward_model"),
                 Input("human_preferences", _adapter_people_window, optional=True), Input("human_feedback", _adapter_people_window, optional=True)),
         reads=_policy_reads,
+        runtime=("runtime.train_processes",),
         build=build_lora_adapter,
         files=_adapter_files,
         checks=(Check("reward_manifold", "The reward signal the adapter was trained on (its pairs scored by its reward model) has no collapsed dimension "

@@ -140,3 +140,32 @@ def test_the_dual_trainer_learns_peoples_pairs_on_cuda_as_on_the_cpu(tiny_studen
         model, tokenizer = load_policy(tiny_student, tmp_path / CUDA.type, device)
         figures[name], _ = implicit_reward(model, tokenizer, PROMPTS, REPLIES, rejected, 4)
     assert figures[CUDA.type].accuracy == figures["cpu"].accuracy and abs(figures[CUDA.type].mean_margin - figures["cpu"].mean_margin) < 1e-3
+
+
+def test_the_dual_trainer_across_processes_takes_a_gpu_each(tiny_student, tmp_path):
+    """`runtime.train_processes` on a GPU machine (`policy.launch.run_launched`): with two GPUs or more,
+    two processes train over NCCL, one per GPU, and each step's loss is one process's (the halves' means
+    weighted by their rows); with one GPU, two processes are refused with the fix named, and the same launch
+    runs on the CPU (`runtime.device: cpu`) with this machine's torch and accelerate."""
+    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.policy.dual import train_dual_adapter
+    from hominem_pipeline.core.policy.launch import run_launched, write_spec
+    from hominem_pipeline.core.policy.lora import load_policy
+    from hominem_pipeline_tests.conftest import REPO
+    from hominem_pipeline_tests.core.test_dual_trainer import TINY_POLICY, memory, pairs
+
+    cfg = load_config(root=REPO, overrides={"policy": {**TINY_POLICY, "batch_size": 4, "mode": "dual", "dual": {"sft_weight": 1.0, "memory_weight": None}}}).policy
+    data = pairs(8)
+    gpus = torch.cuda.device_count() if CUDA.type == "cuda" else 0
+    device = "cuda" if gpus >= 2 else "cpu"
+    one = timed(f"dual, one process, {CUDA.type}", lambda: train_dual_adapter(data, memory(4), student_path=tiny_student, cfg=cfg, out_dir=tmp_path / "one",
+                                                                             seed=0, device=CUDA if device == "cuda" else torch.device("cpu")))
+    spec = write_spec(tmp_path / "launch", mode="dual", student=tiny_student, policy=cfg, seed=0, out_dir=tmp_path / "two", pairs=data, memory=memory(4),
+                      device=device)
+    if gpus == 1:
+        with pytest.raises(ValueError, match="train_processes is 2, but torch sees 1 GPU"):
+            run_launched(spec, 2, device="auto")
+    two = timed(f"dual, two processes, {device}", lambda: run_launched(spec, 2, device=device))
+    assert two.metrics["processes"] == 2 and two.base_checksum == one.base_checksum
+    assert np.allclose([h["loss"] for h in two.history], [h["loss"] for h in one.history], rtol=1e-3, atol=1e-4)
+    load_policy(tiny_student, tmp_path / "two")

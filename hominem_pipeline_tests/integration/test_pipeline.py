@@ -408,6 +408,41 @@ def hominem(project, *args, check=True):
     return done
 
 
+def test_the_daily_adapter_trains_across_two_processes(chain):
+    """`runtime.train_processes: 2`: the stage launches its dual training in two processes (`accelerate
+    launch`, gloo on the CPU) on the batches its replay sampler draws. The same version as one process
+    (a runtime setting), the same rows and losses, each step in the stage's MLflow run, one adapter."""
+    import shutil
+
+    from mlflow.tracking import MlflowClient
+
+    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.policy.lora import load_policy
+    from hominem_pipeline.core.runner import run_stage
+
+    project = chain["project"]
+    overrides = {"policy": {"seed": 3}}
+    alone = run_stage("lora_adapter", load_config(chain["config"], root=project, overrides=overrides), DAY)
+    one = {name: json.loads(alone.ref.file(name).read_text()) for name in ("METADATA.json", "training_history.json")}
+    shutil.rmtree(alone.ref.path)  # built again below, in two processes
+    cfg = load_config(chain["config"], root=project, overrides={**overrides, "runtime": {"train_processes": 2}})
+    try:
+        launched = run_stage("lora_adapter", cfg, DAY)
+        assert not launched.cache_hit and launched.ref.version == alone.ref.version
+        assert launched.metrics["processes"] == 2 and alone.metrics["processes"] == 1
+        two = {name: json.loads(launched.ref.file(name).read_text()) for name in ("METADATA.json", "training_history.json")}
+        assert two["METADATA.json"]["training"]["dual"]["sampler"] == "replay"
+        for key in ("pair_rows", "memory_rows", "pairs_available"):
+            assert two["METADATA.json"]["channels"][key] == one["METADATA.json"]["channels"][key]
+        steps = [(a["loss"], b["loss"]) for a, b in zip(one["training_history.json"]["history"], two["training_history.json"]["history"])]
+        assert len(steps) == cfg.policy.max_steps and all(b == pytest.approx(a, rel=1e-4) for a, b in steps), steps
+        logged = MlflowClient(cfg.mlflow_uri).get_metric_history(launched.mlflow_run_id, "loss")
+        assert sorted(m.step for m in logged) == list(range(1, cfg.policy.max_steps + 1))
+        model, tokenizer = load_policy(student_path(cfg), launched.ref.path)
+        assert model.generate(**tokenizer("Hello", return_tensors="pt"), max_new_tokens=3, do_sample=False).shape[1] > 1
+    finally:
+        shutil.rmtree(alone.ref.path, ignore_errors=True)  # the chain's other tests see the day's own adapter
+
 def test_the_daily_adapter_goes_through_the_live_gate(chain):
     """The daily job offers its adapter to the live gate (the `live_gate` check on lora_adapter): it is
     promoted or stays a candidate, with the gate's figures in data/live/history.json; the second run of

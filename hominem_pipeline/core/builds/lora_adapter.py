@@ -69,6 +69,32 @@ def reward_manifold_check(metrics: dict[str, Any], cfg: HominemConfig, folder: P
     return CheckOutcome(not verdict.blocked, verdict.summary(), meta)
 
 
+def _launched(ctx: StageContext, common: dict[str, Any], pairs: pd.DataFrame, *, reward_model: bool = False, **inputs: Any) -> Any:
+    """The adapter trained in `runtime.train_processes` processes (`policy.launch`) on what the stage
+    prepared, each step's figures logged to the stage's run afterwards as they would have been live;
+    `reward_model`: the processes load the day's reward model (rank 0 through the project's feature cache)."""
+    import tempfile
+
+    from hominem_pipeline.core.policy.launch import run_launched, write_spec
+    from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
+
+    from hominem_pipeline.core.online.slow_loop import adjusted_policy, adjustment_on
+
+    cfg, processes = ctx.cfg, ctx.cfg.runtime.train_processes
+    # every policy setting, as a PolicyConfig the processes read whole: the slice's view holds only what this
+    # stage's trainer reads (the same trainer code, whose reads the slice checks when it runs in one process)
+    policy = adjusted_policy(cfg.full.policy, adjustment_on(cfg.data_dir, ctx.partition))
+    with tempfile.TemporaryDirectory(prefix="hominem-launch-") as scratch:
+        spec = write_spec(Path(scratch), mode=policy.mode, student=common["student_path"], policy=policy, seed=common["seed"],
+                          out_dir=common["out_dir"], pairs=pairs, device=cfg.runtime.device,
+                          **({"reward_model": ctx.one("reward_model").path, "feature_cache": (cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES))}
+                             if reward_model else {}), **inputs)
+        result = run_launched(spec, processes, device=cfg.runtime.device)
+    for entry in result.history:
+        common["on_log"](int(entry["step"]), {k: v for k, v in entry.items() if k != "step"})
+    return result
+
+
 def build_lora_adapter(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.model_refs import model_name
     from hominem_pipeline.core.models import base_name, shown_path, student_path
@@ -102,10 +128,11 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
     )
     memory_data: list[list[str]] = []
     n_people, start = 0, "a fresh LoRA"
+    processes = ctx.cfg.runtime.train_processes
     if pc.mode == "dpo":
         from hominem_pipeline.core.policy.dpo import train_dpo_adapter
 
-        result = train_dpo_adapter(pairs, **common)
+        result = _launched(ctx, common, pairs) if processes > 1 else train_dpo_adapter(pairs, **common)
     elif pc.mode == "dual":
         from hominem_pipeline.core.evaluation.memory import read_memory_rows
         from hominem_pipeline.core.policy.dual import REFERENCE_CACHE, train_dual_adapter
@@ -128,14 +155,23 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
             n_people = len(people)
             pairs = pd.concat([pairs, people], ignore_index=True)
             sampler = mixed_sampler(n_ranked, n_people, pc.dual.people_share, common["seed"], sampler)
-        result = train_dual_adapter(pairs, memory, reward_model=reward_model() if needs_rm else None, pair_sampler=sampler,
-                                    reference_cache=ctx.cfg.data_dir / REFERENCE_CACHE, shipped_reference=ctx.cfg.path(SHIPPED_FEATURES),
-                                    people_start=people_start_setting(ctx.cfg), **common)
+        caches = dict(reference_cache=ctx.cfg.data_dir / REFERENCE_CACHE, shipped_reference=ctx.cfg.path(SHIPPED_FEATURES), people_start=people_start_setting(ctx.cfg))
+        if processes > 1:  # the launched processes replay the batches this one draws from its samplers
+            from hominem_pipeline.core.policy.dual import batch_rows
+            from hominem_pipeline.core.policy.launch import draw_batches
+
+            batches = None if sampler is None else draw_batches(sampler, batch_rows(pc.dual, pc.batch_size, len(memory), len(pairs))[0],
+                                                                pc.max_steps * pc.gradient_accumulation_steps)
+            result = _launched(ctx, common, pairs, memory=memory, batches=batches, reward_model=needs_rm, **caches)
+        else:
+            result = train_dual_adapter(pairs, memory, reward_model=reward_model() if needs_rm else None, pair_sampler=sampler, **caches, **common)
         start = result.channels["start"]
     else:
         from hominem_pipeline.core.policy.rl import train_rl_adapter
 
-        result = train_rl_adapter(list(pairs["prompt"]), reward_model=reward_model(), dimension_weights=ctx.cfg.preferences.dimension_weights, **common)
+        weights = ctx.cfg.preferences.dimension_weights
+        result = (_launched(ctx, common, pairs[["prompt"]], reward_model=True, dimension_weights=weights) if processes > 1
+                  else train_rl_adapter(list(pairs["prompt"]), reward_model=reward_model(), dimension_weights=weights, **common))
     write_json(ctx.out_dir / "training_history.json", {"history": result.history, "grad_norms": result.grad_norms})
     from hominem_pipeline.core.evaluation.manifold import keep_manifold
 

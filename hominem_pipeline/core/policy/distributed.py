@@ -54,6 +54,16 @@ class Ranks:
         for t in tensors:
             dist.broadcast(t.data, src=0)
 
+    def share(self, value: Any) -> Any:
+        """Rank 0's `value` (any picklable object) in every process; the others pass anything."""
+        if self.world == 1:
+            return value
+        import torch.distributed as dist
+
+        box = [value]
+        dist.broadcast_object_list(box, src=0, device=self.device)
+        return box[0]
+
     def total(self, values: dict[str, float]) -> dict[str, float]:
         """Figures summed over the processes (counts of rows)."""
         if self.world == 1:

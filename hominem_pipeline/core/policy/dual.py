@@ -356,11 +356,12 @@ def train_dual_adapter(
     n_pairs, n_memory = len(pairs), len(memory)
     if n_pairs == 0 and n_memory == 0:
         raise ValueError("dual training needs preference pairs or memory rows; preference_pairs produced none and no memory file has rows")
-    labels = pair_labels(pairs, dual, reward_model)
+    ranks = launched()  # one process, or those `accelerate launch` started: each trains on its share of every batch
+    # scored once, by the first process (the only one a launch gives the reward model), and shared
+    labels = ranks.share(pair_labels(pairs, dual, reward_model) if ranks.main else None)
     gate = SafetyGate.from_config(cfg.safety_gate)
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    ranks = launched()  # one process, or those `accelerate launch` started: each trains on its share of every batch
     model, tokenizer, before = lora_student(student_path, cfg, init_adapter, device if device is not None else ranks.device)
     start = f"the adapter {init_adapter}" if init_adapter is not None else "a fresh LoRA"
     if people_start is not None and init_adapter is None:
@@ -403,9 +404,13 @@ def train_dual_adapter(
         for _ in range(cfg.gradient_accumulation_steps):
             pi = [int(i) for i in pair_sampler(n_pair)] if pair_sampler is not None else [next(pair_order) for _ in range(n_pair)]
             mi = [next(memory_order) for _ in range(n_mem)]
+            drawn = len(pi) + len(mi)
             pi, mi = ranks.shard(pi), ranks.shard(mi)  # every process drew the same batch; each takes its rows
             if not pi and not mi:  # more processes than rows: this one adds nothing to the step
                 continue
+            # the loss is a mean over the rows: this process's mean weighted by its share of the batch (times the
+            # processes, whose figures and gradients are averaged) makes the average the whole batch's mean
+            scale = ranks.world * (len(pi) + len(mi)) / drawn / cfg.gradient_accumulation_steps
             seqs = [pair_seqs[i][0] for i in pi] + [pair_seqs[i][1] for i in pi] + [memory_seqs[i] for i in mi]
             # pairs and memory rows in separate passes: a short memory row is not padded to a long pair's length
             parts = [sequence_logps(model, part, pad) for part in (seqs[: 2 * len(pi)], seqs[2 * len(pi) :]) if part]
@@ -430,18 +435,18 @@ def train_dual_adapter(
             )
             channel_losses = {"memory": out.sft * monitor.balance["memory"], "reward": out.reward * monitor.balance["reward"]}
             if grads is None:
-                (sum(channel_losses.values()) / cfg.gradient_accumulation_steps).backward()
+                (sum(channel_losses.values()) * scale).backward()
             else:  # each channel's gradient on its own
-                for c, part in channel_losses.items():
-                    if part.requires_grad:
-                        for acc, g in zip(grads[c], torch.autograd.grad(part / cfg.gradient_accumulation_steps, params, retain_graph=True, allow_unused=True)):
+                for c, loss in channel_losses.items():
+                    if loss.requires_grad:
+                        for acc, g in zip(grads[c], torch.autograd.grad(loss * scale, params, retain_graph=True, allow_unused=True)):
                             if g is not None:
                                 acc.add_(g)
             margins = cfg.beta * ((chosen - ref_chosen) - (rejected - ref_rejected)).detach()
-            record["loss"] += out.total.detach().item() / cfg.gradient_accumulation_steps
-            record["sft"] += out.sft.detach().item() / cfg.gradient_accumulation_steps
-            record["memory"] += out.memory.detach().item() / cfg.gradient_accumulation_steps
-            record["reward"] += out.reward.detach().item() / cfg.gradient_accumulation_steps
+            record["loss"] += out.total.detach().item() * scale
+            record["sft"] += out.sft.detach().item() * scale
+            record["memory"] += out.memory.detach().item() * scale
+            record["reward"] += out.reward.detach().item() * scale
             record["correct"] += int((margins > 0).sum())
             record["margin"] += float(margins.sum())
             for key in ("skipped", "downweighted", "inverted"):

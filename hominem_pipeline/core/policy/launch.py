@@ -6,9 +6,15 @@ run by each process `accelerate launch` starts.
 `--multi_gpu` starts the processes through torchrun; on a machine without GPUs they train on the CPU,
 over gloo. SPEC.json (written by `write_spec`) names the mode, the student folder, the policy settings
 (`PolicyConfig` as JSON), the seed, the pairs (parquet; `prompt`, `chosen`, `rejected` and the labels the
-mode reads), the memory rows (parquet, for `dual`), the reward model folder (for `rl`) and where the
-adapter goes. Rank 0 writes the adapter there and `result.json` beside SPEC.json: the metrics, the
-training history, the base's checksum and the channels' accounting, as the trainer returns them.
+mode reads), the memory rows (parquet, for `dual`), the reward model folder (for `rl`, and for `dual`
+when it reads intensity or safety from it), and where the adapter goes; for `dual` also the batches
+drawn ahead (a sampler the launching process built: the replay buffer, the people's share), the
+reference caches and the people's start. Rank 0 writes the adapter there and `result.json` beside
+SPEC.json: the metrics, the training history, the base's checksum and the channels' accounting, as the
+trainer returns them.
+
+`run_launched` is how a stage trains this way (`runtime.train_processes`): it writes nothing itself,
+starts the launch, relays rank 0's progress lines to its log and returns what the trainer returned.
 """
 
 from __future__ import annotations
@@ -17,26 +23,81 @@ import argparse
 import json
 import logging
 import os
+import subprocess
+import sys
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 RESULT = "result.json"
+BATCHES = "batches.json"
+
+log = logging.getLogger(__name__)
 
 
 def write_spec(folder: Path, *, mode: str, student: Path, policy: Any, seed: int, out_dir: Path, pairs: pd.DataFrame,
-               memory: pd.DataFrame | None = None, reward_model: Path | None = None) -> Path:
-    """The inputs of one launched training, in `folder`; returns SPEC.json's path."""
+               memory: pd.DataFrame | None = None, reward_model: Path | None = None, batches: Sequence[Sequence[int]] | None = None,
+               reference_cache: Path | None = None, shipped_reference: Path | None = None, people_start: tuple[Path, str] | None = None,
+               feature_cache: tuple[Path, Path | None] | None = None, dimension_weights: Mapping[str, float] | None = None,
+               device: str = "auto") -> Path:
+    """The inputs of one launched training, in `folder`; returns SPEC.json's path. `batches`: the rows of
+    `pairs` for each draw of a `dual` run (`draw_batches`), in order. `feature_cache`: (the project's
+    feature cache folder, the shipped one) the reward model scores through on rank 0. `device`:
+    `runtime.device` (cpu keeps the processes off any GPU)."""
     folder.mkdir(parents=True, exist_ok=True)
     pairs.to_parquet(folder / "pairs.parquet", index=False)
     if memory is not None:
         memory.to_parquet(folder / "memory.parquet", index=False)
+    if batches is not None:
+        (folder / BATCHES).write_text(json.dumps([[int(i) for i in b] for b in batches]))
+    text = lambda p: None if p is None else str(p)  # noqa: E731
     spec = {"mode": mode, "student": str(student), "policy": policy.model_dump(mode="json"), "seed": seed, "out_dir": str(out_dir),
-            "memory": memory is not None, "reward_model": str(reward_model) if reward_model else None}
+            "memory": memory is not None, "reward_model": text(reward_model), "batches": batches is not None,
+            "reference_cache": text(reference_cache), "shipped_reference": text(shipped_reference),
+            "people_start": None if people_start is None else [str(people_start[0]), people_start[1]],
+            "feature_cache": None if feature_cache is None else [str(feature_cache[0]), text(feature_cache[1])],
+            "dimension_weights": dict(dimension_weights) if dimension_weights is not None else None, "device": device}
     path = folder / "spec.json"
     path.write_text(json.dumps(spec, indent=2) + "\n")
     return path
+
+
+def draw_batches(sampler: Callable[[int], Sequence[int]], rows: int, draws: int) -> list[list[int]]:
+    """`draws` batches of `rows` pair rows from a `dual` pair sampler, as the trainer would draw them one
+    after another (`train_dual_adapter` draws `max_steps x gradient_accumulation_steps` times)."""
+    return [[int(i) for i in sampler(rows)] for _ in range(draws)]
+
+
+def _replayed(batches: list[list[int]]) -> Callable[[int], list[int]]:
+    order = iter(batches)
+
+    def sampler(n: int) -> list[int]:
+        batch = next(order, None)
+        if batch is None or len(batch) != n:
+            raise RuntimeError(f"the launched training drew a batch of {n} pair rows beyond the {len(batches)} drawn ahead "
+                               f"(or of another size: {None if batch is None else len(batch)}); draw_batches was given other settings")
+        return batch
+
+    return sampler
+
+
+def _reward_model(spec: dict[str, Any], rank: int) -> Any:
+    """The reward model the spec names, on this process's device; rank 0 reads and writes the project's
+    feature cache (the others compute what they score: two writers would compact each other's shards)."""
+    import torch
+
+    from hominem_pipeline.core.reward.model import RewardModel
+
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local) if torch.cuda.is_available() else torch.device("cpu")
+    model = RewardModel.load(Path(spec["reward_model"]), device)
+    if spec.get("feature_cache") and rank == 0:
+        folder, shipped = spec["feature_cache"]
+        model.use_feature_cache(Path(folder), Path(shipped) if shipped else None)
+    return model
 
 
 def train(spec_path: Path) -> dict[str, Any]:
@@ -44,37 +105,92 @@ def train(spec_path: Path) -> dict[str, Any]:
 
     spec = json.loads(Path(spec_path).read_text())
     folder = Path(spec_path).parent
+    rank = int(os.environ.get("RANK", "0"))
     cfg = PolicyConfig.model_validate(spec["policy"])
     pairs = pd.read_parquet(folder / "pairs.parquet")
     common = {"student_path": Path(spec["student"]), "cfg": cfg, "out_dir": Path(spec["out_dir"]), "seed": spec["seed"]}
+    path = lambda key: Path(spec[key]) if spec.get(key) else None  # noqa: E731
     if spec["mode"] == "dual":
         from hominem_pipeline.core.policy.dual import train_dual_adapter
 
         memory = pd.read_parquet(folder / "memory.parquet") if spec["memory"] else pd.DataFrame({"prompt": [], "response": []})
-        result = train_dual_adapter(pairs, memory, **common)
+        start = spec.get("people_start")
+        result = train_dual_adapter(pairs, memory, reward_model=_reward_model(spec, rank) if spec["reward_model"] and rank == 0 else None,
+                                    pair_sampler=_replayed(json.loads((folder / BATCHES).read_text())) if spec.get("batches") else None,
+                                    reference_cache=path("reference_cache"), shipped_reference=path("shipped_reference"),
+                                    people_start=(Path(start[0]), start[1]) if start else None, **common)
     elif spec["mode"] == "dpo":
         from hominem_pipeline.core.policy.dpo import train_dpo_adapter
 
         result = train_dpo_adapter(pairs, **common)
     elif spec["mode"] == "rl":
         from hominem_pipeline.core.policy.rl import train_rl_adapter
-        from hominem_pipeline.core.reward.model import RewardModel
 
-        result = train_rl_adapter(list(pairs["prompt"]), reward_model=RewardModel.load(Path(spec["reward_model"])), **common)
+        result = train_rl_adapter(list(pairs["prompt"]), reward_model=_reward_model(spec, rank), dimension_weights=spec.get("dimension_weights"), **common)
     else:
         raise ValueError(f"unknown mode {spec['mode']!r}: dual | dpo | rl")
     out = {"metrics": result.metrics, "history": result.history, "base_checksum": result.base_checksum,
            "channel_contributions": result.channel_contributions, "channels": result.channels}
-    if int(os.environ.get("RANK", "0")) == 0:
+    if rank == 0:
         (folder / RESULT).write_text(json.dumps(out, indent=1, default=float) + "\n")
     return out
+
+
+def launch_command(spec_path: Path, processes: int) -> list[str]:
+    """`accelerate launch` of `processes` processes on this machine, each training on `spec_path`."""
+    return [str(Path(sys.executable).parent / "accelerate"), "launch", "--multi_gpu", "--num_processes", str(processes), "--num_machines", "1",
+            "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0", "-m", "hominem_pipeline.core.policy.launch", str(spec_path)]
+
+
+def run_launched(spec_path: Path, processes: int, *, device: str = "auto") -> Any:
+    """Train on `spec_path` in `processes` processes (`launch_command`) and return the trainer's
+    `AdapterTraining`, as rank 0 wrote it. Rank 0's log lines (its progress) come through this process's
+    log; a failed launch raises with the end of what the processes printed. On a CPU the cores are
+    shared out (each process gets cores / processes threads); with GPUs each process takes the GPU of its
+    rank, so `processes` may not exceed the GPUs torch sees (`device: cpu` keeps them all on the CPU)."""
+    import torch
+
+    from hominem_pipeline.core.policy.lora import AdapterTraining
+
+    if processes < 2:
+        raise ValueError(f"run_launched needs 2 or more processes, not {processes}; one trains in this process")
+    env = {**os.environ}
+    gpus = torch.cuda.device_count() if device != "cpu" and torch.cuda.is_available() else 0
+    if gpus and processes > gpus:
+        raise ValueError(f"runtime.train_processes is {processes}, but torch sees {gpus} GPU(s) here and each process takes one; "
+                         f"set it to at most {gpus}, or runtime.device: cpu to train on the CPU")
+    if not gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // processes))
+    result = Path(spec_path).parent / RESULT
+    result.unlink(missing_ok=True)
+    tail: deque[str] = deque(maxlen=60)
+    log.info("training in %d processes: %s", processes, " ".join(launch_command(spec_path, processes)[1:4]) + " ...")
+    proc = subprocess.Popen(launch_command(spec_path, processes), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            tail.append(line.rstrip())
+            if " rank 0 " in line:  # the launched processes' own log lines (launch.main's format)
+                log.info("%s", line.rstrip().split(" rank 0 ", 1)[1])
+        code = proc.wait()
+    except BaseException:
+        os.killpg(proc.pid, 15)
+        proc.wait()
+        raise
+    if code or not result.is_file():
+        raise RuntimeError(f"training in {processes} processes failed (exit {code}); the last lines:\n" + "\n".join(tail))
+    out = json.loads(result.read_text())
+    return AdapterTraining(out["metrics"], out["base_checksum"], out["history"], out["channel_contributions"], out["channels"])
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("spec", type=Path, help="SPEC.json written by write_spec")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s rank " + os.environ.get("RANK", "0") + " %(message)s", datefmt="%H:%M:%S")
+    rank = os.environ.get("RANK", "0")
+    logging.basicConfig(level=logging.INFO if rank == "0" else logging.WARNING, format="%(asctime)s rank " + rank + " %(message)s", datefmt="%H:%M:%S")
     train(args.spec)
     import torch.distributed as dist
 
