@@ -6,7 +6,8 @@ versions) with the project's daily adapter live, and plays the same simulated da
 `--per-round` people's choices (the hand-written contrast pairs, config/human/hominem-contrast-pairs.jsonl),
 each round followed by one online update (`run_update`). The arms differ only in the nudges: `control`
 none, `more` a "more empathy" nudge on `--share` of the round's replies, `less` a "less empathy" nudge on
-the same share. The fast-loop gate is opened (skip, rollback and freeze at 0, no win-rate or people's
+the same share; `more-strong` and `less-strong` the same nudges under other `online.nudges` settings
+(`--strong`), measured beside the config's. The fast-loop gate is opened (skip, rollback and freeze at 0, no win-rate or people's
 floor) so that every update goes live: this measures what the updates learn, not what the gate lets
 through.
 
@@ -100,7 +101,10 @@ def run_arm(project: Path, adapter: str | None, arm: str, args) -> dict:
     from hominem_pipeline.core.online.live import LiveState
     from hominem_pipeline.core.online.updates import held_out_prompts, reward_model_at, run_update, update_sources
 
-    tmp, cfg, state = scratch_project(project, adapter, overrides=OPEN_GATE)
+    direction, _, setting = arm.partition("-")  # more-strong: a "more" nudge under --strong's settings
+    nudge_settings = json.loads(args.strong) if setting == "strong" else {}
+    overrides = {**OPEN_GATE, "online": {**OPEN_GATE["online"], "nudges": nudge_settings}}
+    tmp, cfg, state = scratch_project(project, adapter, overrides=overrides)
     try:
         start = state.adapter_path()
         rm_path, sources = update_sources(cfg, state)
@@ -109,7 +113,7 @@ def run_arm(project: Path, adapter: str | None, arm: str, args) -> dict:
         day = time.strftime("%Y-%m-%d", time.gmtime())
         log = cfg.data_dir / cfg.serving.log_dir / "log" / f"{day}.jsonl"
         log.parent.mkdir(parents=True, exist_ok=True)
-        direction = {"control": None, "more": "more", "less": "less"}[arm]
+        direction = None if direction == "control" else direction
         outcomes = []
         for r in range(args.rounds):
             events = script_events(pairs[r * args.per_round : (r + 1) * args.per_round], [], day, r)
@@ -133,7 +137,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--project", type=Path, required=True, help="a `make run` project (its daily adapter, reward model and pairs)")
     ap.add_argument("--adapter", help="the daily adapter live at the start (default: the newest built)")
-    ap.add_argument("--arms", nargs="+", default=["control", "more", "less"], choices=["control", "more", "less"])
+    ap.add_argument("--arms", nargs="+", default=["control", "more", "less"], choices=["control", "more", "less", "more-strong", "less-strong"],
+                    help="-strong: the nudge under --strong's online.nudges settings instead of the config's")
+    ap.add_argument("--strong", default='{"strength": 4.0, "max_factor": 8.0, "pair_share": 0.5}', help="online.nudges settings of the -strong arms (JSON)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--per-round", type=int, default=12)
     ap.add_argument("--share", type=float, default=0.5, help="share of a round's replies nudged")
@@ -149,18 +155,18 @@ def main() -> None:
     dims = list(rows[0]["dimensions"])
     print(f"\nthe end adapter minus the start, on the held-out prompts (reward model; mean ± standard error); "
           f"{args.dimension} fixtures' implicit reward change (nats); facts lost")
-    print(f"{'arm':8s} " + " ".join(f"{d[:12]:>16s}" for d in dims) + f" {'fixtures':>16s} {'facts lost':>10s}  updates")
+    print(f"{'arm':12s} " + " ".join(f"{d[:12]:>16s}" for d in dims) + f" {'fixtures':>16s} {'facts lost':>10s}  updates")
     for r in rows:
-        print(f"{r['arm']:8s} " + " ".join(f"{m:+7.3f} ± {s:5.3f}" for m, s in r["dimensions"].values())
+        print(f"{r['arm']:12s} " + " ".join(f"{m:+7.3f} ± {s:5.3f}" for m, s in r["dimensions"].values())
               + f" {r['fixture_move'][0]:+7.2f} ± {r['fixture_move'][1]:5.2f} {r['facts_lost']:>10}  {', '.join(r['outcomes'])}")
     if rows[0]["sampled"]:
         print(f"\nthe same, {args.samples} sampled replies per prompt (the server's sampling; per prompt their mean vector)")
         for r in rows:
-            print(f"{r['arm']:8s} " + " ".join(f"{m:+7.3f} ± {s:5.3f}" for m, s in r["sampled"].values()))
+            print(f"{r['arm']:12s} " + " ".join(f"{m:+7.3f} ± {s:5.3f}" for m, s in r["sampled"].values()))
     by = {r["arm"]: r for r in rows}
     if "control" in by:
         c = by["control"]["dimensions"][args.dimension][0]
-        for arm, sign in (("more", 1), ("less", -1)):
+        for arm, sign in (("more", 1), ("less", -1), ("more-strong", 1), ("less-strong", -1)):
             if arm in by:
                 m, s = by[arm]["dimensions"][args.dimension]
                 others = [d for d in dims if d != args.dimension and by[arm]["dimensions"][d][0] - by["control"]["dimensions"][d][0] < -by[arm]["dimensions"][d][1]]
