@@ -137,8 +137,9 @@ def train(spec_path: Path) -> dict[str, Any]:
 
 
 def launch_command(spec_path: Path, processes: int) -> list[str]:
-    """`accelerate launch` of `processes` processes on this machine, each training on `spec_path`."""
-    return [str(Path(sys.executable).parent / "accelerate"), "launch", "--multi_gpu", "--num_processes", str(processes), "--num_machines", "1",
+    """`accelerate launch` of `processes` processes on this machine, each training on `spec_path` (through
+    this interpreter: a worker need not have the venv's bin on its PATH)."""
+    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes), "--num_machines", "1",
             "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0", "-m", "hominem_pipeline.core.policy.launch", str(spec_path)]
 
 
@@ -165,7 +166,7 @@ def run_launched(spec_path: Path, processes: int, *, device: str = "auto") -> An
     result = Path(spec_path).parent / RESULT
     result.unlink(missing_ok=True)
     tail: deque[str] = deque(maxlen=60)
-    log.info("training in %d processes: %s", processes, " ".join(launch_command(spec_path, processes)[1:4]) + " ...")
+    log.info("training in %d processes (accelerate launch, %s)", processes, f"{gpus} GPUs" if gpus else f"{env['OMP_NUM_THREADS']} CPU threads each")
     proc = subprocess.Popen(launch_command(spec_path, processes), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     assert proc.stdout is not None
