@@ -89,6 +89,11 @@ def dagster_env(cfg: HominemConfig) -> None:
             link.unlink(missing_ok=True)
             link.symlink_to(source)
         os.environ["DAGSTER_HOME"] = str(home.resolve())
+    if cfg.runtime.executor == "celery":
+        from hominem_pipeline.defs.build import NO_BROKER, celery_broker
+
+        if not celery_broker(cfg.runtime):
+            fail(NO_BROKER)
     if cfg.overlay is not None:
         os.environ["HOMINEM_CONFIG"] = str(cfg.overlay)
     os.chdir(cfg.root)

@@ -24,19 +24,27 @@ IMPORT_JOB = "hominem_import"
 CELERY_BROKER_ENV = "HOMINEM_CELERY_BROKER"
 
 
+NO_BROKER = f"runtime.executor is celery, but no broker is set: set runtime.celery_broker (redis://host:6379/0) or ${CELERY_BROKER_ENV}"
+
+
+def celery_broker(runtime) -> str | None:
+    """The broker a celery executor uses: $HOMINEM_CELERY_BROKER, else runtime.celery_broker."""
+    import os
+
+    return os.environ.get(CELERY_BROKER_ENV) or runtime.celery_broker
+
+
 def executor_for(runtime) -> ExecutorDefinition:
     """The executor `runtime.executor` names. One process by default: the models each step loads fit in
     memory, and a subprocess per step would only import torch again for each."""
-    import os
-
     if runtime.executor == "multiprocess":
         return multiprocess_executor.configured({"max_concurrent": runtime.max_concurrent_steps})
     if runtime.executor == "celery":
         from dagster_celery import celery_executor
 
-        broker = os.environ.get(CELERY_BROKER_ENV) or runtime.celery_broker
+        broker = celery_broker(runtime)
         if not broker:
-            raise ValueError(f"runtime.executor is celery, but no broker is set: runtime.celery_broker (redis://host:6379/0) or ${CELERY_BROKER_ENV}")
+            raise ValueError(NO_BROKER)
         return celery_executor.configured({"broker": broker, "backend": broker})
     return in_process_executor
 

@@ -130,7 +130,7 @@ def wait_for(url: str, seconds: float = 180) -> None:
     raise TimeoutError(f"{url} did not answer within {seconds:.0f}s")
 
 
-def test_the_daily_chain_runs_through_the_queue_on_celery_workers_with_postgres_storage(servers, tmp_path, tiny_student, tiny_encoder):
+def test_the_daily_chain_runs_through_the_queue_on_celery_workers_with_postgres_storage(servers, tmp_path, tiny_student, tiny_encoder, monkeypatch):
     """The deployment profile (deploy/): Dagster's storage in Postgres, `hominem run` submitting to the run
     queue, the daemon launching, the steps on two Celery workers over Redis, MLflow's server on Postgres;
     the UI's GraphQL lists the run; two days launched at once both finish, each in its own partition."""
@@ -170,6 +170,20 @@ def test_the_daily_chain_runs_through_the_queue_on_celery_workers_with_postgres_
             runs = graphql(ui, "{ runsOrError { ... on Runs { results { runId status tags { key value } } } } }")["data"]["runsOrError"]["results"]
             assert [r["status"] for r in runs] == ["SUCCESS"] and {"key": "dagster/partition", "value": DAY} in runs[0]["tags"]
             cfg = load_config(project / "config" / "deploy.yaml", root=project)
+            # the run in the Postgres instance: every asset and asset check of the definitions, as the embedded run has them
+            from dagster import DagsterEventType, DagsterInstance
+
+            from hominem_pipeline.defs import build_definitions
+
+            monkeypatch.setenv("HOMINEM_DAGSTER_PG_URL", dagster_url)
+            defs = build_definitions(str(project / "config" / "deploy.yaml"), root=project)
+            with DagsterInstance.from_config(str(home)) as instance:
+                events = [e.dagster_event for e in instance.all_logs(runs[0]["runId"]) if e.dagster_event is not None]
+            made = {e.asset_key.to_user_string() for e in events if e.event_type == DagsterEventType.ASSET_MATERIALIZATION}
+            checked = {(e.event_specific_data.asset_key.to_user_string(), e.event_specific_data.check_name) for e in events
+                       if e.event_type == DagsterEventType.ASSET_CHECK_EVALUATION}
+            assert made == {a.key.to_user_string() for a in defs.assets} - {"human_preferences"}  # filled by imports, not `hominem run`
+            assert checked == {(k.asset_key.to_user_string(), k.name) for c in [*defs.assets, *defs.asset_checks] for k in c.check_keys}
             assert lineage(cfg).require("attunement", DAY) is not None  # the last stage, built by the workers into the project's folder
             assert all("succeeded" in (tmp_path / f"worker{i}.log").read_text() for i in range(2))  # both workers took steps
             from mlflow import MlflowClient
@@ -178,8 +192,10 @@ def test_the_daily_chain_runs_through_the_queue_on_celery_workers_with_postgres_
 
             client = MlflowClient(tracking)  # lineage and the registry on the tracking server, as the embedded run keeps them
             [experiment] = [e for e in client.search_experiments() if e.name == cfg.tracking.experiment]
-            assets = {r.data.tags.get(TAG_ASSET) for r in client.search_runs([experiment.experiment_id], max_results=500)}
-            assert {"teacher_labels", "reward_model", "lora_adapter", "evaluation", "reward_health_index"} <= assets
+            tracked = client.search_runs([experiment.experiment_id], max_results=500)
+            assert {r.data.tags.get(TAG_ASSET) for r in tracked} == made  # an MLflow run per asset
+            [adapter_run] = [r for r in tracked if r.data.tags.get(TAG_ASSET) == "lora_adapter"]  # its inputs' versions, as tags
+            assert adapter_run.data.tags[f"input.reward_model.{DAY}"] == lineage(cfg).require("reward_model", DAY).version
             assert client.get_model_version_by_alias("hominem-reward-model", "current").tags
             assert any(e["action"] in ("promote", "refuse") for e in json.loads((project / "data" / "live" / "history.json").read_text()))  # the live gate's check ran
 

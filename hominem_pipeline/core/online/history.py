@@ -29,6 +29,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from hominem_pipeline.core.online.log import parse_line
+from hominem_pipeline.core.sql import insert_for
 
 log = logging.getLogger(__name__)
 
@@ -165,11 +166,7 @@ class HistoryIndex:
     def _insert(self, conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
         if not rows:
             return
-        if self.backend == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert
-        else:
-            from sqlalchemy.dialects.sqlite import insert
-        statement = insert(table).on_conflict_do_nothing(index_elements=[table.c.id])
+        statement = insert_for(self.backend)(table).on_conflict_do_nothing(index_elements=[table.c.id])
         for i in range(0, len(rows), CHUNK):
             conn.execute(statement, rows[i : i + CHUNK])
 
@@ -273,9 +270,5 @@ def _sqlite_pragmas(dbapi_conn: Any, _: Any) -> None:
 
 
 def _upsert_offset(conn: sa.Connection, backend: str, name: str, offset: int) -> None:
-    if backend == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    statement = insert(log_files).values(name=name, bytes=offset)
+    statement = insert_for(backend)(log_files).values(name=name, bytes=offset)
     conn.execute(statement.on_conflict_do_update(index_elements=[log_files.c.name], set_={"bytes": offset}))

@@ -91,10 +91,9 @@ class DatabaseCallCache:
         return json.loads(answer) if answer is not None else None
 
     def put(self, key: str, answer: dict[str, Any], *, provider: str, model: str, purpose: str) -> None:
-        if self._engine.dialect.name == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert
-        else:
-            from sqlalchemy.dialects.sqlite import insert
+        from hominem_pipeline.core.sql import insert_for
+
+        insert = insert_for(self._engine.dialect.name)
         row = {"key": key, "provider": provider, "model": model, "purpose": purpose, "answer": json.dumps(answer), "created": time.time()}
         with self._engine.begin() as conn:
             conn.execute(insert(self._calls).values(row).on_conflict_do_nothing(index_elements=["key"]))
