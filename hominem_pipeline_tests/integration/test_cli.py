@@ -136,7 +136,9 @@ def test_bad_input_gives_a_clear_error(labeled_project, tmp_path):
     assert bad_set.returncode == 2 and "policy.beta = -1" in bad_set.stderr
     no_value = hominem(project, "run", "--set", "policy.beta")
     assert no_value.returncode == 2 and "--set 'policy.beta': write KEY=VALUE" in no_value.stderr
-    no_broker = hominem(project, "run", "--config", "config/tiny.yaml", "--set", "runtime.executor=celery", "--select", "prompts")
+    celery = tmp_path / "celery.yaml"
+    celery.write_text((project / "config" / "tiny.yaml").read_text() + "\nruntime:\n  executor: celery\n")
+    no_broker = hominem(project, "run", "--config", str(celery), "--select", "prompts")
     assert no_broker.returncode == 2 and "no broker is set: set runtime.celery_broker" in no_broker.stderr and "Traceback" not in no_broker.stderr
 
 
