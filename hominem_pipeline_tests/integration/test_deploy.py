@@ -188,13 +188,14 @@ def test_the_daily_chain_runs_through_the_queue_on_celery_workers_with_postgres_
             assert all("succeeded" in (tmp_path / f"worker{i}.log").read_text() for i in range(2))  # both workers took steps
             from mlflow import MlflowClient
 
-            from hominem_pipeline.core.tracking import TAG_ASSET
+            from hominem_pipeline.core.tracking import TAG_ASSET, TAG_DAGSTER_RUN
 
             client = MlflowClient(tracking)  # lineage and the registry on the tracking server, as the embedded run keeps them
             [experiment] = [e for e in client.search_experiments() if e.name == cfg.tracking.experiment]
             tracked = client.search_runs([experiment.experiment_id], max_results=500)
             assert {r.data.tags.get(TAG_ASSET) for r in tracked} == made | {"live"}  # an MLflow run per asset, and the live gate's
-            [adapter_run] = [r for r in tracked if r.data.tags.get(TAG_ASSET) == "lora_adapter"]  # its inputs' versions, as tags
+            # this run's adapter (the tracking server also holds the other test's day), its inputs' versions as tags
+            [adapter_run] = [r for r in tracked if r.data.tags.get(TAG_ASSET) == "lora_adapter" and r.data.tags.get(TAG_DAGSTER_RUN) == runs[0]["runId"]]
             assert adapter_run.data.tags[f"input.reward_model.{DAY}"] == lineage(cfg).require("reward_model", DAY).version
             assert client.get_model_version_by_alias("hominem-reward-model", "current").tags
             assert any(e["action"] in ("promote", "refuse") for e in json.loads((project / "data" / "live" / "history.json").read_text()))  # the live gate's check ran
