@@ -69,7 +69,7 @@ def reward_manifold_check(metrics: dict[str, Any], cfg: HominemConfig, folder: P
     return CheckOutcome(not verdict.blocked, verdict.summary(), meta)
 
 
-def _launched(ctx: StageContext, common: dict[str, Any], pairs: pd.DataFrame, *, reward_model: bool = False, **inputs: Any) -> Any:
+def _launched(ctx: StageContext, common: dict[str, Any], slow: Any, pairs: pd.DataFrame, *, reward_model: bool = False, **inputs: Any) -> Any:
     """The adapter trained in `runtime.train_processes` processes (`policy.launch`) on what the stage
     prepared, each step's figures logged to the stage's run afterwards as they would have been live;
     `reward_model`: the processes load the day's reward model (rank 0 through the project's feature cache)."""
@@ -78,12 +78,12 @@ def _launched(ctx: StageContext, common: dict[str, Any], pairs: pd.DataFrame, *,
     from hominem_pipeline.core.policy.launch import run_launched, write_spec
     from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
 
-    from hominem_pipeline.core.online.slow_loop import adjusted_policy, adjustment_on
+    from hominem_pipeline.core.online.slow_loop import adjusted_policy
 
     cfg, processes = ctx.cfg, ctx.cfg.runtime.train_processes
     # every policy setting, as a PolicyConfig the processes read whole: the slice's view holds only what this
     # stage's trainer reads (the same trainer code, whose reads the slice checks when it runs in one process)
-    policy = adjusted_policy(cfg.full.policy, adjustment_on(cfg.data_dir, ctx.partition))
+    policy = adjusted_policy(cfg.full.policy, slow)  # the slow loop's factors in force today, as the stage read them
     with tempfile.TemporaryDirectory(prefix="hominem-launch-") as scratch:
         spec = write_spec(Path(scratch), mode=policy.mode, student=common["student_path"], policy=policy, seed=common["seed"],
                           out_dir=common["out_dir"], pairs=pairs, device=cfg.runtime.device,
@@ -132,7 +132,7 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
     if pc.mode == "dpo":
         from hominem_pipeline.core.policy.dpo import train_dpo_adapter
 
-        result = _launched(ctx, common, pairs) if processes > 1 else train_dpo_adapter(pairs, **common)
+        result = _launched(ctx, common, slow, pairs) if processes > 1 else train_dpo_adapter(pairs, **common)
     elif pc.mode == "dual":
         from hominem_pipeline.core.evaluation.memory import read_memory_rows
         from hominem_pipeline.core.policy.dual import REFERENCE_CACHE, train_dual_adapter
@@ -162,7 +162,7 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
 
             batches = None if sampler is None else draw_batches(sampler, batch_rows(pc.dual, pc.batch_size, len(memory), len(pairs))[0],
                                                                 pc.max_steps * pc.gradient_accumulation_steps)
-            result = _launched(ctx, common, pairs, memory=memory, batches=batches, reward_model=needs_rm, **caches)
+            result = _launched(ctx, common, slow, pairs, memory=memory, batches=batches, reward_model=needs_rm, **caches)
         else:
             result = train_dual_adapter(pairs, memory, reward_model=reward_model() if needs_rm else None, pair_sampler=sampler, **caches, **common)
         start = result.channels["start"]
@@ -170,7 +170,7 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
         from hominem_pipeline.core.policy.rl import train_rl_adapter
 
         weights = ctx.cfg.preferences.dimension_weights
-        result = (_launched(ctx, common, pairs[["prompt"]], reward_model=True, dimension_weights=weights) if processes > 1
+        result = (_launched(ctx, common, slow, pairs[["prompt"]], reward_model=True, dimension_weights=weights) if processes > 1
                   else train_rl_adapter(list(pairs["prompt"]), reward_model=reward_model(), dimension_weights=weights, **common))
     write_json(ctx.out_dir / "training_history.json", {"history": result.history, "grad_norms": result.grad_norms})
     from hominem_pipeline.core.evaluation.manifold import keep_manifold
