@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hominem_pipeline.core.online.nudges import dimension_pairs, pair_weights, pressure, scored_gaps
+from hominem_pipeline.core.online.nudges import dimension_pairs, nudged_conversations, pair_weights, pressure, sampled_candidates, scored_gaps
 
 DIMS = ["empathy", "epistemic_integrity", "harm_avoidance"]
 NOW = dt.datetime(2026, 11, 28, 12, tzinfo=dt.timezone.utc)
@@ -79,6 +79,43 @@ def test_dimension_pairs_differ_on_the_pressed_dimension_more_than_on_the_others
     honest = dimension_pairs(labels(), DIMS, pressure([nudge(0, "epistemic_integrity", "more")], DIMS, NOW, 3, 3), 4, 1.0, 0.5, NOW.isoformat())
     assert list(honest["chosen"]) == ["No, it is round."]
     assert dimension_pairs(labels(), DIMS, pressure([], DIMS, NOW, 3, 3), 4, 1.0, 0.5, NOW.isoformat()).empty
+
+
+def turn(i, messages, reply, context, finish="stop"):
+    return {"kind": "turn", "id": f"t{i}", "time": NOW.isoformat(), "rater": "local", "messages": [{"role": r, "content": c} for r, c in messages],
+            "reply": reply, "context": context, "finish_reason": finish}
+
+
+def test_the_student_s_own_replies_to_nudged_conversations_become_candidates():
+    """The newest nudged conversations, one each, as a preference pair reads them; the nudged reply and the
+    samples join the candidates (repeats and empty ones left out, a reply cut at the limit marked unfinished),
+    and a pair of them is ordered on the pressed dimension like the teacher's."""
+    events = [turn(0, [("user", "I lost my job.")], "Find another one.", "c0"),
+              turn(1, [("user", "Hi"), ("assistant", "Hello!"), ("user", "My cat died.")], "Cats die.", "c1"),
+              turn(2, [("user", "I lost my job.")], "That happens.", "c0", finish="length"),
+              {**nudge(0, "empathy", "more", days_ago=0.2), "turn": "t0"}, {**nudge(1, "empathy", "more", days_ago=0.1), "turn": "t1"},
+              {**nudge(2, "empathy", "more"), "turn": "t2"}, {**nudge(3, "empathy", "more"), "turn": "gone"}]
+    push = pressure(events, DIMS, NOW, 3, 3)
+    found = nudged_conversations(events, push, limit=8)
+    assert [(c["turn"], c["context"], c["finished"]) for c in found] == [("t2", "c0", False), ("t1", "c1", True)]  # newest first, one per conversation
+    assert found[1]["prompt"].endswith("My cat died.\n\nAssistant:") and "Hello!" in found[1]["prompt"]  # the transcript, as a pair's prompt
+    assert [c["turn"] for c in nudged_conversations(events, push, limit=1)] == ["t2"]
+    asked = []
+
+    def sample(prompts, k):
+        asked.append((prompts, k))
+        return [[("I'm so sorry, that is hard.", True), ("That happens.", True), ("", True)][:k] for _ in prompts]
+
+    own = sampled_candidates(found, 3, sample)
+    assert asked == [([c["prompt"] for c in found], 3)]
+    first = own[own["prompt_id"] == "served:c0"]
+    assert list(first["response"]) == ["That happens.", "I'm so sorry, that is hard."] and list(first["finished"]) == [False, True]
+    assert list(first["trajectory_id"]) == ["t2", "t2~1"]
+    scored = own.assign(vector=[{"empathy": r.count("sorry") * 1.0, "epistemic_integrity": 0.0, "harm_avoidance": 0.0} for r in own["response"]])
+    pairs = dimension_pairs(scored, DIMS, push, n=4, min_gap=1.0, tolerance=0.5, time=NOW.isoformat())
+    assert set(pairs["chosen"]) == {"I'm so sorry, that is hard."} and set(pairs["rejected"]) == {"That happens.", "Cats die."}
+    assert list(pairs.sort_values("rejected")["rejected_finished"]) == [True, False]  # the cut reply stays marked as cut
+    assert sampled_candidates(found, 0, sample).empty and sampled_candidates([], 3, sample).empty and len(asked) == 1
 
 
 def test_a_nudge_orders_its_reply_against_a_sibling_on_its_dimension_alone(tmp_path):

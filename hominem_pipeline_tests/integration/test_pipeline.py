@@ -724,10 +724,14 @@ def _add_nudges(project, turn: str, dimension: str, direction: str, n: int, tag:
 
 def test_nudges_weight_an_update_s_pairs_and_add_dimension_pairs(chain):
     """Three "more empathy" nudges: the next update gives a share of its batch to pairs of the teacher's
-    candidates that differ on empathy, weights every pair by its replies' empathy gap, and counts the
-    nudges as heard (the same log again is skipped; a new nudge is not)."""
+    candidates and of the student's own replies to the nudged conversation that differ on empathy, weights
+    every pair by its replies' empathy gap, and counts the nudges as heard (the same log again is skipped;
+    a new nudge is not)."""
+    import datetime as dt
+
     from hominem_pipeline.core.online.live import LiveState
-    from hominem_pipeline.core.online.updates import run_update
+    from hominem_pipeline.core.online.nudges import pressure
+    from hominem_pipeline.core.online.updates import feedback_events, own_replies, run_update
 
     project, cfg = chain["project"], chain["cfg"]
     _fresh_live(cfg)
@@ -746,6 +750,14 @@ def test_nudges_weight_an_update_s_pairs_and_add_dimension_pairs(chain):
     assert len(dimension) == round(0.25 * cfg.online.batch_items) and len(batch) <= cfg.online.batch_items
     weights = batch.loc[batch["source"] != "nudge:empathy", "nudge_weight"].to_numpy()
     assert weights.std() > 0 and weights.min() >= 0.25 and weights.max() <= 4.0 and (dimension["nudge_weight"] == 1.0).all()
+    # the student's own replies to the nudged conversation join the candidates, sampled from the live adapter
+    events = feedback_events(nudged)
+    push = pressure(events, nudged.dimension_names, dt.datetime.now(dt.timezone.utc), 3.0, 3.0)
+    own = own_replies(nudged, events, push, state.adapter_path(), seed=1)
+    assert set(own["prompt"]) == {"(nudged) My friend forgot my birthday."} and own["trajectory_id"].iloc[0] == "nudged-cold"
+    assert 2 <= len(own) <= 1 + nudged.online.nudges.samples and list(own["response"])[0] == "Get over it."
+    assert own_replies(nudged.model_copy(update={"online": nudged.online.model_copy(update={"nudges": nudged.online.nudges.model_copy(update={"samples": 0})})}),
+                       events, push, state.adapter_path(), seed=1).empty
     again = run_update(nudged, by="test", reason="the same nudges")
     assert again.outcome == "skipped" and "nudges" in again.reason
     _add_nudges(project, "nudged-cold", "empathy", "more", 1, "nudge-b")

@@ -22,6 +22,12 @@ fades, and "more" and "less" cancel.
    pressed dimension's at least `min_gap` and the mean of the others' within `tolerance`. The one with
    more of it is chosen for "more", less for "less". They take `pair_share` of the batch, split among the
    dimensions by |p_D|, the largest gaps (less the others' drift) first.
+3. *The student's own replies.* The candidates of one day's prompts give few pairs that qualify. With
+   `samples`, the update also samples that many replies from the live adapter (as the server samples,
+   `evaluation.max_new_tokens` long) to each of the newest `sample_prompts` conversations people nudged,
+   and adds them, with the nudged reply, to the candidates (`nudged_conversations`, `sampled_candidates`).
+   Pairs of its own replies move the student from where it is, and on the conversations where people
+   asked.
 
 A nudge is also a rating of its reply: the served-turn labelling (`labeling.served_turns`) picks nudged
 replies first, so the teacher rates what people reacted to.
@@ -81,6 +87,55 @@ def pressure(events: list[dict[str, Any]], dims: list[str], now: dt.datetime, ha
                     {d: c for d, c in counts.items() if c["more"] + c["less"]}, tuple(ids))
 
 
+def nudged_conversations(events: list[dict[str, Any]], push: Pressure, limit: int) -> list[dict[str, Any]]:
+    """The conversations of the turns the nudges counted in `push` are on, newest nudge first, one per
+    conversation, at most `limit`: {"context", "prompt" (as a preference pair reads it), "reply" (the nudged one),
+    "turn", "finished"}. A nudge whose turn is not among `events` is left out."""
+    from hominem_pipeline.core.online.feedback import transcript
+
+    counted = set(push.ids)
+    turns = {str(e.get("id")): e for e in events if e.get("kind") == "turn"}
+    nudges = [e for e in events if e.get("kind") == "nudge" and str(e.get("id")) in counted and str(e.get("turn")) in turns]
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for e in sorted(nudges, key=lambda e: str(e.get("time", "")), reverse=True):
+        turn = turns[str(e["turn"])]
+        try:
+            messages = [(str(m["role"]), str(m["content"])) for m in turn["messages"]]
+            context, reply = str(turn["context"]), str(turn["reply"])
+        except (KeyError, TypeError):
+            continue
+        if context in seen or not messages:
+            continue
+        seen.add(context)
+        out.append({"context": context, "prompt": transcript(messages), "reply": reply, "turn": str(turn["id"]),
+                    "finished": turn.get("finish_reason", "stop") == "stop"})
+        if len(out) >= limit:
+            break
+    return out
+
+
+def sampled_candidates(conversations: list[dict[str, Any]], k: int, sample: Any) -> pd.DataFrame:
+    """Candidates for `dimension_pairs` from `conversations` (`nudged_conversations`): per conversation its
+    nudged reply and `k` replies `sample(prompts, k)` returns ([[(text, finished)] * k] per prompt), empty
+    replies and repeats left out. Columns: prompt_id (served:<context>), prompt, response, trajectory_id,
+    finished; the reward model's scores are added by the caller."""
+    columns = ["prompt_id", "prompt", "response", "trajectory_id", "finished"]
+    if not conversations or k <= 0:
+        return pd.DataFrame(columns=columns)
+    drawn = sample([c["prompt"] for c in conversations], k)
+    rows = []
+    for c, replies in zip(conversations, drawn):
+        seen: set[str] = set()
+        for j, (text, finished) in enumerate([(c["reply"], c["finished"])] + list(replies)):
+            if not text.strip() or text.strip() in seen:
+                continue
+            seen.add(text.strip())
+            rows.append({"prompt_id": f"served:{c['context']}", "prompt": c["prompt"], "response": text,
+                         "trajectory_id": c["turn"] if j == 0 else f"{c['turn']}~{j}", "finished": bool(finished)})
+    return pd.DataFrame(rows, columns=columns)
+
+
 def _as_dict(v: Any) -> dict[str, float]:
     if isinstance(v, dict):
         return v
@@ -105,6 +160,12 @@ def pair_weights(item_gaps: np.ndarray, push: np.ndarray, strength: float, max_f
     w = np.exp(strength * (item_gaps @ push))
     w = w / w.mean()
     return np.clip(w, 1.0 / max_factor, max_factor)
+
+
+def _finished(row: pd.Series) -> bool:
+    """A candidate's reply ended by itself (the teacher's candidates are kept only so; a sampled one may stop at the limit)."""
+    value = row.get("finished", True)
+    return True if value is None or (isinstance(value, float) and math.isnan(value)) else bool(value)
 
 
 def dimension_pairs(labels: pd.DataFrame, dims: list[str], push: Pressure, n: int, min_gap: float, tolerance: float, time: str) -> pd.DataFrame:
@@ -153,5 +214,5 @@ def dimension_pairs(labels: pd.DataFrame, dims: list[str], push: Pressure, n: in
             rows.append({"id": f"nudge:{d}:{'more' if p > 0 else 'less'}:{hi.get('trajectory_id', a)}:{lo.get('trajectory_id', b)}",
                          "time": time, "source": f"nudge:{d}", "prompt": hi["prompt"], "chosen": hi["response"], "rejected": lo["response"],
                          "reward_intensity": float(np.clip(hi.get("reward_intensity", 0.5), 0, 1)), "safety_score": float(np.clip(hi.get("safety_score", 1.0), 0, 1)),
-                         "vector": hi["_v"], "weight": 1.0, "chosen_finished": True, "rejected_finished": True})
+                         "vector": hi["_v"], "weight": 1.0, "chosen_finished": _finished(hi), "rejected_finished": _finished(lo)})
     return pd.DataFrame(rows, columns=ITEM_COLUMNS + FINISHED)[: max(n, 0)]

@@ -36,7 +36,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -44,7 +44,7 @@ import pandas as pd
 from hominem_pipeline.core.artifacts import fingerprint
 from hominem_pipeline.core.config import HominemConfig
 from hominem_pipeline.core.online.live import HEALTH, LIVE_DIR, ONLINE_ADAPTERS, LiveError, LiveState, utc_now
-from hominem_pipeline.core.online.nudges import Pressure, dimension_pairs, pair_weights, pressure, scored_gaps
+from hominem_pipeline.core.online.nudges import Pressure, dimension_pairs, nudged_conversations, pair_weights, pressure, sampled_candidates, scored_gaps
 from hominem_pipeline.core.online.replay import FINISHED, ITEM_COLUMNS, ReplayBuffer, feedback_pair_items, teacher_replay_items
 from hominem_pipeline.core.online.slow_loop import adjustment_on
 
@@ -132,10 +132,11 @@ def teacher_items(cfg: HominemConfig, sources: list[Any]) -> tuple[pd.DataFrame,
     return teacher_replay_items(store, refs), used
 
 
-def nudge_pairs(cfg: HominemConfig, keys: list[Any], push: Pressure, reward_model: Any) -> pd.DataFrame:
+def nudge_pairs(cfg: HominemConfig, keys: list[Any], push: Pressure, reward_model: Any, sampled: Callable[[], pd.DataFrame] | None = None) -> pd.DataFrame:
     """`online.nudges.pair_share` of the batch as dimension pairs (`nudges.dimension_pairs`) of the teacher's
-    candidates behind the preference pairs `keys`, those the verifier flagged degenerate left out, each
-    scored by `reward_model` (none without pressure)."""
+    candidates behind the preference pairs `keys`, those the verifier flagged degenerate left out, and of
+    the student's own replies `sampled()` returns (`nudges.sampled_candidates`), each scored by `reward_model`
+    (none without pressure)."""
     from hominem_pipeline.core.artifacts import ArtifactStore
 
     n = round(cfg.online.nudges.pair_share * cfg.online.batch_items)
@@ -151,12 +152,49 @@ def nudge_pairs(cfg: HominemConfig, keys: list[Any], push: Pressure, reward_mode
     floor = cfg.verifier.min_reply_logp
     if len(labels) and floor is not None and "reply_logp" in labels:
         labels = labels[labels["reply_logp"].isna() | (labels["reply_logp"] >= floor)].reset_index(drop=True)
+    own = sampled() if sampled is not None else pd.DataFrame()
+    if len(own):
+        labels = pd.concat([labels, own], ignore_index=True) if len(labels) else own
     if len(labels):
         dims = list(reward_model.dimensions)
         raw = reward_model.raw_scores(list(labels["prompt"]), list(labels["response"]))
         labels = labels.assign(vector=[dict(zip(dims, map(float, row))) for row in raw["vector"]])
+        for column in ("reward_intensity", "safety_score"):  # the student's replies have no teacher label: the reward model's
+            given = labels[column] if column in labels else pd.Series(np.nan, index=labels.index)
+            labels[column] = given.astype(float).fillna(pd.Series(np.asarray(raw[column], dtype=float), index=labels.index))
     nc = cfg.online.nudges
     return dimension_pairs(labels, list(reward_model.dimensions), push, n, nc.min_gap, nc.tolerance, utc_now())
+
+
+def own_replies(cfg: HominemConfig, events: list[dict[str, Any]], push: Pressure, adapter: Path | None, seed: int) -> pd.DataFrame:
+    """The candidates `online.nudges.samples` adds (`nudges.sampled_candidates`): replies sampled from
+    `adapter` (None: the base) to the newest `sample_prompts` conversations people nudged, as the server
+    samples them (its temperature, top-p and repetition penalty), `evaluation.max_new_tokens` long and in
+    batches of `evaluation.batch_size`; none without pressure or with `samples` 0."""
+    import contextlib
+
+    from hominem_pipeline.core.generation import chat_text, generate
+    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.policy.lora import load_policy, merged
+
+    nc, sc, ec = cfg.online.nudges, cfg.serving, cfg.evaluation
+    conversations = nudged_conversations(events, push, nc.sample_prompts) if push.active and nc.samples else []
+
+    def sample(prompts: list[str], k: int) -> list[list[tuple[str, bool]]]:
+        started = time.monotonic()
+        model, tokenizer = load_policy(student_path(cfg), adapter, None)
+        texts = [chat_text(tokenizer, p) for p in prompts for _ in range(k)]
+        out = []
+        with merged(model) if adapter is not None else contextlib.nullcontext(model):
+            for start in range(0, len(texts), ec.batch_size):
+                out += [(g.text, g.finished) for g in generate(model, tokenizer, texts[start : start + ec.batch_size], max_new_tokens=ec.max_new_tokens,
+                                                               seed=seed + start, temperature=sc.temperature or None, top_p=sc.top_p,
+                                                               repetition_penalty=sc.repetition_penalty, plain_start=sc.plain_start)]
+        log.info("nudges: %d replies sampled from %s to %d nudged conversation(s) in %.0f s", len(out), adapter.name if adapter else "the base",
+                 len(prompts), time.monotonic() - started)
+        return [out[i * k : (i + 1) * k] for i in range(len(prompts))]
+
+    return sampled_candidates(conversations, nc.samples, sample)
 
 
 def remember_liked(cfg: HominemConfig, conversations: pd.DataFrame) -> int:
@@ -395,7 +433,7 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
     teacher, teacher_keys = teacher_items(cfg, pair_sources)
     buffer = ReplayBuffer(pd.concat([f for f in (teacher, people) if len(f)], ignore_index=True) if len(teacher) or len(people) else people, cfg.replay)
     seed = int(fingerprint([cfg.project.seed, current.version, len(buffer.items)], 8), 16) % (2**31 - 1)
-    extra = nudge_pairs(cfg, teacher_keys, push, reward_model)
+    extra = nudge_pairs(cfg, teacher_keys, push, reward_model, lambda: own_replies(cfg, events, push, live_adapter, seed))
     batch = buffer.sample(oc.batch_items - len(extra), np.random.default_rng(seed))
     if push.active:  # pairs whose chosen reply has more of what people asked for weigh more; the dimension pairs join the batch
         weights = pair_weights(scored_gaps(reward_model, batch), push.vector(list(reward_model.dimensions)), nc.strength, nc.max_factor)
