@@ -739,7 +739,7 @@ def test_nudges_weight_an_update_s_pairs_and_add_dimension_pairs(chain):
     # every candidate pair qualifies (the tiny teacher's labels are noise): the largest empathy gaps are taken
     overlay = _overlay(chain, "nudged", {"health": {"min_win_rate": 0.0, "people_tolerance": None},
                                          "online": {"skip_below": 0.0, "rollback_below": 0.0, "freeze_below": 0.0,
-                                                    "nudges": {"min_gap": 0.0, "tolerance": 10.0, "pair_share": 0.25}}})
+                                                    "nudges": {"min_gap": 0.0, "tolerance": 10.0, "pair_share": 0.25, "samples": 3}}})
     _add_choice(project, "nudged")
     _add_nudges(project, "nudged-cold", "empathy", "more", 3, "nudge-a")
     nudged = load_config(project / overlay, root=project)
