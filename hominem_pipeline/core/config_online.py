@@ -27,7 +27,7 @@ class NudgesConfig(_Frozen):
     saturation: float = Field(gt=0.0, description="Net nudges on a dimension that give it pressure tanh(1) = 0.76, > 0.")
     strength: float = Field(ge=0.0, description="A replay pair weighs exp(strength * sum of pressure * the dimension's gap between its replies by the reward model), >= 0; 0: no weights.")
     max_factor: float = Field(ge=1.0, description="Those weights are clipped to [1/max_factor, max_factor], >= 1.")
-    pair_share: float = Field(ge=0.0, le=1.0, description="Share of an update's batch given to dimension pairs (two teacher candidates, scored by the reward model, that differ on a pressed dimension while the others hold), 0-1.")
+    pair_share: float = Field(ge=0.0, le=1.0, description="Share of an update's batch given to dimension pairs (two candidates to one prompt, the teacher's or with `samples` the student's own, scored by the reward model, that differ on a pressed dimension while the others hold), 0-1.")
     min_gap: float = Field(ge=0.0, le=10.0, description="A dimension pair's replies differ on the pressed dimension by at least this many standard deviations (of each dimension over the candidates), 0-10.")
     tolerance: float = Field(ge=0.0, le=10.0, description="... while the mean of the others differs by at most this many, 0-10.")
     samples: int = Field(ge=0, le=32, description="Replies sampled from the live adapter to each nudged conversation and added, with the nudged reply, to the dimension pairs' candidates, 0-32; 0: the teacher's candidates only.")

@@ -169,8 +169,9 @@ def _finished(row: pd.Series) -> bool:
 
 
 def dimension_pairs(labels: pd.DataFrame, dims: list[str], push: Pressure, n: int, min_gap: float, tolerance: float, time: str) -> pd.DataFrame:
-    """Up to `n` replay items (`source` nudge:<dimension>) from the teacher's labelled candidates
-    (`labels`: prompt_id, prompt, response, vector (the reward model's), reward_intensity, safety_score), `n` split among the
+    """Up to `n` replay items (`source` nudge:<dimension>) from scored candidates, the teacher's and the
+    student's own (`labels`: prompt_id, prompt, response, vector (the reward model's), reward_intensity, safety_score,
+    optionally finished), `n` split among the
     pressed dimensions by |p_D|. Gaps are in standard deviations of each dimension over `labels`; a pair
     qualifies when the pressed dimension's gap (in the asked direction) is at least `min_gap` and the
     mean of the others' gaps is within `tolerance`; the largest gaps less the others' drift first, each
