@@ -30,6 +30,7 @@ class NudgesConfig(_Frozen):
     pair_share: float = Field(ge=0.0, le=1.0, description="Share of an update's batch given to dimension pairs (two candidates to one prompt, the teacher's or with `samples` the student's own, scored by the reward model, that differ on a pressed dimension while the others hold), 0-1.")
     min_gap: float = Field(ge=0.0, le=10.0, description="A dimension pair's replies differ on the pressed dimension by at least this many standard deviations (of each dimension over the candidates), 0-10.")
     tolerance: float = Field(ge=0.0, le=10.0, description="... while the mean of the others differs by at most this many, 0-10.")
+    pair_weight: float = Field(ge=0.0, le=10.0, description="A dimension pair's weight on its reward intensity in the dual loss (the replay pairs' weights average 1), 0-10.")
     samples: int = Field(ge=0, le=32, description="Replies sampled from the live adapter to each nudged conversation and added, with the nudged reply, to the dimension pairs' candidates, 0-32; 0: the teacher's candidates only.")
     sample_prompts: int = Field(ge=1, le=64, description="... to the newest this many conversations people nudged, 1-64.")
 

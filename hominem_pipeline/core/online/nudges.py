@@ -21,7 +21,8 @@ fades, and "more" and "less" cancel.
    in standard deviations of each dimension over the candidates (the dimensions span a small range), the
    pressed dimension's at least `min_gap` and the mean of the others' within `tolerance`. The one with
    more of it is chosen for "more", less for "less". They take `pair_share` of the batch, split among the
-   dimensions by |p_D|, the largest gaps (less the others' drift) first.
+   dimensions by |p_D|, the largest gaps (less the others' drift) first, each weighing `pair_weight` on its
+   reward intensity (the replay pairs' weights average 1).
 3. *The student's own replies.* The candidates of one day's prompts give few pairs that qualify. With
    `samples`, the update also samples that many replies from the live adapter (as the server samples,
    `evaluation.max_new_tokens` long) to each of the newest `sample_prompts` conversations people nudged,

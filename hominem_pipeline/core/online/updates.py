@@ -437,7 +437,7 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
     batch = buffer.sample(oc.batch_items - len(extra), np.random.default_rng(seed))
     if push.active:  # pairs whose chosen reply has more of what people asked for weigh more; the dimension pairs join the batch
         weights = pair_weights(scored_gaps(reward_model, batch), push.vector(list(reward_model.dimensions)), nc.strength, nc.max_factor)
-        batch = pd.concat([batch.assign(nudge_weight=weights), extra.assign(nudge_weight=1.0)], ignore_index=True)
+        batch = pd.concat([batch.assign(nudge_weight=weights), extra.assign(nudge_weight=nc.pair_weight)], ignore_index=True)
         log.info("nudges: %s; %d dimension pair(s) in the batch", push.describe(), len(extra))
     items = {k: int(v) for k, v in batch["source"].str.split(":").str[0].value_counts().items()}
     # the version: what it starts from and trains on (the batch, the memory files), and how
