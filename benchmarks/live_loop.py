@@ -56,22 +56,12 @@ SAMPLED_TOKENS = 64  # the evaluation's reply length: sampled replies are rated,
 
 
 def sample_replies(cfg, adapter: Path, prompts: list[str], k: int, seed: int) -> list[list[str]]:
-    """`k` replies to each prompt from the student with `adapter`, sampled as the server does (its
-    temperature, top-p, repetition penalty and plain start), in batches of `serving.max_batch_size`."""
-    from hominem_pipeline.core.generation import chat_text, generate
-    from hominem_pipeline.core.models import student_path
-    from hominem_pipeline.core.policy.lora import load_policy, merged
+    """`k` replies to each prompt from the student with `adapter`, sampled as the server does
+    (`updates.sample_as_served`), in batches of `serving.max_batch_size`."""
+    from hominem_pipeline.core.online.updates import sample_as_served
 
-    sc = cfg.serving
-    model, tokenizer = load_policy(student_path(cfg), adapter, None)
-    texts = [chat_text(tokenizer, p) for p in prompts for _ in range(k)]
-    out: list[str] = []
-    with merged(model):
-        for start in range(0, len(texts), sc.max_batch_size):
-            out += [g.text for g in generate(model, tokenizer, texts[start : start + sc.max_batch_size], max_new_tokens=SAMPLED_TOKENS,
-                                             seed=seed + start, temperature=sc.temperature, top_p=sc.top_p,
-                                             repetition_penalty=sc.repetition_penalty, plain_start=sc.plain_start)]
-    return [out[i * k : (i + 1) * k] for i in range(len(prompts))]
+    drawn = sample_as_served(cfg, adapter, prompts, k, seed, max_new_tokens=SAMPLED_TOKENS, batch_size=cfg.serving.max_batch_size)
+    return [[g.text for g in replies] for replies in drawn]
 
 
 def scratch_project(project: Path, given_adapter: str | None, overrides: dict | None = None, like_make_run: bool = False):

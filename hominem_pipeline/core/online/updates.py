@@ -166,33 +166,41 @@ def nudge_pairs(cfg: HominemConfig, keys: list[Any], push: Pressure, reward_mode
     return dimension_pairs(labels, list(reward_model.dimensions), push, n, nc.min_gap, nc.tolerance, utc_now())
 
 
-def own_replies(cfg: HominemConfig, events: list[dict[str, Any]], push: Pressure, adapter: Path | None, seed: int) -> pd.DataFrame:
-    """The candidates `online.nudges.samples` adds (`nudges.sampled_candidates`): replies sampled from
-    `adapter` (None: the base) to the newest `sample_prompts` conversations people nudged, as the server
-    samples them (its temperature, top-p and repetition penalty), `evaluation.max_new_tokens` long and in
-    batches of `evaluation.batch_size`; none without pressure or with `samples` 0."""
+def sample_as_served(cfg: HominemConfig, adapter: Path | None, prompts: list[str], k: int, seed: int, *, max_new_tokens: int,
+                     batch_size: int) -> list[list[Any]]:
+    """`k` replies (`generation.Generated`) to each prompt from the student with `adapter` (None: the base),
+    sampled as the server samples (its temperature, top-p, repetition penalty and plain start), `batch_size` at a time."""
     import contextlib
 
     from hominem_pipeline.core.generation import chat_text, generate
     from hominem_pipeline.core.models import student_path
     from hominem_pipeline.core.policy.lora import load_policy, merged
 
-    nc, sc, ec = cfg.online.nudges, cfg.serving, cfg.evaluation
+    sc = cfg.serving
+    model, tokenizer = load_policy(student_path(cfg), adapter, None)
+    texts = [chat_text(tokenizer, p) for p in prompts for _ in range(k)]
+    out: list[Any] = []
+    with merged(model) if adapter is not None else contextlib.nullcontext(model):
+        for start in range(0, len(texts), batch_size):
+            out += generate(model, tokenizer, texts[start : start + batch_size], max_new_tokens=max_new_tokens, seed=seed + start,
+                            temperature=sc.temperature or None, top_p=sc.top_p, repetition_penalty=sc.repetition_penalty, plain_start=sc.plain_start)
+    return [out[i * k : (i + 1) * k] for i in range(len(prompts))]
+
+
+def own_replies(cfg: HominemConfig, events: list[dict[str, Any]], push: Pressure, adapter: Path | None, seed: int) -> pd.DataFrame:
+    """The candidates `online.nudges.samples` adds (`nudges.sampled_candidates`): replies sampled from
+    `adapter` (None: the base) to the newest `sample_prompts` conversations people nudged, as the server
+    samples them (`sample_as_served`), `evaluation.max_new_tokens` long and in batches of
+    `evaluation.batch_size`; none without pressure or with `samples` 0."""
+    nc, ec = cfg.online.nudges, cfg.evaluation
     conversations = nudged_conversations(events, push, nc.sample_prompts) if push.active and nc.samples else []
 
     def sample(prompts: list[str], k: int) -> list[list[tuple[str, bool]]]:
         started = time.monotonic()
-        model, tokenizer = load_policy(student_path(cfg), adapter, None)
-        texts = [chat_text(tokenizer, p) for p in prompts for _ in range(k)]
-        out = []
-        with merged(model) if adapter is not None else contextlib.nullcontext(model):
-            for start in range(0, len(texts), ec.batch_size):
-                out += [(g.text, g.finished) for g in generate(model, tokenizer, texts[start : start + ec.batch_size], max_new_tokens=ec.max_new_tokens,
-                                                               seed=seed + start, temperature=sc.temperature or None, top_p=sc.top_p,
-                                                               repetition_penalty=sc.repetition_penalty, plain_start=sc.plain_start)]
-        log.info("nudges: %d replies sampled from %s to %d nudged conversation(s) in %.0f s", len(out), adapter.name if adapter else "the base",
-                 len(prompts), time.monotonic() - started)
-        return [out[i * k : (i + 1) * k] for i in range(len(prompts))]
+        drawn = sample_as_served(cfg, adapter, prompts, k, seed, max_new_tokens=ec.max_new_tokens, batch_size=ec.batch_size)
+        log.info("nudges: %d replies sampled from %s to %d nudged conversation(s) in %.0f s", len(prompts) * k,
+                 adapter.name if adapter else "the base", len(prompts), time.monotonic() - started)
+        return [[(g.text, g.finished) for g in replies] for replies in drawn]
 
     return sampled_candidates(conversations, nc.samples, sample)
 
