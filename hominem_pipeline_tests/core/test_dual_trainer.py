@@ -77,6 +77,29 @@ def test_a_pair_sampler_chooses_each_batch_s_pairs(tiny_student, tmp_path):
     assert all(h["gate/skipped"] == 0 for h in result.history)  # the uniform order would have drawn the unsafe pairs
 
 
+def test_extra_pair_rows_train_beside_full_pair_batches(tiny_student, tmp_path):
+    """An online update's dimension pairs (laid out last) are drawn beside each step's batch_size pair rows,
+    each once per pass, and never take a batch row's place."""
+    from hominem_pipeline.core.policy.dual import beside_sampler
+
+    asked, drawn = [], []
+    draw = beside_sampler(4, 2, 1, seed=0)
+
+    def sampler(n):
+        asked.append(n)
+        drawn.append(draw(n))
+        return drawn[-1]
+
+    result = train_dual_adapter(pairs(6), memory(0), student_path=tiny_student, cfg=policy_cfg(), out_dir=tmp_path, seed=0,
+                                pair_sampler=sampler, extra_pair_rows=1)
+    assert asked == [4, 4, 4] and result.channels["pair_rows"] == 12  # 3 steps x (3 batch rows + 1 beside)
+    assert all(sum(i >= 4 for i in rows) == 1 for rows in drawn)  # one dimension pair per step ...
+    assert sorted(rows[-1] for rows in drawn[:2]) == [4, 5]  # ... each once per pass
+    assert sorted([i for rows in drawn for i in rows if i < 4][:4]) == [0, 1, 2, 3]  # the batch's pairs each once per pass too
+    assert sorted(beside_sampler(0, 3, 1, seed=0)(3)) == [0, 1, 2] and sorted(beside_sampler(3, 0, 1, seed=0)(3)) == [0, 1, 2]
+    assert beside_sampler(0, 0, 1, seed=0)(3) == []
+
+
 def test_memory_rows_per_step_rehearse_every_row_beside_full_pair_batches(tiny_student, tmp_path):
     result = train_dual_adapter(pairs(), memory(7), student_path=tiny_student, cfg=policy_cfg(), out_dir=tmp_path, seed=0, memory_per_step=3)
     channels = result.channels

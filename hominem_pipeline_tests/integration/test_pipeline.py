@@ -1,6 +1,7 @@
 """The whole chain on a tiny configuration, through Dagster, with a real MLflow store."""
 
 import json
+import math
 import time
 from pathlib import Path
 
@@ -726,9 +727,12 @@ def test_nudges_weight_an_update_s_pairs_and_add_dimension_pairs(chain):
     """Three "more empathy" nudges: the next update gives a share of its batch to pairs of the teacher's
     candidates and of the student's own replies to the nudged conversation that differ on empathy, weights
     every pair by its replies' empathy gap, and counts the nudges as heard (the same log again is skipped;
-    a new nudge is not)."""
+    a new nudge is not). With pair_rows extra, imitate and max_steps, the dimension pairs train beside the
+    batch, their chosen replies as memory rows, for that many steps."""
     import datetime as dt
 
+    from hominem_pipeline.core.builds.memory_files import memory_paths
+    from hominem_pipeline.core.evaluation.memory import read_memory_rows
     from hominem_pipeline.core.online.live import LiveState
     from hominem_pipeline.core.online.nudges import pressure
     from hominem_pipeline.core.online.updates import feedback_events, own_replies, run_update
@@ -739,7 +743,8 @@ def test_nudges_weight_an_update_s_pairs_and_add_dimension_pairs(chain):
     # every candidate pair qualifies (the tiny teacher's labels are noise): the largest empathy gaps are taken
     overlay = _overlay(chain, "nudged", {"health": {"min_win_rate": 0.0, "people_tolerance": None},
                                          "online": {"skip_below": 0.0, "rollback_below": 0.0, "freeze_below": 0.0,
-                                                    "nudges": {"min_gap": 0.0, "tolerance": 10.0, "pair_share": 0.25, "samples": 3}}})
+                                                    "nudges": {"min_gap": 0.0, "tolerance": 10.0, "pair_share": 0.25, "samples": 3,
+                                                                "pair_rows": "share", "imitate": False, "max_steps": None}}})
     _add_choice(project, "nudged")
     _add_nudges(project, "nudged-cold", "empathy", "more", 3, "nudge-a")
     nudged = load_config(project / overlay, root=project)
@@ -760,8 +765,19 @@ def test_nudges_weight_an_update_s_pairs_and_add_dimension_pairs(chain):
                        events, push, state.adapter_path(), seed=1).empty
     again = run_update(nudged, by="test", reason="the same nudges")
     assert again.outcome == "skipped" and "nudges" in again.reason
+    # with pair_rows extra the dimension pairs train beside the batch's rows (the replay items keep their places),
+    # for nudges.max_steps steps, and with imitate their chosen replies are memory rows of the update too
     _add_nudges(project, "nudged-cold", "empathy", "more", 1, "nudge-b")
-    assert run_update(nudged, by="test", reason="one more nudge").outcome != "skipped"
+    beside = nudged.model_copy(update={"online": nudged.online.model_copy(update={"nudges": nudged.online.nudges.model_copy(update={"pair_rows": "extra", "max_steps": 3, "imitate": True})})})
+    assert run_update(beside, by="test", reason="one more nudge").outcome == "promoted"
+    extra = pd.read_parquet(state.adapter_path() / "replay_batch.parquet")
+    n_dim = int((extra["source"] == "nudge:empathy").sum())
+    assert n_dim == len(dimension) and len(extra) - n_dim >= len(batch) - len(dimension) and list(extra["source"])[-n_dim:] == ["nudge:empathy"] * n_dim
+    meta, rows = json.loads((state.adapter_path() / "METADATA.json").read_text()), beside.policy.batch_size
+    assert meta["training"]["policy"]["max_steps"] == 3 and meta["channels"]["pair_rows"] == 3 * (rows + math.ceil(n_dim / 3))
+    files, chosen = read_memory_rows(memory_paths(beside)), extra[extra["source"] == "nudge:empathy"]
+    imitated = set(zip(chosen["prompt"], chosen["chosen"])) - set(zip(files["prompt"], files["response"]))
+    assert imitated and meta["channels"]["memory_rows_available"] == len(files) + len(imitated)
     _fresh_live(cfg)
 
 

@@ -20,9 +20,13 @@ fades, and "more" and "less" cancel.
    (degenerate ones left out), scored by the reward model, that differ on it while the others hold: gaps
    in standard deviations of each dimension over the candidates (the dimensions span a small range), the
    pressed dimension's at least `min_gap` and the mean of the others' within `tolerance`. The one with
-   more of it is chosen for "more", less for "less". They take `pair_share` of the batch, split among the
+   more of it is chosen for "more", less for "less". They number `pair_share` of the batch, split among the
    dimensions by |p_D|, the largest gaps (less the others' drift) first, each weighing `pair_weight` on its
-   reward intensity (the replay pairs' weights average 1).
+   reward intensity (the replay pairs' weights average 1). With `pair_rows` share they take replay items'
+   places in the batch; with extra the batch stays whole and each is trained on once per update, beside
+   each step's pair rows (`updates.train_update`). With `imitate`, each one's chosen reply is also a memory
+   row of the update (imitated, as the memory files' rows are). `max_steps` sets the update's steps while
+   nudges press.
 3. *The student's own replies.* The candidates of one day's prompts give few pairs that qualify. With
    `samples`, the update also samples that many replies from the live adapter (as the server samples,
    `evaluation.max_new_tokens` long) to each of the newest `sample_prompts` conversations people nudged,

@@ -7,9 +7,10 @@ One update:
    safety and vector, once per pair and reward model) and the teacher's preference pairs of the newest
    `online.teacher_days` days the live adapter was trained on (`update_sources`);
 2. samples `online.batch_items` of them (recent and old, by priority and at random; with people's nudges
-   pressing on dimensions, `online.nudges.pair_share` of the batch are dimension pairs and every pair is
-   weighted by the pressure, `nudges.py`) and trains the live adapter (the base when none is live) for `online.max_steps` steps of the `dual` loss on them and the
-   memory files, into an immutable `data/live/adapters/<version>/`;
+   pressing on dimensions, every pair is weighted by the pressure and dimension pairs join the batch,
+   taking `online.nudges.pair_share` of it or trained beside it, `nudges.py`) and trains the live adapter
+   (the base when none is live) for `online.max_steps` steps (`online.nudges.max_steps` while nudges
+   press) of the `dual` loss on them and the memory files, into an immutable `data/live/adapters/<version>/`;
 3. offers it to the gate (`promotion.offer`) with its partial Reward Health Index: DCS on its replies to
    the held-out prompts and GVS on its gradient norms, weighted as in `health.weights` and renormalised,
    written to `health.json` beside it. Below `online.skip_below` it stays a candidate; below
@@ -336,35 +337,49 @@ def prepare(cfg: HominemConfig) -> None:
 
 
 def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: int, live: str | None, live_adapter: Path | None, reward_model: Any,
-                 rm_path: Path, teacher_keys: list[Any], people_ids: list[str], lr_factor: float = 1.0):
+                 rm_path: Path, teacher_keys: list[Any], people_ids: list[str], lr_factor: float = 1.0, max_steps: int | None = None):
     """Train the live adapter (`live_adapter`; None: a fresh one on the base) on the replay `batch` and the
     memory files into the new version's folder `out`, written whole (a temp folder renamed) with its
     METADATA, training history, replay batch and the people's pairs its buffer held. With
-    `online.rehearse_memory`, every memory row is trained on once. `lr_factor`: the slow loop's lower_lr in force."""
+    `online.rehearse_memory`, every memory row is trained on once; with `online.nudges.pair_rows` extra, every
+    dimension pair once, beside each step's pair rows; with `online.nudges.imitate`, each dimension pair's
+    chosen reply is a memory row too. `lr_factor`: the slow loop's lower_lr in force;
+    `max_steps`: the update's steps (None: `online.max_steps`)."""
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.evaluation.manifold import keep_manifold
     from hominem_pipeline.core.evaluation.memory import memory_digest, read_memory_rows
     from hominem_pipeline.core.model_refs import model_name
     from hominem_pipeline.core.models import base_name, student_path
     from hominem_pipeline.core.policy.lora import name_base
-    from hominem_pipeline.core.policy.dual import REFERENCE_CACHE, train_dual_adapter
+    from hominem_pipeline.core.policy.dual import REFERENCE_CACHE, beside_sampler, train_dual_adapter
     from hominem_pipeline.core.policy.metadata import AdapterMetadata
 
+    oc = cfg.online
+    beside = batch["source"].astype(str).str.startswith("nudge:") if oc.nudges.pair_rows == "extra" else pd.Series(False, index=batch.index)
+    batch = pd.concat([batch[~beside], batch[beside]], ignore_index=True)  # the dimension pairs last, where the sampler reads them
     pairs = pd.DataFrame({"prompt": batch["prompt"], "chosen": batch["chosen"], "rejected": batch["rejected"],
                           "chosen_reward_intensity": batch["reward_intensity"].astype(float), "chosen_safety_score": batch["safety_score"].astype(float),
                           **({"weight": batch["nudge_weight"].astype(float)} if "nudge_weight" in batch else {}),  # the nudges' weights scale the intensity
                           **{f: batch[f].fillna(True).astype(bool) if f in batch else True for f in FINISHED}})  # as the daily training encodes them
     memory = read_memory_rows(memory_paths(cfg))
-    oc = cfg.online
-    policy = cfg.policy.model_copy(update={"max_steps": oc.max_steps, "learning_rate": (oc.learning_rate or cfg.policy.learning_rate) * lr_factor})
+    if oc.nudges.imitate:  # each dimension pair's chosen reply is also a memory row: the student imitates it
+        chosen = batch[batch["source"].astype(str).str.startswith("nudge:")]
+        imitated = pd.DataFrame({"memory_id": [fingerprint([p, r], 12) for p, r in zip(chosen["prompt"], chosen["chosen"])], "prompt": chosen["prompt"],
+                                 "response": chosen["chosen"], "facts": [[] for _ in range(len(chosen))], "source": chosen["id"]})
+        memory = pd.concat([memory, imitated], ignore_index=True).drop_duplicates("memory_id", keep="first").reset_index(drop=True)
+    steps = max_steps or oc.max_steps
+    policy = cfg.policy.model_copy(update={"max_steps": steps, "learning_rate": (oc.learning_rate or cfg.policy.learning_rate) * lr_factor})
     tmp = out.parent / f".{out.name}.{uuid.uuid4().hex}.tmp"
     tmp.mkdir(parents=True)
     try:
         needs_rm = "reward_model" in (policy.dual.intensity_source, policy.dual.safety_source)
+        n_beside = int(beside.sum())
+        per_step = math.ceil(n_beside / (steps * policy.gradient_accumulation_steps)) if n_beside else 0
+        sampler = beside_sampler(len(batch) - n_beside, n_beside, per_step, seed) if n_beside else None
         result = train_dual_adapter(pairs, memory, student_path=student_path(cfg), cfg=policy, out_dir=tmp, seed=seed,
-                                    reward_model=reward_model if needs_rm else None, init_adapter=live_adapter,
+                                    reward_model=reward_model if needs_rm else None, init_adapter=live_adapter, pair_sampler=sampler, extra_pair_rows=per_step,
                                     reference_cache=cfg.data_dir / REFERENCE_CACHE,
-                                    memory_per_step=math.ceil(len(memory) / oc.max_steps) if oc.rehearse_memory else None)
+                                    memory_per_step=math.ceil(len(memory) / steps) if oc.rehearse_memory else None)
         (tmp / "training_history.json").write_text(json.dumps({"history": result.history, "grad_norms": result.grad_norms}, indent=1) + "\n")
         batch.drop(columns=["vector"]).to_parquet(tmp / "replay_batch.parquet", index=False)
         (tmp / PEOPLE_SEEN).write_text(json.dumps(people_ids) + "\n")
@@ -442,7 +457,7 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
     buffer = ReplayBuffer(pd.concat([f for f in (teacher, people) if len(f)], ignore_index=True) if len(teacher) or len(people) else people, cfg.replay)
     seed = int(fingerprint([cfg.project.seed, current.version, len(buffer.items)], 8), 16) % (2**31 - 1)
     extra = nudge_pairs(cfg, teacher_keys, push, reward_model, lambda: own_replies(cfg, events, push, live_adapter, seed))
-    batch = buffer.sample(oc.batch_items - len(extra), np.random.default_rng(seed))
+    batch = buffer.sample(oc.batch_items - (len(extra) if nc.pair_rows == "share" else 0), np.random.default_rng(seed))
     if push.active:  # pairs whose chosen reply has more of what people asked for weigh more; the dimension pairs join the batch
         weights = pair_weights(scored_gaps(reward_model, batch), push.vector(list(reward_model.dimensions)), nc.strength, nc.max_factor)
         batch = pd.concat([batch.assign(nudge_weight=weights), extra.assign(nudge_weight=nc.pair_weight)], ignore_index=True)
@@ -450,6 +465,7 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
     items = {k: int(v) for k, v in batch["source"].str.split(":").str[0].value_counts().items()}
     # the version: what it starts from and trains on (the batch, the memory files), and how
     lr_factor = adjustment_on(cfg.data_dir, utc_now()[:10]).lr_factor  # the slow loop's lower_lr, while in force
+    steps = (nc.max_steps or oc.max_steps) if push.active else oc.max_steps
     version = "online-" + fingerprint([current.version, sorted(batch["id"]), memory_digest(memory_paths(cfg)), oc.max_steps, oc.learning_rate, oc.rehearse_memory,
                                        cfg.section("policy"), seed] + ([lr_factor] if lr_factor != 1.0 else [])
                                       + ([{d: round(p, 4) for d, p in push.by_dimension.items()}, nc.model_dump()] if push.active else []), 12)
@@ -457,10 +473,10 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
     if out.exists():
         return UpdateResult("skipped", f"nothing new since update {version} (the same batch on the same live adapter)", version=version,
                             live=current.version, items=items)
-    log.info("online update %s: %d replay items (%s) on %s, %d steps", version, len(batch), items, current.version or "the base", oc.max_steps)
+    log.info("online update %s: %d replay items (%s) on %s, %d steps", version, len(batch), items, current.version or "the base", steps)
 
     result = train_update(cfg, batch, out, seed=seed, live=current.version, live_adapter=live_adapter, reward_model=reward_model, rm_path=rm_path,
-                          teacher_keys=teacher_keys, people_ids=sorted(heard), lr_factor=lr_factor)
+                          teacher_keys=teacher_keys, people_ids=sorted(heard), lr_factor=lr_factor, max_steps=steps)
     trained = time.monotonic()
 
     health: dict[str, Any] = {}

@@ -276,6 +276,22 @@ def mixed_sampler(n_ranked: int, n_people: int, people_share: float, seed: int,
     return draw
 
 
+def beside_sampler(n_main: int, n_beside: int, beside: int, seed: int) -> Callable[[int], list[int]]:
+    """A `pair_sampler` over pairs laid out as `n_main` pairs, then `n_beside` others: each batch of n takes
+    `beside` rows from the others and n - beside from the main ones, each kind once per pass, reshuffled
+    (an online update's dimension pairs beside its replay batch: `extra_pair_rows`)."""
+    rng = random.Random(seed)
+    main, other = _cycle(n_main, rng), _cycle(n_beside, rng)
+
+    def draw(n: int) -> list[int]:
+        if n_main + n_beside == 0:
+            return []
+        k = n if n_main == 0 else min(n, beside) if n_beside else 0
+        return [next(main) for _ in range(n - k)] + [n_main + next(other) for _ in range(k)]
+
+    return draw
+
+
 @dataclass(frozen=True)
 class PairLabels:
     intensity: np.ndarray  # per pair, after normalisation
@@ -324,6 +340,7 @@ def train_dual_adapter(
     pair_sampler: Callable[[int], Sequence[int]] | None = None,
     reference_cache: Path | None = None,
     memory_per_step: int | None = None,
+    extra_pair_rows: int = 0,
     shipped_reference: Path | None = None,
     device: Any = None,
     people_start: tuple[Path, str] | None = None,
@@ -335,7 +352,8 @@ def train_dual_adapter(
     of the base's log-probabilities of sequences, read at the start and written back at the end (online
     updates train on many of the same pairs each time). `memory_per_step`: that many memory rows beside
     each step's `batch_size` pair rows, instead of `policy.dual`'s mixing (an online update rehearses
-    every memory row this way). `shipped_reference`: the project's shipped features folder, whose
+    every memory row this way). `extra_pair_rows`: that many pair rows per step beside the batch's (an
+    online update's dimension pairs, which its `pair_sampler` draws). `shipped_reference`: the project's shipped features folder, whose
     reference log-probabilities of the people's pairs (`ship_reference`) are read, never written.
     `device`: where it trains (`lora.lora_student`; None: a CUDA GPU where torch sees one). `people_start`:
     (the shipped features folder, the key of the people's training pairs): a fresh adapter starts from the
@@ -377,6 +395,8 @@ def train_dual_adapter(
     n_pair, n_mem = batch_rows(dual, cfg.batch_size, n_memory, n_pairs)
     if memory_per_step is not None and n_memory:
         n_pair, n_mem = (cfg.batch_size if n_pairs else 0), min(memory_per_step, n_memory)
+    if n_pairs:
+        n_pair += extra_pair_rows
     pair_order, memory_order = _cycle(n_pairs, rng), _cycle(n_memory, rng)
 
     shipped = load_shipped_reference(shipped_reference, before)
