@@ -19,7 +19,8 @@ fades, and "more" and "less" cancel.
 2. *Dimension pairs.* For each dimension under pressure, pairs of the teacher's candidates to one prompt
    (degenerate ones left out), scored by the reward model, that differ on it while the others hold: gaps
    in standard deviations of each dimension over the candidates (the dimensions span a small range), the
-   pressed dimension's at least `min_gap` and the mean of the others' within `tolerance`. The one with
+   pressed dimension's at least `min_gap` and the mean of the others' within `tolerance` (`hold` mean) or
+   none of the others lower in the chosen reply by more than `tolerance` (`hold` each). The one with
    more of it is chosen for "more", less for "less". They number `pair_share` of the batch, split among the
    dimensions by |p_D|, the largest gaps (less the others' drift) first, each weighing `pair_weight` on its
    reward intensity (the replay pairs' weights average 1). With `pair_rows` share they take replay items'
@@ -173,13 +174,15 @@ def _finished(row: pd.Series) -> bool:
     return True if value is None or (isinstance(value, float) and math.isnan(value)) else bool(value)
 
 
-def dimension_pairs(labels: pd.DataFrame, dims: list[str], push: Pressure, n: int, min_gap: float, tolerance: float, time: str) -> pd.DataFrame:
+def dimension_pairs(labels: pd.DataFrame, dims: list[str], push: Pressure, n: int, min_gap: float, tolerance: float, time: str,
+                    hold: str = "mean") -> pd.DataFrame:
     """Up to `n` replay items (`source` nudge:<dimension>) from scored candidates, the teacher's and the
     student's own (`labels`: prompt_id, prompt, response, vector (the reward model's), reward_intensity, safety_score,
     optionally finished), `n` split among the
     pressed dimensions by |p_D|. Gaps are in standard deviations of each dimension over `labels`; a pair
-    qualifies when the pressed dimension's gap (in the asked direction) is at least `min_gap` and the
-    mean of the others' gaps is within `tolerance`; the largest gaps less the others' drift first, each
+    qualifies when the pressed dimension's gap (in the asked direction) is at least `min_gap` and, with
+    `hold` mean, the mean of the others' gaps is within `tolerance`; with each, no other dimension is lower
+    in the chosen reply by more than `tolerance`. The largest gaps less the others' mean drift first, each
     candidate in at most one pair per dimension."""
     from hominem_pipeline.core.online.replay import FINISHED, ITEM_COLUMNS
 
@@ -205,7 +208,8 @@ def dimension_pairs(labels: pd.DataFrame, dims: list[str], push: Pressure, n: in
                         continue
                     gap = sign * (z[a, j] - z[b, j])  # how much more of d (for "more"; less for "less") a has than b
                     rest = float((z[a, others] - z[b, others]).mean()) if others else 0.0  # a against b on the others
-                    if gap >= min_gap and abs(rest) <= tolerance:
+                    held = abs(rest) <= tolerance if hold == "mean" else not others or float((z[a, others] - z[b, others]).min()) >= -tolerance
+                    if gap >= min_gap and held:
                         found.append((gap - abs(rest), a, b))
         used: set[int] = set()
         taken = 0

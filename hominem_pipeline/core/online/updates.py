@@ -164,7 +164,7 @@ def nudge_pairs(cfg: HominemConfig, keys: list[Any], push: Pressure, reward_mode
             given = labels[column] if column in labels else pd.Series(np.nan, index=labels.index)
             labels[column] = given.astype(float).fillna(pd.Series(np.asarray(raw[column], dtype=float), index=labels.index))
     nc = cfg.online.nudges
-    return dimension_pairs(labels, list(reward_model.dimensions), push, n, nc.min_gap, nc.tolerance, utc_now())
+    return dimension_pairs(labels, list(reward_model.dimensions), push, n, nc.min_gap, nc.tolerance, utc_now(), nc.hold)
 
 
 def sample_as_served(cfg: HominemConfig, adapter: Path | None, prompts: list[str], k: int, seed: int, *, max_new_tokens: int,
