@@ -83,7 +83,8 @@ def test_dimension_pairs_differ_on_the_pressed_dimension_more_than_on_the_others
 
 def test_hold_each_keeps_pairs_that_trade_another_dimension_for_the_pressed_one_out():
     """Two kind replies against a cold one: the first is also more honest and as much less careful, so the mean of
-    its other gaps is 0; `hold` mean takes it, each takes the kind reply that holds every other dimension."""
+    its other gaps is 0; `hold` mean takes it, each (and each_first) the kind reply that holds every other dimension;
+    without that one, each_first falls back to the mean's pair."""
     rows = [("kind, honest, careless", 1.0, 1.0, -1.0), ("cold", -1.0, 0.0, 0.0), ("kind", 1.0, 0.0, 0.0)]
     frame = pd.DataFrame([{"trajectory_id": f"t{k}", "prompt_id": "p", "prompt": "I lost my job.", "response": text,
                            "vector": {"empathy": emp, "epistemic_integrity": epi, "harm_avoidance": harm}, "reward_intensity": 0.6, "safety_score": 0.9}
@@ -91,7 +92,9 @@ def test_hold_each_keeps_pairs_that_trade_another_dimension_for_the_pressed_one_
     more = pressure([nudge(0, "empathy", "more")], DIMS, NOW, 3, 3)
     pick = lambda hold: list(zip(*[dimension_pairs(frame, DIMS, more, 1, 1.0, 0.5, NOW.isoformat(), hold)[c] for c in ("chosen", "rejected")]))  # noqa: E731
     assert pick("mean") == [("kind, honest, careless", "cold")]
-    assert pick("each") == [("kind", "cold")]
+    assert pick("each") == [("kind", "cold")] and pick("each_first") == [("kind", "cold")]
+    frame = frame.drop(index=2)  # without the kind reply that holds everything: each finds none, each_first the mean's
+    assert pick("each") == [] and pick("each_first") == [("kind, honest, careless", "cold")]
 
 
 def turn(i, messages, reply, context, finish="stop"):

@@ -20,7 +20,8 @@ fades, and "more" and "less" cancel.
    (degenerate ones left out), scored by the reward model, that differ on it while the others hold: gaps
    in standard deviations of each dimension over the candidates (the dimensions span a small range), the
    pressed dimension's at least `min_gap` and the mean of the others' within `tolerance` (`hold` mean) or
-   none of the others lower in the chosen reply by more than `tolerance` (`hold` each). The one with
+   none of the others lower in the chosen reply by more than `tolerance` (`hold` each; each_first: those
+   first, then the mean's). The one with
    more of it is chosen for "more", less for "less". They number `pair_share` of the batch, split among the
    dimensions by |p_D|, the largest gaps (less the others' drift) first, each weighing `pair_weight` on its
    reward intensity (the replay pairs' weights average 1). With `pair_rows` share they take replay items'
@@ -182,8 +183,9 @@ def dimension_pairs(labels: pd.DataFrame, dims: list[str], push: Pressure, n: in
     pressed dimensions by |p_D|. Gaps are in standard deviations of each dimension over `labels`; a pair
     qualifies when the pressed dimension's gap (in the asked direction) is at least `min_gap` and, with
     `hold` mean, the mean of the others' gaps is within `tolerance`; with each, no other dimension is lower
-    in the chosen reply by more than `tolerance`. The largest gaps less the others' mean drift first, each
-    candidate in at most one pair per dimension."""
+    in the chosen reply by more than `tolerance`; with each_first, the pairs that hold each first, then those
+    that hold the mean. The largest gaps less the others' mean drift first, each candidate in at most one
+    pair per dimension."""
     from hominem_pipeline.core.online.replay import FINISHED, ITEM_COLUMNS
 
     pressed = {d: p for d, p in push.by_dimension.items() if abs(p) > 1e-6 and d in dims}
@@ -208,12 +210,13 @@ def dimension_pairs(labels: pd.DataFrame, dims: list[str], push: Pressure, n: in
                         continue
                     gap = sign * (z[a, j] - z[b, j])  # how much more of d (for "more"; less for "less") a has than b
                     rest = float((z[a, others] - z[b, others]).mean()) if others else 0.0  # a against b on the others
-                    held = abs(rest) <= tolerance if hold == "mean" else not others or float((z[a, others] - z[b, others]).min()) >= -tolerance
-                    if gap >= min_gap and held:
-                        found.append((gap - abs(rest), a, b))
+                    each = not others or float((z[a, others] - z[b, others]).min()) >= -tolerance
+                    mean = abs(rest) <= tolerance
+                    if gap >= min_gap and (mean if hold == "mean" else each if hold == "each" else each or mean):
+                        found.append((0 if hold == "each_first" and each else 1, gap - abs(rest), a, b))
         used: set[int] = set()
         taken = 0
-        for _, a, b in sorted(found, key=lambda f: -f[0]):
+        for _, _, a, b in sorted(found, key=lambda f: (f[0], -f[1])):
             if taken >= quota[d]:
                 break
             if a in used or b in used:
