@@ -209,8 +209,9 @@ def dimension_pairs(labels: pd.DataFrame, dims: list[str], push: Pressure, n: in
                     if a == b:
                         continue
                     gap = sign * (z[a, j] - z[b, j])  # how much more of d (for "more"; less for "less") a has than b
-                    rest = float((z[a, others] - z[b, others]).mean()) if others else 0.0  # a against b on the others
-                    each = not others or float((z[a, others] - z[b, others]).min()) >= -tolerance
+                    drift = z[a, others] - z[b, others]  # a against b on the others
+                    rest = float(drift.mean()) if others else 0.0
+                    each = not others or float(drift.min()) >= -tolerance
                     mean = abs(rest) <= tolerance
                     if gap >= min_gap and (mean if hold == "mean" else each if hold == "each" else each or mean):
                         found.append((0 if hold == "each_first" and each else 1, gap - abs(rest), a, b))

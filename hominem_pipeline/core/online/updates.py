@@ -355,15 +355,18 @@ def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: in
     from hominem_pipeline.core.policy.metadata import AdapterMetadata
 
     oc = cfg.online
-    beside = batch["source"].astype(str).str.startswith("nudge:") if oc.nudges.pair_rows == "extra" else pd.Series(False, index=batch.index)
-    batch = pd.concat([batch[~beside], batch[beside]], ignore_index=True)  # the dimension pairs last, where the sampler reads them
+    dimension = batch["source"].astype(str).str.startswith("nudge:")
+    if oc.nudges.pair_rows == "extra":  # the dimension pairs last, where the sampler reads them
+        batch = pd.concat([batch[~dimension], batch[dimension]], ignore_index=True)
+        dimension = batch["source"].astype(str).str.startswith("nudge:")
+    n_beside = int(dimension.sum()) if oc.nudges.pair_rows == "extra" else 0
     pairs = pd.DataFrame({"prompt": batch["prompt"], "chosen": batch["chosen"], "rejected": batch["rejected"],
                           "chosen_reward_intensity": batch["reward_intensity"].astype(float), "chosen_safety_score": batch["safety_score"].astype(float),
                           **({"weight": batch["nudge_weight"].astype(float)} if "nudge_weight" in batch else {}),  # the nudges' weights scale the intensity
                           **{f: batch[f].fillna(True).astype(bool) if f in batch else True for f in FINISHED}})  # as the daily training encodes them
     memory = read_memory_rows(memory_paths(cfg))
     if oc.nudges.imitate:  # each dimension pair's chosen reply is also a memory row: the student imitates it
-        chosen = batch[batch["source"].astype(str).str.startswith("nudge:")]
+        chosen = batch[dimension]
         imitated = pd.DataFrame({"memory_id": [fingerprint([p, r], 12) for p, r in zip(chosen["prompt"], chosen["chosen"])], "prompt": chosen["prompt"],
                                  "response": chosen["chosen"], "facts": [[] for _ in range(len(chosen))], "source": chosen["id"]})
         memory = pd.concat([memory, imitated], ignore_index=True).drop_duplicates("memory_id", keep="first").reset_index(drop=True)
@@ -373,7 +376,6 @@ def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: in
     tmp.mkdir(parents=True)
     try:
         needs_rm = "reward_model" in (policy.dual.intensity_source, policy.dual.safety_source)
-        n_beside = int(beside.sum())
         per_step = math.ceil(n_beside / (steps * policy.gradient_accumulation_steps)) if n_beside else 0
         sampler = beside_sampler(len(batch) - n_beside, n_beside, per_step, seed) if n_beside else None
         result = train_dual_adapter(pairs, memory, student_path=student_path(cfg), cfg=policy, out_dir=tmp, seed=seed,
