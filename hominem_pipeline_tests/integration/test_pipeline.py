@@ -778,6 +778,7 @@ def test_nudges_weight_an_update_s_pairs_and_add_dimension_pairs(chain):
     files, chosen = read_memory_rows(memory_paths(beside)), extra[extra["source"] == "nudge:empathy"]
     imitated = set(zip(chosen["prompt"], chosen["chosen"])) - set(zip(files["prompt"], files["response"]))
     assert imitated and meta["channels"]["memory_rows_available"] == len(files) + len(imitated)
+    assert [name for name, _ in meta["memory_data"]][-1] == "replay_batch.parquet#imitated"  # the update's record names them too
     _fresh_live(cfg)
 
 

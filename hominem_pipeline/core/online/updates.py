@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 
 PEOPLE_SEEN = "people_pairs.json"  # beside an online adapter: the ids of people's pairs its replay buffer held
 SCORES = "replay_scores.parquet"  # per reward model: the safety and vector of each people's pair's chosen reply
+REPLAY_BATCH = "replay_batch.parquet"  # beside an online adapter: the replay batch it trained on, as trained (the dimension pairs last)
 
 
 @dataclass(frozen=True)
@@ -364,12 +365,14 @@ def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: in
                           "chosen_reward_intensity": batch["reward_intensity"].astype(float), "chosen_safety_score": batch["safety_score"].astype(float),
                           **({"weight": batch["nudge_weight"].astype(float)} if "nudge_weight" in batch else {}),  # the nudges' weights scale the intensity
                           **{f: batch[f].fillna(True).astype(bool) if f in batch else True for f in FINISHED}})  # as the daily training encodes them
-    memory = read_memory_rows(memory_paths(cfg))
+    memory, memory_data = read_memory_rows(memory_paths(cfg)), memory_digest(memory_paths(cfg))
     if oc.nudges.imitate:  # each dimension pair's chosen reply is also a memory row: the student imitates it
         chosen = batch[dimension]
         imitated = pd.DataFrame({"memory_id": [fingerprint([p, r], 12) for p, r in zip(chosen["prompt"], chosen["chosen"])], "prompt": chosen["prompt"],
                                  "response": chosen["chosen"], "facts": [[] for _ in range(len(chosen))], "source": chosen["id"]})
         memory = pd.concat([memory, imitated], ignore_index=True).drop_duplicates("memory_id", keep="first").reset_index(drop=True)
+        if len(imitated):  # where they come from: the replay batch written beside the adapter
+            memory_data.append([f"{REPLAY_BATCH}#imitated", fingerprint(sorted(imitated["memory_id"]), 64)])
     steps = max_steps or oc.max_steps
     policy = cfg.policy.model_copy(update={"max_steps": steps, "learning_rate": (oc.learning_rate or cfg.policy.learning_rate) * lr_factor})
     tmp = out.parent / f".{out.name}.{uuid.uuid4().hex}.tmp"
@@ -383,7 +386,7 @@ def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: in
                                     reference_cache=cfg.data_dir / REFERENCE_CACHE,
                                     memory_per_step=math.ceil(len(memory) / steps) if oc.rehearse_memory else None)
         (tmp / "training_history.json").write_text(json.dumps({"history": result.history, "grad_norms": result.grad_norms}, indent=1) + "\n")
-        batch.drop(columns=["vector"]).to_parquet(tmp / "replay_batch.parquet", index=False)
+        batch.drop(columns=["vector"]).to_parquet(tmp / REPLAY_BATCH, index=False)
         (tmp / PEOPLE_SEEN).write_text(json.dumps(people_ids) + "\n")
         try:  # the gate judges the reward signal this update learned from (`evaluation.manifold`)
             keep_manifold(reward_model, pairs, tmp, f"The reward signal of online update {out.name}")
@@ -391,7 +394,7 @@ def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: in
             log.warning("online update %s: reward manifold not measured: %s", out.name, exc)
         AdapterMetadata(
             mode="dual", base_model=model_name(student_path(cfg)), base_checksum=result.base_checksum, reward_model=_version_key(rm_path),
-            preference_data=teacher_keys, preference_pairs=len(pairs), memory_data=memory_digest(memory_paths(cfg)),
+            preference_data=teacher_keys, preference_pairs=len(pairs), memory_data=memory_data,
             channel_contributions=result.channel_contributions, channels=result.channels, lora=policy.lora.model_dump(),
             training={"online": oc.model_dump(mode="json"), "from": live, "policy": policy.model_dump(mode="json")}, date=utc_now()[:10],
         ).write(tmp)
