@@ -19,6 +19,9 @@ Judged at the end, against the adapter live at the start:
 - the contrast fixtures' empathy pairs: the change of its implicit reward (log P(better) - log P(worse)
   minus the base's, nats) on them, with its standard error;
 - the memory probe: facts the start adapter answered that the end adapter lost (the gate's probe).
+Each arm is then set against control paired by prompt: the arms share the start adapter and the seeds, so
+an arm's end minus control's end, prompt by prompt, is what its nudges did, without the spread of the
+prompts' own changes.
 Goal: `more` above `control` on empathy, `less` below it, no other dimension falling by more than one
 standard error, no fact lost.
 
@@ -54,6 +57,11 @@ def nudges(events: list[dict], direction: str | None, share: float, dimension: s
             for i, t in enumerate(turns[::step])]
 
 
+def paired_se(x: np.ndarray) -> float:
+    """The standard error of a mean of paired differences."""
+    return float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")
+
+
 def judge(cfg, start: Path, end: Path, prompts: list[str], fixtures: list, reward_model, samples: int = 0) -> dict:
     """The end adapter against the start: reward-model dimensions of their held-out replies (greedy, and
     the mean of `samples` sampled ones per prompt, the same seeds on both sides), the implicit reward on
@@ -78,7 +86,6 @@ def judge(cfg, start: Path, end: Path, prompts: list[str], fixtures: list, rewar
                                          cfg.evaluation.batch_size, FIXTURE_MAX_LENGTH, cache)
     diff = vectors["end"] - vectors["start"]
     move = np.asarray(moves["end"]) - np.asarray(moves["start"])
-    se = lambda x: float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")  # noqa: E731
     sampled = {}
     if samples:  # per prompt, the mean vector of its sampled replies; end minus start, paired by prompt
         means = {}
@@ -87,13 +94,15 @@ def judge(cfg, start: Path, end: Path, prompts: list[str], fixtures: list, rewar
             v = np.asarray(reward_model.raw_scores([p for p in prompts for _ in range(samples)], [r for rs in replies for r in rs])["vector"], dtype=float)
             means[name] = v.reshape(len(prompts), samples, -1).mean(1)
         d = means["end"] - means["start"]
-        sampled = {dim: (float(d[:, j].mean()), se(d[:, j])) for j, dim in enumerate(reward_model.dimensions)}
+        sampled = {dim: (float(d[:, j].mean()), paired_se(d[:, j])) for j, dim in enumerate(reward_model.dimensions)}
     base, tokenizer = load_student(student_path(cfg))
     gate = run_gate(end, start, cfg=cfg, base=base, tokenizer=tokenizer, reward_model=reward_model, prompts=prompts,
                     memory=read_memory_rows(memory_paths(cfg)), rhi=1.0, seed=cfg.project.seed).figures
-    return {"dimensions": {d: (float(diff[:, j].mean()), se(diff[:, j])) for j, d in enumerate(reward_model.dimensions)}, "sampled": sampled,
-            "fixture_move": (float(move.mean()), se(move)) if len(move) else (float("nan"), float("nan")),
-            "facts_lost": gate["facts_lost"], "facts_asked": gate["facts_asked"]}
+    return {"dimensions": {d: (float(diff[:, j].mean()), paired_se(diff[:, j])) for j, d in enumerate(reward_model.dimensions)}, "sampled": sampled,
+            "fixture_move": (float(move.mean()), paired_se(move)) if len(move) else (float("nan"), float("nan")),
+            "facts_lost": gate["facts_lost"], "facts_asked": gate["facts_asked"],
+            # per prompt (per fixture) changes, so that arms can be compared with control paired by prompt
+            "per_prompt": {"greedy": diff.tolist(), "sampled": d.tolist() if samples else [], "fixtures": move.tolist()}}
 
 
 def run_arm(project: Path, adapter: str | None, arm: str, args) -> dict:
@@ -164,15 +173,25 @@ def main() -> None:
         for r in rows:
             print(f"{r['arm']:12s} " + " ".join(f"{m:+7.3f} ± {s:5.3f}" for m, s in r["sampled"].values()))
     by = {r["arm"]: r for r in rows}
-    if "control" in by:
-        c = by["control"]["dimensions"][args.dimension][0]
+    if "control" in by and len(rows) > 1:  # paired by prompt: the arms share the start and the seeds, so their ends differ by what the nudges did
+        print("\neach arm minus control, paired by prompt (its end minus control's end; mean ± standard error); greedy rows end with the fixtures'")
+        for kind in ("greedy", "sampled"):
+            for r in rows:
+                if r["arm"] == "control" or not r["per_prompt"][kind]:
+                    continue
+                d = np.asarray(r["per_prompt"][kind]) - np.asarray(by["control"]["per_prompt"][kind])
+                f = np.asarray(r["per_prompt"]["fixtures"]) - np.asarray(by["control"]["per_prompt"]["fixtures"])
+                print(f"{r['arm']:12s} {kind:8s} " + " ".join(f"{d[:, j].mean():+7.3f} ± {paired_se(d[:, j]):5.3f}" for j in range(d.shape[1]))
+                      + (f" {f.mean():+7.2f} ± {paired_se(f):5.2f}" if kind == "greedy" and len(f) else ""))
+        j = dims.index(args.dimension)
         for arm, sign in (("more", 1), ("less", -1), ("more-strong", 1), ("less-strong", -1)):
-            if arm in by:
-                m, s = by[arm]["dimensions"][args.dimension]
-                others = [d for d in dims if d != args.dimension and by[arm]["dimensions"][d][0] - by["control"]["dimensions"][d][0] < -by[arm]["dimensions"][d][1]]
-                print(f"{arm}: {args.dimension} {m - c:+.3f} against control ({'the asked way' if sign * (m - c) > 0 else 'NOT the asked way'}; "
-                      f"one standard error {s:.3f}); other dimensions falling beyond one standard error: {others or 'none'}; "
-                      f"facts lost {by[arm]['facts_lost']}")
+            if arm in by:  # on the kind of reply that has more of them (sampled, else greedy), paired by prompt
+                kind = "sampled" if by[arm]["per_prompt"]["sampled"] else "greedy"
+                d = np.asarray(by[arm]["per_prompt"][kind]) - np.asarray(by["control"]["per_prompt"][kind])
+                m, s = float(d[:, j].mean()), paired_se(d[:, j])
+                others = [x for k, x in enumerate(dims) if k != j and d[:, k].mean() < -paired_se(d[:, k])]
+                print(f"{arm}: {args.dimension} {m:+.3f} ± {s:.3f} against control on the {kind} replies ({'the asked way' if sign * m > 0 else 'NOT the asked way'}); "
+                      f"other dimensions falling beyond one standard error: {others or 'none'}; facts lost {by[arm]['facts_lost']}")
     print(json.dumps(rows, indent=1, default=str))
 
 
