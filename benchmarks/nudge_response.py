@@ -12,7 +12,7 @@ floor) so that every update goes live: this measures what the updates learn, not
 through.
 
 Judged at the end, against the adapter live at the start:
-- its greedy replies to the held-out prompts, scored by the reward model: each dimension's mean change
+- its greedy replies to the held-out prompts (with `--extra-prompts`, the contrast fixtures' too), scored by the reward model: each dimension's mean change
   (end minus start) with its paired standard error; and the same on `--samples` sampled replies per
   prompt (the server's sampling, the same seeds on both sides; per prompt the mean of its replies), which
   averages out more of the noise of one reply;
@@ -118,6 +118,10 @@ def run_arm(project: Path, adapter: str | None, arm: str, args) -> dict:
         start = state.adapter_path()
         rm_path, sources = update_sources(cfg, state)
         prompts = held_out_prompts(cfg, sources)
+        if args.extra_prompts:  # more prompts to judge on: the fixtures' (never trained on), in their file's order
+            known = set(prompts)
+            extra = [p for p in dict.fromkeys(f.prompt for f in load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names)) if p not in known]
+            prompts += extra[: args.extra_prompts]
         pairs = [json.loads(line) for line in (ROOT / "config" / "human" / "hominem-contrast-pairs.jsonl").read_text().splitlines() if line.strip()]
         day = time.strftime("%Y-%m-%d", time.gmtime())
         log = cfg.data_dir / cfg.serving.log_dir / "log" / f"{day}.jsonl"
@@ -153,6 +157,7 @@ def main() -> None:
     ap.add_argument("--per-round", type=int, default=12)
     ap.add_argument("--share", type=float, default=0.5, help="share of a round's replies nudged")
     ap.add_argument("--dimension", default="empathy")
+    ap.add_argument("--extra-prompts", type=int, default=0, help="judge on this many of the contrast fixtures' prompts too, beside the held-out ones (more prompts, smaller errors)")
     ap.add_argument("--samples", type=int, default=4, help="sampled replies per held-out prompt, scored by the reward model beside the greedy one; 0: greedy only")
     args = ap.parse_args()
 
