@@ -356,16 +356,17 @@ def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: in
     from hominem_pipeline.core.policy.metadata import AdapterMetadata
 
     oc = cfg.online
-    dimension = batch["source"].astype(str).str.startswith("nudge:")
+    dimension, n_beside = batch["source"].astype(str).str.startswith("nudge:"), 0
     if oc.nudges.pair_rows == "extra":  # the dimension pairs last, where the sampler reads them
         batch = pd.concat([batch[~dimension], batch[dimension]], ignore_index=True)
-        dimension = batch["source"].astype(str).str.startswith("nudge:")
-    n_beside = int(dimension.sum()) if oc.nudges.pair_rows == "extra" else 0
+        dimension = pd.concat([dimension[~dimension], dimension[dimension]], ignore_index=True)
+        n_beside = int(dimension.sum())
     pairs = pd.DataFrame({"prompt": batch["prompt"], "chosen": batch["chosen"], "rejected": batch["rejected"],
                           "chosen_reward_intensity": batch["reward_intensity"].astype(float), "chosen_safety_score": batch["safety_score"].astype(float),
                           **({"weight": batch["nudge_weight"].astype(float)} if "nudge_weight" in batch else {}),  # the nudges' weights scale the intensity
                           **{f: batch[f].fillna(True).astype(bool) if f in batch else True for f in FINISHED}})  # as the daily training encodes them
-    memory, memory_data = read_memory_rows(memory_paths(cfg)), memory_digest(memory_paths(cfg))
+    files = memory_paths(cfg)
+    memory, memory_data = read_memory_rows(files), memory_digest(files)
     if oc.nudges.imitate:  # each dimension pair's chosen reply is also a memory row: the student imitates it
         chosen = batch[dimension]
         imitated = pd.DataFrame({"memory_id": [fingerprint([p, r], 12) for p, r in zip(chosen["prompt"], chosen["chosen"])], "prompt": chosen["prompt"],
