@@ -160,6 +160,8 @@ def main() -> None:
     ap.add_argument("--extra-prompts", type=int, default=0, help="judge on this many of the contrast fixtures' prompts too, beside the held-out ones (more prompts, smaller errors)")
     ap.add_argument("--samples", type=int, default=4, help="sampled replies per held-out prompt, scored by the reward model beside the greedy one; 0: greedy only")
     args = ap.parse_args()
+    if args.extra_prompts < 0:
+        ap.error(f"--extra-prompts {args.extra_prompts}: a count of fixture prompts, 0 or more (0: the held-out prompts only)")
 
     rows = []
     for arm in args.arms:
