@@ -62,10 +62,11 @@ def paired_se(x: np.ndarray) -> float:
     return float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")
 
 
-def judge(cfg, start: Path, end: Path, prompts: list[str], fixtures: list, reward_model, samples: int = 0) -> dict:
+def judge(cfg, start: Path, end: Path, prompts: list[str], fixtures: list, reward_model, samples: int = 0, measured: dict | None = None) -> dict:
     """The end adapter against the start: reward-model dimensions of their held-out replies (greedy, and
     the mean of `samples` sampled ones per prompt, the same seeds on both sides), the implicit reward on
-    the fixtures, facts lost."""
+    the fixtures, facts lost. `measured` keeps each adapter's figures by its resolved path and the prompts,
+    so that the arms' common start is measured once."""
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.evaluation.compare import greedy_replies
     from hominem_pipeline.core.evaluation.fixtures import FIXTURE_MAX_LENGTH, base_logp_cache
@@ -77,23 +78,28 @@ def judge(cfg, start: Path, end: Path, prompts: list[str], fixtures: list, rewar
     from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
 
     cache = base_logp_cache(student_path(cfg), cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES))
-    vectors, moves = {}, {}
+    measured = {} if measured is None else measured
+    figures = {}
     for name, adapter in (("start", start), ("end", end)):
-        model, tokenizer = load_policy(student_path(cfg), adapter, None)
-        replies = [g.text for g in greedy_replies(model, tokenizer, prompts, cfg.evaluation, cfg.project.seed)]
-        vectors[name] = np.asarray(reward_model.raw_scores(prompts, replies)["vector"], dtype=float)
-        _, moves[name] = implicit_reward(model, tokenizer, [f.prompt for f in fixtures], [f.better for f in fixtures], [f.worse for f in fixtures],
-                                         cfg.evaluation.batch_size, FIXTURE_MAX_LENGTH, cache)
-    diff = vectors["end"] - vectors["start"]
-    move = np.asarray(moves["end"]) - np.asarray(moves["start"])
+        key = (str(adapter.resolve()), tuple(prompts), tuple(f.prompt for f in fixtures), samples)
+        if key not in measured:
+            model, tokenizer = load_policy(student_path(cfg), adapter, None)
+            replies = [g.text for g in greedy_replies(model, tokenizer, prompts, cfg.evaluation, cfg.project.seed)]
+            vector = np.asarray(reward_model.raw_scores(prompts, replies)["vector"], dtype=float)
+            _, move = implicit_reward(model, tokenizer, [f.prompt for f in fixtures], [f.better for f in fixtures], [f.worse for f in fixtures],
+                                      cfg.evaluation.batch_size, FIXTURE_MAX_LENGTH, cache)
+            mean = None
+            if samples:  # per prompt, the mean vector of its sampled replies (the same seeds for every adapter)
+                drawn = sample_replies(cfg, adapter, prompts, samples, cfg.project.seed)
+                v = np.asarray(reward_model.raw_scores([p for p in prompts for _ in range(samples)], [r for rs in drawn for r in rs])["vector"], dtype=float)
+                mean = v.reshape(len(prompts), samples, -1).mean(1)
+            measured[key] = {"vector": vector, "move": np.asarray(move, dtype=float), "sampled": mean}
+        figures[name] = measured[key]
+    diff = figures["end"]["vector"] - figures["start"]["vector"]
+    move = figures["end"]["move"] - figures["start"]["move"]
     sampled = {}
-    if samples:  # per prompt, the mean vector of its sampled replies; end minus start, paired by prompt
-        means = {}
-        for name, adapter in (("start", start), ("end", end)):
-            replies = sample_replies(cfg, adapter, prompts, samples, cfg.project.seed)
-            v = np.asarray(reward_model.raw_scores([p for p in prompts for _ in range(samples)], [r for rs in replies for r in rs])["vector"], dtype=float)
-            means[name] = v.reshape(len(prompts), samples, -1).mean(1)
-        d = means["end"] - means["start"]
+    if samples:  # end minus start, paired by prompt
+        d = figures["end"]["sampled"] - figures["start"]["sampled"]
         sampled = {dim: (float(d[:, j].mean()), paired_se(d[:, j])) for j, dim in enumerate(reward_model.dimensions)}
     base, tokenizer = load_student(student_path(cfg))
     gate = run_gate(end, start, cfg=cfg, base=base, tokenizer=tokenizer, reward_model=reward_model, prompts=prompts,
@@ -105,7 +111,7 @@ def judge(cfg, start: Path, end: Path, prompts: list[str], fixtures: list, rewar
             "per_prompt": {"greedy": diff.tolist(), "sampled": d.tolist() if samples else [], "fixtures": move.tolist()}}
 
 
-def run_arm(project: Path, adapter: str | None, arm: str, args) -> dict:
+def run_arm(project: Path, adapter: str | None, arm: str, args, measured: dict) -> dict:
     from hominem_pipeline.core.evaluation.fixtures import load_fixtures
     from hominem_pipeline.core.online.live import LiveState
     from hominem_pipeline.core.online.updates import held_out_prompts, reward_model_at, run_update, update_sources
@@ -140,7 +146,7 @@ def run_arm(project: Path, adapter: str | None, arm: str, args) -> dict:
             print(f"  {arm} round {r + 1}: {done.outcome} in {time.monotonic() - started:.0f} s ({done.items})", flush=True)
         end = state.adapter_path()
         fixtures = [f for f in load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names) if f.tag == args.dimension]
-        result = judge(cfg, start, end, prompts, fixtures, reward_model_at(rm_path, cfg), args.samples)
+        result = judge(cfg, start, end, prompts, fixtures, reward_model_at(rm_path, cfg), args.samples, measured)
         return {"arm": arm, "outcomes": outcomes, "live": LiveState(cfg.data_dir).current().version, **result}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -163,11 +169,11 @@ def main() -> None:
     if args.extra_prompts < 0:
         ap.error(f"--extra-prompts {args.extra_prompts}: a count of fixture prompts, 0 or more (0: the held-out prompts only)")
 
-    rows = []
+    rows, measured = [], {}  # measured: the start adapter's figures, common to the arms
     for arm in args.arms:
         started = time.monotonic()
-        rows.append(run_arm(args.project.resolve(), args.adapter, arm, args))
-        print(f"{arm}: {time.monotonic() - started:.0f} s", flush=True)
+        rows.append(run_arm(args.project.resolve(), args.adapter, arm, args, measured))
+        print(f"{arm}: {time.monotonic() - started:.0f} s\n{json.dumps(rows[-1], default=str)}", flush=True)  # each arm's row as it ends
     dims = list(rows[0]["dimensions"])
     print(f"\nthe end adapter minus the start, on the held-out prompts (reward model; mean ± standard error); "
           f"{args.dimension} fixtures' implicit reward change (nats); facts lost")
