@@ -22,11 +22,11 @@ Judged at the end, against the adapter live at the start:
 Each arm is then set against control paired by prompt: the arms share the start adapter and the seeds, so
 an arm's end minus control's end, prompt by prompt, is what its nudges did, without the spread of the
 prompts' own changes.
-Goal: `more` above `control` on empathy, `less` below it, no other dimension falling by more than one
-standard error, no fact lost.
+Goal, on the sampled replies paired with control: `more` above `control` on empathy with no other dimension
+falling by more than one standard error, `less` below it, no fact lost.
 
     .venv/bin/python benchmarks/nudge_response.py --project P
-    .venv/bin/python benchmarks/nudge_response.py --project P --arms control more less --rounds 3 --per-round 12 --share 0.5
+    .venv/bin/python benchmarks/nudge_response.py --project P --arms control more less --rounds 3 --samples 4 --extra-prompts 42
 """
 
 from __future__ import annotations
