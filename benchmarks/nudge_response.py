@@ -62,6 +62,11 @@ def paired_se(x: np.ndarray) -> float:
     return float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")
 
 
+def against_control(row: dict, control: dict, kind: str) -> np.ndarray:
+    """Per prompt (per fixture for `kind` fixtures), the arm's change minus control's: its end minus control's end."""
+    return np.asarray(row["per_prompt"][kind]) - np.asarray(control["per_prompt"][kind])
+
+
 def judge(cfg, start: Path, end: Path, prompts: list[str], fixtures: list, reward_model, samples: int = 0, measured: dict | None = None) -> dict:
     """The end adapter against the start: reward-model dimensions of their held-out replies (greedy, and
     the mean of `samples` sampled ones per prompt, the same seeds on both sides), the implicit reward on
@@ -124,9 +129,10 @@ def run_arm(project: Path, adapter: str | None, arm: str, args, measured: dict) 
         start = state.adapter_path()
         rm_path, sources = update_sources(cfg, state)
         prompts = held_out_prompts(cfg, sources)
+        all_fixtures = load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names)
         if args.extra_prompts:  # more prompts to judge on: the fixtures' (never trained on), in their file's order
             known = set(prompts)
-            extra = [p for p in dict.fromkeys(f.prompt for f in load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names)) if p not in known]
+            extra = [p for p in dict.fromkeys(f.prompt for f in all_fixtures) if p not in known]
             prompts += extra[: args.extra_prompts]
         pairs = [json.loads(line) for line in (ROOT / "config" / "human" / "hominem-contrast-pairs.jsonl").read_text().splitlines() if line.strip()]
         day = time.strftime("%Y-%m-%d", time.gmtime())
@@ -145,7 +151,7 @@ def run_arm(project: Path, adapter: str | None, arm: str, args, measured: dict) 
             outcomes.append(done.outcome)
             print(f"  {arm} round {r + 1}: {done.outcome} in {time.monotonic() - started:.0f} s ({done.items})", flush=True)
         end = state.adapter_path()
-        fixtures = [f for f in load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names) if f.tag == args.dimension]
+        fixtures = [f for f in all_fixtures if f.tag == args.dimension]
         result = judge(cfg, start, end, prompts, fixtures, reward_model_at(rm_path, cfg), args.samples, measured)
         return {"arm": arm, "outcomes": outcomes, "live": LiveState(cfg.data_dir).current().version, **result}
     finally:
@@ -192,20 +198,18 @@ def main() -> None:
             for r in rows:
                 if r["arm"] == "control" or not r["per_prompt"][kind]:
                     continue
-                d = np.asarray(r["per_prompt"][kind]) - np.asarray(by["control"]["per_prompt"][kind])
-                f = np.asarray(r["per_prompt"]["fixtures"]) - np.asarray(by["control"]["per_prompt"]["fixtures"])
+                d, f = against_control(r, by["control"], kind), against_control(r, by["control"], "fixtures")
                 print(f"{r['arm']:12s} {kind:8s} " + " ".join(f"{d[:, j].mean():+7.3f} ± {paired_se(d[:, j]):5.3f}" for j in range(d.shape[1]))
                       + (f" {f.mean():+7.2f} ± {paired_se(f):5.2f}" if kind == "greedy" and len(f) else ""))
         j = dims.index(args.dimension)
         for arm, sign in (("more", 1), ("less", -1), ("more-strong", 1), ("less-strong", -1)):
             if arm in by:  # on the kind of reply that has more of them (sampled, else greedy), paired by prompt
                 kind = "sampled" if by[arm]["per_prompt"]["sampled"] else "greedy"
-                d = np.asarray(by[arm]["per_prompt"][kind]) - np.asarray(by["control"]["per_prompt"][kind])
+                d = against_control(by[arm], by["control"], kind)
                 m, s = float(d[:, j].mean()), paired_se(d[:, j])
                 others = [x for k, x in enumerate(dims) if k != j and d[:, k].mean() < -paired_se(d[:, k])]
                 print(f"{arm}: {args.dimension} {m:+.3f} ± {s:.3f} against control on the {kind} replies ({'the asked way' if sign * m > 0 else 'NOT the asked way'}); "
                       f"other dimensions falling beyond one standard error: {others or 'none'}; facts lost {by[arm]['facts_lost']}")
-    print(json.dumps(rows, indent=1, default=str))
 
 
 if __name__ == "__main__":
