@@ -441,7 +441,9 @@ class RetrainConfig(_Frozen):
     memory_conversations: int = Field(ge=1, description="New conversations that trigger the memory (SFT) channel.")
     reward_pairs: int = Field(ge=1, description="New preference pairs that trigger the reward channel.")
     combined_fraction: float = Field(gt=0.0, le=1.0, description="Both channels at this fraction of their thresholds also trigger, (0, 1].")
-    sensor_interval_seconds: int = Field(ge=30, description="Seconds between retrain sensor evaluations, >= 30.")
+    sensor: bool = Field(description="The retrain sensor runs by default wherever a Dagster daemon runs (`make ui`, deploy/); false: it starts stopped (switch it on in the UI's Automation).")
+    sensor_interval_seconds: int = Field(ge=5, description="Seconds between retrain sensor evaluations, >= 5.")
+    schedule: bool = Field(description="The weekly schedule runs by default wherever a Dagster daemon runs; false: it starts stopped.")
     weekly_cron: str = Field(min_length=9, description="Cron of the weekly schedule (UTC).")
 
 

@@ -71,8 +71,8 @@ def build_definitions(config_path: str | None = None, root: Path | None = None) 
         assets=assets,
         asset_checks=[live_gate_check(partitions)],
         jobs=[daily, retrain, import_job],
-        sensors=[build_retrain_sensor(retrain, cfg.retrain.sensor_interval_seconds)],
-        schedules=[build_weekly_schedule(daily, cfg.retrain.weekly_cron)],
+        sensors=[build_retrain_sensor(retrain, daily, cfg.retrain.sensor_interval_seconds, cfg.retrain.sensor)],
+        schedules=[build_weekly_schedule(daily, cfg.retrain.weekly_cron, cfg.retrain.schedule)],
         resources={"hominem": HominemResource(root=str(root), config_path=str(Path(config_path).resolve()) if config_path else None)},
         executor=executor_for(cfg.runtime),
     )

@@ -1,71 +1,65 @@
-"""`data_threshold_retrain_sensor`: retrain when enough new data has arrived since the last retrain."""
+"""`data_threshold_retrain_sensor`: retrain when enough new feedback has arrived since the last retrain
+(counted from the interaction log, `core/retrain.py`), or when the day's attunement reports drift."""
 
 # No `from __future__ import annotations`: Dagster reads the context/resource annotations at runtime.
 
-import json
-
 from dagster import (
+    DagsterRunStatus,
     DefaultSensorStatus,
     RunRequest,
+    RunsFilter,
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
     sensor,
 )
 
-from hominem_pipeline.core.lineage import lineage
-from hominem_pipeline.core.retrain import (
-    DataCounts,
-    RetrainDecision,
-    count_training_data,
-    drift_to_act_on,
-    should_retrain,
-)
+from hominem_pipeline.core.retrain import read_state, record_run, retrain_tick
 from hominem_pipeline.defs.resources import HominemResource
 
-
-def sensor_tick(cursor: str | None, hominem_cfg) -> tuple[RunRequest | None, str, str]:
-    """(run request or None, new cursor, reason). The cursor holds the counts at the last retrain, so
-    only data that arrived since then counts towards the thresholds, and the attunement version whose
-    drift a retrain was started for (`drift`), so one drift starts one retrain."""
-    data = lineage(hominem_cfg)
-    now = count_training_data(data)
-    state = json.loads(cursor) if cursor else {}
-    acted = state.pop("drift", None)
-    seen = DataCounts(**state) if state else DataCounts(0, 0)
-    decision = should_retrain(now.since(seen), hominem_cfg.retrain)
-    drift = drift_to_act_on(data, acted)
-    if not decision.retrain and drift is not None:
-        decision = RetrainDecision(True, drift[1] + f" ({decision.reason.removeprefix('not yet: ')})")
-    keep = json.dumps(seen.__dict__ | ({"drift": acted} if acted else {}))
-    if not decision.retrain:
-        return None, cursor or keep, decision.reason
-    labeled = [d for d in data.store.partitions("teacher_labels") if data.expected("teacher_labels", d) is not None]
-    if not labeled:
-        return None, cursor or keep, "thresholds reached but no teacher_labels partition to train on"
-    partition = labeled[-1]
-    request = RunRequest(
-        # One run per distinct data state: a repeated tick over the same counts launches nothing new.
-        run_key=f"retrain-{partition}-{now.conversations}-{now.preference_pairs}" + (f"-drift-{drift[0]}" if drift is not None else ""),
-        partition_key=partition,
-        tags={"hominem/trigger": "drift" if decision.reason.startswith("drift") else "data_threshold", "hominem/reason": decision.reason[:200]},
-    )
-    acted = drift[0] if drift is not None else acted
-    return request, json.dumps(now.__dict__ | ({"drift": acted} if acted else {})), decision.reason
+RUN_KEY_TAG = "dagster/run_key"  # the tag Dagster gives a run a sensor's request started
 
 
-def build_retrain_sensor(job, interval_seconds: int):
+def sensor_tick(cursor, hominem_cfg, jobs: dict | None = None):
+    """(run request or None, new cursor, reason): `core.retrain.retrain_tick` as Dagster's request, for the
+    job its decision names (`jobs`: retrain/daily -> job name; None: the request names no job)."""
+    tick = retrain_tick(cursor, hominem_cfg)
+    if tick.request is None:
+        return None, tick.cursor, tick.reason
+    r = tick.request
+    return RunRequest(run_key=r.run_key, partition_key=r.partition, tags=r.tags, job_name=(jobs or {}).get(r.job)), tick.cursor, tick.reason
+
+
+def _follow_last_run(context: SensorEvaluationContext, cfg) -> None:
+    """Write the id and status of the run the last request started into the sensor's state file."""
+    state = read_state(cfg) or {}
+    key = (state.get("last_request") or {}).get("run_key")
+    if not key:
+        return
+    runs = context.instance.get_runs(filters=RunsFilter(tags={RUN_KEY_TAG: key}), limit=1)
+    if runs:
+        run = runs[0]
+        ended = run.status in (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
+        record_run(cfg, {"run_id": run.run_id, "job": run.job_name, "status": run.status.value, "ended": ended})
+
+
+def build_retrain_sensor(retrain_job, daily_job, interval_seconds: int, running: bool):
+    jobs = {"retrain": retrain_job.name, "daily": daily_job.name}
+
     @sensor(
         name="data_threshold_retrain_sensor",
-        job=job,
+        jobs=[retrain_job, daily_job],
         minimum_interval_seconds=interval_seconds,
-        default_status=DefaultSensorStatus.STOPPED,
-        description="Retrains the reward model and adapter when new conversations or preference pairs cross the configured thresholds, "
-                    "or when the day's attunement reports that people's preferences or the served replies drifted.",
+        default_status=DefaultSensorStatus.RUNNING if running else DefaultSensorStatus.STOPPED,
+        description="Retrains when the conversations or preference pairs people gave through `hominem serve` (counted from the interaction log) "
+                    "cross retrain.reward_pairs / retrain.memory_conversations since the last retrain, or when the day's attunement reports that "
+                    "people's preferences or the served replies drifted: the day's feedback, the reward model and everything after it, through "
+                    "the live gate (the whole chain when the day has no labels yet). retrain.sensor switches its default off.",
     )
     def data_threshold_retrain_sensor(context: SensorEvaluationContext, hominem: HominemResource):
         cfg = hominem.load()
-        request, cursor, reason = sensor_tick(context.cursor, cfg)
+        _follow_last_run(context, cfg)
+        request, cursor, reason = sensor_tick(context.cursor, cfg, jobs)
         if request is None:
             return SensorResult(skip_reason=SkipReason(reason), cursor=cursor)
         context.log.info(reason)

@@ -28,6 +28,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from hominem_pipeline.core.online import tally
 from hominem_pipeline.core.online.log import parse_line
 from hominem_pipeline.core.sql import insert_for
 
@@ -146,8 +147,11 @@ class HistoryIndex:
         self.url = url
         self.engine = sa.create_engine(url, future=True)
         if self.engine.dialect.name == "sqlite":
+            if self.engine.url.database not in (None, "", ":memory:"):
+                Path(self.engine.url.database).parent.mkdir(parents=True, exist_ok=True)  # a data folder nothing was written to yet
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
         metadata.create_all(self.engine)
+        tally.metadata.create_all(self.engine)
 
     @property
     def backend(self) -> str:
@@ -198,10 +202,23 @@ class HistoryIndex:
         ]
         self._insert(conn, turns, turn_rows)
         self._insert(conn, feedback, feedback_rows)
+        # what people gave, counted again for every conversation these events touch (core/online/tally.py)
+        contexts = {r["context"] for r in turn_rows} | {c for c, in self._contexts_of(conn, {r["turn"] for r in feedback_rows})}
+        tally.add_conversations(conn, turn_rows, insert_for(self.backend))
+        tally.recount(conn, turns, feedback, contexts, insert_for(self.backend))
         return len(turn_rows), len(feedback_rows)
 
+    @staticmethod
+    def _contexts_of(conn: sa.Connection, turn_ids: set[str]) -> set[tuple[str]]:
+        found: set[tuple[str]] = set()
+        ordered = sorted(turn_ids)
+        for i in range(0, len(ordered), 1000):
+            found.update(conn.execute(sa.select(turns.c.context).where(turns.c.id.in_(ordered[i : i + 1000])).distinct()).all())
+        return found
+
     def update(self, folder: Path, domain_of: DomainOf | None = None) -> UpdateStats:
-        """Index what the log folder holds beyond what was read before (whole lines only)."""
+        """Index what the log folder holds beyond what was read before (whole lines only). With `domain_of`,
+        turns an update without one indexed (the retrain sensor's) get their domain too."""
         started = time.monotonic()
         stats = UpdateStats()
         with self.engine.begin() as conn:
@@ -222,13 +239,28 @@ class HistoryIndex:
             stats.turns += t
             stats.feedback += f
             stats.bytes += end - start
+        if domain_of is not None:
+            self._fill_domains(domain_of)
         stats.seconds = time.monotonic() - started
         return stats
 
+    def _fill_domains(self, domain_of: DomainOf) -> None:
+        """The domain of every turn indexed without one, and of the feedback anchored on it."""
+        t, f = turns.c, feedback.c
+        with self.engine.begin() as conn:
+            missing = conn.execute(sa.select(t.id, t.prompt).where(t.domain.is_(None))).all()
+            if not missing:
+                return
+            for (turn_id, _), domain in zip(missing, domain_of([p for _, p in missing])):
+                conn.execute(sa.update(turns).where(t.id == turn_id).values(domain=domain))
+            known = sa.select(t.domain).where(t.id == f.turn).scalar_subquery()
+            conn.execute(sa.update(feedback).where(f.domain.is_(None)).values(domain=known))
+
     def rebuild(self, folder: Path, domain_of: DomainOf | None = None) -> UpdateStats:
         """Drop every row and index the whole log again."""
-        metadata.drop_all(self.engine)
-        metadata.create_all(self.engine)
+        for tables in (metadata, tally.metadata):
+            tables.drop_all(self.engine)
+            tables.create_all(self.engine)
         return self.update(folder, domain_of)
 
     # -- queries -------------------------------------------------------------------------------------
@@ -253,6 +285,11 @@ class HistoryIndex:
         """Choices whose conversation lies in the domain, newest first."""
         f = feedback.c
         return self._page((f.domain == domain) & (f.kind == "choice"), feedback, [f.id, f.time, f.rater, f.turn.label("chosen"), f.other.label("rejected"), f.value.label("strength")], limit)
+
+    def given(self) -> tally.Given:
+        """What people have given: conversations, and pairs per part of the reward channel (core/online/tally.py)."""
+        with self.engine.connect() as conn:
+            return tally.given(conn)
 
     def counts(self) -> dict[str, int]:
         with self.engine.connect() as conn:
