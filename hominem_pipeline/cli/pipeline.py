@@ -81,7 +81,8 @@ def run(
                               "per day: labels for each day of the reward model's window (reward_model.window_days) and, when the selection "
                               "trains an adapter, that day's reward model and preference pairs for each day of the adapter's window "
                               "(policy.window_days): a fresh clone's reward model and adapter then train on full windows, as after a week of "
-                              "daily runs (~5 min a day on the offline default on 2 cores).")] = False,
+                              "daily runs (~5 min a day on the offline default on 2 cores). A day's feedback (the service's log) is built "
+                              "with it, and alone where only the log changed since.")] = False,
 ) -> None:
     """Materialize assets for one day through Dagster (runs show in the Dagster UI, metrics in MLflow)."""
     setup_logging()
@@ -143,15 +144,21 @@ def _fill_window(cfg: HominemConfig, day: str, pairs: bool) -> None:
     from hominem_pipeline import definitions
     from hominem_pipeline.core.lineage import lineage, window_gaps
 
+    from hominem_pipeline.core.builds.human_feedback import log_digest
+
     rm_days, policy_days = cfg.reward_model.window_days, (cfg.policy.window_days if pairs else 0)
     plan = window_gaps(lineage(cfg), day, rm_days, policy_days)
+    what = {"preference_pairs": "labels to pairs", "teacher_labels": "labels", "human_feedback": "the day's feedback"}
     console.print(f"[bold]--fill-window[/]: reward_model.window_days {rm_days}"
                   + (f", policy.window_days {policy_days}; " if pairs else "; ")
-                  + (f"filling {len(plan)} earlier day(s): " + ", ".join(f"{d} ({'labels to pairs' if a == 'preference_pairs' else 'labels'})" for d, a in plan)
+                  + (f"filling {len(plan)} earlier day(s): " + ", ".join(f"{d} ({what[a]})" for d, a in plan)
                      if plan else "every earlier day is built"))
     graph = definitions.daily_job().asset_layer.asset_graph
     for k, (d, asset) in enumerate(plan, 1):
-        keys = AssetSelection.assets(asset).upstream().resolve(graph)
+        selection = AssetSelection.assets(asset).upstream()
+        if log_digest(cfg, d):  # the day's feedback too, where people talked to the service that day
+            selection = selection | AssetSelection.assets("human_feedback")
+        keys = selection.resolve(graph)
         execute(definitions.daily_job, cfg, d, keys, f"hominem run --fill-window ({k}/{len(plan)})")
 
 

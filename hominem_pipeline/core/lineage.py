@@ -134,13 +134,16 @@ class Plan:
     inputs: dict[str, list[ArtifactRef]]
     version: str
     built: ArtifactRef | None  # that version, when it is already there
+    # earlier days of a window that are built, but not as this config builds them now, and so not read: (asset, day, version expected)
+    left_out: tuple[tuple[str, str, str], ...] = ()
 
 
 class MissingInput(ArtifactNotFound):
     """An input the stage's config implies has not been built."""
 
 
-def _window(partition: str, days: int) -> list[str]:
+def window_days(partition: str, days: int) -> list[str]:
+    """The `days` days up to and including `partition`, oldest first."""
     end = dt.date.fromisoformat(partition)
     return [(end - dt.timedelta(days=offset)).isoformat() for offset in range(days - 1, -1, -1)]
 
@@ -255,11 +258,17 @@ class Lineage:
     def _plan(self, asset: str, partition: str) -> Plan:
         stage = self.stages[asset]
         inputs: dict[str, list[ArtifactRef]] = {}
+        left_out: list[tuple[str, str, str]] = []
         for inp in stage.inputs:
-            days = _window(partition, inp.window(self.cfg)) if inp.window else [partition]
+            days = window_days(partition, inp.window(self.cfg)) if inp.window else [partition]
             refs = []
             for day in days:
                 ref = self.expected(inp.asset, day)
+                if ref is None and (day != partition or inp.optional) and self.store.versions(inp.asset, day):
+                    try:
+                        left_out.append((inp.asset, day, self.plan(inp.asset, day).version))
+                    except MissingInput as exc:
+                        left_out.append((inp.asset, day, f"not buildable yet: {exc}"))
                 if ref is None and day == partition and not inp.optional:
                     try:
                         version = self.plan(inp.asset, day).version
@@ -273,15 +282,17 @@ class Lineage:
                     refs.append(ref)
             inputs[inp.asset] = refs
         version = stage_version(stage, self.cfg, partition, inputs, self.root)
-        return Plan(stage, partition, inputs, version, self.store.find(asset, partition, version))
+        return Plan(stage, partition, inputs, version, self.store.find(asset, partition, version), tuple(left_out))
 
 
 def window_gaps(data: Lineage, day: str, label_days: int, pair_days: int) -> list[tuple[str, str]]:
     """The earlier days `day`'s windows read that this config has not built, oldest first, each with
     what it needs (days before project.partitions_start are left out): `preference_pairs` for the
     days of the adapter's window (`pair_days`; their run builds the day's labels and reward model too),
-    else `teacher_labels` for the days of the reward model's window (`label_days`)."""
+    else `teacher_labels` for the days of the reward model's window (`label_days`), else `human_feedback`
+    for a day of either window whose log changed since its feedback was built (or that never was)."""
     end = dt.date.fromisoformat(day)
+    feedback = data.stages["human_feedback"]
     gaps = []
     for ago in range(max(label_days, pair_days) - 1, 0, -1):
         d = end - dt.timedelta(days=ago)
@@ -290,6 +301,8 @@ def window_gaps(data: Lineage, day: str, label_days: int, pair_days: int) -> lis
         asset = "preference_pairs" if ago < pair_days else "teacher_labels" if ago < label_days else None
         if asset and data.expected(asset, d.isoformat()) is None:
             gaps.append((d.isoformat(), asset))
+        elif asset and feedback.files(data.cfg, d.isoformat()) is not None and data.expected("human_feedback", d.isoformat()) is None:
+            gaps.append((d.isoformat(), "human_feedback"))
     return gaps
 
 

@@ -21,7 +21,7 @@ import pandas as pd
 from hominem_pipeline.core.artifacts import ArtifactRef, ArtifactStore
 from hominem_pipeline.core.config import HominemConfig
 from hominem_pipeline.core.device import describe_device, resolve_device
-from hominem_pipeline.core.lineage import Lineage, definition_version, settings_values, stage_seed
+from hominem_pipeline.core.lineage import Lineage, build_command, definition_version, settings_values, stage_seed, window_days
 from hominem_pipeline.core.stage import Stage, StageContext
 from hominem_pipeline.core.stages import STAGES_BY_NAME
 from hominem_pipeline.core.tracking import TAG_CACHE_HIT, TAG_VERSION, Tracker
@@ -37,6 +37,37 @@ class StageResult:
     metrics: dict[str, Any]
     metadata: dict[str, Any]
     inputs: dict[str, list[ArtifactRef]]
+    refreshed: tuple[StageResult, ...] = ()  # stale days of its windows' inputs this run rebuilt first (`Stage.refresh`)
+
+
+class WindowInputStale(RuntimeError):
+    """A stale day of a window input could not be rebuilt: the run stops rather than leave it out."""
+
+
+def refresh_window(stage: Stage, cfg: HominemConfig, partition: str, dagster_run_id: str | None = None) -> list[StageResult]:
+    """Rebuild each day a window of `stage` reads of a `refresh` stage (the service's feedback) whose files
+    changed since it was built (feedback given after that day's run) or that was never built though its
+    files are there, so that nothing people gave is left out of what `stage` trains on. A day whose rebuild
+    fails stops the run, naming the day and the command."""
+    data = Lineage(cfg, STAGES_BY_NAME, ArtifactStore(cfg.data_dir))
+    done = []
+    for inp in stage.inputs:
+        up = STAGES_BY_NAME[inp.asset]
+        if not up.refresh or up.inputs:
+            continue
+        for day in window_days(partition, inp.window(cfg) if inp.window else 1):
+            if dt.date.fromisoformat(day) < cfg.project.partitions_start:
+                continue
+            try:
+                if data.expected(up.name, day) is not None or (up.files is not None and up.files(cfg, day) is None):
+                    continue  # current, or nothing to read that day (no log)
+                log.info("%s/%s reads %s for %s, which changed since it was built: building it again first", stage.name, partition, up.name, day)
+                done.append(run_stage(up, cfg, day, dagster_run_id=dagster_run_id))
+            except Exception as exc:
+                raise WindowInputStale(
+                    f"{stage.name} for {partition} reads {up.name} for {day}, which changed since it was built, and building it again failed "
+                    f"({exc.__class__.__name__}: {exc}); build it: {build_command(up.name, day, cfg)}") from exc
+    return done
 
 
 def check_partition(partition: str) -> None:
@@ -49,9 +80,14 @@ def check_partition(partition: str) -> None:
 def run_stage(stage: Stage | str, cfg: HominemConfig, partition: str, *, dagster_run_id: str | None = None) -> StageResult:
     stage = STAGES_BY_NAME[stage] if isinstance(stage, str) else stage
     check_partition(partition)
+    refreshed = tuple(refresh_window(stage, cfg, partition, dagster_run_id))
     store = ArtifactStore(cfg.data_dir)
     plan = Lineage(cfg, STAGES_BY_NAME, store).plan(stage.name, partition)
     inputs, version = plan.inputs, plan.version
+    left_out = [{"asset": a, "day": d, "expected": v, "build": build_command(a, d, cfg)} for a, d, v in plan.left_out]
+    for gap in left_out:
+        log.warning("%s/%s: %s for %s is built only under other code, settings or inputs (version %s is expected), so it is not read; build it: %s",
+                    stage.name, partition, gap["asset"], gap["day"], gap["expected"], gap["build"])
     tracker = Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root))
     run_id = dagster_run_id or f"manual-{uuid.uuid4().hex[:12]}"
     settings = settings_values(stage, cfg)
@@ -87,7 +123,7 @@ def run_stage(stage: Stage | str, cfg: HominemConfig, partition: str, *, dagster
                     "device": device,
                     "inputs": {a: [r.key | {"content": r.content} for r in refs] for a, refs in inputs.items()},
                     "metrics": output.metrics,
-                    "metadata": output.metadata,
+                    "metadata": output.metadata | ({"window_left_out": left_out} if left_out else {}),
                     "table": output.table,
                     "mlflow_artifacts": output.mlflow_artifacts,
                     "mlflow_run_id": run.run_id,
@@ -110,4 +146,5 @@ def run_stage(stage: Stage | str, cfg: HominemConfig, partition: str, *, dagster
         if stage.registered:
             registry_version = run.register_model(stage.registered.name, ref.version, lambda: stage.registered.log(ref.path))
             run.set_tags({"hominem.registry_version": registry_version})
-        return StageResult(ref=ref, cache_hit=cache_hit, mlflow_run_id=run.run_id, metrics=manifest["metrics"], metadata=manifest["metadata"], inputs=inputs)
+        return StageResult(ref=ref, cache_hit=cache_hit, mlflow_run_id=run.run_id, metrics=manifest["metrics"], metadata=manifest["metadata"], inputs=inputs,
+                           refreshed=refreshed)

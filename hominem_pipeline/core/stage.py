@@ -200,6 +200,9 @@ class Stage:
     runtime: tuple[str, ...] = ()  # config paths read that change how fast, never what is built (not versioned)
     files: Callable[[HominemConfig, str], Any] | None = None  # files outside the config it reads (their digests), by config and day
     daily: bool = True  # part of the daily job (False: imported data, materialized on its own)
+    # a day of it that a window reads and that is stale (its files changed since it was built: the service's log grew) is rebuilt
+    # by the reading stage's run before it reads (`core/runner.py`); only for a cheap stage without inputs of its own
+    refresh: bool = False
     checks: tuple[Check, ...] = ()
     registered: Registered | None = None
 

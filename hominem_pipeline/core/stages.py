@@ -172,6 +172,7 @@ STAGES: tuple[Stage, ...] = (
         reads=("serving.log_dir",),
         build=build_human_feedback,
         files=log_digest,
+        refresh=True,  # feedback given after a day's run: every window that reads the day rebuilds it first
     ),
     Stage(
         name="reward_model",

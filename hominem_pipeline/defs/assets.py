@@ -15,6 +15,7 @@ from dagster import (
     AssetCheckSpec,
     AssetDep,
     AssetExecutionContext,
+    AssetMaterialization,
     AssetsDefinition,
     DailyPartitionsDefinition,
     DataVersion,
@@ -81,6 +82,9 @@ def stage_asset(stage: Stage, cfg: HominemConfig, partitions: DailyPartitionsDef
     def _materialize(context: AssetExecutionContext, hominem: HominemResource) -> MaterializeResult:
         cfg = hominem.load()
         result = run_stage(stage, cfg, context.partition_key, dagster_run_id=context.run.run_id)
+        for fresh in result.refreshed:  # stale days of its windows rebuilt first (the service's log grew): materializations of their own
+            context.log_event(AssetMaterialization(asset_key=fresh.ref.asset, partition=fresh.ref.partition, metadata=dagster_metadata(fresh, cfg),
+                                                   description=f"built again by {stage.name}/{context.partition_key}, which reads it: it changed since it was built"))
         context.log.info(
             f"{stage.name}/{context.partition_key}: version {result.ref.version}"
             f" ({'reused' if result.cache_hit else 'built'}), MLflow run {result.mlflow_run_id}"

@@ -164,3 +164,26 @@ def test_feedback_after_a_days_run_leaves_its_stages_readable_and_says_what_chan
     assert ref is None and f"reward_model for {DAY} is built only under other settings or code than this config's" in why
     assert lineage(tiny_cfg).newest("lora_adapter", DAY) == (None, f"no lora_adapter for {DAY} is built in {tiny_cfg.data_dir}; "
                                                                     f"build it: hominem run --date {DAY} --select '*lora_adapter' --config {tiny_cfg.overlay}")
+
+
+def test_an_earlier_day_of_a_window_built_only_under_other_settings_is_named_not_silently_dropped(tiny_cfg):
+    other = tiny_cfg.model_copy(update={"labeling": tiny_cfg.labeling.model_copy(update={"rationale_max_new_tokens": 9})})
+    publish_expected(other, "teacher_labels", "2026-11-19")  # yesterday's labels, built under another labeling setting
+    publish_expected(tiny_cfg, "teacher_labels", DAY)
+    plan = lineage(tiny_cfg).plan("reward_model", DAY)
+    assert [r.partition for r in plan.inputs["teacher_labels"]] == [DAY]
+    assert [(a, d) for a, d, _ in plan.left_out] == [("teacher_labels", "2026-11-19")]
+    assert plan.left_out[0][2] == lineage(tiny_cfg).plan("teacher_labels", "2026-11-19").version  # the version that would be read
+
+
+def test_a_stale_day_of_feedback_that_cannot_be_built_again_stops_the_run_naming_the_day(tiny_cfg):
+    from hominem_pipeline.core.builds.human_feedback import log_file
+    from hominem_pipeline.core.runner import WindowInputStale, run_stage
+
+    publish_expected(tiny_cfg, "teacher_labels", DAY)
+    log_file(tiny_cfg, "2026-11-19").mkdir(parents=True)  # yesterday's log cannot be read (a folder where the file should be)
+    with pytest.raises(WindowInputStale) as caught:
+        run_stage("reward_model", tiny_cfg, DAY)
+    message = str(caught.value)
+    assert message.startswith("reward_model for 2026-11-20 reads human_feedback for 2026-11-19, which changed since it was built")
+    assert f"build it: hominem run --date 2026-11-19 --select '*human_feedback' --config {tiny_cfg.overlay}" in message

@@ -847,3 +847,43 @@ def test_the_server_learns_from_feedback_and_swaps_to_the_update(chain):
     finally:
         stop(server.proc)
         _fresh_live(cfg)
+
+
+def test_feedback_given_after_a_days_run_reaches_the_next_days_reward_model(chain, tmp_path):
+    """People chose between two more replies on DAY after DAY's run: its log grew. The next day's reward model
+    builds DAY's feedback again first (a materialization of its own in the same run) and reads it; its METADATA
+    says how many people's pairs it read from each day of its window."""
+    import shutil
+
+    from hominem_pipeline.core.online.events import context_digest
+    from hominem_pipeline.core.reward.metadata import RewardMetadata
+
+    project = tmp_path / "project"
+    shutil.copytree(chain["project"], project, symlinks=True)
+    config_path = project / "config" / "tiny.yaml"
+    cfg = load_config(config_path, root=project)
+    before = lineage(cfg).require("reward_model", DAY).manifest["metadata"]["people_pairs_by_day"][DAY]
+    messages = [{"role": "user", "content": "My sister forgot my birthday."}]
+    turn = {"kind": "turn", "time": f"{DAY}T20:00:00+00:00", "rater": "local", "session": "late", "messages": messages, "model": "hominem",
+            "adapter": None, "sampling": {}, "finish_reason": "stop", "completion_tokens": 5, "context": context_digest(messages)}
+    with open(project / "data" / "online" / "log" / f"{DAY}.jsonl", "a") as f:
+        for e in (turn | {"id": "warm", "reply": "That hurts. Did you tell her?"}, turn | {"id": "cold", "reply": "Whatever."},
+                  {"kind": "choice", "id": "late-c", "time": f"{DAY}T20:01:00+00:00", "rater": "local", "chosen": "warm", "rejected": "cold", "strength": "clear"}):
+            f.write(json.dumps(e) + "\n")
+    assert lineage(cfg).expected("human_feedback", DAY) is None  # DAY's feedback is stale now
+
+    nxt = "2026-11-21"
+    defs = build_definitions(str(config_path), root=project)
+    with instance_for_test() as instance:
+        result = materialize([a for a in defs.assets if a.key.to_user_string() != "human_preferences"], instance=instance, partition_key=nxt,
+                             resources={"hominem": HominemResource(root=str(project), config_path=str(config_path))}, selection="*reward_model")
+        assert result.success
+        made = {(e.asset_key.to_user_string(), e.partition) for e in result.get_asset_materialization_events()}
+    assert ("human_feedback", DAY) in made and ("reward_model", nxt) in made  # DAY's feedback built again, in the same run
+    data = lineage(cfg)
+    model = data.require("reward_model", nxt)
+    assert DAY in [r["partition"] for r in model.manifest["inputs"]["human_feedback"]]  # read, not left out
+    by_day = RewardMetadata.read(model.path).people_pairs_by_day
+    assert list(by_day) == [(pd.Timestamp(nxt) - pd.Timedelta(days=k)).date().isoformat() for k in range(cfg.reward_model.window_days - 1, -1, -1)]
+    assert by_day[DAY]["feedback"] == before["feedback"] + 1 and by_day[nxt] == {"feedback": 0, "nudge": 0, "imported": 0}
+    assert model.manifest["metadata"]["people_pairs_by_day"] == by_day

@@ -60,6 +60,24 @@ def nudge_pairs(ctx: StageContext):
     return pairs[known].assign(heads=True, scalar=False) if known.any() else None
 
 
+def people_pairs_by_day(ctx: StageContext) -> dict[str, dict[str, int]]:
+    """Per day of the window (oldest first), the people's pairs read from it: the service's feedback (`feedback`:
+    choices, thumbs and emotion pairs; `nudge`: the nudges' dimension pairs) and the imported ones (`imported`);
+    zeros for a day that has none."""
+    from hominem_pipeline.core.lineage import window_days
+
+    days = window_days(ctx.partition, ctx.cfg.reward_model.window_days)
+    out = {d: {"feedback": 0, "nudge": 0, "imported": 0} for d in days}
+    for r in ctx.inputs["human_feedback"]:
+        out.setdefault(r.partition, {"feedback": 0, "nudge": 0, "imported": 0})
+        out[r.partition]["feedback"] = int(r.manifest["metadata"].get("rows", 0))
+        out[r.partition]["nudge"] = int(r.manifest["metrics"].get("nudge_pairs", 0)) if ctx.cfg.reward_model.dimension_pairs else 0
+    for r in ctx.inputs["human_preferences"]:
+        out.setdefault(r.partition, {"feedback": 0, "nudge": 0, "imported": 0})
+        out[r.partition]["imported"] = int(r.manifest["metadata"].get("rows", 0))
+    return dict(sorted(out.items()))
+
+
 def boosted(pairs, boost: float):
     """People's pairs with each answer to a question the service asked weighing 1 + boost x its expected
     information when asked (`asked_value`, 0-1; `attunement.selection.retrain_boost`); others as given."""
@@ -153,6 +171,10 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
     )
     metrics["train_seconds"] = time.monotonic() - started
     metrics["feedback_pairs"] = feedback_pairs
+    by_day = people_pairs_by_day(ctx)
+    from hominem_pipeline.core.reward.metadata import RewardMetadata
+
+    RewardMetadata.read(ctx.out_dir).model_copy(update={"people_pairs_by_day": by_day}).write(ctx.out_dir)
     metrics["nudge_pairs"] = 0 if nudged is None else len(nudged)
     report = score_fixture_file(ctx.cfg, ctx.out_dir)
     if report is not None:
@@ -165,6 +187,7 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
             "human_pairs": 0 if human is None else len(human),
             "shipped_pairs": 0 if human is None else int(human["source"].str.startswith("shipped:").sum()),
             "feedback_partitions": [r.partition for r in ctx.inputs["human_feedback"]],
+            "people_pairs_by_day": by_day,
             "label_partitions": [r.partition for r in ctx.inputs["teacher_labels"]],
             "human_preference_partitions": [r.partition for r in ctx.inputs["human_preferences"]],
             "training_data_digest": digest,

@@ -84,6 +84,8 @@ class RewardMetadata(_Strict):
     # each dimension's standard deviation over the teacher's labels it learned from: the spread it was taught, against
     # which a collapse of its vectors is read (`evaluation.manifold`); None: fewer than 2 labels, or a model written before it
     label_spread: dict[str, float] | None = None
+    # per day of its window: the people's pairs it read from that day (feedback, nudge, imported), zeros for a day with none
+    people_pairs_by_day: dict[str, dict[str, int]] = {}
 
     @property
     def temperature(self) -> float:
