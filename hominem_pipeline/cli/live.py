@@ -68,6 +68,10 @@ def live_status(config: ConfigOpt = None, sets: SetOpt = None,
                       f"LoRA rank x{slow['rank_factor']:g}); rising nights undo them")
     for a in slow["actions"]:
         console.print(f"  {a['night']}: {a['step']}: {a['reason']}")
+    from hominem_pipeline.core.retrain import describe_state, read_state
+
+    for line in describe_state(read_state(cfg.data_dir)):
+        console.print(line, highlight=False)
     candidates = state.candidates()
     if candidates:
         table = Table(title="candidates the gate refused")

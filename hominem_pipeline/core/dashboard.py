@@ -164,9 +164,10 @@ class DashboardData:
 
     def health(self) -> dict[str, Any]:
         """001 10.4: the newest RHI, each component with its value and what it means, the trend's pattern over
-        the last days, what the fast loop (gate, rollbacks, freezes) did, and the slow loop's nights, the
-        steps in force and its last actions."""
+        the last days, what the fast loop (gate, rollbacks, freezes) did, the slow loop's nights, the
+        steps in force and its last actions, and the retrain sensor's last tick (`core/retrain.py`)."""
         from hominem_pipeline.core.online.slow_loop import status as slow_status
+        from hominem_pipeline.core.retrain import read_state
 
         per = self.newest_per_day("reward_health_index")
         days = sorted(per)
@@ -181,7 +182,8 @@ class DashboardData:
                 "components": components, "pattern": pattern(rhi), "patterns": [{"pattern": p, "means": m} for p, m in PATTERNS],
                 "trend": {"days": days, "rhi": rhi},
                 "actions": [{"time": e.get("time"), "action": e.get("action"), "version": e.get("version"), "reason": e.get("reason")} for e in actions],
-                "slow_loop": slow_status(self.data_dir, None, dt.datetime.now(dt.timezone.utc).date().isoformat(), last=14)}
+                "slow_loop": slow_status(self.data_dir, None, dt.datetime.now(dt.timezone.utc).date().isoformat(), last=14),
+                "retrain": read_state(self.data_dir)}
 
     def options(self) -> dict[str, Any]:
         """The versions a comparison can pick: reward models (with a probes version) and adapters (with an evaluation)."""

@@ -189,20 +189,39 @@ def retrain_tick(cursor: str | None, cfg: HominemConfig, now: str | None = None)
     return tick
 
 
-def state_path(cfg: HominemConfig) -> Path:
-    return cfg.data_dir / "live" / STATE_FILE
+def state_path(data_dir: Path) -> Path:
+    return Path(data_dir) / "live" / STATE_FILE
 
 
-def read_state(cfg: HominemConfig) -> dict[str, Any] | None:
+def read_state(data_dir: Path) -> dict[str, Any] | None:
     """What the sensor decided last (None: it has not ticked under this data folder)."""
-    path = state_path(cfg)
-    return json.loads(path.read_text()) if path.is_file() else None
+    path = state_path(data_dir)
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except ValueError:  # written by replace, so never half; a hand edit that broke it reads as no tick
+        return None
+
+
+def describe_state(state: dict[str, Any] | None) -> list[str]:
+    """The sensor's state in a few lines for a person (`hominem live status`)."""
+    if state is None:
+        return ["retrain sensor: no tick yet (it runs wherever a Dagster daemon runs: `make ui`, deploy/; retrain.sensor)"]
+    since, limits = state["since_last_retrain"], state["thresholds"]
+    lines = [f"retrain sensor: last tick {state['time']}: {state['reason']}",
+             f"  since the last retrain: {since['conversations']}/{limits['conversations']} conversations, "
+             f"{since['preference_pairs']}/{limits['preference_pairs']} preference pairs"
+             + (" (" + ", ".join(f"{k} {v}" for k, v in since.get("parts", {}).items() if v) + ")" if any(since.get("parts", {}).values()) else "")]
+    request, run = state.get("last_request"), state.get("last_run")
+    if request:
+        started = f"run {run['run_id'][:8]} {run['status'].lower()}" if run else "its run not started yet"
+        lines.append(f"  last retrain: {request['time']}, {request['job']} job for {request['partition']} ({request['tags'].get('hominem/reason', '')}): {started}")
+    return lines
 
 
 def write_state(cfg: HominemConfig, tick: Tick, now: str) -> None:
     """The state file: the last tick (time, reason, counts since the last retrain against the thresholds),
     the last run it requested, and that run's id and status once the daemon reports them (`record_run`)."""
-    before = read_state(cfg) or {}
+    before = read_state(cfg.data_dir) or {}
     r = cfg.retrain
     _write(cfg, {
         "time": now,
@@ -216,13 +235,13 @@ def write_state(cfg: HominemConfig, tick: Tick, now: str) -> None:
 
 def record_run(cfg: HominemConfig, run: dict[str, Any]) -> None:
     """The id and status of the run the last request started, as the daemon reports them."""
-    state = read_state(cfg)
+    state = read_state(cfg.data_dir)
     if state is not None and state.get("last_run") != run:
         _write(cfg, state | {"last_run": run})
 
 
 def _write(cfg: HominemConfig, state: dict[str, Any]) -> None:
-    path = state_path(cfg)
+    path = state_path(cfg.data_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     staged = path.with_suffix(f".{os.getpid()}.tmp")
     staged.write_text(json.dumps(state, indent=2) + "\n")

@@ -32,7 +32,7 @@ def sensor_tick(cursor, hominem_cfg, jobs: dict | None = None):
 
 def _follow_last_run(context: SensorEvaluationContext, cfg) -> None:
     """Write the id and status of the run the last request started into the sensor's state file."""
-    state = read_state(cfg) or {}
+    state = read_state(cfg.data_dir) or {}
     key = (state.get("last_request") or {}).get("run_key")
     if not key:
         return

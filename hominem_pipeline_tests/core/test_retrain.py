@@ -126,11 +126,11 @@ def test_choices_written_outside_the_project_make_one_tick_request_a_run(tiny_cf
     assert (tick.request.job, tick.request.partition) == ("retrain", DAY)  # the day's labels are built: the retrain job
     assert tick.request.tags["hominem/new_choice"] == "220" and tick.request.tags["hominem/trigger"] == "data_threshold"
     assert json.loads(tick.cursor)["preference_pairs"] == 220
-    state = read_state(tiny_cfg)
+    state = read_state(tiny_cfg.data_dir)
     assert state["last_request"]["run_key"] == tick.request.run_key and state["since_last_retrain"]["preference_pairs"] == 220
     again = retrain_tick(tick.cursor, tiny_cfg)
     assert again.request is None and again.reason.startswith("not yet: 0/500 conversations, 0/200")
-    assert read_state(tiny_cfg)["last_request"]["run_key"] == tick.request.run_key  # kept for `hominem live status`
+    assert read_state(tiny_cfg.data_dir)["last_request"]["run_key"] == tick.request.run_key  # kept for `hominem live status`
 
 
 def test_feedback_on_a_day_without_labels_asks_for_the_whole_chain(tiny_cfg):
@@ -141,3 +141,24 @@ def test_feedback_on_a_day_without_labels_asks_for_the_whole_chain(tiny_cfg):
     request = retrain_tick(None, tiny_cfg).request
     assert (request.job, request.partition) == ("daily", DAY)  # the feedback's own day, its labels first
     assert count_given(tiny_cfg).parts == {"choice": 200, "thumbs": 0, "emotion": 0, "nudge": 0, "imported": 0}
+
+
+def test_live_status_and_the_dashboard_show_the_sensors_last_tick(tiny_cfg):
+    from hominem_pipeline.core.dashboard import DashboardData
+    from hominem_pipeline.core.retrain import describe_state, record_run
+    from hominem_pipeline.testing.artifacts import publish_expected
+
+    assert describe_state(read_state(tiny_cfg.data_dir))[0].startswith("retrain sensor: no tick yet")
+    publish_expected(tiny_cfg, "teacher_labels", DAY, 10)
+    write_choices_by_hand(tiny_cfg.data_dir / tiny_cfg.serving.log_dir / "log", DAY, 210)
+    tick = retrain_tick(None, tiny_cfg, now="2026-11-20T10:00:00+00:00")
+    record_run(tiny_cfg, {"run_id": "0123456789abcdef", "job": "hominem_retrain", "status": "SUCCESS", "ended": True})
+    lines = describe_state(read_state(tiny_cfg.data_dir))
+    assert lines[0] == "retrain sensor: last tick 2026-11-20T10:00:00+00:00: reward channel: 210 new preference pairs >= 200"
+    assert lines[1] == "  since the last retrain: 210/500 conversations, 210/200 preference pairs (choice 210)"
+    assert lines[2] == (f"  last retrain: 2026-11-20T10:00:00+00:00, retrain job for {DAY} (reward channel: 210 new preference pairs >= 200): "
+                        "run 01234567 success")
+    retrain_tick(tick.cursor, tiny_cfg, now="2026-11-20T10:05:00+00:00")
+    shown = DashboardData(tiny_cfg.data_dir).health()["retrain"]
+    assert shown["time"] == "2026-11-20T10:05:00+00:00" and shown["since_last_retrain"]["preference_pairs"] == 0
+    assert shown["last_request"]["run_key"] == tick.request.run_key and shown["last_run"]["status"] == "SUCCESS"  # the run it started, kept

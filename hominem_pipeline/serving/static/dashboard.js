@@ -147,6 +147,12 @@ const views = {
       : '<p class="good">No slow-loop step in force: the next adapters train with the configured learning rate and rank.</p>')
       + (sl.nights.length ? `<p class="muted">Nightly RHI: ${sl.nights.map((n) => `${esc(n.day.slice(5))} ${num(n.rhi)}`).join(" · ")}</p>` : '<p class="muted">no night judged yet</p>')
       + (sl.actions.length ? `<ul>${sl.actions.map((a) => `<li>${esc(a.night)}: <b>${esc(a.step)}</b>: ${esc(a.reason || "")}</li>`).join("")}</ul>` : "");
+    const r = h.retrain;
+    $("#retrain").innerHTML = !r ? '<p class="muted">No tick yet: the sensor runs wherever a Dagster daemon runs (make ui, deploy/; retrain.sensor).</p>'
+      : `<p>Last tick ${esc(r.time)}: <b>${esc(r.reason)}</b></p>`
+      + `<p>Since the last retrain: ${r.since_last_retrain.conversations} of ${r.thresholds.conversations} conversations, ${r.since_last_retrain.preference_pairs} of ${r.thresholds.preference_pairs} preference pairs.</p>`
+      + (r.last_request ? `<p>Last retrain: ${esc(r.last_request.time)}, the ${esc(r.last_request.job)} job for ${esc(r.last_request.partition)} (${esc(r.last_request.tags["hominem/reason"] || "")}): `
+        + (r.last_run ? `run <b>${esc(r.last_run.run_id.slice(0, 8))}</b> ${esc(r.last_run.status.toLowerCase())}` : "its run not started yet") + "</p>" : "");
     status(h.day ? `RHI ${num(h.rhi)} on ${h.day}` : "no health index yet");
   },
 };
