@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from hominem_pipeline_tests.conftest import REPO, make_project
 
 DAY = "2026-11-20"
 HOMINEM = str(Path(sys.executable).parent / "hominem")
+SENSOR_CHOICES = 3  # the deployment's retrain threshold (retrain.reward_pairs)
 LENIENT = {"deploy_threshold": 0.0, "min_win_rate": 0.0, "people_tolerance": None}  # the tiny adapter goes live: the registry's champion moves
 
 
@@ -149,7 +151,8 @@ def test_the_daily_chain_runs_through_the_queue_on_celery_workers_with_postgres_
         shutil.copy(REPO / "deploy" / "workspace.yaml", project / "workspace.yaml")
         server = yaml.safe_load((project / "config" / "server.yaml").read_text())
         runtime = {"dagster_home": str(home), "launch": "queue", "executor": "celery", "celery_broker": redis.url}
-        (project / "config" / "deploy.yaml").write_text(yaml.safe_dump(deep_merge(server, {"runtime": runtime})))
+        retrain = {"reward_pairs": SENSOR_CHOICES, "memory_conversations": 1000, "combined_fraction": 1.0, "sensor_interval_seconds": 5}
+        (project / "config" / "deploy.yaml").write_text(yaml.safe_dump(deep_merge(server, {"runtime": runtime, "retrain": retrain})))
         env = {**os.environ, "HOMINEM_HOME": str(project), "HOMINEM_CONFIG": str(project / "config" / "deploy.yaml"), "DAGSTER_HOME": str(home),
                "HOMINEM_DAGSTER_PG_URL": dagster_url, "HOMINEM_MODEL_PLACES": str(tmp_path / "places.json"), "OMP_NUM_THREADS": "1",
                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # dagster-celery starts `celery` from the PATH
@@ -199,6 +202,21 @@ def test_the_daily_chain_runs_through_the_queue_on_celery_workers_with_postgres_
             assert adapter_run.data.tags[f"input.reward_model.{DAY}"] == lineage(cfg).require("reward_model", DAY).version
             assert client.get_model_version_by_alias("hominem-reward-model", "current").tags
             assert any(e["action"] in ("promote", "refuse") for e in json.loads((project / "data" / "live" / "history.json").read_text()))  # the live gate's check ran
+
+            # people's choices in the log: the daemon's sensor launches the retrain, which runs on the workers too
+            from hominem_pipeline_tests.core.test_retrain import write_choices_by_hand
+
+            write_choices_by_hand(cfg.data_dir / cfg.serving.log_dir / "log", DAY, SENSOR_CHOICES)
+            deadline = time.monotonic() + 900
+            while time.monotonic() < deadline:
+                runs = graphql(ui, '{ runsOrError { ... on Runs { results { runId status jobName tags { key value } } } } }')["data"]["runsOrError"]["results"]
+                sensed = [r for r in runs if {"key": "hominem/trigger", "value": "data_threshold"} in r["tags"]]
+                if sensed and sensed[0]["status"] in ("SUCCESS", "FAILURE", "CANCELED"):
+                    break
+                time.sleep(3)
+            assert len(sensed) == 1 and sensed[0]["status"] == "SUCCESS" and sensed[0]["jobName"] == "hominem_retrain", sensed
+            assert lineage(cfg).newest("reward_model", DAY)[0].manifest["metadata"]["people_pairs_by_day"][DAY]["feedback"] == SENSOR_CHOICES
+            assert any(e.get("by") == f"dagster:{sensed[0]['runId']}" for e in json.loads((project / "data" / "live" / "history.json").read_text()))  # gated
 
             later = "2026-11-21"
             both = [subprocess.Popen([HOMINEM, "run", "--config", "config/deploy.yaml", "--date", day, "--select", "prompts,teacher_trajectories"],
