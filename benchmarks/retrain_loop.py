@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -35,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hominem_pipeline.testing.service import start_serve, stop_serve  # noqa: E402
+from hominem_pipeline.testing.services import stop_group  # noqa: E402
 
 GOAL_MINUTES = 15.0
 OVERLAY = "retrain_loop.yaml"
@@ -139,12 +139,7 @@ def main() -> None:
         print(f"goal (the loop within {GOAL_MINUTES:.0f} min): {'met' if total / 60 <= GOAL_MINUTES else 'NOT met'} ({total / 60:.1f} min"
               + ("" if swapped else ", to the gate's decision") + ")")
     finally:
-        if daemon is not None and daemon.poll() is None:
-            os.killpg(daemon.pid, signal.SIGTERM)
-            try:
-                daemon.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(daemon.pid, signal.SIGKILL)
+        stop_group(daemon, timeout=60)
         if server is not None:
             stop_serve(server)
 

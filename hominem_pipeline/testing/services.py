@@ -34,7 +34,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _stop_group(proc: subprocess.Popen[Any] | None, timeout: float = 15.0) -> None:
+def stop_group(proc: subprocess.Popen[Any] | None, timeout: float = 15.0) -> None:
     """SIGTERM to the server's process group, then SIGKILL if it has not gone after `timeout` seconds."""
     if proc is None or proc.poll() is not None:
         return
@@ -130,7 +130,7 @@ class PostgresServer(_Server):
         raise RuntimeError(f"postgres did not accept connections on port {self.port} within {timeout:.0f}s")
 
     def stop(self) -> None:
-        _stop_group(self.proc)
+        stop_group(self.proc)
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
 
@@ -164,7 +164,7 @@ class RedisServer(_Server):
         raise RuntimeError(f"redis-server did not answer on port {self.port} within 30s")
 
     def stop(self) -> None:
-        _stop_group(self.proc)
+        stop_group(self.proc)
 
 
 
@@ -210,7 +210,7 @@ class MlflowServer(_Server):
         raise RuntimeError(f"mlflow server did not answer on {self.url} within 120s: {self.log.read_text()[-2000:]}")
 
     def stop(self) -> None:
-        _stop_group(self.proc)
+        stop_group(self.proc)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,6 +16,7 @@ import httpx2 as httpx
 import yaml
 
 from hominem_pipeline.core.config_loader import deep_merge, load_config
+from hominem_pipeline.testing.services import stop_group
 from hominem_pipeline_tests.conftest import make_project
 from hominem_pipeline_tests.serving.conftest import start, stop
 
@@ -103,12 +104,5 @@ def test_choices_over_http_make_the_daemons_sensor_retrain_and_the_gate_decide(t
         assert f"last retrain: " in text and f"retrain job for {day}" in text and f"run {run.run_id[:8]} success" in text, text
         assert "since the last retrain: 0/1000 conversations, 0/4 preference pairs" in text
     finally:
-        if daemon is not None and daemon.poll() is None:
-            import signal
-
-            os.killpg(daemon.pid, signal.SIGTERM)
-            try:
-                daemon.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(daemon.pid, signal.SIGKILL)
+        stop_group(daemon, timeout=30)
         stop(server.proc)
