@@ -6,7 +6,8 @@ its live pointer and its Dagster instance, as a person using it would). It
 
 1. starts `hominem serve` and `dagster-daemon` on the project's instance, as `make ui` runs it, under an
    overlay that only ticks the sensor every 5 s (`retrain.sensor_interval_seconds`; the thresholds are the
-   config's: `retrain.reward_pairs`, 200);
+   config's: `retrain.reward_pairs`, 200); the server's own online updates are off (`online.scheduler`: on 2
+   cores they would train beside the retrain; `--with-fast-loop` keeps them);
 2. gives `--choices` distinct choices over HTTP (default 220): the hand-written contrast pairs
    (config/human/hominem-contrast-pairs.jsonl) recorded as turns (/turns), a choice between each pair
    (/feedback), each in its own conversation; the clock starts at the acknowledgement of the choice that
@@ -50,6 +51,7 @@ def main() -> None:
     ap.add_argument("--project", type=Path, required=True, help="a project where `make run` finished for today")
     ap.add_argument("--choices", type=int, default=220)
     ap.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the run and the swap")
+    ap.add_argument("--with-fast-loop", action="store_true", help="keep the server's online updates on (online.scheduler), training beside the retrain")
     args = ap.parse_args()
 
     import httpx2 as httpx
@@ -73,13 +75,15 @@ def main() -> None:
     home = cfg.data_dir / "dagster"
     server, daemon = None, None
     try:
-        server, url, seconds = start_serve(["--config", f"config/{OVERLAY}", "--set", "serving.live_poll_seconds=0.5"], project, env=env, timeout=600)
+        fast = [] if args.with_fast_loop else ["--set", "online.scheduler=false"]
+        server, url, seconds = start_serve(["--config", f"config/{OVERLAY}", "--set", "serving.live_poll_seconds=0.5", *fast], project, env=env, timeout=600)
         print(f"server up in {seconds:.0f} s", flush=True)
         log = open(project / "data" / "retrain_loop_daemon.log", "wb")
         daemon = subprocess.Popen([str(bindir / "dagster-daemon"), "run", "-m", "hominem_pipeline.definitions"], cwd=home,
                                   env={**env, "DAGSTER_HOME": str(home), "HOMINEM_CONFIG": str(project / "config" / OVERLAY)},
                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         time.sleep(20)  # the daemon's first tick sees what was there before (nothing new)
+        started = time.time()
         crossed = None
         texts = pairs(project)
         with httpx.Client(timeout=60) as http:
@@ -97,7 +101,9 @@ def main() -> None:
         with DagsterInstance.from_config(str(home)) as instance:
             run = None
             while time.monotonic() < deadline:
-                runs = instance.get_runs(filters=RunsFilter(tags={"hominem/trigger": "data_threshold"}))
+                runs = [r for r in instance.get_run_records(filters=RunsFilter(tags={"hominem/trigger": "data_threshold"}))
+                        if r.create_timestamp.timestamp() >= started]  # this benchmark's, oldest last
+                runs = [r.dagster_run for r in runs]
                 if runs and runs[-1].status in (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED):
                     run = runs[-1]
                     break

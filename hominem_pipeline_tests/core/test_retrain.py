@@ -36,6 +36,7 @@ def varied_day() -> list[dict]:
     """A day with every kind of feedback and the cases human_feedback treats specially."""
     texts = ["I failed my exam."] * 2 + ["My mother never calls."] * 2 + ["My boss shouts."] * 3 + ["I lost my dog."] * 2 + ["I am alone."]
     turns = [turn(i, text) for i, text in enumerate(texts)]  # replies to one message share its context
+    turns += [{k: v for k, v in turn(i, "Hello?").items() if k != "session"} for i in (10, 11)]  # no session: one conversation, the message's
     return turns + [
         feedback("choice", 0, chosen="t1", rejected="t0", strength="clear"),
         feedback("choice", 1, chosen="t0", rejected="t1", strength="strong", repeat_of="choice0"),  # asked again, answered the other way
@@ -64,7 +65,7 @@ def test_the_tally_counts_by_the_rules_human_feedback_trains_by(tmp_path):
     assert given.choice + given.thumbs + given.emotion == stats["pairs"] == 4  # t2>t3, t4>t5, t6>t5, t8>t7, and nothing for t0/t1
     assert (given.choice, given.thumbs, given.emotion) == (1, 2, 1)
     assert given.nudge == stats["nudge_pairs"] == 3  # t7 with t8; t4 and t5 (both less) each with t6
-    assert given.conversations == stats["conversations"] == 5
+    assert given.conversations == stats["conversations"] == 6
 
 
 def test_a_thumb_that_turns_a_pair_around_and_a_flipped_repeat_change_the_count_at_once(tmp_path):

@@ -47,7 +47,7 @@ THUMB_WEIGHT = STRENGTHS["slight"]  # an up and a down are absolute judgements: 
 NUDGE_PAIR_WEIGHT = STRENGTHS["slight"]  # a nudge is about one reply: its order against a sibling is inferred, a weak pair
 PAIR_COLUMNS = ["pair_id", "prompt_id", "prompt", "chosen", "rejected", "source", "source_file", "source_row",
                 "weight", "strength", "rater", "chosen_turn", "rejected_turn", "note", "asked_value", "chosen_distress"]
-CONVERSATION_COLUMNS = ["turn", "session", "time", "rater", "prompt", "messages", "reply", "model", "adapter", "reward_model", "scalar",
+CONVERSATION_COLUMNS = ["turn", "session", "context", "time", "rater", "prompt", "messages", "reply", "model", "adapter", "reward_model", "scalar",
                         "finish_reason", "thumbs_up", "thumbs_down", "nudges", "valence", "emotion_tags", "emotion", "chosen", "rejected"]
 DIMENSION_PAIR_COLUMNS = [*PAIR_COLUMNS, "tag", "scalar"]
 ROLES = {"user": "Human", "assistant": "Assistant", "system": "System"}
@@ -186,7 +186,8 @@ def feedback_tables(events: list[dict[str, Any]], source_file: str = "") -> Feed
     conversations = _conversations(parsed, turns)
     dimension_pairs, lone_nudges = _nudge_pairs(parsed, turns, source_file, rows_of)
     stats = {
-        "turns": len(turns), "conversations": int(conversations["session"].fillna(conversations["turn"]).nunique()) if len(conversations) else 0,
+        # a conversation: the client's session, else the messages a turn answers (two replies to one message are one conversation)
+        "turns": len(turns), "conversations": int(conversations["session"].fillna("context:" + conversations["context"]).nunique()) if len(conversations) else 0,
         "pairs": len(pairs), "choices": len(choices), "repeats": consistent + inconsistent, "repeats_consistent": consistent,
         "repeats_inconsistent": inconsistent, "thumb_pairs": sum(p["source"] == "feedback:thumbs" for p in pairs),
         "emotion_pairs": sum(p["source"] == "feedback:emotion" for p in pairs), "distressing_replies": len(distress),
@@ -254,7 +255,7 @@ def _pair(pair_id: str, chosen: Turn, rejected: Turn, source: str, weight: float
 
 def _conversations(parsed: list[Any], turns: dict[str, Turn]) -> pd.DataFrame:
     gathered: dict[str, dict[str, Any]] = {
-        t.id: {"turn": t.id, "session": t.session, "time": t.time, "rater": t.rater, "prompt": t.prompt,
+        t.id: {"turn": t.id, "session": t.session, "context": t.context, "time": t.time, "rater": t.rater, "prompt": t.prompt,
                "messages": [m.model_dump() for m in t.messages], "reply": t.reply, "model": t.model, "adapter": t.adapter,
                "reward_model": t.reward_model, "scalar": (t.reward or {}).get("scalar"), "finish_reason": t.finish_reason,
                "thumbs_up": 0, "thumbs_down": 0, "nudges": [], "valence": None, "emotion_tags": [], "emotion": None, "chosen": 0, "rejected": 0}

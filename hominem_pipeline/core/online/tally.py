@@ -14,7 +14,8 @@ the history index, by the rules `human_feedback` turns a day of the log into tra
   unless a choice or thumbs already order them;
 - a **nudge** ("more empathy") makes a pair about that dimension with each other reply to the
   conversation that the rater did not nudge the same way;
-- **conversations** (the memory channel): the client's session ids, a turn without one its own.
+- **conversations** (the memory channel): the client's session ids; a turn without one, the messages it answers
+  (its context: two replies to one message are one conversation).
 
 Two tables hold the result, one row per counted thing, so a count costs one indexed scan. When events
 are indexed, every conversation context they touch is counted again from the index's rows of that
@@ -47,7 +48,7 @@ tally_pairs = sa.Table(
 )
 tally_conversations = sa.Table(
     "tally_conversations", metadata,
-    sa.Column("id", sa.String(200), primary_key=True),  # the session id, or the turn's own id
+    sa.Column("id", sa.String(200), primary_key=True),  # the session id, or `context:` and the turn's context
 )
 
 
@@ -146,7 +147,7 @@ def recount(conn: sa.Connection, turns: sa.Table, feedback: sa.Table, contexts: 
 
 
 def add_conversations(conn: sa.Connection, turn_rows: list[dict[str, Any]], insert: Any) -> None:
-    ids = [{"id": r["session"] or r["id"]} for r in turn_rows]
+    ids = [{"id": r["session"] or f"context:{r['context']}"} for r in turn_rows]
     if ids:
         conn.execute(insert(tally_conversations).on_conflict_do_nothing(index_elements=[tally_conversations.c.id]), ids)
 
