@@ -438,8 +438,8 @@ class HealthConfig(_Frozen):
 
 
 class RetrainConfig(_Frozen):
-    memory_conversations: int = Field(ge=1, description="New conversations that trigger the memory (SFT) channel.")
-    reward_pairs: int = Field(ge=1, description="New preference pairs that trigger the reward channel.")
+    memory_conversations: int = Field(ge=1, description="Conversations held with `hominem serve` since the last retrain (counted from the log) that trigger the memory (SFT) channel, >= 1.")
+    reward_pairs: int = Field(ge=1, description="People's preference pairs since the last retrain (distinct choices, thumbs, emotion and nudge pairs from the log, and imports) that trigger the reward channel, >= 1.")
     combined_fraction: float = Field(gt=0.0, le=1.0, description="Both channels at this fraction of their thresholds also trigger, (0, 1].")
     sensor: bool = Field(description="The retrain sensor runs by default wherever a Dagster daemon runs (`make ui`, deploy/); false: it starts stopped (switch it on in the UI's Automation).")
     sensor_interval_seconds: int = Field(ge=5, description="Seconds between retrain sensor evaluations, >= 5.")
