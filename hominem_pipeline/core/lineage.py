@@ -31,7 +31,7 @@ from hominem_pipeline.core.artifacts import (
     fingerprint,
 )
 from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.stage import Stage
+from hominem_pipeline.core.stage import Stage, window_days
 
 PACKAGE = "hominem_pipeline"
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the hominem_pipeline/ folder
@@ -140,12 +140,6 @@ class Plan:
 
 class MissingInput(ArtifactNotFound):
     """An input the stage's config implies has not been built."""
-
-
-def window_days(partition: str, days: int) -> list[str]:
-    """The `days` days up to and including `partition`, oldest first."""
-    end = dt.date.fromisoformat(partition)
-    return [(end - dt.timedelta(days=offset)).isoformat() for offset in range(days - 1, -1, -1)]
 
 
 class Lineage:

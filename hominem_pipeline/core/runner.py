@@ -21,8 +21,8 @@ import pandas as pd
 from hominem_pipeline.core.artifacts import ArtifactRef, ArtifactStore
 from hominem_pipeline.core.config import HominemConfig
 from hominem_pipeline.core.device import describe_device, resolve_device
-from hominem_pipeline.core.lineage import Lineage, build_command, definition_version, settings_values, stage_seed, window_days
-from hominem_pipeline.core.stage import Stage, StageContext
+from hominem_pipeline.core.lineage import Lineage, build_command, definition_version, settings_values, stage_seed
+from hominem_pipeline.core.stage import Stage, StageContext, window_days
 from hominem_pipeline.core.stages import STAGES_BY_NAME
 from hominem_pipeline.core.tracking import TAG_CACHE_HIT, TAG_VERSION, Tracker
 

@@ -8,6 +8,7 @@ outside the slice raises `SliceError`, so what a stage reads is exactly what its
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,12 @@ if TYPE_CHECKING:
 
 # Members of the config that name places, not settings: any stage may read them.
 LOCATIONS = frozenset({"root", "overlay", "path", "data_dir", "mlflow_uri"})
+
+
+def window_days(partition: str, days: int) -> list[str]:
+    """The `days` days up to and including `partition`, oldest first: the days an input's window reads."""
+    end = dt.date.fromisoformat(partition)
+    return [(end - dt.timedelta(days=offset)).isoformat() for offset in range(days - 1, -1, -1)]
 
 
 class SliceError(LookupError):

@@ -64,7 +64,7 @@ def people_pairs_by_day(ctx: StageContext) -> dict[str, dict[str, int]]:
     """Per day of the window (oldest first), the people's pairs read from it: the service's feedback (`feedback`:
     choices, thumbs and emotion pairs; `nudge`: the nudges' dimension pairs) and the imported ones (`imported`);
     zeros for a day that has none."""
-    from hominem_pipeline.core.lineage import window_days
+    from hominem_pipeline.core.stage import window_days
 
     days = window_days(ctx.partition, ctx.cfg.reward_model.window_days)
     out = {d: {"feedback": 0, "nudge": 0, "imported": 0} for d in days}
