@@ -862,7 +862,6 @@ def test_feedback_given_after_a_days_run_reaches_the_next_days_reward_model(chai
     shutil.copytree(chain["project"], project, symlinks=True)
     config_path = project / "config" / "tiny.yaml"
     cfg = load_config(config_path, root=project)
-    before = lineage(cfg).require("reward_model", DAY).manifest["metadata"]["people_pairs_by_day"][DAY]
     messages = [{"role": "user", "content": "My sister forgot my birthday."}]
     turn = {"kind": "turn", "time": f"{DAY}T20:00:00+00:00", "rater": "local", "session": "late", "messages": messages, "model": "hominem",
             "adapter": None, "sampling": {}, "finish_reason": "stop", "completion_tokens": 5, "context": context_digest(messages)}
@@ -883,7 +882,9 @@ def test_feedback_given_after_a_days_run_reaches_the_next_days_reward_model(chai
     data = lineage(cfg)
     model = data.require("reward_model", nxt)
     assert DAY in [r["partition"] for r in model.manifest["inputs"]["human_feedback"]]  # read, not left out
+    feedback = pd.read_parquet(data.require("human_feedback", DAY).file("pairs.parquet"))
+    assert "late-c" in set(feedback["pair_id"])  # the late choice is among DAY's pairs now
     by_day = RewardMetadata.read(model.path).people_pairs_by_day
     assert list(by_day) == [(pd.Timestamp(nxt) - pd.Timedelta(days=k)).date().isoformat() for k in range(cfg.reward_model.window_days - 1, -1, -1)]
-    assert by_day[DAY]["feedback"] == before["feedback"] + 1 and by_day[nxt] == {"feedback": 0, "nudge": 0, "imported": 0}
+    assert by_day[DAY]["feedback"] == len(feedback) and by_day[nxt] == {"feedback": 0, "nudge": 0, "imported": 0}
     assert model.manifest["metadata"]["people_pairs_by_day"] == by_day
