@@ -35,7 +35,8 @@ from benchmarks.preference_history import write_log  # noqa: E402
 from hominem_pipeline.core.config_loader import load_config  # noqa: E402
 from hominem_pipeline.core.online.feedback import feedback_tables  # noqa: E402
 from hominem_pipeline.core.online.log import read_events  # noqa: E402
-from hominem_pipeline.core.retrain import log_folder, retrain_tick  # noqa: E402
+from hominem_pipeline.core.online.log import log_folder  # noqa: E402
+from hominem_pipeline.core.retrain import retrain_tick  # noqa: E402
 
 GOAL_SECONDS = 2.0
 

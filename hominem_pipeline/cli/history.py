@@ -30,7 +30,9 @@ def _open(cfg, update: bool, rebuild: bool = False):
         fail(f"cannot open the history index at {_safe(url)}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}; "
              "check history.url (or $HOMINEM_HISTORY_URL)")
     if update or rebuild:
-        folder = cfg.data_dir / cfg.serving.log_dir / "log"
+        from hominem_pipeline.core.online.log import log_folder
+
+        folder = log_folder(cfg)
         stats = (index.rebuild if rebuild else index.update)(folder, _domains(cfg) if cfg.history.domains else None)
         if stats.files:
             console.print(f"[dim]indexed {stats.turns} turns and {stats.feedback} feedback events from {stats.files} log files "

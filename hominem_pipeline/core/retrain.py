@@ -23,16 +23,16 @@ from typing import Any
 
 from hominem_pipeline.core.config import HominemConfig, RetrainConfig
 from hominem_pipeline.core.lineage import Lineage, lineage
+from hominem_pipeline.core.online.log import log_folder
 
 STATE_FILE = "retrain_sensor.json"  # in data/live/
-PARTS = ("choice", "thumbs", "emotion", "nudge", "imported")  # the reward channel's parts
 
 
 @dataclass(frozen=True)
 class DataCounts:
     conversations: int  # memory channel: conversations held with the service
     preference_pairs: int  # reward channel: people's pairs (feedback and imports)
-    parts: dict[str, int] = field(default_factory=dict)  # the reward channel per part (PARTS)
+    parts: dict[str, int] = field(default_factory=dict)  # the reward channel per part: tally.CHANNELS and `imported`
 
     def since(self, earlier: DataCounts) -> DataCounts:
         return DataCounts(
@@ -71,10 +71,6 @@ def should_retrain(new: DataCounts, cfg: RetrainConfig) -> RetrainDecision:
     )
 
 
-def log_folder(cfg: HominemConfig) -> Path:
-    return cfg.data_dir / cfg.serving.log_dir / "log"
-
-
 def _imported(data: Lineage) -> int:
     """The pairs of every imported day (`human_preferences`: built when imported, so counted from its versions)."""
     total = 0
@@ -89,6 +85,7 @@ def count_given(cfg: HominemConfig, data: Lineage | None = None) -> DataCounts:
     feedback makes, from the log (through the history index, brought up to date), and their imported pairs.
     The teacher's own output does not count: it arrives every day by itself."""
     from hominem_pipeline.core.online.history import HistoryIndex, index_url
+    from hominem_pipeline.core.online.tally import CHANNELS
 
     with HistoryIndex(index_url(cfg.history.url, cfg.data_dir)) as index:
         folder = log_folder(cfg)
@@ -96,7 +93,7 @@ def count_given(cfg: HominemConfig, data: Lineage | None = None) -> DataCounts:
             index.update(folder)
         given = index.given()
     imported = _imported(data or lineage(cfg))
-    parts = {"choice": given.choice, "thumbs": given.thumbs, "emotion": given.emotion, "nudge": given.nudge, "imported": imported}
+    parts = {c: getattr(given, c) for c in CHANNELS} | {"imported": imported}
     return DataCounts(conversations=given.conversations, preference_pairs=given.pairs + imported, parts=parts)
 
 

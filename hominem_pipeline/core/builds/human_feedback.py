@@ -13,7 +13,9 @@ DIMENSION_PAIRS = "dimension_pairs.parquet"  # the nudges' pairs, about one dime
 
 
 def log_file(cfg: HominemConfig, partition: str) -> Path:
-    return cfg.data_dir / cfg.serving.log_dir / "log" / f"{partition}.jsonl"
+    from hominem_pipeline.core.online.log import log_folder
+
+    return log_folder(cfg) / f"{partition}.jsonl"
 
 
 def build_human_feedback(ctx: StageContext) -> StageOutput:

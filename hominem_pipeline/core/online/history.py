@@ -203,17 +203,17 @@ class HistoryIndex:
         self._insert(conn, turns, turn_rows)
         self._insert(conn, feedback, feedback_rows)
         # what people gave, counted again for every conversation these events touch (core/online/tally.py)
-        contexts = {r["context"] for r in turn_rows} | {c for c, in self._contexts_of(conn, {r["turn"] for r in feedback_rows})}
+        contexts = {r["context"] for r in turn_rows} | self._contexts_of(conn, {r["turn"] for r in feedback_rows})
         tally.add_conversations(conn, turn_rows, insert_for(self.backend))
         tally.recount(conn, turns, feedback, contexts, insert_for(self.backend))
         return len(turn_rows), len(feedback_rows)
 
     @staticmethod
-    def _contexts_of(conn: sa.Connection, turn_ids: set[str]) -> set[tuple[str]]:
-        found: set[tuple[str]] = set()
+    def _contexts_of(conn: sa.Connection, turn_ids: set[str]) -> set[str]:
+        found: set[str] = set()
         ordered = sorted(turn_ids)
         for i in range(0, len(ordered), 1000):
-            found.update(conn.execute(sa.select(turns.c.context).where(turns.c.id.in_(ordered[i : i + 1000])).distinct()).all())
+            found.update(conn.execute(sa.select(turns.c.context).where(turns.c.id.in_(ordered[i : i + 1000])).distinct()).scalars())
         return found
 
     def update(self, folder: Path, domain_of: DomainOf | None = None) -> UpdateStats:
@@ -251,8 +251,8 @@ class HistoryIndex:
             missing = conn.execute(sa.select(t.id, t.prompt).where(t.domain.is_(None))).all()
             if not missing:
                 return
-            for (turn_id, _), domain in zip(missing, domain_of([p for _, p in missing])):
-                conn.execute(sa.update(turns).where(t.id == turn_id).values(domain=domain))
+            rows = [{"turn_id": turn_id, "found": d} for (turn_id, _), d in zip(missing, domain_of([p for _, p in missing]))]
+            conn.execute(sa.update(turns).where(t.id == sa.bindparam("turn_id")).values(domain=sa.bindparam("found")), rows)  # one executemany
             known = sa.select(t.domain).where(t.id == f.turn).scalar_subquery()
             conn.execute(sa.update(feedback).where(f.domain.is_(None)).values(domain=known))
 

@@ -25,6 +25,11 @@ log = logging.getLogger(__name__)
 SUFFIX = ".jsonl"
 
 
+def log_folder(cfg: Any) -> Path:
+    """The interaction log's folder under a config (`<project.data_dir>/<serving.log_dir>/log`)."""
+    return Path(cfg.data_dir) / cfg.serving.log_dir / "log"
+
+
 def utc_now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 

@@ -66,9 +66,6 @@ class Given:
     def pairs(self) -> int:
         return self.choice + self.thumbs + self.emotion + self.nudge
 
-    def as_dict(self) -> dict[str, int]:
-        return {"conversations": self.conversations, **{c: getattr(self, c) for c in CHANNELS}}
-
 
 def _key(a: str, b: str) -> str:
     return "|".join(sorted((a, b)))

@@ -77,9 +77,9 @@ class UpdateResult:
 
 def feedback_events(cfg: HominemConfig) -> list[dict[str, Any]]:
     """The events of the last `online.feedback_days` files of the interaction log, oldest first."""
-    from hominem_pipeline.core.online.log import read_events
+    from hominem_pipeline.core.online.log import log_folder, read_events
 
-    folder = cfg.data_dir / cfg.serving.log_dir / "log"
+    folder = log_folder(cfg)
     files = sorted(folder.glob("*.jsonl"))[-cfg.online.feedback_days :] if folder.is_dir() else []
     return [e for path in files for e in read_events(path)]
 
