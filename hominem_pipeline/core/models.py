@@ -90,7 +90,8 @@ def convert_gguf(gguf: Path, target: Path, package: str | None = None) -> Path:
     src = gguf.parent
     started = time.monotonic()
     log.info("converting %s to an fp32 HF folder at %s (once)", gguf.name, target)
-    tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=gguf.name)
+    # local_files_only is saved into tokenizer_config.json: set here, not by HF_HUB_OFFLINE, so the folder (and its digest) is the same however it is run
+    tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=gguf.name, local_files_only=True)
     dequantized = AutoModelForCausalLM.from_pretrained(src, gguf_file=gguf.name, dtype=torch.float32)
     # transformers 5 keeps GGUF bookkeeping on the loaded model; a model rebuilt from its config and
     # loaded with the plain state dict saves as an ordinary checkpoint.
