@@ -52,8 +52,14 @@ def live_status(config: ConfigOpt = None, sets: SetOpt = None,
     live = _do(state.current)
     console.print(f"live: [bold]{live.version or 'base'}[/]" + (f"  {live.adapter}" if live.adapter else "  (the base student alone)")
                   + (f"  since {live.since}" if live.since else ""))
+    if live.version is None:
+        from hominem_pipeline.core.online.promotion import why_base
+
+        console.print(f"why the base: {why_base(cfg.data_dir)}", highlight=False)
     if live.reward_model:
         console.print(f"reward model: {live.reward_model}")
+    for line in health_lines(cfg):
+        console.print(line, highlight=False)
     if live.frozen:
         console.print(f"[bold yellow]frozen[/] since {live.frozen['since']} by {live.frozen['by']}: {live.frozen['reason']} (`hominem live unfreeze`)")
     stack = [s["version"] or "base" for s in state.stack()]
@@ -89,6 +95,27 @@ def live_status(config: ConfigOpt = None, sets: SetOpt = None,
             action = e["action"] + (f" ({e['slow_loop_step']})" if e.get("slow_loop_step") and e["slow_loop_step"] != e["action"] else "")
             table.add_row(e["time"], action, e.get("version") or "base", e.get("by", ""), e.get("note") or e.get("reason") or "")
         console.print(table)
+
+
+def health_lines(cfg) -> list[str]:
+    """The newest day's Reward Health Index: each component against the panel's healthy range, the one
+    that refused, and the pattern of the last nights (flat near 0.5: the evaluator failing)."""
+    from hominem_pipeline.core.dashboard import DashboardData
+
+    h = DashboardData(cfg.data_dir).health()
+    if h["rhi"] is None:
+        return []
+    threshold = h.get("threshold")
+    lines = [f"health of {h['day']}: RHI {h['rhi']:.3f}" + (f" (threshold {threshold:g}, {h['threshold_from']})" if threshold is not None else "")
+             + ("" if h["deploy"] is None else ("  may go live" if h["deploy"] else "  refused"))]
+    for c in h["components"]:
+        value = "n/a" if c["value"] is None else f"{c['value']:.3f}"
+        lines.append(f"  {c['key'].upper():5s} {value}  {c.get('verdict') or 'no healthy range (health.calibration: null)'}"
+                     + ("  <- below the panel's healthy range" if c.get("below") else ""))
+    if h["pattern"]:
+        means = {p["pattern"]: p["means"] for p in h["patterns"]}
+        lines.append(f"pattern of the last nights: {h['pattern']}: {means[h['pattern']]}")
+    return lines
 
 
 @live_app.command("promote")

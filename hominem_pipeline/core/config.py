@@ -427,14 +427,25 @@ class ManifoldConfig(_Frozen):
 
 
 class HealthConfig(_Frozen):
-    weights: HealthWeights = Field(description="Weights of the five RHI components; they sum to 1.")
-    gvi_max_reference: float = Field(gt=0.0, description="Gradient-norm coefficient of variation that maps GVS to 0, > 0.")
+    calibration: str | None = Field(description="The panel's calibration file (normalising constants, weights, threshold, each component's healthy range; "
+                                                "benchmarks/health_panel.py calibrate writes it), relative to the project root; null: weights, "
+                                                "gvi_max_reference and deploy_threshold below, and no healthy ranges.")
+    weights: HealthWeights | None = Field(description="Weights of the five RHI components; they sum to 1. null: the calibration's.")
+    gvi_max_reference: float | None = Field(gt=0.0, description="Gradient-norm coefficient of variation that maps GVS to 0, > 0; null: the calibration's (one per policy mode).")
     perturbations_per_response: int = Field(ge=1, le=100, description="Word-drop perturbations per evaluation reply for manifold stability, 1-100.")
     dcs_layers: int | None = Field(ge=1, description="DCS compares the dimensions' gradients w.r.t. the reward backbone's last N blocks (and final norm); null: every parameter.")
-    deploy_threshold: float = Field(ge=0.0, le=1.0, description="RHI an adapter needs before it may go live, 0-1.")
+    deploy_threshold: float | None = Field(ge=0.0, le=1.0, description="RHI an adapter needs before it may go live, 0-1; null: the calibration's threshold.")
     min_win_rate: float = Field(ge=0.0, le=1.0, description="Win rate over the base on the held-out prompts an adapter also needs, 0-1; 0: off.")
     people_tolerance: float | None = Field(ge=0.0, description="How many standard errors (of the paired difference) an adapter's implicit-reward accuracy on the people's held-out pairs may fall below the live adapter's, >= 0; null: not checked.")
     manifold: ManifoldConfig = Field(description="Collapse and dominance of the reward signal an adapter was trained on: either blocks its promotion (check reward_manifold, the live gate).")
+
+    @model_validator(mode="after")
+    def _uncalibrated_needs_values(self) -> HealthConfig:
+        if self.calibration is None:
+            unset = [k for k in ("weights", "gvi_max_reference", "deploy_threshold") if getattr(self, k) is None]
+            if unset:
+                raise ValueError(f"health.calibration is null, so health.{', health.'.join(unset)} must be set (or name a calibration file)")
+        return self
 
 
 class RetrainConfig(_Frozen):

@@ -30,7 +30,7 @@ COMPONENTS = {
 PATTERNS = [
     ("sharp drop", "dimensions fighting: a new reward signal pulls the dimensions apart (look at DCS and reward collisions)"),
     ("oscillation", "curvature instability: the manifold bends from update to update (look at MSS)"),
-    ("flat near 0.5", "the evaluator is failing: its components carry no information (look at LRPS and the reward model's agreement with people)"),
+    ("flat near 0.5", "the evaluator failing: its components carry no information (look at LRPS and the reward model's agreement with people)"),
     ("flat near 1.0", "extremely healthy"),
 ]
 TIMELINE = {  # series name -> (asset, metric)
@@ -174,12 +174,16 @@ class DashboardData:
         rhi = [per[d]["metrics"].get("rhi") for d in days]
         latest = per[days[-1]] if days else None
         components = []
+        meta = latest.get("metadata", {}) if latest else {}
+        verdicts, below = meta.get("against_the_panel") or {}, set(meta.get("below_healthy_range") or [])
         if latest:
             for key, (name, meaning) in COMPONENTS.items():
-                components.append({"key": key, "name": name, "value": latest["metrics"].get(key), "meaning": meaning})
+                components.append({"key": key, "name": name, "value": latest["metrics"].get(key), "meaning": meaning,
+                                   "verdict": verdicts.get(key), "below": key in below})
         actions = [e for e in self.live_history() if e.get("action") in ("refuse", "rollback", "freeze", "unfreeze", "promote", "adjust")][-20:]
         return {"day": days[-1] if days else None, "rhi": rhi[-1] if rhi else None, "deploy": None if not latest else latest["metrics"].get("deployable"),
-                "components": components, "pattern": pattern(rhi), "patterns": [{"pattern": p, "means": m} for p, m in PATTERNS],
+                "threshold": meta.get("threshold"), "threshold_from": meta.get("threshold_from"), "reason": meta.get("reason"),
+                "calibration": meta.get("calibration"), "components": components, "pattern": pattern(rhi), "patterns": [{"pattern": p, "means": m} for p, m in PATTERNS],
                 "trend": {"days": days, "rhi": rhi},
                 "actions": [{"time": e.get("time"), "action": e.get("action"), "version": e.get("version"), "reason": e.get("reason")} for e in actions],
                 "slow_loop": slow_status(self.data_dir, None, dt.datetime.now(dt.timezone.utc).date().isoformat(), last=14),

@@ -45,6 +45,7 @@ from hominem_pipeline.core.builds.teacher_labels import (
 )
 from hominem_pipeline.core.builds.teacher_trajectories import build_teacher_trajectories
 from hominem_pipeline.core.config import HominemConfig, PolicyConfig
+from hominem_pipeline.core.evaluation.calibration import calibration_digest
 from hominem_pipeline.core.evaluation.fixtures import fixtures_file_digest
 from hominem_pipeline.core.online.slow_loop import adjustment_on
 from hominem_pipeline.core.policy.people_start import people_start_digest
@@ -105,6 +106,11 @@ def _adapter_files(c: HominemConfig, partition: str) -> Any:
 def _evaluation_reads(c: HominemConfig) -> tuple[str, ...]:
     # reward_model.people_pairs: which of the people's pairs are held out (the implicit reward is measured on them)
     return ("evaluation", "models.student", "fixtures.file", "dimensions", "reward_model.people_pairs") + (("policy.dual.memory_files",) if c.evaluation.memory_probe else ())
+
+
+def _health_files(c: HominemConfig, partition: str) -> Any:
+    """The health index's calibration file (`health.calibration`): a new calibration measures every day again."""
+    return {"calibration": calibration_digest(c)}
 
 
 def _probe_files(c: HominemConfig, partition: str) -> Any:
@@ -240,6 +246,7 @@ STAGES: tuple[Stage, ...] = (
         kinds=frozenset({"python"}),
         inputs=(Input("evaluation"), Input("lora_adapter"), Input("reward_model")),
         reads=("health",),
+        files=_health_files,
         build=build_reward_health_index,
     ),
     Stage(

@@ -74,7 +74,9 @@ def resolve_adapter(cfg: HominemConfig, choice: str | None) -> Path | None:
         state = LiveState(cfg.data_dir)
         path = state.adapter_path()
         if path is None:
-            log.info("no adapter is live in %s (none has passed the gate yet): serving the base alone", state.dir)
+            from hominem_pipeline.core.online.promotion import why_base
+
+            log.warning("serving the base student alone: %s", why_base(cfg.data_dir))
         elif not path.is_dir():
             raise ServeError(f"the live adapter {path} (named by {state.current_path}) is gone; `hominem live rollback` to one that is there")
         return path

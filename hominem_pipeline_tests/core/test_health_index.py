@@ -3,6 +3,7 @@ import pandas as pd
 import pytest
 
 from hominem_pipeline.core.config_loader import load_config
+from hominem_pipeline.core.evaluation.calibration import resolve
 from hominem_pipeline.core.evaluation.health import (
     Component,
     aggregate,
@@ -12,7 +13,8 @@ from hominem_pipeline.core.evaluation.health import (
 )
 from hominem_pipeline_tests.conftest import REPO
 
-CFG = load_config(root=REPO).health
+CONFIG = load_config(root=REPO)
+CFG = CONFIG.health
 
 
 def test_gvs_is_one_minus_coefficient_of_variation_over_reference():
@@ -25,12 +27,12 @@ def test_gvs_is_one_minus_coefficient_of_variation_over_reference():
 
 def test_rhi_uses_the_design_weights_and_reports_missing_components():
     full = {n: Component(n, v, "test") for n, v in zip(("dcs", "gvs", "mss", "cdrs", "lrps"), (0.8, 0.6, 1.0, 0.5, 0.4))}
-    report = aggregate(full, CFG)
+    report = aggregate(full, CONFIG)
     assert report.rhi == pytest.approx(0.25 * 0.8 + 0.15 * 0.6 + 0.25 * 1.0 + 0.20 * 0.5 + 0.15 * 0.4)
-    assert not report.partial and report.deployable is (report.rhi >= CFG.deploy_threshold)
+    assert not report.partial and report.deployable is (report.rhi >= resolve(CONFIG).threshold)
 
     partial = dict(full, gvs=Component("gvs", None, "not measured"))
-    report = aggregate(partial, CFG)
+    report = aggregate(partial, CONFIG)
     assert report.partial and report.missing == ["gvs"] and not report.deployable
     assert report.rhi == pytest.approx((0.25 * 0.8 + 0.25 * 1.0 + 0.20 * 0.5 + 0.15 * 0.4) / 0.85)
     assert "gvs" in report.reason
@@ -38,13 +40,13 @@ def test_rhi_uses_the_design_weights_and_reports_missing_components():
 
 def test_a_healthy_index_does_not_deploy_an_adapter_that_loses_to_the_base():
     healthy = {n: Component(n, 0.9, "test") for n in ("dcs", "gvs", "mss", "cdrs", "lrps")}
-    losing = aggregate(healthy, CFG, win_rate=0.4)
+    losing = aggregate(healthy, CONFIG, win_rate=0.4)
     assert losing.rhi == pytest.approx(0.9) and not losing.deployable and losing.win_rate == 0.4
     assert "40.0%" in losing.reason and "health.min_win_rate" in losing.reason
-    winning = aggregate(healthy, CFG, win_rate=CFG.min_win_rate)
+    winning = aggregate(healthy, CONFIG, win_rate=CFG.min_win_rate)
     assert winning.deployable and "win rate 50.0%" in winning.reason
-    assert aggregate(healthy, CFG).deployable  # no evaluation win rate: the index alone decides
-    assert aggregate(healthy, CFG.model_copy(update={"min_win_rate": 0.0}), win_rate=0.0).deployable
+    assert aggregate(healthy, CONFIG).deployable  # no evaluation win rate: the index alone decides
+    assert aggregate(healthy, load_config(root=REPO, overrides={"health": {"min_win_rate": 0.0}}), win_rate=0.0).deployable
 
 
 def test_cdrs_penalises_categories_that_disagree():
@@ -71,3 +73,24 @@ def test_perturbation_drops_exactly_one_word():
     out = perturb("one two three four", random.Random(0))
     assert len(out.split()) == 3 and set(out.split()) < {"one", "two", "three", "four"}
     assert perturb("single", random.Random(0)) == "single"
+
+
+def test_dimensions_updates_of_the_policy_agree_when_they_score_alike_and_oppose_when_inverted(tiny_student):
+    import numpy as np
+    from peft import LoraConfig, get_peft_model
+
+    from hominem_pipeline.core.evaluation.health import dcs_of, policy_gradient_agreement
+    from hominem_pipeline.core.models import load_student
+
+    base, tokenizer = load_student(tiny_student)
+    policy = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    prompts = ["How are you?", "Tell me a story.", "What is two plus two?", "I feel sad today."]
+    replies = ["I am well, thank you.", "Once upon a time a fox.", "Four.", "I am sorry to hear that."]
+    first = np.array([0.9, 0.1, -0.4, 0.7])
+    vectors = np.stack([first, 2 * first + 0.3, -first, np.array([0.1, 0.8, 0.2, -0.6])], 1)  # same, same up to scale, inverted, other
+    cos = policy_gradient_agreement(policy, tokenizer, prompts, replies, vectors, chunk=3)
+    assert cos.shape == (4, 4) and np.allclose(np.diag(cos), 1.0, atol=1e-5)
+    assert cos[0, 1] == pytest.approx(1.0, abs=1e-4) and cos[0, 2] == pytest.approx(-1.0, abs=1e-4)  # an update and its reverse
+    assert abs(cos[0, 3]) < 0.99
+    assert 0.0 <= dcs_of(cos) <= 1.0
+    assert all(not p.requires_grad for n, p in policy.named_parameters() if "lora_" not in n)  # the base stays frozen

@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hominem_pipeline.core.config import HealthConfig
 from hominem_pipeline.core.reward.encoding import pad_batch, pad_id
 from hominem_pipeline.core.reward.model import RewardModel
 from hominem_pipeline.core.stats import pearson, spearman
@@ -42,6 +41,12 @@ class HealthReport:
     deployable: bool
     reason: str
     win_rate: float | None = None  # the adapter's win rate over the base on the evaluation prompts
+    threshold: float | None = None  # the RHI it was held to, and where that comes from
+    threshold_name: str | None = None
+    verdicts: dict[str, str | None] = field(default_factory=dict)  # component -> where it lies against the panel's healthy range (None: no range)
+    below_range: list[str] = field(default_factory=list)  # the components below the panel's healthy range
+    calibration: str | None = None  # the calibration file in force (None: the config's constants) and its digest
+    calibration_digest: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "components": {k: asdict(v) for k, v in self.components.items()}}
@@ -84,17 +89,33 @@ def gradient_agreement(reward_model: RewardModel, prompts: Sequence[str], respon
                 ids, mask = pad_batch(encoded[start : start + chunk], pad_id(reward_model.tokenizer))
                 rows = None if guards is None else guards[start : start + chunk].to(dev)
                 vectors = net(ids.to(dev), mask.to(dev), rows)["vector"].mean(1)  # (n, D): the ensemble members' mean
-                n_dims, chunk_grads = vectors.shape[1], []
-                for d in range(n_dims):
-                    g = torch.autograd.grad(vectors[:, d].sum() / len(encoded), params, retain_graph=d < n_dims - 1, allow_unused=True)
-                    chunk_grads.append(torch.cat([x.reshape(-1) for x in g if x is not None]))
+                chunk_grads = _column_gradients(vectors / len(encoded), params)
                 grads = chunk_grads if grads is None else [a + b for a, b in zip(grads, chunk_grads)]
     finally:
         for p, w in zip(every, was):
             p.requires_grad_(w)
+    return _cosines(grads)
+
+
+def _column_gradients(outputs: Any, params: list[Any]) -> list[Any]:
+    """The gradient of each column of `outputs` (n, D), summed over its rows, w.r.t. `params`: D flat vectors."""
+    import torch
+
+    n = outputs.shape[1]
+    grads = []
+    for d in range(n):
+        g = torch.autograd.grad(outputs[:, d].sum(), params, retain_graph=d < n - 1, allow_unused=True)
+        grads.append(torch.cat([x.reshape(-1) for x in g if x is not None]))
+    return grads
+
+
+def _cosines(grads: list[Any]) -> np.ndarray:
+    """The (D, D) cosines between D flat gradients."""
+    import torch
+
     G = torch.stack(grads)
     G = G / G.norm(dim=1, keepdim=True).clamp(min=1e-12)
-    return (G @ G.T).cpu().numpy()
+    return (G @ G.T).detach().cpu().numpy()
 
 
 def dimensional_coherence(
@@ -119,6 +140,46 @@ def dimensional_coherence(
         f"({'every parameter' if layers is None else f'its last {layers} blocks'}) on the adapter's evaluation responses",
         {"mean_gda": float(upper.mean()), "min_gda": float(upper.min()), "pairs": int(len(upper))},
     )
+
+
+def policy_gradient_agreement(policy: Any, tokenizer: Any, prompts: Sequence[str], replies: Sequence[str], vectors: np.ndarray,
+                              max_length: int = 128, chunk: int = 8) -> np.ndarray:
+    """GDA(i, j) for every pair of dimensions measured on the policy, (D, D): the cosine between the
+    updates dimension i and dimension j ask of the adapter (design 000 3.4.1: "reward dimensions produce
+    non-contradictory updates"). Dimension d's update is its policy gradient over the replies,
+    sum_n (r_d(y_n) - mean r_d) * grad log pi(y_n | x_n), w.r.t. the adapter's LoRA parameters; `vectors`:
+    the reward model's (n, D) vectors of the replies. `chunk` replies go through the policy at a time."""
+    import torch
+
+    from hominem_pipeline.core.policy.sequences import encode, right_padded
+
+    params = [p for name, p in policy.named_parameters() if "lora_" in name]
+    if not params:
+        raise ValueError("the policy has no LoRA parameters to measure the dimensions' updates on")
+    was = [p.requires_grad for p in params]
+    advantage = torch.as_tensor(vectors - vectors.mean(0, keepdims=True), dtype=torch.float32)
+    dev = next(policy.parameters()).device
+    pad = tokenizer.pad_token_id
+    grads: list[torch.Tensor] | None = None
+    try:
+        for p in params:
+            p.requires_grad_(True)
+        with torch.enable_grad():
+            for start in range(0, len(replies), chunk):
+                seqs = [encode(tokenizer, prompts[i], replies[i], max_length) for i in range(start, min(start + chunk, len(replies)))]
+                ids, mask = right_padded([s for s, _ in seqs], pad)
+                logits = policy(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits[:, :-1].float()
+                token_logps = logits.log_softmax(-1).gather(-1, ids[:, 1:, None].to(dev))[..., 0]
+                keep = torch.zeros_like(token_logps)
+                for j, (seq, begin) in enumerate(seqs):
+                    keep[j, max(begin, 1) - 1 : len(seq) - 1] = 1.0
+                logp = (token_logps * keep).sum(1)  # each reply's log-probability under the policy
+                chunk_grads = _column_gradients(advantage[start : start + len(seqs)].to(dev) * logp[:, None], params)
+                grads = chunk_grads if grads is None else [x + y for x, y in zip(grads, chunk_grads)]
+    finally:
+        for p, w in zip(params, was):
+            p.requires_grad_(w)
+    return _cosines(grads)
 
 
 def dcs_of(agreement: np.ndarray) -> float:
@@ -158,8 +219,11 @@ def manifold_stability(
     adapter_responses: Sequence[str],
     perturbations: int,
     seed: int,
+    drift_max: float | None = None,
+    curvature_max: float | None = None,
 ) -> Component:
-    """MSS = 0.5(1 - RDM drift) + 0.5(1 - curvature variance).
+    """MSS = 0.5(1 - RDM drift) + 0.5(1 - curvature variance), each term normalised by its reference
+    (`drift_max`, `curvature_max`: the panel's, from its healthy days; None: the raw value) and clipped to [0, 1].
 
     RDM drift: the representational dissimilarity matrix (Euclidean distances between reward vectors
     of the evaluation responses) of the base and of the adapter; drift = (1 - Spearman rho) / 2.
@@ -192,11 +256,14 @@ def manifold_stability(
         return Component("mss", None, "reward vectors or scalars did not vary across responses")
     drift = (1.0 - rho) / 2.0
     curvature_var = noise / (noise + spread)
+    value = 0.5 * _clip01(1.0 - drift / (drift_max or 1.0)) + 0.5 * _clip01(1.0 - curvature_var / (curvature_max or 1.0))
     return Component(
         "mss",
-        _clip01(0.5 * (1.0 - drift) + 0.5 * (1.0 - curvature_var)),
-        "RDM of reward vectors base vs adapter (Spearman) and reward change under one-word-drop perturbations",
-        {"rdm_spearman": rho, "rdm_drift": drift, "curvature_variance": curvature_var, "perturbations": len(moved)},
+        _clip01(value),
+        "RDM of reward vectors base vs adapter (Spearman) and reward change under one-word-drop perturbations"
+        + ("" if drift_max is None and curvature_max is None else f", against drift {drift_max} and curvature variance {curvature_max}"),
+        {"rdm_spearman": rho, "rdm_drift": drift, "curvature_variance": curvature_var, "perturbations": len(moved),
+         "rdm_drift_max": drift_max, "curvature_variance_max": curvature_max},
     )
 
 
@@ -206,7 +273,7 @@ def _binary_entropy(p: float) -> float:
     return float(-(p * math.log2(p) + (1 - p) * math.log2(1 - p)))
 
 
-def cross_domain_robustness(table: pd.DataFrame, dimensions: Sequence[str]) -> Component:
+def cross_domain_robustness(table: pd.DataFrame, dimensions: Sequence[str], against: str = "overall") -> Component:
     """CDRS = 1 - (C_contradiction + C_entropy + (1 - C_consistency)) / 3 across prompt categories.
 
     C_contradiction: share of (category, dimension) cells whose mean adapter-base delta has the
@@ -225,6 +292,8 @@ def cross_domain_robustness(table: pd.DataFrame, dimensions: Sequence[str]) -> C
         ]
     )
     overall = deltas[list(dimensions)].mean()
+    if against == "improvement":  # a cell contradicts when the adapter is worse than the base there, whatever the overall sign
+        overall = overall.abs().clip(lower=1.0)
     per_cat = deltas.groupby("category")[list(dimensions)].mean()
     cells = contradictions = 0
     for d in dimensions:
@@ -271,32 +340,45 @@ def local_reward_predictivity(reward_model: RewardModel, prompts: Sequence[str],
 # --- aggregate ------------------------------------------------------------------------------------
 
 
-def aggregate(components: dict[str, Component], cfg: HealthConfig, win_rate: float | None = None) -> HealthReport:
-    """The weighted RHI and the deploy decision: a full index at or above `deploy_threshold` and, where
-    the evaluation measured one, a win rate over the base at or above `min_win_rate` (the RHI says the
-    reward signal is healthy, not that the adapter is better than what is live without it)."""
-    weights = cfg.weights.model_dump()
+def aggregate(components: dict[str, Component], cfg: Any, win_rate: float | None = None) -> HealthReport:
+    """The weighted RHI and the deploy decision under `cfg`'s health settings and calibration
+    (`calibration.resolve`): a full index at or above the threshold and, where the evaluation measured
+    one, a win rate over the base at or above `health.min_win_rate` (the RHI says the reward signal is
+    healthy, not that the adapter is better than what is live without it). Each component is judged
+    against the panel's healthy range, and a refusal names those below it."""
+    from hominem_pipeline.core.evaluation.calibration import resolve
+
+    settings = resolve(cfg)
+    weights = settings.weights
     measured = {k: c for k, c in components.items() if c.value is not None}
     missing = [k for k in COMPONENTS if k not in measured]
     total = sum(weights[k] for k in measured)
     rhi = sum(weights[k] * measured[k].value for k in measured) / total if total > 0 else None
+    verdicts = {k: settings.verdict(k, c.value) for k, c in components.items()}
+    low = [f"{k.upper()} {c.value:.3f} ({settings.healthy[k][0]:.2f}-{settings.healthy[k][1]:.2f})" for k, c in components.items()
+           if settings.below(k, c.value)]
+    threshold, name = settings.threshold, settings.threshold_name
+    min_win_rate = cfg.health.min_win_rate
     if rhi is None:
         deployable, reason = False, "no component could be measured"
     elif missing:
         deployable, reason = False, f"partial index: {', '.join(missing)} not measured"
-    elif rhi < cfg.deploy_threshold:
-        deployable, reason = False, f"RHI {rhi:.3f} below deploy threshold {cfg.deploy_threshold}"
-    elif win_rate is not None and win_rate < cfg.min_win_rate:
+    elif rhi < threshold:
+        deployable, reason = False, f"RHI {rhi:.3f} below {settings.threshold_text}" + (
+            f"; below the panel's healthy range: {', '.join(low)}" if low else "")
+    elif win_rate is not None and win_rate < min_win_rate:
         deployable, reason = False, (
             f"RHI {rhi:.3f} passes, but the adapter beat the base on {win_rate:.1%} of the evaluation prompts, "
-            f"below health.min_win_rate {cfg.min_win_rate:.0%}"
+            f"below health.min_win_rate {min_win_rate:.0%}"
         )
     else:
-        deployable, reason = True, f"RHI {rhi:.3f} at or above deploy threshold {cfg.deploy_threshold}"
+        deployable, reason = True, f"RHI {rhi:.3f} at or above {settings.threshold_text}"
         if win_rate is not None:
-            reason += f", win rate {win_rate:.1%} at or above {cfg.min_win_rate:.0%}"
+            reason += f", win rate {win_rate:.1%} at or above {min_win_rate:.0%}"
     return HealthReport(
-        rhi=rhi, partial=bool(missing), missing=missing, components=components, deployable=deployable, reason=reason, win_rate=win_rate
+        rhi=rhi, partial=bool(missing), missing=missing, components=components, deployable=deployable, reason=reason, win_rate=win_rate,
+        threshold=threshold, threshold_name=name, verdicts=verdicts, below_range=[k for k, c in components.items() if settings.below(k, c.value)],
+        calibration=settings.source, calibration_digest=settings.digest,
     )
 
 
@@ -304,17 +386,25 @@ def compute_health(
     reward_model: RewardModel,
     evaluation: pd.DataFrame,
     grad_norms: Sequence[float],
-    cfg: HealthConfig,
+    cfg: Any,
     seed: int,
+    mode: str | None = None,
 ) -> HealthReport:
+    """The RHI of an adapter from its evaluation table, its training gradient norms and the reward model,
+    under `cfg`'s health settings and calibration; `mode`: the adapter's policy mode (per-mode constants)."""
+    from hominem_pipeline.core.evaluation.calibration import resolve
+
+    h = cfg.health
+    settings = resolve(cfg)
     prompts = list(evaluation["prompt"])
     base = list(evaluation["base_response"])
     adapter = list(evaluation["adapter_response"])
     answered = [i for i, r in enumerate(adapter) if r.strip()]
     components = {
-        "dcs": dimensional_coherence(reward_model, [prompts[i] for i in answered], [adapter[i] for i in answered], cfg.dcs_layers),
-        "gvs": gradient_variance_stability(grad_norms, cfg.gvi_max_reference),
-        "mss": manifold_stability(reward_model, prompts, base, adapter, cfg.perturbations_per_response, seed),
+        "dcs": dimensional_coherence(reward_model, [prompts[i] for i in answered], [adapter[i] for i in answered], h.dcs_layers),
+        "gvs": gradient_variance_stability(grad_norms, settings.reference("gvi_max", mode)),
+        "mss": manifold_stability(reward_model, prompts, base, adapter, h.perturbations_per_response, seed,
+                                  settings.references.get("rdm_drift_max"), settings.references.get("curvature_variance_max")),
         "cdrs": cross_domain_robustness(evaluation, reward_model.dimensions),
         "lrps": local_reward_predictivity(reward_model, prompts + prompts, base + adapter),
     }

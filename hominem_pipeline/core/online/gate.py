@@ -160,7 +160,8 @@ def run_gate(
     seed: int,
     live_version: str | None = None,
     threshold: float | None = None,
-    threshold_name: str = "health.deploy_threshold",
+    threshold_name: str | None = None,
+    rhi_measured: dict[str, Any] | None = None,
     cache: ReplyCache | None = None,
     candidate_version: str | None = None,
     people: pd.DataFrame | None = None,
@@ -182,7 +183,13 @@ def run_gate(
 
     if not prompts:
         raise ValueError("the gate needs held-out prompts to compare on; set prompts.eval_per_category to at least 1")
-    threshold = cfg.health.deploy_threshold if threshold is None else threshold
+    if threshold is None:
+        from hominem_pipeline.core.evaluation.calibration import resolve
+
+        settings = resolve(cfg)
+        threshold, threshold_name = settings.threshold, settings.threshold_name
+    threshold_name = threshold_name or "health.deploy_threshold"
+    rhi_measured = rhi_measured or {}
     model = side_by_side_model(base, candidate, live)
     live_name = None if live is None else LIVE
     texts = list(prompts)
@@ -220,7 +227,12 @@ def run_gate(
     if rhi is None:
         reasons.append("no Reward Health Index measured for it")
     elif rhi < threshold:
-        reasons.append(f"RHI {rhi:.3f} below {threshold_name} {threshold}")
+        low = [f"{k.upper()} {c['value']:.3f} ({c['verdict']})" for k, c in rhi_measured.get("components", {}).items()
+               if k in rhi_measured.get("below_range", []) and c.get("value") is not None]
+        reasons.append(f"RHI {rhi:.3f} below {threshold_name} {threshold}" + (f"; {', '.join(low)}" if low else ""))
+    if rhi_measured.get("components"):
+        figures["rhi_components"] = rhi_measured["components"]
+        figures["rhi_below_range"] = rhi_measured.get("below_range", [])
 
     wins = [outcome(float(a), float(b)) for a, b in zip(scores["live"], scores["candidate"])]
     win_rate = float(np.mean(wins))

@@ -32,20 +32,61 @@ class Offer:
         return self.report.passed
 
 
-def health_of(cfg: HominemConfig, adapter: Path) -> tuple[float | None, tuple[float, str] | None]:
-    """(RHI, the threshold it is held to and its setting; None: health.deploy_threshold) of `adapter`: for
-    an online update, the partial index in its health.json (held to online.skip_below); for a daily
-    lora_adapter version, what the `reward_health_index` stage measured for it. (None, None) when none
+def health_of(cfg: HominemConfig, adapter: Path) -> tuple[float | None, tuple[float, str] | None, dict[str, Any]]:
+    """(RHI, the threshold it is held to and its setting (None: the health index's own), what it measured)
+    of `adapter`: for an online update, the partial index in its health.json (held to online.skip_below);
+    for a daily lora_adapter version, what the `reward_health_index` stage measured for it (the version
+    this config implies, else the newest built on it). What it measured: each component with its value
+    and where it lies against the panel's healthy range, and those below it. (None, None, {}) when none
     was measured."""
     if (adapter / HEALTH).is_file():
         health = json.loads((adapter / HEALTH).read_text())
-        return health.get("rhi"), (cfg.online.skip_below, "online.skip_below")
+        return health.get("rhi"), (cfg.online.skip_below, "online.skip_below"), _measured(health)
+    from hominem_pipeline.core.lineage import lineage
+
     version, day = adapter.name, adapter.parent.name
-    for manifest in sorted((cfg.data_dir / "reward_health_index" / day).glob("*/manifest.json")):
+    on_it = []
+    for manifest in (cfg.data_dir / "reward_health_index" / day).glob("*/manifest.json"):
         m = json.loads(manifest.read_text())
         if any(i["version"] == version for i in m.get("inputs", {}).get("lora_adapter", [])) and m.get("complete", True):
-            return m["metrics"].get("rhi"), None
-    return None, None
+            on_it.append((manifest.stat().st_mtime, manifest.parent, m))
+    if not on_it:
+        return None, None, {}
+    try:
+        expected = lineage(cfg).expected("reward_health_index", day)
+    except Exception:  # noqa: BLE001 - the config's inputs for that day are not all built: the newest measured on it
+        expected = None
+    chosen = next((x for x in on_it if expected is not None and x[1] == expected.path), max(on_it, key=lambda x: x[0]))
+    folder, m = chosen[1], chosen[2]
+    health = json.loads((folder / "health.json").read_text()) if (folder / "health.json").is_file() else {}
+    return m["metrics"].get("rhi"), None, _measured(health)
+
+
+def _measured(health: dict[str, Any]) -> dict[str, Any]:
+    """A health report's components (value, and verdict against the panel) and those below the healthy range."""
+    verdicts = health.get("verdicts") or {}
+    components = {k: {"value": c.get("value"), "verdict": verdicts.get(k)} for k, c in (health.get("components") or {}).items()}
+    return {"components": components, "below_range": health.get("below_range") or [], "calibration": health.get("calibration")}
+
+
+def why_base(data_dir: Path) -> str | None:
+    """Why the base answers (no adapter is live), in words a person can act on: the newest candidate the
+    gate refused, why, and the commands that serve it anyway or gate it again; None when an adapter is live."""
+    state = LiveState(data_dir)
+    if state.current().version is not None:
+        return None
+    refused = state.candidates()
+    if not refused:
+        return "no adapter has passed the gate yet (none was offered: `make run` builds and gates the day's adapter)"
+    last = refused[0]
+    figures = last.get("gate") or {}
+    low = [f"{k.upper()} {c['value']:.3f} ({c['verdict']})" for k, c in (figures.get("rhi_components") or {}).items()
+           if k in (figures.get("rhi_below_range") or []) and c.get("value") is not None]
+    why = last.get("reason", "")
+    if low and not any(k.upper() in why for k in figures.get("rhi_below_range") or []):
+        why += f" (below the panel's healthy range: {', '.join(low)})"
+    return (f"the gate refused {last['version']} ({last['time']}): {why}. `hominem serve --adapter latest` serves it anyway; "
+            f"`hominem live promote {last['version']}` gates it again")
 
 
 def gate_prompts(cfg: HominemConfig) -> list[str]:
@@ -93,8 +134,9 @@ def offer(cfg: HominemConfig, adapter: Path, *, by: str, reason: str, rhi: float
     rm_path = rm_path or state.reward_model_path(current)
     if rm_path is None or not Path(rm_path).is_dir():
         raise LiveError(f"no reward model to judge {adapter} with (its METADATA names {rm_path}); build one with `hominem run`")
+    measured: dict[str, Any] = {}
     if rhi is None:
-        rhi, held_to = health_of(cfg, adapter)
+        rhi, held_to, measured = health_of(cfg, adapter)
         if rhi_threshold is None and held_to is not None:
             rhi_threshold, threshold_name = held_to
     from hominem_pipeline.core.builds.reward_model import people_pairs as held_out_pairs
@@ -105,7 +147,7 @@ def offer(cfg: HominemConfig, adapter: Path, *, by: str, reason: str, rhi: float
         adapter, state.adapter_path(current), cfg=cfg, base=base, tokenizer=tokenizer, reward_model=reward_model if reward_model is not None else project_reward_model(rm_path, cfg),
         prompts=gate_prompts(cfg) if prompts is None else prompts,
         memory=read_memory_rows(memory_paths(cfg)) if cfg.evaluation.memory_probe else None,
-        rhi=rhi, threshold=rhi_threshold, threshold_name=threshold_name or "health.deploy_threshold",
+        rhi=rhi, threshold=rhi_threshold, threshold_name=threshold_name, rhi_measured=measured,
         cache=ReplyCache(state.dir / REPLIES, cfg), candidate_version=version, seed=cfg.project.seed if seed is None else seed,
         live_version=current.version, people=_first(held_out_pairs(cfg, "held_out"), people_pairs),
         base_logps=base_logp_cache(student_path(cfg), cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES)),

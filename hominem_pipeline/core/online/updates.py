@@ -262,16 +262,18 @@ def held_out_prompts(cfg: HominemConfig, sources: list[Any]) -> list[str]:
 
 
 def partial_health(cfg: HominemConfig, reward_model: Any, prompts: list[str], replies: list[str], grad_norms: list[float]):
-    """The fast loop's Reward Health Index: DCS on the adapter's replies and GVS on its gradient norms,
-    weighted as in health.weights and renormalised (`health.aggregate` over the two)."""
+    """The fast loop's Reward Health Index: DCS on the adapter's replies and GVS on its gradient norms
+    (normalised by the calibration's constant for the dual mode, which online updates train in),
+    weighted as in the health index and renormalised (`health.aggregate` over the two)."""
+    from hominem_pipeline.core.evaluation.calibration import resolve
     from hominem_pipeline.core.evaluation.health import aggregate, dimensional_coherence, gradient_variance_stability
 
     answered = [i for i, r in enumerate(replies) if r.strip()]
     components = {
         "dcs": dimensional_coherence(reward_model, [prompts[i] for i in answered], [replies[i] for i in answered], cfg.health.dcs_layers),
-        "gvs": gradient_variance_stability(grad_norms, cfg.health.gvi_max_reference),
+        "gvs": gradient_variance_stability(grad_norms, resolve(cfg).reference("gvi_max", "dual")),
     }
-    return aggregate(components, cfg.health)
+    return aggregate(components, cfg)
 
 
 # -- one update --------------------------------------------------------------------------------------

@@ -140,7 +140,12 @@ const views = {
     draw("chart-health", h.trend.days.map(dayTs), [{ label: "RHI", values: h.trend.rhi, width: 3 }], { yRange: [0, 1] });
     const means = Object.fromEntries(h.patterns.map((p) => [p.pattern, p.means]));
     $("#health-pattern").innerHTML = h.pattern ? `Pattern over the last days: <b>${esc(h.pattern)}</b>: ${esc(means[h.pattern])}` : '<span class="muted">no named pattern in the last days (sharp drop, oscillation, flat near 0.5 or 1.0)</span>';
-    table($("#components"), ["component", "value", "what a low value means"], h.components.map((c) => [c.name, { html: num(c.value), cls: "num " + (c.value !== null && c.value < 0.5 ? "bad" : "") }, c.meaning]));
+    table($("#components"), ["component", "value", "against the panel's healthy days", "what a low value means"], h.components.map((c) => [c.name,
+      { html: num(c.value), cls: "num " + (c.below ? "bad" : c.verdict ? "good" : "") },
+      { html: c.verdict ? esc(c.verdict) + (c.below ? " <b>(refused)</b>" : "") : '<span class="muted">no healthy range (health.calibration: null)</span>', cls: c.below ? "bad" : "" },
+      c.meaning]));
+    $("#health-verdict").innerHTML = h.rhi === null ? "" : `RHI ${num(h.rhi)} of ${esc(h.day)}` + (h.threshold !== null && h.threshold !== undefined ? ` against ${esc(h.threshold_from)} ${num(h.threshold)}` : "")
+      + (h.deploy === null ? "" : h.deploy ? ': <b class="good">may go live</b>' : `: <b class="bad">refused</b> (${esc(h.reason || "")})`);
     table($("#actions"), ["time", "action", "version", "reason"], h.actions.slice().reverse().map((a) => [a.time, a.action, a.version || "base", a.reason || ""]));
     const sl = h.slow_loop;
     $("#slow-loop").innerHTML = (sl.in_force.length ? `<p class="bad">In force: <b>${sl.in_force.map(esc).join(", ")}</b> (the next adapters train at ${sl.lr_factor}× the learning rate, ${sl.rank_factor}× the LoRA rank); rising nights undo them.</p>`
