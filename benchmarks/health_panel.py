@@ -1,0 +1,328 @@
+"""A panel of days whose answer is known, for the Reward Health Index and the live gate.
+
+`build` makes each day with the project's own stages (`core.runner.run_stage`, prompts through
+evaluation) on the default models: healthy days from the default config on two days, with
+another seed, in each policy mode, and with a teacher behind the project's wire server; broken days,
+each broken in one known way. `measure` reads the panel back: for each day, measures that do not read
+the RHI (people's held-out pairs, facts, contrast fixtures, held-out perplexity, the reward model's
+own fixtures) say whether it is objectively broken; then each RHI component and the RHI itself are
+measured on every day with this code, with their separation of healthy from broken (AUC), and the
+gate's other checks are run against the base.
+
+    .venv/bin/python benchmarks/health_panel.py build --panel /tmp/health-panel            # ~2.5 h on 2 CPU cores
+    .venv/bin/python benchmarks/health_panel.py build --panel /tmp/health-panel --only scaled,lr
+    .venv/bin/python benchmarks/health_panel.py measure --panel /tmp/health-panel          # ~2 min a day
+    .venv/bin/python benchmarks/health_panel.py calibrate --panel /tmp/health-panel        # writes config/health/calibration.yaml
+
+A day is built in a project folder of its own kind: `base/` holds the days that differ by settings
+alone (their versions differ, so they share one data folder); a day broken in its files (labels,
+pairs, adapter weights) gets a folder of its own, with the base's artifacts linked in and the broken
+one written under the version the config expects, so everything downstream is built from it.
+`days.json` lists each day, its settings and the versions it made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+log = logging.getLogger("health_panel")
+
+DAY1, DAY2 = "2026-11-20", "2026-11-21"
+WIRE_PORT = 18761  # fixed: the teacher's base_url is part of the labels' version
+WIRE_KEY = "panel-key"
+CHAIN = ("prompts", "teacher_trajectories", "teacher_labels", "human_feedback", "reward_model", "preference_pairs",
+         "lora_adapter", "evaluation")  # the RHI is measured by `measure`, with the code and calibration under test
+SCALE = 8.0  # the scaled adapter's LoRA update, times its trained size
+FEW_LABELS = 12
+HIGH_LR = 0.2  # 100x policy.learning_rate
+
+
+@dataclass
+class Day:
+    name: str
+    healthy: bool
+    what: str
+    project: str  # the folder under the panel whose data/ holds it
+    partition: str = DAY1
+    overrides: dict[str, Any] = field(default_factory=dict)
+    fault: str | None = None  # a file fault applied before `fault_stage` is built (None: settings alone)
+    fault_stage: str | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    seconds: float | None = None
+
+
+def panel_days() -> list[Day]:
+    """The panel, in build order (the base's first day first: the file faults start from its artifacts)."""
+    return [
+        Day("default", True, "the default config (dual), day 1", "base"),
+        Day("scaled", False, f"the default adapter with its LoRA update scaled {SCALE:g}x", "scaled", fault="scale_lora", fault_stage="evaluation"),
+        Day("lr", False, f"the default adapter trained at learning rate {HIGH_LR:g} (100x the default)", "base",
+            overrides={"policy": {"learning_rate": HIGH_LR}}),
+        Day("dpo", True, "policy.mode dpo, day 1", "base", overrides={"policy": {"mode": "dpo"}}),
+        Day("swapped", False, "an adapter trained from a fresh LoRA on every pair swapped (ranked and people's)", "swapped",
+            overrides={"policy": {"dual": {"people_start": None}}}, fault="swap_pairs", fault_stage="lora_adapter"),
+        Day("seed", True, "the default with policy.seed 1, day 1", "base", overrides={"policy": {"seed": 1}}),
+        Day("shuffled_labels", False, "a reward model trained on the day's labels shuffled across replies", "shuffled",
+            fault="shuffle_labels", fault_stage="reward_model"),
+        Day("wire_teacher", True, "a teacher behind the project's wire server (OpenAI wire format), day 1", "wire",
+            overrides={"teacher": {"provider": "openai", "api": {"model": "gpt-4o-mini", "base_url": f"http://127.0.0.1:{WIRE_PORT}/v1",
+                                                                 "api_key_env": "HOMINEM_PANEL_KEY"}}}),
+        Day("inverted_dimension", False, "a reward model trained with empathy's sign inverted in every label", "inverted",
+            fault="invert_dimension", fault_stage="reward_model"),
+        Day("collapsed_dimensions", False, "a reward model trained on labels whose dimensions are all their mean", "collapsed",
+            fault="collapse_dimensions", fault_stage="reward_model"),
+        Day("rl", True, "policy.mode rl (GRPO on the reward model), day 1", "base", overrides={"policy": {"mode": "rl"}}),
+        Day("few_labels", False, f"a reward model trained on {FEW_LABELS} labels", "few", fault="few_labels", fault_stage="reward_model"),
+        Day("contradicting_memory", False, "the default adapter trained on memory rows that state the wrong fact", "base",
+            overrides={"policy": {"dual": {"memory_files": ["PANEL/contradicting_memory"]}}}),
+        Day("day2", True, "the default config (dual), day 2", "base", partition=DAY2),
+    ]
+
+
+def day_config(panel: Path, day: Day):
+    from hominem_pipeline.core.config_loader import deep_merge, load_config
+
+    project = panel / day.project
+    text = json.dumps(day.overrides).replace("PANEL/", str(panel) + "/")
+    student = load_config(root=ROOT).models.student.path
+    there = {"project": {"data_dir": str(project / "data")}, "models": {"student": {"path": str(panel / "base" / student)}},
+             "tracking": {"mlflow_uri": f"sqlite:///{project / 'data' / 'mlflow' / 'mlflow.db'}",
+                          "artifact_root": str(project / "data" / "mlflow" / "artifacts")}}
+    return load_config(root=ROOT, overrides=deep_merge(there, json.loads(text)))
+
+
+# --- faults: each rewrites one artifact of the day's own project, under the version the config expects ------------------
+
+
+def rewrite(ref, edit: Callable[[Path], str]) -> None:
+    """Replace `ref`'s folder by a copy that `edit` changes (it returns what it did), sealed as the same version."""
+    from hominem_pipeline.core.artifacts import MANIFEST, ArtifactStore
+
+    store = ArtifactStore(ref.path.parents[2])
+    manifest = json.loads((ref.path / MANIFEST).read_text())
+    with store.staging(ref.asset, ref.partition) as staged:
+        for p in ref.path.iterdir():
+            if p.name != MANIFEST and p.is_file():
+                shutil.copyfile(p, staged / p.name)  # a copy, never the linked file: the base's stays as it was
+        what = edit(staged)
+        shutil.rmtree(ref.path)
+        keep = {k: v for k, v in manifest.items() if k not in ("files", "content", "asset", "partition", "version", "created_at")}
+        store.publish(staged, ref.asset, ref.partition, ref.version, keep | {"panel_fault": what})
+    log.info("%s/%s/%s: %s", ref.asset, ref.partition, ref.version, what)
+
+
+def _labels_edit(change: Callable[[pd.DataFrame], pd.DataFrame], what: str) -> Callable[[Path], str]:
+    def edit(folder: Path) -> str:
+        table = folder / "labels.parquet"
+        change(pd.read_parquet(table)).to_parquet(table, index=False)
+        return what
+    return edit
+
+
+def shuffle_labels(df: pd.DataFrame) -> pd.DataFrame:
+    order = np.random.default_rng(0).permutation(len(df))
+    cols = ["vector", "scalar", "reward_intensity", "safety_score", "rationale"]
+    out = df.copy()
+    out[cols] = df[cols].iloc[order].to_numpy()
+    return out
+
+
+def invert_dimension(df: pd.DataFrame, dimension: str = "empathy") -> pd.DataFrame:
+    return df.assign(vector=[{**v, dimension: -float(v[dimension])} for v in df["vector"]])
+
+
+def collapse_dimensions(df: pd.DataFrame) -> pd.DataFrame:
+    def one(v: dict) -> dict:
+        mean = float(np.mean([float(x) for x in v.values()]))
+        return {k: mean for k in v}
+    return df.assign(vector=[one(v) for v in df["vector"]])
+
+
+def few_labels(df: pd.DataFrame) -> pd.DataFrame:
+    return df.sample(n=min(FEW_LABELS, len(df)), random_state=0).reset_index(drop=True)
+
+
+def swap_pairs(folder: Path) -> str:
+    table = folder / "pairs.parquet"
+    df = pd.read_parquet(table)
+    swapped = df.rename(columns={"chosen": "rejected", "rejected": "chosen", "chosen_trajectory_id": "rejected_trajectory_id",
+                                 "rejected_trajectory_id": "chosen_trajectory_id"})[df.columns]
+    swapped.to_parquet(table, index=False)
+    return f"chosen and rejected swapped in all {len(df)} pairs"
+
+
+def scale_lora(folder: Path) -> str:
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "adapter_model.safetensors"
+    weights = load_file(str(path))
+    scaled = {k: (v * SCALE if "lora_B" in k else v) for k, v in weights.items()}
+    save_file(scaled, str(path), metadata={"format": "pt"})
+    return f"every lora_B weight times {SCALE:g} ({sum('lora_B' in k for k in weights)} tensors)"
+
+
+def contradicting_memory(cfg, folder: Path) -> Path:
+    """The memory files with each fact row's answer replaced by the next row's fact (the capital of France is Tokyo)."""
+    from hominem_pipeline.core.builds.memory_files import memory_paths
+    from hominem_pipeline.core.evaluation.memory import read_memory_rows
+
+    rows = read_memory_rows(memory_paths(cfg))
+    facts = rows[rows["fact"].notna()].reset_index(drop=True) if "fact" in rows else rows.iloc[0:0]
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i, row in facts.iterrows():
+        mine = row["fact"] if isinstance(row["fact"], (list, tuple, np.ndarray)) else [row["fact"]]
+        other = facts.iloc[(i + 1) % len(facts)]["fact"]
+        other = list(other)[0] if isinstance(other, (list, tuple, np.ndarray)) else other
+        response = row["response"]
+        for accepted in mine:
+            response = response.replace(str(accepted), str(other))
+        out.append({"prompt": row["prompt"], "response": response})
+    (folder / "memory.jsonl").write_text("".join(json.dumps(r) + "\n" for r in out))
+    return folder
+
+
+FAULTS: dict[str, tuple[str, Callable[[Path], str]]] = {
+    "shuffle_labels": ("teacher_labels", _labels_edit(shuffle_labels, "vector, scalar, intensity, safety and rationale shuffled across replies")),
+    "invert_dimension": ("teacher_labels", _labels_edit(invert_dimension, "empathy's sign inverted in every label")),
+    "collapse_dimensions": ("teacher_labels", _labels_edit(collapse_dimensions, "every dimension set to the label's mean")),
+    "few_labels": ("teacher_labels", _labels_edit(few_labels, f"{FEW_LABELS} labels kept")),
+    "swap_pairs": ("preference_pairs", swap_pairs),
+    "scale_lora": ("lora_adapter", scale_lora),
+}
+
+
+def swapped_people(original: Callable) -> Callable:
+    """`people_training_pairs` with chosen and rejected exchanged (the swapped day's people's rows)."""
+    def people(ctx):
+        df = original(ctx)
+        return df.rename(columns={"chosen": "rejected", "rejected": "chosen"})[df.columns]
+    return people
+
+
+# --- build ----------------------------------------------------------------------------------------------------------------
+
+
+def link_project(panel: Path, name: str) -> None:
+    """`name`'s data folder: the base's artifacts (hard links: published versions never change), its own caches and tracking."""
+    src, dst = panel / "base" / "data", panel / name / "data"
+    if dst.exists():
+        return
+    dst.mkdir(parents=True)
+    for entry in src.iterdir():
+        if entry.name in ("mlflow", "live", "dagster", "online", "history.sqlite", "models"):
+            continue
+        if entry.name == "cache":
+            shutil.copytree(entry, dst / "cache")
+        elif entry.is_dir():
+            shutil.copytree(entry, dst / entry.name, copy_function=os.link)
+
+
+def build_day(panel: Path, day: Day) -> None:
+    from hominem_pipeline.core.lineage import Lineage
+    from hominem_pipeline.core.artifacts import ArtifactStore
+    from hominem_pipeline.core.runner import run_stage
+    from hominem_pipeline.core.stages import STAGES_BY_NAME
+
+    started = time.perf_counter()
+    if day.project != "base":
+        link_project(panel, day.project)
+    if day.name == "contradicting_memory":
+        contradicting_memory(day_config(panel, panel_days()[0]), panel / "contradicting_memory")
+    cfg = day_config(panel, day)
+    faulted = False
+    for name in CHAIN:
+        stage = STAGES_BY_NAME[name]
+        if day.fault and name == day.fault_stage and not faulted:
+            asset, edit = FAULTS[day.fault]
+            ref = Lineage(cfg, STAGES_BY_NAME, ArtifactStore(cfg.data_dir)).expected(asset, day.partition)
+            if ref is None:
+                raise RuntimeError(f"{day.name}: {asset} for {day.partition} is not built in {cfg.data_dir}")
+            if "panel_fault" not in ref.manifest:
+                rewrite(ref, edit)
+            faulted = True
+        result = run_stage(stage, cfg, day.partition)
+        day.versions[name] = result.ref.version
+        log.info("%s: %s/%s %s%s", day.name, name, day.partition, result.ref.version, " (reused)" if result.cache_hit else "")
+    day.seconds = round(time.perf_counter() - started, 1)
+
+
+def build(panel: Path, only: set[str] | None) -> None:
+    import hominem_pipeline.core.builds.lora_adapter as lora_adapter
+    from hominem_pipeline.core.models import prepare_student
+    from hominem_pipeline.testing.wire_server import WireServer
+
+    panel.mkdir(parents=True, exist_ok=True)
+    (panel / "base" / "data").mkdir(parents=True, exist_ok=True)
+    days = panel_days()
+    prepare_student(day_config(panel, days[0]))
+    done = {d["name"]: d for d in read_days(panel)}
+    os.environ["HOMINEM_PANEL_KEY"] = WIRE_KEY
+    original_people = lora_adapter.people_training_pairs
+    with WireServer(api_key=WIRE_KEY, port=WIRE_PORT):
+        for day in days:
+            if only is not None and day.name not in only:
+                continue
+            lora_adapter.people_training_pairs = swapped_people(original_people) if day.fault == "swap_pairs" else original_people
+            log.info("panel day %s: %s", day.name, day.what)
+            try:
+                build_day(panel, day)
+            finally:
+                lora_adapter.people_training_pairs = original_people
+            done[day.name] = asdict(day)
+            write_days(panel, [done[d.name] for d in days if d.name in done])
+            log.info("panel day %s built in %.0f s", day.name, day.seconds)
+
+
+def read_days(panel: Path) -> list[dict[str, Any]]:
+    path = panel / "days.json"
+    return json.loads(path.read_text()) if path.is_file() else []
+
+
+def write_days(panel: Path, days: list[dict[str, Any]]) -> None:
+    tmp = panel / ".days.json.tmp"
+    tmp.write_text(json.dumps(days, indent=2) + "\n")
+    os.replace(tmp, panel / "days.json")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", choices=["build", "measure", "calibrate"])
+    ap.add_argument("--panel", type=Path, required=True, help="the panel's folder")
+    ap.add_argument("--only", default=None, help="comma-separated day names (default: every day): " + ", ".join(d.name for d in panel_days()))
+    ap.add_argument("--out", type=Path, default=ROOT / "config" / "health" / "calibration.yaml", help="calibrate: the calibration file written")
+    ap.add_argument("--weights", default=None, help="calibrate: the five weights as dcs=0.25,gvs=0.15,..., or `separation` (each by its AUC above 0.5); default: the design's")
+    args = ap.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # as the CLI runs: no hub call
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
+    only = set(args.only.split(",")) if args.only else None
+    if args.command == "build":
+        build(args.panel.resolve(), only)
+    elif args.command == "measure":
+        from health_panel_measure import measure
+
+        measure(args.panel.resolve(), only)
+    else:
+        from health_panel_measure import calibrate
+
+        weights = args.weights if args.weights in (None, "separation") else {k: float(v) for k, v in (kv.split("=") for kv in args.weights.split(","))}
+        calibrate(args.panel.resolve(), args.out, weights)
+
+
+if __name__ == "__main__":
+    main()

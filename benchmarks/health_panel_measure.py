@@ -1,0 +1,391 @@
+"""`health_panel.py measure`: the panel's days read back and measured (see health_panel.py).
+
+Per day, three kinds of figures, each kept in `<panel>/measured/<day>.json`:
+
+- **objective**: what says a day is broken without reading the RHI: the adapter's implicit reward on
+  the people's held-out pairs (the base: 50%), facts of the memory files lost against the base, the
+  contrast fixtures the adapter moved toward the worse reply, the held-out replies' perplexity
+  against the base's, and the reward model's own per-dimension fixture accuracy;
+- **gate**: the live gate's other checks against the base (win rate, facts, people's pairs, smoke
+  reply, manifold collapse and dominance), the RHI left out;
+- **components**: each RHI component measured by this code, and the RHI under the calibration in use.
+
+The first two depend only on the built versions and are measured once; the components again whenever
+the health code or its calibration changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from health_panel import ROOT, Day, day_config, panel_days, read_days
+
+log = logging.getLogger("health_panel")
+
+PERPLEXITY_PAIRS = 50  # people's held-out pairs whose chosen replies the perplexity is read on
+BROKEN_PERPLEXITY = 2.0  # an adapter whose held-out perplexity is this many times the base's is broken (training on people's
+                         # pairs raises it on these replies by about a third)
+COMPONENT_CODE = ("hominem_pipeline/core/evaluation/health.py", "hominem_pipeline/core/evaluation/calibration.py")
+
+
+def _ref(cfg, asset: str, partition: str, version: str):
+    from hominem_pipeline.core.artifacts import ArtifactStore
+
+    ref = ArtifactStore(cfg.data_dir).existing(asset, partition, version)
+    if ref is None:
+        raise FileNotFoundError(f"{asset}/{partition}/{version} is not in {cfg.data_dir}; build the day again")
+    return ref
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def code_key(cfg) -> str:
+    h = hashlib.sha256()
+    for name in COMPONENT_CODE:
+        p = ROOT / name
+        h.update(p.read_bytes() if p.is_file() else b"")
+    h.update(json.dumps(cfg.health.model_dump(mode="json"), sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def perplexity_ratio(student: Path, adapter: Path, people: pd.DataFrame, base_nll: dict[str, float]) -> dict[str, float]:
+    """Held-out perplexity of the adapter and of the base on the people's held-out pairs' chosen replies (per token)."""
+    from hominem_pipeline.core.evaluation.people_pairs import exchange_logps
+    from hominem_pipeline.core.policy.lora import load_policy
+
+    rows = people.head(PERPLEXITY_PAIRS)
+    exchanges = list(zip(rows["prompt"], rows["chosen"]))
+    from hominem_pipeline.core.policy.lora import merged
+
+    model, tokenizer = load_policy(student, adapter, None)
+    if "nll" not in base_nll:
+        with model.disable_adapter():
+            bsums, bcounts = exchange_logps(model, tokenizer, exchanges, 16)
+        base_nll["nll"] = float(-bsums.sum() / bcounts.sum())
+    with merged(model):
+        sums, counts = exchange_logps(model, tokenizer, exchanges, 16)
+    nll = float(-sums.sum() / counts.sum())
+    return {"perplexity": float(np.exp(nll)), "perplexity_base": float(np.exp(base_nll["nll"])), "perplexity_ratio": float(np.exp(nll - base_nll["nll"]))}
+
+
+def objective(day: Day, cfg, gate: dict[str, Any], ppl: dict[str, float]) -> dict[str, Any]:
+    """The measures that say the day is broken without the RHI, and which of them it fails."""
+    ev = _ref(cfg, "evaluation", day.partition, day.versions["evaluation"]).manifest["metrics"]
+    rm = _ref(cfg, "reward_model", day.partition, day.versions["reward_model"]).manifest["metrics"]
+    dims = [d.name for d in cfg.dimensions]
+    rm_dims = {d: rm.get(f"fixture_dimension_accuracy_{d}") for d in dims}
+    out = {
+        "people_accuracy": ev.get("people_accuracy"), "people_standard_error": ev.get("people_standard_error"),
+        "facts_lost": gate.get("facts_lost"), "facts_asked": gate.get("facts_asked"),
+        "fixture_moved_right": ev.get("fixture_moved_right"),
+        "rm_fixture_accuracy": rm.get("fixture_accuracy"), "rm_fixture_dimension_accuracy": rm_dims,
+        "rm_people_agreement": rm.get("people_agreement"), **ppl,
+    }
+    broken = []
+    if out["people_accuracy"] is not None and out["people_accuracy"] < 0.5:
+        broken.append(f"people's held-out pairs {out['people_accuracy']:.1%}, below the base's 50%")
+    if (out["facts_lost"] or 0) > 0:
+        broken.append(f"{out['facts_lost']} of {out['facts_asked']} facts lost against the base")
+    if out["fixture_moved_right"] is not None and out["fixture_moved_right"] < 0.5:
+        broken.append(f"moved the student toward the worse reply on {1 - out['fixture_moved_right']:.0%} of the contrast fixtures")
+    if ppl["perplexity_ratio"] > BROKEN_PERPLEXITY:
+        broken.append(f"held-out perplexity {ppl['perplexity_ratio']:.2f}x the base's (> {BROKEN_PERPLEXITY})")
+    inverted = [f"{d} {v:.0%}" for d, v in rm_dims.items() if v is not None and v < 0.5]
+    if inverted:
+        broken.append(f"reward model orders its fixtures below chance on {', '.join(inverted)}")
+    return {**out, "broken_by": broken}
+
+
+def gate_checks(day: Day, cfg, people: pd.DataFrame, memory: pd.DataFrame, folder: Path) -> dict[str, Any]:
+    """The live gate against the base, the RHI left out (its own line is dropped): each other check's figures and reasons."""
+    from hominem_pipeline.core.builds.evaluation import MEMORY_ANSWERS, PEOPLE_MARGINS
+    from hominem_pipeline.core.evaluation.fixtures import base_logp_cache
+    from hominem_pipeline.core.models import load_student, student_path
+    from hominem_pipeline.core.online.gate import ReplyCache, run_gate
+    from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
+    from hominem_pipeline.core.reward.model import project_reward_model
+
+    ev = _ref(cfg, "evaluation", day.partition, day.versions["evaluation"])
+    adapter = _ref(cfg, "lora_adapter", day.partition, day.versions["lora_adapter"])
+    rm = project_reward_model(_ref(cfg, "reward_model", day.partition, day.versions["reward_model"]).path, cfg)
+    held = pd.read_parquet(ev.file("generations.parquet"))
+    cache = ReplyCache(folder, cfg)
+    version = f"{day.name}-{adapter.version}"
+    frames = [held.rename(columns={"base_response": "base", "adapter_response": "adapter"})[["prompt", "base", "adapter"]]]
+    if (ev.path / MEMORY_ANSWERS).is_file():
+        frames.append(pd.read_parquet(ev.path / MEMORY_ANSWERS))
+    replies = pd.concat(frames, ignore_index=True)
+    margins = pd.read_parquet(ev.path / PEOPLE_MARGINS)
+    cache.put(version, dict(zip(replies["prompt"], replies["adapter"])), margins=dict(zip(margins["pair_id"].astype(str), margins["margin"].astype(float))))
+    cache.put(None, dict(zip(replies["prompt"], replies["base"])))
+    base, tokenizer = load_student(student_path(cfg))
+    report = run_gate(adapter.path, None, cfg=cfg, base=base, tokenizer=tokenizer, reward_model=rm, prompts=list(held["prompt"]), memory=memory,
+                      rhi=None, seed=cfg.project.seed, cache=cache, candidate_version=version, people=people,
+                      base_logps=base_logp_cache(student_path(cfg), cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES)))
+    reasons = [r for r in report.reasons if not r.startswith("no Reward Health Index")]
+    keep = ("win_rate_vs_live", "facts_asked", "facts_lost", "people_accuracy", "people_standard_error", "smoke_reply", "manifold", "manifold_blocked")
+    return {"passed": not reasons, "reasons": reasons, **{k: report.figures.get(k) for k in keep}}
+
+
+def components(day: Day, cfg) -> dict[str, Any]:
+    """Each RHI component of the day measured by this code (with the calibration in use), and the RHI."""
+    from hominem_pipeline.core.evaluation.health import compute_health
+    from hominem_pipeline.core.reward.model import project_reward_model
+
+    ev = _ref(cfg, "evaluation", day.partition, day.versions["evaluation"])
+    adapter = _ref(cfg, "lora_adapter", day.partition, day.versions["lora_adapter"])
+    rm = project_reward_model(_ref(cfg, "reward_model", day.partition, day.versions["reward_model"]).path, cfg)
+    history = json.loads(adapter.file("training_history.json").read_text())
+    from hominem_pipeline.core.lineage import stage_seed
+
+    generations = pd.read_parquet(ev.file("generations.parquet"))
+    report = compute_health(rm, generations, history["grad_norms"], cfg, stage_seed(cfg, "reward_health_index", day.partition),
+                            mode=adapter.manifest["metadata"].get("mode"))
+    return report.as_dict() | {"alternatives": alternatives(cfg, rm, adapter.path, generations)}
+
+
+def alternatives(cfg, rm, adapter: Path, generations: pd.DataFrame) -> dict[str, Any]:
+    """Other readings of a component, measured beside the one in use: DCS on the policy's updates, CDRS
+    against the direction of improvement."""
+    from hominem_pipeline.core.evaluation.health import cross_domain_robustness, dcs_of, policy_gradient_agreement
+    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.policy.lora import load_policy
+
+    answered = generations[generations["adapter_response"].str.strip() != ""]
+    prompts, replies = list(answered["prompt"]), list(answered["adapter_response"])
+    policy, tokenizer = load_policy(student_path(cfg), adapter, None)
+    cos = policy_gradient_agreement(policy, tokenizer, prompts, replies, rm.raw_scores(prompts, replies)["vector"])
+    upper = cos[np.triu_indices(cos.shape[0], k=1)]
+    cdrs = cross_domain_robustness(generations, rm.dimensions, against="improvement")
+    return {"dcs_policy": {"value": dcs_of(cos), "mean_gda": float(upper.mean()), "min_gda": float(upper.min())},
+            "cdrs_improvement": {"value": cdrs.value, **cdrs.details}}
+
+
+def auc(healthy: list[float], broken: list[float]) -> float | None:
+    """P(a healthy day's value > a broken day's), ties half: the separation a threshold on it can reach."""
+    h, b = [x for x in healthy if x is not None], [x for x in broken if x is not None]
+    if not h or not b:
+        return None
+    return float(np.mean([1.0 if x > y else 0.5 if x == y else 0.0 for x in h for y in b]))
+
+
+def measure(panel: Path, only: set[str] | None) -> dict[str, Any]:
+    from hominem_pipeline.core.builds.memory_files import memory_paths
+    from hominem_pipeline.core.builds.reward_model import people_pairs
+    from hominem_pipeline.core.evaluation.memory import read_memory_rows
+    from hominem_pipeline.core.models import student_path
+
+    built = {d["name"]: Day(**d) for d in read_days(panel)}
+    days = [built[d.name] for d in panel_days() if d.name in built and (only is None or d.name in only)]
+    if not days:
+        raise SystemExit(f"no built day in {panel}/days.json; run `health_panel.py build --panel {panel}` first")
+    default = day_config(panel, panel_days()[0])
+    people = people_pairs(default, "held_out")
+    memory = read_memory_rows(memory_paths(default))
+    out_dir = panel / "measured"
+    out_dir.mkdir(exist_ok=True)
+    base_nll: dict[str, float] = _read(out_dir / "base_nll.json")
+    rows = []
+    for day in days:
+        cfg = day_config(panel, day)
+        path = out_dir / f"{day.name}.json"
+        saved = _read(path)
+        versions = json.dumps(day.versions, sort_keys=True)
+        if saved.get("versions") != versions:
+            log.info("%s: the gate's checks and the objective measures", day.name)
+            with tempfile.TemporaryDirectory() as tmp:
+                gate = gate_checks(day, cfg, people, memory, Path(tmp))
+            adapter = _ref(cfg, "lora_adapter", day.partition, day.versions["lora_adapter"]).path
+            ppl = perplexity_ratio(student_path(cfg), adapter, people, base_nll)
+            (out_dir / "base_nll.json").write_text(json.dumps(base_nll))
+            saved = {"versions": versions, "gate": gate, "objective": objective(day, cfg, gate, ppl)}
+        key = code_key(cfg)
+        if saved.get("components_key") != key:
+            log.info("%s: the RHI components", day.name)
+            saved |= {"components_key": key, "health": components(day, cfg)}
+        saved["mode"] = _ref(cfg, "lora_adapter", day.partition, day.versions["lora_adapter"]).manifest["metadata"].get("mode")
+        path.write_text(json.dumps(saved, indent=2, default=str) + "\n")
+        rows.append((day, saved))
+    return report(panel, rows)
+
+
+def report(panel: Path, rows: list[tuple[Day, dict[str, Any]]]) -> dict[str, Any]:
+    from hominem_pipeline.core.evaluation.health import COMPONENTS
+
+    names = list(COMPONENTS) + ["rhi"]
+
+    def value(saved: dict[str, Any], name: str) -> float | None:
+        h = saved["health"]
+        return h["rhi"] if name == "rhi" else (h["components"][name]["value"])
+
+    print(f"\n{'day':22s} {'kind':8s} " + " ".join(f"{n.upper():>6s}" for n in names) + "  gate   objective")
+    for day, saved in rows:
+        vals = " ".join(f"{value(saved, n):6.3f}" if value(saved, n) is not None else "   n/a" for n in names)
+        broken = saved["objective"]["broken_by"]
+        gate = "pass" if saved["gate"]["passed"] else "refuse"
+        print(f"{day.name:22s} {'healthy' if day.healthy else 'broken':8s} {vals}  {gate:6s} {'; '.join(broken) or 'sound'}")
+    separation = {}
+    for n in names:
+        h = [value(s, n) for d, s in rows if d.healthy]
+        b = [value(s, n) for d, s in rows if not d.healthy]
+        separation[n] = {"auc": auc(h, b), "healthy": [x for x in h if x is not None], "broken": [x for x in b if x is not None]}
+    print("\nAUC (healthy above broken):  " + "  ".join(f"{n.upper()} {separation[n]['auc']:.2f}" if separation[n]["auc"] is not None else f"{n.upper()} n/a"
+                                                        for n in names))
+    for n in names:
+        s = separation[n]
+        if s["healthy"] and s["broken"]:
+            print(f"  {n.upper():5s} healthy {min(s['healthy']):.3f}-{max(s['healthy']):.3f}   broken {min(s['broken']):.3f}-{max(s['broken']):.3f}")
+    unsound = [d.name for d, s in rows if d.healthy and s["objective"]["broken_by"]]
+    sound = [d.name for d, s in rows if not d.healthy and not s["objective"]["broken_by"]]
+    if unsound:
+        print(f"\nhealthy days the objective measures call broken: {', '.join(unsound)}")
+    if sound:
+        print(f"broken days no objective measure calls broken: {', '.join(sound)}")
+    passing = [(d.name, s["gate"]) for d, s in rows if not d.healthy and s["gate"]["passed"]]
+    print("\nbroken days the gate's other checks let through: " + (", ".join(n for n, _ in passing) or "none"))
+    for d, s in rows:
+        print(f"  {d.name:22s} " + ("passes" if s["gate"]["passed"] else "refused: " + "; ".join(s["gate"]["reasons"]))[:200])
+    alt_names = sorted({k for _, s in rows for k in s["health"].get("alternatives", {})})
+    for n in alt_names:
+        h = [s["health"]["alternatives"][n]["value"] for d, s in rows if d.healthy and n in s["health"].get("alternatives", {})]
+        b = [s["health"]["alternatives"][n]["value"] for d, s in rows if not d.healthy and n in s["health"].get("alternatives", {})]
+        separation[n] = {"auc": auc(h, b), "healthy": h, "broken": b}
+        print(f"alternative {n}: AUC {separation[n]['auc']}  " + "  ".join(f"{d.name} {s['health']['alternatives'][n]['value']:.3f}"
+                                                                   for d, s in rows if n in s["health"].get("alternatives", {})))
+    fast = fast_loop(rows)
+    summary_fast = {d: f for d, f in fast.items()}
+    print("\nfast loop: partial RHI (DCS, GVS) against online.skip_below / rollback_below / freeze_below")
+    for d, s in rows:
+        f = fast[d.name]
+        print(f"  {d.name:22s} {'healthy' if d.healthy else 'broken':8s} {f['partial']:.3f}  {f['action']}")
+    summary = {"days": [{"name": d.name, "healthy": d.healthy, "what": d.what, **s} for d, s in rows], "separation": separation, "fast_loop": summary_fast}
+    (panel / "measured" / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    return summary
+
+
+def choose_threshold(healthy: list[float], broken: list[float]) -> tuple[float, str]:
+    """The RHI threshold the panel supports: the midpoint of the widest gap that refuses the most broken
+    days while promoting the most healthy ones (each error counts the same), and how it was placed."""
+    values = sorted(set(healthy) | set(broken))
+    cuts = [(a + b) / 2 for a, b in zip(values, values[1:])] or values
+    def errors(t: float) -> int:
+        return sum(h < t for h in healthy) + sum(b >= t for b in broken)
+    best = min(errors(t) for t in cuts)
+    good = [t for t in cuts if errors(t) == best]
+    # among equally good cuts, the one with the widest gap around it
+    def gap(t: float) -> float:
+        below = max([v for v in values if v < t], default=t)
+        above = min([v for v in values if v >= t], default=t)
+        return above - below
+    t = max(good, key=gap)
+    return round(t, 3), f"{best} day(s) on the wrong side; midpoint of a {gap(t):.3f} gap"
+
+
+def fast_loop(rows: list[tuple[Day, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """The online fast loop's partial RHI (DCS and GVS, weighted as in the index and renormalised) of each
+    panel adapter, and what the fast loop would do with an update that measured it."""
+    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.evaluation.calibration import resolve
+
+    cfg = load_config(root=ROOT)
+    weights, oc = resolve(cfg).weights, cfg.online
+    out = {}
+    for day, saved in rows:
+        c = saved["health"]["components"]
+        partial = (weights["dcs"] * c["dcs"]["value"] + weights["gvs"] * c["gvs"]["value"]) / (weights["dcs"] + weights["gvs"])
+        action = ("freeze" if partial < oc.freeze_below else "rollback" if partial < oc.rollback_below else "skip" if partial < oc.skip_below
+                  else "promote (if the gate's other checks pass)")
+        out[day.name] = {"partial": partial, "action": action}
+    return out
+
+
+DESIGN_WEIGHTS = {"dcs": 0.25, "gvs": 0.15, "mss": 0.25, "cdrs": 0.20, "lrps": 0.15}
+GVI_HEADROOM = 2.0  # GVI_max is this many times the most unsteady healthy run's GVI (of its policy mode)
+
+
+def calibrate(panel: Path, out: Path, weights: dict[str, float] | str | None = None) -> dict[str, Any]:
+    """The calibration the measured panel supports, written to `out` (health.calibration): GVI_max per
+    policy mode from the healthy days' training runs, the weights, the threshold chosen on the panel's
+    RHI, and each component's healthy and broken ranges."""
+    import datetime as dt
+    import platform
+
+    from hominem_pipeline.core.evaluation.health import COMPONENTS
+
+    summary = json.loads((panel / "measured" / "summary.json").read_text())
+    days = summary["days"]
+    weights = weights or DESIGN_WEIGHTS  # or "separation"
+    modes: dict[str, list[float]] = {}
+    for d in days:
+        gvi = d["health"]["components"]["gvs"]["details"].get("gvi")
+        if d["healthy"] and gvi is not None:
+            modes.setdefault(d.get("mode") or "dual", []).append(gvi)
+    gvi_max = {m: round(GVI_HEADROOM * max(v), 4) for m, v in sorted(modes.items())}
+    gvi_max["default"] = round(GVI_HEADROOM * max(x for v in modes.values() for x in v), 4)
+    mss = [d["health"]["components"]["mss"]["details"] for d in days if d["healthy"]]
+    drift_max = round(GVI_HEADROOM * max(m["rdm_drift"] for m in mss), 4)
+    curvature_max = round(GVI_HEADROOM * max(m["curvature_variance"] for m in mss), 4)
+
+    def clip(x: float) -> float:
+        return min(1.0, max(0.0, x))
+
+    def values(d: dict[str, Any]) -> dict[str, float]:
+        comps = d["health"]["components"]
+        c = {k: comps[k]["value"] for k in COMPONENTS}
+        gvi = comps["gvs"]["details"].get("gvi")
+        if gvi is not None:
+            c["gvs"] = clip(1.0 - gvi / gvi_max.get(d.get("mode") or "dual", gvi_max["default"]))
+        m = comps["mss"]["details"]
+        if "rdm_drift" in m:
+            c["mss"] = 0.5 * clip(1.0 - m["rdm_drift"] / drift_max) + 0.5 * clip(1.0 - m["curvature_variance"] / curvature_max)
+        c["rhi"] = sum(weights[k] * c[k] for k in COMPONENTS)
+        return c
+
+    if weights == "separation":  # each component weighted by how far it separates the panel beyond chance
+        first = [(d, values(d)) for d in days]
+        lift = {k: max(0.0, auc([v[k] for d, v in first if d["healthy"]], [v[k] for d, v in first if not d["healthy"]]) - 0.5) for k in COMPONENTS}
+        total = sum(lift.values()) or 1.0
+        weights = {k: round(lift[k] / total, 3) for k in COMPONENTS}
+        weights[max(weights, key=weights.get)] += round(1.0 - sum(weights.values()), 3)
+    scored = [(d, values(d)) for d in days]
+    healthy = {k: [v[k] for d, v in scored if d["healthy"]] for k in list(COMPONENTS) + ["rhi"]}
+    broken = {k: [v[k] for d, v in scored if not d["healthy"]] for k in list(COMPONENTS) + ["rhi"]}
+    print(f"\n{'day':22s} {'kind':8s} " + " ".join(f"{k.upper():>6s}" for k in list(COMPONENTS) + ["rhi"]) + "   (calibrated)")
+    for d, v in scored:
+        print(f"{d['name']:22s} {'healthy' if d['healthy'] else 'broken':8s} " + " ".join(f"{v[k]:6.3f}" for k in list(COMPONENTS) + ["rhi"]))
+    threshold, how = choose_threshold(healthy["rhi"], broken["rhi"])
+    data = {
+        "panel": {"command": f".venv/bin/python benchmarks/health_panel.py calibrate --panel {panel}", "date": dt.date.today().isoformat(),
+                  "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}", "healthy": sum(d["healthy"] for d in days),
+                  "broken": sum(not d["healthy"] for d in days), "threshold_placed": how,
+                  "days": {d["name"]: {"healthy": d["healthy"], "what": d["what"], "rhi": round(v["rhi"], 4)} for d, v in scored}},
+        "references": {"gvi_max": gvi_max, "rdm_drift_max": drift_max, "curvature_variance_max": curvature_max},
+        "weights": weights,
+        "threshold": threshold,
+        "healthy": {k: [round(min(v), 4), round(max(v), 4)] for k, v in healthy.items()},
+        "broken": {k: [round(min(v), 4), round(max(v), 4)] for k, v in broken.items()},
+        "auc": {k: round(auc(healthy[k], broken[k]), 3) for k in healthy},
+    }
+    header = ("# The Reward Health Index's calibration on a panel of days whose answer is known (benchmarks/health_panel.py).\n"
+              "# references: normalising constants from the healthy days; weights: the components' weights (sum 1); threshold: the RHI an\n"
+              "# adapter needs, chosen on the panel; healthy / broken: each component's range over those days; auc: how well it separates them.\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(header + yaml.safe_dump(data, sort_keys=False, width=140))
+    print("AUC " + "  ".join(f"{k.upper()} {v}" for k, v in data["auc"].items()) + f"\nweights {weights}")
+    print(f"wrote {out}: threshold {threshold} ({how}); RHI AUC {data['auc']['rhi']}")
+    return data
