@@ -75,6 +75,12 @@ class Resolved:
         return name in self.healthy and value is not None and value < self.healthy[name][0]
 
 
+def below_range_text(components: dict[str, dict[str, Any]], below: list[str]) -> str:
+    """The components named in `below`, each with its value and verdict ({name: {value, verdict}}, as the gate
+    records them): "GVS 0.050 (below the healthy range 0.40-0.70), ..."; empty when none is below."""
+    return ", ".join(f"{k.upper()} {c['value']:.3f} ({c['verdict']})" for k, c in components.items() if k in below and c.get("value") is not None)
+
+
 def _pairs(section: Any, what: str, source: str) -> dict[str, tuple[float, float]]:
     out = {}
     for name, lohi in (section or {}).items():

@@ -227,9 +227,10 @@ def run_gate(
     if rhi is None:
         reasons.append("no Reward Health Index measured for it")
     elif rhi < threshold:
-        low = [f"{k.upper()} {c['value']:.3f} ({c['verdict']})" for k, c in rhi_measured.get("components", {}).items()
-               if k in rhi_measured.get("below_range", []) and c.get("value") is not None]
-        reasons.append(f"RHI {rhi:.3f} below {threshold_name} {threshold}" + (f"; {', '.join(low)}" if low else ""))
+        from hominem_pipeline.core.evaluation.calibration import below_range_text
+
+        low = below_range_text(rhi_measured.get("components", {}), rhi_measured.get("below_range", []))
+        reasons.append(f"RHI {rhi:.3f} below {threshold_name} {threshold}" + (f"; {low}" if low else ""))
     if rhi_measured.get("components"):
         figures["rhi_components"] = rhi_measured["components"]
         figures["rhi_below_range"] = rhi_measured.get("below_range", [])

@@ -42,7 +42,7 @@ def health_of(cfg: HominemConfig, adapter: Path) -> tuple[float | None, tuple[fl
     if (adapter / HEALTH).is_file():
         health = json.loads((adapter / HEALTH).read_text())
         return health.get("rhi"), (cfg.online.skip_below, "online.skip_below"), _measured(health)
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.lineage import MissingInput, lineage
 
     version, day = adapter.name, adapter.parent.name
     on_it = []
@@ -54,7 +54,7 @@ def health_of(cfg: HominemConfig, adapter: Path) -> tuple[float | None, tuple[fl
         return None, None, {}
     try:
         expected = lineage(cfg).expected("reward_health_index", day)
-    except Exception:  # noqa: BLE001 - the config's inputs for that day are not all built: the newest measured on it
+    except MissingInput:  # the config's inputs for that day are not all built: the newest measured on it
         expected = None
     chosen = next((x for x in on_it if expected is not None and x[1] == expected.path), max(on_it, key=lambda x: x[0]))
     folder, m = chosen[1], chosen[2]
@@ -80,11 +80,13 @@ def why_base(data_dir: Path) -> str | None:
         return "no adapter has passed the gate yet (none was offered: `make run` builds and gates the day's adapter)"
     last = refused[0]
     figures = last.get("gate") or {}
-    low = [f"{k.upper()} {c['value']:.3f} ({c['verdict']})" for k, c in (figures.get("rhi_components") or {}).items()
-           if k in (figures.get("rhi_below_range") or []) and c.get("value") is not None]
+    from hominem_pipeline.core.evaluation.calibration import below_range_text
+
+    below = figures.get("rhi_below_range") or []
+    low = below_range_text(figures.get("rhi_components") or {}, below)
     why = last.get("reason", "")
-    if low and not any(k.upper() in why for k in figures.get("rhi_below_range") or []):
-        why += f" (below the panel's healthy range: {', '.join(low)})"
+    if low and not any(k.upper() in why for k in below):  # a daily refusal's reason names them already
+        why += f" (below the panel's healthy range: {low})"
     return (f"the gate refused {last['version']} ({last['time']}): {why}. `hominem serve --adapter latest` serves it anyway; "
             f"`hominem live promote {last['version']}` gates it again")
 
