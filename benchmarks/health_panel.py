@@ -73,24 +73,25 @@ def panel_days() -> list[Day]:
         Day("scaled", False, f"the default adapter with its LoRA update scaled {SCALE:g}x", "scaled", fault="scale_lora", fault_stage="evaluation"),
         Day("lr", False, f"the default adapter trained at learning rate {HIGH_LR:g} (100x the default)", "base",
             overrides={"policy": {"learning_rate": HIGH_LR}}),
-        Day("dpo", True, "policy.mode dpo, day 1", "base", overrides={"policy": {"mode": "dpo"}}),
         Day("swapped", False, "an adapter trained from a fresh LoRA on every pair swapped (ranked and people's)", "swapped",
             overrides={"policy": {"dual": {"people_start": None}}}, fault="swap_pairs", fault_stage="lora_adapter"),
         Day("seed", True, "the default with policy.seed 1, day 1", "base", overrides={"policy": {"seed": 1}}),
         Day("shuffled_labels", False, "a reward model trained on the day's labels shuffled across replies", "shuffled",
             fault="shuffle_labels", fault_stage="reward_model"),
-        Day("wire_teacher", True, "a teacher behind the project's wire server (OpenAI wire format), day 1", "wire",
-            overrides={"teacher": {"provider": "openai", "api": {"model": "gpt-4o-mini", "base_url": f"http://127.0.0.1:{WIRE_PORT}/v1",
-                                                                 "api_key_env": "HOMINEM_PANEL_KEY"}}}),
         Day("inverted_dimension", False, "a reward model trained with empathy's sign inverted in every label", "inverted",
             fault="invert_dimension", fault_stage="reward_model"),
         Day("collapsed_dimensions", False, "a reward model trained on labels whose dimensions are all their mean", "collapsed",
             fault="collapse_dimensions", fault_stage="reward_model"),
-        Day("rl", True, "policy.mode rl (GRPO on the reward model), day 1", "base", overrides={"policy": {"mode": "rl"}}),
         Day("few_labels", False, f"a reward model trained on {FEW_LABELS} labels", "few", fault="few_labels", fault_stage="reward_model"),
         Day("contradicting_memory", False, "the default adapter trained on memory rows that state the wrong fact", "base",
             overrides={"policy": {"dual": {"memory_files": ["PANEL/contradicting_memory"]}}}),
+        Day("wire_teacher", True, "a teacher behind the project's wire server (OpenAI wire format), day 1", "wire",
+            overrides={"teacher": {"provider": "openai", "api": {"model": "gpt-4o-mini", "base_url": f"http://127.0.0.1:{WIRE_PORT}/v1",
+                                                                 "api_key_env": "HOMINEM_PANEL_KEY"}}}),
+        Day("rl", True, "policy.mode rl (GRPO on the reward model), day 1", "base", overrides={"policy": {"mode": "rl"}}),
         Day("day2", True, "the default config (dual), day 2", "base", partition=DAY2),
+        Day("seed2", True, "the default with policy.seed 2, day 1", "base", overrides={"policy": {"seed": 2}}),
+        Day("dpo", True, "policy.mode dpo, day 1", "base", overrides={"policy": {"mode": "dpo"}}),
     ]
 
 
@@ -302,8 +303,8 @@ def write_days(panel: Path, days: list[dict[str, Any]]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["build", "measure", "calibrate"])
-    ap.add_argument("--panel", type=Path, required=True, help="the panel's folder")
+    ap.add_argument("command", choices=["build", "measure", "variants", "calibrate"])
+    ap.add_argument("--panel", type=Path, default=None, help="the panel's folder (build and measure; variants and calibrate read the measures kept in benchmarks/results/health_panel/ without it)")
     ap.add_argument("--only", default=None, help="comma-separated day names (default: every day): " + ", ".join(d.name for d in panel_days()))
     ap.add_argument("--out", type=Path, default=ROOT / "config" / "health" / "calibration.yaml", help="calibrate: the calibration file written")
     ap.add_argument("--weights", default=None, help="calibrate: the five weights as dcs=0.25,gvs=0.15,..., or `separation` (each by its AUC above 0.5); default: the design's")
@@ -311,17 +312,23 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # as the CLI runs: no hub call
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
     only = set(args.only.split(",")) if args.only else None
+    if args.command in ("build", "measure") and args.panel is None:
+        ap.error(f"{args.command} needs --panel DIR (the panel's folder)")
     if args.command == "build":
         build(args.panel.resolve(), only)
     elif args.command == "measure":
         from health_panel_measure import measure
 
         measure(args.panel.resolve(), only)
+    elif args.command == "variants":
+        from health_panel_measure import variants
+
+        variants(args.panel.resolve() if args.panel else None)
     else:
         from health_panel_measure import calibrate
 
         weights = args.weights if args.weights in (None, "separation") else {k: float(v) for k, v in (kv.split("=") for kv in args.weights.split(","))}
-        calibrate(args.panel.resolve(), args.out, weights)
+        calibrate(args.panel.resolve() if args.panel else None, args.out, weights)
 
 
 if __name__ == "__main__":

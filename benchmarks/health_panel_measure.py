@@ -35,6 +35,7 @@ log = logging.getLogger("health_panel")
 PERPLEXITY_PAIRS = 50  # people's held-out pairs whose chosen replies the perplexity is read on
 BROKEN_PERPLEXITY = 2.0  # an adapter whose held-out perplexity is this many times the base's is broken (training on people's
                          # pairs raises it on these replies by about a third)
+RESULTS = ROOT / "benchmarks" / "results" / "health_panel"  # each day's measures, kept with the code: the calibration's evidence
 COMPONENT_CODE = ("hominem_pipeline/core/evaluation/health.py", "hominem_pipeline/core/evaluation/calibration.py")
 
 
@@ -154,15 +155,39 @@ def components(day: Day, cfg) -> dict[str, Any]:
     from hominem_pipeline.core.lineage import stage_seed
 
     generations = pd.read_parquet(ev.file("generations.parquet"))
-    report = compute_health(rm, generations, history["grad_norms"], cfg, stage_seed(cfg, "reward_health_index", day.partition),
-                            mode=adapter.manifest["metadata"].get("mode"))
-    return report.as_dict() | {"alternatives": alternatives(cfg, rm, adapter.path, generations)}
+    import hominem_pipeline.core.evaluation.health as health
+
+    measured = health.gradient_agreement
+    kept: dict[str, np.ndarray] = {}
+
+    def keeping(*args: Any, **kwargs: Any) -> np.ndarray:  # the backbone's GDA, kept for the ingredients (measured once)
+        kept["gda"] = measured(*args, **kwargs)
+        return kept["gda"]
+
+    health.gradient_agreement = keeping
+    try:
+        report = compute_health(rm, generations, history["grad_norms"], cfg, stage_seed(cfg, "reward_health_index", day.partition),
+                                mode=adapter.manifest["metadata"].get("mode"))
+    finally:
+        health.gradient_agreement = measured
+    seed = stage_seed(cfg, "reward_health_index", day.partition)
+    alt, raw = alternatives(cfg, rm, adapter.path, generations, seed, kept["gda"])
+    raw |= {"grad_norms": history["grad_norms"], "mode": adapter.manifest["metadata"].get("mode")}
+    return report.as_dict() | {"alternatives": alt, "ingredients": raw}
 
 
-def alternatives(cfg, rm, adapter: Path, generations: pd.DataFrame) -> dict[str, Any]:
-    """Other readings of a component, measured beside the one in use: DCS on the policy's updates, CDRS
-    against the direction of improvement."""
-    from hominem_pipeline.core.evaluation.health import cross_domain_robustness, dcs_of, policy_gradient_agreement
+def _rounded(x: Any) -> Any:
+    return np.round(np.asarray(x, dtype=np.float64), 5).tolist()
+
+
+def alternatives(cfg, rm, adapter: Path, generations: pd.DataFrame, seed: int, gda_backbone: np.ndarray) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Other readings of a component, measured beside the one in use (DCS on the policy's updates, CDRS
+    against the direction of improvement), and the ingredients every component is computed from: the
+    gradient agreement matrices (backbone and policy) and the reward model's raw outputs on the base's,
+    the adapter's, the perturbed and the halved replies. A reading of a component that differs only in how
+    it combines these is computed from them again without the models (`health_panel.py variants`)."""
+    from hominem_pipeline.core.evaluation.health import (cross_domain_robustness, dcs_of, first_half, perturbations,
+                                                         policy_gradient_agreement)
     from hominem_pipeline.core.models import student_path
     from hominem_pipeline.core.policy.lora import load_policy
 
@@ -172,8 +197,38 @@ def alternatives(cfg, rm, adapter: Path, generations: pd.DataFrame) -> dict[str,
     cos = policy_gradient_agreement(policy, tokenizer, prompts, replies, rm.raw_scores(prompts, replies)["vector"])
     upper = cos[np.triu_indices(cos.shape[0], k=1)]
     cdrs = cross_domain_robustness(generations, rm.dimensions, against="improvement")
-    return {"dcs_policy": {"value": dcs_of(cos), "mean_gda": float(upper.mean()), "min_gda": float(upper.min())},
-            "cdrs_improvement": {"value": cdrs.value, **cdrs.details}}
+    alt = {"dcs_policy": {"value": dcs_of(cos), "mean_gda": float(upper.mean()), "min_gda": float(upper.min())},
+           "cdrs_improvement": {"value": cdrs.value, **cdrs.details}}
+
+    def scores(ps: list[str], rs: list[str]) -> dict[str, Any]:
+        out = rm.raw_scores(ps, rs)
+        return {k: _rounded(out[k]) for k in ("vector", "scalar", "safety_score", "reward_intensity")}
+
+    all_prompts = list(generations["prompt"])
+    base, adapted = list(generations["base_response"]), list(generations["adapter_response"])
+    keep = [i for i in range(len(all_prompts)) if base[i].strip() and adapted[i].strip()]
+    originals, perturbed = perturbations([adapted[i] for i in keep], cfg.health.perturbations_per_response, seed)  # as MSS draws them
+    texts = base + adapted
+    long = [i for i, r in enumerate(texts) if len(r.split()) >= 4]
+    dims = list(rm.dimensions)
+    raw = {
+        "dimensions": dims,
+        "gda_policy": _rounded(cos),
+        "gda_backbone": _rounded(gda_backbone),
+        "categories": list(generations["category"]),
+        "adapter_outcome": [None if pd.isna(x) else float(x) for x in generations.get("adapter_outcome", pd.Series([None] * len(generations)))],
+        "answered": [bool(r.strip()) for r in adapted],
+        "kept": keep,  # the prompts both answered (MSS's)
+        "eval_vectors": {side: [[None if not isinstance(v, dict) or v.get(d) is None else float(v[d]) for d in dims] for v in generations[f"{side}_vector"]]
+                         for side in ("base", "adapter")},
+        "base": scores(all_prompts, base),
+        "adapter": scores(all_prompts, adapted),
+        "perturbed_of": [keep[i] for i in originals],
+        "perturbed": scores([all_prompts[keep[i]] for i in originals], perturbed),
+        "halves_of": long,  # indices into base replies then adapter replies
+        "halves": scores([(all_prompts + all_prompts)[i] for i in long], [first_half(texts[i]) for i in long]),
+    }
+    return alt, raw
 
 
 def auc(healthy: list[float], broken: list[float]) -> float | None:
@@ -220,6 +275,9 @@ def measure(panel: Path, only: set[str] | None) -> dict[str, Any]:
             saved |= {"components_key": key, "health": components(day, cfg)}
         saved["mode"] = _ref(cfg, "lora_adapter", day.partition, day.versions["lora_adapter"]).manifest["metadata"].get("mode")
         path.write_text(json.dumps(saved, indent=2, default=str) + "\n")
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / f"{day.name}.json").write_text(json.dumps({"name": day.name, "healthy": day.healthy, "what": day.what, **saved},
+                                                             default=str, separators=(",", ":")) + "\n")
         rows.append((day, saved))
     return report(panel, rows)
 
@@ -275,6 +333,7 @@ def report(panel: Path, rows: list[tuple[Day, dict[str, Any]]]) -> dict[str, Any
         print(f"  {d.name:22s} {'healthy' if d.healthy else 'broken':8s} {f['partial']:.3f}  {f['action']}")
     summary = {"days": [{"name": d.name, "healthy": d.healthy, "what": d.what, **s} for d, s in rows], "separation": separation, "fast_loop": summary_fast}
     (panel / "measured" / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    (RESULTS / "summary.json").write_text(json.dumps(summary, default=str, separators=(",", ":")) + "\n")
     return summary
 
 
@@ -318,7 +377,7 @@ DESIGN_WEIGHTS = {"dcs": 0.25, "gvs": 0.15, "mss": 0.25, "cdrs": 0.20, "lrps": 0
 GVI_HEADROOM = 2.0  # GVI_max is this many times the most unsteady healthy run's GVI (of its policy mode)
 
 
-def calibrate(panel: Path, out: Path, weights: dict[str, float] | str | None = None) -> dict[str, Any]:
+def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | None = None) -> dict[str, Any]:
     """The calibration the measured panel supports, written to `out` (health.calibration): GVI_max per
     policy mode from the healthy days' training runs, the weights, the threshold chosen on the panel's
     RHI, and each component's healthy and broken ranges."""
@@ -327,7 +386,7 @@ def calibrate(panel: Path, out: Path, weights: dict[str, float] | str | None = N
 
     from hominem_pipeline.core.evaluation.health import COMPONENTS
 
-    summary = json.loads((panel / "measured" / "summary.json").read_text())
+    summary = json.loads(((panel / "measured") if panel else RESULTS).joinpath("summary.json").read_text())
     days = summary["days"]
     weights = weights or DESIGN_WEIGHTS  # or "separation"
     modes: dict[str, list[float]] = {}
@@ -370,7 +429,7 @@ def calibrate(panel: Path, out: Path, weights: dict[str, float] | str | None = N
         print(f"{d['name']:22s} {'healthy' if d['healthy'] else 'broken':8s} " + " ".join(f"{v[k]:6.3f}" for k in list(COMPONENTS) + ["rhi"]))
     threshold, how = choose_threshold(healthy["rhi"], broken["rhi"])
     data = {
-        "panel": {"command": f".venv/bin/python benchmarks/health_panel.py calibrate --panel {panel}", "date": dt.date.today().isoformat(),
+        "panel": {"command": ".venv/bin/python benchmarks/health_panel.py calibrate" + (f" --panel {panel}" if panel else ""), "date": dt.date.today().isoformat(),
                   "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}", "healthy": sum(d["healthy"] for d in days),
                   "broken": sum(not d["healthy"] for d in days), "threshold_placed": how,
                   "days": {d["name"]: {"healthy": d["healthy"], "what": d["what"], "rhi": round(v["rhi"], 4)} for d, v in scored}},
@@ -389,3 +448,76 @@ def calibrate(panel: Path, out: Path, weights: dict[str, float] | str | None = N
     print("AUC " + "  ".join(f"{k.upper()} {v}" for k, v in data["auc"].items()) + f"\nweights {weights}")
     print(f"wrote {out}: threshold {threshold} ({how}); RHI AUC {data['auc']['rhi']}")
     return data
+
+
+# --- variants: other readings of each component, from the ingredients alone ----------------------------------------------
+
+
+def ingredient_table(g: dict[str, Any]) -> pd.DataFrame:
+    """The evaluation table CDRS reads, from a day's ingredients (the evaluation's vectors where kept, else the
+    reward model's raw ones)."""
+    dims = g["dimensions"]
+    ev = g.get("eval_vectors")
+    sides = {side: ev[side] if ev else g[side]["vector"] for side in ("base", "adapter")}
+    return pd.DataFrame({
+        "category": g["categories"],
+        "adapter_outcome": [np.nan if x is None else x for x in g["adapter_outcome"]],
+        **{f"{side}_vector": [dict(zip(dims, v)) for v in sides[side]] for side in sides},
+    })
+
+
+def readings(g: dict[str, Any]) -> dict[str, float | None]:
+    """Readings of the five components from one day's ingredients, with the package's formulas
+    (`core.evaluation.health`), unnormalised. Each is oriented so that higher should mean healthier (a raw
+    quantity that is worse when high is negated)."""
+    from hominem_pipeline.core.evaluation.health import coherence_of, cross_domain_robustness, predictivity_of, stability_of
+
+    out: dict[str, float | None] = {}
+    out["dcs_backbone"] = coherence_of(g["gda_backbone"], "").value
+    out["dcs_policy"] = coherence_of(g["gda_policy"], "").value
+    norms = np.asarray(g["grad_norms"], dtype=float)
+    out["-gvi"] = -float(norms.std() / norms.mean())
+    late = norms[len(norms) // 2 :]
+    out["-gvi_late"] = -float(late.std() / late.mean())
+    kept = np.asarray(g.get("kept") or [i for i, a in enumerate(g["answered"]) if a])
+    base_v, ad_v = np.asarray(g["base"]["vector"]), np.asarray(g["adapter"]["vector"])
+    base_s, ad_s = np.asarray(g["base"]["scalar"]), np.asarray(g["adapter"]["scalar"])
+    where = {int(k): i for i, k in enumerate(kept)}
+    mss = stability_of(base_v[kept], ad_v[kept], ad_s[kept], [where[int(i)] for i in g["perturbed_of"]], g["perturbed"]["scalar"])
+    out["-rdm_drift"] = -mss.details["rdm_drift"] if mss.value is not None else None
+    out["-curvature_variance"] = -mss.details["curvature_variance"] if mss.value is not None else None
+    full = np.concatenate([base_s, ad_s])[np.asarray(g["halves_of"])]
+    half = np.asarray(g["halves"]["scalar"])
+    on_adapter = np.asarray(g["halves_of"]) >= len(base_s)
+    out["lrps"] = predictivity_of(half, full).value
+    out["lrps_adapter"] = predictivity_of(half[on_adapter], full[on_adapter]).value
+    table = ingredient_table(g)
+    out["cdrs"] = cross_domain_robustness(table, g["dimensions"]).value
+    cdrs = cross_domain_robustness(table, g["dimensions"], against="improvement")
+    out["cdrs_improvement"] = cdrs.value
+    out["-c_contradiction_improvement"] = -cdrs.details["c_contradiction"]
+    out["-c_entropy"] = -cdrs.details["c_entropy"]
+    out["win_rm"] = float(np.mean(ad_s[kept] > base_s[kept]))
+    out["scalar_delta"] = float(np.mean(ad_s[kept] - base_s[kept]))
+    return out
+
+
+def variants(panel: Path | None) -> None:
+    """Every reading of `readings` on each measured day, and its separation of healthy from broken (AUC)."""
+    folder = panel / "measured" if panel else RESULTS
+    days = []
+    for name in [d.name for d in panel_days()]:
+        saved = _read(RESULTS / f"{name}.json") if panel is None else _read(folder / f"{name}.json")
+        if saved.get("health", {}).get("ingredients"):
+            day = {d.name: d for d in panel_days()}[name]
+            days.append((day, readings(saved["health"]["ingredients"]), saved))
+    if not days:
+        raise SystemExit(f"no day with ingredients in {folder}; run `health_panel.py measure` first")
+    names = list(days[0][1])
+    print(f"{'reading':30s} {'AUC':>5s}  " + " ".join(f"{d.name[:9]:>9s}" for d, _, _ in days))
+    print(f"{'':30s} {'':5s}  " + " ".join(f"{('healthy' if d.healthy else 'broken'):>9s}" for d, _, _ in days))
+    for n in names:
+        h = [v[n] for d, v, _ in days if d.healthy and v[n] is not None]
+        b = [v[n] for d, v, _ in days if not d.healthy and v[n] is not None]
+        a = auc(h, b)
+        print(f"{n:30s} {a if a is None else round(a, 2)!s:>5s}  " + " ".join(f"{v[n]:9.3f}" if v[n] is not None else f"{'n/a':>9s}" for _, v, _ in days))

@@ -127,19 +127,20 @@ def dimensional_coherence(
     by the number of pairs keeps the component in [0, 1] like the other four."""
     if len(responses) < 2:
         return Component("dcs", None, "needs at least 2 scored responses")
-    cos = gradient_agreement(reward_model, prompts, responses, layers, chunk)
-    n = cos.shape[0]
+    how = ("cosine of per-dimension reward gradients w.r.t. the reward model's backbone "
+           f"({'every parameter' if layers is None else f'its last {layers} blocks'}) on the adapter's evaluation responses")
+    return coherence_of(gradient_agreement(reward_model, prompts, responses, layers, chunk), how)
+
+
+def coherence_of(agreement: np.ndarray, how: str) -> Component:
+    """DCS of a (D, D) gradient agreement matrix (`gradient_agreement` or `policy_gradient_agreement`)."""
+    agreement = np.asarray(agreement, dtype=np.float64)
+    n = agreement.shape[0]
     if n < 2:
         return Component("dcs", None, "needs at least 2 reward dimensions")
-    value = dcs_of(cos)
-    upper = cos[np.triu_indices(n, k=1)]
-    return Component(
-        "dcs",
-        _clip01(value),
-        f"cosine of per-dimension reward gradients w.r.t. the reward model's backbone "
-        f"({'every parameter' if layers is None else f'its last {layers} blocks'}) on the adapter's evaluation responses",
-        {"mean_gda": float(upper.mean()), "min_gda": float(upper.min()), "pairs": int(len(upper))},
-    )
+    upper = agreement[np.triu_indices(n, k=1)]
+    return Component("dcs", _clip01(dcs_of(agreement)), how,
+                     {"mean_gda": float(upper.mean()), "min_gda": float(upper.min()), "pairs": int(len(upper))})
 
 
 def policy_gradient_agreement(policy: Any, tokenizer: Any, prompts: Sequence[str], replies: Sequence[str], vectors: np.ndarray,
@@ -217,7 +218,7 @@ def manifold_stability(
     prompts: Sequence[str],
     base_responses: Sequence[str],
     adapter_responses: Sequence[str],
-    perturbations: int,
+    perturbations_per_response: int,
     seed: int,
     drift_max: float | None = None,
     curvature_max: float | None = None,
@@ -235,22 +236,39 @@ def manifold_stability(
     p = [prompts[i] for i in keep]
     base = reward_model.raw_scores(p, [base_responses[i] for i in keep])
     adapted = reward_model.raw_scores(p, [adapter_responses[i] for i in keep])
+    originals, perturbed = perturbations([adapter_responses[i] for i in keep], perturbations_per_response, seed)
+    moved = reward_model.raw_scores([p[i] for i in originals], perturbed)["scalar"]
+    return stability_of(base["vector"], adapted["vector"], adapted["scalar"], originals, moved, drift_max, curvature_max)
+
+
+def perturbations(responses: Sequence[str], per_response: int, seed: int) -> tuple[list[int], list[str]]:
+    """`per_response` perturbed copies of each response (`perturb`, drawn from `seed` in order): the index of
+    each copy's response, and the copies."""
+    rng = random.Random(seed)
+    originals, perturbed = [], []
+    for i, r in enumerate(responses):
+        for _ in range(per_response):
+            originals.append(i)
+            perturbed.append(perturb(r, rng))
+    return originals, perturbed
+
+
+def stability_of(base_vectors: np.ndarray, adapter_vectors: np.ndarray, adapter_scalars: np.ndarray, originals: Sequence[int],
+                 perturbed_scalars: np.ndarray, drift_max: float | None = None, curvature_max: float | None = None) -> Component:
+    """MSS from the reward model's outputs (`manifold_stability`): the vectors of the base's and the adapter's
+    replies to the same prompts, the adapter's scalars, and the scalars of perturbed copies of its replies
+    (`originals`: the reply each copy comes from)."""
+    base_vectors, adapter_vectors = np.asarray(base_vectors, dtype=np.float64), np.asarray(adapter_vectors, dtype=np.float64)
+    adapter_scalars = np.asarray(adapter_scalars, dtype=np.float64)
 
     def rdm(vectors: np.ndarray) -> np.ndarray:
         diff = vectors[:, None, :] - vectors[None, :, :]
         dist = np.sqrt((diff**2).sum(-1))
         return dist[np.triu_indices(len(vectors), k=1)]
 
-    rho = spearman(rdm(base["vector"]), rdm(adapted["vector"]))
-    rng = random.Random(seed)
-    originals, perturbed_p, perturbed_r = [], [], []
-    for i, r in enumerate(adapter_responses[j] for j in keep):
-        for _ in range(perturbations):
-            originals.append(i)
-            perturbed_p.append(p[i])
-            perturbed_r.append(perturb(r, rng))
-    moved = reward_model.raw_scores(perturbed_p, perturbed_r)["scalar"] - adapted["scalar"][originals]
-    spread = float(np.var(adapted["scalar"]))
+    rho = spearman(rdm(base_vectors), rdm(adapter_vectors))
+    moved = np.asarray(perturbed_scalars, dtype=np.float64) - adapter_scalars[np.asarray(originals, dtype=int)]
+    spread = float(np.var(adapter_scalars))
     noise = float(np.var(moved))
     if rho is None or noise + spread <= 0:
         return Component("mss", None, "reward vectors or scalars did not vary across responses")
@@ -323,17 +341,27 @@ def local_reward_predictivity(reward_model: RewardModel, prompts: Sequence[str],
     if len(pairs) < 3:
         return Component("lrps", None, "needs at least 3 responses of 4+ words")
     ps = [p for p, _ in pairs]
-    halves = [" ".join(r.split()[: len(r.split()) // 2]) for _, r in pairs]
-    local = reward_model.raw_scores(ps, halves)["scalar"]
+    local = reward_model.raw_scores(ps, [first_half(r) for _, r in pairs])["scalar"]
     full = reward_model.raw_scores(ps, [r for _, r in pairs])["scalar"]
-    corr = pearson(local, full)
+    return predictivity_of(local, full)
+
+
+def first_half(response: str) -> str:
+    """The first half of a response's words: what LRPS scores as the local reward."""
+    words = response.split()
+    return " ".join(words[: len(words) // 2])
+
+
+def predictivity_of(local: np.ndarray, full: np.ndarray) -> Component:
+    """LRPS from the reward model's scalars on the responses' first halves and on the whole responses."""
+    corr = pearson(np.asarray(local, dtype=np.float64), np.asarray(full, dtype=np.float64))
     if corr is None:
         return Component("lrps", None, "reward scalars did not vary across responses")
     return Component(
         "lrps",
         _clip01(max(0.0, corr)),
-        f"Pearson correlation of reward on the first half vs the whole of {len(pairs)} evaluation responses",
-        {"pearson": corr, "responses": len(pairs)},
+        f"Pearson correlation of reward on the first half vs the whole of {len(full)} evaluation responses",
+        {"pearson": corr, "responses": len(full)},
     )
 
 
