@@ -22,7 +22,7 @@ import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -156,22 +156,29 @@ def components(day: Day, cfg) -> dict[str, Any]:
 
     generations = pd.read_parquet(ev.file("generations.parquet"))
     import hominem_pipeline.core.evaluation.health as health
+    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.policy.lora import load_policy
 
-    measured = health.gradient_agreement
+    policy = load_policy(student_path(cfg), adapter.path, None)
     kept: dict[str, np.ndarray] = {}
+    measured = {name: getattr(health, name) for name in ("gradient_agreement", "policy_gradient_agreement")}
 
-    def keeping(*args: Any, **kwargs: Any) -> np.ndarray:  # the backbone's GDA, kept for the ingredients (measured once)
-        kept["gda"] = measured(*args, **kwargs)
-        return kept["gda"]
+    def keeping(name: str) -> Callable[..., np.ndarray]:
+        def measure(*args: Any, **kwargs: Any) -> np.ndarray:  # each GDA matrix the index measures, kept for the ingredients
+            kept[name] = measured[name](*args, **kwargs)
+            return kept[name]
+        return measure
 
-    health.gradient_agreement = keeping
+    for name in measured:
+        setattr(health, name, keeping(name))
     try:
         report = compute_health(rm, generations, history["grad_norms"], cfg, stage_seed(cfg, "reward_health_index", day.partition),
-                                mode=adapter.manifest["metadata"].get("mode"))
+                                mode=adapter.manifest["metadata"].get("mode"), policy=policy)
     finally:
-        health.gradient_agreement = measured
+        for name, f in measured.items():
+            setattr(health, name, f)
     seed = stage_seed(cfg, "reward_health_index", day.partition)
-    alt, raw = alternatives(cfg, rm, adapter.path, generations, seed, kept["gda"])
+    alt, raw = alternatives(cfg, rm, policy, generations, seed, kept)
     raw |= {"grad_norms": history["grad_norms"], "mode": adapter.manifest["metadata"].get("mode")}
     return report.as_dict() | {"alternatives": alt, "ingredients": raw}
 
@@ -180,24 +187,28 @@ def _rounded(x: Any) -> Any:
     return np.round(np.asarray(x, dtype=np.float64), 5).tolist()
 
 
-def alternatives(cfg, rm, adapter: Path, generations: pd.DataFrame, seed: int, gda_backbone: np.ndarray) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Other readings of a component, measured beside the one in use (DCS on the policy's updates, CDRS
-    against the direction of improvement), and the ingredients every component is computed from: the
-    gradient agreement matrices (backbone and policy) and the reward model's raw outputs on the base's,
-    the adapter's, the perturbed and the halved replies. A reading of a component that differs only in how
-    it combines these is computed from them again without the models (`health_panel.py variants`)."""
-    from hominem_pipeline.core.evaluation.health import (cross_domain_robustness, dcs_of, first_half, perturbations,
-                                                         policy_gradient_agreement)
-    from hominem_pipeline.core.models import student_path
-    from hominem_pipeline.core.policy.lora import load_policy
+def alternatives(cfg, rm, policy: tuple[Any, Any], generations: pd.DataFrame, seed: int, kept: dict[str, np.ndarray]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Other readings of a component, measured beside the one in use (DCS on the policy's updates and on the
+    reward model's backbone, CDRS against the direction of improvement), and the ingredients every component
+    is computed from: the gradient agreement matrices (backbone and policy) and the reward model's raw
+    outputs on the base's, the adapter's, the perturbed and the halved replies. A reading of a component
+    that differs only in how it combines these is computed from them again without the models
+    (`health_panel.py variants`). `kept`: the matrices the index itself measured."""
+    from hominem_pipeline.core.evaluation.health import (cross_domain_robustness, dcs_of, first_half, gradient_agreement,
+                                                         perturbations, policy_gradient_agreement)
 
     answered = generations[generations["adapter_response"].str.strip() != ""]
     prompts, replies = list(answered["prompt"]), list(answered["adapter_response"])
-    policy, tokenizer = load_policy(student_path(cfg), adapter, None)
-    cos = policy_gradient_agreement(policy, tokenizer, prompts, replies, rm.raw_scores(prompts, replies)["vector"])
+    cos = kept.get("policy_gradient_agreement")
+    if cos is None:
+        cos = policy_gradient_agreement(policy[0], policy[1], prompts, replies, rm.raw_scores(prompts, replies)["vector"], cfg.policy.max_length)
+    backbone = kept.get("gradient_agreement")
+    if backbone is None:
+        backbone = gradient_agreement(rm, prompts, replies, cfg.health.dcs_layers)
     upper = cos[np.triu_indices(cos.shape[0], k=1)]
     cdrs = cross_domain_robustness(generations, rm.dimensions, against="improvement")
     alt = {"dcs_policy": {"value": dcs_of(cos), "mean_gda": float(upper.mean()), "min_gda": float(upper.min())},
+           "dcs_backbone": {"value": dcs_of(backbone)},
            "cdrs_improvement": {"value": cdrs.value, **cdrs.details}}
 
     def scores(ps: list[str], rs: list[str]) -> dict[str, Any]:
@@ -214,7 +225,7 @@ def alternatives(cfg, rm, adapter: Path, generations: pd.DataFrame, seed: int, g
     raw = {
         "dimensions": dims,
         "gda_policy": _rounded(cos),
-        "gda_backbone": _rounded(gda_backbone),
+        "gda_backbone": _rounded(backbone),
         "categories": list(generations["category"]),
         "adapter_outcome": [None if pd.isna(x) else float(x) for x in generations.get("adapter_outcome", pd.Series([None] * len(generations)))],
         "answered": [bool(r.strip()) for r in adapted],
@@ -269,6 +280,7 @@ def measure(panel: Path, only: set[str] | None) -> dict[str, Any]:
             ppl = perplexity_ratio(student_path(cfg), adapter, people, base_nll)
             (out_dir / "base_nll.json").write_text(json.dumps(base_nll))
             saved = {"versions": versions, "gate": gate, "objective": objective(day, cfg, gate, ppl)}
+            path.write_text(json.dumps(saved, indent=2, default=str) + "\n")  # kept if the components fail
         key = code_key(cfg)
         if saved.get("components_key") != key:
             log.info("%s: the RHI components", day.name)
@@ -377,42 +389,76 @@ DESIGN_WEIGHTS = {"dcs": 0.25, "gvs": 0.15, "mss": 0.25, "cdrs": 0.20, "lrps": 0
 GVI_HEADROOM = 2.0  # GVI_max is this many times the most unsteady healthy run's GVI (of its policy mode)
 
 
+def measured_days(panel: Path | None) -> list[dict[str, Any]]:
+    """Each measured day with its ingredients, in panel order (from `panel`/measured, or from the measures kept
+    in benchmarks/results/health_panel/), labelled by the objective measures: a day is healthy when none of
+    them calls it broken (`intended` keeps what it was built to be)."""
+    folder = panel / "measured" if panel else RESULTS
+    out = []
+    for day in panel_days():
+        saved = _read(folder / f"{day.name}.json")
+        if not saved.get("health", {}).get("ingredients"):
+            continue
+        out.append({"name": day.name, "what": day.what, "intended": day.healthy, "healthy": not saved["objective"]["broken_by"],
+                    "mode": saved["health"]["ingredients"].get("mode") or "dual", **saved})
+    if not out:
+        raise SystemExit(f"no measured day with ingredients in {folder}; run `health_panel.py measure --panel DIR` first")
+    return out
+
+
+def components_from(g: dict[str, Any], dcs_on: str, gvi_max: float, drift_max: float | None, curvature_max: float | None) -> dict[str, Any]:
+    """The five components of one day from its ingredients, combined as `compute_health` combines them
+    (the package's formulas), under these constants."""
+    from hominem_pipeline.core.evaluation.health import (coherence_of, cross_domain_robustness, gradient_variance_stability,
+                                                         predictivity_of, stability_of)
+
+    kept = np.asarray(g.get("kept") or [i for i, a in enumerate(g["answered"]) if a])
+    where = {int(k): i for i, k in enumerate(kept)}
+    base_v, ad_v, ad_s = (np.asarray(g[side][key]) for side, key in (("base", "vector"), ("adapter", "vector"), ("adapter", "scalar")))
+    n = len(g["base"]["scalar"])
+    halves_of = np.asarray(g["halves_of"])
+    on_adapter = halves_of >= n
+    answered = np.asarray(g["answered"])
+    mine = on_adapter & answered[halves_of % n]
+    return {
+        "dcs": coherence_of(g["gda_policy"] if dcs_on == "policy" else g["gda_backbone"], dcs_on),
+        "gvs": gradient_variance_stability(g["grad_norms"], gvi_max),
+        "mss": stability_of(base_v[kept], ad_v[kept], ad_s[kept], [where[int(i)] for i in g["perturbed_of"]], g["perturbed"]["scalar"],
+                            drift_max, curvature_max),
+        "cdrs": cross_domain_robustness(ingredient_table(g), g["dimensions"]),
+        "lrps": predictivity_of(np.asarray(g["halves"]["scalar"])[mine], ad_s[halves_of[mine] - n]),
+    }
+
+
 def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | None = None) -> dict[str, Any]:
     """The calibration the measured panel supports, written to `out` (health.calibration): GVI_max per
-    policy mode from the healthy days' training runs, the weights, the threshold chosen on the panel's
-    RHI, and each component's healthy and broken ranges."""
+    policy mode from the healthy days' training runs, MSS's references from their drift and curvature, the
+    weights, the threshold chosen on the panel's RHI, and each component's healthy and broken ranges. Every
+    component is computed again from each day's ingredients with the package's formulas (`components_from`)."""
     import datetime as dt
     import platform
 
+    from hominem_pipeline.core.config_loader import load_config
     from hominem_pipeline.core.evaluation.health import COMPONENTS
 
-    summary = json.loads(((panel / "measured") if panel else RESULTS).joinpath("summary.json").read_text())
-    days = summary["days"]
+    dcs_on = load_config(root=ROOT).health.dcs_on
+    days = measured_days(panel)
     weights = weights or DESIGN_WEIGHTS  # or "separation"
+    raw = {d["name"]: components_from(d["health"]["ingredients"], dcs_on, 1.0, None, None) for d in days}
     modes: dict[str, list[float]] = {}
     for d in days:
-        gvi = d["health"]["components"]["gvs"]["details"].get("gvi")
-        if d["healthy"] and gvi is not None:
-            modes.setdefault(d.get("mode") or "dual", []).append(gvi)
+        if d["healthy"] and raw[d["name"]]["gvs"].value is not None:
+            modes.setdefault(d["mode"], []).append(raw[d["name"]]["gvs"].details["gvi"])
     gvi_max = {m: round(GVI_HEADROOM * max(v), 4) for m, v in sorted(modes.items())}
     gvi_max["default"] = round(GVI_HEADROOM * max(x for v in modes.values() for x in v), 4)
-    mss = [d["health"]["components"]["mss"]["details"] for d in days if d["healthy"]]
+    mss = [raw[d["name"]]["mss"].details for d in days if d["healthy"] and raw[d["name"]]["mss"].value is not None]
     drift_max = round(GVI_HEADROOM * max(m["rdm_drift"] for m in mss), 4)
     curvature_max = round(GVI_HEADROOM * max(m["curvature_variance"] for m in mss), 4)
 
-    def clip(x: float) -> float:
-        return min(1.0, max(0.0, x))
-
     def values(d: dict[str, Any]) -> dict[str, float]:
-        comps = d["health"]["components"]
-        c = {k: comps[k]["value"] for k in COMPONENTS}
-        gvi = comps["gvs"]["details"].get("gvi")
-        if gvi is not None:
-            c["gvs"] = clip(1.0 - gvi / gvi_max.get(d.get("mode") or "dual", gvi_max["default"]))
-        m = comps["mss"]["details"]
-        if "rdm_drift" in m:
-            c["mss"] = 0.5 * clip(1.0 - m["rdm_drift"] / drift_max) + 0.5 * clip(1.0 - m["curvature_variance"] / curvature_max)
-        c["rhi"] = sum(weights[k] * c[k] for k in COMPONENTS)
+        comps = components_from(d["health"]["ingredients"], dcs_on, gvi_max.get(d["mode"], gvi_max["default"]), drift_max, curvature_max)
+        c = {k: comps[k].value for k in COMPONENTS}
+        c["rhi"] = sum(weights[k] * (c[k] or 0.0) for k in COMPONENTS)
         return c
 
     if weights == "separation":  # each component weighted by how far it separates the panel beyond chance
@@ -422,17 +468,19 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
         weights = {k: round(lift[k] / total, 3) for k in COMPONENTS}
         weights[max(weights, key=weights.get)] += round(1.0 - sum(weights.values()), 3)
     scored = [(d, values(d)) for d in days]
-    healthy = {k: [v[k] for d, v in scored if d["healthy"]] for k in list(COMPONENTS) + ["rhi"]}
-    broken = {k: [v[k] for d, v in scored if not d["healthy"]] for k in list(COMPONENTS) + ["rhi"]}
+    healthy = {k: [v[k] for d, v in scored if d["healthy"] and v[k] is not None] for k in list(COMPONENTS) + ["rhi"]}
+    broken = {k: [v[k] for d, v in scored if not d["healthy"] and v[k] is not None] for k in list(COMPONENTS) + ["rhi"]}
     print(f"\n{'day':22s} {'kind':8s} " + " ".join(f"{k.upper():>6s}" for k in list(COMPONENTS) + ["rhi"]) + "   (calibrated)")
     for d, v in scored:
-        print(f"{d['name']:22s} {'healthy' if d['healthy'] else 'broken':8s} " + " ".join(f"{v[k]:6.3f}" for k in list(COMPONENTS) + ["rhi"]))
+        print(f"{d['name']:22s} {'healthy' if d['healthy'] else 'broken':8s} " + " ".join(f"{v[k]:6.3f}" if v[k] is not None else "   n/a" for k in list(COMPONENTS) + ["rhi"])
+              + ("" if d["healthy"] == d["intended"] else f"   (built as {'healthy' if d['intended'] else 'broken'}: " + "; ".join(d["objective"]["broken_by"]) + ")"))
     threshold, how = choose_threshold(healthy["rhi"], broken["rhi"])
     data = {
         "panel": {"command": ".venv/bin/python benchmarks/health_panel.py calibrate" + (f" --panel {panel}" if panel else ""), "date": dt.date.today().isoformat(),
                   "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}", "healthy": sum(d["healthy"] for d in days),
                   "broken": sum(not d["healthy"] for d in days), "threshold_placed": how,
-                  "days": {d["name"]: {"healthy": d["healthy"], "what": d["what"], "rhi": round(v["rhi"], 4)} for d, v in scored}},
+                  "days": {d["name"]: {"healthy": d["healthy"], "what": d["what"], "rhi": round(v["rhi"], 4),
+                                       **({"broken_by": d["objective"]["broken_by"]} if d["objective"]["broken_by"] else {})} for d, v in scored}},
         "references": {"gvi_max": gvi_max, "rdm_drift_max": drift_max, "curvature_variance_max": curvature_max},
         "weights": weights,
         "threshold": threshold,

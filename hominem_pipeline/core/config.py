@@ -433,6 +433,7 @@ class HealthConfig(_Frozen):
     weights: HealthWeights | None = Field(description="Weights of the five RHI components; they sum to 1. null: the calibration's.")
     gvi_max_reference: float | None = Field(gt=0.0, description="Gradient-norm coefficient of variation that maps GVS to 0, > 0; null: the calibration's (one per policy mode).")
     perturbations_per_response: int = Field(ge=1, le=100, description="Word-drop perturbations per evaluation reply for manifold stability, 1-100.")
+    dcs_on: Literal["policy", "reward_model"] = Field(description="Where DCS compares the dimensions' gradients: policy (the updates each dimension asks of the adapter's LoRA) or reward_model (its backbone's last dcs_layers blocks).")
     dcs_layers: int | None = Field(ge=1, description="DCS compares the dimensions' gradients w.r.t. the reward backbone's last N blocks (and final norm); null: every parameter.")
     deploy_threshold: float | None = Field(ge=0.0, le=1.0, description="RHI an adapter needs before it may go live, 0-1; null: the calibration's threshold.")
     min_win_rate: float = Field(ge=0.0, le=1.0, description="Win rate over the base on the held-out prompts an adapter also needs, 0-1; 0: off.")

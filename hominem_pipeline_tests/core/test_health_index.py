@@ -94,3 +94,29 @@ def test_dimensions_updates_of_the_policy_agree_when_they_score_alike_and_oppose
     assert abs(cos[0, 3]) < 0.99
     assert 0.0 <= dcs_of(cos) <= 1.0
     assert all(not p.requires_grad for n, p in policy.named_parameters() if "lora_" not in n)  # the base stays frozen
+
+
+def test_dcs_on_the_policy_is_measured_on_the_adapters_lora_and_needs_it(tiny_cfg, tiny_student):
+    from peft import LoraConfig, get_peft_model
+
+    from hominem_pipeline.core.evaluation.health import coherence
+    from hominem_pipeline.core.models import load_student
+
+    assert tiny_cfg.health.dcs_on == "policy"
+    with pytest.raises(ValueError, match="dcs_on is policy: the adapter's model is needed"):
+        coherence(tiny_cfg, None, ["a", "b"], ["x", "y"], None)
+
+    class Scores:  # the reward model's vectors of the replies: two dimensions that agree, one that opposes them
+        dimensions = ("a", "b", "c")
+
+        def raw_scores(self, prompts, replies):
+            import numpy as np
+
+            first = np.linspace(-1.0, 1.0, len(replies))
+            return {"vector": np.stack([first, 2 * first, -first], 1)}
+
+    base, tokenizer = load_student(tiny_student)
+    policy = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    dcs = coherence(tiny_cfg, Scores(), ["How are you?", "Tell me a story.", "What is two plus two?"], ["Well.", "A fox.", "Four."], (policy, tokenizer))
+    assert dcs.value == pytest.approx(1 / 3, abs=1e-3)  # of three pairs of dimensions, one agrees and two oppose
+    assert "adapter's LoRA" in dcs.how and dcs.details["min_gda"] == pytest.approx(-1.0, abs=1e-3)

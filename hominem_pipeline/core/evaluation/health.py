@@ -183,6 +183,27 @@ def policy_gradient_agreement(policy: Any, tokenizer: Any, prompts: Sequence[str
     return _cosines(grads)
 
 
+def policy_coherence(policy: Any, tokenizer: Any, reward_model: RewardModel, prompts: Sequence[str], replies: Sequence[str],
+                     max_length: int = 128) -> Component:
+    """DCS on the policy (`policy_gradient_agreement`): the cosines between the updates each dimension of
+    `reward_model` asks of the adapter's LoRA on its own replies."""
+    if len(replies) < 2:
+        return Component("dcs", None, "needs at least 2 answered replies")
+    vectors = reward_model.raw_scores(list(prompts), list(replies))["vector"]
+    cos = policy_gradient_agreement(policy, tokenizer, prompts, replies, vectors, max_length)
+    return coherence_of(cos, f"cosine of the updates each reward dimension asks of the adapter's LoRA (policy gradient) on {len(replies)} of its replies")
+
+
+def coherence(cfg: Any, reward_model: RewardModel, prompts: Sequence[str], replies: Sequence[str], policy: tuple[Any, Any] | None) -> Component:
+    """DCS where `health.dcs_on` says: on the policy (`policy`: the adapter's model and tokenizer) or on the
+    reward model's backbone."""
+    if cfg.health.dcs_on == "policy":
+        if policy is None:
+            raise ValueError("health.dcs_on is policy: the adapter's model is needed to measure DCS on it")
+        return policy_coherence(policy[0], policy[1], reward_model, prompts, replies, cfg.policy.max_length)
+    return dimensional_coherence(reward_model, prompts, replies, cfg.health.dcs_layers)
+
+
 def dcs_of(agreement: np.ndarray) -> float:
     """DCS of a GDA matrix: the mean over pairs of dimensions of max(0, GDA)."""
     n = agreement.shape[0]
@@ -336,7 +357,8 @@ def cross_domain_robustness(table: pd.DataFrame, dimensions: Sequence[str], agai
 
 def local_reward_predictivity(reward_model: RewardModel, prompts: Sequence[str], responses: Sequence[str]) -> Component:
     """LRPS = max(0, corr(r_local, r_trajectory)): does the reward of a response's first half predict
-    the reward of the whole response?"""
+    the reward of the whole response? Measured on the adapter's own replies (the trajectories it produces:
+    a policy that degenerates midway breaks it; the base's replies would only dilute it)."""
     pairs = [(p, r) for p, r in zip(prompts, responses) if len(r.split()) >= 4]
     if len(pairs) < 3:
         return Component("lrps", None, "needs at least 3 responses of 4+ words")
@@ -417,9 +439,11 @@ def compute_health(
     cfg: Any,
     seed: int,
     mode: str | None = None,
+    policy: tuple[Any, Any] | None = None,
 ) -> HealthReport:
     """The RHI of an adapter from its evaluation table, its training gradient norms and the reward model,
-    under `cfg`'s health settings and calibration; `mode`: the adapter's policy mode (per-mode constants)."""
+    under `cfg`'s health settings and calibration; `mode`: the adapter's policy mode (per-mode constants);
+    `policy`: the adapter's model and tokenizer (DCS on the policy, `health.dcs_on`)."""
     from hominem_pipeline.core.evaluation.calibration import resolve
 
     h = cfg.health
@@ -429,12 +453,12 @@ def compute_health(
     adapter = list(evaluation["adapter_response"])
     answered = [i for i, r in enumerate(adapter) if r.strip()]
     components = {
-        "dcs": dimensional_coherence(reward_model, [prompts[i] for i in answered], [adapter[i] for i in answered], h.dcs_layers),
+        "dcs": coherence(cfg, reward_model, [prompts[i] for i in answered], [adapter[i] for i in answered], policy),
         "gvs": gradient_variance_stability(grad_norms, settings.reference("gvi_max", mode)),
         "mss": manifold_stability(reward_model, prompts, base, adapter, h.perturbations_per_response, seed,
                                   settings.references.get("rdm_drift_max"), settings.references.get("curvature_variance_max")),
         "cdrs": cross_domain_robustness(evaluation, reward_model.dimensions),
-        "lrps": local_reward_predictivity(reward_model, prompts + prompts, base + adapter),
+        "lrps": local_reward_predictivity(reward_model, [prompts[i] for i in answered], [adapter[i] for i in answered]),
     }
     outcomes = evaluation["adapter_outcome"].dropna() if "adapter_outcome" in evaluation else pd.Series(dtype=float)
     return aggregate(components, cfg, float(outcomes.mean()) if len(outcomes) else None)

@@ -261,16 +261,25 @@ def held_out_prompts(cfg: HominemConfig, sources: list[Any]) -> list[str]:
 # -- the partial health index ------------------------------------------------------------------------
 
 
-def partial_health(cfg: HominemConfig, reward_model: Any, prompts: list[str], replies: list[str], grad_norms: list[float]):
-    """The fast loop's Reward Health Index: DCS on the adapter's replies and GVS on its gradient norms
-    (normalised by the calibration's constant for the dual mode, which online updates train in),
-    weighted as in the health index and renormalised (`health.aggregate` over the two)."""
+def partial_health(cfg: HominemConfig, reward_model: Any, prompts: list[str], replies: list[str], grad_norms: list[float],
+                   adapter: Path | None = None):
+    """The fast loop's Reward Health Index: DCS on the adapter's replies (on the update's LoRA at `adapter`
+    with `health.dcs_on: policy`) and GVS on its gradient norms (normalised by the calibration's constant
+    for the dual mode, which online updates train in), weighted as in the health index and renormalised
+    (`health.aggregate` over the two)."""
     from hominem_pipeline.core.evaluation.calibration import resolve
-    from hominem_pipeline.core.evaluation.health import aggregate, dimensional_coherence, gradient_variance_stability
+    from hominem_pipeline.core.evaluation.health import aggregate, coherence, gradient_variance_stability
+    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.policy.lora import load_policy
 
     answered = [i for i, r in enumerate(replies) if r.strip()]
+    policy = None
+    if cfg.health.dcs_on == "policy":
+        if adapter is None:
+            raise ValueError("health.dcs_on is policy: the update's adapter folder is needed to measure DCS on it")
+        policy = load_policy(student_path(cfg), adapter, None)
     components = {
-        "dcs": dimensional_coherence(reward_model, [prompts[i] for i in answered], [replies[i] for i in answered], cfg.health.dcs_layers),
+        "dcs": coherence(cfg, reward_model, [prompts[i] for i in answered], [replies[i] for i in answered], policy),
         "gvs": gradient_variance_stability(grad_norms, resolve(cfg).reference("gvi_max", "dual")),
     }
     return aggregate(components, cfg)
@@ -490,7 +499,7 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
     health: dict[str, Any] = {}
 
     def measure(prompts: list[str], replies: list[str]) -> float | None:
-        report = partial_health(cfg, reward_model, prompts, replies, result.grad_norms)
+        report = partial_health(cfg, reward_model, prompts, replies, result.grad_norms, out)
         health.update(report.as_dict(), threshold=oc.skip_below, threshold_setting="online.skip_below")
         (out / HEALTH).write_text(json.dumps(health, indent=1, default=str) + "\n")
         return report.rhi
