@@ -9,10 +9,15 @@ own fixtures) say whether it is objectively broken; then each RHI component and 
 measured on every day with this code, with their separation of healthy from broken (AUC), and the
 gate's other checks are run against the base.
 
-    .venv/bin/python benchmarks/health_panel.py build --panel /tmp/health-panel            # ~2.5 h on 2 CPU cores
+    .venv/bin/python benchmarks/health_panel.py build --panel /tmp/health-panel            # ~10-25 min a day on 2 CPU cores
     .venv/bin/python benchmarks/health_panel.py build --panel /tmp/health-panel --only scaled,lr
-    .venv/bin/python benchmarks/health_panel.py measure --panel /tmp/health-panel          # ~2 min a day
-    .venv/bin/python benchmarks/health_panel.py calibrate --panel /tmp/health-panel        # writes config/health/calibration.yaml
+    .venv/bin/python benchmarks/health_panel.py measure --panel /tmp/health-panel          # ~5 min a day
+    .venv/bin/python benchmarks/health_panel.py variants     # every reading of each component, from the kept measures
+    .venv/bin/python benchmarks/health_panel.py calibrate    # writes config/health/calibration.yaml from the kept measures
+
+`measure` keeps each day's figures and the ingredients of every component (gradient agreement
+matrices, the reward model's outputs on the replies) in benchmarks/results/health_panel/, so
+`variants` and `calibrate` need neither the panel's folder nor the models.
 
 A day is built in a project folder of its own kind: `base/` holds the days that differ by settings
 alone (their versions differ, so they share one data folder); a day broken in its files (labels,

@@ -330,22 +330,10 @@ def report(panel: Path, rows: list[tuple[Day, dict[str, Any]]]) -> dict[str, Any
     print("\nbroken days the gate's other checks let through: " + (", ".join(n for n, _ in passing) or "none"))
     for d, s in rows:
         print(f"  {d.name:22s} " + ("passes" if s["gate"]["passed"] else "refused: " + "; ".join(s["gate"]["reasons"]))[:200])
-    alt_names = sorted({k for _, s in rows for k in s["health"].get("alternatives", {})})
-    for n in alt_names:
-        h = [s["health"]["alternatives"][n]["value"] for d, s in rows if d.healthy and n in s["health"].get("alternatives", {})]
-        b = [s["health"]["alternatives"][n]["value"] for d, s in rows if not d.healthy and n in s["health"].get("alternatives", {})]
-        separation[n] = {"auc": auc(h, b), "healthy": h, "broken": b}
-        print(f"alternative {n}: AUC {separation[n]['auc']}  " + "  ".join(f"{d.name} {s['health']['alternatives'][n]['value']:.3f}"
-                                                                   for d, s in rows if n in s["health"].get("alternatives", {})))
-    fast = fast_loop(rows)
-    summary_fast = {d: f for d, f in fast.items()}
-    print("\nfast loop: partial RHI (DCS, GVS) against online.skip_below / rollback_below / freeze_below")
-    for d, s in rows:
-        f = fast[d.name]
-        print(f"  {d.name:22s} {'healthy' if d.healthy else 'broken':8s} {f['partial']:.3f}  {f['action']}")
-    summary = {"days": [{"name": d.name, "healthy": d.healthy, "what": d.what, **s} for d, s in rows], "separation": separation, "fast_loop": summary_fast}
+    summary = {"days": [{"name": d.name, "healthy": d.healthy, "what": d.what, **{k: v for k, v in s.items() if k != "health"}} for d, s in rows],
+               "separation": separation}
     (panel / "measured" / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    (RESULTS / "summary.json").write_text(json.dumps(summary, default=str, separators=(",", ":")) + "\n")
+    print("\nevery reading of each component: health_panel.py variants; the calibration and the fast loop on it: health_panel.py calibrate")
     return summary
 
 
@@ -365,24 +353,6 @@ def choose_threshold(healthy: list[float], broken: list[float]) -> tuple[float, 
         return above - below
     t = max(good, key=gap)
     return round(t, 3), f"{best} day(s) on the wrong side; midpoint of a {gap(t):.3f} gap"
-
-
-def fast_loop(rows: list[tuple[Day, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """The online fast loop's partial RHI (DCS and GVS, weighted as in the index and renormalised) of each
-    panel adapter, and what the fast loop would do with an update that measured it."""
-    from hominem_pipeline.core.config_loader import load_config
-    from hominem_pipeline.core.evaluation.calibration import resolve
-
-    cfg = load_config(root=ROOT)
-    weights, oc = resolve(cfg).weights, cfg.online
-    out = {}
-    for day, saved in rows:
-        c = saved["health"]["components"]
-        partial = (weights["dcs"] * c["dcs"]["value"] + weights["gvs"] * c["gvs"]["value"]) / (weights["dcs"] + weights["gvs"])
-        action = ("freeze" if partial < oc.freeze_below else "rollback" if partial < oc.rollback_below else "skip" if partial < oc.skip_below
-                  else "promote (if the gate's other checks pass)")
-        out[day.name] = {"partial": partial, "action": action}
-    return out
 
 
 DESIGN_WEIGHTS = {"dcs": 0.25, "gvs": 0.15, "mss": 0.25, "cdrs": 0.20, "lrps": 0.15}
@@ -425,7 +395,7 @@ def components_from(g: dict[str, Any], dcs_on: str, gvi_max: float, drift_max: f
         "gvs": gradient_variance_stability(g["grad_norms"], gvi_max),
         "mss": stability_of(base_v[kept], ad_v[kept], ad_s[kept], [where[int(i)] for i in g["perturbed_of"]], g["perturbed"]["scalar"],
                             drift_max, curvature_max),
-        "cdrs": cross_domain_robustness(ingredient_table(g), g["dimensions"]),
+        "cdrs": cross_domain_robustness(ingredient_table(g), g["dimensions"], against="improvement"),
         "lrps": predictivity_of(np.asarray(g["halves"]["scalar"])[mine], ad_s[halves_of[mine] - n]),
     }
 
@@ -475,6 +445,16 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
         print(f"{d['name']:22s} {'healthy' if d['healthy'] else 'broken':8s} " + " ".join(f"{v[k]:6.3f}" if v[k] is not None else "   n/a" for k in list(COMPONENTS) + ["rhi"])
               + ("" if d["healthy"] == d["intended"] else f"   (built as {'healthy' if d['intended'] else 'broken'}: " + "; ".join(d["objective"]["broken_by"]) + ")"))
     threshold, how = choose_threshold(healthy["rhi"], broken["rhi"])
+    oc = load_config(root=ROOT).online
+    fast = {}
+    print(f"\nthe fast loop on each panel adapter: partial RHI (DCS, GVS) against online.skip_below {oc.skip_below} / "
+          f"rollback_below {oc.rollback_below} / freeze_below {oc.freeze_below}")
+    for d, v in scored:
+        partial = (weights["dcs"] * (v["dcs"] or 0.0) + weights["gvs"] * (v["gvs"] or 0.0)) / ((weights["dcs"] + weights["gvs"]) or 1.0)
+        action = ("freeze" if partial < oc.freeze_below else "rollback" if partial < oc.rollback_below else "skip" if partial < oc.skip_below
+                  else "promote")
+        fast[d["name"]] = {"partial": round(partial, 4), "action": action}
+        print(f"  {d['name']:22s} {'healthy' if d['healthy'] else 'broken':8s} {partial:.3f}  {action}")
     data = {
         "panel": {"command": ".venv/bin/python benchmarks/health_panel.py calibrate" + (f" --panel {panel}" if panel else ""), "date": dt.date.today().isoformat(),
                   "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}", "healthy": sum(d["healthy"] for d in days),
@@ -487,6 +467,7 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
         "healthy": {k: [round(min(v), 4), round(max(v), 4)] for k, v in healthy.items()},
         "broken": {k: [round(min(v), 4), round(max(v), 4)] for k, v in broken.items()},
         "auc": {k: round(auc(healthy[k], broken[k]), 3) for k in healthy},
+        "fast_loop": fast,
     }
     header = ("# The Reward Health Index's calibration on a panel of days whose answer is known (benchmarks/health_panel.py).\n"
               "# references: normalising constants from the healthy days; weights: the components' weights (sum 1); threshold: the RHI an\n"

@@ -245,7 +245,7 @@ STAGES: tuple[Stage, ...] = (
         group="evaluation",
         kinds=frozenset({"pytorch"}),
         inputs=(Input("evaluation"), Input("lora_adapter"), Input("reward_model")),
-        reads=("health", "policy.max_length"),
+        reads=("health", "policy.max_length", "models.student"),
         files=_health_files,
         build=build_reward_health_index,
     ),

@@ -49,7 +49,7 @@ def test_a_healthy_index_does_not_deploy_an_adapter_that_loses_to_the_base():
     assert aggregate(healthy, load_config(root=REPO, overrides={"health": {"min_win_rate": 0.0}}), win_rate=0.0).deployable
 
 
-def test_cdrs_penalises_categories_that_disagree():
+def test_cdrs_penalises_categories_that_disagree_and_read_against_improvement_an_adapter_losing_everywhere():
     dims = ["empathy"]
 
     def table(outcomes_and_deltas):
@@ -65,6 +65,15 @@ def test_cdrs_penalises_categories_that_disagree():
     assert split.details["c_contradiction"] == pytest.approx(0.5)
     assert split.value == pytest.approx(1 - (0.5 + 0.0 + 1.0) / 3)
     assert cross_domain_robustness(table([("a", 1.0, 0.1)]), dims).value is None
+
+    # read against improvement (the index's reading): an adapter worse than the base everywhere is consistent, not robust
+    losing = table([("a", 0.0, -0.2), ("a", 0.0, -0.1), ("b", 0.0, -0.3), ("b", 0.0, -0.2)])
+    assert cross_domain_robustness(losing, dims).value == pytest.approx(1.0)
+    directed = cross_domain_robustness(losing, dims, against="improvement")
+    assert directed.details["c_contradiction"] == 1.0 and directed.details["c_consistency"] == 0.0
+    assert directed.value == pytest.approx(1 - (1.0 + 0.0 + 1.0) / 3)
+    assert cross_domain_robustness(table([("a", 1.0, 0.2), ("a", 1.0, 0.1), ("b", 1.0, 0.3), ("b", 1.0, 0.2)]), dims,
+                                   against="improvement").value == pytest.approx(1.0)
 
 
 def test_perturbation_drops_exactly_one_word():

@@ -317,7 +317,11 @@ def cross_domain_robustness(table: pd.DataFrame, dimensions: Sequence[str], agai
 
     C_contradiction: share of (category, dimension) cells whose mean adapter-base delta has the
     opposite sign of that dimension's overall delta. C_entropy: mean binary entropy of each category's
-    win rate (a coin-flip category is unsettled). C_consistency: 1 - 2 * std of the categories' win rates."""
+    win rate (a coin-flip category is unsettled). C_consistency: 1 - 2 * std of the categories' win rates.
+
+    `against="improvement"` reads them against the direction of improvement, so that an adapter worse than
+    the base everywhere is not "robust": a cell contradicts when the adapter is worse than the base there,
+    and C_consistency is the share of categories where the adapter wins at least half the prompts."""
     if table.empty or table["category"].nunique() < 2:
         return Component("cdrs", None, "needs evaluation prompts from at least 2 categories")
     def num(vector: dict, d: str) -> float:
@@ -345,7 +349,10 @@ def cross_domain_robustness(table: pd.DataFrame, dimensions: Sequence[str], agai
     c_contra = contradictions / cells if cells else 0.0
     win = table.groupby("category")["adapter_outcome"].mean()
     c_entropy = float(np.mean([_binary_entropy(w) for w in win]))
-    c_consistency = _clip01(1.0 - 2.0 * float(win.std(ddof=0)))
+    if against == "improvement":
+        c_consistency = float((win >= 0.5).mean())
+    else:
+        c_consistency = _clip01(1.0 - 2.0 * float(win.std(ddof=0)))
     value = 1.0 - (c_contra + c_entropy + (1.0 - c_consistency)) / 3.0
     return Component(
         "cdrs",
@@ -457,7 +464,7 @@ def compute_health(
         "gvs": gradient_variance_stability(grad_norms, settings.reference("gvi_max", mode)),
         "mss": manifold_stability(reward_model, prompts, base, adapter, h.perturbations_per_response, seed,
                                   settings.references.get("rdm_drift_max"), settings.references.get("curvature_variance_max")),
-        "cdrs": cross_domain_robustness(evaluation, reward_model.dimensions),
+        "cdrs": cross_domain_robustness(evaluation, reward_model.dimensions, against="improvement"),
         "lrps": local_reward_predictivity(reward_model, [prompts[i] for i in answered], [adapter[i] for i in answered]),
     }
     outcomes = evaluation["adapter_outcome"].dropna() if "adapter_outcome" in evaluation else pd.Series(dtype=float)
