@@ -105,8 +105,9 @@ def test_a_stage_reads_only_its_slice(project, tiny_cfg):
     view = STAGES_BY_NAME["reward_health_index"].slice(tiny_cfg)
     assert view.health.deploy_threshold == tiny_cfg.health.deploy_threshold
     assert view.data_dir == tiny_cfg.data_dir  # locations are not settings
-    with pytest.raises(SliceError, match="stage 'reward_health_index' read the setting 'policy', which is not in its config slice"):
-        view.policy  # noqa: B018
+    assert view.policy.max_length == tiny_cfg.policy.max_length  # DCS on the policy reads its replies at that length
+    with pytest.raises(SliceError, match="stage 'reward_health_index' read the setting 'policy.beta', which is not in its config slice"):
+        view.policy.beta  # noqa: B018
     pairs = STAGES_BY_NAME["preference_pairs"].slice(tiny_cfg)
     assert pairs.preferences.min_margin == tiny_cfg.preferences.min_margin
     with pytest.raises(SliceError, match="'evaluation'"):
@@ -123,7 +124,7 @@ def test_a_stage_reads_only_its_slice(project, tiny_cfg):
 def test_an_undeclared_read_is_never_a_silent_default(tiny_cfg):
     view = STAGES_BY_NAME["reward_health_index"].slice(tiny_cfg)
     with pytest.raises(SliceError):
-        getattr(view, "policy", None)
+        getattr(view, "preferences", None)
     with pytest.raises(SliceError):
         hasattr(view, "teacher")
 
