@@ -369,8 +369,8 @@ def measured_days(panel: Path | None) -> list[dict[str, Any]]:
         saved = _read(folder / f"{day.name}.json")
         if not saved.get("health", {}).get("ingredients"):
             continue
-        out.append({"name": day.name, "what": day.what, "intended": day.healthy, "healthy": not saved["objective"]["broken_by"],
-                    "mode": saved["health"]["ingredients"].get("mode") or "dual", **saved})
+        out.append({**saved, "name": day.name, "what": day.what, "intended": day.healthy, "healthy": not saved["objective"]["broken_by"],
+                    "mode": saved["health"]["ingredients"].get("mode") or "dual"})
     if not out:
         raise SystemExit(f"no measured day with ingredients in {folder}; run `health_panel.py measure --panel DIR` first")
     return out
@@ -443,7 +443,8 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
     print(f"\n{'day':22s} {'kind':8s} " + " ".join(f"{k.upper():>6s}" for k in list(COMPONENTS) + ["rhi"]) + "   (calibrated)")
     for d, v in scored:
         print(f"{d['name']:22s} {'healthy' if d['healthy'] else 'broken':8s} " + " ".join(f"{v[k]:6.3f}" if v[k] is not None else "   n/a" for k in list(COMPONENTS) + ["rhi"])
-              + ("" if d["healthy"] == d["intended"] else f"   (built as {'healthy' if d['intended'] else 'broken'}: " + "; ".join(d["objective"]["broken_by"]) + ")"))
+              + ("" if d["healthy"] == d["intended"] else f"   (built as {'healthy' if d['intended'] else 'broken'}: "
+                                                                      + ("; ".join(d["objective"]["broken_by"]) or "no objective measure calls it broken") + ")"))
     threshold, how = choose_threshold(healthy["rhi"], broken["rhi"])
     oc = load_config(root=ROOT).online
     fast = {}
