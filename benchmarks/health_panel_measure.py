@@ -22,7 +22,7 @@ import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -144,72 +144,46 @@ def gate_checks(day: Day, cfg, people: pd.DataFrame, memory: pd.DataFrame, folde
 
 
 def components(day: Day, cfg) -> dict[str, Any]:
-    """Each RHI component of the day measured by this code (with the calibration in use), and the RHI."""
+    """Each RHI component of the day measured by this code (with the calibration in use), the RHI, and the
+    ingredients every component is computed from (`ingredients`)."""
     from hominem_pipeline.core.evaluation.health import compute_health
+    from hominem_pipeline.core.lineage import stage_seed
     from hominem_pipeline.core.reward.model import project_reward_model
 
     ev = _ref(cfg, "evaluation", day.partition, day.versions["evaluation"])
     adapter = _ref(cfg, "lora_adapter", day.partition, day.versions["lora_adapter"])
     rm = project_reward_model(_ref(cfg, "reward_model", day.partition, day.versions["reward_model"]).path, cfg)
     history = json.loads(adapter.file("training_history.json").read_text())
-    from hominem_pipeline.core.lineage import stage_seed
-
     generations = pd.read_parquet(ev.file("generations.parquet"))
-    import hominem_pipeline.core.evaluation.health as health
-    from hominem_pipeline.core.models import student_path
-    from hominem_pipeline.core.policy.lora import load_policy
-
-    policy = load_policy(student_path(cfg), adapter.path, None)
-    kept: dict[str, np.ndarray] = {}
-    measured = {name: getattr(health, name) for name in ("gradient_agreement", "policy_gradient_agreement")}
-
-    def keeping(name: str) -> Callable[..., np.ndarray]:
-        def measure(*args: Any, **kwargs: Any) -> np.ndarray:  # each GDA matrix the index measures, kept for the ingredients
-            kept[name] = measured[name](*args, **kwargs)
-            return kept[name]
-        return measure
-
-    for name in measured:
-        setattr(health, name, keeping(name))
-    try:
-        report = compute_health(rm, generations, history["grad_norms"], cfg, stage_seed(cfg, "reward_health_index", day.partition),
-                                mode=adapter.manifest["metadata"].get("mode"), policy=policy)
-    finally:
-        for name, f in measured.items():
-            setattr(health, name, f)
     seed = stage_seed(cfg, "reward_health_index", day.partition)
-    alt, raw = alternatives(cfg, rm, policy, generations, seed, kept)
+    report = compute_health(rm, generations, history["grad_norms"], cfg, seed, mode=adapter.manifest["metadata"].get("mode"), adapter=adapter.path)
+    raw = ingredients(cfg, rm, adapter.path, generations, seed, np.asarray(report.components["dcs"].details["gda"]))
     raw |= {"grad_norms": history["grad_norms"], "mode": adapter.manifest["metadata"].get("mode")}
-    return report.as_dict() | {"alternatives": alt, "ingredients": raw}
+    return report.as_dict() | {"ingredients": raw}
 
 
 def _rounded(x: Any) -> Any:
     return np.round(np.asarray(x, dtype=np.float64), 5).tolist()
 
 
-def alternatives(cfg, rm, policy: tuple[Any, Any], generations: pd.DataFrame, seed: int, kept: dict[str, np.ndarray]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Other readings of a component, measured beside the one in use (DCS on the policy's updates and on the
-    reward model's backbone, CDRS against the direction of improvement), and the ingredients every component
-    is computed from: the gradient agreement matrices (backbone and policy) and the reward model's raw
-    outputs on the base's, the adapter's, the perturbed and the halved replies. A reading of a component
-    that differs only in how it combines these is computed from them again without the models
-    (`health_panel.py variants`). `kept`: the matrices the index itself measured."""
-    from hominem_pipeline.core.evaluation.health import (cross_domain_robustness, dcs_of, first_half, gradient_agreement,
-                                                         perturbations, policy_gradient_agreement)
+def ingredients(cfg, rm, adapter: Path, generations: pd.DataFrame, seed: int, gda: np.ndarray) -> dict[str, Any]:
+    """What every component is computed from: the gradient agreement matrices (`gda`: the one the index
+    measured, where `health.dcs_on` says; the other measured here) and the reward model's raw outputs on the
+    base's, the adapter's, the perturbed and the halved replies. Any reading of a component that differs only
+    in how it combines these is computed from them again without the models (`health_panel.py variants`)."""
+    from hominem_pipeline.core.evaluation.health import first_half, gradient_agreement, perturbations, policy_gradient_agreement
+    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.policy.lora import load_policy
 
     answered = generations[generations["adapter_response"].str.strip() != ""]
     prompts, replies = list(answered["prompt"]), list(answered["adapter_response"])
-    cos = kept.get("policy_gradient_agreement")
-    if cos is None:
-        cos = policy_gradient_agreement(policy[0], policy[1], prompts, replies, rm.raw_scores(prompts, replies)["vector"], cfg.policy.max_length)
-    backbone = kept.get("gradient_agreement")
-    if backbone is None:
+    if cfg.health.dcs_on == "policy":
         backbone = gradient_agreement(rm, prompts, replies, cfg.health.dcs_layers)
-    upper = cos[np.triu_indices(cos.shape[0], k=1)]
-    cdrs = cross_domain_robustness(generations, rm.dimensions, against="improvement")
-    alt = {"dcs_policy": {"value": dcs_of(cos), "mean_gda": float(upper.mean()), "min_gda": float(upper.min())},
-           "dcs_backbone": {"value": dcs_of(backbone)},
-           "cdrs_improvement": {"value": cdrs.value, **cdrs.details}}
+        cos = gda
+    else:
+        policy, tokenizer = load_policy(student_path(cfg), adapter, None)
+        cos = policy_gradient_agreement(policy, tokenizer, prompts, replies, rm.raw_scores(prompts, replies)["vector"], cfg.policy.max_length)
+        backbone = gda
 
     def scores(ps: list[str], rs: list[str]) -> dict[str, Any]:
         out = rm.raw_scores(ps, rs)
@@ -239,7 +213,7 @@ def alternatives(cfg, rm, policy: tuple[Any, Any], generations: pd.DataFrame, se
         "halves_of": long,  # indices into base replies then adapter replies
         "halves": scores([(all_prompts + all_prompts)[i] for i in long], [first_half(texts[i]) for i in long]),
     }
-    return alt, raw
+    return raw
 
 
 def auc(healthy: list[float], broken: list[float]) -> float | None:
@@ -497,57 +471,44 @@ def ingredient_table(g: dict[str, Any]) -> pd.DataFrame:
 
 
 def readings(g: dict[str, Any]) -> dict[str, float | None]:
-    """Readings of the five components from one day's ingredients, with the package's formulas
-    (`core.evaluation.health`), unnormalised. Each is oriented so that higher should mean healthier (a raw
-    quantity that is worse when high is negated)."""
-    from hominem_pipeline.core.evaluation.health import coherence_of, cross_domain_robustness, predictivity_of, stability_of
+    """Readings of the five components from one day's ingredients: the index's own (`components_from`,
+    unnormalised) and the others measured beside them. Each is oriented so that higher should mean healthier
+    (a raw quantity that is worse when high is negated)."""
+    from hominem_pipeline.core.evaluation.health import cross_domain_robustness, predictivity_of
 
-    out: dict[str, float | None] = {}
-    out["dcs_backbone"] = coherence_of(g["gda_backbone"], "").value
-    out["dcs_policy"] = coherence_of(g["gda_policy"], "").value
+    index = {on: components_from(g, on, 1.0, None, None) for on in ("reward_model", "policy")}
+    mine, mss = index["policy"], index["policy"]["mss"]
     norms = np.asarray(g["grad_norms"], dtype=float)
-    out["-gvi"] = -float(norms.std() / norms.mean())
     late = norms[len(norms) // 2 :]
-    out["-gvi_late"] = -float(late.std() / late.mean())
-    kept = np.asarray(g.get("kept") or [i for i, a in enumerate(g["answered"]) if a])
-    base_v, ad_v = np.asarray(g["base"]["vector"]), np.asarray(g["adapter"]["vector"])
     base_s, ad_s = np.asarray(g["base"]["scalar"]), np.asarray(g["adapter"]["scalar"])
-    where = {int(k): i for i, k in enumerate(kept)}
-    mss = stability_of(base_v[kept], ad_v[kept], ad_s[kept], [where[int(i)] for i in g["perturbed_of"]], g["perturbed"]["scalar"])
-    out["-rdm_drift"] = -mss.details["rdm_drift"] if mss.value is not None else None
-    out["-curvature_variance"] = -mss.details["curvature_variance"] if mss.value is not None else None
-    full = np.concatenate([base_s, ad_s])[np.asarray(g["halves_of"])]
-    half = np.asarray(g["halves"]["scalar"])
-    on_adapter = np.asarray(g["halves_of"]) >= len(base_s)
-    out["lrps"] = predictivity_of(half, full).value
-    out["lrps_adapter"] = predictivity_of(half[on_adapter], full[on_adapter]).value
-    table = ingredient_table(g)
-    out["cdrs"] = cross_domain_robustness(table, g["dimensions"]).value
-    cdrs = cross_domain_robustness(table, g["dimensions"], against="improvement")
-    out["cdrs_improvement"] = cdrs.value
-    out["-c_contradiction_improvement"] = -cdrs.details["c_contradiction"]
-    out["-c_entropy"] = -cdrs.details["c_entropy"]
-    out["win_rm"] = float(np.mean(ad_s[kept] > base_s[kept]))
-    out["scalar_delta"] = float(np.mean(ad_s[kept] - base_s[kept]))
-    return out
+    kept = np.asarray(g.get("kept") or [i for i, a in enumerate(g["answered"]) if a])
+    both = np.concatenate([base_s, ad_s])[np.asarray(g["halves_of"])]
+    cdrs = mine["cdrs"]
+    return {
+        "dcs_backbone": index["reward_model"]["dcs"].value,
+        "dcs_policy": mine["dcs"].value,
+        "-gvi": -mine["gvs"].details["gvi"] if mine["gvs"].value is not None else None,
+        "-gvi_late": -float(late.std() / late.mean()),
+        "-rdm_drift": -mss.details["rdm_drift"] if mss.value is not None else None,
+        "-curvature_variance": -mss.details["curvature_variance"] if mss.value is not None else None,
+        "lrps": predictivity_of(np.asarray(g["halves"]["scalar"]), both).value,  # on base and adapter replies together
+        "lrps_adapter": mine["lrps"].value,
+        "cdrs": cross_domain_robustness(ingredient_table(g), g["dimensions"]).value,  # against the overall sign
+        "cdrs_improvement": cdrs.value,
+        "-c_contradiction_improvement": -cdrs.details["c_contradiction"] if cdrs.value is not None else None,
+        "-c_entropy": -cdrs.details["c_entropy"] if cdrs.value is not None else None,
+        "win_rm": float(np.mean(ad_s[kept] > base_s[kept])),
+        "scalar_delta": float(np.mean(ad_s[kept] - base_s[kept])),
+    }
 
 
 def variants(panel: Path | None) -> None:
-    """Every reading of `readings` on each measured day, and its separation of healthy from broken (AUC)."""
-    folder = panel / "measured" if panel else RESULTS
-    days = []
-    for name in [d.name for d in panel_days()]:
-        saved = _read(RESULTS / f"{name}.json") if panel is None else _read(folder / f"{name}.json")
-        if saved.get("health", {}).get("ingredients"):
-            day = {d.name: d for d in panel_days()}[name]
-            days.append((day, readings(saved["health"]["ingredients"]), saved))
-    if not days:
-        raise SystemExit(f"no day with ingredients in {folder}; run `health_panel.py measure` first")
+    """Every reading of `readings` on each measured day (labelled as `measured_days` labels it: by the
+    objective measures), and its separation of healthy from broken (AUC)."""
+    days = [(d, readings(d["health"]["ingredients"])) for d in measured_days(panel)]
     names = list(days[0][1])
-    print(f"{'reading':30s} {'AUC':>5s}  " + " ".join(f"{d.name[:9]:>9s}" for d, _, _ in days))
-    print(f"{'':30s} {'':5s}  " + " ".join(f"{('healthy' if d.healthy else 'broken'):>9s}" for d, _, _ in days))
+    print(f"{'reading':30s} {'AUC':>5s}  " + " ".join(f"{d['name'][:9]:>9s}" for d, _ in days))
+    print(f"{'':30s} {'':5s}  " + " ".join(f"{('healthy' if d['healthy'] else 'broken'):>9s}" for d, _ in days))
     for n in names:
-        h = [v[n] for d, v, _ in days if d.healthy and v[n] is not None]
-        b = [v[n] for d, v, _ in days if not d.healthy and v[n] is not None]
-        a = auc(h, b)
-        print(f"{n:30s} {a if a is None else round(a, 2)!s:>5s}  " + " ".join(f"{v[n]:9.3f}" if v[n] is not None else f"{'n/a':>9s}" for _, v, _ in days))
+        a = auc([v[n] for d, v in days if d["healthy"]], [v[n] for d, v in days if not d["healthy"]])
+        print(f"{n:30s} {a if a is None else round(a, 2)!s:>5s}  " + " ".join(f"{v[n]:9.3f}" if v[n] is not None else f"{'n/a':>9s}" for _, v in days))

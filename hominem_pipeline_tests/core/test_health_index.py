@@ -105,7 +105,7 @@ def test_dimensions_updates_of_the_policy_agree_when_they_score_alike_and_oppose
     assert all(not p.requires_grad for n, p in policy.named_parameters() if "lora_" not in n)  # the base stays frozen
 
 
-def test_dcs_on_the_policy_is_measured_on_the_adapters_lora_and_needs_it(tiny_cfg, tiny_student):
+def test_dcs_on_the_policy_is_measured_on_the_adapters_lora_and_needs_it(tiny_cfg, tiny_student, tmp_path):
     from peft import LoraConfig, get_peft_model
 
     from hominem_pipeline.core.evaluation.health import coherence
@@ -124,8 +124,10 @@ def test_dcs_on_the_policy_is_measured_on_the_adapters_lora_and_needs_it(tiny_cf
             first = np.linspace(-1.0, 1.0, len(replies))
             return {"vector": np.stack([first, 2 * first, -first], 1)}
 
-    base, tokenizer = load_student(tiny_student)
+    base, _ = load_student(tiny_student)
     policy = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
-    dcs = coherence(tiny_cfg, Scores(), ["How are you?", "Tell me a story.", "What is two plus two?"], ["Well.", "A fox.", "Four."], (policy, tokenizer))
+    policy.save_pretrained(tmp_path / "adapter")  # an adapter folder, as the RHI stage and the fast loop pass it
+    dcs = coherence(tiny_cfg, Scores(), ["How are you?", "Tell me a story.", "What is two plus two?"], ["Well.", "A fox.", "Four."],
+                    tmp_path / "adapter")
     assert dcs.value == pytest.approx(1 / 3, abs=1e-3)  # of three pairs of dimensions, one agrees and two oppose
     assert "adapter's LoRA" in dcs.how and dcs.details["min_gda"] == pytest.approx(-1.0, abs=1e-3)

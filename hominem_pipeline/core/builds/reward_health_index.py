@@ -14,6 +14,7 @@ log = logging.getLogger(__name__)
 
 
 def build_reward_health_index(ctx: StageContext) -> StageOutput:
+    from hominem_pipeline.core.device import resolve_device
     from hominem_pipeline.core.evaluation.health import compute_health, plot_health
     from hominem_pipeline.core.reward.model import project_reward_model
 
@@ -21,15 +22,8 @@ def build_reward_health_index(ctx: StageContext) -> StageOutput:
     adapter = ctx.one("lora_adapter")
     history = json.loads(adapter.file("training_history.json").read_text())
     rm = project_reward_model(ctx.one("reward_model").path, ctx.cfg)
-    policy = None
-    if ctx.cfg.health.dcs_on == "policy":
-        from hominem_pipeline.core.device import resolve_device
-        from hominem_pipeline.core.models import student_path
-        from hominem_pipeline.core.policy.lora import load_policy
-
-        policy = load_policy(student_path(ctx.cfg), adapter.path, resolve_device(ctx.cfg.runtime.device))
     report = compute_health(rm, generations, history["grad_norms"], ctx.cfg, ctx.seed, mode=adapter.manifest.get("metadata", {}).get("mode"),
-                            policy=policy)
+                            adapter=adapter.path, device=resolve_device(ctx.cfg.runtime.device))
     for name, comp in report.components.items():
         if report.verdicts.get(name):
             log.info("%s %s: %s", name.upper(), "n/a" if comp.value is None else f"{comp.value:.3f}", report.verdicts[name])

@@ -140,7 +140,8 @@ def coherence_of(agreement: np.ndarray, how: str) -> Component:
         return Component("dcs", None, "needs at least 2 reward dimensions")
     upper = agreement[np.triu_indices(n, k=1)]
     return Component("dcs", _clip01(dcs_of(agreement)), how,
-                     {"mean_gda": float(upper.mean()), "min_gda": float(upper.min()), "pairs": int(len(upper))})
+                     {"mean_gda": float(upper.mean()), "min_gda": float(upper.min()), "pairs": int(len(upper)),
+                      "gda": np.round(agreement, 5).tolist()})
 
 
 def policy_gradient_agreement(policy: Any, tokenizer: Any, prompts: Sequence[str], replies: Sequence[str], vectors: np.ndarray,
@@ -194,13 +195,19 @@ def policy_coherence(policy: Any, tokenizer: Any, reward_model: RewardModel, pro
     return coherence_of(cos, f"cosine of the updates each reward dimension asks of the adapter's LoRA (policy gradient) on {len(replies)} of its replies")
 
 
-def coherence(cfg: Any, reward_model: RewardModel, prompts: Sequence[str], replies: Sequence[str], policy: tuple[Any, Any] | None) -> Component:
-    """DCS where `health.dcs_on` says: on the policy (`policy`: the adapter's model and tokenizer) or on the
-    reward model's backbone."""
+def coherence(cfg: Any, reward_model: RewardModel, prompts: Sequence[str], replies: Sequence[str], adapter: Any | None,
+              device: Any = None) -> Component:
+    """DCS where `health.dcs_on` says: on the policy (the student with the LoRA in the folder `adapter`,
+    loaded here on `device`) or on the reward model's backbone (`adapter` unused)."""
     if cfg.health.dcs_on == "policy":
-        if policy is None:
-            raise ValueError("health.dcs_on is policy: the adapter's model is needed to measure DCS on it")
-        return policy_coherence(policy[0], policy[1], reward_model, prompts, replies, cfg.policy.max_length)
+        if adapter is None:
+            raise ValueError("health.dcs_on is policy: the adapter's model is needed to measure DCS on it; pass its folder, "
+                             "or set health.dcs_on: reward_model")
+        from hominem_pipeline.core.models import student_path
+        from hominem_pipeline.core.policy.lora import load_policy
+
+        policy, tokenizer = load_policy(student_path(cfg), adapter, device)
+        return policy_coherence(policy, tokenizer, reward_model, prompts, replies, cfg.policy.max_length)
     return dimensional_coherence(reward_model, prompts, replies, cfg.health.dcs_layers)
 
 
@@ -446,26 +453,27 @@ def compute_health(
     cfg: Any,
     seed: int,
     mode: str | None = None,
-    policy: tuple[Any, Any] | None = None,
+    adapter: Any | None = None,
+    device: Any = None,
 ) -> HealthReport:
     """The RHI of an adapter from its evaluation table, its training gradient norms and the reward model,
     under `cfg`'s health settings and calibration; `mode`: the adapter's policy mode (per-mode constants);
-    `policy`: the adapter's model and tokenizer (DCS on the policy, `health.dcs_on`)."""
+    `adapter`: its folder, loaded on `device` for DCS on the policy (`health.dcs_on`)."""
     from hominem_pipeline.core.evaluation.calibration import resolve
 
     h = cfg.health
     settings = resolve(cfg)
     prompts = list(evaluation["prompt"])
     base = list(evaluation["base_response"])
-    adapter = list(evaluation["adapter_response"])
-    answered = [i for i, r in enumerate(adapter) if r.strip()]
+    replies = list(evaluation["adapter_response"])
+    answered = [i for i, r in enumerate(replies) if r.strip()]
     components = {
-        "dcs": coherence(cfg, reward_model, [prompts[i] for i in answered], [adapter[i] for i in answered], policy),
+        "dcs": coherence(cfg, reward_model, [prompts[i] for i in answered], [replies[i] for i in answered], adapter, device),
         "gvs": gradient_variance_stability(grad_norms, settings.reference("gvi_max", mode)),
-        "mss": manifold_stability(reward_model, prompts, base, adapter, h.perturbations_per_response, seed,
+        "mss": manifold_stability(reward_model, prompts, base, replies, h.perturbations_per_response, seed,
                                   settings.references.get("rdm_drift_max"), settings.references.get("curvature_variance_max")),
         "cdrs": cross_domain_robustness(evaluation, reward_model.dimensions, against="improvement"),
-        "lrps": local_reward_predictivity(reward_model, [prompts[i] for i in answered], [adapter[i] for i in answered]),
+        "lrps": local_reward_predictivity(reward_model, [prompts[i] for i in answered], [replies[i] for i in answered]),
     }
     outcomes = evaluation["adapter_outcome"].dropna() if "adapter_outcome" in evaluation else pd.Series(dtype=float)
     return aggregate(components, cfg, float(outcomes.mean()) if len(outcomes) else None)

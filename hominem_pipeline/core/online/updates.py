@@ -269,17 +269,10 @@ def partial_health(cfg: HominemConfig, reward_model: Any, prompts: list[str], re
     (`health.aggregate` over the two)."""
     from hominem_pipeline.core.evaluation.calibration import resolve
     from hominem_pipeline.core.evaluation.health import aggregate, coherence, gradient_variance_stability
-    from hominem_pipeline.core.models import student_path
-    from hominem_pipeline.core.policy.lora import load_policy
 
     answered = [i for i, r in enumerate(replies) if r.strip()]
-    policy = None
-    if cfg.health.dcs_on == "policy":
-        if adapter is None:
-            raise ValueError("health.dcs_on is policy: the update's adapter folder is needed to measure DCS on it")
-        policy = load_policy(student_path(cfg), adapter, None)
     components = {
-        "dcs": coherence(cfg, reward_model, [prompts[i] for i in answered], [replies[i] for i in answered], policy),
+        "dcs": coherence(cfg, reward_model, [prompts[i] for i in answered], [replies[i] for i in answered], adapter),
         "gvs": gradient_variance_stability(grad_norms, resolve(cfg).reference("gvi_max", "dual")),
     }
     return aggregate(components, cfg)
