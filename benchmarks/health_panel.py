@@ -81,15 +81,15 @@ def panel_days() -> list[Day]:
         Day("swapped", False, "an adapter trained from a fresh LoRA on every pair swapped (ranked and people's)", "swapped",
             overrides={"policy": {"dual": {"people_start": None}}}, fault="swap_pairs", fault_stage="lora_adapter"),
         Day("seed", True, "the default with policy.seed 1, day 1", "base", overrides={"policy": {"seed": 1}}),
-        Day("shuffled_labels", False, "a reward model trained on the day's labels shuffled across replies", "shuffled",
+        Day("shuffled_labels", False, "a reward model trained on the day's labels shuffled across replies, and people's choices a coin flip", "shuffled",
             fault="shuffle_labels", fault_stage="reward_model"),
-        Day("inverted_dimension", False, "a reward model trained with empathy's sign inverted in every label", "inverted",
+        Day("inverted_dimension", False, "a reward model trained with empathy's sign inverted in every label and people's empathy pairs", "inverted",
             fault="invert_dimension", fault_stage="reward_model"),
-        Day("collapsed_dimensions", False, "a reward model trained on labels whose dimensions are all their mean", "collapsed",
+        Day("collapsed_dimensions", False, "a reward model trained on labels whose dimensions are all their mean, no people's pair about a dimension", "collapsed",
             fault="collapse_dimensions", fault_stage="reward_model"),
-        Day("few_labels", False, f"a reward model trained on {FEW_LABELS} labels", "few", fault="few_labels", fault_stage="reward_model"),
+        Day("few_labels", False, f"a reward model trained on {FEW_LABELS} labels and {FEW_LABELS} people's pairs", "few", fault="few_labels", fault_stage="reward_model"),
         Day("contradicting_memory", False, "the default adapter trained on memory rows that state the wrong fact", "base",
-            overrides={"policy": {"dual": {"memory_files": ["PANEL/contradicting_memory"]}}}),
+            overrides={"policy": {"dual": {"memory_files": ["PANEL/contradicting_memory", "data/sft"]}}}),
         Day("wire_teacher", True, "a teacher behind the project's wire server (OpenAI wire format), day 1", "wire",
             overrides={"teacher": {"provider": "openai", "api": {"model": "gpt-4o-mini", "base_url": f"http://127.0.0.1:{WIRE_PORT}/v1",
                                                                  "api_key_env": "HOMINEM_PANEL_KEY"}}}),
@@ -213,6 +213,61 @@ FAULTS: dict[str, tuple[str, Callable[[Path], str]]] = {
 }
 
 
+# The people's pairs the reward model learns from (`builds.reward_model.human_pairs`) broken the same way as its
+# labels on a reward-model day: the shipped people's pairs hold a reward model up against a fault in the judge's
+# labels alone (every dimension is pulled toward people's tagged pairs, the scalar is fitted on them), so a day
+# broken in the labels only is a sound day. The adapter's own people's rows stay as they are.
+
+
+def _exchange(df: pd.DataFrame, rows) -> pd.DataFrame:
+    out = df.copy()
+    out.loc[rows, ["chosen", "rejected"]] = df.loc[rows, ["rejected", "chosen"]].to_numpy()
+    return out
+
+
+def shuffle_people(df: pd.DataFrame) -> pd.DataFrame:
+    """Each pair's choice a coin flip: chosen and rejected exchanged in a random half."""
+    return _exchange(df, np.random.default_rng(0).random(len(df)) < 0.5)
+
+
+def invert_people(df: pd.DataFrame, dimension: str = "empathy") -> pd.DataFrame:
+    """The pairs about `dimension` pull its head the wrong way: each kept for the scalar alone (untagged), and its
+    exchange added as a pair about the dimension alone (`scalar` false)."""
+    mine = df["tag"] == dimension
+    flipped = _exchange(df[mine], df[mine].index).assign(pair_id=lambda f: f["pair_id"].astype(str) + ":inverted", scalar=False)
+    return pd.concat([df.assign(tag=df["tag"].where(~mine, None)), flipped], ignore_index=True)
+
+
+def collapse_people(df: pd.DataFrame) -> pd.DataFrame:
+    """No pair about a dimension: every head learns from the collapsed labels alone."""
+    return df.assign(tag=None)
+
+
+def few_people(df: pd.DataFrame) -> pd.DataFrame:
+    return df.sample(n=min(FEW_LABELS, len(df)), random_state=0).reset_index(drop=True)
+
+
+PEOPLE_FAULTS: dict[str, tuple[Callable[[pd.DataFrame], pd.DataFrame], str]] = {
+    "shuffle_labels": (shuffle_people, "the people's pairs' choices a coin flip"),
+    "invert_dimension": (invert_people, "the people's empathy pairs pull its head the wrong way"),
+    "collapse_dimensions": (collapse_people, "no people's pair pulls a dimension"),
+    "few_labels": (few_people, f"{FEW_LABELS} people's pairs kept"),
+}
+
+
+def faulted_people(original: Callable, fault: str) -> Callable:
+    """`human_pairs` (what the reward model learns from) with the day's fault applied to the people's pairs."""
+    change, what = PEOPLE_FAULTS[fault]
+
+    def pairs(ctx, held_out: bool = True):
+        df = original(ctx, held_out)
+        if df is None:
+            return None
+        log.info("reward model's people's pairs: %s (%d pairs)", what, len(df))
+        return change(df.reset_index(drop=True))
+    return pairs
+
+
 def swapped_people(original: Callable) -> Callable:
     """`people_training_pairs` with chosen and rejected exchanged (the swapped day's people's rows)."""
     def people(ctx):
@@ -240,6 +295,7 @@ def link_project(panel: Path, name: str) -> None:
 
 
 def build_day(panel: Path, day: Day) -> None:
+    import hominem_pipeline.core.builds.reward_model as reward_model
     from hominem_pipeline.core.lineage import Lineage
     from hominem_pipeline.core.artifacts import ArtifactStore
     from hominem_pipeline.core.runner import run_stage
@@ -262,7 +318,13 @@ def build_day(panel: Path, day: Day) -> None:
             if "panel_fault" not in ref.manifest:
                 rewrite(ref, edit)
             faulted = True
-        result = run_stage(stage, cfg, day.partition)
+        original = reward_model.human_pairs
+        if name == "reward_model" and day.fault in PEOPLE_FAULTS:  # the reward model's stage alone (the adapter reads it too)
+            reward_model.human_pairs = faulted_people(original, day.fault)
+        try:
+            result = run_stage(stage, cfg, day.partition)
+        finally:
+            reward_model.human_pairs = original
         day.versions[name] = result.ref.version
         log.info("%s: %s/%s %s%s", day.name, name, day.partition, result.ref.version, " (reused)" if result.cache_hit else "")
     day.seconds = round(time.perf_counter() - started, 1)

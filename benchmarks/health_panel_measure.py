@@ -36,6 +36,7 @@ PERPLEXITY_PAIRS = 50  # people's held-out pairs whose chosen replies the perple
 BROKEN_PERPLEXITY = 2.0  # an adapter whose held-out perplexity is this many times the base's is broken (training on people's
                          # pairs raises it on these replies by about a third)
 RESULTS = ROOT / "benchmarks" / "results" / "health_panel"  # each day's measures, kept with the code: the calibration's evidence
+COLLAPSED_CORRELATION = 0.9  # a reward model whose dimensions correlate this much on average over the day's replies has one
 COMPONENT_CODE = ("hominem_pipeline/core/evaluation/health.py", "hominem_pipeline/core/evaluation/calibration.py")
 
 
@@ -85,7 +86,7 @@ def perplexity_ratio(student: Path, adapter: Path, people: pd.DataFrame, base_nl
 
 
 def objective(day: Day, cfg, gate: dict[str, Any], ppl: dict[str, float]) -> dict[str, Any]:
-    """The measures that say the day is broken without the RHI, and which of them it fails."""
+    """The measures that say whether the day is broken without the RHI (`broken_by` reads them)."""
     ev = _ref(cfg, "evaluation", day.partition, day.versions["evaluation"]).manifest["metrics"]
     rm = _ref(cfg, "reward_model", day.partition, day.versions["reward_model"]).manifest["metrics"]
     dims = [d.name for d in cfg.dimensions]
@@ -97,6 +98,21 @@ def objective(day: Day, cfg, gate: dict[str, Any], ppl: dict[str, float]) -> dic
         "rm_fixture_accuracy": rm.get("fixture_accuracy"), "rm_fixture_dimension_accuracy": rm_dims,
         "rm_people_agreement": rm.get("people_agreement"), **ppl,
     }
+    return out
+
+
+def dimension_correlation(g: dict[str, Any]) -> float:
+    """The mean correlation between the reward model's dimensions over every reply it scored for the day's
+    components (base, adapter, perturbed and halved replies): 1 when its dimensions are one."""
+    v = np.asarray([x for side in ("base", "adapter", "perturbed", "halves") for x in g[side]["vector"]], dtype=float)
+    c = np.corrcoef(v.T)
+    return float(np.nanmean(c[np.triu_indices(len(c), 1)]))
+
+
+def broken_by(out: dict[str, Any], ingredients: dict[str, Any] | None, fixture_floor: float) -> list[str]:
+    """What calls the day broken among its objective measures (none reads the RHI): the adapter on people's
+    held-out pairs, facts, the contrast fixtures and held-out perplexity; the reward model on its fixtures
+    (overall below `fixtures.min_accuracy`, any dimension below chance) and its dimensions' correlation."""
     broken = []
     if out["people_accuracy"] is not None and out["people_accuracy"] < 0.5:
         broken.append(f"people's held-out pairs {out['people_accuracy']:.1%}, below the base's 50%")
@@ -104,12 +120,18 @@ def objective(day: Day, cfg, gate: dict[str, Any], ppl: dict[str, float]) -> dic
         broken.append(f"{out['facts_lost']} of {out['facts_asked']} facts lost against the base")
     if out["fixture_moved_right"] is not None and out["fixture_moved_right"] < 0.5:
         broken.append(f"moved the student toward the worse reply on {1 - out['fixture_moved_right']:.0%} of the contrast fixtures")
-    if ppl["perplexity_ratio"] > BROKEN_PERPLEXITY:
-        broken.append(f"held-out perplexity {ppl['perplexity_ratio']:.2f}x the base's (> {BROKEN_PERPLEXITY})")
-    inverted = [f"{d} {v:.0%}" for d, v in rm_dims.items() if v is not None and v < 0.5]
+    if out["perplexity_ratio"] > BROKEN_PERPLEXITY:
+        broken.append(f"held-out perplexity {out['perplexity_ratio']:.2f}x the base's (> {BROKEN_PERPLEXITY})")
+    if out["rm_fixture_accuracy"] is not None and out["rm_fixture_accuracy"] < fixture_floor:
+        broken.append(f"reward model orders {out['rm_fixture_accuracy']:.0%} of its contrast fixtures right, below fixtures.min_accuracy {fixture_floor:.0%}")
+    inverted = [f"{d} {v:.0%}" for d, v in (out["rm_fixture_dimension_accuracy"] or {}).items() if v is not None and v < 0.5]
     if inverted:
         broken.append(f"reward model orders its fixtures below chance on {', '.join(inverted)}")
-    return {**out, "broken_by": broken}
+    if ingredients:
+        r = dimension_correlation(ingredients)
+        if r > COLLAPSED_CORRELATION:
+            broken.append(f"reward model's dimensions correlate {r:.2f} on average (> {COLLAPSED_CORRELATION}): they are one")
+    return broken
 
 
 def gate_checks(day: Day, cfg, people: pd.DataFrame, memory: pd.DataFrame, folder: Path) -> dict[str, Any]:
@@ -260,6 +282,7 @@ def measure(panel: Path, only: set[str] | None) -> dict[str, Any]:
             log.info("%s: the RHI components", day.name)
             saved |= {"components_key": key, "health": components(day, cfg)}
         saved["mode"] = _ref(cfg, "lora_adapter", day.partition, day.versions["lora_adapter"]).manifest["metadata"].get("mode")
+        saved["objective"]["broken_by"] = broken_by(saved["objective"], saved["health"]["ingredients"], cfg.fixtures.min_accuracy)
         path.write_text(json.dumps(saved, indent=2, default=str) + "\n")
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / f"{day.name}.json").write_text(json.dumps({"name": day.name, "healthy": day.healthy, "what": day.what, **saved},
@@ -329,6 +352,16 @@ def choose_threshold(healthy: list[float], broken: list[float]) -> tuple[float, 
     return round(t, 3), f"{best} day(s) on the wrong side; midpoint of a {gap(t):.3f} gap"
 
 
+def fast_loop_thresholds(healthy: list[float], broken: list[float]) -> dict[str, float]:
+    """The fast loop's thresholds on the panel's partial index (DCS, GVS): skip_below placed as the RHI's
+    threshold is (`choose_threshold`); rollback_below below the healthy range by the range's own width, and
+    freeze_below at half its lowest value, so that neither ever acts on a healthy adapter of the panel."""
+    skip, _ = choose_threshold(healthy, broken)
+    lo, hi = min(healthy), max(healthy)
+    rollback = min(skip, max(0.0, lo - (hi - lo)))
+    return {"skip_below": skip, "rollback_below": round(rollback, 3), "freeze_below": round(min(rollback, lo / 2), 3)}
+
+
 DESIGN_WEIGHTS = {"dcs": 0.25, "gvs": 0.15, "mss": 0.25, "cdrs": 0.20, "lrps": 0.15}
 GVI_HEADROOM = 2.0  # GVI_max is this many times the most unsteady healthy run's GVI (of its policy mode)
 
@@ -337,12 +370,16 @@ def measured_days(panel: Path | None) -> list[dict[str, Any]]:
     """Each measured day with its ingredients, in panel order (from `panel`/measured, or from the measures kept
     in benchmarks/results/health_panel/), labelled by the objective measures: a day is healthy when none of
     them calls it broken (`intended` keeps what it was built to be)."""
+    from hominem_pipeline.core.config_loader import load_config
+
     folder = panel / "measured" if panel else RESULTS
+    floor = load_config(root=ROOT).fixtures.min_accuracy
     out = []
     for day in panel_days():
         saved = _read(folder / f"{day.name}.json")
         if not saved.get("health", {}).get("ingredients"):
             continue
+        saved["objective"]["broken_by"] = broken_by(saved["objective"], saved["health"]["ingredients"], floor)
         out.append({**saved, "name": day.name, "what": day.what, "intended": day.healthy, "healthy": not saved["objective"]["broken_by"],
                     "mode": saved["health"]["ingredients"].get("mode") or "dual"})
     if not out:
@@ -421,15 +458,19 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
                                                                       + ("; ".join(d["objective"]["broken_by"]) or "no objective measure calls it broken") + ")"))
     threshold, how = choose_threshold(healthy["rhi"], broken["rhi"])
     oc = load_config(root=ROOT).online
+    partial = {d["name"]: (weights["dcs"] * (v["dcs"] or 0.0) + weights["gvs"] * (v["gvs"] or 0.0)) / ((weights["dcs"] + weights["gvs"]) or 1.0)
+               for d, v in scored}
+    fast_thresholds = fast_loop_thresholds([partial[d["name"]] for d in days if d["healthy"]], [partial[d["name"]] for d in days if not d["healthy"]])
     fast = {}
-    print(f"\nthe fast loop on each panel adapter: partial RHI (DCS, GVS) against online.skip_below {oc.skip_below} / "
-          f"rollback_below {oc.rollback_below} / freeze_below {oc.freeze_below}")
-    for d, v in scored:
-        partial = (weights["dcs"] * (v["dcs"] or 0.0) + weights["gvs"] * (v["gvs"] or 0.0)) / ((weights["dcs"] + weights["gvs"]) or 1.0)
-        action = ("freeze" if partial < oc.freeze_below else "rollback" if partial < oc.rollback_below else "skip" if partial < oc.skip_below
-                  else "promote")
-        fast[d["name"]] = {"partial": round(partial, 4), "action": action}
-        print(f"  {d['name']:22s} {'healthy' if d['healthy'] else 'broken':8s} {partial:.3f}  {action}")
+    for label, t in (("online's settings", {"skip_below": oc.skip_below, "rollback_below": oc.rollback_below, "freeze_below": oc.freeze_below}),
+                     ("the panel's", fast_thresholds)):
+        print(f"\nthe fast loop on each panel adapter, {label}: partial RHI (DCS, GVS) against skip_below {t['skip_below']} / "
+              f"rollback_below {t['rollback_below']} / freeze_below {t['freeze_below']}")
+        for d in days:
+            x = partial[d["name"]]
+            action = ("freeze" if x < t["freeze_below"] else "rollback" if x < t["rollback_below"] else "skip" if x < t["skip_below"] else "promote")
+            fast.setdefault(d["name"], {"partial": round(x, 4)})[label.split("'")[0].replace("the panel", "panel")] = action
+            print(f"  {d['name']:22s} {'healthy' if d['healthy'] else 'broken':8s} {x:.3f}  {action}")
     data = {
         "panel": {"command": ".venv/bin/python benchmarks/health_panel.py calibrate" + (f" --panel {panel}" if panel else ""), "date": dt.date.today().isoformat(),
                   "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}", "healthy": sum(d["healthy"] for d in days),
@@ -442,7 +483,7 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
         "healthy": {k: [round(min(v), 4), round(max(v), 4)] for k, v in healthy.items()},
         "broken": {k: [round(min(v), 4), round(max(v), 4)] for k, v in broken.items()},
         "auc": {k: round(auc(healthy[k], broken[k]), 3) for k in healthy},
-        "fast_loop": fast,
+        "fast_loop": {"thresholds": fast_thresholds, "adapters": fast},
     }
     header = ("# The Reward Health Index's calibration on a panel of days whose answer is known (benchmarks/health_panel.py).\n"
               "# references: normalising constants from the healthy days; weights: the components' weights (sum 1); threshold: the RHI an\n"
