@@ -456,7 +456,21 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
         print(f"{d['name']:22s} {'healthy' if d['healthy'] else 'broken':8s} " + " ".join(f"{v[k]:6.3f}" if v[k] is not None else "   n/a" for k in list(COMPONENTS) + ["rhi"])
               + ("" if d["healthy"] == d["intended"] else f"   (built as {'healthy' if d['intended'] else 'broken'}: "
                                                                       + ("; ".join(d["objective"]["broken_by"]) or "no objective measure calls it broken") + ")"))
-    threshold, how = choose_threshold(healthy["rhi"], broken["rhi"])
+    # The gate is the RHI and its other checks together: the threshold is placed between the healthy days and the
+    # broken days the other checks let through (all broken days where they stop none)
+    through = [(d["name"], v["rhi"]) for d, v in scored if not d["healthy"] and d["gate"]["passed"]]
+    threshold, how = choose_threshold(healthy["rhi"], [x for _, x in through] or broken["rhi"])
+    how = (f"against the broken days the gate's other checks pass ({', '.join(n for n, _ in through)}): " if through else "") + how
+    print(f"\nthe gate at RHI {threshold} ({how}):")
+    for d, v in scored:
+        rhi_ok, others_ok = v["rhi"] >= threshold, d["gate"]["passed"]
+        verdict = "promote" if rhi_ok and others_ok else "refuse"
+        why = "" if verdict == "promote" else (" by the RHI" if not rhi_ok else "") + (" and" if not (rhi_ok or others_ok) else "") + (
+            " by " + "; ".join(d["gate"]["reasons"])[:120] if not others_ok else "")
+        print(f"  {d['name']:22s} {'healthy' if d['healthy'] else 'broken':8s} RHI {v['rhi']:.3f}  {verdict}{why}")
+    refused = [d["name"] for d, v in scored if not d["healthy"] and (v["rhi"] < threshold or not d["gate"]["passed"])]
+    promoted = [d["name"] for d, v in scored if d["healthy"] and v["rhi"] >= threshold and d["gate"]["passed"]]
+    print(f"  refuses {len(refused)} of {sum(not d['healthy'] for d in days)} broken days; promotes {len(promoted)} of {sum(d['healthy'] for d in days)} healthy")
     oc = load_config(root=ROOT).online
     partial = {d["name"]: (weights["dcs"] * (v["dcs"] or 0.0) + weights["gvs"] * (v["gvs"] or 0.0)) / ((weights["dcs"] + weights["gvs"]) or 1.0)
                for d, v in scored}
@@ -480,6 +494,8 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
         "references": {"gvi_max": gvi_max, "rdm_drift_max": drift_max, "curvature_variance_max": curvature_max},
         "weights": weights,
         "threshold": threshold,
+        "gate": {"broken_refused": len(refused), "broken": sum(not d["healthy"] for d in days), "healthy_promoted": len(promoted),
+                 "healthy": sum(d["healthy"] for d in days)},
         "healthy": {k: [round(min(v), 4), round(max(v), 4)] for k, v in healthy.items()},
         "broken": {k: [round(min(v), 4), round(max(v), 4)] for k, v in broken.items()},
         "auc": {k: round(auc(healthy[k], broken[k]), 3) for k in healthy},
