@@ -188,16 +188,16 @@ def contradicting_memory(cfg, folder: Path) -> Path:
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
 
     rows = read_memory_rows(memory_paths(cfg))
-    facts = rows[rows["fact"].notna()].reset_index(drop=True) if "fact" in rows else rows.iloc[0:0]
+    facts = rows[rows["facts"].map(len) > 0].reset_index(drop=True)
+    if not len(facts):
+        raise RuntimeError(f"no memory row with a fact in {', '.join(map(str, memory_paths(cfg)))}: nothing to contradict")
     folder.mkdir(parents=True, exist_ok=True)
     out = []
     for i, row in facts.iterrows():
-        mine = row["fact"] if isinstance(row["fact"], (list, tuple, np.ndarray)) else [row["fact"]]
-        other = facts.iloc[(i + 1) % len(facts)]["fact"]
-        other = list(other)[0] if isinstance(other, (list, tuple, np.ndarray)) else other
+        other = str(list(facts.iloc[(i + 1) % len(facts)]["facts"])[0])
         response = row["response"]
-        for accepted in mine:
-            response = response.replace(str(accepted), str(other))
+        for accepted in row["facts"]:
+            response = response.replace(str(accepted), other)
         out.append({"prompt": row["prompt"], "response": response})
     (folder / "memory.jsonl").write_text("".join(json.dumps(r) + "\n" for r in out))
     return folder
