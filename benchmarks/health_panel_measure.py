@@ -436,14 +436,15 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
     drift_max = round(GVI_HEADROOM * max(m["rdm_drift"] for m in mss), 4)
     curvature_max = round(GVI_HEADROOM * max(m["curvature_variance"] for m in mss), 4)
 
-    def values(d: dict[str, Any]) -> dict[str, float]:
+    def values(d: dict[str, Any], w: dict[str, float] | None = None) -> dict[str, float]:
+        w = w or weights
         comps = components_from(d["health"]["ingredients"], dcs_on, gvi_max.get(d["mode"], gvi_max["default"]), drift_max, curvature_max)
         c = {k: comps[k].value for k in COMPONENTS}
-        c["rhi"] = sum(weights[k] * (c[k] or 0.0) for k in COMPONENTS)
+        c["rhi"] = sum(w[k] * (c[k] or 0.0) for k in COMPONENTS)
         return c
 
     if weights == "separation":  # each component weighted by how far it separates the panel beyond chance
-        first = [(d, values(d)) for d in days]
+        first = [(d, values(d, DESIGN_WEIGHTS)) for d in days]  # the components alone are read
         lift = {k: max(0.0, auc([v[k] for d, v in first if d["healthy"]], [v[k] for d, v in first if not d["healthy"]]) - 0.5) for k in COMPONENTS}
         total = sum(lift.values()) or 1.0
         weights = {k: round(lift[k] / total, 3) for k in COMPONENTS}
