@@ -491,6 +491,7 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
                   "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}", "healthy": sum(d["healthy"] for d in days),
                   "broken": sum(not d["healthy"] for d in days), "threshold_placed": how,
                   "days": {d["name"]: {"healthy": d["healthy"], "what": d["what"], "rhi": round(v["rhi"], 4),
+                                       "components": {k: None if v[k] is None else round(v[k], 4) for k in COMPONENTS},
                                        **({"broken_by": d["objective"]["broken_by"]} if d["objective"]["broken_by"] else {})} for d, v in scored}},
         "references": {"gvi_max": gvi_max, "rdm_drift_max": drift_max, "curvature_variance_max": curvature_max},
         "weights": weights,
