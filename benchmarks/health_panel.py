@@ -243,15 +243,11 @@ def collapse_people(df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(tag=None)
 
 
-def few_people(df: pd.DataFrame) -> pd.DataFrame:
-    return df.sample(n=min(FEW_LABELS, len(df)), random_state=0).reset_index(drop=True)
-
-
 PEOPLE_FAULTS: dict[str, tuple[Callable[[pd.DataFrame], pd.DataFrame], str]] = {
     "shuffle_labels": (shuffle_people, "the people's pairs' choices a coin flip"),
     "invert_dimension": (invert_people, "the people's empathy pairs pull its head the wrong way"),
     "collapse_dimensions": (collapse_people, "no people's pair pulls a dimension"),
-    "few_labels": (few_people, f"{FEW_LABELS} people's pairs kept"),
+    "few_labels": (few_labels, f"{FEW_LABELS} people's pairs kept"),
 }
 
 

@@ -5,7 +5,8 @@ Per day, three kinds of figures, each kept in `<panel>/measured/<day>.json`:
 - **objective**: what says a day is broken without reading the RHI: the adapter's implicit reward on
   the people's held-out pairs (the base: 50%), facts of the memory files lost against the base, the
   contrast fixtures the adapter moved toward the worse reply, the held-out replies' perplexity
-  against the base's, and the reward model's own per-dimension fixture accuracy;
+  against the base's, and the reward model's own fixture accuracy (overall and per dimension) and its
+  dimensions' correlation (`broken_by` judges them, for kept days too);
 - **gate**: the live gate's other checks against the base (win rate, facts, people's pairs, smoke
   reply, manifold collapse and dominance), the RHI left out;
 - **components**: each RHI component measured by this code, and the RHI under the calibration in use.
@@ -464,11 +465,8 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
     how = (f"against the broken days the gate's other checks pass ({', '.join(n for n, _ in through)}): " if through else "") + how
     print(f"\nthe gate at RHI {threshold} ({how}):")
     for d, v in scored:
-        rhi_ok, others_ok = v["rhi"] >= threshold, d["gate"]["passed"]
-        verdict = "promote" if rhi_ok and others_ok else "refuse"
-        why = "" if verdict == "promote" else (" by the RHI" if not rhi_ok else "") + (" and" if not (rhi_ok or others_ok) else "") + (
-            " by " + "; ".join(d["gate"]["reasons"])[:120] if not others_ok else "")
-        print(f"  {d['name']:22s} {'healthy' if d['healthy'] else 'broken':8s} RHI {v['rhi']:.3f}  {verdict}{why}")
+        why = (["the RHI"] if v["rhi"] < threshold else []) + (["; ".join(d["gate"]["reasons"])[:120]] if not d["gate"]["passed"] else [])
+        print(f"  {d['name']:22s} {'healthy' if d['healthy'] else 'broken':8s} RHI {v['rhi']:.3f}  " + ("refuse by " + " and by ".join(why) if why else "promote"))
     refused = [d["name"] for d, v in scored if not d["healthy"] and (v["rhi"] < threshold or not d["gate"]["passed"])]
     promoted = [d["name"] for d, v in scored if d["healthy"] and v["rhi"] >= threshold and d["gate"]["passed"]]
     print(f"  refuses {len(refused)} of {sum(not d['healthy'] for d in days)} broken days; promotes {len(promoted)} of {sum(d['healthy'] for d in days)} healthy")
@@ -477,14 +475,14 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
                for d, v in scored}
     fast_thresholds = fast_loop_thresholds([partial[d["name"]] for d in days if d["healthy"]], [partial[d["name"]] for d in days if not d["healthy"]])
     fast = {}
-    for label, t in (("online's settings", {"skip_below": oc.skip_below, "rollback_below": oc.rollback_below, "freeze_below": oc.freeze_below}),
-                     ("the panel's", fast_thresholds)):
+    for key, label, t in (("online", "online's settings", {"skip_below": oc.skip_below, "rollback_below": oc.rollback_below, "freeze_below": oc.freeze_below}),
+                          ("panel", "the panel's", fast_thresholds)):
         print(f"\nthe fast loop on each panel adapter, {label}: partial RHI (DCS, GVS) against skip_below {t['skip_below']} / "
               f"rollback_below {t['rollback_below']} / freeze_below {t['freeze_below']}")
         for d in days:
             x = partial[d["name"]]
             action = ("freeze" if x < t["freeze_below"] else "rollback" if x < t["rollback_below"] else "skip" if x < t["skip_below"] else "promote")
-            fast.setdefault(d["name"], {"partial": round(x, 4)})[label.split("'")[0].replace("the panel", "panel")] = action
+            fast.setdefault(d["name"], {"partial": round(x, 4)})[key] = action
             print(f"  {d['name']:22s} {'healthy' if d['healthy'] else 'broken':8s} {x:.3f}  {action}")
     data = {
         "panel": {"command": ".venv/bin/python benchmarks/health_panel.py calibrate" + (f" --panel {panel}" if panel else ""), "date": dt.date.today().isoformat(),
