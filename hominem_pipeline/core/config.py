@@ -424,6 +424,7 @@ class ManifoldConfig(_Frozen):
     min_spread_ratio: float = Field(ge=0.0, le=1.0, description="A dimension collapses when its spread over an adapter's training replies is under this share of its spread over the teacher's labels, 0-1.")
     max_decided_share: float = Field(gt=0.0, le=1.0, description="A column of the scalar (a dimension or the people's score) dominates when it alone decides more than this share of the pairs, (0, 1].")
     intended: list[str] = Field(description="Columns that may dominate (dimension names, or `people` for the people's score).")
+    max_mean_correlation: float | None = Field(ge=0.0, le=1.0, description="The dimensions are merged into one when their mean pairwise correlation over an adapter's training replies is above this, 0-1; null: not checked.")
 
 
 class HealthConfig(_Frozen):
@@ -438,7 +439,7 @@ class HealthConfig(_Frozen):
     deploy_threshold: float | None = Field(ge=0.0, le=1.0, description="RHI an adapter needs before it may go live, 0-1; null: the calibration's threshold.")
     min_win_rate: float = Field(ge=0.0, le=1.0, description="Win rate over the base on the held-out prompts an adapter also needs, 0-1; 0: off.")
     people_tolerance: float | None = Field(ge=0.0, description="How many standard errors (of the paired difference) an adapter's implicit-reward accuracy on the people's held-out pairs may fall below the live adapter's, >= 0; null: not checked.")
-    manifold: ManifoldConfig = Field(description="Collapse and dominance of the reward signal an adapter was trained on: either blocks its promotion (check reward_manifold, the live gate).")
+    manifold: ManifoldConfig = Field(description="Collapse, merging and dominance of the reward signal an adapter was trained on: any blocks its promotion (check reward_manifold, the live gate).")
 
     @model_validator(mode="after")
     def _uncalibrated_needs_values(self) -> HealthConfig:

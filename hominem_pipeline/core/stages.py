@@ -225,7 +225,8 @@ STAGES: tuple[Stage, ...] = (
         build=build_lora_adapter,
         files=_adapter_files,
         checks=(Check("reward_manifold", "The reward signal the adapter was trained on (its pairs scored by its reward model) has no collapsed dimension "
-                                         "(spread under health.manifold.min_spread_ratio of the teacher's labels') and no column of the scalar that alone "
+                                         "(spread under health.manifold.min_spread_ratio of the teacher's labels'), dimensions not merged into one (mean correlation "
+                                         "above health.manifold.max_mean_correlation) and no column of the scalar that alone "
                                          "decides more than health.manifold.max_decided_share of the pairs; a failure blocks promotion (the live gate).",
                       reward_manifold_check, error=True),),
     ),

@@ -1,4 +1,4 @@
-"""Collapse and dominance of the reward manifold on constructed cases whose answer is known."""
+"""Collapse, merging and dominance of the reward manifold on constructed cases whose answer is known."""
 
 import json
 
@@ -80,3 +80,29 @@ def test_a_flat_dimension_against_flat_labels_is_a_collapse_only_if_the_replies_
     assert shape.spread_ratio == {"a": pytest.approx(1.0), "b": None}
     assert shape.verdict(0.2, 0.5).collapsed == ["b"]
     assert "as flat as the teacher's labels'" in shape.verdict(0.2, 0.5).reasons[0]
+
+
+def test_dimensions_merged_into_one_block_though_each_still_spreads():
+    rng = np.random.default_rng(3)
+    reference = healthy(rng)
+    one = rng.normal(0.0, 0.5, (400, 1))
+    merged = one + rng.normal(0.0, 0.02, (400, len(DIMS)))  # every dimension is the same score, each with its full spread
+    gaps = rng.normal(0.0, 0.5, (300, len(DIMS)))
+    shape = manifold_shape(merged, reference.std(0), DIMS, gaps, np.ones(len(DIMS)))
+    verdict = shape.verdict(0.2, 0.5, max_mean_correlation=0.9)
+    assert not verdict.collapsed and not verdict.dominant and verdict.merged and verdict.blocked
+    assert shape.mean_correlation > 0.99 and len(shape.correlation) == 6
+    assert "the dimensions are merged into one: they correlate 1.00 on average over the 400 replies" in verdict.reasons[0]
+    assert "health.manifold.max_mean_correlation 0.9" in verdict.summary()
+    assert not shape.verdict(0.2, 0.5).blocked  # null threshold: merging is not checked
+    distinct = manifold_shape(healthy(rng), reference.std(0), DIMS, gaps, np.ones(len(DIMS))).verdict(0.2, 0.5, max_mean_correlation=0.9)
+    assert not distinct.blocked and "the dimensions are distinct (mean correlation -0.01 <= 0.9)" in distinct.summary()
+    # figures kept before merging was measured read back without it, and are not judged on it
+    old = {k: v for k, v in shape.as_dict().items() if k not in ("mean_correlation", "correlation")}
+    assert ManifoldShape.from_dict(old).mean_correlation is None and not ManifoldShape.from_dict(old).verdict(0.2, 0.5, max_mean_correlation=0.9).merged
+
+
+def test_a_flat_dimension_has_no_correlation_and_is_left_out_of_the_mean():
+    vectors = np.array([[0.1, 0.2, 0.5], [0.3, 0.4, 0.5], [0.2, 0.3, 0.5]])
+    shape = manifold_shape(vectors, np.ones(3), ["a", "b", "c"], np.ones((2, 3)), np.ones(3))
+    assert shape.correlation == {"a~b": pytest.approx(1.0)} and shape.mean_correlation == pytest.approx(1.0)

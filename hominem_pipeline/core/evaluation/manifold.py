@@ -1,4 +1,4 @@
-"""The reward manifold's two failure shapes that block a release (design 000 3.4.3: "no reward dimension
+"""The reward manifold's failure shapes that block a release (design 000 3.4.3: "no reward dimension
 collapse; no single dimension dominates unless intended").
 
 - **Collapse**: a dimension whose reward vectors barely vary over the replies an adapter learns from says
@@ -6,6 +6,11 @@ collapse; no single dimension dominates unless intended").
   dimension's standard deviation over the replies against the same dimension's over the teacher's labels
   the reward model learned from (the spread it was taught, `RewardMetadata.label_spread`): a ratio under
   `health.manifold.min_spread_ratio` is a collapse.
+- **Merging** (the dimensions collapse into one): each dimension still spreads, but they move together, so
+  the seven scores say one thing seven times and nothing about their trade-offs. Measured as the mean
+  Pearson correlation over the pairs of dimensions across the same replies; above
+  `health.manifold.max_mean_correlation` the dimensions are merged. (DCS reads merged dimensions as
+  perfectly coherent: their updates agree because they are the same update.)
 - **Dominance**: the scalar orders a pair by the sum of its columns' contributions (c_d x gap_d,
   `reward.combination`: the seven dimensions and the people's score). A column *decides* a pair when its
   contribution outweighs all the others' together (|c_d gap_d| > sum over e != d of |c_e gap_e|): the
@@ -40,22 +45,25 @@ class Verdict:
     dominant: list[str]
     reasons: list[str]
     thresholds: dict[str, Any]
+    merged: bool = False  # the dimensions move as one (mean correlation above the threshold)
 
     @property
     def blocked(self) -> bool:
-        return bool(self.collapsed or self.dominant)
+        return bool(self.collapsed or self.dominant or self.merged)
 
     def summary(self) -> str:
         if self.blocked:
             return "; ".join(self.reasons)
         t = self.thresholds
-        return (f"no dimension collapsed (spread ratio >= {t['min_spread_ratio']}) and none dominates "
+        merged = ("" if t.get("mean_correlation") is None or t.get("max_mean_correlation") is None else
+                  f", the dimensions are distinct (mean correlation {t['mean_correlation']:.2f} <= {t['max_mean_correlation']})")
+        return (f"no dimension collapsed (spread ratio >= {t['min_spread_ratio']}){merged} and none dominates "
                 f"(decides <= {t['max_decided_share']:.0%} of pairs; intended: {', '.join(t['intended']) or 'none'})")
 
 
 @dataclass(frozen=True)
 class ManifoldShape:
-    """Collapse and dominance figures of one reward model on one set of pairs (both replies of each)."""
+    """Collapse, merging and dominance figures of one reward model on one set of pairs (both replies of each)."""
 
     spread: dict[str, float]  # each dimension's std over the replies
     reference_spread: dict[str, float]  # ... over the teacher's labels
@@ -64,8 +72,11 @@ class ManifoldShape:
     contribution_share: dict[str, float]  # per column: its share of the mean |c_d gap_d|
     pairs: int
     replies: int
+    mean_correlation: float | None = None  # the mean Pearson correlation over the pairs of dimensions across the replies (None: not measured)
+    correlation: dict[str, float] | None = None  # per pair of dimensions ("a~b"): their correlation (pairs with a flat dimension left out)
 
-    def verdict(self, min_spread_ratio: float, max_decided_share: float, intended: Sequence[str] = ()) -> Verdict:
+    def verdict(self, min_spread_ratio: float, max_decided_share: float, intended: Sequence[str] = (),
+                max_mean_correlation: float | None = None) -> Verdict:
         collapsed = [d for d, r in self.spread_ratio.items() if (r is not None and r < min_spread_ratio) or (r is None and self.spread[d] <= 1e-9)]
         dominant = [c for c, s in self.decided_share.items() if s > max_decided_share and c not in intended]
         reasons = [f"{d} collapsed: its spread over the {self.replies} replies is "
@@ -73,19 +84,25 @@ class ManifoldShape:
                       if self.spread_ratio[d] is not None else "0, as flat as the teacher's labels'") for d in collapsed]
         reasons += [f"{c} dominates: it alone decides {self.decided_share[c]:.0%} of {self.pairs} pairs "
                     f"(> health.manifold.max_decided_share {max_decided_share:.0%})" for c in dominant]
+        merged = max_mean_correlation is not None and self.mean_correlation is not None and self.mean_correlation > max_mean_correlation
+        if merged:
+            reasons.append(f"the dimensions are merged into one: they correlate {self.mean_correlation:.2f} on average over the {self.replies} "
+                           f"replies (> health.manifold.max_mean_correlation {max_mean_correlation}), so they say one thing, not "
+                           f"{len(self.spread)}; the reward model learned no difference between them (retrain it on labels whose dimensions differ)")
         return Verdict(collapsed, dominant, reasons, {"min_spread_ratio": float(min_spread_ratio), "max_decided_share": float(max_decided_share),
-                                                      "intended": list(intended)})
+                                                      "intended": list(intended), "mean_correlation": self.mean_correlation,
+                                                      "max_mean_correlation": max_mean_correlation}, merged)
 
     def judged(self, cfg: Any) -> Verdict:
         """The verdict under `health.manifold` (`cfg`: its section)."""
-        return self.verdict(cfg.min_spread_ratio, cfg.max_decided_share, cfg.intended)
+        return self.verdict(cfg.min_spread_ratio, cfg.max_decided_share, cfg.intended, cfg.max_mean_correlation)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ManifoldShape:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})  # figures kept before merging was measured: None
 
     def write(self, folder: Path) -> Path:
         path = Path(folder) / MANIFOLD
@@ -101,7 +118,9 @@ class ManifoldShape:
     def metrics(self) -> dict[str, float]:
         """The figures as flat metrics (no threshold: the check and the gate judge them under the config)."""
         ratios = [r for r in self.spread_ratio.values() if r is not None]
-        return {"manifold_min_spread_ratio": min(ratios) if ratios else 0.0, **{f"manifold_decided_{c}": s for c, s in self.decided_share.items()}}
+        merged = {} if self.mean_correlation is None else {"manifold_mean_correlation": self.mean_correlation}
+        return {"manifold_min_spread_ratio": min(ratios) if ratios else 0.0, **merged,
+                **{f"manifold_decided_{c}": s for c, s in self.decided_share.items()}}
 
 
 def spread(vectors: np.ndarray, reference_std: np.ndarray, dimensions: Sequence[str]) -> tuple[dict[str, float], dict[str, float | None]]:
@@ -114,6 +133,18 @@ def spread(vectors: np.ndarray, reference_std: np.ndarray, dimensions: Sequence[
     std = vectors.std(0)
     return (dict(zip(dimensions, map(float, std))),
             {d: (float(s / r) if r > 1e-9 else None) for d, s, r in zip(dimensions, std, reference_std)})
+
+
+def correlations(vectors: np.ndarray, dimensions: Sequence[str]) -> tuple[float | None, dict[str, float]]:
+    """The mean Pearson correlation over the pairs of dimensions across `vectors` (n, D), and each pair's
+    ("a~b"); a pair with a flat dimension has no correlation and is left out (None: no pair left)."""
+    vectors = np.asarray(vectors, dtype=np.float64)
+    flat = vectors.std(0) <= 1e-12
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c = np.corrcoef(vectors.T)
+    pairs = {f"{dimensions[i]}~{dimensions[j]}": float(c[i, j]) for i, j in zip(*np.triu_indices(len(dimensions), 1))
+             if not (flat[i] or flat[j]) and np.isfinite(c[i, j])}
+    return (float(np.mean(list(pairs.values()))) if pairs else None), pairs
 
 
 def decided(gaps: np.ndarray, weights: np.ndarray, columns: Sequence[str]) -> tuple[dict[str, float], dict[str, float]]:
@@ -135,12 +166,13 @@ def decided(gaps: np.ndarray, weights: np.ndarray, columns: Sequence[str]) -> tu
 def manifold_shape(vectors: np.ndarray, reference_std: np.ndarray, dimensions: Sequence[str], gaps: np.ndarray, weights: np.ndarray,
                    columns: Sequence[str] | None = None) -> ManifoldShape:
     """Collapse of `vectors` (the replies' reward vectors, (n, D)) against the teacher's labels' `reference_std`,
-    and dominance over the pairs' `gaps` (p, C) under the scalar's `weights` (C,); `columns` names the C columns
+    their dimensions' correlation (merging), and dominance over the pairs' `gaps` (p, C) under the scalar's `weights` (C,); `columns` names the C columns
     (default: the dimensions)."""
     std, ratio = spread(vectors, reference_std, dimensions)
     share, contribution = decided(gaps, weights, list(dimensions) if columns is None else columns)
+    mean_r, pairs = correlations(vectors, list(dimensions))
     return ManifoldShape(std, dict(zip(dimensions, map(float, np.asarray(reference_std, dtype=np.float64)))), ratio, share, contribution,
-                         int(len(gaps)), int(len(vectors)))
+                         int(len(gaps)), int(len(vectors)), mean_r, pairs)
 
 
 def reward_manifold(reward_model: Any, prompts: Sequence[str], chosen: Sequence[str], rejected: Sequence[str]) -> ManifoldShape:
@@ -181,7 +213,10 @@ def plot_manifold(shape: ManifoldShape, path: Path, title: str, verdict: Verdict
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     dims = list(shape.spread_ratio)
     left.bar(dims, [shape.spread_ratio[d] or 0.0 for d in dims], color=["#e03131" if d in collapsed else "#1c7ed6" for d in dims])
-    left.set_title("spread over the replies / over the teacher's labels", fontsize=9)
+    merged = verdict is not None and verdict.merged
+    left.set_title("spread over the replies / over the teacher's labels"
+                   + ("" if shape.mean_correlation is None else f"\ndimensions' mean correlation {shape.mean_correlation:.2f}"
+                      + (" (merged)" if merged else "")), fontsize=9, color="#e03131" if merged else "black")
     cols = list(shape.decided_share)
     right.bar(cols, [shape.decided_share[c] for c in cols], color=["#e03131" if c in dominant else "#1c7ed6" for c in cols])
     right.set_ylim(0, 1)
