@@ -53,14 +53,15 @@ class OnlineConfig(_Frozen):
     facts_by: Literal["rules", "teacher", "both"] = Field(description="Who reads people's messages for facts: rules (patterns: offline, instant, the shapes they know) | teacher (the configured teacher, a call per new message, its answer checked) | both.")
     memory_folder: str | None = Field(description="Facts and corrections people state in conversation are written here as conversations.jsonl, memory rows the update (and the daily adapter) trains on and the memory probe asks; keep the folder among policy.dual.memory_files; null: not extracted.")
     liked_replies: int = Field(ge=0, description="The newest N replies people thumbed up are kept in memory_folder as liked.jsonl: memory rows (SFT targets) the update and the daily adapter train on, >= 0; 0: none.")
-    skip_below: float = Field(ge=0.0, le=1.0, description="Fast-loop gate: an update whose partial RHI (DCS and GVS) is below this is not promoted, 0-1.")
-    rollback_below: float = Field(ge=0.0, le=1.0, description="... below this the online update live now is rolled back too, 0-1.")
-    freeze_below: float = Field(ge=0.0, le=1.0, description="... below this online updates are also frozen until `hominem live unfreeze`, 0-1.")
+    skip_below: float | None = Field(ge=0.0, le=1.0, description="Fast-loop gate: an update whose partial RHI (DCS and GVS) is below this is not promoted, 0-1; null: the health calibration's (fast_loop.thresholds).")
+    rollback_below: float | None = Field(ge=0.0, le=1.0, description="... below this the online update live now is rolled back too, 0-1; null: the calibration's.")
+    freeze_below: float | None = Field(ge=0.0, le=1.0, description="... below this online updates are also frozen until `hominem live unfreeze`, 0-1; null: the calibration's.")
     nudges: NudgesConfig = Field(description="People's nudges (\"more empathy\") as pressure on the dimensions: the update's pairs weighted by it, and dimension pairs added.")
 
     @model_validator(mode="after")
     def _ordered(self) -> OnlineConfig:
-        if not self.freeze_below <= self.rollback_below <= self.skip_below:
+        set_ = [x for x in (self.freeze_below, self.rollback_below, self.skip_below) if x is not None]
+        if set_ != sorted(set_):  # those left null come from the calibration, where the order is checked (`calibration.fast_loop`)
             raise ValueError(f"online: freeze_below {self.freeze_below} <= rollback_below {self.rollback_below} <= skip_below {self.skip_below} must hold")
         return self
 

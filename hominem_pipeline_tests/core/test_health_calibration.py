@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from hominem_pipeline.core.config_loader import load_config
-from hominem_pipeline.core.evaluation.calibration import CalibrationError, resolve
+from hominem_pipeline.core.evaluation.calibration import CalibrationError, fast_loop, resolve
 from hominem_pipeline.core.evaluation.health import Component, aggregate, gradient_variance_stability
 from hominem_pipeline.core.online.live import LiveState
 from hominem_pipeline.core.online.promotion import why_base
@@ -19,16 +19,17 @@ PANEL = {
     "threshold": 0.55,
     "healthy": {"dcs": [0.30, 0.40], "gvs": [0.40, 0.70], "mss": [0.70, 0.90], "cdrs": [0.40, 0.60], "lrps": [0.60, 0.95], "rhi": [0.58, 0.70]},
     "broken": {"gvs": [0.0, 0.3]},
+    "fast_loop": {"thresholds": {"skip_below": 0.45, "rollback_below": 0.35, "freeze_below": 0.25}},
 }
 
 
-def calibrated(project: Path, data=PANEL, **health):
+def calibrated(project: Path, data=PANEL, online=None, **health):
     path = project / "config" / "health" / "panel.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data))
     return load_config(project / "config" / "tiny.yaml", root=project,
                        overrides={"health": {"calibration": "config/health/panel.yaml", "weights": None, "gvi_max_reference": None,
-                                             "deploy_threshold": None, **health}})
+                                             "deploy_threshold": None, **health}, **({"online": online} if online else {})})
 
 
 def components(**values):
@@ -108,3 +109,20 @@ def test_with_the_base_live_the_service_says_which_adapter_was_refused_and_why(t
     assert "the gate refused abc" in said and "RHI 0.410 below the panel's threshold 0.55" in said
     assert "GVS 0.050 (below the healthy range 0.40-0.70)" in said and "DCS" not in said
     assert "hominem serve --adapter latest" in said and "hominem live promote abc" in said
+
+
+def test_the_fast_loops_thresholds_are_the_configs_where_set_else_the_panels(project):
+    cfg = calibrated(project, online={"skip_below": None, "rollback_below": None, "freeze_below": None})
+    limits = fast_loop(cfg)
+    assert {k: t.value for k, t in limits.items()} == PANEL["fast_loop"]["thresholds"]
+    assert limits["skip_below"].text == "the panel's skip_below 0.45 (config/health/panel.yaml)"
+    # one set in the config wins over the panel's, and is named as the config's
+    mixed = fast_loop(calibrated(project, online={"skip_below": 0.5, "rollback_below": None, "freeze_below": None}))
+    assert mixed["skip_below"].text == "online.skip_below 0.5" and mixed["rollback_below"].value == 0.35
+    # out of order once the two are put together
+    with pytest.raises(CalibrationError, match="freeze_below <= rollback_below <= skip_below: the panel's freeze_below 0.25"):
+        fast_loop(calibrated(project, online={"skip_below": 0.2, "rollback_below": None, "freeze_below": None}))
+    # left null with no calibration to fill it
+    bare = {k: v for k, v in PANEL.items() if k != "fast_loop"}
+    with pytest.raises(CalibrationError, match="online.skip_below is null and config/health/panel.yaml gives none"):
+        fast_loop(calibrated(project, data=bare, online={"skip_below": None, "rollback_below": None, "freeze_below": None}))

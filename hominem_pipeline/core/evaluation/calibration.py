@@ -40,6 +40,7 @@ class Resolved:
     source: str | None = None  # the calibration file, None: the config alone
     digest: str | None = None
     panel: dict[str, Any] = field(default_factory=dict)
+    fast_loop: dict[str, float] = field(default_factory=dict)  # the online fast loop's skip_below, rollback_below, freeze_below chosen on the panel
 
     @property
     def threshold_text(self) -> str:
@@ -73,6 +74,41 @@ class Resolved:
 
     def below(self, name: str, value: float | None) -> bool:
         return name in self.healthy and value is not None and value < self.healthy[name][0]
+
+
+FAST_LOOP = ("skip_below", "rollback_below", "freeze_below")
+
+
+@dataclass(frozen=True)
+class Threshold:
+    value: float
+    name: str  # where it comes from, for messages: "online.skip_below", "the panel's skip_below"
+    source: str | None = None  # the calibration file it comes from (None: the config)
+
+    @property
+    def text(self) -> str:
+        return f"{self.name} {self.value:g}" + (f" ({self.source})" if self.source else "")
+
+
+def fast_loop(cfg: Any) -> dict[str, Threshold]:
+    """The online fast loop's thresholds on its partial RHI (skip_below, rollback_below, freeze_below): the
+    config's `online.*` where set, else the calibration's `fast_loop.thresholds`; freeze <= rollback <= skip."""
+    settings = resolve(cfg)
+    out = {}
+    for name in FAST_LOOP:
+        own = getattr(cfg.online, name)
+        if own is not None:
+            out[name] = Threshold(float(own), f"online.{name}")
+        elif name in settings.fast_loop:
+            out[name] = Threshold(settings.fast_loop[name], f"the panel's {name}", settings.source)
+        else:
+            raise CalibrationError(f"online.{name} is null and {settings.source or 'no health.calibration'} gives none (fast_loop.thresholds); "
+                                   f"set online.{name}, or write the calibration with `benchmarks/health_panel.py calibrate`")
+    values = [out[n].value for n in reversed(FAST_LOOP)]
+    if values != sorted(values):
+        raise CalibrationError("the fast loop's thresholds must hold freeze_below <= rollback_below <= skip_below: "
+                               + ", ".join(out[n].text for n in reversed(FAST_LOOP)))
+    return out
 
 
 def below_range_text(components: dict[str, dict[str, Any]], below: list[str]) -> str:
@@ -142,6 +178,9 @@ def resolve(cfg: Any) -> Resolved:
     references = dict(data.get("references") or {})
     if h.gvi_max_reference is not None:
         references["gvi_max"] = h.gvi_max_reference
+    fast = (data.get("fast_loop") or {}).get("thresholds") or {}
+    if not isinstance(fast, dict) or not all(k in FAST_LOOP and isinstance(v, (int, float)) for k, v in fast.items()):
+        raise CalibrationError(f"{source}: fast_loop.thresholds must map {', '.join(FAST_LOOP)} to numbers")
     return Resolved(weights={k: float(v) for k, v in weights.items()}, threshold=threshold, threshold_name=name, references=references,
                     healthy=_pairs(data.get("healthy"), "healthy", source), broken=_pairs(data.get("broken"), "broken", source), source=source,
-                    digest=digest, panel=dict(data.get("panel") or {}))
+                    digest=digest, panel=dict(data.get("panel") or {}), fast_loop={k: float(v) for k, v in fast.items()})

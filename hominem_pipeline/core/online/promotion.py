@@ -34,14 +34,17 @@ class Offer:
 
 def health_of(cfg: HominemConfig, adapter: Path) -> tuple[float | None, tuple[float, str] | None, dict[str, Any]]:
     """(RHI, the threshold it is held to and its setting (None: the health index's own), what it measured)
-    of `adapter`: for an online update, the partial index in its health.json (held to online.skip_below);
+    of `adapter`: for an online update, the partial index in its health.json (held to the fast loop's skip_below);
     for a daily lora_adapter version, what the `reward_health_index` stage measured for it (the version
     this config implies, else the newest built on it). What it measured: each component with its value
     and where it lies against the panel's healthy range, and those below it. (None, None, {}) when none
     was measured."""
     if (adapter / HEALTH).is_file():
         health = json.loads((adapter / HEALTH).read_text())
-        return health.get("rhi"), (cfg.online.skip_below, "online.skip_below"), _measured(health)
+        from hominem_pipeline.core.evaluation.calibration import fast_loop
+
+        skip = fast_loop(cfg)["skip_below"]
+        return health.get("rhi"), (skip.value, skip.name), _measured(health)
     from hominem_pipeline.core.lineage import MissingInput, lineage
 
     version, day = adapter.name, adapter.parent.name

@@ -15,7 +15,8 @@ One update:
    the held-out prompts and GVS on its gradient norms, weighted as in `health.weights` and renormalised,
    written to `health.json` beside it. Below `online.skip_below` it stays a candidate; below
    `online.rollback_below` the online update live now is rolled back too; below `online.freeze_below`
-   online updates are frozen until `hominem live unfreeze`.
+   online updates are frozen until `hominem live unfreeze` (each left null: the health calibration's
+   `fast_loop.thresholds`, `calibration.fast_loop`).
 
 Before that, facts and corrections people stated in the log, and the replies they thumbed up
 (`online.liked_replies`), become memory rows (`facts`, in `online.memory_folder`). An update with nothing
@@ -44,6 +45,7 @@ import pandas as pd
 
 from hominem_pipeline.core.artifacts import fingerprint
 from hominem_pipeline.core.config import HominemConfig
+from hominem_pipeline.core.evaluation.calibration import fast_loop
 from hominem_pipeline.core.online.live import HEALTH, LIVE_DIR, ONLINE_ADAPTERS, LiveError, LiveState, utc_now
 from hominem_pipeline.core.online.nudges import Pressure, dimension_pairs, nudged_conversations, pair_weights, pressure, sampled_candidates, scored_gaps
 from hominem_pipeline.core.online.replay import FINISHED, ITEM_COLUMNS, ReplayBuffer, feedback_pair_items, teacher_replay_items
@@ -436,6 +438,8 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
 
     started = time.monotonic()
     oc = cfg.online
+    limits = fast_loop(cfg)  # before anything trains: a missing threshold is named now
+    skip, back, freeze = limits["skip_below"], limits["rollback_below"], limits["freeze_below"]
     state = LiveState(cfg.data_dir)
     current = state.current()
     if current.frozen:
@@ -493,20 +497,20 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
 
     def measure(prompts: list[str], replies: list[str]) -> float | None:
         report = partial_health(cfg, reward_model, prompts, replies, result.grad_norms, out)
-        health.update(report.as_dict(), threshold=oc.skip_below, threshold_setting="online.skip_below")
+        health.update(report.as_dict(), threshold=skip.value, threshold_setting=skip.name, threshold_source=skip.source)
         (out / HEALTH).write_text(json.dumps(health, indent=1, default=str) + "\n")
         return report.rhi
 
-    done = offer(cfg, out, by=by, reason=reason, rhi=measure, rhi_threshold=oc.skip_below, threshold_name="online.skip_below", version=version,
+    done = offer(cfg, out, by=by, reason=reason, rhi=measure, rhi_threshold=skip.value, threshold_name=skip.name, version=version,
                  prompts=held_out_prompts(cfg, pair_sources), reward_model=reward_model,  # the one its METADATA names, loaded once
                  people_pairs=oc.people_pairs)
     rhi, actions = health.get("rhi"), []
     if not done.promoted and rhi is not None:
-        if rhi < oc.rollback_below and current.version is not None and state.adapter_path(current).parent.name == ONLINE_ADAPTERS:
-            rollback(cfg, None, reason=f"fast loop: update {version} has partial RHI {rhi:.3f} < online.rollback_below {oc.rollback_below}", by=by)
+        if rhi < back.value and current.version is not None and state.adapter_path(current).parent.name == ONLINE_ADAPTERS:
+            rollback(cfg, None, reason=f"fast loop: update {version} has partial RHI {rhi:.3f} < {back.text}", by=by)
             actions.append(f"rolled back {current.version}")
-        if rhi < oc.freeze_below:
-            state.freeze(reason=f"fast loop: update {version} has partial RHI {rhi:.3f} < online.freeze_below {oc.freeze_below}", by=by)
+        if rhi < freeze.value:
+            state.freeze(reason=f"fast loop: update {version} has partial RHI {rhi:.3f} < {freeze.text}", by=by)
             actions.append("froze online updates")
     live = state.current()
     seconds = {"train": round(trained - started, 2), "gate": round(time.monotonic() - trained, 2), "total": round(time.monotonic() - started, 2)}
