@@ -69,6 +69,7 @@ class Day:
     fault_stage: str | None = None
     versions: dict[str, str] = field(default_factory=dict)
     seconds: float | None = None
+    stopped: dict[str, str] | None = None  # the stage the pipeline stopped the day in, and its error (None: built to the evaluation)
 
 
 def panel_days() -> list[Day]:
@@ -108,8 +109,16 @@ def day_config(panel: Path, day: Day):
     student = load_config(root=ROOT).models.student.path
     there = {"project": {"data_dir": str(project / "data")}, "models": {"student": {"path": str(panel / "base" / student)}},
              "tracking": {"mlflow_uri": f"sqlite:///{project / 'data' / 'mlflow' / 'mlflow.db'}",
-                          "artifact_root": str(project / "data" / "mlflow" / "artifacts")}}
+                          "artifact_root": str(project / "data" / "mlflow" / "artifacts")},
+             "health": UNCALIBRATED, "online": UNCALIBRATED_FAST_LOOP}
     return load_config(root=ROOT, overrides=deep_merge(there, json.loads(text)))
+
+
+# The panel is what calibrates the health index, so it is measured without a calibration: the design's weights and
+# thresholds, GVI_max 1 (the components raw; `calibrate` normalises them from the healthy days)
+UNCALIBRATED = {"calibration": None, "weights": {"dcs": 0.25, "gvs": 0.15, "mss": 0.25, "cdrs": 0.20, "lrps": 0.15}, "gvi_max_reference": 1.0,
+                "deploy_threshold": 0.70}
+UNCALIBRATED_FAST_LOOP = {"skip_below": 0.5, "rollback_below": 0.3, "freeze_below": 0.2}
 
 
 # --- faults: each rewrites one artifact of the day's own project, under the version the config expects ------------------
@@ -319,6 +328,10 @@ def build_day(panel: Path, day: Day) -> None:
             reward_model.human_pairs = faulted_people(original, day.fault)
         try:
             result = run_stage(stage, cfg, day.partition)
+        except Exception as e:  # the pipeline refused the day before its gate: kept as what a user would see
+            log.exception("%s: the pipeline stopped in %s", day.name, name)
+            day.stopped = {"stage": name, "error": f"{type(e).__name__}: {e}"}
+            break
         finally:
             reward_model.human_pairs = original
         day.versions[name] = result.ref.version
@@ -350,7 +363,7 @@ def build(panel: Path, only: set[str] | None) -> None:
                 lora_adapter.people_training_pairs = original_people
             done[day.name] = asdict(day)
             write_days(panel, [done[d.name] for d in days if d.name in done])
-            log.info("panel day %s built in %.0f s", day.name, day.seconds)
+            log.info("panel day %s %s in %.0f s", day.name, f"stopped in {day.stopped['stage']}" if day.stopped else "built", day.seconds)
 
 
 def read_days(panel: Path) -> list[dict[str, Any]]:

@@ -8,11 +8,11 @@ Per day, three kinds of figures, each kept in `<panel>/measured/<day>.json`:
   against the base's, and the reward model's own fixture accuracy (overall and per dimension) and its
   dimensions' correlation (`broken_by` judges them, for kept days too);
 - **gate**: the live gate's other checks against the base (win rate, facts, people's pairs, smoke
-  reply, manifold collapse and dominance), the RHI left out;
+  reply, manifold collapse, merging and dominance), the RHI left out;
 - **components**: each RHI component measured by this code, and the RHI under the calibration in use.
 
 The first two depend only on the built versions and are measured once; the components again whenever
-the health code or its calibration changes.
+the health code or its calibration changes (and the manifold check again where its kept figures predate merging).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from health_panel import ROOT, Day, day_config, panel_days, read_days
+from health_panel import ROOT, UNCALIBRATED, Day, day_config, panel_days, read_days
 
 log = logging.getLogger("health_panel")
 
@@ -38,7 +38,8 @@ BROKEN_PERPLEXITY = 2.0  # an adapter whose held-out perplexity is this many tim
                          # pairs raises it on these replies by about a third)
 RESULTS = ROOT / "benchmarks" / "results" / "health_panel"  # each day's measures, kept with the code: the calibration's evidence
 COLLAPSED_CORRELATION = 0.9  # a reward model whose dimensions correlate this much on average over the day's replies has one
-COMPONENT_CODE = ("hominem_pipeline/core/evaluation/health.py", "hominem_pipeline/core/evaluation/calibration.py")
+COMPONENT_CODE = ("hominem_pipeline/core/evaluation/health.py",)  # measures the ingredients (calibration.py only normalises and weighs them,
+                                                                     # which `calibrate` does again from the ingredients)
 
 
 def _ref(cfg, asset: str, partition: str, version: str):
@@ -62,7 +63,9 @@ def code_key(cfg) -> str:
     for name in COMPONENT_CODE:
         p = ROOT / name
         h.update(p.read_bytes() if p.is_file() else b"")
-    h.update(json.dumps(cfg.health.model_dump(mode="json"), sort_keys=True).encode())
+    health = cfg.health.model_dump(mode="json")
+    health["manifold"].pop("max_mean_correlation", None)  # no component reads the gate's manifold thresholds (a new one measures nothing again)
+    h.update(json.dumps(health, sort_keys=True).encode())
     return h.hexdigest()[:16]
 
 
@@ -87,9 +90,11 @@ def perplexity_ratio(student: Path, adapter: Path, people: pd.DataFrame, base_nl
 
 
 def objective(day: Day, cfg, gate: dict[str, Any], ppl: dict[str, float]) -> dict[str, Any]:
-    """The measures that say whether the day is broken without the RHI (`broken_by` reads them)."""
-    ev = _ref(cfg, "evaluation", day.partition, day.versions["evaluation"]).manifest["metrics"]
-    rm = _ref(cfg, "reward_model", day.partition, day.versions["reward_model"]).manifest["metrics"]
+    """The measures that say whether the day is broken without the RHI (`broken_by` reads them); of a day the
+    pipeline stopped before its evaluation, those of what it built (its reward model's)."""
+    built = day.versions
+    ev = _ref(cfg, "evaluation", day.partition, built["evaluation"]).manifest["metrics"] if "evaluation" in built else {}
+    rm = _ref(cfg, "reward_model", day.partition, built["reward_model"]).manifest["metrics"] if "reward_model" in built else {}
     dims = [d.name for d in cfg.dimensions]
     rm_dims = {d: rm.get(f"fixture_dimension_accuracy_{d}") for d in dims}
     out = {
@@ -121,7 +126,7 @@ def broken_by(out: dict[str, Any], ingredients: dict[str, Any] | None, fixture_f
         broken.append(f"{out['facts_lost']} of {out['facts_asked']} facts lost against the base")
     if out["fixture_moved_right"] is not None and out["fixture_moved_right"] < 0.5:
         broken.append(f"moved the student toward the worse reply on {1 - out['fixture_moved_right']:.0%} of the contrast fixtures")
-    if out["perplexity_ratio"] > BROKEN_PERPLEXITY:
+    if (out.get("perplexity_ratio") or 0.0) > BROKEN_PERPLEXITY:
         broken.append(f"held-out perplexity {out['perplexity_ratio']:.2f}x the base's (> {BROKEN_PERPLEXITY})")
     if out["rm_fixture_accuracy"] is not None and out["rm_fixture_accuracy"] < fixture_floor:
         broken.append(f"reward model orders {out['rm_fixture_accuracy']:.0%} of its contrast fixtures right, below fixtures.min_accuracy {fixture_floor:.0%}")
@@ -162,8 +167,28 @@ def gate_checks(day: Day, cfg, people: pd.DataFrame, memory: pd.DataFrame, folde
                       rhi=None, seed=cfg.project.seed, cache=cache, candidate_version=version, people=people,
                       base_logps=base_logp_cache(student_path(cfg), cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES)))
     reasons = [r for r in report.reasons if not r.startswith("no Reward Health Index")]
-    keep = ("win_rate_vs_live", "facts_asked", "facts_lost", "people_accuracy", "people_standard_error", "smoke_reply", "manifold", "manifold_blocked")
+    keep = ("win_rate_vs_live", "facts_asked", "facts_lost", "people_accuracy", "people_standard_error", "smoke_reply", "manifold", "manifold_blocked",
+            "manifold_mean_correlation")
     return {"passed": not reasons, "reasons": reasons, **{k: report.figures.get(k) for k in keep}}
+
+
+def manifold_again(day: Day, cfg, gate: dict[str, Any]) -> dict[str, Any]:
+    """`gate` with its reward-manifold check measured again by this code: the adapter's training pairs (the
+    preference pairs it was built from) scored by the day's reward model, judged under `health.manifold`. For a
+    day whose gate was measured before the check judged something it judges now (the dimensions' merging)."""
+    from hominem_pipeline.core.evaluation.manifold import reward_manifold
+    from hominem_pipeline.core.policy.pairs import read_preference_pairs
+    from hominem_pipeline.core.reward.model import project_reward_model
+
+    adapter = _ref(cfg, "lora_adapter", day.partition, day.versions["lora_adapter"])
+    refs = [_ref(cfg, "preference_pairs", i["partition"], i["version"]) for i in adapter.manifest["inputs"]["preference_pairs"]]
+    pairs = read_preference_pairs([r.file("pairs.parquet") for r in refs])
+    rm = project_reward_model(_ref(cfg, "reward_model", day.partition, day.versions["reward_model"]).path, cfg)
+    shape = reward_manifold(rm, list(pairs["prompt"]), list(pairs["chosen"]), list(pairs["rejected"]))
+    verdict = shape.judged(cfg.health.manifold)
+    reasons = [r for r in gate["reasons"] if not r.startswith("reward manifold:")] + [f"reward manifold: {r}" for r in verdict.reasons]
+    return {**gate, "manifold": verdict.summary(), "manifold_blocked": verdict.blocked, "manifold_mean_correlation": shape.mean_correlation,
+            "reasons": reasons, "passed": not reasons}
 
 
 def components(day: Day, cfg) -> dict[str, Any]:
@@ -269,6 +294,15 @@ def measure(panel: Path, only: set[str] | None) -> dict[str, Any]:
         path = out_dir / f"{day.name}.json"
         saved = _read(path)
         versions = json.dumps(day.versions, sort_keys=True)
+        if day.stopped:  # the pipeline refused the day before its gate: nothing to gate or index, what it built judged
+            saved = {"versions": versions, "stopped": day.stopped, "objective": objective(day, cfg, {}, {})}
+            saved["objective"]["broken_by"] = broken_by(saved["objective"], None, cfg.fixtures.min_accuracy)
+            log.info("%s: stopped in %s before the gate (%s)", day.name, day.stopped["stage"], day.stopped["error"][:200])
+            path.write_text(json.dumps(saved, indent=2, default=str) + "\n")
+            (RESULTS / f"{day.name}.json").write_text(json.dumps({"name": day.name, "healthy": day.healthy, "what": day.what, **saved},
+                                                                 default=str, separators=(",", ":")) + "\n")
+            rows.append((day, saved))
+            continue
         if saved.get("versions") != versions:
             log.info("%s: the gate's checks and the objective measures", day.name)
             with tempfile.TemporaryDirectory() as tmp:
@@ -278,6 +312,10 @@ def measure(panel: Path, only: set[str] | None) -> dict[str, Any]:
             (out_dir / "base_nll.json").write_text(json.dumps(base_nll))
             saved = {"versions": versions, "gate": gate, "objective": objective(day, cfg, gate, ppl)}
             path.write_text(json.dumps(saved, indent=2, default=str) + "\n")  # kept if the components fail
+        if saved["gate"].get("manifold_mean_correlation") is None:
+            log.info("%s: the reward manifold again (its dimensions' merging)", day.name)
+            saved["gate"] = manifold_again(day, cfg, saved["gate"])
+            path.write_text(json.dumps(saved, indent=2, default=str) + "\n")
         key = code_key(cfg)
         if saved.get("components_key") != key:
             log.info("%s: the RHI components", day.name)
@@ -303,10 +341,16 @@ def report(panel: Path, rows: list[tuple[Day, dict[str, Any]]]) -> dict[str, Any
 
     print(f"\n{'day':22s} {'kind':8s} " + " ".join(f"{n.upper():>6s}" for n in names) + "  gate   objective")
     for day, saved in rows:
-        vals = " ".join(f"{value(saved, n):6.3f}" if value(saved, n) is not None else "   n/a" for n in names)
         broken = saved["objective"]["broken_by"]
+        if "stopped" in saved:
+            print(f"{day.name:22s} {'healthy' if day.healthy else 'broken':8s} stopped in {saved['stopped']['stage']} before the gate: "
+                  f"{saved['stopped']['error'][:100]}  {'; '.join(broken) or 'sound'}")
+            continue
+        vals = " ".join(f"{value(saved, n):6.3f}" if value(saved, n) is not None else "   n/a" for n in names)
         gate = "pass" if saved["gate"]["passed"] else "refuse"
         print(f"{day.name:22s} {'healthy' if day.healthy else 'broken':8s} {vals}  {gate:6s} {'; '.join(broken) or 'sound'}")
+    stopped = [(d, s) for d, s in rows if "stopped" in s]
+    rows = [(d, s) for d, s in rows if "stopped" not in s]  # the index and the gate's checks read the days that reached them
     separation = {}
     for n in names:
         h = [value(s, n) for d, s in rows if d.healthy]
@@ -328,7 +372,7 @@ def report(panel: Path, rows: list[tuple[Day, dict[str, Any]]]) -> dict[str, Any
     print("\nbroken days the gate's other checks let through: " + (", ".join(n for n, _ in passing) or "none"))
     for d, s in rows:
         print(f"  {d.name:22s} " + ("passes" if s["gate"]["passed"] else "refused: " + "; ".join(s["gate"]["reasons"]))[:200])
-    summary = {"days": [{"name": d.name, "healthy": d.healthy, "what": d.what, **{k: v for k, v in s.items() if k != "health"}} for d, s in rows],
+    summary = {"days": [{"name": d.name, "healthy": d.healthy, "what": d.what, **{k: v for k, v in s.items() if k != "health"}} for d, s in rows + stopped],
                "separation": separation}
     (panel / "measured" / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     print("\nevery reading of each component: health_panel.py variants; the calibration and the fast loop on it: health_panel.py calibrate")
@@ -363,7 +407,7 @@ def fast_loop_thresholds(healthy: list[float], broken: list[float]) -> dict[str,
     return {"skip_below": skip, "rollback_below": round(rollback, 3), "freeze_below": round(min(rollback, lo / 2), 3)}
 
 
-DESIGN_WEIGHTS = {"dcs": 0.25, "gvs": 0.15, "mss": 0.25, "cdrs": 0.20, "lrps": 0.15}
+DESIGN_WEIGHTS = UNCALIBRATED["weights"]  # design 001 Phase 10.2
 GVI_HEADROOM = 2.0  # GVI_max is this many times the most unsteady healthy run's GVI (of its policy mode)
 
 
@@ -378,6 +422,11 @@ def measured_days(panel: Path | None) -> list[dict[str, Any]]:
     out = []
     for day in panel_days():
         saved = _read(folder / f"{day.name}.json")
+        if saved.get("stopped"):  # refused before the gate: labelled by what it built, else as it was meant
+            broken = broken_by(saved["objective"], None, floor)
+            out.append({**saved, "objective": {**saved["objective"], "broken_by": broken}, "name": day.name, "what": day.what,
+                        "intended": day.healthy, "healthy": day.healthy and not broken, "mode": None})
+            continue
         if not saved.get("health", {}).get("ingredients"):
             continue
         saved["objective"]["broken_by"] = broken_by(saved["objective"], saved["health"]["ingredients"], floor)
@@ -424,7 +473,9 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
     from hominem_pipeline.core.evaluation.health import COMPONENTS
 
     dcs_on = load_config(root=ROOT).health.dcs_on
-    days = measured_days(panel)
+    every = measured_days(panel)
+    stopped = [d for d in every if d.get("stopped")]  # refused by the pipeline before the gate: no index to calibrate on
+    days = [d for d in every if not d.get("stopped")]
     weights = weights or DESIGN_WEIGHTS  # or "separation"
     raw = {d["name"]: components_from(d["health"]["ingredients"], dcs_on, 1.0, None, None) for d in days}
     modes: dict[str, list[float]] = {}
@@ -467,16 +518,20 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
     for d, v in scored:
         why = (["the RHI"] if v["rhi"] < threshold else []) + (["; ".join(d["gate"]["reasons"])[:120]] if not d["gate"]["passed"] else [])
         print(f"  {d['name']:22s} {'healthy' if d['healthy'] else 'broken':8s} RHI {v['rhi']:.3f}  " + ("refuse by " + " and by ".join(why) if why else "promote"))
+    for d in stopped:
+        print(f"  {d['name']:22s} {'healthy' if d['healthy'] else 'broken':8s} stopped in {d['stopped']['stage']} before the gate: {d['stopped']['error'][:110]}")
     refused = [d["name"] for d, v in scored if not d["healthy"] and (v["rhi"] < threshold or not d["gate"]["passed"])]
+    refused += [d["name"] for d in stopped if not d["healthy"]]
     promoted = [d["name"] for d, v in scored if d["healthy"] and v["rhi"] >= threshold and d["gate"]["passed"]]
-    print(f"  refuses {len(refused)} of {sum(not d['healthy'] for d in days)} broken days; promotes {len(promoted)} of {sum(d['healthy'] for d in days)} healthy")
+    print(f"  refuses {len(refused)} of {sum(not d['healthy'] for d in every)} broken days; promotes {len(promoted)} of {sum(d['healthy'] for d in every)} healthy")
     oc = load_config(root=ROOT).online
     partial = {d["name"]: (weights["dcs"] * (v["dcs"] or 0.0) + weights["gvs"] * (v["gvs"] or 0.0)) / ((weights["dcs"] + weights["gvs"]) or 1.0)
                for d, v in scored}
     fast_thresholds = fast_loop_thresholds([partial[d["name"]] for d in days if d["healthy"]], [partial[d["name"]] for d in days if not d["healthy"]])
     fast = {}
-    for key, label, t in (("online", "online's settings", {"skip_below": oc.skip_below, "rollback_below": oc.rollback_below, "freeze_below": oc.freeze_below}),
-                          ("panel", "the panel's", fast_thresholds)):
+    own = {"skip_below": oc.skip_below, "rollback_below": oc.rollback_below, "freeze_below": oc.freeze_below}
+    ladders = ([("online", "online's settings", own)] if None not in own.values() else []) + [("panel", "the panel's", fast_thresholds)]
+    for key, label, t in ladders:
         print(f"\nthe fast loop on each panel adapter, {label}: partial RHI (DCS, GVS) against skip_below {t['skip_below']} / "
               f"rollback_below {t['rollback_below']} / freeze_below {t['freeze_below']}")
         for d in days:
@@ -486,16 +541,18 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
             print(f"  {d['name']:22s} {'healthy' if d['healthy'] else 'broken':8s} {x:.3f}  {action}")
     data = {
         "panel": {"command": ".venv/bin/python benchmarks/health_panel.py calibrate" + (f" --panel {panel}" if panel else ""), "date": dt.date.today().isoformat(),
-                  "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}", "healthy": sum(d["healthy"] for d in days),
-                  "broken": sum(not d["healthy"] for d in days), "threshold_placed": how,
+                  "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}", "healthy": sum(d["healthy"] for d in every),
+                  "broken": sum(not d["healthy"] for d in every), "threshold_placed": how,
+                  "stopped": {d["name"]: {"healthy": d["healthy"], "what": d["what"], "stage": d["stopped"]["stage"], "error": d["stopped"]["error"],
+                                          **({"broken_by": d["objective"]["broken_by"]} if d["objective"]["broken_by"] else {})} for d in stopped},
                   "days": {d["name"]: {"healthy": d["healthy"], "what": d["what"], "rhi": round(v["rhi"], 4),
                                        "components": {k: None if v[k] is None else round(v[k], 4) for k in COMPONENTS},
                                        **({"broken_by": d["objective"]["broken_by"]} if d["objective"]["broken_by"] else {})} for d, v in scored}},
         "references": {"gvi_max": gvi_max, "rdm_drift_max": drift_max, "curvature_variance_max": curvature_max},
         "weights": weights,
         "threshold": threshold,
-        "gate": {"broken_refused": len(refused), "broken": sum(not d["healthy"] for d in days), "healthy_promoted": len(promoted),
-                 "healthy": sum(d["healthy"] for d in days)},
+        "gate": {"broken_refused": len(refused), "broken": sum(not d["healthy"] for d in every), "healthy_promoted": len(promoted),
+                 "healthy": sum(d["healthy"] for d in every)},
         "healthy": {k: [round(min(v), 4), round(max(v), 4)] for k, v in healthy.items()},
         "broken": {k: [round(min(v), 4), round(max(v), 4)] for k, v in broken.items()},
         "auc": {k: round(auc(healthy[k], broken[k]), 3) for k in healthy},
@@ -562,7 +619,7 @@ def readings(g: dict[str, Any]) -> dict[str, float | None]:
 def variants(panel: Path | None) -> None:
     """Every reading of `readings` on each measured day (labelled as `measured_days` labels it: by the
     objective measures), and its separation of healthy from broken (AUC)."""
-    days = [(d, readings(d["health"]["ingredients"])) for d in measured_days(panel)]
+    days = [(d, readings(d["health"]["ingredients"])) for d in measured_days(panel) if not d.get("stopped")]
     names = list(days[0][1])
     print(f"{'reading':30s} {'AUC':>5s}  " + " ".join(f"{d['name'][:9]:>9s}" for d, _ in days))
     print(f"{'':30s} {'':5s}  " + " ".join(f"{('healthy' if d['healthy'] else 'broken'):>9s}" for d, _ in days))

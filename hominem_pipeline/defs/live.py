@@ -17,8 +17,9 @@ def live_gate_check(partitions: DailyPartitionsDefinition) -> AssetChecksDefinit
         name=LIVE_GATE,
         additional_deps=["reward_health_index"],
         partitions_def=partitions,
-        description="The adapter passed the live gate against the live adapter (RHI >= health.deploy_threshold, win rate over the live adapter "
-                    ">= health.min_win_rate, no memory-probe fact lost, a sane smoke reply) and is live; a failing one stays a candidate "
+        description="The adapter passed the live gate against the live adapter (RHI >= health.deploy_threshold or the health "
+                    "calibration's threshold, win rate over the live adapter >= health.min_win_rate, no memory-probe fact lost, people's "
+                    "held-out pairs, the reward manifold, a sane smoke reply) and is live; a failing one stays a candidate "
                     "with the reason in data/live/history.json.",
     )
     def _live_gate(context: AssetCheckExecutionContext, hominem: HominemResource) -> AssetCheckResult:

@@ -57,7 +57,7 @@ def test_dimension_weights_must_match_the_dimensions():
 
 def test_the_online_settings_are_checked_together():
     with pytest.raises(ConfigError, match=r"freeze_below 0.4 <= rollback_below 0.3 <= skip_below 0.5 must hold"):
-        load_config(root=REPO, overrides={"online": {"freeze_below": 0.4}})
+        load_config(root=REPO, overrides={"online": {"freeze_below": 0.4, "rollback_below": 0.3, "skip_below": 0.5}})
     with pytest.raises(ConfigError, match=r"social_dimensions names \['warmth'\]"):
         load_config(root=REPO, overrides={"replay": {"social_dimensions": ["empathy", "warmth"]}})
     with pytest.raises(ConfigError, match=r"online.memory_folder data/notes is not among policy.dual.memory_files"):
@@ -106,7 +106,7 @@ def test_every_default_lives_in_one_place():
 
 def test_health_weights_must_sum_to_one():
     with pytest.raises(ConfigError, match="sum to 1"):
-        load_config(root=REPO, overrides={"health": {"weights": {"dcs": 0.9}}})
+        load_config(root=REPO, overrides={"health": {"weights": {"dcs": 0.9, "gvs": 0.15, "mss": 0.25, "cdrs": 0.20, "lrps": 0.15}}})
 
 
 def test_missing_and_malformed_files_are_reported(tmp_path: Path):

@@ -11,6 +11,7 @@ from dagster import instance_for_test, materialize
 
 from hominem_pipeline.core.artifacts import ArtifactStore
 from hominem_pipeline.core.config_loader import load_config
+from hominem_pipeline.core.evaluation.calibration import resolve
 from hominem_pipeline.core.lineage import lineage
 from hominem_pipeline.core.teacher.labeling import validate_labels
 from hominem_pipeline.core.tracking import (
@@ -457,7 +458,7 @@ def test_the_daily_adapter_goes_through_the_live_gate(chain):
     assert len(entries) == 1  # gated once, though the day ran twice
     gate = entries[0]["gate"]
     assert entries[0]["action"] == ("promote" if check.passed else "refuse") and gate["passed"] == check.passed
-    assert gate["rhi"] == pytest.approx(first["reward_health_index"]["rhi"].value) and gate["deploy_threshold"] == cfg.health.deploy_threshold
+    assert gate["rhi"] == pytest.approx(first["reward_health_index"]["rhi"].value) and gate["deploy_threshold"] == resolve(cfg).threshold
     assert gate["live_version"] is None and gate["prompts"] == len(cfg.prompts.categories)
     assert gate["win_rate_vs_live"] == pytest.approx(first["evaluation"]["win_rate"].value)  # against the base: the evaluation's replies and count
     assert isinstance(gate["smoke_reply"], str) and check.metadata["version"].value == version

@@ -3,8 +3,9 @@
 A candidate passes when all of these hold, each measured against the adapter live now (the base
 student when none is):
 
-- its Reward Health Index is at least `health.deploy_threshold` (the daily job's: the
-  `reward_health_index` of that adapter; an online update's: the fast loop's partial index);
+- its Reward Health Index is at least `health.deploy_threshold` (null: the health calibration's threshold;
+  the daily job's: the `reward_health_index` of that adapter; an online update's: the fast loop's
+  partial index, against its skip_below);
 - the reward model prefers its replies to the live adapter's on at least `health.min_win_rate` of the
   held-out prompts (greedy, decoded as the evaluation decodes; a tie counts half);
 - it still answers every memory-probe question the live adapter answers with its fact;
