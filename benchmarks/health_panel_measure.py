@@ -517,7 +517,9 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
     print(f"\nthe gate at RHI {threshold} ({how}):")
     for d, v in scored:
         why = (["the RHI"] if v["rhi"] < threshold else []) + (["; ".join(d["gate"]["reasons"])[:120]] if not d["gate"]["passed"] else [])
-        print(f"  {d['name']:22s} {'healthy' if d['healthy'] else 'broken':8s} RHI {v['rhi']:.3f}  " + ("refuse by " + " and by ".join(why) if why else "promote"))
+        unmeasured = "" if d["gate"].get("manifold_mean_correlation") is not None else "  (merging not measured: its build predates the check)"
+        print(f"  {d['name']:22s} {'healthy' if d['healthy'] else 'broken':8s} RHI {v['rhi']:.3f}  " + ("refuse by " + " and by ".join(why) if why else "promote")
+              + unmeasured)
     for d in stopped:
         print(f"  {d['name']:22s} {'healthy' if d['healthy'] else 'broken':8s} stopped in {d['stopped']['stage']} before the gate: {d['stopped']['error'][:110]}")
     refused = [d["name"] for d, v in scored if not d["healthy"] and (v["rhi"] < threshold or not d["gate"]["passed"])]

@@ -45,7 +45,7 @@ def test_without_a_calibration_the_configs_values_are_used_and_nothing_is_judged
     assert settings.threshold == 0.7 and settings.threshold_name == "health.deploy_threshold" and settings.reference("gvi_max", "dpo") == 1.0
     report = aggregate(components(), cfg)
     assert report.verdicts == dict.fromkeys(("dcs", "gvs", "mss", "cdrs", "lrps")) and report.calibration is None
-    with pytest.raises(ValueError, match="health.calibration is null, so health.deploy_threshold must be set"):
+    with pytest.raises(ValueError, match="health.calibration is null, so health.weights, health.gvi_max_reference, health.deploy_threshold must be set"):
         load_config(tiny_cfg.root / "config" / "tiny.yaml", root=tiny_cfg.root, overrides={"health": {"calibration": None, "deploy_threshold": None}})
 
 
