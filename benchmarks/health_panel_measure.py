@@ -274,6 +274,7 @@ def auc(healthy: list[float], broken: list[float]) -> float | None:
 
 def measure(panel: Path, only: set[str] | None) -> dict[str, Any]:
     from hominem_pipeline.core.builds.memory_files import memory_paths
+    from hominem_pipeline.core.evaluation.manifold import ManifoldShape  # a package older than merging: measured again later
     from hominem_pipeline.core.builds.reward_model import people_pairs
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
     from hominem_pipeline.core.models import student_path
@@ -312,7 +313,7 @@ def measure(panel: Path, only: set[str] | None) -> dict[str, Any]:
             (out_dir / "base_nll.json").write_text(json.dumps(base_nll))
             saved = {"versions": versions, "gate": gate, "objective": objective(day, cfg, gate, ppl)}
             path.write_text(json.dumps(saved, indent=2, default=str) + "\n")  # kept if the components fail
-        if saved["gate"].get("manifold_mean_correlation") is None:
+        if saved["gate"].get("manifold_mean_correlation") is None and "mean_correlation" in ManifoldShape.__dataclass_fields__:
             log.info("%s: the reward manifold again (its dimensions' merging)", day.name)
             saved["gate"] = manifold_again(day, cfg, saved["gate"])
             path.write_text(json.dumps(saved, indent=2, default=str) + "\n")
@@ -511,20 +512,39 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
                                                                       + ("; ".join(d["objective"]["broken_by"]) or "no objective measure calls it broken") + ")"))
     # The gate is the RHI and its other checks together: the threshold is placed between the healthy days and the
     # broken days the other checks let through (all broken days where they stop none)
-    through = [(d["name"], v["rhi"]) for d, v in scored if not d["healthy"] and d["gate"]["passed"]]
-    threshold, how = choose_threshold(healthy["rhi"], [x for _, x in through] or broken["rhi"])
-    how = (f"against the broken days the gate's other checks pass ({', '.join(n for n, _ in through)}): " if through else "") + how
-    print(f"\nthe gate at RHI {threshold} ({how}):")
+    # A component that alone tells every broken day the other checks let through from every healthy one, by a gap at
+    # least half the healthy days' own spread (a sound day a little lower must still pass), gets a floor at the gap's
+    # midpoint, below which it refuses on its own
+    passing = [(d, v) for d, v in scored if not d["healthy"] and d["gate"]["passed"]]
+    floors = {}
+    for k in COMPONENTS:
+        b = [v[k] for _, v in passing if v[k] is not None]
+        if healthy[k] and b and min(healthy[k]) - max(b) >= (max(healthy[k]) - min(healthy[k])) / 2:
+            floors[k] = round((max(b) + min(healthy[k])) / 2, 3)
+    def floored(v: dict[str, float]) -> list[str]:
+        return [f"{k.upper()} {v[k]:.3f} below its floor {f}" for k, f in floors.items() if v[k] is not None and v[k] < f]
+    through = [(d["name"], v["rhi"]) for d, v in passing if not floored(v)]
+    if through:
+        threshold, how = choose_threshold(healthy["rhi"], [x for _, x in through])
+        how = f"against the broken days the gate's other checks and floors pass ({', '.join(n for n, _ in through)}): {how}"
+    else:  # the other checks and the floors stop every broken day: the index is the safety net below the sound days' spread
+        low, high = min(healthy["rhi"]), max(healthy["rhi"])
+        threshold = round(low - (high - low) / 2, 3)
+        how = (f"half the sound days' range ({low:.3f}-{high:.3f}) below the lowest of them: the other checks and the floors "
+               "stop every broken day")
+    print("\nfloors: " + (", ".join(f"{k.upper()} {f} (healthy from {min(healthy[k]):.3f}; the broken days the other checks pass at most "
+                                     f"{max(v[k] for _, v in passing):.3f})" for k, f in floors.items()) or "none"))
+    print(f"the gate at RHI {threshold} ({how}):")
     for d, v in scored:
-        why = (["the RHI"] if v["rhi"] < threshold else []) + (["; ".join(d["gate"]["reasons"])[:120]] if not d["gate"]["passed"] else [])
+        why = (["the RHI"] if v["rhi"] < threshold else []) + floored(v) + (["; ".join(d["gate"]["reasons"])[:120]] if not d["gate"]["passed"] else [])
         unmeasured = "" if d["gate"].get("manifold_mean_correlation") is not None else "  (merging not measured: its build predates the check)"
         print(f"  {d['name']:22s} {'healthy' if d['healthy'] else 'broken':8s} RHI {v['rhi']:.3f}  " + ("refuse by " + " and by ".join(why) if why else "promote")
               + unmeasured)
     for d in stopped:
         print(f"  {d['name']:22s} {'healthy' if d['healthy'] else 'broken':8s} stopped in {d['stopped']['stage']} before the gate: {d['stopped']['error'][:110]}")
-    refused = [d["name"] for d, v in scored if not d["healthy"] and (v["rhi"] < threshold or not d["gate"]["passed"])]
+    refused = [d["name"] for d, v in scored if not d["healthy"] and (v["rhi"] < threshold or floored(v) or not d["gate"]["passed"])]
     refused += [d["name"] for d in stopped if not d["healthy"]]
-    promoted = [d["name"] for d, v in scored if d["healthy"] and v["rhi"] >= threshold and d["gate"]["passed"]]
+    promoted = [d["name"] for d, v in scored if d["healthy"] and v["rhi"] >= threshold and not floored(v) and d["gate"]["passed"]]
     print(f"  refuses {len(refused)} of {sum(not d['healthy'] for d in every)} broken days; promotes {len(promoted)} of {sum(d['healthy'] for d in every)} healthy")
     oc = load_config(root=ROOT).online
     partial = {d["name"]: (weights["dcs"] * (v["dcs"] or 0.0) + weights["gvs"] * (v["gvs"] or 0.0)) / ((weights["dcs"] + weights["gvs"]) or 1.0)
@@ -553,6 +573,7 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
         "references": {"gvi_max": gvi_max, "rdm_drift_max": drift_max, "curvature_variance_max": curvature_max},
         "weights": weights,
         "threshold": threshold,
+        "floors": floors,
         "gate": {"broken_refused": len(refused), "broken": sum(not d["healthy"] for d in every), "healthy_promoted": len(promoted),
                  "healthy": sum(d["healthy"] for d in every)},
         "healthy": {k: [round(min(v), 4), round(max(v), 4)] for k, v in healthy.items()},
@@ -562,7 +583,8 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
     }
     header = ("# The Reward Health Index's calibration on a panel of days whose answer is known (benchmarks/health_panel.py).\n"
               "# references: normalising constants from the healthy days; weights: the components' weights (sum 1); threshold: the RHI an\n"
-              "# adapter needs, chosen on the panel; healthy / broken: each component's range over those days; auc: how well it separates them.\n")
+              "# adapter needs, chosen on the panel; floors: a component below its floor refuses on its own; healthy / broken: each\n"
+              "# component's range over those days; auc: how well it separates them; fast_loop: the online fast loop's thresholds.\n")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(header + yaml.safe_dump(data, sort_keys=False, width=140))
     print("AUC " + "  ".join(f"{k.upper()} {v}" for k, v in data["auc"].items()) + f"\nweights {weights}")

@@ -436,7 +436,7 @@ class HealthConfig(_Frozen):
     perturbations_per_response: int = Field(ge=1, le=100, description="Word-drop perturbations per evaluation reply for manifold stability, 1-100.")
     dcs_on: Literal["policy", "reward_model"] = Field(description="Where DCS compares the dimensions' gradients: policy (the updates each dimension asks of the adapter's LoRA) or reward_model (its backbone's last dcs_layers blocks).")
     dcs_layers: int | None = Field(ge=1, description="DCS compares the dimensions' gradients w.r.t. the reward backbone's last N blocks (and final norm); null: every parameter.")
-    deploy_threshold: float | None = Field(ge=0.0, le=1.0, description="RHI an adapter needs before it may go live, 0-1; null: the calibration's threshold.")
+    deploy_threshold: float | None = Field(ge=0.0, le=1.0, description="RHI an adapter needs before it may go live, 0-1 (set, the calibration's per-component floors are not applied); null: the calibration's threshold and floors.")
     min_win_rate: float = Field(ge=0.0, le=1.0, description="Win rate over the base on the held-out prompts an adapter also needs, 0-1; 0: off.")
     people_tolerance: float | None = Field(ge=0.0, description="How many standard errors (of the paired difference) an adapter's implicit-reward accuracy on the people's held-out pairs may fall below the live adapter's, >= 0; null: not checked.")
     manifold: ManifoldConfig = Field(description="Collapse, merging and dominance of the reward signal an adapter was trained on: any blocks its promotion (check reward_manifold, the live gate).")

@@ -126,3 +126,21 @@ def test_the_fast_loops_thresholds_are_the_configs_where_set_else_the_panels(pro
     bare = {k: v for k, v in PANEL.items() if k != "fast_loop"}
     with pytest.raises(CalibrationError, match="online.skip_below is null and config/health/panel.yaml gives none"):
         fast_loop(calibrated(project, data=bare, online={"skip_below": None, "rollback_below": None, "freeze_below": None}))
+
+
+def test_a_component_below_its_floor_refuses_though_the_index_passes(project):
+    cfg = calibrated(project, data={**PANEL, "floors": {"dcs": 0.3}})
+    fine = aggregate(components(dcs=0.31), cfg)
+    assert fine.deployable, fine.reason
+    low = aggregate(components(dcs=0.25, mss=0.9, cdrs=0.6, lrps=0.95), cfg)
+    assert low.rhi >= 0.55 and not low.deployable
+    assert low.reason == (f"RHI {low.rhi:.3f} passes the panel's threshold 0.55 (config/health/panel.yaml), but DCS 0.250 below the panel's "
+                          "floor 0.3 (its healthy range 0.30-0.40)")
+    # below both: the threshold's reason, then the floor's
+    both = aggregate(components(dcs=0.1, gvs=0.0, mss=0.3), cfg)
+    assert both.reason.startswith(f"RHI {both.rhi:.3f} below the panel's threshold 0.55") and both.reason.endswith("DCS 0.100 below the panel's floor 0.3 (its healthy range 0.30-0.40)")
+    with pytest.raises(CalibrationError, match="floors must map components"):
+        resolve(calibrated(project, data={**PANEL, "floors": {"warmth": 0.3}}))
+    # a threshold of one's own (health.deploy_threshold) holds the index to it alone
+    own = calibrated(project, data={**PANEL, "floors": {"dcs": 0.3}}, deploy_threshold=0.0)
+    assert aggregate(components(dcs=0.25), own).deployable

@@ -41,6 +41,7 @@ class Resolved:
     digest: str | None = None
     panel: dict[str, Any] = field(default_factory=dict)
     fast_loop: dict[str, float] = field(default_factory=dict)  # the online fast loop's skip_below, rollback_below, freeze_below chosen on the panel
+    floors: dict[str, float] = field(default_factory=dict)  # component -> the value below which it alone refuses (placed on the panel)
 
     @property
     def threshold_text(self) -> str:
@@ -71,6 +72,14 @@ class Resolved:
         if value > hi:
             return f"above the healthy range {lo:.2f}-{hi:.2f}"
         return f"in the healthy range {lo:.2f}-{hi:.2f}"
+
+    def floored(self, name: str, value: float | None) -> str | None:
+        """Why component `name` alone refuses at `value` (below its floor on the panel), in words; None if it does not."""
+        if name not in self.floors or value is None or value >= self.floors[name]:
+            return None
+        lo, hi = self.healthy.get(name, (None, None))
+        return (f"{name.upper()} {value:.3f} below the panel's floor {self.floors[name]:g}"
+                + ("" if lo is None else f" (its healthy range {lo:.2f}-{hi:.2f})"))
 
     def below(self, name: str, value: float | None) -> bool:
         return name in self.healthy and value is not None and value < self.healthy[name][0]
@@ -178,9 +187,13 @@ def resolve(cfg: Any) -> Resolved:
     references = dict(data.get("references") or {})
     if h.gvi_max_reference is not None:
         references["gvi_max"] = h.gvi_max_reference
+    floors = data.get("floors") or {}
+    if not isinstance(floors, dict) or not all(k in COMPONENTS and isinstance(v, (int, float)) for k, v in floors.items()):
+        raise CalibrationError(f"{source}: floors must map components ({', '.join(COMPONENTS)}) to numbers")
     fast = (data.get("fast_loop") or {}).get("thresholds") or {}
     if not isinstance(fast, dict) or not all(k in FAST_LOOP and isinstance(v, (int, float)) for k, v in fast.items()):
         raise CalibrationError(f"{source}: fast_loop.thresholds must map {', '.join(FAST_LOOP)} to numbers")
     return Resolved(weights={k: float(v) for k, v in weights.items()}, threshold=threshold, threshold_name=name, references=references,
                     healthy=_pairs(data.get("healthy"), "healthy", source), broken=_pairs(data.get("broken"), "broken", source), source=source,
-                    digest=digest, panel=dict(data.get("panel") or {}), fast_loop={k: float(v) for k, v in fast.items()})
+                    digest=digest, panel=dict(data.get("panel") or {}), fast_loop={k: float(v) for k, v in fast.items()},
+                    floors={} if h.deploy_threshold is not None else {k: float(v) for k, v in floors.items()})  # a threshold of one's own: the index alone

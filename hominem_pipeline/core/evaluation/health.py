@@ -409,7 +409,9 @@ def aggregate(components: dict[str, Component], cfg: Any, win_rate: float | None
     (`calibration.resolve`): a full index at or above the threshold and, where the evaluation measured
     one, a win rate over the base at or above `health.min_win_rate` (the RHI says the reward signal is
     healthy, not that the adapter is better than what is live without it). Each component is judged
-    against the panel's healthy range, and a refusal names those below it."""
+    against the panel's healthy range, and a refusal names those below it. A component below its floor on the
+    panel (the calibration's `floors`: where that component alone tells apart the broken days the other checks
+    let through) refuses on its own."""
     from hominem_pipeline.core.evaluation.calibration import resolve
 
     settings = resolve(cfg)
@@ -421,6 +423,7 @@ def aggregate(components: dict[str, Component], cfg: Any, win_rate: float | None
     verdicts = {k: settings.verdict(k, c.value) for k, c in components.items()}
     low = [f"{k.upper()} {c.value:.3f} ({settings.healthy[k][0]:.2f}-{settings.healthy[k][1]:.2f})" for k, c in components.items()
            if settings.below(k, c.value)]
+    floored = [why for k, c in components.items() if (why := settings.floored(k, c.value))]
     threshold, name = settings.threshold, settings.threshold_name
     min_win_rate = cfg.health.min_win_rate
     if rhi is None:
@@ -429,7 +432,9 @@ def aggregate(components: dict[str, Component], cfg: Any, win_rate: float | None
         deployable, reason = False, f"partial index: {', '.join(missing)} not measured"
     elif rhi < threshold:
         deployable, reason = False, f"RHI {rhi:.3f} below {settings.threshold_text}" + (
-            f"; below the panel's healthy range: {', '.join(low)}" if low else "")
+            f"; below the panel's healthy range: {', '.join(low)}" if low else "") + "".join(f"; {w}" for w in floored)
+    elif floored:
+        deployable, reason = False, f"RHI {rhi:.3f} passes {settings.threshold_text}, but {'; '.join(floored)}"
     elif win_rate is not None and win_rate < min_win_rate:
         deployable, reason = False, (
             f"RHI {rhi:.3f} passes, but the adapter beat the base on {win_rate:.1%} of the evaluation prompts, "
