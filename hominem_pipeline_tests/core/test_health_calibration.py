@@ -136,6 +136,7 @@ def test_a_component_below_its_floor_refuses_though_the_index_passes(project):
     assert low.rhi >= 0.55 and not low.deployable
     assert low.reason == (f"RHI {low.rhi:.3f} passes the panel's threshold 0.55 (config/health/panel.yaml), but DCS 0.250 below the panel's "
                           "floor 0.3 (its healthy range 0.30-0.40)")
+    assert low.verdicts["dcs"] == "below the panel's floor 0.3 (healthy range 0.30-0.40): it refuses" and low.below_range == ["dcs"]
     # below both: the threshold's reason, then the floor's
     both = aggregate(components(dcs=0.1, gvs=0.0, mss=0.3), cfg)
     assert both.reason.startswith(f"RHI {both.rhi:.3f} below the panel's threshold 0.55") and both.reason.endswith("DCS 0.100 below the panel's floor 0.3 (its healthy range 0.30-0.40)")

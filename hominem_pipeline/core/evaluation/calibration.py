@@ -67,6 +67,8 @@ class Resolved:
         if name not in self.healthy or value is None:
             return None
         lo, hi = self.healthy[name]
+        if name in self.floors and value < self.floors[name]:
+            return f"below the panel's floor {self.floors[name]:g} (healthy range {lo:.2f}-{hi:.2f}): it refuses"
         if value < lo:
             return f"below the healthy range {lo:.2f}-{hi:.2f}"
         if value > hi:
