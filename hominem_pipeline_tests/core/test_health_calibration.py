@@ -145,3 +145,19 @@ def test_a_component_below_its_floor_refuses_though_the_index_passes(project):
     # a threshold of one's own (health.deploy_threshold) holds the index to it alone
     own = calibrated(project, data={**PANEL, "floors": {"dcs": 0.3}}, deploy_threshold=0.0)
     assert aggregate(components(dcs=0.25), own).deployable
+
+
+def test_the_shipped_calibration_is_what_the_kept_panel_gives(tmp_path):
+    """config/health/calibration.yaml is `health_panel.py calibrate` on the measures kept in benchmarks/results/health_panel/:
+    a change to either without the other fails here."""
+    import subprocess
+    import sys
+
+    from hominem_pipeline_tests.conftest import REPO
+
+    out = tmp_path / "calibration.yaml"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "health_panel.py"), "calibrate", "--out", str(out)], check=True, capture_output=True,
+                   cwd=REPO, timeout=300)
+    got, shipped = yaml.safe_load(out.read_text()), yaml.safe_load((REPO / "config" / "health" / "calibration.yaml").read_text())
+    for key in ("references", "weights", "threshold", "floors", "healthy", "broken", "auc", "gate", "fast_loop"):
+        assert got[key] == shipped[key], key
