@@ -67,7 +67,7 @@ class Resolved:
         if name not in self.healthy or value is None:
             return None
         lo, hi = self.healthy[name]
-        if name in self.floors and value < self.floors[name]:
+        if self.floored(name, value):
             return f"below the panel's floor {self.floors[name]:g} (healthy range {lo:.2f}-{hi:.2f}): it refuses"
         if value < lo:
             return f"below the healthy range {lo:.2f}-{hi:.2f}"
