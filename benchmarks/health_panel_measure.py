@@ -438,7 +438,8 @@ def measured_days(panel: Path | None) -> list[dict[str, Any]]:
     return out
 
 
-def components_from(g: dict[str, Any], dcs_on: str, gvi_max: float, drift_max: float | None, curvature_max: float | None) -> dict[str, Any]:
+def components_from(g: dict[str, Any], dcs_on: str, gvi_max: float, drift_max: float | None, curvature_max: float | None,
+                    dcs_healthy: float | None = None) -> dict[str, Any]:
     """The five components of one day from its ingredients, combined as `compute_health` combines them
     (the package's formulas), under these constants."""
     from hominem_pipeline.core.evaluation.health import (coherence_of, cross_domain_robustness, gradient_variance_stability,
@@ -453,13 +454,30 @@ def components_from(g: dict[str, Any], dcs_on: str, gvi_max: float, drift_max: f
     answered = np.asarray(g["answered"])
     mine = on_adapter & answered[halves_of % n]
     return {
-        "dcs": coherence_of(g["gda_policy"] if dcs_on == "policy" else g["gda_backbone"], dcs_on),
+        "dcs": coherence_of(g["gda_policy"] if dcs_on == "policy" else g["gda_backbone"], dcs_on, dcs_healthy),
         "gvs": gradient_variance_stability(g["grad_norms"], gvi_max),
         "mss": stability_of(base_v[kept], ad_v[kept], ad_s[kept], [where[int(i)] for i in g["perturbed_of"]], g["perturbed"]["scalar"],
                             drift_max, curvature_max),
         "cdrs": cross_domain_robustness(ingredient_table(g), g["dimensions"], against="improvement"),
         "lrps": predictivity_of(np.asarray(g["halves"]["scalar"])[mine], ad_s[halves_of[mine] - n]),
     }
+
+
+def references_of(healthy: list[dict[str, Any]], raw: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The normalising constants the `healthy` days give (their components `raw`, unnormalised): GVI_max per
+    policy mode and overall, MSS's drift and curvature maxima (GVI_HEADROOM times the healthy days' largest),
+    and the coherence the healthy days' dimensions have (DCS's `dcs_healthy`, their mean)."""
+    modes: dict[str, list[float]] = {}
+    for d in healthy:
+        if raw[d["name"]]["gvs"].value is not None:
+            modes.setdefault(d["mode"], []).append(raw[d["name"]]["gvs"].details["gvi"])
+    gvi_max = {m: round(GVI_HEADROOM * max(v), 4) for m, v in sorted(modes.items())}
+    gvi_max["default"] = round(GVI_HEADROOM * max(x for v in modes.values() for x in v), 4)
+    mss = [raw[d["name"]]["mss"].details for d in healthy if raw[d["name"]]["mss"].value is not None]
+    coherence = [raw[d["name"]]["dcs"].details["coherence"] for d in healthy if raw[d["name"]]["dcs"].value is not None]
+    return {"gvi_max": gvi_max, "rdm_drift_max": round(GVI_HEADROOM * max(m["rdm_drift"] for m in mss), 4),
+            "curvature_variance_max": round(GVI_HEADROOM * max(m["curvature_variance"] for m in mss), 4),
+            "dcs_healthy": round(float(np.mean(coherence)), 4)}
 
 
 def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | None = None) -> dict[str, Any]:
@@ -479,19 +497,13 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
     days = [d for d in every if not d.get("stopped")]
     weights = weights or DESIGN_WEIGHTS  # or "separation"
     raw = {d["name"]: components_from(d["health"]["ingredients"], dcs_on, 1.0, None, None) for d in days}
-    modes: dict[str, list[float]] = {}
-    for d in days:
-        if d["healthy"] and raw[d["name"]]["gvs"].value is not None:
-            modes.setdefault(d["mode"], []).append(raw[d["name"]]["gvs"].details["gvi"])
-    gvi_max = {m: round(GVI_HEADROOM * max(v), 4) for m, v in sorted(modes.items())}
-    gvi_max["default"] = round(GVI_HEADROOM * max(x for v in modes.values() for x in v), 4)
-    mss = [raw[d["name"]]["mss"].details for d in days if d["healthy"] and raw[d["name"]]["mss"].value is not None]
-    drift_max = round(GVI_HEADROOM * max(m["rdm_drift"] for m in mss), 4)
-    curvature_max = round(GVI_HEADROOM * max(m["curvature_variance"] for m in mss), 4)
+    references = references_of([d for d in days if d["healthy"]], raw)
 
-    def values(d: dict[str, Any], w: dict[str, float] | None = None) -> dict[str, float]:
-        w = w or weights
-        comps = components_from(d["health"]["ingredients"], dcs_on, gvi_max.get(d["mode"], gvi_max["default"]), drift_max, curvature_max)
+    def values(d: dict[str, Any], w: dict[str, float] | None = None, refs: dict[str, Any] | None = None) -> dict[str, float]:
+        w, refs = w or weights, refs or references
+        gvi_max = refs["gvi_max"]
+        comps = components_from(d["health"]["ingredients"], dcs_on, gvi_max.get(d["mode"], gvi_max["default"]), refs["rdm_drift_max"],
+                                refs["curvature_variance_max"], refs["dcs_healthy"])
         c = {k: comps[k].value for k in COMPONENTS}
         c["rhi"] = sum(w[k] * (c[k] or 0.0) for k in COMPONENTS)
         return c
@@ -505,6 +517,9 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
     scored = [(d, values(d)) for d in days]
     healthy = {k: [v[k] for d, v in scored if d["healthy"] and v[k] is not None] for k in list(COMPONENTS) + ["rhi"]}
     broken = {k: [v[k] for d, v in scored if not d["healthy"] and v[k] is not None] for k in list(COMPONENTS) + ["rhi"]}
+    # The references come from the healthy days, so each is also scored with references taken from the other healthy
+    # days alone: the RHI's separation on a sound day the calibration has not seen
+    held_out = [values(d, refs=references_of([o for o in days if o["healthy"] and o is not d], raw))["rhi"] for d in days if d["healthy"]]
     print(f"\n{'day':22s} {'kind':8s} " + " ".join(f"{k.upper():>6s}" for k in list(COMPONENTS) + ["rhi"]) + "   (calibrated)")
     for d, v in scored:
         print(f"{d['name']:22s} {'healthy' if d['healthy'] else 'broken':8s} " + " ".join(f"{v[k]:6.3f}" if v[k] is not None else "   n/a" for k in list(COMPONENTS) + ["rhi"])
@@ -570,7 +585,7 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
                   "days": {d["name"]: {"healthy": d["healthy"], "what": d["what"], "rhi": round(v["rhi"], 4),
                                        "components": {k: None if v[k] is None else round(v[k], 4) for k in COMPONENTS},
                                        **({"broken_by": d["objective"]["broken_by"]} if d["objective"]["broken_by"] else {})} for d, v in scored}},
-        "references": {"gvi_max": gvi_max, "rdm_drift_max": drift_max, "curvature_variance_max": curvature_max},
+        "references": references,
         "weights": weights,
         "threshold": threshold,
         "floors": floors,
@@ -579,15 +594,19 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
         "healthy": {k: [round(min(v), 4), round(max(v), 4)] for k, v in healthy.items()},
         "broken": {k: [round(min(v), 4), round(max(v), 4)] for k, v in broken.items()},
         "auc": {k: round(auc(healthy[k], broken[k]), 3) for k in healthy},
+        "auc_held_out": {"rhi": round(auc(held_out, broken["rhi"]), 3)},
         "fast_loop": {"thresholds": fast_thresholds, "adapters": fast},
     }
     header = ("# The Reward Health Index's calibration on a panel of days whose answer is known (benchmarks/health_panel.py).\n"
-              "# references: normalising constants from the healthy days; weights: the components' weights (sum 1); threshold: the RHI an\n"
-              "# adapter needs, chosen on the panel; floors: a component below its floor refuses on its own; healthy / broken: each\n"
-              "# component's range over those days; auc: how well it separates them; fast_loop: the online fast loop's thresholds.\n")
+              "# references: normalising constants from the healthy days (GVI_max per policy mode, MSS's drift and curvature maxima,\n"
+              "# dcs_healthy: the coherence their dimensions have, which DCS is read against); weights: the components' weights (sum 1);\n"
+              "# threshold: the RHI an adapter needs, chosen on the panel; floors: a component below its floor refuses on its own;\n"
+              "# healthy / broken: each component's range over those days; auc: how well it separates them (auc_held_out: the RHI's with\n"
+              "# each healthy day scored under references from the others alone); fast_loop: the online fast loop's thresholds.\n")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(header + yaml.safe_dump(data, sort_keys=False, width=140))
-    print("AUC " + "  ".join(f"{k.upper()} {v}" for k, v in data["auc"].items()) + f"\nweights {weights}")
+    print("AUC " + "  ".join(f"{k.upper()} {v}" for k, v in data["auc"].items()) + f"; the RHI's with each sound day held out of the references "
+          f"{data['auc_held_out']['rhi']}\nweights {weights}")
     print(f"wrote {out}: threshold {threshold} ({how}); RHI AUC {data['auc']['rhi']}")
     return data
 

@@ -76,6 +76,27 @@ def test_cdrs_penalises_categories_that_disagree_and_read_against_improvement_an
                                    against="improvement").value == pytest.approx(1.0)
 
 
+def test_dcs_against_the_healthy_coherence_falls_when_dimensions_fight_and_when_they_merge():
+    import numpy as np
+
+    from hominem_pipeline.core.evaluation.health import coherence_of
+
+    def agreement(c):  # three dimensions whose every pair of updates has cosine c
+        return np.full((3, 3), c) + (1 - c) * np.eye(3)
+
+    assert coherence_of(agreement(0.5), "test").value == pytest.approx(0.5)  # no reference: the coherence, the design's reading
+    assert coherence_of(agreement(1.0), "test").value == pytest.approx(1.0)
+    healthy = {c: coherence_of(agreement(c), "test", healthy=0.5) for c in (0.5, 0.6, 1.0, 0.0, -0.5)}
+    assert healthy[0.5].value == pytest.approx(1.0) and healthy[0.6].value == pytest.approx(0.8)
+    assert healthy[1.0].value == pytest.approx(0.0)  # merged: every dimension asks for the same update
+    assert healthy[0.0].value == pytest.approx(0.0) and healthy[-0.5].value == pytest.approx(0.0)  # fighting (GDA below 0 counts as 0)
+    assert healthy[1.0].details["coherence"] == pytest.approx(1.0) and "healthy days' coherence 0.5" in healthy[1.0].how
+    assert coherence_of(agreement(0.8), "test", healthy=0.8).value == pytest.approx(1.0)
+    assert coherence_of(agreement(0.0), "test", healthy=0.8).value == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="references.dcs_healthy 1.5 is not a coherence"):
+        coherence_of(agreement(0.5), "test", healthy=1.5)
+
+
 def test_perturbation_drops_exactly_one_word():
     import random
 
@@ -129,5 +150,7 @@ def test_dcs_on_the_policy_is_measured_on_the_adapters_lora_and_needs_it(tiny_cf
     policy.save_pretrained(tmp_path / "adapter")  # an adapter folder, as the RHI stage and the fast loop pass it
     dcs = coherence(tiny_cfg, Scores(), ["How are you?", "Tell me a story.", "What is two plus two?"], ["Well.", "A fox.", "Four."],
                     tmp_path / "adapter")
-    assert dcs.value == pytest.approx(1 / 3, abs=1e-3)  # of three pairs of dimensions, one agrees and two oppose
+    assert dcs.details["coherence"] == pytest.approx(1 / 3, abs=1e-3)  # of three pairs of dimensions, one agrees and two oppose
+    healthy = resolve(tiny_cfg).references.get("dcs_healthy")  # read against the healthy days' coherence where the calibration gives it
+    assert dcs.value == pytest.approx(1 / 3 if healthy is None else 1 - abs(1 / 3 - healthy) / max(healthy, 1 - healthy), abs=1e-3)
     assert "adapter's LoRA" in dcs.how and dcs.details["min_gda"] == pytest.approx(-1.0, abs=1e-3)

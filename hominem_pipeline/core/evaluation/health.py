@@ -119,9 +119,11 @@ def _cosines(grads: list[Any]) -> np.ndarray:
 
 
 def dimensional_coherence(
-    reward_model: RewardModel, prompts: Sequence[str], responses: Sequence[str], layers: int | None = None, chunk: int = 32
+    reward_model: RewardModel, prompts: Sequence[str], responses: Sequence[str], layers: int | None = None, chunk: int = 32,
+    healthy: float | None = None,
 ) -> Component:
-    """DCS = 2/(N(N-1)) * sum_{i<j} max(0, GDA(i, j)) (`gradient_agreement`).
+    """DCS = 2/(N(N-1)) * sum_{i<j} max(0, GDA(i, j)) (`gradient_agreement`), read against `healthy`
+    (`coherence_of`).
 
     The design writes 1/(N(N-1)), which caps DCS at 0.5 for perfectly agreeing dimensions; normalising
     by the number of pairs keeps the component in [0, 1] like the other four."""
@@ -129,19 +131,32 @@ def dimensional_coherence(
         return Component("dcs", None, "needs at least 2 scored responses")
     how = ("cosine of per-dimension reward gradients w.r.t. the reward model's backbone "
            f"({'every parameter' if layers is None else f'its last {layers} blocks'}) on the adapter's evaluation responses")
-    return coherence_of(gradient_agreement(reward_model, prompts, responses, layers, chunk), how)
+    return coherence_of(gradient_agreement(reward_model, prompts, responses, layers, chunk), how, healthy)
 
 
-def coherence_of(agreement: np.ndarray, how: str) -> Component:
-    """DCS of a (D, D) gradient agreement matrix (`gradient_agreement` or `policy_gradient_agreement`)."""
+def coherence_of(agreement: np.ndarray, how: str, healthy: float | None = None) -> Component:
+    """DCS of a (D, D) gradient agreement matrix (`gradient_agreement` or `policy_gradient_agreement`).
+
+    `healthy`: the coherence healthy days have (the calibration's `references.dcs_healthy`). Dimensions
+    can fail on either side of it: fighting (their updates point apart, coherence falls) or merged into
+    one (every dimension asks for the same update, coherence 1). DCS is then 1 - |coherence - healthy| /
+    max(healthy, 1 - healthy): 1 at the healthy coherence, 0 at the farthest end. With None (or 1.0)
+    it is the coherence itself, the design's reading, where more agreement is always better."""
     agreement = np.asarray(agreement, dtype=np.float64)
     n = agreement.shape[0]
     if n < 2:
         return Component("dcs", None, "needs at least 2 reward dimensions")
     upper = agreement[np.triu_indices(n, k=1)]
-    return Component("dcs", _clip01(dcs_of(agreement)), how,
-                     {"mean_gda": float(upper.mean()), "min_gda": float(upper.min()), "pairs": int(len(upper)),
-                      "gda": np.round(agreement, 5).tolist()})
+    raw = dcs_of(agreement)
+    details = {"coherence": raw, "mean_gda": float(upper.mean()), "min_gda": float(upper.min()), "pairs": int(len(upper)),
+               "gda": np.round(agreement, 5).tolist()}
+    if healthy is None:
+        return Component("dcs", _clip01(raw), how, details)
+    if not 0.0 < healthy <= 1.0:
+        raise ValueError(f"references.dcs_healthy {healthy!r} is not a coherence in (0, 1]; write the calibration again with "
+                         "`benchmarks/health_panel.py calibrate`")
+    value = 1.0 - abs(raw - healthy) / max(healthy, 1.0 - healthy)
+    return Component("dcs", _clip01(value), f"{how}, against the healthy days' coherence {healthy:g}", {**details, "dcs_healthy": healthy})
 
 
 def policy_gradient_agreement(policy: Any, tokenizer: Any, prompts: Sequence[str], replies: Sequence[str], vectors: np.ndarray,
@@ -185,20 +200,25 @@ def policy_gradient_agreement(policy: Any, tokenizer: Any, prompts: Sequence[str
 
 
 def policy_coherence(policy: Any, tokenizer: Any, reward_model: RewardModel, prompts: Sequence[str], replies: Sequence[str],
-                     max_length: int = 128) -> Component:
+                     max_length: int = 128, healthy: float | None = None) -> Component:
     """DCS on the policy (`policy_gradient_agreement`): the cosines between the updates each dimension of
     `reward_model` asks of the adapter's LoRA on its own replies."""
     if len(replies) < 2:
         return Component("dcs", None, "needs at least 2 answered replies")
     vectors = reward_model.raw_scores(list(prompts), list(replies))["vector"]
     cos = policy_gradient_agreement(policy, tokenizer, prompts, replies, vectors, max_length)
-    return coherence_of(cos, f"cosine of the updates each reward dimension asks of the adapter's LoRA (policy gradient) on {len(replies)} of its replies")
+    return coherence_of(cos, f"cosine of the updates each reward dimension asks of the adapter's LoRA (policy gradient) on {len(replies)} of its replies",
+                        healthy)
 
 
 def coherence(cfg: Any, reward_model: RewardModel, prompts: Sequence[str], replies: Sequence[str], adapter: Any | None,
               device: Any = None) -> Component:
     """DCS where `health.dcs_on` says: on the policy (the student with the LoRA in the folder `adapter`,
-    loaded here on `device`) or on the reward model's backbone (`adapter` unused)."""
+    loaded here on `device`) or on the reward model's backbone (`adapter` unused), read against the
+    calibration's healthy coherence (`references.dcs_healthy`, `coherence_of`) where it gives one."""
+    from hominem_pipeline.core.evaluation.calibration import resolve
+
+    healthy = resolve(cfg).references.get("dcs_healthy")
     if cfg.health.dcs_on == "policy":
         if adapter is None:
             raise ValueError("health.dcs_on is policy: the adapter's model is needed to measure DCS on it; pass its folder, "
@@ -207,8 +227,8 @@ def coherence(cfg: Any, reward_model: RewardModel, prompts: Sequence[str], repli
         from hominem_pipeline.core.policy.lora import load_policy
 
         policy, tokenizer = load_policy(student_path(cfg), adapter, device)
-        return policy_coherence(policy, tokenizer, reward_model, prompts, replies, cfg.policy.max_length)
-    return dimensional_coherence(reward_model, prompts, replies, cfg.health.dcs_layers)
+        return policy_coherence(policy, tokenizer, reward_model, prompts, replies, cfg.policy.max_length, healthy)
+    return dimensional_coherence(reward_model, prompts, replies, cfg.health.dcs_layers, healthy=healthy)
 
 
 def dcs_of(agreement: np.ndarray) -> float:
