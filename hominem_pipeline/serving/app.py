@@ -19,7 +19,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
-from hominem_pipeline.serving.common import ApiError, Kit, Service, error_response, field_name
+from hominem_pipeline.serving.common import ApiError, Kit, Service, error_response, field_name, json_problem
 from hominem_pipeline.serving.routes import admin, dashboard, feedback, openai
 
 STATIC = Path(__file__).parent / "static"
@@ -68,10 +68,13 @@ def create_app(service: Service) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        broken = next((e for e in exc.errors() if e["type"] == "json_invalid"), None)
+        if broken is not None:  # its loc is ("body", the character where decoding stopped), not a field
+            return error_response(400, json_problem(broken, await request.body()), "body", "invalid_json")
         problems = [f"{field_name(tuple(e['loc']))}: {e['msg'].removeprefix('Value error, ')}" + (f" (got {json.dumps(e['input'])[:80]})" if e.get("type") not in ("missing", "model_type") and "input" in e else "")
                     for e in exc.errors()]
         first = exc.errors()[0] if exc.errors() else {"loc": ()}
-        return error_response(422 if "json_invalid" not in {e["type"] for e in exc.errors()} else 400, "; ".join(problems), field_name(tuple(first["loc"])), "invalid_value")
+        return error_response(422, "; ".join(problems), field_name(tuple(first["loc"])), "invalid_value")
 
     kit = Kit(service)
     for routes in (openai, feedback, admin, dashboard):

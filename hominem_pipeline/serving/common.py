@@ -62,6 +62,21 @@ def field_name(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "body"
 
 
+def json_problem(error: dict[str, Any], body: bytes) -> str:
+    """A request body that is not JSON (a `json_invalid` validation error), in words: the decoder's reason and
+    where it stopped, as a line and column of `body` with the text around it."""
+    at = next((p for p in reversed(error.get("loc", ())) if isinstance(p, int)), None)
+    reason = (error.get("ctx") or {}).get("error") or error.get("msg", "JSON decode error")
+    if at is None:
+        return f"the request body is not JSON ({reason}); send a JSON object with content-type application/json"
+    text = body.decode("utf-8", "replace")
+    line = text.count("\n", 0, at) + 1
+    column = at - (text.rfind("\n", 0, at) + 1) + 1
+    near = text[max(0, at - 20) : at + 20].replace("\n", " ")
+    return (f"the request body is not JSON: {reason} at line {line}, column {column} (character {at}), near {near!r}; "
+            "send a JSON object with content-type application/json")
+
+
 def finish(job: Job) -> str:
     return "length" if job.finish_reason == "length" else "stop"
 

@@ -85,6 +85,10 @@ def test_bad_input_gets_a_4xx_naming_the_field_and_writes_nothing(served):
         assert (answer.status_code, error["param"]) == (status, field) and words in error["message"], (path, body, answer.text)
     huge = httpx.post(served.url + "/feedback", content=b"{" + b" " * 300_000 + b"}", headers={"content-type": "application/json"}, timeout=30)
     assert huge.status_code == 413 and "serving.max_body_bytes" in huge.json()["error"]["message"]
+    broken = httpx.post(served.url + "/feedback", content=b'{"kind": "thumb" "value": "up"}', headers={"content-type": "application/json"}, timeout=30)
+    error = broken.json()["error"]
+    assert broken.status_code == 400 and error["param"] == "body" and error["code"] == "invalid_json", broken.text
+    assert "not JSON: Expecting ',' delimiter at line 1, column 18 (character 17)" in error["message"]
     assert len(served.events()) == before
 
 
