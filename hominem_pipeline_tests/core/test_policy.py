@@ -1,3 +1,5 @@
+import os
+
 import pandas as pd
 import pytest
 import torch
@@ -58,6 +60,9 @@ def test_export_merges_the_adapter_into_a_plain_model(tiny_student, tmp_path):
     info = export_merged(adapter, out)
     assert info["base"] == str(tiny_student)  # read from the adapter's config
     assert not any("lora" in k for k in load_file(str(out / "model.safetensors")))
+    mask = os.umask(0)
+    os.umask(mask)
+    assert {f.name: f.stat().st_mode & 0o777 for f in out.iterdir()} == {f.name: 0o666 & ~mask for f in out.iterdir()}  # 0644 under 022
     ids = torch.tensor([[1, 2, 3, 4, 5]])
     policy, _ = load_policy(tiny_student, adapter)
     merged = AutoModelForCausalLM.from_pretrained(out).eval()

@@ -30,7 +30,20 @@ def export_merged(adapter_path: Path, out_dir: Path, student_path: Path | None =
     tokenizer.save_pretrained(out_dir)
     info = {"base": str(base), "adapter": str(adapter_path), "format": "safetensors, fp32, LoRA merged"}
     (out_dir / "EXPORT.json").write_text(json.dumps(info, indent=2) + "\n")
+    readable(out_dir)
     return info
+
+
+def readable(folder: Path) -> None:
+    """Give every file under `folder` the mode a new file gets under the umask (0644 under the usual 022):
+    safetensors writes its file 0600, which another user's LM Studio or llama.cpp could not read."""
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in folder.rglob("*"):
+        if path.is_file():
+            path.chmod(0o666 & ~mask)
 
 
 def write_model_card(out_dir: Path, *, base_hub_id: str | None, base_path: str, gguf_package: str | None, mode: str, date: str,
