@@ -65,8 +65,9 @@ def test_jsonl_and_parquet_rows_need_prompt_chosen_rejected(tmp_path):
     pq = tmp_path / "rows.parquet"
     pd.DataFrame(rows[:1]).to_parquet(pq)
     assert list(parse_preference_file(pq, "parquet", "rows.parquet").pairs.rejected) == ["bad"]
-    with pytest.raises(PreferenceImportError, match="is not a readable Parquet file"):
+    with pytest.raises(PreferenceImportError, match="is not a readable Parquet file") as junk:
         parse_preference_file(jl, "parquet", "rows.jsonl")
+    assert "this is not a parquet file.); export it again" in str(junk.value)  # pyarrow's reason whole, not cut mid-sentence
     with pytest.raises(PreferenceImportError, match="unknown format 'csv'"):
         parse_preference_file(jl, "csv", "rows.jsonl")
 

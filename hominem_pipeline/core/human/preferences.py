@@ -73,7 +73,7 @@ def _records(path: Path, fmt: str) -> Iterator[tuple[int, Any]]:
         try:
             frame = pd.read_parquet(path)
         except Exception as exc:  # pyarrow raises several types for a damaged file
-            raise PreferenceImportError(f"{path} is not a readable Parquet file ({type(exc).__name__}: {str(exc)[:160]}); export it again, "
+            raise PreferenceImportError(f"{path} is not a readable Parquet file ({type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}); export it again, "
                                         "or pass --format jsonl / hh-rlhf for JSON lines") from exc
         for i, row in enumerate(frame.to_dict(orient="records")):
             yield i, row
