@@ -30,17 +30,47 @@ def data_validate(
     config: ConfigOpt = None,
     sets: SetOpt = None,
     date: Annotated[Optional[str], typer.Option("--date", "-d", help="Partition date (default: the newest labeled one).")] = None,
-    all_versions: Annotated[bool, typer.Option("--all", help="Instead: check every file of every built version of every asset against its manifest's sha256.")] = False,
+    all_versions: Annotated[bool, typer.Option("--all", help="Also check every file of every built version of every asset against its manifest's sha256, and the labels of every labeled day.")] = False,
 ) -> None:
     """Check every label of a partition (schema, ranges, duplicates, empty, truncated or degenerate responses);
-    exits 1 when a blocking check fails. With --all, check that no stored file is damaged."""
+    exits 1 when a blocking check fails. With --all, also check that no stored file is damaged, and the labels
+    of every labeled day."""
+    cfg = load(config, sets)
+    if not all_versions:
+        problem = _validate_labels(cfg, date)
+        if problem:
+            fail(problem, code=1)
+        return
+    damaged, refs = _validate_all(cfg)
+    from hominem_pipeline.core.artifacts import ArtifactStore
+
+    days = [date] if date else ArtifactStore(cfg.data_dir).partitions("teacher_labels")
+    broken = {r.partition for r in refs if r.asset in ("teacher_labels", "teacher_trajectories")}
+    for day in sorted(broken & set(days)):
+        console.print(f"[yellow]the labels of {day} are not checked: a file they are read from is damaged (the table above)[/]")
+    from hominem_pipeline.core.lineage import lineage
+
+    data = lineage(cfg)
+    problems = []
+    for day in days:
+        if day in broken:
+            continue
+        if data.newest("teacher_labels", parse_date(day))[0] is None:
+            console.print(f"[yellow]the labels of {day} are not checked: none was built under this config (pass the --config that built them)[/]")
+        elif why := _validate_labels(cfg, day):
+            problems.append(f"{day}: {why}")
+    if not days:
+        console.print("no labeled day yet: no label to check")
+    if damaged or problems:
+        fail("; ".join(([damaged] if damaged else []) + problems), code=1)
+
+
+def _validate_labels(cfg, date: str | None) -> str | None:
+    """The label checks of one labeled day (the newest with None), as a table; why they fail, or None."""
     import pandas as pd
 
     from hominem_pipeline.core.teacher.labeling import BLOCKING, DEGENERATE, validate_labels
 
-    cfg = load(config, sets)
-    if all_versions:
-        return _validate_all(cfg)
     data, ref = artifact_for(cfg, "teacher_labels", date)
     labels = read_table(ref, "labels.parquet", cfg)
     trajectories = data.expected("teacher_trajectories", ref.partition)
@@ -66,13 +96,15 @@ def data_validate(
     limit = cfg.verifier.max_failure_rate
     console.print(f"failure rate {report.failure_rate:.1%} (allowed {limit:.1%}); quarantine: {quarantine_file}")
     if not report.ok(limit):
-        reason = f"{report.failed_rows} stored label row(s) fail blocking checks" if report.failed_rows else f"failure rate {report.failure_rate:.1%} is above verifier.max_failure_rate {limit:.1%}"
-        fail(reason, code=1)
+        return (f"{report.failed_rows} stored label row(s) fail blocking checks" if report.failed_rows
+                else f"failure rate {report.failure_rate:.1%} is above verifier.max_failure_rate {limit:.1%}")
     console.print("[green]all blocking checks pass[/]")
+    return None
 
 
-def _validate_all(cfg) -> None:
-    """Every file of every built version of every stage, checked against its manifest's sha256."""
+def _validate_all(cfg) -> tuple[str | None, list]:
+    """Every file of every built version of every stage, checked against its manifest's sha256: a table of
+    the damaged ones; (why that fails or None, the damaged versions)."""
     from hominem_pipeline.core.artifacts import ArtifactStore
     from hominem_pipeline.core.lineage import build_command
     from hominem_pipeline.core.stages import STAGES
@@ -87,7 +119,7 @@ def _validate_all(cfg) -> None:
                     damaged.append((ref, name, problem))
     if not damaged:
         console.print(f"[green]{checked} version(s) checked in {cfg.data_dir}: every file matches its manifest[/]")
-        return
+        return None, []
     table = Table(title=f"{len(damaged)} damaged file(s) in {checked} version(s)")
     for column in ("asset", "day", "version", "file", "what is wrong", "to rebuild"):
         table.add_column(column, overflow="fold")
@@ -96,7 +128,8 @@ def _validate_all(cfg) -> None:
                                                 else build_command(ref.asset, ref.partition, cfg))
         table.add_row(ref.asset, ref.partition, ref.version, name, problem, rebuild)
     console.print(table)
-    fail(f"{len(damaged)} stored file(s) do not match their manifests; remove each damaged version and build it again (the table's last column)", code=1)
+    return (f"{len(damaged)} stored file(s) do not match their manifests; remove each damaged version and build it again (the table's last column)",
+            [ref for ref, _, _ in damaged])
 
 
 @data_app.command("sample")

@@ -88,8 +88,11 @@ def test_a_damaged_file_is_named_with_the_command_that_rebuilds_it(labeled_proje
     from hominem_pipeline.core.lineage import lineage
 
     project, _ = labeled_project
-    whole = hominem(project, "data", "validate", "--all")
+    whole = hominem(project, "data", "validate", "--all", "--config", "config/tiny.yaml")
     assert whole.returncode == 0 and "every file matches its manifest" in whole.stdout, whole.stdout + whole.stderr
+    assert f"teacher_labels {DAY}" in whole.stdout and "all blocking checks pass" in whole.stdout  # the label checks run too
+    other = hominem(project, "data", "validate", "--all")  # labels built under another config are named, not failed
+    assert other.returncode == 0 and f"the labels of {DAY} are not checked: none was built under this config" in " ".join(other.stdout.split()), other.stdout + other.stderr
     labels = lineage(load_config(project / "config" / "tiny.yaml", root=project)).require("teacher_labels", DAY).file("labels.parquet")
     kept = labels.read_bytes()
     try:
@@ -101,6 +104,7 @@ def test_a_damaged_file_is_named_with_the_command_that_rebuilds_it(labeled_proje
             assert "Traceback" not in broken.stdout + broken.stderr
         every = hominem(project, "data", "validate", "--all")
         assert every.returncode == 1 and "1 damaged file(s)" in every.stdout and "labels.parquet" in every.stdout and "changed since it was written" in every.stdout
+        assert f"the labels of {DAY} are not checked" in " ".join(every.stdout.split())
     finally:
         labels.write_bytes(kept)
 
