@@ -1,6 +1,7 @@
 """The real `hominem` entry point, run as a user would, against a throwaway project folder."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -76,11 +77,16 @@ def test_validate_fails_on_a_bad_partition(labeled_project, tmp_path):
     trajectories = lineage(cfg).require("teacher_trajectories", DAY).file("trajectories.parquet").read_bytes()
     publish_expected(cfg, "teacher_trajectories", "2026-11-18", files={"trajectories.parquet": trajectories}, table="trajectories.parquet")
     labels.to_parquet(tmp_path / "labels.parquet")
-    publish_expected(cfg, "teacher_labels", "2026-11-18", len(labels), files={"labels.parquet": (tmp_path / "labels.parquet").read_bytes()}, table="labels.parquet")
-    bad = hominem(project, "data", "validate", "--config", "config/tiny.yaml", "--date", "2026-11-18")
-    assert bad.returncode == 1
-    assert "scalar: 3.0000 outside [-1.0, 1.0]" in bad.stdout
-    assert "2 stored label row(s) fail blocking checks" in bad.stderr
+    damaged = publish_expected(cfg, "teacher_labels", "2026-11-18", len(labels), files={"labels.parquet": (tmp_path / "labels.parquet").read_bytes()}, table="labels.parquet")
+    try:
+        bad = hominem(project, "data", "validate", "--config", "config/tiny.yaml", "--date", "2026-11-18")
+        assert bad.returncode == 1
+        assert "scalar: 3.0000 outside [-1.0, 1.0]" in bad.stdout
+        assert "2 stored label row(s) fail blocking checks" in bad.stderr
+        every = hominem(project, "data", "validate", "--all", "--config", "config/tiny.yaml")  # the whole store fails on that one day
+        assert every.returncode == 1 and "2026-11-18: 2 stored label row(s) fail blocking checks" in every.stderr, every.stdout + every.stderr
+    finally:  # the bad day taken out again: the later tests read a sound store
+        shutil.rmtree(damaged.path)
 
 
 def test_a_damaged_file_is_named_with_the_command_that_rebuilds_it(labeled_project):
