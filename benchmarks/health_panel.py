@@ -98,6 +98,7 @@ def panel_days() -> list[Day]:
         Day("day2", True, "the default config (dual), day 2", "base", partition=DAY2),
         Day("seed2", True, "the default with policy.seed 2, day 1", "base", overrides={"policy": {"seed": 2}}),
         Day("dpo", True, "policy.mode dpo, day 1", "base", overrides={"policy": {"mode": "dpo"}}),
+        Day("seed3", True, "the default with policy.seed 3, day 1", "base", overrides={"policy": {"seed": 3}}),
     ]
 
 

@@ -34,6 +34,7 @@ from health_panel import ROOT, UNCALIBRATED, Day, day_config, panel_days, read_d
 log = logging.getLogger("health_panel")
 
 PERPLEXITY_PAIRS = 50  # people's held-out pairs whose chosen replies the perplexity is read on
+FACTS_LOST = "facts lost against the base"  # the objective reason a day lost facts; no RHI component reads memory
 BROKEN_PERPLEXITY = 2.0  # an adapter whose held-out perplexity is this many times the base's is broken (training on people's
                          # pairs raises it on these replies by about a third)
 RESULTS = ROOT / "benchmarks" / "results" / "health_panel"  # each day's measures, kept with the code: the calibration's evidence
@@ -123,7 +124,7 @@ def broken_by(out: dict[str, Any], ingredients: dict[str, Any] | None, fixture_f
     if out["people_accuracy"] is not None and out["people_accuracy"] < 0.5:
         broken.append(f"people's held-out pairs {out['people_accuracy']:.1%}, below the base's 50%")
     if (out["facts_lost"] or 0) > 0:
-        broken.append(f"{out['facts_lost']} of {out['facts_asked']} facts lost against the base")
+        broken.append(f"{out['facts_lost']} of {out['facts_asked']} {FACTS_LOST}")
     if out["fixture_moved_right"] is not None and out["fixture_moved_right"] < 0.5:
         broken.append(f"moved the student toward the worse reply on {1 - out['fixture_moved_right']:.0%} of the contrast fixtures")
     if (out.get("perplexity_ratio") or 0.0) > BROKEN_PERPLEXITY:
@@ -520,6 +521,11 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
     # The references come from the healthy days, so each is also scored with references taken from the other healthy
     # days alone: the RHI's separation on a sound day the calibration has not seen
     held_out = [values(d, refs=references_of([o for o in days if o["healthy"] and o is not d], raw))["rhi"] for d in days if d["healthy"]]
+    # No component reads memory: a day broken only by facts it lost is the memory probe's to stop. The RHI's separation
+    # of the sound days from the broken ones it can see
+    memory_only = [d["name"] for d in days if not d["healthy"] and d["objective"]["broken_by"]
+                   and all(FACTS_LOST in why for why in d["objective"]["broken_by"])]
+    seen = [v["rhi"] for d, v in scored if not d["healthy"] and d["name"] not in memory_only]
     print(f"\n{'day':22s} {'kind':8s} " + " ".join(f"{k.upper():>6s}" for k in list(COMPONENTS) + ["rhi"]) + "   (calibrated)")
     for d, v in scored:
         print(f"{d['name']:22s} {'healthy' if d['healthy'] else 'broken':8s} " + " ".join(f"{v[k]:6.3f}" if v[k] is not None else "   n/a" for k in list(COMPONENTS) + ["rhi"])
@@ -595,6 +601,8 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
         "broken": {k: [round(min(v), 4), round(max(v), 4)] for k, v in broken.items()},
         "auc": {k: round(auc(healthy[k], broken[k]), 3) for k in healthy},
         "auc_held_out": {"rhi": round(auc(held_out, broken["rhi"]), 3)},
+        "auc_without_memory_only": {"days_left_out": memory_only, "rhi": round(auc(healthy["rhi"], seen), 3),
+                                    "rhi_held_out": round(auc(held_out, seen), 3)},
         "fast_loop": {"thresholds": fast_thresholds, "adapters": fast},
     }
     header = ("# The Reward Health Index's calibration on a panel of days whose answer is known (benchmarks/health_panel.py).\n"
@@ -602,11 +610,13 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
               "# dcs_healthy: the coherence their dimensions have, which DCS is read against); weights: the components' weights (sum 1);\n"
               "# threshold: the RHI an adapter needs, chosen on the panel; floors: a component below its floor refuses on its own;\n"
               "# healthy / broken: each component's range over those days; auc: how well it separates them (auc_held_out: the RHI's with\n"
-              "# each healthy day scored under references from the others alone); fast_loop: the online fast loop's thresholds.\n")
+              "# each healthy day scored under references from the others alone; auc_without_memory_only: over the broken days\n"
+              "# whose fault is not only lost facts, which no component reads); fast_loop: the online fast loop's thresholds.\n")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(header + yaml.safe_dump(data, sort_keys=False, width=140))
     print("AUC " + "  ".join(f"{k.upper()} {v}" for k, v in data["auc"].items()) + f"; the RHI's with each sound day held out of the references "
-          f"{data['auc_held_out']['rhi']}\nweights {weights}")
+          f"{data['auc_held_out']['rhi']}; without the days broken only in memory ({', '.join(memory_only) or 'none'}), "
+          f"{data['auc_without_memory_only']['rhi']} ({data['auc_without_memory_only']['rhi_held_out']} held out)\nweights {weights}")
     print(f"wrote {out}: threshold {threshold} ({how}); RHI AUC {data['auc']['rhi']}")
     return data
 
