@@ -384,7 +384,7 @@ def main() -> None:
     ap.add_argument("--panel", type=Path, default=None, help="the panel's folder (build and measure; variants and calibrate read the measures kept in benchmarks/results/health_panel/ without it)")
     ap.add_argument("--only", default=None, help="comma-separated day names (default: every day): " + ", ".join(d.name for d in panel_days()))
     ap.add_argument("--out", type=Path, default=ROOT / "config" / "health" / "calibration.yaml", help="calibrate: the calibration file written")
-    ap.add_argument("--weights", default=None, help="calibrate: the five weights as dcs=0.25,gvs=0.15,..., or `separation` (each by its AUC above 0.5); default: the design's")
+    ap.add_argument("--weights", default=None, help="calibrate: `separation` (each component by its AUC above 0.5; the default), `design` (the design's), or the five as dcs=0.25,gvs=0.15,...")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # as the CLI runs: no hub call
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
@@ -404,7 +404,7 @@ def main() -> None:
     else:
         from health_panel_measure import calibrate
 
-        weights = args.weights if args.weights in (None, "separation") else {k: float(v) for k, v in (kv.split("=") for kv in args.weights.split(","))}
+        weights = args.weights if args.weights in (None, "separation", "design") else {k: float(v) for k, v in (kv.split("=") for kv in args.weights.split(","))}
         calibrate(args.panel.resolve() if args.panel else None, args.out, weights)
 
 

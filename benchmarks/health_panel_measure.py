@@ -496,7 +496,11 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
     every = measured_days(panel)
     stopped = [d for d in every if d.get("stopped")]  # refused by the pipeline before the gate: no index to calibrate on
     days = [d for d in every if not d.get("stopped")]
-    weights = weights or DESIGN_WEIGHTS  # or "separation"
+    weights = weights or "separation"  # or "design", or the five weights
+    chosen = {"separation": "each component by its AUC above 0.5 on the panel: one that does not separate carries no weight",
+              "design": "the design's (001, Phase 10.2)"}.get(weights, "given") if isinstance(weights, str) else "given"
+    if weights == "design":
+        weights = DESIGN_WEIGHTS
     raw = {d["name"]: components_from(d["health"]["ingredients"], dcs_on, 1.0, None, None) for d in days}
     references = references_of([d for d in days if d["healthy"]], raw)
 
@@ -509,18 +513,31 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
         c["rhi"] = sum(w[k] * (c[k] or 0.0) for k in COMPONENTS)
         return c
 
-    if weights == "separation":  # each component weighted by how far it separates the panel beyond chance
-        first = [(d, values(d, DESIGN_WEIGHTS)) for d in days]  # the components alone are read
+    def separation(kept: list[dict[str, Any]], refs: dict[str, Any]) -> dict[str, float]:
+        """Each component weighted by how far it separates the `kept` days beyond chance."""
+        first = [(d, values(d, DESIGN_WEIGHTS, refs)) for d in kept]  # the components alone are read
         lift = {k: max(0.0, auc([v[k] for d, v in first if d["healthy"]], [v[k] for d, v in first if not d["healthy"]]) - 0.5) for k in COMPONENTS}
         total = sum(lift.values()) or 1.0
-        weights = {k: round(lift[k] / total, 3) for k in COMPONENTS}
-        weights[max(weights, key=weights.get)] += round(1.0 - sum(weights.values()), 3)
+        w = {k: round(lift[k] / total, 3) for k in COMPONENTS}
+        w[max(w, key=w.get)] += round(1.0 - sum(w.values()), 3)
+        return w
+
+    fitted = weights == "separation"
+    if fitted:
+        weights = separation(days, references)
     scored = [(d, values(d)) for d in days]
     healthy = {k: [v[k] for d, v in scored if d["healthy"] and v[k] is not None] for k in list(COMPONENTS) + ["rhi"]}
     broken = {k: [v[k] for d, v in scored if not d["healthy"] and v[k] is not None] for k in list(COMPONENTS) + ["rhi"]}
-    # The references come from the healthy days, so each is also scored with references taken from the other healthy
-    # days alone: the RHI's separation on a sound day the calibration has not seen
-    held_out = [values(d, refs=references_of([o for o in days if o["healthy"] and o is not d], raw))["rhi"] for d in days if d["healthy"]]
+    # The references come from the healthy days and the weights (when fitted) from all of them, so each day is also
+    # scored under references and weights fitted on the other days alone: the RHI's separation on days it has not seen
+    def held_out_rhi(d: dict[str, Any]) -> float:
+        others = [o for o in days if o is not d]
+        refs = references_of([o for o in others if o["healthy"]], raw)
+        return values(d, separation(others, refs) if fitted else weights, refs)["rhi"]
+
+    unseen = {d["name"]: held_out_rhi(d) for d in days}
+    held_out = [unseen[d["name"]] for d in days if d["healthy"]]
+    held_out_broken = [unseen[d["name"]] for d in days if not d["healthy"]]
     # No component reads memory: a day broken only by facts it lost is the memory probe's to stop. The RHI's separation
     # of the sound days from the broken ones it can see
     memory_only = [d["name"] for d in days if not d["healthy"] and d["objective"]["broken_by"]
@@ -585,7 +602,7 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
     data = {
         "panel": {"command": ".venv/bin/python benchmarks/health_panel.py calibrate" + (f" --panel {panel}" if panel else ""), "date": dt.date.today().isoformat(),
                   "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}", "healthy": sum(d["healthy"] for d in every),
-                  "broken": sum(not d["healthy"] for d in every), "threshold_placed": how,
+                  "broken": sum(not d["healthy"] for d in every), "threshold_placed": how, "weights_chosen": chosen,
                   "stopped": {d["name"]: {"healthy": d["healthy"], "what": d["what"], "stage": d["stopped"]["stage"], "error": d["stopped"]["error"],
                                           **({"broken_by": d["objective"]["broken_by"]} if d["objective"]["broken_by"] else {})} for d in stopped},
                   "days": {d["name"]: {"healthy": d["healthy"], "what": d["what"], "rhi": round(v["rhi"], 4),
@@ -600,9 +617,10 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
         "healthy": {k: [round(min(v), 4), round(max(v), 4)] for k, v in healthy.items()},
         "broken": {k: [round(min(v), 4), round(max(v), 4)] for k, v in broken.items()},
         "auc": {k: round(auc(healthy[k], broken[k]), 3) for k in healthy},
-        "auc_held_out": {"rhi": round(auc(held_out, broken["rhi"]), 3)},
+        "auc_held_out": {"rhi": round(auc(held_out, held_out_broken), 3)},
         "auc_without_memory_only": {"days_left_out": memory_only, "rhi": round(auc(healthy["rhi"], seen), 3),
-                                    "rhi_held_out": round(auc(held_out, seen), 3)},
+                                    "rhi_held_out": round(auc(held_out, [unseen[d["name"]] for d in days
+                                                                        if not d["healthy"] and d["name"] not in memory_only]), 3)},
         "fast_loop": {"thresholds": fast_thresholds, "adapters": fast},
     }
     header = ("# The Reward Health Index's calibration on a panel of days whose answer is known (benchmarks/health_panel.py).\n"
@@ -610,11 +628,11 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
               "# dcs_healthy: the coherence their dimensions have, which DCS is read against); weights: the components' weights (sum 1);\n"
               "# threshold: the RHI an adapter needs, chosen on the panel; floors: a component below its floor refuses on its own;\n"
               "# healthy / broken: each component's range over those days; auc: how well it separates them (auc_held_out: the RHI's with\n"
-              "# each healthy day scored under references from the others alone; auc_without_memory_only: over the broken days\n"
+              "# each day scored under references and weights fitted on the others alone; auc_without_memory_only: over the broken days\n"
               "# whose fault is not only lost facts, which no component reads); fast_loop: the online fast loop's thresholds.\n")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(header + yaml.safe_dump(data, sort_keys=False, width=140))
-    print("AUC " + "  ".join(f"{k.upper()} {v}" for k, v in data["auc"].items()) + f"; the RHI's with each sound day held out of the references "
+    print("AUC " + "  ".join(f"{k.upper()} {v}" for k, v in data["auc"].items()) + f"; the RHI's with each day held out of the references and weights "
           f"{data['auc_held_out']['rhi']}; without the days broken only in memory ({', '.join(memory_only) or 'none'}), "
           f"{data['auc_without_memory_only']['rhi']} ({data['auc_without_memory_only']['rhi_held_out']} held out)\nweights {weights}")
     print(f"wrote {out}: threshold {threshold} ({how}); RHI AUC {data['auc']['rhi']}")

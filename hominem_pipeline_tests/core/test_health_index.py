@@ -25,17 +25,22 @@ def test_gvs_is_one_minus_coefficient_of_variation_over_reference():
     assert gradient_variance_stability([1.0, 100.0], 0.5).value == 0.0  # clipped
 
 
-def test_rhi_uses_the_design_weights_and_reports_missing_components():
-    full = {n: Component(n, v, "test") for n, v in zip(("dcs", "gvs", "mss", "cdrs", "lrps"), (0.8, 0.6, 1.0, 0.5, 0.4))}
+def test_rhi_uses_the_calibrations_weights_and_reports_missing_components():
+    values = dict(zip(("dcs", "gvs", "mss", "cdrs", "lrps"), (0.8, 0.6, 1.0, 0.5, 0.4)))
+    full = {n: Component(n, v, "test") for n, v in values.items()}
+    weights = resolve(CONFIG).weights
     report = aggregate(full, CONFIG)
-    assert report.rhi == pytest.approx(0.25 * 0.8 + 0.15 * 0.6 + 0.25 * 1.0 + 0.20 * 0.5 + 0.15 * 0.4)
+    assert report.rhi == pytest.approx(sum(weights[n] * v for n, v in values.items()))
     assert not report.partial and report.deployable is (report.rhi >= resolve(CONFIG).threshold)
+    design = load_config(root=REPO, overrides={"health": {"calibration": None, "gvi_max_reference": 1.0, "deploy_threshold": 0.7,  # no calibration
+                                                          "weights": {"dcs": 0.25, "gvs": 0.15, "mss": 0.25, "cdrs": 0.20, "lrps": 0.15}}})
+    assert aggregate(full, design).rhi == pytest.approx(0.25 * 0.8 + 0.15 * 0.6 + 0.25 * 1.0 + 0.20 * 0.5 + 0.15 * 0.4)
 
-    partial = dict(full, gvs=Component("gvs", None, "not measured"))
-    report = aggregate(partial, CONFIG)
-    assert report.partial and report.missing == ["gvs"] and not report.deployable
-    assert report.rhi == pytest.approx((0.25 * 0.8 + 0.25 * 1.0 + 0.20 * 0.5 + 0.15 * 0.4) / 0.85)
-    assert "gvs" in report.reason
+    partial = dict(full, mss=Component("mss", None, "not measured"))
+    report = aggregate(partial, design)
+    assert report.partial and report.missing == ["mss"] and not report.deployable
+    assert report.rhi == pytest.approx((0.25 * 0.8 + 0.15 * 0.6 + 0.20 * 0.5 + 0.15 * 0.4) / 0.75)
+    assert "mss" in report.reason
 
 
 def test_a_healthy_index_does_not_deploy_an_adapter_that_loses_to_the_base():
