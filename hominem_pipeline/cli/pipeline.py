@@ -116,12 +116,12 @@ def run(
 
 
 def _check_teacher_key(cfg: HominemConfig, day: str, selected: set[str], fill_window: bool) -> None:
-    """A hosted teacher's key is checked before any run starts, when a selected stage that calls the
-    teacher has work to do (is not built for this config): nothing is started, so no failed run, empty
-    partition folder or failed MLflow run is left behind."""
+    """A hosted teacher's key, and that something answers at its address, are checked before any run
+    starts, when a selected stage that calls the teacher has work to do (is not built for this config):
+    nothing is started, so no failed run, empty partition folder or failed MLflow run is left behind."""
     from hominem_pipeline.core.lineage import lineage
     from hominem_pipeline.core.stages import TEACHER_STAGES
-    from hominem_pipeline.core.teacher.providers import MissingKeyError, api_key_for
+    from hominem_pipeline.core.teacher.providers import MissingKeyError, api_key_for, public_url, unreachable_address
 
     if cfg.teacher.provider == "local":
         return
@@ -131,6 +131,10 @@ def _check_teacher_key(cfg: HominemConfig, day: str, selected: set[str], fill_wi
             api_key_for(cfg.teacher)
         except MissingKeyError as exc:
             fail(str(exc))
+        api = cfg.teacher.api
+        if why := unreachable_address(api.base_url, cfg.teacher.provider):
+            fail(f"cannot reach the teacher at {public_url(api.base_url) or 'the ' + cfg.teacher.provider + ' API'}: {why}; "
+                 f"start the server there, or fix teacher.api.base_url")
 
 
 def _fill_window(cfg: HominemConfig, day: str, pairs: bool) -> None:

@@ -390,6 +390,52 @@ def test_a_partial_run_says_so_in_its_exit_status_and_summary(project, server):
     assert "-partial-" in row and "partial (1 calls failed)" in row  # the whole version id, marked
 
 
+def closed_port() -> int:
+    """A port on 127.0.0.1 where nothing listens (bound once by this process, then let go)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_an_address_where_nothing_listens_stops_at_the_first_call_naming_it(project, provider):
+    url = f"http://127.0.0.1:{closed_port()}" + ("/v1" if provider == "openai" else "")
+    overrides = {"teacher": {"provider": provider, "api": {"model": "m", "base_url": url, "api_key_env": "HOMINEM_TEST_KEY"},
+                             "client": {"max_retries": 5, "backoff_seconds": 5.0, "requests_per_minute": None, "tokens_per_minute": None}}}
+    cfg = load_config(project / "config" / "tiny.yaml", root=project, overrides=overrides)
+    teacher = APITeacher(cfg)
+    try:
+        with pytest.raises(FatalProviderError) as err:  # raised, not five retries 5 s apart and a failed call: nothing will ever answer there
+            teacher.sample(PROMPTS, cfg.teacher.candidate_styles(), 8, seed=1)
+    finally:
+        teacher.close()
+    said = str(err.value)
+    assert f"cannot reach the teacher at {url}: connection refused" in said and "teacher.api.base_url" in said and "\n" not in said, said
+
+
+def test_a_run_whose_teacher_cannot_be_reached_stops_before_it_starts_in_one_line(project):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from hominem_pipeline.core.lineage import lineage
+
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    (project / "config" / "nowhere.yaml").write_text(
+        "extends: config/tiny.yaml\nteacher:\n  provider: openai\n  api: {model: gpt-4o-mini, base_url: '" + url + "', api_key_env: HOMINEM_TEST_KEY}\n")
+    done = subprocess.run([str(Path(sys.executable).parent / "hominem"), "run", "--config", "config/nowhere.yaml", "--date", "2026-03-05", "--select", "prompts"],
+                          cwd=project, env={**os.environ, "HOMINEM_HOME": str(project), "COLUMNS": "200"}, capture_output=True, text=True, timeout=600)
+    said = [line for line in done.stderr.splitlines() if "cannot reach the teacher" in line]
+    assert done.returncode != 0 and len(said) == 1 and f"{url}: connection refused" in said[0], done.stdout + done.stderr
+    assert "APITimeoutError" not in done.stdout + done.stderr and "Traceback" not in done.stdout + done.stderr
+    assert "failed at prompts" not in done.stderr  # checked before any run starts: no failed run to look at
+    cfg = load_config(project / "config" / "nowhere.yaml", root=project)
+    assert lineage(cfg).newest("prompts")[0] is None  # no partial version of the prompts it had before the calls
+
+
 def test_the_limiter_holds_requests_and_tokens_per_minute():
     import asyncio
 

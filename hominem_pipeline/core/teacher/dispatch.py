@@ -4,7 +4,9 @@ cache hits, retries, failures, tokens and cost.
 
 `Dispatcher.call` is one logical call (cache lookup, then up to `1 + max_retries` attempts). A call
 that finally fails returns a `CallOutcome` with the error instead of raising, so the caller records it;
-only a `FatalProviderError` (bad key, unknown model) stops everything.
+only a `FatalProviderError` stops everything: a bad key or an unknown model, or an address where nothing
+answers (connection refused, a name that does not resolve) before any call has succeeded. Once one has,
+the same failure is retried like a timeout: the server may be restarting.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from hominem_pipeline.core.teacher.providers import (
     ChatResult,
     FatalProviderError,
     classify_error,
+    public_url,
     redact,
 )
 
@@ -163,6 +166,13 @@ class Dispatcher:
         self.limiter = RateLimiter(client.requests_per_minute, client.tokens_per_minute)
         self._slots = asyncio.Semaphore(client.concurrency)
         self._rng = random.Random(seed)
+        self._answered = False  # some call got an answer from the server: a refused connection later may be a restart
+
+    @property
+    def address(self) -> str:
+        """The server the calls go to, as a person would check it (no user:password)."""
+        default = {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com/v1"}
+        return public_url(getattr(self.backend, "base_url", None)) or default.get(self.backend.provider, "the provider's default address")
 
     def _estimate_tokens(self, request: ChatRequest) -> int:  # ~4 characters a token
         chars = len(request.system or "") + sum(len(t) for _, t in request.turns)
@@ -198,6 +208,11 @@ class Dispatcher:
                     raise
                 self.limiter.settle(estimate, 0)
                 last_error = redact(kind.message, self.secrets)
+                if kind.unreachable and not self._answered:
+                    raise FatalProviderError(
+                        f"cannot reach the teacher at {self.address}: {last_error}; start the server there, "
+                        f"or fix teacher.api.base_url"
+                    ) from None
                 if kind.fatal:
                     raise FatalProviderError(
                         f"{self.backend.provider} refused the call ({last_error}); check {self.key_hint}, "
@@ -215,6 +230,7 @@ class Dispatcher:
                 log.debug("%s call failed (%s); retry %d in %.2fs", request.purpose, last_error, attempt + 1, delay)
                 await asyncio.sleep(delay)
                 continue
+            self._answered = True
             self.limiter.settle(estimate, result.input_tokens + result.output_tokens)
             self.stats.input_tokens += result.input_tokens
             self.stats.output_tokens += result.output_tokens

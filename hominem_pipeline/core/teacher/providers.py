@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import re
+import socket
 from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -97,6 +98,45 @@ class ErrorKind:
     status: int | None
     retry_after: float | None
     message: str
+    unreachable: bool = False  # nothing answers at the address (connection refused, a host name that does not resolve)
+
+
+def unreachable_cause(exc: BaseException) -> str | None:
+    """Why nothing could answer at the address, read from the exception's causes (the SDKs report a refused
+    connection as a timeout or a bare "Connection error."); None when something may have answered."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, socket.gaierror):
+            return f"its host name does not resolve ({cause.strerror or cause})"
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused: nothing listens on that port"
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy")
+
+
+def unreachable_address(url: str | None, provider: str, timeout: float = 3.0) -> str | None:
+    """Why nothing can answer at the teacher's address (one TCP connection to its host and port), or None
+    when something listens there, when a proxy stands between, or when the check itself times out (a slow
+    network is the dispatcher's to retry)."""
+    if any(os.environ.get(v) for v in PROXY_VARIABLES):
+        return None
+    parts = urlsplit(url or {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com/v1"}.get(provider, ""))
+    if not parts.hostname:
+        return None
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None  # the config's own check names a bad port
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout):
+            return None
+    except OSError as exc:
+        return unreachable_cause(exc)
 
 
 def classify_error(exc: BaseException) -> ErrorKind | None:
@@ -107,6 +147,8 @@ def classify_error(exc: BaseException) -> ErrorKind | None:
     timeout = (anthropic.APITimeoutError, openai.APITimeoutError)
     connection = (anthropic.APIConnectionError, openai.APIConnectionError)
     status_error = (anthropic.APIStatusError, openai.APIStatusError)
+    if isinstance(exc, timeout + connection) and (why := unreachable_cause(exc)):
+        return ErrorKind(True, False, None, None, why, unreachable=True)
     if isinstance(exc, timeout):
         return ErrorKind(True, False, None, None, f"timed out ({type(exc).__name__})")
     if isinstance(exc, connection):
