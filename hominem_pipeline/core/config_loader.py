@@ -179,6 +179,20 @@ def find_project_root(start: Path | None = None) -> Path:
     )
 
 
+DATA_DIR = "${data_dir}"  # in any setting: project.data_dir as configured, so the stores under it move with it
+
+
+def with_data_dir(node: Any, data_dir: str) -> Any:
+    """`node` with every `${data_dir}` in its strings replaced by `data_dir`."""
+    if isinstance(node, str):
+        return node.replace(DATA_DIR, data_dir)
+    if isinstance(node, dict):
+        return {k: with_data_dir(v, data_dir) for k, v in node.items()}
+    if isinstance(node, list):
+        return [with_data_dir(v, data_dir) for v in node]
+    return node
+
+
 def load_config(
     overlay: str | os.PathLike[str] | None = None,
     *,
@@ -199,6 +213,9 @@ def load_config(
     if overrides:
         data = deep_merge(data, overrides)
         sources.append("overrides")
+    data_dir = (data.get("project") or {}).get("data_dir")
+    if isinstance(data_dir, str) and data_dir:
+        data = with_data_dir(data, data_dir.rstrip("/") or "/")
     try:
         return HominemConfig.model_validate({**data, "root": root, "overlay": Path(overlay).resolve() if overlay is not None else None})
     except ValidationError as exc:

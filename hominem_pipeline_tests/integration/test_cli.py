@@ -115,6 +115,30 @@ def test_a_damaged_file_is_named_with_the_command_that_rebuilds_it(labeled_proje
         labels.write_bytes(kept)
 
 
+def test_an_overlay_with_another_data_dir_leaves_the_project_untouched_mlflow_included(labeled_project, tmp_path):
+    import sqlite3
+
+    project, _ = labeled_project
+
+    def files() -> dict[str, tuple[int, int]]:
+        return {str(p.relative_to(project)): (p.stat().st_size, p.stat().st_mtime_ns) for p in project.rglob("*") if p.is_file()}
+
+    def mlflow_runs(db: Path) -> int:
+        with sqlite3.connect(db) as con:
+            return con.execute("select count(*) from runs").fetchone()[0]
+
+    elsewhere = tmp_path / "elsewhere"
+    (project / "config" / "elsewhere.yaml").write_text(f"extends: config/tiny.yaml\nproject: {{data_dir: {elsewhere}}}\n")
+    before, runs = files(), mlflow_runs(project / "data" / "mlflow" / "mlflow.db")
+    done = hominem(project, "run", "--config", "config/elsewhere.yaml", "--date", DAY, "--select", "prompts")
+    assert done.returncode == 0, done.stdout + done.stderr
+    after = files()
+    assert {k: v for k, v in after.items() if before.get(k) != v} == {}, "the original project changed"
+    assert mlflow_runs(project / "data" / "mlflow" / "mlflow.db") == runs
+    assert mlflow_runs(elsewhere / "mlflow" / "mlflow.db") == 1 and (elsewhere / "dagster" / "dagster.yaml").is_symlink()
+    assert any((elsewhere / "prompts" / DAY).iterdir())
+
+
 def test_a_missing_api_key_stops_before_any_run_starts(labeled_project):
     project, _ = labeled_project
     (project / "config" / "hosted.yaml").write_text("extends: config/tiny.yaml\nteacher:\n  provider: anthropic\n  api:\n    model: claude-test\n")
