@@ -62,33 +62,63 @@ def _safe(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
+TEXT_SHOWN = 70  # characters of a message or a reply a table row shows (--json: the whole text)
+IDS = ("id", "chosen_turn", "rejected_turn")  # in --json; a table shows what was said instead
+
+
+def _cell(column: str, value) -> str:
+    if value is None:
+        return ""
+    text = " ".join(str(value).split())
+    if column == "time":
+        return text[:16].replace("T", " ")  # to the minute
+    if isinstance(value, float):
+        return f"{value:+.2f}"
+    return text if len(text) <= TEXT_SHOWN else text[: TEXT_SHOWN - 1] + "…"
+
+
 def _show(page, title: str, as_json: bool) -> None:
     if as_json:
         console.print_json(json.dumps({"total": page.total, "rows": page.rows, "seconds": round(page.seconds, 4)}, default=str))
         return
+    if not page.rows:
+        console.print(f"{title}: none ({page.seconds * 1000:.1f} ms)", highlight=False)
+        return
     table = Table(title=f"{title}: {page.total} (newest {len(page.rows)}; {page.seconds * 1000:.1f} ms)")
-    for column in page.rows[0] if page.rows else ["(none)"]:
-        table.add_column(column, overflow="fold", max_width=60)
+    columns = [c for c in page.rows[0] if c not in IDS]
+    for column in columns:
+        table.add_column(column, overflow="fold", max_width=TEXT_SHOWN // 2 if column in ("message", "chosen", "rejected", "reply") else None)
     for row in page.rows:
-        table.add_row(*("" if v is None else str(v) for v in row.values()))
+        table.add_row(*(_cell(c, row[c]) for c in columns))
     console.print(table)
 
 
-def _answer(config, sets, update: bool, as_json: bool, title: str, ask, check=None) -> None:
-    """One query's answer (`ask(index)`), from the index brought up to date first; `check(cfg)` refuses a bad key before."""
+def _answer(config, sets, update: bool, as_json: bool, title: str, ask, check=None, empty=None) -> None:
+    """One query's answer (`ask(index)`), from the index brought up to date first; `check(cfg)` refuses a bad key before;
+    `empty(index)`: a line that helps when nothing matched."""
     setup_logging()
     cfg = load(config, sets, persist=False)
     if check is not None:
         check(cfg)
     with _open(cfg, update) as index:
-        _show(ask(index), title, as_json)
+        page = ask(index)
+        _show(page, title, as_json)
+        if not page.total and empty is not None and not as_json and (hint := empty(index)):
+            console.print(f"[dim]{hint}[/]", highlight=False)
+
+
+LOCAL_RATER = "local"  # the service's rater on loopback without tokens (serving.tokens)
 
 
 @history_app.command("choices")
-def history_choices(rater: Annotated[str, typer.Option("--rater", "-r", help="The rater's pseudonymous id (`local` on loopback without tokens).")],
+def history_choices(rater: Annotated[str, typer.Option("--rater", "-r", help="The rater's pseudonymous id; default: local, the page's rater on loopback without tokens.")] = LOCAL_RATER,
                     config: ConfigOpt = None, sets: SetOpt = None, limit: LimitOpt = 20, as_json: JsonOpt = False, no_update: NoUpdateOpt = False) -> None:
-    """The rater's choices between two replies, newest first."""
-    _answer(config, sets, not no_update, as_json, f"choices of {rater}", lambda index: index.choices_of_rater(rater, limit))
+    """The rater's choices between two replies, newest first: the message and both replies (shortened; --json: whole)."""
+    def others(index) -> str | None:
+        raters = [r for r in index.raters() if r != rater]
+        return f"raters in the index: {', '.join(raters[:10])}; pass one with --rater" if raters else None
+
+    _answer(config, sets, not no_update, as_json, f"choices of {rater}", lambda index: index.choices_of_rater(rater, limit), empty=others)
 
 
 @history_app.command("turns")

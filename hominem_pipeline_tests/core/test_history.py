@@ -58,6 +58,24 @@ def index(request, tmp_path):
         yield ix
 
 
+def test_an_index_written_with_other_columns_is_read_again_from_the_log(tmp_path):
+    import sqlalchemy as sa
+
+    log = InteractionLog(tmp_path / "log")
+    first_day(log)
+    url = index_url(None, tmp_path)
+    with sa.create_engine(url).begin() as conn:  # an earlier release's index: its turns without their replies, every log byte read
+        conn.execute(sa.text("create table turns (id varchar primary key, time varchar, rater varchar, prompt text)"))
+        conn.execute(sa.text("create table log_files (name varchar primary key, bytes bigint)"))
+        conn.execute(sa.text(f"insert into log_files values ('{DAY}.jsonl', 999999)"))
+    with HistoryIndex(url) as index:
+        assert index.reindexed
+        assert index.update(tmp_path / "log", domain_of).turns == 6
+        assert index.choices_of_rater("ana").rows[0]["chosen"] == "reply 2"
+    with HistoryIndex(url) as index:
+        assert not index.reindexed
+
+
 def test_the_index_answers_the_three_questions_from_the_log(index, tmp_path):
     log = InteractionLog(tmp_path / "log")
     first_day(log)
@@ -67,12 +85,13 @@ def test_the_index_answers_the_three_questions_from_the_log(index, tmp_path):
 
     ana = index.choices_of_rater("ana")
     assert ana.total == 2 and [r["id"] for r in ana.rows] == ["choice1", "choice0"]  # newest first
-    assert ana.rows[1] | {"time": None} == {"id": "choice0", "time": None, "chosen": "t1", "rejected": "t0", "strength": "clear", "domain": "study"}
+    assert ana.rows[1] | {"time": None} == {"id": "choice0", "time": None, "message": "I failed my exam again.", "chosen": "reply 1", "rejected": "reply 0",
+                                            "strength": "clear", "domain": "study", "chosen_turn": "t1", "rejected_turn": "t0"}  # what the choice was about
     assert index.choices_of_rater("ana", limit=1).rows[0]["id"] == "choice1" and index.choices_of_rater("nobody").total == 0
 
     assert {r["id"] for r in index.turns_of_version("abc123").rows} == {"t0", "t1", "t4", "t5"}
     assert {r["id"] for r in index.turns_of_version("base").rows} == {"t2", "t3"}
-    assert index.turns_of_version("base").rows[0]["prompt"] == "My mother never calls me."
+    assert (index.turns_of_version("base").rows[0]["message"], index.turns_of_version("base").rows[0]["reply"]) == ("My mother never calls me.", "reply 3")
 
     assert [r["id"] for r in index.pairs_of_domain("family").rows] == ["choice1"]
     assert index.pairs_of_domain("work").rows[0]["rater"] == "ben" and index.pairs_of_domain("health").total == 0

@@ -139,6 +139,23 @@ def test_an_overlay_with_another_data_dir_leaves_the_project_untouched_mlflow_in
     assert any((elsewhere / "prompts" / DAY).iterdir())
 
 
+def test_history_shows_the_callers_choices_with_what_they_were_about(tmp_path, tiny_student, tiny_encoder):
+    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.online.log import InteractionLog, log_folder
+    from hominem_pipeline_tests.conftest import make_project
+    from hominem_pipeline_tests.core.test_history import first_day
+
+    project = make_project(tmp_path / "project", tiny_student, tiny_encoder)
+    first_day(InteractionLog(log_folder(load_config(project / "config" / "tiny.yaml", root=project))))
+    first = hominem(project, "history", "choices", "--config", "config/tiny.yaml", "--rater", "ana")
+    assert first.returncode == 0 and "indexed 6 turns and 6 feedback events" in first.stdout, first.stdout + first.stderr
+    assert "I failed my exam again." in first.stdout and "reply 1" in first.stdout and "reply 0" in first.stdout and "choice0" not in first.stdout
+    again = hominem(project, "history", "choices", "--config", "config/tiny.yaml", "--rater", "ana")
+    assert "indexed" not in again.stdout and "Loading" not in again.stdout + again.stderr  # nothing new: no model loaded, no bar
+    mine = hominem(project, "history", "choices", "--config", "config/tiny.yaml")  # no --rater: the page's own on loopback
+    assert mine.returncode == 0 and "choices of local: none" in mine.stdout and "raters in the index: ana, ben" in " ".join(mine.stdout.split()), mine.stdout
+
+
 def test_a_missing_api_key_stops_before_any_run_starts(labeled_project):
     project, _ = labeled_project
     (project / "config" / "hosted.yaml").write_text("extends: config/tiny.yaml\nteacher:\n  provider: anthropic\n  api:\n    model: claude-test\n")
@@ -365,8 +382,10 @@ def test_feedback_given_in_the_page_leaves_the_days_commands_working(tmp_path, t
                     "-r", "That's rough. What happened?", "-r", "Try harder.")
     said = " ".join(probe.stderr.split())
     assert probe.returncode == 0 and "P(#1 preferred over #2) = " in probe.stdout, probe.stdout + probe.stderr
-    assert f"reward_model for {today} is version" in said and "built before new feedback in the service's log" in said
-    assert f"hominem run --date {today} --select '*reward_model'" in said
-    compare = hominem(project, "compare", "--config", "config/tiny.yaml", "--eval-set")
+    assert f"reward_model {today} is from before new feedback (" in said and "event(s)); `hominem run --date" in said
+    assert f"hominem run --date {today} --select '*reward_model' --config config/tiny.yaml` brings it up to date" in said.replace(str(project / "config"), "config")
+    compare = hominem(project, "--why", "compare", "--config", "config/tiny.yaml", "--eval-set")
     assert compare.returncode == 0 and "P(adapter's reply preferred) = " in compare.stdout, compare.stdout + compare.stderr
-    assert f"lora_adapter for {today} is version" in " ".join(compare.stderr.split())
+    notice = [line for line in compare.stderr.splitlines() if f"lora_adapter {today} is from before new feedback (" in line]
+    assert len(notice) == 1 and "cannot be built yet" not in notice[0], compare.stderr  # one line, the root named, not the chain
+    assert f"why: lora_adapter for {today} is version" in " ".join(compare.stderr.split())

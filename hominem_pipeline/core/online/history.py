@@ -60,6 +60,7 @@ turns = sa.Table(
     sa.Column("domain", sa.String(100)),
     sa.Column("scalar", sa.Float),
     sa.Column("prompt", sa.Text, nullable=False),
+    sa.Column("reply", sa.Text),
     sa.Index("turns_version_time", "version", "time"),
 )
 feedback = sa.Table(
@@ -150,8 +151,21 @@ class HistoryIndex:
             if self.engine.url.database not in (None, "", ":memory:"):
                 Path(self.engine.url.database).parent.mkdir(parents=True, exist_ok=True)  # a data folder nothing was written to yet
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
+        self.reindexed = self._tables_changed()  # an index written by an earlier release: its rows are read again from the log
+        if self.reindexed:
+            log.info("the history index at %s was written with other columns: indexing the log again", url)
+            for tables in (metadata, tally.metadata):
+                tables.drop_all(self.engine)
         metadata.create_all(self.engine)
         tally.metadata.create_all(self.engine)
+
+    def _tables_changed(self) -> bool:
+        """Some table of the index exists with other columns than this code writes."""
+        inspector = sa.inspect(self.engine)
+        for table in [*metadata.sorted_tables, *tally.metadata.sorted_tables]:
+            if inspector.has_table(table.name) and {c["name"] for c in inspector.get_columns(table.name)} != {c.name for c in table.columns}:
+                return True
+        return False
 
     @property
     def backend(self) -> str:
@@ -185,7 +199,7 @@ class HistoryIndex:
         turn_rows = [
             {"id": e["id"], "time": e["time"], "rater": e["rater"], "session": e.get("session"), "context": e["context"],
              "version": version_of(e.get("adapter")), "adapter": e.get("adapter"), "reward_model": e.get("reward_model"),
-             "domain": d, "scalar": (e.get("reward") or {}).get("scalar"), "prompt": p}
+             "domain": d, "scalar": (e.get("reward") or {}).get("scalar"), "prompt": p, "reply": e.get("reply")}
             for e, p, d in zip(turn_events, prompts, domains)
         ]
         domain_by_turn = {r["id"]: r["domain"] for r in turn_rows}
@@ -264,27 +278,44 @@ class HistoryIndex:
         return self.update(folder, domain_of)
 
     # -- queries -------------------------------------------------------------------------------------
-    def _page(self, where: sa.ColumnElement[bool], table: sa.Table, columns: Sequence[sa.ColumnElement[Any]], limit: int) -> Page:
+    def _page(self, where: sa.ColumnElement[bool], table: sa.Table, columns: Sequence[sa.ColumnElement[Any]], limit: int,
+              joined: Callable[[Any], Any] = lambda q: q) -> Page:
+        """How many rows of `table` match `where`, and the newest `limit` of them as `columns` (over `joined(select)`)."""
         started = time.monotonic()
         with self.engine.connect() as conn:
             total = conn.execute(sa.select(sa.func.count()).select_from(table).where(where)).scalar_one()
-            rows = conn.execute(sa.select(*columns).where(where).order_by(table.c.time.desc()).limit(limit)).mappings().all()
+            rows = conn.execute(joined(sa.select(*columns).select_from(table)).where(where).order_by(table.c.time.desc()).limit(limit)).mappings().all()
         return Page(int(total), [dict(r) for r in rows], time.monotonic() - started)
+
+    def _choices(self, where: sa.ColumnElement[bool], limit: int, rater: bool) -> Page:
+        """Choices with what they were about: the person's message and both replies (from their turns)."""
+        f = feedback.c
+        chosen, rejected = turns.alias("chosen_turn"), turns.alias("rejected_turn")
+        columns = [f.id, f.time, *([f.rater] if rater else []), chosen.c.prompt.label("message"), chosen.c.reply.label("chosen"),
+                   rejected.c.reply.label("rejected"), f.value.label("strength"), f.domain, f.turn.label("chosen_turn"), f.other.label("rejected_turn")]
+        return self._page(where, feedback, columns, limit,
+                          lambda q: q.outerjoin(chosen, chosen.c.id == f.turn).outerjoin(rejected, rejected.c.id == f.other))
 
     def choices_of_rater(self, rater: str, limit: int = 100) -> Page:
         """The rater's choices, newest first."""
         f = feedback.c
-        return self._page((f.rater == rater) & (f.kind == "choice"), feedback, [f.id, f.time, f.turn.label("chosen"), f.other.label("rejected"), f.value.label("strength"), f.domain], limit)
+        return self._choices((f.rater == rater) & (f.kind == "choice"), limit, rater=False)
 
     def turns_of_version(self, version: str, limit: int = 100) -> Page:
         """Turns the adapter version wrote (`base`: the student alone), newest first."""
         t = turns.c
-        return self._page(t.version == version, turns, [t.id, t.time, t.rater, t.session, t.domain, t.scalar, t.prompt], limit)
+        return self._page(t.version == version, turns, [t.id, t.time, t.rater, t.session, t.domain, t.scalar, t.prompt.label("message"), t.reply], limit)
 
     def pairs_of_domain(self, domain: str, limit: int = 100) -> Page:
         """Choices whose conversation lies in the domain, newest first."""
         f = feedback.c
-        return self._page((f.domain == domain) & (f.kind == "choice"), feedback, [f.id, f.time, f.rater, f.turn.label("chosen"), f.other.label("rejected"), f.value.label("strength")], limit)
+        return self._choices((f.domain == domain) & (f.kind == "choice"), limit, rater=True)
+
+    def raters(self) -> list[str]:
+        """Everyone who gave feedback, by how much they gave (most first)."""
+        f = feedback.c
+        with self.engine.connect() as conn:
+            return list(conn.execute(sa.select(f.rater).group_by(f.rater).order_by(sa.func.count().desc())).scalars())
 
     def given(self) -> tally.Given:
         """What people have given: conversations, and pairs per part of the reward channel (core/online/tally.py)."""
