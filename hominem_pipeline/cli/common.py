@@ -25,6 +25,12 @@ data_app = typer.Typer(help="Inspect and check labeled data.", no_args_is_help=T
 app.add_typer(data_app, name="data")
 console = Console()
 err = Console(stderr=True)
+WHY = {"on": False}  # `hominem --why ...`: after a one-line notice, its whole reason
+
+
+@app.callback()
+def _everywhere(why: Annotated[bool, typer.Option("--why", help="After a one-line notice (a version from before new feedback, ...), print its whole reason.")] = False) -> None:
+    WHY["on"] = why
 
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML file overlaid on config/hominem.yaml (only the keys it sets change).")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="KEY=VALUE on top of the config: a dotted key and a YAML value, e.g. --set policy.mode=dpo --set preferences.guard_dimension=null (repeatable).")]
@@ -69,6 +75,16 @@ def setup_logging() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+
+def reach_partitions(day: str, back_days: int = 0) -> None:
+    """The definitions this process (and its children) load offer `day` and the `back_days` days before it
+    (project.partitions_start null: the first partition is the project's first built day)."""
+    import datetime as dt
+
+    from hominem_pipeline.defs.partitions import REACH_ENV
+
+    os.environ[REACH_ENV] = (dt.date.fromisoformat(day) - dt.timedelta(days=back_days)).isoformat()
 
 
 def dagster_env(cfg: HominemConfig) -> None:
@@ -131,5 +147,7 @@ def artifact_for(cfg: HominemConfig, asset: str, date: str | None):
     if ref is None:
         fail(note or f"no {asset} built under this config")
     if note:
-        err.print(f"[dim]{note}[/]")
+        err.print(f"[dim]{note}[/]", highlight=False)
+        if WHY["on"]:
+            err.print(f"[dim]why: {data.stale_details(ref)}[/]", highlight=False)
     return data, ref

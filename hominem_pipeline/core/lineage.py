@@ -202,9 +202,47 @@ class Lineage:
         for day in days:
             for ref in reversed(self.store.versions(asset, day)):
                 if ref.manifest.get("complete", True) and self._built_here(ref):
-                    return ref, (f"{asset} for {day} is version {ref.version}, built before {self.changes(ref)}; "
-                                 f"`{build_command(asset, day, self.cfg)}` builds it from the day's inputs as they are now")
+                    return ref, self.stale_note(ref)
         return None, self.why_not_built(asset, partition)
+
+    def stale_note(self, ref: ArtifactRef) -> str:
+        """One line for a version older than its inputs: what changed at the root, and the command that
+        brings it up to date (`stale_details` says the whole chain)."""
+        roots = [r for r in self.waits_on(ref.asset, ref.partition) if r != (ref.asset, ref.partition)]
+        changed = ", ".join(self._root_words(a, d) for a, d in roots) if roots else self.changes(ref)
+        return (f"{ref.asset} {ref.partition} is from before {changed}; `{build_command(ref.asset, ref.partition, self.cfg)}` "
+                f"brings it up to date")
+
+    def stale_details(self, ref: ArtifactRef) -> str:
+        """The whole reason a version is older than its inputs: its version and every step of the chain."""
+        return f"{ref.asset} for {ref.partition} is version {ref.version}, built before {self.changes(ref)}"
+
+    def waits_on(self, asset: str, partition: str) -> list[tuple[str, str]]:
+        """The most upstream (asset, day)s that `asset` for `partition` waits on: not built as this config
+        expects them, while everything they read is (a day's log that grew: its human_feedback). [] when it
+        is built; [(asset, partition)] when it alone is out of date."""
+        if self.expected(asset, partition) is not None:
+            return []
+        found: list[tuple[str, str]] = []
+        for inp in self.stages[asset].inputs:
+            for day in (window_days(partition, inp.window(self.cfg)) if inp.window else [partition]):
+                if day == partition and not inp.optional or self.store.versions(inp.asset, day):
+                    found += [r for r in self.waits_on(inp.asset, day) if r not in found]
+        return found or [(asset, partition)]
+
+    def _root_words(self, asset: str, day: str) -> str:
+        """What is new at a root of a stale chain, in a person's words."""
+        if asset != "human_feedback":
+            return f"a new {asset} {day}" if self.store.versions(asset, day) else f"{asset} {day}, not built yet"
+        from hominem_pipeline.core.builds.human_feedback import log_file
+        from hominem_pipeline.core.online.log import read_events
+
+        path = log_file(self.cfg, day)
+        now = sum(1 for _ in read_events(path)) if path.is_file() else 0
+        built = [r for r in self.store.versions(asset, day) if self._built_here(r)]
+        then = (built[-1].manifest.get("metadata") or {}).get("events") if built else {}  # its count by kind
+        then = sum(then.values()) if isinstance(then, dict) else then
+        return f"new feedback ({now - then} event(s))" if isinstance(then, int) and now > then else "new feedback in the service's log"
 
     def changes(self, ref: ArtifactRef) -> str:
         """What is new among the inputs `ref` was built from, in words (its inputs as this config plans them now)."""
@@ -290,7 +328,7 @@ def window_gaps(data: Lineage, day: str, label_days: int, pair_days: int) -> lis
     gaps = []
     for ago in range(max(label_days, pair_days) - 1, 0, -1):
         d = end - dt.timedelta(days=ago)
-        if d < data.cfg.project.partitions_start:
+        if data.cfg.project.partitions_start is not None and d < data.cfg.project.partitions_start:
             continue
         asset = "preference_pairs" if ago < pair_days else "teacher_labels" if ago < label_days else None
         if asset and data.expected(asset, d.isoformat()) is None:

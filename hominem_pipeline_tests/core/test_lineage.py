@@ -150,7 +150,7 @@ def test_feedback_after_a_days_run_leaves_its_stages_readable_and_says_what_chan
     log = log_file(tiny_cfg, DAY)
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text('{"kind": "turn", "id": "a"}\n')
-    publish_expected(tiny_cfg, "human_feedback", DAY)
+    publish_expected(tiny_cfg, "human_feedback", DAY, metadata={"events": {"turn": 1}})
     built = publish_expected(tiny_cfg, "reward_model", DAY)
     assert lineage(tiny_cfg).newest("reward_model", DAY) == (built, None)
     with open(log, "a") as fh:  # the page's next rating
@@ -158,7 +158,9 @@ def test_feedback_after_a_days_run_leaves_its_stages_readable_and_says_what_chan
     data = lineage(tiny_cfg)
     assert data.expected("reward_model", DAY) is None
     ref, note = data.newest("reward_model", DAY)
-    assert ref == built and f"built before new feedback in the service's log; `hominem run --date {DAY} --select '*reward_model'" in note
+    assert ref == built and note == f"reward_model {DAY} is from before new feedback (1 event(s)); `hominem run --date {DAY} --select '*reward_model' --config {tiny_cfg.overlay}` brings it up to date"
+    assert data.stale_details(ref) == f"reward_model for {DAY} is version {built.version}, built before new feedback in the service's log"
+    assert data.waits_on("reward_model", DAY) == [("human_feedback", DAY)]
     assert data.newest("reward_model") == (ref, note)  # the newest day too
     other = tiny_cfg.model_copy(update={"reward_model": tiny_cfg.reward_model.model_copy(update={"ridge_alphas": [7.0]})})
     ref, why = lineage(other).newest("reward_model", DAY)
