@@ -86,6 +86,7 @@ def tiny_encoder(tmp_path_factory) -> Path:
 
 def tiny_overrides(student: Path, encoder: Path) -> dict:
     return {
+        "project": {"partitions_start": "2026-01-01"},  # the tests' fixed days (the default, null, starts at the first built day)
         "models": {"student": {"path": str(student), "gguf_package": None, "hub_id": "tiny/random-llama"}, "encoder": {"path": str(encoder), "package": None}},
         "prompts": {
             "per_partition": 6,

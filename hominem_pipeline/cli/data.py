@@ -19,6 +19,7 @@ from hominem_pipeline.cli.common import (
     fail,
     load,
     parse_date,
+    reach_partitions,
     read_table,
     setup_logging,
 )
@@ -193,6 +194,7 @@ def data_import_preferences(
     dagster_env(cfg)
     from dagster import AssetKey
 
+    reach_partitions(day)
     from hominem_pipeline import definitions
 
     [event] = execute(definitions.import_job, cfg, day, [AssetKey("human_preferences")], "hominem data import-preferences")

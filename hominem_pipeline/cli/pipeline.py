@@ -28,6 +28,7 @@ from hominem_pipeline.cli.common import (
     fail,
     load,
     parse_date,
+    reach_partitions,
     setup_logging,
     signal_group,
 )
@@ -98,6 +99,7 @@ def run(
 
     from dagster import AssetSelection
 
+    reach_partitions(day, max(cfg.reward_model.window_days, cfg.policy.window_days) - 1 if fill_window else 0)
     from hominem_pipeline import definitions
 
     job = definitions.daily_job()
@@ -180,7 +182,8 @@ def execute(job_fn, cfg: HominemConfig, day: str, keys, title: str) -> list:
 
     job = job_fn()
     if not job.partitions_def.has_partition_key(day):
-        fail(f"--date {day} is outside the daily partitions (from {cfg.project.partitions_start} to today); change project.partitions_start or the date")
+        fail(f"--date {day} is outside the daily partitions ({job.partitions_def.get_first_partition_key()} to today); "
+             f"change project.partitions_start (now {cfg.project.partitions_start or 'null: the first built day'}) or the date")
     started = time.monotonic()
     console.print(f"[bold]{title}[/] {day}: {len(keys)} asset(s), DAGSTER_HOME {os.environ['DAGSTER_HOME']}, MLflow {cfg.mlflow_uri}")
     # Dagster's own console lines (and a failed step's traceback) stay in the run's event log in the

@@ -34,7 +34,7 @@ DEFAULT_CONFIG_RELPATH = Path("config") / "hominem.yaml"
 
 class ProjectConfig(_Frozen):
     data_dir: str = Field(description="Folder of every output: data/<asset>/<date>/<version>/, the models, the MLflow and Dagster stores; relative to the project root.")
-    partitions_start: dt.date = Field(description="First daily partition Dagster offers (YYYY-MM-DD).")
+    partitions_start: dt.date | None = Field(description="First daily partition Dagster offers (YYYY-MM-DD); null: the project's first built day (today before any), so the catalog's fill is the project's own.")
     seed: int = Field(ge=0, description="Base seed, >= 0; each stage derives its own from it and the partition date.")
 
 

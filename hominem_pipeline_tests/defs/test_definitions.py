@@ -27,6 +27,26 @@ def test_definitions_load_with_twelve_daily_partitioned_assets(project):
     assert {s.name for s in defs.schedules} == {"weekly_retrain_schedule"}
 
 
+def test_without_a_start_the_partitions_begin_at_the_projects_first_day(project, tiny_cfg, monkeypatch):
+    from hominem_pipeline.defs.partitions import REACH_ENV
+    from hominem_pipeline.testing.artifacts import publish_expected
+
+    (project / "config" / "first.yaml").write_text("extends: config/tiny.yaml\nproject: {partitions_start: null}\n")
+    monkeypatch.delenv(REACH_ENV, raising=False)
+
+    def first() -> str:
+        defs = build_definitions(str(project / "config" / "first.yaml"), root=project)
+        return defs.resolve_job_def(DAILY_JOB).partitions_def.get_first_partition_key()
+
+    today = dt.datetime.now(dt.timezone.utc).date()
+    assert first() == today.isoformat()  # nothing built: today alone, the catalog 100% filled by its first run
+    built = (today - dt.timedelta(days=3)).isoformat()
+    publish_expected(tiny_cfg, "teacher_labels", built)
+    assert first() == built  # the first built day
+    monkeypatch.setenv(REACH_ENV, "2026-11-02")  # `hominem run --date 2026-11-02` (or its --fill-window) reaches back
+    assert first() == "2026-11-02"
+
+
 def test_training_assets_read_a_window_of_days(project):
     defs = build_definitions(str(project / "config" / "tiny.yaml"), root=project)
     graph = defs.resolve_asset_graph()
