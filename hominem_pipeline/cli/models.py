@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -36,9 +37,7 @@ def reward_probe(
     with their uncertainty, the dimensions on which the replies differ most, and the calibrated
     probability that the first reply is preferred over each other. With --fixtures: the model on the
     hand-written contrast fixtures."""
-    import json
-
-    from hominem_pipeline.core.reward.model import RewardModel
+    from hominem_pipeline.core.reward.model import project_reward_model
 
     cfg = load(config, sets)
     if not fixtures and (prompt is None or not response):
@@ -48,7 +47,7 @@ def reward_probe(
         _probe_fixtures(cfg, path, as_json)
         return
     try:
-        rm = RewardModel.load(path)
+        rm = project_reward_model(path, cfg)
         outputs = rm.score([prompt] * len(response), response)
         people = rm.people_column([prompt] * len(response), response)
     except (FileNotFoundError, ValueError, TypeError) as exc:
@@ -91,23 +90,27 @@ def reward_probe(
 
 
 def _probe_fixtures(cfg, path: Path, as_json: bool) -> None:
-    import json
-
-    from hominem_pipeline.core.evaluation.fixtures import load_fixtures, score_fixtures
-    from hominem_pipeline.core.reward.model import RewardModel
+    from hominem_pipeline.core.evaluation.fixtures import FIXTURES_JSON, FixtureReport, fixtures_file_digest, load_fixtures, score_fixtures
+    from hominem_pipeline.core.reward.model import project_reward_model
 
     if cfg.fixtures.file is None:
         fail("fixtures.file is null: no contrast fixtures to score; --set fixtures.file=PATH names a file")
-    try:
-        items = load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names)
-        report = score_fixtures(RewardModel.load(path), items)
-    except (FileNotFoundError, ValueError, TypeError) as exc:
-        fail(str(exc))
+    kept = json.loads((path / FIXTURES_JSON).read_text()) if (path / FIXTURES_JSON).is_file() else {}
+    if kept.get("fixtures_digest") == fixtures_file_digest(cfg):  # the reward_fixtures check's scores, on this very file
+        report, source = FixtureReport.from_dict(kept), f"read from the reward_fixtures check's scores ({path / FIXTURES_JSON})"
+    else:
+        try:
+            items = load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names)
+            if not as_json:
+                console.print(f"[dim]scoring {len(items)} fixture pairs (the model's check did not score this file)[/]", highlight=False)
+            report, source = score_fixtures(project_reward_model(path, cfg), items), "scored here"
+        except (FileNotFoundError, ValueError, TypeError) as exc:
+            fail(str(exc))
     if as_json:
         console.print_json(json.dumps(report.as_dict()))
         return
     f = cfg.fixtures
-    console.print(f"[dim]reward model {path}\nfixtures {cfg.path(f.file)}[/]")
+    console.print(f"[dim]reward model {path}\nfixtures {cfg.path(f.file)}: {source}[/]", highlight=False)
     dims = report.dimensions
     table = Table(title="the better reply scored higher: by the scalar, and by the tag's own dimension")
     for column in ("tag", "pairs", "scalar", "own dimension", "by it"):
@@ -147,32 +150,41 @@ def compare(
     people did (the base: 50%), judged by no model of ours."""
     import pandas as pd
 
-    from hominem_pipeline.core.evaluation.compare import outcome, side_by_side
+    from hominem_pipeline.core.evaluation.compare import outcome, side_by_side, side_by_side_from_evaluation
     from hominem_pipeline.core.models import student_path
     from hominem_pipeline.core.policy.lora import adapter_reward_model
-    from hominem_pipeline.core.reward.model import RewardModel
+    from hominem_pipeline.core.reward.model import project_reward_model
 
     setup_logging()
     cfg = load(config, sets)
     texts = list(prompt or [])
     ref = artifact_for(cfg, "lora_adapter", date)[1] if adapter is None else None
     adapter_path = _live_adapter(cfg) if str(adapter) == "live" else adapter or ref.path
-    if eval_set:
+    if reward_model is None:
+        reward_model = adapter_reward_model(adapter_path, cfg.data_dir) or artifact_for(cfg, "reward_model", None)[1].path
+    judged = _evaluation_of(cfg, adapter_path, reward_model) if eval_set else None  # what the evaluation stage already computed
+    if eval_set and judged is None:
         _, prompts_ref = artifact_for(cfg, "prompts", None)
         table = pd.read_parquet(prompts_ref.file("prompts.parquet"))
         texts += list(table.loc[table["split"] == "eval", "text"])
-    if not texts:
+    if not texts and judged is None:
         fail("nothing to compare on; pass --prompt TEXT (repeatable) or --eval-set")
-    if reward_model is None:
-        reward_model = adapter_reward_model(adapter_path, cfg.data_dir) or artifact_for(cfg, "reward_model", None)[1].path
     try:
-        rm_model = RewardModel.load(reward_model)
-        rows = side_by_side(texts, student_path=student_path(cfg), adapter_path=adapter_path, reward_model=rm_model, cfg=cfg.evaluation, seed=cfg.project.seed)
+        rm_model = project_reward_model(reward_model, cfg)
+        rows = [] if judged is None else side_by_side_from_evaluation(pd.read_parquet(judged.file("generations.parquet")), rm_model)
+        if texts:
+            rows += side_by_side(texts, student_path=student_path(cfg), adapter_path=adapter_path, reward_model=rm_model, cfg=cfg.evaluation, seed=cfg.project.seed)
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     console.print(f"[dim]adapter {adapter_path} ({_live_status(cfg, adapter_path)})\nreward model {reward_model}[/]")
+    if judged is not None:
+        console.print(f"[dim]the {len(rows) - len(texts)} evaluation prompts' replies and scores: read from evaluation {judged.partition} "
+                      f"{judged.version} (the same adapter and reward model); generated here: "
+                      f"{len(texts)} prompt(s) of --prompt[/]", highlight=False)
+    elif eval_set:
+        console.print("[dim]no evaluation of this adapter with this reward model is built: every reply generated here[/]", highlight=False)
     if eval_set:
-        _print_people(cfg, adapter_path)
+        _print_people(cfg, adapter_path, judged)
     wins = 0.0
     for row in rows:
         console.rule(row.prompt if len(row.prompt) <= 100 else row.prompt[:97] + "...")
@@ -196,20 +208,40 @@ def compare(
         console.print(f"[bold]adapter's win rate {wins / len(rows):.1%} ({wins:g} of {len(rows)} prompts; a tie counts half, as in the evaluation stage)[/]")
 
 
-def _print_people(cfg, adapter_path: Path) -> None:
-    """The adapter's implicit reward on the people's held-out pairs (`evaluation.compare.people_figures`)."""
+def _evaluation_of(cfg, adapter_path: Path, reward_model: Path):
+    """The evaluation version built on this adapter with this reward model (the newest), or None."""
+    from hominem_pipeline.core.lineage import lineage
+
+    data = lineage(cfg)
+    want = {"lora_adapter": Path(adapter_path).resolve(), "reward_model": Path(reward_model).resolve()}
+    for day in reversed(data.store.partitions("evaluation")):
+        for ref in reversed(data.store.versions("evaluation", day)):
+            inputs = ref.manifest.get("inputs", {})
+            found = {a: [data.store.existing(a, i["partition"], i["version"]) for i in inputs.get(a, [])] for a in want}
+            if ref.manifest.get("complete", True) and all(len(v) == 1 and v[0] is not None and v[0].path.resolve() == want[a] for a, v in found.items()):
+                return ref
+    return None
+
+
+def _print_people(cfg, adapter_path: Path, judged=None) -> None:
+    """The adapter's implicit reward on the people's held-out pairs (`evaluation.compare.people_figures`), read
+    from its evaluation (`judged`) when that holds them."""
     from hominem_pipeline.core.builds.reward_model import people_pairs
     from hominem_pipeline.core.evaluation.compare import adapter_people_figures
     from hominem_pipeline.core.evaluation.fixtures import base_logp_cache
     from hominem_pipeline.core.models import student_path
     from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
 
-    people = people_pairs(cfg, "held_out")
-    if people is None:
-        console.print("[yellow]no people's held-out pairs configured (reward_model.people_pairs[].held_out): the adapter is judged by the reward model alone[/]")
-        return
-    f = adapter_people_figures(student_path(cfg), adapter_path, people, cfg.evaluation.batch_size,
-                               base_logp_cache(student_path(cfg), cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES)))
+    summary = json.loads(judged.file("summary.json").read_text()) if judged is not None else {}
+    if "people_accuracy" in summary:
+        f = summary
+    else:
+        people = people_pairs(cfg, "held_out")
+        if people is None:
+            console.print("[yellow]no people's held-out pairs configured (reward_model.people_pairs[].held_out): the adapter is judged by the reward model alone[/]")
+            return
+        f = adapter_people_figures(student_path(cfg), adapter_path, people, cfg.evaluation.batch_size,
+                                   base_logp_cache(student_path(cfg), cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES)))
     console.print(f"[bold]people's held-out pairs: the adapter's implicit reward orders {f['people_accuracy']:.1%} +- {f['people_standard_error']:.1%} "
                   f"of {f['people_pairs']} as people did[/] (the base: 50%; mean margin {f['people_mean_margin']:+.2f} nats; "
                   f"TRL's rewards/accuracies on pairs no model here trained on)")

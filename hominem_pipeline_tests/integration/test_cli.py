@@ -302,6 +302,15 @@ def test_reward_probe_prints_scores_uncertainty_and_preference(labeled_project):
     assert fixtures.returncode == 0, fixtures.stdout + fixtures.stderr
     assert "harm_avoidance" in fixtures.stdout and "truth" in fixtures.stdout and "goal: the scalar at least 90% overall" in fixtures.stdout
     assert "epistemic_integrity" in fixtures.stdout and "each tag's own dimension at least 90% overall" in fixtures.stdout
+    assert "read from the reward_fixtures check's scores" in " ".join(fixtures.stdout.split())  # not scored again
+    edited = project / "config" / "fixtures_edited.yaml"  # a file the check did not score: scored here, from the feature cache
+    edited.write_text((project / "config" / "fixtures" / "contrast.yaml").read_text() + "\n")
+    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.lineage import lineage
+
+    model = lineage(load_config(project / "config" / "tiny.yaml", root=project)).require("reward_model", DAY).path
+    again = hominem(project, "reward-probe", "--config", "config/tiny.yaml", "--fixtures", "--set", f"fixtures.file={edited}", "--model", str(model))
+    assert again.returncode == 0 and "scoring 132 fixture pairs" in again.stdout and "scored here" in again.stdout, again.stdout + again.stderr
     report = json.loads(hominem(project, "reward-probe", "--config", "config/tiny.yaml", "--fixtures", "--json").stdout)
     assert report["pairs"] == 132 and len(report["failures"]) == round((1 - report["accuracy"]) * 132)
     dims = report["dimensions"]  # the seven dimensions' tags, truth and relevance: scored by their own dimension too

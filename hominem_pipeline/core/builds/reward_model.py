@@ -216,14 +216,15 @@ def score_fixture_file(cfg: HominemConfig, folder: Path):
     beside it (fixtures.json); None when no fixture file is configured."""
     import json
 
-    from hominem_pipeline.core.evaluation.fixtures import FIXTURES_JSON, load_fixtures, score_fixtures
+    from hominem_pipeline.core.evaluation.fixtures import FIXTURES_JSON, fixtures_file_digest, load_fixtures, score_fixtures
     from hominem_pipeline.core.reward.model import project_reward_model
 
     if cfg.fixtures.file is None:
         return None
     fixtures = load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names)
     report = score_fixtures(project_reward_model(folder, cfg), fixtures)  # the fixtures' features come from the cache, not computed every day
-    (folder / FIXTURES_JSON).write_text(json.dumps(report.as_dict(), indent=1))
+    # the file's digest beside its scores: `hominem reward-probe --fixtures` reads them while the file is unchanged
+    (folder / FIXTURES_JSON).write_text(json.dumps({**report.as_dict(), "fixtures_digest": fixtures_file_digest(cfg)}, indent=1))
     return report
 
 

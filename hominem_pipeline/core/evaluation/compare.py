@@ -217,6 +217,23 @@ def side_by_side(
     return rows
 
 
+def side_by_side_from_evaluation(table: pd.DataFrame, reward_model: RewardModel) -> list[SideBySide]:
+    """The side-by-side rows an evaluation version already holds (its `generations.parquet`: both sides'
+    greedy replies and scores, by the reward model it was judged with), in its order."""
+    rows = []
+    for r in table.itertuples(index=False):
+        scores = {
+            side: {**{d: float((getattr(r, f"{side}_vector") or {}).get(d, math.nan)) for d in reward_model.dimensions},  # NaN: an empty reply
+                   **{k: float(getattr(r, f"{side}_{k}")) for k in ("scalar", "reward_intensity", "safety_score")}}
+            for side in SIDES
+        }
+        base, adapter = scores["base"]["scalar"], scores["adapter"]["scalar"]
+        both = not (math.isnan(base) or math.isnan(adapter))
+        p = reward_model.probability(adapter - base) if both else outcome(base, adapter)
+        rows.append(SideBySide(r.prompt, {side: getattr(r, f"{side}_response") for side in SIDES}, scores, p))
+    return rows
+
+
 def plot_dimension_deltas(summary: dict[str, Any], dimensions: Sequence[str], path: Path, title: str) -> Path:
     """Bar chart of the adapter's mean change per reward dimension (PNG)."""
     import matplotlib
