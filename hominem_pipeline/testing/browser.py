@@ -103,7 +103,7 @@ DASHBOARD_VIEWS = {  # view -> the charts it draws
     "timeline": ("chart-agreement", "chart-rhi", "chart-adapter"),
     "calibration": ("chart-cal-judge",),
     "drift": (),
-    "compare": ("chart-compare",),
+    "compare": (),  # two versions compared: with one built (a first day), a line saying there is nothing earlier
     "probe": (),
     "health": ("chart-health",),
 }
@@ -121,13 +121,14 @@ def open_view(driver: Any, url: str, view: str, timeout: float = 60) -> None:
 
 
 def chart_drawn(driver: Any, chart: str) -> dict[str, Any]:
-    """What the dashboard drew in `chart`: its series and data points, and how many of its canvas's pixels are not blank."""
+    """What the dashboard drew in `chart`: its series and data points, how many of its canvas's pixels are not blank, and
+    the x axis's tick labels as drawn."""
     return driver.execute_script(
         """const c = window.hominemCharts[arguments[0]]; if (!c) return null;
         const canvas = document.querySelector('#' + arguments[0] + ' canvas'); const ctx = canvas.getContext('2d');
         const px = ctx.getImageData(0, 0, canvas.width, canvas.height).data; let ink = 0;
         for (let i = 3; i < px.length; i += 4) if (px[i] > 0) ink++;
-        return {series: c.series, points: c.points, ink: ink, width: canvas.width};""", chart)
+        return {series: c.series, points: c.points, ink: ink, width: canvas.width, ticks: c.chart.axes[0]._values || null};""", chart)
 
 
 def probe_replies(driver: Any, prompt: str, replies: list[str], timeout: float = 300) -> None:

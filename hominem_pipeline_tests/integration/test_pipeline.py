@@ -187,14 +187,17 @@ def test_the_dashboard_draws_every_view_from_the_pipeline_s_files(chain, tmp_pat
         assert "refused" in driver.find_element(By.ID, "events").text or "promoted" in driver.find_element(By.ID, "events").text
         open_view(driver, url, "health")
         assert "Dimensional coherence" in driver.find_element(By.ID, "components").text
-        open_view(driver, url, "compare")  # the day's adapter against itself: its replies on the served reward model move nothing
-        assert compare_adapters(driver).endswith("on one scale"), driver.find_element(By.ID, "status").text
-        figure = chart_drawn(driver, "chart-compare-delta")
-        assert figure["points"] >= 1 + len(chain["cfg"].dimension_names) and " 0 of " in driver.find_element(By.ID, "compare-scale-note").text
+        ticks = chart_drawn(driver, "chart-rhi")["ticks"]  # per-day data on a day axis: dates, never hours
+        assert ticks and all(t == "" or (len(t) == 10 and t[4] == t[7] == "-") for t in ticks), ticks
+        open_view(driver, url, "compare")  # a first day: one reward model and one adapter, nothing set against itself
+        assert "nothing earlier to compare it with" in driver.find_element(By.ID, "compare-none").text
+        assert compare_adapters(driver).startswith("nothing earlier to compare with (1 adapter)")
+        assert not driver.find_elements(By.CSS_SELECTOR, "#chart-compare canvas")
         open_view(driver, url, "probe")
         probe_replies(driver, "I failed my driving test again.", ["That's rough. What happened on the test?", "Try harder."])
         figure = chart_drawn(driver, "chart-probe")
         assert figure["series"] == 2 and figure["points"] == 2 * len(chain["cfg"].dimension_names) and figure["ink"] > 1000
+        assert figure["ticks"] == [d.replace("_", " ") for d in chain["cfg"].dimension_names]  # a named tick under each dimension's bars
         assert len(driver.find_elements(By.CSS_SELECTOR, "#probe-out .attribution .span")) >= 3
         assert "typos" in driver.find_element(By.ID, "probe-out").text and "P(reply 1 preferred over reply 2)" in driver.find_element(By.ID, "probe-out").text
     finally:
@@ -558,6 +561,16 @@ def test_compare_prints_base_and_adapter_side_by_side(chain):
     assert f"reward model {rm.path}" in " ".join(out.split())  # the one the adapter was trained with
     people = chain["first"]["evaluation"]  # first, the figure no model of ours judges: the same as the evaluation's
     assert f"people's held-out pairs: the adapter's implicit reward orders {people['people_accuracy'].value:.1%} +- " in " ".join(out.split())
+    evaluation = lineage(chain["cfg"]).require("evaluation", DAY)
+    said = " ".join(out.split())
+    assert f"the {n_eval} evaluation prompts' replies and scores: read from evaluation {DAY} {evaluation.version}" in said  # not generated again
+    assert "generated here: 0 prompt(s)" in said and "evaluation generation" not in done.stderr
+    more = subprocess.run(
+        [str(Path(sys.executable).parent / "hominem"), "compare", "--config", "config/tiny.yaml", "--eval-set", "-p", "My cat ignores me."],
+        cwd=project, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert more.returncode == 0 and more.stdout.count("P(adapter's reply preferred) = ") == n_eval + 1, more.stdout + more.stderr
+    assert "generated here: 1 prompt(s) of --prompt" in " ".join(more.stdout.split())
 
 
 def test_pairs_against_the_students_own_reply(chain):

@@ -10,8 +10,20 @@ def test_chat_choose_a_over_b_strongly_with_a_note_and_nudge_empathy_all_in_the_
                                            note="A sounds like it cares", nudge=("empathy", "more"))
         shot = screenshot(driver, tmp_path / "page.png")
         shown_scores = driver.find_elements("css selector", "#chat .reply .bar")
+        # each piece of feedback is confirmed beside what it is about, not only in the status line at the bottom
+        confirmed = [e.text for e in driver.find_elements("css selector", "#chat .choice .confirm, #chat .reply .confirm")]
+        # the emotion tags in plain words, the model's term as the tooltip; every emoji button says it in words too
+        tag = driver.find_element("css selector", "#chat .reply .tags label")
+        tag_words, tag_term = driver.execute_script("return [arguments[0].textContent.trim(), arguments[0].title]", tag)
+        no_emoji = "no-emoji" in driver.find_element("tag name", "body").get_attribute("class").split()
+        thumb = driver.find_element("css selector", "#chat .reply .thumb")
+        emoji_drawn = thumb.find_element("css selector", ".emoji").is_displayed()
+        thumb_text = thumb.text
     finally:
         driver.quit()
+    assert sorted(confirmed) == ["✓ saved: A over B (strong)", "✓ saved: more empathy"], confirmed
+    assert tag_term == "high arousal" and tag_words.endswith("stirred up") and "arousal" not in tag_words
+    assert thumb_text.endswith("good") and emoji_drawn is not no_emoji  # no emoji font here: the word alone, no empty box
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
     assert len(shown_scores) == 14  # each reply's seven dimensions, drawn from its reward
     events = served.events()

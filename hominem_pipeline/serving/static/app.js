@@ -2,28 +2,64 @@
 // Plain JavaScript against the service's own API (/config, /generate, /feedback, ...); no build step.
 "use strict";
 
-const EMOJI = {
-  high_arousal: "🚀 high arousal", low_arousal: "😴 low arousal", predictive_discrepancy: "💔 predictive discrepancy",
-  prospect_heavy: "⏳ prospect-heavy", reflection_heavy: "🪞 reflection-heavy",
-  high_social_broadcast: "🤗 high social broadcast", low_social_broadcast: "🎭 low social broadcast",
+// Each emotion tag in plain words (the model's own term is the tooltip), with an emoji that is dropped where
+// the machine has no emoji font (see `emojiShown`): the words alone carry the meaning.
+const EMOTIONS = {
+  high_arousal: ["🚀", "stirred up"], low_arousal: ["😴", "calm, low energy"], predictive_discrepancy: ["💔", "not what I expected"],
+  prospect_heavy: ["⏳", "about what comes next"], reflection_heavy: ["🪞", "about what happened"],
+  high_social_broadcast: ["🤗", "want to share it"], low_social_broadcast: ["🎭", "keep it to myself"],
 };
+
+// Whether this browser draws emoji in colour; without an emoji font they are empty boxes, and the page
+// then shows the words beside them alone (body.no-emoji).
+function emojiShown() {
+  const canvas = document.createElement("canvas");
+  canvas.width = canvas.height = 32;
+  const ctx = canvas.getContext("2d");
+  if (!ctx) return true;
+  ctx.font = "24px sans-serif";
+  ctx.textBaseline = "top";
+  ctx.fillText("👍", 0, 0);
+  const px = ctx.getImageData(0, 0, 32, 32).data;
+  for (let i = 0; i < px.length; i += 4) {
+    if (px[i + 3] > 0 && (Math.abs(px[i] - px[i + 1]) > 40 || Math.abs(px[i + 1] - px[i + 2]) > 40)) return true;  // a coloured pixel
+  }
+  return false;
+}
+
+// A short confirmation beside what it is about: the reply card (or the choice box) it was given on.
+function confirmNear(el, text, failed = false) {
+  if (!el) return;
+  let note = $(".confirm", el);
+  if (!note) {
+    note = document.createElement("p");
+    note.className = "confirm";
+    note.setAttribute("role", "status");
+    el.appendChild(note);
+  }
+  note.textContent = failed ? `not saved: ${text}` : `✓ saved: ${text}`;
+  note.classList.toggle("failed", failed);
+}
 const state = { config: null, messages: [], session: newId(), choiceCount: 0 };
 
 function newId() {
   return (crypto.randomUUID ? crypto.randomUUID() : String(Date.now()) + Math.random().toString(16).slice(2)).replace(/-/g, "");
 }
 
-// Feedback is sent with its own id, so a retry after a lost answer is written once.
-async function sendFeedback(event, what) {
+// Feedback is sent with its own id, so a retry after a lost answer is written once; `near`: the card the
+// confirmation is shown on.
+async function sendFeedback(event, what, near = null) {
   const body = { id: newId(), ...event };
   for (let attempt = 0; ; attempt++) {
     try {
       const result = await api("/feedback", body);
       status(`saved: ${what}`);
+      confirmNear(near, what);
       return result;
     } catch (error) {
       if (attempt >= 2 || !/^(5\d\d|Failed|NetworkError)/.test(error.message)) {
         status(`not saved (${what}): ${error.message}`, true);
+        confirmNear(near, `${what} (${error.message})`, true);
         throw error;
       }
       await new Promise((r) => setTimeout(r, 500 * (attempt + 1)));
@@ -105,20 +141,22 @@ function replyCard(reply, label) {
   else $(".text", card).textContent = "(empty reply)";
   $(".scores", card).appendChild(scoresView(reply.reward));
   for (const button of card.querySelectorAll(".thumb")) {
-    button.onclick = () => sendFeedback({ kind: "thumb", turn: reply.turn, value: button.dataset.value }, `thumb ${button.dataset.value}`)
+    button.onclick = () => sendFeedback({ kind: "thumb", turn: reply.turn, value: button.dataset.value }, `thumb ${button.dataset.value}`, card)
       .then(() => button.classList.add("done")).catch(() => {});
   }
   const select = $(".dimension", card);
   for (const name of state.config.dimensions) select.add(new Option(name, name));
   for (const button of card.querySelectorAll(".nudge button")) {
     button.onclick = () => sendFeedback({ kind: "nudge", turn: reply.turn, dimension: select.value, direction: button.dataset.direction },
-      `${button.dataset.direction} ${select.value}`).then(() => button.classList.add("done")).catch(() => {});
+      `${button.dataset.direction} ${select.value}`, card).then(() => button.classList.add("done")).catch(() => {});
   }
   const tags = $(".tags", card);
   for (const tag of state.config.emotion_tags) {
     const item = document.createElement("label");
-    item.innerHTML = `<input type="checkbox" value="${tag}"> `;
-    item.append(EMOJI[tag] || tag);
+    const [emoji, words] = EMOTIONS[tag] || ["", tag.replace(/_/g, " ")];
+    item.title = tag.replace(/_/g, " ");  // the model's own term
+    item.innerHTML = `<input type="checkbox" value="${tag}"> <span class="emoji" aria-hidden="true">${emoji}</span> `;
+    item.append(words);
     tags.appendChild(item);
   }
   let valence = null;
@@ -130,7 +168,7 @@ function replyCard(reply, label) {
   }
   $(".send-emotion", card).onclick = () => {
     const chosen = [...tags.querySelectorAll("input:checked")].map((i) => i.value);
-    sendFeedback({ kind: "emotion", turn: reply.turn, valence, tags: chosen }, "emotion labels").catch(() => {});
+    sendFeedback({ kind: "emotion", turn: reply.turn, valence, tags: chosen }, "emotion labels", card).catch(() => {});
   };
   return card;
 }
@@ -149,7 +187,7 @@ function choiceBox(a, b, onChosen, repeatOf) {
     if (note) event.note = note;
     if (repeatOf) event.repeat_of = repeatOf;
     try {
-      await sendFeedback(event, `${pick.value} over ${pick.value === "A" ? "B" : "A"} (${event.strength})`);
+      await sendFeedback(event, `${pick.value} over ${pick.value === "A" ? "B" : "A"} (${event.strength})`, box);
     } catch { return; }
     box.classList.add("done");
     box.querySelectorAll("input, textarea, button").forEach((el) => (el.disabled = true));
@@ -249,6 +287,7 @@ async function refreshConsistency() {
 }
 
 async function start() {
+  document.body.classList.toggle("no-emoji", !emojiShown());
   const tokenInput = $("#token");
   tokenInput.value = localStorage.getItem("hominem-token") || "";
   tokenInput.onchange = () => { localStorage.setItem("hominem-token", tokenInput.value.trim()); start(); };

@@ -12,18 +12,36 @@ const num = (v, d = 3) => (v === null || v === undefined ? "–" : Number(v).toF
 const dayTs = (d) => Date.parse(d + "T12:00:00Z") / 1000;
 const TIE = 1e-6;  // scalars closer than this are a tie (the same reply scored in two batches differs in the last digits)
 
-// One uPlot chart in `id`: x values and named series ({label, values, colour, points, dash}); kind "time" or "linear".
-function draw(id, x, series, { kind = "time", yRange = null, xLabel = "", yLabel = "", bars = false } = {}) {
+const DAY = 86400;
+const dayLabel = (ts) => new Date(ts * 1000).toISOString().slice(0, 10);
+
+// The x axis: per-day data on whole days (ticks a day or more apart, each a date); `categories` (a bar per
+// name: the dimensions, the figures compared) one tick per bar, its name, slanted to fit.
+function xAxis(kind, xLabel, categories) {
+  if (categories) {
+    const long = Math.max(...categories.map((c) => c.length));
+    return { label: xLabel, splits: () => categories.map((_, i) => i + 1), values: (u, splits) => splits.map((v) => categories[v - 1] ?? ""),
+             rotate: long > 6 ? -30 : 0, size: long > 6 ? Math.min(160, 20 + long * 6) : 40, gap: 4 };
+  }
+  if (kind === "time") return { label: xLabel, incrs: [DAY, 2 * DAY, 7 * DAY, 14 * DAY, 30 * DAY, 91 * DAY, 365 * DAY], values: (u, splits) => splits.map(dayLabel), space: 70 };
+  return { label: xLabel };
+}
+
+// One uPlot chart in `id`: x values and named series ({label, values, colour, points, dash}); kind "time"
+// (x: days) or "linear"; `categories`: one name per x (1..n), drawn as the axis's ticks.
+function draw(id, x, series, { kind = "time", yRange = null, xLabel = "", yLabel = "", bars = false, categories = null } = {}) {
   const el = document.getElementById(id);
   if (charts[id]) { charts[id].chart.destroy(); delete charts[id]; }
   el.innerHTML = "";
   if (!x.length || !series.length) { el.innerHTML = '<p class="muted">nothing measured yet</p>'; return; }
   const width = Math.max(320, el.clientWidth || el.parentElement.clientWidth || 600);
-  const opts = {
-    width, height: 250,
+  const xScale = categories ? { time: false, range: [0.4, categories.length + 0.6] }
     // one day alone: a week around it, not the years uPlot would span
-    scales: { x: { time: kind === "time", ...(kind === "time" && x.length === 1 ? { range: [x[0] - 3 * 86400, x[0] + 3 * 86400] } : {}) }, y: yRange ? { range: yRange } : {} },
-    axes: [{ label: xLabel }, { label: yLabel }],
+    : { time: kind === "time", ...(kind === "time" && x.length === 1 ? { range: [x[0] - 3 * DAY, x[0] + 3 * DAY] } : {}) };
+  const opts = {
+    width, height: categories ? 300 : 250,
+    scales: { x: xScale, y: yRange ? { range: yRange } : {} },
+    axes: [xAxis(kind, xLabel, categories), { label: yLabel }],
     series: [{}, ...series.map((s, i) => ({
       label: s.label, stroke: s.colour || COLOURS[i % COLOURS.length], width: s.width || 2, dash: s.dash,
       points: { show: s.points ?? x.length < 40, size: 6 }, spanGaps: true,
@@ -84,7 +102,7 @@ const views = {
       + (drifted.length ? `<ul>${drifted.map((x) => `<li class="bad">${esc(x.scope)}: ${esc(x.says)}</li>`).join("")}</ul>` : '<p class="good">nothing drifted</p>');
     const clusters = d.clusters || [];
     draw("chart-clusters", clusters.map((_, i) => i + 1), [{ label: "pairs now", values: clusters.map((c) => c.size) }, { label: "yesterday", values: clusters.map((c) => c.previous_size ?? null), colour: "#adb5bd" }],
-      { kind: "linear", bars: true, xLabel: "cluster", yLabel: "pairs" });
+      { kind: "linear", bars: true, xLabel: "cluster", yLabel: "pairs", categories: clusters.map((c, i) => `${i + 1}. ${c.name}`.slice(0, 28)) });
     $("#clusters").innerHTML = clusters.map((c, i) => `<div class="card"><b>${i + 1}. ${esc(c.name)}</b> <span class="tag">${esc(c.status)}</span> ${c.size} pair(s)`
       + ` <span class="muted">${esc(c.dimension || "")} ${c.tag ? "· " + esc(c.tag) : ""}</span>`
       + (c.examples || []).slice(0, 2).map((e) => `<p class="muted">${esc(e.prompt || "")}<br>chosen: ${esc(e.chosen || "")}<br>rejected: ${esc(e.rejected || "")}</p>`).join("") + "</div>").join("")
@@ -102,11 +120,10 @@ const views = {
         sel.selectedIndex = Math.max(0, pick);
       }
     };
-    kind.onchange = fill;
+    kind.onchange = async () => { fill(); await compareIfTwo(o); };
     fill();
-    $("#compare-form").onsubmit = async (ev) => { ev.preventDefault(); await runCompare(); };
-    if ($("#compare-a").value) await runCompare();
-    else status("nothing to compare yet");
+    $("#compare-form").onsubmit = async (ev) => { ev.preventDefault(); await compareIfTwo(o); };
+    await compareIfTwo(o);
   },
 
   async probe() {
@@ -162,12 +179,30 @@ const views = {
   },
 };
 
+// Two different versions compared; with one built (a first day) or the same one picked twice, a line saying so.
+async function compareIfTwo(o) {
+  const kind = $("#compare-kind").value, list = o[kind] || [], a = $("#compare-a").value, b = $("#compare-b").value;
+  const what = kind === "adapters" ? "adapter" : "reward model";
+  if (list.length < 2 || a === b) {
+    if (charts["chart-compare"]) { charts["chart-compare"].chart.destroy(); delete charts["chart-compare"]; }
+    $("#chart-compare").innerHTML = "";
+    $("#compare-scale").hidden = true;
+    $("#compare-out").innerHTML = `<p class="muted" id="compare-none">${list.length < 2
+      ? `Only ${list.length ? "one" : "no"} ${what} built so far: nothing earlier to compare it with. A later day's run builds another.`
+      : `a and b are the same ${what}: pick two different ones.`}</p>`;
+    status(list.length < 2 ? `nothing earlier to compare with (${list.length} ${what})` : "pick two different versions");
+    return;
+  }
+  await runCompare();
+}
+
 async function runCompare() {
   const kind = $("#compare-kind").value, a = $("#compare-a").value, b = $("#compare-b").value;
   const c = await api(`/dashboard/api/compare?kind=${kind}&a=${encodeURIComponent(a)}&b=${encodeURIComponent(b)}`);
   const ma = c.metrics[a] || {}, mb = c.metrics[b] || {};
   const keys = Object.keys({ ...ma, ...mb }).filter((k) => typeof (ma[k] ?? mb[k]) === "number" && (kind === "adapters" ? /win_rate|people_accuracy|memory|delta_|fixture_moved_right$/.test(k) : /^probe_/.test(k)));
-  draw("chart-compare", keys.map((_, i) => i + 1), [{ label: a, values: keys.map((k) => ma[k] ?? null) }, { label: b, values: keys.map((k) => mb[k] ?? null) }], { kind: "linear", bars: true, xLabel: keys.map((k, i) => `${i + 1} ${k}`).join("  ") });
+  draw("chart-compare", keys.map((_, i) => i + 1), [{ label: a, values: keys.map((k) => ma[k] ?? null) }, { label: b, values: keys.map((k) => mb[k] ?? null) }],
+    { kind: "linear", bars: true, categories: keys.map((k) => k.replace(/^probe_|^delta_/, "").replace(/_/g, " ")) });
   let html = `<table><thead><tr><th>figure</th><th>${esc(a)}</th><th>${esc(b)}</th><th>b - a</th></tr></thead><tbody>`
     + keys.map((k) => `<tr><td>${esc(k)}</td><td class="num">${num(ma[k])}</td><td class="num">${num(mb[k])}</td><td class="num">${num((mb[k] ?? 0) - (ma[k] ?? 0))}</td></tr>`).join("") + "</tbody></table>";
   if (c.tradeoffs) html += `<h3>Trade-offs</h3><table><thead><tr><th>scenario</th><th>written</th><th>a</th><th>b</th></tr></thead><tbody>`
@@ -215,7 +250,7 @@ function showOneScale(s, rows) {
   draw("chart-compare-delta", keys.map((_, i) => i + 1), [
     { label: "b - a", values: keys.map((k) => stats[k].mean) },
     { label: "± 1 standard error", values: keys.map((k) => stats[k].se), colour: "#adb5bd" },
-  ], { kind: "linear", bars: true, xLabel: keys.map((k, i) => `${i + 1} ${k}`).join("  ") });
+  ], { kind: "linear", bars: true, categories: keys.map((k) => k.replace(/_/g, " ")) });
   const wins = rows.filter((r) => r.scalar_b - r.scalar_a > TIE).length;
   $("#compare-scale-note").innerHTML = `b's reply scores higher on ${wins} of ${rows.length} prompts; scalar b - a ${num(stats.scalar.mean)} ± ${num(stats.scalar.se)}. `
     + s.dimensions.filter((k) => stats[k].se !== null && Math.abs(stats[k].mean) > Math.max(TIE, 2 * stats[k].se)).map((k) => `<b>${esc(k)}</b> ${stats[k].mean > 0 ? "rose" : "fell"} beyond two standard errors`).join("; ");
@@ -225,7 +260,7 @@ function showOneScale(s, rows) {
 function showProbe(p) {
   const dims = p.dimensions;
   draw("chart-probe", dims.map((_, i) => i + 1), p.replies.map((r, i) => ({ label: `reply ${i + 1} (scalar ${num(r.scalar)})`, values: dims.map((d) => r.vector[d]) })),
-    { kind: "linear", bars: true, xLabel: dims.map((d, i) => `${i + 1} ${d}`).join("  "), yRange: [-1, 1] });
+    { kind: "linear", bars: true, categories: dims.map((d) => d.replace(/_/g, " ")), yRange: [-1, 1] });
   $("#probe-out").innerHTML = p.p_first.map((v, j) => `<p>P(reply 1 preferred over reply ${j + 2}) = ${num(v)}</p>`).join("")
     + p.replies.map((_, i) => `<div class="card" id="attribution-${i}"></div>`).join("") + '<div class="card" id="rewrites"></div>';
 }
