@@ -9,7 +9,7 @@ window.hominemCharts = charts;
 const esc = (s) => String(s ?? "").replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
 const pct = (v) => (v === null || v === undefined ? "–" : `${(100 * v).toFixed(1)}%`);
 const num = (v, d = 3) => (v === null || v === undefined ? "–" : Number(v).toFixed(d));
-const dayTs = (d) => Date.parse(d + "T12:00:00Z") / 1000;
+const dayTs = (d) => Date.parse(d + "T00:00:00Z") / 1000;  // a day at its own tick (the axis is in UTC, as the partitions are)
 const TIE = 1e-6;  // scalars closer than this are a tie (the same reply scored in two batches differs in the last digits)
 
 const DAY = 86400;
@@ -36,10 +36,11 @@ function draw(id, x, series, { kind = "time", yRange = null, xLabel = "", yLabel
   if (!x.length || !series.length) { el.innerHTML = '<p class="muted">nothing measured yet</p>'; return; }
   const width = Math.max(320, el.clientWidth || el.parentElement.clientWidth || 600);
   const xScale = categories ? { time: false, range: [0.4, categories.length + 0.6] }
-    // one day alone: a week around it, not the years uPlot would span
-    : { time: kind === "time", ...(kind === "time" && x.length === 1 ? { range: [x[0] - 3 * DAY, x[0] + 3 * DAY] } : {}) };
+    // days: half a day of room each side (the first and last dates fit); one day alone: a week around it, not the years uPlot would span
+    : { time: kind === "time", ...(kind === "time" ? { range: x.length === 1 ? [x[0] - 3.5 * DAY, x[0] + 3.5 * DAY] : [Math.min(...x) - DAY / 2, Math.max(...x) + DAY / 2] } : {}) };
   const opts = {
     width, height: categories ? 300 : 250,
+    ...(kind === "time" && !categories ? { tzDate: (ts) => uPlot.tzDate(new Date(ts * 1000), "Etc/UTC") } : {}),
     scales: { x: xScale, y: yRange ? { range: yRange } : {} },
     axes: [xAxis(kind, xLabel, categories), { label: yLabel }],
     series: [{}, ...series.map((s, i) => ({
@@ -186,6 +187,7 @@ async function compareIfTwo(o) {
   if (list.length < 2 || a === b) {
     if (charts["chart-compare"]) { charts["chart-compare"].chart.destroy(); delete charts["chart-compare"]; }
     $("#chart-compare").innerHTML = "";
+    $("#chart-compare").parentElement.hidden = true;
     $("#compare-scale").hidden = true;
     $("#compare-out").innerHTML = `<p class="muted" id="compare-none">${list.length < 2
       ? `Only ${list.length ? "one" : "no"} ${what} built so far: nothing earlier to compare it with. A later day's run builds another.`
@@ -198,6 +200,7 @@ async function compareIfTwo(o) {
 
 async function runCompare() {
   const kind = $("#compare-kind").value, a = $("#compare-a").value, b = $("#compare-b").value;
+  $("#chart-compare").parentElement.hidden = false;
   const c = await api(`/dashboard/api/compare?kind=${kind}&a=${encodeURIComponent(a)}&b=${encodeURIComponent(b)}`);
   const ma = c.metrics[a] || {}, mb = c.metrics[b] || {};
   const keys = Object.keys({ ...ma, ...mb }).filter((k) => typeof (ma[k] ?? mb[k]) === "number" && (kind === "adapters" ? /win_rate|people_accuracy|memory|delta_|fixture_moved_right$/.test(k) : /^probe_/.test(k)));
