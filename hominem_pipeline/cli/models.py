@@ -95,8 +95,11 @@ def _probe_fixtures(cfg, path: Path, as_json: bool) -> None:
 
     if cfg.fixtures.file is None:
         fail("fixtures.file is null: no contrast fixtures to score; --set fixtures.file=PATH names a file")
-    kept = json.loads((path / FIXTURES_JSON).read_text()) if (path / FIXTURES_JSON).is_file() else {}
-    if kept.get("fixtures_digest") == fixtures_file_digest(cfg):  # the reward_fixtures check's scores, on this very file
+    try:  # the check's scores; a missing or unreadable file is scored again
+        kept = json.loads((path / FIXTURES_JSON).read_text())
+    except (OSError, ValueError):
+        kept = {}
+    if isinstance(kept, dict) and kept.get("fixtures_digest") == fixtures_file_digest(cfg):  # the check's scores, on this very file
         report, source = FixtureReport.from_dict(kept), f"read from the reward_fixtures check's scores ({path / FIXTURES_JSON})"
     else:
         try:

@@ -123,7 +123,7 @@ def _check_teacher_key(cfg: HominemConfig, day: str, selected: set[str], fill_wi
     nothing is started, so no failed run, empty partition folder or failed MLflow run is left behind."""
     from hominem_pipeline.core.lineage import lineage
     from hominem_pipeline.core.stages import TEACHER_STAGES
-    from hominem_pipeline.core.teacher.providers import MissingKeyError, api_key_for, public_url, unreachable_address
+    from hominem_pipeline.core.teacher.providers import MissingKeyError, api_key_for, teacher_address, unreachable_address
 
     if cfg.teacher.provider == "local":
         return
@@ -135,7 +135,7 @@ def _check_teacher_key(cfg: HominemConfig, day: str, selected: set[str], fill_wi
             fail(str(exc))
         api = cfg.teacher.api
         if why := unreachable_address(api.base_url, cfg.teacher.provider):
-            fail(f"cannot reach the teacher at {public_url(api.base_url) or 'the ' + cfg.teacher.provider + ' API'}: {why}; "
+            fail(f"cannot reach the teacher at {teacher_address(api.base_url, cfg.teacher.provider)}: {why}; "
                  f"start the server there, or fix teacher.api.base_url")
 
 

@@ -37,6 +37,10 @@ class ProjectConfig(_Frozen):
     partitions_start: dt.date | None = Field(description="First daily partition Dagster offers (YYYY-MM-DD); null: the project's first built day (today before any), so the catalog's fill is the project's own.")
     seed: int = Field(ge=0, description="Base seed, >= 0; each stage derives its own from it and the partition date.")
 
+    def before_start(self, day: dt.date | str) -> bool:
+        """`day` lies before a configured partitions_start (never, with null: the first built day reaches back)."""
+        return self.partitions_start is not None and dt.date.fromisoformat(str(day)) < self.partitions_start
+
 
 class RuntimeConfig(_Frozen):
     device: Literal["auto", "cpu", "cuda"] = Field(description="Where the networks run: auto (CUDA when torch sees a GPU, else the CPU), cpu, or cuda (an error without one). Changes how fast, not what is built (not part of any version).")

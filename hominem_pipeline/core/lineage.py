@@ -328,7 +328,7 @@ def window_gaps(data: Lineage, day: str, label_days: int, pair_days: int) -> lis
     gaps = []
     for ago in range(max(label_days, pair_days) - 1, 0, -1):
         d = end - dt.timedelta(days=ago)
-        if data.cfg.project.partitions_start is not None and d < data.cfg.project.partitions_start:
+        if data.cfg.project.before_start(d.isoformat()):
             continue
         asset = "preference_pairs" if ago < pair_days else "teacher_labels" if ago < label_days else None
         if asset and data.expected(asset, d.isoformat()) is None:

@@ -56,7 +56,7 @@ def refresh_window(stage: Stage, cfg: HominemConfig, partition: str, dagster_run
         if not up.refresh or up.inputs:
             continue
         for day in window_days(partition, inp.window(cfg) if inp.window else 1):
-            if cfg.project.partitions_start is not None and dt.date.fromisoformat(day) < cfg.project.partitions_start:
+            if cfg.project.before_start(day):
                 continue
             try:
                 if data.expected(up.name, day) is not None or (up.files is not None and up.files(cfg, day) is None):

@@ -191,6 +191,12 @@ class SideBySide:
     p_adapter_preferred: float  # calibrated by the reward model; 1 or 0 when one side is empty
 
 
+def _adapter_preferred(reward_model: RewardModel, scores: dict[str, dict[str, float]]) -> float:
+    """The calibrated probability that the adapter's reply is preferred; 1 or 0 when one side is empty (unscored)."""
+    base, adapter = scores["base"]["scalar"], scores["adapter"]["scalar"]
+    return reward_model.probability(adapter - base) if not (math.isnan(base) or math.isnan(adapter)) else outcome(base, adapter)
+
+
 def side_by_side(
     prompts: Sequence[str], *, student_path: Path, adapter_path: Path, reward_model: RewardModel, cfg: EvaluationConfig, seed: int
 ) -> list[SideBySide]:
@@ -210,10 +216,7 @@ def side_by_side(
                    **{k: float(raw[side][k][i]) for k in ("scalar", "reward_intensity", "safety_score")}}
             for side in SIDES
         }
-        base, adapter = scores["base"]["scalar"], scores["adapter"]["scalar"]
-        both = not (math.isnan(base) or math.isnan(adapter))
-        p = reward_model.probability(adapter - base) if both else outcome(base, adapter)
-        rows.append(SideBySide(prompt, {side: replies[side][i] for side in SIDES}, scores, p))
+        rows.append(SideBySide(prompt, {side: replies[side][i] for side in SIDES}, scores, _adapter_preferred(reward_model, scores)))
     return rows
 
 
@@ -227,10 +230,7 @@ def side_by_side_from_evaluation(table: pd.DataFrame, reward_model: RewardModel)
                    **{k: float(getattr(r, f"{side}_{k}")) for k in ("scalar", "reward_intensity", "safety_score")}}
             for side in SIDES
         }
-        base, adapter = scores["base"]["scalar"], scores["adapter"]["scalar"]
-        both = not (math.isnan(base) or math.isnan(adapter))
-        p = reward_model.probability(adapter - base) if both else outcome(base, adapter)
-        rows.append(SideBySide(r.prompt, {side: getattr(r, f"{side}_response") for side in SIDES}, scores, p))
+        rows.append(SideBySide(r.prompt, {side: getattr(r, f"{side}_response") for side in SIDES}, scores, _adapter_preferred(reward_model, scores)))
     return rows
 
 

@@ -26,8 +26,8 @@ from hominem_pipeline.core.teacher.providers import (
     ChatResult,
     FatalProviderError,
     classify_error,
-    public_url,
     redact,
+    teacher_address,
 )
 
 log = logging.getLogger(__name__)
@@ -171,8 +171,7 @@ class Dispatcher:
     @property
     def address(self) -> str:
         """The server the calls go to, as a person would check it (no user:password)."""
-        default = {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com/v1"}
-        return public_url(getattr(self.backend, "base_url", None)) or default.get(self.backend.provider, "the provider's default address")
+        return teacher_address(getattr(self.backend, "base_url", None), self.backend.provider)
 
     def _estimate_tokens(self, request: ChatRequest) -> int:  # ~4 characters a token
         chars = len(request.system or "") + sum(len(t) for _, t in request.turns)

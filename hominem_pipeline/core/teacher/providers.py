@@ -116,6 +116,14 @@ def unreachable_cause(exc: BaseException) -> str | None:
     return None
 
 
+DEFAULT_ADDRESSES = {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com/v1"}  # where the SDKs call without a base_url
+
+
+def teacher_address(url: str | None, provider: str) -> str:
+    """The address a provider's calls go to, as a person would check it (no user:password)."""
+    return public_url(url) or DEFAULT_ADDRESSES.get(provider, f"the {provider} API")
+
+
 PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy")
 
 
@@ -125,7 +133,7 @@ def unreachable_address(url: str | None, provider: str, timeout: float = 3.0) ->
     network is the dispatcher's to retry)."""
     if any(os.environ.get(v) for v in PROXY_VARIABLES):
         return None
-    parts = urlsplit(url or {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com/v1"}.get(provider, ""))
+    parts = urlsplit(url or DEFAULT_ADDRESSES.get(provider, ""))
     if not parts.hostname:
         return None
     try:
