@@ -251,7 +251,7 @@ def data_ship_features(config: ConfigOpt = None, sets: SetOpt = None) -> None:
     from, and the people's start trained on them (policy.dual.people_start; about 25 minutes on 2 CPU cores), to config/human/features/,
     so that a fresh clone's first run reads them instead of computing them. Run it after `hominem run` once the shipped pairs, the guards,
     the backbone, the judge's frame, policy.lora or policy.max_length change, and commit the folder."""
-    from hominem_pipeline.core.builds.reward_model import ship_features
+    from hominem_pipeline.core.builds.shipping import ship_features
     from hominem_pipeline.core.models import ModelNotAvailable
 
     setup_logging()

@@ -289,7 +289,8 @@ def test_shipped_reference_log_probabilities_are_read_and_never_written_back(tin
     """`ship_reference` writes the base's log-probability of each people's pair's sequences for this base;
     training on those pairs then measures none of them (and trains exactly as without them), and the
     project's own reference cache keeps only what it measured."""
-    from hominem_pipeline.core.policy.dual import load_reference_cache, ship_reference, shipped_reference_file
+    from hominem_pipeline.core.builds.shipping import ship_reference
+    from hominem_pipeline.core.policy.dual import load_reference_cache, shipped_reference_file
 
     cfg, shipped = policy_cfg(), tmp_path / "features"
     people = pairs(3)
@@ -346,7 +347,7 @@ def test_a_fresh_adapter_starts_from_the_shipped_peoples_start_only_where_it_fit
     """The people's start (`policy.people_start`): trained once on the people's pairs and shipped; a daily
     adapter starts from its weights (not zero: it already prefers the chosen replies), kept when nothing
     changed, and left aside, saying why, for another LoRA shape or other pairs."""
-    from hominem_pipeline.core.policy.dual import ship_people_start
+    from hominem_pipeline.core.builds.shipping import ship_people_start
     from hominem_pipeline.core.policy.people_start import pairs_key, people_start_file
 
     def cfg(**policy):

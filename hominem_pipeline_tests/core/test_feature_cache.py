@@ -124,7 +124,7 @@ def test_the_shipped_rows_cover_every_shipped_text_as_training_and_scoring_read_
     from transformers import AutoTokenizer
 
     from hominem_pipeline.core.artifacts import optional_file_digest
-    from hominem_pipeline.core.builds.reward_model import shipped_texts
+    from hominem_pipeline.core.builds.shipping import shipped_texts
     from hominem_pipeline.core.config_loader import load_config
     from hominem_pipeline.core.reward.encoding import judge_frame, make_encoder
     from hominem_pipeline.core.teacher.base import rubric_system

@@ -67,6 +67,16 @@ def test_a_source_line_of_a_module_a_stage_runs_changes_it_and_its_downstream_on
     assert definition_version(STAGES_BY_NAME["prompts"], tiny_cfg, root) == definition_version(STAGES_BY_NAME["prompts"], tiny_cfg)
 
 
+def test_no_stage_version_covers_a_trainer_it_does_not_run():
+    """What `hominem data ship-features` writes is trained and measured in its own module: the reward
+    model's version does not cover the dual trainer, and no stage's covers the shipping module."""
+    closures = {s.name: module_closure(s.build.__module__) for s in STAGES}
+    assert "hominem_pipeline.core.policy.dual" not in closures["reward_model"]
+    assert not any("hominem_pipeline.core.policy." + m in closures["reward_model"] for m in ("dual", "rl", "dpo", "losses", "people_start"))
+    assert "hominem_pipeline.core.reward.training" in closures["reward_model"]
+    assert [n for n, c in closures.items() if "hominem_pipeline.core.builds.shipping" in c] == []
+
+
 def test_a_version_names_its_inputs_bytes_not_their_names(tiny_cfg):
     """Two builds of the same upstream version id with other bytes (a sampling teacher on another
     machine) make different downstream versions."""

@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import random
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -32,7 +31,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from hominem_pipeline.core.artifacts import fingerprint
 from hominem_pipeline.core.config import DualConfig, PolicyConfig
 from hominem_pipeline.core.policy.losses import SafetyGate, dual_channel_loss
 from hominem_pipeline.core.policy.sequences import (
@@ -89,71 +87,6 @@ def load_shipped_reference(folder: Path | None, base: str) -> dict[str, float]:
         return {}
     with np.load(path) as saved:
         return dict(zip(saved["keys"].tolist(), saved["logps"].astype(np.float64).tolist()))
-
-
-def ship_reference(student_path: Path, cfg: PolicyConfig, pairs: pd.DataFrame, folder: Path, batch_size: int = 16) -> tuple[Path, int, int]:
-    """Write the base's (the reference's) summed reply log-probability of each pair's chosen and rejected
-    sequence, as the dual trainer encodes them (`policy.max_length`), to `folder`
-    (`shipped_reference_file`), so a fresh clone's first training reads them instead of a pass of the
-    student over every shipped pair. Returns (file, sequences, sequences measured now)."""
-    from hominem_pipeline.core.policy.lora import lora_student
-    from hominem_pipeline.core.reward.guards import reply_token_logps
-
-    model, tokenizer, base = lora_student(student_path, cfg)
-    model.eval()
-    by_key = {sequence_key(s): s for pair in pair_sequences(tokenizer, pairs, cfg.max_length) for s in pair}
-    cache = load_shipped_reference(folder, base)
-    known = len(cache)
-    progress = Progress("reference log-probabilities of the shipped pairs", len(by_key), log, unit="sequences")
-    todo = sorted(((k, s) for k, s in by_key.items() if k not in cache), key=lambda kv: len(kv[1][0]))
-    progress.advance(len(by_key) - len(todo))
-    with model.disable_adapter():  # inference only: the LM head on the reply positions alone (the same values as the fused head's, to ~1e-5)
-        for start in range(0, len(todo), 8 * batch_size):
-            chunk = todo[start : start + 8 * batch_size]
-            values, _ = reply_token_logps(model, [s for _, s in chunk], tokenizer.pad_token_id, batch_size)
-            cache.update({key: float(v) for (key, _), v in zip(chunk, values.tolist())})
-            progress.advance(len(chunk))
-    keys = list(by_key)
-    path = shipped_reference_file(folder, base)
-    folder.mkdir(parents=True, exist_ok=True)
-    np.savez(path, keys=np.array(keys), logps=np.array([cache[k] for k in keys], dtype=np.float64))
-    return path, len(keys), max(0, len(cache) - known)
-
-
-def ship_people_start(student_path: Path, cfg: PolicyConfig, pairs: pd.DataFrame, memory: pd.DataFrame, folder: Path) -> tuple[Path, int, int]:
-    """Train the people's start on `pairs` (the people's training pairs as the dual trainer's rows,
-    `policy.pairs.people_rows`) and `memory` with `policy.dual.people_start`'s steps and learning
-    rate (seed 0, the reference read from `folder`'s shipped log-probabilities), and write it to `folder`
-    (`people_start.people_start_file`); one shipped there already with the same settings, pairs and memory rows is kept.
-    Returns (file, pairs, pairs trained on now: 0 when kept)."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file, save_file
-
-    from hominem_pipeline.core.policy.lora import lora_student
-    from hominem_pipeline.core.policy.people_start import lora_shape, pairs_key, people_start_file
-
-    start = cfg.dual.people_start
-    if start is None:
-        raise ValueError("policy.dual.people_start is null: there is no people's start to train")
-    settings = {"max_steps": start.max_steps, "learning_rate": start.learning_rate, "batch_size": cfg.batch_size, "max_length": cfg.max_length,
-                "beta": cfg.beta, "dual": cfg.dual.model_dump(exclude={"people_start", "people_share", "sampler", "channels"}), "lora": lora_shape(cfg.lora),
-                **({"channels": cfg.dual.channels.model_dump()} if cfg.dual.channels.trains_differently() else {}),
-                "pairs": len(pairs), "pairs_key": pairs_key(pairs), "memory_key": fingerprint(list(zip(memory["prompt"], memory["response"])), 16), "seed": 0}
-    _, _, base = lora_student(student_path, cfg, device="cpu")
-    path = people_start_file(folder, base)
-    if path.is_file():
-        with safe_open(str(path), "pt") as fh:
-            shipped = json.loads(fh.metadata()["settings"])
-        if {k: v for k, v in shipped.items() if k != "final_reward_accuracy"} == settings:
-            return path, len(pairs), 0
-    tuned = cfg.model_copy(update={"max_steps": start.max_steps, "learning_rate": start.learning_rate})
-    with tempfile.TemporaryDirectory() as tmp:
-        result = train_dual_adapter(pairs, memory, student_path=student_path, cfg=tuned, out_dir=Path(tmp), seed=0, shipped_reference=folder)
-        state = load_file(str(Path(tmp) / "adapter_model.safetensors"))
-    settings["final_reward_accuracy"] = result.metrics["final_reward_accuracy"]
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in state.items()}, str(path), metadata={"settings": json.dumps(settings)})
-    return path, len(pairs), len(pairs)
 
 
 REFERENCE_CACHE = "cache/reference_logps.json"  # under the data folder: shared by the daily dual training and online updates

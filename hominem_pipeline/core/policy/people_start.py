@@ -1,6 +1,6 @@
 """The people's start: a LoRA adapter trained once on the people's own training pairs (the shipped
 ones but the held-out, `builds.reward_model.people_pairs`) and the memory files, for about one pass
-over them, with the dual trainer (`policy.dual.people_start`; `dual.ship_people_start`), and shipped in
+over them, with the dual trainer (`policy.dual.people_start`; `builds.shipping.ship_people_start`), and shipped in
 the project's features folder. Each day's dual adapter starts from it instead of a fresh LoRA, then trains its own steps on the
 day's pairs: a daily job on 2 CPU cores affords ~50 steps, which move the student toward people's held-out
 choices little (docs/BENCHMARKS.md), while one pass over the people's pairs moves it clearly, and is the
