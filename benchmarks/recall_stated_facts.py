@@ -5,6 +5,9 @@ themselves repeated, in their words, before their last message in the model's in
 Each conversation: the person gives their name and a worry, the assistant answers, then the person asks
 one of three questions about their name (after another sentence, alone, or indirectly). 16 names x 3
 questions, greedy decoding (the evaluation's), 32 tokens; a reply counts when it contains the name.
+Two kinds of conversation: `written`, the assistant's answer written here (the same for every model),
+and `free`, the model's own answer to the first message (48 tokens, as `hominem chat` would have it,
+with recall_facts as the row says), which is what a person meets in a chat.
 
     .venv/bin/python benchmarks/recall_stated_facts.py            # the base student
     .venv/bin/python benchmarks/recall_stated_facts.py --adapter live
@@ -49,14 +52,21 @@ def main() -> None:
     model, tokenizer = load_policy(prepare_student(cfg), adapter)
     started = time.monotonic()
     print(f"{len(NAMES)} names x {len(QUESTIONS)} questions, {'adapter ' + str(adapter) if adapter else 'the base student'}, greedy, 32 tokens")
+    penalty = cfg.evaluation.repetition_penalty
     for label, view in (("without recall_facts", lambda m: m), ("with recall_facts", with_stated_facts)):
-        said = 0
-        for question in QUESTIONS:
-            texts = [messages_text(tokenizer, view(conversation(n, question))) for n in NAMES]
-            replies = generate(model, tokenizer, texts, max_new_tokens=32, seed=0, repetition_penalty=cfg.evaluation.repetition_penalty)
-            said += sum(n in r.text for n, r in zip(NAMES, replies))
-        total = len(NAMES) * len(QUESTIONS)
-        print(f"{label:22s} the name said back in {said}/{total} replies ({100 * said / total:.0f}%)")
+        opening = [conversation(n, "")[:1] for n in NAMES]
+        own = generate(model, tokenizer, [messages_text(tokenizer, view(c)) for c in opening], max_new_tokens=48, seed=0, repetition_penalty=penalty)
+        for kind in ("written", "free"):
+            said = 0
+            for question in QUESTIONS:
+                convs = [conversation(n, question) for n in NAMES]
+                if kind == "free":  # the model's own first answer in place of the written one
+                    convs = [[c[0], {"role": "assistant", "content": r.text.strip()}, c[2]] for c, r in zip(convs, own)]
+                replies = generate(model, tokenizer, [messages_text(tokenizer, view(c)) for c in convs], max_new_tokens=32, seed=0,
+                                   repetition_penalty=penalty)
+                said += sum(n in r.text for n, r in zip(NAMES, replies))
+            total = len(NAMES) * len(QUESTIONS)
+            print(f"{label:22s} {kind:8s} the name said back in {said}/{total} replies ({100 * said / total:.0f}%)", flush=True)
     print(f"{time.monotonic() - started:.0f} s")
 
 
