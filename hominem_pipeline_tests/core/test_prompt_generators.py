@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from hominem_pipeline.core.config_loader import load_config
@@ -37,6 +41,13 @@ def test_templates_fill_every_slot_and_repeat_under_a_seed(cfg):
     assert [p.text for p in a] == [p.text for p in templated(path, cfg.prompts.categories, 20, seed=5)]
     assert [p.text for p in a] != [p.text for p in templated(path, cfg.prompts.categories, 20, seed=6)]
     assert all("{" not in p.text and p.source == "templated" and p.category in cfg.prompts.categories for p in a)
+    # the same in another process: the draws do not follow a set's order, which hash randomisation changes
+    probe = ("import sys; from pathlib import Path; from hominem_pipeline.core.teacher.prompt_generators import templated; "
+             f"print([p.text for p in templated(Path(sys.argv[1]), {cfg.prompts.categories!r}, 20, seed=5)])")
+
+    runs = {subprocess.run([sys.executable, "-c", probe, str(path)], env={**os.environ, "PYTHONHASHSEED": str(h)}, capture_output=True, text=True,
+                           check=True).stdout for h in (1, 2, 3)}
+    assert runs == {f"{[p.text for p in a]}\n"}
     assert len({p.prompt_id for p in a}) == len({p.text for p in a})
 
 

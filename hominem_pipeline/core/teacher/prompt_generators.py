@@ -49,8 +49,10 @@ def _prompt_id(source: str, seed: int, text: str) -> str:
 # --- templated -------------------------------------------------------------------------------------
 
 
-def _slot_names(template: str) -> set[str]:
-    return {f for _, f, _, _ in Formatter().parse(template) if f}
+def _slot_names(template: str) -> list[str]:
+    """The template's slots, each once, in the order they appear: the draws for them follow this order,
+    so it must not depend on the process (a set's order of strings does, through hash randomisation)."""
+    return list(dict.fromkeys(f for _, f, _, _ in Formatter().parse(template) if f))
 
 
 def load_templates(path: Path, categories: list[str]) -> tuple[dict[str, list[str]], list[dict]]:
