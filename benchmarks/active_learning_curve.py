@@ -109,7 +109,7 @@ def ensure_labels(project: Path, overlay: Path, data: Path, day: str) -> None:
 
 
 def agreement(cfg, held_out) -> float:
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.pipeline.lineage import lineage
     from hominem_pipeline.core.reward.model import project_reward_model
 
     ref, _ = lineage(cfg).newest("reward_model")
@@ -119,7 +119,7 @@ def agreement(cfg, held_out) -> float:
 
 
 def run_arm(project: Path, out: Path, arm: str, seed: int, args, labels: dict[str, str], held_out) -> list[tuple[int, float]]:
-    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.testing.service import start_serve, stop_serve
 
     import httpx2 as httpx

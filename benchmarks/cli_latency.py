@@ -55,8 +55,8 @@ def main() -> None:
     args = ap.parse_args()
     project = args.project.resolve()
     sys.path.insert(0, str(project))
-    from hominem_pipeline.core.config_loader import load_config
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.config.loader import load_config
+    from hominem_pipeline.core.pipeline.lineage import lineage
 
     cfg = load_config(root=project)
     model = lineage(cfg).newest("reward_model")[0]

@@ -48,8 +48,8 @@ def main() -> None:
 
     import torch
 
-    from hominem_pipeline.core.config_loader import load_config
-    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.config.loader import load_config
+    from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.policy.launch import RESULT, launch_command, write_spec
 
     cfg = load_config(root=ROOT, overrides={"policy": {"mode": "dual", "max_steps": args.steps, "batch_size": args.batch_size, "max_length": args.max_length,

@@ -73,9 +73,9 @@ def main() -> None:
 
     from hominem_pipeline.core.attune.questions import make
     from hominem_pipeline.core.builds.predictions import domains_for
-    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.human.preferences import parse_preference_file
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.pipeline.lineage import lineage
     from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
     from hominem_pipeline.core.reward.model import project_reward_model
 

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hominem_pipeline.core.attune.drift import LENGTH, preference_drift, windows  # noqa: E402
-from hominem_pipeline.core.config_loader import load_config  # noqa: E402
+from hominem_pipeline.core.config.loader import load_config  # noqa: E402
 
 START = pd.Timestamp("2026-01-01")
 

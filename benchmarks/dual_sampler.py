@@ -41,12 +41,12 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
 
     from benchmarks.policy_win_rate import balanced, stored_prompts, unseen_seeds
-    from hominem_pipeline.core.artifacts import ArtifactStore
+    from hominem_pipeline.core.pipeline.artifacts import ArtifactStore
     from hominem_pipeline.core.builds.common import prompts_of
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.evaluation.compare import evaluate_adapter
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
-    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.online.replay import ReplayBuffer, teacher_replay_items
     from hominem_pipeline.core.policy.dual import train_dual_adapter
     from hominem_pipeline.core.policy.pairs import read_preference_pairs

@@ -49,7 +49,7 @@ from benchmarks.live_loop import OPEN_GATE, sample_replies, scratch_project  # n
 def per_token_logps(cfg, adapter: Path, prompts: list[str], replies: list[list[str]]) -> np.ndarray:
     """Each reply's log-probability per token under the student with `adapter`, shaped like `replies`."""
     from hominem_pipeline.core.evaluation.people_pairs import exchange_logps
-    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.policy.lora import load_policy, merged
 
     model, tokenizer = load_policy(student_path(cfg), adapter, None)

@@ -26,10 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.config_loader import load_config  # noqa: E402
+from hominem_pipeline.core.config.loader import load_config  # noqa: E402
 from hominem_pipeline.core.evaluation.fixtures import load_fixtures  # noqa: E402
-from hominem_pipeline.core.generation import chat_text, generate  # noqa: E402
-from hominem_pipeline.core.models import load_student, student_path  # noqa: E402
+from hominem_pipeline.core.lm.generation import chat_text, generate  # noqa: E402
+from hominem_pipeline.core.lm.models import load_student, student_path  # noqa: E402
 from hominem_pipeline.core.teacher.prompts import load_seed_prompts  # noqa: E402
 
 SETTINGS = {  # name -> generate() keyword arguments

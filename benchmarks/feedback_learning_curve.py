@@ -70,10 +70,10 @@ def main() -> None:
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
 
-    from hominem_pipeline.core.config_loader import load_config
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.config.loader import load_config
+    from hominem_pipeline.core.pipeline.lineage import lineage
     from hominem_pipeline.core.reward.model import RewardModel
-    from hominem_pipeline.core.runner import run_stage
+    from hominem_pipeline.core.pipeline.runner import run_stage
 
     steps = [int(x) for x in args.steps.split(",")]
     pairs = parse_preference_file(args.data, "hh-rlhf", args.data.name).pairs.reset_index(drop=True)

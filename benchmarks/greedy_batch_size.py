@@ -39,7 +39,7 @@ def main() -> None:
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.evaluation.compare import greedy_replies
     from hominem_pipeline.core.evaluation.memory import fact_questions, read_memory_rows
-    from hominem_pipeline.core.models import load_student, student_path
+    from hominem_pipeline.core.lm.models import load_student, student_path
     from hominem_pipeline.core.online.gate import SMOKE_PROMPT
     from hominem_pipeline.core.online.updates import held_out_prompts
     from hominem_pipeline.core.policy.metadata import AdapterMetadata

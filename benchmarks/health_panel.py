@@ -1,6 +1,6 @@
 """A panel of days whose answer is known, for the Reward Health Index and the live gate.
 
-`build` makes each day with the project's own stages (`core.runner.run_stage`, prompts through
+`build` makes each day with the project's own stages (`core.pipeline.runner.run_stage`, prompts through
 evaluation) on the default models: healthy days from the default config on two days, with
 another seed, in each policy mode, and with a teacher behind the project's wire server; broken days,
 each broken in one known way. `measure` reads the panel back: for each day, measures that do not read
@@ -103,7 +103,7 @@ def panel_days() -> list[Day]:
 
 
 def day_config(panel: Path, day: Day):
-    from hominem_pipeline.core.config_loader import deep_merge, load_config
+    from hominem_pipeline.core.config.loader import deep_merge, load_config
 
     project = panel / day.project
     text = json.dumps(day.overrides).replace("PANEL/", str(panel) + "/")
@@ -127,7 +127,7 @@ UNCALIBRATED_FAST_LOOP = {"skip_below": 0.5, "rollback_below": 0.3, "freeze_belo
 
 def rewrite(ref, edit: Callable[[Path], str]) -> None:
     """Replace `ref`'s folder by a copy that `edit` changes (it returns what it did), sealed as the same version."""
-    from hominem_pipeline.core.artifacts import MANIFEST, ArtifactStore
+    from hominem_pipeline.core.pipeline.artifacts import MANIFEST, ArtifactStore
 
     store = ArtifactStore(ref.path.parents[2])
     manifest = json.loads((ref.path / MANIFEST).read_text())
@@ -302,10 +302,10 @@ def link_project(panel: Path, name: str) -> None:
 
 def build_day(panel: Path, day: Day) -> None:
     import hominem_pipeline.core.builds.reward_model as reward_model
-    from hominem_pipeline.core.lineage import Lineage
-    from hominem_pipeline.core.artifacts import ArtifactStore
-    from hominem_pipeline.core.runner import run_stage
-    from hominem_pipeline.core.stages import STAGES_BY_NAME
+    from hominem_pipeline.core.pipeline.lineage import Lineage
+    from hominem_pipeline.core.pipeline.artifacts import ArtifactStore
+    from hominem_pipeline.core.pipeline.runner import run_stage
+    from hominem_pipeline.core.pipeline.stages import STAGES_BY_NAME
 
     started = time.perf_counter()
     if day.project != "base":
@@ -342,7 +342,7 @@ def build_day(panel: Path, day: Day) -> None:
 
 def build(panel: Path, only: set[str] | None) -> None:
     import hominem_pipeline.core.builds.lora_adapter as lora_adapter
-    from hominem_pipeline.core.models import prepare_student
+    from hominem_pipeline.core.lm.models import prepare_student
     from hominem_pipeline.testing.wire_server import WireServer
 
     panel.mkdir(parents=True, exist_ok=True)

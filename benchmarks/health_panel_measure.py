@@ -44,7 +44,7 @@ COMPONENT_CODE = ("hominem_pipeline/core/evaluation/health.py",)  # measures the
 
 
 def _ref(cfg, asset: str, partition: str, version: str):
-    from hominem_pipeline.core.artifacts import ArtifactStore
+    from hominem_pipeline.core.pipeline.artifacts import ArtifactStore
 
     ref = ArtifactStore(cfg.data_dir).existing(asset, partition, version)
     if ref is None:
@@ -145,7 +145,7 @@ def gate_checks(day: Day, cfg, people: pd.DataFrame, memory: pd.DataFrame, folde
     """The live gate against the base, the RHI left out (its own line is dropped): each other check's figures and reasons."""
     from hominem_pipeline.core.builds.evaluation import MEMORY_ANSWERS, PEOPLE_MARGINS
     from hominem_pipeline.core.evaluation.fixtures import base_logp_cache
-    from hominem_pipeline.core.models import load_student, student_path
+    from hominem_pipeline.core.lm.models import load_student, student_path
     from hominem_pipeline.core.online.gate import ReplyCache, run_gate
     from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
     from hominem_pipeline.core.reward.model import project_reward_model
@@ -196,7 +196,7 @@ def components(day: Day, cfg) -> dict[str, Any]:
     """Each RHI component of the day measured by this code (with the calibration in use), the RHI, and the
     ingredients every component is computed from (`ingredients`)."""
     from hominem_pipeline.core.evaluation.health import compute_health
-    from hominem_pipeline.core.lineage import stage_seed
+    from hominem_pipeline.core.pipeline.lineage import stage_seed
     from hominem_pipeline.core.reward.model import project_reward_model
 
     ev = _ref(cfg, "evaluation", day.partition, day.versions["evaluation"])
@@ -221,7 +221,7 @@ def ingredients(cfg, rm, adapter: Path, generations: pd.DataFrame, seed: int, gd
     base's, the adapter's, the perturbed and the halved replies. Any reading of a component that differs only
     in how it combines these is computed from them again without the models (`health_panel.py variants`)."""
     from hominem_pipeline.core.evaluation.health import first_half, gradient_agreement, perturbations, policy_gradient_agreement
-    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.policy.lora import load_policy
 
     answered = generations[generations["adapter_response"].str.strip() != ""]
@@ -278,7 +278,7 @@ def measure(panel: Path, only: set[str] | None) -> dict[str, Any]:
     from hominem_pipeline.core.evaluation.manifold import ManifoldShape  # a package older than merging: measured again later
     from hominem_pipeline.core.builds.reward_model import people_pairs
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
-    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.lm.models import student_path
 
     built = {d["name"]: Day(**d) for d in read_days(panel)}
     days = [built[d.name] for d in panel_days() if d.name in built and (only is None or d.name in only)]
@@ -417,7 +417,7 @@ def measured_days(panel: Path | None) -> list[dict[str, Any]]:
     """Each measured day with its ingredients, in panel order (from `panel`/measured, or from the measures kept
     in benchmarks/results/health_panel/), labelled by the objective measures: a day is healthy when none of
     them calls it broken (`intended` keeps what it was built to be)."""
-    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.config.loader import load_config
 
     folder = panel / "measured" if panel else RESULTS
     floor = load_config(root=ROOT).fixtures.min_accuracy
@@ -489,7 +489,7 @@ def calibrate(panel: Path | None, out: Path, weights: dict[str, float] | str | N
     import datetime as dt
     import platform
 
-    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.evaluation.health import COMPONENTS
 
     dcs_on = load_config(root=ROOT).health.dcs_on

@@ -1,7 +1,7 @@
 """Does the offline judge itself order replies right on each dimension? Its ways of asking, side by side.
 
 On pairs where one dimension clearly separates two replies (tagged with that dimension, or with truth:
-epistemic_integrity, relevance: narrative_alignment; `core.tags.own_dimension`), each way of asking the
+epistemic_integrity, relevance: narrative_alignment; `core.common.tags.own_dimension`), each way of asking the
 local judge (SmolLM2, the default teacher) orders the pair by that dimension alone; agreement is the
 share ordered as the pair says. Two sets: the people's contrast pairs the reward model trains on
 (config/human/hominem-contrast-pairs.jsonl, where a choice between ways would be made) and the contrast
@@ -34,9 +34,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.config_loader import load_config  # noqa: E402
+from hominem_pipeline.core.config.loader import load_config  # noqa: E402
 from hominem_pipeline.core.evaluation.fixtures import load_fixtures  # noqa: E402
-from hominem_pipeline.core.tags import own_dimension  # noqa: E402
+from hominem_pipeline.core.common.tags import own_dimension  # noqa: E402
 
 # Each dimension's question with both of its poles named (the shipped ones name only the good pole).
 CONTRASTIVE = {
@@ -87,7 +87,7 @@ def pairwise_gaps(teacher, pairs, batch_size: int = 8) -> np.ndarray:
     "B", asked with the better reply first and again second, averaged."""
     import torch
 
-    from hominem_pipeline.core.generation import chat_text
+    from hominem_pipeline.core.lm.generation import chat_text
 
     tok, model = teacher.tokenizer, teacher.model
     ids = [tok.encode(x, add_special_tokens=False) for x in ("A", "B")]
@@ -122,7 +122,7 @@ def main() -> None:
                         help="fixtures: the yardstick; contrast: the people's contrast pairs (where a choice between ways would be made)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.teacher.local import LocalHFTeacher
 
     cfg = load_config(args.config, root=ROOT)

@@ -58,7 +58,7 @@ def against_base(cfg, adapter: Path, prompts: list[str]) -> dict:
     """The live adapter against the base: the gate's figures (win rate by the reward model, facts)."""
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
-    from hominem_pipeline.core.models import load_student, student_path
+    from hominem_pipeline.core.lm.models import load_student, student_path
     from hominem_pipeline.core.online.gate import run_gate
     from hominem_pipeline.core.online.live import LiveState
     from hominem_pipeline.core.reward.model import RewardModel

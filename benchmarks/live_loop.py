@@ -71,10 +71,10 @@ def scratch_project(project: Path, given_adapter: str | None, overrides: dict | 
     `like_make_run`: the daily adapter is made live through the daily gate and the base's
     log-probabilities of its training pairs are cached, as `make run` under this code leaves a project
     (else it is made live by hand and every cache starts empty)."""
-    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.online.live import LiveState
     from hominem_pipeline.core.policy.lora import adapter_reward_model
-    from hominem_pipeline.core.tracking import Tracker
+    from hominem_pipeline.core.pipeline.tracking import Tracker
 
     source = daily_adapter(project, given_adapter)
     tmp = Path(tempfile.mkdtemp(prefix="hominem-live-"))
@@ -114,7 +114,7 @@ def warm_reference_cache(cfg, adapter: Path) -> None:
     log-probability of each sequence of the adapter's training pairs."""
     from trl.trainer.utils import add_fused_lm_head
 
-    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.policy.dual import REFERENCE_CACHE, load_reference_cache, reference_logps, save_reference_cache
     from hominem_pipeline.core.policy.lora import lora_student
     from hominem_pipeline.core.policy.pairs import read_preference_pairs
@@ -138,8 +138,8 @@ def daily_adapter(project: Path, given: str | None) -> Path:
         if not (path / "METADATA.json").is_file():
             raise SystemExit(f"--adapter {given}: {path} is not an adapter the pipeline built (no METADATA.json)")
         return path
-    from hominem_pipeline.core.config_loader import load_config
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.config.loader import load_config
+    from hominem_pipeline.core.pipeline.lineage import lineage
 
     ref = lineage(load_config(root=project)).latest("lora_adapter")
     if ref is None:

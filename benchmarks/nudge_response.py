@@ -77,7 +77,7 @@ def judge(cfg, start: Path, end: Path, prompts: list[str], fixtures: list, rewar
     from hominem_pipeline.core.evaluation.fixtures import FIXTURE_MAX_LENGTH, base_logp_cache
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
     from hominem_pipeline.core.evaluation.people_pairs import implicit_reward
-    from hominem_pipeline.core.models import load_student, student_path
+    from hominem_pipeline.core.lm.models import load_student, student_path
     from hominem_pipeline.core.online.gate import run_gate
     from hominem_pipeline.core.policy.lora import load_policy
     from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES

@@ -56,7 +56,7 @@ def main() -> None:
             sys.exit(f"--variant {item!r}: the part after = must be JSON config overrides, e.g. '{{\"online\": {{\"max_steps\": 6}}}}' ({exc})")
     variants = variants or DEFAULT_VARIANTS
 
-    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.online.live import LiveState
     from hominem_pipeline.core.online.updates import run_update
 

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import psutil
 
-from hominem_pipeline.core.config_loader import load_config
-from hominem_pipeline.core.models import prepare_student
-from hominem_pipeline.core.runner import run_stage
-from hominem_pipeline.core.stages import STAGES
+from hominem_pipeline.core.config.loader import load_config
+from hominem_pipeline.core.lm.models import prepare_student
+from hominem_pipeline.core.pipeline.runner import run_stage
+from hominem_pipeline.core.pipeline.stages import STAGES
 
 
 class PeakMemory:

@@ -74,9 +74,9 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict:
     import pandas as pd
     import torch
 
-    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
-    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.policy.dpo import train_dpo_adapter
     from hominem_pipeline.core.policy.dual import train_dual_adapter
 

@@ -34,10 +34,10 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.config_loader import load_config  # noqa: E402
+from hominem_pipeline.core.config.loader import load_config  # noqa: E402
 from hominem_pipeline.core.evaluation.compare import evaluate_adapter  # noqa: E402
 from hominem_pipeline.core.evaluation.memory import read_memory_rows  # noqa: E402
-from hominem_pipeline.core.models import student_path  # noqa: E402
+from hominem_pipeline.core.lm.models import student_path  # noqa: E402
 from hominem_pipeline.core.policy.lora import adapter_reward_model  # noqa: E402
 from hominem_pipeline.core.reward.model import RewardModel  # noqa: E402
 from hominem_pipeline.core.teacher.prompts import load_seed_prompts  # noqa: E402

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def config_on(project: Path, overrides: dict | None = None):
     """This repo's config (this code's settings) with `project`'s data folder and student, then
     `overrides`: a project built under older code or config is measured with the settings of the code under test."""
-    from hominem_pipeline.core.config_loader import deep_merge, load_config
+    from hominem_pipeline.core.config.loader import deep_merge, load_config
 
     student = load_config(root=ROOT).models.student.path
     there = {"project": {"data_dir": str(project / "data")}, "models": {"student": {"path": str(project / student)}}}

@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.config_loader import load_config  # noqa: E402
-from hominem_pipeline.core.generation import generate, messages_text  # noqa: E402
+from hominem_pipeline.core.config.loader import load_config  # noqa: E402
+from hominem_pipeline.core.lm.generation import generate, messages_text  # noqa: E402
 from hominem_pipeline.core.online.facts import with_stated_facts  # noqa: E402
 
 NAMES = ["Ana", "Oskar", "Priya", "Tomasz", "Wen", "Kofi", "Ines", "Dmitri", "Lena", "Marco", "Sofia", "Ravi", "Yuki", "Elif", "Nadia", "Hugo"]
@@ -43,7 +43,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--adapter", default=None, help="`live`, `latest` or an adapter folder (default: the base student)")
     args = parser.parse_args()
-    from hominem_pipeline.core.models import prepare_student
+    from hominem_pipeline.core.lm.models import prepare_student
     from hominem_pipeline.core.policy.lora import load_policy
     from hominem_pipeline.serving.server import resolve_adapter
 

@@ -57,7 +57,7 @@ def main() -> None:
     import httpx2 as httpx
     from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
-    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.online.live import LiveState
 
     project = args.project.resolve()

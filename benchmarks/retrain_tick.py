@@ -2,7 +2,7 @@
 
 Writes the synthetic log of `preference_history.py` (`--events`, default 1,000,000, over `--days` day
 files: exchanges of two turns, most with a choice, some with a thumb, a nudge or an emotion label) into a
-data folder of its own, then times `core.retrain.retrain_tick`, the sensor's whole decision (the history
+data folder of its own, then times `core.pipeline.retrain.retrain_tick`, the sensor's whole decision (the history
 index brought up to date, the counts per channel, the thresholds, the state file):
 
 - the first tick, which indexes the whole log (once per data folder; `hominem history rebuild` does the same);
@@ -32,11 +32,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.preference_history import write_log  # noqa: E402
-from hominem_pipeline.core.config_loader import load_config  # noqa: E402
+from hominem_pipeline.core.config.loader import load_config  # noqa: E402
 from hominem_pipeline.core.online.feedback import feedback_tables  # noqa: E402
 from hominem_pipeline.core.online.log import read_events  # noqa: E402
 from hominem_pipeline.core.online.log import log_folder  # noqa: E402
-from hominem_pipeline.core.retrain import retrain_tick  # noqa: E402
+from hominem_pipeline.core.pipeline.retrain import retrain_tick  # noqa: E402
 
 GOAL_SECONDS = 2.0
 

@@ -36,7 +36,7 @@ def main() -> None:
 
     from hominem_pipeline.core.builds.reward_model import people_pairs
     from hominem_pipeline.core.evaluation.fixtures import load_fixtures
-    from hominem_pipeline.core.models import reward_backbone, student_path
+    from hominem_pipeline.core.lm.models import reward_backbone, student_path
     from hominem_pipeline.core.reward.model import RewardModel
     from hominem_pipeline.core.reward.training import train_reward_model
     from hominem_pipeline.core.teacher.base import rubric_system

@@ -20,7 +20,7 @@ each held-out pair; agreement is the share it orders as the person did. Scorers:
 
 Each is also scored on the contrast fixtures (config/fixtures/contrast.yaml: overall, its weakest tag,
 and the driving-test pair), and the reward models on the judge's own pairs out of fold; the reward models'
-vectors too: each fixture tag's own dimension (`core.tags.own_dimension`), and the driving-test pair's
+vectors too: each fixture tag's own dimension (`core.common.tags.own_dimension`), and the driving-test pair's
 empathy, social coherence and agency support. The reward models read the same frozen backbone in the
 same frame, so the held-out replies are encoded once and each model's heads are applied to the pooled features and the guard columns it reads
 (checked against `raw_scores`).
@@ -49,10 +49,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.config_loader import load_config  # noqa: E402
+from hominem_pipeline.core.config.loader import load_config  # noqa: E402
 from hominem_pipeline.core.evaluation.fixtures import fixture_report, load_fixtures  # noqa: E402
 from hominem_pipeline.core.human.preferences import parse_preference_file  # noqa: E402
-from hominem_pipeline.core.lineage import lineage  # noqa: E402
+from hominem_pipeline.core.pipeline.lineage import lineage  # noqa: E402
 from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"
@@ -85,7 +85,7 @@ def heads_scores(rm, backbone, guards, prompts, replies) -> tuple[np.ndarray, np
 def mean_logps(student, prompts, replies, batch_size: int = 8) -> np.ndarray:
     """Per reply, the base student's mean log-probability of its tokens given the prompt (in the chat
     template, up to 384 tokens)."""
-    from hominem_pipeline.core.models import load_student
+    from hominem_pipeline.core.lm.models import load_student
     from hominem_pipeline.core.policy.sequences import encode, reply_logps
 
     model, tokenizer = load_student(student)
@@ -110,10 +110,10 @@ def main() -> None:
     import pandas as pd
 
     from hominem_pipeline.core.builds.reward_model import people_encoder, people_pairs
-    from hominem_pipeline.core.models import reward_backbone, student_path
+    from hominem_pipeline.core.lm.models import reward_backbone, student_path
     from hominem_pipeline.core.reward.model import RewardModel
     from hominem_pipeline.core.reward.training import train_reward_model
-    from hominem_pipeline.core.runner import run_stage
+    from hominem_pipeline.core.pipeline.runner import run_stage
     from hominem_pipeline.core.teacher.base import rubric_system
 
     pairs = parse_preference_file(args.data, "hh-rlhf", args.data.name).pairs.reset_index(drop=True)

@@ -31,10 +31,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.config_loader import load_config  # noqa: E402
+from hominem_pipeline.core.config.loader import load_config  # noqa: E402
 from hominem_pipeline.core.human.preferences import parse_preference_file  # noqa: E402
-from hominem_pipeline.core.lineage import lineage  # noqa: E402
-from hominem_pipeline.core.models import reward_backbone  # noqa: E402
+from hominem_pipeline.core.pipeline.lineage import lineage  # noqa: E402
+from hominem_pipeline.core.lm.models import reward_backbone  # noqa: E402
 from hominem_pipeline.core.reward.model import RewardModel  # noqa: E402
 from hominem_pipeline.core.reward.network import member_mean_std  # noqa: E402
 from hominem_pipeline.core.reward.training import train_reward_model  # noqa: E402

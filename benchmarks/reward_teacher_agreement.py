@@ -43,9 +43,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.config_loader import load_config  # noqa: E402
-from hominem_pipeline.core.lineage import lineage  # noqa: E402
-from hominem_pipeline.core.models import reward_backbone  # noqa: E402
+from hominem_pipeline.core.config.loader import load_config  # noqa: E402
+from hominem_pipeline.core.pipeline.lineage import lineage  # noqa: E402
+from hominem_pipeline.core.lm.models import reward_backbone  # noqa: E402
 from hominem_pipeline.core.reward.calibration import (  # noqa: E402
     both_orders,
     calibration_report,
@@ -58,8 +58,8 @@ from hominem_pipeline.core.reward.dataset import PAIR_GAP, pairwise_accuracy  # 
 from hominem_pipeline.core.reward.model import RewardModel  # noqa: E402
 from hominem_pipeline.core.reward.ridge import prompt_folds  # noqa: E402
 from hominem_pipeline.core.reward.training import train_reward_model  # noqa: E402
-from hominem_pipeline.core.schema import vector_matrix  # noqa: E402
-from hominem_pipeline.core.stats import pearson  # noqa: E402
+from hominem_pipeline.core.common.schema import vector_matrix  # noqa: E402
+from hominem_pipeline.core.common.stats import pearson  # noqa: E402
 from hominem_pipeline.core.teacher.base import rubric_system  # noqa: E402
 
 ENCODER = yaml.safe_load((ROOT / "config" / "reward" / "encoder.yaml").read_text())["reward_model"]  # MiniLM, as the overlay sets it

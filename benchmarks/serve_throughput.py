@@ -69,8 +69,8 @@ def through_server(url: str, clients: int, rounds: int, max_tokens: int) -> tupl
 
 
 def plain_generate(cfg, adapter: Path | None, batch: int, rounds: int, max_tokens: int) -> tuple[int, float]:
-    from hominem_pipeline.core.generation import chat_text, generate
-    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.lm.generation import chat_text, generate
+    from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.policy.lora import load_policy
 
     model, tokenizer = load_policy(student_path(cfg), adapter)
@@ -91,7 +91,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     args = ap.parse_args()
 
-    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.serving.server import resolve_adapter
 
     cfg = load_config(None)

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.config_loader import load_config  # noqa: E402
+from hominem_pipeline.core.config.loader import load_config  # noqa: E402
 from hominem_pipeline.core.online.live import LiveState  # noqa: E402
 from hominem_pipeline.core.online.slow_loop import Night, act, adjusted_policy, adjustment, next_day  # noqa: E402
 
@@ -90,7 +90,7 @@ def train_shrunk(project: Path, steps: int, factor: float) -> None:
     from hominem_pipeline.core.builds.lora_adapter import people_start_setting
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
-    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.online.slow_loop import Adjustment, AdjustedPolicy
     from hominem_pipeline.core.policy.dual import train_dual_adapter
     from hominem_pipeline.core.policy.pairs import read_preference_pairs

@@ -63,10 +63,10 @@ def main() -> None:
 
     from project import config_on
 
-    from hominem_pipeline.core.artifacts import ArtifactStore
+    from hominem_pipeline.core.pipeline.artifacts import ArtifactStore
     from hominem_pipeline.core.evaluation.fixtures import base_logp_cache, load_fixtures
     from hominem_pipeline.core.evaluation.people_pairs import implicit_reward
-    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.policy.lora import load_policy
     from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
 
@@ -132,7 +132,7 @@ def simulate_week(project: Path, day: str, per_day: int) -> None:
     import subprocess
 
     from hominem_pipeline.core.builds.reward_model import people_pairs
-    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.online.events import context_digest
 
     cfg = load_config(root=project)

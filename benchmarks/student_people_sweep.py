@@ -57,7 +57,7 @@ def student_folder(student: Path) -> Path:
     """An HF folder of the student: `student` itself, or a .gguf converted once to fp32 beside it."""
     if student.is_dir():
         return student
-    from hominem_pipeline.core.models import convert_gguf
+    from hominem_pipeline.core.lm.models import convert_gguf
 
     target = student.with_suffix(".hf")
     return target if (target / "config.json").is_file() else convert_gguf(student, target)
@@ -91,11 +91,11 @@ def main() -> None:
 
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.builds.reward_model import people_pairs
-    from hominem_pipeline.core.config_loader import deep_merge, load_config
+    from hominem_pipeline.core.config.loader import deep_merge, load_config
     from hominem_pipeline.core.evaluation.fixtures import base_logp_cache, load_fixtures
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
     from hominem_pipeline.core.evaluation.people_pairs import implicit_reward
-    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.policy.dual import mixed_sampler, train_dual_adapter
     from hominem_pipeline.core.policy.lora import load_policy
     from hominem_pipeline.core.policy.pairs import people_rows, read_preference_pairs

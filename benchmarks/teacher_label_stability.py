@@ -29,12 +29,12 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.config_loader import load_config  # noqa: E402
-from hominem_pipeline.core.lineage import lineage  # noqa: E402
-from hominem_pipeline.core.models import student_path  # noqa: E402
+from hominem_pipeline.core.config.loader import load_config  # noqa: E402
+from hominem_pipeline.core.pipeline.lineage import lineage  # noqa: E402
+from hominem_pipeline.core.lm.models import student_path  # noqa: E402
 from hominem_pipeline.core.reward.calibration import same_prompt_pairs  # noqa: E402
 from hominem_pipeline.core.reward.dataset import PAIR_GAP, pairwise_accuracy  # noqa: E402
-from hominem_pipeline.core.stats import pearson  # noqa: E402
+from hominem_pipeline.core.common.stats import pearson  # noqa: E402
 from hominem_pipeline.core.teacher.base import expected_score_to_label_value  # noqa: E402
 from hominem_pipeline.core.teacher.local import LocalHFTeacher  # noqa: E402
 

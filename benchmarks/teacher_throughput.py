@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.config_loader import load_config  # noqa: E402
-from hominem_pipeline.core.schema import Prompt  # noqa: E402
+from hominem_pipeline.core.config.loader import load_config  # noqa: E402
+from hominem_pipeline.core.common.schema import Prompt  # noqa: E402
 from hominem_pipeline.core.teacher.api import APITeacher  # noqa: E402
 from hominem_pipeline.core.teacher.prompts import load_seed_prompts  # noqa: E402
 

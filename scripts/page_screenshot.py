@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.config_loader import load_config  # noqa: E402
+from hominem_pipeline.core.config.loader import load_config  # noqa: E402
 from hominem_pipeline.serving.server import ServeError, resolve_adapter, resolve_reward_model  # noqa: E402
 from hominem_pipeline.testing.browser import ask_for_a_pair, choose_between_two_replies, chromium, screenshot  # noqa: E402
 from hominem_pipeline.testing.service import ServeFailed, start_serve, stop_serve  # noqa: E402

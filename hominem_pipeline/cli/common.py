@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from hominem_pipeline.core.config import ConfigError, HominemConfig
-from hominem_pipeline.core.config_loader import (
+from hominem_pipeline.core.config.loader import (
     load_config,
     parse_assignments,
     write_set_overlay,
@@ -127,8 +127,8 @@ def read_table(ref, name: str, cfg: HominemConfig):
     with the command that rebuilds it, not a reader's traceback."""
     import pandas as pd
 
-    from hominem_pipeline.core.artifacts import DamagedArtifact
-    from hominem_pipeline.core.lineage import build_command
+    from hominem_pipeline.core.pipeline.artifacts import DamagedArtifact
+    from hominem_pipeline.core.pipeline.lineage import build_command
 
     try:
         return pd.read_parquet(ref.verified_file(name, build_command(ref.asset, ref.partition, cfg)))
@@ -140,7 +140,7 @@ def artifact_for(cfg: HominemConfig, asset: str, date: str | None):
     """(lineage, ref): the version of `asset` this config implies on `date` (default: the newest day
     that has one), else the newest one it built there from earlier inputs (people gave feedback since
     the day's run), said on stderr; fails naming the cause when there is neither."""
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.pipeline.lineage import lineage
 
     data = lineage(cfg)
     ref, note = data.newest(asset, parse_date(date) if date else None)

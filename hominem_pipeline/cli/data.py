@@ -43,13 +43,13 @@ def data_validate(
             fail(problem, code=1)
         return
     damaged, refs = _validate_all(cfg)
-    from hominem_pipeline.core.artifacts import ArtifactStore
+    from hominem_pipeline.core.pipeline.artifacts import ArtifactStore
 
     days = [date] if date else ArtifactStore(cfg.data_dir).partitions("teacher_labels")
     broken = {r.partition for r in refs if r.asset in ("teacher_labels", "teacher_trajectories")}
     for day in sorted(broken & set(days)):
         console.print(f"[yellow]the labels of {day} are not checked: a file they are read from is damaged (the table above)[/]")
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.pipeline.lineage import lineage
 
     data = lineage(cfg)
     problems = []
@@ -106,9 +106,9 @@ def _validate_labels(cfg, date: str | None) -> str | None:
 def _validate_all(cfg) -> tuple[str | None, list]:
     """Every file of every built version of every stage, checked against its manifest's sha256: a table of
     the damaged ones; (why that fails or None, the damaged versions)."""
-    from hominem_pipeline.core.artifacts import ArtifactStore
-    from hominem_pipeline.core.lineage import build_command
-    from hominem_pipeline.core.stages import STAGES
+    from hominem_pipeline.core.pipeline.artifacts import ArtifactStore
+    from hominem_pipeline.core.pipeline.lineage import build_command
+    from hominem_pipeline.core.pipeline.stages import STAGES
 
     store = ArtifactStore(cfg.data_dir)
     checked, damaged = 0, []
@@ -252,7 +252,7 @@ def data_ship_features(config: ConfigOpt = None, sets: SetOpt = None) -> None:
     so that a fresh clone's first run reads them instead of computing them. Run it after `hominem run` once the shipped pairs, the guards,
     the backbone, the judge's frame, policy.lora or policy.max_length change, and commit the folder."""
     from hominem_pipeline.core.builds.shipping import ship_features
-    from hominem_pipeline.core.models import ModelNotAvailable
+    from hominem_pipeline.core.lm.models import ModelNotAvailable
 
     setup_logging()
     cfg = load(config, sets)

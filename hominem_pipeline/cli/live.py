@@ -74,7 +74,7 @@ def live_status(config: ConfigOpt = None, sets: SetOpt = None,
                       f"LoRA rank x{slow['rank_factor']:g}); rising nights undo them")
     for a in slow["actions"]:
         console.print(f"  {a['night']}: {a['step']}: {a['reason']}")
-    from hominem_pipeline.core.retrain import describe_state, read_state
+    from hominem_pipeline.core.pipeline.retrain import describe_state, read_state
 
     for line in describe_state(read_state(cfg.data_dir)):
         console.print(line, highlight=False)
@@ -100,7 +100,7 @@ def live_status(config: ConfigOpt = None, sets: SetOpt = None,
 def health_lines(cfg) -> list[str]:
     """The newest day's Reward Health Index: each component against the panel's healthy range, the one
     that refused, and the pattern of the last nights (flat near 0.5: the evaluator failing)."""
-    from hominem_pipeline.core.dashboard import DashboardData
+    from hominem_pipeline.core.dashboard.views import DashboardData
 
     h = DashboardData(cfg.data_dir).health()
     if h["rhi"] is None:

@@ -154,7 +154,7 @@ def compare(
     import pandas as pd
 
     from hominem_pipeline.core.evaluation.compare import outcome, side_by_side, side_by_side_from_evaluation
-    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.policy.lora import adapter_reward_model
     from hominem_pipeline.core.reward.model import project_reward_model
 
@@ -213,7 +213,7 @@ def compare(
 
 def _evaluation_of(cfg, adapter_path: Path, reward_model: Path):
     """The evaluation version built on this adapter with this reward model (the newest), or None."""
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.pipeline.lineage import lineage
 
     data = lineage(cfg)
     want = {"lora_adapter": Path(adapter_path).resolve(), "reward_model": Path(reward_model).resolve()}
@@ -232,7 +232,7 @@ def _print_people(cfg, adapter_path: Path, judged=None) -> None:
     from hominem_pipeline.core.builds.reward_model import people_pairs
     from hominem_pipeline.core.evaluation.compare import adapter_people_figures
     from hominem_pipeline.core.evaluation.fixtures import base_logp_cache
-    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
 
     summary = json.loads(judged.file("summary.json").read_text()) if judged is not None else {}
@@ -281,7 +281,7 @@ def export(
     llama.cpp's convert_hf_to_gguf.py and transformers can load."""
     from hominem_pipeline.core.policy.export import export_merged
 
-    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.lm.models import student_path
 
     setup_logging()
     if str(adapter) == "live":

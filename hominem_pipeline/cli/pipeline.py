@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from hominem_pipeline.core.artifacts import PARTIAL
+from hominem_pipeline.core.pipeline.artifacts import PARTIAL
 from hominem_pipeline.core.config import HominemConfig
 
 from hominem_pipeline.cli.common import (
@@ -41,7 +41,7 @@ def show_config(
     sets: SetOpt = None,
 ) -> None:
     """Each setting's value under this config (overlay and --set applied) and what it means."""
-    from hominem_pipeline.core.config_loader import describe
+    from hominem_pipeline.core.config.loader import describe
 
     try:
         rows = describe(load(config, sets, persist=False), keys or [""])
@@ -56,7 +56,7 @@ def show_config(
 def setup(config: ConfigOpt = None, sets: SetOpt = None) -> None:
     """Prepare the offline models once: convert the packaged SmolLM2 GGUF to an HF folder, find the encoder."""
     setup_logging()
-    from hominem_pipeline.core.models import (
+    from hominem_pipeline.core.lm.models import (
         ModelNotAvailable,
         encoder_path,
         prepare_student,
@@ -90,7 +90,7 @@ def run(
     cfg = load(config, sets)
     day = parse_date(date)
     dagster_env(cfg)
-    from hominem_pipeline.core.models import ModelNotAvailable, prepare_student
+    from hominem_pipeline.core.lm.models import ModelNotAvailable, prepare_student
 
     try:
         prepare_student(cfg)
@@ -121,8 +121,8 @@ def _check_teacher_key(cfg: HominemConfig, day: str, selected: set[str], fill_wi
     """A hosted teacher's key, and that something answers at its address, are checked before any run
     starts, when a selected stage that calls the teacher has work to do (is not built for this config):
     nothing is started, so no failed run, empty partition folder or failed MLflow run is left behind."""
-    from hominem_pipeline.core.lineage import lineage
-    from hominem_pipeline.core.stages import TEACHER_STAGES
+    from hominem_pipeline.core.pipeline.lineage import lineage
+    from hominem_pipeline.core.pipeline.stages import TEACHER_STAGES
     from hominem_pipeline.core.teacher.providers import MissingKeyError, api_key_for, teacher_address, unreachable_address
 
     if cfg.teacher.provider == "local":
@@ -148,7 +148,7 @@ def _fill_window(cfg: HominemConfig, day: str, pairs: bool) -> None:
     from dagster import AssetSelection
 
     from hominem_pipeline import definitions
-    from hominem_pipeline.core.lineage import lineage, window_gaps
+    from hominem_pipeline.core.pipeline.lineage import lineage, window_gaps
 
     from hominem_pipeline.core.builds.human_feedback import log_digest
 
@@ -276,7 +276,7 @@ def ui(
             cfg.path(cfg.tracking.artifact_root).resolve().as_uri(), "--host", "127.0.0.1", "--port", str(mlflow_port), "--workers", "1",
         ],
     }
-    from hominem_pipeline.core.tracking import experiment_url
+    from hominem_pipeline.core.pipeline.tracking import experiment_url
 
     mlflow_ui = f"http://127.0.0.1:{mlflow_port}"
     if cfg.mlflow_uri.startswith(("http://", "https://")):  # a tracking server (a deployment): it is the MLflow UI already

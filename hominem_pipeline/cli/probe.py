@@ -99,7 +99,7 @@ def probe(
         summary = json.loads((folder / SUMMARY).read_text())
         err.print(f"[dim]read from the probes asset: {folder}[/]")
     else:
-        from hominem_pipeline.core.artifacts import data_label
+        from hominem_pipeline.core.pipeline.artifacts import data_label
         from hominem_pipeline.core.reward.model import project_reward_model
 
         folder = out or Path(tempfile.mkdtemp(prefix="hominem-probe-"))

@@ -22,7 +22,7 @@ def serve(
     """Serve the student (OpenAI-compatible /v1, /generate, /reward, /feedback) and the feedback page;
     every turn and piece of feedback goes to the interaction log. Ctrl-C stops it."""
     setup_logging()
-    from hominem_pipeline.core.models import ModelNotAvailable, prepare_student
+    from hominem_pipeline.core.lm.models import ModelNotAvailable, prepare_student
     from hominem_pipeline.serving.auth import AccessError
     from hominem_pipeline.serving.server import ServeError, resolve_adapter, resolve_reward_model, serve as run_server
 
@@ -32,7 +32,7 @@ def serve(
         choice = adapter if adapter is not None else cfg.serving.adapter
         adapter_path = resolve_adapter(cfg, choice)
         reward_path = resolve_reward_model(cfg, reward_model if reward_model is not None else cfg.serving.reward_model, adapter_path)
-        from hominem_pipeline.core.registry import is_registry_uri
+        from hominem_pipeline.core.pipeline.registry import is_registry_uri
 
         run_server(cfg, adapter_path, reward_path, student, follow_live=choice == "live", follow_registry=choice if is_registry_uri(choice) and "@" in choice else None,
                    config_args=[*(["--config", str(config.resolve())] if config else []), *(f"--set={a}" for a in sets or [])])
@@ -57,9 +57,9 @@ def chat(
     import sys
 
     setup_logging()
-    from hominem_pipeline.core.generation import stream_reply
+    from hominem_pipeline.core.lm.generation import stream_reply
     from hominem_pipeline.core.online.facts import with_stated_facts
-    from hominem_pipeline.core.models import ModelNotAvailable, prepare_student
+    from hominem_pipeline.core.lm.models import ModelNotAvailable, prepare_student
     from hominem_pipeline.core.policy.lora import load_policy
     from hominem_pipeline.serving.server import ServeError, label, resolve_adapter
 

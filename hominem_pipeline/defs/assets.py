@@ -1,4 +1,4 @@
-"""The Dagster assets, generated from the stage table (`core/stages.py`): one asset per stage, with its
+"""The Dagster assets, generated from the stage table (`core/pipeline/stages.py`): one asset per stage, with its
 deps and partition mappings from the stage's inputs, its group, kinds and description, its
 `code_version` derived from its settings and source, and each materialization's `DataVersion` the
 digest of what it wrote. Every asset body is the same thin shell: run the core stage, report."""
@@ -25,11 +25,11 @@ from dagster import (
 )
 
 from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.lineage import definition_version
-from hominem_pipeline.core.runner import StageResult, run_stage
-from hominem_pipeline.core.stage import Stage
-from hominem_pipeline.core.stages import STAGES
-from hominem_pipeline.core.tracking import mlflow_run_url
+from hominem_pipeline.core.pipeline.lineage import definition_version
+from hominem_pipeline.core.pipeline.runner import StageResult, run_stage
+from hominem_pipeline.core.pipeline.stage import Stage
+from hominem_pipeline.core.pipeline.stages import STAGES
+from hominem_pipeline.core.pipeline.tracking import mlflow_run_url
 from hominem_pipeline.defs.partitions import trailing_days
 from hominem_pipeline.defs.resources import HominemResource
 

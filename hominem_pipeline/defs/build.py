@@ -6,8 +6,8 @@ from pathlib import Path
 
 from dagster import AssetSelection, Definitions, ExecutorDefinition, define_asset_job, in_process_executor, multiprocess_executor
 
-from hominem_pipeline.core.config_loader import find_project_root, load_config
-from hominem_pipeline.core.stages import STAGES
+from hominem_pipeline.core.config.loader import find_project_root, load_config
+from hominem_pipeline.core.pipeline.stages import STAGES
 from hominem_pipeline.defs.assets import stage_assets
 from hominem_pipeline.defs.live import live_gate_check
 from hominem_pipeline.defs.partitions import daily_partitions

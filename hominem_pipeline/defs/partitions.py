@@ -25,7 +25,7 @@ def first_partition(cfg: HominemConfig) -> dt.date:
     data = cfg.data_dir
     if data.is_dir():
         from hominem_pipeline.core.online.log import log_folder
-        from hominem_pipeline.core.stages import STAGES
+        from hominem_pipeline.core.pipeline.stages import STAGES
 
         folders = [data / s.name for s in STAGES] + [log_folder(cfg)]
         for folder in folders:

@@ -7,7 +7,7 @@ from pathlib import Path
 from dagster import ConfigurableResource
 
 from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.config_loader import load_config
+from hominem_pipeline.core.config.loader import load_config
 
 
 class HominemResource(ConfigurableResource):

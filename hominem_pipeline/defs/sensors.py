@@ -1,5 +1,5 @@
 """`data_threshold_retrain_sensor`: retrain when enough new feedback has arrived since the last retrain
-(counted from the interaction log, `core/retrain.py`), or when the day's attunement reports drift."""
+(counted from the interaction log, `core/pipeline/retrain.py`), or when the day's attunement reports drift."""
 
 # No `from __future__ import annotations`: Dagster reads the context/resource annotations at runtime.
 
@@ -14,14 +14,14 @@ from dagster import (
     sensor,
 )
 
-from hominem_pipeline.core.retrain import read_state, record_run, retrain_tick
+from hominem_pipeline.core.pipeline.retrain import read_state, record_run, retrain_tick
 from hominem_pipeline.defs.resources import HominemResource
 
 RUN_KEY_TAG = "dagster/run_key"  # the tag Dagster gives a run a sensor's request started
 
 
 def sensor_tick(cursor, hominem_cfg, jobs: dict | None = None):
-    """(run request or None, new cursor, reason): `core.retrain.retrain_tick` as Dagster's request, for the
+    """(run request or None, new cursor, reason): `core.pipeline.retrain.retrain_tick` as Dagster's request, for the
     job its decision names (`jobs`: retrain/daily -> job name; None: the request names no job)."""
     tick = retrain_tick(cursor, hominem_cfg)
     if tick.request is None:

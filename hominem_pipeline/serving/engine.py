@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hominem_pipeline.core.generation import messages_text
+from hominem_pipeline.core.lm.generation import messages_text
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class Engine:
     def __init__(self, student: Path, adapter: Path | None, reward_model: Path | None, *, max_batch_size: int,
                  batch_wait_ms: float, max_queue: int, repetition_penalty: float, plain_start: bool = False, threads: int | None = None,
                  adapter_label: str | None = None, recall_facts: bool = False, device: Any = None):
-        """`device`: where the student and the reward model run, and the batch's tensors live (`core.device`;
+        """`device`: where the student and the reward model run, and the batch's tensors live (`core.lm.device`;
         None: the CPU); each row's sampling stays on the CPU (its own generator), one logits copy a step."""
         import torch
 
@@ -116,7 +116,7 @@ class Engine:
         if plain_start:
             import torch
 
-            from hominem_pipeline.core.generation import symbol_token_ids
+            from hominem_pipeline.core.lm.generation import symbol_token_ids
 
             self.symbol_ids = torch.tensor(symbol_token_ids(self.tokenizer), dtype=torch.long)
         eos = self.tokenizer.eos_token_id

@@ -76,7 +76,7 @@ class RegistryWatcher:
     cannot serve is refused and audited, as with the live pointer."""
 
     def __init__(self, cfg, uri: str, engine, audit: Callable[..., None], label: Callable[[Path | None], str | None], interval: float = 30.0):
-        from hominem_pipeline.core.registry import alias_version
+        from hominem_pipeline.core.pipeline.registry import alias_version
 
         self.cfg, self.uri, self.engine, self.audit, self.label, self.interval = cfg, uri, engine, audit, label, interval
         self.version = alias_version(cfg, uri)  # what the engine serves (resolved from the alias at start)
@@ -94,7 +94,7 @@ class RegistryWatcher:
 
     def follow(self) -> bool:
         """Swap to the version the alias names now, if that is not what is served; True when swapped."""
-        from hominem_pipeline.core.registry import alias_version, fetch
+        from hominem_pipeline.core.pipeline.registry import alias_version, fetch
 
         version = alias_version(self.cfg, self.uri)
         if version is None or version == self.version or version == self.refused:

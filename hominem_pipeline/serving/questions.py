@@ -39,7 +39,7 @@ class QuestionDesk:
         self._checked_at = float("-inf")
 
     def _key(self) -> Any:
-        from hominem_pipeline.core.lineage import lineage
+        from hominem_pipeline.core.pipeline.lineage import lineage
 
         ref, _ = lineage(self.cfg).newest("teacher_trajectories")
         folder = self.cfg.data_dir / self.cfg.serving.log_dir / QUESTIONS
@@ -65,7 +65,7 @@ class QuestionDesk:
         import pandas as pd
 
         from hominem_pipeline.core.builds.attunement import CLUSTERS
-        from hominem_pipeline.core.lineage import lineage
+        from hominem_pipeline.core.pipeline.lineage import lineage
 
         ref, _ = lineage(self.cfg).newest("attunement")
         if ref is None:

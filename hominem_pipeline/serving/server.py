@@ -25,7 +25,7 @@ class ServeError(ValueError):
 
 
 def _built(cfg: HominemConfig, asset: str) -> Path | None:
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.pipeline.lineage import lineage
 
     ref, note = lineage(cfg).newest(asset)
     if ref is not None and note:
@@ -49,7 +49,7 @@ def _latest_or_folder(cfg: HominemConfig, asset: str, choice: str, marker: str, 
 
 
 def _from_registry(cfg: HominemConfig, uri: str, marker: str) -> Path:
-    from hominem_pipeline.core.registry import RegistryError, fetch
+    from hominem_pipeline.core.pipeline.registry import RegistryError, fetch
 
     try:
         return fetch(cfg, uri, marker)
@@ -62,7 +62,7 @@ def resolve_adapter(cfg: HominemConfig, choice: str | None) -> Path | None:
     has), `latest` (the newest lora_adapter under this config, passed or not; None with a warning when
     there is none), a folder, a registry model (models:/hominem-lora-adapter@champion, downloaded once),
     or None / `none` / `base` (the base alone)."""
-    from hominem_pipeline.core.registry import is_registry_uri
+    from hominem_pipeline.core.pipeline.registry import is_registry_uri
 
     if choice is None or choice in ("none", "base"):
         return None
@@ -87,7 +87,7 @@ def resolve_reward_model(cfg: HominemConfig, choice: str | None, adapter: Path |
     """`adapter` (the one the served adapter was trained with, else the newest), `latest`, a folder, a
     registry model (models:/hominem-reward-model@champion), or None / `none` (replies are not scored)."""
     from hominem_pipeline.core.policy.lora import adapter_reward_model
-    from hominem_pipeline.core.registry import is_registry_uri
+    from hominem_pipeline.core.pipeline.registry import is_registry_uri
 
     if choice is None or choice == "none":
         return None
@@ -99,7 +99,7 @@ def resolve_reward_model(cfg: HominemConfig, choice: str | None, adapter: Path |
 
 
 def label(cfg: HominemConfig, path: Path | None) -> str | None:
-    from hominem_pipeline.core.artifacts import data_label
+    from hominem_pipeline.core.pipeline.artifacts import data_label
 
     return None if path is None else data_label(cfg.data_dir, path)
 
@@ -110,7 +110,7 @@ def build_service(cfg: HominemConfig, adapter: Path | None, reward_model: Path |
     and runs online updates of the live adapter (`config_args`: the --config / --set the update runs under);
     with `follow_registry` (a models:/NAME@ALIAS URI), to whatever version that alias names."""
     from hominem_pipeline.serving.common import Service
-    from hominem_pipeline.core.device import resolve_device
+    from hominem_pipeline.core.lm.device import resolve_device
     from hominem_pipeline.serving.engine import Engine
 
     s = cfg.serving

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hominem_pipeline.core.artifacts import ArtifactRef
+from hominem_pipeline.core.pipeline.artifacts import ArtifactRef
 from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.lineage import PACKAGE_ROOT, Lineage, definition_version
-from hominem_pipeline.core.stages import STAGES_BY_NAME
+from hominem_pipeline.core.pipeline.lineage import PACKAGE_ROOT, Lineage, definition_version
+from hominem_pipeline.core.pipeline.stages import STAGES_BY_NAME
 
 
 def publish_expected(cfg: HominemConfig, asset: str, day: str, rows: int = 0, files: dict[str, bytes] | None = None, table: str | None = None,

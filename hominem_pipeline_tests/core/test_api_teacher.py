@@ -12,8 +12,8 @@ import time
 import pytest
 
 from hominem_pipeline.core.config import ConfigError
-from hominem_pipeline.core.config_loader import load_config
-from hominem_pipeline.core.schema import Prompt
+from hominem_pipeline.core.config.loader import load_config
+from hominem_pipeline.core.common.schema import Prompt
 from hominem_pipeline.core.teacher.api import APITeacher
 from hominem_pipeline.core.teacher.call_cache import CallCache
 from hominem_pipeline.core.teacher.providers import (
@@ -201,8 +201,8 @@ def test_a_day_built_through_faults_is_rebuilt_from_its_call_cache_elsewhere_wit
 
     import pandas as pd
 
-    from hominem_pipeline.core.runner import run_stage
-    from hominem_pipeline.core.stages import STAGES_BY_NAME
+    from hominem_pipeline.core.pipeline.runner import run_stage
+    from hominem_pipeline.core.pipeline.stages import STAGES_BY_NAME
 
     day = "2026-03-05"
     stages = ["prompts", "teacher_trajectories", "teacher_labels"]
@@ -315,8 +315,8 @@ def test_no_secret_reaches_logs_mlflow_or_artifacts(project, server, caplog):
     """The teacher stages end to end on an API provider, with every logger at DEBUG."""
     from mlflow.tracking import MlflowClient
 
-    from hominem_pipeline.core.runner import run_stage
-    from hominem_pipeline.core.stages import STAGES_BY_NAME
+    from hominem_pipeline.core.pipeline.runner import run_stage
+    from hominem_pipeline.core.pipeline.stages import STAGES_BY_NAME
 
     cfg = api_cfg(project, server, "openai")
     server.add_fault(Fault("status", status=429, retry_after=0.05, times=2))
@@ -337,8 +337,8 @@ def test_no_secret_reaches_logs_mlflow_or_artifacts(project, server, caplog):
 
 
 def test_an_incomplete_partition_is_rebuilt_and_only_the_missing_calls_are_made(project, server):
-    from hominem_pipeline.core.runner import run_stage
-    from hominem_pipeline.core.stages import STAGES_BY_NAME
+    from hominem_pipeline.core.pipeline.runner import run_stage
+    from hominem_pipeline.core.pipeline.stages import STAGES_BY_NAME
 
     cfg = api_cfg(project, server, "openai", max_retries=0)
     run_stage(STAGES_BY_NAME["prompts"], cfg, "2026-03-03")
@@ -356,8 +356,8 @@ def test_an_incomplete_partition_is_rebuilt_and_only_the_missing_calls_are_made(
 
 
 def test_a_failed_prompt_writing_call_leaves_the_prompts_partial_and_is_made_again(project, server):
-    from hominem_pipeline.core.runner import run_stage
-    from hominem_pipeline.core.stages import STAGES_BY_NAME
+    from hominem_pipeline.core.pipeline.runner import run_stage
+    from hominem_pipeline.core.pipeline.stages import STAGES_BY_NAME
 
     cfg = api_cfg(project, server, "openai", max_retries=0)
     server.add_fault(Fault("status", status=503, times=1))  # the first writing call fails for good
@@ -421,7 +421,7 @@ def test_a_run_whose_teacher_cannot_be_reached_stops_before_it_starts_in_one_lin
     import sys
     from pathlib import Path
 
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.pipeline.lineage import lineage
 
     url = f"http://127.0.0.1:{closed_port()}/v1"
     (project / "config" / "nowhere.yaml").write_text(

@@ -1,4 +1,4 @@
-from hominem_pipeline.core.artifacts import ArtifactStore, folder_digest
+from hominem_pipeline.core.pipeline.artifacts import ArtifactStore, folder_digest
 
 
 def publish(store, asset, day, version, text, complete=True):

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from hominem_pipeline.core.attune import clusters, drift, selection, stats
-from hominem_pipeline.core.config_loader import load_config
+from hominem_pipeline.core.config.loader import load_config
 
 DIMS = ["empathy", "honesty"]
 

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from hominem_pipeline.core.config import ConfigError
-from hominem_pipeline.core.config_loader import load_config
+from hominem_pipeline.core.config.loader import load_config
 from hominem_pipeline_tests.conftest import REPO
 
 
@@ -156,7 +156,7 @@ def test_pairs_against_the_student_need_the_reward_model_to_rank_them(tmp_path: 
 
 
 def test_set_assignments_are_dotted_keys_with_yaml_values(tmp_path: Path):
-    from hominem_pipeline.core.config_loader import parse_assignments, write_set_overlay
+    from hominem_pipeline.core.config.loader import parse_assignments, write_set_overlay
 
     sets = parse_assignments(["policy.mode=dual", "policy.beta=0.3", "preferences.guard_dimension=null", "prompts.categories=[factual, creative]"])
     assert sets == {"policy": {"mode": "dual", "beta": 0.3}, "preferences": {"guard_dimension": None}, "prompts": {"categories": ["factual", "creative"]}}
@@ -176,7 +176,7 @@ def test_set_assignments_are_dotted_keys_with_yaml_values(tmp_path: Path):
 def test_every_setting_says_what_it_means():
     """Each key, sections included, carries a `Field(description=...)`: `hominem config` and the errors
     on a bad value show it."""
-    from hominem_pipeline.core.config_loader import describe
+    from hominem_pipeline.core.config.loader import describe
 
     rows = describe(load_config(root=REPO), [""])
     assert len(rows) > 150

@@ -6,7 +6,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from hominem_pipeline.core.dashboard import DashboardData, pattern, score_side_by_side
+from hominem_pipeline.core.dashboard.views import DashboardData, pattern
+from hominem_pipeline.core.dashboard.probe import score_side_by_side
 
 
 def version(data, asset, day, v, metrics, inputs=None, created=None, complete=True):

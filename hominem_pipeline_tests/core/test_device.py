@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from hominem_pipeline.core.config import ConfigError
-from hominem_pipeline.core.config_loader import load_config
-from hominem_pipeline.core.device import describe_device, resolve_device
+from hominem_pipeline.core.config.loader import load_config
+from hominem_pipeline.core.lm.device import describe_device, resolve_device
 from hominem_pipeline_tests.conftest import REPO
 
 

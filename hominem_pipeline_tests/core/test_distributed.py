@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hominem_pipeline.core.config_loader import load_config
+from hominem_pipeline.core.config.loader import load_config
 from hominem_pipeline.core.policy.dual import train_dual_adapter
 from hominem_pipeline.core.policy.launch import run_launched, write_spec
 from hominem_pipeline.core.policy.lora import load_policy

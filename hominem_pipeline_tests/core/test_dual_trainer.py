@@ -4,7 +4,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from hominem_pipeline.core.config_loader import load_config
+from hominem_pipeline.core.config.loader import load_config
 from hominem_pipeline.core.policy.dual import (
     batch_rows,
     pair_labels,

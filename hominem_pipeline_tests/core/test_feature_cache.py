@@ -123,9 +123,9 @@ def test_the_shipped_rows_cover_every_shipped_text_as_training_and_scoring_read_
 
     from transformers import AutoTokenizer
 
-    from hominem_pipeline.core.artifacts import optional_file_digest
+    from hominem_pipeline.core.pipeline.artifacts import optional_file_digest
     from hominem_pipeline.core.builds.shipping import shipped_texts
-    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.reward.encoding import judge_frame, make_encoder
     from hominem_pipeline.core.teacher.base import rubric_system
     from hominem_pipeline_tests.conftest import REPO
@@ -167,7 +167,7 @@ def test_the_shipped_rows_cover_every_shipped_text_as_training_and_scoring_read_
         keys, rows = set(saved["keys"].tolist()), saved["rows"]
     assert keys == {text_key(p, r) for p, c, j in zip(pairs["prompt"], pairs["chosen"], pairs["rejected"]) for r in (c, j)}
     assert rows.shape == (len(keys), projection.basis.shape[1]) and projection.basis.shape == (2 * 6 * 384, 256) and np.isfinite(rows).all()
-    from hominem_pipeline.core.models import encoder_path
+    from hominem_pipeline.core.lm.models import encoder_path
 
     # named for the installed encoder, so that a fresh clone's fit finds it
     assert EncoderStates(encoder_path(cfg), cfg.reward_model.people_score.max_length).projection_file(folder).name == projection_name

@@ -119,7 +119,7 @@ def test_an_adapter_taught_the_better_replies_moves_the_student_toward_them(tiny
     from trl.trainer.utils import add_fused_lm_head
 
     from hominem_pipeline.core.evaluation.fixtures import adapter_moves, base_logp_cache
-    from hominem_pipeline.core.models import load_student
+    from hominem_pipeline.core.lm.models import load_student
     from hominem_pipeline.core.policy.sequences import encode, reply_logps, sequence_logps
 
     fixtures = load_fixtures(REPO / "config" / "fixtures" / "contrast.yaml", DIMENSIONS)[:12]

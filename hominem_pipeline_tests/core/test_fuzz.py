@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from hominem_pipeline.core.config import ConfigError
 from hominem_pipeline.core.human.preferences import PreferenceImportError, check_importable
-from hominem_pipeline.core.schema import Trajectory
+from hominem_pipeline.core.common.schema import Trajectory
 from hominem_pipeline.core.teacher.api import label_from_answer
 from hominem_pipeline.core.teacher.providers import parse_json_object
 
@@ -91,7 +91,7 @@ def test_teacher_answers_give_a_label_or_the_problems(data):
 @FUZZ
 @given(data=st.binary(max_size=300) | st.builds(lambda s: s.encode(), st.text(max_size=300)) | st.sampled_from([b"policy:\n  beta: [", b"policy: {beta: -1}", b"- a\n- b", b"\xff\xfe"]))
 def test_config_overlays_give_a_config_or_a_config_error(data):
-    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.config.loader import load_config
 
     with tempfile.TemporaryDirectory() as tmp:
         overlay = Path(tmp) / "overlay.yaml"

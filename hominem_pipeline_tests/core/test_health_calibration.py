@@ -5,12 +5,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hominem_pipeline.core.config_loader import load_config
+from hominem_pipeline.core.config.loader import load_config
 from hominem_pipeline.core.evaluation.calibration import CalibrationError, fast_loop, resolve
 from hominem_pipeline.core.evaluation.health import Component, aggregate, gradient_variance_stability
 from hominem_pipeline.core.online.live import LiveState
 from hominem_pipeline.core.online.promotion import why_base
-from hominem_pipeline.core.stages import STAGES_BY_NAME
+from hominem_pipeline.core.pipeline.stages import STAGES_BY_NAME
 
 PANEL = {
     "panel": {"command": "benchmarks/health_panel.py calibrate", "healthy": 6, "broken": 8},

@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 
-from hominem_pipeline.core.config_loader import load_config
+from hominem_pipeline.core.config.loader import load_config
 from hominem_pipeline.core.evaluation.calibration import resolve
 from hominem_pipeline.core.evaluation.health import (
     Component,
@@ -115,7 +115,7 @@ def test_dimensions_updates_of_the_policy_agree_when_they_score_alike_and_oppose
     from peft import LoraConfig, get_peft_model
 
     from hominem_pipeline.core.evaluation.health import dcs_of, policy_gradient_agreement
-    from hominem_pipeline.core.models import load_student
+    from hominem_pipeline.core.lm.models import load_student
 
     base, tokenizer = load_student(tiny_student)
     policy = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
@@ -135,7 +135,7 @@ def test_dcs_on_the_policy_is_measured_on_the_adapters_lora_and_needs_it(tiny_cf
     from peft import LoraConfig, get_peft_model
 
     from hominem_pipeline.core.evaluation.health import coherence
-    from hominem_pipeline.core.models import load_student
+    from hominem_pipeline.core.lm.models import load_student
 
     assert tiny_cfg.health.dcs_on == "policy"
     with pytest.raises(ValueError, match="dcs_on is policy: the adapter's model is needed"):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from hominem_pipeline.core.config_loader import load_config
-from hominem_pipeline.core.lineage import (
+from hominem_pipeline.core.config.loader import load_config
+from hominem_pipeline.core.pipeline.lineage import (
     PACKAGE_ROOT,
     Lineage,
     MissingInput,
@@ -15,8 +15,8 @@ from hominem_pipeline.core.lineage import (
     lineage,
     module_closure,
 )
-from hominem_pipeline.core.stage import SliceError
-from hominem_pipeline.core.stages import STAGES, STAGES_BY_NAME
+from hominem_pipeline.core.pipeline.stage import SliceError
+from hominem_pipeline.core.pipeline.stages import STAGES, STAGES_BY_NAME
 from hominem_pipeline.testing.artifacts import publish_expected
 
 DAY = "2026-11-20"
@@ -142,7 +142,7 @@ def test_an_undeclared_read_is_never_a_silent_default(tiny_cfg):
 def test_an_experiment_made_without_the_model_training_kind_gets_it(tmp_path):
     import mlflow
 
-    from hominem_pipeline.core.tracking import EXPERIMENT_KIND, Tracker
+    from hominem_pipeline.core.pipeline.tracking import EXPERIMENT_KIND, Tracker
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     mlflow.set_tracking_uri(uri)
@@ -191,7 +191,7 @@ def test_an_earlier_day_of_a_window_built_only_under_other_settings_is_named_not
 
 def test_a_stale_day_of_feedback_that_cannot_be_built_again_stops_the_run_naming_the_day(tiny_cfg):
     from hominem_pipeline.core.builds.human_feedback import log_file
-    from hominem_pipeline.core.runner import WindowInputStale, run_stage
+    from hominem_pipeline.core.pipeline.runner import WindowInputStale, run_stage
 
     publish_expected(tiny_cfg, "teacher_labels", DAY)
     log_file(tiny_cfg, "2026-11-19").mkdir(parents=True)  # yesterday's log cannot be read (a folder where the file should be)

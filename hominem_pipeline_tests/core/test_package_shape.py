@@ -19,7 +19,7 @@ MAX_LINES = 600
 
 
 def _graph() -> dict[str, set[str]]:
-    from hominem_pipeline.core.lineage import _imports, _module_file
+    from hominem_pipeline.core.pipeline.lineage import _imports, _module_file
 
     graph = {}
     for path in sorted(PACKAGE.rglob("*.py")):

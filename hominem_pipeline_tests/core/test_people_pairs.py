@@ -16,7 +16,7 @@ def test_the_implicit_reward_is_the_adapters_move_on_each_pair_and_rises_where_i
     from peft import LoraConfig, get_peft_model
 
     from hominem_pipeline.core.evaluation.people_pairs import implicit_reward
-    from hominem_pipeline.core.models import load_student
+    from hominem_pipeline.core.lm.models import load_student
     from hominem_pipeline.core.policy.sequences import encode
 
     torch.manual_seed(0)
@@ -46,7 +46,7 @@ def _adapter_toward(tiny_student, replies: list[str], path):
     """A LoRA adapter on the tiny student trained (next-token) toward `replies` to PROMPTS, saved at `path`."""
     from peft import LoraConfig, get_peft_model
 
-    from hominem_pipeline.core.models import load_student
+    from hominem_pipeline.core.lm.models import load_student
 
     torch.manual_seed(0)
     base, tokenizer = load_student(tiny_student)
@@ -81,8 +81,8 @@ def test_the_gate_refuses_an_adapter_that_orders_peoples_pairs_worse_than_the_li
     figure is reported and nothing refused."""
     import pandas as pd
 
-    from hominem_pipeline.core.config_loader import load_config
-    from hominem_pipeline.core.models import load_student
+    from hominem_pipeline.core.config.loader import load_config
+    from hominem_pipeline.core.lm.models import load_student
     from hominem_pipeline.core.online.gate import ReplyCache, run_gate
     from hominem_pipeline.core.reward.model import RewardModel
     from hominem_pipeline.core.reward.training import train_reward_model

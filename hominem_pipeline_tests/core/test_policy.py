@@ -5,7 +5,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from hominem_pipeline.core.config_loader import load_config
+from hominem_pipeline.core.config.loader import load_config
 from hominem_pipeline.core.policy.dpo import train_dpo_adapter
 from hominem_pipeline.core.policy.lora import base_checksum, load_policy
 from hominem_pipeline_tests.conftest import REPO
@@ -76,7 +76,7 @@ def test_export_merges_the_adapter_into_a_plain_model(tiny_student, tmp_path):
 
 def test_policy_seed_zero_keeps_the_stage_seed_and_others_draw_new_ones():
     from hominem_pipeline.core.builds.lora_adapter import policy_seed
-    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.config.loader import load_config
 
     assert load_config().policy.seed == 0
     assert policy_seed(1234, 0) == 1234  # adapters trained before the setting existed train the same way

@@ -61,7 +61,7 @@ def test_an_adapter_that_names_its_base_by_hub_id_is_trained_on_and_saved_offlin
     the local student when it saves, never from the hub (it would try to download it)."""
     import json
 
-    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.policy.lora import lora_student, name_base, save_adapter
     from hominem_pipeline_tests.conftest import REPO
     from hominem_pipeline_tests.core.test_dual_trainer import TINY_POLICY

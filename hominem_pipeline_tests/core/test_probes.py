@@ -130,7 +130,7 @@ def test_pca_finds_a_planted_direction_and_collisions_list_opposed_gradients():
 
 
 def test_the_shipped_probe_files_load_and_bad_entries_are_named(tmp_path):
-    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.config.loader import load_config
 
     cfg = load_config(REPO / "config" / "hominem.yaml", root=REPO)
     scenarios = probes.load_tradeoffs(REPO / "config" / "probes" / "tradeoffs.yaml", cfg.dimension_names)

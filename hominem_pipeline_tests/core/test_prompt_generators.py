@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from hominem_pipeline.core.config_loader import load_config
-from hominem_pipeline.core.models import package_dir
-from hominem_pipeline.core.schema import Prompt
+from hominem_pipeline.core.config.loader import load_config
+from hominem_pipeline.core.lm.models import package_dir
+from hominem_pipeline.core.common.schema import Prompt
 from hominem_pipeline.core.teacher.prompt_generators import (
     TemplateFileError,
     clean_generated,

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from hominem_pipeline.core.config_loader import load_config
+from hominem_pipeline.core.config.loader import load_config
 from hominem_pipeline.core.teacher.prompts import (
     PromptFileError,
     load_seed_prompts,

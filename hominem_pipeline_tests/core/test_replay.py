@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hominem_pipeline.core.config_loader import load_config
+from hominem_pipeline.core.config.loader import load_config
 from hominem_pipeline.core.online.replay import ReplayBuffer, feedback_pair_items, novelty, teacher_pair_items
 from hominem_pipeline_tests.conftest import REPO
 

@@ -2,11 +2,11 @@ import json
 
 import pytest
 
-from hominem_pipeline.core.config_loader import load_config
+from hominem_pipeline.core.config.loader import load_config
 from hominem_pipeline.core.online.feedback import feedback_tables
 from hominem_pipeline.core.online.history import HistoryIndex, index_url
 from hominem_pipeline.core.online.log import InteractionLog
-from hominem_pipeline.core.retrain import DataCounts, count_given, read_state, retrain_tick, should_retrain
+from hominem_pipeline.core.pipeline.retrain import DataCounts, count_given, read_state, retrain_tick, should_retrain
 from hominem_pipeline_tests.conftest import REPO
 from hominem_pipeline_tests.core.test_history import DAY, feedback, turn
 
@@ -145,8 +145,8 @@ def test_feedback_on_a_day_without_labels_asks_for_the_whole_chain(tiny_cfg):
 
 
 def test_live_status_and_the_dashboard_show_the_sensors_last_tick(tiny_cfg):
-    from hominem_pipeline.core.dashboard import DashboardData
-    from hominem_pipeline.core.retrain import describe_state, record_run
+    from hominem_pipeline.core.dashboard.views import DashboardData
+    from hominem_pipeline.core.pipeline.retrain import describe_state, record_run
     from hominem_pipeline.testing.artifacts import publish_expected
 
     assert describe_state(read_state(tiny_cfg.data_dir))[0].startswith("retrain sensor: no tick yet")

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import torch
 
-from hominem_pipeline.core.config_loader import deep_merge, load_config
+from hominem_pipeline.core.config.loader import deep_merge, load_config
 from hominem_pipeline.core.reward.calibration import same_prompt_pairs
 from hominem_pipeline.core.reward.dataset import TrainingSet, pairwise_accuracy
 from hominem_pipeline.core.reward.encoding import encode_pair, pad_batch
@@ -307,7 +307,7 @@ def test_pair_gaps_are_score_differences_and_prefer_is_symmetric(trained):
 
 
 def test_backbone_setting_names_the_encoder_the_student_a_folder_or_a_hub_id(tiny_cfg, tmp_path):
-    from hominem_pipeline.core.models import (
+    from hominem_pipeline.core.lm.models import (
         ModelNotAvailable,
         encoder_path,
         reward_backbone,
@@ -382,7 +382,7 @@ def test_judge_question_frame_ends_where_the_judge_rates(tiny_student, tmp_path)
     """frame: judge_question follows the exchange with the judge's overall question, in the words and
     chat turn the local judge asks it, so the last token is the one before the judge's rating; the
     saved frame keeps the question, and the stage reports the ECE a calibrated model would read."""
-    from hominem_pipeline.core.generation import chat_text
+    from hominem_pipeline.core.lm.generation import chat_text
     from hominem_pipeline.core.teacher.base import rubric_suffix
 
     cfg = small_cfg(max_length=96, head_fit="ridge", ridge_alphas=[1.0], uncertainty={"method": "none", "members": 1, "mc_samples": 2},
@@ -631,7 +631,7 @@ def test_pooled_features_scored_by_the_heads_match_the_models_own_scores(trained
 def test_guard_columns_are_the_students_reply_log_probabilities(tiny_student):
     """reply_logp is the mean log-probability of the reply's tokens given the prompt, as the full logits
     give it; prompt_gain subtracts the same without the prompt."""
-    from hominem_pipeline.core.models import load_student
+    from hominem_pipeline.core.lm.models import load_student
     from hominem_pipeline.core.policy.sequences import encode, reply_logps
     from hominem_pipeline.core.reward.guards import GUARD_MAX_LENGTH, GuardScorer
 
@@ -656,7 +656,7 @@ def test_guard_columns_are_the_students_reply_log_probabilities(tiny_student):
 def test_a_guard_puts_gibberish_below_a_fluent_reply(tiny_student, tmp_path):
     """A student that has read plain sentences finds gibberish unlikely: a reward model whose heads read
     the guard columns learns from people's pairs that fluent beats gibberish, and orders an unseen pair so."""
-    from hominem_pipeline.core.models import load_student
+    from hominem_pipeline.core.lm.models import load_student
 
     fluent = ["It was quiet, thanks.", "That sounds lovely.", "I am sorry to hear that.", "Thanks, that helps a lot.", "It was a good day."]
     model, tok = load_student(tiny_student)

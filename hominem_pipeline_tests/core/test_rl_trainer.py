@@ -1,7 +1,7 @@
 import pytest
 from safetensors.torch import load_file
 
-from hominem_pipeline.core.config_loader import load_config
+from hominem_pipeline.core.config.loader import load_config
 from hominem_pipeline.core.policy.lora import base_checksum
 from hominem_pipeline.core.policy.rl import GatedReward, train_rl_adapter
 from hominem_pipeline.core.reward.model import RewardModel

@@ -1,8 +1,8 @@
 import json
 import math
 
-from hominem_pipeline.core.config_loader import load_config
-from hominem_pipeline.core.schema import label_json_schema, label_problems
+from hominem_pipeline.core.config.loader import load_config
+from hominem_pipeline.core.common.schema import label_json_schema, label_problems
 from hominem_pipeline_tests.conftest import REPO
 
 DIMS = ["empathy", "curiosity"]

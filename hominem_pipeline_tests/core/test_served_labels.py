@@ -49,9 +49,9 @@ def test_served_replies_are_picked_rated_first_then_newest_and_keep_their_turn()
 
 def test_the_next_day_s_labels_rate_the_served_replies_and_the_reward_model_learns_from_them(tiny_cfg):
     from hominem_pipeline.core.builds.human_feedback import log_file
-    from hominem_pipeline.core.lineage import lineage
-    from hominem_pipeline.core.runner import run_stage
-    from hominem_pipeline.core.stages import STAGES_BY_NAME
+    from hominem_pipeline.core.pipeline.lineage import lineage
+    from hominem_pipeline.core.pipeline.runner import run_stage
+    from hominem_pipeline.core.pipeline.stages import STAGES_BY_NAME
 
     path = log_file(tiny_cfg, BEFORE)
     path.parent.mkdir(parents=True, exist_ok=True)

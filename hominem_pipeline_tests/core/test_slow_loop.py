@@ -150,7 +150,7 @@ def test_the_people_s_start_cut_to_a_smaller_rank_keeps_its_strongest_directions
 def test_the_factors_in_force_are_part_of_the_daily_adapter_s_version_from_the_day_they_apply(tiny_cfg):
     """A day before the first step keeps its version (a quiet history changes nothing); the day a step
     applies from, the adapter's files digest (so its version) names the factors."""
-    from hominem_pipeline.core.stages import STAGES_BY_NAME
+    from hominem_pipeline.core.pipeline.stages import STAGES_BY_NAME
 
     files = STAGES_BY_NAME["lora_adapter"].files
     before = {day: files(tiny_cfg, day) for day in ("2026-11-04", "2026-11-05")}

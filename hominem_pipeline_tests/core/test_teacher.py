@@ -1,15 +1,15 @@
 import pytest
 import torch
 
-from hominem_pipeline.core.generation import chat_text
-from hominem_pipeline.core.schema import Prompt, label_problems
+from hominem_pipeline.core.lm.generation import chat_text
+from hominem_pipeline.core.common.schema import Prompt, label_problems
 from hominem_pipeline.core.teacher.base import expected_score_to_label_value
 from hominem_pipeline.core.teacher.local import LocalHFTeacher
 
 
 @pytest.fixture(scope="module")
 def teacher(tiny_student, tmp_path_factory):
-    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline_tests.conftest import make_project
 
     root = make_project(tmp_path_factory.mktemp("teacher") / "p", tiny_student, tiny_student)
@@ -118,7 +118,7 @@ def test_a_candidate_cut_by_the_token_limit_ends_at_its_last_sentence_and_only_a
     import pandas as pd
 
     from hominem_pipeline.core.config import CandidateStyle
-    from hominem_pipeline.core.generation import end_at_sentence
+    from hominem_pipeline.core.lm.generation import end_at_sentence
     from hominem_pipeline.core.teacher.base import make_trajectory
     from hominem_pipeline.core.teacher.labeling import validate_labels
 

@@ -71,8 +71,8 @@ def test_training_assets_read_a_window_of_days(project):
 
 
 def test_every_assets_dagster_parents_and_code_version_come_from_the_stage_table(project, tiny_cfg):
-    from hominem_pipeline.core.lineage import definition_version
-    from hominem_pipeline.core.stages import STAGES
+    from hominem_pipeline.core.pipeline.lineage import definition_version
+    from hominem_pipeline.core.pipeline.stages import STAGES
 
     defs = build_definitions(str(project / "config" / "tiny.yaml"), root=project)
     graph = defs.resolve_asset_graph()

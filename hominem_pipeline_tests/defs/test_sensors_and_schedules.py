@@ -10,7 +10,7 @@ from dagster import (
     instance_for_test,
 )
 
-from hominem_pipeline.core.config_loader import load_config
+from hominem_pipeline.core.config.loader import load_config
 from hominem_pipeline.defs import build_definitions
 from hominem_pipeline.defs.resources import HominemResource
 from hominem_pipeline.defs.sensors import sensor_tick

@@ -71,10 +71,10 @@ def test_the_reward_model_trains_its_frozen_pass_and_scores_on_cuda_as_on_the_cp
 
 def test_the_teacher_and_the_evaluation_generate_on_cuda(tiny_student, tiny_encoder, tmp_path):
     from hominem_pipeline.core.config import CandidateStyle
-    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.evaluation.compare import greedy_replies
     from hominem_pipeline.core.policy.lora import load_policy
-    from hominem_pipeline.core.schema import Prompt
+    from hominem_pipeline.core.common.schema import Prompt
     from hominem_pipeline.core.teacher.local import LocalHFTeacher
     from hominem_pipeline_tests.conftest import make_project
 
@@ -118,7 +118,7 @@ def test_the_dual_trainer_learns_peoples_pairs_on_cuda_as_on_the_cpu(tiny_studen
     (the evaluation's first figure), measured on either device."""
     import pandas as pd
 
-    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.evaluation.people_pairs import implicit_reward
     from hominem_pipeline.core.policy.dual import train_dual_adapter
     from hominem_pipeline.core.policy.lora import load_policy
@@ -147,7 +147,7 @@ def test_the_dual_trainer_across_processes_takes_a_gpu_each(tiny_student, tmp_pa
     two processes train over NCCL, one per GPU, and each step's loss is one process's (the halves' means
     weighted by their rows); with one GPU, two processes are refused with the fix named, and the same launch
     runs on the CPU (`runtime.device: cpu`) with this machine's torch and accelerate."""
-    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.policy.dual import train_dual_adapter
     from hominem_pipeline.core.policy.launch import run_launched, write_spec
     from hominem_pipeline.core.policy.lora import load_policy

@@ -9,8 +9,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from hominem_pipeline.core.config_loader import load_config
-from hominem_pipeline.core.lineage import lineage
+from hominem_pipeline.core.config.loader import load_config
+from hominem_pipeline.core.pipeline.lineage import lineage
 from hominem_pipeline_tests.integration.test_cli import hominem
 
 DAYS = ["2026-11-17", "2026-11-18", "2026-11-19"]

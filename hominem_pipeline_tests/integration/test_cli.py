@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hominem_pipeline.core.artifacts import ArtifactStore
+from hominem_pipeline.core.pipeline.artifacts import ArtifactStore
 
 HOMINEM = str(Path(sys.executable).parent / "hominem")
 DAY = "2026-11-19"
@@ -64,8 +64,8 @@ def test_data_validate_and_sample(labeled_project):
 
 
 def test_validate_fails_on_a_bad_partition(labeled_project, tmp_path):
-    from hominem_pipeline.core.config_loader import load_config
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.config.loader import load_config
+    from hominem_pipeline.core.pipeline.lineage import lineage
     from hominem_pipeline.testing.artifacts import publish_expected
 
     project, _ = labeled_project
@@ -90,8 +90,8 @@ def test_validate_fails_on_a_bad_partition(labeled_project, tmp_path):
 
 
 def test_a_damaged_file_is_named_with_the_command_that_rebuilds_it(labeled_project):
-    from hominem_pipeline.core.config_loader import load_config
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.config.loader import load_config
+    from hominem_pipeline.core.pipeline.lineage import lineage
 
     project, _ = labeled_project
     whole = hominem(project, "data", "validate", "--all", "--config", "config/tiny.yaml")
@@ -140,7 +140,7 @@ def test_an_overlay_with_another_data_dir_leaves_the_project_untouched_mlflow_in
 
 
 def test_history_shows_the_callers_choices_with_what_they_were_about(tmp_path, tiny_student, tiny_encoder):
-    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.online.log import InteractionLog, log_folder
     from hominem_pipeline_tests.conftest import make_project
     from hominem_pipeline_tests.core.test_history import first_day
@@ -213,7 +213,7 @@ def test_set_changes_one_setting_for_the_run_and_later_commands(labeled_project)
     assert done.returncode == 0, done.stdout + done.stderr
     assert len(ArtifactStore(project / "data").versions("prompts", DAY)) == 2  # the day's first prompts and these, side by side
     [overlay] = (project / "data" / "overlays").glob("set-*.yaml")
-    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.config.loader import load_config
 
     assert load_config(overlay, root=project).prompts.per_partition == 3
 
@@ -246,8 +246,8 @@ def test_import_preferences_fills_the_human_preferences_asset(labeled_project, t
     assert done.returncode == 0, done.stdout + done.stderr
     assert "quarantined 1 row(s): chosen and rejected replies are identical" in done.stdout
 
-    from hominem_pipeline.core.config_loader import load_config
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.config.loader import load_config
+    from hominem_pipeline.core.pipeline.lineage import lineage
 
     ref = lineage(load_config(project / "config" / "tiny.yaml", root=project)).require("human_preferences", DAY)
     pairs = pd.read_parquet(ref.file("pairs.parquet"))
@@ -305,8 +305,8 @@ def test_reward_probe_prints_scores_uncertainty_and_preference(labeled_project):
     assert "read from the reward_fixtures check's scores" in " ".join(fixtures.stdout.split())  # not scored again
     edited = project / "config" / "fixtures_edited.yaml"  # a file the check did not score: scored here, from the feature cache
     edited.write_text((project / "config" / "fixtures" / "contrast.yaml").read_text() + "\n")
-    from hominem_pipeline.core.config_loader import load_config
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.config.loader import load_config
+    from hominem_pipeline.core.pipeline.lineage import lineage
 
     model = lineage(load_config(project / "config" / "tiny.yaml", root=project)).require("reward_model", DAY).path
     again = hominem(project, "reward-probe", "--config", "config/tiny.yaml", "--fixtures", "--set", f"fixtures.file={edited}", "--model", str(model))
@@ -325,8 +325,8 @@ def test_fill_window_builds_the_earlier_days_that_the_windows_read(tmp_path, tin
     preference pairs, so the adapter reads a full window of pairs."""
     from dagster import DagsterInstance
 
-    from hominem_pipeline.core.config_loader import load_config
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.config.loader import load_config
+    from hominem_pipeline.core.pipeline.lineage import lineage
     from hominem_pipeline_tests.conftest import make_project
 
     project = make_project(tmp_path / "project", tiny_student, tiny_encoder)

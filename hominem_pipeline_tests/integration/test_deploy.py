@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hominem_pipeline.core.config_loader import deep_merge
+from hominem_pipeline.core.config.loader import deep_merge
 from hominem_pipeline.testing.services import MlflowServer, PostgresServer
 from hominem_pipeline_tests.conftest import REPO, make_project
 
@@ -136,8 +136,8 @@ def test_the_daily_chain_runs_through_the_queue_on_celery_workers_with_postgres_
     """The deployment profile (deploy/): Dagster's storage in Postgres, `hominem run` submitting to the run
     queue, the daemon launching, the steps on two Celery workers over Redis, MLflow's server on Postgres;
     the UI's GraphQL lists the run; two days launched at once both finish, each in its own partition."""
-    from hominem_pipeline.core.config_loader import load_config
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.config.loader import load_config
+    from hominem_pipeline.core.pipeline.lineage import lineage
     from hominem_pipeline.testing.services import RedisServer, free_port
 
     pg, tracking = servers["postgres"], servers["mlflow"].url
@@ -191,7 +191,7 @@ def test_the_daily_chain_runs_through_the_queue_on_celery_workers_with_postgres_
             assert all("succeeded" in (tmp_path / f"worker{i}.log").read_text() for i in range(2))  # both workers took steps
             from mlflow import MlflowClient
 
-            from hominem_pipeline.core.tracking import TAG_ASSET, TAG_DAGSTER_RUN
+            from hominem_pipeline.core.pipeline.tracking import TAG_ASSET, TAG_DAGSTER_RUN
 
             client = MlflowClient(tracking)  # lineage and the registry on the tracking server, as the embedded run keeps them
             [experiment] = [e for e in client.search_experiments() if e.name == cfg.tracking.experiment]

@@ -9,12 +9,12 @@ import pandas as pd
 import pytest
 from dagster import instance_for_test, materialize
 
-from hominem_pipeline.core.artifacts import ArtifactStore
-from hominem_pipeline.core.config_loader import load_config
+from hominem_pipeline.core.pipeline.artifacts import ArtifactStore
+from hominem_pipeline.core.config.loader import load_config
 from hominem_pipeline.core.evaluation.calibration import resolve
-from hominem_pipeline.core.lineage import lineage
+from hominem_pipeline.core.pipeline.lineage import lineage
 from hominem_pipeline.core.teacher.labeling import validate_labels
-from hominem_pipeline.core.tracking import (
+from hominem_pipeline.core.pipeline.tracking import (
     TAG_ASSET,
     TAG_DAGSTER_RUN,
     TAG_PARTITION,
@@ -275,7 +275,7 @@ def test_the_reward_model_is_registered_with_the_current_alias(chain):
     from mlflow import MlflowClient
 
     from hominem_pipeline.core.builds.reward_model import REWARD_MODEL_NAME
-    from hominem_pipeline.core.tracking import TAG_VERSION
+    from hominem_pipeline.core.pipeline.tracking import TAG_VERSION
 
     cfg = chain["cfg"]
     Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root)).runs_for("reward_model")  # points MLflow at the store
@@ -309,7 +309,7 @@ def test_an_evaluation_reuses_the_base_replies_it_is_given(chain):
     """Several adapters of one base are compared on one set of base replies (benchmarks/policy_win_rate.py)."""
     from hominem_pipeline.core.builds.common import prompts_of
     from hominem_pipeline.core.evaluation.compare import evaluate_adapter
-    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.reward.model import RewardModel
 
     cfg, lin = chain["cfg"], lineage(chain["cfg"])
@@ -350,7 +350,7 @@ def test_the_default_dual_mode_trains_both_channels_and_dpo_is_one_overlay_away(
     data/sft/ rebuilds the adapter again (the files are part of its version)."""
     import yaml
 
-    from hominem_pipeline.core.config_loader import deep_merge
+    from hominem_pipeline.core.config.loader import deep_merge
 
     project, first = chain["project"], chain["first"]
     data = lineage(chain["cfg"])
@@ -383,7 +383,7 @@ def test_the_daily_dual_training_draws_its_batches_from_the_replay_buffer(chain)
     """The default `policy.dual.sampler: replay`: the adapter's pairs come through the replay sampler (the
     window's teacher pairs with their priorities); the replay settings are part of the adapter's version,
     and `uniform` (every pair once per pass) is one setting away."""
-    from hominem_pipeline.core.runner import run_stage
+    from hominem_pipeline.core.pipeline.runner import run_stage
 
     project, cfg = chain["project"], chain["cfg"]
     built = lineage(cfg).require("lora_adapter", DAY)
@@ -421,9 +421,9 @@ def test_the_daily_adapter_trains_across_two_processes(chain):
 
     from mlflow.tracking import MlflowClient
 
-    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.policy.lora import load_policy
-    from hominem_pipeline.core.runner import run_stage
+    from hominem_pipeline.core.pipeline.runner import run_stage
 
     project = chain["project"]
     overrides = {"policy": {"seed": 3}}
@@ -497,7 +497,7 @@ def test_promote_and_rollback_by_hand_go_through_the_gate(chain):
     `compare --adapter live` and `rollback` follow the pointer."""
     import yaml
 
-    from hominem_pipeline.core.config_loader import deep_merge
+    from hominem_pipeline.core.config.loader import deep_merge
     from hominem_pipeline.core.online.live import LiveState
 
     project, cfg = chain["project"], chain["cfg"]
@@ -524,7 +524,7 @@ def test_promote_and_rollback_by_hand_go_through_the_gate(chain):
     from mlflow.exceptions import MlflowException
 
     from hominem_pipeline.core.online.promotion import CHAMPION_MODEL
-    from hominem_pipeline.core.tracking import TAG_VERSION
+    from hominem_pipeline.core.pipeline.tracking import TAG_VERSION
 
     Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root)).runs_for("live")  # points MLflow at the store
     champion = MlflowClient().get_model_version_by_alias(CHAMPION_MODEL, "champion")  # the registry's alias moves with promotion
@@ -579,7 +579,7 @@ def test_pairs_against_the_students_own_reply(chain):
     candidate the reward model prefers to that reply."""
     import yaml
 
-    from hominem_pipeline.core.config_loader import deep_merge
+    from hominem_pipeline.core.config.loader import deep_merge
     from hominem_pipeline.core.reward.model import RewardModel
 
     project = chain["project"]
@@ -612,7 +612,7 @@ def test_pairs_whose_overall_score_disagrees_are_dropped_by_the_stage(chain):
     scalar gap, so the filter has pairs to drop whatever the tiny reward model scores."""
     import yaml
 
-    from hominem_pipeline.core.config_loader import deep_merge
+    from hominem_pipeline.core.config.loader import deep_merge
 
     project = chain["project"]
     base = yaml.safe_load(chain["config"].read_text())
@@ -636,7 +636,7 @@ def test_pairs_whose_overall_score_disagrees_are_dropped_by_the_stage(chain):
 def _overlay(chain, name: str, changes: dict) -> str:
     import yaml
 
-    from hominem_pipeline.core.config_loader import deep_merge
+    from hominem_pipeline.core.config.loader import deep_merge
 
     path = chain["project"] / "config" / f"{name}.yaml"
     path.write_text(yaml.safe_dump(deep_merge(yaml.safe_load(chain["config"].read_text()), changes)))

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx2 as httpx
 import yaml
 
-from hominem_pipeline.core.config_loader import deep_merge, load_config
+from hominem_pipeline.core.config.loader import deep_merge, load_config
 from hominem_pipeline.testing.services import stop_group
 from hominem_pipeline_tests.conftest import make_project
 from hominem_pipeline_tests.serving.conftest import start, stop
@@ -36,7 +36,7 @@ def served_adapter(url: str) -> str | None:
 def test_choices_over_http_make_the_daemons_sensor_retrain_and_the_gate_decide(tmp_path, tiny_student, tiny_encoder):
     from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.pipeline.lineage import lineage
     from hominem_pipeline.core.online.live import LiveState
 
     project = make_project(tmp_path / "project", tiny_student, tiny_encoder)

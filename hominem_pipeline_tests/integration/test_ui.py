@@ -53,8 +53,8 @@ def test_ui_starts_both_lists_the_cli_runs_under_their_job_and_ctrl_c_stops_both
             assert proc.poll() is None, proc.stdout.read()
             assert time.monotonic() < deadline, "the UIs did not come up within 3 minutes"
             time.sleep(2)
-        from hominem_pipeline.core.config_loader import load_config
-        from hominem_pipeline.core.tracking import experiment_url
+        from hominem_pipeline.core.config.loader import load_config
+        from hominem_pipeline.core.pipeline.tracking import experiment_url
         from hominem_pipeline.testing.browser import chromium, wait_for
 
         # the CLI's run is the UI's job's run: its origin names the UI's code location, repository and job,

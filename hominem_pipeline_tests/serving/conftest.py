@@ -52,7 +52,7 @@ def make_adapter(student: Path, out: Path) -> Path:
 
 
 def make_reward_model(encoder: Path, dimensions: list[str], out: Path) -> Path:
-    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.reward.training import train_reward_model
     from hominem_pipeline_tests.conftest import REPO
 
@@ -67,7 +67,7 @@ def make_reward_model(encoder: Path, dimensions: list[str], out: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def served(tmp_path_factory, tiny_student, tiny_encoder):
-    from hominem_pipeline.core.config_loader import load_config
+    from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline_tests.conftest import make_project
 
     project = make_project(tmp_path_factory.mktemp("serve") / "project", tiny_student, tiny_encoder)

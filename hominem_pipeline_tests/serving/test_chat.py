@@ -14,8 +14,8 @@ def chat(project, *args: str, stdin: str | None = None) -> subprocess.CompletedP
 
 
 def test_streamed_pieces_join_to_the_reply_generate_gives(tiny_student):
-    from hominem_pipeline.core.generation import chat_text, generate, stream_reply
-    from hominem_pipeline.core.models import load_student
+    from hominem_pipeline.core.lm.generation import chat_text, generate, stream_reply
+    from hominem_pipeline.core.lm.models import load_student
 
     model, tokenizer = load_student(tiny_student)
     said = "Tell me about the sea."

@@ -46,8 +46,8 @@ def test_streamed_text_adds_up_to_the_reply_and_a_cancelled_row_stops(engine):
 def test_continuous_batching_writes_what_generate_writes_alone_and_rows_join_mid_flight(engine, tiny_student):
     """Greedy replies of rows of different prompt lengths, batched, some joining while others are halfway,
     equal `generate`'s for each prompt alone: the left-padded cache merge changes nothing."""
-    from hominem_pipeline.core.generation import generate
-    from hominem_pipeline.core.models import load_student
+    from hominem_pipeline.core.lm.generation import generate
+    from hominem_pipeline.core.lm.models import load_student
 
     model, tokenizer = load_student(tiny_student)
     prompts = ["hi", "tell me a long story about a dragon and a knight", "why?"]
@@ -80,8 +80,8 @@ def test_a_seeded_sampled_reply_is_the_same_whoever_shares_its_batch(engine):
 
 def test_the_repetition_penalty_is_transformers_own(tiny_student):
     """With the service's penalty (1.1 by default; 1.5 here, to make it bite) a greedy reply equals `generate`'s."""
-    from hominem_pipeline.core.generation import generate
-    from hominem_pipeline.core.models import load_student
+    from hominem_pipeline.core.lm.generation import generate
+    from hominem_pipeline.core.lm.models import load_student
 
     engine = Engine(tiny_student, None, None, max_batch_size=2, batch_wait_ms=0, max_queue=2, repetition_penalty=1.5)
     try:
@@ -99,8 +99,8 @@ def emoji_student(tiny_student, tmp_path_factory):
     reply opens with that emoji piece."""
     import torch
 
-    from hominem_pipeline.core.generation import chat_text, symbol_token_ids
-    from hominem_pipeline.core.models import load_student
+    from hominem_pipeline.core.lm.generation import chat_text, symbol_token_ids
+    from hominem_pipeline.core.lm.models import load_student
 
     model, tokenizer = load_student(tiny_student)
     piece = tokenizer("🙂", add_special_tokens=False)["input_ids"][0]
@@ -116,8 +116,8 @@ def emoji_student(tiny_student, tmp_path_factory):
 
 
 def test_plain_start_keeps_an_emoji_from_opening_a_reply_in_generate_and_in_the_engine(emoji_student):
-    from hominem_pipeline.core.generation import chat_text, decoding_settings
-    from hominem_pipeline.core.models import load_student
+    from hominem_pipeline.core.lm.generation import chat_text, decoding_settings
+    from hominem_pipeline.core.lm.models import load_student
 
     path, piece = emoji_student
     model, tokenizer = load_student(path)

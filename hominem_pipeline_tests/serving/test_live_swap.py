@@ -30,7 +30,7 @@ def test_the_service_hot_swaps_to_what_the_pointer_names(tmp_path, tiny_student,
     import torch
     from safetensors.torch import load_file, save_file
 
-    from hominem_pipeline.core.models import load_student
+    from hominem_pipeline.core.lm.models import load_student
     from hominem_pipeline.core.online.live import LiveState
     from hominem_pipeline.core.policy.lora import base_checksum
     from hominem_pipeline_tests.conftest import make_project

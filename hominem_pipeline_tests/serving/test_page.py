@@ -62,7 +62,7 @@ def test_replies_are_shown_as_markdown_and_a_reply_cut_by_the_token_limit_ends_a
     text; a reply the token limit cut is shown, and logged, up to its last finished sentence."""
     from selenium.webdriver.common.by import By
 
-    from hominem_pipeline.core.generation import end_at_sentence
+    from hominem_pipeline.core.lm.generation import end_at_sentence
 
     driver = chromium()
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from hominem_pipeline.core.config_loader import load_config
+from hominem_pipeline.core.config.loader import load_config
 from hominem_pipeline.serving.updates import UpdateScheduler
 
 ROOT = Path(__file__).resolve().parents[2]

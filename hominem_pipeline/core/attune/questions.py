@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hominem_pipeline.core.artifacts import fingerprint
+from hominem_pipeline.core.common.files import write_text_atomic
 from hominem_pipeline.core.online.feedback import transcript
+from hominem_pipeline.core.pipeline.artifacts import fingerprint
 
 PER_PROMPT = 3  # candidate pairs per prompt offered from the teacher's day
 QUESTIONS = "questions"  # folder under <serving.log_dir> of imported question files
@@ -118,16 +119,14 @@ def write_question_file(pairs: pd.DataFrame, folder: Path, source: str) -> tuple
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{fingerprint(text, 16)}.jsonl"
     if not path.exists():
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        write_text_atomic(path, text)
     return path, len(questions)
 
 
 def load_pool(cfg: Any) -> list[Question]:
     """The teacher's newest day's candidates (under this config; `attunement.selection.teacher_candidates`) and every
     imported question file, one per id."""
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.pipeline.lineage import lineage
 
     pool: dict[str, Question] = {}
     ref = lineage(cfg).newest("teacher_trajectories")[0] if cfg.attunement.selection.teacher_candidates else None

@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hominem_pipeline.core.artifacts import data_label
 from hominem_pipeline.core.attune.drift import windows
 from hominem_pipeline.core.builds.common import write_json
 from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.stage import CheckOutcome, StageContext, StageOutput
+from hominem_pipeline.core.pipeline.artifacts import data_label
+from hominem_pipeline.core.pipeline.stage import CheckOutcome, StageContext, StageOutput
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +55,14 @@ def build_attunement(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.attune.clusters import cluster_errors, follow
     from hominem_pipeline.core.attune.drift import preference_drift, served_drift
     from hominem_pipeline.core.attune.predictions import PEOPLE, predict, served_choices
-    from hominem_pipeline.core.attune.timeline import GROUPS, by_day, by_domain, calibration, plot
-    from hominem_pipeline.core.models import encoder_path
+    from hominem_pipeline.core.attune.timeline import (
+        GROUPS,
+        by_day,
+        by_domain,
+        calibration,
+        plot,
+    )
+    from hominem_pipeline.core.lm.models import encoder_path
     from hominem_pipeline.core.reward.model import project_reward_model
     from hominem_pipeline.core.teacher.prompt_generators import sentence_embedder
 

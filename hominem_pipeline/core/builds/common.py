@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from hominem_pipeline.core.schema import Prompt
+from hominem_pipeline.core.common.schema import Prompt
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import pandas as pd
 
 from hominem_pipeline.core.builds.common import prompts_of, write_json
 from hominem_pipeline.core.builds.memory_files import memory_paths
-from hominem_pipeline.core.stage import StageContext, StageOutput
+from hominem_pipeline.core.pipeline.stage import StageContext, StageOutput
 
 log = logging.getLogger(__name__)
 
@@ -24,9 +24,12 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
     )
     from hominem_pipeline.core.evaluation.fixtures import load_fixtures
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
-    from hominem_pipeline.core.device import resolve_device
-    from hominem_pipeline.core.models import student_path
-    from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
+    from hominem_pipeline.core.lm.device import resolve_device
+    from hominem_pipeline.core.lm.models import student_path
+    from hominem_pipeline.core.reward.feature_cache import (
+        FEATURE_CACHE,
+        SHIPPED_FEATURES,
+    )
     from hominem_pipeline.core.reward.model import project_reward_model
 
     prompts = prompts_of(pd.read_parquet(ctx.one("prompts").file("prompts.parquet")), "eval")

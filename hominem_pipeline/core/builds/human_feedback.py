@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.stage import StageContext, StageOutput
+from hominem_pipeline.core.pipeline.stage import StageContext, StageOutput
 
 PAIRS, CONVERSATIONS = "pairs.parquet", "conversations.parquet"
 DIMENSION_PAIRS = "dimension_pairs.parquet"  # the nudges' pairs, about one dimension each (the reward model's alone)
@@ -40,7 +40,7 @@ def build_human_feedback(ctx: StageContext) -> StageOutput:
 
 def log_digest(cfg: HominemConfig, partition: str) -> str | None:
     """The day's log file by content: each new event makes a new version (None: no log that day)."""
-    from hominem_pipeline.core.artifacts import file_sha256
+    from hominem_pipeline.core.pipeline.artifacts import file_sha256
 
     path = log_file(cfg, partition)
     return file_sha256(path) if path.exists() else None

@@ -7,7 +7,7 @@ import logging
 import pandas as pd
 
 from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.stage import StageContext, StageOutput
+from hominem_pipeline.core.pipeline.stage import StageContext, StageOutput
 
 log = logging.getLogger(__name__)
 

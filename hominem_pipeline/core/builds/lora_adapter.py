@@ -9,14 +9,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hominem_pipeline.core.artifacts import fingerprint
 from hominem_pipeline.core.builds.common import write_json
 from hominem_pipeline.core.builds.memory_files import memory_paths
 from hominem_pipeline.core.config import HominemConfig, PolicyConfig
-from hominem_pipeline.core.evaluation.manifold import MANIFOLD, MANIFOLD_PLOT, ManifoldShape
+from hominem_pipeline.core.evaluation.manifold import (
+    MANIFOLD,
+    MANIFOLD_PLOT,
+    ManifoldShape,
+)
 from hominem_pipeline.core.evaluation.memory import memory_digest
+from hominem_pipeline.core.pipeline.artifacts import fingerprint
+from hominem_pipeline.core.pipeline.stage import CheckOutcome, StageContext, StageOutput
 from hominem_pipeline.core.policy.metadata import AdapterMetadata
-from hominem_pipeline.core.stage import CheckOutcome, StageContext, StageOutput
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +45,6 @@ def people_training_pairs(ctx: StageContext) -> pd.DataFrame:
     """People's own pairs the daily adapter learns from (`builds.reward_model.human_pairs`: the shipped
     ones but the held-out it is judged on, the window's imported pairs and page choices), as preference rows (`policy.pairs.people_rows`)."""
     from hominem_pipeline.core.builds.reward_model import human_pairs
-
     from hominem_pipeline.core.policy.pairs import people_rows
 
     return people_rows(human_pairs(ctx, held_out=False))
@@ -75,10 +78,12 @@ def _launched(ctx: StageContext, common: dict[str, Any], slow: Any, pairs: pd.Da
     `reward_model`: the processes load the day's reward model (rank 0 through the project's feature cache)."""
     import tempfile
 
-    from hominem_pipeline.core.policy.launch import run_launched, write_spec
-    from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
-
     from hominem_pipeline.core.online.slow_loop import adjusted_policy
+    from hominem_pipeline.core.policy.launch import run_launched, write_spec
+    from hominem_pipeline.core.reward.feature_cache import (
+        FEATURE_CACHE,
+        SHIPPED_FEATURES,
+    )
 
     cfg, processes = ctx.cfg, ctx.cfg.runtime.train_processes
     # every policy setting, as a PolicyConfig the processes read whole: the slice's view holds only what this
@@ -96,15 +101,14 @@ def _launched(ctx: StageContext, common: dict[str, Any], slow: Any, pairs: pd.Da
 
 
 def build_lora_adapter(ctx: StageContext) -> StageOutput:
-    from hominem_pipeline.core.model_refs import model_name
-    from hominem_pipeline.core.models import base_name, shown_path, student_path
+    from hominem_pipeline.core.lm.model_refs import model_name
+    from hominem_pipeline.core.lm.models import base_name, shown_path, student_path
+    from hominem_pipeline.core.online.slow_loop import adjusted_policy, adjustment_on
     from hominem_pipeline.core.policy.export import write_model_card
     from hominem_pipeline.core.policy.lora import name_base
     from hominem_pipeline.core.policy.pairs import read_preference_pairs
     from hominem_pipeline.core.reward.feature_cache import SHIPPED_FEATURES
     from hominem_pipeline.core.reward.model import project_reward_model
-
-    from hominem_pipeline.core.online.slow_loop import adjusted_policy, adjustment_on
 
     slow = adjustment_on(ctx.cfg.data_dir, ctx.partition)  # the slow loop's factors in force today (part of the version)
     pc = adjusted_policy(ctx.cfg.policy, slow)
@@ -135,15 +139,21 @@ def build_lora_adapter(ctx: StageContext) -> StageOutput:
         result = _launched(ctx, common, slow, pairs) if processes > 1 else train_dpo_adapter(pairs, **common)
     elif pc.mode == "dual":
         from hominem_pipeline.core.evaluation.memory import read_memory_rows
-        from hominem_pipeline.core.policy.dual import REFERENCE_CACHE, train_dual_adapter
+        from hominem_pipeline.core.policy.dual import (
+            REFERENCE_CACHE,
+            train_dual_adapter,
+        )
 
         memory = read_memory_rows(memory_paths(ctx.cfg))
         memory_data = memory_digest(memory_paths(ctx.cfg))
         needs_rm = "reward_model" in (pc.dual.intensity_source, pc.dual.safety_source)
         sampler = None
         if pc.dual.sampler == "replay":
-            from hominem_pipeline.core.artifacts import ArtifactStore
-            from hominem_pipeline.core.online.replay import ReplayBuffer, teacher_replay_items
+            from hominem_pipeline.core.online.replay import (
+                ReplayBuffer,
+                teacher_replay_items,
+            )
+            from hominem_pipeline.core.pipeline.artifacts import ArtifactStore
 
             sampler = ReplayBuffer(teacher_replay_items(ArtifactStore(ctx.cfg.data_dir), pair_refs), ctx.cfg.replay,
                                    recent="newest_time").batches(common["seed"])  # the newest day's pairs are the recent ones

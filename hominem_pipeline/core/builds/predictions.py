@@ -9,7 +9,7 @@ import logging
 
 import pandas as pd
 
-from hominem_pipeline.core.stage import StageContext, StageOutput
+from hominem_pipeline.core.pipeline.stage import StageContext, StageOutput
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ def predictor(ctx: StageContext):
 def domains_for(cfg):
     """The seed-category classifier (`attune.predictions.Domains`) on the shipped encoder."""
     from hominem_pipeline.core.attune.predictions import Domains
-    from hominem_pipeline.core.models import encoder_path
+    from hominem_pipeline.core.lm.models import encoder_path
     from hominem_pipeline.core.teacher.prompt_generators import sentence_embedder
     from hominem_pipeline.core.teacher.prompts import load_seed_prompts
 
@@ -53,15 +53,15 @@ def day_pairs(ctx: StageContext) -> pd.DataFrame:
 
 
 def seed_prompts_digest(cfg, partition: str) -> str:
-    from hominem_pipeline.core.artifacts import file_sha256
+    from hominem_pipeline.core.pipeline.artifacts import file_sha256
 
     return file_sha256(cfg.path(cfg.prompts.seed_file))
 
 
 def build_predictions(ctx: StageContext) -> StageOutput:
-    from hominem_pipeline.core.artifacts import data_label
     from hominem_pipeline.core.attune.predictions import PEOPLE, predict, served_choices
     from hominem_pipeline.core.attune.timeline import calibration
+    from hominem_pipeline.core.pipeline.artifacts import data_label
     from hominem_pipeline.core.reward.model import project_reward_model
 
     ref, in_sample = predictor(ctx)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hominem_pipeline.core.stage import StageContext, StageOutput
+from hominem_pipeline.core.pipeline.stage import StageContext, StageOutput
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +75,8 @@ def _student_replies(ctx: StageContext, labels: pd.DataFrame, rm: Any) -> pd.Dat
     """The base student's own reply to each prompt of the day, decoded as the evaluation decodes it,
     with the reward model's scalar and vector (`preferences.against_student`)."""
     from hominem_pipeline.core.evaluation.compare import greedy_replies
-    from hominem_pipeline.core.device import resolve_device
-    from hominem_pipeline.core.models import load_student, student_path
+    from hominem_pipeline.core.lm.device import resolve_device
+    from hominem_pipeline.core.lm.models import load_student, student_path
 
     prompts = labels.drop_duplicates("prompt_id")[["prompt_id", "prompt"]].reset_index(drop=True)
     model, tokenizer = load_student(student_path(ctx.cfg), resolve_device(ctx.cfg.runtime.device))

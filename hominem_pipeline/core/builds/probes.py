@@ -11,17 +11,17 @@ from typing import Any
 
 import pandas as pd
 
-from hominem_pipeline.core.artifacts import data_label
 from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.stage import CheckOutcome, StageContext, StageOutput
+from hominem_pipeline.core.pipeline.artifacts import data_label
+from hominem_pipeline.core.pipeline.stage import CheckOutcome, StageContext, StageOutput
 
 log = logging.getLogger(__name__)
 
 
 def probe_files_digest(cfg: HominemConfig, partition: str) -> Any:
     """The probe files' and the contrast fixtures' digests (part of the stage's version)."""
-    from hominem_pipeline.core.artifacts import optional_file_digest
     from hominem_pipeline.core.evaluation.fixtures import fixtures_file_digest
+    from hominem_pipeline.core.pipeline.artifacts import optional_file_digest
 
     p = cfg.probes
     return {"tradeoffs": optional_file_digest(p.tradeoffs and cfg.path(p.tradeoffs)), "counterfactuals": optional_file_digest(p.counterfactuals and cfg.path(p.counterfactuals)),
@@ -30,7 +30,16 @@ def probe_files_digest(cfg: HominemConfig, partition: str) -> Any:
 
 def build_probes(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.builds.human_feedback import PAIRS
-    from hominem_pipeline.core.evaluation.suite import ADVERSARIAL, ATTRIBUTION, MAP_PLOT, SUITE_PLOT, SUMMARY, TRADEOFFS, metrics, run_suite
+    from hominem_pipeline.core.evaluation.suite import (
+        ADVERSARIAL,
+        ATTRIBUTION,
+        MAP_PLOT,
+        SUITE_PLOT,
+        SUMMARY,
+        TRADEOFFS,
+        metrics,
+        run_suite,
+    )
     from hominem_pipeline.core.reward.model import project_reward_model
 
     refs = sorted(ctx.inputs["reward_model"], key=lambda r: r.partition)

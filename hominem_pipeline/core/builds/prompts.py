@@ -7,11 +7,11 @@ from typing import Any
 
 import pandas as pd
 
-from hominem_pipeline.core.artifacts import file_sha256
 from hominem_pipeline.core.builds.common import teacher_accounting
+from hominem_pipeline.core.common.schema import Prompt
 from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.schema import Prompt
-from hominem_pipeline.core.stage import StageContext, StageOutput
+from hominem_pipeline.core.pipeline.artifacts import file_sha256
+from hominem_pipeline.core.pipeline.stage import StageContext, StageOutput
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def build_prompts(ctx: StageContext) -> StageOutput:
 def _generated_prompts(cfg: HominemConfig, base: list[Prompt], known: list[Prompt], seed: int) -> tuple[list[Prompt], dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
     """The generators' prompts for the day, with their counts (proposed, kept, dropped and why), and the
     teacher's writing calls that failed after every retry."""
-    from hominem_pipeline.core.models import encoder_path
+    from hominem_pipeline.core.lm.models import encoder_path
     from hominem_pipeline.core.teacher.base import WriteRequest
     from hominem_pipeline.core.teacher.factory import build_teacher
     from hominem_pipeline.core.teacher.prompt_generators import (

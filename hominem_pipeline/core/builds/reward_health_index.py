@@ -8,14 +8,14 @@ import logging
 import pandas as pd
 
 from hominem_pipeline.core.builds.common import write_json
-from hominem_pipeline.core.stage import StageContext, StageOutput
+from hominem_pipeline.core.pipeline.stage import StageContext, StageOutput
 
 log = logging.getLogger(__name__)
 
 
 def build_reward_health_index(ctx: StageContext) -> StageOutput:
-    from hominem_pipeline.core.device import resolve_device
     from hominem_pipeline.core.evaluation.health import compute_health, plot_health
+    from hominem_pipeline.core.lm.device import resolve_device
     from hominem_pipeline.core.reward.model import project_reward_model
 
     generations = pd.read_parquet(ctx.one("evaluation").file("generations.parquet"))

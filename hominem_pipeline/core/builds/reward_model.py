@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hominem_pipeline.core.artifacts import fingerprint
 from hominem_pipeline.core.config import HominemConfig
+from hominem_pipeline.core.pipeline.artifacts import fingerprint
+from hominem_pipeline.core.pipeline.stage import CheckOutcome, StageContext, StageOutput
 from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
-from hominem_pipeline.core.stage import CheckOutcome, StageContext, StageOutput
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def people_pairs_by_day(ctx: StageContext) -> dict[str, dict[str, int]]:
     """Per day of the window (oldest first), the people's pairs read from it: the service's feedback (`feedback`:
     choices, thumbs and emotion pairs; `nudge`: the nudges' dimension pairs) and the imported ones (`imported`);
     zeros for a day that has none."""
-    from hominem_pipeline.core.stage import window_days
+    from hominem_pipeline.core.pipeline.stage import window_days
 
     days = window_days(ctx.partition, ctx.cfg.reward_model.window_days)
     out = {d: {"feedback": 0, "nudge": 0, "imported": 0} for d in days}
@@ -131,9 +131,9 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
     import pandas as pd
 
     from hominem_pipeline.core.builds.human_feedback import DIMENSION_PAIRS
-    from hominem_pipeline.core.device import resolve_device
     from hominem_pipeline.core.evaluation.fixtures import FIXTURES_JSON
-    from hominem_pipeline.core.models import reward_backbone, student_path
+    from hominem_pipeline.core.lm.device import resolve_device
+    from hominem_pipeline.core.lm.models import reward_backbone, student_path
     from hominem_pipeline.core.reward.metadata import METADATA
     from hominem_pipeline.core.reward.training import train_reward_model
     from hominem_pipeline.core.reward.validation import DIMENSION_PLOT, RELIABILITY_PLOT
@@ -198,7 +198,7 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
 
 def people_encoder(cfg: HominemConfig) -> Path | None:
     """The encoder the people's score reads (`reward_model.people_score.encoder`); None: no people's score."""
-    from hominem_pipeline.core.models import ModelNotAvailable, encoder_path
+    from hominem_pipeline.core.lm.models import ModelNotAvailable, encoder_path
 
     name = cfg.reward_model.people_score.encoder
     if name is None:
@@ -216,7 +216,12 @@ def score_fixture_file(cfg: HominemConfig, folder: Path):
     beside it (fixtures.json); None when no fixture file is configured."""
     import json
 
-    from hominem_pipeline.core.evaluation.fixtures import FIXTURES_JSON, fixtures_file_digest, load_fixtures, score_fixtures
+    from hominem_pipeline.core.evaluation.fixtures import (
+        FIXTURES_JSON,
+        fixtures_file_digest,
+        load_fixtures,
+        score_fixtures,
+    )
     from hominem_pipeline.core.reward.model import project_reward_model
 
     if cfg.fixtures.file is None:
@@ -237,9 +242,9 @@ def reward_backbone_digest(cfg: HominemConfig, partition: str) -> dict[str, str 
     """The backbone's files (a local folder's digest; a hub id as named): a model rebuilt on other
     weights under the same path gets another version. And the student that measures the guards, the
     contrast fixtures it is scored on, and the shipped people's pairs it learns from."""
-    from hominem_pipeline.core.artifacts import folder_digest
     from hominem_pipeline.core.evaluation.fixtures import fixtures_file_digest
-    from hominem_pipeline.core.models import reward_backbone, student_path
+    from hominem_pipeline.core.lm.models import reward_backbone, student_path
+    from hominem_pipeline.core.pipeline.artifacts import folder_digest
 
     source = reward_backbone(cfg)
     return {"backbone": folder_digest(source) if Path(source).is_dir() else str(source), "fixtures": fixtures_file_digest(cfg),
@@ -250,7 +255,7 @@ def reward_backbone_digest(cfg: HominemConfig, partition: str) -> dict[str, str 
 def people_projection_digest(cfg: HominemConfig, encoder: Path | None) -> str | None:
     """The digest of the people's score's projection the project ships for `encoder` (None: none shipped;
     the projection is then fitted with the score)."""
-    from hominem_pipeline.core.artifacts import optional_file_digest
+    from hominem_pipeline.core.pipeline.artifacts import optional_file_digest
     from hominem_pipeline.core.reward.people import EncoderStates
 
     if encoder is None:
@@ -259,7 +264,7 @@ def people_projection_digest(cfg: HominemConfig, encoder: Path | None) -> str | 
 
 
 def people_pairs_digest(cfg: HominemConfig) -> list[str | None]:
-    from hominem_pipeline.core.artifacts import optional_file_digest
+    from hominem_pipeline.core.pipeline.artifacts import optional_file_digest
 
     return [optional_file_digest(cfg.path(spec.file)) for spec in cfg.reward_model.people_pairs]
 

@@ -13,12 +13,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hominem_pipeline.core.artifacts import fingerprint
-from hominem_pipeline.core.builds.reward_model import people_encoder, people_pairs, people_pairs_digest
+from hominem_pipeline.core.builds.reward_model import (
+    people_encoder,
+    people_pairs,
+    people_pairs_digest,
+)
+from hominem_pipeline.core.common.progress import Progress
 from hominem_pipeline.core.config import HominemConfig, PolicyConfig
-from hominem_pipeline.core.policy.dual import load_shipped_reference, sequence_key, shipped_reference_file, train_dual_adapter
+from hominem_pipeline.core.pipeline.artifacts import fingerprint
+from hominem_pipeline.core.policy.dual import (
+    load_shipped_reference,
+    sequence_key,
+    shipped_reference_file,
+    train_dual_adapter,
+)
 from hominem_pipeline.core.policy.sequences import pair_sequences
-from hominem_pipeline.core.progress import Progress
 from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
 
 log = logging.getLogger(__name__)
@@ -58,10 +67,17 @@ def ship_features(cfg: HominemConfig) -> list[tuple[Path, int, int]]:
     (file, rows, rows computed now) per file written."""
     import json
 
-    from hominem_pipeline.core.artifacts import folder_digest, optional_file_digest
     from hominem_pipeline.core.evaluation.fixtures import FIXTURE_MAX_LENGTH
-    from hominem_pipeline.core.models import student_path
-    from hominem_pipeline.core.reward.feature_cache import FeatureCache, ids_key, text_key
+    from hominem_pipeline.core.lm.models import student_path
+    from hominem_pipeline.core.pipeline.artifacts import (
+        folder_digest,
+        optional_file_digest,
+    )
+    from hominem_pipeline.core.reward.feature_cache import (
+        FeatureCache,
+        ids_key,
+        text_key,
+    )
     from hominem_pipeline.core.reward.guards import GUARD_MAX_LENGTH, GuardScorer
 
     folder, rm = cfg.path(SHIPPED_FEATURES), cfg.reward_model
@@ -147,7 +163,7 @@ def _ship_student_logps(cfg: HominemConfig, cache_folder: Path, folder: Path, na
     neither the cache nor the shipped rows hold them."""
     from hominem_pipeline.core.evaluation.fixtures import base_logp_cache
     from hominem_pipeline.core.evaluation.people_pairs import exchange_logps
-    from hominem_pipeline.core.models import load_student, student_path
+    from hominem_pipeline.core.lm.models import load_student, student_path
     from hominem_pipeline.core.reward.feature_cache import text_key
 
     cache = base_logp_cache(student_path(cfg), cache_folder, folder)
@@ -164,7 +180,7 @@ def _pooled_encoding(cfg: HominemConfig):
     backbone under `cfg`, as `train_reward_model` reads it; None when it is not a frozen local folder."""
     from transformers import AutoConfig, AutoTokenizer
 
-    from hominem_pipeline.core.models import reward_backbone
+    from hominem_pipeline.core.lm.models import reward_backbone
     from hominem_pipeline.core.reward.dataset import pooled_namespace
     from hominem_pipeline.core.reward.encoding import judge_frame, make_encoder
     from hominem_pipeline.core.reward.network import backbone_kind, check_layers
@@ -224,7 +240,11 @@ def ship_people_start(student_path: Path, cfg: PolicyConfig, pairs: pd.DataFrame
     from safetensors.torch import load_file, save_file
 
     from hominem_pipeline.core.policy.lora import lora_student
-    from hominem_pipeline.core.policy.people_start import lora_shape, pairs_key, people_start_file
+    from hominem_pipeline.core.policy.people_start import (
+        lora_shape,
+        pairs_key,
+        people_start_file,
+    )
 
     start = cfg.dual.people_start
     if start is None:

@@ -10,9 +10,9 @@ from typing import Any
 import pandas as pd
 
 from hominem_pipeline.core.builds.common import teacher_accounting
+from hominem_pipeline.core.common.schema import Trajectory, vector_matrix
 from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.schema import Trajectory, vector_matrix
-from hominem_pipeline.core.stage import CheckOutcome, StageContext, StageOutput
+from hominem_pipeline.core.pipeline.stage import CheckOutcome, StageContext, StageOutput
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +136,12 @@ def student_reply_logps(cfg: HominemConfig, prompts: list[str], replies: list[st
     """The student's mean log-probability per reply token of each exchange (the reward model's
     `reply_logp` guard, `reward.guards`), through the project's feature cache: the reward model, which
     reads the same guard columns, finds them there instead of measuring them again."""
-    from hominem_pipeline.core.device import resolve_device
-    from hominem_pipeline.core.models import student_path
-    from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
+    from hominem_pipeline.core.lm.device import resolve_device
+    from hominem_pipeline.core.lm.models import student_path
+    from hominem_pipeline.core.reward.feature_cache import (
+        FEATURE_CACHE,
+        SHIPPED_FEATURES,
+    )
     from hominem_pipeline.core.reward.guards import GUARDS, GuardScorer
 
     scorer = GuardScorer(tuple(GUARDS), student_path(cfg), cache=cfg.data_dir / FEATURE_CACHE, shipped=cfg.path(SHIPPED_FEATURES),

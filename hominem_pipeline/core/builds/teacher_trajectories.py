@@ -8,7 +8,7 @@ import time
 import pandas as pd
 
 from hominem_pipeline.core.builds.common import prompts_of, teacher_accounting
-from hominem_pipeline.core.stage import StageContext, StageOutput
+from hominem_pipeline.core.pipeline.stage import StageContext, StageOutput
 
 log = logging.getLogger(__name__)
 

@@ -156,7 +156,7 @@ def calibration_path(cfg: Any) -> Path | None:
 
 def calibration_digest(cfg: Any) -> str | None:
     """The calibration file's digest: part of the RHI stage's version ("missing" when it is not there)."""
-    from hominem_pipeline.core.artifacts import optional_file_digest
+    from hominem_pipeline.core.pipeline.artifacts import optional_file_digest
 
     return optional_file_digest(calibration_path(cfg))
 
@@ -164,7 +164,7 @@ def calibration_digest(cfg: Any) -> str | None:
 def resolve(cfg: Any) -> Resolved:
     """The weights, threshold and constants the health index uses under `cfg` (the whole config or a
     stage's slice of it), with the panel's healthy ranges when a calibration is named."""
-    from hominem_pipeline.core.artifacts import file_sha256
+    from hominem_pipeline.core.pipeline.artifacts import file_sha256
 
     h = cfg.health
     path = calibration_path(cfg)

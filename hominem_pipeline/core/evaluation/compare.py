@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hominem_pipeline.core.common.progress import Progress
+from hominem_pipeline.core.common.schema import Prompt
 from hominem_pipeline.core.config import EvaluationConfig
-from hominem_pipeline.core.generation import Generated, chat_text, generate
-from hominem_pipeline.core.progress import Progress
+from hominem_pipeline.core.lm.generation import Generated, chat_text, generate
 from hominem_pipeline.core.reward.model import RewardModel, score_side
-from hominem_pipeline.core.schema import Prompt
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ def evaluate_adapter(
     memory probe: its fact questions asked of both sides, in `summary["memory_probe"]`. `base_replies`:
     see `generate_both`. With `fixtures` (the contrast fixtures), also whether the adapter moved the
     student toward their better replies (`fixtures.adapter_moves`), in `summary["fixtures"]` and the
-    summary's fixture_* figures. `device`: where the student runs (`core.device`; None: the CPU). With the
+    summary's fixture_* figures. `device`: where the student runs (`core.lm.device`; None: the CPU). With the
     memory probe, `summary["memory_answers"]` lists each question's base and adapter replies.
     `feature_cache` (and the project's `shipped` rows): where the base student's log-probabilities of
     the fixtures' replies are kept (`fixtures.base_logp_cache`). With `people` (the people's held-out

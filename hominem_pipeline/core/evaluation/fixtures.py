@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from hominem_pipeline.core.tags import EXTRA_TAGS, own_dimension
+from hominem_pipeline.core.common.tags import EXTRA_TAGS, own_dimension
 
 FIXTURES_JSON = "fixtures.json"  # a reward model's fixture report, beside its METADATA
 
@@ -138,7 +138,7 @@ def score_fixtures(reward_model: Any, fixtures: Sequence[Fixture], batch_size: i
 
 def fixtures_file_digest(cfg: Any) -> str | None:
     """The content digest of `fixtures.file` (part of the versions of the stages scored on it)."""
-    from hominem_pipeline.core.artifacts import optional_file_digest
+    from hominem_pipeline.core.pipeline.artifacts import optional_file_digest
 
     return optional_file_digest(None if cfg.fixtures.file is None else cfg.path(cfg.fixtures.file))
 
@@ -161,7 +161,7 @@ def base_logp_cache(student: Path, folder: Path, shipped: Path | None = None) ->
     """The feature cache (`reward.feature_cache`) of the base student's (summed log-probability, token
     count) of fixture replies, in `folder`, with the project's shipped rows (`shipped`): the base never
     changes, so each day's evaluation reads them instead of a pass of the student over every fixture."""
-    from hominem_pipeline.core.artifacts import folder_digest
+    from hominem_pipeline.core.pipeline.artifacts import folder_digest
     from hominem_pipeline.core.reward.feature_cache import FeatureCache
 
     return FeatureCache(folder, ["student reply logps", folder_digest(student), FIXTURE_MAX_LENGTH], 2, shipped=shipped)

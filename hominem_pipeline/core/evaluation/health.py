@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hominem_pipeline.core.common.stats import pearson, spearman
 from hominem_pipeline.core.reward.encoding import pad_batch, pad_id
 from hominem_pipeline.core.reward.model import RewardModel
-from hominem_pipeline.core.stats import pearson, spearman
 
 COMPONENTS = ("dcs", "gvs", "mss", "cdrs", "lrps")
 
@@ -223,7 +223,7 @@ def coherence(cfg: Any, reward_model: RewardModel, prompts: Sequence[str], repli
         if adapter is None:
             raise ValueError("health.dcs_on is policy: the adapter's model is needed to measure DCS on it; pass its folder, "
                              "or set health.dcs_on: reward_model")
-        from hominem_pipeline.core.models import student_path
+        from hominem_pipeline.core.lm.models import student_path
         from hominem_pipeline.core.policy.lora import load_policy
 
         policy, tokenizer = load_policy(student_path(cfg), adapter, device)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from hominem_pipeline.core.artifacts import file_sha256, fingerprint
+from hominem_pipeline.core.pipeline.artifacts import file_sha256, fingerprint
 
 MEMORY_COLUMNS = ["memory_id", "prompt", "response", "facts", "source"]
 

@@ -119,7 +119,10 @@ def run_suite(model: Any, cfg: Any, seed: int, out_dir: Path, *, previous: Any =
         done("map")
         grad_rows = rows[rows["chosen"].isna()].head(pc.collision_replies) if pc.collision_replies else rows.iloc[:0]
         if len(grad_rows) >= 2:
-            from hominem_pipeline.core.evaluation.health import dcs_of, gradient_agreement
+            from hominem_pipeline.core.evaluation.health import (
+                dcs_of,
+                gradient_agreement,
+            )
 
             gda = gradient_agreement(model, list(grad_rows["prompt"]), list(grad_rows["response"]), cfg.health.dcs_layers)
             summary["collisions"] = {"replies": len(grad_rows), "dcs": dcs_of(gda), "pairs": probes.collisions(gda, dims),

@@ -19,11 +19,11 @@ from typing import Any
 
 import pandas as pd
 
-from hominem_pipeline.core.artifacts import file_sha256, fingerprint
+from hominem_pipeline.core.pipeline.artifacts import file_sha256, fingerprint
 
 FORMATS = ("hh-rlhf", "jsonl", "parquet")
 ASSISTANT = "\n\nAssistant:"
-# tag: the quality the pair tests (`core.tags`; a dimension's name makes the pair supervise that dimension), or None
+# tag: the quality the pair tests (`core.common.tags`; a dimension's name makes the pair supervise that dimension), or None
 HUMAN_PAIR_COLUMNS = ["pair_id", "prompt_id", "prompt", "chosen", "rejected", "tag", "source", "source_file", "source_row"]
 QUARANTINE_COLUMNS = ["source_file", "source_row", "reason", "raw"]
 

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from hominem_pipeline.core.common.files import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -188,10 +188,7 @@ def ask_teacher(teacher: Callable[[], Any], messages: list[str], path: Path) -> 
         finally:
             reader.close()
         answers |= {m: t for m, t in zip(todo, out.items) if t is not None}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        tmp.write_text(json.dumps(answers, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, path)
+        write_text_atomic(path, json.dumps(answers, ensure_ascii=False))
     found = {}
     for m in messages:
         found[m], dropped = teacher_facts_in(m, answers.get(m))
@@ -263,8 +260,5 @@ def _rows_by(path: Path, key: str) -> dict[str, dict[str, Any]]:
 
 def _replace(path: Path, rows: list[dict[str, Any]]) -> None:
     """`path` rewritten whole with `rows` (a temp file renamed over it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
 

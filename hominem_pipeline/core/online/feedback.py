@@ -39,7 +39,16 @@ from typing import Any
 import pandas as pd
 from pydantic import ValidationError
 
-from hominem_pipeline.core.online.events import EVENT, STRENGTHS, Choice, Emotion, Message, Nudge, Thumb, Turn
+from hominem_pipeline.core.online.events import (
+    EVENT,
+    STRENGTHS,
+    Choice,
+    Emotion,
+    Message,
+    Nudge,
+    Thumb,
+    Turn,
+)
 
 log = logging.getLogger(__name__)
 
@@ -283,8 +292,8 @@ def served_trajectories(events: list[dict[str, Any]], limit: int) -> list[Any]:
     trajectories the teacher rates beside its own candidates: first those people gave feedback on (a
     thumb, a choice, a nudge or an emotion), then the newest. Each keeps its turn id (`trajectory_id`
     `turn-<id>`); a conversation is one prompt (`prompt_id` `served-<context>`), with the pair's prompt."""
+    from hominem_pipeline.core.common.schema import Trajectory
     from hominem_pipeline.core.online.events import BASE, SERVED, turns_of
-    from hominem_pipeline.core.schema import Trajectory
 
     if limit <= 0:
         return []

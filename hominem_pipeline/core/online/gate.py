@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,8 +32,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hominem_pipeline.core.common.files import write_text_atomic
 from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.generation import degenerate
+from hominem_pipeline.core.lm.generation import degenerate
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +104,7 @@ class ReplyCache:
     adapter's come from its evaluation (`promotion.reuse_evaluation_replies`), so each adapter answers the held-out prompts once."""
 
     def __init__(self, folder: Path, cfg: HominemConfig):
-        from hominem_pipeline.core.artifacts import fingerprint
+        from hominem_pipeline.core.pipeline.artifacts import fingerprint
 
         self.folder = Path(folder)
         self.key = fingerprint([cfg.evaluation.model_dump(mode="json"), str(cfg.models.student.model_dump(mode="json"))], 16)
@@ -142,9 +141,7 @@ class ReplyCache:
                   "people_margins": {**saved.get("people_margins", {}), **(margins or {})}}
         if merged == saved:
             return  # nothing new: the file stays as it is
-        tmp = self.folder / f".{self._path(version).name}.{uuid.uuid4().hex}.tmp"
-        tmp.write_text(json.dumps(merged, ensure_ascii=False))
-        os.replace(tmp, self._path(version))
+        write_text_atomic(self._path(version), json.dumps(merged, ensure_ascii=False))
 
 
 def run_gate(

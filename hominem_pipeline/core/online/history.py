@@ -28,9 +28,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from hominem_pipeline.core.common.sql import insert_for
 from hominem_pipeline.core.online import tally
 from hominem_pipeline.core.online.log import parse_line
-from hominem_pipeline.core.sql import insert_for
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hominem_pipeline.core.online.events import EVENT, Choice, Emotion, Nudge, Thumb, Turn
+from hominem_pipeline.core.online.events import (
+    EVENT,
+    Choice,
+    Emotion,
+    Nudge,
+    Thumb,
+    Turn,
+)
 
 
 class FeedbackError(ValueError):

@@ -24,11 +24,11 @@ import datetime as dt
 import json
 import logging
 import math
-import os
-import uuid
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from hominem_pipeline.core.common.files import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -72,19 +72,9 @@ def utc_now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _write_atomic(path: Path, payload: Any) -> None:
-    """Replace `path` by `payload` as JSON so that a reader, or a crash, sees the old file or the new one whole."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "w") as fh:
-        fh.write(json.dumps(payload, indent=2, default=str) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+def write_state_file(path: Path, payload: Any) -> None:
+    """Replace `path` by `payload` as JSON, whole and durably (`write_text_atomic`)."""
+    write_text_atomic(path, json.dumps(payload, indent=2, default=str) + "\n", durable=True)
 
 
 class LiveState:
@@ -258,8 +248,8 @@ class LiveState:
             history.append(entry)
             if new is not current:
                 new = replace(new, entry=len(history) - 1, change=entry)
-                _write_atomic(self.current_path, asdict(new))
-            _write_atomic(self.history_path, history)
+                write_state_file(self.current_path, asdict(new))
+            write_state_file(self.history_path, history)
             log.info("live: %s %s (%s)", entry["action"], entry.get("version") or "base", entry.get("reason") or entry.get("note", ""))
             return new
 

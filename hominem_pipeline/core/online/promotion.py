@@ -6,14 +6,22 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hominem_pipeline.core.config import HominemConfig
 from hominem_pipeline.core.online.gate import GateReport, ReplyCache, run_gate
-from hominem_pipeline.core.online.live import HEALTH, BadAdapter, Live, LiveError, LiveState, check_adapter, find_adapter
+from hominem_pipeline.core.online.live import (
+    HEALTH,
+    BadAdapter,
+    Live,
+    LiveError,
+    LiveState,
+    check_adapter,
+    find_adapter,
+)
 from hominem_pipeline.core.online.slow_loop import BY, Night, NightReport, act
 
 log = logging.getLogger(__name__)
@@ -45,7 +53,7 @@ def health_of(cfg: HominemConfig, adapter: Path) -> tuple[float | None, tuple[fl
 
         skip = fast_loop(cfg)["skip_below"]
         return health.get("rhi"), (skip.value, skip.name), _measured(health)
-    from hominem_pipeline.core.lineage import MissingInput, lineage
+    from hominem_pipeline.core.pipeline.lineage import MissingInput, lineage
 
     version, day = adapter.name, adapter.parent.name
     on_it = []
@@ -99,7 +107,7 @@ def gate_prompts(cfg: HominemConfig) -> list[str]:
     import pandas as pd
 
     from hominem_pipeline.core.builds.common import prompts_of
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.pipeline.lineage import lineage
 
     ref = lineage(cfg).latest("prompts")
     if ref is None:
@@ -118,7 +126,7 @@ def offer(cfg: HominemConfig, adapter: Path, *, by: str, reason: str, rhi: float
     rewards on the first N of the people's held-out pairs (0: none); default: all of them."""
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
-    from hominem_pipeline.core.models import load_student, student_path
+    from hominem_pipeline.core.lm.models import load_student, student_path
     from hominem_pipeline.core.policy.lora import adapter_reward_model, base_checksum
     from hominem_pipeline.core.reward.model import project_reward_model
 
@@ -146,7 +154,10 @@ def offer(cfg: HominemConfig, adapter: Path, *, by: str, reason: str, rhi: float
             rhi_threshold, threshold_name = held_to
     from hominem_pipeline.core.builds.reward_model import people_pairs as held_out_pairs
     from hominem_pipeline.core.evaluation.fixtures import base_logp_cache
-    from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
+    from hominem_pipeline.core.reward.feature_cache import (
+        FEATURE_CACHE,
+        SHIPPED_FEATURES,
+    )
 
     report = run_gate(
         adapter, state.adapter_path(current), cfg=cfg, base=base, tokenizer=tokenizer, reward_model=reward_model if reward_model is not None else project_reward_model(rm_path, cfg),
@@ -181,7 +192,7 @@ def move_champion(cfg: HominemConfig, live: Live) -> int | None:
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    from hominem_pipeline.core.tracking import Tracker
+    from hominem_pipeline.core.pipeline.tracking import Tracker
 
     tracker = Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root))
     tracker.runs_for("live")  # points MLflow at the project's store
@@ -209,7 +220,7 @@ def _champion_reward_model(live: Live) -> None:
     from mlflow.exceptions import MlflowException
 
     from hominem_pipeline.core.builds.reward_model import REWARD_MODEL_NAME
-    from hominem_pipeline.core.tracking import TAG_VERSION
+    from hominem_pipeline.core.pipeline.tracking import TAG_VERSION
 
     if not live.reward_model:
         return
@@ -244,8 +255,8 @@ def gate_daily_adapter(cfg: HominemConfig, day: str, *, by: str):
     a CheckOutcome saying whether it is live. An adapter already live, already refused while the same
     adapter was live, or rolled back since it was live, is not gated again (a re-run of the day reuses
     every version, and a rollback by hand sticks)."""
-    from hominem_pipeline.core.lineage import lineage
-    from hominem_pipeline.core.stage import CheckOutcome
+    from hominem_pipeline.core.pipeline.lineage import lineage
+    from hominem_pipeline.core.pipeline.stage import CheckOutcome
 
     ref = lineage(cfg).expected("lora_adapter", day)
     if ref is None:
@@ -282,7 +293,7 @@ def reuse_evaluation_replies(cfg: HominemConfig, day: str, version: str, *, live
     import pandas as pd
 
     from hominem_pipeline.core.builds.evaluation import MEMORY_ANSWERS, PEOPLE_MARGINS
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.pipeline.lineage import lineage
 
     ref = lineage(cfg).expected("evaluation", day)
     if ref is None or version not in {i["version"] for i in ref.manifest.get("inputs", {}).get("lora_adapter", [])}:
@@ -314,7 +325,7 @@ def _flat(figures: dict[str, Any]) -> dict[str, Any]:
 
 def night_of(cfg: HominemConfig, day: str) -> Night:
     """The slow loop's night of `day`: the day's RHI (the `reward_health_index` version this config implies) and the adapter it measured."""
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.pipeline.lineage import lineage
 
     ref = lineage(cfg).expected("reward_health_index", day)
     if ref is None:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from hominem_pipeline.core.config import SlowLoopConfig
-from hominem_pipeline.core.online.live import LiveState, _write_atomic
+from hominem_pipeline.core.online.live import LiveState, write_state_file
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +211,7 @@ def record_night(data_dir: Path, night: Night) -> list[Night]:
         path = folder / NIGHTS
         raw = json.loads(path.read_text()) if path.is_file() else {}
         raw[night.day] = {"rhi": night.rhi, "adapter": night.adapter, "recorded": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
-        _write_atomic(path, dict(sorted(raw.items())))
+        write_state_file(path, dict(sorted(raw.items())))
     return read_nights(data_dir)
 
 

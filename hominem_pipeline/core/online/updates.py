@@ -43,13 +43,35 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from hominem_pipeline.core.artifacts import fingerprint
+from hominem_pipeline.core.common.files import atomic_path
 from hominem_pipeline.core.config import HominemConfig
 from hominem_pipeline.core.evaluation.calibration import fast_loop
-from hominem_pipeline.core.online.live import HEALTH, LIVE_DIR, ONLINE_ADAPTERS, LiveError, LiveState, utc_now
-from hominem_pipeline.core.online.nudges import Pressure, dimension_pairs, nudged_conversations, pair_weights, pressure, sampled_candidates, scored_gaps
-from hominem_pipeline.core.online.replay import FINISHED, ITEM_COLUMNS, ReplayBuffer, feedback_pair_items, teacher_replay_items
+from hominem_pipeline.core.online.live import (
+    HEALTH,
+    LIVE_DIR,
+    ONLINE_ADAPTERS,
+    LiveError,
+    LiveState,
+    utc_now,
+)
+from hominem_pipeline.core.online.nudges import (
+    Pressure,
+    dimension_pairs,
+    nudged_conversations,
+    pair_weights,
+    pressure,
+    sampled_candidates,
+    scored_gaps,
+)
+from hominem_pipeline.core.online.replay import (
+    FINISHED,
+    ITEM_COLUMNS,
+    ReplayBuffer,
+    feedback_pair_items,
+    teacher_replay_items,
+)
 from hominem_pipeline.core.online.slow_loop import adjustment_on
+from hominem_pipeline.core.pipeline.artifacts import fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -100,10 +122,8 @@ def _scored(cfg: HominemConfig, reward_model: Any, rm_path: Path, pairs: pd.Data
         new = pd.DataFrame({"pair_id": todo["pair_id"].to_numpy(), "safety_score": raw["safety_score"].astype(float),
                             "vector": [json.dumps(dict(zip(reward_model.dimensions, map(float, row)))) for row in raw["vector"]]})
         cached = pd.concat([cached, new], ignore_index=True) if len(cached) else new
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{SCORES}.{uuid.uuid4().hex}.tmp"
-        cached.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            cached.to_parquet(tmp, index=False)
     by_id = cached.drop_duplicates("pair_id", keep="last").set_index("pair_id").loc[list(pairs["pair_id"])]
     return {"safety_score": by_id["safety_score"].to_numpy(dtype=float), "vector": [json.loads(v) for v in by_id["vector"]]}
 
@@ -121,7 +141,7 @@ def feedback_items(cfg: HominemConfig, events: list[dict[str, Any]], pairs: pd.D
 def teacher_items(cfg: HominemConfig, sources: list[Any]) -> tuple[pd.DataFrame, list[Any]]:
     """The teacher's preference pairs of the newest `online.teacher_days` days among `sources` (VersionKeys
     of preference_pairs versions) as replay items, and the keys they came from."""
-    from hominem_pipeline.core.artifacts import ArtifactStore
+    from hominem_pipeline.core.pipeline.artifacts import ArtifactStore
 
     store = ArtifactStore(cfg.data_dir)
     keys = sorted(sources, key=lambda k: k.partition)[-cfg.online.teacher_days :] if cfg.online.teacher_days else []
@@ -141,7 +161,7 @@ def nudge_pairs(cfg: HominemConfig, keys: list[Any], push: Pressure, reward_mode
     candidates behind the preference pairs `keys`, those the verifier flagged degenerate left out, and of
     the student's own replies `sampled()` returns (`nudges.sampled_candidates`), each scored by `reward_model`
     (none without pressure)."""
-    from hominem_pipeline.core.artifacts import ArtifactStore
+    from hominem_pipeline.core.pipeline.artifacts import ArtifactStore
 
     n = round(cfg.online.nudges.pair_share * cfg.online.batch_items)
     if not push.active or n <= 0:
@@ -176,8 +196,8 @@ def sample_as_served(cfg: HominemConfig, adapter: Path | None, prompts: list[str
     sampled as the server samples (its temperature, top-p, repetition penalty and plain start), `batch_size` at a time."""
     import contextlib
 
-    from hominem_pipeline.core.generation import chat_text, generate
-    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.lm.generation import chat_text, generate
+    from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.policy.lora import load_policy, merged
 
     sc = cfg.serving
@@ -247,9 +267,9 @@ def stated_facts(cfg: HominemConfig, events: list[dict[str, Any]]) -> list[Any]:
 def held_out_prompts(cfg: HominemConfig, sources: list[Any]) -> list[str]:
     """The held-out prompts the update is gated on: those of the prompts the newest of `sources` (the
     live adapter's preference_pairs) was built from; without sources, `promotion.gate_prompts`."""
-    from hominem_pipeline.core.artifacts import ArtifactStore
     from hominem_pipeline.core.builds.common import prompts_of
     from hominem_pipeline.core.online.promotion import gate_prompts
+    from hominem_pipeline.core.pipeline.artifacts import ArtifactStore
 
     store = ArtifactStore(cfg.data_dir)
     for key in sorted(sources, key=lambda k: k.partition, reverse=True):
@@ -270,7 +290,11 @@ def partial_health(cfg: HominemConfig, reward_model: Any, prompts: list[str], re
     for the dual mode, which online updates train in), weighted as in the health index and renormalised
     (`health.aggregate` over the two)."""
     from hominem_pipeline.core.evaluation.calibration import resolve
-    from hominem_pipeline.core.evaluation.health import aggregate, coherence, gradient_variance_stability
+    from hominem_pipeline.core.evaluation.health import (
+        aggregate,
+        coherence,
+        gradient_variance_stability,
+    )
 
     answered = [i for i, r in enumerate(replies) if r.strip()]
     components = {
@@ -288,7 +312,7 @@ def update_sources(cfg: HominemConfig, state: LiveState) -> tuple[Path, list[Any
     adapter was trained with (its METADATA.json) and the reward model the live pointer names; with the
     base live, those of the newest adapter the gate judged (history.json); with none judged yet, the
     newest reward model and preference pairs built under this config."""
-    from hominem_pipeline.core.lineage import lineage
+    from hominem_pipeline.core.pipeline.lineage import lineage
     from hominem_pipeline.core.policy.metadata import AdapterMetadata
 
     current = state.current()
@@ -355,10 +379,14 @@ def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: in
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.evaluation.manifold import keep_manifold
     from hominem_pipeline.core.evaluation.memory import memory_digest, read_memory_rows
-    from hominem_pipeline.core.model_refs import model_name
-    from hominem_pipeline.core.models import base_name, student_path
+    from hominem_pipeline.core.lm.model_refs import model_name
+    from hominem_pipeline.core.lm.models import base_name, student_path
+    from hominem_pipeline.core.policy.dual import (
+        REFERENCE_CACHE,
+        beside_sampler,
+        train_dual_adapter,
+    )
     from hominem_pipeline.core.policy.lora import name_base
-    from hominem_pipeline.core.policy.dual import REFERENCE_CACHE, beside_sampler, train_dual_adapter
     from hominem_pipeline.core.policy.metadata import AdapterMetadata
 
     oc = cfg.online

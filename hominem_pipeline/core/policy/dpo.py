@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from hominem_pipeline.core.common.progress import Progress
 from hominem_pipeline.core.config import PolicyConfig
 from hominem_pipeline.core.policy.lora import (
     collect_logs,
@@ -21,7 +22,6 @@ from hominem_pipeline.core.policy.lora import (
     trl_common_args,
 )
 from hominem_pipeline.core.policy.sequences import encode
-from hominem_pipeline.core.progress import Progress
 
 log = logging.getLogger(__name__)
 

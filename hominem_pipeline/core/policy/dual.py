@@ -18,10 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import random
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +29,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from hominem_pipeline.core.common.files import write_text_atomic
+from hominem_pipeline.core.common.progress import Progress
 from hominem_pipeline.core.config import DualConfig, PolicyConfig
 from hominem_pipeline.core.policy.losses import SafetyGate, dual_channel_loss
 from hominem_pipeline.core.policy.sequences import (
@@ -38,7 +38,6 @@ from hominem_pipeline.core.policy.sequences import (
     pair_sequences,
     sequence_logps,
 )
-from hominem_pipeline.core.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +93,7 @@ REFERENCE_CACHE_MAX = 50_000  # sequences kept, the newest
 
 
 def save_reference_cache(path: Path, base: str, cache: dict[str, float]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(json.dumps({"base": base, "logps": dict(list(cache.items())[-REFERENCE_CACHE_MAX:])}))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps({"base": base, "logps": dict(list(cache.items())[-REFERENCE_CACHE_MAX:])}))
 
 
 CHANNELS = ("memory", "reward")

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
+from hominem_pipeline.core.common.progress import Progress
 from hominem_pipeline.core.config import PolicyConfig
-from hominem_pipeline.core.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def lora_student(student_path: Path, cfg: PolicyConfig, init_adapter: Path | Non
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from hominem_pipeline.core.models import quiet_hf_progress
+    from hominem_pipeline.core.lm.models import quiet_hf_progress
 
     quiet_hf_progress()
     tokenizer = AutoTokenizer.from_pretrained(student_path)
@@ -197,7 +197,7 @@ def adapter_reward_model(adapter_path: Path, data_dir: Path) -> Path | None:
 def load_policy(student_path: Path, adapter_path: Path | None, device=None):
     """(model, tokenizer) for generation: the base alone, or base + adapter (PEFT, adapter switchable),
     on `device` (None: the CPU)."""
-    from hominem_pipeline.core.models import load_student
+    from hominem_pipeline.core.lm.models import load_student
 
     if adapter_path is not None:
         adapter_config(adapter_path)

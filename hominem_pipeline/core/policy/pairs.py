@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from hominem_pipeline.core.artifacts import fingerprint
-from hominem_pipeline.core.schema import PreferencePair, vector_matrix
+from hominem_pipeline.core.common.schema import PreferencePair, vector_matrix
+from hominem_pipeline.core.pipeline.artifacts import fingerprint
 
 PAIR_COLUMNS = list(PreferencePair.model_fields)
 

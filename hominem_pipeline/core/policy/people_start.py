@@ -20,8 +20,8 @@ from typing import Any
 
 import pandas as pd
 
-from hominem_pipeline.core.artifacts import fingerprint
 from hominem_pipeline.core.config import PolicyLoraConfig
+from hominem_pipeline.core.pipeline.artifacts import fingerprint
 
 
 def people_start_file(folder: Path, base: str) -> Path:
@@ -31,7 +31,7 @@ def people_start_file(folder: Path, base: str) -> Path:
 
 def people_start_digest(folder: Path) -> list[list[str | None]]:
     """(name, sha256) of every people's start shipped in `folder`: a retrained one rebuilds the adapters that start from it."""
-    from hominem_pipeline.core.artifacts import optional_file_digest
+    from hominem_pipeline.core.pipeline.artifacts import optional_file_digest
 
     return [[path.name, optional_file_digest(path)] for path in sorted(folder.glob("*-people-start.safetensors"))]
 

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from hominem_pipeline.core.common.progress import Progress
+from hominem_pipeline.core.common.schema import SCALAR_RANGE
 from hominem_pipeline.core.config import PolicyConfig
 from hominem_pipeline.core.policy.losses import SafetyGate, gate_group_rewards
-from hominem_pipeline.core.progress import Progress
-from hominem_pipeline.core.schema import SCALAR_RANGE
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ def encode(tokenizer: Any, prompt: str, response: str, max_length: int, end_of_t
     the response ending with the template's end-of-turn (without it when `end_of_turn` is False: the
     sequence then teaches what to say, not where to stop). Over `max_length`, the response keeps at least
     half the budget (its end cut) and the prompt loses its start, so the latest turn stays."""
-    from hominem_pipeline.core.generation import chat_text
+    from hominem_pipeline.core.lm.generation import chat_text
 
     prompt_text = chat_text(tokenizer, prompt)
     full = tokenizer.apply_chat_template([{"role": "user", "content": prompt}, {"role": "assistant", "content": response}], tokenize=False)

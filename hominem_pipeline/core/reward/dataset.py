@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 import torch
 
+from hominem_pipeline.core.common.progress import Progress
+from hominem_pipeline.core.common.schema import vector_matrix
+from hominem_pipeline.core.common.tags import own_dimension
 from hominem_pipeline.core.config import RewardModelConfig
-from hominem_pipeline.core.progress import Progress
 from hominem_pipeline.core.reward.encoding import length_sorted_batches, pad_id
 from hominem_pipeline.core.reward.network import RewardNet
-from hominem_pipeline.core.schema import vector_matrix
-from hominem_pipeline.core.tags import own_dimension
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ def pooled_namespace(backbone: Any, kind: str, pooling: str, depth: int, layers:
     """What decides a frozen backbone's pooled rows besides the tokens (`feature_cache` namespace): its
     folder's digest, kind, the layers kept (`depth`) and read (`layers`), pooling and the length column.
     Training and a saved model's scoring name them alike, so each reads what the other computed."""
-    from hominem_pipeline.core.artifacts import folder_digest
+    from hominem_pipeline.core.pipeline.artifacts import folder_digest
 
     return ["pooled", folder_digest(backbone), kind, depth, None if layers is None else list(layers), pooling, length_feature]
 

@@ -65,7 +65,7 @@ def judge_frame(tokenizer: Any, system: str, question: str | None = None) -> dic
     judge_question`) the exchange is followed by that rubric question as the judge is asked it, up to
     "Rating: ", so the last token is where the judge gives its rating. Stored in METADATA, so a saved
     model scores as it was trained whatever the config says later."""
-    from hominem_pipeline.core.generation import chat_text
+    from hominem_pipeline.core.lm.generation import chat_text
 
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("reward_model.backbone.frame judge needs a backbone with a chat template (a chat model such as the student); use frame: pair")

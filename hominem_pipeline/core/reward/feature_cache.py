@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import time
 import uuid
 from collections.abc import Sequence
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from hominem_pipeline.core.common.files import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ class FeatureCache:
     def __init__(self, folder: Path, namespace: Any, width: int, max_rows: int = MAX_ROWS, shipped: Path | None = None):
         """`shipped`: a folder of rows shipped with the project (`SHIPPED_FEATURES`), read beside `folder`
         and never written."""
-        from hominem_pipeline.core.artifacts import fingerprint
+        from hominem_pipeline.core.pipeline.artifacts import fingerprint
 
         self.folder = Path(folder) / fingerprint(namespace, 16)
         self.width, self.max_rows = width, max_rows
@@ -167,13 +168,8 @@ class FeatureCache:
 
 def _write_rows(path: Path, keys: Sequence[str], rows: np.ndarray, compressed: bool = False) -> Path:
     """(keys, rows) as one .npz written whole (a temp file renamed): a failed write leaves no torn file."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            (np.savez_compressed if compressed else np.savez)(fh, keys=np.array(list(keys), dtype="<U32"), rows=np.asarray(rows, dtype=np.float32))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        (np.savez_compressed if compressed else np.savez)(fh, keys=np.array(list(keys), dtype="<U32"), rows=np.asarray(rows, dtype=np.float32))
     return path
 
 

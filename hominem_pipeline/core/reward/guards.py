@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from hominem_pipeline.core.progress import Progress
+from hominem_pipeline.core.common.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class GuardScorer:
         """`cache`: a folder of feature caches (`feature_cache`) where the columns of every exchange
         measured are also kept on disk by content, for the next process (None: memoised in this one only);
         `shipped`: the project's shipped rows (`feature_cache.SHIPPED_FEATURES`), read with the cache;
-        `device`: where the student runs (`core.device`; None: the CPU)."""
+        `device`: where the student runs (`core.lm.device`; None: the CPU)."""
         self.names = check_guards(names)
         self.device = device
         self.student = Path(student)
@@ -96,7 +96,7 @@ class GuardScorer:
     def disk_cache(self):
         """The on-disk cache of this student's columns (None without a cache folder)."""
         if self.cache_folder is not None and self._cache is None:
-            from hominem_pipeline.core.artifacts import folder_digest
+            from hominem_pipeline.core.pipeline.artifacts import folder_digest
             from hominem_pipeline.core.reward.feature_cache import FeatureCache
 
             self._cache = FeatureCache(self.cache_folder, ["guards", folder_digest(self.student), self.names, GUARD_MAX_LENGTH], len(self.names),
@@ -112,7 +112,7 @@ class GuardScorer:
 
     def _load(self) -> None:
         if self._model is None:
-            from hominem_pipeline.core.models import load_student
+            from hominem_pipeline.core.lm.models import load_student
 
             self._model, self._tokenizer = load_student(self.student, self.device)
 

@@ -23,8 +23,12 @@ from hominem_pipeline.core.reward.encoding import (
     pad_id,
 )
 from hominem_pipeline.core.reward.guards import GuardScorer
-from hominem_pipeline.core.reward.people import EncoderStates, PeopleScore
-from hominem_pipeline.core.reward.metadata import METADATA, GuardInfo, PeopleInfo, RewardMetadata
+from hominem_pipeline.core.reward.metadata import (
+    METADATA,
+    GuardInfo,
+    PeopleInfo,
+    RewardMetadata,
+)
 from hominem_pipeline.core.reward.network import (
     RewardNet,
     backbone_source,
@@ -32,6 +36,7 @@ from hominem_pipeline.core.reward.network import (
     load_backbone,
     member_mean_std,
 )
+from hominem_pipeline.core.reward.people import EncoderStates, PeopleScore
 
 HEADS = "heads.safetensors"
 
@@ -39,7 +44,7 @@ HEADS = "heads.safetensors"
 def _checked_folder(recorded: str, sha256: str, what: str) -> Path:
     """The folder a saved model's `what` reads: the one with the digest it had at training, wherever it is
     on this machine (`model_refs.find_model`)."""
-    from hominem_pipeline.core.model_refs import find_model
+    from hominem_pipeline.core.lm.model_refs import find_model
 
     return find_model(recorded, sha256, f"this reward model's {what}")
 
@@ -123,7 +128,7 @@ class RewardModel:
     @classmethod
     def load(cls, path: str | Path, device: Any = None) -> RewardModel:
         """Load a saved model folder (`data/reward_model/<date>/<version>`), its networks on `device`
-        (`core.device`; None: the CPU); scores come back as CPU arrays either way."""
+        (`core.lm.device`; None: the CPU); scores come back as CPU arrays either way."""
         from safetensors.torch import load_file
 
         path = Path(path)
@@ -333,8 +338,11 @@ def project_reward_model(path: str | Path, cfg: Any) -> RewardModel:
     `runtime.device` names, with the project's feature cache in use (`RewardModel.use_feature_cache`), so
     a reply scored once (by the evaluation, say) is not read by the frozen networks again (by the health
     index or the gate)."""
-    from hominem_pipeline.core.device import resolve_device
-    from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
+    from hominem_pipeline.core.lm.device import resolve_device
+    from hominem_pipeline.core.reward.feature_cache import (
+        FEATURE_CACHE,
+        SHIPPED_FEATURES,
+    )
 
     model = RewardModel.load(path, resolve_device(cfg.runtime.device))
     model.use_feature_cache(cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES))

@@ -171,8 +171,8 @@ BACKBONE_REFERENCE = "reference.json"  # in a model's backbone/ folder when the 
 def write_backbone_reference(folder: Path, source: Path | str) -> None:
     """Record a frozen backbone by its name and the digest of its files, instead of copying its weights
     (found again on any machine by `model_refs.find_model`)."""
-    from hominem_pipeline.core.artifacts import folder_digest
-    from hominem_pipeline.core.model_refs import model_name
+    from hominem_pipeline.core.lm.model_refs import model_name
+    from hominem_pipeline.core.pipeline.artifacts import folder_digest
 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / BACKBONE_REFERENCE).write_text(json.dumps({"name": model_name(source), "sha256": folder_digest(Path(source))}, indent=2) + "\n")
@@ -181,7 +181,7 @@ def write_backbone_reference(folder: Path, source: Path | str) -> None:
 def backbone_source(model_dir: Path) -> Path:
     """The folder a saved model's backbone loads from: its own `backbone/`, or the frozen backbone it
     references, found by the digest recorded at training."""
-    from hominem_pipeline.core.model_refs import find_model
+    from hominem_pipeline.core.lm.model_refs import find_model
 
     folder = model_dir / "backbone"
     reference = folder / BACKBONE_REFERENCE
@@ -194,7 +194,7 @@ def backbone_source(model_dir: Path) -> Path:
 def load_backbone(source: Path | str) -> tuple[nn.Module, Any]:
     from transformers import AutoModel, AutoTokenizer
 
-    from hominem_pipeline.core.models import quiet_hf_progress
+    from hominem_pipeline.core.lm.models import quiet_hf_progress
 
     quiet_hf_progress()
     return AutoModel.from_pretrained(source, dtype=torch.float32), AutoTokenizer.from_pretrained(source)

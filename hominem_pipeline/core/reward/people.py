@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from hominem_pipeline.core.progress import Progress
+from hominem_pipeline.core.common.progress import Progress
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -93,7 +93,7 @@ class EncoderStates:
     @cached_property
     def namespace(self) -> list:
         """What decides a row: the encoder's files and the tokens it reads."""
-        from hominem_pipeline.core.artifacts import folder_digest
+        from hominem_pipeline.core.pipeline.artifacts import folder_digest
 
         return ["people", folder_digest(self.encoder), self.max_length]
 
@@ -106,7 +106,7 @@ class EncoderStates:
 
     def projection_file(self, shipped: Path) -> Path:
         """Where a project ships the projection for this encoder and length (`hominem data ship-features`)."""
-        from hominem_pipeline.core.artifacts import fingerprint
+        from hominem_pipeline.core.pipeline.artifacts import fingerprint
 
         return Path(shipped) / f"{fingerprint(self.namespace, 16)}-{PROJECTION_PART}.safetensors"
 
@@ -137,7 +137,10 @@ class EncoderStates:
         return cached_rows(self.disk_cache(), keys, lambda todo: self._measure([prompts[i] for i in todo], [replies[i] for i in todo]), self.width)
 
     def _measure(self, prompts: Sequence[str], replies: Sequence[str]) -> torch.Tensor:
-        from hominem_pipeline.core.reward.encoding import encode_pair, length_sorted_batches
+        from hominem_pipeline.core.reward.encoding import (
+            encode_pair,
+            length_sorted_batches,
+        )
 
         self.load()
         tok, model = self._tokenizer, self._model

@@ -10,7 +10,7 @@ no pair's difference covers) the scalar stays the judge's; where they have, it f
 the more pairs there are. How strongly (a scale of the pairs' weights, `PAIR_PULLS`) is chosen by the
 people's own out-of-fold pairs: few pairs that do not generalise pull little.
 
-A people's pair tagged with a dimension (`core.tags`: a hand-written contrast pair about empathy, say)
+A people's pair tagged with a dimension (`core.common.tags`: a hand-written contrast pair about empathy, say)
 pulls that dimension's head the same way (`pull_dimensions`), from the judge's solution toward ordering
 the pair right on that dimension; untagged pairs pull the scalar only. Intensity and safety are the
 judge's alone.

@@ -27,10 +27,22 @@ import pandas as pd
 import torch
 from torch import nn
 
-from hominem_pipeline.core.artifacts import folder_digest
+from hominem_pipeline.core.common.progress import Progress
+from hominem_pipeline.core.common.schema import (
+    INTENSITY_RANGE,
+    SAFETY_RANGE,
+    SCALAR_RANGE,
+    VECTOR_RANGE,
+    vector_matrix,
+)
+from hominem_pipeline.core.common.stats import pearson
 from hominem_pipeline.core.config import RewardModelConfig
-from hominem_pipeline.core.model_refs import model_name
-from hominem_pipeline.core.progress import Progress
+from hominem_pipeline.core.lm.model_refs import model_name
+from hominem_pipeline.core.pipeline.artifacts import folder_digest
+from hominem_pipeline.core.reward.combination import (
+    ScalarCombination,
+    fit_scalar_combination,
+)
 from hominem_pipeline.core.reward.dataset import (
     TrainingSet,
     _bootstrap,
@@ -47,9 +59,7 @@ from hominem_pipeline.core.reward.encoding import (
     pad_batch,
     pad_id,
 )
-from hominem_pipeline.core.reward.combination import ScalarCombination, fit_scalar_combination
 from hominem_pipeline.core.reward.guards import GuardScorer
-from hominem_pipeline.core.reward.people import fit_people_score, people_scalar_weight, with_people
 from hominem_pipeline.core.reward.metadata import RewardMetadata
 from hominem_pipeline.core.reward.model import BACKBONE_DIR, HEADS
 from hominem_pipeline.core.reward.network import (
@@ -60,26 +70,29 @@ from hominem_pipeline.core.reward.network import (
     member_mean_std,
     write_backbone_reference,
 )
+from hominem_pipeline.core.reward.people import (
+    fit_people_score,
+    people_scalar_weight,
+    with_people,
+)
 from hominem_pipeline.core.reward.ridge import (
-    RIDGE_FOLDS,
     PAIR_PULLS,
+    RIDGE_FOLDS,
     choose_dimension_pull,
     choose_ridge_alpha,
     label_folds,
     pair_rows,
+    pull_dimensions,
     ridge_design,
     ridge_out_of_fold_pulls,
     ridge_solve,
     ridge_targets,
-    pull_dimensions,
     set_ridge_heads,
     standardise,
     vectors_out_of_fold,
     with_column,
 )
 from hominem_pipeline.core.reward.validation import _pct, calibrate_validation
-from hominem_pipeline.core.schema import INTENSITY_RANGE, SAFETY_RANGE, SCALAR_RANGE, VECTOR_RANGE, vector_matrix
-from hominem_pipeline.core.stats import pearson
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +168,7 @@ def train_reward_model(
     where a frozen backbone's pooled state and the guard columns of each text are kept by content
     (`reward.feature_cache`), so texts read before (the shipped people's pairs, every day) are not read again;
     `shipped_features`: the project's shipped rows, read beside that cache (`feature_cache.SHIPPED_FEATURES`);
-    `device`: where the frozen passes run (backbone, guards, the people's score's encoder; `core.device`;
+    `device`: where the frozen passes run (backbone, guards, the people's score's encoder; `core.lm.device`;
     None: the CPU), the heads' fit staying on the CPU;
     `people_encoder`: the encoder the people's score reads (`reward.people`; None: no people's score). Human
     pairs whose `heads` column is False train the people's score only."""

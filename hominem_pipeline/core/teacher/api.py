@@ -14,10 +14,8 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from hominem_pipeline.core.artifacts import fingerprint
-from hominem_pipeline.core.config import CandidateStyle, HominemConfig, ModelPrice
-from hominem_pipeline.core.progress import Progress
-from hominem_pipeline.core.schema import (
+from hominem_pipeline.core.common.progress import Progress
+from hominem_pipeline.core.common.schema import (
     INTENSITY_RANGE,
     SAFETY_RANGE,
     SCALAR_RANGE,
@@ -28,13 +26,19 @@ from hominem_pipeline.core.schema import (
     label_problems,
     teacher_label_schema,
 )
+from hominem_pipeline.core.config import CandidateStyle, HominemConfig, ModelPrice
+from hominem_pipeline.core.pipeline.artifacts import fingerprint
 from hominem_pipeline.core.teacher.base import (
     Teacher,
     TeacherOutput,
     WriteRequest,
     make_trajectory,
 )
-from hominem_pipeline.core.teacher.call_cache import CallCache, DatabaseCallCache, open_call_cache
+from hominem_pipeline.core.teacher.call_cache import (
+    CallCache,
+    DatabaseCallCache,
+    open_call_cache,
+)
 from hominem_pipeline.core.teacher.dispatch import CallOutcome, Dispatcher
 from hominem_pipeline.core.teacher.providers import (
     ChatBackend,

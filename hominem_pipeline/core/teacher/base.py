@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from hominem_pipeline.core.artifacts import fingerprint
+from hominem_pipeline.core.common.schema import Label, Prompt, Trajectory
 from hominem_pipeline.core.config import CandidateStyle, HominemConfig, LabelingConfig
-from hominem_pipeline.core.schema import Label, Prompt, Trajectory
+from hominem_pipeline.core.pipeline.artifacts import fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class Teacher(abc.ABC):
 def make_trajectory(prompt: Prompt, candidate: int, style: CandidateStyle, seed: int, response: str, new_tokens: int, finished: bool) -> Trajectory:
     """A candidate; one the token limit cut is kept up to its last finished sentence (`end_at_sentence`),
     so the judge and the reward model read a reply that ends, not half a word."""
-    from hominem_pipeline.core.generation import end_at_sentence, ends_at_sentence
+    from hominem_pipeline.core.lm.generation import end_at_sentence, ends_at_sentence
 
     ended = False
     if not finished:

@@ -91,7 +91,7 @@ class DatabaseCallCache:
         return json.loads(answer) if answer is not None else None
 
     def put(self, key: str, answer: dict[str, Any], *, provider: str, model: str, purpose: str) -> None:
-        from hominem_pipeline.core.sql import insert_for
+        from hominem_pipeline.core.common.sql import insert_for
 
         insert = insert_for(self._engine.dialect.name)
         row = {"key": key, "provider": provider, "model": model, "purpose": purpose, "answer": json.dumps(answer), "created": time.time()}

@@ -19,7 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from hominem_pipeline.core.config import ModelPrice, TeacherClientConfig
-from hominem_pipeline.core.teacher.call_cache import CallCache, DatabaseCallCache, call_key
+from hominem_pipeline.core.teacher.call_cache import (
+    CallCache,
+    DatabaseCallCache,
+    call_key,
+)
 from hominem_pipeline.core.teacher.providers import (
     ChatBackend,
     ChatRequest,

@@ -8,7 +8,7 @@ from hominem_pipeline.core.teacher.base import Teacher
 
 def build_teacher(cfg: HominemConfig) -> Teacher:
     """The teacher named by `teacher.provider`."""
-    from hominem_pipeline.core.models import student_path
+    from hominem_pipeline.core.lm.models import student_path
 
     if cfg.teacher.provider == "local":
         from hominem_pipeline.core.teacher.local import LocalHFTeacher

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from hominem_pipeline.core.schema import label_problems
+from hominem_pipeline.core.common.schema import label_problems
 
 # Checks whose failures make a partition unfit for training; the rest are reported as warnings.
 BLOCKING = ("schema", "duplicate_trajectory", "empty_response")
@@ -87,7 +87,7 @@ def degenerate_reason(response: str, reply_logp: float | None, min_reply_logp: f
     """Why a candidate is degenerate (`verifier.min_reply_logp`): no words or one word over and over
     (`generation.degenerate`), or a mean log-probability per token under the student below the bar
     (word salad); None when it is not, or when the bar is off."""
-    from hominem_pipeline.core.generation import degenerate
+    from hominem_pipeline.core.lm.generation import degenerate
 
     if min_reply_logp is None:
         return None

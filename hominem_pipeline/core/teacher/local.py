@@ -11,10 +11,10 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from hominem_pipeline.core.common.progress import Progress
+from hominem_pipeline.core.common.schema import Label, Prompt, Trajectory
 from hominem_pipeline.core.config import CandidateStyle, HominemConfig, LabelingConfig
-from hominem_pipeline.core.generation import chat_text, generate
-from hominem_pipeline.core.progress import Progress
-from hominem_pipeline.core.schema import Label, Prompt, Trajectory
+from hominem_pipeline.core.lm.generation import chat_text, generate
 from hominem_pipeline.core.teacher.base import (
     JUDGE_FRAME,
     RUBRIC_MAX,
@@ -61,8 +61,8 @@ def rationale_from_scores(expected: dict[str, float], dimensions: Sequence[str])
 
 class LocalHFTeacher(Teacher):
     def __init__(self, model_path: Path, cfg: HominemConfig, *, batch_size: int):
-        from hominem_pipeline.core.device import resolve_device
-        from hominem_pipeline.core.models import load_student
+        from hominem_pipeline.core.lm.device import resolve_device
+        from hominem_pipeline.core.lm.models import load_student
 
         self.model_path = Path(model_path)
         self.model, self.tokenizer = load_student(self.model_path, resolve_device(cfg.runtime.device))

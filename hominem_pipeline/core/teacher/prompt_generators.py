@@ -24,9 +24,9 @@ from string import Formatter
 import numpy as np
 import yaml
 
-from hominem_pipeline.core.artifacts import fingerprint
+from hominem_pipeline.core.common.schema import Prompt
 from hominem_pipeline.core.config import HominemConfig, PromptGeneratorsConfig
-from hominem_pipeline.core.schema import Prompt
+from hominem_pipeline.core.pipeline.artifacts import fingerprint
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from hominem_pipeline.core.artifacts import fingerprint
+from hominem_pipeline.core.common.schema import Prompt
 from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.schema import Prompt
+from hominem_pipeline.core.pipeline.artifacts import fingerprint
 
 
 class PromptFileError(ValueError):

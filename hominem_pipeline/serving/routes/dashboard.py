@@ -31,7 +31,7 @@ class ReplyRequest(BaseModel):
 
 
 def router(kit: Kit) -> APIRouter:
-    from hominem_pipeline.core.dashboard import DashboardData
+    from hominem_pipeline.core.dashboard.views import DashboardData
 
     service = kit.service
     api = APIRouter(tags=["dashboard"])
@@ -101,7 +101,7 @@ def router(kit: Kit) -> APIRouter:
         """Two adapters' replies to the prompts both evaluations share, `count` prompts from `start` (a reply the
         served reward model has not read costs it about 0.3 s: the page asks in parts), scored by the served
         reward model (one scale for both): per prompt both scalars, P(b preferred) and each dimension's change b - a."""
-        from hominem_pipeline.core.dashboard import score_side_by_side
+        from hominem_pipeline.core.dashboard.probe import score_side_by_side
 
         scorer()
         replies = await view(project().adapter_replies, a, b)
@@ -116,21 +116,21 @@ def router(kit: Kit) -> APIRouter:
     @api.post("/dashboard/api/probe")
     async def probe(body: ProbeRequest, caller: Caller = Depends(kit.authenticate)) -> dict[str, Any]:
         """Each reply's vector, people's score and scalar by the served reward model, and P(the first preferred)."""
-        from hominem_pipeline.core.dashboard import probe_scores
+        from hominem_pipeline.core.dashboard.probe import probe_scores
 
         return await on_engine(probe_scores, body.prompt, body.replies)
 
     @api.post("/dashboard/api/probe/attribution")
     async def attribution(body: ReplyRequest, caller: Caller = Depends(kit.authenticate)) -> dict[str, Any]:
         """One reply's attribution by occlusion (at most five spans)."""
-        from hominem_pipeline.core.dashboard import probe_attribution
+        from hominem_pipeline.core.dashboard.probe import probe_attribution
 
         return await on_engine(probe_attribution, body.prompt, body.reply, body.words)
 
     @api.post("/dashboard/api/probe/rewrites")
     async def rewrites(body: ReplyRequest, caller: Caller = Depends(kit.authenticate)) -> dict[str, Any]:
         """How meaning-preserving rewrites of one reply (and frames around the message) move its scores."""
-        from hominem_pipeline.core.dashboard import probe_rewrites
+        from hominem_pipeline.core.dashboard.probe import probe_rewrites
 
         return await on_engine(probe_rewrites, body.prompt, body.reply, body.changes)
 

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from hominem_pipeline.core.generation import end_at_sentence
+from hominem_pipeline.core.lm.generation import end_at_sentence
 from hominem_pipeline.core.online.events import BASE, FEEDBACK, SERVED, Turn, context_digest
 from hominem_pipeline.core.online.ledger import FeedbackError
 from hominem_pipeline.core.online.log import utc_now

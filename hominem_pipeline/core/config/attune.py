@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from hominem_pipeline.core.config_base import _Frozen
+from hominem_pipeline.core.config.base import _Frozen
 
 
 class DriftConfig(_Frozen):

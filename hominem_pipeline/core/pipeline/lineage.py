@@ -24,17 +24,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hominem_pipeline.core.artifacts import (
+import hominem_pipeline
+from hominem_pipeline.core.config import HominemConfig
+from hominem_pipeline.core.pipeline.artifacts import (
     ArtifactNotFound,
     ArtifactRef,
     ArtifactStore,
     fingerprint,
 )
-from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.stage import Stage, window_days
+from hominem_pipeline.core.pipeline.stage import Stage, window_days
 
 PACKAGE = "hominem_pipeline"
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the hominem_pipeline/ folder
+PACKAGE_ROOT = Path(hominem_pipeline.__file__).resolve().parent  # the hominem_pipeline/ folder
 
 
 def _module_file(module: str, root: Path) -> Path | None:
@@ -340,7 +341,7 @@ def window_gaps(data: Lineage, day: str, label_days: int, pair_days: int) -> lis
 
 def lineage(cfg: HominemConfig, store: ArtifactStore | None = None) -> Lineage:
     """Expected versions under `cfg`, for the pipeline's stage table."""
-    from hominem_pipeline.core.stages import STAGES_BY_NAME
+    from hominem_pipeline.core.pipeline.stages import STAGES_BY_NAME
 
     return Lineage(cfg, STAGES_BY_NAME, store)
 

@@ -4,7 +4,7 @@ Each row names the stage's inputs (with the window of days each reads), the conf
 (`reads`: its slice, part of its version; `runtime`: read, but never changing what it builds), the
 files outside the config it depends on, and its build function. Everything else is derived from it:
 the Dagster assets with their deps, partition mappings and code versions (`defs/assets.py`), each
-version id and the input versions a stage reads (`core/lineage.py`).
+version id and the input versions a stage reads (`core/pipeline/lineage.py`).
 
     prompts -> teacher_trajectories -> teacher_labels -> reward_model -> preference_pairs -> lora_adapter
     -> evaluation -> reward_health_index;  human_preferences (imported), human_feedback (the service's log) -> reward_model,
@@ -16,25 +16,39 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hominem_pipeline.core.builds.attunement import build_attunement, preference_drift_check, window_days
+from hominem_pipeline.core.builds.attunement import (
+    build_attunement,
+    preference_drift_check,
+    window_days,
+)
 from hominem_pipeline.core.builds.evaluation import build_evaluation
 from hominem_pipeline.core.builds.human_feedback import build_human_feedback, log_digest
 from hominem_pipeline.core.builds.human_preferences import (
     build_human_preferences,
     inbox_digest,
 )
-from hominem_pipeline.core.builds.lora_adapter import build_lora_adapter, reward_manifold_check
+from hominem_pipeline.core.builds.lora_adapter import (
+    build_lora_adapter,
+    reward_manifold_check,
+)
 from hominem_pipeline.core.builds.memory_files import memory_files_digest
-from hominem_pipeline.core.builds.predictions import build_predictions, seed_prompts_digest
-from hominem_pipeline.core.builds.probes import build_probes, probe_consistency_check, probe_files_digest
+from hominem_pipeline.core.builds.predictions import (
+    build_predictions,
+    seed_prompts_digest,
+)
 from hominem_pipeline.core.builds.preference_pairs import build_preference_pairs
+from hominem_pipeline.core.builds.probes import (
+    build_probes,
+    probe_consistency_check,
+    probe_files_digest,
+)
 from hominem_pipeline.core.builds.prompts import build_prompts, prompt_files_digest
 from hominem_pipeline.core.builds.reward_health_index import build_reward_health_index
 from hominem_pipeline.core.builds.reward_model import (
     REWARD_MODEL_NAME,
     build_reward_model,
-    people_pairs_digest,
     human_agreement,
+    people_pairs_digest,
     reward_backbone_digest,
     reward_dimension_fixtures,
     reward_fixtures,
@@ -49,9 +63,9 @@ from hominem_pipeline.core.config import HominemConfig, PolicyConfig
 from hominem_pipeline.core.evaluation.calibration import calibration_digest
 from hominem_pipeline.core.evaluation.fixtures import fixtures_file_digest
 from hominem_pipeline.core.online.slow_loop import adjustment_on
+from hominem_pipeline.core.pipeline.stage import Check, Input, Registered, Stage
 from hominem_pipeline.core.policy.people_start import people_start_digest
 from hominem_pipeline.core.reward.feature_cache import SHIPPED_FEATURES
-from hominem_pipeline.core.stage import Check, Input, Registered, Stage
 
 # What the teacher is asked and how it answers; `teacher.client` (speed, retries) and `teacher.prices`
 # change how fast and at what cost, never the answers.

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from hominem_pipeline.core.config_base import LoraConfig, _Frozen
+from hominem_pipeline.core.config.base import LoraConfig, _Frozen
 
 
 class RewardLossWeights(_Frozen):
@@ -73,7 +73,7 @@ class RewardModelConfig(_Frozen):
     uncertainty: UncertaintyConfig = Field(description="How each score's uncertainty is estimated.")
     human_preferences: bool = Field(description="Also train on the human pairs of the window: imported (human_preferences) and people's feedback to `hominem serve` (human_feedback).")
     people_pairs: list[PeoplePairsConfig] = Field(description="Files of people's pairs every reward model learns from, beside the window's imports and feedback; []: none.")
-    dimension_pairs: bool = Field(description="People's pairs tagged with a dimension (a `tag` naming it, or truth / relevance: core/tags.py) also supervise that dimension's head, so it orders them as the person did where the judge's labels disagree; false: every people's pair supervises the scalar alone.")
+    dimension_pairs: bool = Field(description="People's pairs tagged with a dimension (a `tag` naming it, or truth / relevance: core/common/tags.py) also supervise that dimension's head, so it orders them as the person did where the judge's labels disagree; false: every people's pair supervises the scalar alone.")
     scalar: Literal["combined", "free"] = Field(description="combined (ridge heads): the scalar is tanh(sum_d c_d * dimension_d + w * people's score + b) with every c_d, w >= 0, fitted on people's pairs out of fold (the judge's when there are too few) (core/reward/combination.py), so a reply at least as good on every dimension and on the people's score never scores lower | free: its own head, pulled by people's pairs. Gradient heads always learn their own.")
     min_human_agreement: float = Field(ge=0, le=1, description="The asset check human_agreement warns when people agree with the model's out-of-fold order of their pairs less often than this (0 to 1; 0.5 is chance).")
     dropout: float = Field(ge=0.0, lt=1.0, description="Dropout before the heads, [0, 1).")

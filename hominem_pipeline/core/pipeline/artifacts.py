@@ -3,7 +3,7 @@
 Layout: `<data_dir>/<asset>/<partition>/<version>/` holds one immutable version: its files plus
 `manifest.json` (settings, inputs, metrics, each file's sha256 and their joint `content` digest). A
 version id is derived from the stage's code, its settings and its inputs' contents
-(`core/lineage.py`), so an unchanged stage finds its output already there and a changed one writes
+(`core/pipeline/lineage.py`), so an unchanged stage finds its output already there and a changed one writes
 beside the old version instead of over it. Which version a stage reads is what its own config implies,
 never a pointer to the last one written.
 """
@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from hominem_pipeline.core.common.files import atomic_path, write_text_atomic
 
 MANIFEST = "manifest.json"
 PARTIAL = "-partial-"  # in the id of a version some of whose work failed for good
@@ -90,16 +92,10 @@ def folder_digest(folder: Path) -> str:
             entries[name], changed = [stat.st_size, stat.st_mtime_ns, file_sha256(p)], True
     if changed or set(cache) != set(entries):
         try:
-            _write_json_atomic(cache_path, entries)
+            write_text_atomic(cache_path, json.dumps(entries, indent=2, sort_keys=True, default=str) + "\n")
         except OSError:  # a read-only folder is hashed again next time
             pass
     return fingerprint({name: e[2] for name, e in entries.items()}, 64)
-
-
-def _write_json_atomic(path: Path, payload: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
 
 
 @dataclass(frozen=True)
@@ -212,10 +208,8 @@ class ArtifactStore:
     def write_quarantine(self, ref: ArtifactRef, rows: Any) -> Path:
         """Write a version's rejected rows (a DataFrame, possibly empty) atomically beside the store."""
         path = self.quarantine_path(ref.asset, ref.partition, ref.version)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        rows.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            rows.to_parquet(tmp, index=False)
         return path
 
     def partitions(self, asset: str) -> list[str]:

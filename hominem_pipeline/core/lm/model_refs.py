@@ -22,9 +22,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+from hominem_pipeline.core.common.files import write_text_atomic
 
 MODELS_ENV = "HOMINEM_MODELS"
 HOME_ENV = "HOMINEM_HOME"
@@ -53,10 +54,7 @@ def remember(folder: Path) -> None:
     places = [path, *(p for p in _remembered() if p != path)][:REMEMBERED]
     target = _places_file()
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=target.parent, delete=False, suffix=".tmp") as f:
-            json.dump(places, f)
-        os.replace(f.name, target)
+        write_text_atomic(target, json.dumps(places))
     except OSError:
         pass
 
@@ -109,7 +107,7 @@ def _candidates(name: str) -> Iterator[Path]:
 def find_model(recorded: str, sha256: str, what: str) -> Path:
     """The folder with digest `sha256` that an artifact recorded as `recorded` (a name; an absolute
     path in older artifacts). `what` names it in the error when no place holds it."""
-    from hominem_pipeline.core.artifacts import folder_digest
+    from hominem_pipeline.core.pipeline.artifacts import folder_digest
 
     as_path = Path(recorded)
     if as_path.is_absolute() and as_path.is_dir() and folder_digest(as_path) == sha256:

@@ -12,6 +12,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+import hominem_pipeline
+from hominem_pipeline.core.common.files import write_text_atomic
 from hominem_pipeline.core.config import (
     DEFAULT_CONFIG_RELPATH,
     ConfigError,
@@ -171,7 +173,7 @@ def find_project_root(start: Path | None = None) -> Path:
     for candidate in (here, *here.parents):
         if (candidate / DEFAULT_CONFIG_RELPATH).is_file():
             return candidate
-    package_parent = Path(__file__).resolve().parents[2]
+    package_parent = Path(hominem_pipeline.__file__).resolve().parents[1]
     if (package_parent / DEFAULT_CONFIG_RELPATH).is_file():
         return package_parent
     raise ConfigError(
@@ -254,9 +256,6 @@ def write_set_overlay(overlay: str | os.PathLike[str] | None, overrides: dict[st
     content = {**({"extends": [str(Path(overlay).resolve())]} if overlay is not None else {}), **overrides}
     text = "# written by `hominem --set`: the overlay below plus the --set values\n" + yaml.safe_dump(content, sort_keys=True)
     path = base.data_dir / "overlays" / f"set-{hashlib.sha256(text.encode()).hexdigest()[:12]}.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
     if not path.is_file():
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        write_text_atomic(path, text)
     return path

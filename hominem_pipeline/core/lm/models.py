@@ -11,9 +11,9 @@ import json
 import logging
 import shutil
 import time
-import uuid
 from pathlib import Path
 
+from hominem_pipeline.core.common.files import atomic_folder
 from hominem_pipeline.core.config import HominemConfig
 
 log = logging.getLogger(__name__)
@@ -100,18 +100,13 @@ def convert_gguf(gguf: Path, target: Path, package: str | None = None) -> Path:
         del config.quantization_config  # the weights below are plain fp32; trainers refuse "GGUF-quantized" models
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(dequantized.state_dict(), strict=True)
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-    tmp.mkdir(parents=True)
-    try:
+    if target.exists():
+        shutil.rmtree(target)
+    with atomic_folder(target) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         # No absolute path: the folder's digest (which keys the feature caches and the shipped features) is then the same in every clone.
         (tmp / READY_MARKER).write_text(json.dumps({"package": package, "file": gguf.name}, indent=2))
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     log.info("student ready at %s in %.1fs", target, time.monotonic() - started)
     return target
 
@@ -158,7 +153,7 @@ def reward_backbone(cfg: HominemConfig) -> Path | str:
 
 def load_student(path: Path, device=None):
     """The student as (model, tokenizer) in fp32 eval mode, with a pad token and left padding, on
-    `device` (a torch device, `core.device.resolve_device`; None: the CPU)."""
+    `device` (a torch device, `core.lm.device.resolve_device`; None: the CPU)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -1,6 +1,6 @@
 """What a stage's build function sees and returns, and how a stage is declared.
 
-A `Stage` is one row of the stage table (`core/stages.py`): its inputs with the window of days each
+A `Stage` is one row of the stage table (`core/pipeline/stages.py`): its inputs with the window of days each
 reads, the config paths it may read, and its build function. The build function gets a
 `StageContext` whose `cfg` is a `ConfigSlice`: the settings the stage declared, and nothing else. A read
 outside the slice raises `SliceError`, so what a stage reads is exactly what its version is made of.
@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 from pydantic import BaseModel
 
-from hominem_pipeline.core.artifacts import ArtifactRef
 from hominem_pipeline.core.config import HominemConfig
+from hominem_pipeline.core.pipeline.artifacts import ArtifactRef
 
 if TYPE_CHECKING:
-    from hominem_pipeline.core.tracking import StageRun
+    from hominem_pipeline.core.pipeline.tracking import StageRun
 
 # Members of the config that name places, not settings: any stage may read them.
 LOCATIONS = frozenset({"root", "overlay", "path", "data_dir", "mlflow_uri"})
@@ -75,7 +75,7 @@ class _View:
             return _View(self._stage, value, path, self._allowed)
         raise SliceError(
             f"stage {self._stage!r} read the setting {path!r}, which is not in its config slice; "
-            f"add it to the stage's `reads` in hominem_pipeline/core/stages.py (then it is part of the stage's version)"
+            f"add it to the stage's `reads` in hominem_pipeline/core/pipeline/stages.py (then it is part of the stage's version)"
         )
 
     def __getattr__(self, name: str) -> Any:
@@ -208,7 +208,7 @@ class Stage:
     files: Callable[[HominemConfig, str], Any] | None = None  # files outside the config it reads (their digests), by config and day
     daily: bool = True  # part of the daily job (False: imported data, materialized on its own)
     # a day of it that a window reads and that is stale (its files changed since it was built: the service's log grew) is rebuilt
-    # by the reading stage's run before it reads (`core/runner.py`); only for a cheap stage without inputs of its own
+    # by the reading stage's run before it reads (`core/pipeline/runner.py`); only for a cheap stage without inputs of its own
     refresh: bool = False
     checks: tuple[Check, ...] = ()
     registered: Registered | None = None

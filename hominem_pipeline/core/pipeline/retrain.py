@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hominem_pipeline.core.common.files import write_text_atomic
 from hominem_pipeline.core.config import HominemConfig, RetrainConfig
-from hominem_pipeline.core.lineage import Lineage, lineage
 from hominem_pipeline.core.online.log import log_folder
+from hominem_pipeline.core.pipeline.lineage import Lineage, lineage
 
 STATE_FILE = "retrain_sensor.json"  # in data/live/
 
@@ -238,8 +238,4 @@ def record_run(cfg: HominemConfig, run: dict[str, Any]) -> None:
 
 
 def _write(cfg: HominemConfig, state: dict[str, Any]) -> None:
-    path = state_path(cfg.data_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staged = path.with_suffix(f".{os.getpid()}.tmp")
-    staged.write_text(json.dumps(state, indent=2) + "\n")
-    staged.replace(path)
+    write_text_atomic(state_path(cfg.data_dir), json.dumps(state, indent=2) + "\n")

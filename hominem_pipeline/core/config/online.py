@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from hominem_pipeline.core.config_base import _Frozen
+from hominem_pipeline.core.config.base import _Frozen
 
 
 class ReplayConfig(_Frozen):

@@ -2,7 +2,7 @@
 
 `run_stage` is what the Dagster assets and the tests call:
 
-1. plan: the input versions this config implies and the version they make (`core/lineage.py`);
+1. plan: the input versions this config implies and the version they make (`core/pipeline/lineage.py`);
 2. open the MLflow run of this materialization (resumed if the same Dagster run retries);
 3. reuse the version if it is already built, else build it in a staging folder and publish it;
 4. log params, inputs, metrics and artifacts; register a model where the stage makes one.
@@ -18,13 +18,19 @@ from typing import Any
 
 import pandas as pd
 
-from hominem_pipeline.core.artifacts import ArtifactRef, ArtifactStore
 from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.device import describe_device, resolve_device
-from hominem_pipeline.core.lineage import Lineage, build_command, definition_version, settings_values, stage_seed
-from hominem_pipeline.core.stage import Stage, StageContext, window_days
-from hominem_pipeline.core.stages import STAGES_BY_NAME
-from hominem_pipeline.core.tracking import TAG_CACHE_HIT, TAG_VERSION, Tracker
+from hominem_pipeline.core.lm.device import describe_device, resolve_device
+from hominem_pipeline.core.pipeline.artifacts import ArtifactRef, ArtifactStore
+from hominem_pipeline.core.pipeline.lineage import (
+    Lineage,
+    build_command,
+    definition_version,
+    settings_values,
+    stage_seed,
+)
+from hominem_pipeline.core.pipeline.stage import Stage, StageContext, window_days
+from hominem_pipeline.core.pipeline.stages import STAGES_BY_NAME
+from hominem_pipeline.core.pipeline.tracking import TAG_CACHE_HIT, TAG_VERSION, Tracker
 
 log = logging.getLogger(__name__)
 

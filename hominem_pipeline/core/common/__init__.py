@@ -1,0 +1,1 @@
+"""Small helpers every package uses: progress, statistics, the data schema, SQL, tags."""

@@ -1,0 +1,1 @@
+"""Language models: where the offline models are, how a model folder is named, the device, generation."""
