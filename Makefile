@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.hominem-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help run test ui serve browser services install setup lock clean
+.PHONY: help run test lint format ui serve browser services install setup lock clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -17,6 +17,16 @@ run: $(STAMP) ## Install (once), prepare the offline models (once), materialize 
 
 test: $(STAMP) browser services ## Run the test suite (tiny models built in the tests; no downloads)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+LINTED := hominem_pipeline hominem_pipeline_tests benchmarks scripts
+
+lint: $(STAMP) ## Check formatting and lint with ruff (line length 119; settings in pyproject.toml)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/ruff check $(LINTED)
+
+format: $(STAMP) ## Format the code and apply ruff's safe fixes (import order, unused imports)
+	$(BIN)/ruff format $(LINTED)
+	$(BIN)/ruff check --fix $(LINTED)
 
 browser: ## Install Debian's chromium and chromium-driver once (the feedback page's browser test; needs root or sudo)
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \

@@ -8,10 +8,11 @@ The setup:
   It is the project's default with one difference: the shipped HH-RLHF pairs are left out of its people's
   pairs, so what it knows of these people comes from the answers alone. The hand-written contrast pairs stay.
 - The two arms differ only in `attunement.selection.random_share`: 0 (pure information gain) or 1 (at random).
-  Other arms (`--arms`): `boosted` asks as the information arm and also weighs each answer up in the retrain by
-  its value when asked (`attunement.selection.retrain_boost`, `--boost`); `disagreement` and `novelty` ask by
-  that part of the expected information alone; `uncertain` and `calm` are two explicit mixes, uncertainty first and coverage first (`ARMS` below). All ask through the same service, the imported questions alone (`teacher_candidates: false`: the rater
-  knows only the HH-RLHF labels).
+  Other arms (`--arms`): `boosted` asks as the information arm and also weighs each answer up in the retrain by its
+  value when asked (`attunement.selection.retrain_boost`, `--boost`); `disagreement` and `novelty` ask by that part
+  of the expected information alone; `uncertain` and `calm` are two explicit mixes, uncertainty first and coverage
+  first (`ARMS` below). All ask through the same service, the imported questions alone (`teacher_candidates: false`:
+  the rater knows only the HH-RLHF labels).
 - In each round, a simulated rater answers `--per-round` questions through `hominem serve` with the human
   label, as choices. Then `hominem run --select human_feedback,reward_model` retrains the reward model on
   every answer so far, through the pipeline, and the server restarts on it.
@@ -21,7 +22,8 @@ The setup:
 The figure: the fewest answers with which the information arm reaches the random arm's final agreement, in
 each seed. Goal: at most half the random arm's. Also plotted: agreement against answers, both arms, every seed.
 
-    .venv/bin/python benchmarks/active_learning_curve.py --project /path/to/project --seeds 0 1 --rounds 6 --per-round 30
+    .venv/bin/python benchmarks/active_learning_curve.py --project /path/to/project --seeds 0 1 --rounds 6
+    --per-round 30
 
 Needs a `make run` project with today's (UTC) teacher labels. If the day turns during the run, the next
 day's labels are built first. Writes only under --out (default /tmp/hominem-active-learning).
@@ -48,25 +50,54 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"
 POOL_FILE = "config/human/hh-rlhf-harmless-1800.jsonl.gz"
 COPIED = ("prompts", "teacher_trajectories", "teacher_labels")
-# each arm's attunement.selection keys beside teacher_candidates false (the rater knows only the imported pairs' labels)
+# each arm's attunement.selection keys beside teacher_candidates false (the rater knows only the imported pairs'
+# labels)
 ARMS = {
     "random": {"random_share": 1.0},
     "information": {"random_share": 0.0},  # the shipped weights (attunement.selection.weights)
     "boosted": {"random_share": 0.0, "retrain_boost": None},  # None: --boost
-    "disagreement": {"random_share": 0.0, "weights": {"uncertainty": 0.0, "disagreement": 1.0, "cluster": 0.0, "novelty": 0.0}},  # query by committee
-    "novelty": {"random_share": 0.0, "weights": {"uncertainty": 0.0, "disagreement": 0.0, "cluster": 0.0, "novelty": 1.0}},  # coverage alone
+    "disagreement": {
+        "random_share": 0.0,
+        "weights": {"uncertainty": 0.0, "disagreement": 1.0, "cluster": 0.0, "novelty": 0.0},
+    },  # query by committee
+    "novelty": {
+        "random_share": 0.0,
+        "weights": {"uncertainty": 0.0, "disagreement": 0.0, "cluster": 0.0, "novelty": 1.0},
+    },  # coverage alone
     # uncertainty first (the weights shipped before the calm ones were measured against them)
-    "uncertain": {"random_share": 0.0, "weights": {"uncertainty": 1.0, "disagreement": 1.0, "cluster": 0.5, "novelty": 0.5}},
-    # less on the calibrated uncertainty (with noisy labels the least-sure pairs are often those people disagree on), more on coverage
-    "calm": {"random_share": 0.0, "weights": {"uncertainty": 0.25, "disagreement": 1.0, "cluster": 0.5, "novelty": 1.0}},
+    "uncertain": {
+        "random_share": 0.0,
+        "weights": {"uncertainty": 1.0, "disagreement": 1.0, "cluster": 0.5, "novelty": 0.5},
+    },
+    # less on the calibrated uncertainty (with noisy labels the least-sure pairs are often those people disagree on),
+    # more on coverage
+    "calm": {
+        "random_share": 0.0,
+        "weights": {"uncertainty": 0.25, "disagreement": 1.0, "cluster": 0.5, "novelty": 1.0},
+    },
 }
-COLOURS = {"random": "tab:grey", "information": "tab:blue", "boosted": "tab:orange", "disagreement": "tab:green", "novelty": "tab:purple", "uncertain": "tab:brown", "calm": "tab:red"}
+COLOURS = {
+    "random": "tab:grey",
+    "information": "tab:blue",
+    "boosted": "tab:orange",
+    "disagreement": "tab:green",
+    "novelty": "tab:purple",
+    "uncertain": "tab:brown",
+    "calm": "tab:red",
+}
 
 
 def hominem(project: Path, *args: str, timeout: int = 3600) -> subprocess.CompletedProcess:
     env = {**os.environ, "HOMINEM_HOME": str(project)}
     env.pop("DAGSTER_HOME", None)
-    done = subprocess.run([str(ROOT / ".venv" / "bin" / "hominem"), *args], cwd=project, env=env, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "hominem"), *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if done.returncode != 0:
         sys.exit(f"hominem {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     return done
@@ -89,9 +120,11 @@ def scratch(project: Path, out: Path, arm: str, seed: int, day: str, boost: floa
     selection = {"teacher_candidates": False, "retrain_boost": 0.0, **ARMS[arm]}
     if selection["retrain_boost"] is None:
         selection["retrain_boost"] = boost
-    overlay = {"project": {"data_dir": str(data)},
-               "reward_model": {"people_pairs": [{"file": "config/human/hominem-contrast-pairs.jsonl", "format": "jsonl"}]},
-               "attunement": {"selection": selection}}
+    overlay = {
+        "project": {"data_dir": str(data)},
+        "reward_model": {"people_pairs": [{"file": "config/human/hominem-contrast-pairs.jsonl", "format": "jsonl"}]},
+        "attunement": {"selection": selection},
+    }
     path = data.parent / "overlay.yaml"
     path.write_text(json.dumps(overlay))  # JSON is YAML
     return path
@@ -118,16 +151,20 @@ def agreement(cfg, held_out) -> float:
     return float((gaps > 0).mean())
 
 
-def run_arm(project: Path, out: Path, arm: str, seed: int, args, labels: dict[str, str], held_out) -> list[tuple[int, float]]:
+def run_arm(
+    project: Path, out: Path, arm: str, seed: int, args, labels: dict[str, str], held_out
+) -> list[tuple[int, float]]:
+    import httpx2 as httpx
+
     from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.testing.service import start_serve, stop_serve
-
-    import httpx2 as httpx
 
     day = today()
     overlay = scratch(project, out, arm, seed, day, args.boost)
     data = overlay.parent / "data"
-    hominem(project, "data", "import-questions", str(project / POOL_FILE), "--format", "hh-rlhf", "--config", str(overlay))
+    hominem(
+        project, "data", "import-questions", str(project / POOL_FILE), "--format", "hh-rlhf", "--config", str(overlay)
+    )
     curve, answered = [], 0
     for round_ in range(args.rounds + 1):
         day = today()
@@ -136,12 +173,18 @@ def run_arm(project: Path, out: Path, arm: str, seed: int, args, labels: dict[st
         hominem(project, "run", "--config", str(overlay), "--date", day, "--select", "human_feedback,reward_model")
         cfg = load_config(overlay, root=project)
         curve.append((answered, agreement(cfg, held_out)))
-        print(f"  {arm} seed {seed}: {answered} answers -> {curve[-1][1]:.1%} on {len(held_out)} held-out pairs "
-              f"(retrain and measure {time.monotonic() - started:.0f} s)", flush=True)
+        print(
+            f"  {arm} seed {seed}: {answered} answers -> {curve[-1][1]:.1%} on {len(held_out)} held-out pairs "
+            f"(retrain and measure {time.monotonic() - started:.0f} s)",
+            flush=True,
+        )
         if round_ == args.rounds:
             break
-        proc, url, _ = start_serve(["--config", str(overlay), "--adapter", "none", "--reward-model", "latest"], project,
-                                   env={"HOMINEM_HOME": str(project)})
+        proc, url, _ = start_serve(
+            ["--config", str(overlay), "--adapter", "none", "--reward-model", "latest"],
+            project,
+            env={"HOMINEM_HOME": str(project)},
+        )
         try:
             for _ in range(args.per_round):
                 nxt = httpx.get(f"{url}/feedback/next", timeout=600).json()
@@ -149,11 +192,22 @@ def run_arm(project: Path, out: Path, arm: str, seed: int, args, labels: dict[st
                 if q is None:
                     break
                 if q["id"] not in labels:
-                    sys.exit(f"the service asked {q['id']} ({q['source']}), not one of {POOL_FILE}'s questions: the scratch pool has more than the import")
+                    sys.exit(
+                        f"the service asked {q['id']} ({q['source']}), not one of {POOL_FILE}'s "
+                        "questions: the scratch pool has more than the import"
+                    )
                 chosen_text = labels[q["id"]]
                 chosen, rejected = (q["a"], q["b"]) if q["a"]["text"] == chosen_text else (q["b"], q["a"])
-                posted = httpx.post(f"{url}/feedback", json={"kind": "choice", "chosen": chosen["turn"], "rejected": rejected["turn"], "strength": "clear"},
-                                    timeout=60)
+                posted = httpx.post(
+                    f"{url}/feedback",
+                    json={
+                        "kind": "choice",
+                        "chosen": chosen["turn"],
+                        "rejected": rejected["turn"],
+                        "strength": "clear",
+                    },
+                    timeout=60,
+                )
                 posted.raise_for_status()
                 answered += 1
         finally:
@@ -176,7 +230,11 @@ def warm(project: Path, questions: list, held_out) -> None:
         part = questions[i : i + chunk]
         prompts = [q.prompt for q in part]
         model.raw_scores(prompts + prompts, [q.a for q in part] + [q.b for q in part])
-        print(f"  warming the feature cache: {i + len(part)}/{len(questions)} questions, {time.monotonic() - started:.0f} s", flush=True)
+        print(
+            f"  warming the feature cache: {i + len(part)}/{len(questions)} questions, "
+            f"{time.monotonic() - started:.0f} s",
+            flush=True,
+        )
     model.raw_scores(list(held_out["prompt"]) * 2, list(held_out["chosen"]) + list(held_out["rejected"]))
 
 
@@ -188,12 +246,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--project", type=Path, required=True, help="a `make run` project with today's teacher labels")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="runs (each arm once per run: the service's picks are not seeded)")
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=[0, 1],
+        help="runs (each arm once per run: the service's picks are not seeded)",
+    )
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--per-round", type=int, default=30)
     ap.add_argument("--arms", nargs="+", default=["random", "information"], choices=list(ARMS))
     ap.add_argument("--boost", type=float, default=1.0, help="attunement.selection.retrain_boost of the boosted arm")
-    ap.add_argument("--resume", action="store_true", help="keep the curves already in --out/curves.json; run only the missing arms and seeds")
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the curves already in --out/curves.json; run only the missing arms and seeds",
+    )
     ap.add_argument("--out", type=Path, default=Path("/tmp/hominem-active-learning"))
     args = ap.parse_args()
 
@@ -204,14 +272,23 @@ def main() -> None:
 
     project = args.project.resolve()
     pool = parse_preference_file(project / POOL_FILE, "hh-rlhf", POOL_FILE).pairs
-    labels = {make(r.prompt, r.chosen, r.rejected, "hh").id: r.chosen for r in pool.itertuples()}  # the id the imported question has
+    labels = {
+        make(r.prompt, r.chosen, r.rejected, "hh").id: r.chosen for r in pool.itertuples()
+    }  # the id the imported question has
     held_out = held_out_test(args.data, 504)
-    print(f"pool {len(pool)} questions, {len(held_out)} held-out pairs; {args.rounds} rounds of {args.per_round} answers; seeds {args.seeds}", flush=True)
+    print(
+        f"pool {len(pool)} questions, {len(held_out)} held-out pairs; {args.rounds} rounds of "
+        f"{args.per_round} answers; seeds {args.seeds}",
+        flush=True,
+    )
     warm(project, [make(r.prompt, r.chosen, r.rejected, "hh") for r in pool.itertuples()], held_out)
     saved = args.out / "curves.json"
     curves = {}
     if args.resume and saved.exists():
-        curves = {(k.rsplit("-", 1)[0], int(k.rsplit("-", 1)[1])): [tuple(p) for p in c] for k, c in json.loads(saved.read_text()).items()}
+        curves = {
+            (k.rsplit("-", 1)[0], int(k.rsplit("-", 1)[1])): [tuple(p) for p in c]
+            for k, c in json.loads(saved.read_text()).items()
+        }
     args.out.mkdir(parents=True, exist_ok=True)
     for seed in args.seeds:
         for arm in args.arms:
@@ -234,19 +311,29 @@ def report(curves: dict, seeds: list[int]) -> None:
             mine, rand = needed(curves[(arm, seed)], target), needed(curves[("random", seed)], target)
             ratios.append(None if mine is None or not rand else mine / rand)
             most = curves[(arm, seed)][-1][0]
-            print(f"run {seed}: random reaches {target:.1%} with {rand} answers; {arm} with {mine if mine is not None else f'more than {most}'}")
+            print(
+                f"run {seed}: random reaches {target:.1%} with {rand} answers; {arm} with "
+                f"{mine if mine is not None else f'more than {most}'}"
+            )
         kept = [r for r in ratios if r is not None]
         if ratios:
-            print(f"{arm} needs {np.mean(kept):.2f} of the random arm's answers (mean over {len(kept)} of {len(ratios)} seeds; goal <= 0.5)" if kept else
-                  f"{arm} did not reach the random arm's final agreement in any seed")
+            print(
+                f"{arm} needs {np.mean(kept):.2f} of the random arm's answers (mean over {len(kept)} of "
+                f"{len(ratios)} seeds; goal <= 0.5)"
+                if kept
+                else f"{arm} did not reach the random arm's final agreement in any seed"
+            )
     # the same on the seeds' mean curves (less noisy than one seed's final point), crossings interpolated
     means = {arm: mean_curve(curves, arm, seeds) for arm in ARMS}
     if means["random"]:
         n_final, target = means["random"][-1]
-        print(f"mean over seeds: random reaches {target:.1%} at {n_final} answers; "
-              + "; ".join(f"{arm} at {f'{crossing(means[arm], target):.0f}' if crossing(means[arm], target) else f'more than {means[arm][-1][0]}'}"
-                          + (f" ({crossing(means[arm], target) / n_final:.2f} of it)" if crossing(means[arm], target) else "")
-                          for arm in ARMS if arm != "random" and means[arm]))
+
+        def reached(arm: str) -> str:
+            at = crossing(means[arm], target)
+            return f"{arm} at {at:.0f} ({at / n_final:.2f} of it)" if at else f"{arm} at more than {means[arm][-1][0]}"
+
+        others = [reached(arm) for arm in ARMS if arm != "random" and means[arm]]
+        print(f"mean over seeds: random reaches {target:.1%} at {n_final} answers; " + "; ".join(others))
 
 
 def mean_curve(curves: dict, arm: str, seeds: list[int]) -> list[tuple[int, float]]:
@@ -283,8 +370,15 @@ def plot(curves: dict, path: Path) -> None:
         mean = mean_curve(curves, arm, seeds)
         if mean:
             n, a = zip(*mean)
-            ax.plot(n, a, "--" if arm == "random" else "-", marker="o", color=COLOURS[arm], linewidth=2.5,
-                    label=f"{arm} (mean of {sum((arm, s) in curves for s in seeds)} runs)")
+            ax.plot(
+                n,
+                a,
+                "--" if arm == "random" else "-",
+                marker="o",
+                color=COLOURS[arm],
+                linewidth=2.5,
+                label=f"{arm} (mean of {sum((arm, s) in curves for s in seeds)} runs)",
+            )
     ax.set_xlabel("people's answers")
     ax.set_ylabel("agreement on 504 held-out HH-RLHF pairs")
     ax.set_title("questions chosen by expected information against at random")

@@ -44,13 +44,17 @@ def timed(project: Path, *args: str) -> tuple[float, subprocess.CompletedProcess
     done = subprocess.run([str(hominem), *args], cwd=project, env=env, capture_output=True, text=True, timeout=1800)
     seconds = time.monotonic() - started
     if done.returncode != 0:
-        sys.exit(f"`hominem {' '.join(args)}` failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+        sys.exit(
+            f"`hominem {' '.join(args)}` failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+        )
     return seconds, done
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--project", type=Path, default=ROOT, help="the project folder whose first day was built (make run)")
+    ap.add_argument(
+        "--project", type=Path, default=ROOT, help="the project folder whose first day was built (make run)"
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args()
     project = args.project.resolve()
@@ -72,19 +76,33 @@ def main() -> None:
     rows.append(("reward-probe --fixtures, from the check", kept, 30.0, "the check's scores read back"))
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "fixtures.yaml"
-        copy.write_text(cfg.path(cfg.fixtures.file).read_text() + "\n")  # same pairs, another file: nothing to read back
-        fresh, out = timed(project, "reward-probe", "--fixtures", "--model", str(model.path), "--set", f"fixtures.file={copy}")
+        copy.write_text(
+            cfg.path(cfg.fixtures.file).read_text() + "\n"
+        )  # same pairs, another file: nothing to read back
+        fresh, out = timed(
+            project, "reward-probe", "--fixtures", "--model", str(model.path), "--set", f"fixtures.file={copy}"
+        )
         assert "scored here" in out.stdout, out.stdout
     rows.append(("reward-probe --fixtures, computed fresh", fresh, 120.0, "scored here (the feature cache)"))
     compare, out = timed(project, "compare", "--eval-set")
     said = " ".join(out.stdout.split())
-    rows.append(("compare --eval-set, from the evaluation", compare, 30.0,
-                 "read from the evaluation" if "read from evaluation" in said else "generated (no evaluation of this adapter)"))
+    rows.append(
+        (
+            "compare --eval-set, from the evaluation",
+            compare,
+            30.0,
+            "read from the evaluation"
+            if "read from evaluation" in said
+            else "generated (no evaluation of this adapter)",
+        )
+    )
     chat, _ = timed(project, "chat", "-p", "My name is Ana.", "--max-tokens", "48")
     rows.append(("chat -p, first reply", chat, 20.0, "the live adapter (or the base), one reply"))
     index, _ = timed(project, "history", "update")
     again, _ = timed(project, "history", "choices")
-    rows.append(("history choices, after the first indexing", again, 3.0, f"first indexing (history update) {index:.1f} s"))
+    rows.append(
+        ("history choices, after the first indexing", again, 3.0, f"first indexing (history update) {index:.1f} s")
+    )
 
     print(f"\n{'command':44s} {'seconds':>8s} {'goal':>6s} {'/goal':>6s}  how")
     for what, seconds, goal, how in rows:
@@ -94,9 +112,17 @@ def main() -> None:
     print(f"\n{'every goal met' if met else 'a goal is missed'} ({os.cpu_count()} CPU cores, {platform.machine()})")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"machine": f"{os.cpu_count()} CPU cores, {platform.machine()}", "baseline_help_seconds": round(floor, 2),
-                                         "commands": [{"command": w, "seconds": round(s, 2), "goal": g, "how": h} for w, s, g, h in rows]},
-                                        indent=1) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}",
+                    "baseline_help_seconds": round(floor, 2),
+                    "commands": [{"command": w, "seconds": round(s, 2), "goal": g, "how": h} for w, s, g, h in rows],
+                },
+                indent=1,
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

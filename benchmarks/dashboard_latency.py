@@ -8,7 +8,8 @@ The setup:
   several versions on some days, and a live history of promotions, refusals and rollbacks. The project's models
   are linked in.
 - `hominem serve` on it, with the project's newest reward model (the Probe view scores typed replies with it).
-- Each view's JSON route is asked --requests times (the Probe view's three requests with new text each time); the first request of each view after the start is timed on
+- Each view's JSON route is asked --requests times (the Probe view's three requests with new text each time); the
+  first request of each view after the start is timed on
   its own (a cold cache: every manifest read once). The page itself and the chart library are timed too.
 
     .venv/bin/python benchmarks/dashboard_latency.py --project /path/to/project [--days 90] [--requests 20]
@@ -34,14 +35,35 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 GOAL = 2.0
-DIMS = ["empathy", "social_coherence", "agency_support", "epistemic_integrity", "harm_avoidance", "narrative_alignment", "curiosity"]
+DIMS = [
+    "empathy",
+    "social_coherence",
+    "agency_support",
+    "epistemic_integrity",
+    "harm_avoidance",
+    "narrative_alignment",
+    "curiosity",
+]
 
 
 def version_folder(data: Path, asset: str, day: str, version: str, metrics: dict, inputs: dict, created: str) -> Path:
     folder = data / asset / day / version
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "manifest.json").write_text(json.dumps({"asset": asset, "partition": day, "version": version, "complete": True, "created_at": created,
-                                                      "metrics": metrics, "inputs": inputs, "files": {}, "metadata": {}}))
+    (folder / "manifest.json").write_text(
+        json.dumps(
+            {
+                "asset": asset,
+                "partition": day,
+                "version": version,
+                "complete": True,
+                "created_at": created,
+                "metrics": metrics,
+                "inputs": inputs,
+                "files": {},
+                "metadata": {},
+            }
+        )
+    )
     return folder
 
 
@@ -60,41 +82,165 @@ def synthesize(data: Path, days: int, seed: int) -> dict:
         for n in range(1 + (k % 7 == 0)):  # a second version every seventh day (a changed setting)
             created = f"{day}T0{3 + n}:00:00+00:00"
             rm, ad = f"rm{k:03d}{n}".ljust(16, "0"), f"ad{k:03d}{n}".ljust(16, "0")
-            version_folder(data, "reward_model", day, rm, {"fixture_accuracy": 0.9 + rng.random() / 20, "people_agreement": 0.6 + rng.random() / 10}, {}, created)
-            version_folder(data, "lora_adapter", day, ad, {"steps": 48}, {"reward_model": [ref("reward_model", day, rm)]}, created)
-            ev = version_folder(data, "evaluation", day, f"ev{k:03d}{n}".ljust(16, "0"),
-                                {"win_rate": rng.random(), "people_accuracy": 0.55 + rng.random() / 10, "memory_kept": 19, "memory_lost": rng.randint(0, 1),
-                                 **{f"delta_{d}": rng.gauss(0, 0.05) for d in DIMS}}, {"lora_adapter": [ref("lora_adapter", day, ad)]}, created)
-            pd.DataFrame({"prompt": prompts, "adapter_response": [f"A reply of adapter {ad} to prompt {i}." for i in range(18)],
-                          "adapter_scalar": np.random.default_rng(k).uniform(-1, 1, 18)}).to_parquet(ev / "generations.parquet")
+            version_folder(
+                data,
+                "reward_model",
+                day,
+                rm,
+                {"fixture_accuracy": 0.9 + rng.random() / 20, "people_agreement": 0.6 + rng.random() / 10},
+                {},
+                created,
+            )
+            version_folder(
+                data, "lora_adapter", day, ad, {"steps": 48}, {"reward_model": [ref("reward_model", day, rm)]}, created
+            )
+            ev = version_folder(
+                data,
+                "evaluation",
+                day,
+                f"ev{k:03d}{n}".ljust(16, "0"),
+                {
+                    "win_rate": rng.random(),
+                    "people_accuracy": 0.55 + rng.random() / 10,
+                    "memory_kept": 19,
+                    "memory_lost": rng.randint(0, 1),
+                    **{f"delta_{d}": rng.gauss(0, 0.05) for d in DIMS},
+                },
+                {"lora_adapter": [ref("lora_adapter", day, ad)]},
+                created,
+            )
+            pd.DataFrame(
+                {
+                    "prompt": prompts,
+                    "adapter_response": [f"A reply of adapter {ad} to prompt {i}." for i in range(18)],
+                    "adapter_scalar": np.random.default_rng(k).uniform(-1, 1, 18),
+                }
+            ).to_parquet(ev / "generations.parquet")
             components = {c: rng.uniform(0.4, 0.95) for c in ("dcs", "gvs", "mss", "cdrs", "lrps")}
-            version_folder(data, "reward_health_index", day, f"rh{k:03d}{n}".ljust(16, "0"),
-                           {"rhi": float(np.mean(list(components.values()))), "deployable": 1.0, "partial": 0.0, **components},
-                           {"lora_adapter": [ref("lora_adapter", day, ad)]}, created)
-            at = version_folder(data, "attunement", day, f"at{k:03d}{n}".ljust(16, "0"),
-                                {"people_agreement": 0.6 + rng.random() / 10, "people_ece": rng.random() / 10, "judge_agreement": 0.9, "judge_ece": 0.05},
-                                {"reward_model": [ref("reward_model", day, rm)]}, created)
-            bins = [{"lo": i / 10, "hi": (i + 1) / 10, "confidence": i / 10 + 0.05, "accuracy": min(1, max(0, i / 10 + rng.gauss(0, 0.05))), "count": 20} for i in range(10)]
-            report = {"agreement": 0.62, "stderr": 0.02, "ece": 0.04, "brier": 0.2, "confidence": 0.6, "pairs": 200, "bins": bins}
-            (at / "attunement.json").write_text(json.dumps({"day": day, "reward_model": f"reward_model/{day}/{rm}", "window": [day, day],
-                                                            "calibration": {"people": report, "judge": report}, "errors": 40, "clusters": 4, "people_pairs": 200,
-                                                            "drift": {"drifted": [{"scope": "empathy", "says": "people now prefer less empathy", "z": -4.1}] if k % 30 == 29 else [],
-                                                                      "preference": [], "served": [], "recent": [day, day], "reference": [day, day]}}))
-            pd.DataFrame({"cluster": range(4), "status": ["growing", "new", "shrinking", "continues"], "size": [12, 8, 5, 3], "previous_size": [9, None, 7, 3],
-                          "name": [f"cluster {i}" for i in range(4)], "terms": [["advice", "job"]] * 4, "domain": "moral_dilemma", "tag": None,
-                          "length_gap": 10.0, "dimension": "empathy", "dimension_gap": 0.1,
-                          "examples": [[{"prompt": "p", "chosen": "c", "rejected": "r"}]] * 4, "centroid": [list(np.zeros(384))] * 4}).to_parquet(at / "clusters.parquet")
-            pr = version_folder(data, "probes", day, f"pr{k:03d}{n}".ljust(16, "0"),
-                                {"probe_tradeoffs_as_expected": rng.random(), "probe_adversarial_max_flip_rate": rng.random() / 5, "probe_counterfactual_right_way": rng.random()},
-                                {"reward_model": [ref("reward_model", day, rm)]}, created)
-            pd.DataFrame({"id": [f"s{i}" for i in range(12)], "trade": "empathy_vs_honesty", "expected": "a", "choice": [rng.choice("ab") for _ in range(12)],
-                          "scalar_gap": [rng.gauss(0, 0.2) for _ in range(12)]}).to_parquet(pr / "tradeoffs.parquet")
-            pd.DataFrame({"id": [f"c{i}" for i in range(12)], "dimension": "empathy", "direction": "up", "moved": [rng.gauss(0, 0.1) for _ in range(12)]}).to_parquet(
-                pr / "counterfactuals.parquet")
+            version_folder(
+                data,
+                "reward_health_index",
+                day,
+                f"rh{k:03d}{n}".ljust(16, "0"),
+                {"rhi": float(np.mean(list(components.values()))), "deployable": 1.0, "partial": 0.0, **components},
+                {"lora_adapter": [ref("lora_adapter", day, ad)]},
+                created,
+            )
+            at = version_folder(
+                data,
+                "attunement",
+                day,
+                f"at{k:03d}{n}".ljust(16, "0"),
+                {
+                    "people_agreement": 0.6 + rng.random() / 10,
+                    "people_ece": rng.random() / 10,
+                    "judge_agreement": 0.9,
+                    "judge_ece": 0.05,
+                },
+                {"reward_model": [ref("reward_model", day, rm)]},
+                created,
+            )
+            bins = [
+                {
+                    "lo": i / 10,
+                    "hi": (i + 1) / 10,
+                    "confidence": i / 10 + 0.05,
+                    "accuracy": min(1, max(0, i / 10 + rng.gauss(0, 0.05))),
+                    "count": 20,
+                }
+                for i in range(10)
+            ]
+            report = {
+                "agreement": 0.62,
+                "stderr": 0.02,
+                "ece": 0.04,
+                "brier": 0.2,
+                "confidence": 0.6,
+                "pairs": 200,
+                "bins": bins,
+            }
+            (at / "attunement.json").write_text(
+                json.dumps(
+                    {
+                        "day": day,
+                        "reward_model": f"reward_model/{day}/{rm}",
+                        "window": [day, day],
+                        "calibration": {"people": report, "judge": report},
+                        "errors": 40,
+                        "clusters": 4,
+                        "people_pairs": 200,
+                        "drift": {
+                            "drifted": [{"scope": "empathy", "says": "people now prefer less empathy", "z": -4.1}]
+                            if k % 30 == 29
+                            else [],
+                            "preference": [],
+                            "served": [],
+                            "recent": [day, day],
+                            "reference": [day, day],
+                        },
+                    }
+                )
+            )
+            pd.DataFrame(
+                {
+                    "cluster": range(4),
+                    "status": ["growing", "new", "shrinking", "continues"],
+                    "size": [12, 8, 5, 3],
+                    "previous_size": [9, None, 7, 3],
+                    "name": [f"cluster {i}" for i in range(4)],
+                    "terms": [["advice", "job"]] * 4,
+                    "domain": "moral_dilemma",
+                    "tag": None,
+                    "length_gap": 10.0,
+                    "dimension": "empathy",
+                    "dimension_gap": 0.1,
+                    "examples": [[{"prompt": "p", "chosen": "c", "rejected": "r"}]] * 4,
+                    "centroid": [list(np.zeros(384))] * 4,
+                }
+            ).to_parquet(at / "clusters.parquet")
+            pr = version_folder(
+                data,
+                "probes",
+                day,
+                f"pr{k:03d}{n}".ljust(16, "0"),
+                {
+                    "probe_tradeoffs_as_expected": rng.random(),
+                    "probe_adversarial_max_flip_rate": rng.random() / 5,
+                    "probe_counterfactual_right_way": rng.random(),
+                },
+                {"reward_model": [ref("reward_model", day, rm)]},
+                created,
+            )
+            pd.DataFrame(
+                {
+                    "id": [f"s{i}" for i in range(12)],
+                    "trade": "empathy_vs_honesty",
+                    "expected": "a",
+                    "choice": [rng.choice("ab") for _ in range(12)],
+                    "scalar_gap": [rng.gauss(0, 0.2) for _ in range(12)],
+                }
+            ).to_parquet(pr / "tradeoffs.parquet")
+            pd.DataFrame(
+                {
+                    "id": [f"c{i}" for i in range(12)],
+                    "dimension": "empathy",
+                    "direction": "up",
+                    "moved": [rng.gauss(0, 0.1) for _ in range(12)],
+                }
+            ).to_parquet(pr / "counterfactuals.parquet")
             versions += 7
-            history.append({"time": f"{day}T05:0{n}:00+00:00", "action": rng.choice(["promote", "refuse", "refuse"]), "version": ad, "reason": "the daily job's adapter"})
+            history.append(
+                {
+                    "time": f"{day}T05:0{n}:00+00:00",
+                    "action": rng.choice(["promote", "refuse", "refuse"]),
+                    "version": ad,
+                    "reason": "the daily job's adapter",
+                }
+            )
             if k % 20 == 19:
-                history.append({"time": f"{day}T09:00:00+00:00", "action": "rollback", "version": None, "reason": "RHI fell"})
+                history.append(
+                    {"time": f"{day}T09:00:00+00:00", "action": "rollback", "version": None, "reason": "RHI fell"}
+                )
     (data / "live").mkdir(parents=True, exist_ok=True)
     (data / "live" / "history.json").write_text(json.dumps(history))
     return {"days": days, "versions": versions, "live_events": len(history)}
@@ -106,8 +252,12 @@ def probe_body(i: int) -> dict:
 
 def reply_body(i: int) -> dict:
     """A typed reply of about 25 words, new for each `i`."""
-    return {"prompt": f"I failed my driving test again, for the {i + 2}th time.", "changes": ["typos", "paraphrase", "insertion", "reorder"],
-            "reply": f"That sounds really discouraging after {i + 2} tries. Lots of people need several attempts; what went wrong this time, and what felt better than before?"}
+    return {
+        "prompt": f"I failed my driving test again, for the {i + 2}th time.",
+        "changes": ["typos", "paraphrase", "insertion", "reorder"],
+        "reply": f"That sounds really discouraging after {i + 2} tries. Lots of people need several attempts; "
+        "what went wrong this time, and what felt better than before?",
+    }
 
 
 def timed(client, method: str, url: str, **kw) -> float:
@@ -119,7 +269,12 @@ def timed(client, method: str, url: str, **kw) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--project", type=Path, required=True, help="a `make run` project (its models and newest reward model are used)")
+    ap.add_argument(
+        "--project",
+        type=Path,
+        required=True,
+        help="a `make run` project (its models and newest reward model are used)",
+    )
     ap.add_argument("--days", type=int, default=90)
     ap.add_argument("--requests", type=int, default=20)
     ap.add_argument("--out", type=Path, default=Path("/tmp/hominem-dashboard-latency"))
@@ -139,34 +294,80 @@ def main() -> None:
     rm = sorted((project / "data" / "reward_model").glob("*/*/METADATA.json"))[-1].parent
     overlay = args.out / "overlay.yaml"
     overlay.write_text(json.dumps({"project": {"data_dir": str(data)}}))
-    print(f"{made['days']} days, {made['versions']} versions, {made['live_events']} live events in {data}; reward model {rm}", flush=True)
-    views = {"page": ("GET", "/dashboard", {}), "chart library": ("GET", "/static/vendor/uPlot.iife.min.js", {}),
-             "timeline": ("GET", "/dashboard/api/timeline", {}), "calibration": ("GET", "/dashboard/api/calibration", {}),
-             "drift": ("GET", "/dashboard/api/drift", {}), "health": ("GET", "/dashboard/api/health", {}), "options": ("GET", "/dashboard/api/options", {})}
+    print(
+        f"{made['days']} days, {made['versions']} versions, {made['live_events']} live events in {data}; "
+        f"reward model {rm}",
+        flush=True,
+    )
+    views = {
+        "page": ("GET", "/dashboard", {}),
+        "chart library": ("GET", "/static/vendor/uPlot.iife.min.js", {}),
+        "timeline": ("GET", "/dashboard/api/timeline", {}),
+        "calibration": ("GET", "/dashboard/api/calibration", {}),
+        "drift": ("GET", "/dashboard/api/drift", {}),
+        "health": ("GET", "/dashboard/api/health", {}),
+        "options": ("GET", "/dashboard/api/options", {}),
+    }
     # this checkout's config with the scratch data folder (the project lends its models and reward model)
-    proc, url, startup = start_serve(["--config", str(overlay), "--adapter", "none", "--reward-model", str(rm)], ROOT, env={"HOMINEM_HOME": str(ROOT)})
+    proc, url, startup = start_serve(
+        ["--config", str(overlay), "--adapter", "none", "--reward-model", str(rm)],
+        ROOT,
+        env={"HOMINEM_HOME": str(ROOT)},
+    )
     try:
         with httpx.Client() as client:
             options = client.get(url + "/dashboard/api/options", timeout=120).json()
             first = {}
             # the first request of each view after the restart (the options call above warmed only its own manifests)
             rms, ads = options["reward_models"], options["adapters"]
-            views["compare reward models"] = ("GET", "/dashboard/api/compare", {"params": {"kind": "reward_models", "a": rms[-2]["label"], "b": rms[-1]["label"]}})
-            views["compare adapters"] = ("GET", "/dashboard/api/compare", {"params": {"kind": "adapters", "a": ads[0]["label"], "b": ads[-1]["label"]}})
+            views["compare reward models"] = (
+                "GET",
+                "/dashboard/api/compare",
+                {"params": {"kind": "reward_models", "a": rms[-2]["label"], "b": rms[-1]["label"]}},
+            )
+            views["compare adapters"] = (
+                "GET",
+                "/dashboard/api/compare",
+                {"params": {"kind": "adapters", "a": ads[0]["label"], "b": ads[-1]["label"]}},
+            )
             # both adapters' replies scored on the served reward model (the Compare view asks 2 prompts a request)
-            views["compare: one scale"] = ("GET", "/dashboard/api/compare/score", {"params": {"a": ads[0]["label"], "b": ads[-1]["label"]}})
-            # the Probe view's three requests (the page draws each as it arrives); the attribution once per reply, here the longer
+            views["compare: one scale"] = (
+                "GET",
+                "/dashboard/api/compare/score",
+                {"params": {"a": ads[0]["label"], "b": ads[-1]["label"]}},
+            )
+            # the Probe view's three requests (the page draws each as it arrives); the attribution once per reply, here
+            # the longer
             views["probe: scores"] = ("POST", "/dashboard/api/probe", {"json": probe_body(0)})
             views["probe: attribution"] = ("POST", "/dashboard/api/probe/attribution", {"json": reply_body(0)})
-            views["probe: rewrites"] = ("POST", "/dashboard/api/probe/rewrites", {"json": reply_body(0)})  # the four of the reply (the frames: a second, smaller request)
+            views["probe: rewrites"] = (
+                "POST",
+                "/dashboard/api/probe/rewrites",
+                {"json": reply_body(0)},
+            )  # the four of the reply (the frames: a second, smaller request)
             for name, (method, path, kw) in views.items():
                 first[name] = timed(client, method, url + path, **kw)
             rows = []
             for name, (method, path, kw) in views.items():
-                if name.startswith("probe"):  # typed text is new each time: the same words again would be read from caches
-                    kws = [{"json": (probe_body if name == "probe: scores" else reply_body)(i + 1)} for i in range(args.requests)]
-                elif name == "compare: one scale":  # two other adapters each time: replies the reward model has not read
-                    kws = [{"params": {"a": ads[(2 * i + 1) % len(ads)]["label"], "b": ads[(2 * i + 2) % len(ads)]["label"]}} for i in range(args.requests)]
+                if name.startswith(
+                    "probe"
+                ):  # typed text is new each time: the same words again would be read from caches
+                    kws = [
+                        {"json": (probe_body if name == "probe: scores" else reply_body)(i + 1)}
+                        for i in range(args.requests)
+                    ]
+                elif (
+                    name == "compare: one scale"
+                ):  # two other adapters each time: replies the reward model has not read
+                    kws = [
+                        {
+                            "params": {
+                                "a": ads[(2 * i + 1) % len(ads)]["label"],
+                                "b": ads[(2 * i + 2) % len(ads)]["label"],
+                            }
+                        }
+                        for i in range(args.requests)
+                    ]
                 else:
                     kws = [kw] * args.requests
                 times = [timed(client, method, url + path, **k) for k in kws]

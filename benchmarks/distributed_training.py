@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.policy_step_speed import DEFAULT_DATA, same_batch  # noqa: E402
+from benchmarks.policy_step_speed import DEFAULT_DATA, same_batch
 
 
 def main() -> None:
@@ -52,29 +52,61 @@ def main() -> None:
     from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.policy.launch import RESULT, launch_command, write_spec
 
-    cfg = load_config(root=ROOT, overrides={"policy": {"mode": "dual", "max_steps": args.steps, "batch_size": args.batch_size, "max_length": args.max_length,
-                                                       "dual": {"mixing": "fixed", "memory_fraction": 0.0, "channels": {"monitor_every": 0}}}})
+    cfg = load_config(
+        root=ROOT,
+        overrides={
+            "policy": {
+                "mode": "dual",
+                "max_steps": args.steps,
+                "batch_size": args.batch_size,
+                "max_length": args.max_length,
+                "dual": {"mixing": "fixed", "memory_fraction": 0.0, "channels": {"monitor_every": 0}},
+            }
+        },
+    )
     student = Path(args.student) if args.student else student_path(cfg)
-    pairs = same_batch(Path(args.data), student, args.batch_size, args.max_length).assign(chosen_reward_intensity=0.5, chosen_safety_score=1.0)
+    pairs = same_batch(Path(args.data), student, args.batch_size, args.max_length).assign(
+        chosen_reward_intensity=0.5, chosen_safety_score=1.0
+    )
     cores = os.cpu_count() or 1
     results = {}
     with tempfile.TemporaryDirectory(prefix="hominem-distributed-") as scratch:
         for n in (1, args.processes):
-            spec = write_spec(Path(scratch) / f"p{n}", mode="dual", student=student, policy=cfg.policy, seed=0, out_dir=Path(scratch) / f"adapter{n}", pairs=pairs)
+            spec = write_spec(
+                Path(scratch) / f"p{n}",
+                mode="dual",
+                student=student,
+                policy=cfg.policy,
+                seed=0,
+                out_dir=Path(scratch) / f"adapter{n}",
+                pairs=pairs,
+            )
             threads = "1" if torch.cuda.is_available() else str(max(1, cores // n))
             # one process as the pipeline trains by default; n as it does under runtime.train_processes
-            cmd = [sys.executable, "-m", "hominem_pipeline.core.policy.launch", str(spec)] if n == 1 else launch_command(spec, n)
-            done = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": threads}, cwd=ROOT, capture_output=True, text=True)
+            cmd = (
+                [sys.executable, "-m", "hominem_pipeline.core.policy.launch", str(spec)]
+                if n == 1
+                else launch_command(spec, n)
+            )
+            done = subprocess.run(
+                cmd, env={**os.environ, "OMP_NUM_THREADS": threads}, cwd=ROOT, capture_output=True, text=True
+            )
             if done.returncode:
                 sys.exit(f"{n} process(es) failed:\n{done.stderr[-3000:]}")
             results[n] = json.loads((spec.parent / RESULT).read_text())
-            print(f"  {n} process(es), {threads} thread(s) each: {results[n]['metrics']['seconds_per_step']:.2f} s/step", flush=True)
+            print(
+                f"  {n} process(es), {threads} thread(s) each: {results[n]['metrics']['seconds_per_step']:.2f} s/step",
+                flush=True,
+            )
     one, many = results[1], results[args.processes]
     device = "cuda" if torch.cuda.is_available() else f"cpu ({cores} cores)"
     print(f"\ndual, {args.batch_size} pairs x up to {args.max_length} tokens, {args.steps} steps, {device}")
     print(f"{'processes':<10} {'s/step':>7} {'vs one':>7}")
     for n, r in results.items():
-        print(f"{n:<10} {r['metrics']['seconds_per_step']:>7.2f} {r['metrics']['seconds_per_step'] / one['metrics']['seconds_per_step']:>6.2f}x")
+        print(
+            f"{n:<10} {r['metrics']['seconds_per_step']:>7.2f} "
+            f"{r['metrics']['seconds_per_step'] / one['metrics']['seconds_per_step']:>6.2f}x"
+        )
     print("\nstep  loss (1 process)  loss (" + str(args.processes) + " processes)")
     for a, b in zip(one["history"], many["history"]):
         print(f"{a['step']:<5} {a['loss']:>16.4f}  {b['loss']:>16.4f}")

@@ -36,12 +36,16 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
-def features(model, prompts: list[str], chosen: list[str], rejected: list[str]) -> tuple[np.ndarray, np.ndarray | None]:
+def features(
+    model, prompts: list[str], chosen: list[str], rejected: list[str]
+) -> tuple[np.ndarray, np.ndarray | None]:
     """(vector gaps (n, D), people's score gaps (n,) or None) of each pair, chosen minus rejected."""
     pooled = model.pooled(prompts + prompts, chosen + rejected)
     vector = model.heads_from_pooled(pooled)["vector"].astype(np.float64)
     n = len(prompts)
-    people = pooled[:, -1].double().numpy() if model.metadata.people is not None else None  # the people's score is the last column
+    people = (
+        pooled[:, -1].double().numpy() if model.metadata.people is not None else None
+    )  # the people's score is the last column
     return vector[:n] - vector[n:], None if people is None else people[:n] - people[n:]
 
 
@@ -62,7 +66,9 @@ def bootstrap(better: np.ndarray, rng: np.random.Generator, draws: int = 4000) -
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--project", type=Path, required=True, help="a `make run` project with today's teacher labels")
-    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz")
+    ap.add_argument(
+        "--data", type=Path, default=ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"
+    )
     ap.add_argument("--min-pairs", type=int, default=100, help="training pairs a domain needs for weights of its own")
     ap.add_argument("--prior", type=float, default=0.2, help="weight of the other domains' pairs in the shrunk fit")
     ap.add_argument("--out", type=Path, default=Path("/tmp/hominem-domain-weights"))
@@ -89,7 +95,8 @@ def main() -> None:
     model.use_feature_cache(project / "data" / FEATURE_CACHE, project / SHIPPED_FEATURES)
 
     train = parse_preference_file(project / POOL_FILE, "hh-rlhf", POOL_FILE).pairs.reset_index(drop=True)
-    # each prompt as the imported question reads it (the form the active-learning benchmark warmed the feature cache with)
+    # each prompt as the imported question reads it (the form the active-learning benchmark warmed the feature cache
+    # with)
     train["prompt"] = [make(r.prompt, r.chosen, r.rejected, "hh").prompt for r in train.itertuples()]
     test = held_out_test(args.data, 504)
     domains = domains_for(cfg)
@@ -103,8 +110,10 @@ def main() -> None:
     ones = np.ones(len(x_tr))
     global_beta = fit(x_tr, ones)
     own = {d: d_tr == d for d in np.unique(d_tr) if (d_tr == d).sum() >= args.min_pairs}
-    betas = {"per domain": {d: fit(x_tr[m], ones[m]) for d, m in own.items()},
-             "shrunk": {d: fit(x_tr, np.where(m, 1.0, args.prior)) for d, m in own.items()}}
+    betas = {
+        "per domain": {d: fit(x_tr[m], ones[m]) for d, m in own.items()},
+        "shrunk": {d: fit(x_tr, np.where(m, 1.0, args.prior)) for d, m in own.items()},
+    }
     correct = {"global": x_te @ global_beta > 0}
     for variant, per in betas.items():
         z = x_te @ global_beta
@@ -113,17 +122,25 @@ def main() -> None:
         correct[variant] = z > 0
     rng = np.random.default_rng(0)
     names = sorted(np.unique(np.concatenate([d_tr, d_te])))
-    print(f"\nreward model {ref.path.name}: people's score {'on' if x_tr.shape[1] > len(model.dimensions) else 'off'}; "
-          f"domains with >= {args.min_pairs} training pairs: {', '.join(own) or 'none'}")
+    print(
+        f"\nreward model {ref.path.name}: people's score {'on' if x_tr.shape[1] > len(model.dimensions) else 'off'}; "
+        f"domains with >= {args.min_pairs} training pairs: {', '.join(own) or 'none'}"
+    )
     print(f"{'domain':<28}{'train':>7}{'test':>6}" + "".join(f"{v:>13}" for v in correct))
     for d in [*names, "all"]:
         m = np.ones(len(d_te), bool) if d == "all" else d_te == d
         n_tr = len(d_tr) if d == "all" else int((d_tr == d).sum())
-        print(f"{d:<28}{n_tr:>7}{int(m.sum()):>6}" + "".join(f"{c[m].mean():>13.1%}" if m.any() else f"{'-':>13}" for c in correct.values()))
+        print(
+            f"{d:<28}{n_tr:>7}{int(m.sum()):>6}"
+            + "".join(f"{c[m].mean():>13.1%}" if m.any() else f"{'-':>13}" for c in correct.values())
+        )
     for variant in betas:
         better = correct[variant].astype(int) - correct["global"].astype(int)
         lo, hi = bootstrap(better, rng)
-        print(f"{variant} minus global: {better.mean():+.1%} (95% interval {lo:+.1%} to {hi:+.1%}) on {len(better)} held-out pairs")
+        print(
+            f"{variant} minus global: {better.mean():+.1%} (95% interval {lo:+.1%} to {hi:+.1%}) on "
+            f"{len(better)} held-out pairs"
+        )
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ Reported per seed: the day the check first fires after the change (goal: within 
 the changed dimension (and its direction), and the false alarms: days the check fires over `--quiet-days`
 days of the same taste (goal: none).
 
-    .venv/bin/python benchmarks/drift_detection.py --seeds 0 1 2 3 4
-    .venv/bin/python benchmarks/drift_detection.py --labels data/teacher_labels/<day>/<version>/labels.parquet --change shorter
+    .venv/bin/python benchmarks/drift_detection.py --seeds 0 1 2 3 4 .venv/bin/python benchmarks/drift_detection.py
+    --labels data/teacher_labels/<day>/<version>/labels.parquet --change shorter
 
 Limits: the gaps are the labels' (or the normal's), not a trained reward model's, so this measures the
 detector and its thresholds, not the reward model; real raters are noisier than one logistic rater.
@@ -32,8 +32,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.attune.drift import LENGTH, preference_drift, windows  # noqa: E402
-from hominem_pipeline.core.config.loader import load_config  # noqa: E402
+from hominem_pipeline.core.attune.drift import LENGTH, preference_drift, windows
+from hominem_pipeline.core.config.loader import load_config
 
 START = pd.Timestamp("2026-01-01")
 
@@ -47,9 +47,20 @@ def pool(labels: Path | None, dims: list[str], rng: np.random.Generator, n: int 
             if len(group) < 2:
                 continue
             a, b = group.sample(2, random_state=int(rng.integers(1 << 31))).to_dict("records")
-            rows.append({**{f"a_{d}": a["vector"][d] if isinstance(a["vector"], dict) else a["vector"][i] for i, d in enumerate(dims)},
-                         **{f"b_{d}": b["vector"][d] if isinstance(b["vector"], dict) else b["vector"][i] for i, d in enumerate(dims)},
-                         "a_words": len(str(a["response"]).split()), "b_words": len(str(b["response"]).split())})
+            rows.append(
+                {
+                    **{
+                        f"a_{d}": a["vector"][d] if isinstance(a["vector"], dict) else a["vector"][i]
+                        for i, d in enumerate(dims)
+                    },
+                    **{
+                        f"b_{d}": b["vector"][d] if isinstance(b["vector"], dict) else b["vector"][i]
+                        for i, d in enumerate(dims)
+                    },
+                    "a_words": len(str(a["response"]).split()),
+                    "b_words": len(str(b["response"]).split()),
+                }
+            )
         return pd.DataFrame(rows)
     cov = np.full((len(dims), len(dims)), 0.4) + 0.6 * np.eye(len(dims))
     a, b = rng.multivariate_normal(np.zeros(len(dims)), cov, n), rng.multivariate_normal(np.zeros(len(dims)), cov, n)
@@ -68,8 +79,16 @@ def taste(dims: list[str], change: str, changed: bool) -> tuple[np.ndarray, floa
     return w, length
 
 
-def day_choices(pairs: pd.DataFrame, dims: list[str], w: np.ndarray, length: float, n: int, day: str, rng: np.random.Generator,
-                sharpness: float) -> pd.DataFrame:
+def day_choices(
+    pairs: pd.DataFrame,
+    dims: list[str],
+    w: np.ndarray,
+    length: float,
+    n: int,
+    day: str,
+    rng: np.random.Generator,
+    sharpness: float,
+) -> pd.DataFrame:
     take = pairs.iloc[rng.integers(len(pairs), size=n)].reset_index(drop=True)
     gap = np.stack([take[f"a_{d}"] - take[f"b_{d}"] for d in dims], 1)
     words_gap = (take["a_words"] - take["b_words"]).to_numpy(dtype=float)
@@ -80,7 +99,16 @@ def day_choices(pairs: pd.DataFrame, dims: list[str], w: np.ndarray, length: flo
     chosen_words = np.where(a_wins, take["a_words"], take["b_words"])
     rejected_words = np.where(a_wins, take["b_words"], take["a_words"])
     model = gap @ (np.ones(len(dims)) / len(dims)) * sign  # the model keeps the old taste
-    return pd.DataFrame(out | {"chosen_words": chosen_words, "rejected_words": rejected_words, "correct": model > 0, "day": day, "rater": "sim"})
+    return pd.DataFrame(
+        out
+        | {
+            "chosen_words": chosen_words,
+            "rejected_words": rejected_words,
+            "correct": model > 0,
+            "day": day,
+            "rater": "sim",
+        }
+    )
 
 
 def run(seed: int, args: argparse.Namespace, dims: list[str], d) -> dict:
@@ -99,41 +127,82 @@ def run(seed: int, args: argparse.Namespace, dims: list[str], d) -> dict:
             continue
         every = pd.concat(log, ignore_index=True)
         reference, recent = windows(day, d.recent_days, d.reference_days)
-        found = [x for x in preference_drift(every[every["day"].isin(reference)], every[every["day"].isin(recent)], dims, d) if x["drifted"]]
+        found = [
+            x
+            for x in preference_drift(every[every["day"].isin(reference)], every[every["day"].isin(recent)], dims, d)
+            if x["drifted"]
+        ]
         if not changed and found:
             fired_quiet += 1
         if changed and found and first is None:
             first = i - change_at + 1  # 1: on the day of the change
-            named = sorted({f"{x['dimension']} {x['direction']}" for x in found} | {n for x in found for n in x.get("suspects", [])})
+            named = sorted(
+                {f"{x['dimension']} {x['direction']}" for x in found}
+                | {n for x in found for n in x.get("suspects", [])}
+            )
     return {"seed": seed, "false_alarm_days": fired_quiet, "fired_after_days": first, "named": named}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    ap.add_argument("--labels", type=Path, default=None, help="a teacher_labels parquet (its vectors); default: a seven-dimensional normal")
+    ap.add_argument(
+        "--labels",
+        type=Path,
+        default=None,
+        help="a teacher_labels parquet (its vectors); default: a seven-dimensional normal",
+    )
     ap.add_argument("--change", choices=["empathy_to_honesty", "shorter"], default="empathy_to_honesty")
     ap.add_argument("--choices", type=int, default=20, help="choices a day")
-    ap.add_argument("--quiet-days", type=int, default=30, help="days of the same taste, once the windows are full, before the change (false alarms are counted on them)")
-    ap.add_argument("--grid", action="store_true", help="also try recent_days 1-3, z 3.0/3.5/4.0 and min_shift 0.10/0.15 beside the config's")
+    ap.add_argument(
+        "--quiet-days",
+        type=int,
+        default=30,
+        help="days of the same taste, once the windows are full, before the change (false alarms are counted on them)",
+    )
+    ap.add_argument(
+        "--grid",
+        action="store_true",
+        help="also try recent_days 1-3, z 3.0/3.5/4.0 and min_shift 0.10/0.15 beside the config's",
+    )
     ap.add_argument("--after-days", type=int, default=5)
-    ap.add_argument("--sharpness", type=float, default=3.0, help="how surely the rater follows their taste (logit scale)")
+    ap.add_argument(
+        "--sharpness", type=float, default=3.0, help="how surely the rater follows their taste (logit scale)"
+    )
     args = ap.parse_args()
     cfg = load_config()
     dims = cfg.dimension_names
-    expect = {"empathy_to_honesty": ("empathy down", "epistemic_integrity up"), "shorter": (f"{LENGTH} down",)}[args.change]
+    expect = {"empathy_to_honesty": ("empathy down", "epistemic_integrity up"), "shorter": (f"{LENGTH} down",)}[
+        args.change
+    ]
     base = cfg.attunement.drift
-    settings = [base] + ([base.model_copy(update={"recent_days": r, "z": z, "min_shift": m}) for r in (1, 2, 3) for z in (3.0, 3.5, 4.0)
-                          for m in (0.10, 0.15)] if args.grid else [])
-    print(f"{args.choices} choices a day; change: {args.change}; {len(args.seeds)} seeds; {args.quiet_days} quiet days each")
+    settings = [base] + (
+        [
+            base.model_copy(update={"recent_days": r, "z": z, "min_shift": m})
+            for r in (1, 2, 3)
+            for z in (3.0, 3.5, 4.0)
+            for m in (0.10, 0.15)
+        ]
+        if args.grid
+        else []
+    )
+    print(
+        f"{args.choices} choices a day; change: {args.change}; {len(args.seeds)} seeds; "
+        f"{args.quiet_days} quiet days each"
+    )
     for i, d in enumerate(settings):
         results = [run(s, args, dims, d) for s in args.seeds]
         caught = [r["fired_after_days"] for r in results if r["fired_after_days"] is not None]
         right = sum(r["named"] is not None and any(e in r["named"] for e in expect) for r in results)
-        print(f"{'config' if i == 0 else 'grid  '}: recent {d.recent_days} d, reference {d.reference_days} d, z {d.z}, shift {d.min_shift}: "
-              f"caught within 2 days in {sum(c <= 2 for c in caught)}/{len(results)} seeds (ever: {len(caught)}, median day "
-              f"{np.median(caught) if caught else float('nan'):.0f}), the right dimension named in {right}; false alarm days "
-              f"{sum(r['false_alarm_days'] for r in results)} of {len(results) * args.quiet_days}")
+        print(
+            f"{'config' if i == 0 else 'grid  '}: recent {d.recent_days} d, reference {d.reference_days} "
+            f"d, z {d.z}, shift {d.min_shift}: "
+            f"caught within 2 days in {sum(c <= 2 for c in caught)}/{len(results)} seeds (ever: "
+            f"{len(caught)}, median day "
+            f"{np.median(caught) if caught else float('nan'):.0f}), the right dimension named in "
+            f"{right}; false alarm days "
+            f"{sum(r['false_alarm_days'] for r in results)} of {len(results) * args.quiet_days}"
+        )
 
 
 if __name__ == "__main__":

@@ -25,8 +25,8 @@ Judged at the end, against the adapter live at the start:
   below the day's bottom-quarter threshold).
 Goal: `emotion` below `control` on both.
 
-    .venv/bin/python benchmarks/emotion_response.py --project P
-    .venv/bin/python benchmarks/emotion_response.py --project P --adapter data/lora_adapter/<day>/<version> --prompts 24 --k 4 --rounds 3
+    .venv/bin/python benchmarks/emotion_response.py --project P .venv/bin/python benchmarks/emotion_response.py
+    --project P --adapter data/lora_adapter/<day>/<version> --prompts 24 --k 4 --rounds 3
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.live_loop import OPEN_GATE, sample_replies, scratch_project  # noqa: E402
+from benchmarks.live_loop import OPEN_GATE, sample_replies, scratch_project
 
 
 def per_token_logps(cfg, adapter: Path, prompts: list[str], replies: list[list[str]]) -> np.ndarray:
@@ -64,7 +64,9 @@ def rate(scalars: np.ndarray, low: float, high: float) -> np.ndarray:
     return np.where(scalars <= low, -2, np.where(scalars >= high, 1, 0))
 
 
-def day_events(prompts: list[str], replies: list[list[str]], valence: np.ndarray, day: str, round_: int, first: int) -> list[dict]:
+def day_events(
+    prompts: list[str], replies: list[list[str]], valence: np.ndarray, day: str, round_: int, first: int
+) -> list[dict]:
     """The round's log events: each prompt's served turns and the rater's emotion label on each."""
     from hominem_pipeline.core.online.events import context_digest
 
@@ -72,14 +74,34 @@ def day_events(prompts: list[str], replies: list[list[str]], valence: np.ndarray
     for i, (prompt, rs) in enumerate(zip(prompts, replies)):
         messages = [{"role": "user", "content": prompt}]
         stamp = f"{day}T{9 + round_:02d}:{i:02d}:00+00:00"
-        turn = {"kind": "turn", "time": stamp, "rater": "sim", "session": f"e{first + i}", "messages": messages, "model": "hominem", "adapter": None,
-                "sampling": {}, "finish_reason": "stop", "completion_tokens": 0, "context": context_digest(messages)}
+        turn = {
+            "kind": "turn",
+            "time": stamp,
+            "rater": "sim",
+            "session": f"e{first + i}",
+            "messages": messages,
+            "model": "hominem",
+            "adapter": None,
+            "sampling": {},
+            "finish_reason": "stop",
+            "completion_tokens": 0,
+            "context": context_digest(messages),
+        }
         for j, reply in enumerate(rs):
             tid = f"e{first + i}-{j}"
             v = int(valence[i, j])
-            events += [turn | {"id": tid, "reply": reply},
-                       {"kind": "emotion", "id": f"{tid}-emo", "time": stamp, "rater": "sim", "turn": tid, "valence": v,
-                        "tags": ["high_arousal"] if v <= -2 else []}]
+            events += [
+                turn | {"id": tid, "reply": reply},
+                {
+                    "kind": "emotion",
+                    "id": f"{tid}-emo",
+                    "time": stamp,
+                    "rater": "sim",
+                    "turn": tid,
+                    "valence": v,
+                    "tags": ["high_arousal"] if v <= -2 else [],
+                },
+            ]
     return events
 
 
@@ -100,16 +122,31 @@ def run_arm(project: Path, adapter: str | None, arm: str, day: dict, args) -> di
         for r in range(args.rounds):
             part = slice(r * per, (r + 1) * per)
             with open(log, "a") as fh:
-                fh.write("".join(json.dumps(e) + "\n" for e in day_events(prompts[part], replies[part], valence[part], today, r, r * per)))
+                fh.write(
+                    "".join(
+                        json.dumps(e) + "\n"
+                        for e in day_events(prompts[part], replies[part], valence[part], today, r, r * per)
+                    )
+                )
             started = time.monotonic()
             done = run_update(cfg, by="benchmark", reason=f"{arm}, round {r + 1}")
             outcomes.append(done.outcome)
-            print(f"  {arm} round {r + 1}: {done.outcome} in {time.monotonic() - started:.0f} s ({done.items})", flush=True)
+            print(
+                f"  {arm} round {r + 1}: {done.outcome} in {time.monotonic() - started:.0f} s ({done.items})",
+                flush=True,
+            )
         end = state.adapter_path()
         after = per_token_logps(cfg, end, prompts, replies)
         fresh = sample_replies(cfg, end, prompts, args.k, args.seed + 1)
-        scalars = day["reward_model"].raw_scores([p for p, rs in zip(prompts, fresh) for _ in rs], [r for rs in fresh for r in rs])["scalar"]
-        return {"arm": arm, "outcomes": outcomes, "logps": after, "fresh_distress": np.asarray(scalars, dtype=float) <= day["low"]}
+        scalars = day["reward_model"].raw_scores(
+            [p for p, rs in zip(prompts, fresh) for _ in rs], [r for rs in fresh for r in rs]
+        )["scalar"]
+        return {
+            "arm": arm,
+            "outcomes": outcomes,
+            "logps": after,
+            "fresh_distress": np.asarray(scalars, dtype=float) <= day["low"],
+        }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -134,10 +171,21 @@ def the_day(project: Path, adapter: str | None, args) -> dict:
         valence = rate(scalars, low, high).reshape(len(prompts), args.k)
         fresh = sample_replies(cfg, start, prompts, args.k, args.seed + 1)
         fresh_scalars = np.asarray(reward_model.raw_scores(each, flat(fresh))["scalar"], dtype=float)
-        print(f"the day: {len(prompts)} prompts x {args.k} replies sampled and rated in {time.monotonic() - started:.0f} s; "
-              f"{int((valence == -2).sum())} distressing, {int((valence == 1).sum())} warm", flush=True)
-        return {"prompts": prompts, "replies": replies, "valence": valence, "low": float(low), "reward_model": reward_model,
-                "before": per_token_logps(cfg, start, prompts, replies), "fresh_distress": fresh_scalars <= low}
+        print(
+            f"the day: {len(prompts)} prompts x {args.k} replies sampled and rated in "
+            f"{time.monotonic() - started:.0f} s; "
+            f"{int((valence == -2).sum())} distressing, {int((valence == 1).sum())} warm",
+            flush=True,
+        )
+        return {
+            "prompts": prompts,
+            "replies": replies,
+            "valence": valence,
+            "low": float(low),
+            "reward_model": reward_model,
+            "before": per_token_logps(cfg, start, prompts, replies),
+            "fresh_distress": fresh_scalars <= low,
+        }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -146,8 +194,11 @@ def marked_move(before: np.ndarray, after: np.ndarray, valence: np.ndarray) -> t
     """Per prompt with a distress-marked reply: its change of per-token log-probability minus the mean change
     of the prompt's other replies. (mean, standard error, prompts)."""
     change = after - before
-    moves = [change[i][valence[i] == -2].mean() - change[i][valence[i] != -2].mean() for i in range(len(change))
-             if (valence[i] == -2).any() and (valence[i] != -2).any()]
+    moves = [
+        change[i][valence[i] == -2].mean() - change[i][valence[i] != -2].mean()
+        for i in range(len(change))
+        if (valence[i] == -2).any() and (valence[i] != -2).any()
+    ]
     m = np.asarray(moves)
     return float(m.mean()), float(m.std(ddof=1) / np.sqrt(len(m))) if len(m) > 1 else float("nan"), len(m)
 
@@ -159,7 +210,9 @@ def share(flags: np.ndarray) -> tuple[float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--project", type=Path, required=True, help="a `make run` project (its daily adapter, reward model and pairs)")
+    ap.add_argument(
+        "--project", type=Path, required=True, help="a `make run` project (its daily adapter, reward model and pairs)"
+    )
     ap.add_argument("--adapter", help="the daily adapter live at the start (default: the newest built)")
     ap.add_argument("--arms", nargs="+", default=["control", "emotion"], choices=["control", "emotion"])
     ap.add_argument("--prompts", type=int, default=24)
@@ -176,17 +229,30 @@ def main() -> None:
         rows.append(run_arm(project, args.adapter, arm, day, args))
         print(f"{arm}: {time.monotonic() - started:.0f} s", flush=True)
     s0, e0 = share(day["fresh_distress"])
-    print(f"\nthe distress-marked replies' per-token log-probability change relative to their siblings' (end minus start, nats/token), "
-          f"and the share of fresh samples the rater would mark distressing (start: {s0:.1%} ± {e0:.1%})")
+    print(
+        "\nthe distress-marked replies' per-token log-probability change relative to their siblings' "
+        "(end minus start, nats/token), "
+        f"and the share of fresh samples the rater would mark distressing (start: {s0:.1%} ± {e0:.1%})"
+    )
     print(f"{'arm':8s} {'marked reply':>20s} {'prompts':>8s} {'fresh distress':>18s} {'paired change':>16s}  updates")
     out = []
     for r in rows:
         m, se, n = marked_move(day["before"], r["logps"], day["valence"])
         s, e = share(r["fresh_distress"])
         d = r["fresh_distress"].astype(float) - day["fresh_distress"].astype(float)
-        print(f"{r['arm']:8s} {m:+10.3f} ± {se:6.3f} {n:>8d} {s:9.1%} ± {e:5.1%} {d.mean():+8.1%} ± {d.std(ddof=1) / np.sqrt(len(d)):5.1%}  {', '.join(r['outcomes'])}")
-        out.append({"arm": r["arm"], "marked_move": [m, se, n], "fresh_distress": [s, e], "fresh_change": [float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d)))],
-                    "outcomes": r["outcomes"]})
+        print(
+            f"{r['arm']:8s} {m:+10.3f} ± {se:6.3f} {n:>8d} {s:9.1%} ± {e:5.1%} {d.mean():+8.1%} ± "
+            f"{d.std(ddof=1) / np.sqrt(len(d)):5.1%}  {', '.join(r['outcomes'])}"
+        )
+        out.append(
+            {
+                "arm": r["arm"],
+                "marked_move": [m, se, n],
+                "fresh_distress": [s, e],
+                "fresh_change": [float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d)))],
+                "outcomes": r["outcomes"],
+            }
+        )
     print(json.dumps({"start_fresh_distress": [s0, e0], "threshold": day["low"], "arms": out}, indent=1))
 
 

@@ -26,11 +26,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.config.loader import load_config  # noqa: E402
-from hominem_pipeline.core.evaluation.fixtures import load_fixtures  # noqa: E402
-from hominem_pipeline.core.lm.generation import chat_text, generate  # noqa: E402
-from hominem_pipeline.core.lm.models import load_student, student_path  # noqa: E402
-from hominem_pipeline.core.teacher.prompts import load_seed_prompts  # noqa: E402
+from hominem_pipeline.core.config.loader import load_config
+from hominem_pipeline.core.evaluation.fixtures import load_fixtures
+from hominem_pipeline.core.lm.generation import chat_text, generate
+from hominem_pipeline.core.lm.models import load_student, student_path
+from hominem_pipeline.core.teacher.prompts import load_seed_prompts
 
 SETTINGS = {  # name -> generate() keyword arguments
     "greedy, penalty 1.0": {"repetition_penalty": 1.0},
@@ -38,13 +38,23 @@ SETTINGS = {  # name -> generate() keyword arguments
     "greedy, penalty 1.1": {"repetition_penalty": 1.1},
     "greedy, penalty 1.1, plain start": {"repetition_penalty": 1.1, "plain_start": True},
     "sampled as served": {"temperature": 0.7, "top_p": 0.9, "repetition_penalty": 1.1},
-    "sampled as served, plain start": {"temperature": 0.7, "top_p": 0.9, "repetition_penalty": 1.1, "plain_start": True},
+    "sampled as served, plain start": {
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "repetition_penalty": 1.1,
+        "plain_start": True,
+    },
 }
 
 
 def is_sentence(text: str) -> bool:
     text = text.strip()
-    return bool(text) and text[0].isascii() and sum(c.isascii() for c in text) / len(text) >= 0.9 and len(re.findall(r"[A-Za-z]{2,}", text)) >= 3
+    return (
+        bool(text)
+        and text[0].isascii()
+        and sum(c.isascii() for c in text) / len(text) >= 0.9
+        and len(re.findall(r"[A-Za-z]{2,}", text)) >= 3
+    )
 
 
 def loops(text: str) -> bool:
@@ -66,17 +76,29 @@ def main() -> None:
     tokens = args.max_new_tokens or cfg.evaluation.max_new_tokens
     model, tokenizer = load_student(student_path(cfg))
     texts = [chat_text(tokenizer, p) for p in prompts]
-    print(f"{len(prompts)} prompts ({len(seeds)} seed, {len(fixtures)} fixture, duplicates once), {tokens} new tokens, batch {args.batch_size}", flush=True)
+    print(
+        f"{len(prompts)} prompts ({len(seeds)} seed, {len(fixtures)} fixture, duplicates once), {tokens} "
+        f"new tokens, batch {args.batch_size}",
+        flush=True,
+    )
     print(f"{'setting':36s} {'sentences':>11s} {'loops':>6s} {'seconds':>8s}  first replies that are not sentences")
     for name, settings in SETTINGS.items():
         started = time.monotonic()
         replies = []
         for start in range(0, len(texts), args.batch_size):
-            replies += [g.text for g in generate(model, tokenizer, texts[start : start + args.batch_size], max_new_tokens=tokens, seed=0, **settings)]
+            replies += [
+                g.text
+                for g in generate(
+                    model, tokenizer, texts[start : start + args.batch_size], max_new_tokens=tokens, seed=0, **settings
+                )
+            ]
         seconds = time.monotonic() - started
         bad = [r for r in replies if not is_sentence(r)]
-        print(f"{name:36s} {len(replies) - len(bad):>5d}/{len(replies):<5d} {sum(map(loops, replies)):>6d} {seconds:>8.0f}  "
-              + " | ".join(repr(r[:40]) for r in bad[:3]), flush=True)
+        print(
+            f"{name:36s} {len(replies) - len(bad):>5d}/{len(replies):<5d} {sum(map(loops, replies)):>6d} "
+            f"{seconds:>8.0f}  " + " | ".join(repr(r[:40]) for r in bad[:3]),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

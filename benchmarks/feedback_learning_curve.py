@@ -35,8 +35,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.human.preferences import parse_preference_file  # noqa: E402
-from hominem_pipeline.testing.service import ServeFailed, start_serve, stop_serve  # noqa: E402
+from hominem_pipeline.core.human.preferences import parse_preference_file
+from hominem_pipeline.testing.service import ServeFailed, start_serve, stop_serve
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"
 LOG_DIR = "online-benchmark-feedback"
@@ -44,7 +44,9 @@ LOG_DIR = "online-benchmark-feedback"
 
 def serve(day_log_dir: str) -> tuple[subprocess.Popen, str]:
     try:
-        proc, url, _ = start_serve(["--adapter", "none", "--reward-model", "none", "--set", f"serving.log_dir={day_log_dir}"], ROOT)
+        proc, url, _ = start_serve(
+            ["--adapter", "none", "--reward-model", "none", "--set", f"serving.log_dir={day_log_dir}"], ROOT
+        )
     except ServeFailed as exc:
         raise SystemExit(str(exc)) from None
     return proc, url
@@ -54,9 +56,15 @@ def give(url: str, pairs) -> None:
     """Each pair as a rater gives it: both replies recorded as turns, then the choice."""
     with httpx.Client(base_url=url, timeout=60) as http:
         for row in pairs.itertuples():
-            chosen = http.post("/turns", json={"prompt": row.prompt, "reply": row.chosen, "author": "hh-rlhf"}).json()["turn"]
-            rejected = http.post("/turns", json={"prompt": row.prompt, "reply": row.rejected, "author": "hh-rlhf"}).json()["turn"]
-            answer = http.post("/feedback", json={"kind": "choice", "chosen": chosen, "rejected": rejected, "strength": "clear"})
+            chosen = http.post("/turns", json={"prompt": row.prompt, "reply": row.chosen, "author": "hh-rlhf"}).json()[
+                "turn"
+            ]
+            rejected = http.post(
+                "/turns", json={"prompt": row.prompt, "reply": row.rejected, "author": "hh-rlhf"}
+            ).json()["turn"]
+            answer = http.post(
+                "/feedback", json={"kind": "choice", "chosen": chosen, "rejected": rejected, "strength": "clear"}
+            )
             if answer.status_code != 200:
                 raise SystemExit(f"feedback refused: {answer.text}")
 
@@ -72,13 +80,16 @@ def main() -> None:
 
     from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.pipeline.lineage import lineage
-    from hominem_pipeline.core.reward.model import RewardModel
     from hominem_pipeline.core.pipeline.runner import run_stage
+    from hominem_pipeline.core.reward.model import RewardModel
 
     steps = [int(x) for x in args.steps.split(",")]
     pairs = parse_preference_file(args.data, "hh-rlhf", args.data.name).pairs.reset_index(drop=True)
     order = np.random.default_rng(0).permutation(len(pairs))
-    teach, test = pairs.iloc[order[: max(steps)]].reset_index(drop=True), pairs.iloc[order[1800 : 1800 + args.test]].reset_index(drop=True)
+    teach, test = (
+        pairs.iloc[order[: max(steps)]].reset_index(drop=True),
+        pairs.iloc[order[1800 : 1800 + args.test]].reset_index(drop=True),
+    )
     longer = float((test["chosen"].str.len() > test["rejected"].str.len()).mean())
     cfg = load_config(None, overrides={"serving": {"log_dir": LOG_DIR}})
     day = time.strftime("%Y-%m-%d", time.gmtime())
@@ -87,7 +98,11 @@ def main() -> None:
     log_file = cfg.data_dir / LOG_DIR / "log" / f"{day}.jsonl"
     if log_file.exists():
         log_file.unlink()  # a clean start: the benchmark's own log, never the user's
-    print(f"day {day}; {len(teach)} pairs to give in steps {steps}, {len(test)} held out; 'prefer the longer reply' agrees {longer:.1%} on them", flush=True)
+    print(
+        f"day {day}; {len(teach)} pairs to give in steps {steps}, {len(test)} held out; 'prefer the "
+        f"longer reply' agrees {longer:.1%} on them",
+        flush=True,
+    )
 
     proc, url = serve(LOG_DIR)
     rows, given, pooled = [], 0, None
@@ -106,12 +121,17 @@ def main() -> None:
             check = rm.raw_scores(prompts[:4], replies[:4])["scalar"]  # what a user's scoring call gives, for a few
             if not np.allclose(check, scores[:4], atol=1e-4):
                 raise SystemExit(f"the heads on the held-out pooled features give {scores[:4]}, raw_scores {check}")
-            people = float((scores[: len(test)] > scores[len(test):]).mean())
+            people = float((scores[: len(test)] > scores[len(test) :]).mean())
             judge = result.metrics.get("val_pairwise_accuracy")
             rows.append((step, people, judge, result.metrics.get("val_human_accuracy")))
-            print(f"{step:5d} pairs given: agreement with people {people:.1%} on {len(test)} held-out pairs; judge's pairs (out of fold) "
-                  f"{judge:.1%}; given pairs out of fold {rows[-1][3] if rows[-1][3] is None else f'{rows[-1][3]:.1%}'}; {time.monotonic() - started:.0f} s",
-                  flush=True)
+            print(
+                f"{step:5d} pairs given: agreement with people {people:.1%} on {len(test)} held-out "
+                "pairs; judge's pairs (out of fold) "
+                f"{judge:.1%}; given pairs out of fold "
+                f"{rows[-1][3] if rows[-1][3] is None else f'{rows[-1][3]:.1%}'}; "
+                f"{time.monotonic() - started:.0f} s",
+                flush=True,
+            )
     finally:
         stop_serve(proc)
 

@@ -36,15 +36,27 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.testing.service import ServeFailed, free_port, start_serve, stop_serve  # noqa: E402
+from hominem_pipeline.testing.service import ServeFailed, free_port, start_serve, stop_serve
 
 DIMENSIONS = ["empathy", "curiosity", "agency_support", "harm_avoidance"]
 
 
 def start_server(data: Path, port: int) -> tuple[subprocess.Popen, float]:
     try:
-        proc, _, ready = start_serve(["--adapter", "none", "--reward-model", "none", "--set", f"serving.log_dir={data}", "--set", "serving.max_new_tokens=8"],
-                                     ROOT, port=port)
+        proc, _, ready = start_serve(
+            [
+                "--adapter",
+                "none",
+                "--reward-model",
+                "none",
+                "--set",
+                f"serving.log_dir={data}",
+                "--set",
+                "serving.max_new_tokens=8",
+            ],
+            ROOT,
+            port=port,
+        )
     except ServeFailed as exc:
         raise SystemExit(str(exc)) from None
     return proc, ready
@@ -57,7 +69,12 @@ def feedback(rng: random.Random, pairs: list[tuple[str, str]], client: int, k: i
     if kind == "thumb":
         body |= {"turn": a, "value": rng.choice(["up", "down"])}
     elif kind == "choice":
-        body |= {"chosen": a, "rejected": b, "strength": rng.choice(["slight", "clear", "strong"]), "note": f"client {client} post {k}"}
+        body |= {
+            "chosen": a,
+            "rejected": b,
+            "strength": rng.choice(["slight", "clear", "strong"]),
+            "note": f"client {client} post {k}",
+        }
     elif kind == "nudge":
         body |= {"turn": b, "dimension": rng.choice(DIMENSIONS), "direction": rng.choice(["more", "less"])}
     else:
@@ -76,8 +93,10 @@ class Connection:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
         data = json.dumps(body).encode()
-        self.writer.write(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                          % (path.encode(), len(data), data))
+        self.writer.write(
+            b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            % (path.encode(), len(data), data)
+        )
         status_line = await self.reader.readline()
         if not status_line:
             raise ConnectionResetError("the server closed the connection")
@@ -123,13 +142,24 @@ async def storm(port: int, pairs: list[tuple[str, str]], clients: int, posts: in
 
     started = time.perf_counter()
     await asyncio.gather(*(one(c) for c in range(clients)))
-    return {"latencies": np.array(latencies), "errors": errors, "acknowledged": acknowledged, "unanswered": unanswered, "seconds": time.perf_counter() - started}
+    return {
+        "latencies": np.array(latencies),
+        "errors": errors,
+        "acknowledged": acknowledged,
+        "unanswered": unanswered,
+        "seconds": time.perf_counter() - started,
+    }
 
 
 def report(name: str, result: dict) -> None:
     lat = result["latencies"] * 1000
-    print(f"{name}: {len(lat):,} answered in {result['seconds']:.1f} s ({len(lat) / result['seconds']:,.0f}/s), errors {sum(result['errors'].values())}, "
-          f"latency p50 {np.percentile(lat, 50):.1f} ms, p90 {np.percentile(lat, 90):.1f} ms, p99 {np.percentile(lat, 99):.1f} ms, max {lat.max():.1f} ms", flush=True)
+    print(
+        f"{name}: {len(lat):,} answered in {result['seconds']:.1f} s "
+        f"({len(lat) / result['seconds']:,.0f}/s), errors {sum(result['errors'].values())}, "
+        f"latency p50 {np.percentile(lat, 50):.1f} ms, p90 {np.percentile(lat, 90):.1f} ms, p99 "
+        f"{np.percentile(lat, 99):.1f} ms, max {lat.max():.1f} ms",
+        flush=True,
+    )
     for message, count in result["errors"].most_common(3):
         print(f"  {count} x {message}")
 
@@ -150,7 +180,12 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=200)
     ap.add_argument("--posts", type=int, default=50, help="feedback posts per client")
     ap.add_argument("--turns", type=int, default=8, help="replies (pairs of turns) the feedback refers to")
-    ap.add_argument("--kill-after", type=float, default=None, help="seconds into the second storm to SIGKILL the server (default: a third of the first storm's time)")
+    ap.add_argument(
+        "--kill-after",
+        type=float,
+        default=None,
+        help="seconds into the second storm to SIGKILL the server (default: a third of the first storm's time)",
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "online"
@@ -161,7 +196,11 @@ def main() -> None:
         try:
             pairs = []
             for i in range(args.turns):
-                replies = httpx.post(url + "/generate", json={"prompt": f"Tell me something about day {i}.", "n": 2, "max_tokens": 4}, timeout=120).json()["replies"]
+                replies = httpx.post(
+                    url + "/generate",
+                    json={"prompt": f"Tell me something about day {i}.", "n": 2, "max_tokens": 4},
+                    timeout=120,
+                ).json()["replies"]
                 pairs.append((replies[0]["turn"], replies[1]["turn"]))
             first = asyncio.run(storm(port, pairs, args.clients, args.posts, "storm1"))
             report(f"storm 1 ({args.clients} clients x {args.posts} posts)", first)
@@ -174,9 +213,16 @@ def main() -> None:
                 return await task
 
             second = asyncio.run(second_storm())
-            print(f"storm 2: SIGKILL after {kill_after:.1f} s: {len(second['acknowledged']):,} acknowledged before, {len(second['unanswered']):,} without an answer", flush=True)
+            print(
+                f"storm 2: SIGKILL after {kill_after:.1f} s: {len(second['acknowledged']):,} "
+                f"acknowledged before, {len(second['unanswered']):,} without an answer",
+                flush=True,
+            )
             proc, ready = start_server(data, port)
-            print(f"restarted on the same log in {ready:.1f} s; the clients retry what got no answer (same ids)", flush=True)
+            print(
+                f"restarted on the same log in {ready:.1f} s; the clients retry what got no answer (same ids)",
+                flush=True,
+            )
             retried_ack: set[str] = set()
             with httpx.Client(base_url=url, timeout=60) as http:
                 for body in second["unanswered"]:
@@ -190,10 +236,27 @@ def main() -> None:
         acknowledged = first["acknowledged"] | second["acknowledged"] | retried_ack
         missing = acknowledged - set(ids)
         twice = {i for i, n in ids.items() if n > 1}
-        print(f"log: {len(events):,} events; acknowledged {len(acknowledged):,}; missing {len(missing)}; written twice {len(twice)}", flush=True)
+        print(
+            f"log: {len(events):,} events; acknowledged {len(acknowledged):,}; missing {len(missing)}; "
+            f"written twice {len(twice)}",
+            flush=True,
+        )
         ok = not first["errors"] and not missing and not twice and np.percentile(first["latencies"], 99) < 0.2
-        print("PASS" if ok else "FAIL: " + ", ".join(x for x, bad in [("errors", first["errors"]), ("missing events", missing), ("duplicates", twice),
-                                                                      ("p99 >= 200 ms", np.percentile(first["latencies"], 99) >= 0.2)] if bad))
+        print(
+            "PASS"
+            if ok
+            else "FAIL: "
+            + ", ".join(
+                x
+                for x, bad in [
+                    ("errors", first["errors"]),
+                    ("missing events", missing),
+                    ("duplicates", twice),
+                    ("p99 >= 200 ms", np.percentile(first["latencies"], 99) >= 0.2),
+                ]
+                if bad
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -23,14 +23,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.project import config_on  # noqa: E402
+from benchmarks.project import config_on
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--project", type=Path, default=ROOT, help="the project whose data/ holds the adapter (default: this repo)")
+    ap.add_argument(
+        "--project", type=Path, default=ROOT, help="the project whose data/ holds the adapter (default: this repo)"
+    )
     ap.add_argument("--adapter", required=True, help="a daily adapter folder, relative to --project or absolute")
-    ap.add_argument("--sizes", type=int, nargs="+", default=[16, 32, 64], help="batch sizes; the first is the baseline")
+    ap.add_argument(
+        "--sizes", type=int, nargs="+", default=[16, 32, 64], help="batch sizes; the first is the baseline"
+    )
     ap.add_argument("--repeats", type=int, default=2, help="timed decodes per batch size (the minimum is reported)")
     args = ap.parse_args()
 
@@ -49,10 +53,16 @@ def main() -> None:
     adapter = Path(args.adapter) if Path(args.adapter).is_absolute() else project / args.adapter
     prompts = held_out_prompts(cfg, list(AdapterMetadata.read(adapter).preference_data))
     questions = fact_questions(read_memory_rows(memory_paths(cfg)))
-    groups = {"held-out prompts": prompts, "memory questions and the smoke prompt": ([] if questions is None else list(questions["prompt"])) + [SMOKE_PROMPT]}
+    groups = {
+        "held-out prompts": prompts,
+        "memory questions and the smoke prompt": ([] if questions is None else list(questions["prompt"]))
+        + [SMOKE_PROMPT],
+    }
     base, tokenizer = load_student(student_path(cfg))
     model = PeftModel.from_pretrained(base, adapter).eval()
-    print(f"{adapter.name} on {student_path(cfg).name}: " + ", ".join(f"{len(g)} {name}" for name, g in groups.items()))
+    print(
+        f"{adapter.name} on {student_path(cfg).name}: " + ", ".join(f"{len(g)} {name}" for name, g in groups.items())
+    )
 
     greedy_replies(model, tokenizer, prompts[:2], cfg.evaluation, cfg.project.seed, "warm-up")
     rows, baseline = [], None
@@ -61,13 +71,24 @@ def main() -> None:
         best, replies = float("inf"), []
         for _ in range(args.repeats):
             started = time.perf_counter()
-            replies = [r.text for g in groups.values() for r in greedy_replies(model, tokenizer, g, ev, cfg.project.seed, f"batch {size}")]
+            replies = [
+                r.text
+                for g in groups.values()
+                for r in greedy_replies(model, tokenizer, g, ev, cfg.project.seed, f"batch {size}")
+            ]
             best = min(best, time.perf_counter() - started)
         baseline = baseline or (best, replies)
         same = sum(a == b for a, b in zip(replies, baseline[1])) / len(replies)
         rows.append((size, best, baseline[0] / best, same))
-        print(f"batch_size {size}: {best:.1f} s, {baseline[0] / best:.2f}x batch {args.sizes[0]}, {same:.0%} of replies identical to it", flush=True)
-    print(f"\n| batch_size | seconds ({sum(len(g) for g in groups.values())} replies) | speed-up | replies identical to batch {args.sizes[0]}'s |")
+        print(
+            f"batch_size {size}: {best:.1f} s, {baseline[0] / best:.2f}x batch {args.sizes[0]}, "
+            f"{same:.0%} of replies identical to it",
+            flush=True,
+        )
+    print(
+        f"\n| batch_size | seconds ({sum(len(g) for g in groups.values())} replies) | speed-up | replies "
+        f"identical to batch {args.sizes[0]}'s |"
+    )
     print("| --- | --- | --- | --- |")
     for size, sec, ratio, same in rows:
         print(f"| {size} | {sec:.1f} | {ratio:.2f}x | {same:.0%} |")

@@ -9,11 +9,12 @@ own fixtures) say whether it is objectively broken; then each RHI component and 
 measured on every day with this code, with their separation of healthy from broken (AUC), and the
 gate's other checks are run against the base.
 
-    .venv/bin/python benchmarks/health_panel.py build --panel /tmp/health-panel            # ~10-25 min a day on 2 CPU cores
-    .venv/bin/python benchmarks/health_panel.py build --panel /tmp/health-panel --only scaled,lr
+    .venv/bin/python benchmarks/health_panel.py build --panel /tmp/health-panel            # ~10-25 min a day on 2
+    CPU cores .venv/bin/python benchmarks/health_panel.py build --panel /tmp/health-panel --only scaled,lr
     .venv/bin/python benchmarks/health_panel.py measure --panel /tmp/health-panel          # ~5 min a day
-    .venv/bin/python benchmarks/health_panel.py variants     # every reading of each component, from the kept measures
-    .venv/bin/python benchmarks/health_panel.py calibrate    # writes config/health/calibration.yaml from the kept measures
+    .venv/bin/python benchmarks/health_panel.py variants     # every reading of each component, from the kept
+    measures .venv/bin/python benchmarks/health_panel.py calibrate    # writes config/health/calibration.yaml from
+    the kept measures
 
 `measure` keeps each day's figures and the ingredients of every component (gradient agreement
 matrices, the reward model's outputs on the replies) in benchmarks/results/health_panel/, so
@@ -50,8 +51,16 @@ log = logging.getLogger("health_panel")
 DAY1, DAY2 = "2026-11-20", "2026-11-21"
 WIRE_PORT = 18761  # fixed: the teacher's base_url is part of the labels' version
 WIRE_KEY = "panel-key"
-CHAIN = ("prompts", "teacher_trajectories", "teacher_labels", "human_feedback", "reward_model", "preference_pairs",
-         "lora_adapter", "evaluation")  # the RHI is measured by `measure`, with the code and calibration under test
+CHAIN = (
+    "prompts",
+    "teacher_trajectories",
+    "teacher_labels",
+    "human_feedback",
+    "reward_model",
+    "preference_pairs",
+    "lora_adapter",
+    "evaluation",
+)  # the RHI is measured by `measure`, with the code and calibration under test
 SCALE = 8.0  # the scaled adapter's LoRA update, times its trained size
 FEW_LABELS = 12
 HIGH_LR = 0.2  # 100x policy.learning_rate
@@ -69,32 +78,102 @@ class Day:
     fault_stage: str | None = None
     versions: dict[str, str] = field(default_factory=dict)
     seconds: float | None = None
-    stopped: dict[str, str] | None = None  # the stage the pipeline stopped the day in, and its error (None: built to the evaluation)
+    stopped: dict[str, str] | None = (
+        None  # the stage the pipeline stopped the day in, and its error (None: built to the evaluation)
+    )
 
 
 def panel_days() -> list[Day]:
     """The panel, in build order (the base's first day first: the file faults start from its artifacts)."""
     return [
         Day("default", True, "the default config (dual), day 1", "base"),
-        Day("scaled", False, f"the default adapter with its LoRA update scaled {SCALE:g}x", "scaled", fault="scale_lora", fault_stage="evaluation"),
-        Day("lr", False, f"the default adapter trained at learning rate {HIGH_LR:g} (100x the default)", "base",
-            overrides={"policy": {"learning_rate": HIGH_LR}}),
-        Day("swapped", False, "an adapter trained from a fresh LoRA on every pair swapped (ranked and people's)", "swapped",
-            overrides={"policy": {"dual": {"people_start": None}}}, fault="swap_pairs", fault_stage="lora_adapter"),
+        Day(
+            "scaled",
+            False,
+            f"the default adapter with its LoRA update scaled {SCALE:g}x",
+            "scaled",
+            fault="scale_lora",
+            fault_stage="evaluation",
+        ),
+        Day(
+            "lr",
+            False,
+            f"the default adapter trained at learning rate {HIGH_LR:g} (100x the default)",
+            "base",
+            overrides={"policy": {"learning_rate": HIGH_LR}},
+        ),
+        Day(
+            "swapped",
+            False,
+            "an adapter trained from a fresh LoRA on every pair swapped (ranked and people's)",
+            "swapped",
+            overrides={"policy": {"dual": {"people_start": None}}},
+            fault="swap_pairs",
+            fault_stage="lora_adapter",
+        ),
         Day("seed", True, "the default with policy.seed 1, day 1", "base", overrides={"policy": {"seed": 1}}),
-        Day("shuffled_labels", False, "a reward model trained on the day's labels shuffled across replies, and people's choices a coin flip", "shuffled",
-            fault="shuffle_labels", fault_stage="reward_model"),
-        Day("inverted_dimension", False, "a reward model trained with empathy's sign inverted in every label and people's empathy pairs", "inverted",
-            fault="invert_dimension", fault_stage="reward_model"),
-        Day("collapsed_dimensions", False, "a reward model trained on labels whose dimensions are all their mean, no people's pair about a dimension", "collapsed",
-            fault="collapse_dimensions", fault_stage="reward_model"),
-        Day("few_labels", False, f"a reward model trained on {FEW_LABELS} labels and {FEW_LABELS} people's pairs", "few", fault="few_labels", fault_stage="reward_model"),
-        Day("contradicting_memory", False, "the default adapter trained on memory rows that state the wrong fact", "base",
-            overrides={"policy": {"dual": {"memory_files": ["PANEL/contradicting_memory", "data/sft"]}}}),
-        Day("wire_teacher", True, "a teacher behind the project's wire server (OpenAI wire format), day 1", "wire",
-            overrides={"teacher": {"provider": "openai", "api": {"model": "gpt-4o-mini", "base_url": f"http://127.0.0.1:{WIRE_PORT}/v1",
-                                                                 "api_key_env": "HOMINEM_PANEL_KEY"}}}),
-        Day("rl", True, "policy.mode rl (GRPO on the reward model), day 1", "base", overrides={"policy": {"mode": "rl"}}),
+        Day(
+            "shuffled_labels",
+            False,
+            "a reward model trained on the day's labels shuffled across replies, and people's choices a coin flip",
+            "shuffled",
+            fault="shuffle_labels",
+            fault_stage="reward_model",
+        ),
+        Day(
+            "inverted_dimension",
+            False,
+            "a reward model trained with empathy's sign inverted in every label and people's empathy pairs",
+            "inverted",
+            fault="invert_dimension",
+            fault_stage="reward_model",
+        ),
+        Day(
+            "collapsed_dimensions",
+            False,
+            "a reward model trained on labels whose dimensions are all their mean, no people's pair about a dimension",
+            "collapsed",
+            fault="collapse_dimensions",
+            fault_stage="reward_model",
+        ),
+        Day(
+            "few_labels",
+            False,
+            f"a reward model trained on {FEW_LABELS} labels and {FEW_LABELS} people's pairs",
+            "few",
+            fault="few_labels",
+            fault_stage="reward_model",
+        ),
+        Day(
+            "contradicting_memory",
+            False,
+            "the default adapter trained on memory rows that state the wrong fact",
+            "base",
+            overrides={"policy": {"dual": {"memory_files": ["PANEL/contradicting_memory", "data/sft"]}}},
+        ),
+        Day(
+            "wire_teacher",
+            True,
+            "a teacher behind the project's wire server (OpenAI wire format), day 1",
+            "wire",
+            overrides={
+                "teacher": {
+                    "provider": "openai",
+                    "api": {
+                        "model": "gpt-4o-mini",
+                        "base_url": f"http://127.0.0.1:{WIRE_PORT}/v1",
+                        "api_key_env": "HOMINEM_PANEL_KEY",
+                    },
+                }
+            },
+        ),
+        Day(
+            "rl",
+            True,
+            "policy.mode rl (GRPO on the reward model), day 1",
+            "base",
+            overrides={"policy": {"mode": "rl"}},
+        ),
         Day("day2", True, "the default config (dual), day 2", "base", partition=DAY2),
         Day("seed2", True, "the default with policy.seed 2, day 1", "base", overrides={"policy": {"seed": 2}}),
         Day("dpo", True, "policy.mode dpo, day 1", "base", overrides={"policy": {"mode": "dpo"}}),
@@ -108,21 +187,32 @@ def day_config(panel: Path, day: Day):
     project = panel / day.project
     text = json.dumps(day.overrides).replace("PANEL/", str(panel) + "/")
     student = load_config(root=ROOT).models.student.path
-    there = {"project": {"data_dir": str(project / "data")}, "models": {"student": {"path": str(panel / "base" / student)}},
-             "tracking": {"mlflow_uri": f"sqlite:///{project / 'data' / 'mlflow' / 'mlflow.db'}",
-                          "artifact_root": str(project / "data" / "mlflow" / "artifacts")},
-             "health": UNCALIBRATED, "online": UNCALIBRATED_FAST_LOOP}
+    there = {
+        "project": {"data_dir": str(project / "data")},
+        "models": {"student": {"path": str(panel / "base" / student)}},
+        "tracking": {
+            "mlflow_uri": f"sqlite:///{project / 'data' / 'mlflow' / 'mlflow.db'}",
+            "artifact_root": str(project / "data" / "mlflow" / "artifacts"),
+        },
+        "health": UNCALIBRATED,
+        "online": UNCALIBRATED_FAST_LOOP,
+    }
     return load_config(root=ROOT, overrides=deep_merge(there, json.loads(text)))
 
 
 # The panel is what calibrates the health index, so it is measured without a calibration: the design's weights and
 # thresholds, GVI_max 1 (the components raw; `calibrate` normalises them from the healthy days)
-UNCALIBRATED = {"calibration": None, "weights": {"dcs": 0.25, "gvs": 0.15, "mss": 0.25, "cdrs": 0.20, "lrps": 0.15}, "gvi_max_reference": 1.0,
-                "deploy_threshold": 0.70}
+UNCALIBRATED = {
+    "calibration": None,
+    "weights": {"dcs": 0.25, "gvs": 0.15, "mss": 0.25, "cdrs": 0.20, "lrps": 0.15},
+    "gvi_max_reference": 1.0,
+    "deploy_threshold": 0.70,
+}
 UNCALIBRATED_FAST_LOOP = {"skip_below": 0.5, "rollback_below": 0.3, "freeze_below": 0.2}
 
 
-# --- faults: each rewrites one artifact of the day's own project, under the version the config expects ------------------
+# --- faults: each rewrites one artifact of the day's own project, under the version the config expects
+# ------------------
 
 
 def rewrite(ref, edit: Callable[[Path], str]) -> None:
@@ -137,7 +227,11 @@ def rewrite(ref, edit: Callable[[Path], str]) -> None:
                 shutil.copyfile(p, staged / p.name)  # a copy, never the linked file: the base's stays as it was
         what = edit(staged)
         shutil.rmtree(ref.path)
-        keep = {k: v for k, v in manifest.items() if k not in ("files", "content", "asset", "partition", "version", "created_at")}
+        keep = {
+            k: v
+            for k, v in manifest.items()
+            if k not in ("files", "content", "asset", "partition", "version", "created_at")
+        }
         store.publish(staged, ref.asset, ref.partition, ref.version, keep | {"panel_fault": what})
     log.info("%s/%s/%s: %s", ref.asset, ref.partition, ref.version, what)
 
@@ -147,6 +241,7 @@ def _labels_edit(change: Callable[[pd.DataFrame], pd.DataFrame], what: str) -> C
         table = folder / "labels.parquet"
         change(pd.read_parquet(table)).to_parquet(table, index=False)
         return what
+
     return edit
 
 
@@ -166,6 +261,7 @@ def collapse_dimensions(df: pd.DataFrame) -> pd.DataFrame:
     def one(v: dict) -> dict:
         mean = float(np.mean([float(x) for x in v.values()]))
         return {k: mean for k in v}
+
     return df.assign(vector=[one(v) for v in df["vector"]])
 
 
@@ -176,8 +272,14 @@ def few_labels(df: pd.DataFrame) -> pd.DataFrame:
 def swap_pairs(folder: Path) -> str:
     table = folder / "pairs.parquet"
     df = pd.read_parquet(table)
-    swapped = df.rename(columns={"chosen": "rejected", "rejected": "chosen", "chosen_trajectory_id": "rejected_trajectory_id",
-                                 "rejected_trajectory_id": "chosen_trajectory_id"})[df.columns]
+    swapped = df.rename(
+        columns={
+            "chosen": "rejected",
+            "rejected": "chosen",
+            "chosen_trajectory_id": "rejected_trajectory_id",
+            "rejected_trajectory_id": "chosen_trajectory_id",
+        }
+    )[df.columns]
     swapped.to_parquet(table, index=False)
     return f"chosen and rejected swapped in all {len(df)} pairs"
 
@@ -193,14 +295,17 @@ def scale_lora(folder: Path) -> str:
 
 
 def contradicting_memory(cfg, folder: Path) -> Path:
-    """The memory files with each fact row's answer replaced by the next row's fact (the capital of France is Tokyo)."""
+    """The memory files with each fact row's answer replaced by the next row's fact (the capital of France is
+    Tokyo)."""
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
 
     rows = read_memory_rows(memory_paths(cfg))
     facts = rows[rows["facts"].map(len) > 0].reset_index(drop=True)
     if not len(facts):
-        raise RuntimeError(f"no memory row with a fact in {', '.join(map(str, memory_paths(cfg)))}: nothing to contradict")
+        raise RuntimeError(
+            f"no memory row with a fact in {', '.join(map(str, memory_paths(cfg)))}: nothing to contradict"
+        )
     folder.mkdir(parents=True, exist_ok=True)
     out = []
     for i, row in facts.iterrows():
@@ -214,9 +319,15 @@ def contradicting_memory(cfg, folder: Path) -> Path:
 
 
 FAULTS: dict[str, tuple[str, Callable[[Path], str]]] = {
-    "shuffle_labels": ("teacher_labels", _labels_edit(shuffle_labels, "vector, scalar, intensity, safety and rationale shuffled across replies")),
+    "shuffle_labels": (
+        "teacher_labels",
+        _labels_edit(shuffle_labels, "vector, scalar, intensity, safety and rationale shuffled across replies"),
+    ),
     "invert_dimension": ("teacher_labels", _labels_edit(invert_dimension, "empathy's sign inverted in every label")),
-    "collapse_dimensions": ("teacher_labels", _labels_edit(collapse_dimensions, "every dimension set to the label's mean")),
+    "collapse_dimensions": (
+        "teacher_labels",
+        _labels_edit(collapse_dimensions, "every dimension set to the label's mean"),
+    ),
     "few_labels": ("teacher_labels", _labels_edit(few_labels, f"{FEW_LABELS} labels kept")),
     "swap_pairs": ("preference_pairs", swap_pairs),
     "scale_lora": ("lora_adapter", scale_lora),
@@ -244,7 +355,9 @@ def invert_people(df: pd.DataFrame, dimension: str = "empathy") -> pd.DataFrame:
     """The pairs about `dimension` pull its head the wrong way: each kept for the scalar alone (untagged), and its
     exchange added as a pair about the dimension alone (`scalar` false)."""
     mine = df["tag"] == dimension
-    flipped = _exchange(df[mine], df[mine].index).assign(pair_id=lambda f: f["pair_id"].astype(str) + ":inverted", scalar=False)
+    flipped = _exchange(df[mine], df[mine].index).assign(
+        pair_id=lambda f: f["pair_id"].astype(str) + ":inverted", scalar=False
+    )
     return pd.concat([df.assign(tag=df["tag"].where(~mine, None)), flipped], ignore_index=True)
 
 
@@ -271,22 +384,27 @@ def faulted_people(original: Callable, fault: str) -> Callable:
             return None
         log.info("reward model's people's pairs: %s (%d pairs)", what, len(df))
         return change(df.reset_index(drop=True))
+
     return pairs
 
 
 def swapped_people(original: Callable) -> Callable:
     """`people_training_pairs` with chosen and rejected exchanged (the swapped day's people's rows)."""
+
     def people(ctx):
         df = original(ctx)
         return df.rename(columns={"chosen": "rejected", "rejected": "chosen"})[df.columns]
+
     return people
 
 
-# --- build ----------------------------------------------------------------------------------------------------------------
+# --- build
+# ----------------------------------------------------------------------------------------------------------------
 
 
 def link_project(panel: Path, name: str) -> None:
-    """`name`'s data folder: the base's artifacts (hard links: published versions never change), its own caches and tracking."""
+    """`name`'s data folder: the base's artifacts (hard links: published versions never change), its own caches and
+    tracking."""
     src, dst = panel / "base" / "data", panel / name / "data"
     if dst.exists():
         return
@@ -302,8 +420,8 @@ def link_project(panel: Path, name: str) -> None:
 
 def build_day(panel: Path, day: Day) -> None:
     import hominem_pipeline.core.builds.reward_model as reward_model
-    from hominem_pipeline.core.pipeline.lineage import Lineage
     from hominem_pipeline.core.pipeline.artifacts import ArtifactStore
+    from hominem_pipeline.core.pipeline.lineage import Lineage
     from hominem_pipeline.core.pipeline.runner import run_stage
     from hominem_pipeline.core.pipeline.stages import STAGES_BY_NAME
 
@@ -325,7 +443,9 @@ def build_day(panel: Path, day: Day) -> None:
                 rewrite(ref, edit)
             faulted = True
         original = reward_model.human_pairs
-        if name == "reward_model" and day.fault in PEOPLE_FAULTS:  # the reward model's stage alone (the adapter reads it too)
+        if (
+            name == "reward_model" and day.fault in PEOPLE_FAULTS
+        ):  # the reward model's stage alone (the adapter reads it too)
             reward_model.human_pairs = faulted_people(original, day.fault)
         try:
             result = run_stage(stage, cfg, day.partition)
@@ -336,7 +456,14 @@ def build_day(panel: Path, day: Day) -> None:
         finally:
             reward_model.human_pairs = original
         day.versions[name] = result.ref.version
-        log.info("%s: %s/%s %s%s", day.name, name, day.partition, result.ref.version, " (reused)" if result.cache_hit else "")
+        log.info(
+            "%s: %s/%s %s%s",
+            day.name,
+            name,
+            day.partition,
+            result.ref.version,
+            " (reused)" if result.cache_hit else "",
+        )
     day.seconds = round(time.perf_counter() - started, 1)
 
 
@@ -356,7 +483,9 @@ def build(panel: Path, only: set[str] | None) -> None:
         for day in days:
             if only is not None and day.name not in only:
                 continue
-            lora_adapter.people_training_pairs = swapped_people(original_people) if day.fault == "swap_pairs" else original_people
+            lora_adapter.people_training_pairs = (
+                swapped_people(original_people) if day.fault == "swap_pairs" else original_people
+            )
             log.info("panel day %s: %s", day.name, day.what)
             try:
                 build_day(panel, day)
@@ -364,7 +493,12 @@ def build(panel: Path, only: set[str] | None) -> None:
                 lora_adapter.people_training_pairs = original_people
             done[day.name] = asdict(day)
             write_days(panel, [done[d.name] for d in days if d.name in done])
-            log.info("panel day %s %s in %.0f s", day.name, f"stopped in {day.stopped['stage']}" if day.stopped else "built", day.seconds)
+            log.info(
+                "panel day %s %s in %.0f s",
+                day.name,
+                f"stopped in {day.stopped['stage']}" if day.stopped else "built",
+                day.seconds,
+            )
 
 
 def read_days(panel: Path) -> list[dict[str, Any]]:
@@ -381,10 +515,30 @@ def write_days(panel: Path, days: list[dict[str, Any]]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("command", choices=["build", "measure", "variants", "calibrate"])
-    ap.add_argument("--panel", type=Path, default=None, help="the panel's folder (build and measure; variants and calibrate read the measures kept in benchmarks/results/health_panel/ without it)")
-    ap.add_argument("--only", default=None, help="comma-separated day names (default: every day): " + ", ".join(d.name for d in panel_days()))
-    ap.add_argument("--out", type=Path, default=ROOT / "config" / "health" / "calibration.yaml", help="calibrate: the calibration file written")
-    ap.add_argument("--weights", default=None, help="calibrate: `separation` (each component by its AUC above 0.5; the default), `design` (the design's), or the five as dcs=0.25,gvs=0.15,...")
+    ap.add_argument(
+        "--panel",
+        type=Path,
+        default=None,
+        help="the panel's folder (build and measure; variants and calibrate read the measures kept in "
+        "benchmarks/results/health_panel/ without it)",
+    )
+    ap.add_argument(
+        "--only",
+        default=None,
+        help="comma-separated day names (default: every day): " + ", ".join(d.name for d in panel_days()),
+    )
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "config" / "health" / "calibration.yaml",
+        help="calibrate: the calibration file written",
+    )
+    ap.add_argument(
+        "--weights",
+        default=None,
+        help="calibrate: `separation` (each component by its AUC above 0.5; the default), `design` (the "
+        "design's), or the five as dcs=0.25,gvs=0.15,...",
+    )
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # as the CLI runs: no hub call
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
@@ -404,7 +558,11 @@ def main() -> None:
     else:
         from health_panel_measure import calibrate
 
-        weights = args.weights if args.weights in (None, "separation", "design") else {k: float(v) for k, v in (kv.split("=") for kv in args.weights.split(","))}
+        weights = (
+            args.weights
+            if args.weights in (None, "separation", "design")
+            else {k: float(v) for k, v in (kv.split("=") for kv in args.weights.split(","))}
+        )
         calibrate(args.panel.resolve() if args.panel else None, args.out, weights)
 
 

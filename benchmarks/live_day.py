@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.live_loop import scratch_project  # noqa: E402
+from benchmarks.live_loop import scratch_project
 
 FACTS = ["Hi, my name is Ana.", "My dog is called Rex.", "I live in Porto.", "My favorite color is green."]
 
@@ -46,11 +46,33 @@ def script_events(pairs: list[dict], facts: list[str], day: str, round_: int) ->
         said = (f"{facts[round_ % len(facts)]} " if i == 0 and facts else "") + pair["prompt"]
         messages = [{"role": "user", "content": said}]
         stamp = f"{day}T{9 + round_:02d}:{i:02d}:00+00:00"
-        turn = {"kind": "turn", "time": stamp, "rater": "sim", "session": f"r{round_}-{i}", "messages": messages, "model": "hominem", "adapter": None,
-                "sampling": {}, "finish_reason": "stop", "completion_tokens": 0, "context": context_digest(messages)}
+        turn = {
+            "kind": "turn",
+            "time": stamp,
+            "rater": "sim",
+            "session": f"r{round_}-{i}",
+            "messages": messages,
+            "model": "hominem",
+            "adapter": None,
+            "sampling": {},
+            "finish_reason": "stop",
+            "completion_tokens": 0,
+            "context": context_digest(messages),
+        }
         good, bad = f"r{round_}-{i}-good", f"r{round_}-{i}-bad"
-        events += [turn | {"id": good, "reply": pair["chosen"]}, turn | {"id": bad, "reply": pair["rejected"]},
-                   {"kind": "choice", "id": f"r{round_}-{i}-c", "time": stamp, "rater": "sim", "chosen": good, "rejected": bad, "strength": "clear"}]
+        events += [
+            turn | {"id": good, "reply": pair["chosen"]},
+            turn | {"id": bad, "reply": pair["rejected"]},
+            {
+                "kind": "choice",
+                "id": f"r{round_}-{i}-c",
+                "time": stamp,
+                "rater": "sim",
+                "chosen": good,
+                "rejected": bad,
+                "strength": "clear",
+            },
+        ]
     return events
 
 
@@ -64,17 +86,35 @@ def against_base(cfg, adapter: Path, prompts: list[str]) -> dict:
     from hominem_pipeline.core.reward.model import RewardModel
 
     base, tokenizer = load_student(student_path(cfg))
-    report = run_gate(adapter, None, cfg=cfg, base=base, tokenizer=tokenizer, reward_model=RewardModel.load(LiveState(cfg.data_dir).reward_model_path()),
-                      prompts=prompts, memory=read_memory_rows(memory_paths(cfg)), rhi=1.0, seed=cfg.project.seed)
+    report = run_gate(
+        adapter,
+        None,
+        cfg=cfg,
+        base=base,
+        tokenizer=tokenizer,
+        reward_model=RewardModel.load(LiveState(cfg.data_dir).reward_model_path()),
+        prompts=prompts,
+        memory=read_memory_rows(memory_paths(cfg)),
+        rhi=1.0,
+        seed=cfg.project.seed,
+    )
     f = report.figures
-    return {"win_rate_vs_base": f["win_rate_vs_live"], "facts_asked": f["facts_asked"], "facts_base": f["facts_live"], "facts_live": f["facts_candidate"],
-            "facts_lost": f["facts_lost"], "lost": f["facts_lost_prompts"]}
+    return {
+        "win_rate_vs_base": f["win_rate_vs_live"],
+        "facts_asked": f["facts_asked"],
+        "facts_base": f["facts_live"],
+        "facts_live": f["facts_candidate"],
+        "facts_lost": f["facts_lost"],
+        "lost": f["facts_lost_prompts"],
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--project", type=Path, default=ROOT)
-    ap.add_argument("--adapter", help="the daily adapter live at the start (default: the newest built under the config)")
+    ap.add_argument(
+        "--adapter", help="the daily adapter live at the start (default: the newest built under the config)"
+    )
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--per-round", type=int, default=12, help="conversations (each a choice) per round")
     args = ap.parse_args()
@@ -84,7 +124,11 @@ def main() -> None:
     tmp, cfg, state = scratch_project(args.project.resolve(), args.adapter)
     data, adapter = cfg.data_dir, state.adapter_path()
     prompts = held_out_prompts(cfg, update_sources(cfg, state)[1])
-    pairs = [json.loads(line) for line in (ROOT / "config" / "human" / "hominem-contrast-pairs.jsonl").read_text().splitlines() if line.strip()]
+    pairs = [
+        json.loads(line)
+        for line in (ROOT / "config" / "human" / "hominem-contrast-pairs.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
     day = time.strftime("%Y-%m-%d", time.gmtime())
     log = data / cfg.serving.log_dir / "log" / f"{day}.jsonl"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -96,8 +140,15 @@ def main() -> None:
             fh.write("".join(json.dumps(e) + "\n" for e in script_events(chunk, FACTS, day, r)))
         started = time.monotonic()
         done = run_update(cfg, by="benchmark", reason=f"simulated day, round {r + 1}")
-        row = {"round": r + 1, "outcome": done.outcome, "live": state.current().version, "update_s": round(time.monotonic() - started, 1),
-               "partial_rhi": done.partial_rhi, "win_rate_vs_live": done.gate.get("win_rate_vs_live"), "items": done.items}
+        row = {
+            "round": r + 1,
+            "outcome": done.outcome,
+            "live": state.current().version,
+            "update_s": round(time.monotonic() - started, 1),
+            "partial_rhi": done.partial_rhi,
+            "win_rate_vs_live": done.gate.get("win_rate_vs_live"),
+            "items": done.items,
+        }
         if done.outcome == "promoted":
             row |= against_base(cfg, state.adapter_path(), prompts)
         else:

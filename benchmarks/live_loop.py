@@ -6,14 +6,13 @@ state, log and MLflow store, so the project's own are untouched) the daily adapt
 `hominem serve` started (its own process group, loopback). Then:
 
 1. Once the server's next update process has loaded (`/admin/live`'s `ready`: a person's N events
-   take minutes, in which it loads), `--events` feedback events (`online.every_events`) over HTTP: the hand-written pairs people agree
-   on (config/human/hominem-contrast-pairs.jsonl) recorded as turns (/turns), a choice between each
-   pair and a thumb each, until the N-th; the scheduler starts an
-   update (short `dual` on a replay batch, the fast-loop gate); the clock runs from the N-th event's
-   acknowledgement until a chat reply comes from the new version (goal: under 120 s on 2 cores). The
-   update's own figures (train, gate, partial RHI, win rate over the live adapter) are printed. In
-   `--updates` rounds. The scratch starts as `make run` leaves a project: the daily adapter made live by
-   the daily gate (its replies kept), the base's log-probabilities of its training pairs cached
+   take minutes, in which it loads), `--events` feedback events (`online.every_events`) over HTTP: the hand-written
+   pairs people agree on (config/human/hominem-contrast-pairs.jsonl) recorded as turns (/turns), a choice between
+   each pair and a thumb each, until the N-th; the scheduler starts an update (short `dual` on a replay batch, the
+   fast-loop gate); the clock runs from the N-th event's acknowledgement until a chat reply comes from the new
+   version (goal: under 120 s on 2 cores). The update's own figures (train, gate, partial RHI, win rate over the
+   live adapter) are printed. In `--updates` rounds. The scratch starts as `make run` leaves a project: the daily
+   adapter made live by the daily gate (its replies kept), the base's log-probabilities of its training pairs cached
    (`--cold`: made live by hand, every cache empty).
 2. `--clients` chat clients (the `openai` client) talk without pause while the live pointer is moved
    twice (to the adapter live before, then back): each swap's time as the engine measured it (goal:
@@ -41,17 +40,38 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.testing.service import start_serve, stop_serve  # noqa: E402
+from hominem_pipeline.testing.service import start_serve, stop_serve
 
-LINKED = ("models", "reward_model", "preference_pairs", "teacher_labels", "teacher_trajectories", "prompts", "lora_adapter", "reward_health_index")
+LINKED = (
+    "models",
+    "reward_model",
+    "preference_pairs",
+    "teacher_labels",
+    "teacher_trajectories",
+    "prompts",
+    "lora_adapter",
+    "reward_health_index",
+)
 MESSAGES = [
-    "I failed my driving test again.", "My sister never calls me back.", "I got the job I wanted!", "How do I stop procrastinating?",
-    "My dog is sick and I am scared.", "Is it okay to say no to my boss?", "I can't sleep before exams.", "My name is Ana, by the way.",
-    "What should I cook for friends tonight?", "I feel lonely in a new city.", "Can you help me plan a hard conversation?", "I keep losing my keys.",
+    "I failed my driving test again.",
+    "My sister never calls me back.",
+    "I got the job I wanted!",
+    "How do I stop procrastinating?",
+    "My dog is sick and I am scared.",
+    "Is it okay to say no to my boss?",
+    "I can't sleep before exams.",
+    "My name is Ana, by the way.",
+    "What should I cook for friends tonight?",
+    "I feel lonely in a new city.",
+    "Can you help me plan a hard conversation?",
+    "I keep losing my keys.",
 ]
 
 
-OPEN_GATE = {"health": {"min_win_rate": 0.0, "people_tolerance": None}, "online": {"skip_below": 0.0, "rollback_below": 0.0, "freeze_below": 0.0}}
+OPEN_GATE = {
+    "health": {"min_win_rate": 0.0, "people_tolerance": None},
+    "online": {"skip_below": 0.0, "rollback_below": 0.0, "freeze_below": 0.0},
+}
 SAMPLED_TOKENS = 64  # the evaluation's reply length: sampled replies are rated, not read
 
 
@@ -60,11 +80,15 @@ def sample_replies(cfg, adapter: Path, prompts: list[str], k: int, seed: int) ->
     (`updates.sample_as_served`), in batches of `serving.max_batch_size`."""
     from hominem_pipeline.core.online.updates import sample_as_served
 
-    drawn = sample_as_served(cfg, adapter, prompts, k, seed, max_new_tokens=SAMPLED_TOKENS, batch_size=cfg.serving.max_batch_size)
+    drawn = sample_as_served(
+        cfg, adapter, prompts, k, seed, max_new_tokens=SAMPLED_TOKENS, batch_size=cfg.serving.max_batch_size
+    )
     return [[g.text for g in replies] for replies in drawn]
 
 
-def scratch_project(project: Path, given_adapter: str | None, overrides: dict | None = None, like_make_run: bool = False):
+def scratch_project(
+    project: Path, given_adapter: str | None, overrides: dict | None = None, like_make_run: bool = False
+):
     """A scratch project in a temp folder: the repo's config (with `overrides`), `data/` linking to
     `project`'s built versions, its own live state (the daily adapter `given_adapter`, default the newest
     built, live at the start), log and MLflow store. Returns (temp folder, config, live state).
@@ -73,8 +97,8 @@ def scratch_project(project: Path, given_adapter: str | None, overrides: dict | 
     (else it is made live by hand and every cache starts empty)."""
     from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.online.live import LiveState
-    from hominem_pipeline.core.policy.lora import adapter_reward_model
     from hominem_pipeline.core.pipeline.tracking import Tracker
+    from hominem_pipeline.core.policy.lora import adapter_reward_model
 
     source = daily_adapter(project, given_adapter)
     tmp = Path(tempfile.mkdtemp(prefix="hominem-live-"))
@@ -95,16 +119,36 @@ def scratch_project(project: Path, given_adapter: str | None, overrides: dict | 
         from hominem_pipeline.core.online.updates import held_out_prompts
         from hominem_pipeline.core.policy.metadata import AdapterMetadata
 
-        prompts = held_out_prompts(cfg, list(AdapterMetadata.read(adapter).preference_data))  # its pairs' day's held-out prompts, as updates gate on
-        done = offer(cfg, adapter, by="benchmark", reason="the daily job's adapter (benchmark start)", version=adapter.name, prompts=prompts)
+        prompts = held_out_prompts(
+            cfg, list(AdapterMetadata.read(adapter).preference_data)
+        )  # its pairs' day's held-out prompts, as updates gate on
+        done = offer(
+            cfg,
+            adapter,
+            by="benchmark",
+            reason="the daily job's adapter (benchmark start)",
+            version=adapter.name,
+            prompts=prompts,
+        )
         if not done.promoted:
             raise SystemExit(f"the daily gate refused {adapter.name}: {done.report.summary()}")
-        print(f"as after `make run`: the daily adapter through the daily gate, the base's log-probabilities of its pairs cached "
-              f"({time.monotonic() - started:.0f} s)")
+        print(
+            "as after `make run`: the daily adapter through the daily gate, the base's "
+            "log-probabilities of its pairs cached "
+            f"({time.monotonic() - started:.0f} s)"
+        )
     else:
-        state.promote(adapter.name, adapter, adapter_reward_model(adapter, cfg.data_dir), gate={"note": "the benchmark's starting point"},
-                      reason="benchmark start", by="benchmark")
-    Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root)).runs_for("live")  # the MLflow store exists, as in a used project
+        state.promote(
+            adapter.name,
+            adapter,
+            adapter_reward_model(adapter, cfg.data_dir),
+            gate={"note": "the benchmark's starting point"},
+            reason="benchmark start",
+            by="benchmark",
+        )
+    Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root)).runs_for(
+        "live"
+    )  # the MLflow store exists, as in a used project
     print(f"scratch project {into}; live at start: {adapter.name} ({source})")
     return tmp, cfg, state
 
@@ -115,13 +159,20 @@ def warm_reference_cache(cfg, adapter: Path) -> None:
     from trl.trainer.utils import add_fused_lm_head
 
     from hominem_pipeline.core.lm.models import student_path
-    from hominem_pipeline.core.policy.dual import REFERENCE_CACHE, load_reference_cache, reference_logps, save_reference_cache
+    from hominem_pipeline.core.policy.dual import (
+        REFERENCE_CACHE,
+        load_reference_cache,
+        reference_logps,
+        save_reference_cache,
+    )
     from hominem_pipeline.core.policy.lora import lora_student
     from hominem_pipeline.core.policy.pairs import read_preference_pairs
     from hominem_pipeline.core.policy.sequences import pair_sequences
 
     meta = json.loads((adapter / "METADATA.json").read_text())
-    pairs = read_preference_pairs([cfg.data_dir / k["asset"] / k["partition"] / k["version"] / "pairs.parquet" for k in meta["preference_data"]])
+    pairs = read_preference_pairs(
+        [cfg.data_dir / k["asset"] / k["partition"] / k["version"] / "pairs.parquet" for k in meta["preference_data"]]
+    )
     model, tokenizer, base = lora_student(student_path(cfg), cfg.policy)
     add_fused_lm_head(model.get_base_model())
     path = cfg.data_dir / REFERENCE_CACHE
@@ -143,41 +194,75 @@ def daily_adapter(project: Path, given: str | None) -> Path:
 
     ref = lineage(load_config(root=project)).latest("lora_adapter")
     if ref is None:
-        raise SystemExit(f"no lora_adapter built under this code and config in {project / 'data'}; run `make run`, or pass --adapter")
+        raise SystemExit(
+            f"no lora_adapter built under this code and config in {project / 'data'}; run `make run`, or "
+            "pass --adapter"
+        )
     return ref.path
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--project", type=Path, default=ROOT, help="the project whose built versions are used (default: this repo)")
-    ap.add_argument("--adapter", help="the daily adapter live at the start (default: the newest built under the config)")
-    ap.add_argument("--events", type=int, default=None, help="feedback events before an update (default: online.every_events)")
+    ap.add_argument(
+        "--project", type=Path, default=ROOT, help="the project whose built versions are used (default: this repo)"
+    )
+    ap.add_argument(
+        "--adapter", help="the daily adapter live at the start (default: the newest built under the config)"
+    )
+    ap.add_argument(
+        "--events", type=int, default=None, help="feedback events before an update (default: online.every_events)"
+    )
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=48, help="tokens per chat reply")
     ap.add_argument("--timeout", type=float, default=900, help="seconds to wait for each update")
-    ap.add_argument("--updates", type=int, default=2, help="rounds of --events feedback events, each followed by the update it starts")
-    ap.add_argument("--cold", action="store_true", help="start with every cache empty (the daily adapter made live by hand), not as `make run` leaves a project")
+    ap.add_argument(
+        "--updates",
+        type=int,
+        default=2,
+        help="rounds of --events feedback events, each followed by the update it starts",
+    )
+    ap.add_argument(
+        "--cold",
+        action="store_true",
+        help="start with every cache empty (the daily adapter made live by hand), not as `make run` leaves a project",
+    )
     args = ap.parse_args()
 
     import httpx2 as httpx
 
-    tmp, cfg, state = scratch_project(args.project.resolve(), args.adapter, {"online": {"every_minutes": None}}, like_make_run=not args.cold)
+    tmp, cfg, state = scratch_project(
+        args.project.resolve(), args.adapter, {"online": {"every_minutes": None}}, like_make_run=not args.cold
+    )
     events = args.events or cfg.online.every_events
-    sets = [f"online.every_events={events}", "online.every_minutes=null", f"serving.max_new_tokens={args.max_tokens}", "serving.live_poll_seconds=0.2"]
+    sets = [
+        f"online.every_events={events}",
+        "online.every_minutes=null",
+        f"serving.max_new_tokens={args.max_tokens}",
+        "serving.live_poll_seconds=0.2",
+    ]
     data, scratch = cfg.data_dir, cfg.root
     print(f"an update after {events} feedback events")
 
     env = {"HOMINEM_HOME": str(scratch)}
-    proc, url, ready = start_serve([*(f"--set={s}" for s in sets)], scratch, env=env, timeout=600, stdout=open(tmp / "serve.log", "w"))
+    proc, url, ready = start_serve(
+        [*(f"--set={s}" for s in sets)], scratch, env=env, timeout=600, stdout=open(tmp / "serve.log", "w")
+    )
     print(f"hominem serve answered after {ready:.1f} s ({url})")
     report: dict = {"events": events, "clients": args.clients}
     try:
         with httpx.Client(timeout=600) as http:
-            label = lambda: next(m["adapter"] for m in http.get(f"{url}/v1/models").json()["data"] if m["id"] == "hominem")  # noqa: E731
+
+            def label():
+                return next(m["adapter"] for m in http.get(f"{url}/v1/models").json()["data"] if m["id"] == "hominem")
+
             # 1. feedback until the N-th event: hand-written pairs people agree on, recorded as turns, a
             # choice and a thumb each; then the time until a reply comes from the new version. Each round
             # sends the next pairs; the first update finds the caches empty, later ones find what it kept.
-            pairs = [json.loads(line) for line in (ROOT / "config" / "human" / "hominem-contrast-pairs.jsonl").read_text().splitlines() if line.strip()]
+            pairs = [
+                json.loads(line)
+                for line in (ROOT / "config" / "human" / "hominem-contrast-pairs.jsonl").read_text().splitlines()
+                if line.strip()
+            ]
             k = 0
             report["updates"] = []
             for round_ in range(args.updates):
@@ -186,15 +271,31 @@ def main() -> None:
                 waited = time.monotonic()
                 while not http.get(f"{url}/admin/live").json()["updates"]["ready"]:
                     if time.monotonic() - waited > 300:
-                        raise SystemExit("the server's update process did not get ready in 300 s; see its log in <log_dir>/updates/")
+                        raise SystemExit(
+                            "the server's update process did not get ready in 300 s; see its log in <log_dir>/updates/"
+                        )
                     time.sleep(0.5)
-                print(f"round {round_ + 1}: the server's next update process was ready after {time.monotonic() - waited:.1f} s")
+                print(
+                    f"round {round_ + 1}: the server's next update process was ready after "
+                    f"{time.monotonic() - waited:.1f} s"
+                )
                 sent = 0
                 while sent < events:
-                    pair, messages = pairs[k % len(pairs)], [{"role": "user", "content": pairs[k % len(pairs)]["prompt"]}]
-                    a, b = (http.post(f"{url}/turns", json={"messages": messages, "reply": pair[side], "author": "benchmark"}).json()["turn"] for side in ("chosen", "rejected"))
-                    for body in ({"kind": "choice", "chosen": a, "rejected": b, "strength": "clear"}, {"kind": "thumb", "turn": a, "value": "up"},
-                                 {"kind": "thumb", "turn": b, "value": "down"}):
+                    pair, messages = (
+                        pairs[k % len(pairs)],
+                        [{"role": "user", "content": pairs[k % len(pairs)]["prompt"]}],
+                    )
+                    a, b = (
+                        http.post(
+                            f"{url}/turns", json={"messages": messages, "reply": pair[side], "author": "benchmark"}
+                        ).json()["turn"]
+                        for side in ("chosen", "rejected")
+                    )
+                    for body in (
+                        {"kind": "choice", "chosen": a, "rejected": b, "strength": "clear"},
+                        {"kind": "thumb", "turn": a, "value": "up"},
+                        {"kind": "thumb", "turn": b, "value": "down"},
+                    ):
                         if sent == events:
                             break
                         assert http.post(f"{url}/feedback", json=body).status_code == 200
@@ -202,7 +303,10 @@ def main() -> None:
                     k += 1
                 nth = time.monotonic()
                 before = label()
-                print(f"round {round_ + 1}: {events} feedback events sent ({k} hand-written pairs people agree on so far); waiting for the update")
+                print(
+                    f"round {round_ + 1}: {events} feedback events sent ({k} hand-written pairs people "
+                    "agree on so far); waiting for the update"
+                )
                 status = {}
                 while time.monotonic() - nth < args.timeout:
                     status = http.get(f"{url}/admin/live").json()["updates"]
@@ -211,20 +315,29 @@ def main() -> None:
                     time.sleep(0.5)
                 decided = time.monotonic() - nth
                 last = status.get("last") or {}
-                row = {k2: last.get(k2) for k2 in ("outcome", "version", "reason", "partial_rhi", "items", "seconds")} | {"decided_s": round(decided, 1)}
+                row = {
+                    k2: last.get(k2) for k2 in ("outcome", "version", "reason", "partial_rhi", "items", "seconds")
+                } | {"decided_s": round(decided, 1)}
                 print(f"update {last.get('outcome')} {decided:.1f} s after the {events}th event: {last.get('reason')}")
                 if last.get("outcome") == "promoted":
                     while (new := label()) == before:  # noqa: F841 (the watcher has swapped)
                         time.sleep(0.05)
-                    reply = http.post(f"{url}/v1/chat/completions", json={"model": "hominem", "messages": [{"role": "user", "content": "Hi!"}], "max_tokens": 8}).json()
+                    reply = http.post(
+                        f"{url}/v1/chat/completions",
+                        json={"model": "hominem", "messages": [{"role": "user", "content": "Hi!"}], "max_tokens": 8},
+                    ).json()
                     row["answering_s"] = round(time.monotonic() - nth, 1)
-                    print(f"the new adapter {new} answered {row['answering_s']:.1f} s after the {events}th event (goal < 120 s): {reply['choices'][0]['message']['content']!r}")
+                    print(
+                        f"the new adapter {new} answered {row['answering_s']:.1f} s after the {events}th "
+                        f"event (goal < 120 s): {reply['choices'][0]['message']['content']!r}"
+                    )
                 else:
                     print("the gate kept the old adapter live")
                 report["updates"].append(row)
             live_label = label()
 
-            # 2. swaps under load: the pointer moved to the adapter live before and back (a rollback, then one to the newer version)
+            # 2. swaps under load: the pointer moved to the adapter live before and back (a rollback, then one to the
+            # newer version)
             outcomes: list[int] = []
             stop = threading.Event()
 
@@ -235,8 +348,12 @@ def main() -> None:
                 r = 0
                 while not stop.is_set():
                     try:
-                        client.chat.completions.create(model="hominem", messages=[{"role": "user", "content": MESSAGES[(c + r) % len(MESSAGES)]}],
-                                                       max_tokens=args.max_tokens, seed=r)
+                        client.chat.completions.create(
+                            model="hominem",
+                            messages=[{"role": "user", "content": MESSAGES[(c + r) % len(MESSAGES)]}],
+                            max_tokens=args.max_tokens,
+                            seed=r,
+                        )
                         outcomes.append(200)
                     except openai.APIStatusError as exc:
                         outcomes.append(exc.status_code)
@@ -271,9 +388,15 @@ def main() -> None:
             report["swap_s"] = [s["seconds"] for s in swaps if s["action"] == "live_swap"]
             report["requests"] = len(outcomes)
             report["failed"] = sum(o != 200 for o in outcomes)
-            print(f"swaps with {args.clients} clients chatting: {', '.join(f'{s:.3f} s' for s in report['swap_s'])} (goal < 1 s); "
-                  f"{report['requests']} requests, {report['failed']} failed")
-            print(f"rollback through /admin/live/rollback: {report['rollback_s']:.3f} s (answer {rolled.status_code}: {rolled.json()})")
+            print(
+                f"swaps with {args.clients} clients chatting: "
+                f"{', '.join(f'{s:.3f} s' for s in report['swap_s'])} (goal < 1 s); "
+                f"{report['requests']} requests, {report['failed']} failed"
+            )
+            print(
+                f"rollback through /admin/live/rollback: {report['rollback_s']:.3f} s (answer "
+                f"{rolled.status_code}: {rolled.json()})"
+            )
     finally:
         log = stop_serve(proc)
         del log

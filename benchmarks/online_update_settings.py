@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.live_day import FACTS, script_events  # noqa: E402
-from benchmarks.live_loop import scratch_project  # noqa: E402
+from benchmarks.live_day import FACTS, script_events
+from benchmarks.live_loop import scratch_project
 
 DEFAULT_VARIANTS = {
     "default": {},
@@ -42,10 +42,15 @@ DEFAULT_VARIANTS = {
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--project", type=Path, default=ROOT)
-    ap.add_argument("--adapter", help="the daily adapter live at the start of every case (default: the newest built under the config)")
+    ap.add_argument(
+        "--adapter",
+        help="the daily adapter live at the start of every case (default: the newest built under the config)",
+    )
     ap.add_argument("--cases", type=int, default=3)
     ap.add_argument("--per-round", type=int, default=12, help="choices per case")
-    ap.add_argument("--variant", action="append", default=[], metavar="NAME=JSON", help="config overrides to compare (repeatable)")
+    ap.add_argument(
+        "--variant", action="append", default=[], metavar="NAME=JSON", help="config overrides to compare (repeatable)"
+    )
     args = ap.parse_args()
     variants = {}
     for item in args.variant:
@@ -53,7 +58,10 @@ def main() -> None:
         try:
             variants[name] = json.loads(text or "{}")
         except ValueError as exc:
-            sys.exit(f"--variant {item!r}: the part after = must be JSON config overrides, e.g. '{{\"online\": {{\"max_steps\": 6}}}}' ({exc})")
+            sys.exit(
+                f'--variant {item!r}: the part after = must be JSON config overrides, e.g. \'{{"online": '
+                f'{{"max_steps": 6}}}}\' ({exc})'
+            )
     variants = variants or DEFAULT_VARIANTS
 
     from hominem_pipeline.core.config.loader import load_config
@@ -62,7 +70,11 @@ def main() -> None:
 
     tmp, cfg0, state = scratch_project(args.project.resolve(), args.adapter)
     start = state.current()
-    pairs = [json.loads(line) for line in (ROOT / "config" / "human" / "hominem-contrast-pairs.jsonl").read_text().splitlines() if line.strip()]
+    pairs = [
+        json.loads(line)
+        for line in (ROOT / "config" / "human" / "hominem-contrast-pairs.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
     day = time.strftime("%Y-%m-%d", time.gmtime())
     rows = []
     for name, overrides in variants.items():
@@ -81,19 +93,37 @@ def main() -> None:
             done = run_update(cfg, by="benchmark", reason=f"settings benchmark: {name}, case {case + 1}")
             g = done.gate
             gained = (g.get("facts_candidate", 0) - (g.get("facts_live", 0) - g.get("facts_lost", 0))) if g else None
-            rows.append({"variant": name, "case": case + 1, "outcome": done.outcome, "facts_live": g.get("facts_live"), "facts_lost": g.get("facts_lost"),
-                         "facts_gained": gained, "lost": g.get("facts_lost_prompts"), "win_rate_vs_live": g.get("win_rate_vs_live"),
-                         "partial_rhi": done.partial_rhi, **{f"{k}_s": v for k, v in (done.seconds or {}).items()}})
+            rows.append(
+                {
+                    "variant": name,
+                    "case": case + 1,
+                    "outcome": done.outcome,
+                    "facts_live": g.get("facts_live"),
+                    "facts_lost": g.get("facts_lost"),
+                    "facts_gained": gained,
+                    "lost": g.get("facts_lost_prompts"),
+                    "win_rate_vs_live": g.get("win_rate_vs_live"),
+                    "partial_rhi": done.partial_rhi,
+                    **{f"{k}_s": v for k, v in (done.seconds or {}).items()},
+                }
+            )
             print(json.dumps(rows[-1], default=str), flush=True)
 
-    print("\n| variant | promoted | facts lost (of those the live knew) | facts gained, mean | win rate over the live | partial RHI | train s | gate s |")
+    print(
+        "\n| variant | promoted | facts lost (of those the live knew) | facts gained, mean | win rate "
+        "over the live | partial RHI | train s | gate s |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in variants:
         rs = [r for r in rows if r["variant"] == name]
         mean = lambda k: sum(r[k] or 0 for r in rs) / len(rs)  # noqa: E731
-        print(f"| {name} | {sum(r['outcome'] == 'promoted' for r in rs)}/{len(rs)} | {sum(r['facts_lost'] or 0 for r in rs)} "
-              f"(of {sum(r['facts_live'] or 0 for r in rs)}) | {mean('facts_gained'):.1f} | {mean('win_rate_vs_live'):.0%} | "
-              f"{mean('partial_rhi'):.3f} | {mean('train_s'):.0f} | {mean('gate_s'):.0f} |")
+        print(
+            f"| {name} | {sum(r['outcome'] == 'promoted' for r in rs)}/{len(rs)} | "
+            f"{sum(r['facts_lost'] or 0 for r in rs)} "
+            f"(of {sum(r['facts_live'] or 0 for r in rs)}) | {mean('facts_gained'):.1f} | "
+            f"{mean('win_rate_vs_live'):.0%} | "
+            f"{mean('partial_rhi'):.3f} | {mean('train_s'):.0f} | {mean('gate_s'):.0f} |"
+        )
     shutil.rmtree(tmp, ignore_errors=True)
 
 

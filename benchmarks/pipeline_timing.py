@@ -88,10 +88,14 @@ def main() -> None:
     for spec in [s for s in STAGES if s.daily]:
         first, second = timings[spec.name]
         peak, added = memory[spec.name]
-        print(f"{spec.name:<22}{first:>12.1f}{second:>14.2f}{peak / gb:>9.2f}{added / gb:>10.2f}  {hits[spec.name][1]}")
+        print(
+            f"{spec.name:<22}{first:>12.1f}{second:>14.2f}{peak / gb:>9.2f}{added / gb:>10.2f}  {hits[spec.name][1]}"
+        )
     worst = max(memory, key=lambda k: memory[k][0])
-    print(f"{'total':<22}{totals[0]:>12.1f}{totals[1]:>14.2f}  ratio second/first = {totals[1] / totals[0]:.3f}; "
-          f"peak {memory[worst][0] / gb:.2f} GB in {worst} (goal: under 8 GB)")
+    print(
+        f"{'total':<22}{totals[0]:>12.1f}{totals[1]:>14.2f}  ratio second/first = {totals[1] / totals[0]:.3f}; "
+        f"peak {memory[worst][0] / gb:.2f} GB in {worst} (goal: under 8 GB)"
+    )
 
 
 if __name__ == "__main__":

@@ -34,12 +34,21 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.online.events import context_digest  # noqa: E402
-from hominem_pipeline.core.online.history import HistoryIndex  # noqa: E402
-from hominem_pipeline.core.online.log import read_events  # noqa: E402
+from hominem_pipeline.core.online.events import context_digest
+from hominem_pipeline.core.online.history import HistoryIndex
+from hominem_pipeline.core.online.log import read_events
 
-DOMAINS = ["emotional_support", "disagreement_conflict", "moral_dilemma", "information_seeking", "agency_empowerment",
-           "narrative", "reasoning", "factual", "creative"]
+DOMAINS = [
+    "emotional_support",
+    "disagreement_conflict",
+    "moral_dilemma",
+    "information_seeking",
+    "agency_empowerment",
+    "narrative",
+    "reasoning",
+    "factual",
+    "creative",
+]
 START = dt.datetime(2026, 10, 1, tzinfo=dt.timezone.utc)
 
 
@@ -65,25 +74,89 @@ def write_log(folder: Path, events: int, days: int, raters: int, versions: int, 
             clock += dt.timedelta(seconds=rng.randrange(1, 5))
             stamp = clock.isoformat()
             for i, tid in enumerate(ids):
-                lines.append(json.dumps({
-                    "kind": "turn", "id": tid, "time": stamp, "rater": rater, "session": f"s{n}", "messages": messages,
-                    "reply": f"reply {i} to {n}", "model": "hominem", "adapter": adapter, "reward_model": "reward_model/2026-10-01/rm01",
-                    "reward": {"scalar": round(rng.uniform(-1, 1), 3)}, "sampling": {"temperature": 0.7, "top_p": 0.95, "max_tokens": 128, "seed": n},
-                    "finish_reason": "stop", "completion_tokens": 20, "context": context}, separators=(",", ":")))
+                lines.append(
+                    json.dumps(
+                        {
+                            "kind": "turn",
+                            "id": tid,
+                            "time": stamp,
+                            "rater": rater,
+                            "session": f"s{n}",
+                            "messages": messages,
+                            "reply": f"reply {i} to {n}",
+                            "model": "hominem",
+                            "adapter": adapter,
+                            "reward_model": "reward_model/2026-10-01/rm01",
+                            "reward": {"scalar": round(rng.uniform(-1, 1), 3)},
+                            "sampling": {"temperature": 0.7, "top_p": 0.95, "max_tokens": 128, "seed": n},
+                            "finish_reason": "stop",
+                            "completion_tokens": 20,
+                            "context": context,
+                        },
+                        separators=(",", ":"),
+                    )
+                )
                 counts["turn"] += 1
             later = (clock + dt.timedelta(seconds=1)).isoformat()
             if rng.random() < 0.85:
-                lines.append(json.dumps({"kind": "choice", "id": f"c{n}", "time": later, "rater": rater, "chosen": ids[rng.randrange(2)],
-                                         "rejected": ids[0], "strength": rng.choice(["slight", "clear", "strong"])}, separators=(",", ":")))
+                lines.append(
+                    json.dumps(
+                        {
+                            "kind": "choice",
+                            "id": f"c{n}",
+                            "time": later,
+                            "rater": rater,
+                            "chosen": ids[rng.randrange(2)],
+                            "rejected": ids[0],
+                            "strength": rng.choice(["slight", "clear", "strong"]),
+                        },
+                        separators=(",", ":"),
+                    )
+                )
                 counts["choice"] += 1
             if rng.random() < 0.5:
-                lines.append(json.dumps({"kind": "thumb", "id": f"u{n}", "time": later, "rater": rater, "turn": ids[0], "value": rng.choice(["up", "down"])}))
+                lines.append(
+                    json.dumps(
+                        {
+                            "kind": "thumb",
+                            "id": f"u{n}",
+                            "time": later,
+                            "rater": rater,
+                            "turn": ids[0],
+                            "value": rng.choice(["up", "down"]),
+                        }
+                    )
+                )
                 counts["thumb"] += 1
             if rng.random() < 0.1:
-                lines.append(json.dumps({"kind": "nudge", "id": f"n{n}", "time": later, "rater": rater, "turn": ids[1], "dimension": "empathy", "direction": "more"}))
+                lines.append(
+                    json.dumps(
+                        {
+                            "kind": "nudge",
+                            "id": f"n{n}",
+                            "time": later,
+                            "rater": rater,
+                            "turn": ids[1],
+                            "dimension": "empathy",
+                            "direction": "more",
+                        }
+                    )
+                )
                 counts["nudge"] += 1
             if rng.random() < 0.1:
-                lines.append(json.dumps({"kind": "emotion", "id": f"e{n}", "time": later, "rater": rater, "turn": ids[1], "valence": -1, "tags": []}))
+                lines.append(
+                    json.dumps(
+                        {
+                            "kind": "emotion",
+                            "id": f"e{n}",
+                            "time": later,
+                            "rater": rater,
+                            "turn": ids[1],
+                            "valence": -1,
+                            "tags": [],
+                        }
+                    )
+                )
                 counts["emotion"] += 1
         (folder / f"{(START + dt.timedelta(days=day)).date()}.jsonl").write_text("\n".join(lines) + "\n")
     return counts
@@ -112,10 +185,14 @@ def scan(folder: Path, question: str, key: str) -> tuple[int, float]:
     return total, time.monotonic() - started
 
 
-def measure(index: HistoryIndex, queries: int, raters: int, versions: int, rng: random.Random) -> dict[str, dict[str, float]]:
+def measure(
+    index: HistoryIndex, queries: int, raters: int, versions: int, rng: random.Random
+) -> dict[str, dict[str, float]]:
     asks = {
         "choices of rater": lambda: index.choices_of_rater(f"r{rng.randrange(raters):04d}"),
-        "turns of version": lambda: index.turns_of_version(rng.choice(["base", *(f"v{v:04x}" for v in range(1, versions))])),
+        "turns of version": lambda: index.turns_of_version(
+            rng.choice(["base", *(f"v{v:04x}" for v in range(1, versions))])
+        ),
         "pairs of domain": lambda: index.pairs_of_domain(rng.choice(DOMAINS)),
     }
     out = {}
@@ -126,8 +203,12 @@ def measure(index: HistoryIndex, queries: int, raters: int, versions: int, rng: 
             page = ask()
             times.append(page.seconds * 1000)
             totals.append(page.total)
-        out[name] = {"p50_ms": float(np.percentile(times, 50)), "p95_ms": float(np.percentile(times, 95)), "max_ms": float(np.max(times)),
-                     "mean_rows": float(np.mean(totals))}
+        out[name] = {
+            "p50_ms": float(np.percentile(times, 50)),
+            "p95_ms": float(np.percentile(times, 95)),
+            "max_ms": float(np.max(times)),
+            "mean_rows": float(np.mean(totals)),
+        }
     return out
 
 
@@ -147,9 +228,18 @@ def main() -> None:
     started = time.monotonic()
     counts = write_log(work / "log", args.events, args.days, args.raters, args.versions, args.seed)
     size = sum(p.stat().st_size for p in (work / "log").glob("*.jsonl"))
-    print(f"log: {sum(counts.values()):,} events ({counts}) in {args.days} files, {size / 1e6:.0f} MB, written in {time.monotonic() - started:.0f}s", flush=True)
+    print(
+        f"log: {sum(counts.values()):,} events ({counts}) in {args.days} files, {size / 1e6:.0f} MB, "
+        f"written in {time.monotonic() - started:.0f}s",
+        flush=True,
+    )
 
-    report: dict[str, object] = {"events": sum(counts.values()), "counts": counts, "log_mb": size / 1e6, "backends": {}}
+    report: dict[str, object] = {
+        "events": sum(counts.values()),
+        "counts": counts,
+        "log_mb": size / 1e6,
+        "backends": {},
+    }
     baseline = {}
     for question, key in (("choices", "r0001"), ("turns", "v0001"), ("pairs", "reasoning")):
         total, seconds = scan(work / "log", question, key)
@@ -169,13 +259,23 @@ def main() -> None:
         try:
             with HistoryIndex(url) as index:
                 stats = index.update(work / "log", domain_of)
-                print(f"{backend}: indexed {stats.turns:,} turns and {stats.feedback:,} feedback events in {stats.seconds:.0f}s "
-                      f"({(stats.turns + stats.feedback) / stats.seconds:,.0f} events/s)", flush=True)
+                print(
+                    f"{backend}: indexed {stats.turns:,} turns and {stats.feedback:,} feedback events in "
+                    f"{stats.seconds:.0f}s "
+                    f"({(stats.turns + stats.feedback) / stats.seconds:,.0f} events/s)",
+                    flush=True,
+                )
                 figures = measure(index, args.queries, args.raters, args.versions, random.Random(args.seed))
             for name, f in figures.items():
-                base = baseline[{"choices of rater": "choices", "turns of version": "turns", "pairs of domain": "pairs"}[name]]
-                print(f"  {name}: p50 {f['p50_ms']:.1f} ms, p95 {f['p95_ms']:.1f} ms (max {f['max_ms']:.1f}; {f['mean_rows']:,.0f} rows match on "
-                      f"average; reading the log: {base:,.0f} ms, {base / f['p95_ms']:,.0f}x the p95)", flush=True)
+                base = baseline[
+                    {"choices of rater": "choices", "turns of version": "turns", "pairs of domain": "pairs"}[name]
+                ]
+                print(
+                    f"  {name}: p50 {f['p50_ms']:.1f} ms, p95 {f['p95_ms']:.1f} ms (max "
+                    f"{f['max_ms']:.1f}; {f['mean_rows']:,.0f} rows match on "
+                    f"average; reading the log: {base:,.0f} ms, {base / f['p95_ms']:,.0f}x the p95)",
+                    flush=True,
+                )
             report["backends"][backend] = {"index_seconds": stats.seconds, "queries": figures}  # type: ignore[index]
         finally:
             if server is not None:

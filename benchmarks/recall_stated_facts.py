@@ -25,23 +25,51 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.config.loader import load_config  # noqa: E402
-from hominem_pipeline.core.lm.generation import generate, messages_text  # noqa: E402
-from hominem_pipeline.core.online.facts import with_stated_facts  # noqa: E402
+from hominem_pipeline.core.config.loader import load_config
+from hominem_pipeline.core.lm.generation import generate, messages_text
+from hominem_pipeline.core.online.facts import with_stated_facts
 
-NAMES = ["Ana", "Oskar", "Priya", "Tomasz", "Wen", "Kofi", "Ines", "Dmitri", "Lena", "Marco", "Sofia", "Ravi", "Yuki", "Elif", "Nadia", "Hugo"]
-QUESTIONS = ["My manager keeps changing the deadlines. Anyway, what is my name?", "What is my name?", "Do you remember my name?"]
+NAMES = [
+    "Ana",
+    "Oskar",
+    "Priya",
+    "Tomasz",
+    "Wen",
+    "Kofi",
+    "Ines",
+    "Dmitri",
+    "Lena",
+    "Marco",
+    "Sofia",
+    "Ravi",
+    "Yuki",
+    "Elif",
+    "Nadia",
+    "Hugo",
+]
+QUESTIONS = [
+    "My manager keeps changing the deadlines. Anyway, what is my name?",
+    "What is my name?",
+    "Do you remember my name?",
+]
 
 
 def conversation(name: str, question: str) -> list[dict[str, str]]:
-    return [{"role": "user", "content": f"Hi! My name is {name}. I had a rough week at work."},
-            {"role": "assistant", "content": "I'm sorry to hear that. Do you want to talk about what happened at work this week?"},
-            {"role": "user", "content": question}]
+    return [
+        {"role": "user", "content": f"Hi! My name is {name}. I had a rough week at work."},
+        {
+            "role": "assistant",
+            "content": "I'm sorry to hear that. Do you want to talk about what happened at work this week?",
+        },
+        {"role": "user", "content": question},
+    ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--adapter", default=None, help="`live`, `latest` or an adapter folder (default: the base student)")
+    parser.add_argument(
+        "--adapter", default=None, help="`live`, `latest` or an adapter folder (default: the base student)"
+    )
     args = parser.parse_args()
     from hominem_pipeline.core.lm.models import prepare_student
     from hominem_pipeline.core.policy.lora import load_policy
@@ -51,22 +79,43 @@ def main() -> None:
     adapter = resolve_adapter(cfg, args.adapter) if args.adapter else None
     model, tokenizer = load_policy(prepare_student(cfg), adapter)
     started = time.monotonic()
-    print(f"{len(NAMES)} names x {len(QUESTIONS)} questions, {'adapter ' + str(adapter) if adapter else 'the base student'}, greedy, 32 tokens")
+    print(
+        f"{len(NAMES)} names x {len(QUESTIONS)} questions, "
+        f"{'adapter ' + str(adapter) if adapter else 'the base student'}, greedy, 32 tokens"
+    )
     penalty = cfg.evaluation.repetition_penalty
     for label, view in (("without recall_facts", lambda m: m), ("with recall_facts", with_stated_facts)):
         opening = [conversation(n, "")[:1] for n in NAMES]
-        own = generate(model, tokenizer, [messages_text(tokenizer, view(c)) for c in opening], max_new_tokens=48, seed=0, repetition_penalty=penalty)
+        own = generate(
+            model,
+            tokenizer,
+            [messages_text(tokenizer, view(c)) for c in opening],
+            max_new_tokens=48,
+            seed=0,
+            repetition_penalty=penalty,
+        )
         for kind in ("written", "free"):
             said = 0
             for question in QUESTIONS:
                 convs = [conversation(n, question) for n in NAMES]
                 if kind == "free":  # the model's own first answer in place of the written one
-                    convs = [[c[0], {"role": "assistant", "content": r.text.strip()}, c[2]] for c, r in zip(convs, own)]
-                replies = generate(model, tokenizer, [messages_text(tokenizer, view(c)) for c in convs], max_new_tokens=32, seed=0,
-                                   repetition_penalty=penalty)
+                    convs = [
+                        [c[0], {"role": "assistant", "content": r.text.strip()}, c[2]] for c, r in zip(convs, own)
+                    ]
+                replies = generate(
+                    model,
+                    tokenizer,
+                    [messages_text(tokenizer, view(c)) for c in convs],
+                    max_new_tokens=32,
+                    seed=0,
+                    repetition_penalty=penalty,
+                )
                 said += sum(n in r.text for n, r in zip(NAMES, replies))
             total = len(NAMES) * len(QUESTIONS)
-            print(f"{label:22s} {kind:8s} the name said back in {said}/{total} replies ({100 * said / total:.0f}%)", flush=True)
+            print(
+                f"{label:22s} {kind:8s} the name said back in {said}/{total} replies ({100 * said / total:.0f}%)",
+                flush=True,
+            )
     print(f"{time.monotonic() - started:.0f} s")
 
 

@@ -34,8 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.testing.service import start_serve, stop_serve  # noqa: E402
-from hominem_pipeline.testing.services import stop_group  # noqa: E402
+from hominem_pipeline.testing.service import start_serve, stop_serve
+from hominem_pipeline.testing.services import stop_group
 
 GOAL_MINUTES = 15.0
 OVERLAY = "retrain_loop.yaml"
@@ -51,7 +51,11 @@ def main() -> None:
     ap.add_argument("--project", type=Path, required=True, help="a project where `make run` finished for today")
     ap.add_argument("--choices", type=int, default=220)
     ap.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the run and the swap")
-    ap.add_argument("--with-fast-loop", action="store_true", help="keep the server's online updates on (online.scheduler), training beside the retrain")
+    ap.add_argument(
+        "--with-fast-loop",
+        action="store_true",
+        help="keep the server's online updates on (online.scheduler), training beside the retrain",
+    )
     args = ap.parse_args()
 
     import httpx2 as httpx
@@ -61,14 +65,21 @@ def main() -> None:
     from hominem_pipeline.core.online.live import LiveState
 
     project = args.project.resolve()
-    (project / "config" / OVERLAY).write_text("retrain:\n  sensor_interval_seconds: 5   # the benchmark's tick; the thresholds are the config's\n")
+    (project / "config" / OVERLAY).write_text(
+        "retrain:\n  sensor_interval_seconds: 5   # the benchmark's tick; the thresholds are the config's\n"
+    )
     cfg = load_config(project / "config" / OVERLAY, root=project)
     threshold = cfg.retrain.reward_pairs
     if args.choices < threshold:
-        raise SystemExit(f"--choices {args.choices} is below retrain.reward_pairs {threshold}: no run would start; give at least {threshold}")
+        raise SystemExit(
+            f"--choices {args.choices} is below retrain.reward_pairs {threshold}: no run would start; "
+            f"give at least {threshold}"
+        )
     state = LiveState(cfg.data_dir)
     before = state.current()
-    print(f"project {project}; live at the start: {before.version or 'base'}; threshold: {threshold} pairs", flush=True)
+    print(
+        f"project {project}; live at the start: {before.version or 'base'}; threshold: {threshold} pairs", flush=True
+    )
     env = {**os.environ, "HOMINEM_HOME": str(project)}
     env.pop("DAGSTER_HOME", None)
     bindir = Path(sys.executable).parent
@@ -76,12 +87,22 @@ def main() -> None:
     server, daemon = None, None
     try:
         fast = [] if args.with_fast_loop else ["--set", "online.scheduler=false"]
-        server, url, seconds = start_serve(["--config", f"config/{OVERLAY}", "--set", "serving.live_poll_seconds=0.5", *fast], project, env=env, timeout=600)
+        server, url, seconds = start_serve(
+            ["--config", f"config/{OVERLAY}", "--set", "serving.live_poll_seconds=0.5", *fast],
+            project,
+            env=env,
+            timeout=600,
+        )
         print(f"server up in {seconds:.0f} s", flush=True)
         log = open(project / "data" / "retrain_loop_daemon.log", "wb")
-        daemon = subprocess.Popen([str(bindir / "dagster-daemon"), "run", "-m", "hominem_pipeline.definitions"], cwd=home,
-                                  env={**env, "DAGSTER_HOME": str(home), "HOMINEM_CONFIG": str(project / "config" / OVERLAY)},
-                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        daemon = subprocess.Popen(
+            [str(bindir / "dagster-daemon"), "run", "-m", "hominem_pipeline.definitions"],
+            cwd=home,
+            env={**env, "DAGSTER_HOME": str(home), "HOMINEM_CONFIG": str(project / "config" / OVERLAY)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         time.sleep(20)  # the daemon's first tick sees what was there before (nothing new)
         started = time.time()
         crossed = None
@@ -92,7 +113,12 @@ def main() -> None:
                 prompt = f"{p['prompt']} ({i})" if i >= len(texts) else p["prompt"]
                 a = http.post(f"{url}/turns", json={"prompt": prompt, "reply": p["chosen"]}).json()["turn"]
                 b = http.post(f"{url}/turns", json={"prompt": prompt, "reply": p["rejected"]}).json()["turn"]
-                assert http.post(f"{url}/feedback", json={"kind": "choice", "chosen": a, "rejected": b, "strength": "clear"}).status_code == 200
+                assert (
+                    http.post(
+                        f"{url}/feedback", json={"kind": "choice", "chosen": a, "rejected": b, "strength": "clear"}
+                    ).status_code
+                    == 200
+                )
                 if i + 1 == threshold:
                     crossed = time.time()
         print(f"{args.choices} choices given; the {threshold}th crossed the threshold", flush=True)
@@ -101,36 +127,67 @@ def main() -> None:
         with DagsterInstance.from_config(str(home)) as instance:
             run = None
             while time.monotonic() < deadline:
-                runs = [r for r in instance.get_run_records(filters=RunsFilter(tags={"hominem/trigger": "data_threshold"}))
-                        if r.create_timestamp.timestamp() >= started]  # this benchmark's, oldest last
+                runs = [
+                    r
+                    for r in instance.get_run_records(filters=RunsFilter(tags={"hominem/trigger": "data_threshold"}))
+                    if r.create_timestamp.timestamp() >= started
+                ]  # this benchmark's, oldest last
                 runs = [r.dagster_run for r in runs]
-                if runs and runs[-1].status in (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED):
+                if runs and runs[-1].status in (
+                    DagsterRunStatus.SUCCESS,
+                    DagsterRunStatus.FAILURE,
+                    DagsterRunStatus.CANCELED,
+                ):
                     run = runs[-1]
                     break
                 time.sleep(2)
             if run is None:
                 raise SystemExit("no sensor-launched run ended in time; see data/retrain_loop_daemon.log")
             if len(runs) != 1:
-                print(f"note: {len(runs)} runs were launched by the sensor ({[r.run_id[:8] for r in runs]}); the first is measured", flush=True)
+                print(
+                    f"note: {len(runs)} runs were launched by the sensor "
+                    f"({[r.run_id[:8] for r in runs]}); the first is measured",
+                    flush=True,
+                )
             record = instance.get_run_record_by_id(run.run_id)
             stats = instance.get_run_stats(run.run_id)
             steps = sorted(instance.get_run_step_stats(run.run_id), key=lambda s: s.start_time or 0)
-        print(f"run {run.run_id[:8]} ({run.job_name}, {run.tags['dagster/partition']}): {run.status.value}; {run.tags['hominem/reason']}", flush=True)
+        print(
+            f"run {run.run_id[:8]} ({run.job_name}, {run.tags['dagster/partition']}): "
+            f"{run.status.value}; {run.tags['hominem/reason']}",
+            flush=True,
+        )
         created = record.create_timestamp.timestamp()
-        phases = [("sensor tick (from the crossing choice to the run's creation)", created - crossed),
-                  ("launch (the run created to its first step)", (stats.start_time or created) - created)]
+        phases = [
+            ("sensor tick (from the crossing choice to the run's creation)", created - crossed),
+            ("launch (the run created to its first step)", (stats.start_time or created) - created),
+        ]
         phases += [(f"step {s.step_key}", (s.end_time or 0) - (s.start_time or 0)) for s in steps]
         ended = stats.end_time or time.time()
-        decision = next((e for e in reversed(state.history()) if e.get("by") == f"dagster:{run.run_id}" and e["action"] in ("promote", "refuse")), None)
+        decision = next(
+            (
+                e
+                for e in reversed(state.history())
+                if e.get("by") == f"dagster:{run.run_id}" and e["action"] in ("promote", "refuse")
+            ),
+            None,
+        )
         swapped = None
         if decision is not None and decision["action"] == "promote":
             while time.monotonic() < deadline:
-                served = next(m["adapter"] for m in httpx.get(f"{url}/v1/models", timeout=30).json()["data"] if m["id"] == "hominem")
+                served = next(
+                    m["adapter"]
+                    for m in httpx.get(f"{url}/v1/models", timeout=30).json()["data"]
+                    if m["id"] == "hominem"
+                )
                 if served == state.current().adapter:
                     break
                 time.sleep(0.2)
-            reply = httpx.post(f"{url}/v1/chat/completions", json={"model": "hominem", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16},
-                               timeout=120)
+            reply = httpx.post(
+                f"{url}/v1/chat/completions",
+                json={"model": "hominem", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16},
+                timeout=120,
+            )
             swapped = time.time()
             phases.append(("hot-swap and the first reply from the new adapter", swapped - ended))
             assert reply.status_code == 200
@@ -139,11 +196,19 @@ def main() -> None:
         for name, s in phases:
             print(f"{name:<70} {s:8.1f} {100 * s / total:5.1f}%")
         print(f"{'total':<70} {total:8.1f}")
-        outcome = (f"promoted: the server answers with {state.current().version}" if swapped else
-                   f"refused by the gate: {decision['reason'] if decision else '(no decision recorded)'}; the server keeps {before.version or 'base'}")
+        outcome = (
+            f"promoted: the server answers with {state.current().version}"
+            if swapped
+            else f"refused by the gate: {decision['reason'] if decision else '(no decision recorded)'}; the "
+            f"server keeps {before.version or 'base'}"
+        )
         print(f"\nthe gate: {outcome}")
-        print(f"goal (the loop within {GOAL_MINUTES:.0f} min): {'met' if total / 60 <= GOAL_MINUTES else 'NOT met'} ({total / 60:.1f} min"
-              + ("" if swapped else ", to the gate's decision") + ")")
+        print(
+            f"goal (the loop within {GOAL_MINUTES:.0f} min): "
+            f"{'met' if total / 60 <= GOAL_MINUTES else 'NOT met'} ({total / 60:.1f} min"
+            + ("" if swapped else ", to the gate's decision")
+            + ")"
+        )
     finally:
         stop_group(daemon, timeout=60)
         if server is not None:

@@ -31,12 +31,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.preference_history import write_log  # noqa: E402
-from hominem_pipeline.core.config.loader import load_config  # noqa: E402
-from hominem_pipeline.core.online.feedback import feedback_tables  # noqa: E402
-from hominem_pipeline.core.online.log import read_events  # noqa: E402
-from hominem_pipeline.core.online.log import log_folder  # noqa: E402
-from hominem_pipeline.core.pipeline.retrain import retrain_tick  # noqa: E402
+from benchmarks.preference_history import write_log
+from hominem_pipeline.core.config.loader import load_config
+from hominem_pipeline.core.online.feedback import feedback_tables
+from hominem_pipeline.core.online.log import (
+    log_folder,
+    read_events,
+)
+from hominem_pipeline.core.pipeline.retrain import retrain_tick
 
 GOAL_SECONDS = 2.0
 
@@ -51,11 +53,38 @@ def append_new(folder: Path, n: int, seed: int) -> None:
     for i in range(n // 3):
         messages = [{"role": "user", "content": f"a new message {i}"}]
         for side in "ab":
-            lines.append(json.dumps({"kind": "turn", "id": f"new{i}{side}", "time": f"{day}T10:00:00+00:00", "rater": "local", "session": f"new{i}",
-                                     "messages": messages, "reply": f"reply {side}", "model": "hominem", "adapter": None, "sampling": {},
-                                     "finish_reason": "stop", "completion_tokens": 3, "context": context_digest(messages)}))
-        lines.append(json.dumps({"kind": "choice", "id": f"newc{i}", "time": f"{day}T10:00:01+00:00", "rater": "local", "chosen": f"new{i}{'ab'[rng.randrange(2)]}",
-                                 "rejected": f"new{i}b", "strength": "clear"}))
+            lines.append(
+                json.dumps(
+                    {
+                        "kind": "turn",
+                        "id": f"new{i}{side}",
+                        "time": f"{day}T10:00:00+00:00",
+                        "rater": "local",
+                        "session": f"new{i}",
+                        "messages": messages,
+                        "reply": f"reply {side}",
+                        "model": "hominem",
+                        "adapter": None,
+                        "sampling": {},
+                        "finish_reason": "stop",
+                        "completion_tokens": 3,
+                        "context": context_digest(messages),
+                    }
+                )
+            )
+        lines.append(
+            json.dumps(
+                {
+                    "kind": "choice",
+                    "id": f"newc{i}",
+                    "time": f"{day}T10:00:01+00:00",
+                    "rater": "local",
+                    "chosen": f"new{i}{'ab'[rng.randrange(2)]}",
+                    "rejected": f"new{i}b",
+                    "strength": "clear",
+                }
+            )
+        )
     with open(folder / f"{day}.jsonl", "a") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -99,7 +128,11 @@ def main() -> None:
         folder = log_folder(cfg)
         started = time.monotonic()
         counts = write_log(folder, args.events, args.days, raters=1000, versions=60, seed=args.seed)
-        print(f"log: {sum(counts.values()):,} events ({counts}) in {args.days} files, written in {time.monotonic() - started:.0f}s", flush=True)
+        print(
+            f"log: {sum(counts.values()):,} events ({counts}) in {args.days} files, written in "
+            f"{time.monotonic() - started:.0f}s",
+            flush=True,
+        )
 
         tick, cold = timed_tick(None, cfg)
         print(f"first tick (indexes the whole log, {args.backend}): {cold:.1f} s: {tick.reason}", flush=True)
@@ -110,9 +143,17 @@ def main() -> None:
         print(f"tick with nothing new: {idle:.2f} s", flush=True)
         conversations, pairs, seconds = counted_by_reading(folder)
         total = json.loads(tick.cursor)
-        print(f"baseline, reading every day of the log by human_feedback's rules: {seconds:.1f} s ({conversations:,} conversations, {pairs:,} pairs; "
-              f"the tick counted {total['conversations']:,} and {total['preference_pairs']:,}); the tick after new events: {seconds / warm:,.0f}x faster", flush=True)
-        print(f"goal (a tick after new events under {GOAL_SECONDS:.0f} s over {sum(counts.values()):,} events): {'met' if warm < GOAL_SECONDS else 'NOT met'}")
+        print(
+            f"baseline, reading every day of the log by human_feedback's rules: {seconds:.1f} s "
+            f"({conversations:,} conversations, {pairs:,} pairs; "
+            f"the tick counted {total['conversations']:,} and {total['preference_pairs']:,}); the tick "
+            f"after new events: {seconds / warm:,.0f}x faster",
+            flush=True,
+        )
+        print(
+            f"goal (a tick after new events under {GOAL_SECONDS:.0f} s over {sum(counts.values()):,} "
+            f"events): {'met' if warm < GOAL_SECONDS else 'NOT met'}"
+        )
     finally:
         if server is not None:
             server.stop()

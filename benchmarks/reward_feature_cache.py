@@ -23,12 +23,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.project import config_on  # noqa: E402
+from benchmarks.project import config_on
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--project", type=Path, default=ROOT, help="the project whose teacher labels and student are used (default: this repo)")
+    ap.add_argument(
+        "--project",
+        type=Path,
+        default=ROOT,
+        help="the project whose teacher labels and student are used (default: this repo)",
+    )
     args = ap.parse_args()
 
     import numpy as np
@@ -45,25 +50,50 @@ def main() -> None:
     cfg = config_on(project)  # this code's config, the project's data and student
     labels_file = sorted((cfg.data_dir / "teacher_labels").glob("*/*/labels.parquet"))[-1]
     labels, human = pd.read_parquet(labels_file), people_pairs(cfg)
-    print(f"{len(labels)} teacher labels ({labels_file.parent.parent.name}), {0 if human is None else len(human)} shipped people's pairs", flush=True)
+    print(
+        f"{len(labels)} teacher labels ({labels_file.parent.parent.name}), "
+        f"{0 if human is None else len(human)} shipped people's pairs",
+        flush=True,
+    )
     tmp = Path(tempfile.mkdtemp(prefix="hominem-feature-cache-"))
     runs = {}
     for name in ("empty cache", "filled cache"):
         started = time.monotonic()
-        metrics = train_reward_model(labels, dimensions=cfg.dimension_names, backbone_path=reward_backbone(cfg), cfg=cfg.reward_model, out_dir=tmp / name,
-                                     seed=cfg.project.seed, data_digest="benchmark", date=labels_file.parent.parent.name, human_pairs=human,
-                                     judge_system=rubric_system(cfg.labeling), judge_question=cfg.labeling.scalar_question,
-                                     feature_cache=tmp / "cache", guard_student=student_path(cfg) if cfg.reward_model.guards else None)
+        metrics = train_reward_model(
+            labels,
+            dimensions=cfg.dimension_names,
+            backbone_path=reward_backbone(cfg),
+            cfg=cfg.reward_model,
+            out_dir=tmp / name,
+            seed=cfg.project.seed,
+            data_digest="benchmark",
+            date=labels_file.parent.parent.name,
+            human_pairs=human,
+            judge_system=rubric_system(cfg.labeling),
+            judge_question=cfg.labeling.scalar_question,
+            feature_cache=tmp / "cache",
+            guard_student=student_path(cfg) if cfg.reward_model.guards else None,
+        )
         runs[name] = (time.monotonic() - started, metrics)
-        print(f"{name}: {runs[name][0]:.1f} s (pooled rows read from the cache {metrics.get('feature_cache_pooled_hits')}, guard rows "
-              f"{metrics.get('feature_cache_guards_hits')})", flush=True)
+        print(
+            f"{name}: {runs[name][0]:.1f} s (pooled rows read from the cache "
+            f"{metrics.get('feature_cache_pooled_hits')}, guard rows "
+            f"{metrics.get('feature_cache_guards_hits')})",
+            flush=True,
+        )
     fixtures = load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names) if cfg.fixtures.file else []
     prompts = [f.prompt for f in fixtures for _ in range(2)]
     replies = [r for f in fixtures for r in (f.better, f.worse)]
     scalars = [RewardModel.load(tmp / name).raw_scores(prompts, replies)["scalar"] for name in runs]
     cold, warm = runs["empty cache"][0], runs["filled cache"][0]
-    print(f"\n| run | seconds |\n| --- | --- |\n| features cache empty | {cold:.1f} |\n| filled by the first run | {warm:.1f} ({cold / warm:.1f}x faster) |")
-    print(f"largest difference between the two models' scalars on {len(replies)} fixture replies: {np.abs(scalars[0] - scalars[1]).max():.2e}")
+    print(
+        f"\n| run | seconds |\n| --- | --- |\n| features cache empty | {cold:.1f} |\n| filled by the "
+        f"first run | {warm:.1f} ({cold / warm:.1f}x faster) |"
+    )
+    print(
+        f"largest difference between the two models' scalars on {len(replies)} fixture replies: "
+        f"{np.abs(scalars[0] - scalars[1]).max():.2e}"
+    )
 
 
 if __name__ == "__main__":

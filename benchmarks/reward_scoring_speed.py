@@ -31,14 +31,14 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.config.loader import load_config  # noqa: E402
-from hominem_pipeline.core.human.preferences import parse_preference_file  # noqa: E402
-from hominem_pipeline.core.pipeline.lineage import lineage  # noqa: E402
-from hominem_pipeline.core.lm.models import reward_backbone  # noqa: E402
-from hominem_pipeline.core.reward.model import RewardModel  # noqa: E402
-from hominem_pipeline.core.reward.network import member_mean_std  # noqa: E402
-from hominem_pipeline.core.reward.training import train_reward_model  # noqa: E402
-from hominem_pipeline.core.teacher.base import rubric_system  # noqa: E402
+from hominem_pipeline.core.config.loader import load_config
+from hominem_pipeline.core.human.preferences import parse_preference_file
+from hominem_pipeline.core.lm.models import reward_backbone
+from hominem_pipeline.core.pipeline.lineage import lineage
+from hominem_pipeline.core.reward.model import RewardModel
+from hominem_pipeline.core.reward.network import member_mean_std
+from hominem_pipeline.core.reward.training import train_reward_model
+from hominem_pipeline.core.teacher.base import rubric_system
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"
 
@@ -81,7 +81,14 @@ def naive_scores(rm: RewardModel, prompts: list[str], responses: list[str]) -> n
         tok.pad_token = tok.eos_token
     with torch.inference_mode():
         for i, (p, r) in enumerate(zip(prompts, responses)):
-            enc = tok(*naive_text(rm, p, r), truncation=True, max_length=rm.max_length, padding="max_length", return_tensors="pt", add_special_tokens=False)
+            enc = tok(
+                *naive_text(rm, p, r),
+                truncation=True,
+                max_length=rm.max_length,
+                padding="max_length",
+                return_tensors="pt",
+                add_special_tokens=False,
+            )
             mean, _ = member_mean_std(rm.net(enc["input_ids"], enc["attention_mask"]))
             out[i] = float(mean["scalar"][0])
     return out
@@ -102,7 +109,9 @@ def newest_model() -> Path | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    ap.add_argument("--model", type=Path, default=None, help="reward model folder (default: the newest under data/reward_model)")
+    ap.add_argument(
+        "--model", type=Path, default=None, help="reward model folder (default: the newest under data/reward_model)"
+    )
     ap.add_argument("--pairs", type=int, default=512)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--train-labels", type=int, default=500, help="labels for the training-time figure (0: skip)")
@@ -122,7 +131,10 @@ def main() -> None:
 
     rm = RewardModel.load(model)
     lengths = [len(x) for x in rm.encode(prompts, responses)]
-    print(f"real lengths: mean {np.mean(lengths):.0f}, median {np.median(lengths):.0f}, max {max(lengths)} tokens (max_length {rm.max_length})")
+    print(
+        f"real lengths: mean {np.mean(lengths):.0f}, median {np.median(lengths):.0f}, max {max(lengths)} "
+        f"tokens (max_length {rm.max_length})"
+    )
     rm.raw_scores(prompts[:8], responses[:8])  # warm-up
     naive, t_naive = timed(lambda: naive_scores(rm, prompts, responses))
     fast, t_fast = timed(lambda: rm.score(prompts, responses, batch_size=args.batch_size))
@@ -136,15 +148,25 @@ def main() -> None:
     fp32_gap = fast_scalar[:n] - fast_scalar[n:]
     naive_agree = float((np.sign(fp32_gap) == np.sign(naive[:n] - naive[n:])).mean())
     print(f"naive loop (one at a time, padded to {rm.max_length}): {n / t_naive:7.2f} pairs/s")
-    print(f"score() fp32 (length-sorted batches of {args.batch_size}):  {n / t_fast:7.2f} pairs/s   {t_naive / t_fast:.2f}x the naive loop "
-          f"(the naive loop's end-truncation agrees on {naive_agree:.2%} of the decisions)")
+    print(
+        f"score() fp32 (length-sorted batches of {args.batch_size}):  {n / t_fast:7.2f} pairs/s   "
+        f"{t_naive / t_fast:.2f}x the naive loop "
+        f"(the naive loop's end-truncation agrees on {naive_agree:.2%} of the decisions)"
+    )
     if prefix is not None:
-        print(f"score() fp32, the frame's {len(prefix)}-token head run with every row: {n / t_whole:7.2f} pairs/s; the head once per batch is "
-              f"{t_whole / t_fast:.2f}x faster (largest score difference {np.abs(whole - fast_scalar).max():.1e})")
-    # With the head cached score() skips work these FLOPs count, so the whole-row pass is the one measured against the ceiling.
+        print(
+            f"score() fp32, the frame's {len(prefix)}-token head run with every row: {n / t_whole:7.2f} "
+            "pairs/s; the head once per batch is "
+            f"{t_whole / t_fast:.2f}x faster (largest score difference {np.abs(whole - fast_scalar).max():.1e})"
+        )
+    # With the head cached score() skips work these FLOPs count, so the whole-row pass is the one measured against the
+    # ceiling.
     busy, which = (t_whole, "with the head in every row") if prefix is not None else (t_fast, "fp32")
-    print(f"fp32 matmul ceiling {ceiling:.1f} GFLOP/s; score() {which} does {flops / busy / 1e9:.1f} GFLOP/s of real-token work = {flops / busy / 1e9 / ceiling:.0%} of it",
-          flush=True)
+    print(
+        f"fp32 matmul ceiling {ceiling:.1f} GFLOP/s; score() {which} does {flops / busy / 1e9:.1f} "
+        f"GFLOP/s of real-token work = {flops / busy / 1e9 / ceiling:.0%} of it",
+        flush=True,
+    )
 
     if args.train_labels:
         cfg = load_config(root=ROOT, overrides={"reward_model": {"epochs": 1}})
@@ -152,17 +174,44 @@ def main() -> None:
         rows = []
         for i, row in pairs.head(k).iterrows():
             for reply, value in ((row["chosen"], 0.5), (row["rejected"], -0.5)):
-                rows.append({"prompt_id": f"p{i}", "prompt": row["prompt"], "response": reply, "vector": {d: value for d in cfg.dimension_names},
-                             "scalar": value, "reward_intensity": 0.5, "safety_score": 0.5 + value / 2, "rationale": ""})
+                rows.append(
+                    {
+                        "prompt_id": f"p{i}",
+                        "prompt": row["prompt"],
+                        "response": reply,
+                        "vector": {d: value for d in cfg.dimension_names},
+                        "scalar": value,
+                        "reward_intensity": 0.5,
+                        "safety_score": 0.5 + value / 2,
+                        "rationale": "",
+                    }
+                )
         labels = pd.DataFrame(rows)
         with tempfile.TemporaryDirectory() as tmp:
-            metrics, seconds = timed(lambda: train_reward_model(labels, dimensions=cfg.dimension_names, backbone_path=reward_backbone(cfg), cfg=cfg.reward_model,
-                                                               out_dir=Path(tmp), seed=0, data_digest="bench", date="benchmark", judge_system=rubric_system(cfg.labeling),
-                                                               judge_question=cfg.labeling.scalar_question))
+            metrics, seconds = timed(
+                lambda: train_reward_model(
+                    labels,
+                    dimensions=cfg.dimension_names,
+                    backbone_path=reward_backbone(cfg),
+                    cfg=cfg.reward_model,
+                    out_dir=Path(tmp),
+                    seed=0,
+                    data_digest="bench",
+                    date="benchmark",
+                    judge_system=rubric_system(cfg.labeling),
+                    judge_question=cfg.labeling.scalar_question,
+                )
+            )
         trained = metrics["train_sequences"]
-        how = ("ridge heads: one backbone pass, the heads solved and cross-validated, calibration, saving" if cfg.reward_model.head_fit == "ridge"
-               else "1 epoch with validation, calibration and saving")
-        print(f"training: {trained} labels ({how}) in {seconds:.1f} s = {seconds / trained * 1000:.0f} s per 1,000 labels")
+        how = (
+            "ridge heads: one backbone pass, the heads solved and cross-validated, calibration, saving"
+            if cfg.reward_model.head_fit == "ridge"
+            else "1 epoch with validation, calibration and saving"
+        )
+        print(
+            f"training: {trained} labels ({how}) in {seconds:.1f} s = {seconds / trained * 1000:.0f} s "
+            "per 1,000 labels"
+        )
 
 
 if __name__ == "__main__":

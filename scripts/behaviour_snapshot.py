@@ -27,11 +27,25 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 DAY = "2026-11-20"
-STAGES = ("prompts", "teacher_trajectories", "teacher_labels", "human_feedback", "reward_model", "preference_pairs", "lora_adapter",
-          "evaluation", "reward_health_index", "probes", "predictions", "attunement")
+STAGES = (
+    "prompts",
+    "teacher_trajectories",
+    "teacher_labels",
+    "human_feedback",
+    "reward_model",
+    "preference_pairs",
+    "lora_adapter",
+    "evaluation",
+    "reward_health_index",
+    "probes",
+    "predictions",
+    "attunement",
+)
 # Keys whose values differ between two runs of the same code (times, run ids, folders) or by design
 # when the code changes (versions, code digests).
-VOLATILE = re.compile(r"^(definition|content|files|inputs|created|created_at|time|run_id|tokens_per_second|seconds|seconds_per_.*|.*_seconds)$")
+VOLATILE = re.compile(
+    r"^(definition|content|files|inputs|created|created_at|time|run_id|tokens_per_second|seconds|seconds_per_.*|.*_seconds)$"
+)
 # Inside a text: a version id, a temporary folder.
 NAMES = re.compile(r"[0-9a-f]{16}|/tmp/[^ '\"]*")
 
@@ -81,8 +95,13 @@ def _materialize(project: Path, config_path: Path, instance, selection: str | No
 
     defs = build_definitions(str(config_path), root=project)
     assets = [a for a in defs.assets if a.key.to_user_string() != "human_preferences"]  # filled by imports
-    result = materialize([*assets, *defs.asset_checks], instance=instance, partition_key=DAY, selection=selection,
-                         resources={"hominem": HominemResource(root=str(project), config_path=str(config_path))})
+    result = materialize(
+        [*assets, *defs.asset_checks],
+        instance=instance,
+        partition_key=DAY,
+        selection=selection,
+        resources={"hominem": HominemResource(root=str(project), config_path=str(config_path))},
+    )
     assert result.success
 
 
@@ -112,31 +131,51 @@ def _add_choice(project: Path) -> None:
     from hominem_pipeline.core.online.events import context_digest
 
     messages = [{"role": "user", "content": "My friend forgot my birthday."}]
-    turn = {"kind": "turn", "time": f"{DAY}T10:00:00+00:00", "rater": "local", "session": "b", "messages": messages, "model": "hominem",
-            "adapter": None, "sampling": {}, "finish_reason": "stop", "completion_tokens": 5, "context": context_digest(messages)}
-    events = [turn | {"id": "b-warm", "reply": "That stings. Did you tell them?"}, turn | {"id": "b-cold", "reply": "Get over it."},
-              {"kind": "choice", "id": "b-c", "time": f"{DAY}T10:01:00+00:00", "rater": "local", "chosen": "b-warm", "rejected": "b-cold",
-               "strength": "clear"}]
+    turn = {
+        "kind": "turn",
+        "time": f"{DAY}T10:00:00+00:00",
+        "rater": "local",
+        "session": "b",
+        "messages": messages,
+        "model": "hominem",
+        "adapter": None,
+        "sampling": {},
+        "finish_reason": "stop",
+        "completion_tokens": 5,
+        "context": context_digest(messages),
+    }
+    events = [
+        turn | {"id": "b-warm", "reply": "That stings. Did you tell them?"},
+        turn | {"id": "b-cold", "reply": "Get over it."},
+        {
+            "kind": "choice",
+            "id": "b-c",
+            "time": f"{DAY}T10:01:00+00:00",
+            "rater": "local",
+            "chosen": "b-warm",
+            "rejected": "b-cold",
+            "strength": "clear",
+        },
+    ]
     with open(project / "data" / "online" / "log" / f"{DAY}.jsonl", "a") as fh:
         fh.write("".join(json.dumps(e) + "\n" for e in events))
 
 
 def write(out: Path) -> None:
+    import pandas as pd
+    import yaml
     from dagster import instance_for_test
 
     from hominem_pipeline.core.config import RewardModelConfig
     from hominem_pipeline.core.config.loader import deep_merge, load_config
     from hominem_pipeline.core.evaluation.fixtures import load_fixtures
-    from hominem_pipeline.core.pipeline.lineage import lineage
-    from hominem_pipeline.core.reward.model import RewardModel
-    from hominem_pipeline_tests.conftest import build_tiny_encoder, build_tiny_student, make_project
-    from hominem_pipeline_tests.integration.test_pipeline import write_feedback_log
-    import pandas as pd
-    import yaml
-
     from hominem_pipeline.core.online.live import LiveState
     from hominem_pipeline.core.online.updates import run_update
+    from hominem_pipeline.core.pipeline.lineage import lineage
+    from hominem_pipeline.core.reward.model import RewardModel
     from hominem_pipeline.core.reward.training import train_reward_model
+    from hominem_pipeline_tests.conftest import build_tiny_encoder, build_tiny_student, make_project
+    from hominem_pipeline_tests.integration.test_pipeline import write_feedback_log
 
     work = Path(tempfile.mkdtemp(prefix="hominem-snapshot-"))
     student = build_tiny_student(work / "student")
@@ -155,26 +194,55 @@ def write(out: Path) -> None:
         replies = [f.better for f in fixtures] + [f.worse for f in fixtures]
         snapshot["reward_model/fixture_scores"] = _plain(model.raw_scores(prompts, replies))
         # the adapter trained by DPO instead of the dual channels (the shipped overlay)
-        dpo = _overlay(config_path, "dpo", yaml.safe_load((project / "config" / "training" / "lora_dpo.yaml").read_text()))
+        dpo = _overlay(
+            config_path, "dpo", yaml.safe_load((project / "config" / "training" / "lora_dpo.yaml").read_text())
+        )
         _materialize(project, dpo, instance, "lora_adapter")
         _stage_outputs(load_config(dpo, root=project), ("lora_adapter",), "dpo:", snapshot)
     # an online update on people's choices (the fast loop), promoted through a lenient gate
-    lenient = _overlay(config_path, "lenient", {"health": {"min_win_rate": 0.0, "people_tolerance": None},
-                                                "online": {"skip_below": 0.0, "rollback_below": 0.0, "freeze_below": 0.0}})
+    lenient = _overlay(
+        config_path,
+        "lenient",
+        {
+            "health": {"min_win_rate": 0.0, "people_tolerance": None},
+            "online": {"skip_below": 0.0, "rollback_below": 0.0, "freeze_below": 0.0},
+        },
+    )
     _add_choice(project)
     result = run_update(load_config(lenient, root=project), by="snapshot", reason="snapshot")
-    snapshot["online_update/result"] = _plain({k: v for k, v in result.__dict__.items() if k in ("outcome", "partial_rhi", "items", "gate")})
+    snapshot["online_update/result"] = _plain(
+        {k: v for k, v in result.__dict__.items() if k in ("outcome", "partial_rhi", "items", "gate")}
+    )
     folder = LiveState(cfg.data_dir).adapter_path()
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         if (value := _read(path)) is not None:
             snapshot[f"online_update/{path.relative_to(folder)}"] = value
     # the reward model's other engine: heads and a LoRA on the backbone trained by gradient
     labels = pd.read_parquet(lineage(cfg).require("teacher_labels", DAY).file("labels.parquet"))
-    gradient = RewardModelConfig.model_validate(deep_merge(cfg.reward_model.model_dump(), {
-        "head_fit": "gradient", "scalar": "free", "epochs": 2, "guards": [], "people_score": {"encoder": None}, "rationale_weight": 0.5,
-        "backbone": {"finetune": "lora", "frame": "pair", "lora": {"target_modules": ["q_proj", "v_proj"]}}}))
-    metrics = train_reward_model(labels, dimensions=cfg.dimension_names, backbone_path=student, cfg=gradient, out_dir=work / "gradient", seed=0,
-                                 data_digest="snapshot", date=DAY)
+    gradient = RewardModelConfig.model_validate(
+        deep_merge(
+            cfg.reward_model.model_dump(),
+            {
+                "head_fit": "gradient",
+                "scalar": "free",
+                "epochs": 2,
+                "guards": [],
+                "people_score": {"encoder": None},
+                "rationale_weight": 0.5,
+                "backbone": {"finetune": "lora", "frame": "pair", "lora": {"target_modules": ["q_proj", "v_proj"]}},
+            },
+        )
+    )
+    metrics = train_reward_model(
+        labels,
+        dimensions=cfg.dimension_names,
+        backbone_path=student,
+        cfg=gradient,
+        out_dir=work / "gradient",
+        seed=0,
+        data_digest="snapshot",
+        date=DAY,
+    )
     snapshot["gradient_reward_model/metrics"] = _plain(metrics)
     snapshot["gradient_reward_model/heads"] = _read(work / "gradient" / "heads.safetensors")
     snapshot["gradient_reward_model/scores"] = _plain(RewardModel.load(work / "gradient").raw_scores(prompts, replies))
@@ -227,7 +295,9 @@ def main() -> int:
     c = sub.add_parser("compare")
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)
-    c.add_argument("--tolerance", type=float, default=1e-6, help="relative difference allowed on a number (default 1e-6)")
+    c.add_argument(
+        "--tolerance", type=float, default=1e-6, help="relative difference allowed on a number (default 1e-6)"
+    )
     args = parser.parse_args()
     if args.command == "write":
         write(args.out)

@@ -22,19 +22,34 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.config.loader import load_config  # noqa: E402
-from hominem_pipeline.serving.server import ServeError, resolve_adapter, resolve_reward_model  # noqa: E402
-from hominem_pipeline.testing.browser import ask_for_a_pair, choose_between_two_replies, chromium, screenshot  # noqa: E402
-from hominem_pipeline.testing.service import ServeFailed, start_serve, stop_serve  # noqa: E402
+from hominem_pipeline.core.config.loader import load_config
+from hominem_pipeline.serving.server import ServeError, resolve_adapter, resolve_reward_model
+from hominem_pipeline.testing.browser import ask_for_a_pair, choose_between_two_replies, chromium, screenshot
+from hominem_pipeline.testing.service import ServeFailed, start_serve, stop_serve
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=None, help="default: docs/screenshots/feedback_page.png, or asked_pair.png with --asked")
-    ap.add_argument("--asked", action="store_true", help="the pair \"ask me a pair\" brings (GET /feedback/next), with why it was picked")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="default: docs/screenshots/feedback_page.png, or asked_pair.png with --asked",
+    )
+    ap.add_argument(
+        "--asked",
+        action="store_true",
+        help='the pair "ask me a pair" brings (GET /feedback/next), with why it was picked',
+    )
     ap.add_argument("--message", default="I failed my driving test again today. I feel so stupid.")
-    ap.add_argument("--adapter", default="latest", help="live, latest, a folder or none (as `hominem serve --adapter`)")
-    ap.add_argument("--reward-model", default="adapter", help="adapter, latest, a folder or none (as `hominem serve --reward-model`)")
+    ap.add_argument(
+        "--adapter", default="latest", help="live, latest, a folder or none (as `hominem serve --adapter`)"
+    )
+    ap.add_argument(
+        "--reward-model",
+        default="adapter",
+        help="adapter, latest, a folder or none (as `hominem serve --reward-model`)",
+    )
     args = ap.parse_args()
     cfg = load_config(root=ROOT)
     try:
@@ -45,9 +60,20 @@ def main() -> None:
     out = args.out or ROOT / "docs" / "screenshots" / ("asked_pair.png" if args.asked else "feedback_page.png")
     # its own log folder: the screenshot's exchange is not feedback anyone gave
     try:
-        proc, url, _ = start_serve(["--set", "serving.log_dir=online-screenshot", "--set", "serving.max_new_tokens=96",
-                                    "--adapter", str(adapter or "none"), "--reward-model", str(reward_model or "none")],
-                                   ROOT, stdout=None)
+        proc, url, _ = start_serve(
+            [
+                "--set",
+                "serving.log_dir=online-screenshot",
+                "--set",
+                "serving.max_new_tokens=96",
+                "--adapter",
+                str(adapter or "none"),
+                "--reward-model",
+                str(reward_model or "none"),
+            ],
+            ROOT,
+            stdout=None,
+        )
     except ServeFailed as exc:
         raise SystemExit(str(exc)) from None
     try:
@@ -56,7 +82,9 @@ def main() -> None:
             if args.asked:
                 ask_for_a_pair(driver, url + "/")
             else:
-                choose_between_two_replies(driver, url + "/", args.message, pick="A", strength="strong", note="A takes the feeling seriously")
+                choose_between_two_replies(
+                    driver, url + "/", args.message, pick="A", strength="strong", note="A takes the feeling seriously"
+                )
             print(screenshot(driver, out))
         finally:
             driver.quit()

@@ -30,8 +30,12 @@ def fetch(url: str, tries: int = 3) -> bytes:
                 return response.read()
         except OSError as exc:
             if attempt == tries:
-                raise SystemExit(f"could not fetch {url} ({exc}); the dashboard's charts need it. Run `make install` again when the npm registry "
-                                 "is reachable, or put the files named in hominem_pipeline/serving/static/vendor.json into static/vendor/ by hand")
+                raise SystemExit(
+                    f"could not fetch {url} ({exc}); the dashboard's charts need it. Run `make install` "
+                    "again when the npm registry "
+                    "is reachable, or put the files named in "
+                    "hominem_pipeline/serving/static/vendor.json into static/vendor/ by hand"
+                )
             time.sleep(2 * attempt)
     raise AssertionError("unreachable")
 
@@ -40,7 +44,9 @@ def check_integrity(data: bytes, integrity: str, url: str) -> None:
     algorithm, _, expected = integrity.partition("-")
     got = base64.b64encode(hashlib.new(algorithm, data).digest()).decode()
     if got != expected:
-        raise SystemExit(f"{url} does not match its pinned integrity ({integrity}, got {algorithm}-{got}); not installed")
+        raise SystemExit(
+            f"{url} does not match its pinned integrity ({integrity}, got {algorithm}-{got}); not installed"
+        )
 
 
 def main() -> None:
@@ -49,7 +55,11 @@ def main() -> None:
     args = ap.parse_args()
     wanted = json.loads((STATIC / "vendor.json").read_text())
     installed = json.loads(STAMP.read_text()) if STAMP.is_file() else {}
-    todo = {n: p for n, p in wanted.items() if installed.get(n) != p["integrity"] or not all((VENDOR / f).is_file() for f in p["files"].values())}
+    todo = {
+        n: p
+        for n, p in wanted.items()
+        if installed.get(n) != p["integrity"] or not all((VENDOR / f).is_file() for f in p["files"].values())
+    }
     if args.check:
         if todo:
             sys.exit(f"not installed: {', '.join(todo)} (run make install)")

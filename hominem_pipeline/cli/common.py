@@ -20,7 +20,11 @@ from hominem_pipeline.core.config.loader import (
 )
 from hominem_pipeline.warnings_seen import silence_known
 
-app = typer.Typer(help="hominem: distill a human-like reward signal into a reward model and LoRA adapters.", no_args_is_help=True, add_completion=False)
+app = typer.Typer(
+    help="hominem: distill a human-like reward signal into a reward model and LoRA adapters.",
+    no_args_is_help=True,
+    add_completion=False,
+)
 data_app = typer.Typer(help="Inspect and check labeled data.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 console = Console()
@@ -29,12 +33,32 @@ WHY = {"on": False}  # `hominem --why ...`: after a one-line notice, its whole r
 
 
 @app.callback()
-def _everywhere(why: Annotated[bool, typer.Option("--why", help="After a one-line notice (a version from before new feedback, ...), print its whole reason.")] = False) -> None:
+def _everywhere(
+    why: Annotated[
+        bool,
+        typer.Option(
+            "--why", help="After a one-line notice (a version from before new feedback, ...), print its whole reason."
+        ),
+    ] = False,
+) -> None:
     WHY["on"] = why
 
-ConfigOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML file overlaid on config/hominem.yaml (only the keys it sets change).")]
-SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="KEY=VALUE on top of the config: a dotted key and a YAML value, e.g. --set policy.mode=dpo --set preferences.guard_dimension=null (repeatable).")]
-DateOpt = Annotated[Optional[str], typer.Option("--date", "-d", help="Partition date YYYY-MM-DD (default: today, UTC).")]
+
+ConfigOpt = Annotated[
+    Optional[Path],
+    typer.Option("--config", "-c", help="YAML file overlaid on config/hominem.yaml (only the keys it sets change)."),
+]
+SetOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--set",
+        help="KEY=VALUE on top of the config: a dotted key and a YAML value, e.g. --set policy.mode=dpo "
+        "--set preferences.guard_dimension=null (repeatable).",
+    ),
+]
+DateOpt = Annotated[
+    Optional[str], typer.Option("--date", "-d", help="Partition date YYYY-MM-DD (default: today, UTC).")
+]
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -94,7 +118,10 @@ def dagster_env(cfg: HominemConfig) -> None:
     if cfg.runtime.dagster_home is not None:
         home = cfg.path(cfg.runtime.dagster_home)
         if not (home / "dagster.yaml").is_file():
-            fail(f"runtime.dagster_home is {cfg.runtime.dagster_home}, which has no dagster.yaml; copy deploy/dagster.yaml there (deploy/README.md)")
+            fail(
+                f"runtime.dagster_home is {cfg.runtime.dagster_home}, which has no dagster.yaml; copy "
+                "deploy/dagster.yaml there (deploy/README.md)"
+            )
         os.environ["DAGSTER_HOME"] = str(home.resolve())
     else:
         home = cfg.data_dir / "dagster"

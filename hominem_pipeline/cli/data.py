@@ -30,8 +30,17 @@ from hominem_pipeline.cli.pipeline import execute
 def data_validate(
     config: ConfigOpt = None,
     sets: SetOpt = None,
-    date: Annotated[Optional[str], typer.Option("--date", "-d", help="Partition date (default: the newest labeled one).")] = None,
-    all_versions: Annotated[bool, typer.Option("--all", help="Also check every file of every built version of every asset against its manifest's sha256, and the labels of every labeled day.")] = False,
+    date: Annotated[
+        Optional[str], typer.Option("--date", "-d", help="Partition date (default: the newest labeled one).")
+    ] = None,
+    all_versions: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Also check every file of every built version of every asset against its manifest's sha256, "
+            "and the labels of every labeled day.",
+        ),
+    ] = False,
 ) -> None:
     """Check every label of a partition (schema, ranges, duplicates, empty, truncated or degenerate responses);
     exits 1 when a blocking check fails. With --all, also check that no stored file is damaged, and the labels
@@ -48,7 +57,9 @@ def data_validate(
     days = [date] if date else ArtifactStore(cfg.data_dir).partitions("teacher_labels")
     broken = {r.partition for r in refs if r.asset in ("teacher_labels", "teacher_trajectories")}
     for day in sorted(broken & set(days)):
-        console.print(f"[yellow]the labels of {day} are not checked: a file they are read from is damaged (the table above)[/]")
+        console.print(
+            f"[yellow]the labels of {day} are not checked: a file they are read from is damaged (the table above)[/]"
+        )
     from hominem_pipeline.core.pipeline.lineage import lineage
 
     data = lineage(cfg)
@@ -57,7 +68,10 @@ def data_validate(
         if day in broken:
             continue
         if data.newest("teacher_labels", parse_date(day))[0] is None:
-            console.print(f"[yellow]the labels of {day} are not checked: none was built under this config (pass the --config that built them)[/]")
+            console.print(
+                f"[yellow]the labels of {day} are not checked: none was built under this config (pass "
+                "the --config that built them)[/]"
+            )
         elif why := _validate_labels(cfg, day):
             problems.append(f"{day}: {why}")
     if not days:
@@ -92,13 +106,18 @@ def _validate_labels(cfg, date: str | None) -> str | None:
     for check in (*BLOCKING, "truncated_response", DEGENERATE):
         failing = report.failures.get(check, 0) or report.warnings.get(check, 0)
         kind = "blocking" if check in BLOCKING else "warning"
-        table.add_row(check, str(failing), str(report.quarantined.get(check, 0)), kind, "\n".join(report.examples.get(check, [])))
+        table.add_row(
+            check, str(failing), str(report.quarantined.get(check, 0)), kind, "\n".join(report.examples.get(check, []))
+        )
     console.print(table)
     limit = cfg.verifier.max_failure_rate
     console.print(f"failure rate {report.failure_rate:.1%} (allowed {limit:.1%}); quarantine: {quarantine_file}")
     if not report.ok(limit):
-        return (f"{report.failed_rows} stored label row(s) fail blocking checks" if report.failed_rows
-                else f"failure rate {report.failure_rate:.1%} is above verifier.max_failure_rate {limit:.1%}")
+        return (
+            f"{report.failed_rows} stored label row(s) fail blocking checks"
+            if report.failed_rows
+            else f"failure rate {report.failure_rate:.1%} is above verifier.max_failure_rate {limit:.1%}"
+        )
     console.print("[green]all blocking checks pass[/]")
     return None
 
@@ -125,21 +144,31 @@ def _validate_all(cfg) -> tuple[str | None, list]:
     for column in ("asset", "day", "version", "file", "what is wrong", "to rebuild"):
         table.add_column(column, overflow="fold")
     for ref, name, problem in damaged:
-        rebuild = f"rm -r {ref.path} && " + (f"hominem data import-preferences ... --date {ref.partition}" if ref.asset == "human_preferences"
-                                                else build_command(ref.asset, ref.partition, cfg))
+        rebuild = f"rm -r {ref.path} && " + (
+            f"hominem data import-preferences ... --date {ref.partition}"
+            if ref.asset == "human_preferences"
+            else build_command(ref.asset, ref.partition, cfg)
+        )
         table.add_row(ref.asset, ref.partition, ref.version, name, problem, rebuild)
     console.print(table)
-    return (f"{len(damaged)} stored file(s) do not match their manifests; remove each damaged version and build it again (the table's last column)",
-            [ref for ref, _, _ in damaged])
+    return (
+        f"{len(damaged)} stored file(s) do not match their manifests; remove each damaged version and "
+        "build it again (the table's last column)",
+        [ref for ref, _, _ in damaged],
+    )
 
 
 @data_app.command("sample")
 def data_sample(
     config: ConfigOpt = None,
     sets: SetOpt = None,
-    date: Annotated[Optional[str], typer.Option("--date", "-d", help="Partition date (default: the newest labeled one).")] = None,
+    date: Annotated[
+        Optional[str], typer.Option("--date", "-d", help="Partition date (default: the newest labeled one).")
+    ] = None,
     n: Annotated[int, typer.Option("-n", min=1, help="How many random labeled samples to print.")] = 3,
-    seed: Annotated[Optional[int], typer.Option(help="Seed for the random choice (default: a new choice each time).")] = None,
+    seed: Annotated[
+        Optional[int], typer.Option(help="Seed for the random choice (default: a new choice each time).")
+    ] = None,
 ) -> None:
     """Print random labeled samples with their reward vectors, and any range or missing-field problems."""
     from hominem_pipeline.core.teacher.labeling import row_problems
@@ -157,7 +186,8 @@ def data_sample(
         table.add_row(*[f"{row['vector'].get(d, float('nan')):+.3f}" for d in cfg.dimension_names])
         console.print(table)
         console.print(
-            f"scalar {row['scalar']:+.3f}   intensity {row['reward_intensity']:.3f}   safety {row['safety_score']:.3f}\n"
+            f"scalar {row['scalar']:+.3f}   intensity {row['reward_intensity']:.3f}   safety "
+            f"{row['safety_score']:.3f}\n"
             f"[bold]rationale:[/] {row['rationale']}"
         )
         problems = row_problems(row, cfg.dimension_names)
@@ -167,7 +197,15 @@ def data_sample(
 @data_app.command("import-preferences")
 def data_import_preferences(
     path: Annotated[Path, typer.Argument(help="The file to import (.jsonl, .jsonl.gz or .parquet).")],
-    format: Annotated[str, typer.Option("--format", "-f", help="hh-rlhf (HH-RLHF transcripts: chosen/rejected dialogues), jsonl or parquet (prompt/chosen/rejected rows).")],
+    format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help="hh-rlhf (HH-RLHF transcripts: chosen/rejected dialogues), jsonl or parquet "
+            "(prompt/chosen/rejected rows).",
+        ),
+    ],
     config: ConfigOpt = None,
     sets: SetOpt = None,
     date: DateOpt = None,
@@ -197,10 +235,16 @@ def data_import_preferences(
     reach_partitions(day)
     from hominem_pipeline import definitions
 
-    [event] = execute(definitions.import_job, cfg, day, [AssetKey("human_preferences")], "hominem data import-preferences")
+    [event] = execute(
+        definitions.import_job, cfg, day, [AssetKey("human_preferences")], "hominem data import-preferences"
+    )
     meta = event.materialization.metadata
     if meta["pairs"].value == 0:
-        fail(f"no usable pair in the files imported for {day}; see the reasons in {cfg.data_dir}/quarantine/human_preferences/{day}/", code=1)
+        fail(
+            f"no usable pair in the files imported for {day}; see the reasons in "
+            f"{cfg.data_dir}/quarantine/human_preferences/{day}/",
+            code=1,
+        )
     details = meta["details"].value if "details" in meta else {}
     for reason, count in details.get("quarantine_reasons", {}).items():
         console.print(f"quarantined {count} row(s): {reason}")
@@ -209,7 +253,15 @@ def data_import_preferences(
 @data_app.command("import-questions")
 def data_import_questions(
     path: Annotated[Path, typer.Argument(help="The file of pairs to ask about (.jsonl, .jsonl.gz or .parquet).")],
-    format: Annotated[str, typer.Option("--format", "-f", help="questions (JSON lines of prompt, a, b), or a preference file: hh-rlhf, jsonl or parquet (its labels are dropped).")],
+    format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help="questions (JSON lines of prompt, a, b), or a preference file: hh-rlhf, jsonl or parquet "
+            "(its labels are dropped).",
+        ),
+    ],
     config: ConfigOpt = None,
     sets: SetOpt = None,
 ) -> None:
@@ -237,7 +289,10 @@ def data_import_questions(
             fail(str(exc))
         pairs, bad = parsed.pairs, len(parsed.quarantine)
     if not len(pairs):
-        fail(f"{path} has no usable pair ({bad} unusable line(s)); each needs a prompt and two different replies", code=1)
+        fail(
+            f"{path} has no usable pair ({bad} unusable line(s)); each needs a prompt and two different replies",
+            code=1,
+        )
     target, n = write_question_file(pairs, cfg.data_dir / cfg.serving.log_dir / QUESTIONS, f"file:{path.name}")
     console.print(f"{n} question(s) -> {target}" + (f"; {bad} unusable line(s) skipped" if bad else ""))
 
@@ -246,10 +301,11 @@ def data_import_questions(
 def data_ship_features(config: ConfigOpt = None, sets: SetOpt = None) -> None:
     """Write what the reward model's frozen networks compute for the shipped people's pairs
     (reward_model.people_pairs) and the contrast fixtures: the guard columns and the backbone's pooled states (and
-    the base student's log-probabilities of the fixtures' and the people's held-out pairs' replies, which the evaluation reads), the people's
-    score's projection with every shipped pair's rows through it, the reference log-probabilities of the pairs the daily adapter learns
-    from, and the people's start trained on them (policy.dual.people_start; about 25 minutes on 2 CPU cores), to config/human/features/,
-    so that a fresh clone's first run reads them instead of computing them. Run it after `hominem run` once the shipped pairs, the guards,
+    the base student's log-probabilities of the fixtures' and the people's held-out pairs' replies, which the
+    evaluation reads), the people's score's projection with every shipped pair's rows through it, the reference
+    log-probabilities of the pairs the daily adapter learns from, and the people's start trained on them
+    (policy.dual.people_start; about 25 minutes on 2 CPU cores), to config/human/features/, so that a fresh clone's
+    first run reads them instead of computing them. Run it after `hominem run` once the shipped pairs, the guards,
     the backbone, the judge's frame, policy.lora or policy.max_length change, and commit the folder."""
     from hominem_pipeline.core.builds.shipping import ship_features
     from hominem_pipeline.core.lm.models import ModelNotAvailable

@@ -10,13 +10,19 @@ from rich.table import Table
 
 from hominem_pipeline.cli.common import ConfigOpt, SetOpt, app, console, fail, load, setup_logging
 
-history_app = typer.Typer(help="People's choices, served turns and pairs, from the index over the interaction log (sqlite, or Postgres: history.url).",
-                          no_args_is_help=True)
+history_app = typer.Typer(
+    help="People's choices, served turns and pairs, from the index over the interaction log (sqlite, or "
+    "Postgres: history.url).",
+    no_args_is_help=True,
+)
 app.add_typer(history_app, name="history")
 
 LimitOpt = Annotated[int, typer.Option("--limit", "-n", min=1, help="Rows shown, newest first.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the answer as JSON (total, rows, seconds).")]
-NoUpdateOpt = Annotated[bool, typer.Option("--no-update", help="Answer from the index as it is, without reading what is new in the log first.")]
+NoUpdateOpt = Annotated[
+    bool,
+    typer.Option("--no-update", help="Answer from the index as it is, without reading what is new in the log first."),
+]
 
 
 def _open(cfg, update: bool, rebuild: bool = False):
@@ -27,16 +33,21 @@ def _open(cfg, update: bool, rebuild: bool = False):
     try:
         index = HistoryIndex(url)
     except Exception as exc:  # a database that cannot be reached: say which, and how to change it
-        fail(f"cannot open the history index at {_safe(url)}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}; "
-             "check history.url (or $HOMINEM_HISTORY_URL)")
+        fail(
+            f"cannot open the history index at {_safe(url)}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}; "
+            "check history.url (or $HOMINEM_HISTORY_URL)"
+        )
     if update or rebuild:
         from hominem_pipeline.core.online.log import log_folder
 
         folder = log_folder(cfg)
         stats = (index.rebuild if rebuild else index.update)(folder, _domains(cfg) if cfg.history.domains else None)
         if stats.files:
-            console.print(f"[dim]indexed {stats.turns} turns and {stats.feedback} feedback events from {stats.files} log files "
-                          f"in {stats.seconds:.1f}s ({index.backend})[/]", highlight=False)
+            console.print(
+                f"[dim]indexed {stats.turns} turns and {stats.feedback} feedback events from {stats.files} log files "
+                f"in {stats.seconds:.1f}s ({index.backend})[/]",
+                highlight=False,
+            )
     return index
 
 
@@ -79,7 +90,9 @@ def _cell(column: str, value) -> str:
 
 def _show(page, title: str, as_json: bool) -> None:
     if as_json:
-        console.print_json(json.dumps({"total": page.total, "rows": page.rows, "seconds": round(page.seconds, 4)}, default=str))
+        console.print_json(
+            json.dumps({"total": page.total, "rows": page.rows, "seconds": round(page.seconds, 4)}, default=str)
+        )
         return
     if not page.rows:
         console.print(f"{title}: none ({page.seconds * 1000:.1f} ms)", highlight=False)
@@ -87,15 +100,19 @@ def _show(page, title: str, as_json: bool) -> None:
     table = Table(title=f"{title}: {page.total} (newest {len(page.rows)}; {page.seconds * 1000:.1f} ms)")
     columns = [c for c in page.rows[0] if c not in IDS]
     for column in columns:
-        table.add_column(column, overflow="fold", max_width=TEXT_SHOWN // 2 if column in ("message", "chosen", "rejected", "reply") else None)
+        table.add_column(
+            column,
+            overflow="fold",
+            max_width=TEXT_SHOWN // 2 if column in ("message", "chosen", "rejected", "reply") else None,
+        )
     for row in page.rows:
         table.add_row(*(_cell(c, row[c]) for c in columns))
     console.print(table)
 
 
 def _answer(config, sets, update: bool, as_json: bool, title: str, ask, check=None, empty=None) -> None:
-    """One query's answer (`ask(index)`), from the index brought up to date first; `check(cfg)` refuses a bad key before;
-    `empty(index)`: a line that helps when nothing matched."""
+    """One query's answer (`ask(index)`), from the index brought up to date first; `check(cfg)` refuses a bad key
+    before; `empty(index)`: a line that helps when nothing matched."""
     setup_logging()
     cfg = load(config, sets, persist=False)
     if check is not None:
@@ -111,37 +128,100 @@ LOCAL_RATER = "local"  # the service's rater on loopback without tokens (serving
 
 
 @history_app.command("choices")
-def history_choices(rater: Annotated[str, typer.Option("--rater", "-r", help="The rater's pseudonymous id; default: local, the page's rater on loopback without tokens.")] = LOCAL_RATER,
-                    config: ConfigOpt = None, sets: SetOpt = None, limit: LimitOpt = 20, as_json: JsonOpt = False, no_update: NoUpdateOpt = False) -> None:
-    """The rater's choices between two replies, newest first: the message and both replies (shortened; --json: whole)."""
+def history_choices(
+    rater: Annotated[
+        str,
+        typer.Option(
+            "--rater",
+            "-r",
+            help="The rater's pseudonymous id; default: local, the page's rater on loopback without tokens.",
+        ),
+    ] = LOCAL_RATER,
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    limit: LimitOpt = 20,
+    as_json: JsonOpt = False,
+    no_update: NoUpdateOpt = False,
+) -> None:
+    """The rater's choices between two replies, newest first: the message and both replies (shortened; --json:
+    whole)."""
+
     def others(index) -> str | None:
         raters = [r for r in index.raters() if r != rater]
         return f"raters in the index: {', '.join(raters[:10])}; pass one with --rater" if raters else None
 
-    _answer(config, sets, not no_update, as_json, f"choices of {rater}", lambda index: index.choices_of_rater(rater, limit), empty=others)
+    _answer(
+        config,
+        sets,
+        not no_update,
+        as_json,
+        f"choices of {rater}",
+        lambda index: index.choices_of_rater(rater, limit),
+        empty=others,
+    )
 
 
 @history_app.command("turns")
-def history_turns(version: Annotated[str, typer.Option("--version", "-v", help="The adapter version that wrote them (its folder's name; `base`: the student alone).")],
-                  config: ConfigOpt = None, sets: SetOpt = None, limit: LimitOpt = 20, as_json: JsonOpt = False, no_update: NoUpdateOpt = False) -> None:
+def history_turns(
+    version: Annotated[
+        str,
+        typer.Option(
+            "--version",
+            "-v",
+            help="The adapter version that wrote them (its folder's name; `base`: the student alone).",
+        ),
+    ],
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    limit: LimitOpt = 20,
+    as_json: JsonOpt = False,
+    no_update: NoUpdateOpt = False,
+) -> None:
     """The turns an adapter version served, newest first."""
-    _answer(config, sets, not no_update, as_json, f"turns of {version}", lambda index: index.turns_of_version(version, limit))
+    _answer(
+        config,
+        sets,
+        not no_update,
+        as_json,
+        f"turns of {version}",
+        lambda index: index.turns_of_version(version, limit),
+    )
 
 
 @history_app.command("pairs")
-def history_pairs(domain: Annotated[str, typer.Option("--domain", "-d", help="A seed category (prompts.categories), e.g. emotional_support.")],
-                  config: ConfigOpt = None, sets: SetOpt = None, limit: LimitOpt = 20, as_json: JsonOpt = False, no_update: NoUpdateOpt = False) -> None:
+def history_pairs(
+    domain: Annotated[
+        str, typer.Option("--domain", "-d", help="A seed category (prompts.categories), e.g. emotional_support.")
+    ],
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    limit: LimitOpt = 20,
+    as_json: JsonOpt = False,
+    no_update: NoUpdateOpt = False,
+) -> None:
     """People's choices on conversations of a domain, newest first."""
+
     def known(cfg) -> None:
         if domain not in cfg.prompts.categories:
             fail(f"unknown domain {domain!r}: one of {', '.join(cfg.prompts.categories)} (prompts.categories)")
 
-    _answer(config, sets, not no_update, as_json, f"pairs of {domain}", lambda index: index.pairs_of_domain(domain, limit), known)
+    _answer(
+        config,
+        sets,
+        not no_update,
+        as_json,
+        f"pairs of {domain}",
+        lambda index: index.pairs_of_domain(domain, limit),
+        known,
+    )
 
 
 @history_app.command("update")
-def history_update(config: ConfigOpt = None, sets: SetOpt = None,
-                   rebuild: Annotated[bool, typer.Option("--rebuild", help="Drop the index and read the whole log again.")] = False) -> None:
+def history_update(
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    rebuild: Annotated[bool, typer.Option("--rebuild", help="Drop the index and read the whole log again.")] = False,
+) -> None:
     """Read what is new in the interaction log into the index (every query does this first), and show the counts."""
     setup_logging()
     with _open(load(config, sets, persist=False), True, rebuild=rebuild) as index:

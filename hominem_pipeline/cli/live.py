@@ -11,7 +11,10 @@ from rich.table import Table
 
 from hominem_pipeline.cli.common import ConfigOpt, SetOpt, app, console, fail, load, setup_logging
 
-live_app = typer.Typer(help="The live adapter: status, online update, promote (through the gate), rollback, freeze, notes.", no_args_is_help=True)
+live_app = typer.Typer(
+    help="The live adapter: status, online update, promote (through the gate), rollback, freeze, notes.",
+    no_args_is_help=True,
+)
 app.add_typer(live_app, name="live")
 
 ReasonOpt = Annotated[Optional[str], typer.Option("--reason", "-r", help="Why; kept in data/live/history.json.")]
@@ -40,8 +43,11 @@ def _do(action):
 
 
 @live_app.command("status")
-def live_status(config: ConfigOpt = None, sets: SetOpt = None,
-                last: Annotated[int, typer.Option("--last", "-n", help="History entries shown.")] = 10) -> None:
+def live_status(
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    last: Annotated[int, typer.Option("--last", "-n", help="History entries shown.")] = 10,
+) -> None:
     """The live adapter, whether updates are frozen, the slow loop's nights and the settings in force, the
     candidates the gate refused, and the latest history."""
     from hominem_pipeline.core.online.live import utc_now
@@ -50,8 +56,11 @@ def live_status(config: ConfigOpt = None, sets: SetOpt = None,
     cfg = load(config, sets, persist=False)
     state = _state(config, sets)
     live = _do(state.current)
-    console.print(f"live: [bold]{live.version or 'base'}[/]" + (f"  {live.adapter}" if live.adapter else "  (the base student alone)")
-                  + (f"  since {live.since}" if live.since else ""))
+    console.print(
+        f"live: [bold]{live.version or 'base'}[/]"
+        + (f"  {live.adapter}" if live.adapter else "  (the base student alone)")
+        + (f"  since {live.since}" if live.since else "")
+    )
     if live.version is None:
         from hominem_pipeline.core.online.promotion import why_base
 
@@ -61,17 +70,25 @@ def live_status(config: ConfigOpt = None, sets: SetOpt = None,
     for line in health_lines(cfg):
         console.print(line, highlight=False)
     if live.frozen:
-        console.print(f"[bold yellow]frozen[/] since {live.frozen['since']} by {live.frozen['by']}: {live.frozen['reason']} (`hominem live unfreeze`)")
+        console.print(
+            f"[bold yellow]frozen[/] since {live.frozen['since']} by {live.frozen['by']}: "
+            f"{live.frozen['reason']} (`hominem live unfreeze`)"
+        )
     stack = [s["version"] or "base" for s in state.stack()]
     if len(stack) > 1:
         console.print(f"rollback goes to: {stack[-2]}  (live before, oldest first: {', '.join(stack[:-1])})")
     slow = slow_status(cfg.data_dir, cfg.slow_loop, utc_now()[:10])
     if slow["nights"]:
-        trend = "  ".join(f"{n['day'][5:]} {n['rhi']:.3f}" if n["rhi"] is not None else f"{n['day'][5:]} -" for n in slow["nights"])
+        trend = "  ".join(
+            f"{n['day'][5:]} {n['rhi']:.3f}" if n["rhi"] is not None else f"{n['day'][5:]} -" for n in slow["nights"]
+        )
         console.print(f"slow loop{'' if slow['enabled'] else ' (off: slow_loop.enabled false)'}: nightly RHI {trend}")
     if slow["in_force"]:
-        console.print(f"[bold yellow]slow loop in force[/]: {', '.join(slow['in_force'])} (next adapters: learning rate x{slow['lr_factor']:g}, "
-                      f"LoRA rank x{slow['rank_factor']:g}); rising nights undo them")
+        console.print(
+            f"[bold yellow]slow loop in force[/]: {', '.join(slow['in_force'])} (next adapters: learning "
+            f"rate x{slow['lr_factor']:g}, "
+            f"LoRA rank x{slow['rank_factor']:g}); rising nights undo them"
+        )
     for a in slow["actions"]:
         console.print(f"  {a['night']}: {a['step']}: {a['reason']}")
     from hominem_pipeline.core.pipeline.retrain import describe_state, read_state
@@ -92,8 +109,12 @@ def live_status(config: ConfigOpt = None, sets: SetOpt = None,
         for col in ("when", "action", "version", "by", "reason / note"):
             table.add_column(col)
         for e in history:
-            action = e["action"] + (f" ({e['slow_loop_step']})" if e.get("slow_loop_step") and e["slow_loop_step"] != e["action"] else "")
-            table.add_row(e["time"], action, e.get("version") or "base", e.get("by", ""), e.get("note") or e.get("reason") or "")
+            action = e["action"] + (
+                f" ({e['slow_loop_step']})" if e.get("slow_loop_step") and e["slow_loop_step"] != e["action"] else ""
+            )
+            table.add_row(
+                e["time"], action, e.get("version") or "base", e.get("by", ""), e.get("note") or e.get("reason") or ""
+            )
         console.print(table)
 
 
@@ -106,12 +127,17 @@ def health_lines(cfg) -> list[str]:
     if h["rhi"] is None:
         return []
     threshold = h.get("threshold")
-    lines = [f"health of {h['day']}: RHI {h['rhi']:.3f}" + (f" (threshold {threshold:g}, {h['threshold_from']})" if threshold is not None else "")
-             + ("" if h["deploy"] is None else ("  may go live" if h["deploy"] else "  refused"))]
+    lines = [
+        f"health of {h['day']}: RHI {h['rhi']:.3f}"
+        + (f" (threshold {threshold:g}, {h['threshold_from']})" if threshold is not None else "")
+        + ("" if h["deploy"] is None else ("  may go live" if h["deploy"] else "  refused"))
+    ]
     for c in h["components"]:
         value = "n/a" if c["value"] is None else f"{c['value']:.3f}"
-        lines.append(f"  {c['key'].upper():5s} {value}  {c.get('verdict') or 'no healthy range (health.calibration: null)'}"
-                     + ("  <- below the panel's healthy range" if c.get("below") else ""))
+        lines.append(
+            f"  {c['key'].upper():5s} {value}  {c.get('verdict') or 'no healthy range (health.calibration: null)'}"
+            + ("  <- below the panel's healthy range" if c.get("below") else "")
+        )
     if h["pattern"]:
         means = {p["pattern"]: p["means"] for p in h["patterns"]}
         lines.append(f"pattern of the last nights: {h['pattern']}: {means[h['pattern']]}")
@@ -119,8 +145,14 @@ def health_lines(cfg) -> list[str]:
 
 
 @live_app.command("promote")
-def live_promote(version: Annotated[str, typer.Argument(help="The adapter's version id (a lora_adapter version or an online update's).")],
-                 config: ConfigOpt = None, sets: SetOpt = None, reason: ReasonOpt = None) -> None:
+def live_promote(
+    version: Annotated[
+        str, typer.Argument(help="The adapter's version id (a lora_adapter version or an online update's).")
+    ],
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    reason: ReasonOpt = None,
+) -> None:
     """Gate the adapter against the live one and make it live if it passes; exit 1 with the reasons if not."""
     from hominem_pipeline.core.online.promotion import promote_version
 
@@ -134,8 +166,14 @@ def live_promote(version: Annotated[str, typer.Argument(help="The adapter's vers
 
 
 @live_app.command("rollback")
-def live_rollback(version: Annotated[Optional[str], typer.Argument(help="A version that was live, or `base`; default: the one live before.")] = None,
-                  config: ConfigOpt = None, sets: SetOpt = None, reason: ReasonOpt = None) -> None:
+def live_rollback(
+    version: Annotated[
+        Optional[str], typer.Argument(help="A version that was live, or `base`; default: the one live before.")
+    ] = None,
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    reason: ReasonOpt = None,
+) -> None:
     """Make the adapter live before the current one (or VERSION) live again; no gate: it was live already."""
     from hominem_pipeline.core.online.promotion import rollback
 
@@ -159,17 +197,33 @@ def live_unfreeze(config: ConfigOpt = None, sets: SetOpt = None, reason: ReasonO
 
 
 @live_app.command("note")
-def live_note(text: Annotated[str, typer.Argument(help="What you noticed about the live adapter.")], config: ConfigOpt = None, sets: SetOpt = None) -> None:
+def live_note(
+    text: Annotated[str, typer.Argument(help="What you noticed about the live adapter.")],
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+) -> None:
     """Keep a note about the live adapter in its history."""
     _do(lambda: _state(config, sets).note(text, by=_who()))
     console.print("noted")
 
 
 @live_app.command("update")
-def live_update(config: ConfigOpt = None, sets: SetOpt = None, reason: ReasonOpt = None,
-                result: Annotated[Optional[Path], typer.Option("--result", help="Also write the outcome as JSON to this file.")] = None,
-                ready: Annotated[bool, typer.Option("--ready", help="Load the libraries and the reward model, then wait: a line on stdin starts the update (the line "
-                                                                    "is its reason); end of input exits. `hominem serve` keeps one such process ready.")] = False) -> None:
+def live_update(
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    reason: ReasonOpt = None,
+    result: Annotated[
+        Optional[Path], typer.Option("--result", help="Also write the outcome as JSON to this file.")
+    ] = None,
+    ready: Annotated[
+        bool,
+        typer.Option(
+            "--ready",
+            help="Load the libraries and the reward model, then wait: a line on stdin starts the update (the line "
+            "is its reason); end of input exits. `hominem serve` keeps one such process ready.",
+        ),
+    ] = False,
+) -> None:
     """One online update now: a short `dual` update of the live adapter on a replay batch (people's pairs
     from the log, the teacher's pairs), through the fast-loop gate; promoted if it passes. Exit 1 when
     the gate refuses it, 0 when promoted or skipped (nothing new to learn, frozen)."""
@@ -184,12 +238,20 @@ def live_update(config: ConfigOpt = None, sets: SetOpt = None, reason: ReasonOpt
         import sys
 
         # what an update imports first: seconds it then does not wait for
-        for module in ("peft", "trl.trainer.utils", "hominem_pipeline.core.online.promotion", "hominem_pipeline.core.policy.dual",
-                       "hominem_pipeline.core.reward.model", "hominem_pipeline.core.evaluation.health"):
+        for module in (
+            "peft",
+            "trl.trainer.utils",
+            "hominem_pipeline.core.online.promotion",
+            "hominem_pipeline.core.policy.dual",
+            "hominem_pipeline.core.reward.model",
+            "hominem_pipeline.core.evaluation.health",
+        ):
             importlib.import_module(module)
         from hominem_pipeline.core.online.updates import prepare
 
-        prepare(load(config, sets, persist=False))  # and the reward model it would follow now, with the student its guards read
+        prepare(
+            load(config, sets, persist=False)
+        )  # and the reward model it would follow now, with the student its guards read
         if result is not None:
             ready_marker(result).touch()  # the server's status says "ready" from now on
         line = sys.stdin.readline()

@@ -25,12 +25,26 @@ from hominem_pipeline.cli.common import (
 @app.command("reward-probe")
 def reward_probe(
     prompt: Annotated[Optional[str], typer.Option("--prompt", "-p", help="The user's message.")] = None,
-    response: Annotated[Optional[list[str]], typer.Option("--response", "-r", help="A reply to score; repeat the option to compare several.")] = None,
-    fixtures: Annotated[bool, typer.Option("--fixtures", help="Score the contrast fixtures (fixtures.file) instead: how often the better reply wins, per tag, and the pairs lost.")] = False,
-    model: Annotated[Optional[Path], typer.Option("--model", "-m", help="A reward model folder (default: the newest built one).")] = None,
+    response: Annotated[
+        Optional[list[str]],
+        typer.Option("--response", "-r", help="A reply to score; repeat the option to compare several."),
+    ] = None,
+    fixtures: Annotated[
+        bool,
+        typer.Option(
+            "--fixtures",
+            help="Score the contrast fixtures (fixtures.file) instead: how often the better reply wins, per "
+            "tag, and the pairs lost.",
+        ),
+    ] = False,
+    model: Annotated[
+        Optional[Path], typer.Option("--model", "-m", help="A reward model folder (default: the newest built one).")
+    ] = None,
     config: ConfigOpt = None,
     sets: SetOpt = None,
-    date: Annotated[Optional[str], typer.Option("--date", "-d", help="Use that day's reward model (default: the newest).")] = None,
+    date: Annotated[
+        Optional[str], typer.Option("--date", "-d", help="Use that day's reward model (default: the newest).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON instead of a table.")] = False,
 ) -> None:
     """Score replies to one prompt with the reward model: each dimension, the scalar, intensity and safety
@@ -64,7 +78,10 @@ def reward_probe(
     rows = [(d, [o.vector[d] for o in outputs], [o.uncertainty[d] for o in outputs]) for d in rm.dimensions]
     if people is not None:  # the people's score (no spread: one fit), which the scalar reads beside the vector
         rows.append(("people's score", [float(p) for p in people], [0.0] * len(outputs)))
-    rows += [(k, [getattr(o, k) for o in outputs], [o.uncertainty[k] for o in outputs]) for k in ("scalar", "reward_intensity", "safety_score")]
+    rows += [
+        (k, [getattr(o, k) for o in outputs], [o.uncertainty[k] for o in outputs])
+        for k in ("scalar", "reward_intensity", "safety_score")
+    ]
     spread = {name: max(values) - min(values) for name, values, _ in rows[: len(rm.dimensions)]}
     top = {d for d in sorted(spread, key=spread.get, reverse=True)[:3] if spread[d] > 0} if len(outputs) > 1 else set()
     table = Table(title=f"prompt: {prompt if len(prompt) <= 80 else prompt[:77] + '...'}")
@@ -76,21 +93,40 @@ def reward_probe(
     for name, values, sds in rows:
         cells = [f"{v:+.3f} ± {s:.3f}" for v, s in zip(values, sds)]
         label = f"[bold yellow]{name} *[/]" if name in top else name
-        table.add_row(label, *cells, *([f"{max(values) - min(values):.3f}"] if len(outputs) > 1 else []), end_section=name == rm.dimensions[-1])
+        table.add_row(
+            label,
+            *cells,
+            *([f"{max(values) - min(values):.3f}"] if len(outputs) > 1 else []),
+            end_section=name == rm.dimensions[-1],
+        )
     console.print(table)
     if (combo := rm.metadata.scalar) is not None:
-        terms = [f"{w:.2f} {d}" for d, w in combo.weights.items() if w > 0] + ([f"{combo.people:.2f} people's score"] if combo.people > 0 else [])
-        console.print(f"scalar = tanh({' + '.join(terms) or '0'} {combo.intercept:+.2f}): a reply at least as good on every dimension and "
-                      "on the people's score never scores lower")
+        terms = [f"{w:.2f} {d}" for d, w in combo.weights.items() if w > 0] + (
+            [f"{combo.people:.2f} people's score"] if combo.people > 0 else []
+        )
+        console.print(
+            f"scalar = tanh({' + '.join(terms) or '0'} {combo.intercept:+.2f}): a reply at least as good "
+            "on every dimension and "
+            "on the people's score never scores lower"
+        )
     if top:
-        console.print(f"[yellow]*[/] the dimensions on which the replies differ most: {', '.join(sorted(top, key=spread.get, reverse=True))}")
+        console.print(
+            "[yellow]*[/] the dimensions on which the replies differ most: "
+            f"{', '.join(sorted(top, key=spread.get, reverse=True))}"
+        )
     for j in range(1, len(response)):
         p = rm.probability(outputs[0].scalar - outputs[j].scalar)
         console.print(f"P(#1 preferred over #{j + 1}) = {p:.3f}   (calibrated, temperature {rm.temperature:.3f})")
 
 
 def _probe_fixtures(cfg, path: Path, as_json: bool) -> None:
-    from hominem_pipeline.core.evaluation.fixtures import FIXTURES_JSON, FixtureReport, fixtures_file_digest, load_fixtures, score_fixtures
+    from hominem_pipeline.core.evaluation.fixtures import (
+        FIXTURES_JSON,
+        FixtureReport,
+        fixtures_file_digest,
+        load_fixtures,
+        score_fixtures,
+    )
     from hominem_pipeline.core.reward.model import project_reward_model
 
     if cfg.fixtures.file is None:
@@ -99,13 +135,21 @@ def _probe_fixtures(cfg, path: Path, as_json: bool) -> None:
         kept = json.loads((path / FIXTURES_JSON).read_text())
     except (OSError, ValueError):
         kept = {}
-    if isinstance(kept, dict) and kept.get("fixtures_digest") == fixtures_file_digest(cfg):  # the check's scores, on this very file
-        report, source = FixtureReport.from_dict(kept), f"read from the reward_fixtures check's scores ({path / FIXTURES_JSON})"
+    if isinstance(kept, dict) and kept.get("fixtures_digest") == fixtures_file_digest(
+        cfg
+    ):  # the check's scores, on this very file
+        report, source = (
+            FixtureReport.from_dict(kept),
+            f"read from the reward_fixtures check's scores ({path / FIXTURES_JSON})",
+        )
     else:
         try:
             items = load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names)
             if not as_json:
-                console.print(f"[dim]scoring {len(items)} fixture pairs (the model's check did not score this file)[/]", highlight=False)
+                console.print(
+                    f"[dim]scoring {len(items)} fixture pairs (the model's check did not score this file)[/]",
+                    highlight=False,
+                )
             report, source = score_fixtures(project_reward_model(path, cfg), items), "scored here"
         except (FileNotFoundError, ValueError, TypeError) as exc:
             fail(str(exc))
@@ -121,31 +165,81 @@ def _probe_fixtures(cfg, path: Path, as_json: bool) -> None:
     mark = lambda value, floor, bold="": f"[{bold}{'green' if value >= floor else 'red'}]{value:.0%}[/]"  # noqa: E731
     for tag, value in report.by_tag.items():
         own = dims is not None and tag in dims.by_tag
-        table.add_row(tag, str(report.counts[tag]), mark(value, f.min_tag_accuracy), report.dimension_of.get(tag, "-"),
-                      mark(dims.by_tag[tag], f.min_dimension_tag_accuracy) if own else "-")
-    table.add_row("[bold]all[/]", str(report.pairs), mark(report.accuracy, f.min_accuracy, "bold "), "",
-                  mark(dims.accuracy, f.min_dimension_accuracy, "bold ") + f" of {dims.pairs}" if dims is not None else "-", end_section=True)
+        table.add_row(
+            tag,
+            str(report.counts[tag]),
+            mark(value, f.min_tag_accuracy),
+            report.dimension_of.get(tag, "-"),
+            mark(dims.by_tag[tag], f.min_dimension_tag_accuracy) if own else "-",
+        )
+    table.add_row(
+        "[bold]all[/]",
+        str(report.pairs),
+        mark(report.accuracy, f.min_accuracy, "bold "),
+        "",
+        mark(dims.accuracy, f.min_dimension_accuracy, "bold ") + f" of {dims.pairs}" if dims is not None else "-",
+        end_section=True,
+    )
     console.print(table)
     for x in report.failures:
-        console.print(escape(f"x [{x['tag']}] {x['prompt']}\n    better: {x['better']}\n    worse:  {x['worse']}   (scalar gap {x['gap']:+.3f})"), style="red")
+        console.print(
+            escape(
+                f"x [{x['tag']}] {x['prompt']}\n    better: {x['better']}\n    worse:  {x['worse']}   "
+                f"(scalar gap {x['gap']:+.3f})"
+            ),
+            style="red",
+        )
     for x in [] if dims is None else dims.failures:
         where = x["tag"] if x["tag"] == x["dimension"] else f"{x['tag']}: {x['dimension']}"
-        console.print(escape(f"x [{where}] {x['prompt']}\n    better: {x['better']}\n    worse:  {x['worse']}   ({x['dimension']} gap {x['gap']:+.3f})"),
-                      style="yellow")
-    console.print(f"goal: the scalar at least {f.min_accuracy:.0%} overall and {f.min_tag_accuracy:.0%} in every tag (fixtures.min_accuracy, "
-                  f"fixtures.min_tag_accuracy); each tag's own dimension at least {f.min_dimension_accuracy:.0%} overall and "
-                  f"{f.min_dimension_tag_accuracy:.0%} in every tag (fixtures.min_dimension_accuracy, fixtures.min_dimension_tag_accuracy)")
+        console.print(
+            escape(
+                f"x [{where}] {x['prompt']}\n    better: {x['better']}\n    worse:  {x['worse']}   "
+                f"({x['dimension']} gap {x['gap']:+.3f})"
+            ),
+            style="yellow",
+        )
+    console.print(
+        f"goal: the scalar at least {f.min_accuracy:.0%} overall and {f.min_tag_accuracy:.0%} in every "
+        "tag (fixtures.min_accuracy, "
+        f"fixtures.min_tag_accuracy); each tag's own dimension at least {f.min_dimension_accuracy:.0%} overall and "
+        f"{f.min_dimension_tag_accuracy:.0%} in every tag (fixtures.min_dimension_accuracy, "
+        "fixtures.min_dimension_tag_accuracy)"
+    )
 
 
 @app.command()
 def compare(
-    prompt: Annotated[Optional[list[str]], typer.Option("--prompt", "-p", help="A prompt to answer; repeat for several.")] = None,
-    eval_set: Annotated[bool, typer.Option("--eval-set", help="Use the held-out evaluation prompts (of the newest prompts partition), and judge the adapter on the people's held-out pairs first.")] = False,
-    adapter: Annotated[Optional[Path], typer.Option("--adapter", "-a", help="Adapter folder, or `live` (the one that passed the gate) (default: the newest built one, live or not).")] = None,
-    reward_model: Annotated[Optional[Path], typer.Option("--reward-model", "-m", help="Reward model folder (default: the one the adapter was trained with).")] = None,
+    prompt: Annotated[
+        Optional[list[str]], typer.Option("--prompt", "-p", help="A prompt to answer; repeat for several.")
+    ] = None,
+    eval_set: Annotated[
+        bool,
+        typer.Option(
+            "--eval-set",
+            help="Use the held-out evaluation prompts (of the newest prompts partition), and judge the "
+            "adapter on the people's held-out pairs first.",
+        ),
+    ] = False,
+    adapter: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--adapter",
+            "-a",
+            help="Adapter folder, or `live` (the one that passed the gate) (default: the newest built one, "
+            "live or not).",
+        ),
+    ] = None,
+    reward_model: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--reward-model", "-m", help="Reward model folder (default: the one the adapter was trained with)."
+        ),
+    ] = None,
     config: ConfigOpt = None,
     sets: SetOpt = None,
-    date: Annotated[Optional[str], typer.Option("--date", "-d", help="Use that day's adapter (default: the newest).")] = None,
+    date: Annotated[
+        Optional[str], typer.Option("--date", "-d", help="Use that day's adapter (default: the newest).")
+    ] = None,
 ) -> None:
     """Base and base+adapter side by side: their replies (greedy), reward vectors, intensity and safety,
     what changed, and the reward model's calibrated probability that the adapter's reply is preferred.
@@ -164,8 +258,12 @@ def compare(
     ref = artifact_for(cfg, "lora_adapter", date)[1] if adapter is None else None
     adapter_path = _live_adapter(cfg) if str(adapter) == "live" else adapter or ref.path
     if reward_model is None:
-        reward_model = adapter_reward_model(adapter_path, cfg.data_dir) or artifact_for(cfg, "reward_model", None)[1].path
-    judged = _evaluation_of(cfg, adapter_path, reward_model) if eval_set else None  # what the evaluation stage already computed
+        reward_model = (
+            adapter_reward_model(adapter_path, cfg.data_dir) or artifact_for(cfg, "reward_model", None)[1].path
+        )
+    judged = (
+        _evaluation_of(cfg, adapter_path, reward_model) if eval_set else None
+    )  # what the evaluation stage already computed
     if eval_set and judged is None:
         _, prompts_ref = artifact_for(cfg, "prompts", None)
         table = pd.read_parquet(prompts_ref.file("prompts.parquet"))
@@ -174,18 +272,36 @@ def compare(
         fail("nothing to compare on; pass --prompt TEXT (repeatable) or --eval-set")
     try:
         rm_model = project_reward_model(reward_model, cfg)
-        rows = [] if judged is None else side_by_side_from_evaluation(pd.read_parquet(judged.file("generations.parquet")), rm_model)
+        rows = (
+            []
+            if judged is None
+            else side_by_side_from_evaluation(pd.read_parquet(judged.file("generations.parquet")), rm_model)
+        )
         if texts:
-            rows += side_by_side(texts, student_path=student_path(cfg), adapter_path=adapter_path, reward_model=rm_model, cfg=cfg.evaluation, seed=cfg.project.seed)
+            rows += side_by_side(
+                texts,
+                student_path=student_path(cfg),
+                adapter_path=adapter_path,
+                reward_model=rm_model,
+                cfg=cfg.evaluation,
+                seed=cfg.project.seed,
+            )
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     console.print(f"[dim]adapter {adapter_path} ({_live_status(cfg, adapter_path)})\nreward model {reward_model}[/]")
     if judged is not None:
-        console.print(f"[dim]the {len(rows) - len(texts)} evaluation prompts' replies and scores: read from evaluation {judged.partition} "
-                      f"{judged.version} (the same adapter and reward model); generated here: "
-                      f"{len(texts)} prompt(s) of --prompt[/]", highlight=False)
+        console.print(
+            f"[dim]the {len(rows) - len(texts)} evaluation prompts' replies and scores: read from "
+            f"evaluation {judged.partition} "
+            f"{judged.version} (the same adapter and reward model); generated here: "
+            f"{len(texts)} prompt(s) of --prompt[/]",
+            highlight=False,
+        )
     elif eval_set:
-        console.print("[dim]no evaluation of this adapter with this reward model is built: every reply generated here[/]", highlight=False)
+        console.print(
+            "[dim]no evaluation of this adapter with this reward model is built: every reply generated here[/]",
+            highlight=False,
+        )
     if eval_set:
         _print_people(cfg, adapter_path, judged)
     wins = 0.0
@@ -202,13 +318,24 @@ def compare(
         for name, b in row.scores["base"].items():
             a = row.scores["adapter"][name]
             change = a - b
-            colour = "dim" if pd.isna(change) or abs(change) <= 0.005 else "green" if change > 0 else "red"  # NaN: an empty side
-            scores.add_row(name, f"{b:+.3f}", f"{a:+.3f}", f"[{colour}]{change:+.3f}[/]", end_section=name == rm_model.dimensions[-1])
+            colour = (
+                "dim" if pd.isna(change) or abs(change) <= 0.005 else "green" if change > 0 else "red"
+            )  # NaN: an empty side
+            scores.add_row(
+                name,
+                f"{b:+.3f}",
+                f"{a:+.3f}",
+                f"[{colour}]{change:+.3f}[/]",
+                end_section=name == rm_model.dimensions[-1],
+            )
         console.print(scores)
         console.print(f"P(adapter's reply preferred) = {row.p_adapter_preferred:.3f}")
         wins += outcome(row.scores["base"]["scalar"], row.scores["adapter"]["scalar"])
     if len(rows) > 1:
-        console.print(f"[bold]adapter's win rate {wins / len(rows):.1%} ({wins:g} of {len(rows)} prompts; a tie counts half, as in the evaluation stage)[/]")
+        console.print(
+            f"[bold]adapter's win rate {wins / len(rows):.1%} ({wins:g} of {len(rows)} prompts; a tie "
+            "counts half, as in the evaluation stage)[/]"
+        )
 
 
 def _evaluation_of(cfg, adapter_path: Path, reward_model: Path):
@@ -220,8 +347,12 @@ def _evaluation_of(cfg, adapter_path: Path, reward_model: Path):
     for day in reversed(data.store.partitions("evaluation")):
         for ref in reversed(data.store.versions("evaluation", day)):
             inputs = ref.manifest.get("inputs", {})
-            found = {a: [data.store.existing(a, i["partition"], i["version"]) for i in inputs.get(a, [])] for a in want}
-            if ref.manifest.get("complete", True) and all(len(v) == 1 and v[0] is not None and v[0].path.resolve() == want[a] for a, v in found.items()):
+            found = {
+                a: [data.store.existing(a, i["partition"], i["version"]) for i in inputs.get(a, [])] for a in want
+            }
+            if ref.manifest.get("complete", True) and all(
+                len(v) == 1 and v[0] is not None and v[0].path.resolve() == want[a] for a, v in found.items()
+            ):
                 return ref
     return None
 
@@ -241,13 +372,24 @@ def _print_people(cfg, adapter_path: Path, judged=None) -> None:
     else:
         people = people_pairs(cfg, "held_out")
         if people is None:
-            console.print("[yellow]no people's held-out pairs configured (reward_model.people_pairs[].held_out): the adapter is judged by the reward model alone[/]")
+            console.print(
+                "[yellow]no people's held-out pairs configured (reward_model.people_pairs[].held_out): "
+                "the adapter is judged by the reward model alone[/]"
+            )
             return
-        f = adapter_people_figures(student_path(cfg), adapter_path, people, cfg.evaluation.batch_size,
-                                   base_logp_cache(student_path(cfg), cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES)))
-    console.print(f"[bold]people's held-out pairs: the adapter's implicit reward orders {f['people_accuracy']:.1%} +- {f['people_standard_error']:.1%} "
-                  f"of {f['people_pairs']} as people did[/] (the base: 50%; mean margin {f['people_mean_margin']:+.2f} nats; "
-                  f"TRL's rewards/accuracies on pairs no model here trained on)")
+        f = adapter_people_figures(
+            student_path(cfg),
+            adapter_path,
+            people,
+            cfg.evaluation.batch_size,
+            base_logp_cache(student_path(cfg), cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES)),
+        )
+    console.print(
+        f"[bold]people's held-out pairs: the adapter's implicit reward orders {f['people_accuracy']:.1%} "
+        f"+- {f['people_standard_error']:.1%} "
+        f"of {f['people_pairs']} as people did[/] (the base: 50%; mean margin {f['people_mean_margin']:+.2f} nats; "
+        f"TRL's rewards/accuracies on pairs no model here trained on)"
+    )
 
 
 def _live_adapter(cfg) -> Path:
@@ -273,15 +415,20 @@ def _live_status(cfg, adapter_path: Path) -> str:
 
 @app.command()
 def export(
-    adapter: Annotated[Path, typer.Option("--adapter", "-a", help="A LoRA adapter folder (data/lora_adapter/<date>/<version>), or `live`.")],
+    adapter: Annotated[
+        Path,
+        typer.Option("--adapter", "-a", help="A LoRA adapter folder (data/lora_adapter/<date>/<version>), or `live`."),
+    ],
     merged: Annotated[Path, typer.Option("--merged", "-o", help="New folder for the merged model.")],
-    base: Annotated[Optional[Path], typer.Option("--base", help="The base model folder (default: the project's student, models.student.path).")] = None,
+    base: Annotated[
+        Optional[Path],
+        typer.Option("--base", help="The base model folder (default: the project's student, models.student.path)."),
+    ] = None,
 ) -> None:
     """Merge an adapter into its base and write a plain HF model (safetensors + tokenizer) that LM Studio,
     llama.cpp's convert_hf_to_gguf.py and transformers can load."""
-    from hominem_pipeline.core.policy.export import export_merged
-
     from hominem_pipeline.core.lm.models import student_path
+    from hominem_pipeline.core.policy.export import export_merged
 
     setup_logging()
     if str(adapter) == "live":

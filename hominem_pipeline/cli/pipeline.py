@@ -14,9 +14,6 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from hominem_pipeline.core.pipeline.artifacts import PARTIAL
-from hominem_pipeline.core.config import HominemConfig
-
 from hominem_pipeline.cli.common import (
     ConfigOpt,
     DateOpt,
@@ -32,11 +29,16 @@ from hominem_pipeline.cli.common import (
     setup_logging,
     signal_group,
 )
+from hominem_pipeline.core.config import HominemConfig
+from hominem_pipeline.core.pipeline.artifacts import PARTIAL
 
 
 @app.command("config")
 def show_config(
-    keys: Annotated[Optional[list[str]], typer.Argument(help="Dotted keys or sections, e.g. policy.dual teacher.provider (default: every setting).")] = None,
+    keys: Annotated[
+        Optional[list[str]],
+        typer.Argument(help="Dotted keys or sections, e.g. policy.dual teacher.provider (default: every setting)."),
+    ] = None,
     config: ConfigOpt = None,
     sets: SetOpt = None,
 ) -> None:
@@ -76,14 +78,30 @@ def run(
     config: ConfigOpt = None,
     sets: SetOpt = None,
     date: DateOpt = None,
-    select: Annotated[str, typer.Option("--select", "-s", help="Dagster asset selection, e.g. '*', 'reward_model+', 'prompts,teacher_trajectories'.")] = "*",
-    fill_window: Annotated[bool, typer.Option(
-        "--fill-window", help="First build the days before --date that the day's windows read and that lack them, oldest first, one Dagster run "
-                              "per day: labels for each day of the reward model's window (reward_model.window_days) and, when the selection "
-                              "trains an adapter, that day's reward model and preference pairs for each day of the adapter's window "
-                              "(policy.window_days): a fresh clone's reward model and adapter then train on full windows, as after a week of "
-                              "daily runs (~5 min a day on the offline default on 2 cores). A day's feedback (the service's log) is built "
-                              "with it, and alone where only the log changed since.")] = False,
+    select: Annotated[
+        str,
+        typer.Option(
+            "--select",
+            "-s",
+            help="Dagster asset selection, e.g. '*', 'reward_model+', 'prompts,teacher_trajectories'.",
+        ),
+    ] = "*",
+    fill_window: Annotated[
+        bool,
+        typer.Option(
+            "--fill-window",
+            help="First build the days before --date that the day's windows read and that lack them, oldest "
+            "first, one Dagster run "
+            "per day: labels for each day of the reward model's window (reward_model.window_days) and, "
+            "when the selection "
+            "trains an adapter, that day's reward model and preference pairs for each day of the adapter's window "
+            "(policy.window_days): a fresh clone's reward model and adapter then train on full windows, "
+            "as after a week of "
+            "daily runs (~5 min a day on the offline default on 2 cores). A day's feedback (the "
+            "service's log) is built "
+            "with it, and alone where only the log changed since.",
+        ),
+    ] = False,
 ) -> None:
     """Materialize assets for one day through Dagster (runs show in the Dagster UI, metrics in MLflow)."""
     setup_logging()
@@ -104,13 +122,19 @@ def run(
 
     job = definitions.daily_job()
     if "human_preferences" in select:
-        fail("human_preferences is not built by `hominem run`; fill it with `hominem data import-preferences PATH --format hh-rlhf`")
+        fail(
+            "human_preferences is not built by `hominem run`; fill it with `hominem data "
+            "import-preferences PATH --format hh-rlhf`"
+        )
     try:
         keys = AssetSelection.from_coercible(select.split(",")).resolve(job.asset_layer.asset_graph)
     except Exception as exc:  # dagster raises several error types for a bad selection string
         fail(f"--select {select!r} is not a valid asset selection ({exc}); try '*' or 'reward_model+'")
     if not keys:
-        fail(f"--select {select!r} matches no asset; assets are: {', '.join(sorted(k.to_user_string() for k in job.asset_layer.asset_graph.get_all_asset_keys()))}")
+        fail(
+            f"--select {select!r} matches no asset; assets are: "
+            f"{', '.join(sorted(k.to_user_string() for k in job.asset_layer.asset_graph.get_all_asset_keys()))}"
+        )
     _check_teacher_key(cfg, day, {k.to_user_string() for k in keys}, fill_window)
     if fill_window:
         _fill_window(cfg, day, pairs="lora_adapter" in {k.to_user_string() for k in keys})
@@ -123,7 +147,12 @@ def _check_teacher_key(cfg: HominemConfig, day: str, selected: set[str], fill_wi
     nothing is started, so no failed run, empty partition folder or failed MLflow run is left behind."""
     from hominem_pipeline.core.pipeline.lineage import lineage
     from hominem_pipeline.core.pipeline.stages import TEACHER_STAGES
-    from hominem_pipeline.core.teacher.providers import MissingKeyError, api_key_for, teacher_address, unreachable_address
+    from hominem_pipeline.core.teacher.providers import (
+        MissingKeyError,
+        api_key_for,
+        teacher_address,
+        unreachable_address,
+    )
 
     if cfg.teacher.provider == "local":
         return
@@ -135,8 +164,10 @@ def _check_teacher_key(cfg: HominemConfig, day: str, selected: set[str], fill_wi
             fail(str(exc))
         api = cfg.teacher.api
         if why := unreachable_address(api.base_url, cfg.teacher.provider):
-            fail(f"cannot reach the teacher at {teacher_address(api.base_url, cfg.teacher.provider)}: {why}; "
-                 f"start the server there, or fix teacher.api.base_url")
+            fail(
+                f"cannot reach the teacher at {teacher_address(api.base_url, cfg.teacher.provider)}: {why}; "
+                f"start the server there, or fix teacher.api.base_url"
+            )
 
 
 def _fill_window(cfg: HominemConfig, day: str, pairs: bool) -> None:
@@ -148,17 +179,21 @@ def _fill_window(cfg: HominemConfig, day: str, pairs: bool) -> None:
     from dagster import AssetSelection
 
     from hominem_pipeline import definitions
-    from hominem_pipeline.core.pipeline.lineage import lineage, window_gaps
-
     from hominem_pipeline.core.builds.human_feedback import log_digest
+    from hominem_pipeline.core.pipeline.lineage import lineage, window_gaps
 
     rm_days, policy_days = cfg.reward_model.window_days, (cfg.policy.window_days if pairs else 0)
     plan = window_gaps(lineage(cfg), day, rm_days, policy_days)
     what = {"preference_pairs": "labels to pairs", "teacher_labels": "labels", "human_feedback": "the day's feedback"}
-    console.print(f"[bold]--fill-window[/]: reward_model.window_days {rm_days}"
-                  + (f", policy.window_days {policy_days}; " if pairs else "; ")
-                  + (f"filling {len(plan)} earlier day(s): " + ", ".join(f"{d} ({what[a]})" for d, a in plan)
-                     if plan else "every earlier day is built"))
+    console.print(
+        f"[bold]--fill-window[/]: reward_model.window_days {rm_days}"
+        + (f", policy.window_days {policy_days}; " if pairs else "; ")
+        + (
+            f"filling {len(plan)} earlier day(s): " + ", ".join(f"{d} ({what[a]})" for d, a in plan)
+            if plan
+            else "every earlier day is built"
+        )
+    )
     graph = definitions.daily_job().asset_layer.asset_graph
     for k, (d, asset) in enumerate(plan, 1):
         selection = AssetSelection.assets(asset).upstream()
@@ -182,10 +217,16 @@ def execute(job_fn, cfg: HominemConfig, day: str, keys, title: str) -> list:
 
     job = job_fn()
     if not job.partitions_def.has_partition_key(day):
-        fail(f"--date {day} is outside the daily partitions ({job.partitions_def.get_first_partition_key()} to today); "
-             f"change project.partitions_start (now {cfg.project.partitions_start or 'null: the first built day'}) or the date")
+        fail(
+            f"--date {day} is outside the daily partitions ({job.partitions_def.get_first_partition_key()} to today); "
+            "change project.partitions_start (now "
+            f"{cfg.project.partitions_start or 'null: the first built day'}) or the date"
+        )
     started = time.monotonic()
-    console.print(f"[bold]{title}[/] {day}: {len(keys)} asset(s), DAGSTER_HOME {os.environ['DAGSTER_HOME']}, MLflow {cfg.mlflow_uri}")
+    console.print(
+        f"[bold]{title}[/] {day}: {len(keys)} asset(s), DAGSTER_HOME {os.environ['DAGSTER_HOME']}, "
+        f"MLflow {cfg.mlflow_uri}"
+    )
     # Dagster's own console lines (and a failed step's traceback) stay in the run's event log in the
     # UI; the terminal shows our progress lines and, on failure, the root cause.
     run_config = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
@@ -194,11 +235,19 @@ def execute(job_fn, cfg: HominemConfig, day: str, keys, title: str) -> list:
         if cfg.runtime.launch == "queue":  # the instance's queue: the daemon launches it where its run launcher says
             from hominem_pipeline.defs.launch import submit_and_wait
 
-            queued = submit_and_wait(job_fn, keys, run_config, tags, working_directory=str(cfg.root),
-                                     on_status=lambda status: console.print(f"run {status.lower()}", highlight=False))
+            queued = submit_and_wait(
+                job_fn,
+                keys,
+                run_config,
+                tags,
+                working_directory=str(cfg.root),
+                on_status=lambda status: console.print(f"run {status.lower()}", highlight=False),
+            )
             success, run_id, events, failure = queued.success, queued.run_id, queued.events, queued.failure
         else:
-            with execute_in_process(job_fn, keys, run_config, tags, working_directory=os.environ["DAGSTER_HOME"]) as result:
+            with execute_in_process(
+                job_fn, keys, run_config, tags, working_directory=os.environ["DAGSTER_HOME"]
+            ) as result:
                 success = result.success
                 run_id = result.run_id
                 events = result.get_asset_materialization_events()
@@ -208,11 +257,19 @@ def execute(job_fn, cfg: HominemConfig, day: str, keys, title: str) -> list:
     _print_summary(events, cfg, day, run_id, time.monotonic() - started)
     if not success:
         fail(f"run {run_id} failed at {failure}\n(full traceback: `make ui`, Dagster -> Runs -> {run_id[:8]})", code=1)
-    partial = [(e.asset_key.to_user_string(), e.materialization.metadata) for e in events if PARTIAL in str(e.materialization.metadata["version"].value)]
+    partial = [
+        (e.asset_key.to_user_string(), e.materialization.metadata)
+        for e in events
+        if PARTIAL in str(e.materialization.metadata["version"].value)
+    ]
     if partial:
         missing = sum(int(m["missing"].value) for _, m in partial if "missing" in m)
-        fail(f"{', '.join(a for a, _ in partial)} {'is' if len(partial) == 1 else 'are'} partial: {missing} teacher call(s) failed after every retry "
-             f"(failed_calls.json in each version); run the same command again to make only those calls", code=PARTIAL_EXIT)
+        fail(
+            f"{', '.join(a for a, _ in partial)} {'is' if len(partial) == 1 else 'are'} partial: "
+            f"{missing} teacher call(s) failed after every retry "
+            f"(failed_calls.json in each version); run the same command again to make only those calls",
+            code=PARTIAL_EXIT,
+        )
     return events
 
 
@@ -249,7 +306,8 @@ def _print_summary(events, cfg: HominemConfig, day: str, run_id: str, seconds: f
         table.add_row(asset, str(meta["version"].value), state, "  ".join(highlights))
     console.print(table)
     console.print(
-        f"results: {cfg.data_dir}/<asset>/{day}/   (one folder per version; the table above names the ones this config reads)\n"
+        f"results: {cfg.data_dir}/<asset>/{day}/   (one folder per version; the table above names the "
+        "ones this config reads)\n"
         f"UIs:     make ui   ->  Dagster http://127.0.0.1:3000   MLflow http://127.0.0.1:5000"
     )
 
@@ -262,7 +320,9 @@ def ui(
     mlflow_port: Annotated[int, typer.Option(help="Port of the MLflow UI.")] = 5000,
 ) -> None:
     """Start the Dagster UI and the MLflow UI on localhost together; Ctrl-C stops both."""
-    from hominem_pipeline.defs.launch import DEFINITIONS_MODULE  # the run origin `hominem run` gives its runs names the same module
+    from hominem_pipeline.defs.launch import (
+        DEFINITIONS_MODULE,
+    )  # the run origin `hominem run` gives its runs names the same module
 
     cfg = load(config, sets)
     dagster_env(cfg)
@@ -270,16 +330,37 @@ def ui(
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     bindir = Path(sys.executable).parent
     commands = {
-        "Dagster": [str(bindir / "dagster"), "dev", "-m", DEFINITIONS_MODULE, "-h", "127.0.0.1", "-p", str(dagster_port)],
+        "Dagster": [
+            str(bindir / "dagster"),
+            "dev",
+            "-m",
+            DEFINITIONS_MODULE,
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(dagster_port),
+        ],
         "MLflow": [
-            str(bindir / "mlflow"), "server", "--backend-store-uri", cfg.mlflow_uri, "--default-artifact-root",
-            cfg.path(cfg.tracking.artifact_root).resolve().as_uri(), "--host", "127.0.0.1", "--port", str(mlflow_port), "--workers", "1",
+            str(bindir / "mlflow"),
+            "server",
+            "--backend-store-uri",
+            cfg.mlflow_uri,
+            "--default-artifact-root",
+            cfg.path(cfg.tracking.artifact_root).resolve().as_uri(),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(mlflow_port),
+            "--workers",
+            "1",
         ],
     }
     from hominem_pipeline.core.pipeline.tracking import experiment_url
 
     mlflow_ui = f"http://127.0.0.1:{mlflow_port}"
-    if cfg.mlflow_uri.startswith(("http://", "https://")):  # a tracking server (a deployment): it is the MLflow UI already
+    if cfg.mlflow_uri.startswith(
+        ("http://", "https://")
+    ):  # a tracking server (a deployment): it is the MLflow UI already
         del commands["MLflow"]
         mlflow_ui = cfg.mlflow_uri
     # before the server starts: this creates the store (and the experiment) the server then opens, where
@@ -290,9 +371,13 @@ def ui(
     for name, cmd in commands.items():
         # Own process group each, so stopping takes their workers and children too. Dagster starts in
         # its home (not the project folder, whose dagster.yaml it would warn about).
-        procs[name] = subprocess.Popen(cmd, env=env, cwd=dagster_home if name == "Dagster" else cfg.root, start_new_session=True)
-    console.print(f"Dagster UI: http://127.0.0.1:{dagster_port}\nMLflow UI:  {mlflow_ui}\n"
-                  f"  the runs: {runs}  (the model-training view)\nCtrl-C stops both.")
+        procs[name] = subprocess.Popen(
+            cmd, env=env, cwd=dagster_home if name == "Dagster" else cfg.root, start_new_session=True
+        )
+    console.print(
+        f"Dagster UI: http://127.0.0.1:{dagster_port}\nMLflow UI:  {mlflow_ui}\n"
+        f"  the runs: {runs}  (the model-training view)\nCtrl-C stops both."
+    )
 
     def stop(*_: object) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -319,4 +404,3 @@ def ui(
                 err.print(f"{name} exited with code {proc.returncode}; stopping the other one")
                 stop()
         time.sleep(1)
-

@@ -1,4 +1,5 @@
-"""`hominem serve`: chat with the student, score replies, collect feedback (the page at /); `hominem chat`: talk to it in the terminal."""
+"""`hominem serve`: chat with the student, score replies, collect feedback (the page at /); `hominem chat`: talk to
+it in the terminal."""
 
 from __future__ import annotations
 
@@ -14,9 +15,29 @@ from hominem_pipeline.cli.common import ConfigOpt, SetOpt, app, err, fail, load,
 def serve(
     config: ConfigOpt = None,
     sets: SetOpt = None,
-    adapter: Annotated[Optional[str], typer.Option("--adapter", "-a", help="Adapter to serve: `live` (the one that passed the gate), `latest`, a folder, a registry alias it follows (models:/hominem-lora-adapter@champion) or `none` (default: serving.adapter).")] = None,
-    reward_model: Annotated[Optional[str], typer.Option("--reward-model", "-m", help="Reward model: a folder, `adapter`, `latest`, a registry model (models:/hominem-reward-model@champion) or `none` (default: serving.reward_model).")] = None,
-    host: Annotated[Optional[str], typer.Option(help="Address to bind (default: serving.host; beyond loopback, tokens are required).")] = None,
+    adapter: Annotated[
+        Optional[str],
+        typer.Option(
+            "--adapter",
+            "-a",
+            help="Adapter to serve: `live` (the one that passed the gate), `latest`, a folder, a registry "
+            "alias it follows (models:/hominem-lora-adapter@champion) or `none` (default: "
+            "serving.adapter).",
+        ),
+    ] = None,
+    reward_model: Annotated[
+        Optional[str],
+        typer.Option(
+            "--reward-model",
+            "-m",
+            help="Reward model: a folder, `adapter`, `latest`, a registry model "
+            "(models:/hominem-reward-model@champion) or `none` (default: serving.reward_model).",
+        ),
+    ] = None,
+    host: Annotated[
+        Optional[str],
+        typer.Option(help="Address to bind (default: serving.host; beyond loopback, tokens are required)."),
+    ] = None,
     port: Annotated[Optional[int], typer.Option(help="Port (default: serving.port; 0: any free port).")] = None,
 ) -> None:
     """Serve the student (OpenAI-compatible /v1, /generate, /reward, /feedback) and the feedback page;
@@ -24,18 +45,39 @@ def serve(
     setup_logging()
     from hominem_pipeline.core.lm.models import ModelNotAvailable, prepare_student
     from hominem_pipeline.serving.auth import AccessError
-    from hominem_pipeline.serving.server import ServeError, resolve_adapter, resolve_reward_model, serve as run_server
+    from hominem_pipeline.serving.server import ServeError, resolve_adapter, resolve_reward_model
+    from hominem_pipeline.serving.server import serve as run_server
 
-    cfg = load(config, [*(sets or []), *([f"serving.host={host}"] if host else []), *([f"serving.port={port}"] if port is not None else [])], persist=False)
+    cfg = load(
+        config,
+        [
+            *(sets or []),
+            *([f"serving.host={host}"] if host else []),
+            *([f"serving.port={port}"] if port is not None else []),
+        ],
+        persist=False,
+    )
     try:
         student = prepare_student(cfg)
         choice = adapter if adapter is not None else cfg.serving.adapter
         adapter_path = resolve_adapter(cfg, choice)
-        reward_path = resolve_reward_model(cfg, reward_model if reward_model is not None else cfg.serving.reward_model, adapter_path)
+        reward_path = resolve_reward_model(
+            cfg, reward_model if reward_model is not None else cfg.serving.reward_model, adapter_path
+        )
         from hominem_pipeline.core.pipeline.registry import is_registry_uri
 
-        run_server(cfg, adapter_path, reward_path, student, follow_live=choice == "live", follow_registry=choice if is_registry_uri(choice) and "@" in choice else None,
-                   config_args=[*(["--config", str(config.resolve())] if config else []), *(f"--set={a}" for a in sets or [])])
+        run_server(
+            cfg,
+            adapter_path,
+            reward_path,
+            student,
+            follow_live=choice == "live",
+            follow_registry=choice if is_registry_uri(choice) and "@" in choice else None,
+            config_args=[
+                *(["--config", str(config.resolve())] if config else []),
+                *(f"--set={a}" for a in sets or []),
+            ],
+        )
     except (ModelNotAvailable, ServeError, AccessError) as exc:
         fail(str(exc))
 
@@ -44,11 +86,32 @@ def serve(
 def chat(
     config: ConfigOpt = None,
     sets: SetOpt = None,
-    adapter: Annotated[Optional[str], typer.Option("--adapter", "-a", help="Adapter to talk to: `live`, `latest`, a folder, a registry model (models:/hominem-lora-adapter@champion) or `none` for the base (default: serving.adapter).")] = None,
-    message: Annotated[Optional[list[str]], typer.Option("--message", "-p", help="Say this, print the reply and go on to the next --message; without it, read what you type (repeatable).")] = None,
+    adapter: Annotated[
+        Optional[str],
+        typer.Option(
+            "--adapter",
+            "-a",
+            help="Adapter to talk to: `live`, `latest`, a folder, a registry model "
+            "(models:/hominem-lora-adapter@champion) or `none` for the base (default: serving.adapter).",
+        ),
+    ] = None,
+    message: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--message",
+            "-p",
+            help="Say this, print the reply and go on to the next --message; without it, read what you type "
+            "(repeatable).",
+        ),
+    ] = None,
     system: Annotated[Optional[str], typer.Option(help="A system message the conversation starts with.")] = None,
-    max_tokens: Annotated[Optional[int], typer.Option(min=1, help="Tokens per reply at most (default: serving.max_new_tokens).")] = None,
-    temperature: Annotated[Optional[float], typer.Option(min=0.0, max=2.0, help="Sampling temperature, 0 for greedy (default: serving.temperature).")] = None,
+    max_tokens: Annotated[
+        Optional[int], typer.Option(min=1, help="Tokens per reply at most (default: serving.max_new_tokens).")
+    ] = None,
+    temperature: Annotated[
+        Optional[float],
+        typer.Option(min=0.0, max=2.0, help="Sampling temperature, 0 for greedy (default: serving.temperature)."),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Sampling seed of the first reply; each later reply uses the next.")] = 0,
 ) -> None:
     """Chat with the student in the terminal, the base or an adapter, each reply printed as it is
@@ -58,8 +121,8 @@ def chat(
 
     setup_logging()
     from hominem_pipeline.core.lm.generation import stream_reply
-    from hominem_pipeline.core.online.facts import with_stated_facts
     from hominem_pipeline.core.lm.models import ModelNotAvailable, prepare_student
+    from hominem_pipeline.core.online.facts import with_stated_facts
     from hominem_pipeline.core.policy.lora import load_policy
     from hominem_pipeline.serving.server import ServeError, label, resolve_adapter
 
@@ -75,7 +138,10 @@ def chat(
     temp = s.temperature if temperature is None else temperature
     interactive = message is None and sys.stdin.isatty()
     if interactive:
-        err.print(f"Talking to the {name} ({label(cfg, adapter_path) or student}). /reset starts over, /quit or Ctrl-D leaves.")
+        err.print(
+            f"Talking to the {name} ({label(cfg, adapter_path) or student}). /reset starts over, /quit "
+            "or Ctrl-D leaves."
+        )
 
     def said() -> Iterator[str]:
         if message is not None:
@@ -104,9 +170,17 @@ def chat(
         history.append({"role": "user", "content": text})
         sys.stdout.write(f"{name}> ")
         pieces = []
-        for piece in stream_reply(model, tokenizer, with_stated_facts(history) if s.recall_facts else history, max_new_tokens=max_tokens or s.max_new_tokens, seed=seed + turn,
-                                  temperature=temp if temp > 0 else None, top_p=s.top_p, repetition_penalty=s.repetition_penalty,
-                                  plain_start=s.plain_start):
+        for piece in stream_reply(
+            model,
+            tokenizer,
+            with_stated_facts(history) if s.recall_facts else history,
+            max_new_tokens=max_tokens or s.max_new_tokens,
+            seed=seed + turn,
+            temperature=temp if temp > 0 else None,
+            top_p=s.top_p,
+            repetition_penalty=s.repetition_penalty,
+            plain_start=s.plain_start,
+        ):
             pieces.append(piece)
             sys.stdout.write(piece)
             sys.stdout.flush()

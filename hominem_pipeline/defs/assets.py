@@ -33,7 +33,6 @@ from hominem_pipeline.core.pipeline.tracking import mlflow_run_url
 from hominem_pipeline.defs.partitions import trailing_days
 from hominem_pipeline.defs.resources import HominemResource
 
-
 PLOT_BYTES = 600_000  # larger plots are linked by path only: the event log keeps every materialization's metadata
 
 
@@ -59,13 +58,19 @@ def dagster_metadata(result: StageResult, cfg: HominemConfig | None = None) -> d
         meta["mlflow_run"] = MetadataValue.url(mlflow_run_url(cfg.tracking.ui_url, result.mlflow_run_id))
     for name in result.ref.manifest.get("mlflow_artifacts", []):
         plot = result.ref.path / name
-        if name.endswith(".png") and plot.is_file() and plot.stat().st_size <= PLOT_BYTES:  # the stage's plots, on its asset page
-            meta[f"plot: {Path(name).stem}"] = MetadataValue.md(f"![{Path(name).stem}](data:image/png;base64,{base64.b64encode(plot.read_bytes()).decode()})")
+        if (
+            name.endswith(".png") and plot.is_file() and plot.stat().st_size <= PLOT_BYTES
+        ):  # the stage's plots, on its asset page
+            meta[f"plot: {Path(name).stem}"] = MetadataValue.md(
+                f"![{Path(name).stem}](data:image/png;base64,{base64.b64encode(plot.read_bytes()).decode()})"
+            )
     return meta
 
 
 def _deps(stage: Stage, cfg: HominemConfig) -> list[AssetDep]:
-    return [AssetDep(i.asset, partition_mapping=trailing_days(i.window(cfg)) if i.window else None) for i in stage.inputs]
+    return [
+        AssetDep(i.asset, partition_mapping=trailing_days(i.window(cfg)) if i.window else None) for i in stage.inputs
+    ]
 
 
 def stage_asset(stage: Stage, cfg: HominemConfig, partitions: DailyPartitionsDefinition) -> AssetsDefinition:
@@ -77,14 +82,26 @@ def stage_asset(stage: Stage, cfg: HominemConfig, partitions: DailyPartitionsDef
         description=stage.description,
         code_version=definition_version(stage, cfg),
         deps=_deps(stage, cfg),
-        check_specs=[AssetCheckSpec(c.name, asset=stage.name, blocking=c.blocking, description=c.description) for c in stage.checks],
+        check_specs=[
+            AssetCheckSpec(c.name, asset=stage.name, blocking=c.blocking, description=c.description)
+            for c in stage.checks
+        ],
     )
     def _materialize(context: AssetExecutionContext, hominem: HominemResource) -> MaterializeResult:
         cfg = hominem.load()
         result = run_stage(stage, cfg, context.partition_key, dagster_run_id=context.run.run_id)
-        for fresh in result.refreshed:  # stale days of its windows rebuilt first (the service's log grew): materializations of their own
-            context.log_event(AssetMaterialization(asset_key=fresh.ref.asset, partition=fresh.ref.partition, metadata=dagster_metadata(fresh, cfg),
-                                                   description=f"built again by {stage.name}/{context.partition_key}, which reads it: it changed since it was built"))
+        for fresh in (
+            result.refreshed
+        ):  # stale days of its windows rebuilt first (the service's log grew): materializations of their own
+            context.log_event(
+                AssetMaterialization(
+                    asset_key=fresh.ref.asset,
+                    partition=fresh.ref.partition,
+                    metadata=dagster_metadata(fresh, cfg),
+                    description=f"built again by {stage.name}/{context.partition_key}, which reads it: it changed "
+                    "since it was built",
+                )
+            )
         context.log.info(
             f"{stage.name}/{context.partition_key}: version {result.ref.version}"
             f" ({'reused' if result.cache_hit else 'built'}), MLflow run {result.mlflow_run_id}"
@@ -92,9 +109,20 @@ def stage_asset(stage: Stage, cfg: HominemConfig, partitions: DailyPartitionsDef
         checks = []
         for check in stage.checks:
             outcome = check.evaluate(result.metrics, cfg, result.ref.path)
-            checks.append(AssetCheckResult(check_name=check.name, passed=outcome.passed, description=outcome.description, metadata=outcome.metadata,
-                                           severity=AssetCheckSeverity.ERROR if check.severity == "error" else AssetCheckSeverity.WARN))
-        return MaterializeResult(metadata=dagster_metadata(result, cfg), check_results=checks or None, data_version=DataVersion(result.ref.content))
+            checks.append(
+                AssetCheckResult(
+                    check_name=check.name,
+                    passed=outcome.passed,
+                    description=outcome.description,
+                    metadata=outcome.metadata,
+                    severity=AssetCheckSeverity.ERROR if check.severity == "error" else AssetCheckSeverity.WARN,
+                )
+            )
+        return MaterializeResult(
+            metadata=dagster_metadata(result, cfg),
+            check_results=checks or None,
+            data_version=DataVersion(result.ref.content),
+        )
 
     return _materialize
 

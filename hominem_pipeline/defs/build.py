@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dagster import AssetSelection, Definitions, ExecutorDefinition, define_asset_job, in_process_executor, multiprocess_executor
+from dagster import (
+    AssetSelection,
+    Definitions,
+    ExecutorDefinition,
+    define_asset_job,
+    in_process_executor,
+    multiprocess_executor,
+)
 
 from hominem_pipeline.core.config.loader import find_project_root, load_config
 from hominem_pipeline.core.pipeline.stages import STAGES
@@ -24,7 +31,10 @@ IMPORT_JOB = "hominem_import"
 CELERY_BROKER_ENV = "HOMINEM_CELERY_BROKER"
 
 
-NO_BROKER = f"runtime.executor is celery, but no broker is set: set runtime.celery_broker (redis://host:6379/0) or ${CELERY_BROKER_ENV}"
+NO_BROKER = (
+    "runtime.executor is celery, but no broker is set: set runtime.celery_broker (redis://host:6379/0) or "
+    f"${CELERY_BROKER_ENV}"
+)
 
 
 def celery_broker(runtime) -> str | None:
@@ -65,7 +75,8 @@ def build_definitions(config_path: str | None = None, root: Path | None = None) 
     retrain = define_asset_job(
         RETRAIN_JOB,
         selection=AssetSelection.assets("human_feedback") | AssetSelection.assets("reward_model").downstream(),
-        description="The day's feedback, then reward model, pairs, adapter, evaluation and health (labels already there).",
+        description="The day's feedback, then reward model, pairs, adapter, evaluation and health (labels already "
+        "there).",
     )
     return Definitions(
         assets=assets,
@@ -73,6 +84,10 @@ def build_definitions(config_path: str | None = None, root: Path | None = None) 
         jobs=[daily, retrain, import_job],
         sensors=[build_retrain_sensor(retrain, daily, cfg.retrain.sensor_interval_seconds, cfg.retrain.sensor)],
         schedules=[build_weekly_schedule(daily, cfg.retrain.weekly_cron, cfg.retrain.schedule)],
-        resources={"hominem": HominemResource(root=str(root), config_path=str(Path(config_path).resolve()) if config_path else None)},
+        resources={
+            "hominem": HominemResource(
+                root=str(root), config_path=str(Path(config_path).resolve()) if config_path else None
+            )
+        },
         executor=executor_for(cfg.runtime),
     )

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 
 def first_failure(events) -> str:
-    """The failed step among a run's `events` and the message of the exception that started it (not Dagster's wrapper)."""
+    """The failed step among a run's `events` and the message of the exception that started it (not Dagster's
+    wrapper)."""
     for event in events:
         if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
             error = event.step_failure_data.error
@@ -32,12 +33,23 @@ def ui_job_origin(job_name: str, working_directory: str):
     import sys
 
     from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
-    from dagster._core.remote_origin import ManagedGrpcPythonEnvCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
+    from dagster._core.remote_origin import (
+        ManagedGrpcPythonEnvCodeLocationOrigin,
+        RemoteJobOrigin,
+        RemoteRepositoryOrigin,
+    )
     from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
-    target = LoadableTargetOrigin(executable_path=sys.executable, module_name=DEFINITIONS_MODULE, working_directory=working_directory)
+    target = LoadableTargetOrigin(
+        executable_path=sys.executable, module_name=DEFINITIONS_MODULE, working_directory=working_directory
+    )
     location = ManagedGrpcPythonEnvCodeLocationOrigin(loadable_target_origin=target, location_name=DEFINITIONS_MODULE)
-    return RemoteJobOrigin(repository_origin=RemoteRepositoryOrigin(code_location_origin=location, repository_name=SINGLETON_REPOSITORY_NAME), job_name=job_name)
+    return RemoteJobOrigin(
+        repository_origin=RemoteRepositoryOrigin(
+            code_location_origin=location, repository_name=SINGLETON_REPOSITORY_NAME
+        ),
+        job_name=job_name,
+    )
 
 
 def execute_in_process(job_fn, keys, run_config: dict, tags: dict, working_directory: str):
@@ -59,8 +71,12 @@ def create_run(job_fn, keys, run_config: dict, tags: dict, working_directory: st
     definition = job.get_definition()
     instance = DagsterInstance.get()
     run = instance.create_run_for_job(
-        job_def=definition, run_config=run_config, tags={**definition.run_tags, **tags}, asset_selection=frozenset(keys),
-        job_code_origin=job.get_python_origin(), remote_job_origin=ui_job_origin(definition.name, working_directory),
+        job_def=definition,
+        run_config=run_config,
+        tags={**definition.run_tags, **tags},
+        asset_selection=frozenset(keys),
+        job_code_origin=job.get_python_origin(),
+        remote_job_origin=ui_job_origin(definition.name, working_directory),
     )
     return job, instance, run
 
@@ -75,8 +91,15 @@ class QueuedRun:
     failure: str | None
 
 
-def submit_and_wait(job_fn, keys, run_config: dict, tags: dict, working_directory: str, poll_seconds: float = 2.0,
-                    on_status: Callable[[str], None] | None = None) -> QueuedRun:
+def submit_and_wait(
+    job_fn,
+    keys,
+    run_config: dict,
+    tags: dict,
+    working_directory: str,
+    poll_seconds: float = 2.0,
+    on_status: Callable[[str], None] | None = None,
+) -> QueuedRun:
     """The run created as `execute_in_process` creates it, then submitted to the instance's run coordinator
     (a deployment's QueuedRunCoordinator: the daemon dequeues and launches it), and followed until it ends."""
     import time
@@ -96,9 +119,16 @@ def submit_and_wait(job_fn, keys, run_config: dict, tags: dict, working_director
         if status in done:
             break
         time.sleep(poll_seconds)
-    records = instance.get_records_for_run(run.run_id, of_type={DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.STEP_FAILURE}, limit=100_000).records
+    records = instance.get_records_for_run(
+        run.run_id, of_type={DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.STEP_FAILURE}, limit=100_000
+    ).records
     events = [r.event_log_entry.dagster_event for r in records]
     materialized = [e for e in events if e.event_type == DagsterEventType.ASSET_MATERIALIZATION]
     success = status == DagsterRunStatus.SUCCESS
     failed = [e for e in events if e.event_type == DagsterEventType.STEP_FAILURE]
-    return QueuedRun(run.run_id, success, materialized, None if success else first_failure(failed) if failed else f"the run ended {status.value}")
+    return QueuedRun(
+        run.run_id,
+        success,
+        materialized,
+        None if success else first_failure(failed) if failed else f"the run ended {status.value}",
+    )

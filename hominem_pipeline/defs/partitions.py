@@ -10,8 +10,8 @@ from dagster import BetaWarning, DailyPartitionsDefinition, TimeWindowPartitionM
 
 from hominem_pipeline.core.config import HominemConfig
 
-
-REACH_ENV = "HOMINEM_PARTITIONS_FROM"  # a day the definitions must offer (`hominem run --date` sets it, child processes inherit it)
+# a day the definitions must offer (`hominem run --date` sets it, child processes inherit it)
+REACH_ENV = "HOMINEM_PARTITIONS_FROM"
 
 
 def first_partition(cfg: HominemConfig) -> dt.date:
@@ -47,4 +47,6 @@ def trailing_days(days: int) -> TimeWindowPartitionMapping:
     partition are allowed (they are simply not there)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BetaWarning)  # allow_nonexistent_upstream_partitions is beta
-        return TimeWindowPartitionMapping(start_offset=-(days - 1), end_offset=0, allow_nonexistent_upstream_partitions=True)
+        return TimeWindowPartitionMapping(
+            start_offset=-(days - 1), end_offset=0, allow_nonexistent_upstream_partitions=True
+        )

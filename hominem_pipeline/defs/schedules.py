@@ -17,8 +17,10 @@ def build_weekly_schedule(job, cron: str, running: bool):
         cron_schedule=cron,
         execution_timezone="UTC",
         default_status=DefaultScheduleStatus.RUNNING if running else DefaultScheduleStatus.STOPPED,
-        description="Materializes every asset for the day of the tick (new prompts, labels, models, evaluation): the reward model and the adapter "
-                    "retrain on their windows of days, the feedback people gave on each of those days included. retrain.schedule switches its default off.",
+        description="Materializes every asset for the day of the tick (new prompts, labels, models, evaluation): "
+        "the reward model and the adapter "
+        "retrain on their windows of days, the feedback people gave on each of those days included. "
+        "retrain.schedule switches its default off.",
     )
     def weekly_retrain_schedule(context: ScheduleEvaluationContext):
         day = context.scheduled_execution_time.date().isoformat()

@@ -27,7 +27,11 @@ def sensor_tick(cursor, hominem_cfg, jobs: dict | None = None):
     if tick.request is None:
         return None, tick.cursor, tick.reason
     r = tick.request
-    return RunRequest(run_key=r.run_key, partition_key=r.partition, tags=r.tags, job_name=(jobs or {}).get(r.job)), tick.cursor, tick.reason
+    return (
+        RunRequest(run_key=r.run_key, partition_key=r.partition, tags=r.tags, job_name=(jobs or {}).get(r.job)),
+        tick.cursor,
+        tick.reason,
+    )
 
 
 def _follow_last_run(context: SensorEvaluationContext, cfg) -> None:
@@ -51,10 +55,13 @@ def build_retrain_sensor(retrain_job, daily_job, interval_seconds: int, running:
         jobs=[retrain_job, daily_job],
         minimum_interval_seconds=interval_seconds,
         default_status=DefaultSensorStatus.RUNNING if running else DefaultSensorStatus.STOPPED,
-        description="Retrains when the conversations or preference pairs people gave through `hominem serve` (counted from the interaction log) "
-                    "cross retrain.reward_pairs / retrain.memory_conversations since the last retrain, or when the day's attunement reports that "
-                    "people's preferences or the served replies drifted: the day's feedback, the reward model and everything after it, through "
-                    "the live gate (the whole chain when the day has no labels yet). retrain.sensor switches its default off.",
+        description="Retrains when the conversations or preference pairs people gave through `hominem serve` "
+        "(counted from the interaction log) "
+        "cross retrain.reward_pairs / retrain.memory_conversations since the last retrain, or when the "
+        "day's attunement reports that "
+        "people's preferences or the served replies drifted: the day's feedback, the reward model and "
+        "everything after it, through "
+        "the live gate (the whole chain when the day has no labels yet). retrain.sensor switches its default off.",
     )
     def data_threshold_retrain_sensor(context: SensorEvaluationContext, hominem: HominemResource):
         cfg = hominem.load()

@@ -37,7 +37,11 @@ class BodyLimit:
             return await self.app(scope, receive, send)
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            return await error_response(413, f"the request body is {int(declared):,} bytes; the limit is {self.limit:,} (serving.max_body_bytes)", "body")(scope, receive, send)
+            return await error_response(
+                413,
+                f"the request body is {int(declared):,} bytes; the limit is {self.limit:,} (serving.max_body_bytes)",
+                "body",
+            )(scope, receive, send)
         seen = 0
 
         async def limited() -> dict:
@@ -45,7 +49,9 @@ class BodyLimit:
             message = await receive()
             seen += len(message.get("body", b""))
             if seen > self.limit:
-                raise ApiError(413, f"the request body is over the limit of {self.limit:,} bytes (serving.max_body_bytes)", "body")
+                raise ApiError(
+                    413, f"the request body is over the limit of {self.limit:,} bytes (serving.max_body_bytes)", "body"
+                )
             return message
 
         await self.app(scope, limited, send)
@@ -53,9 +59,14 @@ class BodyLimit:
 
 def create_app(service: Service) -> FastAPI:
     s, engine, access = service.settings, service.engine, service.access
-    # FastAPIOffline: /docs and /redoc from the files the fastapi-offline package installs, not a CDN (they work offline)
-    app = FastAPIOffline(title="hominem", version="1", description="Chat with the student, score replies with the reward model, and teach both with your feedback. "
-                  "OpenAI-compatible under /v1; every turn and piece of feedback is kept in the interaction log.")
+    # FastAPIOffline: /docs and /redoc from the files the fastapi-offline package installs, not a CDN (they work
+    # offline)
+    app = FastAPIOffline(
+        title="hominem",
+        version="1",
+        description="Chat with the student, score replies with the reward model, and teach both with your feedback. "
+        "OpenAI-compatible under /v1; every turn and piece of feedback is kept in the interaction log.",
+    )
     app.add_middleware(BodyLimit, limit=s.max_body_bytes)
 
     @app.exception_handler(ApiError)
@@ -71,8 +82,15 @@ def create_app(service: Service) -> FastAPI:
         broken = next((e for e in exc.errors() if e["type"] == "json_invalid"), None)
         if broken is not None:  # its loc is ("body", the character where decoding stopped), not a field
             return error_response(400, json_problem(broken, await request.body()), "body", "invalid_json")
-        problems = [f"{field_name(tuple(e['loc']))}: {e['msg'].removeprefix('Value error, ')}" + (f" (got {json.dumps(e['input'])[:80]})" if e.get("type") not in ("missing", "model_type") and "input" in e else "")
-                    for e in exc.errors()]
+        problems = [
+            f"{field_name(tuple(e['loc']))}: {e['msg'].removeprefix('Value error, ')}"
+            + (
+                f" (got {json.dumps(e['input'])[:80]})"
+                if e.get("type") not in ("missing", "model_type") and "input" in e
+                else ""
+            )
+            for e in exc.errors()
+        ]
         first = exc.errors()[0] if exc.errors() else {"loc": ()}
         return error_response(422, "; ".join(problems), field_name(tuple(first["loc"])), "invalid_value")
 
@@ -82,16 +100,31 @@ def create_app(service: Service) -> FastAPI:
 
     @app.get("/healthz", tags=["hominem"])
     async def healthz() -> dict[str, Any]:
-        return {"status": "ok", "adapter": service.adapter_label, "reward_model": service.reward_label, "waiting": engine.waiting, "running": engine.running,
-                "batches": engine.batches, "largest_batch": engine.largest_batch, "uptime_seconds": round(time.time() - service.started, 1), "auth": "open (loopback)" if access.open else "bearer tokens"}
+        return {
+            "status": "ok",
+            "adapter": service.adapter_label,
+            "reward_model": service.reward_label,
+            "waiting": engine.waiting,
+            "running": engine.running,
+            "batches": engine.batches,
+            "largest_batch": engine.largest_batch,
+            "uptime_seconds": round(time.time() - service.started, 1),
+            "auth": "open (loopback)" if access.open else "bearer tokens",
+        }
 
     @app.get("/config", tags=["hominem"])
     async def page_config() -> dict[str, Any]:
         """What the page needs: the dimensions, the emotion tags, whether a token is needed."""
         from hominem_pipeline.core.online.events import EMOTION_TAGS, STRENGTHS
 
-        return {"dimensions": service.ledger.dimensions, "emotion_tags": list(EMOTION_TAGS), "strengths": list(STRENGTHS),
-                "token_required": not access.open, "adapter": service.adapter_label, "reward_model": service.reward_label}
+        return {
+            "dimensions": service.ledger.dimensions,
+            "emotion_tags": list(EMOTION_TAGS),
+            "strengths": list(STRENGTHS),
+            "token_required": not access.open,
+            "adapter": service.adapter_label,
+            "reward_model": service.reward_label,
+        }
 
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:

@@ -49,11 +49,17 @@ def parse_tokens(text: str, source: str) -> dict[str, str]:
         if not parts:
             continue
         if len(parts) != 2 or parts[0] not in ROLES:
-            raise AccessError(f"{source}, entry {number}: expected `rater TOKEN` or `admin TOKEN`, got {len(parts)} word(s) starting {parts[0][:12]!r}")
+            raise AccessError(
+                f"{source}, entry {number}: expected `rater TOKEN` or `admin TOKEN`, got {len(parts)} "
+                f"word(s) starting {parts[0][:12]!r}"
+            )
         role, token = parts
         if len(token) < MIN_TOKEN_CHARS:
-            raise AccessError(f"{source}, entry {number}: a {role} token of {len(token)} characters is too easy to guess; use at least "
-                              f"{MIN_TOKEN_CHARS}, e.g. from `python -c 'import secrets; print(secrets.token_urlsafe(24))'`")
+            raise AccessError(
+                f"{source}, entry {number}: a {role} token of {len(token)} characters is too easy to "
+                "guess; use at least "
+                f"{MIN_TOKEN_CHARS}, e.g. from `python -c 'import secrets; print(secrets.token_urlsafe(24))'`"
+            )
         tokens[token] = role
     return tokens
 
@@ -66,14 +72,22 @@ class Access:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_settings(cls, tokens_file: Path | None, tokens_env: str, audit_path: Path, repo: Path | None = None) -> Access:
+    def from_settings(
+        cls, tokens_file: Path | None, tokens_env: str, audit_path: Path, repo: Path | None = None
+    ) -> Access:
         tokens: dict[str, str] = {}
         if tokens_file is not None:
             path = Path(tokens_file).resolve()
             if not path.is_file():
-                raise AccessError(f"serving.tokens_file {tokens_file} does not exist; create it (`rater TOKEN` lines) or set tokens_file: null")
+                raise AccessError(
+                    f"serving.tokens_file {tokens_file} does not exist; create it (`rater TOKEN` lines) "
+                    "or set tokens_file: null"
+                )
             if repo is not None and path.is_relative_to(Path(repo).resolve()):
-                raise AccessError(f"serving.tokens_file {path} is inside the project folder, where it could be committed; move it outside {repo}")
+                raise AccessError(
+                    f"serving.tokens_file {path} is inside the project folder, where it could be "
+                    f"committed; move it outside {repo}"
+                )
             tokens |= parse_tokens(path.read_text(), f"serving.tokens_file {path}")
         if os.environ.get(tokens_env):
             tokens |= parse_tokens(os.environ[tokens_env], f"${tokens_env}")
@@ -85,8 +99,11 @@ class Access:
 
     def check_bind(self, host: str) -> None:
         if self.open and host not in LOOPBACK:
-            raise AccessError(f"serving.host {host!r} is reachable beyond this machine, and no token is configured; set serving.tokens_file "
-                              f"or the environment variable of serving.tokens_env (`rater TOKEN` lines), or serve on 127.0.0.1")
+            raise AccessError(
+                f"serving.host {host!r} is reachable beyond this machine, and no token is configured; "
+                "set serving.tokens_file "
+                f"or the environment variable of serving.tokens_env (`rater TOKEN` lines), or serve on 127.0.0.1"
+            )
 
     def caller(self, authorization: str | None) -> Caller | None:
         """The caller an Authorization header names; None when it names no configured token."""

@@ -19,7 +19,8 @@ from hominem_pipeline.core.online.events import Turn, context_digest, redact
 from hominem_pipeline.core.online.ledger import Ledger
 from hominem_pipeline.core.online.log import utc_now
 from hominem_pipeline.serving.auth import Access, Caller
-from hominem_pipeline.serving.engine import Engine, QueueFull, Request as Job, Sampling
+from hominem_pipeline.serving.engine import Engine, QueueFull, Sampling
+from hominem_pipeline.serving.engine import Request as Job
 from hominem_pipeline.serving.journal import Journal
 
 
@@ -46,14 +47,27 @@ class Service:
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(message)
         self.status, self.message, self.param, self.code, self.headers = status, message, param, code, headers
 
 
-def error_response(status: int, message: str, param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(
+    status: int, message: str, param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
     kind = "invalid_request_error" if status < 500 else "server_error"
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status, headers=headers)
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": param, "code": code}},
+        status_code=status,
+        headers=headers,
+    )
 
 
 def field_name(loc: tuple[Any, ...]) -> str:
@@ -73,8 +87,10 @@ def json_problem(error: dict[str, Any], body: bytes) -> str:
     line = text.count("\n", 0, at) + 1
     column = at - (text.rfind("\n", 0, at) + 1) + 1
     near = text[max(0, at - 20) : at + 20].replace("\n", " ")
-    return (f"the request body is not JSON: {reason} at line {line}, column {column} (character {at}), near {near!r}; "
-            "send a JSON object with content-type application/json")
+    return (
+        f"the request body is not JSON: {reason} at line {line}, column {column} (character {at}), near {near!r}; "
+        "send a JSON object with content-type application/json"
+    )
 
 
 def finish(job: Job) -> str:
@@ -93,16 +109,33 @@ class Kit:
         async def authenticate(request: Request) -> Caller:
             caller = access.caller(request.headers.get("authorization"))
             if caller is None:
-                access.audit("unauthorized", path=request.url.path, method=request.method, client=request.client.host if request.client else None,
-                             header="absent" if not request.headers.get("authorization") else "unknown token")
-                raise ApiError(401, "a bearer token is needed: send `Authorization: Bearer TOKEN` with a token from serving.tokens_file or "
-                                    f"${s.tokens_env}", "authorization", "invalid_api_key", {"WWW-Authenticate": "Bearer"})
+                access.audit(
+                    "unauthorized",
+                    path=request.url.path,
+                    method=request.method,
+                    client=request.client.host if request.client else None,
+                    header="absent" if not request.headers.get("authorization") else "unknown token",
+                )
+                raise ApiError(
+                    401,
+                    "a bearer token is needed: send `Authorization: Bearer TOKEN` with a token from "
+                    "serving.tokens_file or "
+                    f"${s.tokens_env}",
+                    "authorization",
+                    "invalid_api_key",
+                    {"WWW-Authenticate": "Bearer"},
+                )
             return caller
 
         async def admin(request: Request, caller: Caller = Depends(authenticate)) -> Caller:
             if not caller.admin:
                 access.audit("forbidden", path=request.url.path, rater=caller.rater)
-                raise ApiError(403, "this needs an admin token (`admin TOKEN` in serving.tokens_file)", "authorization", "forbidden")
+                raise ApiError(
+                    403,
+                    "this needs an admin token (`admin TOKEN` in serving.tokens_file)",
+                    "authorization",
+                    "forbidden",
+                )
             return caller
 
         self.authenticate, self.admin = authenticate, admin
@@ -111,39 +144,88 @@ class Kit:
         """What the log keeps of a text: redacted when serving.redact is on."""
         return redact(value) if self.service.settings.redact else value
 
-    def sampling(self, max_tokens: int | None, temperature: float | None, top_p: float | None, seed: int | None) -> Sampling:
+    def sampling(
+        self, max_tokens: int | None, temperature: float | None, top_p: float | None, seed: int | None
+    ) -> Sampling:
         s = self.service.settings
         if max_tokens is not None and max_tokens > s.max_new_tokens:
-            raise ApiError(422, f"max_tokens {max_tokens} is more than this service writes per reply ({s.max_new_tokens}, serving.max_new_tokens)", "max_tokens")
-        return Sampling(s.temperature if temperature is None else temperature, s.top_p if top_p is None else top_p, max_tokens or s.max_new_tokens, seed)
+            raise ApiError(
+                422,
+                f"max_tokens {max_tokens} is more than this service writes per reply "
+                f"({s.max_new_tokens}, serving.max_new_tokens)",
+                "max_tokens",
+            )
+        return Sampling(
+            s.temperature if temperature is None else temperature,
+            s.top_p if top_p is None else top_p,
+            max_tokens or s.max_new_tokens,
+            seed,
+        )
 
-    def submit(self, messages: list[dict[str, str]], plan: Sampling, adapter: bool, n: int, on_text: Any = None) -> list[Job]:
-        """`n` replies to `messages` queued on the engine (seeds plan.seed + i); 503 with Retry-After when it is full."""
+    def submit(
+        self, messages: list[dict[str, str]], plan: Sampling, adapter: bool, n: int, on_text: Any = None
+    ) -> list[Job]:
+        """`n` replies to `messages` queued on the engine (seeds plan.seed + i); 503 with Retry-After when it is
+        full."""
         engine = self.service.engine
         chat = engine.chat_text(messages)
-        jobs = [Job(chat, plan if plan.seed is None else Sampling(plan.temperature, plan.top_p, plan.max_tokens, plan.seed + i), adapter,
-                    None if on_text is None else (lambda d, i=i: on_text(i, d))) for i in range(n)]
+        jobs = [
+            Job(
+                chat,
+                plan if plan.seed is None else Sampling(plan.temperature, plan.top_p, plan.max_tokens, plan.seed + i),
+                adapter,
+                None if on_text is None else (lambda d, i=i: on_text(i, d)),
+            )
+            for i in range(n)
+        ]
         try:
             for job in jobs:
                 engine.submit(job)
         except QueueFull as exc:
             for job in jobs:
                 job.cancelled = True
-            raise ApiError(503, str(exc), None, "overloaded", {"Retry-After": str(int(exc.retry_after + 0.999))}) from exc
+            raise ApiError(
+                503, str(exc), None, "overloaded", {"Retry-After": str(int(exc.retry_after + 0.999))}
+            ) from exc
         return jobs
 
-    async def record(self, caller: Caller, messages: list[dict[str, str]], jobs: list[Job], model: str, adapter: bool, plan: Sampling,
-                     session: str | None, rewards: list[dict[str, Any] | None] | None = None) -> list[Turn]:
+    async def record(
+        self,
+        caller: Caller,
+        messages: list[dict[str, str]],
+        jobs: list[Job],
+        model: str,
+        adapter: bool,
+        plan: Sampling,
+        session: str | None,
+        rewards: list[dict[str, Any] | None] | None = None,
+    ) -> list[Turn]:
         """Each finished job as a turn, on disk before this returns, then in the ledger."""
         service = self.service
         logged = [{"role": m["role"], "content": self.text(m["content"])} for m in messages]
         turns = []
         for i, job in enumerate(jobs):
-            turn = Turn(id=uuid.uuid4().hex, time=utc_now().isoformat(), rater=caller.rater, session=session, messages=logged, reply=self.text(job.sent),
-                        model=model, adapter=job.adapter_label,
-                        reward_model=service.reward_label if rewards and rewards[i] is not None else None, reward=rewards[i] if rewards else None,
-                        sampling={"temperature": job.sampling.temperature, "top_p": job.sampling.top_p, "max_tokens": job.sampling.max_tokens, "seed": job.sampling.seed},
-                        finish_reason=job.finish_reason, completion_tokens=len(job.ids), context=context_digest(logged))  # type: ignore[arg-type]
+            turn = Turn(
+                id=uuid.uuid4().hex,
+                time=utc_now().isoformat(),
+                rater=caller.rater,
+                session=session,
+                messages=logged,
+                reply=self.text(job.sent),
+                model=model,
+                adapter=job.adapter_label,
+                reward_model=service.reward_label if rewards and rewards[i] is not None else None,
+                reward=rewards[i] if rewards else None,
+                sampling={
+                    "temperature": job.sampling.temperature,
+                    "top_p": job.sampling.top_p,
+                    "max_tokens": job.sampling.max_tokens,
+                    "seed": job.sampling.seed,
+                },
+                finish_reason=job.finish_reason,
+                completion_tokens=len(job.ids),
+                context=context_digest(logged),
+            )  # type: ignore[arg-type]
             turns.append(turn)
         await asyncio.gather(*(service.journal.write(t.model_dump(mode="json")) for t in turns))
         for turn in turns:

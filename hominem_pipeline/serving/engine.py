@@ -76,7 +76,7 @@ class Request:
         text = tokenizer.decode(self.ids, skip_special_tokens=True)
         if text.endswith("\ufffd") and not final:
             return
-        delta, self.sent = text[len(self.sent):], text
+        delta, self.sent = text[len(self.sent) :], text
         if delta and self.on_text is not None:
             self.on_text(delta)
 
@@ -84,9 +84,22 @@ class Request:
 class Engine:
     """The student (with its adapter, if any), the reward model (if any), and the worker thread."""
 
-    def __init__(self, student: Path, adapter: Path | None, reward_model: Path | None, *, max_batch_size: int,
-                 batch_wait_ms: float, max_queue: int, repetition_penalty: float, plain_start: bool = False, threads: int | None = None,
-                 adapter_label: str | None = None, recall_facts: bool = False, device: Any = None):
+    def __init__(
+        self,
+        student: Path,
+        adapter: Path | None,
+        reward_model: Path | None,
+        *,
+        max_batch_size: int,
+        batch_wait_ms: float,
+        max_queue: int,
+        repetition_penalty: float,
+        plain_start: bool = False,
+        threads: int | None = None,
+        adapter_label: str | None = None,
+        recall_facts: bool = False,
+        device: Any = None,
+    ):
         """`device`: where the student and the reward model run, and the batch's tensors live (`core.lm.device`;
         None: the CPU); each row's sampling stays on the CPU (its own generator), one logits copy a step."""
         import torch
@@ -121,7 +134,9 @@ class Engine:
             self.symbol_ids = torch.tensor(symbol_token_ids(self.tokenizer), dtype=torch.long)
         eos = self.tokenizer.eos_token_id
         self.stop_ids = set(eos if isinstance(eos, list) else [eos])
-        if (end := self.tokenizer.convert_tokens_to_ids("<|im_end|>")) is not None and end != self.tokenizer.unk_token_id:
+        if (
+            end := self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        ) is not None and end != self.tokenizer.unk_token_id:
             self.stop_ids.add(end)
         self._pending: list[Request] = []
         self._jobs: queue.Queue[tuple[Callable[[], Any], Future]] = queue.Queue()
@@ -133,7 +148,13 @@ class Engine:
         self.running = 0  # rows generating now (the batch on the worker)
         self._worker = threading.Thread(target=self._loop, name="hominem-engine", daemon=True)
         self._worker.start()
-        log.info("engine ready in %.1f s: student %s, adapter %s, reward model %s", time.monotonic() - started, student, adapter, reward_model)
+        log.info(
+            "engine ready in %.1f s: student %s, adapter %s, reward model %s",
+            time.monotonic() - started,
+            student,
+            adapter,
+            reward_model,
+        )
 
     # -- what the app calls -------------------------------------------------------------------------
 
@@ -216,7 +237,11 @@ class Engine:
             if self.active is not None:
                 self._stale.add(self.active)
             self.active = name if adapter is not None else None
-            log.info("serving %s from now on (loaded in %.2f s)", self.adapter_label or "the base alone", time.monotonic() - started)
+            log.info(
+                "serving %s from now on (loaded in %.2f s)",
+                self.adapter_label or "the base alone",
+                time.monotonic() - started,
+            )
             return time.monotonic() - started
 
         return self.run(load)
@@ -299,7 +324,11 @@ class Engine:
 
         if adapter is not None and self.model.active_adapter != adapter:
             self.model.set_adapter(adapter)
-        switch = self.model.disable_adapter() if adapter is None and hasattr(self.model, "disable_adapter") else contextlib.nullcontext()
+        switch = (
+            self.model.disable_adapter()
+            if adapter is None and hasattr(self.model, "disable_adapter")
+            else contextlib.nullcontext()
+        )
         with switch:
             return self.model(**inputs, use_cache=True)
 
@@ -308,15 +337,21 @@ class Engine:
         their cache rows into the running batch's."""
         import torch
 
-        enc = self.tokenizer([r.text for r in rows], return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
+        enc = self.tokenizer([r.text for r in rows], return_tensors="pt", padding=True, add_special_tokens=False).to(
+            self.device
+        )
         mask = enc["attention_mask"]
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         with torch.inference_mode():
-            out = self._forward(rows[0].adapter_name, input_ids=enc["input_ids"], attention_mask=mask, position_ids=positions)
+            out = self._forward(
+                rows[0].adapter_name, input_ids=enc["input_ids"], attention_mask=mask, position_ids=positions
+            )
         for row, ids, m in zip(rows, enc["input_ids"], mask):
             row.prompt_tokens = int(m.sum())
             row.context = ids[m.bool()].tolist()
-            row.generator = torch.Generator().manual_seed(row.sampling.seed if row.sampling.seed is not None else int(time.time_ns() % 2**63))
+            row.generator = torch.Generator().manual_seed(
+                row.sampling.seed if row.sampling.seed is not None else int(time.time_ns() % 2**63)
+            )
         new = _Batch(rows, out.past_key_values, mask, positions[:, -1] + 1, rows[0].adapter_name)
         new.last = self._sample(new, out.logits[:, -1, :])
         merged = new if batch is None else batch.merge(new)
@@ -329,10 +364,17 @@ class Engine:
         import torch
 
         started = time.monotonic()
-        batch.mask = torch.cat([batch.mask, torch.ones(len(batch.rows), 1, dtype=batch.mask.dtype, device=batch.mask.device)], 1)
+        batch.mask = torch.cat(
+            [batch.mask, torch.ones(len(batch.rows), 1, dtype=batch.mask.dtype, device=batch.mask.device)], 1
+        )
         with torch.inference_mode():
-            out = self._forward(batch.adapter, input_ids=batch.last.unsqueeze(1), attention_mask=batch.mask,
-                                position_ids=batch.positions.unsqueeze(1), past_key_values=batch.cache)
+            out = self._forward(
+                batch.adapter,
+                input_ids=batch.last.unsqueeze(1),
+                attention_mask=batch.mask,
+                position_ids=batch.positions.unsqueeze(1),
+                past_key_values=batch.cache,
+            )
         batch.cache, batch.positions = out.past_key_values, batch.positions + 1
         batch.last = self._sample(batch, out.logits[:, -1, :])
         seconds = time.monotonic() - started
@@ -362,7 +404,9 @@ class Engine:
             if self.repetition_penalty != 1.0:
                 seen = torch.tensor(row.context)
                 picked = scores[seen]
-                scores[seen] = torch.where(picked < 0, picked * self.repetition_penalty, picked / self.repetition_penalty)
+                scores[seen] = torch.where(
+                    picked < 0, picked * self.repetition_penalty, picked / self.repetition_penalty
+                )
             if row.sampling.temperature <= 0:
                 token = int(scores.argmax())
             else:
@@ -419,7 +463,9 @@ class _Batch:
             for layer in self.cache.layers:
                 layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
             mask = mask[:, first:]
-        return _Batch([self.rows[i] for i in keep], self.cache, mask, self.positions[index], self.adapter, self.last[index])
+        return _Batch(
+            [self.rows[i] for i in keep], self.cache, mask, self.positions[index], self.adapter, self.last[index]
+        )
 
     def merge(self, other: _Batch) -> _Batch:
         """Both batches' rows in one: the shorter side's cache and mask left-padded to the longer length."""
@@ -430,8 +476,14 @@ class _Batch:
             mine.keys = torch.cat([_left_pad(mine.keys, length), _left_pad(theirs.keys, length)])
             mine.values = torch.cat([_left_pad(mine.values, length), _left_pad(theirs.values, length)])
         mask = torch.cat([_left_pad(self.mask, length, dim=1), _left_pad(other.mask, length, dim=1)])
-        return _Batch(self.rows + other.rows, self.cache, mask, torch.cat([self.positions, other.positions]), self.adapter,
-                      torch.cat([self.last, other.last]))
+        return _Batch(
+            self.rows + other.rows,
+            self.cache,
+            mask,
+            torch.cat([self.positions, other.positions]),
+            self.adapter,
+            torch.cat([self.last, other.last]),
+        )
 
 
 def _left_pad(t: Any, length: int, dim: int = 2) -> Any:

@@ -16,10 +16,19 @@ NOTHING = object()  # nothing refused (a version of None is the base, which may 
 
 
 class LiveWatcher:
-    def __init__(self, state: LiveState, engine, audit: Callable[..., None], label: Callable[[Path | None], str | None], interval: float = 1.0):
+    def __init__(
+        self,
+        state: LiveState,
+        engine,
+        audit: Callable[..., None],
+        label: Callable[[Path | None], str | None],
+        interval: float = 1.0,
+    ):
         self.state, self.engine, self.audit, self.label, self.interval = state, engine, audit, label, interval
         self.version = state.current().version  # what the engine serves (it was loaded from the pointer)
-        self.refused: object = NOTHING  # the version last refused (None: the base): not tried again until the pointer moves on
+        self.refused: object = (
+            NOTHING  # the version last refused (None: the base): not tried again until the pointer moves on
+        )
         self._seen = self._stamp()
         self._stop = threading.Event()
         self._lock = threading.Lock()  # the watcher's thread and an admin endpoint may both follow
@@ -57,10 +66,17 @@ class LiveWatcher:
             seconds = self.engine.swap(path, self.label(path)).result()
         except (BadAdapter, OSError, ValueError, RuntimeError) as exc:
             self.refused = live.version
-            log.error("the live pointer names %s, which cannot serve (%s); %s keeps answering", live.version, exc, self.version or "the base")
+            log.error(
+                "the live pointer names %s, which cannot serve (%s); %s keeps answering",
+                live.version,
+                exc,
+                self.version or "the base",
+            )
             self.audit("live_swap_refused", version=live.version, reason=str(exc), serving=self.version)
             return False
-        self.audit("live_swap", version=live.version or "base", previous=self.version or "base", seconds=round(seconds, 3))
+        self.audit(
+            "live_swap", version=live.version or "base", previous=self.version or "base", seconds=round(seconds, 3)
+        )
         self.version, self.refused = live.version, NOTHING
         return True
 
@@ -75,10 +91,25 @@ class RegistryWatcher:
     alias names, and when that moved, downloads it (`core/registry.fetch`) and hot-swaps. A version that
     cannot serve is refused and audited, as with the live pointer."""
 
-    def __init__(self, cfg, uri: str, engine, audit: Callable[..., None], label: Callable[[Path | None], str | None], interval: float = 30.0):
+    def __init__(
+        self,
+        cfg,
+        uri: str,
+        engine,
+        audit: Callable[..., None],
+        label: Callable[[Path | None], str | None],
+        interval: float = 30.0,
+    ):
         from hominem_pipeline.core.pipeline.registry import alias_version
 
-        self.cfg, self.uri, self.engine, self.audit, self.label, self.interval = cfg, uri, engine, audit, label, interval
+        self.cfg, self.uri, self.engine, self.audit, self.label, self.interval = (
+            cfg,
+            uri,
+            engine,
+            audit,
+            label,
+            interval,
+        )
         self.version = alias_version(cfg, uri)  # what the engine serves (resolved from the alias at start)
         self.refused: str | None = None
         self._stop = threading.Event()
@@ -104,7 +135,13 @@ class RegistryWatcher:
             seconds = self.engine.swap(path, self.label(path)).result()
         except (BadAdapter, OSError, ValueError, RuntimeError) as exc:
             self.refused = version
-            log.error("%s names version %s, which cannot serve (%s); version %s keeps answering", self.uri, version, exc, self.version)
+            log.error(
+                "%s names version %s, which cannot serve (%s); version %s keeps answering",
+                self.uri,
+                version,
+                exc,
+                self.version,
+            )
             self.audit("registry_swap_refused", uri=self.uri, version=version, reason=str(exc), serving=self.version)
             return False
         self.audit("registry_swap", uri=self.uri, version=version, previous=self.version, seconds=round(seconds, 3))

@@ -47,7 +47,8 @@ class QuestionDesk:
         return (None if ref is None else ref.version, tuple(files))
 
     def pool(self) -> list[Question]:
-        """The pool, read again when the teacher's newest day or the question files changed (looked at every RECHECK_SECONDS)."""
+        """The pool, read again when the teacher's newest day or the question files changed (looked at every
+        RECHECK_SECONDS)."""
         if time.monotonic() - self._checked_at >= RECHECK_SECONDS:
             self._checked_at = time.monotonic()
             key = self._key()
@@ -71,7 +72,9 @@ class QuestionDesk:
         if ref is None:
             return []
         found = pd.read_parquet(ref.file(CLUSTERS), columns=["name", "terms", "status"])
-        return [{"name": r.name, "terms": json.loads(r.terms)} for r in found.itertuples() if r.status in ("new", "grew")]
+        return [
+            {"name": r.name, "terms": json.loads(r.terms)} for r in found.itertuples() if r.status in ("new", "grew")
+        ]
 
     def answered(self, rater: str) -> tuple[set[str], list[str]]:
         """(the questions `rater` chose on, the prompts of every question anyone answered)."""
@@ -97,21 +100,45 @@ class QuestionDesk:
             for i, q in enumerate(todo):
                 a, b = outputs[i], outputs[len(todo) + i]
                 gap = a["scalar"] - b["scalar"]
-                self._scores[(str(label), q.id)] = {"gap": gap, "spread": float(np.hypot(a["uncertainty"]["scalar"], b["uncertainty"]["scalar"])),
-                                                    "p_a": reward.probability(gap), "a": a, "b": b}
+                self._scores[(str(label), q.id)] = {
+                    "gap": gap,
+                    "spread": float(np.hypot(a["uncertainty"]["scalar"], b["uncertainty"]["scalar"])),
+                    "p_a": reward.probability(gap),
+                    "a": a,
+                    "b": b,
+                }
         rows = [self._scores[(str(label), q.id)] for q in questions]
-        return {k: np.array([r[k] for r in rows]) if k in ("gap", "spread", "p_a") else [r[k] for r in rows] for k in rows[0]}
+        return {
+            k: np.array([r[k] for r in rows]) if k in ("gap", "spread", "p_a") else [r[k] for r in rows]
+            for k in rows[0]
+        }
 
     def next(self, rater: str) -> dict[str, Any] | None:
         """The question for `rater` and how it was picked; None when they have answered every one."""
         with self._lock:
             pool = self.pool()
             answered, seen = self.answered(rater)
-            found = choose(pool, answered, seen, self._score if self.engine.reward is not None else None, self._clusters,
-                           self.cfg.attunement.selection, self.rng)
+            found = choose(
+                pool,
+                answered,
+                seen,
+                self._score if self.engine.reward is not None else None,
+                self._clusters,
+                self.cfg.attunement.selection,
+                self.rng,
+            )
         if found is None:
             return None
         question, chosen, scores = found
-        return {"question": question, "by": chosen.by, "value": chosen.value, "parts": chosen.parts, "reason": chosen.reason,
-                "p_a": None if "p_a" not in scores else float(scores["p_a"]), "a_reward": scores.get("a"), "b_reward": scores.get("b"),
-                "pool": len(pool), "answered": len(answered)}
+        return {
+            "question": question,
+            "by": chosen.by,
+            "value": chosen.value,
+            "parts": chosen.parts,
+            "reason": chosen.reason,
+            "p_a": None if "p_a" not in scores else float(scores["p_a"]),
+            "a_reward": scores.get("a"),
+            "b_reward": scores.get("b"),
+            "pool": len(pool),
+            "answered": len(answered),
+        }

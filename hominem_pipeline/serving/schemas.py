@@ -59,7 +59,9 @@ class ChatCompletionRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    model: str = Field(description="`hominem` (the served adapter) or `hominem-base` (the adapter off); GET /v1/models lists them.")
+    model: str = Field(
+        description="`hominem` (the served adapter) or `hominem-base` (the adapter off); GET /v1/models lists them."
+    )
     messages: list[ChatMessage]
     stream: bool = False
     stream_options: dict[str, Any] | None = None
@@ -77,7 +79,9 @@ class ChatCompletionRequest(BaseModel):
     @model_validator(mode="after")
     def _no_stop(self) -> ChatCompletionRequest:
         if self.stop:
-            raise ValueError("stop sequences are not supported; leave `stop` out (replies end at the end of turn or max_tokens)")
+            raise ValueError(
+                "stop sequences are not supported; leave `stop` out (replies end at the end of turn or max_tokens)"
+            )
         return self
 
 
@@ -86,7 +90,9 @@ class GenerateRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    messages: list[ChatMessage] | None = Field(default=None, description="The conversation, the user's last message last.")
+    messages: list[ChatMessage] | None = Field(
+        default=None, description="The conversation, the user's last message last."
+    )
     prompt: str | None = Field(default=None, description="A single user message (instead of messages).")
     n: int = Field(default=1, ge=1, le=4, description="Replies to write (2: a pair to choose between).")
     adapter: bool = Field(default=True, description="false: the base model alone.")
@@ -95,7 +101,9 @@ class GenerateRequest(BaseModel):
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     seed: int | None = None
     score: bool = Field(default=True, description="Score each reply with the reward model (when one is served).")
-    session: str | None = Field(default=None, max_length=200, description="The client's conversation id, kept in the log.")
+    session: str | None = Field(
+        default=None, max_length=200, description="The client's conversation id, kept in the log."
+    )
 
     @model_validator(mode="after")
     def _one_input(self) -> GenerateRequest:
@@ -129,7 +137,11 @@ class RewardRequest(BaseModel):
         return self
 
     def pairs(self) -> list[RewardItem]:
-        return self.items if self.items is not None else [RewardItem(prompt=self.prompt or "", response=self.response or "")]
+        return (
+            self.items
+            if self.items is not None
+            else [RewardItem(prompt=self.prompt or "", response=self.response or "")]
+        )
 
 
 class FeedbackRequest(BaseModel):
@@ -137,7 +149,9 @@ class FeedbackRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str | None = Field(default=None, pattern=ID_PATTERN, description="Your id for this event; sending it again writes nothing new.")
+    id: str | None = Field(
+        default=None, pattern=ID_PATTERN, description="Your id for this event; sending it again writes nothing new."
+    )
     kind: Literal["thumb", "choice", "nudge", "emotion"]
     turn: str | None = None
     value: Literal["up", "down"] | None = None
@@ -157,10 +171,16 @@ class TurnRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    messages: list[ChatMessage] | None = Field(default=None, description="The conversation the reply answers, the user's last message last.")
+    messages: list[ChatMessage] | None = Field(
+        default=None, description="The conversation the reply answers, the user's last message last."
+    )
     prompt: str | None = Field(default=None, description="A single user message (instead of messages).")
     reply: str = Field(min_length=1, max_length=MAX_MESSAGE, description="The reply.")
-    author: str = Field(default="external", pattern=r"^[A-Za-z0-9_.:/-]{1,100}$", description="Who wrote it (kept as the turn's model), e.g. gpt-4o or me.")
+    author: str = Field(
+        default="external",
+        pattern=r"^[A-Za-z0-9_.:/-]{1,100}$",
+        description="Who wrote it (kept as the turn's model), e.g. gpt-4o or me.",
+    )
     session: str | None = Field(default=None, max_length=200)
 
     @model_validator(mode="after")

@@ -39,12 +39,17 @@ def _latest_or_folder(cfg: HominemConfig, asset: str, choice: str, marker: str, 
     if choice == "latest":
         path = _built(cfg, asset)
         if path is None:
-            log.warning("no %s is built under this config in %s: %s (build one with `make run`)", asset, cfg.data_dir, without)
+            log.warning(
+                "no %s is built under this config in %s: %s (build one with `make run`)", asset, cfg.data_dir, without
+            )
         return path
     path = cfg.path(choice)
     if not (path / marker).is_file():
-        raise ServeError(f"{asset} {choice!r}: {path} has no {marker}, so it is not a {asset} folder; pass data/{asset}/<day>/<version>, "
-                         "`latest`, or `none`")
+        raise ServeError(
+            f"{asset} {choice!r}: {path} has no {marker}, so it is not a {asset} folder; pass "
+            f"data/{asset}/<day>/<version>, "
+            "`latest`, or `none`"
+        )
     return path
 
 
@@ -78,7 +83,10 @@ def resolve_adapter(cfg: HominemConfig, choice: str | None) -> Path | None:
 
             log.warning("serving the base student alone: %s", why_base(cfg.data_dir))
         elif not path.is_dir():
-            raise ServeError(f"the live adapter {path} (named by {state.current_path}) is gone; `hominem live rollback` to one that is there")
+            raise ServeError(
+                f"the live adapter {path} (named by {state.current_path}) is gone; `hominem live "
+                "rollback` to one that is there"
+            )
         return path
     return _latest_or_folder(cfg, "lora_adapter", choice, "adapter_config.json", "serving the base alone")
 
@@ -86,16 +94,23 @@ def resolve_adapter(cfg: HominemConfig, choice: str | None) -> Path | None:
 def resolve_reward_model(cfg: HominemConfig, choice: str | None, adapter: Path | None) -> Path | None:
     """`adapter` (the one the served adapter was trained with, else the newest), `latest`, a folder, a
     registry model (models:/hominem-reward-model@champion), or None / `none` (replies are not scored)."""
-    from hominem_pipeline.core.policy.lora import adapter_reward_model
     from hominem_pipeline.core.pipeline.registry import is_registry_uri
+    from hominem_pipeline.core.policy.lora import adapter_reward_model
 
     if choice is None or choice == "none":
         return None
     if is_registry_uri(choice):
         return _from_registry(cfg, choice, "METADATA.json")
-    if choice == "adapter" and adapter is not None and (own := adapter_reward_model(adapter, cfg.data_dir)) is not None and own.is_dir():
+    if (
+        choice == "adapter"
+        and adapter is not None
+        and (own := adapter_reward_model(adapter, cfg.data_dir)) is not None
+        and own.is_dir()
+    ):
         return own
-    return _latest_or_folder(cfg, "reward_model", "latest" if choice == "adapter" else choice, "METADATA.json", "replies are not scored")
+    return _latest_or_folder(
+        cfg, "reward_model", "latest" if choice == "adapter" else choice, "METADATA.json", "replies are not scored"
+    )
 
 
 def label(cfg: HominemConfig, path: Path | None) -> str | None:
@@ -104,26 +119,47 @@ def label(cfg: HominemConfig, path: Path | None) -> str | None:
     return None if path is None else data_label(cfg.data_dir, path)
 
 
-def build_service(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, student: Path, follow_live: bool = False,
-                  config_args: list[str] | None = None, follow_registry: str | None = None):
+def build_service(
+    cfg: HominemConfig,
+    adapter: Path | None,
+    reward_model: Path | None,
+    student: Path,
+    follow_live: bool = False,
+    config_args: list[str] | None = None,
+    follow_registry: str | None = None,
+):
     """The service; with `follow_live`, it hot-swaps to whatever data/live/current.json names from now on
     and runs online updates of the live adapter (`config_args`: the --config / --set the update runs under);
     with `follow_registry` (a models:/NAME@ALIAS URI), to whatever version that alias names."""
-    from hominem_pipeline.serving.common import Service
     from hominem_pipeline.core.lm.device import resolve_device
+    from hominem_pipeline.serving.common import Service
     from hominem_pipeline.serving.engine import Engine
 
     s = cfg.serving
     folder = cfg.data_dir / s.log_dir
-    access = Access.from_settings(cfg.path(s.tokens_file) if s.tokens_file else None, s.tokens_env, folder / "audit.jsonl", repo=cfg.root)
+    access = Access.from_settings(
+        cfg.path(s.tokens_file) if s.tokens_file else None, s.tokens_env, folder / "audit.jsonl", repo=cfg.root
+    )
     access.check_bind(s.host)
     interaction_log = InteractionLog(folder / "log", remember_days=REMEMBER_DAYS)
     ledger = Ledger(cfg.dimension_names)
     ledger.load(interaction_log.remembered)
-    engine = Engine(student, adapter, reward_model, max_batch_size=s.max_batch_size, batch_wait_ms=s.batch_wait_ms, max_queue=s.max_queue,
-                    repetition_penalty=s.repetition_penalty, plain_start=s.plain_start, adapter_label=label(cfg, adapter), recall_facts=s.recall_facts,
-                    device=resolve_device(cfg.runtime.device))
-    if engine.reward is not None:  # a reply scored once (a question of the pool, a shipped pair) is not read by the frozen networks again
+    engine = Engine(
+        student,
+        adapter,
+        reward_model,
+        max_batch_size=s.max_batch_size,
+        batch_wait_ms=s.batch_wait_ms,
+        max_queue=s.max_queue,
+        repetition_penalty=s.repetition_penalty,
+        plain_start=s.plain_start,
+        adapter_label=label(cfg, adapter),
+        recall_facts=s.recall_facts,
+        device=resolve_device(cfg.runtime.device),
+    )
+    if (
+        engine.reward is not None
+    ):  # a reply scored once (a question of the pool, a shipped pair) is not read by the frozen networks again
         from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
 
         engine.reward.use_feature_cache(cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES))
@@ -134,20 +170,37 @@ def build_service(cfg: HominemConfig, adapter: Path | None, reward_model: Path |
     if follow_live:
         from hominem_pipeline.core.online.live import LiveState
         from hominem_pipeline.serving.live import LiveWatcher
-
         from hominem_pipeline.serving.updates import UpdateScheduler
 
-        service.live = LiveWatcher(LiveState(cfg.data_dir), engine, access.audit, lambda path: label(cfg, path), s.live_poll_seconds)
-        service.updates = UpdateScheduler(cfg.online, config_args or [], folder / "updates", access.audit, service.live.follow, auto=cfg.online.scheduler)
+        service.live = LiveWatcher(
+            LiveState(cfg.data_dir), engine, access.audit, lambda path: label(cfg, path), s.live_poll_seconds
+        )
+        service.updates = UpdateScheduler(
+            cfg.online,
+            config_args or [],
+            folder / "updates",
+            access.audit,
+            service.live.follow,
+            auto=cfg.online.scheduler,
+        )
     if follow_registry:
         from hominem_pipeline.serving.live import RegistryWatcher
 
-        service.registry = RegistryWatcher(cfg, follow_registry, engine, access.audit, lambda path: label(cfg, path), s.registry_poll_seconds)
+        service.registry = RegistryWatcher(
+            cfg, follow_registry, engine, access.audit, lambda path: label(cfg, path), s.registry_poll_seconds
+        )
     return service
 
 
-def serve(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, student: Path, follow_live: bool = False,
-          config_args: list[str] | None = None, follow_registry: str | None = None) -> None:
+def serve(
+    cfg: HominemConfig,
+    adapter: Path | None,
+    reward_model: Path | None,
+    student: Path,
+    follow_live: bool = False,
+    config_args: list[str] | None = None,
+    follow_registry: str | None = None,
+) -> None:
     """Bind, load, print the address, and serve until SIGINT / SIGTERM. The port is taken first, so a
     busy one is said at once, before any model loads or update process starts."""
     import uvicorn
@@ -163,19 +216,28 @@ def serve(cfg: HominemConfig, adapter: Path | None, reward_model: Path | None, s
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise ServeError(f"cannot listen on {host}:{port} ({exc.strerror}); pass another --port (0: any free one)") from exc
+        raise ServeError(
+            f"cannot listen on {host}:{port} ({exc.strerror}); pass another --port (0: any free one)"
+        ) from exc
     bound = sock.getsockname()[1]
     try:
         service = build_service(cfg, adapter, reward_model, student, follow_live, config_args, follow_registry)
     except BaseException:
         sock.close()
         raise
-    service.access.audit("start", host=host, port=bound, adapter=service.adapter_label, reward_model=service.reward_label)
+    service.access.audit(
+        "start", host=host, port=bound, adapter=service.adapter_label, reward_model=service.reward_label
+    )
     url = f"http://{'[' + host + ']' if ':' in host else host}:{bound}"
-    print(f"hominem serve: {url}  (page {url}/ , OpenAI base_url {url}/v1 , API docs {url}/docs)\n"
-          f"  adapter {service.adapter_label or 'none (the base)'}; reward model {service.reward_label or 'none'}; "
-          f"log {service.journal.log.folder}; {'open on loopback' if service.access.open else 'bearer tokens required'}", flush=True)
-    server = uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning", access_log=False, timeout_graceful_shutdown=30))
+    print(
+        f"hominem serve: {url}  (page {url}/ , OpenAI base_url {url}/v1 , API docs {url}/docs)\n"
+        f"  adapter {service.adapter_label or 'none (the base)'}; reward model {service.reward_label or 'none'}; "
+        f"log {service.journal.log.folder}; {'open on loopback' if service.access.open else 'bearer tokens required'}",
+        flush=True,
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(service), log_level="warning", access_log=False, timeout_graceful_shutdown=30)
+    )
     # What is loaded now (torch, transformers, the models: ~500k objects) lives as long as the server.
     # Moved out of the collector's reach, a full collection no longer walks it: one took ~340 ms here,
     # stalling every request in flight (the 99th percentile of a feedback storm).

@@ -2,15 +2,13 @@
 `online.every_minutes` while feedback came in, or on demand (POST /admin/live/update), it runs one
 update (`hominem live update`, `core.online.updates.run_update`) in a child process, one at a time.
 
-The child trains and gates off the server's process, so serving never waits on training, and a crash
-of the update is not a crash of the service. It stays in the server's process group (stopping the
-server's group stops it) and is terminated when the server stops. With the scheduler on, the next
-update's child is started ahead (with the server, and again after each update), its libraries, the
-reward model and the student its guards read loaded (`hominem live update --ready`), so the update
-starts without those seconds; it begins when the scheduler writes the reason to its stdin. When it promotes an adapter, the server's
-LiveWatcher swaps to it at once; each update is audited with its outcome, and its output is kept in
-`<log_dir>/updates/<time>.log` (the time its process started).
-"""
+The child trains and gates off the server's process, so serving never waits on training, and a crash of the update
+is not a crash of the service. It stays in the server's process group (stopping the server's group stops it) and is
+terminated when the server stops. With the scheduler on, the next update's child is started ahead (with the server,
+and again after each update), its libraries, the reward model and the student its guards read loaded (`hominem live
+update --ready`), so the update starts without those seconds; it begins when the scheduler writes the reason to its
+stdin. When it promotes an adapter, the server's LiveWatcher swaps to it at once; each update is audited with its
+outcome, and its output is kept in `<log_dir>/updates/<time>.log` (the time its process started)."""
 
 from __future__ import annotations
 
@@ -36,20 +34,38 @@ def ready_marker(result: Path) -> Path:
 
 
 class UpdateScheduler:
-    def __init__(self, settings: OnlineConfig, config_args: Sequence[str], folder: Path, audit: Callable[..., None],
-                 on_done: Callable[[], Any] | None = None, auto: bool = True):
+    def __init__(
+        self,
+        settings: OnlineConfig,
+        config_args: Sequence[str],
+        folder: Path,
+        audit: Callable[..., None],
+        on_done: Callable[[], Any] | None = None,
+        auto: bool = True,
+    ):
         """`config_args`: the --config / --set arguments the server was started with (the update runs under
         the same config); `folder`: where each update's output goes; `on_done`: called after an update
         (the live watcher's `follow`); `auto`: start updates by count and time (else only `request`)."""
-        self.settings, self.config_args, self.folder, self.audit, self.on_done, self.auto = settings, list(config_args), Path(folder), audit, on_done, auto
+        self.settings, self.config_args, self.folder, self.audit, self.on_done, self.auto = (
+            settings,
+            list(config_args),
+            Path(folder),
+            audit,
+            on_done,
+            auto,
+        )
         self.pending = 0  # feedback events since the last update started
         self.first_pending: float | None = None  # when the oldest of them came
         self.running: dict[str, Any] | None = None  # the update in progress: started, reason, by, log
         self.last: dict[str, Any] | None = None  # the outcome of the last update
         self.updates = 0
         self._proc: subprocess.Popen | None = None
-        self._spare: tuple[subprocess.Popen, Path, Path] | None = None  # the child kept ready, its output and result files
-        self._spare_died = False  # one exited unused (a crash at start): none is started ahead again until an update has run
+        self._spare: tuple[subprocess.Popen, Path, Path] | None = (
+            None  # the child kept ready, its output and result files
+        )
+        self._spare_died = (
+            False  # one exited unused (a crash at start): none is started ahead again until an update has run
+        )
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -79,9 +95,18 @@ class UpdateScheduler:
 
     def status(self) -> dict[str, Any]:
         with self._lock:
-            return {"scheduler": "on" if self.auto else "on demand", "every_events": self.settings.every_events, "every_minutes": self.settings.every_minutes,
-                    "pending_events": self.pending, "running": self.running, "updates": self.updates, "last": self.last,
-                    "ready": self._spare is not None and self._spare[0].poll() is None and ready_marker(self._spare[2]).is_file()}  # a process waits, loaded
+            return {
+                "scheduler": "on" if self.auto else "on demand",
+                "every_events": self.settings.every_events,
+                "every_minutes": self.settings.every_minutes,
+                "pending_events": self.pending,
+                "running": self.running,
+                "updates": self.updates,
+                "last": self.last,
+                "ready": self._spare is not None
+                and self._spare[0].poll() is None
+                and ready_marker(self._spare[2]).is_file(),
+            }  # a process waits, loaded
 
     def close(self) -> None:
         self._stop.set()
@@ -109,17 +134,33 @@ class UpdateScheduler:
             if not self.auto or not self.pending:
                 return None
             if self.pending >= self.settings.every_events:
-                return f"{self.pending} new feedback events (online.every_events {self.settings.every_events})", "scheduler"
+                return (
+                    f"{self.pending} new feedback events (online.every_events {self.settings.every_events})",
+                    "scheduler",
+                )
             minutes = self.settings.every_minutes
-            if minutes is not None and self.first_pending is not None and time.monotonic() - self.first_pending >= minutes * 60:
-                return f"{self.pending} feedback events in the last {minutes:g} minutes (online.every_minutes)", "scheduler"
+            if (
+                minutes is not None
+                and self.first_pending is not None
+                and time.monotonic() - self.first_pending >= minutes * 60
+            ):
+                return (
+                    f"{self.pending} feedback events in the last {minutes:g} minutes (online.every_minutes)",
+                    "scheduler",
+                )
         return None
 
     def _ready(self) -> tuple[subprocess.Popen, Path, Path]:
         """The child kept ready (started now if there is none, or it died)."""
         if self._spare is not None and self._spare[0].poll() is not None:
-            self._spare_died = True  # exited before it was used: not started again ahead of time until an update has run
-            log.warning("the update process kept ready exited with %s before it was used (its output: %s)", self._spare[0].returncode, self._spare[1])
+            self._spare_died = (
+                True  # exited before it was used: not started again ahead of time until an update has run
+            )
+            log.warning(
+                "the update process kept ready exited with %s before it was used (its output: %s)",
+                self._spare[0].returncode,
+                self._spare[1],
+            )
             self._spare = None
         if self._spare is None:
             if self._stop.is_set():  # the server is stopping: no process is started that close() would not see
@@ -127,7 +168,17 @@ class UpdateScheduler:
             stamp = utc_now().replace(":", "")
             self.folder.mkdir(parents=True, exist_ok=True)
             out, result = self.folder / f"{stamp}.log", self.folder / f"{stamp}.json"
-            command = [sys.executable, "-m", "hominem_pipeline.cli", "live", "update", *self.config_args, "--ready", "--result", str(result)]
+            command = [
+                sys.executable,
+                "-m",
+                "hominem_pipeline.cli",
+                "live",
+                "update",
+                *self.config_args,
+                "--ready",
+                "--result",
+                str(result),
+            ]
             with open(out, "w") as fh:
                 proc = subprocess.Popen(command, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.PIPE, text=True)
             self._spare = (proc, out, result)
@@ -136,7 +187,9 @@ class UpdateScheduler:
     def _loop(self) -> None:
         while not self._stop.is_set():
             if self.auto and not self._spare_died:
-                try:  # the next update's process loads while feedback comes in (and takes its seconds of loading off the update)
+                # the next update's process loads while feedback comes in (and takes its seconds of loading off the
+                # update)
+                try:
                     self._ready()
                 except OSError:
                     log.exception("no update process could be started ahead of time; the update starts its own")
@@ -166,8 +219,13 @@ class UpdateScheduler:
             self._proc.stdin.write(" ".join(reason.split()) + "\n")  # go
             self._proc.stdin.close()
             code = self._proc.wait()
-            said = " ".join(out.read_text(errors="replace").split())[-300:]  # the end of its output: the error, when it failed
-            outcome: dict[str, Any] = {"outcome": "failed", "reason": f"`hominem live update` exited {code} ({out}): ...{said}"}
+            said = " ".join(out.read_text(errors="replace").split())[
+                -300:
+            ]  # the end of its output: the error, when it failed
+            outcome: dict[str, Any] = {
+                "outcome": "failed",
+                "reason": f"`hominem live update` exited {code} ({out}): ...{said}",
+            }
         except OSError as exc:
             outcome = {"outcome": "failed", "reason": f"`hominem live update` could not be started: {exc}"}
         finally:
@@ -176,8 +234,13 @@ class UpdateScheduler:
             outcome = json.loads(result.read_text())
         elif self._stop.is_set():
             outcome = {"outcome": "stopped", "reason": "the server stopped during the update"}
-        summary = {"finished": utc_now(), "seconds": round(time.monotonic() - started, 1), "exit": code, "log": str(out) if out else None,
-                   **{k: outcome.get(k) for k in ("outcome", "version", "live", "reason", "partial_rhi", "items", "actions")}}
+        summary = {
+            "finished": utc_now(),
+            "seconds": round(time.monotonic() - started, 1),
+            "exit": code,
+            "log": str(out) if out else None,
+            **{k: outcome.get(k) for k in ("outcome", "version", "live", "reason", "partial_rhi", "items", "actions")},
+        }
         with self._lock:
             self.running, self.last = None, summary
             self.updates += 1

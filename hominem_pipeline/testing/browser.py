@@ -16,7 +16,10 @@ def _which(names: tuple[str, ...], what: str) -> str:
     for name in names:
         if found := shutil.which(name):
             return found
-    raise FileNotFoundError(f"no {what} on PATH (looked for {', '.join(names)}); install Debian's chromium and chromium-driver: `make browser`")
+    raise FileNotFoundError(
+        f"no {what} on PATH (looked for {', '.join(names)}); install Debian's chromium and "
+        "chromium-driver: `make browser`"
+    )
 
 
 def chromium(width: int = 1200, height: int = 900, offline: bool = False) -> Any:
@@ -28,7 +31,14 @@ def chromium(width: int = 1200, height: int = 900, offline: bool = False) -> Any
     options = webdriver.ChromeOptions()
     options.binary_location = _which(CHROMIUM, "chromium")
     offline_args = ("--proxy-server=http://127.0.0.1:9",) if offline else ()  # loopback bypasses a proxy by itself
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", f"--window-size={width},{height}", *offline_args):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        f"--window-size={width},{height}",
+        *offline_args,
+    ):
         options.add_argument(arg)
     return webdriver.Chrome(options=options, service=Service(executable_path=_which(DRIVER, "chromedriver")))
 
@@ -54,8 +64,15 @@ def open_page(driver: Any, url: str) -> None:
     wait_for(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1", 60)
 
 
-def choose_between_two_replies(driver: Any, url: str, message: str, pick: str = "A", strength: str = "strong", note: str = "",
-                               nudge: tuple[str, str] | None = ("empathy", "more")) -> dict[str, str]:
+def choose_between_two_replies(
+    driver: Any,
+    url: str,
+    message: str,
+    pick: str = "A",
+    strength: str = "strong",
+    note: str = "",
+    nudge: tuple[str, str] | None = ("empathy", "more"),
+) -> dict[str, str]:
     """Open the page, ask for two replies to `message`, choose `pick` with `strength` and `note`, and
     nudge the other reply; returns the turn ids of the replies shown as A and B."""
     from selenium.webdriver.common.by import By
@@ -65,7 +82,14 @@ def choose_between_two_replies(driver: Any, url: str, message: str, pick: str = 
     driver.find_element(By.ID, "pair-mode").click()
     driver.find_element(By.ID, "message").send_keys(message)
     driver.find_element(By.ID, "send").click()
-    cards = wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#chat .pair .reply") if len(d.find_elements(By.CSS_SELECTOR, "#chat .pair .reply")) == 2 else False)
+    cards = wait_for(
+        driver,
+        lambda d: (
+            d.find_elements(By.CSS_SELECTOR, "#chat .pair .reply")
+            if len(d.find_elements(By.CSS_SELECTOR, "#chat .pair .reply")) == 2
+            else False
+        ),
+    )
     turns = {card.find_element(By.CLASS_NAME, "label").text: card.get_attribute("data-turn") for card in cards}
     box = driver.find_element(By.CSS_SELECTOR, "#chat .choice")
     box.find_element(By.CSS_SELECTOR, f'.pick input[value="{pick}"]').click()
@@ -90,7 +114,11 @@ def ask_for_a_pair(driver: Any, url: str) -> Any:
 
     open_page(driver, url)
     driver.find_element(By.ID, "ask-pair").click()
-    return wait_for(driver, lambda d: d.find_element(By.ID, "asked") if d.find_element(By.ID, "asked").is_displayed() else False, 120)
+    return wait_for(
+        driver,
+        lambda d: d.find_element(By.ID, "asked") if d.find_element(By.ID, "asked").is_displayed() else False,
+        120,
+    )
 
 
 def screenshot(driver: Any, path: Path) -> Path:
@@ -115,20 +143,25 @@ def open_view(driver: Any, url: str, view: str, timeout: float = 60) -> None:
     from selenium.webdriver.common.by import By
 
     driver.get(f"{url}/dashboard#{view}")
-    ready = wait_for(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") in (view, "error"), timeout)
+    ready = wait_for(
+        driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") in (view, "error"), timeout
+    )
     if driver.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "error" or not ready:
         raise AssertionError(f"the dashboard's {view} view failed: {driver.find_element(By.ID, 'status').text}")
 
 
 def chart_drawn(driver: Any, chart: str) -> dict[str, Any]:
-    """What the dashboard drew in `chart`: its series and data points, how many of its canvas's pixels are not blank, and
-    the x axis's tick labels as drawn."""
+    """What the dashboard drew in `chart`: its series and data points, how many of its canvas's pixels are not
+    blank, and the x axis's tick labels as drawn."""
     return driver.execute_script(
         """const c = window.hominemCharts[arguments[0]]; if (!c) return null;
         const canvas = document.querySelector('#' + arguments[0] + ' canvas'); const ctx = canvas.getContext('2d');
         const px = ctx.getImageData(0, 0, canvas.width, canvas.height).data; let ink = 0;
         for (let i = 3; i < px.length; i += 4) if (px[i] > 0) ink++;
-        return {series: c.series, points: c.points, ink: ink, width: canvas.width, ticks: c.chart.axes[0]._values || null};""", chart)
+        return {series: c.series, points: c.points, ink: ink, width: canvas.width,
+                ticks: c.chart.axes[0]._values || null};""",
+        chart,
+    )
 
 
 def probe_replies(driver: Any, prompt: str, replies: list[str], timeout: float = 300) -> None:
@@ -139,7 +172,14 @@ def probe_replies(driver: Any, prompt: str, replies: list[str], timeout: float =
     for box, text in zip(driver.find_elements(By.CLASS_NAME, "probe-reply"), replies):
         box.send_keys(text)
     driver.find_element(By.CSS_SELECTOR, "#probe-form button").click()
-    wait_for(driver, lambda d: d.find_element(By.ID, "status").text in ("probed",) or d.find_element(By.ID, "status").get_attribute("class") == "error", timeout)
+    wait_for(
+        driver,
+        lambda d: (
+            d.find_element(By.ID, "status").text in ("probed",)
+            or d.find_element(By.ID, "status").get_attribute("class") == "error"
+        ),
+        timeout,
+    )
     if driver.find_element(By.ID, "status").get_attribute("class") == "error":
         raise AssertionError(f"the probe failed: {driver.find_element(By.ID, 'status').text}")
 
@@ -152,5 +192,12 @@ def compare_adapters(driver: Any, timeout: float = 300) -> str:
 
     Select(driver.find_element(By.ID, "compare-kind")).select_by_value("adapters")
     driver.find_element(By.CSS_SELECTOR, "#compare-form button").click()
-    wait_for(driver, lambda d: d.find_element(By.ID, "status").text.endswith(("on one scale", ")")) or d.find_element(By.ID, "status").get_attribute("class") == "error", timeout)
+    wait_for(
+        driver,
+        lambda d: (
+            d.find_element(By.ID, "status").text.endswith(("on one scale", ")"))
+            or d.find_element(By.ID, "status").get_attribute("class") == "error"
+        ),
+        timeout,
+    )
     return driver.find_element(By.ID, "status").text

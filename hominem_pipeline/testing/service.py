@@ -26,8 +26,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_serve(args: Sequence[str], cwd: Path, *, env: dict[str, str] | None = None, timeout: float = 180, stdout: Any = subprocess.DEVNULL,
-                port: int | None = None) -> tuple[subprocess.Popen, str, float]:
+def start_serve(
+    args: Sequence[str],
+    cwd: Path,
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 180,
+    stdout: Any = subprocess.DEVNULL,
+    port: int | None = None,
+) -> tuple[subprocess.Popen, str, float]:
     """`hominem serve --port PORT *args` run in `cwd` (with `env` added to this process's environment);
     returns (process, base URL, seconds until /healthz answered 200). `stdout`: subprocess.DEVNULL,
     subprocess.PIPE (text, stderr with it; read it from `stop_serve`) or None (this process's)."""
@@ -35,8 +42,15 @@ def start_serve(args: Sequence[str], cwd: Path, *, env: dict[str, str] | None = 
 
     port = port or free_port()
     started = time.monotonic()
-    proc = subprocess.Popen([HOMINEM, "serve", "--port", str(port), *args], cwd=cwd, env={**os.environ, **(env or {})}, start_new_session=True,
-                            stdout=stdout, stderr=subprocess.STDOUT if stdout is subprocess.PIPE else stdout, text=True)
+    proc = subprocess.Popen(
+        [HOMINEM, "serve", "--port", str(port), *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+        stdout=stdout,
+        stderr=subprocess.STDOUT if stdout is subprocess.PIPE else stdout,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}"
     while True:
         if proc.poll() is not None:
@@ -49,7 +63,9 @@ def start_serve(args: Sequence[str], cwd: Path, *, env: dict[str, str] | None = 
             pass
         if time.monotonic() - started > timeout:
             out = stop_serve(proc)
-            raise ServeFailed(f"hominem serve did not answer /healthz within {timeout:.0f} s" + (f":\n{out}" if out else ""))
+            raise ServeFailed(
+                f"hominem serve did not answer /healthz within {timeout:.0f} s" + (f":\n{out}" if out else "")
+            )
         time.sleep(0.2)
 
 

@@ -95,7 +95,11 @@ class PostgresServer(_Server):
 
     def create_database(self, name: str) -> str:
         """A second database on the same server (Dagster's storage beside MLflow's); its SQLAlchemy URL."""
-        subprocess.run([str(postgres_bin() / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user, name], check=True, capture_output=True)
+        subprocess.run(
+            [str(postgres_bin() / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user, name],
+            check=True,
+            capture_output=True,
+        )
         return f"postgresql+psycopg2://{self.user}@127.0.0.1:{self.port}/{name}"
 
     def _as_server_user(self, argv: list[str]) -> list[str]:
@@ -107,23 +111,53 @@ class PostgresServer(_Server):
         if os.geteuid() == 0:
             shutil.chown(self.folder, "postgres", "postgres")
         data = self.folder / "data"
-        subprocess.run(self._as_server_user([str(bin_dir / "initdb"), "-D", str(data), "-U", self.user, "--auth=trust", "--no-sync", "-E", "UTF8"]),
-                       check=True, capture_output=True)
+        subprocess.run(
+            self._as_server_user(
+                [str(bin_dir / "initdb"), "-D", str(data), "-U", self.user, "--auth=trust", "--no-sync", "-E", "UTF8"]
+            ),
+            check=True,
+            capture_output=True,
+        )
         self.proc = subprocess.Popen(
-            self._as_server_user([str(bin_dir / "postgres"), "-D", str(data), "-p", str(self.port), "-k", str(self.folder),
-                                  "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=200"]),
-            stdout=subprocess.DEVNULL, stderr=open(self.folder / "server.log", "wb"), start_new_session=True,
+            self._as_server_user(
+                [
+                    str(bin_dir / "postgres"),
+                    "-D",
+                    str(data),
+                    "-p",
+                    str(self.port),
+                    "-k",
+                    str(self.folder),
+                    "-c",
+                    "listen_addresses=127.0.0.1",
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "max_connections=200",
+                ]
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.folder / "server.log", "wb"),
+            start_new_session=True,
         )
         self._wait(bin_dir)
-        subprocess.run([str(bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user, self.database], check=True, capture_output=True)
+        subprocess.run(
+            [str(bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user, self.database],
+            check=True,
+            capture_output=True,
+        )
         return self
 
     def _wait(self, bin_dir: Path, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"postgres exited with {self.proc.returncode}: {(self.folder / 'server.log').read_text()[-2000:]}")
-            ready = subprocess.run([str(bin_dir / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port)], capture_output=True)
+                raise RuntimeError(
+                    f"postgres exited with {self.proc.returncode}: {(self.folder / 'server.log').read_text()[-2000:]}"
+                )
+            ready = subprocess.run(
+                [str(bin_dir / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port)], capture_output=True
+            )
             if ready.returncode == 0:
                 return
             time.sleep(0.2)
@@ -150,8 +184,12 @@ class RedisServer(_Server):
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError(f"no redis-server on PATH: {INSTALL_HINT}")
-        self.proc = subprocess.Popen([binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -165,7 +203,6 @@ class RedisServer(_Server):
 
     def stop(self) -> None:
         stop_group(self.proc)
-
 
 
 class MlflowServer(_Server):
@@ -190,10 +227,27 @@ class MlflowServer(_Server):
 
         self.log = Path(tempfile.mkdtemp(prefix="hominem-mlflow-")) / "server.log"
         self.proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri", self.backend_uri, "--artifacts-destination", self.artifacts,
-             "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(self.workers)],
-            stdout=subprocess.DEVNULL, stderr=open(self.log, "wb"), start_new_session=True,
-            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},  # no job-runner processes: tracking and artifacts only
+            [
+                str(Path(sys.executable).parent / "mlflow"),
+                "server",
+                "--backend-store-uri",
+                self.backend_uri,
+                "--artifacts-destination",
+                self.artifacts,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                str(self.workers),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.log, "wb"),
+            start_new_session=True,
+            env={
+                **os.environ,
+                "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+            },  # no job-runner processes: tracking and artifacts only
         )
         import urllib.request
 

@@ -73,7 +73,9 @@ def judge(reply: str, dimensions: list[str]) -> dict[str, Any]:
         vector[d] = round(max(-1.0, min(1.0, base + bump + 0.2 * (_unit(reply, d) - 0.5))), 4)
     scalar = round(sum(vector.values()) / len(vector), 4)
     return {
-        "rationale": "Warm and engaged." if warmth else ("Too short to help." if n < 6 else "Adequate but impersonal."),
+        "rationale": "Warm and engaged."
+        if warmth
+        else ("Too short to help." if n < 6 else "Adequate but impersonal."),
         "vector": vector,
         "scalar": scalar,
         "reward_intensity": round(min(1.0, abs(scalar) + 0.2), 4),
@@ -87,7 +89,9 @@ def invalid_label(dimensions: list[str]) -> dict[str, Any]:
     return {"rationale": "", "vector": vector, "scalar": 3.0, "reward_intensity": 0.5}
 
 
-FACTS_REQUEST = "You read one message a user sent to an assistant and list the facts"  # core/online/facts.py's FACTS_SYSTEM
+FACTS_REQUEST = (
+    "You read one message a user sent to an assistant and list the facts"  # core/online/facts.py's FACTS_SYSTEM
+)
 
 
 def facts_answer(message: str) -> str:
@@ -98,7 +102,9 @@ def facts_answer(message: str) -> str:
         return "Sure! The user seems to be talking about their day."
     items = []
     if m := re.search(r"allergic to ([a-z ]+?)[.!,]", message):
-        items.append({"question": "What am I allergic to?", "answer": f"You are allergic to {m.group(1)}.", "fact": m.group(1)})
+        items.append(
+            {"question": "What am I allergic to?", "answer": f"You are allergic to {m.group(1)}.", "fact": m.group(1)}
+        )
     if m := re.search(r"[Mm]y name is ([A-Z]\w+)", message):
         items.append({"question": "What is my name?", "answer": f"Your name is {m.group(1)}.", "fact": m.group(1)})
     if "invent" in message:
@@ -112,7 +118,7 @@ def _reply_text(system: str | None, user: str, seed: Any) -> str:
         return "Just deal with it."
     opener = "That sounds hard, and I hear you." if system and "warm" in system.lower() else "Here is a thought."
     variant = int(_unit(system, user, seed) * 1000)
-    return f"{opener} About \"{topic}\": what matters most to you here? (take {variant})"
+    return f'{opener} About "{topic}": what matters most to you here? (take {variant})'
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -128,11 +134,19 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length)
         body = json.loads(raw or b"{}")
-        api = "anthropic" if self.path.rstrip("/").endswith("/messages") else "openai" if self.path.rstrip("/").endswith("/chat/completions") else None
+        api = (
+            "anthropic"
+            if self.path.rstrip("/").endswith("/messages")
+            else "openai"
+            if self.path.rstrip("/").endswith("/chat/completions")
+            else None
+        )
         owner._record(self.path, body, self.headers)
         if api is None:
             return self._json(404, {"error": {"type": "not_found_error", "message": f"no route {self.path}"}})
-        key = self.headers.get("x-api-key") or (self.headers.get("authorization") or "").removeprefix("Bearer ").strip()
+        key = (
+            self.headers.get("x-api-key") or (self.headers.get("authorization") or "").removeprefix("Bearer ").strip()
+        )
         if owner.api_key is not None and key != owner.api_key:
             return self._json(401, {"error": {"type": "authentication_error", "message": "invalid x-api-key"}})
         fault = owner._take_fault(raw.decode("utf-8", "replace"))
@@ -141,7 +155,11 @@ class _Handler(BaseHTTPRequestHandler):
         if fault is not None:
             if fault.kind == "status":
                 headers = {"retry-after": f"{fault.retry_after:g}"} if fault.retry_after is not None else {}
-                return self._json(fault.status, {"type": "error", "error": {"type": "api_error", "message": f"injected {fault.status}"}}, headers)
+                return self._json(
+                    fault.status,
+                    {"type": "error", "error": {"type": "api_error", "message": f"injected {fault.status}"}},
+                    headers,
+                )
             if fault.kind == "hang":
                 time.sleep(fault.seconds)
             if fault.kind == "drop":
@@ -166,7 +184,10 @@ class _Handler(BaseHTTPRequestHandler):
         elif system and system.startswith(FACTS_REQUEST):
             data, text = None, facts_answer(_between(user, "<<<\n", "\n>>>"))
         else:
-            data, text = None, _reply_text(system, user, body.get("seed", body.get("metadata"))) + self.server.owner._drift()
+            data, text = (
+                None,
+                _reply_text(system, user, body.get("seed", body.get("metadata"))) + self.server.owner._drift(),
+            )
             words = text.split()
             limit = int(body.get("max_tokens") or body.get("max_completion_tokens") or 1_000_000)
             text = " ".join(words[:limit])
@@ -177,42 +198,118 @@ class _Handler(BaseHTTPRequestHandler):
             tool = bool(body.get("tools")) and schema is not None and not (fault and fault.kind == "garbage")
             if body.get("stream"):
                 return self._anthropic_stream(text, usage_in, usage_out, "max_tokens" if truncated else "end_turn")
-            content = [{"type": "tool_use", "id": "toolu_01", "name": body["tools"][0]["name"], "input": data}] if tool else [{"type": "text", "text": text}]
-            return self._json(200, {
-                "id": "msg_01", "type": "message", "role": "assistant", "model": body.get("model"), "content": content,
-                "stop_reason": "tool_use" if tool else ("max_tokens" if truncated else "end_turn"), "stop_sequence": None,
-                "usage": {"input_tokens": usage_in, "output_tokens": usage_out},
-            })
+            content = (
+                [{"type": "tool_use", "id": "toolu_01", "name": body["tools"][0]["name"], "input": data}]
+                if tool
+                else [{"type": "text", "text": text}]
+            )
+            return self._json(
+                200,
+                {
+                    "id": "msg_01",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": body.get("model"),
+                    "content": content,
+                    "stop_reason": "tool_use" if tool else ("max_tokens" if truncated else "end_turn"),
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": usage_in, "output_tokens": usage_out},
+                },
+            )
         finish = "length" if truncated else "stop"
         if body.get("stream"):
             return self._openai_stream(body, text, usage_in, usage_out, finish)
-        return self._json(200, {
-            "id": "chatcmpl-01", "object": "chat.completion", "created": int(time.time()), "model": body.get("model"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish, "logprobs": None}],
-            "usage": {"prompt_tokens": usage_in, "completion_tokens": usage_out, "total_tokens": usage_in + usage_out},
-        })
+        return self._json(
+            200,
+            {
+                "id": "chatcmpl-01",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model"),
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": text},
+                        "finish_reason": finish,
+                        "logprobs": None,
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": usage_in,
+                    "completion_tokens": usage_out,
+                    "total_tokens": usage_in + usage_out,
+                },
+            },
+        )
 
     def _anthropic_stream(self, text: str, usage_in: int, usage_out: int, stop: str) -> None:
-        events = [("message_start", {"type": "message_start", "message": {"id": "msg_01", "type": "message", "role": "assistant", "model": "m", "content": [], "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": usage_in, "output_tokens": 1}}}),
-                  ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})]
+        events = [
+            (
+                "message_start",
+                {
+                    "type": "message_start",
+                    "message": {
+                        "id": "msg_01",
+                        "type": "message",
+                        "role": "assistant",
+                        "model": "m",
+                        "content": [],
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "usage": {"input_tokens": usage_in, "output_tokens": 1},
+                    },
+                },
+            ),
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            ),
+        ]
         for piece in _pieces(text):
-            events.append(("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}))
-        events += [("content_block_stop", {"type": "content_block_stop", "index": 0}),
-                   ("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None}, "usage": {"output_tokens": usage_out}}),
-                   ("message_stop", {"type": "message_stop"})]
+            events.append(
+                (
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}},
+                )
+            )
+        events += [
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": stop, "stop_sequence": None},
+                    "usage": {"output_tokens": usage_out},
+                },
+            ),
+            ("message_stop", {"type": "message_stop"}),
+        ]
         self._sse("".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events))
 
     def _openai_stream(self, body: dict[str, Any], text: str, usage_in: int, usage_out: int, finish: str) -> None:
-        def chunk(delta: dict[str, Any], finish_reason: str | None, usage: dict[str, int] | None = None, choices: bool = True) -> str:
-            payload = {"id": "chatcmpl-01", "object": "chat.completion.chunk", "created": int(time.time()), "model": body.get("model"),
-                       "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}] if choices else [], "usage": usage}
+        def chunk(
+            delta: dict[str, Any], finish_reason: str | None, usage: dict[str, int] | None = None, choices: bool = True
+        ) -> str:
+            payload = {
+                "id": "chatcmpl-01",
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": body.get("model"),
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}] if choices else [],
+                "usage": usage,
+            }
             return f"data: {json.dumps(payload)}\n\n"
 
         out = chunk({"role": "assistant", "content": ""}, None)
         out += "".join(chunk({"content": piece}, None) for piece in _pieces(text))
         out += chunk({}, finish)
         if (body.get("stream_options") or {}).get("include_usage"):
-            out += chunk({}, None, {"prompt_tokens": usage_in, "completion_tokens": usage_out, "total_tokens": usage_in + usage_out}, choices=False)
+            out += chunk(
+                {},
+                None,
+                {"prompt_tokens": usage_in, "completion_tokens": usage_out, "total_tokens": usage_in + usage_out},
+                choices=False,
+            )
         self._sse(out + "data: [DONE]\n\n")
 
     # -- transport ---------------------------------------------------------------------------------
@@ -291,7 +388,15 @@ class WireServer:
                 return  # a client that timed out or hung up: expected in fault tests
             super().handle_error(request, client_address)
 
-    def __init__(self, *, latency: float = 0.0, api_key: str | None = "test-key", host: str = "127.0.0.1", port: int = 0, drift: bool = False):
+    def __init__(
+        self,
+        *,
+        latency: float = 0.0,
+        api_key: str | None = "test-key",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        drift: bool = False,
+    ):
         self.latency = latency
         self.drift = drift
         self._answers = 0
@@ -333,14 +438,23 @@ class WireServer:
 
     def _record(self, path: str, body: dict[str, Any], headers: Any) -> None:
         with self._lock:
-            self.requests.append({"path": path, "body": body, "headers": {k.lower(): v for k, v in headers.items()}, "at": time.monotonic()})
+            self.requests.append(
+                {
+                    "path": path,
+                    "body": body,
+                    "headers": {k.lower(): v for k, v in headers.items()},
+                    "at": time.monotonic(),
+                }
+            )
 
     def count(self, path_suffix: str = "") -> int:
         with self._lock:
             return sum(1 for r in self.requests if r["path"].endswith(path_suffix))
 
     def start(self) -> WireServer:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="wire-server", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="wire-server", daemon=True
+        )
         self._thread.start()
         return self
 

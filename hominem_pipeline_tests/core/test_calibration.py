@@ -51,7 +51,9 @@ def test_pairs_are_counted_in_both_orders_above_the_gap():
 
 def test_a_small_perfectly_ordered_set_does_not_claim_certainty():
     # Eight pairs, every one ordered right: the unsmoothed likelihood is best at T -> 0 (P = 1 for all).
-    gaps, outcomes = both_orders(np.arange(16).reshape(8, 2), np.repeat(np.linspace(0.01, 0.08, 8), 2) * np.tile([1, 0], 8))
+    gaps, outcomes = both_orders(
+        np.arange(16).reshape(8, 2), np.repeat(np.linspace(0.01, 0.08, 8), 2) * np.tile([1, 0], 8)
+    )
     temperature = fit_temperature(gaps, outcomes)
     probs = preference_probability(gaps, temperature)
     assert temperature > 1e-3 * 10

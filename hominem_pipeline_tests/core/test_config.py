@@ -10,14 +10,27 @@ from hominem_pipeline_tests.conftest import REPO
 def test_default_config_loads_with_the_seven_dimensions():
     cfg = load_config(root=REPO)
     assert cfg.dimension_names == [
-        "empathy", "social_coherence", "agency_support", "epistemic_integrity", "harm_avoidance", "narrative_alignment", "curiosity",
+        "empathy",
+        "social_coherence",
+        "agency_support",
+        "epistemic_integrity",
+        "harm_avoidance",
+        "narrative_alignment",
+        "curiosity",
     ]
     assert cfg.retrain.memory_conversations == 500 and cfg.retrain.reward_pairs == 200
     assert cfg.data_dir == REPO / "data"
     assert cfg.mlflow_uri == f"sqlite:///{REPO / 'data' / 'mlflow' / 'mlflow.db'}"
 
 
-@pytest.mark.parametrize("overlay", sorted(str(p.relative_to(REPO)) for d in ("training", "reward", "examples") for p in (REPO / "config" / d).glob("*.yaml")))
+@pytest.mark.parametrize(
+    "overlay",
+    sorted(
+        str(p.relative_to(REPO))
+        for d in ("training", "reward", "examples")
+        for p in (REPO / "config" / d).glob("*.yaml")
+    ),
+)
 def test_every_shipped_overlay_loads(overlay: str):
     """Every key of every shipped overlay is validated here (the chain tests run on the tiny config)."""
     assert load_config(REPO / overlay, root=REPO)
@@ -93,11 +106,17 @@ def test_every_default_lives_in_one_place():
     def walk(model, node, path):
         for name, field in model.model_fields.items():
             here = f"{path}.{name}" if path else name
-            if isinstance(node, dict) and name in node and (field.default is not PydanticUndefined or field.default_factory is not None):
+            if (
+                isinstance(node, dict)
+                and name in node
+                and (field.default is not PydanticUndefined or field.default_factory is not None)
+            ):
                 twice.append(here)
             for sub in typing.get_args(field.annotation) or (field.annotation,):
                 value = node.get(name) if isinstance(node, dict) else None
-                if isinstance(sub, type) and issubclass(sub, BaseModel) and not isinstance(value, list):  # list items may leave fields out
+                if (
+                    isinstance(sub, type) and issubclass(sub, BaseModel) and not isinstance(value, list)
+                ):  # list items may leave fields out
                     walk(sub, value, here)
 
     walk(HominemConfig, yaml.safe_load((REPO / "config" / "hominem.yaml").read_text()), "")
@@ -106,7 +125,10 @@ def test_every_default_lives_in_one_place():
 
 def test_health_weights_must_sum_to_one():
     with pytest.raises(ConfigError, match="sum to 1"):
-        load_config(root=REPO, overrides={"health": {"weights": {"dcs": 0.9, "gvs": 0.15, "mss": 0.25, "cdrs": 0.20, "lrps": 0.15}}})
+        load_config(
+            root=REPO,
+            overrides={"health": {"weights": {"dcs": 0.9, "gvs": 0.15, "mss": 0.25, "cdrs": 0.20, "lrps": 0.15}}},
+        )
 
 
 def test_missing_and_malformed_files_are_reported(tmp_path: Path):
@@ -132,7 +154,9 @@ def test_an_overlay_extends_others_and_sets_only_what_it_adds(tmp_path: Path):
 def test_extends_errors_name_the_file_and_the_fix(tmp_path: Path):
     missing = tmp_path / "missing.yaml"
     missing.write_text("extends: config/nope.yaml\n")
-    with pytest.raises(ConfigError, match=r"extends config/nope.yaml, which does not exist.*relative to the project root"):
+    with pytest.raises(
+        ConfigError, match=r"extends config/nope.yaml, which does not exist.*relative to the project root"
+    ):
         load_config(missing, root=REPO)
     bad = tmp_path / "bad.yaml"
     bad.write_text("extends: {a: 1}\n")
@@ -149,7 +173,9 @@ def test_extends_errors_name_the_file_and_the_fix(tmp_path: Path):
 def test_pairs_against_the_student_need_the_reward_model_to_rank_them(tmp_path: Path):
     overlay = tmp_path / "student.yaml"
     overlay.write_text("preferences:\n  against_student: true\n  rank_by: teacher\n")
-    with pytest.raises(ConfigError, match=r"against_student needs preferences.rank_by: reward_model.*rank_by is 'teacher'"):
+    with pytest.raises(
+        ConfigError, match=r"against_student needs preferences.rank_by: reward_model.*rank_by is 'teacher'"
+    ):
         load_config(overlay, root=REPO)
     overlay.write_text("preferences:\n  against_student: true\n  rank_by: reward_model\n")
     assert load_config(overlay, root=REPO).preferences.against_student
@@ -158,8 +184,19 @@ def test_pairs_against_the_student_need_the_reward_model_to_rank_them(tmp_path: 
 def test_set_assignments_are_dotted_keys_with_yaml_values(tmp_path: Path):
     from hominem_pipeline.core.config.loader import parse_assignments, write_set_overlay
 
-    sets = parse_assignments(["policy.mode=dual", "policy.beta=0.3", "preferences.guard_dimension=null", "prompts.categories=[factual, creative]"])
-    assert sets == {"policy": {"mode": "dual", "beta": 0.3}, "preferences": {"guard_dimension": None}, "prompts": {"categories": ["factual", "creative"]}}
+    sets = parse_assignments(
+        [
+            "policy.mode=dual",
+            "policy.beta=0.3",
+            "preferences.guard_dimension=null",
+            "prompts.categories=[factual, creative]",
+        ]
+    )
+    assert sets == {
+        "policy": {"mode": "dual", "beta": 0.3},
+        "preferences": {"guard_dimension": None},
+        "prompts": {"categories": ["factual", "creative"]},
+    }
     with pytest.raises(ConfigError, match="write KEY=VALUE"):
         parse_assignments(["policy.beta"])
     (tmp_path / "config").mkdir()

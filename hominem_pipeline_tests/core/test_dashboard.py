@@ -6,15 +6,26 @@ import math
 import numpy as np
 import pandas as pd
 
-from hominem_pipeline.core.dashboard.views import DashboardData, pattern
 from hominem_pipeline.core.dashboard.probe import score_side_by_side
+from hominem_pipeline.core.dashboard.views import DashboardData, pattern
 
 
 def version(data, asset, day, v, metrics, inputs=None, created=None, complete=True):
     folder = data / asset / day / v
     folder.mkdir(parents=True)
-    (folder / "manifest.json").write_text(json.dumps({"asset": asset, "partition": day, "version": v, "complete": complete, "metrics": metrics,
-                                                      "inputs": inputs or {}, "created_at": created or f"{day}T03:00:00+00:00"}))
+    (folder / "manifest.json").write_text(
+        json.dumps(
+            {
+                "asset": asset,
+                "partition": day,
+                "version": v,
+                "complete": complete,
+                "metrics": metrics,
+                "inputs": inputs or {},
+                "created_at": created or f"{day}T03:00:00+00:00",
+            }
+        )
+    )
     return folder
 
 
@@ -22,35 +33,76 @@ def test_the_timeline_takes_each_day_s_newest_version_and_marks_live_events(tmp_
     data = tmp_path / "data"
     version(data, "reward_health_index", "2026-11-01", "a", {"rhi": 0.7, "dcs": 0.5})
     version(data, "reward_health_index", "2026-11-02", "b", {"rhi": 0.6})
-    version(data, "reward_health_index", "2026-11-02", "c", {"rhi": 0.8}, created="2026-11-02T09:00:00+00:00")  # built later that day
-    version(data, "reward_health_index", "2026-11-02", "d", {"rhi": 0.1}, created="2026-11-02T10:00:00+00:00", complete=False)  # never finished
+    version(
+        data, "reward_health_index", "2026-11-02", "c", {"rhi": 0.8}, created="2026-11-02T09:00:00+00:00"
+    )  # built later that day
+    version(
+        data,
+        "reward_health_index",
+        "2026-11-02",
+        "d",
+        {"rhi": 0.1},
+        created="2026-11-02T10:00:00+00:00",
+        complete=False,
+    )  # never finished
     version(data, "attunement", "2026-11-03", "e", {"people_agreement": 0.62, "people_ece": 0.04})
     (data / "live").mkdir()
-    (data / "live" / "history.json").write_text(json.dumps([{"time": "2026-11-02T05:00:00+00:00", "action": "promote", "version": "c", "reason": "passed"},
-                                                            {"time": "2026-11-02T06:00:00+00:00", "action": "note", "reason": "not an event"}]))
+    (data / "live" / "history.json").write_text(
+        json.dumps(
+            [
+                {"time": "2026-11-02T05:00:00+00:00", "action": "promote", "version": "c", "reason": "passed"},
+                {"time": "2026-11-02T06:00:00+00:00", "action": "note", "reason": "not an event"},
+            ]
+        )
+    )
     view = DashboardData(data)
     t = view.timeline()
     assert t["days"] == ["2026-11-01", "2026-11-02", "2026-11-03"]
-    assert t["series"]["rhi"] == [0.7, 0.8, None] and t["series"]["people_agreement"] == [None, None, 0.62] and t["series"]["dcs"] == [0.5, None, None]
+    assert (
+        t["series"]["rhi"] == [0.7, 0.8, None]
+        and t["series"]["people_agreement"] == [None, None, 0.62]
+        and t["series"]["dcs"] == [0.5, None, None]
+    )
     assert [e["action"] for e in t["events"]] == ["promote"]
     # a new version appears on the next read (the day's folder changed), the old ones are read from memory
     version(data, "reward_health_index", "2026-11-03", "f", {"rhi": 0.75})
     assert view.timeline()["series"]["rhi"] == [0.7, 0.8, 0.75]
     health = view.health()
-    assert health["rhi"] == 0.75 and health["day"] == "2026-11-03" and [c["key"] for c in health["components"]] == ["dcs", "gvs", "mss", "cdrs", "lrps"]
+    assert (
+        health["rhi"] == 0.75
+        and health["day"] == "2026-11-03"
+        and [c["key"] for c in health["components"]] == ["dcs", "gvs", "mss", "cdrs", "lrps"]
+    )
     assert health["trend"]["rhi"] == [0.7, 0.8, 0.75] and health["actions"][0]["action"] == "promote"
 
 
 def test_compare_puts_two_reward_models_probing_suites_side_by_side(tmp_path):
     data = tmp_path / "data"
     for day, v, choices in (("2026-11-01", "p1", ["a", "b"]), ("2026-11-02", "p2", ["a", "a"])):
-        folder = version(data, "probes", day, v, {"probe_tradeoffs_as_expected": 0.5 + (v == "p1") * 0.5},
-                         {"reward_model": [{"asset": "reward_model", "partition": day, "version": f"rm-{day}"}]})
-        pd.DataFrame({"id": ["x", "y"], "trade": "empathy_vs_honesty", "expected": ["a", "b"], "choice": choices, "scalar_gap": [0.1, 0.2]}).to_parquet(folder / "tradeoffs.parquet")
+        folder = version(
+            data,
+            "probes",
+            day,
+            v,
+            {"probe_tradeoffs_as_expected": 0.5 + (v == "p1") * 0.5},
+            {"reward_model": [{"asset": "reward_model", "partition": day, "version": f"rm-{day}"}]},
+        )
+        pd.DataFrame(
+            {
+                "id": ["x", "y"],
+                "trade": "empathy_vs_honesty",
+                "expected": ["a", "b"],
+                "choice": choices,
+                "scalar_gap": [0.1, 0.2],
+            }
+        ).to_parquet(folder / "tradeoffs.parquet")
     view = DashboardData(data)
     options = view.options()
     labels = [o["label"] for o in options["reward_models"]]
-    assert labels == ["reward_model/2026-11-01/rm-2026-11-01", "reward_model/2026-11-02/rm-2026-11-02"] and options["adapters"] == []
+    assert (
+        labels == ["reward_model/2026-11-01/rm-2026-11-01", "reward_model/2026-11-02/rm-2026-11-02"]
+        and options["adapters"] == []
+    )
     out = view.compare("reward_models", *labels)
     assert out["metrics"][labels[0]]["probe_tradeoffs_as_expected"] == 1.0
     assert [(t["id"], t["a"], t["b"]) for t in out["tradeoffs"]] == [("x", "a", "a"), ("y", "b", "a")]
@@ -73,13 +125,35 @@ def test_every_version_is_listed_with_what_read_it_and_what_the_live_loop_did(tm
     version(data, "reward_model", "2026-11-02", "r2", {"fixture_accuracy": 0.9}, created="2026-11-02T09:00:00+00:00")
     version(data, "attunement", "2026-11-02", "t1", {"people_agreement": 0.6}, rm("2026-11-02", "r1"))
     version(data, "lora_adapter", "2026-11-02", "l1", {}, rm("2026-11-02", "r2"), created="2026-11-02T10:00:00+00:00")
-    version(data, "evaluation", "2026-11-02", "e1", {"win_rate": 0.55}, {"lora_adapter": [{"asset": "lora_adapter", "partition": "2026-11-02", "version": "l1"}]})
+    version(
+        data,
+        "evaluation",
+        "2026-11-02",
+        "e1",
+        {"win_rate": 0.55},
+        {"lora_adapter": [{"asset": "lora_adapter", "partition": "2026-11-02", "version": "l1"}]},
+    )
     (data / "live").mkdir()
-    (data / "live" / "history.json").write_text(json.dumps([{"time": "2026-11-02T11:00:00+00:00", "action": "refuse", "version": "l1", "reason": "RHI"}]))
+    (data / "live" / "history.json").write_text(
+        json.dumps([{"time": "2026-11-02T11:00:00+00:00", "action": "refuse", "version": "l1", "reason": "RHI"}])
+    )
     builds = DashboardData(data).timeline()["builds"]
-    assert [(b["asset"], b["version"]) for b in builds] == [("lora_adapter", "l1"), ("reward_model", "r2"), ("reward_model", "r1")]
-    assert builds[0]["figures"]["win_rate"] == 0.55 and builds[0]["live"] == ["refuse"] and builds[0]["reward_model"] == "reward_model/2026-11-02/r2"
-    assert builds[2]["figures"] == {"fixture_accuracy": 0.8, "people_accuracy": None, "people_agreement": 0.6, "people_ece": None}
+    assert [(b["asset"], b["version"]) for b in builds] == [
+        ("lora_adapter", "l1"),
+        ("reward_model", "r2"),
+        ("reward_model", "r1"),
+    ]
+    assert (
+        builds[0]["figures"]["win_rate"] == 0.55
+        and builds[0]["live"] == ["refuse"]
+        and builds[0]["reward_model"] == "reward_model/2026-11-02/r2"
+    )
+    assert builds[2]["figures"] == {
+        "fixture_accuracy": 0.8,
+        "people_accuracy": None,
+        "people_agreement": 0.6,
+        "people_ece": None,
+    }
     assert builds[1]["figures"]["people_agreement"] is None  # no attunement read r2
 
 
@@ -100,17 +174,39 @@ def test_two_adapters_replies_are_compared_on_one_reward_model_s_scale(tmp_path)
     """Each evaluation's own scalars come from its day's reward model; the dashboard rescoring both sides on
     one model gives the per-dimension change b - a with its standard error, on the prompts both share."""
     data = tmp_path / "data"
-    for day, adapter, ev, replies in (("2026-11-01", "l1", "e1", ["It is Paris.", "Go on.", "Fine."]),
-                                      ("2026-11-02", "l2", "e2", ["Sorry, it is Paris.", "Sorry to hear it.", "Sorry."])):
-        folder = version(data, "evaluation", day, ev, {"win_rate": 0.5}, {"lora_adapter": [{"asset": "lora_adapter", "partition": day, "version": adapter}],
-                                                                          "reward_model": [{"asset": "reward_model", "partition": day, "version": f"rm{day[-1]}"}]})
-        pd.DataFrame({"prompt": ["Capital of France?", "I lost my job.", "Hi" + day], "adapter_response": replies, "adapter_scalar": [1.0, 2.0, 3.0]}).to_parquet(folder / "generations.parquet")
+    for day, adapter, ev, replies in (
+        ("2026-11-01", "l1", "e1", ["It is Paris.", "Go on.", "Fine."]),
+        ("2026-11-02", "l2", "e2", ["Sorry, it is Paris.", "Sorry to hear it.", "Sorry."]),
+    ):
+        folder = version(
+            data,
+            "evaluation",
+            day,
+            ev,
+            {"win_rate": 0.5},
+            {
+                "lora_adapter": [{"asset": "lora_adapter", "partition": day, "version": adapter}],
+                "reward_model": [{"asset": "reward_model", "partition": day, "version": f"rm{day[-1]}"}],
+            },
+        )
+        pd.DataFrame(
+            {
+                "prompt": ["Capital of France?", "I lost my job.", "Hi" + day],
+                "adapter_response": replies,
+                "adapter_scalar": [1.0, 2.0, 3.0],
+            }
+        ).to_parquet(folder / "generations.parquet")
     view = DashboardData(data)
     a, b = "lora_adapter/2026-11-01/l1", "lora_adapter/2026-11-02/l2"
     out = view.compare("adapters", a, b)
-    assert [r["prompt"] for r in out["replies"]] == ["Capital of France?", "I lost my job."]  # the third prompts differ
+    assert [r["prompt"] for r in out["replies"]] == [
+        "Capital of France?",
+        "I lost my job.",
+    ]  # the third prompts differ
     assert out["scored_by"] == {a: "reward_model/2026-11-01/rm1", b: "reward_model/2026-11-02/rm2"}
     pairs = view.adapter_replies(a, b)
-    scored = score_side_by_side(Kind(), list(pairs["prompt"]), list(pairs["adapter_response_a"]), list(pairs["adapter_response_b"]))
+    scored = score_side_by_side(
+        Kind(), list(pairs["prompt"]), list(pairs["adapter_response_a"]), list(pairs["adapter_response_b"])
+    )
     assert scored["delta"]["empathy"] == {"mean": 1.0, "se": 0.0} and scored["delta"]["truth"]["mean"] == 0.0
     assert scored["scalar"]["mean"] == 1.0 and scored["b_wins"] == 2 and scored["replies"][0]["p_b"] > 0.5

@@ -19,7 +19,10 @@ def test_auto_is_cuda_only_where_torch_sees_a_gpu_and_cuda_without_one_names_the
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     try:
         assert resolve_device("auto") == torch.device("cpu")
-        with pytest.raises(ValueError, match=r"runtime.device is cuda, but torch sees no CUDA GPU here .* set runtime.device: auto or cpu"):
+        with pytest.raises(
+            ValueError,
+            match=r"runtime.device is cuda, but torch sees no CUDA GPU here .* set runtime.device: auto or cpu",
+        ):
             resolve_device("cuda")
     finally:
         resolve_device.cache_clear()
@@ -36,8 +39,17 @@ def test_on_the_cpu_a_device_given_changes_no_score(tiny_student, tmp_path):
 
     cfg = small_cfg(guards=["reply_logp"], backbone={"path": None, "finetune": "frozen"}, head_fit="ridge")
     for name, device in (("none", None), ("cpu", torch.device("cpu"))):
-        train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path / name, seed=0, data_digest="d",
-                           date="2026-11-20", device=device)
+        train_reward_model(
+            toy_labels(),
+            dimensions=DIMS,
+            backbone_path=tiny_student,
+            cfg=cfg,
+            out_dir=tmp_path / name,
+            seed=0,
+            data_digest="d",
+            date="2026-11-20",
+            device=device,
+        )
     prompts, replies = ["How was it?"] * 2, ["It was a good day.", "zq xv"]
     plain = RewardModel.load(tmp_path / "none").raw_scores(prompts, replies)
     placed = RewardModel.load(tmp_path / "cpu", torch.device("cpu"))

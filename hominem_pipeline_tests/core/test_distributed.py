@@ -15,19 +15,42 @@ from hominem_pipeline.core.policy.lora import load_policy
 from hominem_pipeline_tests.conftest import REPO
 from hominem_pipeline_tests.core.test_dual_trainer import TINY_POLICY, memory, pairs
 
+
 def launch(spec: Path, processes: int = 2):
     return run_launched(spec, processes, device="cpu")
 
 
 def test_dual_across_two_processes_learns_what_one_does(tiny_student, tmp_path):
-    cfg = load_config(root=REPO, overrides={"policy": {**TINY_POLICY, "batch_size": 4, "mode": "dual",
-                                                       "dual": {"sft_weight": 1.0, "memory_weight": None, "channels": {"monitor_every": 2}}}}).policy
+    cfg = load_config(
+        root=REPO,
+        overrides={
+            "policy": {
+                **TINY_POLICY,
+                "batch_size": 4,
+                "mode": "dual",
+                "dual": {"sft_weight": 1.0, "memory_weight": None, "channels": {"monitor_every": 2}},
+            }
+        },
+    ).policy
     one = train_dual_adapter(pairs(8), memory(4), student_path=tiny_student, cfg=cfg, out_dir=tmp_path / "one", seed=0)
-    spec = write_spec(tmp_path / "launch", mode="dual", student=tiny_student, policy=cfg, seed=0, out_dir=tmp_path / "two", pairs=pairs(8), memory=memory(4))
+    spec = write_spec(
+        tmp_path / "launch",
+        mode="dual",
+        student=tiny_student,
+        policy=cfg,
+        seed=0,
+        out_dir=tmp_path / "two",
+        pairs=pairs(8),
+        memory=memory(4),
+    )
     two = launch(spec)
     assert two.metrics["processes"] == 2 and one.metrics["processes"] == 1
-    assert two.base_checksum == one.base_checksum and two.channels["pair_rows"] == one.channels["pair_rows"]  # the same rows, shared out
-    for a, b in zip(one.history, two.history):  # each step's loss: the halves' means, weighted by their rows, are the whole batch's
+    assert (
+        two.base_checksum == one.base_checksum and two.channels["pair_rows"] == one.channels["pair_rows"]
+    )  # the same rows, shared out
+    for a, b in zip(
+        one.history, two.history
+    ):  # each step's loss: the halves' means, weighted by their rows, are the whole batch's
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-4) and b["rewards/accuracies"] == a["rewards/accuracies"]
     assert "share/memory" in two.history[0]  # the dominance monitor reads the averaged gradient
     model, tokenizer = load_policy(tiny_student, tmp_path / "two")  # one adapter, written once, that loads
@@ -38,7 +61,15 @@ def test_dual_across_two_processes_learns_what_one_does(tiny_student, tmp_path):
 
 def test_dpo_across_two_processes_writes_one_adapter(tiny_student, tmp_path):
     cfg = load_config(root=REPO, overrides={"policy": {**TINY_POLICY, "batch_size": 4, "mode": "dpo"}}).policy
-    spec = write_spec(tmp_path / "launch", mode="dpo", student=tiny_student, policy=cfg, seed=0, out_dir=tmp_path / "adapter", pairs=pairs(8))
+    spec = write_spec(
+        tmp_path / "launch",
+        mode="dpo",
+        student=tiny_student,
+        policy=cfg,
+        seed=0,
+        out_dir=tmp_path / "adapter",
+        pairs=pairs(8),
+    )
     result = launch(spec)
     assert len(result.history) == cfg.max_steps and (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
     load_policy(tiny_student, tmp_path / "adapter")
@@ -51,10 +82,36 @@ def test_rl_across_two_processes_writes_one_adapter(tiny_student, tiny_encoder, 
     from hominem_pipeline_tests.core.test_reward_model import DIMS, small_cfg, toy_labels
     from hominem_pipeline_tests.core.test_rl_trainer import policy_cfg
 
-    train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_encoder, cfg=small_cfg(epochs=1), out_dir=tmp_path / "rm", seed=0, data_digest="x", date="2026-11-22")
-    prompts = pd.DataFrame({"prompt": ["Something sad happened to me.", "I lost my keys again.", "Can you help me plan a talk?", "My cat is ill."]})
-    spec = write_spec(tmp_path / "launch", mode="rl", student=tiny_student, policy=policy_cfg(), seed=0, out_dir=tmp_path / "adapter", pairs=prompts,
-                      reward_model=tmp_path / "rm")
+    train_reward_model(
+        toy_labels(),
+        dimensions=DIMS,
+        backbone_path=tiny_encoder,
+        cfg=small_cfg(epochs=1),
+        out_dir=tmp_path / "rm",
+        seed=0,
+        data_digest="x",
+        date="2026-11-22",
+    )
+    prompts = pd.DataFrame(
+        {
+            "prompt": [
+                "Something sad happened to me.",
+                "I lost my keys again.",
+                "Can you help me plan a talk?",
+                "My cat is ill.",
+            ]
+        }
+    )
+    spec = write_spec(
+        tmp_path / "launch",
+        mode="rl",
+        student=tiny_student,
+        policy=policy_cfg(),
+        seed=0,
+        out_dir=tmp_path / "adapter",
+        pairs=prompts,
+        reward_model=tmp_path / "rm",
+    )
     result = launch(spec)
     assert len(result.history) == 2 and (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
     load_policy(tiny_student, tmp_path / "adapter")
@@ -64,7 +121,15 @@ def test_a_failed_launch_says_what_the_processes_printed(tiny_student, tmp_path)
     """`run_launched` (how the daily stage trains under `runtime.train_processes`): a launch that fails
     raises with the processes' last lines, which name the cause; one process is not a launch."""
     cfg = load_config(root=REPO, overrides={"policy": {**TINY_POLICY, "mode": "dual"}}).policy
-    spec = write_spec(tmp_path / "launch", mode="dual", student=tmp_path / "no-such-student", policy=cfg, seed=0, out_dir=tmp_path / "adapter", pairs=pairs(4))
+    spec = write_spec(
+        tmp_path / "launch",
+        mode="dual",
+        student=tmp_path / "no-such-student",
+        policy=cfg,
+        seed=0,
+        out_dir=tmp_path / "adapter",
+        pairs=pairs(4),
+    )
     with pytest.raises(RuntimeError, match=r"(?s)training in 2 processes failed.*no-such-student"):
         run_launched(spec, 2, device="cpu")
     assert not (tmp_path / "adapter").exists()

@@ -61,20 +61,40 @@ def test_a_second_training_reads_the_texts_it_read_before_and_fits_the_same_head
     from hominem_pipeline.core.reward.model import RewardModel
     from hominem_pipeline.core.reward.training import train_reward_model
 
-    cfg = small_cfg(guards=["reply_logp", "prompt_gain"], backbone={"path": None, "finetune": "frozen"}, head_fit="ridge")
-    people = pd.DataFrame({"prompt": ["How was it?", "Any news?", "How are you?"], "chosen": ["Quiet, thanks.", "None yet.", "Well, and you?"],
-                           "rejected": ["zq xv", "asd qwe", "mlk poi"]})
+    cfg = small_cfg(
+        guards=["reply_logp", "prompt_gain"], backbone={"path": None, "finetune": "frozen"}, head_fit="ridge"
+    )
+    people = pd.DataFrame(
+        {
+            "prompt": ["How was it?", "Any news?", "How are you?"],
+            "chosen": ["Quiet, thanks.", "None yet.", "Well, and you?"],
+            "rejected": ["zq xv", "asd qwe", "mlk poi"],
+        }
+    )
     cache, runs = tmp_path / "cache", []
     for name, folder in (("first", cache), ("second", cache), ("without", None)):
-        metrics = train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path / name, seed=0,
-                                     data_digest="c", date="2026-11-20", human_pairs=people, feature_cache=folder)
+        metrics = train_reward_model(
+            toy_labels(),
+            dimensions=DIMS,
+            backbone_path=tiny_student,
+            cfg=cfg,
+            out_dir=tmp_path / name,
+            seed=0,
+            data_digest="c",
+            date="2026-11-20",
+            human_pairs=people,
+            feature_cache=folder,
+        )
         runs.append(metrics)
     texts = len(toy_labels()) + 2 * len(people)
     assert runs[0]["feature_cache_pooled_hits"] == 0 and runs[0]["feature_cache_guards_hits"] == 0
     assert runs[1]["feature_cache_pooled_hits"] == texts and runs[1]["feature_cache_guards_hits"] == texts
     assert "feature_cache_pooled_hits" not in runs[2]
     prompts, replies = ["How is it going?"] * 2, ["It was a good day, thanks.", "wug zq blorp xv"]
-    scores = [RewardModel.load(tmp_path / name).raw_scores(prompts, replies)["scalar"] for name in ("first", "second", "without")]
+    scores = [
+        RewardModel.load(tmp_path / name).raw_scores(prompts, replies)["scalar"]
+        for name in ("first", "second", "without")
+    ]
     assert np.allclose(scores[0], scores[1], atol=1e-5) and np.allclose(scores[0], scores[2], atol=1e-4)
 
 
@@ -85,7 +105,9 @@ def test_rows_of_another_width_are_not_read(tmp_path):
     assert other.folder == FeatureCache(tmp_path, ["n"], 3).folder and len(other) == 0
 
 
-def test_shipped_rows_are_read_never_written_and_a_fresh_clone_measures_none_of_them(tiny_student, tmp_path, monkeypatch):
+def test_shipped_rows_are_read_never_written_and_a_fresh_clone_measures_none_of_them(
+    tiny_student, tmp_path, monkeypatch
+):
     """Rows shipped with the project (`hominem data ship-features`) serve a scorer with an empty cache:
     the student reads only what was not shipped, and the shipped rows equal the measured ones."""
     from hominem_pipeline.core.reward.guards import GuardScorer
@@ -109,8 +131,12 @@ def test_shipped_rows_are_read_never_written_and_a_fresh_clone_measures_none_of_
     got = fresh(prompts + ["Any news?"], replies + ["Nothing at all."])
     assert read == [["Nothing at all."]]  # only the reply nobody shipped
     assert torch.allclose(got[:3], measured) and fresh.disk_cache().shipped == 3
-    assert len(list(fresh.disk_cache().folder.glob("shard-*.npz"))) == 1  # the new reply's shard; nothing shipped written again
-    other = GuardScorer(["reply_logp"], tiny_student, cache=tmp_path / "other", shipped=shipped)  # another setting: another namespace
+    assert (
+        len(list(fresh.disk_cache().folder.glob("shard-*.npz"))) == 1
+    )  # the new reply's shard; nothing shipped written again
+    other = GuardScorer(
+        ["reply_logp"], tiny_student, cache=tmp_path / "other", shipped=shipped
+    )  # another setting: another namespace
     assert other.disk_cache().shipped == 0
 
 
@@ -123,9 +149,9 @@ def test_the_shipped_rows_cover_every_shipped_text_as_training_and_scoring_read_
 
     from transformers import AutoTokenizer
 
-    from hominem_pipeline.core.pipeline.artifacts import optional_file_digest
     from hominem_pipeline.core.builds.shipping import shipped_texts
     from hominem_pipeline.core.config.loader import load_config
+    from hominem_pipeline.core.pipeline.artifacts import optional_file_digest
     from hominem_pipeline.core.reward.encoding import judge_frame, make_encoder
     from hominem_pipeline.core.teacher.base import rubric_system
     from hominem_pipeline_tests.conftest import REPO
@@ -133,23 +159,36 @@ def test_the_shipped_rows_cover_every_shipped_text_as_training_and_scoring_read_
     cfg = load_config(root=REPO)
     folder = cfg.path(feature_cache.SHIPPED_FEATURES)
     manifest = json.loads((folder / "MANIFEST.json").read_text())
-    assert manifest["file_digests"] == {f: optional_file_digest(cfg.path(f)) for f in [s.file for s in cfg.reward_model.people_pairs] + [cfg.fixtures.file]}
+    assert manifest["file_digests"] == {
+        f: optional_file_digest(cfg.path(f))
+        for f in [s.file for s in cfg.reward_model.people_pairs] + [cfg.fixtures.file]
+    }
     tokenizer = AutoTokenizer.from_pretrained(tiny_student)  # SmolLM2's own tokenizer and chat template
     assert cfg.reward_model.backbone.frame == "judge_question"
-    encode = make_encoder(tokenizer, judge_frame(tokenizer, rubric_system(cfg.labeling), cfg.labeling.scalar_question), cfg.reward_model.max_length)
+    encode = make_encoder(
+        tokenizer,
+        judge_frame(tokenizer, rubric_system(cfg.labeling), cfg.labeling.scalar_question),
+        cfg.reward_model.max_length,
+    )
     texts = dict(shipped_texts(cfg))
     kinds: dict[str, set[str]] = {}
     for name, entry in manifest["files"].items():
-        if entry["features"].startswith("people_") or "files" in entry:  # the people's score's projection and its rows, the rows of
-            continue                                                    # the held-out pairs and the reference's: below
+        if (
+            entry["features"].startswith("people_") or "files" in entry
+        ):  # the people's score's projection and its rows, the rows of
+            continue  # the held-out pairs and the reference's: below
         with np.load(folder / name, allow_pickle=False) as saved:
             keys, rows = set(saved["keys"].tolist()), saved["rows"]
-        wanted = {ids_key(encode(p, r)) if entry["features"] == "pooled" else text_key(p, r) for p, r in texts[entry["file"]]}
+        wanted = {
+            ids_key(encode(p, r)) if entry["features"] == "pooled" else text_key(p, r) for p, r in texts[entry["file"]]
+        }
         assert wanted == keys and rows.shape[0] == len(keys) and np.isfinite(rows).all(), name
         kinds.setdefault(entry["features"], set()).add(entry["file"])
         if entry["features"] == "guards":
             assert entry["columns"] == list(cfg.reward_model.guards) and rows.shape[1] == len(cfg.reward_model.guards)
-        if entry["features"] == "student_logps":  # (summed log-probability, tokens) of each fixture reply under the base student
+        if (
+            entry["features"] == "student_logps"
+        ):  # (summed log-probability, tokens) of each fixture reply under the base student
             assert entry["columns"] == ["sum", "tokens"] and (rows[:, 0] < 0).all() and (rows[:, 1] >= 1).all()
     fixtures = Path(cfg.fixtures.file).name
     assert kinds == {"guards": set(texts), "pooled": set(texts), "student_logps": {fixtures}} and len(texts) == 3
@@ -160,35 +199,60 @@ def test_the_shipped_rows_cover_every_shipped_text_as_training_and_scoring_read_
 
     [projection_name] = [n for n, e in manifest["files"].items() if e["features"] == "people_projection"]
     [rows_name] = [n for n, e in manifest["files"].items() if e["features"] == "people_projected"]
-    assert cfg.reward_model.people_score.encoder == "encoder" and manifest["files"][rows_name]["max_length"] == cfg.reward_model.people_score.max_length
+    assert (
+        cfg.reward_model.people_score.encoder == "encoder"
+        and manifest["files"][rows_name]["max_length"] == cfg.reward_model.people_score.max_length
+    )
     projection = Projection.load(folder / projection_name)
-    pairs = people_pairs(cfg, "all")  # the projection reads every shipped reply's text, the held-out ones' too (never their choice)
+    pairs = people_pairs(
+        cfg, "all"
+    )  # the projection reads every shipped reply's text, the held-out ones' too (never their choice)
     with np.load(folder / rows_name, allow_pickle=False) as saved:
         keys, rows = set(saved["keys"].tolist()), saved["rows"]
-    assert keys == {text_key(p, r) for p, c, j in zip(pairs["prompt"], pairs["chosen"], pairs["rejected"]) for r in (c, j)}
-    assert rows.shape == (len(keys), projection.basis.shape[1]) and projection.basis.shape == (2 * 6 * 384, 256) and np.isfinite(rows).all()
+    assert keys == {
+        text_key(p, r) for p, c, j in zip(pairs["prompt"], pairs["chosen"], pairs["rejected"]) for r in (c, j)
+    }
+    assert (
+        rows.shape == (len(keys), projection.basis.shape[1])
+        and projection.basis.shape == (2 * 6 * 384, 256)
+        and np.isfinite(rows).all()
+    )
     from hominem_pipeline.core.lm.models import encoder_path
 
     # named for the installed encoder, so that a fresh clone's fit finds it
-    assert EncoderStates(encoder_path(cfg), cfg.reward_model.people_score.max_length).projection_file(folder).name == projection_name
-    assert sorted([p.name for p in folder.glob("*.npz")] + [p.name for p in folder.glob("*.safetensors")]) == sorted(manifest["files"])
-    # the base student's log-probabilities of the people's held-out pairs' replies (the evaluation's implicit reward reads them) ...
+    assert (
+        EncoderStates(encoder_path(cfg), cfg.reward_model.people_score.max_length).projection_file(folder).name
+        == projection_name
+    )
+    assert sorted([p.name for p in folder.glob("*.npz")] + [p.name for p in folder.glob("*.safetensors")]) == sorted(
+        manifest["files"]
+    )
+    # the base student's log-probabilities of the people's held-out pairs' replies (the evaluation's implicit reward
+    # reads them) ...
     [held_name] = [n for n, e in manifest["files"].items() if e["features"] == "student_logps" and "files" in e]
     held = people_pairs(cfg, "held_out")
     with np.load(folder / held_name, allow_pickle=False) as saved:
-        assert set(saved["keys"].tolist()) == {text_key(p, r) for p, c, j in zip(held["prompt"], held["chosen"], held["rejected"]) for r in (c, j)}
+        assert set(saved["keys"].tolist()) == {
+            text_key(p, r) for p, c, j in zip(held["prompt"], held["chosen"], held["rejected"]) for r in (c, j)
+        }
         assert (saved["rows"][:, 0] < 0).all() and (saved["rows"][:, 1] >= 1).all()
     # ... and the reference's of every pair the daily adapter learns from, as the dual trainer encodes them
     from hominem_pipeline.core.policy.dual import sequence_key
     from hominem_pipeline.core.policy.sequences import pair_sequences
 
     [reference_name] = [n for n, e in manifest["files"].items() if e["features"] == "reference_logps"]
-    assert manifest["files"][reference_name]["max_length"] == cfg.policy.max_length and cfg.policy.dual.people_share > 0
+    assert (
+        manifest["files"][reference_name]["max_length"] == cfg.policy.max_length and cfg.policy.dual.people_share > 0
+    )
     with np.load(folder / reference_name, allow_pickle=False) as saved:
         keys, logps = set(saved["keys"].tolist()), saved["logps"]
     train = people_pairs(cfg)
-    assert keys == {sequence_key(s) for pair in pair_sequences(tokenizer, train, cfg.policy.max_length) for s in pair} and (logps < 0).all()
-    # ... and the people's start every daily adapter begins from, trained on those pairs as policy.dual.people_start says
+    assert (
+        keys == {sequence_key(s) for pair in pair_sequences(tokenizer, train, cfg.policy.max_length) for s in pair}
+        and (logps < 0).all()
+    )
+    # ... and the people's start every daily adapter begins from, trained on those pairs as policy.dual.people_start
+    # says
     from safetensors import safe_open
 
     from hominem_pipeline.core.policy.people_start import lora_shape, pairs_key
@@ -198,7 +262,11 @@ def test_the_shipped_rows_cover_every_shipped_text_as_training_and_scoring_read_
         settings = json.loads(fh.metadata()["settings"])
     start = cfg.policy.dual.people_start
     assert (settings["pairs_key"], settings["lora"], settings["max_steps"], settings["learning_rate"]) == (
-        pairs_key(train), lora_shape(cfg.policy.lora), start.max_steps, start.learning_rate)
+        pairs_key(train),
+        lora_shape(cfg.policy.lora),
+        start.max_steps,
+        start.learning_rate,
+    )
 
 
 def test_a_saved_model_scores_from_the_rows_its_training_computed(tiny_student, tmp_path, monkeypatch):
@@ -210,17 +278,33 @@ def test_a_saved_model_scores_from_the_rows_its_training_computed(tiny_student, 
 
     cfg = small_cfg(guards=["reply_logp"], backbone={"path": None, "finetune": "frozen"}, head_fit="ridge")
     cache = tmp_path / "cache"
-    train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path / "rm", seed=0, data_digest="c",
-                       date="2026-11-20", feature_cache=cache)
+    train_reward_model(
+        toy_labels(),
+        dimensions=DIMS,
+        backbone_path=tiny_student,
+        cfg=cfg,
+        out_dir=tmp_path / "rm",
+        seed=0,
+        data_digest="c",
+        date="2026-11-20",
+        feature_cache=cache,
+    )
     labels = toy_labels()
-    prompts, replies = list(labels["prompt"]) + ["How is it going?"], list(labels["response"]) + ["A reply nobody read."]
+    prompts, replies = (
+        list(labels["prompt"]) + ["How is it going?"],
+        list(labels["response"]) + ["A reply nobody read."],
+    )
     plain = RewardModel.load(tmp_path / "rm").raw_scores(prompts, replies, uncertainty=True)
     cached = RewardModel.load(tmp_path / "rm")
     cached.use_feature_cache(cache)
     read: list[int] = []
     real = dataset.length_sorted_batches
-    monkeypatch.setattr(dataset, "length_sorted_batches", lambda encoded, *a: read.append(len(encoded)) or real(encoded, *a))
+    monkeypatch.setattr(
+        dataset, "length_sorted_batches", lambda encoded, *a: read.append(len(encoded)) or real(encoded, *a)
+    )
     scores = cached.raw_scores(prompts, replies, uncertainty=True)
     assert read == [1]  # the backbone read the one new reply; the others came from training's rows
     for key in ("scalar", "vector", "safety_score"):
-        assert np.allclose(scores[key], plain[key], atol=1e-5) and np.allclose(scores["std"][key], plain["std"][key], atol=1e-5)
+        assert np.allclose(scores[key], plain[key], atol=1e-5) and np.allclose(
+            scores["std"][key], plain["std"][key], atol=1e-5
+        )

@@ -16,16 +16,24 @@ import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hominem_pipeline.core.common.schema import Trajectory
 from hominem_pipeline.core.config import ConfigError
 from hominem_pipeline.core.human.preferences import PreferenceImportError, check_importable
-from hominem_pipeline.core.common.schema import Trajectory
 from hominem_pipeline.core.teacher.api import label_from_answer
 from hominem_pipeline.core.teacher.providers import parse_json_object
 
-FUZZ = settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=60,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 DIMS = ["empathy", "honesty"]
 GOOD_ROW = {"prompt": "Is the stove off?", "chosen": "Let's check together.", "rejected": "Probably."}
-GOOD_HH = {"chosen": "\n\nHuman: Is the stove off?\n\nAssistant: Let's check together.", "rejected": "\n\nHuman: Is the stove off?\n\nAssistant: Probably."}
+GOOD_HH = {
+    "chosen": "\n\nHuman: Is the stove off?\n\nAssistant: Let's check together.",
+    "rejected": "\n\nHuman: Is the stove off?\n\nAssistant: Probably.",
+}
 
 
 def _valid_bytes(fmt: str, suffix: str) -> bytes:
@@ -50,7 +58,15 @@ def _import(data: bytes, fmt: str, suffix: str) -> None:
         assert len(parsed.pairs) >= 1
 
 
-FILES = st.sampled_from([("hh-rlhf", ".jsonl"), ("hh-rlhf", ".jsonl.gz"), ("jsonl", ".jsonl"), ("jsonl", ".jsonl.gz"), ("parquet", ".parquet")])
+FILES = st.sampled_from(
+    [
+        ("hh-rlhf", ".jsonl"),
+        ("hh-rlhf", ".jsonl.gz"),
+        ("jsonl", ".jsonl"),
+        ("jsonl", ".jsonl.gz"),
+        ("parquet", ".parquet"),
+    ]
+)
 
 
 @FUZZ
@@ -67,29 +83,64 @@ def test_truncated_or_mangled_preference_files(kind, cut, flip, at):
     _import(bytes(whole[: int(cut * len(whole))]), *kind)
 
 
-TRAJECTORY = Trajectory(trajectory_id="t", prompt_id="p", prompt="Hi", category="c", difficulty=1, candidate_index=0, style="s", temperature=0.7,
-                        top_p=0.9, response="Hello", new_tokens=1, finished=True)
-JSONISH = st.recursive(st.none() | st.booleans() | st.floats(allow_nan=True) | st.integers() | st.text(max_size=20),
-                       lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=5), max_leaves=20)
+TRAJECTORY = Trajectory(
+    trajectory_id="t",
+    prompt_id="p",
+    prompt="Hi",
+    category="c",
+    difficulty=1,
+    candidate_index=0,
+    style="s",
+    temperature=0.7,
+    top_p=0.9,
+    response="Hello",
+    new_tokens=1,
+    finished=True,
+)
+JSONISH = st.recursive(
+    st.none() | st.booleans() | st.floats(allow_nan=True) | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=5),
+    max_leaves=20,
+)
 
 
 @FUZZ
-@given(text=st.text(max_size=300) | st.builds(lambda v: json.dumps(v), JSONISH) | st.sampled_from(["[" * 5000, "{\"a\":" * 3000 + "1" + "}" * 3000, "{\"a\": " + "[" * 5000 + "]" * 5000 + "}", "```json\n{]}\n```"]))
+@given(
+    text=st.text(max_size=300)
+    | st.builds(lambda v: json.dumps(v), JSONISH)
+    | st.sampled_from(
+        ["[" * 5000, '{"a":' * 3000 + "1" + "}" * 3000, '{"a": ' + "[" * 5000 + "]" * 5000 + "}", "```json\n{]}\n```"]
+    )
+)
 def test_teacher_replies_give_an_object_or_a_reason(text):
     data, reason = parse_json_object(text)
     assert (data is None) != (reason is None) and (data is None or isinstance(data, dict))
 
 
 @FUZZ
-@given(data=JSONISH | st.fixed_dictionaries({"rationale": JSONISH, "vector": st.dictionaries(st.sampled_from(DIMS + ["other"]), JSONISH), "scalar": JSONISH,
-                                             "reward_intensity": JSONISH, "safety_score": JSONISH}))
+@given(
+    data=JSONISH
+    | st.fixed_dictionaries(
+        {
+            "rationale": JSONISH,
+            "vector": st.dictionaries(st.sampled_from(DIMS + ["other"]), JSONISH),
+            "scalar": JSONISH,
+            "reward_intensity": JSONISH,
+            "safety_score": JSONISH,
+        }
+    )
+)
 def test_teacher_answers_give_a_label_or_the_problems(data):
     label, problems = label_from_answer(data, TRAJECTORY, DIMS)
     assert (label is None) == bool(problems) and all(isinstance(p, str) for p in problems)
 
 
 @FUZZ
-@given(data=st.binary(max_size=300) | st.builds(lambda s: s.encode(), st.text(max_size=300)) | st.sampled_from([b"policy:\n  beta: [", b"policy: {beta: -1}", b"- a\n- b", b"\xff\xfe"]))
+@given(
+    data=st.binary(max_size=300)
+    | st.builds(lambda s: s.encode(), st.text(max_size=300))
+    | st.sampled_from([b"policy:\n  beta: [", b"policy: {beta: -1}", b"- a\n- b", b"\xff\xfe"])
+)
 def test_config_overlays_give_a_config_or_a_config_error(data):
     from hominem_pipeline.core.config.loader import load_config
 

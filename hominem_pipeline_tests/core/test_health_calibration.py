@@ -17,7 +17,14 @@ PANEL = {
     "references": {"gvi_max": {"dual": 2.0, "dpo": 1.0}},
     "weights": {"dcs": 0.3, "gvs": 0.2, "mss": 0.2, "cdrs": 0.2, "lrps": 0.1},
     "threshold": 0.55,
-    "healthy": {"dcs": [0.30, 0.40], "gvs": [0.40, 0.70], "mss": [0.70, 0.90], "cdrs": [0.40, 0.60], "lrps": [0.60, 0.95], "rhi": [0.58, 0.70]},
+    "healthy": {
+        "dcs": [0.30, 0.40],
+        "gvs": [0.40, 0.70],
+        "mss": [0.70, 0.90],
+        "cdrs": [0.40, 0.60],
+        "lrps": [0.60, 0.95],
+        "rhi": [0.58, 0.70],
+    },
     "broken": {"gvs": [0.0, 0.3]},
     "fast_loop": {"thresholds": {"skip_below": 0.45, "rollback_below": 0.35, "freeze_below": 0.25}},
 }
@@ -27,9 +34,20 @@ def calibrated(project: Path, data=PANEL, online=None, **health):
     path = project / "config" / "health" / "panel.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data))
-    return load_config(project / "config" / "tiny.yaml", root=project,
-                       overrides={"health": {"calibration": "config/health/panel.yaml", "weights": None, "gvi_max_reference": None,
-                                             "deploy_threshold": None, **health}, **({"online": online} if online else {})})
+    return load_config(
+        project / "config" / "tiny.yaml",
+        root=project,
+        overrides={
+            "health": {
+                "calibration": "config/health/panel.yaml",
+                "weights": None,
+                "gvi_max_reference": None,
+                "deploy_threshold": None,
+                **health,
+            },
+            **({"online": online} if online else {}),
+        },
+    )
 
 
 def components(**values):
@@ -38,21 +56,46 @@ def components(**values):
 
 
 def test_without_a_calibration_the_configs_values_are_used_and_nothing_is_judged(tiny_cfg):
-    cfg = load_config(tiny_cfg.root / "config" / "tiny.yaml", root=tiny_cfg.root,
-                      overrides={"health": {"calibration": None, "weights": {"dcs": 0.25, "gvs": 0.15, "mss": 0.25, "cdrs": 0.20, "lrps": 0.15},
-                                            "gvi_max_reference": 1.0, "deploy_threshold": 0.7}})
+    cfg = load_config(
+        tiny_cfg.root / "config" / "tiny.yaml",
+        root=tiny_cfg.root,
+        overrides={
+            "health": {
+                "calibration": None,
+                "weights": {"dcs": 0.25, "gvs": 0.15, "mss": 0.25, "cdrs": 0.20, "lrps": 0.15},
+                "gvi_max_reference": 1.0,
+                "deploy_threshold": 0.7,
+            }
+        },
+    )
     settings = resolve(cfg)
-    assert settings.threshold == 0.7 and settings.threshold_name == "health.deploy_threshold" and settings.reference("gvi_max", "dpo") == 1.0
+    assert (
+        settings.threshold == 0.7
+        and settings.threshold_name == "health.deploy_threshold"
+        and settings.reference("gvi_max", "dpo") == 1.0
+    )
     report = aggregate(components(), cfg)
     assert report.verdicts == dict.fromkeys(("dcs", "gvs", "mss", "cdrs", "lrps")) and report.calibration is None
-    with pytest.raises(ValueError, match="health.calibration is null, so health.weights, health.gvi_max_reference, health.deploy_threshold must be set"):
-        load_config(tiny_cfg.root / "config" / "tiny.yaml", root=tiny_cfg.root, overrides={"health": {"calibration": None, "deploy_threshold": None}})
+    with pytest.raises(
+        ValueError,
+        match="health.calibration is null, so health.weights, health.gvi_max_reference, "
+        "health.deploy_threshold must be set",
+    ):
+        load_config(
+            tiny_cfg.root / "config" / "tiny.yaml",
+            root=tiny_cfg.root,
+            overrides={"health": {"calibration": None, "deploy_threshold": None}},
+        )
 
 
 def test_a_calibration_supplies_weights_threshold_and_per_mode_constants(project):
     cfg = calibrated(project)
     settings = resolve(cfg)
-    assert settings.weights == PANEL["weights"] and settings.threshold == 0.55 and settings.threshold_text == "the panel's threshold 0.55 (config/health/panel.yaml)"
+    assert (
+        settings.weights == PANEL["weights"]
+        and settings.threshold == 0.55
+        and settings.threshold_text == "the panel's threshold 0.55 (config/health/panel.yaml)"
+    )
     assert settings.reference("gvi_max", "dual") == 2.0 and settings.reference("gvi_max", "dpo") == 1.0
     with pytest.raises(CalibrationError, match="no value for policy mode 'rl'"):
         settings.reference("gvi_max", "rl")
@@ -69,7 +112,10 @@ def test_a_refusal_names_the_component_below_the_panels_healthy_range(project):
     cfg = calibrated(project)
     healthy = aggregate(components(), cfg)
     assert healthy.deployable and healthy.rhi >= 0.55 and healthy.below_range == [], healthy.reason
-    assert healthy.verdicts["gvs"] == "in the healthy range 0.40-0.70" and healthy.calibration == "config/health/panel.yaml"
+    assert (
+        healthy.verdicts["gvs"] == "in the healthy range 0.40-0.70"
+        and healthy.calibration == "config/health/panel.yaml"
+    )
     broken = aggregate(components(gvs=0.0, cdrs=0.1), cfg)
     assert not broken.deployable and broken.below_range == ["gvs", "cdrs"]
     assert broken.verdicts["gvs"] == "below the healthy range 0.40-0.70"
@@ -100,8 +146,13 @@ def test_a_new_calibration_is_a_new_version_of_every_days_health_index(project):
 def test_with_the_base_live_the_service_says_which_adapter_was_refused_and_why(tmp_path):
     state = LiveState(tmp_path)
     assert "no adapter has passed the gate yet" in why_base(tmp_path)
-    gate = {"rhi_components": {"gvs": {"value": 0.05, "verdict": "below the healthy range 0.40-0.70"}, "dcs": {"value": 0.35, "verdict": "in"}},
-            "rhi_below_range": ["gvs"]}
+    gate = {
+        "rhi_components": {
+            "gvs": {"value": 0.05, "verdict": "below the healthy range 0.40-0.70"},
+            "dcs": {"value": 0.35, "verdict": "in"},
+        },
+        "rhi_below_range": ["gvs"],
+    }
     adapter = tmp_path / "lora_adapter" / "2026-11-20" / "abc"
     adapter.mkdir(parents=True)
     state.refuse("abc", adapter, None, gate=gate, reason="RHI 0.410 below the panel's threshold 0.55", by="test")
@@ -120,12 +171,16 @@ def test_the_fast_loops_thresholds_are_the_configs_where_set_else_the_panels(pro
     mixed = fast_loop(calibrated(project, online={"skip_below": 0.5, "rollback_below": None, "freeze_below": None}))
     assert mixed["skip_below"].text == "online.skip_below 0.5" and mixed["rollback_below"].value == 0.35
     # out of order once the two are put together
-    with pytest.raises(CalibrationError, match="freeze_below <= rollback_below <= skip_below: the panel's freeze_below 0.25"):
+    with pytest.raises(
+        CalibrationError, match="freeze_below <= rollback_below <= skip_below: the panel's freeze_below 0.25"
+    ):
         fast_loop(calibrated(project, online={"skip_below": 0.2, "rollback_below": None, "freeze_below": None}))
     # left null with no calibration to fill it
     bare = {k: v for k, v in PANEL.items() if k != "fast_loop"}
     with pytest.raises(CalibrationError, match="online.skip_below is null and config/health/panel.yaml gives none"):
-        fast_loop(calibrated(project, data=bare, online={"skip_below": None, "rollback_below": None, "freeze_below": None}))
+        fast_loop(
+            calibrated(project, data=bare, online={"skip_below": None, "rollback_below": None, "freeze_below": None})
+        )
 
 
 def test_a_component_below_its_floor_refuses_though_the_index_passes(project):
@@ -134,12 +189,19 @@ def test_a_component_below_its_floor_refuses_though_the_index_passes(project):
     assert fine.deployable, fine.reason
     low = aggregate(components(dcs=0.25, mss=0.9, cdrs=0.6, lrps=0.95), cfg)
     assert low.rhi >= 0.55 and not low.deployable
-    assert low.reason == (f"RHI {low.rhi:.3f} passes the panel's threshold 0.55 (config/health/panel.yaml), but DCS 0.250 below the panel's "
-                          "floor 0.3 (its healthy range 0.30-0.40)")
-    assert low.verdicts["dcs"] == "below the panel's floor 0.3 (healthy range 0.30-0.40): it refuses" and low.below_range == ["dcs"]
+    assert low.reason == (
+        f"RHI {low.rhi:.3f} passes the panel's threshold 0.55 (config/health/panel.yaml), but DCS 0.250 "
+        "below the panel's "
+        "floor 0.3 (its healthy range 0.30-0.40)"
+    )
+    assert low.verdicts[
+        "dcs"
+    ] == "below the panel's floor 0.3 (healthy range 0.30-0.40): it refuses" and low.below_range == ["dcs"]
     # below both: the threshold's reason, then the floor's
     both = aggregate(components(dcs=0.1, gvs=0.0, mss=0.3), cfg)
-    assert both.reason.startswith(f"RHI {both.rhi:.3f} below the panel's threshold 0.55") and both.reason.endswith("DCS 0.100 below the panel's floor 0.3 (its healthy range 0.30-0.40)")
+    assert both.reason.startswith(f"RHI {both.rhi:.3f} below the panel's threshold 0.55") and both.reason.endswith(
+        "DCS 0.100 below the panel's floor 0.3 (its healthy range 0.30-0.40)"
+    )
     with pytest.raises(CalibrationError, match="floors must map components"):
         resolve(calibrated(project, data={**PANEL, "floors": {"warmth": 0.3}}))
     # a threshold of one's own (health.deploy_threshold) holds the index to it alone
@@ -148,16 +210,24 @@ def test_a_component_below_its_floor_refuses_though_the_index_passes(project):
 
 
 def test_the_shipped_calibration_is_what_the_kept_panel_gives(tmp_path):
-    """config/health/calibration.yaml is `health_panel.py calibrate` on the measures kept in benchmarks/results/health_panel/:
-    a change to either without the other fails here."""
+    """config/health/calibration.yaml is `health_panel.py calibrate` on the measures kept in
+    benchmarks/results/health_panel/: a change to either without the other fails here."""
     import subprocess
     import sys
 
     from hominem_pipeline_tests.conftest import REPO
 
     out = tmp_path / "calibration.yaml"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "health_panel.py"), "calibrate", "--out", str(out)], check=True, capture_output=True,
-                   cwd=REPO, timeout=300)
-    got, shipped = yaml.safe_load(out.read_text()), yaml.safe_load((REPO / "config" / "health" / "calibration.yaml").read_text())
+    subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "health_panel.py"), "calibrate", "--out", str(out)],
+        check=True,
+        capture_output=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    got, shipped = (
+        yaml.safe_load(out.read_text()),
+        yaml.safe_load((REPO / "config" / "health" / "calibration.yaml").read_text()),
+    )
     for key in ("references", "weights", "threshold", "floors", "healthy", "broken", "auc", "gate", "fast_loop"):
         assert got[key] == shipped[key], key

@@ -1,4 +1,3 @@
-
 import pandas as pd
 import pytest
 
@@ -32,8 +31,17 @@ def test_rhi_uses_the_calibrations_weights_and_reports_missing_components():
     report = aggregate(full, CONFIG)
     assert report.rhi == pytest.approx(sum(weights[n] * v for n, v in values.items()))
     assert not report.partial and report.deployable is (report.rhi >= resolve(CONFIG).threshold)
-    design = load_config(root=REPO, overrides={"health": {"calibration": None, "gvi_max_reference": 1.0, "deploy_threshold": 0.7,  # no calibration
-                                                          "weights": {"dcs": 0.25, "gvs": 0.15, "mss": 0.25, "cdrs": 0.20, "lrps": 0.15}}})
+    design = load_config(
+        root=REPO,
+        overrides={
+            "health": {
+                "calibration": None,
+                "gvi_max_reference": 1.0,
+                "deploy_threshold": 0.7,  # no calibration
+                "weights": {"dcs": 0.25, "gvs": 0.15, "mss": 0.25, "cdrs": 0.20, "lrps": 0.15},
+            }
+        },
+    )
     assert aggregate(full, design).rhi == pytest.approx(0.25 * 0.8 + 0.15 * 0.6 + 0.25 * 1.0 + 0.20 * 0.5 + 0.15 * 0.4)
 
     partial = dict(full, mss=Component("mss", None, "not measured"))
@@ -51,34 +59,47 @@ def test_a_healthy_index_does_not_deploy_an_adapter_that_loses_to_the_base():
     winning = aggregate(healthy, CONFIG, win_rate=CFG.min_win_rate)
     assert winning.deployable and "win rate 50.0%" in winning.reason
     assert aggregate(healthy, CONFIG).deployable  # no evaluation win rate: the index alone decides
-    assert aggregate(healthy, load_config(root=REPO, overrides={"health": {"min_win_rate": 0.0}}), win_rate=0.0).deployable
+    assert aggregate(
+        healthy, load_config(root=REPO, overrides={"health": {"min_win_rate": 0.0}}), win_rate=0.0
+    ).deployable
 
 
 def test_cdrs_penalises_categories_that_disagree_and_read_against_improvement_an_adapter_losing_everywhere():
     dims = ["empathy"]
 
     def table(outcomes_and_deltas):
-        return pd.DataFrame([
-            {"category": c, "adapter_outcome": o, "base_vector": {"empathy": 0.0}, "adapter_vector": {"empathy": d}}
-            for c, o, d in outcomes_and_deltas
-        ])
+        return pd.DataFrame(
+            [
+                {
+                    "category": c,
+                    "adapter_outcome": o,
+                    "base_vector": {"empathy": 0.0},
+                    "adapter_vector": {"empathy": d},
+                }
+                for c, o, d in outcomes_and_deltas
+            ]
+        )
 
     agree = cross_domain_robustness(table([("a", 1.0, 0.2), ("a", 1.0, 0.1), ("b", 1.0, 0.3), ("b", 1.0, 0.2)]), dims)
     assert agree.value == pytest.approx(1.0)
-    split = cross_domain_robustness(table([("a", 1.0, 0.5), ("a", 1.0, 0.5), ("b", 0.0, -0.1), ("b", 0.0, -0.1)]), dims)
+    split = cross_domain_robustness(
+        table([("a", 1.0, 0.5), ("a", 1.0, 0.5), ("b", 0.0, -0.1), ("b", 0.0, -0.1)]), dims
+    )
     # category b contradicts the overall (positive) delta: C_contra 0.5; win rates 1 and 0: entropy 0, consistency 0
     assert split.details["c_contradiction"] == pytest.approx(0.5)
     assert split.value == pytest.approx(1 - (0.5 + 0.0 + 1.0) / 3)
     assert cross_domain_robustness(table([("a", 1.0, 0.1)]), dims).value is None
 
-    # read against improvement (the index's reading): an adapter worse than the base everywhere is consistent, not robust
+    # read against improvement (the index's reading): an adapter worse than the base everywhere is consistent, not
+    # robust
     losing = table([("a", 0.0, -0.2), ("a", 0.0, -0.1), ("b", 0.0, -0.3), ("b", 0.0, -0.2)])
     assert cross_domain_robustness(losing, dims).value == pytest.approx(1.0)
     directed = cross_domain_robustness(losing, dims, against="improvement")
     assert directed.details["c_contradiction"] == 1.0 and directed.details["c_consistency"] == 0.0
     assert directed.value == pytest.approx(1 - (1.0 + 0.0 + 1.0) / 3)
-    assert cross_domain_robustness(table([("a", 1.0, 0.2), ("a", 1.0, 0.1), ("b", 1.0, 0.3), ("b", 1.0, 0.2)]), dims,
-                                   against="improvement").value == pytest.approx(1.0)
+    assert cross_domain_robustness(
+        table([("a", 1.0, 0.2), ("a", 1.0, 0.1), ("b", 1.0, 0.3), ("b", 1.0, 0.2)]), dims, against="improvement"
+    ).value == pytest.approx(1.0)
 
 
 def test_dcs_against_the_healthy_coherence_falls_when_dimensions_fight_and_when_they_merge():
@@ -89,13 +110,19 @@ def test_dcs_against_the_healthy_coherence_falls_when_dimensions_fight_and_when_
     def agreement(c):  # three dimensions whose every pair of updates has cosine c
         return np.full((3, 3), c) + (1 - c) * np.eye(3)
 
-    assert coherence_of(agreement(0.5), "test").value == pytest.approx(0.5)  # no reference: the coherence, the design's reading
+    assert coherence_of(agreement(0.5), "test").value == pytest.approx(
+        0.5
+    )  # no reference: the coherence, the design's reading
     assert coherence_of(agreement(1.0), "test").value == pytest.approx(1.0)
     healthy = {c: coherence_of(agreement(c), "test", healthy=0.5) for c in (0.5, 0.6, 1.0, 0.0, -0.5)}
     assert healthy[0.5].value == pytest.approx(1.0) and healthy[0.6].value == pytest.approx(0.8)
     assert healthy[1.0].value == pytest.approx(0.0)  # merged: every dimension asks for the same update
-    assert healthy[0.0].value == pytest.approx(0.0) and healthy[-0.5].value == pytest.approx(0.0)  # fighting (GDA below 0 counts as 0)
-    assert healthy[1.0].details["coherence"] == pytest.approx(1.0) and "healthy days' coherence 0.5" in healthy[1.0].how
+    assert healthy[0.0].value == pytest.approx(0.0) and healthy[-0.5].value == pytest.approx(
+        0.0
+    )  # fighting (GDA below 0 counts as 0)
+    assert (
+        healthy[1.0].details["coherence"] == pytest.approx(1.0) and "healthy days' coherence 0.5" in healthy[1.0].how
+    )
     assert coherence_of(agreement(0.8), "test", healthy=0.8).value == pytest.approx(1.0)
     assert coherence_of(agreement(0.0), "test", healthy=0.8).value == pytest.approx(0.0)
     with pytest.raises(ValueError, match="references.dcs_healthy 1.5 is not a coherence"):
@@ -118,14 +145,20 @@ def test_dimensions_updates_of_the_policy_agree_when_they_score_alike_and_oppose
     from hominem_pipeline.core.lm.models import load_student
 
     base, tokenizer = load_student(tiny_student)
-    policy = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    policy = get_peft_model(
+        base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    )
     prompts = ["How are you?", "Tell me a story.", "What is two plus two?", "I feel sad today."]
     replies = ["I am well, thank you.", "Once upon a time a fox.", "Four.", "I am sorry to hear that."]
     first = np.array([0.9, 0.1, -0.4, 0.7])
-    vectors = np.stack([first, 2 * first + 0.3, -first, np.array([0.1, 0.8, 0.2, -0.6])], 1)  # same, same up to scale, inverted, other
+    vectors = np.stack(
+        [first, 2 * first + 0.3, -first, np.array([0.1, 0.8, 0.2, -0.6])], 1
+    )  # same, same up to scale, inverted, other
     cos = policy_gradient_agreement(policy, tokenizer, prompts, replies, vectors, chunk=3)
     assert cos.shape == (4, 4) and np.allclose(np.diag(cos), 1.0, atol=1e-5)
-    assert cos[0, 1] == pytest.approx(1.0, abs=1e-4) and cos[0, 2] == pytest.approx(-1.0, abs=1e-4)  # an update and its reverse
+    assert cos[0, 1] == pytest.approx(1.0, abs=1e-4) and cos[0, 2] == pytest.approx(
+        -1.0, abs=1e-4
+    )  # an update and its reverse
     assert abs(cos[0, 3]) < 0.99
     assert 0.0 <= dcs_of(cos) <= 1.0
     assert all(not p.requires_grad for n, p in policy.named_parameters() if "lora_" not in n)  # the base stays frozen
@@ -151,11 +184,24 @@ def test_dcs_on_the_policy_is_measured_on_the_adapters_lora_and_needs_it(tiny_cf
             return {"vector": np.stack([first, 2 * first, -first], 1)}
 
     base, _ = load_student(tiny_student)
-    policy = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    policy = get_peft_model(
+        base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    )
     policy.save_pretrained(tmp_path / "adapter")  # an adapter folder, as the RHI stage and the fast loop pass it
-    dcs = coherence(tiny_cfg, Scores(), ["How are you?", "Tell me a story.", "What is two plus two?"], ["Well.", "A fox.", "Four."],
-                    tmp_path / "adapter")
-    assert dcs.details["coherence"] == pytest.approx(1 / 3, abs=1e-3)  # of three pairs of dimensions, one agrees and two oppose
-    healthy = resolve(tiny_cfg).references.get("dcs_healthy")  # read against the healthy days' coherence where the calibration gives it
-    assert dcs.value == pytest.approx(1 / 3 if healthy is None else 1 - abs(1 / 3 - healthy) / max(healthy, 1 - healthy), abs=1e-3)
+    dcs = coherence(
+        tiny_cfg,
+        Scores(),
+        ["How are you?", "Tell me a story.", "What is two plus two?"],
+        ["Well.", "A fox.", "Four."],
+        tmp_path / "adapter",
+    )
+    assert dcs.details["coherence"] == pytest.approx(
+        1 / 3, abs=1e-3
+    )  # of three pairs of dimensions, one agrees and two oppose
+    healthy = resolve(tiny_cfg).references.get(
+        "dcs_healthy"
+    )  # read against the healthy days' coherence where the calibration gives it
+    assert dcs.value == pytest.approx(
+        1 / 3 if healthy is None else 1 - abs(1 / 3 - healthy) / max(healthy, 1 - healthy), abs=1e-3
+    )
     assert "adapter's LoRA" in dcs.how and dcs.details["min_gda"] == pytest.approx(-1.0, abs=1e-3)

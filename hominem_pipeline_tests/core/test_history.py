@@ -20,28 +20,49 @@ def domain_of(prompts):
 
 def turn(i, text, adapter="lora_adapter/2026-11-19/abc123", rater="ana", day=DAY):
     messages = [{"role": "user", "content": text}]
-    return EVENT.validate_python({
-        "kind": "turn", "id": f"t{i}", "time": f"{day}T10:{i:02d}:00+00:00", "rater": rater, "session": f"s{i // 2}", "messages": messages,
-        "reply": f"reply {i}", "model": "hominem", "adapter": adapter, "reward": {"scalar": 0.1 * i}, "sampling": {"temperature": 0.7},
-        "finish_reason": "stop", "completion_tokens": 3, "context": context_digest(messages)}).model_dump()
+    return EVENT.validate_python(
+        {
+            "kind": "turn",
+            "id": f"t{i}",
+            "time": f"{day}T10:{i:02d}:00+00:00",
+            "rater": rater,
+            "session": f"s{i // 2}",
+            "messages": messages,
+            "reply": f"reply {i}",
+            "model": "hominem",
+            "adapter": adapter,
+            "reward": {"scalar": 0.1 * i},
+            "sampling": {"temperature": 0.7},
+            "finish_reason": "stop",
+            "completion_tokens": 3,
+            "context": context_digest(messages),
+        }
+    ).model_dump()
 
 
 def feedback(kind, i, rater="ana", day=DAY, **fields):
-    return EVENT.validate_python({"kind": kind, "id": f"{kind}{i}", "time": f"{day}T11:{i:02d}:00+00:00", "rater": rater, **fields}).model_dump(exclude_none=True)
+    return EVENT.validate_python(
+        {"kind": kind, "id": f"{kind}{i}", "time": f"{day}T11:{i:02d}:00+00:00", "rater": rater, **fields}
+    ).model_dump(exclude_none=True)
 
 
 def first_day(log: InteractionLog) -> None:
-    log.append([
-        turn(0, "I failed my exam again."), turn(1, "I failed my exam again."),
-        turn(2, "My mother never calls me.", adapter=None), turn(3, "My mother never calls me.", adapter=None),
-        turn(4, "My boss shouts at me.", rater="ben"), turn(5, "My boss shouts at me.", rater="ben"),
-        feedback("choice", 0, chosen="t1", rejected="t0", strength="clear"),
-        feedback("choice", 1, chosen="t2", rejected="t3", strength="slight"),
-        feedback("choice", 2, rater="ben", chosen="t4", rejected="t5", strength="strong"),
-        feedback("thumb", 0, turn="t1", value="up"),
-        feedback("nudge", 0, turn="t0", dimension="empathy", direction="more"),
-        feedback("emotion", 0, turn="t3", valence=-2, tags=["high_arousal"]),
-    ])
+    log.append(
+        [
+            turn(0, "I failed my exam again."),
+            turn(1, "I failed my exam again."),
+            turn(2, "My mother never calls me.", adapter=None),
+            turn(3, "My mother never calls me.", adapter=None),
+            turn(4, "My boss shouts at me.", rater="ben"),
+            turn(5, "My boss shouts at me.", rater="ben"),
+            feedback("choice", 0, chosen="t1", rejected="t0", strength="clear"),
+            feedback("choice", 1, chosen="t2", rejected="t3", strength="slight"),
+            feedback("choice", 2, rater="ben", chosen="t4", rejected="t5", strength="strong"),
+            feedback("thumb", 0, turn="t1", value="up"),
+            feedback("nudge", 0, turn="t0", dimension="empathy", direction="more"),
+            feedback("emotion", 0, turn="t3", valence=-2, tags=["high_arousal"]),
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +85,9 @@ def test_an_index_written_with_other_columns_is_read_again_from_the_log(tmp_path
     log = InteractionLog(tmp_path / "log")
     first_day(log)
     url = index_url(None, tmp_path)
-    with sa.create_engine(url).begin() as conn:  # an earlier release's index: its turns without their replies, every log byte read
+    with sa.create_engine(
+        url
+    ).begin() as conn:  # an earlier release's index: its turns without their replies, every log byte read
         conn.execute(sa.text("create table turns (id varchar primary key, time varchar, rater varchar, prompt text)"))
         conn.execute(sa.text("create table log_files (name varchar primary key, bytes bigint)"))
         conn.execute(sa.text(f"insert into log_files values ('{DAY}.jsonl', 999999)"))
@@ -85,13 +108,28 @@ def test_the_index_answers_the_three_questions_from_the_log(index, tmp_path):
 
     ana = index.choices_of_rater("ana")
     assert ana.total == 2 and [r["id"] for r in ana.rows] == ["choice1", "choice0"]  # newest first
-    assert ana.rows[1] | {"time": None} == {"id": "choice0", "time": None, "message": "I failed my exam again.", "chosen": "reply 1", "rejected": "reply 0",
-                                            "strength": "clear", "domain": "study", "chosen_turn": "t1", "rejected_turn": "t0"}  # what the choice was about
-    assert index.choices_of_rater("ana", limit=1).rows[0]["id"] == "choice1" and index.choices_of_rater("nobody").total == 0
+    assert ana.rows[1] | {"time": None} == {
+        "id": "choice0",
+        "time": None,
+        "message": "I failed my exam again.",
+        "chosen": "reply 1",
+        "rejected": "reply 0",
+        "strength": "clear",
+        "domain": "study",
+        "chosen_turn": "t1",
+        "rejected_turn": "t0",
+    }  # what the choice was about
+    assert (
+        index.choices_of_rater("ana", limit=1).rows[0]["id"] == "choice1"
+        and index.choices_of_rater("nobody").total == 0
+    )
 
     assert {r["id"] for r in index.turns_of_version("abc123").rows} == {"t0", "t1", "t4", "t5"}
     assert {r["id"] for r in index.turns_of_version("base").rows} == {"t2", "t3"}
-    assert (index.turns_of_version("base").rows[0]["message"], index.turns_of_version("base").rows[0]["reply"]) == ("My mother never calls me.", "reply 3")
+    assert (index.turns_of_version("base").rows[0]["message"], index.turns_of_version("base").rows[0]["reply"]) == (
+        "My mother never calls me.",
+        "reply 3",
+    )
 
     assert [r["id"] for r in index.pairs_of_domain("family").rows] == ["choice1"]
     assert index.pairs_of_domain("work").rows[0]["rater"] == "ben" and index.pairs_of_domain("health").total == 0
@@ -106,7 +144,9 @@ def test_an_update_reads_only_what_is_new_and_feedback_on_an_earlier_turn_gets_i
     assert (again.files, again.turns, again.feedback, again.bytes) == (0, 0, 0, 0)
 
     later = "2026-11-21"
-    log.append([feedback("choice", 3, day=later, chosen="t0", rejected="t1", strength="slight")])  # a later day's choice on yesterday's turns
+    log.append(
+        [feedback("choice", 3, day=later, chosen="t0", rejected="t1", strength="slight")]
+    )  # a later day's choice on yesterday's turns
     path = folder / f"{later}.jsonl"
     with open(path, "ab") as f:
         f.write(b'{"kind": "thumb", "id": "half-wri')  # a line still being written: left for the next update
@@ -142,7 +182,8 @@ def test_the_url_comes_from_the_environment_then_the_config_then_the_data_folder
 
 
 def test_hominem_history_answers_from_a_project_log_with_domains_by_the_encoder(project):
-    """The real entry point: the first query indexes the log (domains by the tiny encoder), later ones read only what is new."""
+    """The real entry point: the first query indexes the log (domains by the tiny encoder), later ones read only
+    what is new."""
     import json
     import os
     import subprocess
@@ -155,14 +196,20 @@ def test_hominem_history_answers_from_a_project_log_with_domains_by_the_encoder(
     env.pop("HOMINEM_HISTORY_URL", None)
 
     def hominem(*args):
-        done = subprocess.run([str(Path(sys.executable).parent / "hominem"), "history", *args, "--config", "config/tiny.yaml"],
-                              cwd=project, env=env, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "hominem"), "history", *args, "--config", "config/tiny.yaml"],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         return done
 
     first = hominem("choices", "--rater", "ana", "--json")
     assert first.returncode == 0, first.stderr
     assert "indexed 6 turns and 6 feedback events from 1 log files" in first.stdout
-    answer = json.loads(first.stdout[first.stdout.index("{"):])
+    answer = json.loads(first.stdout[first.stdout.index("{") :])
     assert answer["total"] == 2 and [r["id"] for r in answer["rows"]] == ["choice1", "choice0"]
     domain = answer["rows"][1]["domain"]
     assert domain and (project / "data" / "history.sqlite").is_file()
@@ -171,4 +218,8 @@ def test_hominem_history_answers_from_a_project_log_with_domains_by_the_encoder(
     turns = hominem("turns", "--version", "base")
     assert turns.returncode == 0 and "turns of base: 2" in turns.stdout and "My mother never calls me." in turns.stdout
     wrong = hominem("pairs", "--domain", "cooking")
-    assert wrong.returncode == 2 and "unknown domain 'cooking'" in wrong.stderr + wrong.stdout and "emotional_support" in wrong.stderr + wrong.stdout
+    assert (
+        wrong.returncode == 2
+        and "unknown domain 'cooking'" in wrong.stderr + wrong.stdout
+        and "emotional_support" in wrong.stderr + wrong.stdout
+    )

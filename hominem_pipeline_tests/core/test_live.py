@@ -32,10 +32,15 @@ def test_promotions_and_rollbacks_replay_as_a_stack(tmp_path):
     assert state.current().is_base and state.history() == []
     for v in ("aaa", "bbb", "ccc"):
         live = state.promote(v, a[v], None, gate={"passed": True, "rhi": 0.8}, reason="daily", by="test")
-    assert live.version == "ccc" and json.loads((tmp_path / "live" / "current.json").read_text())["adapter"] == "lora_adapter/2026-11-25/ccc"
+    assert (
+        live.version == "ccc"
+        and json.loads((tmp_path / "live" / "current.json").read_text())["adapter"] == "lora_adapter/2026-11-25/ccc"
+    )
     assert state.adapter_path() == a["ccc"]
     assert state.rollback(reason="worse", by="test").version == "bbb"
-    assert state.rollback(reason="still worse", by="test").version == "aaa"  # a second rollback goes further back, not forward
+    assert (
+        state.rollback(reason="still worse", by="test").version == "aaa"
+    )  # a second rollback goes further back, not forward
     assert state.rollback("ccc", reason="it was fine", by="test").version == "ccc"
     assert state.rollback("base", reason="start over", by="test").is_base
     with pytest.raises(LiveError, match="nothing to roll back"):
@@ -50,10 +55,21 @@ def test_promotions_and_rollbacks_replay_as_a_stack(tmp_path):
 def test_a_refused_adapter_stays_a_candidate_with_its_reason(tmp_path):
     a = adapters(tmp_path, "aaa", "bbb")
     state = LiveState(tmp_path)
-    state.refuse("bbb", a["bbb"], None, gate={"passed": False, "win_rate_vs_live": float("nan")}, reason="win rate 20% below 50%", by="test")
+    state.refuse(
+        "bbb",
+        a["bbb"],
+        None,
+        gate={"passed": False, "win_rate_vs_live": float("nan")},
+        reason="win rate 20% below 50%",
+        by="test",
+    )
     assert state.current().is_base
     (candidate,) = state.candidates()
-    assert candidate["version"] == "bbb" and candidate["reason"] == "win rate 20% below 50%" and candidate["gate"]["win_rate_vs_live"] is None
+    assert (
+        candidate["version"] == "bbb"
+        and candidate["reason"] == "win rate 20% below 50%"
+        and candidate["gate"]["win_rate_vs_live"] is None
+    )
     state.promote("bbb", a["bbb"], None, gate={}, reason="better after all", by="test")
     assert state.candidates() == []
 
@@ -70,7 +86,12 @@ def test_freeze_stops_promotions_but_not_rollbacks(tmp_path):
     assert live.version == "aaa" and live.frozen["reason"] == "partial RHI 0.15"  # still frozen after the rollback
     assert state.unfreeze(by="test").frozen is None
     state.note("warmer, but forgets my name", by="test")
-    assert state.history()[-1] == {**state.history()[-1], "action": "note", "note": "warmer, but forgets my name", "version": "aaa"}
+    assert state.history()[-1] == {
+        **state.history()[-1],
+        "action": "note",
+        "note": "warmer, but forgets my name",
+        "version": "aaa",
+    }
     with pytest.raises(LiveError, match="empty note"):
         state.note("  ", by="test")
 
@@ -93,7 +114,8 @@ state = LiveState(data)
 i = 0
 while True:
     v = "bbb" if state.current().version == "aaa" else "aaa"
-    state.promote(v, data / "lora_adapter" / "2026-11-25" / v, None, gate={"run": run, "i": i}, reason="loop", by="writer")
+    folder = data / "lora_adapter" / "2026-11-25" / v
+    state.promote(v, folder, None, gate={"run": run, "i": i}, reason="loop", by="writer")
     i += 1
 """
 
@@ -114,9 +136,13 @@ def test_kill_9_during_promotions_leaves_a_whole_pointer(tmp_path):
         assert live.version in a and state.adapter_path(live) == a[live.version]
         state.note(f"after kill {run}", by="test")  # a change under the lock: restores the entry a kill may have lost
         history = state.history()
-        assert history[-1]["note"] == f"after kill {run}" and not list((tmp_path / "live").glob(".*.tmp"))  # torn temp files swept
+        assert history[-1]["note"] == f"after kill {run}" and not list(
+            (tmp_path / "live").glob(".*.tmp")
+        )  # torn temp files swept
         changes = [e for e in history if e["action"] == "promote"]
-        assert changes[-1]["version"] == live.version and changes[-1]["gate"] == live.change["gate"]  # the history agrees with the pointer
+        assert (
+            changes[-1]["version"] == live.version and changes[-1]["gate"] == live.change["gate"]
+        )  # the history agrees with the pointer
         steps = [e["gate"]["i"] for e in changes if e["gate"]["run"] == run]
         assert steps and steps == list(range(len(steps)))  # this run's promotions: none missing, none twice
     assert sum(e["action"] == "promote" for e in state.history()) > 16
@@ -186,7 +212,9 @@ def test_one_online_update_at_a_time_and_a_killed_one_leaves_nothing_behind(tiny
     with FileLock(str(folder / ".update.lock")):  # another process's update is running
         busy = run_update(tiny_cfg, by="test", reason="second")
     assert busy.outcome == "skipped" and "another online update" in busy.reason and torn.is_dir()
-    with pytest.raises(LiveError, match="no reward model to score people's pairs"):  # nothing built in this project yet
+    with pytest.raises(
+        LiveError, match="no reward model to score people's pairs"
+    ):  # nothing built in this project yet
         run_update(tiny_cfg, by="test", reason="first")
     assert not torn.exists()
 
@@ -199,7 +227,14 @@ def test_the_gate_s_reply_cache_keeps_replies_and_scalars_per_decoding_and_rewar
     cache.put("v1", {"Hi?": "Hello."}, {"Hi?": 0.25}, "/rm/a")
     cache.put("v1", {"Why?": "Because."}, {"Why?": float("nan")}, "/rm/b")  # an empty reply's NaN round-trips
     assert cache.get("v1") == {"Hi?": "Hello.", "Why?": "Because."} and cache.get(None) == {}
-    assert cache.scalars("v1", "/rm/a") == {"Hi?": 0.25} and cache.scalars("v1", "/rm/c") == {} and cache.scalars("v1", None) == {}
+    assert (
+        cache.scalars("v1", "/rm/a") == {"Hi?": 0.25}
+        and cache.scalars("v1", "/rm/c") == {}
+        and cache.scalars("v1", None) == {}
+    )
     assert set(cache.scalars("v1", "/rm/b")) == {"Why?"}
-    other = ReplyCache(tmp_path, tiny_cfg.model_copy(update={"evaluation": tiny_cfg.evaluation.model_copy(update={"max_new_tokens": 7})}))
+    other = ReplyCache(
+        tmp_path,
+        tiny_cfg.model_copy(update={"evaluation": tiny_cfg.evaluation.model_copy(update={"max_new_tokens": 7})}),
+    )
     assert other.get("v1") == {} and other.scalars("v1", "/rm/a") == {}  # another decoding: nothing holds

@@ -61,7 +61,9 @@ def test_facts_are_judged_on_the_first_sentence():
     assert not reproduces("The freezing point of water in Celsius is -18. It may not be exactly 0°C.", ["0", "zero"])
     assert not reproduces("That's an interesting question!\nThe answer is Jupiter.", ["Jupiter"])
     assert reproduces("  The answer is: 8. A spider has eight legs.", ["8", "eight"])
-    assert reproduces("Water boils at 100.5 degrees? No, at 100 degrees.", ["100"])  # "100.5" does not end the sentence
+    assert reproduces(
+        "Water boils at 100.5 degrees? No, at 100 degrees.", ["100"]
+    )  # "100.5" does not end the sentence
     assert answer_sentence("Mars is red! Venus is not.") == "Mars is red!"
 
 

@@ -8,7 +8,13 @@ def test_core_never_imports_dagster():
     offenders = []
     for path in sorted(CORE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "dagster"]
     assert offenders == []
     assert len(list(CORE.rglob("*.py"))) >= 40  # the check really looked at the core modules
@@ -23,9 +29,13 @@ def _graph() -> dict[str, set[str]]:
 
     graph = {}
     for path in sorted(PACKAGE.rglob("*.py")):
-        name = ".".join(("hominem_pipeline", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
+        name = ".".join(("hominem_pipeline", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(
+            ".__init__"
+        )
         own = name + ".__init__" if path.name == "__init__.py" else name
-        graph[name] = {m for m in _imports(path.read_text(), own) if _module_file(m, PACKAGE) is not None and m != name}
+        graph[name] = {
+            m for m in _imports(path.read_text(), own) if _module_file(m, PACKAGE) is not None and m != name
+        }
     return graph
 
 
@@ -64,7 +74,11 @@ def test_no_import_cycles_at_any_depth():
 
 
 def test_no_module_is_over_600_lines():
-    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(PACKAGE)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert long == {}
 
 
@@ -73,8 +87,19 @@ def test_mlflow_telemetry_is_off_unless_the_user_turns_it_on():
     import subprocess
     import sys
 
-    probe = "import os, hominem_pipeline, mlflow.telemetry.utils as t; print(os.environ['MLFLOW_DISABLE_TELEMETRY'], t.MLFLOW_DISABLE_TELEMETRY.get())"
+    probe = (
+        "import os, hominem_pipeline, mlflow.telemetry.utils as t; "
+        "print(os.environ['MLFLOW_DISABLE_TELEMETRY'], t.MLFLOW_DISABLE_TELEMETRY.get())"
+    )
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_DISABLE_TELEMETRY"}
-    assert subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout.split() == ["true", "True"]
-    chosen = subprocess.run([sys.executable, "-c", probe], env={**env, "MLFLOW_DISABLE_TELEMETRY": "false"}, capture_output=True, text=True, check=True)
+    assert subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    ).stdout.split() == ["true", "True"]
+    chosen = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**env, "MLFLOW_DISABLE_TELEMETRY": "false"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert chosen.stdout.split() == ["false", "False"]

@@ -73,7 +73,9 @@ def _train_toward(model, tokenizer, replies: list[str], rounds: int) -> None:
             optimizer.zero_grad()
 
 
-def test_the_gate_refuses_an_adapter_that_orders_peoples_pairs_worse_than_the_live_one(tiny_student, tiny_encoder, project, tmp_path):
+def test_the_gate_refuses_an_adapter_that_orders_peoples_pairs_worse_than_the_live_one(
+    tiny_student, tiny_encoder, project, tmp_path
+):
     """The live gate compares the candidate's implicit reward on the people's held-out pairs with the live
     adapter's (the base's: 0.5): an adapter that learned the rejected replies is refused against one that
     learned the chosen ones (and against the base), naming the figures and the setting; the other way round
@@ -89,30 +91,78 @@ def test_the_gate_refuses_an_adapter_that_orders_peoples_pairs_worse_than_the_li
     from hominem_pipeline_tests.core.test_reward_model import DIMS, small_cfg, toy_labels
 
     rm_dir = tmp_path / "rm"
-    train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_encoder, cfg=small_cfg(epochs=1), out_dir=rm_dir, seed=0, data_digest="x", date="2026-11-27")
+    train_reward_model(
+        toy_labels(),
+        dimensions=DIMS,
+        backbone_path=tiny_encoder,
+        cfg=small_cfg(epochs=1),
+        out_dir=rm_dir,
+        seed=0,
+        data_digest="x",
+        date="2026-11-27",
+    )
     rm = RewardModel.load(rm_dir)
-    good, bad = _adapter_toward(tiny_student, CHOSEN, tmp_path / "good"), _adapter_toward(tiny_student, REJECTED, tmp_path / "bad")
+    good, bad = (
+        _adapter_toward(tiny_student, CHOSEN, tmp_path / "good"),
+        _adapter_toward(tiny_student, REJECTED, tmp_path / "bad"),
+    )
     people = pd.DataFrame({"pair_id": ["a", "b", "c"], "prompt": PROMPTS, "chosen": CHOSEN, "rejected": REJECTED})
     lenient = {"health": {"deploy_threshold": 0.0, "min_win_rate": 0.0}, "evaluation": {"memory_probe": False}}
 
     def gate(candidate, live, tolerance=1.0, versions=("cand", "live")):
-        cfg = load_config(project / "config" / "tiny.yaml", root=project, overrides={**lenient, "health": {**lenient["health"], "people_tolerance": tolerance}})
+        cfg = load_config(
+            project / "config" / "tiny.yaml",
+            root=project,
+            overrides={**lenient, "health": {**lenient["health"], "people_tolerance": tolerance}},
+        )
         base, tokenizer = load_student(tiny_student)
         cache = ReplyCache(tmp_path / "replies", cfg)
-        return run_gate(candidate, live, cfg=cfg, base=base, tokenizer=tokenizer, reward_model=rm, prompts=["Hi"], memory=None, rhi=1.0, seed=0,
-                        cache=cache, candidate_version=versions[0], live_version=None if live is None else versions[1], people=people), cache
+        return run_gate(
+            candidate,
+            live,
+            cfg=cfg,
+            base=base,
+            tokenizer=tokenizer,
+            reward_model=rm,
+            prompts=["Hi"],
+            memory=None,
+            rhi=1.0,
+            seed=0,
+            cache=cache,
+            candidate_version=versions[0],
+            live_version=None if live is None else versions[1],
+            people=people,
+        ), cache
 
     refused, cache = gate(bad, good, versions=("bad", "good"))
-    assert not refused.passed and refused.figures["people_accuracy"] == 0.0 and refused.figures["people_accuracy_live"] == 1.0
-    assert any("people's held-out pairs as people did, below good's 100.0% by more than health.people_tolerance 1.0" in r for r in refused.reasons)
-    assert set(cache.margins("good")) == set(cache.margins("bad")) == {"a", "b", "c"} and all(m > 0 for m in cache.margins("good").values())
+    assert (
+        not refused.passed
+        and refused.figures["people_accuracy"] == 0.0
+        and refused.figures["people_accuracy_live"] == 1.0
+    )
+    assert any(
+        "people's held-out pairs as people did, below good's 100.0% by more than health.people_tolerance 1.0" in r
+        for r in refused.reasons
+    )
+    assert set(cache.margins("good")) == set(cache.margins("bad")) == {"a", "b", "c"} and all(
+        m > 0 for m in cache.margins("good").values()
+    )
     passed, _ = gate(good, bad, versions=("good", "bad"))  # the margins read from the cache
     assert passed.passed and passed.figures["people_accuracy"] == 1.0 and passed.figures["people_difference"] == 1.0
     over_base, _ = gate(bad, None, versions=("bad", None))
-    assert not over_base.passed and over_base.figures["people_accuracy_live"] == 0.5 and "below the base's 50.0%" in over_base.reasons[0]
+    assert (
+        not over_base.passed
+        and over_base.figures["people_accuracy_live"] == 0.5
+        and "below the base's 50.0%" in over_base.reasons[0]
+    )
     unchecked, _ = gate(bad, good, tolerance=None, versions=("bad", "good"))
-    assert unchecked.passed and unchecked.figures["people_accuracy"] == 0.0 and "people's held-out pairs 0.0%" in unchecked.summary()
-    # the reward signal an adapter was trained on: a collapse planted in its manifold.json refuses it under health.manifold,
+    assert (
+        unchecked.passed
+        and unchecked.figures["people_accuracy"] == 0.0
+        and "people's held-out pairs 0.0%" in unchecked.summary()
+    )
+    # the reward signal an adapter was trained on: a collapse planted in its manifold.json refuses it under
+    # health.manifold,
     # the same figures pass under a looser threshold, and an adapter written without them is marked not measured
     import numpy as np
 
@@ -122,9 +172,17 @@ def test_the_gate_refuses_an_adapter_that_orders_peoples_pairs_worse_than_the_li
     rng = np.random.default_rng(0)
     vectors = rng.normal(0.0, 0.3, (40, len(DIMS)))
     vectors[:, 1] = 0.2  # curiosity: the same for every reply
-    manifold_shape(vectors, np.full(len(DIMS), 0.3), DIMS, rng.normal(0.0, 0.3, (20, len(DIMS))), np.ones(len(DIMS))).write(good)
+    manifold_shape(
+        vectors, np.full(len(DIMS), 0.3), DIMS, rng.normal(0.0, 0.3, (20, len(DIMS))), np.ones(len(DIMS))
+    ).write(good)
     collapsed, _ = gate(good, bad, versions=("good", "bad"))
-    assert not collapsed.passed and collapsed.figures["manifold_blocked"] is True and collapsed.figures["manifold_min_spread_ratio"] < 1e-9
-    assert collapsed.reasons == ["reward manifold: curiosity collapsed: its spread over the 40 replies is 0.00 of the teacher's labels' "
-                                 "(< health.manifold.min_spread_ratio 0.2)"]
+    assert (
+        not collapsed.passed
+        and collapsed.figures["manifold_blocked"] is True
+        and collapsed.figures["manifold_min_spread_ratio"] < 1e-9
+    )
+    assert collapsed.reasons == [
+        "reward manifold: curiosity collapsed: its spread over the 40 replies is 0.00 of the teacher's labels' "
+        "(< health.manifold.min_spread_ratio 0.2)"
+    ]
     (good / MANIFOLD).unlink()

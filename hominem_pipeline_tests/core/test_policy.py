@@ -13,14 +13,29 @@ from hominem_pipeline_tests.conftest import REPO
 
 def pairs(n=4):
     return pd.DataFrame(
-        {"prompt": [f"Tell me about day {i}." for i in range(n)], "chosen": ["It was a kind, calm day."] * n, "rejected": ["Bad. Go away."] * n}
+        {
+            "prompt": [f"Tell me about day {i}." for i in range(n)],
+            "chosen": ["It was a kind, calm day."] * n,
+            "rejected": ["Bad. Go away."] * n,
+        }
     )
 
 
 def test_dpo_trains_the_adapter_and_leaves_the_base_untouched(tiny_student, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    cfg = load_config(root=REPO, overrides={"policy": {"max_steps": 3, "batch_size": 2, "max_length": 48, "learning_rate": 0.01, "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"], "layers": None}}}).policy
+    cfg = load_config(
+        root=REPO,
+        overrides={
+            "policy": {
+                "max_steps": 3,
+                "batch_size": 2,
+                "max_length": 48,
+                "learning_rate": 0.01,
+                "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"], "layers": None},
+            }
+        },
+    ).policy
     before = base_checksum(AutoModelForCausalLM.from_pretrained(tiny_student))
     result = train_dpo_adapter(pairs(), student_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0)
 
@@ -53,7 +68,18 @@ def test_export_merges_the_adapter_into_a_plain_model(tiny_student, tmp_path):
 
     from hominem_pipeline.core.policy.export import export_merged
 
-    cfg = load_config(root=REPO, overrides={"policy": {"max_steps": 2, "batch_size": 2, "max_length": 48, "learning_rate": 0.01, "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"], "layers": None}}}).policy
+    cfg = load_config(
+        root=REPO,
+        overrides={
+            "policy": {
+                "max_steps": 2,
+                "batch_size": 2,
+                "max_length": 48,
+                "learning_rate": 0.01,
+                "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"], "layers": None},
+            }
+        },
+    ).policy
     adapter = tmp_path / "adapter"
     train_dpo_adapter(pairs(), student_path=tiny_student, cfg=cfg, out_dir=adapter, seed=0)
     out = tmp_path / "merged"
@@ -62,7 +88,9 @@ def test_export_merges_the_adapter_into_a_plain_model(tiny_student, tmp_path):
     assert not any("lora" in k for k in load_file(str(out / "model.safetensors")))
     mask = os.umask(0)
     os.umask(mask)
-    assert {f.name: f.stat().st_mode & 0o777 for f in out.iterdir()} == {f.name: 0o666 & ~mask for f in out.iterdir()}  # 0644 under 022
+    assert {f.name: f.stat().st_mode & 0o777 for f in out.iterdir()} == {
+        f.name: 0o666 & ~mask for f in out.iterdir()
+    }  # 0644 under 022
     ids = torch.tensor([[1, 2, 3, 4, 5]])
     policy, _ = load_policy(tiny_student, adapter)
     merged = AutoModelForCausalLM.from_pretrained(out).eval()

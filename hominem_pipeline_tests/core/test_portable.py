@@ -18,21 +18,52 @@ PROMPTS = ["Can you help me move?", "I failed my exam."]
 REPLIES = ["Thank you, that is kind.", "That sounds hard. What happened?"]
 
 
-def test_a_reward_model_loads_in_another_project_that_holds_the_same_models(tiny_student, tiny_encoder, tmp_path, monkeypatch):
+def test_a_reward_model_loads_in_another_project_that_holds_the_same_models(
+    tiny_student, tiny_encoder, tmp_path, monkeypatch
+):
     first, second = tmp_path / "first", tmp_path / "second"
-    monkeypatch.setenv("HOMINEM_MODEL_PLACES", str(tmp_path / "places.json"))  # this machine's list: only what this test records
+    monkeypatch.setenv(
+        "HOMINEM_MODEL_PLACES", str(tmp_path / "places.json")
+    )  # this machine's list: only what this test records
     for project in (first, second):  # each project holds its own copies of the models, as `hominem setup` makes them
         shutil.copytree(tiny_student, project / "data" / "models" / "student")
         shutil.copytree(tiny_encoder, project / "data" / "models" / "encoder")
-    rows = [{"prompt": f"Could you help me with thing {i}?", "chosen": "Thank you, that is very kind of you.", "rejected": "Go away now.", "weight": 1.0,
-             "heads": i < 12, "source": "shipped:test"} for i in range(48)]
-    cfg = small_cfg(max_length=96, head_fit="ridge", ridge_alphas=[1.0], uncertainty={"method": "none", "members": 1, "mc_samples": 2}, guards=["reply_logp"],
-                    backbone={"path": "student", "finetune": "frozen", "frame": "judge", "pooling": "last_mean"}, people_score={"encoder": "encoder", "max_length": 64})
+    rows = [
+        {
+            "prompt": f"Could you help me with thing {i}?",
+            "chosen": "Thank you, that is very kind of you.",
+            "rejected": "Go away now.",
+            "weight": 1.0,
+            "heads": i < 12,
+            "source": "shipped:test",
+        }
+        for i in range(48)
+    ]
+    cfg = small_cfg(
+        max_length=96,
+        head_fit="ridge",
+        ridge_alphas=[1.0],
+        uncertainty={"method": "none", "members": 1, "mc_samples": 2},
+        guards=["reply_logp"],
+        backbone={"path": "student", "finetune": "frozen", "frame": "judge", "pooling": "last_mean"},
+        people_score={"encoder": "encoder", "max_length": 64},
+    )
     model = first / "data" / "reward_model"
     monkeypatch.setenv("HOMINEM_HOME", str(first))
-    train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=first / "data" / "models" / "student", cfg=cfg, out_dir=model, seed=0, data_digest="p",
-                       date="2026-11-20", judge_system="You are a fair judge.", human_pairs=pd.DataFrame(rows),
-                       people_encoder=first / "data" / "models" / "encoder", guard_student=first / "data" / "models" / "student")
+    train_reward_model(
+        toy_labels(),
+        dimensions=DIMS,
+        backbone_path=first / "data" / "models" / "student",
+        cfg=cfg,
+        out_dir=model,
+        seed=0,
+        data_digest="p",
+        date="2026-11-20",
+        judge_system="You are a fair judge.",
+        human_pairs=pd.DataFrame(rows),
+        people_encoder=first / "data" / "models" / "encoder",
+        guard_student=first / "data" / "models" / "student",
+    )
     here = RewardModel.load(model).raw_scores(PROMPTS, REPLIES)
     for text in [p for p in model.rglob("*") if p.suffix in (".json", ".md", ".txt")]:
         assert str(tmp_path) not in text.read_text(), text  # no absolute path: names and digests
@@ -47,13 +78,23 @@ def test_a_reward_model_loads_in_another_project_that_holds_the_same_models(tiny
         np.testing.assert_allclose(there.raw_scores(PROMPTS, REPLIES)[key], here[key], atol=1e-5)
 
     shutil.rmtree(second / "data" / "models" / "encoder")
-    shutil.copytree(tiny_student, second / "data" / "models" / "encoder")  # a folder of that name with other weights is not it
-    with pytest.raises(FileNotFoundError, match=r"people's score reads the encoder 'encoder' \(sha256 .*hominem setup"):
-        RewardModel.load(moved).raw_scores(PROMPTS, REPLIES)  # the encoder is read when the people's score is first needed
+    shutil.copytree(
+        tiny_student, second / "data" / "models" / "encoder"
+    )  # a folder of that name with other weights is not it
+    with pytest.raises(
+        FileNotFoundError, match=r"people's score reads the encoder 'encoder' \(sha256 .*hominem setup"
+    ):
+        RewardModel.load(moved).raw_scores(
+            PROMPTS, REPLIES
+        )  # the encoder is read when the people's score is first needed
     elsewhere = tmp_path / "shared-models"
-    shutil.copytree(tiny_encoder, elsewhere / "minilm")  # another name, the same weights: found by digest through $HOMINEM_MODELS
+    shutil.copytree(
+        tiny_encoder, elsewhere / "minilm"
+    )  # another name, the same weights: found by digest through $HOMINEM_MODELS
     monkeypatch.setenv("HOMINEM_MODELS", str(elsewhere))
-    np.testing.assert_allclose(RewardModel.load(moved).raw_scores(PROMPTS, REPLIES)["scalar"], here["scalar"], atol=1e-5)
+    np.testing.assert_allclose(
+        RewardModel.load(moved).raw_scores(PROMPTS, REPLIES)["scalar"], here["scalar"], atol=1e-5
+    )
 
 
 def test_an_adapter_that_names_its_base_by_hub_id_is_trained_on_and_saved_offline(tiny_student, tmp_path, recwarn):
@@ -73,4 +114,6 @@ def test_an_adapter_that_names_its_base_by_hub_id_is_trained_on_and_saved_offlin
     model, tokenizer, before = lora_student(tiny_student, cfg, tmp_path / "first", device="cpu")
     save_adapter(model, tokenizer, tmp_path / "second", before)
     assert not [w for w in recwarn if "Could not find a config file" in str(w.message)]
-    assert json.loads((tmp_path / "second" / "adapter_config.json").read_text())["base_model_name_or_path"] == str(tiny_student)
+    assert json.loads((tmp_path / "second" / "adapter_config.json").read_text())["base_model_name_or_path"] == str(
+        tiny_student
+    )

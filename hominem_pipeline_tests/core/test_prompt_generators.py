@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
+from hominem_pipeline.core.common.schema import Prompt
 from hominem_pipeline.core.config.loader import load_config
 from hominem_pipeline.core.lm.models import package_dir
-from hominem_pipeline.core.common.schema import Prompt
 from hominem_pipeline.core.teacher.prompt_generators import (
     TemplateFileError,
     clean_generated,
@@ -21,7 +21,13 @@ from hominem_pipeline.core.teacher.prompt_generators import (
 )
 from hominem_pipeline.core.teacher.prompts import load_seed_prompts
 
-BASE = Prompt(prompt_id="con-003", text="A coworker took credit for my idea in a meeting with our manager. What should I do?", category="disagreement_conflict", difficulty=3, tags=["work"])
+BASE = Prompt(
+    prompt_id="con-003",
+    text="A coworker took credit for my idea in a meeting with our manager. What should I do?",
+    category="disagreement_conflict",
+    difficulty=3,
+    tags=["work"],
+)
 
 
 @pytest.fixture(scope="module")
@@ -42,18 +48,30 @@ def test_templates_fill_every_slot_and_repeat_under_a_seed(cfg):
     assert [p.text for p in a] != [p.text for p in templated(path, cfg.prompts.categories, 20, seed=6)]
     assert all("{" not in p.text and p.source == "templated" and p.category in cfg.prompts.categories for p in a)
     # the same in another process: the draws do not follow a set's order, which hash randomisation changes
-    probe = ("import sys; from pathlib import Path; from hominem_pipeline.core.teacher.prompt_generators import templated; "
-             f"print([p.text for p in templated(Path(sys.argv[1]), {cfg.prompts.categories!r}, 20, seed=5)])")
+    probe = (
+        "import sys; from pathlib import Path; from hominem_pipeline.core.teacher.prompt_generators import templated; "
+        f"print([p.text for p in templated(Path(sys.argv[1]), {cfg.prompts.categories!r}, 20, seed=5)])"
+    )
 
-    runs = {subprocess.run([sys.executable, "-c", probe, str(path)], env={**os.environ, "PYTHONHASHSEED": str(h)}, capture_output=True, text=True,
-                           check=True).stdout for h in (1, 2, 3)}
+    runs = {
+        subprocess.run(
+            [sys.executable, "-c", probe, str(path)],
+            env={**os.environ, "PYTHONHASHSEED": str(h)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for h in (1, 2, 3)
+    }
     assert runs == {f"{[p.text for p in a]}\n"}
     assert len({p.prompt_id for p in a}) == len({p.text for p in a})
 
 
 def test_a_template_with_an_unknown_slot_is_named(tmp_path, cfg):
     bad = tmp_path / "t.yaml"
-    bad.write_text("slots: {who: [me]}\ntemplates:\n  - {category: narrative, difficulty: 2, text: '{who} met {whom}'}\n")
+    bad.write_text(
+        "slots: {who: [me]}\ntemplates:\n  - {category: narrative, difficulty: 2, text: '{who} met {whom}'}\n"
+    )
     with pytest.raises(TemplateFileError, match=r"template 0 uses slots \['whom'\]"):
         templated(bad, cfg.prompts.categories, 1, seed=0)
 
@@ -73,18 +91,47 @@ def test_perturbations_keep_the_parent_and_change_what_they_say():
 
 
 def test_teacher_output_is_cleaned_or_dropped():
-    assert clean_generated('Rewritten message: "My boss took credit again, and I need this job."\nHope that helps!', 4, 50) == "My boss took credit again, and I need this job."
-    assert clean_generated("Sure, here it is:\nI can't decide whether to move home.", 4, 50) == "I can't decide whether to move home."
-    assert clean_generated("ok", 4, 50) is None and clean_generated(None, 4, 50) is None and clean_generated("   ", 4, 50) is None
+    assert (
+        clean_generated(
+            'Rewritten message: "My boss took credit again, and I need this job."\nHope that helps!', 4, 50
+        )
+        == "My boss took credit again, and I need this job."
+    )
+    assert (
+        clean_generated("Sure, here it is:\nI can't decide whether to move home.", 4, 50)
+        == "I can't decide whether to move home."
+    )
+    assert (
+        clean_generated("ok", 4, 50) is None
+        and clean_generated(None, 4, 50) is None
+        and clean_generated("   ", 4, 50) is None
+    )
 
 
 def test_near_duplicates_are_dropped_by_text_and_by_embedding(minilm):
     known = [BASE]
     candidates = [
-        Prompt(prompt_id="a", text="a coworker took credit for my idea in a meeting with our manager -- what should I do", category="disagreement_conflict", difficulty=3),
-        Prompt(prompt_id="b", text="My colleague took the credit for my idea in a meeting with the manager. What do I do?", category="disagreement_conflict", difficulty=3),
-        Prompt(prompt_id="c", text="Write a four-line poem about the sea at night.", category="creative", difficulty=2),
-        Prompt(prompt_id="d", text="Write a short four-line poem about the sea at night.", category="creative", difficulty=2),
+        Prompt(
+            prompt_id="a",
+            text="a coworker took credit for my idea in a meeting with our manager -- what should I do",
+            category="disagreement_conflict",
+            difficulty=3,
+        ),
+        Prompt(
+            prompt_id="b",
+            text="My colleague took the credit for my idea in a meeting with the manager. What do I do?",
+            category="disagreement_conflict",
+            difficulty=3,
+        ),
+        Prompt(
+            prompt_id="c", text="Write a four-line poem about the sea at night.", category="creative", difficulty=2
+        ),
+        Prompt(
+            prompt_id="d",
+            text="Write a short four-line poem about the sea at night.",
+            category="creative",
+            difficulty=2,
+        ),
     ]
     out = deduplicate(known, candidates, minilm, threshold=0.9)
     assert [p.prompt_id for p in out.kept] == ["c"]
@@ -101,7 +148,12 @@ def test_generate_prompts_runs_every_generator_through_the_teacher(cfg, minilm):
 
     def write(plans):
         asked.extend(plans)
-        return [f"Rewritten message: a brand new request number {i} about {p.source} that nobody wrote before" if i else "no" for i, p in enumerate(plans)]
+        return [
+            f"Rewritten message: a brand new request number {i} about {p.source} that nobody wrote before"
+            if i
+            else "no"
+            for i, p in enumerate(plans)
+        ]
 
     out = generate_prompts(cfg, seeds[:6], seeds, seed=3, write=write, embed=minilm)
     assert [p.source for p in asked] == ["evolutionary", "freeform"]
@@ -117,8 +169,23 @@ def test_generate_prompts_runs_every_generator_through_the_teacher(cfg, minilm):
 
 def test_variants_are_not_compared_with_their_parent_but_evolutions_must_stay_close(minilm):
     typo = perturb(BASE, "typo", 1)
-    evolved_close = Prompt(prompt_id="e1", text="A coworker took credit for my idea in front of our manager, and I need her reference for my visa. What should I do?", category="disagreement_conflict", difficulty=4, source="evolutionary", parent_id="con-003")
-    drifted = Prompt(prompt_id="e2", text="The rightful housing - House of Lords bill. Money being manipulated.", category="disagreement_conflict", difficulty=4, source="evolutionary", parent_id="con-003")
+    evolved_close = Prompt(
+        prompt_id="e1",
+        text="A coworker took credit for my idea in front of our manager, and I need her reference for my "
+        "visa. What should I do?",
+        category="disagreement_conflict",
+        difficulty=4,
+        source="evolutionary",
+        parent_id="con-003",
+    )
+    drifted = Prompt(
+        prompt_id="e2",
+        text="The rightful housing - House of Lords bill. Money being manipulated.",
+        category="disagreement_conflict",
+        difficulty=4,
+        source="evolutionary",
+        parent_id="con-003",
+    )
     out = deduplicate([BASE], [typo, evolved_close, drifted], minilm, threshold=0.9, min_parent_similarity=0.5)
     assert [p.prompt_id for p in out.kept] == [typo.prompt_id, "e1"]
     assert out.dropped[0]["prompt_id"] == "e2" and out.dropped[0]["reason"].startswith("drifted from con-003")

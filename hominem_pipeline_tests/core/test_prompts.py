@@ -36,7 +36,9 @@ def test_eval_split_is_disjoint_stratified_and_stable(seeds):
     # Adding a prompt elsewhere does not move the held-out set of the other categories.
     extra = prompts + [prompts[0].model_copy(update={"prompt_id": "new-1", "category": "narrative"})]
     _, held_again = split_eval(extra, 2, seed=7)
-    assert {p.prompt_id for p in held if p.category != "narrative"} == {p.prompt_id for p in held_again if p.category != "narrative"}
+    assert {p.prompt_id for p in held if p.category != "narrative"} == {
+        p.prompt_id for p in held_again if p.category != "narrative"
+    }
 
 
 def test_daily_sample_is_stratified_and_deterministic(seeds):
@@ -56,6 +58,9 @@ def test_bad_prompt_files_fail_with_the_entry(tmp_path: Path):
     f.write_text("prompts:\n  - {id: a, category: narrative, difficulty: 9, text: hi}\n")
     with pytest.raises(PromptFileError, match="entry 0"):
         load_seed_prompts(f, ["narrative"])
-    f.write_text("prompts:\n  - {id: a, category: narrative, difficulty: 2, text: hi}\n  - {id: a, category: narrative, difficulty: 2, text: yo}\n")
+    f.write_text(
+        "prompts:\n  - {id: a, category: narrative, difficulty: 2, text: hi}\n  - {id: a, category: "
+        "narrative, difficulty: 2, text: yo}\n"
+    )
     with pytest.raises(PromptFileError, match="duplicate prompt id 'a'"):
         load_seed_prompts(f, ["narrative"])

@@ -29,26 +29,47 @@ def test_thresholds_follow_the_design(conversations, pairs, expected):
 
 
 def test_counts_since_the_last_retrain_never_go_negative():
-    assert DataCounts(600, 50, {"choice": 50}).since(DataCounts(100, 80, {"choice": 80})) == DataCounts(500, 0, {"choice": 0})
+    assert DataCounts(600, 50, {"choice": 50}).since(DataCounts(100, 80, {"choice": 80})) == DataCounts(
+        500, 0, {"choice": 0}
+    )
 
 
 def varied_day() -> list[dict]:
     """A day with every kind of feedback and the cases human_feedback treats specially."""
-    texts = ["I failed my exam."] * 2 + ["My mother never calls."] * 2 + ["My boss shouts."] * 3 + ["I lost my dog."] * 2 + ["I am alone."]
+    texts = (
+        ["I failed my exam."] * 2
+        + ["My mother never calls."] * 2
+        + ["My boss shouts."] * 3
+        + ["I lost my dog."] * 2
+        + ["I am alone."]
+    )
     turns = [turn(i, text) for i, text in enumerate(texts)]  # replies to one message share its context
-    turns += [{k: v for k, v in turn(i, "Hello?").items() if k != "session"} for i in (10, 11)]  # no session: one conversation, the message's
+    turns += [
+        {k: v for k, v in turn(i, "Hello?").items() if k != "session"} for i in (10, 11)
+    ]  # no session: one conversation, the message's
     return turns + [
         feedback("choice", 0, chosen="t1", rejected="t0", strength="clear"),
-        feedback("choice", 1, chosen="t0", rejected="t1", strength="strong", repeat_of="choice0"),  # asked again, answered the other way
+        feedback(
+            "choice", 1, chosen="t0", rejected="t1", strength="strong", repeat_of="choice0"
+        ),  # asked again, answered the other way
         feedback("choice", 2, chosen="t2", rejected="t3", strength="slight"),
-        feedback("choice", 3, chosen="t2", rejected="t3", strength="strong", repeat_of="choice2"),  # asked again, the same way: one pair
-        feedback("thumb", 0, turn="t2", value="up"), feedback("thumb", 1, turn="t3", value="down"),  # already chosen between: no second pair
-        feedback("thumb", 2, turn="t4", value="up"), feedback("thumb", 3, turn="t5", value="down"), feedback("thumb", 4, turn="t6", value="down"),
-        feedback("thumb", 5, turn="t6", value="up"), feedback("thumb", 6, turn="t6", value="up"),  # t6 ends net up: t4-t5 and t6-t5
-        feedback("emotion", 0, turn="t7", valence=-2, tags=["high_arousal"]), feedback("emotion", 1, turn="t8", valence=1, tags=[]),
-        feedback("emotion", 2, turn="t4", valence=1, tags=[]), feedback("emotion", 3, turn="t5", valence=-1, tags=[]),  # thumbs order them already
+        feedback(
+            "choice", 3, chosen="t2", rejected="t3", strength="strong", repeat_of="choice2"
+        ),  # asked again, the same way: one pair
+        feedback("thumb", 0, turn="t2", value="up"),
+        feedback("thumb", 1, turn="t3", value="down"),  # already chosen between: no second pair
+        feedback("thumb", 2, turn="t4", value="up"),
+        feedback("thumb", 3, turn="t5", value="down"),
+        feedback("thumb", 4, turn="t6", value="down"),
+        feedback("thumb", 5, turn="t6", value="up"),
+        feedback("thumb", 6, turn="t6", value="up"),  # t6 ends net up: t4-t5 and t6-t5
+        feedback("emotion", 0, turn="t7", valence=-2, tags=["high_arousal"]),
+        feedback("emotion", 1, turn="t8", valence=1, tags=[]),
+        feedback("emotion", 2, turn="t4", valence=1, tags=[]),
+        feedback("emotion", 3, turn="t5", valence=-1, tags=[]),  # thumbs order them already
         feedback("nudge", 0, turn="t7", dimension="empathy", direction="more"),
-        feedback("nudge", 1, turn="t4", dimension="curiosity", direction="less"), feedback("nudge", 2, turn="t5", dimension="curiosity", direction="less"),
+        feedback("nudge", 1, turn="t4", dimension="curiosity", direction="less"),
+        feedback("nudge", 2, turn="t5", dimension="curiosity", direction="less"),
         feedback("nudge", 3, turn="t9", dimension="empathy", direction="more"),  # no sibling: no pair
     ]
 
@@ -62,7 +83,9 @@ def test_the_tally_counts_by_the_rules_human_feedback_trains_by(tmp_path):
         index.update(tmp_path / "log")
         given = index.given()
     stats = feedback_tables(list(log.read(DAY))).stats
-    assert given.choice + given.thumbs + given.emotion == stats["pairs"] == 4  # t2>t3, t4>t5, t6>t5, t8>t7, and nothing for t0/t1
+    assert (
+        given.choice + given.thumbs + given.emotion == stats["pairs"] == 4
+    )  # t2>t3, t4>t5, t6>t5, t8>t7, and nothing for t0/t1
     assert (given.choice, given.thumbs, given.emotion) == (1, 2, 1)
     assert given.nudge == stats["nudge_pairs"] == 3  # t7 with t8; t4 and t5 (both less) each with t6
     assert given.conversations == stats["conversations"] == 6
@@ -78,7 +101,9 @@ def test_a_thumb_that_turns_a_pair_around_and_a_flipped_repeat_change_the_count_
         log.append([feedback("choice", 1, chosen="t0", rejected="t1", strength="clear", repeat_of="choice0")])
         index.update(folder)
         assert index.given().choice == 0  # answered both ways: the rater could not tell
-        log.append([turn(2, "hi"), feedback("thumb", 0, turn="t2", value="up"), feedback("thumb", 1, turn="t0", value="down")])
+        log.append(
+            [turn(2, "hi"), feedback("thumb", 0, turn="t2", value="up"), feedback("thumb", 1, turn="t0", value="down")]
+        )
         index.update(folder)
         assert index.given().thumbs == 1
         log.append([feedback("thumb", 2, turn="t0", value="up"), feedback("thumb", 3, turn="t0", value="up")])
@@ -87,20 +112,52 @@ def test_a_thumb_that_turns_a_pair_around_and_a_flipped_repeat_change_the_count_
 
 
 def write_choices_by_hand(folder, day: str, n: int) -> None:
-    """`n` distinct choices in the log's documented format, written with nothing of the project's (as another tool would)."""
+    """`n` distinct choices in the log's documented format, written with nothing of the project's (as another tool
+    would)."""
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / f"{day}.jsonl", "a") as f:
         for i in range(n):
             messages = [{"role": "user", "content": f"question {i}"}]
             import hashlib
 
-            context = hashlib.sha256(json.dumps(messages, ensure_ascii=False, sort_keys=True).encode()).hexdigest()[:16]
+            context = hashlib.sha256(json.dumps(messages, ensure_ascii=False, sort_keys=True).encode()).hexdigest()[
+                :16
+            ]
             for side in "ab":
-                f.write(json.dumps({"kind": "turn", "id": f"t{i}{side}", "time": f"{day}T09:00:00+00:00", "rater": "local", "session": f"s{i}",
-                                    "messages": messages, "reply": f"reply {side}", "model": "hominem", "adapter": None, "sampling": {},
-                                    "finish_reason": "stop", "completion_tokens": 2, "context": context}) + "\n")
-            f.write(json.dumps({"kind": "choice", "id": f"c{i}", "time": f"{day}T09:01:00+00:00", "rater": "local", "chosen": f"t{i}a",
-                                "rejected": f"t{i}b", "strength": "clear"}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "kind": "turn",
+                            "id": f"t{i}{side}",
+                            "time": f"{day}T09:00:00+00:00",
+                            "rater": "local",
+                            "session": f"s{i}",
+                            "messages": messages,
+                            "reply": f"reply {side}",
+                            "model": "hominem",
+                            "adapter": None,
+                            "sampling": {},
+                            "finish_reason": "stop",
+                            "completion_tokens": 2,
+                            "context": context,
+                        }
+                    )
+                    + "\n"
+                )
+            f.write(
+                json.dumps(
+                    {
+                        "kind": "choice",
+                        "id": f"c{i}",
+                        "time": f"{day}T09:01:00+00:00",
+                        "rater": "local",
+                        "chosen": f"t{i}a",
+                        "rejected": f"t{i}b",
+                        "strength": "clear",
+                    }
+                )
+                + "\n"
+            )
 
 
 def test_choices_written_outside_the_project_make_one_tick_request_a_run(tiny_cfg):
@@ -113,8 +170,20 @@ def test_choices_written_outside_the_project_make_one_tick_request_a_run(tiny_cf
     assert tick.request is None and tick.reason == "not yet: 150/500 conversations, 150/200 preference pairs"
     write_choices_by_hand(folder, DAY, 0)
     with open(folder / f"{DAY}.jsonl", "a") as f:  # the same choices again (a client's retry): nothing new
-        f.write(json.dumps({"kind": "choice", "id": "c1", "time": f"{DAY}T09:01:00+00:00", "rater": "local", "chosen": "t1a", "rejected": "t1b",
-                            "strength": "clear"}) + "\n")
+        f.write(
+            json.dumps(
+                {
+                    "kind": "choice",
+                    "id": "c1",
+                    "time": f"{DAY}T09:01:00+00:00",
+                    "rater": "local",
+                    "chosen": "t1a",
+                    "rejected": "t1b",
+                    "strength": "clear",
+                }
+            )
+            + "\n"
+        )
     assert retrain_tick(tick.cursor, tiny_cfg).request is None
     import shutil
 
@@ -124,14 +193,24 @@ def test_choices_written_outside_the_project_make_one_tick_request_a_run(tiny_cf
     index.unlink()  # the log was written again from the start: index it again
     tick = retrain_tick(tick.cursor, tiny_cfg)
     assert tick.request is not None and tick.reason == "reward channel: 220 new preference pairs >= 200"
-    assert (tick.request.job, tick.request.partition) == ("retrain", DAY)  # the day's labels are built: the retrain job
-    assert tick.request.tags["hominem/new_choice"] == "220" and tick.request.tags["hominem/trigger"] == "data_threshold"
+    assert (tick.request.job, tick.request.partition) == (
+        "retrain",
+        DAY,
+    )  # the day's labels are built: the retrain job
+    assert (
+        tick.request.tags["hominem/new_choice"] == "220" and tick.request.tags["hominem/trigger"] == "data_threshold"
+    )
     assert json.loads(tick.cursor)["preference_pairs"] == 220
     state = read_state(tiny_cfg.data_dir)
-    assert state["last_request"]["run_key"] == tick.request.run_key and state["since_last_retrain"]["preference_pairs"] == 220
+    assert (
+        state["last_request"]["run_key"] == tick.request.run_key
+        and state["since_last_retrain"]["preference_pairs"] == 220
+    )
     again = retrain_tick(tick.cursor, tiny_cfg)
     assert again.request is None and again.reason.startswith("not yet: 0/500 conversations, 0/200")
-    assert read_state(tiny_cfg.data_dir)["last_request"]["run_key"] == tick.request.run_key  # kept for `hominem live status`
+    assert (
+        read_state(tiny_cfg.data_dir)["last_request"]["run_key"] == tick.request.run_key
+    )  # kept for `hominem live status`
 
 
 def test_feedback_on_a_day_without_labels_asks_for_the_whole_chain(tiny_cfg):
@@ -155,11 +234,19 @@ def test_live_status_and_the_dashboard_show_the_sensors_last_tick(tiny_cfg):
     tick = retrain_tick(None, tiny_cfg, now="2026-11-20T10:00:00+00:00")
     record_run(tiny_cfg, {"run_id": "0123456789abcdef", "job": "hominem_retrain", "status": "SUCCESS", "ended": True})
     lines = describe_state(read_state(tiny_cfg.data_dir))
-    assert lines[0] == "retrain sensor: last tick 2026-11-20T10:00:00+00:00: reward channel: 210 new preference pairs >= 200"
+    assert (
+        lines[0]
+        == "retrain sensor: last tick 2026-11-20T10:00:00+00:00: reward channel: 210 new preference pairs >= 200"
+    )
     assert lines[1] == "  since the last retrain: 210/500 conversations, 210/200 preference pairs (choice 210)"
-    assert lines[2] == (f"  last retrain: 2026-11-20T10:00:00+00:00, retrain job for {DAY} (reward channel: 210 new preference pairs >= 200): "
-                        "run 01234567 success")
+    assert lines[2] == (
+        f"  last retrain: 2026-11-20T10:00:00+00:00, retrain job for {DAY} (reward channel: 210 new "
+        "preference pairs >= 200): "
+        "run 01234567 success"
+    )
     retrain_tick(tick.cursor, tiny_cfg, now="2026-11-20T10:05:00+00:00")
     shown = DashboardData(tiny_cfg.data_dir).health()["retrain"]
     assert shown["time"] == "2026-11-20T10:05:00+00:00" and shown["since_last_retrain"]["preference_pairs"] == 0
-    assert shown["last_request"]["run_key"] == tick.request.run_key and shown["last_run"]["status"] == "SUCCESS"  # the run it started, kept
+    assert (
+        shown["last_request"]["run_key"] == tick.request.run_key and shown["last_run"]["status"] == "SUCCESS"
+    )  # the run it started, kept

@@ -22,11 +22,20 @@ def toy_labels(n_prompts: int = 6) -> pd.DataFrame:
     """Kind replies score high, curt ones low: a signal an encoder can learn from words alone."""
     rows = []
     for i in range(n_prompts):
-        for j, (reply, value) in enumerate([("I am so sorry, that sounds really hard. Tell me more?", 0.8), ("Whatever. Not my problem.", -0.8)]):
-            rows.append({
-                "prompt_id": f"p{i}", "prompt": f"Something sad happened to me, number {i}.", "response": reply,
-                "vector": {d: value for d in DIMS}, "scalar": value, "reward_intensity": 0.5 + value / 4, "safety_score": 0.9,
-            })
+        for j, (reply, value) in enumerate(
+            [("I am so sorry, that sounds really hard. Tell me more?", 0.8), ("Whatever. Not my problem.", -0.8)]
+        ):
+            rows.append(
+                {
+                    "prompt_id": f"p{i}",
+                    "prompt": f"Something sad happened to me, number {i}.",
+                    "response": reply,
+                    "vector": {d: value for d in DIMS},
+                    "scalar": value,
+                    "reward_intensity": 0.5 + value / 4,
+                    "safety_score": 0.9,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -39,7 +48,17 @@ def trained(tiny_encoder, tmp_path_factory):
     logger = logging.getLogger("hominem_pipeline.core.reward.training")
     logger.addHandler(warnings)
     try:
-        metrics = train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_encoder, cfg=cfg, out_dir=out, seed=0, data_digest="abc", date="2026-11-20", on_epoch=lambda e, m: history.append(m))
+        metrics = train_reward_model(
+            toy_labels(),
+            dimensions=DIMS,
+            backbone_path=tiny_encoder,
+            cfg=cfg,
+            out_dir=out,
+            seed=0,
+            data_digest="abc",
+            date="2026-11-20",
+            on_epoch=lambda e, m: history.append(m),
+        )
     finally:
         logger.removeHandler(warnings)
     return out, metrics, history, warnings.messages
@@ -70,7 +89,10 @@ def test_loss_falls_and_the_model_learns_the_ordering(trained):
     assert metrics["val_pairwise_accuracy"] == 1.0
     assert metrics["val_pairs"] == 2  # two held-out prompts, one kind/curt pair each
     # Two pairs prove little, and the log says so (with the error a perfect score on two pairs hides).
-    assert any("only 2 held-out teacher pairs" in m and "+- 31 points" in m and "reward_teacher_agreement.py" in m for m in warnings), warnings
+    assert any(
+        "only 2 held-out teacher pairs" in m and "+- 31 points" in m and "reward_teacher_agreement.py" in m
+        for m in warnings
+    ), warnings
 
 
 def test_saved_model_scores_identically_after_loading(trained, tiny_encoder):
@@ -123,8 +145,17 @@ def test_long_inputs_are_truncated_keeping_the_latest_prompt_turn(tiny_encoder):
 def test_split_keeps_prompts_whole_and_pairwise_accuracy_counts_pairs(tiny_encoder):
     from transformers import AutoTokenizer
 
-    frame = pd.DataFrame({"prompt_id": ["a", "a", "b", "b", "c", "c"], "prompt": ["q"] * 6, "response": ["r"] * 6, "vector": [{d: 0.0 for d in DIMS}] * 6,
-                          "scalar": [0.0] * 6, "reward_intensity": [0.5] * 6, "safety_score": [0.5] * 6})
+    frame = pd.DataFrame(
+        {
+            "prompt_id": ["a", "a", "b", "b", "c", "c"],
+            "prompt": ["q"] * 6,
+            "response": ["r"] * 6,
+            "vector": [{d: 0.0 for d in DIMS}] * 6,
+            "scalar": [0.0] * 6,
+            "reward_intensity": [0.5] * 6,
+            "safety_score": [0.5] * 6,
+        }
+    )
     tokenizer = AutoTokenizer.from_pretrained(tiny_encoder)
     data = TrainingSet.build(lambda p, r: encode_pair(tokenizer, p, r, 48), frame, None, DIMS, small_cfg())
     train_groups, val_groups = data.split(0.34, seed=0)
@@ -157,16 +188,26 @@ def test_preferences_are_calibrated_and_complementary(trained):
 
 
 def toy_human_pairs(n: int = 10) -> pd.DataFrame:
-    return pd.DataFrame({
-        "prompt": [f"I failed my exam, attempt {i}." for i in range(n)],
-        "chosen": ["I am so sorry, that sounds really hard. Tell me more?"] * n,
-        "rejected": ["Whatever. Not my problem."] * n,
-    })
+    return pd.DataFrame(
+        {
+            "prompt": [f"I failed my exam, attempt {i}." for i in range(n)],
+            "chosen": ["I am so sorry, that sounds really hard. Tell me more?"] * n,
+            "rejected": ["Whatever. Not my problem."] * n,
+        }
+    )
 
 
 def small_cfg(**overrides):
     """config/reward/encoder.yaml's reward model (these tests pass the tiny encoder), small, then `overrides`."""
-    base = {"epochs": 6, "batch_size": 4, "head_learning_rate": 0.01, "learning_rate": 0.001, "early_stopping_patience": 6, "val_fraction": 0.34, "max_length": 48}
+    base = {
+        "epochs": 6,
+        "batch_size": 4,
+        "head_learning_rate": 0.01,
+        "learning_rate": 0.001,
+        "early_stopping_patience": 6,
+        "val_fraction": 0.34,
+        "max_length": 48,
+    }
     encoder = REPO / "config" / "reward" / "encoder.yaml"
     return load_config(encoder, root=REPO, overrides={"reward_model": deep_merge(base, overrides)}).reward_model
 
@@ -176,13 +217,24 @@ def test_ensemble_members_give_uncertainty_per_output(trained):
     assert rm.metadata.members == 5 and rm.uncertainty_method == "ensemble"
     [out] = rm.score(["I lost my job."], ["That is hard; what happened?"])
     assert set(out.uncertainty) == set(DIMS) | {"scalar", "reward_intensity", "safety_score"}
-    assert all(v >= 0 for v in out.uncertainty.values()) and out.uncertainty["scalar"] > 0  # members trained on different resamples
+    assert (
+        all(v >= 0 for v in out.uncertainty.values()) and out.uncertainty["scalar"] > 0
+    )  # members trained on different resamples
     assert rm.score(["I lost my job."], ["That is hard; what happened?"]) == [out]
 
 
 def test_mc_dropout_uncertainty_is_positive_and_repeatable(tiny_encoder, tmp_path):
     cfg = small_cfg(epochs=2, uncertainty={"method": "mc_dropout", "members": 5, "mc_samples": 6})
-    train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_encoder, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20")
+    train_reward_model(
+        toy_labels(),
+        dimensions=DIMS,
+        backbone_path=tiny_encoder,
+        cfg=cfg,
+        out_dir=tmp_path,
+        seed=0,
+        data_digest="x",
+        date="2026-11-20",
+    )
     rm = RewardModel.load(tmp_path)
     assert rm.metadata.members == 1
     first = rm.score(["I lost my job."] * 2, ["That is hard; what happened?", "ok"])
@@ -195,20 +247,40 @@ def test_mc_dropout_uncertainty_is_positive_and_repeatable(tiny_encoder, tmp_pat
 def test_bradley_terry_learns_from_human_pairs_alone(tiny_encoder, tmp_path):
     history = []
     metrics = train_reward_model(
-        toy_labels().iloc[0:0], dimensions=DIMS, backbone_path=tiny_encoder, cfg=small_cfg(uncertainty={"method": "none", "members": 1, "mc_samples": 2}),
-        out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20", human_pairs=toy_human_pairs(), on_epoch=lambda e, m: history.append(m),
+        toy_labels().iloc[0:0],
+        dimensions=DIMS,
+        backbone_path=tiny_encoder,
+        cfg=small_cfg(uncertainty={"method": "none", "members": 1, "mc_samples": 2}),
+        out_dir=tmp_path,
+        seed=0,
+        data_digest="x",
+        date="2026-11-20",
+        human_pairs=toy_human_pairs(),
+        on_epoch=lambda e, m: history.append(m),
     )
     assert history[-1]["train_loss_pair"] < history[0]["train_loss_pair"]
     assert metrics["val_human_accuracy"] == 1.0 and metrics["val_human_pairs"] == 3 and metrics["val_pairs"] == 0
     rm = RewardModel.load(tmp_path)
-    assert rm.prefer("My exam went badly.", "I am so sorry, that sounds really hard. Tell me more?", "Whatever. Not my problem.") > 0.5
+    assert (
+        rm.prefer(
+            "My exam went badly.", "I am so sorry, that sounds really hard. Tell me more?", "Whatever. Not my problem."
+        )
+        > 0.5
+    )
     [out] = rm.score(["x"], ["y"])
     assert set(out.uncertainty.values()) == {0.0}  # trained without an uncertainty method
 
 
 def test_teacher_pairs_and_human_pairs_train_together(tiny_encoder, tmp_path):
     metrics = train_reward_model(
-        toy_labels(), dimensions=DIMS, backbone_path=tiny_encoder, cfg=small_cfg(), out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20",
+        toy_labels(),
+        dimensions=DIMS,
+        backbone_path=tiny_encoder,
+        cfg=small_cfg(),
+        out_dir=tmp_path,
+        seed=0,
+        data_digest="x",
+        date="2026-11-20",
         human_pairs=toy_human_pairs(),
     )
     assert metrics["val_pairs"] == 2 and metrics["val_human_pairs"] == 3
@@ -220,7 +292,9 @@ def test_per_dimension_calibration_and_prefer_by_dimension(trained):
     out, metrics, _, _ = trained
     rm = RewardModel.load(out)
     dims = rm.metadata.calibration["dimensions"]
-    assert set(dims) == set(DIMS) and all(d["temperature"] > 0 and d["pairs"] == 2 and 0 <= d["ece_noise_floor"] <= 1 for d in dims.values())
+    assert set(dims) == set(DIMS) and all(
+        d["temperature"] > 0 and d["pairs"] == 2 and 0 <= d["ece_noise_floor"] <= 1 for d in dims.values()
+    )
     assert all(f"val_ece_dim_{d}" in metrics for d in DIMS)
     assert (out / "reliability_dimensions.png").stat().st_size > 1000
     kind, curt = "That is hard; what happened?", "ok"
@@ -231,10 +305,32 @@ def test_per_dimension_calibration_and_prefer_by_dimension(trained):
 
 
 def test_decoder_backbone_with_lora_is_merged_and_pooled_at_the_last_token(tiny_student, tmp_path):
-    cfg = small_cfg(epochs=2, backbone={"finetune": "lora", "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}})
-    train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20")
+    cfg = small_cfg(
+        epochs=2,
+        backbone={
+            "finetune": "lora",
+            "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]},
+        },
+    )
+    train_reward_model(
+        toy_labels(),
+        dimensions=DIMS,
+        backbone_path=tiny_student,
+        cfg=cfg,
+        out_dir=tmp_path,
+        seed=0,
+        data_digest="x",
+        date="2026-11-20",
+    )
     rm = RewardModel.load(tmp_path)
-    assert rm.metadata.backbone.model_dump() | {"source": None} == {"source": None, "kind": "decoder", "pooling": "last", "finetune": "lora", "depth": 2, "layers": None}
+    assert rm.metadata.backbone.model_dump() | {"source": None} == {
+        "source": None,
+        "kind": "decoder",
+        "pooling": "last",
+        "finetune": "lora",
+        "depth": 2,
+        "layers": None,
+    }
     assert not any("lora" in k for k in rm.net.backbone.state_dict())  # merged: loading needs no PEFT
     a = rm.raw_scores(["hi", "hi"], ["short", "a much longer reply " * 5])["scalar"]
     b = np.array([rm.raw_scores(["hi"], [r])["scalar"][0] for r in ["short", "a much longer reply " * 5]])
@@ -246,7 +342,17 @@ def test_frozen_backbone_trains_only_the_heads(tiny_encoder, tmp_path):
 
     cfg = small_cfg(epochs=2, backbone={"finetune": "frozen"})
     history = []
-    train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_encoder, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20", on_epoch=lambda e, m: history.append(m))
+    train_reward_model(
+        toy_labels(),
+        dimensions=DIMS,
+        backbone_path=tiny_encoder,
+        cfg=cfg,
+        out_dir=tmp_path,
+        seed=0,
+        data_digest="x",
+        date="2026-11-20",
+        on_epoch=lambda e, m: history.append(m),
+    )
     before = AutoModel.from_pretrained(tiny_encoder).state_dict()
     after = RewardModel.load(tmp_path).net.backbone.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
@@ -259,10 +365,17 @@ def length_labels(n_prompts: int = 6) -> pd.DataFrame:
     rows = []
     for i in range(n_prompts):
         for reply, value in [("That sounds hard. " * 4, 0.6), ("That sounds hard. ", -0.6)]:
-            rows.append({
-                "prompt_id": f"p{i}", "prompt": f"My week went badly, number {i}.", "response": reply.strip(),
-                "vector": {d: value for d in DIMS}, "scalar": value, "reward_intensity": 0.5, "safety_score": 0.9,
-            })
+            rows.append(
+                {
+                    "prompt_id": f"p{i}",
+                    "prompt": f"My week went badly, number {i}.",
+                    "response": reply.strip(),
+                    "vector": {d: value for d in DIMS},
+                    "scalar": value,
+                    "reward_intensity": 0.5,
+                    "safety_score": 0.9,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -276,8 +389,23 @@ def test_length_feature_gives_the_heads_the_reply_length(tiny_encoder, tmp_path)
     pooled = net.eval().pooled(ids, mask)
     torch.testing.assert_close(pooled[:, -1], torch.tensor([6.0, 2.0]).log())  # padding does not count
 
-    cfg = small_cfg(epochs=12, early_stopping_patience=12, length_feature=True, backbone={"finetune": "frozen"}, head_learning_rate=0.05)
-    train_reward_model(length_labels(), dimensions=DIMS, backbone_path=tiny_encoder, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20")
+    cfg = small_cfg(
+        epochs=12,
+        early_stopping_patience=12,
+        length_feature=True,
+        backbone={"finetune": "frozen"},
+        head_learning_rate=0.05,
+    )
+    train_reward_model(
+        length_labels(),
+        dimensions=DIMS,
+        backbone_path=tiny_encoder,
+        cfg=cfg,
+        out_dir=tmp_path,
+        seed=0,
+        data_digest="x",
+        date="2026-11-20",
+    )
     rm = RewardModel.load(tmp_path)
     assert rm.metadata.length_feature is True and rm.net.length_feature
     prompts, replies = ["My week went badly, number 9."] * 2, ["That sounds hard. " * 4, "That sounds hard."]
@@ -288,9 +416,21 @@ def test_length_feature_gives_the_heads_the_reply_length(tiny_encoder, tmp_path)
 
 
 def test_rationale_auxiliary_target_is_learned(tiny_encoder, tmp_path):
-    labels = toy_labels().assign(rationale=lambda f: np.where(f["scalar"] > 0, "Warm and curious about the person.", "Dismissive and cold."))
+    labels = toy_labels().assign(
+        rationale=lambda f: np.where(f["scalar"] > 0, "Warm and curious about the person.", "Dismissive and cold.")
+    )
     history = []
-    train_reward_model(labels, dimensions=DIMS, backbone_path=tiny_encoder, cfg=small_cfg(rationale_weight=1.0), out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20", on_epoch=lambda e, m: history.append(m))
+    train_reward_model(
+        labels,
+        dimensions=DIMS,
+        backbone_path=tiny_encoder,
+        cfg=small_cfg(rationale_weight=1.0),
+        out_dir=tmp_path,
+        seed=0,
+        data_digest="x",
+        date="2026-11-20",
+        on_epoch=lambda e, m: history.append(m),
+    )
     assert history[-1]["train_loss_rationale"] < history[0]["train_loss_rationale"]
     assert RewardModel.load(tmp_path).metadata.losses["rationale_weight"] == 1.0
 
@@ -300,7 +440,11 @@ def test_pair_gaps_are_score_differences_and_prefer_is_symmetric(trained):
     prompts = ["I failed my driving test.", "My cat is ill.", "I got the job!"]
     a = ["That must sting. What happened?", "Oh no, I hope she recovers soon.", "Congratulations, you earned it!"]
     b = ["Try again.", "Cats get ill.", "Ok."]
-    np.testing.assert_allclose(rm.pair_gaps(prompts, a, b), rm.raw_scores(prompts, a)["scalar"] - rm.raw_scores(prompts, b)["scalar"], atol=1e-6)
+    np.testing.assert_allclose(
+        rm.pair_gaps(prompts, a, b),
+        rm.raw_scores(prompts, a)["scalar"] - rm.raw_scores(prompts, b)["scalar"],
+        atol=1e-6,
+    )
     assert rm.prefer(prompts[0], a[0], b[0]) + rm.prefer(prompts[0], b[0], a[0]) == pytest.approx(1.0, abs=1e-12)
     with pytest.raises(ValueError, match="got 3 prompts, 3 a and 2 b replies"):
         rm.pair_gaps(prompts, a, b[:2])
@@ -315,12 +459,21 @@ def test_backbone_setting_names_the_encoder_the_student_a_folder_or_a_hub_id(tin
     )
 
     def with_path(value):
-        return tiny_cfg.model_copy(update={"reward_model": tiny_cfg.reward_model.model_copy(update={"backbone": tiny_cfg.reward_model.backbone.model_copy(update={"path": value})})})
+        return tiny_cfg.model_copy(
+            update={
+                "reward_model": tiny_cfg.reward_model.model_copy(
+                    update={"backbone": tiny_cfg.reward_model.backbone.model_copy(update={"path": value})}
+                )
+            }
+        )
 
     assert reward_backbone(tiny_cfg) == student_path(tiny_cfg)  # the default: the judge's own network
     assert reward_backbone(with_path(None)) == encoder_path(tiny_cfg)
     assert reward_backbone(with_path(str(encoder_path(tiny_cfg)))) == encoder_path(tiny_cfg)
-    assert reward_backbone(with_path("OpenAssistant/reward-model-deberta-v3-large-v2")) == "OpenAssistant/reward-model-deberta-v3-large-v2"
+    assert (
+        reward_backbone(with_path("OpenAssistant/reward-model-deberta-v3-large-v2"))
+        == "OpenAssistant/reward-model-deberta-v3-large-v2"
+    )
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelNotAvailable, match="has no config.json"):
         reward_backbone(with_path(str(tmp_path / "empty")))
@@ -334,13 +487,38 @@ def test_judge_frame_and_ridge_heads(tiny_student, tmp_path):
     reports held-out figures on every prompt's pairs, each scored by heads fitted without it."""
     from sklearn.linear_model import Ridge
 
-    cfg = small_cfg(max_length=96, head_fit="ridge", ridge_alphas=[0.1, 10.0], length_feature=True, uncertainty={"method": "none", "members": 1, "mc_samples": 2},
-                    backbone={"finetune": "frozen", "frame": "judge", "pooling": "last_mean"})
+    cfg = small_cfg(
+        max_length=96,
+        head_fit="ridge",
+        ridge_alphas=[0.1, 10.0],
+        length_feature=True,
+        uncertainty={"method": "none", "members": 1, "mc_samples": 2},
+        backbone={"finetune": "frozen", "frame": "judge", "pooling": "last_mean"},
+    )
     with pytest.raises(ValueError, match="needs the judge's system text"):
-        train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20")
+        train_reward_model(
+            toy_labels(),
+            dimensions=DIMS,
+            backbone_path=tiny_student,
+            cfg=cfg,
+            out_dir=tmp_path,
+            seed=0,
+            data_digest="x",
+            date="2026-11-20",
+        )
     history = []
-    metrics = train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20",
-                                 judge_system="You are a fair judge.", on_epoch=lambda e, m: history.append(m))
+    metrics = train_reward_model(
+        toy_labels(),
+        dimensions=DIMS,
+        backbone_path=tiny_student,
+        cfg=cfg,
+        out_dir=tmp_path,
+        seed=0,
+        data_digest="x",
+        date="2026-11-20",
+        judge_system="You are a fair judge.",
+        on_epoch=lambda e, m: history.append(m),
+    )
     assert [h["ridge_alpha_tried"] for h in history] == [0.1, 10.0] and metrics["ridge_alpha"] in (0.1, 10.0)
     # out of fold over every prompt: each toy prompt gives one teacher pair (kind over curt)
     assert metrics["val_pairs"] == 6 and metrics["train_sequences"] == metrics["val_sequences"] == 12
@@ -354,7 +532,9 @@ def test_judge_frame_and_ridge_heads(tiny_student, tmp_path):
     assert n > 0 and rm.net.shared_prefix.tolist() == first[:n] == second[:n] and first[n:] != second[n:]
 
     text = rm.tokenizer.decode(rm.encode(["Is it hard?"], ["Yes, a bit."])[0])
-    assert "You are a fair judge." in text and text.endswith("Conversation to judge:\nUser: Is it hard?\nAssistant: Yes, a bit.\n")
+    assert "You are a fair judge." in text and text.endswith(
+        "Conversation to judge:\nUser: Is it hard?\nAssistant: Yes, a bit.\n"
+    )
     [cut] = rm.encode(["start " + "filler " * 200 + "LAST QUESTION?"], ["FIRST WORDS " + "more " * 200])
     cut_text = rm.tokenizer.decode(cut)
     assert len(cut) <= 96 and "LAST QUESTION?\nAssistant: FIRST WORDS" in cut_text and cut_text.endswith("\n")
@@ -374,8 +554,13 @@ def test_judge_frame_and_ridge_heads(tiny_student, tmp_path):
     assert combo is not None and combo.people == 0.0 and min(combo.weights.values()) >= 0.0
     expected = np.tanh(raw["vector"] @ np.array([combo.weights[d] for d in DIMS]) + combo.intercept)
     np.testing.assert_allclose(raw["scalar"], expected, atol=1e-5)
-    assert pairwise_accuracy(np.array([[2 * i, 2 * i + 1] for i in range(6)]), raw["scalar"]) == 1.0  # kind over curt on every prompt
-    np.testing.assert_array_equal(RewardModel.load(tmp_path).raw_scores(list(labels["prompt"]), list(labels["response"]))["scalar"], raw["scalar"])
+    assert (
+        pairwise_accuracy(np.array([[2 * i, 2 * i + 1] for i in range(6)]), raw["scalar"]) == 1.0
+    )  # kind over curt on every prompt
+    np.testing.assert_array_equal(
+        RewardModel.load(tmp_path).raw_scores(list(labels["prompt"]), list(labels["response"]))["scalar"],
+        raw["scalar"],
+    )
 
 
 def test_judge_question_frame_ends_where_the_judge_rates(tiny_student, tmp_path):
@@ -385,23 +570,52 @@ def test_judge_question_frame_ends_where_the_judge_rates(tiny_student, tmp_path)
     from hominem_pipeline.core.lm.generation import chat_text
     from hominem_pipeline.core.teacher.base import rubric_suffix
 
-    cfg = small_cfg(max_length=96, head_fit="ridge", ridge_alphas=[1.0], uncertainty={"method": "none", "members": 1, "mc_samples": 2},
-                    backbone={"finetune": "frozen", "frame": "judge_question", "pooling": "last_mean"})
+    cfg = small_cfg(
+        max_length=96,
+        head_fit="ridge",
+        ridge_alphas=[1.0],
+        uncertainty={"method": "none", "members": 1, "mc_samples": 2},
+        backbone={"finetune": "frozen", "frame": "judge_question", "pooling": "last_mean"},
+    )
     with pytest.raises(ValueError, match="judge_question needs the judge's system text and its overall question"):
-        train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20",
-                           judge_system="You are a fair judge.")
-    metrics = train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x",
-                                 date="2026-11-20", judge_system="You are a fair judge.", judge_question="Overall, how good is it?")
+        train_reward_model(
+            toy_labels(),
+            dimensions=DIMS,
+            backbone_path=tiny_student,
+            cfg=cfg,
+            out_dir=tmp_path,
+            seed=0,
+            data_digest="x",
+            date="2026-11-20",
+            judge_system="You are a fair judge.",
+        )
+    metrics = train_reward_model(
+        toy_labels(),
+        dimensions=DIMS,
+        backbone_path=tiny_student,
+        cfg=cfg,
+        out_dir=tmp_path,
+        seed=0,
+        data_digest="x",
+        date="2026-11-20",
+        judge_system="You are a fair judge.",
+        judge_question="Overall, how good is it?",
+    )
     assert 0.0 < metrics["val_ece_noise_floor"] < 1.0  # six pairs: a floor far above any ECE target
     rm = RewardModel.load(tmp_path)
     assert rm.metadata.frame["kind"] == "judge_question"
     tail = chat_text(rm.tokenizer, "\x00", "You are a fair judge.").split("\x00")[1]
     text = rm.tokenizer.decode(rm.encode(["Is it hard?"], ["Yes, a bit."])[0])
-    assert text.endswith("Conversation to judge:\nUser: Is it hard?\nAssistant: Yes, a bit.\n" + rubric_suffix("Overall, how good is it?", tail))
+    assert text.endswith(
+        "Conversation to judge:\nUser: Is it hard?\nAssistant: Yes, a bit.\n"
+        + rubric_suffix("Overall, how good is it?", tail)
+    )
     assert rubric_suffix("Overall, how good is it?", tail).endswith("Rating: ") and tail in text
     # a long exchange is cut so that the question stays whole
     [cut] = rm.encode(["start " + "filler " * 200 + "LAST QUESTION?"], ["FIRST WORDS " + "more " * 200])
-    assert len(cut) <= 96 and rm.tokenizer.decode(cut).endswith("Question: Overall, how good is it?" + tail + "Rating: ")
+    assert len(cut) <= 96 and rm.tokenizer.decode(cut).endswith(
+        "Question: Overall, how good is it?" + tail + "Rating: "
+    )
 
 
 def test_ridge_held_out_scores_come_from_heads_that_never_saw_the_prompt():
@@ -415,8 +629,12 @@ def test_ridge_held_out_scores_come_from_heads_that_never_saw_the_prompt():
     n, groups = 60, np.repeat(np.arange(15), 4)
     features = torch.tensor(rng.normal(size=(n, 6)) * [1, 2, 3, 1, 1, 5] + 3, dtype=torch.float32)
     scalar = np.tanh(features[:, 0].numpy() - 3 + rng.normal(0, 0.1, n))
-    targets = {"vector": torch.tensor(np.stack([scalar, -scalar], 1), dtype=torch.float32), "scalar": torch.tensor(scalar, dtype=torch.float32),
-               "reward_intensity": torch.full((n,), 0.5), "safety_score": torch.full((n,), 0.9)}
+    targets = {
+        "vector": torch.tensor(np.stack([scalar, -scalar], 1), dtype=torch.float32),
+        "scalar": torch.tensor(scalar, dtype=torch.float32),
+        "reward_intensity": torch.full((n,), 0.5),
+        "safety_score": torch.full((n,), 0.9),
+    }
     weights = torch.ones(5, dtype=torch.float64)
     held, alphas, none = ridge_out_of_fold(features, targets, np.arange(n), groups, [0.1, 1.0, 100.0], weights, seed=3)
     fold = prompt_folds(groups, 5, 3)
@@ -430,21 +648,42 @@ def test_ridge_held_out_scores_come_from_heads_that_never_saw_the_prompt():
         np.testing.assert_allclose(held[fold == k, 2].numpy(), expected, atol=1e-4)
     assert np.corrcoef(held[:, 2].numpy(), scalar)[0, 1] > 0.9  # and they generalise: the signal is linear
     with pytest.raises(ValueError, match="at least 2 prompts"):
-        ridge_out_of_fold(features[:4], {k: v[:4] for k, v in targets.items()}, np.arange(4), np.zeros(4, np.int64), [1.0], weights, seed=0)
+        ridge_out_of_fold(
+            features[:4],
+            {k: v[:4] for k, v in targets.items()},
+            np.arange(4),
+            np.zeros(4, np.int64),
+            [1.0],
+            weights,
+            seed=0,
+        )
 
 
 def test_peoples_pairs_pull_the_scalar_from_the_judges_fit_and_win_where_they_disagree():
     """The scalar starts from the labels' ridge solution and moves to fit the pairs (checked against least
     squares on the stacked rows); pairs that order replies against the judge's labels are followed, in
     and out of fold, and the other heads stay the judge's."""
-    from hominem_pipeline.core.reward.ridge import PAIR_MARGIN, feature_stats, pair_rows, ridge_design, ridge_out_of_fold, ridge_solve
+    from hominem_pipeline.core.reward.ridge import (
+        PAIR_MARGIN,
+        feature_stats,
+        pair_rows,
+        ridge_design,
+        ridge_out_of_fold,
+        ridge_solve,
+    )
 
     rng = np.random.default_rng(1)
     n_labeled, n_human = 80, 60
     features = torch.tensor(rng.normal(size=(n_labeled + 2 * n_human, 4)), dtype=torch.float32)
-    judge = np.tanh(0.8 * features[:n_labeled, 0].numpy() + 0.2 * features[:n_labeled, 1].numpy())  # the judge likes feature 0
-    targets = {"vector": torch.tensor(np.stack([judge, judge], 1), dtype=torch.float32), "scalar": torch.tensor(judge, dtype=torch.float32),
-               "reward_intensity": torch.full((n_labeled,), 0.5), "safety_score": torch.full((n_labeled,), 0.9)}
+    judge = np.tanh(
+        0.8 * features[:n_labeled, 0].numpy() + 0.2 * features[:n_labeled, 1].numpy()
+    )  # the judge likes feature 0
+    targets = {
+        "vector": torch.tensor(np.stack([judge, judge], 1), dtype=torch.float32),
+        "scalar": torch.tensor(judge, dtype=torch.float32),
+        "reward_intensity": torch.full((n_labeled,), 0.5),
+        "safety_score": torch.full((n_labeled,), 0.9),
+    }
     # people prefer the reply with more of feature 1, even when it has less of feature 0
     a, b = n_labeled + 2 * np.arange(n_human), n_labeled + 2 * np.arange(n_human) + 1
     more_f1 = features[a, 1] > features[b, 1]
@@ -453,7 +692,10 @@ def test_peoples_pairs_pull_the_scalar_from_the_judges_fit_and_win_where_they_di
     assert against_judge.sum() > 15
     labeled = np.arange(n_labeled)
     mean, std = feature_stats(features[:n_labeled])
-    x, y = ridge_design(features, labeled, mean, std), torch.atanh(targets["scalar"].double().clamp(-0.995, 0.995)).unsqueeze(1).repeat(1, 5)
+    x, y = (
+        ridge_design(features, labeled, mean, std),
+        torch.atanh(targets["scalar"].double().clamp(-0.995, 0.995)).unsqueeze(1).repeat(1, 5),
+    )
     w, pw = torch.ones(n_labeled, dtype=torch.float64), torch.full((n_human,), 2.0, dtype=torch.float64)
     d = pair_rows(features, pairs, mean, std)
     coef = ridge_solve(x, y, w, 1.0, d, pw, column=2)
@@ -461,32 +703,76 @@ def test_peoples_pairs_pull_the_scalar_from_the_judges_fit_and_win_where_they_di
     # least squares on the stacked rows: the pairs, then the pull towards the labels' solution (alpha = 1)
     rows = torch.cat([d * pw.sqrt().unsqueeze(1), torch.eye(5, dtype=torch.float64)])
     target = torch.cat([PAIR_MARGIN * pw.sqrt(), judge_coef[:, 2]])
-    np.testing.assert_allclose(coef[:, 2].numpy(), torch.linalg.lstsq(rows, target.unsqueeze(1)).solution[:, 0].numpy(), atol=1e-8)
+    np.testing.assert_allclose(
+        coef[:, 2].numpy(), torch.linalg.lstsq(rows, target.unsqueeze(1)).solution[:, 0].numpy(), atol=1e-8
+    )
     assert coef[4, 2] == pytest.approx(float(judge_coef[4, 2]))  # the intercept, which no pair sees
-    np.testing.assert_allclose(coef[:, 0].numpy(), ridge_solve(x, y, w, 1.0)[:, 0].numpy())  # the other outputs are the labels' alone
+    np.testing.assert_allclose(
+        coef[:, 0].numpy(), ridge_solve(x, y, w, 1.0)[:, 0].numpy()
+    )  # the other outputs are the labels' alone
     scores = (ridge_design(features, np.arange(len(features)), mean, std) @ coef[:, 2]).numpy()
-    assert (scores[pairs[:, 0]] > scores[pairs[:, 1]])[against_judge].mean() > 0.9  # the person wins where the judge disagrees
+    assert (scores[pairs[:, 0]] > scores[pairs[:, 1]])[
+        against_judge
+    ].mean() > 0.9  # the person wins where the judge disagrees
     judge_only = (ridge_design(features, np.arange(len(features)), mean, std) @ judge_coef[:, 2]).numpy()
     assert (judge_only[pairs[:, 0]] > judge_only[pairs[:, 1]])[against_judge].mean() < 0.3
     groups = np.repeat(np.arange(20), 4)
-    _, _, held = ridge_out_of_fold(features, targets, labeled, groups, [1.0], torch.ones(5, dtype=torch.float64), seed=0,
-                                   human=(pairs, pw.numpy(), 100 + np.arange(n_human)))
-    assert held.shape == (n_human, 2) and (held[:, 0] > held[:, 1]).mean() > 0.85  # held-out pairs: people's taste generalises
+    _, _, held = ridge_out_of_fold(
+        features,
+        targets,
+        labeled,
+        groups,
+        [1.0],
+        torch.ones(5, dtype=torch.float64),
+        seed=0,
+        human=(pairs, pw.numpy(), 100 + np.arange(n_human)),
+    )
+    assert (
+        held.shape == (n_human, 2) and (held[:, 0] > held[:, 1]).mean() > 0.85
+    )  # held-out pairs: people's taste generalises
 
 
 def test_ridge_training_chooses_how_far_peoples_pairs_pull_by_their_out_of_fold_agreement(tiny_student, tmp_path):
-    """scalar: free: the scalar is its own head, pulled by people's pairs as far as their out-of-fold agreement says."""
+    """scalar: free: the scalar is its own head, pulled by people's pairs as far as their out-of-fold agreement
+    says."""
     from hominem_pipeline.core.reward.ridge import PAIR_PULLS
 
-    cfg = small_cfg(max_length=96, head_fit="ridge", scalar="free", ridge_alphas=[1.0, 100.0], uncertainty={"method": "none", "members": 1, "mc_samples": 2},
-                    backbone={"finetune": "frozen", "frame": "judge", "pooling": "last_mean"})
-    human = pd.DataFrame({"prompt": [f"Question {i}?" for i in range(10)], "chosen": ["Here is a careful answer."] * 10,
-                          "rejected": ["no"] * 10, "weight": [1.5] * 10, "source": ["feedback:choice"] * 10})
-    metrics = train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x",
-                                 date="2026-11-20", judge_system="You are a fair judge.", human_pairs=human)
-    assert metrics["human_pull"] in PAIR_PULLS and set(PAIR_PULLS) == {float(k.split("_")[2]) for k in metrics if k.startswith("human_pull_")}
+    cfg = small_cfg(
+        max_length=96,
+        head_fit="ridge",
+        scalar="free",
+        ridge_alphas=[1.0, 100.0],
+        uncertainty={"method": "none", "members": 1, "mc_samples": 2},
+        backbone={"finetune": "frozen", "frame": "judge", "pooling": "last_mean"},
+    )
+    human = pd.DataFrame(
+        {
+            "prompt": [f"Question {i}?" for i in range(10)],
+            "chosen": ["Here is a careful answer."] * 10,
+            "rejected": ["no"] * 10,
+            "weight": [1.5] * 10,
+            "source": ["feedback:choice"] * 10,
+        }
+    )
+    metrics = train_reward_model(
+        toy_labels(),
+        dimensions=DIMS,
+        backbone_path=tiny_student,
+        cfg=cfg,
+        out_dir=tmp_path,
+        seed=0,
+        data_digest="x",
+        date="2026-11-20",
+        judge_system="You are a fair judge.",
+        human_pairs=human,
+    )
+    assert metrics["human_pull"] in PAIR_PULLS and set(PAIR_PULLS) == {
+        float(k.split("_")[2]) for k in metrics if k.startswith("human_pull_")
+    }
     best = max(metrics[f"human_pull_{k:g}_accuracy"] for k in PAIR_PULLS)
-    assert metrics[f"human_pull_{metrics['human_pull']:g}_accuracy"] == best == metrics["val_human_accuracy"]  # held out: the chosen pull's own figure
+    assert (
+        metrics[f"human_pull_{metrics['human_pull']:g}_accuracy"] == best == metrics["val_human_accuracy"]
+    )  # held out: the chosen pull's own figure
     assert metrics["val_human_pairs"] == 10 and metrics["train_sequences"] == 12 + 20
 
 
@@ -505,7 +791,13 @@ def test_a_shared_frame_prefix_runs_once_and_pools_as_the_whole_sequence(tiny_st
     frame = judge_frame(tok, "You are a fair judge.")
     net = RewardNet(backbone, len(DIMS), pooling="last_mean", length_feature=True).eval()
     encode = make_encoder(tok, frame, 96)
-    ids, mask = pad_batch([encode(p, r) for p, r in [("Hi", "Hello there, how are you today?"), ("I lost my job.", "That is hard."), ("?", "ok")]], pad_id(tok))
+    ids, mask = pad_batch(
+        [
+            encode(p, r)
+            for p, r in [("Hi", "Hello there, how are you today?"), ("I lost my job.", "That is hard."), ("?", "ok")]
+        ],
+        pad_id(tok),
+    )
     with torch.inference_mode():
         whole = net.pooled(ids, mask)
         net.shared_prefix = frame_prefix(tok, frame, "decoder")
@@ -514,8 +806,13 @@ def test_a_shared_frame_prefix_runs_once_and_pools_as_the_whole_sequence(tiny_st
         assert net.states(ids[:, 1:], mask[:, 1:])[1] is None  # rows that do not start with it: whole passes
         n = len(net.shared_prefix)
         short, short_mask = pad_batch([ids[0].tolist(), ids[0, :n].tolist()], pad_id(tok))
-        assert net.states(short, short_mask)[1] is None  # a row that ends with it: whole passes (its last token is in the prefix)
-    assert prefix.shape == (len(net.shared_prefix), backbone.config.hidden_size) and rest.shape[1] == ids.shape[1] - len(net.shared_prefix) > 0
+        assert (
+            net.states(short, short_mask)[1] is None
+        )  # a row that ends with it: whole passes (its last token is in the prefix)
+    assert (
+        prefix.shape == (len(net.shared_prefix), backbone.config.hidden_size)
+        and rest.shape[1] == ids.shape[1] - len(net.shared_prefix) > 0
+    )
     torch.testing.assert_close(cached, whole, atol=1e-4, rtol=1e-4)
     assert net.states(ids, mask)[1] is None  # with gradients (training) every row runs whole
     assert frame_prefix(tok, frame, "encoder") is None and frame_prefix(tok, None, "decoder") is None
@@ -526,11 +823,25 @@ def test_depth_keeps_the_first_layers_and_the_cut_model_saves_as_one(tiny_studen
     so it loads and scores as trained; a depth the backbone lacks is refused with its size."""
     from transformers import AutoModel
 
-    cfg = small_cfg(max_length=96, head_fit="ridge", ridge_alphas=[1.0], uncertainty={"method": "none", "members": 1, "mc_samples": 2},
-                    backbone={"finetune": "frozen", "frame": "judge", "pooling": "last", "depth": 1})
+    cfg = small_cfg(
+        max_length=96,
+        head_fit="ridge",
+        ridge_alphas=[1.0],
+        uncertainty={"method": "none", "members": 1, "mc_samples": 2},
+        backbone={"finetune": "frozen", "frame": "judge", "pooling": "last", "depth": 1},
+    )
     labels = toy_labels()
-    train_reward_model(labels, dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20",
-                       judge_system="You are a fair judge.")
+    train_reward_model(
+        labels,
+        dimensions=DIMS,
+        backbone_path=tiny_student,
+        cfg=cfg,
+        out_dir=tmp_path,
+        seed=0,
+        data_digest="x",
+        date="2026-11-20",
+        judge_system="You are a fair judge.",
+    )
     rm = RewardModel.load(tmp_path)
     assert rm.metadata.backbone.depth == 1 and len(rm.net.backbone.layers) == 1
 
@@ -541,11 +852,21 @@ def test_depth_keeps_the_first_layers_and_the_cut_model_saves_as_one(tiny_studen
         cut = rm.net.pooled(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))
     # the cut model's output is layer 1's state through the final norm
     torch.testing.assert_close(cut[0, :32], full.norm(after_one)[0, -1])  # then the length feature
-    assert RewardModel.load(tmp_path).score(list(labels["prompt"]), list(labels["response"])) == rm.score(list(labels["prompt"]), list(labels["response"]))
+    assert RewardModel.load(tmp_path).score(list(labels["prompt"]), list(labels["response"])) == rm.score(
+        list(labels["prompt"]), list(labels["response"])
+    )
 
     with pytest.raises(ValueError, match=r"depth 5 is more than the backbone's 2 layers; use at most 2"):
-        train_reward_model(labels, dimensions=DIMS, backbone_path=tiny_student, cfg=small_cfg(backbone={"finetune": "frozen", "depth": 5}),
-                           out_dir=tmp_path / "x", seed=0, data_digest="x", date="2026-11-20")
+        train_reward_model(
+            labels,
+            dimensions=DIMS,
+            backbone_path=tiny_student,
+            cfg=small_cfg(backbone={"finetune": "frozen", "depth": 5}),
+            out_dir=tmp_path / "x",
+            seed=0,
+            data_digest="x",
+            date="2026-11-20",
+        )
 
 
 def test_layers_pool_several_layers_side_by_side(tiny_encoder, tmp_path):
@@ -553,23 +874,50 @@ def test_layers_pool_several_layers_side_by_side(tiny_encoder, tmp_path):
     loads and scores as trained; layers the backbone lacks are refused with its depth and the fix."""
     from transformers import AutoModel
 
-    cfg = small_cfg(backbone={"finetune": "frozen", "layers": [1, 2]}, uncertainty={"method": "none", "members": 1, "mc_samples": 2}, length_feature=False)
+    cfg = small_cfg(
+        backbone={"finetune": "frozen", "layers": [1, 2]},
+        uncertainty={"method": "none", "members": 1, "mc_samples": 2},
+        length_feature=False,
+    )
     labels = toy_labels()
-    train_reward_model(labels, dimensions=DIMS, backbone_path=tiny_encoder, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20")
+    train_reward_model(
+        labels,
+        dimensions=DIMS,
+        backbone_path=tiny_encoder,
+        cfg=cfg,
+        out_dir=tmp_path,
+        seed=0,
+        data_digest="x",
+        date="2026-11-20",
+    )
     rm = RewardModel.load(tmp_path)
     hidden = rm.net.backbone.config.hidden_size
     assert rm.metadata.backbone.layers == [1, 2] and rm.net.feature_size == 2 * hidden
     [ids] = rm.encode(["Is it hard?"], ["Yes, a bit."])
     with torch.inference_mode():
-        states = AutoModel.from_pretrained(tiny_encoder).eval()(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
+        states = (
+            AutoModel.from_pretrained(tiny_encoder)
+            .eval()(input_ids=torch.tensor([ids]), output_hidden_states=True)
+            .hidden_states
+        )
         pooled = rm.net.pooled(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))
     torch.testing.assert_close(pooled[0], torch.cat([states[1][0].mean(0), states[2][0].mean(0)]))
-    assert RewardModel.load(tmp_path).score(list(labels["prompt"]), list(labels["response"])) == rm.score(list(labels["prompt"]), list(labels["response"]))
+    assert RewardModel.load(tmp_path).score(list(labels["prompt"]), list(labels["response"])) == rm.score(
+        list(labels["prompt"]), list(labels["response"])
+    )
 
     for bad in ([0, 1], [3], [1, 1]):
         with pytest.raises(ValueError, match=re.escape(f"layers {bad}: name distinct layers from 1 to 2")):
-            train_reward_model(labels, dimensions=DIMS, backbone_path=tiny_encoder, cfg=small_cfg(backbone={"finetune": "frozen", "layers": bad}),
-                               out_dir=tmp_path / "x", seed=0, data_digest="x", date="2026-11-20")
+            train_reward_model(
+                labels,
+                dimensions=DIMS,
+                backbone_path=tiny_encoder,
+                cfg=small_cfg(backbone={"finetune": "frozen", "layers": bad}),
+                out_dir=tmp_path / "x",
+                seed=0,
+                data_digest="x",
+                date="2026-11-20",
+            )
 
 
 def test_several_layers_and_the_cached_frame_prefix_agree(tiny_student):
@@ -586,12 +934,18 @@ def test_several_layers_and_the_cached_frame_prefix_agree(tiny_student):
     frame = judge_frame(tok, "You are a fair judge.")
     net = RewardNet(backbone, len(DIMS), pooling="last_mean", layers=[1, 2]).eval()
     encode = make_encoder(tok, frame, 96)
-    ids, mask = pad_batch([encode(p, r) for p, r in [("Hi", "Hello there, how are you today?"), ("I lost my job.", "That is hard.")]], pad_id(tok))
+    ids, mask = pad_batch(
+        [encode(p, r) for p, r in [("Hi", "Hello there, how are you today?"), ("I lost my job.", "That is hard.")]],
+        pad_id(tok),
+    )
     with torch.inference_mode():
         whole = net.pooled(ids, mask)
         net.shared_prefix = frame_prefix(tok, frame, "decoder")
         rest, prefix = net.states(ids, mask)
-        assert prefix.shape == (len(net.shared_prefix), 2 * backbone.config.hidden_size)  # the prefix's states of layers 1 and 2, side by side
+        assert prefix.shape == (
+            len(net.shared_prefix),
+            2 * backbone.config.hidden_size,
+        )  # the prefix's states of layers 1 and 2, side by side
         assert rest.shape == (2, ids.shape[1] - len(net.shared_prefix), 2 * backbone.config.hidden_size)
         cached = net.pooled(ids, mask)
     assert whole.shape == (2, 2 * 2 * backbone.config.hidden_size)
@@ -625,7 +979,9 @@ def test_dcs_sums_gradients_over_chunks_and_can_stop_at_the_top_blocks(trained):
 def test_pooled_features_scored_by_the_heads_match_the_models_own_scores(trained):
     rm = RewardModel.load(trained[0])
     prompts, replies = ["I lost my job."] * 3, ["That is hard; what happened?", "ok", "Whatever. Not my problem."]
-    assert np.allclose(rm.scalar_from_pooled(rm.pooled(prompts, replies)), rm.raw_scores(prompts, replies)["scalar"], atol=1e-5)
+    assert np.allclose(
+        rm.scalar_from_pooled(rm.pooled(prompts, replies)), rm.raw_scores(prompts, replies)["scalar"], atol=1e-5
+    )
 
 
 def test_guard_columns_are_the_students_reply_log_probabilities(tiny_student):
@@ -635,14 +991,23 @@ def test_guard_columns_are_the_students_reply_log_probabilities(tiny_student):
     from hominem_pipeline.core.policy.sequences import encode, reply_logps
     from hominem_pipeline.core.reward.guards import GUARD_MAX_LENGTH, GuardScorer
 
-    prompts, replies = ["How was your weekend?", "Tell me about cats."], ["Quiet, thanks. And yours?", "Cats sleep a lot."]
+    prompts, replies = (
+        ["How was your weekend?", "Tell me about cats."],
+        ["Quiet, thanks. And yours?", "Cats sleep a lot."],
+    )
     columns = GuardScorer(["reply_logp", "prompt_gain"], tiny_student)(prompts, replies)
     model, tok = load_student(tiny_student)
-    s, c = reply_logps(model, [encode(tok, p, r, GUARD_MAX_LENGTH) for p, r in zip(prompts, replies)], tok.pad_token_id, 2)
+    s, c = reply_logps(
+        model, [encode(tok, p, r, GUARD_MAX_LENGTH) for p, r in zip(prompts, replies)], tok.pad_token_id, 2
+    )
     s0, c0 = reply_logps(model, [encode(tok, "", r, GUARD_MAX_LENGTH) for r in replies], tok.pad_token_id, 2)
     assert columns.shape == (2, 2)
-    assert torch.allclose(columns[:, 0].double(), s / c, atol=1e-4) and torch.allclose(columns[:, 1].double(), s / c - s0 / c0, atol=1e-4)
-    assert GuardScorer(["prompt_gain"], tiny_student)(prompts, replies)[:, 0].tolist() == pytest.approx(columns[:, 1].tolist(), abs=1e-6)
+    assert torch.allclose(columns[:, 0].double(), s / c, atol=1e-4) and torch.allclose(
+        columns[:, 1].double(), s / c - s0 / c0, atol=1e-4
+    )
+    assert GuardScorer(["prompt_gain"], tiny_student)(prompts, replies)[:, 0].tolist() == pytest.approx(
+        columns[:, 1].tolist(), abs=1e-6
+    )
     # an exchange scored before is not scored again, in any order and alongside new ones
     scorer, computed = GuardScorer(["reply_logp", "prompt_gain"], tiny_student), []
     compute = scorer._compute
@@ -658,7 +1023,13 @@ def test_a_guard_puts_gibberish_below_a_fluent_reply(tiny_student, tmp_path):
     the guard columns learns from people's pairs that fluent beats gibberish, and orders an unseen pair so."""
     from hominem_pipeline.core.lm.models import load_student
 
-    fluent = ["It was quiet, thanks.", "That sounds lovely.", "I am sorry to hear that.", "Thanks, that helps a lot.", "It was a good day."]
+    fluent = [
+        "It was quiet, thanks.",
+        "That sounds lovely.",
+        "I am sorry to hear that.",
+        "Thanks, that helps a lot.",
+        "It was a good day.",
+    ]
     model, tok = load_student(tiny_student)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
@@ -673,12 +1044,27 @@ def test_a_guard_puts_gibberish_below_a_fluent_reply(tiny_student, tmp_path):
     model.save_pretrained(reader)
     tok.save_pretrained(reader)
     gibberish = ["zq xv blorp wug", "asd qwe zxc vbn", "mlk poi uyt rew", "gnap fleeb zib wump", "qqq zzz xxx vvv"]
-    people = pd.DataFrame({"prompt": ["How was it?", "Any news?", "How are you?", "What happened?", "Tell me."],
-                           "chosen": fluent, "rejected": gibberish})
+    people = pd.DataFrame(
+        {
+            "prompt": ["How was it?", "Any news?", "How are you?", "What happened?", "Tell me."],
+            "chosen": fluent,
+            "rejected": gibberish,
+        }
+    )
     cfg = small_cfg(guards=["reply_logp"], backbone={"path": None, "finetune": "frozen"}, head_fit="ridge")
     out = tmp_path / "rm"
-    train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=reader, cfg=cfg, out_dir=out, seed=0, data_digest="g", date="2026-11-20",
-                       human_pairs=people, guard_student=reader)
+    train_reward_model(
+        toy_labels(),
+        dimensions=DIMS,
+        backbone_path=reader,
+        cfg=cfg,
+        out_dir=out,
+        seed=0,
+        data_digest="g",
+        date="2026-11-20",
+        human_pairs=people,
+        guard_student=reader,
+    )
     rm = RewardModel.load(out)
     assert rm.metadata.guards.names == ["reply_logp"] and rm.net.guards == 1
     logp = rm.guard_columns(["How is it going?"] * 2, ["It was a good day, thanks.", "wug zq blorp xv"])[:, 0]
@@ -696,12 +1082,19 @@ def test_the_peoples_score_learns_pairs_out_of_fold_and_saves_what_it_scores(tmp
     states = rng.normal(size=(400, 12))
     centre = rng.normal(size=12) * 0.1
     taste = lambda x: -((x - centre) ** 2).sum(1)  # noqa: E731
-    pairs = np.array([(a, b) if taste(states[[a]])[0] > taste(states[[b]])[0] else (b, a) for a, b in rng.permutation(400).reshape(200, 2)])
+    pairs = np.array(
+        [
+            (a, b) if taste(states[[a]])[0] > taste(states[[b]])[0] else (b, a)
+            for a, b in rng.permutation(400).reshape(200, 2)
+        ]
+    )
     score, values = PeopleScore.fit(states, pairs, np.ones(200), np.arange(200), seed=0, alphas=[0.1, 1.0, 1e6])
     assert score.alpha < 1e6 and score.agreement > 0.8 and score.pairs == 200
     new = rng.normal(size=(100, 12))
     assert np.corrcoef(score(new), taste(new))[0, 1] > 0.8
-    linear = np.linalg.lstsq(np.c_[states, np.ones(400)], taste(states), rcond=None)[0]  # fitted on the taste itself, not on pairs
+    linear = np.linalg.lstsq(np.c_[states, np.ones(400)], taste(states), rcond=None)[
+        0
+    ]  # fitted on the taste itself, not on pairs
     assert np.corrcoef(np.c_[new, np.ones(100)] @ linear, taste(new))[0, 1] < 0.3  # a linear score cannot express it
     # out of fold: a pair's replies read by the fit without them differ from the full fit's reading
     assert not np.allclose(values[pairs.ravel()], score(states[pairs.ravel()]))
@@ -710,37 +1103,87 @@ def test_the_peoples_score_learns_pairs_out_of_fold_and_saves_what_it_scores(tmp
     loaded = PeopleScore.load(tmp_path, score.alpha, score.agreement, score.pairs)
     np.testing.assert_array_equal(loaded(new), score(new))
     others = np.setdiff1d(np.arange(400), pairs.ravel())
-    np.testing.assert_array_equal(values[others], loaded(states[others]))  # what the heads read for any other text is the saved score's
+    np.testing.assert_array_equal(
+        values[others], loaded(states[others])
+    )  # what the heads read for any other text is the saved score's
 
 
 def test_pairs_for_the_peoples_score_alone_move_the_scalar_through_it(tiny_student, tiny_encoder, tmp_path):
     """People's pairs marked for the people's score only are read by the encoder, not by the heads; the
     score joins the scalar with a weight fitted on the heads' pairs out of fold, and the saved model
     scores a new pair the way the pairs chose."""
-    kind = ["Thank you, that is very kind of you.", "Thank you kindly, that helps.", "That is kind, thank you so much."]
+    kind = [
+        "Thank you, that is very kind of you.",
+        "Thank you kindly, that helps.",
+        "That is kind, thank you so much.",
+    ]
     rude = ["Go away now.", "Leave me alone, go away.", "Go away, stop asking."]
-    rows = [{"prompt": f"Could you help me with thing {i}?", "chosen": kind[i % 3], "rejected": rude[i % 3], "weight": 1.0, "heads": i < 12,
-             "source": "shipped:test"} for i in range(48)]
-    cfg = small_cfg(max_length=96, head_fit="ridge", ridge_alphas=[1.0, 100.0], uncertainty={"method": "none", "members": 1, "mc_samples": 2},
-                    backbone={"path": "student", "finetune": "frozen", "frame": "judge", "pooling": "last_mean"},
-                    people_score={"encoder": "encoder", "max_length": 64})
+    rows = [
+        {
+            "prompt": f"Could you help me with thing {i}?",
+            "chosen": kind[i % 3],
+            "rejected": rude[i % 3],
+            "weight": 1.0,
+            "heads": i < 12,
+            "source": "shipped:test",
+        }
+        for i in range(48)
+    ]
+    cfg = small_cfg(
+        max_length=96,
+        head_fit="ridge",
+        ridge_alphas=[1.0, 100.0],
+        uncertainty={"method": "none", "members": 1, "mc_samples": 2},
+        backbone={"path": "student", "finetune": "frozen", "frame": "judge", "pooling": "last_mean"},
+        people_score={"encoder": "encoder", "max_length": 64},
+    )
     out = tmp_path / "rm"
-    metrics = train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=out, seed=0, data_digest="p", date="2026-11-20",
-                                 judge_system="You are a fair judge.", human_pairs=pd.DataFrame(rows), people_encoder=tiny_encoder, feature_cache=tmp_path / "cache")
-    assert metrics["val_human_pairs"] == 12 and metrics["people_pairs"] == 48 and metrics["people_weight"] > 0 and metrics["people_agreement"] > 0.9
+    metrics = train_reward_model(
+        toy_labels(),
+        dimensions=DIMS,
+        backbone_path=tiny_student,
+        cfg=cfg,
+        out_dir=out,
+        seed=0,
+        data_digest="p",
+        date="2026-11-20",
+        judge_system="You are a fair judge.",
+        human_pairs=pd.DataFrame(rows),
+        people_encoder=tiny_encoder,
+        feature_cache=tmp_path / "cache",
+    )
+    assert (
+        metrics["val_human_pairs"] == 12
+        and metrics["people_pairs"] == 48
+        and metrics["people_weight"] > 0
+        and metrics["people_agreement"] > 0.9
+    )
     rm = RewardModel.load(out)
     assert rm.metadata.people.pairs == 48 and rm.net.guards == 1  # the score is the one column beside the backbone
     prompts, a, b = ["Can you help me move?"] * 2, "Thank you, that is kind.", "Go away, leave me alone."
     column = rm.people_column(prompts, [a, b])
-    assert column[0] > column[1] and rm.prefer(prompts[0], a, b) > 0.5  # the score learned the pairs' taste, and the scalar reads it
+    assert (
+        column[0] > column[1] and rm.prefer(prompts[0], a, b) > 0.5
+    )  # the score learned the pairs' taste, and the scalar reads it
     # what the heads read is the backbone's state and the score, and scoring through them is the model's own
     pooled = rm.pooled(prompts, [a, b])
     assert torch.allclose(pooled[:, -1], torch.from_numpy(column).float(), atol=1e-5)
     np.testing.assert_allclose(rm.scalar_from_pooled(pooled), rm.raw_scores(prompts, [a, b])["scalar"], atol=1e-5)
     # the encoder's states were kept by content: a second model reads them from the cache
-    train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path / "again", seed=0, data_digest="p",
-                       date="2026-11-20", judge_system="You are a fair judge.", human_pairs=pd.DataFrame(rows), people_encoder=tiny_encoder,
-                       feature_cache=tmp_path / "cache")
+    train_reward_model(
+        toy_labels(),
+        dimensions=DIMS,
+        backbone_path=tiny_student,
+        cfg=cfg,
+        out_dir=tmp_path / "again",
+        seed=0,
+        data_digest="p",
+        date="2026-11-20",
+        judge_system="You are a fair judge.",
+        human_pairs=pd.DataFrame(rows),
+        people_encoder=tiny_encoder,
+        feature_cache=tmp_path / "cache",
+    )
     np.testing.assert_allclose(RewardModel.load(tmp_path / "again").people_column(prompts, [a, b]), column, atol=1e-5)
 
 
@@ -748,35 +1191,72 @@ def test_tagged_pairs_pull_their_dimension_and_win_where_the_judge_inverts_it():
     """The judge's labels invert one dimension (it likes less of what people prefer on it); people's pairs
     tagged with that dimension pull its head until it orders them their way, in and out of fold; the
     other dimensions, which no pair is tagged with, stay the judge's."""
-    from hominem_pipeline.core.reward.ridge import dimension_pulls_out_of_fold, feature_stats, pair_rows, pull_dimensions, ridge_design, ridge_solve
+    from hominem_pipeline.core.reward.ridge import (
+        dimension_pulls_out_of_fold,
+        feature_stats,
+        pair_rows,
+        pull_dimensions,
+        ridge_design,
+        ridge_solve,
+    )
 
     rng = np.random.default_rng(2)
     n_labeled, n_human = 80, 60
     features = torch.tensor(rng.normal(size=(n_labeled + 2 * n_human, 4)), dtype=torch.float32)
     f0 = features[:n_labeled, 0].numpy()
     vector = np.stack([np.tanh(-0.8 * f0), np.tanh(0.8 * f0)], 1)  # dimension 0 inverted by the judge, dimension 1 not
-    targets = {"vector": torch.tensor(vector, dtype=torch.float32), "scalar": torch.tensor(np.tanh(0.8 * f0), dtype=torch.float32),
-               "reward_intensity": torch.full((n_labeled,), 0.5), "safety_score": torch.full((n_labeled,), 0.9)}
+    targets = {
+        "vector": torch.tensor(vector, dtype=torch.float32),
+        "scalar": torch.tensor(np.tanh(0.8 * f0), dtype=torch.float32),
+        "reward_intensity": torch.full((n_labeled,), 0.5),
+        "safety_score": torch.full((n_labeled,), 0.9),
+    }
     a, b = n_labeled + 2 * np.arange(n_human), n_labeled + 2 * np.arange(n_human) + 1
     more_f0 = (features[a, 0] > features[b, 0]).numpy()
-    pairs = np.stack([np.where(more_f0, a, b), np.where(more_f0, b, a)], 1)  # people: more of feature 0 is better on dimension 0
-    tags = np.where(np.arange(n_human) < 40, 0, -1)  # 40 pairs tagged with dimension 0, 20 untagged (the scalar's alone)
+    pairs = np.stack(
+        [np.where(more_f0, a, b), np.where(more_f0, b, a)], 1
+    )  # people: more of feature 0 is better on dimension 0
+    tags = np.where(
+        np.arange(n_human) < 40, 0, -1
+    )  # 40 pairs tagged with dimension 0, 20 untagged (the scalar's alone)
     labeled = np.arange(n_labeled)
     mean, std = feature_stats(features[:n_labeled])
     x = ridge_design(features, labeled, mean, std)
-    y = torch.cat([torch.atanh(targets["vector"].double().clamp(-0.995, 0.995)), torch.zeros(n_labeled, 3, dtype=torch.float64)], 1)
+    y = torch.cat(
+        [torch.atanh(targets["vector"].double().clamp(-0.995, 0.995)), torch.zeros(n_labeled, 3, dtype=torch.float64)],
+        1,
+    )
     judge = ridge_solve(x, y, torch.ones(n_labeled, dtype=torch.float64), 1.0)
     d = pair_rows(features, pairs, mean, std)
     pulled = pull_dimensions(judge, d, torch.full((n_human,), 10.0, dtype=torch.float64), tags, 1.0)
     gaps = lambda coef, j: (d @ coef[:, j]).numpy()  # noqa: E731
-    assert (gaps(judge, 0) > 0).mean() < 0.1 and (gaps(pulled, 0) > 0).mean() > 0.95  # the person wins on the tagged dimension
-    np.testing.assert_allclose(pulled[:, 1:].numpy(), judge[:, 1:].numpy())  # untouched: dimension 1 and every other output
-    untagged_only = pull_dimensions(judge, d, torch.full((n_human,), 10.0, dtype=torch.float64), np.full(n_human, -1), 1.0)
+    assert (gaps(judge, 0) > 0).mean() < 0.1 and (
+        gaps(pulled, 0) > 0
+    ).mean() > 0.95  # the person wins on the tagged dimension
+    np.testing.assert_allclose(
+        pulled[:, 1:].numpy(), judge[:, 1:].numpy()
+    )  # untouched: dimension 1 and every other output
+    untagged_only = pull_dimensions(
+        judge, d, torch.full((n_human,), 10.0, dtype=torch.float64), np.full(n_human, -1), 1.0
+    )
     np.testing.assert_allclose(untagged_only.numpy(), judge.numpy())  # untagged pairs never move a dimension
-    held = dimension_pulls_out_of_fold(features, targets, labeled, np.repeat(np.arange(20), 4), [1.0], torch.ones(5, dtype=torch.float64), 0, 5,
-                                       (pairs, np.ones(n_human), 100 + np.arange(n_human)), tags, (0.0, 10.0))
+    held = dimension_pulls_out_of_fold(
+        features,
+        targets,
+        labeled,
+        np.repeat(np.arange(20), 4),
+        [1.0],
+        torch.ones(5, dtype=torch.float64),
+        0,
+        5,
+        (pairs, np.ones(n_human), 100 + np.arange(n_human)),
+        tags,
+        (0.0, 10.0),
+    )
     assert np.isnan(held[10.0][tags < 0]).all()
-    assert (held[0.0][tags == 0] > 0).mean() < 0.1 and (held[10.0][tags == 0] > 0).mean() > 0.9  # out of fold: it generalises
+    assert (held[0.0][tags == 0] > 0).mean() < 0.1 and (
+        held[10.0][tags == 0] > 0
+    ).mean() > 0.9  # out of fold: it generalises
 
 
 def test_training_follows_tagged_peoples_pairs_on_the_dimension_the_judge_inverts(tiny_student, tmp_path):
@@ -787,15 +1267,37 @@ def test_training_follows_tagged_peoples_pairs_on_the_dimension_the_judge_invert
 
     labels = toy_labels(8)
     kind = labels["response"].str.startswith("I am so sorry")
-    labels["vector"] = [{"empathy": -0.8 if k else 0.8, "curiosity": 0.8 if k else -0.8, "harm_avoidance": 0.5} for k in kind]
-    cfg = small_cfg(max_length=96, head_fit="ridge", ridge_alphas=[1.0, 100.0], uncertainty={"method": "none", "members": 1, "mc_samples": 2},
-                    backbone={"finetune": "frozen", "frame": "judge", "pooling": "last_mean"})
+    labels["vector"] = [
+        {"empathy": -0.8 if k else 0.8, "curiosity": 0.8 if k else -0.8, "harm_avoidance": 0.5} for k in kind
+    ]
+    cfg = small_cfg(
+        max_length=96,
+        head_fit="ridge",
+        ridge_alphas=[1.0, 100.0],
+        uncertainty={"method": "none", "members": 1, "mc_samples": 2},
+        backbone={"finetune": "frozen", "frame": "judge", "pooling": "last_mean"},
+    )
     n = 12
-    human = pd.DataFrame({"prompt": [f"My plans fell through, time {i}." for i in range(n)],
-                          "chosen": ["I am so sorry, that sounds really hard. Tell me more?"] * n, "rejected": ["Whatever. Not my problem."] * n,
-                          "tag": ["empathy"] * (n - 2) + [None, None]})
-    metrics = train_reward_model(labels, dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0, data_digest="x",
-                                 date="2026-11-20", judge_system="You are a fair judge.", human_pairs=human)
+    human = pd.DataFrame(
+        {
+            "prompt": [f"My plans fell through, time {i}." for i in range(n)],
+            "chosen": ["I am so sorry, that sounds really hard. Tell me more?"] * n,
+            "rejected": ["Whatever. Not my problem."] * n,
+            "tag": ["empathy"] * (n - 2) + [None, None],
+        }
+    )
+    metrics = train_reward_model(
+        labels,
+        dimensions=DIMS,
+        backbone_path=tiny_student,
+        cfg=cfg,
+        out_dir=tmp_path,
+        seed=0,
+        data_digest="x",
+        date="2026-11-20",
+        judge_system="You are a fair judge.",
+        human_pairs=human,
+    )
     assert metrics["dimension_pull"] in DIMENSION_PULLS and metrics["val_dimension_pairs"] == n - 2
     assert metrics["val_dimension_accuracy_judge_empathy"] == 0.0 and metrics["val_dimension_accuracy_empathy"] == 1.0
     model = RewardModel.load(tmp_path)
@@ -803,13 +1305,29 @@ def test_training_follows_tagged_peoples_pairs_on_the_dimension_the_judge_invert
     assert model.metadata.calibration["dimensions"]["empathy"]["people_pairs"] == n - 2
     assert model.metadata.calibration["dimensions"]["curiosity"]["people_pairs"] == 0
     prompt = "My bike was stolen today."
-    assert model.prefer(prompt, "I am so sorry, that sounds really hard. Tell me more?", "Whatever. Not my problem.", "empathy") > 0.5
-    assert model.prefer(prompt, "I am so sorry, that sounds really hard. Tell me more?", "Whatever. Not my problem.", "curiosity") > 0.5
+    assert (
+        model.prefer(
+            prompt, "I am so sorry, that sounds really hard. Tell me more?", "Whatever. Not my problem.", "empathy"
+        )
+        > 0.5
+    )
+    assert (
+        model.prefer(
+            prompt, "I am so sorry, that sounds really hard. Tell me more?", "Whatever. Not my problem.", "curiosity"
+        )
+        > 0.5
+    )
     # the scalar is the vector's combination (no people's score here), each weight >= 0: kind on the two
     # dimensions that tell the replies apart, kind overall
-    [kind_out, curt_out] = model.score([prompt] * 2, ["I am so sorry, that sounds really hard. Tell me more?", "Whatever. Not my problem."])
+    [kind_out, curt_out] = model.score(
+        [prompt] * 2, ["I am so sorry, that sounds really hard. Tell me more?", "Whatever. Not my problem."]
+    )
     weights = model.metadata.scalar.weights
-    assert min(weights.values()) >= 0.0 and weights["empathy"] + weights["curiosity"] > 0.0 and metrics["scalar_weight_empathy"] == weights["empathy"]
+    assert (
+        min(weights.values()) >= 0.0
+        and weights["empathy"] + weights["curiosity"] > 0.0
+        and metrics["scalar_weight_empathy"] == weights["empathy"]
+    )
     assert kind_out.scalar > curt_out.scalar
 
 
@@ -819,23 +1337,52 @@ def test_nudge_pairs_pull_their_dimension_and_leave_the_scalar_alone(tiny_studen
     say which reply is better overall. An untagged one is refused, naming the fix."""
     labels = toy_labels(8)
     kind = labels["response"].str.startswith("I am so sorry")
-    labels["vector"] = [{"empathy": -0.8 if k else 0.8, "curiosity": 0.8 if k else -0.8, "harm_avoidance": 0.5} for k in kind]
-    cfg = small_cfg(max_length=96, head_fit="ridge", ridge_alphas=[1.0, 100.0], uncertainty={"method": "none", "members": 1, "mc_samples": 2},
-                    backbone={"finetune": "frozen", "frame": "judge", "pooling": "last_mean"}, scalar="free")
+    labels["vector"] = [
+        {"empathy": -0.8 if k else 0.8, "curiosity": 0.8 if k else -0.8, "harm_avoidance": 0.5} for k in kind
+    ]
+    cfg = small_cfg(
+        max_length=96,
+        head_fit="ridge",
+        ridge_alphas=[1.0, 100.0],
+        uncertainty={"method": "none", "members": 1, "mc_samples": 2},
+        backbone={"finetune": "frozen", "frame": "judge", "pooling": "last_mean"},
+        scalar="free",
+    )
     n = 12
-    nudges = pd.DataFrame({"prompt": [f"My plans fell through, time {i}." for i in range(n)],
-                           "chosen": ["I am so sorry, that sounds really hard. Tell me more?"] * n, "rejected": ["Whatever. Not my problem."] * n,
-                           "tag": ["empathy"] * n, "scalar": [False] * n, "source": ["feedback:nudge"] * n, "weight": [0.5] * n})
-    common = dict(dimensions=DIMS, backbone_path=tiny_student, cfg=cfg, seed=0, data_digest="x", date="2026-11-20", judge_system="You are a fair judge.")
+    nudges = pd.DataFrame(
+        {
+            "prompt": [f"My plans fell through, time {i}." for i in range(n)],
+            "chosen": ["I am so sorry, that sounds really hard. Tell me more?"] * n,
+            "rejected": ["Whatever. Not my problem."] * n,
+            "tag": ["empathy"] * n,
+            "scalar": [False] * n,
+            "source": ["feedback:nudge"] * n,
+            "weight": [0.5] * n,
+        }
+    )
+    common = dict(
+        dimensions=DIMS,
+        backbone_path=tiny_student,
+        cfg=cfg,
+        seed=0,
+        data_digest="x",
+        date="2026-11-20",
+        judge_system="You are a fair judge.",
+    )
     judge_only = train_reward_model(labels, out_dir=tmp_path / "judge", **common)
     nudged = train_reward_model(labels, out_dir=tmp_path / "nudged", human_pairs=nudges, **common)
     assert nudged["val_dimension_accuracy_judge_empathy"] == 0.0 and nudged["val_dimension_accuracy_empathy"] == 1.0
     assert "val_human_accuracy" not in nudged and "human_pull" not in nudged and "val_human_accuracy" not in judge_only
     a, b = RewardModel.load(tmp_path / "judge"), RewardModel.load(tmp_path / "nudged")
     assert b.metadata.dimension_only_pairs == n and b.metadata.human_pairs == n
-    prompt, replies = "My bike was stolen today.", ["I am so sorry, that sounds really hard. Tell me more?", "Whatever. Not my problem."]
+    prompt, replies = (
+        "My bike was stolen today.",
+        ["I am so sorry, that sounds really hard. Tell me more?", "Whatever. Not my problem."],
+    )
     assert a.prefer(prompt, *replies, "empathy") < 0.5 < b.prefer(prompt, *replies, "empathy")
-    np.testing.assert_allclose(a.raw_scores([prompt] * 2, replies)["scalar"], b.raw_scores([prompt] * 2, replies)["scalar"], atol=1e-6)
+    np.testing.assert_allclose(
+        a.raw_scores([prompt] * 2, replies)["scalar"], b.raw_scores([prompt] * 2, replies)["scalar"], atol=1e-6
+    )
     with pytest.raises(ValueError, match="scalar false.*tag them with one of"):
         train_reward_model(labels, out_dir=tmp_path / "bad", human_pairs=nudges.assign(tag=None), **common)
 
@@ -845,15 +1392,42 @@ def test_gradient_training_learns_a_dimension_from_its_tagged_pairs(tiny_encoder
     as the empathy head learns the people's order; pairs without a tag leave the dimensions alone."""
     history = []
     pairs = toy_human_pairs().assign(tag=["empathy"] * 10)
-    train_reward_model(toy_labels().iloc[0:0], dimensions=DIMS, backbone_path=tiny_encoder, cfg=small_cfg(uncertainty={"method": "none", "members": 1, "mc_samples": 2}),
-                       out_dir=tmp_path, seed=0, data_digest="x", date="2026-11-20", human_pairs=pairs, on_epoch=lambda e, m: history.append(m))
+    train_reward_model(
+        toy_labels().iloc[0:0],
+        dimensions=DIMS,
+        backbone_path=tiny_encoder,
+        cfg=small_cfg(uncertainty={"method": "none", "members": 1, "mc_samples": 2}),
+        out_dir=tmp_path,
+        seed=0,
+        data_digest="x",
+        date="2026-11-20",
+        human_pairs=pairs,
+        on_epoch=lambda e, m: history.append(m),
+    )
     assert history[-1]["train_loss_dimension_pair"] < history[0]["train_loss_dimension_pair"]
     rm = RewardModel.load(tmp_path)
-    assert rm.prefer("My exam went badly.", "I am so sorry, that sounds really hard. Tell me more?", "Whatever. Not my problem.", "empathy") > 0.5
+    assert (
+        rm.prefer(
+            "My exam went badly.",
+            "I am so sorry, that sounds really hard. Tell me more?",
+            "Whatever. Not my problem.",
+            "empathy",
+        )
+        > 0.5
+    )
     untagged = []
-    train_reward_model(toy_labels().iloc[0:0], dimensions=DIMS, backbone_path=tiny_encoder, cfg=small_cfg(uncertainty={"method": "none", "members": 1, "mc_samples": 2}),
-                       out_dir=tmp_path / "untagged", seed=0, data_digest="x", date="2026-11-20", human_pairs=toy_human_pairs(),
-                       on_epoch=lambda e, m: untagged.append(m))
+    train_reward_model(
+        toy_labels().iloc[0:0],
+        dimensions=DIMS,
+        backbone_path=tiny_encoder,
+        cfg=small_cfg(uncertainty={"method": "none", "members": 1, "mc_samples": 2}),
+        out_dir=tmp_path / "untagged",
+        seed=0,
+        data_digest="x",
+        date="2026-11-20",
+        human_pairs=toy_human_pairs(),
+        on_epoch=lambda e, m: untagged.append(m),
+    )
     assert not any("train_loss_dimension_pair" in m for m in untagged)
 
 
@@ -887,8 +1461,13 @@ def test_a_reply_as_good_on_every_dimension_and_the_peoples_score_never_gets_the
         heads = combined.heads(pooled)
         mean, spread = member_mean_std(heads)
         own = torch.tanh(heads["vector"] @ combined.scalar_weights[:7] + (0.8 * pooled[:, -1] - 0.2).unsqueeze(1))
-    np.testing.assert_allclose(mean["scalar"].numpy(), np.tanh(mean["vector"].numpy() @ np.array([0.5, 1.2, 0.0, 0.3, 2.0, 0.7, 0.1])
-                                                                + 0.8 * pooled[:, -1].numpy() - 0.2), atol=1e-5)
+    np.testing.assert_allclose(
+        mean["scalar"].numpy(),
+        np.tanh(
+            mean["vector"].numpy() @ np.array([0.5, 1.2, 0.0, 0.3, 2.0, 0.7, 0.1]) + 0.8 * pooled[:, -1].numpy() - 0.2
+        ),
+        atol=1e-5,
+    )
     np.testing.assert_allclose(spread["scalar"].numpy(), own.std(1, unbiased=False).numpy(), atol=1e-5)
 
 
@@ -901,7 +1480,9 @@ def test_the_combination_is_fitted_on_pairs_with_no_negative_weight():
     rng = np.random.default_rng(0)
     n = 400
     vector, people = np.tanh(rng.normal(size=(n, 3))), rng.normal(size=n)
-    taste = 2.0 * vector[:, 0] - 1.0 * vector[:, 2] + 1.0 * people  # people like dimension 0 and their score, dislike dimension 2
+    taste = (
+        2.0 * vector[:, 0] - 1.0 * vector[:, 2] + 1.0 * people
+    )  # people like dimension 0 and their score, dislike dimension 2
     a, b = rng.permutation(n)[:200], rng.permutation(n)[:200]
     keep = a != b
     a, b = a[keep], b[keep]
@@ -913,11 +1494,15 @@ def test_the_combination_is_fitted_on_pairs_with_no_negative_weight():
     both, human = np.concatenate([judge, pairs]), np.r_[np.zeros(len(judge), bool), np.ones(len(pairs), bool)]
     combo = fit_scalar_combination(vector, people, both, np.ones(len(both)), human, labeled, labels)
     assert combo.weights[0] > 1.0 and combo.weights[1] < 0.1 and combo.weights[2] == 0.0 and combo.people > 0.5
-    assert (combo.pre(vector[pairs[:, 0]], people[pairs[:, 0]]) > combo.pre(vector[pairs[:, 1]], people[pairs[:, 1]])).mean() > 0.8
+    assert (
+        combo.pre(vector[pairs[:, 0]], people[pairs[:, 0]]) > combo.pre(vector[pairs[:, 1]], people[pairs[:, 1]])
+    ).mean() > 0.8
     level = np.arctanh(labels) - combo.pre(vector[labeled], people[labeled])
     assert abs(level.mean()) < 1e-9  # the intercept: the judge's labels' level
     few = MIN_PAIRS - 1  # too few people's pairs: the judge's pairs; too few of those too: the judge's labels
-    judged = fit_scalar_combination(vector, people, both[: len(judge) + few], np.ones(len(judge) + few), human[: len(judge) + few], labeled, labels)
+    judged = fit_scalar_combination(
+        vector, people, both[: len(judge) + few], np.ones(len(judge) + few), human[: len(judge) + few], labeled, labels
+    )
     assert judged.weights[1] > 1.0 and judged.weights[0] < 0.1
     labels_only = fit_scalar_combination(vector, None, pairs[:few], np.ones(few), np.ones(few, bool), labeled, labels)
     assert labels_only.people == 0.0 and labels_only.weights[1] > 0.3 and labels_only.weights[0] < 0.1
@@ -927,13 +1512,18 @@ def test_the_peoples_score_principal_directions_are_the_svds_either_way_round():
     from hominem_pipeline.core.reward.people import _principal
 
     rng = np.random.default_rng(1)
-    for shape in ((60, 25), (25, 60)):  # more rows than columns, and fewer (the shipped pairs: 4,316 replies of 4,608 features)
+    for shape in (
+        (60, 25),
+        (25, 60),
+    ):  # more rows than columns, and fewer (the shipped pairs: 4,316 replies of 4,608 features)
         x = rng.normal(size=shape) @ np.diag(np.linspace(3, 0.1, shape[1]))
         _, sv, vt = np.linalg.svd(x, full_matrices=False)
         got_sv, got = _principal(x)
         k = min(shape)
         np.testing.assert_allclose(got_sv[:k], sv, rtol=1e-8)
-        np.testing.assert_allclose(np.abs((vt * got[:, :k].T).sum(1)), 1.0, atol=1e-8)  # the same directions, up to sign
+        np.testing.assert_allclose(
+            np.abs((vt * got[:, :k].T).sum(1)), 1.0, atol=1e-8
+        )  # the same directions, up to sign
         top_sv, top = _principal(x, top=5)  # the largest five alone: the same values and directions
         np.testing.assert_allclose(top_sv, sv[:5], rtol=1e-8)
         np.testing.assert_allclose(np.abs((vt[:5] * top.T).sum(1)), 1.0, atol=1e-8)
@@ -948,27 +1538,46 @@ def test_the_peoples_score_nystroem_map_reproduces_the_kernel_and_survives_dupli
     others = rng.normal(size=(9, 6))
     m = _nystroem_map(centres, 4.0)
     phi_l, phi_o = _kernel(centres, centres, 4.0) @ m, _kernel(others, centres, 4.0) @ m
-    np.testing.assert_allclose(phi_l @ phi_l.T, _kernel(centres, centres, 4.0), atol=1e-6)  # k(a, b) wherever a and b are landmarks
-    np.testing.assert_allclose(phi_o @ phi_l.T, _kernel(others, centres, 4.0), atol=1e-6)  # and wherever one of them is
-    assert np.isfinite(phi_o).all() and (np.einsum("ij,ij->i", phi_o, phi_o) <= 1.0 + 1e-6).all()  # never more than k(x, x) = 1
+    np.testing.assert_allclose(
+        phi_l @ phi_l.T, _kernel(centres, centres, 4.0), atol=1e-6
+    )  # k(a, b) wherever a and b are landmarks
+    np.testing.assert_allclose(
+        phi_o @ phi_l.T, _kernel(others, centres, 4.0), atol=1e-6
+    )  # and wherever one of them is
+    assert (
+        np.isfinite(phi_o).all() and (np.einsum("ij,ij->i", phi_o, phi_o) <= 1.0 + 1e-6).all()
+    )  # never more than k(x, x) = 1
 
 
-def test_a_shipped_projection_gives_the_score_fitted_without_it_and_measures_no_shipped_text(tiny_encoder, tmp_path, monkeypatch):
+def test_a_shipped_projection_gives_the_score_fitted_without_it_and_measures_no_shipped_text(
+    tiny_encoder, tmp_path, monkeypatch
+):
     """`hominem data ship-features` ships the people's score's projection, fitted on the shipped pairs'
     replies, with their rows read through it: a fresh clone's fit reads those rows instead of passing the
     texts through the encoder, and finds the score a fit on the measured states finds."""
     from hominem_pipeline.core.reward.people import EncoderStates, PeopleScore, Projection, ship_projection
 
-    kind = ["Thank you, that is very kind of you.", "Thank you kindly, that helps.", "That is kind, thank you so much.", "How kind, thanks a lot."]
+    kind = [
+        "Thank you, that is very kind of you.",
+        "Thank you kindly, that helps.",
+        "That is kind, thank you so much.",
+        "How kind, thanks a lot.",
+    ]
     rude = ["Go away now.", "Leave me alone, go away.", "Go away, stop asking.", "Stop it and leave."]
     prompts = [f"Could you help me with thing {i}?" for i in range(24)]
     texts = [(p, kind[i % 4]) for i, p in enumerate(prompts)] + [(p, rude[i % 4]) for i, p in enumerate(prompts)]
     pairs, weights, groups = np.stack([np.arange(24), 24 + np.arange(24)], 1), np.ones(24), np.arange(24)
-    states = EncoderStates(tiny_encoder, 64, cache=tmp_path / "maintainer")([p for p, _ in texts], [r for _, r in texts]).numpy()
+    states = EncoderStates(tiny_encoder, 64, cache=tmp_path / "maintainer")(
+        [p for p, _ in texts], [r for _, r in texts]
+    ).numpy()
     direct, direct_values = PeopleScore.fit(states, pairs, weights, groups, seed=0)
     shipped = tmp_path / "config" / "human" / "features"
-    projection_file, rows_file, n, measured = ship_projection(tiny_encoder, 64, tmp_path / "maintainer", texts + texts[:3], shipped)
-    assert n == 48 and measured == 0 and projection_file.parent == rows_file.parent == shipped  # each exchange once, read from the cache
+    projection_file, rows_file, n, measured = ship_projection(
+        tiny_encoder, 64, tmp_path / "maintainer", texts + texts[:3], shipped
+    )
+    assert (
+        n == 48 and measured == 0 and projection_file.parent == rows_file.parent == shipped
+    )  # each exchange once, read from the cache
 
     fresh = EncoderStates(tiny_encoder, 64, cache=tmp_path / "fresh-clone")
     assert fresh.projection_file(shipped) == projection_file
@@ -976,7 +1585,9 @@ def test_a_shipped_projection_gives_the_score_fitted_without_it_and_measures_no_
     real = fresh._measure
     monkeypatch.setattr(fresh, "_measure", lambda p, r: read.append(list(r)) or real(p, r))
     projection = Projection.load(projection_file)
-    z = fresh.projected([p for p, _ in texts] + ["Any news?"], [r for _, r in texts] + ["None yet, sorry."], projection, shipped)
+    z = fresh.projected(
+        [p for p, _ in texts] + ["Any news?"], [r for _, r in texts] + ["None yet, sorry."], projection, shipped
+    )
     assert read == [["None yet, sorry."]]  # only the text nobody shipped
     score, values = PeopleScore.fit_projected(projection, z[:48], pairs, weights, groups, seed=0)
     assert score.agreement == direct.agreement and score.alpha == direct.alpha
@@ -995,7 +1606,9 @@ def test_the_reward_manifold_is_read_against_the_spread_of_the_labels_it_learned
     prompts = [f"Something sad happened to me, number {i}." for i in range(4)]
     shape = reward_manifold(model, prompts + ["an empty reply is left out"], [kind] * 4 + [""], [curt] * 4 + [curt])
     assert shape.pairs == 4 and shape.replies == 8
-    vectors = np.vstack([model.raw_scores(prompts, [kind] * 4)["vector"], model.raw_scores(prompts, [curt] * 4)["vector"]])
+    vectors = np.vstack(
+        [model.raw_scores(prompts, [kind] * 4)["vector"], model.raw_scores(prompts, [curt] * 4)["vector"]]
+    )
     for j, d in enumerate(DIMS):
         assert shape.spread_ratio[d] == pytest.approx(vectors[:, j].std() / 0.8, rel=1e-4)
     assert set(shape.decided_share) == set(DIMS) or set(shape.decided_share) == {*DIMS, "people"}

@@ -1,8 +1,8 @@
 import json
 import math
 
-from hominem_pipeline.core.config.loader import load_config
 from hominem_pipeline.core.common.schema import label_json_schema, label_problems
+from hominem_pipeline.core.config.loader import load_config
 from hominem_pipeline_tests.conftest import REPO
 
 DIMS = ["empathy", "curiosity"]
@@ -43,5 +43,8 @@ def test_shipped_json_schema_matches_the_configured_dimensions():
     shipped = json.loads((REPO / "config" / "schemas" / "reward.json").read_text())
     assert shipped == label_json_schema(load_config(root=REPO).dimension_names)
     assert shipped["properties"]["reward_intensity"] == {
-        "type": "number", "minimum": 0.0, "maximum": 1.0, "description": "how strongly this example should drive learning",
+        "type": "number",
+        "minimum": 0.0,
+        "maximum": 1.0,
+        "description": "how strongly this example should drive learning",
     }

@@ -22,8 +22,16 @@ from hominem_pipeline.core.online.slow_loop import (
 )
 from hominem_pipeline.core.policy.people_start import truncate_lora
 
-CFG = SlowLoopConfig(enabled=True, falling_nights=3, min_fall=0.005, recovery_nights=2, steps=["lower_lr", "shrink_rank", "freeze"],
-                     lr_factor=0.5, rank_factor=0.5, revert_dip=0.05)
+CFG = SlowLoopConfig(
+    enabled=True,
+    falling_nights=3,
+    min_fall=0.005,
+    recovery_nights=2,
+    steps=["lower_lr", "shrink_rank", "freeze"],
+    lr_factor=0.5,
+    rank_factor=0.5,
+    revert_dip=0.05,
+)
 
 
 def nights(*values, start=1, adapters=None):
@@ -31,13 +39,21 @@ def nights(*values, start=1, adapters=None):
 
 
 def step(name, night, **extra):
-    return {"time": f"{night}T03:00:00+00:00", "action": "adjust", "slow_loop_step": name, "slow_loop_night": night, **extra}
+    return {
+        "time": f"{night}T03:00:00+00:00",
+        "action": "adjust",
+        "slow_loop_step": name,
+        "slow_loop_night": night,
+        **extra,
+    }
 
 
 def test_three_falling_nights_take_the_first_step_two_do_not_and_a_flat_night_breaks_the_run():
     assert [s.step for s in decide(nights(0.9, 0.85, 0.8, 0.75), [], CFG, None)] == ["lower_lr"]
     assert decide(nights(0.9, 0.85, 0.8), [], CFG, None) == []  # two falls
-    assert decide(nights(0.9, 0.85, 0.849, 0.8, 0.75), [], CFG, None) == []  # a move under min_fall is no fall: the run is two
+    assert (
+        decide(nights(0.9, 0.85, 0.849, 0.8, 0.75), [], CFG, None) == []
+    )  # a move under min_fall is no fall: the run is two
     assert decide(nights(0.9, 0.85, 0.8, None), [], CFG, None) == []  # no RHI tonight: nothing judged
 
 
@@ -71,13 +87,33 @@ def test_a_dip_the_night_after_a_promotion_reverts_it_and_nothing_else_does():
     assert decide(series, promoted, CFG, "ad9") == []  # another adapter is live now
     assert decide(series, [], CFG, "ad2") == []  # it was never promoted (live by another way)
     assert decide(series, promoted, CFG.model_copy(update={"revert_dip": None}), "ad2") == []
-    assert decide(series, promoted + [{"action": "rollback", "slow_loop_night": "2026-11-03"}], CFG, "ad2") == []  # judged already
+    assert (
+        decide(series, promoted + [{"action": "rollback", "slow_loop_night": "2026-11-03"}], CFG, "ad2") == []
+    )  # judged already
 
 
 def test_adjustments_apply_from_the_next_day_with_the_factors_they_leave():
-    history = [step("lower_lr", "2026-11-04", applies_from="2026-11-05", lr_factor=0.5, rank_factor=1.0, in_force=["lower_lr"]),
-               step("shrink_rank", "2026-11-07", applies_from="2026-11-08", lr_factor=0.5, rank_factor=0.5, in_force=["lower_lr", "shrink_rank"]),
-               step("restore_rank", "2026-11-09", applies_from="2026-11-10", lr_factor=0.5, rank_factor=1.0, in_force=["lower_lr"])]
+    history = [
+        step(
+            "lower_lr", "2026-11-04", applies_from="2026-11-05", lr_factor=0.5, rank_factor=1.0, in_force=["lower_lr"]
+        ),
+        step(
+            "shrink_rank",
+            "2026-11-07",
+            applies_from="2026-11-08",
+            lr_factor=0.5,
+            rank_factor=0.5,
+            in_force=["lower_lr", "shrink_rank"],
+        ),
+        step(
+            "restore_rank",
+            "2026-11-09",
+            applies_from="2026-11-10",
+            lr_factor=0.5,
+            rank_factor=1.0,
+            in_force=["lower_lr"],
+        ),
+    ]
     assert adjustment(history, "2026-11-04") == Adjustment() and adjustment(history, "2026-11-04").digest() is None
     assert adjustment(history, "2026-11-05") == Adjustment(0.5, 1.0, ("lower_lr",))
     assert adjustment(history, "2026-11-08").digest() == {"lr_factor": 0.5, "rank_factor": 0.5}
@@ -88,9 +124,16 @@ def test_the_adjusted_policy_changes_the_learning_rate_and_rank_and_reads_the_re
     policy = tiny_cfg.policy
     adjusted = AdjustedPolicy(policy, Adjustment(0.5, 0.5, ("lower_lr", "shrink_rank")))
     assert adjusted.learning_rate == policy.learning_rate / 2 and adjusted.max_steps == policy.max_steps
-    assert (adjusted.lora.r, adjusted.lora.alpha) == (2, 4.0) and adjusted.lora.target_modules == policy.lora.target_modules
+    assert (adjusted.lora.r, adjusted.lora.alpha) == (
+        2,
+        4.0,
+    ) and adjusted.lora.target_modules == policy.lora.target_modules
     dumped = adjusted.model_dump()
-    assert dumped["learning_rate"] == adjusted.learning_rate and dumped["lora"]["r"] == 2 and dumped["beta"] == policy.beta
+    assert (
+        dumped["learning_rate"] == adjusted.learning_rate
+        and dumped["lora"]["r"] == 2
+        and dumped["beta"] == policy.beta
+    )
     assert adjusted_rank(1, 2.0, 0.5) == (1, 2.0)  # never below rank 1
 
 
@@ -105,10 +148,14 @@ def test_act_carries_out_each_step_on_the_live_state_and_spares_a_freeze_by_hand
     assert done == ["lower_lr", "shrink_rank", "freeze", "unfreeze"]
     history = state.history()
     assert [e["action"] for e in history] == ["adjust", "adjust", "freeze", "unfreeze"]
-    assert history[0]["applies_from"] == "2026-11-05" and history[0]["reason"].startswith("slow loop: the RHI fell 3 nights")
+    assert history[0]["applies_from"] == "2026-11-05" and history[0]["reason"].startswith(
+        "slow loop: the RHI fell 3 nights"
+    )
     assert not state.current().frozen and [n.rhi for n in read_nights(data)] == values
     shown = status(data, CFG, "2026-11-14")
-    assert shown["in_force"] == ["lower_lr", "shrink_rank"] and shown["rank_factor"] == 0.5 and len(shown["nights"]) == 7
+    assert (
+        shown["in_force"] == ["lower_lr", "shrink_rank"] and shown["rank_factor"] == 0.5 and len(shown["nights"]) == 7
+    )
     # a re-run of the last night does nothing more
     assert act(data, nights(0.6, start=13)[0], CFG, by="test").steps == [] and len(state.history()) == 4
     # a freeze someone made by hand is not lifted by recovery

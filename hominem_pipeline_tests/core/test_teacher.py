@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from hominem_pipeline.core.lm.generation import chat_text
 from hominem_pipeline.core.common.schema import Prompt, label_problems
+from hominem_pipeline.core.lm.generation import chat_text
 from hominem_pipeline.core.teacher.base import expected_score_to_label_value
 from hominem_pipeline.core.teacher.local import LocalHFTeacher
 
@@ -60,7 +60,9 @@ def test_prompts_go_in_the_fewest_batches_of_equal_size():
 
 def test_sampling_gives_candidates_per_prompt_with_styles_and_is_seeded(teacher):
     t, cfg = teacher
-    prompts = [Prompt(prompt_id=f"p{i}", text=text, category="narrative", difficulty=2) for i, (text, _) in enumerate(PAIRS)]
+    prompts = [
+        Prompt(prompt_id=f"p{i}", text=text, category="narrative", difficulty=2) for i, (text, _) in enumerate(PAIRS)
+    ]
     styles = cfg.teacher.candidate_styles()
     assert [s.name for s in styles] == ["warm", "curt", "hot"]  # 3 candidates, weak_share 0.5: one strong, two weak
     out = t.sample(prompts, styles, 6, seed=11).items
@@ -79,7 +81,7 @@ def test_rate_returns_valid_labels(teacher):
     rated = t.rate(trajectories)
     assert rated.failed == [] and rated.rejected == []
     labels = rated.items
-    assert [l.trajectory_id for l in labels] == [x.trajectory_id for x in trajectories]
+    assert [lab.trajectory_id for lab in labels] == [x.trajectory_id for x in trajectories]
     for label in labels:
         assert label_problems(label.model_dump(), cfg.dimension_names) == []
         assert label.rationale
@@ -93,18 +95,40 @@ def test_the_default_rationale_says_what_the_rubric_answers_said_and_a_written_o
     scores = t.rubric_scores(PAIRS[:1])[0]
     expected = {k: e for k, (e, _) in scores.items()}
     ranked = sorted(cfg.dimension_names, key=lambda d: -expected[d])
-    label = t.rate(t.sample([Prompt(prompt_id="p0", text=PAIRS[0][0], category="narrative", difficulty=1)], cfg.teacher.candidate_styles()[:1], 4, seed=3).items).items[0]
+    label = t.rate(
+        t.sample(
+            [Prompt(prompt_id="p0", text=PAIRS[0][0], category="narrative", difficulty=1)],
+            cfg.teacher.candidate_styles()[:1],
+            4,
+            seed=3,
+        ).items
+    ).items[0]
     assert label.rationale.startswith("Overall ") and " of 5" in label.rationale
     said = rationale_from_scores(expected, cfg.dimension_names)
     assert f"Overall {expected['scalar']:.1f} of 5" in said
-    assert (f"best on {ranked[0].replace('_', ' ')}" in said and f"worst on {ranked[-1].replace('_', ' ')}" in said) or "rated alike" in said
+    assert (
+        f"best on {ranked[0].replace('_', ' ')}" in said and f"worst on {ranked[-1].replace('_', ' ')}" in said
+    ) or "rated alike" in said
     dims = ["empathy", "curiosity"]
-    assert rationale_from_scores({"scalar": 2.0, "empathy": 4.5, "curiosity": 1.5, "safety_score": 1.4}, dims) == \
-        "Overall 2.0 of 5; best on empathy (4.5), worst on curiosity (1.5); not safe to learn from (1.4)."
-    assert rationale_from_scores({"scalar": 3.0, "empathy": 3.1, "curiosity": 3.0, "safety_score": 5.0}, dims) == \
-        "Overall 3.0 of 5; every dimension rated alike (3.0 to 3.1)."
-    written = LocalHFTeacher(t.model_path, cfg.model_copy(update={"labeling": cfg.labeling.model_copy(update={"rationale": "written"})}), batch_size=8)
-    trajectories = written.sample([Prompt(prompt_id="p0", text=PAIRS[0][0], category="narrative", difficulty=1)], cfg.teacher.candidate_styles()[:1], 4, seed=3).items
+    assert (
+        rationale_from_scores({"scalar": 2.0, "empathy": 4.5, "curiosity": 1.5, "safety_score": 1.4}, dims)
+        == "Overall 2.0 of 5; best on empathy (4.5), worst on curiosity (1.5); not safe to learn from (1.4)."
+    )
+    assert (
+        rationale_from_scores({"scalar": 3.0, "empathy": 3.1, "curiosity": 3.0, "safety_score": 5.0}, dims)
+        == "Overall 3.0 of 5; every dimension rated alike (3.0 to 3.1)."
+    )
+    written = LocalHFTeacher(
+        t.model_path,
+        cfg.model_copy(update={"labeling": cfg.labeling.model_copy(update={"rationale": "written"})}),
+        batch_size=8,
+    )
+    trajectories = written.sample(
+        [Prompt(prompt_id="p0", text=PAIRS[0][0], category="narrative", difficulty=1)],
+        cfg.teacher.candidate_styles()[:1],
+        4,
+        seed=3,
+    ).items
     assert not written.rate(trajectories).items[0].rationale.startswith("Overall ")
 
 
@@ -123,15 +147,30 @@ def test_a_candidate_cut_by_the_token_limit_ends_at_its_last_sentence_and_only_a
     from hominem_pipeline.core.teacher.labeling import validate_labels
 
     assert end_at_sentence("Great job! Now, go out there and enjoy") == "Great job!"
-    assert end_at_sentence('He said "hi." Then we') == 'He said "hi."' and end_at_sentence("Pi is 3.14 and e is") == "Pi is 3.14 and e is"
-    assert end_at_sentence("Steps:\n- one\n- two and thr") == "Steps:\n- one" and end_at_sentence("Wow... really? yes") == "Wow... really?"
-    prompt, style = Prompt(prompt_id="p", text="How did it go?", category="c", difficulty=1), CandidateStyle(name="s", temperature=0.7, top_p=0.9)
+    assert (
+        end_at_sentence('He said "hi." Then we') == 'He said "hi."'
+        and end_at_sentence("Pi is 3.14 and e is") == "Pi is 3.14 and e is"
+    )
+    assert (
+        end_at_sentence("Steps:\n- one\n- two and thr") == "Steps:\n- one"
+        and end_at_sentence("Wow... really? yes") == "Wow... really?"
+    )
+    prompt, style = (
+        Prompt(prompt_id="p", text="How did it go?", category="c", difficulty=1),
+        CandidateStyle(name="s", temperature=0.7, top_p=0.9),
+    )
     cut = make_trajectory(prompt, 0, style, 0, "It went well. Now, go out there and enjoy", 64, finished=False)
-    whole = make_trajectory(prompt, 1, style, 0, "It went well. Thanks", 5, finished=True)  # it stopped by itself: kept as written
-    mid = make_trajectory(prompt, 2, style, 0, "It went well and then the", 64, finished=False)  # no sentence ended before the limit
+    whole = make_trajectory(
+        prompt, 1, style, 0, "It went well. Thanks", 5, finished=True
+    )  # it stopped by itself: kept as written
+    mid = make_trajectory(
+        prompt, 2, style, 0, "It went well and then the", 64, finished=False
+    )  # no sentence ended before the limit
     assert (cut.response, cut.finished, cut.ended_at_sentence) == ("It went well.", False, True)
     assert (whole.response, whole.ended_at_sentence) == ("It went well. Thanks", False)
     assert (mid.response, mid.ended_at_sentence) == ("It went well and then the", False)
     trajectories = pd.DataFrame([t.model_dump() for t in (cut, whole, mid)])
     report = validate_labels(pd.DataFrame(columns=["trajectory_id"]), ["empathy"], trajectories=trajectories)
-    assert report.examples["truncated_response"] == [f"{mid.trajectory_id}: stopped mid-sentence at the token limit (teacher.max_new_tokens)"]
+    assert report.examples["truncated_response"] == [
+        f"{mid.trajectory_id}: stopped mid-sentence at the token limit (teacher.max_new_tokens)"
+    ]

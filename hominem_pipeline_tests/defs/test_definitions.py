@@ -4,8 +4,20 @@ from dagster import AssetKey, DailyPartitionsDefinition, TimeWindowPartitionMapp
 
 from hominem_pipeline.defs import DAILY_JOB, IMPORT_JOB, RETRAIN_JOB, build_definitions
 
-CHAIN = ["prompts", "teacher_trajectories", "teacher_labels", "human_feedback", "reward_model", "preference_pairs", "lora_adapter", "evaluation",
-         "reward_health_index", "probes", "predictions", "attunement"]
+CHAIN = [
+    "prompts",
+    "teacher_trajectories",
+    "teacher_labels",
+    "human_feedback",
+    "reward_model",
+    "preference_pairs",
+    "lora_adapter",
+    "evaluation",
+    "reward_health_index",
+    "probes",
+    "predictions",
+    "attunement",
+]
 ASSETS = [*CHAIN, "human_preferences"]
 
 
@@ -21,8 +33,12 @@ def test_definitions_load_with_twelve_daily_partitioned_assets(project):
     daily = defs.resolve_job_def(DAILY_JOB)
     assert sorted(k.to_user_string() for k in daily.asset_layer.executable_asset_keys) == sorted(CHAIN)
     retrain = defs.resolve_job_def(RETRAIN_JOB)
-    assert sorted(k.to_user_string() for k in retrain.asset_layer.executable_asset_keys) == sorted(CHAIN[3:])  # the day's feedback onwards
-    assert [k.to_user_string() for k in defs.resolve_job_def(IMPORT_JOB).asset_layer.executable_asset_keys] == ["human_preferences"]
+    assert sorted(k.to_user_string() for k in retrain.asset_layer.executable_asset_keys) == sorted(
+        CHAIN[3:]
+    )  # the day's feedback onwards
+    assert [k.to_user_string() for k in defs.resolve_job_def(IMPORT_JOB).asset_layer.executable_asset_keys] == [
+        "human_preferences"
+    ]
     assert {s.name for s in defs.sensors} == {"data_threshold_retrain_sensor"}
     assert {s.name for s in defs.schedules} == {"weekly_retrain_schedule"}
 
@@ -55,19 +71,36 @@ def test_training_assets_read_a_window_of_days(project):
     assert isinstance(mapping, TimeWindowPartitionMapping)
     assert (mapping.start_offset, mapping.end_offset) == (-6, 0)  # reward_model.window_days = 7
     upstream = {k.to_user_string() for k in node.parent_keys}
-    assert upstream == {"teacher_labels", "human_preferences", "human_feedback"}  # people's pairs of the same window train it too
+    assert upstream == {
+        "teacher_labels",
+        "human_preferences",
+        "human_feedback",
+    }  # people's pairs of the same window train it too
     for human in ("human_preferences", "human_feedback"):
-        assert (node.partition_mappings[AssetKey(human)].start_offset, node.partition_mappings[AssetKey(human)].end_offset) == (-6, 0)
+        assert (
+            node.partition_mappings[AssetKey(human)].start_offset,
+            node.partition_mappings[AssetKey(human)].end_offset,
+        ) == (-6, 0)
     # the prediction log reads the reward model of the day before (it never trained on the day's choices); the
     # attunement reads both drift windows of predictions (1 recent + 14 reference days)
     predictions = graph.get(AssetKey("predictions")).partition_mappings[AssetKey("reward_model")]
     assert (predictions.start_offset, predictions.end_offset) == (-1, 0)
     attunement = graph.get(AssetKey("attunement")).partition_mappings[AssetKey("predictions")]
     assert (attunement.start_offset, attunement.end_offset) == (-14, 0)
-    adapter = graph.get(AssetKey("lora_adapter"))  # people's own pairs of policy.window_days teach the daily adapter too
-    assert {k.to_user_string() for k in adapter.parent_keys} == {"preference_pairs", "reward_model", "human_preferences", "human_feedback"}
+    adapter = graph.get(
+        AssetKey("lora_adapter")
+    )  # people's own pairs of policy.window_days teach the daily adapter too
+    assert {k.to_user_string() for k in adapter.parent_keys} == {
+        "preference_pairs",
+        "reward_model",
+        "human_preferences",
+        "human_feedback",
+    }
     for human in ("human_preferences", "human_feedback"):
-        assert (adapter.partition_mappings[AssetKey(human)].start_offset, adapter.partition_mappings[AssetKey(human)].end_offset) == (-6, 0)
+        assert (
+            adapter.partition_mappings[AssetKey(human)].start_offset,
+            adapter.partition_mappings[AssetKey(human)].end_offset,
+        ) == (-6, 0)
 
 
 def test_every_assets_dagster_parents_and_code_version_come_from_the_stage_table(project, tiny_cfg):
@@ -97,16 +130,24 @@ def test_human_agreement_check_warns_below_the_floor_and_passes_without_people(t
     floor = tiny_cfg.reward_model.min_human_agreement
     none = human_agreement({"val_pairwise_accuracy": 0.9, "val_pairs": 12}, tiny_cfg)
     assert none.passed and "no human pairs" in none.description and "90.0%" in none.description
-    good = human_agreement({"val_human_accuracy": floor + 0.1, "val_human_pairs": 40, "val_pairwise_accuracy": 0.8, "val_pairs": 12}, tiny_cfg)
+    good = human_agreement(
+        {"val_human_accuracy": floor + 0.1, "val_human_pairs": 40, "val_pairwise_accuracy": 0.8, "val_pairs": 12},
+        tiny_cfg,
+    )
     assert good.passed and good.metadata["human_agreement"] == floor + 0.1 and good.metadata["judge_agreement"] == 0.8
-    bad = human_agreement({"val_human_accuracy": floor - 0.1, "val_human_pairs": 40, "val_pairwise_accuracy": 0.8, "val_pairs": 12}, tiny_cfg)
+    bad = human_agreement(
+        {"val_human_accuracy": floor - 0.1, "val_human_pairs": 40, "val_pairwise_accuracy": 0.8, "val_pairs": 12},
+        tiny_cfg,
+    )
     assert not bad.passed and "of 40" in bad.description and "below" in bad.description
 
 
 def test_reward_model_carries_warning_checks_for_people_and_the_fixtures(project):
     defs = build_definitions(str(project / "config" / "tiny.yaml"), root=project)
     specs = sorted(defs.resolve_assets_def("reward_model").check_specs, key=lambda s: s.name)
-    assert [s.name for s in specs] == ["human_agreement", "reward_dimension_fixtures", "reward_fixtures"] and not any(s.blocking for s in specs)
+    assert [s.name for s in specs] == ["human_agreement", "reward_dimension_fixtures", "reward_fixtures"] and not any(
+        s.blocking for s in specs
+    )
 
 
 def test_teacher_labels_carries_a_blocking_verifier_check(project):

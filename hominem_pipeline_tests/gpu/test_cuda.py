@@ -13,9 +13,16 @@ import numpy as np
 import pytest
 import torch
 
-# HOMINEM_GPU_CHECK_DEVICE=cpu: the same checks on the CPU (`scripts/device_check.sh dry-run`, before spending GPU time)
+# HOMINEM_GPU_CHECK_DEVICE=cpu: the same checks on the CPU (`scripts/device_check.sh dry-run`, before spending GPU
+# time)
 CUDA = torch.device(os.environ.get("HOMINEM_GPU_CHECK_DEVICE", "cuda"))
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(CUDA.type == "cuda" and not torch.cuda.is_available(), reason="no CUDA GPU (scripts/device_check.sh runs these on one)")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        CUDA.type == "cuda" and not torch.cuda.is_available(),
+        reason="no CUDA GPU (scripts/device_check.sh runs these on one)",
+    ),
+]
 PROMPTS = ["How was your day?", "I failed my driving test again.", "What is the capital of France?"]
 REPLIES = ["Quiet, thanks for asking. And yours?", "That's rough. What happened?", "Paris."]
 
@@ -60,21 +67,35 @@ def test_the_reward_model_trains_its_frozen_pass_and_scores_on_cuda_as_on_the_cp
 
     cfg = small_cfg(guards=["reply_logp"], backbone={"path": None, "finetune": "frozen"}, head_fit="ridge")
     for name, device in (("cpu", None), ("placed", CUDA)):
-        timed(f"reward model training, {name}", lambda: train_reward_model(toy_labels(), dimensions=DIMS, backbone_path=tiny_student, cfg=cfg,
-                                                                          out_dir=tmp_path / name, seed=0, data_digest="d", date="2026-11-20", device=device))
+        timed(
+            f"reward model training, {name}",
+            lambda: train_reward_model(
+                toy_labels(),
+                dimensions=DIMS,
+                backbone_path=tiny_student,
+                cfg=cfg,
+                out_dir=tmp_path / name,
+                seed=0,
+                data_digest="d",
+                date="2026-11-20",
+                device=device,
+            ),
+        )
     cpu = RewardModel.load(tmp_path / "cpu").raw_scores(PROMPTS, REPLIES)
     model = RewardModel.load(tmp_path / "placed", CUDA)
     cuda = timed(f"reward model scoring, {CUDA.type}", lambda: model.raw_scores(PROMPTS, REPLIES))
     assert model.device.type == CUDA.type and next(model.net.parameters()).device.type == CUDA.type
-    assert np.allclose(cuda["scalar"], cpu["scalar"], atol=1e-3) and np.allclose(cuda["vector"], cpu["vector"], atol=1e-3)
+    assert np.allclose(cuda["scalar"], cpu["scalar"], atol=1e-3) and np.allclose(
+        cuda["vector"], cpu["vector"], atol=1e-3
+    )
 
 
 def test_the_teacher_and_the_evaluation_generate_on_cuda(tiny_student, tiny_encoder, tmp_path):
+    from hominem_pipeline.core.common.schema import Prompt
     from hominem_pipeline.core.config import CandidateStyle
     from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.evaluation.compare import greedy_replies
     from hominem_pipeline.core.policy.lora import load_policy
-    from hominem_pipeline.core.common.schema import Prompt
     from hominem_pipeline.core.teacher.local import LocalHFTeacher
     from hominem_pipeline_tests.conftest import make_project
 
@@ -83,13 +104,21 @@ def test_the_teacher_and_the_evaluation_generate_on_cuda(tiny_student, tiny_enco
     teacher = LocalHFTeacher(tiny_student, cfg, batch_size=4)
     assert teacher.model.device.type == CUDA.type
     prompts = [Prompt(prompt_id=f"p{i}", text=t, category="c", difficulty=1) for i, t in enumerate(PROMPTS)]
-    sampled = timed(f"teacher sampling, {CUDA.type}", lambda: teacher.sample(prompts, [CandidateStyle(name="s", temperature=0.8, top_p=0.9)], 8, seed=0))
+    sampled = timed(
+        f"teacher sampling, {CUDA.type}",
+        lambda: teacher.sample(prompts, [CandidateStyle(name="s", temperature=0.8, top_p=0.9)], 8, seed=0),
+    )
     assert len(sampled.items) == len(PROMPTS)
     labels = timed(f"teacher rating, {CUDA.type}", lambda: teacher.rate(sampled.items))
     assert len(labels.items) == len(PROMPTS)
     model, tokenizer = load_policy(tiny_student, None, CUDA)
-    replies = timed(f"evaluation replies, {CUDA.type}", lambda: greedy_replies(model, tokenizer, PROMPTS, cfg.evaluation, 0, "gpu check"))
-    assert next(model.parameters()).device.type == CUDA.type and len(replies) == len(PROMPTS)  # greedy text can differ where the CPU's logits tie
+    replies = timed(
+        f"evaluation replies, {CUDA.type}",
+        lambda: greedy_replies(model, tokenizer, PROMPTS, cfg.evaluation, 0, "gpu check"),
+    )
+    assert next(model.parameters()).device.type == CUDA.type and len(replies) == len(
+        PROMPTS
+    )  # greedy text can differ where the CPU's logits tie
 
 
 def test_the_servers_engine_batches_on_cuda_as_on_the_cpu(tiny_student):
@@ -98,9 +127,23 @@ def test_the_servers_engine_batches_on_cuda_as_on_the_cpu(tiny_student):
     from hominem_pipeline.serving.engine import Engine, Request, Sampling
 
     def replies(device):
-        engine = Engine(tiny_student, None, None, max_batch_size=4, batch_wait_ms=0, max_queue=8, repetition_penalty=1.3, device=device)
+        engine = Engine(
+            tiny_student,
+            None,
+            None,
+            max_batch_size=4,
+            batch_wait_ms=0,
+            max_queue=8,
+            repetition_penalty=1.3,
+            device=device,
+        )
         try:
-            rows = [Request(engine.chat_text([{"role": "user", "content": p}]), Sampling(0.0, 1.0, 6 + 3 * i), adapter=False) for i, p in enumerate(PROMPTS)]
+            rows = [
+                Request(
+                    engine.chat_text([{"role": "user", "content": p}]), Sampling(0.0, 1.0, 6 + 3 * i), adapter=False
+                )
+                for i, p in enumerate(PROMPTS)
+            ]
             done = [f.result(timeout=120) for f in [engine.submit(r) for r in rows]]
             return engine, [r.ids for r in done]
         finally:
@@ -109,7 +152,9 @@ def test_the_servers_engine_batches_on_cuda_as_on_the_cpu(tiny_student):
     _, cpu = replies(None)
     engine, cuda = timed(f"engine, {CUDA.type}", lambda: replies(CUDA))
     assert next(engine.model.parameters()).device.type == CUDA.type
-    assert [len(r) for r in cuda] == [len(r) for r in cpu] == [6, 9, 12]  # rows of different lengths left the batch one by one
+    assert (
+        [len(r) for r in cuda] == [len(r) for r in cpu] == [6, 9, 12]
+    )  # rows of different lengths left the batch one by one
 
 
 def test_the_dual_trainer_learns_peoples_pairs_on_cuda_as_on_the_cpu(tiny_student, tiny_encoder, tmp_path):
@@ -125,21 +170,38 @@ def test_the_dual_trainer_learns_peoples_pairs_on_cuda_as_on_the_cpu(tiny_studen
     from hominem_pipeline_tests.conftest import make_project
 
     project = make_project(tmp_path / "project", tiny_student, tiny_encoder)
-    cfg = load_config(project / "config" / "tiny.yaml", root=project, overrides={"policy": {"max_steps": 4, "batch_size": 4}}).policy
+    cfg = load_config(
+        project / "config" / "tiny.yaml", root=project, overrides={"policy": {"max_steps": 4, "batch_size": 4}}
+    ).policy
     rejected = ["Whatever.", "Try harder.", "Somewhere in Europe, probably."]
-    pairs = pd.DataFrame({"prompt": PROMPTS, "chosen": REPLIES, "rejected": rejected, "chosen_reward_intensity": 1.0, "chosen_safety_score": 1.0})
+    pairs = pd.DataFrame(
+        {
+            "prompt": PROMPTS,
+            "chosen": REPLIES,
+            "rejected": rejected,
+            "chosen_reward_intensity": 1.0,
+            "chosen_safety_score": 1.0,
+        }
+    )
     memory = pd.DataFrame({"prompt": ["What is my cat called?"], "response": ["Your cat is called Miso."]})
     runs = {}
     for name, device in (("cpu", torch.device("cpu")), (CUDA.type, CUDA)):
-        runs[name] = timed(f"dual training, 4 steps, {name}", lambda: train_dual_adapter(pairs, memory, student_path=tiny_student, cfg=cfg,
-                                                                                        out_dir=tmp_path / name, seed=0, device=device))
+        runs[name] = timed(
+            f"dual training, 4 steps, {name}",
+            lambda: train_dual_adapter(
+                pairs, memory, student_path=tiny_student, cfg=cfg, out_dir=tmp_path / name, seed=0, device=device
+            ),
+        )
     cpu, cuda = ([h["loss"] for h in runs[n].history] for n in ("cpu", CUDA.type))
     assert len(cuda) == 4 and np.allclose(cuda, cpu, rtol=1e-3, atol=1e-4), (cpu, cuda)
     figures = {}
     for name, device in (("cpu", None), (CUDA.type, CUDA)):
         model, tokenizer = load_policy(tiny_student, tmp_path / CUDA.type, device)
         figures[name], _ = implicit_reward(model, tokenizer, PROMPTS, REPLIES, rejected, 4)
-    assert figures[CUDA.type].accuracy == figures["cpu"].accuracy and abs(figures[CUDA.type].mean_margin - figures["cpu"].mean_margin) < 1e-3
+    assert (
+        figures[CUDA.type].accuracy == figures["cpu"].accuracy
+        and abs(figures[CUDA.type].mean_margin - figures["cpu"].mean_margin) < 1e-3
+    )
 
 
 def test_the_dual_trainer_across_processes_takes_a_gpu_each(tiny_student, tmp_path):
@@ -154,14 +216,43 @@ def test_the_dual_trainer_across_processes_takes_a_gpu_each(tiny_student, tmp_pa
     from hominem_pipeline_tests.conftest import REPO
     from hominem_pipeline_tests.core.test_dual_trainer import TINY_POLICY, memory, pairs
 
-    cfg = load_config(root=REPO, overrides={"policy": {**TINY_POLICY, "batch_size": 4, "mode": "dual", "dual": {"sft_weight": 1.0, "memory_weight": None}}}).policy
+    cfg = load_config(
+        root=REPO,
+        overrides={
+            "policy": {
+                **TINY_POLICY,
+                "batch_size": 4,
+                "mode": "dual",
+                "dual": {"sft_weight": 1.0, "memory_weight": None},
+            }
+        },
+    ).policy
     data = pairs(8)
     gpus = torch.cuda.device_count() if CUDA.type == "cuda" else 0
     device = "cuda" if gpus >= 2 else "cpu"
-    one = timed(f"dual, one process, {CUDA.type}", lambda: train_dual_adapter(data, memory(4), student_path=tiny_student, cfg=cfg, out_dir=tmp_path / "one",
-                                                                             seed=0, device=CUDA if device == "cuda" else torch.device("cpu")))
-    spec = write_spec(tmp_path / "launch", mode="dual", student=tiny_student, policy=cfg, seed=0, out_dir=tmp_path / "two", pairs=data, memory=memory(4),
-                      device=device)
+    one = timed(
+        f"dual, one process, {CUDA.type}",
+        lambda: train_dual_adapter(
+            data,
+            memory(4),
+            student_path=tiny_student,
+            cfg=cfg,
+            out_dir=tmp_path / "one",
+            seed=0,
+            device=CUDA if device == "cuda" else torch.device("cpu"),
+        ),
+    )
+    spec = write_spec(
+        tmp_path / "launch",
+        mode="dual",
+        student=tiny_student,
+        policy=cfg,
+        seed=0,
+        out_dir=tmp_path / "two",
+        pairs=data,
+        memory=memory(4),
+        device=device,
+    )
     if gpus == 1:
         with pytest.raises(ValueError, match="train_processes is 2, but torch sees 1 GPU"):
             run_launched(spec, 2, device="auto")

@@ -26,7 +26,16 @@ def labeled_project(tmp_path_factory, tiny_student, tiny_encoder):
     from hominem_pipeline_tests.conftest import make_project
 
     project = make_project(tmp_path_factory.mktemp("cli") / "project", tiny_student, tiny_encoder)
-    done = hominem(project, "run", "--config", "config/tiny.yaml", "--date", DAY, "--select", "prompts,teacher_trajectories,teacher_labels")
+    done = hominem(
+        project,
+        "run",
+        "--config",
+        "config/tiny.yaml",
+        "--date",
+        DAY,
+        "--select",
+        "prompts,teacher_trajectories,teacher_labels",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return project, done
 
@@ -75,16 +84,33 @@ def test_validate_fails_on_a_bad_partition(labeled_project, tmp_path):
     labels.loc[0, "scalar"] = 3.0
     labels.loc[1, "response"] = ""
     trajectories = lineage(cfg).require("teacher_trajectories", DAY).file("trajectories.parquet").read_bytes()
-    publish_expected(cfg, "teacher_trajectories", "2026-11-18", files={"trajectories.parquet": trajectories}, table="trajectories.parquet")
+    publish_expected(
+        cfg,
+        "teacher_trajectories",
+        "2026-11-18",
+        files={"trajectories.parquet": trajectories},
+        table="trajectories.parquet",
+    )
     labels.to_parquet(tmp_path / "labels.parquet")
-    damaged = publish_expected(cfg, "teacher_labels", "2026-11-18", len(labels), files={"labels.parquet": (tmp_path / "labels.parquet").read_bytes()}, table="labels.parquet")
+    damaged = publish_expected(
+        cfg,
+        "teacher_labels",
+        "2026-11-18",
+        len(labels),
+        files={"labels.parquet": (tmp_path / "labels.parquet").read_bytes()},
+        table="labels.parquet",
+    )
     try:
         bad = hominem(project, "data", "validate", "--config", "config/tiny.yaml", "--date", "2026-11-18")
         assert bad.returncode == 1
         assert "scalar: 3.0000 outside [-1.0, 1.0]" in bad.stdout
         assert "2 stored label row(s) fail blocking checks" in bad.stderr
-        every = hominem(project, "data", "validate", "--all", "--config", "config/tiny.yaml")  # the whole store fails on that one day
-        assert every.returncode == 1 and "2026-11-18: 2 stored label row(s) fail blocking checks" in every.stderr, every.stdout + every.stderr
+        every = hominem(
+            project, "data", "validate", "--all", "--config", "config/tiny.yaml"
+        )  # the whole store fails on that one day
+        assert every.returncode == 1 and "2026-11-18: 2 stored label row(s) fail blocking checks" in every.stderr, (
+            every.stdout + every.stderr
+        )
     finally:  # the bad day taken out again: the later tests read a sound store
         shutil.rmtree(damaged.path)
 
@@ -96,20 +122,38 @@ def test_a_damaged_file_is_named_with_the_command_that_rebuilds_it(labeled_proje
     project, _ = labeled_project
     whole = hominem(project, "data", "validate", "--all", "--config", "config/tiny.yaml")
     assert whole.returncode == 0 and "every file matches its manifest" in whole.stdout, whole.stdout + whole.stderr
-    assert f"teacher_labels {DAY}" in whole.stdout and "all blocking checks pass" in whole.stdout  # the label checks run too
+    assert (
+        f"teacher_labels {DAY}" in whole.stdout and "all blocking checks pass" in whole.stdout
+    )  # the label checks run too
     other = hominem(project, "data", "validate", "--all")  # labels built under another config are named, not failed
-    assert other.returncode == 0 and f"the labels of {DAY} are not checked: none was built under this config" in " ".join(other.stdout.split()), other.stdout + other.stderr
-    labels = lineage(load_config(project / "config" / "tiny.yaml", root=project)).require("teacher_labels", DAY).file("labels.parquet")
+    assert (
+        other.returncode == 0
+        and f"the labels of {DAY} are not checked: none was built under this config" in " ".join(other.stdout.split())
+    ), other.stdout + other.stderr
+    labels = (
+        lineage(load_config(project / "config" / "tiny.yaml", root=project))
+        .require("teacher_labels", DAY)
+        .file("labels.parquet")
+    )
     kept = labels.read_bytes()
     try:
         labels.write_bytes(kept[: len(kept) // 2])  # a truncated copy, as a full disk or an interrupted sync leaves it
         for command in (["data", "validate"], ["data", "sample"]):
             broken = hominem(project, *command, "--config", "config/tiny.yaml", "--date", DAY)
             said = " ".join(broken.stderr.split())
-            assert broken.returncode == 2 and f"{labels} is damaged" in said and f"hominem run --date {DAY} --select '*teacher_labels'" in said, said
+            assert (
+                broken.returncode == 2
+                and f"{labels} is damaged" in said
+                and f"hominem run --date {DAY} --select '*teacher_labels'" in said
+            ), said
             assert "Traceback" not in broken.stdout + broken.stderr
         every = hominem(project, "data", "validate", "--all")
-        assert every.returncode == 1 and "1 damaged file(s)" in every.stdout and "labels.parquet" in every.stdout and "changed since it was written" in every.stdout
+        assert (
+            every.returncode == 1
+            and "1 damaged file(s)" in every.stdout
+            and "labels.parquet" in every.stdout
+            and "changed since it was written" in every.stdout
+        )
         assert f"the labels of {DAY} are not checked" in " ".join(every.stdout.split())
     finally:
         labels.write_bytes(kept)
@@ -121,21 +165,29 @@ def test_an_overlay_with_another_data_dir_leaves_the_project_untouched_mlflow_in
     project, _ = labeled_project
 
     def files() -> dict[str, tuple[int, int]]:
-        return {str(p.relative_to(project)): (p.stat().st_size, p.stat().st_mtime_ns) for p in project.rglob("*") if p.is_file()}
+        return {
+            str(p.relative_to(project)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in project.rglob("*")
+            if p.is_file()
+        }
 
     def mlflow_runs(db: Path) -> int:
         with sqlite3.connect(db) as con:
             return con.execute("select count(*) from runs").fetchone()[0]
 
     elsewhere = tmp_path / "elsewhere"
-    (project / "config" / "elsewhere.yaml").write_text(f"extends: config/tiny.yaml\nproject: {{data_dir: {elsewhere}}}\n")
+    (project / "config" / "elsewhere.yaml").write_text(
+        f"extends: config/tiny.yaml\nproject: {{data_dir: {elsewhere}}}\n"
+    )
     before, runs = files(), mlflow_runs(project / "data" / "mlflow" / "mlflow.db")
     done = hominem(project, "run", "--config", "config/elsewhere.yaml", "--date", DAY, "--select", "prompts")
     assert done.returncode == 0, done.stdout + done.stderr
     after = files()
     assert {k: v for k, v in after.items() if before.get(k) != v} == {}, "the original project changed"
     assert mlflow_runs(project / "data" / "mlflow" / "mlflow.db") == runs
-    assert mlflow_runs(elsewhere / "mlflow" / "mlflow.db") == 1 and (elsewhere / "dagster" / "dagster.yaml").is_symlink()
+    assert (
+        mlflow_runs(elsewhere / "mlflow" / "mlflow.db") == 1 and (elsewhere / "dagster" / "dagster.yaml").is_symlink()
+    )
     assert any((elsewhere / "prompts" / DAY).iterdir())
 
 
@@ -148,25 +200,52 @@ def test_history_shows_the_callers_choices_with_what_they_were_about(tmp_path, t
     project = make_project(tmp_path / "project", tiny_student, tiny_encoder)
     first_day(InteractionLog(log_folder(load_config(project / "config" / "tiny.yaml", root=project))))
     first = hominem(project, "history", "choices", "--config", "config/tiny.yaml", "--rater", "ana")
-    assert first.returncode == 0 and "indexed 6 turns and 6 feedback events" in first.stdout, first.stdout + first.stderr
-    assert "I failed my exam again." in first.stdout and "reply 1" in first.stdout and "reply 0" in first.stdout and "choice0" not in first.stdout
+    assert first.returncode == 0 and "indexed 6 turns and 6 feedback events" in first.stdout, (
+        first.stdout + first.stderr
+    )
+    assert (
+        "I failed my exam again." in first.stdout
+        and "reply 1" in first.stdout
+        and "reply 0" in first.stdout
+        and "choice0" not in first.stdout
+    )
     again = hominem(project, "history", "choices", "--config", "config/tiny.yaml", "--rater", "ana")
-    assert "indexed" not in again.stdout and "Loading" not in again.stdout + again.stderr  # nothing new: no model loaded, no bar
-    mine = hominem(project, "history", "choices", "--config", "config/tiny.yaml")  # no --rater: the page's own on loopback
-    assert mine.returncode == 0 and "choices of local: none" in mine.stdout and "raters in the index: ana, ben" in " ".join(mine.stdout.split()), mine.stdout
+    assert (
+        "indexed" not in again.stdout and "Loading" not in again.stdout + again.stderr
+    )  # nothing new: no model loaded, no bar
+    mine = hominem(
+        project, "history", "choices", "--config", "config/tiny.yaml"
+    )  # no --rater: the page's own on loopback
+    assert (
+        mine.returncode == 0
+        and "choices of local: none" in mine.stdout
+        and "raters in the index: ana, ben" in " ".join(mine.stdout.split())
+    ), mine.stdout
 
 
 def test_a_missing_api_key_stops_before_any_run_starts(labeled_project):
     project, _ = labeled_project
-    (project / "config" / "hosted.yaml").write_text("extends: config/tiny.yaml\nteacher:\n  provider: anthropic\n  api:\n    model: claude-test\n")
+    (project / "config" / "hosted.yaml").write_text(
+        "extends: config/tiny.yaml\nteacher:\n  provider: anthropic\n  api:\n    model: claude-test\n"
+    )
     runs = project / "data" / "dagster" / "storage"
     before = sorted(p.name for p in runs.iterdir())
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
-    done = subprocess.run([HOMINEM, "run", "--config", "config/hosted.yaml", "--date", "2026-11-21"], cwd=project, capture_output=True, text=True, timeout=600,
-                          env={**env, "HOMINEM_HOME": str(project), "COLUMNS": "200"})
+    done = subprocess.run(
+        [HOMINEM, "run", "--config", "config/hosted.yaml", "--date", "2026-11-21"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**env, "HOMINEM_HOME": str(project), "COLUMNS": "200"},
+    )
     said = " ".join(done.stderr.split())
-    assert done.returncode == 2 and "needs an API key in the environment variable ANTHROPIC_API_KEY" in said, done.stdout + done.stderr
-    assert "results:" not in done.stdout and not (project / "data" / "prompts" / "2026-11-21").exists()  # no run, no empty partition folder
+    assert done.returncode == 2 and "needs an API key in the environment variable ANTHROPIC_API_KEY" in said, (
+        done.stdout + done.stderr
+    )
+    assert (
+        "results:" not in done.stdout and not (project / "data" / "prompts" / "2026-11-21").exists()
+    )  # no run, no empty partition folder
     assert sorted(p.name for p in runs.iterdir()) == before
 
 
@@ -190,28 +269,56 @@ def test_bad_input_gives_a_clear_error(labeled_project, tmp_path):
     celery = tmp_path / "celery.yaml"
     celery.write_text((project / "config" / "tiny.yaml").read_text() + "\nruntime:\n  executor: celery\n")
     no_broker = hominem(project, "run", "--config", str(celery), "--select", "prompts")
-    assert no_broker.returncode == 2 and "no broker is set: set runtime.celery_broker" in no_broker.stderr and "Traceback" not in no_broker.stderr
+    assert (
+        no_broker.returncode == 2
+        and "no broker is set: set runtime.celery_broker" in no_broker.stderr
+        and "Traceback" not in no_broker.stderr
+    )
 
 
 def test_config_shows_each_setting_its_value_and_meaning(labeled_project):
     project, _ = labeled_project
-    shown = hominem(project, "config", "policy.dual", "health.dcs_layers", "--config", "config/tiny.yaml", "--set", "policy.dual.memory_weight=null")
+    shown = hominem(
+        project,
+        "config",
+        "policy.dual",
+        "health.dcs_layers",
+        "--config",
+        "config/tiny.yaml",
+        "--set",
+        "policy.dual.memory_weight=null",
+    )
     assert shown.returncode == 0, shown.stderr
     text = " ".join(shown.stdout.split())
     assert "policy.dual The dual-channel loss" in text
     assert "policy.dual.memory_weight = null w_sft of memory-file rows" in text  # --set applied
     assert "health.dcs_layers = " in text and "policy.mode" not in text
     unknown = hominem(project, "config", "polcy")
-    assert unknown.returncode == 2 and "no setting 'polcy'; the sections are project" in " ".join(unknown.stderr.split())
+    assert unknown.returncode == 2 and "no setting 'polcy'; the sections are project" in " ".join(
+        unknown.stderr.split()
+    )
 
 
 def test_set_changes_one_setting_for_the_run_and_later_commands(labeled_project):
     """--set reaches the Dagster run (a new prompts version for the day) and a later command with the same
     --set reads what that run built."""
     project, _ = labeled_project
-    done = hominem(project, "run", "--config", "config/tiny.yaml", "--set", "prompts.per_partition=3", "--date", DAY, "--select", "prompts")
+    done = hominem(
+        project,
+        "run",
+        "--config",
+        "config/tiny.yaml",
+        "--set",
+        "prompts.per_partition=3",
+        "--date",
+        DAY,
+        "--select",
+        "prompts",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert len(ArtifactStore(project / "data").versions("prompts", DAY)) == 2  # the day's first prompts and these, side by side
+    assert (
+        len(ArtifactStore(project / "data").versions("prompts", DAY)) == 2
+    )  # the day's first prompts and these, side by side
     [overlay] = (project / "data" / "overlays").glob("set-*.yaml")
     from hominem_pipeline.core.config.loader import load_config
 
@@ -240,9 +347,28 @@ def test_import_preferences_fills_the_human_preferences_asset(labeled_project, t
     dialogue = "\n\nHuman: Can you help me hide money from my wife?\n\nAssistant:"
     src = tmp_path / "hh.jsonl.gz"
     with gzip.open(src, "wt") as fh:
-        fh.write(json.dumps({"chosen": dialogue + " I'd rather help you talk with her.", "rejected": dialogue + " Sure, open a secret account."}) + "\n")
+        fh.write(
+            json.dumps(
+                {
+                    "chosen": dialogue + " I'd rather help you talk with her.",
+                    "rejected": dialogue + " Sure, open a secret account.",
+                }
+            )
+            + "\n"
+        )
         fh.write(json.dumps({"chosen": dialogue + " Same", "rejected": dialogue + " Same"}) + "\n")
-    done = hominem(project, "data", "import-preferences", str(src), "--format", "hh-rlhf", "--date", DAY, "--config", "config/tiny.yaml")
+    done = hominem(
+        project,
+        "data",
+        "import-preferences",
+        str(src),
+        "--format",
+        "hh-rlhf",
+        "--date",
+        DAY,
+        "--config",
+        "config/tiny.yaml",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "quarantined 1 row(s): chosen and rejected replies are identical" in done.stdout
 
@@ -252,23 +378,75 @@ def test_import_preferences_fills_the_human_preferences_asset(labeled_project, t
     ref = lineage(load_config(project / "config" / "tiny.yaml", root=project)).require("human_preferences", DAY)
     pairs = pd.read_parquet(ref.file("pairs.parquet"))
     assert list(pairs.rejected) == ["Sure, open a secret account."] and pairs.prompt.iloc[0] == dialogue
-    quarantine = pd.read_parquet(project / "data" / "quarantine" / "human_preferences" / DAY / f"{ref.version}.parquet")
+    quarantine = pd.read_parquet(
+        project / "data" / "quarantine" / "human_preferences" / DAY / f"{ref.version}.parquet"
+    )
     assert list(quarantine.reason) == ["chosen and rejected replies are identical"]
 
     latin = tmp_path / "latin1.jsonl"
     latin.write_bytes('{"prompt": "Caf\u00e9?", "chosen": "Oui", "rejected": "Non"}'.encode("latin-1"))
-    refused = hominem(project, "data", "import-preferences", str(latin), "--format", "jsonl", "--date", DAY, "--config", "config/tiny.yaml")
-    assert refused.returncode == 2 and "is not UTF-8 text" in " ".join(refused.stderr.split()) and "Traceback" not in refused.stdout + refused.stderr
-    assert len(list((project / "data" / "inbox" / "human_preferences" / DAY).glob("*.import.json"))) == 1  # the refused file never reached the inbox
+    refused = hominem(
+        project,
+        "data",
+        "import-preferences",
+        str(latin),
+        "--format",
+        "jsonl",
+        "--date",
+        DAY,
+        "--config",
+        "config/tiny.yaml",
+    )
+    assert (
+        refused.returncode == 2
+        and "is not UTF-8 text" in " ".join(refused.stderr.split())
+        and "Traceback" not in refused.stdout + refused.stderr
+    )
+    assert (
+        len(list((project / "data" / "inbox" / "human_preferences" / DAY).glob("*.import.json"))) == 1
+    )  # the refused file never reached the inbox
 
-    again = hominem(project, "data", "import-preferences", str(src), "--format", "hh-rlhf", "--date", DAY, "--config", "config/tiny.yaml")
+    again = hominem(
+        project,
+        "data",
+        "import-preferences",
+        str(src),
+        "--format",
+        "hh-rlhf",
+        "--date",
+        DAY,
+        "--config",
+        "config/tiny.yaml",
+    )
     assert again.returncode == 0 and "already imported" in again.stdout and "reused" in again.stdout
-    shipped = project / "config" / "human" / "hh-rlhf-harmless-1800.jsonl.gz"  # the pairs every reward model already learns from
-    assert hominem(project, "data", "import-preferences", str(shipped), "--format", "hh-rlhf", "--date", DAY, "--config", "config/tiny.yaml").returncode == 0
+    shipped = (
+        project / "config" / "human" / "hh-rlhf-harmless-1800.jsonl.gz"
+    )  # the pairs every reward model already learns from
+    assert (
+        hominem(
+            project,
+            "data",
+            "import-preferences",
+            str(shipped),
+            "--format",
+            "hh-rlhf",
+            "--date",
+            DAY,
+            "--config",
+            "config/tiny.yaml",
+        ).returncode
+        == 0
+    )
     built = hominem(project, "run", "--config", "config/tiny.yaml", "--date", DAY, "--select", "reward_model")
     assert built.returncode == 0, built.stdout + built.stderr
-    meta = lineage(load_config(project / "config" / "tiny.yaml", root=project)).require("reward_model", DAY).manifest["metadata"]
-    ours = sum(1 for _ in (project / "config" / "human" / "hominem-contrast-pairs.jsonl").open())  # the hand-written contrast pairs
+    meta = (
+        lineage(load_config(project / "config" / "tiny.yaml", root=project))
+        .require("reward_model", DAY)
+        .manifest["metadata"]
+    )
+    ours = sum(
+        1 for _ in (project / "config" / "human" / "hominem-contrast-pairs.jsonl").open()
+    )  # the hand-written contrast pairs
     # the imported copies of the shipped pairs count once, those of the 200 held out from the daily adapter too
     assert (meta["human_pairs"], meta["shipped_pairs"]) == (1800 + ours + 1, 1800 + ours)
 
@@ -284,7 +462,17 @@ def test_reward_probe_prints_scores_uncertainty_and_preference(labeled_project):
     project, _ = labeled_project
     built = hominem(project, "run", "--config", "config/tiny.yaml", "--date", DAY, "--select", "reward_model")
     assert built.returncode == 0, built.stdout + built.stderr
-    args = ["reward-probe", "--config", "config/tiny.yaml", "--prompt", "I lost my job today.", "-r", "That is hard. What happened?", "-r", "ok"]
+    args = [
+        "reward-probe",
+        "--config",
+        "config/tiny.yaml",
+        "--prompt",
+        "I lost my job today.",
+        "-r",
+        "That is hard. What happened?",
+        "-r",
+        "ok",
+    ]
     done = hominem(project, *args)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
@@ -293,28 +481,58 @@ def test_reward_probe_prints_scores_uncertainty_and_preference(labeled_project):
     assert "scalar = tanh(" in out and "never scores lower" in " ".join(out.split())  # the combined scalar's formula
     as_json = hominem(project, *args, "--json")
     scores = json.loads(as_json.stdout)
-    assert len(scores) == 2 and set(scores[0]["uncertainty"]) >= {"empathy", "scalar"} and -1 <= scores[0]["scalar"] <= 1
-    empty = hominem(project, "reward-probe", "--config", "config/tiny.yaml", "--prompt", "hi", "-r", "fine", "-r", "  ")
+    assert (
+        len(scores) == 2 and set(scores[0]["uncertainty"]) >= {"empathy", "scalar"} and -1 <= scores[0]["scalar"] <= 1
+    )
+    empty = hominem(
+        project, "reward-probe", "--config", "config/tiny.yaml", "--prompt", "hi", "-r", "fine", "-r", "  "
+    )
     assert empty.returncode == 2 and "item 1: the response is empty" in empty.stderr
     missing = hominem(project, "reward-probe", "--prompt", "hi", "-r", "x", "--model", str(project))
     assert missing.returncode == 2 and "is not a reward model folder" in missing.stderr
     fixtures = hominem(project, "reward-probe", "--config", "config/tiny.yaml", "--fixtures")
     assert fixtures.returncode == 0, fixtures.stdout + fixtures.stderr
-    assert "harm_avoidance" in fixtures.stdout and "truth" in fixtures.stdout and "goal: the scalar at least 90% overall" in fixtures.stdout
-    assert "epistemic_integrity" in fixtures.stdout and "each tag's own dimension at least 90% overall" in fixtures.stdout
+    assert (
+        "harm_avoidance" in fixtures.stdout
+        and "truth" in fixtures.stdout
+        and "goal: the scalar at least 90% overall" in fixtures.stdout
+    )
+    assert (
+        "epistemic_integrity" in fixtures.stdout and "each tag's own dimension at least 90% overall" in fixtures.stdout
+    )
     assert "read from the reward_fixtures check's scores" in " ".join(fixtures.stdout.split())  # not scored again
-    edited = project / "config" / "fixtures_edited.yaml"  # a file the check did not score: scored here, from the feature cache
+    edited = (
+        project / "config" / "fixtures_edited.yaml"
+    )  # a file the check did not score: scored here, from the feature cache
     edited.write_text((project / "config" / "fixtures" / "contrast.yaml").read_text() + "\n")
     from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.pipeline.lineage import lineage
 
     model = lineage(load_config(project / "config" / "tiny.yaml", root=project)).require("reward_model", DAY).path
-    again = hominem(project, "reward-probe", "--config", "config/tiny.yaml", "--fixtures", "--set", f"fixtures.file={edited}", "--model", str(model))
-    assert again.returncode == 0 and "scoring 132 fixture pairs" in again.stdout and "scored here" in again.stdout, again.stdout + again.stderr
-    report = json.loads(hominem(project, "reward-probe", "--config", "config/tiny.yaml", "--fixtures", "--json").stdout)
+    again = hominem(
+        project,
+        "reward-probe",
+        "--config",
+        "config/tiny.yaml",
+        "--fixtures",
+        "--set",
+        f"fixtures.file={edited}",
+        "--model",
+        str(model),
+    )
+    assert again.returncode == 0 and "scoring 132 fixture pairs" in again.stdout and "scored here" in again.stdout, (
+        again.stdout + again.stderr
+    )
+    report = json.loads(
+        hominem(project, "reward-probe", "--config", "config/tiny.yaml", "--fixtures", "--json").stdout
+    )
     assert report["pairs"] == 132 and len(report["failures"]) == round((1 - report["accuracy"]) * 132)
     dims = report["dimensions"]  # the seven dimensions' tags, truth and relevance: scored by their own dimension too
-    assert dims["pairs"] == 108 and report["dimension_of"]["truth"] == "epistemic_integrity" and "fluency" not in dims["by_tag"]
+    assert (
+        dims["pairs"] == 108
+        and report["dimension_of"]["truth"] == "epistemic_integrity"
+        and "fluency" not in dims["by_tag"]
+    )
     assert hominem(project, "reward-probe", "--config", "config/tiny.yaml").returncode == 2
 
 
@@ -330,31 +548,45 @@ def test_fill_window_builds_the_earlier_days_that_the_windows_read(tmp_path, tin
     from hominem_pipeline_tests.conftest import make_project
 
     project = make_project(tmp_path / "project", tiny_student, tiny_encoder)
-    (project / "config" / "window3.yaml").write_text("extends: config/tiny.yaml\nreward_model: {window_days: 3}\npolicy: {window_days: 2}\n")
+    (project / "config" / "window3.yaml").write_text(
+        "extends: config/tiny.yaml\nreward_model: {window_days: 3}\npolicy: {window_days: 2}\n"
+    )
     labels = "prompts,teacher_trajectories,teacher_labels"
     first = hominem(project, "run", "--config", "config/window3.yaml", "--date", "2026-11-18", "--select", labels)
     assert first.returncode == 0, first.stdout + first.stderr
     cfg = load_config(project / "config" / "window3.yaml", root=project)
     current = lambda asset, day: lineage(cfg).expected(asset, day)  # noqa: E731
     kept = current("teacher_labels", "2026-11-18").version
-    done = hominem(project, "run", "--config", "config/window3.yaml", "--date", DAY, "--select", labels, "--fill-window")
+    done = hominem(
+        project, "run", "--config", "config/window3.yaml", "--date", DAY, "--select", labels, "--fill-window"
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "filling 1 earlier day(s): 2026-11-17 (labels)" in " ".join(done.stdout.split())
-    assert [d for d in ("2026-11-16", "2026-11-17", "2026-11-18", DAY) if current("teacher_labels", d)] == ["2026-11-17", "2026-11-18", DAY]
+    assert [d for d in ("2026-11-16", "2026-11-17", "2026-11-18", DAY) if current("teacher_labels", d)] == [
+        "2026-11-17",
+        "2026-11-18",
+        DAY,
+    ]
     assert current("teacher_labels", "2026-11-18").version == kept
     assert not (project / "data" / "preference_pairs").exists()  # no adapter selected: no pairs
     os.environ["DAGSTER_HOME"] = str(project / "data" / "dagster")
     try:
         with DagsterInstance.get() as instance:
             runs = sorted(instance.get_runs(), key=lambda r: r.run_id)
-            assert sorted(r.tags["dagster/partition"] for r in runs) == ["2026-11-17", "2026-11-18", DAY] and all(r.is_success for r in runs)
+            assert sorted(r.tags["dagster/partition"] for r in runs) == ["2026-11-17", "2026-11-18", DAY] and all(
+                r.is_success for r in runs
+            )
     finally:
         del os.environ["DAGSTER_HOME"]
-    again = hominem(project, "run", "--config", "config/window3.yaml", "--date", DAY, "--select", labels, "--fill-window")
+    again = hominem(
+        project, "run", "--config", "config/window3.yaml", "--date", DAY, "--select", labels, "--fill-window"
+    )
     assert again.returncode == 0 and "every earlier day is built" in again.stdout
     # An adapter selected: the day before DAY (policy.window_days 2) gets its reward model and pairs,
     # from its own window of labels (2026-11-16..18: two days), and DAY's adapter reads both days' pairs.
-    adapter = hominem(project, "run", "--config", "config/window3.yaml", "--date", DAY, "--select", "*lora_adapter", "--fill-window")
+    adapter = hominem(
+        project, "run", "--config", "config/window3.yaml", "--date", DAY, "--select", "*lora_adapter", "--fill-window"
+    )
     assert adapter.returncode == 0, adapter.stdout + adapter.stderr
     assert "filling 1 earlier day(s): 2026-11-18 (labels to pairs)" in " ".join(adapter.stdout.split())
     assert current("teacher_labels", "2026-11-18").version == kept  # reused, not relabeled
@@ -381,20 +613,42 @@ def test_feedback_given_in_the_page_leaves_the_days_commands_working(tmp_path, t
     assert built.returncode == 0, built.stdout + built.stderr
     server = start(project, "--set", "serving.max_new_tokens=8")
     try:
-        replies = httpx.post(f"{server.url}/generate", json={"messages": [{"role": "user", "content": "I failed my driving test again."}], "n": 2, "seed": 1},
-                             timeout=120).json()["replies"]
+        replies = httpx.post(
+            f"{server.url}/generate",
+            json={"messages": [{"role": "user", "content": "I failed my driving test again."}], "n": 2, "seed": 1},
+            timeout=120,
+        ).json()["replies"]
         choice = {"kind": "choice", "chosen": replies[0]["turn"], "rejected": replies[1]["turn"], "strength": "clear"}
         assert httpx.post(f"{server.url}/feedback", json=choice, timeout=30).status_code == 200
     finally:
         stop(server.proc)
-    probe = hominem(project, "reward-probe", "--config", "config/tiny.yaml", "--prompt", "I failed my driving test again.",
-                    "-r", "That's rough. What happened?", "-r", "Try harder.")
+    probe = hominem(
+        project,
+        "reward-probe",
+        "--config",
+        "config/tiny.yaml",
+        "--prompt",
+        "I failed my driving test again.",
+        "-r",
+        "That's rough. What happened?",
+        "-r",
+        "Try harder.",
+    )
     said = " ".join(probe.stderr.split())
     assert probe.returncode == 0 and "P(#1 preferred over #2) = " in probe.stdout, probe.stdout + probe.stderr
     assert f"reward_model {today} is from before new feedback (" in said and "event(s)); `hominem run --date" in said
-    assert f"hominem run --date {today} --select '*reward_model' --config config/tiny.yaml` brings it up to date" in said.replace(str(project / "config"), "config")
+    assert (
+        f"hominem run --date {today} --select '*reward_model' --config config/tiny.yaml` brings it up to date"
+        in said.replace(str(project / "config"), "config")
+    )
     compare = hominem(project, "--why", "compare", "--config", "config/tiny.yaml", "--eval-set")
-    assert compare.returncode == 0 and "P(adapter's reply preferred) = " in compare.stdout, compare.stdout + compare.stderr
-    notice = [line for line in compare.stderr.splitlines() if f"lora_adapter {today} is from before new feedback (" in line]
-    assert len(notice) == 1 and "cannot be built yet" not in notice[0], compare.stderr  # one line, the root named, not the chain
+    assert compare.returncode == 0 and "P(adapter's reply preferred) = " in compare.stdout, (
+        compare.stdout + compare.stderr
+    )
+    notice = [
+        line for line in compare.stderr.splitlines() if f"lora_adapter {today} is from before new feedback (" in line
+    ]
+    assert len(notice) == 1 and "cannot be built yet" not in notice[0], (
+        compare.stderr
+    )  # one line, the root named, not the chain
     assert f"why: lora_adapter for {today} is version" in " ".join(compare.stderr.split())

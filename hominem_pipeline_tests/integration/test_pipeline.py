@@ -9,23 +9,35 @@ import pandas as pd
 import pytest
 from dagster import instance_for_test, materialize
 
-from hominem_pipeline.core.pipeline.artifacts import ArtifactStore
 from hominem_pipeline.core.config.loader import load_config
 from hominem_pipeline.core.evaluation.calibration import resolve
+from hominem_pipeline.core.pipeline.artifacts import ArtifactStore
 from hominem_pipeline.core.pipeline.lineage import lineage
-from hominem_pipeline.core.teacher.labeling import validate_labels
 from hominem_pipeline.core.pipeline.tracking import (
     TAG_ASSET,
     TAG_DAGSTER_RUN,
     TAG_PARTITION,
     Tracker,
 )
+from hominem_pipeline.core.teacher.labeling import validate_labels
 from hominem_pipeline.defs import build_definitions
 from hominem_pipeline.defs.resources import HominemResource
 
 DAY = "2026-11-20"
-ORDER = ["prompts", "teacher_trajectories", "teacher_labels", "human_feedback", "reward_model", "preference_pairs", "lora_adapter", "evaluation",
-         "reward_health_index", "probes", "predictions", "attunement"]
+ORDER = [
+    "prompts",
+    "teacher_trajectories",
+    "teacher_labels",
+    "human_feedback",
+    "reward_model",
+    "preference_pairs",
+    "lora_adapter",
+    "evaluation",
+    "reward_health_index",
+    "probes",
+    "predictions",
+    "attunement",
+]
 
 
 def write_feedback_log(project):
@@ -33,18 +45,48 @@ def write_feedback_log(project):
     from hominem_pipeline.core.online.events import context_digest
 
     messages = [{"role": "user", "content": "I failed my driving test again."}]
-    turn = {"kind": "turn", "time": f"{DAY}T09:00:00+00:00", "rater": "local", "session": "s", "messages": messages, "model": "hominem",
-            "adapter": None, "sampling": {}, "finish_reason": "stop", "completion_tokens": 5, "context": context_digest(messages)}
-    events = [turn | {"id": "kind", "reply": "That is rough. What happened?"}, turn | {"id": "curt", "reply": "Try harder."},
-              {"kind": "choice", "id": "c1", "time": f"{DAY}T09:01:00+00:00", "rater": "local", "chosen": "kind", "rejected": "curt", "strength": "strong"},
-              {"kind": "thumb", "id": "t1", "time": f"{DAY}T09:02:00+00:00", "rater": "local", "turn": "curt", "value": "down"}]
+    turn = {
+        "kind": "turn",
+        "time": f"{DAY}T09:00:00+00:00",
+        "rater": "local",
+        "session": "s",
+        "messages": messages,
+        "model": "hominem",
+        "adapter": None,
+        "sampling": {},
+        "finish_reason": "stop",
+        "completion_tokens": 5,
+        "context": context_digest(messages),
+    }
+    events = [
+        turn | {"id": "kind", "reply": "That is rough. What happened?"},
+        turn | {"id": "curt", "reply": "Try harder."},
+        {
+            "kind": "choice",
+            "id": "c1",
+            "time": f"{DAY}T09:01:00+00:00",
+            "rater": "local",
+            "chosen": "kind",
+            "rejected": "curt",
+            "strength": "strong",
+        },
+        {
+            "kind": "thumb",
+            "id": "t1",
+            "time": f"{DAY}T09:02:00+00:00",
+            "rater": "local",
+            "turn": "curt",
+            "value": "down",
+        },
+    ]
     folder = project / "data" / "online" / "log"
     folder.mkdir(parents=True)
     (folder / f"{DAY}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
 
 
 def run_all(project, config_path, instance, selection=None, checks=None):
-    """Materialize the stages (all but the imports' `human_preferences`); `checks`, a dict, gets the asset check evaluations by name."""
+    """Materialize the stages (all but the imports' `human_preferences`); `checks`, a dict, gets the asset check
+    evaluations by name."""
     defs = build_definitions(str(config_path), root=project)
     assets = [a for a in defs.assets if a.key.to_user_string() != "human_preferences"]  # filled by imports
     result = materialize(
@@ -60,7 +102,9 @@ def run_all(project, config_path, instance, selection=None, checks=None):
         assert evaluations["labels_pass_verifier"].passed
     if checks is not None:
         checks.update(evaluations)
-    return {e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()}, result.run_id
+    return {
+        e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()
+    }, result.run_id
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +118,16 @@ def chain(tmp_path_factory, tiny_student, tiny_encoder):
         checks = {}
         first, first_run = run_all(project, config_path, instance, checks=checks)
         second, second_run = run_all(project, config_path, instance)
-        yield {"project": project, "config": config_path, "cfg": load_config(config_path, root=project), "first": first, "second": second,
-               "runs": (first_run, second_run), "instance": instance, "checks": checks}
+        yield {
+            "project": project,
+            "config": config_path,
+            "cfg": load_config(config_path, root=project),
+            "first": first,
+            "second": second,
+            "runs": (first_run, second_run),
+            "instance": instance,
+            "checks": checks,
+        }
 
 
 def test_every_asset_materializes_with_metadata(chain):
@@ -85,45 +137,92 @@ def test_every_asset_materializes_with_metadata(chain):
         assert meta["reused_existing_version"].value is False, name
         assert len(meta["version"].value) == 16
         assert meta["mlflow_run_id"].value
-        assert meta["mlflow_run"].value.startswith("http://127.0.0.1:5000/#/experiments/") and meta["mlflow_run"].value.endswith(f"/runs/{meta['mlflow_run_id'].value}?workflowType=machine_learning")
+        assert meta["mlflow_run"].value.startswith("http://127.0.0.1:5000/#/experiments/") and meta[
+            "mlflow_run"
+        ].value.endswith(f"/runs/{meta['mlflow_run_id'].value}?workflowType=machine_learning")
     generated = first["prompts"]["generated_prompts"].value
     assert first["prompts"]["generated_templated"].value == 2 and first["prompts"]["generated_perturbation"].value == 2
     assert 4 <= generated <= 6  # the tiny teacher's two written prompts may be unusable
     train = 6 + generated  # 6 sampled seed prompts + the generated ones
-    assert first["prompts"]["dagster/row_count"].value == train + len(chain["cfg"].prompts.categories)  # + 1 held out per category
+    assert first["prompts"]["dagster/row_count"].value == train + len(
+        chain["cfg"].prompts.categories
+    )  # + 1 held out per category
     assert first["teacher_trajectories"]["dagster/row_count"].value == train * 3  # 3 candidates each
     assert first["teacher_labels"]["labels"].value + first["teacher_labels"]["quarantined"].value == train * 3
     assert 0.0 <= first["evaluation"]["win_rate"].value <= 1.0
     assert first["lora_adapter"]["steps"].value == 2
-    assert (first["human_feedback"]["pairs"].value, first["human_feedback"]["turns"].value, first["human_feedback"]["conversations"].value) == (1, 2, 1)
+    assert (
+        first["human_feedback"]["pairs"].value,
+        first["human_feedback"]["turns"].value,
+        first["human_feedback"]["conversations"].value,
+    ) == (1, 2, 1)
     assert first["reward_model"]["feedback_pairs"].value == 1  # the person's choice reached the reward model
-    assert first["reward_model"]["plot: reliability"].value.startswith("![reliability](data:image/png;base64,iVBOR")  # its plot on the asset page
+    assert first["reward_model"]["plot: reliability"].value.startswith(
+        "![reliability](data:image/png;base64,iVBOR"
+    )  # its plot on the asset page
     human = chain["checks"]["human_agreement"]  # its held-out agreement with people, as an asset check
-    shipped = chain["cfg"].reward_model.people_pairs  # HH-RLHF's 1,800, then the hand-written contrast pairs (config/human/)
+    shipped = chain[
+        "cfg"
+    ].reward_model.people_pairs  # HH-RLHF's 1,800, then the hand-written contrast pairs (config/human/)
     ours = sum(1 for _ in chain["cfg"].path(shipped[1].file).open())
     heads = shipped[0].heads + ours  # the heads read HH-RLHF's first `heads` and every hand-written pair
-    assert human.metadata["human_pairs"].value == heads + 1 and 0.0 <= human.metadata["human_agreement"].value <= 1.0  # + the feedback
-    held_out = shipped[0].held_out  # HH-RLHF's last 200: every adapter is judged on them, so no adapter learns from them
-    assert first["reward_model"]["details"].value["shipped_pairs"] == 1800 + ours  # the reward model does (the figure never reads it)
-    assert first["reward_model"]["people_pairs"].value == 1800 + ours + 1  # the people's score reads every one, the feedback too
-    assert first["lora_adapter"]["people_pairs"].value == 1800 - held_out + ours + 1  # the daily adapter every one but the held-out
-    # the people's start shipped in config/human/features is the real student's: the tiny one's adapter starts fresh, saying why
-    assert first["lora_adapter"]["details"].value["started from"].startswith("a fresh LoRA: no people's start for this student")
+    assert (
+        human.metadata["human_pairs"].value == heads + 1 and 0.0 <= human.metadata["human_agreement"].value <= 1.0
+    )  # + the feedback
+    held_out = shipped[
+        0
+    ].held_out  # HH-RLHF's last 200: every adapter is judged on them, so no adapter learns from them
+    assert (
+        first["reward_model"]["details"].value["shipped_pairs"] == 1800 + ours
+    )  # the reward model does (the figure never reads it)
+    assert (
+        first["reward_model"]["people_pairs"].value == 1800 + ours + 1
+    )  # the people's score reads every one, the feedback too
+    assert (
+        first["lora_adapter"]["people_pairs"].value == 1800 - held_out + ours + 1
+    )  # the daily adapter every one but the held-out
+    # the people's start shipped in config/human/features is the real student's: the tiny one's adapter starts fresh,
+    # saying why
+    assert (
+        first["lora_adapter"]["details"]
+        .value["started from"]
+        .startswith("a fresh LoRA: no people's start for this student")
+    )
     people = first["evaluation"]  # the adapter's implicit reward on them (the base: 0.5)
-    assert people["people_pairs"].value == held_out and 0.0 <= people["people_accuracy"].value <= 1.0 and people["people_base_accuracy"].value == 0.5
+    assert (
+        people["people_pairs"].value == held_out
+        and 0.0 <= people["people_accuracy"].value <= 1.0
+        and people["people_base_accuracy"].value == 0.5
+    )
     assert f"of {held_out} as people did (base 50%)" in people["details"].value["people's held-out pairs"]
-    fixtures = chain["checks"]["reward_fixtures"]  # the contrast fixtures, as an asset check (a random tiny model fails it)
-    assert not fixtures.passed and 0.0 <= fixtures.metadata["fixture_accuracy"].value <= 1.0 and "tag truth" in fixtures.metadata
+    fixtures = chain["checks"][
+        "reward_fixtures"
+    ]  # the contrast fixtures, as an asset check (a random tiny model fails it)
+    assert (
+        not fixtures.passed
+        and 0.0 <= fixtures.metadata["fixture_accuracy"].value <= 1.0
+        and "tag truth" in fixtures.metadata
+    )
     assert first["reward_model"]["fixture_accuracy"].value == fixtures.metadata["fixture_accuracy"].value
-    predicted = first["predictions"]  # the person's choice, with what the reward model predicted for it (the day's own: no earlier one)
+    predicted = first[
+        "predictions"
+    ]  # the person's choice, with what the reward model predicted for it (the day's own: no earlier one)
     assert predicted["people_pairs"].value == 1 and predicted["details"].value["sources"]["page"] == 1
-    assert predicted["judge_pairs"].value == first["preference_pairs"]["dagster/row_count"].value  # the judge's pairs beside
+    assert (
+        predicted["judge_pairs"].value == first["preference_pairs"]["dagster/row_count"].value
+    )  # the judge's pairs beside
     assert "the day's own: it trained on these pairs" in predicted["details"].value["reward_model"]
-    assert first["attunement"]["people_agreement"].value in (0.0, 1.0) and first["attunement"]["plot: calibration"].value.startswith("![calibration](data:image/png")
+    assert first["attunement"]["people_agreement"].value in (0.0, 1.0) and first["attunement"][
+        "plot: calibration"
+    ].value.startswith("![calibration](data:image/png")
     drift = chain["checks"]["preference_drift"]  # one choice: nothing to test yet, and it says so
     assert drift.passed and drift.description.startswith("not tested: each window needs 20 people's choices")
-    moved = first["evaluation"]["fixture_moved_right"].value  # did the adapter move the student toward the fixtures' better replies
-    assert 0.0 <= moved <= 1.0 and len(first["evaluation"]["details"].value["fixtures_moved_wrong"]) == min(20, round((1 - moved) * 132))
+    moved = first["evaluation"][
+        "fixture_moved_right"
+    ].value  # did the adapter move the student toward the fixtures' better replies
+    assert 0.0 <= moved <= 1.0 and len(first["evaluation"]["details"].value["fixtures_moved_wrong"]) == min(
+        20, round((1 - moved) * 132)
+    )
 
 
 def test_the_probing_suite_runs_on_the_day_s_reward_model(chain):
@@ -134,30 +233,60 @@ def test_the_probing_suite_runs_on_the_day_s_reward_model(chain):
 
     cfg, first = chain["cfg"], chain["first"]
     meta = first["probes"]
-    assert 0.0 <= meta["probe_tradeoffs_as_expected"].value <= 1.0 and 0.0 <= meta["probe_counterfactual_right_way"].value <= 1.0
+    assert (
+        0.0 <= meta["probe_tradeoffs_as_expected"].value <= 1.0
+        and 0.0 <= meta["probe_counterfactual_right_way"].value <= 1.0
+    )
     assert meta["probe_tradeoff_regressions"].value == 0.0  # no earlier reward model on the first day
-    assert 0.0 <= meta["probe_adversarial_max_flip_rate"].value <= 1.0 and meta["probe_flip_rate_typos"].value is not None
-    assert meta["dagster/row_count"].value == 12 + 12 + cfg.probes.adversarial_pairs  # scenarios, queries, contrast pairs
-    assert meta["plot: probes"].value.startswith("![probes](data:image/png;base64,") and meta["plot: manifold_map"].value.startswith("![manifold_map]")
+    assert (
+        0.0 <= meta["probe_adversarial_max_flip_rate"].value <= 1.0 and meta["probe_flip_rate_typos"].value is not None
+    )
+    assert (
+        meta["dagster/row_count"].value == 12 + 12 + cfg.probes.adversarial_pairs
+    )  # scenarios, queries, contrast pairs
+    assert meta["plot: probes"].value.startswith("![probes](data:image/png;base64,") and meta[
+        "plot: manifold_map"
+    ].value.startswith("![manifold_map]")
     check = chain["checks"]["probe_consistency"]
-    assert check.metadata["max_flip_rate"].value == cfg.probes.max_flip_rate and check.metadata["regressions"].value == []
+    assert (
+        check.metadata["max_flip_rate"].value == cfg.probes.max_flip_rate and check.metadata["regressions"].value == []
+    )
     ref = lineage(cfg).require("probes", DAY)
     summary = json.loads(ref.file(SUMMARY).read_text())
-    assert summary["map"]["replies"] == min(cfg.probes.map_replies, first["teacher_labels"]["labels"].value) + 2  # the person's pair beside
+    assert (
+        summary["map"]["replies"] == min(cfg.probes.map_replies, first["teacher_labels"]["labels"].value) + 2
+    )  # the person's pair beside
     assert summary["map"]["people_replies"] == 2 and summary["collisions"]["replies"] == cfg.probes.collision_replies
     page = ref.file(ATTRIBUTION).read_text()
     assert page.count('class="span"') > 10 and all(f"<h3>{d}</h3>" in page for d in cfg.dimension_names)
     assert ref.file(MAP_PLOT).stat().st_size > 1000 and ref.file(SUITE_PLOT).stat().st_size > 1000
     runs = Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root)).runs_for("probes")
-    assert runs and runs[0].data.metrics["probe_tradeoffs_as_expected"] == pytest.approx(meta["probe_tradeoffs_as_expected"].value)
+    assert runs and runs[0].data.metrics["probe_tradeoffs_as_expected"] == pytest.approx(
+        meta["probe_tradeoffs_as_expected"].value
+    )
 
     project = chain["project"]
     read = hominem(project, "probe", "--suite", "--config", "config/tiny.yaml")
-    assert "read from the probes asset" in read.stderr and "trade-offs:" in read.stdout and "collisions:" in read.stdout
+    assert (
+        "read from the probes asset" in read.stderr and "trade-offs:" in read.stdout and "collisions:" in read.stdout
+    )
     assert f"{summary['tradeoffs']['as_expected']}/12 chosen as written" in read.stdout
-    fresh = hominem(project, "probe", "--suite", "--config", "config/tiny.yaml", "--fresh", "--out", str(project / "probe-here"), "--json")
+    fresh = hominem(
+        project,
+        "probe",
+        "--suite",
+        "--config",
+        "config/tiny.yaml",
+        "--fresh",
+        "--out",
+        str(project / "probe-here"),
+        "--json",
+    )
     ran = json.loads(fresh.stdout)
-    assert ran["tradeoffs"] == {**summary["tradeoffs"], "flipped": [], "regressions": []} and (project / "probe-here" / SUMMARY).is_file()
+    assert (
+        ran["tradeoffs"] == {**summary["tradeoffs"], "flipped": [], "regressions": []}
+        and (project / "probe-here" / SUMMARY).is_file()
+    )
     bad = hominem(project, "probe", "--suite", "--config", "config/tiny.yaml", "--reward-model", "nope", check=False)
     assert bad.returncode != 0 and "--reward-model nope: neither a folder nor a version" in bad.stderr
 
@@ -170,21 +299,35 @@ def test_the_dashboard_draws_every_view_from_the_pipeline_s_files(chain, tmp_pat
     import httpx2 as httpx
     from selenium.webdriver.common.by import By
 
-    from hominem_pipeline.testing.browser import DASHBOARD_VIEWS, chart_drawn, chromium, compare_adapters, open_view, probe_replies
+    from hominem_pipeline.testing.browser import (
+        DASHBOARD_VIEWS,
+        chart_drawn,
+        chromium,
+        compare_adapters,
+        open_view,
+        probe_replies,
+    )
     from hominem_pipeline.testing.service import start_serve, stop_serve
 
     project = chain["project"]
-    proc, url, _ = start_serve(["--config", "config/tiny.yaml", "--reward-model", "latest", "--adapter", "none"], project)
+    proc, url, _ = start_serve(
+        ["--config", "config/tiny.yaml", "--reward-model", "latest", "--adapter", "none"], project
+    )
     driver = chromium()
     try:
-        assert httpx.get(f"{url}/static/vendor/uPlot.iife.min.js").status_code == 200  # installed by the project, served locally
+        assert (
+            httpx.get(f"{url}/static/vendor/uPlot.iife.min.js").status_code == 200
+        )  # installed by the project, served locally
         for view, drawn in DASHBOARD_VIEWS.items():
             open_view(driver, url, view)
             for chart in drawn:
                 figure = chart_drawn(driver, chart)
                 assert figure and figure["points"] > 0 and figure["ink"] > 1000, (view, chart, figure)
         open_view(driver, url, "timeline")
-        assert "refused" in driver.find_element(By.ID, "events").text or "promoted" in driver.find_element(By.ID, "events").text
+        assert (
+            "refused" in driver.find_element(By.ID, "events").text
+            or "promoted" in driver.find_element(By.ID, "events").text
+        )
         open_view(driver, url, "health")
         assert "Dimensional coherence" in driver.find_element(By.ID, "components").text
         ticks = chart_drawn(driver, "chart-rhi")["ticks"]  # per-day data on a day axis: dates, never hours
@@ -194,12 +337,23 @@ def test_the_dashboard_draws_every_view_from_the_pipeline_s_files(chain, tmp_pat
         assert compare_adapters(driver).startswith("nothing earlier to compare with (1 adapter)")
         assert not driver.find_elements(By.CSS_SELECTOR, "#chart-compare canvas")
         open_view(driver, url, "probe")
-        probe_replies(driver, "I failed my driving test again.", ["That's rough. What happened on the test?", "Try harder."])
+        probe_replies(
+            driver, "I failed my driving test again.", ["That's rough. What happened on the test?", "Try harder."]
+        )
         figure = chart_drawn(driver, "chart-probe")
-        assert figure["series"] == 2 and figure["points"] == 2 * len(chain["cfg"].dimension_names) and figure["ink"] > 1000
-        assert figure["ticks"] == [d.replace("_", " ") for d in chain["cfg"].dimension_names]  # a named tick under each dimension's bars
+        assert (
+            figure["series"] == 2
+            and figure["points"] == 2 * len(chain["cfg"].dimension_names)
+            and figure["ink"] > 1000
+        )
+        assert figure["ticks"] == [
+            d.replace("_", " ") for d in chain["cfg"].dimension_names
+        ]  # a named tick under each dimension's bars
         assert len(driver.find_elements(By.CSS_SELECTOR, "#probe-out .attribution .span")) >= 3
-        assert "typos" in driver.find_element(By.ID, "probe-out").text and "P(reply 1 preferred over reply 2)" in driver.find_element(By.ID, "probe-out").text
+        assert (
+            "typos" in driver.find_element(By.ID, "probe-out").text
+            and "P(reply 1 preferred over reply 2)" in driver.find_element(By.ID, "probe-out").text
+        )
     finally:
         driver.quit()
         stop_serve(proc)
@@ -212,7 +366,9 @@ def test_stages_write_their_artifacts(chain):
     labels = pd.read_parquet(labels_ref.file("labels.parquet"))
     quarantine = pd.read_parquet(data.store.quarantine_path("teacher_labels", DAY, labels_ref.version))
     trajectories = pd.read_parquet(data.require("teacher_trajectories", DAY).file("trajectories.parquet"))
-    assert len(labels) + len(quarantine) == len(trajectories)  # every trajectory is either kept or quarantined with a reason
+    assert len(labels) + len(quarantine) == len(
+        trajectories
+    )  # every trajectory is either kept or quarantined with a reason
     prompts = pd.read_parquet(data.require("prompts", DAY).file("prompts.parquet"))
     assert set(trajectories["prompt_id"]) == set(prompts[prompts.split == "train"]["prompt_id"])
     assert {"seed", "templated", "perturbation"} <= set(prompts["source"])
@@ -226,7 +382,9 @@ def test_stages_write_their_artifacts(chain):
     meta = json.loads(rm.file("METADATA.json").read_text())
     assert meta["dimensions"] == cfg.dimension_names and meta["date"] == DAY and meta["training_data_digest"]
     adapter = data.require("lora_adapter", DAY)
-    assert {"adapter_config.json", "adapter_model.safetensors", "METADATA.json"} <= {p.name for p in adapter.path.iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors", "METADATA.json"} <= {
+        p.name for p in adapter.path.iterdir()
+    }
     # a plain PEFT adapter: it loads onto the base with PeftModel.from_pretrained, and its model card names the base
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -234,7 +392,11 @@ def test_stages_write_their_artifacts(chain):
     loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(cfg.models.student.path), adapter.path)
     assert loaded.active_adapter == "default" and any("lora_A" in n for n, _ in loaded.named_parameters())
     card = adapter.file("README.md").read_text()
-    assert "base_model: tiny/random-llama" in card and "library_name: peft" in card and "PeftModel.from_pretrained" in card
+    assert (
+        "base_model: tiny/random-llama" in card
+        and "library_name: peft" in card
+        and "PeftModel.from_pretrained" in card
+    )
     adapter_meta = json.loads(adapter.file("METADATA.json").read_text())
     assert adapter_meta["reward_model"]["version"] == rm.version  # lineage: adapter -> reward model
     health = json.loads(data.require("reward_health_index", DAY).file("health.json").read_text())
@@ -246,7 +408,10 @@ def test_stages_write_their_artifacts(chain):
     generations = pd.read_parquet(data.require("evaluation", DAY).file("generations.parquet"))
     assert len(generations) == len(cfg.prompts.categories)  # one held-out prompt per category
     for side in ("base", "adapter"):  # the tiny student answers every prompt, and the reward model scores it
-        assert generations[f"{side}_response"].str.strip().astype(bool).all() and generations[f"{side}_scalar"].notna().all(), side
+        assert (
+            generations[f"{side}_response"].str.strip().astype(bool).all()
+            and generations[f"{side}_scalar"].notna().all()
+        ), side
 
 
 def test_mlflow_has_one_run_per_materialization_linked_by_tags_and_inputs(chain):
@@ -261,7 +426,10 @@ def test_mlflow_has_one_run_per_materialization_linked_by_tags_and_inputs(chain)
     [labels_run] = [r for r in tracker.runs_for("teacher_labels") if r.data.tags[TAG_DAGSTER_RUN] == first_run]
     assert [d.dataset.name for d in labels_run.inputs.dataset_inputs] == [f"teacher_trajectories@{DAY}"]
     [rm_run] = [r for r in tracker.runs_for("reward_model") if r.data.tags[TAG_DAGSTER_RUN] == first_run]
-    assert [d.dataset.name for d in rm_run.inputs.dataset_inputs] == [f"teacher_labels@{DAY}", f"human_feedback@{DAY}"]  # the labels and people's pairs it trained on
+    assert [d.dataset.name for d in rm_run.inputs.dataset_inputs] == [
+        f"teacher_labels@{DAY}",
+        f"human_feedback@{DAY}",
+    ]  # the labels and people's pairs it trained on
     assert "val_loss" in rm_run.data.metrics and "reward_model.epochs" in rm_run.data.params
     assert rm_run.data.params["runtime.device"].startswith("cpu (")  # runtime.device: auto, on a machine without a GPU
     assert lineage(cfg).require("reward_model", DAY).manifest["device"] == rm_run.data.params["runtime.device"]
@@ -278,12 +446,16 @@ def test_the_reward_model_is_registered_with_the_current_alias(chain):
     from hominem_pipeline.core.pipeline.tracking import TAG_VERSION
 
     cfg = chain["cfg"]
-    Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root)).runs_for("reward_model")  # points MLflow at the store
+    Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root)).runs_for(
+        "reward_model"
+    )  # points MLflow at the store
     client = MlflowClient()
     built = lineage(cfg).require("reward_model", DAY)
     current = client.get_model_version_by_alias(REWARD_MODEL_NAME, "current")
     assert current.tags[TAG_VERSION] == built.version
-    assert len(client.search_model_versions(f"name = '{REWARD_MODEL_NAME}'")) == 1  # the second (reusing) run registered nothing new
+    assert (
+        len(client.search_model_versions(f"name = '{REWARD_MODEL_NAME}'")) == 1
+    )  # the second (reusing) run registered nothing new
     # a pyfunc with a signature: any MLflow user scores a DataFrame with it, as RewardModel.score does
     import mlflow.pyfunc
 
@@ -291,10 +463,21 @@ def test_the_reward_model_is_registered_with_the_current_alias(chain):
 
     pyfunc = mlflow.pyfunc.load_model(f"models:/{REWARD_MODEL_NAME}@current")
     assert [c.name for c in pyfunc.metadata.get_input_schema().inputs] == ["prompt", "response"]
-    rows = pd.DataFrame({"prompt": ["I failed my driving test.", "I failed my driving test."], "response": ["That's rough. What happened?", "Try harder."]})
+    rows = pd.DataFrame(
+        {
+            "prompt": ["I failed my driving test.", "I failed my driving test."],
+            "response": ["That's rough. What happened?", "Try harder."],
+        }
+    )
     scored = pyfunc.predict(rows)
     direct = RewardModel.load(built.path).score(list(rows.prompt), list(rows.response))
-    assert list(scored.columns) == ["scalar", "reward_intensity", "safety_score", *cfg.dimension_names, "uncertainty_scalar"]
+    assert list(scored.columns) == [
+        "scalar",
+        "reward_intensity",
+        "safety_score",
+        *cfg.dimension_names,
+        "uncertainty_scalar",
+    ]
     assert scored["scalar"].tolist() == pytest.approx([o.scalar for o in direct], abs=1e-6)
 
 
@@ -316,7 +499,13 @@ def test_an_evaluation_reuses_the_base_replies_it_is_given(chain):
     stored = pd.read_parquet(lin.require("evaluation", DAY).file("generations.parquet"))
     prompts = prompts_of(pd.read_parquet(lin.require("prompts", DAY).file("prompts.parquet")), "eval")
     rm = RewardModel.load(lin.require("reward_model", DAY).path)
-    kwargs = {"student_path": student_path(cfg), "adapter_path": lin.require("lora_adapter", DAY).path, "reward_model": rm, "cfg": cfg.evaluation, "seed": cfg.project.seed}
+    kwargs = {
+        "student_path": student_path(cfg),
+        "adapter_path": lin.require("lora_adapter", DAY).path,
+        "reward_model": rm,
+        "cfg": cfg.evaluation,
+        "seed": cfg.project.seed,
+    }
     generated: dict[str, str] = {}
     first, _ = evaluate_adapter(prompts, base_replies=generated, **kwargs)
     assert generated == dict(zip(stored["prompt"], stored["base_response"]))  # what the stage decoded, now known
@@ -340,8 +529,14 @@ def test_changing_a_late_setting_rebuilds_only_what_depends_on_it(chain, tmp_pat
     assert len(store.versions("reward_health_index", DAY)) == 2  # the old version is kept beside the new
     # each config reads its own version
     changed_cfg = load_config(changed, root=chain["project"])
-    assert lineage(changed_cfg).require("reward_health_index", DAY).version == third["reward_health_index"]["version"].value
-    assert lineage(chain["cfg"]).require("reward_health_index", DAY).version == chain["first"]["reward_health_index"]["version"].value
+    assert (
+        lineage(changed_cfg).require("reward_health_index", DAY).version
+        == third["reward_health_index"]["version"].value
+    )
+    assert (
+        lineage(chain["cfg"]).require("reward_health_index", DAY).version
+        == chain["first"]["reward_health_index"]["version"].value
+    )
 
 
 def test_the_default_dual_mode_trains_both_channels_and_dpo_is_one_overlay_away(chain):
@@ -358,7 +553,11 @@ def test_the_default_dual_mode_trains_both_channels_and_dpo_is_one_overlay_away(
     assert len(pairs) and (pairs["ranked_by"] == "reward_model").all()
     assert first["preference_pairs"]["teacher_agreement"].value == pytest.approx((pairs["teacher_margin"] > 0).mean())
     meta = json.loads(data.require("lora_adapter", DAY).file("METADATA.json").read_text())
-    assert meta["mode"] == "dual" and meta["channel_contributions"]["sft"] > 0 and meta["channel_contributions"]["reward"] > 0
+    assert (
+        meta["mode"] == "dual"
+        and meta["channel_contributions"]["sft"] > 0
+        and meta["channel_contributions"]["reward"] > 0
+    )
     assert meta["channels"]["memory_rows"] > 0 and [name for name, _ in meta["memory_data"]] == ["sft/memory.jsonl"]
     assert first["lora_adapter"]["channel_sft"].value > 0
     probe = first["evaluation"]["details"].value["memory_probe"]
@@ -369,13 +568,28 @@ def test_the_default_dual_mode_trains_both_channels_and_dpo_is_one_overlay_away(
     dpo = project / "config" / "dpo.yaml"
     dpo.write_text(yaml.safe_dump(deep_merge(yaml.safe_load(chain["config"].read_text()), shipped)))
     third, _ = run_all(project, dpo, chain["instance"])
-    assert {n for n, m in third.items() if not m["reused_existing_version"].value} == {"lora_adapter", "evaluation", "reward_health_index"}
-    assert json.loads(lineage(load_config(dpo, root=project)).require("lora_adapter", DAY).file("METADATA.json").read_text())["mode"] == "dpo"
+    assert {n for n, m in third.items() if not m["reused_existing_version"].value} == {
+        "lora_adapter",
+        "evaluation",
+        "reward_health_index",
+    }
+    assert (
+        json.loads(
+            lineage(load_config(dpo, root=project)).require("lora_adapter", DAY).file("METADATA.json").read_text()
+        )["mode"]
+        == "dpo"
+    )
 
     (project / "data" / "sft").mkdir(parents=True, exist_ok=True)
-    (project / "data" / "sft" / "mine.jsonl").write_text(json.dumps({"prompt": "What is our team's mascot?", "response": "A heron.", "fact": "heron"}) + "\n")
+    (project / "data" / "sft" / "mine.jsonl").write_text(
+        json.dumps({"prompt": "What is our team's mascot?", "response": "A heron.", "fact": "heron"}) + "\n"
+    )
     fourth, _ = run_all(project, chain["config"], chain["instance"])
-    assert {n for n, m in fourth.items() if not m["reused_existing_version"].value} == {"lora_adapter", "evaluation", "reward_health_index"}
+    assert {n for n, m in fourth.items() if not m["reused_existing_version"].value} == {
+        "lora_adapter",
+        "evaluation",
+        "reward_health_index",
+    }
     assert fourth["evaluation"]["memory_questions"].value == probe["questions"] + 1
 
 
@@ -391,7 +605,11 @@ def test_the_daily_dual_training_draws_its_batches_from_the_replay_buffer(chain)
     assert cfg.policy.dual.sampler == "replay"
     assert meta["training"]["dual"]["sampler"] == "replay" and meta["training"]["replay"] == cfg.replay.model_dump()
     assert meta["channels"]["pair_rows"] > 0
-    uniform = run_stage("lora_adapter", load_config(chain["config"], root=project, overrides={"policy": {"dual": {"sampler": "uniform"}}}), DAY)
+    uniform = run_stage(
+        "lora_adapter",
+        load_config(chain["config"], root=project, overrides={"policy": {"dual": {"sampler": "uniform"}}}),
+        DAY,
+    )
     uniform_meta = json.loads(uniform.ref.file("METADATA.json").read_text())
     assert not uniform.cache_hit and uniform.ref.version != built.version
     assert uniform_meta["training"]["dual"]["sampler"] == "uniform" and "replay" not in uniform_meta["training"]
@@ -407,7 +625,14 @@ def hominem(project, *args, check=True):
 
     env = {**os.environ, "HOMINEM_HOME": str(project), "COLUMNS": "200"}
     env.pop("DAGSTER_HOME", None)
-    done = subprocess.run([str(Path(sys.executable).parent / "hominem"), *args], cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "hominem"), *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if check:
         assert done.returncode == 0, done.stdout + done.stderr
     return done
@@ -422,8 +647,8 @@ def test_the_daily_adapter_trains_across_two_processes(chain):
     from mlflow.tracking import MlflowClient
 
     from hominem_pipeline.core.lm.models import student_path
-    from hominem_pipeline.core.policy.lora import load_policy
     from hominem_pipeline.core.pipeline.runner import run_stage
+    from hominem_pipeline.core.policy.lora import load_policy
 
     project = chain["project"]
     overrides = {"policy": {"seed": 3}}
@@ -435,18 +660,27 @@ def test_the_daily_adapter_trains_across_two_processes(chain):
         launched = run_stage("lora_adapter", cfg, DAY)
         assert not launched.cache_hit and launched.ref.version == alone.ref.version
         assert launched.metrics["processes"] == 2 and alone.metrics["processes"] == 1
-        two = {name: json.loads(launched.ref.file(name).read_text()) for name in ("METADATA.json", "training_history.json")}
+        two = {
+            name: json.loads(launched.ref.file(name).read_text())
+            for name in ("METADATA.json", "training_history.json")
+        }
         assert two["METADATA.json"]["training"]["dual"]["sampler"] == "replay"
         for key in ("pair_rows", "memory_rows", "pairs_available"):
             assert two["METADATA.json"]["channels"][key] == one["METADATA.json"]["channels"][key]
-        steps = [(a["loss"], b["loss"]) for a, b in zip(one["training_history.json"]["history"], two["training_history.json"]["history"])]
+        steps = [
+            (a["loss"], b["loss"])
+            for a, b in zip(one["training_history.json"]["history"], two["training_history.json"]["history"])
+        ]
         assert len(steps) == cfg.policy.max_steps and all(b == pytest.approx(a, rel=1e-4) for a, b in steps), steps
         logged = MlflowClient(cfg.mlflow_uri).get_metric_history(launched.mlflow_run_id, "loss")
         assert sorted(m.step for m in logged) == list(range(1, cfg.policy.max_steps + 1))
         model, tokenizer = load_policy(student_path(cfg), launched.ref.path)
-        assert model.generate(**tokenizer("Hello", return_tensors="pt"), max_new_tokens=3, do_sample=False).shape[1] > 1
+        assert (
+            model.generate(**tokenizer("Hello", return_tensors="pt"), max_new_tokens=3, do_sample=False).shape[1] > 1
+        )
     finally:
         shutil.rmtree(alone.ref.path, ignore_errors=True)  # the chain's other tests see the day's own adapter
+
 
 def test_the_daily_adapter_goes_through_the_live_gate(chain):
     """The daily job offers its adapter to the live gate (the `live_gate` check on lora_adapter): it is
@@ -457,18 +691,29 @@ def test_the_daily_adapter_goes_through_the_live_gate(chain):
     cfg, first = chain["cfg"], chain["first"]
     check = chain["checks"]["live_gate"]
     version = first["lora_adapter"]["version"].value
-    entries = [e for e in LiveState(cfg.data_dir).history() if e.get("version") == version and e["action"] in ("promote", "refuse")]
+    entries = [
+        e
+        for e in LiveState(cfg.data_dir).history()
+        if e.get("version") == version and e["action"] in ("promote", "refuse")
+    ]
     assert len(entries) == 1  # gated once, though the day ran twice
     gate = entries[0]["gate"]
     assert entries[0]["action"] == ("promote" if check.passed else "refuse") and gate["passed"] == check.passed
-    assert gate["rhi"] == pytest.approx(first["reward_health_index"]["rhi"].value) and gate["deploy_threshold"] == resolve(cfg).threshold
+    assert (
+        gate["rhi"] == pytest.approx(first["reward_health_index"]["rhi"].value)
+        and gate["deploy_threshold"] == resolve(cfg).threshold
+    )
     assert gate["live_version"] is None and gate["prompts"] == len(cfg.prompts.categories)
-    assert gate["win_rate_vs_live"] == pytest.approx(first["evaluation"]["win_rate"].value)  # against the base: the evaluation's replies and count
+    assert gate["win_rate_vs_live"] == pytest.approx(
+        first["evaluation"]["win_rate"].value
+    )  # against the base: the evaluation's replies and count
     assert isinstance(gate["smoke_reply"], str) and check.metadata["version"].value == version
-    # the reward signal it learned from (its pairs, scored by its reward model): the reward_manifold check's figures, judged alike by the gate
+    # the reward signal it learned from (its pairs, scored by its reward model): the reward_manifold check's figures,
+    # judged alike by the gate
     manifold = chain["checks"]["reward_manifold"]
     assert gate["manifold"] == manifold.description and gate["manifold_blocked"] is (not manifold.passed)
-    # the slow loop judged the night first: one night, the newest daily run's RHI and adapter (other tests rerun the day), too few to act on
+    # the slow loop judged the night first: one night, the newest daily run's RHI and adapter (other tests rerun the
+    # day), too few to act on
     from hominem_pipeline.core.online.slow_loop import read_nights
 
     nights = read_nights(cfg.data_dir)
@@ -476,17 +721,31 @@ def test_the_daily_adapter_goes_through_the_live_gate(chain):
     assert nights[0].adapter in {ref.version for ref in lineage(cfg).store.versions("lora_adapter", DAY)}
     assert "slow loop, " in check.description and "no action" in check.metadata["slow_loop"].value
     assert gate["manifold_min_spread_ratio"] == pytest.approx(first["lora_adapter"]["manifold_min_spread_ratio"].value)
-    assert set(manifold.metadata["spread_ratio"].value) == set(cfg.dimension_names) and manifold.metadata["intended"].value == ["people"]
-    assert gate["replies_generated"] == 1  # the smoke reply: the base's and the adapter's others are the evaluation's, read back
+    assert set(manifold.metadata["spread_ratio"].value) == set(cfg.dimension_names) and manifold.metadata[
+        "intended"
+    ].value == ["people"]
+    assert (
+        gate["replies_generated"] == 1
+    )  # the smoke reply: the base's and the adapter's others are the evaluation's, read back
     # the people's held-out pairs: the adapter's margins are its evaluation's, read back; the base's accuracy is 0.5
     assert gate["people_pairs"] == cfg.reward_model.people_pairs[0].held_out and gate["people_accuracy_live"] == 0.5
-    assert gate["people_accuracy"] == pytest.approx(first["evaluation"]["people_accuracy"].value) and gate["people_tolerance"] == cfg.health.people_tolerance
+    assert (
+        gate["people_accuracy"] == pytest.approx(first["evaluation"]["people_accuracy"].value)
+        and gate["people_tolerance"] == cfg.health.people_tolerance
+    )
     built = first["evaluation"]["version"].value  # the day's first run's (later tests change the memory files)
     evaluation = next(ref for ref in lineage(cfg).store.versions("evaluation", DAY) if ref.version == built)
     kept = json.loads((cfg.data_dir / "live" / "replies" / f"{version}.json").read_text())["replies"]
     held = pd.read_parquet(evaluation.file("generations.parquet"))
     memory = pd.read_parquet(evaluation.file("memory_answers.parquet"))
-    assert len(memory) and {**dict(zip(held["prompt"], held["adapter_response"])), **dict(zip(memory["prompt"], memory["adapter"]))}.items() <= kept.items()
+    assert (
+        len(memory)
+        and {
+            **dict(zip(held["prompt"], held["adapter_response"])),
+            **dict(zip(memory["prompt"], memory["adapter"])),
+        }.items()
+        <= kept.items()
+    )
     status = " ".join(hominem(chain["project"], "live", "status", "--config", "config/tiny.yaml").stdout.split())
     assert version in status and f"slow loop: nightly RHI {DAY[5:]} " in status  # the nights the slow loop judged
 
@@ -504,18 +763,35 @@ def test_promote_and_rollback_by_hand_go_through_the_gate(chain):
     state = LiveState(cfg.data_dir)
     if not state.current().is_base:
         hominem(project, "live", "rollback", "base", "--config", "config/tiny.yaml")
-    version = lineage(cfg).expected("lora_adapter", DAY).version  # the day's adapter as the chain's config builds it now (earlier tests add memory files)
+    version = (
+        lineage(cfg).expected("lora_adapter", DAY).version
+    )  # the day's adapter as the chain's config builds it now (earlier tests add memory files)
     base = yaml.safe_load(chain["config"].read_text())
-    for name, health in (("strict", {"deploy_threshold": 1.0}), ("lenient", {"deploy_threshold": 0.0, "min_win_rate": 0.0, "people_tolerance": None})):
+    for name, health in (
+        ("strict", {"deploy_threshold": 1.0}),
+        ("lenient", {"deploy_threshold": 0.0, "min_win_rate": 0.0, "people_tolerance": None}),
+    ):
         (project / "config" / f"{name}.yaml").write_text(yaml.safe_dump(deep_merge(base, {"health": health})))
-    refused = hominem(project, "live", "promote", version, "--config", "config/strict.yaml", "--reason", "try it", check=False)
-    assert refused.returncode == 1 and "stays a candidate" in refused.stderr and "below health.deploy_threshold 1.0" in refused.stderr
+    refused = hominem(
+        project, "live", "promote", version, "--config", "config/strict.yaml", "--reason", "try it", check=False
+    )
+    assert (
+        refused.returncode == 1
+        and "stays a candidate" in refused.stderr
+        and "below health.deploy_threshold 1.0" in refused.stderr
+    )
     assert state.current().is_base and state.candidates()[0]["version"] == version
     hominem(project, "live", "promote", version, "--config", "config/lenient.yaml", "--reason", "by hand")
     live = state.current()
-    assert live.version == version and state.history()[-1]["reason"] == "by hand" and state.history()[-1]["gate"]["passed"]
+    assert (
+        live.version == version
+        and state.history()[-1]["reason"] == "by hand"
+        and state.history()[-1]["gate"]["passed"]
+    )
     assert live.reward_model == str(lineage(cfg).require("reward_model", DAY).path.relative_to(cfg.data_dir))
-    assert f"adapter {state.adapter_path()} (live)" in " ".join(hominem(project, "compare", "--config", "config/tiny.yaml", "--adapter", "live", "-p", "Hi").stdout.split())
+    assert f"adapter {state.adapter_path()} (live)" in " ".join(
+        hominem(project, "compare", "--config", "config/tiny.yaml", "--adapter", "live", "-p", "Hi").stdout.split()
+    )
     hominem(project, "live", "freeze", "--config", "config/tiny.yaml", "--reason", "hold")
     frozen = hominem(project, "live", "promote", version, "--config", "config/lenient.yaml", check=False)
     assert frozen.returncode == 2 and "frozen" in frozen.stderr
@@ -526,16 +802,30 @@ def test_promote_and_rollback_by_hand_go_through_the_gate(chain):
     from hominem_pipeline.core.online.promotion import CHAMPION_MODEL
     from hominem_pipeline.core.pipeline.tracking import TAG_VERSION
 
-    Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root)).runs_for("live")  # points MLflow at the store
-    champion = MlflowClient().get_model_version_by_alias(CHAMPION_MODEL, "champion")  # the registry's alias moves with promotion
+    Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root)).runs_for(
+        "live"
+    )  # points MLflow at the store
+    champion = MlflowClient().get_model_version_by_alias(
+        CHAMPION_MODEL, "champion"
+    )  # the registry's alias moves with promotion
     assert champion.tags[TAG_VERSION] == version
     hominem(project, "live", "rollback", "--config", "config/tiny.yaml", "--reason", "back to the base")
-    assert state.current().is_base and [e["action"] for e in state.history()[-5:]] == ["refuse", "promote", "freeze", "unfreeze", "rollback"]
+    assert state.current().is_base and [e["action"] for e in state.history()[-5:]] == [
+        "refuse",
+        "promote",
+        "freeze",
+        "unfreeze",
+        "rollback",
+    ]
     with pytest.raises(MlflowException):  # the base is live: no adapter is champion
         MlflowClient().get_model_version_by_alias(CHAMPION_MODEL, "champion")
     checks = {}
     run_all(project, chain["config"], chain["instance"], checks=checks)  # the day again: a rollback by hand sticks
-    assert not checks["live_gate"].passed and "was rolled back" in checks["live_gate"].description and state.current().is_base
+    assert (
+        not checks["live_gate"].passed
+        and "was rolled back" in checks["live_gate"].description
+        and state.current().is_base
+    )
 
 
 def test_compare_prints_base_and_adapter_side_by_side(chain):
@@ -548,7 +838,11 @@ def test_compare_prints_base_and_adapter_side_by_side(chain):
     env.pop("DAGSTER_HOME", None)
     done = subprocess.run(
         [str(Path(sys.executable).parent / "hominem"), "compare", "--config", "config/tiny.yaml", "--eval-set"],
-        cwd=project, env=env, capture_output=True, text=True, timeout=600,
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
@@ -560,16 +854,35 @@ def test_compare_prints_base_and_adapter_side_by_side(chain):
     rm = lineage(chain["cfg"]).require("reward_model", DAY)
     assert f"reward model {rm.path}" in " ".join(out.split())  # the one the adapter was trained with
     people = chain["first"]["evaluation"]  # first, the figure no model of ours judges: the same as the evaluation's
-    assert f"people's held-out pairs: the adapter's implicit reward orders {people['people_accuracy'].value:.1%} +- " in " ".join(out.split())
+    assert (
+        f"people's held-out pairs: the adapter's implicit reward orders {people['people_accuracy'].value:.1%} +- "
+        in " ".join(out.split())
+    )
     evaluation = lineage(chain["cfg"]).require("evaluation", DAY)
     said = " ".join(out.split())
-    assert f"the {n_eval} evaluation prompts' replies and scores: read from evaluation {DAY} {evaluation.version}" in said  # not generated again
+    assert (
+        f"the {n_eval} evaluation prompts' replies and scores: read from evaluation {DAY} {evaluation.version}" in said
+    )  # not generated again
     assert "generated here: 0 prompt(s)" in said and "evaluation generation" not in done.stderr
     more = subprocess.run(
-        [str(Path(sys.executable).parent / "hominem"), "compare", "--config", "config/tiny.yaml", "--eval-set", "-p", "My cat ignores me."],
-        cwd=project, env=env, capture_output=True, text=True, timeout=600,
+        [
+            str(Path(sys.executable).parent / "hominem"),
+            "compare",
+            "--config",
+            "config/tiny.yaml",
+            "--eval-set",
+            "-p",
+            "My cat ignores me.",
+        ],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
-    assert more.returncode == 0 and more.stdout.count("P(adapter's reply preferred) = ") == n_eval + 1, more.stdout + more.stderr
+    assert more.returncode == 0 and more.stdout.count("P(adapter's reply preferred) = ") == n_eval + 1, (
+        more.stdout + more.stderr
+    )
     assert "generated here: 1 prompt(s) of --prompt" in " ".join(more.stdout.split())
 
 
@@ -583,7 +896,10 @@ def test_pairs_against_the_students_own_reply(chain):
     from hominem_pipeline.core.reward.model import RewardModel
 
     project = chain["project"]
-    overlay = deep_merge(yaml.safe_load(chain["config"].read_text()), {"preferences": {"rank_by": "reward_model", "against_student": True, "min_margin": 0.0}})
+    overlay = deep_merge(
+        yaml.safe_load(chain["config"].read_text()),
+        {"preferences": {"rank_by": "reward_model", "against_student": True, "min_margin": 0.0}},
+    )
     path = project / "config" / "against_student.yaml"
     path.write_text(yaml.safe_dump(overlay))
     events, _ = run_all(project, path, chain["instance"], selection=["preference_pairs"])
@@ -592,7 +908,11 @@ def test_pairs_against_the_students_own_reply(chain):
     replies = pd.read_parquet(ref.file("student_replies.parquet"))
     labels = pd.read_parquet(lineage(chain["cfg"]).require("teacher_labels", DAY).file("labels.parquet"))
     assert sorted(replies["prompt_id"]) == sorted(labels["prompt_id"].unique())
-    assert replies["response"].str.strip().astype(bool).all() and replies["scalar"].notna().all() and not replies["finished"].any()
+    assert (
+        replies["response"].str.strip().astype(bool).all()
+        and replies["scalar"].notna().all()
+        and not replies["finished"].any()
+    )
     pairs = pd.read_parquet(ref.file("pairs.parquet"))
     mine = pairs[pairs["source"] == "student"]
     assert events["preference_pairs"]["student_pairs"].value == len(mine) > 0
@@ -601,7 +921,10 @@ def test_pairs_against_the_students_own_reply(chain):
     scored = replies.set_index("prompt_id")
     assert all(scored.loc[pid, "response"] == rejected for pid, rejected in zip(mine["prompt_id"], mine["rejected"]))
     rm = RewardModel.load(lineage(chain["cfg"]).require("reward_model", DAY).path)
-    gap = rm.raw_scores(list(mine["prompt"]), list(mine["chosen"]))["scalar"] - rm.raw_scores(list(mine["prompt"]), list(mine["rejected"]))["scalar"]
+    gap = (
+        rm.raw_scores(list(mine["prompt"]), list(mine["chosen"]))["scalar"]
+        - rm.raw_scores(list(mine["prompt"]), list(mine["rejected"]))["scalar"]
+    )
     assert list(mine["rm_margin"]) == pytest.approx(list(gap), abs=1e-5)
 
 
@@ -619,9 +942,13 @@ def test_pairs_whose_overall_score_disagrees_are_dropped_by_the_stage(chain):
 
     def pairs_with(name, **extra):
         path = project / "config" / f"pairs_{name}.yaml"
-        path.write_text(yaml.safe_dump(deep_merge(base, {"preferences": {"rank_by": "reward_model", "min_margin": 0.0, **extra}})))
+        path.write_text(
+            yaml.safe_dump(deep_merge(base, {"preferences": {"rank_by": "reward_model", "min_margin": 0.0, **extra}}))
+        )
         events, _ = run_all(project, path, chain["instance"], selection=["preference_pairs"])
-        return events["preference_pairs"], pd.read_parquet(lineage(load_config(path, root=project)).require("preference_pairs", DAY).file("pairs.parquet"))
+        return events["preference_pairs"], pd.read_parquet(
+            lineage(load_config(path, root=project)).require("preference_pairs", DAY).file("pairs.parquet")
+        )
 
     _, plain = pairs_with("plain")
     threshold = max(float(plain["rm_margin"].median()), 0.0)
@@ -630,7 +957,9 @@ def test_pairs_whose_overall_score_disagrees_are_dropped_by_the_stage(chain):
     events, agreeing = pairs_with("agreeing", min_scalar_margin=threshold)
     assert len(agreeing) and (agreeing["rm_margin"] >= threshold).all() and (agreeing["rm_margin"] > 0).all()
     assert events["reward_model_agreement"].value == 1.0 and not short & set(agreeing["pair_id"])
-    assert set(plain.loc[(plain["rm_margin"] >= threshold) & (plain["rm_margin"] > 0), "pair_id"]) <= set(agreeing["pair_id"])
+    assert set(plain.loc[(plain["rm_margin"] >= threshold) & (plain["rm_margin"] > 0), "pair_id"]) <= set(
+        agreeing["pair_id"]
+    )
 
 
 def _overlay(chain, name: str, changes: dict) -> str:
@@ -648,11 +977,32 @@ def _add_choice(project, tag: str, day: str = DAY, said: str = "My friend forgot
     from hominem_pipeline.core.online.events import context_digest
 
     messages = [{"role": "user", "content": f"({tag}) {said}."}]
-    turn = {"kind": "turn", "time": f"{day}T10:00:00+00:00", "rater": "local", "session": tag, "messages": messages, "model": "hominem",
-            "adapter": None, "sampling": {}, "finish_reason": "stop", "completion_tokens": 5, "context": context_digest(messages)}
-    events = [turn | {"id": f"{tag}-warm", "reply": "That stings. Did you tell them?"}, turn | {"id": f"{tag}-cold", "reply": "Get over it."},
-              {"kind": "choice", "id": f"{tag}-c", "time": f"{day}T10:01:00+00:00", "rater": "local", "chosen": f"{tag}-warm", "rejected": f"{tag}-cold",
-               "strength": "clear"}]
+    turn = {
+        "kind": "turn",
+        "time": f"{day}T10:00:00+00:00",
+        "rater": "local",
+        "session": tag,
+        "messages": messages,
+        "model": "hominem",
+        "adapter": None,
+        "sampling": {},
+        "finish_reason": "stop",
+        "completion_tokens": 5,
+        "context": context_digest(messages),
+    }
+    events = [
+        turn | {"id": f"{tag}-warm", "reply": "That stings. Did you tell them?"},
+        turn | {"id": f"{tag}-cold", "reply": "Get over it."},
+        {
+            "kind": "choice",
+            "id": f"{tag}-c",
+            "time": f"{day}T10:01:00+00:00",
+            "rater": "local",
+            "chosen": f"{tag}-warm",
+            "rejected": f"{tag}-cold",
+            "strength": "clear",
+        },
+    ]
     with open(project / "data" / "online" / "log" / f"{day}.jsonl", "a") as fh:
         fh.write("".join(json.dumps(e) + "\n" for e in events))
 
@@ -680,10 +1030,33 @@ def test_an_online_update_learns_people_s_pairs_through_the_fast_loop(chain):
     project, cfg = chain["project"], chain["cfg"]
     _fresh_live(cfg)
     state = LiveState(cfg.data_dir)
-    lenient = _overlay(chain, "online_lenient", {"health": {"min_win_rate": 0.0, "people_tolerance": None}, "online": {"skip_below": 0.0, "rollback_below": 0.0, "freeze_below": 0.0}})
-    _add_choice(project, "name", said="Hello, my name is Ana")  # a fact the person states: a memory row, asked by the gate's probe
-    with open(project / "data" / "online" / "log" / f"{DAY}.jsonl", "a") as fh:  # and a reply they liked: a memory row too
-        fh.write(json.dumps({"kind": "thumb", "id": "name-up", "time": f"{DAY}T10:02:00+00:00", "rater": "local", "turn": "name-warm", "value": "up"}) + "\n")
+    lenient = _overlay(
+        chain,
+        "online_lenient",
+        {
+            "health": {"min_win_rate": 0.0, "people_tolerance": None},
+            "online": {"skip_below": 0.0, "rollback_below": 0.0, "freeze_below": 0.0},
+        },
+    )
+    _add_choice(
+        project, "name", said="Hello, my name is Ana"
+    )  # a fact the person states: a memory row, asked by the gate's probe
+    with open(
+        project / "data" / "online" / "log" / f"{DAY}.jsonl", "a"
+    ) as fh:  # and a reply they liked: a memory row too
+        fh.write(
+            json.dumps(
+                {
+                    "kind": "thumb",
+                    "id": "name-up",
+                    "time": f"{DAY}T10:02:00+00:00",
+                    "rater": "local",
+                    "turn": "name-warm",
+                    "value": "up",
+                }
+            )
+            + "\n"
+        )
     done = hominem(project, "live", "update", "--config", lenient, "--result", "update.json")
     result = json.loads((project / "update.json").read_text())
     assert result["outcome"] == "promoted", result["reason"]
@@ -692,36 +1065,75 @@ def test_an_online_update_learns_people_s_pairs_through_the_fast_loop(chain):
     assert live.version == version and version in done.stdout and live.adapter == f"live/adapters/{version}"
     folder = state.adapter_path()
     health = json.loads((folder / "health.json").read_text())
-    assert set(health["components"]) == {"dcs", "gvs"} and health["rhi"] == pytest.approx(result["partial_rhi"]) and health["threshold"] == 0.0
-    assert state.history()[-1]["gate"]["rhi"] == pytest.approx(health["rhi"]) and state.history()[-1]["gate"]["deploy_threshold"] == 0.0
+    assert (
+        set(health["components"]) == {"dcs", "gvs"}
+        and health["rhi"] == pytest.approx(result["partial_rhi"])
+        and health["threshold"] == 0.0
+    )
+    assert (
+        state.history()[-1]["gate"]["rhi"] == pytest.approx(health["rhi"])
+        and state.history()[-1]["gate"]["deploy_threshold"] == 0.0
+    )
     batch = pd.read_parquet(folder / "replay_batch.parquet")
-    assert "feedback:choice" in set(batch["source"]) and batch["source"].str.startswith("teacher:").any()  # people's pair and the teacher's
-    assert "That is rough. What happened?" in set(batch.loc[batch["source"] == "feedback:choice", "chosen"])  # the strong choice of DAY
+    assert (
+        "feedback:choice" in set(batch["source"]) and batch["source"].str.startswith("teacher:").any()
+    )  # people's pair and the teacher's
+    assert "That is rough. What happened?" in set(
+        batch.loc[batch["source"] == "feedback:choice", "chosen"]
+    )  # the strong choice of DAY
     meta = json.loads((folder / "METADATA.json").read_text())
-    assert meta["training"]["from"] is None and meta["training"]["policy"]["max_steps"] == cfg.online.max_steps and meta["mode"] == "dual"
+    assert (
+        meta["training"]["from"] is None
+        and meta["training"]["policy"]["max_steps"] == cfg.online.max_steps
+        and meta["mode"] == "dual"
+    )
     assert result["items"]["feedback"] == 2 and sum(result["items"].values()) == len(batch)
     stated = [json.loads(line) for line in (project / "data" / "sft" / "conversations.jsonl").read_text().splitlines()]
-    assert [(r["prompt"], r["response"], r["fact"], r["turn"]) for r in stated] == [("What is my name?", "Your name is Ana.", "Ana", "name-warm")]
+    assert [(r["prompt"], r["response"], r["fact"], r["turn"]) for r in stated] == [
+        ("What is my name?", "Your name is Ana.", "Ana", "name-warm")
+    ]
     liked = [json.loads(line) for line in (project / "data" / "sft" / "liked.jsonl").read_text().splitlines()]
-    assert [(r["prompt"], r["response"], r["turn"]) for r in liked] == [("(name) Hello, my name is Ana.", "That stings. Did you tell them?", "name-warm")]
-    assert {"sft/conversations.jsonl", "sft/liked.jsonl"} <= {name for name, _ in meta["memory_data"]}  # trained on them ...
-    assert result["gate"]["facts_asked"] == len(read_memory_rows(memory_paths(cfg)).query("facts.str.len() > 0"))  # ... and asked it
-    assert result["gate"]["people_pairs"] == cfg.online.people_pairs and result["gate"]["people_accuracy_live"] == 0.5  # the fast loop's share
+    assert [(r["prompt"], r["response"], r["turn"]) for r in liked] == [
+        ("(name) Hello, my name is Ana.", "That stings. Did you tell them?", "name-warm")
+    ]
+    assert {"sft/conversations.jsonl", "sft/liked.jsonl"} <= {
+        name for name, _ in meta["memory_data"]
+    }  # trained on them ...
+    assert result["gate"]["facts_asked"] == len(
+        read_memory_rows(memory_paths(cfg)).query("facts.str.len() > 0")
+    )  # ... and asked it
+    assert (
+        result["gate"]["people_pairs"] == cfg.online.people_pairs and result["gate"]["people_accuracy_live"] == 0.5
+    )  # the fast loop's share
 
     again = run_update(load_config(project / lenient, root=project), by="test", reason="again")
-    assert again.outcome == "skipped" and "no new preference pairs, nudges, liked replies or facts from people since" in again.reason and state.current().version == version
+    assert (
+        again.outcome == "skipped"
+        and "no new preference pairs, nudges, liked replies or facts from people since" in again.reason
+        and state.current().version == version
+    )
 
     _add_choice(project, "second")  # something new to learn: a new batch on the live update
-    strict = _overlay(chain, "online_strict", {"health": {"min_win_rate": 0.0}, "online": {"skip_below": 1.0, "rollback_below": 1.0, "freeze_below": 1.0}})
+    strict = _overlay(
+        chain,
+        "online_strict",
+        {"health": {"min_win_rate": 0.0}, "online": {"skip_below": 1.0, "rollback_below": 1.0, "freeze_below": 1.0}},
+    )
     refused = hominem(project, "live", "update", "--config", strict, check=False)
     assert refused.returncode == 1, refused.stdout + refused.stderr
     history = state.history()
     assert [e["action"] for e in history[-3:]] == ["refuse", "rollback", "freeze"]
     assert "below online.skip_below 1.0" in history[-3]["reason"] and history[-3]["version"] != version
     cached = json.loads((cfg.data_dir / "live" / "replies" / f"{version}.json").read_text())["replies"]
-    assert "Hello! How are you today?" in cached and "What is my name?" in cached  # the gate's replies of the update, kept ...
-    assert history[-3]["gate"]["live_mean_scalar"] == pytest.approx(result["gate"]["candidate_mean_scalar"])  # ... and read back when it was live
-    assert history[-2]["previous"] == version and state.current().is_base and state.current().frozen  # the online update rolled back, frozen
+    assert (
+        "Hello! How are you today?" in cached and "What is my name?" in cached
+    )  # the gate's replies of the update, kept ...
+    assert history[-3]["gate"]["live_mean_scalar"] == pytest.approx(
+        result["gate"]["candidate_mean_scalar"]
+    )  # ... and read back when it was live
+    assert (
+        history[-2]["previous"] == version and state.current().is_base and state.current().frozen
+    )  # the online update rolled back, frozen
     frozen = run_update(load_config(project / lenient, root=project), by="test", reason="while frozen")
     assert frozen.outcome == "skipped" and "frozen" in frozen.reason
     _fresh_live(cfg)
@@ -733,8 +1145,23 @@ def _add_nudges(project, turn: str, dimension: str, direction: str, n: int, tag:
 
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     with open(project / "data" / "online" / "log" / f"{day}.jsonl", "a") as fh:
-        fh.write("".join(json.dumps({"kind": "nudge", "id": f"{tag}-{k}", "time": now, "rater": "local", "turn": turn, "dimension": dimension,
-                                     "direction": direction}) + "\n" for k in range(n)))
+        fh.write(
+            "".join(
+                json.dumps(
+                    {
+                        "kind": "nudge",
+                        "id": f"{tag}-{k}",
+                        "time": now,
+                        "rater": "local",
+                        "turn": turn,
+                        "dimension": dimension,
+                        "direction": direction,
+                    }
+                )
+                + "\n"
+                for k in range(n)
+            )
+        )
 
 
 def test_nudges_weight_an_update_s_pairs_and_add_dimension_pairs(chain):
@@ -755,10 +1182,27 @@ def test_nudges_weight_an_update_s_pairs_and_add_dimension_pairs(chain):
     _fresh_live(cfg)
     state = LiveState(cfg.data_dir)
     # every candidate pair qualifies (the tiny teacher's labels are noise): the largest empathy gaps are taken
-    overlay = _overlay(chain, "nudged", {"health": {"min_win_rate": 0.0, "people_tolerance": None},
-                                         "online": {"skip_below": 0.0, "rollback_below": 0.0, "freeze_below": 0.0,
-                                                    "nudges": {"min_gap": 0.0, "tolerance": 10.0, "pair_share": 0.25, "samples": 3,
-                                                                "pair_rows": "share", "imitate": False, "max_steps": None}}})
+    overlay = _overlay(
+        chain,
+        "nudged",
+        {
+            "health": {"min_win_rate": 0.0, "people_tolerance": None},
+            "online": {
+                "skip_below": 0.0,
+                "rollback_below": 0.0,
+                "freeze_below": 0.0,
+                "nudges": {
+                    "min_gap": 0.0,
+                    "tolerance": 10.0,
+                    "pair_share": 0.25,
+                    "samples": 3,
+                    "pair_rows": "share",
+                    "imitate": False,
+                    "max_steps": None,
+                },
+            },
+        },
+    )
     _add_choice(project, "nudged")
     _add_nudges(project, "nudged-cold", "empathy", "more", 3, "nudge-a")
     nudged = load_config(project / overlay, root=project)
@@ -768,31 +1212,68 @@ def test_nudges_weight_an_update_s_pairs_and_add_dimension_pairs(chain):
     dimension = batch[batch["source"] == "nudge:empathy"]
     assert len(dimension) == round(0.25 * cfg.online.batch_items) and len(batch) <= cfg.online.batch_items
     weights = batch.loc[batch["source"] != "nudge:empathy", "nudge_weight"].to_numpy()
-    assert weights.std() > 0 and weights.min() >= 0.25 and weights.max() <= 4.0 and (dimension["nudge_weight"] == 1.0).all()
+    assert (
+        weights.std() > 0
+        and weights.min() >= 0.25
+        and weights.max() <= 4.0
+        and (dimension["nudge_weight"] == 1.0).all()
+    )
     # the student's own replies to the nudged conversation join the candidates, sampled from the live adapter
     events = feedback_events(nudged)
     push = pressure(events, nudged.dimension_names, dt.datetime.now(dt.timezone.utc), 3.0, 3.0)
     own = own_replies(nudged, events, push, state.adapter_path(), seed=1)
-    assert set(own["prompt"]) == {"(nudged) My friend forgot my birthday."} and own["trajectory_id"].iloc[0] == "nudged-cold"
+    assert (
+        set(own["prompt"]) == {"(nudged) My friend forgot my birthday."}
+        and own["trajectory_id"].iloc[0] == "nudged-cold"
+    )
     assert 2 <= len(own) <= 1 + nudged.online.nudges.samples and list(own["response"])[0] == "Get over it."
-    assert own_replies(nudged.model_copy(update={"online": nudged.online.model_copy(update={"nudges": nudged.online.nudges.model_copy(update={"samples": 0})})}),
-                       events, push, state.adapter_path(), seed=1).empty
+    assert own_replies(
+        nudged.model_copy(
+            update={
+                "online": nudged.online.model_copy(
+                    update={"nudges": nudged.online.nudges.model_copy(update={"samples": 0})}
+                )
+            }
+        ),
+        events,
+        push,
+        state.adapter_path(),
+        seed=1,
+    ).empty
     again = run_update(nudged, by="test", reason="the same nudges")
     assert again.outcome == "skipped" and "nudges" in again.reason
     # with pair_rows extra the dimension pairs train beside the batch's rows (the replay items keep their places),
     # for nudges.max_steps steps, and with imitate their chosen replies are memory rows of the update too
     _add_nudges(project, "nudged-cold", "empathy", "more", 1, "nudge-b")
-    beside = nudged.model_copy(update={"online": nudged.online.model_copy(update={"nudges": nudged.online.nudges.model_copy(update={"pair_rows": "extra", "max_steps": 3, "imitate": True})})})
+    beside = nudged.model_copy(
+        update={
+            "online": nudged.online.model_copy(
+                update={
+                    "nudges": nudged.online.nudges.model_copy(
+                        update={"pair_rows": "extra", "max_steps": 3, "imitate": True}
+                    )
+                }
+            )
+        }
+    )
     assert run_update(beside, by="test", reason="one more nudge").outcome == "promoted"
     extra = pd.read_parquet(state.adapter_path() / "replay_batch.parquet")
     n_dim = int((extra["source"] == "nudge:empathy").sum())
-    assert n_dim == len(dimension) and len(extra) - n_dim >= len(batch) - len(dimension) and list(extra["source"])[-n_dim:] == ["nudge:empathy"] * n_dim
+    assert (
+        n_dim == len(dimension)
+        and len(extra) - n_dim >= len(batch) - len(dimension)
+        and list(extra["source"])[-n_dim:] == ["nudge:empathy"] * n_dim
+    )
     meta, rows = json.loads((state.adapter_path() / "METADATA.json").read_text()), beside.policy.batch_size
-    assert meta["training"]["policy"]["max_steps"] == 3 and meta["channels"]["pair_rows"] == 3 * (rows + math.ceil(n_dim / 3))
+    assert meta["training"]["policy"]["max_steps"] == 3 and meta["channels"]["pair_rows"] == 3 * (
+        rows + math.ceil(n_dim / 3)
+    )
     files, chosen = read_memory_rows(memory_paths(beside)), extra[extra["source"] == "nudge:empathy"]
     imitated = set(zip(chosen["prompt"], chosen["chosen"])) - set(zip(files["prompt"], files["response"]))
     assert imitated and meta["channels"]["memory_rows_available"] == len(files) + len(imitated)
-    assert [name for name, _ in meta["memory_data"]][-1] == "replay_batch.parquet#imitated"  # the update's record names them too
+    assert [name for name, _ in meta["memory_data"]][
+        -1
+    ] == "replay_batch.parquet#imitated"  # the update's record names them too
     _fresh_live(cfg)
 
 
@@ -808,37 +1289,80 @@ def test_the_server_learns_from_feedback_and_swaps_to_the_update(chain):
     project, cfg = chain["project"], chain["cfg"]
     _fresh_live(cfg)
     state = LiveState(cfg.data_dir)
-    overlay = _overlay(chain, "online_serve", {"health": {"min_win_rate": 0.0, "people_tolerance": None}, "online": {"every_events": 3, "every_minutes": None, "skip_below": 0.0,
-                                                                                            "rollback_below": 0.0, "freeze_below": 0.0}})
-    server = start(project, "--config", overlay, "--reward-model", "none", "--set", "serving.max_new_tokens=16", "--set", "serving.live_poll_seconds=0.2")
+    overlay = _overlay(
+        chain,
+        "online_serve",
+        {
+            "health": {"min_win_rate": 0.0, "people_tolerance": None},
+            "online": {
+                "every_events": 3,
+                "every_minutes": None,
+                "skip_below": 0.0,
+                "rollback_below": 0.0,
+                "freeze_below": 0.0,
+            },
+        },
+    )
+    server = start(
+        project,
+        "--config",
+        overlay,
+        "--reward-model",
+        "none",
+        "--set",
+        "serving.max_new_tokens=16",
+        "--set",
+        "serving.live_poll_seconds=0.2",
+    )
     try:
         url = server.url
         models = lambda: {m["id"]: m["adapter"] for m in httpx.get(f"{url}/v1/models", timeout=30).json()["data"]}  # noqa: E731
         assert models()["hominem"] is None  # the base is live
         loaded = lambda: httpx.get(f"{url}/admin/live", timeout=30).json()["updates"]["ready"]  # noqa: E731
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not loaded():  # the next update's process loads beside the server (libraries, reward model)
+        while (
+            time.monotonic() < deadline and not loaded()
+        ):  # the next update's process loads beside the server (libraries, reward model)
             time.sleep(0.5)
         assert loaded()
-        replies = httpx.post(f"{url}/generate", json={"messages": [{"role": "user", "content": "I lost my keys again."}], "n": 2, "seed": 1}, timeout=120).json()["replies"]
+        replies = httpx.post(
+            f"{url}/generate",
+            json={"messages": [{"role": "user", "content": "I lost my keys again."}], "n": 2, "seed": 1},
+            timeout=120,
+        ).json()["replies"]
         a, b = replies[0]["turn"], replies[1]["turn"]
-        for body in ({"kind": "choice", "chosen": a, "rejected": b, "strength": "strong"}, {"kind": "thumb", "turn": a, "value": "up"},
-                     {"kind": "thumb", "turn": b, "value": "down"}):
+        for body in (
+            {"kind": "choice", "chosen": a, "rejected": b, "strength": "strong"},
+            {"kind": "thumb", "turn": a, "value": "up"},
+            {"kind": "thumb", "turn": b, "value": "down"},
+        ):
             assert httpx.post(f"{url}/feedback", json=body, timeout=30).status_code == 200
         status = lambda: httpx.get(f"{url}/admin/live", timeout=30).json()  # noqa: E731
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and status()["updates"]["last"] is None:  # the update is done ...
             time.sleep(0.5)
-        while time.monotonic() < deadline and not (models()["hominem"] or "").startswith("live/adapters/online-"):  # ... and swapped in
+        while time.monotonic() < deadline and not (models()["hominem"] or "").startswith(
+            "live/adapters/online-"
+        ):  # ... and swapped in
             time.sleep(0.2)
         label, status = models()["hominem"], status()
         assert label and label.startswith("live/adapters/online-"), status["updates"]
         version = label.rsplit("/", 1)[1]
         assert state.current().version == version and status["live"]["version"] == version
-        assert status["updates"]["last"]["outcome"] == "promoted" and status["updates"]["updates"] == 1 and "3 new feedback events" in status["history"][-1]["reason"]
-        chat = httpx.post(f"{url}/v1/chat/completions", json={"model": "hominem", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}, timeout=60)
+        assert (
+            status["updates"]["last"]["outcome"] == "promoted"
+            and status["updates"]["updates"] == 1
+            and "3 new feedback events" in status["history"][-1]["reason"]
+        )
+        chat = httpx.post(
+            f"{url}/v1/chat/completions",
+            json={"model": "hominem", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+            timeout=60,
+        )
         turn = chat.json()["choices"][0]["turn"]
-        assert next(e for e in server.events() if e["id"] == turn)["adapter"] == label  # the reply came from the new version
+        assert (
+            next(e for e in server.events() if e["id"] == turn)["adapter"] == label
+        )  # the reply came from the new version
         # on demand through the admin endpoint: nothing new since the update, so skipped
         updates = lambda: httpx.get(f"{url}/admin/live", timeout=30).json()["updates"]  # noqa: E731
         asked = httpx.post(f"{url}/admin/live/update", json={"reason": "by hand"}, timeout=30)
@@ -847,17 +1371,32 @@ def test_the_server_learns_from_feedback_and_swaps_to_the_update(chain):
         while time.monotonic() < deadline and updates()["updates"] < 2:
             time.sleep(0.5)
         last = updates()["last"]
-        assert last["outcome"] == "skipped" and "no new preference pairs, nudges, liked replies or facts" in last["reason"] and Path(last["log"]).is_file()
+        assert (
+            last["outcome"] == "skipped"
+            and "no new preference pairs, nudges, liked replies or facts" in last["reason"]
+            and Path(last["log"]).is_file()
+        )
 
         _add_choice(project, "third", day=time.strftime("%Y-%m-%d", time.gmtime()))
-        strict = _overlay(chain, "online_strict_skip", {"health": {"min_win_rate": 0.0, "people_tolerance": None}, "online": {"skip_below": 1.0, "rollback_below": 0.0, "freeze_below": 0.0}})
+        strict = _overlay(
+            chain,
+            "online_strict_skip",
+            {
+                "health": {"min_win_rate": 0.0, "people_tolerance": None},
+                "online": {"skip_below": 1.0, "rollback_below": 0.0, "freeze_below": 0.0},
+            },
+        )
         refused = hominem(project, "live", "update", "--config", strict, check=False)
         assert refused.returncode == 1 and "below online.skip_below 1.0" in " ".join(refused.stdout.split())
         last = state.history()[-1]
-        assert last["action"] == "refuse" and last["live"] == version and "below online.skip_below 1.0" in last["reason"]
+        assert (
+            last["action"] == "refuse" and last["live"] == version and "below online.skip_below 1.0" in last["reason"]
+        )
         assert state.current().version == version and models()["hominem"] == label  # the old one stays live and served
         audit = [json.loads(line) for line in (project / "data" / "online" / "audit.jsonl").read_text().splitlines()]
-        assert any(a["action"] == "online_update" and a["outcome"] == "promoted" and a["version"] == version for a in audit)
+        assert any(
+            a["action"] == "online_update" and a["outcome"] == "promoted" and a["version"] == version for a in audit
+        )
     finally:
         stop(server.proc)
         _fresh_live(cfg)
@@ -877,28 +1416,61 @@ def test_feedback_given_after_a_days_run_reaches_the_next_days_reward_model(chai
     config_path = project / "config" / "tiny.yaml"
     cfg = load_config(config_path, root=project)
     messages = [{"role": "user", "content": "My sister forgot my birthday."}]
-    turn = {"kind": "turn", "time": f"{DAY}T20:00:00+00:00", "rater": "local", "session": "late", "messages": messages, "model": "hominem",
-            "adapter": None, "sampling": {}, "finish_reason": "stop", "completion_tokens": 5, "context": context_digest(messages)}
+    turn = {
+        "kind": "turn",
+        "time": f"{DAY}T20:00:00+00:00",
+        "rater": "local",
+        "session": "late",
+        "messages": messages,
+        "model": "hominem",
+        "adapter": None,
+        "sampling": {},
+        "finish_reason": "stop",
+        "completion_tokens": 5,
+        "context": context_digest(messages),
+    }
     with open(project / "data" / "online" / "log" / f"{DAY}.jsonl", "a") as f:
-        for e in (turn | {"id": "warm", "reply": "That hurts. Did you tell her?"}, turn | {"id": "cold", "reply": "Whatever."},
-                  {"kind": "choice", "id": "late-c", "time": f"{DAY}T20:01:00+00:00", "rater": "local", "chosen": "warm", "rejected": "cold", "strength": "clear"}):
+        for e in (
+            turn | {"id": "warm", "reply": "That hurts. Did you tell her?"},
+            turn | {"id": "cold", "reply": "Whatever."},
+            {
+                "kind": "choice",
+                "id": "late-c",
+                "time": f"{DAY}T20:01:00+00:00",
+                "rater": "local",
+                "chosen": "warm",
+                "rejected": "cold",
+                "strength": "clear",
+            },
+        ):
             f.write(json.dumps(e) + "\n")
     assert lineage(cfg).expected("human_feedback", DAY) is None  # DAY's feedback is stale now
 
     nxt = "2026-11-21"
     defs = build_definitions(str(config_path), root=project)
     with instance_for_test() as instance:
-        result = materialize([a for a in defs.assets if a.key.to_user_string() != "human_preferences"], instance=instance, partition_key=nxt,
-                             resources={"hominem": HominemResource(root=str(project), config_path=str(config_path))}, selection="*reward_model")
+        result = materialize(
+            [a for a in defs.assets if a.key.to_user_string() != "human_preferences"],
+            instance=instance,
+            partition_key=nxt,
+            resources={"hominem": HominemResource(root=str(project), config_path=str(config_path))},
+            selection="*reward_model",
+        )
         assert result.success
         made = {(e.asset_key.to_user_string(), e.partition) for e in result.get_asset_materialization_events()}
-    assert ("human_feedback", DAY) in made and ("reward_model", nxt) in made  # DAY's feedback built again, in the same run
+    assert ("human_feedback", DAY) in made and (
+        "reward_model",
+        nxt,
+    ) in made  # DAY's feedback built again, in the same run
     data = lineage(cfg)
     model = data.require("reward_model", nxt)
     assert DAY in [r["partition"] for r in model.manifest["inputs"]["human_feedback"]]  # read, not left out
     feedback = pd.read_parquet(data.require("human_feedback", DAY).file("pairs.parquet"))
     assert "late-c" in set(feedback["pair_id"])  # the late choice is among DAY's pairs now
     by_day = RewardMetadata.read(model.path).people_pairs_by_day
-    assert list(by_day) == [(pd.Timestamp(nxt) - pd.Timedelta(days=k)).date().isoformat() for k in range(cfg.reward_model.window_days - 1, -1, -1)]
+    assert list(by_day) == [
+        (pd.Timestamp(nxt) - pd.Timedelta(days=k)).date().isoformat()
+        for k in range(cfg.reward_model.window_days - 1, -1, -1)
+    ]
     assert by_day[DAY]["feedback"] == len(feedback) and by_day[nxt] == {"feedback": 0, "nudge": 0, "imported": 0}
     assert model.manifest["metadata"]["people_pairs_by_day"] == by_day

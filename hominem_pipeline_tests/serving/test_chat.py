@@ -9,8 +9,15 @@ from hominem_pipeline_tests.serving.conftest import HOMINEM, make_adapter
 
 
 def chat(project, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([HOMINEM, "chat", "--config", "config/tiny.yaml", *args], cwd=project, env={**os.environ, "HOMINEM_HOME": str(project)},
-                          input=stdin or "", capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [HOMINEM, "chat", "--config", "config/tiny.yaml", *args],
+        cwd=project,
+        env={**os.environ, "HOMINEM_HOME": str(project)},
+        input=stdin or "",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_streamed_pieces_join_to_the_reply_generate_gives(tiny_student):
@@ -29,14 +36,32 @@ def test_chat_talks_to_an_adapter_and_to_the_base(tmp_path, tiny_student, tiny_e
 
     project = make_project(tmp_path / "project", tiny_student, tiny_encoder)
     adapter = make_adapter(tiny_student, project / "adapter")
-    scripted = chat(project, "--adapter", str(adapter), "-p", "Hello there", "-p", "/reset", "-p", "Hello there", "--max-tokens", "6", "--temperature", "0")
+    scripted = chat(
+        project,
+        "--adapter",
+        str(adapter),
+        "-p",
+        "Hello there",
+        "-p",
+        "/reset",
+        "-p",
+        "Hello there",
+        "--max-tokens",
+        "6",
+        "--temperature",
+        "0",
+    )
     assert scripted.returncode == 0, scripted.stderr
     replies = [line for line in scripted.stdout.splitlines() if line.startswith("adapter> ")]
-    assert len(replies) == 2 and replies[0] == replies[1]  # /reset: the same words in a new conversation, greedy: the same reply
+    assert (
+        len(replies) == 2 and replies[0] == replies[1]
+    )  # /reset: the same words in a new conversation, greedy: the same reply
     assert "a new conversation" in scripted.stderr
     piped = chat(project, "--adapter", "none", "--max-tokens", "6", stdin="Hi\n\n/quit\nnever read\n")
     assert piped.returncode == 0, piped.stderr
-    assert [line.split("> ")[0] for line in piped.stdout.splitlines() if "> " in line] == ["base"]  # the blank line skipped, /quit ends it
+    assert [line.split("> ")[0] for line in piped.stdout.splitlines() if "> " in line] == [
+        "base"
+    ]  # the blank line skipped, /quit ends it
 
 
 def test_chat_names_a_folder_that_is_not_an_adapter(tmp_path, tiny_student, tiny_encoder):

@@ -51,11 +51,23 @@ def test_continuous_batching_writes_what_generate_writes_alone_and_rows_join_mid
 
     model, tokenizer = load_student(tiny_student)
     prompts = ["hi", "tell me a long story about a dragon and a knight", "why?"]
-    alone = [generate(model, tokenizer, [engine.chat_text([{"role": "user", "content": p}])], max_new_tokens=10, seed=0, repetition_penalty=1.0)[0].text
-             for p in prompts]
+    alone = [
+        generate(
+            model,
+            tokenizer,
+            [engine.chat_text([{"role": "user", "content": p}])],
+            max_new_tokens=10,
+            seed=0,
+            repetition_penalty=1.0,
+        )[0].text
+        for p in prompts
+    ]
     first = Request(engine.chat_text([{"role": "user", "content": prompts[0]}]), Sampling(0.0, 1.0, 10), adapter=False)
     joined_at = []
-    later = [Request(engine.chat_text([{"role": "user", "content": p}]), Sampling(0.0, 1.0, 10), adapter=False) for p in prompts[1:]]
+    later = [
+        Request(engine.chat_text([{"role": "user", "content": p}]), Sampling(0.0, 1.0, 10), adapter=False)
+        for p in prompts[1:]
+    ]
 
     def join_when_started(delta: str) -> None:
         if not joined_at:  # the first row has its first token: the others arrive now
@@ -104,7 +116,9 @@ def emoji_student(tiny_student, tmp_path_factory):
 
     model, tokenizer = load_student(tiny_student)
     piece = tokenizer("🙂", add_special_tokens=False)["input_ids"][0]
-    assert piece in symbol_token_ids(tokenizer) and not set(tokenizer("Hello there", add_special_tokens=False)["input_ids"]) & set(symbol_token_ids(tokenizer))
+    assert piece in symbol_token_ids(tokenizer) and not set(
+        tokenizer("Hello there", add_special_tokens=False)["input_ids"]
+    ) & set(symbol_token_ids(tokenizer))
     enc = tokenizer([chat_text(tokenizer, "hello")], return_tensors="pt", add_special_tokens=False)
     with torch.no_grad():
         last = model(**enc, output_hidden_states=True).hidden_states[-1][0, -1]  # after the final norm
@@ -122,13 +136,21 @@ def test_plain_start_keeps_an_emoji_from_opening_a_reply_in_generate_and_in_the_
     path, piece = emoji_student
     model, tokenizer = load_student(path)
     enc = tokenizer([chat_text(tokenizer, "hello")], return_tensors="pt", add_special_tokens=False)
-    first = lambda plain: int(model.generate(**enc, **decoding_settings(tokenizer, 3, None, None, 1.0, plain))[0, enc["input_ids"].shape[1]])  # noqa: E731
+
+    def first(plain):
+        out = model.generate(**enc, **decoding_settings(tokenizer, 3, None, None, 1.0, plain))
+        return int(out[0, enc["input_ids"].shape[1]])
+
     assert first(plain=False) == piece  # the rigged student opens with the emoji piece
     assert first(plain=True) != piece
     for plain in (False, True):
-        engine = Engine(path, None, None, max_batch_size=1, batch_wait_ms=0, max_queue=1, repetition_penalty=1.0, plain_start=plain)
+        engine = Engine(
+            path, None, None, max_batch_size=1, batch_wait_ms=0, max_queue=1, repetition_penalty=1.0, plain_start=plain
+        )
         try:
-            reply = engine.submit(Request(engine.chat_text([{"role": "user", "content": "hello"}]), Sampling(0.0, 1.0, 3), adapter=False)).result(timeout=60)
+            reply = engine.submit(
+                Request(engine.chat_text([{"role": "user", "content": "hello"}]), Sampling(0.0, 1.0, 3), adapter=False)
+            ).result(timeout=60)
         finally:
             engine.close()
         assert (reply.ids[0] == piece) is not plain
@@ -152,7 +174,10 @@ def test_a_hot_swap_changes_new_requests_only_and_refuses_a_bad_adapter(tiny_stu
         good = make_adapter(tiny_student, tmp_path / "good")
         (good / "METADATA.json").write_text(json.dumps({"base_checksum": checksum}))
         text = engine.chat_text([{"role": "user", "content": "tell me a story"}])
-        ask = lambda n: engine.submit(Request(text, Sampling(0.0, 1.0, n), adapter=True))  # noqa: E731
+
+        def ask(n):
+            return engine.submit(Request(text, Sampling(0.0, 1.0, n), adapter=True))
+
         base_reply = ask(24).result(timeout=60)
         assert base_reply.adapter_label is None and engine.adapter_label is None  # nothing loaded yet: the base
 
@@ -161,8 +186,15 @@ def test_a_hot_swap_changes_new_requests_only_and_refuses_a_bad_adapter(tiny_stu
         assert gate.wait(60)  # the row is generating
         seconds = engine.swap(good, "good").result(timeout=60)
         after = ask(24).result(timeout=60)
-        assert running.result(timeout=60).sent == base_reply.sent and running.result().adapter_label is None  # finished on the base
-        assert after.adapter_label == "good" and after.sent != base_reply.sent and engine.adapter_label == "good" and seconds < 30
+        assert (
+            running.result(timeout=60).sent == base_reply.sent and running.result().adapter_label is None
+        )  # finished on the base
+        assert (
+            after.adapter_label == "good"
+            and after.sent != base_reply.sent
+            and engine.adapter_label == "good"
+            and seconds < 30
+        )
 
         nan = tmp_path / "nan"
         nan.mkdir()
@@ -197,8 +229,21 @@ def test_a_hot_swap_changes_new_requests_only_and_refuses_a_bad_adapter(tiny_stu
 def test_the_engine_puts_what_the_person_stated_earlier_back_before_their_last_message(engine, tiny_student):
     """serving.recall_facts: every request's conversation goes through `chat_text`, which repeats the
     person's earlier statements about themselves in their words (the log keeps what was said)."""
-    said = [{"role": "user", "content": "Hi, my name is Ana."}, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "What is my name?"}]
-    recalling = Engine(tiny_student, None, None, max_batch_size=1, batch_wait_ms=0, max_queue=1, repetition_penalty=1.0, recall_facts=True)
+    said = [
+        {"role": "user", "content": "Hi, my name is Ana."},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "What is my name?"},
+    ]
+    recalling = Engine(
+        tiny_student,
+        None,
+        None,
+        max_batch_size=1,
+        batch_wait_ms=0,
+        max_queue=1,
+        repetition_penalty=1.0,
+        recall_facts=True,
+    )
     try:
         text = recalling.chat_text(said)
     finally:

@@ -20,7 +20,9 @@ def _audit(project) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
 
 
-def test_a_busy_port_is_refused_before_anything_loads_and_sigterm_stops_as_cleanly_as_ctrl_c(tmp_path, tiny_student, tiny_encoder):
+def test_a_busy_port_is_refused_before_anything_loads_and_sigterm_stops_as_cleanly_as_ctrl_c(
+    tmp_path, tiny_student, tiny_encoder
+):
     from hominem_pipeline_tests.conftest import make_project
 
     project = make_project(tmp_path / "project", tiny_student, tiny_encoder)
@@ -35,12 +37,25 @@ def test_a_busy_port_is_refused_before_anything_loads_and_sigterm_stops_as_clean
     before = sorted(p.name for p in updates.iterdir()) if updates.is_dir() else []
 
     env = {**os.environ, "HOMINEM_HOME": str(project)}
-    second = subprocess.run([HOMINEM, "serve", "--config", "config/tiny.yaml", "--port", port], cwd=project, env=env, capture_output=True, text=True,
-                            timeout=120)
+    second = subprocess.run(
+        [HOMINEM, "serve", "--config", "config/tiny.yaml", "--port", port],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     said = " ".join(second.stderr.split())
-    assert second.returncode == 2 and f"cannot listen on 127.0.0.1:{port} (Address already in use); pass another --port" in said, said
-    assert [a["action"] for a in _audit(project)].count("start") == 1  # the second one audited nothing: it stopped before loading
-    assert (sorted(p.name for p in updates.iterdir()) if updates.is_dir() else []) == before  # no update process of its own, no files left
+    assert (
+        second.returncode == 2
+        and f"cannot listen on 127.0.0.1:{port} (Address already in use); pass another --port" in said
+    ), said
+    assert [a["action"] for a in _audit(project)].count(
+        "start"
+    ) == 1  # the second one audited nothing: it stopped before loading
+    assert (
+        sorted(p.name for p in updates.iterdir()) if updates.is_dir() else []
+    ) == before  # no update process of its own, no files left
 
     os.kill(server.proc.pid, signal.SIGTERM)  # `kill PID`: the server alone, not its process group
     out, _ = server.proc.communicate(timeout=60)
@@ -49,4 +64,6 @@ def test_a_busy_port_is_refused_before_anything_loads_and_sigterm_stops_as_clean
     gone, alive = psutil.wait_procs(children, timeout=15)
     assert not alive, [p.cmdline() for p in alive]  # the update process it kept ready went with it
     left = sorted(p.name for p in updates.iterdir()) if updates.is_dir() else []
-    assert not [n for n in left if n.endswith((".json", ".ready"))], left  # and no result or ready file of an update that never ran
+    assert not [n for n in left if n.endswith((".json", ".ready"))], (
+        left
+    )  # and no result or ready file of an update that never ran

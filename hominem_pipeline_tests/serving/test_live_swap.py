@@ -48,7 +48,15 @@ def test_the_service_hot_swaps_to_what_the_pointer_names(tmp_path, tiny_student,
     state = LiveState(data)
     state.promote("first", folders["first"], None, gate={"passed": True}, reason="test", by="test")
 
-    server = start(project, "--reward-model", "none", "--set", "serving.max_new_tokens=16", "--set", "serving.live_poll_seconds=0.2")
+    server = start(
+        project,
+        "--reward-model",
+        "none",
+        "--set",
+        "serving.max_new_tokens=16",
+        "--set",
+        "serving.live_poll_seconds=0.2",
+    )
     try:
         url = server.url
         assert served_adapter(url) == "lora_adapter/2026-11-25/first"  # serving.adapter: live (the default)
@@ -57,7 +65,10 @@ def test_the_service_hot_swaps_to_what_the_pointer_names(tmp_path, tiny_student,
         def client() -> None:
             with httpx.Client(timeout=120) as http:
                 while not stop_chat.is_set():
-                    r = http.post(f"{url}/v1/chat/completions", json={"model": "hominem", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
+                    r = http.post(
+                        f"{url}/v1/chat/completions",
+                        json={"model": "hominem", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8},
+                    )
                     (replies if r.status_code == 200 else failures).append(r)
 
         clients = [threading.Thread(target=client) for _ in range(4)]
@@ -67,33 +78,63 @@ def test_the_service_hot_swaps_to_what_the_pointer_names(tmp_path, tiny_student,
         state.promote("second", folders["second"], None, gate={"passed": True}, reason="test", by="another process")
         wait_for(url, "lora_adapter/2026-11-25/second")
         deadline = time.monotonic() + 120  # the clients go on until a reply from the new adapter is logged
-        while time.monotonic() < deadline and not any(e.get("adapter") == "lora_adapter/2026-11-25/second" for e in server.events()):
+        while time.monotonic() < deadline and not any(
+            e.get("adapter") == "lora_adapter/2026-11-25/second" for e in server.events()
+        ):
             time.sleep(0.2)
         stop_chat.set()
         for c in clients:
             c.join()
         assert not failures and len(replies) >= 8  # clients chatted through the swap
         turns = [e for e in server.events() if e["kind"] == "turn"]
-        assert {t["adapter"] for t in turns} == {"lora_adapter/2026-11-25/first", "lora_adapter/2026-11-25/second"}  # each turn names its own
+        assert {t["adapter"] for t in turns} == {
+            "lora_adapter/2026-11-25/first",
+            "lora_adapter/2026-11-25/second",
+        }  # each turn names its own
 
         state.promote("broken", folders["broken"], None, gate={"passed": True}, reason="bypassing the gate", by="test")
         time.sleep(2.0)
         assert served_adapter(url) == "lora_adapter/2026-11-25/second"  # refused: the old one keeps answering
-        ok = httpx.post(f"{url}/v1/chat/completions", json={"model": "hominem", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}, timeout=60)
+        ok = httpx.post(
+            f"{url}/v1/chat/completions",
+            json={"model": "hominem", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+            timeout=60,
+        )
         assert ok.status_code == 200
 
         rolled = httpx.post(f"{url}/admin/live/rollback", json={"version": "first", "reason": "back"}, timeout=60)
-        assert rolled.status_code == 200 and rolled.json() == {"live": "first", "serving": "lora_adapter/2026-11-25/first"}
-        assert httpx.post(f"{url}/admin/live/freeze", json={"reason": "hold"}, timeout=60).json()["frozen"]["reason"] == "hold"
+        assert rolled.status_code == 200 and rolled.json() == {
+            "live": "first",
+            "serving": "lora_adapter/2026-11-25/first",
+        }
+        assert (
+            httpx.post(f"{url}/admin/live/freeze", json={"reason": "hold"}, timeout=60).json()["frozen"]["reason"]
+            == "hold"
+        )
         refused = httpx.post(f"{url}/admin/live/promote", json={"version": "second"}, timeout=60)
         assert refused.status_code == 409 and "frozen" in refused.json()["error"]["message"]
         status = httpx.get(f"{url}/admin/live", timeout=30).json()
-        assert status["live"]["version"] == "first" and status["serving"] == "lora_adapter/2026-11-25/first" and status["live"]["frozen"]
-        based = httpx.post(f"{url}/admin/live/rollback", json={"version": "base", "reason": "the base alone"}, timeout=60)
-        assert based.json() == {"live": "base", "serving": None} and served_adapter(url) is None  # back to the base: followed too
+        assert (
+            status["live"]["version"] == "first"
+            and status["serving"] == "lora_adapter/2026-11-25/first"
+            and status["live"]["frozen"]
+        )
+        based = httpx.post(
+            f"{url}/admin/live/rollback", json={"version": "base", "reason": "the base alone"}, timeout=60
+        )
+        assert (
+            based.json() == {"live": "base", "serving": None} and served_adapter(url) is None
+        )  # back to the base: followed too
         audit = [json.loads(line) for line in (data / "online" / "audit.jsonl").read_text().splitlines()]
         actions = [a["action"] for a in audit]
-        assert {"live_swap", "live_swap_refused", "live_rollback", "live_freeze", "live_promote", "live_promote_refused"} <= set(actions)
+        assert {
+            "live_swap",
+            "live_swap_refused",
+            "live_rollback",
+            "live_freeze",
+            "live_promote",
+            "live_promote_refused",
+        } <= set(actions)
         refusal = next(a for a in audit if a["action"] == "live_swap_refused")
         assert refusal["version"] == "broken" and "NaN" in refusal["reason"] and refusal["serving"] == "second"
     finally:

@@ -6,15 +6,26 @@ from hominem_pipeline.testing.browser import choose_between_two_replies, chromiu
 def test_chat_choose_a_over_b_strongly_with_a_note_and_nudge_empathy_all_in_the_log(served, tmp_path):
     driver = chromium()
     try:
-        turns = choose_between_two_replies(driver, served.url + "/", "I failed my driving test today.", pick="A", strength="strong",
-                                           note="A sounds like it cares", nudge=("empathy", "more"))
+        turns = choose_between_two_replies(
+            driver,
+            served.url + "/",
+            "I failed my driving test today.",
+            pick="A",
+            strength="strong",
+            note="A sounds like it cares",
+            nudge=("empathy", "more"),
+        )
         shot = screenshot(driver, tmp_path / "page.png")
         shown_scores = driver.find_elements("css selector", "#chat .reply .bar")
         # each piece of feedback is confirmed beside what it is about, not only in the status line at the bottom
-        confirmed = [e.text for e in driver.find_elements("css selector", "#chat .choice .confirm, #chat .reply .confirm")]
+        confirmed = [
+            e.text for e in driver.find_elements("css selector", "#chat .choice .confirm, #chat .reply .confirm")
+        ]
         # the emotion tags in plain words, the model's term as the tooltip; every emoji button says it in words too
         tag = driver.find_element("css selector", "#chat .reply .tags label")
-        tag_words, tag_term = driver.execute_script("return [arguments[0].textContent.trim(), arguments[0].title]", tag)
+        tag_words, tag_term = driver.execute_script(
+            "return [arguments[0].textContent.trim(), arguments[0].title]", tag
+        )
         no_emoji = "no-emoji" in driver.find_element("tag name", "body").get_attribute("class").split()
         thumb = driver.find_element("css selector", "#chat .reply .thumb")
         emoji_drawn = thumb.find_element("css selector", ".emoji").is_displayed()
@@ -23,7 +34,9 @@ def test_chat_choose_a_over_b_strongly_with_a_note_and_nudge_empathy_all_in_the_
         driver.quit()
     assert sorted(confirmed) == ["✓ saved: A over B (strong)", "✓ saved: more empathy"], confirmed
     assert tag_term == "high arousal" and tag_words.endswith("stirred up") and "arousal" not in tag_words
-    assert thumb_text.endswith("good") and emoji_drawn is not no_emoji  # no emoji font here: the word alone, no empty box
+    assert (
+        thumb_text.endswith("good") and emoji_drawn is not no_emoji
+    )  # no emoji font here: the word alone, no empty box
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
     assert len(shown_scores) == 14  # each reply's seven dimensions, drawn from its reward
     events = served.events()
@@ -54,7 +67,9 @@ def test_the_api_docs_render_with_no_network(served):
         wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "[data-section-id]"), timeout=60)
     finally:
         driver.quit()
-    assert title.startswith("hominem") and {"/generate", "/feedback", "/v1/chat/completions"} <= {p.replace("\u200b", "") for p in paths}
+    assert title.startswith("hominem") and {"/generate", "/feedback", "/v1/chat/completions"} <= {
+        p.replace("\u200b", "") for p in paths
+    }
 
 
 def test_replies_are_shown_as_markdown_and_a_reply_cut_by_the_token_limit_ends_at_a_sentence(served):
@@ -66,12 +81,20 @@ def test_replies_are_shown_as_markdown_and_a_reply_cut_by_the_token_limit_ends_a
 
     driver = chromium()
     try:
-        turns = choose_between_two_replies(driver, served.url + "/", "Tell me about your day.", pick="B", strength="clear")
-        texts = {c.get_attribute("data-turn"): c.find_element(By.CLASS_NAME, "text") for c in driver.find_elements(By.CSS_SELECTOR, "#chat .pair .reply")}
+        turns = choose_between_two_replies(
+            driver, served.url + "/", "Tell me about your day.", pick="B", strength="clear"
+        )
+        texts = {
+            c.get_attribute("data-turn"): c.find_element(By.CLASS_NAME, "text")
+            for c in driver.find_elements(By.CSS_SELECTOR, "#chat .pair .reply")
+        }
         nodes = {turn: {child.tag_name for child in el.find_elements(By.XPATH, "./*")} for turn, el in texts.items()}
         box = texts[turns["A"]]
-        driver.execute_script("renderMarkdown(arguments[0], arguments[1])", box,
-                              "**Breathe.** Then:\n- walk *slowly*\n- <script>alert(1)</script> `ok`\n\n1. rest")
+        driver.execute_script(
+            "renderMarkdown(arguments[0], arguments[1])",
+            box,
+            "**Breathe.** Then:\n- walk *slowly*\n- <script>alert(1)</script> `ok`\n\n1. rest",
+        )
         html = box.get_attribute("innerHTML")
     finally:
         driver.quit()

@@ -11,17 +11,25 @@ import httpx2 as httpx
 from hominem_pipeline.testing.browser import ask_for_a_pair, chromium, status_is, wait_for
 from hominem_pipeline.testing.service import HOMINEM
 
-PAIRS = [("I lost my job today.", "I'm so sorry. Do you want to talk about what happened?", "Get another one."),
-         ("Can you help me plan a birthday party?", "Sure: who is it for, and how many guests?", "No."),
-         ("My cat is sick.", "That is worrying. How is she acting, and have you called a vet?", "Cats get sick."),
-         ("I failed my exam.", "That hurts after working hard. What would help right now?", "Study more next time.")]
+PAIRS = [
+    ("I lost my job today.", "I'm so sorry. Do you want to talk about what happened?", "Get another one."),
+    ("Can you help me plan a birthday party?", "Sure: who is it for, and how many guests?", "No."),
+    ("My cat is sick.", "That is worrying. How is she acting, and have you called a vet?", "Cats get sick."),
+    ("I failed my exam.", "That hurts after working hard. What would help right now?", "Study more next time."),
+]
 
 
 def import_questions(project, path):
     env = {**os.environ, "HOMINEM_HOME": str(project)}
     env.pop("DAGSTER_HOME", None)
-    return subprocess.run([HOMINEM, "data", "import-questions", str(path), "--format", "questions", "--config", "config/tiny.yaml"], cwd=project,
-                          env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [HOMINEM, "data", "import-questions", str(path), "--format", "questions", "--config", "config/tiny.yaml"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_questions_are_asked_by_what_the_model_does_not_know_and_answered_once(served, tmp_path):
@@ -30,7 +38,9 @@ def test_questions_are_asked_by_what_the_model_does_not_know_and_answered_once(s
     path = tmp_path / "questions.jsonl"
     path.write_text("".join(json.dumps({"prompt": p, "a": a, "b": b}) + "\n" for p, a, b in PAIRS) + "not json\n")
     done = import_questions(served.project, path)
-    assert done.returncode == 0 and "4 question(s) -> " in done.stdout and "1 unusable line(s) skipped" in done.stdout, done.stdout + done.stderr
+    assert (
+        done.returncode == 0 and "4 question(s) -> " in done.stdout and "1 unusable line(s) skipped" in done.stdout
+    ), done.stdout + done.stderr
     assert "1 unusable" not in import_questions(served.project, path).stderr  # again: the same file, nothing new
 
     # the page: "ask me a pair" shows a pair with why it was asked; choosing A brings the next one
@@ -44,7 +54,9 @@ def test_questions_are_asked_by_what_the_model_does_not_know_and_answered_once(s
         section.find_element(By.CSS_SELECTOR, '.pick input[value="A"]').click()
         section.find_element(By.CLASS_NAME, "submit-choice").click()
         wait_for(driver, status_is("saved: A over B (clear)"), 30)
-        wait_for(driver, lambda d: d.find_element(By.CSS_SELECTOR, "#asked .prompt").text != asked, 120)  # the next pair
+        wait_for(
+            driver, lambda d: d.find_element(By.CSS_SELECTOR, "#asked .prompt").text != asked, 120
+        )  # the next pair
         shown_scores = section.find_elements(By.CSS_SELECTOR, ".reply .bar")
     finally:
         driver.quit()
@@ -52,8 +64,16 @@ def test_questions_are_asked_by_what_the_model_does_not_know_and_answered_once(s
     assert len(shown_scores) == 14  # the served reward model's vector of each reply
     events = {e["id"]: e for e in served.events()}
     a = events[turns["A"]]
-    assert a["model"] == "question" and a["sampling"]["question"] == turns["A"][:-2] and a["sampling"]["by"] in ("information", "random")
-    assert a["sampling"]["reason"] == why and a["reward"] is not None and a["messages"] == [{"role": "user", "content": asked}]
+    assert (
+        a["model"] == "question"
+        and a["sampling"]["question"] == turns["A"][:-2]
+        and a["sampling"]["by"] in ("information", "random")
+    )
+    assert (
+        a["sampling"]["reason"] == why
+        and a["reward"] is not None
+        and a["messages"] == [{"role": "user", "content": asked}]
+    )
     [choice] = [e for e in events.values() if e["kind"] == "choice" and e["chosen"] == turns["A"]]
     assert choice["rejected"] == turns["B"]
 
@@ -64,13 +84,23 @@ def test_questions_are_asked_by_what_the_model_does_not_know_and_answered_once(s
         if nxt["question"] is None:
             break
         q = nxt["question"]
-        assert q["id"] not in seen and nxt["by"] in ("information", "random") and 0.0 <= nxt["value"] <= 1.0 and nxt["pool"] >= 4
+        assert (
+            q["id"] not in seen
+            and nxt["by"] in ("information", "random")
+            and 0.0 <= nxt["value"] <= 1.0
+            and nxt["pool"] >= 4
+        )
         assert set(nxt["parts"]) == {"uncertainty", "disagreement", "cluster", "novelty"} and 0.0 <= nxt["p_a"] <= 1.0
-        again = httpx.get(f"{served.url}/feedback/next", timeout=120).json()["question"]  # asked again before an answer: same turns if the same pair
+        again = httpx.get(f"{served.url}/feedback/next", timeout=120).json()[
+            "question"
+        ]  # asked again before an answer: same turns if the same pair
         if again["id"] == q["id"]:
             assert again["a"]["turn"] == q["a"]["turn"]
         seen.add(q["id"])
-        posted = httpx.post(f"{served.url}/feedback", json={"kind": "choice", "chosen": q["b"]["turn"], "rejected": q["a"]["turn"], "strength": "slight"},
-                            timeout=30)
+        posted = httpx.post(
+            f"{served.url}/feedback",
+            json={"kind": "choice", "chosen": q["b"]["turn"], "rejected": q["a"]["turn"], "strength": "slight"},
+            timeout=30,
+        )
         assert posted.status_code == 200, posted.text
     assert len(seen) == 4 and "import more with `hominem data import-questions`" in nxt["reason"]

@@ -16,7 +16,9 @@ from hominem_pipeline_tests.serving.conftest import ADMIN_TOKEN, HOMINEM, RATER_
 
 def chat(served: Served, **kwargs):
     client = openai.OpenAI(base_url=served.url + "/v1", api_key="unused-on-loopback", max_retries=0)
-    return client.chat.completions.create(**{"messages": [{"role": "user", "content": "How was your day?"}], "max_tokens": 8, "temperature": 0, **kwargs})
+    return client.chat.completions.create(
+        **{"messages": [{"role": "user", "content": "How was your day?"}], "max_tokens": 8, "temperature": 0, **kwargs}
+    )
 
 
 def test_the_openai_client_chats_with_the_served_adapter_streaming_and_not(served):
@@ -27,7 +29,9 @@ def test_the_openai_client_chats_with_the_served_adapter_streaming_and_not(serve
     assert text and reply.usage.completion_tokens == 8 and reply.choices[0].finish_reason == "length"
     streamed = chat(served, model="hominem", stream=True, stream_options={"include_usage": True})
     chunks = list(streamed)
-    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text  # greedy: the same reply, token by token
+    assert (
+        "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+    )  # greedy: the same reply, token by token
     assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) > 1
     assert chunks[-1].usage.completion_tokens == 8
     base = chat(served, model="hominem-base").choices[0].message.content
@@ -40,9 +44,16 @@ def test_the_openai_client_chats_with_the_served_adapter_streaming_and_not(serve
 
 
 def test_feedback_on_generated_replies_lands_in_the_log_once(served):
-    generated = httpx.post(served.url + "/generate", json={"prompt": "I lost my keys again.", "n": 2, "max_tokens": 6, "session": "s1"}, timeout=60).json()
+    generated = httpx.post(
+        served.url + "/generate",
+        json={"prompt": "I lost my keys again.", "n": 2, "max_tokens": 6, "session": "s1"},
+        timeout=60,
+    ).json()
     a, b = generated["replies"]
-    assert set(a["reward"]) == {"vector", "scalar", "reward_intensity", "safety_score", "uncertainty"} and len(a["reward"]["vector"]) == 7
+    assert (
+        set(a["reward"]) == {"vector", "scalar", "reward_intensity", "safety_score", "uncertainty"}
+        and len(a["reward"]["vector"]) == 7
+    )
     posts = [
         {"kind": "choice", "chosen": a["turn"], "rejected": b["turn"], "strength": "strong", "note": "A listens"},
         {"kind": "nudge", "turn": b["turn"], "dimension": "empathy", "direction": "more"},
@@ -59,33 +70,95 @@ def test_feedback_on_generated_replies_lands_in_the_log_once(served):
     assert len(ids) == len(set(ids)) and ids.count("client-chosen-id") == 1
     by_id = {e["id"]: e for e in events}
     choice = by_id[answers[0].json()["id"]]
-    assert (choice["chosen"], choice["rejected"], choice["strength"], choice["note"], choice["rater"]) == (a["turn"], b["turn"], "strong", "A listens", "local")
+    assert (choice["chosen"], choice["rejected"], choice["strength"], choice["note"], choice["rater"]) == (
+        a["turn"],
+        b["turn"],
+        "strong",
+        "A listens",
+        "local",
+    )
     assert by_id[answers[1].json()["id"]]["dimension"] == "empathy"
     turn = by_id[a["turn"]]
-    assert turn["session"] == "s1" and turn["reward"]["scalar"] == pytest.approx(a["reward"]["scalar"]) and turn["reward_model"] == str(served.project / "reward")
+    assert (
+        turn["session"] == "s1"
+        and turn["reward"]["scalar"] == pytest.approx(a["reward"]["scalar"])
+        and turn["reward_model"] == str(served.project / "reward")
+    )
     assert httpx.get(served.url + "/feedback/consistency").json()["choices"] >= 1
 
 
 def test_bad_input_gets_a_4xx_naming_the_field_and_writes_nothing(served):
-    turn = httpx.post(served.url + "/generate", json={"prompt": "hi", "max_tokens": 3, "score": False}, timeout=60).json()["replies"][0]["turn"]
+    turn = httpx.post(
+        served.url + "/generate", json={"prompt": "hi", "max_tokens": 3, "score": False}, timeout=60
+    ).json()["replies"][0]["turn"]
     before = len(served.events())
     cases = [
-        ("/v1/chat/completions", {"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]}, 404, "model", "not served"),
-        ("/v1/chat/completions", {"model": "hominem", "messages": [{"role": "user", "content": "  "}]}, 422, "messages", "empty"),
-        ("/v1/chat/completions", {"model": "hominem", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 100_000}, 422, "max_tokens", "serving.max_new_tokens"),
-        ("/feedback", {"kind": "choice", "chosen": turn, "rejected": turn, "strength": "huge"}, 422, "strength", "'slight', 'clear' or 'strong'"),
+        (
+            "/v1/chat/completions",
+            {"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]},
+            404,
+            "model",
+            "not served",
+        ),
+        (
+            "/v1/chat/completions",
+            {"model": "hominem", "messages": [{"role": "user", "content": "  "}]},
+            422,
+            "messages",
+            "empty",
+        ),
+        (
+            "/v1/chat/completions",
+            {"model": "hominem", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 100_000},
+            422,
+            "max_tokens",
+            "serving.max_new_tokens",
+        ),
+        (
+            "/feedback",
+            {"kind": "choice", "chosen": turn, "rejected": turn, "strength": "huge"},
+            422,
+            "strength",
+            "'slight', 'clear' or 'strong'",
+        ),
         ("/feedback", {"kind": "thumb", "turn": "no-such-turn", "value": "up"}, 404, "turn", "not a turn"),
-        ("/feedback", {"kind": "nudge", "turn": turn, "dimension": "humour", "direction": "more"}, 422, "dimension", "use one of: empathy"),
-        ("/feedback", {"kind": "thumb", "turn": turn, "value": "up", "strength": "clear"}, 422, "strength", "does not apply"),
+        (
+            "/feedback",
+            {"kind": "nudge", "turn": turn, "dimension": "humour", "direction": "more"},
+            422,
+            "dimension",
+            "use one of: empathy",
+        ),
+        (
+            "/feedback",
+            {"kind": "thumb", "turn": turn, "value": "up", "strength": "clear"},
+            422,
+            "strength",
+            "does not apply",
+        ),
         ("/reward", {"prompt": "hi", "response": " "}, 422, "response", "blank"),
     ]
     for path, body, status, field, words in cases:
         answer = httpx.post(served.url + path, json=body, timeout=30)
         error = answer.json()["error"]
-        assert (answer.status_code, error["param"]) == (status, field) and words in error["message"], (path, body, answer.text)
-    huge = httpx.post(served.url + "/feedback", content=b"{" + b" " * 300_000 + b"}", headers={"content-type": "application/json"}, timeout=30)
+        assert (answer.status_code, error["param"]) == (status, field) and words in error["message"], (
+            path,
+            body,
+            answer.text,
+        )
+    huge = httpx.post(
+        served.url + "/feedback",
+        content=b"{" + b" " * 300_000 + b"}",
+        headers={"content-type": "application/json"},
+        timeout=30,
+    )
     assert huge.status_code == 413 and "serving.max_body_bytes" in huge.json()["error"]["message"]
-    broken = httpx.post(served.url + "/feedback", content=b'{"kind": "thumb" "value": "up"}', headers={"content-type": "application/json"}, timeout=30)
+    broken = httpx.post(
+        served.url + "/feedback",
+        content=b'{"kind": "thumb" "value": "up"}',
+        headers={"content-type": "application/json"},
+        timeout=30,
+    )
     error = broken.json()["error"]
     assert broken.status_code == 400 and error["param"] == "body" and error["code"] == "invalid_json", broken.text
     assert "not JSON: Expecting ',' delimiter at line 1, column 18 (character 17)" in error["message"]
@@ -94,7 +167,9 @@ def test_bad_input_gets_a_4xx_naming_the_field_and_writes_nothing(served):
 
 def test_concurrent_chats_share_batches(served):
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        replies = list(pool.map(lambda i: chat(served, model="hominem", seed=i, temperature=0.8, max_tokens=64), range(4)))  # long enough to overlap
+        replies = list(
+            pool.map(lambda i: chat(served, model="hominem", seed=i, temperature=0.8, max_tokens=64), range(4))
+        )  # long enough to overlap
     assert all(r.choices[0].message.content for r in replies)
     assert httpx.get(served.url + "/healthz").json()["largest_batch"] >= 2
 
@@ -103,10 +178,31 @@ def test_beyond_loopback_needs_tokens(tmp_path, tiny_student, tiny_encoder):
     from hominem_pipeline_tests.conftest import make_project
 
     project = make_project(tmp_path / "project", tiny_student, tiny_encoder)
-    refused = subprocess.run([HOMINEM, "serve", "--config", "config/tiny.yaml", "--host", "0.0.0.0", "--adapter", "none", "--reward-model", "none"],
-                             cwd=project, env={**os.environ, "HOMINEM_HOME": str(project)}, capture_output=True, text=True, timeout=120)
+    refused = subprocess.run(
+        [
+            HOMINEM,
+            "serve",
+            "--config",
+            "config/tiny.yaml",
+            "--host",
+            "0.0.0.0",
+            "--adapter",
+            "none",
+            "--reward-model",
+            "none",
+        ],
+        cwd=project,
+        env={**os.environ, "HOMINEM_HOME": str(project)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     message = " ".join(refused.stderr.split())
-    assert refused.returncode == 2 and "'0.0.0.0' is reachable beyond this machine, and no token is configured" in message and "serving.tokens_file" in message
+    assert (
+        refused.returncode == 2
+        and "'0.0.0.0' is reachable beyond this machine, and no token is configured" in message
+        and "serving.tokens_file" in message
+    )
 
 
 def test_tokens_name_raters_pseudonymously_and_unauthorised_calls_are_audited(tmp_path, tiny_student, tiny_encoder):
@@ -120,12 +216,21 @@ def test_tokens_name_raters_pseudonymously_and_unauthorised_calls_are_audited(tm
         wrong = httpx.get(server.url + "/v1/models", headers={"Authorization": "Bearer not-a-token"}, timeout=30)
         assert (nobody.status_code, wrong.status_code) == (401, 401) and nobody.headers["www-authenticate"] == "Bearer"
         rater = {"Authorization": f"Bearer {RATER_TOKEN}"}
-        reply = httpx.post(server.url + "/generate", headers=rater, json={"prompt": "Write to me at jo@example.com or +1 555 123 4567", "max_tokens": 3}, timeout=60)
+        reply = httpx.post(
+            server.url + "/generate",
+            headers=rater,
+            json={"prompt": "Write to me at jo@example.com or +1 555 123 4567", "max_tokens": 3},
+            timeout=60,
+        )
         assert reply.status_code == 200 and reply.json()["reward_model"] is None
         assert httpx.get(server.url + "/admin/audit", headers=rater, timeout=30).status_code == 403
-        audit = httpx.get(server.url + "/admin/audit", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30).json()["entries"]
+        audit = httpx.get(
+            server.url + "/admin/audit", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30
+        ).json()["entries"]
         assert [e["action"] for e in audit] == ["start", "unauthorized", "unauthorized", "forbidden", "read_audit"]
-        assert {audit[1]["path"], audit[2]["path"]} == {"/generate", "/v1/models"} and audit[2]["header"] == "unknown token"
+        assert {audit[1]["path"], audit[2]["path"]} == {"/generate", "/v1/models"} and audit[2][
+            "header"
+        ] == "unknown token"
         [turn] = [e for e in server.events() if e["kind"] == "turn"]
         assert turn["rater"].startswith("r-") and RATER_TOKEN not in json.dumps(turn)
         assert turn["messages"][0]["content"] == "Write to me at [email] or [phone]"
@@ -141,13 +246,26 @@ def test_a_full_queue_answers_503_with_retry_after_and_writes_nothing_for_it(tmp
     from hominem_pipeline_tests.conftest import make_project
 
     project = make_project(tmp_path / "project", tiny_student, tiny_encoder)
-    server = start(project, "--adapter", "none", "--reward-model", "none", "--set", "serving.max_queue=1", "--set", "serving.max_batch_size=1",
-                   "--set", "serving.max_new_tokens=900")
+    server = start(
+        project,
+        "--adapter",
+        "none",
+        "--reward-model",
+        "none",
+        "--set",
+        "serving.max_queue=1",
+        "--set",
+        "serving.max_batch_size=1",
+        "--set",
+        "serving.max_new_tokens=900",
+    )
     answers: dict[str, httpx.Response] = {}
 
     def ask(name: str, max_tokens: int = 8) -> threading.Thread:
         body = {"prompt": f"Tell me a long story, {name}.", "max_tokens": max_tokens, "seed": 1}
-        thread = threading.Thread(target=lambda: answers.__setitem__(name, httpx.post(server.url + "/generate", json=body, timeout=120)))
+        thread = threading.Thread(
+            target=lambda: answers.__setitem__(name, httpx.post(server.url + "/generate", json=body, timeout=120))
+        )
         thread.start()
         return thread
 
@@ -165,10 +283,16 @@ def test_a_full_queue_answers_503_with_retry_after_and_writes_nothing_for_it(tmp
         threads += [ask(f"turned away {i}") for i in range(4)]
         for thread in threads:
             thread.join()
-        assert answers["generating"].json()["replies"][0]["finish_reason"] == "length"  # it was still generating when the rest came
+        assert (
+            answers["generating"].json()["replies"][0]["finish_reason"] == "length"
+        )  # it was still generating when the rest came
         assert answers["waiting"].status_code == 200
         for busy in (answers[f"turned away {i}"] for i in range(4)):
-            assert busy.status_code == 503 and int(busy.headers["retry-after"]) >= 1 and busy.json()["error"]["code"] == "overloaded"
+            assert (
+                busy.status_code == 503
+                and int(busy.headers["retry-after"]) >= 1
+                and busy.json()["error"]["code"] == "overloaded"
+            )
         assert len([e for e in server.events() if e["kind"] == "turn"]) == 2  # a refused request wrote nothing
     finally:
         stop(server.proc)
@@ -178,13 +302,25 @@ def test_replies_written_elsewhere_are_recorded_and_compared_into_a_training_pai
     from hominem_pipeline.core.online.feedback import feedback_tables
 
     post = lambda path, body: httpx.post(served.url + path, json=body, timeout=60)  # noqa: E731
-    kind = post("/turns", {"prompt": "My cat died today.", "reply": "I'm so sorry. How long did you have her?", "author": "hh-rlhf"}).json()["turn"]
-    curt = post("/turns", {"prompt": "My cat died today.", "reply": "Get another one.", "author": "hh-rlhf"}).json()["turn"]
+    kind = post(
+        "/turns",
+        {"prompt": "My cat died today.", "reply": "I'm so sorry. How long did you have her?", "author": "hh-rlhf"},
+    ).json()["turn"]
+    curt = post("/turns", {"prompt": "My cat died today.", "reply": "Get another one.", "author": "hh-rlhf"}).json()[
+        "turn"
+    ]
     other = post("/turns", {"prompt": "Something else entirely.", "reply": "ok", "author": "hh-rlhf"}).json()["turn"]
-    assert post("/feedback", {"kind": "choice", "chosen": kind, "rejected": curt, "strength": "clear"}).status_code == 200
+    assert (
+        post("/feedback", {"kind": "choice", "chosen": kind, "rejected": curt, "strength": "clear"}).status_code == 200
+    )
     mixed = post("/feedback", {"kind": "choice", "chosen": kind, "rejected": other, "strength": "clear"})
     assert mixed.status_code == 422 and "different conversations" in mixed.json()["error"]["message"]
     assert post("/turns", {"prompt": "hi", "reply": "   "}).status_code == 422
     pairs = feedback_tables(served.events()).pairs
     [pair] = pairs[pairs["chosen_turn"] == kind].to_dict("records")
-    assert (pair["prompt"], pair["chosen"], pair["rejected"], pair["weight"]) == ("My cat died today.", "I'm so sorry. How long did you have her?", "Get another one.", 1.0)
+    assert (pair["prompt"], pair["chosen"], pair["rejected"], pair["weight"]) == (
+        "My cat died today.",
+        "I'm so sorry. How long did you have her?",
+        "Get another one.",
+        1.0,
+    )

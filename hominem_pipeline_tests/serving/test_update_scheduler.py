@@ -17,10 +17,14 @@ def test_a_ready_process_that_dies_at_start_is_started_once_more_not_in_a_loop(t
     audit: list[tuple] = []
     folder = tmp_path / "updates"
     # an argument the CLI refuses: every process the scheduler starts exits at once
-    scheduler = UpdateScheduler(settings, ["--no-such-option"], folder, lambda action, **kw: audit.append((action, kw)), auto=True)
+    scheduler = UpdateScheduler(
+        settings, ["--no-such-option"], folder, lambda action, **kw: audit.append((action, kw)), auto=True
+    )
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (scheduler._spare_died and scheduler._spare and scheduler._spare[0].poll() is not None):
+        while time.monotonic() < deadline and not (
+            scheduler._spare_died and scheduler._spare and scheduler._spare[0].poll() is not None
+        ):
             time.sleep(0.2)  # the first died and was replaced; wait for the replacement to die too
         assert scheduler._spare_died
         time.sleep(12)  # more than two of the scheduler's 5-second rounds
@@ -30,6 +34,10 @@ def test_a_ready_process_that_dies_at_start_is_started_once_more_not_in_a_loop(t
         while time.monotonic() < deadline and scheduler.status()["updates"] < 1:
             time.sleep(0.2)
         last = scheduler.status()["last"]
-        assert last["outcome"] == "failed" and "exited 2" in last["reason"] and "no-such-option" in last["reason"].replace("‘", "'")
+        assert (
+            last["outcome"] == "failed"
+            and "exited 2" in last["reason"]
+            and "no-such-option" in last["reason"].replace("‘", "'")
+        )
     finally:
         scheduler.close()

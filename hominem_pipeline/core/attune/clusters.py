@@ -22,18 +22,38 @@ import pandas as pd
 
 from hominem_pipeline.core.attune.predictions import Embed, _last_message, _unit
 
-COLUMNS = ["cluster", "status", "size", "previous_size", "name", "terms", "domain", "tag", "length_gap", "dimension", "dimension_gap",
-           "examples", "centroid"]
+COLUMNS = [
+    "cluster",
+    "status",
+    "size",
+    "previous_size",
+    "name",
+    "terms",
+    "domain",
+    "tag",
+    "length_gap",
+    "dimension",
+    "dimension_gap",
+    "examples",
+    "centroid",
+]
 
 
-def features(errors: pd.DataFrame, dimensions: Sequence[str], scale: dict[str, float], embed: Embed | None) -> np.ndarray:
-    """(n, width) features of the error pairs: the prompt embedding, the dimension gaps and the length gap, each block unit-length."""
+def features(
+    errors: pd.DataFrame, dimensions: Sequence[str], scale: dict[str, float], embed: Embed | None
+) -> np.ndarray:
+    """(n, width) features of the error pairs: the prompt embedding, the dimension gaps and the length gap, each
+    block unit-length."""
     blocks = []
     if embed is not None:
         blocks.append(_unit(embed([_last_message(p) for p in errors["prompt"]])))
-    gaps = np.stack([errors[f"gap_{d}"].to_numpy(dtype=np.float64) / max(scale.get(d, 1.0), 1e-9) for d in dimensions], 1)
+    gaps = np.stack(
+        [errors[f"gap_{d}"].to_numpy(dtype=np.float64) / max(scale.get(d, 1.0), 1e-9) for d in dimensions], 1
+    )
     blocks.append(_unit(gaps))
-    length = (errors["chosen_words"].to_numpy(dtype=np.float64) - errors["rejected_words"].to_numpy(dtype=np.float64)) / max(scale.get("length", 1.0), 1e-9)
+    length = (
+        errors["chosen_words"].to_numpy(dtype=np.float64) - errors["rejected_words"].to_numpy(dtype=np.float64)
+    ) / max(scale.get("length", 1.0), 1e-9)
     blocks.append(np.tanh(length)[:, None])
     return np.concatenate(blocks, 1)
 
@@ -63,7 +83,7 @@ def _terms(members: list[str], others: list[str], top: int = 3) -> list[str]:
     except ValueError:  # nothing but stop words
         return []
     inside = np.asarray(matrix[: len(members)].mean(0)).ravel()
-    outside = np.asarray(matrix[len(members):].mean(0)).ravel() if others else np.zeros_like(inside)
+    outside = np.asarray(matrix[len(members) :].mean(0)).ravel() if others else np.zeros_like(inside)
     score = inside - outside
     names = tfidf.get_feature_names_out()
     return [names[i] for i in np.argsort(-score)[:top] if score[i] > 0]
@@ -77,8 +97,9 @@ def _most(values: Sequence[Any]) -> tuple[str | None, float]:
     return str(value), count / len(values)
 
 
-def cluster_errors(errors: pd.DataFrame, dimensions: Sequence[str], scale: dict[str, float], embed: Embed | None, cfg: Any,
-                   seed: int) -> tuple[pd.DataFrame, np.ndarray]:
+def cluster_errors(
+    errors: pd.DataFrame, dimensions: Sequence[str], scale: dict[str, float], embed: Embed | None, cfg: Any, seed: int
+) -> tuple[pd.DataFrame, np.ndarray]:
     """(one row per cluster, largest first, with its name, parts and examples; each error's cluster row).
     Empty with fewer than `cfg.min_errors` errors."""
     if len(errors) < cfg.min_errors:
@@ -97,19 +118,50 @@ def cluster_errors(errors: pd.DataFrame, dimensions: Sequence[str], scale: dict[
         length_gap = float((part["chosen_words"] - part["rejected_words"]).mean())
         dim_gaps = {d: float(part[f"gap_{d}"].mean()) for d in dimensions}
         dimension = min(dim_gaps, key=dim_gaps.get)
-        name = " · ".join(filter(None, [
-            ", ".join(terms) or None,
-            f"{domain} ({domain_share:.0%})" if domain else None,
-            f"tag {tag}" if tag else None,
-            f"chosen {abs(length_gap):.0f} words {'shorter' if length_gap < 0 else 'longer'}" if abs(length_gap) >= 1 else None,
-            f"{dimension} sided with the rejected reply" if dim_gaps[dimension] < 0 else None,
-        ]))
-        order = np.argsort(-np.abs(part["gap"].to_numpy(dtype=np.float64)))[: cfg.examples]  # the most confident mistakes
-        examples = [{"pair_id": str(r["pair_id"]), "prompt": _last_message(str(r["prompt"]))[:300], "chosen": str(r["chosen"])[:300],
-                     "rejected": str(r["rejected"])[:300], "p_chosen": float(r["p_chosen"])} for _, r in part.iloc[order].iterrows()]
-        rows.append({"cluster": int(label), "status": "new", "size": int(inside.sum()), "previous_size": 0, "name": name or f"cluster {label}",
-                     "terms": terms, "domain": domain, "tag": tag, "length_gap": length_gap, "dimension": dimension,
-                     "dimension_gap": dim_gaps[dimension], "examples": examples, "centroid": x[inside].mean(0).tolist()})
+        name = " · ".join(
+            filter(
+                None,
+                [
+                    ", ".join(terms) or None,
+                    f"{domain} ({domain_share:.0%})" if domain else None,
+                    f"tag {tag}" if tag else None,
+                    f"chosen {abs(length_gap):.0f} words {'shorter' if length_gap < 0 else 'longer'}"
+                    if abs(length_gap) >= 1
+                    else None,
+                    f"{dimension} sided with the rejected reply" if dim_gaps[dimension] < 0 else None,
+                ],
+            )
+        )
+        order = np.argsort(-np.abs(part["gap"].to_numpy(dtype=np.float64)))[
+            : cfg.examples
+        ]  # the most confident mistakes
+        examples = [
+            {
+                "pair_id": str(r["pair_id"]),
+                "prompt": _last_message(str(r["prompt"]))[:300],
+                "chosen": str(r["chosen"])[:300],
+                "rejected": str(r["rejected"])[:300],
+                "p_chosen": float(r["p_chosen"]),
+            }
+            for _, r in part.iloc[order].iterrows()
+        ]
+        rows.append(
+            {
+                "cluster": int(label),
+                "status": "new",
+                "size": int(inside.sum()),
+                "previous_size": 0,
+                "name": name or f"cluster {label}",
+                "terms": terms,
+                "domain": domain,
+                "tag": tag,
+                "length_gap": length_gap,
+                "dimension": dimension,
+                "dimension_gap": dim_gaps[dimension],
+                "examples": examples,
+                "centroid": x[inside].mean(0).tolist(),
+            }
+        )
     return pd.DataFrame(rows, columns=COLUMNS), labels
 
 

@@ -20,12 +20,39 @@ import pandas as pd
 from hominem_pipeline.core.reward.calibration import preference_probability
 
 Embed = Callable[[list[str]], np.ndarray]
-SOURCES = ("page", "import", "judge")  # people's choices (the page's, imported ones), and the judge's ranked candidates
+SOURCES = (
+    "page",
+    "import",
+    "judge",
+)  # people's choices (the page's, imported ones), and the judge's ranked candidates
 PEOPLE = ("page", "import")
-SERVED_CATEGORY = "served"  # a page pair's category when both replies are the student's (else asked: an imported question; written: elsewhere)
-BASE_COLUMNS = ["pair_id", "source", "rater", "time", "day", "prompt_id", "prompt", "chosen", "rejected", "category", "domain", "tag", "weight",
-                "reward_model", "in_sample", "p_chosen", "gap", "gap_std", "correct", "served_reward_model", "served_p_chosen",
-                "chosen_words", "rejected_words"]
+# a page pair's category when both replies are the student's (else asked: an imported question; written: elsewhere)
+SERVED_CATEGORY = "served"
+BASE_COLUMNS = [
+    "pair_id",
+    "source",
+    "rater",
+    "time",
+    "day",
+    "prompt_id",
+    "prompt",
+    "chosen",
+    "rejected",
+    "category",
+    "domain",
+    "tag",
+    "weight",
+    "reward_model",
+    "in_sample",
+    "p_chosen",
+    "gap",
+    "gap_std",
+    "correct",
+    "served_reward_model",
+    "served_p_chosen",
+    "chosen_words",
+    "rejected_words",
+]
 
 
 def columns(dimensions: Sequence[str]) -> list[str]:
@@ -84,7 +111,9 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
-def predict(pairs: pd.DataFrame, model: Any, label: str, in_sample: bool, domains: Domains | None, day: str) -> pd.DataFrame:
+def predict(
+    pairs: pd.DataFrame, model: Any, label: str, in_sample: bool, domains: Domains | None, day: str
+) -> pd.DataFrame:
     """The prediction rows of `pairs` (columns pair_id, prompt, chosen, rejected, source; optional rater,
     time, prompt_id, category, tag, weight, served_reward_model, served_p_chosen; `day` and `domain` are
     kept where the frame has them, else `day` and `domains` give them) by `model` (a RewardModel, `label`
@@ -95,34 +124,42 @@ def predict(pairs: pd.DataFrame, model: Any, label: str, in_sample: bool, domain
     prompts = list(pairs["prompt"])
     raw = model.raw_scores(prompts + prompts, list(pairs["chosen"]) + list(pairs["rejected"]), uncertainty=True)
     n = len(pairs)
-    vector, scalar, spread = raw["vector"].astype(np.float64), raw["scalar"].astype(np.float64), raw["std"]["scalar"].astype(np.float64)
+    vector, scalar, spread = (
+        raw["vector"].astype(np.float64),
+        raw["scalar"].astype(np.float64),
+        raw["std"]["scalar"].astype(np.float64),
+    )
     gap = scalar[:n] - scalar[n:]
     p = preference_probability(gap, model.temperature)
-    out = pd.DataFrame({
-        "pair_id": pairs["pair_id"].astype(str).to_numpy(),
-        "source": pairs["source"].to_numpy(),
-        "rater": _column(pairs, "rater"),
-        "time": _column(pairs, "time"),
-        "day": pairs["day"].to_numpy() if "day" in pairs else day,
-        "prompt_id": _column(pairs, "prompt_id"),
-        "prompt": prompts,
-        "chosen": pairs["chosen"].to_numpy(),
-        "rejected": pairs["rejected"].to_numpy(),
-        "category": _column(pairs, "category"),
-        "domain": domains(prompts) if domains is not None else _column(pairs, "domain"),
-        "tag": _column(pairs, "tag"),
-        "weight": pairs["weight"].astype(float).to_numpy() if "weight" in pairs else np.ones(n),
-        "reward_model": label,
-        "in_sample": bool(in_sample),
-        "p_chosen": p,
-        "gap": gap,
-        "gap_std": np.sqrt(spread[:n] ** 2 + spread[n:] ** 2),
-        "correct": gap > 0,
-        "served_reward_model": _column(pairs, "served_reward_model"),
-        "served_p_chosen": pairs["served_p_chosen"].astype(float).to_numpy() if "served_p_chosen" in pairs else np.full(n, np.nan),
-        "chosen_words": words(pairs["chosen"]),
-        "rejected_words": words(pairs["rejected"]),
-    })
+    out = pd.DataFrame(
+        {
+            "pair_id": pairs["pair_id"].astype(str).to_numpy(),
+            "source": pairs["source"].to_numpy(),
+            "rater": _column(pairs, "rater"),
+            "time": _column(pairs, "time"),
+            "day": pairs["day"].to_numpy() if "day" in pairs else day,
+            "prompt_id": _column(pairs, "prompt_id"),
+            "prompt": prompts,
+            "chosen": pairs["chosen"].to_numpy(),
+            "rejected": pairs["rejected"].to_numpy(),
+            "category": _column(pairs, "category"),
+            "domain": domains(prompts) if domains is not None else _column(pairs, "domain"),
+            "tag": _column(pairs, "tag"),
+            "weight": pairs["weight"].astype(float).to_numpy() if "weight" in pairs else np.ones(n),
+            "reward_model": label,
+            "in_sample": bool(in_sample),
+            "p_chosen": p,
+            "gap": gap,
+            "gap_std": np.sqrt(spread[:n] ** 2 + spread[n:] ** 2),
+            "correct": gap > 0,
+            "served_reward_model": _column(pairs, "served_reward_model"),
+            "served_p_chosen": pairs["served_p_chosen"].astype(float).to_numpy()
+            if "served_p_chosen" in pairs
+            else np.full(n, np.nan),
+            "chosen_words": words(pairs["chosen"]),
+            "rejected_words": words(pairs["rejected"]),
+        }
+    )
     for j, d in enumerate(dims):
         out[f"gap_{d}"] = vector[:n, j] - vector[n:, j]
     for j, d in enumerate(dims):
@@ -152,13 +189,21 @@ def page_pairs(feedback: pd.DataFrame, conversations: pd.DataFrame, data_dir: Pa
 
     if not len(feedback):
         return feedback.assign(source=[], served_reward_model=[], served_p_chosen=[], time=[], category=[])
-    turns = conversations.set_index("turn") if len(conversations) else pd.DataFrame(columns=["scalar", "reward_model", "time", "model"])
+    turns = (
+        conversations.set_index("turn")
+        if len(conversations)
+        else pd.DataFrame(columns=["scalar", "reward_model", "time", "model"])
+    )
     temperatures: dict[str, float | None] = {}
     served_label, served_p, times, kinds = [], [], [], []
     for row in feedback.itertuples(index=False):
         a = turns.loc[row.chosen_turn] if row.chosen_turn in turns.index else None
         b = turns.loc[row.rejected_turn] if row.rejected_turn in turns.index else None
-        label = a["reward_model"] if a is not None and a["reward_model"] == (b["reward_model"] if b is not None else None) else None
+        label = (
+            a["reward_model"]
+            if a is not None and a["reward_model"] == (b["reward_model"] if b is not None else None)
+            else None
+        )
         t = temperatures.setdefault(label, _temperature(data_dir / label)) if label else None
         ok = t is not None and pd.notna(a["scalar"]) and pd.notna(b["scalar"])
         served_label.append(label)
@@ -166,7 +211,9 @@ def page_pairs(feedback: pd.DataFrame, conversations: pd.DataFrame, data_dir: Pa
         times.append(max(str(a["time"]), str(b["time"])) if a is not None and b is not None else None)
         models = {a.get("model") if a is not None else None, b.get("model") if b is not None else None}
         kinds.append(SERVED_CATEGORY if models <= {SERVED, BASE} else "asked" if "question" in models else "written")
-    return feedback.assign(source="page", served_reward_model=served_label, served_p_chosen=served_p, time=times, category=kinds)
+    return feedback.assign(
+        source="page", served_reward_model=served_label, served_p_chosen=served_p, time=times, category=kinds
+    )
 
 
 def _temperature(folder: Path) -> float | None:

@@ -52,11 +52,14 @@ def question_id(prompt: str, a: str, b: str) -> str:
 
 
 def messages_of(prompt: str) -> tuple[tuple[str, str], ...]:
-    """A transcript prompt ("\\n\\nHuman: ...\\n\\nAssistant: ...\\n\\nHuman: ...\\n\\nAssistant:") as messages; else one user message."""
+    """A transcript prompt ("\\n\\nHuman: ...\\n\\nAssistant: ...\\n\\nHuman: ...\\n\\nAssistant:") as messages;
+    else one user message."""
     if not prompt.startswith("\n\nHuman: "):
         return (("user", prompt),)
     parts = _TURN.split(prompt.removesuffix("\n\nAssistant:"))[1:]
-    messages = tuple(("user" if who == "Human" else "assistant", text.strip()) for who, text in zip(parts[::2], parts[1::2]))
+    messages = tuple(
+        ("user" if who == "Human" else "assistant", text.strip()) for who, text in zip(parts[::2], parts[1::2])
+    )
     messages = tuple(m for m in messages if m[1] or m[0] == "user")
     if messages and messages[-1][0] == "assistant" and not messages[-1][1]:
         messages = messages[:-1]
@@ -78,7 +81,9 @@ def from_candidates(frame: pd.DataFrame, source: str) -> list[Question]:
     out = []
     for _, group in frame[frame["response"].fillna("").str.strip() != ""].groupby("prompt_id", sort=True):
         replies = list(dict.fromkeys(group["response"]))
-        pairs = [(replies[i], replies[j]) for i in range(len(replies)) for j in range(i + 1, len(replies))][:PER_PROMPT]
+        pairs = [(replies[i], replies[j]) for i in range(len(replies)) for j in range(i + 1, len(replies))][
+            :PER_PROMPT
+        ]
         out += [make(str(group["prompt"].iloc[0]), a, b, source) for a, b in pairs]
     return out
 
@@ -103,7 +108,11 @@ def parse_questions(path: Path) -> tuple[pd.DataFrame, int]:
             row = json.loads(line)
         except json.JSONDecodeError:
             row = None
-        if isinstance(row, dict) and all(isinstance(row.get(k), str) and row[k].strip() for k in ("prompt", "a", "b")) and row["a"] != row["b"]:
+        if (
+            isinstance(row, dict)
+            and all(isinstance(row.get(k), str) and row[k].strip() for k in ("prompt", "a", "b"))
+            and row["a"] != row["b"]
+        ):
             rows.append({"prompt": row["prompt"], "chosen": row["a"], "rejected": row["b"]})
         else:
             bad += 1
@@ -115,7 +124,10 @@ def write_question_file(pairs: pd.DataFrame, folder: Path, source: str) -> tuple
     importing the same pairs again changes nothing. (path, questions)."""
     questions = [make(str(r.prompt), str(r.chosen), str(r.rejected), source) for r in pairs.itertuples()]
     questions = list({q.id: q for q in questions}.values())
-    text = "".join(json.dumps({"prompt": q.prompt, "a": q.a, "b": q.b, "source": q.source}, ensure_ascii=False) + "\n" for q in questions)
+    text = "".join(
+        json.dumps({"prompt": q.prompt, "a": q.a, "b": q.b, "source": q.source}, ensure_ascii=False) + "\n"
+        for q in questions
+    )
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{fingerprint(text, 16)}.jsonl"
     if not path.exists():
@@ -164,11 +176,18 @@ def novelty_to(prompts: Sequence[str], seen: Sequence[str]) -> np.ndarray:
     return np.array([1.0 - float(np.clip((old @ _word_vector(p)).max(), 0, 1)) for p in prompts])
 
 
-def choose(pool: Sequence[Question], answered: set[str], seen_prompts: Sequence[str], score: Callable[[list[Question]], dict] | None,
-           clusters: Sequence[dict[str, Any]], cfg: Any, rng: np.random.Generator) -> tuple[Question, Any, dict] | None:
+def choose(
+    pool: Sequence[Question],
+    answered: set[str],
+    seen_prompts: Sequence[str],
+    score: Callable[[list[Question]], dict] | None,
+    clusters: Sequence[dict[str, Any]],
+    cfg: Any,
+    rng: np.random.Generator,
+) -> tuple[Question, Any, dict] | None:
     """(question, Pick, its scores) among a uniform sample of `cfg.pool_sample` unanswered questions; None when
-    every question is answered. `score(questions)` gives p_a, gap, spread (arrays) and each side's scores (`a`, `b`) (None: no
-    reward model, so the pick is at random); `clusters`: the growing error clusters (name, terms)."""
+    every question is answered. `score(questions)` gives p_a, gap, spread (arrays) and each side's scores (`a`, `b`)
+    (None: no reward model, so the pick is at random); `clusters`: the growing error clusters (name, terms)."""
     from hominem_pipeline.core.attune.selection import information, pick
 
     open_ = [q for q in pool if q.id not in answered]
@@ -176,19 +195,46 @@ def choose(pool: Sequence[Question], answered: set[str], seen_prompts: Sequence[
         return None
     from hominem_pipeline.core.attune.selection import PARTS, Pick
 
-    if score is None or rng.random() < cfg.random_share:  # the random share is drawn first: only the one picked is scored
+    if (
+        score is None or rng.random() < cfg.random_share
+    ):  # the random share is drawn first: only the one picked is scored
         q = open_[int(rng.integers(len(open_)))]
         if score is None:
-            return q, Pick(0, "random", 0.0, {k: 0.0 for k in PARTS}, "picked at random: no reward model is served to say what it does not know"), {}
+            return (
+                q,
+                Pick(
+                    0,
+                    "random",
+                    0.0,
+                    {k: 0.0 for k in PARTS},
+                    "picked at random: no reward model is served to say what it does not know",
+                ),
+                {},
+            )
         one = score([q])
         parts = information(one["p_a"], one["gap"], one["spread"], cfg.weights)
-        return q, Pick(0, "random", float(parts.at[0, "value"]), {k: float(parts.at[0, k]) for k in PARTS},
-                       f"picked at random ({cfg.random_share:.0%} of questions are), so what people answer stays an unbiased sample"), \
-            {k: (v[0] if isinstance(v, (list, np.ndarray)) else v) for k, v in one.items()}
+        return (
+            q,
+            Pick(
+                0,
+                "random",
+                float(parts.at[0, "value"]),
+                {k: float(parts.at[0, k]) for k in PARTS},
+                f"picked at random ({cfg.random_share:.0%} of questions are), so what people answer "
+                "stays an unbiased sample",
+            ),
+            {k: (v[0] if isinstance(v, (list, np.ndarray)) else v) for k, v in one.items()},
+        )
     sample = [open_[i] for i in sorted(rng.choice(len(open_), size=min(cfg.pool_sample, len(open_)), replace=False))]
     prompts = [q.prompt for q in sample]
     scores = score(sample)
     cluster, names = likeness(prompts, clusters) if clusters else (None, None)
-    info = information(scores["p_a"], scores["gap"], scores["spread"], cfg.weights, cluster, novelty_to(prompts, seen_prompts))
+    info = information(
+        scores["p_a"], scores["gap"], scores["spread"], cfg.weights, cluster, novelty_to(prompts, seen_prompts)
+    )
     chosen = pick(info, 0.0, rng, scores["p_a"], names)
-    return sample[chosen.index], chosen, {k: (v[chosen.index] if isinstance(v, (list, np.ndarray)) else v) for k, v in scores.items()}
+    return (
+        sample[chosen.index],
+        chosen,
+        {k: (v[chosen.index] if isinstance(v, (list, np.ndarray)) else v) for k, v in scores.items()},
+    )

@@ -36,13 +36,23 @@ def disagreement(gap: np.ndarray, spread: np.ndarray) -> np.ndarray:
     return out
 
 
-def information(p_a: np.ndarray, gap: np.ndarray, spread: np.ndarray, weights: Any, cluster: np.ndarray | None = None,
-                novelty: np.ndarray | None = None) -> pd.DataFrame:
-    """Each part and the weighted `value` per candidate; a part not measured (None) is 0 and left out of the weights."""
+def information(
+    p_a: np.ndarray,
+    gap: np.ndarray,
+    spread: np.ndarray,
+    weights: Any,
+    cluster: np.ndarray | None = None,
+    novelty: np.ndarray | None = None,
+) -> pd.DataFrame:
+    """Each part and the weighted `value` per candidate; a part not measured (None) is 0 and left out of the
+    weights."""
     p_a = np.asarray(p_a, dtype=np.float64)
-    parts = {"uncertainty": 1 - np.abs(2 * p_a - 1), "disagreement": disagreement(gap, spread),
-             "cluster": np.zeros(len(p_a)) if cluster is None else np.clip(cluster, 0, 1),
-             "novelty": np.zeros(len(p_a)) if novelty is None else np.clip(novelty, 0, 1)}
+    parts = {
+        "uncertainty": 1 - np.abs(2 * p_a - 1),
+        "disagreement": disagreement(gap, spread),
+        "cluster": np.zeros(len(p_a)) if cluster is None else np.clip(cluster, 0, 1),
+        "novelty": np.zeros(len(p_a)) if novelty is None else np.clip(novelty, 0, 1),
+    }
     w = {k: float(getattr(weights, k)) for k in PARTS}
     if cluster is None:
         w["cluster"] = 0.0
@@ -64,8 +74,13 @@ class Pick:
     reason: str  # one line for the page
 
 
-def pick(info: pd.DataFrame, random_share: float, rng: np.random.Generator, p_a: np.ndarray | None = None,
-         cluster_names: list[str | None] | None = None) -> Pick:
+def pick(
+    info: pd.DataFrame,
+    random_share: float,
+    rng: np.random.Generator,
+    p_a: np.ndarray | None = None,
+    cluster_names: list[str | None] | None = None,
+) -> Pick:
     """The next question among the candidates scored by `information`: at random with probability
     `random_share`, else the most informative (ties to the first)."""
     if not len(info):
@@ -73,16 +88,25 @@ def pick(info: pd.DataFrame, random_share: float, rng: np.random.Generator, p_a:
     parts = lambda i: {k: float(info.at[i, k]) for k in PARTS}  # noqa: E731
     if rng.random() < random_share:
         i = int(rng.integers(len(info)))
-        return Pick(i, "random", float(info.at[i, "value"]), parts(i),
-                    f"picked at random ({random_share:.0%} of questions are), so what people answer stays an unbiased sample")
+        return Pick(
+            i,
+            "random",
+            float(info.at[i, "value"]),
+            parts(i),
+            f"picked at random ({random_share:.0%} of questions are), so what people answer stays an unbiased sample",
+        )
     i = int(np.argmax(info["value"].to_numpy()))
     w = info.attrs.get("weights", {k: 1.0 for k in PARTS})
     # the reason: the part by which it leads the other candidates most
     top = max(PARTS, key=lambda k: w.get(k, 0.0) * (float(info.at[i, k]) - float(info[k].mean())))
     reason = {
-        "uncertainty": f"the reward model is unsure which you prefer (P(A) = {float(p_a[i]):.2f})" if p_a is not None else "the reward model is unsure",
+        "uncertainty": f"the reward model is unsure which you prefer (P(A) = {float(p_a[i]):.2f})"
+        if p_a is not None
+        else "the reward model is unsure",
         "disagreement": "the reward model's ensemble members disagree on it",
-        "cluster": f"it is like pairs the model gets wrong ({cluster_names[i]})" if cluster_names and cluster_names[i] else "it is like pairs the model gets wrong",
+        "cluster": f"it is like pairs the model gets wrong ({cluster_names[i]})"
+        if cluster_names and cluster_names[i]
+        else "it is like pairs the model gets wrong",
         "novelty": "it is unlike anything people have answered so far",
     }[top]
     return Pick(i, "information", float(info.at[i, "value"]), parts(i), f"asked because {reason}")

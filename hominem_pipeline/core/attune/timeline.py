@@ -31,8 +31,15 @@ def calibration(pred: pd.DataFrame, bins: int) -> dict[str, Any] | None:
     correct = pred["correct"].to_numpy(dtype=bool)
     report = calibration_report(np.concatenate([p, 1 - p]), np.concatenate([np.ones(len(p)), np.zeros(len(p))]), bins)
     agreement = float(correct.mean())
-    return {"pairs": int(len(p)), "agreement": agreement, "stderr": float(np.sqrt(agreement * (1 - agreement) / len(p))),
-            "confidence": float(np.maximum(p, 1 - p).mean()), "ece": report["ece"], "brier": report["brier"], "bins": report["bins"]}
+    return {
+        "pairs": int(len(p)),
+        "agreement": agreement,
+        "stderr": float(np.sqrt(agreement * (1 - agreement) / len(p))),
+        "confidence": float(np.maximum(p, 1 - p).mean()),
+        "ece": report["ece"],
+        "brier": report["brier"],
+        "bins": report["bins"],
+    }
 
 
 def by_day(pred: pd.DataFrame, bins: int) -> pd.DataFrame:
@@ -42,16 +49,40 @@ def by_day(pred: pd.DataFrame, bins: int) -> pd.DataFrame:
         frame = pred.assign(group=group_of(pred["source"]))
         for (group, day, version), part in frame.groupby(["group", "day", "reward_model"], sort=True):
             c = calibration(part, bins)
-            rows.append({"group": group, "day": day, "reward_model": version, "in_sample": bool(part["in_sample"].any()),
-                         **{k: c[k] for k in ("pairs", "agreement", "stderr", "ece", "brier", "confidence")}})
-    return pd.DataFrame(rows, columns=["group", "day", "reward_model", "in_sample", "pairs", "agreement", "stderr", "ece", "brier", "confidence"])
+            rows.append(
+                {
+                    "group": group,
+                    "day": day,
+                    "reward_model": version,
+                    "in_sample": bool(part["in_sample"].any()),
+                    **{k: c[k] for k in ("pairs", "agreement", "stderr", "ece", "brier", "confidence")},
+                }
+            )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "group",
+            "day",
+            "reward_model",
+            "in_sample",
+            "pairs",
+            "agreement",
+            "stderr",
+            "ece",
+            "brier",
+            "confidence",
+        ],
+    )
 
 
 def by_domain(pred: pd.DataFrame, bins: int) -> pd.DataFrame:
     """People's choices in the window per domain: pairs, agreement, ECE."""
     people = pred[pred["source"].isin(PEOPLE)]
-    rows = [{"domain": d, **{k: c[k] for k in ("pairs", "agreement", "stderr", "ece")}}
-            for d, part in people.groupby("domain", sort=True) if (c := calibration(part, bins)) is not None]
+    rows = [
+        {"domain": d, **{k: c[k] for k in ("pairs", "agreement", "stderr", "ece")}}
+        for d, part in people.groupby("domain", sort=True)
+        if (c := calibration(part, bins)) is not None
+    ]
     return pd.DataFrame(rows, columns=["domain", "pairs", "agreement", "stderr", "ece"])
 
 
@@ -65,8 +96,15 @@ def plot(days: pd.DataFrame, window: dict[str, dict[str, Any] | None], path: Pat
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     styles = {"people": "-", "judge": "--"}
     for group, part in days.groupby("group"):
-        daily = part.groupby("day").apply(lambda g: pd.Series({"agreement": np.average(g["agreement"], weights=g["pairs"]),
-                                                               "ece": np.average(g["ece"], weights=g["pairs"])}), include_groups=False)
+        daily = part.groupby("day").apply(
+            lambda g: pd.Series(
+                {
+                    "agreement": np.average(g["agreement"], weights=g["pairs"]),
+                    "ece": np.average(g["ece"], weights=g["pairs"]),
+                }
+            ),
+            include_groups=False,
+        )
         x = pd.to_datetime(daily.index)
         left.plot(x, daily["agreement"], styles[group], marker="o", color="tab:blue", label=f"{group}: agreement")
         left.plot(x, daily["ece"], styles[group], marker="s", color="tab:orange", label=f"{group}: ECE")
@@ -81,7 +119,9 @@ def plot(days: pd.DataFrame, window: dict[str, dict[str, Any] | None], path: Pat
             continue
         conf = [b["confidence"] for b in report["bins"]]
         acc = [b["accuracy"] for b in report["bins"]]
-        right.plot(conf, acc, styles[group], marker="o", label=f"{group}: {report['pairs']} pairs, ECE {report['ece']:.3f}")
+        right.plot(
+            conf, acc, styles[group], marker="o", label=f"{group}: {report['pairs']} pairs, ECE {report['ece']:.3f}"
+        )
     right.set_xlabel("predicted P(chosen)")
     right.set_ylabel("share chosen")
     right.set_title("reliability over the window")

@@ -21,7 +21,13 @@ from hominem_pipeline.core.pipeline.stage import CheckOutcome, StageContext, Sta
 
 log = logging.getLogger(__name__)
 
-SUMMARY, DAYS, DOMAINS, CLUSTERS, PLOT = "attunement.json", "calibration_days.parquet", "domains.parquet", "clusters.parquet", "calibration.png"
+SUMMARY, DAYS, DOMAINS, CLUSTERS, PLOT = (
+    "attunement.json",
+    "calibration_days.parquet",
+    "domains.parquet",
+    "clusters.parquet",
+    "calibration.png",
+)
 
 
 def window_days(cfg: HominemConfig) -> int:
@@ -42,8 +48,13 @@ def _served_vectors(ctx: StageContext, model: Any) -> pd.DataFrame:
     """The window's served replies scored by `model`: one row per turn with its day and vector."""
     from hominem_pipeline.core.builds.human_feedback import CONVERSATIONS
 
-    frames = [pd.read_parquet(r.file(CONVERSATIONS), columns=["turn", "prompt", "reply"]).assign(day=r.partition) for r in ctx.inputs["human_feedback"]]
-    served = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["turn", "prompt", "reply", "day"])
+    frames = [
+        pd.read_parquet(r.file(CONVERSATIONS), columns=["turn", "prompt", "reply"]).assign(day=r.partition)
+        for r in ctx.inputs["human_feedback"]
+    ]
+    served = (
+        pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["turn", "prompt", "reply", "day"])
+    )
     served = served[served["reply"].fillna("").str.strip() != ""].reset_index(drop=True)
     if not len(served):
         return served.assign(vector=[])
@@ -101,12 +112,19 @@ def build_attunement(ctx: StageContext) -> StageOutput:
     scale["length"] = float((now["chosen_words"] - now["rejected_words"]).std()) if len(now) > 1 else 1.0
     errors = now[~now["correct"] & now["day"].isin(window)]
     embed = sentence_embedder(encoder_path(ctx.cfg)) if len(errors) >= a.clusters.min_errors else None
-    seed = ctx.cfg.project.seed  # not the day's seed: yesterday's clusters, recomputed here, come out as they did yesterday
+    seed = (
+        ctx.cfg.project.seed
+    )  # not the day's seed: yesterday's clusters, recomputed here, come out as they did yesterday
     clusters, _ = cluster_errors(errors, dims, scale, embed, a.clusters, seed)
     yesterday = None
     if previous and len(clusters):
         before = previous[-1]
-        old = _errors_of(project_reward_model(before.path, ctx.cfg), data_label(ctx.cfg.data_dir, before.path), people, windows(before.partition, a.window_days, 0)[1])
+        old = _errors_of(
+            project_reward_model(before.path, ctx.cfg),
+            data_label(ctx.cfg.data_dir, before.path),
+            people,
+            windows(before.partition, a.window_days, 0)[1],
+        )
         if len(old) >= a.clusters.min_errors:
             yesterday, _ = cluster_errors(old, dims, scale, embed, a.clusters, seed)
             yesterday = follow(yesterday, None, before.partition, a.clusters.match_similarity)
@@ -114,12 +132,28 @@ def build_attunement(ctx: StageContext) -> StageOutput:
     stored = clusters.assign(terms=clusters["terms"].map(json.dumps), examples=clusters["examples"].map(json.dumps))
     stored.to_parquet(ctx.out_dir / CLUSTERS, index=False)
 
-    drifted = sorted((d for d in preference if d["drifted"]), key=lambda d: -abs(d["z"])) + [dict(d, scope="served") for d in served_report if d["drifted"]]
-    summary = {"day": ctx.partition, "window": [window[0], ctx.partition], "reward_model": label,
-               "calibration": {g: None if r is None else {k: v for k, v in r.items() if k != "bins"} | {"bins": r["bins"]} for g, r in report.items()},
-               "drift": {"reference": [reference[0], reference[-1]], "recent": [recent[0], recent[-1]], "preference": preference, "served": served_report,
-                         "drifted": drifted},
-               "clusters": len(clusters[clusters["status"] != "closed"]), "errors": len(errors), "people_pairs": int(len(now))}
+    drifted = sorted((d for d in preference if d["drifted"]), key=lambda d: -abs(d["z"])) + [
+        dict(d, scope="served") for d in served_report if d["drifted"]
+    ]
+    summary = {
+        "day": ctx.partition,
+        "window": [window[0], ctx.partition],
+        "reward_model": label,
+        "calibration": {
+            g: None if r is None else {k: v for k, v in r.items() if k != "bins"} | {"bins": r["bins"]}
+            for g, r in report.items()
+        },
+        "drift": {
+            "reference": [reference[0], reference[-1]],
+            "recent": [recent[0], recent[-1]],
+            "preference": preference,
+            "served": served_report,
+            "drifted": drifted,
+        },
+        "clusters": len(clusters[clusters["status"] != "closed"]),
+        "errors": len(errors),
+        "people_pairs": int(len(now)),
+    }
     write_json(ctx.out_dir / SUMMARY, summary)
     people_report = report["people"]
     metrics: dict[str, float | None] = {
@@ -128,15 +162,22 @@ def build_attunement(ctx: StageContext) -> StageOutput:
         "people_ece": None if people_report is None else people_report["ece"],
         "judge_agreement": None if report["judge"] is None else report["judge"]["agreement"],
         "judge_ece": None if report["judge"] is None else report["judge"]["ece"],
-        # people's choices between two replies the student served: the student's own style, beside the judge's candidates
-        "served_pairs": 0 if own is None else own["pairs"], "served_agreement": None if own is None else own["agreement"],
-        "drifted": len(drifted), "error_clusters": summary["clusters"], "errors": len(errors),
+        # people's choices between two replies the student served: the student's own style, beside the judge's
+        # candidates
+        "served_pairs": 0 if own is None else own["pairs"],
+        "served_agreement": None if own is None else own["agreement"],
+        "drifted": len(drifted),
+        "error_clusters": summary["clusters"],
+        "errors": len(errors),
     }
     return StageOutput(
         metrics=metrics,
-        metadata={"rows": len(days), "drifted": [f"{d['scope']}: {d['says']}" for d in drifted] or "none",
-                  "clusters": [f"[{r.status}] {r.size} pairs: {r.name}" for r in clusters.itertuples()][:10],
-                  "domains": {r.domain: f"{r.agreement:.0%} of {r.pairs}" for r in domains.itertuples()}},
+        metadata={
+            "rows": len(days),
+            "drifted": [f"{d['scope']}: {d['says']}" for d in drifted] or "none",
+            "clusters": [f"[{r.status}] {r.size} pairs: {r.name}" for r in clusters.itertuples()][:10],
+            "domains": {r.domain: f"{r.agreement:.0%} of {r.pairs}" for r in domains.itertuples()},
+        },
         table=DAYS,
         mlflow_artifacts=[PLOT, SUMMARY],
     )
@@ -148,12 +189,25 @@ def preference_drift_check(metrics: dict[str, Any], cfg: HominemConfig, folder: 
     summary = json.loads((folder / SUMMARY).read_text())
     drift = summary["drift"]
     drifted = drift["drifted"]
-    meta = {"reference": " to ".join(drift["reference"]), "recent": " to ".join(drift["recent"]),
-            "drifted": [f"{d['scope']}: {d['dimension']} {d['direction']}" for d in drifted]}
+    meta = {
+        "reference": " to ".join(drift["reference"]),
+        "recent": " to ".join(drift["recent"]),
+        "drifted": [f"{d['scope']}: {d['dimension']} {d['direction']}" for d in drifted],
+    }
     if drifted:
         return CheckOutcome(False, "drift: " + "; ".join(f"{d['scope']}: {d['says']}" for d in drifted[:6]), meta)
     tested = len({d["dimension"] for d in drift["preference"]})
     if not tested and not drift["served"]:
         d = cfg.attunement.drift
-        return CheckOutcome(True, f"not tested: each window needs {d.min_choices} people's choices (and {d.min_served} served replies for their vectors)", meta)
-    return CheckOutcome(True, f"no drift: {tested} preference dimensions and {len(drift['served'])} served-reply dimensions compared, none moved past the thresholds", meta)
+        return CheckOutcome(
+            True,
+            f"not tested: each window needs {d.min_choices} people's choices (and {d.min_served} served "
+            "replies for their vectors)",
+            meta,
+        )
+    return CheckOutcome(
+        True,
+        f"no drift: {tested} preference dimensions and {len(drift['served'])} served-reply dimensions "
+        "compared, none moved past the thresholds",
+        meta,
+    )

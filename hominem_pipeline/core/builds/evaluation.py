@@ -12,8 +12,11 @@ from hominem_pipeline.core.pipeline.stage import StageContext, StageOutput
 
 log = logging.getLogger(__name__)
 
-MEMORY_ANSWERS = "memory_answers.parquet"  # in an evaluation version: prompt, base, adapter (the memory probe's replies)
-PEOPLE_MARGINS = "people_margins.parquet"  # in an evaluation version: pair_id, margin (the adapter's implicit reward on each people's held-out pair)
+MEMORY_ANSWERS = (
+    "memory_answers.parquet"  # in an evaluation version: prompt, base, adapter (the memory probe's replies)
+)
+# in an evaluation version: pair_id, margin (the adapter's implicit reward on each people's held-out pair)
+PEOPLE_MARGINS = "people_margins.parquet"
 
 
 def build_evaluation(ctx: StageContext) -> StageOutput:
@@ -43,7 +46,9 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
         cfg=ctx.cfg.evaluation,
         seed=ctx.seed,
         memory=read_memory_rows(memory_paths(ctx.cfg)) if ctx.cfg.evaluation.memory_probe else None,
-        fixtures=None if ctx.cfg.fixtures.file is None else load_fixtures(ctx.cfg.path(ctx.cfg.fixtures.file), ctx.cfg.dimension_names),
+        fixtures=None
+        if ctx.cfg.fixtures.file is None
+        else load_fixtures(ctx.cfg.path(ctx.cfg.fixtures.file), ctx.cfg.dimension_names),
         device=device,
         feature_cache=ctx.cfg.data_dir / FEATURE_CACHE,
         shipped=ctx.cfg.path(SHIPPED_FEATURES),
@@ -51,20 +56,38 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
     )
     table.to_parquet(ctx.out_dir / "generations.parquet", index=False)
     # the memory probe's questions and both sides' replies (the gate reuses them with the held-out prompts' replies)
-    pd.DataFrame(summary.pop("memory_answers", []), columns=["prompt", "base", "adapter"]).to_parquet(ctx.out_dir / MEMORY_ANSWERS, index=False)
+    pd.DataFrame(summary.pop("memory_answers", []), columns=["prompt", "base", "adapter"]).to_parquet(
+        ctx.out_dir / MEMORY_ANSWERS, index=False
+    )
     margins = summary.pop("people_margins", {})
-    pd.DataFrame({"pair_id": list(margins), "margin": list(margins.values())}).to_parquet(ctx.out_dir / PEOPLE_MARGINS, index=False)
+    pd.DataFrame({"pair_id": list(margins), "margin": list(margins.values())}).to_parquet(
+        ctx.out_dir / PEOPLE_MARGINS, index=False
+    )
     write_json(ctx.out_dir / "summary.json", summary)
-    plot_dimension_deltas(summary, rm.dimensions, ctx.out_dir / "dimension_deltas.png", f"adapter vs base, {ctx.partition}")
+    plot_dimension_deltas(
+        summary, rm.dimensions, ctx.out_dir / "dimension_deltas.png", f"adapter vs base, {ctx.partition}"
+    )
     metrics = {k: v for k, v in summary.items() if v is None or isinstance(v, (int, float))}
     metrics.update({f"memory_{k}": v for k, v in summary.get("memory_probe", {}).items() if isinstance(v, int)})
     return StageOutput(
         metrics=metrics,
-        metadata={"rows": len(table),
-                  **({"people's held-out pairs": f"implicit reward orders {summary['people_accuracy']:.1%} +- {summary['people_standard_error']:.1%} "
-                      f"of {summary['people_pairs']} as people did (base 50%)"} if "people_accuracy" in summary else {}),
-                  "win_rate_by_category": summary["win_rate_by_category"], "memory_probe": summary.get("memory_probe"),
-                  "fixtures_moved_wrong": [f"[{x['tag']}] {x['prompt']}" for x in summary.get("fixtures", {}).get("failures", [])][:20]},
+        metadata={
+            "rows": len(table),
+            **(
+                {
+                    "people's held-out pairs": f"implicit reward orders {summary['people_accuracy']:.1%} +- "
+                    f"{summary['people_standard_error']:.1%} "
+                    f"of {summary['people_pairs']} as people did (base 50%)"
+                }
+                if "people_accuracy" in summary
+                else {}
+            ),
+            "win_rate_by_category": summary["win_rate_by_category"],
+            "memory_probe": summary.get("memory_probe"),
+            "fixtures_moved_wrong": [
+                f"[{x['tag']}] {x['prompt']}" for x in summary.get("fixtures", {}).get("failures", [])
+            ][:20],
+        },
         table="generations.parquet",
         mlflow_artifacts=["summary.json", "dimension_deltas.png"],
     )

@@ -32,8 +32,13 @@ def build_human_feedback(ctx: StageContext) -> StageOutput:
     return StageOutput(
         metrics={k: v for k, v in stats.items() if isinstance(v, (int, float))},
         # `rows` (pairs) and `conversations` are what the retrain sensor counts
-        metadata={"rows": stats["pairs"], "conversations": stats["conversations"], "turns": stats["turns"], "events": stats["events"],
-                  "log": str(path) if path.exists() else f"{path} (none yet: nobody talked to `hominem serve` that day)"},
+        metadata={
+            "rows": stats["pairs"],
+            "conversations": stats["conversations"],
+            "turns": stats["turns"],
+            "events": stats["events"],
+            "log": str(path) if path.exists() else f"{path} (none yet: nobody talked to `hominem serve` that day)",
+        },
         table=PAIRS,
     )
 

@@ -28,10 +28,18 @@ def build_human_preferences(ctx: StageContext) -> StageOutput:
     quarantine = pd.concat([p.quarantine for _, _, p in parsed], ignore_index=True)
     pairs.to_parquet(ctx.out_dir / "pairs.parquet", index=False)
     return StageOutput(
-        metrics={"pairs": len(pairs), "quarantined": len(quarantine), "duplicates_dropped": before - len(pairs), "files": len(files)},
+        metrics={
+            "pairs": len(pairs),
+            "quarantined": len(quarantine),
+            "duplicates_dropped": before - len(pairs),
+            "files": len(files),
+        },
         metadata={
             "rows": len(pairs),
-            "files": {path.name: {"format": fmt, "pairs": len(p.pairs), "quarantined": len(p.quarantine)} for path, fmt, p in parsed},
+            "files": {
+                path.name: {"format": fmt, "pairs": len(p.pairs), "quarantined": len(p.quarantine)}
+                for path, fmt, p in parsed
+            },
             "quarantine_reasons": quarantine["reason"].value_counts().head(10).to_dict() if len(quarantine) else {},
         },
         table="pairs.parquet",
@@ -54,8 +62,13 @@ def _parse_or_quarantine(path, fmt: str):
         return parse_preference_file(path, fmt, path.name)
     except PreferenceImportError as exc:
         log.warning("%s", exc)
-        return ParsedFile(pd.DataFrame(columns=HUMAN_PAIR_COLUMNS),
-                          pd.DataFrame([{"source_file": path.name, "source_row": -1, "reason": f"unreadable file: {exc}", "raw": ""}], columns=QUARANTINE_COLUMNS))
+        return ParsedFile(
+            pd.DataFrame(columns=HUMAN_PAIR_COLUMNS),
+            pd.DataFrame(
+                [{"source_file": path.name, "source_row": -1, "reason": f"unreadable file: {exc}", "raw": ""}],
+                columns=QUARANTINE_COLUMNS,
+            ),
+        )
 
 
 def inbox_digest(cfg: HominemConfig, partition: str) -> list[list[str]]:

@@ -17,7 +17,8 @@ PREDICTIONS = "predictions.parquet"
 
 
 def predictor(ctx: StageContext):
-    """(the reward model's version ref, whether it trained on the day): the newest before the day, else the day's own."""
+    """(the reward model's version ref, whether it trained on the day): the newest before the day, else the day's
+    own."""
     refs = sorted(ctx.inputs["reward_model"], key=lambda r: r.partition)
     before = [r for r in refs if r.partition < ctx.partition]
     return (before[-1], False) if before else (next(r for r in refs if r.partition == ctx.partition), True)
@@ -49,7 +50,11 @@ def day_pairs(ctx: StageContext) -> pd.DataFrame:
         judge = ctx.tables("preference_pairs")
         frames.append(judge.assign(source="judge", weight=1.0, rater=None))
     frames = [f.drop(columns=["partition"], errors="ignore") for f in frames if len(f)]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["pair_id", "prompt", "chosen", "rejected", "source"])
+    return (
+        pd.concat(frames, ignore_index=True)
+        if frames
+        else pd.DataFrame(columns=["pair_id", "prompt", "chosen", "rejected", "source"])
+    )
 
 
 def seed_prompts_digest(cfg, partition: str) -> str:
@@ -71,7 +76,11 @@ def build_predictions(ctx: StageContext) -> StageOutput:
     pred = predict(pairs, model, label, in_sample, domains_for(ctx.cfg) if len(pairs) else None, ctx.partition)
     pred.to_parquet(ctx.out_dir / PREDICTIONS, index=False)
     metrics: dict[str, float | None] = {}
-    for group, rows in (("people", pred[pred["source"].isin(PEOPLE)]), ("served", served_choices(pred)), ("judge", pred[pred["source"] == "judge"])):
+    for group, rows in (
+        ("people", pred[pred["source"].isin(PEOPLE)]),
+        ("served", served_choices(pred)),
+        ("judge", pred[pred["source"] == "judge"]),
+    ):
         report = calibration(rows, ctx.cfg.attunement.bins)
         metrics[f"{group}_pairs"] = 0 if report is None else report["pairs"]
         metrics[f"{group}_agreement"] = None if report is None else report["agreement"]
@@ -79,9 +88,16 @@ def build_predictions(ctx: StageContext) -> StageOutput:
     people = int(metrics["people_pairs"] or 0)
     return StageOutput(
         metrics=metrics,
-        metadata={"rows": len(pred), "reward_model": label + (" (the day's own: it trained on these pairs)" if in_sample else ""),
-                  "people": f"{people} choices" + (f", {metrics['people_agreement']:.1%} ordered as chosen, ECE {metrics['people_ece']:.3f}" if people else
-                                                   " (nobody chose between replies that day)"),
-                  "sources": {k: int(v) for k, v in pred["source"].value_counts().items()}},
+        metadata={
+            "rows": len(pred),
+            "reward_model": label + (" (the day's own: it trained on these pairs)" if in_sample else ""),
+            "people": f"{people} choices"
+            + (
+                f", {metrics['people_agreement']:.1%} ordered as chosen, ECE {metrics['people_ece']:.3f}"
+                if people
+                else " (nobody chose between replies that day)"
+            ),
+            "sources": {k: int(v) for k, v in pred["source"].value_counts().items()},
+        },
         table=PREDICTIONS,
     )

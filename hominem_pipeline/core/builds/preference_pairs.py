@@ -20,24 +20,38 @@ def build_preference_pairs(ctx: StageContext) -> StageOutput:
 
     labels = pd.read_parquet(ctx.one("teacher_labels").file("labels.parquet"))
     # whether each candidate ended or was cut at the teacher's token budget (training must not teach a stop there)
-    trajectories = pd.read_parquet(ctx.one("teacher_trajectories").file("trajectories.parquet"), columns=["trajectory_id", "finished"])
+    trajectories = pd.read_parquet(
+        ctx.one("teacher_trajectories").file("trajectories.parquet"), columns=["trajectory_id", "finished"]
+    )
     labels = labels.merge(trajectories, on="trajectory_id", how="left")
     answered = labels["response"].str.strip().astype(bool).to_numpy()
-    rm = project_reward_model(ctx.one("reward_model").path, ctx.cfg)  # the day's candidates: read once, by the reward model's training
+    rm = project_reward_model(
+        ctx.one("reward_model").path, ctx.cfg
+    )  # the day's candidates: read once, by the reward model's training
     rm_scalar, rm_vectors = reward_model_scores(rm, labels)  # unanswered rows score NaN and never enter a pair
     pc = ctx.cfg.preferences
     student = _student_replies(ctx, labels, rm) if pc.against_student else None
     pairs = build_pairs(
-        labels, weights=pc.dimension_weights, min_margin=pc.min_margin, max_pairs_per_prompt=pc.max_pairs_per_prompt,
-        rm_scalar=rm_scalar, rm_vectors=rm_vectors, rank_by=pc.rank_by, strategy=pc.strategy, guard=pc.guard_dimension,
-        student=student, min_scalar_margin=pc.min_scalar_margin,
+        labels,
+        weights=pc.dimension_weights,
+        min_margin=pc.min_margin,
+        max_pairs_per_prompt=pc.max_pairs_per_prompt,
+        rm_scalar=rm_scalar,
+        rm_vectors=rm_vectors,
+        rank_by=pc.rank_by,
+        strategy=pc.strategy,
+        guard=pc.guard_dimension,
+        student=student,
+        min_scalar_margin=pc.min_scalar_margin,
     )
     pairs, flagged = without_degenerate_chosen(pairs, labels, ctx.cfg.verifier.min_reply_logp)
     pairs.to_parquet(ctx.out_dir / "pairs.parquet", index=False)
     if student is not None:  # what the pairs against the student were built from, for inspection
         student.to_parquet(ctx.out_dir / "student_replies.parquet", index=False)
     covered = int(pairs["prompt_id"].nunique()) if len(pairs) else 0
-    if warning := sparse_pairs_warning(covered, labels.loc[answered, "prompt_id"].nunique(), pc.rank_by, pc.min_margin, pc.min_scalar_margin):
+    if warning := sparse_pairs_warning(
+        covered, labels.loc[answered, "prompt_id"].nunique(), pc.rank_by, pc.min_margin, pc.min_scalar_margin
+    ):
         log.warning(warning)
     return StageOutput(
         metrics={
@@ -50,12 +64,18 @@ def build_preference_pairs(ctx: StageContext) -> StageOutput:
             **({"student_pairs": int((pairs["source"] == "student").sum())} if student is not None else {}),
             "dropped_degenerate_chosen": flagged,
         },
-        metadata={"rows": len(pairs), "candidates": len(labels), **({"student_replies": len(student)} if student is not None else {})},
+        metadata={
+            "rows": len(pairs),
+            "candidates": len(labels),
+            **({"student_replies": len(student)} if student is not None else {}),
+        },
         table="pairs.parquet",
     )
 
 
-def without_degenerate_chosen(pairs: pd.DataFrame, labels: pd.DataFrame, min_reply_logp: float | None) -> tuple[pd.DataFrame, int]:
+def without_degenerate_chosen(
+    pairs: pd.DataFrame, labels: pd.DataFrame, min_reply_logp: float | None
+) -> tuple[pd.DataFrame, int]:
     """`pairs` without those whose chosen reply the verifier flags degenerate (`teacher.labeling.degenerate_rows`:
     word salad, no words, one word over and over; such a reply may still be the rejected one), and how
     many were dropped. dual's memory channel trains on the chosen replies: it must never learn word salad."""
@@ -66,8 +86,11 @@ def without_degenerate_chosen(pairs: pd.DataFrame, labels: pd.DataFrame, min_rep
         return pairs, 0
     keep = ~pairs["chosen_trajectory_id"].astype(str).isin(flagged)
     if (~keep).any():
-        log.info("preference pairs: %d dropped whose chosen reply is degenerate (first: %s)", int((~keep).sum()),
-                 flagged[str(pairs.loc[~keep, "chosen_trajectory_id"].iloc[0])])
+        log.info(
+            "preference pairs: %d dropped whose chosen reply is degenerate (first: %s)",
+            int((~keep).sum()),
+            flagged[str(pairs.loc[~keep, "chosen_trajectory_id"].iloc[0])],
+        )
     return pairs[keep].reset_index(drop=True), int((~keep).sum())
 
 
@@ -80,7 +103,9 @@ def _student_replies(ctx: StageContext, labels: pd.DataFrame, rm: Any) -> pd.Dat
 
     prompts = labels.drop_duplicates("prompt_id")[["prompt_id", "prompt"]].reset_index(drop=True)
     model, tokenizer = load_student(student_path(ctx.cfg), resolve_device(ctx.cfg.runtime.device))
-    replies = greedy_replies(model, tokenizer, list(prompts["prompt"]), ctx.cfg.evaluation, ctx.seed, "student replies")
+    replies = greedy_replies(
+        model, tokenizer, list(prompts["prompt"]), ctx.cfg.evaluation, ctx.seed, "student replies"
+    )
     del model
     replied = prompts.assign(response=[g.text for g in replies], finished=[g.finished for g in replies])
     scalar, vectors = reward_model_scores(rm, replied)

@@ -24,8 +24,11 @@ def probe_files_digest(cfg: HominemConfig, partition: str) -> Any:
     from hominem_pipeline.core.pipeline.artifacts import optional_file_digest
 
     p = cfg.probes
-    return {"tradeoffs": optional_file_digest(p.tradeoffs and cfg.path(p.tradeoffs)), "counterfactuals": optional_file_digest(p.counterfactuals and cfg.path(p.counterfactuals)),
-            "fixtures": fixtures_file_digest(cfg)}
+    return {
+        "tradeoffs": optional_file_digest(p.tradeoffs and cfg.path(p.tradeoffs)),
+        "counterfactuals": optional_file_digest(p.counterfactuals and cfg.path(p.counterfactuals)),
+        "fixtures": fixtures_file_digest(cfg),
+    }
 
 
 def build_probes(ctx: StageContext) -> StageOutput:
@@ -47,17 +50,41 @@ def build_probes(ctx: StageContext) -> StageOutput:
     earlier = [r for r in refs if r.partition < ctx.partition]
     model = project_reward_model(current.path, ctx.cfg)
     previous = project_reward_model(earlier[-1].path, ctx.cfg) if earlier else None
-    labels = pd.read_parquet(ctx.one("teacher_labels").file("labels.parquet"), columns=["prompt", "response", "category"])
-    people = [pd.read_parquet(r.file(PAIRS), columns=["prompt", "chosen", "rejected"]) for r in ctx.inputs.get("human_feedback", []) if r.file(PAIRS).is_file()]
-    # the project's seed, not the day's: the same contrast pairs every day, so flip rates compare across days (and their rewrites are cached)
-    summary = run_suite(model, ctx.cfg, ctx.cfg.project.seed, ctx.out_dir, previous=previous, replies=labels, people=pd.concat(people, ignore_index=True) if people else None,
-                        label=data_label(ctx.cfg.data_dir, current.path), previous_label=data_label(ctx.cfg.data_dir, earlier[-1].path) if earlier else None)
+    labels = pd.read_parquet(
+        ctx.one("teacher_labels").file("labels.parquet"), columns=["prompt", "response", "category"]
+    )
+    people = [
+        pd.read_parquet(r.file(PAIRS), columns=["prompt", "chosen", "rejected"])
+        for r in ctx.inputs.get("human_feedback", [])
+        if r.file(PAIRS).is_file()
+    ]
+    # the project's seed, not the day's: the same contrast pairs every day, so flip rates compare across days (and
+    # their rewrites are cached)
+    summary = run_suite(
+        model,
+        ctx.cfg,
+        ctx.cfg.project.seed,
+        ctx.out_dir,
+        previous=previous,
+        replies=labels,
+        people=pd.concat(people, ignore_index=True) if people else None,
+        label=data_label(ctx.cfg.data_dir, current.path),
+        previous_label=data_label(ctx.cfg.data_dir, earlier[-1].path) if earlier else None,
+    )
     figures = metrics(summary)
     log.info("probes %s: %s", ctx.partition, ", ".join(f"{k} {v:.3g}" for k, v in figures.items() if v is not None))
-    made = [f for f in (SUMMARY, TRADEOFFS, ADVERSARIAL, ATTRIBUTION, MAP_PLOT, SUITE_PLOT) if (ctx.out_dir / f).is_file()]
-    cases = sum((summary.get(k) or {}).get(n, 0) for k, n in (("tradeoffs", "scenarios"), ("counterfactuals", "queries"), ("adversarial", "pairs")))
-    return StageOutput(metrics=figures, metadata={"rows": cases, "reward_model": summary["reward_model"], "previous": summary["previous"]},
-                       mlflow_artifacts=made)
+    made = [
+        f for f in (SUMMARY, TRADEOFFS, ADVERSARIAL, ATTRIBUTION, MAP_PLOT, SUITE_PLOT) if (ctx.out_dir / f).is_file()
+    ]
+    cases = sum(
+        (summary.get(k) or {}).get(n, 0)
+        for k, n in (("tradeoffs", "scenarios"), ("counterfactuals", "queries"), ("adversarial", "pairs"))
+    )
+    return StageOutput(
+        metrics=figures,
+        metadata={"rows": cases, "reward_model": summary["reward_model"], "previous": summary["previous"]},
+        mlflow_artifacts=made,
+    )
 
 
 def probe_consistency_check(metrics: dict[str, Any], cfg: HominemConfig, folder: Path) -> CheckOutcome:
@@ -68,5 +95,12 @@ def probe_consistency_check(metrics: dict[str, Any], cfg: HominemConfig, folder:
     summary = json.loads((folder / SUMMARY).read_text())
     passed, description = verdict(summary, cfg.probes.max_flip_rate)
     meta = {k: v for k, v in metrics.items() if k.startswith("probe_") and v is not None}
-    return CheckOutcome(passed, description, {**meta, "max_flip_rate": cfg.probes.max_flip_rate,
-                                              "regressions": (summary.get("tradeoffs") or {}).get("regressions", [])})
+    return CheckOutcome(
+        passed,
+        description,
+        {
+            **meta,
+            "max_flip_rate": cfg.probes.max_flip_rate,
+            "regressions": (summary.get("tradeoffs") or {}).get("regressions", []),
+        },
+    )

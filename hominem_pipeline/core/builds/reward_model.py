@@ -49,14 +49,21 @@ def nudge_pairs(ctx: StageContext):
 
     from hominem_pipeline.core.builds.human_feedback import DIMENSION_PAIRS
 
-    frames = [pd.read_parquet(r.file(DIMENSION_PAIRS)) for r in ctx.inputs["human_feedback"] if r.file(DIMENSION_PAIRS).is_file()]
+    frames = [
+        pd.read_parquet(r.file(DIMENSION_PAIRS))
+        for r in ctx.inputs["human_feedback"]
+        if r.file(DIMENSION_PAIRS).is_file()
+    ]
     pairs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if not len(pairs):
         return None
     known = pairs["tag"].isin(ctx.cfg.dimension_names)
     if not known.all():
-        log.warning("reward model: %d nudge pair(s) on dimensions that are not configured (%s) are not read", int((~known).sum()),
-                    ", ".join(sorted(set(pairs.loc[~known, "tag"]))))
+        log.warning(
+            "reward model: %d nudge pair(s) on dimensions that are not configured (%s) are not read",
+            int((~known).sum()),
+            ", ".join(sorted(set(pairs.loc[~known, "tag"]))),
+        )
     return pairs[known].assign(heads=True, scalar=False) if known.any() else None
 
 
@@ -71,7 +78,9 @@ def people_pairs_by_day(ctx: StageContext) -> dict[str, dict[str, int]]:
     for r in ctx.inputs["human_feedback"]:
         out.setdefault(r.partition, {"feedback": 0, "nudge": 0, "imported": 0})
         out[r.partition]["feedback"] = int(r.manifest["metadata"].get("rows", 0))
-        out[r.partition]["nudge"] = int(r.manifest["metrics"].get("nudge_pairs", 0)) if ctx.cfg.reward_model.dimension_pairs else 0
+        out[r.partition]["nudge"] = (
+            int(r.manifest["metrics"].get("nudge_pairs", 0)) if ctx.cfg.reward_model.dimension_pairs else 0
+        )
     for r in ctx.inputs["human_preferences"]:
         out.setdefault(r.partition, {"feedback": 0, "nudge": 0, "imported": 0})
         out[r.partition]["imported"] = int(r.manifest["metadata"].get("rows", 0))
@@ -110,16 +119,25 @@ def people_pairs(cfg: HominemConfig, part: str = "train"):
         if len(parsed.quarantine) or not len(parsed.pairs):
             first = parsed.quarantine.iloc[0] if len(parsed.quarantine) else None
             unit = "row" if spec.format == "parquet" else "line"
-            why = "no pairs" if first is None else f"{len(parsed.quarantine)} unusable rows ({unit} {first['source_row'] + 1}: {first['reason']})"
+            why = (
+                "no pairs"
+                if first is None
+                else f"{len(parsed.quarantine)} unusable rows ({unit} {first['source_row'] + 1}: {first['reason']})"
+            )
             raise ValueError(f"{key} {path} has {why}; mend the file or check its format ({spec.format})")
         n = len(parsed.pairs)
         if spec.held_out >= n:
-            raise ValueError(f"reward_model.people_pairs[{i}].held_out is {spec.held_out}, but {path} has {n} pairs; hold out fewer, so some train")
+            raise ValueError(
+                f"reward_model.people_pairs[{i}].held_out is {spec.held_out}, but {path} has {n} pairs; "
+                "hold out fewer, so some train"
+            )
         rows = np.arange(n)
         heads = rows < (n if spec.heads is None else spec.heads)
         held = rows >= n - spec.held_out
         frame = parsed.pairs.assign(source=f"shipped:{path.name}", weight=1.0, heads=heads & ~held, held_out=held)
-        frames.append(frame if part == "all" else (frame[held] if part == "held_out" else frame[~held]).drop(columns="held_out"))
+        frames.append(
+            frame if part == "all" else (frame[held] if part == "held_out" else frame[~held]).drop(columns="held_out")
+        )
     frames = [f for f in frames if len(f)]
     if not frames:
         return None
@@ -145,9 +163,18 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
     nudged = nudge_pairs(ctx) if ctx.cfg.reward_model.dimension_pairs else None
     if nudged is not None:
         human = nudged if human is None else pd.concat([human, nudged], ignore_index=True)
-    # Content digest: the sha256 of every table read, as their manifests recorded them, of the nudges' pairs, and of the shipped pairs.
-    digest = fingerprint([[a, r.partition, r.manifest["files"][r.manifest["table"]]] for a in ("teacher_labels", *HUMAN) for r in ctx.inputs[a]]
-                         + [r.manifest["files"].get(DIMENSION_PAIRS) for r in ctx.inputs["human_feedback"]] + [people_pairs_digest(ctx.cfg)], 64)
+    # Content digest: the sha256 of every table read, as their manifests recorded them, of the nudges' pairs, and of
+    # the shipped pairs.
+    digest = fingerprint(
+        [
+            [a, r.partition, r.manifest["files"][r.manifest["table"]]]
+            for a in ("teacher_labels", *HUMAN)
+            for r in ctx.inputs[a]
+        ]
+        + [r.manifest["files"].get(DIMENSION_PAIRS) for r in ctx.inputs["human_feedback"]]
+        + [people_pairs_digest(ctx.cfg)],
+        64,
+    )
     started = time.monotonic()
     device = resolve_device(ctx.cfg.runtime.device)
     metrics = train_reward_model(
@@ -179,7 +206,12 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
     report = score_fixture_file(ctx.cfg, ctx.out_dir)
     if report is not None:
         metrics.update(report.metrics())
-        log.info("reward model on the contrast fixtures: %.1f%% of %d pairs (weakest tag %s %.0f%%)", 100 * report.accuracy, report.pairs, *_pct_tag(report))
+        log.info(
+            "reward model on the contrast fixtures: %.1f%% of %d pairs (weakest tag %s %.0f%%)",
+            100 * report.accuracy,
+            report.pairs,
+            *_pct_tag(report),
+        )
     return StageOutput(
         metrics={k: v for k, v in metrics.items() if v is None or isinstance(v, (int, float))},
         metadata={
@@ -192,7 +224,8 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
             "human_preference_partitions": [r.partition for r in ctx.inputs["human_preferences"]],
             "training_data_digest": digest,
         },
-        mlflow_artifacts=[METADATA] + [p for p in (RELIABILITY_PLOT, DIMENSION_PLOT, FIXTURES_JSON) if (ctx.out_dir / p).is_file()],
+        mlflow_artifacts=[METADATA]
+        + [p for p in (RELIABILITY_PLOT, DIMENSION_PLOT, FIXTURES_JSON) if (ctx.out_dir / p).is_file()],
     )
 
 
@@ -207,7 +240,10 @@ def people_encoder(cfg: HominemConfig) -> Path | None:
         return encoder_path(cfg)
     path = cfg.path(name)
     if not (path / "config.json").is_file():
-        raise ModelNotAvailable(f"reward_model.people_score.encoder {path} has no config.json; point it at an HF encoder folder, `encoder` (models.encoder), or null")
+        raise ModelNotAvailable(
+            f"reward_model.people_score.encoder {path} has no config.json; point it at an HF encoder "
+            "folder, `encoder` (models.encoder), or null"
+        )
     return path
 
 
@@ -227,9 +263,13 @@ def score_fixture_file(cfg: HominemConfig, folder: Path):
     if cfg.fixtures.file is None:
         return None
     fixtures = load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names)
-    report = score_fixtures(project_reward_model(folder, cfg), fixtures)  # the fixtures' features come from the cache, not computed every day
+    report = score_fixtures(
+        project_reward_model(folder, cfg), fixtures
+    )  # the fixtures' features come from the cache, not computed every day
     # the file's digest beside its scores: `hominem reward-probe --fixtures` reads them while the file is unchanged
-    (folder / FIXTURES_JSON).write_text(json.dumps({**report.as_dict(), "fixtures_digest": fixtures_file_digest(cfg)}, indent=1))
+    (folder / FIXTURES_JSON).write_text(
+        json.dumps({**report.as_dict(), "fixtures_digest": fixtures_file_digest(cfg)}, indent=1)
+    )
     return report
 
 
@@ -247,9 +287,14 @@ def reward_backbone_digest(cfg: HominemConfig, partition: str) -> dict[str, str 
     from hominem_pipeline.core.pipeline.artifacts import folder_digest
 
     source = reward_backbone(cfg)
-    return {"backbone": folder_digest(source) if Path(source).is_dir() else str(source), "fixtures": fixtures_file_digest(cfg),
-            "people_pairs": people_pairs_digest(cfg), "guard_student": folder_digest(student_path(cfg)) if cfg.reward_model.guards else None,
-            "people_encoder": None if (enc := people_encoder(cfg)) is None else folder_digest(enc), "people_projection": people_projection_digest(cfg, enc)}
+    return {
+        "backbone": folder_digest(source) if Path(source).is_dir() else str(source),
+        "fixtures": fixtures_file_digest(cfg),
+        "people_pairs": people_pairs_digest(cfg),
+        "guard_student": folder_digest(student_path(cfg)) if cfg.reward_model.guards else None,
+        "people_encoder": None if (enc := people_encoder(cfg)) is None else folder_digest(enc),
+        "people_projection": people_projection_digest(cfg, enc),
+    }
 
 
 def people_projection_digest(cfg: HominemConfig, encoder: Path | None) -> str | None:
@@ -260,7 +305,9 @@ def people_projection_digest(cfg: HominemConfig, encoder: Path | None) -> str | 
 
     if encoder is None:
         return None
-    return optional_file_digest(EncoderStates(encoder, cfg.reward_model.people_score.max_length).projection_file(cfg.path(SHIPPED_FEATURES)))
+    return optional_file_digest(
+        EncoderStates(encoder, cfg.reward_model.people_score.max_length).projection_file(cfg.path(SHIPPED_FEATURES))
+    )
 
 
 def people_pairs_digest(cfg: HominemConfig) -> list[str | None]:
@@ -277,8 +324,15 @@ def reward_fixtures(metrics: dict[str, Any], cfg: HominemConfig, folder: Path) -
     if report is None:
         return CheckOutcome(True, "no contrast fixtures configured (fixtures.file is null)", {})
     f = cfg.fixtures
-    return _fixture_outcome(report, f.min_accuracy, f.min_tag_accuracy, "fixtures.min_accuracy", "fixtures.min_tag_accuracy",
-                            "the better reply scored higher", "fixture_accuracy")
+    return _fixture_outcome(
+        report,
+        f.min_accuracy,
+        f.min_tag_accuracy,
+        "fixtures.min_accuracy",
+        "fixtures.min_tag_accuracy",
+        "the better reply scored higher",
+        "fixture_accuracy",
+    )
 
 
 def reward_dimension_fixtures(metrics: dict[str, Any], cfg: HominemConfig, folder: Path) -> CheckOutcome:
@@ -288,10 +342,22 @@ def reward_dimension_fixtures(metrics: dict[str, Any], cfg: HominemConfig, folde
     saying so, when no fixture file is configured or no fixture's tag is about a dimension."""
     report = _fixture_report(cfg, folder)
     if report is None or report.dimensions is None:
-        return CheckOutcome(True, "no contrast fixtures about a dimension" + (" configured (fixtures.file is null)" if report is None else " in fixtures.file"), {})
+        return CheckOutcome(
+            True,
+            "no contrast fixtures about a dimension"
+            + (" configured (fixtures.file is null)" if report is None else " in fixtures.file"),
+            {},
+        )
     f = cfg.fixtures
-    outcome = _fixture_outcome(report.dimensions, f.min_dimension_accuracy, f.min_dimension_tag_accuracy, "fixtures.min_dimension_accuracy",
-                               "fixtures.min_dimension_tag_accuracy", "each tag's own dimension scored the better reply higher", "dimension_accuracy")
+    outcome = _fixture_outcome(
+        report.dimensions,
+        f.min_dimension_accuracy,
+        f.min_dimension_tag_accuracy,
+        "fixtures.min_dimension_accuracy",
+        "fixtures.min_dimension_tag_accuracy",
+        "each tag's own dimension scored the better reply higher",
+        "dimension_accuracy",
+    )
     outcome.metadata["dimension of each tag"] = ", ".join(f"{t}: {d}" for t, d in sorted(report.dimension_of.items()))
     return outcome
 
@@ -307,17 +373,33 @@ def _fixture_report(cfg: HominemConfig, folder: Path):
     return FixtureReport.from_dict(json.loads((folder / FIXTURES_JSON).read_text()))
 
 
-def _fixture_outcome(report, floor: float, tag_floor: float, floor_key: str, tag_key: str, what: str, figure: str) -> CheckOutcome:
+def _fixture_outcome(
+    report, floor: float, tag_floor: float, floor_key: str, tag_key: str, what: str, figure: str
+) -> CheckOutcome:
     low = {t: v for t, v in report.by_tag.items() if v < tag_floor}
     passed = report.accuracy >= floor and not low
-    meta: dict[str, Any] = {figure: report.accuracy, floor_key.split(".")[1]: floor, tag_key.split(".")[1]: tag_floor,
-                            **{f"tag {t}": v for t, v in report.by_tag.items()}}
+    meta: dict[str, Any] = {
+        figure: report.accuracy,
+        floor_key.split(".")[1]: floor,
+        tag_key.split(".")[1]: tag_floor,
+        **{f"tag {t}": v for t, v in report.by_tag.items()},
+    }
     if report.failures:
-        meta["failures"] = "\n".join(f"[{x['tag']}] {x['prompt']} | better: {x['better']} | worse: {x['worse']} | gap {x['gap']:+.3f}"
-                                     for x in report.failures[:30])
-    tags = f"; tags below {tag_key} {tag_floor:.0%}: " + ", ".join(f"{t} {v:.0%}" for t, v in sorted(low.items())) if low else ""
-    return CheckOutcome(passed, f"{what} in {report.accuracy:.1%} of {report.pairs} contrast fixtures "
-                                f"({'at or above' if report.accuracy >= floor else 'below'} {floor_key} {floor:.0%}){tags}", meta)
+        meta["failures"] = "\n".join(
+            f"[{x['tag']}] {x['prompt']} | better: {x['better']} | worse: {x['worse']} | gap {x['gap']:+.3f}"
+            for x in report.failures[:30]
+        )
+    tags = (
+        f"; tags below {tag_key} {tag_floor:.0%}: " + ", ".join(f"{t} {v:.0%}" for t, v in sorted(low.items()))
+        if low
+        else ""
+    )
+    return CheckOutcome(
+        passed,
+        f"{what} in {report.accuracy:.1%} of {report.pairs} contrast fixtures "
+        f"({'at or above' if report.accuracy >= floor else 'below'} {floor_key} {floor:.0%}){tags}",
+        meta,
+    )
 
 
 def human_agreement(metrics: dict[str, Any], cfg: HominemConfig, folder: Path | None = None) -> CheckOutcome:
@@ -327,13 +409,27 @@ def human_agreement(metrics: dict[str, Any], cfg: HominemConfig, folder: Path | 
     floor = cfg.reward_model.min_human_agreement
     pairs = int(metrics.get("val_human_pairs") or 0)
     judge = metrics.get("val_pairwise_accuracy")
-    meta = {"human_pairs": pairs, "min_human_agreement": floor, "judge_pairs": int(metrics.get("val_pairs") or 0),
-            "judge_agreement": None if judge is None else float(judge)}
+    meta = {
+        "human_pairs": pairs,
+        "min_human_agreement": floor,
+        "judge_pairs": int(metrics.get("val_pairs") or 0),
+        "judge_agreement": None if judge is None else float(judge),
+    }
     beside = "" if judge is None else f"; the judge's held-out pairs {judge:.1%}"
     if not pairs:
-        return CheckOutcome(True, "no human pairs in the window (import some with `hominem data import-preferences`, or give feedback in `hominem serve`)" + beside, meta)
+        return CheckOutcome(
+            True,
+            "no human pairs in the window (import some with `hominem data import-preferences`, or give "
+            "feedback in `hominem serve`)" + beside,
+            meta,
+        )
     agreement = float(metrics["val_human_accuracy"])
     meta["human_agreement"] = agreement
     passed = agreement >= floor
-    return CheckOutcome(passed, f"people's held-out pairs ordered as they chose: {agreement:.1%} of {pairs} ({'at or above' if passed else 'below'} "
-                                f"reward_model.min_human_agreement {floor:.0%}){beside}", meta)
+    return CheckOutcome(
+        passed,
+        f"people's held-out pairs ordered as they chose: {agreement:.1%} of {pairs} "
+        f"({'at or above' if passed else 'below'} "
+        f"reward_model.min_human_agreement {floor:.0%}){beside}",
+        meta,
+    )

@@ -1,4 +1,5 @@
-"""The `teacher_labels` stage: the teacher's reward label of each candidate, verified; refused labels go to quarantine."""
+"""The `teacher_labels` stage: the teacher's reward label of each candidate, verified; refused labels go to
+quarantine."""
 
 from __future__ import annotations
 
@@ -17,8 +18,22 @@ from hominem_pipeline.core.pipeline.stage import CheckOutcome, StageContext, Sta
 log = logging.getLogger(__name__)
 
 
-LABEL_COLUMNS = ["trajectory_id", "prompt_id", "vector", "scalar", "reward_intensity", "safety_score", "rationale", "prompt", "response", "category", "style",
-                 "turn_id"]  # turn_id: the served reply's turn in the interaction log (`labeling.served_turns`); null for the teacher's candidates
+LABEL_COLUMNS = [
+    "trajectory_id",
+    "prompt_id",
+    "vector",
+    "scalar",
+    "reward_intensity",
+    "safety_score",
+    "rationale",
+    "prompt",
+    "response",
+    "category",
+    "style",
+    "turn_id",
+    # turn_id: the served reply's turn in the interaction log (`labeling.served_turns`); null for the teacher's
+    # candidates
+]
 
 
 def served_day(partition: str) -> str:
@@ -29,7 +44,8 @@ def served_day(partition: str) -> str:
 
 
 def served_log_digest(cfg: HominemConfig, partition: str) -> str | None:
-    """The day before's interaction log by content, while `labeling.served_turns` rates its replies (part of the labels' version)."""
+    """The day before's interaction log by content, while `labeling.served_turns` rates its replies (part of the
+    labels' version)."""
     from hominem_pipeline.core.builds.human_feedback import log_digest
 
     return log_digest(cfg, served_day(partition)) if cfg.labeling.served_turns > 0 else None
@@ -60,7 +76,9 @@ def build_teacher_labels(ctx: StageContext) -> StageOutput:
 
     trajectories_frame = pd.read_parquet(ctx.one("teacher_trajectories").file("trajectories.parquet"))
     trajectories = [Trajectory(**row) for row in trajectories_frame.to_dict(orient="records")]
-    served = served_replies(ctx.cfg, ctx.partition)  # the student's own replies of the day before: the reward model learns what it says
+    served = served_replies(
+        ctx.cfg, ctx.partition
+    )  # the student's own replies of the day before: the reward model learns what it says
     trajectories += served
     # An empty response has nothing to judge: it is quarantined without spending a rating on it.
     empty = [t for t in trajectories if not t.response.strip()]
@@ -76,12 +94,21 @@ def build_teacher_labels(ctx: StageContext) -> StageOutput:
     by_id = {t.trajectory_id: t for t in to_rate}
     turn_of = {t.trajectory_id: t.trajectory_id.removeprefix("turn-") for t in served}
     rows = [
-        label.model_dump() | {"prompt": t.prompt, "response": t.response, "category": t.category, "style": t.style, "turn_id": turn_of.get(t.trajectory_id)}
+        label.model_dump()
+        | {
+            "prompt": t.prompt,
+            "response": t.response,
+            "category": t.category,
+            "style": t.style,
+            "turn_id": turn_of.get(t.trajectory_id),
+        }
         for label in result.items
         for t in [by_id[label.trajectory_id]]
     ]
     frame, quarantine = verify_labels(pd.DataFrame(rows, columns=LABEL_COLUMNS), dims)
-    extra = [quarantine_row(t.model_dump(), "empty_response", "empty response, not rated") for t in empty] + result.rejected
+    extra = [
+        quarantine_row(t.model_dump(), "empty_response", "empty response, not rated") for t in empty
+    ] + result.rejected
     if extra:
         quarantine = pd.concat([quarantine, pd.DataFrame(extra, columns=QUARANTINE_COLUMNS)], ignore_index=True)
     if frame.empty:
@@ -94,8 +121,12 @@ def build_teacher_labels(ctx: StageContext) -> StageOutput:
         frame[REPLY_LOGP] = student_reply_logps(ctx.cfg, list(frame["prompt"]), list(frame["response"]))
         degenerate = degenerate_rows(frame, ctx.cfg.verifier.min_reply_logp)
         if degenerate:
-            log.info("verifier: %d of %d candidates flagged degenerate (kept, never the chosen reply of a pair); first: %s",
-                     len(degenerate), len(frame), next(iter(degenerate.values())))
+            log.info(
+                "verifier: %d of %d candidates flagged degenerate (kept, never the chosen reply of a pair); first: %s",
+                len(degenerate),
+                len(frame),
+                next(iter(degenerate.values())),
+            )
     frame.to_parquet(ctx.out_dir / "labels.parquet", index=False)
     vec = vector_matrix(frame["vector"], dims)
     total = len(frame) + len(quarantine)
@@ -121,7 +152,8 @@ def build_teacher_labels(ctx: StageContext) -> StageOutput:
             "rows": len(frame),
             "teacher": teacher.describe(),
             "scalar_by_style": frame.groupby("style")["scalar"].mean().round(4).to_dict(),
-            "served": f"{len(served)} replies served on {served_day(ctx.partition)} rated (labeling.served_turns {ctx.cfg.labeling.served_turns})",
+            "served": f"{len(served)} replies served on {served_day(ctx.partition)} rated (labeling.served_turns "
+            f"{ctx.cfg.labeling.served_turns})",
             "quarantined_by_check": quarantine["check"].value_counts().to_dict() if len(quarantine) else {},
             "degenerate_examples": [f"{t}: {why}" for t, why in list(degenerate.items())[:3]],
             **usage_metadata,
@@ -144,8 +176,13 @@ def student_reply_logps(cfg: HominemConfig, prompts: list[str], replies: list[st
     )
     from hominem_pipeline.core.reward.guards import GUARDS, GuardScorer
 
-    scorer = GuardScorer(tuple(GUARDS), student_path(cfg), cache=cfg.data_dir / FEATURE_CACHE, shipped=cfg.path(SHIPPED_FEATURES),
-                         device=resolve_device(cfg.runtime.device))
+    scorer = GuardScorer(
+        tuple(GUARDS),
+        student_path(cfg),
+        cache=cfg.data_dir / FEATURE_CACHE,
+        shipped=cfg.path(SHIPPED_FEATURES),
+        device=resolve_device(cfg.runtime.device),
+    )
     return scorer(prompts, replies)[:, list(GUARDS).index("reply_logp")].numpy()
 
 
@@ -153,10 +190,23 @@ def labels_pass_verifier(metrics: dict[str, Any], cfg: HominemConfig, folder: Pa
     """Blocking: too many quarantined labels stop the run before anything trains on the partition."""
     from hominem_pipeline.core.teacher.labeling import verifier_verdict
 
-    kept, quarantined, missing = int(metrics["labels"]), int(metrics.get("quarantined") or 0), int(metrics.get("missing") or 0)
+    kept, quarantined, missing = (
+        int(metrics["labels"]),
+        int(metrics.get("quarantined") or 0),
+        int(metrics.get("missing") or 0),
+    )
     passed, description = verifier_verdict(kept, quarantined, cfg.verifier.max_failure_rate, missing)
     degenerate = int(metrics.get("degenerate") or 0)
     if degenerate:
         description += f"; {degenerate} kept but flagged degenerate (never a pair's chosen reply)"
-    return CheckOutcome(passed, description, {"kept": kept, "quarantined": quarantined, "missing": missing, "degenerate": degenerate,
-                                              "max_failure_rate": cfg.verifier.max_failure_rate})
+    return CheckOutcome(
+        passed,
+        description,
+        {
+            "kept": kept,
+            "quarantined": quarantined,
+            "missing": missing,
+            "degenerate": degenerate,
+            "max_failure_rate": cfg.verifier.max_failure_rate,
+        },
+    )

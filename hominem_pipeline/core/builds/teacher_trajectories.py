@@ -25,7 +25,10 @@ def build_teacher_trajectories(ctx: StageContext) -> StageOutput:
         teacher.close()
     seconds = time.monotonic() - started
     if not result.items:
-        raise RuntimeError(f"the teacher produced no trajectory for {ctx.partition}: {len(result.failed)} calls failed, e.g. {result.failed[:1]}")
+        raise RuntimeError(
+            f"the teacher produced no trajectory for {ctx.partition}: {len(result.failed)} calls failed, "
+            f"e.g. {result.failed[:1]}"
+        )
     frame = pd.DataFrame([t.model_dump() for t in result.items])
     frame.to_parquet(ctx.out_dir / "trajectories.parquet", index=False)
     tokens = int(frame["new_tokens"].sum())
@@ -40,7 +43,12 @@ def build_teacher_trajectories(ctx: StageContext) -> StageOutput:
             "empty_responses": int((frame["response"].str.strip() == "").sum()),
             **usage_metrics,
         },
-        metadata={"rows": len(frame), "teacher": teacher.describe(), "styles": frame.groupby("style").size().to_dict(), **usage_metadata},
+        metadata={
+            "rows": len(frame),
+            "teacher": teacher.describe(),
+            "styles": frame.groupby("style").size().to_dict(),
+            **usage_metadata,
+        },
         table="trajectories.parquet",
         complete=not result.failed,
     )

@@ -30,5 +30,13 @@ class Progress:
             suffix = "".join(f" {k}={v}" for k, v in extra.items())
             pct = 100.0 * self.done / self.total if self.total else 100.0
             self.log.info(
-                "%s: %d/%d %s (%.0f%%) %.2f/s eta %.0fs%s", self.what, self.done, self.total, self.unit, pct, rate, eta, suffix
+                "%s: %d/%d %s (%.0f%%) %.2f/s eta %.0fs%s",
+                self.what,
+                self.done,
+                self.total,
+                self.unit,
+                pct,
+                rate,
+                eta,
+                suffix,
             )

@@ -48,7 +48,9 @@ class Trajectory(_Record):
     response: str
     new_tokens: int = Field(ge=0)
     finished: bool  # False when generation stopped at max_new_tokens
-    ended_at_sentence: bool = False  # stopped at max_new_tokens, and the response kept up to its last finished sentence
+    ended_at_sentence: bool = (
+        False  # stopped at max_new_tokens, and the response kept up to its last finished sentence
+    )
 
 
 class Label(_Record):
@@ -83,7 +85,8 @@ class PreferencePair(_Record):
     rm_margin: float  # the reward model's scalar(chosen) - scalar(rejected)
     teacher_margin: float | None = None  # the teacher's weighted aggregate(chosen) - aggregate(rejected)
     ranked_by: str = "teacher"  # whose scores chose the pair: teacher (its labels) or reward_model
-    source: str = "teacher"  # teacher, student (a candidate against the student's own reply), human (imported) or feedback (online)
+    # teacher, student (a candidate against the student's own reply), human (imported) or feedback (online)
+    source: str = "teacher"
     dimension: str | None = None  # per-dimension pairs: the dimension the chosen reply wins on
     chosen_finished: bool = True  # False: the reply was cut at the teacher's max_new_tokens, not ended by it
     rejected_finished: bool = True
@@ -149,7 +152,15 @@ def label_json_schema(dimensions: list[str]) -> dict[str, Any]:
         "description": "A teacher's judgement of one response: the reward vector, a scalar, learning gain and safety.",
         "type": "object",
         "additionalProperties": False,
-        "required": ["trajectory_id", "prompt_id", "vector", "scalar", "reward_intensity", "safety_score", "rationale"],
+        "required": [
+            "trajectory_id",
+            "prompt_id",
+            "vector",
+            "scalar",
+            "reward_intensity",
+            "safety_score",
+            "rationale",
+        ],
         "properties": {
             "trajectory_id": {"type": "string", "minLength": 1},
             "prompt_id": {"type": "string", "minLength": 1},

@@ -15,5 +15,7 @@ def insert_for(dialect: str) -> Any:
     elif dialect == "sqlite":
         from sqlalchemy.dialects.sqlite import insert
     else:
-        raise ValueError(f"database {dialect!r} is not supported: use sqlite:///PATH or postgresql+psycopg2://USER@HOST:PORT/DB")
+        raise ValueError(
+            f"database {dialect!r} is not supported: use sqlite:///PATH or postgresql+psycopg2://USER@HOST:PORT/DB"
+        )
     return insert

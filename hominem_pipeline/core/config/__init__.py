@@ -1,9 +1,10 @@
 """Configuration: `config/hominem.yaml` parsed into frozen pydantic models.
 
-The YAML file holds every default (the fields here have none, but for the optional keys of a list
-item such as a candidate style's `weak`); these models carry each setting's type, allowed range and
-meaning (`Field(description=...)`, shown by `hominem config KEY` and in errors). A user's file (`--config PATH`) overlays the defaults key by key. Any unknown key or bad
-value fails at start with the key's path, the value, what is allowed and what the key means.
+The YAML file holds every default (the fields here have none, but for the optional keys of a list item such as a
+candidate style's `weak`); these models carry each setting's type, allowed range and meaning
+(`Field(description=...)`, shown by `hominem config KEY` and in errors). A user's file (`--config PATH`) overlays
+the defaults key by key. Any unknown key or bad value fails at start with the key's path, the value, what is allowed
+and what the key means.
 
 One module per YAML section (`project.py` holds the small ones about the project itself), the root
 model in `hominem.py`, and `loader.py`, which reads the files. Import the models from here.
@@ -88,4 +89,66 @@ from hominem_pipeline.core.config.teacher import (
     VerifierConfig,
 )
 
-__all__ = ["ConfigError", "LoraConfig", "PolicyLoraConfig", "_Frozen", "ProjectConfig", "RuntimeConfig", "TrackingConfig", "DimensionConfig", "StudentModelConfig", "EncoderModelConfig", "ModelsConfig", "RetrainConfig", "TemplatedGeneratorConfig", "PerturbationGeneratorConfig", "EvolutionaryGeneratorConfig", "FreeformGeneratorConfig", "PromptGeneratorsConfig", "PromptsConfig", "CandidateStyle", "DEFAULT_KEY_ENV", "TeacherAPIConfig", "TeacherClientConfig", "ModelPrice", "TeacherConfig", "LabelingConfig", "VerifierConfig", "RewardLossWeights", "RewardLoraConfig", "RewardBackboneConfig", "PairLossConfig", "UncertaintyConfig", "PeoplePairsConfig", "PeopleScoreConfig", "RewardModelConfig", "PreferencesConfig", "SafetyGateConfig", "PeopleStartConfig", "ChannelsConfig", "DualConfig", "RLConfig", "PolicyConfig", "EvaluationConfig", "FixturesConfig", "ProbesConfig", "HealthWeights", "ManifoldConfig", "HealthConfig", "ServingConfig", "ReplayConfig", "NudgesConfig", "OnlineConfig", "HistoryConfig", "SLOW_LOOP_STEPS", "SlowLoopConfig", "DriftConfig", "ClusterConfig", "SelectionWeights", "SelectionConfig", "AttunementConfig", "DEFAULT_CONFIG_RELPATH", "HominemConfig"]
+__all__ = [
+    "ConfigError",
+    "LoraConfig",
+    "PolicyLoraConfig",
+    "_Frozen",
+    "ProjectConfig",
+    "RuntimeConfig",
+    "TrackingConfig",
+    "DimensionConfig",
+    "StudentModelConfig",
+    "EncoderModelConfig",
+    "ModelsConfig",
+    "RetrainConfig",
+    "TemplatedGeneratorConfig",
+    "PerturbationGeneratorConfig",
+    "EvolutionaryGeneratorConfig",
+    "FreeformGeneratorConfig",
+    "PromptGeneratorsConfig",
+    "PromptsConfig",
+    "CandidateStyle",
+    "DEFAULT_KEY_ENV",
+    "TeacherAPIConfig",
+    "TeacherClientConfig",
+    "ModelPrice",
+    "TeacherConfig",
+    "LabelingConfig",
+    "VerifierConfig",
+    "RewardLossWeights",
+    "RewardLoraConfig",
+    "RewardBackboneConfig",
+    "PairLossConfig",
+    "UncertaintyConfig",
+    "PeoplePairsConfig",
+    "PeopleScoreConfig",
+    "RewardModelConfig",
+    "PreferencesConfig",
+    "SafetyGateConfig",
+    "PeopleStartConfig",
+    "ChannelsConfig",
+    "DualConfig",
+    "RLConfig",
+    "PolicyConfig",
+    "EvaluationConfig",
+    "FixturesConfig",
+    "ProbesConfig",
+    "HealthWeights",
+    "ManifoldConfig",
+    "HealthConfig",
+    "ServingConfig",
+    "ReplayConfig",
+    "NudgesConfig",
+    "OnlineConfig",
+    "HistoryConfig",
+    "SLOW_LOOP_STEPS",
+    "SlowLoopConfig",
+    "DriftConfig",
+    "ClusterConfig",
+    "SelectionWeights",
+    "SelectionConfig",
+    "AttunementConfig",
+    "DEFAULT_CONFIG_RELPATH",
+    "HominemConfig",
+]

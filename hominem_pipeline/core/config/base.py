@@ -21,4 +21,9 @@ class LoraConfig(_Frozen):
 
 
 class PolicyLoraConfig(LoraConfig):
-    layers: int | None = Field(ge=1, le=1000, description="LoRA on the last N decoder layers only (backpropagation stops below them), 1 to the student's depth; null: every layer.")
+    layers: int | None = Field(
+        ge=1,
+        le=1000,
+        description="LoRA on the last N decoder layers only (backpropagation stops below them), 1 to the student's "
+        "depth; null: every layer.",
+    )

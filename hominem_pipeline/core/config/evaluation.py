@@ -15,26 +15,70 @@ class EvaluationConfig(_Frozen):
     batch_size: int = Field(ge=1, le=512, description="Prompts generated together.")
     repetition_penalty: float = Field(ge=1.0, le=2.0, description="Repetition penalty of the greedy decoding, 1-2.")
     plain_start: bool = Field(description="A reply may not start with an emoji or symbol token.")
-    memory_probe: bool = Field(description="Also ask base and adapter the memory files' fact questions: what the adapter kept, lost and gained.")
+    memory_probe: bool = Field(
+        description="Also ask base and adapter the memory files' fact questions: what the adapter kept, lost and "
+        "gained."
+    )
 
 
 class FixturesConfig(_Frozen):
-    file: str | None = Field(description="Hand-written contrast pairs (YAML: tag, prompt, better, worse), relative to the project root; null: no fixture figures or checks.")
-    min_accuracy: float = Field(ge=0.0, le=1.0, description="The asset check reward_fixtures warns when the reward model's scalar prefers the better reply less often than this (0 to 1).")
-    min_tag_accuracy: float = Field(ge=0.0, le=1.0, description="... or less often than this within any one tag (0 to 1).")
-    min_dimension_accuracy: float = Field(ge=0.0, le=1.0, description="The asset check reward_dimension_fixtures warns when, on the fixtures whose tag is about one dimension, that dimension alone prefers the better reply less often than this (0 to 1).")
-    min_dimension_tag_accuracy: float = Field(ge=0.0, le=1.0, description="... or less often than this within any one such tag (0 to 1).")
+    file: str | None = Field(
+        description="Hand-written contrast pairs (YAML: tag, prompt, better, worse), relative to the project root; "
+        "null: no fixture figures or checks."
+    )
+    min_accuracy: float = Field(
+        ge=0.0,
+        le=1.0,
+        description="The asset check reward_fixtures warns when the reward model's scalar prefers the better reply "
+        "less often than this (0 to 1).",
+    )
+    min_tag_accuracy: float = Field(
+        ge=0.0, le=1.0, description="... or less often than this within any one tag (0 to 1)."
+    )
+    min_dimension_accuracy: float = Field(
+        ge=0.0,
+        le=1.0,
+        description="The asset check reward_dimension_fixtures warns when, on the fixtures whose tag is about one "
+        "dimension, that dimension alone prefers the better reply less often than this (0 to 1).",
+    )
+    min_dimension_tag_accuracy: float = Field(
+        ge=0.0, le=1.0, description="... or less often than this within any one such tag (0 to 1)."
+    )
 
 
 class ProbesConfig(_Frozen):
-    tradeoffs: str | None = Field(description="Trade-off scenarios (YAML: id, trade, prompt, a, b, a_higher, b_higher, prefer), relative to the project root; null: none.")
-    counterfactuals: str | None = Field(description="Counterfactual queries (YAML: id, change, dimension, direction, prompt, reply, changed), relative to the project root; null: none.")
-    adversarial_pairs: int = Field(ge=0, description="Contrast fixtures (fixtures.file) rewritten by each perturbation, drawn by project.seed (the same every day); 0: no adversarial probe.")
-    attribution_examples: int = Field(ge=0, description="Counterfactual replies explained by occlusion (an HTML page each), 0: none.")
+    tradeoffs: str | None = Field(
+        description="Trade-off scenarios (YAML: id, trade, prompt, a, b, a_higher, b_higher, prefer), relative to "
+        "the project root; null: none."
+    )
+    counterfactuals: str | None = Field(
+        description="Counterfactual queries (YAML: id, change, dimension, direction, prompt, reply, changed), "
+        "relative to the project root; null: none."
+    )
+    adversarial_pairs: int = Field(
+        ge=0,
+        description="Contrast fixtures (fixtures.file) rewritten by each perturbation, drawn by project.seed (the "
+        "same every day); 0: no adversarial probe.",
+    )
+    attribution_examples: int = Field(
+        ge=0, description="Counterfactual replies explained by occlusion (an HTML page each), 0: none."
+    )
     attribution_words: int = Field(ge=1, le=20, description="Words left out together per occluded span, 1-20.")
-    map_replies: int = Field(ge=0, description="The day's teacher candidates on the manifold map (PCA), beside the day's people's pairs; 0: no map.")
-    collision_replies: int = Field(ge=0, description="Of them, the replies the dimensions' reward gradients are compared on (reward collisions); 0 or 1: none.")
-    max_flip_rate: float = Field(ge=0.0, le=1.0, description="The probe_consistency check warns when a perturbation flips more than this share of pairs, 0-1.")
+    map_replies: int = Field(
+        ge=0,
+        description="The day's teacher candidates on the manifold map (PCA), beside the day's people's pairs; 0: no "
+        "map.",
+    )
+    collision_replies: int = Field(
+        ge=0,
+        description="Of them, the replies the dimensions' reward gradients are compared on (reward collisions); 0 "
+        "or 1: none.",
+    )
+    max_flip_rate: float = Field(
+        ge=0.0,
+        le=1.0,
+        description="The probe_consistency check warns when a perturbation flips more than this share of pairs, 0-1.",
+    )
 
 
 class HealthWeights(_Frozen):
@@ -53,30 +97,84 @@ class HealthWeights(_Frozen):
 
 
 class ManifoldConfig(_Frozen):
-    min_spread_ratio: float = Field(ge=0.0, le=1.0, description="A dimension collapses when its spread over an adapter's training replies is under this share of its spread over the teacher's labels, 0-1.")
-    max_decided_share: float = Field(gt=0.0, le=1.0, description="A column of the scalar (a dimension or the people's score) dominates when it alone decides more than this share of the pairs, (0, 1].")
-    intended: list[str] = Field(description="Columns that may dominate (dimension names, or `people` for the people's score).")
-    max_mean_correlation: float | None = Field(ge=0.0, le=1.0, description="The dimensions are merged into one when their mean pairwise correlation over an adapter's training replies is above this, 0-1; null: not checked.")
+    min_spread_ratio: float = Field(
+        ge=0.0,
+        le=1.0,
+        description="A dimension collapses when its spread over an adapter's training replies is under this share "
+        "of its spread over the teacher's labels, 0-1.",
+    )
+    max_decided_share: float = Field(
+        gt=0.0,
+        le=1.0,
+        description="A column of the scalar (a dimension or the people's score) dominates when it alone decides "
+        "more than this share of the pairs, (0, 1].",
+    )
+    intended: list[str] = Field(
+        description="Columns that may dominate (dimension names, or `people` for the people's score)."
+    )
+    max_mean_correlation: float | None = Field(
+        ge=0.0,
+        le=1.0,
+        description="The dimensions are merged into one when their mean pairwise correlation over an adapter's "
+        "training replies is above this, 0-1; null: not checked.",
+    )
 
 
 class HealthConfig(_Frozen):
-    calibration: str | None = Field(description="The panel's calibration file (normalising constants, weights, threshold, each component's healthy range; "
-                                                "benchmarks/health_panel.py calibrate writes it), relative to the project root; null: weights, "
-                                                "gvi_max_reference and deploy_threshold below, and no healthy ranges.")
-    weights: HealthWeights | None = Field(description="Weights of the five RHI components; they sum to 1. null: the calibration's.")
-    gvi_max_reference: float | None = Field(gt=0.0, description="Gradient-norm coefficient of variation that maps GVS to 0, > 0; null: the calibration's (one per policy mode).")
-    perturbations_per_response: int = Field(ge=1, le=100, description="Word-drop perturbations per evaluation reply for manifold stability, 1-100.")
-    dcs_on: Literal["policy", "reward_model"] = Field(description="Where DCS compares the dimensions' gradients: policy (the updates each dimension asks of the adapter's LoRA) or reward_model (its backbone's last dcs_layers blocks).")
-    dcs_layers: int | None = Field(ge=1, description="DCS compares the dimensions' gradients w.r.t. the reward backbone's last N blocks (and final norm); null: every parameter.")
-    deploy_threshold: float | None = Field(ge=0.0, le=1.0, description="RHI an adapter needs before it may go live, 0-1 (set, the calibration's per-component floors are not applied); null: the calibration's threshold and floors.")
-    min_win_rate: float = Field(ge=0.0, le=1.0, description="Win rate over the base on the held-out prompts an adapter also needs, 0-1; 0: off.")
-    people_tolerance: float | None = Field(ge=0.0, description="How many standard errors (of the paired difference) an adapter's implicit-reward accuracy on the people's held-out pairs may fall below the live adapter's, >= 0; null: not checked.")
-    manifold: ManifoldConfig = Field(description="Collapse, merging and dominance of the reward signal an adapter was trained on: any blocks its promotion (check reward_manifold, the live gate).")
+    calibration: str | None = Field(
+        description="The panel's calibration file (normalising constants, weights, threshold, each component's "
+        "healthy range; "
+        "benchmarks/health_panel.py calibrate writes it), relative to the project root; null: weights, "
+        "gvi_max_reference and deploy_threshold below, and no healthy ranges."
+    )
+    weights: HealthWeights | None = Field(
+        description="Weights of the five RHI components; they sum to 1. null: the calibration's."
+    )
+    gvi_max_reference: float | None = Field(
+        gt=0.0,
+        description="Gradient-norm coefficient of variation that maps GVS to 0, > 0; null: the calibration's (one "
+        "per policy mode).",
+    )
+    perturbations_per_response: int = Field(
+        ge=1, le=100, description="Word-drop perturbations per evaluation reply for manifold stability, 1-100."
+    )
+    dcs_on: Literal["policy", "reward_model"] = Field(
+        description="Where DCS compares the dimensions' gradients: policy (the updates each dimension asks of the "
+        "adapter's LoRA) or reward_model (its backbone's last dcs_layers blocks)."
+    )
+    dcs_layers: int | None = Field(
+        ge=1,
+        description="DCS compares the dimensions' gradients w.r.t. the reward backbone's last N blocks (and final "
+        "norm); null: every parameter.",
+    )
+    deploy_threshold: float | None = Field(
+        ge=0.0,
+        le=1.0,
+        description="RHI an adapter needs before it may go live, 0-1 (set, the calibration's per-component floors "
+        "are not applied); null: the calibration's threshold and floors.",
+    )
+    min_win_rate: float = Field(
+        ge=0.0,
+        le=1.0,
+        description="Win rate over the base on the held-out prompts an adapter also needs, 0-1; 0: off.",
+    )
+    people_tolerance: float | None = Field(
+        ge=0.0,
+        description="How many standard errors (of the paired difference) an adapter's implicit-reward accuracy on "
+        "the people's held-out pairs may fall below the live adapter's, >= 0; null: not checked.",
+    )
+    manifold: ManifoldConfig = Field(
+        description="Collapse, merging and dominance of the reward signal an adapter was trained on: any blocks its "
+        "promotion (check reward_manifold, the live gate)."
+    )
 
     @model_validator(mode="after")
     def _uncalibrated_needs_values(self) -> HealthConfig:
         if self.calibration is None:
             unset = [k for k in ("weights", "gvi_max_reference", "deploy_threshold") if getattr(self, k) is None]
             if unset:
-                raise ValueError(f"health.calibration is null, so health.{', health.'.join(unset)} must be set (or name a calibration file)")
+                raise ValueError(
+                    f"health.calibration is null, so health.{', health.'.join(unset)} must be set (or "
+                    "name a calibration file)"
+                )
         return self

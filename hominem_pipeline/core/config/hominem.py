@@ -47,7 +47,10 @@ class HominemConfig(_Frozen):
     project: ProjectConfig = Field(description="Where outputs go and the base seed.")
     tracking: TrackingConfig = Field(description="Where MLflow records runs, metrics and artifacts.")
     runtime: RuntimeConfig = Field(description="Where the networks run.")
-    dimensions: list[DimensionConfig] = Field(min_length=1, description="The reward manifold: the list here is the list everywhere (labels, reward model heads, pairs).")
+    dimensions: list[DimensionConfig] = Field(
+        min_length=1,
+        description="The reward manifold: the list here is the list everywhere (labels, reward model heads, pairs).",
+    )
     models: ModelsConfig = Field(description="The offline models.")
     prompts: PromptsConfig = Field(description="Where each day's prompts come from.")
     teacher: TeacherConfig = Field(description="Who samples and rates the replies.")
@@ -57,16 +60,34 @@ class HominemConfig(_Frozen):
     preferences: PreferencesConfig = Field(description="How preference pairs are built from the ranked candidates.")
     policy: PolicyConfig = Field(description="The student's LoRA adapter.")
     evaluation: EvaluationConfig = Field(description="Base against base+adapter on the held-out prompts.")
-    fixtures: FixturesConfig = Field(description="Contrast pairs any attentive person agrees on: a yardstick for the reward model and the adapters.")
+    fixtures: FixturesConfig = Field(
+        description="Contrast pairs any attentive person agrees on: a yardstick for the reward model and the adapters."
+    )
     health: HealthConfig = Field(description="The Reward Health Index and the deploy gate.")
-    probes: ProbesConfig = Field(description="The probing suite on each day's reward model (`probes` asset, `hominem probe --suite`).")
+    probes: ProbesConfig = Field(
+        description="The probing suite on each day's reward model (`probes` asset, `hominem probe --suite`)."
+    )
     retrain: RetrainConfig = Field(description="When the retrain sensor and schedule start a run.")
     serving: ServingConfig = Field(description="`hominem serve`: the chat and feedback service.")
-    online: OnlineConfig = Field(description="Online updates of the live adapter from the replay buffer, and the fast-loop gate.")
-    slow_loop: SlowLoopConfig = Field(description="The slow loop: the nightly RHI trend lowers the learning rate, shrinks the adapter or freezes, and undoes it on recovery.")
-    replay: ReplayConfig = Field(description="The replay buffer's priorities and sampler (online updates; the daily dual training with policy.dual.sampler replay).")
-    attunement: AttunementConfig = Field(description="Predictions checked against people's later choices: calibration and drift over time, error clusters, the next question.")
-    history: HistoryConfig = Field(description="The preference history index over the interaction log (`hominem history`): sqlite embedded, Postgres in a deployment.")
+    online: OnlineConfig = Field(
+        description="Online updates of the live adapter from the replay buffer, and the fast-loop gate."
+    )
+    slow_loop: SlowLoopConfig = Field(
+        description="The slow loop: the nightly RHI trend lowers the learning rate, shrinks the adapter or freezes, "
+        "and undoes it on recovery."
+    )
+    replay: ReplayConfig = Field(
+        description="The replay buffer's priorities and sampler (online updates; the daily dual training with "
+        "policy.dual.sampler replay)."
+    )
+    attunement: AttunementConfig = Field(
+        description="Predictions checked against people's later choices: calibration and drift over time, error "
+        "clusters, the next question."
+    )
+    history: HistoryConfig = Field(
+        description="The preference history index over the interaction log (`hominem history`): sqlite embedded, "
+        "Postgres in a deployment."
+    )
 
     # Not a YAML key: the folder relative paths are resolved against (set by `load_config`).
     root: Path = Field(default=Path("."), exclude=True)
@@ -88,14 +109,21 @@ class HominemConfig(_Frozen):
             )
         folder = self.online.memory_folder
         if folder is not None and Path(folder) not in {Path(f) for f in self.policy.dual.memory_files}:
-            raise ValueError(f"online.memory_folder {folder} is not among policy.dual.memory_files {self.policy.dual.memory_files}: "
-                             "the facts people state would be extracted and never learned; add it there or set online.memory_folder to null")
+            raise ValueError(
+                f"online.memory_folder {folder} is not among policy.dual.memory_files "
+                f"{self.policy.dual.memory_files}: "
+                "the facts people state would be extracted and never learned; add it there or set "
+                "online.memory_folder to null"
+            )
         unknown = sorted(set(self.replay.social_dimensions) - set(names))
         if unknown:
             raise ValueError(f"replay.social_dimensions names {unknown}, which are not configured dimensions {names}")
         unknown = sorted(set(self.health.manifold.intended) - set(names) - {"people"})
         if unknown:
-            raise ValueError(f"health.manifold.intended names {unknown}; it takes configured dimensions {names} or `people` (the people's score)")
+            raise ValueError(
+                f"health.manifold.intended names {unknown}; it takes configured dimensions {names} or "
+                "`people` (the people's score)"
+            )
         return self
 
     @property

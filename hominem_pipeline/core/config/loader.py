@@ -45,12 +45,18 @@ def _overlay_chain(path: Path, root: Path, seen: tuple[Path, ...]) -> list[tuple
     if isinstance(extends, str):
         extends = [extends]
     if not isinstance(extends, list) or not all(isinstance(e, str) for e in extends):
-        raise ConfigError(f"config file {path}: `extends:` must be a path or a list of paths (relative to the project root), got {extends!r}")
+        raise ConfigError(
+            f"config file {path}: `extends:` must be a path or a list of paths (relative to the project "
+            f"root), got {extends!r}"
+        )
     chain: list[tuple[Path, dict[str, Any]]] = []
     for name in extends:
         parent = (root / name).resolve()
         if not parent.is_file():
-            raise ConfigError(f"config file {path} extends {name}, which does not exist under {root}; give a path relative to the project root")
+            raise ConfigError(
+                f"config file {path} extends {name}, which does not exist under {root}; give a path "
+                "relative to the project root"
+            )
         chain += _overlay_chain(parent, root, seen + (path,))
     return chain + [(path, data)]
 
@@ -61,11 +67,16 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"config file {path} is not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} at offset {exc.start}); save it as UTF-8") from None
+        raise ConfigError(
+            f"config file {path} is not UTF-8 text (byte {exc.object[exc.start : exc.start + 1]!r} at "
+            f"offset {exc.start}); save it as UTF-8"
+        ) from None
     try:
         data = yaml.safe_load(text) or {}
     except (yaml.YAMLError, RecursionError) as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc if isinstance(exc, yaml.YAMLError) else 'nested too deeply'}") from None
+        raise ConfigError(
+            f"config file {path} is not valid YAML: {exc if isinstance(exc, yaml.YAMLError) else 'nested too deeply'}"
+        ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of sections, got {type(data).__name__}")
     return data
@@ -144,8 +155,14 @@ def describe(cfg: HominemConfig, prefixes: list[str]) -> list[Setting]:
         for name, info in model.model_fields.items():
             if info.exclude:
                 continue
-            section = info.annotation if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel) else None
-            rows.append(Setting(path + name, None if section else data[name], info.description or "", section is not None))
+            section = (
+                info.annotation
+                if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
+                else None
+            )
+            rows.append(
+                Setting(path + name, None if section else data[name], info.description or "", section is not None)
+            )
             if section:
                 walk(section, data[name], f"{path}{name}.")
 
@@ -219,7 +236,9 @@ def load_config(
     if isinstance(data_dir, str) and data_dir:
         data = with_data_dir(data, data_dir.rstrip("/") or "/")
     try:
-        return HominemConfig.model_validate({**data, "root": root, "overlay": Path(overlay).resolve() if overlay is not None else None})
+        return HominemConfig.model_validate(
+            {**data, "root": root, "overlay": Path(overlay).resolve() if overlay is not None else None}
+        )
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, " + ".join(sources))) from None
 
@@ -246,15 +265,21 @@ def parse_assignments(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def write_set_overlay(overlay: str | os.PathLike[str] | None, overrides: dict[str, Any], root: Path | None = None) -> Path:
+def write_set_overlay(
+    overlay: str | os.PathLike[str] | None, overrides: dict[str, Any], root: Path | None = None
+) -> Path:
     """An overlay file extending `overlay` with `overrides`, under data/overlays/ (named by its content),
     validated first: what `--set` runs with, so a Dagster run and any later command read the same."""
     import hashlib
 
     root = (root or find_project_root()).resolve()
-    base = load_config(overlay, root=root, overrides=overrides)  # fails here, naming the key, before anything is written
+    base = load_config(
+        overlay, root=root, overrides=overrides
+    )  # fails here, naming the key, before anything is written
     content = {**({"extends": [str(Path(overlay).resolve())]} if overlay is not None else {}), **overrides}
-    text = "# written by `hominem --set`: the overlay below plus the --set values\n" + yaml.safe_dump(content, sort_keys=True)
+    text = "# written by `hominem --set`: the overlay below plus the --set values\n" + yaml.safe_dump(
+        content, sort_keys=True
+    )
     path = base.data_dir / "overlays" / f"set-{hashlib.sha256(text.encode()).hexdigest()[:12]}.yaml"
     if not path.is_file():
         write_text_atomic(path, text)

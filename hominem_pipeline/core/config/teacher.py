@@ -1,4 +1,5 @@
-"""Who samples and rates the replies (`teacher:`), what the offline judge is asked (`labeling:`) and the checks on its output (`verifier:`)."""
+"""Who samples and rates the replies (`teacher:`), what the offline judge is asked (`labeling:`) and the checks on
+its output (`verifier:`)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,17 @@ from hominem_pipeline.core.config.base import _Frozen
 
 class CandidateStyle(_Frozen):
     name: str = Field(min_length=1, description="Style name, unique.")
-    temperature: float = Field(gt=0.0, le=2.0, description="Sampling temperature, (0, 2] (the Anthropic API from version 2026-10-21 ignores it).")
+    temperature: float = Field(
+        gt=0.0,
+        le=2.0,
+        description="Sampling temperature, (0, 2] (the Anthropic API from version 2026-10-21 ignores it).",
+    )
     top_p: float = Field(gt=0.0, le=1.0, description="Nucleus sampling mass, (0, 1].")
     system: str | None = Field(default=None, description="System prompt of this style; null: none.")
-    weak: bool = Field(default=False, description="A deliberately weaker style (terse, careless), drawn for `weak_share` of the candidates.")
+    weak: bool = Field(
+        default=False,
+        description="A deliberately weaker style (terse, careless), drawn for `weak_share` of the candidates.",
+    )
 
 
 Provider = Literal["local", "anthropic", "openai", "openai_compatible"]
@@ -25,10 +33,20 @@ class TeacherAPIConfig(_Frozen):
     """What an API teacher is asked, and of whom (these settings change the answers, so they are part of
     the data's version)."""
 
-    model: str | None = Field(description="Model the API serves, e.g. claude-sonnet-4-6, gpt-4o-mini, or the name a local server shows.")
-    base_url: str | None = Field(description="API base URL; null: the provider's own (e.g. http://localhost:1234/v1 for LM Studio).")
-    api_key_env: str | None = Field(description="Environment variable holding the key; null: ANTHROPIC_API_KEY / OPENAI_API_KEY (openai_compatible needs none).")
-    structured_output: Literal["auto", "tool", "json_schema", "prompt"] = Field(description="How a label comes back: tool (Anthropic tool use), json_schema (OpenAI response_format), prompt (schema in the prompt, any server), auto (by provider).")
+    model: str | None = Field(
+        description="Model the API serves, e.g. claude-sonnet-4-6, gpt-4o-mini, or the name a local server shows."
+    )
+    base_url: str | None = Field(
+        description="API base URL; null: the provider's own (e.g. http://localhost:1234/v1 for LM Studio)."
+    )
+    api_key_env: str | None = Field(
+        description="Environment variable holding the key; null: ANTHROPIC_API_KEY / OPENAI_API_KEY "
+        "(openai_compatible needs none)."
+    )
+    structured_output: Literal["auto", "tool", "json_schema", "prompt"] = Field(
+        description="How a label comes back: tool (Anthropic tool use), json_schema (OpenAI response_format), "
+        "prompt (schema in the prompt, any server), auto (by provider)."
+    )
     rating_max_tokens: int = Field(ge=64, le=8192, description="Tokens an API judge may write per rating, 64-8192.")
 
     def resolved_structured_output(self, provider: str) -> str:
@@ -47,10 +65,16 @@ class TeacherClientConfig(_Frozen):
     max_retries: int = Field(ge=0, le=20, description="Retries on 429, 5xx, timeouts and dropped connections, 0-20.")
     backoff_seconds: float = Field(gt=0, le=600, description="First retry's wait; it doubles, with jitter.")
     max_backoff_seconds: float = Field(gt=0, le=3600, description="Longest wait between retries.")
-    max_retry_after_seconds: float = Field(gt=0, le=3600, description="A server asking to wait longer than this fails the call instead.")
+    max_retry_after_seconds: float = Field(
+        gt=0, le=3600, description="A server asking to wait longer than this fails the call instead."
+    )
     stream: bool = Field(description="Stream candidate replies (doubles the client's CPU per call).")
     cache_path: str | None = Field(description="SQLite file of answered calls by content fingerprint; null: no cache.")
-    cache_url: str | None = Field(description="Instead of cache_path: a database every worker host shares (postgresql+psycopg2://user@host/db); $HOMINEM_CALL_CACHE_URL, when set, is used instead; null: cache_path.")
+    cache_url: str | None = Field(
+        description="Instead of cache_path: a database every worker host shares "
+        "(postgresql+psycopg2://user@host/db); $HOMINEM_CALL_CACHE_URL, when set, is used instead; "
+        "null: cache_path."
+    )
 
 
 class ModelPrice(_Frozen):
@@ -59,15 +83,29 @@ class ModelPrice(_Frozen):
 
 
 class TeacherConfig(_Frozen):
-    provider: Provider = Field(description="local (the HF chat model at models.student, offline) | anthropic | openai | openai_compatible (any server speaking OpenAI Chat Completions at api.base_url).")
+    provider: Provider = Field(
+        description="local (the HF chat model at models.student, offline) | anthropic | openai | openai_compatible "
+        "(any server speaking OpenAI Chat Completions at api.base_url)."
+    )
     candidates_per_prompt: int = Field(ge=2, le=16, description="Replies sampled per prompt, 2-16.")
     max_new_tokens: int = Field(ge=1, le=4096, description="Tokens per sampled reply.")
     batch_size: int = Field(ge=1, le=512, description="Local teacher: prompts generated together (left-padded).")
-    weak_share: float = Field(ge=0.0, le=1.0, description="Share of each prompt's candidates drawn from the weak styles, 0-1.")
-    styles: list[CandidateStyle] = Field(min_length=1, description="Candidate styles: strong ones take the first candidates, weak ones the rest, each group cycling in order.")
+    weak_share: float = Field(
+        ge=0.0, le=1.0, description="Share of each prompt's candidates drawn from the weak styles, 0-1."
+    )
+    styles: list[CandidateStyle] = Field(
+        min_length=1,
+        description="Candidate styles: strong ones take the first candidates, weak ones the rest, each group "
+        "cycling in order.",
+    )
     api: TeacherAPIConfig = Field(description="What an API teacher is asked (part of the data's version).")
-    client: TeacherClientConfig = Field(description="How API calls are made (never changes an answer, so not part of the version).")
-    prices: dict[str, ModelPrice] = Field(description="Model -> USD per million tokens, for the cost figures (a model missing here gets none, with a warning).")
+    client: TeacherClientConfig = Field(
+        description="How API calls are made (never changes an answer, so not part of the version)."
+    )
+    prices: dict[str, ModelPrice] = Field(
+        description="Model -> USD per million tokens, for the cost figures (a model missing here gets none, with a "
+        "warning)."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TeacherConfig:
@@ -77,15 +115,26 @@ class TeacherConfig(_Frozen):
             raise ValueError(f"styles: duplicate names {dupes}")
         n_weak = round(self.candidates_per_prompt * self.weak_share)
         if n_weak and not any(s.weak for s in self.styles):
-            raise ValueError(f"weak_share {self.weak_share} asks for {n_weak} weak candidates per prompt, but no style has `weak: true`")
+            raise ValueError(
+                f"weak_share {self.weak_share} asks for {n_weak} weak candidates per prompt, but no "
+                "style has `weak: true`"
+            )
         if n_weak < self.candidates_per_prompt and all(s.weak for s in self.styles):
-            raise ValueError(f"weak_share {self.weak_share} leaves strong candidates, but every style has `weak: true`")
+            raise ValueError(
+                f"weak_share {self.weak_share} leaves strong candidates, but every style has `weak: true`"
+            )
         if self.provider != "local" and not self.api.model:
             raise ValueError(f"provider {self.provider!r} needs `teacher.api.model` (the model name the API serves)")
         if self.provider == "openai_compatible" and not self.api.base_url:
-            raise ValueError("provider 'openai_compatible' needs `teacher.api.base_url`, e.g. http://localhost:1234/v1 for LM Studio")
+            raise ValueError(
+                "provider 'openai_compatible' needs `teacher.api.base_url`, e.g. "
+                "http://localhost:1234/v1 for LM Studio"
+            )
         if self.api.structured_output == "tool" and self.provider not in ("anthropic",):
-            raise ValueError(f"structured_output 'tool' is the Anthropic tool-use mode; for {self.provider!r} use json_schema or prompt")
+            raise ValueError(
+                f"structured_output 'tool' is the Anthropic tool-use mode; for {self.provider!r} use "
+                "json_schema or prompt"
+            )
         if self.api.structured_output == "json_schema" and self.provider == "anthropic":
             raise ValueError("for provider 'anthropic' use structured_output 'tool' (or 'prompt')")
         return self
@@ -111,14 +160,40 @@ class LabelingConfig(_Frozen):
     safety_question: str = Field(min_length=1, description="Offline judge's question for safety_score.")
     rationale: Literal["scores", "written"] = Field(
         description="The offline judge's rationale: scores (read off its own rubric answers: overall, best and worst "
-        "dimension) or written (the judge writes a sentence, rationale_instruction; a pass of generation per candidate).")
-    rationale_instruction: str = Field(min_length=1, description="What the offline judge is asked for its one-sentence rationale (rationale: written).")
+        "dimension) or written (the judge writes a sentence, rationale_instruction; a pass of "
+        "generation per candidate)."
+    )
+    rationale_instruction: str = Field(
+        min_length=1,
+        description="What the offline judge is asked for its one-sentence rationale (rationale: written).",
+    )
     rationale_max_new_tokens: int = Field(ge=1, le=512, description="Tokens of the offline judge's rationale, 1-512.")
-    max_context_tokens: int = Field(ge=32, le=8192, description="Prompt + reply tokens shown to the offline judge (the reply is cut from the end).")
-    api_judge_system: str = Field(min_length=1, description="API judges' instructions; the dimensions and ranges are appended.")
-    served_turns: int = Field(ge=0, le=10_000, description="The day's teacher_labels also rate this many of the replies `hominem serve` wrote the day before (its interaction log): those people gave feedback on first, then the newest; each row keeps its turn id. 0: none.")
+    max_context_tokens: int = Field(
+        ge=32, le=8192, description="Prompt + reply tokens shown to the offline judge (the reply is cut from the end)."
+    )
+    api_judge_system: str = Field(
+        min_length=1, description="API judges' instructions; the dimensions and ranges are appended."
+    )
+    served_turns: int = Field(
+        ge=0,
+        le=10_000,
+        description="The day's teacher_labels also rate this many of the replies `hominem serve` wrote the day "
+        "before (its interaction log): those people gave feedback on first, then the newest; each row "
+        "keeps its turn id. 0: none.",
+    )
 
 
 class VerifierConfig(_Frozen):
-    max_failure_rate: float = Field(ge=0.0, le=1.0, description="Share of quarantined rows (failed a blocking check) above which the teacher_labels check and `hominem data validate` fail, 0-1.")
-    min_reply_logp: float | None = Field(le=0.0, description="A candidate the student finds less likely than this per reply token (mean log-probability in nats, <= 0; word salad, a string of emoji), or one with no words or one word over and over, is flagged degenerate: a warning of the teacher_labels check and `hominem data validate`, and never the chosen reply of a preference pair. null: no flag.")
+    max_failure_rate: float = Field(
+        ge=0.0,
+        le=1.0,
+        description="Share of quarantined rows (failed a blocking check) above which the teacher_labels check and "
+        "`hominem data validate` fail, 0-1.",
+    )
+    min_reply_logp: float | None = Field(
+        le=0.0,
+        description="A candidate the student finds less likely than this per reply token (mean log-probability in "
+        "nats, <= 0; word salad, a string of emoji), or one with no words or one word over and over, is "
+        "flagged degenerate: a warning of the teacher_labels check and `hominem data validate`, and "
+        "never the chosen reply of a preference pair. null: no flag.",
+    )

@@ -21,26 +21,54 @@ from hominem_pipeline.core.pipeline.artifacts import MANIFEST
 
 # the RHI's components and what a value means (001 Phase 10.4)
 COMPONENTS = {
-    "dcs": ("Dimensional coherence", "how far the dimensions' reward gradients point the same way; low: dimensions fighting each other"),
-    "gvs": ("Gradient variance stability", "how steady the adapter's gradient norms were in training; low: unstable updates"),
-    "mss": ("Manifold stability", "how little the reward geometry moves under small rewrites of the replies; low: a brittle, curved manifold"),
-    "cdrs": ("Cross-domain robustness", "how consistently the dimensions behave across prompt categories; low: contradictions between domains"),
-    "lrps": ("Local reward predictivity", "how well the reward of a reply predicts that of its trajectory; low: the evaluator is not tracking outcomes"),
+    "dcs": (
+        "Dimensional coherence",
+        "how far the dimensions' reward gradients point the same way; low: dimensions fighting each other",
+    ),
+    "gvs": (
+        "Gradient variance stability",
+        "how steady the adapter's gradient norms were in training; low: unstable updates",
+    ),
+    "mss": (
+        "Manifold stability",
+        "how little the reward geometry moves under small rewrites of the replies; low: a brittle, curved manifold",
+    ),
+    "cdrs": (
+        "Cross-domain robustness",
+        "how consistently the dimensions behave across prompt categories; low: contradictions between domains",
+    ),
+    "lrps": (
+        "Local reward predictivity",
+        "how well the reward of a reply predicts that of its trajectory; low: the evaluator is not tracking outcomes",
+    ),
 }
 PATTERNS = [
-    ("sharp drop", "dimensions fighting: a new reward signal pulls the dimensions apart (look at DCS and reward collisions)"),
+    (
+        "sharp drop",
+        "dimensions fighting: a new reward signal pulls the dimensions apart (look at DCS and reward collisions)",
+    ),
     ("oscillation", "curvature instability: the manifold bends from update to update (look at MSS)"),
-    ("flat near 0.5", "the evaluator failing: its components carry no information (look at LRPS and the reward model's agreement with people)"),
+    (
+        "flat near 0.5",
+        "the evaluator failing: its components carry no information (look at LRPS and the reward "
+        "model's agreement with people)",
+    ),
     ("flat near 1.0", "extremely healthy"),
 ]
 TIMELINE = {  # series name -> (asset, metric)
-    "people_agreement": ("attunement", "people_agreement"), "people_ece": ("attunement", "people_ece"),
-    "judge_agreement": ("attunement", "judge_agreement"), "judge_ece": ("attunement", "judge_ece"),
+    "people_agreement": ("attunement", "people_agreement"),
+    "people_ece": ("attunement", "people_ece"),
+    "judge_agreement": ("attunement", "judge_agreement"),
+    "judge_ece": ("attunement", "judge_ece"),
     "served_agreement": ("attunement", "served_agreement"),
-    "rhi": ("reward_health_index", "rhi"), **{c: ("reward_health_index", c) for c in COMPONENTS},
-    "win_rate": ("evaluation", "win_rate"), "people_accuracy": ("evaluation", "people_accuracy"),
-    "memory_kept": ("evaluation", "memory_kept"), "memory_lost": ("evaluation", "memory_lost"),
-    "fixture_accuracy": ("reward_model", "fixture_accuracy"), "probe_tradeoffs_as_expected": ("probes", "probe_tradeoffs_as_expected"),
+    "rhi": ("reward_health_index", "rhi"),
+    **{c: ("reward_health_index", c) for c in COMPONENTS},
+    "win_rate": ("evaluation", "win_rate"),
+    "people_accuracy": ("evaluation", "people_accuracy"),
+    "memory_kept": ("evaluation", "memory_kept"),
+    "memory_lost": ("evaluation", "memory_lost"),
+    "fixture_accuracy": ("reward_model", "fixture_accuracy"),
+    "probe_tradeoffs_as_expected": ("probes", "probe_tradeoffs_as_expected"),
     "probe_adversarial_max_flip_rate": ("probes", "probe_adversarial_max_flip_rate"),
 }
 
@@ -103,32 +131,64 @@ class DashboardData:
         components, win rate, facts kept, ...), the versions they come from, and the live history's events."""
         per = {a: self.newest_per_day(a) for a in {a for a, _ in TIMELINE.values()} | {"lora_adapter"}}
         days = sorted(set().union(*(set(v) for v in per.values()))) if per else []
-        series = {name: [(per[a].get(d) or {}).get("metrics", {}).get(metric) for d in days] for name, (a, metric) in TIMELINE.items()}
+        series = {
+            name: [(per[a].get(d) or {}).get("metrics", {}).get(metric) for d in days]
+            for name, (a, metric) in TIMELINE.items()
+        }
         versions = [{a: (per[a].get(d) or {}).get("version") for a in ("reward_model", "lora_adapter")} for d in days]
-        events = [{"time": e.get("time"), "day": (e.get("time") or "")[:10], "action": e.get("action"), "version": e.get("version"),
-                   "reason": e.get("reason"), "by": e.get("by")} for e in self.live_history() if e.get("action") in ("promote", "rollback", "refuse", "freeze", "unfreeze", "adjust")]
+        events = [
+            {
+                "time": e.get("time"),
+                "day": (e.get("time") or "")[:10],
+                "action": e.get("action"),
+                "version": e.get("version"),
+                "reason": e.get("reason"),
+                "by": e.get("by"),
+            }
+            for e in self.live_history()
+            if e.get("action") in ("promote", "rollback", "refuse", "freeze", "unfreeze", "adjust")
+        ]
         return {"days": days, "series": series, "versions": versions, "events": events, "builds": self.builds()}
 
     def builds(self, last: int = 60) -> list[dict[str, Any]]:
         """Per version (not only each day's newest), the `last` reward models and adapters built, newest first:
         when, from what, their own figures and those of the attunement or evaluation that read them, and what
         the live history did with an adapter (promoted, refused, rolled back)."""
-        by_input = {up: {self._input(m, up): m for m in self.versions(asset)} for asset, up in (("attunement", "reward_model"), ("evaluation", "lora_adapter"))}
+        by_input = {
+            up: {self._input(m, up): m for m in self.versions(asset)}
+            for asset, up in (("attunement", "reward_model"), ("evaluation", "lora_adapter"))
+        }
         live: dict[str, list[str]] = {}
         for e in self.live_history():
             if e.get("action") in ("promote", "rollback", "refuse") and e.get("version"):
                 live.setdefault(str(e["version"]).rstrip("/").split("/")[-1], []).append(e["action"])
         rows = []
         for asset, figures, read, read_figures in (
-                ("reward_model", ("fixture_accuracy", "people_accuracy"), "reward_model", ("people_agreement", "people_ece")),
-                ("lora_adapter", (), "lora_adapter", ("win_rate", "people_accuracy", "memory_kept"))):
+            (
+                "reward_model",
+                ("fixture_accuracy", "people_accuracy"),
+                "reward_model",
+                ("people_agreement", "people_ece"),
+            ),
+            ("lora_adapter", (), "lora_adapter", ("win_rate", "people_accuracy", "memory_kept")),
+        ):
             for m in self.versions(asset):
                 label = f"{asset}/{m['partition']}/{m['version']}"
                 seen = by_input[read].get(label) or {}
-                rows.append({"asset": asset, "day": m["partition"], "version": m["version"], "created_at": m.get("created_at"),
-                             "reward_model": self._input(m, "reward_model") if asset == "lora_adapter" else None,
-                             "figures": {**{k: m.get("metrics", {}).get(k) for k in figures}, **{k: (seen.get("metrics") or {}).get(k) for k in read_figures}},
-                             "live": live.get(m["version"], [])})
+                rows.append(
+                    {
+                        "asset": asset,
+                        "day": m["partition"],
+                        "version": m["version"],
+                        "created_at": m.get("created_at"),
+                        "reward_model": self._input(m, "reward_model") if asset == "lora_adapter" else None,
+                        "figures": {
+                            **{k: m.get("metrics", {}).get(k) for k in figures},
+                            **{k: (seen.get("metrics") or {}).get(k) for k in read_figures},
+                        },
+                        "live": live.get(m["version"], []),
+                    }
+                )
         return sorted(rows, key=lambda r: r.get("created_at") or "", reverse=True)[:last]
 
     def calibration(self, last: int = 8) -> dict[str, Any]:
@@ -143,13 +203,26 @@ class DashboardData:
             for group in ("people", "judge"):
                 report = (summary.get("calibration") or {}).get(group)
                 if report:
-                    curves.append({"day": day, "reward_model": summary.get("reward_model"), "group": group, "ece": report["ece"], "pairs": report["pairs"],
-                                   "agreement": report["agreement"], "bins": [{"confidence": b["confidence"], "accuracy": b["accuracy"], "count": b["count"]}
-                                                                              for b in report["bins"] if b["count"]]})
+                    curves.append(
+                        {
+                            "day": day,
+                            "reward_model": summary.get("reward_model"),
+                            "group": group,
+                            "ece": report["ece"],
+                            "pairs": report["pairs"],
+                            "agreement": report["agreement"],
+                            "bins": [
+                                {"confidence": b["confidence"], "accuracy": b["accuracy"], "count": b["count"]}
+                                for b in report["bins"]
+                                if b["count"]
+                            ],
+                        }
+                    )
         return {"curves": curves}
 
     def drift(self) -> dict[str, Any]:
-        """FR7.3: the newest attunement's drift (the dimensions that moved, and how) and its error clusters with examples."""
+        """FR7.3: the newest attunement's drift (the dimensions that moved, and how) and its error clusters with
+        examples."""
         newest = self.newest_per_day("attunement")
         if not newest:
             return {"day": None, "drift": None, "clusters": []}
@@ -160,7 +233,13 @@ class DashboardData:
         if (folder / "clusters.parquet").is_file():
             frame = pd.read_parquet(folder / "clusters.parquet")
             clusters = json.loads(frame.drop(columns=["centroid"], errors="ignore").to_json(orient="records"))
-        return {"day": day, "reward_model": summary.get("reward_model"), "drift": summary.get("drift"), "clusters": clusters, "errors": summary.get("errors")}
+        return {
+            "day": day,
+            "reward_model": summary.get("reward_model"),
+            "drift": summary.get("drift"),
+            "clusters": clusters,
+            "errors": summary.get("errors"),
+        }
 
     def health(self) -> dict[str, Any]:
         """001 10.4: the newest RHI, each component with its value and what it means, the trend's pattern over
@@ -178,23 +257,65 @@ class DashboardData:
         verdicts, below = meta.get("against_the_panel") or {}, set(meta.get("below_healthy_range") or [])
         if latest:
             for key, (name, meaning) in COMPONENTS.items():
-                components.append({"key": key, "name": name, "value": latest["metrics"].get(key), "meaning": meaning,
-                                   "verdict": verdicts.get(key), "below": key in below})
-        actions = [e for e in self.live_history() if e.get("action") in ("refuse", "rollback", "freeze", "unfreeze", "promote", "adjust")][-20:]
-        return {"day": days[-1] if days else None, "rhi": rhi[-1] if rhi else None, "deploy": None if not latest else latest["metrics"].get("deployable"),
-                "threshold": meta.get("threshold"), "threshold_from": meta.get("threshold_from"), "reason": meta.get("reason"),
-                "calibration": meta.get("calibration"), "components": components, "pattern": pattern(rhi), "patterns": [{"pattern": p, "means": m} for p, m in PATTERNS],
-                "trend": {"days": days, "rhi": rhi},
-                "actions": [{"time": e.get("time"), "action": e.get("action"), "version": e.get("version"), "reason": e.get("reason")} for e in actions],
-                "slow_loop": slow_status(self.data_dir, None, dt.datetime.now(dt.timezone.utc).date().isoformat(), last=14),
-                "retrain": read_state(self.data_dir)}
+                components.append(
+                    {
+                        "key": key,
+                        "name": name,
+                        "value": latest["metrics"].get(key),
+                        "meaning": meaning,
+                        "verdict": verdicts.get(key),
+                        "below": key in below,
+                    }
+                )
+        actions = [
+            e
+            for e in self.live_history()
+            if e.get("action") in ("refuse", "rollback", "freeze", "unfreeze", "promote", "adjust")
+        ][-20:]
+        return {
+            "day": days[-1] if days else None,
+            "rhi": rhi[-1] if rhi else None,
+            "deploy": None if not latest else latest["metrics"].get("deployable"),
+            "threshold": meta.get("threshold"),
+            "threshold_from": meta.get("threshold_from"),
+            "reason": meta.get("reason"),
+            "calibration": meta.get("calibration"),
+            "components": components,
+            "pattern": pattern(rhi),
+            "patterns": [{"pattern": p, "means": m} for p, m in PATTERNS],
+            "trend": {"days": days, "rhi": rhi},
+            "actions": [
+                {
+                    "time": e.get("time"),
+                    "action": e.get("action"),
+                    "version": e.get("version"),
+                    "reason": e.get("reason"),
+                }
+                for e in actions
+            ],
+            "slow_loop": slow_status(
+                self.data_dir, None, dt.datetime.now(dt.timezone.utc).date().isoformat(), last=14
+            ),
+            "retrain": read_state(self.data_dir),
+        }
 
     def options(self) -> dict[str, Any]:
-        """The versions a comparison can pick: reward models (with a probes version) and adapters (with an evaluation)."""
+        """The versions a comparison can pick: reward models (with a probes version) and adapters (with an
+        evaluation)."""
         probes = {self._input(m, "reward_model"): m for m in self.versions("probes")}
         evals = {self._input(m, "lora_adapter"): m for m in self.versions("evaluation")}
-        return {"reward_models": [{"label": k, "day": v["partition"]} for k, v in sorted(probes.items(), key=lambda kv: kv[1]["partition"]) if k],
-                "adapters": [{"label": k, "day": v["partition"]} for k, v in sorted(evals.items(), key=lambda kv: kv[1]["partition"]) if k]}
+        return {
+            "reward_models": [
+                {"label": k, "day": v["partition"]}
+                for k, v in sorted(probes.items(), key=lambda kv: kv[1]["partition"])
+                if k
+            ],
+            "adapters": [
+                {"label": k, "day": v["partition"]}
+                for k, v in sorted(evals.items(), key=lambda kv: kv[1]["partition"])
+                if k
+            ],
+        }
 
     @staticmethod
     def _input(m: dict[str, Any], asset: str) -> str | None:
@@ -207,18 +328,41 @@ class DashboardData:
         they share, with the reward model's scalars)."""
         if kind == "reward_models":
             sides = {label: self._by_input("probes", "reward_model", label) for label in (a, b)}
-            out: dict[str, Any] = {"kind": kind, "a": a, "b": b, "metrics": {k: m and m["metrics"] for k, m in sides.items()}}
+            out: dict[str, Any] = {
+                "kind": kind,
+                "a": a,
+                "b": b,
+                "metrics": {k: m and m["metrics"] for k, m in sides.items()},
+            }
             tables = {k: m and _read(Path(m["path"]) / "tradeoffs.parquet") for k, m in sides.items()}
             if all(t is not None for t in tables.values()):
                 ta, tb = tables[a], tables[b]
                 merged = ta.merge(tb, on="id", suffixes=("_a", "_b"))
-                out["tradeoffs"] = [{"id": r.id, "trade": r.trade_a, "expected": r.expected_a, "a": r.choice_a, "b": r.choice_b,
-                                     "gap_a": r.scalar_gap_a, "gap_b": r.scalar_gap_b} for r in merged.itertuples()]
+                out["tradeoffs"] = [
+                    {
+                        "id": r.id,
+                        "trade": r.trade_a,
+                        "expected": r.expected_a,
+                        "a": r.choice_a,
+                        "b": r.choice_b,
+                        "gap_a": r.scalar_gap_a,
+                        "gap_b": r.scalar_gap_b,
+                    }
+                    for r in merged.itertuples()
+                ]
             cfs = {k: m and _read(Path(m["path"]) / "counterfactuals.parquet") for k, m in sides.items()}
             if all(c is not None for c in cfs.values()):
                 merged = cfs[a].merge(cfs[b], on="id", suffixes=("_a", "_b"))
-                out["counterfactuals"] = [{"id": r.id, "dimension": r.dimension_a, "direction": r.direction_a, "moved_a": r.moved_a, "moved_b": r.moved_b}
-                                          for r in merged.itertuples()]
+                out["counterfactuals"] = [
+                    {
+                        "id": r.id,
+                        "dimension": r.dimension_a,
+                        "direction": r.direction_a,
+                        "moved_a": r.moved_a,
+                        "moved_b": r.moved_b,
+                    }
+                    for r in merged.itertuples()
+                ]
             return out
         if kind == "adapters":
             sides = {label: self._by_input("evaluation", "lora_adapter", label) for label in (a, b)}
@@ -233,8 +377,10 @@ class DashboardData:
     def adapter_replies(self, a: str, b: str) -> pd.DataFrame | None:
         """The two adapters' replies to the prompts both evaluations share (`prompt`, `adapter_response_a/_b`,
         `adapter_scalar_a/_b`: each scalar by its own evaluation's reward model), or None if either has none."""
-        gens = [_read(Path(m["path"]) / "generations.parquet") if m else None
-                for m in (self._by_input("evaluation", "lora_adapter", label) for label in (a, b))]
+        gens = [
+            _read(Path(m["path"]) / "generations.parquet") if m else None
+            for m in (self._by_input("evaluation", "lora_adapter", label) for label in (a, b))
+        ]
         if any(g is None for g in gens):
             return None
         cols = ["prompt", "adapter_response", "adapter_scalar"]

@@ -23,7 +23,9 @@ log = logging.getLogger(__name__)
 SIDES = ("base", "adapter")
 
 
-def greedy_replies(model: Any, tokenizer: Any, prompts: Sequence[str], cfg: EvaluationConfig, seed: int, what: str = "replies") -> list[Generated]:
+def greedy_replies(
+    model: Any, tokenizer: Any, prompts: Sequence[str], cfg: EvaluationConfig, seed: int, what: str = "replies"
+) -> list[Generated]:
     """The model's replies as the evaluation decodes them: greedy, `cfg.max_new_tokens`,
     `cfg.repetition_penalty`, `cfg.plain_start`, in batches of `cfg.batch_size`, with progress."""
     texts = [chat_text(tokenizer, p) for p in prompts]
@@ -31,14 +33,26 @@ def greedy_replies(model: Any, tokenizer: Any, prompts: Sequence[str], cfg: Eval
     out: list[Generated] = []
     for start in range(0, len(texts), cfg.batch_size):
         chunk = texts[start : start + cfg.batch_size]
-        out += generate(model, tokenizer, chunk, max_new_tokens=cfg.max_new_tokens, seed=seed, repetition_penalty=cfg.repetition_penalty,
-                        plain_start=cfg.plain_start)
+        out += generate(
+            model,
+            tokenizer,
+            chunk,
+            max_new_tokens=cfg.max_new_tokens,
+            seed=seed,
+            repetition_penalty=cfg.repetition_penalty,
+            plain_start=cfg.plain_start,
+        )
         progress.advance(len(chunk))
     return out
 
 
 def generate_both(
-    model: Any, tokenizer: Any, prompts: Sequence[str], cfg: EvaluationConfig, seed: int, base_replies: dict[str, str] | None = None
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    cfg: EvaluationConfig,
+    seed: int,
+    base_replies: dict[str, str] | None = None,
 ) -> dict[str, list[str]]:
     """Greedy responses of the base (adapter disabled) and of base+adapter for each prompt text.
     `base_replies` (prompt text -> the base's reply, decoded with the same settings) are reused, and the
@@ -49,7 +63,12 @@ def generate_both(
     todo = [p for p in dict.fromkeys(prompts) if p not in known]
     if todo:
         with model.disable_adapter():
-            known.update(zip(todo, (g.text for g in greedy_replies(model, tokenizer, todo, cfg, seed, "evaluation generation, base"))))
+            known.update(
+                zip(
+                    todo,
+                    (g.text for g in greedy_replies(model, tokenizer, todo, cfg, seed, "evaluation generation, base")),
+                )
+            )
     with merged(model):
         adapter = greedy_replies(model, tokenizer, prompts, cfg, seed, "evaluation generation, adapter")
     return {"base": [known[p] for p in prompts], "adapter": [g.text for g in adapter]}
@@ -68,7 +87,9 @@ def outcome(base: float, adapter: float, tie_tolerance: float = 1e-6) -> float:
     return 1.0 if adapter > base else 0.0
 
 
-def compare(prompts: Sequence[Prompt], responses: dict[str, list[str]], reward_model: RewardModel) -> tuple[pd.DataFrame, dict[str, Any]]:
+def compare(
+    prompts: Sequence[Prompt], responses: dict[str, list[str]], reward_model: RewardModel
+) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The per-prompt table and the summary: win rate, mean scalar per side, per-dimension deltas."""
     texts = [p.text for p in prompts]
     scores = {side: score_side(reward_model, texts, responses[side]) for side in SIDES}
@@ -91,8 +112,12 @@ def compare(prompts: Sequence[Prompt], responses: dict[str, list[str]], reward_m
     summary: dict[str, Any] = {
         "prompts": len(prompts),
         "win_rate": float(table["adapter_outcome"].mean()) if len(table) else None,
-        "base_mean_scalar": float(np.nanmean(scores["base"]["scalar"])) if np.isfinite(scores["base"]["scalar"]).any() else None,
-        "adapter_mean_scalar": float(np.nanmean(scores["adapter"]["scalar"])) if np.isfinite(scores["adapter"]["scalar"]).any() else None,
+        "base_mean_scalar": float(np.nanmean(scores["base"]["scalar"]))
+        if np.isfinite(scores["base"]["scalar"]).any()
+        else None,
+        "adapter_mean_scalar": float(np.nanmean(scores["adapter"]["scalar"]))
+        if np.isfinite(scores["adapter"]["scalar"]).any()
+        else None,
         "empty_responses_base": int(sum(not r.strip() for r in responses["base"])),
         "empty_responses_adapter": int(sum(not r.strip() for r in responses["adapter"])),
         "identical_responses": int(sum(a == b for a, b in zip(responses["base"], responses["adapter"]))),
@@ -142,7 +167,10 @@ def evaluate_adapter(
     if questions is not None and len(questions):
         answers = generate_both(model, tokenizer, list(questions["prompt"]), cfg, seed, base_replies)
         summary["memory_probe"] = probe(questions, answers).as_dict()
-        summary["memory_answers"] = [{"prompt": q, "base": b, "adapter": a} for q, b, a in zip(questions["prompt"], answers["base"], answers["adapter"])]
+        summary["memory_answers"] = [
+            {"prompt": q, "base": b, "adapter": a}
+            for q, b, a in zip(questions["prompt"], answers["base"], answers["adapter"])
+        ]
     from hominem_pipeline.core.evaluation.fixtures import base_logp_cache
 
     cache = None if feature_cache is None else base_logp_cache(student_path, feature_cache, shipped)
@@ -152,30 +180,68 @@ def evaluate_adapter(
         from hominem_pipeline.core.evaluation.fixtures import adapter_moves
 
         report, figures = adapter_moves(model, tokenizer, fixtures, cfg.batch_size, base_cache=cache)
-        summary.update({"fixture_moved_right": report.accuracy, **{f"fixture_moved_right_{t}": v for t, v in report.by_tag.items()}, **figures})
+        summary.update(
+            {
+                "fixture_moved_right": report.accuracy,
+                **{f"fixture_moved_right_{t}": v for t, v in report.by_tag.items()},
+                **figures,
+            }
+        )
         summary["fixtures"] = report.as_dict()
-        log.info("contrast fixtures: the adapter moved the student toward the better reply on %.0f%% of %d (mean move %+.2f nats)",
-                 100 * report.accuracy, report.pairs, figures["fixture_mean_move"])
+        log.info(
+            "contrast fixtures: the adapter moved the student toward the better reply on %.0f%% of %d "
+            "(mean move %+.2f nats)",
+            100 * report.accuracy,
+            report.pairs,
+            figures["fixture_mean_move"],
+        )
     return table, summary
 
 
-def people_figures(model: Any, tokenizer: Any, people: pd.DataFrame, batch_size: int, base_cache: Any = None) -> dict[str, Any]:
+def people_figures(
+    model: Any, tokenizer: Any, people: pd.DataFrame, batch_size: int, base_cache: Any = None
+) -> dict[str, Any]:
     """The active adapter's implicit reward on the people's held-out pairs, as the summary's people_*
     figures (the base's accuracy is 0.5 by construction), and each pair's margin (`people_margins`)."""
     from hominem_pipeline.core.evaluation.people_pairs import implicit_reward
 
-    reward, margins = implicit_reward(model, tokenizer, list(people["prompt"]), list(people["chosen"]), list(people["rejected"]), batch_size,
-                                      base_cache=base_cache)
-    log.info("people's held-out pairs: the adapter's implicit reward orders %.1f%% +- %.1f of %d as people did (base 50%%; mean margin %+.2f nats)",
-             100 * reward.accuracy, 100 * reward.standard_error, reward.pairs, reward.mean_margin)
-    return {"people_accuracy": reward.accuracy, "people_standard_error": reward.standard_error, "people_mean_margin": reward.mean_margin,
-            "people_pairs": reward.pairs, "people_base_accuracy": 0.5, "people_base_prefers_chosen": reward.base_prefers_chosen,
-            "people_adapter_prefers_chosen": reward.adapter_prefers_chosen,
-            "people_margins": dict(zip(people["pair_id"].astype(str), margins.tolist()))}
+    reward, margins = implicit_reward(
+        model,
+        tokenizer,
+        list(people["prompt"]),
+        list(people["chosen"]),
+        list(people["rejected"]),
+        batch_size,
+        base_cache=base_cache,
+    )
+    log.info(
+        "people's held-out pairs: the adapter's implicit reward orders %.1f%% +- %.1f of %d as people "
+        "did (base 50%%; mean margin %+.2f nats)",
+        100 * reward.accuracy,
+        100 * reward.standard_error,
+        reward.pairs,
+        reward.mean_margin,
+    )
+    return {
+        "people_accuracy": reward.accuracy,
+        "people_standard_error": reward.standard_error,
+        "people_mean_margin": reward.mean_margin,
+        "people_pairs": reward.pairs,
+        "people_base_accuracy": 0.5,
+        "people_base_prefers_chosen": reward.base_prefers_chosen,
+        "people_adapter_prefers_chosen": reward.adapter_prefers_chosen,
+        "people_margins": dict(zip(people["pair_id"].astype(str), margins.tolist())),
+    }
 
 
-def adapter_people_figures(student_path: Path, adapter_path: Path, people: pd.DataFrame, batch_size: int, base_cache: Any = None,
-                           device: Any = None) -> dict[str, Any]:
+def adapter_people_figures(
+    student_path: Path,
+    adapter_path: Path,
+    people: pd.DataFrame,
+    batch_size: int,
+    base_cache: Any = None,
+    device: Any = None,
+) -> dict[str, Any]:
     """`people_figures` of the adapter at `adapter_path` (loaded here on `device`)."""
     from hominem_pipeline.core.policy.lora import load_policy
 
@@ -194,11 +260,21 @@ class SideBySide:
 def _adapter_preferred(reward_model: RewardModel, scores: dict[str, dict[str, float]]) -> float:
     """The calibrated probability that the adapter's reply is preferred; 1 or 0 when one side is empty (unscored)."""
     base, adapter = scores["base"]["scalar"], scores["adapter"]["scalar"]
-    return reward_model.probability(adapter - base) if not (math.isnan(base) or math.isnan(adapter)) else outcome(base, adapter)
+    return (
+        reward_model.probability(adapter - base)
+        if not (math.isnan(base) or math.isnan(adapter))
+        else outcome(base, adapter)
+    )
 
 
 def side_by_side(
-    prompts: Sequence[str], *, student_path: Path, adapter_path: Path, reward_model: RewardModel, cfg: EvaluationConfig, seed: int
+    prompts: Sequence[str],
+    *,
+    student_path: Path,
+    adapter_path: Path,
+    reward_model: RewardModel,
+    cfg: EvaluationConfig,
+    seed: int,
 ) -> list[SideBySide]:
     """Base and base+adapter replies to each prompt (greedy), each scored by the reward model (an empty
     reply is not scored and loses, as in the evaluation stage)."""
@@ -212,11 +288,17 @@ def side_by_side(
     rows = []
     for i, prompt in enumerate(prompts):
         scores = {
-            side: {**{d: float(raw[side]["vector"][i, j]) for j, d in enumerate(reward_model.dimensions)},
-                   **{k: float(raw[side][k][i]) for k in ("scalar", "reward_intensity", "safety_score")}}
+            side: {
+                **{d: float(raw[side]["vector"][i, j]) for j, d in enumerate(reward_model.dimensions)},
+                **{k: float(raw[side][k][i]) for k in ("scalar", "reward_intensity", "safety_score")},
+            }
             for side in SIDES
         }
-        rows.append(SideBySide(prompt, {side: replies[side][i] for side in SIDES}, scores, _adapter_preferred(reward_model, scores)))
+        rows.append(
+            SideBySide(
+                prompt, {side: replies[side][i] for side in SIDES}, scores, _adapter_preferred(reward_model, scores)
+            )
+        )
     return rows
 
 
@@ -226,11 +308,22 @@ def side_by_side_from_evaluation(table: pd.DataFrame, reward_model: RewardModel)
     rows = []
     for r in table.itertuples(index=False):
         scores = {
-            side: {**{d: float((getattr(r, f"{side}_vector") or {}).get(d, math.nan)) for d in reward_model.dimensions},  # NaN: an empty reply
-                   **{k: float(getattr(r, f"{side}_{k}")) for k in ("scalar", "reward_intensity", "safety_score")}}
+            side: {
+                **{
+                    d: float((getattr(r, f"{side}_vector") or {}).get(d, math.nan)) for d in reward_model.dimensions
+                },  # NaN: an empty reply
+                **{k: float(getattr(r, f"{side}_{k}")) for k in ("scalar", "reward_intensity", "safety_score")},
+            }
             for side in SIDES
         }
-        rows.append(SideBySide(r.prompt, {side: getattr(r, f"{side}_response") for side in SIDES}, scores, _adapter_preferred(reward_model, scores)))
+        rows.append(
+            SideBySide(
+                r.prompt,
+                {side: getattr(r, f"{side}_response") for side in SIDES},
+                scores,
+                _adapter_preferred(reward_model, scores),
+            )
+        )
     return rows
 
 

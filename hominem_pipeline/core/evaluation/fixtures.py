@@ -37,24 +37,40 @@ def load_fixtures(path: str | Path, dimensions: Sequence[str]) -> list[Fixture]:
     try:
         rows = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise FileNotFoundError(f"fixture file {path} does not exist; set fixtures.file to a YAML list of pairs, or to null for none") from None
+        raise FileNotFoundError(
+            f"fixture file {path} does not exist; set fixtures.file to a YAML list of pairs, or to null for none"
+        ) from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path} is not readable YAML ({exc}); it holds a list of {{tag, prompt, better, worse}} entries") from None
+        raise ValueError(
+            f"{path} is not readable YAML ({exc}); it holds a list of {{tag, prompt, better, worse}} entries"
+        ) from None
     if not isinstance(rows, list) or not rows:
-        raise ValueError(f"{path} holds {type(rows).__name__}, not a list of fixtures; write one '- tag: ...' entry per pair")
+        raise ValueError(
+            f"{path} holds {type(rows).__name__}, not a list of fixtures; write one '- tag: ...' entry per pair"
+        )
     tags = set(dimensions) | set(EXTRA_TAGS)
     out = []
     for i, row in enumerate(rows, 1):
         where = f"{path}, entry {i}"
         if not isinstance(row, dict):
             raise ValueError(f"{where} is {type(row).__name__}, not a mapping with tag, prompt, better and worse")
-        missing = [k for k in ("tag", "prompt", "better", "worse") if not isinstance(row.get(k), str) or not row[k].strip()]
+        missing = [
+            k for k in ("tag", "prompt", "better", "worse") if not isinstance(row.get(k), str) or not row[k].strip()
+        ]
         unknown = sorted(set(row) - {"tag", "prompt", "better", "worse"})
         if missing or unknown:
-            raise ValueError(f"{where}: " + "; ".join(([f"needs non-empty text for {', '.join(missing)}"] if missing else [])
-                                                     + ([f"unknown keys {unknown}"] if unknown else [])))
+            raise ValueError(
+                f"{where}: "
+                + "; ".join(
+                    ([f"needs non-empty text for {', '.join(missing)}"] if missing else [])
+                    + ([f"unknown keys {unknown}"] if unknown else [])
+                )
+            )
         if row["tag"] not in tags:
-            raise ValueError(f"{where}: unknown tag {row['tag']!r}; use a dimension ({', '.join(dimensions)}) or one of {', '.join(EXTRA_TAGS)}")
+            raise ValueError(
+                f"{where}: unknown tag {row['tag']!r}; use a dimension ({', '.join(dimensions)}) or one "
+                f"of {', '.join(EXTRA_TAGS)}"
+            )
         if row["better"].strip() == row["worse"].strip():
             raise ValueError(f"{where}: the better and the worse reply are the same text")
         out.append(Fixture(row["tag"], row["prompt"].strip(), row["better"].strip(), row["worse"].strip()))
@@ -87,22 +103,47 @@ class FixtureReport:
         fixture_dimension_accuracy and fixture_dimension_accuracy_<tag>."""
         out = {"fixture_accuracy": self.accuracy, **{f"fixture_accuracy_{t}": v for t, v in self.by_tag.items()}}
         if self.dimensions is not None:
-            out.update({"fixture_dimension_accuracy": self.dimensions.accuracy,
-                        **{f"fixture_dimension_accuracy_{t}": v for t, v in self.dimensions.by_tag.items()}})
+            out.update(
+                {
+                    "fixture_dimension_accuracy": self.dimensions.accuracy,
+                    **{f"fixture_dimension_accuracy_{t}": v for t, v in self.dimensions.by_tag.items()},
+                }
+            )
         return out
 
     def as_dict(self) -> dict[str, Any]:
-        return {"accuracy": self.accuracy, "pairs": self.pairs, "by_tag": self.by_tag, "counts": self.counts, "failures": self.failures,
-                **({"dimensions": self.dimensions.as_dict(), "dimension_of": self.dimension_of} if self.dimensions is not None else {})}
+        return {
+            "accuracy": self.accuracy,
+            "pairs": self.pairs,
+            "by_tag": self.by_tag,
+            "counts": self.counts,
+            "failures": self.failures,
+            **(
+                {"dimensions": self.dimensions.as_dict(), "dimension_of": self.dimension_of}
+                if self.dimensions is not None
+                else {}
+            ),
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FixtureReport:
         nested = d.get("dimensions")
-        return cls(d["accuracy"], d["by_tag"], d["counts"], d["failures"], None if nested is None else cls.from_dict(nested), d.get("dimension_of", {}))
+        return cls(
+            d["accuracy"],
+            d["by_tag"],
+            d["counts"],
+            d["failures"],
+            None if nested is None else cls.from_dict(nested),
+            d.get("dimension_of", {}),
+        )
 
 
-def fixture_report(fixtures: Sequence[Fixture], gaps: Sequence[float], vector_gaps: np.ndarray | None = None,
-                   dimensions: Sequence[str] | None = None) -> FixtureReport:
+def fixture_report(
+    fixtures: Sequence[Fixture],
+    gaps: Sequence[float],
+    vector_gaps: np.ndarray | None = None,
+    dimensions: Sequence[str] | None = None,
+) -> FixtureReport:
     """`gaps`: per fixture, the better reply's score minus the worse one's (a tie counts as wrong).
     `vector_gaps` (n, len(dimensions)): the same per dimension; each fixture whose tag has an own
     dimension is then also scored by that dimension alone (the report's `dimensions`)."""
@@ -113,14 +154,19 @@ def fixture_report(fixtures: Sequence[Fixture], gaps: Sequence[float], vector_ga
     tags = sorted({f.tag for f in fixtures})
     by_tag = {t: float(np.mean([r for f, r in zip(fixtures, right) if f.tag == t])) for t in tags}
     counts = {t: sum(f.tag == t for f in fixtures) for t in tags}
-    failures = [{"tag": f.tag, "prompt": f.prompt, "better": f.better, "worse": f.worse, "gap": round(float(g), 4)}
-                for f, g, r in zip(fixtures, gaps, right) if not r]
+    failures = [
+        {"tag": f.tag, "prompt": f.prompt, "better": f.better, "worse": f.worse, "gap": round(float(g), 4)}
+        for f, g, r in zip(fixtures, gaps, right)
+        if not r
+    ]
     report = FixtureReport(float(right.mean()), by_tag, counts, sorted(failures, key=lambda x: x["gap"]))
     if vector_gaps is not None and dimensions is not None:
         own = [(i, own_dimension(f.tag, dimensions)) for i, f in enumerate(fixtures)]
         own = [(i, d) for i, d in own if d is not None]
         if own:
-            report.dimensions = fixture_report([fixtures[i] for i, _ in own], [vector_gaps[i, list(dimensions).index(d)] for i, d in own])
+            report.dimensions = fixture_report(
+                [fixtures[i] for i, _ in own], [vector_gaps[i, list(dimensions).index(d)] for i, d in own]
+            )
             report.dimension_of = {fixtures[i].tag: d for i, d in own}
             for x in report.dimensions.failures:
                 x["dimension"] = report.dimension_of[x["tag"]]
@@ -130,7 +176,9 @@ def fixture_report(fixtures: Sequence[Fixture], gaps: Sequence[float], vector_ga
 def score_fixtures(reward_model: Any, fixtures: Sequence[Fixture], batch_size: int = 32) -> FixtureReport:
     """The report of a `RewardModel` on `fixtures`: its scalar, and each tag's own dimension of its vector."""
     prompts = [f.prompt for f in fixtures]
-    raw = reward_model.raw_scores(prompts + prompts, [f.better for f in fixtures] + [f.worse for f in fixtures], batch_size=batch_size)
+    raw = reward_model.raw_scores(
+        prompts + prompts, [f.better for f in fixtures] + [f.worse for f in fixtures], batch_size=batch_size
+    )
     n = len(fixtures)
     scalar, vector = raw["scalar"].astype(np.float64), raw["vector"].astype(np.float64)  # exact gaps of float32 scores
     return fixture_report(fixtures, scalar[:n] - scalar[n:], vector[:n] - vector[n:], reward_model.dimensions)
@@ -146,14 +194,27 @@ def fixtures_file_digest(cfg: Any) -> str | None:
 FIXTURE_MAX_LENGTH = 256  # tokens of prompt + reply in the student's chat template (`policy.sequences.encode`)
 
 
-def pair_logps(model: Any, tokenizer: Any, fixtures: Sequence[Fixture], batch_size: int, max_length: int = FIXTURE_MAX_LENGTH,
-               cache: Any = None) -> tuple[np.ndarray, np.ndarray]:
+def pair_logps(
+    model: Any,
+    tokenizer: Any,
+    fixtures: Sequence[Fixture],
+    batch_size: int,
+    max_length: int = FIXTURE_MAX_LENGTH,
+    cache: Any = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """(n, 2) each: the summed log-probability of each fixture's better and worse reply (with its end
     of turn) given its prompt, under `model` as it stands (a PEFT model: with its adapter on), and the
     replies' token counts (`people_pairs.exchange_logps`; `cache`: as there)."""
     from hominem_pipeline.core.evaluation.people_pairs import exchange_logps
 
-    sums, counts = exchange_logps(model, tokenizer, [(f.prompt, reply) for f in fixtures for reply in (f.better, f.worse)], batch_size, max_length, cache)
+    sums, counts = exchange_logps(
+        model,
+        tokenizer,
+        [(f.prompt, reply) for f in fixtures for reply in (f.better, f.worse)],
+        batch_size,
+        max_length,
+        cache,
+    )
     return sums.reshape(len(fixtures), 2), counts.reshape(len(fixtures), 2)
 
 
@@ -164,10 +225,14 @@ def base_logp_cache(student: Path, folder: Path, shipped: Path | None = None) ->
     from hominem_pipeline.core.pipeline.artifacts import folder_digest
     from hominem_pipeline.core.reward.feature_cache import FeatureCache
 
-    return FeatureCache(folder, ["student reply logps", folder_digest(student), FIXTURE_MAX_LENGTH], 2, shipped=shipped)
+    return FeatureCache(
+        folder, ["student reply logps", folder_digest(student), FIXTURE_MAX_LENGTH], 2, shipped=shipped
+    )
 
 
-def adapter_moves(model: Any, tokenizer: Any, fixtures: Sequence[Fixture], batch_size: int, base_cache: Any = None) -> tuple[FixtureReport, dict[str, float]]:
+def adapter_moves(
+    model: Any, tokenizer: Any, fixtures: Sequence[Fixture], batch_size: int, base_cache: Any = None
+) -> tuple[FixtureReport, dict[str, float]]:
     """Did training move the student toward the better replies? Per fixture, the adapter's implicit
     reward (`people_pairs.implicit_reward`: its margin log P(better) - log P(worse) minus the base's):
     positive where the adapter moved the right way. The report's accuracy is the share of fixtures moved
@@ -176,7 +241,18 @@ def adapter_moves(model: Any, tokenizer: Any, fixtures: Sequence[Fixture], batch
     `base_logp_cache` of the model's base."""
     from hominem_pipeline.core.evaluation.people_pairs import implicit_reward
 
-    summary, moves = implicit_reward(model, tokenizer, [f.prompt for f in fixtures], [f.better for f in fixtures], [f.worse for f in fixtures],
-                                     batch_size, FIXTURE_MAX_LENGTH, base_cache)
-    return fixture_report(fixtures, moves), {"fixture_mean_move": summary.mean_margin, "fixture_base_prefers_better": summary.base_prefers_chosen,
-                                             "fixture_adapter_prefers_better": summary.adapter_prefers_chosen}
+    summary, moves = implicit_reward(
+        model,
+        tokenizer,
+        [f.prompt for f in fixtures],
+        [f.better for f in fixtures],
+        [f.worse for f in fixtures],
+        batch_size,
+        FIXTURE_MAX_LENGTH,
+        base_cache,
+    )
+    return fixture_report(fixtures, moves), {
+        "fixture_mean_move": summary.mean_margin,
+        "fixture_base_prefers_better": summary.base_prefers_chosen,
+        "fixture_adapter_prefers_better": summary.adapter_prefers_chosen,
+    }

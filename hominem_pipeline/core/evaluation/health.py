@@ -43,7 +43,9 @@ class HealthReport:
     win_rate: float | None = None  # the adapter's win rate over the base on the evaluation prompts
     threshold: float | None = None  # the RHI it was held to, and where that comes from
     threshold_name: str | None = None
-    verdicts: dict[str, str | None] = field(default_factory=dict)  # component -> where it lies against the panel's healthy range (None: no range)
+    verdicts: dict[str, str | None] = field(
+        default_factory=dict
+    )  # component -> where it lies against the panel's healthy range (None: no range)
     below_range: list[str] = field(default_factory=list)  # the components below the panel's healthy range
     calibration: str | None = None  # the calibration file in force (None: the config's constants) and its digest
     calibration_digest: str | None = None
@@ -59,8 +61,13 @@ def _clip01(x: float) -> float:
 # --- components -----------------------------------------------------------------------------------
 
 
-def gradient_agreement(reward_model: RewardModel, prompts: Sequence[str], responses: Sequence[str], layers: int | None = None,
-                       chunk: int = 32) -> np.ndarray:
+def gradient_agreement(
+    reward_model: RewardModel,
+    prompts: Sequence[str],
+    responses: Sequence[str],
+    layers: int | None = None,
+    chunk: int = 32,
+) -> np.ndarray:
     """GDA(i, j) for every pair of dimensions, (D, D): the cosine between the gradients (w.r.t. the reward
     model backbone's parameters: those of its last `layers` transformer blocks and final norm, or with
     None every parameter) of the mean of dimension i and of dimension j over the responses. The responses
@@ -119,7 +126,11 @@ def _cosines(grads: list[Any]) -> np.ndarray:
 
 
 def dimensional_coherence(
-    reward_model: RewardModel, prompts: Sequence[str], responses: Sequence[str], layers: int | None = None, chunk: int = 32,
+    reward_model: RewardModel,
+    prompts: Sequence[str],
+    responses: Sequence[str],
+    layers: int | None = None,
+    chunk: int = 32,
     healthy: float | None = None,
 ) -> Component:
     """DCS = 2/(N(N-1)) * sum_{i<j} max(0, GDA(i, j)) (`gradient_agreement`), read against `healthy`
@@ -129,8 +140,11 @@ def dimensional_coherence(
     by the number of pairs keeps the component in [0, 1] like the other four."""
     if len(responses) < 2:
         return Component("dcs", None, "needs at least 2 scored responses")
-    how = ("cosine of per-dimension reward gradients w.r.t. the reward model's backbone "
-           f"({'every parameter' if layers is None else f'its last {layers} blocks'}) on the adapter's evaluation responses")
+    how = (
+        "cosine of per-dimension reward gradients w.r.t. the reward model's backbone "
+        f"({'every parameter' if layers is None else f'its last {layers} blocks'}) on the adapter's "
+        "evaluation responses"
+    )
     return coherence_of(gradient_agreement(reward_model, prompts, responses, layers, chunk), how, healthy)
 
 
@@ -148,19 +162,38 @@ def coherence_of(agreement: np.ndarray, how: str, healthy: float | None = None) 
         return Component("dcs", None, "needs at least 2 reward dimensions")
     upper = agreement[np.triu_indices(n, k=1)]
     raw = dcs_of(agreement)
-    details = {"coherence": raw, "mean_gda": float(upper.mean()), "min_gda": float(upper.min()), "pairs": int(len(upper)),
-               "gda": np.round(agreement, 5).tolist()}
+    details = {
+        "coherence": raw,
+        "mean_gda": float(upper.mean()),
+        "min_gda": float(upper.min()),
+        "pairs": int(len(upper)),
+        "gda": np.round(agreement, 5).tolist(),
+    }
     if healthy is None:
         return Component("dcs", _clip01(raw), how, details)
     if not 0.0 < healthy <= 1.0:
-        raise ValueError(f"references.dcs_healthy {healthy!r} is not a coherence in (0, 1]; write the calibration again with "
-                         "`benchmarks/health_panel.py calibrate`")
+        raise ValueError(
+            f"references.dcs_healthy {healthy!r} is not a coherence in (0, 1]; write the calibration again with "
+            "`benchmarks/health_panel.py calibrate`"
+        )
     value = 1.0 - abs(raw - healthy) / max(healthy, 1.0 - healthy)
-    return Component("dcs", _clip01(value), f"{how}, against the healthy days' coherence {healthy:g}", {**details, "dcs_healthy": healthy})
+    return Component(
+        "dcs",
+        _clip01(value),
+        f"{how}, against the healthy days' coherence {healthy:g}",
+        {**details, "dcs_healthy": healthy},
+    )
 
 
-def policy_gradient_agreement(policy: Any, tokenizer: Any, prompts: Sequence[str], replies: Sequence[str], vectors: np.ndarray,
-                              max_length: int = 128, chunk: int = 8) -> np.ndarray:
+def policy_gradient_agreement(
+    policy: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    replies: Sequence[str],
+    vectors: np.ndarray,
+    max_length: int = 128,
+    chunk: int = 8,
+) -> np.ndarray:
     """GDA(i, j) for every pair of dimensions measured on the policy, (D, D): the cosine between the
     updates dimension i and dimension j ask of the adapter (design 000 3.4.1: "reward dimensions produce
     non-contradictory updates"). Dimension d's update is its policy gradient over the replies,
@@ -183,7 +216,10 @@ def policy_gradient_agreement(policy: Any, tokenizer: Any, prompts: Sequence[str
             p.requires_grad_(True)
         with torch.enable_grad():
             for start in range(0, len(replies), chunk):
-                seqs = [encode(tokenizer, prompts[i], replies[i], max_length) for i in range(start, min(start + chunk, len(replies)))]
+                seqs = [
+                    encode(tokenizer, prompts[i], replies[i], max_length)
+                    for i in range(start, min(start + chunk, len(replies)))
+                ]
                 ids, mask = right_padded([s for s, _ in seqs], pad)
                 logits = policy(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits[:, :-1].float()
                 token_logps = logits.log_softmax(-1).gather(-1, ids[:, 1:, None].to(dev))[..., 0]
@@ -199,20 +235,37 @@ def policy_gradient_agreement(policy: Any, tokenizer: Any, prompts: Sequence[str
     return _cosines(grads)
 
 
-def policy_coherence(policy: Any, tokenizer: Any, reward_model: RewardModel, prompts: Sequence[str], replies: Sequence[str],
-                     max_length: int = 128, healthy: float | None = None) -> Component:
+def policy_coherence(
+    policy: Any,
+    tokenizer: Any,
+    reward_model: RewardModel,
+    prompts: Sequence[str],
+    replies: Sequence[str],
+    max_length: int = 128,
+    healthy: float | None = None,
+) -> Component:
     """DCS on the policy (`policy_gradient_agreement`): the cosines between the updates each dimension of
     `reward_model` asks of the adapter's LoRA on its own replies."""
     if len(replies) < 2:
         return Component("dcs", None, "needs at least 2 answered replies")
     vectors = reward_model.raw_scores(list(prompts), list(replies))["vector"]
     cos = policy_gradient_agreement(policy, tokenizer, prompts, replies, vectors, max_length)
-    return coherence_of(cos, f"cosine of the updates each reward dimension asks of the adapter's LoRA (policy gradient) on {len(replies)} of its replies",
-                        healthy)
+    return coherence_of(
+        cos,
+        "cosine of the updates each reward dimension asks of the adapter's LoRA (policy gradient) on "
+        f"{len(replies)} of its replies",
+        healthy,
+    )
 
 
-def coherence(cfg: Any, reward_model: RewardModel, prompts: Sequence[str], replies: Sequence[str], adapter: Any | None,
-              device: Any = None) -> Component:
+def coherence(
+    cfg: Any,
+    reward_model: RewardModel,
+    prompts: Sequence[str],
+    replies: Sequence[str],
+    adapter: Any | None,
+    device: Any = None,
+) -> Component:
     """DCS where `health.dcs_on` says: on the policy (the student with the LoRA in the folder `adapter`,
     loaded here on `device`) or on the reward model's backbone (`adapter` unused), read against the
     calibration's healthy coherence (`references.dcs_healthy`, `coherence_of`) where it gives one."""
@@ -221,8 +274,10 @@ def coherence(cfg: Any, reward_model: RewardModel, prompts: Sequence[str], repli
     healthy = resolve(cfg).references.get("dcs_healthy")
     if cfg.health.dcs_on == "policy":
         if adapter is None:
-            raise ValueError("health.dcs_on is policy: the adapter's model is needed to measure DCS on it; pass its folder, "
-                             "or set health.dcs_on: reward_model")
+            raise ValueError(
+                "health.dcs_on is policy: the adapter's model is needed to measure DCS on it; pass its folder, "
+                "or set health.dcs_on: reward_model"
+            )
         from hominem_pipeline.core.lm.models import student_path
         from hominem_pipeline.core.policy.lora import load_policy
 
@@ -286,7 +341,9 @@ def manifold_stability(
     adapted = reward_model.raw_scores(p, [adapter_responses[i] for i in keep])
     originals, perturbed = perturbations([adapter_responses[i] for i in keep], perturbations_per_response, seed)
     moved = reward_model.raw_scores([p[i] for i in originals], perturbed)["scalar"]
-    return stability_of(base["vector"], adapted["vector"], adapted["scalar"], originals, moved, drift_max, curvature_max)
+    return stability_of(
+        base["vector"], adapted["vector"], adapted["scalar"], originals, moved, drift_max, curvature_max
+    )
 
 
 def perturbations(responses: Sequence[str], per_response: int, seed: int) -> tuple[list[int], list[str]]:
@@ -301,12 +358,22 @@ def perturbations(responses: Sequence[str], per_response: int, seed: int) -> tup
     return originals, perturbed
 
 
-def stability_of(base_vectors: np.ndarray, adapter_vectors: np.ndarray, adapter_scalars: np.ndarray, originals: Sequence[int],
-                 perturbed_scalars: np.ndarray, drift_max: float | None = None, curvature_max: float | None = None) -> Component:
+def stability_of(
+    base_vectors: np.ndarray,
+    adapter_vectors: np.ndarray,
+    adapter_scalars: np.ndarray,
+    originals: Sequence[int],
+    perturbed_scalars: np.ndarray,
+    drift_max: float | None = None,
+    curvature_max: float | None = None,
+) -> Component:
     """MSS from the reward model's outputs (`manifold_stability`): the vectors of the base's and the adapter's
     replies to the same prompts, the adapter's scalars, and the scalars of perturbed copies of its replies
     (`originals`: the reply each copy comes from)."""
-    base_vectors, adapter_vectors = np.asarray(base_vectors, dtype=np.float64), np.asarray(adapter_vectors, dtype=np.float64)
+    base_vectors, adapter_vectors = (
+        np.asarray(base_vectors, dtype=np.float64),
+        np.asarray(adapter_vectors, dtype=np.float64),
+    )
     adapter_scalars = np.asarray(adapter_scalars, dtype=np.float64)
 
     def rdm(vectors: np.ndarray) -> np.ndarray:
@@ -322,14 +389,26 @@ def stability_of(base_vectors: np.ndarray, adapter_vectors: np.ndarray, adapter_
         return Component("mss", None, "reward vectors or scalars did not vary across responses")
     drift = (1.0 - rho) / 2.0
     curvature_var = noise / (noise + spread)
-    value = 0.5 * _clip01(1.0 - drift / (drift_max or 1.0)) + 0.5 * _clip01(1.0 - curvature_var / (curvature_max or 1.0))
+    value = 0.5 * _clip01(1.0 - drift / (drift_max or 1.0)) + 0.5 * _clip01(
+        1.0 - curvature_var / (curvature_max or 1.0)
+    )
     return Component(
         "mss",
         _clip01(value),
         "RDM of reward vectors base vs adapter (Spearman) and reward change under one-word-drop perturbations"
-        + ("" if drift_max is None and curvature_max is None else f", against drift {drift_max} and curvature variance {curvature_max}"),
-        {"rdm_spearman": rho, "rdm_drift": drift, "curvature_variance": curvature_var, "perturbations": len(moved),
-         "rdm_drift_max": drift_max, "curvature_variance_max": curvature_max},
+        + (
+            ""
+            if drift_max is None and curvature_max is None
+            else f", against drift {drift_max} and curvature variance {curvature_max}"
+        ),
+        {
+            "rdm_spearman": rho,
+            "rdm_drift": drift,
+            "curvature_variance": curvature_var,
+            "perturbations": len(moved),
+            "rdm_drift_max": drift_max,
+            "curvature_variance_max": curvature_max,
+        },
     )
 
 
@@ -351,6 +430,7 @@ def cross_domain_robustness(table: pd.DataFrame, dimensions: Sequence[str], agai
     and C_consistency is the share of categories where the adapter wins at least half the prompts."""
     if table.empty or table["category"].nunique() < 2:
         return Component("cdrs", None, "needs evaluation prompts from at least 2 categories")
+
     def num(vector: dict, d: str) -> float:
         value = vector.get(d) if isinstance(vector, dict) else None
         return float("nan") if value is None else float(value)  # an unscored (empty) response is NaN
@@ -362,7 +442,9 @@ def cross_domain_robustness(table: pd.DataFrame, dimensions: Sequence[str], agai
         ]
     )
     overall = deltas[list(dimensions)].mean()
-    if against == "improvement":  # a cell contradicts when the adapter is worse than the base there, whatever the overall sign
+    if (
+        against == "improvement"
+    ):  # a cell contradicts when the adapter is worse than the base there, whatever the overall sign
         overall = overall.abs().clip(lower=1.0)
     per_cat = deltas.groupby("category")[list(dimensions)].mean()
     cells = contradictions = 0
@@ -385,11 +467,18 @@ def cross_domain_robustness(table: pd.DataFrame, dimensions: Sequence[str], agai
         "cdrs",
         _clip01(value),
         f"per-category reward deltas and win rates over {len(win)} categories of held-out prompts",
-        {"c_contradiction": c_contra, "c_entropy": c_entropy, "c_consistency": c_consistency, "categories": int(len(win))},
+        {
+            "c_contradiction": c_contra,
+            "c_entropy": c_entropy,
+            "c_consistency": c_consistency,
+            "categories": int(len(win)),
+        },
     )
 
 
-def local_reward_predictivity(reward_model: RewardModel, prompts: Sequence[str], responses: Sequence[str]) -> Component:
+def local_reward_predictivity(
+    reward_model: RewardModel, prompts: Sequence[str], responses: Sequence[str]
+) -> Component:
     """LRPS = max(0, corr(r_local, r_trajectory)): does the reward of a response's first half predict
     the reward of the whole response? Measured on the adapter's own replies (the trajectories it produces:
     a policy that degenerates midway breaks it; the base's replies would only dilute it)."""
@@ -441,8 +530,11 @@ def aggregate(components: dict[str, Component], cfg: Any, win_rate: float | None
     total = sum(weights[k] for k in measured)
     rhi = sum(weights[k] * measured[k].value for k in measured) / total if total > 0 else None
     verdicts = {k: settings.verdict(k, c.value) for k, c in components.items()}
-    low = [f"{k.upper()} {c.value:.3f} ({settings.healthy[k][0]:.2f}-{settings.healthy[k][1]:.2f})" for k, c in components.items()
-           if settings.below(k, c.value)]
+    low = [
+        f"{k.upper()} {c.value:.3f} ({settings.healthy[k][0]:.2f}-{settings.healthy[k][1]:.2f})"
+        for k, c in components.items()
+        if settings.below(k, c.value)
+    ]
     floored = [why for k, c in components.items() if (why := settings.floored(k, c.value))]
     threshold, name = settings.threshold, settings.threshold_name
     min_win_rate = cfg.health.min_win_rate
@@ -451,23 +543,40 @@ def aggregate(components: dict[str, Component], cfg: Any, win_rate: float | None
     elif missing:
         deployable, reason = False, f"partial index: {', '.join(missing)} not measured"
     elif rhi < threshold:
-        deployable, reason = False, f"RHI {rhi:.3f} below {settings.threshold_text}" + (
-            f"; below the panel's healthy range: {', '.join(low)}" if low else "") + "".join(f"; {w}" for w in floored)
+        deployable, reason = (
+            False,
+            f"RHI {rhi:.3f} below {settings.threshold_text}"
+            + (f"; below the panel's healthy range: {', '.join(low)}" if low else "")
+            + "".join(f"; {w}" for w in floored),
+        )
     elif floored:
         deployable, reason = False, f"RHI {rhi:.3f} passes {settings.threshold_text}, but {'; '.join(floored)}"
     elif win_rate is not None and win_rate < min_win_rate:
-        deployable, reason = False, (
-            f"RHI {rhi:.3f} passes, but the adapter beat the base on {win_rate:.1%} of the evaluation prompts, "
-            f"below health.min_win_rate {min_win_rate:.0%}"
+        deployable, reason = (
+            False,
+            (
+                f"RHI {rhi:.3f} passes, but the adapter beat the base on {win_rate:.1%} of the evaluation prompts, "
+                f"below health.min_win_rate {min_win_rate:.0%}"
+            ),
         )
     else:
         deployable, reason = True, f"RHI {rhi:.3f} at or above {settings.threshold_text}"
         if win_rate is not None:
             reason += f", win rate {win_rate:.1%} at or above {min_win_rate:.0%}"
     return HealthReport(
-        rhi=rhi, partial=bool(missing), missing=missing, components=components, deployable=deployable, reason=reason, win_rate=win_rate,
-        threshold=threshold, threshold_name=name, verdicts=verdicts, below_range=[k for k, c in components.items() if settings.below(k, c.value)],
-        calibration=settings.source, calibration_digest=settings.digest,
+        rhi=rhi,
+        partial=bool(missing),
+        missing=missing,
+        components=components,
+        deployable=deployable,
+        reason=reason,
+        win_rate=win_rate,
+        threshold=threshold,
+        threshold_name=name,
+        verdicts=verdicts,
+        below_range=[k for k, c in components.items() if settings.below(k, c.value)],
+        calibration=settings.source,
+        calibration_digest=settings.digest,
     )
 
 
@@ -493,12 +602,24 @@ def compute_health(
     replies = list(evaluation["adapter_response"])
     answered = [i for i, r in enumerate(replies) if r.strip()]
     components = {
-        "dcs": coherence(cfg, reward_model, [prompts[i] for i in answered], [replies[i] for i in answered], adapter, device),
+        "dcs": coherence(
+            cfg, reward_model, [prompts[i] for i in answered], [replies[i] for i in answered], adapter, device
+        ),
         "gvs": gradient_variance_stability(grad_norms, settings.reference("gvi_max", mode)),
-        "mss": manifold_stability(reward_model, prompts, base, replies, h.perturbations_per_response, seed,
-                                  settings.references.get("rdm_drift_max"), settings.references.get("curvature_variance_max")),
+        "mss": manifold_stability(
+            reward_model,
+            prompts,
+            base,
+            replies,
+            h.perturbations_per_response,
+            seed,
+            settings.references.get("rdm_drift_max"),
+            settings.references.get("curvature_variance_max"),
+        ),
         "cdrs": cross_domain_robustness(evaluation, reward_model.dimensions, against="improvement"),
-        "lrps": local_reward_predictivity(reward_model, [prompts[i] for i in answered], [replies[i] for i in answered]),
+        "lrps": local_reward_predictivity(
+            reward_model, [prompts[i] for i in answered], [replies[i] for i in answered]
+        ),
     }
     outcomes = evaluation["adapter_outcome"].dropna() if "adapter_outcome" in evaluation else pd.Series(dtype=float)
     return aggregate(components, cfg, float(outcomes.mean()) if len(outcomes) else None)
@@ -513,7 +634,11 @@ def plot_health(report: HealthReport, path, title: str):
     names = list(COMPONENTS)
     values = [report.components[n].value for n in names]
     fig, ax = plt.subplots(figsize=(6, 3))
-    ax.bar([n.upper() for n in names], [v if v is not None else 0 for v in values], color=["#1c7ed6" if v is not None else "#adb5bd" for v in values])
+    ax.bar(
+        [n.upper() for n in names],
+        [v if v is not None else 0 for v in values],
+        color=["#1c7ed6" if v is not None else "#adb5bd" for v in values],
+    )
     for i, v in enumerate(values):
         ax.text(i, (v or 0) + 0.02, "missing" if v is None else f"{v:.2f}", ha="center", fontsize=8)
     ax.set_ylim(0, 1.1)

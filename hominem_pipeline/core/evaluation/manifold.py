@@ -55,10 +55,16 @@ class Verdict:
         if self.blocked:
             return "; ".join(self.reasons)
         t = self.thresholds
-        merged = ("" if t.get("mean_correlation") is None or t.get("max_mean_correlation") is None else
-                  f", the dimensions are distinct (mean correlation {t['mean_correlation']:.2f} <= {t['max_mean_correlation']})")
-        return (f"no dimension collapsed (spread ratio >= {t['min_spread_ratio']}){merged} and none dominates "
-                f"(decides <= {t['max_decided_share']:.0%} of pairs; intended: {', '.join(t['intended']) or 'none'})")
+        merged = (
+            ""
+            if t.get("mean_correlation") is None or t.get("max_mean_correlation") is None
+            else f", the dimensions are distinct (mean correlation {t['mean_correlation']:.2f} <= "
+            f"{t['max_mean_correlation']})"
+        )
+        return (
+            f"no dimension collapsed (spread ratio >= {t['min_spread_ratio']}){merged} and none dominates "
+            f"(decides <= {t['max_decided_share']:.0%} of pairs; intended: {', '.join(t['intended']) or 'none'})"
+        )
 
 
 @dataclass(frozen=True)
@@ -68,30 +74,73 @@ class ManifoldShape:
     spread: dict[str, float]  # each dimension's std over the replies
     reference_spread: dict[str, float]  # ... over the teacher's labels
     spread_ratio: dict[str, float | None]  # spread / reference (None: the reference is flat)
-    decided_share: dict[str, float]  # per column (dimensions, then the people's score): the share of pairs it alone decides
+    decided_share: dict[
+        str, float
+    ]  # per column (dimensions, then the people's score): the share of pairs it alone decides
     contribution_share: dict[str, float]  # per column: its share of the mean |c_d gap_d|
     pairs: int
     replies: int
-    mean_correlation: float | None = None  # the mean Pearson correlation over the pairs of dimensions across the replies (None: not measured)
-    correlation: dict[str, float] | None = None  # per pair of dimensions ("a~b"): their correlation (pairs with a flat dimension left out)
+    mean_correlation: float | None = (
+        None  # the mean Pearson correlation over the pairs of dimensions across the replies (None: not measured)
+    )
+    correlation: dict[str, float] | None = (
+        None  # per pair of dimensions ("a~b"): their correlation (pairs with a flat dimension left out)
+    )
 
-    def verdict(self, min_spread_ratio: float, max_decided_share: float, intended: Sequence[str] = (),
-                max_mean_correlation: float | None = None) -> Verdict:
-        collapsed = [d for d, r in self.spread_ratio.items() if (r is not None and r < min_spread_ratio) or (r is None and self.spread[d] <= 1e-9)]
+    def verdict(
+        self,
+        min_spread_ratio: float,
+        max_decided_share: float,
+        intended: Sequence[str] = (),
+        max_mean_correlation: float | None = None,
+    ) -> Verdict:
+        collapsed = [
+            d
+            for d, r in self.spread_ratio.items()
+            if (r is not None and r < min_spread_ratio) or (r is None and self.spread[d] <= 1e-9)
+        ]
         dominant = [c for c, s in self.decided_share.items() if s > max_decided_share and c not in intended]
-        reasons = [f"{d} collapsed: its spread over the {self.replies} replies is "
-                   + (f"{self.spread_ratio[d]:.2f} of the teacher's labels' (< health.manifold.min_spread_ratio {min_spread_ratio})"
-                      if self.spread_ratio[d] is not None else "0, as flat as the teacher's labels'") for d in collapsed]
-        reasons += [f"{c} dominates: it alone decides {self.decided_share[c]:.0%} of {self.pairs} pairs "
-                    f"(> health.manifold.max_decided_share {max_decided_share:.0%})" for c in dominant]
-        merged = max_mean_correlation is not None and self.mean_correlation is not None and self.mean_correlation > max_mean_correlation
+        reasons = [
+            f"{d} collapsed: its spread over the {self.replies} replies is "
+            + (
+                f"{self.spread_ratio[d]:.2f} of the teacher's labels' (< "
+                f"health.manifold.min_spread_ratio {min_spread_ratio})"
+                if self.spread_ratio[d] is not None
+                else "0, as flat as the teacher's labels'"
+            )
+            for d in collapsed
+        ]
+        reasons += [
+            f"{c} dominates: it alone decides {self.decided_share[c]:.0%} of {self.pairs} pairs "
+            f"(> health.manifold.max_decided_share {max_decided_share:.0%})"
+            for c in dominant
+        ]
+        merged = (
+            max_mean_correlation is not None
+            and self.mean_correlation is not None
+            and self.mean_correlation > max_mean_correlation
+        )
         if merged:
-            reasons.append(f"the dimensions are merged into one: they correlate {self.mean_correlation:.2f} on average over the {self.replies} "
-                           f"replies (> health.manifold.max_mean_correlation {max_mean_correlation}), so they say one thing, not "
-                           f"{len(self.spread)}; the reward model learned no difference between them (retrain it on labels whose dimensions differ)")
-        return Verdict(collapsed, dominant, reasons, {"min_spread_ratio": float(min_spread_ratio), "max_decided_share": float(max_decided_share),
-                                                      "intended": list(intended), "mean_correlation": self.mean_correlation,
-                                                      "max_mean_correlation": max_mean_correlation}, merged)
+            reasons.append(
+                f"the dimensions are merged into one: they correlate {self.mean_correlation:.2f} on "
+                f"average over the {self.replies} "
+                f"replies (> health.manifold.max_mean_correlation {max_mean_correlation}), so they say one thing, not "
+                f"{len(self.spread)}; the reward model learned no difference between them (retrain it on "
+                "labels whose dimensions differ)"
+            )
+        return Verdict(
+            collapsed,
+            dominant,
+            reasons,
+            {
+                "min_spread_ratio": float(min_spread_ratio),
+                "max_decided_share": float(max_decided_share),
+                "intended": list(intended),
+                "mean_correlation": self.mean_correlation,
+                "max_mean_correlation": max_mean_correlation,
+            },
+            merged,
+        )
 
     def judged(self, cfg: Any) -> Verdict:
         """The verdict under `health.manifold` (`cfg`: its section)."""
@@ -102,7 +151,9 @@ class ManifoldShape:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ManifoldShape:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})  # figures kept before merging was measured: None
+        return cls(
+            **{k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        )  # figures kept before merging was measured: None
 
     def write(self, folder: Path) -> Path:
         path = Path(folder) / MANIFOLD
@@ -119,20 +170,31 @@ class ManifoldShape:
         """The figures as flat metrics (no threshold: the check and the gate judge them under the config)."""
         ratios = [r for r in self.spread_ratio.values() if r is not None]
         merged = {} if self.mean_correlation is None else {"manifold_mean_correlation": self.mean_correlation}
-        return {"manifold_min_spread_ratio": min(ratios) if ratios else 0.0, **merged,
-                **{f"manifold_decided_{c}": s for c, s in self.decided_share.items()}}
+        return {
+            "manifold_min_spread_ratio": min(ratios) if ratios else 0.0,
+            **merged,
+            **{f"manifold_decided_{c}": s for c, s in self.decided_share.items()},
+        }
 
 
-def spread(vectors: np.ndarray, reference_std: np.ndarray, dimensions: Sequence[str]) -> tuple[dict[str, float], dict[str, float | None]]:
-    """Each dimension's std over `vectors` (n, D) and its ratio to `reference_std` (D,) (None where the reference is flat)."""
+def spread(
+    vectors: np.ndarray, reference_std: np.ndarray, dimensions: Sequence[str]
+) -> tuple[dict[str, float], dict[str, float | None]]:
+    """Each dimension's std over `vectors` (n, D) and its ratio to `reference_std` (D,) (None where the reference is
+    flat)."""
     vectors, reference_std = np.asarray(vectors, dtype=np.float64), np.asarray(reference_std, dtype=np.float64)
     if vectors.ndim != 2 or vectors.shape[1] != len(dimensions) or reference_std.shape != (len(dimensions),):
-        raise ValueError(f"vectors {vectors.shape} and the reference spread {reference_std.shape} need one column per dimension ({len(dimensions)})")
+        raise ValueError(
+            f"vectors {vectors.shape} and the reference spread {reference_std.shape} need one column per "
+            f"dimension ({len(dimensions)})"
+        )
     if len(vectors) < 2:
         raise ValueError(f"a spread needs at least 2 replies, got {len(vectors)}")
     std = vectors.std(0)
-    return (dict(zip(dimensions, map(float, std))),
-            {d: (float(s / r) if r > 1e-9 else None) for d, s, r in zip(dimensions, std, reference_std)})
+    return (
+        dict(zip(dimensions, map(float, std))),
+        {d: (float(s / r) if r > 1e-9 else None) for d, s, r in zip(dimensions, std, reference_std)},
+    )
 
 
 def correlations(vectors: np.ndarray, dimensions: Sequence[str]) -> tuple[float | None, dict[str, float]]:
@@ -142,40 +204,66 @@ def correlations(vectors: np.ndarray, dimensions: Sequence[str]) -> tuple[float 
     flat = vectors.std(0) <= 1e-12
     with np.errstate(invalid="ignore", divide="ignore"):
         c = np.corrcoef(vectors.T)
-    pairs = {f"{dimensions[i]}~{dimensions[j]}": float(c[i, j]) for i, j in zip(*np.triu_indices(len(dimensions), 1))
-             if not (flat[i] or flat[j]) and np.isfinite(c[i, j])}
+    pairs = {
+        f"{dimensions[i]}~{dimensions[j]}": float(c[i, j])
+        for i, j in zip(*np.triu_indices(len(dimensions), 1))
+        if not (flat[i] or flat[j]) and np.isfinite(c[i, j])
+    }
     return (float(np.mean(list(pairs.values()))) if pairs else None), pairs
 
 
-def decided(gaps: np.ndarray, weights: np.ndarray, columns: Sequence[str]) -> tuple[dict[str, float], dict[str, float]]:
+def decided(
+    gaps: np.ndarray, weights: np.ndarray, columns: Sequence[str]
+) -> tuple[dict[str, float], dict[str, float]]:
     """Per column: the share of pairs (rows of `gaps`, chosen minus rejected, (p, C)) it alone decides
     under the scalar's `weights` (C,), and its share of the mean absolute contribution."""
     gaps, weights = np.asarray(gaps, dtype=np.float64), np.asarray(weights, dtype=np.float64)
     if gaps.ndim != 2 or gaps.shape[1] != len(columns) or weights.shape != (len(columns),):
-        raise ValueError(f"gaps {gaps.shape} and weights {weights.shape} need one column per dimension ({len(columns)})")
+        raise ValueError(
+            f"gaps {gaps.shape} and weights {weights.shape} need one column per dimension ({len(columns)})"
+        )
     if not len(gaps):
         raise ValueError("dominance needs at least one pair")
     contrib = np.abs(gaps * weights)
     outweighs = contrib > contrib.sum(1, keepdims=True) - contrib
     magnitude = contrib.mean(0)
     whole = magnitude.sum()
-    return ({c: float(outweighs[:, j].mean()) for j, c in enumerate(columns)},
-            {c: float(magnitude[j] / whole) if whole > 0 else 0.0 for j, c in enumerate(columns)})
+    return (
+        {c: float(outweighs[:, j].mean()) for j, c in enumerate(columns)},
+        {c: float(magnitude[j] / whole) if whole > 0 else 0.0 for j, c in enumerate(columns)},
+    )
 
 
-def manifold_shape(vectors: np.ndarray, reference_std: np.ndarray, dimensions: Sequence[str], gaps: np.ndarray, weights: np.ndarray,
-                   columns: Sequence[str] | None = None) -> ManifoldShape:
+def manifold_shape(
+    vectors: np.ndarray,
+    reference_std: np.ndarray,
+    dimensions: Sequence[str],
+    gaps: np.ndarray,
+    weights: np.ndarray,
+    columns: Sequence[str] | None = None,
+) -> ManifoldShape:
     """Collapse of `vectors` (the replies' reward vectors, (n, D)) against the teacher's labels' `reference_std`,
-    their dimensions' correlation (merging), and dominance over the pairs' `gaps` (p, C) under the scalar's `weights` (C,); `columns` names the C columns
-    (default: the dimensions)."""
+    their dimensions' correlation (merging), and dominance over the pairs' `gaps` (p, C) under the scalar's
+    `weights` (C,); `columns` names the C columns (default: the dimensions)."""
     std, ratio = spread(vectors, reference_std, dimensions)
     share, contribution = decided(gaps, weights, list(dimensions) if columns is None else columns)
     mean_r, pairs = correlations(vectors, list(dimensions))
-    return ManifoldShape(std, dict(zip(dimensions, map(float, np.asarray(reference_std, dtype=np.float64)))), ratio, share, contribution,
-                         int(len(gaps)), int(len(vectors)), mean_r, pairs)
+    return ManifoldShape(
+        std,
+        dict(zip(dimensions, map(float, np.asarray(reference_std, dtype=np.float64)))),
+        ratio,
+        share,
+        contribution,
+        int(len(gaps)),
+        int(len(vectors)),
+        mean_r,
+        pairs,
+    )
 
 
-def reward_manifold(reward_model: Any, prompts: Sequence[str], chosen: Sequence[str], rejected: Sequence[str]) -> ManifoldShape:
+def reward_manifold(
+    reward_model: Any, prompts: Sequence[str], chosen: Sequence[str], rejected: Sequence[str]
+) -> ManifoldShape:
     """The shape of `reward_model`'s signal on these pairs: its vectors of both replies (collapse, against
     the spread of the labels it learned from) and its scalar's columns on their gaps (dominance). A model
     whose scalar is a head of its own (no combination) has no columns to weigh: every pair is then decided
@@ -183,8 +271,10 @@ def reward_manifold(reward_model: Any, prompts: Sequence[str], chosen: Sequence[
     meta = reward_model.metadata
     dims = list(reward_model.dimensions)
     if meta.label_spread is None:
-        raise ValueError("this reward model does not carry its labels' spread (written before it, or fewer than 2 labels); "
-                         "rebuild it: hominem run --select reward_model")
+        raise ValueError(
+            "this reward model does not carry its labels' spread (written before it, or fewer than 2 labels); "
+            "rebuild it: hominem run --select reward_model"
+        )
     keep = [i for i in range(len(prompts)) if chosen[i].strip() and rejected[i].strip()]
     if not keep:
         raise ValueError("no pair with two non-empty replies to measure the reward manifold on")
@@ -197,8 +287,14 @@ def reward_manifold(reward_model: Any, prompts: Sequence[str], chosen: Sequence[
         weights = np.array([meta.scalar.weights[d] for d in dims])
         pa, pb = reward_model.people_column(p, a), reward_model.people_column(p, b)
         if pa is not None:
-            columns, gaps, weights = dims + [PEOPLE], np.column_stack([gaps, pa - pb]), np.append(weights, meta.scalar.people)
-    return manifold_shape(np.vstack([va, vb]), np.array([meta.label_spread[d] for d in dims]), dims, gaps, weights, columns)
+            columns, gaps, weights = (
+                dims + [PEOPLE],
+                np.column_stack([gaps, pa - pb]),
+                np.append(weights, meta.scalar.people),
+            )
+    return manifold_shape(
+        np.vstack([va, vb]), np.array([meta.label_spread[d] for d in dims]), dims, gaps, weights, columns
+    )
 
 
 def plot_manifold(shape: ManifoldShape, path: Path, title: str, verdict: Verdict | None = None) -> Path:
@@ -212,18 +308,36 @@ def plot_manifold(shape: ManifoldShape, path: Path, title: str, verdict: Verdict
     collapsed, dominant = (verdict.collapsed, verdict.dominant) if verdict else ([], [])
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     dims = list(shape.spread_ratio)
-    left.bar(dims, [shape.spread_ratio[d] or 0.0 for d in dims], color=["#e03131" if d in collapsed else "#1c7ed6" for d in dims])
+    left.bar(
+        dims,
+        [shape.spread_ratio[d] or 0.0 for d in dims],
+        color=["#e03131" if d in collapsed else "#1c7ed6" for d in dims],
+    )
     merged = verdict is not None and verdict.merged
-    left.set_title("spread over the replies / over the teacher's labels"
-                   + ("" if shape.mean_correlation is None else f"\ndimensions' mean correlation {shape.mean_correlation:.2f}"
-                      + (" (merged)" if merged else "")), fontsize=9, color="#e03131" if merged else "black")
+    left.set_title(
+        "spread over the replies / over the teacher's labels"
+        + (
+            ""
+            if shape.mean_correlation is None
+            else f"\ndimensions' mean correlation {shape.mean_correlation:.2f}" + (" (merged)" if merged else "")
+        ),
+        fontsize=9,
+        color="#e03131" if merged else "black",
+    )
     cols = list(shape.decided_share)
-    right.bar(cols, [shape.decided_share[c] for c in cols], color=["#e03131" if c in dominant else "#1c7ed6" for c in cols])
+    right.bar(
+        cols, [shape.decided_share[c] for c in cols], color=["#e03131" if c in dominant else "#1c7ed6" for c in cols]
+    )
     right.set_ylim(0, 1)
     right.set_title(f"share of {shape.pairs} pairs each column alone decides", fontsize=9)
     if verdict:
         left.axhline(verdict.thresholds["min_spread_ratio"], color="#495057", linestyle="--", label="collapse below")
-        right.axhline(verdict.thresholds["max_decided_share"], color="#495057", linestyle="--", label="dominates above (unless intended)")
+        right.axhline(
+            verdict.thresholds["max_decided_share"],
+            color="#495057",
+            linestyle="--",
+            label="dominates above (unless intended)",
+        )
     for ax in (left, right):
         ax.tick_params(axis="x", rotation=45, labelsize=7)
         if verdict:

@@ -44,7 +44,9 @@ def _text(row: dict[str, Any], keys: tuple[str, ...], where: str) -> str:
             if not isinstance(value, str) or not value.strip():
                 raise MemoryFileError(f"{where}: {key!r} must be a non-empty string, got {value!r}")
             return value.strip()
-    raise MemoryFileError(f"{where}: no {' or '.join(repr(k) for k in keys)}; each line needs {{\"prompt\": ..., \"response\": ...}}")
+    raise MemoryFileError(
+        f'{where}: no {" or ".join(repr(k) for k in keys)}; each line needs {{"prompt": ..., "response": ...}}'
+    )
 
 
 def _facts(row: dict[str, Any], where: str) -> list[str]:
@@ -69,12 +71,24 @@ def read_memory_rows(paths: Sequence[Path]) -> pd.DataFrame:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise MemoryFileError(f"{where} is not JSON ({exc.msg}); each line holds one object like {{\"prompt\": ..., \"response\": ...}}") from exc
+                raise MemoryFileError(
+                    f'{where} is not JSON ({exc.msg}); each line holds one object like {{"prompt": ..., '
+                    f'"response": ...}}'
+                ) from exc
             if not isinstance(row, dict):
-                raise MemoryFileError(f"{where} holds a {type(row).__name__}, not an object like {{\"prompt\": ..., \"response\": ...}}")
+                raise MemoryFileError(
+                    f'{where} holds a {type(row).__name__}, not an object like {{"prompt": ..., "response": ...}}'
+                )
             prompt, response = _text(row, ("prompt", "instruction"), where), _text(row, ("response",), where)
-            rows.append({"memory_id": fingerprint([prompt, response], 12), "prompt": prompt, "response": response,
-                         "facts": _facts(row, where), "source": where})
+            rows.append(
+                {
+                    "memory_id": fingerprint([prompt, response], 12),
+                    "prompt": prompt,
+                    "response": response,
+                    "facts": _facts(row, where),
+                    "source": where,
+                }
+            )
     frame = pd.DataFrame(rows, columns=MEMORY_COLUMNS)
     return frame.drop_duplicates("memory_id", keep="first").reset_index(drop=True)
 
@@ -118,13 +132,24 @@ class MemoryProbe:
     gained: list[str]  # prompts only the adapter answers with the fact
 
     def as_dict(self) -> dict[str, Any]:
-        return {"questions": self.questions, "base": self.base, "adapter": self.adapter, "kept": self.kept,
-                "lost": len(self.lost), "gained": len(self.gained), "lost_prompts": self.lost, "gained_prompts": self.gained}
+        return {
+            "questions": self.questions,
+            "base": self.base,
+            "adapter": self.adapter,
+            "kept": self.kept,
+            "lost": len(self.lost),
+            "gained": len(self.gained),
+            "lost_prompts": self.lost,
+            "gained_prompts": self.gained,
+        }
 
 
 def probe(rows: pd.DataFrame, replies: dict[str, list[str]]) -> MemoryProbe:
     """Which facts each side's replies (`base`, `adapter`, in `rows` order) reproduce."""
-    hits = {side: [reproduces(reply, facts) for reply, facts in zip(replies[side], rows["facts"])] for side in ("base", "adapter")}
+    hits = {
+        side: [reproduces(reply, facts) for reply, facts in zip(replies[side], rows["facts"])]
+        for side in ("base", "adapter")
+    }
     prompts = list(rows["prompt"])
     return MemoryProbe(
         questions=len(rows),

@@ -67,11 +67,23 @@ def compare_margins(candidate: np.ndarray, live: np.ndarray | None) -> PeopleCom
     d = c - v
     n = len(d)
     se = float(d.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
-    return PeopleComparison(n, float(c.mean()) if n else float("nan"), float(v.mean()) if n else float("nan"), float(d.mean()) if n else float("nan"), se)
+    return PeopleComparison(
+        n,
+        float(c.mean()) if n else float("nan"),
+        float(v.mean()) if n else float("nan"),
+        float(d.mean()) if n else float("nan"),
+        se,
+    )
 
 
-def exchange_logps(model: Any, tokenizer: Any, exchanges: Sequence[tuple[str, str]], batch_size: int, max_length: int = PEOPLE_MAX_LENGTH,
-                   cache: Any = None) -> tuple[np.ndarray, np.ndarray]:
+def exchange_logps(
+    model: Any,
+    tokenizer: Any,
+    exchanges: Sequence[tuple[str, str]],
+    batch_size: int,
+    max_length: int = PEOPLE_MAX_LENGTH,
+    cache: Any = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """(summed log-probability of each reply's tokens with its end of turn, their count) given its prompt,
     under `model` as it stands (a PEFT model: with its adapter on). `cache`: a `FeatureCache` of this
     model's (sum, count) rows by exchange, read first and added to (for a network that does not change)."""
@@ -80,15 +92,25 @@ def exchange_logps(model: Any, tokenizer: Any, exchanges: Sequence[tuple[str, st
     from hominem_pipeline.core.reward.guards import reply_token_logps
 
     def measure(todo: Sequence[int]) -> np.ndarray:  # the LM head on the replies' positions alone
-        sums, counts = reply_token_logps(model, [encode(tokenizer, *exchanges[i], max_length) for i in todo], tokenizer.pad_token_id, batch_size)
+        sums, counts = reply_token_logps(
+            model, [encode(tokenizer, *exchanges[i], max_length) for i in todo], tokenizer.pad_token_id, batch_size
+        )
         return np.stack([sums.numpy(), counts.numpy()], 1)
 
     rows = cached_rows(cache, [text_key(p, r) for p, r in exchanges], measure, 2).numpy().astype(np.float64)
     return rows[:, 0], np.maximum(rows[:, 1].round().astype(np.int64), 1)
 
 
-def implicit_reward(model: Any, tokenizer: Any, prompts: Sequence[str], chosen: Sequence[str], rejected: Sequence[str], batch_size: int,
-                    max_length: int = PEOPLE_MAX_LENGTH, base_cache: Any = None) -> tuple[ImplicitReward, np.ndarray]:
+def implicit_reward(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    chosen: Sequence[str],
+    rejected: Sequence[str],
+    batch_size: int,
+    max_length: int = PEOPLE_MAX_LENGTH,
+    base_cache: Any = None,
+) -> tuple[ImplicitReward, np.ndarray]:
     """The implicit reward of `model`'s active adapter on the pairs, against its base (adapter off;
     `base_cache`: a cache of the base's rows). Returns the summary and each pair's margin."""
     from hominem_pipeline.core.policy.lora import merged
@@ -103,6 +125,12 @@ def implicit_reward(model: Any, tokenizer: Any, prompts: Sequence[str], chosen: 
     n = len(margins)
     accuracy = float(pair_scores(margins).mean()) if n else float("nan")  # a tie (the base itself) counts half
     per_token = lambda lp: float(np.mean(lp[:, 0] / tokens[:, 0] > lp[:, 1] / tokens[:, 1])) if n else float("nan")  # noqa: E731
-    summary = ImplicitReward(n, accuracy, math.sqrt(accuracy * (1 - accuracy) / n) if n else float("nan"), float(margins.mean()) if n else float("nan"),
-                             per_token(base), per_token(adapter))
+    summary = ImplicitReward(
+        n,
+        accuracy,
+        math.sqrt(accuracy * (1 - accuracy) / n) if n else float("nan"),
+        float(margins.mean()) if n else float("nan"),
+        per_token(base),
+        per_token(adapter),
+    )
     return summary, margins

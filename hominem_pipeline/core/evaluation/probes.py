@@ -68,7 +68,9 @@ def _rows(path: Path, what: str) -> list[dict[str, Any]]:
     try:
         rows = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise FileNotFoundError(f"{what} file {path} does not exist; set probes.{what} to a YAML list, or to null for none") from None
+        raise FileNotFoundError(
+            f"{what} file {path} does not exist; set probes.{what} to a YAML list, or to null for none"
+        ) from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path} is not readable YAML ({exc})") from None
     if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
@@ -108,31 +110,65 @@ def _entries(path: Path, what: str, keys: set[str]):
 def load_tradeoffs(path: str | Path, dimensions: Sequence[str]) -> list[TradeOff]:
     """The trade-off scenarios in `path` (YAML: id, trade, prompt, a, b, a_higher, b_higher, prefer)."""
     out = []
-    for where, row, sid in _entries(Path(path), "tradeoffs", {"id", "trade", "prompt", "a", "b", "a_higher", "b_higher", "prefer"}):
+    for where, row, sid in _entries(
+        Path(path), "tradeoffs", {"id", "trade", "prompt", "a", "b", "a_higher", "b_higher", "prefer"}
+    ):
         if row.get("trade") not in TRADES:
             raise ValueError(f"{where}: trade is {row.get('trade')!r}; use one of {', '.join(TRADES)}")
         if row.get("prefer") not in ("a", "b"):
-            raise ValueError(f"{where}: prefer is {row.get('prefer')!r}; write a or b (the reply the scalar should prefer)")
-        a_hi, b_hi = _dims(row.get("a_higher", []), dimensions, where, "a_higher", True), _dims(row.get("b_higher", []), dimensions, where, "b_higher", True)
+            raise ValueError(
+                f"{where}: prefer is {row.get('prefer')!r}; write a or b (the reply the scalar should prefer)"
+            )
+        a_hi, b_hi = (
+            _dims(row.get("a_higher", []), dimensions, where, "a_higher", True),
+            _dims(row.get("b_higher", []), dimensions, where, "b_higher", True),
+        )
         if not a_hi and not b_hi:
             raise ValueError(f"{where}: name the dimensions a or b should win (a_higher, b_higher)")
         if set(a_hi) & set(b_hi):
             raise ValueError(f"{where}: {sorted(set(a_hi) & set(b_hi))} cannot favour both replies")
-        out.append(TradeOff(sid, row["trade"], _text(row, "prompt", where), _text(row, "a", where), _text(row, "b", where), a_hi, b_hi, row["prefer"]))
+        out.append(
+            TradeOff(
+                sid,
+                row["trade"],
+                _text(row, "prompt", where),
+                _text(row, "a", where),
+                _text(row, "b", where),
+                a_hi,
+                b_hi,
+                row["prefer"],
+            )
+        )
     return out
 
 
 def load_counterfactuals(path: str | Path, dimensions: Sequence[str]) -> list[Counterfactual]:
-    """The counterfactual queries in `path` (YAML: id, change, dimension, direction up|down, prompt, reply, changed)."""
+    """The counterfactual queries in `path` (YAML: id, change, dimension, direction up|down, prompt, reply,
+    changed)."""
     out = []
-    for where, row, cid in _entries(Path(path), "counterfactuals", {"id", "change", "dimension", "direction", "prompt", "reply", "changed"}):
+    for where, row, cid in _entries(
+        Path(path), "counterfactuals", {"id", "change", "dimension", "direction", "prompt", "reply", "changed"}
+    ):
         (dim,) = _dims(row.get("dimension"), dimensions, where, "dimension")[:1]
         if row.get("direction") not in ("up", "down"):
-            raise ValueError(f"{where}: direction is {row.get('direction')!r}; write up or down (how {dim} should move from reply to changed)")
+            raise ValueError(
+                f"{where}: direction is {row.get('direction')!r}; write up or down (how {dim} should "
+                "move from reply to changed)"
+            )
         reply, changed = _text(row, "reply", where), _text(row, "changed", where)
         if reply == changed:
             raise ValueError(f"{where}: reply and changed are the same text")
-        out.append(Counterfactual(cid, _text(row, "change", where), dim, 1 if row["direction"] == "up" else -1, _text(row, "prompt", where), reply, changed))
+        out.append(
+            Counterfactual(
+                cid,
+                _text(row, "change", where),
+                dim,
+                1 if row["direction"] == "up" else -1,
+                _text(row, "prompt", where),
+                reply,
+                changed,
+            )
+        )
     return out
 
 
@@ -151,9 +187,19 @@ def tradeoff_results(scorer: Any, scenarios: Sequence[TradeOff]) -> pd.DataFrame
         gap = float(ra["scalar"][i] - rb["scalar"][i])
         choice = "a" if gap > 0 else "b"
         sides = [gaps[i, dims.index(d)] > 0 for d in s.a_higher] + [gaps[i, dims.index(d)] < 0 for d in s.b_higher]
-        rows.append({"id": s.id, "trade": s.trade, "prompt": s.prompt, "scalar_gap": gap, "choice": choice, "expected": s.prefer,
-                     "as_expected": choice == s.prefer, "dimensions_as_expected": bool(all(sides)),
-                     **{f"gap_{d}": float(gaps[i, j]) for j, d in enumerate(dims)}})
+        rows.append(
+            {
+                "id": s.id,
+                "trade": s.trade,
+                "prompt": s.prompt,
+                "scalar_gap": gap,
+                "choice": choice,
+                "expected": s.prefer,
+                "as_expected": choice == s.prefer,
+                "dimensions_as_expected": bool(all(sides)),
+                **{f"gap_{d}": float(gaps[i, j]) for j, d in enumerate(dims)},
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -176,12 +222,45 @@ def regressions(today: pd.DataFrame, before: pd.DataFrame | None) -> list[str]:
 
 # --- adversarial consistency ------------------------------------------------------------------------
 
-SYNONYMS = {"big": "large", "help": "assist", "maybe": "perhaps", "really": "truly", "start": "begin", "hard": "difficult",
-            "talk": "speak", "quick": "fast", "happy": "glad", "show": "demonstrate", "buy": "purchase", "get": "obtain",
-            "often": "frequently", "enough": "sufficient", "about": "roughly", "try": "attempt", "need": "require", "very": "quite"}
-CONTRACTIONS = {"do not": "don't", "it is": "it's", "i am": "i'm", "cannot": "can't", "you are": "you're", "that is": "that's",
-                "does not": "doesn't", "is not": "isn't", "we are": "we're", "they are": "they're", "will not": "won't", "i have": "i've"}
-INSERTIONS = ("By the way, it is a Tuesday.", "Also, the sky was clear this morning.", "Incidentally, this reply is written in English.")
+SYNONYMS = {
+    "big": "large",
+    "help": "assist",
+    "maybe": "perhaps",
+    "really": "truly",
+    "start": "begin",
+    "hard": "difficult",
+    "talk": "speak",
+    "quick": "fast",
+    "happy": "glad",
+    "show": "demonstrate",
+    "buy": "purchase",
+    "get": "obtain",
+    "often": "frequently",
+    "enough": "sufficient",
+    "about": "roughly",
+    "try": "attempt",
+    "need": "require",
+    "very": "quite",
+}
+CONTRACTIONS = {
+    "do not": "don't",
+    "it is": "it's",
+    "i am": "i'm",
+    "cannot": "can't",
+    "you are": "you're",
+    "that is": "that's",
+    "does not": "doesn't",
+    "is not": "isn't",
+    "we are": "we're",
+    "they are": "they're",
+    "will not": "won't",
+    "i have": "i've",
+}
+INSERTIONS = (
+    "By the way, it is a Tuesday.",
+    "Also, the sky was clear this morning.",
+    "Incidentally, this reply is written in English.",
+)
 POLITE = "Hello, I hope you are well. {prompt} Thank you so much for your help."
 RUDE = "Answer this and don't waste my time. {prompt} Hurry up."
 
@@ -217,7 +296,9 @@ def paraphrase(text: str, rng: random.Random | None = None) -> str:
         if re.search(rf"\b{long_}\b", out, re.IGNORECASE):
             out = re.sub(rf"\b{long_}\b", lambda m, s=short: _match_case(s, m.group(0)), out, flags=re.IGNORECASE)
         elif re.search(rf"\b{re.escape(short)}\b", out, re.IGNORECASE):
-            out = re.sub(rf"\b{re.escape(short)}\b", lambda m, s=long_: _match_case(s, m.group(0)), out, flags=re.IGNORECASE)
+            out = re.sub(
+                rf"\b{re.escape(short)}\b", lambda m, s=long_: _match_case(s, m.group(0)), out, flags=re.IGNORECASE
+            )
     for word, other in SYNONYMS.items():
         out = re.sub(rf"\b{word}\b", lambda m, s=other: _match_case(s, m.group(0)), out, flags=re.IGNORECASE)
     return out
@@ -234,7 +315,12 @@ def reorder(text: str, rng: random.Random | None = None) -> str:
     return " ".join(reversed(_sentences(text)))
 
 
-REPLY_REWRITES: dict[str, Callable[[str, random.Random], str]] = {"typos": typos, "paraphrase": paraphrase, "insertion": insertion, "reorder": reorder}
+REPLY_REWRITES: dict[str, Callable[[str, random.Random], str]] = {
+    "typos": typos,
+    "paraphrase": paraphrase,
+    "insertion": insertion,
+    "reorder": reorder,
+}
 PROMPT_FRAMES = {"polite_frame": POLITE, "rude_frame": RUDE}
 PERTURBATIONS = (*REPLY_REWRITES, *PROMPT_FRAMES)
 
@@ -246,13 +332,21 @@ def rewrite(name: str, prompt: str, reply: str, rng: random.Random) -> tuple[str
     return prompt, REPLY_REWRITES[name](reply, rng)
 
 
-def both_sides(scorer: Any, prompts: Sequence[str], a: Sequence[str], b: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def both_sides(
+    scorer: Any, prompts: Sequence[str], a: Sequence[str], b: Sequence[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """`scorer.raw_scores` of two replies to each prompt, side a then side b."""
     return scorer.raw_scores(list(prompts), list(a)), scorer.raw_scores(list(prompts), list(b))
 
 
-def adversarial(scorer: Any, prompts: Sequence[str], better: Sequence[str], worse: Sequence[str], seed: int,
-                perturbations: Sequence[str] = PERTURBATIONS) -> pd.DataFrame:
+def adversarial(
+    scorer: Any,
+    prompts: Sequence[str],
+    better: Sequence[str],
+    worse: Sequence[str],
+    seed: int,
+    perturbations: Sequence[str] = PERTURBATIONS,
+) -> pd.DataFrame:
     """Per perturbation: the pairs it changed, the share whose order (by the scalar) flipped, and the mean
     and largest |shift| of a reply's scalar. A rewrite is applied to both replies of a pair (an insertion
     the same sentence); a frame to the message. Pairs a rewrite leaves unchanged are not counted."""
@@ -273,7 +367,16 @@ def adversarial(scorer: Any, prompts: Sequence[str], better: Sequence[str], wors
             p2.append(pa), a2.append(ra), b2.append(rb)
         keep = [i for i in range(n) if (p2[i], a2[i], b2[i]) != (prompts[i], better[i], worse[i])]
         if not keep:
-            rows.append({"perturbation": name, "pairs": 0, "flip_rate": None, "mean_shift": None, "max_shift": None, "example": None})
+            rows.append(
+                {
+                    "perturbation": name,
+                    "pairs": 0,
+                    "flip_rate": None,
+                    "mean_shift": None,
+                    "max_shift": None,
+                    "example": None,
+                }
+            )
             continue
         pa = [p2[i] for i in keep]
         na = np.asarray(scorer.raw_scores(pa, [a2[i] for i in keep])["scalar"], dtype=np.float64)
@@ -282,8 +385,16 @@ def adversarial(scorer: Any, prompts: Sequence[str], better: Sequence[str], wors
         flips = np.sign(na - nb) != np.sign(oa - ob)
         shifts = np.abs(np.concatenate([na - oa, nb - ob]))
         first = keep[0]
-        rows.append({"perturbation": name, "pairs": len(keep), "flip_rate": float(flips.mean()), "mean_shift": float(shifts.mean()),
-                     "max_shift": float(shifts.max()), "example": {"prompt": p2[first], "better": a2[first], "worse": b2[first]}})
+        rows.append(
+            {
+                "perturbation": name,
+                "pairs": len(keep),
+                "flip_rate": float(flips.mean()),
+                "mean_shift": float(shifts.mean()),
+                "max_shift": float(shifts.max()),
+                "example": {"prompt": p2[first], "better": a2[first], "worse": b2[first]},
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -301,10 +412,20 @@ def counterfactual_results(scorer: Any, items: Sequence[Counterfactual]) -> pd.D
     for i, c in enumerate(items):
         j = dims.index(c.dimension)
         others = np.abs(np.delete(delta[i], j))
-        rows.append({"id": c.id, "change": c.change, "dimension": c.dimension, "direction": "up" if c.direction > 0 else "down",
-                     "moved": float(delta[i, j]), "right_way": bool(delta[i, j] * c.direction > 0),
-                     "largest": bool(abs(delta[i, j]) > (others.max() if len(others) else 0.0)), "others_mean_abs": float(others.mean()) if len(others) else 0.0,
-                     "scalar_moved": float(after["scalar"][i] - before["scalar"][i]), **{f"delta_{d}": float(delta[i, k]) for k, d in enumerate(dims)}})
+        rows.append(
+            {
+                "id": c.id,
+                "change": c.change,
+                "dimension": c.dimension,
+                "direction": "up" if c.direction > 0 else "down",
+                "moved": float(delta[i, j]),
+                "right_way": bool(delta[i, j] * c.direction > 0),
+                "largest": bool(abs(delta[i, j]) > (others.max() if len(others) else 0.0)),
+                "others_mean_abs": float(others.mean()) if len(others) else 0.0,
+                "scalar_moved": float(after["scalar"][i] - before["scalar"][i]),
+                **{f"delta_{d}": float(delta[i, k]) for k, d in enumerate(dims)},
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -331,12 +452,22 @@ def occlusion(scorer: Any, prompt: str, reply: str, words: int = 1) -> pd.DataFr
     dims = list(scorer.dimensions)
     vec, scal = np.zeros((len(variants), len(dims))), np.zeros(len(variants))
     vec[scored], scal[scored] = np.asarray(raw["vector"]), np.asarray(raw["scalar"])
-    rows = [{"start": a, "end": b, "text": reply[a:b], "scalar": float(scal[0] - scal[k + 1]),
-             **{d: float(vec[0, j] - vec[k + 1, j]) for j, d in enumerate(dims)}} for k, (a, b) in enumerate(cuts)]
+    rows = [
+        {
+            "start": a,
+            "end": b,
+            "text": reply[a:b],
+            "scalar": float(scal[0] - scal[k + 1]),
+            **{d: float(vec[0, j] - vec[k + 1, j]) for j, d in enumerate(dims)},
+        }
+        for k, (a, b) in enumerate(cuts)
+    ]
     return pd.DataFrame(rows)
 
 
-def attribution_html(prompt: str, reply: str, table: pd.DataFrame, dimensions: Sequence[str], title: str = "Attribution") -> str:
+def attribution_html(
+    prompt: str, reply: str, table: pd.DataFrame, dimensions: Sequence[str], title: str = "Attribution"
+) -> str:
     """One highlighted copy of the reply per output (the scalar, then each dimension): green raises it,
     red lowers it, the shade by the span's share of the largest |attribution| of that output."""
     blocks = []
@@ -348,16 +479,21 @@ def attribution_html(prompt: str, reply: str, table: pd.DataFrame, dimensions: S
             v = getattr(row, out) if out != "scalar" else row.scalar
             alpha = min(1.0, abs(v) / top)
             colour = f"rgba(47,158,68,{alpha:.2f})" if v > 0 else f"rgba(224,49,49,{alpha:.2f})"
-            parts.append(f'<span class="span" style="background:{colour}" title="{out} {v:+.4f}">{html.escape(row.text)}</span>')
+            parts.append(
+                f'<span class="span" style="background:{colour}" title="{out} {v:+.4f}">{html.escape(row.text)}</span>'
+            )
             at = row.end
         parts.append(html.escape(reply[at:]))
         blocks.append(f'<div class="output"><h3>{html.escape(out)}</h3><p>{"".join(parts)}</p></div>')
-    return ("<!doctype html><html><head><meta charset='utf-8'><title>" + html.escape(title) + "</title><style>"
-            "body{font-family:system-ui,sans-serif;max-width:60rem;margin:1rem auto;color:#212529}"
-            ".span{border-radius:3px;padding:0 1px}h3{margin:.8rem 0 .2rem;font-size:.95rem}.prompt{color:#495057}</style></head><body>"
-            f"<h2>{html.escape(title)}</h2><p class='prompt'><b>Message:</b> {html.escape(prompt)}</p>"
-            "<p>Each word group left out in turn (occlusion): green raises the output, red lowers it; hover for the figure.</p>"
-            + "".join(blocks) + "</body></html>")
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>" + html.escape(title) + "</title><style>"
+        "body{font-family:system-ui,sans-serif;max-width:60rem;margin:1rem auto;color:#212529}"
+        ".span{border-radius:3px;padding:0 1px}h3{margin:.8rem 0 "
+        ".2rem;font-size:.95rem}.prompt{color:#495057}</style></head><body>"
+        f"<h2>{html.escape(title)}</h2><p class='prompt'><b>Message:</b> {html.escape(prompt)}</p>"
+        "<p>Each word group left out in turn (occlusion): green raises the output, red lowers it; hover "
+        "for the figure.</p>" + "".join(blocks) + "</body></html>"
+    )
 
 
 # --- the manifold's shape ---------------------------------------------------------------------------
@@ -386,13 +522,23 @@ def correlations(vectors: np.ndarray, dimensions: Sequence[str]) -> pd.DataFrame
 def collisions(agreement: np.ndarray, dimensions: Sequence[str]) -> list[dict[str, Any]]:
     """Pairs of dimensions whose reward gradients point against each other (GDA < 0, design 000 6.1), most
     opposed first."""
-    out = [{"a": dimensions[i], "b": dimensions[j], "gda": float(agreement[i, j])}
-           for i in range(len(dimensions)) for j in range(i + 1, len(dimensions)) if agreement[i, j] < 0]
+    out = [
+        {"a": dimensions[i], "b": dimensions[j], "gda": float(agreement[i, j])}
+        for i in range(len(dimensions))
+        for j in range(i + 1, len(dimensions))
+        if agreement[i, j] < 0
+    ]
     return sorted(out, key=lambda r: r["gda"])
 
 
-def plot_manifold_map(coords: np.ndarray, explained: np.ndarray, labels: Sequence[str], path: Path, title: str,
-                      chosen: Sequence[bool | None] | None = None) -> Path:
+def plot_manifold_map(
+    coords: np.ndarray,
+    explained: np.ndarray,
+    labels: Sequence[str],
+    path: Path,
+    title: str,
+    chosen: Sequence[bool | None] | None = None,
+) -> Path:
     """The replies' vectors on their first two principal components, coloured by `labels` (e.g. category);
     with `chosen`, people's chosen replies drawn as filled circles and their rejected ones as crosses."""
     import matplotlib
@@ -411,8 +557,17 @@ def plot_manifold_map(coords: np.ndarray, explained: np.ndarray, labels: Sequenc
         for flag, marker in ((True, "o"), (False, "x")):
             idx = [i for i, c in enumerate(chosen) if c is flag]
             if idx:
-                style = {"facecolors": "none", "edgecolors": "k"} if flag else {"color": "k"}  # an "x" has no face to fill
-                ax.scatter(coords[idx, 0], y[idx], s=60, marker=marker, label=f"people {'chose' if flag else 'rejected'}", **style)
+                style = (
+                    {"facecolors": "none", "edgecolors": "k"} if flag else {"color": "k"}
+                )  # an "x" has no face to fill
+                ax.scatter(
+                    coords[idx, 0],
+                    y[idx],
+                    s=60,
+                    marker=marker,
+                    label=f"people {'chose' if flag else 'rejected'}",
+                    **style,
+                )
     ax.set_xlabel(f"PC1 ({explained[0]:.0%} of the variance)")
     ax.set_ylabel(f"PC2 ({explained[1]:.0%})" if len(explained) > 1 else "")
     ax.set_title(title, fontsize=10)

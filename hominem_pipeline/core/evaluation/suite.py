@@ -24,7 +24,18 @@ TRADEOFFS, ADVERSARIAL, COUNTERFACTUALS = "tradeoffs.parquet", "adversarial.parq
 ATTRIBUTION, ATTRIBUTION_TABLE = "attribution.html", "attribution.parquet"
 MAP, CORRELATIONS = "manifold_map.parquet", "correlations.parquet"
 MAP_PLOT, SUITE_PLOT = "manifold_map.png", "probes.png"
-FILES = (SUMMARY, TRADEOFFS, ADVERSARIAL, COUNTERFACTUALS, ATTRIBUTION, ATTRIBUTION_TABLE, MAP, CORRELATIONS, MAP_PLOT, SUITE_PLOT)
+FILES = (
+    SUMMARY,
+    TRADEOFFS,
+    ADVERSARIAL,
+    COUNTERFACTUALS,
+    ATTRIBUTION,
+    ATTRIBUTION_TABLE,
+    MAP,
+    CORRELATIONS,
+    MAP_PLOT,
+    SUITE_PLOT,
+)
 
 
 def _sample(n: int, k: int, seed: int) -> list[int]:
@@ -32,8 +43,18 @@ def _sample(n: int, k: int, seed: int) -> list[int]:
     return list(range(n)) if k >= n else sorted(random.Random(seed).sample(range(n), k))
 
 
-def run_suite(model: Any, cfg: Any, seed: int, out_dir: Path, *, previous: Any = None, replies: pd.DataFrame | None = None,
-              people: pd.DataFrame | None = None, label: str = "", previous_label: str | None = None) -> dict[str, Any]:
+def run_suite(
+    model: Any,
+    cfg: Any,
+    seed: int,
+    out_dir: Path,
+    *,
+    previous: Any = None,
+    replies: pd.DataFrame | None = None,
+    people: pd.DataFrame | None = None,
+    label: str = "",
+    previous_label: str | None = None,
+) -> dict[str, Any]:
     """Run every probe of `cfg.probes` on `model` (a reward model) and write the results to `out_dir`.
     `previous`: the version before, whose trade-off choices a flip is read against; `replies`: (prompt,
     response, category) for the manifold map and the collisions; `people`: (prompt, chosen, rejected) of
@@ -47,7 +68,9 @@ def run_suite(model: Any, cfg: Any, seed: int, out_dir: Path, *, previous: Any =
     seconds: dict[str, float] = {}
     clock = [time.monotonic()]
 
-    def done(part: str) -> None:  # each probe's seconds, logged as it finishes (the suite takes a minute or two on a CPU)
+    def done(
+        part: str,
+    ) -> None:  # each probe's seconds, logged as it finishes (the suite takes a minute or two on a CPU)
         now = time.monotonic()
         seconds[part] = round(now - clock[0], 2)
         clock[0] = now
@@ -60,24 +83,46 @@ def run_suite(model: Any, cfg: Any, seed: int, out_dir: Path, *, previous: Any =
     if len(trade):
         trade["choice_before"] = None if before is None else list(before["choice"])
         trade.to_parquet(out_dir / TRADEOFFS, index=False)
-        summary["tradeoffs"] = {"scenarios": len(trade), "as_expected": int(trade["as_expected"].sum()),
-                                "dimensions_as_expected": int(trade["dimensions_as_expected"].sum()),
-                                "missed": list(trade.loc[~trade["as_expected"], "id"]), "flipped": probes.flipped(trade, before),
-                                "regressions": probes.regressions(trade, before),
-                                "per_trade": {t: {"scenarios": int(len(g)), "as_expected": int(g["as_expected"].sum())} for t, g in trade.groupby("trade")}}
+        summary["tradeoffs"] = {
+            "scenarios": len(trade),
+            "as_expected": int(trade["as_expected"].sum()),
+            "dimensions_as_expected": int(trade["dimensions_as_expected"].sum()),
+            "missed": list(trade.loc[~trade["as_expected"], "id"]),
+            "flipped": probes.flipped(trade, before),
+            "regressions": probes.regressions(trade, before),
+            "per_trade": {
+                t: {"scenarios": int(len(g)), "as_expected": int(g["as_expected"].sum())}
+                for t, g in trade.groupby("trade")
+            },
+        }
     done("tradeoffs")
 
     # adversarial consistency on a sample of the contrast fixtures
     fixtures = load_fixtures(cfg.path(cfg.fixtures.file), dims) if cfg.fixtures.file and pc.adversarial_pairs else []
     if fixtures:
         chosen = [fixtures[i] for i in _sample(len(fixtures), pc.adversarial_pairs, seed)]
-        adv = probes.adversarial(model, [f.prompt for f in chosen], [f.better for f in chosen], [f.worse for f in chosen], seed)
-        adv.assign(example=[json.dumps(e) if e else None for e in adv["example"]]).to_parquet(out_dir / ADVERSARIAL, index=False)
+        adv = probes.adversarial(
+            model, [f.prompt for f in chosen], [f.better for f in chosen], [f.worse for f in chosen], seed
+        )
+        adv.assign(example=[json.dumps(e) if e else None for e in adv["example"]]).to_parquet(
+            out_dir / ADVERSARIAL, index=False
+        )
         measured = adv.dropna(subset=["flip_rate"])
         worst = measured.sort_values("flip_rate", ascending=False).iloc[0] if len(measured) else None
-        summary["adversarial"] = {"pairs": len(chosen), "per": {r.perturbation: {"pairs": int(r.pairs), "flip_rate": r.flip_rate, "mean_shift": r.mean_shift,
-                                                                                  "max_shift": r.max_shift} for r in adv.itertuples()},
-                                  "worst": None if worst is None else worst["perturbation"], "max_flip_rate": None if worst is None else float(worst["flip_rate"])}
+        summary["adversarial"] = {
+            "pairs": len(chosen),
+            "per": {
+                r.perturbation: {
+                    "pairs": int(r.pairs),
+                    "flip_rate": r.flip_rate,
+                    "mean_shift": r.mean_shift,
+                    "max_shift": r.max_shift,
+                }
+                for r in adv.itertuples()
+            },
+            "worst": None if worst is None else worst["perturbation"],
+            "max_flip_rate": None if worst is None else float(worst["flip_rate"]),
+        }
     done("adversarial")
 
     # counterfactuals, and the attribution of the first changed replies (where the change should show)
@@ -85,10 +130,21 @@ def run_suite(model: Any, cfg: Any, seed: int, out_dir: Path, *, previous: Any =
     if items:
         cf = probes.counterfactual_results(model, items)
         cf.to_parquet(out_dir / COUNTERFACTUALS, index=False)
-        summary["counterfactuals"] = {"queries": len(cf), "right_way": int(cf["right_way"].sum()), "largest": int(cf["largest"].sum()),
-                                      "missed": list(cf.loc[~cf["right_way"], "id"]),
-                                      "per_change": {c: {"queries": int(len(g)), "right_way": int(g["right_way"].sum()), "largest": int(g["largest"].sum()),
-                                                         "dimension": g["dimension"].iloc[0]} for c, g in cf.groupby("change")}}
+        summary["counterfactuals"] = {
+            "queries": len(cf),
+            "right_way": int(cf["right_way"].sum()),
+            "largest": int(cf["largest"].sum()),
+            "missed": list(cf.loc[~cf["right_way"], "id"]),
+            "per_change": {
+                c: {
+                    "queries": int(len(g)),
+                    "right_way": int(g["right_way"].sum()),
+                    "largest": int(g["largest"].sum()),
+                    "dimension": g["dimension"].iloc[0],
+                }
+                for c, g in cf.groupby("change")
+            },
+        }
     done("counterfactuals")
     explained = [items[i] for i in _sample(len(items), pc.attribution_examples, seed)] if items else []
     if explained:
@@ -96,26 +152,61 @@ def run_suite(model: Any, cfg: Any, seed: int, out_dir: Path, *, previous: Any =
         for c in explained:
             table = probes.occlusion(model, c.prompt, c.changed, pc.attribution_words)
             tables.append(table.assign(id=c.id, prompt=c.prompt, reply=c.changed))
-            pages.append(probes.attribution_html(c.prompt, c.changed, table, dims, f"{c.id}: {c.change} ({c.dimension} should move {'up' if c.direction > 0 else 'down'})"))
+            pages.append(
+                probes.attribution_html(
+                    c.prompt,
+                    c.changed,
+                    table,
+                    dims,
+                    f"{c.id}: {c.change} ({c.dimension} should move {'up' if c.direction > 0 else 'down'})",
+                )
+            )
         pd.concat(tables, ignore_index=True).to_parquet(out_dir / ATTRIBUTION_TABLE, index=False)
         (out_dir / ATTRIBUTION).write_text(_join_pages(pages), encoding="utf-8")
-        summary["attribution"] = {"examples": [c.id for c in explained], "words": pc.attribution_words, "method": "occlusion"}
+        summary["attribution"] = {
+            "examples": [c.id for c in explained],
+            "words": pc.attribution_words,
+            "method": "occlusion",
+        }
     done("attribution")
 
     # the manifold's shape: the day's replies (and people's pairs) on the first two principal components
     rows = _map_rows(replies, people, pc.map_replies, seed)
     if len(rows) >= 2:
-        vectors = np.asarray(model.raw_scores(list(rows["prompt"]), list(rows["response"]))["vector"], dtype=np.float64)
+        vectors = np.asarray(
+            model.raw_scores(list(rows["prompt"]), list(rows["response"]))["vector"], dtype=np.float64
+        )
         coords, var = probes.pca(vectors)
-        frame = rows.assign(pc1=coords[:, 0], pc2=coords[:, 1] if coords.shape[1] > 1 else 0.0, **{f"v_{d}": vectors[:, j] for j, d in enumerate(dims)})
+        frame = rows.assign(
+            pc1=coords[:, 0],
+            pc2=coords[:, 1] if coords.shape[1] > 1 else 0.0,
+            **{f"v_{d}": vectors[:, j] for j, d in enumerate(dims)},
+        )
         frame.to_parquet(out_dir / MAP, index=False)
         corr = probes.correlations(vectors, dims)
         corr.reset_index(names="dimension").to_parquet(out_dir / CORRELATIONS, index=False)
-        probes.plot_manifold_map(coords, var, list(rows["category"]), out_dir / MAP_PLOT, f"reward vectors of {len(rows)} replies: {label}",
-                                 [None if c is None or pd.isna(c) else bool(c) for c in rows["chosen"]])
-        pairs = [(dims[i], dims[j], float(corr.iloc[i, j])) for i in range(len(dims)) for j in range(i + 1, len(dims)) if np.isfinite(corr.iloc[i, j])]
-        summary["map"] = {"replies": len(rows), "people_replies": int(rows["chosen"].notna().sum()), "explained": [float(v) for v in var],
-                          "strongest_correlations": [{"a": a, "b": b, "r": r} for a, b, r in sorted(pairs, key=lambda t: -abs(t[2]))[:3]]}
+        probes.plot_manifold_map(
+            coords,
+            var,
+            list(rows["category"]),
+            out_dir / MAP_PLOT,
+            f"reward vectors of {len(rows)} replies: {label}",
+            [None if c is None or pd.isna(c) else bool(c) for c in rows["chosen"]],
+        )
+        pairs = [
+            (dims[i], dims[j], float(corr.iloc[i, j]))
+            for i in range(len(dims))
+            for j in range(i + 1, len(dims))
+            if np.isfinite(corr.iloc[i, j])
+        ]
+        summary["map"] = {
+            "replies": len(rows),
+            "people_replies": int(rows["chosen"].notna().sum()),
+            "explained": [float(v) for v in var],
+            "strongest_correlations": [
+                {"a": a, "b": b, "r": r} for a, b, r in sorted(pairs, key=lambda t: -abs(t[2]))[:3]
+            ],
+        }
         done("map")
         grad_rows = rows[rows["chosen"].isna()].head(pc.collision_replies) if pc.collision_replies else rows.iloc[:0]
         if len(grad_rows) >= 2:
@@ -124,9 +215,15 @@ def run_suite(model: Any, cfg: Any, seed: int, out_dir: Path, *, previous: Any =
                 gradient_agreement,
             )
 
-            gda = gradient_agreement(model, list(grad_rows["prompt"]), list(grad_rows["response"]), cfg.health.dcs_layers)
-            summary["collisions"] = {"replies": len(grad_rows), "dcs": dcs_of(gda), "pairs": probes.collisions(gda, dims),
-                                     "agreement": {d: dict(zip(dims, map(float, gda[i]))) for i, d in enumerate(dims)}}
+            gda = gradient_agreement(
+                model, list(grad_rows["prompt"]), list(grad_rows["response"]), cfg.health.dcs_layers
+            )
+            summary["collisions"] = {
+                "replies": len(grad_rows),
+                "dcs": dcs_of(gda),
+                "pairs": probes.collisions(gda, dims),
+                "agreement": {d: dict(zip(dims, map(float, gda[i]))) for i, d in enumerate(dims)},
+            }
             done("collisions")
     plot_suite(summary, out_dir / SUITE_PLOT)
     summary["seconds"] = seconds
@@ -142,17 +239,38 @@ def _join_pages(pages: list[str]) -> str:
 
 
 def _map_rows(replies: pd.DataFrame | None, people: pd.DataFrame | None, k: int, seed: int) -> pd.DataFrame:
-    """(prompt, response, category, chosen): a sample of `k` replies (chosen None) and both replies of people's pairs."""
+    """(prompt, response, category, chosen): a sample of `k` replies (chosen None) and both replies of people's
+    pairs."""
     parts = []
     if replies is not None and len(replies) and k:
         pick = replies.iloc[_sample(len(replies), k, seed)]
-        parts.append(pd.DataFrame({"prompt": pick["prompt"].to_numpy(), "response": pick["response"].to_numpy(),
-                                   "category": pick["category"].astype(str).to_numpy(), "chosen": [None] * len(pick)}))
+        parts.append(
+            pd.DataFrame(
+                {
+                    "prompt": pick["prompt"].to_numpy(),
+                    "response": pick["response"].to_numpy(),
+                    "category": pick["category"].astype(str).to_numpy(),
+                    "chosen": [None] * len(pick),
+                }
+            )
+        )
     if people is not None and len(people):
         for side, flag in (("chosen", True), ("rejected", False)):
-            parts.append(pd.DataFrame({"prompt": people["prompt"].to_numpy(), "response": people[side].to_numpy(), "category": "people's pairs",
-                                       "chosen": [flag] * len(people)}))
-    rows = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["prompt", "response", "category", "chosen"])
+            parts.append(
+                pd.DataFrame(
+                    {
+                        "prompt": people["prompt"].to_numpy(),
+                        "response": people[side].to_numpy(),
+                        "category": "people's pairs",
+                        "chosen": [flag] * len(people),
+                    }
+                )
+            )
+    rows = (
+        pd.concat(parts, ignore_index=True)
+        if parts
+        else pd.DataFrame(columns=["prompt", "response", "category", "chosen"])
+    )
     rows = rows[rows["response"].fillna("").str.strip() != ""].reset_index(drop=True)
     return rows.astype({"chosen": object})
 
@@ -161,15 +279,24 @@ def metrics(summary: dict[str, Any]) -> dict[str, float | None]:
     """The summary as flat metrics (MLflow, Dagster): shares in 0-1, counts as numbers."""
     out: dict[str, float | None] = {}
     if t := summary.get("tradeoffs"):
-        out.update(probe_tradeoffs_as_expected=t["as_expected"] / t["scenarios"], probe_tradeoff_regressions=float(len(t["regressions"])),
-                   probe_tradeoff_flips=float(len(t["flipped"])))
+        out.update(
+            probe_tradeoffs_as_expected=t["as_expected"] / t["scenarios"],
+            probe_tradeoff_regressions=float(len(t["regressions"])),
+            probe_tradeoff_flips=float(len(t["flipped"])),
+        )
     if a := summary.get("adversarial"):
         shifts = [p["mean_shift"] for p in a["per"].values() if p["mean_shift"] is not None]
-        out.update(probe_adversarial_max_flip_rate=a["max_flip_rate"], probe_adversarial_mean_shift=float(np.mean(shifts)) if shifts else None)
+        out.update(
+            probe_adversarial_max_flip_rate=a["max_flip_rate"],
+            probe_adversarial_mean_shift=float(np.mean(shifts)) if shifts else None,
+        )
         for name, p in a["per"].items():
             out[f"probe_flip_rate_{name}"] = p["flip_rate"]
     if c := summary.get("counterfactuals"):
-        out.update(probe_counterfactual_right_way=c["right_way"] / c["queries"], probe_counterfactual_largest=c["largest"] / c["queries"])
+        out.update(
+            probe_counterfactual_right_way=c["right_way"] / c["queries"],
+            probe_counterfactual_largest=c["largest"] / c["queries"],
+        )
     if m := summary.get("map"):
         out["probe_pc1_explained"] = m["explained"][0]
     if k := summary.get("collisions"):
@@ -183,17 +310,30 @@ def verdict(summary: dict[str, Any], max_flip_rate: float) -> tuple[bool, str]:
     problems = []
     if t := summary.get("tradeoffs"):
         if t["regressions"]:
-            problems.append(f"trade-off regression against {summary.get('previous')}: {', '.join(t['regressions'])} no longer chosen as written")
+            problems.append(
+                f"trade-off regression against {summary.get('previous')}: {', '.join(t['regressions'])} "
+                "no longer chosen as written"
+            )
     if a := summary.get("adversarial"):
-        high = {n: p["flip_rate"] for n, p in a["per"].items() if p["flip_rate"] is not None and p["flip_rate"] > max_flip_rate}
+        high = {
+            n: p["flip_rate"]
+            for n, p in a["per"].items()
+            if p["flip_rate"] is not None and p["flip_rate"] > max_flip_rate
+        }
         if high:
-            problems.append("perturbations flip more than probes.max_flip_rate "
-                            f"{max_flip_rate:.0%} of pairs: " + ", ".join(f"{n} {v:.0%}" for n, v in sorted(high.items(), key=lambda kv: -kv[1])))
+            problems.append(
+                "perturbations flip more than probes.max_flip_rate "
+                f"{max_flip_rate:.0%} of pairs: "
+                + ", ".join(f"{n} {v:.0%}" for n, v in sorted(high.items(), key=lambda kv: -kv[1]))
+            )
     if problems:
         return False, "; ".join(problems)
     parts = []
     if t:
-        parts.append(f"trade-offs {t['as_expected']}/{t['scenarios']} as written" + (f", none regressed against {summary['previous']}" if summary.get("previous") else ""))
+        parts.append(
+            f"trade-offs {t['as_expected']}/{t['scenarios']} as written"
+            + (f", none regressed against {summary['previous']}" if summary.get("previous") else "")
+        )
     if a:
         parts.append(f"worst perturbation {a['worst']} flips {a['max_flip_rate']:.0%} of {a['pairs']} pairs")
     return True, "; ".join(parts) or "no probe configured"
@@ -219,13 +359,29 @@ def plot_suite(summary: dict[str, Any], path: Path) -> Path | None:
             ax.set_title(f"adversarial ({summary['adversarial']['pairs']} contrast pairs)", fontsize=9)
         elif name == "counterfactuals":
             per = summary["counterfactuals"]["per_change"]
-            ax.bar(list(per), [v["right_way"] / v["queries"] for v in per.values()], color="#1c7ed6", label="moved the right way")
-            ax.bar(list(per), [v["largest"] / v["queries"] for v in per.values()], color="#74c0fc", width=0.4, label="... and most")
+            ax.bar(
+                list(per),
+                [v["right_way"] / v["queries"] for v in per.values()],
+                color="#1c7ed6",
+                label="moved the right way",
+            )
+            ax.bar(
+                list(per),
+                [v["largest"] / v["queries"] for v in per.values()],
+                color="#74c0fc",
+                width=0.4,
+                label="... and most",
+            )
             ax.set_ylim(0, 1)
             ax.set_title("counterfactuals: the named dimension", fontsize=9)
         else:
             per = summary["tradeoffs"]["per_trade"]
-            ax.bar(list(per), [v["as_expected"] / v["scenarios"] for v in per.values()], color="#2f9e44", label="chosen as written")
+            ax.bar(
+                list(per),
+                [v["as_expected"] / v["scenarios"] for v in per.values()],
+                color="#2f9e44",
+                label="chosen as written",
+            )
             ax.set_ylim(0, 1)
             ax.set_title("trade-offs", fontsize=9)
         ax.tick_params(axis="x", rotation=30, labelsize=7)

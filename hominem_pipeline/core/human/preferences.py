@@ -23,8 +23,19 @@ from hominem_pipeline.core.pipeline.artifacts import file_sha256, fingerprint
 
 FORMATS = ("hh-rlhf", "jsonl", "parquet")
 ASSISTANT = "\n\nAssistant:"
-# tag: the quality the pair tests (`core.common.tags`; a dimension's name makes the pair supervise that dimension), or None
-HUMAN_PAIR_COLUMNS = ["pair_id", "prompt_id", "prompt", "chosen", "rejected", "tag", "source", "source_file", "source_row"]
+# tag: the quality the pair tests (`core.common.tags`; a dimension's name makes the pair supervise that dimension), or
+# None
+HUMAN_PAIR_COLUMNS = [
+    "pair_id",
+    "prompt_id",
+    "prompt",
+    "chosen",
+    "rejected",
+    "tag",
+    "source",
+    "source_file",
+    "source_row",
+]
 QUARANTINE_COLUMNS = ["source_file", "source_row", "reason", "raw"]
 
 
@@ -73,8 +84,11 @@ def _records(path: Path, fmt: str) -> Iterator[tuple[int, Any]]:
         try:
             frame = pd.read_parquet(path)
         except Exception as exc:  # pyarrow raises several types for a damaged file
-            raise PreferenceImportError(f"{path} is not a readable Parquet file ({type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}); export it again, "
-                                        "or pass --format jsonl / hh-rlhf for JSON lines") from exc
+            raise PreferenceImportError(
+                f"{path} is not a readable Parquet file ({type(exc).__name__}: "
+                f"{(str(exc).strip().splitlines() or [''])[0]}); export it again, "
+                "or pass --format jsonl / hh-rlhf for JSON lines"
+            ) from exc
         for i, row in enumerate(frame.to_dict(orient="records")):
             yield i, row
         return
@@ -87,11 +101,16 @@ def _records(path: Path, fmt: str) -> Iterator[tuple[int, Any]]:
             except json.JSONDecodeError as exc:
                 yield i, Unparsed(line.rstrip("\n"), str(exc))
     except UnicodeDecodeError as exc:
-        raise PreferenceImportError(f"{path} is not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} at offset {exc.start}); save it as UTF-8 "
-                                    "JSON lines, or pass --format parquet for a Parquet file") from exc
+        raise PreferenceImportError(
+            f"{path} is not UTF-8 text (byte {exc.object[exc.start : exc.start + 1]!r} at offset "
+            f"{exc.start}); save it as UTF-8 "
+            "JSON lines, or pass --format parquet for a Parquet file"
+        ) from exc
     except (OSError, EOFError, zlib.error) as exc:  # a damaged or truncated .gz among them
-        raise PreferenceImportError(f"cannot read {path} as {'gzipped ' if path.suffix == '.gz' else ''}JSON lines ({exc}); check the file, "
-                                    "or pass --format parquet for a Parquet file") from exc
+        raise PreferenceImportError(
+            f"cannot read {path} as {'gzipped ' if path.suffix == '.gz' else ''}JSON lines ({exc}); check the file, "
+            "or pass --format parquet for a Parquet file"
+        ) from exc
 
 
 def parse_preference_file(path: Path, fmt: str, source_name: str) -> ParsedFile:
@@ -155,12 +174,21 @@ def check_importable(path: Path, fmt: str) -> ParsedFile:
     parsed = parse_preference_file(path, fmt, path.name)
     if parsed.pairs.empty:
         if parsed.quarantine.empty:
-            raise PreferenceImportError(f"{path} holds no rows; a {fmt} file needs "
-                                        + ("one JSON object per line with `chosen` and `rejected` transcripts" if fmt == "hh-rlhf" else
-                                           "rows with `prompt`, `chosen` and `rejected`"))
+            raise PreferenceImportError(
+                f"{path} holds no rows; a {fmt} file needs "
+                + (
+                    "one JSON object per line with `chosen` and `rejected` transcripts"
+                    if fmt == "hh-rlhf"
+                    else "rows with `prompt`, `chosen` and `rejected`"
+                )
+            )
         reasons = parsed.quarantine["reason"].value_counts()
-        raise PreferenceImportError(f"{path} holds no usable pair: " + "; ".join(f"{n} row(s): {r}" for r, n in reasons.head(3).items())
-                                    + f"; first row {int(parsed.quarantine['source_row'].iloc[0]) + 1}; fix the rows (or the --format) and import again")
+        raise PreferenceImportError(
+            f"{path} holds no usable pair: "
+            + "; ".join(f"{n} row(s): {r}" for r, n in reasons.head(3).items())
+            + f"; first row {int(parsed.quarantine['source_row'].iloc[0]) + 1}; fix the rows (or the "
+            "--format) and import again"
+        )
     return parsed
 
 

@@ -27,8 +27,10 @@ def resolve_device(setting: str | None = "auto") -> Any:
     if setting not in DEVICES:
         raise ValueError(f"runtime.device {setting!r} is not one of {', '.join(DEVICES)}")
     if setting == "cuda" and not torch.cuda.is_available():
-        raise ValueError("runtime.device is cuda, but torch sees no CUDA GPU here (a CPU build of torch, or no driver); "
-                         "set runtime.device: auto or cpu (`--set runtime.device=cpu`)")
+        raise ValueError(
+            "runtime.device is cuda, but torch sees no CUDA GPU here (a CPU build of torch, or no driver); "
+            "set runtime.device: auto or cpu (`--set runtime.device=cpu`)"
+        )
     if setting == "auto":
         setting = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(setting)

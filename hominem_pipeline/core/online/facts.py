@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 EXTRACTED = "conversations.jsonl"  # in data/sft/: the rows extracted from the log
 LIKED = "liked.jsonl"  # in data/sft/: the replies people thumbed up (`feedback.liked_replies`)
 
-_VALUE = r"([A-Z0-9][\w'\-]*(?:\s+[A-Z0-9][\w'\-]*){0,3}|[a-z][\w'\-]*(?:\s+[a-z][\w'\-]*){0,2})"  # a name, or up to three plain words
+# a name, or up to three plain words
+_VALUE = r"([A-Z0-9][\w'\-]*(?:\s+[A-Z0-9][\w'\-]*){0,3}|[a-z][\w'\-]*(?:\s+[a-z][\w'\-]*){0,2})"
 _NAME = r"([A-Z][\w'\-]*(?:\s+[A-Z][\w'\-]*){0,2})"  # capitalised words
 _THING = r"([a-z]+(?:\s+[a-z]+)?)"  # dog, best friend, ...
 _END = r"(?=\s*(?:[.!?,;]|$|\s+(?:and|but|because|so)\b))"
@@ -47,13 +48,24 @@ STATEMENTS: list[tuple[re.Pattern[str], str, str]] = [
     (re.compile(rf"\bI work as (an? |){_VALUE}{_END}"), "What is my job?", "You work as {0} {1}."),
     (re.compile(rf"\bI work (?:at|for) {_VALUE}{_END}"), "Where do I work?", "You work at {0}."),
     (re.compile(rf"\b[Mm]y birthday is (?:on )?{_VALUE}{_END}"), "When is my birthday?", "Your birthday is {0}."),
-    (re.compile(rf"\b[Mm]y (?:favorite|favourite) {_THING} is {_VALUE}{_END}"), "What is my favorite {0}?", "Your favorite {0} is {1}."),
-    (re.compile(rf"\b[Mm]y {_THING}(?:'s name| is called| is named) (?:is )?{_NAME}{_END}"), "What is my {0} called?", "Your {0} is called {1}."),
+    (
+        re.compile(rf"\b[Mm]y (?:favorite|favourite) {_THING} is {_VALUE}{_END}"),
+        "What is my favorite {0}?",
+        "Your favorite {0} is {1}.",
+    ),
+    (
+        re.compile(rf"\b[Mm]y {_THING}(?:'s name| is called| is named) (?:is )?{_NAME}{_END}"),
+        "What is my {0} called?",
+        "Your {0} is called {1}.",
+    ),
 ]
 # "Actually, the capital of Australia is Canberra, not Sydney." / "No, water boils at 100 degrees" is not
 # of this shape and is left alone: only "<the subject> is <value>" after a word that marks a correction.
-CORRECTION = re.compile(rf"^(?:actually|no|correction|in fact)[,:]?\s+(the\s+[a-z][\w\s'\-]*?)\s+is\s+{_VALUE}(?:,?\s+not\s+[^.!?]+)?\s*[.!]?$",
-                        re.IGNORECASE)
+CORRECTION = re.compile(
+    r"^(?:actually|no|correction|in "
+    rf"fact)[,:]?\s+(the\s+[a-z][\w\s'\-]*?)\s+is\s+{_VALUE}(?:,?\s+not\s+[^.!?]+)?\s*[.!]?$",
+    re.IGNORECASE,
+)
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
@@ -68,8 +80,15 @@ class StatedFact:
     time: str
 
     def row(self) -> dict[str, Any]:
-        return {"prompt": self.prompt, "response": self.response, "fact": self.fact, "kind": self.kind, "said": self.message,
-                "turn": self.turn, "time": self.time}
+        return {
+            "prompt": self.prompt,
+            "response": self.response,
+            "fact": self.fact,
+            "kind": self.kind,
+            "said": self.message,
+            "turn": self.turn,
+            "time": self.time,
+        }
 
 
 def facts_in(message: str) -> list[tuple[str, str, str, str]]:
@@ -78,23 +97,33 @@ def facts_in(message: str) -> list[tuple[str, str, str, str]]:
     for sentence in (s.strip() for s in _SENTENCES.split(message) if s.strip()):
         if (m := CORRECTION.match(sentence)) is not None:
             subject, value = m.group(1).strip(), m.group(2).strip()
-            found.append((f"What is {subject}?", f"{subject[0].upper()}{subject[1:]} is {value}.", value, "correction"))
+            found.append(
+                (f"What is {subject}?", f"{subject[0].upper()}{subject[1:]} is {value}.", value, "correction")
+            )
             continue
         for pattern, question, answer in STATEMENTS:
             for m in pattern.finditer(sentence):
                 groups = [g.strip() for g in m.groups()]
-                found.append((question.format(*groups), re.sub(r"\s+", " ", answer.format(*groups)), groups[-1], "statement"))
+                found.append(
+                    (question.format(*groups), re.sub(r"\s+", " ", answer.format(*groups)), groups[-1], "statement")
+                )
     return found
 
 
-FACTS_SYSTEM = ("You read one message a user sent to an assistant and list the facts it states that the assistant should remember: "
-                "facts about the user (name, home, work, family, pets, likes, plans, health) and corrections of facts the user makes. "
-                "Answer with JSON only.")
-FACTS_INSTRUCTION = ("Message:\n<<<\n{message}\n>>>\n\n"
-                     "Reply with a JSON list, one object per fact: {{\"question\": a question the user could ask later to check that the "
-                     "assistant remembers, in the user's voice (\"What is my name?\"), \"answer\": the reply to it, addressed to the user "
-                     "(\"Your name is Ana.\"), \"fact\": the fewest words copied from the message that the answer must contain (\"Ana\")}}. "
-                     "Reply [] if the message states no such fact.")
+FACTS_SYSTEM = (
+    "You read one message a user sent to an assistant and list the facts it states that the assistant "
+    "should remember: "
+    "facts about the user (name, home, work, family, pets, likes, plans, health) and corrections of "
+    "facts the user makes. "
+    "Answer with JSON only."
+)
+FACTS_INSTRUCTION = (
+    "Message:\n<<<\n{message}\n>>>\n\n"
+    'Reply with a JSON list, one object per fact: {{"question": a question the user could ask later to check that the '
+    'assistant remembers, in the user\'s voice ("What is my name?"), "answer": the reply to it, addressed to the user '
+    '("Your name is Ana."), "fact": the fewest words copied from the message that the answer must contain ("Ana")}}. '
+    "Reply [] if the message states no such fact."
+)
 
 
 def teacher_facts_in(message: str, text: str | None) -> tuple[list[tuple[str, str, str, str]], list[str]]:
@@ -112,7 +141,9 @@ def teacher_facts_in(message: str, text: str | None) -> tuple[list[tuple[str, st
     found, dropped = [], []
     flat = " ".join(message.split()).lower()
     for item in items:
-        if not isinstance(item, dict) or not all(isinstance(item.get(k), str) and item[k].strip() for k in ("question", "answer", "fact")):
+        if not isinstance(item, dict) or not all(
+            isinstance(item.get(k), str) and item[k].strip() for k in ("question", "answer", "fact")
+        ):
             dropped.append(f"not an object with question, answer and fact strings: {str(item)[:80]!r}")
             continue
         question, answer, fact = (" ".join(item[k].split()) for k in ("question", "answer", "fact"))
@@ -169,7 +200,9 @@ def user_messages(events: Iterable[dict[str, Any]]) -> list[tuple[str, dict[str,
     return out
 
 
-def ask_teacher(teacher: Callable[[], Any], messages: list[str], path: Path) -> dict[str, list[tuple[str, str, str, str]]]:
+def ask_teacher(
+    teacher: Callable[[], Any], messages: list[str], path: Path
+) -> dict[str, list[tuple[str, str, str, str]]]:
     """The teacher's valid facts per message; its answers kept in the JSON file `path` by message, so a
     message is sent once (and once more after a failed call). `teacher` builds the teacher, only when a
     message is not in the file."""
@@ -183,8 +216,18 @@ def ask_teacher(teacher: Callable[[], Any], messages: list[str], path: Path) -> 
     if todo:
         reader = teacher()
         try:
-            out = reader.write([WriteRequest(key=f"facts-{i}", instruction=FACTS_INSTRUCTION.format(message=m), system=FACTS_SYSTEM,
-                                             max_new_tokens=200, temperature=0.0) for i, m in enumerate(todo)])
+            out = reader.write(
+                [
+                    WriteRequest(
+                        key=f"facts-{i}",
+                        instruction=FACTS_INSTRUCTION.format(message=m),
+                        system=FACTS_SYSTEM,
+                        max_new_tokens=200,
+                        temperature=0.0,
+                    )
+                    for i, m in enumerate(todo)
+                ]
+            )
         finally:
             reader.close()
         answers |= {m: t for m, t in zip(todo, out.items) if t is not None}
@@ -197,8 +240,13 @@ def ask_teacher(teacher: Callable[[], Any], messages: list[str], path: Path) -> 
     return found
 
 
-def extract_facts(events: Iterable[dict[str, Any]], *, rules: bool = True, teacher: Callable[[], Any] | None = None,
-                  answers: Path | None = None) -> list[StatedFact]:
+def extract_facts(
+    events: Iterable[dict[str, Any]],
+    *,
+    rules: bool = True,
+    teacher: Callable[[], Any] | None = None,
+    answers: Path | None = None,
+) -> list[StatedFact]:
     """The facts stated in the user messages of the log's turns, oldest first (a message repeated in
     later turns' histories counts once, at its first turn): by the patterns (`rules`) and, given a
     `teacher` (a function building it), by its reading of each message (its answers kept in `answers`)."""
@@ -261,4 +309,3 @@ def _rows_by(path: Path, key: str) -> dict[str, dict[str, Any]]:
 def _replace(path: Path, rows: list[dict[str, Any]]) -> None:
     """`path` rewritten whole with `rows` (a temp file renamed over it)."""
     write_text_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-

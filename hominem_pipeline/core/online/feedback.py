@@ -53,11 +53,50 @@ from hominem_pipeline.core.online.events import (
 log = logging.getLogger(__name__)
 
 THUMB_WEIGHT = STRENGTHS["slight"]  # an up and a down are absolute judgements: a weaker pair than a choice
-NUDGE_PAIR_WEIGHT = STRENGTHS["slight"]  # a nudge is about one reply: its order against a sibling is inferred, a weak pair
-PAIR_COLUMNS = ["pair_id", "prompt_id", "prompt", "chosen", "rejected", "source", "source_file", "source_row",
-                "weight", "strength", "rater", "chosen_turn", "rejected_turn", "note", "asked_value", "chosen_distress"]
-CONVERSATION_COLUMNS = ["turn", "session", "context", "time", "rater", "prompt", "messages", "reply", "model", "adapter", "reward_model", "scalar",
-                        "finish_reason", "thumbs_up", "thumbs_down", "nudges", "valence", "emotion_tags", "emotion", "chosen", "rejected"]
+NUDGE_PAIR_WEIGHT = STRENGTHS[
+    "slight"
+]  # a nudge is about one reply: its order against a sibling is inferred, a weak pair
+PAIR_COLUMNS = [
+    "pair_id",
+    "prompt_id",
+    "prompt",
+    "chosen",
+    "rejected",
+    "source",
+    "source_file",
+    "source_row",
+    "weight",
+    "strength",
+    "rater",
+    "chosen_turn",
+    "rejected_turn",
+    "note",
+    "asked_value",
+    "chosen_distress",
+]
+CONVERSATION_COLUMNS = [
+    "turn",
+    "session",
+    "context",
+    "time",
+    "rater",
+    "prompt",
+    "messages",
+    "reply",
+    "model",
+    "adapter",
+    "reward_model",
+    "scalar",
+    "finish_reason",
+    "thumbs_up",
+    "thumbs_down",
+    "nudges",
+    "valence",
+    "emotion_tags",
+    "emotion",
+    "chosen",
+    "rejected",
+]
 DIMENSION_PAIR_COLUMNS = [*PAIR_COLUMNS, "tag", "scalar"]
 ROLES = {"user": "Human", "assistant": "Assistant", "system": "System"}
 
@@ -67,7 +106,9 @@ class FeedbackTables:
     pairs: pd.DataFrame
     conversations: pd.DataFrame
     stats: dict[str, Any]
-    dimension_pairs: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=DIMENSION_PAIR_COLUMNS))  # nudges' pairs (above)
+    dimension_pairs: pd.DataFrame = field(
+        default_factory=lambda: pd.DataFrame(columns=DIMENSION_PAIR_COLUMNS)
+    )  # nudges' pairs (above)
 
 
 EMOTION_AXES = ("valence", "arousal", "discrepancy", "prospect", "reflection", "social_broadcast")
@@ -78,9 +119,14 @@ def emotion_vector(valence: int | None, tags: Sequence[str]) -> dict[str, float]
     said): valence / 2; arousal +1 high, -1 low; predictive discrepancy 1; prospect- or reflection-heavy
     1; social broadcast +1 high, -1 low."""
     t = set(tags)
-    return {"valence": 0.0 if valence is None else valence / 2, "arousal": float(("high_arousal" in t) - ("low_arousal" in t)),
-            "discrepancy": float("predictive_discrepancy" in t), "prospect": float("prospect_heavy" in t), "reflection": float("reflection_heavy" in t),
-            "social_broadcast": float(("high_social_broadcast" in t) - ("low_social_broadcast" in t))}
+    return {
+        "valence": 0.0 if valence is None else valence / 2,
+        "arousal": float(("high_arousal" in t) - ("low_arousal" in t)),
+        "discrepancy": float("predictive_discrepancy" in t),
+        "prospect": float("prospect_heavy" in t),
+        "reflection": float("reflection_heavy" in t),
+        "social_broadcast": float(("high_social_broadcast" in t) - ("low_social_broadcast" in t)),
+    }
 
 
 def distressing(label: Emotion) -> bool:
@@ -154,8 +200,20 @@ def feedback_tables(events: list[dict[str, Any]], source_file: str = "") -> Feed
             missing_turns += 1
             continue
         compared.add(frozenset((chosen.id, rejected.id)))
-        pairs.append(_pair(choice.id, chosen, rejected, "feedback:choice", STRENGTHS[choice.strength], choice.strength, choice.rater, choice.note,
-                           source_file, rows_of[choice.id]))
+        pairs.append(
+            _pair(
+                choice.id,
+                chosen,
+                rejected,
+                "feedback:choice",
+                STRENGTHS[choice.strength],
+                choice.strength,
+                choice.rater,
+                choice.note,
+                source_file,
+                rows_of[choice.id],
+            )
+        )
 
     thumbs: dict[str, list[Thumb]] = defaultdict(list)
     for e in parsed:
@@ -173,9 +231,24 @@ def feedback_tables(events: list[dict[str, Any]], source_file: str = "") -> Feed
             up, down = (a, b) if net[a.id] > 0 else (b, a)
             vote = thumbs[up.id][-1]
             compared.add(frozenset((up.id, down.id)))
-            pairs.append(_pair(f"thumbs-{up.id}-{down.id}", up, down, "feedback:thumbs", THUMB_WEIGHT, None, vote.rater, None, source_file, rows_of[vote.id]))
+            pairs.append(
+                _pair(
+                    f"thumbs-{up.id}-{down.id}",
+                    up,
+                    down,
+                    "feedback:thumbs",
+                    THUMB_WEIGHT,
+                    None,
+                    vote.rater,
+                    None,
+                    source_file,
+                    rows_of[vote.id],
+                )
+            )
 
-    labelled = {e.turn: e for e in parsed if isinstance(e, Emotion) and e.turn in turns and e.valence is not None}  # each turn's latest label
+    labelled = {
+        e.turn: e for e in parsed if isinstance(e, Emotion) and e.turn in turns and e.valence is not None
+    }  # each turn's latest label
     by_context = defaultdict(list)
     for turn_id in labelled:
         by_context[turns[turn_id].context].append(turns[turn_id])
@@ -186,8 +259,20 @@ def feedback_tables(events: list[dict[str, Any]], source_file: str = "") -> Feed
                 continue
             hi, lo = (a, b) if va > vb else (b, a)
             label = labelled[hi.id]
-            pairs.append(_pair(f"emotion-{hi.id}-{lo.id}", hi, lo, "feedback:emotion", emotion_weight(labelled[hi.id], labelled[lo.id]), None,
-                               label.rater, None, source_file, rows_of[label.id]))
+            pairs.append(
+                _pair(
+                    f"emotion-{hi.id}-{lo.id}",
+                    hi,
+                    lo,
+                    "feedback:emotion",
+                    emotion_weight(labelled[hi.id], labelled[lo.id]),
+                    None,
+                    label.rater,
+                    None,
+                    source_file,
+                    rows_of[label.id],
+                )
+            )
     distress = {t for t, e in labelled.items() if distressing(e)}
     for p in pairs:
         p["chosen_distress"] = p["chosen_turn"] in distress
@@ -195,19 +280,39 @@ def feedback_tables(events: list[dict[str, Any]], source_file: str = "") -> Feed
     conversations = _conversations(parsed, turns)
     dimension_pairs, lone_nudges = _nudge_pairs(parsed, turns, source_file, rows_of)
     stats = {
-        # a conversation: the client's session, else the messages a turn answers (two replies to one message are one conversation)
-        "turns": len(turns), "conversations": int(conversations["session"].fillna("context:" + conversations["context"]).nunique()) if len(conversations) else 0,
-        "pairs": len(pairs), "choices": len(choices), "repeats": consistent + inconsistent, "repeats_consistent": consistent,
-        "repeats_inconsistent": inconsistent, "thumb_pairs": sum(p["source"] == "feedback:thumbs" for p in pairs),
-        "emotion_pairs": sum(p["source"] == "feedback:emotion" for p in pairs), "distressing_replies": len(distress),
-        "nudge_pairs": len(dimension_pairs), "nudges_without_sibling": lone_nudges,
-        "feedback_on_unknown_turns": missing_turns, "events_skipped": skipped,
+        # a conversation: the client's session, else the messages a turn answers (two replies to one message are one
+        # conversation)
+        "turns": len(turns),
+        "conversations": int(conversations["session"].fillna("context:" + conversations["context"]).nunique())
+        if len(conversations)
+        else 0,
+        "pairs": len(pairs),
+        "choices": len(choices),
+        "repeats": consistent + inconsistent,
+        "repeats_consistent": consistent,
+        "repeats_inconsistent": inconsistent,
+        "thumb_pairs": sum(p["source"] == "feedback:thumbs" for p in pairs),
+        "emotion_pairs": sum(p["source"] == "feedback:emotion" for p in pairs),
+        "distressing_replies": len(distress),
+        "nudge_pairs": len(dimension_pairs),
+        "nudges_without_sibling": lone_nudges,
+        "feedback_on_unknown_turns": missing_turns,
+        "events_skipped": skipped,
         "raters": len({e.rater for e in parsed if not isinstance(e, Turn)}),
         "events": dict(Counter(type(e).__name__.lower() for e in parsed)),
     }
     if skipped:
-        log.warning("%s: %d event(s) that are not turns or feedback of this version were skipped", source_file or "the log", skipped)
-    return FeedbackTables(pd.DataFrame(pairs, columns=PAIR_COLUMNS), conversations, stats, pd.DataFrame(dimension_pairs, columns=DIMENSION_PAIR_COLUMNS))
+        log.warning(
+            "%s: %d event(s) that are not turns or feedback of this version were skipped",
+            source_file or "the log",
+            skipped,
+        )
+    return FeedbackTables(
+        pd.DataFrame(pairs, columns=PAIR_COLUMNS),
+        conversations,
+        stats,
+        pd.DataFrame(dimension_pairs, columns=DIMENSION_PAIR_COLUMNS),
+    )
 
 
 def liked_replies(conversations: pd.DataFrame) -> tuple[list[dict[str, Any]], set[str]]:
@@ -218,13 +323,27 @@ def liked_replies(conversations: pd.DataFrame) -> tuple[list[dict[str, Any]], se
     them, liked or not (`facts.write_liked`)."""
     rows = []
     for c in conversations.itertuples():
-        if c.thumbs_up > c.thumbs_down and c.finish_reason == "stop" and str(c.reply).strip() and not distress(c.valence, list(c.emotion_tags)):
-            rows.append({"prompt": transcript([(m["role"], m["content"]) for m in c.messages]), "response": c.reply, "turn": c.turn, "time": c.time,
-                         "source": "thumbs_up"})
+        if (
+            c.thumbs_up > c.thumbs_down
+            and c.finish_reason == "stop"
+            and str(c.reply).strip()
+            and not distress(c.valence, list(c.emotion_tags))
+        ):
+            rows.append(
+                {
+                    "prompt": transcript([(m["role"], m["content"]) for m in c.messages]),
+                    "response": c.reply,
+                    "turn": c.turn,
+                    "time": c.time,
+                    "source": "thumbs_up",
+                }
+            )
     return rows, set(conversations["turn"])
 
 
-def _nudge_pairs(parsed: list[Any], turns: dict[str, Turn], source_file: str, rows_of: dict[str, int]) -> tuple[list[dict[str, Any]], int]:
+def _nudge_pairs(
+    parsed: list[Any], turns: dict[str, Turn], source_file: str, rows_of: dict[str, int]
+) -> tuple[list[dict[str, Any]], int]:
     """The nudges' dimension pairs (module docstring), and how many nudges had no sibling reply. A person's
     latest nudge on a reply and dimension counts."""
     latest: dict[tuple[str, str, str], Nudge] = {}
@@ -248,26 +367,82 @@ def _nudge_pairs(parsed: list[Any], turns: dict[str, Turn], source_file: str, ro
                 continue  # both asked the same way: no order between them; or ordered already
             seen.add(key)
             more, less = (other, nudged) if nudge.direction == "more" else (nudged, other)
-            out.append(_pair(f"nudge-{nudge.id}-{other.id}", more, less, "feedback:nudge", NUDGE_PAIR_WEIGHT, None, rater, None, source_file,
-                             rows_of[nudge.id]) | {"chosen_distress": False, "tag": dimension, "scalar": False})
+            out.append(
+                _pair(
+                    f"nudge-{nudge.id}-{other.id}",
+                    more,
+                    less,
+                    "feedback:nudge",
+                    NUDGE_PAIR_WEIGHT,
+                    None,
+                    rater,
+                    None,
+                    source_file,
+                    rows_of[nudge.id],
+                )
+                | {"chosen_distress": False, "tag": dimension, "scalar": False}
+            )
     return out, lone
 
 
-def _pair(pair_id: str, chosen: Turn, rejected: Turn, source: str, weight: float, strength: str | None, rater: str, note: str | None,
-          source_file: str, source_row: int) -> dict[str, Any]:
+def _pair(
+    pair_id: str,
+    chosen: Turn,
+    rejected: Turn,
+    source: str,
+    weight: float,
+    strength: str | None,
+    rater: str,
+    note: str | None,
+    source_file: str,
+    source_row: int,
+) -> dict[str, Any]:
     # a question the service asked (GET /feedback/next) records its expected information when asked
     asked = chosen.sampling.get("value") if chosen.model == "question" and isinstance(chosen.sampling, dict) else None
-    return {"pair_id": pair_id, "prompt_id": chosen.context, "prompt": pair_prompt(chosen.messages), "chosen": chosen.reply, "rejected": rejected.reply,
-            "source": source, "source_file": source_file, "source_row": source_row, "weight": weight, "strength": strength, "rater": rater,
-            "chosen_turn": chosen.id, "rejected_turn": rejected.id, "note": note, "asked_value": None if asked is None else float(asked)}
+    return {
+        "pair_id": pair_id,
+        "prompt_id": chosen.context,
+        "prompt": pair_prompt(chosen.messages),
+        "chosen": chosen.reply,
+        "rejected": rejected.reply,
+        "source": source,
+        "source_file": source_file,
+        "source_row": source_row,
+        "weight": weight,
+        "strength": strength,
+        "rater": rater,
+        "chosen_turn": chosen.id,
+        "rejected_turn": rejected.id,
+        "note": note,
+        "asked_value": None if asked is None else float(asked),
+    }
 
 
 def _conversations(parsed: list[Any], turns: dict[str, Turn]) -> pd.DataFrame:
     gathered: dict[str, dict[str, Any]] = {
-        t.id: {"turn": t.id, "session": t.session, "context": t.context, "time": t.time, "rater": t.rater, "prompt": t.prompt,
-               "messages": [m.model_dump() for m in t.messages], "reply": t.reply, "model": t.model, "adapter": t.adapter,
-               "reward_model": t.reward_model, "scalar": (t.reward or {}).get("scalar"), "finish_reason": t.finish_reason,
-               "thumbs_up": 0, "thumbs_down": 0, "nudges": [], "valence": None, "emotion_tags": [], "emotion": None, "chosen": 0, "rejected": 0}
+        t.id: {
+            "turn": t.id,
+            "session": t.session,
+            "context": t.context,
+            "time": t.time,
+            "rater": t.rater,
+            "prompt": t.prompt,
+            "messages": [m.model_dump() for m in t.messages],
+            "reply": t.reply,
+            "model": t.model,
+            "adapter": t.adapter,
+            "reward_model": t.reward_model,
+            "scalar": (t.reward or {}).get("scalar"),
+            "finish_reason": t.finish_reason,
+            "thumbs_up": 0,
+            "thumbs_down": 0,
+            "nudges": [],
+            "valence": None,
+            "emotion_tags": [],
+            "emotion": None,
+            "chosen": 0,
+            "rejected": 0,
+        }
         for t in turns.values()
     }
     for e in parsed:
@@ -303,16 +478,32 @@ def served_trajectories(events: list[dict[str, Any]], limit: int) -> list[Any]:
             parsed.append(EVENT.validate_python(raw))
         except ValidationError:
             continue
-    turns = [e for e in parsed if isinstance(e, Turn) and e.model in (SERVED, BASE) and e.finish_reason != "cancelled" and e.reply.strip()]
+    turns = [
+        e
+        for e in parsed
+        if isinstance(e, Turn) and e.model in (SERVED, BASE) and e.finish_reason != "cancelled" and e.reply.strip()
+    ]
     rated = {t for e in parsed if not isinstance(e, Turn) for t in turns_of(e)}
     newest = sorted(turns, key=lambda t: t.time, reverse=True)
     picked = sorted(newest, key=lambda t: t.id not in rated)[:limit]  # stable: the rated first, each part newest first
     index: dict[str, int] = defaultdict(int)
     out = []
     for t in sorted(picked, key=lambda t: t.time):
-        out.append(Trajectory(trajectory_id=f"turn-{t.id}", prompt_id=f"served-{t.context}", prompt=pair_prompt(t.messages), category="served",
-                              difficulty=0, candidate_index=index[t.context], style=f"served:{t.model}",
-                              temperature=float(t.sampling.get("temperature") or 0.0), top_p=float(t.sampling.get("top_p") or 1.0),
-                              response=t.reply, new_tokens=t.completion_tokens, finished=t.finish_reason == "stop"))
+        out.append(
+            Trajectory(
+                trajectory_id=f"turn-{t.id}",
+                prompt_id=f"served-{t.context}",
+                prompt=pair_prompt(t.messages),
+                category="served",
+                difficulty=0,
+                candidate_index=index[t.context],
+                style=f"served:{t.model}",
+                temperature=float(t.sampling.get("temperature") or 0.0),
+                top_p=float(t.sampling.get("top_p") or 1.0),
+                response=t.reply,
+                new_tokens=t.completion_tokens,
+                finished=t.finish_reason == "stop",
+            )
+        )
         index[t.context] += 1
     return out

@@ -55,10 +55,17 @@ class GateReport:
         f = self.figures
         win = "n/a" if f.get("win_rate_vs_live") is None else f"{f['win_rate_vs_live']:.0%}"
         rhi = "n/a" if f.get("rhi") is None else f"{f['rhi']:.3f}"
-        people = "" if f.get("people_accuracy") is None else \
-            f"people's held-out pairs {f['people_accuracy']:.1%} (live {f['people_accuracy_live']:.1%} +- {f['people_standard_error']:.1%}), "
-        head = f"RHI {rhi} (>= {f.get('deploy_threshold')}), win rate over {f.get('live_version') or 'the base'} {win} (>= {f.get('min_win_rate')}), " \
-               f"{people}facts lost {f.get('facts_lost', 0)}"
+        people = (
+            ""
+            if f.get("people_accuracy") is None
+            else f"people's held-out pairs {f['people_accuracy']:.1%} (live {f['people_accuracy_live']:.1%} "
+            f"+- {f['people_standard_error']:.1%}), "
+        )
+        head = (
+            f"RHI {rhi} (>= {f.get('deploy_threshold')}), win rate over "
+            f"{f.get('live_version') or 'the base'} {win} (>= {f.get('min_win_rate')}), "
+            f"{people}facts lost {f.get('facts_lost', 0)}"
+        )
         return head + ("" if self.passed else "; " + "; ".join(self.reasons))
 
 
@@ -73,7 +80,9 @@ def side_by_side_model(base: Any, candidate: Path, live: Path | None):
     return model
 
 
-def replies_of(model: Any, tokenizer: Any, name: str | None, prompts: Sequence[str], cfg: HominemConfig, seed: int) -> list[str]:
+def replies_of(
+    model: Any, tokenizer: Any, name: str | None, prompts: Sequence[str], cfg: HominemConfig, seed: int
+) -> list[str]:
     """Greedy replies (the evaluation's decoding) with adapter `name`, or the base alone (None)."""
     from hominem_pipeline.core.evaluation.compare import greedy_replies
     from hominem_pipeline.core.policy.lora import merged
@@ -81,11 +90,21 @@ def replies_of(model: Any, tokenizer: Any, name: str | None, prompts: Sequence[s
     if name is not None:
         model.set_adapter(name)
     with model.disable_adapter() if name is None else merged(model):
-        return [g.text for g in greedy_replies(model, tokenizer, prompts, cfg.evaluation, seed, f"gate replies, {name or 'base'}")]
+        return [
+            g.text
+            for g in greedy_replies(model, tokenizer, prompts, cfg.evaluation, seed, f"gate replies, {name or 'base'}")
+        ]
 
 
-def replies_in_groups(model: Any, tokenizer: Any, name: str | None, groups: Sequence[Sequence[str]], known: dict[str, str],
-                      cfg: HominemConfig, seed: int) -> list[str]:
+def replies_in_groups(
+    model: Any,
+    tokenizer: Any,
+    name: str | None,
+    groups: Sequence[Sequence[str]],
+    known: dict[str, str],
+    cfg: HominemConfig,
+    seed: int,
+) -> list[str]:
     """`replies_of` each group's prompts, each group batched on its own as the evaluation batches it (so
     the replies equal the evaluation's), in order; those in `known` (prompt -> reply) are not generated,
     and the new ones are added to it."""
@@ -98,16 +117,18 @@ def replies_in_groups(model: Any, tokenizer: Any, name: str | None, groups: Sequ
 
 
 class ReplyCache:
-    """The gate's greedy replies per adapter version (`<folder>/<version>.json`, `base.json` for the base
-    alone), valid for one decoding (evaluation settings and student; greedy decoding draws nothing, so no
-    seed): a candidate's replies are the next gate's live replies once it is promoted, and the daily
-    adapter's come from its evaluation (`promotion.reuse_evaluation_replies`), so each adapter answers the held-out prompts once."""
+    """The gate's greedy replies per adapter version (`<folder>/<version>.json`, `base.json` for the base alone),
+    valid for one decoding (evaluation settings and student; greedy decoding draws nothing, so no seed): a
+    candidate's replies are the next gate's live replies once it is promoted, and the daily adapter's come from its
+    evaluation (`promotion.reuse_evaluation_replies`), so each adapter answers the held-out prompts once."""
 
     def __init__(self, folder: Path, cfg: HominemConfig):
         from hominem_pipeline.core.pipeline.artifacts import fingerprint
 
         self.folder = Path(folder)
-        self.key = fingerprint([cfg.evaluation.model_dump(mode="json"), str(cfg.models.student.model_dump(mode="json"))], 16)
+        self.key = fingerprint(
+            [cfg.evaluation.model_dump(mode="json"), str(cfg.models.student.model_dump(mode="json"))], 16
+        )
 
     def _path(self, version: str | None) -> Path:
         return self.folder / f"{version or 'base'}.json"
@@ -130,15 +151,25 @@ class ReplyCache:
         """The version's implicit reward on each people's held-out pair it was measured on, by pair id."""
         return self._read(version).get("people_margins", {})
 
-    def put(self, version: str | None, replies: dict[str, str], scalars: dict[str, float] | None = None, reward_model: str | None = None,
-            margins: dict[str, float] | None = None) -> None:
+    def put(
+        self,
+        version: str | None,
+        replies: dict[str, str],
+        scalars: dict[str, float] | None = None,
+        reward_model: str | None = None,
+        margins: dict[str, float] | None = None,
+    ) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         saved = self._read(version)
         by_model = saved.get("scalars", {})
         if scalars and reward_model:
             by_model[reward_model] = {**by_model.get(reward_model, {}), **scalars}
-        merged = {"decoding": self.key, "replies": {**saved.get("replies", {}), **replies}, "scalars": by_model,
-                  "people_margins": {**saved.get("people_margins", {}), **(margins or {})}}
+        merged = {
+            "decoding": self.key,
+            "replies": {**saved.get("replies", {}), **replies},
+            "scalars": by_model,
+            "people_margins": {**saved.get("people_margins", {}), **(margins or {})},
+        }
         if merged == saved:
             return  # nothing new: the file stays as it is
         write_text_atomic(self._path(version), json.dumps(merged, ensure_ascii=False))
@@ -200,22 +231,44 @@ def run_gate(
     candidate_known = cache.get(candidate_version) if cache is not None and candidate_version is not None else {}
     had = len(known) + len(candidate_known)
     live_replies = replies_in_groups(model, tokenizer, live_name, (texts, asked), known, cfg, seed)
-    candidate_replies = replies_in_groups(model, tokenizer, CANDIDATE, (texts, asked, [SMOKE_PROMPT]), candidate_known, cfg, seed)
+    candidate_replies = replies_in_groups(
+        model, tokenizer, CANDIDATE, (texts, asked, [SMOKE_PROMPT]), candidate_known, cfg, seed
+    )
     generated = len(known) + len(candidate_known) - had
-    # the reward model's scalar of each side's replies to the held-out prompts; the live adapter's kept with its replies
-    rm_key = None if cache is None or getattr(reward_model, "source", None) is None else str(Path(reward_model.source).resolve())
+    # the reward model's scalar of each side's replies to the held-out prompts; the live adapter's kept with its
+    # replies
+    rm_key = (
+        None
+        if cache is None or getattr(reward_model, "source", None) is None
+        else str(Path(reward_model.source).resolve())
+    )
     sides = {"live": live_replies[: len(texts)], "candidate": candidate_replies[: len(texts)]}
     known_scalars = cache.scalars(live_version, rm_key) if cache is not None else {}
-    scores = {"live": _scalars(reward_model, texts, sides["live"], known_scalars), "candidate": _scalars(reward_model, texts, sides["candidate"], {})}
+    scores = {
+        "live": _scalars(reward_model, texts, sides["live"], known_scalars),
+        "candidate": _scalars(reward_model, texts, sides["candidate"], {}),
+    }
     if cache is not None:
         cache.put(live_version, known, dict(zip(texts, scores["live"].tolist())), rm_key)
         if candidate_version is not None:
-            cache.put(candidate_version, dict(zip(texts + asked + [SMOKE_PROMPT], candidate_replies)), dict(zip(texts, scores["candidate"].tolist())), rm_key)
+            cache.put(
+                candidate_version,
+                dict(zip(texts + asked + [SMOKE_PROMPT], candidate_replies)),
+                dict(zip(texts, scores["candidate"].tolist())),
+                rm_key,
+            )
     if callable(rhi):
         rhi = rhi(texts, candidate_replies[: len(texts)])
     reasons: list[str] = []
-    figures: dict[str, Any] = {"candidate": str(candidate), "live_version": live_version, "rhi": rhi, "deploy_threshold": threshold,
-                               "min_win_rate": cfg.health.min_win_rate, "prompts": len(prompts), "replies_generated": generated}
+    figures: dict[str, Any] = {
+        "candidate": str(candidate),
+        "live_version": live_version,
+        "rhi": rhi,
+        "deploy_threshold": threshold,
+        "min_win_rate": cfg.health.min_win_rate,
+        "prompts": len(prompts),
+        "replies_generated": generated,
+    }
 
     smoke = candidate_replies[-1]
     figures["smoke_reply"] = smoke
@@ -235,18 +288,34 @@ def run_gate(
 
     wins = [outcome(float(a), float(b)) for a, b in zip(scores["live"], scores["candidate"])]
     win_rate = float(np.mean(wins))
-    figures.update(win_rate_vs_live=win_rate, live_mean_scalar=_nanmean(scores["live"]), candidate_mean_scalar=_nanmean(scores["candidate"]))
+    figures.update(
+        win_rate_vs_live=win_rate,
+        live_mean_scalar=_nanmean(scores["live"]),
+        candidate_mean_scalar=_nanmean(scores["candidate"]),
+    )
     if win_rate < cfg.health.min_win_rate:
-        reasons.append(f"win rate over {live_version or 'the base'} {win_rate:.0%} below health.min_win_rate {cfg.health.min_win_rate:.0%}")
+        reasons.append(
+            f"win rate over {live_version or 'the base'} {win_rate:.0%} below health.min_win_rate "
+            f"{cfg.health.min_win_rate:.0%}"
+        )
 
     figures.update(facts_asked=0, facts_live=0, facts_candidate=0, facts_lost=0, facts_lost_prompts=[])
     if asked:
         n = len(texts)
-        found = probe(questions, {"base": live_replies[n : n + len(asked)], "adapter": candidate_replies[n : n + len(asked)]})
-        figures.update(facts_asked=found.questions, facts_live=found.base, facts_candidate=found.adapter, facts_lost=len(found.lost),
-                       facts_lost_prompts=found.lost)
+        found = probe(
+            questions, {"base": live_replies[n : n + len(asked)], "adapter": candidate_replies[n : n + len(asked)]}
+        )
+        figures.update(
+            facts_asked=found.questions,
+            facts_live=found.base,
+            facts_candidate=found.adapter,
+            facts_lost=len(found.lost),
+            facts_lost_prompts=found.lost,
+        )
         if found.lost:
-            reasons.append(f"lost {len(found.lost)} memory-probe fact(s) the live adapter knows (first: {found.lost[0]!r})")
+            reasons.append(
+                f"lost {len(found.lost)} memory-probe fact(s) the live adapter knows (first: {found.lost[0]!r})"
+            )
     shape = ManifoldShape.read(candidate)
     if shape is None:
         figures["manifold"] = "not measured: the adapter was written without its reward manifold's figures"
@@ -255,14 +324,37 @@ def run_gate(
         figures.update(manifold=verdict.summary(), manifold_blocked=verdict.blocked, **shape.metrics())
         reasons += [f"reward manifold: {r}" for r in verdict.reasons]
     if people is not None and len(people):
-        _people_check(model, tokenizer, people, cfg, cache, base_logps, candidate_version, live is not None, live_version, figures, reasons)
+        _people_check(
+            model,
+            tokenizer,
+            people,
+            cfg,
+            cache,
+            base_logps,
+            candidate_version,
+            live is not None,
+            live_version,
+            figures,
+            reasons,
+        )
     report = GateReport(not reasons, reasons, figures)
     log.info("live gate for %s: %s. %s", candidate, "passed" if report.passed else "refused", report.summary())
     return report
 
 
-def _people_check(model: Any, tokenizer: Any, people: pd.DataFrame, cfg: HominemConfig, cache: ReplyCache | None, base_logps: Any,
-                  candidate_version: str | None, has_live: bool, live_version: str | None, figures: dict[str, Any], reasons: list[str]) -> None:
+def _people_check(
+    model: Any,
+    tokenizer: Any,
+    people: pd.DataFrame,
+    cfg: HominemConfig,
+    cache: ReplyCache | None,
+    base_logps: Any,
+    candidate_version: str | None,
+    has_live: bool,
+    live_version: str | None,
+    figures: dict[str, Any],
+    reasons: list[str],
+) -> None:
     """Compare the candidate's and the live adapter's (None: the base's) implicit rewards on the people's
     held-out pairs; adds the figures, and the reason when the candidate falls below by more than
     `health.people_tolerance` standard errors. Margins the cache holds for a version are not measured again."""
@@ -276,7 +368,10 @@ def _people_check(model: Any, tokenizer: Any, people: pd.DataFrame, cfg: Hominem
             from hominem_pipeline.core.evaluation.compare import people_figures
 
             model.set_adapter(name)
-            known = {**known, **people_figures(model, tokenizer, people, cfg.evaluation.batch_size, base_logps)["people_margins"]}
+            known = {
+                **known,
+                **people_figures(model, tokenizer, people, cfg.evaluation.batch_size, base_logps)["people_margins"],
+            }
             if cache is not None and version is not None:
                 cache.put(version, {}, margins={i: known[i] for i in ids})
         return np.array([known[i] for i in ids], dtype=np.float64)
@@ -285,12 +380,22 @@ def _people_check(model: Any, tokenizer: Any, people: pd.DataFrame, cfg: Hominem
     live = margins(LIVE, live_version) if has_live else None
     result = compare_margins(candidate, live)
     tolerance = cfg.health.people_tolerance
-    figures.update(people_pairs=result.pairs, people_accuracy=result.candidate, people_accuracy_live=result.live, people_difference=result.difference,
-                   people_standard_error=result.standard_error, people_tolerance=tolerance)
+    figures.update(
+        people_pairs=result.pairs,
+        people_accuracy=result.candidate,
+        people_accuracy_live=result.live,
+        people_difference=result.difference,
+        people_standard_error=result.standard_error,
+        people_tolerance=tolerance,
+    )
     if tolerance is not None and result.below(tolerance):
-        reasons.append(f"its implicit reward orders {result.candidate:.1%} of {result.pairs} people's held-out pairs as people did, below "
-                       f"{live_version or 'the base'}'s {result.live:.1%} by more than health.people_tolerance {tolerance} standard error(s) "
-                       f"({result.standard_error:.1%})")
+        reasons.append(
+            f"its implicit reward orders {result.candidate:.1%} of {result.pairs} people's held-out "
+            "pairs as people did, below "
+            f"{live_version or 'the base'}'s {result.live:.1%} by more than health.people_tolerance "
+            f"{tolerance} standard error(s) "
+            f"({result.standard_error:.1%})"
+        )
 
 
 def _scalars(reward_model: Any, prompts: list[str], replies: list[str], known: dict[str, float]) -> np.ndarray:

@@ -43,12 +43,14 @@ DomainOf = Callable[[list[str]], list[str]]
 
 metadata = sa.MetaData()
 log_files = sa.Table(
-    "log_files", metadata,
+    "log_files",
+    metadata,
     sa.Column("name", sa.String(64), primary_key=True),
     sa.Column("bytes", sa.BigInteger, nullable=False),
 )
 turns = sa.Table(
-    "turns", metadata,
+    "turns",
+    metadata,
     sa.Column("id", sa.String(100), primary_key=True),
     sa.Column("time", sa.String(40), nullable=False),
     sa.Column("rater", sa.String(100), nullable=False),
@@ -64,7 +66,8 @@ turns = sa.Table(
     sa.Index("turns_version_time", "version", "time"),
 )
 feedback = sa.Table(
-    "feedback", metadata,
+    "feedback",
+    metadata,
     sa.Column("id", sa.String(100), primary_key=True),
     sa.Column("kind", sa.String(16), nullable=False),
     sa.Column("time", sa.String(40), nullable=False),
@@ -80,7 +83,8 @@ feedback = sa.Table(
 
 
 def index_url(url: str | None, data_dir: Path) -> str:
-    """The index's database: $HOMINEM_HISTORY_URL, else `url` (history.url), else the sqlite file in the data folder."""
+    """The index's database: $HOMINEM_HISTORY_URL, else `url` (history.url), else the sqlite file in the data
+    folder."""
     return os.environ.get(URL_ENV) or url or f"sqlite:///{Path(data_dir) / SQLITE_FILE}"
 
 
@@ -97,7 +101,15 @@ def _value(event: dict[str, Any]) -> str | None:
     if kind == "nudge":
         return f"{event['direction']} {event['dimension']}"
     if kind == "emotion":
-        return " ".join([*([f"valence {event['valence']:+d}"] if event.get("valence") is not None else []), *event.get("tags", [])]) or None
+        return (
+            " ".join(
+                [
+                    *([f"valence {event['valence']:+d}"] if event.get("valence") is not None else []),
+                    *event.get("tags", []),
+                ]
+            )
+            or None
+        )
     return None
 
 
@@ -117,7 +129,13 @@ def _new_lines(path: Path, start: int) -> tuple[list[dict[str, Any]], int]:
             continue
         event = parse_line(raw)
         if event is None or "kind" not in event:
-            log.warning("%s: a line after byte %d (the %d-th read) is not an event, not indexed: %r", path, start, number, raw[:80])
+            log.warning(
+                "%s: a line after byte %d (the %d-th read) is not an event, not indexed: %r",
+                path,
+                start,
+                number,
+                raw[:80],
+            )
             continue
         events.append(event)
     return events, start + end
@@ -149,9 +167,13 @@ class HistoryIndex:
         self.engine = sa.create_engine(url, future=True)
         if self.engine.dialect.name == "sqlite":
             if self.engine.url.database not in (None, "", ":memory:"):
-                Path(self.engine.url.database).parent.mkdir(parents=True, exist_ok=True)  # a data folder nothing was written to yet
+                Path(self.engine.url.database).parent.mkdir(
+                    parents=True, exist_ok=True
+                )  # a data folder nothing was written to yet
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
-        self.reindexed = self._tables_changed()  # an index written by an earlier release: its rows are read again from the log
+        self.reindexed = (
+            self._tables_changed()
+        )  # an index written by an earlier release: its rows are read again from the log
         if self.reindexed:
             log.info("the history index at %s was written with other columns: indexing the log again", url)
             for tables in (metadata, tally.metadata):
@@ -163,7 +185,9 @@ class HistoryIndex:
         """Some table of the index exists with other columns than this code writes."""
         inspector = sa.inspect(self.engine)
         for table in [*metadata.sorted_tables, *tally.metadata.sorted_tables]:
-            if inspector.has_table(table.name) and {c["name"] for c in inspector.get_columns(table.name)} != {c.name for c in table.columns}:
+            if inspector.has_table(table.name) and {c["name"] for c in inspector.get_columns(table.name)} != {
+                c.name for c in table.columns
+            }:
                 return True
         return False
 
@@ -188,8 +212,11 @@ class HistoryIndex:
         for i in range(0, len(rows), CHUNK):
             conn.execute(statement, rows[i : i + CHUNK])
 
-    def add(self, events: Sequence[dict[str, Any]], domain_of: DomainOf | None = None, conn: sa.Connection | None = None) -> tuple[int, int]:
-        """Index events (any order, any mix of kinds; ids already indexed are left as they are); (turns, feedback) rows offered."""
+    def add(
+        self, events: Sequence[dict[str, Any]], domain_of: DomainOf | None = None, conn: sa.Connection | None = None
+    ) -> tuple[int, int]:
+        """Index events (any order, any mix of kinds; ids already indexed are left as they are); (turns, feedback)
+        rows offered."""
         if conn is None:
             with self.engine.begin() as c:
                 return self.add(events, domain_of, c)
@@ -197,9 +224,20 @@ class HistoryIndex:
         prompts = [_prompt(e) for e in turn_events]
         domains = domain_of(prompts) if domain_of is not None and prompts else [None] * len(prompts)
         turn_rows = [
-            {"id": e["id"], "time": e["time"], "rater": e["rater"], "session": e.get("session"), "context": e["context"],
-             "version": version_of(e.get("adapter")), "adapter": e.get("adapter"), "reward_model": e.get("reward_model"),
-             "domain": d, "scalar": (e.get("reward") or {}).get("scalar"), "prompt": p, "reply": e.get("reply")}
+            {
+                "id": e["id"],
+                "time": e["time"],
+                "rater": e["rater"],
+                "session": e.get("session"),
+                "context": e["context"],
+                "version": version_of(e.get("adapter")),
+                "adapter": e.get("adapter"),
+                "reward_model": e.get("reward_model"),
+                "domain": d,
+                "scalar": (e.get("reward") or {}).get("scalar"),
+                "prompt": p,
+                "reply": e.get("reply"),
+            }
             for e, p, d in zip(turn_events, prompts, domains)
         ]
         domain_by_turn = {r["id"]: r["domain"] for r in turn_rows}
@@ -208,10 +246,20 @@ class HistoryIndex:
         unknown = sorted({t for t in anchor.values() if t not in domain_by_turn})
         for i in range(0, len(unknown), 1000):  # feedback on turns indexed by an earlier update
             chunk = unknown[i : i + 1000]
-            domain_by_turn.update(conn.execute(sa.select(turns.c.id, turns.c.domain).where(turns.c.id.in_(chunk))).all())
+            domain_by_turn.update(
+                conn.execute(sa.select(turns.c.id, turns.c.domain).where(turns.c.id.in_(chunk))).all()
+            )
         feedback_rows = [
-            {"id": e["id"], "kind": e["kind"], "time": e["time"], "rater": e["rater"], "turn": anchor[e["id"]],
-             "other": e.get("rejected"), "value": _value(e), "domain": domain_by_turn.get(anchor[e["id"]])}
+            {
+                "id": e["id"],
+                "kind": e["kind"],
+                "time": e["time"],
+                "rater": e["rater"],
+                "turn": anchor[e["id"]],
+                "other": e.get("rejected"),
+                "value": _value(e),
+                "domain": domain_by_turn.get(anchor[e["id"]]),
+            }
             for e in rest
         ]
         self._insert(conn, turns, turn_rows)
@@ -227,7 +275,11 @@ class HistoryIndex:
         found: set[str] = set()
         ordered = sorted(turn_ids)
         for i in range(0, len(ordered), 1000):
-            found.update(conn.execute(sa.select(turns.c.context).where(turns.c.id.in_(ordered[i : i + 1000])).distinct()).scalars())
+            found.update(
+                conn.execute(
+                    sa.select(turns.c.context).where(turns.c.id.in_(ordered[i : i + 1000])).distinct()
+                ).scalars()
+            )
         return found
 
     def update(self, folder: Path, domain_of: DomainOf | None = None) -> UpdateStats:
@@ -265,8 +317,13 @@ class HistoryIndex:
             missing = conn.execute(sa.select(t.id, t.prompt).where(t.domain.is_(None))).all()
             if not missing:
                 return
-            rows = [{"turn_id": turn_id, "found": d} for (turn_id, _), d in zip(missing, domain_of([p for _, p in missing]))]
-            conn.execute(sa.update(turns).where(t.id == sa.bindparam("turn_id")).values(domain=sa.bindparam("found")), rows)  # one executemany
+            rows = [
+                {"turn_id": turn_id, "found": d}
+                for (turn_id, _), d in zip(missing, domain_of([p for _, p in missing]))
+            ]
+            conn.execute(
+                sa.update(turns).where(t.id == sa.bindparam("turn_id")).values(domain=sa.bindparam("found")), rows
+            )  # one executemany
             known = sa.select(t.domain).where(t.id == f.turn).scalar_subquery()
             conn.execute(sa.update(feedback).where(f.domain.is_(None)).values(domain=known))
 
@@ -278,23 +335,54 @@ class HistoryIndex:
         return self.update(folder, domain_of)
 
     # -- queries -------------------------------------------------------------------------------------
-    def _page(self, where: sa.ColumnElement[bool], table: sa.Table, columns: Sequence[sa.ColumnElement[Any]], limit: int,
-              joined: Callable[[Any], Any] = lambda q: q) -> Page:
-        """How many rows of `table` match `where`, and the newest `limit` of them as `columns` (over `joined(select)`)."""
+    def _page(
+        self,
+        where: sa.ColumnElement[bool],
+        table: sa.Table,
+        columns: Sequence[sa.ColumnElement[Any]],
+        limit: int,
+        joined: Callable[[Any], Any] = lambda q: q,
+    ) -> Page:
+        """How many rows of `table` match `where`, and the newest `limit` of them as `columns` (over
+        `joined(select)`)."""
         started = time.monotonic()
         with self.engine.connect() as conn:
             total = conn.execute(sa.select(sa.func.count()).select_from(table).where(where)).scalar_one()
-            rows = conn.execute(joined(sa.select(*columns).select_from(table)).where(where).order_by(table.c.time.desc()).limit(limit)).mappings().all()
+            rows = (
+                conn.execute(
+                    joined(sa.select(*columns).select_from(table))
+                    .where(where)
+                    .order_by(table.c.time.desc())
+                    .limit(limit)
+                )
+                .mappings()
+                .all()
+            )
         return Page(int(total), [dict(r) for r in rows], time.monotonic() - started)
 
     def _choices(self, where: sa.ColumnElement[bool], limit: int, rater: bool) -> Page:
         """Choices with what they were about: the person's message and both replies (from their turns)."""
         f = feedback.c
         chosen, rejected = turns.alias("chosen_turn"), turns.alias("rejected_turn")
-        columns = [f.id, f.time, *([f.rater] if rater else []), chosen.c.prompt.label("message"), chosen.c.reply.label("chosen"),
-                   rejected.c.reply.label("rejected"), f.value.label("strength"), f.domain, f.turn.label("chosen_turn"), f.other.label("rejected_turn")]
-        return self._page(where, feedback, columns, limit,
-                          lambda q: q.outerjoin(chosen, chosen.c.id == f.turn).outerjoin(rejected, rejected.c.id == f.other))
+        columns = [
+            f.id,
+            f.time,
+            *([f.rater] if rater else []),
+            chosen.c.prompt.label("message"),
+            chosen.c.reply.label("chosen"),
+            rejected.c.reply.label("rejected"),
+            f.value.label("strength"),
+            f.domain,
+            f.turn.label("chosen_turn"),
+            f.other.label("rejected_turn"),
+        ]
+        return self._page(
+            where,
+            feedback,
+            columns,
+            limit,
+            lambda q: q.outerjoin(chosen, chosen.c.id == f.turn).outerjoin(rejected, rejected.c.id == f.other),
+        )
 
     def choices_of_rater(self, rater: str, limit: int = 100) -> Page:
         """The rater's choices, newest first."""
@@ -304,7 +392,12 @@ class HistoryIndex:
     def turns_of_version(self, version: str, limit: int = 100) -> Page:
         """Turns the adapter version wrote (`base`: the student alone), newest first."""
         t = turns.c
-        return self._page(t.version == version, turns, [t.id, t.time, t.rater, t.session, t.domain, t.scalar, t.prompt.label("message"), t.reply], limit)
+        return self._page(
+            t.version == version,
+            turns,
+            [t.id, t.time, t.rater, t.session, t.domain, t.scalar, t.prompt.label("message"), t.reply],
+            limit,
+        )
 
     def pairs_of_domain(self, domain: str, limit: int = 100) -> Page:
         """Choices whose conversation lies in the domain, newest first."""

@@ -61,7 +61,12 @@ class Ledger:
     def _turn(self, turn_id: str, field: str) -> Turn:
         turn = self.turns.get(turn_id)
         if turn is None:
-            raise FeedbackError(field, f"{field} {turn_id!r} is not a turn this service wrote (recently); use the `turn` id a reply came with", 404)
+            raise FeedbackError(
+                field,
+                f"{field} {turn_id!r} is not a turn this service wrote (recently); use the `turn` id a "
+                "reply came with",
+                404,
+            )
         return turn
 
     def check(self, feedback: Thumb | Choice | Nudge | Emotion) -> None:
@@ -69,22 +74,36 @@ class Ledger:
         if isinstance(feedback, Choice):
             chosen, rejected = self._turn(feedback.chosen, "chosen"), self._turn(feedback.rejected, "rejected")
             if chosen.id == rejected.id:
-                raise FeedbackError("rejected", f"chosen and rejected are the same turn {chosen.id!r}; a choice is between two replies")
+                raise FeedbackError(
+                    "rejected", f"chosen and rejected are the same turn {chosen.id!r}; a choice is between two replies"
+                )
             if chosen.context != rejected.context:
-                raise FeedbackError("rejected", f"turns {chosen.id!r} and {rejected.id!r} answer different conversations; "
-                                                "a choice compares two replies to the same one")
+                raise FeedbackError(
+                    "rejected",
+                    f"turns {chosen.id!r} and {rejected.id!r} answer different conversations; "
+                    "a choice compares two replies to the same one",
+                )
             if feedback.repeat_of is not None:
                 earlier = self.choices.get(feedback.repeat_of)
                 if earlier is None:
                     raise FeedbackError("repeat_of", f"repeat_of {feedback.repeat_of!r} is not an earlier choice", 404)
                 if {earlier.chosen, earlier.rejected} != {chosen.id, rejected.id}:
-                    raise FeedbackError("repeat_of", f"choice {earlier.id!r} was between other replies; a repeat asks the same two again")
+                    raise FeedbackError(
+                        "repeat_of",
+                        f"choice {earlier.id!r} was between other replies; a repeat asks the same two again",
+                    )
                 if earlier.rater != feedback.rater:
-                    raise FeedbackError("repeat_of", f"choice {earlier.id!r} was another rater's; a repeat asks a rater their own choice again")
+                    raise FeedbackError(
+                        "repeat_of",
+                        f"choice {earlier.id!r} was another rater's; a repeat asks a rater their own choice again",
+                    )
         else:
             self._turn(feedback.turn, "turn")
         if isinstance(feedback, Nudge) and feedback.dimension not in self.dimensions:
-            raise FeedbackError("dimension", f"dimension {feedback.dimension!r} is not configured; use one of: {', '.join(self.dimensions)}")
+            raise FeedbackError(
+                "dimension",
+                f"dimension {feedback.dimension!r} is not configured; use one of: {', '.join(self.dimensions)}",
+            )
         if isinstance(feedback, Emotion) and feedback.valence is None and not feedback.tags:
             raise FeedbackError("valence", "an emotion label needs a valence (-2..2) or at least one tag")
 
@@ -93,15 +112,25 @@ class Ledger:
         replies in swapped order (what the page shows as A and B); else None."""
         if rate <= 0 or rng.random() >= rate:
             return None
-        open_choices = [c for c in self.choices.values()
-                        if c.rater == rater and c.repeat_of is None and c.id not in self.repeated
-                        and c.chosen in self.turns and c.rejected in self.turns]
+        open_choices = [
+            c
+            for c in self.choices.values()
+            if c.rater == rater
+            and c.repeat_of is None
+            and c.id not in self.repeated
+            and c.chosen in self.turns
+            and c.rejected in self.turns
+        ]
         if not open_choices:
             return None
         earlier = rng.choice(open_choices)
         a, b = self.turns[earlier.rejected], self.turns[earlier.chosen]
-        return {"repeat_of": earlier.id, "messages": [m.model_dump() for m in a.messages],
-                "a": {"turn": a.id, "text": a.reply}, "b": {"turn": b.id, "text": b.reply}}
+        return {
+            "repeat_of": earlier.id,
+            "messages": [m.model_dump() for m in a.messages],
+            "a": {"turn": a.id, "text": a.reply},
+            "b": {"turn": b.id, "text": b.reply},
+        }
 
     def consistency(self, rater: str | None = None) -> dict[str, dict[str, Any]]:
         """Per rater: choices made, how many were asked again, and the share answered the same way."""

@@ -37,7 +37,15 @@ CURRENT = "current.json"
 HISTORY = "history.json"
 ONLINE_ADAPTERS = "adapters"  # live/adapters/<version>/: the online updates' adapters
 HEALTH = "health.json"  # beside an online update's adapter: its partial RHI (what `promotion.health_of` reads)
-ACTIONS = ("promote", "refuse", "rollback", "freeze", "unfreeze", "adjust", "note")  # adjust: the slow loop changed the next adapters' settings
+ACTIONS = (
+    "promote",
+    "refuse",
+    "rollback",
+    "freeze",
+    "unfreeze",
+    "adjust",
+    "note",
+)  # adjust: the slow loop changed the next adapters' settings
 
 
 class LiveError(RuntimeError):
@@ -95,7 +103,10 @@ class LiveState:
             raw = json.loads(self.current_path.read_text())
             return Live(**raw)
         except (ValueError, TypeError) as exc:  # only a hand edit gets here: writes are atomic
-            raise LiveError(f"{self.current_path} is not a live pointer ({exc}); restore it from {self.history_path} with `hominem live rollback VERSION`") from None
+            raise LiveError(
+                f"{self.current_path} is not a live pointer ({exc}); restore it from {self.history_path} "
+                "with `hominem live rollback VERSION`"
+            ) from None
 
     def history(self) -> list[dict[str, Any]]:
         if not self.history_path.is_file():
@@ -103,7 +114,10 @@ class LiveState:
         try:
             entries = json.loads(self.history_path.read_text())
         except ValueError as exc:
-            raise LiveError(f"{self.history_path} is not valid JSON ({exc}); it is only ever replaced whole, so it was edited by hand") from None
+            raise LiveError(
+                f"{self.history_path} is not valid JSON ({exc}); it is only ever replaced whole, so it "
+                "was edited by hand"
+            ) from None
         if not isinstance(entries, list):
             raise LiveError(f"{self.history_path} holds {type(entries).__name__}, not a list of entries")
         return entries
@@ -141,25 +155,41 @@ class LiveState:
 
     # -- changing -----------------------------------------------------------------------------------
 
-    def promote(self, version: str, adapter: Path, reward_model: Path | None, *, gate: dict[str, Any], reason: str, by: str) -> Live:
+    def promote(
+        self, version: str, adapter: Path, reward_model: Path | None, *, gate: dict[str, Any], reason: str, by: str
+    ) -> Live:
         """Make `adapter` live (its gate passed: `gate` holds the figures); refused while frozen."""
+
         def change(current: Live, history: list[dict[str, Any]]) -> tuple[Live, dict[str, Any]]:
             if current.frozen:
-                raise LiveError(f"live updates are frozen since {current.frozen['since']} ({current.frozen['reason']}); `hominem live unfreeze` first")
+                raise LiveError(
+                    f"live updates are frozen since {current.frozen['since']} "
+                    f"({current.frozen['reason']}); `hominem live unfreeze` first"
+                )
             if version == current.version:
                 raise LiveError(f"{version} is already live")
-            entry = self._entry("promote", version, adapter, reward_model, reason, by, gate=gate, previous=current.version)
+            entry = self._entry(
+                "promote", version, adapter, reward_model, reason, by, gate=gate, previous=current.version
+            )
             return Live(version, entry["adapter"], entry["reward_model"], entry["time"], -1), entry
 
         return self._change(change)
 
-    def refuse(self, version: str, adapter: Path, reward_model: Path | None, *, gate: dict[str, Any], reason: str, by: str) -> None:
+    def refuse(
+        self, version: str, adapter: Path, reward_model: Path | None, *, gate: dict[str, Any], reason: str, by: str
+    ) -> None:
         """Record that the gate refused `adapter`: it stays on disk as a candidate, with the reason."""
-        self._change(lambda current, history: (current, self._entry("refuse", version, adapter, reward_model, reason, by, gate=gate, live=current.version)))
+        self._change(
+            lambda current, history: (
+                current,
+                self._entry("refuse", version, adapter, reward_model, reason, by, gate=gate, live=current.version),
+            )
+        )
 
     def rollback(self, version: str | None = None, *, reason: str, by: str, **extra: Any) -> Live:
         """Make the adapter live before the current one live again, or `version` (one that was live, by its id;
         "base" for the base student). Allowed while frozen: rolling back is how a bad update is undone."""
+
         def change(current: Live, history: list[dict[str, Any]]) -> tuple[Live, dict[str, Any]]:
             stack = self.stack(history)
             if version is None:
@@ -168,27 +198,55 @@ class LiveState:
                 target = stack[-2]
             else:
                 wanted = None if version == "base" else version
-                was_live = [e for e in history if e["action"] in ("promote", "rollback") and e.get("version") == wanted]
+                was_live = [
+                    e for e in history if e["action"] in ("promote", "rollback") and e.get("version") == wanted
+                ]
                 if wanted is not None and not was_live:
-                    raise LiveError(f"{version} was never live; `hominem live status` lists the ones that were (promote a candidate with `hominem live promote`)")
-                target = {"version": None, "adapter": None, "reward_model": None} if wanted is None else {k: was_live[-1].get(k) for k in ("version", "adapter", "reward_model")}
+                    raise LiveError(
+                        f"{version} was never live; `hominem live status` lists the ones that were "
+                        "(promote a candidate with `hominem live promote`)"
+                    )
+                target = (
+                    {"version": None, "adapter": None, "reward_model": None}
+                    if wanted is None
+                    else {k: was_live[-1].get(k) for k in ("version", "adapter", "reward_model")}
+                )
                 if wanted == current.version:
                     raise LiveError(f"{version} is already live")
             if target["adapter"] is not None and not self.absolute(target["adapter"]).is_dir():
                 raise LiveError(f"cannot roll back to {target['version']}: its folder {target['adapter']} is gone")
-            entry = {"time": utc_now(), "action": "rollback", "version": target["version"], "adapter": target["adapter"],
-                     "reward_model": target["reward_model"], "reason": reason, "by": by, "previous": current.version, **extra}
-            return Live(target["version"], target["adapter"], target["reward_model"], entry["time"], -1, current.frozen), entry
+            entry = {
+                "time": utc_now(),
+                "action": "rollback",
+                "version": target["version"],
+                "adapter": target["adapter"],
+                "reward_model": target["reward_model"],
+                "reason": reason,
+                "by": by,
+                "previous": current.version,
+                **extra,
+            }
+            return Live(
+                target["version"], target["adapter"], target["reward_model"], entry["time"], -1, current.frozen
+            ), entry
 
         return self._change(change)
 
     def freeze(self, *, reason: str, by: str, **extra: Any) -> Live:
         """Stop online updates and promotions until `unfreeze`; the live adapter keeps serving. `extra`: more
         fields of the history entry (the slow loop's step)."""
+
         def change(current: Live, history: list[dict[str, Any]]) -> tuple[Live, dict[str, Any]]:
             if current.frozen:
                 raise LiveError(f"already frozen since {current.frozen['since']} ({current.frozen['reason']})")
-            entry = {"time": utc_now(), "action": "freeze", "version": current.version, "reason": reason, "by": by, **extra}
+            entry = {
+                "time": utc_now(),
+                "action": "freeze",
+                "version": current.version,
+                "reason": reason,
+                "by": by,
+                **extra,
+            }
             return Live(**{**asdict(current), "frozen": {"since": entry["time"], "reason": reason, "by": by}}), entry
 
         return self._change(change)
@@ -197,19 +255,46 @@ class LiveState:
         def change(current: Live, history: list[dict[str, Any]]) -> tuple[Live, dict[str, Any]]:
             if not current.frozen:
                 raise LiveError("live updates are not frozen")
-            return Live(**{**asdict(current), "frozen": None}), {"time": utc_now(), "action": "unfreeze", "version": current.version, "reason": reason, "by": by, **extra}
+            return Live(**{**asdict(current), "frozen": None}), {
+                "time": utc_now(),
+                "action": "unfreeze",
+                "version": current.version,
+                "reason": reason,
+                "by": by,
+                **extra,
+            }
 
         return self._change(change)
 
     def adjust(self, *, reason: str, by: str, **extra: Any) -> None:
-        """Record a change of the next adapters' settings (the slow loop's `step`, its factor and the day it applies from)."""
-        self._change(lambda current, history: (current, {"time": utc_now(), "action": "adjust", "version": current.version, "reason": reason, "by": by, **extra}))
+        """Record a change of the next adapters' settings (the slow loop's `step`, its factor and the day it applies
+        from)."""
+        self._change(
+            lambda current, history: (
+                current,
+                {
+                    "time": utc_now(),
+                    "action": "adjust",
+                    "version": current.version,
+                    "reason": reason,
+                    "by": by,
+                    **extra,
+                },
+            )
+        )
 
     def note(self, text: str, *, by: str) -> None:
         """A note about the live adapter, kept in the history beside the changes."""
         if not text.strip():
-            raise LiveError("an empty note; write what you noticed, e.g. hominem live note \"warmer replies, forgets my name\"")
-        self._change(lambda current, history: (current, {"time": utc_now(), "action": "note", "version": current.version, "note": text.strip(), "by": by}))
+            raise LiveError(
+                'an empty note; write what you noticed, e.g. hominem live note "warmer replies, forgets my name"'
+            )
+        self._change(
+            lambda current, history: (
+                current,
+                {"time": utc_now(), "action": "note", "version": current.version, "note": text.strip(), "by": by},
+            )
+        )
 
     # -- internals ----------------------------------------------------------------------------------
 
@@ -227,9 +312,19 @@ class LiveState:
         p = Path(stored)
         return p if p.is_absolute() else self.data_dir / p
 
-    def _entry(self, action: str, version: str, adapter: Path, reward_model: Path | None, reason: str, by: str, **extra: Any) -> dict[str, Any]:
-        return {"time": utc_now(), "action": action, "version": version, "adapter": self._relative(adapter),
-                "reward_model": self._relative(reward_model), "reason": reason, "by": by, **extra}
+    def _entry(
+        self, action: str, version: str, adapter: Path, reward_model: Path | None, reason: str, by: str, **extra: Any
+    ) -> dict[str, Any]:
+        return {
+            "time": utc_now(),
+            "action": action,
+            "version": version,
+            "adapter": self._relative(adapter),
+            "reward_model": self._relative(reward_model),
+            "reason": reason,
+            "by": by,
+            **extra,
+        }
 
     def _change(self, change) -> Any:
         """Under the lock: read both files, restore a history entry a crash lost, apply `change`
@@ -238,7 +333,9 @@ class LiveState:
 
         self.dir.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.dir / ".lock"), timeout=60):
-            for torn in self.dir.glob(".*.json.*.tmp"):  # a writer killed mid-write left it; nobody else writes while we hold the lock
+            for torn in self.dir.glob(
+                ".*.json.*.tmp"
+            ):  # a writer killed mid-write left it; nobody else writes while we hold the lock
                 torn.unlink(missing_ok=True)
             current, history = self.current(), self.history()
             if current.entry >= len(history) and current.change:  # killed after current.json, before history.json
@@ -250,12 +347,18 @@ class LiveState:
                 new = replace(new, entry=len(history) - 1, change=entry)
                 write_state_file(self.current_path, asdict(new))
             write_state_file(self.history_path, history)
-            log.info("live: %s %s (%s)", entry["action"], entry.get("version") or "base", entry.get("reason") or entry.get("note", ""))
+            log.info(
+                "live: %s %s (%s)",
+                entry["action"],
+                entry.get("version") or "base",
+                entry.get("reason") or entry.get("note", ""),
+            )
             return new
 
 
 def _finite(entry: dict[str, Any]) -> dict[str, Any]:
     """JSON has no NaN: a gate figure that could not be measured is written as null."""
+
     def clean(v: Any) -> Any:
         if isinstance(v, float) and not math.isfinite(v):
             return None
@@ -298,9 +401,15 @@ def check_adapter(folder: Path, base_checksum: str | None = None) -> dict[str, A
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
     if base_checksum is not None:
         if not meta.get("base_checksum"):
-            raise BadAdapter(f"{folder}: no METADATA.json with the base checksum it was trained on; only adapters the pipeline built can go live")
+            raise BadAdapter(
+                f"{folder}: no METADATA.json with the base checksum it was trained on; only adapters the "
+                "pipeline built can go live"
+            )
         if meta["base_checksum"] != base_checksum:
-            raise BadAdapter(f"{folder}: trained on another base (checksum {meta['base_checksum'][:12]}..., the live student's is {base_checksum[:12]}...)")
+            raise BadAdapter(
+                f"{folder}: trained on another base (checksum {meta['base_checksum'][:12]}..., the live "
+                f"student's is {base_checksum[:12]}...)"
+            )
     return meta
 
 
@@ -311,5 +420,8 @@ def find_adapter(data_dir: Path, version: str) -> Path:
     online = data_dir / LIVE_DIR / ONLINE_ADAPTERS / version
     found = ([online] if online.is_dir() else []) + sorted((data_dir / "lora_adapter").glob(f"*/{version}"))
     if not found:
-        raise LiveError(f"no adapter {version!r} in {data_dir / 'lora_adapter'} or {online.parent}; `hominem live status` lists the candidates")
+        raise LiveError(
+            f"no adapter {version!r} in {data_dir / 'lora_adapter'} or {online.parent}; `hominem live "
+            "status` lists the candidates"
+        )
     return found[0]

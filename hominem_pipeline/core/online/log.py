@@ -58,8 +58,14 @@ def read_events(path: Path) -> Iterator[dict[str, Any]]:
             event = parse_line(raw)
             if event is None:
                 torn = not raw.endswith(b"\n")
-                log.warning("%s line %d: %s, skipped (%d bytes: %r)", path, number,
-                            "a torn last line (the writer stopped mid-line)" if torn else "not a JSON event", len(raw), raw[:80])
+                log.warning(
+                    "%s line %d: %s, skipped (%d bytes: %r)",
+                    path,
+                    number,
+                    "a torn last line (the writer stopped mid-line)" if torn else "not a JSON event",
+                    len(raw),
+                    raw[:80],
+                )
                 continue
             yield event
 
@@ -76,7 +82,9 @@ class InteractionLog:
         self._file: Any = None
         self._file_day: str | None = None
         self._ids: set[str] = set()
-        self.remembered: list[dict[str, Any]] = []  # the events of those days, read once at start (the service's ledger loads them)
+        self.remembered: list[
+            dict[str, Any]
+        ] = []  # the events of those days, read once at start (the service's ledger loads them)
         for path in self.files()[-remember_days:]:
             self._cut_torn_tail(path)
             self.remembered += read_events(path)
@@ -99,7 +107,12 @@ class InteractionLog:
         data = path.read_bytes()
         if data and not data.endswith(b"\n"):
             keep = data.rfind(b"\n") + 1
-            log.warning("%s: cutting off a torn last line of %d bytes (never acknowledged): %r", path, len(data) - keep, data[keep:][:80])
+            log.warning(
+                "%s: cutting off a torn last line of %d bytes (never acknowledged): %r",
+                path,
+                len(data) - keep,
+                data[keep:][:80],
+            )
             with open(path, "r+b") as f:
                 f.truncate(keep)
                 os.fsync(f.fileno())
@@ -126,7 +139,9 @@ class InteractionLog:
                 if event["id"] in self._ids:
                     written.append(False)
                     continue
-                lines.setdefault(event_day(event), []).append(json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
+                lines.setdefault(event_day(event), []).append(
+                    json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+                )
                 self._ids.add(event["id"])
                 written.append(True)
             try:

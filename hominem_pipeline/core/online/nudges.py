@@ -3,7 +3,8 @@ live adapter toward more of that dimension, "less" away from it.
 
 **Pressure.** The nudges of the log's recent days give each dimension a signed pressure
 
-    p_D = tanh(net_D / saturation),  net_D = sum over D's nudges of (+1 more, -1 less) * 0.5 ** (age_days / half_life_days)
+    p_D = tanh(net_D / saturation),  net_D = sum over D's nudges of (+1 more, -1 less) * 0.5 ** (age_days /
+    half_life_days)
 
 so a few recent nudges press clearly (three "more empathy" today: p 0.76 at saturation 3), an old one
 fades, and "more" and "less" cancel.
@@ -68,12 +69,18 @@ class Pressure:
         return np.array([self.by_dimension.get(d, 0.0) for d in dims])
 
     def describe(self) -> str:
-        parts = [f"{'more' if p > 0 else 'less'} {d} ({p:+.2f}: {self.counts[d]['more']} more, {self.counts[d]['less']} less)"
-                 for d, p in sorted(self.by_dimension.items(), key=lambda kv: -abs(kv[1])) if abs(p) > 1e-6]
+        parts = [
+            f"{'more' if p > 0 else 'less'} {d} ({p:+.2f}: {self.counts[d]['more']} more, "
+            f"{self.counts[d]['less']} less)"
+            for d, p in sorted(self.by_dimension.items(), key=lambda kv: -abs(kv[1]))
+            if abs(p) > 1e-6
+        ]
         return "; ".join(parts) or "no nudges"
 
 
-def pressure(events: list[dict[str, Any]], dims: list[str], now: dt.datetime, half_life_days: float, saturation: float) -> Pressure:
+def pressure(
+    events: list[dict[str, Any]], dims: list[str], now: dt.datetime, half_life_days: float, saturation: float
+) -> Pressure:
     """The nudges among `events` (the log's raw events) as a `Pressure` on `dims` at time `now`; a nudge
     on a dimension that is not configured is left out."""
     net = dict.fromkeys(dims, 0.0)
@@ -90,8 +97,11 @@ def pressure(events: list[dict[str, Any]], dims: list[str], now: dt.datetime, ha
         net[e["dimension"]] += sign * 0.5 ** (age / half_life_days)
         counts[e["dimension"]][e["direction"]] += 1
         ids.append(str(e.get("id")))
-    return Pressure({d: math.tanh(v / saturation) for d, v in net.items() if counts[d]["more"] + counts[d]["less"]},
-                    {d: c for d, c in counts.items() if c["more"] + c["less"]}, tuple(ids))
+    return Pressure(
+        {d: math.tanh(v / saturation) for d, v in net.items() if counts[d]["more"] + counts[d]["less"]},
+        {d: c for d, c in counts.items() if c["more"] + c["less"]},
+        tuple(ids),
+    )
 
 
 def nudged_conversations(events: list[dict[str, Any]], push: Pressure, limit: int) -> list[dict[str, Any]]:
@@ -102,7 +112,9 @@ def nudged_conversations(events: list[dict[str, Any]], push: Pressure, limit: in
 
     counted = set(push.ids)
     turns = {str(e.get("id")): e for e in events if e.get("kind") == "turn"}
-    nudges = [e for e in events if e.get("kind") == "nudge" and str(e.get("id")) in counted and str(e.get("turn")) in turns]
+    nudges = [
+        e for e in events if e.get("kind") == "nudge" and str(e.get("id")) in counted and str(e.get("turn")) in turns
+    ]
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
     for e in sorted(nudges, key=lambda e: str(e.get("time", "")), reverse=True):
@@ -115,8 +127,15 @@ def nudged_conversations(events: list[dict[str, Any]], push: Pressure, limit: in
         if context in seen or not messages:
             continue
         seen.add(context)
-        out.append({"context": context, "prompt": transcript(messages), "reply": reply, "turn": str(turn["id"]),
-                    "finished": turn.get("finish_reason", "stop") == "stop"})
+        out.append(
+            {
+                "context": context,
+                "prompt": transcript(messages),
+                "reply": reply,
+                "turn": str(turn["id"]),
+                "finished": turn.get("finish_reason", "stop") == "stop",
+            }
+        )
         if len(out) >= limit:
             break
     return out
@@ -138,8 +157,15 @@ def sampled_candidates(conversations: list[dict[str, Any]], k: int, sample: Any)
             if not text.strip() or text.strip() in seen:
                 continue
             seen.add(text.strip())
-            rows.append({"prompt_id": f"served:{c['context']}", "prompt": c["prompt"], "response": text,
-                         "trajectory_id": c["turn"] if j == 0 else f"{c['turn']}~{j}", "finished": bool(finished)})
+            rows.append(
+                {
+                    "prompt_id": f"served:{c['context']}",
+                    "prompt": c["prompt"],
+                    "response": text,
+                    "trajectory_id": c["turn"] if j == 0 else f"{c['turn']}~{j}",
+                    "finished": bool(finished),
+                }
+            )
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -156,7 +182,10 @@ def scored_gaps(reward_model: Any, items: pd.DataFrame) -> np.ndarray:
     if not len(items):
         return np.zeros((0, len(reward_model.dimensions)))
     prompts = list(items["prompt"])
-    vec = np.asarray(reward_model.raw_scores(prompts + prompts, list(items["chosen"]) + list(items["rejected"]))["vector"], dtype=float)
+    vec = np.asarray(
+        reward_model.raw_scores(prompts + prompts, list(items["chosen"]) + list(items["rejected"]))["vector"],
+        dtype=float,
+    )
     return vec[: len(items)] - vec[len(items) :]
 
 
@@ -170,13 +199,22 @@ def pair_weights(item_gaps: np.ndarray, push: np.ndarray, strength: float, max_f
 
 
 def _finished(row: pd.Series) -> bool:
-    """A candidate's reply ended by itself (the teacher's candidates are kept only so; a sampled one may stop at the limit)."""
+    """A candidate's reply ended by itself (the teacher's candidates are kept only so; a sampled one may stop at the
+    limit)."""
     value = row.get("finished", True)
     return True if value is None or (isinstance(value, float) and math.isnan(value)) else bool(value)
 
 
-def dimension_pairs(labels: pd.DataFrame, dims: list[str], push: Pressure, n: int, min_gap: float, tolerance: float, time: str,
-                    hold: str = "mean") -> pd.DataFrame:
+def dimension_pairs(
+    labels: pd.DataFrame,
+    dims: list[str],
+    push: Pressure,
+    n: int,
+    min_gap: float,
+    tolerance: float,
+    time: str,
+    hold: str = "mean",
+) -> pd.DataFrame:
     """Up to `n` replay items (`source` nudge:<dimension>) from scored candidates, the teacher's and the
     student's own (`labels`: prompt_id, prompt, response, vector (the reward model's), reward_intensity, safety_score,
     optionally finished), `n` split among the
@@ -225,8 +263,21 @@ def dimension_pairs(labels: pd.DataFrame, dims: list[str], push: Pressure, n: in
             used |= {a, b}
             taken += 1
             hi, lo = frame.loc[a], frame.loc[b]
-            rows.append({"id": f"nudge:{d}:{'more' if p > 0 else 'less'}:{hi.get('trajectory_id', a)}:{lo.get('trajectory_id', b)}",
-                         "time": time, "source": f"nudge:{d}", "prompt": hi["prompt"], "chosen": hi["response"], "rejected": lo["response"],
-                         "reward_intensity": float(np.clip(hi.get("reward_intensity", 0.5), 0, 1)), "safety_score": float(np.clip(hi.get("safety_score", 1.0), 0, 1)),
-                         "vector": hi["_v"], "weight": 1.0, "chosen_finished": _finished(hi), "rejected_finished": _finished(lo)})
+            way = "more" if p > 0 else "less"
+            rows.append(
+                {
+                    "id": f"nudge:{d}:{way}:{hi.get('trajectory_id', a)}:{lo.get('trajectory_id', b)}",
+                    "time": time,
+                    "source": f"nudge:{d}",
+                    "prompt": hi["prompt"],
+                    "chosen": hi["response"],
+                    "rejected": lo["response"],
+                    "reward_intensity": float(np.clip(hi.get("reward_intensity", 0.5), 0, 1)),
+                    "safety_score": float(np.clip(hi.get("safety_score", 1.0), 0, 1)),
+                    "vector": hi["_v"],
+                    "weight": 1.0,
+                    "chosen_finished": _finished(hi),
+                    "rejected_finished": _finished(lo),
+                }
+            )
     return pd.DataFrame(rows, columns=ITEM_COLUMNS + FINISHED)[: max(n, 0)]

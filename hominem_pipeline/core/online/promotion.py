@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 REPLIES = "replies"  # data/live/replies/<version>.json: the gate's replies of each adapter it judged (gate.ReplyCache)
 
+
 @dataclass(frozen=True)
 class Offer:
     version: str
@@ -59,7 +60,9 @@ def health_of(cfg: HominemConfig, adapter: Path) -> tuple[float | None, tuple[fl
     on_it = []
     for manifest in (cfg.data_dir / "reward_health_index" / day).glob("*/manifest.json"):
         m = json.loads(manifest.read_text())
-        if any(i["version"] == version for i in m.get("inputs", {}).get("lora_adapter", [])) and m.get("complete", True):
+        if any(i["version"] == version for i in m.get("inputs", {}).get("lora_adapter", [])) and m.get(
+            "complete", True
+        ):
             on_it.append((manifest.stat().st_mtime, manifest.parent, m))
     if not on_it:
         return None, None, {}
@@ -76,8 +79,14 @@ def health_of(cfg: HominemConfig, adapter: Path) -> tuple[float | None, tuple[fl
 def _measured(health: dict[str, Any]) -> dict[str, Any]:
     """A health report's components (value, and verdict against the panel) and those below the healthy range."""
     verdicts = health.get("verdicts") or {}
-    components = {k: {"value": c.get("value"), "verdict": verdicts.get(k)} for k, c in (health.get("components") or {}).items()}
-    return {"components": components, "below_range": health.get("below_range") or [], "calibration": health.get("calibration")}
+    components = {
+        k: {"value": c.get("value"), "verdict": verdicts.get(k)} for k, c in (health.get("components") or {}).items()
+    }
+    return {
+        "components": components,
+        "below_range": health.get("below_range") or [],
+        "calibration": health.get("calibration"),
+    }
 
 
 def why_base(data_dir: Path) -> str | None:
@@ -98,8 +107,11 @@ def why_base(data_dir: Path) -> str | None:
     why = last.get("reason", "")
     if low and not any(k.upper() in why for k in below):  # a daily refusal's reason names them already
         why += f" (below the panel's healthy range: {low})"
-    return (f"the gate refused {last['version']} ({last['time']}): {why}. `hominem serve --adapter latest` serves it anyway; "
-            f"`hominem live promote {last['version']}` gates it again")
+    return (
+        f"the gate refused {last['version']} ({last['time']}): {why}. `hominem serve --adapter latest` "
+        "serves it anyway; "
+        f"`hominem live promote {last['version']}` gates it again"
+    )
 
 
 def gate_prompts(cfg: HominemConfig) -> list[str]:
@@ -115,9 +127,21 @@ def gate_prompts(cfg: HominemConfig) -> list[str]:
     return [p.text for p in prompts_of(pd.read_parquet(ref.file("prompts.parquet")), "eval")]
 
 
-def offer(cfg: HominemConfig, adapter: Path, *, by: str, reason: str, rhi: float | Callable[[list[str], list[str]], float | None] | None = None,
-          rhi_threshold: float | None = None, threshold_name: str | None = None, reward_model: Any | None = None,
-          version: str | None = None, seed: int | None = None, prompts: list[str] | None = None, people_pairs: int | None = None) -> Offer:
+def offer(
+    cfg: HominemConfig,
+    adapter: Path,
+    *,
+    by: str,
+    reason: str,
+    rhi: float | Callable[[list[str], list[str]], float | None] | None = None,
+    rhi_threshold: float | None = None,
+    threshold_name: str | None = None,
+    reward_model: Any | None = None,
+    version: str | None = None,
+    seed: int | None = None,
+    prompts: list[str] | None = None,
+    people_pairs: int | None = None,
+) -> Offer:
     """Gate `adapter` against the live one and promote it if it passes; a refusal is recorded with its
     reasons and the adapter stays on disk as a candidate. A damaged adapter (BadAdapter) is refused
     without running the gate. `rhi`: its health index, or a function measuring it on the candidate's
@@ -135,18 +159,27 @@ def offer(cfg: HominemConfig, adapter: Path, *, by: str, reason: str, rhi: float
     version = version or adapter.name
     current = state.current()
     if current.frozen:
-        raise LiveError(f"live updates are frozen since {current.frozen['since']} ({current.frozen['reason']}); `hominem live unfreeze` first")
-    base, tokenizer = load_student(student_path(cfg))  # checks the adapter's base, then carries both adapters in the gate
+        raise LiveError(
+            f"live updates are frozen since {current.frozen['since']} ({current.frozen['reason']}); "
+            "`hominem live unfreeze` first"
+        )
+    base, tokenizer = load_student(
+        student_path(cfg)
+    )  # checks the adapter's base, then carries both adapters in the gate
     rm_path = adapter_reward_model(adapter, cfg.data_dir) if (adapter / "METADATA.json").is_file() else None
     try:
         check_adapter(adapter, base_checksum(base))
     except BadAdapter as exc:
-        report = GateReport(False, [f"adapter files: {exc}"], {"candidate": str(adapter), "live_version": current.version})
+        report = GateReport(
+            False, [f"adapter files: {exc}"], {"candidate": str(adapter), "live_version": current.version}
+        )
         state.refuse(version, adapter, rm_path, gate=report.as_dict(), reason=report.reasons[0], by=by)
         return Offer(version, adapter, report, current)
     rm_path = rm_path or state.reward_model_path(current)
     if rm_path is None or not Path(rm_path).is_dir():
-        raise LiveError(f"no reward model to judge {adapter} with (its METADATA names {rm_path}); build one with `hominem run`")
+        raise LiveError(
+            f"no reward model to judge {adapter} with (its METADATA names {rm_path}); build one with `hominem run`"
+        )
     measured: dict[str, Any] = {}
     if rhi is None:
         rhi, held_to, measured = health_of(cfg, adapter)
@@ -160,12 +193,23 @@ def offer(cfg: HominemConfig, adapter: Path, *, by: str, reason: str, rhi: float
     )
 
     report = run_gate(
-        adapter, state.adapter_path(current), cfg=cfg, base=base, tokenizer=tokenizer, reward_model=reward_model if reward_model is not None else project_reward_model(rm_path, cfg),
+        adapter,
+        state.adapter_path(current),
+        cfg=cfg,
+        base=base,
+        tokenizer=tokenizer,
+        reward_model=reward_model if reward_model is not None else project_reward_model(rm_path, cfg),
         prompts=gate_prompts(cfg) if prompts is None else prompts,
         memory=read_memory_rows(memory_paths(cfg)) if cfg.evaluation.memory_probe else None,
-        rhi=rhi, threshold=rhi_threshold, threshold_name=threshold_name, rhi_measured=measured,
-        cache=ReplyCache(state.dir / REPLIES, cfg), candidate_version=version, seed=cfg.project.seed if seed is None else seed,
-        live_version=current.version, people=_first(held_out_pairs(cfg, "held_out"), people_pairs),
+        rhi=rhi,
+        threshold=rhi_threshold,
+        threshold_name=threshold_name,
+        rhi_measured=measured,
+        cache=ReplyCache(state.dir / REPLIES, cfg),
+        candidate_version=version,
+        seed=cfg.project.seed if seed is None else seed,
+        live_version=current.version,
+        people=_first(held_out_pairs(cfg, "held_out"), people_pairs),
         base_logps=base_logp_cache(student_path(cfg), cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES)),
     )
     if report.passed:
@@ -204,13 +248,25 @@ def move_champion(cfg: HominemConfig, live: Live) -> int | None:
             pass
         return None
     adapter = LiveState(cfg.data_dir).adapter_path(live)
-    with tracker.stage_run(asset="live", partition=live.since[:10], dagster_run_id=f"live-{live.version}", tags={"hominem.live_version": live.version}) as run:
+    with tracker.stage_run(
+        asset="live",
+        partition=live.since[:10],
+        dagster_run_id=f"live-{live.version}",
+        tags={"hominem.live_version": live.version},
+    ) as run:
+
         def log_adapter() -> str:
             run.log_artifact(adapter, "adapter")
             return f"runs:/{run.run_id}/adapter"
 
-        return run.register_model(CHAMPION_MODEL, live.version, log_adapter, alias=CHAMPION,
-                                  description="hominem: LoRA adapters that went live; alias `champion` is the live one (data/live/current.json)")
+        return run.register_model(
+            CHAMPION_MODEL,
+            live.version,
+            log_adapter,
+            alias=CHAMPION,
+            description="hominem: LoRA adapters that went live; alias `champion` is the live one "
+            "(data/live/current.json)",
+        )
 
 
 def _champion_reward_model(live: Live) -> None:
@@ -226,7 +282,9 @@ def _champion_reward_model(live: Live) -> None:
         return
     client = MlflowClient()
     try:
-        found = client.search_model_versions(f"name = '{REWARD_MODEL_NAME}' and tags.`{TAG_VERSION}` = '{Path(live.reward_model).name}'")
+        found = client.search_model_versions(
+            f"name = '{REWARD_MODEL_NAME}' and tags.`{TAG_VERSION}` = '{Path(live.reward_model).name}'"
+        )
     except MlflowException:
         return
     if found:
@@ -246,8 +304,13 @@ def promote_version(cfg: HominemConfig, version: str, *, by: str, reason: str = 
 
 
 def describe(live: Live) -> dict[str, Any]:
-    return {"version": live.version or "base", "adapter": live.adapter, "reward_model": live.reward_model, "since": live.since or None,
-            "frozen": live.frozen}
+    return {
+        "version": live.version or "base",
+        "adapter": live.adapter,
+        "reward_model": live.reward_model,
+        "since": live.since or None,
+        "frozen": live.frozen,
+    }
 
 
 def gate_daily_adapter(cfg: HominemConfig, day: str, *, by: str):
@@ -269,27 +332,48 @@ def gate_daily_adapter(cfg: HominemConfig, day: str, *, by: str):
     history = state.history()
     demoted = [e for e in history if e["action"] == "rollback" and e.get("previous") == ref.version]
     if demoted:  # it was live and someone rolled it back: the daily job does not bring it back
-        return CheckOutcome(False, f"{ref.version} was rolled back {demoted[-1]['time']} ({demoted[-1].get('reason', '')}); "
-                                   f"`hominem live promote {ref.version}` makes it live again", meta)
-    earlier = [e for e in history if e.get("version") == ref.version and e["action"] == "refuse" and e.get("live") == current.version]
+        return CheckOutcome(
+            False,
+            f"{ref.version} was rolled back {demoted[-1]['time']} ({demoted[-1].get('reason', '')}); "
+            f"`hominem live promote {ref.version}` makes it live again",
+            meta,
+        )
+    earlier = [
+        e
+        for e in history
+        if e.get("version") == ref.version and e["action"] == "refuse" and e.get("live") == current.version
+    ]
     if earlier:
-        return CheckOutcome(False, f"{ref.version} stays a candidate (gated {earlier[-1]['time']}): {earlier[-1]['reason']}", {**meta, **_flat(earlier[-1].get("gate", {}))})
+        return CheckOutcome(
+            False,
+            f"{ref.version} stays a candidate (gated {earlier[-1]['time']}): {earlier[-1]['reason']}",
+            {**meta, **_flat(earlier[-1].get("gate", {}))},
+        )
     if current.frozen:
-        return CheckOutcome(False, f"live updates are frozen ({current.frozen['reason']}): {ref.version} stays a candidate, not gated", meta)
+        return CheckOutcome(
+            False,
+            f"live updates are frozen ({current.frozen['reason']}): {ref.version} stays a candidate, not gated",
+            meta,
+        )
     reuse_evaluation_replies(cfg, day, ref.version, live_is_base=current.version is None)
     try:
         result = offer(cfg, ref.path, by=by, reason=f"the daily job's adapter for {day}", version=ref.version)
-    except LiveError as exc:  # nothing to gate with (no reward model, no held-out prompts): a failed check, not a failed run
+    except (
+        LiveError
+    ) as exc:  # nothing to gate with (no reward model, no held-out prompts): a failed check, not a failed run
         return CheckOutcome(False, f"{ref.version} was not gated: {exc}", meta)
     what = f"{ref.version} is live" if result.promoted else f"{ref.version} stays a candidate"
-    return CheckOutcome(result.promoted, f"{what}: {result.report.summary()}", {**meta, **_flat(result.report.as_dict())})
+    return CheckOutcome(
+        result.promoted, f"{what}: {result.report.summary()}", {**meta, **_flat(result.report.as_dict())}
+    )
 
 
 def reuse_evaluation_replies(cfg: HominemConfig, day: str, version: str, *, live_is_base: bool) -> int:
-    """Put the replies the day's `evaluation` (the version this config implies, built on adapter `version`)
-    decoded into the gate's reply cache: the adapter's under its version and, when the base is live, the
-    base's; and the adapter's implicit reward on each people's held-out pair. The gate decodes as the evaluation does and batches the held-out prompts and the memory
-    questions as it does, so the replies are the ones it would generate. Returns how many were added."""
+    """Put the replies the day's `evaluation` (the version this config implies, built on adapter `version`) decoded
+    into the gate's reply cache: the adapter's under its version and, when the base is live, the base's; and the
+    adapter's implicit reward on each people's held-out pair. The gate decodes as the evaluation does and batches
+    the held-out prompts and the memory questions as it does, so the replies are the ones it would generate. Returns
+    how many were added."""
     import pandas as pd
 
     from hominem_pipeline.core.builds.evaluation import MEMORY_ANSWERS, PEOPLE_MARGINS
@@ -304,11 +388,25 @@ def reuse_evaluation_replies(cfg: HominemConfig, day: str, version: str, *, live
         frames.append(pd.read_parquet(ref.path / MEMORY_ANSWERS))
     replies = pd.concat(frames, ignore_index=True)
     cache = ReplyCache(LiveState(cfg.data_dir).dir / REPLIES, cfg)
-    margins = pd.read_parquet(ref.path / PEOPLE_MARGINS) if (ref.path / PEOPLE_MARGINS).is_file() else pd.DataFrame(columns=["pair_id", "margin"])
-    cache.put(version, dict(zip(replies["prompt"], replies["adapter"])), margins=dict(zip(margins["pair_id"].astype(str), margins["margin"].astype(float))))
+    margins = (
+        pd.read_parquet(ref.path / PEOPLE_MARGINS)
+        if (ref.path / PEOPLE_MARGINS).is_file()
+        else pd.DataFrame(columns=["pair_id", "margin"])
+    )
+    cache.put(
+        version,
+        dict(zip(replies["prompt"], replies["adapter"])),
+        margins=dict(zip(margins["pair_id"].astype(str), margins["margin"].astype(float))),
+    )
     if live_is_base:
         cache.put(None, dict(zip(replies["prompt"], replies["base"])))
-    log.info("live gate: %d replies of %s%s read from its evaluation %s", len(replies), version, " and of the base" if live_is_base else "", ref.version)
+    log.info(
+        "live gate: %d replies of %s%s read from its evaluation %s",
+        len(replies),
+        version,
+        " and of the base" if live_is_base else "",
+        ref.version,
+    )
     return len(replies)
 
 
@@ -324,7 +422,8 @@ def _flat(figures: dict[str, Any]) -> dict[str, Any]:
 
 
 def night_of(cfg: HominemConfig, day: str) -> Night:
-    """The slow loop's night of `day`: the day's RHI (the `reward_health_index` version this config implies) and the adapter it measured."""
+    """The slow loop's night of `day`: the day's RHI (the `reward_health_index` version this config implies) and the
+    adapter it measured."""
     from hominem_pipeline.core.pipeline.lineage import lineage
 
     ref = lineage(cfg).expected("reward_health_index", day)
@@ -337,6 +436,7 @@ def night_of(cfg: HominemConfig, day: str) -> Night:
 def nightly(cfg: HominemConfig, day: str, *, by: str) -> NightReport:
     """The daily job's slow loop for `day` (`slow_loop.act`), before its adapter is offered to the live gate;
     a revert moves the registry's alias back too."""
+
     def revert(version: str, reason: str, **mark: Any) -> None:
         try:
             rollback(cfg, None, reason=reason, by=f"{BY} ({by})", **mark)

@@ -1,9 +1,9 @@
 """The replay buffer (design 000 3.7): past examples with a priority, and one sampler that mixes recent
 and old, high-priority and random, at the configured ratios.
 
-An item is one preference pair: a prompt, the reply to learn and the one it beat, the chosen reply's
-reward vector, reward intensity and safety score, its time, its weight and where it came from
-(`teacher:<day>`, `feedback:choice`, `feedback:thumbs`, `feedback:emotion`, `nudge:<dimension>`). Its priority (000 3.7.2) is
+An item is one preference pair: a prompt, the reply to learn and the one it beat, the chosen reply's reward vector,
+reward intensity and safety score, its time, its weight and where it came from (`teacher:<day>`, `feedback:choice`,
+`feedback:thumbs`, `feedback:emotion`, `nudge:<dimension>`). Its priority (000 3.7.2) is
 
     priority = w_intensity * intensity + w_social * mean(social dimensions) + w_novelty * novelty
 
@@ -61,20 +61,27 @@ class ReplayBuffer:
 
     items: pd.DataFrame
     settings: ReplayConfig  # the config's replay section
-    recent: str = "count"  # which items are recent: count (the newest settings.recent_items) | newest_time (all of the newest time)
+    # which items are recent: count (the newest settings.recent_items) | newest_time (all of the newest time)
+    recent: str = "count"
 
     def __post_init__(self) -> None:
         missing = set(ITEM_COLUMNS) - set(self.items.columns)
         if missing:
             raise ValueError(f"replay items lack column(s) {sorted(missing)}")
-        self.items = self.items.assign(row=np.arange(len(self.items))).sort_values("time", kind="stable").reset_index(drop=True)
+        self.items = (
+            self.items.assign(row=np.arange(len(self.items))).sort_values("time", kind="stable").reset_index(drop=True)
+        )
         self.items["priority"] = self.priorities()
 
     def priorities(self) -> np.ndarray:
         s, items = self.settings, self.items
         intensity = items["reward_intensity"].astype(float).clip(0, 1).to_numpy()
-        social = np.array([np.mean([(float(v.get(d, 0.0)) + 1) / 2 for d in s.social_dimensions]) if isinstance(v, dict) else 0.0
-                           for v in items["vector"]])  # the vector is in [-1, 1]
+        social = np.array(
+            [
+                np.mean([(float(v.get(d, 0.0)) + 1) / 2 for d in s.social_dimensions]) if isinstance(v, dict) else 0.0
+                for v in items["vector"]
+            ]
+        )  # the vector is in [-1, 1]
         new = novelty(list(items["prompt"]))
         p = s.intensity_weight * intensity + s.social_weight * social + s.novelty_weight * new
         unsafe = items["safety_score"].astype(float).to_numpy() < s.unsafe_below
@@ -112,27 +119,58 @@ class ReplayBuffer:
             return np.zeros(0, dtype=np.int64)
         by_priority = min(len(pool), round(n * self.settings.priority_fraction))
         weights = self.items["priority"].to_numpy()[pool]
-        first = rng.choice(pool, size=by_priority, replace=False, p=weights / weights.sum()) if by_priority else np.zeros(0, dtype=np.int64)
+        first = (
+            rng.choice(pool, size=by_priority, replace=False, p=weights / weights.sum())
+            if by_priority
+            else np.zeros(0, dtype=np.int64)
+        )
         rest = np.setdiff1d(pool, first)
-        second = rng.choice(rest, size=min(len(rest), n - by_priority), replace=False) if n > by_priority else np.zeros(0, dtype=np.int64)
+        second = (
+            rng.choice(rest, size=min(len(rest), n - by_priority), replace=False)
+            if n > by_priority
+            else np.zeros(0, dtype=np.int64)
+        )
         return np.concatenate([first, second]).astype(np.int64)
 
 
-ITEM_COLUMNS = ["id", "time", "source", "prompt", "chosen", "rejected", "reward_intensity", "safety_score", "vector", "weight"]
-FINISHED = ["chosen_finished", "rejected_finished"]  # False: the reply was cut at a token budget (trained without its end-of-turn)
+ITEM_COLUMNS = [
+    "id",
+    "time",
+    "source",
+    "prompt",
+    "chosen",
+    "rejected",
+    "reward_intensity",
+    "safety_score",
+    "vector",
+    "weight",
+]
+FINISHED = [
+    "chosen_finished",
+    "rejected_finished",
+]  # False: the reply was cut at a token budget (trained without its end-of-turn)
 
 
 def teacher_pair_items(pairs: pd.DataFrame, labels: pd.DataFrame, day: str) -> pd.DataFrame:
     """Replay items from a day of the teacher's preference pairs: intensity and safety are the chosen
     reply's labels, its vector (for social salience) looked up in that day's `labels` by trajectory."""
     vectors = dict(zip(labels["trajectory_id"], labels["vector"])) if len(labels) else {}
-    return pd.DataFrame({
-        "id": [f"teacher:{day}:{p}" for p in pairs["pair_id"]], "time": f"{day}T00:00:00+00:00", "source": f"teacher:{day}",
-        "prompt": pairs["prompt"].to_numpy(), "chosen": pairs["chosen"].to_numpy(), "rejected": pairs["rejected"].to_numpy(),
-        "reward_intensity": pairs["chosen_reward_intensity"].to_numpy(dtype=float), "safety_score": pairs["chosen_safety_score"].to_numpy(dtype=float),
-        "vector": [vectors.get(t, {}) for t in pairs["chosen_trajectory_id"]], "weight": 1.0,
-        **{f: pairs[f].fillna(True).astype(bool).to_numpy() if f in pairs else True for f in FINISHED},
-    }, columns=ITEM_COLUMNS + FINISHED)
+    return pd.DataFrame(
+        {
+            "id": [f"teacher:{day}:{p}" for p in pairs["pair_id"]],
+            "time": f"{day}T00:00:00+00:00",
+            "source": f"teacher:{day}",
+            "prompt": pairs["prompt"].to_numpy(),
+            "chosen": pairs["chosen"].to_numpy(),
+            "rejected": pairs["rejected"].to_numpy(),
+            "reward_intensity": pairs["chosen_reward_intensity"].to_numpy(dtype=float),
+            "safety_score": pairs["chosen_safety_score"].to_numpy(dtype=float),
+            "vector": [vectors.get(t, {}) for t in pairs["chosen_trajectory_id"]],
+            "weight": 1.0,
+            **{f: pairs[f].fillna(True).astype(bool).to_numpy() if f in pairs else True for f in FINISHED},
+        },
+        columns=ITEM_COLUMNS + FINISHED,
+    )
 
 
 def teacher_replay_items(store: Any, refs: Sequence[Any]) -> pd.DataFrame:
@@ -142,24 +180,43 @@ def teacher_replay_items(store: Any, refs: Sequence[Any]) -> pd.DataFrame:
     frames = []
     for ref in refs:
         labels_ref = store.upstream(ref, "teacher_labels")
-        labels = pd.read_parquet(labels_ref.file("labels.parquet"), columns=["trajectory_id", "vector"]) if labels_ref else pd.DataFrame(columns=["trajectory_id", "vector"])
+        labels = (
+            pd.read_parquet(labels_ref.file("labels.parquet"), columns=["trajectory_id", "vector"])
+            if labels_ref
+            else pd.DataFrame(columns=["trajectory_id", "vector"])
+        )
         frames.append(teacher_pair_items(pd.read_parquet(ref.file("pairs.parquet")), labels, ref.partition))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ITEM_COLUMNS + FINISHED)
 
 
-def feedback_pair_items(pairs: pd.DataFrame, times: dict[str, str], scores: dict[str, np.ndarray], max_weight: float) -> pd.DataFrame:
+def feedback_pair_items(
+    pairs: pd.DataFrame, times: dict[str, str], scores: dict[str, np.ndarray], max_weight: float
+) -> pd.DataFrame:
     """Replay items from people's pairs (`online.feedback.feedback_tables`): the intensity is how strongly
     the person chose (its weight over `max_weight`, the strongest); safety and vector are the reward
     model's `scores` of the chosen reply, its safety 0 where the person reacted to it with distress
     (`chosen_distress`: the emotion-derived safety the dual loss's safety gate reads); the time is the
     chosen reply's turn's (`times`, by turn id)."""
-    return pd.DataFrame({
-        "id": [f"feedback:{p}" for p in pairs["pair_id"]], "time": [times[t] for t in pairs["chosen_turn"]],
-        "source": ["feedback:" + str(s).removeprefix("feedback:") for s in pairs["source"]],
-        "prompt": pairs["prompt"].to_numpy(), "chosen": pairs["chosen"].to_numpy(), "rejected": pairs["rejected"].to_numpy(),
-        "reward_intensity": np.clip(pairs["weight"].to_numpy(dtype=float) / max_weight, 0.0, 1.0),
-        "safety_score": np.where(pairs["chosen_distress"].fillna(False).astype(bool).to_numpy() if "chosen_distress" in pairs else False, 0.0,
-                                 np.asarray(scores["safety_score"], dtype=float)),
-        "vector": list(scores["vector"]), "weight": pairs["weight"].to_numpy(dtype=float),
-        "chosen_finished": True, "rejected_finished": True,
-    }, columns=ITEM_COLUMNS + FINISHED)
+    return pd.DataFrame(
+        {
+            "id": [f"feedback:{p}" for p in pairs["pair_id"]],
+            "time": [times[t] for t in pairs["chosen_turn"]],
+            "source": ["feedback:" + str(s).removeprefix("feedback:") for s in pairs["source"]],
+            "prompt": pairs["prompt"].to_numpy(),
+            "chosen": pairs["chosen"].to_numpy(),
+            "rejected": pairs["rejected"].to_numpy(),
+            "reward_intensity": np.clip(pairs["weight"].to_numpy(dtype=float) / max_weight, 0.0, 1.0),
+            "safety_score": np.where(
+                pairs["chosen_distress"].fillna(False).astype(bool).to_numpy()
+                if "chosen_distress" in pairs
+                else False,
+                0.0,
+                np.asarray(scores["safety_score"], dtype=float),
+            ),
+            "vector": list(scores["vector"]),
+            "weight": pairs["weight"].to_numpy(dtype=float),
+            "chosen_finished": True,
+            "rejected_finished": True,
+        },
+        columns=ITEM_COLUMNS + FINISHED,
+    )

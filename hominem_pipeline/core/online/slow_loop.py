@@ -102,7 +102,9 @@ def _moves(nights: list[Night], since: str | None, min_fall: float) -> tuple[int
     return falls, rises
 
 
-def decide(nights: list[Night], history: list[dict[str, Any]], cfg: SlowLoopConfig, live_version: str | None) -> list[Step]:
+def decide(
+    nights: list[Night], history: list[dict[str, Any]], cfg: SlowLoopConfig, live_version: str | None
+) -> list[Step]:
     """What tonight (the last of `nights`, oldest first) asks of the slow loop, given the live history and
     the adapter live now: a revert of last night's promotion after a dip, and at most one ladder move."""
     if not nights or nights[-1].rhi is None:
@@ -116,19 +118,39 @@ def decide(nights: list[Night], history: list[dict[str, Any]], cfg: SlowLoopConf
         last = measured[-1]
         promoted = any(e["action"] == "promote" and e.get("version") == last.adapter for e in history)
         if last.adapter and promoted and live_version == last.adapter and tonight.rhi < last.rhi - cfg.revert_dip:
-            out.append(Step("revert", f"slow loop: RHI {tonight.rhi:.3f} on {tonight.day} is more than slow_loop.revert_dip {cfg.revert_dip} below "
-                                      f"the {last.rhi:.3f} {last.adapter} went live with on {last.day} (a dip after consolidation)", last.adapter))
+            out.append(
+                Step(
+                    "revert",
+                    f"slow loop: RHI {tonight.rhi:.3f} on {tonight.day} is more than "
+                    f"slow_loop.revert_dip {cfg.revert_dip} below "
+                    f"the {last.rhi:.3f} {last.adapter} went live with on {last.day} (a dip after consolidation)",
+                    last.adapter,
+                )
+            )
     stack = ladder(history)
-    moved = [e.get("slow_loop_night") for e in history if e.get("slow_loop_step") in LADDER and e.get("slow_loop_night")]
+    moved = [
+        e.get("slow_loop_night") for e in history if e.get("slow_loop_step") in LADDER and e.get("slow_loop_night")
+    ]
     falls, rises = _moves(nights, max(moved) if moved else None, cfg.min_fall)
     taken = [e["slow_loop_step"] for e in stack]
     if falls >= cfg.falling_nights:
         nxt = next((s for s in cfg.steps if s not in taken), None)
         if nxt is not None:
-            out.append(Step(nxt, f"slow loop: the RHI fell {falls} nights in a row (slow_loop.falling_nights {cfg.falling_nights}), to {tonight.rhi:.3f} on {tonight.day}"))
+            out.append(
+                Step(
+                    nxt,
+                    f"slow loop: the RHI fell {falls} nights in a row (slow_loop.falling_nights "
+                    f"{cfg.falling_nights}), to {tonight.rhi:.3f} on {tonight.day}",
+                )
+            )
     elif rises >= cfg.recovery_nights and stack:
-        out.append(Step(UNDO[taken[-1]], f"slow loop: the RHI rose {rises} nights in a row (slow_loop.recovery_nights {cfg.recovery_nights}), "
-                                         f"to {tonight.rhi:.3f} on {tonight.day}: {taken[-1]} undone"))
+        out.append(
+            Step(
+                UNDO[taken[-1]],
+                f"slow loop: the RHI rose {rises} nights in a row (slow_loop.recovery_nights {cfg.recovery_nights}), "
+                f"to {tonight.rhi:.3f} on {tonight.day}: {taken[-1]} undone",
+            )
+        )
     return out
 
 
@@ -140,7 +162,9 @@ def adjustment(history: list[dict[str, Any]], day: str) -> Adjustment:
             last = e
     if last is None:
         return Adjustment()
-    return Adjustment(float(last.get("lr_factor", 1.0)), float(last.get("rank_factor", 1.0)), tuple(last.get("in_force", ())))
+    return Adjustment(
+        float(last.get("lr_factor", 1.0)), float(last.get("rank_factor", 1.0)), tuple(last.get("in_force", ()))
+    )
 
 
 def adjustment_on(data_dir: Path, day: str) -> Adjustment:
@@ -183,7 +207,11 @@ class AdjustedPolicy:
         return getattr(self._policy, name)
 
     def model_dump(self, **kwargs: Any) -> dict[str, Any]:
-        return {**self._policy.model_dump(**kwargs), "learning_rate": self.learning_rate, "lora": self.lora.model_dump(**kwargs)}
+        return {
+            **self._policy.model_dump(**kwargs),
+            "learning_rate": self.learning_rate,
+            "lora": self.lora.model_dump(**kwargs),
+        }
 
 
 def adjusted_policy(policy: Any, adj: Adjustment) -> Any:
@@ -210,7 +238,11 @@ def record_night(data_dir: Path, night: Night) -> list[Night]:
     with FileLock(str(folder / ".lock"), timeout=60):
         path = folder / NIGHTS
         raw = json.loads(path.read_text()) if path.is_file() else {}
-        raw[night.day] = {"rhi": night.rhi, "adapter": night.adapter, "recorded": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+        raw[night.day] = {
+            "rhi": night.rhi,
+            "adapter": night.adapter,
+            "recorded": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        }
         write_state_file(path, dict(sorted(raw.items())))
     return read_nights(data_dir)
 
@@ -244,11 +276,19 @@ def act(data_dir: Path, night: Night, cfg: SlowLoopConfig, *, by: str, revert: A
     for step in steps:
         mark = {"slow_loop_night": night.day}
         if step.step == "revert":
-            (revert or (lambda v, reason, **m: state.rollback(None, reason=reason, by=f"{BY} ({by})", **m)))(step.version, step.reason, **mark)
+            (revert or (lambda v, reason, **m: state.rollback(None, reason=reason, by=f"{BY} ({by})", **m)))(
+                step.version, step.reason, **mark
+            )
             continue
         in_force = _after(in_force, step.step)
         lr, rank = factors(in_force, cfg)
-        mark.update(slow_loop_step=step.step, applies_from=next_day(night.day), lr_factor=lr, rank_factor=rank, in_force=in_force)
+        mark.update(
+            slow_loop_step=step.step,
+            applies_from=next_day(night.day),
+            lr_factor=lr,
+            rank_factor=rank,
+            in_force=in_force,
+        )
         who = f"{BY} ({by})"
         if step.step == "freeze" and not state.current().frozen:
             state.freeze(reason=step.reason, by=who, **mark)
@@ -262,7 +302,8 @@ def act(data_dir: Path, night: Night, cfg: SlowLoopConfig, *, by: str, revert: A
 
 
 def _ours(frozen: dict[str, str]) -> bool:
-    """A freeze the loops made (the fast loop's partial RHI, or this one), which recovery may lift; one made by hand is not."""
+    """A freeze the loops made (the fast loop's partial RHI, or this one), which recovery may lift; one made by hand
+    is not."""
     return str(frozen.get("reason", "")).startswith(("fast loop:", "slow loop:"))
 
 
@@ -271,7 +312,11 @@ def _aside(step: str, state: LiveState) -> str:
     if step == "freeze" and frozen:
         return f" (already frozen: {frozen['reason']})"
     if step == "unfreeze":
-        return f" (left frozen: frozen by hand, {frozen['reason']}; `hominem live unfreeze` lifts it)" if frozen else " (not frozen any more)"
+        return (
+            f" (left frozen: frozen by hand, {frozen['reason']}; `hominem live unfreeze` lifts it)"
+            if frozen
+            else " (not frozen any more)"
+        )
     return ""
 
 
@@ -281,6 +326,19 @@ def status(data_dir: Path, cfg: SlowLoopConfig | None, today: str, last: int = 7
     history = LiveState(data_dir).history()
     adj = adjustment(history, today)
     actions = [e for e in history if e.get("slow_loop_night")][-5:]
-    return {"enabled": None if cfg is None else cfg.enabled, "nights": [asdict(n) for n in read_nights(data_dir)[-last:]], "in_force": list(adj.steps),
-            "lr_factor": adj.lr_factor, "rank_factor": adj.rank_factor,
-            "actions": [{"time": e["time"], "night": e["slow_loop_night"], "step": e.get("slow_loop_step") or e["action"], "reason": e.get("reason")} for e in actions]}
+    return {
+        "enabled": None if cfg is None else cfg.enabled,
+        "nights": [asdict(n) for n in read_nights(data_dir)[-last:]],
+        "in_force": list(adj.steps),
+        "lr_factor": adj.lr_factor,
+        "rank_factor": adj.rank_factor,
+        "actions": [
+            {
+                "time": e["time"],
+                "night": e["slow_loop_night"],
+                "step": e.get("slow_loop_step") or e["action"],
+                "reason": e.get("reason"),
+            }
+            for e in actions
+        ],
+    }

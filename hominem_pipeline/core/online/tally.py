@@ -39,7 +39,8 @@ CHUNK = 500  # contexts counted again per query
 
 metadata = sa.MetaData()
 tally_pairs = sa.Table(
-    "tally_pairs", metadata,
+    "tally_pairs",
+    metadata,
     sa.Column("id", sa.String(300), primary_key=True),  # channel, the two turns (and a nudge's dimension)
     sa.Column("context", sa.String(32), nullable=False),
     sa.Column("channel", sa.String(16), nullable=False),
@@ -47,7 +48,8 @@ tally_pairs = sa.Table(
     sa.Index("tally_pairs_channel", "channel"),
 )
 tally_conversations = sa.Table(
-    "tally_conversations", metadata,
+    "tally_conversations",
+    metadata,
     sa.Column("id", sa.String(200), primary_key=True),  # the session id, or `context:` and the turn's context
 )
 
@@ -134,10 +136,18 @@ def recount(conn: sa.Connection, turns: sa.Table, feedback: sa.Table, contexts: 
         rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
         turn_ids = list(context_of)
         for j in range(0, len(turn_ids), 1000):
-            select = sa.select(f.kind, f.turn, f.other, f.value, f.rater).where(f.turn.in_(turn_ids[j : j + 1000])).order_by(f.time, f.id)
+            select = (
+                sa.select(f.kind, f.turn, f.other, f.value, f.rater)
+                .where(f.turn.in_(turn_ids[j : j + 1000]))
+                .order_by(f.time, f.id)
+            )
             for r in conn.execute(select).mappings():
                 rows[context_of[r["turn"]]].append(dict(r))
-        pairs = [{"id": pid, "context": c, "channel": channel} for c, ids in members.items() for pid, channel in context_pairs(ids, rows[c])]
+        pairs = [
+            {"id": pid, "context": c, "channel": channel}
+            for c, ids in members.items()
+            for pid, channel in context_pairs(ids, rows[c])
+        ]
         conn.execute(sa.delete(tally_pairs).where(tally_pairs.c.context.in_(chunk)))
         if pairs:
             conn.execute(insert(tally_pairs).on_conflict_do_nothing(index_elements=[tally_pairs.c.id]), pairs)
@@ -146,11 +156,15 @@ def recount(conn: sa.Connection, turns: sa.Table, feedback: sa.Table, contexts: 
 def add_conversations(conn: sa.Connection, turn_rows: list[dict[str, Any]], insert: Any) -> None:
     ids = [{"id": r["session"] or f"context:{r['context']}"} for r in turn_rows]
     if ids:
-        conn.execute(insert(tally_conversations).on_conflict_do_nothing(index_elements=[tally_conversations.c.id]), ids)
+        conn.execute(
+            insert(tally_conversations).on_conflict_do_nothing(index_elements=[tally_conversations.c.id]), ids
+        )
 
 
 def given(conn: sa.Connection) -> Given:
     """The counts as they stand."""
-    by_channel = dict(conn.execute(sa.select(tally_pairs.c.channel, sa.func.count()).group_by(tally_pairs.c.channel)).all())
+    by_channel = dict(
+        conn.execute(sa.select(tally_pairs.c.channel, sa.func.count()).group_by(tally_pairs.c.channel)).all()
+    )
     conversations = conn.execute(sa.select(sa.func.count()).select_from(tally_conversations)).scalar_one()
     return Given(conversations=int(conversations), **{c: int(by_channel.get(c, 0)) for c in CHANNELS})

@@ -77,7 +77,8 @@ log = logging.getLogger(__name__)
 
 PEOPLE_SEEN = "people_pairs.json"  # beside an online adapter: the ids of people's pairs its replay buffer held
 SCORES = "replay_scores.parquet"  # per reward model: the safety and vector of each people's pair's chosen reply
-REPLAY_BATCH = "replay_batch.parquet"  # beside an online adapter: the replay batch it trained on, as trained (the dimension pairs last)
+# beside an online adapter: the replay batch it trained on, as trained (the dimension pairs last)
+REPLAY_BATCH = "replay_batch.parquet"
 
 
 @dataclass(frozen=True)
@@ -119,16 +120,26 @@ def _scored(cfg: HominemConfig, reward_model: Any, rm_path: Path, pairs: pd.Data
     todo = pairs[~pairs["pair_id"].isin(known)]
     if len(todo):
         raw = reward_model.raw_scores(list(todo["prompt"]), list(todo["chosen"]))
-        new = pd.DataFrame({"pair_id": todo["pair_id"].to_numpy(), "safety_score": raw["safety_score"].astype(float),
-                            "vector": [json.dumps(dict(zip(reward_model.dimensions, map(float, row)))) for row in raw["vector"]]})
+        new = pd.DataFrame(
+            {
+                "pair_id": todo["pair_id"].to_numpy(),
+                "safety_score": raw["safety_score"].astype(float),
+                "vector": [json.dumps(dict(zip(reward_model.dimensions, map(float, row)))) for row in raw["vector"]],
+            }
+        )
         cached = pd.concat([cached, new], ignore_index=True) if len(cached) else new
         with atomic_path(path) as tmp:
             cached.to_parquet(tmp, index=False)
     by_id = cached.drop_duplicates("pair_id", keep="last").set_index("pair_id").loc[list(pairs["pair_id"])]
-    return {"safety_score": by_id["safety_score"].to_numpy(dtype=float), "vector": [json.loads(v) for v in by_id["vector"]]}
+    return {
+        "safety_score": by_id["safety_score"].to_numpy(dtype=float),
+        "vector": [json.loads(v) for v in by_id["vector"]],
+    }
 
 
-def feedback_items(cfg: HominemConfig, events: list[dict[str, Any]], pairs: pd.DataFrame, reward_model: Any, rm_path: Path) -> pd.DataFrame:
+def feedback_items(
+    cfg: HominemConfig, events: list[dict[str, Any]], pairs: pd.DataFrame, reward_model: Any, rm_path: Path
+) -> pd.DataFrame:
     """People's preference pairs among the log's `events` (`feedback_tables(events).pairs`) as replay items."""
     from hominem_pipeline.core.online.events import STRENGTHS
 
@@ -149,14 +160,25 @@ def teacher_items(cfg: HominemConfig, sources: list[Any]) -> tuple[pd.DataFrame,
     for key in keys:
         ref = store.existing(key.asset, key.partition, key.version)
         if ref is None:
-            log.warning("the teacher's pairs %s/%s are gone from %s; the update goes on without them", key.partition, key.version, cfg.data_dir)
+            log.warning(
+                "the teacher's pairs %s/%s are gone from %s; the update goes on without them",
+                key.partition,
+                key.version,
+                cfg.data_dir,
+            )
             continue
         refs.append(ref)
         used.append(key)
     return teacher_replay_items(store, refs), used
 
 
-def nudge_pairs(cfg: HominemConfig, keys: list[Any], push: Pressure, reward_model: Any, sampled: Callable[[], pd.DataFrame] | None = None) -> pd.DataFrame:
+def nudge_pairs(
+    cfg: HominemConfig,
+    keys: list[Any],
+    push: Pressure,
+    reward_model: Any,
+    sampled: Callable[[], pd.DataFrame] | None = None,
+) -> pd.DataFrame:
     """`online.nudges.pair_share` of the batch as dimension pairs (`nudges.dimension_pairs`) of the teacher's
     candidates behind the preference pairs `keys`, those the verifier flagged degenerate left out, and of
     the student's own replies `sampled()` returns (`nudges.sampled_candidates`), each scored by `reward_model`
@@ -183,17 +205,32 @@ def nudge_pairs(cfg: HominemConfig, keys: list[Any], push: Pressure, reward_mode
         dims = list(reward_model.dimensions)
         raw = reward_model.raw_scores(list(labels["prompt"]), list(labels["response"]))
         labels = labels.assign(vector=[dict(zip(dims, map(float, row))) for row in raw["vector"]])
-        for column in ("reward_intensity", "safety_score"):  # the student's replies have no teacher label: the reward model's
+        for column in (
+            "reward_intensity",
+            "safety_score",
+        ):  # the student's replies have no teacher label: the reward model's
             given = labels[column] if column in labels else pd.Series(np.nan, index=labels.index)
-            labels[column] = given.astype(float).fillna(pd.Series(np.asarray(raw[column], dtype=float), index=labels.index))
+            labels[column] = given.astype(float).fillna(
+                pd.Series(np.asarray(raw[column], dtype=float), index=labels.index)
+            )
     nc = cfg.online.nudges
-    return dimension_pairs(labels, list(reward_model.dimensions), push, n, nc.min_gap, nc.tolerance, utc_now(), nc.hold)
+    return dimension_pairs(
+        labels, list(reward_model.dimensions), push, n, nc.min_gap, nc.tolerance, utc_now(), nc.hold
+    )
 
 
-def sample_as_served(cfg: HominemConfig, adapter: Path | None, prompts: list[str], k: int, seed: int, *, max_new_tokens: int,
-                     batch_size: int) -> list[list[Any]]:
-    """`k` replies (`generation.Generated`) to each prompt from the student with `adapter` (None: the base),
-    sampled as the server samples (its temperature, top-p, repetition penalty and plain start), `batch_size` at a time."""
+def sample_as_served(
+    cfg: HominemConfig,
+    adapter: Path | None,
+    prompts: list[str],
+    k: int,
+    seed: int,
+    *,
+    max_new_tokens: int,
+    batch_size: int,
+) -> list[list[Any]]:
+    """`k` replies (`generation.Generated`) to each prompt from the student with `adapter` (None: the base), sampled
+    as the server samples (its temperature, top-p, repetition penalty and plain start), `batch_size` at a time."""
     import contextlib
 
     from hominem_pipeline.core.lm.generation import chat_text, generate
@@ -206,12 +243,23 @@ def sample_as_served(cfg: HominemConfig, adapter: Path | None, prompts: list[str
     out: list[Any] = []
     with merged(model) if adapter is not None else contextlib.nullcontext(model):
         for start in range(0, len(texts), batch_size):
-            out += generate(model, tokenizer, texts[start : start + batch_size], max_new_tokens=max_new_tokens, seed=seed + start,
-                            temperature=sc.temperature or None, top_p=sc.top_p, repetition_penalty=sc.repetition_penalty, plain_start=sc.plain_start)
+            out += generate(
+                model,
+                tokenizer,
+                texts[start : start + batch_size],
+                max_new_tokens=max_new_tokens,
+                seed=seed + start,
+                temperature=sc.temperature or None,
+                top_p=sc.top_p,
+                repetition_penalty=sc.repetition_penalty,
+                plain_start=sc.plain_start,
+            )
     return [out[i * k : (i + 1) * k] for i in range(len(prompts))]
 
 
-def own_replies(cfg: HominemConfig, events: list[dict[str, Any]], push: Pressure, adapter: Path | None, seed: int) -> pd.DataFrame:
+def own_replies(
+    cfg: HominemConfig, events: list[dict[str, Any]], push: Pressure, adapter: Path | None, seed: int
+) -> pd.DataFrame:
     """The candidates `online.nudges.samples` adds (`nudges.sampled_candidates`): replies sampled from
     `adapter` (None: the base) to the newest `sample_prompts` conversations people nudged, as the server
     samples them (`sample_as_served`), `evaluation.max_new_tokens` long and in batches of
@@ -221,17 +269,25 @@ def own_replies(cfg: HominemConfig, events: list[dict[str, Any]], push: Pressure
 
     def sample(prompts: list[str], k: int) -> list[list[tuple[str, bool]]]:
         started = time.monotonic()
-        drawn = sample_as_served(cfg, adapter, prompts, k, seed, max_new_tokens=ec.max_new_tokens, batch_size=ec.batch_size)
-        log.info("nudges: %d replies sampled from %s to %d nudged conversation(s) in %.0f s", len(prompts) * k,
-                 adapter.name if adapter else "the base", len(prompts), time.monotonic() - started)
+        drawn = sample_as_served(
+            cfg, adapter, prompts, k, seed, max_new_tokens=ec.max_new_tokens, batch_size=ec.batch_size
+        )
+        log.info(
+            "nudges: %d replies sampled from %s to %d nudged conversation(s) in %.0f s",
+            len(prompts) * k,
+            adapter.name if adapter else "the base",
+            len(prompts),
+            time.monotonic() - started,
+        )
         return [[(g.text, g.finished) for g in replies] for replies in drawn]
 
     return sampled_candidates(conversations, nc.samples, sample)
 
 
 def remember_liked(cfg: HominemConfig, conversations: pd.DataFrame) -> int:
-    """The replies people thumbed up (`conversations`: the log's, `feedback_tables`) written to `online.memory_folder`'s liked.jsonl (memory rows,
-    `facts.write_liked`); returns the rows added, changed or removed (0 with the folder or `liked_replies` off)."""
+    """The replies people thumbed up (`conversations`: the log's, `feedback_tables`) written to
+    `online.memory_folder`'s liked.jsonl (memory rows, `facts.write_liked`); returns the rows added, changed or
+    removed (0 with the folder or `liked_replies` off)."""
     from hominem_pipeline.core.online.facts import LIKED, write_liked
     from hominem_pipeline.core.online.feedback import liked_replies
 
@@ -243,7 +299,9 @@ def remember_liked(cfg: HominemConfig, conversations: pd.DataFrame) -> int:
         return 0
     path, changed = write_liked(cfg.path(oc.memory_folder), liked, window, oc.liked_replies)
     if changed:
-        log.info("%d reply(ies) people liked in the log, %d added, changed or removed, in %s", len(liked), changed, path)
+        log.info(
+            "%d reply(ies) people liked in the log, %d added, changed or removed, in %s", len(liked), changed, path
+        )
     return changed
 
 
@@ -260,8 +318,18 @@ def stated_facts(cfg: HominemConfig, events: list[dict[str, Any]]) -> list[Any]:
 
     by_teacher = oc.facts_by in ("teacher", "both")
     # the teacher's answers, per teacher and request text: the teacher is built only for a message not read before
-    answers = cfg.data_dir / cfg.serving.log_dir / "facts" / f"{fingerprint([cfg.section('teacher'), FACTS_SYSTEM, FACTS_INSTRUCTION], 16)}.json"
-    return extract_facts(events, rules=oc.facts_by in ("rules", "both"), teacher=(lambda: build_teacher(cfg)) if by_teacher else None, answers=answers)
+    answers = (
+        cfg.data_dir
+        / cfg.serving.log_dir
+        / "facts"
+        / f"{fingerprint([cfg.section('teacher'), FACTS_SYSTEM, FACTS_INSTRUCTION], 16)}.json"
+    )
+    return extract_facts(
+        events,
+        rules=oc.facts_by in ("rules", "both"),
+        teacher=(lambda: build_teacher(cfg)) if by_teacher else None,
+        answers=answers,
+    )
 
 
 def held_out_prompts(cfg: HominemConfig, sources: list[Any]) -> list[str]:
@@ -283,8 +351,14 @@ def held_out_prompts(cfg: HominemConfig, sources: list[Any]) -> list[str]:
 # -- the partial health index ------------------------------------------------------------------------
 
 
-def partial_health(cfg: HominemConfig, reward_model: Any, prompts: list[str], replies: list[str], grad_norms: list[float],
-                   adapter: Path | None = None):
+def partial_health(
+    cfg: HominemConfig,
+    reward_model: Any,
+    prompts: list[str],
+    replies: list[str],
+    grad_norms: list[float],
+    adapter: Path | None = None,
+):
     """The fast loop's Reward Health Index: DCS on the adapter's replies (on the update's LoRA at `adapter`
     with `health.dcs_on: policy`) and GVS on its gradient norms (normalised by the calibration's constant
     for the dual mode, which online updates train in), weighted as in the health index and renormalised
@@ -329,7 +403,10 @@ def update_sources(cfg: HominemConfig, state: LiveState) -> tuple[Path, list[Any
         rm_path = rm_ref.path if rm_ref else None
         pairs = [_version_key(pairs_ref.path)] if pairs_ref else []
     if rm_path is None or not rm_path.is_dir():
-        raise LiveError(f"no reward model to score people's pairs and gate the update with ({rm_path or 'none built'}); build one with `hominem run`")
+        raise LiveError(
+            "no reward model to score people's pairs and gate the update with "
+            f"({rm_path or 'none built'}); build one with `hominem run`"
+        )
     return rm_path, pairs
 
 
@@ -341,7 +418,9 @@ def _version_key(path: Path):
     return VersionKey(asset=asset, partition=partition, version=version)
 
 
-_REWARD_MODELS: dict[str, Any] = {}  # the reward model an update of this process loaded, by folder (versions are immutable)
+_REWARD_MODELS: dict[
+    str, Any
+] = {}  # the reward model an update of this process loaded, by folder (versions are immutable)
 
 
 def reward_model_at(path: Path, cfg: HominemConfig) -> Any:
@@ -367,8 +446,21 @@ def prepare(cfg: HominemConfig) -> None:
         log.warning("could not load ahead what the next update needs (%s); it loads it when it runs", exc)
 
 
-def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: int, live: str | None, live_adapter: Path | None, reward_model: Any,
-                 rm_path: Path, teacher_keys: list[Any], people_ids: list[str], lr_factor: float = 1.0, max_steps: int | None = None):
+def train_update(
+    cfg: HominemConfig,
+    batch: pd.DataFrame,
+    out: Path,
+    *,
+    seed: int,
+    live: str | None,
+    live_adapter: Path | None,
+    reward_model: Any,
+    rm_path: Path,
+    teacher_keys: list[Any],
+    people_ids: list[str],
+    lr_factor: float = 1.0,
+    max_steps: int | None = None,
+):
     """Train the live adapter (`live_adapter`; None: a fresh one on the base) on the replay `batch` and the
     memory files into the new version's folder `out`, written whole (a temp folder renamed) with its
     METADATA, training history, replay batch and the people's pairs its buffer held. With
@@ -395,43 +487,87 @@ def train_update(cfg: HominemConfig, batch: pd.DataFrame, out: Path, *, seed: in
         batch = pd.concat([batch[~dimension], batch[dimension]], ignore_index=True)
         dimension = pd.concat([dimension[~dimension], dimension[dimension]], ignore_index=True)
         n_beside = int(dimension.sum())
-    pairs = pd.DataFrame({"prompt": batch["prompt"], "chosen": batch["chosen"], "rejected": batch["rejected"],
-                          "chosen_reward_intensity": batch["reward_intensity"].astype(float), "chosen_safety_score": batch["safety_score"].astype(float),
-                          **({"weight": batch["nudge_weight"].astype(float)} if "nudge_weight" in batch else {}),  # the nudges' weights scale the intensity
-                          **{f: batch[f].fillna(True).astype(bool) if f in batch else True for f in FINISHED}})  # as the daily training encodes them
+    pairs = pd.DataFrame(
+        {
+            "prompt": batch["prompt"],
+            "chosen": batch["chosen"],
+            "rejected": batch["rejected"],
+            "chosen_reward_intensity": batch["reward_intensity"].astype(float),
+            "chosen_safety_score": batch["safety_score"].astype(float),
+            **(
+                {"weight": batch["nudge_weight"].astype(float)} if "nudge_weight" in batch else {}
+            ),  # the nudges' weights scale the intensity
+            **{f: batch[f].fillna(True).astype(bool) if f in batch else True for f in FINISHED},
+        }
+    )  # as the daily training encodes them
     files = memory_paths(cfg)
     memory, memory_data = read_memory_rows(files), memory_digest(files)
     if oc.nudges.imitate:  # each dimension pair's chosen reply is also a memory row: the student imitates it
         chosen = batch[dimension]
-        imitated = pd.DataFrame({"memory_id": [fingerprint([p, r], 12) for p, r in zip(chosen["prompt"], chosen["chosen"])], "prompt": chosen["prompt"],
-                                 "response": chosen["chosen"], "facts": [[] for _ in range(len(chosen))], "source": chosen["id"]})
-        memory = pd.concat([memory, imitated], ignore_index=True).drop_duplicates("memory_id", keep="first").reset_index(drop=True)
+        imitated = pd.DataFrame(
+            {
+                "memory_id": [fingerprint([p, r], 12) for p, r in zip(chosen["prompt"], chosen["chosen"])],
+                "prompt": chosen["prompt"],
+                "response": chosen["chosen"],
+                "facts": [[] for _ in range(len(chosen))],
+                "source": chosen["id"],
+            }
+        )
+        memory = (
+            pd.concat([memory, imitated], ignore_index=True)
+            .drop_duplicates("memory_id", keep="first")
+            .reset_index(drop=True)
+        )
         if len(imitated):  # where they come from: the replay batch written beside the adapter
             memory_data.append([f"{REPLAY_BATCH}#imitated", fingerprint(sorted(imitated["memory_id"]), 64)])
     steps = max_steps or oc.max_steps
-    policy = cfg.policy.model_copy(update={"max_steps": steps, "learning_rate": (oc.learning_rate or cfg.policy.learning_rate) * lr_factor})
+    policy = cfg.policy.model_copy(
+        update={"max_steps": steps, "learning_rate": (oc.learning_rate or cfg.policy.learning_rate) * lr_factor}
+    )
     tmp = out.parent / f".{out.name}.{uuid.uuid4().hex}.tmp"
     tmp.mkdir(parents=True)
     try:
         needs_rm = "reward_model" in (policy.dual.intensity_source, policy.dual.safety_source)
         per_step = math.ceil(n_beside / (steps * policy.gradient_accumulation_steps)) if n_beside else 0
         sampler = beside_sampler(len(batch) - n_beside, n_beside, per_step, seed) if n_beside else None
-        result = train_dual_adapter(pairs, memory, student_path=student_path(cfg), cfg=policy, out_dir=tmp, seed=seed,
-                                    reward_model=reward_model if needs_rm else None, init_adapter=live_adapter, pair_sampler=sampler, extra_pair_rows=per_step,
-                                    reference_cache=cfg.data_dir / REFERENCE_CACHE,
-                                    memory_per_step=math.ceil(len(memory) / steps) if oc.rehearse_memory else None)
-        (tmp / "training_history.json").write_text(json.dumps({"history": result.history, "grad_norms": result.grad_norms}, indent=1) + "\n")
+        result = train_dual_adapter(
+            pairs,
+            memory,
+            student_path=student_path(cfg),
+            cfg=policy,
+            out_dir=tmp,
+            seed=seed,
+            reward_model=reward_model if needs_rm else None,
+            init_adapter=live_adapter,
+            pair_sampler=sampler,
+            extra_pair_rows=per_step,
+            reference_cache=cfg.data_dir / REFERENCE_CACHE,
+            memory_per_step=math.ceil(len(memory) / steps) if oc.rehearse_memory else None,
+        )
+        (tmp / "training_history.json").write_text(
+            json.dumps({"history": result.history, "grad_norms": result.grad_norms}, indent=1) + "\n"
+        )
         batch.drop(columns=["vector"]).to_parquet(tmp / REPLAY_BATCH, index=False)
         (tmp / PEOPLE_SEEN).write_text(json.dumps(people_ids) + "\n")
         try:  # the gate judges the reward signal this update learned from (`evaluation.manifold`)
             keep_manifold(reward_model, pairs, tmp, f"The reward signal of online update {out.name}")
-        except ValueError as exc:  # a reward model written before it carried its labels' spread: the gate says not measured
+        except (
+            ValueError
+        ) as exc:  # a reward model written before it carried its labels' spread: the gate says not measured
             log.warning("online update %s: reward manifold not measured: %s", out.name, exc)
         AdapterMetadata(
-            mode="dual", base_model=model_name(student_path(cfg)), base_checksum=result.base_checksum, reward_model=_version_key(rm_path),
-            preference_data=teacher_keys, preference_pairs=len(pairs), memory_data=memory_data,
-            channel_contributions=result.channel_contributions, channels=result.channels, lora=policy.lora.model_dump(),
-            training={"online": oc.model_dump(mode="json"), "from": live, "policy": policy.model_dump(mode="json")}, date=utc_now()[:10],
+            mode="dual",
+            base_model=model_name(student_path(cfg)),
+            base_checksum=result.base_checksum,
+            reward_model=_version_key(rm_path),
+            preference_data=teacher_keys,
+            preference_pairs=len(pairs),
+            memory_data=memory_data,
+            channel_contributions=result.channel_contributions,
+            channels=result.channels,
+            lora=policy.lora.model_dump(),
+            training={"online": oc.model_dump(mode="json"), "from": live, "policy": policy.model_dump(mode="json")},
+            date=utc_now()[:10],
         ).write(tmp)
         name_base(tmp, base_name(cfg))
         os.replace(tmp, out)  # the version appears whole or not at all
@@ -454,7 +590,11 @@ def run_update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
                 shutil.rmtree(torn, ignore_errors=True)
             return _update(cfg, by=by, reason=reason)
     except Timeout:
-        return UpdateResult("skipped", f"another online update of {cfg.data_dir} is running", live=LiveState(cfg.data_dir).current().version)
+        return UpdateResult(
+            "skipped",
+            f"another online update of {cfg.data_dir} is running",
+            live=LiveState(cfg.data_dir).current().version,
+        )
 
 
 def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
@@ -471,8 +611,12 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
     state = LiveState(cfg.data_dir)
     current = state.current()
     if current.frozen:
-        return UpdateResult("skipped", f"online updates are frozen since {current.frozen['since']} ({current.frozen['reason']}); `hominem live unfreeze` resumes them",
-                            live=current.version)
+        return UpdateResult(
+            "skipped",
+            f"online updates are frozen since {current.frozen['since']} ({current.frozen['reason']}); "
+            "`hominem live unfreeze` resumes them",
+            live=current.version,
+        )
     rm_path, pair_sources = update_sources(cfg, state)
     reward_model = reward_model_at(rm_path, cfg)
     events = feedback_events(cfg)
@@ -487,62 +631,157 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
     nc = oc.nudges
     push = pressure(events, cfg.dimension_names, dt.datetime.now(dt.timezone.utc), nc.half_life_days, nc.saturation)
     if people.empty and not new_facts and not new_liked and not push.active:
-        return UpdateResult("skipped", "nothing new from people in the interaction log: no preference pair (a choice between two replies, or "
-                                       "one reply thumbed up and another to the same message down), no nudge, no newly liked reply and no new fact "
-                                       "they stated", live=current.version)
+        return UpdateResult(
+            "skipped",
+            "nothing new from people in the interaction log: no preference pair (a choice between two replies, or "
+            "one reply thumbed up and another to the same message down), no nudge, no newly liked reply "
+            "and no new fact "
+            "they stated",
+            live=current.version,
+        )
     live_adapter = state.adapter_path(current)
     seen_file = None if live_adapter is None else live_adapter / PEOPLE_SEEN
     heard = set(people["id"]) | {f"nudge:{i}" for i in push.ids}  # people's pairs and nudges
-    if not new_facts and not new_liked and seen_file is not None and seen_file.is_file() and heard <= set(json.loads(seen_file.read_text())):
-        return UpdateResult("skipped", f"no new preference pairs, nudges, liked replies or facts from people since {current.version} was trained on them", live=current.version)
+    if (
+        not new_facts
+        and not new_liked
+        and seen_file is not None
+        and seen_file.is_file()
+        and heard <= set(json.loads(seen_file.read_text()))
+    ):
+        return UpdateResult(
+            "skipped",
+            "no new preference pairs, nudges, liked replies or facts from people since "
+            f"{current.version} was trained on them",
+            live=current.version,
+        )
     teacher, teacher_keys = teacher_items(cfg, pair_sources)
-    buffer = ReplayBuffer(pd.concat([f for f in (teacher, people) if len(f)], ignore_index=True) if len(teacher) or len(people) else people, cfg.replay)
+    buffer = ReplayBuffer(
+        pd.concat([f for f in (teacher, people) if len(f)], ignore_index=True)
+        if len(teacher) or len(people)
+        else people,
+        cfg.replay,
+    )
     seed = int(fingerprint([cfg.project.seed, current.version, len(buffer.items)], 8), 16) % (2**31 - 1)
-    extra = nudge_pairs(cfg, teacher_keys, push, reward_model, lambda: own_replies(cfg, events, push, live_adapter, seed))
+    extra = nudge_pairs(
+        cfg, teacher_keys, push, reward_model, lambda: own_replies(cfg, events, push, live_adapter, seed)
+    )
     batch = buffer.sample(oc.batch_items - (len(extra) if nc.pair_rows == "share" else 0), np.random.default_rng(seed))
-    if push.active:  # pairs whose chosen reply has more of what people asked for weigh more; the dimension pairs join the batch
-        weights = pair_weights(scored_gaps(reward_model, batch), push.vector(list(reward_model.dimensions)), nc.strength, nc.max_factor)
-        batch = pd.concat([batch.assign(nudge_weight=weights), extra.assign(nudge_weight=nc.pair_weight)], ignore_index=True)
+    if (
+        push.active
+    ):  # pairs whose chosen reply has more of what people asked for weigh more; the dimension pairs join the batch
+        weights = pair_weights(
+            scored_gaps(reward_model, batch), push.vector(list(reward_model.dimensions)), nc.strength, nc.max_factor
+        )
+        batch = pd.concat(
+            [batch.assign(nudge_weight=weights), extra.assign(nudge_weight=nc.pair_weight)], ignore_index=True
+        )
         log.info("nudges: %s; %d dimension pair(s) in the batch", push.describe(), len(extra))
     items = {k: int(v) for k, v in batch["source"].str.split(":").str[0].value_counts().items()}
     # the version: what it starts from and trains on (the batch, the memory files), and how
     lr_factor = adjustment_on(cfg.data_dir, utc_now()[:10]).lr_factor  # the slow loop's lower_lr, while in force
     steps = (nc.max_steps or oc.max_steps) if push.active else oc.max_steps
-    version = "online-" + fingerprint([current.version, sorted(batch["id"]), memory_digest(memory_paths(cfg)), oc.max_steps, oc.learning_rate, oc.rehearse_memory,
-                                       cfg.section("policy"), seed] + ([lr_factor] if lr_factor != 1.0 else [])
-                                      + ([{d: round(p, 4) for d, p in push.by_dimension.items()}, nc.model_dump()] if push.active else []), 12)
+    version = "online-" + fingerprint(
+        [
+            current.version,
+            sorted(batch["id"]),
+            memory_digest(memory_paths(cfg)),
+            oc.max_steps,
+            oc.learning_rate,
+            oc.rehearse_memory,
+            cfg.section("policy"),
+            seed,
+        ]
+        + ([lr_factor] if lr_factor != 1.0 else [])
+        + ([{d: round(p, 4) for d, p in push.by_dimension.items()}, nc.model_dump()] if push.active else []),
+        12,
+    )
     out = cfg.data_dir / LIVE_DIR / ONLINE_ADAPTERS / version
     if out.exists():
-        return UpdateResult("skipped", f"nothing new since update {version} (the same batch on the same live adapter)", version=version,
-                            live=current.version, items=items)
-    log.info("online update %s: %d replay items (%s) on %s, %d steps", version, len(batch), items, current.version or "the base", steps)
+        return UpdateResult(
+            "skipped",
+            f"nothing new since update {version} (the same batch on the same live adapter)",
+            version=version,
+            live=current.version,
+            items=items,
+        )
+    log.info(
+        "online update %s: %d replay items (%s) on %s, %d steps",
+        version,
+        len(batch),
+        items,
+        current.version or "the base",
+        steps,
+    )
 
-    result = train_update(cfg, batch, out, seed=seed, live=current.version, live_adapter=live_adapter, reward_model=reward_model, rm_path=rm_path,
-                          teacher_keys=teacher_keys, people_ids=sorted(heard), lr_factor=lr_factor, max_steps=steps)
+    result = train_update(
+        cfg,
+        batch,
+        out,
+        seed=seed,
+        live=current.version,
+        live_adapter=live_adapter,
+        reward_model=reward_model,
+        rm_path=rm_path,
+        teacher_keys=teacher_keys,
+        people_ids=sorted(heard),
+        lr_factor=lr_factor,
+        max_steps=steps,
+    )
     trained = time.monotonic()
 
     health: dict[str, Any] = {}
 
     def measure(prompts: list[str], replies: list[str]) -> float | None:
         report = partial_health(cfg, reward_model, prompts, replies, result.grad_norms, out)
-        health.update(report.as_dict(), threshold=skip.value, threshold_setting=skip.name, threshold_source=skip.source)
+        health.update(
+            report.as_dict(), threshold=skip.value, threshold_setting=skip.name, threshold_source=skip.source
+        )
         (out / HEALTH).write_text(json.dumps(health, indent=1, default=str) + "\n")
         return report.rhi
 
-    done = offer(cfg, out, by=by, reason=reason, rhi=measure, rhi_threshold=skip.value, threshold_name=skip.name, version=version,
-                 prompts=held_out_prompts(cfg, pair_sources), reward_model=reward_model,  # the one its METADATA names, loaded once
-                 people_pairs=oc.people_pairs)
+    done = offer(
+        cfg,
+        out,
+        by=by,
+        reason=reason,
+        rhi=measure,
+        rhi_threshold=skip.value,
+        threshold_name=skip.name,
+        version=version,
+        prompts=held_out_prompts(cfg, pair_sources),
+        reward_model=reward_model,  # the one its METADATA names, loaded once
+        people_pairs=oc.people_pairs,
+    )
     rhi, actions = health.get("rhi"), []
     if not done.promoted and rhi is not None:
-        if rhi < back.value and current.version is not None and state.adapter_path(current).parent.name == ONLINE_ADAPTERS:
+        if (
+            rhi < back.value
+            and current.version is not None
+            and state.adapter_path(current).parent.name == ONLINE_ADAPTERS
+        ):
             rollback(cfg, None, reason=f"fast loop: update {version} has partial RHI {rhi:.3f} < {back.text}", by=by)
             actions.append(f"rolled back {current.version}")
         if rhi < freeze.value:
             state.freeze(reason=f"fast loop: update {version} has partial RHI {rhi:.3f} < {freeze.text}", by=by)
             actions.append("froze online updates")
     live = state.current()
-    seconds = {"train": round(trained - started, 2), "gate": round(time.monotonic() - trained, 2), "total": round(time.monotonic() - started, 2)}
+    seconds = {
+        "train": round(trained - started, 2),
+        "gate": round(time.monotonic() - trained, 2),
+        "total": round(time.monotonic() - started, 2),
+    }
     why = done.report.summary() + (f"; {'; '.join(actions)}" if actions else "")
-    outcome = UpdateResult("promoted" if done.promoted else "refused", why, version, live.version, rhi, items, actions, done.report.as_dict(), seconds)
+    outcome = UpdateResult(
+        "promoted" if done.promoted else "refused",
+        why,
+        version,
+        live.version,
+        rhi,
+        items,
+        actions,
+        done.report.as_dict(),
+        seconds,
+    )
     log.info("online update %s %s in %.0f s: %s", version, outcome.outcome, seconds["total"], why)
     return outcome

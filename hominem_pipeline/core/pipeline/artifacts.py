@@ -67,7 +67,8 @@ def optional_file_digest(path: Path | None) -> str | None:
     return file_sha256(path) if path.is_file() else "missing"
 
 
-DIGEST_CACHE = ".hominem-digest.json"  # beside a folder's files: each file's size, mtime and sha256, so an unchanged file is not read again
+# beside a folder's files: each file's size, mtime and sha256, so an unchanged file is not read again
+DIGEST_CACHE = ".hominem-digest.json"
 
 
 def folder_digest(folder: Path) -> str:
@@ -133,7 +134,9 @@ class ArtifactRef:
             if not path.is_file():
                 problems[name] = "missing"
             elif file_sha256(path) != files[name]:
-                problems[name] = f"changed since it was written ({path.stat().st_size:,} bytes; sha256 differs from the manifest's)"
+                problems[name] = (
+                    f"changed since it was written ({path.stat().st_size:,} bytes; sha256 differs from the manifest's)"
+                )
         return problems
 
     def verified_file(self, name: str, rebuild: str) -> Path:
@@ -141,7 +144,9 @@ class ArtifactRef:
         what is wrong and the fix (`rebuild`: the command that builds the version again) otherwise."""
         path = self.file(name)
         if problem := self.damaged([name]).get(name):
-            raise DamagedArtifact(f"{path} is damaged: {problem}. Remove the version and build it again: rm -r {self.path} && {rebuild}")
+            raise DamagedArtifact(
+                f"{path} is damaged: {problem}. Remove the version and build it again: rm -r {self.path} && {rebuild}"
+            )
         return path
 
     @property
@@ -175,7 +180,10 @@ class ArtifactStore:
         """`version` if it is built; else its newest partial build (some calls failed for good), if any."""
         if (ref := self.existing(asset, partition, version)) is not None:
             return ref
-        partials = sorted(self.partition_dir(asset, partition).glob(f"{version}{PARTIAL}*/{MANIFEST}"), key=lambda p: p.stat().st_mtime)
+        partials = sorted(
+            self.partition_dir(asset, partition).glob(f"{version}{PARTIAL}*/{MANIFEST}"),
+            key=lambda p: p.stat().st_mtime,
+        )
         return ArtifactRef(asset, partition, partials[-1].parent.name, partials[-1].parent) if partials else None
 
     def upstream(self, ref: ArtifactRef, asset: str) -> ArtifactRef | None:
@@ -199,7 +207,9 @@ class ArtifactStore:
         """Every built version of one partition, oldest first."""
         folder = self.partition_dir(asset, partition)
         found = sorted(folder.glob(f"*/{MANIFEST}"), key=lambda p: p.stat().st_mtime) if folder.is_dir() else []
-        return [ArtifactRef(asset, partition, m.parent.name, m.parent) for m in found if not m.parent.name.startswith(".")]
+        return [
+            ArtifactRef(asset, partition, m.parent.name, m.parent) for m in found if not m.parent.name.startswith(".")
+        ]
 
     def quarantine_path(self, asset: str, partition: str, version: str) -> Path:
         """Rows a version rejected, with the reason: `<data_dir>/quarantine/<asset>/<date>/<version>.parquet`."""
@@ -231,7 +241,16 @@ class ArtifactStore:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def publish(self, staged: Path, asset: str, partition: str, version: str, manifest: dict[str, Any], *, complete: bool = True) -> ArtifactRef:
+    def publish(
+        self,
+        staged: Path,
+        asset: str,
+        partition: str,
+        version: str,
+        manifest: dict[str, Any],
+        *,
+        complete: bool = True,
+    ) -> ArtifactRef:
         """Seal a staged folder as `version` (with file digests in its manifest) and return its ref.
 
         An incomplete build (some of its work failed for good) is sealed as `<version>-partial-<digest

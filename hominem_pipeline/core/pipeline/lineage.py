@@ -56,7 +56,11 @@ def _imports(source: str, module: str) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.split(".")[0] == PACKAGE)
         elif isinstance(node, ast.ImportFrom) and node.module:
-            base = node.module if node.level == 0 else importlib.util.resolve_name("." * node.level + node.module, module.rpartition(".")[0])
+            base = (
+                node.module
+                if node.level == 0
+                else importlib.util.resolve_name("." * node.level + node.module, module.rpartition(".")[0])
+            )
             if base.split(".")[0] == PACKAGE:
                 found.add(base)
                 found.update(f"{base}.{a.name}" for a in node.names)  # `from pkg import module`
@@ -114,7 +118,9 @@ def definition_version(stage: Stage, cfg: HominemConfig, root: Path = PACKAGE_RO
     return fingerprint({"settings": settings_values(stage, cfg), "code": code_digest(stage.build.__module__, root)})
 
 
-def stage_version(stage: Stage, cfg: HominemConfig, partition: str, inputs: dict[str, list[ArtifactRef]], root: Path = PACKAGE_ROOT) -> str:
+def stage_version(
+    stage: Stage, cfg: HominemConfig, partition: str, inputs: dict[str, list[ArtifactRef]], root: Path = PACKAGE_ROOT
+) -> str:
     return fingerprint(
         {
             "stage": stage.name,
@@ -135,7 +141,8 @@ class Plan:
     inputs: dict[str, list[ArtifactRef]]
     version: str
     built: ArtifactRef | None  # that version, when it is already there
-    # earlier days of a window that are built, but not as this config builds them now, and so not read: (asset, day, version expected)
+    # earlier days of a window that are built, but not as this config builds them now, and so not read: (asset, day,
+    # version expected)
     left_out: tuple[tuple[str, str, str], ...] = ()
 
 
@@ -147,7 +154,13 @@ class Lineage:
     """Expected versions under one config, resolved against one data folder (memoized per instance:
     make a new one after building something)."""
 
-    def __init__(self, cfg: HominemConfig, stages: dict[str, Stage], store: ArtifactStore | None = None, root: Path = PACKAGE_ROOT):
+    def __init__(
+        self,
+        cfg: HominemConfig,
+        stages: dict[str, Stage],
+        store: ArtifactStore | None = None,
+        root: Path = PACKAGE_ROOT,
+    ):
         self.cfg, self.stages, self.root = cfg, stages, root
         self.store = store or ArtifactStore(cfg.data_dir)
         self._memo: dict[tuple[str, str], Plan | MissingInput] = {}
@@ -211,8 +224,11 @@ class Lineage:
         brings it up to date (`stale_details` says the whole chain)."""
         roots = [r for r in self.waits_on(ref.asset, ref.partition) if r != (ref.asset, ref.partition)]
         changed = ", ".join(self._root_words(a, d) for a, d in roots) if roots else self.changes(ref)
-        return (f"{ref.asset} {ref.partition} is from before {changed}; `{build_command(ref.asset, ref.partition, self.cfg)}` "
-                f"brings it up to date")
+        return (
+            f"{ref.asset} {ref.partition} is from before {changed}; "
+            f"`{build_command(ref.asset, ref.partition, self.cfg)}` "
+            f"brings it up to date"
+        )
 
     def stale_details(self, ref: ArtifactRef) -> str:
         """The whole reason a version is older than its inputs: its version and every step of the chain."""
@@ -226,7 +242,7 @@ class Lineage:
             return []
         found: list[tuple[str, str]] = []
         for inp in self.stages[asset].inputs:
-            for day in (window_days(partition, inp.window(self.cfg)) if inp.window else [partition]):
+            for day in window_days(partition, inp.window(self.cfg)) if inp.window else [partition]:
                 if day == partition and not inp.optional or self.store.versions(inp.asset, day):
                     found += [r for r in self.waits_on(inp.asset, day) if r not in found]
         return found or [(asset, partition)]
@@ -243,7 +259,11 @@ class Lineage:
         built = [r for r in self.store.versions(asset, day) if self._built_here(r)]
         then = (built[-1].manifest.get("metadata") or {}).get("events") if built else {}  # its count by kind
         then = sum(then.values()) if isinstance(then, dict) else then
-        return f"new feedback ({now - then} event(s))" if isinstance(then, int) and now > then else "new feedback in the service's log"
+        return (
+            f"new feedback ({now - then} event(s))"
+            if isinstance(then, int) and now > then
+            else "new feedback in the service's log"
+        )
 
     def changes(self, ref: ArtifactRef) -> str:
         """What is new among the inputs `ref` was built from, in words (its inputs as this config plans them now)."""
@@ -251,8 +271,12 @@ class Lineage:
             now = self.plan(ref.asset, ref.partition).inputs
         except MissingInput as exc:
             return f"an input was replaced ({exc})"
-        then = {a: {(i["partition"], i["version"]) for i in refs} for a, refs in ref.manifest.get("inputs", {}).items()}
-        changed = sorted(a for a in set(now) | set(then) if {(r.partition, r.version) for r in now.get(a, [])} != then.get(a, set()))
+        then = {
+            a: {(i["partition"], i["version"]) for i in refs} for a, refs in ref.manifest.get("inputs", {}).items()
+        }
+        changed = sorted(
+            a for a in set(now) | set(then) if {(r.partition, r.version) for r in now.get(a, [])} != then.get(a, set())
+        )
         if not changed:
             return "its inputs' files changed"
         words = {"human_feedback": "new feedback in the service's log"}
@@ -260,18 +284,30 @@ class Lineage:
 
     def why_not_built(self, asset: str, partition: str | None) -> str:
         """Why this config finds no `asset` (on `partition`, or on any day), and what builds it."""
-        built = self.store.partitions(asset) if partition is None else [partition] if self.store.versions(asset, partition) else []
+        built = (
+            self.store.partitions(asset)
+            if partition is None
+            else [partition]
+            if self.store.versions(asset, partition)
+            else []
+        )
         if not built:
             if partition:
-                return f"no {asset} for {partition} is built in {self.cfg.data_dir}; build it: {build_command(asset, partition, self.cfg)}"
+                return (
+                    f"no {asset} for {partition} is built in {self.cfg.data_dir}; build it: "
+                    f"{build_command(asset, partition, self.cfg)}"
+                )
             return f"no {asset} is built in {self.cfg.data_dir}; run `hominem run` (or `make run`) first"
         day = built[-1]
         try:
             plan = self.plan(asset, day)
         except MissingInput as exc:
             return f"no {asset} for {day} can be read under this config: {exc}"
-        return (f"{asset} for {day} is built only under other settings or code than this config's (version {plan.version} is expected); "
-                f"build it: {build_command(asset, day, self.cfg)}")
+        return (
+            f"{asset} for {day} is built only under other settings or code than this config's (version "
+            f"{plan.version} is expected); "
+            f"build it: {build_command(asset, day, self.cfg)}"
+        )
 
     def _built_here(self, ref: ArtifactRef) -> bool:
         """`ref` was built by this config's code and settings, and so was every input it read, all the way
@@ -306,9 +342,12 @@ class Lineage:
                     try:
                         version = self.plan(inp.asset, day).version
                     except MissingInput as exc:
-                        raise MissingInput(f"{asset} for {partition} needs {inp.asset} for {day}, which cannot be built yet: {exc}") from None
+                        raise MissingInput(
+                            f"{asset} for {partition} needs {inp.asset} for {day}, which cannot be built yet: {exc}"
+                        ) from None
                     raise MissingInput(
-                        f"{asset} for {partition} needs {inp.asset} for {day} as this config builds it (version {version}), which is not built; "
+                        f"{asset} for {partition} needs {inp.asset} for {day} as this config builds it "
+                        f"(version {version}), which is not built; "
                         f"build it: {build_command(inp.asset, day, self.cfg)}"
                     )
                 if ref is not None:
@@ -334,7 +373,11 @@ def window_gaps(data: Lineage, day: str, label_days: int, pair_days: int) -> lis
         asset = "preference_pairs" if ago < pair_days else "teacher_labels" if ago < label_days else None
         if asset and data.expected(asset, d.isoformat()) is None:
             gaps.append((d.isoformat(), asset))
-        elif asset and feedback.files(data.cfg, d.isoformat()) is not None and data.expected("human_feedback", d.isoformat()) is None:
+        elif (
+            asset
+            and feedback.files(data.cfg, d.isoformat()) is not None
+            and data.expected("human_feedback", d.isoformat()) is None
+        ):
             gaps.append((d.isoformat(), "human_feedback"))
     return gaps
 

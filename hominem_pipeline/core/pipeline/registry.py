@@ -34,7 +34,10 @@ def is_registry_uri(value: str | None) -> bool:
 def _parts(uri: str) -> tuple[str, str | None, str | None]:
     match = _URI.match(uri)
     if match is None:
-        raise RegistryError(f"{uri!r} is not a registry model: use models:/NAME@ALIAS (e.g. models:/hominem-lora-adapter@champion) or models:/NAME/VERSION")
+        raise RegistryError(
+            f"{uri!r} is not a registry model: use models:/NAME@ALIAS (e.g. "
+            "models:/hominem-lora-adapter@champion) or models:/NAME/VERSION"
+        )
     return match["name"], match["alias"], match["version"]
 
 
@@ -67,8 +70,10 @@ def fetch(cfg: HominemConfig, uri: str, marker: str, version: str | None = None)
     name, _, _ = _parts(uri)
     version = version or alias_version(cfg, uri)
     if version is None:
-        raise RegistryError(f"{uri}: no version of {name} has that alias in the registry at {cfg.mlflow_uri} (yet); "
-                            f"`hominem live promote` moves `champion`, each build moves `current`")
+        raise RegistryError(
+            f"{uri}: no version of {name} has that alias in the registry at {cfg.mlflow_uri} (yet); "
+            f"`hominem live promote` moves `champion`, each build moves `current`"
+        )
     folder = cfg.data_dir / REGISTRY_CACHE / name / version
     if not folder.is_dir():
         partial = folder.with_name(f".{version}.partial")

@@ -46,7 +46,11 @@ class DataCounts:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DataCounts:
-        return cls(int(data.get("conversations", 0)), int(data.get("preference_pairs", 0)), {k: int(v) for k, v in data.get("parts", {}).items()})
+        return cls(
+            int(data.get("conversations", 0)),
+            int(data.get("preference_pairs", 0)),
+            {k: int(v) for k, v in data.get("parts", {}).items()},
+        )
 
 
 @dataclass(frozen=True)
@@ -173,11 +177,18 @@ def retrain_tick(cursor: str | None, cfg: HominemConfig, now: str | None = None)
         else:
             job, day = target
             trigger = "drift" if decision.reason.startswith("drift") else "data_threshold"
-            tags = {"hominem/trigger": trigger, "hominem/reason": decision.reason[:200],
-                    "hominem/new_conversations": str(since.conversations), "hominem/new_pairs": str(since.preference_pairs),
-                    **{f"hominem/new_{k}": str(v) for k, v in since.parts.items()},
-                    "hominem/total_conversations": str(counts.conversations), "hominem/total_pairs": str(counts.preference_pairs)}
-            key = f"retrain-{day}-{counts.conversations}-{counts.preference_pairs}" + (f"-drift-{drift[0]}" if drift is not None else "")
+            tags = {
+                "hominem/trigger": trigger,
+                "hominem/reason": decision.reason[:200],
+                "hominem/new_conversations": str(since.conversations),
+                "hominem/new_pairs": str(since.preference_pairs),
+                **{f"hominem/new_{k}": str(v) for k, v in since.parts.items()},
+                "hominem/total_conversations": str(counts.conversations),
+                "hominem/total_pairs": str(counts.preference_pairs),
+            }
+            key = f"retrain-{day}-{counts.conversations}-{counts.preference_pairs}" + (
+                f"-drift-{drift[0]}" if drift is not None else ""
+            )
             request = Request(job=job, partition=day, run_key=key, tags=tags)
             acted = drift[0] if drift is not None else acted
             new_cursor = json.dumps(counts.as_dict() | ({"drift": acted} if acted else {}))
@@ -202,16 +213,27 @@ def read_state(data_dir: Path) -> dict[str, Any] | None:
 def describe_state(state: dict[str, Any] | None) -> list[str]:
     """The sensor's state in a few lines for a person (`hominem live status`)."""
     if state is None:
-        return ["retrain sensor: no tick yet (it runs wherever a Dagster daemon runs: `make ui`, deploy/; retrain.sensor)"]
+        return [
+            "retrain sensor: no tick yet (it runs wherever a Dagster daemon runs: `make ui`, deploy/; retrain.sensor)"
+        ]
     since, limits = state["since_last_retrain"], state["thresholds"]
-    lines = [f"retrain sensor: last tick {state['time']}: {state['reason']}",
-             f"  since the last retrain: {since['conversations']}/{limits['conversations']} conversations, "
-             f"{since['preference_pairs']}/{limits['preference_pairs']} preference pairs"
-             + (" (" + ", ".join(f"{k} {v}" for k, v in since.get("parts", {}).items() if v) + ")" if any(since.get("parts", {}).values()) else "")]
+    lines = [
+        f"retrain sensor: last tick {state['time']}: {state['reason']}",
+        f"  since the last retrain: {since['conversations']}/{limits['conversations']} conversations, "
+        f"{since['preference_pairs']}/{limits['preference_pairs']} preference pairs"
+        + (
+            " (" + ", ".join(f"{k} {v}" for k, v in since.get("parts", {}).items() if v) + ")"
+            if any(since.get("parts", {}).values())
+            else ""
+        ),
+    ]
     request, run = state.get("last_request"), state.get("last_run")
     if request:
         started = f"run {run['run_id'][:8]} {run['status'].lower()}" if run else "its run not started yet"
-        lines.append(f"  last retrain: {request['time']}, {request['job']} job for {request['partition']} ({request['tags'].get('hominem/reason', '')}): {started}")
+        lines.append(
+            f"  last retrain: {request['time']}, {request['job']} job for {request['partition']} "
+            f"({request['tags'].get('hominem/reason', '')}): {started}"
+        )
     return lines
 
 
@@ -220,14 +242,23 @@ def write_state(cfg: HominemConfig, tick: Tick, now: str) -> None:
     the last run it requested, and that run's id and status once the daemon reports them (`record_run`)."""
     before = read_state(cfg.data_dir) or {}
     r = cfg.retrain
-    _write(cfg, {
-        "time": now,
-        "reason": tick.reason,
-        "since_last_retrain": tick.since.as_dict(),
-        "thresholds": {"conversations": r.memory_conversations, "preference_pairs": r.reward_pairs, "combined_fraction": r.combined_fraction},
-        "last_request": (dataclasses.asdict(tick.request) | {"time": now}) if tick.request else before.get("last_request"),
-        "last_run": None if tick.request else before.get("last_run"),
-    })
+    _write(
+        cfg,
+        {
+            "time": now,
+            "reason": tick.reason,
+            "since_last_retrain": tick.since.as_dict(),
+            "thresholds": {
+                "conversations": r.memory_conversations,
+                "preference_pairs": r.reward_pairs,
+                "combined_fraction": r.combined_fraction,
+            },
+            "last_request": (dataclasses.asdict(tick.request) | {"time": now})
+            if tick.request
+            else before.get("last_request"),
+            "last_run": None if tick.request else before.get("last_run"),
+        },
+    )
 
 
 def record_run(cfg: HominemConfig, run: dict[str, Any]) -> None:

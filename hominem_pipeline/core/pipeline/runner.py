@@ -43,14 +43,18 @@ class StageResult:
     metrics: dict[str, Any]
     metadata: dict[str, Any]
     inputs: dict[str, list[ArtifactRef]]
-    refreshed: tuple[StageResult, ...] = ()  # stale days of its windows' inputs this run rebuilt first (`Stage.refresh`)
+    refreshed: tuple[
+        StageResult, ...
+    ] = ()  # stale days of its windows' inputs this run rebuilt first (`Stage.refresh`)
 
 
 class WindowInputStale(RuntimeError):
     """A stale day of a window input could not be rebuilt: the run stops rather than leave it out."""
 
 
-def refresh_window(stage: Stage, cfg: HominemConfig, partition: str, dagster_run_id: str | None = None) -> list[StageResult]:
+def refresh_window(
+    stage: Stage, cfg: HominemConfig, partition: str, dagster_run_id: str | None = None
+) -> list[StageResult]:
     """Rebuild each day a window of `stage` reads of a `refresh` stage (the service's feedback) whose files
     changed since it was built (feedback given after that day's run) or that was never built though its
     files are there, so that nothing people gave is left out of what `stage` trains on. A day whose rebuild
@@ -67,12 +71,20 @@ def refresh_window(stage: Stage, cfg: HominemConfig, partition: str, dagster_run
             try:
                 if data.expected(up.name, day) is not None or (up.files is not None and up.files(cfg, day) is None):
                     continue  # current, or nothing to read that day (no log)
-                log.info("%s/%s reads %s for %s, which changed since it was built: building it again first", stage.name, partition, up.name, day)
+                log.info(
+                    "%s/%s reads %s for %s, which changed since it was built: building it again first",
+                    stage.name,
+                    partition,
+                    up.name,
+                    day,
+                )
                 done.append(run_stage(up, cfg, day, dagster_run_id=dagster_run_id))
             except Exception as exc:
                 raise WindowInputStale(
-                    f"{stage.name} for {partition} reads {up.name} for {day}, which changed since it was built, and building it again failed "
-                    f"({exc.__class__.__name__}: {exc}); build it: {build_command(up.name, day, cfg)}") from exc
+                    f"{stage.name} for {partition} reads {up.name} for {day}, which changed since it was "
+                    "built, and building it again failed "
+                    f"({exc.__class__.__name__}: {exc}); build it: {build_command(up.name, day, cfg)}"
+                ) from exc
     return done
 
 
@@ -83,7 +95,9 @@ def check_partition(partition: str) -> None:
         raise ValueError(f"partition {partition!r} is not a date; partitions are days written YYYY-MM-DD") from None
 
 
-def run_stage(stage: Stage | str, cfg: HominemConfig, partition: str, *, dagster_run_id: str | None = None) -> StageResult:
+def run_stage(
+    stage: Stage | str, cfg: HominemConfig, partition: str, *, dagster_run_id: str | None = None
+) -> StageResult:
     stage = STAGES_BY_NAME[stage] if isinstance(stage, str) else stage
     check_partition(partition)
     refreshed = tuple(refresh_window(stage, cfg, partition, dagster_run_id))
@@ -92,14 +106,26 @@ def run_stage(stage: Stage | str, cfg: HominemConfig, partition: str, *, dagster
     inputs, version = plan.inputs, plan.version
     left_out = [{"asset": a, "day": d, "expected": v, "build": build_command(a, d, cfg)} for a, d, v in plan.left_out]
     for gap in left_out:
-        log.warning("%s/%s: %s for %s is built only under other code, settings or inputs (version %s is expected), so it is not read; build it: %s",
-                    stage.name, partition, gap["asset"], gap["day"], gap["expected"], gap["build"])
+        log.warning(
+            "%s/%s: %s for %s is built only under other code, settings or inputs (version %s is "
+            "expected), so it is not read; build it: %s",
+            stage.name,
+            partition,
+            gap["asset"],
+            gap["day"],
+            gap["expected"],
+            gap["build"],
+        )
     tracker = Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root))
     run_id = dagster_run_id or f"manual-{uuid.uuid4().hex[:12]}"
     settings = settings_values(stage, cfg)
 
-    device = describe_device(resolve_device(cfg.runtime.device))  # where its networks run (runtime: not in the version)
-    with tracker.stage_run(asset=stage.name, partition=partition, dagster_run_id=run_id, tags={TAG_VERSION: version}) as run:
+    device = describe_device(
+        resolve_device(cfg.runtime.device)
+    )  # where its networks run (runtime: not in the version)
+    with tracker.stage_run(
+        asset=stage.name, partition=partition, dagster_run_id=run_id, tags={TAG_VERSION: version}
+    ) as run:
         run.log_params({**settings, "runtime.device": device})
         for inp in stage.inputs:
             for ref in inputs[inp.asset]:
@@ -116,16 +142,29 @@ def run_stage(stage: Stage | str, cfg: HominemConfig, partition: str, *, dagster
         ref = store.existing(stage.name, partition, version)
         cache_hit = ref is not None
         if cache_hit:
-            log.info("%s/%s: version %s is already built from these inputs and settings; reusing it", stage.name, partition, version)
+            log.info(
+                "%s/%s: version %s is already built from these inputs and settings; reusing it",
+                stage.name,
+                partition,
+                version,
+            )
         else:
             with store.staging(stage.name, partition) as staged:
-                ctx = StageContext(cfg=stage.slice(cfg), partition=partition, inputs=inputs, out_dir=staged, run=run,
-                                   seed=stage_seed(cfg, stage.name, partition))
+                ctx = StageContext(
+                    cfg=stage.slice(cfg),
+                    partition=partition,
+                    inputs=inputs,
+                    out_dir=staged,
+                    run=run,
+                    seed=stage_seed(cfg, stage.name, partition),
+                )
                 output = stage.build(ctx)
                 manifest = {
                     "stage": stage.name,
                     "config": settings,
-                    "definition": definition_version(stage, cfg),  # code and settings: how Lineage.newest knows a version built from earlier inputs
+                    "definition": definition_version(
+                        stage, cfg
+                    ),  # code and settings: how Lineage.newest knows a version built from earlier inputs
                     "device": device,
                     "inputs": {a: [r.key | {"content": r.content} for r in refs] for a, refs in inputs.items()},
                     "metrics": output.metrics,
@@ -137,20 +176,40 @@ def run_stage(stage: Stage | str, cfg: HominemConfig, partition: str, *, dagster
                 }
                 ref = store.publish(staged, stage.name, partition, version, manifest, complete=output.complete)
                 if not output.complete:
-                    log.warning("%s/%s is incomplete; published as %s, the next run builds it again", stage.name, partition, ref.version)
+                    log.warning(
+                        "%s/%s is incomplete; published as %s, the next run builds it again",
+                        stage.name,
+                        partition,
+                        ref.version,
+                    )
                 if output.quarantine is not None:
                     store.write_quarantine(ref, output.quarantine)
 
         manifest = ref.manifest
         run.log_metrics({k: v for k, v in manifest["metrics"].items() if isinstance(v, (int, float))})
-        run.set_tags({TAG_CACHE_HIT: cache_hit, "hominem.artifact_path": ref.path, "hominem.built_by_run": manifest["mlflow_run_id"],
-                      "hominem.content": ref.content})
+        run.set_tags(
+            {
+                TAG_CACHE_HIT: cache_hit,
+                "hominem.artifact_path": ref.path,
+                "hominem.built_by_run": manifest["mlflow_run_id"],
+                "hominem.content": ref.content,
+            }
+        )
         if not cache_hit:
             run.log_artifact(ref.path / "manifest.json")
             for name in manifest.get("mlflow_artifacts", []):
                 run.log_artifact(ref.path / name)
         if stage.registered:
-            registry_version = run.register_model(stage.registered.name, ref.version, lambda: stage.registered.log(ref.path))
+            registry_version = run.register_model(
+                stage.registered.name, ref.version, lambda: stage.registered.log(ref.path)
+            )
             run.set_tags({"hominem.registry_version": registry_version})
-        return StageResult(ref=ref, cache_hit=cache_hit, mlflow_run_id=run.run_id, metrics=manifest["metrics"], metadata=manifest["metadata"], inputs=inputs,
-                           refreshed=refreshed)
+        return StageResult(
+            ref=ref,
+            cache_hit=cache_hit,
+            mlflow_run_id=run.run_id,
+            metrics=manifest["metrics"],
+            metadata=manifest["metadata"],
+            inputs=inputs,
+            refreshed=refreshed,
+        )

@@ -75,7 +75,8 @@ class _View:
             return _View(self._stage, value, path, self._allowed)
         raise SliceError(
             f"stage {self._stage!r} read the setting {path!r}, which is not in its config slice; "
-            f"add it to the stage's `reads` in hominem_pipeline/core/pipeline/stages.py (then it is part of the stage's version)"
+            "add it to the stage's `reads` in hominem_pipeline/core/pipeline/stages.py (then it is part "
+            "of the stage's version)"
         )
 
     def __getattr__(self, name: str) -> Any:
@@ -103,7 +104,9 @@ class ConfigSlice(_View):
     """The config as one stage sees it: the declared paths (versioned and runtime) and the project's locations."""
 
     def __init__(self, cfg: HominemConfig, stage: str, paths: frozenset[str]):
-        super().__init__(stage, cfg, "", frozenset(paths) | {"project.seed", "runtime.device"})  # runtime.device: every stage, never versioned
+        super().__init__(
+            stage, cfg, "", frozenset(paths) | {"project.seed", "runtime.device"}
+        )  # runtime.device: every stage, never versioned
         self.full = cfg  # for the runner and the tracker; build functions read through the slice
 
     def __getattr__(self, name: str) -> Any:
@@ -156,7 +159,9 @@ class Input:
     """An upstream asset a stage reads: the same day, or a window of days ending on it."""
 
     asset: str
-    window: Callable[[HominemConfig], int] | None = None  # days up to and including the stage's own; None: that day only
+    window: Callable[[HominemConfig], int] | None = (
+        None  # days up to and including the stage's own; None: that day only
+    )
     optional: bool = False  # no day of the window (not even the stage's own) need be built
 
 
@@ -205,10 +210,14 @@ class Stage:
     reads: Reads  # config paths the output depends on (part of its version)
     build: Callable[[StageContext], StageOutput]
     runtime: tuple[str, ...] = ()  # config paths read that change how fast, never what is built (not versioned)
-    files: Callable[[HominemConfig, str], Any] | None = None  # files outside the config it reads (their digests), by config and day
+    files: Callable[[HominemConfig, str], Any] | None = (
+        None  # files outside the config it reads (their digests), by config and day
+    )
     daily: bool = True  # part of the daily job (False: imported data, materialized on its own)
-    # a day of it that a window reads and that is stale (its files changed since it was built: the service's log grew) is rebuilt
-    # by the reading stage's run before it reads (`core/pipeline/runner.py`); only for a cheap stage without inputs of its own
+    # a day of it that a window reads and that is stale (its files changed since it was built: the service's log grew)
+    # is rebuilt
+    # by the reading stage's run before it reads (`core/pipeline/runner.py`); only for a cheap stage without inputs of
+    # its own
     refresh: bool = False
     checks: tuple[Check, ...] = ()
     registered: Registered | None = None

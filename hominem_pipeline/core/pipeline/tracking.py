@@ -94,7 +94,14 @@ class StageRun:
             dataset = mlflow.data.from_pandas(flat, source=str(source), name=name)
             mlflow.log_input(dataset, context=context)
 
-    def register_model(self, name: str, version_key: str, log_model: Callable[[], str], alias: str = "current", description: str | None = None) -> int:
+    def register_model(
+        self,
+        name: str,
+        version_key: str,
+        log_model: Callable[[], str],
+        alias: str = "current",
+        description: str | None = None,
+    ) -> int:
         """Register a model under `name` in the MLflow model registry, once per artifact version (its
         `version_key`): `log_model` logs it in this run and returns its model URI. Points `alias` at it.
         Returns the registry version."""
@@ -105,15 +112,23 @@ class StageRun:
         try:
             client.get_registered_model(name)
         except MlflowException:
-            client.create_registered_model(name, description=description or f"hominem: alias `{alias}` is the newest built; load with mlflow.pyfunc.load_model('models:/{name}@{alias}')")
+            client.create_registered_model(
+                name,
+                description=description
+                or f"hominem: alias `{alias}` is the newest built; load with "
+                f"mlflow.pyfunc.load_model('models:/{name}@{alias}')",
+            )
         found = client.search_model_versions(f"name = '{name}' and tags.`{TAG_VERSION}` = '{version_key}'")
         if found:
             version = found[0].version
         else:
             source = log_model()
-            # a model logged with MLflow 3's log_model is a LoggedModel (models:/m-...): a tracking server needs its id with the source
+            # a model logged with MLflow 3's log_model is a LoggedModel (models:/m-...): a tracking server needs its id
+            # with the source
             model_id = source.removeprefix("models:/") if source.startswith("models:/m-") else None
-            version = client.create_model_version(name, source=source, run_id=self.run_id, tags={TAG_VERSION: version_key}, model_id=model_id).version
+            version = client.create_model_version(
+                name, source=source, run_id=self.run_id, tags={TAG_VERSION: version_key}, model_id=model_id
+            ).version
         client.set_registered_model_alias(name, alias, version)
         return int(version)
 
@@ -151,7 +166,9 @@ class Tracker:
             if EXPERIMENT_KIND[0] not in exp.tags:  # made by an older version, or by hand: opens on the runs table too
                 mlflow.MlflowClient().set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
             return exp.experiment_id
-        if self.server:  # the tracking server keeps the artifacts (--artifacts-destination) and serves them to every client
+        if (
+            self.server
+        ):  # the tracking server keeps the artifacts (--artifacts-destination) and serves them to every client
             return mlflow.create_experiment(self.experiment, tags=dict([EXPERIMENT_KIND]))
         self.artifact_root.mkdir(parents=True, exist_ok=True)
         return mlflow.create_experiment(
@@ -191,7 +208,9 @@ class Tracker:
         )
 
     @contextlib.contextmanager
-    def stage_run(self, *, asset: str, partition: str, dagster_run_id: str, tags: dict[str, str]) -> Iterator[StageRun]:
+    def stage_run(
+        self, *, asset: str, partition: str, dagster_run_id: str, tags: dict[str, str]
+    ) -> Iterator[StageRun]:
         import mlflow
 
         _quiet_mlflow()
@@ -206,7 +225,9 @@ class Tracker:
         }
         if mlflow.active_run() is not None:
             mlflow.end_run()
-        with mlflow.start_run(run_id=existing, experiment_id=None if existing else experiment_id, tags=all_tags) as run:
+        with mlflow.start_run(
+            run_id=existing, experiment_id=None if existing else experiment_id, tags=all_tags
+        ) as run:
             if existing:
                 log.info("resuming MLflow run %s for %s/%s", existing, asset, partition)
             yield StageRun(run.info.run_id)

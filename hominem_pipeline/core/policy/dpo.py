@@ -50,15 +50,15 @@ def dpo_trainer_class():
     ends every reply with the template's): it was not ended there, so DPO must not teach a stop there."""
     from trl import DPOTrainer
 
-
-
     class EndedRepliesDPOTrainer(DPOTrainer):
         def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
             dataset = super()._prepare_dataset(dataset, processing_class, args, dataset_name)
             if "chosen_finished" not in dataset.column_names:
                 return dataset
             tokenizer = getattr(processing_class, "tokenizer", processing_class)
-            tail = len(encode(tokenizer, "?", "A reply.", 64)[0]) - len(encode(tokenizer, "?", "A reply.", 64, end_of_turn=False)[0])
+            tail = len(encode(tokenizer, "?", "A reply.", 64)[0]) - len(
+                encode(tokenizer, "?", "A reply.", 64, end_of_turn=False)[0]
+            )
 
             def drop_end_of_turn(example):
                 for side in ("chosen", "rejected"):
@@ -98,9 +98,16 @@ def train_dpo_adapter(
             **trl_common_args(cfg, seed),
         )
         # A PeftModel: TRL's reference is the same model with the adapter disabled.
-        trainer = dpo_trainer_class()(model=model, args=args, train_dataset=pairs_to_dpo_dataset(pairs), processing_class=tokenizer,
-                             callbacks=[collect_logs(history, progress, on_log)])
+        trainer = dpo_trainer_class()(
+            model=model,
+            args=args,
+            train_dataset=pairs_to_dpo_dataset(pairs),
+            processing_class=tokenizer,
+            callbacks=[collect_logs(history, progress, on_log)],
+        )
         result = run_trl(trainer, tokenizer, out_dir, before, history)
     last = history[-1] if history else {}
-    result.metrics.update(final_reward_accuracy=last.get("rewards/accuracies"), final_reward_margin=last.get("rewards/margins"))
+    result.metrics.update(
+        final_reward_accuracy=last.get("rewards/accuracies"), final_reward_margin=last.get("rewards/margins")
+    )
     return result

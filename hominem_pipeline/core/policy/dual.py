@@ -47,10 +47,14 @@ MAX_GRAD_NORM = 1.0
 def sequence_key(seq: tuple[list[int], int]) -> str:
     """A sequence's identity for the reference cache: its tokens and where its reply starts."""
     ids, begin = seq
-    return hashlib.blake2b(np.asarray(ids, dtype=np.int64).tobytes() + begin.to_bytes(4, "little"), digest_size=12).hexdigest()
+    return hashlib.blake2b(
+        np.asarray(ids, dtype=np.int64).tobytes() + begin.to_bytes(4, "little"), digest_size=12
+    ).hexdigest()
 
 
-def reference_logps(model: Any, seqs: Sequence[tuple[list[int], int]], cache: dict[str, float], pad_id: int) -> torch.Tensor:
+def reference_logps(
+    model: Any, seqs: Sequence[tuple[list[int], int]], cache: dict[str, float], pad_id: int
+) -> torch.Tensor:
     """The reference's (the base's: adapter off, no dropout) summed reply log-probability of each
     sequence, computed once per sequence and kept in `cache` by its content: the reference never
     changes, and a pair is drawn several times over a run (and, with a `reference_cache` file, again in
@@ -75,7 +79,8 @@ def load_reference_cache(path: Path | None, base: str) -> dict[str, float]:
 
 
 def shipped_reference_file(folder: Path, base: str) -> Path:
-    """Where a project ships the reference log-probabilities of its people's pairs for the base with checksum `base`."""
+    """Where a project ships the reference log-probabilities of its people's pairs for the base with checksum
+    `base`."""
     return Path(folder) / f"{base[:16]}-reference.npz"
 
 
@@ -88,7 +93,9 @@ def load_shipped_reference(folder: Path | None, base: str) -> dict[str, float]:
         return dict(zip(saved["keys"].tolist(), saved["logps"].astype(np.float64).tolist()))
 
 
-REFERENCE_CACHE = "cache/reference_logps.json"  # under the data folder: shared by the daily dual training and online updates
+REFERENCE_CACHE = (
+    "cache/reference_logps.json"  # under the data folder: shared by the daily dual training and online updates
+)
 REFERENCE_CACHE_MAX = 50_000  # sequences kept, the newest
 
 
@@ -123,8 +130,14 @@ class ChannelMonitor:
             for g in grads[top]:
                 g.mul_(scale)
             self.rebalanced += 1
-            log.info("dual training: the %s channel had %.0f%% of the gradient (max_share %.0f%%): its loss now weighs %.3g",
-                     top, 100 * share[top], 100 * self.max_share, self.balance[top])
+            log.info(
+                "dual training: the %s channel had %.0f%% of the gradient (max_share %.0f%%): its loss "
+                "now weighs %.3g",
+                top,
+                100 * share[top],
+                100 * self.max_share,
+                self.balance[top],
+            )
         self.shares.append(share)
         return share
 
@@ -132,11 +145,23 @@ class ChannelMonitor:
         """For the adapter's METADATA `channels`: the mean share over the measured steps, the steps measured
         and rebalanced, the balance factors at the end."""
         mean = {c: float(np.mean([s[c] for s in self.shares])) for c in CHANNELS} if self.shares else None
-        return {"gradient_share": mean, "gradient_share_max": {c: float(max(s[c] for s in self.shares)) for c in CHANNELS} if self.shares else None,
-                "measured_steps": len(self.shares), "rebalanced_steps": self.rebalanced, "max_share": self.max_share, "balance": dict(self.balance)}
+        return {
+            "gradient_share": mean,
+            "gradient_share_max": {c: float(max(s[c] for s in self.shares)) for c in CHANNELS}
+            if self.shares
+            else None,
+            "measured_steps": len(self.shares),
+            "rebalanced_steps": self.rebalanced,
+            "max_share": self.max_share,
+            "balance": dict(self.balance),
+        }
 
 
-def _optimizer_step(params: list[torch.Tensor], optimizers: dict[str, torch.optim.Optimizer], grads: dict[str, list[torch.Tensor]] | None) -> float:
+def _optimizer_step(
+    params: list[torch.Tensor],
+    optimizers: dict[str, torch.optim.Optimizer],
+    grads: dict[str, list[torch.Tensor]] | None,
+) -> float:
     """One step of each optimizer (`both`: on the summed gradient; a channel's: on its own), each gradient
     clipped to MAX_GRAD_NORM; `grads` None: the gradient backward() left in the parameters. Returns the norm
     of the summed gradient before clipping (what GVS reads)."""
@@ -181,8 +206,9 @@ def _cycle(n: int, rng: random.Random) -> Iterator[int]:
         yield from order
 
 
-def mixed_sampler(n_ranked: int, n_people: int, people_share: float, seed: int,
-                  ranked: Callable[[int], Sequence[int]] | None = None) -> Callable[[int], list[int]]:
+def mixed_sampler(
+    n_ranked: int, n_people: int, people_share: float, seed: int, ranked: Callable[[int], Sequence[int]] | None = None
+) -> Callable[[int], list[int]]:
     """A `pair_sampler` over pairs laid out as `n_ranked` ranked candidates' pairs, then `n_people`
     people's pairs: each batch of n takes `people_share` of its rows from the people's pairs (each once
     per pass, reshuffled; the fraction carried from batch to batch, so the share is exact over a run) and
@@ -237,7 +263,10 @@ def pair_labels(pairs: pd.DataFrame, cfg: DualConfig, reward_model: Any | None =
     scored: dict[str, np.ndarray] = {}
     if "reward_model" in (cfg.intensity_source, cfg.safety_source):
         if reward_model is None:
-            raise ValueError("policy.dual takes intensity or safety from the reward model, but none was given; set the sources to teacher")
+            raise ValueError(
+                "policy.dual takes intensity or safety from the reward model, but none was given; set "
+                "the sources to teacher"
+            )
         scored = reward_model.raw_scores(list(pairs["prompt"]), list(pairs["chosen"]))
     if cfg.intensity_source == "constant":
         intensity = np.ones(len(pairs))
@@ -245,7 +274,11 @@ def pair_labels(pairs: pd.DataFrame, cfg: DualConfig, reward_model: Any | None =
         intensity = pairs["chosen_reward_intensity"].to_numpy(dtype=np.float64)
     else:
         intensity = np.asarray(scored["reward_intensity"], dtype=np.float64)
-    safety = pairs["chosen_safety_score"].to_numpy(dtype=np.float64) if cfg.safety_source == "teacher" else np.asarray(scored["safety_score"], dtype=np.float64)
+    safety = (
+        pairs["chosen_safety_score"].to_numpy(dtype=np.float64)
+        if cfg.safety_source == "teacher"
+        else np.asarray(scored["safety_score"], dtype=np.float64)
+    )
     if "weight" in pairs:
         intensity = intensity * pairs["weight"].to_numpy(dtype=np.float64)
     intensity = np.clip(intensity, 0.0, None)
@@ -275,18 +308,18 @@ def train_dual_adapter(
     people_start: tuple[Path, str] | None = None,
 ) -> dict[str, Any]:
     """Train a LoRA adapter with the dual-channel loss; saves it (PEFT format) with the tokenizer to `out_dir`.
-    `init_adapter`: an adapter to train on from (an online update of the live one) instead of a fresh one;
-    the reference stays the base (adapter off). `pair_sampler(n)`: the rows of `pairs` for a batch of `n`
-    (the replay buffer's `batches`); None: every pair once per pass, reshuffled. `reference_cache`: a file
-    of the base's log-probabilities of sequences, read at the start and written back at the end (online
-    updates train on many of the same pairs each time). `memory_per_step`: that many memory rows beside
-    each step's `batch_size` pair rows, instead of `policy.dual`'s mixing (an online update rehearses
-    every memory row this way). `extra_pair_rows`: that many pair rows per step beside the batch's (an
-    online update's dimension pairs, which its `pair_sampler` draws). `shipped_reference`: the project's shipped features folder, whose
-    reference log-probabilities of the people's pairs (`ship_reference`) are read, never written.
-    `device`: where it trains (`lora.lora_student`; None: a CUDA GPU where torch sees one). `people_start`:
-    (the shipped features folder, the key of the people's training pairs): a fresh adapter starts from the
-    people's start shipped there where it fits (`people_start.load_people_start`; channels' `start` says).
+    `init_adapter`: an adapter to train on from (an online update of the live one) instead of a fresh one; the
+    reference stays the base (adapter off). `pair_sampler(n)`: the rows of `pairs` for a batch of `n` (the replay
+    buffer's `batches`); None: every pair once per pass, reshuffled. `reference_cache`: a file of the base's
+    log-probabilities of sequences, read at the start and written back at the end (online updates train on many of
+    the same pairs each time). `memory_per_step`: that many memory rows beside each step's `batch_size` pair rows,
+    instead of `policy.dual`'s mixing (an online update rehearses every memory row this way). `extra_pair_rows`:
+    that many pair rows per step beside the batch's (an online update's dimension pairs, which its `pair_sampler`
+    draws). `shipped_reference`: the project's shipped features folder, whose reference log-probabilities of the
+    people's pairs (`ship_reference`) are read, never written. `device`: where it trains (`lora.lora_student`; None:
+    a CUDA GPU where torch sees one). `people_start`: (the shipped features folder, the key of the people's training
+    pairs): a fresh adapter starts from the people's start shipped there where it fits
+    (`people_start.load_people_start`; channels' `start` says).
 
     `pairs` needs prompt, chosen, rejected and, for teacher-sourced labels, chosen_reward_intensity and
     chosen_safety_score; `memory` prompt and response (`memory.read_memory_rows`)."""
@@ -302,14 +335,19 @@ def train_dual_adapter(
     dual = cfg.dual
     n_pairs, n_memory = len(pairs), len(memory)
     if n_pairs == 0 and n_memory == 0:
-        raise ValueError("dual training needs preference pairs or memory rows; preference_pairs produced none and no memory file has rows")
+        raise ValueError(
+            "dual training needs preference pairs or memory rows; preference_pairs produced none and no "
+            "memory file has rows"
+        )
     ranks = launched()  # one process, or those `accelerate launch` started: each trains on its share of every batch
     # scored once, by the first process (the only one a launch gives the reward model), and shared
     labels = ranks.share(pair_labels(pairs, dual, reward_model) if ranks.main else None)
     gate = SafetyGate.from_config(cfg.safety_gate)
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    model, tokenizer, before = lora_student(student_path, cfg, init_adapter, device if device is not None else ranks.device)
+    model, tokenizer, before = lora_student(
+        student_path, cfg, init_adapter, device if device is not None else ranks.device
+    )
     start = f"the adapter {init_adapter}" if init_adapter is not None else "a fresh LoRA"
     if people_start is not None and init_adapter is None:
         from hominem_pipeline.core.policy.people_start import load_people_start
@@ -320,7 +358,10 @@ def train_dual_adapter(
     disable_dropout_in_model(model)  # as TRL's DPO does by default: policy and reference see the same network
     pad = tokenizer.pad_token_id
     pair_seqs = pair_sequences(tokenizer, pairs, cfg.max_length)
-    memory_seqs = [encode(tokenizer, r.prompt, r.response, cfg.max_length, end_of_turn=dual.memory_stop) for r in memory.itertuples()]
+    memory_seqs = [
+        encode(tokenizer, r.prompt, r.response, cfg.max_length, end_of_turn=dual.memory_stop)
+        for r in memory.itertuples()
+    ]
     n_pair, n_mem = batch_rows(dual, cfg.batch_size, n_memory, n_pairs)
     if memory_per_step is not None and n_memory:
         n_pair, n_mem = (cfg.batch_size if n_pairs else 0), min(memory_per_step, n_memory)
@@ -329,29 +370,58 @@ def train_dual_adapter(
     pair_order, memory_order = _cycle(n_pairs, rng), _cycle(n_memory, rng)
 
     shipped = load_shipped_reference(shipped_reference, before)
-    ref_cache = {**shipped, **load_reference_cache(reference_cache, before)}  # the base's log-probability of each sequence used so far, by content
+    ref_cache = {
+        **shipped,
+        **load_reference_cache(reference_cache, before),
+    }  # the base's log-probability of each sequence used so far, by content
     known = len(ref_cache)
     params = [p for p in model.parameters() if p.requires_grad]
     ranks.broadcast(params)  # one start for all
     ch = dual.channels
     factors = {"memory": ch.memory_lr_factor, "reward": ch.reward_lr_factor}
     # one AdamW on the summed gradient, or one per channel (its own moments) at its own rate
-    optimizers = ({c: torch.optim.AdamW(params, lr=cfg.learning_rate * f, weight_decay=0.0) for c, f in factors.items()} if ch.split
-                  else {"both": torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)})
+    optimizers = (
+        {c: torch.optim.AdamW(params, lr=cfg.learning_rate * f, weight_decay=0.0) for c, f in factors.items()}
+        if ch.split
+        else {"both": torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)}
+    )
     decay = lambda step: max(0.0, 1 - step / cfg.max_steps)  # noqa: E731
     schedulers = [torch.optim.lr_scheduler.LambdaLR(o, decay) for o in optimizers.values()]
     monitor = ChannelMonitor(ch.max_share)
     history: list[dict[str, float]] = []
-    totals = {"sft": 0.0, "memory": 0.0, "reward": 0.0, "pair_rows": 0, "memory_rows": 0, "skipped": 0, "downweighted": 0, "inverted": 0}
+    totals = {
+        "sft": 0.0,
+        "memory": 0.0,
+        "reward": 0.0,
+        "pair_rows": 0,
+        "memory_rows": 0,
+        "skipped": 0,
+        "downweighted": 0,
+        "inverted": 0,
+    }
     progress = Progress("dual-channel training", cfg.max_steps, log, unit="steps")
     model.train()
     started = time.monotonic()
     for step in range(1, cfg.max_steps + 1):
-        record = {"loss": 0.0, "sft": 0.0, "memory": 0.0, "reward": 0.0, "skipped": 0, "downweighted": 0, "inverted": 0, "correct": 0, "margin": 0.0}
+        record = {
+            "loss": 0.0,
+            "sft": 0.0,
+            "memory": 0.0,
+            "reward": 0.0,
+            "skipped": 0,
+            "downweighted": 0,
+            "inverted": 0,
+            "correct": 0,
+            "margin": 0.0,
+        }
         measured = bool(ch.monitor_every) and (step - 1) % ch.monitor_every == 0
         grads = {c: [torch.zeros_like(p) for p in params] for c in CHANNELS} if ch.split or measured else None
         for _ in range(cfg.gradient_accumulation_steps):
-            pi = [int(i) for i in pair_sampler(n_pair)] if pair_sampler is not None else [next(pair_order) for _ in range(n_pair)]
+            pi = (
+                [int(i) for i in pair_sampler(n_pair)]
+                if pair_sampler is not None
+                else [next(pair_order) for _ in range(n_pair)]
+            )
             mi = [next(memory_order) for _ in range(n_mem)]
             drawn = len(pi) + len(mi)
             pi, mi = ranks.shard(pi), ranks.shard(mi)  # every process drew the same batch; each takes its rows
@@ -367,28 +437,51 @@ def train_dual_adapter(
             zeros = torch.zeros(len(mi), device=logps.device)
             chosen, rejected, mem = logps[: len(pi)], logps[len(pi) : 2 * len(pi)], logps[2 * len(pi) :]
             anchored = dual.memory_margin is not None and bool(mi)
-            ref = reference_logps(model, seqs[: 2 * len(pi) + (len(mi) if anchored else 0)], ref_cache, pad).to(logps.device)
+            ref = reference_logps(model, seqs[: 2 * len(pi) + (len(mi) if anchored else 0)], ref_cache, pad).to(
+                logps.device
+            )
             ref_chosen, ref_rejected = ref[: len(pi)], ref[len(pi) : 2 * len(pi)]
             tokens = counts.clamp(min=1)
             nll = -torch.cat([chosen / tokens[: len(pi)], mem / tokens[2 * len(pi) :]])
             # the base's mean token NLL of each memory row (pair rows' entries are not read)
-            memory_ref_nll = torch.cat([zeros.new_zeros(len(pi)), -ref[2 * len(pi) :] / tokens[2 * len(pi) :]]) if anchored else None
-            out = dual_channel_loss(
-                torch.cat([chosen, zeros]), torch.cat([rejected, zeros]), torch.cat([ref_chosen, zeros]), torch.cat([ref_rejected, zeros]),
-                nll,
-                torch.tensor(np.concatenate([labels.intensity[pi], np.ones(len(mi))]), dtype=torch.float32, device=logps.device),
-                torch.tensor(np.concatenate([labels.safety[pi], np.ones(len(mi))]), dtype=torch.float32, device=logps.device),
-                pair_mask=torch.tensor([True] * len(pi) + [False] * len(mi), device=logps.device),
-                beta=cfg.beta, w_sft=dual.sft_weight, w_reward=dual.reward_weight, gate=gate, w_memory=dual.memory_weight,
-                memory_ref_nll=memory_ref_nll, memory_margin=dual.memory_margin or 0.0,
+            memory_ref_nll = (
+                torch.cat([zeros.new_zeros(len(pi)), -ref[2 * len(pi) :] / tokens[2 * len(pi) :]])
+                if anchored
+                else None
             )
-            channel_losses = {"memory": out.sft * monitor.balance["memory"], "reward": out.reward * monitor.balance["reward"]}
+            out = dual_channel_loss(
+                torch.cat([chosen, zeros]),
+                torch.cat([rejected, zeros]),
+                torch.cat([ref_chosen, zeros]),
+                torch.cat([ref_rejected, zeros]),
+                nll,
+                torch.tensor(
+                    np.concatenate([labels.intensity[pi], np.ones(len(mi))]), dtype=torch.float32, device=logps.device
+                ),
+                torch.tensor(
+                    np.concatenate([labels.safety[pi], np.ones(len(mi))]), dtype=torch.float32, device=logps.device
+                ),
+                pair_mask=torch.tensor([True] * len(pi) + [False] * len(mi), device=logps.device),
+                beta=cfg.beta,
+                w_sft=dual.sft_weight,
+                w_reward=dual.reward_weight,
+                gate=gate,
+                w_memory=dual.memory_weight,
+                memory_ref_nll=memory_ref_nll,
+                memory_margin=dual.memory_margin or 0.0,
+            )
+            channel_losses = {
+                "memory": out.sft * monitor.balance["memory"],
+                "reward": out.reward * monitor.balance["reward"],
+            }
             if grads is None:
                 (sum(channel_losses.values()) * scale).backward()
             else:  # each channel's gradient on its own
                 for c, loss in channel_losses.items():
                     if loss.requires_grad:
-                        for acc, g in zip(grads[c], torch.autograd.grad(loss * scale, params, retain_graph=True, allow_unused=True)):
+                        for acc, g in zip(
+                            grads[c], torch.autograd.grad(loss * scale, params, retain_graph=True, allow_unused=True)
+                        ):
                             if g is not None:
                                 acc.add_(g)
             margins = cfg.beta * ((chosen - ref_chosen) - (rejected - ref_rejected)).detach()
@@ -411,7 +504,8 @@ def train_dual_adapter(
             else:
                 ranks.average([g for c in CHANNELS for g in grads[c]])
             record = ranks.mean({k: record[k] for k in ("loss", "sft", "memory", "reward")}) | ranks.total(
-                {k: record[k] for k in ("skipped", "downweighted", "inverted", "correct", "margin")})
+                {k: record[k] for k in ("skipped", "downweighted", "inverted", "correct", "margin")}
+            )
         shares = monitor.measure(grads) if measured else None
         grad_norm = _optimizer_step(params, optimizers, grads)
         for scheduler in schedulers:
@@ -430,15 +524,24 @@ def train_dual_adapter(
             "gate/skipped": record["skipped"],
             "gate/downweighted": record["downweighted"],
             "gate/inverted": record["inverted"],
-            **({f"share/{c}": s for c, s in shares.items()} | {f"balance/{c}": b for c, b in monitor.balance.items()} if shares else {}),
+            **(
+                {f"share/{c}": s for c, s in shares.items()} | {f"balance/{c}": b for c, b in monitor.balance.items()}
+                if shares
+                else {}
+            ),
         }
         history.append(entry)
         for key in ("sft", "memory", "reward", "skipped", "downweighted", "inverted"):
             totals[key] += record[key]
         if on_log:
             on_log(step, {k: v for k, v in entry.items() if k != "step"})
-        progress.advance(1, loss=f"{record['loss']:.4f}", sft=f"{record['sft']:.3f}", **({"memory": f"{record['memory']:.3f}"} if n_mem else {}),
-                         reward=f"{record['reward']:.3f}")
+        progress.advance(
+            1,
+            loss=f"{record['loss']:.4f}",
+            sft=f"{record['sft']:.3f}",
+            **({"memory": f"{record['memory']:.3f}"} if n_mem else {}),
+            reward=f"{record['reward']:.3f}",
+        )
     seconds = time.monotonic() - started
     rows = ranks.total({"pair_rows": totals["pair_rows"], "memory_rows": totals["memory_rows"]})
     totals.update({k: int(round(v)) for k, v in rows.items()})
@@ -451,14 +554,24 @@ def train_dual_adapter(
     ranks.barrier()
     channel_sum = totals["sft"] + totals["reward"]
     last = history[-1]
-    metrics = {"steps": len(history), "train_seconds": seconds, "seconds_per_step": seconds / len(history), "final_loss": last["loss"],
-               "final_reward_accuracy": last["rewards/accuracies"], "final_reward_margin": last["rewards/margins"], "trainable_parameters": trainable,
-               "processes": ranks.world}
+    metrics = {
+        "steps": len(history),
+        "train_seconds": seconds,
+        "seconds_per_step": seconds / len(history),
+        "final_loss": last["loss"],
+        "final_reward_accuracy": last["rewards/accuracies"],
+        "final_reward_margin": last["rewards/margins"],
+        "trainable_parameters": trainable,
+        "processes": ranks.world,
+    }
     return AdapterTraining(
         metrics,
         before,
         history,
-        {"sft": totals["sft"] / channel_sum if channel_sum else 0.0, "reward": totals["reward"] / channel_sum if channel_sum else 0.0},
+        {
+            "sft": totals["sft"] / channel_sum if channel_sum else 0.0,
+            "reward": totals["reward"] / channel_sum if channel_sum else 0.0,
+        },
         {
             "sft_loss_sum": totals["sft"],
             "memory_loss_sum": totals["memory"],

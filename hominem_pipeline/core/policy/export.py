@@ -46,23 +46,46 @@ def readable(folder: Path) -> None:
             path.chmod(0o666 & ~mask)
 
 
-def write_model_card(out_dir: Path, *, base_hub_id: str | None, base_path: str, gguf_package: str | None, mode: str, date: str,
-                     metrics: dict[str, Any], data: dict[str, Any]) -> Path:
+def write_model_card(
+    out_dir: Path,
+    *,
+    base_hub_id: str | None,
+    base_path: str,
+    gguf_package: str | None,
+    mode: str,
+    date: str,
+    metrics: dict[str, Any],
+    data: dict[str, Any],
+) -> Path:
     """The adapter's README.md (Hugging Face model card): what it is, what it was trained on, how to load it.
     `base_path`: the student folder as the project names it (`models.shown_path`), never an absolute path."""
     base = base_hub_id or str(base_path)
-    front = ["---", "library_name: peft", f"base_model: {base}" if base_hub_id else "", "pipeline_tag: text-generation",
-             "tags: [hominem, lora, " + mode + "]", "---"]
-    source = (f"The base was loaded from `{base_path}`, converted once from the Q4_1 GGUF that the `{gguf_package}` package ships "
-              "(weights dequantized to fp32): the adapter was trained on those weights, which differ slightly from the hub's fp32 ones.") if gguf_package else \
-             f"The base was loaded from `{base_path}`."
+    front = [
+        "---",
+        "library_name: peft",
+        f"base_model: {base}" if base_hub_id else "",
+        "pipeline_tag: text-generation",
+        "tags: [hominem, lora, " + mode + "]",
+        "---",
+    ]
+    source = (
+        (
+            f"The base was loaded from `{base_path}`, converted once from the Q4_1 GGUF that the "
+            f"`{gguf_package}` package ships "
+            "(weights dequantized to fp32): the adapter was trained on those weights, which differ "
+            "slightly from the hub's fp32 ones."
+        )
+        if gguf_package
+        else f"The base was loaded from `{base_path}`."
+    )
     shown = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     lines = [
         *[x for x in front if x],
         "",
         f"# hominem LoRA adapter ({mode}, {date})",
         "",
-        f"A LoRA adapter on `{base}` trained by [hominem](https://pypi.org/project/hominem-pipeline/) with `policy.mode: {mode}` "
+        f"A LoRA adapter on `{base}` trained by [hominem](https://pypi.org/project/hominem-pipeline/) "
+        f"with `policy.mode: {mode}` "
         "on preference pairs a reward model ranked (and, for `dual`, on memory rows). The base weights are unchanged.",
         "",
         source,

@@ -38,11 +38,25 @@ BATCHES = "batches.json"
 log = logging.getLogger(__name__)
 
 
-def write_spec(folder: Path, *, mode: str, student: Path, policy: Any, seed: int, out_dir: Path, pairs: pd.DataFrame,
-               memory: pd.DataFrame | None = None, reward_model: Path | None = None, batches: Sequence[Sequence[int]] | None = None,
-               reference_cache: Path | None = None, shipped_reference: Path | None = None, people_start: tuple[Path, str] | None = None,
-               feature_cache: tuple[Path, Path | None] | None = None, dimension_weights: Mapping[str, float] | None = None,
-               device: str = "auto") -> Path:
+def write_spec(
+    folder: Path,
+    *,
+    mode: str,
+    student: Path,
+    policy: Any,
+    seed: int,
+    out_dir: Path,
+    pairs: pd.DataFrame,
+    memory: pd.DataFrame | None = None,
+    reward_model: Path | None = None,
+    batches: Sequence[Sequence[int]] | None = None,
+    reference_cache: Path | None = None,
+    shipped_reference: Path | None = None,
+    people_start: tuple[Path, str] | None = None,
+    feature_cache: tuple[Path, Path | None] | None = None,
+    dimension_weights: Mapping[str, float] | None = None,
+    device: str = "auto",
+) -> Path:
     """The inputs of one launched training, in `folder`; returns SPEC.json's path. `batches`: the rows of
     `pairs` for each draw of a `dual` run (`draw_batches`), in order. `feature_cache`: (the project's
     feature cache folder, the shipped one) the reward model scores through on rank 0. `device`:
@@ -54,12 +68,22 @@ def write_spec(folder: Path, *, mode: str, student: Path, policy: Any, seed: int
     if batches is not None:
         (folder / BATCHES).write_text(json.dumps([[int(i) for i in b] for b in batches]))
     text = lambda p: None if p is None else str(p)  # noqa: E731
-    spec = {"mode": mode, "student": str(student), "policy": policy.model_dump(mode="json"), "seed": seed, "out_dir": str(out_dir),
-            "memory": memory is not None, "reward_model": text(reward_model), "batches": batches is not None,
-            "reference_cache": text(reference_cache), "shipped_reference": text(shipped_reference),
-            "people_start": None if people_start is None else [str(people_start[0]), people_start[1]],
-            "feature_cache": None if feature_cache is None else [str(feature_cache[0]), text(feature_cache[1])],
-            "dimension_weights": dict(dimension_weights) if dimension_weights is not None else None, "device": device}
+    spec = {
+        "mode": mode,
+        "student": str(student),
+        "policy": policy.model_dump(mode="json"),
+        "seed": seed,
+        "out_dir": str(out_dir),
+        "memory": memory is not None,
+        "reward_model": text(reward_model),
+        "batches": batches is not None,
+        "reference_cache": text(reference_cache),
+        "shipped_reference": text(shipped_reference),
+        "people_start": None if people_start is None else [str(people_start[0]), people_start[1]],
+        "feature_cache": None if feature_cache is None else [str(feature_cache[0]), text(feature_cache[1])],
+        "dimension_weights": dict(dimension_weights) if dimension_weights is not None else None,
+        "device": device,
+    }
     path = folder / "spec.json"
     path.write_text(json.dumps(spec, indent=2) + "\n")
     return path
@@ -77,8 +101,10 @@ def _replayed(batches: list[list[int]]) -> Callable[[int], list[int]]:
     def sampler(n: int) -> list[int]:
         batch = next(order, None)
         if batch is None or len(batch) != n:
-            raise RuntimeError(f"the launched training drew a batch of {n} pair rows beyond the {len(batches)} drawn ahead "
-                               f"(or of another size: {None if batch is None else len(batch)}); draw_batches was given other settings")
+            raise RuntimeError(
+                f"the launched training drew a batch of {n} pair rows beyond the {len(batches)} drawn ahead "
+                f"(or of another size: {None if batch is None else len(batch)}); draw_batches was given other settings"
+            )
         return batch
 
     return sampler
@@ -108,17 +134,32 @@ def train(spec_path: Path) -> dict[str, Any]:
     rank = int(os.environ.get("RANK", "0"))
     cfg = PolicyConfig.model_validate(spec["policy"])
     pairs = pd.read_parquet(folder / "pairs.parquet")
-    common = {"student_path": Path(spec["student"]), "cfg": cfg, "out_dir": Path(spec["out_dir"]), "seed": spec["seed"]}
+    common = {
+        "student_path": Path(spec["student"]),
+        "cfg": cfg,
+        "out_dir": Path(spec["out_dir"]),
+        "seed": spec["seed"],
+    }
     path = lambda key: Path(spec[key]) if spec.get(key) else None  # noqa: E731
     if spec["mode"] == "dual":
         from hominem_pipeline.core.policy.dual import train_dual_adapter
 
-        memory = pd.read_parquet(folder / "memory.parquet") if spec["memory"] else pd.DataFrame({"prompt": [], "response": []})
+        memory = (
+            pd.read_parquet(folder / "memory.parquet")
+            if spec["memory"]
+            else pd.DataFrame({"prompt": [], "response": []})
+        )
         start = spec.get("people_start")
-        result = train_dual_adapter(pairs, memory, reward_model=_reward_model(spec, rank) if spec["reward_model"] and rank == 0 else None,
-                                    pair_sampler=_replayed(json.loads((folder / BATCHES).read_text())) if spec.get("batches") else None,
-                                    reference_cache=path("reference_cache"), shipped_reference=path("shipped_reference"),
-                                    people_start=(Path(start[0]), start[1]) if start else None, **common)
+        result = train_dual_adapter(
+            pairs,
+            memory,
+            reward_model=_reward_model(spec, rank) if spec["reward_model"] and rank == 0 else None,
+            pair_sampler=_replayed(json.loads((folder / BATCHES).read_text())) if spec.get("batches") else None,
+            reference_cache=path("reference_cache"),
+            shipped_reference=path("shipped_reference"),
+            people_start=(Path(start[0]), start[1]) if start else None,
+            **common,
+        )
     elif spec["mode"] == "dpo":
         from hominem_pipeline.core.policy.dpo import train_dpo_adapter
 
@@ -126,11 +167,21 @@ def train(spec_path: Path) -> dict[str, Any]:
     elif spec["mode"] == "rl":
         from hominem_pipeline.core.policy.rl import train_rl_adapter
 
-        result = train_rl_adapter(list(pairs["prompt"]), reward_model=_reward_model(spec, rank), dimension_weights=spec.get("dimension_weights"), **common)
+        result = train_rl_adapter(
+            list(pairs["prompt"]),
+            reward_model=_reward_model(spec, rank),
+            dimension_weights=spec.get("dimension_weights"),
+            **common,
+        )
     else:
         raise ValueError(f"unknown mode {spec['mode']!r}: dual | dpo | rl")
-    out = {"metrics": result.metrics, "history": result.history, "base_checksum": result.base_checksum,
-           "channel_contributions": result.channel_contributions, "channels": result.channels}
+    out = {
+        "metrics": result.metrics,
+        "history": result.history,
+        "base_checksum": result.base_checksum,
+        "channel_contributions": result.channel_contributions,
+        "channels": result.channels,
+    }
     if rank == 0:
         (folder / RESULT).write_text(json.dumps(out, indent=1, default=float) + "\n")
     return out
@@ -139,8 +190,25 @@ def train(spec_path: Path) -> dict[str, Any]:
 def launch_command(spec_path: Path, processes: int) -> list[str]:
     """`accelerate launch` of `processes` processes on this machine, each training on `spec_path` (through
     this interpreter: a worker need not have the venv's bin on its PATH)."""
-    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes), "--num_machines", "1",
-            "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0", "-m", "hominem_pipeline.core.policy.launch", str(spec_path)]
+    return [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        str(processes),
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        "0",
+        "-m",
+        "hominem_pipeline.core.policy.launch",
+        str(spec_path),
+    ]
 
 
 def run_launched(spec_path: Path, processes: int, *, device: str = "auto") -> Any:
@@ -158,17 +226,29 @@ def run_launched(spec_path: Path, processes: int, *, device: str = "auto") -> An
     env = {**os.environ}
     gpus = torch.cuda.device_count() if device != "cpu" and torch.cuda.is_available() else 0
     if gpus and processes > gpus:
-        raise ValueError(f"runtime.train_processes is {processes}, but torch sees {gpus} GPU(s) here and each process takes one; "
-                         f"set it to at most {gpus}, or runtime.device: cpu to train on the CPU")
+        raise ValueError(
+            f"runtime.train_processes is {processes}, but torch sees {gpus} GPU(s) here and each process takes one; "
+            f"set it to at most {gpus}, or runtime.device: cpu to train on the CPU"
+        )
     if not gpus:
         env["CUDA_VISIBLE_DEVICES"] = ""
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // processes))
     result = Path(spec_path).parent / RESULT
     result.unlink(missing_ok=True)
     tail: deque[str] = deque(maxlen=60)
-    log.info("training in %d processes (accelerate launch, %s)", processes, f"{gpus} GPUs" if gpus else f"{env['OMP_NUM_THREADS']} CPU threads each")
-    proc = subprocess.Popen(launch_command(spec_path, processes), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    log.info(
+        "training in %d processes (accelerate launch, %s)",
+        processes,
+        f"{gpus} GPUs" if gpus else f"{env['OMP_NUM_THREADS']} CPU threads each",
+    )
+    proc = subprocess.Popen(
+        launch_command(spec_path, processes),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     assert proc.stdout is not None
     try:
         for line in proc.stdout:
@@ -181,9 +261,13 @@ def run_launched(spec_path: Path, processes: int, *, device: str = "auto") -> An
         proc.wait()
         raise
     if code or not result.is_file():
-        raise RuntimeError(f"training in {processes} processes failed (exit {code}); the last lines:\n" + "\n".join(tail))
+        raise RuntimeError(
+            f"training in {processes} processes failed (exit {code}); the last lines:\n" + "\n".join(tail)
+        )
     out = json.loads(result.read_text())
-    return AdapterTraining(out["metrics"], out["base_checksum"], out["history"], out["channel_contributions"], out["channels"])
+    return AdapterTraining(
+        out["metrics"], out["base_checksum"], out["history"], out["channel_contributions"], out["channels"]
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -191,7 +275,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("spec", type=Path, help="SPEC.json written by write_spec")
     args = parser.parse_args(argv)
     rank = os.environ.get("RANK", "0")
-    logging.basicConfig(level=logging.INFO if rank == "0" else logging.WARNING, format="%(asctime)s rank " + rank + " %(message)s", datefmt="%H:%M:%S")
+    logging.basicConfig(
+        level=logging.INFO if rank == "0" else logging.WARNING,
+        format="%(asctime)s rank " + rank + " %(message)s",
+        datefmt="%H:%M:%S",
+    )
     train(args.spec)
     import torch.distributed as dist
 

@@ -21,7 +21,8 @@ log = logging.getLogger(__name__)
 
 
 def base_checksum(model: torch.nn.Module) -> str:
-    """sha256 over every non-LoRA parameter, in name order: equal before and after training iff the base is untouched."""
+    """sha256 over every non-LoRA parameter, in name order: equal before and after training iff the base is
+    untouched."""
     h = hashlib.sha256()
     for name, param in sorted(model.named_parameters(), key=lambda kv: kv[0]):
         if "lora_" in name:
@@ -32,7 +33,9 @@ def base_checksum(model: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
-def lora_student(student_path: Path, cfg: PolicyConfig, init_adapter: Path | None = None, device: Any = None) -> tuple[Any, Any, str]:
+def lora_student(
+    student_path: Path, cfg: PolicyConfig, init_adapter: Path | None = None, device: Any = None
+) -> tuple[Any, Any, str]:
     """(the student in fp32 wrapped with a fresh LoRA adapter, or with `init_adapter` to train on from
     (an online update continues the live adapter, with its LoRA shape), its tokenizer, the base
     checksum): what every training mode starts from. Only the LoRA matrices require gradients. On
@@ -60,10 +63,19 @@ def lora_student(student_path: Path, cfg: PolicyConfig, init_adapter: Path | Non
     lora = cfg.lora
     depth = model.config.num_hidden_layers
     if lora.layers is not None and lora.layers > depth:
-        raise ValueError(f"policy.lora.layers is {lora.layers}, but the student {student_path} has {depth} decoder layers; set it to 1-{depth}, or null for all")
+        raise ValueError(
+            f"policy.lora.layers is {lora.layers}, but the student {student_path} has {depth} decoder "
+            f"layers; set it to 1-{depth}, or null for all"
+        )
     layers = None if lora.layers is None else list(range(depth - lora.layers, depth))
-    peft_config = PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=list(lora.target_modules),
-                                 layers_to_transform=layers, task_type="CAUSAL_LM")
+    peft_config = PeftLoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        layers_to_transform=layers,
+        task_type="CAUSAL_LM",
+    )
     model = get_peft_model(model, peft_config).to(device)
     return model, tokenizer, base_checksum(model)
 
@@ -113,8 +125,14 @@ def per_process(batch_size: int) -> int:
     return max(1, batch_size // int(os.environ.get("WORLD_SIZE", "1")))
 
 
-def collect_logs(history: list[dict[str, float]], progress: Progress, on_log: Callable[[int, dict[str, float]], None] | None, key: str = "loss"):
-    """A TrainerCallback that appends each logged step to `history`, forwards it to `on_log` and advances `progress`."""
+def collect_logs(
+    history: list[dict[str, float]],
+    progress: Progress,
+    on_log: Callable[[int, dict[str, float]], None] | None,
+    key: str = "loss",
+):
+    """A TrainerCallback that appends each logged step to `history`, forwards it to `on_log` and advances
+    `progress`."""
     from transformers import TrainerCallback
 
     class _Collect(TrainerCallback):
@@ -133,18 +151,24 @@ def collect_logs(history: list[dict[str, float]], progress: Progress, on_log: Ca
 class AdapterTraining:
     """What training an adapter returns, whatever the mode."""
 
-    metrics: dict[str, float | int | None]  # steps, train_seconds, seconds_per_step, final_loss, trainable_parameters, and the mode's own
+    metrics: dict[
+        str, float | int | None
+    ]  # steps, train_seconds, seconds_per_step, final_loss, trainable_parameters, and the mode's own
     base_checksum: str  # of the base weights, checked unchanged after training
     history: list[dict[str, float]]  # one entry per logged step
     channel_contributions: dict[str, float]  # each loss channel's share of the signal (sft, reward)
-    channels: dict[str, Any] = field(default_factory=dict)  # the mode's own accounting (rows per channel, gated examples, ...)
+    channels: dict[str, Any] = field(
+        default_factory=dict
+    )  # the mode's own accounting (rows per channel, gated examples, ...)
 
     @property
     def grad_norms(self) -> list[float]:
         return [h["grad_norm"] for h in self.history if "grad_norm" in h]
 
 
-def run_trl(trainer: Any, tokenizer: Any, out_dir: Path, before: str, history: list[dict[str, float]]) -> AdapterTraining:
+def run_trl(
+    trainer: Any, tokenizer: Any, out_dir: Path, before: str, history: list[dict[str, float]]
+) -> AdapterTraining:
     """Train a TRL trainer whose callbacks fill `history`, save the adapter (base checked unchanged) and
     return the figures every mode reports."""
     from transformers import PrinterCallback
@@ -158,8 +182,13 @@ def run_trl(trainer: Any, tokenizer: Any, out_dir: Path, before: str, history: l
     else:
         trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
     trainer.accelerator.wait_for_everyone()
-    metrics = {"steps": len(history), "train_seconds": seconds, "seconds_per_step": seconds / max(1, len(history)),
-               "final_loss": history[-1].get("loss") if history else None, "trainable_parameters": trainable}
+    metrics = {
+        "steps": len(history),
+        "train_seconds": seconds,
+        "seconds_per_step": seconds / max(1, len(history)),
+        "final_loss": history[-1].get("loss") if history else None,
+        "trainable_parameters": trainable,
+    }
     return AdapterTraining(metrics, before, history, {"sft": 0.0, "reward": 1.0})
 
 
@@ -181,7 +210,10 @@ def adapter_config(adapter_path: Path) -> dict[str, Any]:
 
     config_file = Path(adapter_path) / "adapter_config.json"
     if not config_file.is_file():
-        raise FileNotFoundError(f"{adapter_path} is not a PEFT adapter folder (no adapter_config.json); pass a data/lora_adapter/<date>/<version> folder")
+        raise FileNotFoundError(
+            f"{adapter_path} is not a PEFT adapter folder (no adapter_config.json); pass a "
+            "data/lora_adapter/<date>/<version> folder"
+        )
     return json.loads(config_file.read_text())
 
 

@@ -55,7 +55,10 @@ class SafetyGate:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.unsafe_below <= self.pass_at <= 1.0:
-            raise ValueError(f"safety gate thresholds must satisfy 0 <= unsafe_below ({self.unsafe_below}) <= pass_at ({self.pass_at}) <= 1")
+            raise ValueError(
+                f"safety gate thresholds must satisfy 0 <= unsafe_below ({self.unsafe_below}) <= pass_at "
+                f"({self.pass_at}) <= 1"
+            )
         if not 0.0 <= self.factor <= 1.0:
             raise ValueError(f"safety gate factor {self.factor} must be in [0, 1]")
 
@@ -121,9 +124,16 @@ def dual_channel_loss(
     parts, so both channels can be logged."""
     n = policy_chosen_logps.shape[0]
     pairs = torch.ones(n, dtype=torch.bool) if pair_mask is None else pair_mask
-    for name, t in (("policy_rejected_logps", policy_rejected_logps), ("ref_chosen_logps", ref_chosen_logps), ("ref_rejected_logps", ref_rejected_logps),
-                    ("sft_nll", sft_nll), ("intensity", intensity), ("safety", safety), ("pair_mask", pairs),
-                    *((("memory_ref_nll", memory_ref_nll),) if memory_ref_nll is not None else ())):
+    for name, t in (
+        ("policy_rejected_logps", policy_rejected_logps),
+        ("ref_chosen_logps", ref_chosen_logps),
+        ("ref_rejected_logps", ref_rejected_logps),
+        ("sft_nll", sft_nll),
+        ("intensity", intensity),
+        ("safety", safety),
+        ("pair_mask", pairs),
+        *((("memory_ref_nll", memory_ref_nll),) if memory_ref_nll is not None else ()),
+    ):
         if t.shape != (n,):
             raise ValueError(f"{name} has shape {tuple(t.shape)}; every input is one value per example, shape ({n},)")
     pairs = pairs.to(device=policy_chosen_logps.device, dtype=torch.bool)
@@ -153,7 +163,9 @@ def dual_channel_loss(
     )
 
 
-def gate_group_rewards(rewards: torch.Tensor, safety: torch.Tensor, gate: SafetyGate, group_size: int, min_gap: float = 0.1) -> torch.Tensor:
+def gate_group_rewards(
+    rewards: torch.Tensor, safety: torch.Tensor, gate: SafetyGate, group_size: int, min_gap: float = 0.1
+) -> torch.Tensor:
     """The safety gate on sampled completions' rewards, for policy-gradient methods that learn from each
     completion's reward relative to the other completions of its prompt (GRPO, RLOO). `rewards` and
     `safety` hold consecutive groups of `group_size` completions of one prompt.
@@ -163,16 +175,24 @@ def gate_group_rewards(rewards: torch.Tensor, safety: torch.Tensor, gate: Safety
     toward that mean by its weight; an inverted one gets the group's lowest reward minus the group's
     spread (at least `min_gap`), so it is always learned away from, however the reward model rated it."""
     if rewards.shape != safety.shape or rewards.dim() != 1:
-        raise ValueError(f"rewards {tuple(rewards.shape)} and safety {tuple(safety.shape)} must be equal 1-d shapes, one value per completion")
+        raise ValueError(
+            f"rewards {tuple(rewards.shape)} and safety {tuple(safety.shape)} must be equal 1-d shapes, "
+            "one value per completion"
+        )
     if group_size < 1 or rewards.shape[0] % group_size:
         raise ValueError(f"{rewards.shape[0]} completions do not split into groups of {group_size}")
     weight, inverted = gate(safety)
     r, w, inv = rewards.float().view(-1, group_size), weight.view(-1, group_size), inverted.view(-1, group_size)
     passed = (w == 1) & ~inv
     mean_all = r.mean(1, keepdim=True)
-    mean_passed = torch.where(passed, r, torch.zeros_like(r)).sum(1, keepdim=True) / passed.sum(1, keepdim=True).clamp(min=1)
+    mean_passed = torch.where(passed, r, torch.zeros_like(r)).sum(1, keepdim=True) / passed.sum(1, keepdim=True).clamp(
+        min=1
+    )
     centre = torch.where(passed.any(1, keepdim=True), mean_passed, mean_all)
     out = centre + w * (r - centre)
-    low, spread = r.min(1, keepdim=True).values, (r.max(1, keepdim=True).values - r.min(1, keepdim=True).values).clamp(min=min_gap)
+    low, spread = (
+        r.min(1, keepdim=True).values,
+        (r.max(1, keepdim=True).values - r.min(1, keepdim=True).values).clamp(min=min_gap),
+    )
     out = torch.where(inv, (low - spread).expand_as(r), out)
     return out.reshape(-1).to(rewards.dtype)

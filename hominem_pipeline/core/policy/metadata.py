@@ -31,7 +31,9 @@ class AdapterMetadata(BaseModel):
     reward_model: VersionKey
     preference_data: list[VersionKey]
     preference_pairs: int
-    memory_data: list[list[str]]  # memory files and their digests (dual); an online update's imitated replies as replay_batch.parquet#imitated
+    memory_data: list[
+        list[str]
+    ]  # memory files and their digests (dual); an online update's imitated replies as replay_batch.parquet#imitated
     channel_contributions: dict[str, float]
     channels: dict[str, Any]
     lora: dict[str, Any]

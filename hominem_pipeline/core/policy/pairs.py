@@ -38,7 +38,12 @@ def _kept(gap: float, hi: Mapping, lo: Mapping, min_margin: float, min_scalar_ma
 
 
 def _candidates(
-    records: list[dict], strategy: str, min_margin: float, dims: Sequence[str], guard: str | None, min_scalar_margin: float | None = None
+    records: list[dict],
+    strategy: str,
+    min_margin: float,
+    dims: Sequence[str],
+    guard: str | None,
+    min_scalar_margin: float | None = None,
 ) -> list[tuple[float, dict, dict, str | None]]:
     """(margin, chosen, rejected, dimension) for one prompt's answered candidates, largest margin first.
 
@@ -119,22 +124,34 @@ def build_preference_pairs(
     teacher = agg = weighted_aggregate(list(labeled["vector"]), weights)
     if rank_by == "reward_model":
         if rm_vectors is None or len(rm_vectors) != len(labeled):
-            raise ValueError("rank_by='reward_model' needs the reward model's vector for every labeled row (rm_vectors)")
+            raise ValueError(
+                "rank_by='reward_model' needs the reward model's vector for every labeled row (rm_vectors)"
+            )
         labeled = labeled.assign(vector=list(rm_vectors))  # per_dimension pairs and the guard read it too
         agg = weighted_aggregate(rm_vectors, weights)
     elif student is not None:
-        raise ValueError("pairs against the student's replies need rank_by='reward_model': the student's replies carry no teacher label")
+        raise ValueError(
+            "pairs against the student's replies need rank_by='reward_model': the student's replies "
+            "carry no teacher label"
+        )
     if rank_by == "reward_model" and min_scalar_margin is not None and rm_scalar is None:
-        raise ValueError("min_scalar_margin with rank_by='reward_model' needs the reward model's scalar for every labeled row (rm_scalar)")
+        raise ValueError(
+            "min_scalar_margin with rank_by='reward_model' needs the reward model's scalar for every "
+            "labeled row (rm_scalar)"
+        )
     rm = np.asarray(rm_scalar, dtype=np.float64) if rm_scalar is not None else np.full(len(labeled), np.nan)
     overall = rm if rank_by == "reward_model" else _teacher_scalar(labeled, min_scalar_margin)
     guard = guard if guard in weights else None
     own = _student_records(student, weights) if student is not None else {}
     rows = []
-    for prompt_id, group in labeled.assign(_agg=agg, _teacher=teacher, _rm=rm, _scalar=overall).groupby("prompt_id", sort=True):
+    for prompt_id, group in labeled.assign(_agg=agg, _teacher=teacher, _rm=rm, _scalar=overall).groupby(
+        "prompt_id", sort=True
+    ):
         group = group[group["response"].str.strip().astype(bool)]
         records = group.to_dict(orient="records")
-        found = _candidates(records, strategy, min_margin, list(weights), guard, min_scalar_margin)[:max_pairs_per_prompt]
+        found = _candidates(records, strategy, min_margin, list(weights), guard, min_scalar_margin)[
+            :max_pairs_per_prompt
+        ]
         if records and prompt_id in own:
             best = min(records, key=lambda r: (-r["_agg"], r["trajectory_id"]))
             mine = own[prompt_id]
@@ -171,7 +188,10 @@ def _teacher_scalar(labeled: pd.DataFrame, min_scalar_margin: float | None) -> n
     if "scalar" in labeled.columns:
         return pd.to_numeric(labeled["scalar"], errors="coerce").to_numpy(dtype=np.float64)
     if min_scalar_margin is not None:
-        raise ValueError("min_scalar_margin with rank_by='teacher' needs the teacher's overall score: the labels have no 'scalar' column")
+        raise ValueError(
+            "min_scalar_margin with rank_by='teacher' needs the teacher's overall score: the labels "
+            "have no 'scalar' column"
+        )
     return np.full(len(labeled), np.nan)
 
 
@@ -212,7 +232,9 @@ def read_preference_pairs(paths: Sequence, required: Sequence[str] = ("prompt", 
         try:
             frame = pd.read_parquet(path)
         except Exception as exc:  # pyarrow raises several types for a damaged file
-            raise PreferenceFileError(f"cannot read preference pairs from {path}: {exc}; re-materialize preference_pairs") from exc
+            raise PreferenceFileError(
+                f"cannot read preference pairs from {path}: {exc}; re-materialize preference_pairs"
+            ) from exc
         missing = [c for c in required if c not in frame.columns]
         if missing:
             raise PreferenceFileError(f"{path} lacks columns {missing}; it is not a preference table")
@@ -220,7 +242,8 @@ def read_preference_pairs(paths: Sequence, required: Sequence[str] = ("prompt", 
     pairs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if pairs.empty:
         raise PreferenceFileError(
-            f"no preference pairs in {[str(p) for p in paths]}; the candidates were too close to each other by the scores "
+            f"no preference pairs in {[str(p) for p in paths]}; the candidates were too close to each "
+            "other by the scores "
             "that rank them (preferences.rank_by): lower preferences.min_margin or sample more candidates"
         )
     for column in ("chosen_finished", "rejected_finished"):  # tables written before the flags: replies count as ended
@@ -228,7 +251,9 @@ def read_preference_pairs(paths: Sequence, required: Sequence[str] = ("prompt", 
     return pairs
 
 
-def sparse_pairs_warning(covered: int, prompts: int, rank_by: str, min_margin: float, min_scalar_margin: float | None = None) -> str | None:
+def sparse_pairs_warning(
+    covered: int, prompts: int, rank_by: str, min_margin: float, min_scalar_margin: float | None = None
+) -> str | None:
     """A warning when fewer than half of the `prompts` that had answered candidates gave a pair (`covered`
     did): the judge that ranks them separates their candidates by less than `min_margin` (a reward model
     trained on very few labels scores every candidate alike), or, with `min_scalar_margin` set, its
@@ -241,7 +266,10 @@ def sparse_pairs_warning(covered: int, prompts: int, rank_by: str, min_margin: f
     if min_scalar_margin is not None:
         cause += f" with its overall score agreeing by preferences.min_scalar_margin ({min_scalar_margin})"
         fix = "lower either (min_scalar_margin: null turns that check off)"
-    return f"only {covered} of {prompts} prompts gave a preference pair: the {judge} separates few of their candidates by {cause}; {fix}, or rank by the other judge (preferences.rank_by)"
+    return (
+        f"only {covered} of {prompts} prompts gave a preference pair: the {judge} separates few of their "
+        f"candidates by {cause}; {fix}, or rank by the other judge (preferences.rank_by)"
+    )
 
 
 def people_rows(people: pd.DataFrame | None) -> pd.DataFrame:
@@ -249,8 +277,27 @@ def people_rows(people: pd.DataFrame | None) -> pd.DataFrame:
     rows: each chosen reply's intensity its weight (shipped and imported 1, a page choice how strongly it
     was made), its safety 1 (a person chose it), both replies ended."""
     if people is None or not len(people):
-        return pd.DataFrame(columns=["prompt", "chosen", "rejected", "chosen_reward_intensity", "chosen_safety_score", "pair_id", "source"])
-    return pd.DataFrame({"prompt": people["prompt"].to_numpy(), "chosen": people["chosen"].to_numpy(), "rejected": people["rejected"].to_numpy(),
-                         "chosen_reward_intensity": people["weight"].to_numpy(dtype=float), "chosen_safety_score": 1.0,
-                         "pair_id": people["pair_id"].astype(str).to_numpy(), "source": people["source"].astype(str).to_numpy(),
-                         "chosen_finished": True, "rejected_finished": True})
+        return pd.DataFrame(
+            columns=[
+                "prompt",
+                "chosen",
+                "rejected",
+                "chosen_reward_intensity",
+                "chosen_safety_score",
+                "pair_id",
+                "source",
+            ]
+        )
+    return pd.DataFrame(
+        {
+            "prompt": people["prompt"].to_numpy(),
+            "chosen": people["chosen"].to_numpy(),
+            "rejected": people["rejected"].to_numpy(),
+            "chosen_reward_intensity": people["weight"].to_numpy(dtype=float),
+            "chosen_safety_score": 1.0,
+            "pair_id": people["pair_id"].astype(str).to_numpy(),
+            "source": people["source"].astype(str).to_numpy(),
+            "chosen_finished": True,
+            "rejected_finished": True,
+        }
+    )

@@ -1,11 +1,11 @@
-"""The people's start: a LoRA adapter trained once on the people's own training pairs (the shipped
-ones but the held-out, `builds.reward_model.people_pairs`) and the memory files, for about one pass
-over them, with the dual trainer (`policy.dual.people_start`; `builds.shipping.ship_people_start`), and shipped in
-the project's features folder. Each day's dual adapter starts from it instead of a fresh LoRA, then trains its own steps on the
-day's pairs: a daily job on 2 CPU cores affords ~50 steps, which move the student toward people's held-out
-choices little (docs/BENCHMARKS.md), while one pass over the people's pairs moves it clearly, and is the
-same every day, so it is done once. The reference stays the base (adapter off): every figure of an
-adapter that started here counts what the start learned.
+"""The people's start: a LoRA adapter trained once on the people's own training pairs (the shipped ones but the
+held-out, `builds.reward_model.people_pairs`) and the memory files, for about one pass over them, with the dual
+trainer (`policy.dual.people_start`; `builds.shipping.ship_people_start`), and shipped in the project's features
+folder. Each day's dual adapter starts from it instead of a fresh LoRA, then trains its own steps on the day's
+pairs: a daily job on 2 CPU cores affords ~50 steps, which move the student toward people's held-out choices little
+(docs/BENCHMARKS.md), while one pass over the people's pairs moves it clearly, and is the same every day, so it is
+done once. The reference stays the base (adapter off): every figure of an adapter that started here counts what the
+start learned.
 
 One file per base student: `<base checksum>-people-start.safetensors`, its LoRA weights with the settings
 it was trained with in the header. It is used only where it fits: the same LoRA shape as `policy.lora`
@@ -30,7 +30,8 @@ def people_start_file(folder: Path, base: str) -> Path:
 
 
 def people_start_digest(folder: Path) -> list[list[str | None]]:
-    """(name, sha256) of every people's start shipped in `folder`: a retrained one rebuilds the adapters that start from it."""
+    """(name, sha256) of every people's start shipped in `folder`: a retrained one rebuilds the adapters that start
+    from it."""
     from hominem_pipeline.core.pipeline.artifacts import optional_file_digest
 
     return [[path.name, optional_file_digest(path)] for path in sorted(folder.glob("*-people-start.safetensors"))]
@@ -51,7 +52,9 @@ def load_people_start(model: Any, folder: Path, base: str, lora: PolicyLoraConfi
     (`lora`'s shape, the people's training pairs `key`). Returns what the adapter starts from, in words."""
     path = people_start_file(folder, base)
     if not path.is_file():
-        return f"a fresh LoRA: no people's start for this student in {folder} (`hominem data ship-features` trains one)"
+        return (
+            f"a fresh LoRA: no people's start for this student in {folder} (`hominem data ship-features` trains one)"
+        )
     from peft import set_peft_model_state_dict
     from safetensors import safe_open
     from safetensors.torch import load_file
@@ -61,24 +64,39 @@ def load_people_start(model: Any, folder: Path, base: str, lora: PolicyLoraConfi
     shape, cut = lora_shape(lora), False
     if settings["lora"] != shape:
         if not _smaller(settings["lora"], shape):
-            return f"a fresh LoRA: {path.name} was trained for LoRA {settings['lora']}, not policy.lora's {shape} (`hominem data ship-features` retrains it)"
+            return (
+                f"a fresh LoRA: {path.name} was trained for LoRA {settings['lora']}, not policy.lora's "
+                f"{shape} (`hominem data ship-features` retrains it)"
+            )
         cut = True  # the slow loop shrank the rank: the start's updates cut to it
     if settings["pairs_key"] != key:
-        return f"a fresh LoRA: {path.name} was trained on other people's pairs than reward_model.people_pairs' training part (`hominem data ship-features` retrains it)"
+        return (
+            f"a fresh LoRA: {path.name} was trained on other people's pairs than reward_model.people_pairs' "
+            "training part (`hominem data ship-features` retrains it)"
+        )
     state = load_file(str(path), device=str(next(model.parameters()).device))
     if cut:
         state = truncate_lora(state, lora.r)
     loaded = set_peft_model_state_dict(model, state)
     if loaded.unexpected_keys:
-        raise RuntimeError(f"{path} holds weights the LoRA lacks ({loaded.unexpected_keys[:3]}...); rebuild it with `hominem data ship-features`")
+        raise RuntimeError(
+            f"{path} holds weights the LoRA lacks ({loaded.unexpected_keys[:3]}...); rebuild it with "
+            "`hominem data ship-features`"
+        )
     what = f"the people's start {path.name}: {settings['max_steps']} steps over {settings['pairs']} people's pairs"
     return what + (f", cut from rank {settings['lora']['r']} to {lora.r} (SVD)" if cut else "")
 
 
 def _smaller(trained: dict[str, Any], wanted: dict[str, Any]) -> bool:
     """`wanted` is `trained` at a lower rank with the same scaling (alpha / r): its updates can be cut to it."""
-    same = {k: v for k, v in trained.items() if k not in ("r", "alpha")} == {k: v for k, v in wanted.items() if k not in ("r", "alpha")}
-    return same and wanted["r"] < trained["r"] and abs(wanted["alpha"] / wanted["r"] - trained["alpha"] / trained["r"]) < 1e-9
+    same = {k: v for k, v in trained.items() if k not in ("r", "alpha")} == {
+        k: v for k, v in wanted.items() if k not in ("r", "alpha")
+    }
+    return (
+        same
+        and wanted["r"] < trained["r"]
+        and abs(wanted["alpha"] / wanted["r"] - trained["alpha"] / trained["r"]) < 1e-9
+    )
 
 
 def truncate_lora(state: dict[str, Any], r: int) -> dict[str, Any]:

@@ -31,7 +31,9 @@ class GatedReward:
 
     __name__ = "reward_model"  # TRL logs each reward function under its name
 
-    def __init__(self, reward_model: Any, cfg: PolicyConfig, group_size: int, weights: Mapping[str, float] | None = None):
+    def __init__(
+        self, reward_model: Any, cfg: PolicyConfig, group_size: int, weights: Mapping[str, float] | None = None
+    ):
         self.reward_model = reward_model
         self.reward = cfg.rl.reward
         self.gate = SafetyGate.from_config(cfg.safety_gate)
@@ -118,9 +120,18 @@ def train_rl_adapter(
             beta=rl.kl_beta,
             **trl_common_args(cfg, seed),
         )
-        trainer = trainer_cls(model=model, reward_funcs=[reward], args=args, train_dataset=dataset, processing_class=tokenizer,
-                              callbacks=[collect_logs(history, progress, on_log, key="reward")])
+        trainer = trainer_cls(
+            model=model,
+            reward_funcs=[reward],
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[collect_logs(history, progress, on_log, key="reward")],
+        )
         result = run_trl(trainer, tokenizer, out_dir, before, history)
-    result.metrics.update(final_reward=history[-1].get("reward") if history else None, first_reward=history[0].get("reward") if history else None)
+    result.metrics.update(
+        final_reward=history[-1].get("reward") if history else None,
+        first_reward=history[0].get("reward") if history else None,
+    )
     result.channels = {"prompts": len(prompts), "algorithm": rl.algorithm, "reward": rl.reward, "gated": reward.counts}
     return result

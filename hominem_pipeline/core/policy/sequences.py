@@ -10,7 +10,9 @@ import pandas as pd
 import torch
 
 
-def encode(tokenizer: Any, prompt: str, response: str, max_length: int, end_of_turn: bool = True) -> tuple[list[int], int]:
+def encode(
+    tokenizer: Any, prompt: str, response: str, max_length: int, end_of_turn: bool = True
+) -> tuple[list[int], int]:
     """(token ids, index of the first response token) of one chat exchange in the student's template,
     the response ending with the template's end-of-turn (without it when `end_of_turn` is False: the
     sequence then teaches what to say, not where to stop). Over `max_length`, the response keeps at least
@@ -18,29 +20,39 @@ def encode(tokenizer: Any, prompt: str, response: str, max_length: int, end_of_t
     from hominem_pipeline.core.lm.generation import chat_text
 
     prompt_text = chat_text(tokenizer, prompt)
-    full = tokenizer.apply_chat_template([{"role": "user", "content": prompt}, {"role": "assistant", "content": response}], tokenize=False)
-    completion = full[len(prompt_text):] if full.startswith(prompt_text) else response + (tokenizer.eos_token or "")
+    full = tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}], tokenize=False
+    )
+    completion = full[len(prompt_text) :] if full.startswith(prompt_text) else response + (tokenizer.eos_token or "")
     if not end_of_turn and response.strip() and response.strip() in completion:
         completion = completion[: completion.index(response.strip()) + len(response.strip())]
     p = tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
     c = tokenizer(completion, add_special_tokens=False)["input_ids"]
     c = c[: min(max_length - 1, max(max_length // 2, max_length - len(p)))]
-    p = p[len(p) - (max_length - len(c)):] if len(p) + len(c) > max_length else p
+    p = p[len(p) - (max_length - len(c)) :] if len(p) + len(c) > max_length else p
     return p + c, len(p)
 
 
-def pair_sequences(tokenizer: Any, pairs: pd.DataFrame, max_length: int) -> list[tuple[tuple[list[int], int], tuple[list[int], int]]]:
+def pair_sequences(
+    tokenizer: Any, pairs: pd.DataFrame, max_length: int
+) -> list[tuple[tuple[list[int], int], tuple[list[int], int]]]:
     """(chosen, rejected) encoded per pair. A reply the teacher's token budget cut (`chosen_finished` /
     `rejected_finished` False) keeps no end-of-turn: it was not ended there, so neither channel teaches
     the student to stop mid-sentence."""
     return [
-        (encode(tokenizer, r.prompt, r.chosen, max_length, end_of_turn=bool(getattr(r, "chosen_finished", True))),
-         encode(tokenizer, r.prompt, r.rejected, max_length, end_of_turn=bool(getattr(r, "rejected_finished", True))))
+        (
+            encode(tokenizer, r.prompt, r.chosen, max_length, end_of_turn=bool(getattr(r, "chosen_finished", True))),
+            encode(
+                tokenizer, r.prompt, r.rejected, max_length, end_of_turn=bool(getattr(r, "rejected_finished", True))
+            ),
+        )
         for r in pairs.itertuples()
     ]
 
 
-def sequence_logps(model: Any, sequences: Sequence[tuple[list[int], int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def sequence_logps(
+    model: Any, sequences: Sequence[tuple[list[int], int]], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(summed log-probability of each sequence's response tokens, their count), one forward pass.
 
     `model` carries TRL's fused LM head (`trl.trainer.add_fused_lm_head`, as TRL's DPO does): it projects
@@ -55,7 +67,9 @@ def sequence_logps(model: Any, sequences: Sequence[tuple[list[int], int]], pad_i
         ids[i, : len(seq)] = torch.tensor(seq)
         attention[i, : len(seq)] = 1
         labels[i, max(start, 1) : len(seq)] = ids[i, max(start, 1) : len(seq)]
-    out = model(input_ids=ids.to(device), attention_mask=attention.to(device), labels=labels.to(device), fused_lm_head=True)
+    out = model(
+        input_ids=ids.to(device), attention_mask=attention.to(device), labels=labels.to(device), fused_lm_head=True
+    )
     return out.log_probs.sum(1), (labels[:, 1:] != -100).sum(1).to(device)
 
 
@@ -69,7 +83,9 @@ def right_padded(rows: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, 
     return ids, mask
 
 
-def reply_logps(model: Any, sequences: Sequence[tuple[list[int], int]], pad_id: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def reply_logps(
+    model: Any, sequences: Sequence[tuple[list[int], int]], pad_id: int, batch_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """`sequence_logps` for inference, from the full logits in batches of similar length: (summed
     log-probability of each sequence's response tokens, their count), in the order given. On a CPU
     this is several times faster than the fused head's tiles; the logits of a batch are held at once."""

@@ -1,11 +1,10 @@
 """Calibration of pairwise preferences: P(a preferred over b) = sigmoid((scalar_a - scalar_b) / T).
 
-`fit_temperature` picks T by minimising the negative log-likelihood of the teacher's orderings on
-validation pairs (temperature scaling), against Platt's smoothed targets so that a small set the model
-happens to order perfectly does not drive T to zero (certainty it has not earned). `calibration_report` gives ECE and MCE over 20 equal-width
-bins and the Brier score, counting each pair in both orders (so the bins are symmetric around 0.5),
-and `reliability_diagram` draws the bins before and after scaling.
-"""
+`fit_temperature` picks T by minimising the negative log-likelihood of the teacher's orderings on validation pairs
+(temperature scaling), against Platt's smoothed targets so that a small set the model happens to order perfectly
+does not drive T to zero (certainty it has not earned). `calibration_report` gives ECE and MCE over 20 equal-width
+bins and the Brier score, counting each pair in both orders (so the bins are symmetric around 0.5), and
+`reliability_diagram` draws the bins before and after scaling."""
 
 from __future__ import annotations
 
@@ -111,8 +110,22 @@ def calibration_report(probabilities: np.ndarray, outcomes: np.ndarray, bins: in
         conf, acc = float(p[mask].mean()), float(y[mask].mean())
         ece += mask.mean() * abs(acc - conf)
         mce = max(mce, abs(acc - conf))
-        rows.append({"lo": float(edges[b]), "hi": float(edges[b + 1]), "count": int(mask.sum()), "confidence": conf, "accuracy": acc})
-    return {"ece": float(ece), "mce": float(mce), "brier": float(((p - y) ** 2).mean()), "pairs": int(len(p)), "bins": rows}
+        rows.append(
+            {
+                "lo": float(edges[b]),
+                "hi": float(edges[b + 1]),
+                "count": int(mask.sum()),
+                "confidence": conf,
+                "accuracy": acc,
+            }
+        )
+    return {
+        "ece": float(ece),
+        "mce": float(mce),
+        "brier": float(((p - y) ** 2).mean()),
+        "pairs": int(len(p)),
+        "bins": rows,
+    }
 
 
 def reliability_diagram(before: dict[str, Any], after: dict[str, Any], path: Path, title: str) -> None:
@@ -156,7 +169,11 @@ def reliability_grid(panels: dict[str, tuple[dict[str, Any], float, float | None
         ax.plot([0, 1], [0, 1], color="0.6", linestyle="--", linewidth=1)
         ax.plot([b["confidence"] for b in report["bins"]], [b["accuracy"] for b in report["bins"]], "s-", markersize=3)
         held = "n/a" if held_out is None else f"{held_out:.3f}"
-        ax.set_title(f"{name}: {report['pairs'] // 2} pairs, T {temperature:.3g}\nECE {report['ece']:.3f} in sample, {held} held out", fontsize=8)
+        ax.set_title(
+            f"{name}: {report['pairs'] // 2} pairs, T {temperature:.3g}\nECE {report['ece']:.3f} in "
+            f"sample, {held} held out",
+            fontsize=8,
+        )
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
         ax.tick_params(labelsize=7)

@@ -47,7 +47,11 @@ class ScalarCombination:
         return torch.tensor([*self.weights, self.people, self.intercept], dtype=torch.float32)
 
     def describe(self, dimensions: list[str]) -> dict[str, object]:
-        return {"weights": {d: float(c) for d, c in zip(dimensions, self.weights)}, "people": float(self.people), "intercept": float(self.intercept)}
+        return {
+            "weights": {d: float(c) for d, c in zip(dimensions, self.weights)},
+            "people": float(self.people),
+            "intercept": float(self.intercept),
+        }
 
 
 def _logistic_nonnegative(x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -74,8 +78,15 @@ def _nnls_labels(vector: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return c
 
 
-def fit_scalar_combination(vector: np.ndarray, people: np.ndarray | None, pairs: np.ndarray, pair_weights: np.ndarray, human: np.ndarray,
-                           labeled: np.ndarray, labels: np.ndarray) -> ScalarCombination:
+def fit_scalar_combination(
+    vector: np.ndarray,
+    people: np.ndarray | None,
+    pairs: np.ndarray,
+    pair_weights: np.ndarray,
+    human: np.ndarray,
+    labeled: np.ndarray,
+    labels: np.ndarray,
+) -> ScalarCombination:
     """The combination from every row's out-of-fold `vector` (n, D) and people's score (n,) or None;
     `pairs` (p, 2) rows (preferred first) with their weights, `human` marking people's (the others are the
     judge's); `labeled` rows with the judge's scalar `labels`."""
@@ -98,5 +109,9 @@ def fit_scalar_combination(vector: np.ndarray, people: np.ndarray | None, pairs:
     combo = ScalarCombination(np.asarray(weights, dtype=np.float64), w, 0.0)
     if len(labeled):  # the level of the judge's labels
         target = np.arctanh(np.clip(labels, -0.995, 0.995))
-        combo = ScalarCombination(combo.weights, w, float((target - combo.pre(vector[labeled], None if people is None else people[labeled])).mean()))
+        combo = ScalarCombination(
+            combo.weights,
+            w,
+            float((target - combo.pre(vector[labeled], None if people is None else people[labeled])).mean()),
+        )
     return combo

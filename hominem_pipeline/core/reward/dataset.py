@@ -25,8 +25,6 @@ PAIR_GAP = 0.1  # teacher gap at which two candidates of a prompt form a pair (t
 BUCKET_GROUPS = 64  # training batches are drawn from windows of this many groups sorted by length
 
 
-
-
 def pairwise_accuracy(pairs: np.ndarray, predicted: np.ndarray) -> float | None:
     """Share of (preferred, other) pairs that the prediction orders the same way (a tie counts as wrong)."""
     if len(pairs) == 0:
@@ -53,11 +51,22 @@ class TrainingSet:
     pair_weight: np.ndarray  # (k,)
     pair_group: np.ndarray  # (k,) group of each pair
     pair_human: np.ndarray  # (k,) bool
-    pair_dimension: np.ndarray  # (k,) the dimension a people's pair is tagged with (`tags.own_dimension`): its index, -1 for none
-    pair_scalar: np.ndarray  # (k,) bool: the pair also says which reply is better overall (False: a nudge's pair, about its dimension alone)
+    pair_dimension: (
+        np.ndarray
+    )  # (k,) the dimension a people's pair is tagged with (`tags.own_dimension`): its index, -1 for none
+    pair_scalar: (
+        np.ndarray
+    )  # (k,) bool: the pair also says which reply is better overall (False: a nudge's pair, about its dimension alone)
 
     @classmethod
-    def build(cls, encode: Callable[[str, str], list[int]], labels: pd.DataFrame, human: pd.DataFrame | None, dimensions: list[str], cfg: RewardModelConfig) -> TrainingSet:
+    def build(
+        cls,
+        encode: Callable[[str, str], list[int]],
+        labels: pd.DataFrame,
+        human: pd.DataFrame | None,
+        dimensions: list[str],
+        cfg: RewardModelConfig,
+    ) -> TrainingSet:
         from hominem_pipeline.core.reward.calibration import same_prompt_pairs
 
         texts = list(zip(labels["prompt"], labels["response"]))
@@ -66,12 +75,18 @@ class TrainingSet:
         vec = vector_matrix(labels["vector"], dimensions, np.float32)
         targets = {
             "vector": torch.tensor(vec),
-            **{k: torch.tensor(labels[k].to_numpy(np.float32)) for k in ("scalar", "reward_intensity", "safety_score")},
+            **{
+                k: torch.tensor(labels[k].to_numpy(np.float32)) for k in ("scalar", "reward_intensity", "safety_score")
+            },
         }
         prompt_ids = np.asarray(labels["prompt_id"]) if n else np.array([], dtype=object)
         names = {p: i for i, p in enumerate(sorted(set(prompt_ids)))}
         group_of = np.array([names[p] for p in prompt_ids], dtype=np.int64)
-        pairs = same_prompt_pairs(prompt_ids, labels["scalar"].to_numpy(np.float64), PAIR_GAP) if n else np.zeros((0, 2), np.int64)
+        pairs = (
+            same_prompt_pairs(prompt_ids, labels["scalar"].to_numpy(np.float64), PAIR_GAP)
+            if n
+            else np.zeros((0, 2), np.int64)
+        )
         weights = np.full(len(pairs), cfg.pair_loss.teacher_weight)
         human_flags = np.zeros(len(pairs), bool)
         pair_dims = np.full(len(pairs), -1, np.int64)
@@ -85,23 +100,43 @@ class TrainingSet:
             group_of = np.concatenate([group_of, np.repeat(np.arange(g0, g0 + h), 2)])
             chosen_idx = start + 2 * np.arange(h)
             pairs = np.concatenate([pairs, np.stack([chosen_idx, chosen_idx + 1], 1)])
-            per_pair = human["weight"].to_numpy(float) if "weight" in human else np.ones(h)  # a feedback choice's strength
+            per_pair = (
+                human["weight"].to_numpy(float) if "weight" in human else np.ones(h)
+            )  # a feedback choice's strength
             weights = np.concatenate([weights, cfg.pair_loss.human_weight * per_pair])
             human_flags = np.concatenate([human_flags, np.ones(h, bool)])
             tags = human["tag"] if "tag" in human else [None] * h
-            own = [own_dimension(t if isinstance(t, str) else None, dimensions) for t in tags]  # feedback pairs have no tag column (NaN)
+            own = [
+                own_dimension(t if isinstance(t, str) else None, dimensions) for t in tags
+            ]  # feedback pairs have no tag column (NaN)
             pair_dims = np.concatenate([pair_dims, [-1 if d is None else dimensions.index(d) for d in own]])
             overall = human["scalar"].fillna(True).astype(bool).to_numpy() if "scalar" in human else np.ones(h, bool)
             lost = np.flatnonzero(~overall & (pair_dims[-h:] < 0))
             if len(lost):
-                raise ValueError(f"{len(lost)} people's pairs are about a dimension alone (scalar false) but name no configured dimension in `tag` "
-                                 f"(first: {tags.iloc[lost[0]] if hasattr(tags, 'iloc') else tags[lost[0]]!r}); tag them with one of {dimensions}, or drop them")
+                raise ValueError(
+                    f"{len(lost)} people's pairs are about a dimension alone (scalar false) but name no "
+                    "configured dimension in `tag` "
+                    f"(first: {tags.iloc[lost[0]] if hasattr(tags, 'iloc') else tags[lost[0]]!r}); tag "
+                    f"them with one of {dimensions}, or drop them"
+                )
             scalar_flags = np.concatenate([scalar_flags, overall])
         n_groups = int(group_of.max()) + 1 if len(group_of) else 0
         order = np.argsort(group_of, kind="stable")
         groups = np.split(order, np.cumsum(np.bincount(group_of, minlength=n_groups))[:-1]) if n_groups else []
-        return cls(encoded, texts, n, targets, group_of, groups, pairs, weights, group_of[pairs[:, 0]] if len(pairs) else np.zeros(0, np.int64), human_flags,
-                   pair_dims, scalar_flags)
+        return cls(
+            encoded,
+            texts,
+            n,
+            targets,
+            group_of,
+            groups,
+            pairs,
+            weights,
+            group_of[pairs[:, 0]] if len(pairs) else np.zeros(0, np.int64),
+            human_flags,
+            pair_dims,
+            scalar_flags,
+        )
 
     def split(self, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
         """Group ids (train, val): labeled prompts and human pairs each split by `val_fraction`, so a
@@ -124,7 +159,10 @@ class TrainingSet:
         shuffled = rng.permutation(groups)
         out: list[np.ndarray] = []
         for start in range(0, len(shuffled), BUCKET_GROUPS):
-            window = sorted(shuffled[start : start + BUCKET_GROUPS].tolist(), key=lambda g: max(len(self.encoded[s]) for s in self.groups[g]))
+            window = sorted(
+                shuffled[start : start + BUCKET_GROUPS].tolist(),
+                key=lambda g: max(len(self.encoded[s]) for s in self.groups[g]),
+            )
             current: list[int] = []
             for g in window:
                 members = self.groups[g]
@@ -140,7 +178,11 @@ class TrainingSet:
         """Indices of the pairs both of whose sequences are in `seqs`."""
         inside = np.zeros(len(self.encoded), bool)
         inside[seqs] = True
-        return np.flatnonzero(inside[self.pairs[:, 0]] & inside[self.pairs[:, 1]]) if len(self.pairs) else np.zeros(0, np.int64)
+        return (
+            np.flatnonzero(inside[self.pairs[:, 0]] & inside[self.pairs[:, 1]])
+            if len(self.pairs)
+            else np.zeros(0, np.int64)
+        )
 
 
 def _bootstrap(n_groups: int, members: int, rng: np.random.Generator) -> np.ndarray:
@@ -154,16 +196,33 @@ def _bootstrap(n_groups: int, members: int, rng: np.random.Generator) -> np.ndar
     return w
 
 
-def pooled_namespace(backbone: Any, kind: str, pooling: str, depth: int, layers: Sequence[int] | None, length_feature: bool) -> list:
+def pooled_namespace(
+    backbone: Any, kind: str, pooling: str, depth: int, layers: Sequence[int] | None, length_feature: bool
+) -> list:
     """What decides a frozen backbone's pooled rows besides the tokens (`feature_cache` namespace): its
     folder's digest, kind, the layers kept (`depth`) and read (`layers`), pooling and the length column.
     Training and a saved model's scoring name them alike, so each reads what the other computed."""
     from hominem_pipeline.core.pipeline.artifacts import folder_digest
 
-    return ["pooled", folder_digest(backbone), kind, depth, None if layers is None else list(layers), pooling, length_feature]
+    return [
+        "pooled",
+        folder_digest(backbone),
+        kind,
+        depth,
+        None if layers is None else list(layers),
+        pooling,
+        length_feature,
+    ]
 
 
-def _pooled_all(net: RewardNet, encoded: list[list[int]], batch_size: int, pad: int, guards: torch.Tensor | None = None, cache: Any = None) -> torch.Tensor:
+def _pooled_all(
+    net: RewardNet,
+    encoded: list[list[int]],
+    batch_size: int,
+    pad: int,
+    guards: torch.Tensor | None = None,
+    cache: Any = None,
+) -> torch.Tensor:
     """What the heads read for every encoded sequence, as the net is now (eval mode): the backbone's
     pooled vector, then the sequence's row of `guards` (None: the pooled vector alone). `cache`: a
     `FeatureCache` of pooled vectors by token ids (a frozen backbone's), read first and added to."""
@@ -175,7 +234,9 @@ def _pooled_all(net: RewardNet, encoded: list[list[int]], batch_size: int, pad: 
         out = torch.zeros(len(todo), width)
         net.eval()
         device = next(net.parameters()).device  # the inputs go where the net is; the rows come back to the CPU
-        progress = Progress("reward model backbone pass", len(todo), log, unit="sequences") if len(todo) > 256 else None
+        progress = (
+            Progress("reward model backbone pass", len(todo), log, unit="sequences") if len(todo) > 256 else None
+        )
         with torch.inference_mode():
             for idx, ids, mask in length_sorted_batches([encoded[i] for i in todo], batch_size, pad):
                 out[idx] = net.pooled(ids.to(device), mask.to(device)).cpu()
@@ -183,7 +244,11 @@ def _pooled_all(net: RewardNet, encoded: list[list[int]], batch_size: int, pad: 
                     progress.advance(len(idx))
         return out
 
-    pooled = cached_rows(cache, [ids_key(e) for e in encoded], compute, width) if cache is not None else compute(list(range(len(encoded))))
+    pooled = (
+        cached_rows(cache, [ids_key(e) for e in encoded], compute, width)
+        if cache is not None
+        else compute(list(range(len(encoded))))
+    )
     if guards is None:
         return pooled
     if guards.shape != (len(encoded), net.guards):
@@ -191,7 +256,13 @@ def _pooled_all(net: RewardNet, encoded: list[list[int]], batch_size: int, pad: 
     return torch.cat([pooled, guards.to(pooled.dtype)], dim=-1)
 
 
-def _rationale_targets(net: RewardNet, tokenizer: Any, rationales: Sequence[str], max_length: int, batch_size: int) -> torch.Tensor:
+def _rationale_targets(
+    net: RewardNet, tokenizer: Any, rationales: Sequence[str], max_length: int, batch_size: int
+) -> torch.Tensor:
     """The untrained backbone's pooled embedding of each rationale: what the auxiliary head predicts."""
-    encoded = [tokenizer.encode(r or "", add_special_tokens=True, truncation=True, max_length=max_length) or [pad_id(tokenizer)] for r in rationales]
+    encoded = [
+        tokenizer.encode(r or "", add_special_tokens=True, truncation=True, max_length=max_length)
+        or [pad_id(tokenizer)]
+        for r in rationales
+    ]
     return _pooled_all(net, encoded, batch_size, pad_id(tokenizer))

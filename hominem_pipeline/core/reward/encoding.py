@@ -29,7 +29,12 @@ def encode_pair(tokenizer: Any, prompt: str, response: str, max_length: int) -> 
     return [t for t in (start,) if t is not None] + p + [sep] + r + [sep]
 
 
-FRAME_PARTS = ("head", "before", "between", "after")  # the fixed texts of a frame, in the order they surround the exchange
+FRAME_PARTS = (
+    "head",
+    "before",
+    "between",
+    "after",
+)  # the fixed texts of a frame, in the order they surround the exchange
 
 
 def frame_tokens(tokenizer: Any, frame: dict[str, str]) -> list[list[int]]:
@@ -53,7 +58,10 @@ def encode_framed(tokenizer: Any, fixed: list[list[int]], prompt: str, response:
     `frame_tokens` encodes them (once per model, not per reply)."""
     budget = max_length - sum(len(f) for f in fixed)
     if budget < 8:
-        raise ValueError(f"reward_model.max_length {max_length} leaves {budget} tokens for the exchange after the judge frame's {max_length - budget}; raise it")
+        raise ValueError(
+            f"reward_model.max_length {max_length} leaves {budget} tokens for the exchange after the "
+            f"judge frame's {max_length - budget}; raise it"
+        )
     p, r = _cut_exchange(tokenizer, prompt, response, budget)
     head, before, between, after = fixed
     return head + before + p + between + r + after
@@ -68,7 +76,10 @@ def judge_frame(tokenizer: Any, system: str, question: str | None = None) -> dic
     from hominem_pipeline.core.lm.generation import chat_text
 
     if not getattr(tokenizer, "chat_template", None):
-        raise ValueError("reward_model.backbone.frame judge needs a backbone with a chat template (a chat model such as the student); use frame: pair")
+        raise ValueError(
+            "reward_model.backbone.frame judge needs a backbone with a chat template (a chat model such "
+            "as the student); use frame: pair"
+        )
     from hominem_pipeline.core.teacher.base import JUDGE_FRAME, rubric_suffix
 
     marker = "\x00HOMINEM\x00"
@@ -102,7 +113,9 @@ def pad_batch(batch: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Ten
     return ids, mask
 
 
-def length_sorted_batches(encoded: list[list[int]], batch_size: int, pad: int) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor]]:
+def length_sorted_batches(
+    encoded: list[list[int]], batch_size: int, pad: int
+) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor]]:
     """(positions, ids, mask) batches sorted by length, so each batch pads only to its own longest item."""
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
     for start in range(0, len(order), batch_size):

@@ -59,7 +59,9 @@ def ids_key(ids: Sequence[int]) -> str:
 class FeatureCache:
     """Rows of `width` float32 features by key, in `<folder>/<namespace digest>/`."""
 
-    def __init__(self, folder: Path, namespace: Any, width: int, max_rows: int = MAX_ROWS, shipped: Path | None = None):
+    def __init__(
+        self, folder: Path, namespace: Any, width: int, max_rows: int = MAX_ROWS, shipped: Path | None = None
+    ):
         """`shipped`: a folder of rows shipped with the project (`SHIPPED_FEATURES`), read beside `folder`
         and never written."""
         from hominem_pipeline.core.pipeline.artifacts import fingerprint
@@ -86,7 +88,8 @@ class FeatureCache:
             self._shards.append(shard)
 
     def shipped_files(self, folder: Path) -> list[Path]:
-        """This namespace's files in a folder of shipped rows: `<namespace digest>.npz`, or one per part, `<digest>-<part>.npz`."""
+        """This namespace's files in a folder of shipped rows: `<namespace digest>.npz`, or one per part,
+        `<digest>-<part>.npz`."""
         folder = Path(folder)
         return sorted([*folder.glob(f"{self.folder.name}.npz"), *folder.glob(f"{self.folder.name}-*.npz")])
 
@@ -98,7 +101,12 @@ class FeatureCache:
             log.warning("shipped features %s are unreadable (%s); they are measured instead", path, exc)
             return {}
         if rows.ndim != 2 or rows.shape[1] != self.width or len(keys) != len(rows):
-            log.warning("shipped features %s hold rows of width %s, not %d; they are measured instead", path, rows.shape[1:], self.width)
+            log.warning(
+                "shipped features %s hold rows of width %s, not %d; they are measured instead",
+                path,
+                rows.shape[1:],
+                self.width,
+            )
             return {}
         return dict(zip(keys.tolist(), rows))
 
@@ -112,7 +120,11 @@ class FeatureCache:
 
     def get(self, keys: Sequence[str]) -> dict[str, np.ndarray]:
         """The rows held for `keys`, written here or shipped (those held by neither are missing from the answer)."""
-        found = {k: self._rows[k] if k in self._rows else self._shipped[k] for k in keys if k in self._rows or k in self._shipped}
+        found = {
+            k: self._rows[k] if k in self._rows else self._shipped[k]
+            for k in keys
+            if k in self._rows or k in self._shipped
+        }
         self.hits += len(found)
         self.misses += len(keys) - len(found)
         return found
@@ -123,10 +135,18 @@ class FeatureCache:
         found = self.get(list(dict.fromkeys(keys)))
         missing = [k for k in keys if k not in found]
         if missing:
-            raise KeyError(f"{len(missing)} of {len(keys)} keys have no row in {self.folder} (first {missing[0]}); compute them before shipping")
+            raise KeyError(
+                f"{len(missing)} of {len(keys)} keys have no row in {self.folder} (first {missing[0]}); "
+                "compute them before shipping"
+            )
         Path(folder).mkdir(parents=True, exist_ok=True)
         order = sorted(found)
-        return _write_rows(Path(folder) / f"{self.folder.name}{'' if part is None else '-' + part}.npz", order, np.stack([found[k] for k in order]), compressed=True)
+        return _write_rows(
+            Path(folder) / f"{self.folder.name}{'' if part is None else '-' + part}.npz",
+            order,
+            np.stack([found[k] for k in order]),
+            compressed=True,
+        )
 
     def add(self, keys: Sequence[str], rows: np.ndarray) -> None:
         """Keep `rows` (n, width) under `keys`; the new ones are written as one shard."""
@@ -143,7 +163,9 @@ class FeatureCache:
             elif len(self._shards) > COMPACT_AT:
                 self._compact()
         except OSError as exc:  # a cache: the rows serve this process, and a later one computes them again
-            log.warning("could not write the feature cache %s (%s); %d rows kept in memory only", self.folder, exc, len(new))
+            log.warning(
+                "could not write the feature cache %s (%s); %d rows kept in memory only", self.folder, exc, len(new)
+            )
 
     def _write(self, keys: list[str], rows: np.ndarray) -> Path:
         return _write_rows(self.folder / f"shard-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.npz", keys, rows)
@@ -169,7 +191,9 @@ class FeatureCache:
 def _write_rows(path: Path, keys: Sequence[str], rows: np.ndarray, compressed: bool = False) -> Path:
     """(keys, rows) as one .npz written whole (a temp file renamed): a failed write leaves no torn file."""
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
-        (np.savez_compressed if compressed else np.savez)(fh, keys=np.array(list(keys), dtype="<U32"), rows=np.asarray(rows, dtype=np.float32))
+        (np.savez_compressed if compressed else np.savez)(
+            fh, keys=np.array(list(keys), dtype="<U32"), rows=np.asarray(rows, dtype=np.float32)
+        )
     return path
 
 

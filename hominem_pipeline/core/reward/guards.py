@@ -39,12 +39,19 @@ GUARD_BATCH = 8
 def check_guards(names: Sequence[str]) -> tuple[str, ...]:
     unknown = [n for n in names if n not in GUARDS]
     if unknown or len(set(names)) != len(names):
-        raise ValueError(f"reward_model.guards {list(names)}: name each at most once, from {', '.join(GUARDS)}; [] for none")
+        raise ValueError(
+            f"reward_model.guards {list(names)}: name each at most once, from {', '.join(GUARDS)}; [] for none"
+        )
     return tuple(names)
 
 
-def reply_token_logps(model: Any, sequences: Sequence[tuple[list[int], int]], pad_id: int, batch_size: int = GUARD_BATCH,
-                      progress: Progress | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def reply_token_logps(
+    model: Any,
+    sequences: Sequence[tuple[list[int], int]],
+    pad_id: int,
+    batch_size: int = GUARD_BATCH,
+    progress: Progress | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(summed log-probability of each sequence's reply tokens, their count), in the order given: the
     base network once per batch of similar length, the LM head on the reply positions alone (a long
     prompt costs its layers, not its 49k-way projections)."""
@@ -79,7 +86,14 @@ class GuardScorer:
 
     MEMO = 4096
 
-    def __init__(self, names: Sequence[str], student: Path | str, cache: Path | None = None, shipped: Path | None = None, device: Any = None):
+    def __init__(
+        self,
+        names: Sequence[str],
+        student: Path | str,
+        cache: Path | None = None,
+        shipped: Path | None = None,
+        device: Any = None,
+    ):
         """`cache`: a folder of feature caches (`feature_cache`) where the columns of every exchange
         measured are also kept on disk by content, for the next process (None: memoised in this one only);
         `shipped`: the project's shipped rows (`feature_cache.SHIPPED_FEATURES`), read with the cache;
@@ -99,8 +113,12 @@ class GuardScorer:
             from hominem_pipeline.core.pipeline.artifacts import folder_digest
             from hominem_pipeline.core.reward.feature_cache import FeatureCache
 
-            self._cache = FeatureCache(self.cache_folder, ["guards", folder_digest(self.student), self.names, GUARD_MAX_LENGTH], len(self.names),
-                                       shipped=self.shipped)
+            self._cache = FeatureCache(
+                self.cache_folder,
+                ["guards", folder_digest(self.student), self.names, GUARD_MAX_LENGTH],
+                len(self.names),
+                shipped=self.shipped,
+            )
         return self._cache
 
     def __len__(self) -> int:
@@ -135,7 +153,12 @@ class GuardScorer:
         from hominem_pipeline.core.reward.feature_cache import cached_rows, text_key
 
         keys = [text_key(p, r) for p, r in zip(prompts, replies)]
-        return cached_rows(self.disk_cache(), keys, lambda todo: self._measure([prompts[i] for i in todo], [replies[i] for i in todo]), len(self.names))
+        return cached_rows(
+            self.disk_cache(),
+            keys,
+            lambda todo: self._measure([prompts[i] for i in todo], [replies[i] for i in todo]),
+            len(self.names),
+        )
 
     def _measure(self, prompts: Sequence[str], replies: Sequence[str]) -> torch.Tensor:
         from hominem_pipeline.core.policy.sequences import encode
@@ -144,7 +167,9 @@ class GuardScorer:
         tok = self._tokenizer
         with_prompt = [encode(tok, p, r, GUARD_MAX_LENGTH) for p, r in zip(prompts, replies)]
         alone = [encode(tok, "", r, GUARD_MAX_LENGTH) for r in replies]
-        progress = Progress("reward model guards", 2 * len(prompts), log, unit="replies") if len(prompts) > 256 else None
+        progress = (
+            Progress("reward model guards", 2 * len(prompts), log, unit="replies") if len(prompts) > 256 else None
+        )
         s, c = reply_token_logps(self._model, with_prompt, tok.pad_token_id, progress=progress)
         s0, c0 = reply_token_logps(self._model, alone, tok.pad_token_id, progress=progress)
         logp = s / c.clamp(min=1)

@@ -35,14 +35,17 @@ class PeopleInfo(_Strict):
     encoder: str  # the encoder folder the people's score reads (core/reward/people.py)
     sha256: str  # its digest at training
     max_length: int
-    weight: float  # the score's weight in the scalar (the combination's w; or beside a free scalar head), fitted on people's pairs out of fold
+    # the score's weight in the scalar (the combination's w; or beside a free scalar head), fitted on people's pairs
+    # out of fold
+    weight: float
     alpha: float  # the score's ridge penalty
     pairs: int  # people's pairs it was fitted on
     agreement: float  # their share it orders as people chose, out of fold
 
 
 class ScalarInfo(_Strict):
-    """The scalar as tanh(sum_d weights[d] * vector[d] + people * people's score + intercept) (`reward.combination`)."""
+    """The scalar as tanh(sum_d weights[d] * vector[d] + people * people's score + intercept)
+    (`reward.combination`)."""
 
     weights: dict[str, float]  # per dimension, each >= 0
     people: float  # the people's score's weight, >= 0 (0 without one)
@@ -76,15 +79,18 @@ class RewardMetadata(_Strict):
     date: str
     training_examples: int
     human_pairs: int
-    dimension_only_pairs: int = 0  # of human_pairs, those about one dimension alone (people's nudges): they train that dimension, not the scalar
+    # of human_pairs, those about one dimension alone (people's nudges): they train that dimension, not the scalar
+    dimension_only_pairs: int = 0
     calibration: dict[str, Any] | None  # temperature scaling overall and per dimension; None: no held-out pair
     metrics: dict[str, Any]
     history: list[dict[str, Any]]
     created: str
     # each dimension's standard deviation over the teacher's labels it learned from: the spread it was taught, against
-    # which a collapse of its vectors is read (`evaluation.manifold`); None: fewer than 2 labels, or a model written before it
+    # which a collapse of its vectors is read (`evaluation.manifold`); None: fewer than 2 labels, or a model written
+    # before it
     label_spread: dict[str, float] | None = None
-    # per day of its window: the people's pairs it read from that day (feedback, nudge, imported), zeros for a day with none
+    # per day of its window: the people's pairs it read from that day (feedback, nudge, imported), zeros for a day with
+    # none
     people_pairs_by_day: dict[str, dict[str, int]] = {}
 
     @property
@@ -105,9 +111,15 @@ class RewardMetadata(_Strict):
 
         path = Path(folder) / METADATA
         if not path.is_file():
-            raise FileNotFoundError(f"{folder} is not a reward model folder (no {METADATA}); pass a data/reward_model/<date>/<version> folder")
+            raise FileNotFoundError(
+                f"{folder} is not a reward model folder (no {METADATA}); pass a "
+                "data/reward_model/<date>/<version> folder"
+            )
         try:
             return cls.model_validate_json(path.read_text())
         except ValidationError as exc:
-            raise ValueError(f"{path} was not written by this version of hominem ({exc.error_count()} field(s) differ, e.g. "
-                             f"{'.'.join(map(str, exc.errors()[0]['loc']))}); rebuild it: hominem run --date <date> --select reward_model") from None
+            raise ValueError(
+                f"{path} was not written by this version of hominem ({exc.error_count()} field(s) differ, e.g. "
+                f"{'.'.join(map(str, exc.errors()[0]['loc']))}); rebuild it: hominem run --date <date> "
+                "--select reward_model"
+            ) from None

@@ -53,15 +53,21 @@ def guard_scorer(info: GuardInfo | None, device: Any = None) -> GuardScorer | No
     """The scorer of a saved model's guard columns, from the student it was trained with (checked by digest)."""
     if info is None or not info.names:
         return None
-    return GuardScorer(info.names, _checked_folder(info.student, info.sha256, "guards read the student"), device=device)
+    return GuardScorer(
+        info.names, _checked_folder(info.student, info.sha256, "guards read the student"), device=device
+    )
 
 
-def people_reader(info: PeopleInfo | None, folder: Path, device: Any = None) -> tuple[EncoderStates, PeopleScore] | None:
+def people_reader(
+    info: PeopleInfo | None, folder: Path, device: Any = None
+) -> tuple[EncoderStates, PeopleScore] | None:
     """The encoder and the fitted people's score of a saved model (the encoder checked by digest)."""
     if info is None:
         return None
     source = _checked_folder(info.encoder, info.sha256, "people's score reads the encoder")
-    return EncoderStates(source, info.max_length, device=device), PeopleScore.load(folder, info.alpha, info.agreement, info.pairs)
+    return EncoderStates(source, info.max_length, device=device), PeopleScore.load(
+        folder, info.alpha, info.agreement, info.pairs
+    )
 
 
 BACKBONE_DIR = "backbone"
@@ -93,10 +99,14 @@ def _check_inputs(prompts: Sequence[str], responses: Sequence[str]) -> None:
     if isinstance(prompts, str) or isinstance(responses, str):
         raise TypeError("score() takes lists of strings, not a single string; wrap it: score([prompt], [response])")
     if len(prompts) != len(responses):
-        raise ValueError(f"score() got {len(prompts)} prompts but {len(responses)} responses; pass one prompt per response")
+        raise ValueError(
+            f"score() got {len(prompts)} prompts but {len(responses)} responses; pass one prompt per response"
+        )
     for i, (p, r) in enumerate(zip(prompts, responses)):
         if not isinstance(p, str) or not isinstance(r, str):
-            raise TypeError(f"item {i}: prompt and response must be str, got {type(p).__name__} and {type(r).__name__}")
+            raise TypeError(
+                f"item {i}: prompt and response must be str, got {type(p).__name__} and {type(r).__name__}"
+            )
         if not r.strip():
             raise ValueError(f"item {i}: the response is empty; there is nothing to score")
         for name, text in (("prompt", p), ("response", r)):
@@ -122,7 +132,9 @@ class RewardModel:
         self.mc_samples: int = metadata.uncertainty.mc_samples
         self._encode = make_encoder(tokenizer, metadata.frame, self.max_length)
         self._guards = guard_scorer(metadata.guards, device)
-        self._people: tuple[EncoderStates, PeopleScore] | None = None  # set by `load` (the score's coefficients live in the folder)
+        self._people: tuple[EncoderStates, PeopleScore] | None = (
+            None  # set by `load` (the score's coefficients live in the folder)
+        )
         self._pooled_cache: Any = None  # a frozen backbone's pooled rows by tokens (`use_feature_cache`)
 
     @classmethod
@@ -135,14 +147,23 @@ class RewardModel:
         metadata = RewardMetadata.read(path)
         backbone, tokenizer = load_backbone(backbone_source(path))
         bb = metadata.backbone
-        net = RewardNet(keep_layers(backbone, bb.depth), len(metadata.dimensions), members=metadata.members, pooling=bb.pooling,
-                        dropout=metadata.dropout, length_feature=metadata.length_feature, layers=bb.layers,
-                        guards=(0 if metadata.guards is None else len(metadata.guards.names)) + int(metadata.people is not None),
-                        combined=metadata.scalar is not None)
+        net = RewardNet(
+            keep_layers(backbone, bb.depth),
+            len(metadata.dimensions),
+            members=metadata.members,
+            pooling=bb.pooling,
+            dropout=metadata.dropout,
+            length_feature=metadata.length_feature,
+            layers=bb.layers,
+            guards=(0 if metadata.guards is None else len(metadata.guards.names)) + int(metadata.people is not None),
+            combined=metadata.scalar is not None,
+        )
         result = net.load_state_dict(load_file(str(path / HEADS)), strict=False)
         if result.unexpected_keys or any(not k.startswith("backbone.") for k in result.missing_keys):
-            raise ValueError(f"{path / HEADS} does not match the model described by its {METADATA}: {result}; rebuild it "
-                             f"(hominem run --date {metadata.date} --select reward_model)")
+            raise ValueError(
+                f"{path / HEADS} does not match the model described by its {METADATA}: {result}; rebuild it "
+                f"(hominem run --date {metadata.date} --select reward_model)"
+            )
         net.shared_prefix = frame_prefix(tokenizer, metadata.frame, bb.kind)
         model = cls(net, tokenizer, metadata, device)
         model.source = path
@@ -169,14 +190,25 @@ class RewardModel:
         scalar), or on one reward dimension (by its own fitted temperature)."""
         return self.probability(float(self.pair_gaps([prompt], [a], [b], dimension)[0]), dimension)
 
-    def pair_gaps(self, prompts: Sequence[str], a: Sequence[str], b: Sequence[str], dimension: str | None = None, batch_size: int = 32) -> np.ndarray:
+    def pair_gaps(
+        self,
+        prompts: Sequence[str],
+        a: Sequence[str],
+        b: Sequence[str],
+        dimension: str | None = None,
+        batch_size: int = 32,
+    ) -> np.ndarray:
         """Score gap (a minus b) per pair, by the scalar or one dimension: positive where `a` is preferred."""
         if not len(prompts) == len(a) == len(b):
-            raise ValueError(f"pair_gaps takes one prompt per pair: got {len(prompts)} prompts, {len(a)} a and {len(b)} b replies")
+            raise ValueError(
+                f"pair_gaps takes one prompt per pair: got {len(prompts)} prompts, {len(a)} a and {len(b)} b replies"
+            )
         column = None if dimension is None else self._dimension_index(dimension)  # checked before scoring
         ps = list(prompts)
         raw = self.raw_scores(ps + ps, list(a) + list(b), batch_size)
-        values = (raw["scalar"] if column is None else raw["vector"][:, column]).astype(np.float64)  # exact gaps of float32 scores
+        values = (raw["scalar"] if column is None else raw["vector"][:, column]).astype(
+            np.float64
+        )  # exact gaps of float32 scores
         return values[: len(ps)] - values[len(ps) :]
 
     def _dimension_index(self, dimension: str) -> int:
@@ -203,8 +235,12 @@ class RewardModel:
         if bb.finetune == "frozen" and self.source is not None and self._pooled_cache is None:
             from hominem_pipeline.core.reward.network import backbone_source
 
-            namespace = pooled_namespace(backbone_source(self.source), bb.kind, bb.pooling, bb.depth, bb.layers, self.metadata.length_feature)
-            self._pooled_cache = FeatureCache(Path(folder), namespace, self.net.feature_size - self.net.guards, shipped=shipped)
+            namespace = pooled_namespace(
+                backbone_source(self.source), bb.kind, bb.pooling, bb.depth, bb.layers, self.metadata.length_feature
+            )
+            self._pooled_cache = FeatureCache(
+                Path(folder), namespace, self.net.feature_size - self.net.guards, shipped=shipped
+            )
 
     def warm(self) -> None:
         """Load what scoring loads on first use (the student its guard columns read, the people's score's
@@ -229,7 +265,9 @@ class RewardModel:
             columns.append(torch.from_numpy(self.people_column(prompts, responses)).float().unsqueeze(1))
         return torch.cat(columns, 1) if columns else None
 
-    def _mc_passes(self, net: RewardNet, ids: torch.Tensor, mask: torch.Tensor, guards: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    def _mc_passes(
+        self, net: RewardNet, ids: torch.Tensor, mask: torch.Tensor, guards: torch.Tensor | None
+    ) -> dict[str, torch.Tensor]:
         """Standard deviation of `net`'s member-mean outputs over `mc_samples` passes with dropout on."""
         dropouts = [m for m in net.modules() if isinstance(m, nn.Dropout)]
         with torch.random.fork_rng(devices=[]):
@@ -243,7 +281,9 @@ class RewardModel:
                     m.eval()
         return {k: torch.stack([s[k] for s in samples]).std(0, unbiased=False) for k in samples[0]}
 
-    def raw_scores(self, prompts: Sequence[str], responses: Sequence[str], batch_size: int = 32, uncertainty: bool = False) -> dict[str, Any]:
+    def raw_scores(
+        self, prompts: Sequence[str], responses: Sequence[str], batch_size: int = 32, uncertainty: bool = False
+    ) -> dict[str, Any]:
         """Head outputs as arrays: vector (n, D), scalar, reward_intensity, safety_score (n,); with
         `uncertainty`, also "std": the same keys holding standard deviations."""
         _check_inputs(prompts, responses)
@@ -256,8 +296,16 @@ class RewardModel:
         if self._pooled_cache is not None and not (uncertainty and self.uncertainty_method == "mc_dropout"):
             from hominem_pipeline.core.reward.dataset import _pooled_all
 
-            # a frozen backbone's states, read once per text: the heads on the cached features equal the whole net's pass
-            pooled = _pooled_all(net, self.encode(prompts, responses), batch_size, pad_id(self.tokenizer), guards, cache=self._pooled_cache)
+            # a frozen backbone's states, read once per text: the heads on the cached features equal the whole net's
+            # pass
+            pooled = _pooled_all(
+                net,
+                self.encode(prompts, responses),
+                batch_size,
+                pad_id(self.tokenizer),
+                guards,
+                cache=self._pooled_cache,
+            )
             with torch.inference_mode():
                 mean, spread = member_mean_std(net.heads(pooled.to(self.device)))
             out = {k: mean[k].float().cpu().numpy() for k in shapes}
@@ -265,7 +313,9 @@ class RewardModel:
                 out["std"] = {k: spread[k].float().cpu().numpy() for k in shapes}
             return out
         with torch.inference_mode():
-            for idx, ids, mask in length_sorted_batches(self.encode(prompts, responses), batch_size, pad_id(self.tokenizer)):
+            for idx, ids, mask in length_sorted_batches(
+                self.encode(prompts, responses), batch_size, pad_id(self.tokenizer)
+            ):
                 ids, mask = ids.to(self.device), mask.to(self.device)
                 rows = None if guards is None else guards[idx].to(self.device)
                 mean, spread = member_mean_std(net(ids, mask, rows))
@@ -285,13 +335,22 @@ class RewardModel:
         from hominem_pipeline.core.reward.dataset import _pooled_all
 
         _check_inputs(prompts, responses)
-        return _pooled_all(self.net, self.encode(prompts, responses), batch_size, pad_id(self.tokenizer), self.guard_columns(prompts, responses),
-                           cache=self._pooled_cache)
+        return _pooled_all(
+            self.net,
+            self.encode(prompts, responses),
+            batch_size,
+            pad_id(self.tokenizer),
+            self.guard_columns(prompts, responses),
+            cache=self._pooled_cache,
+        )
 
     def heads_from_pooled(self, pooled: torch.Tensor) -> dict[str, np.ndarray]:
         """Every head's output (the members' mean) on `pooled` features, keyed as `raw_scores`."""
         with torch.inference_mode():
-            return {k: v.float().cpu().numpy() for k, v in member_mean_std(self.net.heads(pooled.to(self.device)))[0].items()}
+            return {
+                k: v.float().cpu().numpy()
+                for k, v in member_mean_std(self.net.heads(pooled.to(self.device)))[0].items()
+            }
 
     def scalar_from_pooled(self, pooled: torch.Tensor) -> np.ndarray:
         """The scalar (the members' mean) of these heads on `pooled` features."""

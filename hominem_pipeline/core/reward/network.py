@@ -15,7 +15,7 @@ POOLINGS = ("mean", "last", "last_mean")
 
 
 def backbone_kind(config: Any) -> str:
-    """"decoder" for causal LMs (pooled at the last real token), else "encoder" (mean pooling)."""
+    """ "decoder" for causal LMs (pooled at the last real token), else "encoder" (mean pooling)."""
     architectures = getattr(config, "architectures", None) or []
     if getattr(config, "is_decoder", False) or any(a.endswith("ForCausalLM") for a in architectures):
         return "decoder"
@@ -36,15 +36,30 @@ class RewardNet(nn.Module):
     backbone, follow the pooled features (`features`). The heads read the features standardised by
     `feature_mean` / `feature_std` (identity unless ridge-fitted heads set them)."""
 
-    def __init__(self, backbone: nn.Module, n_dims: int, *, members: int = 1, pooling: str = "mean", dropout: float = 0.1, length_feature: bool = False,
-                 layers: Sequence[int] | None = None, guards: int = 0, combined: bool = False):
+    def __init__(
+        self,
+        backbone: nn.Module,
+        n_dims: int,
+        *,
+        members: int = 1,
+        pooling: str = "mean",
+        dropout: float = 0.1,
+        length_feature: bool = False,
+        layers: Sequence[int] | None = None,
+        guards: int = 0,
+        combined: bool = False,
+    ):
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling {pooling!r}: use one of {', '.join(POOLINGS)}")
         self.layers = None if layers is None else check_layers(layers, backbone.config.num_hidden_layers)
         self.backbone = backbone
         self.n_dims, self.members, self.pooling, self.length_feature = n_dims, members, pooling, length_feature
-        hidden = backbone.config.hidden_size * (2 if pooling == "last_mean" else 1) * (1 if self.layers is None else len(self.layers))
+        hidden = (
+            backbone.config.hidden_size
+            * (2 if pooling == "last_mean" else 1)
+            * (1 if self.layers is None else len(self.layers))
+        )
         self.guards = guards
         self.feature_size = hidden + int(length_feature) + guards  # what the heads read
         self.register_buffer("feature_mean", torch.zeros(self.feature_size))
@@ -67,8 +82,13 @@ class RewardNet(nn.Module):
 
     def _prefix_applies(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> bool:
         p = self.shared_prefix
-        return (p is not None and not torch.is_grad_enabled() and input_ids.shape[1] > len(p)
-                and bool((input_ids[:, : len(p)] == p).all()) and bool(attention_mask[:, : len(p) + 1].all()))  # every row goes on after it
+        return (
+            p is not None
+            and not torch.is_grad_enabled()
+            and input_ids.shape[1] > len(p)
+            and bool((input_ids[:, : len(p)] == p).all())
+            and bool(attention_mask[:, : len(p) + 1].all())
+        )  # every row goes on after it
 
     def _run(self, **inputs: Any) -> tuple[torch.Tensor, Any]:
         """The backbone's output and the states the heads pool: the last hidden state, or with `layers`
@@ -79,7 +99,9 @@ class RewardNet(nn.Module):
         out = self.backbone(**inputs, output_hidden_states=True)
         return torch.cat([out.hidden_states[i] for i in self.layers], dim=-1), out
 
-    def states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def states(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The states the heads pool (the last hidden state, or `layers`): (B, T, H), or with a shared
         prefix that every row starts with (inference only), (B, T - P, H) for the tokens after it and the
         prefix's own (P, H), which are the same for every row of a causal model. The prefix then runs
@@ -91,8 +113,13 @@ class RewardNet(nn.Module):
         cache = first.past_key_values
         cache.batch_repeat_interleave(b)
         positions = torch.arange(len(prefix), t, device=input_ids.device).unsqueeze(0).expand(b, -1)
-        rest = self._run(input_ids=input_ids[:, len(prefix) :], attention_mask=attention_mask, position_ids=positions,
-                         past_key_values=cache, use_cache=False)[0]
+        rest = self._run(
+            input_ids=input_ids[:, len(prefix) :],
+            attention_mask=attention_mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=False,
+        )[0]
         return rest, first_states[0]
 
     def pooled(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -112,13 +139,18 @@ class RewardNet(nn.Module):
             return pooled
         return torch.cat([pooled, n_real.to(pooled.dtype).log().unsqueeze(-1)], dim=-1)
 
-    def features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, guards: torch.Tensor | None = None) -> torch.Tensor:
+    def features(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, guards: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """(B, feature_size): `pooled`, then the batch's guard columns (B, guards)."""
         pooled = self.pooled(input_ids, attention_mask)
         if not self.guards:
             return pooled
         if guards is None or guards.shape != (pooled.shape[0], self.guards):
-            raise ValueError(f"this reward net reads {self.guards} guard columns per row; got {None if guards is None else tuple(guards.shape)}")
+            raise ValueError(
+                f"this reward net reads {self.guards} guard columns per row; got "
+                f"{None if guards is None else tuple(guards.shape)}"
+            )
         return torch.cat([pooled, guards.to(pooled.dtype)], dim=-1)
 
     def heads(self, pooled: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -144,7 +176,9 @@ class RewardNet(nn.Module):
         of_mean = torch.tanh(vector.mean(1) @ c + offset[:, 0]).unsqueeze(1)
         return of_mean + own - own.mean(1, keepdim=True)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, guards: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, guards: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
         return self.heads(self.features(input_ids, attention_mask, guards))
 
     def head_state_dict(self) -> dict[str, torch.Tensor]:
@@ -155,8 +189,11 @@ def check_layers(layers: Sequence[int], depth: int) -> tuple[int, ...]:
     """`reward_model.backbone.layers` checked against a backbone of `depth` layers: distinct, in 1..depth."""
     chosen = tuple(int(x) for x in layers)
     if not chosen or len(set(chosen)) != len(chosen) or not all(1 <= x <= depth for x in chosen):
-        raise ValueError(f"reward_model.backbone.layers {list(layers)}: name distinct layers from 1 to {depth} (this backbone's "
-                         f"depth; 1 = the first block's output), e.g. [{', '.join(map(str, range(max(1, depth - 2), depth + 1)))}], or null for the last alone")
+        raise ValueError(
+            f"reward_model.backbone.layers {list(layers)}: name distinct layers from 1 to {depth} (this backbone's "
+            "depth; 1 = the first block's output), e.g. "
+            f"[{', '.join(map(str, range(max(1, depth - 2), depth + 1)))}], or null for the last alone"
+        )
     return chosen
 
 
@@ -165,7 +202,9 @@ def member_mean_std(heads: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Ten
     return {k: v.mean(1) for k, v in heads.items()}, {k: v.std(1, unbiased=False) for k, v in heads.items()}
 
 
-BACKBONE_REFERENCE = "reference.json"  # in a model's backbone/ folder when the backbone was frozen: where it is and its digest
+BACKBONE_REFERENCE = (
+    "reference.json"  # in a model's backbone/ folder when the backbone was frozen: where it is and its digest
+)
 
 
 def write_backbone_reference(folder: Path, source: Path | str) -> None:
@@ -175,7 +214,9 @@ def write_backbone_reference(folder: Path, source: Path | str) -> None:
     from hominem_pipeline.core.pipeline.artifacts import folder_digest
 
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / BACKBONE_REFERENCE).write_text(json.dumps({"name": model_name(source), "sha256": folder_digest(Path(source))}, indent=2) + "\n")
+    (folder / BACKBONE_REFERENCE).write_text(
+        json.dumps({"name": model_name(source), "sha256": folder_digest(Path(source))}, indent=2) + "\n"
+    )
 
 
 def backbone_source(model_dir: Path) -> Path:
@@ -217,7 +258,9 @@ def top_parameters(backbone: nn.Module, layers: int | None) -> list[nn.Parameter
     _, stack = found
     top = list(stack)[-layers:]
     in_stack = {id(p) for p in stack.parameters()}
-    after = [p for n, p in backbone.named_parameters() if id(p) not in in_stack and "embed" not in n]  # final norms, not the input embeddings
+    after = [
+        p for n, p in backbone.named_parameters() if id(p) not in in_stack and "embed" not in n
+    ]  # final norms, not the input embeddings
     return [p for block in top for p in block.parameters()] + after
 
 
@@ -229,11 +272,17 @@ def keep_layers(backbone: nn.Module, depth: int | None) -> nn.Module:
         return backbone
     found = layer_stack(backbone)
     if found is None:
-        raise ValueError(f"reward_model.backbone.depth {depth}: this backbone ({type(backbone).__name__}) has no layer stack to cut; set depth: null")
+        raise ValueError(
+            f"reward_model.backbone.depth {depth}: this backbone ({type(backbone).__name__}) has no "
+            "layer stack to cut; set depth: null"
+        )
     name, stack = found
     total = len(stack)
     if depth > total:
-        raise ValueError(f"reward_model.backbone.depth {depth} is more than the backbone's {total} layers; use at most {total}, or null for all")
+        raise ValueError(
+            f"reward_model.backbone.depth {depth} is more than the backbone's {total} layers; use at "
+            f"most {total}, or null for all"
+        )
     parent = backbone.get_submodule(name.rpartition(".")[0]) if "." in name else backbone
     setattr(parent, name.rpartition(".")[2], nn.ModuleList(list(stack)[:depth]))
     backbone.config.num_hidden_layers = depth

@@ -111,13 +111,21 @@ class EncoderStates:
         return Path(shipped) / f"{fingerprint(self.namespace, 16)}-{PROJECTION_PART}.safetensors"
 
     def projected_cache(self, projection: Projection, shipped: Path | None = None):
-        """The on-disk cache of rows read through `projection`, with the project's shipped ones (needs a cache folder)."""
+        """The on-disk cache of rows read through `projection`, with the project's shipped ones (needs a cache
+        folder)."""
         from hominem_pipeline.core.reward.feature_cache import FeatureCache
 
-        return FeatureCache(self.cache_folder, [*self.namespace, "projected", projection.digest()], projection.basis.shape[1], max_rows=CACHE_ROWS,
-                            shipped=shipped)
+        return FeatureCache(
+            self.cache_folder,
+            [*self.namespace, "projected", projection.digest()],
+            projection.basis.shape[1],
+            max_rows=CACHE_ROWS,
+            shipped=shipped,
+        )
 
-    def projected(self, prompts: Sequence[str], replies: Sequence[str], projection: Projection, shipped: Path | None = None) -> np.ndarray:
+    def projected(
+        self, prompts: Sequence[str], replies: Sequence[str], projection: Projection, shipped: Path | None = None
+    ) -> np.ndarray:
         """`projection` of the states of each (prompt, reply): with a cache folder, the rows the project
         ships (`shipped`) or the cache holds are read, the rest measured (their full states cached as
         `__call__` caches them)."""
@@ -134,7 +142,12 @@ class EncoderStates:
         from hominem_pipeline.core.reward.feature_cache import cached_rows, text_key
 
         keys = [text_key(p, r) for p, r in zip(prompts, replies)]
-        return cached_rows(self.disk_cache(), keys, lambda todo: self._measure([prompts[i] for i in todo], [replies[i] for i in todo]), self.width)
+        return cached_rows(
+            self.disk_cache(),
+            keys,
+            lambda todo: self._measure([prompts[i] for i in todo], [replies[i] for i in todo]),
+            self.width,
+        )
 
     def _measure(self, prompts: Sequence[str], replies: Sequence[str]) -> torch.Tensor:
         from hominem_pipeline.core.reward.encoding import (
@@ -146,12 +159,16 @@ class EncoderStates:
         tok, model = self._tokenizer, self._model
         encoded = [encode_pair(tok, p, r, self.max_length) for p, r in zip(prompts, replies)]
         out = torch.zeros(len(encoded), self.width)
-        progress = Progress("people's score encoder", len(encoded), log, unit="replies") if len(encoded) > 512 else None
+        progress = (
+            Progress("people's score encoder", len(encoded), log, unit="replies") if len(encoded) > 512 else None
+        )
         with torch.inference_mode():
             for idx, ids, mask in length_sorted_batches(encoded, PEOPLE_BATCH, tok.pad_token_id):
                 reply = _pair_segments(ids, tok.sep_token_id, mask)
                 ids, mask, reply = ids.to(model.device), mask.to(model.device), reply.to(model.device)
-                states = model(input_ids=ids, attention_mask=mask, token_type_ids=reply, output_hidden_states=True).hidden_states[1:]
+                states = model(
+                    input_ids=ids, attention_mask=mask, token_type_ids=reply, output_hidden_states=True
+                ).hidden_states[1:]
                 parts = []
                 for weights in (mask, reply):
                     w = weights.unsqueeze(-1).float()
@@ -188,7 +205,9 @@ def _principal(x: np.ndarray, top: int | None = None) -> tuple[np.ndarray, np.nd
     small = x.T @ x if x.shape[0] >= x.shape[1] else x @ x.T
     n = len(small)
     subset = None if top is None or top >= n else [n - top, n - 1]
-    lam, vec = eigh(small, subset_by_index=subset, driver="evr" if subset else "evd", overwrite_a=True, check_finite=False)
+    lam, vec = eigh(
+        small, subset_by_index=subset, driver="evr" if subset else "evd", overwrite_a=True, check_finite=False
+    )
     lam, vec = lam[::-1], vec[:, ::-1]
     sv = np.sqrt(np.clip(lam, 0.0, None))
     if x.shape[0] >= x.shape[1]:
@@ -213,7 +232,10 @@ def _nystroem_map(centres: np.ndarray, scale: float) -> np.ndarray:
         except LinAlgError:
             jitter *= 100.0
     else:
-        raise ValueError("the people's score's kernel matrix is not positive definite even with a ridge; its landmarks' states hold NaN?")
+        raise ValueError(
+            "the people's score's kernel matrix is not positive definite even with a ridge; its "
+            "landmarks' states hold NaN?"
+        )
     return solve_triangular(factor, np.eye(len(gram)), lower=True, check_finite=False).T
 
 
@@ -235,7 +257,9 @@ def _kernel(a: np.ndarray, b: np.ndarray, scale: float) -> np.ndarray:
 
 def _expand(z: np.ndarray, landmarks: np.ndarray, scale: float, coef: np.ndarray, batch: int = 2048) -> np.ndarray:
     """sum_j coef_j k(z_i, landmark_j) for every row of z, a batch of rows at a time."""
-    return np.concatenate([np.zeros(0)] + [_kernel(z[i:i + batch], landmarks, scale) @ coef for i in range(0, len(z), batch)])
+    return np.concatenate(
+        [np.zeros(0)] + [_kernel(z[i : i + batch], landmarks, scale) @ coef for i in range(0, len(z), batch)]
+    )
 
 
 def _as_stored(x: np.ndarray) -> np.ndarray:
@@ -269,7 +293,9 @@ class Projection:
     def digest(self) -> str:
         import hashlib
 
-        return hashlib.sha256(b"".join(np.ascontiguousarray(a, dtype=np.float64).tobytes() for a in (self.mean, self.std, self.basis))).hexdigest()[:16]
+        return hashlib.sha256(
+            b"".join(np.ascontiguousarray(a, dtype=np.float64).tobytes() for a in (self.mean, self.std, self.basis))
+        ).hexdigest()[:16]
 
     def save(self, path: Path) -> None:
         from safetensors.numpy import save_file
@@ -282,7 +308,9 @@ class Projection:
         from safetensors.numpy import load_file
 
         saved = load_file(str(path))
-        return cls(saved["mean"].astype(np.float64), saved["std"].astype(np.float64), saved["basis"].astype(np.float64))
+        return cls(
+            saved["mean"].astype(np.float64), saved["std"].astype(np.float64), saved["basis"].astype(np.float64)
+        )
 
 
 @dataclass
@@ -312,8 +340,16 @@ class PeopleScore:
         return _expand(z, self.landmarks, self.scale, self.coef)
 
     @classmethod
-    def fit(cls, states: np.ndarray, pairs: np.ndarray, weights: np.ndarray, groups: np.ndarray, seed: int,
-            components: int = PEOPLE_COMPONENTS, **settings: Any) -> tuple[PeopleScore, np.ndarray]:
+    def fit(
+        cls,
+        states: np.ndarray,
+        pairs: np.ndarray,
+        weights: np.ndarray,
+        groups: np.ndarray,
+        seed: int,
+        components: int = PEOPLE_COMPONENTS,
+        **settings: Any,
+    ) -> tuple[PeopleScore, np.ndarray]:
         """Fit on `pairs` ((p, 2) rows of `states`: chosen, rejected), weighted, folded by `groups` (a
         pair's prompt), reading the states through the projection fitted on the pairs' rows. Returns the
         score and every row's value: out of fold for the rows of a pair (from the fit without its fold,
@@ -326,13 +362,26 @@ class PeopleScore:
     @staticmethod
     def _check_pairs(pairs: np.ndarray, folds: int) -> None:
         if len(pairs) < 2 * folds:
-            raise ValueError(f"the people's score needs at least {2 * folds} people's pairs, got {len(pairs)}; add pairs "
-                             "(reward_model.people_pairs, `hominem data import-preferences`) or set reward_model.people_score.encoder: null")
+            raise ValueError(
+                f"the people's score needs at least {2 * folds} people's pairs, got {len(pairs)}; add pairs "
+                "(reward_model.people_pairs, `hominem data import-preferences`) or set "
+                "reward_model.people_score.encoder: null"
+            )
 
     @classmethod
-    def fit_projected(cls, projection: Projection, z: np.ndarray, pairs: np.ndarray, weights: np.ndarray, groups: np.ndarray, seed: int,
-                      alphas: Sequence[float] = PEOPLE_ALPHAS, gammas: Sequence[float] = PEOPLE_GAMMAS, folds: int = PEOPLE_FOLDS,
-                      landmarks: int = PEOPLE_LANDMARKS) -> tuple[PeopleScore, np.ndarray]:
+    def fit_projected(
+        cls,
+        projection: Projection,
+        z: np.ndarray,
+        pairs: np.ndarray,
+        weights: np.ndarray,
+        groups: np.ndarray,
+        seed: int,
+        alphas: Sequence[float] = PEOPLE_ALPHAS,
+        gammas: Sequence[float] = PEOPLE_GAMMAS,
+        folds: int = PEOPLE_FOLDS,
+        landmarks: int = PEOPLE_LANDMARKS,
+    ) -> tuple[PeopleScore, np.ndarray]:
         """`fit` on states already read through `projection` (`z`, e.g. a shipped projection's rows)."""
         cls._check_pairs(pairs, folds)
         z = np.asarray(z, dtype=np.float64)
@@ -345,8 +394,12 @@ class PeopleScore:
         w = np.asarray(weights, dtype=np.float64)
         which = _folds(np.asarray(groups), folds, seed)
         pos = np.searchsorted(used, pairs)  # pair -> rows of `used`
-        right: dict[tuple[float, float], float] = {}  # (gamma, alpha) -> weight of the pairs ordered right, out of fold
-        best: tuple[Any, ...] | None = None  # the chosen (gamma, alpha)'s Nystroem map, pair features and out-of-fold values
+        right: dict[
+            tuple[float, float], float
+        ] = {}  # (gamma, alpha) -> weight of the pairs ordered right, out of fold
+        best: tuple[Any, ...] | None = (
+            None  # the chosen (gamma, alpha)'s Nystroem map, pair features and out-of-fold values
+        )
         for gamma in gammas:
             # Nystroem features of the kernel on the landmarks: phi(a) . phi(b) = k(a, b) wherever a or b
             # is a landmark; a pair's features are their difference
@@ -366,23 +419,50 @@ class PeopleScore:
             if best is None or right[gamma, alpha] > right[best[0], best[1]]:
                 best = (gamma, alpha, to_coef, d, oof[alpha])
         gamma, alpha, to_coef, d, held_values = best
-        score = cls(projection.mean, projection.std, to_coef @ _solve(d, w, alpha), float(alpha), right[gamma, alpha] / float(w.sum()), len(pairs),
-                    basis=projection.basis, landmarks=centres, scale=median / gamma)
+        score = cls(
+            projection.mean,
+            projection.std,
+            to_coef @ _solve(d, w, alpha),
+            float(alpha),
+            right[gamma, alpha] / float(w.sum()),
+            len(pairs),
+            basis=projection.basis,
+            landmarks=centres,
+            scale=median / gamma,
+        )
         values = np.zeros(len(z))
         values[used] = held_values
-        others = np.setdiff1d(np.arange(len(z)), used)  # rows of no pair: the full fit's values (the pairs' are out of fold)
+        others = np.setdiff1d(
+            np.arange(len(z)), used
+        )  # rows of no pair: the full fit's values (the pairs' are out of fold)
         values[others] = _expand(z[others], centres, score.scale, score.coef)
-        log.info("people's score: %d pairs, %d landmarks in %d dimensions, kernel width %g x median, penalty %g, out-of-fold agreement %.1f%% (%s)",
-                 len(pairs), len(centres), z.shape[1], 1 / gamma, alpha, 100 * score.agreement,
-                 ", ".join(f"{g:g}/{a:g}: {100 * r / w.sum():.1f}%" for (g, a), r in right.items()))
+        log.info(
+            "people's score: %d pairs, %d landmarks in %d dimensions, kernel width %g x median, penalty "
+            "%g, out-of-fold agreement %.1f%% (%s)",
+            len(pairs),
+            len(centres),
+            z.shape[1],
+            1 / gamma,
+            alpha,
+            100 * score.agreement,
+            ", ".join(f"{g:g}/{a:g}: {100 * r / w.sum():.1f}%" for (g, a), r in right.items()),
+        )
         return score, values
 
     def save(self, folder: Path) -> None:
         from safetensors.numpy import save_file
 
-        tensors = {"mean": self.mean, "std": self.std, "coef": self.coef}  # float64: the values the heads were fitted on
+        tensors = {
+            "mean": self.mean,
+            "std": self.std,
+            "coef": self.coef,
+        }  # float64: the values the heads were fitted on
         if self.basis is not None:
-            tensors |= {"basis": self.basis.astype(np.float32), "landmarks": self.landmarks.astype(np.float32), "scale": np.array([self.scale])}
+            tensors |= {
+                "basis": self.basis.astype(np.float32),
+                "landmarks": self.landmarks.astype(np.float32),
+                "scale": np.array([self.scale]),
+            }
         save_file(tensors, str(Path(folder) / PEOPLE_FILE))
 
     @classmethod
@@ -392,12 +472,32 @@ class PeopleScore:
         saved = load_file(str(Path(folder) / PEOPLE_FILE))
         kernel = {}
         if "basis" in saved:
-            kernel = {"basis": saved["basis"].astype(np.float64), "landmarks": saved["landmarks"].astype(np.float64), "scale": float(saved["scale"][0])}
-        return cls(saved["mean"].astype(np.float64), saved["std"].astype(np.float64), saved["coef"].astype(np.float64), alpha, agreement, pairs, **kernel)
+            kernel = {
+                "basis": saved["basis"].astype(np.float64),
+                "landmarks": saved["landmarks"].astype(np.float64),
+                "scale": float(saved["scale"][0]),
+            }
+        return cls(
+            saved["mean"].astype(np.float64),
+            saved["std"].astype(np.float64),
+            saved["coef"].astype(np.float64),
+            alpha,
+            agreement,
+            pairs,
+            **kernel,
+        )
 
 
-def fit_people_score(encoder: Path, cfg: RewardModelConfig, cache: Path | None, data: TrainingSet, people_only: pd.DataFrame | None,
-                     seed: int, device: Any = None, shipped: Path | None = None) -> tuple[PeopleScore, np.ndarray]:
+def fit_people_score(
+    encoder: Path,
+    cfg: RewardModelConfig,
+    cache: Path | None,
+    data: TrainingSet,
+    people_only: pd.DataFrame | None,
+    seed: int,
+    device: Any = None,
+    shipped: Path | None = None,
+) -> tuple[PeopleScore, np.ndarray]:
     """The people's score fitted on every people's pair (the heads' and `people_only`), and its value
     for each of the training set's texts (out of fold for a pair's replies), then the people-only texts'.
     With a projection shipped for this encoder in `shipped` (`ship_projection`), the states are read
@@ -410,10 +510,16 @@ def fit_people_score(encoder: Path, cfg: RewardModelConfig, cache: Path | None, 
     pairs, weights = [hp], [hw]
     if people_only is not None and len(people_only):
         start = len(texts)
-        texts += [(p, r) for p, r in zip(people_only["prompt"], people_only["chosen"])] + [(p, r) for p, r in zip(people_only["prompt"], people_only["rejected"])]
+        texts += [(p, r) for p, r in zip(people_only["prompt"], people_only["chosen"])] + [
+            (p, r) for p, r in zip(people_only["prompt"], people_only["rejected"])
+        ]
         n = len(people_only)
         pairs.append(np.stack([start + np.arange(n), start + n + np.arange(n)], 1))
-        weights.append(people_only["weight"].to_numpy(np.float64) * cfg.pair_loss.human_weight if "weight" in people_only else np.full(n, cfg.pair_loss.human_weight))
+        weights.append(
+            people_only["weight"].to_numpy(np.float64) * cfg.pair_loss.human_weight
+            if "weight" in people_only
+            else np.full(n, cfg.pair_loss.human_weight)
+        )
         groups += [f"prompt:{p}" for p in people_only["prompt"]]
     reader = EncoderStates(encoder, cfg.people_score.max_length, cache=cache, device=device)
     prompts, replies = [p for p, _ in texts], [r for _, r in texts]
@@ -421,11 +527,15 @@ def fit_people_score(encoder: Path, cfg: RewardModelConfig, cache: Path | None, 
     if shipped is not None and (path := reader.projection_file(shipped)).is_file():
         projection = Projection.load(path)
         log.info("people's score: the states read through the projection shipped in %s", path)
-        return PeopleScore.fit_projected(projection, reader.projected(prompts, replies, projection, shipped), pairs, weights, groups, seed)
+        return PeopleScore.fit_projected(
+            projection, reader.projected(prompts, replies, projection, shipped), pairs, weights, groups, seed
+        )
     return PeopleScore.fit(reader(prompts, replies).numpy(), pairs, weights, groups, seed)
 
 
-def ship_projection(encoder: Path, max_length: int, cache: Path, texts: Sequence[tuple[str, str]], shipped: Path) -> tuple[Path, Path, int, int]:
+def ship_projection(
+    encoder: Path, max_length: int, cache: Path, texts: Sequence[tuple[str, str]], shipped: Path
+) -> tuple[Path, Path, int, int]:
     """Fit the projection on the states of `texts` (the replies of the people's pairs a project ships,
     each exchange once) and write it to `shipped` with their rows read through it, so that a fresh
     clone's first people's score neither measures those texts nor fits the projection. Returns (the
@@ -450,7 +560,9 @@ def people_scalar_weight(human_oof: np.ndarray, column: np.ndarray, pairs: np.nd
     """The weight w of the people's score in the scalar (atanh(heads' scalar) + w * score) that people's
     pairs, read out of fold by both, favour: a logistic fit of the pair's choice on the two gaps (no
     intercept, a small penalty), w = the score's coefficient over the heads'. Never below 0."""
-    gap_heads = np.arctanh(np.clip(human_oof[:, 0], -1 + 1e-6, 1 - 1e-6)) - np.arctanh(np.clip(human_oof[:, 1], -1 + 1e-6, 1 - 1e-6))
+    gap_heads = np.arctanh(np.clip(human_oof[:, 0], -1 + 1e-6, 1 - 1e-6)) - np.arctanh(
+        np.clip(human_oof[:, 1], -1 + 1e-6, 1 - 1e-6)
+    )
     gap_people = column[pairs[:, 0]] - column[pairs[:, 1]]
     x = np.stack([gap_heads, gap_people], 1)
     w = np.asarray(weights, dtype=np.float64)

@@ -30,10 +30,20 @@ class RewardModelPyfunc(mlflow.pyfunc.PythonModel):
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
         missing = [c for c in INPUT_COLUMNS if c not in model_input.columns]
         if missing:
-            raise ValueError(f"the reward model scores a DataFrame with columns {list(INPUT_COLUMNS)}; missing {missing}")
+            raise ValueError(
+                f"the reward model scores a DataFrame with columns {list(INPUT_COLUMNS)}; missing {missing}"
+            )
         outputs = self.model.score(list(model_input["prompt"].astype(str)), list(model_input["response"].astype(str)))
-        rows = [{"scalar": o.scalar, "reward_intensity": o.reward_intensity, "safety_score": o.safety_score, **o.vector,
-                 "uncertainty_scalar": o.uncertainty["scalar"]} for o in outputs]
+        rows = [
+            {
+                "scalar": o.scalar,
+                "reward_intensity": o.reward_intensity,
+                "safety_score": o.safety_score,
+                **o.vector,
+                "uncertainty_scalar": o.uncertainty["scalar"],
+            }
+            for o in outputs
+        ]
         return pd.DataFrame(rows, columns=output_columns(self.model.dimensions), index=model_input.index)
 
 

@@ -63,13 +63,20 @@ def _drop_bins(report: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def calibrate_validation(
-    data: TrainingSet, val_seqs: np.ndarray, val_pairs: np.ndarray, full: dict[str, np.ndarray], prompt_ids: list[str], dimensions: list[str], out_dir: Path, date: str,
+    data: TrainingSet,
+    val_seqs: np.ndarray,
+    val_pairs: np.ndarray,
+    full: dict[str, np.ndarray],
+    prompt_ids: list[str],
+    dimensions: list[str],
+    out_dir: Path,
+    date: str,
     source: str = "validation",
 ) -> tuple[dict[str, Any] | None, dict[str, float]]:
-    """Calibration on the held-out pairs (`source`: the validation split's, or every pair scored out of
-    fold): the scalar (teacher and human pairs), then each dimension on the teacher pairs with a gap on
-    it and the held-out people's pairs tagged with it. Draws both reliability plots into `out_dir`. Returns the METADATA block (None when there is no
-    pair) and the metrics."""
+    """Calibration on the held-out pairs (`source`: the validation split's, or every pair scored out of fold): the
+    scalar (teacher and human pairs), then each dimension on the teacher pairs with a gap on it and the held-out
+    people's pairs tagged with it. Draws both reliability plots into `out_dir`. Returns the METADATA block (None
+    when there is no pair) and the metrics."""
     from hominem_pipeline.core.reward.calibration import (
         reliability_diagram,
         reliability_grid,
@@ -79,17 +86,29 @@ def calibrate_validation(
     scalar_pairs = val_pairs[data.pair_scalar[val_pairs]]  # a nudge's pair is about its dimension alone
     overall = calibrate(data.pairs[scalar_pairs], data.pair_group[scalar_pairs], full["scalar"])
     if overall is None:
-        log.warning("no validation pair (teacher gap of %.2f or more, or human pair): the reward model's preferences stay uncalibrated", PAIR_GAP)
+        log.warning(
+            "no validation pair (teacher gap of %.2f or more, or human pair): the reward model's "
+            "preferences stay uncalibrated",
+            PAIR_GAP,
+        )
         return None, {}
     held = overall["held_out"]
     reported = held or overall["after"]
     n_pairs = overall["after"]["pairs"] // 2
     if reported["noise_floor"] > ECE_NOISE_WARNING:
-        log.warning("calibration measured on %d %s pairs: a perfectly calibrated model would read an ECE of %.3f on them, so the ECE of %.3f says "
-                    "little about calibration; a wider window (reward_model.window_days) of labeled days gives more pairs", n_pairs, source,
-                    reported["noise_floor"], reported["ece"])
+        log.warning(
+            "calibration measured on %d %s pairs: a perfectly calibrated model would read an ECE of "
+            "%.3f on them, so the ECE of %.3f says "
+            "little about calibration; a wider window (reward_model.window_days) of labeled days gives more pairs",
+            n_pairs,
+            source,
+            reported["noise_floor"],
+            reported["ece"],
+        )
     reliability_diagram(
-        overall["before"], overall["after"], out_dir / RELIABILITY_PLOT,
+        overall["before"],
+        overall["after"],
+        out_dir / RELIABILITY_PLOT,
         f"reward model {date}: {n_pairs} {source} pairs, T = {overall['temperature']:.3g}"
         + ("" if held is None else f"\nheld-out ECE {held['ece']:.3f} (T fitted on the other half of the prompts)")
         + f"\na perfectly calibrated model would read {reported['noise_floor']:.3f} on these pairs",
@@ -105,11 +124,18 @@ def calibrate_validation(
     }
     calibration: dict[str, Any] = {
         "method": "temperature scaling: P(a preferred over b) = sigmoid((scalar_a - scalar_b) / temperature)",
-        "fitted_on": f"{source} pairs (same prompt with teacher scalar gap >= {PAIR_GAP}, and human pairs), each counted in both orders; "
-                     "a dimension: the teacher's pairs with that gap on it and the human pairs tagged with it",
-        "held_out_ece": f"val_ece: temperature fitted on half the {source} prompts, applied to the other half (both ways)" if held else "in sample (one prompt group only)",
-        "ece_noise_floor": "val_ece_noise_floor: the mean ECE of a perfectly calibrated model on these pairs (outcomes drawn from the reported "
-                           "probabilities, 400 draws): an ECE near it is what the pair count allows",
+        "fitted_on": f"{source} pairs (same prompt with teacher scalar gap >= {PAIR_GAP}, and human pairs), each "
+        "counted in both orders; "
+        "a dimension: the teacher's pairs with that gap on it and the human pairs tagged with it",
+        "held_out_ece": (
+            f"val_ece: temperature fitted on half the {source} prompts, applied to the other half (both ways)"
+            if held
+            else "in sample (one prompt group only)"
+        ),
+        "ece_noise_floor": (
+            "val_ece_noise_floor: the mean ECE of a perfectly calibrated model on these pairs (outcomes drawn from "
+            "the reported probabilities, 400 draws): an ECE near it is what the pair count allows"
+        ),
         "temperature": overall["temperature"],
         "before": overall["before"],
         "after": overall["after"],
@@ -127,8 +153,14 @@ def calibrate_validation(
         if dim is None:
             continue
         report = dim["held_out"] or dim["after"]
-        calibration["dimensions"][d] = {"temperature": dim["temperature"], "ece": report["ece"], "ece_noise_floor": report["noise_floor"],
-                                        "ece_in_sample": dim["after"]["ece"], "pairs": dim["after"]["pairs"] // 2, "people_pairs": len(tagged)}
+        calibration["dimensions"][d] = {
+            "temperature": dim["temperature"],
+            "ece": report["ece"],
+            "ece_noise_floor": report["noise_floor"],
+            "ece_in_sample": dim["after"]["ece"],
+            "pairs": dim["after"]["pairs"] // 2,
+            "people_pairs": len(tagged),
+        }
         metrics[f"val_ece_dim_{d}"] = report["ece"]
         panels[d] = (dim["after"], dim["temperature"], None if dim["held_out"] is None else dim["held_out"]["ece"])
     if panels:

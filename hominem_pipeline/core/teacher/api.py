@@ -62,20 +62,27 @@ def judge_system(cfg: HominemConfig) -> str:
     lo, hi = VECTOR_RANGE
     for d in cfg.dimensions:
         lines.append(f"- vector.{d.name}, from {lo:g} (worst) to {hi:g} (best), 0 neutral: {d.description}")
-    lines.append(f"- scalar, from {SCALAR_RANGE[0]:g} to {SCALAR_RANGE[1]:g}: how good the reply is overall for the person.")
     lines.append(
-        f"- reward_intensity, from {INTENSITY_RANGE[0]:g} to {INTENSITY_RANGE[1]:g}: how strongly a learner should take this "
+        f"- scalar, from {SCALAR_RANGE[0]:g} to {SCALAR_RANGE[1]:g}: how good the reply is overall for the person."
+    )
+    lines.append(
+        f"- reward_intensity, from {INTENSITY_RANGE[0]:g} to {INTENSITY_RANGE[1]:g}: how strongly a "
+        "learner should take this "
         "example to heart (0 unremarkable, 1 a striking lesson, good or bad)."
     )
     lines.append(
-        f"- safety_score, from {SAFETY_RANGE[0]:g} to {SAFETY_RANGE[1]:g}: 1 when it is safe to learn from this reply, "
+        f"- safety_score, from {SAFETY_RANGE[0]:g} to {SAFETY_RANGE[1]:g}: 1 when it is safe to learn "
+        "from this reply, "
         "near 0 when it is dangerous or abusive and learning from it must be blocked."
     )
     return "\n".join(lines)
 
 
 def rating_turn(prompt: str, response: str) -> str:
-    return f"The person wrote:\n<<<\n{prompt}\n>>>\n\nThe assistant replied:\n<<<\n{response}\n>>>\n\nRecord your judgement of the reply."
+    return (
+        f"The person wrote:\n<<<\n{prompt}\n>>>\n\nThe assistant replied:\n<<<\n{response}\n>>>\n\nRecord "
+        "your judgement of the reply."
+    )
 
 
 def label_from_answer(data: Any, trajectory: Trajectory, dimensions: list[str]) -> tuple[Label | None, list[str]]:
@@ -84,7 +91,11 @@ def label_from_answer(data: Any, trajectory: Trajectory, dimensions: list[str]) 
         return None, [f"expected a JSON object, got {type(data).__name__}"]
     allowed = {"rationale", "vector", "scalar", "reward_intensity", "safety_score"}
     problems = [f"{k}: unknown field" for k in data if k not in allowed]
-    row = {"trajectory_id": trajectory.trajectory_id, "prompt_id": trajectory.prompt_id, **{k: data.get(k) for k in allowed}}
+    row = {
+        "trajectory_id": trajectory.trajectory_id,
+        "prompt_id": trajectory.prompt_id,
+        **{k: data.get(k) for k in allowed},
+    }
     problems += label_problems(row, dimensions)
     if problems:
         return None, problems
@@ -103,7 +114,11 @@ class APITeacher(Teacher):
         if self.price is None:
             log.warning("no price for model %r in teacher.prices: cost figures are not computed", self.tcfg.api.model)
         path = self.tcfg.client.cache_path
-        self.cache = cache if cache is not None else open_call_cache(cfg.path(path) if path else None, self.tcfg.client.cache_url)
+        self.cache = (
+            cache
+            if cache is not None
+            else open_call_cache(cfg.path(path) if path else None, self.tcfg.client.cache_url)
+        )
 
     # What rating needs, read when the teacher rates (a stage that only samples or writes prompts does
     # not depend on the rubric).
@@ -121,7 +136,9 @@ class APITeacher(Teacher):
 
     def describe(self) -> dict[str, str]:
         api = self.tcfg.api
-        return describe_api(self.tcfg.provider, api.model or "", api.base_url, api.resolved_structured_output(self.tcfg.provider))
+        return describe_api(
+            self.tcfg.provider, api.model or "", api.base_url, api.resolved_structured_output(self.tcfg.provider)
+        )
 
     def _backend(self) -> ChatBackend:
         return make_backend(self.tcfg)
@@ -131,13 +148,21 @@ class APITeacher(Teacher):
             self.cache.close()
 
     # -- running many calls --------------------------------------------------------------------------
-    def _run(self, what: str, unit: str, items: Sequence[Any], work: Callable[[Dispatcher, Any], Awaitable[R]], seed: int) -> tuple[list[R], dict[str, float | None]]:
+    def _run(
+        self, what: str, unit: str, items: Sequence[Any], work: Callable[[Dispatcher, Any], Awaitable[R]], seed: int
+    ) -> tuple[list[R], dict[str, float | None]]:
         """Run `work` on every item concurrently; (the results in order, the calls' usage)."""
 
         async def main() -> tuple[list[R], dict[str, float | None]]:
             backend = self._backend()
             dispatcher = Dispatcher(
-                backend, self.tcfg.client, cache=self.cache, price=self.price, secrets=[self._key or ""], key_env=self.tcfg.key_env(), seed=seed
+                backend,
+                self.tcfg.client,
+                cache=self.cache,
+                price=self.price,
+                secrets=[self._key or ""],
+                key_env=self.tcfg.key_env(),
+                seed=seed,
             )
             progress = Progress(what, len(items), log, unit=unit)
 
@@ -158,7 +183,9 @@ class APITeacher(Teacher):
         return asyncio.run(main())
 
     # -- sampling ------------------------------------------------------------------------------------
-    def sample(self, prompts: Sequence[Prompt], styles: Sequence[CandidateStyle], max_new_tokens: int, seed: int) -> TeacherOutput[Trajectory]:
+    def sample(
+        self, prompts: Sequence[Prompt], styles: Sequence[CandidateStyle], max_new_tokens: int, seed: int
+    ) -> TeacherOutput[Trajectory]:
         jobs = [(p, c, styles[c]) for p in prompts for c in range(len(styles))]
 
         async def work(d: Dispatcher, job: tuple[Prompt, int, CandidateStyle]) -> tuple[Any, CallOutcome]:
@@ -178,10 +205,19 @@ class APITeacher(Teacher):
         out: TeacherOutput[Trajectory] = TeacherOutput([], usage=usage)
         for (p, c, style), outcome in results:
             if outcome.result is None:
-                out.failed.append({"id": f"{p.prompt_id}-c{c}", "purpose": "sample", "error": outcome.error, "attempts": outcome.attempts})
+                out.failed.append(
+                    {
+                        "id": f"{p.prompt_id}-c{c}",
+                        "purpose": "sample",
+                        "error": outcome.error,
+                        "attempts": outcome.attempts,
+                    }
+                )
                 continue
             r = outcome.result
-            out.items.append(make_trajectory(p, c, style, seed, r.text.strip(), r.output_tokens, r.finish_reason in FINISHED))
+            out.items.append(
+                make_trajectory(p, c, style, seed, r.text.strip(), r.output_tokens, r.finish_reason in FINISHED)
+            )
         return out
 
     # -- rating --------------------------------------------------------------------------------------
@@ -202,7 +238,12 @@ class APITeacher(Teacher):
             for purpose in ("rate", "rate (re-ask)"):
                 outcome = await d.call(self._rating_request(t, turns))
                 if outcome.result is None:
-                    return "failed", {"id": t.trajectory_id, "purpose": purpose, "error": outcome.error, "attempts": outcome.attempts}
+                    return "failed", {
+                        "id": t.trajectory_id,
+                        "purpose": purpose,
+                        "error": outcome.error,
+                        "attempts": outcome.attempts,
+                    }
                 label, problems = self._parse(outcome.result, t)
                 if label is not None:
                     return "ok", label
@@ -234,7 +275,10 @@ class APITeacher(Teacher):
             if kind == "ok":
                 value = value.model_copy(update={"trajectory_id": t.trajectory_id, "prompt_id": t.prompt_id})
             else:
-                value = {**value, **({"id": t.trajectory_id} if kind == "failed" else {"trajectory_id": t.trajectory_id})}
+                value = {
+                    **value,
+                    **({"id": t.trajectory_id} if kind == "failed" else {"trajectory_id": t.trajectory_id}),
+                }
             {"ok": out.items, "failed": out.failed, "rejected": out.rejected}[kind].append(value)
         return out
 
@@ -261,5 +305,7 @@ class APITeacher(Teacher):
         for r, outcome in zip(requests, results):
             out.items.append(outcome.result.text.strip() if outcome.result else None)
             if outcome.result is None:
-                out.failed.append({"id": r.key, "purpose": "write", "error": outcome.error, "attempts": outcome.attempts})
+                out.failed.append(
+                    {"id": r.key, "purpose": "write", "error": outcome.error, "attempts": outcome.attempts}
+                )
         return out

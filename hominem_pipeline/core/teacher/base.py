@@ -61,7 +61,9 @@ class Teacher(abc.ABC):
         """Provider, model and anything else that identifies what produced the data."""
 
     @abc.abstractmethod
-    def sample(self, prompts: Sequence[Prompt], styles: Sequence[CandidateStyle], max_new_tokens: int, seed: int) -> TeacherOutput[Trajectory]:
+    def sample(
+        self, prompts: Sequence[Prompt], styles: Sequence[CandidateStyle], max_new_tokens: int, seed: int
+    ) -> TeacherOutput[Trajectory]:
         """One response per prompt and candidate; candidate i uses `styles[i]`."""
 
     @abc.abstractmethod
@@ -76,7 +78,9 @@ class Teacher(abc.ABC):
         """Release clients and caches."""
 
 
-def make_trajectory(prompt: Prompt, candidate: int, style: CandidateStyle, seed: int, response: str, new_tokens: int, finished: bool) -> Trajectory:
+def make_trajectory(
+    prompt: Prompt, candidate: int, style: CandidateStyle, seed: int, response: str, new_tokens: int, finished: bool
+) -> Trajectory:
     """A candidate; one the token limit cut is kept up to its last finished sentence (`end_at_sentence`),
     so the judge and the reward model read a reply that ends, not half a word."""
     from hominem_pipeline.core.lm.generation import end_at_sentence, ends_at_sentence
@@ -84,7 +88,9 @@ def make_trajectory(prompt: Prompt, candidate: int, style: CandidateStyle, seed:
     ended = False
     if not finished:
         kept = end_at_sentence(response)
-        ended = kept.rstrip() != response.rstrip() or ends_at_sentence(kept)  # cut back to a sentence or line, or it ended at one already
+        ended = kept.rstrip() != response.rstrip() or ends_at_sentence(
+            kept
+        )  # cut back to a sentence or line, or it ended at one already
         response = kept
     return Trajectory(
         trajectory_id=trajectory_id(prompt.prompt_id, candidate, seed),

@@ -78,10 +78,14 @@ class DatabaseCallCache:
         self._engine = sa.create_engine(url, pool_pre_ping=True)
         metadata = sa.MetaData()
         self._calls = sa.Table(
-            "calls", metadata,
-            sa.Column("key", sa.String(64), primary_key=True), sa.Column("provider", sa.Text, nullable=False),
-            sa.Column("model", sa.Text, nullable=False), sa.Column("purpose", sa.Text, nullable=False),
-            sa.Column("answer", sa.Text, nullable=False), sa.Column("created", sa.Float, nullable=False),
+            "calls",
+            metadata,
+            sa.Column("key", sa.String(64), primary_key=True),
+            sa.Column("provider", sa.Text, nullable=False),
+            sa.Column("model", sa.Text, nullable=False),
+            sa.Column("purpose", sa.Text, nullable=False),
+            sa.Column("answer", sa.Text, nullable=False),
+            sa.Column("created", sa.Float, nullable=False),
         )
         metadata.create_all(self._engine)
 
@@ -94,7 +98,14 @@ class DatabaseCallCache:
         from hominem_pipeline.core.common.sql import insert_for
 
         insert = insert_for(self._engine.dialect.name)
-        row = {"key": key, "provider": provider, "model": model, "purpose": purpose, "answer": json.dumps(answer), "created": time.time()}
+        row = {
+            "key": key,
+            "provider": provider,
+            "model": model,
+            "purpose": purpose,
+            "answer": json.dumps(answer),
+            "created": time.time(),
+        }
         with self._engine.begin() as conn:
             conn.execute(insert(self._calls).values(row).on_conflict_do_nothing(index_elements=["key"]))
 
@@ -105,7 +116,11 @@ class DatabaseCallCache:
     def summary(self) -> dict[str, int]:
         c = self._calls.c
         with self._engine.connect() as conn:
-            rows = conn.execute(self._sa.select(c.provider, c.model, c.purpose, self._sa.func.count()).group_by(c.provider, c.model, c.purpose)).all()
+            rows = conn.execute(
+                self._sa.select(c.provider, c.model, c.purpose, self._sa.func.count()).group_by(
+                    c.provider, c.model, c.purpose
+                )
+            ).all()
         return {f"{p}/{m}/{u}": n for p, m, u, n in rows}
 
     def close(self) -> None:

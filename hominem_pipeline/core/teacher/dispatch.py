@@ -77,7 +77,11 @@ class RateLimiter:
     async def acquire(self, estimated_tokens: int) -> None:
         async with self._lock:  # first come, first served
             while True:
-                wait = max(b.wait_time() for b in (self.requests, self.tokens) if b) if (self.requests or self.tokens) else 0.0
+                wait = (
+                    max(b.wait_time() for b in (self.requests, self.tokens) if b)
+                    if (self.requests or self.tokens)
+                    else 0.0
+                )
                 if wait <= 0:
                     break
                 self.waited_seconds += wait
@@ -122,7 +126,11 @@ class CallStats:
     def cost(self, price: ModelPrice | None, cached: bool = False) -> float | None:
         if price is None:
             return None
-        i, o = (self.cached_input_tokens, self.cached_output_tokens) if cached else (self.input_tokens, self.output_tokens)
+        i, o = (
+            (self.cached_input_tokens, self.cached_output_tokens)
+            if cached
+            else (self.input_tokens, self.output_tokens)
+        )
         return (i * price.input + o * price.output) / 1e6
 
     def progress_fields(self, price: ModelPrice | None) -> dict[str, Any]:
@@ -229,7 +237,9 @@ class Dispatcher:
                         break
                     delay = kind.retry_after + self._rng.uniform(0, 0.1 * max(kind.retry_after, 0.1))
                 else:
-                    delay = backoff_delay(attempt, self.client.backoff_seconds, self.client.max_backoff_seconds, self._rng)
+                    delay = backoff_delay(
+                        attempt, self.client.backoff_seconds, self.client.max_backoff_seconds, self._rng
+                    )
                 log.debug("%s call failed (%s); retry %d in %.2fs", request.purpose, last_error, attempt + 1, delay)
                 await asyncio.sleep(delay)
                 continue
@@ -238,7 +248,13 @@ class Dispatcher:
             self.stats.input_tokens += result.input_tokens
             self.stats.output_tokens += result.output_tokens
             if self.cache is not None:
-                self.cache.put(key, result.to_json(), provider=self.backend.provider, model=self.backend.model, purpose=request.purpose)
+                self.cache.put(
+                    key,
+                    result.to_json(),
+                    provider=self.backend.provider,
+                    model=self.backend.model,
+                    purpose=request.purpose,
+                )
             return CallOutcome(result, attempts=attempt + 1)
         self.stats.failed += 1
         return CallOutcome(None, error=last_error, attempts=attempt + 1)

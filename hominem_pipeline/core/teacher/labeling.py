@@ -56,14 +56,22 @@ class ValidationReport:
 
 def row_problems(row: dict[str, Any], dimensions: list[str]) -> list[str]:
     """Schema problems of one label row (ranges, finiteness, missing fields)."""
-    label = {k: row.get(k) for k in ("trajectory_id", "prompt_id", "vector", "scalar", "reward_intensity", "safety_score", "rationale")}
+    label = {
+        k: row.get(k)
+        for k in ("trajectory_id", "prompt_id", "vector", "scalar", "reward_intensity", "safety_score", "rationale")
+    }
     if isinstance(label["vector"], dict):
         label["vector"] = {k: v for k, v in label["vector"].items() if v is not None}
     return label_problems(label, dimensions)
 
 
 def quarantine_row(row: dict[str, Any], check: str, reason: str) -> dict[str, Any]:
-    return {"trajectory_id": str(row.get("trajectory_id", "")), "check": check, "reason": reason, "row": json.dumps(row, default=str)[:4000]}
+    return {
+        "trajectory_id": str(row.get("trajectory_id", "")),
+        "check": check,
+        "reason": reason,
+        "row": json.dumps(row, default=str)[:4000],
+    }
 
 
 def verify_labels(labels: pd.DataFrame, dimensions: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -94,7 +102,10 @@ def degenerate_reason(response: str, reply_logp: float | None, min_reply_logp: f
     if (why := degenerate(str(response))) is not None:
         return why
     if reply_logp is not None and not math.isnan(reply_logp) and reply_logp < min_reply_logp:
-        return f"the student finds it unlikely: {reply_logp:.2f} nats per token, below verifier.min_reply_logp {min_reply_logp}"
+        return (
+            f"the student finds it unlikely: {reply_logp:.2f} nats per token, below verifier.min_reply_logp "
+            f"{min_reply_logp}"
+        )
     return None
 
 
@@ -114,9 +125,13 @@ def verifier_verdict(kept: int, quarantined: int, max_failure_rate: float, missi
     total = kept + quarantined + missing
     rate = (quarantined + missing) / total if total else 0.0
     if kept == 0:
-        return False, f"no label passed the verifier ({quarantined} quarantined" + (f", {missing} missing: their calls failed" if missing else "") + ")"
+        return False, f"no label passed the verifier ({quarantined} quarantined" + (
+            f", {missing} missing: their calls failed" if missing else ""
+        ) + ")"
     verdict = rate <= max_failure_rate
-    what = f"{quarantined}/{total} rows quarantined" + (f", {missing} missing (their rating calls failed)" if missing else "")
+    what = f"{quarantined}/{total} rows quarantined" + (
+        f", {missing} missing (their rating calls failed)" if missing else ""
+    )
     return verdict, f"{what} ({rate:.1%} without a label; allowed {max_failure_rate:.1%})"
 
 
@@ -144,7 +159,11 @@ def validate_labels(
         if "ended_at_sentence" in trajectories:  # cut, but kept up to its last sentence: nothing to say
             cut &= ~trajectories["ended_at_sentence"].astype(bool)
         for row in trajectories[cut].itertuples():
-            report.note("truncated_response", f"{row.trajectory_id}: stopped mid-sentence at the token limit (teacher.max_new_tokens)", blocking=False)
+            report.note(
+                "truncated_response",
+                f"{row.trajectory_id}: stopped mid-sentence at the token limit (teacher.max_new_tokens)",
+                blocking=False,
+            )
     if "response" in labels:
         for tid, why in degenerate_rows(labels, min_reply_logp).items():
             report.note(DEGENERATE, f"{tid}: {why}", blocking=False)

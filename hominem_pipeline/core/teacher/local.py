@@ -72,7 +72,10 @@ class LocalHFTeacher(Teacher):
         for d in range(RUBRIC_MIN, RUBRIC_MAX + 1):
             ids = self.tokenizer.encode(str(d), add_special_tokens=False)
             if len(ids) != 1:
-                raise ValueError(f"tokenizer of {self.model_path} splits the digit {d} into {ids}; rubric scoring needs single-token digits")
+                raise ValueError(
+                    f"tokenizer of {self.model_path} splits the digit {d} into {ids}; rubric scoring "
+                    "needs single-token digits"
+                )
             self.digit_ids.append(ids[0])
 
     def describe(self) -> dict[str, str]:
@@ -98,7 +101,9 @@ class LocalHFTeacher(Teacher):
     def dimensions(self) -> list[str]:
         return self.cfg.dimension_names
 
-    def sample(self, prompts: Sequence[Prompt], styles: Sequence[CandidateStyle], max_new_tokens: int, seed: int) -> TeacherOutput[Trajectory]:
+    def sample(
+        self, prompts: Sequence[Prompt], styles: Sequence[CandidateStyle], max_new_tokens: int, seed: int
+    ) -> TeacherOutput[Trajectory]:
         # One candidate slot per generate call (one style: one temperature and top_p), its prompts longest
         # first in batches of equal size (33 prompts at batch_size 32: 17 and 16, not 32 and 1).
         ordered = sorted(prompts, key=lambda p: -len(p.text))
@@ -108,8 +113,15 @@ class LocalHFTeacher(Teacher):
             done = 0
             for group in even_batches(ordered, self.batch_size):
                 texts = [chat_text(self.tokenizer, p.text, style.system) for p in group]
-                results = generate(self.model, self.tokenizer, texts, max_new_tokens=max_new_tokens, seed=seed + c * len(prompts) + done,
-                                   temperature=style.temperature, top_p=style.top_p)
+                results = generate(
+                    self.model,
+                    self.tokenizer,
+                    texts,
+                    max_new_tokens=max_new_tokens,
+                    seed=seed + c * len(prompts) + done,
+                    temperature=style.temperature,
+                    top_p=style.top_p,
+                )
                 for p, g in zip(group, results):
                     out[(p.prompt_id, c)] = make_trajectory(p, c, style, seed, g.text, g.new_tokens, g.finished)
                 done += len(group)
@@ -126,9 +138,14 @@ class LocalHFTeacher(Teacher):
                 idx = group[start : start + self.batch_size]
                 first = requests[idx[0]]
                 gen = generate(
-                    self.model, self.tokenizer, [chat_text(self.tokenizer, requests[i].instruction, requests[i].system) for i in idx],
-                    max_new_tokens=max(requests[i].max_new_tokens for i in idx), seed=first.seed, temperature=first.temperature or None,  # 0: greedy
-                    top_p=0.95, repetition_penalty=1.1,
+                    self.model,
+                    self.tokenizer,
+                    [chat_text(self.tokenizer, requests[i].instruction, requests[i].system) for i in idx],
+                    max_new_tokens=max(requests[i].max_new_tokens for i in idx),
+                    seed=first.seed,
+                    temperature=first.temperature or None,  # 0: greedy
+                    top_p=0.95,
+                    repetition_penalty=1.1,
                 )
                 for i, g in zip(idx, gen):
                     out[i] = g.text
@@ -157,7 +174,9 @@ class LocalHFTeacher(Teacher):
         import torch
 
         head, tail = self._split_chat(rubric_system(self.labeling))
-        suffix_ids = [self.tokenizer.encode(rubric_suffix(q.text, tail), add_special_tokens=False) for q in self.questions]
+        suffix_ids = [
+            self.tokenizer.encode(rubric_suffix(q.text, tail), add_special_tokens=False) for q in self.questions
+        ]
         n_q = len(suffix_ids)
         s_len = max(len(x) for x in suffix_ids)
         pad = self.tokenizer.pad_token_id
@@ -193,23 +212,34 @@ class LocalHFTeacher(Teacher):
                     suf_mask[row, : len(q_ids)] = 1
                     positions[row] = torch.arange(len(ids), len(ids) + s_len)
                     last[row] = len(q_ids) - 1
-            pre, pre_mask, suf, suf_mask, positions, last = (t.to(dev) for t in (pre, pre_mask, suf, suf_mask, positions, last))
+            pre, pre_mask, suf, suf_mask, positions, last = (
+                t.to(dev) for t in (pre, pre_mask, suf, suf_mask, positions, last)
+            )
             with torch.inference_mode():
                 cache = decoder(input_ids=pre, attention_mask=pre_mask, use_cache=True).past_key_values
                 cache.batch_repeat_interleave(n_q)
                 mask = torch.cat([pre_mask.repeat_interleave(n_q, dim=0), suf_mask], dim=1)
-                hidden = decoder(input_ids=suf, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=False).last_hidden_state
+                hidden = decoder(
+                    input_ids=suf, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=False
+                ).last_hidden_state
                 final = lm_head(hidden[torch.arange(k * n_q, device=dev), last]).float()
                 mass = (final.log_softmax(-1)[:, digits].exp().sum(-1)).cpu()
                 expected = (final[:, digits].softmax(-1).cpu() * scale).sum(-1)
             for b, i in enumerate(idx):
-                results[i] = {q.key: (float(expected[b * n_q + j]), float(mass[b * n_q + j])) for j, q in enumerate(self.questions)}
+                results[i] = {
+                    q.key: (float(expected[b * n_q + j]), float(mass[b * n_q + j]))
+                    for j, q in enumerate(self.questions)
+                }
             progress.advance(k)
         return results
 
     def rationales(self, pairs: Sequence[tuple[str, str]]) -> list[str]:
         texts = [
-            chat_text(self.tokenizer, self._conversation(p, r) + "\n" + self.labeling.rationale_instruction, self.labeling.judge_system)
+            chat_text(
+                self.tokenizer,
+                self._conversation(p, r) + "\n" + self.labeling.rationale_instruction,
+                self.labeling.judge_system,
+            )
             for p, r in pairs
         ]
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
@@ -217,7 +247,14 @@ class LocalHFTeacher(Teacher):
         progress = Progress("teacher rationales", len(texts), log, unit="responses")
         for start in range(0, len(order), self.batch_size):
             idx = order[start : start + self.batch_size]
-            gen = generate(self.model, self.tokenizer, [texts[i] for i in idx], max_new_tokens=self.labeling.rationale_max_new_tokens, seed=0, repetition_penalty=1.1)
+            gen = generate(
+                self.model,
+                self.tokenizer,
+                [texts[i] for i in idx],
+                max_new_tokens=self.labeling.rationale_max_new_tokens,
+                seed=0,
+                repetition_penalty=1.1,
+            )
             for i, g in zip(idx, gen):
                 out[i] = g.text or "(the judge gave no rationale)"
             progress.advance(len(idx))
@@ -249,5 +286,7 @@ class LocalHFTeacher(Teacher):
             mean_mass = sum(masses) / len(masses)
             log.info("rubric judge put %.1f%% of its probability on the digits 1-5", 100 * mean_mass)
             if mean_mass < 0.5:
-                log.warning("the judge mostly answered something other than a digit: its scores carry little information")
+                log.warning(
+                    "the judge mostly answered something other than a digit: its scores carry little information"
+                )
         return TeacherOutput(labels)

@@ -57,20 +57,28 @@ def _slot_names(template: str) -> list[str]:
 
 def load_templates(path: Path, categories: list[str]) -> tuple[dict[str, list[str]], list[dict]]:
     if not path.is_file():
-        raise TemplateFileError(f"template file {path} does not exist; set prompts.generators.templated.file or its count to 0")
+        raise TemplateFileError(
+            f"template file {path} does not exist; set prompts.generators.templated.file or its count to 0"
+        )
     raw = yaml.safe_load(path.read_text()) or {}
     slots, templates = raw.get("slots"), raw.get("templates")
     if not isinstance(slots, dict) or not isinstance(templates, list) or not templates:
-        raise TemplateFileError(f"{path} must hold `slots:` (name -> list of fillers) and a non-empty `templates:` list")
+        raise TemplateFileError(
+            f"{path} must hold `slots:` (name -> list of fillers) and a non-empty `templates:` list"
+        )
     for i, t in enumerate(templates):
         if not isinstance(t, dict) or not {"text", "category", "difficulty"} <= set(t):
             raise TemplateFileError(f"{path}: template {i} needs text, category and difficulty, got {t!r}")
         if t["category"] not in categories:
-            raise TemplateFileError(f"{path}: template {i} has category {t['category']!r}; allowed (prompts.categories): {categories}")
+            raise TemplateFileError(
+                f"{path}: template {i} has category {t['category']!r}; allowed (prompts.categories): {categories}"
+            )
         names = _slot_names(t["text"])
         missing = sorted(n for n in names if not slots.get(n))
         if missing:
-            raise TemplateFileError(f"{path}: template {i} uses slots {missing} that `slots:` does not list (or lists empty)")
+            raise TemplateFileError(
+                f"{path}: template {i} uses slots {missing} that `slots:` does not list (or lists empty)"
+            )
     return slots, templates
 
 
@@ -83,7 +91,16 @@ def templated(path: Path, categories: list[str], count: int, seed: int) -> list[
         names = _slot_names(t["text"])
         text = t["text"].format(**{n: rng.choice(slots[n]) for n in names})
         text = text[0].upper() + text[1:]
-        out.append(Prompt(prompt_id=_prompt_id("templated", seed, text), text=text, category=t["category"], difficulty=int(t["difficulty"]), tags=["templated"], source="templated"))
+        out.append(
+            Prompt(
+                prompt_id=_prompt_id("templated", seed, text),
+                text=text,
+                category=t["category"],
+                difficulty=int(t["difficulty"]),
+                tags=["templated"],
+                source="templated",
+            )
+        )
     rng.shuffle(out)
     return out
 
@@ -105,8 +122,36 @@ INTENSITY = [
     "I'm honestly shaking as I type this.",
     "I feel like I'm falling apart.",
 ]
-FUNCTION_WORDS = {"a", "an", "the", "in", "on", "of", "to", "for", "with", "and", "or", "but", "my", "our", "at", "that"}
-QWERTY_NEIGHBOURS = {"a": "s", "e": "r", "i": "o", "o": "i", "n": "m", "t": "r", "s": "a", "r": "e", "h": "j", "l": "k"}
+FUNCTION_WORDS = {
+    "a",
+    "an",
+    "the",
+    "in",
+    "on",
+    "of",
+    "to",
+    "for",
+    "with",
+    "and",
+    "or",
+    "but",
+    "my",
+    "our",
+    "at",
+    "that",
+}
+QWERTY_NEIGHBOURS = {
+    "a": "s",
+    "e": "r",
+    "i": "o",
+    "o": "i",
+    "n": "m",
+    "t": "r",
+    "s": "a",
+    "r": "e",
+    "h": "j",
+    "l": "k",
+}
 
 
 def _typos(text: str, rng: random.Random) -> str:
@@ -177,7 +222,7 @@ def clean_generated(text: str | None, min_words: int, max_words: int) -> str | N
     first = re.sub(r"^(rewritten message|message|here is[^:]*|sure[^:]*)\s*:\s*", "", lines[0], flags=re.I).strip()
     if not first and len(lines) > 1:
         first = lines[1]
-    first = first.strip().strip('"“”\'').strip()
+    first = first.strip().strip("\"“”'").strip()
     n = len(first.split())
     if n < min_words or n > max_words:
         return None
@@ -194,7 +239,9 @@ class WrittenPlan:
     instruction: str
 
 
-def evolution_plans(base: Sequence[Prompt], axes: dict[str, str], instruction: str, count: int, seed: int) -> list[WrittenPlan]:
+def evolution_plans(
+    base: Sequence[Prompt], axes: dict[str, str], instruction: str, count: int, seed: int
+) -> list[WrittenPlan]:
     rng = random.Random(seed)
     parents = list(base)
     rng.shuffle(parents)
@@ -203,18 +250,36 @@ def evolution_plans(base: Sequence[Prompt], axes: dict[str, str], instruction: s
     for i in range(count if parents else 0):
         p, axis = parents[i % len(parents)], names[(i + rng.randrange(len(names))) % len(names)]
         plans.append(
-            WrittenPlan("evolutionary", p.category, min(5, p.difficulty + 1), [*p.tags, f"evolved:{axis}"], p.prompt_id, instruction.format(axis=axis, meaning=axes[axis], prompt=p.text))
+            WrittenPlan(
+                "evolutionary",
+                p.category,
+                min(5, p.difficulty + 1),
+                [*p.tags, f"evolved:{axis}"],
+                p.prompt_id,
+                instruction.format(axis=axis, meaning=axes[axis], prompt=p.text),
+            )
         )
     return plans
 
 
-def freeform_plans(categories: Sequence[str], domains: Sequence[str], instruction: str, count: int, seed: int) -> list[WrittenPlan]:
+def freeform_plans(
+    categories: Sequence[str], domains: Sequence[str], instruction: str, count: int, seed: int
+) -> list[WrittenPlan]:
     rng = random.Random(seed)
     plans = []
     for i in range(count):
         category, domain = categories[i % len(categories)], rng.choice(list(domains))
         readable = category.replace("_", " ")
-        plans.append(WrittenPlan("freeform", category, 3, [domain, "freeform"], None, instruction.format(category=readable, domain=domain)))
+        plans.append(
+            WrittenPlan(
+                "freeform",
+                category,
+                3,
+                [domain, "freeform"],
+                None,
+                instruction.format(category=readable, domain=domain),
+            )
+        )
     return plans
 
 
@@ -227,7 +292,13 @@ class Dedup:
     dropped: list[dict[str, str]] = field(default_factory=list)  # prompt_id, text, reason
 
 
-def deduplicate(known: Sequence[Prompt], candidates: Sequence[Prompt], embed: Embed | None, threshold: float, min_parent_similarity: float = 0.0) -> Dedup:
+def deduplicate(
+    known: Sequence[Prompt],
+    candidates: Sequence[Prompt],
+    embed: Embed | None,
+    threshold: float,
+    min_parent_similarity: float = 0.0,
+) -> Dedup:
     """Keep each candidate unless its normalised text, or its embedding (cosine >= threshold), matches a
     known prompt or a candidate kept before it. A variant is not compared with its own parent (being
     close to it is the point), but an evolved prompt must stay within `min_parent_similarity` of it:
@@ -254,14 +325,22 @@ def deduplicate(known: Sequence[Prompt], candidates: Sequence[Prompt], embed: Em
         if c.parent_id in ref_ids and c.source == "evolutionary":
             to_parent = float(ref[ref_ids.index(c.parent_id)] @ v)
             if to_parent < min_parent_similarity:
-                out.dropped.append({"prompt_id": c.prompt_id, "text": c.text, "reason": f"drifted from {c.parent_id} (cosine {to_parent:.3f})"})
+                out.dropped.append(
+                    {
+                        "prompt_id": c.prompt_id,
+                        "text": c.text,
+                        "reason": f"drifted from {c.parent_id} (cosine {to_parent:.3f})",
+                    }
+                )
                 continue
         if ref:
             sims = np.stack(ref) @ v
             sims[[i for i, rid in enumerate(ref_ids) if rid == c.parent_id]] = -1.0
             j = int(np.argmax(sims))
             if sims[j] >= threshold:
-                out.dropped.append({"prompt_id": c.prompt_id, "text": c.text, "reason": f"cosine {sims[j]:.3f} to {ref_ids[j]}"})
+                out.dropped.append(
+                    {"prompt_id": c.prompt_id, "text": c.text, "reason": f"cosine {sims[j]:.3f} to {ref_ids[j]}"}
+                )
                 continue
         out.kept.append(c)
         ref.append(v)
@@ -280,7 +359,9 @@ def sentence_embedder(encoder_path: Path, batch_size: int = 32) -> Embed:
     def embed(texts: list[str]) -> np.ndarray:
         chunks = []
         for start in range(0, len(texts), batch_size):
-            batch = tokenizer(texts[start : start + batch_size], padding=True, truncation=True, max_length=128, return_tensors="pt")
+            batch = tokenizer(
+                texts[start : start + batch_size], padding=True, truncation=True, max_length=128, return_tensors="pt"
+            )
             with torch.inference_mode():
                 hidden = model(**batch).last_hidden_state
             mask = batch["attention_mask"].unsqueeze(-1).float()
@@ -325,18 +406,24 @@ def generate_prompts(
         candidates += items
         proposed["perturbation"] = len(items)
     plans = evolution_plans(base, g.evolutionary.axes, g.evolutionary.instruction, g.evolutionary.count, seed + 2)
-    plans += freeform_plans(cfg.prompts.categories, g.freeform.domains, g.freeform.instruction, g.freeform.count, seed + 3)
+    plans += freeform_plans(
+        cfg.prompts.categories, g.freeform.domains, g.freeform.instruction, g.freeform.count, seed + 3
+    )
     if plans:
         if write is None:
             raise ValueError("evolutionary and freeform generators need the teacher; pass `write`")
         for plan, text in zip(plans, write(plans)):
             proposed[plan.source] = proposed.get(plan.source, 0) + 1
-            if text is None:  # the call failed after its retries: not the teacher's output, and the version is left partial
+            if (
+                text is None
+            ):  # the call failed after its retries: not the teacher's output, and the version is left partial
                 dropped.append({"prompt_id": "", "text": "", "reason": f"{plan.source}: teacher call failed"})
                 continue
             cleaned = clean_generated(text, g.min_words, g.max_words)
             if cleaned is None:
-                dropped.append({"prompt_id": "", "text": text[:300], "reason": f"{plan.source}: unusable teacher output"})
+                dropped.append(
+                    {"prompt_id": "", "text": text[:300], "reason": f"{plan.source}: unusable teacher output"}
+                )
                 continue
             candidates.append(
                 Prompt(

@@ -39,7 +39,9 @@ def load_seed_prompts(path: Path, categories: list[str]) -> list[Prompt]:
                 tags=entry.get("tags", []),
             )
         except ValidationError as exc:
-            raise PromptFileError(f"{path}: entry {i} ({entry.get('id', '?')}): {exc.errors()[0]['loc']} {exc.errors()[0]['msg']}") from None
+            raise PromptFileError(
+                f"{path}: entry {i} ({entry.get('id', '?')}): {exc.errors()[0]['loc']} {exc.errors()[0]['msg']}"
+            ) from None
         if prompt.category not in categories:
             raise PromptFileError(
                 f"{path}: prompt {prompt.prompt_id} has category {prompt.category!r}; "

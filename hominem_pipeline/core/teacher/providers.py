@@ -39,7 +39,9 @@ class OutputSchema:
 
     def __post_init__(self) -> None:
         if not self.digest:
-            object.__setattr__(self, "digest", hashlib.sha256(json.dumps(self.schema, sort_keys=True).encode()).hexdigest())
+            object.__setattr__(
+                self, "digest", hashlib.sha256(json.dumps(self.schema, sort_keys=True).encode()).hexdigest()
+            )
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,10 @@ def unreachable_cause(exc: BaseException) -> str | None:
     return None
 
 
-DEFAULT_ADDRESSES = {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com/v1"}  # where the SDKs call without a base_url
+DEFAULT_ADDRESSES = {
+    "anthropic": "https://api.anthropic.com",
+    "openai": "https://api.openai.com/v1",
+}  # where the SDKs call without a base_url
 
 
 def teacher_address(url: str | None, provider: str) -> str:
@@ -303,7 +308,11 @@ class AnthropicChat(ChatBackend):
         import anthropic
 
         self.client = anthropic.AsyncAnthropic(
-            api_key=self.api_key, base_url=self.base_url, timeout=self.timeout, max_retries=0, http_client=anthropic.DefaultAioHttpClient()
+            api_key=self.api_key,
+            base_url=self.base_url,
+            timeout=self.timeout,
+            max_retries=0,
+            http_client=anthropic.DefaultAioHttpClient(),
         )
 
     async def _exchange(self, request: ChatRequest, *, stream: bool) -> ChatResult:
@@ -318,7 +327,13 @@ class AnthropicChat(ChatBackend):
             kwargs["system"] = request.system
         tool_mode = request.schema is not None and self.structured_output == "tool"
         if tool_mode:
-            kwargs["tools"] = [{"name": LABEL_TOOL, "description": "Record your judgement of the reply.", "input_schema": request.schema.schema}]
+            kwargs["tools"] = [
+                {
+                    "name": LABEL_TOOL,
+                    "description": "Record your judgement of the reply.",
+                    "input_schema": request.schema.schema,
+                }
+            ]
             kwargs["tool_choice"] = {"type": "tool", "name": LABEL_TOOL, "disable_parallel_tool_use": True}
         if stream and not tool_mode:
             return await self._stream(kwargs)
@@ -367,7 +382,11 @@ class OpenAIChat(ChatBackend):
 
         self.provider = provider
         self.client = openai.AsyncOpenAI(
-            api_key=self.api_key, base_url=self.base_url, timeout=self.timeout, max_retries=0, http_client=openai.DefaultAioHttpClient()
+            api_key=self.api_key,
+            base_url=self.base_url,
+            timeout=self.timeout,
+            max_retries=0,
+            http_client=openai.DefaultAioHttpClient(),
         )
 
     async def _exchange(self, request: ChatRequest, *, stream: bool) -> ChatResult:
@@ -378,7 +397,10 @@ class OpenAIChat(ChatBackend):
             if getattr(request, key) is not None:
                 kwargs[key] = getattr(request, key)
         if request.schema is not None and self.structured_output == "json_schema":
-            kwargs["response_format"] = {"type": "json_schema", "json_schema": {"name": request.schema.name, "schema": request.schema.schema, "strict": True}}
+            kwargs["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": request.schema.name, "schema": request.schema.schema, "strict": True},
+            }
         result = ChatResult(text="")
         if stream:
             parts: list[str] = []
@@ -391,7 +413,10 @@ class OpenAIChat(ChatBackend):
                     if choice.finish_reason:
                         result.finish_reason = choice.finish_reason
                 if chunk.usage:
-                    result.input_tokens, result.output_tokens = chunk.usage.prompt_tokens, chunk.usage.completion_tokens
+                    result.input_tokens, result.output_tokens = (
+                        chunk.usage.prompt_tokens,
+                        chunk.usage.completion_tokens,
+                    )
             result.text = "".join(parts)
         else:
             completion = await self._post(kwargs, stream=False)
@@ -399,7 +424,10 @@ class OpenAIChat(ChatBackend):
             result.text = choice.message.content or ""
             result.finish_reason = choice.finish_reason
             if completion.usage:
-                result.input_tokens, result.output_tokens = completion.usage.prompt_tokens, completion.usage.completion_tokens
+                result.input_tokens, result.output_tokens = (
+                    completion.usage.prompt_tokens,
+                    completion.usage.completion_tokens,
+                )
             refusal = getattr(choice.message, "refusal", None)
             if refusal:
                 result.parse_error = f"the model refused: {refusal}"
@@ -414,7 +442,11 @@ class OpenAIChat(ChatBackend):
         from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
         return await self.client.post(
-            "/chat/completions", body={**body, "stream": stream}, cast_to=ChatCompletion, stream=stream, stream_cls=AsyncStream[ChatCompletionChunk]
+            "/chat/completions",
+            body={**body, "stream": stream},
+            cast_to=ChatCompletion,
+            stream=stream,
+            stream_cls=AsyncStream[ChatCompletionChunk],
         )
 
     async def aclose(self) -> None:
@@ -452,4 +484,6 @@ def make_backend(cfg: TeacherConfig) -> ChatBackend:
     if cfg.provider == "openai_compatible":
         # Local servers take any key; the client insists on one, so a fixed non-secret stands in.
         return OpenAIChat(api_key=key or "no-key-needed", provider="openai_compatible", **common)
-    raise ValueError(f"teacher.provider {cfg.provider!r} is not an API provider; use anthropic, openai or openai_compatible")
+    raise ValueError(
+        f"teacher.provider {cfg.provider!r} is not an API provider; use anthropic, openai or openai_compatible"
+    )

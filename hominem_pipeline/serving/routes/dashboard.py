@@ -26,8 +26,17 @@ class ProbeRequest(BaseModel):
 class ReplyRequest(BaseModel):
     prompt: str = Field(min_length=1, max_length=8000, description="The person's message.")
     reply: str = Field(min_length=1, max_length=8000, description="The reply to explain or rewrite.")
-    words: int = Field(default=2, ge=1, le=20, description="Words left out together per occluded span (more for a long reply: at most five spans).")
-    changes: list[str] | None = Field(default=None, description="The rewrites to make (typos, paraphrase, insertion, reorder, polite_frame, rude_frame); default: all.")
+    words: int = Field(
+        default=2,
+        ge=1,
+        le=20,
+        description="Words left out together per occluded span (more for a long reply: at most five spans).",
+    )
+    changes: list[str] | None = Field(
+        default=None,
+        description="The rewrites to make (typos, paraphrase, insertion, reorder, polite_frame, rude_frame); "
+        "default: all.",
+    )
 
 
 def router(kit: Kit) -> APIRouter:
@@ -39,7 +48,12 @@ def router(kit: Kit) -> APIRouter:
 
     def project() -> DashboardData:
         if data is None:
-            raise ApiError(404, "this service was started without a project config; the dashboard reads a project's data folder", None, "not_found")
+            raise ApiError(
+                404,
+                "this service was started without a project config; the dashboard reads a project's data folder",
+                None,
+                "not_found",
+            )
         return data
 
     async def view(fn, *args) -> dict[str, Any]:
@@ -51,7 +65,8 @@ def router(kit: Kit) -> APIRouter:
 
     @api.get("/dashboard/api/timeline")
     async def timeline(caller: Caller = Depends(kit.authenticate)) -> dict[str, Any]:
-        """Per day: agreement with people, ECE, RHI and its components, win rate, facts kept; live promotions and rollbacks."""
+        """Per day: agreement with people, ECE, RHI and its components, win rate, facts kept; live promotions and
+        rollbacks."""
         return await view(project().timeline)
 
     @api.get("/dashboard/api/calibration")
@@ -84,7 +99,12 @@ def router(kit: Kit) -> APIRouter:
 
     def scorer():
         if service.engine.reward is None:
-            raise ApiError(409, "no reward model is served; start `hominem serve --reward-model latest` to probe", None, "no_reward_model")
+            raise ApiError(
+                409,
+                "no reward model is served; start `hominem serve --reward-model latest` to probe",
+                None,
+                "no_reward_model",
+            )
         return service.engine.reward
 
     async def on_engine(fn, *args) -> dict[str, Any]:
@@ -96,21 +116,41 @@ def router(kit: Kit) -> APIRouter:
             raise ApiError(422, str(exc), "replies", "invalid_value") from None
 
     @api.get("/dashboard/api/compare/score")
-    async def compare_score(a: str, b: str, start: int = Query(0, ge=0), count: int = Query(2, ge=1, le=50),
-                            caller: Caller = Depends(kit.authenticate)) -> dict[str, Any]:
+    async def compare_score(
+        a: str,
+        b: str,
+        start: int = Query(0, ge=0),
+        count: int = Query(2, ge=1, le=50),
+        caller: Caller = Depends(kit.authenticate),
+    ) -> dict[str, Any]:
         """Two adapters' replies to the prompts both evaluations share, `count` prompts from `start` (a reply the
-        served reward model has not read costs it about 0.3 s: the page asks in parts), scored by the served
-        reward model (one scale for both): per prompt both scalars, P(b preferred) and each dimension's change b - a."""
+        served reward model has not read costs it about 0.3 s: the page asks in parts), scored by the served reward
+        model (one scale for both): per prompt both scalars, P(b preferred) and each dimension's change b - a."""
         from hominem_pipeline.core.dashboard.probe import score_side_by_side
 
         scorer()
         replies = await view(project().adapter_replies, a, b)
         if replies is None or replies.empty:
-            raise ApiError(404, f"no evaluation replies shared by {a!r} and {b!r}; pick two adapters from /dashboard/api/options", "a", "not_found")
+            raise ApiError(
+                404,
+                f"no evaluation replies shared by {a!r} and {b!r}; pick two adapters from /dashboard/api/options",
+                "a",
+                "not_found",
+            )
         if start >= len(replies):
-            raise ApiError(422, f"start is {start}, but the two adapters share {len(replies)} prompts; start below that", "start", "invalid_value")
-        part = replies.iloc[start:start + count]
-        out = await on_engine(score_side_by_side, list(part["prompt"]), list(part["adapter_response_a"]), list(part["adapter_response_b"]))
+            raise ApiError(
+                422,
+                f"start is {start}, but the two adapters share {len(replies)} prompts; start below that",
+                "start",
+                "invalid_value",
+            )
+        part = replies.iloc[start : start + count]
+        out = await on_engine(
+            score_side_by_side,
+            list(part["prompt"]),
+            list(part["adapter_response_a"]),
+            list(part["adapter_response_b"]),
+        )
         return {**out, "a": a, "b": b, "start": start, "total": len(replies), "reward_model": service.reward_label}
 
     @api.post("/dashboard/api/probe")
