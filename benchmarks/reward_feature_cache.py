@@ -43,7 +43,7 @@ def main() -> None:
     from hominem_pipeline.core.evaluation.fixtures import load_fixtures
     from hominem_pipeline.core.lm.models import reward_backbone, student_path
     from hominem_pipeline.core.reward.model import RewardModel
-    from hominem_pipeline.core.reward.training import train_reward_model
+    from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
     from hominem_pipeline.core.teacher.base import rubric_system
 
     project = args.project.resolve()
@@ -62,18 +62,20 @@ def main() -> None:
         metrics = train_reward_model(
             labels,
             dimensions=cfg.dimension_names,
-            backbone_path=reward_backbone(cfg),
+            sources=RewardSources(
+                reward_backbone(cfg),
+                judge_system=rubric_system(cfg.labeling),
+                judge_question=cfg.labeling.scalar_question,
+                feature_cache=tmp / "cache",
+                guard_student=student_path(cfg) if cfg.reward_model.guards else None,
+            ),
             cfg=cfg.reward_model,
             out_dir=tmp / name,
             seed=cfg.project.seed,
             data_digest="benchmark",
             date=labels_file.parent.parent.name,
             human_pairs=human,
-            judge_system=rubric_system(cfg.labeling),
-            judge_question=cfg.labeling.scalar_question,
-            feature_cache=tmp / "cache",
-            guard_student=student_path(cfg) if cfg.reward_model.guards else None,
-        )
+        ).metrics
         runs[name] = (time.monotonic() - started, metrics)
         print(
             f"{name}: {runs[name][0]:.1f} s (pooled rows read from the cache "

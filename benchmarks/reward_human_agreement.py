@@ -137,7 +137,7 @@ def main() -> None:
     from hominem_pipeline.core.lm.models import reward_backbone, student_path
     from hominem_pipeline.core.pipeline.runner import run_stage
     from hominem_pipeline.core.reward.model import RewardModel
-    from hominem_pipeline.core.reward.training import train_reward_model
+    from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
     from hominem_pipeline.core.teacher.base import rubric_system
 
     pairs = parse_preference_file(args.data, "hh-rlhf", args.data.name).pairs.reset_index(drop=True)
@@ -188,20 +188,22 @@ def main() -> None:
             metrics = train_reward_model(
                 labels,
                 dimensions=c.dimension_names,
-                backbone_path=reward_backbone(c),
+                sources=RewardSources(
+                    reward_backbone(c),
+                    judge_system=rubric_system(c.labeling),
+                    judge_question=c.labeling.scalar_question,
+                    feature_cache=c.data_dir / FEATURE_CACHE,
+                    shipped_features=c.path(SHIPPED_FEATURES),
+                    guard_student=student_path(c) if c.reward_model.guards else None,
+                    people_encoder=people_encoder(c),
+                ),
                 cfg=c.reward_model,
                 out_dir=out / name,
                 seed=c.project.seed,
                 data_digest="benchmark",
                 date=args.date,
                 human_pairs=people_pairs(c),
-                judge_system=rubric_system(c.labeling),
-                judge_question=c.labeling.scalar_question,
-                feature_cache=c.data_dir / FEATURE_CACHE,
-                shipped_features=c.path(SHIPPED_FEATURES),
-                guard_student=student_path(c) if c.reward_model.guards else None,
-                people_encoder=people_encoder(c),
-            )
+            ).metrics
             models[name] = (RewardModel.load(out / name), metrics)
             print(
                 f"{name}: trained on {len(labels)} labels and {models[name][0].metadata.human_pairs} people's pairs",

@@ -37,7 +37,7 @@ from hominem_pipeline.core.lm.models import reward_backbone
 from hominem_pipeline.core.pipeline.lineage import lineage
 from hominem_pipeline.core.reward.model import RewardModel
 from hominem_pipeline.core.reward.network import member_mean_std
-from hominem_pipeline.core.reward.training import train_reward_model
+from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
 from hominem_pipeline.core.teacher.base import rubric_system
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"
@@ -189,17 +189,21 @@ def main() -> None:
         labels = pd.DataFrame(rows)
         with tempfile.TemporaryDirectory() as tmp:
             metrics, seconds = timed(
-                lambda: train_reward_model(
-                    labels,
-                    dimensions=cfg.dimension_names,
-                    backbone_path=reward_backbone(cfg),
-                    cfg=cfg.reward_model,
-                    out_dir=Path(tmp),
-                    seed=0,
-                    data_digest="bench",
-                    date="benchmark",
-                    judge_system=rubric_system(cfg.labeling),
-                    judge_question=cfg.labeling.scalar_question,
+                lambda: (
+                    train_reward_model(
+                        labels,
+                        dimensions=cfg.dimension_names,
+                        sources=RewardSources(
+                            reward_backbone(cfg),
+                            judge_system=rubric_system(cfg.labeling),
+                            judge_question=cfg.labeling.scalar_question,
+                        ),
+                        cfg=cfg.reward_model,
+                        out_dir=Path(tmp),
+                        seed=0,
+                        data_digest="bench",
+                        date="benchmark",
+                    ).metrics
                 )
             )
         trained = metrics["train_sequences"]

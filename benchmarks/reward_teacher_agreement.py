@@ -59,7 +59,7 @@ from hominem_pipeline.core.reward.calibration import (
 from hominem_pipeline.core.reward.dataset import PAIR_GAP, pairwise_accuracy
 from hominem_pipeline.core.reward.model import RewardModel
 from hominem_pipeline.core.reward.ridge import prompt_folds
-from hominem_pipeline.core.reward.training import train_reward_model
+from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
 from hominem_pipeline.core.teacher.base import rubric_system
 
 ENCODER = yaml.safe_load((ROOT / "config" / "reward" / "encoder.yaml").read_text())[
@@ -101,15 +101,17 @@ def out_of_fold(
             m = train_reward_model(
                 train,
                 dimensions=cfg.dimension_names,
-                backbone_path=reward_backbone(cfg),
+                sources=RewardSources(
+                    reward_backbone(cfg),
+                    judge_system=rubric_system(cfg.labeling),
+                    judge_question=cfg.labeling.scalar_question,
+                ),
                 cfg=cfg.reward_model,
                 out_dir=Path(tmp),
                 seed=seed + k,
                 data_digest="cross-validation",
                 date="benchmark",
-                judge_system=rubric_system(cfg.labeling),
-                judge_question=cfg.labeling.scalar_question,
-            )
+            ).metrics
             raw = RewardModel.load(tmp).raw_scores(list(held["prompt"]), list(held["response"]))
         scores["scalar"][fold == k] = raw["scalar"]
         scores["vector"][fold == k] = raw["vector"]

@@ -173,7 +173,7 @@ def write(out: Path) -> None:
     from hominem_pipeline.core.online.updates import run_update
     from hominem_pipeline.core.pipeline.lineage import lineage
     from hominem_pipeline.core.reward.model import RewardModel
-    from hominem_pipeline.core.reward.training import train_reward_model
+    from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
     from hominem_pipeline_tests.conftest import build_tiny_encoder, build_tiny_student, make_project
     from hominem_pipeline_tests.integration.test_pipeline import write_feedback_log
 
@@ -236,13 +236,13 @@ def write(out: Path) -> None:
     metrics = train_reward_model(
         labels,
         dimensions=cfg.dimension_names,
-        backbone_path=student,
+        sources=RewardSources(student),
         cfg=gradient,
         out_dir=work / "gradient",
         seed=0,
         data_digest="snapshot",
         date=DAY,
-    )
+    ).metrics
     snapshot["gradient_reward_model/metrics"] = _plain(metrics)
     snapshot["gradient_reward_model/heads"] = _read(work / "gradient" / "heads.safetensors")
     snapshot["gradient_reward_model/scores"] = _plain(RewardModel.load(work / "gradient").raw_scores(prompts, replies))

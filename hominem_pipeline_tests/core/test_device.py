@@ -34,7 +34,7 @@ def test_auto_is_cuda_only_where_torch_sees_a_gpu_and_cuda_without_one_names_the
 def test_on_the_cpu_a_device_given_changes_no_score(tiny_student, tmp_path):
     """The reward model trained and loaded with the CPU named scores as without a device named."""
     from hominem_pipeline.core.reward.model import RewardModel
-    from hominem_pipeline.core.reward.training import train_reward_model
+    from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
     from hominem_pipeline_tests.core.test_reward_model import DIMS, small_cfg, toy_labels
 
     cfg = small_cfg(guards=["reply_logp"], backbone={"path": None, "finetune": "frozen"}, head_fit="ridge")
@@ -42,13 +42,12 @@ def test_on_the_cpu_a_device_given_changes_no_score(tiny_student, tmp_path):
         train_reward_model(
             toy_labels(),
             dimensions=DIMS,
-            backbone_path=tiny_student,
+            sources=RewardSources(tiny_student, device=device),
             cfg=cfg,
             out_dir=tmp_path / name,
             seed=0,
             data_digest="d",
             date="2026-11-20",
-            device=device,
         )
     prompts, replies = ["How was it?"] * 2, ["It was a good day.", "zq xv"]
     plain = RewardModel.load(tmp_path / "none").raw_scores(prompts, replies)

@@ -78,14 +78,14 @@ def test_dpo_across_two_processes_writes_one_adapter(tiny_student, tmp_path):
 def test_rl_across_two_processes_writes_one_adapter(tiny_student, tiny_encoder, tmp_path):
     import pandas as pd
 
-    from hominem_pipeline.core.reward.training import train_reward_model
+    from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
     from hominem_pipeline_tests.core.test_reward_model import DIMS, small_cfg, toy_labels
     from hominem_pipeline_tests.core.test_rl_trainer import policy_cfg
 
     train_reward_model(
         toy_labels(),
         dimensions=DIMS,
-        backbone_path=tiny_encoder,
+        sources=RewardSources(tiny_encoder),
         cfg=small_cfg(epochs=1),
         out_dir=tmp_path / "rm",
         seed=0,

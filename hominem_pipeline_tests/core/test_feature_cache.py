@@ -59,7 +59,7 @@ def test_a_second_training_reads_the_texts_it_read_before_and_fits_the_same_head
     import pandas as pd
 
     from hominem_pipeline.core.reward.model import RewardModel
-    from hominem_pipeline.core.reward.training import train_reward_model
+    from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
 
     cfg = small_cfg(
         guards=["reply_logp", "prompt_gain"], backbone={"path": None, "finetune": "frozen"}, head_fit="ridge"
@@ -76,15 +76,14 @@ def test_a_second_training_reads_the_texts_it_read_before_and_fits_the_same_head
         metrics = train_reward_model(
             toy_labels(),
             dimensions=DIMS,
-            backbone_path=tiny_student,
+            sources=RewardSources(tiny_student, feature_cache=folder),
             cfg=cfg,
             out_dir=tmp_path / name,
             seed=0,
             data_digest="c",
             date="2026-11-20",
             human_pairs=people,
-            feature_cache=folder,
-        )
+        ).metrics
         runs.append(metrics)
     texts = len(toy_labels()) + 2 * len(people)
     assert runs[0]["feature_cache_pooled_hits"] == 0 and runs[0]["feature_cache_guards_hits"] == 0
@@ -274,20 +273,19 @@ def test_a_saved_model_scores_from_the_rows_its_training_computed(tiny_student, 
     computed (the day's candidates, scored again by the pairs stage) and gives the scores of a full pass."""
     from hominem_pipeline.core.reward import dataset
     from hominem_pipeline.core.reward.model import RewardModel
-    from hominem_pipeline.core.reward.training import train_reward_model
+    from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
 
     cfg = small_cfg(guards=["reply_logp"], backbone={"path": None, "finetune": "frozen"}, head_fit="ridge")
     cache = tmp_path / "cache"
     train_reward_model(
         toy_labels(),
         dimensions=DIMS,
-        backbone_path=tiny_student,
+        sources=RewardSources(tiny_student, feature_cache=cache),
         cfg=cfg,
         out_dir=tmp_path / "rm",
         seed=0,
         data_digest="c",
         date="2026-11-20",
-        feature_cache=cache,
     )
     labels = toy_labels()
     prompts, replies = (

@@ -15,7 +15,7 @@ from hominem_pipeline.core.evaluation.fixtures import (
     fixture_report,
     load_fixtures,
 )
-from hominem_pipeline.core.reward.training import train_reward_model
+from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
 from hominem_pipeline_tests.conftest import REPO
 from hominem_pipeline_tests.core.test_reward_model import small_cfg
 
@@ -122,7 +122,7 @@ def _trained_on_fixtures(cfg, out, inverted: bool):
     train_reward_model(
         pd.DataFrame(),
         dimensions=cfg.dimension_names,
-        backbone_path=cfg.models.encoder.path,
+        sources=RewardSources(cfg.models.encoder.path),
         cfg=rm_cfg,
         out_dir=out,
         seed=0,

@@ -87,14 +87,14 @@ def test_the_gate_refuses_an_adapter_that_orders_peoples_pairs_worse_than_the_li
     from hominem_pipeline.core.lm.models import load_student
     from hominem_pipeline.core.online.gate import ReplyCache, run_gate
     from hominem_pipeline.core.reward.model import RewardModel
-    from hominem_pipeline.core.reward.training import train_reward_model
+    from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
     from hominem_pipeline_tests.core.test_reward_model import DIMS, small_cfg, toy_labels
 
     rm_dir = tmp_path / "rm"
     train_reward_model(
         toy_labels(),
         dimensions=DIMS,
-        backbone_path=tiny_encoder,
+        sources=RewardSources(tiny_encoder),
         cfg=small_cfg(epochs=1),
         out_dir=rm_dir,
         seed=0,

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from hominem_pipeline.core.reward.model import RewardModel
-from hominem_pipeline.core.reward.training import train_reward_model
+from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
 from hominem_pipeline_tests.core.test_reward_model import DIMS, small_cfg, toy_labels
 
 PROMPTS = ["Can you help me move?", "I failed my exam."]
@@ -53,16 +53,18 @@ def test_a_reward_model_loads_in_another_project_that_holds_the_same_models(
     train_reward_model(
         toy_labels(),
         dimensions=DIMS,
-        backbone_path=first / "data" / "models" / "student",
+        sources=RewardSources(
+            first / "data" / "models" / "student",
+            judge_system="You are a fair judge.",
+            people_encoder=first / "data" / "models" / "encoder",
+            guard_student=first / "data" / "models" / "student",
+        ),
         cfg=cfg,
         out_dir=model,
         seed=0,
         data_digest="p",
         date="2026-11-20",
-        judge_system="You are a fair judge.",
         human_pairs=pd.DataFrame(rows),
-        people_encoder=first / "data" / "models" / "encoder",
-        guard_student=first / "data" / "models" / "student",
     )
     here = RewardModel.load(model).raw_scores(PROMPTS, REPLIES)
     for text in [p for p in model.rglob("*") if p.suffix in (".json", ".md", ".txt")]:

@@ -12,7 +12,7 @@ from hominem_pipeline.core.reward.dataset import TrainingSet, pairwise_accuracy
 from hominem_pipeline.core.reward.encoding import encode_pair, pad_batch
 from hominem_pipeline.core.reward.model import RewardModel
 from hominem_pipeline.core.reward.network import RewardNet, member_mean_std
-from hominem_pipeline.core.reward.training import train_reward_model
+from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
 from hominem_pipeline_tests.conftest import REPO
 
 DIMS = ["empathy", "curiosity", "harm_avoidance"]
@@ -51,14 +51,14 @@ def trained(tiny_encoder, tmp_path_factory):
         metrics = train_reward_model(
             toy_labels(),
             dimensions=DIMS,
-            backbone_path=tiny_encoder,
+            sources=RewardSources(tiny_encoder),
             cfg=cfg,
             out_dir=out,
             seed=0,
             data_digest="abc",
             date="2026-11-20",
             on_epoch=lambda e, m: history.append(m),
-        )
+        ).metrics
     finally:
         logger.removeHandler(warnings)
     return out, metrics, history, warnings.messages
@@ -228,7 +228,7 @@ def test_mc_dropout_uncertainty_is_positive_and_repeatable(tiny_encoder, tmp_pat
     train_reward_model(
         toy_labels(),
         dimensions=DIMS,
-        backbone_path=tiny_encoder,
+        sources=RewardSources(tiny_encoder),
         cfg=cfg,
         out_dir=tmp_path,
         seed=0,
@@ -249,7 +249,7 @@ def test_bradley_terry_learns_from_human_pairs_alone(tiny_encoder, tmp_path):
     metrics = train_reward_model(
         toy_labels().iloc[0:0],
         dimensions=DIMS,
-        backbone_path=tiny_encoder,
+        sources=RewardSources(tiny_encoder),
         cfg=small_cfg(uncertainty={"method": "none", "members": 1, "mc_samples": 2}),
         out_dir=tmp_path,
         seed=0,
@@ -257,7 +257,7 @@ def test_bradley_terry_learns_from_human_pairs_alone(tiny_encoder, tmp_path):
         date="2026-11-20",
         human_pairs=toy_human_pairs(),
         on_epoch=lambda e, m: history.append(m),
-    )
+    ).metrics
     assert history[-1]["train_loss_pair"] < history[0]["train_loss_pair"]
     assert metrics["val_human_accuracy"] == 1.0 and metrics["val_human_pairs"] == 3 and metrics["val_pairs"] == 0
     rm = RewardModel.load(tmp_path)
@@ -275,14 +275,14 @@ def test_teacher_pairs_and_human_pairs_train_together(tiny_encoder, tmp_path):
     metrics = train_reward_model(
         toy_labels(),
         dimensions=DIMS,
-        backbone_path=tiny_encoder,
+        sources=RewardSources(tiny_encoder),
         cfg=small_cfg(),
         out_dir=tmp_path,
         seed=0,
         data_digest="x",
         date="2026-11-20",
         human_pairs=toy_human_pairs(),
-    )
+    ).metrics
     assert metrics["val_pairs"] == 2 and metrics["val_human_pairs"] == 3
     assert metrics["val_pairwise_accuracy"] == 1.0 and metrics["val_human_accuracy"] == 1.0
     assert RewardModel.load(tmp_path).metadata.human_pairs == 10
@@ -315,7 +315,7 @@ def test_decoder_backbone_with_lora_is_merged_and_pooled_at_the_last_token(tiny_
     train_reward_model(
         toy_labels(),
         dimensions=DIMS,
-        backbone_path=tiny_student,
+        sources=RewardSources(tiny_student),
         cfg=cfg,
         out_dir=tmp_path,
         seed=0,
@@ -345,7 +345,7 @@ def test_frozen_backbone_trains_only_the_heads(tiny_encoder, tmp_path):
     train_reward_model(
         toy_labels(),
         dimensions=DIMS,
-        backbone_path=tiny_encoder,
+        sources=RewardSources(tiny_encoder),
         cfg=cfg,
         out_dir=tmp_path,
         seed=0,
@@ -399,7 +399,7 @@ def test_length_feature_gives_the_heads_the_reply_length(tiny_encoder, tmp_path)
     train_reward_model(
         length_labels(),
         dimensions=DIMS,
-        backbone_path=tiny_encoder,
+        sources=RewardSources(tiny_encoder),
         cfg=cfg,
         out_dir=tmp_path,
         seed=0,
@@ -423,7 +423,7 @@ def test_rationale_auxiliary_target_is_learned(tiny_encoder, tmp_path):
     train_reward_model(
         labels,
         dimensions=DIMS,
-        backbone_path=tiny_encoder,
+        sources=RewardSources(tiny_encoder),
         cfg=small_cfg(rationale_weight=1.0),
         out_dir=tmp_path,
         seed=0,
@@ -499,7 +499,7 @@ def test_judge_frame_and_ridge_heads(tiny_student, tmp_path):
         train_reward_model(
             toy_labels(),
             dimensions=DIMS,
-            backbone_path=tiny_student,
+            sources=RewardSources(tiny_student),
             cfg=cfg,
             out_dir=tmp_path,
             seed=0,
@@ -510,15 +510,14 @@ def test_judge_frame_and_ridge_heads(tiny_student, tmp_path):
     metrics = train_reward_model(
         toy_labels(),
         dimensions=DIMS,
-        backbone_path=tiny_student,
+        sources=RewardSources(tiny_student, judge_system="You are a fair judge."),
         cfg=cfg,
         out_dir=tmp_path,
         seed=0,
         data_digest="x",
         date="2026-11-20",
-        judge_system="You are a fair judge.",
         on_epoch=lambda e, m: history.append(m),
-    )
+    ).metrics
     assert [h["ridge_alpha_tried"] for h in history] == [0.1, 10.0] and metrics["ridge_alpha"] in (0.1, 10.0)
     # out of fold over every prompt: each toy prompt gives one teacher pair (kind over curt)
     assert metrics["val_pairs"] == 6 and metrics["train_sequences"] == metrics["val_sequences"] == 12
@@ -581,26 +580,25 @@ def test_judge_question_frame_ends_where_the_judge_rates(tiny_student, tmp_path)
         train_reward_model(
             toy_labels(),
             dimensions=DIMS,
-            backbone_path=tiny_student,
+            sources=RewardSources(tiny_student, judge_system="You are a fair judge."),
             cfg=cfg,
             out_dir=tmp_path,
             seed=0,
             data_digest="x",
             date="2026-11-20",
-            judge_system="You are a fair judge.",
         )
     metrics = train_reward_model(
         toy_labels(),
         dimensions=DIMS,
-        backbone_path=tiny_student,
+        sources=RewardSources(
+            tiny_student, judge_system="You are a fair judge.", judge_question="Overall, how good is it?"
+        ),
         cfg=cfg,
         out_dir=tmp_path,
         seed=0,
         data_digest="x",
         date="2026-11-20",
-        judge_system="You are a fair judge.",
-        judge_question="Overall, how good is it?",
-    )
+    ).metrics
     assert 0.0 < metrics["val_ece_noise_floor"] < 1.0  # six pairs: a floor far above any ECE target
     rm = RewardModel.load(tmp_path)
     assert rm.metadata.frame["kind"] == "judge_question"
@@ -757,15 +755,14 @@ def test_ridge_training_chooses_how_far_peoples_pairs_pull_by_their_out_of_fold_
     metrics = train_reward_model(
         toy_labels(),
         dimensions=DIMS,
-        backbone_path=tiny_student,
+        sources=RewardSources(tiny_student, judge_system="You are a fair judge."),
         cfg=cfg,
         out_dir=tmp_path,
         seed=0,
         data_digest="x",
         date="2026-11-20",
-        judge_system="You are a fair judge.",
         human_pairs=human,
-    )
+    ).metrics
     assert metrics["human_pull"] in PAIR_PULLS and set(PAIR_PULLS) == {
         float(k.split("_")[2]) for k in metrics if k.startswith("human_pull_")
     }
@@ -834,13 +831,12 @@ def test_depth_keeps_the_first_layers_and_the_cut_model_saves_as_one(tiny_studen
     train_reward_model(
         labels,
         dimensions=DIMS,
-        backbone_path=tiny_student,
+        sources=RewardSources(tiny_student, judge_system="You are a fair judge."),
         cfg=cfg,
         out_dir=tmp_path,
         seed=0,
         data_digest="x",
         date="2026-11-20",
-        judge_system="You are a fair judge.",
     )
     rm = RewardModel.load(tmp_path)
     assert rm.metadata.backbone.depth == 1 and len(rm.net.backbone.layers) == 1
@@ -860,7 +856,7 @@ def test_depth_keeps_the_first_layers_and_the_cut_model_saves_as_one(tiny_studen
         train_reward_model(
             labels,
             dimensions=DIMS,
-            backbone_path=tiny_student,
+            sources=RewardSources(tiny_student),
             cfg=small_cfg(backbone={"finetune": "frozen", "depth": 5}),
             out_dir=tmp_path / "x",
             seed=0,
@@ -883,7 +879,7 @@ def test_layers_pool_several_layers_side_by_side(tiny_encoder, tmp_path):
     train_reward_model(
         labels,
         dimensions=DIMS,
-        backbone_path=tiny_encoder,
+        sources=RewardSources(tiny_encoder),
         cfg=cfg,
         out_dir=tmp_path,
         seed=0,
@@ -911,7 +907,7 @@ def test_layers_pool_several_layers_side_by_side(tiny_encoder, tmp_path):
             train_reward_model(
                 labels,
                 dimensions=DIMS,
-                backbone_path=tiny_encoder,
+                sources=RewardSources(tiny_encoder),
                 cfg=small_cfg(backbone={"finetune": "frozen", "layers": bad}),
                 out_dir=tmp_path / "x",
                 seed=0,
@@ -1056,14 +1052,13 @@ def test_a_guard_puts_gibberish_below_a_fluent_reply(tiny_student, tmp_path):
     train_reward_model(
         toy_labels(),
         dimensions=DIMS,
-        backbone_path=reader,
+        sources=RewardSources(reader, guard_student=reader),
         cfg=cfg,
         out_dir=out,
         seed=0,
         data_digest="g",
         date="2026-11-20",
         human_pairs=people,
-        guard_student=reader,
     )
     rm = RewardModel.load(out)
     assert rm.metadata.guards.names == ["reply_logp"] and rm.net.guards == 1
@@ -1141,17 +1136,19 @@ def test_pairs_for_the_peoples_score_alone_move_the_scalar_through_it(tiny_stude
     metrics = train_reward_model(
         toy_labels(),
         dimensions=DIMS,
-        backbone_path=tiny_student,
+        sources=RewardSources(
+            tiny_student,
+            judge_system="You are a fair judge.",
+            people_encoder=tiny_encoder,
+            feature_cache=tmp_path / "cache",
+        ),
         cfg=cfg,
         out_dir=out,
         seed=0,
         data_digest="p",
         date="2026-11-20",
-        judge_system="You are a fair judge.",
         human_pairs=pd.DataFrame(rows),
-        people_encoder=tiny_encoder,
-        feature_cache=tmp_path / "cache",
-    )
+    ).metrics
     assert (
         metrics["val_human_pairs"] == 12
         and metrics["people_pairs"] == 48
@@ -1173,16 +1170,18 @@ def test_pairs_for_the_peoples_score_alone_move_the_scalar_through_it(tiny_stude
     train_reward_model(
         toy_labels(),
         dimensions=DIMS,
-        backbone_path=tiny_student,
+        sources=RewardSources(
+            tiny_student,
+            judge_system="You are a fair judge.",
+            people_encoder=tiny_encoder,
+            feature_cache=tmp_path / "cache",
+        ),
         cfg=cfg,
         out_dir=tmp_path / "again",
         seed=0,
         data_digest="p",
         date="2026-11-20",
-        judge_system="You are a fair judge.",
         human_pairs=pd.DataFrame(rows),
-        people_encoder=tiny_encoder,
-        feature_cache=tmp_path / "cache",
     )
     np.testing.assert_allclose(RewardModel.load(tmp_path / "again").people_column(prompts, [a, b]), column, atol=1e-5)
 
@@ -1289,15 +1288,14 @@ def test_training_follows_tagged_peoples_pairs_on_the_dimension_the_judge_invert
     metrics = train_reward_model(
         labels,
         dimensions=DIMS,
-        backbone_path=tiny_student,
+        sources=RewardSources(tiny_student, judge_system="You are a fair judge."),
         cfg=cfg,
         out_dir=tmp_path,
         seed=0,
         data_digest="x",
         date="2026-11-20",
-        judge_system="You are a fair judge.",
         human_pairs=human,
-    )
+    ).metrics
     assert metrics["dimension_pull"] in DIMENSION_PULLS and metrics["val_dimension_pairs"] == n - 2
     assert metrics["val_dimension_accuracy_judge_empathy"] == 0.0 and metrics["val_dimension_accuracy_empathy"] == 1.0
     model = RewardModel.load(tmp_path)
@@ -1362,15 +1360,14 @@ def test_nudge_pairs_pull_their_dimension_and_leave_the_scalar_alone(tiny_studen
     )
     common = dict(
         dimensions=DIMS,
-        backbone_path=tiny_student,
+        sources=RewardSources(tiny_student, judge_system="You are a fair judge."),
         cfg=cfg,
         seed=0,
         data_digest="x",
         date="2026-11-20",
-        judge_system="You are a fair judge.",
     )
-    judge_only = train_reward_model(labels, out_dir=tmp_path / "judge", **common)
-    nudged = train_reward_model(labels, out_dir=tmp_path / "nudged", human_pairs=nudges, **common)
+    judge_only = train_reward_model(labels, out_dir=tmp_path / "judge", **common).metrics
+    nudged = train_reward_model(labels, out_dir=tmp_path / "nudged", human_pairs=nudges, **common).metrics
     assert nudged["val_dimension_accuracy_judge_empathy"] == 0.0 and nudged["val_dimension_accuracy_empathy"] == 1.0
     assert "val_human_accuracy" not in nudged and "human_pull" not in nudged and "val_human_accuracy" not in judge_only
     a, b = RewardModel.load(tmp_path / "judge"), RewardModel.load(tmp_path / "nudged")
@@ -1395,7 +1392,7 @@ def test_gradient_training_learns_a_dimension_from_its_tagged_pairs(tiny_encoder
     train_reward_model(
         toy_labels().iloc[0:0],
         dimensions=DIMS,
-        backbone_path=tiny_encoder,
+        sources=RewardSources(tiny_encoder),
         cfg=small_cfg(uncertainty={"method": "none", "members": 1, "mc_samples": 2}),
         out_dir=tmp_path,
         seed=0,
@@ -1419,7 +1416,7 @@ def test_gradient_training_learns_a_dimension_from_its_tagged_pairs(tiny_encoder
     train_reward_model(
         toy_labels().iloc[0:0],
         dimensions=DIMS,
-        backbone_path=tiny_encoder,
+        sources=RewardSources(tiny_encoder),
         cfg=small_cfg(uncertainty={"method": "none", "members": 1, "mc_samples": 2}),
         out_dir=tmp_path / "untagged",
         seed=0,

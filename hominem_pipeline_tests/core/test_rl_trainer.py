@@ -5,7 +5,7 @@ from hominem_pipeline.core.config.loader import load_config
 from hominem_pipeline.core.policy.lora import base_checksum
 from hominem_pipeline.core.policy.rl import GatedReward, train_rl_adapter
 from hominem_pipeline.core.reward.model import RewardModel
-from hominem_pipeline.core.reward.training import train_reward_model
+from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
 from hominem_pipeline_tests.conftest import REPO
 from hominem_pipeline_tests.core.test_reward_model import DIMS, small_cfg, toy_labels
 
@@ -16,7 +16,7 @@ def reward_model(tiny_encoder, tmp_path_factory):
     train_reward_model(
         toy_labels(),
         dimensions=DIMS,
-        backbone_path=tiny_encoder,
+        sources=RewardSources(tiny_encoder),
         cfg=small_cfg(epochs=2),
         out_dir=out,
         seed=0,

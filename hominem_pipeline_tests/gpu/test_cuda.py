@@ -62,23 +62,24 @@ def test_the_peoples_encoder_on_cuda_equals_the_cpus(tiny_encoder):
 
 def test_the_reward_model_trains_its_frozen_pass_and_scores_on_cuda_as_on_the_cpu(tiny_student, tmp_path):
     from hominem_pipeline.core.reward.model import RewardModel
-    from hominem_pipeline.core.reward.training import train_reward_model
+    from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
     from hominem_pipeline_tests.core.test_reward_model import DIMS, small_cfg, toy_labels
 
     cfg = small_cfg(guards=["reply_logp"], backbone={"path": None, "finetune": "frozen"}, head_fit="ridge")
     for name, device in (("cpu", None), ("placed", CUDA)):
         timed(
             f"reward model training, {name}",
-            lambda: train_reward_model(
-                toy_labels(),
-                dimensions=DIMS,
-                backbone_path=tiny_student,
-                cfg=cfg,
-                out_dir=tmp_path / name,
-                seed=0,
-                data_digest="d",
-                date="2026-11-20",
-                device=device,
+            lambda: (
+                train_reward_model(
+                    toy_labels(),
+                    dimensions=DIMS,
+                    sources=RewardSources(tiny_student, device=device),
+                    cfg=cfg,
+                    out_dir=tmp_path / name,
+                    seed=0,
+                    data_digest="d",
+                    date="2026-11-20",
+                ).metrics
             ),
         )
     cpu = RewardModel.load(tmp_path / "cpu").raw_scores(PROMPTS, REPLIES)

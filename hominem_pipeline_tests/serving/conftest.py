@@ -62,7 +62,7 @@ def make_adapter(student: Path, out: Path) -> Path:
 
 def make_reward_model(encoder: Path, dimensions: list[str], out: Path) -> Path:
     from hominem_pipeline.core.config.loader import load_config
-    from hominem_pipeline.core.reward.training import train_reward_model
+    from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
     from hominem_pipeline_tests.conftest import REPO
 
     rows = [
@@ -94,7 +94,7 @@ def make_reward_model(encoder: Path, dimensions: list[str], out: Path) -> Path:
     train_reward_model(
         pd.DataFrame(rows),
         dimensions=dimensions,
-        backbone_path=encoder,
+        sources=RewardSources(encoder),
         cfg=cfg,
         out_dir=out,
         seed=0,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 
-from hominem_pipeline_tests.serving.conftest import HOMINEM, make_adapter
+from hominem_pipeline.testing.service import HOMINEM
+from hominem_pipeline_tests.serving.conftest import make_adapter
 
 
 def chat(project, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:

@@ -11,7 +11,8 @@ import httpx2 as httpx
 import openai
 import pytest
 
-from hominem_pipeline_tests.serving.conftest import ADMIN_TOKEN, HOMINEM, RATER_TOKEN, Served, start, stop
+from hominem_pipeline.testing.service import HOMINEM
+from hominem_pipeline_tests.serving.conftest import ADMIN_TOKEN, RATER_TOKEN, Served, start, stop
 
 
 def chat(served: Served, **kwargs):

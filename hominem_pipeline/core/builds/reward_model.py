@@ -153,7 +153,7 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.lm.device import resolve_device
     from hominem_pipeline.core.lm.models import reward_backbone, student_path
     from hominem_pipeline.core.reward.metadata import METADATA
-    from hominem_pipeline.core.reward.training import train_reward_model
+    from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
     from hominem_pipeline.core.reward.validation import DIMENSION_PLOT, RELIABILITY_PLOT
     from hominem_pipeline.core.teacher.base import rubric_system
 
@@ -180,7 +180,16 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
     metrics = train_reward_model(
         labels,
         dimensions=ctx.cfg.dimension_names,
-        backbone_path=reward_backbone(ctx.cfg),
+        sources=RewardSources(
+            reward_backbone(ctx.cfg),
+            judge_system=rubric_system(ctx.cfg.labeling),
+            judge_question=ctx.cfg.labeling.scalar_question,
+            feature_cache=ctx.cfg.data_dir / FEATURE_CACHE,
+            shipped_features=ctx.cfg.path(SHIPPED_FEATURES),
+            device=device,
+            guard_student=student_path(ctx.cfg) if ctx.cfg.reward_model.guards else None,
+            people_encoder=people_encoder(ctx.cfg),
+        ),
         cfg=ctx.cfg.reward_model,
         out_dir=ctx.out_dir,
         seed=ctx.seed,
@@ -188,14 +197,7 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
         date=ctx.partition,
         human_pairs=human,
         on_epoch=lambda epoch, m: ctx.run.log_metrics(m, step=epoch),
-        judge_system=rubric_system(ctx.cfg.labeling),
-        judge_question=ctx.cfg.labeling.scalar_question,
-        feature_cache=ctx.cfg.data_dir / FEATURE_CACHE,
-        shipped_features=ctx.cfg.path(SHIPPED_FEATURES),
-        device=device,
-        guard_student=student_path(ctx.cfg) if ctx.cfg.reward_model.guards else None,
-        people_encoder=people_encoder(ctx.cfg),
-    )
+    ).metrics
     metrics["train_seconds"] = time.monotonic() - started
     metrics["feedback_pairs"] = feedback_pairs
     by_day = people_pairs_by_day(ctx)
