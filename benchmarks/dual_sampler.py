@@ -52,7 +52,7 @@ def main() -> None:
     from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.online.replay import ReplayBuffer, teacher_replay_items
     from hominem_pipeline.core.pipeline.artifacts import ArtifactStore
-    from hominem_pipeline.core.policy.dual import train_dual_adapter
+    from hominem_pipeline.core.policy.dual import DualBatching, DualStart, train_dual_adapter
     from hominem_pipeline.core.policy.pairs import read_preference_pairs
     from hominem_pipeline.core.reward.model import RewardModel
 
@@ -102,11 +102,11 @@ def main() -> None:
                 train_dual_adapter(
                     pairs,
                     memory,
-                    student_path=student_path(cfg),
+                    start=DualStart(student_path(cfg)),
                     cfg=policy,
                     out_dir=out,
                     seed=run_seed,
-                    pair_sampler=batches,
+                    batching=DualBatching(pair_sampler=batches),
                 )
                 trained_s = time.monotonic() - started
                 table, summary = evaluate_adapter(

@@ -82,7 +82,7 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict:
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
     from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.policy.dpo import train_dpo_adapter
-    from hominem_pipeline.core.policy.dual import train_dual_adapter
+    from hominem_pipeline.core.policy.dual import DualStart, train_dual_adapter
 
     logging.basicConfig(level=logging.WARNING)
     cfg = load_config(
@@ -122,7 +122,9 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict:
         if variant == "dpo":
             result = train_dpo_adapter(pairs, student_path=student, cfg=cfg.policy, out_dir=Path(out), seed=0)
         else:
-            result = train_dual_adapter(pairs, memory, student_path=student, cfg=cfg.policy, out_dir=Path(out), seed=0)
+            result = train_dual_adapter(
+                pairs, memory, start=DualStart(student), cfg=cfg.policy, out_dir=Path(out), seed=0
+            )
     return {
         "variant": variant,
         "seconds_per_step": result.metrics["seconds_per_step"],

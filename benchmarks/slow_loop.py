@@ -139,7 +139,7 @@ def train_shrunk(project: Path, steps: int, factor: float) -> None:
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
     from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.online.slow_loop import AdjustedPolicy, Adjustment
-    from hominem_pipeline.core.policy.dual import train_dual_adapter
+    from hominem_pipeline.core.policy.dual import DualStart, train_dual_adapter
     from hominem_pipeline.core.policy.pairs import read_preference_pairs
 
     cfg = load_config(None, root=project)
@@ -152,11 +152,10 @@ def train_shrunk(project: Path, steps: int, factor: float) -> None:
         result = train_dual_adapter(
             pairs,
             read_memory_rows(memory_paths(cfg)).head(4),
-            student_path=student_path(cfg),
+            start=DualStart(student_path(cfg), people_start=people_start_setting(cfg)),
             cfg=policy,
             out_dir=Path(out),
             seed=0,
-            people_start=people_start_setting(cfg),
         )
         config = json.loads((Path(out) / "adapter_config.json").read_text())
     print(

@@ -115,7 +115,7 @@ def main() -> None:
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
     from hominem_pipeline.core.evaluation.people_pairs import implicit_reward
     from hominem_pipeline.core.lm.models import student_path
-    from hominem_pipeline.core.policy.dual import mixed_sampler, train_dual_adapter
+    from hominem_pipeline.core.policy.dual import DualBatching, DualStart, mixed_sampler, train_dual_adapter
     from hominem_pipeline.core.policy.lora import load_policy
     from hominem_pipeline.core.policy.pairs import people_rows, read_preference_pairs
     from hominem_pipeline.core.reward.feature_cache import SHIPPED_FEATURES
@@ -154,13 +154,11 @@ def main() -> None:
             trained = train_dual_adapter(
                 pairs,
                 memory,
-                student_path=student,
+                start=DualStart(student, shipped_reference=base_cfg.path(SHIPPED_FEATURES), device=device),
                 cfg=cfg,
                 out_dir=out,
                 seed=seed,
-                pair_sampler=sampler,
-                shipped_reference=base_cfg.path(SHIPPED_FEATURES),
-                device=device,
+                batching=DualBatching(pair_sampler=sampler),
             )
             model, tokenizer = load_policy(student, out, device)
             held, _ = implicit_reward(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hominem_pipeline.core.config.loader import load_config
-from hominem_pipeline.core.policy.dual import train_dual_adapter
+from hominem_pipeline.core.policy.dual import DualStart, train_dual_adapter
 from hominem_pipeline.core.policy.launch import run_launched, write_spec
 from hominem_pipeline.core.policy.lora import load_policy
 from hominem_pipeline_tests.conftest import REPO
@@ -32,7 +32,9 @@ def test_dual_across_two_processes_learns_what_one_does(tiny_student, tmp_path):
             }
         },
     ).policy
-    one = train_dual_adapter(pairs(8), memory(4), student_path=tiny_student, cfg=cfg, out_dir=tmp_path / "one", seed=0)
+    one = train_dual_adapter(
+        pairs(8), memory(4), start=DualStart(tiny_student), cfg=cfg, out_dir=tmp_path / "one", seed=0
+    )
     spec = write_spec(
         tmp_path / "launch",
         mode="dual",

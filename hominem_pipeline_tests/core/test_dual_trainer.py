@@ -6,6 +6,8 @@ from safetensors.torch import load_file
 
 from hominem_pipeline.core.config.loader import load_config
 from hominem_pipeline.core.policy.dual import (
+    DualBatching,
+    DualStart,
     batch_rows,
     pair_labels,
     train_dual_adapter,
@@ -61,7 +63,7 @@ def test_dual_trains_both_channels_and_leaves_the_base_untouched(tiny_student, t
     result = train_dual_adapter(
         pairs(),
         memory(),
-        student_path=tiny_student,
+        start=DualStart(tiny_student),
         cfg=policy_cfg(mixing="fixed", memory_fraction=0.34),
         out_dir=tmp_path,
         seed=0,
@@ -95,11 +97,11 @@ def test_a_pair_sampler_chooses_each_batch_s_pairs(tiny_student, tmp_path):
     result = train_dual_adapter(
         unsafe_but_one,
         memory(0),
-        student_path=tiny_student,
+        start=DualStart(tiny_student),
         cfg=cfg,
         out_dir=tmp_path,
         seed=0,
-        pair_sampler=only_pair_2,
+        batching=DualBatching(pair_sampler=only_pair_2),
     )
     assert asked == [3, 3, 3]  # one call per step, for batch_size pair rows
     assert all(h["gate/skipped"] == 0 for h in result.history)  # the uniform order would have drawn the unsafe pairs
@@ -121,12 +123,11 @@ def test_extra_pair_rows_train_beside_full_pair_batches(tiny_student, tmp_path):
     result = train_dual_adapter(
         pairs(6),
         memory(0),
-        student_path=tiny_student,
+        start=DualStart(tiny_student),
         cfg=policy_cfg(),
         out_dir=tmp_path,
         seed=0,
-        pair_sampler=sampler,
-        extra_pair_rows=1,
+        batching=DualBatching(pair_sampler=sampler, extra_pair_rows=1),
     )
     assert asked == [4, 4, 4] and result.channels["pair_rows"] == 12  # 3 steps x (3 batch rows + 1 beside)
     assert all(sum(i >= 4 for i in rows) == 1 for rows in drawn)  # one dimension pair per step ...
@@ -147,7 +148,13 @@ def test_extra_pair_rows_train_beside_full_pair_batches(tiny_student, tmp_path):
 
 def test_memory_rows_per_step_rehearse_every_row_beside_full_pair_batches(tiny_student, tmp_path):
     result = train_dual_adapter(
-        pairs(), memory(7), student_path=tiny_student, cfg=policy_cfg(), out_dir=tmp_path, seed=0, memory_per_step=3
+        pairs(),
+        memory(7),
+        start=DualStart(tiny_student),
+        cfg=policy_cfg(),
+        out_dir=tmp_path,
+        seed=0,
+        batching=DualBatching(memory_per_step=3),
     )
     channels = result.channels
     assert channels["memory_rows_per_batch"] == 3 and (channels["memory_rows"], channels["pair_rows"]) == (
@@ -160,7 +167,7 @@ def test_memory_rows_per_step_rehearse_every_row_beside_full_pair_batches(tiny_s
 def test_a_gate_that_skips_every_pair_learns_nothing_from_them(tiny_student, tmp_path):
     cfg = policy_cfg(sft_weight=1.0, safety_gate={"unsafe": "skip"})
     result = train_dual_adapter(
-        pairs(safety=0.1), memory(0), student_path=tiny_student, cfg=cfg, out_dir=tmp_path, seed=0
+        pairs(safety=0.1), memory(0), start=DualStart(tiny_student), cfg=cfg, out_dir=tmp_path, seed=0
     )
     assert all(h["loss"] == 0 and h["gate/skipped"] == 3 for h in result.history)
     assert all(v.abs().sum() == 0 for v in lora_b(tmp_path))  # no gradient reached the adapter
@@ -168,12 +175,17 @@ def test_a_gate_that_skips_every_pair_learns_nothing_from_them(tiny_student, tmp
 
 def test_inverted_pairs_are_learned_the_other_way(tiny_student, tmp_path):
     forward = train_dual_adapter(
-        pairs(), memory(0), student_path=tiny_student, cfg=policy_cfg(sft_weight=0.0), out_dir=tmp_path / "f", seed=0
+        pairs(),
+        memory(0),
+        start=DualStart(tiny_student),
+        cfg=policy_cfg(sft_weight=0.0),
+        out_dir=tmp_path / "f",
+        seed=0,
     )
     inverted = train_dual_adapter(
         pairs(safety=0.1),
         memory(0),
-        student_path=tiny_student,
+        start=DualStart(tiny_student),
         cfg=policy_cfg(sft_weight=0.0, safety_gate={"unsafe": "invert"}),
         out_dir=tmp_path / "i",
         seed=0,
@@ -185,7 +197,7 @@ def test_inverted_pairs_are_learned_the_other_way(tiny_student, tmp_path):
 
 def test_memory_rows_alone_train_the_sft_channel(tiny_student, tmp_path):
     result = train_dual_adapter(
-        pairs(0), memory(), student_path=tiny_student, cfg=policy_cfg(), out_dir=tmp_path, seed=0
+        pairs(0), memory(), start=DualStart(tiny_student), cfg=policy_cfg(), out_dir=tmp_path, seed=0
     )
     assert result.channel_contributions == {"sft": 1.0, "reward": 0.0}
     assert result.channels["memory_rows"] == 9 and result.history[-1]["sft"] < result.history[0]["sft"]
@@ -195,7 +207,7 @@ def test_anchored_memory_rows_hold_the_base_and_teach_only_the_margin(tiny_stude
     held = train_dual_adapter(
         pairs(0),
         memory(),
-        student_path=tiny_student,
+        start=DualStart(tiny_student),
         cfg=policy_cfg(memory_margin=0.0),
         out_dir=tmp_path / "h",
         seed=0,
@@ -205,7 +217,7 @@ def test_anchored_memory_rows_hold_the_base_and_teach_only_the_margin(tiny_stude
     taught = train_dual_adapter(
         pairs(0),
         memory(),
-        student_path=tiny_student,
+        start=DualStart(tiny_student),
         cfg=policy_cfg(memory_margin=0.5),
         out_dir=tmp_path / "t",
         seed=0,
@@ -218,7 +230,9 @@ def test_anchored_memory_rows_hold_the_base_and_teach_only_the_margin(tiny_stude
 
 def test_dual_refuses_when_there_is_nothing_to_learn(tiny_student, tmp_path):
     with pytest.raises(ValueError, match="preference pairs or memory rows"):
-        train_dual_adapter(pairs(0), memory(0), student_path=tiny_student, cfg=policy_cfg(), out_dir=tmp_path, seed=0)
+        train_dual_adapter(
+            pairs(0), memory(0), start=DualStart(tiny_student), cfg=policy_cfg(), out_dir=tmp_path, seed=0
+        )
 
 
 @pytest.mark.parametrize(
@@ -426,7 +440,12 @@ def test_a_reference_cache_file_spares_the_next_run_the_base_s_passes(tiny_stude
     cfg, ref = policy_cfg(), tmp_path / "reference.json"
     runs = [
         train_dual_adapter(
-            pairs(), memory(), student_path=tiny_student, cfg=cfg, out_dir=tmp_path / name, seed=0, reference_cache=ref
+            pairs(),
+            memory(),
+            start=DualStart(tiny_student, reference_cache=ref),
+            cfg=cfg,
+            out_dir=tmp_path / name,
+            seed=0,
         )
         for name in ("first", "second")
     ]
@@ -450,18 +469,16 @@ def test_shipped_reference_log_probabilities_are_read_and_never_written_back(tin
     again = ship_reference(tiny_student, cfg, people, shipped)
     assert again[1:] == (6, 0)  # already shipped: nothing measured
     plain = train_dual_adapter(
-        people, memory(0), student_path=tiny_student, cfg=cfg, out_dir=tmp_path / "plain", seed=0
+        people, memory(0), start=DualStart(tiny_student), cfg=cfg, out_dir=tmp_path / "plain", seed=0
     )
     local = tmp_path / "reference.json"
     read = train_dual_adapter(
         people,
         memory(0),
-        student_path=tiny_student,
+        start=DualStart(tiny_student, reference_cache=local, shipped_reference=shipped),
         cfg=cfg,
         out_dir=tmp_path / "read",
         seed=0,
-        reference_cache=local,
-        shipped_reference=shipped,
     )
     assert plain.channels["reference_sequences"] == 6 and read.channels["reference_sequences"] == 0
     assert all(
@@ -552,11 +569,10 @@ def test_a_fresh_adapter_starts_from_the_shipped_peoples_start_only_where_it_fit
         result = train_dual_adapter(
             pairs(),
             memory(),
-            student_path=tiny_student,
+            start=DualStart(tiny_student, people_start=(folder, key)),
             cfg=policy_cfg,
             out_dir=tmp_path / out,
             seed=0,
-            people_start=(folder, key),
         )
         return result.channels["start"], result.history[0]
 
@@ -579,11 +595,10 @@ def test_a_fresh_adapter_starts_from_the_shipped_peoples_start_only_where_it_fit
         in train_dual_adapter(
             pairs(),
             memory(),
-            student_path=tiny_student,
+            start=DualStart(tiny_student, people_start=(tmp_path / "nowhere", "k")),
             cfg=cfg(),
             out_dir=tmp_path / "empty",
             seed=0,
-            people_start=(tmp_path / "nowhere", "k"),
         ).channels["start"]
     )
 
@@ -592,7 +607,7 @@ def test_the_dominance_monitor_measures_each_channel_s_share_and_rebalances_abov
     """Every k-th step each channel's share of the gradient is measured (shares sum to 1) and reported;
     measuring alone learns what one backward pass learns. With max_share, a channel above it is scaled
     down to exactly that share on the step it was measured, and its loss weighs less from then on."""
-    kw = dict(student_path=tiny_student, out_dir=tmp_path / "a", seed=0)
+    kw = dict(start=DualStart(tiny_student), out_dir=tmp_path / "a", seed=0)
     plain = train_dual_adapter(
         pairs(), memory(), cfg=policy_cfg(mixing="fixed", memory_fraction=0.34, channels={"monitor_every": 0}), **kw
     )
@@ -635,7 +650,7 @@ def test_each_channel_learns_at_its_own_rate(tiny_student, tmp_path):
         train_dual_adapter(
             pd.DataFrame(columns=pairs().columns),
             memory(),
-            student_path=tiny_student,
+            start=DualStart(tiny_student),
             out_dir=out,
             seed=0,
             cfg=policy_cfg(reward_weight=0.0, channels={"memory_lr_factor": factor}),

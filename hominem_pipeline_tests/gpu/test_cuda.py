@@ -166,7 +166,7 @@ def test_the_dual_trainer_learns_peoples_pairs_on_cuda_as_on_the_cpu(tiny_studen
 
     from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.evaluation.people_pairs import implicit_reward
-    from hominem_pipeline.core.policy.dual import train_dual_adapter
+    from hominem_pipeline.core.policy.dual import DualStart, train_dual_adapter
     from hominem_pipeline.core.policy.lora import load_policy
     from hominem_pipeline_tests.conftest import make_project
 
@@ -190,7 +190,12 @@ def test_the_dual_trainer_learns_peoples_pairs_on_cuda_as_on_the_cpu(tiny_studen
         runs[name] = timed(
             f"dual training, 4 steps, {name}",
             lambda: train_dual_adapter(
-                pairs, memory, student_path=tiny_student, cfg=cfg, out_dir=tmp_path / name, seed=0, device=device
+                pairs,
+                memory,
+                start=DualStart(tiny_student, device=device),
+                cfg=cfg,
+                out_dir=tmp_path / name,
+                seed=0,
             ),
         )
     cpu, cuda = ([h["loss"] for h in runs[n].history] for n in ("cpu", CUDA.type))
@@ -211,7 +216,7 @@ def test_the_dual_trainer_across_processes_takes_a_gpu_each(tiny_student, tmp_pa
     weighted by their rows); with one GPU, two processes are refused with the fix named, and the same launch
     runs on the CPU (`runtime.device: cpu`) with this machine's torch and accelerate."""
     from hominem_pipeline.core.config.loader import load_config
-    from hominem_pipeline.core.policy.dual import train_dual_adapter
+    from hominem_pipeline.core.policy.dual import DualStart, train_dual_adapter
     from hominem_pipeline.core.policy.launch import run_launched, write_spec
     from hominem_pipeline.core.policy.lora import load_policy
     from hominem_pipeline_tests.conftest import REPO
@@ -236,11 +241,10 @@ def test_the_dual_trainer_across_processes_takes_a_gpu_each(tiny_student, tmp_pa
         lambda: train_dual_adapter(
             data,
             memory(4),
-            student_path=tiny_student,
+            start=DualStart(tiny_student, device=CUDA if device == "cuda" else torch.device("cpu")),
             cfg=cfg,
             out_dir=tmp_path / "one",
             seed=0,
-            device=CUDA if device == "cuda" else torch.device("cpu"),
         ),
     )
     spec = write_spec(

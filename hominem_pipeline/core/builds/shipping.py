@@ -22,6 +22,7 @@ from hominem_pipeline.core.common.progress import Progress
 from hominem_pipeline.core.config import HominemConfig, PolicyConfig
 from hominem_pipeline.core.pipeline.artifacts import fingerprint
 from hominem_pipeline.core.policy.dual import (
+    DualStart,
     load_shipped_reference,
     sequence_key,
     shipped_reference_file,
@@ -367,7 +368,12 @@ def ship_people_start(
     tuned = cfg.model_copy(update={"max_steps": start.max_steps, "learning_rate": start.learning_rate})
     with tempfile.TemporaryDirectory() as tmp:
         result = train_dual_adapter(
-            pairs, memory, student_path=student_path, cfg=tuned, out_dir=Path(tmp), seed=0, shipped_reference=folder
+            pairs,
+            memory,
+            start=DualStart(student_path, shipped_reference=folder),
+            cfg=tuned,
+            out_dir=Path(tmp),
+            seed=0,
         )
         state = load_file(str(Path(tmp) / "adapter_model.safetensors"))
     settings["final_reward_accuracy"] = result.metrics["final_reward_accuracy"]

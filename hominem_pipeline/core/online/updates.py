@@ -475,6 +475,8 @@ def train_update(
     from hominem_pipeline.core.lm.models import base_name, student_path
     from hominem_pipeline.core.policy.dual import (
         REFERENCE_CACHE,
+        DualBatching,
+        DualStart,
         beside_sampler,
         train_dual_adapter,
     )
@@ -533,16 +535,18 @@ def train_update(
         result = train_dual_adapter(
             pairs,
             memory,
-            student_path=student_path(cfg),
+            start=DualStart(
+                student_path(cfg), init_adapter=live_adapter, reference_cache=cfg.data_dir / REFERENCE_CACHE
+            ),
             cfg=policy,
             out_dir=tmp,
             seed=seed,
             reward_model=reward_model if needs_rm else None,
-            init_adapter=live_adapter,
-            pair_sampler=sampler,
-            extra_pair_rows=per_step,
-            reference_cache=cfg.data_dir / REFERENCE_CACHE,
-            memory_per_step=math.ceil(len(memory) / steps) if oc.rehearse_memory else None,
+            batching=DualBatching(
+                pair_sampler=sampler,
+                extra_pair_rows=per_step,
+                memory_per_step=math.ceil(len(memory) / steps) if oc.rehearse_memory else None,
+            ),
         )
         (tmp / "training_history.json").write_text(
             json.dumps({"history": result.history, "grad_norms": result.grad_norms}, indent=1) + "\n"

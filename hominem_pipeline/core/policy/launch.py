@@ -134,15 +134,14 @@ def train(spec_path: Path) -> dict[str, Any]:
     rank = int(os.environ.get("RANK", "0"))
     cfg = PolicyConfig.model_validate(spec["policy"])
     pairs = pd.read_parquet(folder / "pairs.parquet")
-    common = {
-        "student_path": Path(spec["student"]),
-        "cfg": cfg,
-        "out_dir": Path(spec["out_dir"]),
-        "seed": spec["seed"],
-    }
-    path = lambda key: Path(spec[key]) if spec.get(key) else None  # noqa: E731
+    student = Path(spec["student"])
+    common = {"cfg": cfg, "out_dir": Path(spec["out_dir"]), "seed": spec["seed"]}
+
+    def path(key: str) -> Path | None:
+        return Path(spec[key]) if spec.get(key) else None
+
     if spec["mode"] == "dual":
-        from hominem_pipeline.core.policy.dual import train_dual_adapter
+        from hominem_pipeline.core.policy.dual import DualBatching, DualStart, train_dual_adapter
 
         memory = (
             pd.read_parquet(folder / "memory.parquet")
@@ -150,20 +149,24 @@ def train(spec_path: Path) -> dict[str, Any]:
             else pd.DataFrame({"prompt": [], "response": []})
         )
         start = spec.get("people_start")
+        batches = json.loads((folder / BATCHES).read_text()) if spec.get("batches") else None
         result = train_dual_adapter(
             pairs,
             memory,
+            start=DualStart(
+                student,
+                reference_cache=path("reference_cache"),
+                shipped_reference=path("shipped_reference"),
+                people_start=(Path(start[0]), start[1]) if start else None,
+            ),
             reward_model=_reward_model(spec, rank) if spec["reward_model"] and rank == 0 else None,
-            pair_sampler=_replayed(json.loads((folder / BATCHES).read_text())) if spec.get("batches") else None,
-            reference_cache=path("reference_cache"),
-            shipped_reference=path("shipped_reference"),
-            people_start=(Path(start[0]), start[1]) if start else None,
+            batching=DualBatching(pair_sampler=_replayed(batches) if batches is not None else None),
             **common,
         )
     elif spec["mode"] == "dpo":
         from hominem_pipeline.core.policy.dpo import train_dpo_adapter
 
-        result = train_dpo_adapter(pairs, **common)
+        result = train_dpo_adapter(pairs, student_path=student, **common)
     elif spec["mode"] == "rl":
         from hominem_pipeline.core.policy.rl import train_rl_adapter
 
@@ -171,6 +174,7 @@ def train(spec_path: Path) -> dict[str, Any]:
             list(pairs["prompt"]),
             reward_model=_reward_model(spec, rank),
             dimension_weights=spec.get("dimension_weights"),
+            student_path=student,
             **common,
         )
     else:
