@@ -27,7 +27,7 @@ fades, and "more" and "less" cancel.
    dimensions by |p_D|, the largest gaps (less the others' drift) first, each weighing `pair_weight` on its
    reward intensity (the replay pairs' weights average 1). With `pair_rows` share they take replay items'
    places in the batch; with extra the batch stays whole and each is trained on once per update, beside
-   each step's pair rows (`updates.train_update`). With `imitate`, each one's chosen reply is also a memory
+   each step's pair rows (`updates.training`). With `imitate`, each one's chosen reply is also a memory
    row of the update (imitated, as the memory files' rows are). `max_steps` sets the update's steps while
    nudges press.
 3. *The student's own replies.* The candidates of one day's prompts give few pairs that qualify. With
