@@ -185,7 +185,7 @@ def gate_checks(day: Day, cfg, people: pd.DataFrame, memory: pd.DataFrame, folde
     from hominem_pipeline.core.builds.evaluation import MEMORY_ANSWERS, PEOPLE_MARGINS
     from hominem_pipeline.core.evaluation.fixtures import base_logp_cache
     from hominem_pipeline.core.lm.models import load_student, student_path
-    from hominem_pipeline.core.online.gate import ReplyCache, run_gate
+    from hominem_pipeline.core.online.gate import GateModels, GateQuestions, GateSides, ReplyCache, run_gate
     from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
     from hominem_pipeline.core.reward.model import project_reward_model
 
@@ -209,21 +209,13 @@ def gate_checks(day: Day, cfg, people: pd.DataFrame, memory: pd.DataFrame, folde
     )
     cache.put(None, dict(zip(replies["prompt"], replies["base"])))
     base, tokenizer = load_student(student_path(cfg))
+    logps = base_logp_cache(student_path(cfg), cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES))
     report = run_gate(
-        adapter.path,
-        None,
+        GateSides(adapter.path, None, candidate_version=version),
         cfg=cfg,
-        base=base,
-        tokenizer=tokenizer,
-        reward_model=rm,
-        prompts=list(held["prompt"]),
-        memory=memory,
-        rhi=None,
-        seed=cfg.project.seed,
+        models=GateModels(base, tokenizer, rm, logps),
+        questions=GateQuestions(list(held["prompt"]), memory, people, cfg.project.seed),
         cache=cache,
-        candidate_version=version,
-        people=people,
-        base_logps=base_logp_cache(student_path(cfg), cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES)),
     )
     reasons = [r for r in report.reasons if not r.startswith("no Reward Health Index")]
     keep = (

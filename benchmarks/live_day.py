@@ -81,22 +81,17 @@ def against_base(cfg, adapter: Path, prompts: list[str]) -> dict:
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
     from hominem_pipeline.core.lm.models import load_student, student_path
-    from hominem_pipeline.core.online.gate import run_gate
+    from hominem_pipeline.core.online.gate import GateHealth, GateModels, GateQuestions, GateSides, run_gate
     from hominem_pipeline.core.online.live import LiveState
     from hominem_pipeline.core.reward.model import RewardModel
 
     base, tokenizer = load_student(student_path(cfg))
     report = run_gate(
-        adapter,
-        None,
+        GateSides(adapter, None),
         cfg=cfg,
-        base=base,
-        tokenizer=tokenizer,
-        reward_model=RewardModel.load(LiveState(cfg.data_dir).reward_model_path()),
-        prompts=prompts,
-        memory=read_memory_rows(memory_paths(cfg)),
-        rhi=1.0,
-        seed=cfg.project.seed,
+        models=GateModels(base, tokenizer, RewardModel.load(LiveState(cfg.data_dir).reward_model_path())),
+        questions=GateQuestions(prompts, read_memory_rows(memory_paths(cfg)), seed=cfg.project.seed),
+        health=GateHealth(1.0),
     )
     f = report.figures
     return {

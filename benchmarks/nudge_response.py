@@ -99,7 +99,7 @@ def judge(
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
     from hominem_pipeline.core.evaluation.people_pairs import implicit_reward
     from hominem_pipeline.core.lm.models import load_student, student_path
-    from hominem_pipeline.core.online.gate import run_gate
+    from hominem_pipeline.core.online.gate import GateHealth, GateModels, GateQuestions, GateSides, run_gate
     from hominem_pipeline.core.policy.lora import load_policy
     from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
 
@@ -142,16 +142,11 @@ def judge(
         sampled = {dim: (float(d[:, j].mean()), paired_se(d[:, j])) for j, dim in enumerate(reward_model.dimensions)}
     base, tokenizer = load_student(student_path(cfg))
     gate = run_gate(
-        end,
-        start,
+        GateSides(end, start),
         cfg=cfg,
-        base=base,
-        tokenizer=tokenizer,
-        reward_model=reward_model,
-        prompts=prompts,
-        memory=read_memory_rows(memory_paths(cfg)),
-        rhi=1.0,
-        seed=cfg.project.seed,
+        models=GateModels(base, tokenizer, reward_model),
+        questions=GateQuestions(prompts, read_memory_rows(memory_paths(cfg)), seed=cfg.project.seed),
+        health=GateHealth(1.0),
     ).figures
     return {
         "dimensions": {

@@ -85,7 +85,14 @@ def test_the_gate_refuses_an_adapter_that_orders_peoples_pairs_worse_than_the_li
 
     from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.lm.models import load_student
-    from hominem_pipeline.core.online.gate import ReplyCache, run_gate
+    from hominem_pipeline.core.online.gate import (
+        GateHealth,
+        GateModels,
+        GateQuestions,
+        GateSides,
+        ReplyCache,
+        run_gate,
+    )
     from hominem_pipeline.core.reward.model import RewardModel
     from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
     from hominem_pipeline_tests.core.test_reward_model import DIMS, small_cfg, toy_labels
@@ -117,21 +124,14 @@ def test_the_gate_refuses_an_adapter_that_orders_peoples_pairs_worse_than_the_li
         )
         base, tokenizer = load_student(tiny_student)
         cache = ReplyCache(tmp_path / "replies", cfg)
+        sides = GateSides(candidate, live, versions[0], None if live is None else versions[1])
         return run_gate(
-            candidate,
-            live,
+            sides,
             cfg=cfg,
-            base=base,
-            tokenizer=tokenizer,
-            reward_model=rm,
-            prompts=["Hi"],
-            memory=None,
-            rhi=1.0,
-            seed=0,
+            models=GateModels(base, tokenizer, rm),
+            questions=GateQuestions(["Hi"], people=people),
+            health=GateHealth(1.0),
             cache=cache,
-            candidate_version=versions[0],
-            live_version=None if live is None else versions[1],
-            people=people,
         ), cache
 
     refused, cache = gate(bad, good, versions=("bad", "good"))

@@ -27,7 +27,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -35,6 +35,9 @@ import pandas as pd
 from hominem_pipeline.core.common.files import write_text_atomic
 from hominem_pipeline.core.config import HominemConfig
 from hominem_pipeline.core.lm.generation import degenerate
+
+if TYPE_CHECKING:
+    from hominem_pipeline.core.reward.model import RewardModel
 
 log = logging.getLogger(__name__)
 
@@ -175,185 +178,251 @@ class ReplyCache:
         write_text_atomic(self._path(version), json.dumps(merged, ensure_ascii=False))
 
 
+@dataclass(frozen=True)
+class GateSides:
+    """The two adapters the gate compares, loaded side by side on the base.
+
+    Args:
+        candidate: the candidate adapter's folder.
+        live: the live adapter's folder (None: the base).
+        candidate_version: the candidate's version (its replies are kept in the cache under it).
+        live_version: the live version (None: the base).
+    """
+
+    candidate: Path
+    live: Path | None
+    candidate_version: str | None = None
+    live_version: str | None = None
+
+
+@dataclass(frozen=True)
+class GateModels:
+    """What the gate runs: the base student with its tokenizer, the reward model that scores the replies, and the
+    base's log-probability cache of the people's pairs' replies (`fixtures.base_logp_cache`; None: none)."""
+
+    base: Any
+    tokenizer: Any
+    reward_model: RewardModel
+    base_logps: Any = None
+
+
+@dataclass(frozen=True)
+class GateQuestions:
+    """What both adapters are asked.
+
+    Args:
+        prompts: the held-out prompts whose replies the reward model compares.
+        memory: the memory rows whose facts are asked (`memory.fact_questions`; None: no memory probe).
+        people: the people's held-out pairs (pair_id, prompt, chosen, rejected) both implicit rewards are compared
+            on (`health.people_tolerance`); None: not compared.
+        seed: the decoding's seed (greedy decoding draws nothing; kept for sampling settings).
+    """
+
+    prompts: Sequence[str]
+    memory: pd.DataFrame | None = None
+    people: pd.DataFrame | None = None
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class GateHealth:
+    """The candidate's Reward Health Index and what it is held to.
+
+    Args:
+        rhi: the index (None: not measured, which fails the gate), or a function of the held-out prompts and the
+            candidate's replies to them that measures it (the online updates' partial index).
+        threshold: the index it needs (None: the calibration's threshold, or `health.deploy_threshold`).
+        threshold_name: the setting the threshold comes from.
+        measured: the health report (its components and those below the panel's range, for the refusal's words).
+    """
+
+    rhi: float | Callable[[list[str], list[str]], float | None] | None = None
+    threshold: float | None = None
+    threshold_name: str | None = None
+    measured: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Replies:
+    """Both sides' replies: to the held-out prompts, the memory questions and (the candidate) the smoke prompt."""
+
+    texts: list[str]
+    asked: list[str]
+    questions: pd.DataFrame | None
+    live: list[str]
+    candidate: list[str]
+    generated: int  # replies generated now (the rest came from the cache)
+    live_known: dict[str, str]  # the live side's replies by prompt, the cache's and the new ones
+
+
+@dataclass
+class _Verdict:
+    figures: dict[str, Any]
+    reasons: list[str] = field(default_factory=list)
+
+
+def _replies(model: Any, sides: GateSides, models: GateModels, questions: GateQuestions, cfg, cache) -> _Replies:
+    """The held-out prompts batched on their own, as the evaluation batches them (so against the base the replies
+    are the evaluation's); the memory questions, and the candidate's smoke prompt with them, after (the
+    candidate's too: those its evaluation wrote are in the cache under its version)."""
+    from hominem_pipeline.core.evaluation.memory import fact_questions
+
+    texts = list(questions.prompts)
+    asked_rows = fact_questions(questions.memory)
+    asked = [] if asked_rows is None else list(asked_rows["prompt"])
+    known = cache.get(sides.live_version) if cache is not None else {}
+    mine = cache.get(sides.candidate_version) if cache is not None and sides.candidate_version is not None else {}
+    had = len(known) + len(mine)
+    live_name = None if sides.live is None else LIVE
+    tok, seed = models.tokenizer, questions.seed
+    live = replies_in_groups(model, tok, live_name, (texts, asked), known, cfg, seed)
+    candidate = replies_in_groups(model, tok, CANDIDATE, (texts, asked, [SMOKE_PROMPT]), mine, cfg, seed)
+    return _Replies(texts, asked, asked_rows, live, candidate, len(known) + len(mine) - had, known)
+
+
+def _scores(replies: _Replies, sides: GateSides, models: GateModels, cache: ReplyCache | None) -> dict[str, Any]:
+    """The reward model's scalar of each side's replies to the held-out prompts; the live adapter's kept with its
+    replies, the candidate's under its version."""
+    reward_model, texts = models.reward_model, replies.texts
+    source = getattr(reward_model, "source", None)
+    rm_key = None if cache is None or source is None else str(Path(source).resolve())
+    known_scalars = cache.scalars(sides.live_version, rm_key) if cache is not None else {}
+    scores = {
+        "live": _scalars(reward_model, texts, replies.live[: len(texts)], known_scalars),
+        "candidate": _scalars(reward_model, texts, replies.candidate[: len(texts)], {}),
+    }
+    if cache is not None:
+        cache.put(sides.live_version, replies.live_known, dict(zip(texts, scores["live"].tolist())), rm_key)
+        if sides.candidate_version is not None:
+            answered = dict(zip(texts + replies.asked + [SMOKE_PROMPT], replies.candidate))
+            cache.put(sides.candidate_version, answered, dict(zip(texts, scores["candidate"].tolist())), rm_key)
+    return scores
+
+
+def _check_rhi(verdict: _Verdict, rhi: float | None, health: GateHealth, threshold: float, name: str) -> None:
+    if rhi is None:
+        verdict.reasons.append("no Reward Health Index measured for it")
+    elif rhi < threshold:
+        from hominem_pipeline.core.evaluation.calibration import below_range_text
+
+        measured = health.measured
+        low = below_range_text(measured.get("components", {}), measured.get("below_range", []))
+        verdict.reasons.append(f"RHI {rhi:.3f} below {name} {threshold}" + (f"; {low}" if low else ""))
+    if health.measured.get("components"):
+        verdict.figures["rhi_components"] = health.measured["components"]
+        verdict.figures["rhi_below_range"] = health.measured.get("below_range", [])
+
+
+def _check_wins(verdict: _Verdict, scores: dict[str, Any], cfg: HominemConfig, live_version: str | None) -> None:
+    from hominem_pipeline.core.evaluation.compare import outcome
+
+    wins = [outcome(float(a), float(b)) for a, b in zip(scores["live"], scores["candidate"])]
+    win_rate = float(np.mean(wins))
+    verdict.figures.update(
+        win_rate_vs_live=win_rate,
+        live_mean_scalar=_nanmean(scores["live"]),
+        candidate_mean_scalar=_nanmean(scores["candidate"]),
+    )
+    if win_rate < cfg.health.min_win_rate:
+        verdict.reasons.append(
+            f"win rate over {live_version or 'the base'} {win_rate:.0%} below health.min_win_rate "
+            f"{cfg.health.min_win_rate:.0%}"
+        )
+
+
+def _check_facts(verdict: _Verdict, replies: _Replies) -> None:
+    """The memory probe: no fact the live adapter answers may be lost."""
+    from hominem_pipeline.core.evaluation.memory import probe
+
+    verdict.figures.update(facts_asked=0, facts_live=0, facts_candidate=0, facts_lost=0, facts_lost_prompts=[])
+    if not replies.asked:
+        return
+    n, k = len(replies.texts), len(replies.asked)
+    found = probe(replies.questions, {"base": replies.live[n : n + k], "adapter": replies.candidate[n : n + k]})
+    verdict.figures.update(
+        facts_asked=found.questions,
+        facts_live=found.base,
+        facts_candidate=found.adapter,
+        facts_lost=len(found.lost),
+        facts_lost_prompts=found.lost,
+    )
+    if found.lost:
+        verdict.reasons.append(
+            f"lost {len(found.lost)} memory-probe fact(s) the live adapter knows (first: {found.lost[0]!r})"
+        )
+
+
+def _check_manifold(verdict: _Verdict, candidate: Path, cfg: HominemConfig) -> None:
+    from hominem_pipeline.core.evaluation.manifold import ManifoldShape
+
+    shape = ManifoldShape.read(candidate)
+    if shape is None:
+        verdict.figures["manifold"] = "not measured: the adapter was written without its reward manifold's figures"
+        return
+    judged = shape.judged(cfg.health.manifold)
+    verdict.figures.update(manifold=judged.summary(), manifold_blocked=judged.blocked, **shape.metrics())
+    verdict.reasons += [f"reward manifold: {r}" for r in judged.reasons]
+
+
 def run_gate(
-    candidate: Path,
-    live: Path | None,
+    sides: GateSides,
     *,
     cfg: HominemConfig,
-    base: Any,
-    tokenizer: Any,
-    reward_model: Any,
-    prompts: Sequence[str],
-    memory: pd.DataFrame | None,
-    rhi: float | Callable[[list[str], list[str]], float | None] | None,
-    seed: int,
-    live_version: str | None = None,
-    threshold: float | None = None,
-    threshold_name: str | None = None,
-    rhi_measured: dict[str, Any] | None = None,
+    models: GateModels,
+    questions: GateQuestions,
+    health: GateHealth = GateHealth(),
     cache: ReplyCache | None = None,
-    candidate_version: str | None = None,
-    people: pd.DataFrame | None = None,
-    base_logps: Any = None,
 ) -> GateReport:
-    """Measure `candidate` against `live` (None: the base), both loaded on `base` (the student, with its
-    `tokenizer`), and say whether it may go live. `rhi`: the candidate's health index (None: not
-    measured, which fails the gate), or a function of the held-out prompts and the candidate's replies to
-    them that measures it (the online updates' partial index); `threshold`: the RHI it needs (default
-    `health.deploy_threshold`), `threshold_name` the setting it comes from. With a `cache`, the live
-    adapter's replies it holds are not generated again, and the candidate's are kept under
-    `candidate_version`. `people`: the people's held-out pairs (pair_id, prompt, chosen, rejected) both
-    adapters' implicit rewards are compared on (`health.people_tolerance`), `base_logps` the base
-    student's log-probability cache of their replies (`fixtures.base_logp_cache`); their margins are kept
-    in the cache too."""
-    from hominem_pipeline.core.evaluation.compare import outcome
-    from hominem_pipeline.core.evaluation.manifold import ManifoldShape
-    from hominem_pipeline.core.evaluation.memory import fact_questions, probe
-
-    if not prompts:
+    """Measure the candidate against the live adapter (or the base), both loaded on the base student, and say
+    whether it may go live (see the module's docstring). With a `cache`, the live adapter's replies it holds are
+    not generated again, and the candidate's (and both sides' people's margins) are kept in it."""
+    if not questions.prompts:
         raise ValueError("the gate needs held-out prompts to compare on; set prompts.eval_per_category to at least 1")
+    threshold, threshold_name = health.threshold, health.threshold_name
     if threshold is None:
         from hominem_pipeline.core.evaluation.calibration import resolve
 
         settings = resolve(cfg)
         threshold, threshold_name = settings.threshold, settings.threshold_name
     threshold_name = threshold_name or "health.deploy_threshold"
-    rhi_measured = rhi_measured or {}
-    model = side_by_side_model(base, candidate, live)
-    live_name = None if live is None else LIVE
-    texts = list(prompts)
-    questions = fact_questions(memory)
-    asked = [] if questions is None else list(questions["prompt"])
-    # the held-out prompts batched on their own, as the evaluation batches them (so against the base the
-    # replies are the evaluation's); the memory questions, and the candidate's smoke prompt with them, after
-    # (the candidate's too: those its evaluation wrote are in the cache under its version)
-    known = cache.get(live_version) if cache is not None else {}
-    candidate_known = cache.get(candidate_version) if cache is not None and candidate_version is not None else {}
-    had = len(known) + len(candidate_known)
-    live_replies = replies_in_groups(model, tokenizer, live_name, (texts, asked), known, cfg, seed)
-    candidate_replies = replies_in_groups(
-        model, tokenizer, CANDIDATE, (texts, asked, [SMOKE_PROMPT]), candidate_known, cfg, seed
+    model = side_by_side_model(models.base, sides.candidate, sides.live)
+    replies = _replies(model, sides, models, questions, cfg, cache)
+    scores = _scores(replies, sides, models, cache)
+    rhi = health.rhi(replies.texts, replies.candidate[: len(replies.texts)]) if callable(health.rhi) else health.rhi
+    smoke = replies.candidate[-1]
+    verdict = _Verdict(
+        {
+            "candidate": str(sides.candidate),
+            "live_version": sides.live_version,
+            "rhi": rhi,
+            "deploy_threshold": threshold,
+            "min_win_rate": cfg.health.min_win_rate,
+            "prompts": len(questions.prompts),
+            "replies_generated": replies.generated,
+            "smoke_reply": smoke,
+        }
     )
-    generated = len(known) + len(candidate_known) - had
-    # the reward model's scalar of each side's replies to the held-out prompts; the live adapter's kept with its
-    # replies
-    rm_key = (
-        None
-        if cache is None or getattr(reward_model, "source", None) is None
-        else str(Path(reward_model.source).resolve())
-    )
-    sides = {"live": live_replies[: len(texts)], "candidate": candidate_replies[: len(texts)]}
-    known_scalars = cache.scalars(live_version, rm_key) if cache is not None else {}
-    scores = {
-        "live": _scalars(reward_model, texts, sides["live"], known_scalars),
-        "candidate": _scalars(reward_model, texts, sides["candidate"], {}),
-    }
-    if cache is not None:
-        cache.put(live_version, known, dict(zip(texts, scores["live"].tolist())), rm_key)
-        if candidate_version is not None:
-            cache.put(
-                candidate_version,
-                dict(zip(texts + asked + [SMOKE_PROMPT], candidate_replies)),
-                dict(zip(texts, scores["candidate"].tolist())),
-                rm_key,
-            )
-    if callable(rhi):
-        rhi = rhi(texts, candidate_replies[: len(texts)])
-    reasons: list[str] = []
-    figures: dict[str, Any] = {
-        "candidate": str(candidate),
-        "live_version": live_version,
-        "rhi": rhi,
-        "deploy_threshold": threshold,
-        "min_win_rate": cfg.health.min_win_rate,
-        "prompts": len(prompts),
-        "replies_generated": generated,
-    }
-
-    smoke = candidate_replies[-1]
-    figures["smoke_reply"] = smoke
     if (why := degenerate(smoke)) is not None:
-        reasons.append(f"smoke generation: {why}")
-
-    if rhi is None:
-        reasons.append("no Reward Health Index measured for it")
-    elif rhi < threshold:
-        from hominem_pipeline.core.evaluation.calibration import below_range_text
-
-        low = below_range_text(rhi_measured.get("components", {}), rhi_measured.get("below_range", []))
-        reasons.append(f"RHI {rhi:.3f} below {threshold_name} {threshold}" + (f"; {low}" if low else ""))
-    if rhi_measured.get("components"):
-        figures["rhi_components"] = rhi_measured["components"]
-        figures["rhi_below_range"] = rhi_measured.get("below_range", [])
-
-    wins = [outcome(float(a), float(b)) for a, b in zip(scores["live"], scores["candidate"])]
-    win_rate = float(np.mean(wins))
-    figures.update(
-        win_rate_vs_live=win_rate,
-        live_mean_scalar=_nanmean(scores["live"]),
-        candidate_mean_scalar=_nanmean(scores["candidate"]),
-    )
-    if win_rate < cfg.health.min_win_rate:
-        reasons.append(
-            f"win rate over {live_version or 'the base'} {win_rate:.0%} below health.min_win_rate "
-            f"{cfg.health.min_win_rate:.0%}"
-        )
-
-    figures.update(facts_asked=0, facts_live=0, facts_candidate=0, facts_lost=0, facts_lost_prompts=[])
-    if asked:
-        n = len(texts)
-        found = probe(
-            questions, {"base": live_replies[n : n + len(asked)], "adapter": candidate_replies[n : n + len(asked)]}
-        )
-        figures.update(
-            facts_asked=found.questions,
-            facts_live=found.base,
-            facts_candidate=found.adapter,
-            facts_lost=len(found.lost),
-            facts_lost_prompts=found.lost,
-        )
-        if found.lost:
-            reasons.append(
-                f"lost {len(found.lost)} memory-probe fact(s) the live adapter knows (first: {found.lost[0]!r})"
-            )
-    shape = ManifoldShape.read(candidate)
-    if shape is None:
-        figures["manifold"] = "not measured: the adapter was written without its reward manifold's figures"
-    else:
-        verdict = shape.judged(cfg.health.manifold)
-        figures.update(manifold=verdict.summary(), manifold_blocked=verdict.blocked, **shape.metrics())
-        reasons += [f"reward manifold: {r}" for r in verdict.reasons]
-    if people is not None and len(people):
-        _people_check(
-            model,
-            tokenizer,
-            people,
-            cfg,
-            cache,
-            base_logps,
-            candidate_version,
-            live is not None,
-            live_version,
-            figures,
-            reasons,
-        )
-    report = GateReport(not reasons, reasons, figures)
-    log.info("live gate for %s: %s. %s", candidate, "passed" if report.passed else "refused", report.summary())
+        verdict.reasons.append(f"smoke generation: {why}")
+    _check_rhi(verdict, rhi, health, threshold, threshold_name)
+    _check_wins(verdict, scores, cfg, sides.live_version)
+    _check_facts(verdict, replies)
+    _check_manifold(verdict, sides.candidate, cfg)
+    if questions.people is not None and len(questions.people):
+        _people_check(model, models, questions.people, cfg, cache, sides, verdict)
+    report = GateReport(not verdict.reasons, verdict.reasons, verdict.figures)
+    log.info("live gate for %s: %s. %s", sides.candidate, "passed" if report.passed else "refused", report.summary())
     return report
 
 
 def _people_check(
     model: Any,
-    tokenizer: Any,
+    models: GateModels,
     people: pd.DataFrame,
     cfg: HominemConfig,
     cache: ReplyCache | None,
-    base_logps: Any,
-    candidate_version: str | None,
-    has_live: bool,
-    live_version: str | None,
-    figures: dict[str, Any],
-    reasons: list[str],
+    sides: GateSides,
+    verdict: _Verdict,
 ) -> None:
     """Compare the candidate's and the live adapter's (None: the base's) implicit rewards on the people's
     held-out pairs; adds the figures, and the reason when the candidate falls below by more than
@@ -368,19 +437,20 @@ def _people_check(
             from hominem_pipeline.core.evaluation.compare import people_figures
 
             model.set_adapter(name)
+            batch = cfg.evaluation.batch_size
             known = {
                 **known,
-                **people_figures(model, tokenizer, people, cfg.evaluation.batch_size, base_logps)["people_margins"],
+                **people_figures(model, models.tokenizer, people, batch, models.base_logps)["people_margins"],
             }
             if cache is not None and version is not None:
                 cache.put(version, {}, margins={i: known[i] for i in ids})
         return np.array([known[i] for i in ids], dtype=np.float64)
 
-    candidate = margins(CANDIDATE, candidate_version)
-    live = margins(LIVE, live_version) if has_live else None
+    candidate = margins(CANDIDATE, sides.candidate_version)
+    live = margins(LIVE, sides.live_version) if sides.live is not None else None
     result = compare_margins(candidate, live)
     tolerance = cfg.health.people_tolerance
-    figures.update(
+    verdict.figures.update(
         people_pairs=result.pairs,
         people_accuracy=result.candidate,
         people_accuracy_live=result.live,
@@ -389,12 +459,10 @@ def _people_check(
         people_tolerance=tolerance,
     )
     if tolerance is not None and result.below(tolerance):
-        reasons.append(
+        verdict.reasons.append(
             f"its implicit reward orders {result.candidate:.1%} of {result.pairs} people's held-out "
-            "pairs as people did, below "
-            f"{live_version or 'the base'}'s {result.live:.1%} by more than health.people_tolerance "
-            f"{tolerance} standard error(s) "
-            f"({result.standard_error:.1%})"
+            f"pairs as people did, below {sides.live_version or 'the base'}'s {result.live:.1%} by more than "
+            f"health.people_tolerance {tolerance} standard error(s) ({result.standard_error:.1%})"
         )
 
 

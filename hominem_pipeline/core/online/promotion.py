@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.online.gate import GateReport, ReplyCache, run_gate
+from hominem_pipeline.core.online.gate import (
+    GateHealth,
+    GateModels,
+    GateQuestions,
+    GateReport,
+    GateSides,
+    ReplyCache,
+    run_gate,
+)
 from hominem_pipeline.core.online.live import (
     HEALTH,
     BadAdapter,
@@ -23,6 +30,9 @@ from hominem_pipeline.core.online.live import (
     find_adapter,
 )
 from hominem_pipeline.core.online.slow_loop import BY, Night, NightReport, act
+
+if TYPE_CHECKING:
+    from hominem_pipeline.core.reward.model import RewardModel
 
 log = logging.getLogger(__name__)
 
@@ -41,19 +51,19 @@ class Offer:
         return self.report.passed
 
 
-def health_of(cfg: HominemConfig, adapter: Path) -> tuple[float | None, tuple[float, str] | None, dict[str, Any]]:
-    """(RHI, the threshold it is held to and its setting (None: the health index's own), what it measured)
-    of `adapter`: for an online update, the partial index in its health.json (held to the fast loop's skip_below);
-    for a daily lora_adapter version, what the `reward_health_index` stage measured for it (the version
-    this config implies, else the newest built on it). What it measured: each component with its value
-    and where it lies against the panel's healthy range, and those below it. (None, None, {}) when none
-    was measured."""
+def health_of(cfg: HominemConfig, adapter: Path) -> GateHealth:
+    """The RHI of `adapter`, the threshold it is held to and its setting (None: the health index's own), and what
+    it measured: for an online update, the partial index in its health.json (held to the fast loop's
+    skip_below); for a daily lora_adapter version, what the `reward_health_index` stage measured for it (the
+    version this config implies, else the newest built on it). What it measured: each component with its value
+    and where it lies against the panel's healthy range, and those below it. Nothing measured: an empty
+    GateHealth (which the gate refuses)."""
     if (adapter / HEALTH).is_file():
         health = json.loads((adapter / HEALTH).read_text())
         from hominem_pipeline.core.evaluation.calibration import fast_loop
 
         skip = fast_loop(cfg)["skip_below"]
-        return health.get("rhi"), (skip.value, skip.name), _measured(health)
+        return GateHealth(health.get("rhi"), skip.value, skip.name, _measured(health))
     from hominem_pipeline.core.pipeline.lineage import MissingInput, lineage
 
     version, day = adapter.name, adapter.parent.name
@@ -65,7 +75,7 @@ def health_of(cfg: HominemConfig, adapter: Path) -> tuple[float | None, tuple[fl
         ):
             on_it.append((manifest.stat().st_mtime, manifest.parent, m))
     if not on_it:
-        return None, None, {}
+        return GateHealth()
     try:
         expected = lineage(cfg).expected("reward_health_index", day)
     except MissingInput:  # the config's inputs for that day are not all built: the newest measured on it
@@ -73,7 +83,7 @@ def health_of(cfg: HominemConfig, adapter: Path) -> tuple[float | None, tuple[fl
     chosen = next((x for x in on_it if expected is not None and x[1] == expected.path), max(on_it, key=lambda x: x[0]))
     folder, m = chosen[1], chosen[2]
     health = json.loads((folder / "health.json").read_text()) if (folder / "health.json").is_file() else {}
-    return m["metrics"].get("rhi"), None, _measured(health)
+    return GateHealth(m["metrics"].get("rhi"), measured=_measured(health))
 
 
 def _measured(health: dict[str, Any]) -> dict[str, Any]:
@@ -133,10 +143,8 @@ def offer(
     *,
     by: str,
     reason: str,
-    rhi: float | Callable[[list[str], list[str]], float | None] | None = None,
-    rhi_threshold: float | None = None,
-    threshold_name: str | None = None,
-    reward_model: Any | None = None,
+    health: GateHealth | None = None,
+    reward_model: RewardModel | None = None,
     version: str | None = None,
     seed: int | None = None,
     prompts: list[str] | None = None,
@@ -144,15 +152,23 @@ def offer(
 ) -> Offer:
     """Gate `adapter` against the live one and promote it if it passes; a refusal is recorded with its
     reasons and the adapter stays on disk as a candidate. A damaged adapter (BadAdapter) is refused
-    without running the gate. `rhi`: its health index, or a function measuring it on the candidate's
-    replies (`gate.run_gate`); default: `health_of`, with the threshold it is held to. `reward_model`: the
-    one its METADATA names, when the caller has it loaded already. `people_pairs`: compare the implicit
-    rewards on the first N of the people's held-out pairs (0: none); default: all of them."""
-    from hominem_pipeline.core.builds.memory_files import memory_paths
-    from hominem_pipeline.core.evaluation.memory import read_memory_rows
+    without running the gate.
+
+    Args:
+        cfg: the project's settings.
+        adapter: the candidate's folder.
+        by: who offers it (`cli:<user>`, `admin:<rater>`, `dagster`, ...), for the live history.
+        reason: why, for the live history.
+        health: its health index and what it is held to (`gate.GateHealth`); default: `health_of`.
+        reward_model: the one its METADATA names, when the caller has it loaded already.
+        version: its version (default: the folder's name).
+        seed: the decoding's seed (default: `project.seed`).
+        prompts: the held-out prompts (default: `gate_prompts`).
+        people_pairs: compare the implicit rewards on the first N of the people's held-out pairs (0: none);
+            default: all of them.
+    """
     from hominem_pipeline.core.lm.models import load_student, student_path
     from hominem_pipeline.core.policy.lora import adapter_reward_model, base_checksum
-    from hominem_pipeline.core.reward.model import project_reward_model
 
     state = LiveState(cfg.data_dir)
     adapter = Path(adapter)
@@ -163,9 +179,7 @@ def offer(
             f"live updates are frozen since {current.frozen['since']} ({current.frozen['reason']}); "
             "`hominem live unfreeze` first"
         )
-    base, tokenizer = load_student(
-        student_path(cfg)
-    )  # checks the adapter's base, then carries both adapters in the gate
+    base, tokenizer = load_student(student_path(cfg))  # checks the adapter's base, then carries both adapters
     rm_path = adapter_reward_model(adapter, cfg.data_dir) if (adapter / "METADATA.json").is_file() else None
     try:
         check_adapter(adapter, base_checksum(base))
@@ -180,37 +194,15 @@ def offer(
         raise LiveError(
             f"no reward model to judge {adapter} with (its METADATA names {rm_path}); build one with `hominem run`"
         )
-    measured: dict[str, Any] = {}
-    if rhi is None:
-        rhi, held_to, measured = health_of(cfg, adapter)
-        if rhi_threshold is None and held_to is not None:
-            rhi_threshold, threshold_name = held_to
-    from hominem_pipeline.core.builds.reward_model import people_pairs as held_out_pairs
-    from hominem_pipeline.core.evaluation.fixtures import base_logp_cache
-    from hominem_pipeline.core.reward.feature_cache import (
-        FEATURE_CACHE,
-        SHIPPED_FEATURES,
-    )
-
+    sides = GateSides(adapter, state.adapter_path(current), version, current.version)
+    questions = _questions(cfg, prompts, people_pairs, cfg.project.seed if seed is None else seed)
     report = run_gate(
-        adapter,
-        state.adapter_path(current),
+        sides,
         cfg=cfg,
-        base=base,
-        tokenizer=tokenizer,
-        reward_model=reward_model if reward_model is not None else project_reward_model(rm_path, cfg),
-        prompts=gate_prompts(cfg) if prompts is None else prompts,
-        memory=read_memory_rows(memory_paths(cfg)) if cfg.evaluation.memory_probe else None,
-        rhi=rhi,
-        threshold=rhi_threshold,
-        threshold_name=threshold_name,
-        rhi_measured=measured,
+        models=_models(cfg, base, tokenizer, reward_model, rm_path),
+        questions=questions,
+        health=health if health is not None else health_of(cfg, adapter),
         cache=ReplyCache(state.dir / REPLIES, cfg),
-        candidate_version=version,
-        seed=cfg.project.seed if seed is None else seed,
-        live_version=current.version,
-        people=_first(held_out_pairs(cfg, "held_out"), people_pairs),
-        base_logps=base_logp_cache(student_path(cfg), cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES)),
     )
     if report.passed:
         live = state.promote(version, adapter, rm_path, gate=report.as_dict(), reason=reason, by=by)
@@ -219,6 +211,32 @@ def offer(
         state.refuse(version, adapter, rm_path, gate=report.as_dict(), reason="; ".join(report.reasons), by=by)
         live = current
     return Offer(version, adapter, report, live)
+
+
+def _models(cfg: HominemConfig, base: Any, tokenizer: Any, reward_model: Any, rm_path: Path) -> GateModels:
+    from hominem_pipeline.core.evaluation.fixtures import base_logp_cache
+    from hominem_pipeline.core.lm.models import student_path
+    from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
+    from hominem_pipeline.core.reward.model import project_reward_model
+
+    scorer = reward_model if reward_model is not None else project_reward_model(rm_path, cfg)
+    logps = base_logp_cache(student_path(cfg), cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES))
+    return GateModels(base, tokenizer, scorer, logps)
+
+
+def _questions(cfg: HominemConfig, prompts: list[str] | None, people_pairs: int | None, seed: int) -> GateQuestions:
+    """The held-out prompts, the memory probe's rows (with `evaluation.memory_probe`) and the people's held-out
+    pairs (the first `people_pairs`) the gate asks."""
+    from hominem_pipeline.core.builds.memory_files import memory_paths
+    from hominem_pipeline.core.builds.reward_model import people_pairs as held_out_pairs
+    from hominem_pipeline.core.evaluation.memory import read_memory_rows
+
+    return GateQuestions(
+        prompts=gate_prompts(cfg) if prompts is None else prompts,
+        memory=read_memory_rows(memory_paths(cfg)) if cfg.evaluation.memory_probe else None,
+        people=_first(held_out_pairs(cfg, "held_out"), people_pairs),
+        seed=seed,
+    )
 
 
 def _first(pairs: Any, n: int | None) -> Any:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hominem_pipeline.core.config import HominemConfig
+from hominem_pipeline.core.online.gate import GateHealth
 from hominem_pipeline.core.online.live import HEALTH, ONLINE_ADAPTERS, LiveState
 from hominem_pipeline.core.online.updates.batch import UpdateBatch
 from hominem_pipeline.core.online.updates.result import UpdateResult
@@ -96,9 +97,7 @@ def judge(
         out,
         by=by,
         reason=reason,
-        rhi=measure,
-        rhi_threshold=skip.value,
-        threshold_name=skip.name,
+        health=GateHealth(measure, skip.value, skip.name),
         version=plan.version,
         prompts=held_out_prompts(cfg, plan.pair_sources),
         reward_model=plan.reward_model,  # the one its METADATA names, loaded once
