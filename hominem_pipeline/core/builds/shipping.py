@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -56,167 +58,191 @@ def shipped_texts(cfg: HominemConfig) -> list[tuple[str, list[tuple[str, str]]]]
     return parts
 
 
-def ship_features(cfg: HominemConfig) -> list[tuple[Path, int, int]]:
-    """Write what the reward model's frozen networks compute for the exchanges the project ships (`shipped_texts`:
-    the shipped people's pairs, the contrast fixtures) as its shipped rows (`feature_cache.SHIPPED_FEATURES`), one
-    file per text file and kind, so a fresh clone's first reward model reads them instead of computing them: the
-    guard columns (`reward_model.guards`, measured by the student) and the frozen backbone's pooled states; for the
-    fixtures also the base student's log-probabilities of their replies (the evaluation's `adapter_moves`). Rows are
-    read from the project's feature cache or the rows shipped already, the guards measured where neither holds them;
-    a pooled row must be in the cache (`hominem run` computes them). And the people's score's projection, fitted on
-    every shipped people's pair's replies, with their rows read through it (`people.ship_projection`; their
-    encoder's states read from the cache or measured). The base student's log-probabilities of the people's held-out
-    pairs' replies (the evaluation's implicit reward), and, when the daily adapter learns from people's pairs, the
-    reference log-probabilities of the others (`ship_reference`) and the people's start trained on them
-    (`policy.people_start`). Replaces the folder's files and its MANIFEST.json. Returns (file, rows, rows computed
-    now) per file written."""
-    import json
+@dataclass
+class _Shipment:
+    """What `ship_features` has written so far: (file, rows, rows computed now) each, and its MANIFEST entries."""
 
-    from hominem_pipeline.core.evaluation.fixtures import FIXTURE_MAX_LENGTH
+    cfg: HominemConfig
+    folder: Path  # the shipped features folder
+    cache_folder: Path  # the project's feature cache
+    written: list[tuple[Path, int, int]] = field(default_factory=list)
+    manifest: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def add(self, shipped: tuple[Path, int, int], **entry: Any) -> None:
+        self.written.append(shipped)
+        self.manifest[shipped[0].name] = entry
+
+    @property
+    def student_digest(self) -> str:
+        from hominem_pipeline.core.lm.models import student_path
+        from hominem_pipeline.core.pipeline.artifacts import folder_digest
+
+        return folder_digest(student_path(self.cfg))
+
+    @property
+    def people_files(self) -> list[str]:
+        return [s.file for s in self.cfg.reward_model.people_pairs]
+
+
+def _ship_guards(ship: _Shipment, source: str, name: str, texts: list[tuple[str, str]]) -> None:
+    """The guard columns (`reward_model.guards`, measured by the student) of a text file's exchanges."""
     from hominem_pipeline.core.lm.models import student_path
-    from hominem_pipeline.core.pipeline.artifacts import (
-        folder_digest,
-        optional_file_digest,
-    )
-    from hominem_pipeline.core.reward.feature_cache import (
-        FeatureCache,
-        ids_key,
-        text_key,
-    )
+    from hominem_pipeline.core.reward.feature_cache import text_key
     from hominem_pipeline.core.reward.guards import GUARD_MAX_LENGTH, GuardScorer
 
-    folder, rm = cfg.path(SHIPPED_FEATURES), cfg.reward_model
-    cache_folder = cfg.data_dir / FEATURE_CACHE
-    pooled = _pooled_encoding(cfg)
-    written, manifest = [], {}
-    for source, texts in shipped_texts(cfg):
-        name = source.split(".")[0]
-        prompts, replies = [p for p, _ in texts], [r for _, r in texts]
-        if rm.guards:
-            student = student_path(cfg)
-            scorer = GuardScorer(rm.guards, student, cache=cache_folder, shipped=folder)
-            scorer(prompts, replies)
-            cache = scorer.disk_cache()
-            path = cache.ship([text_key(p, r) for p, r in texts], folder, name)
-            written.append((path, len(set(texts)), cache.misses))
-            manifest[path.name] = {
-                "features": "guards",
-                "columns": list(rm.guards),
-                "file": source,
-                "rows": written[-1][1],
-                "student": student.name,
-                "student_digest": folder_digest(student),
-                "window_tokens": GUARD_MAX_LENGTH,
-            }
-        if pooled is not None:
-            namespace, width, encode = pooled
-            cache = FeatureCache(cache_folder, namespace, width, shipped=folder)
-            keys = list(dict.fromkeys(ids_key(encode(p, r)) for p, r in texts))
-            path = cache.ship(keys, folder, name)
-            written.append((path, len(keys), 0))
-            manifest[path.name] = {
-                "features": "pooled",
-                "width": width,
-                "file": source,
-                "rows": len(keys),
-                "backbone_digest": namespace[1],
-                "settings": namespace[2:],
-                "max_length": rm.max_length,
-                "frame": rm.backbone.frame,
-            }
-        if cfg.fixtures.file is not None and source == Path(cfg.fixtures.file).name:
-            written.append(_ship_fixture_logps(cfg, cache_folder, folder, name))
-            manifest[written[-1][0].name] = {
-                "features": "student_logps",
-                "columns": ["sum", "tokens"],
-                "file": source,
-                "rows": written[-1][1],
-                "student_digest": folder_digest(student_path(cfg)),
-                "max_length": FIXTURE_MAX_LENGTH,
-            }
+    guards, student = ship.cfg.reward_model.guards, student_path(ship.cfg)
+    scorer = GuardScorer(guards, student, cache=ship.cache_folder, shipped=ship.folder)
+    scorer([p for p, _ in texts], [r for _, r in texts])
+    cache = scorer.disk_cache()
+    path = cache.ship([text_key(p, r) for p, r in texts], ship.folder, name)
+    rows = len(set(texts))
+    ship.add(
+        (path, rows, cache.misses),
+        features="guards",
+        columns=list(guards),
+        file=source,
+        rows=rows,
+        student=student.name,
+        student_digest=ship.student_digest,
+        window_tokens=GUARD_MAX_LENGTH,
+    )
+
+
+def _ship_pooled(ship: _Shipment, pooled: tuple, source: str, name: str, texts: list[tuple[str, str]]) -> None:
+    """The frozen backbone's pooled states of a text file's exchanges (they must be in the cache)."""
+    from hominem_pipeline.core.reward.feature_cache import FeatureCache, ids_key
+
+    namespace, width, encode = pooled
+    rm = ship.cfg.reward_model
+    cache = FeatureCache(ship.cache_folder, namespace, width, shipped=ship.folder)
+    keys = list(dict.fromkeys(ids_key(encode(p, r)) for p, r in texts))
+    path = cache.ship(keys, ship.folder, name)
+    ship.add(
+        (path, len(keys), 0),
+        features="pooled",
+        width=width,
+        file=source,
+        rows=len(keys),
+        backbone_digest=namespace[1],
+        settings=namespace[2:],
+        max_length=rm.max_length,
+        frame=rm.backbone.frame,
+    )
+
+
+def _ship_people(ship: _Shipment) -> None:
+    """The base's log-probabilities of the people's held-out pairs' replies; and where the daily adapter learns from
+    people's pairs, the reference log-probabilities of the others and the people's start trained on them."""
+    from hominem_pipeline.core.evaluation.fixtures import FIXTURE_MAX_LENGTH
+    from hominem_pipeline.core.lm.models import student_path
+
+    cfg, folder = ship.cfg, ship.folder
     held = people_pairs(cfg, "held_out")
     if held is not None:
-        written.append(
-            _ship_student_logps(
-                cfg,
-                cache_folder,
-                folder,
-                "people-held-out",
-                [(p, r) for p, c, j in zip(held["prompt"], held["chosen"], held["rejected"]) for r in (c, j)],
-            )
-        )
-        manifest[written[-1][0].name] = {
-            "features": "student_logps",
-            "columns": ["sum", "tokens"],
-            "files": [s.file for s in rm.people_pairs if s.held_out],
-            "rows": written[-1][1],
-            "student_digest": folder_digest(student_path(cfg)),
-            "max_length": FIXTURE_MAX_LENGTH,
-        }
+        exchanges = [(p, r) for p, c, j in zip(held["prompt"], held["chosen"], held["rejected"]) for r in (c, j)]
+        shipped = _ship_student_logps(cfg, ship.cache_folder, folder, "people-held-out", exchanges)
+        files = [s.file for s in cfg.reward_model.people_pairs if s.held_out]
+        digest = ship.student_digest
+        ship.add(shipped, features="student_logps", columns=["sum", "tokens"], files=files, rows=shipped[1])
+        ship.manifest[shipped[0].name] |= {"student_digest": digest, "max_length": FIXTURE_MAX_LENGTH}
     train = people_pairs(cfg)
-    if (
-        train is not None and cfg.policy.mode == "dual" and cfg.policy.dual.people_share > 0
-    ):  # what the daily adapter learns from
-        written.append(ship_reference(student_path(cfg), cfg.policy, train, folder))
-        manifest[written[-1][0].name] = {
-            "features": "reference_logps",
-            "files": [s.file for s in rm.people_pairs],
-            "rows": written[-1][1],
-            "student_digest": folder_digest(student_path(cfg)),
-            "max_length": cfg.policy.max_length,
-        }
-    if (
-        train is not None and cfg.policy.mode == "dual" and cfg.policy.dual.people_start is not None
-    ):  # what it starts from
+    if train is None or cfg.policy.mode != "dual":
+        return
+    common = {"files": ship.people_files, "student_digest": ship.student_digest, "max_length": cfg.policy.max_length}
+    if cfg.policy.dual.people_share > 0:  # what the daily adapter learns from
+        shipped = ship_reference(student_path(cfg), cfg.policy, train, folder)
+        ship.add(shipped, features="reference_logps", files=common["files"], rows=shipped[1])
+        ship.manifest[shipped[0].name] |= {k: common[k] for k in ("student_digest", "max_length")}
+    if cfg.policy.dual.people_start is not None:  # what it starts from
         from hominem_pipeline.core.builds.memory_files import memory_paths
         from hominem_pipeline.core.evaluation.memory import read_memory_rows
         from hominem_pipeline.core.policy.pairs import people_rows
 
-        written.append(
-            ship_people_start(
-                student_path(cfg), cfg.policy, people_rows(train), read_memory_rows(memory_paths(cfg)), folder
-            )
-        )
-        manifest[written[-1][0].name] = {
-            "features": "people_start",
-            "files": [s.file for s in rm.people_pairs],
-            "pairs": written[-1][1],
-            "steps": cfg.policy.dual.people_start.max_steps,
-            "student_digest": folder_digest(student_path(cfg)),
-            "max_length": cfg.policy.max_length,
-        }
-    pairs = people_pairs(
-        cfg, "all"
-    )  # the projection is fitted on every shipped reply's text (no choice read), the held-out ones too
-    encoder = people_encoder(cfg)
-    if encoder is not None and pairs is not None:
-        from hominem_pipeline.core.reward.people import ship_projection
+        memory = read_memory_rows(memory_paths(cfg))
+        shipped = ship_people_start(student_path(cfg), cfg.policy, people_rows(train), memory, folder)
+        steps = cfg.policy.dual.people_start.max_steps
+        ship.add(shipped, features="people_start", files=common["files"], pairs=shipped[1], steps=steps)
+        ship.manifest[shipped[0].name] |= {k: common[k] for k in ("student_digest", "max_length")}
 
-        every = [(p, r) for p, c, j in zip(pairs["prompt"], pairs["chosen"], pairs["rejected"]) for r in (c, j)]
-        projection, rows, n, measured = ship_projection(
-            encoder, rm.people_score.max_length, cache_folder, every, folder
+
+def _ship_projection(ship: _Shipment) -> None:
+    """The people's score's projection, fitted on every shipped reply's text (no choice read, the held-out ones
+    too), and their rows read through it."""
+    from hominem_pipeline.core.pipeline.artifacts import folder_digest
+    from hominem_pipeline.core.reward.people import ship_projection
+
+    cfg, rm = ship.cfg, ship.cfg.reward_model
+    pairs, encoder = people_pairs(cfg, "all"), people_encoder(cfg)
+    if encoder is None or pairs is None:
+        return
+    every = [(p, r) for p, c, j in zip(pairs["prompt"], pairs["chosen"], pairs["rejected"]) for r in (c, j)]
+    projection, rows, n, measured = ship_projection(
+        encoder, rm.people_score.max_length, ship.cache_folder, every, ship.folder
+    )
+    for path, computed in ((projection, measured), (rows, 0)):
+        ship.add(
+            (path, n, computed),
+            features="people_projection" if path == projection else "people_projected",
+            files=ship.people_files,
+            rows=n,
+            encoder_digest=folder_digest(encoder),
+            max_length=rm.people_score.max_length,
         )
-        written += [(projection, n, measured), (rows, n, 0)]
-        for path in (projection, rows):
-            manifest[path.name] = {
-                "features": "people_projection" if path == projection else "people_projected",
-                "files": [s.file for s in rm.people_pairs],
-                "rows": n,
-                "encoder_digest": folder_digest(encoder),
-                "max_length": rm.people_score.max_length,
-            }
+
+
+def _finish(ship: _Shipment) -> None:
+    """Remove the files no longer shipped; write MANIFEST.json with the digests of the files they were read from."""
+    from hominem_pipeline.core.pipeline.artifacts import optional_file_digest
+
+    cfg, folder = ship.cfg, ship.folder
+    kept = [w[0] for w in ship.written]
     for stale in [*folder.glob("*.npz"), *folder.glob("*.safetensors")]:
-        if stale not in [w[0] for w in written]:
+        if stale not in kept:
             stale.unlink()
-    if written:
-        digests = {
-            **dict(zip([s.file for s in rm.people_pairs], people_pairs_digest(cfg))),
-            **({cfg.fixtures.file: optional_file_digest(cfg.path(cfg.fixtures.file))} if cfg.fixtures.file else {}),
-        }
-        (folder / "MANIFEST.json").write_text(
-            json.dumps({"file_digests": digests, "files": manifest}, indent=2) + "\n"
-        )
-    return written
+    if not ship.written:
+        return
+    digests = dict(zip(ship.people_files, people_pairs_digest(cfg)))
+    if cfg.fixtures.file:
+        digests[cfg.fixtures.file] = optional_file_digest(cfg.path(cfg.fixtures.file))
+    (folder / "MANIFEST.json").write_text(
+        json.dumps({"file_digests": digests, "files": ship.manifest}, indent=2) + "\n"
+    )
+
+
+def ship_features(cfg: HominemConfig) -> list[tuple[Path, int, int]]:
+    """Write what the project's frozen networks compute for the texts it ships, so that a fresh clone's first day
+    reads them instead of computing them (`feature_cache.SHIPPED_FEATURES`, one file per text file and kind):
+
+    - per shipped text file (`shipped_texts`: the people's pairs, the contrast fixtures): the guard columns
+      (`reward_model.guards`, measured by the student) and the frozen backbone's pooled states (read from the
+      project's feature cache, which `hominem run` fills, or the rows shipped already); for the fixtures also the
+      base student's log-probabilities of their replies (the evaluation's `adapter_moves`);
+    - the base student's log-probabilities of the people's held-out pairs' replies (the evaluation's implicit
+      reward), and, when the daily adapter learns from people's pairs, the reference log-probabilities of the others
+      (`ship_reference`) and the people's start trained on them (`policy.people_start`);
+    - the people's score's projection, fitted on every shipped people's pair's replies, with their rows read
+      through it (`people.ship_projection`).
+
+    Replaces the folder's files and its MANIFEST.json. Returns (file, rows, rows computed now) per file written."""
+    from hominem_pipeline.core.evaluation.fixtures import FIXTURE_MAX_LENGTH
+
+    ship = _Shipment(cfg, cfg.path(SHIPPED_FEATURES), cfg.data_dir / FEATURE_CACHE)
+    pooled = _pooled_encoding(cfg)
+    fixtures = Path(cfg.fixtures.file).name if cfg.fixtures.file is not None else None
+    for source, texts in shipped_texts(cfg):
+        name = source.split(".")[0]
+        if cfg.reward_model.guards:
+            _ship_guards(ship, source, name, texts)
+        if pooled is not None:
+            _ship_pooled(ship, pooled, source, name, texts)
+        if source == fixtures:
+            shipped = _ship_fixture_logps(cfg, ship.cache_folder, ship.folder, name)
+            ship.add(shipped, features="student_logps", columns=["sum", "tokens"], file=source, rows=shipped[1])
+            ship.manifest[shipped[0].name] |= {"student_digest": ship.student_digest, "max_length": FIXTURE_MAX_LENGTH}
+    _ship_people(ship)
+    _ship_projection(ship)
+    _finish(ship)
+    return ship.written
 
 
 def _ship_fixture_logps(cfg: HominemConfig, cache_folder: Path, folder: Path, name: str) -> tuple[Path, int, int]:

@@ -43,6 +43,167 @@ def _sample(n: int, k: int, seed: int) -> list[int]:
     return list(range(n)) if k >= n else sorted(random.Random(seed).sample(range(n), k))
 
 
+class _Clock:
+    """Each probe's seconds, logged as it finishes (the suite takes a minute or two on a CPU)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.last = time.monotonic()
+
+    def done(self, part: str) -> None:
+        now = time.monotonic()
+        self.seconds[part] = round(now - self.last, 2)
+        self.last = now
+        log.info("probes: %s done in %.1f s", part, self.seconds[part])
+
+
+def _tradeoffs(model: Any, cfg: Any, dims: list[str], previous: Any, out_dir: Path) -> dict[str, Any] | None:
+    """The trade-off scenarios, each choice read against the version before's."""
+    pc = cfg.probes
+    scenarios = probes.load_tradeoffs(cfg.path(pc.tradeoffs), dims) if pc.tradeoffs else []
+    trade = probes.tradeoff_results(model, scenarios) if scenarios else pd.DataFrame()
+    if not len(trade):
+        return None
+    before = probes.tradeoff_results(previous, scenarios) if previous is not None else None
+    trade["choice_before"] = None if before is None else list(before["choice"])
+    trade.to_parquet(out_dir / TRADEOFFS, index=False)
+    return {
+        "scenarios": len(trade),
+        "as_expected": int(trade["as_expected"].sum()),
+        "dimensions_as_expected": int(trade["dimensions_as_expected"].sum()),
+        "missed": list(trade.loc[~trade["as_expected"], "id"]),
+        "flipped": probes.flipped(trade, before),
+        "regressions": probes.regressions(trade, before),
+        "per_trade": {
+            t: {"scenarios": int(len(g)), "as_expected": int(g["as_expected"].sum())}
+            for t, g in trade.groupby("trade")
+        },
+    }
+
+
+def _adversarial(model: Any, cfg: Any, dims: list[str], seed: int, out_dir: Path) -> dict[str, Any] | None:
+    """Adversarial consistency on a sample of the contrast fixtures: how often a meaning-preserving rewrite flips
+    the order of a pair."""
+    from hominem_pipeline.core.evaluation.fixtures import load_fixtures
+
+    pc = cfg.probes
+    fixtures = load_fixtures(cfg.path(cfg.fixtures.file), dims) if cfg.fixtures.file and pc.adversarial_pairs else []
+    if not fixtures:
+        return None
+    chosen = [fixtures[i] for i in _sample(len(fixtures), pc.adversarial_pairs, seed)]
+    adv = probes.adversarial(
+        model, [f.prompt for f in chosen], [f.better for f in chosen], [f.worse for f in chosen], seed
+    )
+    examples = [json.dumps(e) if e else None for e in adv["example"]]
+    adv.assign(example=examples).to_parquet(out_dir / ADVERSARIAL, index=False)
+    measured = adv.dropna(subset=["flip_rate"])
+    worst = measured.sort_values("flip_rate", ascending=False).iloc[0] if len(measured) else None
+    return {
+        "pairs": len(chosen),
+        "per": {
+            r.perturbation: {
+                "pairs": int(r.pairs),
+                "flip_rate": r.flip_rate,
+                "mean_shift": r.mean_shift,
+                "max_shift": r.max_shift,
+            }
+            for r in adv.itertuples()
+        },
+        "worst": None if worst is None else worst["perturbation"],
+        "max_flip_rate": None if worst is None else float(worst["flip_rate"]),
+    }
+
+
+def _counterfactuals(model: Any, items: list[Any], out_dir: Path) -> dict[str, Any] | None:
+    """Each counterfactual query: does its change move its dimension the right way, and most of all?"""
+    if not items:
+        return None
+    cf = probes.counterfactual_results(model, items)
+    cf.to_parquet(out_dir / COUNTERFACTUALS, index=False)
+    return {
+        "queries": len(cf),
+        "right_way": int(cf["right_way"].sum()),
+        "largest": int(cf["largest"].sum()),
+        "missed": list(cf.loc[~cf["right_way"], "id"]),
+        "per_change": {
+            c: {
+                "queries": int(len(g)),
+                "right_way": int(g["right_way"].sum()),
+                "largest": int(g["largest"].sum()),
+                "dimension": g["dimension"].iloc[0],
+            }
+            for c, g in cf.groupby("change")
+        },
+    }
+
+
+def _attribution(model: Any, cfg: Any, items: list[Any], seed: int, out_dir: Path) -> dict[str, Any] | None:
+    """Occlusion over a sample of the counterfactuals' changed replies (where the change should show)."""
+    pc, dims = cfg.probes, list(model.dimensions)
+    explained = [items[i] for i in _sample(len(items), pc.attribution_examples, seed)] if items else []
+    if not explained:
+        return None
+    tables, pages = [], []
+    for c in explained:
+        table = probes.occlusion(model, c.prompt, c.changed, pc.attribution_words)
+        tables.append(table.assign(id=c.id, prompt=c.prompt, reply=c.changed))
+        way = "up" if c.direction > 0 else "down"
+        title = f"{c.id}: {c.change} ({c.dimension} should move {way})"
+        pages.append(probes.attribution_html(c.prompt, c.changed, table, dims, title))
+    pd.concat(tables, ignore_index=True).to_parquet(out_dir / ATTRIBUTION_TABLE, index=False)
+    (out_dir / ATTRIBUTION).write_text(_join_pages(pages), encoding="utf-8")
+    return {"examples": [c.id for c in explained], "words": pc.attribution_words, "method": "occlusion"}
+
+
+def _map(model: Any, rows: pd.DataFrame, label: str, out_dir: Path) -> dict[str, Any]:
+    """The day's replies (and people's pairs) on the first two principal components of their reward vectors,
+    and the dimensions' correlations."""
+    dims = list(model.dimensions)
+    vectors = np.asarray(model.raw_scores(list(rows["prompt"]), list(rows["response"]))["vector"], dtype=np.float64)
+    coords, var = probes.pca(vectors)
+    frame = rows.assign(
+        pc1=coords[:, 0],
+        pc2=coords[:, 1] if coords.shape[1] > 1 else 0.0,
+        **{f"v_{d}": vectors[:, j] for j, d in enumerate(dims)},
+    )
+    frame.to_parquet(out_dir / MAP, index=False)
+    corr = probes.correlations(vectors, dims)
+    corr.reset_index(names="dimension").to_parquet(out_dir / CORRELATIONS, index=False)
+    chosen = [None if c is None or pd.isna(c) else bool(c) for c in rows["chosen"]]
+    title = f"reward vectors of {len(rows)} replies: {label}"
+    probes.plot_manifold_map(coords, var, list(rows["category"]), out_dir / MAP_PLOT, title, chosen)
+    pairs = [
+        (dims[i], dims[j], float(corr.iloc[i, j]))
+        for i in range(len(dims))
+        for j in range(i + 1, len(dims))
+        if np.isfinite(corr.iloc[i, j])
+    ]
+    strongest = sorted(pairs, key=lambda t: -abs(t[2]))[:3]
+    return {
+        "replies": len(rows),
+        "people_replies": int(rows["chosen"].notna().sum()),
+        "explained": [float(v) for v in var],
+        "strongest_correlations": [{"a": a, "b": b, "r": r} for a, b, r in strongest],
+    }
+
+
+def _collisions(model: Any, cfg: Any, rows: pd.DataFrame) -> dict[str, Any] | None:
+    """The dimensions' gradient agreement on a few replies (not people's): which dimensions pull together."""
+    from hominem_pipeline.core.evaluation.health import dcs_of, gradient_agreement
+
+    pc, dims = cfg.probes, list(model.dimensions)
+    grad_rows = rows[rows["chosen"].isna()].head(pc.collision_replies) if pc.collision_replies else rows.iloc[:0]
+    if len(grad_rows) < 2:
+        return None
+    gda = gradient_agreement(model, list(grad_rows["prompt"]), list(grad_rows["response"]), cfg.health.dcs_layers)
+    return {
+        "replies": len(grad_rows),
+        "dcs": dcs_of(gda),
+        "pairs": probes.collisions(gda, dims),
+        "agreement": {d: dict(zip(dims, map(float, gda[i]))) for i, d in enumerate(dims)},
+    }
+
+
 def run_suite(
     model: Any,
     cfg: Any,
@@ -56,177 +217,49 @@ def run_suite(
     previous_label: str | None = None,
 ) -> dict[str, Any]:
     """Run every probe of `cfg.probes` on `model` (a reward model) and write the results to `out_dir`.
-    `previous`: the version before, whose trade-off choices a flip is read against; `replies`: (prompt,
-    response, category) for the manifold map and the collisions; `people`: (prompt, chosen, rejected) of
-    people's pairs, marked on the map. Returns the summary (also `probes.json`)."""
-    from hominem_pipeline.core.evaluation.fixtures import load_fixtures
 
-    pc, dims = cfg.probes, list(model.dimensions)
+    Args:
+        model: the reward model probed.
+        cfg: the project's settings (`probes`, `fixtures`, `health.dcs_layers`).
+        seed: draws the samples of fixtures, counterfactuals and replies.
+        out_dir: where every table, page and plot goes.
+        previous: the version before, whose trade-off choices a flip is read against.
+        replies: (prompt, response, category) for the manifold map and the collisions.
+        people: (prompt, chosen, rejected) of people's pairs, marked on the map.
+        label: this version's name, shown in the summary and the plots.
+        previous_label: the version before's.
+
+    Returns the summary (also `probes.json`).
+    """
+    dims = list(model.dimensions)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {"reward_model": label, "previous": previous_label, "dimensions": dims}
-    seconds: dict[str, float] = {}
-    clock = [time.monotonic()]
+    clock, pc = _Clock(), cfg.probes
 
-    def done(
-        part: str,
-    ) -> None:  # each probe's seconds, logged as it finishes (the suite takes a minute or two on a CPU)
-        now = time.monotonic()
-        seconds[part] = round(now - clock[0], 2)
-        clock[0] = now
-        log.info("probes: %s done in %.1f s", part, seconds[part])
+    def add(part: str, found: dict[str, Any] | None) -> None:
+        if found is not None:
+            summary[part] = found
 
-    # trade-offs, against the version before
-    scenarios = probes.load_tradeoffs(cfg.path(pc.tradeoffs), dims) if pc.tradeoffs else []
-    trade = probes.tradeoff_results(model, scenarios) if scenarios else pd.DataFrame()
-    before = probes.tradeoff_results(previous, scenarios) if scenarios and previous is not None else None
-    if len(trade):
-        trade["choice_before"] = None if before is None else list(before["choice"])
-        trade.to_parquet(out_dir / TRADEOFFS, index=False)
-        summary["tradeoffs"] = {
-            "scenarios": len(trade),
-            "as_expected": int(trade["as_expected"].sum()),
-            "dimensions_as_expected": int(trade["dimensions_as_expected"].sum()),
-            "missed": list(trade.loc[~trade["as_expected"], "id"]),
-            "flipped": probes.flipped(trade, before),
-            "regressions": probes.regressions(trade, before),
-            "per_trade": {
-                t: {"scenarios": int(len(g)), "as_expected": int(g["as_expected"].sum())}
-                for t, g in trade.groupby("trade")
-            },
-        }
-    done("tradeoffs")
-
-    # adversarial consistency on a sample of the contrast fixtures
-    fixtures = load_fixtures(cfg.path(cfg.fixtures.file), dims) if cfg.fixtures.file and pc.adversarial_pairs else []
-    if fixtures:
-        chosen = [fixtures[i] for i in _sample(len(fixtures), pc.adversarial_pairs, seed)]
-        adv = probes.adversarial(
-            model, [f.prompt for f in chosen], [f.better for f in chosen], [f.worse for f in chosen], seed
-        )
-        adv.assign(example=[json.dumps(e) if e else None for e in adv["example"]]).to_parquet(
-            out_dir / ADVERSARIAL, index=False
-        )
-        measured = adv.dropna(subset=["flip_rate"])
-        worst = measured.sort_values("flip_rate", ascending=False).iloc[0] if len(measured) else None
-        summary["adversarial"] = {
-            "pairs": len(chosen),
-            "per": {
-                r.perturbation: {
-                    "pairs": int(r.pairs),
-                    "flip_rate": r.flip_rate,
-                    "mean_shift": r.mean_shift,
-                    "max_shift": r.max_shift,
-                }
-                for r in adv.itertuples()
-            },
-            "worst": None if worst is None else worst["perturbation"],
-            "max_flip_rate": None if worst is None else float(worst["flip_rate"]),
-        }
-    done("adversarial")
-
-    # counterfactuals, and the attribution of the first changed replies (where the change should show)
+    add("tradeoffs", _tradeoffs(model, cfg, dims, previous, out_dir))
+    clock.done("tradeoffs")
+    add("adversarial", _adversarial(model, cfg, dims, seed, out_dir))
+    clock.done("adversarial")
     items = probes.load_counterfactuals(cfg.path(pc.counterfactuals), dims) if pc.counterfactuals else []
-    if items:
-        cf = probes.counterfactual_results(model, items)
-        cf.to_parquet(out_dir / COUNTERFACTUALS, index=False)
-        summary["counterfactuals"] = {
-            "queries": len(cf),
-            "right_way": int(cf["right_way"].sum()),
-            "largest": int(cf["largest"].sum()),
-            "missed": list(cf.loc[~cf["right_way"], "id"]),
-            "per_change": {
-                c: {
-                    "queries": int(len(g)),
-                    "right_way": int(g["right_way"].sum()),
-                    "largest": int(g["largest"].sum()),
-                    "dimension": g["dimension"].iloc[0],
-                }
-                for c, g in cf.groupby("change")
-            },
-        }
-    done("counterfactuals")
-    explained = [items[i] for i in _sample(len(items), pc.attribution_examples, seed)] if items else []
-    if explained:
-        tables, pages = [], []
-        for c in explained:
-            table = probes.occlusion(model, c.prompt, c.changed, pc.attribution_words)
-            tables.append(table.assign(id=c.id, prompt=c.prompt, reply=c.changed))
-            pages.append(
-                probes.attribution_html(
-                    c.prompt,
-                    c.changed,
-                    table,
-                    dims,
-                    f"{c.id}: {c.change} ({c.dimension} should move {'up' if c.direction > 0 else 'down'})",
-                )
-            )
-        pd.concat(tables, ignore_index=True).to_parquet(out_dir / ATTRIBUTION_TABLE, index=False)
-        (out_dir / ATTRIBUTION).write_text(_join_pages(pages), encoding="utf-8")
-        summary["attribution"] = {
-            "examples": [c.id for c in explained],
-            "words": pc.attribution_words,
-            "method": "occlusion",
-        }
-    done("attribution")
-
-    # the manifold's shape: the day's replies (and people's pairs) on the first two principal components
+    add("counterfactuals", _counterfactuals(model, items, out_dir))
+    clock.done("counterfactuals")
+    add("attribution", _attribution(model, cfg, items, seed, out_dir))
+    clock.done("attribution")
     rows = _map_rows(replies, people, pc.map_replies, seed)
     if len(rows) >= 2:
-        vectors = np.asarray(
-            model.raw_scores(list(rows["prompt"]), list(rows["response"]))["vector"], dtype=np.float64
-        )
-        coords, var = probes.pca(vectors)
-        frame = rows.assign(
-            pc1=coords[:, 0],
-            pc2=coords[:, 1] if coords.shape[1] > 1 else 0.0,
-            **{f"v_{d}": vectors[:, j] for j, d in enumerate(dims)},
-        )
-        frame.to_parquet(out_dir / MAP, index=False)
-        corr = probes.correlations(vectors, dims)
-        corr.reset_index(names="dimension").to_parquet(out_dir / CORRELATIONS, index=False)
-        probes.plot_manifold_map(
-            coords,
-            var,
-            list(rows["category"]),
-            out_dir / MAP_PLOT,
-            f"reward vectors of {len(rows)} replies: {label}",
-            [None if c is None or pd.isna(c) else bool(c) for c in rows["chosen"]],
-        )
-        pairs = [
-            (dims[i], dims[j], float(corr.iloc[i, j]))
-            for i in range(len(dims))
-            for j in range(i + 1, len(dims))
-            if np.isfinite(corr.iloc[i, j])
-        ]
-        summary["map"] = {
-            "replies": len(rows),
-            "people_replies": int(rows["chosen"].notna().sum()),
-            "explained": [float(v) for v in var],
-            "strongest_correlations": [
-                {"a": a, "b": b, "r": r} for a, b, r in sorted(pairs, key=lambda t: -abs(t[2]))[:3]
-            ],
-        }
-        done("map")
-        grad_rows = rows[rows["chosen"].isna()].head(pc.collision_replies) if pc.collision_replies else rows.iloc[:0]
-        if len(grad_rows) >= 2:
-            from hominem_pipeline.core.evaluation.health import (
-                dcs_of,
-                gradient_agreement,
-            )
-
-            gda = gradient_agreement(
-                model, list(grad_rows["prompt"]), list(grad_rows["response"]), cfg.health.dcs_layers
-            )
-            summary["collisions"] = {
-                "replies": len(grad_rows),
-                "dcs": dcs_of(gda),
-                "pairs": probes.collisions(gda, dims),
-                "agreement": {d: dict(zip(dims, map(float, gda[i]))) for i, d in enumerate(dims)},
-            }
-            done("collisions")
+        summary["map"] = _map(model, rows, label, out_dir)
+        clock.done("map")
+        found = _collisions(model, cfg, rows)
+        if found is not None:
+            summary["collisions"] = found
+            clock.done("collisions")
     plot_suite(summary, out_dir / SUITE_PLOT)
-    summary["seconds"] = seconds
+    summary["seconds"] = clock.seconds
     (out_dir / SUMMARY).write_text(json.dumps(summary, indent=1, default=float) + "\n")
     return summary
 

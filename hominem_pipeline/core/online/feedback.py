@@ -160,9 +160,28 @@ def pair_prompt(messages: list[Message]) -> str:
     return transcript([(m.role, m.content) for m in messages])
 
 
-def feedback_tables(events: list[dict[str, Any]], source_file: str = "") -> FeedbackTables:
-    """Parse one day's events (unknown or malformed ones are counted and skipped) into pairs and
-    conversations. Feedback on a turn of an earlier day is kept when the turn is among `events`."""
+@dataclass
+class _Parsed:
+    """One day's events parsed, with where each came from."""
+
+    events: list[Turn | Thumb | Choice | Nudge | Emotion]
+    rows_of: dict[str, int]  # event id -> its line in the day's file
+    skipped: int  # events that are not turns or feedback of this version
+    source_file: str
+    turns: dict[str, Turn] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.turns = {e.id: e for e in self.events if isinstance(e, Turn)}
+
+    def pair(self, pair_id: str, chosen: Turn, rejected: Turn, source: str, weight: float, event: Any) -> dict:
+        """A pair row from two turns, credited to the feedback `event` that made it."""
+        strength = event.strength if isinstance(event, Choice) else None
+        note = event.note if isinstance(event, Choice) else None
+        row = self.rows_of[event.id]
+        return _pair(pair_id, chosen, rejected, source, weight, strength, event.rater, note, self.source_file, row)
+
+
+def _parse(events: list[dict[str, Any]], source_file: str) -> _Parsed:
     parsed: list[Turn | Thumb | Choice | Nudge | Emotion] = []
     rows_of: dict[str, int] = {}
     skipped = 0
@@ -172,11 +191,13 @@ def feedback_tables(events: list[dict[str, Any]], source_file: str = "") -> Feed
             rows_of[parsed[-1].id] = row
         except ValidationError:
             skipped += 1
-    turns = {e.id: e for e in parsed if isinstance(e, Turn)}
-    choices = [e for e in parsed if isinstance(e, Choice)]
-    by_id = {c.id: c for c in choices}
+    return _Parsed(parsed, rows_of, skipped, source_file)
 
-    # A repeat answered the same way keeps the pair once, at the larger strength; a flipped one drops both.
+
+def _kept_choices(choices: list[Choice]) -> tuple[dict[str, Choice], int, int]:
+    """The choices a pair is made of: a repeat answered the same way keeps the pair once, at the larger strength;
+    a flipped one drops both. Returns (kept by id, consistent repeats, inconsistent ones)."""
+    by_id = {c.id: c for c in choices}
     kept: dict[str, Choice] = {c.id: c for c in choices if c.repeat_of is None}
     consistent = inconsistent = 0
     for repeat in (c for c in choices if c.repeat_of is not None):
@@ -190,102 +211,90 @@ def feedback_tables(events: list[dict[str, Any]], source_file: str = "") -> Feed
         else:
             inconsistent += 1
             del kept[first.id]
+    return kept, consistent, inconsistent
 
-    pairs: list[dict[str, Any]] = []
-    compared: set[frozenset[str]] = set()
-    missing_turns = 0
+
+def _choice_pairs(day: _Parsed, kept: dict[str, Choice], compared: set[frozenset[str]]) -> tuple[list[dict], int]:
+    """A pair per kept choice whose two turns are known; (pairs, choices on unknown turns)."""
+    turns, pairs, missing = day.turns, [], 0
     for choice in kept.values():
         chosen, rejected = turns.get(choice.chosen), turns.get(choice.rejected)
         if chosen is None or rejected is None:
-            missing_turns += 1
+            missing += 1
             continue
         compared.add(frozenset((chosen.id, rejected.id)))
-        pairs.append(
-            _pair(
-                choice.id,
-                chosen,
-                rejected,
-                "feedback:choice",
-                STRENGTHS[choice.strength],
-                choice.strength,
-                choice.rater,
-                choice.note,
-                source_file,
-                rows_of[choice.id],
-            )
-        )
+        pairs.append(day.pair(choice.id, chosen, rejected, "feedback:choice", STRENGTHS[choice.strength], choice))
+    return pairs, missing
 
+
+def _by_context(turns: dict[str, Turn], ids: Any) -> dict[str, list[Turn]]:
+    """The turns `ids` grouped by the messages they answer."""
+    grouped: dict[str, list[Turn]] = defaultdict(list)
+    for turn_id in ids:
+        grouped[turns[turn_id].context].append(turns[turn_id])
+    return grouped
+
+
+def _thumb_pairs(day: _Parsed, compared: set[frozenset[str]]) -> list[dict[str, Any]]:
+    """One reply with more thumbs up and another to the same message with more down, not chosen between: a pair."""
+    turns = day.turns
     thumbs: dict[str, list[Thumb]] = defaultdict(list)
-    for e in parsed:
+    for e in day.events:
         if isinstance(e, Thumb) and e.turn in turns:
             thumbs[e.turn].append(e)
     net = {turn: sum(1 if t.value == "up" else -1 for t in ts) for turn, ts in thumbs.items()}
-    by_context: dict[str, list[Turn]] = defaultdict(list)
-    for turn_id, score in net.items():
-        if score != 0:
-            by_context[turns[turn_id].context].append(turns[turn_id])
-    for context_turns in by_context.values():
+    pairs = []
+    for context_turns in _by_context(turns, [t for t, score in net.items() if score != 0]).values():
         for a, b in itertools.combinations(context_turns, 2):
             if net[a.id] * net[b.id] >= 0 or frozenset((a.id, b.id)) in compared:
                 continue  # both up, both down, or already chosen between
             up, down = (a, b) if net[a.id] > 0 else (b, a)
-            vote = thumbs[up.id][-1]
             compared.add(frozenset((up.id, down.id)))
             pairs.append(
-                _pair(
-                    f"thumbs-{up.id}-{down.id}",
-                    up,
-                    down,
-                    "feedback:thumbs",
-                    THUMB_WEIGHT,
-                    None,
-                    vote.rater,
-                    None,
-                    source_file,
-                    rows_of[vote.id],
-                )
+                day.pair(f"thumbs-{up.id}-{down.id}", up, down, "feedback:thumbs", THUMB_WEIGHT, thumbs[up.id][-1])
             )
+    return pairs
 
-    labelled = {
-        e.turn: e for e in parsed if isinstance(e, Emotion) and e.turn in turns and e.valence is not None
-    }  # each turn's latest label
-    by_context = defaultdict(list)
-    for turn_id in labelled:
-        by_context[turns[turn_id].context].append(turns[turn_id])
-    for context_turns in by_context.values():
+
+def _emotion_pairs(day: _Parsed, compared: set[frozenset[str]]) -> tuple[list[dict[str, Any]], dict[str, Emotion]]:
+    """Two replies to one message whose reactions differ in valence, not compared otherwise: a pair weighted by
+    the gap (`emotion_weight`). Also each turn's latest reaction."""
+    turns = day.turns
+    labelled = {e.turn: e for e in day.events if isinstance(e, Emotion) and e.turn in turns and e.valence is not None}
+    pairs = []
+    for context_turns in _by_context(turns, labelled).values():
         for a, b in itertools.combinations(context_turns, 2):
             va, vb = labelled[a.id].valence, labelled[b.id].valence
             if va == vb or frozenset((a.id, b.id)) in compared:
                 continue
             hi, lo = (a, b) if va > vb else (b, a)
-            label = labelled[hi.id]
-            pairs.append(
-                _pair(
-                    f"emotion-{hi.id}-{lo.id}",
-                    hi,
-                    lo,
-                    "feedback:emotion",
-                    emotion_weight(labelled[hi.id], labelled[lo.id]),
-                    None,
-                    label.rater,
-                    None,
-                    source_file,
-                    rows_of[label.id],
-                )
-            )
+            weight = emotion_weight(labelled[hi.id], labelled[lo.id])
+            pairs.append(day.pair(f"emotion-{hi.id}-{lo.id}", hi, lo, "feedback:emotion", weight, labelled[hi.id]))
+    return pairs, labelled
+
+
+def feedback_tables(events: list[dict[str, Any]], source_file: str = "") -> FeedbackTables:
+    """Parse one day's events (unknown or malformed ones are counted and skipped) into pairs and
+    conversations. Feedback on a turn of an earlier day is kept when the turn is among `events`."""
+    day = _parse(events, source_file)
+    turns = day.turns
+    choices = [e for e in day.events if isinstance(e, Choice)]
+    kept, consistent, inconsistent = _kept_choices(choices)
+    compared: set[frozenset[str]] = set()
+    pairs, missing_turns = _choice_pairs(day, kept, compared)
+    pairs += _thumb_pairs(day, compared)
+    emotion, labelled = _emotion_pairs(day, compared)
+    pairs += emotion
     distress = {t for t, e in labelled.items() if distressing(e)}
     for p in pairs:
         p["chosen_distress"] = p["chosen_turn"] in distress
-
-    conversations = _conversations(parsed, turns)
-    dimension_pairs, lone_nudges = _nudge_pairs(parsed, turns, source_file, rows_of)
+    conversations = _conversations(day.events, turns)
+    dimension_pairs, lone_nudges = _nudge_pairs(day.events, turns, source_file, day.rows_of)
+    # a conversation: the client's session, else the messages a turn answers (two replies to one message are one)
+    sessions = conversations["session"].fillna("context:" + conversations["context"]) if len(conversations) else None
     stats = {
-        # a conversation: the client's session, else the messages a turn answers (two replies to one message are one
-        # conversation)
         "turns": len(turns),
-        "conversations": int(conversations["session"].fillna("context:" + conversations["context"]).nunique())
-        if len(conversations)
-        else 0,
+        "conversations": int(sessions.nunique()) if sessions is not None else 0,
         "pairs": len(pairs),
         "choices": len(choices),
         "repeats": consistent + inconsistent,
@@ -297,16 +306,13 @@ def feedback_tables(events: list[dict[str, Any]], source_file: str = "") -> Feed
         "nudge_pairs": len(dimension_pairs),
         "nudges_without_sibling": lone_nudges,
         "feedback_on_unknown_turns": missing_turns,
-        "events_skipped": skipped,
-        "raters": len({e.rater for e in parsed if not isinstance(e, Turn)}),
-        "events": dict(Counter(type(e).__name__.lower() for e in parsed)),
+        "events_skipped": day.skipped,
+        "raters": len({e.rater for e in day.events if not isinstance(e, Turn)}),
+        "events": dict(Counter(type(e).__name__.lower() for e in day.events)),
     }
-    if skipped:
-        log.warning(
-            "%s: %d event(s) that are not turns or feedback of this version were skipped",
-            source_file or "the log",
-            skipped,
-        )
+    if day.skipped:
+        where = source_file or "the log"
+        log.warning("%s: %d event(s) that are not turns or feedback of this version were skipped", where, day.skipped)
     return FeedbackTables(
         pd.DataFrame(pairs, columns=PAIR_COLUMNS),
         conversations,
