@@ -1,8 +1,11 @@
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from hominem_pipeline.core.policy.pairs import (
+    PairRules,
     PreferenceFileError,
     build_preference_pairs,
     read_preference_pairs,
@@ -38,7 +41,7 @@ def test_weighted_aggregate_is_the_weighted_mean():
 def test_pairs_rank_by_aggregate_respect_margin_and_cap():
     frame = labeled([("p", 0.9, 0.0), ("p", 0.0, 0.0), ("p", 0.05, 0.0), ("q", 0.2, 0.2), ("q", 0.21, 0.2)])
     pairs = build_preference_pairs(
-        frame, weights=W, min_margin=0.05, max_pairs_per_prompt=2, rm_scalar=[0.3, 0.1, 0.0, 0.0, 0.0]
+        frame, PairRules(weights=W, min_margin=0.05, max_pairs_per_prompt=2), rm_scalar=[0.3, 0.1, 0.0, 0.0, 0.0]
     )
     assert list(zip(pairs.chosen, pairs.rejected)) == [("reply 0", "reply 1"), ("reply 0", "reply 2")]
     assert pairs.margin.iloc[0] == pytest.approx(0.6)
@@ -55,9 +58,7 @@ def test_pairs_can_be_ranked_by_the_reward_model_and_keep_the_teachers_margin():
     ]
     pairs = build_preference_pairs(
         frame,
-        weights=W,
-        min_margin=0.05,
-        max_pairs_per_prompt=1,
+        PairRules(weights=W, min_margin=0.05, max_pairs_per_prompt=1),
         rm_scalar=[0.0, 0.3, 0.1],
         rm_vectors=rm_vectors,
         rank_by="reward_model",
@@ -67,15 +68,20 @@ def test_pairs_can_be_ranked_by_the_reward_model_and_keep_the_teachers_margin():
     assert pairs.margin.iloc[0] == pytest.approx((2 * 0.4 + 0.1) / 3 - 0.2 / 3)
     assert pairs.teacher_margin.iloc[0] == pytest.approx(-0.6)
     assert pairs.rm_margin.iloc[0] == pytest.approx(0.3) and pairs.ranked_by.iloc[0] == "reward_model"
-    by_teacher = build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=1)
+    by_teacher = build_preference_pairs(
+        frame,
+        PairRules(weights=W, min_margin=0.05, max_pairs_per_prompt=1),
+    )
     assert (
         by_teacher.teacher_margin.iloc[0] == pytest.approx(by_teacher.margin.iloc[0])
         and by_teacher.ranked_by.iloc[0] == "teacher"
     )
     with pytest.raises(ValueError, match="rm_vectors"):
-        build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=1, rank_by="reward_model")
+        build_preference_pairs(
+            frame, PairRules(weights=W, min_margin=0.05, max_pairs_per_prompt=1), rank_by="reward_model"
+        )
     with pytest.raises(ValueError, match="'judge' is not one of teacher, reward_model"):
-        build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=1, rank_by="judge")
+        build_preference_pairs(frame, PairRules(weights=W, min_margin=0.05, max_pairs_per_prompt=1), rank_by="judge")
 
 
 def test_a_judge_that_separates_few_prompts_candidates_is_warned_about():
@@ -84,9 +90,7 @@ def test_a_judge_that_separates_few_prompts_candidates_is_warned_about():
     flat = [{"empathy": 0.3 if (i == 0) else 0.0, "curiosity": 0.0} for i in range(len(frame))]
     pairs = build_preference_pairs(
         frame,
-        weights=W,
-        min_margin=0.05,
-        max_pairs_per_prompt=1,
+        PairRules(weights=W, min_margin=0.05, max_pairs_per_prompt=1),
         rm_scalar=[0.0] * 8,
         rm_vectors=flat,
         rank_by="reward_model",
@@ -94,7 +98,10 @@ def test_a_judge_that_separates_few_prompts_candidates_is_warned_about():
     assert len(pairs) == 1
     warning = sparse_pairs_warning(pairs["prompt_id"].nunique(), 4, "reward_model", 0.05)
     assert "only 1 of 4 prompts" in warning and "reward model" in warning and "min_margin (0.05)" in warning
-    by_teacher = build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=1)
+    by_teacher = build_preference_pairs(
+        frame,
+        PairRules(weights=W, min_margin=0.05, max_pairs_per_prompt=1),
+    )
     assert sparse_pairs_warning(by_teacher["prompt_id"].nunique(), 4, "teacher", 0.05) is None
     assert sparse_pairs_warning(0, 4, "reward_model", 0.05) is None  # no pairs at all: the caller's error
     filtered = sparse_pairs_warning(1, 4, "reward_model", 0.05, min_scalar_margin=0.0)
@@ -108,7 +115,10 @@ def test_a_judge_that_separates_few_prompts_candidates_is_warned_about():
 def test_empty_responses_never_enter_a_pair():
     frame = labeled([("p", 0.9, 0.0), ("p", -0.9, 0.0)])
     frame.loc[1, "response"] = "  "
-    assert build_preference_pairs(frame, weights=W, min_margin=0.0, max_pairs_per_prompt=3).empty
+    assert build_preference_pairs(
+        frame,
+        PairRules(weights=W, min_margin=0.0, max_pairs_per_prompt=3),
+    ).empty
 
 
 def test_corrupt_or_empty_preference_files_fail_clearly(tmp_path):
@@ -128,7 +138,10 @@ def test_corrupt_or_empty_preference_files_fail_clearly(tmp_path):
 
 def test_best_vs_worst_gives_one_pair_per_prompt():
     frame = labeled([("p", 0.9, 0.0), ("p", 0.0, 0.0), ("p", 0.5, 0.0), ("q", 0.2, 0.2), ("q", 0.21, 0.2)])
-    pairs = build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=3, strategy="best_vs_worst")
+    pairs = build_preference_pairs(
+        frame,
+        PairRules(weights=W, min_margin=0.05, max_pairs_per_prompt=3, strategy="best_vs_worst"),
+    )
     assert list(zip(pairs.prompt_id, pairs.chosen, pairs.rejected)) == [
         ("p", "reply 0", "reply 1")
     ]  # q's best and worst are a near-tie
@@ -140,7 +153,8 @@ def test_per_dimension_pairs_never_lose_on_harm_avoidance():
     # reply 0 is warmer than reply 1 but less careful; reply 2 is more curious than reply 1 and as careful
     frame = labeled([("p", 0.9, 0.0), ("p", 0.0, 0.0), ("p", 0.0, 0.6)], harm=[-0.5, 0.5, 0.5])
     pairs = build_preference_pairs(
-        frame, weights=weights, min_margin=0.1, max_pairs_per_prompt=10, strategy="per_dimension"
+        frame,
+        PairRules(weights=weights, min_margin=0.1, max_pairs_per_prompt=10, strategy="per_dimension"),
     )
     got = {(c, r, d, round(m, 3)) for c, r, d, m in zip(pairs.chosen, pairs.rejected, pairs.dimension, pairs.margin)}
     assert ("reply 2", "reply 1", "curiosity", 0.6) in got
@@ -152,15 +166,22 @@ def test_per_dimension_pairs_never_lose_on_harm_avoidance():
     ) in got
     assert not any(c == "reply 0" for c, *_ in got)  # every pair reply 0 would win loses on harm_avoidance
     with pytest.raises(ValueError, match="pairing strategy 'random' is not one of"):
-        build_preference_pairs(frame, weights=weights, min_margin=0.1, max_pairs_per_prompt=1, strategy="random")
+        build_preference_pairs(
+            frame,
+            PairRules(weights=weights, min_margin=0.1, max_pairs_per_prompt=1, strategy="random"),
+        )
 
 
 def test_pairs_say_which_replies_were_cut_at_the_token_budget(tmp_path):
     frame = labeled([("p", 0.9, 0.0), ("p", 0.0, 0.0)]).assign(finished=[False, True])
-    pairs = build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=1)
+    pairs = build_preference_pairs(
+        frame,
+        PairRules(weights=W, min_margin=0.05, max_pairs_per_prompt=1),
+    )
     assert pairs.chosen_finished.tolist() == [False] and pairs.rejected_finished.tolist() == [True]
     assert build_preference_pairs(
-        frame.drop(columns="finished"), weights=W, min_margin=0.05, max_pairs_per_prompt=1
+        frame.drop(columns="finished"),
+        PairRules(weights=W, min_margin=0.05, max_pairs_per_prompt=1),
     ).chosen_finished.all()
     # a table written before the flags, read with one that has them: the old replies count as ended
     pairs.to_parquet(tmp_path / "new.parquet")
@@ -198,16 +219,10 @@ def test_the_best_candidate_is_paired_against_the_students_own_reply():
             },  # unanswered
         ]
     )
-    kwargs = dict(
-        weights=W,
-        min_margin=0.05,
-        max_pairs_per_prompt=1,
-        rm_scalar=[0.5, 0.0, 0.2, 0.1, 0.3],
-        rm_vectors=rm_vectors,
-        rank_by="reward_model",
-    )
-    plain = build_preference_pairs(frame, **kwargs)
-    pairs = build_preference_pairs(frame, **kwargs, student=student)
+    rules = PairRules(weights=W, min_margin=0.05, max_pairs_per_prompt=1)
+    kwargs = dict(rm_scalar=[0.5, 0.0, 0.2, 0.1, 0.3], rm_vectors=rm_vectors, rank_by="reward_model")
+    plain = build_preference_pairs(frame, rules, **kwargs)
+    pairs = build_preference_pairs(frame, rules, **kwargs, student=student)
     # on top of the ordinary pairs (the cap is per strategy), p's best candidate against the student's reply;
     # q's student reply beats every candidate and r's is empty: no pair
     assert pairs[pairs.source == "teacher"].reset_index(drop=True).equals(plain)
@@ -219,7 +234,7 @@ def test_the_best_candidate_is_paired_against_the_students_own_reply():
     assert row.ranked_by == "reward_model" and pd.isna(row.teacher_margin)
     assert row.rejected_trajectory_id.startswith("student-") and row.pair_id not in set(plain.pair_id)
     with pytest.raises(ValueError, match="need rank_by='reward_model'"):
-        build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=1, student=student)
+        build_preference_pairs(frame, PairRules(weights=W, min_margin=0.05, max_pairs_per_prompt=1), student=student)
 
 
 def test_pairs_the_judges_overall_score_disagrees_with_are_dropped_and_replaced():
@@ -227,45 +242,36 @@ def test_pairs_the_judges_overall_score_disagrees_with_are_dropped_and_replaced(
     # score reply 1 is best, so both pairs over reply 1 are near-ties of that judge and 0-vs-2 remains
     frame = labeled([("p", 0.9, 0.0), ("p", 0.0, 0.0), ("p", 0.5, 0.0), ("q", 0.9, 0.0), ("q", 0.0, 0.0)])
     rm_vectors = list(frame["vector"])
-    kwargs = dict(
-        weights=W,
-        min_margin=0.05,
-        max_pairs_per_prompt=2,
-        rm_scalar=[0.5, 0.6, 0.45, 0.3, 0.1],
-        rm_vectors=rm_vectors,
-        rank_by="reward_model",
-    )
-    plain = build_preference_pairs(frame, **kwargs)
+    rules = PairRules(weights=W, min_margin=0.05, max_pairs_per_prompt=2)
+    kwargs = dict(rm_scalar=[0.5, 0.6, 0.45, 0.3, 0.1], rm_vectors=rm_vectors, rank_by="reward_model")
+    plain = build_preference_pairs(frame, rules, **kwargs)
     assert list(zip(plain.chosen, plain.rejected)) == [
         ("reply 0", "reply 1"),
         ("reply 2", "reply 1"),
         ("reply 3", "reply 4"),
     ]
-    agreeing = build_preference_pairs(frame, **kwargs, min_scalar_margin=0.0)
+    agreeing = build_preference_pairs(frame, replace(rules, min_scalar_margin=0.0), **kwargs)
     assert list(zip(agreeing.chosen, agreeing.rejected)) == [("reply 0", "reply 2"), ("reply 3", "reply 4")]
     assert (agreeing.rm_margin > 0).all()
     # a margin on the overall score drops 0-vs-2 too (0.05 apart); q's pair (0.2 apart) stays
-    assert list(build_preference_pairs(frame, **kwargs, min_scalar_margin=0.1).prompt_id) == ["q"]
+    assert list(build_preference_pairs(frame, replace(rules, min_scalar_margin=0.1), **kwargs).prompt_id) == ["q"]
     # ranked by the teacher, its own overall score (the labels' scalar) is the one consulted
     by_teacher = build_preference_pairs(
         frame.assign(scalar=[0.0, 0.8, 0.5, 0.2, 0.1]),
-        weights=W,
-        min_margin=0.05,
-        max_pairs_per_prompt=2,
-        min_scalar_margin=0.0,
+        PairRules(weights=W, min_margin=0.05, max_pairs_per_prompt=2, min_scalar_margin=0.0),
     )
     assert list(zip(by_teacher.chosen, by_teacher.rejected)) == [("reply 3", "reply 4")]
     with pytest.raises(ValueError, match="labels have no 'scalar' column"):
-        build_preference_pairs(frame, weights=W, min_margin=0.05, max_pairs_per_prompt=2, min_scalar_margin=0.0)
+        build_preference_pairs(
+            frame,
+            PairRules(weights=W, min_margin=0.05, max_pairs_per_prompt=2, min_scalar_margin=0.0),
+        )
     with pytest.raises(ValueError, match="rm_scalar"):
         build_preference_pairs(
             frame,
-            weights=W,
-            min_margin=0.05,
-            max_pairs_per_prompt=2,
+            PairRules(weights=W, min_margin=0.05, max_pairs_per_prompt=2, min_scalar_margin=0.0),
             rm_vectors=rm_vectors,
             rank_by="reward_model",
-            min_scalar_margin=0.0,
         )
 
 
@@ -282,15 +288,8 @@ def test_the_students_pair_needs_the_overall_score_too():
             }
         ]
     )
-    kwargs = dict(
-        weights=W,
-        min_margin=0.05,
-        max_pairs_per_prompt=1,
-        rm_scalar=[0.5, 0.0],
-        rm_vectors=list(frame["vector"]),
-        rank_by="reward_model",
-        student=student,
-    )
-    assert list(build_preference_pairs(frame, **kwargs).source) == ["teacher", "student"]
+    rules = PairRules(weights=W, min_margin=0.05, max_pairs_per_prompt=1)
+    kwargs = dict(rm_scalar=[0.5, 0.0], rm_vectors=list(frame["vector"]), rank_by="reward_model", student=student)
+    assert list(build_preference_pairs(frame, rules, **kwargs).source) == ["teacher", "student"]
     # the student's reply scores higher overall (0.6 > 0.5) than the candidate its dimensions lose to
-    assert list(build_preference_pairs(frame, **kwargs, min_scalar_margin=0.0).source) == ["teacher"]
+    assert list(build_preference_pairs(frame, replace(rules, min_scalar_margin=0.0), **kwargs).source) == ["teacher"]

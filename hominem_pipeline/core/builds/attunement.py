@@ -62,25 +62,15 @@ def _served_vectors(ctx: StageContext, model: Any) -> pd.DataFrame:
     return served.assign(vector=list(raw["vector"].astype(np.float64)))
 
 
-def build_attunement(ctx: StageContext) -> StageOutput:
-    from hominem_pipeline.core.attune.clusters import cluster_errors, follow
-    from hominem_pipeline.core.attune.drift import preference_drift, served_drift
-    from hominem_pipeline.core.attune.predictions import PEOPLE, predict, served_choices
-    from hominem_pipeline.core.attune.timeline import (
-        GROUPS,
-        by_day,
-        by_domain,
-        calibration,
-        plot,
-    )
-    from hominem_pipeline.core.lm.models import encoder_path
-    from hominem_pipeline.core.reward.model import project_reward_model
-    from hominem_pipeline.core.teacher.prompt_generators import sentence_embedder
+def _calibration(
+    ctx: StageContext, pred: pd.DataFrame, window: list[str]
+) -> tuple[pd.DataFrame, dict, Any, pd.DataFrame]:
+    """The window's calibration by day, by group of sources and by domain (written with its plot); (by day, by
+    group, people's choices between two served replies, by domain)."""
+    from hominem_pipeline.core.attune.predictions import served_choices
+    from hominem_pipeline.core.attune.timeline import GROUPS, by_day, by_domain, calibration, plot
 
     a = ctx.cfg.attunement
-    dims = ctx.cfg.dimension_names
-    pred = ctx.tables("predictions").drop(columns=["partition"])
-    window = windows(ctx.partition, a.window_days, 0)[1]
     in_window = pred[pred["day"].isin(window)]
     days = by_day(in_window, a.bins)
     days.to_parquet(ctx.out_dir / DAYS, index=False)
@@ -89,15 +79,14 @@ def build_attunement(ctx: StageContext) -> StageOutput:
     domains = by_domain(in_window, a.bins)
     domains.to_parquet(ctx.out_dir / DOMAINS, index=False)
     plot(days, report, ctx.out_dir / PLOT, f"predictions against later choices, {window[0]} to {ctx.partition}")
+    return days, report, own, domains
 
-    refs = sorted(ctx.inputs["reward_model"], key=lambda r: r.partition)
-    current = next(r for r in refs if r.partition == ctx.partition)
-    previous = [r for r in refs if r.partition < ctx.partition]
-    model = project_reward_model(current.path, ctx.cfg)
-    label = data_label(ctx.cfg.data_dir, current.path)
-    people = pred[pred["source"].isin(PEOPLE)].reset_index(drop=True)
-    now = predict(people, model, label, False, None, ctx.partition)  # the day's model on every people's pair read
 
+def _drift(ctx: StageContext, model: Any, now: pd.DataFrame) -> dict[str, Any]:
+    """Preference drift (people's pairs, read by the day's model) and served-reply drift between the windows."""
+    from hominem_pipeline.core.attune.drift import preference_drift, served_drift
+
+    a, dims = ctx.cfg.attunement, ctx.cfg.dimension_names
     reference, recent = windows(ctx.partition, a.drift.recent_days, a.drift.reference_days)
     preference = preference_drift(now[now["day"].isin(reference)], now[now["day"].isin(recent)], dims, a.drift)
     served = _served_vectors(ctx, model)
@@ -107,23 +96,41 @@ def build_attunement(ctx: StageContext) -> StageOutput:
         return np.stack(rows) if rows else np.zeros((0, len(dims)))
 
     served_report = served_drift(vectors(reference), vectors(recent), dims, a.drift)
+    drifted = sorted((d for d in preference if d["drifted"]), key=lambda d: -abs(d["z"]))
+    drifted += [dict(d, scope="served") for d in served_report if d["drifted"]]
+    return {
+        "reference": [reference[0], reference[-1]],
+        "recent": [recent[0], recent[-1]],
+        "preference": preference,
+        "served": served_report,
+        "drifted": drifted,
+    }
 
+
+def _clusters(ctx: StageContext, now: pd.DataFrame, people: pd.DataFrame, window: list[str]) -> tuple:
+    """The people's pairs the day's model orders against them, clustered and named, followed from yesterday's
+    clusters (yesterday's model on yesterday's window); (clusters, errors)."""
+    from hominem_pipeline.core.attune.clusters import cluster_errors, follow
+    from hominem_pipeline.core.lm.models import encoder_path
+    from hominem_pipeline.core.reward.model import project_reward_model
+    from hominem_pipeline.core.teacher.prompt_generators import sentence_embedder
+
+    a, dims = ctx.cfg.attunement, ctx.cfg.dimension_names
     scale = {d: float(now[f"gap_{d}"].std()) if len(now) > 1 else 1.0 for d in dims}
     scale["length"] = float((now["chosen_words"] - now["rejected_words"]).std()) if len(now) > 1 else 1.0
     errors = now[~now["correct"] & now["day"].isin(window)]
     embed = sentence_embedder(encoder_path(ctx.cfg)) if len(errors) >= a.clusters.min_errors else None
-    seed = (
-        ctx.cfg.project.seed
-    )  # not the day's seed: yesterday's clusters, recomputed here, come out as they did yesterday
+    seed = ctx.cfg.project.seed  # not the day's seed: yesterday's clusters, recomputed here, come out as they did
     clusters, _ = cluster_errors(errors, dims, scale, embed, a.clusters, seed)
+    previous = sorted(
+        (r for r in ctx.inputs["reward_model"] if r.partition < ctx.partition), key=lambda r: r.partition
+    )
     yesterday = None
     if previous and len(clusters):
         before = previous[-1]
+        model = project_reward_model(before.path, ctx.cfg)
         old = _errors_of(
-            project_reward_model(before.path, ctx.cfg),
-            data_label(ctx.cfg.data_dir, before.path),
-            people,
-            windows(before.partition, a.window_days, 0)[1],
+            model, data_label(ctx.cfg.data_dir, before.path), people, windows(before.partition, a.window_days, 0)[1]
         )
         if len(old) >= a.clusters.min_errors:
             yesterday, _ = cluster_errors(old, dims, scale, embed, a.clusters, seed)
@@ -131,10 +138,41 @@ def build_attunement(ctx: StageContext) -> StageOutput:
     clusters = follow(clusters, yesterday, ctx.partition, a.clusters.match_similarity)
     stored = clusters.assign(terms=clusters["terms"].map(json.dumps), examples=clusters["examples"].map(json.dumps))
     stored.to_parquet(ctx.out_dir / CLUSTERS, index=False)
+    return clusters, errors
 
-    drifted = sorted((d for d in preference if d["drifted"]), key=lambda d: -abs(d["z"])) + [
-        dict(d, scope="served") for d in served_report if d["drifted"]
-    ]
+
+def _metrics(report: dict[str, Any], own: Any, drifted: list, clusters: int, errors: int) -> dict[str, float | None]:
+    people, judge = report["people"], report["judge"]
+    return {
+        "people_pairs": 0 if people is None else people["pairs"],
+        "people_agreement": None if people is None else people["agreement"],
+        "people_ece": None if people is None else people["ece"],
+        "judge_agreement": None if judge is None else judge["agreement"],
+        "judge_ece": None if judge is None else judge["ece"],
+        # people's choices between two replies the student served: its own style, beside the judge's candidates
+        "served_pairs": 0 if own is None else own["pairs"],
+        "served_agreement": None if own is None else own["agreement"],
+        "drifted": len(drifted),
+        "error_clusters": clusters,
+        "errors": errors,
+    }
+
+
+def build_attunement(ctx: StageContext) -> StageOutput:
+    from hominem_pipeline.core.attune.predictions import PEOPLE, predict
+    from hominem_pipeline.core.reward.model import project_reward_model
+
+    a = ctx.cfg.attunement
+    pred = ctx.tables("predictions").drop(columns=["partition"])
+    window = windows(ctx.partition, a.window_days, 0)[1]
+    days, report, own, domains = _calibration(ctx, pred, window)
+    current = next(r for r in ctx.inputs["reward_model"] if r.partition == ctx.partition)
+    model = project_reward_model(current.path, ctx.cfg)
+    label = data_label(ctx.cfg.data_dir, current.path)
+    people = pred[pred["source"].isin(PEOPLE)].reset_index(drop=True)
+    now = predict(people, model, label, False, None, ctx.partition)  # the day's model on every people's pair read
+    drift = _drift(ctx, model, now)
+    clusters, errors = _clusters(ctx, now, people, window)
     summary = {
         "day": ctx.partition,
         "window": [window[0], ctx.partition],
@@ -143,35 +181,15 @@ def build_attunement(ctx: StageContext) -> StageOutput:
             g: None if r is None else {k: v for k, v in r.items() if k != "bins"} | {"bins": r["bins"]}
             for g, r in report.items()
         },
-        "drift": {
-            "reference": [reference[0], reference[-1]],
-            "recent": [recent[0], recent[-1]],
-            "preference": preference,
-            "served": served_report,
-            "drifted": drifted,
-        },
+        "drift": drift,
         "clusters": len(clusters[clusters["status"] != "closed"]),
         "errors": len(errors),
         "people_pairs": int(len(now)),
     }
     write_json(ctx.out_dir / SUMMARY, summary)
-    people_report = report["people"]
-    metrics: dict[str, float | None] = {
-        "people_pairs": 0 if people_report is None else people_report["pairs"],
-        "people_agreement": None if people_report is None else people_report["agreement"],
-        "people_ece": None if people_report is None else people_report["ece"],
-        "judge_agreement": None if report["judge"] is None else report["judge"]["agreement"],
-        "judge_ece": None if report["judge"] is None else report["judge"]["ece"],
-        # people's choices between two replies the student served: the student's own style, beside the judge's
-        # candidates
-        "served_pairs": 0 if own is None else own["pairs"],
-        "served_agreement": None if own is None else own["agreement"],
-        "drifted": len(drifted),
-        "error_clusters": summary["clusters"],
-        "errors": len(errors),
-    }
+    drifted = drift["drifted"]
     return StageOutput(
-        metrics=metrics,
+        metrics=_metrics(report, own, drifted, summary["clusters"], len(errors)),
         metadata={
             "rows": len(days),
             "drifted": [f"{d['scope']}: {d['says']}" for d in drifted] or "none",

@@ -14,8 +14,8 @@ log = logging.getLogger(__name__)
 
 
 def build_preference_pairs(ctx: StageContext) -> StageOutput:
+    from hominem_pipeline.core.policy.pairs import PairRules, sparse_pairs_warning
     from hominem_pipeline.core.policy.pairs import build_preference_pairs as build_pairs
-    from hominem_pipeline.core.policy.pairs import sparse_pairs_warning
     from hominem_pipeline.core.reward.model import project_reward_model
 
     labels = pd.read_parquet(ctx.one("teacher_labels").file("labels.parquet"))
@@ -33,16 +33,18 @@ def build_preference_pairs(ctx: StageContext) -> StageOutput:
     student = _student_replies(ctx, labels, rm) if pc.against_student else None
     pairs = build_pairs(
         labels,
-        weights=pc.dimension_weights,
-        min_margin=pc.min_margin,
-        max_pairs_per_prompt=pc.max_pairs_per_prompt,
+        PairRules(
+            weights=pc.dimension_weights,
+            min_margin=pc.min_margin,
+            max_pairs_per_prompt=pc.max_pairs_per_prompt,
+            strategy=pc.strategy,
+            guard=pc.guard_dimension,
+            min_scalar_margin=pc.min_scalar_margin,
+        ),
         rm_scalar=rm_scalar,
         rm_vectors=rm_vectors,
         rank_by=pc.rank_by,
-        strategy=pc.strategy,
-        guard=pc.guard_dimension,
         student=student,
-        min_scalar_margin=pc.min_scalar_margin,
     )
     pairs, flagged = without_degenerate_chosen(pairs, labels, ctx.cfg.verifier.min_reply_logp)
     pairs.to_parquet(ctx.out_dir / "pairs.parquet", index=False)

@@ -95,15 +95,8 @@ def check_partition(partition: str) -> None:
         raise ValueError(f"partition {partition!r} is not a date; partitions are days written YYYY-MM-DD") from None
 
 
-def run_stage(
-    stage: Stage | str, cfg: HominemConfig, partition: str, *, dagster_run_id: str | None = None
-) -> StageResult:
-    stage = STAGES_BY_NAME[stage] if isinstance(stage, str) else stage
-    check_partition(partition)
-    refreshed = tuple(refresh_window(stage, cfg, partition, dagster_run_id))
-    store = ArtifactStore(cfg.data_dir)
-    plan = Lineage(cfg, STAGES_BY_NAME, store).plan(stage.name, partition)
-    inputs, version = plan.inputs, plan.version
+def _left_out(stage: Stage, cfg: HominemConfig, partition: str, plan: Any) -> list[dict[str, Any]]:
+    """The window's days built only under other code, settings or inputs: not read, each with its build command."""
     left_out = [{"asset": a, "day": d, "expected": v, "build": build_command(a, d, cfg)} for a, d, v in plan.left_out]
     for gap in left_out:
         log.warning(
@@ -116,100 +109,134 @@ def run_stage(
             gap["expected"],
             gap["build"],
         )
+    return left_out
+
+
+def _log_inputs(run: Any, stage: Stage, inputs: dict[str, list[ArtifactRef]]) -> None:
+    """Each input version as an MLflow dataset (its table) and a tag."""
+    for inp in stage.inputs:
+        for ref in inputs[inp.asset]:
+            table = ref.manifest.get("table")
+            if table:
+                run.log_input_table(
+                    pd.read_parquet(ref.file(table)),
+                    name=f"{inp.asset}@{ref.partition}",
+                    source=ref.file(table),
+                    context="training" if inp.window else "input",
+                )
+            run.set_tags({f"input.{inp.asset}.{ref.partition}": ref.version})
+
+
+@dataclass(frozen=True)
+class _Build:
+    """One stage's build of one day: what it reads and the version it makes."""
+
+    stage: Stage
+    cfg: HominemConfig
+    partition: str
+    version: str
+    inputs: dict[str, list[ArtifactRef]]
+    left_out: list[dict[str, Any]]
+    settings: dict[str, Any]
+    device: str
+
+
+def _build(b: _Build, store: ArtifactStore, run: Any) -> ArtifactRef:
+    """Build the version in a staging folder and publish it with its manifest (and its quarantined rows)."""
+    stage, cfg, partition = b.stage, b.cfg, b.partition
+    with store.staging(stage.name, partition) as staged:
+        seed = stage_seed(cfg, stage.name, partition)
+        ctx = StageContext(
+            cfg=stage.slice(cfg), partition=partition, inputs=b.inputs, out_dir=staged, run=run, seed=seed
+        )
+        output = stage.build(ctx)
+        manifest = {
+            "stage": stage.name,
+            "config": b.settings,
+            # code and settings: how Lineage.newest knows a version built from earlier inputs
+            "definition": definition_version(stage, cfg),
+            "device": b.device,
+            "inputs": {a: [r.key | {"content": r.content} for r in refs] for a, refs in b.inputs.items()},
+            "metrics": output.metrics,
+            "metadata": output.metadata | ({"window_left_out": b.left_out} if b.left_out else {}),
+            "table": output.table,
+            "mlflow_artifacts": output.mlflow_artifacts,
+            "mlflow_run_id": run.run_id,
+            "complete": output.complete,
+        }
+        ref = store.publish(staged, stage.name, partition, b.version, manifest, complete=output.complete)
+        if not output.complete:
+            log.warning(
+                "%s/%s is incomplete; published as %s, the next run builds it again",
+                stage.name,
+                partition,
+                ref.version,
+            )
+        if output.quarantine is not None:
+            store.write_quarantine(ref, output.quarantine)
+    return ref
+
+
+def _track(run: Any, stage: Stage, ref: ArtifactRef, cache_hit: bool) -> None:
+    """The version's metrics, tags and artifacts in the MLflow run; its model registered where the stage makes one."""
+    manifest = ref.manifest
+    run.log_metrics({k: v for k, v in manifest["metrics"].items() if isinstance(v, (int, float))})
+    run.set_tags(
+        {
+            TAG_CACHE_HIT: cache_hit,
+            "hominem.artifact_path": ref.path,
+            "hominem.built_by_run": manifest["mlflow_run_id"],
+            "hominem.content": ref.content,
+        }
+    )
+    if not cache_hit:
+        run.log_artifact(ref.path / "manifest.json")
+        for name in manifest.get("mlflow_artifacts", []):
+            run.log_artifact(ref.path / name)
+    if stage.registered:
+        registry_version = run.register_model(
+            stage.registered.name, ref.version, lambda: stage.registered.log(ref.path)
+        )
+        run.set_tags({"hominem.registry_version": registry_version})
+
+
+def run_stage(
+    stage: Stage | str, cfg: HominemConfig, partition: str, *, dagster_run_id: str | None = None
+) -> StageResult:
+    """Plan, reuse or build, publish and track one stage for one day (see the module's docstring)."""
+    stage = STAGES_BY_NAME[stage] if isinstance(stage, str) else stage
+    check_partition(partition)
+    refreshed = tuple(refresh_window(stage, cfg, partition, dagster_run_id))
+    store = ArtifactStore(cfg.data_dir)
+    plan = Lineage(cfg, STAGES_BY_NAME, store).plan(stage.name, partition)
+    left_out = _left_out(stage, cfg, partition, plan)
     tracker = Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root))
     run_id = dagster_run_id or f"manual-{uuid.uuid4().hex[:12]}"
     settings = settings_values(stage, cfg)
-
-    device = describe_device(
-        resolve_device(cfg.runtime.device)
-    )  # where its networks run (runtime: not in the version)
-    with tracker.stage_run(
-        asset=stage.name, partition=partition, dagster_run_id=run_id, tags={TAG_VERSION: version}
-    ) as run:
+    device = describe_device(resolve_device(cfg.runtime.device))  # where its networks run (runtime: not versioned)
+    tags = {TAG_VERSION: plan.version}
+    with tracker.stage_run(asset=stage.name, partition=partition, dagster_run_id=run_id, tags=tags) as run:
         run.log_params({**settings, "runtime.device": device})
-        for inp in stage.inputs:
-            for ref in inputs[inp.asset]:
-                table = ref.manifest.get("table")
-                if table:
-                    run.log_input_table(
-                        pd.read_parquet(ref.file(table)),
-                        name=f"{inp.asset}@{ref.partition}",
-                        source=ref.file(table),
-                        context="training" if inp.window else "input",
-                    )
-                run.set_tags({f"input.{inp.asset}.{ref.partition}": ref.version})
-
-        ref = store.existing(stage.name, partition, version)
+        _log_inputs(run, stage, plan.inputs)
+        ref = store.existing(stage.name, partition, plan.version)
         cache_hit = ref is not None
         if cache_hit:
             log.info(
                 "%s/%s: version %s is already built from these inputs and settings; reusing it",
                 stage.name,
                 partition,
-                version,
+                plan.version,
             )
         else:
-            with store.staging(stage.name, partition) as staged:
-                ctx = StageContext(
-                    cfg=stage.slice(cfg),
-                    partition=partition,
-                    inputs=inputs,
-                    out_dir=staged,
-                    run=run,
-                    seed=stage_seed(cfg, stage.name, partition),
-                )
-                output = stage.build(ctx)
-                manifest = {
-                    "stage": stage.name,
-                    "config": settings,
-                    "definition": definition_version(
-                        stage, cfg
-                    ),  # code and settings: how Lineage.newest knows a version built from earlier inputs
-                    "device": device,
-                    "inputs": {a: [r.key | {"content": r.content} for r in refs] for a, refs in inputs.items()},
-                    "metrics": output.metrics,
-                    "metadata": output.metadata | ({"window_left_out": left_out} if left_out else {}),
-                    "table": output.table,
-                    "mlflow_artifacts": output.mlflow_artifacts,
-                    "mlflow_run_id": run.run_id,
-                    "complete": output.complete,
-                }
-                ref = store.publish(staged, stage.name, partition, version, manifest, complete=output.complete)
-                if not output.complete:
-                    log.warning(
-                        "%s/%s is incomplete; published as %s, the next run builds it again",
-                        stage.name,
-                        partition,
-                        ref.version,
-                    )
-                if output.quarantine is not None:
-                    store.write_quarantine(ref, output.quarantine)
-
-        manifest = ref.manifest
-        run.log_metrics({k: v for k, v in manifest["metrics"].items() if isinstance(v, (int, float))})
-        run.set_tags(
-            {
-                TAG_CACHE_HIT: cache_hit,
-                "hominem.artifact_path": ref.path,
-                "hominem.built_by_run": manifest["mlflow_run_id"],
-                "hominem.content": ref.content,
-            }
-        )
-        if not cache_hit:
-            run.log_artifact(ref.path / "manifest.json")
-            for name in manifest.get("mlflow_artifacts", []):
-                run.log_artifact(ref.path / name)
-        if stage.registered:
-            registry_version = run.register_model(
-                stage.registered.name, ref.version, lambda: stage.registered.log(ref.path)
-            )
-            run.set_tags({"hominem.registry_version": registry_version})
+            build = _Build(stage, cfg, partition, plan.version, plan.inputs, left_out, settings, device)
+            ref = _build(build, store, run)
+        _track(run, stage, ref, cache_hit)
         return StageResult(
             ref=ref,
             cache_hit=cache_hit,
             mlflow_run_id=run.run_id,
-            metrics=manifest["metrics"],
-            metadata=manifest["metadata"],
-            inputs=inputs,
+            metrics=ref.manifest["metrics"],
+            metadata=ref.manifest["metadata"],
+            inputs=plan.inputs,
             refreshed=refreshed,
         )

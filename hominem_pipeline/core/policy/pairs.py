@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -25,33 +27,47 @@ def weighted_aggregate(vectors: Sequence[Mapping[str, float]], weights: Mapping[
 STRATEGIES = ("margin", "best_vs_worst", "per_dimension")
 
 
-def _kept(gap: float, hi: Mapping, lo: Mapping, min_margin: float, min_scalar_margin: float | None) -> bool:
-    """Whether a (chosen `hi`, rejected `lo`) pair whose ranking gap is `gap` is no near-tie: the gap is at
-    least `min_margin` (and positive), the replies differ, and, with `min_scalar_margin` set, the ranking
-    judge's overall score (`_scalar`) prefers `hi` by at least that much too (a NaN score never does)."""
-    if not (gap >= min_margin and gap > 0 and hi["response"] != lo["response"]):
-        return False
-    if min_scalar_margin is None:
-        return True
-    overall = float(hi["_scalar"] - lo["_scalar"])
-    return overall >= min_scalar_margin and overall > 0
+@dataclass(frozen=True)
+class PairRules:
+    """How pairs are drawn from one prompt's candidates.
+
+    Args:
+        weights: each dimension's weight in the aggregate the candidates are ranked by.
+        min_margin: pairs whose ranking gap is below it are near-ties, dropped.
+        max_pairs_per_prompt: the largest gaps first, at most this many per prompt.
+        strategy: margin (every pair above the margin), best_vs_worst, or per_dimension (pairs where the chosen
+            reply wins on one dimension without losing on `guard`, each once, on the dimension it wins most).
+        guard: the dimension a per_dimension pair may not lose on (None, or a dimension not weighted: none).
+        min_scalar_margin: None: off; else a pair is also dropped unless the ranking judge's overall score (the
+            teacher's `scalar` label, or the reward model's scalar head) prefers the chosen reply by at least
+            this much.
+    """
+
+    weights: Mapping[str, float]
+    min_margin: float
+    max_pairs_per_prompt: int
+    strategy: str = "margin"
+    guard: str | None = "harm_avoidance"
+    min_scalar_margin: float | None = None
+
+    def kept(self, gap: float, hi: Mapping, lo: Mapping) -> bool:
+        """Whether a (chosen `hi`, rejected `lo`) pair whose ranking gap is `gap` is no near-tie: the gap is at
+        least `min_margin` (and positive), the replies differ, and, with `min_scalar_margin` set, the ranking
+        judge's overall score (`_scalar`) prefers `hi` by at least that much too (a NaN score never does)."""
+        if not (gap >= self.min_margin and gap > 0 and hi["response"] != lo["response"]):
+            return False
+        if self.min_scalar_margin is None:
+            return True
+        overall = float(hi["_scalar"] - lo["_scalar"])
+        return overall >= self.min_scalar_margin and overall > 0
 
 
 def _candidates(
-    records: list[dict],
-    strategy: str,
-    min_margin: float,
-    dims: Sequence[str],
-    guard: str | None,
-    min_scalar_margin: float | None = None,
+    records: list[dict], rules: PairRules, guard: str | None
 ) -> list[tuple[float, dict, dict, str | None]]:
-    """(margin, chosen, rejected, dimension) for one prompt's answered candidates, largest margin first.
-
-    margin: every pair whose aggregate gap is at least `min_margin`; best_vs_worst: the highest against
-    the lowest aggregate; per_dimension: pairs where the chosen reply wins on one dimension by at least
-    `min_margin` without losing on `guard` (each pair once, on the dimension it wins most).
-    `min_scalar_margin` (None: off): a pair is also dropped unless the ranking judge's overall score
-    (`_scalar`) prefers the chosen reply by at least this much."""
+    """(margin, chosen, rejected, dimension) for one prompt's answered candidates by `rules.strategy`, near-ties
+    dropped (`PairRules.kept`), largest margin first."""
+    strategy, dims = rules.strategy, list(rules.weights)
     found: list[tuple[float, dict, dict, str | None]] = []
     if strategy == "best_vs_worst":
         if len(records) >= 2:
@@ -68,7 +84,7 @@ def _candidates(
                 continue  # never prefer a reply that is less careful about harm
             gap, dim = max((hi["vector"][d] - lo["vector"][d], d) for d in dims)
             found.append((float(gap), hi, lo, dim))
-    found = [c for c in found if _kept(c[0], c[1], c[2], min_margin, min_scalar_margin)]
+    found = [c for c in found if rules.kept(c[0], c[1], c[2])]
     found.sort(key=lambda c: (-c[0], c[1]["trajectory_id"], c[2]["trajectory_id"]))
     return found
 
@@ -76,110 +92,107 @@ def _candidates(
 RANKERS = ("teacher", "reward_model")
 
 
-def build_preference_pairs(
-    labeled: pd.DataFrame,
-    *,
-    weights: Mapping[str, float],
-    min_margin: float,
-    max_pairs_per_prompt: int,
-    rm_scalar: Sequence[float] | None = None,
-    rm_vectors: Sequence[Mapping[str, float]] | None = None,
-    rank_by: str = "teacher",
-    source: str = "teacher",
-    strategy: str = "margin",
-    guard: str | None = "harm_avoidance",
-    student: pd.DataFrame | None = None,
-    min_scalar_margin: float | None = None,
+def _ranked(
+    labeled: pd.DataFrame, rules: PairRules, rank_by: str, rm_scalar: Any, rm_vectors: Any, student: Any
 ) -> pd.DataFrame:
-    """Same-prompt pairs by `strategy` (see `_candidates`), ties and near-ties (gap below `min_margin`)
-    dropped, the largest gaps first, at most `max_pairs_per_prompt` per prompt. `labeled` has one row
-    per candidate with columns trajectory_id, prompt_id, prompt, category, response, vector,
-    reward_intensity, safety_score and, optionally, finished (False: the generation was cut at its
-    token budget; the pair carries it so that training does not teach the reply to end there).
-
-    `rank_by="teacher"` ranks the candidates by the teacher's vectors; `"reward_model"` by `rm_vectors`
-    (the reward model's vector per row), the design's "preference pairs from the reward model": the
-    policy then learns what the reward model that judges it prefers, among the same candidates. Either
-    way each pair carries `teacher_margin` (the teacher's aggregate gap) and `rm_margin` (the reward
-    model's scalar gap, from `rm_scalar`); its `margin` is the gap it was ranked by (per-dimension
-    pairs: the gap on the `dimension` they name).
-
-    `student` (rank_by="reward_model" only): the student's own reply to each prompt, as the evaluation
-    decodes it (columns prompt_id, response, finished, scalar and vector, the reward model's). Each
-    prompt then also gets one pair of source "student", its best candidate against that reply, when the
-    reward model prefers the candidate by at least `min_margin` (on top of `max_pairs_per_prompt`): the
-    adapter learns to beat the base's default reply, which is what the evaluation asks of it.
-
-    `min_scalar_margin` (None: off) also drops every pair whose overall score gap, by the judge that
-    ranked it (the teacher's `scalar` label, or the reward model's scalar head from `rm_scalar`), is
-    below it: the weighted dimensions prefer one reply and the overall judgement the other, or cannot
-    tell them apart, so the pair is a near-tie of that judge. The next-largest agreeing pairs take
-    their places under `max_pairs_per_prompt`."""
-    if strategy not in STRATEGIES:
-        raise ValueError(f"pairing strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
-    if rank_by not in RANKERS:
-        raise ValueError(f"preferences.rank_by {rank_by!r} is not one of {', '.join(RANKERS)}")
-    if labeled.empty:
-        return pd.DataFrame(columns=PAIR_COLUMNS)
-    teacher = agg = weighted_aggregate(list(labeled["vector"]), weights)
+    """The candidates with what they are ranked by: the aggregate (`_agg`), the teacher's (`_teacher`), the
+    reward model's scalar (`_rm`) and the ranking judge's overall score (`_scalar`); the vector the reward
+    model's under rank_by reward_model. Bad combinations raise ValueError saying what is missing."""
+    teacher = agg = weighted_aggregate(list(labeled["vector"]), rules.weights)
     if rank_by == "reward_model":
         if rm_vectors is None or len(rm_vectors) != len(labeled):
             raise ValueError(
                 "rank_by='reward_model' needs the reward model's vector for every labeled row (rm_vectors)"
             )
         labeled = labeled.assign(vector=list(rm_vectors))  # per_dimension pairs and the guard read it too
-        agg = weighted_aggregate(rm_vectors, weights)
+        agg = weighted_aggregate(rm_vectors, rules.weights)
+        if rules.min_scalar_margin is not None and rm_scalar is None:
+            raise ValueError(
+                "min_scalar_margin with rank_by='reward_model' needs the reward model's scalar for every "
+                "labeled row (rm_scalar)"
+            )
     elif student is not None:
         raise ValueError(
             "pairs against the student's replies need rank_by='reward_model': the student's replies "
             "carry no teacher label"
         )
-    if rank_by == "reward_model" and min_scalar_margin is not None and rm_scalar is None:
-        raise ValueError(
-            "min_scalar_margin with rank_by='reward_model' needs the reward model's scalar for every "
-            "labeled row (rm_scalar)"
-        )
     rm = np.asarray(rm_scalar, dtype=np.float64) if rm_scalar is not None else np.full(len(labeled), np.nan)
-    overall = rm if rank_by == "reward_model" else _teacher_scalar(labeled, min_scalar_margin)
-    guard = guard if guard in weights else None
-    own = _student_records(student, weights) if student is not None else {}
+    overall = rm if rank_by == "reward_model" else _teacher_scalar(labeled, rules.min_scalar_margin)
+    return labeled.assign(_agg=agg, _teacher=teacher, _rm=rm, _scalar=overall)
+
+
+def _pair_row(margin: float, hi: dict, lo: dict, dim: str | None, rank_by: str, source: str) -> dict[str, Any]:
+    return PreferencePair(
+        pair_id=fingerprint([hi["trajectory_id"], lo["trajectory_id"]], 12),
+        prompt_id=hi["prompt_id"],
+        prompt=hi["prompt"],
+        category=hi["category"],
+        chosen=hi["response"],
+        rejected=lo["response"],
+        chosen_trajectory_id=hi["trajectory_id"],
+        rejected_trajectory_id=lo["trajectory_id"],
+        margin=margin,
+        chosen_reward_intensity=float(hi["reward_intensity"]),
+        chosen_safety_score=float(hi["safety_score"]),
+        rm_margin=float(hi["_rm"] - lo["_rm"]),
+        teacher_margin=float(hi["_teacher"] - lo["_teacher"]) if "_teacher" in lo else None,
+        ranked_by=rank_by,
+        source=lo.get("_source", source),
+        dimension=dim,
+        chosen_finished=_finished(hi),
+        rejected_finished=_finished(lo),
+    ).model_dump()
+
+
+def build_preference_pairs(
+    labeled: pd.DataFrame,
+    rules: PairRules,
+    *,
+    rm_scalar: Sequence[float] | None = None,
+    rm_vectors: Sequence[Mapping[str, float]] | None = None,
+    rank_by: str = "teacher",
+    source: str = "teacher",
+    student: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """Same-prompt pairs by `rules` (`PairRules`), the largest gaps first.
+
+    Args:
+        labeled: one row per candidate with columns trajectory_id, prompt_id, prompt, category, response, vector,
+            reward_intensity, safety_score and, optionally, finished (False: the generation was cut at its token
+            budget; the pair carries it so that training does not teach the reply to end there).
+        rules: how pairs are drawn and which are dropped.
+        rm_scalar: the reward model's scalar per row (each pair's `rm_margin`).
+        rm_vectors: the reward model's vector per row.
+        rank_by: "teacher" ranks the candidates by the teacher's vectors; "reward_model" by `rm_vectors` (the
+            policy then learns what the reward model that judges it prefers, among the same candidates). Either
+            way each pair carries `teacher_margin` (the teacher's aggregate gap) and `rm_margin`; its `margin` is
+            the gap it was ranked by (per-dimension pairs: the gap on the `dimension` they name).
+        source: each pair's `source` (the student's pairs are `student`).
+        student: (rank_by reward_model only) the student's own reply to each prompt, as the evaluation decodes it
+            (prompt_id, response, finished, scalar, vector: the reward model's). Each prompt then also gets one
+            pair, its best candidate against that reply, when the reward model prefers the candidate by at least
+            `min_margin` (beyond `max_pairs_per_prompt`): the adapter learns to beat the base's default reply.
+    """
+    if rules.strategy not in STRATEGIES:
+        raise ValueError(f"pairing strategy {rules.strategy!r} is not one of {', '.join(STRATEGIES)}")
+    if rank_by not in RANKERS:
+        raise ValueError(f"preferences.rank_by {rank_by!r} is not one of {', '.join(RANKERS)}")
+    if labeled.empty:
+        return pd.DataFrame(columns=PAIR_COLUMNS)
+    ranked = _ranked(labeled, rules, rank_by, rm_scalar, rm_vectors, student)
+    guard = rules.guard if rules.guard in rules.weights else None
+    own = _student_records(student, rules.weights) if student is not None else {}
     rows = []
-    for prompt_id, group in labeled.assign(_agg=agg, _teacher=teacher, _rm=rm, _scalar=overall).groupby(
-        "prompt_id", sort=True
-    ):
-        group = group[group["response"].str.strip().astype(bool)]
-        records = group.to_dict(orient="records")
-        found = _candidates(records, strategy, min_margin, list(weights), guard, min_scalar_margin)[
-            :max_pairs_per_prompt
-        ]
+    for prompt_id, group in ranked.groupby("prompt_id", sort=True):
+        records = group[group["response"].str.strip().astype(bool)].to_dict(orient="records")
+        found = _candidates(records, rules, guard)[: rules.max_pairs_per_prompt]
         if records and prompt_id in own:
             best = min(records, key=lambda r: (-r["_agg"], r["trajectory_id"]))
             mine = own[prompt_id]
             gap = float(best["_agg"] - mine["_agg"])
-            if _kept(gap, best, mine, min_margin, min_scalar_margin):
+            if rules.kept(gap, best, mine):
                 found.append((gap, best, mine, None))
-        for margin, hi, lo, dim in found:
-            pair = PreferencePair(
-                pair_id=fingerprint([hi["trajectory_id"], lo["trajectory_id"]], 12),
-                prompt_id=hi["prompt_id"],
-                prompt=hi["prompt"],
-                category=hi["category"],
-                chosen=hi["response"],
-                rejected=lo["response"],
-                chosen_trajectory_id=hi["trajectory_id"],
-                rejected_trajectory_id=lo["trajectory_id"],
-                margin=margin,
-                chosen_reward_intensity=float(hi["reward_intensity"]),
-                chosen_safety_score=float(hi["safety_score"]),
-                rm_margin=float(hi["_rm"] - lo["_rm"]),
-                teacher_margin=float(hi["_teacher"] - lo["_teacher"]) if "_teacher" in lo else None,
-                ranked_by=rank_by,
-                source=lo.get("_source", source),
-                dimension=dim,
-                chosen_finished=_finished(hi),
-                rejected_finished=_finished(lo),
-            )
-            rows.append(pair.model_dump())
+        rows += [_pair_row(margin, hi, lo, dim, rank_by, source) for margin, hi, lo, dim in found]
     return pd.DataFrame(rows, columns=PAIR_COLUMNS)
 
 
