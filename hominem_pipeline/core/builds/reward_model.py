@@ -145,17 +145,46 @@ def people_pairs(cfg: HominemConfig, part: str = "train"):
     return pairs.drop_duplicates("pair_id", ignore_index=True)
 
 
+def _training_digest(ctx: StageContext) -> str:
+    """The content digest of what the model trains on: the sha256 of every table read, as their manifests
+    recorded them, of the nudges' pairs, and of the shipped pairs."""
+    from hominem_pipeline.core.builds.human_feedback import DIMENSION_PAIRS
+
+    tables = [
+        [a, r.partition, r.manifest["files"][r.manifest["table"]]]
+        for a in ("teacher_labels", *HUMAN)
+        for r in ctx.inputs[a]
+    ]
+    nudges = [r.manifest["files"].get(DIMENSION_PAIRS) for r in ctx.inputs["human_feedback"]]
+    return fingerprint(tables + nudges + [people_pairs_digest(ctx.cfg)], 64)
+
+
+def _sources(cfg: HominemConfig) -> Any:
+    """The backbone, the judge's frame, the guards' student, the people's score's encoder and the caches."""
+    from hominem_pipeline.core.lm.device import resolve_device
+    from hominem_pipeline.core.lm.models import reward_backbone, student_path
+    from hominem_pipeline.core.reward.training import RewardSources
+    from hominem_pipeline.core.teacher.base import rubric_system
+
+    return RewardSources(
+        reward_backbone(cfg),
+        judge_system=rubric_system(cfg.labeling),
+        judge_question=cfg.labeling.scalar_question,
+        guard_student=student_path(cfg) if cfg.reward_model.guards else None,
+        people_encoder=people_encoder(cfg),
+        feature_cache=cfg.data_dir / FEATURE_CACHE,
+        shipped_features=cfg.path(SHIPPED_FEATURES),
+        device=resolve_device(cfg.runtime.device),
+    )
+
+
 def build_reward_model(ctx: StageContext) -> StageOutput:
     import pandas as pd
 
-    from hominem_pipeline.core.builds.human_feedback import DIMENSION_PAIRS
     from hominem_pipeline.core.evaluation.fixtures import FIXTURES_JSON
-    from hominem_pipeline.core.lm.device import resolve_device
-    from hominem_pipeline.core.lm.models import reward_backbone, student_path
-    from hominem_pipeline.core.reward.metadata import METADATA
-    from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
+    from hominem_pipeline.core.reward.metadata import METADATA, RewardMetadata
+    from hominem_pipeline.core.reward.training import train_reward_model
     from hominem_pipeline.core.reward.validation import DIMENSION_PLOT, RELIABILITY_PLOT
-    from hominem_pipeline.core.teacher.base import rubric_system
 
     labels = ctx.tables("teacher_labels")
     human = boosted(human_pairs(ctx), ctx.cfg.attunement.selection.retrain_boost)
@@ -163,46 +192,23 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
     nudged = nudge_pairs(ctx) if ctx.cfg.reward_model.dimension_pairs else None
     if nudged is not None:
         human = nudged if human is None else pd.concat([human, nudged], ignore_index=True)
-    # Content digest: the sha256 of every table read, as their manifests recorded them, of the nudges' pairs, and of
-    # the shipped pairs.
-    digest = fingerprint(
-        [
-            [a, r.partition, r.manifest["files"][r.manifest["table"]]]
-            for a in ("teacher_labels", *HUMAN)
-            for r in ctx.inputs[a]
-        ]
-        + [r.manifest["files"].get(DIMENSION_PAIRS) for r in ctx.inputs["human_feedback"]]
-        + [people_pairs_digest(ctx.cfg)],
-        64,
-    )
+    digest = _training_digest(ctx)
     started = time.monotonic()
-    device = resolve_device(ctx.cfg.runtime.device)
     metrics = train_reward_model(
         labels,
-        dimensions=ctx.cfg.dimension_names,
-        sources=RewardSources(
-            reward_backbone(ctx.cfg),
-            judge_system=rubric_system(ctx.cfg.labeling),
-            judge_question=ctx.cfg.labeling.scalar_question,
-            feature_cache=ctx.cfg.data_dir / FEATURE_CACHE,
-            shipped_features=ctx.cfg.path(SHIPPED_FEATURES),
-            device=device,
-            guard_student=student_path(ctx.cfg) if ctx.cfg.reward_model.guards else None,
-            people_encoder=people_encoder(ctx.cfg),
-        ),
+        human,
+        sources=_sources(ctx.cfg),
         cfg=ctx.cfg.reward_model,
+        dimensions=ctx.cfg.dimension_names,
         out_dir=ctx.out_dir,
         seed=ctx.seed,
         data_digest=digest,
         date=ctx.partition,
-        human_pairs=human,
         on_epoch=lambda epoch, m: ctx.run.log_metrics(m, step=epoch),
     ).metrics
     metrics["train_seconds"] = time.monotonic() - started
     metrics["feedback_pairs"] = feedback_pairs
     by_day = people_pairs_by_day(ctx)
-    from hominem_pipeline.core.reward.metadata import RewardMetadata
-
     RewardMetadata.read(ctx.out_dir).model_copy(update={"people_pairs_by_day": by_day}).write(ctx.out_dir)
     metrics["nudge_pairs"] = 0 if nudged is None else len(nudged)
     report = score_fixture_file(ctx.cfg, ctx.out_dir)
@@ -214,6 +220,7 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
             report.pairs,
             *_pct_tag(report),
         )
+    plots = [p for p in (RELIABILITY_PLOT, DIMENSION_PLOT, FIXTURES_JSON) if (ctx.out_dir / p).is_file()]
     return StageOutput(
         metrics={k: v for k, v in metrics.items() if v is None or isinstance(v, (int, float))},
         metadata={
@@ -226,8 +233,7 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
             "human_preference_partitions": [r.partition for r in ctx.inputs["human_preferences"]],
             "training_data_digest": digest,
         },
-        mlflow_artifacts=[METADATA]
-        + [p for p in (RELIABILITY_PLOT, DIMENSION_PLOT, FIXTURES_JSON) if (ctx.out_dir / p).is_file()],
+        mlflow_artifacts=[METADATA, *plots],
     )
 
 

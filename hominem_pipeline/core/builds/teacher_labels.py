@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,24 +64,26 @@ def served_replies(cfg: HominemConfig, partition: str) -> list[Trajectory]:
     return served_trajectories(list(read_events(path)), cfg.labeling.served_turns)
 
 
-def build_teacher_labels(ctx: StageContext) -> StageOutput:
+@dataclass
+class _Rating:
+    to_rate: list[Trajectory]  # those with a reply
+    empty: list[Trajectory]  # those without: nothing to judge, not rated
+    served: list[Trajectory]  # of all, the student's replies served the day before
+    result: Any  # the teacher's output
+    seconds: float
+    teacher: str  # the teacher, described
+
+
+def _rated(ctx: StageContext) -> _Rating:
+    """The day's candidates and the student's served replies of the day before (the reward model learns what it
+    says), rated by the teacher; an empty reply has nothing to judge and is not rated."""
     from hominem_pipeline.core.teacher.base import TeacherOutput
     from hominem_pipeline.core.teacher.factory import build_teacher
-    from hominem_pipeline.core.teacher.labeling import (
-        QUARANTINE_COLUMNS,
-        REPLY_LOGP,
-        degenerate_rows,
-        quarantine_row,
-        verify_labels,
-    )
 
-    trajectories_frame = pd.read_parquet(ctx.one("teacher_trajectories").file("trajectories.parquet"))
-    trajectories = [Trajectory(**row) for row in trajectories_frame.to_dict(orient="records")]
-    served = served_replies(
-        ctx.cfg, ctx.partition
-    )  # the student's own replies of the day before: the reward model learns what it says
+    frame = pd.read_parquet(ctx.one("teacher_trajectories").file("trajectories.parquet"))
+    trajectories = [Trajectory(**row) for row in frame.to_dict(orient="records")]
+    served = served_replies(ctx.cfg, ctx.partition)
     trajectories += served
-    # An empty response has nothing to judge: it is quarantined without spending a rating on it.
     empty = [t for t in trajectories if not t.response.strip()]
     to_rate = [t for t in trajectories if t.response.strip()]
     teacher = build_teacher(ctx.cfg)
@@ -89,26 +92,35 @@ def build_teacher_labels(ctx: StageContext) -> StageOutput:
         result = teacher.rate(to_rate) if to_rate else TeacherOutput([])
     finally:
         teacher.close()
-    seconds = time.monotonic() - started
-    dims = ctx.cfg.dimension_names
-    by_id = {t.trajectory_id: t for t in to_rate}
-    turn_of = {t.trajectory_id: t.trajectory_id.removeprefix("turn-") for t in served}
-    rows = [
-        label.model_dump()
-        | {
-            "prompt": t.prompt,
-            "response": t.response,
-            "category": t.category,
-            "style": t.style,
-            "turn_id": turn_of.get(t.trajectory_id),
-        }
-        for label in result.items
-        for t in [by_id[label.trajectory_id]]
-    ]
-    frame, quarantine = verify_labels(pd.DataFrame(rows, columns=LABEL_COLUMNS), dims)
-    extra = [
-        quarantine_row(t.model_dump(), "empty_response", "empty response, not rated") for t in empty
-    ] + result.rejected
+    return _Rating(to_rate, empty, served, result, time.monotonic() - started, teacher.describe())
+
+
+def _verified(ctx: StageContext, rating: _Rating) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, str]]:
+    """The labels that pass the verifier (with the student's reply_logp where `verifier.min_reply_logp` is set), the
+    quarantined ones (the verifier's, the empty replies, the teacher's rejected outputs), and the candidates flagged
+    degenerate (kept, never the chosen reply of a pair)."""
+    from hominem_pipeline.core.teacher.labeling import (
+        QUARANTINE_COLUMNS,
+        REPLY_LOGP,
+        degenerate_rows,
+        quarantine_row,
+        verify_labels,
+    )
+
+    result = rating.result
+    by_id = {t.trajectory_id: t for t in rating.to_rate}
+    turn_of = {t.trajectory_id: t.trajectory_id.removeprefix("turn-") for t in rating.served}
+    rows = []
+    for label in result.items:
+        t = by_id[label.trajectory_id]
+        turn = turn_of.get(t.trajectory_id)
+        rows.append(
+            label.model_dump()
+            | {"prompt": t.prompt, "response": t.response, "category": t.category, "style": t.style, "turn_id": turn}
+        )
+    frame, quarantine = verify_labels(pd.DataFrame(rows, columns=LABEL_COLUMNS), ctx.cfg.dimension_names)
+    extra = [quarantine_row(t.model_dump(), "empty_response", "empty response, not rated") for t in rating.empty]
+    extra += result.rejected
     if extra:
         quarantine = pd.concat([quarantine, pd.DataFrame(extra, columns=QUARANTINE_COLUMNS)], ignore_index=True)
     if frame.empty:
@@ -127,33 +139,46 @@ def build_teacher_labels(ctx: StageContext) -> StageOutput:
                 len(frame),
                 next(iter(degenerate.values())),
             )
-    frame.to_parquet(ctx.out_dir / "labels.parquet", index=False)
+    return frame, quarantine, degenerate
+
+
+def _label_metrics(frame: pd.DataFrame, dims: list[str]) -> dict[str, float]:
+    """Each label's mean and spread over the day."""
     vec = vector_matrix(frame["vector"], dims)
-    total = len(frame) + len(quarantine)
-    usage_metrics, usage_metadata = teacher_accounting(result.usage, result.failed, ctx.out_dir)
-    metrics: dict[str, float | None] = {
-        "labels": len(frame),
-        "quarantined": len(quarantine),
-        "failure_rate": len(quarantine) / total,
-        "labeling_seconds": seconds,
-        "degenerate": len(degenerate),
-        "served_labels": int(frame["turn_id"].notna().sum()),
-        **usage_metrics,
-    }
+    metrics = {}
     for j, d in enumerate(dims):
         metrics[f"mean_{d}"] = float(vec[:, j].mean())
         metrics[f"std_{d}"] = float(vec[:, j].std())
     for key in ("scalar", "reward_intensity", "safety_score"):
         metrics[f"mean_{key}"] = float(frame[key].mean())
         metrics[f"std_{key}"] = float(frame[key].std(ddof=0))
+    return metrics
+
+
+def build_teacher_labels(ctx: StageContext) -> StageOutput:
+    rating = _rated(ctx)
+    frame, quarantine, degenerate = _verified(ctx, rating)
+    frame.to_parquet(ctx.out_dir / "labels.parquet", index=False)
+    result = rating.result
+    usage_metrics, usage_metadata = teacher_accounting(result.usage, result.failed, ctx.out_dir)
+    metrics: dict[str, float | None] = {
+        "labels": len(frame),
+        "quarantined": len(quarantine),
+        "failure_rate": len(quarantine) / (len(frame) + len(quarantine)),
+        "labeling_seconds": rating.seconds,
+        "degenerate": len(degenerate),
+        "served_labels": int(frame["turn_id"].notna().sum()),
+        **usage_metrics,
+        **_label_metrics(frame, ctx.cfg.dimension_names),
+    }
     return StageOutput(
         metrics=metrics,
         metadata={
             "rows": len(frame),
-            "teacher": teacher.describe(),
+            "teacher": rating.teacher,
             "scalar_by_style": frame.groupby("style")["scalar"].mean().round(4).to_dict(),
-            "served": f"{len(served)} replies served on {served_day(ctx.partition)} rated (labeling.served_turns "
-            f"{ctx.cfg.labeling.served_turns})",
+            "served": f"{len(rating.served)} replies served on {served_day(ctx.partition)} rated "
+            f"(labeling.served_turns {ctx.cfg.labeling.served_turns})",
             "quarantined_by_check": quarantine["check"].value_counts().to_dict() if len(quarantine) else {},
             "degenerate_examples": [f"{t}: {why}" for t, why in list(degenerate.items())[:3]],
             **usage_metadata,
