@@ -50,7 +50,7 @@ def main() -> None:
 
     from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.lm.models import student_path
-    from hominem_pipeline.core.policy.launch import RESULT, launch_command, write_spec
+    from hominem_pipeline.core.policy.launch import RESULT, LaunchSpec, launch_command, write_spec
 
     cfg = load_config(
         root=ROOT,
@@ -74,11 +74,9 @@ def main() -> None:
         for n in (1, args.processes):
             spec = write_spec(
                 Path(scratch) / f"p{n}",
-                mode="dual",
-                student=student,
-                policy=cfg.policy,
-                seed=0,
-                out_dir=Path(scratch) / f"adapter{n}",
+                LaunchSpec(
+                    mode="dual", student=student, policy=cfg.policy, seed=0, out_dir=Path(scratch) / f"adapter{n}"
+                ),
                 pairs=pairs,
             )
             threads = "1" if torch.cuda.is_available() else str(max(1, cores // n))

@@ -47,7 +47,7 @@ def main() -> None:
     from benchmarks.policy_win_rate import balanced, stored_prompts, unseen_seeds
     from hominem_pipeline.core.builds.common import prompts_of
     from hominem_pipeline.core.builds.memory_files import memory_paths
-    from hominem_pipeline.core.evaluation.compare import evaluate_adapter
+    from hominem_pipeline.core.evaluation.compare import EvaluationProbes, evaluate_adapter
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
     from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.online.replay import ReplayBuffer, teacher_replay_items
@@ -116,7 +116,7 @@ def main() -> None:
                     reward_model=rm,
                     cfg=cfg.evaluation,
                     seed=cfg.project.seed,
-                    memory=memory,
+                    probes=EvaluationProbes(memory=memory),
                     base_replies=base_replies,
                 )
                 probe = summary.get("memory_probe", {})

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hominem_pipeline.core.config.loader import load_config
-from hominem_pipeline.core.evaluation.compare import evaluate_adapter
+from hominem_pipeline.core.evaluation.compare import EvaluationProbes, evaluate_adapter
 from hominem_pipeline.core.evaluation.memory import read_memory_rows
 from hominem_pipeline.core.lm.models import student_path
 from hominem_pipeline.core.policy.lora import adapter_reward_model
@@ -185,7 +185,7 @@ def main() -> None:
             reward_model=rm,
             cfg=cfg.evaluation,
             seed=cfg.project.seed,
-            memory=memory,
+            probes=EvaluationProbes(memory=memory),
             base_replies=base_replies,
         )
         if args.save:

@@ -10,7 +10,7 @@ import pytest
 
 from hominem_pipeline.core.config.loader import load_config
 from hominem_pipeline.core.policy.dual import DualStart, train_dual_adapter
-from hominem_pipeline.core.policy.launch import run_launched, write_spec
+from hominem_pipeline.core.policy.launch import LaunchSpec, run_launched, write_spec
 from hominem_pipeline.core.policy.lora import load_policy
 from hominem_pipeline_tests.conftest import REPO
 from hominem_pipeline_tests.core.test_dual_trainer import TINY_POLICY, memory, pairs
@@ -37,11 +37,7 @@ def test_dual_across_two_processes_learns_what_one_does(tiny_student, tmp_path):
     )
     spec = write_spec(
         tmp_path / "launch",
-        mode="dual",
-        student=tiny_student,
-        policy=cfg,
-        seed=0,
-        out_dir=tmp_path / "two",
+        LaunchSpec(mode="dual", student=tiny_student, policy=cfg, seed=0, out_dir=tmp_path / "two"),
         pairs=pairs(8),
         memory=memory(4),
     )
@@ -65,11 +61,7 @@ def test_dpo_across_two_processes_writes_one_adapter(tiny_student, tmp_path):
     cfg = load_config(root=REPO, overrides={"policy": {**TINY_POLICY, "batch_size": 4, "mode": "dpo"}}).policy
     spec = write_spec(
         tmp_path / "launch",
-        mode="dpo",
-        student=tiny_student,
-        policy=cfg,
-        seed=0,
-        out_dir=tmp_path / "adapter",
+        LaunchSpec(mode="dpo", student=tiny_student, policy=cfg, seed=0, out_dir=tmp_path / "adapter"),
         pairs=pairs(8),
     )
     result = launch(spec)
@@ -106,13 +98,15 @@ def test_rl_across_two_processes_writes_one_adapter(tiny_student, tiny_encoder, 
     )
     spec = write_spec(
         tmp_path / "launch",
-        mode="rl",
-        student=tiny_student,
-        policy=policy_cfg(),
-        seed=0,
-        out_dir=tmp_path / "adapter",
+        LaunchSpec(
+            mode="rl",
+            student=tiny_student,
+            policy=policy_cfg(),
+            seed=0,
+            out_dir=tmp_path / "adapter",
+            reward_model=tmp_path / "rm",
+        ),
         pairs=prompts,
-        reward_model=tmp_path / "rm",
     )
     result = launch(spec)
     assert len(result.history) == 2 and (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
@@ -125,11 +119,9 @@ def test_a_failed_launch_says_what_the_processes_printed(tiny_student, tmp_path)
     cfg = load_config(root=REPO, overrides={"policy": {**TINY_POLICY, "mode": "dual"}}).policy
     spec = write_spec(
         tmp_path / "launch",
-        mode="dual",
-        student=tmp_path / "no-such-student",
-        policy=cfg,
-        seed=0,
-        out_dir=tmp_path / "adapter",
+        LaunchSpec(
+            mode="dual", student=tmp_path / "no-such-student", policy=cfg, seed=0, out_dir=tmp_path / "adapter"
+        ),
         pairs=pairs(4),
     )
     with pytest.raises(RuntimeError, match=r"(?s)training in 2 processes failed.*no-such-student"):

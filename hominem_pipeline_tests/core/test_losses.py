@@ -3,7 +3,13 @@ import math
 import pytest
 import torch
 
-from hominem_pipeline.core.policy.losses import SafetyGate, dpo_loss, dual_channel_loss
+from hominem_pipeline.core.policy.losses import (
+    DualLossInputs,
+    DualLossWeights,
+    SafetyGate,
+    dpo_loss,
+    dual_channel_loss,
+)
 
 
 def logps(requires_grad: bool = True):
@@ -97,17 +103,9 @@ def run(
 ):
     pc, pr, rc, rr = logps()
     out = dual_channel_loss(
-        pc,
-        pr,
-        rc,
-        rr,
-        torch.tensor(sft),
-        torch.tensor(intensity),
-        torch.tensor(safety),
-        beta=beta,
-        w_sft=w_sft,
-        w_reward=w_reward,
-        gate=gate,
+        DualLossInputs(pc, pr, rc, rr, torch.tensor(sft), torch.tensor(intensity), torch.tensor(safety)),
+        DualLossWeights(beta=beta, w_sft=w_sft, w_reward=w_reward),
+        gate,
     )
     return out, (pc, pr)
 
@@ -190,17 +188,9 @@ def test_inverted_examples_get_no_sft_and_bad_shapes_are_refused():
         ValueError, match=r"sft_nll has shape \(3,\); every input is one value per example, shape \(4,\)"
     ):
         dual_channel_loss(
-            pc,
-            pr,
-            rc,
-            rr,
-            torch.ones(3),
-            torch.ones(4),
-            torch.ones(4),
-            beta=0.1,
-            w_sft=1,
-            w_reward=1,
-            gate=SafetyGate(),
+            DualLossInputs(pc, pr, rc, rr, torch.ones(3), torch.ones(4), torch.ones(4)),
+            DualLossWeights(beta=0.1, w_sft=1, w_reward=1),
+            SafetyGate(),
         )
     with pytest.raises(ValueError, match="unsafe_below"):
         SafetyGate(pass_at=0.2, unsafe_below=0.5)
@@ -210,37 +200,36 @@ def test_memory_rows_get_the_sft_term_alone_and_are_not_gated():
     pc, pr = torch.tensor([-10.0, 0.0]), torch.tensor([-11.0, 0.0])
     rc, rr = torch.tensor([-10.5, 0.0]), torch.tensor([-10.5, 0.0])
     out = dual_channel_loss(
-        pc,
-        pr,
-        rc,
-        rr,
-        torch.tensor([2.0, 3.0]),
-        torch.tensor([1.0, 9.0]),
-        torch.tensor([0.9, 0.0]),
-        beta=0.5,
-        w_sft=0.7,
-        w_reward=2.0,
-        gate=SafetyGate(unsafe="invert"),
-        pair_mask=torch.tensor([True, False]),
+        DualLossInputs(
+            pc,
+            pr,
+            rc,
+            rr,
+            torch.tensor([2.0, 3.0]),
+            torch.tensor([1.0, 9.0]),
+            torch.tensor([0.9, 0.0]),
+            pair_mask=torch.tensor([True, False]),
+        ),
+        DualLossWeights(beta=0.5, w_sft=0.7, w_reward=2.0),
+        SafetyGate(unsafe="invert"),
     )
     assert out.per_example.tolist() == pytest.approx(
         [0.7 * 2.0 + 2.0 * hand_dpo(-10, -11, -10.5, -10.5, 0.5), 0.7 * 3.0]
     )
     assert (out.skipped, out.downweighted, out.inverted) == (0, 0, 0)  # safety 0 on the memory row changes nothing
     own = dual_channel_loss(
-        pc,
-        pr,
-        rc,
-        rr,
-        torch.tensor([2.0, 3.0]),
-        torch.tensor([1.0, 9.0]),
-        torch.tensor([0.9, 0.0]),
-        beta=0.5,
-        w_sft=0.7,
-        w_reward=2.0,
-        gate=SafetyGate(unsafe="invert"),
-        pair_mask=torch.tensor([True, False]),
-        w_memory=1.5,
+        DualLossInputs(
+            pc,
+            pr,
+            rc,
+            rr,
+            torch.tensor([2.0, 3.0]),
+            torch.tensor([1.0, 9.0]),
+            torch.tensor([0.9, 0.0]),
+            pair_mask=torch.tensor([True, False]),
+        ),
+        DualLossWeights(beta=0.5, w_sft=0.7, w_reward=2.0, w_memory=1.5),
+        SafetyGate(unsafe="invert"),
     )
     assert own.per_example.tolist() == pytest.approx(
         [out.per_example[0].item(), 1.5 * 3.0]
@@ -252,21 +241,19 @@ def test_anchored_memory_rows_learn_only_above_the_base_minus_the_margin():
     nll = torch.tensor([2.0, 3.0, 1.0], requires_grad=True)
     ref_nll = torch.tensor([9.0, 2.5, 1.5])  # the pair row's entry is never read
     out = dual_channel_loss(
-        pc,
-        pr,
-        rc,
-        rr,
-        nll,
-        torch.ones(3),
-        torch.ones(3),
-        beta=0.5,
-        w_sft=0.7,
-        w_reward=2.0,
-        gate=SafetyGate(),
-        pair_mask=torch.tensor([True, False, False]),
-        w_memory=1.5,
-        memory_ref_nll=ref_nll,
-        memory_margin=0.2,
+        DualLossInputs(
+            pc,
+            pr,
+            rc,
+            rr,
+            nll,
+            torch.ones(3),
+            torch.ones(3),
+            pair_mask=torch.tensor([True, False, False]),
+            memory_ref_nll=ref_nll,
+        ),
+        DualLossWeights(beta=0.5, w_sft=0.7, w_reward=2.0, w_memory=1.5, memory_margin=0.2),
+        SafetyGate(),
     )
     pair = 0.7 * 2.0 + 2.0 * hand_dpo(-10, -11, -10.5, -10.5, 0.5)
     assert out.per_example.tolist() == pytest.approx(
@@ -279,18 +266,9 @@ def test_anchored_memory_rows_learn_only_above_the_base_minus_the_margin():
     assert nll.grad.tolist() == pytest.approx([0.7 / 3, 1.5 / 3, 0.0])
     with pytest.raises(ValueError, match=r"memory_ref_nll has shape \(2,\)"):
         dual_channel_loss(
-            pc,
-            pr,
-            rc,
-            rr,
-            nll,
-            torch.ones(3),
-            torch.ones(3),
-            beta=0.5,
-            w_sft=1.0,
-            w_reward=1.0,
-            gate=SafetyGate(),
-            memory_ref_nll=ref_nll[:2],
+            DualLossInputs(pc, pr, rc, rr, nll, torch.ones(3), torch.ones(3), memory_ref_nll=ref_nll[:2]),
+            DualLossWeights(beta=0.5, w_sft=1.0, w_reward=1.0),
+            SafetyGate(),
         )
 
 

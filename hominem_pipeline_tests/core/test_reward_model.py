@@ -621,7 +621,7 @@ def test_ridge_held_out_scores_come_from_heads_that_never_saw_the_prompt():
     standardised on them, at the penalty chosen inside them."""
     from sklearn.linear_model import Ridge
 
-    from hominem_pipeline.core.reward.ridge import prompt_folds, ridge_out_of_fold
+    from hominem_pipeline.core.reward.ridge import LabelFit, prompt_folds, ridge_out_of_fold
 
     rng = np.random.default_rng(0)
     n, groups = 60, np.repeat(np.arange(15), 4)
@@ -634,7 +634,9 @@ def test_ridge_held_out_scores_come_from_heads_that_never_saw_the_prompt():
         "safety_score": torch.full((n,), 0.9),
     }
     weights = torch.ones(5, dtype=torch.float64)
-    held, alphas, none = ridge_out_of_fold(features, targets, np.arange(n), groups, [0.1, 1.0, 100.0], weights, seed=3)
+    held, alphas, none = ridge_out_of_fold(
+        LabelFit(features, targets, np.arange(n), groups, [0.1, 1.0, 100.0], weights, seed=3)
+    )
     fold = prompt_folds(groups, 5, 3)
     assert none is None  # no human pairs
     assert held.shape == (n, 5) and len(alphas) == 5
@@ -647,13 +649,15 @@ def test_ridge_held_out_scores_come_from_heads_that_never_saw_the_prompt():
     assert np.corrcoef(held[:, 2].numpy(), scalar)[0, 1] > 0.9  # and they generalise: the signal is linear
     with pytest.raises(ValueError, match="at least 2 prompts"):
         ridge_out_of_fold(
-            features[:4],
-            {k: v[:4] for k, v in targets.items()},
-            np.arange(4),
-            np.zeros(4, np.int64),
-            [1.0],
-            weights,
-            seed=0,
+            LabelFit(
+                features[:4],
+                {k: v[:4] for k, v in targets.items()},
+                np.arange(4),
+                np.zeros(4, np.int64),
+                [1.0],
+                weights,
+                seed=0,
+            )
         )
 
 
@@ -663,6 +667,7 @@ def test_peoples_pairs_pull_the_scalar_from_the_judges_fit_and_win_where_they_di
     and out of fold, and the other heads stay the judge's."""
     from hominem_pipeline.core.reward.ridge import (
         PAIR_MARGIN,
+        LabelFit,
         feature_stats,
         pair_rows,
         ridge_design,
@@ -716,13 +721,7 @@ def test_peoples_pairs_pull_the_scalar_from_the_judges_fit_and_win_where_they_di
     assert (judge_only[pairs[:, 0]] > judge_only[pairs[:, 1]])[against_judge].mean() < 0.3
     groups = np.repeat(np.arange(20), 4)
     _, _, held = ridge_out_of_fold(
-        features,
-        targets,
-        labeled,
-        groups,
-        [1.0],
-        torch.ones(5, dtype=torch.float64),
-        seed=0,
+        LabelFit(features, targets, labeled, groups, [1.0], torch.ones(5, dtype=torch.float64), seed=0),
         human=(pairs, pw.numpy(), 100 + np.arange(n_human)),
     )
     assert (
@@ -1191,6 +1190,7 @@ def test_tagged_pairs_pull_their_dimension_and_win_where_the_judge_inverts_it():
     tagged with that dimension pull its head until it orders them their way, in and out of fold; the
     other dimensions, which no pair is tagged with, stay the judge's."""
     from hominem_pipeline.core.reward.ridge import (
+        LabelFit,
         dimension_pulls_out_of_fold,
         feature_stats,
         pair_rows,
@@ -1239,19 +1239,10 @@ def test_tagged_pairs_pull_their_dimension_and_win_where_the_judge_inverts_it():
         judge, d, torch.full((n_human,), 10.0, dtype=torch.float64), np.full(n_human, -1), 1.0
     )
     np.testing.assert_allclose(untagged_only.numpy(), judge.numpy())  # untagged pairs never move a dimension
-    held = dimension_pulls_out_of_fold(
-        features,
-        targets,
-        labeled,
-        np.repeat(np.arange(20), 4),
-        [1.0],
-        torch.ones(5, dtype=torch.float64),
-        0,
-        5,
-        (pairs, np.ones(n_human), 100 + np.arange(n_human)),
-        tags,
-        (0.0, 10.0),
+    fit = LabelFit(
+        features, targets, labeled, np.repeat(np.arange(20), 4), [1.0], torch.ones(5, dtype=torch.float64), 0, 5
     )
+    held = dimension_pulls_out_of_fold(fit, (pairs, np.ones(n_human), 100 + np.arange(n_human)), tags, (0.0, 10.0))
     assert np.isnan(held[10.0][tags < 0]).all()
     assert (held[0.0][tags == 0] > 0).mean() < 0.1 and (
         held[10.0][tags == 0] > 0

@@ -217,7 +217,7 @@ def test_the_dual_trainer_across_processes_takes_a_gpu_each(tiny_student, tmp_pa
     runs on the CPU (`runtime.device: cpu`) with this machine's torch and accelerate."""
     from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.policy.dual import DualStart, train_dual_adapter
-    from hominem_pipeline.core.policy.launch import run_launched, write_spec
+    from hominem_pipeline.core.policy.launch import LaunchSpec, run_launched, write_spec
     from hominem_pipeline.core.policy.lora import load_policy
     from hominem_pipeline_tests.conftest import REPO
     from hominem_pipeline_tests.core.test_dual_trainer import TINY_POLICY, memory, pairs
@@ -249,14 +249,9 @@ def test_the_dual_trainer_across_processes_takes_a_gpu_each(tiny_student, tmp_pa
     )
     spec = write_spec(
         tmp_path / "launch",
-        mode="dual",
-        student=tiny_student,
-        policy=cfg,
-        seed=0,
-        out_dir=tmp_path / "two",
+        LaunchSpec(mode="dual", student=tiny_student, policy=cfg, seed=0, out_dir=tmp_path / "two", device=device),
         pairs=data,
         memory=memory(4),
-        device=device,
     )
     if gpus == 1:
         with pytest.raises(ValueError, match="train_processes is 2, but torch sees 1 GPU"):

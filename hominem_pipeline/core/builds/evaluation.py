@@ -22,10 +22,11 @@ PEOPLE_MARGINS = "people_margins.parquet"
 def build_evaluation(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.builds.reward_model import people_pairs
     from hominem_pipeline.core.evaluation.compare import (
+        EvaluationProbes,
         evaluate_adapter,
         plot_dimension_deltas,
     )
-    from hominem_pipeline.core.evaluation.fixtures import load_fixtures
+    from hominem_pipeline.core.evaluation.fixtures import base_logp_cache, load_fixtures
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
     from hominem_pipeline.core.lm.device import resolve_device
     from hominem_pipeline.core.lm.models import student_path
@@ -35,6 +36,7 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
     )
     from hominem_pipeline.core.reward.model import project_reward_model
 
+    cfg = ctx.cfg
     prompts = prompts_of(pd.read_parquet(ctx.one("prompts").file("prompts.parquet")), "eval")
     device = resolve_device(ctx.cfg.runtime.device)
     rm = project_reward_model(ctx.one("reward_model").path, ctx.cfg)
@@ -45,14 +47,15 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
         reward_model=rm,
         cfg=ctx.cfg.evaluation,
         seed=ctx.seed,
-        memory=read_memory_rows(memory_paths(ctx.cfg)) if ctx.cfg.evaluation.memory_probe else None,
-        fixtures=None
-        if ctx.cfg.fixtures.file is None
-        else load_fixtures(ctx.cfg.path(ctx.cfg.fixtures.file), ctx.cfg.dimension_names),
+        probes=EvaluationProbes(
+            memory=read_memory_rows(memory_paths(ctx.cfg)) if ctx.cfg.evaluation.memory_probe else None,
+            fixtures=None
+            if cfg.fixtures.file is None
+            else load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names),
+            people=people_pairs(cfg, "held_out"),
+        ),
+        base_logps=base_logp_cache(student_path(cfg), cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES)),
         device=device,
-        feature_cache=ctx.cfg.data_dir / FEATURE_CACHE,
-        shipped=ctx.cfg.path(SHIPPED_FEATURES),
-        people=people_pairs(ctx.cfg, "held_out"),
     )
     table.to_parquet(ctx.out_dir / "generations.parquet", index=False)
     # the memory probe's questions and both sides' replies (the gate reuses them with the held-out prompts' replies)

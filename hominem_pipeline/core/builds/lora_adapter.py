@@ -98,7 +98,7 @@ def _launched(
     import tempfile
 
     from hominem_pipeline.core.online.slow_loop import adjusted_policy
-    from hominem_pipeline.core.policy.launch import run_launched, write_spec
+    from hominem_pipeline.core.policy.launch import LaunchSpec, run_launched, write_spec
     from hominem_pipeline.core.reward.feature_cache import (
         FEATURE_CACHE,
         SHIPPED_FEATURES,
@@ -109,25 +109,22 @@ def _launched(
     # stage's trainer reads (the same trainer code, whose reads the slice checks when it runs in one process)
     policy = adjusted_policy(cfg.full.policy, slow)  # the slow loop's factors in force today, as the stage read them
     with tempfile.TemporaryDirectory(prefix="hominem-launch-") as scratch:
-        spec = write_spec(
-            Path(scratch),
+        memory, batches = inputs.pop("memory", None), inputs.pop("batches", None)
+        if reward_model:
+            inputs |= {
+                "reward_model": ctx.one("reward_model").path,
+                "feature_cache": (cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES)),
+            }
+        spec = LaunchSpec(
             mode=policy.mode,
             student=common["student_path"],
             policy=policy,
             seed=common["seed"],
             out_dir=common["out_dir"],
-            pairs=pairs,
             device=cfg.runtime.device,
-            **(
-                {
-                    "reward_model": ctx.one("reward_model").path,
-                    "feature_cache": (cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES)),
-                }
-                if reward_model
-                else {}
-            ),
             **inputs,
         )
+        spec = write_spec(Path(scratch), spec, pairs=pairs, memory=memory, batches=batches)
         result = run_launched(spec, processes, device=cfg.runtime.device)
     for entry in result.history:
         common["on_log"](int(entry["step"]), {k: v for k, v in entry.items() if k != "step"})

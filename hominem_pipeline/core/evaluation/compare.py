@@ -128,6 +128,44 @@ def compare(
     return table, summary
 
 
+@dataclass(frozen=True)
+class EvaluationProbes:
+    """What an evaluation asks beside the held-out prompts.
+
+    Args:
+        memory: memory rows (`memory.read_memory_rows`): their fact questions are asked of both sides (the memory
+            probe), in `summary["memory_probe"]`, with each question's replies in `summary["memory_answers"]`.
+        fixtures: the contrast fixtures: whether the adapter moved the student toward their better replies
+            (`fixtures.adapter_moves`), in `summary["fixtures"]` and the summary's fixture_* figures.
+        people: the people's held-out pairs (pair_id, prompt, chosen, rejected): the adapter's implicit reward on
+            them (`people_pairs.implicit_reward`, TRL's rewards/accuracies), in the summary's people_* figures and,
+            per pair, in `summary["people_margins"]` (pair_id -> margin).
+    """
+
+    memory: pd.DataFrame | None = None
+    fixtures: Sequence[Any] | None = None
+    people: pd.DataFrame | None = None
+
+
+def _fixture_figures(model: Any, tokenizer: Any, fixtures: Sequence[Any], batch_size: int, cache: Any) -> dict:
+    from hominem_pipeline.core.evaluation.fixtures import adapter_moves
+
+    report, figures = adapter_moves(model, tokenizer, fixtures, batch_size, base_cache=cache)
+    log.info(
+        "contrast fixtures: the adapter moved the student toward the better reply on %.0f%% of %d "
+        "(mean move %+.2f nats)",
+        100 * report.accuracy,
+        report.pairs,
+        figures["fixture_mean_move"],
+    )
+    return {
+        "fixture_moved_right": report.accuracy,
+        **{f"fixture_moved_right_{t}": v for t, v in report.by_tag.items()},
+        **figures,
+        "fixtures": report.as_dict(),
+    }
+
+
 def evaluate_adapter(
     prompts: Sequence[Prompt],
     *,
@@ -136,25 +174,26 @@ def evaluate_adapter(
     reward_model: RewardModel,
     cfg: EvaluationConfig,
     seed: int,
-    memory: pd.DataFrame | None = None,
+    probes: EvaluationProbes = EvaluationProbes(),
     base_replies: dict[str, str] | None = None,
-    fixtures: Sequence[Any] | None = None,
+    base_logps: Any = None,
     device: Any = None,
-    feature_cache: Path | None = None,
-    shipped: Path | None = None,
-    people: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """`compare` on the held-out prompts; with `memory` (memory rows, `memory.read_memory_rows`), also the
-    memory probe: its fact questions asked of both sides, in `summary["memory_probe"]`. `base_replies`:
-    see `generate_both`. With `fixtures` (the contrast fixtures), also whether the adapter moved the
-    student toward their better replies (`fixtures.adapter_moves`), in `summary["fixtures"]` and the
-    summary's fixture_* figures. `device`: where the student runs (`core.lm.device`; None: the CPU). With the
-    memory probe, `summary["memory_answers"]` lists each question's base and adapter replies.
-    `feature_cache` (and the project's `shipped` rows): where the base student's log-probabilities of
-    the fixtures' replies are kept (`fixtures.base_logp_cache`). With `people` (the people's held-out
-    pairs: pair_id, prompt, chosen, rejected), the adapter's implicit reward on them
-    (`people_pairs.implicit_reward`, TRL's rewards/accuracies), in the summary's people_* figures and,
-    per pair, in `summary["people_margins"]` (pair_id -> margin)."""
+    """`compare` on the held-out prompts, and what `probes` asks (`EvaluationProbes`).
+
+    Args:
+        prompts: the held-out prompts.
+        student_path: the base student.
+        adapter_path: the adapter evaluated on it.
+        reward_model: scores both sides' replies.
+        cfg: the `evaluation` settings (decoding, batch size).
+        seed: the decoding's seed.
+        probes: the memory probe, the contrast fixtures and the people's held-out pairs.
+        base_replies: see `generate_both`.
+        base_logps: the base student's log-probability cache of the fixtures' and people's pairs' replies
+            (`fixtures.base_logp_cache`; None: measured).
+        device: where the student runs (`core.lm.device`; None: the CPU).
+    """
     from hominem_pipeline.core.evaluation.memory import fact_questions, probe
     from hominem_pipeline.core.policy.lora import load_policy
 
@@ -163,7 +202,7 @@ def evaluate_adapter(
     model, tokenizer = load_policy(student_path, adapter_path, device)
     responses = generate_both(model, tokenizer, [p.text for p in prompts], cfg, seed, base_replies)
     table, summary = compare(prompts, responses, reward_model)
-    questions = fact_questions(memory)
+    questions = fact_questions(probes.memory)
     if questions is not None and len(questions):
         answers = generate_both(model, tokenizer, list(questions["prompt"]), cfg, seed, base_replies)
         summary["memory_probe"] = probe(questions, answers).as_dict()
@@ -171,30 +210,10 @@ def evaluate_adapter(
             {"prompt": q, "base": b, "adapter": a}
             for q, b, a in zip(questions["prompt"], answers["base"], answers["adapter"])
         ]
-    from hominem_pipeline.core.evaluation.fixtures import base_logp_cache
-
-    cache = None if feature_cache is None else base_logp_cache(student_path, feature_cache, shipped)
-    if people is not None and len(people):
-        summary.update(people_figures(model, tokenizer, people, cfg.batch_size, cache))
-    if fixtures:
-        from hominem_pipeline.core.evaluation.fixtures import adapter_moves
-
-        report, figures = adapter_moves(model, tokenizer, fixtures, cfg.batch_size, base_cache=cache)
-        summary.update(
-            {
-                "fixture_moved_right": report.accuracy,
-                **{f"fixture_moved_right_{t}": v for t, v in report.by_tag.items()},
-                **figures,
-            }
-        )
-        summary["fixtures"] = report.as_dict()
-        log.info(
-            "contrast fixtures: the adapter moved the student toward the better reply on %.0f%% of %d "
-            "(mean move %+.2f nats)",
-            100 * report.accuracy,
-            report.pairs,
-            figures["fixture_mean_move"],
-        )
+    if probes.people is not None and len(probes.people):
+        summary.update(people_figures(model, tokenizer, probes.people, cfg.batch_size, base_logps))
+    if probes.fixtures:
+        summary.update(_fixture_figures(model, tokenizer, probes.fixtures, cfg.batch_size, base_logps))
     return table, summary
 
 

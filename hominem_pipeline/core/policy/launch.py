@@ -27,6 +27,7 @@ import subprocess
 import sys
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,54 +39,78 @@ BATCHES = "batches.json"
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What one launched training runs (SPEC.json, beside the pairs it trains on).
+
+    Args:
+        mode: dual | dpo | rl.
+        student: the base student's folder.
+        policy: the `policy` settings, whole (a PolicyConfig).
+        seed: the training's seed.
+        out_dir: where the adapter is written.
+        reward_model: the reward model the processes load (rank 0 through the project's feature cache).
+        reference_cache: the dual trainer's reference log-probabilities file.
+        shipped_reference: the shipped features folder whose reference log-probabilities are read.
+        people_start: (the shipped features folder, the key of the people's training pairs).
+        feature_cache: (the project's feature cache folder, the shipped one) the reward model scores through on
+            rank 0.
+        dimension_weights: rl: the weights of the reward vector's dimensions.
+        device: `runtime.device` (cpu keeps the processes off any GPU).
+    """
+
+    mode: str
+    student: Path
+    policy: Any
+    seed: int
+    out_dir: Path
+    reward_model: Path | None = None
+    reference_cache: Path | None = None
+    shipped_reference: Path | None = None
+    people_start: tuple[Path, str] | None = None
+    feature_cache: tuple[Path, Path | None] | None = None
+    dimension_weights: Mapping[str, float] | None = None
+    device: str = "auto"
+
+
+def _text(path: Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
 def write_spec(
     folder: Path,
-    *,
-    mode: str,
-    student: Path,
-    policy: Any,
-    seed: int,
-    out_dir: Path,
+    spec: LaunchSpec,
     pairs: pd.DataFrame,
     memory: pd.DataFrame | None = None,
-    reward_model: Path | None = None,
     batches: Sequence[Sequence[int]] | None = None,
-    reference_cache: Path | None = None,
-    shipped_reference: Path | None = None,
-    people_start: tuple[Path, str] | None = None,
-    feature_cache: tuple[Path, Path | None] | None = None,
-    dimension_weights: Mapping[str, float] | None = None,
-    device: str = "auto",
 ) -> Path:
     """The inputs of one launched training, in `folder`; returns SPEC.json's path. `batches`: the rows of
-    `pairs` for each draw of a `dual` run (`draw_batches`), in order. `feature_cache`: (the project's
-    feature cache folder, the shipped one) the reward model scores through on rank 0. `device`:
-    `runtime.device` (cpu keeps the processes off any GPU)."""
+    `pairs` for each draw of a `dual` run (`draw_batches`), in order."""
     folder.mkdir(parents=True, exist_ok=True)
     pairs.to_parquet(folder / "pairs.parquet", index=False)
     if memory is not None:
         memory.to_parquet(folder / "memory.parquet", index=False)
     if batches is not None:
         (folder / BATCHES).write_text(json.dumps([[int(i) for i in b] for b in batches]))
-    text = lambda p: None if p is None else str(p)  # noqa: E731
-    spec = {
-        "mode": mode,
-        "student": str(student),
-        "policy": policy.model_dump(mode="json"),
-        "seed": seed,
-        "out_dir": str(out_dir),
+    start, cache = spec.people_start, spec.feature_cache
+    written = {
+        "mode": spec.mode,
+        "student": str(spec.student),
+        "policy": spec.policy.model_dump(mode="json"),
+        "seed": spec.seed,
+        "out_dir": str(spec.out_dir),
         "memory": memory is not None,
-        "reward_model": text(reward_model),
+        "reward_model": _text(spec.reward_model),
         "batches": batches is not None,
-        "reference_cache": text(reference_cache),
-        "shipped_reference": text(shipped_reference),
-        "people_start": None if people_start is None else [str(people_start[0]), people_start[1]],
-        "feature_cache": None if feature_cache is None else [str(feature_cache[0]), text(feature_cache[1])],
-        "dimension_weights": dict(dimension_weights) if dimension_weights is not None else None,
-        "device": device,
+        "reference_cache": _text(spec.reference_cache),
+        "shipped_reference": _text(spec.shipped_reference),
+        "people_start": None if start is None else [str(start[0]), start[1]],
+        "feature_cache": None if cache is None else [str(cache[0]), _text(cache[1])],
+        "dimension_weights": dict(spec.dimension_weights) if spec.dimension_weights is not None else None,
+        "device": spec.device,
     }
     path = folder / "spec.json"
-    path.write_text(json.dumps(spec, indent=2) + "\n")
+    path.write_text(json.dumps(written, indent=2) + "\n")
     return path
 
 

@@ -95,61 +95,94 @@ class DualChannelLoss:
     inverted: int  # examples whose pair was swapped
 
 
-def dual_channel_loss(
-    policy_chosen_logps: torch.Tensor,
-    policy_rejected_logps: torch.Tensor,
-    ref_chosen_logps: torch.Tensor,
-    ref_rejected_logps: torch.Tensor,
-    sft_nll: torch.Tensor,
-    intensity: torch.Tensor,
-    safety: torch.Tensor,
-    *,
-    beta: float,
-    w_sft: float,
-    w_reward: float,
-    gate: SafetyGate,
-    pair_mask: torch.Tensor | None = None,
-    w_memory: float | None = None,
-    memory_ref_nll: torch.Tensor | None = None,
-    memory_margin: float = 0.0,
-) -> DualChannelLoss:
-    """`w_sft * L_sft + intensity * w_reward * L_reward` per example, gated by safety (see the module).
+@dataclass(frozen=True)
+class DualLossInputs:
+    """One batch's inputs to the dual-channel loss, one value per example (shape (n,)).
 
-    `sft_nll` is the SFT loss of each example's chosen reply (mean token negative log-likelihood);
-    `intensity` the reward intensity (teacher label, reward model or 1). `pair_mask` False marks memory
-    rows, which have no pair: they get the SFT term alone, ungated, weighted by `w_memory` (default
-    `w_sft`; their log-probability, intensity and safety inputs are ignored). With `memory_ref_nll` (the
-    reference's mean token NLL of each example; only memory rows' entries are read) a memory row's SFT
-    term is anchored: max(0, sft_nll - memory_ref_nll + memory_margin). Returns the batch mean and its
-    parts, so both channels can be logged."""
-    n = policy_chosen_logps.shape[0]
-    pairs = torch.ones(n, dtype=torch.bool) if pair_mask is None else pair_mask
-    for name, t in (
-        ("policy_rejected_logps", policy_rejected_logps),
-        ("ref_chosen_logps", ref_chosen_logps),
-        ("ref_rejected_logps", ref_rejected_logps),
-        ("sft_nll", sft_nll),
-        ("intensity", intensity),
-        ("safety", safety),
-        ("pair_mask", pairs),
-        *((("memory_ref_nll", memory_ref_nll),) if memory_ref_nll is not None else ()),
-    ):
-        if t.shape != (n,):
-            raise ValueError(f"{name} has shape {tuple(t.shape)}; every input is one value per example, shape ({n},)")
-    pairs = pairs.to(device=policy_chosen_logps.device, dtype=torch.bool)
-    weight, inverted = gate(safety)
+    Args:
+        policy_chosen_logps: the policy's summed log-probability of each chosen reply.
+        policy_rejected_logps: the same of each rejected reply.
+        ref_chosen_logps: the reference's of each chosen reply.
+        ref_rejected_logps: the reference's of each rejected reply.
+        sft_nll: the SFT loss of each example's chosen reply (mean token negative log-likelihood).
+        intensity: the reward intensity (teacher label, reward model or 1).
+        safety: the safety score the gate reads.
+        pair_mask: False marks memory rows, which have no pair: they get the SFT term alone, ungated (their
+            log-probability, intensity and safety inputs are ignored); None: every example is a pair.
+        memory_ref_nll: the reference's mean token NLL of each example (only memory rows' entries are read): a
+            memory row's SFT term is then anchored, max(0, sft_nll - memory_ref_nll + memory_margin).
+    """
+
+    policy_chosen_logps: torch.Tensor
+    policy_rejected_logps: torch.Tensor
+    ref_chosen_logps: torch.Tensor
+    ref_rejected_logps: torch.Tensor
+    sft_nll: torch.Tensor
+    intensity: torch.Tensor
+    safety: torch.Tensor
+    pair_mask: torch.Tensor | None = None
+    memory_ref_nll: torch.Tensor | None = None
+
+    def checked_pairs(self) -> torch.Tensor:
+        """The pair mask (all True without one), after checking every input is one value per example."""
+        n = self.policy_chosen_logps.shape[0]
+        pairs = torch.ones(n, dtype=torch.bool) if self.pair_mask is None else self.pair_mask
+        named = [
+            ("policy_rejected_logps", self.policy_rejected_logps),
+            ("ref_chosen_logps", self.ref_chosen_logps),
+            ("ref_rejected_logps", self.ref_rejected_logps),
+            ("sft_nll", self.sft_nll),
+            ("intensity", self.intensity),
+            ("safety", self.safety),
+            ("pair_mask", pairs),
+        ]
+        if self.memory_ref_nll is not None:
+            named.append(("memory_ref_nll", self.memory_ref_nll))
+        for name, t in named:
+            if t.shape != (n,):
+                raise ValueError(
+                    f"{name} has shape {tuple(t.shape)}; every input is one value per example, shape ({n},)"
+                )
+        return pairs.to(device=self.policy_chosen_logps.device, dtype=torch.bool)
+
+
+@dataclass(frozen=True)
+class DualLossWeights:
+    """The dual-channel loss's weights: `beta` (DPO's), `w_sft` and `w_reward` (the channels'), `w_memory` (a memory
+    row's SFT term; None: `w_sft`) and `memory_margin` (the anchored memory rows' margin)."""
+
+    beta: float
+    w_sft: float
+    w_reward: float
+    w_memory: float | None = None
+    memory_margin: float = 0.0
+
+
+def dual_channel_loss(x: DualLossInputs, weights: DualLossWeights, gate: SafetyGate) -> DualChannelLoss:
+    """`w_sft * L_sft + intensity * w_reward * L_reward` per example, gated by safety (see the module). Returns the
+    batch mean and its parts, so both channels can be logged."""
+    pairs = x.checked_pairs()
+    weight, inverted = gate(x.safety)
     weight = torch.where(pairs, weight, torch.ones_like(weight))
     inverted = inverted & pairs
-    forward = dpo_loss(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps, beta)
-    swapped = dpo_loss(policy_rejected_logps, policy_chosen_logps, ref_rejected_logps, ref_chosen_logps, beta)
-    reward = torch.where(inverted, swapped, forward)
+    pc, pr, rc, rr, beta = (
+        x.policy_chosen_logps,
+        x.policy_rejected_logps,
+        x.ref_chosen_logps,
+        x.ref_rejected_logps,
+        weights.beta,
+    )
+    reward = torch.where(inverted, dpo_loss(pr, pc, rr, rc, beta), dpo_loss(pc, pr, rc, rr, beta))
     weight = weight.to(reward.dtype)
-    w_row = torch.where(pairs, w_sft, w_sft if w_memory is None else w_memory).to(reward.dtype)
-    if memory_ref_nll is not None:
-        anchored = F.relu(sft_nll - memory_ref_nll.detach().to(sft_nll.dtype) + memory_margin)
+    w_memory = weights.w_sft if weights.w_memory is None else weights.w_memory
+    w_row = torch.where(pairs, weights.w_sft, w_memory).to(reward.dtype)
+    sft_nll = x.sft_nll
+    if x.memory_ref_nll is not None:
+        anchored = F.relu(sft_nll - x.memory_ref_nll.detach().to(sft_nll.dtype) + weights.memory_margin)
         sft_nll = torch.where(pairs, sft_nll, anchored)
     sft_part = weight * w_row * sft_nll * (~inverted).to(reward.dtype)
-    reward_part = torch.where(pairs, weight * intensity.to(reward.dtype) * w_reward * reward, torch.zeros_like(reward))
+    reward_part = weight * x.intensity.to(reward.dtype) * weights.w_reward * reward
+    reward_part = torch.where(pairs, reward_part, torch.zeros_like(reward))
     per_example = sft_part + reward_part
     return DualChannelLoss(
         total=per_example.mean(),

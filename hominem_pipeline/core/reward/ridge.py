@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from hominem_pipeline.core.config import RewardModelConfig
-from hominem_pipeline.core.reward.dataset import TrainingSet
 from hominem_pipeline.core.reward.network import RewardNet
 
 log = logging.getLogger(__name__)
@@ -161,79 +160,70 @@ def choose_ridge_alpha(
     return min(errors, key=errors.__getitem__), errors
 
 
+@dataclass(frozen=True)
+class LabelFit:
+    """The judge's labels as ridge fits them across folds of the prompts.
+
+    Args:
+        features: the frozen features of every sequence.
+        targets: each head's targets, per sequence.
+        rows: the labeled sequences.
+        groups: their prompt groups (a fold holds whole prompts).
+        alphas: the penalties tried by cross-validation.
+        output_weights: each output's weight in the cross-validated error.
+        seed: draws the folds.
+        folds: how many.
+    """
+
+    features: torch.Tensor
+    targets: dict[str, torch.Tensor]
+    rows: np.ndarray
+    groups: np.ndarray
+    alphas: Sequence[float]
+    output_weights: torch.Tensor
+    seed: int
+    folds: int = RIDGE_FOLDS
+
+
 def ridge_out_of_fold(
-    features: torch.Tensor,
-    targets: dict[str, torch.Tensor],
-    rows: np.ndarray,
-    groups: np.ndarray,
-    alphas: Sequence[float],
-    output_weights: torch.Tensor,
-    seed: int,
-    folds: int = RIDGE_FOLDS,
-    human: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    fit: LabelFit, human: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 ) -> tuple[torch.Tensor, list[float], np.ndarray | None]:
     """(len(rows), D + 3) predictions in the labels' ranges, each row's from heads that never saw its
     prompt: fitted on the other folds' prompts, standardised on them, with the penalty chosen by
     cross-validation inside them. These are the held-out figures of ridge heads, over every prompt.
     Also each fold's penalty, and with `human` (pairs as (p, 2) rows of `features`, their weights and
     groups) each pair's two scalars, (p, 2), from heads fitted without that pair (each pair is in a fold)."""
-    return ridge_out_of_fold_pulls(
-        features, targets, rows, groups, alphas, output_weights, seed, folds, human, (1.0,)
-    )[1.0]
+    return ridge_out_of_fold_pulls(fit, human, (1.0,))[1.0]
 
 
-def label_folds(
-    features: torch.Tensor,
-    targets: dict[str, torch.Tensor],
-    rows: np.ndarray,
-    groups: np.ndarray,
-    alphas: Sequence[float],
-    output_weights: torch.Tensor,
-    seed: int,
-    folds: int,
-    pair_groups: np.ndarray | None,
-) -> list[tuple]:
+def label_folds(fit: LabelFit, pair_groups: np.ndarray | None) -> list[tuple]:
     """Per fold k of the prompts (labeled rows' and people's pairs' groups together, so a pair and the
     replies of its prompt share a fold): (k, held rows, held pairs, mean, std, alpha, the labels'
     solution), everything fitted without fold k, the penalty chosen by cross-validation inside the rest.
     Computed once, they serve both the scalar's pulls and the dimensions' (`fold_fits` below)."""
     out = []
+    features, groups = fit.features, fit.groups
     all_groups = groups if pair_groups is None else np.concatenate([groups, pair_groups])
-    which_all = prompt_folds(all_groups, folds, seed)
+    which_all = prompt_folds(all_groups, fit.folds, fit.seed)
     which, pair_fold = which_all[: len(groups)], which_all[len(groups) :]
     for k in np.unique(which_all):
-        fit = rows[which != k]
-        if len(fit) < 2:
+        kept = fit.rows[which != k]
+        if len(kept) < 2:
             raise ValueError(
                 "head_fit ridge needs labeled replies of at least 2 prompts, got "
                 f"{len(np.unique(groups))}; label more prompts"
             )
-        mean, std = feature_stats(features[torch.as_tensor(fit)])
-        x, y = ridge_design(features, fit, mean, std), ridge_targets(targets, fit)
-        alpha, _ = choose_ridge_alpha(x, y, groups[which != k], alphas, output_weights, seed + 1 + int(k), folds)
-        out.append(
-            (
-                k,
-                which == k,
-                pair_fold == k,
-                mean,
-                std,
-                alpha,
-                ridge_solve(x, y, torch.ones(len(fit), dtype=torch.float64), alpha),
-            )
-        )
+        mean, std = feature_stats(features[torch.as_tensor(kept)])
+        x, y = ridge_design(features, kept, mean, std), ridge_targets(fit.targets, kept)
+        seed = fit.seed + 1 + int(k)
+        alpha, _ = choose_ridge_alpha(x, y, groups[which != k], fit.alphas, fit.output_weights, seed, fit.folds)
+        coef = ridge_solve(x, y, torch.ones(len(kept), dtype=torch.float64), alpha)
+        out.append((k, which == k, pair_fold == k, mean, std, alpha, coef))
     return out
 
 
 def ridge_out_of_fold_pulls(
-    features: torch.Tensor,
-    targets: dict[str, torch.Tensor],
-    rows: np.ndarray,
-    groups: np.ndarray,
-    alphas: Sequence[float],
-    output_weights: torch.Tensor,
-    seed: int,
-    folds: int,
+    fit: LabelFit,
     human: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
     pulls: Sequence[float],
     fold_fits: list[tuple] | None = None,
@@ -241,7 +231,8 @@ def ridge_out_of_fold_pulls(
     """`ridge_out_of_fold` for each scale of the pairs' weights in `pulls`, by scale: the labels' part of
     each fold (standardisation, penalty, solution; `label_folds`, or `fold_fits` made by it with the same
     arguments) is computed once and shared by every scale."""
-    n_dims = targets["vector"].shape[1]
+    features, rows = fit.features, fit.rows
+    n_dims = fit.targets["vector"].shape[1]
     results = {
         p: (
             torch.zeros(len(rows), n_dims + 3, dtype=torch.float64),
@@ -251,9 +242,7 @@ def ridge_out_of_fold_pulls(
         for p in pulls
     }
     if fold_fits is None:
-        fold_fits = label_folds(
-            features, targets, rows, groups, alphas, output_weights, seed, folds, None if human is None else human[2]
-        )
+        fold_fits = label_folds(fit, None if human is None else human[2])
     for k, held_rows, held_pairs, mean, std, alpha, labels_coef in fold_fits:
         held = rows[held_rows]
         pairs = pair_w = None
@@ -300,14 +289,7 @@ def with_column(coef: torch.Tensor) -> torch.Tensor:
 
 
 def dimension_pulls_out_of_fold(
-    features: torch.Tensor,
-    targets: dict[str, torch.Tensor],
-    rows: np.ndarray,
-    groups: np.ndarray,
-    alphas: Sequence[float],
-    output_weights: torch.Tensor,
-    seed: int,
-    folds: int,
+    fit: LabelFit,
     human: tuple[np.ndarray, np.ndarray, np.ndarray],
     pair_dims: np.ndarray,
     pulls: Sequence[float],
@@ -318,10 +300,11 @@ def dimension_pulls_out_of_fold(
     its fold whose dimensions were pulled toward the other folds' tagged pairs at that scale of their
     weights. The folds are `ridge_out_of_fold_pulls`'s (the same `human` and seed give the same folds, and
     `fold_fits` can be shared between the two); untagged pairs' entries are NaN."""
+    features = fit.features
     tagged = pair_dims >= 0
     results = {p: np.full(len(pair_dims), np.nan) for p in pulls}
     if fold_fits is None:
-        fold_fits = label_folds(features, targets, rows, groups, alphas, output_weights, seed, folds, human[2])
+        fold_fits = label_folds(fit, human[2])
     for _, _, held_pairs, mean, std, alpha, labels_coef in fold_fits:
         test = np.flatnonzero(held_pairs & tagged)
         if not len(test):
@@ -393,12 +376,7 @@ def set_ridge_heads(net: RewardNet, coefs: Sequence[torch.Tensor]) -> None:
 
 
 def choose_dimension_pull(
-    features: torch.Tensor,
-    data: TrainingSet,
-    labeled: np.ndarray,
-    cfg: RewardModelConfig,
-    output_weights: torch.Tensor,
-    seed: int,
+    fit: LabelFit,
     human: tuple[np.ndarray, np.ndarray, np.ndarray],
     pair_dims: np.ndarray,
     dimensions: list[str],
@@ -409,20 +387,7 @@ def choose_dimension_pull(
     right in their own dimension most often; ties go to the larger pull, since where the judge and the
     person disagree on a dimension the person wins. Also the figures: agreement per scale, the judge's
     alone (scale 0) and, at the chosen scale, per dimension."""
-    trials = dimension_pulls_out_of_fold(
-        features,
-        data.targets,
-        labeled,
-        data.group_of[labeled],
-        cfg.ridge_alphas,
-        output_weights,
-        seed,
-        RIDGE_FOLDS,
-        human,
-        pair_dims,
-        (0.0, *DIMENSION_PULLS),
-        fold_fits,
-    )
+    trials = dimension_pulls_out_of_fold(fit, human, pair_dims, (0.0, *DIMENSION_PULLS), fold_fits)
     tagged = pair_dims >= 0
     right = {scale: gaps[tagged] > 0 for scale, gaps in trials.items()}
     accuracy = {scale: float(r.mean()) for scale, r in right.items()}

@@ -27,7 +27,13 @@ from hominem_pipeline.core.policy.dual.reference import (
     save_reference_cache,
 )
 from hominem_pipeline.core.policy.dual.samplers import batch_rows, cycle
-from hominem_pipeline.core.policy.losses import DualChannelLoss, SafetyGate, dual_channel_loss
+from hominem_pipeline.core.policy.losses import (
+    DualChannelLoss,
+    DualLossInputs,
+    DualLossWeights,
+    SafetyGate,
+    dual_channel_loss,
+)
 from hominem_pipeline.core.policy.sequences import encode, pair_sequences, sequence_logps
 
 if TYPE_CHECKING:
@@ -239,7 +245,7 @@ class DualTrainer:
         # the base's mean token NLL of each memory row (pair rows' entries are not read)
         memory_ref_nll = torch.cat([zeros.new_zeros(n), -ref[2 * n :] / tokens[2 * n :]]) if anchored else None
         ones = np.ones(len(mi))
-        out = dual_channel_loss(
+        inputs = DualLossInputs(
             torch.cat([chosen, zeros]),
             torch.cat([rejected, zeros]),
             torch.cat([ref_chosen, zeros]),
@@ -248,14 +254,16 @@ class DualTrainer:
             torch.tensor(np.concatenate([self.labels.intensity[pi], ones]), dtype=torch.float32, device=device),
             torch.tensor(np.concatenate([self.labels.safety[pi], ones]), dtype=torch.float32, device=device),
             pair_mask=torch.tensor([True] * n + [False] * len(mi), device=device),
+            memory_ref_nll=memory_ref_nll,
+        )
+        weights = DualLossWeights(
             beta=cfg.beta,
             w_sft=dual.sft_weight,
             w_reward=dual.reward_weight,
-            gate=self.gate,
             w_memory=dual.memory_weight,
-            memory_ref_nll=memory_ref_nll,
             memory_margin=dual.memory_margin or 0.0,
         )
+        out = dual_channel_loss(inputs, weights, self.gate)
         margins = cfg.beta * ((chosen - ref_chosen) - (rejected - ref_rejected)).detach()
         return out, margins
 

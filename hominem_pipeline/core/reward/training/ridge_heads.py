@@ -22,6 +22,7 @@ from hominem_pipeline.core.reward.people import people_scalar_weight, with_peopl
 from hominem_pipeline.core.reward.ridge import (
     PAIR_PULLS,
     RIDGE_FOLDS,
+    LabelFit,
     choose_dimension_pull,
     choose_ridge_alpha,
     label_folds,
@@ -47,9 +48,7 @@ log = logging.getLogger(__name__)
 class RidgeProblem:
     """The ridge fit's inputs, read off the prepared training once."""
 
-    features: torch.Tensor  # the frozen features the heads read (the people's score joins the scalar after the fit)
-    labeled: np.ndarray  # the labeled sequences
-    output_weights: torch.Tensor  # each output's weight in the penalty's cross-validated error
+    fit: LabelFit  # the labels' fit across prompt folds (the people's score joins the scalar after the heads' fit)
     hp: np.ndarray  # people's pairs (rows of the features), fitted by the scalar with the labels
     hw: np.ndarray  # their weights
     human: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # (pairs, weights, their prompt groups)
@@ -79,12 +78,21 @@ def ridge_problem(prep: PreparedTraining) -> RidgeProblem:
     hw = data.pair_weight[data.pair_human]
     human = (hp, hw, data.group_of[hp[:, 0]]) if len(hp) else None
     overall = data.pair_scalar[data.pair_human]
-    problem = RidgeProblem(
+    labeled = np.arange(data.labeled)
+    fit = LabelFit(
         features=prep.frozen[:, :-1] if prep.people.use_people else prep.frozen,
-        labeled=np.arange(data.labeled),
+        targets=data.targets,
+        rows=labeled,
+        groups=data.group_of[labeled],
+        alphas=cfg.ridge_alphas,
         output_weights=torch.tensor(
             [w.vector / len(dims)] * len(dims) + [w.scalar, w.intensity, w.safety], dtype=torch.float64
         ),
+        seed=prep.seed,
+        folds=RIDGE_FOLDS,
+    )
+    problem = RidgeProblem(
+        fit=fit,
         hp=hp,
         hw=hw,
         human=human,
@@ -94,15 +102,8 @@ def ridge_problem(prep: PreparedTraining) -> RidgeProblem:
         combined=cfg.scalar == "combined",
     )
     if human or problem.combined:
-        problem.fold_fits = label_folds(*_fold_arguments(prep, problem), RIDGE_FOLDS, human[2] if human else None)
+        problem.fold_fits = label_folds(fit, human[2] if human else None)
     return problem
-
-
-def _fold_arguments(prep: PreparedTraining, p: RidgeProblem) -> tuple[Any, ...]:
-    """The arguments every fold-wise fit of the labels shares (`ridge`): features, targets, rows, their prompt
-    groups, the penalties, the outputs' weights and the seed."""
-    cfg, data = prep.cfg, prep.data
-    return p.features, data.targets, p.labeled, data.group_of[p.labeled], cfg.ridge_alphas, p.output_weights, prep.seed
 
 
 def scalar_pull(prep: PreparedTraining, p: RidgeProblem) -> ScalarPull:
@@ -110,13 +111,11 @@ def scalar_pull(prep: PreparedTraining, p: RidgeProblem) -> ScalarPull:
     pairs people agree with most (ties: the smaller pull, nearer the judge). With a people's score, each
     scale's scalar is read with the score at the weight fitted for it (people_scalar_weight): the final
     scalar's agreement decides, not the heads' alone. A combined scalar is no head of its own: nothing pulls."""
-    shared = _fold_arguments(prep, p)
     if not (p.scalar_human and not p.combined):
-        held_out, fold_alphas, human_oof = ridge_out_of_fold_pulls(
-            *shared, RIDGE_FOLDS, None if p.combined else p.scalar_human, (1.0,), p.fold_fits
-        )[1.0]
+        human = None if p.combined else p.scalar_human
+        held_out, fold_alphas, human_oof = ridge_out_of_fold_pulls(p.fit, human, (1.0,), p.fold_fits)[1.0]
         return ScalarPull(1.0, {}, held_out, fold_alphas, human_oof)
-    trials = ridge_out_of_fold_pulls(*shared, RIDGE_FOLDS, p.scalar_human, PAIR_PULLS, p.fold_fits)
+    trials = ridge_out_of_fold_pulls(p.fit, p.scalar_human, PAIR_PULLS, p.fold_fits)
     accuracy, people_weights = {}, {}
     ov, column = p.overall, prep.people_column
     for scale, (_, _, oof) in trials.items():
@@ -159,7 +158,8 @@ def _solve(
     """Each member's heads solved on every prompt and pair, set in the network. Returns (the chosen penalty, the
     penalties' cross-validated errors)."""
     net, data, cfg, dims, boot = prep.net, prep.data, prep.cfg, prep.dimensions, prep.seq_boot
-    standardise(net, prep.frozen[torch.as_tensor(p.labeled)])
+    labeled, features = p.fit.rows, p.fit.features
+    standardise(net, prep.frozen[torch.as_tensor(labeled)])
     if prep.people.use_people:  # the score is read as it is (its own units), weighed in the scalar alone
         net.feature_mean[-1], net.feature_std[-1] = 0.0, 1.0
     mean, std = (
@@ -167,12 +167,12 @@ def _solve(
         if prep.people.use_people
         else (net.feature_mean, net.feature_std)
     )
-    x, y = ridge_design(p.features, p.labeled, mean, std), ridge_targets(data.targets, p.labeled)
-    alpha, errors = choose_ridge_alpha(x, y, data.group_of[p.labeled], cfg.ridge_alphas, p.output_weights, prep.seed)
-    hx = pair_rows(p.features, p.hp, mean, std) if p.human else None
+    x, y = ridge_design(features, labeled, mean, std), ridge_targets(data.targets, labeled)
+    alpha, errors = choose_ridge_alpha(x, y, data.group_of[labeled], cfg.ridge_alphas, p.fit.output_weights, prep.seed)
+    hx = pair_rows(features, p.hp, mean, std) if p.human else None
     pull_scalar = p.scalar_human is not None and not p.combined
     pair_weight = torch.as_tensor(p.hw * p.overall * s.pull, dtype=torch.float64)
-    rows = torch.as_tensor(p.labeled)
+    rows = torch.as_tensor(labeled)
     coefs = [
         ridge_solve(
             x,
@@ -209,15 +209,15 @@ def _solve(
 def _out_of_fold(prep: PreparedTraining, p: RidgeProblem, s: ScalarPull, dim_pull: float) -> dict[str, np.ndarray]:
     """Every labeled reply and every people's pair's replies as heads fitted without their fold score them."""
     full = prep.predict_held_out()
-    d = len(prep.dimensions)
+    d, labeled = len(prep.dimensions), p.fit.rows
     for j, k in enumerate(HEAD_OUTPUTS):
-        full[k][p.labeled] = (s.held_out[:, :d] if k == "vector" else s.held_out[:, d + j - 1]).numpy()
+        full[k][labeled] = (s.held_out[:, :d] if k == "vector" else s.held_out[:, d + j - 1]).numpy()
     if p.scalar_human and not p.combined:
         full["scalar"][p.hp[:, 0]], full["scalar"][p.hp[:, 1]] = s.human_oof[:, 0], s.human_oof[:, 1]
     if p.fold_fits is not None:  # the vector as the saved heads pull it: labeled replies, people's pairs' replies
         dims = p.hp_dims if dim_pull else None
-        vectors, pair_vectors = vectors_out_of_fold(p.features, p.labeled, p.human, dims, dim_pull, p.fold_fits, d)
-        full["vector"][p.labeled] = vectors
+        vectors, pair_vectors = vectors_out_of_fold(p.fit.features, labeled, p.human, dims, dim_pull, p.fold_fits, d)
+        full["vector"][labeled] = vectors
         if p.human:
             full["vector"][p.hp[:, 0]], full["vector"][p.hp[:, 1]] = pair_vectors[:, 0], pair_vectors[:, 1]
     return full
@@ -263,18 +263,7 @@ def fit_ridge_heads(prep: PreparedTraining, on_epoch: Callable[[int, dict[str, f
     p = ridge_problem(prep)
     dim_pull, dimension_metrics = 0.0, {}
     if p.human and prep.cfg.dimension_pairs and (p.hp_dims >= 0).any():
-        dim_pull, dimension_metrics = choose_dimension_pull(
-            p.features,
-            prep.data,
-            p.labeled,
-            prep.cfg,
-            p.output_weights,
-            prep.seed,
-            p.human,
-            p.hp_dims,
-            prep.dimensions,
-            p.fold_fits,
-        )
+        dim_pull, dimension_metrics = choose_dimension_pull(p.fit, p.human, p.hp_dims, prep.dimensions, p.fold_fits)
     s = scalar_pull(prep, p)
     people_weight = _people_weight(prep, p, s)
     alpha, errors = _solve(prep, p, s, dim_pull, people_weight)
