@@ -3,7 +3,8 @@
 Every reply the service writes is a turn in the interaction log and every piece of feedback an event
 there; a request is answered only after its events are on disk. Errors use OpenAI's shape
 (`{"error": {"message", "type", "param", "code"}}`) and name the field at fault. The routes live in
-`serving/routes/` (one router per audience); what they share in `serving/common`.
+`serving/routes/` (one module-level router per audience), which reach the `Service` through `app.state`;
+what they share is in `serving/common`, every request and response model in `serving/protocol`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
-from hominem_pipeline.serving.common import ApiError, Kit, Service, error_response, field_name, json_problem
+from hominem_pipeline.serving.common import ApiError, Service, error_response, field_name, json_problem
+from hominem_pipeline.serving.protocol import Health, PageConfig
 from hominem_pipeline.serving.routes import admin, dashboard, feedback, openai
 
 STATIC = Path(__file__).parent / "static"
@@ -94,37 +96,41 @@ def create_app(service: Service) -> FastAPI:
         first = exc.errors()[0] if exc.errors() else {"loc": ()}
         return error_response(422, "; ".join(problems), field_name(tuple(first["loc"])), "invalid_value")
 
-    kit = Kit(service)
+    app.state.service = service
+    if service.config is not None and service.dashboard is None:
+        from hominem_pipeline.core.dashboard.views import DashboardData
+
+        service.dashboard = DashboardData(service.config.data_dir)
     for routes in (openai, feedback, admin, dashboard):
-        app.include_router(routes.router(kit))
+        app.include_router(routes.router)
 
-    @app.get("/healthz", tags=["hominem"])
-    async def healthz() -> dict[str, Any]:
-        return {
-            "status": "ok",
-            "adapter": service.adapter_label,
-            "reward_model": service.reward_label,
-            "waiting": engine.waiting,
-            "running": engine.running,
-            "batches": engine.batches,
-            "largest_batch": engine.largest_batch,
-            "uptime_seconds": round(time.time() - service.started, 1),
-            "auth": "open (loopback)" if access.open else "bearer tokens",
-        }
+    @app.get("/healthz", tags=["hominem"], response_model=Health)
+    async def healthz() -> Health:
+        return Health(
+            status="ok",
+            adapter=service.adapter_label,
+            reward_model=service.reward_label,
+            waiting=engine.waiting,
+            running=engine.running,
+            batches=engine.batches,
+            largest_batch=engine.largest_batch,
+            uptime_seconds=round(time.time() - service.started, 1),
+            auth="open (loopback)" if access.open else "bearer tokens",
+        )
 
-    @app.get("/config", tags=["hominem"])
-    async def page_config() -> dict[str, Any]:
+    @app.get("/config", tags=["hominem"], response_model=PageConfig)
+    async def page_config() -> PageConfig:
         """What the page needs: the dimensions, the emotion tags, whether a token is needed."""
         from hominem_pipeline.core.online.events import EMOTION_TAGS, STRENGTHS
 
-        return {
-            "dimensions": service.ledger.dimensions,
-            "emotion_tags": list(EMOTION_TAGS),
-            "strengths": list(STRENGTHS),
-            "token_required": not access.open,
-            "adapter": service.adapter_label,
-            "reward_model": service.reward_label,
-        }
+        return PageConfig(
+            dimensions=service.ledger.dimensions,
+            emotion_tags=list(EMOTION_TAGS),
+            strengths=list(STRENGTHS),
+            token_required=not access.open,
+            adapter=service.adapter_label,
+            reward_model=service.reward_label,
+        )
 
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:

@@ -1,13 +1,13 @@
-"""What every route of the service shares: the `Service` it answers for, `ApiError` (OpenAI's error shape,
-naming the field at fault), and `Kit`, the per-app helpers the routers use (the caller's token, the
-sampling plan, submitting to the engine, writing turns to the log)."""
+"""What every route of the service shares: the `Service` it answers for (on `app.state.service`, reached through
+the `get_service` dependency), `ApiError` (OpenAI's error shape, naming the field at fault), the caller's token
+(`authenticate`, `require_admin`), and the steps of answering: the sampling plan, submitting to the engine,
+writing the replies to the log as turns."""
 
 from __future__ import annotations
 
 import asyncio
 import random
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,9 +15,8 @@ from fastapi import Depends, Request
 from fastapi.responses import JSONResponse
 
 from hominem_pipeline.core.config import ServingConfig
-from hominem_pipeline.core.online.events import Turn, context_digest, redact
+from hominem_pipeline.core.online.events import Turn, new_turn, redact
 from hominem_pipeline.core.online.ledger import Ledger
-from hominem_pipeline.core.online.log import utc_now
 from hominem_pipeline.serving.auth import Access, Caller
 from hominem_pipeline.serving.engine import Engine, QueueFull, Sampling
 from hominem_pipeline.serving.engine import Request as Job
@@ -39,6 +38,7 @@ class Service:
     registry: Any = None  # the RegistryWatcher when the service follows a registry alias (models:/...@champion)
     config: Any = None  # the whole HominemConfig: what the admin's live endpoints gate and write with
     questions: Any = None  # the QuestionDesk behind GET /feedback/next
+    dashboard: Any = None  # the DashboardData over the project's data folder (None without a project config)
 
     @property
     def adapter_label(self) -> str | None:
@@ -97,125 +97,130 @@ def finish(job: Job) -> str:
     return "length" if job.finish_reason == "length" else "stop"
 
 
-class Kit:
-    """The helpers of one app's routes, bound to its `Service`. `authenticate` and `admin` are FastAPI
-    dependencies: the caller of a valid token, and one whose token is an admin's."""
+def get_service(request: Request) -> Service:
+    """The service this app answers for (a dependency)."""
+    return request.app.state.service
 
-    def __init__(self, service: Service):
-        self.service = service
-        s, access = service.settings, service.access
 
-        # async: a plain `def` dependency would run in a thread pool, a thread hop on every request
-        async def authenticate(request: Request) -> Caller:
-            caller = access.caller(request.headers.get("authorization"))
-            if caller is None:
-                access.audit(
-                    "unauthorized",
-                    path=request.url.path,
-                    method=request.method,
-                    client=request.client.host if request.client else None,
-                    header="absent" if not request.headers.get("authorization") else "unknown token",
-                )
-                raise ApiError(
-                    401,
-                    "a bearer token is needed: send `Authorization: Bearer TOKEN` with a token from "
-                    "serving.tokens_file or "
-                    f"${s.tokens_env}",
-                    "authorization",
-                    "invalid_api_key",
-                    {"WWW-Authenticate": "Bearer"},
-                )
-            return caller
-
-        async def admin(request: Request, caller: Caller = Depends(authenticate)) -> Caller:
-            if not caller.admin:
-                access.audit("forbidden", path=request.url.path, rater=caller.rater)
-                raise ApiError(
-                    403,
-                    "this needs an admin token (`admin TOKEN` in serving.tokens_file)",
-                    "authorization",
-                    "forbidden",
-                )
-            return caller
-
-        self.authenticate, self.admin = authenticate, admin
-
-    def text(self, value: str) -> str:
-        """What the log keeps of a text: redacted when serving.redact is on."""
-        return redact(value) if self.service.settings.redact else value
-
-    def sampling(
-        self, max_tokens: int | None, temperature: float | None, top_p: float | None, seed: int | None
-    ) -> Sampling:
-        s = self.service.settings
-        if max_tokens is not None and max_tokens > s.max_new_tokens:
-            raise ApiError(
-                422,
-                f"max_tokens {max_tokens} is more than this service writes per reply "
-                f"({s.max_new_tokens}, serving.max_new_tokens)",
-                "max_tokens",
-            )
-        return Sampling(
-            s.temperature if temperature is None else temperature,
-            s.top_p if top_p is None else top_p,
-            max_tokens or s.max_new_tokens,
-            seed,
+# async: a plain `def` dependency would run in a thread pool, a thread hop on every request
+async def authenticate(request: Request, service: Service = Depends(get_service)) -> Caller:
+    """The caller of a valid token (a dependency); 401, audited, without one."""
+    access = service.access
+    caller = access.caller(request.headers.get("authorization"))
+    if caller is None:
+        access.audit(
+            "unauthorized",
+            path=request.url.path,
+            method=request.method,
+            client=request.client.host if request.client else None,
+            header="absent" if not request.headers.get("authorization") else "unknown token",
         )
+        raise ApiError(
+            401,
+            "a bearer token is needed: send `Authorization: Bearer TOKEN` with a token from "
+            f"serving.tokens_file or ${service.settings.tokens_env}",
+            "authorization",
+            "invalid_api_key",
+            {"WWW-Authenticate": "Bearer"},
+        )
+    return caller
 
-    def submit(
-        self, messages: list[dict[str, str]], plan: Sampling, adapter: bool, n: int, on_text: Any = None
-    ) -> list[Job]:
-        """`n` replies to `messages` queued on the engine (seeds plan.seed + i); 503 with Retry-After when it is
-        full."""
-        engine = self.service.engine
-        chat = engine.chat_text(messages)
-        jobs = [
-            Job(
-                chat,
-                plan if plan.seed is None else Sampling(plan.temperature, plan.top_p, plan.max_tokens, plan.seed + i),
-                adapter,
-                None if on_text is None else (lambda d, i=i: on_text(i, d)),
-            )
-            for i in range(n)
-        ]
-        try:
-            for job in jobs:
-                engine.submit(job)
-        except QueueFull as exc:
-            for job in jobs:
-                job.cancelled = True
-            raise ApiError(
-                503, str(exc), None, "overloaded", {"Retry-After": str(int(exc.retry_after + 0.999))}
-            ) from exc
-        return jobs
 
-    async def record(
-        self,
-        caller: Caller,
-        messages: list[dict[str, str]],
-        jobs: list[Job],
-        model: str,
-        adapter: bool,
-        plan: Sampling,
-        session: str | None,
-        rewards: list[dict[str, Any] | None] | None = None,
-    ) -> list[Turn]:
-        """Each finished job as a turn, on disk before this returns, then in the ledger."""
-        service = self.service
-        logged = [{"role": m["role"], "content": self.text(m["content"])} for m in messages]
-        turns = []
-        for i, job in enumerate(jobs):
-            turn = Turn(
-                id=uuid.uuid4().hex,
-                time=utc_now().isoformat(),
-                rater=caller.rater,
-                session=session,
-                messages=logged,
-                reply=self.text(job.sent),
-                model=model,
+async def require_admin(
+    request: Request, caller: Caller = Depends(authenticate), service: Service = Depends(get_service)
+) -> Caller:
+    """The caller, whose token is an admin's (a dependency); 403, audited, otherwise."""
+    if not caller.admin:
+        service.access.audit("forbidden", path=request.url.path, rater=caller.rater)
+        raise ApiError(
+            403,
+            "this needs an admin token (`admin TOKEN` in serving.tokens_file)",
+            "authorization",
+            "forbidden",
+        )
+    return caller
+
+
+def kept_text(service: Service, value: str) -> str:
+    """What the log keeps of a text: redacted when serving.redact is on."""
+    return redact(value) if service.settings.redact else value
+
+
+def sampling_plan(
+    service: Service, max_tokens: int | None, temperature: float | None, top_p: float | None, seed: int | None
+) -> Sampling:
+    """The request's sampling, the service's settings where it sets none; 422 for more tokens than it writes."""
+    s = service.settings
+    if max_tokens is not None and max_tokens > s.max_new_tokens:
+        raise ApiError(
+            422,
+            f"max_tokens {max_tokens} is more than this service writes per reply "
+            f"({s.max_new_tokens}, serving.max_new_tokens)",
+            "max_tokens",
+        )
+    return Sampling(
+        s.temperature if temperature is None else temperature,
+        s.top_p if top_p is None else top_p,
+        max_tokens or s.max_new_tokens,
+        seed,
+    )
+
+
+def submit(
+    service: Service, messages: list[dict[str, str]], plan: Sampling, adapter: bool, n: int, on_text: Any = None
+) -> list[Job]:
+    """`n` replies to `messages` queued on the engine (seeds plan.seed + i); 503 with Retry-After when it is full."""
+    engine = service.engine
+    chat = engine.chat_text(messages)
+    jobs = [
+        Job(
+            chat,
+            plan if plan.seed is None else Sampling(plan.temperature, plan.top_p, plan.max_tokens, plan.seed + i),
+            adapter,
+            None if on_text is None else (lambda d, i=i: on_text(i, d)),
+        )
+        for i in range(n)
+    ]
+    try:
+        for job in jobs:
+            engine.submit(job)
+    except QueueFull as exc:
+        for job in jobs:
+            job.cancelled = True
+        raise ApiError(503, str(exc), None, "overloaded", {"Retry-After": str(int(exc.retry_after + 0.999))}) from exc
+    return jobs
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What a request asked the engine for: the conversation, the model name, adapter or base, the sampling and
+    the client's session."""
+
+    messages: list[dict[str, str]]
+    model: str
+    adapter: bool
+    plan: Sampling
+    session: str | None
+
+
+async def write_turns(
+    service: Service, caller: Caller, asked: Asked, jobs: list[Job], rewards: list[Any] | None = None
+) -> list[Turn]:
+    """Each finished job as a turn, on disk before this returns, then in the ledger."""
+    logged = [{"role": m["role"], "content": kept_text(service, m["content"])} for m in asked.messages]
+    turns = []
+    for i, job in enumerate(jobs):
+        reward = rewards[i] if rewards else None
+        turns.append(
+            new_turn(
+                caller.rater,
+                logged,
+                kept_text(service, job.sent),
+                session=asked.session,
+                model=asked.model,
                 adapter=job.adapter_label,
-                reward_model=service.reward_label if rewards and rewards[i] is not None else None,
-                reward=rewards[i] if rewards else None,
+                reward_model=service.reward_label if reward is not None else None,
+                reward=reward,
                 sampling={
                     "temperature": job.sampling.temperature,
                     "top_p": job.sampling.top_p,
@@ -224,16 +229,15 @@ class Kit:
                 },
                 finish_reason=job.finish_reason,
                 completion_tokens=len(job.ids),
-                context=context_digest(logged),
-            )  # type: ignore[arg-type]
-            turns.append(turn)
-        await asyncio.gather(*(service.journal.write(t.model_dump(mode="json")) for t in turns))
-        for turn in turns:
-            service.ledger.add(turn)
-        return turns
+            )
+        )
+    await asyncio.gather(*(service.journal.write(t.model_dump(mode="json")) for t in turns))
+    for turn in turns:
+        service.ledger.add(turn)
+    return turns
 
-    @staticmethod
-    def usage(jobs: list[Job]) -> dict[str, int]:
-        prompt = jobs[0].prompt_tokens if jobs else 0
-        completion = sum(len(j.ids) for j in jobs)
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+def usage(jobs: list[Job]) -> dict[str, int]:
+    prompt = jobs[0].prompt_tokens if jobs else 0
+    completion = sum(len(j.ids) for j in jobs)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}

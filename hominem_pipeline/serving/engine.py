@@ -81,6 +81,29 @@ class Request:
             self.on_text(delta)
 
 
+@dataclass(frozen=True)
+class EngineSettings:
+    """How the engine batches and decodes (`serving:`'s settings of the same names).
+
+    Args:
+        max_batch_size: rows generating together at most.
+        batch_wait_ms: how long a new request waits for others to join its batch.
+        max_queue: requests waiting at most; more are refused (503) with a Retry-After.
+        repetition_penalty: the decoding's repetition penalty.
+        plain_start: no reply starts with an emoji or symbol token.
+        threads: torch's CPU threads (None: torch's default).
+        recall_facts: repeat what the person stated about themselves before their last message.
+    """
+
+    max_batch_size: int
+    batch_wait_ms: float
+    max_queue: int
+    repetition_penalty: float
+    plain_start: bool = False
+    threads: int | None = None
+    recall_facts: bool = False
+
+
 class Engine:
     """The student (with its adapter, if any), the reward model (if any), and the worker thread."""
 
@@ -89,15 +112,9 @@ class Engine:
         student: Path,
         adapter: Path | None,
         reward_model: Path | None,
+        settings: EngineSettings,
         *,
-        max_batch_size: int,
-        batch_wait_ms: float,
-        max_queue: int,
-        repetition_penalty: float,
-        plain_start: bool = False,
-        threads: int | None = None,
         adapter_label: str | None = None,
-        recall_facts: bool = False,
         device: Any = None,
     ):
         """`device`: where the student and the reward model run, and the batch's tensors live (`core.lm.device`;
@@ -106,8 +123,8 @@ class Engine:
 
         from hominem_pipeline.core.policy.lora import load_policy
 
-        if threads:
-            torch.set_num_threads(threads)
+        if settings.threads:
+            torch.set_num_threads(settings.threads)
         started = time.monotonic()
         self.student, self.adapter_path, self.reward_model_path = Path(student), adapter, reward_model
         self.device = torch.device(device or "cpu")
@@ -121,12 +138,12 @@ class Engine:
             from hominem_pipeline.core.reward.model import RewardModel
 
             self.reward = RewardModel.load(reward_model, self.device)
-        self.max_batch_size, self.batch_wait = max_batch_size, batch_wait_ms / 1000
-        self.recall_facts = recall_facts
-        self.max_queue, self.repetition_penalty = max_queue, repetition_penalty
+        self.max_batch_size, self.batch_wait = settings.max_batch_size, settings.batch_wait_ms / 1000
+        self.recall_facts = settings.recall_facts
+        self.max_queue, self.repetition_penalty = settings.max_queue, settings.repetition_penalty
         # plain_start: no reply starts with an emoji or symbol token (as `generate` with plain_start)
         self.symbol_ids = None
-        if plain_start:
+        if settings.plain_start:
             import torch
 
             from hominem_pipeline.core.lm.generation import symbol_token_ids

@@ -133,7 +133,7 @@ def build_service(
     with `follow_registry` (a models:/NAME@ALIAS URI), to whatever version that alias names."""
     from hominem_pipeline.core.lm.device import resolve_device
     from hominem_pipeline.serving.common import Service
-    from hominem_pipeline.serving.engine import Engine
+    from hominem_pipeline.serving.engine import Engine, EngineSettings
 
     s = cfg.serving
     folder = cfg.data_dir / s.log_dir
@@ -144,17 +144,20 @@ def build_service(
     interaction_log = InteractionLog(folder / "log", remember_days=REMEMBER_DAYS)
     ledger = Ledger(cfg.dimension_names)
     ledger.load(interaction_log.remembered)
-    engine = Engine(
-        student,
-        adapter,
-        reward_model,
+    settings = EngineSettings(
         max_batch_size=s.max_batch_size,
         batch_wait_ms=s.batch_wait_ms,
         max_queue=s.max_queue,
         repetition_penalty=s.repetition_penalty,
         plain_start=s.plain_start,
-        adapter_label=label(cfg, adapter),
         recall_facts=s.recall_facts,
+    )
+    engine = Engine(
+        student,
+        adapter,
+        reward_model,
+        settings,
+        adapter_label=label(cfg, adapter),
         device=resolve_device(cfg.runtime.device),
     )
     if (

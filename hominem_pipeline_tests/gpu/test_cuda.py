@@ -125,17 +125,14 @@ def test_the_teacher_and_the_evaluation_generate_on_cuda(tiny_student, tiny_enco
 def test_the_servers_engine_batches_on_cuda_as_on_the_cpu(tiny_student):
     """`hominem serve`'s engine on `runtime.device`: the model, the batch's cache, mask and positions on the
     GPU (rows joining and leaving), each row's sampling on the CPU; greedy replies as long as the CPU's."""
-    from hominem_pipeline.serving.engine import Engine, Request, Sampling
+    from hominem_pipeline.serving.engine import Engine, EngineSettings, Request, Sampling
 
     def replies(device):
         engine = Engine(
             tiny_student,
             None,
             None,
-            max_batch_size=4,
-            batch_wait_ms=0,
-            max_queue=8,
-            repetition_penalty=1.3,
+            EngineSettings(max_batch_size=4, batch_wait_ms=0, max_queue=8, repetition_penalty=1.3),
             device=device,
         )
         try:

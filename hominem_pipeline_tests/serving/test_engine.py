@@ -4,12 +4,17 @@ import threading
 
 import pytest
 
-from hominem_pipeline.serving.engine import Engine, QueueFull, Request, Sampling
+from hominem_pipeline.serving.engine import Engine, EngineSettings, QueueFull, Request, Sampling
 
 
 @pytest.fixture(scope="module")
 def engine(tiny_student):
-    engine = Engine(tiny_student, None, None, max_batch_size=4, batch_wait_ms=50, max_queue=3, repetition_penalty=1.0)
+    engine = Engine(
+        tiny_student,
+        None,
+        None,
+        EngineSettings(max_batch_size=4, batch_wait_ms=50, max_queue=3, repetition_penalty=1.0),
+    )
     yield engine
     engine.close()
 
@@ -95,7 +100,12 @@ def test_the_repetition_penalty_is_transformers_own(tiny_student):
     from hominem_pipeline.core.lm.generation import generate
     from hominem_pipeline.core.lm.models import load_student
 
-    engine = Engine(tiny_student, None, None, max_batch_size=2, batch_wait_ms=0, max_queue=2, repetition_penalty=1.5)
+    engine = Engine(
+        tiny_student,
+        None,
+        None,
+        EngineSettings(max_batch_size=2, batch_wait_ms=0, max_queue=2, repetition_penalty=1.5),
+    )
     try:
         text = engine.chat_text([{"role": "user", "content": "repeat after me: la la la"}])
         got = engine.submit(Request(text, Sampling(0.0, 1.0, 12), adapter=False)).result(timeout=60).sent
@@ -145,7 +155,10 @@ def test_plain_start_keeps_an_emoji_from_opening_a_reply_in_generate_and_in_the_
     assert first(plain=True) != piece
     for plain in (False, True):
         engine = Engine(
-            path, None, None, max_batch_size=1, batch_wait_ms=0, max_queue=1, repetition_penalty=1.0, plain_start=plain
+            path,
+            None,
+            None,
+            EngineSettings(max_batch_size=1, batch_wait_ms=0, max_queue=1, repetition_penalty=1.0, plain_start=plain),
         )
         try:
             reply = engine.submit(
@@ -168,7 +181,12 @@ def test_a_hot_swap_changes_new_requests_only_and_refuses_a_bad_adapter(tiny_stu
     from hominem_pipeline.core.online.live import BadAdapter
     from hominem_pipeline_tests.serving.conftest import make_adapter
 
-    engine = Engine(tiny_student, None, None, max_batch_size=4, batch_wait_ms=0, max_queue=8, repetition_penalty=1.0)
+    engine = Engine(
+        tiny_student,
+        None,
+        None,
+        EngineSettings(max_batch_size=4, batch_wait_ms=0, max_queue=8, repetition_penalty=1.0),
+    )
     try:
         checksum = engine.base_checksum()
         good = make_adapter(tiny_student, tmp_path / "good")
@@ -238,11 +256,7 @@ def test_the_engine_puts_what_the_person_stated_earlier_back_before_their_last_m
         tiny_student,
         None,
         None,
-        max_batch_size=1,
-        batch_wait_ms=0,
-        max_queue=1,
-        repetition_penalty=1.0,
-        recall_facts=True,
+        EngineSettings(max_batch_size=1, batch_wait_ms=0, max_queue=1, repetition_penalty=1.0, recall_facts=True),
     )
     try:
         text = recalling.chat_text(said)

@@ -96,6 +96,24 @@ def context_digest(messages: list[Message] | list[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(plain, ensure_ascii=False, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def new_turn(rater: str, messages: list[dict[str, Any]], reply: str, **fields: Any) -> Turn:
+    """A turn the service writes now: a new id (unless `fields` gives one), the time, the context digest of
+    `messages`; `fields` the rest of Turn's (model, adapter, sampling, ...), where a reply finished and wrote no
+    tokens unless they say otherwise."""
+    import datetime as dt
+    import uuid
+
+    made = {
+        "id": uuid.uuid4().hex,
+        "time": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "adapter": None,
+        "sampling": {},
+        "finish_reason": "stop",
+        "completion_tokens": 0,
+    }
+    return Turn(**(made | fields), rater=rater, messages=messages, reply=reply, context=context_digest(messages))
+
+
 class _Feedback(_Event):
     note: str | None = Field(default=None, max_length=MAX_TEXT, description="Why, in the rater's words (optional).")
 

@@ -1,4 +1,6 @@
-"""Request bodies of the service (responses are plain JSON, shown in the OpenAPI docs by example)."""
+"""The service's contract: every request body, response and stream chunk, as pydantic models (as vLLM's
+protocol.py). Routes declare them, so /docs shows each one; the OpenAI ones mirror OpenAI's fields, with
+`turn` (the reply's id in the interaction log) added."""
 
 from __future__ import annotations
 
@@ -199,3 +201,276 @@ class LiveRequest(BaseModel):
 
     version: str | None = Field(default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     reason: str | None = Field(default=None, max_length=2000)
+
+
+class ProbeRequest(BaseModel):
+    prompt: str = Field(min_length=1, max_length=8000, description="The person's message.")
+    replies: list[str] = Field(min_length=1, max_length=4, description="One to four replies to score.")
+
+
+class ReplyRequest(BaseModel):
+    prompt: str = Field(min_length=1, max_length=8000, description="The person's message.")
+    reply: str = Field(min_length=1, max_length=8000, description="The reply to explain or rewrite.")
+    words: int = Field(
+        default=2,
+        ge=1,
+        le=20,
+        description="Words left out together per occluded span (more for a long reply: at most five spans).",
+    )
+    changes: list[str] | None = Field(
+        default=None,
+        description="The rewrites to make (typos, paraphrase, insertion, reorder, polite_frame, rude_frame); "
+        "default: all.",
+    )
+
+
+# -- responses -------------------------------------------------------------------------------------------------
+
+
+class _Response(BaseModel):
+    """A response; routes send only the fields the handler set (`response_model_exclude_unset`)."""
+
+
+class _View(_Response):
+    """A read-only view over the project's files: the fields below, and any further figures the view adds."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class ModelCard(_Response):
+    id: str = Field(description="`hominem` (the served adapter) or `hominem-base` (the adapter off).")
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+    adapter: str | None = Field(description="The adapter the model answers with (None: the base alone).")
+
+
+class ModelList(_Response):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class AssistantMessage(_Response):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class Usage(_Response):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ChatChoice(_Response):
+    index: int
+    message: AssistantMessage
+    finish_reason: Literal["stop", "length"]
+    logprobs: None = None
+    turn: str = Field(description="The reply's turn id in the interaction log (what /feedback refers to).")
+
+
+class ChatCompletionResponse(_Response):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class Delta(_Response):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChunkChoice(_Response):
+    index: int
+    delta: Delta
+    finish_reason: Literal["stop", "length"] | None = None
+    turn: str | None = Field(default=None, description="On a choice's last chunk: its turn id in the log.")
+
+
+class ChatCompletionChunk(_Response):
+    """One server-sent event of a streamed completion (`data: {...}`)."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+
+    def event(self) -> str:
+        return f"data: {self.model_dump_json(exclude_unset=True)}\n\n"
+
+
+class GeneratedReply(_Response):
+    turn: str = Field(description="The reply's turn id in the interaction log.")
+    text: str
+    finish_reason: Literal["stop", "length"]
+    completion_tokens: int
+    reward: dict[str, Any] | None = Field(description="The reward model's scores of the reply (None: not scored).")
+
+
+class GenerateResponse(_Response):
+    adapter: str | None = Field(description="The adapter that wrote the replies (None: the base).")
+    reward_model: str | None
+    replies: list[GeneratedReply]
+
+
+class TurnResponse(_Response):
+    turn: str = Field(description="The recorded turn's id.")
+
+
+class RewardResponse(_Response):
+    reward_model: str | None
+    scores: list[dict[str, Any]] = Field(
+        description="Per reply: vector, scalar, reward_intensity, safety_score and their uncertainty."
+    )
+
+
+class FeedbackResponse(_Response):
+    id: str = Field(description="The event's id (yours, or one the service made).")
+    written: bool = Field(description="False when the log held this id already: nothing new was written.")
+
+
+class RepeatResponse(_Response):
+    repeat: dict[str, Any] | None = Field(description="An earlier choice of yours to make again, A and B swapped.")
+
+
+class QuestionResponse(_Response):
+    question: dict[str, Any] | None = Field(
+        description="id, messages, source and the two sides `a` and `b` (each a turn to answer with a choice)."
+    )
+    reason: str
+    by: str | None = None
+    value: float | None = None
+    parts: dict[str, Any] | None = None
+    p_a: float | None = None
+    pool: int | None = None
+    answered: int | None = None
+
+
+class ConsistencyResponse(_Response):
+    rater: str
+    choices: int
+    repeats: int
+    consistent: int
+    consistency: float | None
+
+
+class RatersResponse(_Response):
+    raters: dict[str, Any]
+
+
+class AuditResponse(_Response):
+    entries: list[dict[str, Any]]
+
+
+class LiveStatus(_Response):
+    live: dict[str, Any]
+    serving: str | None = Field(description="The adapter this service answers with now.")
+    candidates: list[dict[str, Any]]
+    history: list[dict[str, Any]]
+    updates: dict[str, Any] | None
+
+
+class UpdateStarted(_Response):
+    started: bool
+    updates: dict[str, Any] | None
+
+
+class LiveChange(_Response):
+    live: str
+    serving: str | None = None
+    frozen: dict[str, Any] | None = None
+    gate: dict[str, Any] | None = None
+
+
+class Health(_Response):
+    status: Literal["ok"]
+    adapter: str | None
+    reward_model: str | None
+    waiting: int
+    running: int
+    batches: int
+    largest_batch: int
+    uptime_seconds: float
+    auth: str
+
+
+class PageConfig(_Response):
+    dimensions: list[str]
+    emotion_tags: list[str]
+    strengths: list[str]
+    token_required: bool
+    adapter: str | None
+    reward_model: str | None
+
+
+class Timeline(_View):
+    days: list[str]
+    series: dict[str, Any]
+    versions: Any
+    events: list[dict[str, Any]]
+    builds: list[dict[str, Any]]
+
+
+class CalibrationView(_View):
+    curves: list[dict[str, Any]]
+
+
+class DriftView(_View):
+    day: str | None
+    drift: dict[str, Any] | None
+    clusters: list[dict[str, Any]]
+
+
+class HealthView(_View):
+    day: str | None
+    rhi: float | None
+    components: list[dict[str, Any]]
+
+
+class Options(_View):
+    reward_models: list[dict[str, Any]]
+    adapters: list[dict[str, Any]]
+
+
+class Comparison(_View):
+    kind: str
+    a: str
+    b: str
+    metrics: dict[str, Any]
+
+
+class SideBySide(_View):
+    """Two adapters' replies scored by the served reward model on one scale."""
+
+    a: str
+    b: str
+    start: int
+    total: int
+    reward_model: str | None
+    prompts: int
+    scalar: dict[str, Any]
+    b_wins: int
+    delta: dict[str, Any]
+    replies: list[dict[str, Any]]
+
+
+class ProbeScores(_View):
+    prompt: str
+    dimensions: list[str]
+    replies: list[dict[str, Any]]
+    p_first: list[float]
+
+
+class Attribution(_View):
+    reply: str
+    words: int
+    attribution: list[dict[str, Any]]
+
+
+class Rewrites(_View):
+    counterfactuals: list[dict[str, Any]]
