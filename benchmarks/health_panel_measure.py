@@ -44,10 +44,11 @@ RESULTS = (
 COLLAPSED_CORRELATION = (
     0.9  # a reward model whose dimensions correlate this much on average over the day's replies has one
 )
-COMPONENT_CODE = (
-    "hominem_pipeline/core/evaluation/health.py",
-)  # measures the ingredients (calibration.py only normalises and weighs them,
-# which `calibrate` does again from the ingredients)
+# what measures the ingredients (calibration.py only normalises and weighs them, which `calibrate` does again
+# from the ingredients)
+COMPONENT_CODE = tuple(
+    str(p.relative_to(ROOT)) for p in sorted((ROOT / "hominem_pipeline/core/evaluation/health").glob("*.py"))
+)
 
 
 def _ref(cfg, asset: str, partition: str, version: str):

@@ -1,0 +1,112 @@
+"""CDRS (whether the adapter's gains hold across the prompts' domains) and LRPS (whether the reward of a reply's
+first half predicts the whole's)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from hominem_pipeline.core.common.stats import pearson
+from hominem_pipeline.core.evaluation.health.components import Component, clip01
+from hominem_pipeline.core.reward.model import RewardModel
+
+
+def _binary_entropy(p: float) -> float:
+    if p <= 0.0 or p >= 1.0:
+        return 0.0
+    return float(-(p * math.log2(p) + (1 - p) * math.log2(1 - p)))
+
+
+def cross_domain_robustness(table: pd.DataFrame, dimensions: Sequence[str], against: str = "overall") -> Component:
+    """CDRS = 1 - (C_contradiction + C_entropy + (1 - C_consistency)) / 3 across prompt categories.
+
+    C_contradiction: share of (category, dimension) cells whose mean adapter-base delta has the
+    opposite sign of that dimension's overall delta. C_entropy: mean binary entropy of each category's
+    win rate (a coin-flip category is unsettled). C_consistency: 1 - 2 * std of the categories' win rates.
+
+    `against="improvement"` reads them against the direction of improvement, so that an adapter worse than
+    the base everywhere is not "robust": a cell contradicts when the adapter is worse than the base there,
+    and C_consistency is the share of categories where the adapter wins at least half the prompts."""
+    if table.empty or table["category"].nunique() < 2:
+        return Component("cdrs", None, "needs evaluation prompts from at least 2 categories")
+
+    def num(vector: dict, d: str) -> float:
+        value = vector.get(d) if isinstance(vector, dict) else None
+        return float("nan") if value is None else float(value)  # an unscored (empty) response is NaN
+
+    deltas = pd.DataFrame(
+        [
+            {d: num(a, d) - num(b, d) for d in dimensions} | {"category": c}
+            for a, b, c in zip(table["adapter_vector"], table["base_vector"], table["category"])
+        ]
+    )
+    overall = deltas[list(dimensions)].mean()
+    if (
+        against == "improvement"
+    ):  # a cell contradicts when the adapter is worse than the base there, whatever the overall sign
+        overall = overall.abs().clip(lower=1.0)
+    per_cat = deltas.groupby("category")[list(dimensions)].mean()
+    cells = contradictions = 0
+    for d in dimensions:
+        if not np.isfinite(overall[d]) or abs(overall[d]) < 1e-6:
+            continue
+        for value in per_cat[d]:
+            if np.isfinite(value) and abs(value) >= 1e-6:
+                cells += 1
+                contradictions += int(np.sign(value) != np.sign(overall[d]))
+    c_contra = contradictions / cells if cells else 0.0
+    win = table.groupby("category")["adapter_outcome"].mean()
+    c_entropy = float(np.mean([_binary_entropy(w) for w in win]))
+    if against == "improvement":
+        c_consistency = float((win >= 0.5).mean())
+    else:
+        c_consistency = clip01(1.0 - 2.0 * float(win.std(ddof=0)))
+    value = 1.0 - (c_contra + c_entropy + (1.0 - c_consistency)) / 3.0
+    return Component(
+        "cdrs",
+        clip01(value),
+        f"per-category reward deltas and win rates over {len(win)} categories of held-out prompts",
+        {
+            "c_contradiction": c_contra,
+            "c_entropy": c_entropy,
+            "c_consistency": c_consistency,
+            "categories": int(len(win)),
+        },
+    )
+
+
+def local_reward_predictivity(
+    reward_model: RewardModel, prompts: Sequence[str], responses: Sequence[str]
+) -> Component:
+    """LRPS = max(0, corr(r_local, r_trajectory)): does the reward of a response's first half predict
+    the reward of the whole response? Measured on the adapter's own replies (the trajectories it produces:
+    a policy that degenerates midway breaks it; the base's replies would only dilute it)."""
+    pairs = [(p, r) for p, r in zip(prompts, responses) if len(r.split()) >= 4]
+    if len(pairs) < 3:
+        return Component("lrps", None, "needs at least 3 responses of 4+ words")
+    ps = [p for p, _ in pairs]
+    local = reward_model.raw_scores(ps, [first_half(r) for _, r in pairs])["scalar"]
+    full = reward_model.raw_scores(ps, [r for _, r in pairs])["scalar"]
+    return predictivity_of(local, full)
+
+
+def first_half(response: str) -> str:
+    """The first half of a response's words: what LRPS scores as the local reward."""
+    words = response.split()
+    return " ".join(words[: len(words) // 2])
+
+
+def predictivity_of(local: np.ndarray, full: np.ndarray) -> Component:
+    """LRPS from the reward model's scalars on the responses' first halves and on the whole responses."""
+    corr = pearson(np.asarray(local, dtype=np.float64), np.asarray(full, dtype=np.float64))
+    if corr is None:
+        return Component("lrps", None, "reward scalars did not vary across responses")
+    return Component(
+        "lrps",
+        clip01(max(0.0, corr)),
+        f"Pearson correlation of reward on the first half vs the whole of {len(full)} evaluation responses",
+        {"pearson": corr, "responses": len(full)},
+    )
