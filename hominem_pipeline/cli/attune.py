@@ -38,7 +38,7 @@ def attune(
     """How well the reward model predicts what people later chose: agreement and calibration (ECE) over the
     window, per day and per domain; what drifted between the recent and the reference window; the pairs it
     orders against people, clustered, with an example each. Built by the `attunement` asset (`hominem run`)."""
-    from hominem_pipeline.core.builds.attunement import CLUSTERS, DAYS, DOMAINS, SUMMARY
+    from hominem_pipeline.core.builds.attunement import DAYS, DOMAINS, SUMMARY
 
     cfg = load(config, sets)
     _, ref = artifact_for(cfg, "attunement", date)
@@ -69,7 +69,14 @@ def attune(
                 for r in domains.sort_values("pairs", ascending=False).itertuples()
             )
         )
-    drift = summary["drift"]
+    _print_drift(cfg, ref, summary["drift"])
+    _print_clusters(cfg, ref, summary, clusters)
+
+
+def _print_drift(cfg, ref, drift: dict) -> None:
+    """What drifted between the reference and the recent window, or why nothing was tested."""
+    from hominem_pipeline.core.builds.attunement import SUMMARY
+
     console.print(
         f"[bold]drift[/]  reference {drift['reference'][0]} to {drift['reference'][1]}, recent "
         f"{drift['recent'][0]} to {drift['recent'][1]}"
@@ -91,6 +98,12 @@ def attune(
             f"  none: {len({d['dimension'] for d in drift['preference']})} preference and "
             f"{len(drift['served'])} served-reply dimensions compared"
         )
+
+
+def _print_clusters(cfg, ref, summary: dict, clusters: int) -> None:
+    """The error clusters the day's model makes on people's pairs, with an example each."""
+    from hominem_pipeline.core.builds.attunement import CLUSTERS
+
     found = read_table(ref, CLUSTERS, cfg)
     live = found[found["status"] != "closed"]
     console.print(

@@ -72,6 +72,12 @@ def reward_probe(
             row["people_score"] = float(value)
         console.print_json(json.dumps(scored))
         return
+    _print_scores(rm, path, prompt, response, outputs, people)
+
+
+def _print_scores(rm, path: Path, prompt: str, response: list[str], outputs: list, people) -> None:
+    """The replies' scores as a table (each dimension, the people's score, the scalar, intensity and safety with
+    their spread), the scalar's combination, the dimensions they differ on most, P(#1 preferred) over each."""
     console.print(f"[dim]reward model {path}[/]")
     for i, text in enumerate(response, 1):
         console.print(f"[bold]#{i}[/] {text if len(text) <= 160 else text[:157] + '...'}")
@@ -93,21 +99,15 @@ def reward_probe(
     for name, values, sds in rows:
         cells = [f"{v:+.3f} ± {s:.3f}" for v, s in zip(values, sds)]
         label = f"[bold yellow]{name} *[/]" if name in top else name
-        table.add_row(
-            label,
-            *cells,
-            *([f"{max(values) - min(values):.3f}"] if len(outputs) > 1 else []),
-            end_section=name == rm.dimensions[-1],
-        )
+        extra = [f"{max(values) - min(values):.3f}"] if len(outputs) > 1 else []
+        table.add_row(label, *cells, *extra, end_section=name == rm.dimensions[-1])
     console.print(table)
     if (combo := rm.metadata.scalar) is not None:
-        terms = [f"{w:.2f} {d}" for d, w in combo.weights.items() if w > 0] + (
-            [f"{combo.people:.2f} people's score"] if combo.people > 0 else []
-        )
+        terms = [f"{w:.2f} {d}" for d, w in combo.weights.items() if w > 0]
+        terms += [f"{combo.people:.2f} people's score"] if combo.people > 0 else []
         console.print(
             f"scalar = tanh({' + '.join(terms) or '0'} {combo.intercept:+.2f}): a reply at least as good "
-            "on every dimension and "
-            "on the people's score never scores lower"
+            "on every dimension and on the people's score never scores lower"
         )
     if top:
         console.print(
@@ -156,48 +156,43 @@ def _probe_fixtures(cfg, path: Path, as_json: bool) -> None:
     if as_json:
         console.print_json(json.dumps(report.as_dict()))
         return
-    f = cfg.fixtures
-    console.print(f"[dim]reward model {path}\nfixtures {cfg.path(f.file)}: {source}[/]", highlight=False)
+    console.print(f"[dim]reward model {path}\nfixtures {cfg.path(cfg.fixtures.file)}: {source}[/]", highlight=False)
+    _print_fixture_report(cfg.fixtures, report)
+
+
+def _mark(value: float, floor: float, bold: str = "") -> str:
+    return f"[{bold}{'green' if value >= floor else 'red'}]{value:.0%}[/]"
+
+
+def _print_fixture_report(f, report) -> None:
+    """The fixture report as a table per tag (by the scalar, and by the tag's own dimension), each pair lost, and
+    the goals (`fixtures.min_*`)."""
     dims = report.dimensions
     table = Table(title="the better reply scored higher: by the scalar, and by the tag's own dimension")
     for column in ("tag", "pairs", "scalar", "own dimension", "by it"):
         table.add_column(column, justify="left" if column in ("tag", "own dimension") else "right")
-    mark = lambda value, floor, bold="": f"[{bold}{'green' if value >= floor else 'red'}]{value:.0%}[/]"  # noqa: E731
     for tag, value in report.by_tag.items():
         own = dims is not None and tag in dims.by_tag
         table.add_row(
             tag,
             str(report.counts[tag]),
-            mark(value, f.min_tag_accuracy),
+            _mark(value, f.min_tag_accuracy),
             report.dimension_of.get(tag, "-"),
-            mark(dims.by_tag[tag], f.min_dimension_tag_accuracy) if own else "-",
+            _mark(dims.by_tag[tag], f.min_dimension_tag_accuracy) if own else "-",
         )
-    table.add_row(
-        "[bold]all[/]",
-        str(report.pairs),
-        mark(report.accuracy, f.min_accuracy, "bold "),
-        "",
-        mark(dims.accuracy, f.min_dimension_accuracy, "bold ") + f" of {dims.pairs}" if dims is not None else "-",
-        end_section=True,
+    overall = (
+        _mark(dims.accuracy, f.min_dimension_accuracy, "bold ") + f" of {dims.pairs}" if dims is not None else "-"
     )
+    scalar = _mark(report.accuracy, f.min_accuracy, "bold ")
+    table.add_row("[bold]all[/]", str(report.pairs), scalar, "", overall, end_section=True)
     console.print(table)
     for x in report.failures:
-        console.print(
-            escape(
-                f"x [{x['tag']}] {x['prompt']}\n    better: {x['better']}\n    worse:  {x['worse']}   "
-                f"(scalar gap {x['gap']:+.3f})"
-            ),
-            style="red",
-        )
+        lost = f"x [{x['tag']}] {x['prompt']}\n    better: {x['better']}\n    worse:  {x['worse']}   "
+        console.print(escape(lost + f"(scalar gap {x['gap']:+.3f})"), style="red")
     for x in [] if dims is None else dims.failures:
         where = x["tag"] if x["tag"] == x["dimension"] else f"{x['tag']}: {x['dimension']}"
-        console.print(
-            escape(
-                f"x [{where}] {x['prompt']}\n    better: {x['better']}\n    worse:  {x['worse']}   "
-                f"({x['dimension']} gap {x['gap']:+.3f})"
-            ),
-            style="yellow",
-        )
+        lost = f"x [{where}] {x['prompt']}\n    better: {x['better']}\n    worse:  {x['worse']}   "
+        console.print(escape(lost + f"({x['dimension']} gap {x['gap']:+.3f})"), style="yellow")
     console.print(
         f"goal: the scalar at least {f.min_accuracy:.0%} overall and {f.min_tag_accuracy:.0%} in every "
         "tag (fixtures.min_accuracy, "
@@ -207,39 +202,43 @@ def _probe_fixtures(cfg, path: Path, as_json: bool) -> None:
     )
 
 
+PromptsOpt = Annotated[
+    Optional[list[str]], typer.Option("--prompt", "-p", help="A prompt to answer; repeat for several.")
+]
+EvalSetOpt = Annotated[
+    bool,
+    typer.Option(
+        "--eval-set",
+        help="Use the held-out evaluation prompts (of the newest prompts partition), and judge the "
+        "adapter on the people's held-out pairs first.",
+    ),
+]
+AdapterOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--adapter",
+        "-a",
+        help="Adapter folder, or `live` (the one that passed the gate) (default: the newest built one, live or not).",
+    ),
+]
+JudgeOpt = Annotated[
+    Optional[Path],
+    typer.Option("--reward-model", "-m", help="Reward model folder (default: the one the adapter was trained with)."),
+]
+AdapterDateOpt = Annotated[
+    Optional[str], typer.Option("--date", "-d", help="Use that day's adapter (default: the newest).")
+]
+
+
 @app.command()
 def compare(
-    prompt: Annotated[
-        Optional[list[str]], typer.Option("--prompt", "-p", help="A prompt to answer; repeat for several.")
-    ] = None,
-    eval_set: Annotated[
-        bool,
-        typer.Option(
-            "--eval-set",
-            help="Use the held-out evaluation prompts (of the newest prompts partition), and judge the "
-            "adapter on the people's held-out pairs first.",
-        ),
-    ] = False,
-    adapter: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--adapter",
-            "-a",
-            help="Adapter folder, or `live` (the one that passed the gate) (default: the newest built one, "
-            "live or not).",
-        ),
-    ] = None,
-    reward_model: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--reward-model", "-m", help="Reward model folder (default: the one the adapter was trained with)."
-        ),
-    ] = None,
+    prompt: PromptsOpt = None,
+    eval_set: EvalSetOpt = False,
+    adapter: AdapterOpt = None,
+    reward_model: JudgeOpt = None,
     config: ConfigOpt = None,
     sets: SetOpt = None,
-    date: Annotated[
-        Optional[str], typer.Option("--date", "-d", help="Use that day's adapter (default: the newest).")
-    ] = None,
+    date: AdapterDateOpt = None,
 ) -> None:
     """Base and base+adapter side by side: their replies (greedy), reward vectors, intensity and safety,
     what changed, and the reward model's calibrated probability that the adapter's reply is preferred.
@@ -247,8 +246,6 @@ def compare(
     people did (the base: 50%), judged by no model of ours."""
     import pandas as pd
 
-    from hominem_pipeline.core.evaluation.compare import outcome, side_by_side, side_by_side_from_evaluation
-    from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.policy.lora import adapter_reward_model
     from hominem_pipeline.core.reward.model import project_reward_model
 
@@ -272,28 +269,14 @@ def compare(
         fail("nothing to compare on; pass --prompt TEXT (repeatable) or --eval-set")
     try:
         rm_model = project_reward_model(reward_model, cfg)
-        rows = (
-            []
-            if judged is None
-            else side_by_side_from_evaluation(pd.read_parquet(judged.file("generations.parquet")), rm_model)
-        )
-        if texts:
-            rows += side_by_side(
-                texts,
-                student_path=student_path(cfg),
-                adapter_path=adapter_path,
-                reward_model=rm_model,
-                cfg=cfg.evaluation,
-                seed=cfg.project.seed,
-            )
+        rows = _compare_rows(cfg, texts, adapter_path, rm_model, judged)
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     console.print(f"[dim]adapter {adapter_path} ({_live_status(cfg, adapter_path)})\nreward model {reward_model}[/]")
     if judged is not None:
         console.print(
             f"[dim]the {len(rows) - len(texts)} evaluation prompts' replies and scores: read from "
-            f"evaluation {judged.partition} "
-            f"{judged.version} (the same adapter and reward model); generated here: "
+            f"evaluation {judged.partition} {judged.version} (the same adapter and reward model); generated here: "
             f"{len(texts)} prompt(s) of --prompt[/]",
             highlight=False,
         )
@@ -304,6 +287,15 @@ def compare(
         )
     if eval_set:
         _print_people(cfg, adapter_path, judged)
+    _print_rows(rows, rm_model.dimensions)
+
+
+def _print_rows(rows: list, dimensions: list[str]) -> None:
+    """Each prompt's two replies and their scores side by side, then the adapter's win rate."""
+    import pandas as pd
+
+    from hominem_pipeline.core.evaluation.compare import outcome
+
     wins = 0.0
     for row in rows:
         console.rule(row.prompt if len(row.prompt) <= 100 else row.prompt[:97] + "...")
@@ -318,16 +310,10 @@ def compare(
         for name, b in row.scores["base"].items():
             a = row.scores["adapter"][name]
             change = a - b
-            colour = (
-                "dim" if pd.isna(change) or abs(change) <= 0.005 else "green" if change > 0 else "red"
-            )  # NaN: an empty side
-            scores.add_row(
-                name,
-                f"{b:+.3f}",
-                f"{a:+.3f}",
-                f"[{colour}]{change:+.3f}[/]",
-                end_section=name == rm_model.dimensions[-1],
-            )
+            # NaN: an empty side
+            colour = "dim" if pd.isna(change) or abs(change) <= 0.005 else "green" if change > 0 else "red"
+            changed = f"[{colour}]{change:+.3f}[/]"
+            scores.add_row(name, f"{b:+.3f}", f"{a:+.3f}", changed, end_section=name == dimensions[-1])
         console.print(scores)
         console.print(f"P(adapter's reply preferred) = {row.p_adapter_preferred:.3f}")
         wins += outcome(row.scores["base"]["scalar"], row.scores["adapter"]["scalar"])
@@ -336,6 +322,28 @@ def compare(
             f"[bold]adapter's win rate {wins / len(rows):.1%} ({wins:g} of {len(rows)} prompts; a tie "
             "counts half, as in the evaluation stage)[/]"
         )
+
+
+def _compare_rows(cfg, texts: list[str], adapter_path: Path, rm_model, judged) -> list:
+    """The evaluation's rows read back (`judged`: its version, or None), then those of `texts` generated here."""
+    import pandas as pd
+
+    from hominem_pipeline.core.evaluation.compare import side_by_side, side_by_side_from_evaluation
+    from hominem_pipeline.core.lm.models import student_path
+
+    rows = []
+    if judged is not None:
+        rows = side_by_side_from_evaluation(pd.read_parquet(judged.file("generations.parquet")), rm_model)
+    if texts:
+        rows += side_by_side(
+            texts,
+            student_path=student_path(cfg),
+            adapter_path=adapter_path,
+            reward_model=rm_model,
+            cfg=cfg.evaluation,
+            seed=cfg.project.seed,
+        )
+    return rows
 
 
 def _evaluation_of(cfg, adapter_path: Path, reward_model: Path):

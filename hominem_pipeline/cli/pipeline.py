@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -312,72 +313,34 @@ def _print_summary(events, cfg: HominemConfig, day: str, run_id: str, seconds: f
     )
 
 
-@app.command()
-def ui(
-    config: ConfigOpt = None,
-    sets: SetOpt = None,
-    dagster_port: Annotated[int, typer.Option(help="Port of the Dagster UI.")] = 3000,
-    mlflow_port: Annotated[int, typer.Option(help="Port of the MLflow UI.")] = 5000,
-) -> None:
-    """Start the Dagster UI and the MLflow UI on localhost together; Ctrl-C stops both."""
-    from hominem_pipeline.defs.launch import (
-        DEFINITIONS_MODULE,
-    )  # the run origin `hominem run` gives its runs names the same module
+def _ui_commands(cfg, dagster_port: int, mlflow_port: int) -> tuple[dict[str, list[str]], str]:
+    """The commands that start each UI (no MLflow server where the tracking URI is a server already: it is the MLflow
+    UI), and where the MLflow UI is."""
+    from hominem_pipeline.defs.launch import DEFINITIONS_MODULE  # the run origin `hominem run` gives its runs
 
-    cfg = load(config, sets)
-    dagster_env(cfg)
-    (cfg.data_dir / "mlflow").mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     bindir = Path(sys.executable).parent
-    commands = {
-        "Dagster": [
-            str(bindir / "dagster"),
-            "dev",
-            "-m",
-            DEFINITIONS_MODULE,
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(dagster_port),
-        ],
-        "MLflow": [
-            str(bindir / "mlflow"),
-            "server",
-            "--backend-store-uri",
-            cfg.mlflow_uri,
-            "--default-artifact-root",
-            cfg.path(cfg.tracking.artifact_root).resolve().as_uri(),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(mlflow_port),
-            "--workers",
-            "1",
-        ],
-    }
-    from hominem_pipeline.core.pipeline.tracking import experiment_url
+    dagster = [str(bindir / "dagster"), "dev", "-m", DEFINITIONS_MODULE, "-h", "127.0.0.1", "-p", str(dagster_port)]
+    if cfg.mlflow_uri.startswith(("http://", "https://")):  # a tracking server (a deployment)
+        return {"Dagster": dagster}, cfg.mlflow_uri
+    mlflow = [
+        str(bindir / "mlflow"),
+        "server",
+        "--backend-store-uri",
+        cfg.mlflow_uri,
+        "--default-artifact-root",
+        cfg.path(cfg.tracking.artifact_root).resolve().as_uri(),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(mlflow_port),
+        "--workers",
+        "1",
+    ]
+    return {"Dagster": dagster, "MLflow": mlflow}, f"http://127.0.0.1:{mlflow_port}"
 
-    mlflow_ui = f"http://127.0.0.1:{mlflow_port}"
-    if cfg.mlflow_uri.startswith(
-        ("http://", "https://")
-    ):  # a tracking server (a deployment): it is the MLflow UI already
-        del commands["MLflow"]
-        mlflow_ui = cfg.mlflow_uri
-    # before the server starts: this creates the store (and the experiment) the server then opens, where
-    # both creating it at once would race on its schema migration
-    runs = experiment_url(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root), mlflow_ui)
-    procs: dict[str, subprocess.Popen] = {}
-    dagster_home = os.environ["DAGSTER_HOME"]
-    for name, cmd in commands.items():
-        # Own process group each, so stopping takes their workers and children too. Dagster starts in
-        # its home (not the project folder, whose dagster.yaml it would warn about).
-        procs[name] = subprocess.Popen(
-            cmd, env=env, cwd=dagster_home if name == "Dagster" else cfg.root, start_new_session=True
-        )
-    console.print(
-        f"Dagster UI: http://127.0.0.1:{dagster_port}\nMLflow UI:  {mlflow_ui}\n"
-        f"  the runs: {runs}  (the model-training view)\nCtrl-C stops both."
-    )
+
+def _stopper(procs: dict[str, subprocess.Popen]) -> Callable[..., None]:
+    """The handler that stops both servers and exits."""
 
     def stop(*_: object) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -396,6 +359,40 @@ def ui(
         console.print("stopped Dagster and MLflow")
         raise typer.Exit(0)
 
+    return stop
+
+
+@app.command()
+def ui(
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    dagster_port: Annotated[int, typer.Option(help="Port of the Dagster UI.")] = 3000,
+    mlflow_port: Annotated[int, typer.Option(help="Port of the MLflow UI.")] = 5000,
+) -> None:
+    """Start the Dagster UI and the MLflow UI on localhost together; Ctrl-C stops both."""
+    from hominem_pipeline.core.pipeline.tracking import experiment_url
+
+    cfg = load(config, sets)
+    dagster_env(cfg)
+    (cfg.data_dir / "mlflow").mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    commands, mlflow_ui = _ui_commands(cfg, dagster_port, mlflow_port)
+    # before the server starts: this creates the store (and the experiment) the server then opens, where
+    # both creating it at once would race on its schema migration
+    runs = experiment_url(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root), mlflow_ui)
+    procs: dict[str, subprocess.Popen] = {}
+    dagster_home = os.environ["DAGSTER_HOME"]
+    for name, cmd in commands.items():
+        # Own process group each, so stopping takes their workers and children too. Dagster starts in
+        # its home (not the project folder, whose dagster.yaml it would warn about).
+        procs[name] = subprocess.Popen(
+            cmd, env=env, cwd=dagster_home if name == "Dagster" else cfg.root, start_new_session=True
+        )
+    console.print(
+        f"Dagster UI: http://127.0.0.1:{dagster_port}\nMLflow UI:  {mlflow_ui}\n"
+        f"  the runs: {runs}  (the model-training view)\nCtrl-C stops both."
+    )
+    stop = _stopper(procs)
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     while True:

@@ -82,37 +82,80 @@ def serve(
         fail(str(exc))
 
 
+ChatAdapterOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--adapter",
+        "-a",
+        help="Adapter to talk to: `live`, `latest`, a folder, a registry model "
+        "(models:/hominem-lora-adapter@champion) or `none` for the base (default: serving.adapter).",
+    ),
+]
+MessageOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--message",
+        "-p",
+        help="Say this, print the reply and go on to the next --message; without it, read what you type (repeatable).",
+    ),
+]
+SystemOpt = Annotated[Optional[str], typer.Option(help="A system message the conversation starts with.")]
+MaxTokensOpt = Annotated[
+    Optional[int], typer.Option(min=1, help="Tokens per reply at most (default: serving.max_new_tokens).")
+]
+TemperatureOpt = Annotated[
+    Optional[float],
+    typer.Option(min=0.0, max=2.0, help="Sampling temperature, 0 for greedy (default: serving.temperature)."),
+]
+SeedOpt = Annotated[int, typer.Option(help="Sampling seed of the first reply; each later reply uses the next.")]
+
+
+def _said(message: list[str] | None, interactive: bool) -> Iterator[str]:
+    """What the person says: each --message, else each line typed (or read from stdin)."""
+    import sys
+
+    if message is not None:
+        yield from message
+        return
+    while True:
+        try:
+            line = input("you> ") if interactive else sys.stdin.readline()
+        except EOFError:
+            return
+        if not interactive and not line:
+            return
+        yield line.strip()
+
+
+def _reply(model, tokenizer, history: list[dict[str, str]], s, decoding: dict, name: str) -> str:
+    """The student's reply to the conversation, printed as it is written."""
+    import sys
+
+    from hominem_pipeline.core.lm.generation import stream_reply
+    from hominem_pipeline.core.online.facts import with_stated_facts
+
+    sys.stdout.write(f"{name}> ")
+    pieces = []
+    heard = with_stated_facts(history) if s.recall_facts else history
+    for piece in stream_reply(model, tokenizer, heard, **decoding):
+        pieces.append(piece)
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    return "".join(pieces).strip()
+
+
 @app.command()
 def chat(
     config: ConfigOpt = None,
     sets: SetOpt = None,
-    adapter: Annotated[
-        Optional[str],
-        typer.Option(
-            "--adapter",
-            "-a",
-            help="Adapter to talk to: `live`, `latest`, a folder, a registry model "
-            "(models:/hominem-lora-adapter@champion) or `none` for the base (default: serving.adapter).",
-        ),
-    ] = None,
-    message: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            "--message",
-            "-p",
-            help="Say this, print the reply and go on to the next --message; without it, read what you type "
-            "(repeatable).",
-        ),
-    ] = None,
-    system: Annotated[Optional[str], typer.Option(help="A system message the conversation starts with.")] = None,
-    max_tokens: Annotated[
-        Optional[int], typer.Option(min=1, help="Tokens per reply at most (default: serving.max_new_tokens).")
-    ] = None,
-    temperature: Annotated[
-        Optional[float],
-        typer.Option(min=0.0, max=2.0, help="Sampling temperature, 0 for greedy (default: serving.temperature)."),
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Sampling seed of the first reply; each later reply uses the next.")] = 0,
+    adapter: ChatAdapterOpt = None,
+    message: MessageOpt = None,
+    system: SystemOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    temperature: TemperatureOpt = None,
+    seed: SeedOpt = 0,
 ) -> None:
     """Chat with the student in the terminal, the base or an adapter, each reply printed as it is
     written. Type /reset to start over, /quit (or Ctrl-D) to leave. Nothing is logged: for feedback
@@ -120,9 +163,7 @@ def chat(
     import sys
 
     setup_logging()
-    from hominem_pipeline.core.lm.generation import stream_reply
     from hominem_pipeline.core.lm.models import ModelNotAvailable, prepare_student
-    from hominem_pipeline.core.online.facts import with_stated_facts
     from hominem_pipeline.core.policy.lora import load_policy
     from hominem_pipeline.serving.server import ServeError, label, resolve_adapter
 
@@ -142,23 +183,16 @@ def chat(
             f"Talking to the {name} ({label(cfg, adapter_path) or student}). /reset starts over, /quit "
             "or Ctrl-D leaves."
         )
-
-    def said() -> Iterator[str]:
-        if message is not None:
-            yield from message
-            return
-        while True:
-            try:
-                line = input("you> ") if interactive else sys.stdin.readline()
-            except EOFError:
-                return
-            if not interactive and not line:
-                return
-            yield line.strip()
-
+    decoding = {
+        "max_new_tokens": max_tokens or s.max_new_tokens,
+        "temperature": temp if temp > 0 else None,
+        "top_p": s.top_p,
+        "repetition_penalty": s.repetition_penalty,
+        "plain_start": s.plain_start,
+    }
     history: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
     turn = 0
-    for text in said():
+    for text in _said(message, interactive):
         if text in ("/quit", "/exit"):
             break
         if text == "/reset":
@@ -168,23 +202,6 @@ def chat(
         if not text:
             continue
         history.append({"role": "user", "content": text})
-        sys.stdout.write(f"{name}> ")
-        pieces = []
-        for piece in stream_reply(
-            model,
-            tokenizer,
-            with_stated_facts(history) if s.recall_facts else history,
-            max_new_tokens=max_tokens or s.max_new_tokens,
-            seed=seed + turn,
-            temperature=temp if temp > 0 else None,
-            top_p=s.top_p,
-            repetition_penalty=s.repetition_penalty,
-            plain_start=s.plain_start,
-        ):
-            pieces.append(piece)
-            sys.stdout.write(piece)
-            sys.stdout.flush()
-        sys.stdout.write("\n")
-        sys.stdout.flush()
-        history.append({"role": "assistant", "content": "".join(pieces).strip()})
+        reply = _reply(model, tokenizer, history, s, decoding | {"seed": seed + turn}, name)
+        history.append({"role": "assistant", "content": reply})
         turn += 1

@@ -110,9 +110,7 @@ def stability_of(
         return Component("mss", None, "reward vectors or scalars did not vary across responses")
     drift = (1.0 - rho) / 2.0
     curvature_var = noise / (noise + spread)
-    value = 0.5 * clip01(1.0 - drift / (drift_max or 1.0)) + 0.5 * clip01(
-        1.0 - curvature_var / (curvature_max or 1.0)
-    )
+    value = 0.5 * clip01(1.0 - drift / (drift_max or 1.0)) + 0.5 * clip01(1.0 - curvature_var / (curvature_max or 1.0))
     return Component(
         "mss",
         clip01(value),
