@@ -219,11 +219,11 @@ def warm(project: Path, questions: list, held_out) -> None:
     """What the frozen networks compute for every question of the pool and the held-out pairs, into the
     project's feature cache (shared by every arm): one pass here, so that the service's picks and the
     retrains read features instead of the student. Any reward model built under this config reads the same."""
+    from benchmarks.common import newest, project_config
     from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
     from hominem_pipeline.core.reward.model import RewardModel
 
-    folder = sorted((project / "data" / "reward_model").glob("*/*/METADATA.json"))[-1].parent
-    model = RewardModel.load(folder)
+    model = RewardModel.load(newest(project_config(project), "reward_model").path)
     model.use_feature_cache(project / "data" / FEATURE_CACHE, project / SHIPPED_FEATURES)
     started, chunk = time.monotonic(), 100
     for i in range(0, len(questions), chunk):

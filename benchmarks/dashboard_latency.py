@@ -46,25 +46,19 @@ DIMS = [
 ]
 
 
-def version_folder(data: Path, asset: str, day: str, version: str, metrics: dict, inputs: dict, created: str) -> Path:
-    folder = data / asset / day / version
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "manifest.json").write_text(
-        json.dumps(
-            {
-                "asset": asset,
-                "partition": day,
-                "version": version,
-                "complete": True,
-                "created_at": created,
-                "metrics": metrics,
-                "inputs": inputs,
-                "files": {},
-                "metadata": {},
-            }
-        )
-    )
-    return folder
+def version_folder(
+    data: Path, asset: str, day: str, version: str, metrics: dict, inputs: dict, files: dict | None = None
+) -> Path:
+    """One synthetic version published as a stage publishes its own (`ArtifactStore.publish`): `files` maps each
+    file's name to what writes it to a path."""
+    from hominem_pipeline.core.pipeline.artifacts import ArtifactStore
+
+    store = ArtifactStore(data)
+    with store.staging(asset, day) as staged:
+        for name, write in (files or {}).items():
+            write(staged / name)
+        manifest = {"metrics": metrics, "inputs": inputs, "metadata": {}, "complete": True}
+        return store.publish(staged, asset, day, version, manifest).path
 
 
 def ref(asset: str, day: str, version: str) -> dict:
@@ -80,7 +74,6 @@ def synthesize(data: Path, days: int, seed: int) -> dict:
     for k in range(days):
         day = (end - dt.timedelta(days=days - 1 - k)).isoformat()
         for n in range(1 + (k % 7 == 0)):  # a second version every seventh day (a changed setting)
-            created = f"{day}T0{3 + n}:00:00+00:00"
             rm, ad = f"rm{k:03d}{n}".ljust(16, "0"), f"ad{k:03d}{n}".ljust(16, "0")
             version_folder(
                 data,
@@ -89,12 +82,18 @@ def synthesize(data: Path, days: int, seed: int) -> dict:
                 rm,
                 {"fixture_accuracy": 0.9 + rng.random() / 20, "people_agreement": 0.6 + rng.random() / 10},
                 {},
-                created,
             )
             version_folder(
-                data, "lora_adapter", day, ad, {"steps": 48}, {"reward_model": [ref("reward_model", day, rm)]}, created
+                data, "lora_adapter", day, ad, {"steps": 48}, {"reward_model": [ref("reward_model", day, rm)]}
             )
-            ev = version_folder(
+            generations = pd.DataFrame(
+                {
+                    "prompt": prompts,
+                    "adapter_response": [f"A reply of adapter {ad} to prompt {i}." for i in range(18)],
+                    "adapter_scalar": np.random.default_rng(k).uniform(-1, 1, 18),
+                }
+            )
+            version_folder(
                 data,
                 "evaluation",
                 day,
@@ -107,15 +106,8 @@ def synthesize(data: Path, days: int, seed: int) -> dict:
                     **{f"delta_{d}": rng.gauss(0, 0.05) for d in DIMS},
                 },
                 {"lora_adapter": [ref("lora_adapter", day, ad)]},
-                created,
+                {"generations.parquet": generations.to_parquet},
             )
-            pd.DataFrame(
-                {
-                    "prompt": prompts,
-                    "adapter_response": [f"A reply of adapter {ad} to prompt {i}." for i in range(18)],
-                    "adapter_scalar": np.random.default_rng(k).uniform(-1, 1, 18),
-                }
-            ).to_parquet(ev / "generations.parquet")
             components = {c: rng.uniform(0.4, 0.95) for c in ("dcs", "gvs", "mss", "cdrs", "lrps")}
             version_folder(
                 data,
@@ -124,21 +116,6 @@ def synthesize(data: Path, days: int, seed: int) -> dict:
                 f"rh{k:03d}{n}".ljust(16, "0"),
                 {"rhi": float(np.mean(list(components.values()))), "deployable": 1.0, "partial": 0.0, **components},
                 {"lora_adapter": [ref("lora_adapter", day, ad)]},
-                created,
-            )
-            at = version_folder(
-                data,
-                "attunement",
-                day,
-                f"at{k:03d}{n}".ljust(16, "0"),
-                {
-                    "people_agreement": 0.6 + rng.random() / 10,
-                    "people_ece": rng.random() / 10,
-                    "judge_agreement": 0.9,
-                    "judge_ece": 0.05,
-                },
-                {"reward_model": [ref("reward_model", day, rm)]},
-                created,
             )
             bins = [
                 {
@@ -159,29 +136,25 @@ def synthesize(data: Path, days: int, seed: int) -> dict:
                 "pairs": 200,
                 "bins": bins,
             }
-            (at / "attunement.json").write_text(
-                json.dumps(
-                    {
-                        "day": day,
-                        "reward_model": f"reward_model/{day}/{rm}",
-                        "window": [day, day],
-                        "calibration": {"people": report, "judge": report},
-                        "errors": 40,
-                        "clusters": 4,
-                        "people_pairs": 200,
-                        "drift": {
-                            "drifted": [{"scope": "empathy", "says": "people now prefer less empathy", "z": -4.1}]
-                            if k % 30 == 29
-                            else [],
-                            "preference": [],
-                            "served": [],
-                            "recent": [day, day],
-                            "reference": [day, day],
-                        },
-                    }
-                )
-            )
-            pd.DataFrame(
+            summary = {
+                "day": day,
+                "reward_model": f"reward_model/{day}/{rm}",
+                "window": [day, day],
+                "calibration": {"people": report, "judge": report},
+                "errors": 40,
+                "clusters": 4,
+                "people_pairs": 200,
+                "drift": {
+                    "drifted": [{"scope": "empathy", "says": "people now prefer less empathy", "z": -4.1}]
+                    if k % 30 == 29
+                    else [],
+                    "preference": [],
+                    "served": [],
+                    "recent": [day, day],
+                    "reference": [day, day],
+                },
+            }
+            clusters = pd.DataFrame(
                 {
                     "cluster": range(4),
                     "status": ["growing", "new", "shrinking", "continues"],
@@ -197,8 +170,42 @@ def synthesize(data: Path, days: int, seed: int) -> dict:
                     "examples": [[{"prompt": "p", "chosen": "c", "rejected": "r"}]] * 4,
                     "centroid": [list(np.zeros(384))] * 4,
                 }
-            ).to_parquet(at / "clusters.parquet")
-            pr = version_folder(
+            )
+            version_folder(
+                data,
+                "attunement",
+                day,
+                f"at{k:03d}{n}".ljust(16, "0"),
+                {
+                    "people_agreement": 0.6 + rng.random() / 10,
+                    "people_ece": rng.random() / 10,
+                    "judge_agreement": 0.9,
+                    "judge_ece": 0.05,
+                },
+                {"reward_model": [ref("reward_model", day, rm)]},
+                {
+                    "attunement.json": lambda path: path.write_text(json.dumps(summary)),
+                    "clusters.parquet": clusters.to_parquet,
+                },
+            )
+            tradeoffs = pd.DataFrame(
+                {
+                    "id": [f"s{i}" for i in range(12)],
+                    "trade": "empathy_vs_honesty",
+                    "expected": "a",
+                    "choice": [rng.choice("ab") for _ in range(12)],
+                    "scalar_gap": [rng.gauss(0, 0.2) for _ in range(12)],
+                }
+            )
+            counterfactuals = pd.DataFrame(
+                {
+                    "id": [f"c{i}" for i in range(12)],
+                    "dimension": "empathy",
+                    "direction": "up",
+                    "moved": [rng.gauss(0, 0.1) for _ in range(12)],
+                }
+            )
+            version_folder(
                 data,
                 "probes",
                 day,
@@ -209,25 +216,8 @@ def synthesize(data: Path, days: int, seed: int) -> dict:
                     "probe_counterfactual_right_way": rng.random(),
                 },
                 {"reward_model": [ref("reward_model", day, rm)]},
-                created,
+                {"tradeoffs.parquet": tradeoffs.to_parquet, "counterfactuals.parquet": counterfactuals.to_parquet},
             )
-            pd.DataFrame(
-                {
-                    "id": [f"s{i}" for i in range(12)],
-                    "trade": "empathy_vs_honesty",
-                    "expected": "a",
-                    "choice": [rng.choice("ab") for _ in range(12)],
-                    "scalar_gap": [rng.gauss(0, 0.2) for _ in range(12)],
-                }
-            ).to_parquet(pr / "tradeoffs.parquet")
-            pd.DataFrame(
-                {
-                    "id": [f"c{i}" for i in range(12)],
-                    "dimension": "empathy",
-                    "direction": "up",
-                    "moved": [rng.gauss(0, 0.1) for _ in range(12)],
-                }
-            ).to_parquet(pr / "counterfactuals.parquet")
             versions += 7
             history.append(
                 {
@@ -291,7 +281,9 @@ def main() -> None:
     data.mkdir(parents=True)
     (data / "models").symlink_to(project / "data" / "models")
     made = synthesize(data, args.days, 0)
-    rm = sorted((project / "data" / "reward_model").glob("*/*/METADATA.json"))[-1].parent
+    from benchmarks.common import newest, project_config
+
+    rm = newest(project_config(project), "reward_model").path
     overlay = args.out / "overlay.yaml"
     overlay.write_text(json.dumps({"project": {"data_dir": str(data)}}))
     print(

@@ -42,18 +42,16 @@ def features(
     """(vector gaps (n, D), people's score gaps (n,) or None) of each pair, chosen minus rejected."""
     pooled = model.pooled(prompts + prompts, chosen + rejected)
     vector = model.heads_from_pooled(pooled)["vector"].astype(np.float64)
+    people = model.people_from_pooled(pooled)
     n = len(prompts)
-    people = (
-        pooled[:, -1].double().numpy() if model.metadata.people is not None else None
-    )  # the people's score is the last column
     return vector[:n] - vector[n:], None if people is None else people[:n] - people[n:]
 
 
 def fit(x: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """The combination's weights (`reward.combination`) from pair gaps `x` (the people's score last)."""
-    from hominem_pipeline.core.reward.combination import _logistic_nonnegative
+    from hominem_pipeline.core.reward.combination import logistic_nonnegative
 
-    return _logistic_nonnegative(x, weights)
+    return logistic_nonnegative(x, weights)
 
 
 def bootstrap(better: np.ndarray, rng: np.random.Generator, draws: int = 4000) -> tuple[float, float]:

@@ -43,6 +43,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.common import paired_se
 from benchmarks.live_loop import OPEN_GATE, sample_replies, scratch_project
 
 
@@ -68,30 +69,17 @@ def day_events(
     prompts: list[str], replies: list[list[str]], valence: np.ndarray, day: str, round_: int, first: int
 ) -> list[dict]:
     """The round's log events: each prompt's served turns and the rater's emotion label on each."""
-    from hominem_pipeline.core.online.events import context_digest
+    from benchmarks.common import turn_event
 
     events = []
     for i, (prompt, rs) in enumerate(zip(prompts, replies)):
         messages = [{"role": "user", "content": prompt}]
         stamp = f"{day}T{9 + round_:02d}:{i:02d}:00+00:00"
-        turn = {
-            "kind": "turn",
-            "time": stamp,
-            "rater": "sim",
-            "session": f"e{first + i}",
-            "messages": messages,
-            "model": "hominem",
-            "adapter": None,
-            "sampling": {},
-            "finish_reason": "stop",
-            "completion_tokens": 0,
-            "context": context_digest(messages),
-        }
         for j, reply in enumerate(rs):
             tid = f"e{first + i}-{j}"
             v = int(valence[i, j])
             events += [
-                turn | {"id": tid, "reply": reply},
+                turn_event(tid, stamp, messages, reply, rater="sim", session=f"e{first + i}"),
                 {
                     "kind": "emotion",
                     "id": f"{tid}-emo",
@@ -200,7 +188,7 @@ def marked_move(before: np.ndarray, after: np.ndarray, valence: np.ndarray) -> t
         if (valence[i] == -2).any() and (valence[i] != -2).any()
     ]
     m = np.asarray(moves)
-    return float(m.mean()), float(m.std(ddof=1) / np.sqrt(len(m))) if len(m) > 1 else float("nan"), len(m)
+    return float(m.mean()), paired_se(m), len(m)
 
 
 def share(flags: np.ndarray) -> tuple[float, float]:
@@ -242,14 +230,14 @@ def main() -> None:
         d = r["fresh_distress"].astype(float) - day["fresh_distress"].astype(float)
         print(
             f"{r['arm']:8s} {m:+10.3f} ± {se:6.3f} {n:>8d} {s:9.1%} ± {e:5.1%} {d.mean():+8.1%} ± "
-            f"{d.std(ddof=1) / np.sqrt(len(d)):5.1%}  {', '.join(r['outcomes'])}"
+            f"{paired_se(d):5.1%}  {', '.join(r['outcomes'])}"
         )
         out.append(
             {
                 "arm": r["arm"],
                 "marked_move": [m, se, n],
                 "fresh_distress": [s, e],
-                "fresh_change": [float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d)))],
+                "fresh_change": [float(d.mean()), paired_se(d)],
                 "outcomes": r["outcomes"],
             }
         )

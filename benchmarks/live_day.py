@@ -39,39 +39,19 @@ FACTS = ["Hi, my name is Ana.", "My dog is called Rex.", "I live in Porto.", "My
 def script_events(pairs: list[dict], facts: list[str], day: str, round_: int) -> list[dict]:
     """The round's log events: per pair, a message, its two replies as turns and the person's choice; the
     round's stated fact as the first message of its first conversation."""
-    from hominem_pipeline.core.online.events import context_digest
+    from benchmarks.common import choice_event, turn_event
 
     events = []
     for i, pair in enumerate(pairs):
         said = (f"{facts[round_ % len(facts)]} " if i == 0 and facts else "") + pair["prompt"]
         messages = [{"role": "user", "content": said}]
         stamp = f"{day}T{9 + round_:02d}:{i:02d}:00+00:00"
-        turn = {
-            "kind": "turn",
-            "time": stamp,
-            "rater": "sim",
-            "session": f"r{round_}-{i}",
-            "messages": messages,
-            "model": "hominem",
-            "adapter": None,
-            "sampling": {},
-            "finish_reason": "stop",
-            "completion_tokens": 0,
-            "context": context_digest(messages),
-        }
         good, bad = f"r{round_}-{i}-good", f"r{round_}-{i}-bad"
+        session = f"r{round_}-{i}"
         events += [
-            turn | {"id": good, "reply": pair["chosen"]},
-            turn | {"id": bad, "reply": pair["rejected"]},
-            {
-                "kind": "choice",
-                "id": f"r{round_}-{i}-c",
-                "time": stamp,
-                "rater": "sim",
-                "chosen": good,
-                "rejected": bad,
-                "strength": "clear",
-            },
+            turn_event(good, stamp, messages, pair["chosen"], rater="sim", session=session),
+            turn_event(bad, stamp, messages, pair["rejected"], rater="sim", session=session),
+            choice_event(f"r{round_}-{i}-c", stamp, good, bad, rater="sim"),
         ]
     return events
 

@@ -43,6 +43,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.common import paired_se
 from benchmarks.live_day import script_events
 from benchmarks.live_loop import OPEN_GATE, sample_replies, scratch_project
 
@@ -67,11 +68,6 @@ def nudges(
         }
         for i, t in enumerate(turns[::step])
     ]
-
-
-def paired_se(x: np.ndarray) -> float:
-    """The standard error of a mean of paired differences."""
-    return float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")
 
 
 def against_control(row: dict, control: dict, kind: str) -> np.ndarray:

@@ -56,7 +56,11 @@ DIMENSION_ORDER = (
 
 def stored_prompts(cfg) -> pd.DataFrame:
     """Every stored prompts partition (any version), one table."""
-    tables = [pd.read_parquet(t) for t in sorted((cfg.data_dir / "prompts").glob("*/*/prompts.parquet"))]
+    from hominem_pipeline.core.pipeline.artifacts import ArtifactStore
+
+    store = ArtifactStore(cfg.data_dir)
+    refs = [ref for day in store.partitions("prompts") for ref in store.versions("prompts", day)]
+    tables = [pd.read_parquet(ref.file("prompts.parquet")) for ref in refs]
     return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=["text"])
 
 

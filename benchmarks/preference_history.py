@@ -34,7 +34,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hominem_pipeline.core.online.events import context_digest
+from benchmarks.common import turn_event
 from hominem_pipeline.core.online.history import HistoryIndex
 from hominem_pipeline.core.online.log import read_events
 
@@ -69,33 +69,22 @@ def write_log(folder: Path, events: int, days: int, raters: int, versions: int, 
             version = rng.randrange(versions)
             adapter = None if version == 0 else f"lora_adapter/2026-10-{1 + version % 28:02d}/v{version:04x}"
             messages = [{"role": "user", "content": f"{domain}: message {n} about something that matters to me"}]
-            context = context_digest(messages)
             ids = [f"t{n}a", f"t{n}b"]
             clock += dt.timedelta(seconds=rng.randrange(1, 5))
             stamp = clock.isoformat()
             for i, tid in enumerate(ids):
-                lines.append(
-                    json.dumps(
-                        {
-                            "kind": "turn",
-                            "id": tid,
-                            "time": stamp,
-                            "rater": rater,
-                            "session": f"s{n}",
-                            "messages": messages,
-                            "reply": f"reply {i} to {n}",
-                            "model": "hominem",
-                            "adapter": adapter,
-                            "reward_model": "reward_model/2026-10-01/rm01",
-                            "reward": {"scalar": round(rng.uniform(-1, 1), 3)},
-                            "sampling": {"temperature": 0.7, "top_p": 0.95, "max_tokens": 128, "seed": n},
-                            "finish_reason": "stop",
-                            "completion_tokens": 20,
-                            "context": context,
-                        },
-                        separators=(",", ":"),
-                    )
-                )
+                fields = {
+                    "session": f"s{n}",
+                    "model": "hominem",
+                    "adapter": adapter,
+                    "reward_model": "reward_model/2026-10-01/rm01",
+                    "reward": {"scalar": round(rng.uniform(-1, 1), 3)},
+                    "sampling": {"temperature": 0.7, "top_p": 0.95, "max_tokens": 128, "seed": n},
+                    "completion_tokens": 20,
+                    "rater": rater,
+                }
+                turn = turn_event(tid, stamp, messages, f"reply {i} to {n}", **fields)
+                lines.append(json.dumps(turn, separators=(",", ":")))
                 counts["turn"] += 1
             later = (clock + dt.timedelta(seconds=1)).isoformat()
             if rng.random() < 0.85:

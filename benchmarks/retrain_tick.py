@@ -47,44 +47,23 @@ def append_new(folder: Path, n: int, seed: int) -> None:
     """`n` new events on a new day: turns in pairs, each pair with a choice."""
     rng = random.Random(seed)
     day = (dt.date(2026, 10, 1) + dt.timedelta(days=len(list(folder.glob("*.jsonl"))))).isoformat()
-    from hominem_pipeline.core.online.events import context_digest
+    from benchmarks.common import choice_event, turn_event
 
     lines = []
     for i in range(n // 3):
         messages = [{"role": "user", "content": f"a new message {i}"}]
         for side in "ab":
-            lines.append(
-                json.dumps(
-                    {
-                        "kind": "turn",
-                        "id": f"new{i}{side}",
-                        "time": f"{day}T10:00:00+00:00",
-                        "rater": "local",
-                        "session": f"new{i}",
-                        "messages": messages,
-                        "reply": f"reply {side}",
-                        "model": "hominem",
-                        "adapter": None,
-                        "sampling": {},
-                        "finish_reason": "stop",
-                        "completion_tokens": 3,
-                        "context": context_digest(messages),
-                    }
-                )
+            turn = turn_event(
+                f"new{i}{side}",
+                f"{day}T10:00:00+00:00",
+                messages,
+                f"reply {side}",
+                session=f"new{i}",
+                completion_tokens=3,
             )
-        lines.append(
-            json.dumps(
-                {
-                    "kind": "choice",
-                    "id": f"newc{i}",
-                    "time": f"{day}T10:00:01+00:00",
-                    "rater": "local",
-                    "chosen": f"new{i}{'ab'[rng.randrange(2)]}",
-                    "rejected": f"new{i}b",
-                    "strength": "clear",
-                }
-            )
-        )
+            lines.append(json.dumps(turn))
+        chosen = f"new{i}{'ab'[rng.randrange(2)]}"
+        lines.append(json.dumps(choice_event(f"newc{i}", f"{day}T10:00:01+00:00", chosen, f"new{i}b")))
     with open(folder / f"{day}.jsonl", "a") as f:
         f.write("\n".join(lines) + "\n")
 

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.project import config_on
+from benchmarks.common import config_on, newest
 
 
 def main() -> None:
@@ -48,7 +48,7 @@ def main() -> None:
 
     project = args.project.resolve()
     cfg = config_on(project)  # this code's config, the project's data and student
-    labels_file = sorted((cfg.data_dir / "teacher_labels").glob("*/*/labels.parquet"))[-1]
+    labels_file = newest(cfg, "teacher_labels").file("labels.parquet")
     labels, human = pd.read_parquet(labels_file), people_pairs(cfg)
     print(
         f"{len(labels)} teacher labels ({labels_file.parent.parent.name}), "

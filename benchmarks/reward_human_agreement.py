@@ -144,7 +144,7 @@ def main() -> None:
     order = np.random.default_rng(0).permutation(len(pairs))
     test = pairs.iloc[order[TRAIN : TRAIN + args.test]].reset_index(drop=True)
     if args.project is not None:
-        from project import config_on
+        from benchmarks.common import config_on
 
         project = args.project.resolve()
         cfg, bare, unguarded, judge_vector, free = (
@@ -180,10 +180,10 @@ def main() -> None:
     if (
         args.project is not None
     ):  # the project's labels of the day with this code's settings: each model trained here, as on a first day
-        labels_file = sorted((cfg.data_dir / "teacher_labels" / args.date).glob("*/labels.parquet"))
-        if not labels_file:
-            sys.exit(f"no teacher_labels for {args.date} in {args.project}; pass the --date of its `make run`")
-        labels, out = pd.read_parquet(labels_file[-1]), Path(tempfile.mkdtemp(prefix="hominem-agreement-"))
+        from benchmarks.common import newest
+
+        labels_file = newest(cfg, "teacher_labels", args.date).file("labels.parquet")
+        labels, out = pd.read_parquet(labels_file), Path(tempfile.mkdtemp(prefix="hominem-agreement-"))
         for name, c in trained:
             metrics = train_reward_model(
                 labels,

@@ -143,8 +143,9 @@ def train_shrunk(project: Path, steps: int, factor: float) -> None:
     from hominem_pipeline.core.policy.pairs import read_preference_pairs
 
     cfg = load_config(None, root=project)
-    newest = sorted((cfg.data_dir / "preference_pairs").glob("*/*/pairs.parquet"))[-1]
-    pairs = read_preference_pairs([newest]).head(8)
+    from benchmarks.common import newest
+
+    pairs = read_preference_pairs([newest(cfg, "preference_pairs").file("pairs.parquet")]).head(8)
     policy = AdjustedPolicy(
         cfg.policy.model_copy(update={"max_steps": steps}), Adjustment(1.0, factor, ("shrink_rank",))
     )

@@ -74,8 +74,7 @@ def main() -> None:
     if not args.data.is_file():
         sys.exit(f"{args.data} not found; pass --data PATH to harmless-base-test.jsonl.gz")
 
-    from project import config_on
-
+    from benchmarks.common import config_on
     from hominem_pipeline.core.evaluation.fixtures import base_logp_cache, load_fixtures
     from hominem_pipeline.core.evaluation.people_pairs import implicit_reward
     from hominem_pipeline.core.lm.models import student_path

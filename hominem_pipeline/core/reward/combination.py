@@ -54,7 +54,7 @@ class ScalarCombination:
         }
 
 
-def _logistic_nonnegative(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+def logistic_nonnegative(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """argmax_beta >= 0 of sum_p w_p log sigmoid(x_p beta) - PENALTY * sum(w) / 2 |beta|^2 (L-BFGS-B)."""
     from scipy.optimize import minimize
 
@@ -100,7 +100,7 @@ def fit_scalar_combination(
         x = vector[pairs[:, 0]] - vector[pairs[:, 1]]
         if with_people:
             x = np.concatenate([x, (people[pairs[:, 0]] - people[pairs[:, 1]])[:, None]], 1)
-        beta = _logistic_nonnegative(x, pair_weights)
+        beta = logistic_nonnegative(x, pair_weights)
         weights, w = beta[:n_dims], float(beta[n_dims]) if with_people else 0.0
     elif len(labeled) >= 2:
         weights, w = _nnls_labels(vector[labeled], labels), 0.0

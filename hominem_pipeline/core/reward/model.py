@@ -352,6 +352,10 @@ class RewardModel:
                 for k, v in member_mean_std(self.net.heads(pooled.to(self.device)))[0].items()
             }
 
+    def people_from_pooled(self, pooled: torch.Tensor) -> np.ndarray | None:
+        """The people's score of each row of `pooled` features (the last guard column); None without one."""
+        return None if self._people is None else pooled[:, -1].double().cpu().numpy()
+
     def scalar_from_pooled(self, pooled: torch.Tensor) -> np.ndarray:
         """The scalar (the members' mean) of these heads on `pooled` features."""
         return self.heads_from_pooled(pooled)["scalar"]
