@@ -1,4 +1,4 @@
-"""Does every dashboard view answer within 2 seconds (design 003 TR1.2) with 90 days of history, the first
+"""Does every dashboard view answer within 2 seconds with 90 days of history, the first
 request after a restart included?
 
 The setup:

@@ -1,4 +1,4 @@
-"""Do per-domain scalar weights (FR4.4) order people's pairs better than the one combination the reward
+"""Do per-domain scalar weights order people's pairs better than the one combination the reward
 model fits for every domain?
 
 The scalar is a combination of the reward vector and the people's score (`reward.combination`): one set of

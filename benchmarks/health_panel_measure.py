@@ -563,7 +563,7 @@ def fast_loop_thresholds(healthy: list[float], broken: list[float]) -> dict[str,
     return {"skip_below": skip, "rollback_below": round(rollback, 3), "freeze_below": round(min(rollback, lo / 2), 3)}
 
 
-DESIGN_WEIGHTS = UNCALIBRATED["weights"]  # design 001 Phase 10.2
+DESIGN_WEIGHTS = UNCALIBRATED["weights"]  # the weights the index had before the panel calibrated them
 GVI_HEADROOM = 2.0  # GVI_max is this many times the most unsteady healthy run's GVI (of its policy mode)
 
 

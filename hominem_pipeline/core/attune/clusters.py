@@ -1,4 +1,4 @@
-"""Error clusters (FR5.4): the people's pairs the current model orders against the person, clustered and
+"""Error clusters: the people's pairs the current model orders against the person, clustered and
 named by what their members share, and followed from one day to the next.
 
 A pair's features are three blocks, each scaled to unit length so that none drowns the others: the

@@ -1,4 +1,4 @@
-"""Drift (FR5.3, design 003 SM2.1) between a recent window and the reference window before it.
+"""Drift between a recent window and the reference window before it.
 
 - **Preference drift**: on people's choices, each dimension's agreement (the share where the chosen
   reply is higher on it, by the current reward model; ties count half), the reply's length (the share
@@ -73,7 +73,7 @@ def preference_drift(
     for column, prefix in (
         ("rater", ""),
         ("domain", "domain "),
-    ):  # per rater and per domain (FR4.4), where there are several
+    ):  # per rater and per domain, where there are several
         values = (
             sorted(set(recent[column].dropna()) | set(reference[column].dropna()))
             if column in recent and column in reference

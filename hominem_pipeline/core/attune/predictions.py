@@ -1,4 +1,4 @@
-"""The prediction log (FR5.1): what a reward model predicted for a pair a person (or the judge) ordered.
+"""The prediction log: what a reward model predicted for a pair a person (or the judge) ordered.
 
 One row per pair: who ordered it and when (`source`: page, import or judge; `rater`, `time`), the
 prompt's category (where the pipeline wrote the prompt) and domain (the seed category it lies nearest,

@@ -1,4 +1,4 @@
-"""Information gain (design 003 4.1 "Select high-value samples", FR5.1 of 5.6): which unanswered pair a
+"""Information gain: which unanswered pair a
 person is asked next.
 
 A candidate pair's expected information is the weighted mean (`attunement.selection.weights`) of four

@@ -1,5 +1,5 @@
-"""Calibration over time (FR5.2): agreement with people, ECE and the reliability curve per day and per
-reward-model version, over a rolling window, and per domain (FR4.4). People's choices (the page's and
+"""Calibration over time: agreement with people, ECE and the reliability curve per day and per
+reward-model version, over a rolling window, and per domain. People's choices (the page's and
 imported ones) and the judge's ranked pairs are reported side by side, never mixed."""
 
 from __future__ import annotations

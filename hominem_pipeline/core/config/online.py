@@ -208,7 +208,7 @@ SLOW_LOOP_STEPS = ("lower_lr", "shrink_rank", "freeze")
 
 class SlowLoopConfig(_Frozen):
     enabled: bool = Field(
-        description="The nightly RHI trend acts (design 001 Phase 10.3): falling nights step down the ladder, "
+        description="The nightly RHI trend acts: falling nights step down the ladder, "
         "rising nights step back up, a dip after a promotion reverts it; false: nights are only "
         "recorded."
     )

@@ -1,4 +1,4 @@
-"""What the dashboard shows (design 003 FR7.1-7.4, 001 10.4), read only from the project's files: each
+"""What the dashboard shows, read only from the project's files: each
 asset's versions (`data/<asset>/<day>/<version>/manifest.json` and the files beside it) and the live
 history. The service's `/dashboard` routes serve these as JSON; nothing here writes.
 
@@ -19,7 +19,7 @@ import pandas as pd
 
 from hominem_pipeline.core.pipeline.artifacts import MANIFEST
 
-# the RHI's components and what a value means (001 Phase 10.4)
+# the RHI's components and what a value means
 COMPONENTS = {
     "dcs": (
         "Dimensional coherence",
@@ -127,7 +127,7 @@ class DashboardData:
     # --- views --------------------------------------------------------------------------------------
 
     def timeline(self) -> dict[str, Any]:
-        """FR7.1: per day, the figures of the day's newest versions (agreement with people, ECE, RHI and its
+        """Per day, the figures of the day's newest versions (agreement with people, ECE, RHI and its
         components, win rate, facts kept, ...), the versions they come from, and the live history's events."""
         per = {a: self.newest_per_day(a) for a in {a for a, _ in TIMELINE.values()} | {"lora_adapter"}}
         days = sorted(set().union(*(set(v) for v in per.values()))) if per else []
@@ -192,7 +192,7 @@ class DashboardData:
         return sorted(rows, key=lambda r: r.get("created_at") or "", reverse=True)[:last]
 
     def calibration(self, last: int = 8) -> dict[str, Any]:
-        """FR7.2: the reliability curve of each reward model version (the attunement of the day it served),
+        """The reliability curve of each reward model version (the attunement of the day it served),
         people's choices and the judge's pairs apart, for the `last` days."""
         curves = []
         for day, m in sorted(self.newest_per_day("attunement").items())[-last:]:
@@ -221,7 +221,7 @@ class DashboardData:
         return {"curves": curves}
 
     def drift(self) -> dict[str, Any]:
-        """FR7.3: the newest attunement's drift (the dimensions that moved, and how) and its error clusters with
+        """The newest attunement's drift (the dimensions that moved, and how) and its error clusters with
         examples."""
         newest = self.newest_per_day("attunement")
         if not newest:
@@ -242,7 +242,7 @@ class DashboardData:
         }
 
     def health(self) -> dict[str, Any]:
-        """001 10.4: the newest RHI, each component with its value and what it means, the trend's pattern over
+        """The newest RHI, each component with its value and what it means, the trend's pattern over
         the last days, what the fast loop (gate, rollbacks, freezes) did, the slow loop's nights, the
         steps in force and its last actions, and the retrain sensor's last tick (`core/pipeline/retrain.py`)."""
         from hominem_pipeline.core.online.slow_loop import status as slow_status
@@ -323,7 +323,7 @@ class DashboardData:
         return f"{asset}/{refs[0]['partition']}/{refs[0]['version']}" if refs else None
 
     def compare(self, kind: str, a: str, b: str) -> dict[str, Any]:
-        """FR7.4: two reward models (their probing suites side by side: the figures, each trade-off's choice,
+        """Two reward models (their probing suites side by side: the figures, each trade-off's choice,
         each counterfactual's move) or two adapters (their evaluations: figures, and both replies per prompt
         they share, with the reward model's scalars)."""
         if kind == "reward_models":
@@ -397,7 +397,7 @@ def _read(path: Path) -> pd.DataFrame | None:
 
 
 def pattern(values: list[float | None], window: int = 5) -> str | None:
-    """Which 001 10.4 pattern the last `window` RHI values show: a sharp drop (the last fell by 0.1 or more),
+    """Which pattern the last `window` RHI values show: a sharp drop (the last fell by 0.1 or more),
     oscillation (three or more sign changes of the day-to-day change), flat near 0.5 or near 1.0 (within
     0.05 of it throughout), else None."""
     v = [x for x in values if x is not None][-window:]

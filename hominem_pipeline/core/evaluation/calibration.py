@@ -1,4 +1,4 @@
-"""The Reward Health Index's calibration: what the panel of known days taught it (design: Phase 10, step 5).
+"""The Reward Health Index's calibration: what the panel of known days taught it.
 
 `benchmarks/health_panel.py calibrate` measures every component on days whose answer is known
 (healthy ones, and ones broken in known ways) and writes `health.calibration`

@@ -1,5 +1,5 @@
-"""The reward manifold's failure shapes that block a release (design 000 3.4.3: "no reward dimension
-collapse; no single dimension dominates unless intended").
+"""The reward manifold's failure shapes that block a release: a reward dimension that collapsed, or a single
+dimension that dominates where it is not intended to.
 
 - **Collapse**: a dimension whose reward vectors barely vary over the replies an adapter learns from says
   nothing about them; the adapter learns nothing from it, or learns a constant. Measured as each

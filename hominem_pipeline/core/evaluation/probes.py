@@ -1,5 +1,5 @@
-"""The probing suite (design 000 3.4: trade-off behaviour, adversarial consistency, counterfactual queries,
-reward attribution; 002 Phase 9.1): what a reward model values, and where it contradicts itself.
+"""The probing suite (trade-off behaviour, adversarial consistency, counterfactual queries, reward
+attribution): what a reward model values, and where it contradicts itself.
 
 Every probe reads a *scorer*: anything with `dimensions` and `raw_scores(prompts, replies)` returning
 "vector" (n, D) and "scalar" (n,) (a `RewardModel`, or a toy in the tests).
@@ -520,7 +520,7 @@ def correlations(vectors: np.ndarray, dimensions: Sequence[str]) -> pd.DataFrame
 
 
 def collisions(agreement: np.ndarray, dimensions: Sequence[str]) -> list[dict[str, Any]]:
-    """Pairs of dimensions whose reward gradients point against each other (GDA < 0, design 000 6.1), most
+    """Pairs of dimensions whose reward gradients point against each other (GDA < 0), most
     opposed first."""
     out = [
         {"a": dimensions[i], "b": dimensions[j], "gda": float(agreement[i, j])}

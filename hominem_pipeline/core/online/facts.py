@@ -1,4 +1,4 @@
-"""Memory extraction (design 001 Phase 5.5.4): facts and corrections a person states in conversation
+"""Memory extraction: facts and corrections a person states in conversation
 become memory rows, `{"prompt", "response", "fact"}`, that the memory channel of `dual` trains on and
 the memory probe asks (`data/sft/conversations.jsonl`, one of `policy.dual.memory_files`).
 

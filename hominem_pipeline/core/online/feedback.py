@@ -115,7 +115,7 @@ EMOTION_AXES = ("valence", "arousal", "discrepancy", "prospect", "reflection", "
 
 
 def emotion_vector(valence: int | None, tags: Sequence[str]) -> dict[str, float]:
-    """A reply's emotion labels as the emotion vector of design 001 7.4, each axis in [-1, 1] (0: not
+    """A reply's emotion labels as an emotion vector, each axis in [-1, 1] (0: not
     said): valence / 2; arousal +1 high, -1 low; predictive discrepancy 1; prospect- or reflection-heavy
     1; social broadcast +1 high, -1 low."""
     t = set(tags)
@@ -322,7 +322,7 @@ def feedback_tables(events: list[dict[str, Any]], source_file: str = "") -> Feed
 
 
 def liked_replies(conversations: pd.DataFrame) -> tuple[list[dict[str, Any]], set[str]]:
-    """The replies people liked as memory rows (design 000 4.3.3: explicit feedback as SFT targets): each
+    """The replies people liked as memory rows (explicit feedback as SFT targets): each
     turn with more thumbs up than down, finished (`stop`), not empty and not marked distressing, as
     `{"prompt", "response", "turn", "time", "source": "thumbs_up"}` (the prompt as a pair's: the message,
     or the conversation as a transcript), from `feedback_tables`' conversations. Also every turn id among

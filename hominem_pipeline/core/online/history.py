@@ -1,4 +1,4 @@
-"""The preference history index (design 003 TR2.4): the interaction log in a database that answers
+"""The preference history index: the interaction log in a database that answers
 "choices of rater R", "turns of version V" and "pairs of domain D" in milliseconds over millions of events.
 
 The log stays the durable source. The index is built from it incrementally: per log file, the bytes

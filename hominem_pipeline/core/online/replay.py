@@ -1,9 +1,9 @@
-"""The replay buffer (design 000 3.7): past examples with a priority, and one sampler that mixes recent
+"""The replay buffer: past examples with a priority, and one sampler that mixes recent
 and old, high-priority and random, at the configured ratios.
 
 An item is one preference pair: a prompt, the reply to learn and the one it beat, the chosen reply's reward vector,
 reward intensity and safety score, its time, its weight and where it came from (`teacher:<day>`, `feedback:choice`,
-`feedback:thumbs`, `feedback:emotion`, `nudge:<dimension>`). Its priority (000 3.7.2) is
+`feedback:thumbs`, `feedback:emotion`, `nudge:<dimension>`). Its priority is
 
     priority = w_intensity * intensity + w_social * mean(social dimensions) + w_novelty * novelty
 

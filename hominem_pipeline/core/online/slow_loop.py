@@ -1,4 +1,4 @@
-"""The slow loop (design 001 Phase 10.3): each night, the day's Reward Health Index joins the nightly
+"""The slow loop: each night, the day's Reward Health Index joins the nightly
 series, and its trend acts on what is trained next.
 
 - **Falling nights** take the next step of a ladder (`slow_loop.steps`, by default in this order):
@@ -10,7 +10,7 @@ series, and its trend acts on what is trained next.
 - **Recovery**, `recovery_nights` rising nights in a row from the last step, undoes the last step taken:
   `unfreeze`, then `restore_rank`, then `restore_lr`, one per recovery.
 - **A dip after consolidation**: the night after the daily adapter went live, an RHI more than
-  `revert_dip` below the one it went live with rolls it back (`revert`, design 001 "revert if RHI dips
+  `revert_dip` below the one it went live with rolls it back (`revert`: "revert if RHI dips
   after consolidation").
 
 A night rises or falls only when its RHI moved by more than `min_fall` from the night before. Each action

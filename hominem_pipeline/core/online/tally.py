@@ -1,7 +1,7 @@
 """What people have given, counted per channel, kept beside the preference history index.
 
 The retrain sensor asks "how many conversations, and how many preference pairs, have people given?"
-(design 002, Phase 7: the memory and the reward channel). The answer is counted from the log through
+(the memory and the reward channel). The answer is counted from the log through
 the history index, by the rules `human_feedback` turns a day of the log into training data
 (`core/online/feedback.py`), so that what the sensor counts is what a retrain reads:
 

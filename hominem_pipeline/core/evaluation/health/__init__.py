@@ -1,4 +1,4 @@
-"""The Reward Health Index (design: execution plan, Phase 10).
+"""The Reward Health Index.
 
 RHI = w1*DCS + w2*GVS + w3*MSS + w4*CDRS + w5*LRPS, every component in [0, 1]. Each component is
 measured on what the run produced and reported with how it was measured; one that cannot be measured

@@ -147,10 +147,19 @@ def policy_gradient_agreement(
     chunk: int = 8,
 ) -> np.ndarray:
     """GDA(i, j) for every pair of dimensions measured on the policy, (D, D): the cosine between the
-    updates dimension i and dimension j ask of the adapter (design 000 3.4.1: "reward dimensions produce
-    non-contradictory updates"). Dimension d's update is its policy gradient over the replies,
-    sum_n (r_d(y_n) - mean r_d) * grad log pi(y_n | x_n), w.r.t. the adapter's LoRA parameters; `vectors`:
-    the reward model's (n, D) vectors of the replies. `chunk` replies go through the policy at a time."""
+    updates dimension i and dimension j ask of the adapter (dimensions that agree never ask for contradictory
+    updates). Dimension d's update is its policy gradient over the replies,
+    sum_n (r_d(y_n) - mean r_d) * grad log pi(y_n | x_n), w.r.t. the adapter's LoRA parameters.
+
+    Args:
+        policy: the student with the adapter's LoRA.
+        tokenizer: the student's tokenizer.
+        prompts: the replies' prompts.
+        replies: the replies.
+        vectors: the reward model's (n, D) vectors of the replies.
+        max_length: tokens of prompt + reply read.
+        chunk: replies that go through the policy at a time.
+    """
     import torch
 
     from hominem_pipeline.core.policy.sequences import encode, right_padded
