@@ -114,10 +114,17 @@ def _unit(x: np.ndarray) -> np.ndarray:
 def predict(
     pairs: pd.DataFrame, model: Any, label: str, in_sample: bool, domains: Domains | None, day: str
 ) -> pd.DataFrame:
-    """The prediction rows of `pairs` (columns pair_id, prompt, chosen, rejected, source; optional rater,
-    time, prompt_id, category, tag, weight, served_reward_model, served_p_chosen; `day` and `domain` are
-    kept where the frame has them, else `day` and `domains` give them) by `model` (a RewardModel, `label`
-    its version)."""
+    """The prediction rows of `pairs` by `model`.
+
+    Args:
+        pairs: pair_id, prompt, chosen, rejected, source; optional rater, time, prompt_id, category, tag, weight,
+            served_reward_model, served_p_chosen, day, domain.
+        model: the RewardModel that predicts.
+        label: its version.
+        in_sample: whether it trained on these pairs.
+        domains: gives each prompt's domain where the frame has none.
+        day: each row's day where the frame has none.
+    """
     dims = list(model.dimensions)
     if not len(pairs):
         return empty(dims)

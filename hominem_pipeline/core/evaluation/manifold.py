@@ -242,9 +242,16 @@ def manifold_shape(
     weights: np.ndarray,
     columns: Sequence[str] | None = None,
 ) -> ManifoldShape:
-    """Collapse of `vectors` (the replies' reward vectors, (n, D)) against the teacher's labels' `reference_std`,
-    their dimensions' correlation (merging), and dominance over the pairs' `gaps` (p, C) under the scalar's
-    `weights` (C,); `columns` names the C columns (default: the dimensions)."""
+    """The manifold's shape: collapse, merging (the dimensions' correlation) and dominance.
+
+    Args:
+        vectors: the replies' reward vectors, (n, D).
+        reference_std: each dimension's spread over the teacher's labels, which collapse is measured against.
+        dimensions: the D dimensions.
+        gaps: the pairs' gaps per column, (p, C), which dominance is measured over.
+        weights: the scalar's weight of each column, (C,).
+        columns: the C columns' names (default: the dimensions).
+    """
     std, ratio = spread(vectors, reference_std, dimensions)
     share, contribution = decided(gaps, weights, list(dimensions) if columns is None else columns)
     mean_r, pairs = correlations(vectors, list(dimensions))

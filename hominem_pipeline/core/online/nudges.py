@@ -215,15 +215,23 @@ def dimension_pairs(
     time: str,
     hold: str = "mean",
 ) -> pd.DataFrame:
-    """Up to `n` replay items (`source` nudge:<dimension>) from scored candidates, the teacher's and the
-    student's own (`labels`: prompt_id, prompt, response, vector (the reward model's), reward_intensity, safety_score,
-    optionally finished), `n` split among the
-    pressed dimensions by |p_D|. Gaps are in standard deviations of each dimension over `labels`; a pair
-    qualifies when the pressed dimension's gap (in the asked direction) is at least `min_gap` and, with
-    `hold` mean, the mean of the others' gaps is within `tolerance`; with each, no other dimension is lower
-    in the chosen reply by more than `tolerance`; with each_first, the pairs that hold each first, then those
-    that hold the mean. The largest gaps less the others' mean drift first, each candidate in at most one
-    pair per dimension."""
+    """Up to `n` replay items (`source` nudge:<dimension>) from scored candidates, split among the pressed
+    dimensions by |p_D|. Gaps are in standard deviations of each dimension over `labels`. The largest gaps less
+    the others' mean drift first, each candidate in at most one pair per dimension.
+
+    Args:
+        labels: the candidates, the teacher's and the student's own: prompt_id, prompt, response, vector (the
+            reward model's), reward_intensity, safety_score, optionally finished.
+        dims: the dimensions.
+        push: the nudges' pressure on each dimension.
+        n: pairs at most.
+        min_gap: a pair qualifies when the pressed dimension's gap (in the asked direction) is at least this.
+        tolerance: how far the other dimensions may move (see `hold`).
+        time: the items' time.
+        hold: mean: the mean of the others' gaps is within `tolerance`; each: no other dimension is lower in the
+            chosen reply by more than `tolerance`; each_first: the pairs that hold each first, then those that
+            hold the mean.
+    """
     from hominem_pipeline.core.online.replay import FINISHED, ITEM_COLUMNS
 
     pressed = {d: p for d, p in push.by_dimension.items() if abs(p) > 1e-6 and d in dims}

@@ -87,9 +87,17 @@ def fit_scalar_combination(
     labeled: np.ndarray,
     labels: np.ndarray,
 ) -> ScalarCombination:
-    """The combination from every row's out-of-fold `vector` (n, D) and people's score (n,) or None;
-    `pairs` (p, 2) rows (preferred first) with their weights, `human` marking people's (the others are the
-    judge's); `labeled` rows with the judge's scalar `labels`."""
+    """The combination fitted on the pairs (people's where there are enough, else the judge's).
+
+    Args:
+        vector: every row's out-of-fold reward vector, (n, D).
+        people: every row's people's score, (n,), or None.
+        pairs: (p, 2) rows, the preferred first.
+        pair_weights: each pair's weight.
+        human: which pairs are people's (the others are the judge's).
+        labeled: the rows with a judge's scalar.
+        labels: the judge's scalar of those rows.
+    """
     n_dims = vector.shape[1]
     with_people = people is not None
     keep = pair_weights > 0
