@@ -146,3 +146,17 @@ def test_ruff_formats_and_lints_clean():
             [sys.executable, "-m", "ruff", *command, *folders], cwd=repo, capture_output=True, text=True
         )
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_docs_stay_short_enough_to_read():
+    """The README (at most 150 lines, none over 200 characters) starts with the two commands; ARCHITECTURE at most
+    25 KB, BENCHMARKS at most 40 KB."""
+    repo = PACKAGE.parent
+    readme = (repo / "README.md").read_text().splitlines()
+    assert len(readme) <= 150
+    assert [n for n, line in enumerate(readme, 1) if len(line) > 200] == []
+    assert any(line.startswith("make run") for line in readme[:6]) and any(
+        line.startswith("make test") for line in readme[:6]
+    )
+    assert (repo / "docs" / "ARCHITECTURE.md").stat().st_size <= 25_000
+    assert (repo / "docs" / "BENCHMARKS.md").stat().st_size <= 40_000

@@ -245,47 +245,54 @@ def dimension_pairs(
     z = values / np.where(scale > 1e-9, scale, 1.0)
     rows: list[dict[str, Any]] = []
     for d, p in sorted(pressed.items(), key=lambda kv: -abs(kv[1])):
-        j, sign = dims.index(d), (1.0 if p > 0 else -1.0)
-        others = [k for k in range(len(dims)) if k != j]
-        found = []
-        for _, group in frame.groupby("prompt_id"):
-            idx = list(group.index)
-            for a in idx:  # a: the reply to choose
-                for b in idx:
-                    if a == b:
-                        continue
-                    gap = sign * (z[a, j] - z[b, j])  # how much more of d (for "more"; less for "less") a has than b
-                    drift = z[a, others] - z[b, others]  # a against b on the others
-                    rest = float(drift.mean()) if others else 0.0
-                    each = not others or float(drift.min()) >= -tolerance
-                    mean = abs(rest) <= tolerance
-                    if gap >= min_gap and (mean if hold == "mean" else each if hold == "each" else each or mean):
-                        found.append((0 if hold == "each_first" and each else 1, gap - abs(rest), a, b))
+        found = _qualifying(frame, z, dims.index(d), 1.0 if p > 0 else -1.0, min_gap, tolerance, hold)
         used: set[int] = set()
-        taken = 0
         for _, _, a, b in sorted(found, key=lambda f: (f[0], -f[1])):
-            if taken >= quota[d]:
+            if len(used) >= 2 * quota[d]:
                 break
             if a in used or b in used:
                 continue
             used |= {a, b}
-            taken += 1
-            hi, lo = frame.loc[a], frame.loc[b]
-            way = "more" if p > 0 else "less"
-            rows.append(
-                {
-                    "id": f"nudge:{d}:{way}:{hi.get('trajectory_id', a)}:{lo.get('trajectory_id', b)}",
-                    "time": time,
-                    "source": f"nudge:{d}",
-                    "prompt": hi["prompt"],
-                    "chosen": hi["response"],
-                    "rejected": lo["response"],
-                    "reward_intensity": float(np.clip(hi.get("reward_intensity", 0.5), 0, 1)),
-                    "safety_score": float(np.clip(hi.get("safety_score", 1.0), 0, 1)),
-                    "vector": hi["_v"],
-                    "weight": 1.0,
-                    "chosen_finished": _finished(hi),
-                    "rejected_finished": _finished(lo),
-                }
-            )
+            rows.append(_nudge_item(frame.loc[a], frame.loc[b], a, b, d, "more" if p > 0 else "less", time))
     return pd.DataFrame(rows, columns=ITEM_COLUMNS + FINISHED)[: max(n, 0)]
+
+
+def _qualifying(
+    frame: pd.DataFrame, z: np.ndarray, j: int, sign: float, min_gap: float, tolerance: float, hold: str
+) -> list[tuple[int, float, int, int]]:
+    """Every (priority, score, chosen, rejected) pair of candidates to one prompt whose gap on dimension `j` (in the
+    asked direction, `sign`) is at least `min_gap` while the others hold as `hold` says."""
+    others = [k for k in range(z.shape[1]) if k != j]
+    found = []
+    for _, group in frame.groupby("prompt_id"):
+        idx = list(group.index)
+        for a in idx:  # a: the reply to choose
+            for b in idx:
+                if a == b:
+                    continue
+                gap = sign * (z[a, j] - z[b, j])  # how much more of d (for "more"; less for "less") a has than b
+                drift = z[a, others] - z[b, others]  # a against b on the others
+                rest = float(drift.mean()) if others else 0.0
+                each = not others or float(drift.min()) >= -tolerance
+                mean = abs(rest) <= tolerance
+                if gap >= min_gap and (mean if hold == "mean" else each if hold == "each" else each or mean):
+                    found.append((0 if hold == "each_first" and each else 1, gap - abs(rest), a, b))
+    return found
+
+
+def _nudge_item(hi: pd.Series, lo: pd.Series, a: int, b: int, d: str, way: str, time: str) -> dict[str, Any]:
+    """The replay item that prefers candidate `hi` (row `a`) to `lo` (row `b`) for a nudge `way` on `d`."""
+    return {
+        "id": f"nudge:{d}:{way}:{hi.get('trajectory_id', a)}:{lo.get('trajectory_id', b)}",
+        "time": time,
+        "source": f"nudge:{d}",
+        "prompt": hi["prompt"],
+        "chosen": hi["response"],
+        "rejected": lo["response"],
+        "reward_intensity": float(np.clip(hi.get("reward_intensity", 0.5), 0, 1)),
+        "safety_score": float(np.clip(hi.get("safety_score", 1.0), 0, 1)),
+        "vector": hi["_v"],
+        "weight": 1.0,
+        "chosen_finished": _finished(hi),
+        "rejected_finished": _finished(lo),
+    }
