@@ -47,6 +47,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from benchmarks.common import scratch_data
+
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"
 POOL_FILE = "config/human/hh-rlhf-harmless-1800.jsonl.gz"
 COPIED = ("prompts", "teacher_trajectories", "teacher_labels")
@@ -109,14 +111,9 @@ def today() -> str:
 
 def scratch(project: Path, out: Path, arm: str, seed: int, day: str, boost: float = 0.0) -> Path:
     """A scratch data folder for one arm and seed, and its overlay (returned)."""
-    data = out / f"{arm}-{seed}" / "data"
-    if data.exists():
-        shutil.rmtree(data.parent)
-    data.mkdir(parents=True)
-    for name in ("models", "cache"):
-        (data / name).symlink_to(project / "data" / name)
-    for asset in COPIED:
-        shutil.copytree(project / "data" / asset / day, data / asset / day, symlinks=True)
+    if (out / f"{arm}-{seed}").exists():
+        shutil.rmtree(out / f"{arm}-{seed}")  # its overlay and runs too
+    data = scratch_data(project, out / f"{arm}-{seed}" / "data", day, COPIED)
     selection = {"teacher_candidates": False, "retrain_boost": 0.0, **ARMS[arm]}
     if selection["retrain_boost"] is None:
         selection["retrain_boost"] = boost

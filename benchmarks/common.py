@@ -1,9 +1,13 @@
 """What the benchmarks share, each through the package: this code's config on another project's data, the
-newest versions a project built (through its lineage, never by globbing its folders), the standard error of
-paired differences, and interaction-log events as the service writes them."""
+newest versions a project built (through its lineage, never by globbing its folders), scratch projects and data
+folders beside a built project, the standard error of paired differences, and interaction-log events as the
+service writes them."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -64,3 +68,160 @@ def choice_event(event_id: str, time: str, chosen: str, rejected: str, **fields:
     return Choice(kind="choice", id=event_id, time=time, chosen=chosen, rejected=rejected, **fields).model_dump(
         mode="json", exclude_none=True
     )
+
+
+LINKED = (
+    "models",
+    "reward_model",
+    "preference_pairs",
+    "teacher_labels",
+    "teacher_trajectories",
+    "prompts",
+    "lora_adapter",
+    "reward_health_index",
+)
+OPEN_GATE = {
+    "health": {"min_win_rate": 0.0, "people_tolerance": None},
+    "online": {"skip_below": 0.0, "rollback_below": 0.0, "freeze_below": 0.0},
+}
+SAMPLED_TOKENS = 64  # the evaluation's reply length: sampled replies are rated, not read
+
+
+def sample_replies(cfg, adapter: Path, prompts: list[str], k: int, seed: int) -> list[list[str]]:
+    """`k` replies to each prompt from the student with `adapter`, sampled as the server does
+    (`updates.sample_as_served`), in batches of `serving.max_batch_size`."""
+    from hominem_pipeline.core.online.updates import sample_as_served
+
+    drawn = sample_as_served(
+        cfg, adapter, prompts, k, seed, max_new_tokens=SAMPLED_TOKENS, batch_size=cfg.serving.max_batch_size
+    )
+    return [[g.text for g in replies] for replies in drawn]
+
+
+def scratch_project(
+    project: Path, given_adapter: str | None, overrides: dict | None = None, like_make_run: bool = False
+):
+    """A scratch project in a temp folder: the repo's config (with `overrides`), `data/` linking to
+    `project`'s built versions, its own live state (the daily adapter `given_adapter`, default the newest
+    built, live at the start), log and MLflow store. Returns (temp folder, config, live state).
+    `like_make_run`: the daily adapter is made live through the daily gate and the base's
+    log-probabilities of its training pairs are cached, as `make run` under this code leaves a project
+    (else it is made live by hand and every cache starts empty)."""
+    from hominem_pipeline.core.config.loader import load_config
+    from hominem_pipeline.core.online.live import LiveState
+    from hominem_pipeline.core.pipeline.tracking import Tracker
+    from hominem_pipeline.core.policy.lora import adapter_reward_model
+
+    source = daily_adapter(project, given_adapter)
+    tmp = Path(tempfile.mkdtemp(prefix="hominem-live-"))
+    into = tmp / "project"
+    shutil.copytree(ROOT / "config", into / "config")
+    shutil.copy(ROOT / "dagster.yaml", into / "dagster.yaml")
+    (into / "data").mkdir()
+    for name in LINKED:
+        if (project / "data" / name).exists():
+            (into / "data" / name).symlink_to((project / "data" / name).resolve())
+    cfg = load_config(root=into, overrides=overrides)
+    adapter = cfg.data_dir / source.relative_to(project / "data")
+    state = LiveState(cfg.data_dir)
+    if like_make_run:
+        started = time.monotonic()
+        warm_reference_cache(cfg, adapter)
+        from hominem_pipeline.core.online.promotion import offer
+        from hominem_pipeline.core.online.updates import held_out_prompts
+        from hominem_pipeline.core.policy.metadata import AdapterMetadata
+
+        prompts = held_out_prompts(
+            cfg, list(AdapterMetadata.read(adapter).preference_data)
+        )  # its pairs' day's held-out prompts, as updates gate on
+        done = offer(
+            cfg,
+            adapter,
+            by="benchmark",
+            reason="the daily job's adapter (benchmark start)",
+            version=adapter.name,
+            prompts=prompts,
+        )
+        if not done.promoted:
+            raise SystemExit(f"the daily gate refused {adapter.name}: {done.report.summary()}")
+        print(
+            "as after `make run`: the daily adapter through the daily gate, the base's "
+            "log-probabilities of its pairs cached "
+            f"({time.monotonic() - started:.0f} s)"
+        )
+    else:
+        state.promote(
+            adapter.name,
+            adapter,
+            adapter_reward_model(adapter, cfg.data_dir),
+            gate={"note": "the benchmark's starting point"},
+            reason="benchmark start",
+            by="benchmark",
+        )
+    Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root)).runs_for(
+        "live"
+    )  # the MLflow store exists, as in a used project
+    print(f"scratch project {into}; live at start: {adapter.name} ({source})")
+    return tmp, cfg, state
+
+
+def warm_reference_cache(cfg, adapter: Path) -> None:
+    """What the daily `dual` training leaves in data/cache/reference_logps.json: the base's summed
+    log-probability of each sequence of the adapter's training pairs."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    from hominem_pipeline.core.lm.models import student_path
+    from hominem_pipeline.core.policy.dual import (
+        REFERENCE_CACHE,
+        load_reference_cache,
+        reference_logps,
+        save_reference_cache,
+    )
+    from hominem_pipeline.core.policy.lora import lora_student
+    from hominem_pipeline.core.policy.metadata import AdapterMetadata
+    from hominem_pipeline.core.policy.pairs import read_preference_pairs
+    from hominem_pipeline.core.policy.sequences import pair_sequences
+
+    meta = AdapterMetadata.read(adapter)
+    pairs = read_preference_pairs([key.path(cfg.data_dir) / "pairs.parquet" for key in meta.preference_data])
+    model, tokenizer, base = lora_student(student_path(cfg), cfg.policy)
+    add_fused_lm_head(model.get_base_model())
+    path = cfg.data_dir / REFERENCE_CACHE
+    cache = load_reference_cache(path, base)
+    seqs = [s for pair in pair_sequences(tokenizer, pairs, cfg.policy.max_length) for s in pair]
+    for start in range(0, len(seqs), 8):
+        reference_logps(model, seqs[start : start + 8], cache, tokenizer.pad_token_id)
+    save_reference_cache(path, base, cache)
+
+
+def daily_adapter(project: Path, given: str | None) -> Path:
+    if given:
+        path = Path(given) if Path(given).is_absolute() else project / given
+        if not (path / "METADATA.json").is_file():
+            raise SystemExit(f"--adapter {given}: {path} is not an adapter the pipeline built (no METADATA.json)")
+        return path
+    from hominem_pipeline.core.config.loader import load_config
+    from hominem_pipeline.core.pipeline.lineage import lineage
+
+    ref = lineage(load_config(root=project)).latest("lora_adapter")
+    if ref is None:
+        raise SystemExit(
+            f"no lora_adapter built under this code and config in {project / 'data'}; run `make run`, or "
+            "pass --adapter"
+        )
+    return ref.path
+
+
+def scratch_data(
+    project: Path, data: Path, day: str, copied: tuple[str, ...], linked: tuple[str, ...] = ("models", "cache")
+) -> Path:
+    """A fresh data folder `data` (emptied if it exists) beside `project`: its `linked` folders as links (the
+    converted models, the caches), a copy of `day` of each `copied` asset, which the benchmark's runs add to."""
+    if data.exists():
+        shutil.rmtree(data)
+    data.mkdir(parents=True)
+    for name in linked:
+        (data / name).symlink_to(project / "data" / name)
+    for asset in copied:
+        shutil.copytree(project / "data" / asset / day, data / asset / day, symlinks=True)
+    return data

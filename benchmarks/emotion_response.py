@@ -43,8 +43,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import paired_se
-from benchmarks.live_loop import OPEN_GATE, sample_replies, scratch_project
+from benchmarks.common import OPEN_GATE, paired_se, sample_replies, scratch_project
 
 
 def per_token_logps(cfg, adapter: Path, prompts: list[str], replies: list[list[str]]) -> np.ndarray:

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.live_loop import scratch_project
+from benchmarks.common import scratch_project
 
 FACTS = ["Hi, my name is Ana.", "My dog is called Rex.", "I live in Porto.", "My favorite color is green."]
 

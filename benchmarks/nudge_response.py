@@ -43,9 +43,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import paired_se
+from benchmarks.common import OPEN_GATE, paired_se, sample_replies, scratch_project
 from benchmarks.live_day import script_events
-from benchmarks.live_loop import OPEN_GATE, sample_replies, scratch_project
 
 
 def nudges(

@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.common import scratch_project
 from benchmarks.live_day import FACTS, script_events
-from benchmarks.live_loop import scratch_project
 
 DEFAULT_VARIANTS = {
     "default": {},
