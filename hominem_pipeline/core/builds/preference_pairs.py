@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from hominem_pipeline.core.pipeline.stage import StageContext, StageOutput
+
+if TYPE_CHECKING:
+    from hominem_pipeline.core.reward.model import RewardModel
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +99,7 @@ def without_degenerate_chosen(
     return pairs[keep].reset_index(drop=True), int((~keep).sum())
 
 
-def _student_replies(ctx: StageContext, labels: pd.DataFrame, rm: Any) -> pd.DataFrame:
+def _student_replies(ctx: StageContext, labels: pd.DataFrame, rm: RewardModel) -> pd.DataFrame:
     """The base student's own reply to each prompt of the day, decoded as the evaluation decodes it,
     with the reward model's scalar and vector (`preferences.against_student`)."""
     from hominem_pipeline.core.evaluation.compare import greedy_replies
@@ -118,7 +121,7 @@ def finite(x: Any) -> float | None:
     return float(x) if x is not None and np.isfinite(x) else None
 
 
-def reward_model_scores(rm: Any, rows: pd.DataFrame) -> tuple[np.ndarray, list[dict[str, float]]]:
+def reward_model_scores(rm: RewardModel, rows: pd.DataFrame) -> tuple[np.ndarray, list[dict[str, float]]]:
     """The reward model's scalar and vector (by dimension name) of each row's prompt and response
     (`evaluation.score_side`: an empty response scores NaN)."""
     from hominem_pipeline.core.reward.model import score_side

@@ -4,14 +4,17 @@ adapters gave, their attribution and their rewrites."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hominem_pipeline.core.reward.model import RewardModel
 
 TIE = 1e-6  # scalars closer than this are a tie: the same reply scored in two batches differs in the last digits
 # occluded spans per reply in the Probe view: each is one more scoring of the reply, so a long reply gets longer spans
 MAX_SPANS = 5
 
 
-def probe_scores(reward_model: Any, prompt: str, replies: list[str]) -> dict[str, Any]:
+def probe_scores(reward_model: RewardModel, prompt: str, replies: list[str]) -> dict[str, Any]:
     """The Probe view's first part: each reply's vector, people's score and scalar, and P(the first preferred)."""
     if not prompt.strip() or not replies or any(not r.strip() for r in replies):
         raise ValueError("give a prompt and at least one non-empty reply")
@@ -36,7 +39,7 @@ def probe_scores(reward_model: Any, prompt: str, replies: list[str]) -> dict[str
     }
 
 
-def probe_attribution(reward_model: Any, prompt: str, reply: str, words: int = 2) -> dict[str, Any]:
+def probe_attribution(reward_model: RewardModel, prompt: str, reply: str, words: int = 2) -> dict[str, Any]:
     """The Probe view's second part, per reply: occlusion (`probes.occlusion`) over at most MAX_SPANS spans of
     at least `words` words."""
     import math
@@ -54,7 +57,7 @@ def probe_attribution(reward_model: Any, prompt: str, reply: str, words: int = 2
 
 
 def probe_rewrites(
-    reward_model: Any, prompt: str, reply: str, changes: list[str] | None = None, seed: int = 0
+    reward_model: RewardModel, prompt: str, reply: str, changes: list[str] | None = None, seed: int = 0
 ) -> dict[str, Any]:
     """The Probe view's third part: each meaning-preserving rewrite of the reply (and a frame around the message)
     among `changes` (default: all), what it reads, and how far each output moved from the reply's own scores."""
@@ -92,7 +95,7 @@ def probe_rewrites(
 
 
 def score_side_by_side(
-    reward_model: Any, prompts: list[str], replies_a: list[str], replies_b: list[str]
+    reward_model: RewardModel, prompts: list[str], replies_a: list[str], replies_b: list[str]
 ) -> dict[str, Any]:
     """Two adapters' replies to the same prompts scored by one reward model, so that their scalars share a scale
     (each evaluation's own scalars come from its day's reward model): per prompt both scalars, P(b's reply

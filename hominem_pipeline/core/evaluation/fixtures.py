@@ -11,11 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hominem_pipeline.core.common.tags import EXTRA_TAGS, own_dimension
+
+if TYPE_CHECKING:
+    from hominem_pipeline.core.reward.model import RewardModel
 
 FIXTURES_JSON = "fixtures.json"  # a reward model's fixture report, beside its METADATA
 
@@ -173,7 +176,7 @@ def fixture_report(
     return report
 
 
-def score_fixtures(reward_model: Any, fixtures: Sequence[Fixture], batch_size: int = 32) -> FixtureReport:
+def score_fixtures(reward_model: RewardModel, fixtures: Sequence[Fixture], batch_size: int = 32) -> FixtureReport:
     """The report of a `RewardModel` on `fixtures`: its scalar, and each tag's own dimension of its vector."""
     prompts = [f.prompt for f in fixtures]
     raw = reward_model.raw_scores(

@@ -30,9 +30,12 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from hominem_pipeline.core.reward.model import RewardModel
 
 MANIFOLD = "manifold.json"  # in an adapter's folder: the figures of the reward signal it was trained on
 MANIFOLD_PLOT = "manifold.png"
@@ -269,7 +272,7 @@ def manifold_shape(
 
 
 def reward_manifold(
-    reward_model: Any, prompts: Sequence[str], chosen: Sequence[str], rejected: Sequence[str]
+    reward_model: RewardModel, prompts: Sequence[str], chosen: Sequence[str], rejected: Sequence[str]
 ) -> ManifoldShape:
     """The shape of `reward_model`'s signal on these pairs: its vectors of both replies (collapse, against
     the spread of the labels it learned from) and its scalar's columns on their gaps (dominance). A model
@@ -356,7 +359,7 @@ def plot_manifold(shape: ManifoldShape, path: Path, title: str, verdict: Verdict
     return path
 
 
-def keep_manifold(reward_model: Any, pairs: Any, folder: Path, title: str) -> ManifoldShape:
+def keep_manifold(reward_model: RewardModel, pairs: Any, folder: Path, title: str) -> ManifoldShape:
     """Measure `reward_model`'s signal on the training `pairs` (prompt, chosen, rejected) and keep the figures
     and their plot in the adapter's `folder`, for the `reward_manifold` check and the gate to judge under
     `health.manifold` (the thresholds are not part of what an adapter is built from)."""

@@ -466,7 +466,7 @@ def _people_check(
         )
 
 
-def _scalars(reward_model: Any, prompts: list[str], replies: list[str], known: dict[str, float]) -> np.ndarray:
+def _scalars(reward_model: RewardModel, prompts: list[str], replies: list[str], known: dict[str, float]) -> np.ndarray:
     """The reward model's scalar per reply (NaN for an empty one); those `known` (by prompt) are not scored again."""
     from hominem_pipeline.core.reward.model import score_side
 

@@ -47,10 +47,13 @@ import datetime as dt
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from hominem_pipeline.core.reward.model import RewardModel
 
 
 @dataclass(frozen=True)
@@ -177,7 +180,7 @@ def _as_dict(v: Any) -> dict[str, float]:
     return {}
 
 
-def scored_gaps(reward_model: Any, items: pd.DataFrame) -> np.ndarray:
+def scored_gaps(reward_model: RewardModel, items: pd.DataFrame) -> np.ndarray:
     """Per replay item, the reward model's vector of the chosen reply minus the rejected one's (n x its dimensions)."""
     if not len(items):
         return np.zeros((0, len(reward_model.dimensions)))

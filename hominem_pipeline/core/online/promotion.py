@@ -213,7 +213,7 @@ def offer(
     return Offer(version, adapter, report, live)
 
 
-def _models(cfg: HominemConfig, base: Any, tokenizer: Any, reward_model: Any, rm_path: Path) -> GateModels:
+def _models(cfg: HominemConfig, base: Any, tokenizer: Any, reward_model: RewardModel, rm_path: Path) -> GateModels:
     from hominem_pipeline.core.evaluation.fixtures import base_logp_cache
     from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES

@@ -7,7 +7,6 @@ import logging
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import torch
@@ -15,6 +14,7 @@ import torch
 from hominem_pipeline.core.common.progress import Progress
 from hominem_pipeline.core.config import PolicyConfig
 from hominem_pipeline.core.policy.lora import (
+    AdapterTraining,
     collect_logs,
     lora_student,
     per_process,
@@ -79,7 +79,7 @@ def train_dpo_adapter(
     out_dir: Path,
     seed: int,
     on_log: Callable[[int, dict[str, float]], None] | None = None,
-) -> dict[str, Any]:
+) -> AdapterTraining:
     """LoRA DPO through TRL; saves the adapter (PEFT format) and the tokenizer to `out_dir`."""
     from trl import DPOConfig
 

@@ -11,7 +11,7 @@ import logging
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -20,6 +20,10 @@ from hominem_pipeline.core.common.progress import Progress
 from hominem_pipeline.core.common.schema import SCALAR_RANGE
 from hominem_pipeline.core.config import PolicyConfig
 from hominem_pipeline.core.policy.losses import SafetyGate, gate_group_rewards
+
+if TYPE_CHECKING:
+    from hominem_pipeline.core.policy.lora import AdapterTraining
+    from hominem_pipeline.core.reward.model import RewardModel
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +36,7 @@ class GatedReward:
     __name__ = "reward_model"  # TRL logs each reward function under its name
 
     def __init__(
-        self, reward_model: Any, cfg: PolicyConfig, group_size: int, weights: Mapping[str, float] | None = None
+        self, reward_model: RewardModel, cfg: PolicyConfig, group_size: int, weights: Mapping[str, float] | None = None
     ):
         self.reward_model = reward_model
         self.reward = cfg.rl.reward
@@ -77,14 +81,14 @@ def _text(item: Any) -> str:
 def train_rl_adapter(
     prompts: Sequence[str],
     *,
-    reward_model: Any,
+    reward_model: RewardModel,
     student_path: Path,
     cfg: PolicyConfig,
     out_dir: Path,
     seed: int,
     dimension_weights: Mapping[str, float] | None = None,
     on_log: Callable[[int, dict[str, float]], None] | None = None,
-) -> dict[str, Any]:
+) -> AdapterTraining:
     """GRPO or RLOO (cfg.rl.algorithm) on `prompts` with the reward model's gated reward; saves the
     adapter (PEFT format) and the tokenizer to `out_dir`. Each step samples `rl.num_generations`
     completions for each of `batch_size` prompts."""

@@ -53,7 +53,7 @@ def nudge_pairs(
     cfg: HominemConfig,
     keys: list[Any],
     push: Pressure,
-    reward_model: Any,
+    reward_model: RewardModel,
     sampled: Callable[[], pd.DataFrame] | None = None,
 ) -> pd.DataFrame:
     """`online.nudges.pair_share` of the batch as dimension pairs (`nudges.dimension_pairs`) of the teacher's

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -17,6 +17,9 @@ from hominem_pipeline.core.config import HominemConfig
 from hominem_pipeline.core.online.live import LiveError, LiveState
 from hominem_pipeline.core.online.replay import FINISHED, ITEM_COLUMNS, feedback_pair_items, teacher_replay_items
 from hominem_pipeline.core.pipeline.artifacts import fingerprint
+
+if TYPE_CHECKING:
+    from hominem_pipeline.core.reward.model import RewardModel
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +35,9 @@ def feedback_events(cfg: HominemConfig) -> list[dict[str, Any]]:
     return [e for path in files for e in read_events(path)]
 
 
-def _scored(cfg: HominemConfig, reward_model: Any, rm_path: Path, pairs: pd.DataFrame) -> dict[str, np.ndarray | list]:
+def _scored(
+    cfg: HominemConfig, reward_model: RewardModel, rm_path: Path, pairs: pd.DataFrame
+) -> dict[str, np.ndarray | list]:
     """The reward model's safety score and vector of each pair's chosen reply; pairs scored before by
     the same reward model are read from its cache (`<log_dir>/replay/<reward model>/`), the rest scored
     and added."""
@@ -61,7 +66,7 @@ def _scored(cfg: HominemConfig, reward_model: Any, rm_path: Path, pairs: pd.Data
 
 
 def feedback_items(
-    cfg: HominemConfig, events: list[dict[str, Any]], pairs: pd.DataFrame, reward_model: Any, rm_path: Path
+    cfg: HominemConfig, events: list[dict[str, Any]], pairs: pd.DataFrame, reward_model: RewardModel, rm_path: Path
 ) -> pd.DataFrame:
     """People's preference pairs among the log's `events` (`feedback_tables(events).pairs`) as replay items."""
     from hominem_pipeline.core.online.events import STRENGTHS

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from hominem_pipeline.core.config import DualConfig
+
+if TYPE_CHECKING:
+    from hominem_pipeline.core.reward.model import RewardModel
 
 
 @dataclass(frozen=True)
@@ -18,7 +21,7 @@ class PairLabels:
     raw_intensity_mean: float
 
 
-def pair_labels(pairs: pd.DataFrame, cfg: DualConfig, reward_model: Any | None = None) -> PairLabels:
+def pair_labels(pairs: pd.DataFrame, cfg: DualConfig, reward_model: RewardModel | None = None) -> PairLabels:
     """Each pair's reward intensity and safety score from the configured sources: the teacher's label of
     the chosen reply, the reward model's score of it, or (intensity only) the constant 1; a pair's optional
     `weight` column (the nudges' weights of an online update) multiplies its intensity."""
