@@ -33,12 +33,21 @@ def project_config(project: Path):
     return load_config(root=project)
 
 
-def newest(cfg, asset: str, day: str | None = None):
+def newest(cfg, asset: str, day: str | None = None, *, any_settings: bool = False):
     """The version of `asset` a command reads (`Lineage.newest`: this config's on `day`, default the newest day
-    that has one); SystemExit saying why when there is none."""
+    that has one); SystemExit saying why when there is none. `any_settings`: else the newest complete version the
+    project's store holds there, whatever code or settings built it (a benchmark that measures this code on a
+    project's data through `config_on`, whose versions differ from the project's own)."""
     from hominem_pipeline.core.pipeline.lineage import lineage
 
-    ref, why = lineage(cfg).newest(asset, day)
+    data = lineage(cfg)
+    ref, why = data.newest(asset, day)
+    if ref is None and any_settings:
+        days = [day] if day else list(reversed(data.store.partitions(asset)))
+        built = [r for d in days for r in reversed(data.store.versions(asset, d)) if r.manifest.get("complete", True)]
+        if built:
+            print(f"{asset}: {built[0].partition}/{built[0].version}, built under other code or settings than this")
+            return built[0]
     if ref is None:
         raise SystemExit(f"no {asset} to read in {cfg.data_dir}: {why or 'none is built'}; run `make run`")
     return ref

@@ -48,7 +48,7 @@ def main() -> None:
 
     project = args.project.resolve()
     cfg = config_on(project)  # this code's config, the project's data and student
-    labels_file = newest(cfg, "teacher_labels").file("labels.parquet")
+    labels_file = newest(cfg, "teacher_labels", any_settings=True).file("labels.parquet")
     labels, human = pd.read_parquet(labels_file), people_pairs(cfg)
     print(
         f"{len(labels)} teacher labels ({labels_file.parent.parent.name}), "

@@ -182,7 +182,7 @@ def main() -> None:
     ):  # the project's labels of the day with this code's settings: each model trained here, as on a first day
         from benchmarks.common import newest
 
-        labels_file = newest(cfg, "teacher_labels", args.date).file("labels.parquet")
+        labels_file = newest(cfg, "teacher_labels", args.date, any_settings=True).file("labels.parquet")
         labels, out = pd.read_parquet(labels_file), Path(tempfile.mkdtemp(prefix="hominem-agreement-"))
         for name, c in trained:
             metrics = train_reward_model(
