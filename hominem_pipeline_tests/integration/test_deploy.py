@@ -165,6 +165,22 @@ def wait_for(url: str, seconds: float = 180) -> None:
     raise TimeoutError(f"{url} did not answer within {seconds:.0f}s")
 
 
+def wait_for_line(log: Path, text: str, proc: subprocess.Popen, seconds: float = 240) -> None:
+    """Wait until a server's log holds `text`; fail with the log's tail if it exits or the time runs out."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if text in log.read_text(errors="replace"):
+            return
+        if proc.poll() is not None:
+            break
+        time.sleep(1)
+    raise AssertionError(
+        f"{log.name} never said {text!r} (exit {proc.poll()}):\n{log.read_text(errors='replace')[-3000:]}"
+    )
+
+
 def test_the_daily_chain_runs_through_the_queue_on_celery_workers_with_postgres_storage(
     servers, tmp_path, tiny_student, tiny_encoder, monkeypatch
 ):
@@ -214,25 +230,28 @@ def test_the_daily_chain_runs_through_the_queue_on_celery_workers_with_postgres_
             processes.start(
                 [str(bindir / "dagster-daemon"), "run", "-w", "workspace.yaml"], env, project, tmp_path / "daemon.log"
             )
+            workers = []
             for i in range(2):
-                processes.start(
-                    [
-                        str(bindir / "dagster-celery"),
-                        "worker",
-                        "start",
-                        "-A",
-                        "dagster_celery.app",
-                        "-y",
-                        str(tmp_path / "celery.yaml"),
-                        "-n",
-                        f"hominem-{i}@%h",
-                        "--",
-                        "--concurrency",
-                        "1",
-                    ],
-                    env,
-                    project,
-                    tmp_path / f"worker{i}.log",
+                workers.append(
+                    processes.start(
+                        [
+                            str(bindir / "dagster-celery"),
+                            "worker",
+                            "start",
+                            "-A",
+                            "dagster_celery.app",
+                            "-y",
+                            str(tmp_path / "celery.yaml"),
+                            "-n",
+                            f"hominem-{i}@%h",
+                            "--",
+                            "--concurrency",
+                            "1",
+                        ],
+                        env,
+                        project,
+                        tmp_path / f"worker{i}.log",
+                    )
                 )
             processes.start(
                 [
@@ -249,6 +268,8 @@ def test_the_daily_chain_runs_through_the_queue_on_celery_workers_with_postgres_
                 tmp_path / "webserver.log",
             )
             wait_for(ui)
+            for i, worker in enumerate(workers):  # both consume the queue before the run is queued
+                wait_for_line(tmp_path / f"worker{i}.log", " ready.", worker)
             done = run(
                 project,
                 [HOMINEM, "run", "--config", "config/deploy.yaml", "--date", DAY],
@@ -293,9 +314,8 @@ def test_the_daily_chain_runs_through_the_queue_on_celery_workers_with_postgres_
             assert (
                 lineage(cfg).require("attunement", DAY) is not None
             )  # the last stage, built by the workers into the project's folder
-            assert all(
-                "succeeded" in (tmp_path / f"worker{i}.log").read_text() for i in range(2)
-            )  # both workers took steps
+            logs = [(tmp_path / f"worker{i}.log").read_text(errors="replace") for i in range(2)]
+            assert all("succeeded" in log for log in logs), "\n\n".join(log[-2000:] for log in logs)  # both took steps
             from mlflow import MlflowClient
 
             from hominem_pipeline.core.pipeline.tracking import TAG_ASSET, TAG_DAGSTER_RUN
