@@ -57,6 +57,13 @@ def main() -> None:
     ap.add_argument("--epochs", type=float, nargs="+", default=[1.0])
     ap.add_argument("--learning-rate", type=float, default=2e-4)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument(
+        "--extra-pairs",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="more training pairs, jsonl {prompt, chosen, rejected}: config/human/hominem-helpfulness-pairs.jsonl",
+    )
     ap.add_argument("--out", type=Path, default=None, help="keep the trained adapters here (default: a temp folder)")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = ap.parse_args()
@@ -89,7 +96,8 @@ def main() -> None:
     train = people_pairs(cfg, "train")
     if set(train["pair_id"]) & set(test["pair_id"]):
         sys.exit("the shipped people's pairs overlap the held-out pairs: this split is not theirs")
-    train = train.sample(frac=1.0, random_state=0).reset_index(drop=True)
+    extra = [parse_preference_file(f, "jsonl", f.name).pairs for f in args.extra_pairs]
+    train = pd.concat([train, *extra], ignore_index=True).sample(frac=1.0, random_state=0).reset_index(drop=True)
     if args.limit:
         train = train.iloc[: args.limit]
     fixtures = load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names)

@@ -238,3 +238,20 @@ def test_every_reward_model_learns_from_the_shipped_peoples_pairs_unless_told_no
     )
     with pytest.raises(ValueError, match=r"people_pairs\[0\].held_out is 1800, but .* has 1800 pairs; hold out fewer"):
         people_pairs(too_many)
+
+
+def test_the_shipped_helpfulness_pairs_import_and_stay_apart_from_the_fixtures(tiny_cfg):
+    from hominem_pipeline.core.evaluation.fixtures import load_fixtures
+    from hominem_pipeline.core.human.preferences import parse_preference_file
+
+    folder = tiny_cfg.path("config/human")
+    parsed = parse_preference_file(folder / "hominem-helpfulness-pairs.jsonl", "jsonl", "helpfulness")
+    pairs = parsed.pairs
+    assert parsed.quarantine.empty and len(pairs) >= 40 and (pairs["tag"] == "helpfulness").all()
+    contrast = parse_preference_file(folder / "hominem-contrast-pairs.jsonl", "jsonl", "contrast").pairs
+    fixtures = load_fixtures(tiny_cfg.path(tiny_cfg.fixtures.file), tiny_cfg.dimension_names)
+    texts = set(pairs["prompt"]) | set(pairs["chosen"]) | set(pairs["rejected"])
+    assert not texts & ({f.prompt for f in fixtures} | {f.better for f in fixtures} | {f.worse for f in fixtures})
+    assert not set(pairs["prompt"]) & set(contrast["prompt"]) and pairs["prompt"].is_unique
+    # a model that learns from them must also meet helpful replies that are the shorter one
+    assert (pairs["chosen"].str.len() < pairs["rejected"].str.len()).mean() >= 0.25
