@@ -265,7 +265,8 @@ POLITE = "Hello, I hope you are well. {prompt} Thank you so much for your help."
 RUDE = "Answer this and don't waste my time. {prompt} Hurry up."
 
 
-def _sentences(text: str) -> list[str]:
+def sentences(text: str) -> list[str]:
+    """The text cut after each `.`, `!` or `?` that a space follows."""
     return [s for s in re.split(r"(?<=[.!?])\s+", text.strip()) if s]
 
 
@@ -306,13 +307,13 @@ def paraphrase(text: str, rng: random.Random | None = None) -> str:
 
 def insertion(text: str, rng: random.Random) -> str:
     """An irrelevant sentence after the first sentence (or at the end)."""
-    parts, extra = _sentences(text), rng.choice(INSERTIONS)
+    parts, extra = sentences(text), rng.choice(INSERTIONS)
     return " ".join(parts[:1] + [extra] + parts[1:])
 
 
 def reorder(text: str, rng: random.Random | None = None) -> str:
     """The sentences in reverse order (a one-sentence reply is unchanged)."""
-    return " ".join(reversed(_sentences(text)))
+    return " ".join(reversed(sentences(text)))
 
 
 REPLY_REWRITES: dict[str, Callable[[str, random.Random], str]] = {
