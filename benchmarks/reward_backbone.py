@@ -56,6 +56,14 @@ def main() -> None:
     ap.add_argument("--layers", type=int, nargs="+", default=[6], help="top layers of the kept depth with a LoRA")
     ap.add_argument("--epochs", type=float, nargs="+", default=[1.0])
     ap.add_argument("--learning-rate", type=float, default=2e-4)
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument(
+        "--backbone",
+        choices=("student", "encoder"),
+        default="student",
+        help="student: the reward model's backbone, cut to its depth, in its judge frame; encoder: MiniLM, "
+        "the people's score's encoder, whole, reading [CLS] prompt [SEP] reply [SEP]",
+    )
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument(
         "--extra-pairs",
@@ -74,7 +82,7 @@ def main() -> None:
     import pandas as pd
 
     from hominem_pipeline.core.builds.reward_model import people_pairs
-    from hominem_pipeline.core.lm.models import student_path
+    from hominem_pipeline.core.lm.models import encoder_path, student_path
     from hominem_pipeline.core.reward.encoding import judge_frame, make_encoder
     from hominem_pipeline.core.reward.preference_lora import (
         PreferenceLoraSettings,
@@ -86,9 +94,13 @@ def main() -> None:
 
     cfg = config_on(args.project.resolve())
     rm = cfg.reward_model
-    base = student_path(cfg)
-    frame_of = lambda tok: judge_frame(tok, rubric_system(cfg.labeling), cfg.labeling.scalar_question)  # noqa: E731
-    encode = lambda tok: make_encoder(tok, frame_of(tok), rm.max_length)  # noqa: E731
+    if args.backbone == "student":
+        base, depth = student_path(cfg), rm.backbone.depth
+        frame_of = lambda tok: judge_frame(tok, rubric_system(cfg.labeling), cfg.labeling.scalar_question)  # noqa: E731
+        encode = lambda tok: make_encoder(tok, frame_of(tok), rm.max_length)  # noqa: E731
+    else:
+        base, depth = encoder_path(cfg), None
+        encode = lambda tok: make_encoder(tok, None, rm.people_score.max_length)  # noqa: E731
 
     pairs = parse_preference_file(args.data, "hh-rlhf", args.data.name).pairs.reset_index(drop=True)
     order = np.random.default_rng(0).permutation(len(pairs))
@@ -107,23 +119,29 @@ def main() -> None:
     keep = args.out or Path(tempfile.mkdtemp(prefix="hominem-preference-lora-"))
     for rank, layers, epochs, seed in itertools.product(args.ranks, args.layers, args.epochs, args.seeds):
         settings = PreferenceLoraSettings(
-            rank=rank, alpha=2 * rank, layers=layers, epochs=epochs, learning_rate=args.learning_rate, seed=seed
+            rank=rank,
+            alpha=2 * rank,
+            layers=layers,
+            epochs=epochs,
+            learning_rate=args.learning_rate,
+            batch_size=args.batch_size,
+            seed=seed,
         )
-        out = keep / f"r{rank}-l{layers}-e{epochs:g}-s{seed}"
+        out = keep / f"{args.backbone}-r{rank}-l{layers}-e{epochs:g}-s{seed}"
         started = time.monotonic()
         metrics = train_preference_lora(
             base,
             train[["prompt", "chosen", "rejected"]],
             encode,
             out,
-            depth=rm.backbone.depth,
+            depth=depth,
             settings=settings,
             progress=lambda logs: print(
                 json.dumps({k: logs[k] for k in logs if not k.startswith("num_")}), flush=True
             ),
         )
         trained_s = time.monotonic() - started
-        model, tok = load_preference_lora(base, out, rm.backbone.depth)
+        model, tok = load_preference_lora(base, out, depth)
         read = encode(tok)
         held, held_se = agreement(
             preference_scores(model, tok, read, test["prompt"], test["chosen"]),

@@ -38,7 +38,7 @@ class PreferenceLoraSettings:
         rank: LoRA rank, >= 1.
         alpha: LoRA scaling numerator (the update is scaled by alpha / rank).
         layers: the top N layers of the kept depth that get a LoRA (1 to depth); the rest stay frozen.
-        target_modules: the projections that get a LoRA in those layers.
+        target_modules: the projections that get a LoRA in those layers (None: every linear layer in them).
         epochs: passes over the pairs.
         learning_rate: AdamW's peak learning rate (linear decay).
         batch_size: pairs per optimizer step.
@@ -50,7 +50,7 @@ class PreferenceLoraSettings:
     rank: int = 8
     alpha: int = 16
     layers: int = 6
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    target_modules: tuple[str, ...] | None = None
     epochs: float = 1.0
     learning_rate: float = 2e-4
     batch_size: int = 8
@@ -74,11 +74,25 @@ def _cut_model(base: Path | str, depth: int | None) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def _lora_layers(model: Any, layers: int) -> list[int]:
+def _linear_names(model: Any) -> list[str]:
+    """The names of the backbone's linear layers (q_proj, ..., down_proj; query, ..., dense), not the score head's."""
+    head = {"score", "classifier"}
+    return sorted(
+        {
+            name.rpartition(".")[2]
+            for name, module in model.named_modules()
+            if isinstance(module, torch.nn.Linear) and not head & set(name.split("."))
+        }
+    )
+
+
+def _lora_layers(model: Any, layers: int) -> list[int] | None:
+    """The indices of the top `layers` layers; None for all of them (then the projections outside the layer
+    stack, such as an encoder's pooler, get a LoRA too)."""
     depth = model.config.num_hidden_layers
     if not 1 <= layers <= depth:
         raise ValueError(f"preference LoRA layers {layers}: use 1 to {depth} (the backbone's kept depth)")
-    return list(range(depth - layers, depth))
+    return None if layers == depth else list(range(depth - layers, depth))
 
 
 def _rows(pairs: pd.DataFrame, read: Callable[[str, str], list[int]], settings: PreferenceLoraSettings) -> list[dict]:
@@ -153,7 +167,7 @@ def train_preference_lora(
         r=settings.rank,
         lora_alpha=settings.alpha,
         lora_dropout=0.0,
-        target_modules=list(settings.target_modules),
+        target_modules=list(settings.target_modules or _linear_names(model)),
         layers_to_transform=_lora_layers(model, settings.layers),
     )
     args = _trainer_args(settings)
