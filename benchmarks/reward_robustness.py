@@ -13,7 +13,7 @@ and I feel stupid." and a helpful reply ending in hashtags. Scorers, side by sid
 (newest), and with --preference-lora the score of a LoRA trained by `benchmarks/reward_backbone.py --out`.
 
     .venv/bin/python benchmarks/reward_robustness.py --project /tmp/fresh
-    .venv/bin/python benchmarks/reward_robustness.py --project P --preference-lora /tmp/rb/r8-l6-e1-s0
+    .venv/bin/python benchmarks/reward_robustness.py --project P --preference-lora DIR [--lora-backbone encoder]
 """
 
 from __future__ import annotations
@@ -46,13 +46,17 @@ TRIP_TAGS = TRIP_PLAIN + " #BeAwesome #TravelToday @MakesItFun"
 class LoraScorer:
     """The trained preference LoRA's score as a scorer (`raw_scores` with the scalar alone)."""
 
-    def __init__(self, cfg, folder: Path):
-        from hominem_pipeline.core.lm.models import student_path
+    def __init__(self, cfg, folder: Path, backbone: str):
+        from hominem_pipeline.core.lm.models import encoder_path, student_path
         from hominem_pipeline.core.reward.encoding import judge_frame, make_encoder
         from hominem_pipeline.core.reward.preference_lora import load_preference_lora
         from hominem_pipeline.core.teacher.base import rubric_system
 
         rm = cfg.reward_model
+        if backbone == "encoder":  # as benchmarks/reward_backbone.py --backbone encoder trains it
+            self.model, self.tokenizer = load_preference_lora(encoder_path(cfg), folder, None)
+            self.read = make_encoder(self.tokenizer, None, rm.people_score.max_length)
+            return
         self.model, self.tokenizer = load_preference_lora(student_path(cfg), folder, rm.backbone.depth)
         frame = judge_frame(self.tokenizer, rubric_system(cfg.labeling), cfg.labeling.scalar_question)
         self.read = make_encoder(self.tokenizer, frame, rm.max_length)
@@ -98,6 +102,7 @@ def main() -> None:
     ap.add_argument(
         "--preference-lora", type=Path, default=None, help="a LoRA from benchmarks/reward_backbone.py --out"
     )
+    ap.add_argument("--lora-backbone", choices=("student", "encoder"), default="student", help="what the LoRA is on")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args()
 
@@ -113,7 +118,9 @@ def main() -> None:
     model.use_feature_cache(project / "data" / FEATURE_CACHE, project / SHIPPED_FEATURES)
     scorers = {f"reward model {ref.partition}/{ref.version}": model}
     if args.preference_lora:
-        scorers[f"preference LoRA {args.preference_lora.name}"] = LoraScorer(cfg, args.preference_lora)
+        scorers[f"preference LoRA {args.preference_lora.name}"] = LoraScorer(
+            cfg, args.preference_lora, args.lora_backbone
+        )
     results = {name: measure(scorer, fixtures) for name, scorer in scorers.items()}
     names = list(results)
     print(f"{'':34}" + "".join(f"{n[:28]:>30}" for n in names))
