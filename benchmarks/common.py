@@ -53,6 +53,27 @@ def newest(cfg, asset: str, day: str | None = None, *, any_settings: bool = Fals
     return ref
 
 
+def lora_backbone(cfg, kind: str):
+    """(base folder, kept depth, tokenizer -> reader) of a preference LoRA (`core.reward.preference_lora`) on `kind`:
+    student, the reward model's backbone cut to its depth and read in its judge frame; encoder, MiniLM (the people's
+    score's encoder) whole, reading [CLS] prompt [SEP] reply [SEP]."""
+    from hominem_pipeline.core.lm.models import encoder_path, student_path
+    from hominem_pipeline.core.reward.encoding import judge_frame, make_encoder
+    from hominem_pipeline.core.teacher.base import rubric_system
+
+    rm = cfg.reward_model
+    if kind == "encoder":
+        return encoder_path(cfg), None, lambda tok: make_encoder(tok, None, rm.people_score.max_length)
+    if kind != "student":
+        raise ValueError(f"LoRA backbone {kind!r}: use student or encoder")
+
+    def reader(tok):
+        frame = judge_frame(tok, rubric_system(cfg.labeling), cfg.labeling.scalar_question)
+        return make_encoder(tok, frame, rm.max_length)
+
+    return student_path(cfg), rm.backbone.depth, reader
+
+
 def paired_se(x: np.ndarray) -> float:
     """The standard error of a mean of paired differences (NaN with fewer than two)."""
     x = np.asarray(x, dtype=np.float64)

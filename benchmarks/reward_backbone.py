@@ -32,7 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import config_on
+from benchmarks.common import config_on, lora_backbone, paired_se
 from hominem_pipeline.core.evaluation.fixtures import fixture_report, load_fixtures
 from hominem_pipeline.core.human.preferences import parse_preference_file
 
@@ -43,7 +43,7 @@ DRIVING = ("I failed my driving test again.", "That's rough. What happened?", "T
 
 def agreement(scores_chosen: np.ndarray, scores_rejected: np.ndarray) -> tuple[float, float]:
     right = (scores_chosen > scores_rejected).astype(float)
-    return float(right.mean()), float(right.std(ddof=1) / np.sqrt(len(right)))
+    return float(right.mean()), paired_se(right)
 
 
 def main() -> None:
@@ -82,25 +82,15 @@ def main() -> None:
     import pandas as pd
 
     from hominem_pipeline.core.builds.reward_model import people_pairs
-    from hominem_pipeline.core.lm.models import encoder_path, student_path
-    from hominem_pipeline.core.reward.encoding import judge_frame, make_encoder
     from hominem_pipeline.core.reward.preference_lora import (
         PreferenceLoraSettings,
         load_preference_lora,
         preference_scores,
         train_preference_lora,
     )
-    from hominem_pipeline.core.teacher.base import rubric_system
 
     cfg = config_on(args.project.resolve())
-    rm = cfg.reward_model
-    if args.backbone == "student":
-        base, depth = student_path(cfg), rm.backbone.depth
-        frame_of = lambda tok: judge_frame(tok, rubric_system(cfg.labeling), cfg.labeling.scalar_question)  # noqa: E731
-        encode = lambda tok: make_encoder(tok, frame_of(tok), rm.max_length)  # noqa: E731
-    else:
-        base, depth = encoder_path(cfg), None
-        encode = lambda tok: make_encoder(tok, None, rm.people_score.max_length)  # noqa: E731
+    base, depth, encode = lora_backbone(cfg, args.backbone)
 
     pairs = parse_preference_file(args.data, "hh-rlhf", args.data.name).pairs.reset_index(drop=True)
     order = np.random.default_rng(0).permutation(len(pairs))
@@ -172,7 +162,7 @@ def main() -> None:
     table = pd.DataFrame(results)
     summary = table.groupby(["rank", "layers", "epochs"]).agg(
         held_out=("held_out", "mean"),
-        seed_se=("held_out", lambda x: float(np.std(x, ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")),
+        seed_se=("held_out", paired_se),
         fixtures=("fixtures", "mean"),
         seeds=("seed", "count"),
     )

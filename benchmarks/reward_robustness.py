@@ -28,7 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import newest, project_config
+from benchmarks.common import lora_backbone, newest, project_config
 
 DRIVING = "I failed my driving test again and I feel stupid."
 DRIVING_KIND = (
@@ -47,19 +47,11 @@ class LoraScorer:
     """The trained preference LoRA's score as a scorer (`raw_scores` with the scalar alone)."""
 
     def __init__(self, cfg, folder: Path, backbone: str):
-        from hominem_pipeline.core.lm.models import encoder_path, student_path
-        from hominem_pipeline.core.reward.encoding import judge_frame, make_encoder
         from hominem_pipeline.core.reward.preference_lora import load_preference_lora
-        from hominem_pipeline.core.teacher.base import rubric_system
 
-        rm = cfg.reward_model
-        if backbone == "encoder":  # as benchmarks/reward_backbone.py --backbone encoder trains it
-            self.model, self.tokenizer = load_preference_lora(encoder_path(cfg), folder, None)
-            self.read = make_encoder(self.tokenizer, None, rm.people_score.max_length)
-            return
-        self.model, self.tokenizer = load_preference_lora(student_path(cfg), folder, rm.backbone.depth)
-        frame = judge_frame(self.tokenizer, rubric_system(cfg.labeling), cfg.labeling.scalar_question)
-        self.read = make_encoder(self.tokenizer, frame, rm.max_length)
+        base, depth, reader = lora_backbone(cfg, backbone)
+        self.model, self.tokenizer = load_preference_lora(base, folder, depth)
+        self.read = reader(self.tokenizer)
 
     def raw_scores(self, prompts, replies):
         from hominem_pipeline.core.reward.preference_lora import preference_scores

@@ -96,24 +96,15 @@ def save_adapter(model: Any, tokenizer: Any, out_dir: Path, before: str) -> int:
 
 
 def trl_common_args(cfg: PolicyConfig, seed: int) -> dict[str, Any]:
-    """The TrainingArguments every TRL trainer here shares: steps and learning rate from `cfg`; no bf16
-    or gradient checkpointing on a CPU (TRL turns both on by default; bf16 autocast is ~30x slower
-    there), no saving, no reporting, no tqdm."""
-    on_gpu = torch.cuda.is_available()
+    """The TrainingArguments every policy trainer shares: `trl_run_args`, with steps and learning rate from `cfg`."""
+    from hominem_pipeline.core.lm.trl_args import trl_run_args
+
     return dict(
+        **trl_run_args(seed),
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         learning_rate=cfg.learning_rate,
         max_steps=cfg.max_steps,
-        bf16=on_gpu and torch.cuda.is_bf16_supported(),
-        activation_checkpointing=False,
-        use_cpu=not on_gpu,
         logging_steps=1,
-        save_strategy="no",
-        report_to=[],
-        seed=seed,
-        data_seed=seed,
-        disable_tqdm=True,
-        dataloader_num_workers=0,
     )
 
 

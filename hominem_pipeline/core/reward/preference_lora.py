@@ -13,7 +13,6 @@ which is what makes training possible on a CPU), and a per-pair weight folded in
 
 from __future__ import annotations
 
-import logging
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -26,8 +25,6 @@ import torch
 
 if TYPE_CHECKING:
     import pandas as pd
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -105,27 +102,21 @@ def _rows(pairs: pd.DataFrame, read: Callable[[str, str], list[int]], settings: 
 
 
 def _trainer_args(settings: PreferenceLoraSettings) -> Any:
-    """RewardConfig for `settings`: no saving or reporting, and no bf16 or activation checkpointing on a CPU."""
+    """RewardConfig for `settings`, on the arguments every TRL trainer here shares (`trl_run_args`)."""
     from trl import RewardConfig
 
-    on_gpu = torch.cuda.is_available()
+    from hominem_pipeline.core.lm.trl_args import trl_run_args
+
     return RewardConfig(
+        **trl_run_args(settings.seed),
         output_dir=tempfile.mkdtemp(prefix="hominem-reward-trainer-"),  # nothing is saved there (save_strategy no)
         per_device_train_batch_size=settings.batch_size,
         num_train_epochs=settings.epochs,
         learning_rate=settings.learning_rate,
         lr_scheduler_type="linear",
         warmup_steps=0.05,
-        seed=settings.seed,
         max_length=None,  # the exchanges are cut to the reward model's max_length by `encode`
-        bf16=on_gpu and torch.cuda.is_bf16_supported(),  # bf16 autocast is ~30x slower on a CPU
-        activation_checkpointing=False,
         logging_steps=5,
-        report_to=[],
-        save_strategy="no",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        use_cpu=not on_gpu,
     )
 
 
