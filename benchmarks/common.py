@@ -74,6 +74,41 @@ def lora_backbone(cfg, kind: str):
     return student_path(cfg), rm.backbone.depth, reader
 
 
+def train_first_day(cfg, labels, out: Path, date: str):
+    """A reward model trained as a first day trains it: on the teacher's `labels`, with `cfg`'s settings and its
+    shipped people's pairs alone (no imports or feedback), its features cache and shipped features read. Returns
+    (the loaded `RewardModel`, the training's metrics)."""
+    from hominem_pipeline.core.builds.reward_model import people_encoder, people_pairs
+    from hominem_pipeline.core.lm.models import reward_backbone, student_path
+    from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
+    from hominem_pipeline.core.reward.model import RewardModel
+    from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
+    from hominem_pipeline.core.teacher.base import rubric_system
+
+    metrics = train_reward_model(
+        labels,
+        dimensions=cfg.dimension_names,
+        sources=RewardSources(
+            reward_backbone(cfg),
+            judge_system=rubric_system(cfg.labeling),
+            judge_question=cfg.labeling.scalar_question,
+            feature_cache=cfg.data_dir / FEATURE_CACHE,
+            shipped_features=cfg.path(SHIPPED_FEATURES),
+            guard_student=student_path(cfg) if cfg.reward_model.guards else None,
+            people_encoder=people_encoder(cfg),
+        ),
+        cfg=cfg.reward_model,
+        out_dir=out,
+        seed=cfg.project.seed,
+        data_digest="benchmark",
+        date=date,
+        human_pairs=people_pairs(cfg),
+    ).metrics
+    model = RewardModel.load(out)
+    model.use_feature_cache(cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES))
+    return model, metrics
+
+
 def paired_se(x: np.ndarray) -> float:
     """The standard error of a mean of paired differences (NaN with fewer than two)."""
     x = np.asarray(x, dtype=np.float64)

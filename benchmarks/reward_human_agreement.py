@@ -133,12 +133,10 @@ def main() -> None:
 
     import pandas as pd
 
-    from hominem_pipeline.core.builds.reward_model import people_encoder, people_pairs
-    from hominem_pipeline.core.lm.models import reward_backbone, student_path
+    from hominem_pipeline.core.builds.reward_model import people_pairs
+    from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.pipeline.runner import run_stage
     from hominem_pipeline.core.reward.model import RewardModel
-    from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
-    from hominem_pipeline.core.teacher.base import rubric_system
 
     pairs = parse_preference_file(args.data, "hh-rlhf", args.data.name).pairs.reset_index(drop=True)
     order = np.random.default_rng(0).permutation(len(pairs))
@@ -180,31 +178,12 @@ def main() -> None:
     if (
         args.project is not None
     ):  # the project's labels of the day with this code's settings: each model trained here, as on a first day
-        from benchmarks.common import newest
+        from benchmarks.common import newest, train_first_day
 
         labels_file = newest(cfg, "teacher_labels", args.date, any_settings=True).file("labels.parquet")
         labels, out = pd.read_parquet(labels_file), Path(tempfile.mkdtemp(prefix="hominem-agreement-"))
         for name, c in trained:
-            metrics = train_reward_model(
-                labels,
-                dimensions=c.dimension_names,
-                sources=RewardSources(
-                    reward_backbone(c),
-                    judge_system=rubric_system(c.labeling),
-                    judge_question=c.labeling.scalar_question,
-                    feature_cache=c.data_dir / FEATURE_CACHE,
-                    shipped_features=c.path(SHIPPED_FEATURES),
-                    guard_student=student_path(c) if c.reward_model.guards else None,
-                    people_encoder=people_encoder(c),
-                ),
-                cfg=c.reward_model,
-                out_dir=out / name,
-                seed=c.project.seed,
-                data_digest="benchmark",
-                date=args.date,
-                human_pairs=people_pairs(c),
-            ).metrics
-            models[name] = (RewardModel.load(out / name), metrics)
+            models[name] = train_first_day(c, labels, out / name, args.date)
             print(
                 f"{name}: trained on {len(labels)} labels and {models[name][0].metadata.human_pairs} people's pairs",
                 flush=True,

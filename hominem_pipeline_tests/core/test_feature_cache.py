@@ -216,6 +216,19 @@ def test_the_shipped_rows_cover_every_shipped_text_as_training_and_scoring_read_
         and projection.basis.shape == (2 * 6 * 384, 256)
         and np.isfinite(rows).all()
     )
+    # the texts the invariance pairs make from the pairs the model reads, read through the same projection
+    from hominem_pipeline.core.reward.invariance import invariance_pairs
+
+    sources = cfg.reward_model.people_score.invariance.sources
+    invariance = [n for n, e in manifest["files"].items() if e["features"] == "people_invariance"]
+    assert len(invariance) == (1 if sources else 0)
+    if sources:
+        train = people_pairs(cfg)
+        made = invariance_pairs(list(train["prompt"]), list(train["chosen"]), range(len(train)), sources)
+        with np.load(folder / invariance[0], allow_pickle=False) as saved:
+            assert set(saved["keys"].tolist()) == {text_key(p, r) for p, r in made.texts}
+            assert saved["rows"].shape == (len(made.texts), projection.basis.shape[1])
+        assert manifest["files"][invariance[0]]["sources"] == sources
     from hominem_pipeline.core.lm.models import encoder_path
 
     # named for the installed encoder, so that a fresh clone's fit finds it

@@ -1070,7 +1070,7 @@ def test_the_peoples_score_learns_pairs_out_of_fold_and_saves_what_it_scores(tmp
     """People prefer replies whose states lie near one place (a taste no linear score can express): the
     kernel score finds it, the values of a pair's replies come from a fit that never saw that pair's
     prompt, and a saved score reads what the fitted one does."""
-    from hominem_pipeline.core.reward.people import PeopleScore
+    from hominem_pipeline.core.reward.people import PairSet, PeopleScore
 
     rng = np.random.default_rng(0)
     states = rng.normal(size=(400, 12))
@@ -1082,7 +1082,9 @@ def test_the_peoples_score_learns_pairs_out_of_fold_and_saves_what_it_scores(tmp
             for a, b in rng.permutation(400).reshape(200, 2)
         ]
     )
-    score, values = PeopleScore.fit(states, pairs, np.ones(200), np.arange(200), seed=0, alphas=[0.1, 1.0, 1e6])
+    score, values = PeopleScore.fit(
+        states, PairSet(pairs, np.ones(200), np.arange(200)), seed=0, alphas=[0.1, 1.0, 1e6]
+    )
     assert score.alpha < 1e6 and score.agreement > 0.8 and score.pairs == 200
     new = rng.normal(size=(100, 12))
     assert np.corrcoef(score(new), taste(new))[0, 1] > 0.8
@@ -1100,6 +1102,60 @@ def test_the_peoples_score_learns_pairs_out_of_fold_and_saves_what_it_scores(tmp
     np.testing.assert_array_equal(
         values[others], loaded(states[others])
     )  # what the heads read for any other text is the saved score's
+
+
+def test_invariance_pairs_join_the_peoples_score_without_counting_as_peoples_pairs(
+    tiny_student, tiny_encoder, tmp_path, caplog
+):
+    """With `people_score.invariance` on, the score also learns degenerate replies made from people's chosen
+    replies (below them) and rewrites (equal to them); its agreement and pair count are still people's own."""
+    from hominem_pipeline.core.reward.invariance import DEGENERATE, invariance_pairs
+
+    kind = ["Thank you, that is very kind of you and it helps a lot.", "That is kind, thank you so much for it."]
+    rows = [
+        {
+            "prompt": f"Could you help me with thing {i}?",
+            "chosen": kind[i % 2],
+            "rejected": "Go away now.",
+            "heads": i < 12,
+        }
+        for i in range(24)
+    ]
+    cfg = small_cfg(
+        max_length=96,
+        head_fit="ridge",
+        ridge_alphas=[1.0, 100.0],
+        uncertainty={"method": "none", "members": 1, "mc_samples": 2},
+        backbone={"path": "student", "finetune": "frozen", "frame": "judge", "pooling": "last_mean"},
+        people_score={
+            "encoder": "encoder",
+            "max_length": 64,
+            "invariance": {"sources": 8, "degenerate_weight": 1.0, "rewrite_weight": 1.0},
+        },
+    )
+    sources = RewardSources(tiny_student, judge_system="J.", people_encoder=tiny_encoder, feature_cache=tmp_path / "c")
+    with caplog.at_level(logging.INFO):
+        metrics = train_reward_model(
+            toy_labels(),
+            pd.DataFrame(rows),
+            sources=sources,
+            cfg=cfg,
+            dimensions=DIMS,
+            out_dir=tmp_path / "rm",
+            seed=0,
+            data_digest="p",
+            date="2026-11-20",
+        ).metrics
+    assert metrics["people_pairs"] == 24 and re.search(r"invariance pairs from \d+ chosen replies", caplog.text)
+    rm = RewardModel.load(tmp_path / "rm")
+    made = invariance_pairs([r["prompt"] for r in rows], [r["chosen"] for r in rows], range(24), 8)
+    degenerate = [i for i, k in enumerate(made.kinds) if k in DEGENERATE]
+    source = [(rows[made.pairs[i, 0]]["prompt"], rows[made.pairs[i, 0]]["chosen"]) for i in degenerate]
+    sensible = rm.people_column([p for p, _ in source], [r for _, r in source])
+    worse = rm.people_column(
+        [made.texts[made.pairs[i, 1]][0] for i in degenerate], [made.texts[made.pairs[i, 1]][1] for i in degenerate]
+    )
+    assert (sensible > worse).mean() > 0.8  # what it was taught to rank below the sensible reply
 
 
 def test_pairs_for_the_peoples_score_alone_move_the_scalar_through_it(tiny_student, tiny_encoder, tmp_path):
@@ -1497,7 +1553,7 @@ def test_the_combination_is_fitted_on_pairs_with_no_negative_weight():
 
 
 def test_the_peoples_score_principal_directions_are_the_svds_either_way_round():
-    from hominem_pipeline.core.reward.people import _principal
+    from hominem_pipeline.core.reward.kernel import principal as _principal
 
     rng = np.random.default_rng(1)
     for shape in (
@@ -1518,7 +1574,8 @@ def test_the_peoples_score_principal_directions_are_the_svds_either_way_round():
 
 
 def test_the_peoples_score_nystroem_map_reproduces_the_kernel_and_survives_duplicate_landmarks():
-    from hominem_pipeline.core.reward.people import _kernel, _nystroem_map
+    from hominem_pipeline.core.reward.kernel import kernel as _kernel
+    from hominem_pipeline.core.reward.kernel import nystroem_map as _nystroem_map
 
     rng = np.random.default_rng(2)
     centres = rng.normal(size=(40, 6))
@@ -1543,7 +1600,13 @@ def test_a_shipped_projection_gives_the_score_fitted_without_it_and_measures_no_
     """`hominem data ship-features` ships the people's score's projection, fitted on the shipped pairs'
     replies, with their rows read through it: a fresh clone's fit reads those rows instead of passing the
     texts through the encoder, and finds the score a fit on the measured states finds."""
-    from hominem_pipeline.core.reward.people import EncoderStates, PeopleScore, Projection, ship_projection
+    from hominem_pipeline.core.reward.people import (
+        EncoderStates,
+        PairSet,
+        PeopleScore,
+        Projection,
+        ship_projection,
+    )
 
     kind = [
         "Thank you, that is very kind of you.",
@@ -1558,7 +1621,7 @@ def test_a_shipped_projection_gives_the_score_fitted_without_it_and_measures_no_
     states = EncoderStates(tiny_encoder, 64, cache=tmp_path / "maintainer")(
         [p for p, _ in texts], [r for _, r in texts]
     ).numpy()
-    direct, direct_values = PeopleScore.fit(states, pairs, weights, groups, seed=0)
+    direct, direct_values = PeopleScore.fit(states, PairSet(pairs, weights, groups), seed=0)
     shipped = tmp_path / "config" / "human" / "features"
     projection_file, rows_file, n, measured = ship_projection(
         tiny_encoder, 64, tmp_path / "maintainer", texts + texts[:3], shipped
@@ -1577,7 +1640,7 @@ def test_a_shipped_projection_gives_the_score_fitted_without_it_and_measures_no_
         [p for p, _ in texts] + ["Any news?"], [r for _, r in texts] + ["None yet, sorry."], projection, shipped
     )
     assert read == [["None yet, sorry."]]  # only the text nobody shipped
-    score, values = PeopleScore.fit_projected(projection, z[:48], pairs, weights, groups, seed=0)
+    score, values = PeopleScore.fit_projected(projection, z[:48], PairSet(pairs, weights, groups), seed=0)
     assert score.agreement == direct.agreement and score.alpha == direct.alpha
     np.testing.assert_allclose(values, direct_values, atol=1e-4)
     np.testing.assert_allclose(score(states), direct(states), atol=1e-4)

@@ -188,6 +188,28 @@ def _ship_projection(ship: _Shipment) -> None:
             encoder_digest=folder_digest(encoder),
             max_length=rm.people_score.max_length,
         )
+    if rm.people_score.invariance.sources:  # the texts the invariance pairs make from the pairs the model reads
+        from hominem_pipeline.core.reward.people import ship_invariance_rows
+
+        train = people_pairs(cfg)
+        shipped = ship_invariance_rows(
+            encoder,
+            rm.people_score.max_length,
+            ship.cache_folder,
+            projection,
+            list(zip(train["prompt"], train["chosen"])),
+            rm.people_score.invariance.sources,
+            ship.folder,
+        )
+        ship.add(
+            shipped,
+            features="people_invariance",
+            files=ship.people_files,
+            rows=shipped[1],
+            sources=rm.people_score.invariance.sources,
+            encoder_digest=folder_digest(encoder),
+            max_length=rm.people_score.max_length,
+        )
 
 
 def _finish(ship: _Shipment) -> None:

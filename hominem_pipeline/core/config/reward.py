@@ -95,6 +95,24 @@ class PeoplePairsConfig(_Frozen):
     )
 
 
+class InvarianceConfig(_Frozen):
+    sources: int = Field(
+        ge=0,
+        le=100_000,
+        description="People's chosen replies the invariance pairs are made from (each gives a word salad, a spam "
+        "and a cheer reply it must beat, and a typo, typos, lower case and a framed message it must equal), "
+        "0-100000; 0: none.",
+    )
+    degenerate_weight: float = Field(
+        ge=0.0, le=100.0, description="Weight of a degenerate pair, as a people's pair of weight 1 weighs, 0-100."
+    )
+    rewrite_weight: float = Field(
+        ge=0.0,
+        le=100.0,
+        description="Weight of an equal (rewritten) pair, as a people's pair of weight 1 weighs, 0-100.",
+    )
+
+
 class PeopleScoreConfig(_Frozen):
     encoder: str | None = Field(
         description="The frozen sentence encoder the people's score reads: encoder (models.encoder, MiniLM) | an HF "
@@ -105,6 +123,9 @@ class PeopleScoreConfig(_Frozen):
         le=512,
         description="Tokens of [CLS] prompt [SEP] reply [SEP] the encoder reads (the prompt cut from the left "
         "first), 16-512.",
+    )
+    invariance: InvarianceConfig = Field(
+        description="Pairs that teach the score what must not move it and what it must never prefer."
     )
 
 

@@ -35,6 +35,18 @@ import numpy as np
 import torch
 
 from hominem_pipeline.core.common.progress import Progress
+from hominem_pipeline.core.reward.kernel import (
+    as_stored,
+    choose_landmarks,
+    expand,
+    kernel,
+    nystroem_map,
+    pair_folds,
+    principal,
+    solve,
+    solve_each,
+    squared_distances,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -53,6 +65,7 @@ PEOPLE_FOLDS = 5
 PEOPLE_BATCH = 32
 PROJECTION_PART = "projection"  # a shipped projection's file: <the encoder's namespace digest>-projection.safetensors
 PROJECTION_ROWS = "people"  # the shipped rows read through it: <the projected namespace's digest>-people.npz
+INVARIANCE_ROWS = "invariance"  # the invariance pairs' texts' rows read through it: <that digest>-invariance.npz
 CACHE_ROWS = 20_000  # the encoder's states of this many texts kept on disk (a row is 18 kB for MiniLM)
 
 
@@ -179,95 +192,6 @@ class EncoderStates:
         return out
 
 
-def _solve(d: np.ndarray, w: np.ndarray, alpha: float) -> np.ndarray:
-    """argmin_b sum_p w_p (d_p b - 1)^2 + alpha |b|^2, in whichever of the primal (features) or dual
-    (pairs) forms is smaller."""
-    return _solve_each(d, w, [alpha])[0]
-
-
-def _solve_each(d: np.ndarray, w: np.ndarray, alphas: Sequence[float]) -> list[np.ndarray]:
-    """`_solve` for each penalty in `alphas`, the Gram matrix formed once."""
-    a = d * np.sqrt(w)[:, None]
-    y = np.sqrt(w)
-    if len(a) < a.shape[1]:
-        gram = a @ a.T
-        return [a.T @ np.linalg.solve(gram + alpha * np.eye(len(a)), y) for alpha in alphas]
-    gram, rhs = a.T @ a, a.T @ y
-    return [np.linalg.solve(gram + alpha * np.eye(a.shape[1]), rhs) for alpha in alphas]
-
-
-def _principal(x: np.ndarray, top: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(singular values, right singular vectors as columns) of `x`, largest first (the `top` largest
-    only, when given): the SVD's, from the eigendecomposition of the smaller Gram matrix (x'x or xx'),
-    a few times faster than the SVD itself, and faster again when only the top ones are computed."""
-    from scipy.linalg import eigh
-
-    small = x.T @ x if x.shape[0] >= x.shape[1] else x @ x.T
-    n = len(small)
-    subset = None if top is None or top >= n else [n - top, n - 1]
-    lam, vec = eigh(
-        small, subset_by_index=subset, driver="evr" if subset else "evd", overwrite_a=True, check_finite=False
-    )
-    lam, vec = lam[::-1], vec[:, ::-1]
-    sv = np.sqrt(np.clip(lam, 0.0, None))
-    if x.shape[0] >= x.shape[1]:
-        return sv, vec
-    nonzero = sv > 1e-12 * max(sv[0], 1e-300)
-    return sv[nonzero], (x.T @ vec[:, nonzero]) / sv[nonzero]
-
-
-def _nystroem_map(centres: np.ndarray, scale: float) -> np.ndarray:
-    """The (landmarks, landmarks) matrix M of the Nystroem features phi(x) = k(x, L) M, for which
-    phi(a) . phi(b) = k(a, L) K^-1 k(L, b) with K = k(L, L): M = C^-T for the Cholesky factor C of K
-    (a tiny ridge on K's diagonal keeps duplicate or near-duplicate landmarks from making it singular;
-    it shrinks only directions the kernel barely spans). A ridge on phi is the same fit under any such M."""
-    from scipy.linalg import LinAlgError, cholesky, solve_triangular
-
-    gram = _kernel(centres, centres, scale)
-    jitter = 1e-10 * len(gram)
-    for _ in range(6):
-        try:
-            factor = cholesky(gram + jitter * np.eye(len(gram)), lower=True, check_finite=False)
-            break
-        except LinAlgError:
-            jitter *= 100.0
-    else:
-        raise ValueError(
-            "the people's score's kernel matrix is not positive definite even with a ridge; its "
-            "landmarks' states hold NaN?"
-        )
-    return solve_triangular(factor, np.eye(len(gram)), lower=True, check_finite=False).T
-
-
-def _folds(groups: np.ndarray, folds: int, seed: int) -> np.ndarray:
-    names = np.random.default_rng(seed).permutation(np.unique(groups))
-    fold = {g: i % folds for i, g in enumerate(names)}
-    return np.array([fold[g] for g in groups], dtype=np.int64)
-
-
-def _squared_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """|a_i - b_j|^2, (len(a), len(b))."""
-    return np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * a @ b.T, 0.0)
-
-
-def _kernel(a: np.ndarray, b: np.ndarray, scale: float) -> np.ndarray:
-    """exp(-|a_i - b_j|^2 / scale), (len(a), len(b))."""
-    return np.exp(-_squared_distances(a, b) / scale)
-
-
-def _expand(z: np.ndarray, landmarks: np.ndarray, scale: float, coef: np.ndarray, batch: int = 2048) -> np.ndarray:
-    """sum_j coef_j k(z_i, landmark_j) for every row of z, a batch of rows at a time."""
-    return np.concatenate(
-        [np.zeros(0)] + [_kernel(z[i : i + batch], landmarks, scale) @ coef for i in range(0, len(z), batch)]
-    )
-
-
-def _as_stored(x: np.ndarray) -> np.ndarray:
-    """The float32 values the model folder keeps, as float64: the fit computes with exactly what a
-    loaded model reads."""
-    return np.ascontiguousarray(x, dtype=np.float32).astype(np.float64)
-
-
 @dataclass
 class Projection:
     """How the score reads the encoder's states: standardised (`mean`, `std`), then cut to the `basis`'
@@ -286,9 +210,9 @@ class Projection:
         x = np.asarray(states, dtype=np.float64)
         mean, std = x.mean(0), x.std(0)
         std = np.where(std > 1e-6, std, 1.0)
-        sv, directions = _principal((x - mean) / std, top=components)
+        sv, directions = principal((x - mean) / std, top=components)
         keep = min(components, int((sv > 1e-6 * sv[0]).sum()))
-        return cls(mean, std, _as_stored(directions[:, :keep]))
+        return cls(mean, std, as_stored(directions[:, :keep]))
 
     def digest(self) -> str:
         import hashlib
@@ -311,6 +235,29 @@ class Projection:
         return cls(
             saved["mean"].astype(np.float64), saved["std"].astype(np.float64), saved["basis"].astype(np.float64)
         )
+
+
+@dataclass(frozen=True)
+class PairSet:
+    """The pairs a people's score learns: `pairs` (p, 2) rows of the states (chosen, rejected), each pair's
+    weight, its group (its prompt: a fold keeps a group together), its target gap (`targets`: 1, the chosen
+    a unit ahead, by default; 0, the two equal) and whether it is a people's pair (`people`, all by
+    default): only those count in the agreement and fit the projection; the others are invariance pairs
+    (`core.reward.invariance`), grouped with the pair they were made from."""
+
+    pairs: np.ndarray
+    weights: np.ndarray
+    groups: np.ndarray
+    targets: np.ndarray | None = None
+    people: np.ndarray | None = None
+
+    @property
+    def target_gaps(self) -> np.ndarray:
+        return np.ones(len(self.pairs)) if self.targets is None else np.asarray(self.targets, dtype=np.float64)
+
+    @property
+    def counted(self) -> np.ndarray:
+        return np.ones(len(self.pairs), dtype=bool) if self.people is None else np.asarray(self.people, dtype=bool)
 
 
 @dataclass
@@ -337,33 +284,27 @@ class PeopleScore:
         z = self.project(states)
         if self.landmarks is None:
             return z @ self.coef
-        return _expand(z, self.landmarks, self.scale, self.coef)
+        return expand(z, self.landmarks, self.scale, self.coef)
 
     @classmethod
     def fit(
-        cls,
-        states: np.ndarray,
-        pairs: np.ndarray,
-        weights: np.ndarray,
-        groups: np.ndarray,
-        seed: int,
-        components: int = PEOPLE_COMPONENTS,
-        **settings: Any,
+        cls, states: np.ndarray, data: PairSet, seed: int, components: int = PEOPLE_COMPONENTS, **settings: Any
     ) -> tuple[PeopleScore, np.ndarray]:
-        """Fit on `pairs` ((p, 2) rows of `states`: chosen, rejected), weighted, folded by `groups` (a
-        pair's prompt), reading the states through the projection fitted on the pairs' rows. Returns the
-        score and every row's value: out of fold for the rows of a pair (from the fit without its fold,
-        at the chosen width and penalty), the full fit's elsewhere. `settings`: as `fit_projected`'s."""
-        cls._check_pairs(pairs, settings.get("folds", PEOPLE_FOLDS))
+        """Fit on `data` (pairs of rows of `states`), reading the states through the projection fitted on
+        the people's pairs' rows. Returns the score and every row's value: out of fold for the rows of a pair
+        (from the fit without its fold, at the chosen width and penalty), the full fit's elsewhere.
+        `settings`: as `fit_projected`'s."""
+        cls._check_pairs(data, settings.get("folds", PEOPLE_FOLDS))
         x = np.asarray(states, dtype=np.float64)
-        projection = Projection.fit(x[np.unique(pairs)], components)
-        return cls.fit_projected(projection, projection(x), pairs, weights, groups, seed, **settings)
+        projection = Projection.fit(x[np.unique(data.pairs[data.counted])], components)
+        return cls.fit_projected(projection, projection(x), data, seed, **settings)
 
     @staticmethod
-    def _check_pairs(pairs: np.ndarray, folds: int) -> None:
-        if len(pairs) < 2 * folds:
+    def _check_pairs(data: PairSet, folds: int) -> None:
+        if int(data.counted.sum()) < 2 * folds:
             raise ValueError(
-                f"the people's score needs at least {2 * folds} people's pairs, got {len(pairs)}; add pairs "
+                f"the people's score needs at least {2 * folds} people's pairs, got {int(data.counted.sum())}; "
+                "add pairs "
                 "(reward_model.people_pairs, `hominem data import-preferences`) or set "
                 "reward_model.people_score.encoder: null"
             )
@@ -373,26 +314,27 @@ class PeopleScore:
         cls,
         projection: Projection,
         z: np.ndarray,
-        pairs: np.ndarray,
-        weights: np.ndarray,
-        groups: np.ndarray,
+        data: PairSet,
         seed: int,
         alphas: Sequence[float] = PEOPLE_ALPHAS,
         gammas: Sequence[float] = PEOPLE_GAMMAS,
         folds: int = PEOPLE_FOLDS,
         landmarks: int = PEOPLE_LANDMARKS,
     ) -> tuple[PeopleScore, np.ndarray]:
-        """`fit` on states already read through `projection` (`z`, e.g. a shipped projection's rows)."""
-        cls._check_pairs(pairs, folds)
+        """`fit` on states already read through `projection` (`z`, e.g. a shipped projection's rows). The
+        kernel's width and the penalty are those that order most of the people's pairs' weight right out of
+        fold; an invariance pair is left out of its group's fold, as a people's pair is, and never counted."""
+        cls._check_pairs(data, folds)
+        pairs, targets, counted = data.pairs, data.target_gaps, data.counted
         z = np.asarray(z, dtype=np.float64)
         used = np.unique(pairs)
         rng = np.random.default_rng(seed)
-        marks = used if len(used) <= landmarks else np.sort(rng.choice(used, landmarks, replace=False))
-        centres = _as_stored(z[marks])
+        marks = choose_landmarks(np.unique(pairs[counted]), np.setdiff1d(used, pairs[counted]), landmarks, rng)
+        centres = as_stored(z[marks])
         some = centres[rng.choice(len(centres), min(len(centres), 1000), replace=False)]
-        median = float(np.median(_squared_distances(some, some)[np.triu_indices(len(some), 1)]))
-        w = np.asarray(weights, dtype=np.float64)
-        which = _folds(np.asarray(groups), folds, seed)
+        median = float(np.median(squared_distances(some, some)[np.triu_indices(len(some), 1)]))
+        w = np.asarray(data.weights, dtype=np.float64)
+        which = pair_folds(np.asarray(data.groups), folds, seed)
         pos = np.searchsorted(used, pairs)  # pair -> rows of `used`
         right: dict[
             tuple[float, float], float
@@ -403,14 +345,14 @@ class PeopleScore:
         for gamma in gammas:
             # Nystroem features of the kernel on the landmarks: phi(a) . phi(b) = k(a, b) wherever a or b
             # is a landmark; a pair's features are their difference
-            to_coef = _nystroem_map(centres, median / gamma)
-            phi = _kernel(z[used], centres, median / gamma) @ to_coef
+            to_coef = nystroem_map(centres, median / gamma)
+            phi = kernel(z[used], centres, median / gamma) @ to_coef
             d = phi[pos[:, 0]] - phi[pos[:, 1]]
             oof = {a: np.zeros(len(used)) for a in alphas}
             right.update({(gamma, a): 0.0 for a in alphas})
-            for k in np.unique(which):
-                fit, held = which != k, which == k
-                for a, b in zip(alphas, _solve_each(d[fit], w[fit], alphas)):
+            for k in np.unique(which[counted]):
+                fit, held = which != k, (which == k) & counted
+                for a, b in zip(alphas, solve_each(d[fit], w[fit], alphas, targets[fit])):
                     right[gamma, a] += float((w[held] * ((d[held] @ b) > 0)).sum())
                     rows = pos[held].ravel()
                     oof[a][rows] = phi[rows] @ b
@@ -422,30 +364,30 @@ class PeopleScore:
         score = cls(
             projection.mean,
             projection.std,
-            to_coef @ _solve(d, w, alpha),
+            to_coef @ solve(d, w, alpha, targets),
             float(alpha),
-            right[gamma, alpha] / float(w.sum()),
-            len(pairs),
+            right[gamma, alpha] / float(w[counted].sum()),
+            int(counted.sum()),
             basis=projection.basis,
             landmarks=centres,
             scale=median / gamma,
         )
         values = np.zeros(len(z))
         values[used] = held_values
-        others = np.setdiff1d(
-            np.arange(len(z)), used
-        )  # rows of no pair: the full fit's values (the pairs' are out of fold)
-        values[others] = _expand(z[others], centres, score.scale, score.coef)
+        # rows of no people's pair: the full fit's values (the people's pairs' are out of fold)
+        others = np.setdiff1d(np.arange(len(z)), np.unique(pairs[counted]))
+        values[others] = expand(z[others], centres, score.scale, score.coef)
         log.info(
-            "people's score: %d pairs, %d landmarks in %d dimensions, kernel width %g x median, penalty "
-            "%g, out-of-fold agreement %.1f%% (%s)",
-            len(pairs),
+            "people's score: %d pairs (and %d invariance pairs), %d landmarks in %d dimensions, kernel width "
+            "%g x median, penalty %g, out-of-fold agreement %.1f%% (%s)",
+            int(counted.sum()),
+            int((~counted).sum()),
             len(centres),
             z.shape[1],
             1 / gamma,
             alpha,
             100 * score.agreement,
-            ", ".join(f"{g:g}/{a:g}: {100 * r / w.sum():.1f}%" for (g, a), r in right.items()),
+            ", ".join(f"{g:g}/{a:g}: {100 * r / w[counted].sum():.1f}%" for (g, a), r in right.items()),
         )
         return score, values
 
@@ -521,16 +463,45 @@ def fit_people_score(
             else np.full(n, cfg.pair_loss.human_weight)
         )
         groups += [f"prompt:{p}" for p in people_only["prompt"]]
+    pairs, weights, groups = np.concatenate(pairs), np.concatenate(weights), np.array(groups)
+    pair_set = _with_invariance(texts, PairSet(pairs, weights, groups), cfg.people_score.invariance)
     reader = EncoderStates(encoder, cfg.people_score.max_length, cache=cache, device=device)
     prompts, replies = [p for p, _ in texts], [r for _, r in texts]
-    pairs, weights, groups = np.concatenate(pairs), np.concatenate(weights), np.array(groups)
     if shipped is not None and (path := reader.projection_file(shipped)).is_file():
         projection = Projection.load(path)
         log.info("people's score: the states read through the projection shipped in %s", path)
         return PeopleScore.fit_projected(
-            projection, reader.projected(prompts, replies, projection, shipped), pairs, weights, groups, seed
+            projection, reader.projected(prompts, replies, projection, shipped), pair_set, seed
         )
-    return PeopleScore.fit(reader(prompts, replies).numpy(), pairs, weights, groups, seed)
+    return PeopleScore.fit(reader(prompts, replies).numpy(), pair_set, seed)
+
+
+def _with_invariance(texts: list[tuple[str, str]], data: PairSet, settings: Any) -> PairSet:
+    """`data` with the invariance pairs (`core.reward.invariance`) made from the chosen replies of its pairs,
+    their texts appended to `texts`; `data` itself when `settings.sources` is 0. The pairs depend on the texts
+    alone (not on the day's seed), so the rows the project ships for them are read every day."""
+    from hominem_pipeline.core.reward.invariance import invariance_pairs
+
+    if settings.sources == 0:
+        return data
+    made = invariance_pairs([p for p, _ in texts], [r for _, r in texts], data.pairs[:, 0], settings.sources)
+    start = len(texts)
+    texts += made.texts
+    group_of = dict(zip(data.pairs[:, 0].tolist(), data.groups.tolist()))
+    weights = np.where(made.targets > 0, settings.degenerate_weight, settings.rewrite_weight)
+    log.info(
+        "people's score: %d invariance pairs from %d chosen replies (%s)",
+        len(made),
+        len(set(made.pairs[:, 0].tolist())),
+        ", ".join(f"{k} {made.kinds.count(k)}" for k in dict.fromkeys(made.kinds)),
+    )
+    return PairSet(
+        np.concatenate([data.pairs, np.stack([made.pairs[:, 0], start + made.pairs[:, 1]], 1)]),
+        np.concatenate([data.weights, weights]),
+        np.concatenate([data.groups, [group_of[s] for s in made.pairs[:, 0].tolist()]]),
+        np.concatenate([data.target_gaps, made.targets]),
+        np.concatenate([data.counted, np.zeros(len(made), dtype=bool)]),
+    )
 
 
 def ship_projection(
@@ -554,6 +525,32 @@ def ship_projection(
     reader.projected(prompts, replies, projection)  # measured into the cache
     keys = [text_key(p, r) for p, r in texts]
     return path, reader.projected_cache(projection).ship(keys, shipped, PROJECTION_ROWS), len(keys), measured
+
+
+def ship_invariance_rows(
+    encoder: Path,
+    max_length: int,
+    cache: Path,
+    projection_file: Path,
+    chosen: Sequence[tuple[str, str]],
+    sources: int,
+    shipped: Path,
+) -> tuple[Path, int, int]:
+    """Write to `shipped` the projected rows of the texts the invariance pairs make from `chosen` (the shipped
+    people's pairs' prompts and chosen replies), as `fit_people_score` makes them with `sources`
+    (`reward_model.people_score.invariance`), read through the shipped projection: a fresh clone's first
+    people's score then reads them instead of running the encoder on them. Returns (the file, rows, rows the
+    encoder read now: the rest came from the cache)."""
+    from hominem_pipeline.core.reward.feature_cache import text_key
+    from hominem_pipeline.core.reward.invariance import invariance_pairs
+
+    made = invariance_pairs([p for p, _ in chosen], [r for _, r in chosen], range(len(chosen)), sources)
+    reader = EncoderStates(encoder, max_length, cache=cache)
+    projection = Projection.load(projection_file)
+    reader.projected([p for p, _ in made.texts], [r for _, r in made.texts], projection)
+    keys = [text_key(p, r) for p, r in made.texts]
+    measured = reader.disk_cache().misses if reader.disk_cache() is not None else len(keys)
+    return reader.projected_cache(projection).ship(keys, shipped, INVARIANCE_ROWS), len(keys), measured
 
 
 def people_scalar_weight(human_oof: np.ndarray, column: np.ndarray, pairs: np.ndarray, weights: np.ndarray) -> float:

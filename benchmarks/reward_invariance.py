@@ -1,0 +1,162 @@
+"""Does teaching the people's score what does not matter (`reward_model.people_score.invariance`) make the
+reward model robust, and what does it cost in agreement with people? Side by side in one run, each setting
+trained here as a first day trains it (the project's teacher labels of --date, the shipped people's pairs,
+this code's config with the setting on top), under each seed (`project.seed`: the folds, the landmarks and
+the chosen replies the pairs are made from):
+
+    people (504)        agreement on the HH-RLHF harmless-base pairs held out of the seed-0 split, scalar
+                        and the people's score alone
+    fixtures            the 132 contrast fixtures: overall, the weakest tag, each tag's own dimension
+    driving test        the README's pair, kind reply over "Try harder."
+    robustness          `benchmarks/reward_robustness.py`'s figures: the sensible reply over word salad, spam
+                        and cheer; one typo's shift of the scalar; the probing suite's adversarial flip rate
+
+The invariance pairs are made from the training pairs' chosen replies with cheer lines, spam tags and frames
+written apart from the ones the robustness figures use (`core.reward.invariance`).
+
+    .venv/bin/python benchmarks/reward_invariance.py --project P --date D --seeds 0 1 2
+    .venv/bin/python benchmarks/reward_invariance.py --project P --date D --setting 'w3={"sources": 600, \
+"degenerate_weight": 3}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import config_on, newest, paired_se, train_first_day
+from benchmarks.reward_robustness import measure
+
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"
+TRAIN = 1800  # the training part of the split (the pairs shipped in config/human/)
+DRIVING = ("I failed my driving test again.", "That's rough. What happened?", "Try harder.")
+SETTINGS = {
+    "off": {"sources": 0},
+    "on": {"sources": 600, "degenerate_weight": 1.0, "rewrite_weight": 1.0},
+    "degenerate only": {"sources": 600, "degenerate_weight": 1.0, "rewrite_weight": 0.0},
+    "on, weight 3": {"sources": 600, "degenerate_weight": 3.0, "rewrite_weight": 3.0},
+}
+
+
+def judged(model, test, fixtures) -> dict:
+    """Agreement with the held-out people's pairs (scalar, people's score), the fixtures and the driving test."""
+    from hominem_pipeline.core.evaluation.fixtures import fixture_report
+
+    n, f = len(test), len(fixtures)
+    prompts = list(test["prompt"]) * 2 + [x.prompt for x in fixtures] * 2 + [DRIVING[0]] * 2
+    replies = (
+        list(test["chosen"])
+        + list(test["rejected"])
+        + [x.better for x in fixtures]
+        + [x.worse for x in fixtures]
+        + list(DRIVING[1:])
+    )
+    out = model.raw_scores(prompts, replies)
+    scalar, vector = out["scalar"].astype(np.float64), out["vector"].astype(np.float64)
+    people = model.people_column(prompts, replies)
+    fx = slice(2 * n, 2 * n + f), slice(2 * n + f, 2 * n + 2 * f)
+    report = fixture_report(fixtures, scalar[fx[0]] - scalar[fx[1]], vector[fx[0]] - vector[fx[1]], model.dimensions)
+    tag, worst = report.worst_tag()
+    right = scalar[:n] > scalar[n : 2 * n]
+    return {
+        "people": float(right.mean()),
+        "people_right": right,
+        "people's score": float((people[:n] > people[n : 2 * n]).mean()),
+        "fixtures": report.accuracy,
+        "weakest tag": f"{tag} {worst:.0%}",
+        "own dimension": report.dimensions.accuracy,
+        "driving test kind": bool(scalar[-2] > scalar[-1]),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--project", type=Path, required=True, help="a project whose `make run` of --date finished")
+    ap.add_argument("--date", required=True, help="the day whose teacher labels the models train on")
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--test", type=int, default=504, help="held-out pairs (after the 1,800 of the training part)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        help="NAME=JSON of reward_model.people_score.invariance (repeatable; default: off, on, degenerate only, "
+        "on with weight 3)",
+    )
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    if not args.data.is_file():
+        sys.exit(f"{args.data} not found; pass --data PATH to harmless-base-test.jsonl.gz")
+    import pandas as pd
+
+    from hominem_pipeline.core.evaluation.fixtures import load_fixtures
+    from hominem_pipeline.core.human.preferences import parse_preference_file
+
+    settings = dict(s.split("=", 1) for s in args.setting)
+    settings = {k: json.loads(v) for k, v in settings.items()} or SETTINGS
+    project = args.project.resolve()
+    base = config_on(project)
+    pairs = parse_preference_file(args.data, "hh-rlhf", args.data.name).pairs.reset_index(drop=True)
+    order = np.random.default_rng(0).permutation(len(pairs))
+    test = pairs.iloc[order[TRAIN : TRAIN + args.test]].reset_index(drop=True)
+    fixtures = load_fixtures(base.path(base.fixtures.file), base.dimension_names)
+    labels = pd.read_parquet(newest(base, "teacher_labels", args.date, any_settings=True).file("labels.parquet"))
+    out = Path(tempfile.mkdtemp(prefix="hominem-invariance-"))
+    rows = []
+    for name, setting in settings.items():
+        for seed in args.seeds:
+            cfg = config_on(
+                project,
+                {"project": {"seed": seed}, "reward_model": {"people_score": {"invariance": setting}}},
+            )
+            started = time.monotonic()
+            model, _ = train_first_day(cfg, labels, out / f"{len(rows)}", args.date)
+            row = {"setting": name, "seed": seed, "train_s": round(time.monotonic() - started)}
+            row |= judged(model, test, fixtures)
+            robust = measure(model, fixtures)
+            row |= {k: v for k, v in robust.items() if not k.startswith(("worst", "flip rate:"))}
+            rows.append(row)
+            print(json.dumps({k: v for k, v in row.items() if k != "people_right"}), flush=True)
+    table = pd.DataFrame(rows)
+    summary(table, settings)
+    if args.json:
+        args.json.write_text(table.drop(columns="people_right").to_json(orient="records", indent=1))
+
+
+def summary(table, settings: dict) -> None:
+    """Per setting, the mean over seeds; people's agreement with its paired standard error against the first
+    setting (the same seed's held-out pairs)."""
+    first = next(iter(settings))
+    numeric = [c for c in table.columns if c not in ("setting", "seed", "people_right", "weakest tag")]
+    print(f"\nmean over seeds {sorted(set(table['seed']))}; paired SE of people (504) against '{first}'")
+    for name in settings:
+        part = table[table["setting"] == name]
+        base = table[table["setting"] == first]
+        diff = np.concatenate(
+            [
+                part[part["seed"] == s]["people_right"].iloc[0].astype(float)
+                - base[base["seed"] == s]["people_right"].iloc[0].astype(float)
+                for s in part["seed"]
+            ]
+        )
+        print(
+            f"{name:18s} "
+            + " ".join(f"{c} {part[c].astype(float).mean():.3f}" for c in numeric)
+            + f" | vs {first}: {diff.mean():+.3f} (SE {paired_se(diff):.3f})"
+            + f"; weakest: {', '.join(part['weakest tag'])}"
+        )
+
+
+if __name__ == "__main__":
+    main()
