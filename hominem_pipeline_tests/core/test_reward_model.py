@@ -212,6 +212,19 @@ def small_cfg(**overrides):
     return load_config(encoder, root=REPO, overrides={"reward_model": deep_merge(base, overrides)}).reward_model
 
 
+def people_cfg(**overrides):
+    """`small_cfg` with ridge heads on the frozen tiny student in the judge's frame, one member: the setting the
+    people's score tests share."""
+    return small_cfg(
+        max_length=96,
+        head_fit="ridge",
+        ridge_alphas=[1.0, 100.0],
+        uncertainty={"method": "none", "members": 1, "mc_samples": 2},
+        backbone={"path": "student", "finetune": "frozen", "frame": "judge", "pooling": "last_mean"},
+        **overrides,
+    )
+
+
 def test_ensemble_members_give_uncertainty_per_output(trained):
     rm = RewardModel.load(trained[0])
     assert rm.metadata.members == 5 and rm.uncertainty_method == "ensemble"
@@ -1104,6 +1117,60 @@ def test_the_peoples_score_learns_pairs_out_of_fold_and_saves_what_it_scores(tmp
     )  # what the heads read for any other text is the saved score's
 
 
+def test_the_safety_score_is_grounded_in_the_pairs_people_chose_by_harm(tiny_student, tiny_encoder, tmp_path):
+    """People's pairs from a file marked `harm` (the rejected reply the more harmful) re-weigh the safety score on
+    the people's score, out of fold; its level stays the labels'. With `safety: judge` it is the judge's alone."""
+    safe = ["I can't help with hurting anyone, but I can help you stay safe.", "Please don't; let's find a safe way."]
+    harmful = ["Sure, here is how to hurt them badly.", "Do it, here are the steps to cause harm."]
+    rows = [
+        {
+            "prompt": f"How do I get back at person {i}?",
+            "chosen": safe[i % 2],
+            "rejected": harmful[i % 2],
+            "heads": True,
+            "harm": True,
+        }
+        for i in range(24)
+    ]
+    people = {"encoder": "encoder", "max_length": 64}
+    trained = {}
+    for safety in ("people", "judge"):
+        cfg = people_cfg(
+            people_score=people,
+            safety=safety,
+        )
+        sources = RewardSources(
+            tiny_student, judge_system="J.", people_encoder=tiny_encoder, feature_cache=tmp_path / "c"
+        )
+        metrics = train_reward_model(
+            toy_labels(),
+            pd.DataFrame(rows),
+            sources=sources,
+            cfg=cfg,
+            dimensions=DIMS,
+            out_dir=tmp_path / safety,
+            seed=0,
+            data_digest="p",
+            date="2026-11-20",
+        ).metrics
+        trained[safety] = (RewardModel.load(tmp_path / safety), metrics)
+    grounded, metrics = trained["people"]
+    assert metrics["safety_harm_pairs"] == 24 and metrics["safety_people_weight"] > 0
+    assert metrics["safety_harm_agreement"] >= metrics["safety_harm_agreement_judge"]
+    assert "safety_people_weight" not in trained["judge"][1]
+    prompt = ["How do I get back at my neighbour?"] * 2
+    replies = [
+        "I can't help with hurting anyone, but I can help you stay safe.",
+        "Sure, here is how to hurt them badly.",
+    ]
+    out = grounded.raw_scores(prompt, replies)["safety_score"]
+    assert out[0] > out[1]  # the safer reply, as people chose
+    labels = toy_labels()
+    level = grounded.raw_scores(list(labels["prompt"]), list(labels["response"]))["safety_score"]
+    judge = trained["judge"][0].raw_scores(list(labels["prompt"]), list(labels["response"]))["safety_score"]
+    assert abs(np.log(level / (1 - level)).mean() - np.log(judge / (1 - judge)).mean()) < 0.05  # the labels' level
+
+
 def test_invariance_pairs_join_the_peoples_score_without_counting_as_peoples_pairs(
     tiny_student, tiny_encoder, tmp_path, caplog
 ):
@@ -1121,12 +1188,7 @@ def test_invariance_pairs_join_the_peoples_score_without_counting_as_peoples_pai
         }
         for i in range(24)
     ]
-    cfg = small_cfg(
-        max_length=96,
-        head_fit="ridge",
-        ridge_alphas=[1.0, 100.0],
-        uncertainty={"method": "none", "members": 1, "mc_samples": 2},
-        backbone={"path": "student", "finetune": "frozen", "frame": "judge", "pooling": "last_mean"},
+    cfg = people_cfg(
         people_score={
             "encoder": "encoder",
             "max_length": 64,
@@ -1179,12 +1241,7 @@ def test_pairs_for_the_peoples_score_alone_move_the_scalar_through_it(tiny_stude
         }
         for i in range(48)
     ]
-    cfg = small_cfg(
-        max_length=96,
-        head_fit="ridge",
-        ridge_alphas=[1.0, 100.0],
-        uncertainty={"method": "none", "members": 1, "mc_samples": 2},
-        backbone={"path": "student", "finetune": "frozen", "frame": "judge", "pooling": "last_mean"},
+    cfg = people_cfg(
         people_score={"encoder": "encoder", "max_length": 64},
     )
     out = tmp_path / "rm"

@@ -98,8 +98,8 @@ def boosted(pairs, boost: float):
 
 def people_pairs(cfg: HominemConfig, part: str = "train"):
     """The pairs of every `reward_model.people_pairs` file (source `shipped:<name>`, weight 1, `heads`:
-    whether the heads learn from it as well as the people's score), in order; None without any. `part`:
-    train (every pair but each file's `held_out` last ones), held_out (those alone: the people's held-out
+    whether the heads learn from it as well as the people's score, `harm`: the file's), in order; None without
+    any. `part`: train (every pair but each file's `held_out` last ones), held_out (those alone: the people's held-out
     pairs every adapter is judged on) or all. A file with unusable rows is refused whole, naming them
     (it is part of the project, not an import)."""
     import numpy as np
@@ -134,7 +134,9 @@ def people_pairs(cfg: HominemConfig, part: str = "train"):
         rows = np.arange(n)
         heads = rows < (n if spec.heads is None else spec.heads)
         held = rows >= n - spec.held_out
-        frame = parsed.pairs.assign(source=f"shipped:{path.name}", weight=1.0, heads=heads & ~held, held_out=held)
+        frame = parsed.pairs.assign(
+            source=f"shipped:{path.name}", weight=1.0, heads=heads & ~held, held_out=held, harm=spec.harm
+        )
         frames.append(
             frame if part == "all" else (frame[held] if part == "held_out" else frame[~held]).drop(columns="held_out")
         )

@@ -93,6 +93,11 @@ class PeoplePairsConfig(_Frozen):
         "adapter is judged on (its implicit reward, which never reads the reward model; the reward "
         "model learns from them); 0: none.",
     )
+    harm: bool = Field(
+        default=False,
+        description="People chose by harm here (the rejected reply is the more harmful one, as in HH-RLHF "
+        "harmless-base): with the pairs tagged harm_avoidance, these ground the safety score.",
+    )
 
 
 class InvarianceConfig(_Frozen):
@@ -172,6 +177,12 @@ class RewardModelConfig(_Frozen):
         description="People's pairs tagged with a dimension (a `tag` naming it, or truth / relevance: "
         "core/common/tags.py) also supervise that dimension's head, so it orders them as the person did "
         "where the judge's labels disagree; false: every people's pair supervises the scalar alone."
+    )
+    safety: Literal["people", "judge"] = Field(
+        description="people (ridge heads with a people's score): the safety score is re-weighed on people's harm "
+        "pairs (people_pairs files marked harm, pairs tagged harm_avoidance) as sigmoid(a * the judge's safety "
+        "logit + b * people's score + c), a, b >= 0 (core/reward/training/safety.py) | judge: the judge's "
+        "safety labels alone."
     )
     scalar: Literal["combined", "free"] = Field(
         description="combined (ridge heads): the scalar is tanh(sum_d c_d * dimension_d + w * people's score + b) "

@@ -57,6 +57,9 @@ class TrainingSet:
     pair_scalar: (
         np.ndarray
     )  # (k,) bool: the pair also says which reply is better overall (False: a nudge's pair, about its dimension alone)
+    pair_harm: np.ndarray | None = (
+        None  # (k,) bool: a people's pair chosen by harm (its file's `harm`, or tagged harm_avoidance); None: none
+    )
 
     @classmethod
     def build(
@@ -91,6 +94,7 @@ class TrainingSet:
         human_flags = np.zeros(len(pairs), bool)
         pair_dims = np.full(len(pairs), -1, np.int64)
         scalar_flags = np.ones(len(pairs), bool)
+        harm_flags = np.zeros(len(pairs), bool)
         if human is not None and len(human):
             start, g0 = len(encoded), len(names)
             for prompt, chosen, rejected in zip(human["prompt"], human["chosen"], human["rejected"]):
@@ -105,21 +109,10 @@ class TrainingSet:
             )  # a feedback choice's strength
             weights = np.concatenate([weights, cfg.pair_loss.human_weight * per_pair])
             human_flags = np.concatenate([human_flags, np.ones(h, bool)])
-            tags = human["tag"] if "tag" in human else [None] * h
-            own = [
-                own_dimension(t if isinstance(t, str) else None, dimensions) for t in tags
-            ]  # feedback pairs have no tag column (NaN)
-            pair_dims = np.concatenate([pair_dims, [-1 if d is None else dimensions.index(d) for d in own]])
-            overall = human["scalar"].fillna(True).astype(bool).to_numpy() if "scalar" in human else np.ones(h, bool)
-            lost = np.flatnonzero(~overall & (pair_dims[-h:] < 0))
-            if len(lost):
-                raise ValueError(
-                    f"{len(lost)} people's pairs are about a dimension alone (scalar false) but name no "
-                    "configured dimension in `tag` "
-                    f"(first: {tags.iloc[lost[0]] if hasattr(tags, 'iloc') else tags[lost[0]]!r}); tag "
-                    f"them with one of {dimensions}, or drop them"
-                )
+            dims, overall, by_harm = _human_pair_flags(human, dimensions)
+            pair_dims = np.concatenate([pair_dims, dims])
             scalar_flags = np.concatenate([scalar_flags, overall])
+            harm_flags = np.concatenate([harm_flags, by_harm])
         n_groups = int(group_of.max()) + 1 if len(group_of) else 0
         order = np.argsort(group_of, kind="stable")
         groups = np.split(order, np.cumsum(np.bincount(group_of, minlength=n_groups))[:-1]) if n_groups else []
@@ -136,6 +129,7 @@ class TrainingSet:
             human_flags,
             pair_dims,
             scalar_flags,
+            harm_flags,
         )
 
     def split(self, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -183,6 +177,27 @@ class TrainingSet:
             if len(self.pairs)
             else np.zeros(0, np.int64)
         )
+
+
+def _human_pair_flags(human: pd.DataFrame, dimensions: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per people's pair: the index of the dimension its tag names (-1: none; `tags.own_dimension`), whether it
+    says which reply is better overall (`scalar`, true unless a nudge's), and whether people chose by harm there
+    (its file's `harm`, or tagged harm_avoidance)."""
+    h = len(human)
+    tags = human["tag"] if "tag" in human else [None] * h
+    own = [own_dimension(t if isinstance(t, str) else None, dimensions) for t in tags]  # feedback pairs: NaN tags
+    dims = np.array([-1 if d is None else dimensions.index(d) for d in own], dtype=np.int64)
+    overall = human["scalar"].fillna(True).astype(bool).to_numpy() if "scalar" in human else np.ones(h, bool)
+    lost = np.flatnonzero(~overall & (dims < 0))
+    if len(lost):
+        raise ValueError(
+            f"{len(lost)} people's pairs are about a dimension alone (scalar false) but name no "
+            "configured dimension in `tag` "
+            f"(first: {tags.iloc[lost[0]] if hasattr(tags, 'iloc') else tags[lost[0]]!r}); tag "
+            f"them with one of {dimensions}, or drop them"
+        )
+    harm = human["harm"].fillna(False).astype(bool).to_numpy() if "harm" in human else np.zeros(h, bool)
+    return dims, overall, harm | np.array([d == "harm_avoidance" for d in own], dtype=bool)
 
 
 def _bootstrap(n_groups: int, members: int, rng: np.random.Generator) -> np.ndarray:

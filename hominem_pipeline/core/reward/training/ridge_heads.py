@@ -39,6 +39,7 @@ from hominem_pipeline.core.reward.ridge import (
 )
 from hominem_pipeline.core.reward.training.fit import HeadsFit
 from hominem_pipeline.core.reward.training.prepare import HEAD_OUTPUTS, PreparedTraining
+from hominem_pipeline.core.reward.training.safety import ground_safety
 from hominem_pipeline.core.reward.validation import _pct
 
 log = logging.getLogger(__name__)
@@ -154,9 +155,9 @@ def _people_weight(prep: PreparedTraining, p: RidgeProblem, s: ScalarPull) -> fl
 
 def _solve(
     prep: PreparedTraining, p: RidgeProblem, s: ScalarPull, dim_pull: float, people_weight: float
-) -> tuple[float, dict[float, float]]:
+) -> tuple[float, dict[float, float], dict[str, float]]:
     """Each member's heads solved on every prompt and pair, set in the network. Returns (the chosen penalty, the
-    penalties' cross-validated errors)."""
+    penalties' cross-validated errors, the safety score's grounding figures: `safety.ground_safety`)."""
     net, data, cfg, dims, boot = prep.net, prep.data, prep.cfg, prep.dimensions, prep.seq_boot
     labeled, features = p.fit.rows, p.fit.features
     standardise(net, prep.frozen[torch.as_tensor(labeled)])
@@ -198,12 +199,23 @@ def _solve(
             )
             for m, c in enumerate(coefs)
         ]
-    if prep.people.use_people:  # one more row before the intercept: the score's weight in the scalar, 0 elsewhere
-        coefs = [with_column(c) for c in coefs]
-        for c in coefs:
-            c[-2, len(dims)] = people_weight
+    coefs, safety = _with_people(prep, p, coefs, people_weight)
     set_ridge_heads(net, coefs)
-    return alpha, errors
+    return alpha, errors, safety
+
+
+def _with_people(
+    prep: PreparedTraining, p: RidgeProblem, coefs: list[torch.Tensor], people_weight: float
+) -> tuple[list[torch.Tensor], dict[str, float]]:
+    """With a people's score: each member's solution with one more row before the intercept, the score's weight in
+    the scalar (0 elsewhere), and the safety score grounded where people chose by harm (`safety.ground_safety`,
+    whose figures come back too). Without one: `coefs` as they are."""
+    if not prep.people.use_people:
+        return coefs, {}
+    coefs = [with_column(c) for c in coefs]
+    for c in coefs:
+        c[-2, len(prep.dimensions)] = people_weight
+    return coefs, ground_safety(prep, p, coefs)
 
 
 def _out_of_fold(prep: PreparedTraining, p: RidgeProblem, s: ScalarPull, dim_pull: float) -> dict[str, np.ndarray]:
@@ -266,7 +278,7 @@ def fit_ridge_heads(prep: PreparedTraining, on_epoch: Callable[[int, dict[str, f
         dim_pull, dimension_metrics = choose_dimension_pull(p.fit, p.human, p.hp_dims, prep.dimensions, p.fold_fits)
     s = scalar_pull(prep, p)
     people_weight = _people_weight(prep, p, s)
-    alpha, errors = _solve(prep, p, s, dim_pull, people_weight)
+    alpha, errors, safety_metrics = _solve(prep, p, s, dim_pull, people_weight)
     history = []
     for step, (a, err) in enumerate(errors.items(), 1):
         # the sweep under its own key: MLflow shows a metric's last step, and `ridge_alpha` is the chosen one
@@ -295,6 +307,7 @@ def fit_ridge_heads(prep: PreparedTraining, on_epoch: Callable[[int, dict[str, f
         **dimension_metrics,
         **combination_metrics,
         **_pull_metrics(prep, p, s, people_weight),
+        **safety_metrics,
     }
     log.info(
         "reward model ridge heads: out of fold (%d prompt folds) they order %s of %d teacher pairs",

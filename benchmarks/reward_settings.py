@@ -1,22 +1,23 @@
-"""Does teaching the people's score what does not matter (`reward_model.people_score.invariance`) make the
-reward model robust, and what does it cost in agreement with people? Side by side in one run, each setting
-trained here as a first day trains it (the project's teacher labels of --date, the shipped people's pairs,
-this code's config with the setting on top), under each seed (`project.seed`: the folds, the landmarks and
-the chosen replies the pairs are made from):
+"""Reward model settings side by side in one run: each setting (a `reward_model` override of this code's config)
+trained here as a first day trains it (the project's teacher labels of --date, the shipped people's pairs), under
+each seed (`project.seed`: the folds and the landmarks), and judged on:
 
     people (504)        agreement on the HH-RLHF harmless-base pairs held out of the seed-0 split, scalar
                         and the people's score alone
     fixtures            the 132 contrast fixtures: overall, the weakest tag, each tag's own dimension
     driving test        the README's pair, kind reply over "Try harder."
+    safety              the safety score higher for the chosen reply of the 504 held-out pairs (HH-RLHF
+                        harmless-base: the rejected reply is the more harmful one), and for the better reply
+                        of the fixtures tagged harm_avoidance
     robustness          `benchmarks/reward_robustness.py`'s figures: the sensible reply over word salad, spam
                         and cheer; one typo's shift of the scalar; the probing suite's adversarial flip rate
 
-The invariance pairs are made from the training pairs' chosen replies with cheer lines, spam tags and frames
-written apart from the ones the robustness figures use (`core.reward.invariance`).
+Default settings: the invariance pairs (`reward_model.people_score.invariance`, `core.reward.invariance`: their
+cheer lines, spam tags and frames are written apart from the ones the robustness figures use) off and on.
 
-    .venv/bin/python benchmarks/reward_invariance.py --project P --date D --seeds 0 1 2
-    .venv/bin/python benchmarks/reward_invariance.py --project P --date D --setting 'w3={"sources": 600, \
-"degenerate_weight": 3}'
+    .venv/bin/python benchmarks/reward_settings.py --project P --date D --seeds 0 1 2
+    .venv/bin/python benchmarks/reward_settings.py --project P --date D --setting 'judge={"safety": "judge"}' \
+        --setting 'people={}'
 """
 
 from __future__ import annotations
@@ -41,10 +42,9 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test
 TRAIN = 1800  # the training part of the split (the pairs shipped in config/human/)
 DRIVING = ("I failed my driving test again.", "That's rough. What happened?", "Try harder.")
 SETTINGS = {
-    "off": {"sources": 0},
-    "on": {"sources": 600, "degenerate_weight": 1.0, "rewrite_weight": 1.0},
-    "degenerate only": {"sources": 600, "degenerate_weight": 1.0, "rewrite_weight": 0.0},
-    "on, weight 3": {"sources": 600, "degenerate_weight": 3.0, "rewrite_weight": 3.0},
+    "off": {},
+    "on": {"people_score": {"invariance": {"sources": 600, "degenerate_weight": 1.0, "rewrite_weight": 1.0}}},
+    "degenerate 0.3": {"people_score": {"invariance": {"sources": 600, "degenerate_weight": 0.3}}},
 }
 
 
@@ -63,6 +63,8 @@ def judged(model, test, fixtures) -> dict:
     )
     out = model.raw_scores(prompts, replies)
     scalar, vector = out["scalar"].astype(np.float64), out["vector"].astype(np.float64)
+    safety = out["safety_score"].astype(np.float64)
+    harm = np.array([x.tag == "harm_avoidance" for x in fixtures])
     people = model.people_column(prompts, replies)
     fx = slice(2 * n, 2 * n + f), slice(2 * n + f, 2 * n + 2 * f)
     report = fixture_report(fixtures, scalar[fx[0]] - scalar[fx[1]], vector[fx[0]] - vector[fx[1]], model.dimensions)
@@ -76,6 +78,9 @@ def judged(model, test, fixtures) -> dict:
         "weakest tag": f"{tag} {worst:.0%}",
         "own dimension": report.dimensions.accuracy,
         "driving test kind": bool(scalar[-2] > scalar[-1]),
+        "safety (504)": float((safety[:n] > safety[n : 2 * n]).mean()),
+        "safety on harm fixtures": float((safety[fx[0]][harm] > safety[fx[1]][harm]).mean()),
+        "mean safety": float(safety[: 2 * n].mean()),
     }
 
 
@@ -90,8 +95,8 @@ def main() -> None:
         "--setting",
         action="append",
         default=[],
-        help="NAME=JSON of reward_model.people_score.invariance (repeatable; default: off, on, degenerate only, "
-        "on with weight 3)",
+        help="NAME=JSON: a reward_model override (repeatable; default: the invariance pairs off, on, and with "
+        "degenerate weight 0.3)",
     )
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args()
@@ -112,13 +117,13 @@ def main() -> None:
     test = pairs.iloc[order[TRAIN : TRAIN + args.test]].reset_index(drop=True)
     fixtures = load_fixtures(base.path(base.fixtures.file), base.dimension_names)
     labels = pd.read_parquet(newest(base, "teacher_labels", args.date, any_settings=True).file("labels.parquet"))
-    out = Path(tempfile.mkdtemp(prefix="hominem-invariance-"))
+    out = Path(tempfile.mkdtemp(prefix="hominem-settings-"))
     rows = []
     for name, setting in settings.items():
         for seed in args.seeds:
             cfg = config_on(
                 project,
-                {"project": {"seed": seed}, "reward_model": {"people_score": {"invariance": setting}}},
+                {"project": {"seed": seed}, "reward_model": setting},
             )
             started = time.monotonic()
             model, _ = train_first_day(cfg, labels, out / f"{len(rows)}", args.date)
