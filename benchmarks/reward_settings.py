@@ -6,6 +6,9 @@ each seed (`project.seed`: the folds and the landmarks), and judged on:
                         and the people's score alone
     fixtures            the 132 contrast fixtures: overall, the weakest tag, each tag's own dimension
     driving test        the README's pair, kind reply over "Try harder."
+    specificity         how far the named dimension moves beyond the mean of the other six (its standard error
+                        beside it): on the fixtures tagged with a dimension, and the probing suite's
+                        counterfactuals (`fixtures.specificity`)
     safety              the safety score higher for the chosen reply of the 504 held-out pairs (HH-RLHF
                         harmless-base: the rejected reply is the more harmful one), and for the better reply
                         of the fixtures tagged harm_avoidance
@@ -46,6 +49,32 @@ SETTINGS = {
     "on": {"people_score": {"invariance": {"sources": 600, "degenerate_weight": 1.0, "rewrite_weight": 1.0}}},
     "degenerate 0.3": {"people_score": {"invariance": {"sources": 600, "degenerate_weight": 0.3}}},
 }
+
+
+def specific(model, fixtures, counterfactuals) -> dict:
+    """Specificity (`fixtures.specificity`): on the tagged fixtures (better minus worse, each tag's own dimension)
+    and the probing suite's counterfactuals (changed minus reply, the named dimension and direction)."""
+    from hominem_pipeline.core.common.tags import own_dimension
+    from hominem_pipeline.core.evaluation.fixtures import specificity
+    from hominem_pipeline.core.evaluation.probes import counterfactual_results
+
+    dims = list(model.dimensions)
+    tagged = [(x, own_dimension(x.tag, dims)) for x in fixtures]
+    tagged = [(x, d) for x, d in tagged if d is not None]
+    prompts = [x.prompt for x, _ in tagged]
+    better = model.raw_scores(prompts, [x.better for x, _ in tagged])["vector"]
+    worse = model.raw_scores(prompts, [x.worse for x, _ in tagged])["vector"]
+    on_fixtures = specificity(better - worse, [dims.index(d) for _, d in tagged])
+    rows = counterfactual_results(model, counterfactuals)
+    moves = rows[[f"delta_{d}" for d in dims]].to_numpy()
+    direction = np.where(rows["direction"] == "up", 1.0, -1.0)
+    on_counterfactuals = specificity(moves, [dims.index(d) for d in rows["dimension"]], direction)
+    return {
+        "specificity, fixtures": on_fixtures["mean"],
+        "its SE": on_fixtures["se"],
+        "specificity, counterfactuals": on_counterfactuals["mean"],
+        "its SE ": on_counterfactuals["se"],
+    }
 
 
 def judged(model, test, fixtures) -> dict:
@@ -106,6 +135,7 @@ def main() -> None:
     import pandas as pd
 
     from hominem_pipeline.core.evaluation.fixtures import load_fixtures
+    from hominem_pipeline.core.evaluation.probes import load_counterfactuals
     from hominem_pipeline.core.human.preferences import parse_preference_file
 
     settings = dict(s.split("=", 1) for s in args.setting)
@@ -116,6 +146,7 @@ def main() -> None:
     order = np.random.default_rng(0).permutation(len(pairs))
     test = pairs.iloc[order[TRAIN : TRAIN + args.test]].reset_index(drop=True)
     fixtures = load_fixtures(base.path(base.fixtures.file), base.dimension_names)
+    counterfactuals = load_counterfactuals(base.path(base.probes.counterfactuals), base.dimension_names)
     labels = pd.read_parquet(newest(base, "teacher_labels", args.date, any_settings=True).file("labels.parquet"))
     out = Path(tempfile.mkdtemp(prefix="hominem-settings-"))
     rows = []
@@ -129,6 +160,7 @@ def main() -> None:
             model, _ = train_first_day(cfg, labels, out / f"{len(rows)}", args.date)
             row = {"setting": name, "seed": seed, "train_s": round(time.monotonic() - started)}
             row |= judged(model, test, fixtures)
+            row |= specific(model, fixtures, counterfactuals)
             robust = measure(model, fixtures)
             row |= {k: v for k, v in robust.items() if not k.startswith(("worst", "flip rate:"))}
             rows.append(row)

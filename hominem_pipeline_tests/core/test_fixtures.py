@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -227,3 +228,16 @@ def test_an_adapter_taught_the_better_replies_moves_the_student_toward_them(tiny
     assert cache.hits == 24 and cache.misses == 0 and again.accuracy == taught.accuracy
     assert cached == pytest.approx(figures, abs=1e-4)
     assert len(taught.failures) == round((1 - taught.accuracy) * 12)
+
+
+def test_specificity_is_the_named_dimensions_move_beyond_the_mean_of_the_others():
+    from hominem_pipeline.core.evaluation.fixtures import specificity
+
+    gaps = np.array([[0.5, 0.1, 0.1], [0.2, 0.2, -0.4], [-0.3, 0.0, 0.0]])
+    out = specificity(gaps, named=[0, 2, 0], direction=[1, -1, -1])
+    # 0.5 - 0.1; -(-0.4 - 0.2); -(-0.3 - 0)
+    assert out["items"] == 3 and out["mean"] == pytest.approx((0.4 + 0.6 + 0.3) / 3)
+    assert out["beyond"] == 1.0 and out["se"] == pytest.approx(np.std([0.4, 0.6, 0.3], ddof=1) / np.sqrt(3))
+    together = specificity(np.array([[0.5, 0.5, 0.5], [0.25, 0.25, 0.25]]), named=[0, 1])
+    # every dimension moving alike is no specificity
+    assert together["mean"] == pytest.approx(0.0) and together["beyond"] == 0.0

@@ -259,3 +259,21 @@ def adapter_moves(
         "fixture_base_prefers_better": summary.base_prefers_chosen,
         "fixture_adapter_prefers_better": summary.adapter_prefers_chosen,
     }
+
+
+def specificity(gaps: np.ndarray, named: Sequence[int], direction: Sequence[float] | None = None) -> dict[str, float]:
+    """Does each dimension mean itself? Per item, how far the named dimension moves the named way beyond the
+    mean move of the others: `direction_i * (gaps[i, named_i] - mean_{k != named_i} gaps[i, k])`, for `gaps`
+    (n, D) the vector's change per item (a tagged fixture's better minus worse reply, a counterfactual's changed
+    minus its reply) and `direction` +1 (up) or -1 (down), +1 by default. Returns the mean, its standard error,
+    the items, and the share where the named dimension moved beyond the others."""
+    gaps = np.asarray(gaps, dtype=np.float64)
+    named = np.asarray(named, dtype=np.int64)
+    sign = np.ones(len(gaps)) if direction is None else np.asarray(direction, dtype=np.float64)
+    if len(gaps) == 0:
+        return {"items": 0, "mean": float("nan"), "se": float("nan"), "beyond": float("nan")}
+    own = gaps[np.arange(len(gaps)), named]
+    others = (gaps.sum(1) - own) / max(gaps.shape[1] - 1, 1)
+    excess = sign * (own - others)
+    se = float(excess.std(ddof=1) / np.sqrt(len(excess))) if len(excess) > 1 else float("nan")
+    return {"items": len(excess), "mean": float(excess.mean()), "se": se, "beyond": float((excess > 0).mean())}
