@@ -57,9 +57,7 @@ class TrainingSet:
     pair_scalar: (
         np.ndarray
     )  # (k,) bool: the pair also says which reply is better overall (False: a nudge's pair, about its dimension alone)
-    pair_harm: np.ndarray | None = (
-        None  # (k,) bool: a people's pair chosen by harm (its file's `harm`, or tagged harm_avoidance); None: none
-    )
+    pair_harm: np.ndarray  # (k,) bool: a people's pair chosen by harm (its file's `harm`, or tagged harm_avoidance)
 
     @classmethod
     def build(

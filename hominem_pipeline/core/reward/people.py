@@ -464,7 +464,7 @@ def fit_people_score(
         )
         groups += [f"prompt:{p}" for p in people_only["prompt"]]
     pairs, weights, groups = np.concatenate(pairs), np.concatenate(weights), np.array(groups)
-    pair_set = _with_invariance(texts, PairSet(pairs, weights, groups), cfg.people_score.invariance)
+    texts, pair_set = _with_invariance(texts, PairSet(pairs, weights, groups), cfg.people_score.invariance)
     reader = EncoderStates(encoder, cfg.people_score.max_length, cache=cache, device=device)
     prompts, replies = [p for p, _ in texts], [r for _, r in texts]
     if shipped is not None and (path := reader.projection_file(shipped)).is_file():
@@ -476,17 +476,19 @@ def fit_people_score(
     return PeopleScore.fit(reader(prompts, replies).numpy(), pair_set, seed)
 
 
-def _with_invariance(texts: list[tuple[str, str]], data: PairSet, settings: Any) -> PairSet:
-    """`data` with the invariance pairs (`core.reward.invariance`) made from the chosen replies of its pairs,
-    their texts appended to `texts`; `data` itself when `settings.sources` is 0. The pairs depend on the texts
-    alone (not on the day's seed), so the rows the project ships for them are read every day."""
+def _with_invariance(
+    texts: list[tuple[str, str]], data: PairSet, settings: Any
+) -> tuple[list[tuple[str, str]], PairSet]:
+    """`texts` with the invariance pairs' made texts after them, and `data` with those pairs
+    (`core.reward.invariance`, made from the chosen replies of its pairs); both as they are when
+    `settings.sources` is 0. The pairs depend on the texts alone (not on the day's seed), so the rows the
+    project ships for them are read every day."""
     from hominem_pipeline.core.reward.invariance import invariance_pairs
 
     if settings.sources == 0:
-        return data
+        return texts, data
     made = invariance_pairs([p for p, _ in texts], [r for _, r in texts], data.pairs[:, 0], settings.sources)
     start = len(texts)
-    texts += made.texts
     group_of = dict(zip(data.pairs[:, 0].tolist(), data.groups.tolist()))
     weights = np.where(made.targets > 0, settings.degenerate_weight, settings.rewrite_weight)
     log.info(
@@ -495,7 +497,7 @@ def _with_invariance(texts: list[tuple[str, str]], data: PairSet, settings: Any)
         len(set(made.pairs[:, 0].tolist())),
         ", ".join(f"{k} {made.kinds.count(k)}" for k in dict.fromkeys(made.kinds)),
     )
-    return PairSet(
+    return texts + made.texts, PairSet(
         np.concatenate([data.pairs, np.stack([made.pairs[:, 0], start + made.pairs[:, 1]], 1)]),
         np.concatenate([data.weights, weights]),
         np.concatenate([data.groups, [group_of[s] for s in made.pairs[:, 0].tolist()]]),
@@ -549,7 +551,7 @@ def ship_invariance_rows(
     projection = Projection.load(projection_file)
     reader.projected([p for p, _ in made.texts], [r for _, r in made.texts], projection)
     keys = [text_key(p, r) for p, r in made.texts]
-    measured = reader.disk_cache().misses if reader.disk_cache() is not None else len(keys)
+    measured = reader.disk_cache().misses
     return reader.projected_cache(projection).ship(keys, shipped, INVARIANCE_ROWS), len(keys), measured
 
 

@@ -37,7 +37,7 @@ def harm_gaps(prep: PreparedTraining, p: Any) -> tuple[np.ndarray, np.ndarray] |
     ridge heads' problem (`ridge_heads.RidgeProblem`: its people's pairs, their weights, the labels' fit and its
     folds)."""
     data = prep.data
-    if prep.cfg.safety != "people" or not prep.people.use_people or data.pair_harm is None or p.fold_fits is None:
+    if prep.cfg.safety != "people" or not prep.people.use_people or p.fold_fits is None:
         return None
     harm = data.pair_harm[data.pair_human]
     if int(harm.sum()) < MIN_HARM_PAIRS:
