@@ -113,13 +113,39 @@ def judged(model, test, fixtures) -> dict:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def first_day_arguments(ap: argparse.ArgumentParser) -> None:
+    """The arguments of a benchmark that trains first days on a project's labels and judges them on held-out pairs."""
     ap.add_argument("--project", type=Path, required=True, help="a project whose `make run` of --date finished")
     ap.add_argument("--date", required=True, help="the day whose teacher labels the models train on")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--test", type=int, default=504, help="held-out pairs (after the 1,800 of the training part)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+
+
+def first_day_inputs(args) -> tuple:
+    """(project, this code's config on it, the held-out pairs, the fixtures, the day's teacher labels)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    if not args.data.is_file():
+        sys.exit(f"{args.data} not found; pass --data PATH to harmless-base-test.jsonl.gz")
+    import pandas as pd
+
+    from hominem_pipeline.core.evaluation.fixtures import load_fixtures
+    from hominem_pipeline.core.human.preferences import parse_preference_file
+
+    project = args.project.resolve()
+    base = config_on(project)
+    pairs = parse_preference_file(args.data, "hh-rlhf", args.data.name).pairs.reset_index(drop=True)
+    order = np.random.default_rng(0).permutation(len(pairs))
+    test = pairs.iloc[order[TRAIN : TRAIN + args.test]].reset_index(drop=True)
+    fixtures = load_fixtures(base.path(base.fixtures.file), base.dimension_names)
+    labels = pd.read_parquet(newest(base, "teacher_labels", args.date, any_settings=True).file("labels.parquet"))
+    return project, base, test, fixtures, labels
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    first_day_arguments(ap)
     ap.add_argument(
         "--setting",
         action="append",
@@ -127,27 +153,15 @@ def main() -> None:
         help="NAME=JSON: a reward_model override (repeatable; default: the invariance pairs off, on, and with "
         "degenerate weight 0.3)",
     )
-    ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    if not args.data.is_file():
-        sys.exit(f"{args.data} not found; pass --data PATH to harmless-base-test.jsonl.gz")
     import pandas as pd
 
-    from hominem_pipeline.core.evaluation.fixtures import load_fixtures
     from hominem_pipeline.core.evaluation.probes import load_counterfactuals
-    from hominem_pipeline.core.human.preferences import parse_preference_file
 
+    project, base, test, fixtures, labels = first_day_inputs(args)
     settings = dict(s.split("=", 1) for s in args.setting)
     settings = {k: json.loads(v) for k, v in settings.items()} or SETTINGS
-    project = args.project.resolve()
-    base = config_on(project)
-    pairs = parse_preference_file(args.data, "hh-rlhf", args.data.name).pairs.reset_index(drop=True)
-    order = np.random.default_rng(0).permutation(len(pairs))
-    test = pairs.iloc[order[TRAIN : TRAIN + args.test]].reset_index(drop=True)
-    fixtures = load_fixtures(base.path(base.fixtures.file), base.dimension_names)
     counterfactuals = load_counterfactuals(base.path(base.probes.counterfactuals), base.dimension_names)
-    labels = pd.read_parquet(newest(base, "teacher_labels", args.date, any_settings=True).file("labels.parquet"))
     out = Path(tempfile.mkdtemp(prefix="hominem-settings-"))
     rows = []
     for name, setting in settings.items():

@@ -8,6 +8,7 @@ from hominem_pipeline.core.reward.calibration import (
     preference_probability,
     reliability_diagram,
     same_prompt_pairs,
+    uncertainty_report,
 )
 
 
@@ -80,3 +81,29 @@ def test_ece_noise_floor_is_what_a_calibrated_model_reads_on_few_pairs():
     assert np.mean(reads) == pytest.approx(small, rel=0.1)
     with pytest.raises(ValueError, match="no pairs"):
         ece_noise_floor(np.array([]))
+
+
+def test_uncertainty_that_matches_the_errors_is_calibrated_and_ranks_them():
+    """Outcomes drawn from Phi(gap / spread): the spread is the right uncertainty, so Phi(z) is calibrated and the
+    more certain pairs are right more often. A spread four times too small is overconfident."""
+    from scipy.special import ndtr
+
+    rng = np.random.default_rng(0)
+    n = 6000
+    gap, spread = rng.normal(0.0, 1.0, n), rng.uniform(0.2, 2.0, n)
+    outcomes = (rng.random(n) < ndtr(gap / spread)).astype(float)
+    honest = uncertainty_report(gap, spread, outcomes)
+    assert honest["ece"] < 0.03
+    assert honest["auroc"] > 0.7
+    low, mid, high = honest["accuracy by certainty"]
+    assert low < mid < high
+    assert uncertainty_report(gap, spread / 4, outcomes)["ece"] > 3 * honest["ece"]
+    shuffled = uncertainty_report(gap, rng.permutation(spread), outcomes)
+    assert shuffled["auroc"] < honest["auroc"]
+
+
+def test_uncertainty_report_names_a_model_without_spread():
+    with pytest.raises(ValueError, match="uncertainty.method ensemble"):
+        uncertainty_report(np.ones(3), np.zeros(3), np.ones(3))
+    with pytest.raises(ValueError, match="differ in length"):
+        uncertainty_report(np.ones(3), np.ones(2), np.ones(3))

@@ -183,3 +183,53 @@ def reliability_grid(panels: dict[str, tuple[dict[str, Any], float, float | None
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def uncertainty_report(gap: np.ndarray, spread: np.ndarray, outcomes: np.ndarray, bins: int = 10) -> dict[str, Any]:
+    """Whether a head's uncertainty means something on held-out pairs. `gap`: the head's score of the first reply
+    minus the second's; `spread`: the pair's standard deviation, sqrt(sd_a^2 + sd_b^2) of the ensemble members'
+    scores; `outcomes`: 1 where people preferred the first.
+
+    - "ece", "bins": calibration of Phi(gap / spread), the probability the uncertainty itself implies that the
+      first is better (counted in both orders, `calibration_report`).
+    - "auroc": how well the certainty |gap| / spread ranks right orderings above wrong ones (0.5: it says
+      nothing; 1: every wrong ordering is less certain than every right one); "auroc of the gap": the same
+      for |gap| alone, so that what the spread adds shows.
+    - "accuracy by certainty": the share ordered right in the least, middle and most certain thirds."""
+    from scipy.special import ndtr
+    from scipy.stats import rankdata
+
+    gap, spread = np.asarray(gap, dtype=np.float64), np.asarray(spread, dtype=np.float64)
+    y = np.asarray(outcomes, dtype=np.float64)
+    if not len(gap) == len(spread) == len(y):
+        raise ValueError(f"gap, spread and outcomes differ in length ({len(gap)}, {len(spread)}, {len(y)})")
+    if len(gap) == 0:
+        raise ValueError("no pairs: the uncertainty check needs held-out pairs")
+    if not (spread > 0).all():
+        raise ValueError(
+            f"{int((spread <= 0).sum())} pairs have no spread: train with reward_model.uncertainty.method "
+            "ensemble (or mc_dropout) to give each head an uncertainty"
+        )
+    z = gap / spread
+    report = calibration_report(np.concatenate([ndtr(z), ndtr(-z)]), np.concatenate([y, 1.0 - y]), bins)
+    right = (gap > 0) == (y > 0.5)
+    certainty = np.abs(z)
+    n_right, n_wrong = int(right.sum()), int((~right).sum())
+
+    def auroc(score: np.ndarray) -> float | None:
+        ranks = rankdata(score)
+        return (
+            float((ranks[right].sum() - n_right * (n_right + 1) / 2) / (n_right * n_wrong))
+            if n_right and n_wrong
+            else None
+        )
+
+    thirds = np.array_split(np.argsort(certainty, kind="stable"), 3)
+    return {
+        **report,
+        "accuracy": float(right.mean()),
+        "auroc": auroc(certainty),
+        "auroc of the gap": auroc(np.abs(gap)),
+        "accuracy by certainty": [float(right[t].mean()) if len(t) else None for t in thirds],
+        "median z": float(np.median(certainty)),
+    }
