@@ -1,5 +1,12 @@
-"""`GET /feedback/next`: the next pair a person is asked to choose between, chosen by what the served reward
-model does not know (`core/attune/questions.py`, `core/attune/selection.py`).
+"""`GET /feedback/next`: the next pair a person is asked to choose between, chosen by what one answer would tell
+of this person's preferences (`attunement.selection.method`: bald or epig, `core/attune/posterior.py`), or by the
+served reward model's weighted parts (`parts`, or a reward model without a people's score:
+`core/attune/questions.py`, `core/attune/selection.py`).
+
+By posterior: each person's choices so far (any pair of replies they chose between) and their consistency on repeated
+pairs give a Laplace posterior over a preference model on the people's score's features (`RewardModel.
+people_features`, kept in memory per reward model and text); a uniform sample of `pool_sample` unanswered pairs is
+scored by its expected information, and the best one asked (a `random_share` at random).
 
 The pool is read on first use and again when the teacher's newest day or the imported question files
 change. Each question's scores by the served reward model are kept in memory (scored once, on the engine's
@@ -37,6 +44,10 @@ class QuestionDesk:
         self._scores: dict[tuple[str | None, str], dict[str, Any]] = {}  # (reward model, question) -> scores
         self._clusters: list[dict[str, Any]] = []
         self._checked_at = float("-inf")
+        self._rows: dict[tuple[str, str], np.ndarray] = {}  # (reward model, text key) -> the people's score's features
+        self._rows_of: str | None = None  # the reward model whose features `_rows` holds
+        self._posteriors: dict[tuple[str, str], Any] = {}  # (reward model, rater) -> their last posterior
+        self._precision: dict[str, float] = {}  # reward model -> the posterior's prior precision
 
     def _key(self) -> Any:
         from hominem_pipeline.core.pipeline.lineage import lineage
@@ -113,20 +124,95 @@ class QuestionDesk:
             for k in rows[0]
         }
 
+    def _features(self, key: str, prompts: list[str], replies: list[str]) -> np.ndarray:
+        """The people's score's features of each (prompt, reply), read on the engine's worker, kept per reward model
+        and text (`key` names the reward model)."""
+        from hominem_pipeline.core.reward.feature_cache import text_key
+
+        if self._rows_of != key:  # another reward model: its features are another space
+            self._rows, self._rows_of = {}, key
+        keys = [(key, text_key(p, r)) for p, r in zip(prompts, replies)]
+        todo = sorted({i for i, k in enumerate(keys) if k not in self._rows}, key=lambda i: keys[i])
+        if todo:
+            reward = self.engine.reward
+            rows = self.engine.run(
+                lambda: reward.people_features([prompts[i] for i in todo], [replies[i] for i in todo])
+            ).result()
+            self._rows.update({keys[i]: row.astype(np.float32) for i, row in zip(todo, rows)})
+        return np.stack([self._rows[k] for k in keys]) if keys else np.zeros((0, 0), np.float32)
+
+    def _posterior(self, key: str, rater: str, sample: list[Question]) -> tuple[Any, np.ndarray]:
+        """This person's posterior over the people's score's features (their choices so far, their noise from their
+        repeats) and the sample's features, z_a - z_b."""
+        from hominem_pipeline.core.attune.posterior import LaplacePosterior, rater_noise
+
+        choices = [
+            c
+            for c in self.ledger.choices.values()
+            if c.rater == rater and c.chosen in self.ledger.turns and c.rejected in self.ledger.turns
+        ]
+        chosen = [self.ledger.turns[c.chosen] for c in choices]
+        rejected = [self.ledger.turns[c.rejected] for c in choices]
+        rows = self._features(
+            key,
+            [q.prompt for q in sample] * 2 + [t.prompt for t in chosen + rejected],
+            [q.a for q in sample] + [q.b for q in sample] + [t.reply for t in chosen + rejected],
+        )
+        n, m = len(sample), len(choices)
+        diffs, answers = rows[:n] - rows[n : 2 * n], rows[2 * n : 2 * n + m] - rows[2 * n + m :]
+        if key not in self._precision:  # a typical pair's prior logit: one scale per reward model
+            self._precision[key] = LaplacePosterior.prior_precision_for(diffs.astype(np.float64))
+        repeats = self.ledger.consistency(rater).get(rater, {"repeats": 0, "consistent": 0})
+        noise = rater_noise(repeats["consistent"], repeats["repeats"], self.cfg.attunement.selection.rater_noise)
+        last = self._posteriors.get((key, rater))
+        posterior = LaplacePosterior.fit(
+            answers.astype(np.float64), np.ones(m), self._precision[key], noise, None if last is None else last.mean
+        )
+        self._posteriors[(key, rater)] = posterior
+        return posterior, diffs.astype(np.float64)
+
+    def _informative(self, pool: list[Question], answered: set[str], rater: str) -> tuple[Question, Any, dict] | None:
+        """(question, Pick, the served reward model's scores of it) by what one answer would tell of this person's
+        preferences (`attunement.selection.method`), among a uniform sample of the unanswered pairs."""
+        from hominem_pipeline.core.attune.posterior import expected_information
+        from hominem_pipeline.core.attune.selection import pick_informative
+
+        sel = self.cfg.attunement.selection
+        open_ = [q for q in pool if q.id not in answered]
+        if not open_:
+            return None
+        sample = [
+            open_[i] for i in sorted(self.rng.choice(len(open_), size=min(sel.pool_sample, len(open_)), replace=False))
+        ]
+        key = str(getattr(self.engine, "reward_model_path", None))
+        posterior, diffs = self._posterior(key, rater, sample)
+        worth = expected_information(posterior, diffs, sel.method, diffs, self.rng)
+        chosen = pick_informative(worth, sel.random_share, self.rng)
+        question = sample[chosen.index]
+        scores = self._score([question])
+        return question, chosen, {"a": scores["a"][0], "b": scores["b"][0], "p_a": chosen.parts["p_a"]}
+
+    def _asks_by_posterior(self) -> bool:
+        reward = self.engine.reward
+        return self.cfg.attunement.selection.method != "parts" and reward is not None and reward.has_people_score
+
     def next(self, rater: str) -> dict[str, Any] | None:
         """The question for `rater` and how it was picked; None when they have answered every one."""
         with self._lock:
             pool = self.pool()
             answered, seen = self.answered(rater)
-            found = choose(
-                pool,
-                answered,
-                seen,
-                self._score if self.engine.reward is not None else None,
-                self._clusters,
-                self.cfg.attunement.selection,
-                self.rng,
-            )
+            if self._asks_by_posterior():
+                found = self._informative(pool, answered, rater)
+            else:
+                found = choose(
+                    pool,
+                    answered,
+                    seen,
+                    self._score if self.engine.reward is not None else None,
+                    self._clusters,
+                    self.cfg.attunement.selection,
+                    self.rng,
+                )
         if found is None:
             return None
         question, chosen, scores = found

@@ -110,3 +110,40 @@ def pick(
         "novelty": "it is unlike anything people have answered so far",
     }[top]
     return Pick(i, "information", float(info.at[i, "value"]), parts(i), f"asked because {reason}")
+
+
+def informative_reason(p_a: float, settles: float) -> str:
+    """Why a pair was asked by expected information, in words: how unsure the model is of this person's choice,
+    and how much of that doubt one answer would settle (the rest is how answers vary)."""
+    lean, share = ("A", p_a) if p_a >= 0.5 else ("B", 1.0 - p_a)
+    unsure = (
+        f"the model cannot tell which you would choose (it gives {lean} {share:.0%})"
+        if share < 0.65
+        else f"the model leans to {lean} ({share:.0%}) but is unsure of it"
+    )
+    return f"asked because {unsure}, and your answer would settle about {settles:.0%} of that doubt"
+
+
+def pick_informative(worth: Any, random_share: float, rng: np.random.Generator) -> Pick:
+    """The next question among candidates whose worth `posterior.expected_information` gave: at random with
+    probability `random_share`, else the one whose answer is expected to tell most (ties to the first). Its parts:
+    the expected information (bits), the share of the doubt it would settle, and P(A) for this person."""
+    if not len(worth.value):
+        raise ValueError("no candidate pair to ask about; the question pool is empty or every pair is answered")
+
+    def parts(i: int) -> dict[str, float]:
+        return {
+            "information": float(worth.value[i]),
+            "settles": float(worth.settles[i]),
+            "p_a": float(worth.predictive[i]),
+        }
+
+    if rng.random() < random_share:
+        i = int(rng.integers(len(worth.value)))
+        reason = (
+            f"picked at random ({random_share:.0%} of questions are), so what people answer stays an unbiased sample"
+        )
+        return Pick(i, "random", float(worth.value[i]), parts(i), reason)
+    i = int(np.argmax(worth.value))
+    reason = informative_reason(float(worth.predictive[i]), float(worth.settles[i]))
+    return Pick(i, "information", float(worth.value[i]), parts(i), reason)

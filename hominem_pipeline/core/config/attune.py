@@ -4,6 +4,8 @@ clustered and how the next question is chosen."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from hominem_pipeline.core.config.base import _Frozen
@@ -71,6 +73,18 @@ class SelectionWeights(_Frozen):
 
 
 class SelectionConfig(_Frozen):
+    method: Literal["bald", "epig", "parts"] = Field(
+        description="How a pair's worth is measured: bald (what one answer would tell of this person's preferences, "
+        "from a Laplace posterior over the people's score's features: core/attune/posterior.py) | epig (what it "
+        "would tell of their answers to the other pairs of the pool) | parts (the weighted mean of `weights`). "
+        "bald and epig need a served reward model with a people's score; without one the parts are used."
+    )
+    rater_noise: float = Field(
+        ge=0.0,
+        lt=0.5,
+        description="The chance a person answers against their own taste, assumed until their repeated pairs say "
+        "otherwise (read with 5 pseudo-repeats at this rate), 0-0.5.",
+    )
     random_share: float = Field(
         ge=0.0,
         le=1.0,

@@ -257,6 +257,20 @@ class RewardModel:
         reader, score = self._people
         return score(reader(prompts, responses))
 
+    @property
+    def has_people_score(self) -> bool:
+        return self._people is not None
+
+    def people_features(self, prompts: Sequence[str], responses: Sequence[str]) -> np.ndarray | None:
+        """What the people's score reads of each exchange: the encoder's states through its projection (n,
+        components), the features the question picker's posterior is over (`attune.posterior`); None for a model
+        without a people's score."""
+        if self._people is None:
+            return None
+        _check_inputs(prompts, responses)
+        reader, score = self._people
+        return score.project(reader(prompts, responses))
+
     def guard_columns(self, prompts: Sequence[str], responses: Sequence[str]) -> torch.Tensor | None:
         """The columns the heads read beside the backbone: the guards (`reward.guards`), then the people's
         score (`reward.people`), (n, columns); None without either."""
