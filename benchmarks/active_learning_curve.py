@@ -1,6 +1,14 @@
 """How many people's answers does the reward model need when the service chooses what to ask by expected
 information (`GET /feedback/next`, `attunement.selection`), against asking at random?
 
+By default, in-process (`active_learning_sim.py`): the picker's posterior (`core.attune.posterior`) and the
+project's people's score as the learner, on HH-RLHF's labels and on consistent simulated raters at three noise
+levels, several seeds, with the paired standard error:
+
+    .venv/bin/python benchmarks/active_learning_curve.py --project /path/to/project --seeds 0 1 2 3 4
+
+With `--through-service`, end to end through `hominem serve` and the pipeline, as follows.
+
 The setup:
 - The question pool is the 1,800 HH-RLHF pairs of the seed-0 split's training part, imported with
   `hominem data import-questions` (labels dropped).
@@ -47,6 +55,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from benchmarks.active_learning_sim import NOISE, simulate, summarise
+from benchmarks.active_learning_sim import plot as plot_in_process
 from benchmarks.common import scratch_data
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hh-rlhf" / "harmless-base-test.jsonl.gz"
@@ -56,30 +66,36 @@ COPIED = ("prompts", "teacher_trajectories", "teacher_labels")
 # labels)
 ARMS = {
     "random": {"random_share": 1.0},
-    "information": {"random_share": 0.0},  # the shipped weights (attunement.selection.weights)
+    "information": {"random_share": 0.0},  # the shipped method (attunement.selection.method)
+    "parts": {"random_share": 0.0, "method": "parts"},  # the shipped weights (attunement.selection.weights)
     "boosted": {"random_share": 0.0, "retrain_boost": None},  # None: --boost
     "disagreement": {
         "random_share": 0.0,
+        "method": "parts",
         "weights": {"uncertainty": 0.0, "disagreement": 1.0, "cluster": 0.0, "novelty": 0.0},
     },  # query by committee
     "novelty": {
         "random_share": 0.0,
+        "method": "parts",
         "weights": {"uncertainty": 0.0, "disagreement": 0.0, "cluster": 0.0, "novelty": 1.0},
     },  # coverage alone
     # uncertainty first (the weights shipped before the calm ones were measured against them)
     "uncertain": {
         "random_share": 0.0,
+        "method": "parts",
         "weights": {"uncertainty": 1.0, "disagreement": 1.0, "cluster": 0.5, "novelty": 0.5},
     },
     # less on the calibrated uncertainty (with noisy labels the least-sure pairs are often those people disagree on),
     # more on coverage
     "calm": {
         "random_share": 0.0,
+        "method": "parts",
         "weights": {"uncertainty": 0.25, "disagreement": 1.0, "cluster": 0.5, "novelty": 1.0},
     },
 }
 COLOURS = {
     "random": "tab:grey",
+    "parts": "tab:olive",
     "information": "tab:blue",
     "boosted": "tab:orange",
     "disagreement": "tab:green",
@@ -257,12 +273,22 @@ def main() -> None:
     ap.add_argument(
         "--resume",
         action="store_true",
-        help="keep the curves already in --out/curves.json; run only the missing arms and seeds",
+        help="keep the curves already in --out (curves.json; in-process: in_process.json, summarised again)",
     )
     ap.add_argument("--out", type=Path, default=Path("/tmp/hominem-active-learning"))
+    ap.add_argument("--through-service", action="store_true", help="the end-to-end arms through the service")
+    ap.add_argument("--raters", nargs="+", default=["hh", *NOISE], choices=["hh", *NOISE], help="in-process raters")
+    ap.add_argument(
+        "--picks", nargs="+", default=["random", "bald", "epig", "uncertainty", "disagreement"], help="in-process arms"
+    )
+    ap.add_argument("--checkpoints", type=int, nargs="+", default=[10, 20, 40, 60, 100, 150, 200, 300])
     args = ap.parse_args()
 
     from student_people_agreement import held_out_test
+
+    if not args.through_service:
+        in_process(args, held_out_test(args.data, 504))
+        return
 
     from hominem_pipeline.core.attune.questions import make
     from hominem_pipeline.core.human.preferences import parse_preference_file
@@ -295,6 +321,36 @@ def main() -> None:
     report(curves, args.seeds)
     plot(curves, args.out / "active_learning_curve.png")
     print(f"plot: {args.out / 'active_learning_curve.png'}")
+
+
+def in_process(args, held_out) -> None:
+    """The picker in-process on every rater: curves, the answers each arm needs against random, the plot."""
+    from benchmarks.common import config_on
+    from hominem_pipeline.core.human.preferences import parse_preference_file
+
+    project = args.project.resolve()
+    saved = args.out / "in_process.json"
+    if args.resume and saved.exists():  # the curves of an earlier run: summarised and plotted again
+        curves = {
+            tuple(k.split("/")): [tuple(p) for p in c] for k, c in json.loads(saved.read_text())["curves"].items()
+        }
+        curves = {(r, a, int(s)): c for (r, a, s), c in curves.items()}
+    else:
+        pool = parse_preference_file(project / POOL_FILE, "hh-rlhf", POOL_FILE).pairs.reset_index(drop=True)
+        curves = simulate(config_on(project), pool, held_out, args.raters, args.picks, args.seeds, args.checkpoints)
+    summary = summarise(curves, args.raters, args.picks, args.seeds)
+    args.out.mkdir(parents=True, exist_ok=True)
+    saved.write_text(
+        json.dumps(
+            {
+                "curves": {"/".join(map(str, k)): c for k, c in curves.items()},
+                "summary": {"/".join(k): v for k, v in summary.items()},
+            },
+            indent=1,
+        )
+    )
+    plot_in_process(curves, args.raters, args.picks, args.seeds, args.out / "active_learning_raters.png")
+    print(f"plot: {args.out / 'active_learning_raters.png'}; figures: {args.out / 'in_process.json'}")
 
 
 def report(curves: dict, seeds: list[int]) -> None:
