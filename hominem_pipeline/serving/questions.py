@@ -31,6 +31,7 @@ from hominem_pipeline.core.online.ledger import Ledger
 
 log = logging.getLogger(__name__)
 QUESTION_TURN = re.compile(r"^(q[0-9a-f]{16})-[ab]$")
+ASKED_KEPT = 10_000  # the newest asks remembered until answered (a choice records how its pair was picked)
 RECHECK_SECONDS = 10.0  # how often the pool's sources and the error clusters are looked at again
 
 
@@ -48,6 +49,8 @@ class QuestionDesk:
         self._rows_of: str | None = None  # the reward model whose features `_rows` holds
         self._posteriors: dict[tuple[str, str], Any] = {}  # (reward model, rater) -> their last posterior
         self._precision: dict[str, float] = {}  # reward model -> the posterior's prior precision
+        self._asked_lock = threading.Lock()
+        self._asked: dict[tuple[str, str], dict[str, Any]] = {}  # (rater, question) -> how it was picked, newest last
 
     def _key(self) -> Any:
         from hominem_pipeline.core.pipeline.lineage import lineage
@@ -86,6 +89,15 @@ class QuestionDesk:
         return [
             {"name": r.name, "terms": json.loads(r.terms)} for r in found.itertuples() if r.status in ("new", "grew")
         ]
+
+    def asked_of(self, rater: str, chosen: str, rejected: str) -> dict[str, Any] | None:
+        """How the pair of turns `chosen`, `rejected` was picked when it was asked of `rater` (None: not a question
+        asked of them since the service started)."""
+        a, b = QUESTION_TURN.match(chosen), QUESTION_TURN.match(rejected)
+        if a is None or b is None or a.group(1) != b.group(1):
+            return None
+        with self._asked_lock:
+            return self._asked.get((rater, a.group(1)))
 
     def answered(self, rater: str) -> tuple[set[str], list[str]]:
         """(the questions `rater` chose on, the prompts of every question anyone answered)."""
@@ -216,6 +228,10 @@ class QuestionDesk:
         if found is None:
             return None
         question, chosen, scores = found
+        with self._asked_lock:  # apart from the pick's lock: a choice posted meanwhile does not wait for a pick
+            self._asked[(rater, question.id)] = {"by": chosen.by, "value": round(float(chosen.value), 4)}
+            while len(self._asked) > ASKED_KEPT:
+                self._asked.pop(next(iter(self._asked)))
         return {
             "question": question,
             "by": chosen.by,

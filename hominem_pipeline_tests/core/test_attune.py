@@ -371,3 +371,8 @@ def test_an_answer_to_an_asked_question_weighs_more_by_its_expected_information_
     weighed = boosted(pairs.reset_index(), 1.0).set_index("pair_id")["weight"]
     assert weighed["c1"] == pytest.approx(1.8) and weighed["c2"] == 1.0  # a chat choice as given
     assert boosted(pairs.reset_index(), 0.0)["weight"].tolist() == [1.0, 1.0]
+    # asked of another person later: their choice records how it was picked for them, over the turns' first asker's
+    ben = events[4] | {"id": "c3", "rater": "ben", "asked": {"by": "random", "value": 0.3}}
+    pairs = feedback_tables([*events, ben]).pairs.set_index("pair_id")
+    assert pairs.loc["c1", "asked_by"] == "information" and pairs.loc["c1", "asked_value"] == 0.8
+    assert pairs.loc["c3", "asked_by"] == "random" and pairs.loc["c3", "asked_value"] == 0.3

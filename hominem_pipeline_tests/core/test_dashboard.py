@@ -210,3 +210,19 @@ def test_two_adapters_replies_are_compared_on_one_reward_model_s_scale(tmp_path)
     )
     assert scored["delta"]["empathy"] == {"mean": 1.0, "se": 0.0} and scored["delta"]["truth"]["mean"] == 0.0
     assert scored["scalar"]["mean"] == 1.0 and scored["b_wins"] == 2 and scored["replies"][0]["p_b"] > 0.5
+
+
+def test_the_asked_pairs_curve_sums_their_expected_information_against_random_picks(tmp_path):
+    data = tmp_path / "data"
+    assert DashboardData(data).drift()["asked"]["answers"] == 0
+    for day, rows in (
+        ("2026-11-01", [(0.5, "information"), (0.1, "random"), (None, None)]),  # a chat choice: not asked
+        ("2026-11-02", [(0.4, "information"), (0.3, "random")]),
+    ):
+        folder = version(data, "human_feedback", day, "v", {})
+        frame = pd.DataFrame(rows, columns=["asked_value", "asked_by"])
+        frame.to_parquet(folder / "pairs.parquet")
+    asked = DashboardData(data).drift()["asked"]
+    assert asked["answers"] == 4 and asked["by_information"] == 2 and asked["at_random"] == 2
+    assert asked["count"] == [1, 2, 3, 4] and np.allclose(asked["as_asked"], [0.5, 0.6, 1.0, 1.3])
+    assert asked["random_rate"] == 0.2 and np.allclose(asked["if_at_random"], [0.2, 0.4, 0.6, 0.8])

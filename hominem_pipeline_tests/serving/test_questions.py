@@ -76,6 +76,8 @@ def test_questions_are_asked_by_what_the_model_does_not_know_and_answered_once(s
     )
     [choice] = [e for e in events.values() if e["kind"] == "choice" and e["chosen"] == turns["A"]]
     assert choice["rejected"] == turns["B"]
+    # the choice records how the pair was picked for this person (the turns keep the first asker's)
+    assert choice["asked"] == {"by": a["sampling"]["by"], "value": a["sampling"]["value"]}
 
     # any client: the same endpoint, each question once per person, then none left
     seen = {turns["A"][:-2]}
@@ -103,4 +105,6 @@ def test_questions_are_asked_by_what_the_model_does_not_know_and_answered_once(s
             timeout=30,
         )
         assert posted.status_code == 200, posted.text
+        [logged] = [e for e in served.events() if e["id"] == posted.json()["id"]]
+        assert logged["asked"] == {"by": nxt["by"], "value": round(nxt["value"], 4)}
     assert len(seen) == 4 and "import more with `hominem data import-questions`" in nxt["reason"]

@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from hominem_pipeline.core.pipeline.artifacts import MANIFEST
@@ -225,7 +226,7 @@ class DashboardData:
         examples."""
         newest = self.newest_per_day("attunement")
         if not newest:
-            return {"day": None, "drift": None, "clusters": []}
+            return {"day": None, "drift": None, "clusters": [], "asked": self.asked()}
         day, m = max(newest.items())
         folder = Path(m["path"])
         summary = json.loads((folder / "attunement.json").read_text())
@@ -239,6 +240,40 @@ class DashboardData:
             "drift": summary.get("drift"),
             "clusters": clusters,
             "errors": summary.get("errors"),
+            "asked": self.asked(),
+        }
+
+    def asked(self, points: int = 200) -> dict[str, Any]:
+        """The answers to the pairs the service asked (`GET /feedback/next`), in the order given (each day's newest
+        `human_feedback`): the expected information they brought, summed, and what as many answers picked at random
+        would have brought (their count x the mean value of the answers the random share picked). At most `points`
+        points."""
+        values, by = [], []
+        for _, m in sorted(self.newest_per_day("human_feedback").items()):
+            path = Path(m["path"]) / "pairs.parquet"
+            if not path.is_file():
+                continue
+            frame = pd.read_parquet(path)
+            if "asked_value" not in frame or "asked_by" not in frame:
+                continue  # built before answers recorded how they were asked
+            frame = frame[frame["asked_value"].notna()]
+            values += frame["asked_value"].astype(float).tolist()
+            by += frame["asked_by"].fillna("information").astype(str).tolist()
+        random = [v for v, b in zip(values, by) if b == "random"]
+        rate = sum(random) / len(random) if random else None
+        n = len(values)
+        keep = (
+            list(range(n)) if n <= points else sorted(set(np.linspace(0, n - 1, points).round().astype(int).tolist()))
+        )
+        total = np.cumsum(values) if n else np.zeros(0)
+        return {
+            "answers": n,
+            "by_information": n - len(random),
+            "at_random": len(random),
+            "random_rate": rate,
+            "count": [i + 1 for i in keep],
+            "as_asked": [float(total[i]) for i in keep],
+            "if_at_random": None if rate is None else [(i + 1) * rate for i in keep],
         }
 
     def health(self) -> dict[str, Any]:

@@ -134,6 +134,12 @@ class Choice(_Feedback):
     repeat_of: str | None = Field(
         default=None, pattern=ID_PATTERN, description="The earlier choice this one asks again (consistency)."
     )
+    asked: dict[str, Any] | None = Field(
+        default=None,
+        description="Set by the service, not the client: how it picked this pair when it asked this person "
+        "(`GET /feedback/next`): by (information | random) and value (expected information, bits). Null: not "
+        "asked, or asked before the service restarted.",
+    )
 
 
 class Nudge(_Feedback):

@@ -1,7 +1,8 @@
 """A day of the interaction log as training data: conversations, and human preference pairs.
 
-- **Pairs** (the reward channel), in the columns of imported human pairs plus `weight` (and `asked_value`: a
-  question's expected information when the service asked it, `GET /feedback/next`):
+- **Pairs** (the reward channel), in the columns of imported human pairs plus `weight` (and `asked_value`,
+  `asked_by`: a question's expected information when the service asked it of this person, `GET /feedback/next`,
+  and whether it was picked by information or at random):
   - a `choice` is a pair, weighted by its strength (slight 0.5, clear 1, strong 1.5); a choice asked
     again (`repeat_of`) and answered the same way stays one pair at the larger weight, one answered the
     other way drops both (the rater could not tell) and is counted as inconsistent;
@@ -72,6 +73,7 @@ PAIR_COLUMNS = [
     "rejected_turn",
     "note",
     "asked_value",
+    "asked_by",
     "chosen_distress",
 ]
 CONVERSATION_COLUMNS = [
@@ -178,7 +180,11 @@ class _Parsed:
         strength = event.strength if isinstance(event, Choice) else None
         note = event.note if isinstance(event, Choice) else None
         row = self.rows_of[event.id]
-        return _pair(pair_id, chosen, rejected, source, weight, strength, event.rater, note, self.source_file, row)
+        out = _pair(pair_id, chosen, rejected, source, weight, strength, event.rater, note, self.source_file, row)
+        asked = event.asked if isinstance(event, Choice) else None
+        if asked:  # how the service picked it for this person (the turns' sampling is the first asker's)
+            out |= {"asked_value": float(asked["value"]), "asked_by": str(asked["by"])}
+        return out
 
 
 def _parse(events: list[dict[str, Any]], source_file: str) -> _Parsed:
@@ -404,7 +410,8 @@ def _pair(
     source_row: int,
 ) -> dict[str, Any]:
     # a question the service asked (GET /feedback/next) records its expected information when asked
-    asked = chosen.sampling.get("value") if chosen.model == "question" and isinstance(chosen.sampling, dict) else None
+    sampling = chosen.sampling if chosen.model == "question" and isinstance(chosen.sampling, dict) else {}
+    asked = sampling.get("value")
     return {
         "pair_id": pair_id,
         "prompt_id": chosen.context,
@@ -421,6 +428,7 @@ def _pair(
         "rejected_turn": rejected.id,
         "note": note,
         "asked_value": None if asked is None else float(asked),
+        "asked_by": sampling.get("by"),
     }
 
 

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from hominem_pipeline.core.lm.generation import end_at_sentence
-from hominem_pipeline.core.online.events import BASE, FEEDBACK, SERVED, new_turn
+from hominem_pipeline.core.online.events import BASE, FEEDBACK, SERVED, Choice, new_turn
 from hominem_pipeline.core.online.ledger import FeedbackError
 from hominem_pipeline.core.online.log import utc_now
 from hominem_pipeline.serving.auth import Caller
@@ -164,6 +164,10 @@ async def feedback(
 ) -> JSONResponse:
     """Record feedback on turns: thumb, choice (A over B, strength, note), nudge, emotion labels."""
     event = _event(body, caller, service)
+    if isinstance(event, Choice) and service.questions is not None:
+        asked = service.questions.asked_of(caller.rater, event.chosen, event.rejected)
+        if asked is not None:
+            event = event.model_copy(update={"asked": asked})
     try:
         service.ledger.check(event)
     except FeedbackError as exc:

@@ -97,6 +97,14 @@ const views = {
 
   async drift() {
     const d = await api("/dashboard/api/drift");
+    const a = d.asked || { answers: 0 };
+    $("#asked-note").textContent = a.answers
+      ? `${a.answers} answer(s) to asked pairs: ${a.by_information} picked by information, ${a.at_random} at random`
+        + (a.random_rate === null ? "" : ` (a random pick brings ${num(a.random_rate)} bits on average)`)
+      : "no answers to asked pairs yet";
+    draw("chart-asked", a.answers ? a.count : [], [{ label: "as asked", values: a.as_asked || [] }]
+      .concat(a.if_at_random ? [{ label: "if asked at random", values: a.if_at_random, colour: "#adb5bd", dash: [4, 4], points: false }] : []),
+      { kind: "linear", xLabel: "answers", yLabel: "expected information, bits (summed)" });
     if (!d.day) { $("#drift-box").innerHTML = '<p class="muted">no attunement built yet (`hominem run`)</p>'; status("no attunement yet"); return; }
     const drifted = (d.drift && d.drift.drifted) || [];
     $("#drift-box").innerHTML = `<h3>Drift on ${esc(d.day)} <span class="muted">(reference ${esc(d.drift.reference.join(" to "))}, recent ${esc(d.drift.recent.join(" to "))})</span></h3>`
