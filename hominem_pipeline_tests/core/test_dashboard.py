@@ -226,3 +226,23 @@ def test_the_asked_pairs_curve_sums_their_expected_information_against_random_pi
     assert asked["answers"] == 4 and asked["by_information"] == 2 and asked["at_random"] == 2
     assert asked["count"] == [1, 2, 3, 4] and np.allclose(asked["as_asked"], [0.5, 0.6, 1.0, 1.3])
     assert asked["random_rate"] == 0.2 and np.allclose(asked["if_at_random"], [0.2, 0.4, 0.6, 0.8])
+
+
+def test_a_rater_sees_everyones_cluster_figures_and_only_their_own_words(tmp_path):
+    data = tmp_path / "data"
+    folder = version(data, "attunement", "2026-11-03", "v", {})
+    (folder / "attunement.json").write_text(json.dumps({"drift": {"drifted": []}}))
+    examples = [
+        {"pair_id": "p1", "prompt": "ana's words", "chosen": "a", "rejected": "b", "p_chosen": 0.2, "rater": "r-ana"},
+        {"pair_id": "p2", "prompt": "ben's words", "chosen": "c", "rejected": "d", "p_chosen": 0.3, "rater": "r-ben"},
+        {"pair_id": "p3", "prompt": "nobody's", "chosen": "e", "rejected": "f", "p_chosen": 0.1},  # built before
+    ]
+    pd.DataFrame([{"cluster": 0, "name": "c", "size": 3, "examples": examples}]).to_parquet(
+        folder / "clusters.parquet"
+    )
+    view = DashboardData(data)
+    [everyone] = view.drift()["clusters"]
+    [ana] = view.drift(rater="r-ana")["clusters"]
+    assert [e["prompt"] for e in everyone["examples"]] == ["ana's words", "ben's words", "nobody's"]
+    assert [e["prompt"] for e in ana["examples"]] == ["ana's words"] and ana["examples_hidden"] == 2
+    assert ana["size"] == everyone["size"] == 3

@@ -337,3 +337,74 @@ def test_every_route_declares_its_response_model_so_the_docs_show_it():
     listed = [r for r in routes if r.include_in_schema]
     assert len(listed) >= 25
     assert [f"{sorted(r.methods)} {r.path}" for r in listed if r.response_model is None] == []
+
+
+def test_two_raters_each_asking_every_route_for_the_others_words_get_403_or_nothing(
+    tmp_path, tiny_student, tiny_encoder
+):
+    """Ana's conversation is hers: Ben's token cannot give feedback on her turns (so no repeat or question brings
+    them back to him), and the dashboard shows him every figure but only his own pairs' words. An admin sees all."""
+    import pandas as pd
+
+    from hominem_pipeline.serving.auth import rater_id
+    from hominem_pipeline_tests.conftest import make_project
+
+    project = make_project(tmp_path / "project", tiny_student, tiny_encoder)
+    ana_token, ben_token = "ana-token-0123456789", "ben-token-0123456789"
+    ana, ben = rater_id(ana_token), rater_id(ben_token)
+    attunement = project / "data" / "attunement" / "2026-11-20" / "v"
+    attunement.mkdir(parents=True)
+    (attunement / "manifest.json").write_text(json.dumps({"partition": "2026-11-20", "version": "v", "metrics": {}}))
+    (attunement / "attunement.json").write_text(json.dumps({"drift": {"drifted": [], "reference": [], "recent": []}}))
+    example = {"pair_id": "p", "prompt": "Ana's secret worry", "chosen": "x", "rejected": "y", "p_chosen": 0.2}
+    pd.DataFrame(
+        [
+            {
+                "cluster": 0,
+                "name": "worries",
+                "size": 2,
+                "examples": [example | {"rater": ana}, example | {"rater": ben, "prompt": "Ben's own worry"}],
+            }
+        ]
+    ).to_parquet(attunement / "clusters.parquet")
+    env = {"HOMINEM_TOKENS": f"rater {ana_token}, rater {ben_token}, admin {ADMIN_TOKEN}"}
+    server = start(project, "--adapter", "none", "--reward-model", "none", env=env)
+    as_ana, as_ben = ({"Authorization": f"Bearer {t}"} for t in (ana_token, ben_token))
+    try:
+        turns = [
+            httpx.post(
+                server.url + "/turns", headers=as_ana, json={"prompt": "Ana's secret worry", "reply": r}, timeout=60
+            ).json()["turn"]
+            for r in ("Ana's first secret reply", "Ana's second secret reply")
+        ]
+        choice = {"kind": "choice", "chosen": turns[0], "rejected": turns[1], "strength": "clear"}
+        assert httpx.post(server.url + "/feedback", headers=as_ana, json=choice, timeout=30).status_code == 200
+        refused = [
+            httpx.post(server.url + "/feedback", headers=as_ben, json=body, timeout=30)
+            for body in (choice, {"kind": "thumb", "turn": turns[0], "value": "up"})
+        ]
+        assert [r.status_code for r in refused] == [403, 403] and "another person's" in refused[0].json()["error"][
+            "message"
+        ]
+        seen_by_ben = [
+            httpx.get(server.url + path, headers=as_ben, timeout=60)
+            for path in (
+                "/feedback/repeat",
+                "/feedback/next",
+                "/feedback/consistency",
+                "/dashboard/api/drift",
+                "/dashboard/api/timeline",
+                "/admin/raters",
+                "/admin/audit",
+            )
+        ]
+        assert [r.status_code for r in seen_by_ben][-2:] == [403, 403]
+        assert not any("Ana's" in r.text for r in seen_by_ben)
+        assert "Ben's own worry" in seen_by_ben[3].text
+        assert "Ana's secret worry" in httpx.get(server.url + "/dashboard/api/drift", headers=as_ana, timeout=60).text
+        admin = httpx.get(server.url + "/dashboard/api/drift", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        assert "Ana's secret worry" in admin.text and "Ben's own worry" in admin.text
+        audit = httpx.get(server.url + "/admin/audit", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}).json()
+        assert [e.get("turn") for e in audit["entries"] if e["action"] == "forbidden"][:2] == [turns[0], turns[0]]
+    finally:
+        stop(server.proc)

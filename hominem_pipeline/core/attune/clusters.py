@@ -142,6 +142,9 @@ def cluster_errors(
                 "chosen": str(r["chosen"])[:300],
                 "rejected": str(r["rejected"])[:300],
                 "p_chosen": float(r["p_chosen"]),
+                "rater": None
+                if pd.isna(r.get("rater"))
+                else str(r.get("rater")),  # whose words: the dashboard's scope
             }
             for _, r in part.iloc[order].iterrows()
         ]

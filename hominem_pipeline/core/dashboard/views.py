@@ -221,9 +221,10 @@ class DashboardData:
                     )
         return {"curves": curves}
 
-    def drift(self) -> dict[str, Any]:
+    def drift(self, rater: str | None = None) -> dict[str, Any]:
         """The newest attunement's drift (the dimensions that moved, and how) and its error clusters with
-        examples."""
+        examples. With `rater` (a rater's token, not an admin's), a cluster's examples are only that person's own
+        pairs: the figures are everyone's, the words their own."""
         newest = self.newest_per_day("attunement")
         if not newest:
             return {"day": None, "drift": None, "clusters": [], "asked": self.asked()}
@@ -234,6 +235,10 @@ class DashboardData:
         if (folder / "clusters.parquet").is_file():
             frame = pd.read_parquet(folder / "clusters.parquet")
             clusters = json.loads(frame.drop(columns=["centroid"], errors="ignore").to_json(orient="records"))
+            if rater is not None:
+                for c in clusters:
+                    shown = [e for e in c.get("examples") or [] if e.get("rater") == rater]
+                    c["examples"], c["examples_hidden"] = shown, len(c.get("examples") or []) - len(shown)
         return {
             "day": day,
             "reward_model": summary.get("reward_model"),

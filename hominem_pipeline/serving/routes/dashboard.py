@@ -70,8 +70,9 @@ async def calibration(caller: Caller = Depends(authenticate), service: Service =
 
 @router.get("/dashboard/api/drift", response_model=DriftView)
 async def drift(caller: Caller = Depends(authenticate), service: Service = Depends(get_service)) -> Any:
-    """The newest drift report and error clusters."""
-    return await _view(_project(service).drift)
+    """The newest drift report and error clusters; a rater sees the examples of their own pairs alone, an admin
+    everyone's."""
+    return await _view(_project(service).drift, None if caller.admin else caller.rater)
 
 
 @router.get("/dashboard/api/health", response_model=HealthView)

@@ -158,12 +158,32 @@ def _event(body: FeedbackRequest, caller: Caller, service: Service) -> Any:
         ) from exc
 
 
+def _own_turns(event: Any, caller: Caller, service: Service) -> None:
+    """403 for a rater's feedback on another person's turn (their conversation is theirs alone; a pair the service
+    asked is everyone's to answer). An admin may give feedback on any turn."""
+    if caller.admin:
+        return
+    fields = ("chosen", "rejected") if isinstance(event, Choice) else ("turn",)
+    for name in fields:
+        turn = service.ledger.turns.get(getattr(event, name))
+        if turn is not None and turn.rater != caller.rater and turn.model != "question":
+            service.access.audit("forbidden", path="/feedback", rater=caller.rater, turn=turn.id)
+            raise ApiError(
+                403,
+                f"turn {turn.id!r} is another person's; give feedback on your own turns or on the pairs "
+                "GET /feedback/next asks",
+                name,
+                "forbidden",
+            )
+
+
 @router.post("/feedback", response_model=FeedbackResponse)
 async def feedback(
     body: FeedbackRequest, caller: Caller = Depends(authenticate), service: Service = Depends(get_service)
 ) -> JSONResponse:
     """Record feedback on turns: thumb, choice (A over B, strength, note), nudge, emotion labels."""
     event = _event(body, caller, service)
+    _own_turns(event, caller, service)
     if isinstance(event, Choice) and service.questions is not None:
         asked = service.questions.asked_of(caller.rater, event.chosen, event.rejected)
         if asked is not None:

@@ -114,7 +114,8 @@ const views = {
       { kind: "linear", bars: true, xLabel: "cluster", yLabel: "pairs", categories: clusters.map((c, i) => `${i + 1}. ${c.name}`.slice(0, 28)) });
     $("#clusters").innerHTML = clusters.map((c, i) => `<div class="card"><b>${i + 1}. ${esc(c.name)}</b> <span class="tag">${esc(c.status)}</span> ${c.size} pair(s)`
       + ` <span class="muted">${esc(c.dimension || "")} ${c.tag ? "· " + esc(c.tag) : ""}</span>`
-      + (c.examples || []).slice(0, 2).map((e) => `<p class="muted">${esc(e.prompt || "")}<br>chosen: ${esc(e.chosen || "")}<br>rejected: ${esc(e.rejected || "")}</p>`).join("") + "</div>").join("")
+      + (c.examples || []).slice(0, 2).map((e) => `<p class="muted">${esc(e.prompt || "")}<br>chosen: ${esc(e.chosen || "")}<br>rejected: ${esc(e.rejected || "")}</p>`).join("")
+      + (c.examples_hidden ? `<p class="muted">${c.examples_hidden} example(s) from other people's pairs are shown to admins only</p>` : "") + "</div>").join("")
       || '<p class="muted">no error clusters (too few errors in the window)</p>';
     status(`drift of ${d.day}: ${drifted.length} finding(s), ${clusters.length} cluster(s)`);
   },
