@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hominem_pipeline.cli import attune, data, history, live, models, pipeline, probe, serve  # noqa: F401  (each registers its commands on `app`)
+from hominem_pipeline.cli import attune, audit, data, history, live, models, pipeline, probe, serve  # noqa: F401  (each registers its commands on `app`)
 from hominem_pipeline.cli.common import app, fail
 from hominem_pipeline.core.config import ConfigError
 

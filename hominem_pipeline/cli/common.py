@@ -6,8 +6,10 @@ import datetime as dt
 import logging
 import os
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -178,3 +180,33 @@ def artifact_for(cfg: HominemConfig, asset: str, date: str | None):
         if WHY["on"]:
             err.print(f"[dim]why: {data.stale_details(ref)}[/]", highlight=False)
     return data, ref
+
+
+def who() -> str:
+    """Who runs this command, as the audit log names them: `cli:<user>`."""
+    import getpass
+
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return "cli"
+
+
+@contextmanager
+def audited(cfg: HominemConfig, action: str, **details: Any) -> Iterator[dict[str, Any]]:
+    """One line in the audit log (`core/online/audit.py`) for a state-changing command, written when it ends: who
+    (`cli:<user>`), what, the details it names (a day, a version, a file; the command may add to the yielded dict),
+    and how it ended (`ok`, or `failed: <why>`)."""
+    from hominem_pipeline.core.online.audit import AuditLog, audit_path
+
+    outcome = "ok"
+    try:
+        yield details
+    except typer.Exit as exc:
+        outcome = "ok" if exc.exit_code == 0 else f"failed: exit {exc.exit_code}"
+        raise
+    except BaseException as exc:
+        outcome = f"failed: {exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+        raise
+    finally:
+        AuditLog(audit_path(cfg)).append(action, who(), outcome=outcome, **details)

@@ -13,6 +13,7 @@ from hominem_pipeline.cli.common import (
     DateOpt,
     SetOpt,
     artifact_for,
+    audited,
     console,
     dagster_env,
     data_app,
@@ -46,38 +47,40 @@ def data_validate(
     exits 1 when a blocking check fails. With --all, also check that no stored file is damaged, and the labels
     of every labeled day."""
     cfg = load(config, sets)
-    if not all_versions:
-        problem = _validate_labels(cfg, date)
-        if problem:
-            fail(problem, code=1)
-        return
-    damaged, refs = _validate_all(cfg)
-    from hominem_pipeline.core.pipeline.artifacts import ArtifactStore
+    with audited(cfg, "data validate", date=date, all=all_versions):
+        if not all_versions:
+            problem = _validate_labels(cfg, date)
+            if problem:
+                fail(problem, code=1)
+            return
+        damaged, refs = _validate_all(cfg)
+        from hominem_pipeline.core.pipeline.artifacts import ArtifactStore
 
-    days = [date] if date else ArtifactStore(cfg.data_dir).partitions("teacher_labels")
-    broken = {r.partition for r in refs if r.asset in ("teacher_labels", "teacher_trajectories")}
-    for day in sorted(broken & set(days)):
-        console.print(
-            f"[yellow]the labels of {day} are not checked: a file they are read from is damaged (the table above)[/]"
-        )
-    from hominem_pipeline.core.pipeline.lineage import lineage
-
-    data = lineage(cfg)
-    problems = []
-    for day in days:
-        if day in broken:
-            continue
-        if data.newest("teacher_labels", parse_date(day))[0] is None:
+        days = [date] if date else ArtifactStore(cfg.data_dir).partitions("teacher_labels")
+        broken = {r.partition for r in refs if r.asset in ("teacher_labels", "teacher_trajectories")}
+        for day in sorted(broken & set(days)):
             console.print(
-                f"[yellow]the labels of {day} are not checked: none was built under this config (pass "
-                "the --config that built them)[/]"
+                f"[yellow]the labels of {day} are not checked: a file they are read from is damaged "
+                "(the table above)[/]"
             )
-        elif why := _validate_labels(cfg, day):
-            problems.append(f"{day}: {why}")
-    if not days:
-        console.print("no labeled day yet: no label to check")
-    if damaged or problems:
-        fail("; ".join(([damaged] if damaged else []) + problems), code=1)
+        from hominem_pipeline.core.pipeline.lineage import lineage
+
+        data = lineage(cfg)
+        problems = []
+        for day in days:
+            if day in broken:
+                continue
+            if data.newest("teacher_labels", parse_date(day))[0] is None:
+                console.print(
+                    f"[yellow]the labels of {day} are not checked: none was built under this config (pass "
+                    "the --config that built them)[/]"
+                )
+            elif why := _validate_labels(cfg, day):
+                problems.append(f"{day}: {why}")
+        if not days:
+            console.print("no labeled day yet: no label to check")
+        if damaged or problems:
+            fail("; ".join(([damaged] if damaged else []) + problems), code=1)
 
 
 def _validate_labels(cfg, date: str | None) -> str | None:
@@ -221,33 +224,34 @@ def data_import_preferences(
 
     setup_logging()
     cfg = load(config, sets)
-    day = parse_date(date)
-    if format not in FORMATS:
-        fail(f"--format {format!r} is not supported; use one of: {', '.join(FORMATS)}")
-    try:
-        target, added = add_to_inbox(path, format, cfg.data_dir, day)
-    except PreferenceImportError as exc:
-        fail(str(exc))
-    console.print(f"{'added' if added else 'already imported'}: {path} -> {target}")
-    dagster_env(cfg)
-    from dagster import AssetKey
+    with audited(cfg, "data import-preferences", file=str(path), format=format):
+        day = parse_date(date)
+        if format not in FORMATS:
+            fail(f"--format {format!r} is not supported; use one of: {', '.join(FORMATS)}")
+        try:
+            target, added = add_to_inbox(path, format, cfg.data_dir, day)
+        except PreferenceImportError as exc:
+            fail(str(exc))
+        console.print(f"{'added' if added else 'already imported'}: {path} -> {target}")
+        dagster_env(cfg)
+        from dagster import AssetKey
 
-    reach_partitions(day)
-    from hominem_pipeline import definitions
+        reach_partitions(day)
+        from hominem_pipeline import definitions
 
-    [event] = execute(
-        definitions.import_job, cfg, day, [AssetKey("human_preferences")], "hominem data import-preferences"
-    )
-    meta = event.materialization.metadata
-    if meta["pairs"].value == 0:
-        fail(
-            f"no usable pair in the files imported for {day}; see the reasons in "
-            f"{cfg.data_dir}/quarantine/human_preferences/{day}/",
-            code=1,
+        [event] = execute(
+            definitions.import_job, cfg, day, [AssetKey("human_preferences")], "hominem data import-preferences"
         )
-    details = meta["details"].value if "details" in meta else {}
-    for reason, count in details.get("quarantine_reasons", {}).items():
-        console.print(f"quarantined {count} row(s): {reason}")
+        meta = event.materialization.metadata
+        if meta["pairs"].value == 0:
+            fail(
+                f"no usable pair in the files imported for {day}; see the reasons in "
+                f"{cfg.data_dir}/quarantine/human_preferences/{day}/",
+                code=1,
+            )
+        details = meta["details"].value if "details" in meta else {}
+        for reason, count in details.get("quarantine_reasons", {}).items():
+            console.print(f"quarantined {count} row(s): {reason}")
 
 
 @data_app.command("import-questions")
@@ -273,28 +277,29 @@ def data_import_questions(
     from hominem_pipeline.core.human.preferences import FORMATS, PreferenceImportError, parse_preference_file
 
     cfg = load(config, sets)
-    if format not in ("questions", *FORMATS):
-        fail(f"--format {format!r} is not supported; use questions or one of: {', '.join(FORMATS)}")
-    if not path.is_file():
-        fail(f"{path} does not exist; pass the file of pairs to ask about")
-    if format == "questions":
-        try:
-            pairs, bad = parse_questions(path)
-        except UnicodeDecodeError:
-            fail(f"{path} is not UTF-8 text; save it as UTF-8 JSON lines of prompt, a and b")
-    else:
-        try:
-            parsed = parse_preference_file(path, format, path.name)
-        except PreferenceImportError as exc:
-            fail(str(exc))
-        pairs, bad = parsed.pairs, len(parsed.quarantine)
-    if not len(pairs):
-        fail(
-            f"{path} has no usable pair ({bad} unusable line(s)); each needs a prompt and two different replies",
-            code=1,
-        )
-    target, n = write_question_file(pairs, cfg.data_dir / cfg.serving.log_dir / QUESTIONS, f"file:{path.name}")
-    console.print(f"{n} question(s) -> {target}" + (f"; {bad} unusable line(s) skipped" if bad else ""))
+    with audited(cfg, "data import-questions", file=str(path), format=format):
+        if format not in ("questions", *FORMATS):
+            fail(f"--format {format!r} is not supported; use questions or one of: {', '.join(FORMATS)}")
+        if not path.is_file():
+            fail(f"{path} does not exist; pass the file of pairs to ask about")
+        if format == "questions":
+            try:
+                pairs, bad = parse_questions(path)
+            except UnicodeDecodeError:
+                fail(f"{path} is not UTF-8 text; save it as UTF-8 JSON lines of prompt, a and b")
+        else:
+            try:
+                parsed = parse_preference_file(path, format, path.name)
+            except PreferenceImportError as exc:
+                fail(str(exc))
+            pairs, bad = parsed.pairs, len(parsed.quarantine)
+        if not len(pairs):
+            fail(
+                f"{path} has no usable pair ({bad} unusable line(s)); each needs a prompt and two different replies",
+                code=1,
+            )
+        target, n = write_question_file(pairs, cfg.data_dir / cfg.serving.log_dir / QUESTIONS, f"file:{path.name}")
+        console.print(f"{n} question(s) -> {target}" + (f"; {bad} unusable line(s) skipped" if bad else ""))
 
 
 @data_app.command("ship-features")
@@ -312,11 +317,12 @@ def data_ship_features(config: ConfigOpt = None, sets: SetOpt = None) -> None:
 
     setup_logging()
     cfg = load(config, sets)
-    try:
-        written = ship_features(cfg)
-    except (ModelNotAvailable, KeyError) as exc:
-        fail(str(exc).strip("'\""))
-    if not written:
-        fail("nothing to ship: reward_model.people_pairs names no file and fixtures.file is null", code=1)
-    for path, rows, computed in written:
-        console.print(f"wrote {path}: {rows} rows ({computed} computed now, the rest read from the feature cache)")
+    with audited(cfg, "data ship-features"):
+        try:
+            written = ship_features(cfg)
+        except (ModelNotAvailable, KeyError) as exc:
+            fail(str(exc).strip("'\""))
+        if not written:
+            fail("nothing to ship: reward_model.people_pairs names no file and fixtures.file is null", code=1)
+        for path, rows, computed in written:
+            console.print(f"wrote {path}: {rows} rows ({computed} computed now, the rest read from the feature cache)")

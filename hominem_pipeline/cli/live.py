@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import getpass
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
 
-from hominem_pipeline.cli.common import ConfigOpt, SetOpt, app, console, fail, load, setup_logging
+from hominem_pipeline.cli.common import ConfigOpt, SetOpt, app, audited, console, fail, load, setup_logging, who
 
 live_app = typer.Typer(
     help="The live adapter: status, online update, promote (through the gate), rollback, freeze, notes.",
@@ -18,13 +17,6 @@ live_app = typer.Typer(
 app.add_typer(live_app, name="live")
 
 ReasonOpt = Annotated[Optional[str], typer.Option("--reason", "-r", help="Why; kept in data/live/history.json.")]
-
-
-def _who() -> str:
-    try:
-        return f"cli:{getpass.getuser()}"
-    except (KeyError, OSError):
-        return "cli"
 
 
 def _state(config, sets):
@@ -158,10 +150,11 @@ def live_promote(
 
     setup_logging()
     cfg = load(config, sets, persist=False)
-    result = _do(lambda: promote_version(cfg, version, by=_who(), reason=reason or "promoted by hand"))
-    console.print(result.report.summary())
-    if not result.promoted:
-        fail(f"{version} stays a candidate: " + "; ".join(result.report.reasons), code=1)
+    with audited(cfg, "live promote", version=version, reason=reason):
+        result = _do(lambda: promote_version(cfg, version, by=who(), reason=reason or "promoted by hand"))
+        console.print(result.report.summary())
+        if not result.promoted:
+            fail(f"{version} stays a candidate: " + "; ".join(result.report.reasons), code=1)
     console.print(f"[bold green]{version} is live[/]")
 
 
@@ -178,21 +171,25 @@ def live_rollback(
     from hominem_pipeline.core.online.promotion import rollback
 
     cfg = load(config, sets, persist=False)
-    live = _do(lambda: rollback(cfg, version, reason=reason or "rolled back by hand", by=_who()))
+    with audited(cfg, "live rollback", version=version, reason=reason) as details:
+        live = _do(lambda: rollback(cfg, version, reason=reason or "rolled back by hand", by=who()))
+        details["live"] = live.version
     console.print(f"live: [bold]{live.version or 'base'}[/]")
 
 
 @live_app.command("freeze")
 def live_freeze(config: ConfigOpt = None, sets: SetOpt = None, reason: ReasonOpt = None) -> None:
     """Stop online updates and promotions; the live adapter keeps answering."""
-    _do(lambda: _state(config, sets).freeze(reason=reason or "frozen by hand", by=_who()))
+    with audited(load(config, sets, persist=False), "live freeze", reason=reason):
+        _do(lambda: _state(config, sets).freeze(reason=reason or "frozen by hand", by=who()))
     console.print("live updates frozen (`hominem live unfreeze` resumes them)")
 
 
 @live_app.command("unfreeze")
 def live_unfreeze(config: ConfigOpt = None, sets: SetOpt = None, reason: ReasonOpt = None) -> None:
     """Resume online updates and promotions."""
-    _do(lambda: _state(config, sets).unfreeze(reason=reason or "", by=_who()))
+    with audited(load(config, sets, persist=False), "live unfreeze", reason=reason):
+        _do(lambda: _state(config, sets).unfreeze(reason=reason or "", by=who()))
     console.print("live updates resumed")
 
 
@@ -203,7 +200,7 @@ def live_note(
     sets: SetOpt = None,
 ) -> None:
     """Keep a note about the live adapter in its history."""
-    _do(lambda: _state(config, sets).note(text, by=_who()))
+    _do(lambda: _state(config, sets).note(text, by=who()))
     console.print("noted")
 
 
@@ -259,7 +256,9 @@ def live_update(
             raise typer.Exit(0)  # the server stopped before it needed this process
         reason = line.strip() or reason
     cfg = load(config, sets, persist=False)
-    done = _do(lambda: run_update(cfg, by=_who(), reason=reason or "online update by hand"))
+    with audited(cfg, "live update", reason=reason) as details:
+        done = _do(lambda: run_update(cfg, by=who(), reason=reason or "online update by hand"))
+        details |= {"result": done.outcome, "version": done.version}
     if result is not None:
         result.write_text(json.dumps(done.as_dict(), indent=1, default=str) + "\n")
     console.print(f"{done.outcome}: {done.version or ''} {done.reason}".replace("  ", " "))

@@ -15,6 +15,7 @@ from hominem_pipeline.cli.common import (
     SetOpt,
     app,
     artifact_for,
+    audited,
     console,
     fail,
     load,
@@ -439,11 +440,14 @@ def export(
     from hominem_pipeline.core.policy.export import export_merged
 
     setup_logging()
-    if str(adapter) == "live":
-        adapter = _live_adapter(load(None))
-    try:
-        info = export_merged(adapter, merged, base or student_path(load(None)))
-    except (FileNotFoundError, FileExistsError) as exc:
-        fail(str(exc))
+    cfg = load(None)
+    with audited(cfg, "export", adapter=str(adapter), out=str(merged)) as details:
+        if str(adapter) == "live":
+            adapter = _live_adapter(cfg)
+        try:
+            info = export_merged(adapter, merged, base or student_path(cfg))
+        except (FileNotFoundError, FileExistsError) as exc:
+            fail(str(exc))
+        details["adapter"] = str(info["adapter"])
     console.print(f"merged {info['adapter']} into {info['base']} -> {merged}")
     console.print(f"for llama.cpp / LM Studio: python convert_hf_to_gguf.py {merged} --outfile model.gguf")

@@ -20,6 +20,7 @@ from hominem_pipeline.cli.common import (
     DateOpt,
     SetOpt,
     app,
+    audited,
     console,
     dagster_env,
     err,
@@ -107,39 +108,40 @@ def run(
     """Materialize assets for one day through Dagster (runs show in the Dagster UI, metrics in MLflow)."""
     setup_logging()
     cfg = load(config, sets)
-    day = parse_date(date)
-    dagster_env(cfg)
-    from hominem_pipeline.core.lm.models import ModelNotAvailable, prepare_student
+    with audited(cfg, "run", date=date, select=select, fill_window=fill_window):
+        day = parse_date(date)
+        dagster_env(cfg)
+        from hominem_pipeline.core.lm.models import ModelNotAvailable, prepare_student
 
-    try:
-        prepare_student(cfg)
-    except ModelNotAvailable as exc:
-        fail(str(exc))
+        try:
+            prepare_student(cfg)
+        except ModelNotAvailable as exc:
+            fail(str(exc))
 
-    from dagster import AssetSelection
+        from dagster import AssetSelection
 
-    reach_partitions(day, max(cfg.reward_model.window_days, cfg.policy.window_days) - 1 if fill_window else 0)
-    from hominem_pipeline import definitions
+        reach_partitions(day, max(cfg.reward_model.window_days, cfg.policy.window_days) - 1 if fill_window else 0)
+        from hominem_pipeline import definitions
 
-    job = definitions.daily_job()
-    if "human_preferences" in select:
-        fail(
-            "human_preferences is not built by `hominem run`; fill it with `hominem data "
-            "import-preferences PATH --format hh-rlhf`"
-        )
-    try:
-        keys = AssetSelection.from_coercible(select.split(",")).resolve(job.asset_layer.asset_graph)
-    except Exception as exc:  # dagster raises several error types for a bad selection string
-        fail(f"--select {select!r} is not a valid asset selection ({exc}); try '*' or 'reward_model+'")
-    if not keys:
-        fail(
-            f"--select {select!r} matches no asset; assets are: "
-            f"{', '.join(sorted(k.to_user_string() for k in job.asset_layer.asset_graph.get_all_asset_keys()))}"
-        )
-    _check_teacher_key(cfg, day, {k.to_user_string() for k in keys}, fill_window)
-    if fill_window:
-        _fill_window(cfg, day, pairs="lora_adapter" in {k.to_user_string() for k in keys})
-    execute(definitions.daily_job, cfg, day, keys, "hominem run")
+        job = definitions.daily_job()
+        if "human_preferences" in select:
+            fail(
+                "human_preferences is not built by `hominem run`; fill it with `hominem data "
+                "import-preferences PATH --format hh-rlhf`"
+            )
+        try:
+            keys = AssetSelection.from_coercible(select.split(",")).resolve(job.asset_layer.asset_graph)
+        except Exception as exc:  # dagster raises several error types for a bad selection string
+            fail(f"--select {select!r} is not a valid asset selection ({exc}); try '*' or 'reward_model+'")
+        if not keys:
+            fail(
+                f"--select {select!r} matches no asset; assets are: "
+                f"{', '.join(sorted(k.to_user_string() for k in job.asset_layer.asset_graph.get_all_asset_keys()))}"
+            )
+        _check_teacher_key(cfg, day, {k.to_user_string() for k in keys}, fill_window)
+        if fill_window:
+            _fill_window(cfg, day, pairs="lora_adapter" in {k.to_user_string() for k in keys})
+        execute(definitions.daily_job, cfg, day, keys, "hominem run")
 
 
 def _check_teacher_key(cfg: HominemConfig, day: str, selected: set[str], fill_window: bool) -> None:

@@ -4,19 +4,20 @@ Tokens come from `serving.tokens_file` and the environment variable `serving.tok
 `rater TOKEN` or `admin TOKEN` per line (the variable may separate them with commas). Without any
 token the service is open, but only on loopback. A caller is known in the log only by a pseudonymous
 id derived from their token (`r-` and 12 hex digits of its SHA-256), never by the token itself.
-Unauthorised calls and admin actions go to `audit.jsonl`, append-only and fsynced.
+Unauthorised calls and admin actions go to `audit.jsonl`, append-only, fsynced and hash-chained
+(`core/online/audit.py`).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
-import json
 import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from hominem_pipeline.core.online.audit import AuditLog
 
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 ROLES = ("rater", "admin")
@@ -70,6 +71,7 @@ class Access:
         self.audit_path = Path(audit_path)
         self.audit_path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._log = AuditLog(self.audit_path)
 
     @classmethod
     def from_settings(
@@ -116,14 +118,10 @@ class Access:
         return None if role is None else Caller(rater_id(token), admin=role == "admin")
 
     def audit(self, action: str, **details: Any) -> None:
-        entry = {"time": dt.datetime.now(dt.timezone.utc).isoformat(), "action": action, **details}
-        line = json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n"
-        with self._lock, open(self.audit_path, "a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+        """One line in the chained audit log (`core/online/audit.py`), written before the call is answered; who
+        did it is the caller's rater id, else the service."""
+        with self._lock:
+            self._log.append(action, str(details.get("rater") or "service"), **details)
 
     def audit_entries(self) -> list[dict[str, Any]]:
-        if not self.audit_path.exists():
-            return []
-        return [json.loads(line) for line in self.audit_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return self._log.entries()

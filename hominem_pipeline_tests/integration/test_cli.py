@@ -652,3 +652,39 @@ def test_feedback_given_in_the_page_leaves_the_days_commands_working(tmp_path, t
         compare.stderr
     )  # one line, the root named, not the chain
     assert f"why: lora_adapter for {today} is version" in " ".join(compare.stderr.split())
+
+
+def test_every_state_changing_command_is_audited_and_the_chain_shows_tampering(labeled_project):
+    """The run that labeled the project, a validation and a freeze each wrote one audit line (who, what, on which
+    day, the outcome); `hominem audit` lists and filters them, and `hominem audit verify` names a removed line."""
+    import json
+
+    project, _ = labeled_project
+    assert hominem(project, "data", "validate", "--config", "config/tiny.yaml", "--date", DAY).returncode == 0
+    assert hominem(project, "live", "freeze", "--config", "config/tiny.yaml", "--reason", "a test").returncode == 0
+    assert hominem(project, "live", "unfreeze", "--config", "config/tiny.yaml").returncode == 0
+    listed = hominem(project, "audit", "--config", "config/tiny.yaml", "--json")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    entries = json.loads(listed.stdout)
+    mine = [e for e in entries if e["who"].startswith("cli:")]
+    actions = [e["action"] for e in mine]
+    assert actions[0] == "run" and mine[0]["date"] == DAY and mine[0]["outcome"] == "ok"
+    assert actions[-3:] == ["data validate", "live freeze", "live unfreeze"]
+    assert mine[-2]["reason"] == "a test" and all(e["outcome"] == "ok" for e in mine)
+    frozen = json.loads(
+        hominem(project, "audit", "--config", "config/tiny.yaml", "--action", "freeze", "--json").stdout
+    )
+    assert [e["action"] for e in frozen] == ["live freeze", "live unfreeze"]
+
+    verified = hominem(project, "audit", "verify", "--config", "config/tiny.yaml")
+    assert verified.returncode == 0 and "chain intact" in verified.stdout, verified.stdout + verified.stderr
+    path = project / "data" / "online" / "audit.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:-2] + lines[-1:]) + "\n")  # the freeze removed
+    broken = hominem(project, "audit", "verify", "--config", "config/tiny.yaml")
+    assert (
+        broken.returncode == 1
+        and "(live unfreeze," in broken.stderr
+        and "the line before it was removed" in (broken.stderr)
+    )
+    path.write_text("\n".join(lines) + "\n")

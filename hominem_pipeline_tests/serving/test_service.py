@@ -344,9 +344,12 @@ def test_two_raters_each_asking_every_route_for_the_others_words_get_403_or_noth
 ):
     """Ana's conversation is hers: Ben's token cannot give feedback on her turns (so no repeat or question brings
     them back to him), and the dashboard shows him every figure but only his own pairs' words. An admin sees all."""
+    import signal
+
     import pandas as pd
 
     from hominem_pipeline.serving.auth import rater_id
+    from hominem_pipeline.testing.service import stop_serve
     from hominem_pipeline_tests.conftest import make_project
 
     project = make_project(tmp_path / "project", tiny_student, tiny_encoder)
@@ -407,4 +410,10 @@ def test_two_raters_each_asking_every_route_for_the_others_words_get_403_or_noth
         audit = httpx.get(server.url + "/admin/audit", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}).json()
         assert [e.get("turn") for e in audit["entries"] if e["action"] == "forbidden"][:2] == [turns[0], turns[0]]
     finally:
-        stop(server.proc)
+        stop_serve(server.proc, signal.SIGKILL)  # a crash: every refusal answered is in the audit log, chained
+    from hominem_pipeline.core.online.audit import AuditLog
+
+    log = AuditLog(project / "data" / "online" / "audit.jsonl")
+    forbidden = [e for e in log.entries() if e["action"] == "forbidden"]
+    assert len(forbidden) == 4 and {e["who"] for e in forbidden} == {ben}  # 2 feedback posts, 2 admin routes
+    assert log.verify().intact
