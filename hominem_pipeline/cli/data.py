@@ -326,3 +326,48 @@ def data_ship_features(config: ConfigOpt = None, sets: SetOpt = None) -> None:
             fail("nothing to ship: reward_model.people_pairs names no file and fixtures.file is null", code=1)
         for path, rows, computed in written:
             console.print(f"wrote {path}: {rows} rows ({computed} computed now, the rest read from the feature cache)")
+
+
+@data_app.command("export")
+def data_export(
+    rater: Annotated[str, typer.Option("--rater", help="The person's pseudonymous id (r-..., or local).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The file to write (must not exist).")],
+    format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help="json: their turns, feedback and pairs in one document (what GET /me/data answers) | jsonl: their "
+            "pairs alone, one per line, as `hominem data import-preferences --format jsonl` reads them.",
+        ),
+    ] = "json",
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+) -> None:
+    """Everything one person gave, from the interaction log: their turns, their feedback and the preference
+    pairs it makes, each pair in config/schemas/preference-pair.json's format."""
+    import json
+
+    from hominem_pipeline.core.online.export import log_events, rater_data
+    from hominem_pipeline.core.online.log import log_folder
+
+    cfg = load(config, sets, persist=False)
+    with audited(cfg, "data export", rater=rater, out=str(out), format=format) as details:
+        if format not in ("json", "jsonl"):
+            fail(f"--format {format!r} is not supported; use json or jsonl")
+        if out.exists():
+            fail(f"{out} exists; pass a new file to --out")
+        data = rater_data(log_events(log_folder(cfg)), rater)
+        if not data["turns"] and not data["feedback"]:
+            fail(f"nothing in the interaction log is {rater!r}'s; `hominem history choices` shows who gave what", 1)
+        text = (
+            json.dumps(data, ensure_ascii=False, indent=1) + "\n"
+            if format == "json"
+            else "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in data["pairs"])
+        )
+        out.write_text(text, encoding="utf-8")
+        details |= {"pairs": len(data["pairs"]), "turns": len(data["turns"])}
+    console.print(
+        f"{rater}: {len(data['pairs'])} pair(s), {len(data['turns'])} turn(s), "
+        f"{len(data['feedback'])} piece(s) of feedback -> {out}"
+    )

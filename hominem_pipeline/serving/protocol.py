@@ -351,6 +351,15 @@ class QuestionResponse(_Response):
     answered: int | None = None
 
 
+class MyData(_Response):
+    rater: str = Field(description="Your pseudonymous id.")
+    exported_at: str
+    pair_schema: str = Field(description="The JSON Schema each pair follows.")
+    pairs: list[dict[str, Any]] = Field(description="The preference pairs your feedback makes.")
+    turns: list[dict[str, Any]] = Field(description="The turns you were served or recorded, as the log holds them.")
+    feedback: list[dict[str, Any]] = Field(description="Your thumbs, choices, nudges and emotion labels.")
+
+
 class ConsistencyResponse(_Response):
     rater: str
     choices: int

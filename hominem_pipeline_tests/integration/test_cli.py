@@ -688,3 +688,26 @@ def test_every_state_changing_command_is_audited_and_the_chain_shows_tampering(l
         and "the line before it was removed" in (broken.stderr)
     )
     path.write_text("\n".join(lines) + "\n")
+
+
+def test_data_export_writes_one_persons_pairs_the_importer_reads(labeled_project, tmp_path):
+    import json
+
+    from hominem_pipeline.core.human.preferences import parse_preference_file
+    from hominem_pipeline_tests.core.test_export import events
+
+    project, _ = labeled_project
+    nobody = hominem(project, "data", "export", "--rater", "r-ana", "-o", str(tmp_path / "none.json"))
+    assert nobody.returncode == 1 and "nothing in the interaction log is 'r-ana''s" in nobody.stderr
+    log = project / "data" / "online" / "log" / "2026-11-20.jsonl"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("".join(json.dumps(e) + "\n" for e in events()))
+    out = tmp_path / "ana.jsonl"
+    done = hominem(project, "data", "export", "--rater", "r-ana", "-o", str(out), "--format", "jsonl")
+    assert done.returncode == 0 and "r-ana: 1 pair(s), 2 turn(s), 1 piece(s) of feedback" in done.stdout, done.stderr
+    assert "Ben" not in out.read_text()
+    assert parse_preference_file(out, "jsonl", out.name).pairs["chosen"].tolist() == ["Ana's worry: a kind reply"]
+    audit = [json.loads(line) for line in (project / "data" / "online" / "audit.jsonl").read_text().splitlines()]
+    exports = [e for e in audit if e["action"] == "data export"]
+    assert [e["outcome"] for e in exports] == ["failed: exit 1", "ok"] and exports[1]["pairs"] == 1
+    log.unlink()

@@ -397,6 +397,7 @@ def test_two_raters_each_asking_every_route_for_the_others_words_get_403_or_noth
                 "/feedback/consistency",
                 "/dashboard/api/drift",
                 "/dashboard/api/timeline",
+                "/me/data",
                 "/admin/raters",
                 "/admin/audit",
             )
@@ -404,6 +405,9 @@ def test_two_raters_each_asking_every_route_for_the_others_words_get_403_or_noth
         assert [r.status_code for r in seen_by_ben][-2:] == [403, 403]
         assert not any("Ana's" in r.text for r in seen_by_ben)
         assert "Ben's own worry" in seen_by_ben[3].text
+        assert seen_by_ben[5].status_code == 200 and seen_by_ben[5].json()["pairs"] == []
+        mine = httpx.get(server.url + "/me/data", headers=as_ana, timeout=60).json()
+        assert [p["chosen"] for p in mine["pairs"]] == ["Ana's first secret reply"] and len(mine["turns"]) == 2
         assert "Ana's secret worry" in httpx.get(server.url + "/dashboard/api/drift", headers=as_ana, timeout=60).text
         admin = httpx.get(server.url + "/dashboard/api/drift", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
         assert "Ana's secret worry" in admin.text and "Ben's own worry" in admin.text

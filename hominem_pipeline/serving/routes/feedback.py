@@ -39,6 +39,7 @@ from hominem_pipeline.serving.protocol import (
     GeneratedReply,
     GenerateRequest,
     GenerateResponse,
+    MyData,
     QuestionResponse,
     RepeatResponse,
     RewardRequest,
@@ -259,3 +260,16 @@ async def consistency(
     empty = {"choices": 0, "repeats": 0, "consistent": 0, "consistency": None}
     mine = service.ledger.consistency(caller.rater).get(caller.rater, empty)
     return ConsistencyResponse(rater=caller.rater, **mine)
+
+
+@router.get("/me/data", response_model=MyData)
+async def my_data(caller: Caller = Depends(authenticate), service: Service = Depends(get_service)) -> Any:
+    """Everything you gave: your turns, your feedback, and the preference pairs they make, each pair in the
+    project's pair format (`config/schemas/preference-pair.json`, what `hominem data import-preferences --format
+    jsonl` reads). Only your own: another person's words are never in it."""
+    from hominem_pipeline.core.online.export import log_events, rater_data
+
+    folder = service.journal.log.folder
+    data = await asyncio.to_thread(lambda: rater_data(log_events(folder), caller.rater))
+    service.access.audit("export_own_data", rater=caller.rater, pairs=len(data["pairs"]), turns=len(data["turns"]))
+    return data
