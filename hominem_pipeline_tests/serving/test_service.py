@@ -373,6 +373,7 @@ def test_two_raters_each_asking_every_route_for_the_others_words_get_403_or_noth
     env = {"HOMINEM_TOKENS": f"rater {ana_token}, rater {ben_token}, admin {ADMIN_TOKEN}"}
     server = start(project, "--adapter", "none", "--reward-model", "none", env=env)
     as_ana, as_ben = ({"Authorization": f"Bearer {t}"} for t in (ana_token, ben_token))
+    walked = []
     try:
         turns = [
             httpx.post(
@@ -406,6 +407,13 @@ def test_two_raters_each_asking_every_route_for_the_others_words_get_403_or_noth
         assert not any("Ana's" in r.text for r in seen_by_ben)
         assert "Ben's own worry" in seen_by_ben[3].text
         assert seen_by_ben[5].status_code == 200 and seen_by_ben[5].json()["pairs"] == []
+        # every route of the app's OpenAPI schema, as Ben, with no input: an answer, a refusal, never Ana's words
+        for path, methods in httpx.get(server.url + "/openapi.json", timeout=30).json()["paths"].items():
+            for method in methods:
+                answer = httpx.request(method.upper(), server.url + path, headers=as_ben, json={}, timeout=120)
+                walked.append((method, path, answer.status_code))
+                assert "Ana's" not in answer.text, (method, path, answer.text[:300])
+        assert len(walked) >= 25 and ("get", "/me/data", 200) in walked
         mine = httpx.get(server.url + "/me/data", headers=as_ana, timeout=60).json()
         assert [p["chosen"] for p in mine["pairs"]] == ["Ana's first secret reply"] and len(mine["turns"]) == 2
         assert "Ana's secret worry" in httpx.get(server.url + "/dashboard/api/drift", headers=as_ana, timeout=60).text
@@ -419,5 +427,6 @@ def test_two_raters_each_asking_every_route_for_the_others_words_get_403_or_noth
 
     log = AuditLog(project / "data" / "online" / "audit.jsonl")
     forbidden = [e for e in log.entries() if e["action"] == "forbidden"]
-    assert len(forbidden) == 4 and {e["who"] for e in forbidden} == {ben}  # 2 feedback posts, 2 admin routes
+    refusals = 4 + sum(code == 403 for _, _, code in walked)  # 2 feedback posts, 2 admin routes, the walk's
+    assert len(forbidden) == refusals and {e["who"] for e in forbidden} == {ben}
     assert log.verify().intact
