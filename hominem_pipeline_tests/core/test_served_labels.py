@@ -128,3 +128,29 @@ def test_people_s_choices_between_served_replies_are_told_apart_from_asked_quest
     assert dict(zip(pairs["pair_id"].str.split("-").str[-1], pairs["category"])) == {"ch1": "served", "ch2": "asked"}
     pred = pairs.assign(source="page")
     assert list(served_choices(pred)["chosen_turn"]) == ["a1"]
+
+
+def test_served_turns_are_redacted_before_a_teacher_away_from_this_machine_reads_them(tiny_cfg, project):
+    from hominem_pipeline.core.builds.human_feedback import log_file
+    from hominem_pipeline.core.builds.teacher_labels import served_replies, teacher_leaves_machine
+    from hominem_pipeline.core.config.loader import load_config
+
+    said = "Write to me at jo@example.com or call +1 555 123 4567."
+    path = log_file(tiny_cfg, BEFORE)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(turn("p1", said, "I will, jo@example.com.", time=f"{BEFORE}T09:00:00+00:00")) + "\n")
+
+    def rated(**teacher):
+        overrides = {"teacher": teacher, "labeling": {"served_turns": 4}}
+        cfg = load_config(project / "config" / "tiny.yaml", root=project, overrides=overrides) if teacher else tiny_cfg
+        return cfg, served_replies(cfg, DAY)
+
+    local, [kept] = rated()
+    assert not teacher_leaves_machine(local) and kept.prompt == said  # the local judge reads it as logged
+    lan, _ = rated(provider="openai_compatible", api={"base_url": "http://127.0.0.1:1234/v1", "model": "m"})
+    assert not teacher_leaves_machine(lan)
+    hosted, [sent] = rated(provider="openai", api={"model": "gpt-4o-mini"})
+    assert teacher_leaves_machine(hosted)
+    assert (
+        "jo@example.com" not in sent.prompt + sent.response and "[email]" in sent.prompt and "[phone]" in sent.prompt
+    )

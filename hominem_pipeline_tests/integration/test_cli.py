@@ -663,14 +663,18 @@ def test_every_state_changing_command_is_audited_and_the_chain_shows_tampering(l
     assert hominem(project, "data", "validate", "--config", "config/tiny.yaml", "--date", DAY).returncode == 0
     assert hominem(project, "live", "freeze", "--config", "config/tiny.yaml", "--reason", "a test").returncode == 0
     assert hominem(project, "live", "unfreeze", "--config", "config/tiny.yaml").returncode == 0
-    listed = hominem(project, "audit", "--config", "config/tiny.yaml", "--json")
+    listed = hominem(project, "audit", "--config", "config/tiny.yaml", "--json", "-n", "100000")
     assert listed.returncode == 0, listed.stdout + listed.stderr
     entries = json.loads(listed.stdout)
     mine = [e for e in entries if e["who"].startswith("cli:")]
     actions = [e["action"] for e in mine]
     assert actions[0] == "run" and mine[0]["date"] == DAY and mine[0]["outcome"] == "ok"
     assert actions[-3:] == ["data validate", "live freeze", "live unfreeze"]
-    assert mine[-2]["reason"] == "a test" and all(e["outcome"] == "ok" for e in mine)
+    assert mine[-2]["reason"] == "a test" and all(e["outcome"] == "ok" for e in mine[-3:])
+    labeled = {"build prompts", "build teacher_labels"}
+    builds = [e for e in entries if e["who"].startswith("dagster:") and e["action"] in labeled]
+    assert {e["action"] for e in builds} == labeled and all(e["day"] == DAY and e["version"] for e in builds)
+    assert builds[0]["outcome"] == "built"
     frozen = json.loads(
         hominem(project, "audit", "--config", "config/tiny.yaml", "--action", "freeze", "--json").stdout
     )

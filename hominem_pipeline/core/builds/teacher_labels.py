@@ -61,7 +61,24 @@ def served_replies(cfg: HominemConfig, partition: str) -> list[Trajectory]:
     path = log_file(cfg, served_day(partition))
     if cfg.labeling.served_turns <= 0 or not path.exists():
         return []
-    return served_trajectories(list(read_events(path)), cfg.labeling.served_turns)
+    served = served_trajectories(list(read_events(path)), cfg.labeling.served_turns)
+    if cfg.labeling.redact_served and teacher_leaves_machine(cfg):
+        from hominem_pipeline.core.online.events import redact
+
+        served = [t.model_copy(update={"prompt": redact(t.prompt), "response": redact(t.response)}) for t in served]
+    return served
+
+
+def teacher_leaves_machine(cfg: HominemConfig) -> bool:
+    """Whether what the teacher reads leaves this machine: a hosted provider, or a server beyond loopback."""
+    from urllib.parse import urlparse
+
+    provider, base_url = cfg.teacher.provider, cfg.teacher.api.base_url
+    if provider == "local":
+        return False
+    if base_url is None:
+        return True  # the provider's own servers
+    return urlparse(base_url).hostname not in ("127.0.0.1", "::1", "localhost")
 
 
 @dataclass

@@ -181,6 +181,11 @@ class LabelingConfig(_Frozen):
         "before (its interaction log): those people gave feedback on first, then the newest; each row "
         "keeps its turn id. 0: none.",
     )
+    redact_served: bool = Field(
+        description="Served turns a teacher away from this machine reads (anthropic, openai, or a base_url beyond "
+        "loopback) are redacted first: e-mails, phone, card and IP numbers are replaced by placeholders (false: "
+        "sent as the log holds them). A teacher on this machine reads them as logged."
+    )
 
 
 class VerifierConfig(_Frozen):

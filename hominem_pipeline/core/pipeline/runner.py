@@ -203,8 +203,27 @@ def _track(run: Any, stage: Stage, ref: ArtifactRef, cache_hit: bool) -> None:
 def run_stage(
     stage: Stage | str, cfg: HominemConfig, partition: str, *, dagster_run_id: str | None = None
 ) -> StageResult:
-    """Plan, reuse or build, publish and track one stage for one day (see the module's docstring)."""
+    """Plan, reuse or build, publish and track one stage for one day (see the module's docstring). One line goes to
+    the audit log (`core/online/audit.py`): who (`dagster:<run>`, or `manual` outside Dagster), the stage, the day,
+    the version, and the outcome (built, reused, or failed and why)."""
+    from hominem_pipeline.core.online.audit import AuditLog, audit_path
+
     stage = STAGES_BY_NAME[stage] if isinstance(stage, str) else stage
+    who = f"dagster:{dagster_run_id}" if dagster_run_id else "manual"
+    try:
+        result = _run_stage(stage, cfg, partition, dagster_run_id)
+    except BaseException as exc:
+        why = f"failed: {exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+        AuditLog(audit_path(cfg)).append(f"build {stage.name}", who, day=partition, outcome=why)
+        raise
+    outcome = "reused" if result.cache_hit else "built"
+    AuditLog(audit_path(cfg)).append(
+        f"build {stage.name}", who, day=partition, version=result.ref.version, outcome=outcome
+    )
+    return result
+
+
+def _run_stage(stage: Stage, cfg: HominemConfig, partition: str, dagster_run_id: str | None) -> StageResult:
     check_partition(partition)
     refreshed = tuple(refresh_window(stage, cfg, partition, dagster_run_id))
     store = ArtifactStore(cfg.data_dir)
