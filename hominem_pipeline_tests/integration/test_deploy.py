@@ -226,6 +226,13 @@ def test_the_daily_chain_runs_through_the_queue_on_celery_workers_with_postgres_
         )
         bindir = Path(sys.executable).parent
         ui = f"http://127.0.0.1:{free_port()}"
+        # the instance's schema made once, before the daemon, the webserver and two workers start: each would create
+        # it on first use, and racing to do so can leave the daemon dead ("type snapshots already exists")
+        from dagster import DagsterInstance
+
+        monkeypatch.setenv("HOMINEM_DAGSTER_PG_URL", dagster_url)
+        with DagsterInstance.from_config(str(home)):
+            pass
         try:
             processes.start(
                 [str(bindir / "dagster-daemon"), "run", "-w", "workspace.yaml"], env, project, tmp_path / "daemon.log"

@@ -166,16 +166,24 @@ class Tracker:
             if EXPERIMENT_KIND[0] not in exp.tags:  # made by an older version, or by hand: opens on the runs table too
                 mlflow.MlflowClient().set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
             return exp.experiment_id
-        if (
-            self.server
-        ):  # the tracking server keeps the artifacts (--artifacts-destination) and serves them to every client
-            return mlflow.create_experiment(self.experiment, tags=dict([EXPERIMENT_KIND]))
-        self.artifact_root.mkdir(parents=True, exist_ok=True)
-        return mlflow.create_experiment(
-            self.experiment,
-            artifact_location=self.artifact_root.resolve().as_uri(),
-            tags=dict([EXPERIMENT_KIND]),
-        )
+        from mlflow.exceptions import MlflowException
+
+        try:
+            if (
+                self.server
+            ):  # the tracking server keeps the artifacts (--artifacts-destination) and serves them to every client
+                return mlflow.create_experiment(self.experiment, tags=dict([EXPERIMENT_KIND]))
+            self.artifact_root.mkdir(parents=True, exist_ok=True)
+            return mlflow.create_experiment(
+                self.experiment,
+                artifact_location=self.artifact_root.resolve().as_uri(),
+                tags=dict([EXPERIMENT_KIND]),
+            )
+        except MlflowException as exc:  # another worker created it a moment ago: use theirs
+            made = mlflow.get_experiment_by_name(self.experiment)
+            if "RESOURCE_ALREADY_EXISTS" not in f"{exc.error_code} {exc}" or made is None:
+                raise
+            return made.experiment_id
 
     @property
     def server(self) -> bool:
