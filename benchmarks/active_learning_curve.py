@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from benchmarks.active_learning_sim import NOISE, simulate, summarise
+from benchmarks.active_learning_sim import NOISE, answers_to_reach, simulate, summarise
 from benchmarks.active_learning_sim import plot as plot_in_process
 from benchmarks.common import scratch_data
 
@@ -382,7 +382,7 @@ def report(curves: dict, seeds: list[int]) -> None:
         n_final, target = means["random"][-1]
 
         def reached(arm: str) -> str:
-            at = crossing(means[arm], target)
+            at = answers_to_reach(means[arm], target)
             return f"{arm} at {at:.0f} ({at / n_final:.2f} of it)" if at else f"{arm} at more than {means[arm][-1][0]}"
 
         others = [reached(arm) for arm in ARMS if arm != "random" and means[arm]]
@@ -396,14 +396,6 @@ def mean_curve(curves: dict, arm: str, seeds: list[int]) -> list[tuple[int, floa
         return []
     shared = sorted(set.intersection(*(set(r) for r in runs)))
     return [(n, float(np.mean([r[n] for r in runs]))) for n in shared]
-
-
-def crossing(curve: list[tuple[int, float]], target: float) -> float | None:
-    """The answers at which `curve` first reaches `target`, linearly interpolated between its points."""
-    for (n0, a0), (n1, a1) in zip([curve[0], *curve], curve):
-        if a1 >= target:
-            return float(n1) if a1 == a0 or n1 == n0 else n0 + (target - a0) / (a1 - a0) * (n1 - n0)
-    return None
 
 
 def plot(curves: dict, path: Path) -> None:

@@ -30,6 +30,8 @@ from functools import cached_property
 
 import numpy as np
 
+from hominem_pipeline.core.reward.calibration import preference_probability
+
 PRIOR_LOGIT_SD = 2.0  # the prior's standard deviation of a typical pair's logit (a pair of median feature distance)
 NEWTON_STEPS = 25
 HERMITE_NODES = 16
@@ -58,7 +60,7 @@ def rater_noise(consistent: int, repeats: int, default: float, prior_repeats: fl
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * x))
+    return preference_probability(x, 1.0)
 
 
 def _entropy_bits(p: np.ndarray) -> np.ndarray:
@@ -184,11 +186,12 @@ def _predictive(mu: np.ndarray, var: np.ndarray, noise: float) -> np.ndarray:
     return answer_probability(mu / np.sqrt(1.0 + np.pi * var / 8.0), noise)
 
 
-def _bald(mu: np.ndarray, var: np.ndarray, noise: float) -> np.ndarray:
+def _bald(mu: np.ndarray, var: np.ndarray, noise: float, predictive: np.ndarray | None = None) -> np.ndarray:
     nodes, weights = np.polynomial.hermite_e.hermegauss(HERMITE_NODES)  # for N(0, 1): sum w_k g(x_k) / sqrt(2 pi)
     logits = mu[:, None] + np.sqrt(var)[:, None] * nodes[None, :]
     expected = _entropy_bits(answer_probability(logits, noise)) @ weights / np.sqrt(2.0 * np.pi)
-    return np.clip(_entropy_bits(_predictive(mu, var, noise)) - expected, 0.0, None)
+    predictive = _predictive(mu, var, noise) if predictive is None else predictive
+    return np.clip(_entropy_bits(predictive) - expected, 0.0, None)
 
 
 def epig(
@@ -239,7 +242,8 @@ def expected_information(
     if method not in METHODS:
         raise ValueError(f"method {method!r} is not one of {', '.join(METHODS)}")
     mu, var = posterior.latent(diffs)
-    predictive, about_model = _predictive(mu, var, posterior.noise), _bald(mu, var, posterior.noise)
+    predictive = _predictive(mu, var, posterior.noise)
+    about_model = _bald(mu, var, posterior.noise, predictive)
     if method == "bald":
         value = about_model
     elif targets is None or not len(targets):

@@ -258,9 +258,11 @@ class DashboardData:
             path = Path(m["path"]) / "pairs.parquet"
             if not path.is_file():
                 continue
-            frame = pd.read_parquet(path)
-            if "asked_value" not in frame or "asked_by" not in frame:
+            import pyarrow.parquet as pq
+
+            if not {"asked_value", "asked_by"} <= set(pq.read_schema(path).names):
                 continue  # built before answers recorded how they were asked
+            frame = pd.read_parquet(path, columns=["asked_value", "asked_by"])  # not the pairs' texts
             frame = frame[frame["asked_value"].notna()]
             values += frame["asked_value"].astype(float).tolist()
             by += frame["asked_by"].fillna("information").astype(str).tolist()
