@@ -229,6 +229,8 @@ class QuestionDesk:
             return None
         question, chosen, scores = found
         with self._asked_lock:  # apart from the pick's lock: a choice posted meanwhile does not wait for a pick
+            # the newest ask of a pair stands: it is the one the person answers
+            self._asked.pop((rater, question.id), None)
             self._asked[(rater, question.id)] = {"by": chosen.by, "value": round(float(chosen.value), 4)}
             while len(self._asked) > ASKED_KEPT:
                 self._asked.pop(next(iter(self._asked)))
