@@ -23,6 +23,7 @@ from hominem_pipeline.cli.common import (
     reach_partitions,
     read_table,
     setup_logging,
+    who,
 )
 from hominem_pipeline.cli.pipeline import execute
 
@@ -370,4 +371,48 @@ def data_export(
     console.print(
         f"{rater}: {len(data['pairs'])} pair(s), {len(data['turns'])} turn(s), "
         f"{len(data['feedback'])} piece(s) of feedback -> {out}"
+    )
+
+
+@data_app.command("forget")
+def data_forget(
+    rater: Annotated[str, typer.Option("--rater", help="The person's pseudonymous id (r-..., or local).")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+) -> None:
+    """Forget one person: a tombstone in the log, then their words out of every file under the data folder (the log,
+    the history index, memory files, caches, and the built versions that hold them, which the next run builds
+    again). What could not be removed is listed with the command that removes it. `hominem data export` first if
+    they want a copy."""
+    from hominem_pipeline.core.online.forget import forget
+    from hominem_pipeline.core.online.log import log_folder, read_events, tombstones
+
+    cfg = load(config, sets, persist=False)
+    setup_logging()
+    with audited(cfg, "data forget", rater=rater) as details:
+        folder = log_folder(cfg)
+        files = sorted(folder.glob("*.jsonl"))
+        theirs = sum(1 for p in files for e in read_events(p, honour_tombstones=False) if e.get("rater") == rater)
+        if not theirs and rater not in tombstones(folder):
+            fail(f"nothing in the interaction log is {rater!r}'s; `hominem history choices` shows who gave what", 1)
+        if not yes and not typer.confirm(f"Forget {rater}: {theirs} event(s) and everything built from them?"):
+            fail("nothing forgotten", 1)
+        report = forget(cfg, rater, who())
+        details |= {"events": report.events, "removed": len(report.removed), "left": len(report.left)}
+    console.print(
+        f"{rater} forgotten: {report.events} event(s) out of the log, {report.rows} row(s) out of memory files, "
+        f"caches and the history index, {len(report.removed)} version(s) or file(s) removed",
+        highlight=False,
+    )
+    for line in report.removed:
+        console.print(f"  removed {line}", highlight=False)
+    for line in report.rebuild:
+        console.print(f"  build again: {line}", highlight=False)
+    for line in report.left:
+        console.print(f"  [yellow]left: {line}[/]", highlight=False)
+    console.print(
+        "[dim]a running `hominem serve` keeps what it read at start until it restarts; DELETE /me/data on the service "
+        "forgets at once[/]",
+        highlight=False,
     )

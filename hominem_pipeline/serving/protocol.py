@@ -360,6 +360,15 @@ class MyData(_Response):
     feedback: list[dict[str, Any]] = Field(description="Your thumbs, choices, nudges and emotion labels.")
 
 
+class Forgot(_Response):
+    rater: str = Field(description="Your pseudonymous id, now forgotten.")
+    forgotten_at: str = Field(description="The tombstone's time: your events up to it are absent to every reader.")
+    events: int = Field(description="Your events taken out of the interaction log.")
+    removed: list[str] = Field(description="Built versions and files removed because they held your words.")
+    rebuild: list[str] = Field(description="The commands that build the removed versions' days again, without you.")
+    left: list[str] = Field(description="What still holds your words, why, and how to remove it; [] when none.")
+
+
 class ConsistencyResponse(_Response):
     rater: str
     choices: int

@@ -99,6 +99,15 @@ class QuestionDesk:
         with self._asked_lock:
             return self._asked.get((rater, a.group(1)))
 
+    def forget(self, rater: str) -> None:
+        """Drop what is held of `rater` (they were forgotten): their posterior, how their questions were asked, and
+        the features of texts (theirs among them)."""
+        with self._lock:
+            self._posteriors = {k: v for k, v in self._posteriors.items() if k[1] != rater}
+            self._rows = {}
+        with self._asked_lock:
+            self._asked = {k: v for k, v in self._asked.items() if k[0] != rater}
+
     def answered(self, rater: str) -> tuple[set[str], list[str]]:
         """(the questions `rater` chose on, the prompts of every question anyone answered)."""
         mine, prompts = set(), {}

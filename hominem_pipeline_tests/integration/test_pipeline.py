@@ -40,16 +40,16 @@ ORDER = [
 ]
 
 
-def write_feedback_log(project):
-    """What `hominem serve` would have logged on DAY: two replies to one message, a strong choice, thumbs."""
+def served_turn(content, time, rater="local", session="s"):
+    """A turn as `hominem serve` logs it, without id and reply: one user message, answered by the base."""
     from hominem_pipeline.core.online.events import context_digest
 
-    messages = [{"role": "user", "content": "I failed my driving test again."}]
-    turn = {
+    messages = [{"role": "user", "content": content}]
+    return {
         "kind": "turn",
-        "time": f"{DAY}T09:00:00+00:00",
-        "rater": "local",
-        "session": "s",
+        "time": time,
+        "rater": rater,
+        "session": session,
         "messages": messages,
         "model": "hominem",
         "adapter": None,
@@ -58,6 +58,26 @@ def write_feedback_log(project):
         "completion_tokens": 5,
         "context": context_digest(messages),
     }
+
+
+def materialize_day(project, config_path, day, selection=None):
+    """Every stage but the imports for `day`, on an instance of its own; the result, which succeeded."""
+    defs = build_definitions(str(config_path), root=project)
+    with instance_for_test() as instance:
+        result = materialize(
+            [a for a in defs.assets if a.key.to_user_string() != "human_preferences"],
+            instance=instance,
+            partition_key=day,
+            resources={"hominem": HominemResource(root=str(project), config_path=str(config_path))},
+            selection=selection,
+        )
+    assert result.success
+    return result
+
+
+def write_feedback_log(project):
+    """What `hominem serve` would have logged on DAY: two replies to one message, a strong choice, thumbs."""
+    turn = served_turn("I failed my driving test again.", f"{DAY}T09:00:00+00:00")
     events = [
         turn | {"id": "kind", "reply": "That is rough. What happened?"},
         turn | {"id": "curt", "reply": "Try harder."},
@@ -1408,27 +1428,13 @@ def test_feedback_given_after_a_days_run_reaches_the_next_days_reward_model(chai
     says how many people's pairs it read from each day of its window."""
     import shutil
 
-    from hominem_pipeline.core.online.events import context_digest
     from hominem_pipeline.core.reward.metadata import RewardMetadata
 
     project = tmp_path / "project"
     shutil.copytree(chain["project"], project, symlinks=True)
     config_path = project / "config" / "tiny.yaml"
     cfg = load_config(config_path, root=project)
-    messages = [{"role": "user", "content": "My sister forgot my birthday."}]
-    turn = {
-        "kind": "turn",
-        "time": f"{DAY}T20:00:00+00:00",
-        "rater": "local",
-        "session": "late",
-        "messages": messages,
-        "model": "hominem",
-        "adapter": None,
-        "sampling": {},
-        "finish_reason": "stop",
-        "completion_tokens": 5,
-        "context": context_digest(messages),
-    }
+    turn = served_turn("My sister forgot my birthday.", f"{DAY}T20:00:00+00:00", session="late")
     with open(project / "data" / "online" / "log" / f"{DAY}.jsonl", "a") as f:
         for e in (
             turn | {"id": "warm", "reply": "That hurts. Did you tell her?"},
@@ -1447,17 +1453,8 @@ def test_feedback_given_after_a_days_run_reaches_the_next_days_reward_model(chai
     assert lineage(cfg).expected("human_feedback", DAY) is None  # DAY's feedback is stale now
 
     nxt = "2026-11-21"
-    defs = build_definitions(str(config_path), root=project)
-    with instance_for_test() as instance:
-        result = materialize(
-            [a for a in defs.assets if a.key.to_user_string() != "human_preferences"],
-            instance=instance,
-            partition_key=nxt,
-            resources={"hominem": HominemResource(root=str(project), config_path=str(config_path))},
-            selection="*reward_model",
-        )
-        assert result.success
-        made = {(e.asset_key.to_user_string(), e.partition) for e in result.get_asset_materialization_events()}
+    result = materialize_day(project, config_path, nxt, "*reward_model")
+    made = {(e.asset_key.to_user_string(), e.partition) for e in result.get_asset_materialization_events()}
     assert ("human_feedback", DAY) in made and (
         "reward_model",
         nxt,
@@ -1474,3 +1471,85 @@ def test_feedback_given_after_a_days_run_reaches_the_next_days_reward_model(chai
     ]
     assert by_day[DAY]["feedback"] == len(feedback) and by_day[nxt] == {"feedback": 0, "nudge": 0, "imported": 0}
     assert model.manifest["metadata"]["people_pairs_by_day"] == by_day
+
+
+CANARY = "Zorblat-7731 canary"
+
+
+def _holding(folder: Path, needle: str) -> list[str]:
+    """Files under `folder` holding `needle`: raw bytes, parquet cells, gzip contents (the test's own reading)."""
+    import gzip
+
+    import pyarrow.parquet as pq
+
+    found = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        raw = path.read_bytes()
+        texts = [raw]
+        if path.suffix == ".parquet":
+            texts.append(json.dumps(pq.read_table(path).to_pylist(), ensure_ascii=False, default=str).encode())
+        if path.suffix == ".gz":
+            texts.append(gzip.decompress(raw))
+        if any(needle.encode() in t for t in texts):
+            found.append(str(path.relative_to(folder)))
+    return found
+
+
+def test_a_forgotten_person_s_words_are_in_no_file_and_the_next_day_still_builds(chain, tmp_path):
+    """A second person talks, states their name, chooses with a note and likes a reply on DAY; the day is built
+    again, the history index and memory files read them. `hominem data forget` takes a canary they wrote out of
+    every file under data/ (the log, the index, memory files, every built version that held it), keeps the other
+    person's words, and the next day's run still succeeds."""
+    import shutil
+
+    from hominem_pipeline.core.online.facts import extract_facts, write_extracted
+    from hominem_pipeline.core.online.history import HistoryIndex, index_url
+    from hominem_pipeline.core.online.log import log_folder, read_events
+    from hominem_pipeline_tests.integration.test_cli import hominem
+
+    project = tmp_path / "project"
+    shutil.copytree(chain["project"], project, symlinks=True)
+    config_path = project / "config" / "tiny.yaml"
+    cfg = load_config(config_path, root=project)
+    said = f"My name is Zorblat. My locker code is {CANARY} and I worry about it."
+    turn = served_turn(said, f"{DAY}T21:00:00+00:00", rater="r-cana", session="c")
+    feedback = {"time": f"{DAY}T21:01:00+00:00", "rater": "r-cana"}
+    with open(log_folder(cfg) / f"{DAY}.jsonl", "a") as f:
+        for e in (
+            turn | {"id": "cana-a", "reply": "Keep that code to yourself, Zorblat."},
+            turn | {"id": "cana-b", "reply": "Codes are numbers."},
+            feedback
+            | {
+                "kind": "choice",
+                "id": "cana-c",
+                "chosen": "cana-a",
+                "rejected": "cana-b",
+                "strength": "clear",
+                "note": f"it kept {CANARY} safe",
+            },
+            feedback | {"kind": "thumb", "id": "cana-t", "turn": "cana-a", "value": "up"},
+        ):
+            f.write(json.dumps(e) + "\n")
+    events = list(read_events(log_folder(cfg) / f"{DAY}.jsonl"))
+    write_extracted(cfg.path(cfg.online.memory_folder), extract_facts(events))
+    with HistoryIndex(index_url(cfg.history.url, cfg.data_dir)) as index:
+        index.update(log_folder(cfg))
+    with instance_for_test() as instance:
+        run_all(project, config_path, instance)
+    data = project / "data"
+    before = _holding(data, CANARY)
+    assert any(p.startswith("human_feedback/") for p in before) and "history.sqlite" in before, before
+    assert any(p.startswith("online/log/") for p in before) and any(p.startswith("sft/") for p in before), before
+
+    done = hominem(project, "data", "forget", "--rater", "r-cana", "--yes", "--config", "config/tiny.yaml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "r-cana forgotten: 4 event(s) out of the log" in done.stdout, done.stdout
+    assert _holding(data, CANARY) == [], done.stdout
+    assert "I failed my driving test again." in (log_folder(cfg) / f"{DAY}.jsonl").read_text()  # the other person's
+    assert not [e for e in read_events(log_folder(cfg) / f"{DAY}.jsonl") if e.get("rater") == "r-cana"]
+    audit = [json.loads(line) for line in (data / "online" / "audit.jsonl").read_text().splitlines()]
+    assert [e["outcome"] for e in audit if e["action"] == "data forget"] == ["ok"]
+
+    materialize_day(project, config_path, "2026-11-21")  # the next day's run
+    assert _holding(data, CANARY) == []
+    assert lineage(cfg).require("human_feedback", DAY) is not None  # built again, without them

@@ -421,6 +421,13 @@ def test_two_raters_each_asking_every_route_for_the_others_words_get_403_or_noth
         assert "Ana's secret worry" in admin.text and "Ben's own worry" in admin.text
         audit = httpx.get(server.url + "/admin/audit", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}).json()
         assert [e.get("turn") for e in audit["entries"] if e["action"] == "forbidden"][:2] == [turns[0], turns[0]]
+        # Ana takes her data back: nothing of hers is left under data/, and the service no longer knows her turns
+        gone = httpx.delete(server.url + "/me/data", headers=as_ana, timeout=120)
+        assert gone.status_code == 200 and gone.json()["events"] == 3, gone.text
+        assert gone.json()["removed"] == ["attunement/2026-11-20/v"] and gone.json()["left"] == [], gone.text
+        assert httpx.get(server.url + "/me/data", headers=as_ana, timeout=60).json()["turns"] == []
+        assert httpx.post(server.url + "/feedback", headers=as_ana, json=choice, timeout=30).status_code == 404
+        assert [p for p in (project / "data").rglob("*") if p.is_file() and b"secret" in p.read_bytes()] == []
     finally:
         stop_serve(server.proc, signal.SIGKILL)  # a crash: every refusal answered is in the audit log, chained
     from hominem_pipeline.core.online.audit import AuditLog
@@ -429,4 +436,5 @@ def test_two_raters_each_asking_every_route_for_the_others_words_get_403_or_noth
     forbidden = [e for e in log.entries() if e["action"] == "forbidden"]
     refusals = 4 + sum(code == 403 for _, _, code in walked)  # 2 feedback posts, 2 admin routes, the walk's
     assert len(forbidden) == refusals and {e["who"] for e in forbidden} == {ben}
+    assert [e["rater"] for e in log.entries() if e["action"] == "forget_own_data"] == [ben, ana]
     assert log.verify().intact

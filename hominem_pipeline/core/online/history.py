@@ -30,7 +30,7 @@ import sqlalchemy as sa
 
 from hominem_pipeline.core.common.sql import insert_for
 from hominem_pipeline.core.online import tally
-from hominem_pipeline.core.online.log import parse_line
+from hominem_pipeline.core.online.log import forgotten, parse_line, tombstones
 
 log = logging.getLogger(__name__)
 
@@ -289,6 +289,7 @@ class HistoryIndex:
         stats = UpdateStats()
         with self.engine.begin() as conn:
             read = dict(conn.execute(sa.select(log_files.c.name, log_files.c.bytes)).all())
+        stones = tombstones(Path(folder))  # a forgotten person's events are absent
         for path in sorted(Path(folder).glob("*.jsonl")):
             start = read.get(path.name, 0)
             size = path.stat().st_size
@@ -298,6 +299,8 @@ class HistoryIndex:
                 log.warning("%s is shorter than the %d bytes indexed: reading it again", path, start)
                 start = 0
             events, end = _new_lines(path, start)
+            if stones:
+                events = [e for e in events if not forgotten(e, stones)]
             with self.engine.begin() as conn:  # the rows and the new offset together
                 t, f = self.add(events, domain_of, conn)
                 _upsert_offset(conn, self.backend, path.name, end)
@@ -333,6 +336,19 @@ class HistoryIndex:
             tables.drop_all(self.engine)
             tables.create_all(self.engine)
         return self.update(folder, domain_of)
+
+    def forget(self, folder: Path) -> int:
+        """Index the log again after a person was forgotten (their events are absent from it), and vacuum a sqlite
+        index so that no free page keeps their rows; returns how many turns and feedback rows left."""
+        with self.engine.begin() as conn:
+            count = [sa.select(sa.func.count()).select_from(t) for t in (turns, feedback)]
+            before = sum(conn.execute(c).scalar_one() for c in count)
+        stats = self.rebuild(folder)
+        if self.backend == "sqlite":
+            with self.engine.connect() as conn:
+                conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM")
+                conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        return max(0, before - stats.turns - stats.feedback)
 
     # -- queries -------------------------------------------------------------------------------------
     def _page(

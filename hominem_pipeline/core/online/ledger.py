@@ -58,6 +58,12 @@ class Ledger:
             if event.repeat_of:
                 self.repeated.add(event.repeat_of)
 
+    def forget(self, rater: str) -> None:
+        """Drop what `rater` gave from memory (they were forgotten: their feedback refers to nothing now)."""
+        self.turns = {k: t for k, t in self.turns.items() if t.rater != rater}
+        self.choices = {k: c for k, c in self.choices.items() if c.rater != rater}
+        self.repeated &= set(self.choices)
+
     def _turn(self, turn_id: str, field: str) -> Turn:
         turn = self.turns.get(turn_id)
         if turn is None:

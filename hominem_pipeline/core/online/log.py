@@ -7,22 +7,32 @@ again, so a client that retries after losing a reply gets the same acknowledgeme
 A line cut short by a crash (the process killed mid-write) was never acknowledged: opening the log
 cuts it off, with a warning, so the next event starts on a line of its own. Readers skip any line that
 is not a JSON object, with a warning naming the file and line, and never fail on one.
+
+A person who asked to be forgotten (`core/online/forget.py`) has a tombstone in `<log_dir>/forgotten.jsonl`:
+`read_events` leaves out their events up to it, so every reader of the log treats them as absent, and
+`InteractionLog.drop` takes them out of the files. Writers and `drop` take the folder's lock (`.lock`), so a
+file rewritten by another process is reopened before the next append.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import json
 import logging
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from hominem_pipeline.core.common.files import atomic_path
 
 log = logging.getLogger(__name__)
 
 SUFFIX = ".jsonl"
+TOMBSTONES = "forgotten.jsonl"  # beside the log folder: one line per person forgotten, {"rater", "time", ...}
 
 
 def log_folder(cfg: Any) -> Path:
@@ -48,9 +58,46 @@ def parse_line(raw: bytes) -> dict[str, Any] | None:
     return event if isinstance(event, dict) and "id" in event else None
 
 
-def read_events(path: Path) -> Iterator[dict[str, Any]]:
+def tombstones(folder: Path) -> dict[str, dt.datetime]:
+    """{rater: the time they were forgotten} from the tombstones beside the log folder `folder` (the newest
+    per rater); {} when nobody was."""
+    path = Path(folder).parent / TOMBSTONES
+    out: dict[str, dt.datetime] = {}
+    if not path.is_file():
+        return out
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+            when = dt.datetime.fromisoformat(row["time"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if row["rater"] not in out or out[row["rater"]] < when:
+            out[row["rater"]] = when
+    return out
+
+
+def forgotten(event: dict[str, Any], stones: dict[str, dt.datetime]) -> bool:
+    """Whether `event` is of a person forgotten after it was written (their tombstone is newer)."""
+    when = stones.get(event.get("rater"))  # type: ignore[arg-type]
+    if when is None:
+        return False
+    try:
+        return dt.datetime.fromisoformat(event["time"]) <= when
+    except (ValueError, KeyError, TypeError):
+        return True
+
+
+def read_events(path: Path, *, honour_tombstones: bool = True) -> Iterator[dict[str, Any]]:
     """The events of one log file in order; a line that is not a JSON object (a torn write, a stray edit)
-    is skipped with a warning."""
+    is skipped with a warning, and so is an event of a forgotten person (unless `honour_tombstones` is
+    false: only forgetting reads those)."""
+    stones = tombstones(Path(path).parent) if honour_tombstones else {}
+    for event in _read_lines(path):
+        if not (stones and forgotten(event, stones)):
+            yield event
+
+
+def _read_lines(path: Path) -> Iterator[dict[str, Any]]:
     with open(path, "rb") as f:
         for number, raw in enumerate(f, 1):
             if not raw.strip():
@@ -81,6 +128,7 @@ class InteractionLog:
         self._lock = threading.Lock()
         self._file: Any = None
         self._file_day: str | None = None
+        self._folder_lock: Any = None  # the folder's lock file, opened at the first write
         self._ids: set[str] = set()
         self.remembered: list[
             dict[str, Any]
@@ -117,8 +165,26 @@ class InteractionLog:
                 f.truncate(keep)
                 os.fsync(f.fileno())
 
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The folder's lock, across processes (a `drop` elsewhere rewrites files), inside this one's."""
+        if self._folder_lock is None or self._folder_lock.closed:
+            self._folder_lock = open(self.folder / ".lock", "a+b")  # noqa: SIM115 (kept open until close)
+        fcntl.flock(self._folder_lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._folder_lock.fileno(), fcntl.LOCK_UN)
+
+    def _replaced(self) -> bool:
+        """Whether the open file was replaced since it was opened (another process dropped events from it)."""
+        try:
+            return os.fstat(self._file.fileno()).st_ino != os.stat(self.path(self._file_day)).st_ino
+        except FileNotFoundError:
+            return True
+
     def _open(self, day: str) -> Any:
-        if self._file_day != day:
+        if self._file_day != day or (self._file is not None and self._replaced()):
             if self._file is not None:
                 self._file.close()
             path = self.path(day)
@@ -145,11 +211,12 @@ class InteractionLog:
                 self._ids.add(event["id"])
                 written.append(True)
             try:
-                for day, chunk in lines.items():
-                    f = self._open(day)
-                    f.write(b"".join(chunk))
-                    f.flush()
-                    os.fsync(f.fileno())
+                with self._locked():
+                    for day, chunk in lines.items():
+                        f = self._open(day)
+                        f.write(b"".join(chunk))
+                        f.flush()
+                        os.fsync(f.fileno())
             except BaseException:
                 # Nothing of this call counts as written: a retry must be able to write it.
                 for event, new in zip(events, written):
@@ -162,8 +229,34 @@ class InteractionLog:
         path = self.path(day)
         return list(read_events(path)) if path.exists() else []
 
+    def drop(self, gone: Callable[[dict[str, Any]], bool]) -> int:
+        """Rewrite every file without the events `gone` says (a forgotten person's), each file replaced whole and
+        fsynced; returns how many events were taken out. Lines that are not events are kept as they are."""
+        removed = 0
+        with self._lock, self._locked():
+            if self._file is not None:
+                self._file.close()
+                self._file, self._file_day = None, None
+            for path in self.files():
+                kept, out = [], 0
+                with open(path, "rb") as f:
+                    for raw in f:
+                        event = parse_line(raw)
+                        if event is not None and gone(event):
+                            out += 1
+                        else:
+                            kept.append(raw)
+                if out:
+                    with atomic_path(path, durable=True) as tmp:
+                        tmp.write_bytes(b"".join(kept))
+                    removed += out
+            self.remembered = [e for e in self.remembered if not gone(e)]
+        return removed
+
     def close(self) -> None:
         with self._lock:
             if self._file is not None:
                 self._file.close()
                 self._file, self._file_day = None, None
+            if self._folder_lock is not None:
+                self._folder_lock.close()

@@ -36,6 +36,7 @@ from hominem_pipeline.serving.protocol import (
     ConsistencyResponse,
     FeedbackRequest,
     FeedbackResponse,
+    Forgot,
     GeneratedReply,
     GenerateRequest,
     GenerateResponse,
@@ -273,3 +274,30 @@ async def my_data(caller: Caller = Depends(authenticate), service: Service = Dep
     data = await asyncio.to_thread(lambda: rater_data(log_events(folder), caller.rater))
     service.access.audit("export_own_data", rater=caller.rater, pairs=len(data["pairs"]), turns=len(data["turns"]))
     return data
+
+
+@router.delete("/me/data", response_model=Forgot)
+async def forget_me(caller: Caller = Depends(authenticate), service: Service = Depends(get_service)) -> Any:
+    """Forget everything you gave: a tombstone in the log (from then on nothing reads your events), then your words
+    out of every file of the data folder (the log, the history index, memory files, caches, and the built versions
+    that hold them, which the next run builds again). `GET /me/data` first if you want a copy. What could not be
+    removed is listed, for the operator."""
+    from hominem_pipeline.core.online.forget import forget
+
+    if service.config is None:
+        raise ApiError(503, "this service runs without a project configuration: nothing to forget from")
+    report = await asyncio.to_thread(forget, service.config, caller.rater, caller.rater, service.journal.log)
+    service.ledger.forget(caller.rater)
+    if service.questions is not None:
+        service.questions.forget(caller.rater)
+    service.access.audit(
+        "forget_own_data", rater=caller.rater, events=report.events, removed=len(report.removed), left=len(report.left)
+    )
+    return {
+        "rater": caller.rater,
+        "forgotten_at": report.time,
+        "events": report.events,
+        "removed": report.removed,
+        "rebuild": report.rebuild,
+        "left": report.left,
+    }
