@@ -142,6 +142,11 @@ def build_service(
     )
     access.check_bind(s.host)
     interaction_log = InteractionLog(folder / "log", remember_days=REMEMBER_DAYS)
+    if cfg.privacy.retention_days is not None:
+        from hominem_pipeline.core.online.retention import expire
+
+        if (gone := expire(cfg, interaction_log=interaction_log)).days:
+            access.audit("expire", days=gone.days, events=gone.events, versions=gone.versions)
     ledger = Ledger(cfg.dimension_names)
     ledger.load(interaction_log.remembered)
     settings = EngineSettings(

@@ -55,3 +55,39 @@ def test_caches_keyed_by_text_lose_the_entries_that_hold_their_words_and_keep_no
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT key FROM calls").fetchall() == [("b",)]
     conn.close()
+
+
+def test_retention_drops_older_days_from_the_log_the_index_and_the_builds_that_copy_it(project):
+    import datetime as dt
+
+    import yaml
+
+    from hominem_pipeline.core.config.loader import load_config
+    from hominem_pipeline.core.online.history import HistoryIndex, index_url
+    from hominem_pipeline.core.online.log import log_folder
+    from hominem_pipeline.core.online.retention import expire
+    from hominem_pipeline.core.pipeline.artifacts import ArtifactStore
+
+    overlay = project / "config" / "tiny.yaml"
+    overlay.write_text(yaml.safe_dump(yaml.safe_load(overlay.read_text()) | {"privacy": {"retention_days": 2}}))
+    cfg = load_config(overlay, root=project)
+    folder = log_folder(cfg)
+    writer = InteractionLog(folder)
+    for day in ("2026-11-18", "2026-11-19", "2026-11-20"):
+        writer.append([dict(e, id=f"{day}-{e['id']}", time=f"{day}T09:00:00+00:00") for e in events()])
+    with HistoryIndex(index_url(cfg.history.url, cfg.data_dir)) as index:
+        index.update(folder)
+    store = ArtifactStore(cfg.data_dir)
+    for day in ("2026-11-18", "2026-11-20"):
+        with store.staging("human_feedback", day) as staged:
+            (staged / "pairs.jsonl").write_text(f"Ana's worry on {day}")
+            store.publish(staged, "human_feedback", day, "v1", {})
+    gone = expire(cfg, today=dt.date(2026, 11, 21), interaction_log=writer)  # keeps the 20th and the 21st
+    assert gone.days == ["2026-11-18", "2026-11-19"] and gone.events == 12
+    assert gone.versions == ["human_feedback/2026-11-18/v1"] and store.versions("human_feedback", "2026-11-20")
+    assert sorted(p.name for p in folder.glob("*.jsonl")) == ["2026-11-20.jsonl"]
+    assert b"2026-11-19" not in (cfg.data_dir / "history.sqlite").read_bytes()  # re-indexed and vacuumed
+    with HistoryIndex(index_url(cfg.history.url, cfg.data_dir)) as index:
+        assert index.counts()["turns"] == 4
+    assert expire(cfg, today=dt.date(2026, 11, 21)).days == []  # done once
+    writer.close()

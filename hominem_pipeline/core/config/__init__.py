@@ -37,6 +37,7 @@ from hominem_pipeline.core.config.online import (
     HistoryConfig,
     NudgesConfig,
     OnlineConfig,
+    PrivacyConfig,
     ReplayConfig,
     SlowLoopConfig,
 )
@@ -142,6 +143,7 @@ __all__ = [
     "NudgesConfig",
     "OnlineConfig",
     "HistoryConfig",
+    "PrivacyConfig",
     "SLOW_LOOP_STEPS",
     "SlowLoopConfig",
     "DriftConfig",

@@ -19,6 +19,7 @@ from hominem_pipeline.core.config.evaluation import (
 from hominem_pipeline.core.config.online import (
     HistoryConfig,
     OnlineConfig,
+    PrivacyConfig,
     ReplayConfig,
     SlowLoopConfig,
 )
@@ -88,6 +89,7 @@ class HominemConfig(_Frozen):
         description="The preference history index over the interaction log (`hominem history`): sqlite embedded, "
         "Postgres in a deployment."
     )
+    privacy: PrivacyConfig = Field(description="How long raw conversations are kept.")
 
     # Not a YAML key: the folder relative paths are resolved against (set by `load_config`).
     root: Path = Field(default=Path("."), exclude=True)

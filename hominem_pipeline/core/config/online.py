@@ -191,6 +191,15 @@ class OnlineConfig(_Frozen):
         return self
 
 
+class PrivacyConfig(_Frozen):
+    retention_days: int | None = Field(
+        ge=1,
+        description="Raw conversations are kept this many days (>= 1): older days of the interaction log, their "
+        "rows in the history index and their human_feedback versions are removed at every stage build and at "
+        "service start, so no new build reads them. null: kept until a person is forgotten.",
+    )
+
+
 class HistoryConfig(_Frozen):
     url: str | None = Field(
         description="The preference history index's database, a SQLAlchemy URL "

@@ -320,4 +320,4 @@ def _forget_history(cfg: Any, folder: Path, report: Forgotten) -> None:
     if url.startswith("sqlite") and not (Path(cfg.data_dir) / SQLITE_FILE).is_file():
         return
     with HistoryIndex(url) as index:
-        report.rows += index.forget(folder)
+        report.rows += index.purge(folder)

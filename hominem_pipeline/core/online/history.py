@@ -337,9 +337,9 @@ class HistoryIndex:
             tables.create_all(self.engine)
         return self.update(folder, domain_of)
 
-    def forget(self, folder: Path) -> int:
-        """Index the log again after a person was forgotten (their events are absent from it), and vacuum a sqlite
-        index so that no free page keeps their rows; returns how many turns and feedback rows left."""
+    def purge(self, folder: Path) -> int:
+        """Index the log again after events were taken out of it (a person forgotten, days expired), and vacuum a
+        sqlite index so that no free page keeps their rows; returns how many turns and feedback rows left."""
         with self.engine.begin() as conn:
             count = [sa.select(sa.func.count()).select_from(t) for t in (turns, feedback)]
             before = sum(conn.execute(c).scalar_one() for c in count)

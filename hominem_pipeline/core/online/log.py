@@ -246,10 +246,12 @@ class InteractionLog:
                             out += 1
                         else:
                             kept.append(raw)
-                if out:
+                if out and not kept:
+                    path.unlink()  # nothing of that day is left
+                elif out:
                     with atomic_path(path, durable=True) as tmp:
                         tmp.write_bytes(b"".join(kept))
-                    removed += out
+                removed += out
             self.remembered = [e for e in self.remembered if not gone(e)]
         return removed
 

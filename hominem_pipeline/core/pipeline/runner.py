@@ -59,6 +59,13 @@ def refresh_window(
     changed since it was built (feedback given after that day's run) or that was never built though its
     files are there, so that nothing people gave is left out of what `stage` trains on. A day whose rebuild
     fails stops the run, naming the day and the command."""
+    from hominem_pipeline.core.online.retention import expire
+
+    if (gone := expire(cfg)).days:  # older than privacy.retention_days: no build reads them
+        from hominem_pipeline.core.online.audit import AuditLog, audit_path
+
+        who = f"dagster:{dagster_run_id}" if dagster_run_id else "manual"
+        AuditLog(audit_path(cfg)).append("expire", who, days=gone.days, events=gone.events, versions=gone.versions)
     data = Lineage(cfg, STAGES_BY_NAME, ArtifactStore(cfg.data_dir))
     done = []
     for inp in stage.inputs:
