@@ -341,6 +341,83 @@ def _ui_commands(cfg, dagster_port: int, mlflow_port: int) -> tuple[dict[str, li
     return {"Dagster": dagster, "MLflow": mlflow}, f"http://127.0.0.1:{mlflow_port}"
 
 
+@app.command("ui-proxy")
+def ui_proxy(
+    dagster: Annotated[
+        Optional[str], typer.Option(help="The Dagster UI to guard, e.g. http://127.0.0.1:3001.")
+    ] = None,
+    mlflow: Annotated[
+        Optional[str],
+        typer.Option(help="The MLflow server to guard (UI and tracking API), e.g. http://127.0.0.1:5001."),
+    ] = None,
+    host: Annotated[str, typer.Option(help="Where the proxy listens.")] = "0.0.0.0",
+    dagster_port: Annotated[int, typer.Option(help="The proxy's port for Dagster.")] = 3000,
+    mlflow_port: Annotated[int, typer.Option(help="The proxy's port for MLflow.")] = 5000,
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+) -> None:
+    """A deployment's Dagster and MLflow servers behind the service's tokens (see deploy/README.md): run them on
+    loopback or a private network, and this where people reach them. An admin token is admitted (a browser signs in
+    at /_hominem/login; an MLflow client sends MLFLOW_TRACKING_TOKEN); anything else is refused and audited."""
+    import asyncio
+
+    from hominem_pipeline.serving.ui_proxy import Route, serve
+
+    cfg = load(config, sets, persist=False)
+    ports = {"Dagster": (dagster, dagster_port), "MLflow": (mlflow, mlflow_port)}
+    routes = [Route(name, host, port, url.rstrip("/")) for name, (url, port) in ports.items() if url]
+    if not routes:
+        fail("nothing to guard: pass --dagster URL and/or --mlflow URL")
+    guard = _ui_guard(cfg, host, dagster_port, mlflow_port)
+    if guard is None:
+        fail("no token is configured (serving.tokens_file or its environment variable): the proxy would admit anyone")
+    for route in routes:
+        console.print(f"{route.name}: http://{host}:{route.port} -> {route.upstream} (admin token)", highlight=False)
+    try:
+        asyncio.run(serve(routes, guard.access))
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        fail(f"the UI proxy cannot listen ({exc.strerror}); pass other ports")
+
+
+class _Guard:
+    """The UIs behind the authenticating proxy (`serving/ui_proxy.py`): each UI on a free loopback port, the proxy
+    where people reach it."""
+
+    def __init__(self, access, host: str, ports: dict[str, int]):
+        from hominem_pipeline.serving.ui_proxy import Route, free_port
+
+        self.access = access
+        self.inner = {name: free_port() for name in ports}
+        self.routes = [Route(n, host, ports[n], f"http://127.0.0.1:{self.inner[n]}") for n in ports]
+
+    def start(self) -> None:
+        from hominem_pipeline.serving.ui_proxy import start_in_thread
+
+        try:
+            start_in_thread(self.routes, self.access)
+        except OSError as exc:
+            fail(f"the UI proxy cannot listen ({exc.strerror}); pass other --dagster-port / --mlflow-port")
+
+
+def _ui_guard(cfg, host: str, dagster_port: int, mlflow_port: int) -> _Guard | None:
+    """The proxy when the service's tokens are configured; None (the UIs open) on loopback without tokens; beyond
+    loopback without tokens, the command stops, as `hominem serve` does."""
+    from hominem_pipeline.core.online.audit import audit_path
+    from hominem_pipeline.serving.auth import Access, AccessError
+
+    s = cfg.serving
+    try:
+        access = Access.from_settings(
+            cfg.path(s.tokens_file) if s.tokens_file else None, s.tokens_env, audit_path(cfg), repo=cfg.root
+        )
+        access.check_bind(host)
+    except AccessError as exc:
+        fail(str(exc).replace("serving.host", "--host"))
+    return None if access.open else _Guard(access, host, {"Dagster": dagster_port, "MLflow": mlflow_port})
+
+
 def _stopper(procs: dict[str, subprocess.Popen]) -> Callable[..., None]:
     """The handler that stops both servers and exits."""
 
@@ -370,15 +447,25 @@ def ui(
     sets: SetOpt = None,
     dagster_port: Annotated[int, typer.Option(help="Port of the Dagster UI.")] = 3000,
     mlflow_port: Annotated[int, typer.Option(help="Port of the MLflow UI.")] = 5000,
+    host: Annotated[
+        str,
+        typer.Option(help="Where the UIs listen; beyond 127.0.0.1 they need the service's tokens (serving.tokens_*)."),
+    ] = "127.0.0.1",
 ) -> None:
-    """Start the Dagster UI and the MLflow UI on localhost together; Ctrl-C stops both."""
+    """Start the Dagster UI and the MLflow UI together; Ctrl-C stops both. With the service's tokens configured
+    (serving.tokens_file or its environment variable), both sit behind an authenticating proxy that admits an admin
+    token (a browser signs in once at /_hominem/login); without tokens they are open on loopback only."""
     from hominem_pipeline.core.pipeline.tracking import experiment_url
 
     cfg = load(config, sets)
     dagster_env(cfg)
     (cfg.data_dir / "mlflow").mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    commands, mlflow_ui = _ui_commands(cfg, dagster_port, mlflow_port)
+    guard = _ui_guard(cfg, host, dagster_port, mlflow_port)
+    inner = guard.inner if guard else {"Dagster": dagster_port, "MLflow": mlflow_port}
+    commands, mlflow_ui = _ui_commands(cfg, inner["Dagster"], inner["MLflow"])
+    if guard and "MLflow" not in commands:  # a tracking server of the deployment's: not this command's to guard
+        guard.routes = [r for r in guard.routes if r.name != "MLflow"]
     # before the server starts: this creates the store (and the experiment) the server then opens, where
     # both creating it at once would race on its schema migration
     runs = experiment_url(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root), mlflow_ui)
@@ -390,9 +477,16 @@ def ui(
         procs[name] = subprocess.Popen(
             cmd, env=env, cwd=dagster_home if name == "Dagster" else cfg.root, start_new_session=True
         )
+    if guard:
+        guard.start()
+        shown = f"http://{host}:{mlflow_port}" if "MLflow" in commands else mlflow_ui
+        runs = runs.replace(mlflow_ui, shown)
+        mlflow_ui = shown
     console.print(
-        f"Dagster UI: http://127.0.0.1:{dagster_port}\nMLflow UI:  {mlflow_ui}\n"
-        f"  the runs: {runs}  (the model-training view)\nCtrl-C stops both."
+        f"Dagster UI: http://{host}:{dagster_port}\nMLflow UI:  {mlflow_ui}\n"
+        f"  the runs: {runs}  (the model-training view)\n"
+        + ("  behind the service's tokens: an admin token, or sign in at /_hominem/login\n" if guard else "")
+        + "Ctrl-C stops both."
     )
     stop = _stopper(procs)
     signal.signal(signal.SIGTERM, stop)
