@@ -19,6 +19,15 @@ app.add_typer(history_app, name="history")
 
 LimitOpt = Annotated[int, typer.Option("--limit", "-n", min=1, help="Rows shown, newest first.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the answer as JSON (total, rows, seconds).")]
+ServerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--server",
+        help="Ask a running `hominem serve` at this URL instead of the index here, as the rater or admin whose "
+        "token is in $HOMINEM_TOKEN (a rater sees their own rows alone).",
+    ),
+]
+TOKEN_ENV = "HOMINEM_TOKEN"
 NoUpdateOpt = Annotated[
     bool,
     typer.Option("--no-update", help="Answer from the index as it is, without reading what is new in the log first."),
@@ -110,6 +119,29 @@ def _show(page, title: str, as_json: bool) -> None:
     console.print(table)
 
 
+def _remote(server: str, path: str, params: dict, title: str, as_json: bool) -> None:
+    """The service's answer to one question (`serving/routes/history.py`), shown as the index's would be."""
+    import os
+    from types import SimpleNamespace
+
+    import httpx2 as httpx
+
+    token = os.environ.get(TOKEN_ENV)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        answer = httpx.get(server.rstrip("/") + path, params=params, headers=headers, timeout=120)
+    except httpx.HTTPError as exc:
+        fail(f"cannot reach {server}: {exc.__class__.__name__}: {exc}; is `hominem serve` running there?")
+    if answer.status_code != 200:
+        try:
+            why = answer.json()["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            why = answer.text[:200]
+        hint = f" (set ${TOKEN_ENV} to your token)" if answer.status_code == 401 else ""
+        fail(f"{server} answered {answer.status_code}: {why}{hint}")
+    _show(SimpleNamespace(**answer.json()), title, as_json)
+
+
 def _answer(config, sets, update: bool, as_json: bool, title: str, ask, check=None, empty=None) -> None:
     """One query's answer (`ask(index)`), from the index brought up to date first; `check(cfg)` refuses a bad key
     before; `empty(index)`: a line that helps when nothing matched."""
@@ -142,9 +174,13 @@ def history_choices(
     limit: LimitOpt = 20,
     as_json: JsonOpt = False,
     no_update: NoUpdateOpt = False,
+    server: ServerOpt = None,
 ) -> None:
     """The rater's choices between two replies, newest first: the message and both replies (shortened; --json:
     whole)."""
+    if server:
+        params = {"limit": limit} | ({"rater": rater} if rater != LOCAL_RATER else {})
+        return _remote(server, "/history/choices", params, f"choices of {rater}", as_json)
 
     def others(index) -> str | None:
         raters = [r for r in index.raters() if r != rater]
@@ -176,8 +212,11 @@ def history_turns(
     limit: LimitOpt = 20,
     as_json: JsonOpt = False,
     no_update: NoUpdateOpt = False,
+    server: ServerOpt = None,
 ) -> None:
     """The turns an adapter version served, newest first."""
+    if server:
+        return _remote(server, "/history/turns", {"version": version, "limit": limit}, f"turns of {version}", as_json)
     _answer(
         config,
         sets,
@@ -198,8 +237,11 @@ def history_pairs(
     limit: LimitOpt = 20,
     as_json: JsonOpt = False,
     no_update: NoUpdateOpt = False,
+    server: ServerOpt = None,
 ) -> None:
     """People's choices on conversations of a domain, newest first."""
+    if server:
+        return _remote(server, "/history/pairs", {"domain": domain, "limit": limit}, f"pairs of {domain}", as_json)
 
     def known(cfg) -> None:
         if domain not in cfg.prompts.categories:

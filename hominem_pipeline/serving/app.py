@@ -22,7 +22,7 @@ from fastapi_offline import FastAPIOffline
 
 from hominem_pipeline.serving.common import ApiError, Service, error_response, field_name, json_problem
 from hominem_pipeline.serving.protocol import Health, PageConfig
-from hominem_pipeline.serving.routes import admin, dashboard, feedback, openai
+from hominem_pipeline.serving.routes import admin, dashboard, feedback, history, openai
 
 STATIC = Path(__file__).parent / "static"
 __all__ = ["STATIC", "BodyLimit", "Service", "create_app"]
@@ -101,7 +101,7 @@ def create_app(service: Service) -> FastAPI:
         from hominem_pipeline.core.dashboard.views import DashboardData
 
         service.dashboard = DashboardData(service.config.data_dir)
-    for routes in (openai, feedback, admin, dashboard):
+    for routes in (openai, feedback, admin, dashboard, history):
         app.include_router(routes.router)
 
     @app.get("/healthz", tags=["hominem"], response_model=Health)

@@ -39,6 +39,7 @@ class Service:
     config: Any = None  # the whole HominemConfig: what the admin's live endpoints gate and write with
     questions: Any = None  # the QuestionDesk behind GET /feedback/next
     dashboard: Any = None  # the DashboardData over the project's data folder (None without a project config)
+    history: Any = None  # the HistoryIndex behind /history/* (opened at the first question)
 
     @property
     def adapter_label(self) -> str | None:

@@ -360,6 +360,12 @@ class MyData(_Response):
     feedback: list[dict[str, Any]] = Field(description="Your thumbs, choices, nudges and emotion labels.")
 
 
+class HistoryPage(_Response):
+    total: int = Field(description="How many rows match.")
+    rows: list[dict[str, Any]] = Field(description="The newest `limit` of them.")
+    seconds: float = Field(description="How long the index took to answer.")
+
+
 class Forgot(_Response):
     rater: str = Field(description="Your pseudonymous id, now forgotten.")
     forgotten_at: str = Field(description="The tombstone's time: your events up to it are absent to every reader.")

@@ -268,6 +268,8 @@ def serve(
         if service.registry is not None:
             service.registry.close()
         service.engine.close()
+        if service.history is not None:
+            service.history.close()
         service.journal.log.close()
         service.access.audit("stop", port=bound)
         print("hominem serve: stopped", file=sys.stderr, flush=True)

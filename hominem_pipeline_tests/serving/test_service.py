@@ -421,6 +421,23 @@ def test_two_raters_each_asking_every_route_for_the_others_words_get_403_or_noth
         assert "Ana's secret worry" in admin.text and "Ben's own worry" in admin.text
         audit = httpx.get(server.url + "/admin/audit", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}).json()
         assert [e.get("turn") for e in audit["entries"] if e["action"] == "forbidden"][:2] == [turns[0], turns[0]]
+        # `hominem history` through the service: each rater their own rows; another's only with an admin token
+        hist = server.url + "/history/choices"
+        assert httpx.get(hist, headers=as_ben, timeout=60).json()["total"] == 0
+        assert httpx.get(hist, headers=as_ben, params={"rater": ana}, timeout=60).status_code == 403
+        assert httpx.get(hist, headers=as_ana, timeout=60).json()["rows"][0]["message"] == "Ana's secret worry"
+        base = {"version": "base"}
+        assert httpx.get(server.url + "/history/turns", headers=as_ben, params=base, timeout=60).json()["total"] == 0
+        as_admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        assert httpx.get(server.url + "/history/turns", headers=as_admin, params=base, timeout=60).json()["total"] == 2
+        cli = subprocess.run(
+            [HOMINEM, "history", "choices", "--server", server.url, "--json"],
+            env={**os.environ, "HOMINEM_TOKEN": ana_token, "HOMINEM_HOME": str(project)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert cli.returncode == 0 and "Ana's secret worry" in cli.stdout, cli.stdout + cli.stderr
         # Ana takes her data back: nothing of hers is left under data/, and the service no longer knows her turns
         gone = httpx.delete(server.url + "/me/data", headers=as_ana, timeout=120)
         assert gone.status_code == 200 and gone.json()["events"] == 3, gone.text
@@ -434,7 +451,7 @@ def test_two_raters_each_asking_every_route_for_the_others_words_get_403_or_noth
 
     log = AuditLog(project / "data" / "online" / "audit.jsonl")
     forbidden = [e for e in log.entries() if e["action"] == "forbidden"]
-    refusals = 4 + sum(code == 403 for _, _, code in walked)  # 2 feedback posts, 2 admin routes, the walk's
+    refusals = 5 + sum(code == 403 for _, _, code in walked)  # 2 feedback posts, 2 admin routes, history, the walk's
     assert len(forbidden) == refusals and {e["who"] for e in forbidden} == {ben}
     assert [e["rater"] for e in log.entries() if e["action"] == "forget_own_data"] == [ben, ana]
     assert log.verify().intact

@@ -405,20 +405,21 @@ class HistoryIndex:
         f = feedback.c
         return self._choices((f.rater == rater) & (f.kind == "choice"), limit, rater=False)
 
-    def turns_of_version(self, version: str, limit: int = 100) -> Page:
-        """Turns the adapter version wrote (`base`: the student alone), newest first."""
+    def turns_of_version(self, version: str, limit: int = 100, rater: str | None = None) -> Page:
+        """Turns the adapter version wrote (`base`: the student alone), newest first; `rater`: theirs alone."""
         t = turns.c
         return self._page(
-            t.version == version,
+            (t.version == version) & (t.rater == rater if rater is not None else sa.true()),
             turns,
             [t.id, t.time, t.rater, t.session, t.domain, t.scalar, t.prompt.label("message"), t.reply],
             limit,
         )
 
-    def pairs_of_domain(self, domain: str, limit: int = 100) -> Page:
-        """Choices whose conversation lies in the domain, newest first."""
+    def pairs_of_domain(self, domain: str, limit: int = 100, rater: str | None = None) -> Page:
+        """Choices whose conversation lies in the domain, newest first; `rater`: theirs alone."""
         f = feedback.c
-        return self._choices((f.domain == domain) & (f.kind == "choice"), limit, rater=True)
+        mine = f.rater == rater if rater is not None else sa.true()
+        return self._choices((f.domain == domain) & (f.kind == "choice") & mine, limit, rater=True)
 
     def raters(self) -> list[str]:
         """Everyone who gave feedback, by how much they gave (most first)."""
