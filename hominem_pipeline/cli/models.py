@@ -428,26 +428,78 @@ def export(
         Path,
         typer.Option("--adapter", "-a", help="A LoRA adapter folder (data/lora_adapter/<date>/<version>), or `live`."),
     ],
-    merged: Annotated[Path, typer.Option("--merged", "-o", help="New folder for the merged model.")],
+    merged: Annotated[
+        Optional[Path], typer.Option("--merged", "-o", help="New folder for the merged model (HF safetensors).")
+    ] = None,
+    gguf: Annotated[
+        Optional[Path],
+        typer.Option("--gguf", help="New GGUF file: the merged student for llama.cpp and LM Studio."),
+    ] = None,
+    gguf_type: Annotated[str, typer.Option("--gguf-type", help="f16 | q8_0 (about half the size).")] = "f16",
+    gguf_lora: Annotated[
+        Optional[Path],
+        typer.Option("--gguf-lora", help="New GGUF file: the adapter alone, for a runner that applies it to a base."),
+    ] = None,
     base: Annotated[
         Optional[Path],
         typer.Option("--base", help="The base model folder (default: the project's student, models.student.path)."),
     ] = None,
 ) -> None:
-    """Merge an adapter into its base and write a plain HF model (safetensors + tokenizer) that LM Studio,
-    llama.cpp's convert_hf_to_gguf.py and transformers can load."""
+    """The student with an adapter, out: a plain HF model (--merged: safetensors + tokenizer, for transformers), a
+    GGUF file (--gguf: what llama.cpp and LM Studio load, written by llama.cpp's own converter), or the adapter alone
+    as a GGUF LoRA (--gguf-lora). Each GGUF gets a sidecar FILE.json naming the adapter version and its digest."""
     from hominem_pipeline.core.lm.models import student_path
-    from hominem_pipeline.core.policy.export import export_merged
 
+    if merged is None and gguf is None and gguf_lora is None:
+        fail("nothing to write: pass --merged DIR, --gguf FILE and/or --gguf-lora FILE")
     setup_logging()
     cfg = load(None)
-    with audited(cfg, "export", adapter=str(adapter), out=str(merged)) as details:
+    outs = {k: str(v) for k, v in (("merged", merged), ("gguf", gguf), ("gguf_lora", gguf_lora)) if v}
+    with audited(cfg, "export", adapter=str(adapter), **outs) as details:
         if str(adapter) == "live":
             adapter = _live_adapter(cfg)
+        details["adapter"] = str(adapter)
         try:
-            info = export_merged(adapter, merged, base or student_path(cfg))
-        except (FileNotFoundError, FileExistsError) as exc:
+            written = _export(cfg, adapter, base or student_path(cfg), merged, gguf, gguf_type, gguf_lora)
+        except (FileNotFoundError, FileExistsError, ValueError, RuntimeError) as exc:
             fail(str(exc))
-        details["adapter"] = str(info["adapter"])
-    console.print(f"merged {info['adapter']} into {info['base']} -> {merged}")
-    console.print(f"for llama.cpp / LM Studio: python convert_hf_to_gguf.py {merged} --outfile model.gguf")
+        details |= {k: v.get("sha256") for k, v in written.items() if v.get("sha256")}
+    _track_export(cfg, written)
+
+
+def _export(cfg, adapter: Path, base: Path, merged, gguf, gguf_type: str, gguf_lora) -> dict[str, dict]:
+    """Write what was asked; print each."""
+    from hominem_pipeline.core.policy.export import export_merged
+    from hominem_pipeline.core.policy.gguf import export_gguf, export_gguf_lora
+
+    written = {}
+    if merged is not None:
+        written["merged"] = info = export_merged(adapter, merged, base)
+        console.print(f"merged {info['adapter']} into {info['base']} -> {merged}  (HF safetensors)")
+    if gguf is not None:
+        written["gguf"] = info = export_gguf(adapter, gguf, base, gguf_type)
+        console.print(f"{gguf}: {info['format']}, {info['bytes'] / 1e6:.0f} MB, sha256 {info['sha256'][:16]}")
+        console.print(f"  LM Studio: put it in a folder of its models directory; llama.cpp: llama-cli -m {gguf}")
+    if gguf_lora is not None:
+        written["gguf_lora"] = info = export_gguf_lora(adapter, gguf_lora, base)
+        console.print(f"{gguf_lora}: {info['format']}; llama.cpp: --lora {gguf_lora} over the student's GGUF")
+    return written
+
+
+def _track_export(cfg, written: dict[str, dict]) -> None:
+    """An MLflow run naming what was exported (skipped where MLflow is not installed: the inference-only install)."""
+    try:
+        import mlflow  # noqa: F401
+    except ImportError:
+        return
+    import datetime as dt
+    import uuid
+
+    from hominem_pipeline.core.pipeline.tracking import Tracker
+
+    tracker = Tracker(cfg.mlflow_uri, cfg.tracking.experiment, cfg.path(cfg.tracking.artifact_root))
+    day = dt.date.today().isoformat()
+    with tracker.stage_run(
+        asset="export", partition=day, dagster_run_id=f"export-{uuid.uuid4().hex[:12]}", tags={}
+    ) as run:
+        run.log_params({f"{kind}.{k}": v for kind, info in written.items() for k, v in info.items()})

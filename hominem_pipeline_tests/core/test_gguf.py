@@ -1,0 +1,62 @@
+"""The student leaves as GGUF: llama.cpp's own converter writes the merged student (f16, Q8_0) and the adapter alone,
+and a reader that is not the converter (transformers' GGUF loader) finds the same model in the file."""
+
+import json
+
+import pytest
+import torch
+
+from hominem_pipeline.core.policy.gguf import export_gguf, export_gguf_lora
+from hominem_pipeline.core.policy.lora import load_policy
+from hominem_pipeline_tests.serving.conftest import make_adapter
+
+PROMPTS = ["The capital of France is", "I feel sad today because", "Write a haiku about rain:"]
+TOLERANCE = {"f16": 0.02, "q8_0": 0.1}  # nats: the largest difference of a top-10 next-token log-probability
+
+
+def next_logprobs(model, tokenizer, prompt: str) -> torch.Tensor:
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    with torch.inference_mode():
+        return torch.log_softmax(model(ids).logits[0, -1].float(), -1)
+
+
+def test_the_merged_student_as_gguf_loads_elsewhere_with_the_same_next_tokens(tiny_student, tmp_path):
+    from gguf import GGUFReader
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    adapter = make_adapter(tiny_student, tmp_path / "adapter")
+    policy, tokenizer = load_policy(tiny_student, adapter)
+    merged = policy.merge_and_unload().eval()
+    for outtype in ("f16", "q8_0"):
+        out = tmp_path / "out" / f"student-{outtype}.gguf"
+        info = export_gguf(adapter, out, tiny_student, outtype)
+        sidecar = json.loads((tmp_path / "out" / f"student-{outtype}.gguf.json").read_text())
+        assert sidecar == info and info["adapter_version"] == "adapter" and len(info["sha256"]) == 64
+        fields = GGUFReader(out).fields
+        assert "tokenizer.chat_template" in fields and "tokenizer.ggml.tokens" in fields
+        reread = AutoModelForCausalLM.from_pretrained(out.parent, gguf_file=out.name, dtype=torch.float32).eval()
+        reread_tokenizer = AutoTokenizer.from_pretrained(out.parent, gguf_file=out.name)
+        for prompt in PROMPTS:
+            assert reread_tokenizer(prompt).input_ids == tokenizer(prompt).input_ids
+            want, got = next_logprobs(merged, tokenizer, prompt), next_logprobs(reread, tokenizer, prompt)
+            top = want.topk(10).indices
+            drift = (want[top] - got[top]).abs().max().item()
+            assert drift < TOLERANCE[outtype], (outtype, prompt, drift)
+            margin = (want[top[0]] - want[top[1]]).item()  # a random tiny model's next tokens nearly tie
+            assert want.argmax() == got.argmax() or margin < 2 * drift, (outtype, prompt, margin, drift)
+    with pytest.raises(FileExistsError, match="exists"):
+        export_gguf(adapter, out, tiny_student, "q8_0")
+    with pytest.raises(ValueError, match="use one of f16, q8_0"):
+        export_gguf(adapter, tmp_path / "x.gguf", tiny_student, "q4_k")
+
+
+def test_the_adapter_alone_is_a_gguf_lora_with_its_two_matrices_per_target(tiny_student, tmp_path):
+    from gguf import GGUFReader
+
+    adapter = make_adapter(tiny_student, tmp_path / "adapter")
+    info = export_gguf_lora(adapter, tmp_path / "lora.gguf", tiny_student)
+    reader = GGUFReader(tmp_path / "lora.gguf")
+    names = [t.name for t in reader.tensors]
+    assert info["format"] == "GGUF LoRA f16" and str(reader.fields["general.type"].contents()) == "adapter"
+    assert len(names) == 2 * 2 * 2  # 2 layers x (q, v) x (A, B)
+    assert all(n.endswith((".lora_a", ".lora_b")) for n in names)
