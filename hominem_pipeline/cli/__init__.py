@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+
 from hominem_pipeline.cli import attune, audit, data, history, live, models, pipeline, probe, serve  # noqa: F401  (each registers its commands on `app`)
-from hominem_pipeline.cli.common import app, fail
+from hominem_pipeline.cli.common import app, err, fail
 from hominem_pipeline.core.config import ConfigError
 
 __all__ = ["app", "main"]
+
+
+PIPELINE_ONLY = ("dagster", "dagster_webserver", "dagster_celery", "dagster_postgres", "mlflow", "trl", "datasets")
 
 
 def main() -> None:  # pragma: no cover - console script shim
@@ -14,3 +19,9 @@ def main() -> None:  # pragma: no cover - console script shim
         app()
     except ConfigError as exc:
         fail(str(exc))
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in PIPELINE_ONLY:
+            raise
+        missing = f"this command needs the pipeline ({exc.name} is not installed)"
+        err.print(f"[bold red]error:[/] {missing}: make install, or pip install -e '.[pipeline]'")
+        sys.exit(2)

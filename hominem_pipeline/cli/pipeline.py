@@ -106,6 +106,8 @@ def run(
     ] = False,
 ) -> None:
     """Materialize assets for one day through Dagster (runs show in the Dagster UI, metrics in MLflow)."""
+    import dagster  # noqa: F401 (first: without the pipeline installed, say so before anything is prepared)
+
     setup_logging()
     cfg = load(config, sets)
     with audited(cfg, "run", date=date, select=select, fill_window=fill_window):

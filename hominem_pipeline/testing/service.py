@@ -34,8 +34,10 @@ def start_serve(
     timeout: float = 180,
     stdout: Any = subprocess.DEVNULL,
     port: int | None = None,
+    hominem: str = HOMINEM,
 ) -> tuple[subprocess.Popen, str, float]:
-    """`hominem serve --port PORT *args` run in `cwd` (with `env` added to this process's environment);
+    """`hominem serve --port PORT *args` run in `cwd` (with `env` added to this process's environment; `hominem`:
+    the command, another venv's);
     returns (process, base URL, seconds until /healthz answered 200). `stdout`: subprocess.DEVNULL,
     subprocess.PIPE (text, stderr with it; read it from `stop_serve`) or None (this process's)."""
     import httpx2 as httpx
@@ -43,7 +45,7 @@ def start_serve(
     port = port or free_port()
     started = time.monotonic()
     proc = subprocess.Popen(
-        [HOMINEM, "serve", "--port", str(port), *args],
+        [hominem, "serve", "--port", str(port), *args],
         cwd=cwd,
         env={**os.environ, **(env or {})},
         start_new_session=True,

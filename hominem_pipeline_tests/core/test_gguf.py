@@ -6,12 +6,12 @@ import json
 import pytest
 import torch
 
-from hominem_pipeline.core.policy.gguf import export_gguf, export_gguf_lora
+from hominem_pipeline.core.policy.gguf import F16_TOLERANCE, export_gguf, export_gguf_lora
 from hominem_pipeline.core.policy.lora import load_policy
 from hominem_pipeline_tests.serving.conftest import make_adapter
 
 PROMPTS = ["The capital of France is", "I feel sad today because", "Write a haiku about rain:"]
-TOLERANCE = {"f16": 0.02, "q8_0": 0.1}  # nats: the largest difference of a top-10 next-token log-probability
+TOLERANCE = {"f16": F16_TOLERANCE, "q8_0": 0.5}  # nats: the largest difference of a top-10 next-token log-probability
 
 
 def next_logprobs(model, tokenizer, prompt: str) -> torch.Tensor:
@@ -60,3 +60,21 @@ def test_the_adapter_alone_is_a_gguf_lora_with_its_two_matrices_per_target(tiny_
     assert info["format"] == "GGUF LoRA f16" and str(reader.fields["general.type"].contents()) == "adapter"
     assert len(names) == 2 * 2 * 2  # 2 layers x (q, v) x (A, B)
     assert all(n.endswith((".lora_a", ".lora_b")) for n in names)
+
+
+def test_llama_cpp_itself_loads_each_gguf_with_the_same_next_tokens_and_chats_through_its_template(
+    tiny_student, tmp_path
+):
+    from hominem_pipeline.core.policy.gguf import llama_cpp_check
+
+    adapter = make_adapter(tiny_student, tmp_path / "adapter")
+    policy, tokenizer = load_policy(tiny_student, adapter)
+    merged = policy.merge_and_unload().eval()
+    for outtype in ("f16", "q8_0"):
+        out = export_gguf(adapter, tmp_path / f"student-{outtype}.gguf", tiny_student, outtype)
+        check = llama_cpp_check(tmp_path / out["file"], merged, tokenizer, PROMPTS, chat="Hello, who are you?")
+        for row in check["prompts"]:
+            assert row["max_top10_diff"] < TOLERANCE[outtype], (outtype, row)
+            assert row["top1_same"] or row["margin"] < 2 * row["max_top10_diff"], (outtype, row)
+        assert check["chat_format"] == "chat_template.default"  # the file's own template, not a guessed one
+        assert isinstance(check["chat"], str)

@@ -22,6 +22,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 TYPES = ("f16", "q8_0")  # what `--gguf-type` offers: half precision, or 8-bit blocks (about half the size)
+F16_TOLERANCE = 0.05  # nats: the largest difference of a top-10 next-token log-probability, f16 file against fp32
+# (Q8_0 is held to the same top token instead)
 CONVERTERS_ENV = "HOMINEM_LLAMA_CPP"  # a llama.cpp checkout whose converters to use instead of the installed ones
 
 
@@ -109,3 +111,42 @@ def export_gguf_lora(adapter: Path, out: Path, student: Path | None = None) -> d
     out.parent.mkdir(parents=True, exist_ok=True)
     _convert("convert_lora_to_gguf.py", [str(adapter), "--base", str(base), "--outfile", str(out), "--outtype", "f16"])
     return _sidecar(out, _adapter_identity(adapter) | {"base": str(base), "format": "GGUF LoRA f16"})
+
+
+def llama_cpp_check(gguf: Path, reference: Any, tokenizer: Any, prompts: list[str], chat: str | None = None) -> dict:
+    """llama.cpp itself (llama-cpp-python) on an exported file: per prompt, the next token's log-probabilities against
+    `reference` (the merged HF model, fp32) on the same token ids, the largest difference over the reference's top 10
+    and whether both pick the same token; with `chat`, llama.cpp's reply to it through the file's chat template."""
+    import numpy as np
+    import torch
+    from llama_cpp import Llama
+
+    llm = Llama(
+        model_path=str(gguf), n_ctx=512, n_threads=max(1, os.cpu_count() or 1), logits_all=True, verbose=False, seed=0
+    )  # logits_all: the logits stay readable after eval (llama-cpp-python keeps them only then)
+    rows = []
+    for prompt in prompts:
+        ids = tokenizer(prompt).input_ids
+        llm.reset()
+        llm.eval(ids)
+        theirs = torch.log_softmax(torch.tensor(np.asarray(llm.scores[len(ids) - 1]), dtype=torch.float32), -1)
+        with torch.inference_mode():
+            ours = torch.log_softmax(reference(torch.tensor([ids])).logits[0, -1].float(), -1)
+        top = ours.topk(10).indices
+        rows.append(
+            {
+                "prompt": prompt,
+                "max_top10_diff": float((ours[top] - theirs[top]).abs().max()),
+                "top1_same": bool(ours.argmax() == theirs.argmax()),
+                "margin": float(ours[top[0]] - ours[top[1]]),
+            }
+        )
+    out: dict[str, Any] = {"prompts": rows}
+    if chat is not None:
+        answer = llm.create_chat_completion(
+            messages=[{"role": "user", "content": chat}], max_tokens=24, temperature=0.0, seed=0
+        )
+        out["chat"] = answer["choices"][0]["message"]["content"]
+        out["chat_format"] = llm.chat_format
+    llm.close()
+    return out
