@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,17 +12,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hominem_pipeline.serving.ui_proxy import free_port
+
 HOMINEM = str(Path(sys.executable).parent / "hominem")
 
 
 class ServeFailed(RuntimeError):
     """The server exited, or did not answer /healthz in time; the message holds what it printed when captured."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_serve(

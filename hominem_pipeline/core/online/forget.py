@@ -177,13 +177,8 @@ def forget(cfg: Any, rater: str, who: str, interaction_log: InteractionLog | Non
     live = _live_paths(data_dir)
     for path in holders(data_dir, words):
         _clean(data_dir, path, words, turns, live, report)
-    own = interaction_log or InteractionLog(folder, remember_days=0)
-    try:
-        report.events = own.drop(lambda e: forgotten(e, stones))
-    finally:
-        if interaction_log is None:
-            own.close()
-    _forget_history(cfg, folder, report)
+    report.events, dropped_rows = take_out(cfg, lambda e: forgotten(e, stones), interaction_log)
+    report.rows += dropped_rows
     for path in holders(data_dir, words):
         why = f"still holds their words: {path.relative_to(data_dir)}; remove it: rm -r {path}"
         if why not in report.left and not any(str(path).startswith(str(data_dir / r)) for r in report.removed):
@@ -312,12 +307,21 @@ def _drop_sqlite_rows(path: Path, words: list[str]) -> int:
     return out
 
 
-def _forget_history(cfg: Any, folder: Path, report: Forgotten) -> None:
-    """Index the log again without the person (when there is an index)."""
+def take_out(cfg: Any, gone: Any, interaction_log: InteractionLog | None = None) -> tuple[int, int]:
+    """Take the events `gone` says out of the log's files (through `interaction_log`, a running service's, else one
+    opened here), then index the log again without them (when there is an index); returns (events taken out of the
+    log, rows that left the index). Forgetting a person and retention both end here."""
     from hominem_pipeline.core.online.history import SQLITE_FILE, HistoryIndex, index_url
 
+    folder = log_folder(cfg)
+    own = interaction_log or InteractionLog(folder, remember_days=0)
+    try:
+        events = own.drop(gone)
+    finally:
+        if interaction_log is None:
+            own.close()
     url = index_url(cfg.history.url, cfg.data_dir)
     if url.startswith("sqlite") and not (Path(cfg.data_dir) / SQLITE_FILE).is_file():
-        return
+        return events, 0
     with HistoryIndex(url) as index:
-        report.rows += index.purge(folder)
+        return events, index.purge(folder)

@@ -39,14 +39,15 @@ def first_kept(days: int, today: dt.date | None = None) -> str:
 def expire(cfg: Any, today: dt.date | None = None, interaction_log: Any = None) -> Expired:
     """Drop what is older than `privacy.retention_days` (see the module's docstring); `interaction_log`: the one a
     running service writes through, else one opened here. Nothing to do: returns at once."""
-    from hominem_pipeline.core.online.log import InteractionLog, event_day, log_folder
+    from hominem_pipeline.core.online.forget import take_out
+    from hominem_pipeline.core.online.log import event_day, log_folder
     from hominem_pipeline.core.pipeline.artifacts import ArtifactStore
 
     out = Expired()
     days = cfg.privacy.retention_days
-    folder = log_folder(cfg)
     if days is None:
         return out
+    folder = log_folder(cfg)
     keep = first_kept(days, today)
     store = ArtifactStore(cfg.data_dir)
     old = sorted(
@@ -55,19 +56,13 @@ def expire(cfg: Any, today: dt.date | None = None, interaction_log: Any = None) 
     )
     if not old:
         return out
-    own = interaction_log or InteractionLog(folder, remember_days=0)
-    try:
-        out.events = own.drop(lambda e: event_day(e) < keep)
-    finally:
-        if interaction_log is None:
-            own.close()
+    out.events, _ = take_out(cfg, lambda e: event_day(e) < keep, interaction_log)
     for day in old:
         for asset in COPIES_OF_THE_LOG:
             for ref in store.versions(asset, day):
                 shutil.rmtree(ref.path)
                 out.versions.append(f"{asset}/{day}/{ref.version}")
     out.days = old
-    _reindex(cfg, folder)
     log.info(
         "privacy.retention_days %d: %d event(s) of %s dropped from the log, %d version(s) removed",
         days,
@@ -76,15 +71,3 @@ def expire(cfg: Any, today: dt.date | None = None, interaction_log: Any = None) 
         len(out.versions),
     )
     return out
-
-
-def _reindex(cfg: Any, folder: Any) -> None:
-    from pathlib import Path
-
-    from hominem_pipeline.core.online.history import SQLITE_FILE, HistoryIndex, index_url
-
-    url = index_url(cfg.history.url, cfg.data_dir)
-    if url.startswith("sqlite") and not (Path(cfg.data_dir) / SQLITE_FILE).is_file():
-        return
-    with HistoryIndex(url) as index:
-        index.purge(folder)
