@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The GPU check of runtime.device (issue 49): the `gpu` tests (hominem_pipeline_tests/gpu) on tiny
-# models built from tokenizer folders, each printing its CPU and CUDA timings, on a machine with a CUDA
+# The GPU check of runtime.device (issues 49, 81): the `gpu` tests (hominem_pipeline_tests/gpu) on tiny
+# models built from tokenizer folders, each printing its CPU and GPU timings, on a machine with a CUDA
 # GPU that has torch, transformers, peft, matplotlib and pytest but not pydantic, TRL nor the project's other
 # dependencies (/work/.library/device/KINDS.md lists its image: Python 3.12).
 #
 #   bash scripts/device_check.sh prepare   # here: .device/ (ignored by git) = tokenizer folders + wheels (16 MB)
 #   bash scripts/device_check.sh dry-run   # here: the same tests on the CPU, any import the GPU machine lacks failing
+#   bash scripts/device_check.sh dry-run mps   # here: the same on an emulated Apple GPU (no float64, CPU-backed)
+#   bash scripts/device_check.sh mac       # on a Mac with Apple silicon: the tests on its GPU (runtime.device: mps)
 #   bash scripts/device_check.sh           # there: installs the wheels, runs the tests (under 10 minutes)
 #
 # With the `device` tool: run(command="bash scripts/device_check.sh", carry=[".device"]). Without a GPU
@@ -39,8 +41,19 @@ PYEOF
 fi
 
 if [ "${1:-}" = dry-run ]; then
-  HOMINEM_TEST_TOKENIZERS="$PWD/$DEV/tokenizers" HOMINEM_GPU_CHECK_DEVICE=cpu ${PYTHON:-.venv/bin/python} -m pytest -m gpu hominem_pipeline_tests/gpu -s \
+  # cpu: the CUDA checks on the CPU; mps: on the emulated Apple GPU (hominem_pipeline_tests/gpu/emulated_mps.py)
+  target=${2:-cpu}
+  case "$target" in cpu|mps) ;; *) echo "dry-run takes cpu or mps, not '$target'"; exit 2;; esac
+  HOMINEM_TEST_TOKENIZERS="$PWD/$DEV/tokenizers" HOMINEM_GPU_CHECK_DEVICE=$target ${PYTHON:-.venv/bin/python} -m pytest -m gpu hominem_pipeline_tests/gpu -s \
     -p no:hypothesispytest -p hominem_pipeline_tests.gpu.only_device_deps -p no:cacheprovider -o addopts="" -rs
+  exit $?
+fi
+
+if [ "${1:-}" = mac ]; then
+  # on a Mac with Apple silicon, after make install: the same checks on its GPU (mps), with the project's venv
+  ${PYTHON:-.venv/bin/python} -c 'import torch, sys; sys.exit(0 if torch.backends.mps.is_available() else "torch sees no Apple GPU here")'
+  HOMINEM_GPU_CHECK_DEVICE=mps ${PYTHON:-.venv/bin/python} -m pytest -m gpu hominem_pipeline_tests/gpu -s -p no:cacheprovider \
+    -o addopts="" -rs --durations=0
   exit $?
 fi
 

@@ -1,5 +1,10 @@
-"""One device policy (`runtime.device`): what it resolves to, how a wrong value is said, and that on
-the CPU nothing changes (the GPU side: hominem_pipeline_tests/gpu, run by scripts/device_check.sh)."""
+"""One device policy (`runtime.device`): what it resolves to, how a wrong value is said, where the trainers
+train, and that on the CPU nothing changes (the GPU side: hominem_pipeline_tests/gpu, run by
+scripts/device_check.sh on a CUDA GPU, and here on the emulated Apple GPU)."""
+
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -7,13 +12,28 @@ import torch
 
 from hominem_pipeline.core.config import ConfigError
 from hominem_pipeline.core.config.loader import load_config
+from hominem_pipeline.core.lm import device as device_policy
 from hominem_pipeline.core.lm.device import describe_device, resolve_device
+from hominem_pipeline.core.lm.trl_args import trl_run_args
 from hominem_pipeline_tests.conftest import REPO
+
+MPS = torch.device("mps")
+MPS_HERE = torch.backends.mps.is_available()
+
+
+@pytest.fixture
+def apple_gpu(monkeypatch):
+    """torch seeing an Apple GPU and no CUDA one, as on a Mac with Apple silicon."""
+    resolve_device.cache_clear()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(device_policy, "mps_available", lambda: True)
+    yield
+    resolve_device.cache_clear()
 
 
 def test_auto_is_cuda_only_where_torch_sees_a_gpu_and_cuda_without_one_names_the_fix(monkeypatch):
     assert resolve_device("cpu") == torch.device("cpu") and resolve_device(None) == resolve_device("auto")
-    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "mps" if MPS_HERE else "cpu")
     assert describe_device(torch.device("cpu")) == f"cpu ({torch.get_num_threads()} threads)"
     resolve_device.cache_clear()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -54,3 +74,61 @@ def test_on_the_cpu_a_device_given_changes_no_score(tiny_student, tmp_path):
     placed = RewardModel.load(tmp_path / "cpu", torch.device("cpu"))
     assert placed.device == torch.device("cpu")
     assert np.array_equal(placed.raw_scores(prompts, replies)["scalar"], plain["scalar"])
+
+
+def test_auto_takes_the_apple_gpu_where_torch_sees_one_and_mps_without_one_names_the_fix(apple_gpu, monkeypatch):
+    assert resolve_device("auto") == MPS == resolve_device("mps") and describe_device(MPS) == "mps (Apple GPU)"
+    resolve_device.cache_clear()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto").type == "cuda"  # a CUDA GPU first, where both are seen
+    resolve_device.cache_clear()
+    monkeypatch.setattr(device_policy, "mps_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == torch.device("cpu")
+    with pytest.raises(ValueError, match=r"runtime.device is mps, but torch sees no Apple GPU here .* auto or cpu"):
+        resolve_device("mps")
+    assert load_config(root=REPO, overrides={"runtime": {"device": "mps"}}).runtime.device == "mps"
+    with pytest.raises(ConfigError, match=r"train_processes is 2 with runtime.device: mps.*train_processes: 1"):
+        load_config(root=REPO, overrides={"runtime": {"device": "mps", "train_processes": 2}})
+
+
+def test_the_trainers_train_where_the_setting_says_in_fp32_off_cuda(tmp_path, monkeypatch):
+    """TRL's arguments: the CPU forced for the CPU (else transformers takes any GPU it sees), bf16 only on a CUDA
+    GPU that has it; with them transformers trains on the Apple GPU where torch sees one. A launch of several
+    processes on the Apple GPU is refused before it starts."""
+    from accelerate.state import PartialState
+    from transformers import TrainingArguments
+
+    from hominem_pipeline.core.policy.launch import run_launched
+
+    cpu = trl_run_args(0, torch.device("cpu"))
+    assert cpu["use_cpu"] and not cpu["bf16"] and not cpu["activation_checkpointing"]
+    mps = trl_run_args(0, MPS)
+    assert not mps["use_cpu"] and not mps["bf16"] and mps["seed"] == mps["data_seed"] == 0
+    import transformers.training_args as training_args
+
+    monkeypatch.setattr(training_args, "is_torch_mps_available", lambda *a, **k: True)
+    PartialState._reset_state()  # accelerate keeps one state per process: this one's, then the CPU's again
+    try:
+        assert TrainingArguments(output_dir=str(tmp_path), **mps).device == MPS
+        PartialState._reset_state()
+        assert TrainingArguments(output_dir=str(tmp_path), **cpu).device == torch.device("cpu")
+    finally:
+        PartialState._reset_state()
+    with pytest.raises(ValueError, match="Apple GPU is one device .* runtime.train_processes: 1"):
+        run_launched(tmp_path / "spec.json", 2, device="mps")
+
+
+def test_every_gpu_check_passes_on_the_emulated_apple_gpu():
+    """`scripts/device_check.sh dry-run mps`, in CI: the networks, the trainers and the server's engine on a GPU
+    without float64 (hominem_pipeline_tests/gpu/emulated_mps.py), each giving the CPU's figures."""
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-m", "gpu", "hominem_pipeline_tests/gpu", "-p", "no:cacheprovider"]
+        + ["-o", "addopts=", "-q"],
+        cwd=REPO,
+        env={**os.environ, "HOMINEM_GPU_CHECK_DEVICE": "mps"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0 and "7 passed" in run.stdout, run.stdout[-4000:] + run.stderr[-2000:]

@@ -139,7 +139,7 @@ class _Run:
     pc: PolicyConfig  # with the slow loop's factors in force today
     slow: Any  # the slow loop's adjustment
     pairs: pd.DataFrame
-    common: dict[str, Any]  # student_path, cfg, out_dir, seed, on_log: what every trainer takes
+    common: dict[str, Any]  # student_path, device, cfg, out_dir, seed, on_log: what every trainer takes
     loaded: list[Any] = field(default_factory=list)
 
     @property
@@ -165,6 +165,7 @@ class _Trained:
 
 
 def _run(ctx: StageContext) -> _Run:
+    from hominem_pipeline.core.lm.device import resolve_device
     from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.online.slow_loop import adjusted_policy, adjustment_on
     from hominem_pipeline.core.policy.pairs import read_preference_pairs
@@ -174,6 +175,7 @@ def _run(ctx: StageContext) -> _Run:
     pairs = read_preference_pairs([r.file("pairs.parquet") for r in ctx.inputs["preference_pairs"]])
     common = dict(
         student_path=student_path(ctx.cfg),
+        device=resolve_device(ctx.cfg.runtime.device),
         cfg=pc,
         out_dir=ctx.out_dir,
         seed=policy_seed(ctx.seed, pc.seed),
@@ -216,7 +218,7 @@ def _train_dual(run: _Run) -> _Trained:
         result = train_dual_adapter(
             pairs,
             memory,
-            start=DualStart(common["student_path"], **caches),
+            start=DualStart(common["student_path"], device=common["device"], **caches),
             cfg=pc,
             out_dir=common["out_dir"],
             seed=common["seed"],

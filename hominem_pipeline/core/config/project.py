@@ -28,9 +28,10 @@ class ProjectConfig(_Frozen):
 
 
 class RuntimeConfig(_Frozen):
-    device: Literal["auto", "cpu", "cuda"] = Field(
-        description="Where the networks run: auto (CUDA when torch sees a GPU, else the CPU), cpu, or cuda (an "
-        "error without one). Changes how fast, not what is built (not part of any version)."
+    device: Literal["auto", "cpu", "cuda", "mps"] = Field(
+        description="Where the networks run and the adapters train: auto (a CUDA GPU when torch sees one, else the "
+        "Apple GPU, else the CPU), cpu, cuda or mps (the Apple GPU; each an error where torch sees none). fp32 "
+        "everywhere. Changes how fast, not what is built (not part of any version)."
     )
     dagster_home: str | None = Field(
         description="The Dagster instance's folder (its dagster.yaml); null: the embedded one, data/dagster with "
@@ -55,9 +56,19 @@ class RuntimeConfig(_Frozen):
         le=64,
         description="Processes the daily adapter trains in (`lora_adapter`, every mode), 1-64: 1 trains in the "
         "stage's own process; more start them with `accelerate launch` on this machine (data-parallel, "
-        "gradients averaged; on GPUs one per GPU, at most as many as torch sees). Changes how fast, not "
-        "what is built (not part of any version).",
+        "gradients averaged; on GPUs one per GPU, at most as many as torch sees; not with device: mps, one "
+        "Apple GPU). Changes how fast, not what is built (not part of any version).",
     )
+
+    @model_validator(mode="after")
+    def _one_process_on_the_apple_gpu(self) -> RuntimeConfig:
+        if self.device == "mps" and self.train_processes > 1:
+            raise ValueError(
+                f"runtime.train_processes is {self.train_processes} with runtime.device: mps, but the Apple GPU is "
+                "one device and torch.distributed has no backend for it; set runtime.train_processes: 1, or "
+                "runtime.device: cpu to train in several processes on the CPU"
+            )
+        return self
 
 
 class TrackingConfig(_Frozen):

@@ -86,6 +86,15 @@ class Ranks:
             dist.barrier()
 
 
+def process_device() -> torch.device:
+    """The device a launched process trains on: the GPU of its LOCAL_RANK where torch sees CUDA (the launcher
+    hides the GPUs for `runtime.device: cpu`), else the CPU. Never the Apple GPU: torch.distributed has no
+    backend for it (`launch.run_launched` refuses `mps` with more than one process)."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
 def ranks() -> Ranks:
     """The processes this one trains with: from the launcher's environment (the process group started on
     first use), else one process."""
@@ -94,11 +103,10 @@ def ranks() -> Ranks:
         return Ranks()
     import torch.distributed as dist
 
-    rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    cuda = torch.cuda.is_available()
+    rank, device = int(os.environ.get("RANK", "0")), process_device()
+    cuda = device.type == "cuda"
     if not dist.is_initialized():
         dist.init_process_group("nccl" if cuda else "gloo")
-    device = torch.device("cuda", local) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
     return Ranks(world, rank, device)

@@ -7,6 +7,7 @@ import logging
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
@@ -79,14 +80,16 @@ def train_dpo_adapter(
     out_dir: Path,
     seed: int,
     on_log: Callable[[int, dict[str, float]], None] | None = None,
+    device: Any = None,
 ) -> AdapterTraining:
-    """LoRA DPO through TRL; saves the adapter (PEFT format) and the tokenizer to `out_dir`."""
+    """LoRA DPO through TRL on `device` (None: `runtime.device`'s auto); saves the adapter (PEFT format) and the
+    tokenizer to `out_dir`."""
     from trl import DPOConfig
 
     if pairs.empty:
         raise ValueError("DPO needs at least one preference pair; preference_pairs produced none")
     torch.manual_seed(seed)
-    model, tokenizer, before = lora_student(student_path, cfg)
+    model, tokenizer, before = lora_student(student_path, cfg, device=device)
     history: list[dict[str, float]] = []
     progress = Progress("DPO training", cfg.max_steps, log, unit="steps")
     with tempfile.TemporaryDirectory(prefix="hominem-dpo-") as scratch:
@@ -95,7 +98,7 @@ def train_dpo_adapter(
             per_device_train_batch_size=per_process(cfg.batch_size),
             beta=cfg.beta,
             max_length=cfg.max_length,
-            **trl_common_args(cfg, seed),
+            **trl_common_args(cfg, seed, model.device),
         )
         # A PeftModel: TRL's reference is the same model with the adapter disabled.
         trainer = dpo_trainer_class()(

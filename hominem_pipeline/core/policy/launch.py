@@ -138,13 +138,10 @@ def _replayed(batches: list[list[int]]) -> Callable[[int], list[int]]:
 def _reward_model(spec: dict[str, Any], rank: int) -> Any:
     """The reward model the spec names, on this process's device; rank 0 reads and writes the project's
     feature cache (the others compute what they score: two writers would compact each other's shards)."""
-    import torch
-
+    from hominem_pipeline.core.policy.distributed import process_device
     from hominem_pipeline.core.reward.model import RewardModel
 
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    device = torch.device("cuda", local) if torch.cuda.is_available() else torch.device("cpu")
-    model = RewardModel.load(Path(spec["reward_model"]), device)
+    model = RewardModel.load(Path(spec["reward_model"]), process_device())
     if spec.get("feature_cache") and rank == 0:
         folder, shipped = spec["feature_cache"]
         model.use_feature_cache(Path(folder), Path(shipped) if shipped else None)
@@ -153,6 +150,7 @@ def _reward_model(spec: dict[str, Any], rank: int) -> Any:
 
 def train(spec_path: Path) -> dict[str, Any]:
     from hominem_pipeline.core.config import PolicyConfig
+    from hominem_pipeline.core.policy.distributed import process_device
 
     spec = json.loads(Path(spec_path).read_text())
     folder = Path(spec_path).parent
@@ -161,6 +159,7 @@ def train(spec_path: Path) -> dict[str, Any]:
     pairs = pd.read_parquet(folder / "pairs.parquet")
     student = Path(spec["student"])
     common = {"cfg": cfg, "out_dir": Path(spec["out_dir"]), "seed": spec["seed"]}
+    placed = {"device": process_device()}  # the TRL trainers' (the dual trainer takes its ranks' device)
 
     def path(key: str) -> Path | None:
         return Path(spec[key]) if spec.get(key) else None
@@ -191,7 +190,7 @@ def train(spec_path: Path) -> dict[str, Any]:
     elif spec["mode"] == "dpo":
         from hominem_pipeline.core.policy.dpo import train_dpo_adapter
 
-        result = train_dpo_adapter(pairs, student_path=student, **common)
+        result = train_dpo_adapter(pairs, student_path=student, **common, **placed)
     elif spec["mode"] == "rl":
         from hominem_pipeline.core.policy.rl import train_rl_adapter
 
@@ -201,6 +200,7 @@ def train(spec_path: Path) -> dict[str, Any]:
             dimension_weights=spec.get("dimension_weights"),
             student_path=student,
             **common,
+            **placed,
         )
     else:
         raise ValueError(f"unknown mode {spec['mode']!r}: dual | dpo | rl")
@@ -245,13 +245,20 @@ def run_launched(spec_path: Path, processes: int, *, device: str = "auto") -> An
     `AdapterTraining`, as rank 0 wrote it. Rank 0's log lines (its progress) come through this process's
     log; a failed launch raises with the end of what the processes printed. On a CPU the cores are
     shared out (each process gets cores / processes threads); with GPUs each process takes the GPU of its
-    rank, so `processes` may not exceed the GPUs torch sees (`device: cpu` keeps them all on the CPU)."""
+    rank, so `processes` may not exceed the GPUs torch sees (`device: cpu` keeps them all on the CPU; `mps` is
+    refused, and `auto` on a Mac trains them on the CPU)."""
     import torch
 
     from hominem_pipeline.core.policy.lora import AdapterTraining
 
     if processes < 2:
         raise ValueError(f"run_launched needs 2 or more processes, not {processes}; one trains in this process")
+    if device == "mps":
+        raise ValueError(
+            f"runtime.train_processes is {processes} with runtime.device: mps, but the Apple GPU is one device and "
+            "torch.distributed has no backend for it; set runtime.train_processes: 1 to train on it, or "
+            "runtime.device: cpu to train in several processes on the CPU"
+        )
     env = {**os.environ}
     gpus = torch.cuda.device_count() if device != "cpu" and torch.cuda.is_available() else 0
     if gpus and processes > gpus:

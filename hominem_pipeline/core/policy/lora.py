@@ -39,7 +39,7 @@ def lora_student(
     """(the student in fp32 wrapped with a fresh LoRA adapter, or with `init_adapter` to train on from
     (an online update continues the live adapter, with its LoRA shape), its tokenizer, the base
     checksum): what every training mode starts from. Only the LoRA matrices require gradients. On
-    `device` (None: a CUDA GPU where torch sees one, else the CPU), moved there once wrapped, so a fresh
+    `device` (None: `runtime.device`'s auto, `lm.device.resolve_device`), moved there once wrapped, so a fresh
     adapter starts from the same draws on every device."""
     from peft import LoraConfig as PeftLoraConfig
     from peft import get_peft_model
@@ -53,7 +53,9 @@ def lora_student(
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(student_path, dtype=torch.float32)
     if device is None:
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        from hominem_pipeline.core.lm.device import resolve_device
+
+        device = resolve_device("auto")
     if init_adapter is not None:
         from peft import PeftModel
 
@@ -95,12 +97,13 @@ def save_adapter(model: Any, tokenizer: Any, out_dir: Path, before: str) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def trl_common_args(cfg: PolicyConfig, seed: int) -> dict[str, Any]:
-    """The TrainingArguments every policy trainer shares: `trl_run_args`, with steps and learning rate from `cfg`."""
+def trl_common_args(cfg: PolicyConfig, seed: int, device: Any) -> dict[str, Any]:
+    """The TrainingArguments every policy trainer shares: `trl_run_args` on `device` (where `lora_student` put the
+    model), with steps and learning rate from `cfg`."""
     from hominem_pipeline.core.lm.trl_args import trl_run_args
 
     return dict(
-        **trl_run_args(seed),
+        **trl_run_args(seed, device),
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         learning_rate=cfg.learning_rate,
         max_steps=cfg.max_steps,

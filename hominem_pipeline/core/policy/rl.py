@@ -88,10 +88,11 @@ def train_rl_adapter(
     seed: int,
     dimension_weights: Mapping[str, float] | None = None,
     on_log: Callable[[int, dict[str, float]], None] | None = None,
+    device: Any = None,
 ) -> AdapterTraining:
-    """GRPO or RLOO (cfg.rl.algorithm) on `prompts` with the reward model's gated reward; saves the
-    adapter (PEFT format) and the tokenizer to `out_dir`. Each step samples `rl.num_generations`
-    completions for each of `batch_size` prompts."""
+    """GRPO or RLOO (cfg.rl.algorithm) on `prompts` with the reward model's gated reward, on `device` (None:
+    `runtime.device`'s auto); saves the adapter (PEFT format) and the tokenizer to `out_dir`. Each step samples
+    `rl.num_generations` completions for each of `batch_size` prompts."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
@@ -108,7 +109,7 @@ def train_rl_adapter(
         raise ValueError("RL needs at least one prompt; the preference pairs of the window name none")
     rl = cfg.rl
     torch.manual_seed(seed)
-    model, tokenizer, before = lora_student(student_path, cfg)
+    model, tokenizer, before = lora_student(student_path, cfg, device=device)
     reward = GatedReward(reward_model, cfg, rl.num_generations, dimension_weights)
     history: list[dict[str, float]] = []
     progress = Progress(f"RL training ({rl.algorithm})", cfg.max_steps, log, unit="steps")
@@ -122,7 +123,7 @@ def train_rl_adapter(
             max_completion_length=rl.max_new_tokens,
             temperature=rl.temperature,
             beta=rl.kl_beta,
-            **trl_common_args(cfg, seed),
+            **trl_common_args(cfg, seed, model.device),
         )
         trainer = trainer_cls(
             model=model,

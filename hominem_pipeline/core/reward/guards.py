@@ -73,7 +73,7 @@ def reply_token_logps(
                     continue
                 logits = head(hidden[j, first - 1 : len(seq) - 1]).float()
                 picked = logits.log_softmax(-1).gather(-1, torch.tensor(seq[first:], device=device).unsqueeze(1))[:, 0]
-                sums[i], counts[i] = picked.double().sum().item(), len(picked)
+                sums[i], counts[i] = picked.cpu().double().sum().item(), len(picked)  # no float64 on a device
             if progress:
                 progress.advance(len(rows))
     return sums, counts

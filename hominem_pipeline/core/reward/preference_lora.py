@@ -101,14 +101,14 @@ def _rows(pairs: pd.DataFrame, read: Callable[[str, str], list[int]], settings: 
     ]
 
 
-def _trainer_args(settings: PreferenceLoraSettings) -> Any:
-    """RewardConfig for `settings`, on the arguments every TRL trainer here shares (`trl_run_args`)."""
+def _trainer_args(settings: PreferenceLoraSettings, device: Any) -> Any:
+    """RewardConfig for `settings`, on the arguments every TRL trainer here shares (`trl_run_args`, on `device`)."""
     from trl import RewardConfig
 
     from hominem_pipeline.core.lm.trl_args import trl_run_args
 
     return RewardConfig(
-        **trl_run_args(settings.seed),
+        **trl_run_args(settings.seed, device),
         output_dir=tempfile.mkdtemp(prefix="hominem-reward-trainer-"),  # nothing is saved there (save_strategy no)
         per_device_train_batch_size=settings.batch_size,
         num_train_epochs=settings.epochs,
@@ -129,8 +129,10 @@ def train_preference_lora(
     depth: int | None,
     settings: PreferenceLoraSettings = PreferenceLoraSettings(),
     progress: Callable[[dict[str, float]], None] | None = None,
+    device: Any = None,
 ) -> dict[str, float]:
-    """Train the LoRA and the score head on people's pairs and save them in `out`.
+    """Train the LoRA and the score head on people's pairs and save them in `out`, on `device` (None:
+    `runtime.device`'s auto).
 
     Args:
         base: the backbone's HF folder.
@@ -161,7 +163,9 @@ def train_preference_lora(
         target_modules=list(settings.target_modules or _linear_names(model)),
         layers_to_transform=_lora_layers(model, settings.layers),
     )
-    args = _trainer_args(settings)
+    from hominem_pipeline.core.lm.device import resolve_device
+
+    args = _trainer_args(settings, device if device is not None else resolve_device("auto"))
 
     class Report(TrainerCallback):
         def on_log(self, _args, state, control, logs=None, **kwargs):

@@ -85,7 +85,8 @@ def update_policy(cfg: HominemConfig, steps: int, lr_factor: float) -> PolicyCon
 
 
 def _fit(cfg: HominemConfig, plan: UpdateBatch, pairs: pd.DataFrame, memory: pd.DataFrame, n_beside: int, out: Path):
-    """The dual-channel training of the update into `out`."""
+    """The dual-channel training of the update into `out`, on `runtime.device`."""
+    from hominem_pipeline.core.lm.device import resolve_device
     from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.policy.dual import (
         REFERENCE_CACHE,
@@ -104,7 +105,12 @@ def _fit(cfg: HominemConfig, plan: UpdateBatch, pairs: pd.DataFrame, memory: pd.
     return train_dual_adapter(
         pairs,
         memory,
-        start=DualStart(student_path(cfg), init_adapter=plan.live_adapter, reference_cache=reference),
+        start=DualStart(
+            student_path(cfg),
+            init_adapter=plan.live_adapter,
+            device=resolve_device(cfg.runtime.device),
+            reference_cache=reference,
+        ),
         cfg=policy,
         out_dir=out,
         seed=plan.seed,

@@ -56,7 +56,8 @@ class DualStart:
         people_start: (the shipped features folder, the key of the people's training pairs): a fresh adapter
             starts from the people's start shipped there where it fits (`people_start.load_people_start`; the
             channels' `start` says).
-        device: where it trains (`lora.lora_student`; None: a CUDA GPU where torch sees one).
+        device: where it trains (`lora.lora_student`; None: a launched process's own device, else
+            `runtime.device`'s auto).
         reference_cache: a file of the base's log-probabilities of sequences, read at the start and written
             back at the end (online updates train on many of the same pairs each time).
         shipped_reference: the project's shipped features folder, whose reference log-probabilities of the

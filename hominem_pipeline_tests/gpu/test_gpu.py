@@ -1,8 +1,12 @@
-"""Every network the project runs, placed by `runtime.device` (the policy trainers: by themselves) on a
-CUDA GPU: each part puts its tensors there and gives the CPU's figures (up to float rounding). Skipped
-without a GPU; run on one by scripts/device_check.sh, which needs torch, transformers, peft and pytest
-there, nothing from the project's other dependencies but pydantic and TRL (carried as wheels), and
-tokenizer folders, not models."""
+"""Every network the project runs, and the adapters' training, placed by `runtime.device` on a GPU: each
+part puts its tensors there and gives the CPU's figures (up to float rounding).
+
+HOMINEM_GPU_CHECK_DEVICE names the GPU: `cuda` (the default; skipped without one: scripts/device_check.sh
+runs these on a lent GPU machine, which needs torch, transformers, peft and pytest there, nothing from the
+project's other dependencies but pydantic and TRL, carried as wheels, and tokenizer folders, not models),
+`mps` (the Apple GPU; on a machine without one, the emulated Apple GPU of `emulated_mps`: the CPU dry-run
+`scripts/device_check.sh dry-run mps`), or `cpu` (`scripts/device_check.sh dry-run`, before spending GPU
+time)."""
 
 from __future__ import annotations
 
@@ -13,13 +17,18 @@ import numpy as np
 import pytest
 import torch
 
-# HOMINEM_GPU_CHECK_DEVICE=cpu: the same checks on the CPU (`scripts/device_check.sh dry-run`, before spending GPU
-# time)
-CUDA = torch.device(os.environ.get("HOMINEM_GPU_CHECK_DEVICE", "cuda"))
+SETTING = os.environ.get("HOMINEM_GPU_CHECK_DEVICE", "cuda")  # what runtime.device says: cuda | mps | cpu
+MPS_HERE = SETTING == "mps" and torch.backends.mps.is_available()
+if SETTING == "mps" and not MPS_HERE:
+    from hominem_pipeline_tests.gpu.emulated_mps import install
+
+    GPU = install()
+else:
+    GPU = torch.device(SETTING)
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(
-        CUDA.type == "cuda" and not torch.cuda.is_available(),
+        SETTING == "cuda" and not torch.cuda.is_available(),
         reason="no CUDA GPU (scripts/device_check.sh runs these on one)",
     ),
 ]
@@ -28,8 +37,10 @@ REPLIES = ["Quiet, thanks for asking. And yours?", "That's rough. What happened?
 
 
 def sync() -> None:
-    if CUDA.type == "cuda":
+    if GPU.type == "cuda":
         torch.cuda.synchronize()
+    elif MPS_HERE:
+        torch.mps.synchronize()
 
 
 def timed(what: str, fn):
@@ -41,32 +52,32 @@ def timed(what: str, fn):
     return out
 
 
-def test_the_guard_columns_on_cuda_equal_the_cpus(tiny_student):
+def test_the_guard_columns_on_the_gpu_equal_the_cpus(tiny_student):
     from hominem_pipeline.core.reward.guards import GuardScorer
 
     cpu = GuardScorer(["reply_logp", "prompt_gain"], tiny_student)(PROMPTS, REPLIES)
-    scorer = GuardScorer(["reply_logp", "prompt_gain"], tiny_student, device=CUDA)
-    cuda = timed(f"guards, {CUDA.type}", lambda: scorer(PROMPTS, REPLIES))
-    assert next(scorer._model.parameters()).device.type == CUDA.type and cuda.device.type == "cpu"
-    assert torch.allclose(cuda, cpu, atol=1e-3)
+    scorer = GuardScorer(["reply_logp", "prompt_gain"], tiny_student, device=GPU)
+    placed = timed(f"guards, {GPU.type}", lambda: scorer(PROMPTS, REPLIES))
+    assert next(scorer._model.parameters()).device.type == GPU.type and placed.device.type == "cpu"
+    assert torch.allclose(placed, cpu, atol=1e-3)
 
 
-def test_the_peoples_encoder_on_cuda_equals_the_cpus(tiny_encoder):
+def test_the_peoples_encoder_on_the_gpu_equals_the_cpus(tiny_encoder):
     from hominem_pipeline.core.reward.people import EncoderStates
 
     cpu = EncoderStates(tiny_encoder, 64)(PROMPTS, REPLIES)
-    reader = EncoderStates(tiny_encoder, 64, device=CUDA)
-    cuda = timed(f"people's encoder, {CUDA.type}", lambda: reader(PROMPTS, REPLIES))
-    assert next(reader._model.parameters()).device.type == CUDA.type and torch.allclose(cuda, cpu, atol=1e-4)
+    reader = EncoderStates(tiny_encoder, 64, device=GPU)
+    placed = timed(f"people's encoder, {GPU.type}", lambda: reader(PROMPTS, REPLIES))
+    assert next(reader._model.parameters()).device.type == GPU.type and torch.allclose(placed, cpu, atol=1e-4)
 
 
-def test_the_reward_model_trains_its_frozen_pass_and_scores_on_cuda_as_on_the_cpu(tiny_student, tmp_path):
+def test_the_reward_model_trains_its_frozen_pass_and_scores_on_the_gpu_as_on_the_cpu(tiny_student, tmp_path):
     from hominem_pipeline.core.reward.model import RewardModel
     from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
     from hominem_pipeline_tests.core.test_reward_model import DIMS, small_cfg, toy_labels
 
     cfg = small_cfg(guards=["reply_logp"], backbone={"path": None, "finetune": "frozen"}, head_fit="ridge")
-    for name, device in (("cpu", None), ("placed", CUDA)):
+    for name, device in (("cpu", None), ("placed", GPU)):
         timed(
             f"reward model training, {name}",
             lambda: (
@@ -83,15 +94,15 @@ def test_the_reward_model_trains_its_frozen_pass_and_scores_on_cuda_as_on_the_cp
             ),
         )
     cpu = RewardModel.load(tmp_path / "cpu").raw_scores(PROMPTS, REPLIES)
-    model = RewardModel.load(tmp_path / "placed", CUDA)
-    cuda = timed(f"reward model scoring, {CUDA.type}", lambda: model.raw_scores(PROMPTS, REPLIES))
-    assert model.device.type == CUDA.type and next(model.net.parameters()).device.type == CUDA.type
-    assert np.allclose(cuda["scalar"], cpu["scalar"], atol=1e-3) and np.allclose(
-        cuda["vector"], cpu["vector"], atol=1e-3
+    model = RewardModel.load(tmp_path / "placed", GPU)
+    placed = timed(f"reward model scoring, {GPU.type}", lambda: model.raw_scores(PROMPTS, REPLIES))
+    assert model.device.type == GPU.type and next(model.net.parameters()).device.type == GPU.type
+    assert np.allclose(placed["scalar"], cpu["scalar"], atol=1e-3) and np.allclose(
+        placed["vector"], cpu["vector"], atol=1e-3
     )
 
 
-def test_the_teacher_and_the_evaluation_generate_on_cuda(tiny_student, tiny_encoder, tmp_path):
+def test_the_teacher_and_the_evaluation_generate_on_the_gpu(tiny_student, tiny_encoder, tmp_path):
     from hominem_pipeline.core.common.schema import Prompt
     from hominem_pipeline.core.config import CandidateStyle
     from hominem_pipeline.core.config.loader import load_config
@@ -101,28 +112,28 @@ def test_the_teacher_and_the_evaluation_generate_on_cuda(tiny_student, tiny_enco
     from hominem_pipeline_tests.conftest import make_project
 
     project = make_project(tmp_path / "project", tiny_student, tiny_encoder)
-    cfg = load_config(project / "config" / "tiny.yaml", root=project, overrides={"runtime": {"device": CUDA.type}})
+    cfg = load_config(project / "config" / "tiny.yaml", root=project, overrides={"runtime": {"device": SETTING}})
     teacher = LocalHFTeacher(tiny_student, cfg, batch_size=4)
-    assert teacher.model.device.type == CUDA.type
+    assert teacher.model.device.type == GPU.type
     prompts = [Prompt(prompt_id=f"p{i}", text=t, category="c", difficulty=1) for i, t in enumerate(PROMPTS)]
     sampled = timed(
-        f"teacher sampling, {CUDA.type}",
+        f"teacher sampling, {GPU.type}",
         lambda: teacher.sample(prompts, [CandidateStyle(name="s", temperature=0.8, top_p=0.9)], 8, seed=0),
     )
     assert len(sampled.items) == len(PROMPTS)
-    labels = timed(f"teacher rating, {CUDA.type}", lambda: teacher.rate(sampled.items))
+    labels = timed(f"teacher rating, {GPU.type}", lambda: teacher.rate(sampled.items))
     assert len(labels.items) == len(PROMPTS)
-    model, tokenizer = load_policy(tiny_student, None, CUDA)
+    model, tokenizer = load_policy(tiny_student, None, GPU)
     replies = timed(
-        f"evaluation replies, {CUDA.type}",
+        f"evaluation replies, {GPU.type}",
         lambda: greedy_replies(model, tokenizer, PROMPTS, cfg.evaluation, 0, "gpu check"),
     )
-    assert next(model.parameters()).device.type == CUDA.type and len(replies) == len(
+    assert next(model.parameters()).device.type == GPU.type and len(replies) == len(
         PROMPTS
     )  # greedy text can differ where the CPU's logits tie
 
 
-def test_the_servers_engine_batches_on_cuda_as_on_the_cpu(tiny_student):
+def test_the_servers_engine_batches_on_the_gpu_as_on_the_cpu(tiny_student):
     """`hominem serve`'s engine on `runtime.device`: the model, the batch's cache, mask and positions on the
     GPU (rows joining and leaving), each row's sampling on the CPU; greedy replies as long as the CPU's."""
     from hominem_pipeline.serving.engine import Engine, EngineSettings, Request, Sampling
@@ -148,14 +159,14 @@ def test_the_servers_engine_batches_on_cuda_as_on_the_cpu(tiny_student):
             engine.close()
 
     _, cpu = replies(None)
-    engine, cuda = timed(f"engine, {CUDA.type}", lambda: replies(CUDA))
-    assert next(engine.model.parameters()).device.type == CUDA.type
+    engine, placed = timed(f"engine, {GPU.type}", lambda: replies(GPU))
+    assert next(engine.model.parameters()).device.type == GPU.type
     assert (
-        [len(r) for r in cuda] == [len(r) for r in cpu] == [6, 9, 12]
+        [len(r) for r in placed] == [len(r) for r in cpu] == [6, 9, 12]
     )  # rows of different lengths left the batch one by one
 
 
-def test_the_dual_trainer_learns_peoples_pairs_on_cuda_as_on_the_cpu(tiny_student, tiny_encoder, tmp_path):
+def test_the_dual_trainer_learns_peoples_pairs_on_the_gpu_as_on_the_cpu(tiny_student, tiny_encoder, tmp_path):
     """The daily adapter's trainer (`policy.dual`) on a GPU: the same fresh LoRA draws, the same losses
     step by step as the CPU's (up to float rounding), and the same implicit reward on people's pairs
     (the evaluation's first figure), measured on either device."""
@@ -183,7 +194,7 @@ def test_the_dual_trainer_learns_peoples_pairs_on_cuda_as_on_the_cpu(tiny_studen
     )
     memory = pd.DataFrame({"prompt": ["What is my cat called?"], "response": ["Your cat is called Miso."]})
     runs = {}
-    for name, device in (("cpu", torch.device("cpu")), (CUDA.type, CUDA)):
+    for name, device in (("cpu", torch.device("cpu")), (GPU.type, GPU)):
         runs[name] = timed(
             f"dual training, 4 steps, {name}",
             lambda: train_dual_adapter(
@@ -195,15 +206,15 @@ def test_the_dual_trainer_learns_peoples_pairs_on_cuda_as_on_the_cpu(tiny_studen
                 seed=0,
             ),
         )
-    cpu, cuda = ([h["loss"] for h in runs[n].history] for n in ("cpu", CUDA.type))
-    assert len(cuda) == 4 and np.allclose(cuda, cpu, rtol=1e-3, atol=1e-4), (cpu, cuda)
+    cpu, placed = ([h["loss"] for h in runs[n].history] for n in ("cpu", GPU.type))
+    assert len(placed) == 4 and np.allclose(placed, cpu, rtol=1e-3, atol=1e-4), (cpu, placed)
     figures = {}
-    for name, device in (("cpu", None), (CUDA.type, CUDA)):
-        model, tokenizer = load_policy(tiny_student, tmp_path / CUDA.type, device)
+    for name, device in (("cpu", None), (GPU.type, GPU)):
+        model, tokenizer = load_policy(tiny_student, tmp_path / GPU.type, device)
         figures[name], _ = implicit_reward(model, tokenizer, PROMPTS, REPLIES, rejected, 4)
     assert (
-        figures[CUDA.type].accuracy == figures["cpu"].accuracy
-        and abs(figures[CUDA.type].mean_margin - figures["cpu"].mean_margin) < 1e-3
+        figures[GPU.type].accuracy == figures["cpu"].accuracy
+        and abs(figures[GPU.type].mean_margin - figures["cpu"].mean_margin) < 1e-3
     )
 
 
@@ -211,7 +222,8 @@ def test_the_dual_trainer_across_processes_takes_a_gpu_each(tiny_student, tmp_pa
     """`runtime.train_processes` on a GPU machine (`policy.launch.run_launched`): with two GPUs or more,
     two processes train over NCCL, one per GPU, and each step's loss is one process's (the halves' means
     weighted by their rows); with one GPU, two processes are refused with the fix named, and the same launch
-    runs on the CPU (`runtime.device: cpu`) with this machine's torch and accelerate."""
+    runs on the CPU (`runtime.device: cpu`) with this machine's torch and accelerate. The Apple GPU (`mps`) is
+    one device, and torch.distributed has no backend for it: refused with the fix named."""
     from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.policy.dual import DualStart, train_dual_adapter
     from hominem_pipeline.core.policy.launch import LaunchSpec, run_launched, write_spec
@@ -231,14 +243,14 @@ def test_the_dual_trainer_across_processes_takes_a_gpu_each(tiny_student, tmp_pa
         },
     ).policy
     data = pairs(8)
-    gpus = torch.cuda.device_count() if CUDA.type == "cuda" else 0
+    gpus = torch.cuda.device_count() if GPU.type == "cuda" else 0
     device = "cuda" if gpus >= 2 else "cpu"
     one = timed(
-        f"dual, one process, {CUDA.type}",
+        f"dual, one process, {GPU.type}",
         lambda: train_dual_adapter(
             data,
             memory(4),
-            start=DualStart(tiny_student, device=CUDA if device == "cuda" else torch.device("cpu")),
+            start=DualStart(tiny_student, device=GPU if device == "cuda" else torch.device("cpu")),
             cfg=cfg,
             out_dir=tmp_path / "one",
             seed=0,
@@ -253,6 +265,9 @@ def test_the_dual_trainer_across_processes_takes_a_gpu_each(tiny_student, tmp_pa
     if gpus == 1:
         with pytest.raises(ValueError, match="train_processes is 2, but torch sees 1 GPU"):
             run_launched(spec, 2, device="auto")
+    if SETTING == "mps":
+        with pytest.raises(ValueError, match="the Apple GPU is one device"):
+            run_launched(spec, 2, device="mps")
     two = timed(f"dual, two processes, {device}", lambda: run_launched(spec, 2, device=device))
     assert two.metrics["processes"] == 2 and two.base_checksum == one.base_checksum
     assert np.allclose([h["loss"] for h in two.history], [h["loss"] for h in one.history], rtol=1e-3, atol=1e-4)
