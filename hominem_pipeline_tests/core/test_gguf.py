@@ -62,6 +62,36 @@ def test_the_adapter_alone_is_a_gguf_lora_with_its_two_matrices_per_target(tiny_
     assert all(n.endswith((".lora_a", ".lora_b")) for n in names)
 
 
+def test_a_converter_that_fails_midway_leaves_no_file_and_the_next_export_is_not_refused(
+    tiny_student, tmp_path, monkeypatch
+):
+    """A converter that dies after writing part of its file (here a stand-in for llama.cpp's, which writes 2 KB and
+    exits 1): the error names the script and its last words, nothing is left under the name asked for, and the
+    export run again with the real converter writes the whole file."""
+    from hominem_pipeline.core.policy.gguf import CONVERTERS_ENV, converters
+
+    real = converters()
+    broken = tmp_path / "broken-llama.cpp"
+    broken.mkdir()
+    for script in ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py"):
+        (broken / script).write_text(
+            "import sys\n"
+            "out = sys.argv[sys.argv.index('--outfile') + 1]\n"
+            "open(out, 'wb').write(b'GGUF' + bytes(2048))\n"
+            "sys.exit('killed while writing tensors')\n"
+        )
+    adapter = make_adapter(tiny_student, tmp_path / "adapter")
+    out = tmp_path / "out" / "student.gguf"
+    monkeypatch.setenv(CONVERTERS_ENV, str(broken))
+    with pytest.raises(RuntimeError, match=r"convert_hf_to_gguf.py failed \(exit 1\):\nkilled while writing tensors"):
+        export_gguf(adapter, out, tiny_student)
+    with pytest.raises(RuntimeError, match="convert_lora_to_gguf.py failed"):
+        export_gguf_lora(adapter, tmp_path / "lora.gguf", tiny_student)
+    assert sorted(p.name for p in out.parent.iterdir()) == [] and not (tmp_path / "lora.gguf").exists()
+    monkeypatch.setenv(CONVERTERS_ENV, str(real))
+    assert export_gguf(adapter, out, tiny_student)["bytes"] == out.stat().st_size > 2048
+
+
 def test_llama_cpp_itself_loads_each_gguf_with_the_same_next_tokens_and_chats_through_its_template(
     tiny_student, tmp_path
 ):

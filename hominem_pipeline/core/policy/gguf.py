@@ -43,19 +43,26 @@ def converters() -> Path:
     return folder
 
 
-def _convert(script: str, args: list[str]) -> None:
-    """Run one of llama.cpp's converters; its last lines name what went wrong when it fails."""
-    folder = converters()
-    done = subprocess.run(
-        [sys.executable, str(folder / script), *args],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        env={k: v for k, v in os.environ.items() if k != "NO_LOCAL_GGUF"},  # its own gguf-py, shipped beside it
-    )
-    if done.returncode:
-        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-6:])
-        raise RuntimeError(f"llama.cpp's {script} failed (exit {done.returncode}):\n{tail}")
+def _convert(script: str, args: list[str], out: Path) -> None:
+    """Run one of llama.cpp's converters, writing `out`; its last lines name what went wrong when it fails. It writes
+    beside `out` first and the file takes its name only when whole, so a failed or stopped export leaves nothing
+    (and the next one is not refused for a file that exists)."""
+    folder, partial = converters(), out.with_name(f"{out.name}.partial")
+    partial.unlink(missing_ok=True)  # an earlier export's, stopped
+    try:
+        done = subprocess.run(
+            [sys.executable, str(folder / script), *args, "--outfile", str(partial)],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            env={k: v for k, v in os.environ.items() if k != "NO_LOCAL_GGUF"},  # its own gguf-py, shipped beside it
+        )
+        if done.returncode:
+            tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-6:])
+            raise RuntimeError(f"llama.cpp's {script} failed (exit {done.returncode}):\n{tail}")
+        os.replace(partial, out)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _adapter_identity(adapter: Path) -> dict[str, Any]:
@@ -93,7 +100,7 @@ def export_gguf(adapter: Path, out: Path, student: Path | None = None, outtype: 
     with tempfile.TemporaryDirectory(prefix="hominem-gguf-") as tmp:
         merged = export_merged(adapter, Path(tmp) / "merged", student)
         out.parent.mkdir(parents=True, exist_ok=True)
-        _convert("convert_hf_to_gguf.py", [str(Path(tmp) / "merged"), "--outfile", str(out), "--outtype", outtype])
+        _convert("convert_hf_to_gguf.py", [str(Path(tmp) / "merged"), "--outtype", outtype], out)
     mask = os.umask(0)
     os.umask(mask)
     out.chmod(0o666 & ~mask)  # the converter's file, readable by another user's runner as any new file is
@@ -109,7 +116,7 @@ def export_gguf_lora(adapter: Path, out: Path, student: Path | None = None) -> d
         raise FileExistsError(f"{out} exists; choose a new file for the GGUF LoRA")
     base = Path(student or adapter_config(adapter)["base_model_name_or_path"]).resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
-    _convert("convert_lora_to_gguf.py", [str(adapter), "--base", str(base), "--outfile", str(out), "--outtype", "f16"])
+    _convert("convert_lora_to_gguf.py", [str(adapter), "--base", str(base), "--outtype", "f16"], out)
     return _sidecar(out, _adapter_identity(adapter) | {"base": str(base), "format": "GGUF LoRA f16"})
 
 
