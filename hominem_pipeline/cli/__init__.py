@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from hominem_pipeline.cli import attune, audit, data, history, live, models, pipeline, probe, serve  # noqa: F401  (each registers its commands on `app`)
-from hominem_pipeline.cli.common import app, err, fail
+from hominem_pipeline.cli.common import app, err
 from hominem_pipeline.core.config import ConfigError
 
 __all__ = ["app", "main"]
@@ -17,8 +17,9 @@ PIPELINE_ONLY = ("dagster", "dagster_webserver", "dagster_celery", "dagster_post
 def main() -> None:  # pragma: no cover - console script shim
     try:
         app()
-    except ConfigError as exc:
-        fail(str(exc))
+    except ConfigError as exc:  # outside the command's context: said here, not through `fail`'s typer.Exit
+        err.print(f"[bold red]error:[/] {exc}")
+        sys.exit(2)
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in PIPELINE_ONLY:
             raise
