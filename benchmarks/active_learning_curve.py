@@ -279,7 +279,10 @@ def main() -> None:
     ap.add_argument("--through-service", action="store_true", help="the end-to-end arms through the service")
     ap.add_argument("--raters", nargs="+", default=["hh", *NOISE], choices=["hh", *NOISE], help="in-process raters")
     ap.add_argument(
-        "--picks", nargs="+", default=["random", "bald", "epig", "uncertainty", "disagreement"], help="in-process arms"
+        "--picks",
+        nargs="+",
+        default=["random", "random-again", "bald", "epig", "uncertainty", "disagreement"],
+        help="in-process arms",
     )
     ap.add_argument("--checkpoints", type=int, nargs="+", default=[10, 20, 40, 60, 100, 150, 200, 300])
     args = ap.parse_args()

@@ -9,9 +9,11 @@ there runs the slower end-to-end arm through `hominem serve` and the pipeline).
   and judged on the held-out pairs: agreement with the rater's own preference.
 - The picker (`core.attune.posterior`): a Laplace posterior over a logistic preference model on the same
   features, refitted after every answer, with the rater's noise read from the consistency of repeated pairs as the
-  page measures it (the first answers asked again). Arms: `random`; `bald` and `epig` (targets: a sample of the
-  pool, the pairs people bring); today's parts `uncertainty` (the predictive closest to a coin toss) and
-  `disagreement` (the chance the spread flips the order, the posterior's read as an ensemble's).
+  page measures it (the first answers asked again). Arms: `random`; `random-again`, random with other draws of the
+  picks and flips: what random scores against itself, the figure's null (curve noise alone lets a second random run
+  "reach" the first's final early); `bald` and `epig` (targets: a sample of the pool, the pairs people bring); today's
+  parts `uncertainty` (the predictive closest to a coin toss) and `disagreement` (the chance the spread flips the
+  order, the posterior's read as an ensemble's).
 - Raters:
   - `hh`: the HH-RLHF labels (many people, noisy; no repeats, so the picker reads the default noise);
   - `consistent-<c>`: a simulated rater with a hidden utility over what a reply says (`UTILITY`: length, a
@@ -142,7 +144,8 @@ def run(arm: str, rater: Rater, z_pool, z_test, projection, seed: int, checkpoin
     from hominem_pipeline.core.attune.posterior import LaplacePosterior, expected_information, noise_from_consistency
     from hominem_pipeline.core.attune.selection import disagreement
 
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed + 7_919 if arm == "random-again" else seed)
+    arm = "random" if arm == "random-again" else arm
     n = len(z_pool) // 2
     diffs = z_pool[:n] - z_pool[n:]
     start = list(np.random.default_rng(20_000 + seed).choice(n, START, replace=False))
@@ -274,7 +277,7 @@ def plot(curves: dict, raters: list[str], arms: list[str], seeds: list[int], pat
             runs = [curves[(name, arm, s)] for s in seeds]
             n = [p[0] for p in runs[0]]
             mean = np.mean([[p[1] for p in r] for r in runs], axis=0)
-            ax.plot(n, mean, "--" if arm == "random" else "-", marker="o", markersize=3, label=arm)
+            ax.plot(n, mean, "--" if arm.startswith("random") else "-", marker="o", markersize=3, label=arm)
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("answers", fontsize=8)
         ax.tick_params(labelsize=7)

@@ -82,15 +82,16 @@ def _records(path: Path, fmt: str) -> Iterator[tuple[int, Any]]:
     file and the fix, when the file cannot be read as `fmt` at all."""
     if fmt == "parquet":
         try:
-            frame = pd.read_parquet(path)
+            # the rows read whole here: pyarrow decodes a string column's bytes only now (a damaged one raises
+            # UnicodeDecodeError)
+            rows = pd.read_parquet(path).to_dict(orient="records")
         except Exception as exc:  # pyarrow raises several types for a damaged file
             raise PreferenceImportError(
                 f"{path} is not a readable Parquet file ({type(exc).__name__}: "
                 f"{(str(exc).strip().splitlines() or [''])[0]}); export it again, "
                 "or pass --format jsonl / hh-rlhf for JSON lines"
             ) from exc
-        for i, row in enumerate(frame.to_dict(orient="records")):
-            yield i, row
+        yield from enumerate(rows)
         return
     try:
         for i, line in enumerate(_lines(path)):
