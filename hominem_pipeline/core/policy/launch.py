@@ -159,7 +159,6 @@ def train(spec_path: Path) -> dict[str, Any]:
     pairs = pd.read_parquet(folder / "pairs.parquet")
     student = Path(spec["student"])
     common = {"cfg": cfg, "out_dir": Path(spec["out_dir"]), "seed": spec["seed"]}
-    placed = {"device": process_device()}  # the TRL trainers' (the dual trainer takes its ranks' device)
 
     def path(key: str) -> Path | None:
         return Path(spec[key]) if spec.get(key) else None
@@ -190,7 +189,7 @@ def train(spec_path: Path) -> dict[str, Any]:
     elif spec["mode"] == "dpo":
         from hominem_pipeline.core.policy.dpo import train_dpo_adapter
 
-        result = train_dpo_adapter(pairs, student_path=student, **common, **placed)
+        result = train_dpo_adapter(pairs, student_path=student, device=process_device(), **common)
     elif spec["mode"] == "rl":
         from hominem_pipeline.core.policy.rl import train_rl_adapter
 
@@ -199,8 +198,8 @@ def train(spec_path: Path) -> dict[str, Any]:
             reward_model=_reward_model(spec, rank),
             dimension_weights=spec.get("dimension_weights"),
             student_path=student,
+            device=process_device(),  # the dual trainer takes its ranks' device
             **common,
-            **placed,
         )
     else:
         raise ValueError(f"unknown mode {spec['mode']!r}: dual | dpo | rl")
