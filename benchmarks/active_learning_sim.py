@@ -13,7 +13,10 @@ there runs the slower end-to-end arm through `hominem serve` and the pipeline).
   picks and flips: what random scores against itself, the figure's null (curve noise alone lets a second random run
   "reach" the first's final early); `bald` and `epig` (targets: a sample of the pool, the pairs people bring); today's
   parts `uncertainty` (the predictive closest to a coin toss) and `disagreement` (the chance the spread flips the
-  order, the posterior's read as an ensemble's).
+  order, the posterior's read as an ensemble's). Two arms ask by the learner's own model instead of the picker's:
+  `design`, the service's `attunement.selection.method: design` (transductive experimental design in the people's
+  score's kernel, `core.attune.design`) over a uniform sample of 64 open pairs (`design:N`: N), and `margin`, the
+  pairs the learner's latest fit is least sure of (`least_sure`).
 - Raters:
   - `hh`: the HH-RLHF labels (many people, noisy; no repeats, so the picker reads the default noise);
   - `consistent-<c>`: a simulated rater with a hidden utility over what a reply says (`UTILITY`: length, a
@@ -35,6 +38,8 @@ import numpy as np
 START = 10  # answers every arm starts from (the people's score needs two per fold)
 REPEATS = 10  # of them, asked again: the consistency the picker reads its noise from
 TARGETS = 256  # pool pairs EPIG's targets are drawn from
+POOL_SAMPLE = 64  # the open pairs the design arm values per pick, as the service (attunement.selection.pool_sample)
+MARGIN_BATCH = 10  # the margin arm refits the learner after this many answers
 NOISE = {"consistent-0.95": 0.95, "consistent-0.85": 0.85, "consistent-0.70": 0.70}
 
 UTILITY = {  # what a reply says, as a number; a rater's taste is a weighted sum of them (standardised)
@@ -118,10 +123,8 @@ def features(cfg, pool_pairs, test_pairs) -> tuple[np.ndarray, np.ndarray, objec
     return rows(pool_pairs), rows(test_pairs), projection
 
 
-def learner_agreement(projection, z_pool, asked, answers, z_test, rater: Rater, seed: int, weights=None) -> float:
-    """The people's score fitted on the answers alone (each weighing `weights`, default 1), judged on the held-out
-    pairs the rater has a preference on."""
-    from hominem_pipeline.core.reward.kernel import expand
+def fit_learner(projection, z_pool, asked, answers, seed: int, weights=None):
+    """The people's score fitted on the answers alone (each weighing `weights`, default 1)."""
     from hominem_pipeline.core.reward.people import PairSet, PeopleScore
 
     n = len(z_pool) // 2
@@ -131,12 +134,32 @@ def learner_agreement(projection, z_pool, asked, answers, z_test, rater: Rater, 
     pairs = np.stack([first, other], 1)
     w = np.ones(len(pairs)) if weights is None else np.asarray(weights, dtype=np.float64)
     data = PairSet(pairs, w, np.array([f"q{i}" for i in asked]))
-    score, _ = PeopleScore.fit_projected(projection, z_pool, data, seed)
+    return PeopleScore.fit_projected(projection, z_pool, data, seed)[0]
+
+
+def learner_agreement(projection, z_pool, asked, answers, z_test, rater: Rater, seed: int, weights=None) -> float:
+    """The people's score fitted on the answers alone, judged on the held-out pairs the rater has a preference on."""
+    from hominem_pipeline.core.reward.kernel import expand
+
+    score = fit_learner(projection, z_pool, asked, answers, seed, weights)
     m = len(z_test) // 2
     values = expand(z_test, score.landmarks, score.scale, score.coef)
     decided = rater.test != 0.5
     right = (values[:m] > values[m:]) == (rater.test > 0.5)
     return float(right[decided].mean())
+
+
+def least_sure(projection, z_pool, asked, answers, open_: np.ndarray, seed: int, k: int) -> list[int]:
+    """The `margin` arm's next `k` questions: the open pairs the learner, fitted on the answers so far, orders by the
+    smallest gap."""
+    from hominem_pipeline.core.reward.kernel import expand
+
+    n = len(z_pool) // 2
+    score = fit_learner(projection, z_pool, asked, answers, seed)
+    values = expand(z_pool, score.landmarks, score.scale, score.coef)
+    gap = np.abs(values[:n] - values[n:])
+    gap[~open_] = np.inf
+    return [int(i) for i in np.argsort(gap)[:k]]
 
 
 def run(arm: str, rater: Rater, z_pool, z_test, projection, seed: int, checkpoints: list[int]) -> list:
@@ -160,6 +183,7 @@ def run(arm: str, rater: Rater, z_pool, z_test, projection, seed: int, checkpoin
     asked, open_ = list(start), np.ones(n, bool)
     open_[start] = False
     posterior, curve, values = None, [], [0.0] * len(start)
+    state = {"queue": [], "sample": int(arm.partition(":")[2] or POOL_SAMPLE), "rng": rng}
     # "bald@0.2": a fifth of the questions at random, as the service asks; "bald+1": each answer weighs 1 + 1 x its
     # expected information when asked in the learner's fit (retrain_boost)
     method, _, rest = arm.partition("@") if "@" in arm else (arm.split("+")[0], "", "")
@@ -174,25 +198,44 @@ def run(arm: str, rater: Rater, z_pool, z_test, projection, seed: int, checkpoin
         if len(asked) >= max(checkpoints):
             return curve
         candidates = np.flatnonzero(open_)
-        if method != "random":
-            posterior = LaplacePosterior.fit(
-                diffs[asked], np.array(answers), precision, noise, None if posterior is None else posterior.mean
-            )
-        if method == "random" or rng.random() < share:
-            i = int(rng.choice(candidates))
+        if method == "margin" or method.startswith("design"):
+            i = learner_pick(method, state, projection, z_pool, asked, answers, open_, seed)
         else:
-            if method in ("bald", "epig"):
-                value = expected_information(posterior, diffs[candidates], method, targets, rng).value
-            elif method == "disagreement":  # today's part, the posterior's spread read as an ensemble's
-                mu, var = posterior.latent(diffs[candidates])
-                value = disagreement(mu, np.sqrt(var))
-            else:  # uncertainty: today's part, the predictive nearest a coin toss
-                value = -np.abs(posterior.predictive(diffs[candidates]) - 0.5)
-            i = int(candidates[np.argmax(value)])
+            if method != "random":
+                posterior = LaplacePosterior.fit(
+                    diffs[asked], np.array(answers), precision, noise, None if posterior is None else posterior.mean
+                )
+            if method == "random" or rng.random() < share:
+                i = int(rng.choice(candidates))
+            else:
+                if method in ("bald", "epig"):
+                    value = expected_information(posterior, diffs[candidates], method, targets, rng).value
+                elif method == "disagreement":  # today's part, the posterior's spread read as an ensemble's
+                    mu, var = posterior.latent(diffs[candidates])
+                    value = disagreement(mu, np.sqrt(var))
+                else:  # uncertainty: today's part, the predictive nearest a coin toss
+                    value = -np.abs(posterior.predictive(diffs[candidates]) - 0.5)
+                i = int(candidates[np.argmax(value)])
         values.append(0.0 if posterior is None else float(expected_information(posterior, diffs[[i]]).value[0]))
         open_[i] = False
         asked.append(i)
         answers.append(rater.answer(i, rng))
+
+
+def learner_pick(method: str, state: dict, projection, z_pool, asked, answers, open_, seed: int) -> int:
+    """The next question of the arms that ask by the learner's own model: `design` (the service's
+    `core.attune.design` over a uniform sample of the open pairs, `design:N` a sample of N) and `margin`."""
+    from hominem_pipeline.core.attune.design import design_worth
+
+    if method.startswith("design"):
+        n = len(z_pool) // 2
+        candidates = np.flatnonzero(open_)
+        candidates = np.sort(state["rng"].choice(candidates, min(state["sample"], len(candidates)), replace=False))
+        worth = design_worth(z_pool[candidates], z_pool[n + candidates], z_pool[asked], z_pool[n + np.array(asked)])
+        return int(candidates[np.argmax(worth)])
+    if not state["queue"]:
+        state["queue"] = least_sure(projection, z_pool, asked, answers, open_, seed, MARGIN_BATCH)
+    return state["queue"].pop(0)
 
 
 def simulate(cfg, pool_pairs, test_pairs, raters: list[str], arms: list[str], seeds: list[int], checkpoints) -> dict:

@@ -62,13 +62,19 @@ class RuntimeConfig(_Frozen):
 
     @model_validator(mode="after")
     def _one_process_on_the_apple_gpu(self) -> RuntimeConfig:
-        if self.device == "mps" and self.train_processes > 1:
-            raise ValueError(
-                f"runtime.train_processes is {self.train_processes} with runtime.device: mps, but the Apple GPU is "
-                "one device and torch.distributed has no backend for it; set runtime.train_processes: 1, or "
-                "runtime.device: cpu to train in several processes on the CPU"
-            )
+        check_processes_on(self.device, self.train_processes)
         return self
+
+
+def check_processes_on(device: str, processes: int) -> None:
+    """Refuse training in several processes on the Apple GPU: it is one device, and torch.distributed has no
+    backend for it (the config's check, and `policy.launch.run_launched`'s)."""
+    if device == "mps" and processes > 1:
+        raise ValueError(
+            f"runtime.train_processes is {processes} with runtime.device: mps, but the Apple GPU is one device and "
+            "torch.distributed has no backend for it; set runtime.train_processes: 1, or runtime.device: cpu to "
+            "train in several processes on the CPU"
+        )
 
 
 class TrackingConfig(_Frozen):

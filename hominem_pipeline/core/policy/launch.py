@@ -248,16 +248,12 @@ def run_launched(spec_path: Path, processes: int, *, device: str = "auto") -> An
     refused, and `auto` on a Mac trains them on the CPU)."""
     import torch
 
+    from hominem_pipeline.core.config.project import check_processes_on
     from hominem_pipeline.core.policy.lora import AdapterTraining
 
     if processes < 2:
         raise ValueError(f"run_launched needs 2 or more processes, not {processes}; one trains in this process")
-    if device == "mps":
-        raise ValueError(
-            f"runtime.train_processes is {processes} with runtime.device: mps, but the Apple GPU is one device and "
-            "torch.distributed has no backend for it; set runtime.train_processes: 1 to train on it, or "
-            "runtime.device: cpu to train in several processes on the CPU"
-        )
+    check_processes_on(device, processes)
     env = {**os.environ}
     gpus = torch.cuda.device_count() if device != "cpu" and torch.cuda.is_available() else 0
     if gpus and processes > gpus:

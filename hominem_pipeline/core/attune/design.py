@@ -1,0 +1,60 @@
+"""Asking by design (`attunement.selection.method: design`): the pair whose answer most lowers the people's score's
+doubt over the pairs a person could be asked.
+
+The people's score is a kernel ridge fit on pairs' differences (`core.reward.people`). Read as a Gaussian process,
+the prior covariance of two pairs' gaps is the kernel read on their differences,
+
+    c(p, q) = (k(p_a, q_a) - k(p_a, q_b) - k(p_b, q_a) + k(p_b, q_b)) / penalty,
+
+each answer a gap seen with unit noise. Its posterior covariance depends on which pairs were answered, not on the
+answers, so a pick cannot chase a rater's noise. Each candidate's worth is the share of the summed posterior variance
+over the targets (the candidates themselves: the pairs the person could be asked) that its answer would remove:
+
+    sum_t c'(t, x)^2 / (1 + c'(x, x)) / sum_t c'(t, t)
+
+(transductive experimental design). The kernel's width is the median squared distance between the rows (the
+people's score's choice at its middle width); the penalty is the middle of the ones it tries.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+DESIGN_PENALTY = 1.0  # the ridge penalty the prior covariance is read at (the people's score tries 0.1-10)
+
+
+def _pair_covariance(a: np.ndarray, b: np.ndarray, a2: np.ndarray, b2: np.ndarray, scale: float) -> np.ndarray:
+    from hominem_pipeline.core.reward.kernel import kernel
+
+    return (kernel(a, a2, scale) - kernel(a, b2, scale) - kernel(b, a2, scale) + kernel(b, b2, scale)) / DESIGN_PENALTY
+
+
+def design_worth(
+    candidates_a: np.ndarray, candidates_b: np.ndarray, asked_a: np.ndarray, asked_b: np.ndarray
+) -> np.ndarray:
+    """Each candidate pair's worth (0-1): the share of the candidates' summed posterior variance, given the pairs
+    already answered (rows `asked_a`, `asked_b`: the two replies of each, in either order), that its answer would
+    remove. Rows are the people's score's features (`RewardModel.people_features`)."""
+    from scipy.linalg import cho_factor, cho_solve
+
+    from hominem_pipeline.core.reward.kernel import squared_distances
+
+    ca, cb = np.asarray(candidates_a, np.float64), np.asarray(candidates_b, np.float64)
+    if not len(ca):
+        return np.zeros(0)
+    qa = np.asarray(asked_a, np.float64).reshape(-1, ca.shape[1])
+    qb = np.asarray(asked_b, np.float64).reshape(-1, ca.shape[1])
+    rows = np.concatenate([ca, cb, qa, qb])
+    distances = squared_distances(rows, rows)[np.triu_indices(len(rows), 1)]
+    scale = float(np.median(distances)) if len(distances) else 1.0
+    scale = scale if scale > 0 else 1.0
+    cov = _pair_covariance(ca, cb, ca, cb, scale)
+    if len(qa):
+        cross = _pair_covariance(qa, qb, ca, cb, scale)  # (asked, candidates)
+        asked = _pair_covariance(qa, qb, qa, qb, scale) + np.eye(len(qa))  # each answer seen with unit noise
+        cov = cov - cross.T @ cho_solve(cho_factor(asked, lower=True, check_finite=False), cross, check_finite=False)
+    own = np.clip(np.diag(cov), 0.0, None)
+    total = float(own.sum())
+    if total <= 0:
+        return np.zeros(len(ca))
+    return np.clip((cov**2).sum(0) / (1.0 + own) / total, 0.0, 1.0)
