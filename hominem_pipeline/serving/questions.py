@@ -1,12 +1,14 @@
 """`GET /feedback/next`: the next pair a person is asked to choose between, chosen by what one answer would tell
-of this person's preferences (`attunement.selection.method`: bald or epig, `core/attune/posterior.py`), or by the
+of this person's preferences (`attunement.selection.method`: bald or epig, `core/attune/posterior.py`), by how much
+of the people's score's doubt over the pool it would settle (design, `core/attune/design.py`), or by the
 served reward model's weighted parts (`parts`, or a reward model without a people's score:
 `core/attune/questions.py`, `core/attune/selection.py`).
 
 By posterior: each person's choices so far (any pair of replies they chose between) and their consistency on repeated
 pairs give a Laplace posterior over a preference model on the people's score's features (`RewardModel.
 people_features`, kept in memory per reward model and text); a uniform sample of `pool_sample` unanswered pairs is
-scored by its expected information, and the best one asked (a `random_share` at random).
+scored by its expected information (or its design worth, with their answered pairs), and the best one asked (a
+`random_share` at random).
 
 The pool is read on first use and again when the teacher's newest day or the imported question files
 change. Each question's scores by the served reward model are kept in memory (scored once, on the engine's
@@ -162,9 +164,10 @@ class QuestionDesk:
             self._rows.update({keys[i]: row.astype(np.float32) for i, row in zip(todo, rows)})
         return np.stack([self._rows[k] for k in keys]) if keys else np.zeros((0, 0), np.float32)
 
-    def _posterior(self, key: str, rater: str, sample: list[Question]) -> tuple[Any, np.ndarray]:
+    def _posterior(self, key: str, rater: str, sample: list[Question]) -> tuple[Any, np.ndarray, np.ndarray]:
         """This person's posterior over the people's score's features (their choices so far, their noise from their
-        repeats) and the sample's features, z_a - z_b."""
+        repeats), and the rows of the sample's replies (a then b) and of the pairs they answered (chosen then
+        rejected)."""
         from hominem_pipeline.core.attune.posterior import LaplacePosterior, rater_noise
 
         choices = [
@@ -178,24 +181,24 @@ class QuestionDesk:
             key,
             [q.prompt for q in sample] * 2 + [t.prompt for t in chosen + rejected],
             [q.a for q in sample] + [q.b for q in sample] + [t.reply for t in chosen + rejected],
-        )
+        ).astype(np.float64)
         n, m = len(sample), len(choices)
         diffs, answers = rows[:n] - rows[n : 2 * n], rows[2 * n : 2 * n + m] - rows[2 * n + m :]
         if key not in self._precision:  # a typical pair's prior logit: one scale per reward model
-            self._precision[key] = LaplacePosterior.prior_precision_for(diffs.astype(np.float64))
+            self._precision[key] = LaplacePosterior.prior_precision_for(diffs)
         repeats = self.ledger.consistency(rater).get(rater, {"repeats": 0, "consistent": 0})
         noise = rater_noise(repeats["consistent"], repeats["repeats"], self.cfg.attunement.selection.rater_noise)
         last = self._posteriors.get((key, rater))
         posterior = LaplacePosterior.fit(
-            answers.astype(np.float64), np.ones(m), self._precision[key], noise, None if last is None else last.mean
+            answers, np.ones(m), self._precision[key], noise, None if last is None else last.mean
         )
         self._posteriors[(key, rater)] = posterior
-        return posterior, diffs.astype(np.float64)
+        return posterior, rows[: 2 * n], rows[2 * n :]
 
     def _informative(self, pool: list[Question], answered: set[str], rater: str) -> tuple[Question, Any, dict] | None:
         """(question, Pick, the served reward model's scores of it) by what one answer would tell of this person's
         preferences (`attunement.selection.method`), among a uniform sample of the unanswered pairs."""
-        from hominem_pipeline.core.attune.posterior import expected_information
+        from hominem_pipeline.core.attune.posterior import expected_information, with_design
         from hominem_pipeline.core.attune.selection import pick_informative
 
         sel = self.cfg.attunement.selection
@@ -206,8 +209,13 @@ class QuestionDesk:
             open_[i] for i in sorted(self.rng.choice(len(open_), size=min(sel.pool_sample, len(open_)), replace=False))
         ]
         key = str(getattr(self.engine, "reward_model_path", None))
-        posterior, diffs = self._posterior(key, rater, sample)
-        worth = expected_information(posterior, diffs, sel.method, diffs, self.rng)
+        posterior, replies, given = self._posterior(key, rater, sample)
+        n, m = len(sample), len(given) // 2
+        diffs = replies[:n] - replies[n:]
+        if sel.method == "design":
+            worth = with_design(expected_information(posterior, diffs), replies[:n], replies[n:], given[:m], given[m:])
+        else:
+            worth = expected_information(posterior, diffs, sel.method, diffs, self.rng)
         chosen = pick_informative(worth, sel.random_share, self.rng)
         question = sample[chosen.index]
         scores = self._score([question])

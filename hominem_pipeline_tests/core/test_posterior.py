@@ -106,3 +106,33 @@ def test_the_pick_asks_the_most_informative_pair_and_says_why_in_words():
     assert random.by == "random" and random.reason.startswith("picked at random (100% of questions are)")
     with pytest.raises(ValueError, match="epig needs target pairs"):
         expected_information(post, np.ones((2, 2)), "epig")
+
+
+def test_design_values_what_the_answers_so_far_leave_open_and_what_stands_for_many():
+    from hominem_pipeline.core.attune.design import design_worth
+    from hominem_pipeline.core.attune.selection import pick_informative
+
+    rng = np.random.default_rng(0)
+    centre = rng.normal(size=(2, 8))
+    # five pairs alike (around one pair of replies), one pair unlike any other
+    a = np.concatenate([centre[0] + 0.05 * rng.normal(size=(5, 8)), rng.normal(size=(1, 8)) + 3.0])
+    b = np.concatenate([centre[1] + 0.05 * rng.normal(size=(5, 8)), rng.normal(size=(1, 8)) - 3.0])
+    fresh = design_worth(a, b, np.zeros((0, 8)), np.zeros((0, 8)))
+    assert fresh.shape == (6,) and np.all((fresh >= 0) & (fresh <= 1))
+    assert fresh[:5].min() > fresh[5]  # one answer about the five alike settles more of the pool's doubt
+    # once pairs like the five are answered, the unlike one is worth most
+    answered = design_worth(a, b, np.repeat(centre[:1], 4, 0), np.repeat(centre[1:], 4, 0))
+    assert int(np.argmax(answered)) == 5 and answered[:5].max() < fresh[:5].min()
+    # answered in the other order (rejected first) it is the same pair: its variance does not depend on the answer
+    flipped = design_worth(a, b, np.repeat(centre[1:], 4, 0), np.repeat(centre[:1], 4, 0))
+    assert np.allclose(flipped, answered)
+    assert design_worth(a[:0], b[:0], a, b).shape == (0,)
+    post = LaplacePosterior.prior(8, prior_precision=1.0, noise=0.1)
+    from hominem_pipeline.core.attune.posterior import expected_information, with_design
+
+    worth = with_design(
+        expected_information(post, a - b), a, b, np.repeat(centre[:1], 4, 0), np.repeat(centre[1:], 4, 0)
+    )
+    best = pick_informative(worth, 0.0, np.random.default_rng(0))
+    assert best.index == 5 and best.parts["information"] == pytest.approx(answered[5])
+    assert best.reason.endswith(f"settle about {answered[5]:.0%} of its doubt over the pairs you could be asked")

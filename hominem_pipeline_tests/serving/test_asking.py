@@ -1,6 +1,6 @@
-"""Asking by expected information (`attunement.selection.method`: epig, bald): the service's question desk, on a real
-engine serving a reward model with a people's score, asks the pair one answer would tell most about, says why in
-words, and does not ask again what this person's choices already settle."""
+"""Asking by expected information (`attunement.selection.method`: epig, bald, design): the service's question desk,
+on a real engine serving a reward model with a people's score, asks the pair one answer would tell most about, says
+why in words, and does not ask again what this person's choices already settle."""
 
 import pandas as pd
 import pytest
@@ -69,7 +69,7 @@ def answered_like_settled(ledger: Ledger, rater: str) -> None:
         ledger.load([choice])
 
 
-@pytest.mark.parametrize("method", ["epig", "bald"])
+@pytest.mark.parametrize("method", ["epig", "bald", "design"])
 def test_the_desk_asks_what_this_persons_choices_have_not_settled(method, tiny_student, people_reward_model, project):
     from hominem_pipeline.core.config.loader import load_config
 
@@ -99,10 +99,12 @@ def test_the_desk_asks_what_this_persons_choices_have_not_settled(method, tiny_s
     assert 0.0 < first["value"] <= 1.0 and 0.0 <= first["parts"]["settles"] <= 1.0
     assert first["reason"].startswith("asked because the model") and "would settle about" in first["reason"]
     assert first["a_reward"] is not None and first["p_a"] == first["parts"]["p_a"]
-    # what her choices settled is not asked first (bald: it comes last); someone with no answers yet is asked one of
-    # those early on
+    # what her choices settled is not asked first (bald and design: it comes last); someone with no answers yet is
+    # asked one of those early on
     assert first["question"].prompt in {p for p, _, _ in OPEN}
-    if method == "bald":
+    if method == "design":
+        assert "of its doubt over the pairs you could be asked" in first["reason"]
+    if method in ("bald", "design"):
         assert {f["question"].prompt for f in asked["ana"]} == {p for p, _, _ in OPEN}
     assert {f["question"].prompt for f in asked["ben"]} & {p for p, _, _ in SETTLED}
     assert all(f["by"] == "information" and f["value"] > 0.0 for f in asked["ben"])

@@ -228,7 +228,7 @@ class Expected:
     settles: np.ndarray
 
 
-METHODS = ("bald", "epig")
+METHODS = ("bald", "epig")  # and design: `with_design`
 
 
 def expected_information(
@@ -252,3 +252,14 @@ def expected_information(
         value = epig(posterior, diffs, targets, rng or np.random.default_rng(0))
     settles = np.clip(about_model / np.maximum(_entropy_bits(predictive), 1e-12), 0.0, 1.0)
     return Expected(method, value, predictive, settles)
+
+
+def with_design(
+    worth: Expected, candidates_a: np.ndarray, candidates_b: np.ndarray, asked_a: np.ndarray, asked_b: np.ndarray
+) -> Expected:
+    """`worth` (the posterior's, for P(A)) valued by design instead (`core.attune.design`): `value` and `settles` the
+    share of the people's score's doubt over the candidates one answer would remove, given the pairs answered."""
+    from hominem_pipeline.core.attune.design import design_worth
+
+    share = design_worth(candidates_a, candidates_b, asked_a, asked_b)
+    return Expected("design", share, worth.predictive, share)

@@ -112,22 +112,29 @@ def pick(
     return Pick(i, "information", float(info.at[i, "value"]), parts(i), f"asked because {reason}")
 
 
-def informative_reason(p_a: float, settles: float) -> str:
+def informative_reason(p_a: float, settles: float, method: str = "bald") -> str:
     """Why a pair was asked by expected information, in words: how unsure the model is of this person's choice,
-    and how much of that doubt one answer would settle (the rest is how answers vary)."""
+    and how much of that doubt one answer would settle (the rest is how answers vary); by design, how much of the
+    model's doubt over the pairs they could be asked."""
     lean, share = ("A", p_a) if p_a >= 0.5 else ("B", 1.0 - p_a)
     unsure = (
         f"the model cannot tell which you would choose (it gives {lean} {share:.0%})"
         if share < 0.65
         else f"the model leans to {lean} ({share:.0%}) but is unsure of it"
     )
+    if method == "design":
+        return (
+            f"asked because {unsure}, and your answer would settle about {settles:.0%} of its doubt over the pairs "
+            "you could be asked"
+        )
     return f"asked because {unsure}, and your answer would settle about {settles:.0%} of that doubt"
 
 
 def pick_informative(worth: Any, random_share: float, rng: np.random.Generator) -> Pick:
     """The next question among candidates whose worth `posterior.expected_information` gave: at random with
     probability `random_share`, else the one whose answer is expected to tell most (ties to the first). Its parts:
-    the expected information (bits), the share of the doubt it would settle, and P(A) for this person."""
+    the expected information (bits; by design, the share of the model's doubt over the candidates), the share of the
+    doubt it would settle, and P(A) for this person."""
     if not len(worth.value):
         raise ValueError("no candidate pair to ask about; the question pool is empty or every pair is answered")
 
@@ -145,5 +152,5 @@ def pick_informative(worth: Any, random_share: float, rng: np.random.Generator) 
         )
         return Pick(i, "random", float(worth.value[i]), parts(i), reason)
     i = int(np.argmax(worth.value))
-    reason = informative_reason(float(worth.predictive[i]), float(worth.settles[i]))
+    reason = informative_reason(float(worth.predictive[i]), float(worth.settles[i]), worth.method)
     return Pick(i, "information", float(worth.value[i]), parts(i), reason)

@@ -73,11 +73,13 @@ class SelectionWeights(_Frozen):
 
 
 class SelectionConfig(_Frozen):
-    method: Literal["bald", "epig", "parts"] = Field(
+    method: Literal["bald", "epig", "design", "parts"] = Field(
         description="How a pair's worth is measured: bald (what one answer would tell of this person's preferences, "
         "from a Laplace posterior over the people's score's features: core/attune/posterior.py) | epig (what it "
-        "would tell of their answers to the other pairs of the pool) | parts (the weighted mean of `weights`). "
-        "bald and epig need a served reward model with a people's score; without one the parts are used."
+        "would tell of their answers to the other pairs of the pool) | design (the share of the people's score's "
+        "doubt over the pool's pairs it would settle, given the pairs answered: core/attune/design.py) | parts "
+        "(the weighted mean of `weights`). bald, epig and design need a served reward model with a people's score; "
+        "without one the parts are used."
     )
     rater_noise: float = Field(
         ge=0.0,
