@@ -23,12 +23,6 @@ import numpy as np
 DESIGN_PENALTY = 1.0  # the ridge penalty the prior covariance is read at (the people's score tries 0.1-10)
 
 
-def _pair_covariance(a: np.ndarray, b: np.ndarray, a2: np.ndarray, b2: np.ndarray, scale: float) -> np.ndarray:
-    from hominem_pipeline.core.reward.kernel import kernel
-
-    return (kernel(a, a2, scale) - kernel(a, b2, scale) - kernel(b, a2, scale) + kernel(b, b2, scale)) / DESIGN_PENALTY
-
-
 def design_worth(
     candidates_a: np.ndarray, candidates_b: np.ndarray, asked_a: np.ndarray, asked_b: np.ndarray
 ) -> np.ndarray:
@@ -45,16 +39,23 @@ def design_worth(
     qa = np.asarray(asked_a, np.float64).reshape(-1, ca.shape[1])
     qb = np.asarray(asked_b, np.float64).reshape(-1, ca.shape[1])
     rows = np.concatenate([ca, cb, qa, qb])
-    distances = squared_distances(rows, rows)[np.triu_indices(len(rows), 1)]
-    scale = float(np.median(distances)) if len(distances) else 1.0
-    scale = scale if scale > 0 else 1.0
-    cov = _pair_covariance(ca, cb, ca, cb, scale)
-    if len(qa):
-        cross = _pair_covariance(qa, qb, ca, cb, scale)  # (asked, candidates)
-        asked = _pair_covariance(qa, qb, qa, qb, scale) + np.eye(len(qa))  # each answer seen with unit noise
+    distances = squared_distances(rows, rows)
+    scale = float(np.median(distances[np.triu_indices(len(rows), 1)])) if len(rows) > 1 else 1.0
+    k = np.exp(-distances / (scale if scale > 0 else 1.0))
+    n, m = len(ca), len(qa)
+    a_rows, b_rows = np.r_[0:n, 2 * n : 2 * n + m], np.r_[n : 2 * n, 2 * n + m : 2 * n + 2 * m]
+    # every pair's (candidates, then asked) prior covariance with every other's
+    pair = (
+        k[np.ix_(a_rows, a_rows)] - k[np.ix_(a_rows, b_rows)] - k[np.ix_(b_rows, a_rows)] + k[np.ix_(b_rows, b_rows)]
+    )
+    pair /= DESIGN_PENALTY
+    cov = pair[:n, :n]
+    if m:
+        cross = pair[n:, :n]  # (asked, candidates)
+        asked = pair[n:, n:] + np.eye(m)  # each answer seen with unit noise
         cov = cov - cross.T @ cho_solve(cho_factor(asked, lower=True, check_finite=False), cross, check_finite=False)
     own = np.clip(np.diag(cov), 0.0, None)
     total = float(own.sum())
     if total <= 0:
-        return np.zeros(len(ca))
+        return np.zeros(n)
     return np.clip((cov**2).sum(0) / (1.0 + own) / total, 0.0, 1.0)
