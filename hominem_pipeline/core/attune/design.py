@@ -13,7 +13,8 @@ over the targets (the candidates themselves: the pairs the person could be asked
     sum_t c'(t, x)^2 / (1 + c'(x, x)) / sum_t c'(t, t)
 
 (transductive experimental design). The kernel's width is the median squared distance between the rows (the
-people's score's choice at its middle width); the penalty is the middle of the ones it tries.
+people's score's choice at its middle width), read on at most MEDIAN_ROWS of them; the penalty is the middle of the
+ones it tries. The kernel is formed anew each pick, so its cost grows with the pairs answered.
 """
 
 from __future__ import annotations
@@ -34,17 +35,17 @@ def design_worth(
 
     from hominem_pipeline.core.reward.kernel import squared_distances
 
-    ca, cb = np.asarray(candidates_a, np.float64), np.asarray(candidates_b, np.float64)
-    if not len(ca):
+    n, width = np.shape(candidates_a)
+    if not n:
         return np.zeros(0)
-    qa = np.asarray(asked_a, np.float64).reshape(-1, ca.shape[1])
-    qb = np.asarray(asked_b, np.float64).reshape(-1, ca.shape[1])
-    rows = np.concatenate([ca, cb, qa, qb]).astype(np.float32)  # the kernel in float32: twice as fast, ample here
+    qa, qb = (np.asarray(rows, np.float32).reshape(-1, width) for rows in (asked_a, asked_b))
+    m = len(qa)
+    # the kernel in float32: twice as fast, ample here
+    rows = np.concatenate([np.asarray(candidates_a, np.float32), np.asarray(candidates_b, np.float32), qa, qb])
     distances = squared_distances(rows, rows)
     some = np.random.default_rng(0).permutation(len(rows))[:MEDIAN_ROWS]  # the median read on a fixed subset
     scale = float(np.median(distances[np.ix_(some, some)][np.triu_indices(len(some), 1)])) if len(rows) > 1 else 1.0
     k = np.exp(-distances / np.float32(scale if scale > 0 else 1.0))
-    n, m = len(ca), len(qa)
     a_rows, b_rows = np.r_[0:n, 2 * n : 2 * n + m], np.r_[n : 2 * n, 2 * n + m : 2 * n + 2 * m]
     # every pair's (candidates, then asked) prior covariance with every other's
     pair = (
