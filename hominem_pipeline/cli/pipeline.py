@@ -375,12 +375,19 @@ def ui_proxy(
         fail("no token is configured (serving.tokens_file or its environment variable): the proxy would admit anyone")
     for route in routes:
         console.print(f"{route.name}: http://{host}:{route.port} -> {route.upstream} (admin token)", highlight=False)
+    # A service manager stops it with SIGTERM: handled here, so it stops as after Ctrl-C even when the process was
+    # started with SIGTERM ignored (a disposition a child inherits from whatever launched it).
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         asyncio.run(serve(routes, guard.access))
     except KeyboardInterrupt:
         pass
     except OSError as exc:
         fail(f"the UI proxy cannot listen ({exc.strerror}); pass other ports")
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
 
 
 class _Guard:

@@ -258,6 +258,10 @@ def test_a_deployment_s_servers_go_behind_ui_proxy_and_it_refuses_to_run_open(pr
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+    deadline = time.monotonic() + 60
+    while status(f"http://127.0.0.1:{inner}/") != (200, "the guarded server"):  # ours, listening
+        assert upstream.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
     env = {**os.environ, "HOMINEM_HOME": str(project), "COLUMNS": "200"}
     args = [HOMINEM, "ui-proxy", "--mlflow", f"http://127.0.0.1:{inner}", "--mlflow-port", str(port := free_port())]
     refused = subprocess.run(args, cwd=project, env=env, capture_output=True, text=True, timeout=120)
@@ -275,7 +279,12 @@ def test_a_deployment_s_servers_go_behind_ui_proxy_and_it_refuses_to_run_open(pr
             "the guarded server",
         )
     finally:
-        os.killpg(proxy.pid, signal.SIGTERM)
-        os.killpg(upstream.pid, signal.SIGTERM)
-        proxy.wait(30)
+        os.killpg(upstream.pid, signal.SIGKILL)  # a stand-in; whether it stops on SIGTERM is not what is tested
         upstream.wait(30)
+        os.killpg(proxy.pid, signal.SIGTERM)
+        try:
+            proxy.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proxy.pid, signal.SIGKILL)
+            raise
+    assert proxy.returncode == 0  # SIGTERM stops it as Ctrl-C does, whatever disposition it inherited
