@@ -146,7 +146,7 @@ LINKED = (
     "reward_health_index",
 )
 OPEN_GATE = {
-    "health": {"min_win_rate": 0.0, "people_tolerance": None},
+    "health": {"win_rate_margin": None, "people_margin": None},
     "online": {"skip_below": 0.0, "rollback_below": 0.0, "freeze_below": 0.0},
 }
 SAMPLED_TOKENS = 64  # the evaluation's reply length: sampled replies are rated, not read

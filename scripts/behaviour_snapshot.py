@@ -204,7 +204,7 @@ def write(out: Path) -> None:
         config_path,
         "lenient",
         {
-            "health": {"min_win_rate": 0.0, "people_tolerance": None},
+            "health": {"win_rate_margin": None, "people_margin": None},
             "online": {"skip_below": 0.0, "rollback_below": 0.0, "freeze_below": 0.0},
         },
     )

@@ -26,7 +26,7 @@ def live_gate_check(partitions: DailyPartitionsDefinition) -> AssetChecksDefinit
         partitions_def=partitions,
         description="The adapter passed the live gate against the live adapter (RHI >= health.deploy_threshold or "
         "the health "
-        "calibration's threshold, win rate over the live adapter >= health.min_win_rate, no "
+        "calibration's threshold, win rate over the live adapter not below 50% beyond its noise, no "
         "memory-probe fact lost, people's "
         "held-out pairs, the reward manifold, a sane smoke reply) and is live; a failing one stays a candidate "
         "with the reason in data/live/history.json.",

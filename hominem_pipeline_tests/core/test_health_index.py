@@ -1,3 +1,4 @@
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -51,17 +52,23 @@ def test_rhi_uses_the_calibrations_weights_and_reports_missing_components():
     assert "mss" in report.reason
 
 
-def test_a_healthy_index_does_not_deploy_an_adapter_that_loses_to_the_base():
+def test_a_healthy_index_does_not_deploy_an_adapter_that_loses_to_the_base_beyond_the_noise():
+    """The win rate is judged by the paired rule: 8 losses in 18 prompts (44%) is within the noise of a coin and
+    passes; 3 in 18 (17%) is worse beyond it and refuses, the reason giving the figure, its +- and the rule."""
     healthy = {n: Component(n, 0.9, "test") for n in ("dcs", "gvs", "mss", "cdrs", "lrps")}
-    losing = aggregate(healthy, CONFIG, win_rate=0.4)
-    assert losing.rhi == pytest.approx(0.9) and not losing.deployable and losing.win_rate == 0.4
-    assert "40.0%" in losing.reason and "health.min_win_rate" in losing.reason
-    winning = aggregate(healthy, CONFIG, win_rate=CFG.min_win_rate)
-    assert winning.deployable and "win rate 50.0%" in winning.reason
-    assert aggregate(healthy, CONFIG).deployable  # no evaluation win rate: the index alone decides
-    assert aggregate(
-        healthy, load_config(root=REPO, overrides={"health": {"min_win_rate": 0.0}}), win_rate=0.0
-    ).deployable
+    close = [1.0] * 8 + [0.0] * 10
+    report = aggregate(healthy, CONFIG, close)
+    assert report.deployable and report.win_rate == pytest.approx(8 / 18)
+    se = np.std(np.array(close) - 0.5, ddof=1) / np.sqrt(18)
+    assert report.win_check["standard_error"] == pytest.approx(se)
+    assert report.win_check["detectable_drop"] > 0.25  # 18 prompts cannot see a drop of 25 points
+    assert "+-" in report.reason and "passed" in report.reason
+    losing = aggregate(healthy, CONFIG, [1.0] * 3 + [0.0] * 15)
+    assert not losing.deployable and losing.win_rate == pytest.approx(3 / 18)
+    assert "16.7%" in losing.reason and "+-" in losing.reason and "health.win_rate_margin" in losing.reason
+    assert aggregate(healthy, CONFIG).deployable  # no evaluation outcomes: the index alone decides
+    off = load_config(root=REPO, overrides={"health": {"win_rate_margin": None}})
+    assert aggregate(healthy, off, [0.0] * 18).deployable
 
 
 def test_cdrs_penalises_categories_that_disagree_and_read_against_improvement_an_adapter_losing_everywhere():

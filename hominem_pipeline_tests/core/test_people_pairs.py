@@ -79,7 +79,7 @@ def test_the_gate_refuses_an_adapter_that_orders_peoples_pairs_worse_than_the_li
     """The live gate compares the candidate's implicit reward on the people's held-out pairs with the live
     adapter's (the base's: 0.5): an adapter that learned the rejected replies is refused against one that
     learned the chosen ones (and against the base), naming the figures and the setting; the other way round
-    it passes. Each version's margins are kept in the reply cache; with health.people_tolerance null the
+    it passes. Each version's margins are kept in the reply cache; with health.people_margin null the
     figure is reported and nothing refused."""
     import pandas as pd
 
@@ -114,13 +114,13 @@ def test_the_gate_refuses_an_adapter_that_orders_peoples_pairs_worse_than_the_li
         _adapter_toward(tiny_student, REJECTED, tmp_path / "bad"),
     )
     people = pd.DataFrame({"pair_id": ["a", "b", "c"], "prompt": PROMPTS, "chosen": CHOSEN, "rejected": REJECTED})
-    lenient = {"health": {"deploy_threshold": 0.0, "min_win_rate": 0.0}, "evaluation": {"memory_probe": False}}
+    lenient = {"health": {"deploy_threshold": 0.0, "win_rate_margin": None}, "evaluation": {"memory_probe": False}}
 
-    def gate(candidate, live, tolerance=1.0, versions=("cand", "live")):
+    def gate(candidate, live, margin=0.0, versions=("cand", "live")):
         cfg = load_config(
             project / "config" / "tiny.yaml",
             root=project,
-            overrides={**lenient, "health": {**lenient["health"], "people_tolerance": tolerance}},
+            overrides={**lenient, "health": {**lenient["health"], "people_margin": margin}},
         )
         base, tokenizer = load_student(tiny_student)
         cache = ReplyCache(tmp_path / "replies", cfg)
@@ -141,7 +141,8 @@ def test_the_gate_refuses_an_adapter_that_orders_peoples_pairs_worse_than_the_li
         and refused.figures["people_accuracy_live"] == 1.0
     )
     assert any(
-        "people's held-out pairs as people did, below good's 100.0% by more than health.people_tolerance 1.0" in r
+        "people's held-out pairs 0.0% against good's 100.0% on 3 items: -100.0% +- 0.0%" in r
+        and "health.people_margin" in r
         for r in refused.reasons
     )
     assert set(cache.margins("good")) == set(cache.margins("bad")) == {"a", "b", "c"} and all(
@@ -153,13 +154,13 @@ def test_the_gate_refuses_an_adapter_that_orders_peoples_pairs_worse_than_the_li
     assert (
         not over_base.passed
         and over_base.figures["people_accuracy_live"] == 0.5
-        and "below the base's 50.0%" in over_base.reasons[0]
+        and "against the base's 50.0%" in over_base.reasons[0]
     )
-    unchecked, _ = gate(bad, good, tolerance=None, versions=("bad", "good"))
+    unchecked, _ = gate(bad, good, margin=None, versions=("bad", "good"))
     assert (
         unchecked.passed
         and unchecked.figures["people_accuracy"] == 0.0
-        and "people's held-out pairs 0.0%" in unchecked.summary()
+        and "people's held-out pairs 0.0% vs 100.0% (not checked)" in unchecked.summary()
     )
     # the reward signal an adapter was trained on: a collapse planted in its manifold.json refuses it under
     # health.manifold,

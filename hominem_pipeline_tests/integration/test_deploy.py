@@ -24,8 +24,8 @@ HOMINEM = str(Path(sys.executable).parent / "hominem")
 SENSOR_CHOICES = 3  # the deployment's retrain threshold (retrain.reward_pairs)
 LENIENT = {
     "deploy_threshold": 0.0,
-    "min_win_rate": 0.0,
-    "people_tolerance": None,
+    "win_rate_margin": None,
+    "people_margin": None,
 }  # the tiny adapter goes live: the registry's champion moves
 
 

@@ -751,7 +751,8 @@ def test_the_daily_adapter_goes_through_the_live_gate(chain):
     assert gate["people_pairs"] == cfg.reward_model.people_pairs[0].held_out and gate["people_accuracy_live"] == 0.5
     assert (
         gate["people_accuracy"] == pytest.approx(first["evaluation"]["people_accuracy"].value)
-        and gate["people_tolerance"] == cfg.health.people_tolerance
+        and gate["people_margin"] == cfg.health.people_margin
+        and gate["checks"]["people"]["items"] == gate["people_pairs"]
     )
     built = first["evaluation"]["version"].value  # the day's first run's (later tests change the memory files)
     evaluation = next(ref for ref in lineage(cfg).store.versions("evaluation", DAY) if ref.version == built)
@@ -789,7 +790,7 @@ def test_promote_and_rollback_by_hand_go_through_the_gate(chain):
     base = yaml.safe_load(chain["config"].read_text())
     for name, health in (
         ("strict", {"deploy_threshold": 1.0}),
-        ("lenient", {"deploy_threshold": 0.0, "min_win_rate": 0.0, "people_tolerance": None}),
+        ("lenient", {"deploy_threshold": 0.0, "win_rate_margin": None, "people_margin": None}),
     ):
         (project / "config" / f"{name}.yaml").write_text(yaml.safe_dump(deep_merge(base, {"health": health})))
     refused = hominem(
@@ -1054,7 +1055,7 @@ def test_an_online_update_learns_people_s_pairs_through_the_fast_loop(chain):
         chain,
         "online_lenient",
         {
-            "health": {"min_win_rate": 0.0, "people_tolerance": None},
+            "health": {"win_rate_margin": None, "people_margin": None},
             "online": {"skip_below": 0.0, "rollback_below": 0.0, "freeze_below": 0.0},
         },
     )
@@ -1137,7 +1138,10 @@ def test_an_online_update_learns_people_s_pairs_through_the_fast_loop(chain):
     strict = _overlay(
         chain,
         "online_strict",
-        {"health": {"min_win_rate": 0.0}, "online": {"skip_below": 1.0, "rollback_below": 1.0, "freeze_below": 1.0}},
+        {
+            "health": {"win_rate_margin": None},
+            "online": {"skip_below": 1.0, "rollback_below": 1.0, "freeze_below": 1.0},
+        },
     )
     refused = hominem(project, "live", "update", "--config", strict, check=False)
     assert refused.returncode == 1, refused.stdout + refused.stderr
@@ -1206,7 +1210,7 @@ def test_nudges_weight_an_update_s_pairs_and_add_dimension_pairs(chain):
         chain,
         "nudged",
         {
-            "health": {"min_win_rate": 0.0, "people_tolerance": None},
+            "health": {"win_rate_margin": None, "people_margin": None},
             "online": {
                 "skip_below": 0.0,
                 "rollback_below": 0.0,
@@ -1313,7 +1317,7 @@ def test_the_server_learns_from_feedback_and_swaps_to_the_update(chain):
         chain,
         "online_serve",
         {
-            "health": {"min_win_rate": 0.0, "people_tolerance": None},
+            "health": {"win_rate_margin": None, "people_margin": None},
             "online": {
                 "every_events": 3,
                 "every_minutes": None,
@@ -1402,7 +1406,7 @@ def test_the_server_learns_from_feedback_and_swaps_to_the_update(chain):
             chain,
             "online_strict_skip",
             {
-                "health": {"min_win_rate": 0.0, "people_tolerance": None},
+                "health": {"win_rate_margin": None, "people_margin": None},
                 "online": {"skip_below": 1.0, "rollback_below": 0.0, "freeze_below": 0.0},
             },
         )

@@ -32,8 +32,8 @@ LOOP = {
     },
     "health": {
         "deploy_threshold": 0.0,
-        "min_win_rate": 0.0,
-        "people_tolerance": None,
+        "win_rate_margin": None,
+        "people_margin": None,
     },  # the tiny adapters may go live
 }
 

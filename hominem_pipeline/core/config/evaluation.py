@@ -153,15 +153,29 @@ class HealthConfig(_Frozen):
         description="RHI an adapter needs before it may go live, 0-1 (set, the calibration's per-component floors "
         "are not applied); null: the calibration's threshold and floors.",
     )
-    min_win_rate: float = Field(
+    confidence: float = Field(
+        ge=0.5,
+        le=0.999,
+        description="One-sided confidence of every sampled check's rule (core/evaluation/noise.py): a candidate is "
+        "refused when its figure, less the replaced model's on the same items, is below -margin at this confidence; "
+        "a sound candidate fails one check at most 1 - confidence of the time, 0.5-0.999.",
+    )
+    power: float = Field(
+        ge=0.5,
+        le=0.99,
+        description="The chance at which each check states the smallest drop it detects at its size, 0.5-0.99.",
+    )
+    win_rate_margin: float | None = Field(
+        ge=0.0,
+        le=0.5,
+        description="How far below 50% the reward model's win rate over the replaced model (greedy replies to the "
+        "held-out prompts, a tie half) may fall before the rule refuses, 0-0.5; null: not checked.",
+    )
+    people_margin: float | None = Field(
         ge=0.0,
         le=1.0,
-        description="Win rate over the base on the held-out prompts an adapter also needs, 0-1; 0: off.",
-    )
-    people_tolerance: float | None = Field(
-        ge=0.0,
-        description="How many standard errors (of the paired difference) an adapter's implicit-reward accuracy on "
-        "the people's held-out pairs may fall below the live adapter's, >= 0; null: not checked.",
+        description="How far the implicit reward's accuracy on the people's held-out pairs may fall below the "
+        "replaced model's before the rule refuses, 0-1; null: not checked.",
     )
     manifold: ManifoldConfig = Field(
         description="Collapse, merging and dominance of the reward signal an adapter was trained on: any blocks its "

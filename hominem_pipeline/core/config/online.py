@@ -124,7 +124,7 @@ class OnlineConfig(_Frozen):
     people_pairs: int = Field(
         ge=0,
         description="The fast-loop gate compares the implicit reward of update and live adapter on the first N of "
-        "the people's held-out pairs (health.people_tolerance), >= 0; 0: not measured.",
+        "the people's held-out pairs (health.people_margin), >= 0; 0: not measured.",
     )
     learning_rate: float | None = Field(
         gt=0.0,

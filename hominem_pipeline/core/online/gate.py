@@ -6,15 +6,19 @@ student when none is):
 - its Reward Health Index is at least `health.deploy_threshold` (null: the health calibration's threshold;
   the daily job's: the `reward_health_index` of that adapter; an online update's: the fast loop's
   partial index, against its skip_below);
-- the reward model prefers its replies to the live adapter's on at least `health.min_win_rate` of the
-  held-out prompts (greedy, decoded as the evaluation decodes; a tie counts half);
+- the reward model's win rate of its replies over the live adapter's on the held-out prompts (greedy, decoded as
+  the evaluation decodes; a tie counts half) is not below 50% beyond `health.win_rate_margin`;
 - it still answers every memory-probe question the live adapter answers with its fact;
 - its implicit reward orders the people's held-out pairs (`reward_model.people_pairs`' held_out) as
-  people did no less often than the live adapter's, within `health.people_tolerance` standard errors
-  of the paired difference (the base orders half by construction);
+  people did not less often than the live adapter's beyond `health.people_margin` (the base orders half by
+  construction);
 - its reply to a plain greeting is neither empty nor degenerate (one repeated word, no letters);
 - the reward signal it was trained on (its `manifold.json`) has no collapsed dimension and no dominant column
   (`health.manifold`, `evaluation.manifold`); an adapter written without the figures is marked not measured.
+
+Each sampled check (the win rate, the people's pairs) is decided under its own noise by one rule, paired
+non-inferiority at `health.confidence` (`core/evaluation/noise.py`), and reports its estimate, its standard
+error, the smallest drop it can detect and the rule under `checks` in the gate's figures.
 
 Candidate and live adapter are loaded side by side on one base (PEFT named adapters), so the two are
 compared on the same prompts in one process.
@@ -34,6 +38,7 @@ import pandas as pd
 
 from hominem_pipeline.core.common.files import write_text_atomic
 from hominem_pipeline.core.config import HominemConfig
+from hominem_pipeline.core.evaluation.noise import NoiseRule, PairedCheck, paired_check
 from hominem_pipeline.core.lm.generation import degenerate
 
 if TYPE_CHECKING:
@@ -56,18 +61,20 @@ class GateReport:
 
     def summary(self) -> str:
         f = self.figures
-        win = "n/a" if f.get("win_rate_vs_live") is None else f"{f['win_rate_vs_live']:.0%}"
         rhi = "n/a" if f.get("rhi") is None else f"{f['rhi']:.3f}"
-        people = (
-            ""
-            if f.get("people_accuracy") is None
-            else f"people's held-out pairs {f['people_accuracy']:.1%} (live {f['people_accuracy_live']:.1%} "
-            f"+- {f['people_standard_error']:.1%}), "
-        )
+        checks = [
+            f"{c['name']} {c['candidate']:.1%} vs {c['reference']:.1%} ({c['difference']:+.1%} +- "
+            f"{c['standard_error']:.1%}, n={c['items']}{', refused' if c['refused'] else ''})"
+            for c in f.get("checks", {}).values()
+        ]
+        if "people" not in f.get("checks", {}) and f.get("people_accuracy") is not None:
+            checks.append(
+                f"people's held-out pairs {f['people_accuracy']:.1%} vs {f['people_accuracy_live']:.1%} (not checked)"
+            )
         head = (
-            f"RHI {rhi} (>= {f.get('deploy_threshold')}), win rate over "
-            f"{f.get('live_version') or 'the base'} {win} (>= {f.get('min_win_rate')}), "
-            f"{people}facts lost {f.get('facts_lost', 0)}"
+            f"RHI {rhi} (>= {f.get('deploy_threshold')}) against {f.get('live_version') or 'the base'}, "
+            + "".join(f"{c}, " for c in checks)
+            + f"facts lost {f.get('facts_lost', 0)}"
         )
         return head + ("" if self.passed else "; " + "; ".join(self.reasons))
 
@@ -214,7 +221,7 @@ class GateQuestions:
         prompts: the held-out prompts whose replies the reward model compares.
         memory: the memory rows whose facts are asked (`memory.fact_questions`; None: no memory probe).
         people: the people's held-out pairs (pair_id, prompt, chosen, rejected) both implicit rewards are compared
-            on (`health.people_tolerance`); None: not compared.
+            on (`health.people_margin`); None: not compared.
         seed: the decoding's seed (greedy decoding draws nothing; kept for sampling settings).
     """
 
@@ -259,6 +266,12 @@ class _Replies:
 class _Verdict:
     figures: dict[str, Any]
     reasons: list[str] = field(default_factory=list)
+
+    def add(self, check: PairedCheck, setting: str) -> None:
+        """A sampled check's figures (under `checks`, by name) and, when its rule refused, the reason."""
+        self.figures.setdefault("checks", {})[check.name] = check.as_dict()
+        if check.refused:
+            self.reasons.append(f"{check.reason()} ({setting})")
 
 
 def _replies(model: Any, sides: GateSides, models: GateModels, questions: GateQuestions, cfg, cache) -> _Replies:
@@ -315,19 +328,17 @@ def _check_rhi(verdict: _Verdict, rhi: float | None, health: GateHealth, thresho
 
 def _check_wins(verdict: _Verdict, scores: dict[str, Any], cfg: HominemConfig, live_version: str | None) -> None:
     from hominem_pipeline.core.evaluation.compare import outcome
+    from hominem_pipeline.core.evaluation.health.index import win_rate_check
 
     wins = [outcome(float(a), float(b)) for a, b in zip(scores["live"], scores["candidate"])]
-    win_rate = float(np.mean(wins))
     verdict.figures.update(
-        win_rate_vs_live=win_rate,
+        win_rate_vs_live=float(np.mean(wins)),
         live_mean_scalar=_nanmean(scores["live"]),
         candidate_mean_scalar=_nanmean(scores["candidate"]),
     )
-    if win_rate < cfg.health.min_win_rate:
-        verdict.reasons.append(
-            f"win rate over {live_version or 'the base'} {win_rate:.0%} below health.min_win_rate "
-            f"{cfg.health.min_win_rate:.0%}"
-        )
+    check = win_rate_check(wins, cfg.health, live_version or "the base")
+    if check is not None:
+        verdict.add(check, "health.win_rate_margin")
 
 
 def _check_facts(verdict: _Verdict, replies: _Replies) -> None:
@@ -396,7 +407,8 @@ def run_gate(
             "live_version": sides.live_version,
             "rhi": rhi,
             "deploy_threshold": threshold,
-            "min_win_rate": cfg.health.min_win_rate,
+            "win_rate_margin": cfg.health.win_rate_margin,
+            "confidence": cfg.health.confidence,
             "prompts": len(questions.prompts),
             "replies_generated": replies.generated,
             "smoke_reply": smoke,
@@ -425,9 +437,9 @@ def _people_check(
     verdict: _Verdict,
 ) -> None:
     """Compare the candidate's and the live adapter's (None: the base's) implicit rewards on the people's
-    held-out pairs; adds the figures, and the reason when the candidate falls below by more than
-    `health.people_tolerance` standard errors. Margins the cache holds for a version are not measured again."""
-    from hominem_pipeline.core.evaluation.people_pairs import compare_margins
+    held-out pairs; adds the figures, and the paired check's verdict (`health.people_margin`). Margins the cache
+    holds for a version are not measured again."""
+    from hominem_pipeline.core.evaluation.people_pairs import compare_margins, pair_scores
 
     ids = [str(i) for i in people["pair_id"]]
 
@@ -447,23 +459,23 @@ def _people_check(
         return np.array([known[i] for i in ids], dtype=np.float64)
 
     candidate = margins(CANDIDATE, sides.candidate_version)
-    live = margins(LIVE, sides.live_version) if sides.live is not None else None
+    live = margins(LIVE, sides.live_version) if sides.live is not None else np.zeros(len(ids))
     result = compare_margins(candidate, live)
-    tolerance = cfg.health.people_tolerance
     verdict.figures.update(
         people_pairs=result.pairs,
         people_accuracy=result.candidate,
         people_accuracy_live=result.live,
         people_difference=result.difference,
         people_standard_error=result.standard_error,
-        people_tolerance=tolerance,
+        people_margin=cfg.health.people_margin,
     )
-    if tolerance is not None and result.below(tolerance):
-        verdict.reasons.append(
-            f"its implicit reward orders {result.candidate:.1%} of {result.pairs} people's held-out "
-            f"pairs as people did, below {sides.live_version or 'the base'}'s {result.live:.1%} by more than "
-            f"health.people_tolerance {tolerance} standard error(s) ({result.standard_error:.1%})"
+    if cfg.health.people_margin is not None:
+        rule = NoiseRule(cfg.health.people_margin, cfg.health.confidence, cfg.health.power)
+        what = "the implicit reward's order of the people's held-out pairs"
+        check = paired_check(
+            "people", what, pair_scores(candidate), pair_scores(live), rule, sides.live_version or "the base"
         )
+        verdict.add(check, "health.people_margin")
 
 
 def _scalars(reward_model: RewardModel, prompts: list[str], replies: list[str], known: dict[str, float]) -> np.ndarray:

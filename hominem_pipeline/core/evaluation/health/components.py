@@ -25,6 +25,7 @@ class HealthReport:
     deployable: bool
     reason: str
     win_rate: float | None = None  # the adapter's win rate over the base on the evaluation prompts
+    win_check: dict[str, Any] | None = None  # that win rate's paired check (noise.PairedCheck.as_dict)
     threshold: float | None = None  # the RHI it was held to, and where that comes from
     threshold_name: str | None = None
     verdicts: dict[str, str | None] = field(

@@ -12,16 +12,18 @@ from hominem_pipeline.core.evaluation.health.coherence import coherence
 from hominem_pipeline.core.evaluation.health.components import COMPONENTS, Component, HealthReport
 from hominem_pipeline.core.evaluation.health.robustness import cross_domain_robustness, local_reward_predictivity
 from hominem_pipeline.core.evaluation.health.stability import gradient_variance_stability, manifold_stability
+from hominem_pipeline.core.evaluation.noise import NoiseRule, PairedCheck, paired_check
 from hominem_pipeline.core.reward.model import RewardModel
 
 
-def aggregate(components: dict[str, Component], cfg: Any, win_rate: float | None = None) -> HealthReport:
+def aggregate(components: dict[str, Component], cfg: Any, outcomes: Sequence[float] | None = None) -> HealthReport:
     """The weighted RHI and the deploy decision under `cfg`'s health settings and calibration
-    (`calibration.resolve`): a full index at or above the threshold and, where the evaluation measured
-    one, a win rate over the base at or above `health.min_win_rate` (the RHI says the reward signal is
-    healthy, not that the adapter is better than what is live without it). Each component is judged
-    against the panel's healthy range, and a refusal names those below it. A component below its floor on the
-    panel (the calibration's `floors`: where that component alone tells apart the broken days the other checks
+    (`calibration.resolve`): a full index at or above the threshold and, where the evaluation measured the
+    adapter's per-prompt outcomes against the base (1 a win, 0.5 a tie, 0 a loss by the reward model), a win rate
+    not below 50% beyond `health.win_rate_margin` at `health.confidence` (`noise.paired_check`: the RHI says the
+    reward signal is healthy, not that the adapter is better than what is live without it). Each component is
+    judged against the panel's healthy range, and a refusal names those below it. A component below its floor on
+    the panel (the calibration's `floors`: where that component alone tells apart the broken days the other checks
     let through) refuses on its own."""
     from hominem_pipeline.core.evaluation.calibration import resolve
 
@@ -39,7 +41,7 @@ def aggregate(components: dict[str, Component], cfg: Any, win_rate: float | None
     ]
     floored = [why for k, c in components.items() if (why := settings.floored(k, c.value))]
     threshold, name = settings.threshold, settings.threshold_name
-    min_win_rate = cfg.health.min_win_rate
+    wins = win_rate_check(outcomes, cfg.health, "the base") if outcomes is not None and len(outcomes) else None
     if rhi is None:
         deployable, reason = False, "no component could be measured"
     elif missing:
@@ -53,18 +55,12 @@ def aggregate(components: dict[str, Component], cfg: Any, win_rate: float | None
         )
     elif floored:
         deployable, reason = False, f"RHI {rhi:.3f} passes {settings.threshold_text}, but {'; '.join(floored)}"
-    elif win_rate is not None and win_rate < min_win_rate:
-        deployable, reason = (
-            False,
-            (
-                f"RHI {rhi:.3f} passes, but the adapter beat the base on {win_rate:.1%} of the evaluation prompts, "
-                f"below health.min_win_rate {min_win_rate:.0%}"
-            ),
-        )
+    elif wins is not None and wins.refused:
+        deployable, reason = False, f"RHI {rhi:.3f} passes, but {wins.reason()} (health.win_rate_margin)"
     else:
         deployable, reason = True, f"RHI {rhi:.3f} at or above {settings.threshold_text}"
-        if win_rate is not None:
-            reason += f", win rate {win_rate:.1%} at or above {min_win_rate:.0%}"
+        if wins is not None:
+            reason += f"; {wins.line()}"
     return HealthReport(
         rhi=rhi,
         partial=bool(missing),
@@ -72,7 +68,8 @@ def aggregate(components: dict[str, Component], cfg: Any, win_rate: float | None
         components=components,
         deployable=deployable,
         reason=reason,
-        win_rate=win_rate,
+        win_rate=None if wins is None else wins.candidate,
+        win_check=None if wins is None else wins.as_dict(),
         threshold=threshold,
         threshold_name=name,
         verdicts=verdicts,
@@ -80,6 +77,16 @@ def aggregate(components: dict[str, Component], cfg: Any, win_rate: float | None
         calibration=settings.source,
         calibration_digest=settings.digest,
     )
+
+
+def win_rate_check(outcomes: Sequence[float], health: Any, against: str) -> PairedCheck | None:
+    """The reward model's win rate over `against` (per-prompt outcomes: 1 a win, 0.5 a tie, 0 a loss) judged by the
+    paired rule against a coin's 50% (`health.win_rate_margin`; None when that is null)."""
+    if health.win_rate_margin is None:
+        return None
+    rule = NoiseRule(health.win_rate_margin, health.confidence, health.power)
+    what = "win rate by the reward model"
+    return paired_check("win_rate", what, outcomes, [0.5] * len(outcomes), rule, f"{against} (a tie)")
 
 
 def compute_health(
@@ -124,7 +131,7 @@ def compute_health(
         ),
     }
     outcomes = evaluation["adapter_outcome"].dropna() if "adapter_outcome" in evaluation else pd.Series(dtype=float)
-    return aggregate(components, cfg, float(outcomes.mean()) if len(outcomes) else None)
+    return aggregate(components, cfg, list(outcomes))
 
 
 def plot_health(report: HealthReport, path, title: str):
