@@ -9,6 +9,43 @@ from pydantic import Field, model_validator
 
 from hominem_pipeline.core.config.base import _Frozen
 
+REPLY_CHECKS = ("recall", "facts", "instructions", "sameness")
+# the sampled figures the reply checks decide on (sameness gives three)
+REPLY_FIGURES = ("recall", "facts", "instructions", "openings", "stock_phrases", "distinct_bigrams")
+
+
+class ReplyChecksConfig(_Frozen):
+    recall: str | None = Field(
+        description="Conversations in which the person states a name, a place, a pet or a number and asks it back one "
+        "or two turns later (JSON lines: id, kind, messages, answers); served as serving.recall_facts serves them. "
+        "null: off."
+    )
+    facts: str | None = Field(
+        description="General questions the memory files do not hold (JSON lines: id, question, answers). null: off."
+    )
+    instructions: str | None = Field(
+        description="Prompts with checkable instructions, IFEval's ids and arguments (JSON lines: id, prompt, "
+        "instruction_id_list, kwargs). null: off."
+    )
+    sameness: str | None = Field(
+        description="Varied messages whose replies' sameness is measured (JSON lines: id, message). null: off."
+    )
+    max_items: int | None = Field(ge=2, description="The first N items of each set, >= 2; null: all.")
+    max_new_tokens: dict[Literal["recall", "facts", "instructions", "sameness"], int] = Field(
+        description="Tokens per reply of each check, 1-1024."
+    )
+
+    @model_validator(mode="after")
+    def _tokens_for_each(self) -> ReplyChecksConfig:
+        missing = [c for c in REPLY_CHECKS if getattr(self, c) and c not in self.max_new_tokens]
+        bad = {k: v for k, v in self.max_new_tokens.items() if not 1 <= v <= 1024}
+        if missing or bad:
+            raise ValueError(
+                f"evaluation.reply_checks.max_new_tokens needs 1-1024 tokens for each check that is on: missing "
+                f"{missing}, out of range {bad}"
+            )
+        return self
+
 
 class EvaluationConfig(_Frozen):
     max_new_tokens: int = Field(ge=1, le=4096, description="Tokens per evaluation reply.")
@@ -18,6 +55,10 @@ class EvaluationConfig(_Frozen):
     memory_probe: bool = Field(
         description="Also ask base and adapter the memory files' fact questions: what the adapter kept, lost and "
         "gained."
+    )
+    reply_checks: ReplyChecksConfig = Field(
+        description="The student's own replies judged by measures nothing in the project trains on (recall, facts, "
+        "instructions, sameness): base against adapter in the evaluation, candidate against live in the gate."
     )
 
 
@@ -171,6 +212,14 @@ class HealthConfig(_Frozen):
         description="How far below 50% the reward model's win rate over the replaced model (greedy replies to the "
         "held-out prompts, a tie half) may fall before the rule refuses, 0-0.5; null: not checked.",
     )
+    reply_margins: dict[
+        Literal["recall", "facts", "instructions", "openings", "stock_phrases", "distinct_bigrams"], float | None
+    ] = Field(
+        description="How far each figure of the reply checks may fall below the replaced model's before the rule "
+        "refuses, 0-1 (recall, facts, instructions: shares of items; openings: share of replies opening unlike any "
+        "other; stock_phrases: share without a stock phrase; distinct_bigrams: the replies' distinct bigrams); null "
+        "or absent: reported, not checked."
+    )
     people_margin: float | None = Field(
         ge=0.0,
         le=1.0,
@@ -181,6 +230,13 @@ class HealthConfig(_Frozen):
         description="Collapse, merging and dominance of the reward signal an adapter was trained on: any blocks its "
         "promotion (check reward_manifold, the live gate)."
     )
+
+    @model_validator(mode="after")
+    def _margins_are_shares(self) -> HealthConfig:
+        bad = {k: v for k, v in self.reply_margins.items() if v is not None and not 0.0 <= v <= 1.0}
+        if bad:
+            raise ValueError(f"health.reply_margins are shares, 0-1 (null: not checked); got {bad}")
+        return self
 
     @model_validator(mode="after")
     def _uncalibrated_needs_values(self) -> HealthConfig:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from statistics import NormalDist
 from typing import Any
 
@@ -72,10 +72,11 @@ class PairedCheck:
     confidence: float
     detectable_drop: float
     refused: bool
+    checked: bool = True  # False: reported beside the checks, its rule not applied
 
     def line(self) -> str:
         """The check in one line: figure +- SE against the reference, the rule, and the verdict."""
-        verdict = "refused" if self.refused else "passed"
+        verdict = "refused" if self.refused else "passed" if self.checked else "not checked"
         return (
             f"{self.what} {self.candidate:.1%} against {self.reference_name}'s {self.reference:.1%} on {self.items} "
             f"items: {self.difference:+.1%} +- {self.standard_error:.1%} (upper bound {self.upper_bound:+.1%} at "
@@ -112,21 +113,51 @@ def paired_check(
         raise ValueError(f"{name}: the two sides need one score per item each, got shapes {c.shape} and {r.shape}")
     n = len(c)
     d = c - r
-    mean = float(d.mean()) if n else 0.0
-    se = float(d.std(ddof=1) / math.sqrt(n)) if n > 1 else math.inf
-    upper = mean + rule.z * se
+    return summary_check(
+        name,
+        what,
+        float(c.mean()) if n else math.nan,
+        float(r.mean()) if n else math.nan,
+        float(d.mean()) if n else 0.0,
+        float(d.std(ddof=1) / math.sqrt(n)) if n > 1 else math.inf,
+        n,
+        rule,
+        reference_name,
+    )
+
+
+def summary_check(
+    name: str,
+    what: str,
+    candidate: float,
+    reference: float,
+    difference: float,
+    standard_error: float,
+    items: int,
+    rule: NoiseRule,
+    reference_name: str,
+) -> PairedCheck:
+    """The rule applied to a difference whose paired standard error was found otherwise (a jackknife's, for a
+    figure of a whole set rather than a mean over its items)."""
+    upper = difference + rule.z * standard_error
     return PairedCheck(
         name=name,
         what=what,
-        items=n,
-        candidate=float(c.mean()) if n else math.nan,
-        reference=float(r.mean()) if n else math.nan,
+        items=items,
+        candidate=candidate,
+        reference=reference,
         reference_name=reference_name,
-        difference=mean,
-        standard_error=se,
+        difference=difference,
+        standard_error=standard_error,
         upper_bound=upper,
         margin=rule.margin,
         confidence=rule.confidence,
-        detectable_drop=rule.detectable_drop(se),
-        refused=bool(n > 1 and upper < -rule.margin),
+        # at least one item's disagreement: a sample whose sides agreed on every item cannot see a smaller drop
+        detectable_drop=rule.detectable_drop(max(standard_error, 1.0 / max(items, 1))),
+        refused=bool(items > 1 and upper < -rule.margin),
     )
+
+
+def reported(check: PairedCheck) -> PairedCheck:
+    """The check as a figure reported beside the others, its rule not applied."""
+    return replace(check, refused=False, checked=False)
