@@ -140,7 +140,17 @@ def tiny_overrides(student: Path, encoder: Path) -> dict:
             "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"], "layers": 1},
         },
         # at the default penalty the random tiny student's greedy reply is all newlines (empty once stripped)
-        "evaluation": {"max_new_tokens": 8, "batch_size": 8, "repetition_penalty": 2.0},
+        "evaluation": {
+            "max_new_tokens": 8,
+            "batch_size": 8,
+            "repetition_penalty": 2.0,
+            # a few items of each reply check, short replies: the path is the project's, the figures a tiny model's
+            "reply_checks": {
+                "max_items": 6,
+                "max_new_tokens": {"recall": 6, "facts": 6, "instructions": 8, "sameness": 8},
+            },
+        },
+        "online": {"reply_check_items": 4},
     }
 
 

@@ -139,3 +139,78 @@ def _kept(item) -> str:
     if ids == ["startend:quotation"]:
         return '"Be kind to yourself."'
     return "ok"
+
+
+def test_the_gate_asks_both_sides_the_reply_checks_keeps_their_replies_and_reads_them_back(
+    tiny_student, tiny_encoder, project, tmp_path
+):
+    """On the tiny student: the live gate asks candidate and live adapter the reply checks' items (the tiny
+    config's first 6 of each), reports every figure with its +- under `checks`, keeps both sides' replies in the
+    reply cache under their versions, and a second gate of the same pair reads them back instead of generating."""
+    from hominem_pipeline.core.config.loader import load_config
+    from hominem_pipeline.core.evaluation.reply_checks import load_reply_checks
+    from hominem_pipeline.core.lm.models import load_student
+    from hominem_pipeline.core.online.gate import (
+        GateHealth,
+        GateModels,
+        GateQuestions,
+        GateSides,
+        ReplyCache,
+        run_gate,
+    )
+    from hominem_pipeline.core.reward.model import RewardModel
+    from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
+    from hominem_pipeline_tests.core.test_people_pairs import CHOSEN, REJECTED, _adapter_toward
+    from hominem_pipeline_tests.core.test_reward_model import DIMS, small_cfg, toy_labels
+
+    train_reward_model(
+        toy_labels(),
+        dimensions=DIMS,
+        sources=RewardSources(tiny_encoder),
+        cfg=small_cfg(epochs=1),
+        out_dir=tmp_path / "rm",
+        seed=0,
+        data_digest="x",
+        date="2026-11-27",
+    )
+    cfg = load_config(
+        project / "config" / "tiny.yaml",
+        root=project,
+        overrides={"health": {"deploy_threshold": 0.0}, "evaluation": {"memory_probe": False}},
+    )
+    sets = load_reply_checks(cfg)
+    assert {c: len(v) for c, v in sets.items.items()} == {
+        c: 6 for c in ("recall", "facts", "instructions", "sameness")
+    }
+    one, two = (
+        _adapter_toward(tiny_student, CHOSEN, tmp_path / "one"),
+        _adapter_toward(tiny_student, REJECTED, tmp_path / "two"),
+    )
+    cache = ReplyCache(tmp_path / "replies", cfg)
+
+    def gate():
+        base, tokenizer = load_student(tiny_student)
+        return run_gate(
+            GateSides(two, one, "two", "one"),
+            cfg=cfg,
+            models=GateModels(base, tokenizer, RewardModel.load(tmp_path / "rm")),
+            questions=GateQuestions(["Hi"], reply_checks=sets),
+            health=GateHealth(1.0),
+            cache=cache,
+        )
+
+    report = gate()
+    checks = report.figures["checks"]
+    assert set(checks) >= {"recall", "facts", "instructions", "openings", "stock_phrases", "distinct_bigrams"}
+    for name in ("recall", "facts", "instructions", "openings", "stock_phrases", "distinct_bigrams"):
+        c = checks[name]
+        assert c["items"] == 6 and c["reference_name"] == "one" and c["confidence"] == cfg.health.confidence
+        assert c["refused"] == (c["upper_bound"] < -c["margin"])
+        assert (f"health.reply_margins.{name}" in " ".join(report.reasons)) == c["refused"]
+    assert "sameness" in report.figures["reply_checks"] and "recall" in report.summary()
+    kept = {v: {k for k in cache.get(v) if k.startswith("check:")} for v in ("one", "two")}
+    assert len(kept["one"]) == len(kept["two"]) == 24
+    before = {v: (tmp_path / "replies" / f"{v}.json").stat().st_mtime_ns for v in ("one", "two")}
+    again = gate()
+    assert again.figures["checks"]["recall"] == checks["recall"]  # greedy, read back: the same figures
+    assert {v: (tmp_path / "replies" / f"{v}.json").stat().st_mtime_ns for v in ("one", "two")} == before

@@ -17,6 +17,30 @@ MEMORY_ANSWERS = (
 )
 # in an evaluation version: pair_id, margin (the adapter's implicit reward on each people's held-out pair)
 PEOPLE_MARGINS = "people_margins.parquet"
+# in an evaluation version: key, check, id, base, adapter (both sides' replies to the reply checks' items)
+REPLY_CHECK_REPLIES = "reply_check_replies.parquet"
+
+
+def reply_check_probes(cfg) -> dict:
+    """The reply checks' part of the evaluation's probes: the sets, the service's view of a conversation
+    (serving.recall_facts), the rule's settings, and the base's replies known from earlier days (the gate's reply
+    cache under the base: the same base, sets and decoding give the same replies)."""
+    from hominem_pipeline.core.evaluation.reply_checks import load_reply_checks
+    from hominem_pipeline.core.online.facts import with_stated_facts
+    from hominem_pipeline.core.online.gate import ReplyCache
+    from hominem_pipeline.core.online.live import LiveState
+    from hominem_pipeline.core.online.promotion import REPLIES
+
+    sets = load_reply_checks(cfg)
+    if sets is None:
+        return {}
+    cache = ReplyCache(LiveState(cfg.data_dir).dir / REPLIES, cfg)
+    return {
+        "reply_checks": sets,
+        "view": with_stated_facts if cfg.serving.recall_facts else None,
+        "health": cfg.health,
+        "base_replies": cache.get(None),
+    }
 
 
 def build_evaluation(ctx: StageContext) -> StageOutput:
@@ -53,6 +77,7 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
             if cfg.fixtures.file is None
             else load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names),
             people=people_pairs(cfg, "held_out"),
+            **(checks := reply_check_probes(cfg)),
         ),
         base_logps=base_logp_cache(student_path(cfg), cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES)),
         device=device,
@@ -62,6 +87,14 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
     pd.DataFrame(summary.pop("memory_answers", []), columns=["prompt", "base", "adapter"]).to_parquet(
         ctx.out_dir / MEMORY_ANSWERS, index=False
     )
+    replies = pd.DataFrame(summary.pop("reply_check_replies", []), columns=["key", "check", "id", "base", "adapter"])
+    replies.to_parquet(ctx.out_dir / REPLY_CHECK_REPLIES, index=False)
+    if checks.get("base_replies") is not None and len(replies):  # the base's, for the next day and the gate
+        from hominem_pipeline.core.online.gate import ReplyCache
+        from hominem_pipeline.core.online.live import LiveState
+        from hominem_pipeline.core.online.promotion import REPLIES
+
+        ReplyCache(LiveState(cfg.data_dir).dir / REPLIES, cfg).put(None, dict(zip(replies["key"], replies["base"])))
     margins = summary.pop("people_margins", {})
     pd.DataFrame({"pair_id": list(margins), "margin": list(margins.values())}).to_parquet(
         ctx.out_dir / PEOPLE_MARGINS, index=False
@@ -71,6 +104,9 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
         summary, rm.dimensions, ctx.out_dir / "dimension_deltas.png", f"adapter vs base, {ctx.partition}"
     )
     metrics = {k: v for k, v in summary.items() if v is None or isinstance(v, (int, float))}
+    for name, check in summary.get("reply_checks", {}).get("checks", {}).items():
+        metrics |= {f"reply_{name}": check["candidate"], f"reply_{name}_base": check["reference"]}
+        metrics[f"reply_{name}_se"] = check["standard_error"]
     metrics.update({f"memory_{k}": v for k, v in summary.get("memory_probe", {}).items() if isinstance(v, int)})
     return StageOutput(
         metrics=metrics,
@@ -85,6 +121,7 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
                 if "people_accuracy" in summary
                 else {}
             ),
+            **reply_check_lines(summary.get("reply_checks")),
             "win_rate_by_category": summary["win_rate_by_category"],
             "memory_probe": summary.get("memory_probe"),
             "fixtures_moved_wrong": [
@@ -94,3 +131,12 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
         table="generations.parquet",
         mlflow_artifacts=["summary.json", "dimension_deltas.png"],
     )
+
+
+def reply_check_lines(reply_checks: dict | None) -> dict[str, str]:
+    """Each reply check in one line (figure +- SE against the base, the rule, the verdict), for the metadata."""
+    if not reply_checks:
+        return {}
+    from hominem_pipeline.core.evaluation.noise import PairedCheck
+
+    return {f"reply check: {n}": PairedCheck(**c).line() for n, c in reply_checks["checks"].items()}

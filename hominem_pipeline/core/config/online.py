@@ -126,6 +126,11 @@ class OnlineConfig(_Frozen):
         description="The fast-loop gate compares the implicit reward of update and live adapter on the first N of "
         "the people's held-out pairs (health.people_margin), >= 0; 0: not measured.",
     )
+    reply_check_items: int = Field(
+        ge=0,
+        description="The fast-loop gate asks candidate and live adapter the first N items of each reply check "
+        "(evaluation.reply_checks; health.reply_margins), >= 0; 0: not asked. The daily gate asks them all.",
+    )
     learning_rate: float | None = Field(
         gt=0.0,
         description="Peak learning rate of an update (it decays linearly over max_steps); null: policy.learning_rate.",

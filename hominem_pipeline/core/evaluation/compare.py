@@ -140,11 +140,22 @@ class EvaluationProbes:
         people: the people's held-out pairs (pair_id, prompt, chosen, rejected): the adapter's implicit reward on
             them (`people_pairs.implicit_reward`, TRL's rewards/accuracies), in the summary's people_* figures and,
             per pair, in `summary["people_margins"]` (pair_id -> margin).
+
+        reply_checks: the reply checks' sets (`reply_checks.load_reply_checks`): both sides' replies judged by the
+            paired rule under `health`, in `summary["reply_checks"]` (each check's figures) and, per item,
+            `summary["reply_check_replies"]` (key, check, id, base, adapter).
+        view: how the served student reads a conversation (recall's items), e.g. `with_stated_facts`.
+        health: the health settings whose rule (confidence, power, reply_margins) judges the reply checks.
+        base_replies: the base's replies to the reply checks already known, by cache key; the new ones are added.
     """
 
     memory: pd.DataFrame | None = None
     fixtures: Sequence[Any] | None = None
     people: pd.DataFrame | None = None
+    reply_checks: Any = None
+    view: Any = None
+    health: Any = None
+    base_replies: dict[str, str] | None = None
 
 
 def _fixture_figures(model: Any, tokenizer: Any, fixtures: Sequence[Any], batch_size: int, cache: Any) -> dict:
@@ -214,7 +225,36 @@ def evaluate_adapter(
         summary.update(people_figures(model, tokenizer, probes.people, cfg.batch_size, base_logps))
     if probes.fixtures:
         summary.update(_fixture_figures(model, tokenizer, probes.fixtures, cfg.batch_size, base_logps))
+    if probes.reply_checks is not None:
+        summary.update(_reply_check_figures(model, tokenizer, probes, cfg, seed))
     return table, summary
+
+
+def _reply_check_figures(model: Any, tokenizer: Any, probes: EvaluationProbes, cfg: EvaluationConfig, seed: int):
+    """Both sides' replies to the reply checks' items, judged: the base's read from `probes.base_replies` where
+    known (the same base, sets and decoding give the same replies every day)."""
+    from hominem_pipeline.core.evaluation.reply_checks import check_replies, judge_replies
+    from hominem_pipeline.core.evaluation.reply_checks.generation import check_keys
+    from hominem_pipeline.core.policy.lora import merged
+
+    sets, view = probes.reply_checks, probes.view
+    known = {} if probes.base_replies is None else probes.base_replies
+    with model.disable_adapter():
+        base = check_replies(model, tokenizer, sets, cfg, seed, known, view, "reply checks, base")
+    mine: dict[str, str] = {}
+    with merged(model):
+        adapter = check_replies(model, tokenizer, sets, cfg, seed, mine, view, "reply checks, adapter")
+    checks, figures = judge_replies(sets, adapter, base, probes.health, "the base")
+    keys = check_keys(tokenizer, sets, view)
+    rows = [
+        {"key": k, "check": c, "id": item.id, "base": b, "adapter": a}
+        for c, items in sets.items.items()
+        for k, item, b, a in zip(keys[c], items, base[c], adapter[c])
+    ]
+    return {
+        "reply_checks": {"checks": {c.name: c.as_dict() for c in checks}, "figures": figures},
+        "reply_check_replies": rows,
+    }
 
 
 def people_figures(

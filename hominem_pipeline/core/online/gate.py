@@ -16,9 +16,12 @@ student when none is):
 - the reward signal it was trained on (its `manifold.json`) has no collapsed dimension and no dominant column
   (`health.manifold`, `evaluation.manifold`); an adapter written without the figures is marked not measured.
 
-Each sampled check (the win rate, the people's pairs) is decided under its own noise by one rule, paired
-non-inferiority at `health.confidence` (`core/evaluation/noise.py`), and reports its estimate, its standard
-error, the smallest drop it can detect and the rule under `checks` in the gate's figures.
+- its own replies, greedy, to the reply checks' items (`evaluation.reply_checks`: recall of what the person said,
+  general facts, instructions kept, sameness) are no worse than the live adapter's beyond `health.reply_margins`.
+
+Each sampled check (the win rate, the people's pairs, the reply checks) is decided under its own noise by one
+rule, paired non-inferiority at `health.confidence` (`core/evaluation/noise.py`), and reports its estimate, its
+standard error, the smallest drop it can detect and the rule under `checks` in the gate's figures.
 
 Candidate and live adapter are loaded side by side on one base (PEFT named adapters), so the two are
 compared on the same prompts in one process.
@@ -223,12 +226,17 @@ class GateQuestions:
         people: the people's held-out pairs (pair_id, prompt, chosen, rejected) both implicit rewards are compared
             on (`health.people_margin`); None: not compared.
         seed: the decoding's seed (greedy decoding draws nothing; kept for sampling settings).
+        reply_checks: the reply checks' sets (`reply_checks.load_reply_checks`) both sides answer, judged by the
+            paired rule (`health.reply_margins`); None: not asked.
+        view: how the served student reads a conversation (`with_stated_facts` under serving.recall_facts).
     """
 
     prompts: Sequence[str]
     memory: pd.DataFrame | None = None
     people: pd.DataFrame | None = None
     seed: int = 0
+    reply_checks: Any = None
+    view: Any = None
 
 
 @dataclass(frozen=True)
@@ -422,6 +430,8 @@ def run_gate(
     _check_manifold(verdict, sides.candidate, cfg)
     if questions.people is not None and len(questions.people):
         _people_check(model, models, questions.people, cfg, cache, sides, verdict)
+    if questions.reply_checks is not None:
+        _reply_checks(model, models.tokenizer, questions, cfg, cache, sides, verdict)
     report = GateReport(not verdict.reasons, verdict.reasons, verdict.figures)
     log.info("live gate for %s: %s. %s", sides.candidate, "passed" if report.passed else "refused", report.summary())
     return report
@@ -476,6 +486,51 @@ def _people_check(
             "people", what, pair_scores(candidate), pair_scores(live), rule, sides.live_version or "the base"
         )
         verdict.add(check, "health.people_margin")
+
+
+def _reply_checks(
+    model: Any,
+    tokenizer: Any,
+    questions: GateQuestions,
+    cfg: HominemConfig,
+    cache: ReplyCache | None,
+    sides: GateSides,
+    verdict: _Verdict,
+) -> None:
+    """Both sides' replies to the reply checks' items (those the cache holds under a version are not generated
+    again, and the new ones are kept), judged by the paired rule; each check's figures go under `checks` and its
+    refusal, if any, among the reasons."""
+    from hominem_pipeline.core.evaluation.reply_checks import check_replies, judge_replies
+    from hominem_pipeline.core.policy.lora import merged
+
+    def replies(name: str | None, version: str | None) -> dict[str, list[str]]:
+        known = cache.get(version) if cache is not None and (version is not None or name is None) else {}
+        had = dict(known)
+        if name is not None:
+            model.set_adapter(name)
+        with model.disable_adapter() if name is None else merged(model):
+            out = check_replies(
+                model,
+                tokenizer,
+                questions.reply_checks,
+                cfg.evaluation,
+                questions.seed,
+                known,
+                questions.view,
+                f"gate reply checks, {name or 'base'}",
+            )
+        if cache is not None and (version is not None or name is None) and known != had:
+            cache.put(version, {k: v for k, v in known.items() if k not in had})
+        return out
+
+    live = replies(None if sides.live is None else LIVE, sides.live_version)
+    candidate = replies(CANDIDATE, sides.candidate_version)
+    checks, figures = judge_replies(
+        questions.reply_checks, candidate, live, cfg.health, sides.live_version or "the base"
+    )
+    verdict.figures["reply_checks"] = figures
+    for check in checks:
+        verdict.add(check, f"health.reply_margins.{check.name}")
 
 
 def _scalars(reward_model: RewardModel, prompts: list[str], replies: list[str], known: dict[str, float]) -> np.ndarray:

@@ -149,6 +149,7 @@ def offer(
     seed: int | None = None,
     prompts: list[str] | None = None,
     people_pairs: int | None = None,
+    reply_items: int | None = None,
 ) -> Offer:
     """Gate `adapter` against the live one and promote it if it passes; a refusal is recorded with its
     reasons and the adapter stays on disk as a candidate. A damaged adapter (BadAdapter) is refused
@@ -166,6 +167,7 @@ def offer(
         prompts: the held-out prompts (default: `gate_prompts`).
         people_pairs: compare the implicit rewards on the first N of the people's held-out pairs (0: none);
             default: all of them.
+        reply_items: ask the first N items of each reply check (0: none); default: as many as the evaluation asks.
     """
     from hominem_pipeline.core.lm.models import load_student, student_path
     from hominem_pipeline.core.policy.lora import adapter_reward_model, base_checksum
@@ -195,7 +197,7 @@ def offer(
             f"no reward model to judge {adapter} with (its METADATA names {rm_path}); build one with `hominem run`"
         )
     sides = GateSides(adapter, state.adapter_path(current), version, current.version)
-    questions = _questions(cfg, prompts, people_pairs, cfg.project.seed if seed is None else seed)
+    questions = _questions(cfg, prompts, people_pairs, cfg.project.seed if seed is None else seed, reply_items)
     report = run_gate(
         sides,
         cfg=cfg,
@@ -224,18 +226,27 @@ def _models(cfg: HominemConfig, base: Any, tokenizer: Any, reward_model: RewardM
     return GateModels(base, tokenizer, scorer, logps)
 
 
-def _questions(cfg: HominemConfig, prompts: list[str] | None, people_pairs: int | None, seed: int) -> GateQuestions:
-    """The held-out prompts, the memory probe's rows (with `evaluation.memory_probe`) and the people's held-out
-    pairs (the first `people_pairs`) the gate asks."""
+def _questions(
+    cfg: HominemConfig, prompts: list[str] | None, people_pairs: int | None, seed: int, reply_items: int | None = None
+) -> GateQuestions:
+    """The held-out prompts, the memory probe's rows (with `evaluation.memory_probe`), the people's held-out
+    pairs (the first `people_pairs`) and the reply checks' items (the first `reply_items` of each) the gate asks."""
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.builds.reward_model import people_pairs as held_out_pairs
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
+    from hominem_pipeline.core.evaluation.reply_checks import load_reply_checks
+    from hominem_pipeline.core.online.facts import with_stated_facts
 
+    sets = load_reply_checks(cfg) if reply_items != 0 else None
+    if sets is not None and reply_items is not None:
+        sets = sets.first(reply_items)
     return GateQuestions(
         prompts=gate_prompts(cfg) if prompts is None else prompts,
         memory=read_memory_rows(memory_paths(cfg)) if cfg.evaluation.memory_probe else None,
         people=_first(held_out_pairs(cfg, "held_out"), people_pairs),
         seed=seed,
+        reply_checks=sets,
+        view=with_stated_facts if cfg.serving.recall_facts else None,
     )
 
 
@@ -394,7 +405,7 @@ def reuse_evaluation_replies(cfg: HominemConfig, day: str, version: str, *, live
     how many were added."""
     import pandas as pd
 
-    from hominem_pipeline.core.builds.evaluation import MEMORY_ANSWERS, PEOPLE_MARGINS
+    from hominem_pipeline.core.builds.evaluation import MEMORY_ANSWERS, PEOPLE_MARGINS, REPLY_CHECK_REPLIES
     from hominem_pipeline.core.pipeline.lineage import lineage
 
     ref = lineage(cfg).expected("evaluation", day)
@@ -404,6 +415,9 @@ def reuse_evaluation_replies(cfg: HominemConfig, day: str, version: str, *, live
     frames = [held.rename(columns={"base_response": "base", "adapter_response": "adapter"})]
     if (ref.path / MEMORY_ANSWERS).is_file():
         frames.append(pd.read_parquet(ref.path / MEMORY_ANSWERS))
+    if (ref.path / REPLY_CHECK_REPLIES).is_file():  # keyed as the gate keys them
+        checks = pd.read_parquet(ref.path / REPLY_CHECK_REPLIES, columns=["key", "base", "adapter"])
+        frames.append(checks.rename(columns={"key": "prompt"}))
     replies = pd.concat(frames, ignore_index=True)
     cache = ReplyCache(LiveState(cfg.data_dir).dir / REPLIES, cfg)
     margins = (

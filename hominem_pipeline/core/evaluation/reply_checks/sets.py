@@ -55,6 +55,10 @@ class ReplyCheckSets:
     def all(self) -> list[ReplyItem]:
         return [item for check in self.items.values() for item in check]
 
+    def first(self, n: int) -> ReplyCheckSets:
+        """The first `n` items of each check (at least two, so each check has a standard error)."""
+        return ReplyCheckSets({c: v[: max(n, 2)] for c, v in self.items.items()}, self.max_new_tokens, self.sources)
+
     def describe(self) -> dict[str, Any]:
         return {c: {"items": len(v), "file": self.sources.get(c)} for c, v in self.items.items()}
 

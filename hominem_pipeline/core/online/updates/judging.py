@@ -102,6 +102,7 @@ def judge(
         prompts=held_out_prompts(cfg, plan.pair_sources),
         reward_model=plan.reward_model,  # the one its METADATA names, loaded once
         people_pairs=cfg.online.people_pairs,
+        reply_items=cfg.online.reply_check_items,
     )
     rhi = health.get("rhi")
     actions = _fast_loop(cfg, state, plan, rhi, limits, by) if not done.promoted and rhi is not None else []
