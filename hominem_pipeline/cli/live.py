@@ -57,6 +57,10 @@ def live_status(
         from hominem_pipeline.core.online.promotion import why_base
 
         console.print(f"why the base: {why_base(cfg.data_dir)}", highlight=False)
+    from hominem_pipeline.core.online.promotion import gate_lines
+
+    for line in gate_lines(cfg.data_dir):
+        console.print(line, highlight=False, soft_wrap=True)
     if live.reward_model:
         console.print(f"reward model: {live.reward_model}")
     for line in health_lines(cfg):

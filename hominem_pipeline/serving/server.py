@@ -75,18 +75,19 @@ def resolve_adapter(cfg: HominemConfig, choice: str | None) -> Path | None:
         return _from_registry(cfg, choice, "adapter_config.json")
     if choice == "live":
         from hominem_pipeline.core.online.live import LiveState
+        from hominem_pipeline.core.online.promotion import gate_lines, why_base
 
         state = LiveState(cfg.data_dir)
         path = state.adapter_path()
         if path is None:
-            from hominem_pipeline.core.online.promotion import why_base
-
             log.warning("serving the base student alone: %s", why_base(cfg.data_dir))
         elif not path.is_dir():
             raise ServeError(
                 f"the live adapter {path} (named by {state.current_path}) is gone; `hominem live "
                 "rollback` to one that is there"
             )
+        for line in gate_lines(cfg.data_dir):
+            log.info("%s", line)
         return path
     return _latest_or_folder(cfg, "lora_adapter", choice, "adapter_config.json", "serving the base alone")
 

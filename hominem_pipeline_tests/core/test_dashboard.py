@@ -74,6 +74,18 @@ def test_the_timeline_takes_each_day_s_newest_version_and_marks_live_events(tmp_
         and [c["key"] for c in health["components"]] == ["dcs", "gvs", "mss", "cdrs", "lrps"]
     )
     assert health["trend"]["rhi"] == [0.7, 0.8, 0.75] and health["actions"][0]["action"] == "promote"
+    # the gate that decided what is served: with the base live, the newest refusal and its sampled checks
+    from hominem_pipeline.core.evaluation.noise import NoiseRule, paired_check
+    from hominem_pipeline.core.online.live import LiveState
+
+    assert health["gate"] == {"version": None, "checks": []}
+    recall = paired_check("recall", "recall", [0.0] * 9 + [1.0], [1.0] * 10, NoiseRule(0.0, 0.98, 0.8), "the base")
+    (data / "adapter").mkdir()
+    LiveState(data).refuse(
+        "g", data / "adapter", None, gate={"checks": {"recall": recall.as_dict()}}, reason="x", by="t"
+    )
+    gate = view.health()["gate"]
+    assert gate["version"] == "g" and gate["checks"][0]["refused"] and gate["checks"][0]["standard_error"] > 0
 
 
 def test_compare_puts_two_reward_models_probing_suites_side_by_side(tmp_path):

@@ -9,7 +9,7 @@ from hominem_pipeline.core.config.loader import load_config
 from hominem_pipeline.core.evaluation.calibration import CalibrationError, fast_loop, resolve
 from hominem_pipeline.core.evaluation.health import Component, aggregate, gradient_variance_stability
 from hominem_pipeline.core.online.live import LiveState
-from hominem_pipeline.core.online.promotion import why_base
+from hominem_pipeline.core.online.promotion import gate_lines, why_base
 from hominem_pipeline.core.pipeline.stages import STAGES_BY_NAME
 
 PANEL = {
@@ -160,6 +160,19 @@ def test_with_the_base_live_the_service_says_which_adapter_was_refused_and_why(t
     assert "the gate refused abc" in said and "RHI 0.410 below the panel's threshold 0.55" in said
     assert "GVS 0.050 (below the healthy range 0.40-0.70)" in said and "DCS" not in said
     assert "hominem serve --adapter latest" in said and "hominem live promote abc" in said
+    assert gate_lines(tmp_path) == []  # a refusal without sampled checks: nothing more to say
+    # the refusal's sampled checks, each with its figure, +- and verdict, and the one that refused by how much
+    from hominem_pipeline.core.evaluation.noise import NoiseRule, paired_check
+
+    rule = NoiseRule(0.0, 0.98, 0.8)
+    recall = paired_check("recall", "recall", [0.0] * 30 + [1.0] * 10, [1.0] * 40, rule, "the base")
+    facts = paired_check("facts", "facts", [1.0, 0.0] * 20, [1.0, 0.0] * 20, rule, "the base")
+    checks = {"recall": recall.as_dict(), "facts": facts.as_dict()}
+    state.refuse("def", adapter, None, gate={"checks": checks}, reason=recall.reason(), by="test")
+    said, lines = why_base(tmp_path), gate_lines(tmp_path)
+    assert "the gate refused def" in said and "beyond it" in said and "-75.0% +- " in said
+    assert lines[0].startswith("the gate's checks for def") and len(lines) == 3
+    assert lines[1].strip() == recall.line() and lines[1].endswith("refused") and lines[2].endswith("passed")
 
 
 def test_the_fast_loops_thresholds_are_the_configs_where_set_else_the_panels(project):

@@ -758,6 +758,18 @@ def test_the_daily_adapter_goes_through_the_live_gate(chain):
     evaluation = next(ref for ref in lineage(cfg).store.versions("evaluation", DAY) if ref.version == built)
     kept = json.loads((cfg.data_dir / "live" / "replies" / f"{version}.json").read_text())["replies"]
     held = pd.read_parquet(evaluation.file("generations.parquet"))
+    # the reply checks: both sides' replies read back from the evaluation, so the gate's figures are the evaluation's
+    judged = json.loads(evaluation.file("summary.json").read_text())["reply_checks"]["checks"]
+    assert set(judged) == {"recall", "facts", "instructions", "openings", "stock_phrases", "distinct_bigrams"}
+    for name, c in judged.items():
+        assert (gate["checks"][name]["candidate"], gate["checks"][name]["reference"]) == pytest.approx(
+            (c["candidate"], c["reference"])
+        )
+        assert (
+            gate["checks"][name]["items"] == c["items"] == 6
+            and "+-" in first["evaluation"][f"reply check: {name}"].value
+        )
+    assert first["evaluation"]["reply_recall_base"].value == pytest.approx(judged["recall"]["reference"])
     memory = pd.read_parquet(evaluation.file("memory_answers.parquet"))
     assert (
         len(memory)

@@ -339,6 +339,24 @@ class DashboardData:
                 self.data_dir, None, dt.datetime.now(dt.timezone.utc).date().isoformat(), last=14
             ),
             "retrain": read_state(self.data_dir),
+            "gate": self.gate_checks(),
+        }
+
+    def gate_checks(self) -> dict[str, Any]:
+        """The sampled checks of the gate that decided what is served (see `promotion.gate_lines`): each with its
+        figure, the compared model's, the difference +- its standard error, the smallest drop it detects and its
+        verdict."""
+        from hominem_pipeline.core.online.promotion import decisive_gate
+
+        entry = decisive_gate(self.data_dir)
+        if entry is None:
+            return {"version": None, "checks": []}
+        checks = (entry.get("gate") or {}).get("checks") or {}
+        return {
+            "version": entry.get("version"),
+            "action": entry.get("action"),
+            "time": entry.get("time"),
+            "checks": list(checks.values()),
         }
 
     def options(self) -> dict[str, Any]:

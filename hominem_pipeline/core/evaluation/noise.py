@@ -74,6 +74,10 @@ class PairedCheck:
     refused: bool
     checked: bool = True  # False: reported beside the checks, its rule not applied
 
+    @staticmethod
+    def rule_words() -> str:
+        return "refused only when worse than the model it was compared with beyond its margin at its confidence"
+
     def line(self) -> str:
         """The check in one line: figure +- SE against the reference, the rule, and the verdict."""
         verdict = "refused" if self.refused else "passed" if self.checked else "not checked"

@@ -99,6 +99,34 @@ def _measured(health: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def decisive_gate(data_dir: Path) -> dict[str, Any] | None:
+    """The history entry of the gate that decided what is served: the live adapter's promotion, or the newest
+    refusal while the base is served (None: no gate has run)."""
+    state = LiveState(data_dir)
+    current = state.current()
+    if current.version is None:
+        entries = state.candidates()[:1]
+    else:
+        entries = [
+            e for e in reversed(state.history()) if e["action"] == "promote" and e["version"] == current.version
+        ]
+    return entries[0] if entries else None
+
+
+def gate_lines(data_dir: Path) -> list[str]:
+    """The sampled checks of the gate that decided what is served (`decisive_gate`), one line each: its figure
+    +- its standard error against the model it was compared with, the rule, the smallest drop it detects, and its
+    verdict."""
+    from hominem_pipeline.core.evaluation.noise import PairedCheck
+
+    entry = decisive_gate(data_dir)
+    checks = ((entry or {}).get("gate") or {}).get("checks")
+    if not checks:
+        return []
+    head = f"the gate's checks for {entry['version']} ({entry['time']}), each {PairedCheck.rule_words()}:"
+    return [head] + [f"  {PairedCheck(**c).line()}" for c in checks.values()]
+
+
 def why_base(data_dir: Path) -> str | None:
     """Why the base answers (no adapter is live), in words a person can act on: the newest candidate the
     gate refused, why, and the commands that serve it anyway or gate it again; None when an adapter is live."""

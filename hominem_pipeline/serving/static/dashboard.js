@@ -173,6 +173,13 @@ const views = {
       c.meaning]));
     $("#health-verdict").innerHTML = h.rhi === null ? "" : `RHI ${num(h.rhi)} of ${esc(h.day)}` + (h.threshold !== null && h.threshold !== undefined ? ` against ${esc(h.threshold_from)} ${num(h.threshold)}` : "")
       + (h.deploy === null ? "" : h.deploy ? ': <b class="good">may go live</b>' : `: <b class="bad">refused</b> (${esc(h.reason || "")})`);
+    const g = h.gate, pct = (x) => (x === null || x === undefined || !isFinite(x) ? "n/a" : `${(100 * x).toFixed(1)}%`);
+    $("#gate-head").innerHTML = g.version ? `The gate that decided what is served: <b>${esc(g.action)}</b> of ${esc(g.version)} (${esc(g.time)}).` : '<span class="muted">no gate with sampled checks has run yet</span>';
+    table($("#gate-checks"), ["check", "figure", "compared with", "difference ± SE", "items", "detects a drop of", "verdict"], g.checks.map((c) => [c.what,
+      { html: pct(c.candidate), cls: "num" }, `${c.reference_name}: ${pct(c.reference)}`,
+      { html: `${c.difference >= 0 ? "+" : ""}${pct(c.difference)} ± ${pct(c.standard_error)}`, cls: "num" }, { html: String(c.items), cls: "num" },
+      { html: pct(c.detectable_drop), cls: "num" },
+      { html: c.refused ? `<b>refused</b> (upper bound ${pct(c.upper_bound)} below −${pct(c.margin)} at ${pct(c.confidence)})` : c.checked ? "passed" : "reported", cls: c.refused ? "bad" : c.checked ? "good" : "" }]));
     table($("#actions"), ["time", "action", "version", "reason"], h.actions.slice().reverse().map((a) => [a.time, a.action, a.version || "base", a.reason || ""]));
     const sl = h.slow_loop;
     $("#slow-loop").innerHTML = (sl.in_force.length ? `<p class="bad">In force: <b>${sl.in_force.map(esc).join(", ")}</b> (the next adapters train at ${sl.lr_factor}× the learning rate, ${sl.rank_factor}× the LoRA rank); rising nights undo them.</p>`
