@@ -767,7 +767,7 @@ def test_the_daily_adapter_goes_through_the_live_gate(chain):
         )
         assert (
             gate["checks"][name]["items"] == c["items"] == 6
-            and "+-" in first["evaluation"][f"reply check: {name}"].value
+            and "+-" in first["evaluation"]["details"].value[f"reply check: {name}"]
         )
     assert first["evaluation"]["reply_recall_base"].value == pytest.approx(judged["recall"]["reference"])
     memory = pd.read_parquet(evaluation.file("memory_answers.parquet"))

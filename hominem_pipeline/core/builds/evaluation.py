@@ -21,6 +21,15 @@ PEOPLE_MARGINS = "people_margins.parquet"
 REPLY_CHECK_REPLIES = "reply_check_replies.parquet"
 
 
+def reply_checks_digest(cfg) -> dict[str, str | None]:
+    """The reply checks' set files' digests: a changed set evaluates every day again."""
+    from hominem_pipeline.core.config.evaluation import REPLY_CHECKS
+    from hominem_pipeline.core.pipeline.artifacts import optional_file_digest
+
+    rc = cfg.evaluation.reply_checks
+    return {c: optional_file_digest(cfg.path(getattr(rc, c))) if getattr(rc, c) else None for c in REPLY_CHECKS}
+
+
 def reply_check_probes(cfg) -> dict:
     """The reply checks' part of the evaluation's probes: the sets, the service's view of a conversation
     (serving.recall_facts), the rule's settings, and the base's replies known from earlier days (the gate's reply

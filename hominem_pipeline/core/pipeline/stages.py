@@ -21,7 +21,7 @@ from hominem_pipeline.core.builds.attunement import (
     preference_drift_check,
     window_days,
 )
-from hominem_pipeline.core.builds.evaluation import build_evaluation
+from hominem_pipeline.core.builds.evaluation import build_evaluation, reply_checks_digest
 from hominem_pipeline.core.builds.human_feedback import build_human_feedback, log_digest
 from hominem_pipeline.core.builds.human_preferences import (
     build_human_preferences,
@@ -151,9 +151,18 @@ def _adapter_files(c: HominemConfig, partition: str) -> Any:
 
 def _evaluation_reads(c: HominemConfig) -> tuple[str, ...]:
     # reward_model.people_pairs: which of the people's pairs are held out (the implicit reward is measured on them)
-    return ("evaluation", "models.student", "fixtures.file", "dimensions", "reward_model.people_pairs") + (
-        ("policy.dual.memory_files",) if c.evaluation.memory_probe else ()
-    )
+    # serving.recall_facts: recall is asked as served; health's rule judges the reply checks
+    return (
+        "evaluation",
+        "models.student",
+        "fixtures.file",
+        "dimensions",
+        "reward_model.people_pairs",
+        "serving.recall_facts",
+        "health.confidence",
+        "health.power",
+        "health.reply_margins",
+    ) + (("policy.dual.memory_files",) if c.evaluation.memory_probe else ())
 
 
 def _health_files(c: HominemConfig, partition: str) -> Any:
@@ -167,6 +176,7 @@ def _probe_files(c: HominemConfig, partition: str) -> Any:
         "memory": memory_files_digest(c, partition) if c.evaluation.memory_probe else None,
         "fixtures": fixtures_file_digest(c),
         "people": people_pairs_digest(c),
+        "reply_checks": reply_checks_digest(c),
     }
 
 
