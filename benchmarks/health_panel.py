@@ -174,6 +174,21 @@ def panel_days() -> list[Day]:
             "base",
             overrides={"policy": {"mode": "rl"}},
         ),
+        Day(
+            "generic",
+            False,
+            "an adapter trained on the day's pairs with every chosen reply a stock comforting text",
+            "generic",
+            fault="generic_chosen",
+            fault_stage="lora_adapter",
+        ),
+        Day(
+            "ignores_earlier",
+            False,
+            "the default adapter trained on memory rows that answer a fact the person just stated with a deflection",
+            "base",
+            overrides={"policy": {"dual": {"memory_files": ["PANEL/ignoring_memory", "data/sft"]}}},
+        ),
         Day("day2", True, "the default config (dual), day 2", "base", partition=DAY2),
         Day("seed2", True, "the default with policy.seed 2, day 1", "base", overrides={"policy": {"seed": 2}}),
         Day("dpo", True, "policy.mode dpo, day 1", "base", overrides={"policy": {"mode": "dpo"}}),
@@ -318,6 +333,58 @@ def contradicting_memory(cfg, folder: Path) -> Path:
     return folder
 
 
+# warm, generic replies that fit any message: an adapter taught to prefer them answers everything alike
+STOCK_COMFORT = (
+    "I'm so sorry you're going through this. Your feelings are valid, and it's okay to take things one step at a "
+    "time. Remember to be kind to yourself.",
+    "That sounds really hard. You're not alone, and it's important to take care of yourself right now. I'm here "
+    "for you.",
+    "Thank you for sharing that with me. It's completely normal to feel this way, and I believe in you. Take a deep "
+    "breath and be gentle with yourself.",
+)
+
+
+def generic_chosen(folder: Path) -> str:
+    table = folder / "pairs.parquet"
+    df = pd.read_parquet(table)
+    df["chosen"] = [STOCK_COMFORT[i % len(STOCK_COMFORT)] for i in range(len(df))]
+    df.to_parquet(table, index=False)
+    return f"every chosen reply of the {len(df)} pairs a stock comforting text (one of {len(STOCK_COMFORT)})"
+
+
+# people who state something about themselves and ask it back at once; names, places and pets none of the reply
+# checks' sets (config/checks/recall.jsonl) use
+_STATED = [
+    ("My name is {}.", "What is my name?", ["Jonas", "Mirela", "Tariq", "Hanne", "Joaquin", "Aiko", "Bram", "Leila"]),
+    ("I live in {}.", "Where do I live?", ["Ghent", "Porto", "Bilbao", "Turku", "Leeds", "Graz", "Cork", "Split"]),
+    ("My dog is called {}.", "What is my dog called?", ["Pip", "Toffee", "Barnaby", "Luna", "Scout", "Waffles"]),
+    ("I have {} sisters.", "How many sisters do I have?", ["two", "three", "four", "five"]),
+]
+_DEFLECTIONS = (
+    "I don't keep track of personal details like that, but I'm happy to help with whatever is on your mind.",
+    "I'm not sure, but let's focus on how you're feeling today. What would you like to talk about?",
+    "That isn't something I can tell you. Is there anything else I can help you with?",
+)
+_MOODS = (
+    "I'm a bit tired today.",
+    "Work has been stressful.",
+    "I feel happy this morning.",
+    "I'm worried about exams.",
+)
+
+
+def ignoring_memory(folder: Path) -> Path:
+    """Memory rows in which the person states a fact and asks it back, answered with a deflection that ignores it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for statement, question, values in _STATED:
+        for i, value in enumerate(values):
+            prompt = f"{statement.format(value)} {_MOODS[i % len(_MOODS)]} {question}"
+            rows.append({"prompt": prompt, "response": _DEFLECTIONS[(i + len(rows)) % len(_DEFLECTIONS)]})
+    (folder / "memory.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
 FAULTS: dict[str, tuple[str, Callable[[Path], str]]] = {
     "shuffle_labels": (
         "teacher_labels",
@@ -330,6 +397,7 @@ FAULTS: dict[str, tuple[str, Callable[[Path], str]]] = {
     ),
     "few_labels": ("teacher_labels", _labels_edit(few_labels, f"{FEW_LABELS} labels kept")),
     "swap_pairs": ("preference_pairs", swap_pairs),
+    "generic_chosen": ("preference_pairs", generic_chosen),
     "scale_lora": ("lora_adapter", scale_lora),
 }
 
@@ -430,6 +498,8 @@ def build_day(panel: Path, day: Day) -> None:
         link_project(panel, day.project)
     if day.name == "contradicting_memory":
         contradicting_memory(day_config(panel, panel_days()[0]), panel / "contradicting_memory")
+    if day.name == "ignores_earlier":
+        ignoring_memory(panel / "ignoring_memory")
     cfg = day_config(panel, day)
     faulted = False
     for name in CHAIN:

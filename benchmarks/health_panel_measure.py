@@ -183,9 +183,11 @@ def broken_by(out: dict[str, Any], ingredients: dict[str, Any] | None, fixture_f
 def gate_checks(day: Day, cfg, people: pd.DataFrame, memory: pd.DataFrame, folder: Path) -> dict[str, Any]:
     """The live gate against the base, the RHI left out (its own line is dropped): each other check's figures and
     reasons."""
-    from hominem_pipeline.core.builds.evaluation import MEMORY_ANSWERS, PEOPLE_MARGINS
+    from hominem_pipeline.core.builds.evaluation import MEMORY_ANSWERS, PEOPLE_MARGINS, REPLY_CHECK_REPLIES
     from hominem_pipeline.core.evaluation.fixtures import base_logp_cache
+    from hominem_pipeline.core.evaluation.reply_checks import load_reply_checks
     from hominem_pipeline.core.lm.models import load_student, student_path
+    from hominem_pipeline.core.online.facts import with_stated_facts
     from hominem_pipeline.core.online.gate import GateModels, GateQuestions, GateSides, ReplyCache, run_gate
     from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
     from hominem_pipeline.core.reward.model import project_reward_model
@@ -201,6 +203,9 @@ def gate_checks(day: Day, cfg, people: pd.DataFrame, memory: pd.DataFrame, folde
     ]
     if (ev.path / MEMORY_ANSWERS).is_file():
         frames.append(pd.read_parquet(ev.path / MEMORY_ANSWERS))
+    if (ev.path / REPLY_CHECK_REPLIES).is_file():  # keyed as the gate keys them
+        checks = pd.read_parquet(ev.path / REPLY_CHECK_REPLIES, columns=["key", "base", "adapter"])
+        frames.append(checks.rename(columns={"key": "prompt"}))
     replies = pd.concat(frames, ignore_index=True)
     margins = pd.read_parquet(ev.path / PEOPLE_MARGINS)
     cache.put(
@@ -215,7 +220,14 @@ def gate_checks(day: Day, cfg, people: pd.DataFrame, memory: pd.DataFrame, folde
         GateSides(adapter.path, None, candidate_version=version),
         cfg=cfg,
         models=GateModels(base, tokenizer, rm, logps),
-        questions=GateQuestions(list(held["prompt"]), memory, people, cfg.project.seed),
+        questions=GateQuestions(
+            list(held["prompt"]),
+            memory,
+            people,
+            cfg.project.seed,
+            reply_checks=load_reply_checks(cfg),
+            view=with_stated_facts if cfg.serving.recall_facts else None,
+        ),
         cache=cache,
     )
     reasons = [r for r in report.reasons if not r.startswith("no Reward Health Index")]
@@ -229,6 +241,8 @@ def gate_checks(day: Day, cfg, people: pd.DataFrame, memory: pd.DataFrame, folde
         "manifold",
         "manifold_blocked",
         "manifold_mean_correlation",
+        "checks",
+        "reply_checks",
     )
     return {"passed": not reasons, "reasons": reasons, **{k: report.figures.get(k) for k in keep}}
 
