@@ -193,6 +193,18 @@ def panel_days() -> list[Day]:
         Day("seed2", True, "the default with policy.seed 2, day 1", "base", overrides={"policy": {"seed": 2}}),
         Day("dpo", True, "policy.mode dpo, day 1", "base", overrides={"policy": {"mode": "dpo"}}),
         Day("seed3", True, "the default with policy.seed 3, day 1", "base", overrides={"policy": {"seed": 3}}),
+        # the default first day under other project seeds (every stage's draws): with `default`, the ten sound first
+        # days the gate's false refusals are counted on
+        *[
+            Day(
+                f"first{n}",
+                True,
+                f"the default with project.seed {n}, day 1",
+                "base",
+                overrides={"project": {"seed": n}},
+            )
+            for n in range(1, 10)
+        ],
     ]
 
 

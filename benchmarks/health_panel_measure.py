@@ -530,7 +530,9 @@ def report(panel: Path, rows: list[tuple[Day, dict[str, Any]]]) -> dict[str, Any
             f"  {d.name:22s} "
             + ("passes" if s["gate"]["passed"] else "refused: " + "; ".join(s["gate"]["reasons"]))[:200]
         )
+    refusals = check_refusals(rows)
     summary = {
+        "refusals": refusals,
         "days": [
             {"name": d.name, "healthy": d.healthy, "what": d.what, **{k: v for k, v in s.items() if k != "health"}}
             for d, s in rows + stopped
@@ -543,6 +545,32 @@ def report(panel: Path, rows: list[tuple[Day, dict[str, Any]]]) -> dict[str, Any
         "on it: health_panel.py calibrate"
     )
     return summary
+
+
+def check_refusals(rows: list[tuple[Day, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Each sampled check of the gate: on how many sound and broken days it refused, and which (the days measured
+    before the check existed are left out of its counts). Printed as a table."""
+    names = sorted({n for _, s in rows for n in (s["gate"].get("checks") or {})})
+    out: dict[str, dict[str, Any]] = {}
+    print(
+        f"\n{'sampled check':18s} {'sound days refused':>20s} {'broken days refused':>20s}  broken days it let through"
+    )
+    for name in names:
+        seen = [(d, s["gate"]["checks"][name]) for d, s in rows if name in (s["gate"].get("checks") or {})]
+        sound = [d.name for d, c in seen if d.healthy and c["refused"]]
+        broken = [d.name for d, c in seen if not d.healthy and c["refused"]]
+        n_sound = sum(d.healthy for d, _ in seen)
+        n_broken = len(seen) - n_sound
+        missed = [d.name for d, c in seen if not d.healthy and not c["refused"]]
+        out[name] = {"sound": n_sound, "sound_refused": sound, "broken": n_broken, "broken_refused": broken}
+        print(f"{name:18s} {len(sound):>9d} of {n_sound:<8d} {len(broken):>9d} of {n_broken:<8d}  {', '.join(missed)}")
+    whole = [(d.healthy, s["gate"]["passed"]) for d, s in rows]
+    sound_refused = sum(h and not p for h, p in whole)
+    broken_refused = sum(not h and not p for h, p in whole)
+    n_sound = sum(h for h, _ in whole)
+    n_broken = len(whole) - n_sound
+    print(f"{'the whole gate':18s} {sound_refused:>9d} of {n_sound:<8d} {broken_refused:>9d} of {n_broken:<8d}")
+    return out
 
 
 def choose_threshold(healthy: list[float], broken: list[float]) -> tuple[float, str]:
