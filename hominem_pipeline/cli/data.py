@@ -304,7 +304,20 @@ def data_import_questions(
 
 
 @data_app.command("ship-features")
-def data_ship_features(config: ConfigOpt = None, sets: SetOpt = None) -> None:
+def data_ship_features(
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    base_replies: Annotated[
+        bool,
+        typer.Option(
+            "--base-replies",
+            help="Only the base student's greedy replies the gate's reply cache holds (the held-out prompts, the "
+            "memory questions, the reply checks' items, as `hominem run` left them), to "
+            "config/human/features/<decoding>-base-replies.json: a fresh clone's first evaluation and gate read "
+            "them instead of generating them. Seconds, not minutes.",
+        ),
+    ] = False,
+) -> None:
     """Write what the reward model's frozen networks compute for the shipped people's pairs
     (reward_model.people_pairs) and the contrast fixtures: the guard columns and the backbone's pooled states (and
     the base student's log-probabilities of the fixtures' and the people's held-out pairs' replies, which the
@@ -318,6 +331,19 @@ def data_ship_features(config: ConfigOpt = None, sets: SetOpt = None) -> None:
 
     setup_logging()
     cfg = load(config, sets)
+    if base_replies:
+        from hominem_pipeline.core.online.gate import ReplyCache
+        from hominem_pipeline.core.online.live import LiveState
+        from hominem_pipeline.core.online.promotion import REPLIES
+
+        with audited(cfg, "data ship-features", base_replies=True):
+            path, count = ReplyCache(LiveState(cfg.data_dir).dir / REPLIES, cfg).ship_base_replies()
+        if not count:
+            fail(
+                "the gate's reply cache holds no reply of the base for this decoding: run `hominem run` first", code=1
+            )
+        console.print(f"wrote {path}: {count} replies of the base")
+        return
     with audited(cfg, "data ship-features"):
         try:
             written = ship_features(cfg)

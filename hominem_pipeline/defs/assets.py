@@ -36,6 +36,11 @@ from hominem_pipeline.defs.resources import HominemResource
 PLOT_BYTES = 600_000  # larger plots are linked by path only: the event log keeps every materialization's metadata
 
 
+# the step priority (Dagster's `dagster/priority` op tag: a ready step with a higher one runs first) of a stage the
+# day's gate does not read: after every other ready step, the live gate's among them
+PRIORITY, AFTER_GATE = "dagster/priority", "-1"
+
+
 def dagster_metadata(result: StageResult, cfg: HominemConfig | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "version": result.ref.version,
@@ -81,6 +86,7 @@ def stage_asset(stage: Stage, cfg: HominemConfig, partitions: DailyPartitionsDef
         kinds=set(stage.kinds),
         description=stage.description,
         code_version=definition_version(stage, cfg),
+        op_tags={PRIORITY: AFTER_GATE} if stage.after_gate else None,
         deps=_deps(stage, cfg),
         check_specs=[
             AssetCheckSpec(c.name, asset=stage.name, blocking=c.blocking, description=c.description)

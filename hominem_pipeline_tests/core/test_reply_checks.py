@@ -214,3 +214,30 @@ def test_the_gate_asks_both_sides_the_reply_checks_keeps_their_replies_and_reads
     again = gate()
     assert again.figures["checks"]["recall"] == checks["recall"]  # greedy, read back: the same figures
     assert {v: (tmp_path / "replies" / f"{v}.json").stat().st_mtime_ns for v in ("one", "two")} == before
+
+
+def test_the_base_s_replies_ship_with_the_project_and_a_fresh_cache_reads_them(project, tmp_path):
+    """`ship_base_replies` writes the base's replies the reply cache holds under the shipped features folder, keyed by
+    the decoding; a fresh clone's empty cache reads them as the base's (never as an adapter's), its own replies win,
+    and a file of another decoding is not read."""
+    import json
+
+    from hominem_pipeline.core.config.loader import load_config
+    from hominem_pipeline.core.online.gate import ReplyCache
+
+    cfg = load_config(project / "config" / "tiny.yaml", root=project)
+    ran = ReplyCache(tmp_path / "ran", cfg)
+    ran.put(None, {"check:recall:1": "Your name is Ana.", "Hi": "Hello!"})
+    ran.put("v1", {"Hi": "Hey there"})
+    path, count = ran.ship_base_replies()
+    assert count == 2 and path.parent == project / "config" / "human" / "features" and ran.key in path.name
+    fresh = ReplyCache(tmp_path / "fresh", cfg)
+    assert fresh.get(None) == {"check:recall:1": "Your name is Ana.", "Hi": "Hello!"} and fresh.get("v1") == {}
+    fresh.put(None, {"Hi": "Good day."})
+    assert fresh.get(None)["Hi"] == "Good day." and fresh.get(None)["check:recall:1"] == "Your name is Ana."
+    other = load_config(
+        project / "config" / "tiny.yaml", root=project, overrides={"evaluation": {"max_new_tokens": 9}}
+    )
+    assert ReplyCache(tmp_path / "other", other).get(None) == {}  # another decoding: not these replies
+    path.write_text(json.dumps({"decoding": "someone-else", "replies": {"Hi": "x"}}))
+    assert ReplyCache(tmp_path / "fresh2", cfg).get(None) == {}

@@ -245,6 +245,18 @@ def test_every_asset_materializes_with_metadata(chain):
     )
 
 
+def test_the_day_s_gate_decides_before_the_stages_it_does_not_read(chain):
+    """The probing suite, the predictions and the attunement run after the live gate's decision (their steps'
+    priority), so the day's adapter goes live as soon as it can."""
+    from dagster import DagsterEventType
+
+    events = chain["instance"].all_logs(chain["runs"][0], of_type=DagsterEventType.STEP_START)
+    started = [e.step_key for e in events]
+    gate = next(i for i, k in enumerate(started) if "live_gate" in k)
+    assert {"probes", "predictions", "attunement"} <= set(started)
+    assert all(started.index(k) > gate for k in ("probes", "predictions", "attunement")), started
+
+
 def test_the_probing_suite_runs_on_the_day_s_reward_model(chain):
     """The `probes` asset: trade-offs, adversarial consistency, counterfactuals, attribution and the manifold's
     shape on the day's reward model, its figures as metadata, in MLflow and in the probe_consistency check;

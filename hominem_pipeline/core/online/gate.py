@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SMOKE_PROMPT = "Hello! How are you today?"
+SHIPPED_BASE_REPLIES = "base-replies.json"  # in the shipped features folder, after the decoding's key
 CANDIDATE, LIVE = "candidate", "live"
 
 
@@ -133,15 +134,36 @@ class ReplyCache:
     """The gate's greedy replies per adapter version (`<folder>/<version>.json`, `base.json` for the base alone),
     valid for one decoding (evaluation settings and student; greedy decoding draws nothing, so no seed): a
     candidate's replies are the next gate's live replies once it is promoted, and the daily adapter's come from its
-    evaluation (`promotion.reuse_evaluation_replies`), so each adapter answers the held-out prompts once."""
+    evaluation (`promotion.reuse_evaluation_replies`), so each adapter answers the held-out prompts once. The base's
+    are also read from the project's shipped copy for this decoding (`shipped_base_replies`), so a fresh clone's
+    first day generates none of the base's replies the project ships."""
 
     def __init__(self, folder: Path, cfg: HominemConfig):
         from hominem_pipeline.core.pipeline.artifacts import fingerprint
+        from hominem_pipeline.core.reward.feature_cache import SHIPPED_FEATURES
 
         self.folder = Path(folder)
         self.key = fingerprint(
             [cfg.evaluation.model_dump(mode="json"), str(cfg.models.student.model_dump(mode="json"))], 16
         )
+        self.shipped = cfg.path(SHIPPED_FEATURES) / f"{self.key}-{SHIPPED_BASE_REPLIES}"
+
+    def shipped_base_replies(self) -> dict[str, str]:
+        """The base's replies the project ships for this decoding (`hominem data ship-features --base-replies`)."""
+        try:
+            shipped = json.loads(self.shipped.read_text())
+        except (OSError, ValueError):
+            return {}
+        return shipped.get("replies", {}) if shipped.get("decoding") == self.key else {}
+
+    def ship_base_replies(self) -> tuple[Path, int]:
+        """Write the base's replies this cache holds (the shipped ones with those generated since) as the project's
+        shipped copy. Returns the file and how many replies it holds."""
+        replies = self.get(None)
+        self.shipped.parent.mkdir(parents=True, exist_ok=True)
+        body = {"decoding": self.key, "replies": dict(sorted(replies.items()))}
+        write_text_atomic(self.shipped, json.dumps(body, ensure_ascii=False, indent=0) + "\n")
+        return self.shipped, len(replies)
 
     def _path(self, version: str | None) -> Path:
         return self.folder / f"{version or 'base'}.json"
@@ -154,7 +176,8 @@ class ReplyCache:
         return saved if saved.get("decoding") == self.key else {}
 
     def get(self, version: str | None) -> dict[str, str]:
-        return self._read(version).get("replies", {})
+        own = self._read(version).get("replies", {})
+        return {**self.shipped_base_replies(), **own} if version is None else own
 
     def scalars(self, version: str | None, reward_model: str | None) -> dict[str, float]:
         """The scalar `reward_model` (its folder) gave each of the version's replies, by prompt."""

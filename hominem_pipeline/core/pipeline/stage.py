@@ -221,6 +221,9 @@ class Stage:
     refresh: bool = False
     checks: tuple[Check, ...] = ()
     registered: Registered | None = None
+    # the day's gate does not read it: a run builds it after the gate's decision (Dagster step priority), so the
+    # day's adapter goes live as soon as it can
+    after_gate: bool = False
 
     def settings(self, cfg: HominemConfig) -> tuple[str, ...]:
         """The versioned config paths for this config (a stage may read more settings in some modes)."""

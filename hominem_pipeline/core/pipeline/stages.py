@@ -364,6 +364,7 @@ STAGES: tuple[Stage, ...] = (
         inputs=(Input("reward_model", lambda c: 2), Input("teacher_labels"), Input("human_feedback", optional=True)),
         reads=("dimensions", "probes", "fixtures.file", "health.dcs_layers"),
         build=build_probes,
+        after_gate=True,
         files=probe_files_digest,
         checks=(
             Check(
@@ -389,6 +390,7 @@ STAGES: tuple[Stage, ...] = (
         ),
         reads=("dimensions", "attunement.bins", "prompts.seed_file", "prompts.categories", "models.encoder"),
         build=build_predictions,
+        after_gate=True,
         files=seed_prompts_digest,  # the domains are the seed prompts' categories
     ),
     Stage(
@@ -409,6 +411,7 @@ STAGES: tuple[Stage, ...] = (
         ),
         reads=("dimensions", "attunement", "models.encoder"),
         build=build_attunement,
+        after_gate=True,
         checks=(
             Check(
                 "preference_drift",
