@@ -2,6 +2,7 @@
 measures, the sets' validation, and two models' replies judged under the paired rule."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -113,6 +114,9 @@ def test_the_shipped_sets_load_and_a_model_that_forgets_and_repeats_itself_is_re
     assert {i.kind for i in sets.items["recall"]} == {"name", "place", "pet", "number"}
     memory = {json.loads(line)["prompt"] for line in (REPO / "config/sft/memory.jsonl").read_text().splitlines()}
     assert not memory & {i.prompt for i in sets.items["facts"]}  # facts the memory files do not hold
+    training = " ".join(p.read_text() for p in (REPO / "config" / "sft").glob("*.jsonl"))
+    stated = {i.answers[0] for i in sets.items["recall"] if i.kind in ("name", "place", "pet")}
+    assert not {a for a in stated if re.search(rf"\b{a}\b", training)}  # no recall item is trained on
     good = {
         "recall": [i.answers[0] for i in sets.items["recall"]],
         "facts": [f"It is {i.answers[0]}." for i in sets.items["facts"]],

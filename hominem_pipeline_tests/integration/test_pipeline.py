@@ -590,7 +590,10 @@ def test_the_default_dual_mode_trains_both_channels_and_dpo_is_one_overlay_away(
         and meta["channel_contributions"]["sft"] > 0
         and meta["channel_contributions"]["reward"] > 0
     )
-    assert meta["channels"]["memory_rows"] > 0 and [name for name, _ in meta["memory_data"]] == ["sft/memory.jsonl"]
+    assert meta["channels"]["memory_rows"] > 0 and [name for name, _ in meta["memory_data"]] == [
+        "sft/memory.jsonl",
+        "sft/recall.jsonl",
+    ]
     assert first["lora_adapter"]["channel_sft"].value > 0
     probe = first["evaluation"]["details"].value["memory_probe"]
     assert probe["questions"] >= 15 and probe["kept"] + len(probe["lost_prompts"]) == probe["base"]
