@@ -163,20 +163,10 @@ def test_the_gate_asks_both_sides_the_reply_checks_keeps_their_replies_and_reads
         run_gate,
     )
     from hominem_pipeline.core.reward.model import RewardModel
-    from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
     from hominem_pipeline_tests.core.test_people_pairs import CHOSEN, REJECTED, _adapter_toward
-    from hominem_pipeline_tests.core.test_reward_model import DIMS, small_cfg, toy_labels
+    from hominem_pipeline_tests.core.test_reward_model import toy_reward_model
 
-    train_reward_model(
-        toy_labels(),
-        dimensions=DIMS,
-        sources=RewardSources(tiny_encoder),
-        cfg=small_cfg(epochs=1),
-        out_dir=tmp_path / "rm",
-        seed=0,
-        data_digest="x",
-        date="2026-11-27",
-    )
+    toy_reward_model(tiny_encoder, tmp_path / "rm")
     cfg = load_config(
         project / "config" / "tiny.yaml",
         root=project,

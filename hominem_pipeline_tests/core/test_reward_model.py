@@ -212,6 +212,23 @@ def small_cfg(**overrides):
     return load_config(encoder, root=REPO, overrides={"reward_model": deep_merge(base, overrides)}).reward_model
 
 
+def toy_reward_model(encoder, out_dir, date: str = "2026-11-27"):
+    """A reward model trained one epoch on `toy_labels` over `encoder`, written to `out_dir`; returns the folder."""
+    from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
+
+    train_reward_model(
+        toy_labels(),
+        dimensions=DIMS,
+        sources=RewardSources(encoder),
+        cfg=small_cfg(epochs=1),
+        out_dir=out_dir,
+        seed=0,
+        data_digest="x",
+        date=date,
+    )
+    return out_dir
+
+
 def people_cfg(**overrides):
     """`small_cfg` with ridge heads on the frozen tiny student in the judge's frame, one member: the setting the
     people's score tests share."""
