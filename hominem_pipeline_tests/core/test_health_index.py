@@ -95,6 +95,15 @@ def test_cdrs_penalises_categories_that_disagree_and_read_against_improvement_an
     # category b contradicts the overall (positive) delta: C_contra 0.5; win rates 1 and 0: entropy 0, consistency 0
     assert split.details["c_contradiction"] == pytest.approx(0.5)
     assert split.value == pytest.approx(1 - (0.5 + 0.0 + 1.0) / 3)
+    # its noise: prompts resampled within their categories; two prompts per category that agree leave none
+    assert split.details["standard_error"] == 0.0 and "+- 0.000" in split.how
+    mixed = cross_domain_robustness(
+        table(
+            [("a", 1.0, 0.5), ("a", 0.0, 0.4), ("b", 0.0, -0.1), ("b", 1.0, 0.2), ("c", 1.0, 0.3), ("c", 0.0, -0.2)]
+        ),
+        dims,
+    )
+    assert mixed.details["standard_error"] > 0.05
     assert cross_domain_robustness(table([("a", 1.0, 0.1)]), dims).value is None
 
     # read against improvement (the index's reading): an adapter worse than the base everywhere is consistent, not

@@ -20,7 +20,12 @@ def _binary_entropy(p: float) -> float:
     return float(-(p * math.log2(p) + (1 - p) * math.log2(1 - p)))
 
 
-def cross_domain_robustness(table: pd.DataFrame, dimensions: Sequence[str], against: str = "overall") -> Component:
+CDRS_DRAWS = 200  # bootstrap resamples of the held-out prompts for CDRS's standard error
+
+
+def cross_domain_robustness(
+    table: pd.DataFrame, dimensions: Sequence[str], against: str = "overall", draws: int = CDRS_DRAWS
+) -> Component:
     """CDRS = 1 - (C_contradiction + C_entropy + (1 - C_consistency)) / 3 across prompt categories.
 
     C_contradiction: share of (category, dimension) cells whose mean adapter-base delta has the
@@ -29,9 +34,32 @@ def cross_domain_robustness(table: pd.DataFrame, dimensions: Sequence[str], agai
 
     `against="improvement"` reads them against the direction of improvement, so that an adapter worse than
     the base everywhere is not "robust": a cell contradicts when the adapter is worse than the base there,
-    and C_consistency is the share of categories where the adapter wins at least half the prompts."""
+    and C_consistency is the share of categories where the adapter wins at least half the prompts.
+
+    Its noise: the standard deviation of CDRS over `draws` resamples of the prompts, drawn with replacement within
+    each category (a category's win rate on 2 prompts can only be 0, 0.5 or 1), in `details["standard_error"]`."""
     if table.empty or table["category"].nunique() < 2:
         return Component("cdrs", None, "needs evaluation prompts from at least 2 categories")
+    table = table.reset_index(drop=True)
+    value, details = _cdrs(table, dimensions, against)
+    if draws:
+        rng = np.random.default_rng(0)
+        groups = [np.flatnonzero(table["category"].to_numpy() == c) for c in table["category"].unique()]
+        again = [
+            _cdrs(table.iloc[np.concatenate([rng.choice(g, len(g)) for g in groups])], dimensions, against)[0]
+            for _ in range(draws)
+        ]
+        details["standard_error"] = float(np.std(again, ddof=1))
+    return Component(
+        "cdrs",
+        clip01(value),
+        f"per-category reward deltas and win rates over {details['categories']} categories of held-out prompts"
+        + (f" (+- {details['standard_error']:.3f}, a bootstrap over the prompts)" if draws else ""),
+        details,
+    )
+
+
+def _cdrs(table: pd.DataFrame, dimensions: Sequence[str], against: str) -> tuple[float, dict]:
 
     def num(vector: dict, d: str) -> float:
         value = vector.get(d) if isinstance(vector, dict) else None
@@ -65,17 +93,12 @@ def cross_domain_robustness(table: pd.DataFrame, dimensions: Sequence[str], agai
     else:
         c_consistency = clip01(1.0 - 2.0 * float(win.std(ddof=0)))
     value = 1.0 - (c_contra + c_entropy + (1.0 - c_consistency)) / 3.0
-    return Component(
-        "cdrs",
-        clip01(value),
-        f"per-category reward deltas and win rates over {len(win)} categories of held-out prompts",
-        {
-            "c_contradiction": c_contra,
-            "c_entropy": c_entropy,
-            "c_consistency": c_consistency,
-            "categories": int(len(win)),
-        },
-    )
+    return clip01(value), {
+        "c_contradiction": c_contra,
+        "c_entropy": c_entropy,
+        "c_consistency": c_consistency,
+        "categories": int(len(win)),
+    }
 
 
 def local_reward_predictivity(
