@@ -332,12 +332,10 @@ def data_ship_features(
     setup_logging()
     cfg = load(config, sets)
     if base_replies:
-        from hominem_pipeline.core.online.gate import ReplyCache
-        from hominem_pipeline.core.online.live import LiveState
-        from hominem_pipeline.core.online.promotion import REPLIES
+        from hominem_pipeline.core.online.gate import reply_cache
 
         with audited(cfg, "data ship-features", base_replies=True):
-            path, count = ReplyCache(LiveState(cfg.data_dir).dir / REPLIES, cfg).ship_base_replies()
+            path, count = reply_cache(cfg).ship_base_replies()
         if not count:
             fail(
                 "the gate's reply cache holds no reply of the base for this decoding: run `hominem run` first", code=1

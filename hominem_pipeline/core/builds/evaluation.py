@@ -36,20 +36,45 @@ def reply_check_probes(cfg) -> dict:
     cache under the base: the same base, sets and decoding give the same replies)."""
     from hominem_pipeline.core.evaluation.reply_checks import load_reply_checks
     from hominem_pipeline.core.online.facts import with_stated_facts
-    from hominem_pipeline.core.online.gate import ReplyCache
-    from hominem_pipeline.core.online.live import LiveState
-    from hominem_pipeline.core.online.promotion import REPLIES
+    from hominem_pipeline.core.online.gate import reply_cache
 
     sets = load_reply_checks(cfg)
     if sets is None:
         return {}
-    cache = ReplyCache(LiveState(cfg.data_dir).dir / REPLIES, cfg)
     return {
         "reply_checks": sets,
         "view": with_stated_facts if cfg.serving.recall_facts else None,
         "health": cfg.health,
-        "base_replies": cache.get(None),
+        "base_replies": reply_cache(cfg).get(None),
     }
+
+
+def _write_answers(ctx: StageContext, summary: dict) -> None:
+    """The memory probe's and the reply checks' replies of both sides, and the people's margins, beside the
+    evaluation (the gate reads them back); the base's reply-check replies also go to the reply cache, for the next
+    day."""
+    from hominem_pipeline.core.online.gate import reply_cache
+
+    pd.DataFrame(summary.pop("memory_answers", []), columns=["prompt", "base", "adapter"]).to_parquet(
+        ctx.out_dir / MEMORY_ANSWERS, index=False
+    )
+    replies = pd.DataFrame(summary.pop("reply_check_replies", []), columns=["key", "check", "id", "base", "adapter"])
+    replies.to_parquet(ctx.out_dir / REPLY_CHECK_REPLIES, index=False)
+    if len(replies):
+        reply_cache(ctx.cfg).put(None, dict(zip(replies["key"], replies["base"])))
+    margins = summary.pop("people_margins", {})
+    pd.DataFrame({"pair_id": list(margins), "margin": list(margins.values())}).to_parquet(
+        ctx.out_dir / PEOPLE_MARGINS, index=False
+    )
+
+
+def _metrics(summary: dict) -> dict:
+    metrics = {k: v for k, v in summary.items() if v is None or isinstance(v, (int, float))}
+    for name, check in summary.get("reply_checks", {}).get("checks", {}).items():
+        metrics |= {f"reply_{name}": check["candidate"], f"reply_{name}_base": check["reference"]}
+        metrics[f"reply_{name}_se"] = check["standard_error"]
+    metrics.update({f"memory_{k}": v for k, v in summary.get("memory_probe", {}).items() if isinstance(v, int)})
+    return metrics
 
 
 def build_evaluation(ctx: StageContext) -> StageOutput:
@@ -86,37 +111,18 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
             if cfg.fixtures.file is None
             else load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names),
             people=people_pairs(cfg, "held_out"),
-            **(checks := reply_check_probes(cfg)),
+            **reply_check_probes(cfg),
         ),
         base_logps=base_logp_cache(student_path(cfg), cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES)),
         device=device,
     )
     table.to_parquet(ctx.out_dir / "generations.parquet", index=False)
-    # the memory probe's questions and both sides' replies (the gate reuses them with the held-out prompts' replies)
-    pd.DataFrame(summary.pop("memory_answers", []), columns=["prompt", "base", "adapter"]).to_parquet(
-        ctx.out_dir / MEMORY_ANSWERS, index=False
-    )
-    replies = pd.DataFrame(summary.pop("reply_check_replies", []), columns=["key", "check", "id", "base", "adapter"])
-    replies.to_parquet(ctx.out_dir / REPLY_CHECK_REPLIES, index=False)
-    if checks.get("base_replies") is not None and len(replies):  # the base's, for the next day and the gate
-        from hominem_pipeline.core.online.gate import ReplyCache
-        from hominem_pipeline.core.online.live import LiveState
-        from hominem_pipeline.core.online.promotion import REPLIES
-
-        ReplyCache(LiveState(cfg.data_dir).dir / REPLIES, cfg).put(None, dict(zip(replies["key"], replies["base"])))
-    margins = summary.pop("people_margins", {})
-    pd.DataFrame({"pair_id": list(margins), "margin": list(margins.values())}).to_parquet(
-        ctx.out_dir / PEOPLE_MARGINS, index=False
-    )
+    _write_answers(ctx, summary)
     write_json(ctx.out_dir / "summary.json", summary)
     plot_dimension_deltas(
         summary, rm.dimensions, ctx.out_dir / "dimension_deltas.png", f"adapter vs base, {ctx.partition}"
     )
-    metrics = {k: v for k, v in summary.items() if v is None or isinstance(v, (int, float))}
-    for name, check in summary.get("reply_checks", {}).get("checks", {}).items():
-        metrics |= {f"reply_{name}": check["candidate"], f"reply_{name}_base": check["reference"]}
-        metrics[f"reply_{name}_se"] = check["standard_error"]
-    metrics.update({f"memory_{k}": v for k, v in summary.get("memory_probe", {}).items() if isinstance(v, int)})
+    metrics = _metrics(summary)
     return StageOutput(
         metrics=metrics,
         metadata={

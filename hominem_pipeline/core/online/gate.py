@@ -211,6 +211,13 @@ class ReplyCache:
         write_text_atomic(self._path(version), json.dumps(merged, ensure_ascii=False))
 
 
+def reply_cache(cfg: HominemConfig) -> ReplyCache:
+    """The project's reply cache (`data/live/replies/`)."""
+    from hominem_pipeline.core.online.live import REPLIES, LiveState
+
+    return ReplyCache(LiveState(cfg.data_dir).dir / REPLIES, cfg)
+
+
 @dataclass(frozen=True)
 class GateSides:
     """The two adapters the gate compares, loaded side by side on the base.

@@ -37,6 +37,7 @@ CURRENT = "current.json"
 HISTORY = "history.json"
 ONLINE_ADAPTERS = "adapters"  # live/adapters/<version>/: the online updates' adapters
 HEALTH = "health.json"  # beside an online update's adapter: its partial RHI (what `promotion.health_of` reads)
+REPLIES = "replies"  # live/replies/<version>.json: the gate's replies of each adapter it judged (gate.ReplyCache)
 ACTIONS = (
     "promote",
     "refuse",

@@ -17,7 +17,7 @@ from hominem_pipeline.core.online.gate import (
     GateQuestions,
     GateReport,
     GateSides,
-    ReplyCache,
+    reply_cache,
     run_gate,
 )
 from hominem_pipeline.core.online.live import (
@@ -35,8 +35,6 @@ if TYPE_CHECKING:
     from hominem_pipeline.core.reward.model import RewardModel
 
 log = logging.getLogger(__name__)
-
-REPLIES = "replies"  # data/live/replies/<version>.json: the gate's replies of each adapter it judged (gate.ReplyCache)
 
 
 @dataclass(frozen=True)
@@ -165,6 +163,18 @@ def gate_prompts(cfg: HominemConfig) -> list[str]:
     return [p.text for p in prompts_of(pd.read_parquet(ref.file("prompts.parquet")), "eval")]
 
 
+@dataclass(frozen=True)
+class GateSubset:
+    """How much of each held-out set a gate asks: the daily gate all of them, an online update's the first few."""
+
+    people_pairs: int | None = None  # the first N of the people's held-out pairs (0: none; None: all)
+    reply_items: int | None = None  # the first N items of each reply check (0: none; None: all)
+
+    @classmethod
+    def online(cls, cfg: HominemConfig) -> GateSubset:
+        return cls(cfg.online.people_pairs, cfg.online.reply_check_items)
+
+
 def offer(
     cfg: HominemConfig,
     adapter: Path,
@@ -176,8 +186,7 @@ def offer(
     version: str | None = None,
     seed: int | None = None,
     prompts: list[str] | None = None,
-    people_pairs: int | None = None,
-    reply_items: int | None = None,
+    subset: GateSubset = GateSubset(),
 ) -> Offer:
     """Gate `adapter` against the live one and promote it if it passes; a refusal is recorded with its
     reasons and the adapter stays on disk as a candidate. A damaged adapter (BadAdapter) is refused
@@ -193,9 +202,8 @@ def offer(
         version: its version (default: the folder's name).
         seed: the decoding's seed (default: `project.seed`).
         prompts: the held-out prompts (default: `gate_prompts`).
-        people_pairs: compare the implicit rewards on the first N of the people's held-out pairs (0: none);
-            default: all of them.
-        reply_items: ask the first N items of each reply check (0: none); default: as many as the evaluation asks.
+        subset: how much of the people's held-out pairs and of each reply check it asks (default: all, as the
+            evaluation does; an online update's gate: `GateSubset.online`).
     """
     from hominem_pipeline.core.lm.models import load_student, student_path
     from hominem_pipeline.core.policy.lora import adapter_reward_model, base_checksum
@@ -225,14 +233,14 @@ def offer(
             f"no reward model to judge {adapter} with (its METADATA names {rm_path}); build one with `hominem run`"
         )
     sides = GateSides(adapter, state.adapter_path(current), version, current.version)
-    questions = _questions(cfg, prompts, people_pairs, cfg.project.seed if seed is None else seed, reply_items)
+    questions = _questions(cfg, prompts, subset, cfg.project.seed if seed is None else seed)
     report = run_gate(
         sides,
         cfg=cfg,
         models=_models(cfg, base, tokenizer, reward_model, rm_path),
         questions=questions,
         health=health if health is not None else health_of(cfg, adapter),
-        cache=ReplyCache(state.dir / REPLIES, cfg),
+        cache=reply_cache(cfg),
     )
     if report.passed:
         live = state.promote(version, adapter, rm_path, gate=report.as_dict(), reason=reason, by=by)
@@ -254,24 +262,22 @@ def _models(cfg: HominemConfig, base: Any, tokenizer: Any, reward_model: RewardM
     return GateModels(base, tokenizer, scorer, logps)
 
 
-def _questions(
-    cfg: HominemConfig, prompts: list[str] | None, people_pairs: int | None, seed: int, reply_items: int | None = None
-) -> GateQuestions:
+def _questions(cfg: HominemConfig, prompts: list[str] | None, subset: GateSubset, seed: int) -> GateQuestions:
     """The held-out prompts, the memory probe's rows (with `evaluation.memory_probe`), the people's held-out
-    pairs (the first `people_pairs`) and the reply checks' items (the first `reply_items` of each) the gate asks."""
+    pairs and the reply checks' items (as much of each as `subset` says) the gate asks."""
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.builds.reward_model import people_pairs as held_out_pairs
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
     from hominem_pipeline.core.evaluation.reply_checks import load_reply_checks
     from hominem_pipeline.core.online.facts import with_stated_facts
 
-    sets = load_reply_checks(cfg) if reply_items != 0 else None
-    if sets is not None and reply_items is not None:
-        sets = sets.first(reply_items)
+    sets = load_reply_checks(cfg) if subset.reply_items != 0 else None
+    if sets is not None and subset.reply_items is not None:
+        sets = sets.first(subset.reply_items)
     return GateQuestions(
         prompts=gate_prompts(cfg) if prompts is None else prompts,
         memory=read_memory_rows(memory_paths(cfg)) if cfg.evaluation.memory_probe else None,
-        people=_first(held_out_pairs(cfg, "held_out"), people_pairs),
+        people=_first(held_out_pairs(cfg, "held_out"), subset.people_pairs),
         seed=seed,
         reply_checks=sets,
         view=with_stated_facts if cfg.serving.recall_facts else None,
@@ -447,7 +453,7 @@ def reuse_evaluation_replies(cfg: HominemConfig, day: str, version: str, *, live
         checks = pd.read_parquet(ref.path / REPLY_CHECK_REPLIES, columns=["key", "base", "adapter"])
         frames.append(checks.rename(columns={"key": "prompt"}))
     replies = pd.concat(frames, ignore_index=True)
-    cache = ReplyCache(LiveState(cfg.data_dir).dir / REPLIES, cfg)
+    cache = reply_cache(cfg)
     margins = (
         pd.read_parquet(ref.path / PEOPLE_MARGINS)
         if (ref.path / PEOPLE_MARGINS).is_file()

@@ -78,7 +78,7 @@ def judge(
     """Offer the trained update at `out` to the live gate, its partial RHI (written to health.json beside it)
     against `online.skip_below`; then the fast loop (`limits`: `calibration.fast_loop`'s thresholds).
     Returns the outcome (its `seconds` left to the caller)."""
-    from hominem_pipeline.core.online.promotion import offer
+    from hominem_pipeline.core.online.promotion import GateSubset, offer
 
     skip = limits["skip_below"]
     state = LiveState(cfg.data_dir)
@@ -101,8 +101,7 @@ def judge(
         version=plan.version,
         prompts=held_out_prompts(cfg, plan.pair_sources),
         reward_model=plan.reward_model,  # the one its METADATA names, loaded once
-        people_pairs=cfg.online.people_pairs,
-        reply_items=cfg.online.reply_check_items,
+        subset=GateSubset.online(cfg),
     )
     rhi = health.get("rhi")
     actions = _fast_loop(cfg, state, plan, rhi, limits, by) if not done.promoted and rhi is not None else []
