@@ -94,21 +94,9 @@ def test_the_gate_refuses_an_adapter_that_orders_peoples_pairs_worse_than_the_li
         run_gate,
     )
     from hominem_pipeline.core.reward.model import RewardModel
-    from hominem_pipeline.core.reward.training import RewardSources, train_reward_model
-    from hominem_pipeline_tests.core.test_reward_model import DIMS, small_cfg, toy_labels
+    from hominem_pipeline_tests.core.test_reward_model import DIMS, toy_reward_model
 
-    rm_dir = tmp_path / "rm"
-    train_reward_model(
-        toy_labels(),
-        dimensions=DIMS,
-        sources=RewardSources(tiny_encoder),
-        cfg=small_cfg(epochs=1),
-        out_dir=rm_dir,
-        seed=0,
-        data_digest="x",
-        date="2026-11-27",
-    )
-    rm = RewardModel.load(rm_dir)
+    rm = RewardModel.load(toy_reward_model(tiny_encoder, tmp_path / "rm"))
     good, bad = (
         _adapter_toward(tiny_student, CHOSEN, tmp_path / "good"),
         _adapter_toward(tiny_student, REJECTED, tmp_path / "bad"),
