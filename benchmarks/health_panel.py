@@ -149,7 +149,7 @@ def panel_days() -> list[Day]:
             False,
             "the default adapter trained on memory rows that state the wrong fact",
             "base",
-            overrides={"policy": {"dual": {"memory_files": ["PANEL/contradicting_memory", "data/sft"]}}},
+            overrides={"policy": {"dual": {"memory_files": ["PANEL/contradicting_memory", "PANEL/base/data/sft"]}}},
         ),
         Day(
             "wire_teacher",
@@ -187,7 +187,9 @@ def panel_days() -> list[Day]:
             False,
             "the default adapter trained on memory rows that answer a fact the person just stated with a deflection",
             "base",
-            overrides={"policy": {"dual": {"memory_files": ["PANEL/ignoring_memory", "data/sft"]}}},
+            overrides={
+                "policy": {"dual": {"memory_files": ["config/sft", "PANEL/ignoring_memory", "PANEL/base/data/sft"]}}
+            },
         ),
         Day("day2", True, "the default config (dual), day 2", "base", partition=DAY2),
         Day("seed2", True, "the default with policy.seed 2, day 1", "base", overrides={"policy": {"seed": 2}}),
