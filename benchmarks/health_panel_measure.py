@@ -183,7 +183,7 @@ def broken_by(out: dict[str, Any], ingredients: dict[str, Any] | None, fixture_f
 def gate_checks(day: Day, cfg, people: pd.DataFrame, memory: pd.DataFrame, folder: Path) -> dict[str, Any]:
     """The live gate against the base, the RHI left out (its own line is dropped): each other check's figures and
     reasons."""
-    from hominem_pipeline.core.builds.evaluation import MEMORY_ANSWERS, PEOPLE_MARGINS, REPLY_CHECK_REPLIES
+    from hominem_pipeline.core.builds.evaluation import PEOPLE_MARGINS, evaluation_replies
     from hominem_pipeline.core.evaluation.fixtures import base_logp_cache
     from hominem_pipeline.core.evaluation.reply_checks import load_reply_checks
     from hominem_pipeline.core.lm.models import load_student, student_path
@@ -198,15 +198,7 @@ def gate_checks(day: Day, cfg, people: pd.DataFrame, memory: pd.DataFrame, folde
     held = pd.read_parquet(ev.file("generations.parquet"))
     cache = ReplyCache(folder, cfg)
     version = f"{day.name}-{adapter.version}"
-    frames = [
-        held.rename(columns={"base_response": "base", "adapter_response": "adapter"})[["prompt", "base", "adapter"]]
-    ]
-    if (ev.path / MEMORY_ANSWERS).is_file():
-        frames.append(pd.read_parquet(ev.path / MEMORY_ANSWERS))
-    if (ev.path / REPLY_CHECK_REPLIES).is_file():  # keyed as the gate keys them
-        checks = pd.read_parquet(ev.path / REPLY_CHECK_REPLIES, columns=["key", "base", "adapter"])
-        frames.append(checks.rename(columns={"key": "prompt"}))
-    replies = pd.concat(frames, ignore_index=True)
+    replies = evaluation_replies(ev.path)
     margins = pd.read_parquet(ev.path / PEOPLE_MARGINS)
     cache.put(
         version,

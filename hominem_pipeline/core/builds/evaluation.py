@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pandas as pd
 
@@ -66,6 +67,19 @@ def _write_answers(ctx: StageContext, summary: dict) -> None:
     pd.DataFrame({"pair_id": list(margins), "margin": list(margins.values())}).to_parquet(
         ctx.out_dir / PEOPLE_MARGINS, index=False
     )
+
+
+def evaluation_replies(folder: Path) -> pd.DataFrame:
+    """Both sides' replies an evaluation version (its folder) wrote, keyed as the gate's reply cache keys them:
+    prompt (the held-out prompt, the memory question, or the reply check item's key), base, adapter."""
+    held = pd.read_parquet(folder / "generations.parquet", columns=["prompt", "base_response", "adapter_response"])
+    frames = [held.rename(columns={"base_response": "base", "adapter_response": "adapter"})]
+    if (folder / MEMORY_ANSWERS).is_file():
+        frames.append(pd.read_parquet(folder / MEMORY_ANSWERS))
+    if (folder / REPLY_CHECK_REPLIES).is_file():
+        checks = pd.read_parquet(folder / REPLY_CHECK_REPLIES, columns=["key", "base", "adapter"])
+        frames.append(checks.rename(columns={"key": "prompt"}))
+    return pd.concat(frames, ignore_index=True)
 
 
 def _metrics(summary: dict) -> dict:

@@ -14,8 +14,7 @@ student when none is):
   construction);
 - its reply to a plain greeting is neither empty nor degenerate (one repeated word, no letters);
 - the reward signal it was trained on (its `manifold.json`) has no collapsed dimension and no dominant column
-  (`health.manifold`, `evaluation.manifold`); an adapter written without the figures is marked not measured.
-
+  (`health.manifold`, `evaluation.manifold`); an adapter written without the figures is marked not measured;
 - its own replies, greedy, to the reply checks' items (`evaluation.reply_checks`: recall of what the person said,
   general facts, instructions kept, sameness) are no worse than the live adapter's beyond `health.reply_margins`.
 
@@ -29,6 +28,7 @@ compared on the same prompts in one process.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -148,8 +148,10 @@ class ReplyCache:
         )
         self.shipped = cfg.path(SHIPPED_FEATURES) / f"{self.key}-{SHIPPED_BASE_REPLIES}"
 
+    @functools.cached_property
     def shipped_base_replies(self) -> dict[str, str]:
-        """The base's replies the project ships for this decoding (`hominem data ship-features --base-replies`)."""
+        """The base's replies the project ships for this decoding (`hominem data ship-features --base-replies`),
+        read once."""
         try:
             shipped = json.loads(self.shipped.read_text())
         except (OSError, ValueError):
@@ -177,7 +179,7 @@ class ReplyCache:
 
     def get(self, version: str | None) -> dict[str, str]:
         own = self._read(version).get("replies", {})
-        return {**self.shipped_base_replies(), **own} if version is None else own
+        return {**self.shipped_base_replies, **own} if version is None else own
 
     def scalars(self, version: str | None, reward_model: str | None) -> dict[str, float]:
         """The scalar `reward_model` (its folder) gave each of the version's replies, by prompt."""

@@ -439,20 +439,13 @@ def reuse_evaluation_replies(cfg: HominemConfig, day: str, version: str, *, live
     how many were added."""
     import pandas as pd
 
-    from hominem_pipeline.core.builds.evaluation import MEMORY_ANSWERS, PEOPLE_MARGINS, REPLY_CHECK_REPLIES
+    from hominem_pipeline.core.builds.evaluation import PEOPLE_MARGINS, evaluation_replies
     from hominem_pipeline.core.pipeline.lineage import lineage
 
     ref = lineage(cfg).expected("evaluation", day)
     if ref is None or version not in {i["version"] for i in ref.manifest.get("inputs", {}).get("lora_adapter", [])}:
         return 0
-    held = pd.read_parquet(ref.file("generations.parquet"), columns=["prompt", "base_response", "adapter_response"])
-    frames = [held.rename(columns={"base_response": "base", "adapter_response": "adapter"})]
-    if (ref.path / MEMORY_ANSWERS).is_file():
-        frames.append(pd.read_parquet(ref.path / MEMORY_ANSWERS))
-    if (ref.path / REPLY_CHECK_REPLIES).is_file():  # keyed as the gate keys them
-        checks = pd.read_parquet(ref.path / REPLY_CHECK_REPLIES, columns=["key", "base", "adapter"])
-        frames.append(checks.rename(columns={"key": "prompt"}))
-    replies = pd.concat(frames, ignore_index=True)
+    replies = evaluation_replies(ref.path)
     cache = reply_cache(cfg)
     margins = (
         pd.read_parquet(ref.path / PEOPLE_MARGINS)

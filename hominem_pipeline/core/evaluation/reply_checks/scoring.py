@@ -77,7 +77,7 @@ def without_stock_phrase(replies: Sequence[str]) -> np.ndarray:
 
 def distinct_bigrams(replies: Sequence[str]) -> float:
     """Distinct word bigrams over all word bigrams of the replies (distinct-2); 0 when there are none."""
-    bigrams = [b for r in replies for b in zip(_words(r), _words(r)[1:])]
+    bigrams = [b for words in map(_words, replies) for b in zip(words, words[1:])]
     return len(set(bigrams)) / len(bigrams) if bigrams else 0.0
 
 
