@@ -68,6 +68,39 @@ def _column_gradients(outputs: Any, params: list[Any]) -> list[Any]:
     return grads
 
 
+def _reply_logp(head: Any, states: Any, seq: list[int], begin: int) -> Any:
+    """The summed log-probability of `seq`'s reply tokens (from `begin`) given the last hidden states of its
+    positions, through the LM head on the reply's positions alone."""
+    import torch
+
+    first = max(begin, 1)
+    if first >= len(seq):
+        return states.sum() * 0.0
+    logits = head(states[first - 1 : len(seq) - 1]).float()
+    target = torch.tensor(seq[first:], device=states.device).unsqueeze(1)
+    return logits.log_softmax(-1).gather(-1, target)[:, 0].sum()
+
+
+def _weighted_gradients(hidden: Any, per_reply: Any, weights: Any, params: list[Any]) -> list[Any]:
+    """For each column d of `weights` (n, D): the gradient w.r.t. `params` of sum_n weights[n, d] * logp_n, taken
+    back from the last hidden states `hidden` (n, T, H) with `per_reply` (d logp_n / d hidden, row n): D flat
+    vectors."""
+    import torch
+
+    n = weights.shape[1]
+    grads = []
+    for d in range(n):
+        g = torch.autograd.grad(
+            hidden,
+            params,
+            grad_outputs=weights[:, d, None, None] * per_reply,
+            retain_graph=d < n - 1,
+            allow_unused=True,
+        )
+        grads.append(torch.cat([x.reshape(-1) for x in g if x is not None]))
+    return grads
+
+
 def _cosines(grads: list[Any]) -> np.ndarray:
     """The (D, D) cosines between D flat gradients."""
     import torch
@@ -170,7 +203,7 @@ def policy_gradient_agreement(
     was = [p.requires_grad for p in params]
     advantage = torch.as_tensor(vectors - vectors.mean(0, keepdims=True), dtype=torch.float32)
     dev = next(policy.parameters()).device
-    pad = tokenizer.pad_token_id
+    body, head = policy.get_decoder(), policy.get_output_embeddings()
     grads: list[torch.Tensor] | None = None
     try:
         for p in params:
@@ -181,14 +214,17 @@ def policy_gradient_agreement(
                     encode(tokenizer, prompts[i], replies[i], max_length)
                     for i in range(start, min(start + chunk, len(replies)))
                 ]
-                ids, mask = right_padded([s for s, _ in seqs], pad)
-                logits = policy(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits[:, :-1].float()
-                token_logps = logits.log_softmax(-1).gather(-1, ids[:, 1:, None].to(dev))[..., 0]
-                keep = torch.zeros_like(token_logps)
-                for j, (seq, begin) in enumerate(seqs):
-                    keep[j, max(begin, 1) - 1 : len(seq) - 1] = 1.0
-                logp = (token_logps * keep).sum(1)  # each reply's log-probability under the policy
-                chunk_grads = _column_gradients(advantage[start : start + len(seqs)].to(dev) * logp[:, None], params)
+                ids, mask = right_padded([s for s, _ in seqs], tokenizer.pad_token_id)
+                hidden = body(input_ids=ids.to(dev), attention_mask=mask.to(dev)).last_hidden_state
+                # Each reply's log-probability reads its own row of the last hidden states alone, so the gradient
+                # of their sum w.r.t. those states holds every reply's own, and each dimension's update is that
+                # gradient weighted by the dimension's advantages, taken back through the LoRA layers: the LM
+                # head (49k outputs a token) is differentiated once, not once per dimension.
+                states = hidden.detach().requires_grad_(True)
+                logp = torch.stack([_reply_logp(head, states[j], seq, begin) for j, (seq, begin) in enumerate(seqs)])
+                (per_reply,) = torch.autograd.grad(logp.sum(), states)
+                weights = advantage[start : start + len(seqs)].to(dev)
+                chunk_grads = _weighted_gradients(hidden, per_reply, weights, params)
                 grads = chunk_grads if grads is None else [x + y for x, y in zip(grads, chunk_grads)]
     finally:
         for p, w in zip(params, was):
