@@ -106,9 +106,9 @@ def test_the_shipped_sets_load_and_a_model_that_forgets_and_repeats_itself_is_re
     cfg = load_config(root=REPO)
     sets = load_reply_checks(cfg)
     assert {c: len(v) for c, v in sets.items.items()} == {
-        "recall": 96,
-        "facts": 80,
-        "instructions": 42,
+        "recall": 240,
+        "facts": 240,
+        "instructions": 200,
         "sameness": 40,
     }
     assert {i.kind for i in sets.items["recall"]} == {"name", "place", "pet", "number"}
