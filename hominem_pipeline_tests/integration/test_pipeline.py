@@ -794,6 +794,13 @@ def test_the_daily_adapter_goes_through_the_live_gate(chain):
         }.items()
         <= kept.items()
     )
+    # the base's replies to the held-out prompts and the memory questions go to the reply cache too: the next
+    # evaluation on this base (another adapter, another day with these prompts) generates none of them
+    base = json.loads((cfg.data_dir / "live" / "replies" / "base.json").read_text())["replies"]
+    assert {
+        **dict(zip(held["prompt"], held["base_response"])),
+        **dict(zip(memory["prompt"], memory["base"])),
+    }.items() <= (base.items())
     status = " ".join(hominem(chain["project"], "live", "status", "--config", "config/tiny.yaml").stdout.split())
     assert version in status and f"slow loop: nightly RHI {DAY[5:]} " in status  # the nights the slow loop judged
 

@@ -50,19 +50,18 @@ def reply_check_probes(cfg) -> dict:
     }
 
 
-def _write_answers(ctx: StageContext, summary: dict) -> None:
+def _write_answers(ctx: StageContext, summary: dict, table: pd.DataFrame) -> None:
     """The memory probe's and the reply checks' replies of both sides, and the people's margins, beside the
-    evaluation (the gate reads them back); the base's reply-check replies also go to the reply cache, for the next
-    day."""
+    evaluation (the gate reads them back); the base's replies (to the held-out prompts, the memory questions and the
+    reply checks' items) also go to the reply cache, for the next day and the gate."""
     from hominem_pipeline.core.online.gate import reply_cache
 
-    pd.DataFrame(summary.pop("memory_answers", []), columns=["prompt", "base", "adapter"]).to_parquet(
-        ctx.out_dir / MEMORY_ANSWERS, index=False
-    )
+    memory = pd.DataFrame(summary.pop("memory_answers", []), columns=["prompt", "base", "adapter"])
+    memory.to_parquet(ctx.out_dir / MEMORY_ANSWERS, index=False)
+    base_answers = dict(zip(table["prompt"], table["base_response"])) | dict(zip(memory["prompt"], memory["base"]))
     replies = pd.DataFrame(summary.pop("reply_check_replies", []), columns=["key", "check", "id", "base", "adapter"])
     replies.to_parquet(ctx.out_dir / REPLY_CHECK_REPLIES, index=False)
-    if len(replies):
-        reply_cache(ctx.cfg).put(None, dict(zip(replies["key"], replies["base"])))
+    reply_cache(ctx.cfg).put(None, dict(zip(replies["key"], replies["base"])) | base_answers)
     margins = summary.pop("people_margins", {})
     pd.DataFrame({"pair_id": list(margins), "margin": list(margins.values())}).to_parquet(
         ctx.out_dir / PEOPLE_MARGINS, index=False
@@ -102,6 +101,7 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
     from hominem_pipeline.core.lm.device import resolve_device
     from hominem_pipeline.core.lm.models import student_path
+    from hominem_pipeline.core.online.gate import reply_cache
     from hominem_pipeline.core.reward.feature_cache import (
         FEATURE_CACHE,
         SHIPPED_FEATURES,
@@ -109,6 +109,7 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.reward.model import project_reward_model
 
     cfg = ctx.cfg
+    checks = reply_check_probes(cfg)
     prompts = prompts_of(pd.read_parquet(ctx.one("prompts").file("prompts.parquet")), "eval")
     device = resolve_device(ctx.cfg.runtime.device)
     rm = project_reward_model(ctx.one("reward_model").path, ctx.cfg)
@@ -125,13 +126,14 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
             if cfg.fixtures.file is None
             else load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names),
             people=people_pairs(cfg, "held_out"),
-            **reply_check_probes(cfg),
+            **checks,
         ),
+        base_replies=checks["base_replies"] if checks else reply_cache(cfg).get(None),
         base_logps=base_logp_cache(student_path(cfg), cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES)),
         device=device,
     )
     table.to_parquet(ctx.out_dir / "generations.parquet", index=False)
-    _write_answers(ctx, summary)
+    _write_answers(ctx, summary, table)
     write_json(ctx.out_dir / "summary.json", summary)
     plot_dimension_deltas(
         summary, rm.dimensions, ctx.out_dir / "dimension_deltas.png", f"adapter vs base, {ctx.partition}"
