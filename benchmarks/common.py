@@ -143,6 +143,7 @@ LINKED = (
     "teacher_trajectories",
     "prompts",
     "lora_adapter",
+    "evaluation",
     "reward_health_index",
 )
 OPEN_GATE = {
@@ -192,9 +193,12 @@ def scratch_project(
     if like_make_run:
         started = time.monotonic()
         warm_reference_cache(cfg, adapter)
-        from hominem_pipeline.core.online.promotion import offer
+        from hominem_pipeline.core.online.promotion import offer, reuse_evaluation_replies
         from hominem_pipeline.core.online.updates import held_out_prompts
         from hominem_pipeline.core.policy.metadata import AdapterMetadata
+
+        # as the daily gate does: the adapter's evaluation's replies (and the base's) are read, not generated again
+        reuse_evaluation_replies(cfg, adapter.parent.name, adapter.name, live_is_base=True)
 
         prompts = held_out_prompts(
             cfg, list(AdapterMetadata.read(adapter).preference_data)

@@ -177,8 +177,10 @@ def panel_days() -> list[Day]:
         Day(
             "generic",
             False,
-            "an adapter trained on the day's pairs with every chosen reply a stock comforting text",
+            "an adapter trained from a fresh LoRA on the day's pairs and people's rows with every chosen reply a "
+            "stock comforting text",
             "generic",
+            overrides={"policy": {"dual": {"people_start": None}}},
             fault="generic_chosen",
             fault_stage="lora_adapter",
         ),
@@ -195,18 +197,26 @@ def panel_days() -> list[Day]:
         Day("seed2", True, "the default with policy.seed 2, day 1", "base", overrides={"policy": {"seed": 2}}),
         Day("dpo", True, "policy.mode dpo, day 1", "base", overrides={"policy": {"mode": "dpo"}}),
         Day("seed3", True, "the default with policy.seed 3, day 1", "base", overrides={"policy": {"seed": 3}}),
-        # the default first day under other project seeds (every stage's draws): with `default`, the ten sound first
-        # days the gate's false refusals are counted on
-        *[
-            Day(
-                f"first{n}",
-                True,
-                f"the default with project.seed {n}, day 1",
-                "base",
-                overrides={"project": {"seed": n}},
-            )
-            for n in range(1, 10)
-        ],
+        # the default first day under more policy seeds (the adapter's initialisation and order): with `default`,
+        # `seed`, `seed2` and `seed3`, the ten sound first days the gate's false refusals are counted on
+        *_seeded("policy", "seed", range(4, 10)),
+        # the default first day under other project seeds (every stage's draws, the teacher's included): sound days
+        # that vary the whole chain, at about 30 min each on 2 cores
+        *_seeded("project", "first", range(1, 10)),
+    ]
+
+
+def _seeded(section: str, prefix: str, seeds: range) -> list[Day]:
+    """The default first day under each of `seeds` as `section`.seed, named prefix + seed."""
+    return [
+        Day(
+            f"{prefix}{n}",
+            True,
+            f"the default with {section}.seed {n}, day 1",
+            "base",
+            overrides={section: {"seed": n}},
+        )
+        for n in seeds
     ]
 
 
@@ -470,6 +480,16 @@ def faulted_people(original: Callable, fault: str) -> Callable:
     return pairs
 
 
+def generic_people(original: Callable) -> Callable:
+    """`people_training_pairs` with every chosen reply a stock comforting text (the generic day's people's rows)."""
+
+    def people(ctx):
+        df = original(ctx)
+        return df.assign(chosen=[STOCK_COMFORT[i % len(STOCK_COMFORT)] for i in range(len(df))])
+
+    return people
+
+
 def swapped_people(original: Callable) -> Callable:
     """`people_training_pairs` with chosen and rejected exchanged (the swapped day's people's rows)."""
 
@@ -567,9 +587,10 @@ def build(panel: Path, only: set[str] | None) -> None:
         for day in days:
             if only is not None and day.name not in only:
                 continue
-            lora_adapter.people_training_pairs = (
-                swapped_people(original_people) if day.fault == "swap_pairs" else original_people
-            )
+            lora_adapter.people_training_pairs = {
+                "swap_pairs": swapped_people,
+                "generic_chosen": generic_people,
+            }.get(day.fault, lambda f: f)(original_people)
             log.info("panel day %s: %s", day.name, day.what)
             try:
                 build_day(panel, day)
