@@ -506,11 +506,16 @@ def swapped_people(original: Callable) -> Callable:
 
 def link_project(panel: Path, name: str) -> None:
     """`name`'s data folder: the base's artifacts (hard links: published versions never change), its own caches and
-    tracking."""
+    tracking, and the base student's replies the base's days decoded (the gate's reply cache under the base: one
+    base, sets and decoding give the same replies)."""
     src, dst = panel / "base" / "data", panel / name / "data"
-    if dst.exists():
+    replies = Path("live") / "replies" / "base.json"
+    if (src / replies).is_file() and not (dst / replies).is_file():
+        (dst / replies).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / replies, dst / replies)
+    if (dst / "prompts").exists():
         return
-    dst.mkdir(parents=True)
+    dst.mkdir(parents=True, exist_ok=True)
     for entry in src.iterdir():
         if entry.name in ("mlflow", "live", "dagster", "online", "history.sqlite", "models"):
             continue
