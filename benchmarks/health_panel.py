@@ -649,6 +649,12 @@ def main() -> None:
         help="calibrate: `separation` (each component by its AUC above 0.5; the default), `design` (the "
         "design's), or the five as dcs=0.25,gvs=0.15,...",
     )
+    ap.add_argument(
+        "--study",
+        action="store_true",
+        help="measure: keep the days' measures in the panel's measured/ folder only, leaving "
+        "benchmarks/results/health_panel/ (what calibrate reads) as it is",
+    )
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # as the CLI runs: no hub call
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
@@ -660,7 +666,7 @@ def main() -> None:
     elif args.command == "measure":
         from health_panel_measure import measure
 
-        measure(args.panel.resolve(), only)
+        measure(args.panel.resolve(), only, keep=not args.study)
     elif args.command == "variants":
         from health_panel_measure import variants
 

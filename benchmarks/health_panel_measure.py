@@ -375,7 +375,10 @@ def auc(healthy: list[float], broken: list[float]) -> float | None:
     return float(np.mean([1.0 if x > y else 0.5 if x == y else 0.0 for x in h for y in b]))
 
 
-def measure(panel: Path, only: set[str] | None) -> dict[str, Any]:
+def measure(panel: Path, only: set[str] | None, keep: bool = True) -> dict[str, Any]:
+    """Measure the panel's built days (`only`: those named) and print the report; with `keep`, each day's measures
+    also go to benchmarks/results/health_panel/, which `calibrate` reads (without it they stay in the panel's
+    `measured/` folder: a study that leaves the calibration's measures as they are)."""
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.builds.reward_model import people_pairs
     from hominem_pipeline.core.evaluation.manifold import (
@@ -407,14 +410,8 @@ def measure(panel: Path, only: set[str] | None) -> dict[str, Any]:
                 "%s: stopped in %s before the gate (%s)", day.name, day.stopped["stage"], day.stopped["error"][:200]
             )
             path.write_text(json.dumps(saved, indent=2, default=str) + "\n")
-            (RESULTS / f"{day.name}.json").write_text(
-                json.dumps(
-                    {"name": day.name, "healthy": day.healthy, "what": day.what, **saved},
-                    default=str,
-                    separators=(",", ":"),
-                )
-                + "\n"
-            )
+            if keep:
+                _keep(day, saved)
             rows.append((day, saved))
             continue
         if saved.get("versions") != versions:
@@ -444,17 +441,21 @@ def measure(panel: Path, only: set[str] | None) -> dict[str, Any]:
             saved["objective"], saved["health"]["ingredients"], cfg.fixtures.min_accuracy
         )
         path.write_text(json.dumps(saved, indent=2, default=str) + "\n")
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / f"{day.name}.json").write_text(
-            json.dumps(
-                {"name": day.name, "healthy": day.healthy, "what": day.what, **saved},
-                default=str,
-                separators=(",", ":"),
-            )
-            + "\n"
-        )
+        if keep:
+            _keep(day, saved)
         rows.append((day, saved))
     return report(panel, rows)
+
+
+def _keep(day: Day, saved: dict[str, Any]) -> None:
+    """The day's measures where `calibrate` reads them (benchmarks/results/health_panel/)."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{day.name}.json").write_text(
+        json.dumps(
+            {"name": day.name, "healthy": day.healthy, "what": day.what, **saved}, default=str, separators=(",", ":")
+        )
+        + "\n"
+    )
 
 
 def report(panel: Path, rows: list[tuple[Day, dict[str, Any]]]) -> dict[str, Any]:
