@@ -800,7 +800,7 @@ def test_the_daily_adapter_goes_through_the_live_gate(chain):
     assert {
         **dict(zip(held["prompt"], held["base_response"])),
         **dict(zip(memory["prompt"], memory["base"])),
-    }.items() <= (base.items())
+    }.items() <= base.items()
     status = " ".join(hominem(chain["project"], "live", "status", "--config", "config/tiny.yaml").stdout.split())
     assert version in status and f"slow loop: nightly RHI {DAY[5:]} " in status  # the nights the slow loop judged
 

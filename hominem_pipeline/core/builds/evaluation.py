@@ -33,11 +33,9 @@ def reply_checks_digest(cfg) -> dict[str, str | None]:
 
 def reply_check_probes(cfg) -> dict:
     """The reply checks' part of the evaluation's probes: the sets, the service's view of a conversation
-    (serving.recall_facts), the rule's settings, and the base's replies known from earlier days (the gate's reply
-    cache under the base: the same base, sets and decoding give the same replies)."""
+    (serving.recall_facts) and the rule's settings."""
     from hominem_pipeline.core.evaluation.reply_checks import load_reply_checks
     from hominem_pipeline.core.online.facts import with_stated_facts
-    from hominem_pipeline.core.online.gate import reply_cache
 
     sets = load_reply_checks(cfg)
     if sets is None:
@@ -46,7 +44,6 @@ def reply_check_probes(cfg) -> dict:
         "reply_checks": sets,
         "view": with_stated_facts if cfg.serving.recall_facts else None,
         "health": cfg.health,
-        "base_replies": reply_cache(cfg).get(None),
     }
 
 
@@ -109,7 +106,6 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.reward.model import project_reward_model
 
     cfg = ctx.cfg
-    checks = reply_check_probes(cfg)
     prompts = prompts_of(pd.read_parquet(ctx.one("prompts").file("prompts.parquet")), "eval")
     device = resolve_device(ctx.cfg.runtime.device)
     rm = project_reward_model(ctx.one("reward_model").path, ctx.cfg)
@@ -126,9 +122,11 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
             if cfg.fixtures.file is None
             else load_fixtures(cfg.path(cfg.fixtures.file), cfg.dimension_names),
             people=people_pairs(cfg, "held_out"),
-            **checks,
+            **reply_check_probes(cfg),
         ),
-        base_replies=checks["base_replies"] if checks else reply_cache(cfg).get(None),
+        # the base's replies known from earlier days (the gate's reply cache under the base, the shipped copy with
+        # it): the same base, sets and decoding give the same replies
+        base_replies=reply_cache(cfg).get(None),
         base_logps=base_logp_cache(student_path(cfg), cfg.data_dir / FEATURE_CACHE, cfg.path(SHIPPED_FEATURES)),
         device=device,
     )

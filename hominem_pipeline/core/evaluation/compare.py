@@ -146,7 +146,6 @@ class EvaluationProbes:
             `summary["reply_check_replies"]` (key, check, id, base, adapter).
         view: how the served student reads a conversation (recall's items), e.g. `with_stated_facts`.
         health: the health settings whose rule (confidence, power, reply_margins) judges the reply checks.
-        base_replies: the base's replies to the reply checks already known, by cache key; the new ones are added.
     """
 
     memory: pd.DataFrame | None = None
@@ -155,7 +154,6 @@ class EvaluationProbes:
     reply_checks: Any = None
     view: Any = None
     health: Any = None
-    base_replies: dict[str, str] | None = None
 
 
 def _fixture_figures(model: Any, tokenizer: Any, fixtures: Sequence[Any], batch_size: int, cache: Any) -> dict:
@@ -200,7 +198,8 @@ def evaluate_adapter(
         cfg: the `evaluation` settings (decoding, batch size).
         seed: the decoding's seed.
         probes: the memory probe, the contrast fixtures and the people's held-out pairs.
-        base_replies: see `generate_both`.
+        base_replies: the base's replies already known (prompt text, or a reply check item's cache key -> reply),
+            read instead of generated; the new ones are added (see `generate_both`).
         base_logps: the base student's log-probability cache of the fixtures' and people's pairs' replies
             (`fixtures.base_logp_cache`; None: measured).
         device: where the student runs (`core.lm.device`; None: the CPU).
@@ -226,19 +225,26 @@ def evaluate_adapter(
     if probes.fixtures:
         summary.update(_fixture_figures(model, tokenizer, probes.fixtures, cfg.batch_size, base_logps))
     if probes.reply_checks is not None:
-        summary.update(_reply_check_figures(model, tokenizer, probes, cfg, seed))
+        summary.update(_reply_check_figures(model, tokenizer, probes, cfg, seed, base_replies))
     return table, summary
 
 
-def _reply_check_figures(model: Any, tokenizer: Any, probes: EvaluationProbes, cfg: EvaluationConfig, seed: int):
-    """Both sides' replies to the reply checks' items, judged: the base's read from `probes.base_replies` where
-    known (the same base, sets and decoding give the same replies every day)."""
+def _reply_check_figures(
+    model: Any,
+    tokenizer: Any,
+    probes: EvaluationProbes,
+    cfg: EvaluationConfig,
+    seed: int,
+    base_replies: dict[str, str] | None,
+):
+    """Both sides' replies to the reply checks' items, judged: the base's read from `base_replies` where known (the
+    same base, sets and decoding give the same replies every day)."""
     from hominem_pipeline.core.evaluation.reply_checks import check_replies, judge_replies
     from hominem_pipeline.core.evaluation.reply_checks.generation import check_keys
     from hominem_pipeline.core.policy.lora import merged
 
     sets, view = probes.reply_checks, probes.view
-    known = {} if probes.base_replies is None else probes.base_replies
+    known = {} if base_replies is None else base_replies
     with model.disable_adapter():
         base = check_replies(model, tokenizer, sets, cfg, seed, known, view, "reply checks, base")
     mine: dict[str, str] = {}
