@@ -172,9 +172,8 @@ def main() -> None:
                     time.sleep(0.5)
                 decided = time.monotonic() - nth
                 last = status.get("last") or {}
-                row = {
-                    k2: last.get(k2) for k2 in ("outcome", "version", "reason", "partial_rhi", "items", "seconds")
-                } | {"decided_s": round(decided, 1)}
+                kept = ("outcome", "version", "reason", "partial_rhi", "items", "seconds", "stages_s")
+                row = {k2: last.get(k2) for k2 in kept} | {"decided_s": round(decided, 1)}
                 print(f"update {last.get('outcome')} {decided:.1f} s after the {events}th event: {last.get('reason')}")
                 if last.get("outcome") == "promoted":
                     while (new := label()) == before:  # noqa: F841 (the watcher has swapped)

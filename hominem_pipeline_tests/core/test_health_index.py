@@ -221,3 +221,27 @@ def test_dcs_on_the_policy_is_measured_on_the_adapters_lora_and_needs_it(tiny_cf
         1 / 3 if healthy is None else 1 - abs(1 / 3 - healthy) / max(healthy, 1 - healthy), abs=1e-3
     )
     assert "adapter's LoRA" in dcs.how and dcs.details["min_gda"] == pytest.approx(-1.0, abs=1e-3)
+
+    # the live gate passes the candidate it has loaded beside the live adapter (the candidate active): the same
+    # coherence, with nothing loaded again and the live adapter's LoRA left out of the updates
+    import torch
+
+    from hominem_pipeline.core.online.gate import CANDIDATE, side_by_side_model
+
+    torch.manual_seed(1)
+    other, tokenizer = load_student(tiny_student)
+    get_peft_model(
+        other, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    ).save_pretrained(tmp_path / "live")
+    both = side_by_side_model(load_student(tiny_student)[0], tmp_path / "adapter", tmp_path / "live")
+    both.set_adapter(CANDIDATE)
+    loaded = coherence(
+        tiny_cfg,
+        Scores(),
+        ["How are you?", "Tell me a story.", "What is two plus two?"],
+        ["Well.", "A fox.", "Four."],
+        None,
+        policy=(both, tokenizer),
+    )
+    assert np.allclose(loaded.details["gda"], dcs.details["gda"], atol=1e-5)
+    assert loaded.value == pytest.approx(dcs.value, abs=1e-6)

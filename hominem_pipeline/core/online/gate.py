@@ -276,14 +276,15 @@ class GateHealth:
     """The candidate's Reward Health Index and what it is held to.
 
     Args:
-        rhi: the index (None: not measured, which fails the gate), or a function of the held-out prompts and the
-            candidate's replies to them that measures it (the online updates' partial index).
+        rhi: the index (None: not measured, which fails the gate), or a function that measures it (the online
+            updates' partial index) from the held-out prompts, the candidate's replies to them and the candidate
+            loaded (the gate's model with the candidate's adapter active, and the tokenizer).
         threshold: the index it needs (None: the calibration's threshold, or `health.deploy_threshold`).
         threshold_name: the setting the threshold comes from.
         measured: the health report (its components and those below the panel's range, for the refusal's words).
     """
 
-    rhi: float | Callable[[list[str], list[str]], float | None] | None = None
+    rhi: float | Callable[[list[str], list[str], tuple[Any, Any]], float | None] | None = None
     threshold: float | None = None
     threshold_name: str | None = None
     measured: dict[str, Any] = field(default_factory=dict)
@@ -439,7 +440,10 @@ def run_gate(
     model = side_by_side_model(models.base, sides.candidate, sides.live)
     replies = _replies(model, sides, models, questions, cfg, cache)
     scores = _scores(replies, sides, models, cache)
-    rhi = health.rhi(replies.texts, replies.candidate[: len(replies.texts)]) if callable(health.rhi) else health.rhi
+    rhi = health.rhi
+    if callable(rhi):
+        model.set_adapter(CANDIDATE)
+        rhi = rhi(replies.texts, replies.candidate[: len(replies.texts)], (model, models.tokenizer))
     smoke = replies.candidate[-1]
     verdict = _Verdict(
         {

@@ -262,14 +262,18 @@ def coherence(
     replies: Sequence[str],
     adapter: Any | None,
     device: Any = None,
+    policy: tuple[Any, Any] | None = None,
 ) -> Component:
     """DCS where `health.dcs_on` says: on the policy (the student with the LoRA in the folder `adapter`,
-    loaded here on `device`) or on the reward model's backbone (`adapter` unused), read against the
-    calibration's healthy coherence (`references.dcs_healthy`, `coherence_of`) where it gives one."""
+    loaded here on `device`, or `policy`: that model already loaded with its adapter active, and its tokenizer)
+    or on the reward model's backbone (`adapter` and `policy` unused), read against the calibration's healthy
+    coherence (`references.dcs_healthy`, `coherence_of`) where it gives one."""
     from hominem_pipeline.core.evaluation.calibration import resolve
 
     healthy = resolve(cfg).references.get("dcs_healthy")
     if cfg.health.dcs_on == "policy":
+        if policy is not None:
+            return policy_coherence(*policy, reward_model, prompts, replies, cfg.policy.max_length, healthy)
         if adapter is None:
             raise ValueError(
                 "health.dcs_on is policy: the adapter's model is needed to measure DCS on it; pass its folder, "

@@ -26,11 +26,12 @@ def partial_health(
     replies: list[str],
     grad_norms: list[float],
     adapter: Path | None = None,
+    policy: tuple[Any, Any] | None = None,
 ) -> Any:
     """The fast loop's Reward Health Index: DCS on the adapter's replies (on the update's LoRA at `adapter`
-    with `health.dcs_on: policy`) and GVS on its gradient norms (normalised by the calibration's constant
-    for the dual mode, which online updates train in), weighted as in the health index and renormalised
-    (`health.aggregate` over the two)."""
+    with `health.dcs_on: policy`, or on `policy`: that LoRA already loaded and active, and its tokenizer) and
+    GVS on its gradient norms (normalised by the calibration's constant for the dual mode, which online updates
+    train in), weighted as in the health index and renormalised (`health.aggregate` over the two)."""
     from hominem_pipeline.core.evaluation.calibration import resolve
     from hominem_pipeline.core.evaluation.health import (
         aggregate,
@@ -39,8 +40,9 @@ def partial_health(
     )
 
     answered = [i for i, r in enumerate(replies) if r.strip()]
+    asked, said = [prompts[i] for i in answered], [replies[i] for i in answered]
     components = {
-        "dcs": coherence(cfg, reward_model, [prompts[i] for i in answered], [replies[i] for i in answered], adapter),
+        "dcs": coherence(cfg, reward_model, asked, said, adapter, policy=policy),
         "gvs": gradient_variance_stability(grad_norms, resolve(cfg).reference("gvi_max", "dual")),
     }
     return aggregate(components, cfg)
@@ -84,8 +86,8 @@ def judge(
     state = LiveState(cfg.data_dir)
     health: dict[str, Any] = {}
 
-    def measure(prompts: list[str], replies: list[str]) -> float | None:
-        report = partial_health(cfg, plan.reward_model, prompts, replies, result.grad_norms, out)
+    def measure(prompts: list[str], replies: list[str], policy: tuple[Any, Any]) -> float | None:
+        report = partial_health(cfg, plan.reward_model, prompts, replies, result.grad_norms, out, policy)
         health.update(
             report.as_dict(), threshold=skip.value, threshold_setting=skip.name, threshold_source=skip.source
         )
