@@ -2,17 +2,11 @@ import numpy as np
 import pytest
 
 from hominem_pipeline.core.attune.personal import TEXT_FEATURES, PersonalModel, feature_names, text_features
+from hominem_pipeline.core.config.loader import load_config
 from hominem_pipeline.core.evaluation.tastes import TASTES, asks_back, has_list, is_how_to, taste, taste_share
+from hominem_pipeline_tests.conftest import REPO
 
-DIMS = (
-    "empathy",
-    "social_coherence",
-    "agency_support",
-    "epistemic_integrity",
-    "harm_avoidance",
-    "narrative_alignment",
-    "curiosity",
-)
+DIMS = tuple(load_config(root=REPO).dimension_names)  # the seven the reward model scores
 
 
 def test_the_tastes_read_plain_replies_as_a_person_would():
