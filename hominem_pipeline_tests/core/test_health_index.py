@@ -53,22 +53,26 @@ def test_rhi_uses_the_calibrations_weights_and_reports_missing_components():
 
 
 def test_a_healthy_index_does_not_deploy_an_adapter_that_loses_to_the_base_beyond_the_noise():
-    """The win rate is judged by the paired rule: 8 losses in 18 prompts (44%) is within the noise of a coin and
-    passes; 3 in 18 (17%) is worse beyond it and refuses, the reason giving the figure, its +- and the rule."""
+    """With `health.win_rate_margin` set, the win rate is judged by the paired rule: 8 losses in 18 prompts (44%) is
+    within the noise of a coin and passes; 3 in 18 (17%) is worse beyond it and refuses, the reason giving the
+    figure, its +- and the rule. By default (null) it is reported with its +- and decides nothing."""
     healthy = {n: Component(n, 0.9, "test") for n in ("dcs", "gvs", "mss", "cdrs", "lrps")}
     close = [1.0] * 8 + [0.0] * 10
-    report = aggregate(healthy, CONFIG, close)
+    checked = load_config(root=REPO, overrides={"health": {"win_rate_margin": 0.0}})
+    report = aggregate(healthy, checked, close)
     assert report.deployable and report.win_rate == pytest.approx(8 / 18)
     se = np.std(np.array(close) - 0.5, ddof=1) / np.sqrt(18)
     assert report.win_check["standard_error"] == pytest.approx(se)
     assert report.win_check["detectable_drop"] > 0.25  # 18 prompts cannot see a drop of 25 points
     assert "+-" in report.reason and "passed" in report.reason
-    losing = aggregate(healthy, CONFIG, [1.0] * 3 + [0.0] * 15)
+    losing = aggregate(healthy, checked, [1.0] * 3 + [0.0] * 15)
     assert not losing.deployable and losing.win_rate == pytest.approx(3 / 18)
     assert "16.7%" in losing.reason and "+-" in losing.reason and "health.win_rate_margin" in losing.reason
-    assert aggregate(healthy, CONFIG).deployable  # no evaluation outcomes: the index alone decides
-    off = load_config(root=REPO, overrides={"health": {"win_rate_margin": None}})
-    assert aggregate(healthy, off, [0.0] * 18).deployable
+    assert aggregate(healthy, checked).deployable  # no evaluation outcomes: the index alone decides
+    assert CONFIG.health.win_rate_margin is None
+    off = aggregate(healthy, CONFIG, [0.0] * 18)
+    assert off.deployable and off.win_rate == 0.0 and "not checked" in off.reason
+    assert off.win_check["checked"] is False and off.win_check["refused"] is False and off.win_check["items"] == 18
 
 
 def test_cdrs_penalises_categories_that_disagree_and_read_against_improvement_an_adapter_losing_everywhere():

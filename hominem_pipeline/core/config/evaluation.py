@@ -210,7 +210,8 @@ class HealthConfig(_Frozen):
         ge=0.0,
         le=0.5,
         description="How far below 50% the reward model's win rate over the replaced model (greedy replies to the "
-        "held-out prompts, a tie half) may fall before the rule refuses, 0-0.5; null: not checked.",
+        "held-out prompts, a tie half) may fall before the rule refuses, 0-0.5; null: reported with its +-, not "
+        "checked.",
     )
     reply_margins: dict[
         Literal["recall", "facts", "instructions", "openings", "stock_phrases", "distinct_bigrams"], float | None

@@ -68,7 +68,8 @@ class GateReport:
         rhi = "n/a" if f.get("rhi") is None else f"{f['rhi']:.3f}"
         checks = [
             f"{c['name']} {c['candidate']:.1%} vs {c['reference']:.1%} ({c['difference']:+.1%} +- "
-            f"{c['standard_error']:.1%}, n={c['items']}{', refused' if c['refused'] else ''})"
+            f"{c['standard_error']:.1%}, n={c['items']}"
+            f"{', refused' if c['refused'] else '' if c.get('checked', True) else ', not checked'})"
             for c in f.get("checks", {}).values()
         ]
         if "people" not in f.get("checks", {}) and f.get("people_accuracy") is not None:
@@ -377,9 +378,7 @@ def _check_wins(verdict: _Verdict, scores: dict[str, Any], cfg: HominemConfig, l
         live_mean_scalar=_nanmean(scores["live"]),
         candidate_mean_scalar=_nanmean(scores["candidate"]),
     )
-    check = win_rate_check(wins, cfg.health, live_version or "the base")
-    if check is not None:
-        verdict.add(check, "health.win_rate_margin")
+    verdict.add(win_rate_check(wins, cfg.health, live_version or "the base"), "health.win_rate_margin")
 
 
 def _check_facts(verdict: _Verdict, replies: _Replies) -> None:

@@ -12,7 +12,7 @@ from hominem_pipeline.core.evaluation.health.coherence import coherence
 from hominem_pipeline.core.evaluation.health.components import COMPONENTS, Component, HealthReport
 from hominem_pipeline.core.evaluation.health.robustness import cross_domain_robustness, local_reward_predictivity
 from hominem_pipeline.core.evaluation.health.stability import gradient_variance_stability, manifold_stability
-from hominem_pipeline.core.evaluation.noise import NoiseRule, PairedCheck, paired_check
+from hominem_pipeline.core.evaluation.noise import NoiseRule, PairedCheck, paired_check, reported
 from hominem_pipeline.core.reward.model import RewardModel
 
 
@@ -79,14 +79,15 @@ def aggregate(components: dict[str, Component], cfg: Any, outcomes: Sequence[flo
     )
 
 
-def win_rate_check(outcomes: Sequence[float], health: Any, against: str) -> PairedCheck | None:
+def win_rate_check(outcomes: Sequence[float], health: Any, against: str) -> PairedCheck:
     """The reward model's win rate over `against` (per-prompt outcomes: 1 a win, 0.5 a tie, 0 a loss) judged by the
-    paired rule against a coin's 50% (`health.win_rate_margin`; None when that is null)."""
-    if health.win_rate_margin is None:
-        return None
-    rule = NoiseRule(health.win_rate_margin, health.confidence, health.power)
+    paired rule against a coin's 50% (`health.win_rate_margin`; null: reported with its +- at margin 0, not
+    checked)."""
+    margin = health.win_rate_margin
+    rule = NoiseRule(0.0 if margin is None else margin, health.confidence, health.power)
     what = "win rate by the reward model"
-    return paired_check("win_rate", what, outcomes, [0.5] * len(outcomes), rule, f"{against} (a tie)")
+    check = paired_check("win_rate", what, outcomes, [0.5] * len(outcomes), rule, f"{against} (a tie)")
+    return check if margin is not None else reported(check)
 
 
 def compute_health(
