@@ -96,3 +96,57 @@ def test_before_any_choice_it_knows_nothing_and_bad_shapes_are_named():
     assert np.allclose(empty.probability(np.ones(len(names)), np.zeros(len(names))), 0.5)
     with pytest.raises(ValueError, match=r"must both be \(choices, 14\) features"):
         PersonalModel.fit(names, np.zeros((2, 3)), np.zeros((2, 3)))
+
+
+def test_a_person_s_taste_ranks_the_student_s_own_replies_into_pairs_that_keep_it(tiny_encoder, tmp_path):
+    """A person who chose the reply that asks back ten times: their taste model, over a real (tiny) reward model's
+    outputs and the text features, ranks the replies a sampler gives to their newest messages, and each pair it is
+    sure of has the reply that asks back chosen and one that does not rejected, as replay items of source
+    taste:<rater>. A person with fewer choices than min_choices adds none."""
+    import pandas as pd
+
+    from hominem_pipeline.core.online.replay import FINISHED, ITEM_COLUMNS
+    from hominem_pipeline.core.online.taste_pairs import person_choices, taste_items
+    from hominem_pipeline.core.reward.model import RewardModel
+    from hominem_pipeline_tests.core.test_reward_model import toy_reward_model
+
+    reward_model = RewardModel.load(toy_reward_model(tiny_encoder, tmp_path / "rm"))
+    messages = [f"I planted {n} tomatoes this week." for n in range(10)]
+    pairs = pd.DataFrame(
+        {
+            "rater": ["ana"] * 10 + ["bo"] * 2,
+            "prompt": messages + messages[:2],
+            "chosen": [f"That is lovely. How are the {n} doing?" for n in range(10)] + ["Nice.", "Good."],
+            "rejected": [f"That is lovely, {n} is a good number." for n in range(10)] + ["Nice?", "Good?"],
+        }
+    )
+    asked = []
+
+    def sample(prompts, k):
+        asked.append((list(prompts), k))
+        return [
+            [("Great work.", True), ("What will you plant next?", True), ("Great work.", True), ("Lovely.", False)][:k]
+            for _ in prompts
+        ]
+
+    people = person_choices(pairs, reward_model, min_choices=5, prompts=3)
+    assert [t.rater for t in people] == ["ana"] and people[0].prompts == messages[::-1][:3]
+    items = taste_items(
+        pairs,
+        reward_model,
+        sample,
+        min_choices=5,
+        prompts=3,
+        samples=4,
+        min_probability=0.6,
+        now="2026-12-06T10:00:00+00:00",
+    )
+    assert asked == [(messages[::-1][:3], 4)]
+    assert list(items.columns) == ITEM_COLUMNS + FINISHED and len(items) == 3
+    assert set(items["source"]) == {"taste:ana"} and items["id"].is_unique
+    assert all(c.endswith("?") and not r.endswith("?") for c, r in zip(items["chosen"], items["rejected"]))
+    assert ((items["weight"] > 0) & (items["weight"] <= 1)).all() and (
+        items["weight"] == items["reward_intensity"]
+    ).all()
+    none = taste_items(pairs, reward_model, sample, min_choices=50, prompts=3, samples=4, min_probability=0.6, now="t")
+    assert none.empty and list(none.columns) == ITEM_COLUMNS + FINISHED

@@ -29,6 +29,7 @@ from hominem_pipeline.core.evaluation.tastes import apologises, asks_back, excla
 TEXT_FEATURES = ("length", "asks_back", "list", "apology", "exclamation")
 SCORE_FEATURES = ("reward_intensity", "safety_score")
 PEOPLE_FEATURE = "people_score"
+SURE = 0.8  # a leaning is said in words once the posterior puts this much of its mass on its side
 MIN_SPREAD = 0.05  # the least spread a feature is divided by (a feature every reply shares carries no taste)
 
 _WORDS = {  # a feature's name -> (the person's taste when its weight is positive, when negative)
@@ -163,13 +164,15 @@ class PersonalModel:
             for i in order
         ]
 
-    def describe(self, k: int = 3) -> str:
-        """The leading features in plain words, each with how sure the model is, e.g. "prefers replies that end by
-        asking something back (sure 97%), shorter replies (sure 81%)"."""
+    def describe(self, k: int = 3, sure: float = SURE) -> str:
+        """The leading features it is at least `sure` of, in plain words, each with how sure it is, e.g. "from 20
+        choices: prefers replies that end by asking something back (sure 97%), shorter replies (sure 81%)"."""
         if not self.choices:
             return "no choices yet: nothing learned of this person's taste"
-        said = ", ".join(f"{x.words} (sure {x.sure:.0%})" for x in self.leading(k))
-        return f"from {self.choices} choices: prefers {said}"
+        said = [f"{x.words} (sure {x.sure:.0%})" for x in self.leading(k) if x.sure >= sure]
+        if not said:
+            return f"from {self.choices} choices: not yet sure of any leaning (none at {sure:.0%})"
+        return f"from {self.choices} choices: prefers {', '.join(said)}"
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -1,0 +1,140 @@
+"""A person's taste taught on the student's own replies: each choice teaches more than the pair it was made on.
+
+For every person (a rater in the log) with at least `online.taste.min_choices` preference pairs, their taste model
+(`core.attune.personal.PersonalModel`) is fitted on those pairs. The student (the live adapter) then answers the
+person's newest `online.taste.prompts` messages `online.taste.samples` times each, sampled as the server samples;
+the taste model ranks each message's replies, and the one it likes most and the one it likes least become a pair
+when it is sure enough the person would choose so (`online.taste.min_probability`). These on-policy pairs join the
+update's batch as replay items of source `taste:<rater>`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hominem_pipeline.core.attune.personal import PersonalModel, reply_features
+from hominem_pipeline.core.online.replay import FINISHED, ITEM_COLUMNS
+
+log = logging.getLogger(__name__)
+
+Sampler = Callable[[list[str], int], list[list[tuple[str, bool]]]]  # (prompts, k) -> per prompt k (text, finished)
+
+
+@dataclass(frozen=True)
+class PersonChoices:
+    """One person's choices as features (`names`; `chosen[i]` over `rejected[i]`) and their newest messages."""
+
+    rater: str
+    names: tuple[str, ...]
+    chosen: np.ndarray
+    rejected: np.ndarray
+    prompts: list[str]
+
+    def model(self, seen: np.ndarray | None = None, noise: float = 0.1) -> PersonalModel:
+        """Their taste model, each feature divided by its spread over their choices' replies and `seen` (the replies
+        it is to rank), so a feature the choices happen to share does not weigh more than it should."""
+        pool = np.vstack([self.chosen, self.rejected] + ([] if seen is None or not len(seen) else [seen]))
+        return PersonalModel.fit(self.names, self.chosen, self.rejected, noise, spread=pool.std(0))
+
+
+def person_choices(pairs: pd.DataFrame, reward_model: Any, min_choices: int, prompts: int) -> list[PersonChoices]:
+    """The choices of each rater with at least `min_choices` pairs among people's `pairs` (`feedback_tables`'
+    pairs: rater, prompt, chosen, rejected, oldest first), with their newest `prompts` distinct messages."""
+    if pairs.empty or min_choices <= 0 or "rater" not in pairs:
+        return []
+    out = []
+    for rater, own in pairs.groupby("rater", sort=True):
+        if len(own) < min_choices:
+            continue
+        names, chosen = reply_features(reward_model, list(own["prompt"]), list(own["chosen"]))
+        _, rejected = reply_features(reward_model, list(own["prompt"]), list(own["rejected"]))
+        newest = list(dict.fromkeys(reversed(list(own["prompt"]))))[:prompts]
+        out.append(PersonChoices(str(rater), names, chosen, rejected, newest))
+    return out
+
+
+def ranked_pairs(
+    person: PersonChoices, reward_model: Any, drawn: Sequence[Sequence[tuple[str, bool]]], min_probability: float
+) -> list[dict[str, Any]]:
+    """Per message of `person.prompts`, its replies `drawn` (text, finished) ranked by the person's taste model: the
+    best and the worst as a pair where the model gives the best at least `min_probability` of being chosen."""
+    found: list[tuple[str, list[str], dict[str, bool], np.ndarray]] = []
+    for prompt, replies in zip(person.prompts, drawn):
+        kept: dict[str, bool] = {}
+        for text, finished in replies:
+            if text.strip() and text.strip() not in kept:
+                kept[text.strip()] = bool(finished)
+        if len(kept) >= 2:
+            texts = list(kept)
+            found.append((prompt, texts, kept, reply_features(reward_model, [prompt] * len(texts), texts)[1]))
+    if not found:
+        return []
+    model = person.model(np.vstack([f for *_, f in found]))
+    log.info("taste of %s: %s", person.rater, model.describe())
+    rows: list[dict[str, Any]] = []
+    for prompt, texts, kept, feats in found:
+        utility = model.utility(feats)
+        best, worst = int(np.argmax(utility)), int(np.argmin(utility))
+        p = float(model.probability(feats[best], feats[worst])[0])
+        if best == worst or p < min_probability:
+            continue
+        rows.append(
+            {
+                "prompt": prompt,
+                "chosen": texts[best],
+                "rejected": texts[worst],
+                "probability": p,
+                "chosen_finished": kept[texts[best]],
+                "rejected_finished": kept[texts[worst]],
+            }
+        )
+    return rows
+
+
+def taste_items(
+    pairs: pd.DataFrame,
+    reward_model: Any,
+    sample: Sampler,
+    *,
+    min_choices: int,
+    prompts: int,
+    samples: int,
+    min_probability: float,
+    now: str,
+) -> pd.DataFrame:
+    """The on-policy taste pairs of every person with enough choices (module docstring) as replay items: weight the
+    taste model's probability (0.5-1) over 0.5 less one, so a sure pair weighs 1; intensity the same; safety and
+    vector the reward model's of the chosen reply."""
+    rows = []
+    for person in person_choices(pairs, reward_model, min_choices, prompts):
+        drawn = sample(person.prompts, samples)
+        for j, row in enumerate(ranked_pairs(person, reward_model, drawn, min_probability)):
+            rows.append({"rater": person.rater, "n": j, **row})
+    if not rows:
+        return pd.DataFrame(columns=ITEM_COLUMNS + FINISHED)
+    table = pd.DataFrame(rows)
+    raw = reward_model.raw_scores(list(table["prompt"]), list(table["chosen"]))
+    sure = np.clip(2.0 * table["probability"].to_numpy(dtype=float) - 1.0, 0.0, 1.0)
+    return pd.DataFrame(
+        {
+            "id": [f"taste:{r}:{now}:{n}" for r, n in zip(table["rater"], table["n"])],
+            "time": now,
+            "source": [f"taste:{r}" for r in table["rater"]],
+            "prompt": table["prompt"].to_numpy(),
+            "chosen": table["chosen"].to_numpy(),
+            "rejected": table["rejected"].to_numpy(),
+            "reward_intensity": sure,
+            "safety_score": np.asarray(raw["safety_score"], dtype=float),
+            "vector": [dict(zip(reward_model.dimensions, map(float, v))) for v in raw["vector"]],
+            "weight": sure,
+            "chosen_finished": table["chosen_finished"].to_numpy(dtype=bool),
+            "rejected_finished": table["rejected_finished"].to_numpy(dtype=bool),
+        },
+        columns=ITEM_COLUMNS + FINISHED,
+    )
