@@ -150,3 +150,47 @@ def test_a_person_s_taste_ranks_the_student_s_own_replies_into_pairs_that_keep_i
     ).all()
     none = taste_items(pairs, reward_model, sample, min_choices=50, prompts=3, samples=4, min_probability=0.6, now="t")
     assert none.empty and list(none.columns) == ITEM_COLUMNS + FINISHED
+
+
+def test_an_update_s_batch_takes_a_person_s_taste_pairs_from_the_student_s_own_samples(
+    tiny_cfg, tiny_encoder, tmp_path
+):
+    """`updates.batch.taste_pairs` samples the (tiny) student as served to the person's newest messages and keeps at
+    most `online.taste.share` of the batch, the surest first; with `min_choices` 0 it samples nothing."""
+    import pandas as pd
+
+    from hominem_pipeline.core.online.nudges import Pressure
+    from hominem_pipeline.core.online.updates.batch import UpdateBatch, taste_pairs
+    from hominem_pipeline.core.reward.model import RewardModel
+    from hominem_pipeline_tests.core.test_reward_model import toy_reward_model
+
+    reward_model = RewardModel.load(toy_reward_model(tiny_encoder, tmp_path / "rm"))
+    messages = [f"Tell me about day {n}." for n in range(12)]
+    pairs = pd.DataFrame(
+        {
+            "rater": ["ana"] * 12,
+            "prompt": messages,
+            "chosen": [f"Day {n} was calm. Was yours?" for n in range(12)],
+            "rejected": [f"Day {n} was calm." for n in range(12)],
+        }
+    )
+    plan = UpdateBatch(
+        None, None, tmp_path / "rm", reward_model, [], [], set(), pd.DataFrame(), {}, 0, 2, 1.0, Pressure()
+    )
+    cfg = tiny_cfg.model_copy(
+        update={
+            "online": tiny_cfg.online.model_copy(
+                update={"taste": tiny_cfg.online.taste.model_copy(update={"min_probability": 0.5, "share": 0.25})}
+            )
+        }
+    )
+    items = taste_pairs(cfg, pairs, plan)
+    assert 0 < len(items) <= round(0.25 * cfg.online.batch_items)
+    assert set(items["source"]) == {"taste:ana"} and set(items["prompt"]) <= set(messages[-cfg.online.taste.prompts :])
+    assert list(items["weight"]) == sorted(items["weight"], reverse=True)
+    off = cfg.model_copy(
+        update={
+            "online": cfg.online.model_copy(update={"taste": cfg.online.taste.model_copy(update={"min_choices": 0})})
+        }
+    )
+    assert taste_pairs(off, pairs, plan).empty

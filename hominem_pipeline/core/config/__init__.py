@@ -40,6 +40,7 @@ from hominem_pipeline.core.config.online import (
     PrivacyConfig,
     ReplayConfig,
     SlowLoopConfig,
+    TasteConfig,
 )
 from hominem_pipeline.core.config.policy import (
     ChannelsConfig,
@@ -141,6 +142,7 @@ __all__ = [
     "ServingConfig",
     "ReplayConfig",
     "NudgesConfig",
+    "TasteConfig",
     "OnlineConfig",
     "HistoryConfig",
     "PrivacyConfig",

@@ -102,6 +102,28 @@ class NudgesConfig(_Frozen):
     )
 
 
+class TasteConfig(_Frozen):
+    min_choices: int = Field(
+        ge=0,
+        description="A person's preference pairs before their taste model (core/attune/personal.py) ranks the "
+        "student's own replies into pairs for the update, >= 0; 0: off.",
+    )
+    prompts: int = Field(ge=1, le=64, description="Their newest messages the student answers for it, 1-64.")
+    samples: int = Field(ge=2, le=16, description="Replies to each, sampled as served, 2-16.")
+    min_probability: float = Field(
+        ge=0.5,
+        le=1.0,
+        description="The taste model's chance that the person prefers the best of a message's replies over the "
+        "worst, for the two to become a pair, 0.5-1.",
+    )
+    share: float = Field(
+        ge=0.0,
+        le=1.0,
+        description="The most of online.batch_items the taste pairs take (the replay buffer's pairs fill the rest), "
+        "0-1.",
+    )
+
+
 class OnlineConfig(_Frozen):
     scheduler: bool = Field(
         description="`hominem serve` runs online updates by itself (after every_events feedback events, or "
@@ -177,6 +199,10 @@ class OnlineConfig(_Frozen):
         le=1.0,
         description="... below this online updates are also frozen until `hominem live unfreeze`, 0-1; null: the "
         "calibration's.",
+    )
+    taste: TasteConfig = Field(
+        description="Each person's taste model ranks the student's own replies to their messages into pairs "
+        "(source taste:<rater>), so a choice teaches more than the pair it was made on."
     )
     nudges: NudgesConfig = Field(
         description="People's nudges (\"more empathy\") as pressure on the dimensions: the update's pairs weighted "

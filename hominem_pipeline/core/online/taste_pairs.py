@@ -20,6 +20,7 @@ import pandas as pd
 
 from hominem_pipeline.core.attune.personal import PersonalModel, reply_features
 from hominem_pipeline.core.online.replay import FINISHED, ITEM_COLUMNS
+from hominem_pipeline.core.pipeline.artifacts import fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +115,8 @@ def taste_items(
     rows = []
     for person in person_choices(pairs, reward_model, min_choices, prompts):
         drawn = sample(person.prompts, samples)
-        for j, row in enumerate(ranked_pairs(person, reward_model, drawn, min_probability)):
-            rows.append({"rater": person.rater, "n": j, **row})
+        for row in ranked_pairs(person, reward_model, drawn, min_probability):
+            rows.append({"rater": person.rater, **row})
     if not rows:
         return pd.DataFrame(columns=ITEM_COLUMNS + FINISHED)
     table = pd.DataFrame(rows)
@@ -123,7 +124,10 @@ def taste_items(
     sure = np.clip(2.0 * table["probability"].to_numpy(dtype=float) - 1.0, 0.0, 1.0)
     return pd.DataFrame(
         {
-            "id": [f"taste:{r}:{now}:{n}" for r, n in zip(table["rater"], table["n"])],
+            "id": [
+                f"taste:{r}:{fingerprint([p, c, j], 12)}"
+                for r, p, c, j in zip(table["rater"], table["prompt"], table["chosen"], table["rejected"])
+            ],
             "time": now,
             "source": [f"taste:{r}" for r in table["rater"]],
             "prompt": table["prompt"].to_numpy(),

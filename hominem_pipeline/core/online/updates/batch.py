@@ -251,7 +251,8 @@ class _Heard:
     """What people said in the log that an update may learn from."""
 
     events: list[dict[str, Any]]
-    people: pd.DataFrame  # their preference pairs, as replay items
+    pairs: pd.DataFrame  # their preference pairs, as `feedback_tables` reads them (with who made each)
+    people: pd.DataFrame  # those pairs, as replay items
     push: Pressure  # their nudges
     new_facts: int  # facts they stated, new or changed
     new_liked: int  # replies they liked, added, changed or removed
@@ -279,20 +280,57 @@ def _heard(cfg: HominemConfig, reward_model: RewardModel, rm_path: Path) -> _Hea
     nc = oc.nudges
     now = dt.datetime.now(dt.timezone.utc)
     push = pressure(events, cfg.dimension_names, now, nc.half_life_days, nc.saturation)
-    return _Heard(events, people, push, new_facts, new_liked)
+    return _Heard(events, tables.pairs, people, push, new_facts, new_liked)
+
+
+def taste_pairs(cfg: HominemConfig, pairs: pd.DataFrame, plan: UpdateBatch) -> pd.DataFrame:
+    """The on-policy pairs people's taste models make of the live adapter's own replies (`online.taste`,
+    `core.online.taste_pairs`), at most `share` of the batch, the surest first; none with `min_choices` 0."""
+    from hominem_pipeline.core.online.taste_pairs import taste_items
+
+    tc, ec = cfg.online.taste, cfg.evaluation
+
+    def sample(prompts: list[str], k: int) -> list[list[tuple[str, bool]]]:
+        started = time.monotonic()
+        drawn = sample_as_served(
+            cfg, plan.live_adapter, prompts, k, plan.seed, max_new_tokens=ec.max_new_tokens, batch_size=ec.batch_size
+        )
+        log.info(
+            "taste: %d replies sampled to %d message(s) in %.0f s",
+            len(prompts) * k,
+            len(prompts),
+            time.monotonic() - started,
+        )
+        return [[(g.text, g.finished) for g in replies] for replies in drawn]
+
+    items = taste_items(
+        pairs,
+        plan.reward_model,
+        sample,
+        min_choices=tc.min_choices,
+        prompts=tc.prompts,
+        samples=tc.samples,
+        min_probability=tc.min_probability,
+        now=utc_now(),
+    )
+    return items.sort_values("weight", ascending=False, kind="stable").head(round(tc.share * cfg.online.batch_items))
 
 
 def _sample(cfg: HominemConfig, heard: _Heard, plan: UpdateBatch, buffer: ReplayBuffer) -> None:
-    """The replay batch: sampled from the buffer, the nudges' dimension pairs beside it (weighted by their
-    pressure); into `plan`."""
+    """The replay batch: people's taste pairs, the rest sampled from the buffer, the nudges' dimension pairs beside
+    it (weighted by their pressure); into `plan`."""
     nc, push, reward_model = cfg.online.nudges, heard.push, plan.reward_model
 
     def own() -> pd.DataFrame:
         return own_replies(cfg, heard.events, push, plan.live_adapter, plan.seed)
 
     extra = nudge_pairs(cfg, plan.teacher_keys, push, reward_model, own)
-    n = cfg.online.batch_items - (len(extra) if nc.pair_rows == "share" else 0)
-    batch = buffer.sample(n, np.random.default_rng(plan.seed))
+    taste = taste_pairs(cfg, heard.pairs, plan)
+    n = cfg.online.batch_items - len(taste) - (len(extra) if nc.pair_rows == "share" else 0)
+    batch = buffer.sample(max(n, 0), np.random.default_rng(plan.seed))
+    if len(taste):
+        batch = pd.concat([batch, taste], ignore_index=True)
+        log.info("taste: %d pair(s) of the live adapter's own replies in the batch", len(taste))
     if push.active:  # pairs whose chosen reply has more of what people asked for weigh more; dimension pairs join
         gaps = scored_gaps(reward_model, batch)
         weights = pair_weights(gaps, push.vector(list(reward_model.dimensions)), nc.strength, nc.max_factor)
