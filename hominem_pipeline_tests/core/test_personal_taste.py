@@ -131,7 +131,7 @@ def test_a_person_s_taste_ranks_the_student_s_own_replies_into_pairs_that_keep_i
 
     people = person_choices(pairs, reward_model, min_choices=5, prompts=3)
     assert [t.rater for t in people] == ["ana"] and people[0].prompts == messages[::-1][:3]
-    items = taste_items(
+    found = taste_items(
         pairs,
         reward_model,
         sample,
@@ -141,6 +141,8 @@ def test_a_person_s_taste_ranks_the_student_s_own_replies_into_pairs_that_keep_i
         min_probability=0.6,
         now="2026-12-06T10:00:00+00:00",
     )
+    items = found.items
+    assert set(found.models) == {"ana"} and found.models["ana"].choices == 10
     assert asked == [(messages[::-1][:3], 4)]
     assert list(items.columns) == ITEM_COLUMNS + FINISHED and len(items) == 3
     assert set(items["source"]) == {"taste:ana"} and items["id"].is_unique
@@ -149,7 +151,7 @@ def test_a_person_s_taste_ranks_the_student_s_own_replies_into_pairs_that_keep_i
         items["weight"] == items["reward_intensity"]
     ).all()
     none = taste_items(pairs, reward_model, sample, min_choices=50, prompts=3, samples=4, min_probability=0.6, now="t")
-    assert none.empty and list(none.columns) == ITEM_COLUMNS + FINISHED
+    assert none.items.empty and list(none.items.columns) == ITEM_COLUMNS + FINISHED and not none.models
 
 
 def test_an_update_s_batch_takes_a_person_s_taste_pairs_from_the_student_s_own_samples(
@@ -184,7 +186,9 @@ def test_an_update_s_batch_takes_a_person_s_taste_pairs_from_the_student_s_own_s
             )
         }
     )
-    items = taste_pairs(cfg, pairs, plan)
+    found = taste_pairs(cfg, pairs, plan)
+    items = found.items
+    assert set(found.models) == {"ana"}
     assert 0 < len(items) <= round(0.25 * cfg.online.batch_items)
     assert set(items["source"]) == {"taste:ana"} and set(items["prompt"]) <= set(messages[-cfg.online.taste.prompts :])
     assert list(items["weight"]) == sorted(items["weight"], reverse=True)
@@ -193,4 +197,54 @@ def test_an_update_s_batch_takes_a_person_s_taste_pairs_from_the_student_s_own_s
             "online": cfg.online.model_copy(update={"taste": cfg.online.taste.model_copy(update={"min_choices": 0})})
         }
     )
-    assert taste_pairs(off, pairs, plan).empty
+    assert taste_pairs(off, pairs, plan).items.empty
+
+
+def test_the_gate_asks_a_person_s_taste_model_which_side_s_replies_they_would_choose(
+    project, tiny_student, tiny_encoder, tmp_path
+):
+    """An online update that trained on a person's taste pairs is judged by their taste model too: on the (tiny)
+    student, an adapter trained toward replies that ask back against one trained toward replies that do not, the
+    model of a person who likes being asked back gives the first's replies the better chance, each side's figure with
+    its +- under checks['taste:ana'], decided by the paired rule (health.taste_margin)."""
+    from hominem_pipeline.core.attune.personal import reply_features
+    from hominem_pipeline.core.lm.models import load_student
+    from hominem_pipeline.core.online.gate import GateHealth, GateModels, GateQuestions, GateSides, run_gate
+    from hominem_pipeline.core.reward.model import RewardModel
+    from hominem_pipeline_tests.core.test_people_pairs import CHOSEN, PROMPTS, REJECTED, _adapter_toward
+    from hominem_pipeline_tests.core.test_reward_model import toy_reward_model
+
+    rm = RewardModel.load(toy_reward_model(tiny_encoder, tmp_path / "rm"))
+    openings = [f"I see, {w}." for w in ("yes", "fine", "sure", "right", "true", "okay", "alright", "indeed")] * 2
+    names, chosen = reply_features(rm, ["Hi"] * 16, [o + " How are you?" for o in openings])
+    _, rejected = reply_features(rm, ["Hi"] * 16, openings)
+    ana = PersonalModel.fit(names, chosen, rejected)
+    asking, flat = (
+        _adapter_toward(tiny_student, CHOSEN, tmp_path / "asking"),
+        _adapter_toward(tiny_student, REJECTED, tmp_path / "flat"),
+    )
+    cfg = load_config(
+        project / "config" / "tiny.yaml",
+        root=project,
+        overrides={"health": {"deploy_threshold": 0.0}, "evaluation": {"memory_probe": False}},
+    )
+    assert cfg.health.taste_margin == 0.0
+
+    def gate(candidate, live):
+        base, tokenizer = load_student(tiny_student)
+        return run_gate(
+            GateSides(candidate, live, candidate.name, live.name),
+            cfg=cfg,
+            models=GateModels(base, tokenizer, rm),
+            questions=GateQuestions(PROMPTS, tastes={"ana": ana}),
+            health=GateHealth(1.0),
+        )
+
+    better, worse = (
+        gate(asking, flat).figures["checks"]["taste:ana"],
+        gate(flat, asking).figures["checks"]["taste:ana"],
+    )
+    assert better["candidate"] > 0.5 > worse["candidate"] and better["reference"] == 0.5 and better["items"] == 3
+    for c in (better, worse):
+        assert c["checked"] and c["refused"] == (c["upper_bound"] < -c["margin"]) and c["standard_error"] > 0
+    assert not better["refused"]

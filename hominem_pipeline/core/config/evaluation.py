@@ -227,6 +227,13 @@ class HealthConfig(_Frozen):
         description="How far the implicit reward's accuracy on the people's held-out pairs may fall below the "
         "replaced model's before the rule refuses, 0-1; null: not checked.",
     )
+    taste_margin: float | None = Field(
+        ge=0.0,
+        le=0.5,
+        description="An online update trained on a person's taste pairs: how far below a coin's 0.5 the chance "
+        "their taste model gives of them preferring its reply over the live adapter's (greedy replies to the "
+        "held-out prompts) may fall before the rule refuses, 0-0.5; null: reported, not checked.",
+    )
     manifold: ManifoldConfig = Field(
         description="Collapse, merging and dominance of the reward signal an adapter was trained on: any blocks its "
         "promotion (check reward_manifold, the live gate)."

@@ -41,7 +41,7 @@ import pandas as pd
 
 from hominem_pipeline.core.common.files import write_text_atomic
 from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.evaluation.noise import NoiseRule, PairedCheck, paired_check
+from hominem_pipeline.core.evaluation.noise import NoiseRule, PairedCheck, paired_check, reported
 from hominem_pipeline.core.lm.generation import degenerate
 
 if TYPE_CHECKING:
@@ -262,6 +262,8 @@ class GateQuestions:
         reply_checks: the reply checks' sets (`reply_checks.load_reply_checks`) both sides answer, judged by the
             paired rule (`health.reply_margins`); None: not asked.
         view: how the served student reads a conversation (`with_stated_facts` under serving.recall_facts).
+        tastes: the taste model of each person whose taste pairs an online update trained on (by rater): each judges
+            both sides' replies to the held-out prompts (`health.taste_margin`); None: none.
     """
 
     prompts: Sequence[str]
@@ -270,6 +272,7 @@ class GateQuestions:
     seed: int = 0
     reply_checks: Any = None
     view: Any = None
+    tastes: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -381,6 +384,37 @@ def _check_wins(verdict: _Verdict, scores: dict[str, Any], cfg: HominemConfig, l
     verdict.add(win_rate_check(wins, cfg.health, live_version or "the base"), "health.win_rate_margin")
 
 
+def _taste_checks(
+    verdict: _Verdict,
+    replies: _Replies,
+    models: GateModels,
+    tastes: dict[str, Any],
+    cfg: HominemConfig,
+    live_version: str | None,
+) -> None:
+    """Each person's taste model judges both sides' replies to the held-out prompts (those both answered): per prompt
+    the chance it gives of the person preferring the candidate's reply, against a coin's 0.5 by the paired rule
+    (`health.taste_margin`; null: reported)."""
+    from hominem_pipeline.core.attune.personal import reply_features
+
+    n = len(replies.texts)
+    both = [i for i in range(n) if replies.live[i].strip() and replies.candidate[i].strip()]
+    if not both:
+        return
+    prompts = [replies.texts[i] for i in both]
+    _, live = reply_features(models.reward_model, prompts, [replies.live[i] for i in both])
+    _, candidate = reply_features(models.reward_model, prompts, [replies.candidate[i] for i in both])
+    margin = cfg.health.taste_margin
+    rule = NoiseRule(0.0 if margin is None else margin, cfg.health.confidence, cfg.health.power)
+    for rater, model in sorted(tastes.items()):
+        p = model.probability(candidate, live)
+        what = f"{rater}'s taste (their taste model's choice of its reply)"
+        check = paired_check(
+            f"taste:{rater}", what, p, np.full(len(p), 0.5), rule, f"{live_version or 'the base'} (a tie)"
+        )
+        verdict.add(check if margin is not None else reported(check), "health.taste_margin")
+
+
 def _check_facts(verdict: _Verdict, replies: _Replies) -> None:
     """The memory probe: no fact the live adapter answers may be lost."""
     from hominem_pipeline.core.evaluation.memory import probe
@@ -461,6 +495,8 @@ def run_gate(
         verdict.reasons.append(f"smoke generation: {why}")
     _check_rhi(verdict, rhi, health, threshold, threshold_name)
     _check_wins(verdict, scores, cfg, sides.live_version)
+    if questions.tastes:
+        _taste_checks(verdict, replies, models, questions.tastes, cfg, sides.live_version)
     _check_facts(verdict, replies)
     _check_manifold(verdict, sides.candidate, cfg)
     if questions.people is not None and len(questions.people):

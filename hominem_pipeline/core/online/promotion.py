@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -187,6 +187,7 @@ def offer(
     seed: int | None = None,
     prompts: list[str] | None = None,
     subset: GateSubset = GateSubset(),
+    tastes: dict[str, Any] | None = None,
 ) -> Offer:
     """Gate `adapter` against the live one and promote it if it passes; a refusal is recorded with its
     reasons and the adapter stays on disk as a candidate. A damaged adapter (BadAdapter) is refused
@@ -204,6 +205,7 @@ def offer(
         prompts: the held-out prompts (default: `gate_prompts`).
         subset: how much of the people's held-out pairs and of each reply check it asks (default: all, as the
             evaluation does; an online update's gate: `GateSubset.online`).
+        tastes: the taste models of the people whose taste pairs it trained on (`GateQuestions.tastes`).
     """
     from hominem_pipeline.core.lm.models import load_student, student_path
     from hominem_pipeline.core.policy.lora import adapter_reward_model, base_checksum
@@ -233,7 +235,7 @@ def offer(
             f"no reward model to judge {adapter} with (its METADATA names {rm_path}); build one with `hominem run`"
         )
     sides = GateSides(adapter, state.adapter_path(current), version, current.version)
-    questions = _questions(cfg, prompts, subset, cfg.project.seed if seed is None else seed)
+    questions = replace(_questions(cfg, prompts, subset, cfg.project.seed if seed is None else seed), tastes=tastes)
     report = run_gate(
         sides,
         cfg=cfg,

@@ -44,6 +44,14 @@ class PersonChoices:
         return PersonalModel.fit(self.names, self.chosen, self.rejected, noise, spread=pool.std(0))
 
 
+@dataclass(frozen=True)
+class TastePairs:
+    """An update's taste pairs as replay items, and the taste model of each person they came from (by rater)."""
+
+    items: pd.DataFrame
+    models: dict[str, PersonalModel]
+
+
 def person_choices(pairs: pd.DataFrame, reward_model: Any, min_choices: int, prompts: int) -> list[PersonChoices]:
     """The choices of each rater with at least `min_choices` pairs among people's `pairs` (`feedback_tables`'
     pairs: rater, prompt, chosen, rejected, oldest first), with their newest `prompts` distinct messages."""
@@ -62,9 +70,10 @@ def person_choices(pairs: pd.DataFrame, reward_model: Any, min_choices: int, pro
 
 def ranked_pairs(
     person: PersonChoices, reward_model: Any, drawn: Sequence[Sequence[tuple[str, bool]]], min_probability: float
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], PersonalModel]:
     """Per message of `person.prompts`, its replies `drawn` (text, finished) ranked by the person's taste model: the
-    best and the worst as a pair where the model gives the best at least `min_probability` of being chosen."""
+    best and the worst as a pair where the model gives the best at least `min_probability` of being chosen. Also
+    the model (its spread over their choices and these replies)."""
     found: list[tuple[str, list[str], dict[str, bool], np.ndarray]] = []
     for prompt, replies in zip(person.prompts, drawn):
         kept: dict[str, bool] = {}
@@ -74,9 +83,7 @@ def ranked_pairs(
         if len(kept) >= 2:
             texts = list(kept)
             found.append((prompt, texts, kept, reply_features(reward_model, [prompt] * len(texts), texts)[1]))
-    if not found:
-        return []
-    model = person.model(np.vstack([f for *_, f in found]))
+    model = person.model(np.vstack([f for *_, f in found]) if found else None)
     log.info("taste of %s: %s", person.rater, model.describe())
     rows: list[dict[str, Any]] = []
     for prompt, texts, kept, feats in found:
@@ -95,7 +102,7 @@ def ranked_pairs(
                 "rejected_finished": kept[texts[worst]],
             }
         )
-    return rows
+    return rows, model
 
 
 def taste_items(
@@ -108,21 +115,22 @@ def taste_items(
     samples: int,
     min_probability: float,
     now: str,
-) -> pd.DataFrame:
-    """The on-policy taste pairs of every person with enough choices (module docstring) as replay items: weight the
-    taste model's probability (0.5-1) over 0.5 less one, so a sure pair weighs 1; intensity the same; safety and
-    vector the reward model's of the chosen reply."""
-    rows = []
+) -> TastePairs:
+    """The on-policy taste pairs of every person with enough choices (module docstring) as replay items, and each
+    person's taste model: a pair's weight is 2 p - 1 for the model's probability p (0.5-1) that the person prefers
+    its chosen reply, so a sure pair weighs 1; its intensity the same; safety and vector the reward model's of the
+    chosen reply."""
+    rows, models = [], {}
     for person in person_choices(pairs, reward_model, min_choices, prompts):
         drawn = sample(person.prompts, samples)
-        for row in ranked_pairs(person, reward_model, drawn, min_probability):
-            rows.append({"rater": person.rater, **row})
+        ranked, models[person.rater] = ranked_pairs(person, reward_model, drawn, min_probability)
+        rows += [{"rater": person.rater, **row} for row in ranked]
     if not rows:
-        return pd.DataFrame(columns=ITEM_COLUMNS + FINISHED)
+        return TastePairs(pd.DataFrame(columns=ITEM_COLUMNS + FINISHED), models)
     table = pd.DataFrame(rows)
     raw = reward_model.raw_scores(list(table["prompt"]), list(table["chosen"]))
     sure = np.clip(2.0 * table["probability"].to_numpy(dtype=float) - 1.0, 0.0, 1.0)
-    return pd.DataFrame(
+    items = pd.DataFrame(
         {
             "id": [
                 f"taste:{r}:{fingerprint([p, c, j], 12)}"
@@ -142,3 +150,4 @@ def taste_items(
         },
         columns=ITEM_COLUMNS + FINISHED,
     )
+    return TastePairs(items, models)

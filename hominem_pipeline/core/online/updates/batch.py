@@ -9,7 +9,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,8 @@ from hominem_pipeline.core.online.updates.sources import (
 from hominem_pipeline.core.pipeline.artifacts import fingerprint
 
 if TYPE_CHECKING:
+    from hominem_pipeline.core.attune.personal import PersonalModel
+    from hominem_pipeline.core.online.taste_pairs import TastePairs
     from hominem_pipeline.core.reward.model import RewardModel
 
 log = logging.getLogger(__name__)
@@ -228,6 +230,7 @@ class UpdateBatch:
         lr_factor: the slow loop's lower_lr in force.
         push: the nudges' pressure.
         version: the version it trains (`online-<digest>`).
+        tastes: the taste model of each person whose taste pairs it trains on (by rater), which judge it at the gate.
     """
 
     live: str | None
@@ -244,6 +247,7 @@ class UpdateBatch:
     lr_factor: float
     push: Pressure
     version: str = ""
+    tastes: dict[str, PersonalModel] = field(default_factory=dict)
 
 
 @dataclass
@@ -283,10 +287,11 @@ def _heard(cfg: HominemConfig, reward_model: RewardModel, rm_path: Path) -> _Hea
     return _Heard(events, tables.pairs, people, push, new_facts, new_liked)
 
 
-def taste_pairs(cfg: HominemConfig, pairs: pd.DataFrame, plan: UpdateBatch) -> pd.DataFrame:
+def taste_pairs(cfg: HominemConfig, pairs: pd.DataFrame, plan: UpdateBatch) -> TastePairs:
     """The on-policy pairs people's taste models make of the live adapter's own replies (`online.taste`,
-    `core.online.taste_pairs`), at most `share` of the batch, the surest first; none with `min_choices` 0."""
-    from hominem_pipeline.core.online.taste_pairs import taste_items
+    `core.online.taste_pairs`), at most `share` of the batch, the surest first, and the models; none with
+    `min_choices` 0."""
+    from hominem_pipeline.core.online.taste_pairs import TastePairs, taste_items
 
     tc, ec = cfg.online.taste, cfg.evaluation
 
@@ -303,7 +308,7 @@ def taste_pairs(cfg: HominemConfig, pairs: pd.DataFrame, plan: UpdateBatch) -> p
         )
         return [[(g.text, g.finished) for g in replies] for replies in drawn]
 
-    items = taste_items(
+    found = taste_items(
         pairs,
         plan.reward_model,
         sample,
@@ -313,7 +318,8 @@ def taste_pairs(cfg: HominemConfig, pairs: pd.DataFrame, plan: UpdateBatch) -> p
         min_probability=tc.min_probability,
         now=utc_now(),
     )
-    return items.sort_values("weight", ascending=False, kind="stable").head(round(tc.share * cfg.online.batch_items))
+    surest = found.items.sort_values("weight", ascending=False, kind="stable")
+    return TastePairs(surest.head(round(tc.share * cfg.online.batch_items)), found.models)
 
 
 def _sample(cfg: HominemConfig, heard: _Heard, plan: UpdateBatch, buffer: ReplayBuffer) -> None:
@@ -325,7 +331,8 @@ def _sample(cfg: HominemConfig, heard: _Heard, plan: UpdateBatch, buffer: Replay
         return own_replies(cfg, heard.events, push, plan.live_adapter, plan.seed)
 
     extra = nudge_pairs(cfg, plan.teacher_keys, push, reward_model, own)
-    taste = taste_pairs(cfg, heard.pairs, plan)
+    found = taste_pairs(cfg, heard.pairs, plan)
+    taste, plan.tastes = found.items, found.models
     n = cfg.online.batch_items - len(taste) - (len(extra) if nc.pair_rows == "share" else 0)
     batch = buffer.sample(max(n, 0), np.random.default_rng(plan.seed))
     if len(taste):
