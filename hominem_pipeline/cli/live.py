@@ -221,7 +221,8 @@ def live_update(
         typer.Option(
             "--ready",
             help="Load the libraries and the reward model, then wait: a line on stdin starts the update (the line "
-            "is its reason); end of input exits. `hominem serve` keeps one such process ready.",
+            "is its reason); end of input exits. `hominem serve` keeps one such process ready, at the priority "
+            "online.update_nice.",
         ),
     ] = False,
 ) -> None:
@@ -236,7 +237,10 @@ def live_update(
     setup_logging()
     if ready:
         import importlib
+        import os
         import sys
+
+        os.nice(load(config, sets, persist=False).online.update_nice)  # the server's replies come first
 
         # what an update imports first: seconds it then does not wait for
         for module in (

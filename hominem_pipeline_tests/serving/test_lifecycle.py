@@ -34,6 +34,10 @@ def test_a_busy_port_is_refused_before_anything_loads_and_sigterm_stops_as_clean
         assert time.monotonic() < deadline, "the update process kept ready never said it was loaded"
         time.sleep(0.5)
     children = psutil.Process(server.proc.pid).children(recursive=True)
+    waiting = [c for c in children if "update" in c.cmdline() and "--ready" in c.cmdline()]
+    assert (
+        len(waiting) == 1 and waiting[0].nice() == 10
+    )  # it trains on what the server's replies leave (online.update_nice)
     before = sorted(p.name for p in updates.iterdir()) if updates.is_dir() else []
 
     env = {**os.environ, "HOMINEM_HOME": str(project)}

@@ -143,6 +143,12 @@ class OnlineConfig(_Frozen):
         description="Optimizer steps of one update (the rest of the training settings are policy's), >= 2 (GVS "
         "needs two).",
     )
+    update_nice: int = Field(
+        ge=0,
+        le=19,
+        description="The priority (as `nice`) of the update process `hominem serve` runs: 0 (the server's own) to 19 "
+        "(the lowest); it trains and is judged on the CPU the server's replies leave.",
+    )
     people_pairs: int = Field(
         ge=0,
         description="The fast-loop gate compares the implicit reward of update and live adapter on the first N of "
