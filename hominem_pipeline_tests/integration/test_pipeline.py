@@ -1460,6 +1460,64 @@ def test_the_server_learns_from_feedback_and_swaps_to_the_update(chain):
         _fresh_live(cfg)
 
 
+def test_the_taste_test_s_person_teaches_through_the_page_and_is_measured(chain):
+    """benchmarks/taste_test.py's path on the tiny model: its simulated person asks the served student for two
+    replies as the page does and chooses the one that keeps their taste (here: an even number of characters, which
+    the tiny student's replies split); the choices start an update, followed to its outcome with replies timed while
+    it runs; the share of held-out replies keeping the taste comes with its error over messages, and the quality
+    checks of the live adapter against the start with their paired +-."""
+    import httpx2 as httpx
+
+    from benchmarks.taste_test import Person, _follow, quality
+    from hominem_pipeline.core.evaluation.tastes import Taste
+    from hominem_pipeline.core.online.live import LiveState
+    from hominem_pipeline_tests.serving.conftest import start, stop
+
+    project, cfg = chain["project"], chain["cfg"]
+    _fresh_live(cfg)
+    state = LiveState(cfg.data_dir)
+    start_live = state.current()
+    overlay = _overlay(
+        chain,
+        "online_taste",
+        {
+            "health": {"win_rate_margin": None, "people_margin": None},
+            "online": {
+                "every_events": 2,
+                "every_minutes": None,
+                "skip_below": 0.0,
+                "rollback_below": 0.0,
+                "freeze_below": 0.0,
+            },
+        },
+    )
+    server = start(project, "--config", overlay, "--reward-model", "none", "--set", "serving.live_poll_seconds=0.2")
+    even = Taste("even", "replies of an even number of characters", lambda r: len(r.strip()) % 2 == 0)
+    try:
+        with httpx.Client(timeout=300) as http:
+            person = Person(http, server.url, even, max_tokens=8)
+            deadline = time.monotonic() + 300
+            while not http.get(f"{server.url}/admin/live").json()["updates"]["ready"]:
+                assert time.monotonic() < deadline
+                time.sleep(0.5)
+            seed, update = 0, None
+            while person.choices < 2 and seed < 60:
+                before = http.get(f"{server.url}/admin/live").json()["updates"]["updates"]
+                if person.teach(f"Tell me about thing {seed}.", seed) and person.choices == 2:
+                    update = _follow(http, server.url, person, "Hi", before, timeout=300)
+                seed += 1
+            assert person.choices == 2 and person.shown >= 2 and update is not None
+            assert update["outcome"] in ("promoted", "refused") and update["decided_s"] > 0
+            assert set(update["stages_s"]) == {"train", "gate", "total"}
+            share = person.share(["Hi there.", "How are you?", "Tell me a joke."], samples=2)
+            assert share["messages"] == 3 and share["replies"] == 6 and 0 <= share["share"] <= 1
+            checks = quality(cfg, state, start_live, items=2)
+            assert {"recall", "facts", "instructions"} <= set(checks) and all("se" in c for c in checks.values())
+    finally:
+        stop(server.proc)
+        _fresh_live(cfg)
+
+
 def test_feedback_given_after_a_days_run_reaches_the_next_days_reward_model(chain, tmp_path):
     """People chose between two more replies on DAY after DAY's run: its log grew. The next day's reward model
     builds DAY's feedback again first (a materialization of its own in the same run) and reads it; its METADATA
