@@ -360,6 +360,22 @@ class MyData(_Response):
     feedback: list[dict[str, Any]] = Field(description="Your thumbs, choices, nudges and emotion labels.")
 
 
+class Leaning(_Response):
+    feature: str = Field(description="What the taste model reads of a reply (a reward dimension, its length, ...).")
+    words: str = Field(description="The leaning in plain words.")
+    weight: float = Field(description="Its weight (per spread of the feature over your replies); + prefers more.")
+    sd: float = Field(description="The weight's posterior standard deviation.")
+    sure: float = Field(description="How sure the model is of the leaning's side, 0.5-1.")
+
+
+class MyTaste(_Response):
+    rater: str = Field(description="Your pseudonymous id.")
+    choices: int = Field(description="Your preference pairs the model was fitted on.")
+    said: str = Field(description="What it learned, in plain words, with how sure it is.")
+    leanings: list[Leaning] = Field(description="The features that lead your taste, the surest first.")
+    features: list[str] = Field(description="What it reads of each reply.")
+
+
 class HistoryPage(_Response):
     total: int = Field(description="How many rows match.")
     rows: list[dict[str, Any]] = Field(description="The newest `limit` of them.")

@@ -416,6 +416,9 @@ def test_two_raters_each_asking_every_route_for_the_others_words_get_403_or_noth
         assert len(walked) >= 25 and ("get", "/me/data", 200) in walked
         mine = httpx.get(server.url + "/me/data", headers=as_ana, timeout=60).json()
         assert [p["chosen"] for p in mine["pairs"]] == ["Ana's first secret reply"] and len(mine["turns"]) == 2
+        taste = httpx.get(server.url + "/me/taste", headers=as_ana, timeout=60).json()  # her one choice, text alone
+        assert taste["choices"] == 1 and taste["said"].startswith("from 1 choice:") and "length" in taste["features"]
+        assert httpx.get(server.url + "/me/taste", headers=as_ben, timeout=60).json()["choices"] == 0
         assert "Ana's secret worry" in httpx.get(server.url + "/dashboard/api/drift", headers=as_ana, timeout=60).text
         admin = httpx.get(server.url + "/dashboard/api/drift", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
         assert "Ana's secret worry" in admin.text and "Ben's own worry" in admin.text
@@ -455,3 +458,33 @@ def test_two_raters_each_asking_every_route_for_the_others_words_get_403_or_noth
     assert len(forbidden) == refusals and {e["who"] for e in forbidden} == {ben}
     assert [e["rater"] for e in log.entries() if e["action"] == "forget_own_data"] == [ben, ana]
     assert log.verify().intact
+
+
+def test_a_person_sees_what_the_service_learned_of_their_taste(tmp_path, tiny_student, tiny_encoder):
+    """GET /me/taste: after a person chose, eight times, the reply that asks them something back over one that
+    does not, the service says in plain words that they prefer replies that end by asking something back, how sure
+    it is, and from how many choices; the features it read are named."""
+    from hominem_pipeline.core.attune.personal import TEXT_FEATURES
+    from hominem_pipeline_tests.conftest import make_project
+
+    project = make_project(tmp_path / "project", tiny_student, tiny_encoder)
+    server = start(project, "--adapter", "none", "--reward-model", "none")
+    try:
+        for n in range(8):
+            said = f"I walked {n + 2} miles today."
+            a, b = (
+                httpx.post(server.url + "/turns", json={"prompt": said, "reply": r}, timeout=60).json()["turn"]
+                for r in (
+                    f"Well done on {n + 2} miles. Where did you go?",
+                    f"Well done on {n + 2} miles. You went very far.",
+                )
+            )
+            choice = {"kind": "choice", "chosen": a, "rejected": b, "strength": "clear"}
+            assert httpx.post(server.url + "/feedback", json=choice, timeout=30).status_code == 200
+        taste = httpx.get(server.url + "/me/taste", timeout=60).json()
+        assert taste["choices"] == 8 and taste["features"] == list(TEXT_FEATURES)  # no reward model served
+        first = taste["leanings"][0]
+        assert first["feature"] == "asks_back" and first["weight"] > 0 and first["sure"] > 0.9
+        assert taste["said"].startswith("from 8 choices: prefers replies that end by asking something back (sure")
+    finally:
+        stop(server.proc)

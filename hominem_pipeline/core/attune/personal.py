@@ -31,6 +31,7 @@ SCORE_FEATURES = ("reward_intensity", "safety_score")
 PEOPLE_FEATURE = "people_score"
 SURE = 0.8  # a leaning is said in words once the posterior puts this much of its mass on its side
 MIN_SPREAD = 0.05  # the least spread a feature is divided by (a feature every reply shares carries no taste)
+NO_CHOICES = "no choices yet: nothing learned of this person's taste"
 
 _WORDS = {  # a feature's name -> (the person's taste when its weight is positive, when negative)
     "length": ("longer replies", "shorter replies"),
@@ -59,7 +60,10 @@ def feature_names(dimensions: Sequence[str], people: bool) -> tuple[str, ...]:
 def reply_features(
     reward_model: Any, prompts: Sequence[str], replies: Sequence[str]
 ) -> tuple[tuple[str, ...], np.ndarray]:
-    """(names, (n, d) features) of each reply to its prompt: the reward model's outputs, then the text features."""
+    """(names, (n, d) features) of each reply to its prompt: the reward model's outputs, then the text features
+    (the text features alone without a reward model: None)."""
+    if reward_model is None:
+        return TEXT_FEATURES, text_features(replies)
     raw = reward_model.raw_scores(list(prompts), list(replies))
     people = reward_model.people_column(list(prompts), list(replies))
     columns = [np.asarray(raw["vector"], dtype=np.float64)]
@@ -168,11 +172,15 @@ class PersonalModel:
         """The leading features it is at least `sure` of, in plain words, each with how sure it is, e.g. "from 20
         choices: prefers replies that end by asking something back (sure 97%), shorter replies (sure 81%)"."""
         if not self.choices:
-            return "no choices yet: nothing learned of this person's taste"
+            return NO_CHOICES
         said = [f"{x.words} (sure {x.sure:.0%})" for x in self.leading(k) if x.sure >= sure]
         if not said:
-            return f"from {self.choices} choices: not yet sure of any leaning (none at {sure:.0%})"
-        return f"from {self.choices} choices: prefers {', '.join(said)}"
+            return f"from {self._choices_text}: not yet sure of any leaning (none at {sure:.0%})"
+        return f"from {self._choices_text}: prefers {', '.join(said)}"
+
+    @property
+    def _choices_text(self) -> str:
+        return f"{self.choices} choice" + ("" if self.choices == 1 else "s")
 
     def as_dict(self) -> dict[str, Any]:
         return {

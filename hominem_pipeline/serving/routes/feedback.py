@@ -41,6 +41,7 @@ from hominem_pipeline.serving.protocol import (
     GenerateRequest,
     GenerateResponse,
     MyData,
+    MyTaste,
     QuestionResponse,
     RepeatResponse,
     RewardRequest,
@@ -274,6 +275,37 @@ async def my_data(caller: Caller = Depends(authenticate), service: Service = Dep
     data = await asyncio.to_thread(lambda: rater_data(log_events(folder), caller.rater))
     service.access.audit("export_own_data", rater=caller.rater, pairs=len(data["pairs"]), turns=len(data["turns"]))
     return data
+
+
+@router.get("/me/taste", response_model=MyTaste)
+async def my_taste(caller: Caller = Depends(authenticate), service: Service = Depends(get_service)) -> Any:
+    """What the service has learned of your taste from your choices (`core/attune/personal.py`): the features that
+    lead it in plain words, how sure it is of each, and from how many of your pairs. It reads what the served reward
+    model says of each reply, and its length, questions, lists, apologies and exclamations."""
+    from hominem_pipeline.core.attune.personal import NO_CHOICES, PersonalModel, reply_features
+    from hominem_pipeline.core.online.export import log_events, rater_data
+
+    folder = service.journal.log.folder
+    pairs = (await asyncio.to_thread(lambda: rater_data(log_events(folder), caller.rater)))["pairs"]
+    prompts = [p["prompt"] for p in pairs]
+    engine = service.engine
+    if not pairs:
+        return {"rater": caller.rater, "choices": 0, "said": NO_CHOICES, "leanings": [], "features": []}
+
+    def features() -> tuple[Any, Any, Any]:
+        names, chosen = reply_features(engine.reward, prompts, [p["chosen"] for p in pairs])
+        return names, chosen, reply_features(engine.reward, prompts, [p["rejected"] for p in pairs])[1]
+
+    names, chosen, rejected = await wait(engine.run(features))  # the reward model is the worker's alone
+    model = PersonalModel.fit(names, chosen, rejected)
+    leanings = [x.__dict__ | {"words": x.words} for x in model.leading(5)]
+    return {
+        "rater": caller.rater,
+        "choices": model.choices,
+        "said": model.describe(),
+        "leanings": leanings,
+        "features": list(names),
+    }
 
 
 @router.delete("/me/data", response_model=Forgot)
