@@ -1,6 +1,6 @@
 """The feedback page in a real headless browser (Debian's chromium through selenium)."""
 
-from hominem_pipeline.testing.browser import choose_between_two_replies, chromium, screenshot
+from hominem_pipeline.testing.browser import choose_between_two_replies, chromium, screenshot, wait_for
 
 
 def test_chat_choose_a_over_b_strongly_with_a_note_and_nudge_empathy_all_in_the_log(served, tmp_path):
@@ -30,8 +30,11 @@ def test_chat_choose_a_over_b_strongly_with_a_note_and_nudge_empathy_all_in_the_
         thumb = driver.find_element("css selector", "#chat .reply .thumb")
         emoji_drawn = thumb.find_element("css selector", ".emoji").is_displayed()
         thumb_text = thumb.text
+        # what the service learned of the person, from their one choice, beside their consistency
+        taste = wait_for(driver, lambda d: d.find_element("css selector", "#taste").text or None, timeout=60)
     finally:
         driver.quit()
+    assert taste.startswith("what it learned of you: from 1 choice:"), taste
     assert sorted(confirmed) == ["✓ saved: A over B (strong)", "✓ saved: more empathy"], confirmed
     assert tag_term == "high arousal" and tag_words.endswith("stirred up") and "arousal" not in tag_words
     assert (

@@ -284,6 +284,8 @@ async function refreshConsistency() {
   $("#consistency").textContent = stats.repeats
     ? `your consistency: ${Math.round(100 * stats.consistency)}% of ${stats.repeats} repeated choices`
     : `${stats.choices} choice(s) made`;
+  const taste = await api("/me/taste").catch(() => null);
+  $("#taste").textContent = taste && taste.choices ? `what it learned of you: ${taste.said}` : "";
 }
 
 async function start() {
