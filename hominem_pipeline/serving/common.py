@@ -40,6 +40,7 @@ class Service:
     questions: Any = None  # the QuestionDesk behind GET /feedback/next
     dashboard: Any = None  # the DashboardData over the project's data folder (None without a project config)
     history: Any = None  # the HistoryIndex behind /history/* (opened at the first question)
+    tastes: Any = None  # the ServedTastes: each person's taste model (GET /me/taste, the pairs a person is shown)
 
     @property
     def adapter_label(self) -> str | None:

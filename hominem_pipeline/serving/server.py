@@ -176,6 +176,9 @@ def build_service(
     from hominem_pipeline.serving.questions import QuestionDesk
 
     service.questions = QuestionDesk(cfg, engine, ledger)
+    from hominem_pipeline.serving.tastes import ServedTastes
+
+    service.tastes = ServedTastes(engine, ledger)
     if follow_live:
         from hominem_pipeline.core.online.live import LiveState
         from hominem_pipeline.serving.live import LiveWatcher

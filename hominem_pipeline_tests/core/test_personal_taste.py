@@ -248,3 +248,21 @@ def test_the_gate_asks_a_person_s_taste_model_which_side_s_replies_they_would_ch
     for c in (better, worse):
         assert c["checked"] and c["refused"] == (c["upper_bound"] < -c["margin"]) and c["standard_error"] > 0
     assert not better["refused"]
+
+
+def test_of_several_replies_the_two_that_would_tell_most_are_those_that_differ_on_what_it_is_unsure_of():
+    """A person who chose replies that ask back (and shorter ones, less surely): of four replies, two asking back and
+    two not, the pair that tells the model most sets one that asks back against one that does not; a pair alike on
+    both tells almost nothing."""
+    names = TEXT_FEATURES
+    chosen = text_features([f"Nice, {w}. How was it?" for w in ("tea", "rain", "bread", "jazz")])
+    rejected = text_features([f"Nice, {w}. That sounds good to me." for w in ("tea", "rain", "bread", "jazz")])
+    model = PersonalModel.fit(names, chosen, rejected)
+    replies = ["That sounds fun.", "That sounds fun, really.", "Was it fun?", "Was it really fun for you?"]
+    feats = text_features(replies)
+    a, b, bits = model.most_telling(feats)
+    assert {replies[a].endswith("?"), replies[b].endswith("?")} == {True, False} and bits > 0
+    alike = model.information(feats[[0]], feats[[1]])[0]
+    assert alike < bits / 2
+    with pytest.raises(ValueError, match="a pair needs at least two"):
+        model.most_telling(feats[:1])

@@ -486,5 +486,14 @@ def test_a_person_sees_what_the_service_learned_of_their_taste(tmp_path, tiny_st
         first = taste["leanings"][0]
         assert first["feature"] == "asks_back" and first["weight"] > 0 and first["sure"] > 0.9
         assert taste["said"].startswith("from 8 choices: prefers replies that end by asking something back (sure")
+        # with a taste model to go on, a pair is picked from serving.pair_pool replies: two are shown and logged
+        pair = httpx.post(server.url + "/generate", json={"prompt": "I swam today.", "n": 2, "seed": 3}, timeout=120)
+        shown = pair.json()["replies"]
+        assert len(shown) == 2 and shown[0]["turn"] != shown[1]["turn"]
+        logged = [
+            e for e in server.events() if e["kind"] == "turn" and e["messages"][-1]["content"] == "I swam today."
+        ]
+        assert sorted(e["id"] for e in logged) == sorted(r["turn"] for r in shown)
+        assert {e["sampling"]["temperature"] for e in logged} <= {0.7, 1.05}
     finally:
         stop(server.proc)

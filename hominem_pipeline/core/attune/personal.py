@@ -148,6 +148,24 @@ class PersonalModel:
         """Each reply's place in the person's taste (the posterior mean's w . z): higher is preferred."""
         return (np.atleast_2d(np.asarray(features, np.float64)) / self.spread) @ self.posterior.mean
 
+    def information(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """What the person's answer to each pair (a row of `a` against the same row of `b`) would tell the model of
+        their taste: the expected information in bits (BALD, `posterior.bald`)."""
+        from hominem_pipeline.core.attune.posterior import bald
+
+        return bald(self.posterior, self._diffs(a, b))
+
+    def most_telling(self, features: np.ndarray) -> tuple[int, int, float]:
+        """Of the replies whose `features` are the rows, the two whose comparison would tell most (i < j), and how
+        many bits."""
+        n = len(features)
+        if n < 2:
+            raise ValueError(f"{n} reply(ies): a pair needs at least two")
+        pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+        bits = self.information(features[[i for i, _ in pairs]], features[[j for _, j in pairs]])
+        best = int(np.argmax(bits))
+        return pairs[best][0], pairs[best][1], float(bits[best])
+
     def agreement(self, chosen: np.ndarray, rejected: np.ndarray) -> float:
         """The share of choices (not fitted on) it predicts: the chosen reply more likely than not."""
         p = self.probability(chosen, rejected)

@@ -60,6 +60,12 @@ class ServingConfig(_Frozen):
         "(core/online/facts.py's patterns), in their words, before their last message in the model's "
         "input (`hominem serve` and `hominem chat`); the log keeps what was said."
     )
+    pair_pool: int = Field(
+        ge=2,
+        le=4,
+        description="Replies written for a pair a person asks for (n=2) once they have a taste model "
+        "(online.taste.min_choices choices): the two whose answer would tell it most are shown, 2-4 (2: as sampled).",
+    )
     max_body_bytes: int = Field(ge=1024, le=100_000_000, description="Largest request body accepted; larger gets 413.")
     log_dir: str = Field(
         min_length=1,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Depends
@@ -64,6 +65,32 @@ async def _rewards(service: Service, prompt: str, jobs: list[Job]) -> list[dict[
     return rewards
 
 
+def _pool(service: Service, rater: str, n: int, plan: Any) -> int:
+    """Replies to write for a request of `n`: `serving.pair_pool` for a pair (n=2, sampled) asked by a person whose
+    taste model has `online.taste.min_choices` choices to go on; else `n`."""
+    cfg = service.config
+    if n != 2 or service.tastes is None or cfg is None or not plan.temperature or service.settings.pair_pool <= n:
+        return n
+    least = cfg.online.taste.min_choices
+    return service.settings.pair_pool if least and len(service.tastes.choices_of(rater)) >= least else n
+
+
+async def _most_telling(service: Service, rater: str, message: str, jobs: list[Job]) -> list[Job]:
+    """The two finished replies (distinct, not empty) whose comparison would tell the person's taste model most, in
+    the order written; the first two when fewer differ."""
+    model = await service.tastes.model(rater)
+    seen: dict[str, int] = {}
+    for i, job in enumerate(jobs):
+        if job.sent.strip() and job.sent.strip() not in seen:
+            seen[job.sent.strip()] = i
+    keep = list(seen.values())
+    if len(keep) < 2:
+        return jobs[:2]
+    _, features = await service.tastes.features([message] * len(keep), [jobs[i].sent for i in keep])
+    a, b, _ = model.most_telling(features)
+    return [jobs[keep[a]], jobs[keep[b]]]
+
+
 @router.post("/generate", response_model=GenerateResponse)
 async def generate(
     body: GenerateRequest, caller: Caller = Depends(authenticate), service: Service = Depends(get_service)
@@ -72,8 +99,16 @@ async def generate(
     adapter = body.adapter and service.adapter_label is not None
     plan = sampling_plan(service, body.max_tokens, body.temperature, body.top_p, body.seed)
     asked = Asked([m.plain() for m in body.messages or []], SERVED if adapter else BASE, adapter, plan, body.session)
+    pool = _pool(service, caller.rater, body.n, plan)
     jobs = submit(service, asked.messages, plan, adapter, body.n)
+    if pool > body.n:  # more replies, half of them warmer, for the two whose answer would tell the person's taste most
+        warmer = replace(
+            plan, temperature=min(2.0, 1.5 * plan.temperature), seed=None if plan.seed is None else plan.seed + body.n
+        )
+        jobs += submit(service, asked.messages, warmer, adapter, pool - body.n)
     await asyncio.gather(*(wait(j.future) for j in jobs))
+    if pool > body.n:
+        jobs = await _most_telling(service, caller.rater, asked.messages[-1]["content"], jobs)
     # the page shows whole replies: one cut by the token limit ends at its last sentence (the log keeps what was
     # shown)
     for job in jobs:
@@ -280,31 +315,20 @@ async def my_data(caller: Caller = Depends(authenticate), service: Service = Dep
 @router.get("/me/taste", response_model=MyTaste)
 async def my_taste(caller: Caller = Depends(authenticate), service: Service = Depends(get_service)) -> Any:
     """What the service has learned of your taste from your choices (`core/attune/personal.py`): the features that
-    lead it in plain words, how sure it is of each, and from how many of your pairs. It reads what the served reward
-    model says of each reply, and its length, questions, lists, apologies and exclamations."""
-    from hominem_pipeline.core.attune.personal import NO_CHOICES, PersonalModel, reply_features
-    from hominem_pipeline.core.online.export import log_events, rater_data
+    lead it in plain words, how sure it is of each, and from how many choices. It reads what the served reward model
+    says of each reply, and its length, questions, lists, apologies and exclamations."""
+    from hominem_pipeline.core.attune.personal import NO_CHOICES
 
-    folder = service.journal.log.folder
-    pairs = (await asyncio.to_thread(lambda: rater_data(log_events(folder), caller.rater)))["pairs"]
-    prompts = [p["prompt"] for p in pairs]
-    engine = service.engine
-    if not pairs:
+    if service.tastes is None or not service.tastes.choices_of(caller.rater):
         return {"rater": caller.rater, "choices": 0, "said": NO_CHOICES, "leanings": [], "features": []}
-
-    def features() -> tuple[Any, Any, Any]:
-        names, chosen = reply_features(engine.reward, prompts, [p["chosen"] for p in pairs])
-        return names, chosen, reply_features(engine.reward, prompts, [p["rejected"] for p in pairs])[1]
-
-    names, chosen, rejected = await wait(engine.run(features))  # the reward model is the worker's alone
-    model = PersonalModel.fit(names, chosen, rejected)
+    model = await service.tastes.model(caller.rater)
     leanings = [x.__dict__ | {"words": x.words} for x in model.leading(5)]
     return {
         "rater": caller.rater,
         "choices": model.choices,
         "said": model.describe(),
         "leanings": leanings,
-        "features": list(names),
+        "features": list(model.names),
     }
 
 
@@ -322,6 +346,8 @@ async def forget_me(caller: Caller = Depends(authenticate), service: Service = D
     service.ledger.forget(caller.rater)
     if service.questions is not None:
         service.questions.forget(caller.rater)
+    if service.tastes is not None:
+        service.tastes.forget(caller.rater)
     service.access.audit(
         "forget_own_data", rater=caller.rater, events=report.events, removed=len(report.removed), left=len(report.left)
     )
