@@ -202,8 +202,11 @@ def test_the_service_serves_what_the_pointer_names(tmp_path, tiny_cfg):
 
 
 def test_one_online_update_at_a_time_and_a_killed_one_leaves_nothing_behind(tiny_cfg):
+    """One update at a time, never beside the daily run's training (each skipped with why), and a temp folder an
+    update killed mid-training left is removed by the next."""
     from filelock import FileLock
 
+    from hominem_pipeline.core.common.locks import TrainingBusy, training
     from hominem_pipeline.core.online.updates import run_update
 
     folder = tiny_cfg.data_dir / "live" / "adapters"
@@ -212,6 +215,15 @@ def test_one_online_update_at_a_time_and_a_killed_one_leaves_nothing_behind(tiny
     with FileLock(str(folder / ".update.lock")):  # another process's update is running
         busy = run_update(tiny_cfg, by="test", reason="second")
     assert busy.outcome == "skipped" and "another online update" in busy.reason and torn.is_dir()
+    with training(tiny_cfg.data_dir, "the daily run's lora_adapter 2026-12-06"):  # the daily run trains
+        waiting = run_update(tiny_cfg, by="test", reason="beside the daily run")
+        with pytest.raises(TrainingBusy, match="the daily run's lora_adapter 2026-12-06 is training"):
+            with training(tiny_cfg.data_dir, "another", wait=0.2):
+                pass
+    assert waiting.outcome == "skipped" and "the daily run's lora_adapter 2026-12-06 is training" in waiting.reason
+    assert "the next update tries again" in waiting.reason and torn.is_dir()
+    with training(tiny_cfg.data_dir, "free again", wait=0):  # released, its holder's name gone
+        assert (tiny_cfg.data_dir / ".training.holder").read_text().strip() == "free again"
     with pytest.raises(
         LiveError, match="no reward model to score people's pairs"
     ):  # nothing built in this project yet

@@ -335,10 +335,12 @@ def _write_card(run: _Run, trained: _Trained, metrics: dict[str, Any]) -> None:
 
 
 def build_lora_adapter(ctx: StageContext) -> StageOutput:
+    from hominem_pipeline.core.common.locks import training
     from hominem_pipeline.core.evaluation.manifold import keep_manifold
 
     run = _run(ctx)
-    trained = _train(run)
+    with training(ctx.cfg.data_dir, f"the daily run's lora_adapter {ctx.partition}"):  # never beside an online update
+        trained = _train(run)
     result, pc, slow = trained.result, run.pc, run.slow
     write_json(ctx.out_dir / "training_history.json", {"history": result.history, "grad_norms": result.grad_norms})
     reward_signal = f"The reward signal of lora_adapter {ctx.partition}"

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hominem_pipeline.core.common.locks import training
 from hominem_pipeline.core.config import HominemConfig
 from hominem_pipeline.core.pipeline.artifacts import fingerprint
 from hominem_pipeline.core.pipeline.stage import CheckOutcome, StageContext, StageOutput
@@ -196,18 +197,19 @@ def build_reward_model(ctx: StageContext) -> StageOutput:
         human = nudged if human is None else pd.concat([human, nudged], ignore_index=True)
     digest = _training_digest(ctx)
     started = time.monotonic()
-    metrics = train_reward_model(
-        labels,
-        human,
-        sources=_sources(ctx.cfg),
-        cfg=ctx.cfg.reward_model,
-        dimensions=ctx.cfg.dimension_names,
-        out_dir=ctx.out_dir,
-        seed=ctx.seed,
-        data_digest=digest,
-        date=ctx.partition,
-        on_epoch=lambda epoch, m: ctx.run.log_metrics(m, step=epoch),
-    ).metrics
+    with training(ctx.cfg.data_dir, f"the daily run's reward_model {ctx.partition}"):  # never beside an online update
+        metrics = train_reward_model(
+            labels,
+            human,
+            sources=_sources(ctx.cfg),
+            cfg=ctx.cfg.reward_model,
+            dimensions=ctx.cfg.dimension_names,
+            out_dir=ctx.out_dir,
+            seed=ctx.seed,
+            data_digest=digest,
+            date=ctx.partition,
+            on_epoch=lambda epoch, m: ctx.run.log_metrics(m, step=epoch),
+        ).metrics
     metrics["train_seconds"] = time.monotonic() - started
     metrics["feedback_pairs"] = feedback_pairs
     by_day = people_pairs_by_day(ctx)

@@ -85,14 +85,17 @@ __all__ = [
 
 def run_update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
     """One online update of the live adapter, gated; see the package's docstring. One at a time per data
-    folder (a file lock; another process's update in progress: skipped); a temp folder an update killed
-    mid-training left behind is removed."""
+    folder (a file lock; another process's update in progress: skipped), and never beside the daily run's training
+    (`common.locks.training`: skipped, the next trigger tries again); a temp folder an update killed mid-training
+    left behind is removed."""
     from filelock import FileLock, Timeout
+
+    from hominem_pipeline.core.common.locks import TrainingBusy, training
 
     folder = cfg.data_dir / LIVE_DIR / ONLINE_ADAPTERS
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        with FileLock(str(folder / ".update.lock"), timeout=0):
+        with FileLock(str(folder / ".update.lock"), timeout=0), training(cfg.data_dir, "an online update", wait=0):
             for torn in folder.glob(".online-*.tmp"):
                 shutil.rmtree(torn, ignore_errors=True)
             return _update(cfg, by=by, reason=reason)
@@ -101,6 +104,10 @@ def run_update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
             "skipped",
             f"another online update of {cfg.data_dir} is running",
             live=LiveState(cfg.data_dir).current().version,
+        )
+    except TrainingBusy as busy:  # the daily run trains: the next trigger tries again
+        return UpdateResult(
+            "skipped", f"{busy}; the next update tries again", live=LiveState(cfg.data_dir).current().version
         )
 
 
