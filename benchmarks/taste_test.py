@@ -15,7 +15,9 @@ Reported after 0 and each of `--choices` choices:
 - the gate's quality checks on the live adapter against the start (recall, facts, instructions, sameness: the first
   `--quality-items` items of each, the replies the gate kept), each with its paired +-;
 - pairs shown for each choice made; each update's wall time from the choice that started it to a reply from the
-  updated adapter (or its refusal); the time of one reply while an update runs, against idle.
+  updated adapter (or its refusal); the time of one reply while an update runs, against idle;
+- the person's taste model fitted on their choices, judged on every fifth usable pair they kept back: the share of
+  those choices it predicts (how many choices it needs to reach 80%).
 
 Results go to benchmarks/results/taste_test/<taste>.json and a plot to docs/plots/taste_test.png. It takes hours on 2
 cores (each choice needs about five pairs shown); `hominem_pipeline_tests` runs its path on the tiny model.
@@ -148,9 +150,13 @@ def seed_prompts() -> list[str]:
 class Person:
     """A simulated person at the page: asks for replies as the page does and chooses by one taste."""
 
+    HOLD_EVERY = 5  # every 5th pair that can show the taste is kept back: the person's held-out choices
+
     def __init__(self, http: Any, url: str, taste: Taste, max_tokens: int):
         self.http, self.url, self.taste, self.max_tokens = http, url, taste, max_tokens
         self.shown = self.choices = 0
+        self.taught: list[tuple[str, str, str]] = []  # (message, chosen, rejected) of each choice sent
+        self.held: list[tuple[str, str, str]] = []  # the same, of the choices kept back
 
     def replies(self, message: str, n: int, seed: int, score: bool = False) -> list[dict[str, Any]]:
         body = {"prompt": message, "n": n, "max_tokens": self.max_tokens, "seed": seed, "score": score}
@@ -171,8 +177,12 @@ class Person:
         if keeps[0] == keeps[1]:
             return False
         chosen, rejected = (a, b) if keeps[0] else (b, a)
+        if (len(self.taught) + len(self.held) + 1) % self.HOLD_EVERY == 0:
+            self.held.append((message, chosen["text"], rejected["text"]))
+            return False
         body = {"kind": "choice", "chosen": chosen["turn"], "rejected": rejected["turn"], "strength": "clear"}
         self.http.post(f"{self.url}/feedback", json=body).raise_for_status()
+        self.taught.append((message, chosen["text"], rejected["text"]))
         self.choices += 1
         return True
 
@@ -210,6 +220,26 @@ def quality(cfg: Any, state: Any, start: Any, items: int) -> dict[str, Any]:
         c.name: {"live": c.candidate, "start": c.reference, "difference": c.difference, "se": c.standard_error}
         for c in checks
     }
+
+
+def taste_model_agreement(cfg: Any, state: Any, person: Person) -> dict[str, Any]:
+    """The person's taste model (`core/attune/personal.py`, over the live reward model's outputs and the text
+    features), fitted on the choices they made, judged on the choices they kept back: the share it predicts."""
+    from hominem_pipeline.core.attune.personal import PersonalModel, reply_features
+    from hominem_pipeline.core.reward.model import project_reward_model
+
+    if not person.taught or not person.held:
+        return {"agreement": None, "taught": len(person.taught), "held": len(person.held)}
+    path = state.reward_model_path()
+    reward_model = project_reward_model(path, cfg) if path is not None else None
+
+    def features(rows: list[tuple[str, str, str]], side: int) -> Any:
+        return reply_features(reward_model, [r[0] for r in rows], [r[side] for r in rows])
+
+    names, chosen = features(person.taught, 1)
+    model = PersonalModel.fit(names, chosen, features(person.taught, 2)[1])
+    agreement = model.agreement(features(person.held, 1)[1], features(person.held, 2)[1])
+    return {"agreement": agreement, "taught": len(person.taught), "held": len(person.held), "said": model.describe()}
 
 
 def plot(results: dict[str, list[dict[str, Any]]], path: Path) -> None:
@@ -273,6 +303,7 @@ def run_taste(args: argparse.Namespace, taste: Taste) -> list[dict[str, Any]]:
                         "shown": person.shown,
                         **person.share(held_out, args.samples),
                         "quality": quality(cfg, state, start, args.quality_items),
+                        "taste_model": taste_model_agreement(cfg, state, person),
                         "live": state.current().version,
                     }
                 )

@@ -1468,7 +1468,7 @@ def test_the_taste_test_s_person_teaches_through_the_page_and_is_measured(chain)
     checks of the live adapter against the start with their paired +-."""
     import httpx2 as httpx
 
-    from benchmarks.taste_test import Person, _follow, quality
+    from benchmarks.taste_test import Person, _follow, quality, taste_model_agreement
     from hominem_pipeline.core.evaluation.tastes import Taste
     from hominem_pipeline.core.online.live import LiveState
     from hominem_pipeline_tests.serving.conftest import start, stop
@@ -1496,21 +1496,24 @@ def test_the_taste_test_s_person_teaches_through_the_page_and_is_measured(chain)
     try:
         with httpx.Client(timeout=300) as http:
             person = Person(http, server.url, even, max_tokens=8)
+            person.HOLD_EVERY = 3  # the third pair that can show the taste is kept back
             deadline = time.monotonic() + 300
             while not http.get(f"{server.url}/admin/live").json()["updates"]["ready"]:
                 assert time.monotonic() < deadline
                 time.sleep(0.5)
             seed, update = 0, None
-            while person.choices < 2 and seed < 60:
+            while (person.choices < 2 or not person.held) and seed < 90:
                 before = http.get(f"{server.url}/admin/live").json()["updates"]["updates"]
                 if person.teach(f"Tell me about thing {seed}.", seed) and person.choices == 2:
                     update = _follow(http, server.url, person, "Hi", before, timeout=300)
                 seed += 1
-            assert person.choices == 2 and person.shown >= 2 and update is not None
+            assert person.choices == 2 and len(person.held) == 1 and person.shown >= 3 and update is not None
             assert update["outcome"] in ("promoted", "refused") and update["decided_s"] > 0
             assert set(update["stages_s"]) == {"train", "gate", "total"}
             share = person.share(["Hi there.", "How are you?", "Tell me a joke."], samples=2)
             assert share["messages"] == 3 and share["replies"] == 6 and 0 <= share["share"] <= 1
+            agreement = taste_model_agreement(cfg, state, person)
+            assert agreement["taught"] == 2 and agreement["held"] == 1 and agreement["agreement"] in (0.0, 0.5, 1.0)
             checks = quality(cfg, state, start_live, items=2)
             assert {"recall", "facts", "instructions"} <= set(checks) and all("se" in c for c in checks.values())
     finally:
