@@ -368,12 +368,23 @@ class Leaning(_Response):
     sure: float = Field(description="How sure the model is of the leaning's side, 0.5-1.")
 
 
+class TasteExample(_Response):
+    message: str = Field(description="A message you never taught on (a held-out prompt or memory question).")
+    before: str = Field(description="The reply of the adapter live before your online updates.")
+    after: str = Field(description="The live adapter's reply: the one that moved most toward your taste.")
+    before_version: str | None = Field(description="That adapter's version (null: the base).")
+    after_version: str | None = Field(description="The live adapter's version.")
+
+
 class MyTaste(_Response):
     rater: str = Field(description="Your pseudonymous id.")
     choices: int = Field(description="Your preference pairs the model was fitted on.")
     said: str = Field(description="What it learned, in plain words, with how sure it is.")
     leanings: list[Leaning] = Field(description="The features that lead your taste, the surest first.")
     features: list[str] = Field(description="What it reads of each reply.")
+    example: TasteExample | None = Field(
+        default=None, description="One reply before and after your online updates (null while none is live)."
+    )
 
 
 class HistoryPage(_Response):

@@ -266,3 +266,38 @@ def test_of_several_replies_the_two_that_would_tell_most_are_those_that_differ_o
     assert alike < bits / 2
     with pytest.raises(ValueError, match="a pair needs at least two"):
         model.most_telling(feats[:1])
+
+
+def test_a_person_is_shown_one_reply_before_and_after_their_updates_on_a_message_they_never_taught(tiny_cfg):
+    """With an online update live over the daily adapter, the example is the message (of those both answered in the
+    gate's reply cache, none the person taught on) whose reply moved most toward their taste: here the one the update
+    answers by asking back. None while the daily adapter itself is live."""
+    from hominem_pipeline.core.online.gate import reply_cache
+    from hominem_pipeline.core.online.live import LiveState
+    from hominem_pipeline.core.online.taste_pairs import before_and_after
+
+    data = tiny_cfg.data_dir
+    daily, update = data / "lora_adapter" / "2026-12-06" / "d1", data / "live" / "adapters" / "online-1"
+    for folder in (daily, update):
+        folder.mkdir(parents=True)
+        (folder / "adapter_config.json").write_text("{}")
+    chosen = text_features([f"Good, {w}. And you?" for w in ("tea", "rain", "bread", "jazz", "sun", "moss")])
+    rejected = text_features([f"Good, {w}. How nice." for w in ("tea", "rain", "bread", "jazz", "sun", "moss")])
+    model = PersonalModel.fit(TEXT_FEATURES, chosen, rejected)
+    state = LiveState(data)
+    state.promote("d1", daily, None, gate={"passed": True}, reason="daily", by="test")
+    cache = reply_cache(tiny_cfg)
+    cache.put("d1", {"How was your day?": "It was fine.", "I got a cat.": "Cats are great.", "Taught?": "x"})
+    cache.put(
+        "online-1", {"How was your day?": "It was fine.", "I got a cat.": "A cat! What is its name?", "Taught?": "y?"}
+    )
+    assert before_and_after(tiny_cfg, model, None, set()) is None  # the daily adapter is live: no update yet
+    state.promote("online-1", update, None, gate={"passed": True}, reason="online", by="test")
+    shown = before_and_after(tiny_cfg, model, None, {"Taught?"})
+    assert shown == {
+        "message": "I got a cat.",
+        "before": "Cats are great.",
+        "after": "A cat! What is its name?",
+        "before_version": "d1",
+        "after_version": "online-1",
+    }

@@ -151,3 +151,38 @@ def taste_items(
         columns=ITEM_COLUMNS + FINISHED,
     )
     return TastePairs(items, models)
+
+
+def before_and_after(cfg: Any, model: PersonalModel, reward_model: Any, taught: set[str]) -> dict[str, Any] | None:
+    """One message the person never taught on, with the reply of the adapter live before their online updates (the
+    newest daily adapter in the live stack) and the live one's: the message whose reply moved most toward their taste
+    (`model`'s utility), from the replies the gate keeps (`gate.reply_cache`: both answered the held-out prompts and
+    the memory questions greedily). None while no online update is live or no message is shared."""
+    from hominem_pipeline.core.online.gate import SMOKE_PROMPT, reply_cache
+    from hominem_pipeline.core.online.live import LIVE_DIR, ONLINE_ADAPTERS, LiveState
+
+    state = LiveState(cfg.data_dir)
+    online = f"{LIVE_DIR}/{ONLINE_ADAPTERS}/"
+    stack = state.stack()
+    if not stack or stack[-1]["version"] is None or not str(stack[-1]["adapter"]).startswith(online):
+        return None
+    daily = next((e for e in reversed(stack) if not str(e["adapter"] or "").startswith(online)), None)
+    cache = reply_cache(cfg)
+    before, after = cache.get(daily["version"] if daily else None), cache.get(stack[-1]["version"])
+    shared = [
+        m
+        for m in before
+        if m in after and not m.startswith("check:") and m != SMOKE_PROMPT and m not in taught and after[m].strip()
+    ]
+    if not shared:
+        return None
+    _, was = reply_features(reward_model, shared, [before[m] for m in shared])
+    _, now = reply_features(reward_model, shared, [after[m] for m in shared])
+    best = int(np.argmax(model.utility(now) - model.utility(was)))
+    return {
+        "message": shared[best],
+        "before": before[shared[best]],
+        "after": after[shared[best]],
+        "before_version": daily["version"] if daily else None,
+        "after_version": stack[-1]["version"],
+    }

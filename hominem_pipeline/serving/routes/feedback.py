@@ -323,12 +323,20 @@ async def my_taste(caller: Caller = Depends(authenticate), service: Service = De
         return {"rater": caller.rater, "choices": 0, "said": NO_CHOICES, "leanings": [], "features": []}
     model = await service.tastes.model(caller.rater)
     leanings = [x.__dict__ | {"words": x.words} for x in model.leading(5)]
+    example = None
+    if service.config is not None:
+        from hominem_pipeline.core.online.taste_pairs import before_and_after
+
+        taught = {m for m, _, _ in service.tastes.choices_of(caller.rater)}
+        engine = service.engine
+        example = await wait(engine.run(lambda: before_and_after(service.config, model, engine.reward, taught)))
     return {
         "rater": caller.rater,
         "choices": model.choices,
         "said": model.describe(),
         "leanings": leanings,
         "features": list(model.names),
+        "example": example,
     }
 
 

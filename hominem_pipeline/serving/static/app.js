@@ -286,6 +286,10 @@ async function refreshConsistency() {
     : `${stats.choices} choice(s) made`;
   const taste = await api("/me/taste").catch(() => null);
   $("#taste").textContent = taste && taste.choices ? `what it learned of you: ${taste.said}` : "";
+  const ex = taste && taste.example;
+  $("#taste").title = ex
+    ? `on a message you never taught, "${ex.message}"\nbefore your updates: ${ex.before}\nnow: ${ex.after}`
+    : "what the service has learned of your taste from your choices (GET /me/taste)";
 }
 
 async function start() {
