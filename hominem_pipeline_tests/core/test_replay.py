@@ -213,3 +213,29 @@ def test_people_s_newest_pairs_fill_the_recent_half_of_an_online_batch():
         pd.concat([teacher, people], ignore_index=True), settings(recent_items=16, recent_fraction=0.5)
     ).sample(32, np.random.default_rng(0))
     assert set(people["id"]) <= set(batch["id"]) and len(batch) == 32
+
+
+def test_an_update_takes_online_teacher_share_of_its_batch_from_the_teacher_s_pairs_and_the_rest_from_people_s():
+    """online.teacher_share: 0.25 of 8 items from the teacher's pairs, 6 from people's; with 3 people's pairs the
+    teacher's fill the rest; null: as the buffer mixes them."""
+    from hominem_pipeline.core.online.updates.batch import _from_buffer
+
+    cfg = load_config(REPO / "config" / "hominem.yaml", root=REPO)
+
+    def with_share(share):
+        return cfg.model_copy(
+            update={"online": cfg.online.model_copy(update={"batch_items": 8, "teacher_share": share})}
+        )
+
+    def buffer(people: int) -> ReplayBuffer:
+        frame = items(20 + people, source=["teacher:2026-11-20"] * 20 + ["feedback:choice"] * people)
+        return ReplayBuffer(frame, cfg.replay)
+
+    def sources(share, people):
+        drawn = _from_buffer(with_share(share), buffer(people), 8, np.random.default_rng(0))
+        return drawn["source"].str.split(":").str[0].value_counts().to_dict()
+
+    assert sources(0.25, 30) == {"teacher": 2, "feedback": 6}
+    assert sources(0.25, 3) == {"teacher": 5, "feedback": 3}
+    assert sources(0.0, 30) == {"feedback": 8}
+    assert sum(sources(None, 30).values()) == 8

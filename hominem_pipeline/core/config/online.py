@@ -168,6 +168,13 @@ class OnlineConfig(_Frozen):
         description="Newest days of the teacher's preference pairs the live adapter was trained on that the replay "
         "buffer holds beside people's pairs, >= 0 (0: none).",
     )
+    teacher_share: float | None = Field(
+        ge=0.0,
+        le=1.0,
+        description="The share of an update's batch_items taken from the teacher's pairs (an anchor against "
+        "forgetting what the daily training taught), the people's pairs and taste pairs the rest, 0-1; null: as the "
+        "replay buffer mixes them (replay.recent_items, replay.recent_fraction).",
+    )
     feedback_days: int = Field(
         ge=1, description="Days of the interaction log whose feedback pairs the replay buffer holds, >= 1."
     )

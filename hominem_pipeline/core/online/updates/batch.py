@@ -322,6 +322,21 @@ def taste_pairs(cfg: HominemConfig, pairs: pd.DataFrame, plan: UpdateBatch) -> T
     return TastePairs(surest.head(round(tc.share * cfg.online.batch_items)), found.models)
 
 
+def _from_buffer(cfg: HominemConfig, buffer: ReplayBuffer, n: int, rng: np.random.Generator) -> pd.DataFrame:
+    """`n` items of the buffer: with `online.teacher_share` set, that share of `online.batch_items` (at most) from the
+    teacher's pairs and the rest from people's, each side sampled by its own buffer (the other fills what one
+    lacks); null: as the buffer mixes them."""
+    share = cfg.online.teacher_share
+    if share is None:
+        return buffer.sample(n, rng)
+    teacher = buffer.items["source"].astype(str).str.startswith("teacher:")
+    sides = [ReplayBuffer(buffer.items[m].drop(columns=["row", "priority"]), cfg.replay) for m in (teacher, ~teacher)]
+    n_teacher = min(n, round(share * cfg.online.batch_items), len(sides[0].items))
+    people = sides[1].sample(n - n_teacher, rng)
+    n_teacher = min(n - len(people), len(sides[0].items))  # the teacher's fill what people's pairs lack
+    return pd.concat([sides[0].sample(n_teacher, rng), people], ignore_index=True)
+
+
 def _sample(cfg: HominemConfig, heard: _Heard, plan: UpdateBatch, buffer: ReplayBuffer) -> None:
     """The replay batch: people's taste pairs, the rest sampled from the buffer, the nudges' dimension pairs beside
     it (weighted by their pressure); into `plan`."""
@@ -334,7 +349,7 @@ def _sample(cfg: HominemConfig, heard: _Heard, plan: UpdateBatch, buffer: Replay
     found = taste_pairs(cfg, heard.pairs, plan)
     taste, plan.tastes = found.items, found.models
     n = cfg.online.batch_items - len(taste) - (len(extra) if nc.pair_rows == "share" else 0)
-    batch = buffer.sample(max(n, 0), np.random.default_rng(plan.seed))
+    batch = _from_buffer(cfg, buffer, max(n, 0), np.random.default_rng(plan.seed))
     if len(taste):
         batch = pd.concat([batch, taste], ignore_index=True)
         log.info("taste: %d pair(s) of the live adapter's own replies in the batch", len(taste))
