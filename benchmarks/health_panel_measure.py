@@ -188,7 +188,8 @@ def gate_checks(day: Day, cfg, people: pd.DataFrame, memory: pd.DataFrame, folde
     from hominem_pipeline.core.evaluation.reply_checks import load_reply_checks
     from hominem_pipeline.core.lm.models import load_student, student_path
     from hominem_pipeline.core.online.facts import with_stated_facts
-    from hominem_pipeline.core.online.gate import GateModels, GateQuestions, GateSides, ReplyCache, run_gate
+    from hominem_pipeline.core.online.gate import GateModels, GateQuestions, GateSides, run_gate
+    from hominem_pipeline.core.online.reply_cache import ReplyCache
     from hominem_pipeline.core.reward.feature_cache import FEATURE_CACHE, SHIPPED_FEATURES
     from hominem_pipeline.core.reward.model import project_reward_model
 

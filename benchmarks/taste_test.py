@@ -198,7 +198,7 @@ def quality(cfg: Any, state: Any, start: Any, items: int) -> dict[str, Any]:
     from hominem_pipeline.core.evaluation.reply_checks import check_replies, judge_replies, load_reply_checks
     from hominem_pipeline.core.lm.models import student_path
     from hominem_pipeline.core.online.facts import with_stated_facts
-    from hominem_pipeline.core.online.gate import reply_cache
+    from hominem_pipeline.core.online.reply_cache import reply_cache
     from hominem_pipeline.core.policy.lora import load_policy, merged
 
     sets, cache = load_reply_checks(cfg).first(items), reply_cache(cfg)

@@ -332,7 +332,7 @@ def data_ship_features(
     setup_logging()
     cfg = load(config, sets)
     if base_replies:
-        from hominem_pipeline.core.online.gate import reply_cache
+        from hominem_pipeline.core.online.reply_cache import reply_cache
 
         with audited(cfg, "data ship-features", base_replies=True):
             path, count = reply_cache(cfg).ship_base_replies()

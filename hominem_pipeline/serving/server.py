@@ -15,6 +15,7 @@ from hominem_pipeline.core.online.ledger import Ledger
 from hominem_pipeline.core.online.log import InteractionLog
 from hominem_pipeline.serving.auth import Access
 from hominem_pipeline.serving.journal import Journal
+from hominem_pipeline.serving.tastes import ServedTastes
 
 log = logging.getLogger(__name__)
 REMEMBER_DAYS = 2  # days of the log whose turns feedback may refer to, and whose ids a retry is checked against
@@ -175,10 +176,7 @@ def build_service(
     service = Service(s, engine, Journal(interaction_log), ledger, access, label(cfg, reward_model), config=cfg)
     from hominem_pipeline.serving.questions import QuestionDesk
 
-    service.questions = QuestionDesk(cfg, engine, ledger)
-    from hominem_pipeline.serving.tastes import ServedTastes
-
-    service.tastes = ServedTastes(engine, ledger)
+    service.questions, service.tastes = QuestionDesk(cfg, engine, ledger), ServedTastes(engine, ledger)
     if follow_live:
         from hominem_pipeline.core.online.live import LiveState
         from hominem_pipeline.serving.live import LiveWatcher

@@ -233,7 +233,7 @@ def test_one_online_update_at_a_time_and_a_killed_one_leaves_nothing_behind(tiny
 
 def test_the_gate_s_reply_cache_keeps_replies_and_scalars_per_decoding_and_reward_model(tmp_path, tiny_cfg):
     """A version's greedy replies hold for one decoding; the reward model's scalars of them for one reward model."""
-    from hominem_pipeline.core.online.gate import ReplyCache
+    from hominem_pipeline.core.online.reply_cache import ReplyCache
 
     cache = ReplyCache(tmp_path, tiny_cfg)
     cache.put("v1", {"Hi?": "Hello."}, {"Hi?": 0.25}, "/rm/a")

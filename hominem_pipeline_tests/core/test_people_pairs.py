@@ -90,9 +90,9 @@ def test_the_gate_refuses_an_adapter_that_orders_peoples_pairs_worse_than_the_li
         GateModels,
         GateQuestions,
         GateSides,
-        ReplyCache,
         run_gate,
     )
+    from hominem_pipeline.core.online.reply_cache import ReplyCache
     from hominem_pipeline.core.reward.model import RewardModel
     from hominem_pipeline_tests.core.test_reward_model import DIMS, toy_reward_model
 

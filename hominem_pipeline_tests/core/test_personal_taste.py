@@ -272,8 +272,8 @@ def test_a_person_is_shown_one_reply_before_and_after_their_updates_on_a_message
     """With an online update live over the daily adapter, the example is the message (of those both answered in the
     gate's reply cache, none the person taught on) whose reply moved most toward their taste: here the one the update
     answers by asking back. None while the daily adapter itself is live."""
-    from hominem_pipeline.core.online.gate import reply_cache
     from hominem_pipeline.core.online.live import LiveState
+    from hominem_pipeline.core.online.reply_cache import reply_cache
     from hominem_pipeline.core.online.taste_pairs import before_and_after
 
     data = tiny_cfg.data_dir

@@ -159,9 +159,9 @@ def test_the_gate_asks_both_sides_the_reply_checks_keeps_their_replies_and_reads
         GateModels,
         GateQuestions,
         GateSides,
-        ReplyCache,
         run_gate,
     )
+    from hominem_pipeline.core.online.reply_cache import ReplyCache
     from hominem_pipeline.core.reward.model import RewardModel
     from hominem_pipeline_tests.core.test_people_pairs import CHOSEN, REJECTED, _adapter_toward
     from hominem_pipeline_tests.core.test_reward_model import toy_reward_model
@@ -217,7 +217,7 @@ def test_the_base_s_replies_ship_with_the_project_and_a_fresh_cache_reads_them(p
     import json
 
     from hominem_pipeline.core.config.loader import load_config
-    from hominem_pipeline.core.online.gate import ReplyCache
+    from hominem_pipeline.core.online.reply_cache import ReplyCache
 
     cfg = load_config(project / "config" / "tiny.yaml", root=project)
     ran = ReplyCache(tmp_path / "ran", cfg)

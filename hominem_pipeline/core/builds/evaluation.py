@@ -51,7 +51,7 @@ def _write_answers(ctx: StageContext, summary: dict, table: pd.DataFrame) -> Non
     """The memory probe's and the reply checks' replies of both sides, and the people's margins, beside the
     evaluation (the gate reads them back); the base's replies (to the held-out prompts, the memory questions and the
     reply checks' items) also go to the reply cache, for the next day and the gate."""
-    from hominem_pipeline.core.online.gate import reply_cache
+    from hominem_pipeline.core.online.reply_cache import reply_cache
 
     memory = pd.DataFrame(summary.pop("memory_answers", []), columns=["prompt", "base", "adapter"])
     memory.to_parquet(ctx.out_dir / MEMORY_ANSWERS, index=False)
@@ -98,7 +98,7 @@ def build_evaluation(ctx: StageContext) -> StageOutput:
     from hominem_pipeline.core.evaluation.memory import read_memory_rows
     from hominem_pipeline.core.lm.device import resolve_device
     from hominem_pipeline.core.lm.models import student_path
-    from hominem_pipeline.core.online.gate import reply_cache
+    from hominem_pipeline.core.online.reply_cache import reply_cache
     from hominem_pipeline.core.reward.feature_cache import (
         FEATURE_CACHE,
         SHIPPED_FEATURES,

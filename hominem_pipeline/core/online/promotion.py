@@ -17,7 +17,6 @@ from hominem_pipeline.core.online.gate import (
     GateQuestions,
     GateReport,
     GateSides,
-    reply_cache,
     run_gate,
 )
 from hominem_pipeline.core.online.live import (
@@ -29,6 +28,7 @@ from hominem_pipeline.core.online.live import (
     check_adapter,
     find_adapter,
 )
+from hominem_pipeline.core.online.reply_cache import reply_cache
 from hominem_pipeline.core.online.slow_loop import BY, Night, NightReport, act
 
 if TYPE_CHECKING:
@@ -165,14 +165,16 @@ def gate_prompts(cfg: HominemConfig) -> list[str]:
 
 @dataclass(frozen=True)
 class GateSubset:
-    """How much of each held-out set a gate asks: the daily gate all of them, an online update's the first few."""
+    """How much of each held-out set a gate asks (the daily gate all of them, an online update's the first few), and
+    whose taste models judge it."""
 
     people_pairs: int | None = None  # the first N of the people's held-out pairs (0: none; None: all)
     reply_items: int | None = None  # the first N items of each reply check (0: none; None: all)
+    tastes: dict[str, Any] | None = None  # the taste model of each person whose taste pairs it trained on (by rater)
 
     @classmethod
-    def online(cls, cfg: HominemConfig) -> GateSubset:
-        return cls(cfg.online.people_pairs, cfg.online.reply_check_items)
+    def online(cls, cfg: HominemConfig, tastes: dict[str, Any] | None = None) -> GateSubset:
+        return cls(cfg.online.people_pairs, cfg.online.reply_check_items, tastes)
 
 
 def offer(
@@ -187,7 +189,6 @@ def offer(
     seed: int | None = None,
     prompts: list[str] | None = None,
     subset: GateSubset = GateSubset(),
-    tastes: dict[str, Any] | None = None,
 ) -> Offer:
     """Gate `adapter` against the live one and promote it if it passes; a refusal is recorded with its
     reasons and the adapter stays on disk as a candidate. A damaged adapter (BadAdapter) is refused
@@ -204,8 +205,7 @@ def offer(
         seed: the decoding's seed (default: `project.seed`).
         prompts: the held-out prompts (default: `gate_prompts`).
         subset: how much of the people's held-out pairs and of each reply check it asks (default: all, as the
-            evaluation does; an online update's gate: `GateSubset.online`).
-        tastes: the taste models of the people whose taste pairs it trained on (`GateQuestions.tastes`).
+            evaluation does; an online update's gate: `GateSubset.online`), and whose taste models judge it.
     """
     from hominem_pipeline.core.lm.models import load_student, student_path
     from hominem_pipeline.core.policy.lora import adapter_reward_model, base_checksum
@@ -235,7 +235,9 @@ def offer(
             f"no reward model to judge {adapter} with (its METADATA names {rm_path}); build one with `hominem run`"
         )
     sides = GateSides(adapter, state.adapter_path(current), version, current.version)
-    questions = replace(_questions(cfg, prompts, subset, cfg.project.seed if seed is None else seed), tastes=tastes)
+    questions = replace(
+        _questions(cfg, prompts, subset, cfg.project.seed if seed is None else seed), tastes=subset.tastes
+    )
     report = run_gate(
         sides,
         cfg=cfg,

@@ -158,8 +158,9 @@ def before_and_after(cfg: Any, model: PersonalModel, reward_model: Any, taught: 
     newest daily adapter in the live stack) and the live one's: the message whose reply moved most toward their taste
     (`model`'s utility), from the replies the gate keeps (`gate.reply_cache`: both answered the held-out prompts and
     the memory questions greedily). None while no online update is live or no message is shared."""
-    from hominem_pipeline.core.online.gate import SMOKE_PROMPT, reply_cache
+    from hominem_pipeline.core.online.gate import SMOKE_PROMPT
     from hominem_pipeline.core.online.live import LIVE_DIR, ONLINE_ADAPTERS, LiveState
+    from hominem_pipeline.core.online.reply_cache import reply_cache
 
     state = LiveState(cfg.data_dir)
     online = f"{LIVE_DIR}/{ONLINE_ADAPTERS}/"
