@@ -21,14 +21,18 @@ class ServedTastes:
         self._models: dict[str, tuple[tuple[str, ...], PersonalModel]] = {}
         self._lock = asyncio.Lock()
 
-    def choices_of(self, rater: str) -> list[tuple[str, str, str]]:
-        """(message, chosen reply, rejected reply) of each of the rater's choices (a repeat not counted again)."""
+    def _mine(self, rater: str) -> list[Any]:
         turns = self.ledger.turns
         return [
-            (turns[c.chosen].prompt, turns[c.chosen].reply, turns[c.rejected].reply)
+            c
             for c in self.ledger.choices.values()
             if c.rater == rater and c.repeat_of is None and c.chosen in turns and c.rejected in turns
         ]
+
+    def choices_of(self, rater: str) -> list[tuple[str, str, str]]:
+        """(message, chosen reply, rejected reply) of each of the rater's choices (a repeat not counted again)."""
+        turns = self.ledger.turns
+        return [(turns[c.chosen].prompt, turns[c.chosen].reply, turns[c.rejected].reply) for c in self._mine(rater)]
 
     async def features(self, prompts: list[str], replies: list[str]) -> tuple[tuple[str, ...], np.ndarray]:
         engine = self.engine
@@ -36,12 +40,13 @@ class ServedTastes:
 
     async def model(self, rater: str) -> PersonalModel:
         """The rater's taste model, fitted again when they chose since it was."""
-        mine = self.choices_of(rater)
-        key = tuple(f"{m}\0{c}\0{r}" for m, c, r in mine)
+        choices = self._mine(rater)
+        key = tuple(c.id for c in choices)  # a new choice, or one forgotten, fits it again
         async with self._lock:
             known = self._models.get(rater)
             if known is not None and known[0] == key:
                 return known[1]
+            mine = self.choices_of(rater)
             if mine:
                 prompts = [m for m, _, _ in mine]
                 names, chosen = await self.features(prompts, [c for _, c, _ in mine])
