@@ -74,16 +74,20 @@ def ranked_pairs(
     """Per message of `person.prompts`, its replies `drawn` (text, finished) ranked by the person's taste model: the
     best and the worst as a pair where the model gives the best at least `min_probability` of being chosen. Also
     the model (its spread over their choices and these replies)."""
-    found: list[tuple[str, list[str], dict[str, bool], np.ndarray]] = []
+    asked: list[tuple[str, list[str], dict[str, bool]]] = []
     for prompt, replies in zip(person.prompts, drawn):
         kept: dict[str, bool] = {}
         for text, finished in replies:
             if text.strip() and text.strip() not in kept:
                 kept[text.strip()] = bool(finished)
         if len(kept) >= 2:
-            texts = list(kept)
-            found.append((prompt, texts, kept, reply_features(reward_model, [prompt] * len(texts), texts)[1]))
-    model = person.model(np.vstack([f for *_, f in found]) if found else None)
+            asked.append((prompt, list(kept), kept))
+    # every message's replies scored in one pass of the reward model, then split by message
+    flat = [(prompt, t) for prompt, texts, _ in asked for t in texts]
+    _, scored = reply_features(reward_model, [p for p, _ in flat], [t for _, t in flat]) if flat else (None, None)
+    bounds = np.cumsum([0] + [len(texts) for _, texts, _ in asked])
+    found = [(*a, scored[bounds[i] : bounds[i + 1]]) for i, a in enumerate(asked)]
+    model = person.model(scored if flat else None)
     log.info("taste of %s: %s", person.rater, model.describe())
     rows: list[dict[str, Any]] = []
     for prompt, texts, kept, feats in found:
