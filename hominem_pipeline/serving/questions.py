@@ -172,8 +172,8 @@ class QuestionDesk:
 
         choices = [
             c
-            for c in self.ledger.choices.values()
-            if c.rater == rater and c.chosen in self.ledger.turns and c.rejected in self.ledger.turns
+            for c in self.ledger.choices_by(rater)
+            if c.chosen in self.ledger.turns and c.rejected in self.ledger.turns
         ]
         chosen = [self.ledger.turns[c.chosen] for c in choices]
         rejected = [self.ledger.turns[c.rejected] for c in choices]

@@ -25,8 +25,8 @@ class ServedTastes:
         turns = self.ledger.turns
         return [
             c
-            for c in self.ledger.choices.values()
-            if c.rater == rater and c.repeat_of is None and c.chosen in turns and c.rejected in turns
+            for c in self.ledger.choices_by(rater)
+            if c.repeat_of is None and c.chosen in turns and c.rejected in turns
         ]
 
     def choices_of(self, rater: str) -> list[tuple[str, str, str]]:

@@ -158,6 +158,9 @@ def test_repeats_ask_a_raters_own_choice_again_swapped_and_measure_consistency()
     assert ledger.repeat_for("local", 1.0, rng) is None
     assert ledger.consistency()["local"] == {"choices": 2, "repeats": 2, "consistent": 1, "consistency": 0.5}
     assert ledger.consistency()["r-someone"]["consistency"] is None
+    assert [c.id for c in ledger.choices_by("local")] == ["c1", "c2", "r1", "r2"]
+    ledger.forget("local")
+    assert ledger.choices_by("local") == [] and [c.id for c in ledger.choices_by("r-someone")] == ["other"]
 
 
 def test_a_days_feedback_becomes_weighted_pairs_and_conversations():

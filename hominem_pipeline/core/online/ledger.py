@@ -38,6 +38,7 @@ class Ledger:
         self.turns: dict[str, Turn] = {}
         self.choices: dict[str, Choice] = {}
         self.repeated: set[str] = set()  # choices already asked again
+        self._choices_by: dict[str, list[str]] = {}  # choice ids by rater, in the order given
 
     def load(self, events: Iterable[dict[str, Any]]) -> int:
         """Remember logged events (unknown or malformed ones are skipped: the log outlives versions)."""
@@ -54,6 +55,8 @@ class Ledger:
         if isinstance(event, Turn):
             self.turns[event.id] = event
         elif isinstance(event, Choice):
+            if event.id not in self.choices:
+                self._choices_by.setdefault(event.rater, []).append(event.id)
             self.choices[event.id] = event
             if event.repeat_of:
                 self.repeated.add(event.repeat_of)
@@ -62,7 +65,12 @@ class Ledger:
         """Drop what `rater` gave from memory (they were forgotten: their feedback refers to nothing now)."""
         self.turns = {k: t for k, t in self.turns.items() if t.rater != rater}
         self.choices = {k: c for k, c in self.choices.items() if c.rater != rater}
+        self._choices_by.pop(rater, None)
         self.repeated &= set(self.choices)
+
+    def choices_by(self, rater: str) -> list[Choice]:
+        """The rater's choices, in the order given (read from an index: no scan of everyone's)."""
+        return [self.choices[i] for i in self._choices_by.get(rater, [])]
 
     def _turn(self, turn_id: str, field: str) -> Turn:
         turn = self.turns.get(turn_id)
@@ -120,9 +128,8 @@ class Ledger:
             return None
         open_choices = [
             c
-            for c in self.choices.values()
-            if c.rater == rater
-            and c.repeat_of is None
+            for c in self.choices_by(rater)
+            if c.repeat_of is None
             and c.id not in self.repeated
             and c.chosen in self.turns
             and c.rejected in self.turns
