@@ -86,6 +86,18 @@ def test_the_timeline_takes_each_day_s_newest_version_and_marks_live_events(tmp_
     )
     gate = view.health()["gate"]
     assert gate["version"] == "g" and gate["checks"][0]["refused"] and gate["checks"][0]["standard_error"] > 0
+    # each gate's figures over time: a person's taste share beside the quality checks, None where not measured
+    taste = paired_check("taste:ana", "ana's taste", [0.7] * 10, [0.5] * 10, NoiseRule(0.0, 0.98, 0.8), "the base")
+    LiveState(data).refuse(
+        "h", data / "adapter", None, gate={"checks": {"taste:ana": taste.as_dict()}}, reason="y", by="t"
+    )
+    trend = view.health()["gate_trend"]
+    assert [g["version"] for g in trend["gates"]] == ["g", "h"] and [g["action"] for g in trend["gates"]] == [
+        "refuse",
+        "refuse",
+    ]
+    assert trend["series"]["recall"]["values"] == [0.1, None]
+    assert trend["series"]["taste:ana"] == {"what": "ana's taste", "values": [None, 0.7]}
 
 
 def test_compare_puts_two_reward_models_probing_suites_side_by_side(tmp_path):

@@ -364,6 +364,8 @@ def test_the_dashboard_draws_every_view_from_the_pipeline_s_files(chain, tmp_pat
         assert "Dimensional coherence" in driver.find_element(By.ID, "components").text
         ticks = chart_drawn(driver, "chart-rhi")["ticks"]  # per-day data on a day axis: dates, never hours
         assert ticks and all(t == "" or (len(t) == 10 and t[4] == t[7] == "-") for t in ticks), ticks
+        trend = chart_drawn(driver, "chart-gate-trend")  # the daily gate's figures: one point per sampled check
+        assert trend and trend["series"] >= 4 and trend["points"] >= 4, trend
         open_view(driver, url, "compare")  # a first day: one reward model and one adapter, nothing set against itself
         assert "nothing earlier to compare it with" in driver.find_element(By.ID, "compare-none").text
         assert compare_adapters(driver).startswith("nothing earlier to compare with (1 adapter)")

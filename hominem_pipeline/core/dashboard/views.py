@@ -340,6 +340,7 @@ class DashboardData:
             ),
             "retrain": read_state(self.data_dir),
             "gate": self.gate_checks(),
+            "gate_trend": self.gate_trend(),
         }
 
     def gate_checks(self) -> dict[str, Any]:
@@ -357,6 +358,30 @@ class DashboardData:
             "action": entry.get("action"),
             "time": entry.get("time"),
             "checks": list(checks.values()),
+        }
+
+    def gate_trend(self, last: int = 60) -> dict[str, Any]:
+        """The last `last` gates that weighed a candidate (promoted or refused), oldest first: when, which version,
+        what was decided, and each sampled check's figure for the candidate (a person's taste share `taste:<rater>`,
+        recall, facts, instructions kept, sameness, the people's pairs); None where a gate did not measure it."""
+        entries = [
+            e
+            for e in self.live_history()
+            if e.get("action") in ("promote", "refuse") and ((e.get("gate") or {}).get("checks"))
+        ][-last:]
+        names: dict[str, str] = {}
+        for e in entries:
+            for name, c in e["gate"]["checks"].items():
+                names.setdefault(name, c.get("what") or name)
+        return {
+            "gates": [{"time": e.get("time"), "version": e.get("version"), "action": e["action"]} for e in entries],
+            "series": {
+                name: {
+                    "what": what,
+                    "values": [(e["gate"]["checks"].get(name) or {}).get("candidate") for e in entries],
+                }
+                for name, what in names.items()
+            },
         }
 
     def options(self) -> dict[str, Any]:

@@ -180,6 +180,10 @@ const views = {
       { html: `${c.difference >= 0 ? "+" : ""}${pct(c.difference)} ± ${pct(c.standard_error)}`, cls: "num" }, { html: String(c.items), cls: "num" },
       { html: pct(c.detectable_drop), cls: "num" },
       { html: c.refused ? `<b>refused</b> (upper bound ${pct(c.upper_bound)} below −${pct(c.margin)} at ${pct(c.confidence)})` : c.checked ? "passed" : "reported", cls: c.refused ? "bad" : c.checked ? "good" : "" }]));
+    const tr = h.gate_trend;
+    draw("chart-gate-trend", tr.gates.map((_, i) => i + 1), Object.entries(tr.series).map(([name, s]) => ({ label: s.what, values: s.values, width: name.startsWith("taste:") ? 3 : 1.5 })),
+      { kind: "linear", yRange: [0, 1], xLabel: "gate" });
+    $("#gate-trend-note").textContent = tr.gates.length ? `gate 1: ${tr.gates[0].time}; gate ${tr.gates.length}: ${tr.gates[tr.gates.length - 1].time} (${tr.gates[tr.gates.length - 1].action} ${tr.gates[tr.gates.length - 1].version})` : "";
     table($("#actions"), ["time", "action", "version", "reason"], h.actions.slice().reverse().map((a) => [a.time, a.action, a.version || "base", a.reason || ""]));
     const sl = h.slow_loop;
     $("#slow-loop").innerHTML = (sl.in_force.length ? `<p class="bad">In force: <b>${sl.in_force.map(esc).join(", ")}</b> (the next adapters train at ${sl.lr_factor}× the learning rate, ${sl.rank_factor}× the LoRA rank); rising nights undo them.</p>`
