@@ -164,8 +164,21 @@ def main() -> None:
                     f"round {round_ + 1}: {events} feedback events sent ({k} hand-written pairs people "
                     "agree on so far); waiting for the update"
                 )
-                status = {}
+                status: dict = {}
+                answered: tuple[float, str, str] | None = None  # (seconds, label, reply) once the new version answers
+
+                def answer_now() -> tuple[float, str, str]:
+                    reply = http.post(
+                        f"{url}/v1/chat/completions",
+                        json={"model": "hominem", "messages": [{"role": "user", "content": "Hi!"}], "max_tokens": 8},
+                    ).json()
+                    return time.monotonic() - nth, label(), reply["choices"][0]["message"]["content"]
+
+                # the server swaps as soon as the live pointer moves, before the update process has recorded the
+                # promotion in MLflow's registry and exited: the clock stops at the first reply from the new version
                 while time.monotonic() - nth < args.timeout:
+                    if answered is None and label() != before:
+                        answered = answer_now()
                     status = http.get(f"{url}/admin/live").json()["updates"]
                     if status["updates"] > round_ and status["last"] is not None:
                         break
@@ -175,17 +188,15 @@ def main() -> None:
                 kept = ("outcome", "version", "reason", "partial_rhi", "items", "seconds", "stages_s")
                 row = {k2: last.get(k2) for k2 in kept} | {"decided_s": round(decided, 1)}
                 print(f"update {last.get('outcome')} {decided:.1f} s after the {events}th event: {last.get('reason')}")
+                print(f"  its stages (s): {last.get('stages_s')}")
                 if last.get("outcome") == "promoted":
-                    while (new := label()) == before:  # noqa: F841 (the watcher has swapped)
+                    while answered is None:
+                        answered = answer_now() if label() != before else None
                         time.sleep(0.05)
-                    reply = http.post(
-                        f"{url}/v1/chat/completions",
-                        json={"model": "hominem", "messages": [{"role": "user", "content": "Hi!"}], "max_tokens": 8},
-                    ).json()
-                    row["answering_s"] = round(time.monotonic() - nth, 1)
+                    row["answering_s"] = round(answered[0], 1)
                     print(
-                        f"the new adapter {new} answered {row['answering_s']:.1f} s after the {events}th "
-                        f"event (goal < 120 s): {reply['choices'][0]['message']['content']!r}"
+                        f"the new adapter {answered[1]} answered {row['answering_s']:.1f} s after the {events}th "
+                        f"event (goal < 120 s): {answered[2]!r}"
                     )
                 else:
                     print("the gate kept the old adapter live")

@@ -237,7 +237,7 @@ class UpdateScheduler:
         summary = {
             "finished": utc_now(),
             "seconds": round(time.monotonic() - started, 1),
-            "stages_s": outcome.get("seconds"),  # the update's own: train, gate, total
+            "stages_s": outcome.get("seconds"),  # the update's own: train, gate (its load, decide, record), total
             "exit": code,
             "log": str(out) if out else None,
             **{k: outcome.get(k) for k in ("outcome", "version", "live", "reason", "partial_rhi", "items", "actions")},

@@ -3,6 +3,7 @@ measures, the sets' validation, and two models' replies judged under the paired 
 
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -233,5 +234,22 @@ def test_the_base_s_replies_ship_with_the_project_and_a_fresh_cache_reads_them(p
         project / "config" / "tiny.yaml", root=project, overrides={"evaluation": {"max_new_tokens": 9}}
     )
     assert ReplyCache(tmp_path / "other", other).get(None) == {}  # another decoding: not these replies
+    bigger = load_config(project / "config" / "tiny.yaml", root=project, overrides={"evaluation": {"batch_size": 7}})
+    assert ReplyCache(tmp_path / "bigger", bigger).get(None)["Hi"] == "Hello!"  # the batch size decodes the same
     path.write_text(json.dumps({"decoding": "someone-else", "replies": {"Hi": "x"}}))
     assert ReplyCache(tmp_path / "fresh2", cfg).get(None) == {}
+
+
+def test_the_project_ships_the_base_s_replies_for_its_default_decoding(tmp_path):
+    """A fresh clone's first evaluation reads the base's side of every reply check from the shipped copy: a change of
+    the default decoding (a token limit, the repetition penalty) that leaves it behind would make every first day
+    generate them again (`hominem data ship-features --base-replies` writes them anew)."""
+    from hominem_pipeline.core.config.loader import load_config
+    from hominem_pipeline.core.evaluation.reply_checks import load_reply_checks
+    from hominem_pipeline.core.online.reply_cache import ReplyCache
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = load_config(root=root)
+    shipped = ReplyCache(tmp_path, cfg).shipped_base_replies
+    items = sum(len(v) for v in load_reply_checks(cfg).items.values())
+    assert sum(k.startswith("check:") for k in shipped) >= items, (cfg.evaluation, len(shipped), items)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, replace
+import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,9 @@ class Offer:
     adapter: Path
     report: GateReport
     live: Live  # what is live after the offer
+    # seconds to load the student and check the adapter, to decide (the gate), and to record the decision (the live
+    # history, and on a promotion the MLflow registry's champion)
+    seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def promoted(self) -> bool:
@@ -210,6 +214,7 @@ def offer(
     from hominem_pipeline.core.lm.models import load_student, student_path
     from hominem_pipeline.core.policy.lora import adapter_reward_model, base_checksum
 
+    started = time.monotonic()
     state = LiveState(cfg.data_dir)
     adapter = Path(adapter)
     version = version or adapter.name
@@ -235,6 +240,7 @@ def offer(
             f"no reward model to judge {adapter} with (its METADATA names {rm_path}); build one with `hominem run`"
         )
     sides = GateSides(adapter, state.adapter_path(current), version, current.version)
+    loaded = time.monotonic()
     questions = replace(
         _questions(cfg, prompts, subset, cfg.project.seed if seed is None else seed), tastes=subset.tastes
     )
@@ -246,13 +252,17 @@ def offer(
         health=health if health is not None else health_of(cfg, adapter),
         cache=reply_cache(cfg),
     )
+    decided = time.monotonic()
+    report.figures["seconds"] = {"load": round(loaded - started, 2), "decide": round(decided - loaded, 2)}
     if report.passed:
         live = state.promote(version, adapter, rm_path, gate=report.as_dict(), reason=reason, by=by)
         move_champion(cfg, live)
     else:
         state.refuse(version, adapter, rm_path, gate=report.as_dict(), reason="; ".join(report.reasons), by=by)
         live = current
-    return Offer(version, adapter, report, live)
+    return Offer(
+        version, adapter, report, live, {**report.figures["seconds"], "record": round(time.monotonic() - decided, 2)}
+    )
 
 
 def _models(cfg: HominemConfig, base: Any, tokenizer: Any, reward_model: RewardModel, rm_path: Path) -> GateModels:

@@ -132,6 +132,7 @@ def _update(cfg: HominemConfig, *, by: str, reason: str) -> UpdateResult:
     outcome = judge(cfg, plan, result, out, limits, by=by, reason=reason)
     done = time.monotonic()
     seconds = {
+        **outcome.seconds,  # the gate's own: loading, deciding, recording
         "train": round(trained - started, 2),
         "gate": round(done - trained, 2),
         "total": round(done - started, 2),

@@ -117,4 +117,5 @@ def judge(
         plan.items,
         actions,
         done.report.as_dict(),
+        {f"gate_{k}": v for k, v in done.seconds.items()},
     )
