@@ -16,20 +16,22 @@ SHIPPED_BASE_REPLIES = "base-replies.json"  # in the shipped features folder, af
 
 class ReplyCache:
     """The gate's greedy replies per adapter version (`<folder>/<version>.json`, `base.json` for the base alone),
-    valid for one decoding (the evaluation's settings but its batch size, and the student; greedy decoding draws
-    nothing, so no seed; a batch's padding changes a greedy reply only where two tokens are nearly tied): a
+    valid for one decoding (the evaluation's settings but its batch size, and the student's files, wherever its folder
+    is; greedy decoding draws nothing, so no seed; a batch's padding changes a greedy reply only where two tokens are
+    nearly tied): a
     candidate's replies are the next gate's live replies once it is promoted, and the daily adapter's come from its
     evaluation (`promotion.reuse_evaluation_replies`), so each adapter answers the held-out prompts once. The base's
     are also read from the project's shipped copy for this decoding (`shipped_base_replies`), so a fresh clone's
     first day generates none of the base's replies the project ships."""
 
     def __init__(self, folder: Path, cfg: HominemConfig):
-        from hominem_pipeline.core.pipeline.artifacts import fingerprint
+        from hominem_pipeline.core.lm.models import student_path
+        from hominem_pipeline.core.pipeline.artifacts import fingerprint, folder_digest
         from hominem_pipeline.core.reward.feature_cache import SHIPPED_FEATURES
 
         self.folder = Path(folder)
         decoding = cfg.evaluation.model_dump(mode="json", exclude={"batch_size"})
-        self.key = fingerprint([decoding, str(cfg.models.student.model_dump(mode="json"))], 16)
+        self.key = fingerprint([decoding, folder_digest(student_path(cfg))], 16)
         self.shipped = cfg.path(SHIPPED_FEATURES) / f"{self.key}-{SHIPPED_BASE_REPLIES}"
 
     @functools.cached_property
