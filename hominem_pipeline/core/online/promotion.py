@@ -253,16 +253,14 @@ def offer(
         cache=reply_cache(cfg),
     )
     decided = time.monotonic()
-    report.figures["seconds"] = {"load": round(loaded - started, 2), "decide": round(decided - loaded, 2)}
+    seconds = report.figures["seconds"] = {"load": round(loaded - started, 2), "decide": round(decided - loaded, 2)}
     if report.passed:
         live = state.promote(version, adapter, rm_path, gate=report.as_dict(), reason=reason, by=by)
         move_champion(cfg, live)
     else:
         state.refuse(version, adapter, rm_path, gate=report.as_dict(), reason="; ".join(report.reasons), by=by)
         live = current
-    return Offer(
-        version, adapter, report, live, {**report.figures["seconds"], "record": round(time.monotonic() - decided, 2)}
-    )
+    return Offer(version, adapter, report, live, {**seconds, "record": round(time.monotonic() - decided, 2)})
 
 
 def _models(cfg: HominemConfig, base: Any, tokenizer: Any, reward_model: RewardModel, rm_path: Path) -> GateModels:
