@@ -240,16 +240,21 @@ def test_the_base_s_replies_ship_with_the_project_and_a_fresh_cache_reads_them(p
     assert ReplyCache(tmp_path / "fresh2", cfg).get(None) == {}
 
 
-def test_the_project_ships_the_base_s_replies_for_its_default_decoding(tmp_path):
-    """A fresh clone's first evaluation reads the base's side of every reply check from the shipped copy: a change of
-    the default decoding (a token limit, the repetition penalty) that leaves it behind would make every first day
+def test_the_project_ships_the_base_s_replies_for_its_default_decoding():
+    """A fresh clone's first evaluation reads the base's side of every reply check from the shipped copy, under the
+    default decoding and the student the shipped features were computed on (their MANIFEST's digest): a change of the
+    default decoding (a token limit, the repetition penalty) that leaves it behind would make every first day
     generate them again (`hominem data ship-features --base-replies` writes them anew)."""
     from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.evaluation.reply_checks import load_reply_checks
-    from hominem_pipeline.core.online.reply_cache import ReplyCache
+    from hominem_pipeline.core.online.reply_cache import SHIPPED_BASE_REPLIES, decoding_key
+    from hominem_pipeline.core.reward.feature_cache import SHIPPED_FEATURES
 
-    root = Path(__file__).resolve().parents[2]
-    cfg = load_config(root=root)
-    shipped = ReplyCache(tmp_path, cfg).shipped_base_replies
+    cfg = load_config(root=Path(__file__).resolve().parents[2])
+    features = cfg.path(SHIPPED_FEATURES)
+    manifest = json.loads((features / "MANIFEST.json").read_text())
+    (student,) = {e["student_digest"] for e in manifest["files"].values() if "student_digest" in e}
+    key = decoding_key(cfg.evaluation, student)
+    shipped = json.loads((features / f"{key}-{SHIPPED_BASE_REPLIES}").read_text())
     items = sum(len(v) for v in load_reply_checks(cfg).items.values())
-    assert sum(k.startswith("check:") for k in shipped) >= items, (cfg.evaluation, len(shipped), items)
+    assert shipped["decoding"] == key and sum(k.startswith("check:") for k in shipped["replies"]) >= items

@@ -14,6 +14,14 @@ from hominem_pipeline.core.config import HominemConfig
 SHIPPED_BASE_REPLIES = "base-replies.json"  # in the shipped features folder, after the decoding's key
 
 
+def decoding_key(evaluation: Any, student_digest: str) -> str:
+    """The key of one decoding: the evaluation's settings but its batch size, and the student's files' digest
+    (`folder_digest` of its folder, as the shipped features' MANIFEST names it)."""
+    from hominem_pipeline.core.pipeline.artifacts import fingerprint
+
+    return fingerprint([evaluation.model_dump(mode="json", exclude={"batch_size"}), student_digest], 16)
+
+
 class ReplyCache:
     """The gate's greedy replies per adapter version (`<folder>/<version>.json`, `base.json` for the base alone),
     valid for one decoding (the evaluation's settings but its batch size, and the student's files, wherever its folder
@@ -26,12 +34,11 @@ class ReplyCache:
 
     def __init__(self, folder: Path, cfg: HominemConfig):
         from hominem_pipeline.core.lm.models import student_path
-        from hominem_pipeline.core.pipeline.artifacts import fingerprint, folder_digest
+        from hominem_pipeline.core.pipeline.artifacts import folder_digest
         from hominem_pipeline.core.reward.feature_cache import SHIPPED_FEATURES
 
         self.folder = Path(folder)
-        decoding = cfg.evaluation.model_dump(mode="json", exclude={"batch_size"})
-        self.key = fingerprint([decoding, folder_digest(student_path(cfg))], 16)
+        self.key = decoding_key(cfg.evaluation, folder_digest(student_path(cfg)))
         self.shipped = cfg.path(SHIPPED_FEATURES) / f"{self.key}-{SHIPPED_BASE_REPLIES}"
 
     @functools.cached_property
