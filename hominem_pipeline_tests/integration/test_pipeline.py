@@ -1511,7 +1511,7 @@ def test_the_taste_test_s_person_teaches_through_the_page_and_is_measured(chain)
                 seed += 1
             assert person.choices == 2 and len(person.held) == 1 and person.shown >= 3 and update is not None
             assert update["outcome"] in ("promoted", "refused") and update["decided_s"] > 0
-            assert set(update["stages_s"]) == {"train", "gate", "total"}
+            assert set(update["stages_s"]) == {"train", "gate", "gate_load", "gate_decide", "gate_record", "total"}
             share = person.share(["Hi there.", "How are you?", "Tell me a joke."], samples=2)
             assert share["messages"] == 3 and share["replies"] == 6 and 0 <= share["share"] <= 1
             agreement = taste_model_agreement(cfg, state, person)
