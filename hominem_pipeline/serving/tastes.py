@@ -19,6 +19,8 @@ class ServedTastes:
     def __init__(self, engine: Any, ledger: Any):
         self.engine, self.ledger = engine, ledger
         self._models: dict[str, tuple[tuple[str, ...], PersonalModel]] = {}
+        self._rows: dict[tuple[str, str], np.ndarray] = {}  # (reward model, turn id) -> its reply's features
+        self._names: dict[str, tuple[str, ...]] = {}  # reward model -> the features' names
         self._lock = asyncio.Lock()
 
     def _mine(self, rater: str) -> list[Any]:
@@ -46,17 +48,27 @@ class ServedTastes:
             known = self._models.get(rater)
             if known is not None and known[0] == key:
                 return known[1]
-            mine = self.choices_of(rater)
-            if mine:
-                prompts = [m for m, _, _ in mine]
-                names, chosen = await self.features(prompts, [c for _, c, _ in mine])
-                _, rejected = await self.features(prompts, [r for _, _, r in mine])
-            else:
-                names, _ = await self.features(["-"], ["-"])
-                chosen = rejected = np.zeros((0, len(names)))
-            model = PersonalModel.fit(names, chosen, rejected)
+            names, rows = await self._turn_rows([c.chosen for c in choices] + [c.rejected for c in choices])
+            model = PersonalModel.fit(names, rows[: len(choices)], rows[len(choices) :])
             self._models[rater] = (key, model)
             return model
 
+    async def _turn_rows(self, ids: list[str]) -> tuple[tuple[str, ...], np.ndarray]:
+        """The features of the turns' replies (to their prompts), each turn's read once per reward model: a new
+        choice costs the reward model its two replies, not all of the person's."""
+        model = str(getattr(self.engine, "reward_model_path", None))
+        turns = self.ledger.turns
+        todo = [i for i in dict.fromkeys(ids) if (model, i) not in self._rows]
+        if todo or model not in self._names:
+            prompts = [turns[i].prompt for i in todo] or ["-"]  # none new: one placeholder names the features
+            names, rows = await self.features(prompts, [turns[i].reply for i in todo] or ["-"])
+            self._names[model] = names
+            self._rows.update({(model, i): row for i, row in zip(todo, rows)})
+        names = self._names[model]
+        return names, np.array([self._rows[(model, i)] for i in ids]).reshape(len(ids), len(names))
+
     def forget(self, rater: str) -> None:
+        """Drop the rater's model and their turns' features (their turns are forgotten)."""
         self._models.pop(rater, None)
+        kept = self.ledger.turns
+        self._rows = {k: v for k, v in self._rows.items() if k[1] in kept}
