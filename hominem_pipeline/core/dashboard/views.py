@@ -367,7 +367,7 @@ class DashboardData:
         entries = [
             e
             for e in self.live_history()
-            if e.get("action") in ("promote", "refuse") and ((e.get("gate") or {}).get("checks"))
+            if e.get("action") in ("promote", "refuse") and (e.get("gate") or {}).get("checks")
         ][-last:]
         names: dict[str, str] = {}
         for e in entries:

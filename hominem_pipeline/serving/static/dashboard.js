@@ -183,7 +183,8 @@ const views = {
     const tr = h.gate_trend;
     draw("chart-gate-trend", tr.gates.map((_, i) => i + 1), Object.entries(tr.series).map(([name, s]) => ({ label: s.what, values: s.values, width: name.startsWith("taste:") ? 3 : 1.5 })),
       { kind: "linear", yRange: [0, 1], xLabel: "gate" });
-    $("#gate-trend-note").textContent = tr.gates.length ? `gate 1: ${tr.gates[0].time}; gate ${tr.gates.length}: ${tr.gates[tr.gates.length - 1].time} (${tr.gates[tr.gates.length - 1].action} ${tr.gates[tr.gates.length - 1].version})` : "";
+    const newest = tr.gates[tr.gates.length - 1];
+    $("#gate-trend-note").textContent = newest ? `gate 1: ${tr.gates[0].time}; gate ${tr.gates.length}: ${newest.time} (${newest.action} ${newest.version})` : "";
     table($("#actions"), ["time", "action", "version", "reason"], h.actions.slice().reverse().map((a) => [a.time, a.action, a.version || "base", a.reason || ""]));
     const sl = h.slow_loop;
     $("#slow-loop").innerHTML = (sl.in_force.length ? `<p class="bad">In force: <b>${sl.in_force.map(esc).join(", ")}</b> (the next adapters train at ${sl.lr_factor}× the learning rate, ${sl.rank_factor}× the LoRA rank); rising nights undo them.</p>`
