@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hominem_pipeline.core.lm import rows as row_cache
 from hominem_pipeline.core.lm.generation import messages_text
 
 log = logging.getLogger(__name__)
@@ -358,7 +359,7 @@ class Engine:
             self.device
         )
         mask = enc["attention_mask"]
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        positions = row_cache.prompt_positions(mask)
         with torch.inference_mode():
             out = self._forward(
                 rows[0].adapter_name, input_ids=enc["input_ids"], attention_mask=mask, position_ids=positions
@@ -369,7 +370,10 @@ class Engine:
             row.generator = torch.Generator().manual_seed(
                 row.sampling.seed if row.sampling.seed is not None else int(time.time_ns() % 2**63)
             )
-        new = _Batch(rows, out.past_key_values, mask, positions[:, -1] + 1, rows[0].adapter_name)
+        cache = out.past_key_values
+        if batch is None:
+            mask = row_cache.join(None, None, cache, mask)  # its layers given spare columns
+        new = _Batch(rows, cache, mask, positions[:, -1] + 1, rows[0].adapter_name)
         new.last = self._sample(new, out.logits[:, -1, :])
         merged = new if batch is None else batch.merge(new)
         self.batches += 1
@@ -472,14 +476,8 @@ class _Batch:
     def select(self, keep: list[int]) -> _Batch:
         import torch
 
+        mask = row_cache.keep(self.cache, self.mask, keep)
         index = torch.tensor(keep, device=self.mask.device)
-        self.cache.batch_select_indices(index)
-        mask = self.mask[index]
-        first = int((mask.sum(0) > 0).nonzero()[0]) if mask.any() else 0  # columns no kept row uses
-        if first:
-            for layer in self.cache.layers:
-                layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
-            mask = mask[:, first:]
         return _Batch(
             [self.rows[i] for i in keep], self.cache, mask, self.positions[index], self.adapter, self.last[index]
         )
@@ -488,30 +486,14 @@ class _Batch:
         """Both batches' rows in one: the shorter side's cache and mask left-padded to the longer length."""
         import torch
 
-        length = max(self.mask.shape[1], other.mask.shape[1])
-        for mine, theirs in zip(self.cache.layers, other.cache.layers):
-            mine.keys = torch.cat([_left_pad(mine.keys, length), _left_pad(theirs.keys, length)])
-            mine.values = torch.cat([_left_pad(mine.values, length), _left_pad(theirs.values, length)])
-        mask = torch.cat([_left_pad(self.mask, length, dim=1), _left_pad(other.mask, length, dim=1)])
         return _Batch(
             self.rows + other.rows,
             self.cache,
-            mask,
+            row_cache.join(self.cache, self.mask, other.cache, other.mask),
             torch.cat([self.positions, other.positions]),
             self.adapter,
             torch.cat([self.last, other.last]),
         )
-
-
-def _left_pad(t: Any, length: int, dim: int = 2) -> Any:
-    import torch
-
-    missing = length - t.shape[dim]
-    if missing <= 0:
-        return t
-    shape = list(t.shape)
-    shape[dim] = missing
-    return torch.cat([torch.zeros(shape, dtype=t.dtype, device=t.device), t], dim)
 
 
 async def wait(future: Future) -> Any:
