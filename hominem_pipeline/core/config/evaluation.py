@@ -49,7 +49,9 @@ class ReplyChecksConfig(_Frozen):
 
 class EvaluationConfig(_Frozen):
     max_new_tokens: int = Field(ge=1, le=4096, description="Tokens per evaluation reply.")
-    batch_size: int = Field(ge=1, le=512, description="Prompts generated together.")
+    batch_size: int = Field(
+        ge=1, le=512, description="Replies decoded together (lm.greedy), and replies or pairs scored together."
+    )
     repetition_penalty: float = Field(ge=1.0, le=2.0, description="Repetition penalty of the greedy decoding, 1-2.")
     plain_start: bool = Field(description="A reply may not start with an emoji or symbol token.")
     memory_probe: bool = Field(

@@ -15,7 +15,7 @@ import pandas as pd
 from hominem_pipeline.core.common.progress import Progress
 from hominem_pipeline.core.common.schema import Prompt
 from hominem_pipeline.core.config import EvaluationConfig
-from hominem_pipeline.core.lm.generation import Generated, chat_text, generate
+from hominem_pipeline.core.lm.generation import Generated, chat_text
 from hominem_pipeline.core.reward.model import RewardModel, score_side
 
 log = logging.getLogger(__name__)
@@ -27,23 +27,22 @@ def greedy_replies(
     model: Any, tokenizer: Any, prompts: Sequence[str], cfg: EvaluationConfig, seed: int, what: str = "replies"
 ) -> list[Generated]:
     """The model's replies as the evaluation decodes them: greedy, `cfg.max_new_tokens`,
-    `cfg.repetition_penalty`, `cfg.plain_start`, in batches of `cfg.batch_size`, with progress."""
+    `cfg.repetition_penalty`, `cfg.plain_start`, `cfg.batch_size` rows at a time (`lm.greedy`), with progress.
+    Greedy decoding draws nothing: `seed` is not read."""
+    from hominem_pipeline.core.lm.greedy import greedy
+
     texts = [chat_text(tokenizer, p) for p in prompts]
     progress = Progress(what, len(texts), log, unit="responses")
-    out: list[Generated] = []
-    for start in range(0, len(texts), cfg.batch_size):
-        chunk = texts[start : start + cfg.batch_size]
-        out += generate(
-            model,
-            tokenizer,
-            chunk,
-            max_new_tokens=cfg.max_new_tokens,
-            seed=seed,
-            repetition_penalty=cfg.repetition_penalty,
-            plain_start=cfg.plain_start,
-        )
-        progress.advance(len(chunk))
-    return out
+    return greedy(
+        model,
+        tokenizer,
+        texts,
+        cfg.max_new_tokens,
+        repetition_penalty=cfg.repetition_penalty,
+        plain_start=cfg.plain_start,
+        rows=cfg.batch_size,
+        done=progress.advance,
+    )
 
 
 def generate_both(

@@ -223,9 +223,12 @@ class _Verdict:
             self.reasons.append(f"{check.reason()} ({setting})")
 
 
-def _replies(model: Any, sides: GateSides, models: GateModels, questions: GateQuestions, cfg, cache) -> _Replies:
-    """Both sides' replies to the held-out prompts and the memory questions, and the candidate's to the smoke prompt,
-    those the cache does not hold decoded together (the candidate's evaluation wrote its own under its version)."""
+def _replies(
+    model: Any, sides: GateSides, models: GateModels, questions: GateQuestions, cfg, cache, fresh: dict[str, str]
+) -> _Replies:
+    """Both sides' replies to the held-out prompts and the memory questions, and the candidate's to the smoke prompt:
+    the candidate's are in the cache (its evaluation wrote them under its version) or `fresh`; what the cache does not
+    hold of the live side's is decoded together."""
     from hominem_pipeline.core.evaluation.memory import fact_questions
 
     texts = list(questions.prompts)
@@ -233,12 +236,57 @@ def _replies(model: Any, sides: GateSides, models: GateModels, questions: GateQu
     asked = [] if asked_rows is None else list(asked_rows["prompt"])
     known = cache.get(sides.live_version) if cache is not None else {}
     mine = cache.get(sides.candidate_version) if cache is not None and sides.candidate_version is not None else {}
-    had = len(known) + len(mine)
+    mine |= fresh
+    had = len(known)
     live_name = None if sides.live is None else LIVE
     tok, seed = models.tokenizer, questions.seed
     live = replies_in_groups(model, tok, live_name, (texts, asked), known, cfg, seed)
     candidate = replies_in_groups(model, tok, CANDIDATE, (texts, asked, [SMOKE_PROMPT]), mine, cfg, seed)
-    return _Replies(texts, asked, asked_rows, live, candidate, len(known) + len(mine) - had, known)
+    return _Replies(texts, asked, asked_rows, live, candidate, len(known) - had + len(fresh), known)
+
+
+def _candidate_replies(
+    model: Any,
+    tokenizer: Any,
+    questions: GateQuestions,
+    cfg: HominemConfig,
+    cache: ReplyCache | None,
+    sides: GateSides,
+) -> dict[str, str]:
+    """The candidate's greedy replies to all it is asked that the cache does not hold under its version: the held-out
+    prompts, the memory questions, the smoke prompt and the reply checks' items, decoded together (`lm.greedy`: the
+    replies of every token limit share full decoding steps). Keyed as the cache keeps them: a prompt, or a reply
+    check's item key."""
+    from hominem_pipeline.core.common.progress import Progress
+    from hominem_pipeline.core.evaluation.memory import fact_questions
+    from hominem_pipeline.core.evaluation.reply_checks.generation import check_requests
+    from hominem_pipeline.core.lm.generation import chat_text
+    from hominem_pipeline.core.lm.greedy import greedy
+    from hominem_pipeline.core.policy.lora import merged
+
+    held = cache.get(sides.candidate_version) if cache is not None and sides.candidate_version is not None else {}
+    asked_rows = fact_questions(questions.memory)
+    prompts = [*questions.prompts, *([] if asked_rows is None else asked_rows["prompt"]), SMOKE_PROMPT]
+    wanted = {p: (chat_text(tokenizer, p), cfg.evaluation.max_new_tokens) for p in prompts}
+    if questions.reply_checks is not None:
+        wanted |= check_requests(tokenizer, questions.reply_checks, questions.view)
+    wanted = {k: asked for k, asked in wanted.items() if k not in held}
+    if not wanted:
+        return {}
+    progress = Progress("gate replies, candidate", len(wanted), log, unit="replies")
+    model.set_adapter(CANDIDATE)
+    with merged(model):
+        out = greedy(
+            model,
+            tokenizer,
+            [text for text, _ in wanted.values()],
+            [limit for _, limit in wanted.values()],
+            repetition_penalty=cfg.evaluation.repetition_penalty,
+            plain_start=cfg.evaluation.plain_start,
+            rows=cfg.evaluation.batch_size,
+            done=progress.advance,
+        )
+    return {k: g.text for k, g in zip(wanted, out)}
 
 
 def _scores(replies: _Replies, sides: GateSides, models: GateModels, cache: ReplyCache | None) -> dict[str, Any]:
@@ -374,7 +422,8 @@ def run_gate(
         threshold, threshold_name = settings.threshold, settings.threshold_name
     threshold_name = threshold_name or "health.deploy_threshold"
     model = side_by_side_model(models.base, sides.candidate, sides.live)
-    replies = _replies(model, sides, models, questions, cfg, cache)
+    fresh = _candidate_replies(model, models.tokenizer, questions, cfg, cache, sides)
+    replies = _replies(model, sides, models, questions, cfg, cache, fresh)
     scores = _scores(replies, sides, models, cache)
     rhi = health.rhi
     if callable(rhi):
@@ -405,7 +454,7 @@ def run_gate(
     if questions.people is not None and len(questions.people):
         _people_check(model, models, questions.people, cfg, cache, sides, verdict)
     if questions.reply_checks is not None:
-        _reply_checks(model, models.tokenizer, questions, cfg, cache, sides, verdict)
+        _reply_checks(model, models.tokenizer, questions, cfg, cache, sides, verdict, fresh)
     report = GateReport(not verdict.reasons, verdict.reasons, verdict.figures)
     log.info("live gate for %s: %s. %s", sides.candidate, "passed" if report.passed else "refused", report.summary())
     return report
@@ -470,16 +519,18 @@ def _reply_checks(
     cache: ReplyCache | None,
     sides: GateSides,
     verdict: _Verdict,
+    fresh: dict[str, str],
 ) -> None:
     """Both sides' replies to the reply checks' items (those the cache holds under a version are not generated
-    again, and the new ones are kept), judged by the paired rule; each check's figures go under `checks` and its
-    refusal, if any, among the reasons."""
+    again; the candidate's new ones are `fresh`; the new ones are kept), judged by the paired rule; each check's
+    figures go under `checks` and its refusal, if any, among the reasons."""
     from hominem_pipeline.core.evaluation.reply_checks import check_replies, judge_replies
     from hominem_pipeline.core.policy.lora import merged
 
-    def replies(name: str | None, version: str | None) -> dict[str, list[str]]:
+    def replies(name: str | None, version: str | None, new: dict[str, str]) -> dict[str, list[str]]:
         known = cache.get(version) if cache is not None and (version is not None or name is None) else {}
         had = dict(known)
+        known |= new
         if name is not None:
             model.set_adapter(name)
         with model.disable_adapter() if name is None else merged(model):
@@ -497,8 +548,8 @@ def _reply_checks(
             cache.put(version, {k: v for k, v in known.items() if k not in had})
         return out
 
-    live = replies(None if sides.live is None else LIVE, sides.live_version)
-    candidate = replies(CANDIDATE, sides.candidate_version)
+    live = replies(None if sides.live is None else LIVE, sides.live_version, {})
+    candidate = replies(CANDIDATE, sides.candidate_version, fresh)
     checks, figures = judge_replies(
         questions.reply_checks, candidate, live, cfg.health, sides.live_version or "the base"
     )

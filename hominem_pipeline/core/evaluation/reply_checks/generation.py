@@ -25,6 +25,20 @@ def check_keys(tokenizer: Any, sets: ReplyCheckSets, view: View | None) -> dict[
     }
 
 
+def check_requests(tokenizer: Any, sets: ReplyCheckSets, view: View | None) -> dict[str, tuple[str, int]]:
+    """What the student is asked for each item, by its reply cache key: the text it reads and its token limit (an
+    item twice in a set is asked once)."""
+    from hominem_pipeline.core.lm.generation import messages_text
+
+    asked: dict[str, tuple[str, int]] = {}
+    for check, items in sets.items.items():
+        texts = [messages_text(tokenizer, model_input(i, view)) for i in items]
+        asked |= {
+            k: (t, sets.max_new_tokens[check]) for k, t in zip(item_keys(items, texts, sets.max_new_tokens), texts)
+        }
+    return asked
+
+
 def check_replies(
     model: Any,
     tokenizer: Any,
@@ -36,29 +50,23 @@ def check_replies(
     what: str = "reply checks",
 ) -> dict[str, list[str]]:
     """`model`'s replies (as it stands: the caller sets its adapter) to every item, by check in the sets' order.
-    `known` (cache key -> reply) is read first and the new replies are added to it. Checks with the same token limit
-    are decoded in shared batches (a CPU decoding step costs little more for a full batch than for a half one)."""
-    from hominem_pipeline.core.lm.generation import generate, messages_text
+    `known` (cache key -> reply) is read first and the new replies are added to it. Every check's items are decoded
+    together, each to its own token limit (`lm.greedy`), `evaluation.batch_size` rows at a time. Greedy decoding
+    draws nothing: `seed` is not read."""
+    from hominem_pipeline.core.lm.greedy import greedy
 
-    texts = {c: [messages_text(tokenizer, model_input(i, view)) for i in items] for c, items in sets.items.items()}
-    keys = {c: item_keys(sets.items[c], texts[c], sets.max_new_tokens) for c in sets.items}
-    by_limit: dict[int, list[tuple[str, int]]] = {}
-    for check in sets.items:
-        todo = [(check, n) for n, k in enumerate(keys[check]) if k not in known]
-        by_limit.setdefault(sets.max_new_tokens[check], []).extend(todo)
-    progress = Progress(what, sum(len(t) for t in by_limit.values()), log, unit="replies")
-    for limit, todo in by_limit.items():
-        for start in range(0, len(todo), evaluation.batch_size):
-            chunk = todo[start : start + evaluation.batch_size]
-            out = generate(
-                model,
-                tokenizer,
-                [texts[check][n] for check, n in chunk],
-                max_new_tokens=limit,
-                seed=seed,
-                repetition_penalty=evaluation.repetition_penalty,
-                plain_start=evaluation.plain_start,
-            )
-            known.update({keys[check][n]: g.text for (check, n), g in zip(chunk, out)})
-            progress.advance(len(chunk))
+    keys = check_keys(tokenizer, sets, view)
+    todo = {k: asked for k, asked in check_requests(tokenizer, sets, view).items() if k not in known}
+    progress = Progress(what, len(todo), log, unit="replies")
+    out = greedy(
+        model,
+        tokenizer,
+        [text for text, _ in todo.values()],
+        [limit for _, limit in todo.values()],
+        repetition_penalty=evaluation.repetition_penalty,
+        plain_start=evaluation.plain_start,
+        rows=evaluation.batch_size,
+        done=progress.advance,
+    )
+    known.update({k: g.text for k, g in zip(todo, out)})
     return {c: [known[k] for k in keys[c]] for c in sets.items}
