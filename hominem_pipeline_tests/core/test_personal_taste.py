@@ -208,10 +208,8 @@ def test_the_gate_asks_a_person_s_taste_model_which_side_s_replies_they_would_ch
     model of a person who likes being asked back gives the first's replies the better chance, each side's figure with
     its +- under checks['taste:ana'], decided by the paired rule (health.taste_margin)."""
     from hominem_pipeline.core.attune.personal import reply_features
-    from hominem_pipeline.core.lm.models import load_student
-    from hominem_pipeline.core.online.gate import GateHealth, GateModels, GateQuestions, GateSides, run_gate
     from hominem_pipeline.core.reward.model import RewardModel
-    from hominem_pipeline_tests.core.test_people_pairs import CHOSEN, PROMPTS, REJECTED, _adapter_toward
+    from hominem_pipeline_tests.core.test_people_pairs import CHOSEN, REJECTED, _adapter_toward
     from hominem_pipeline_tests.core.test_reward_model import toy_reward_model
 
     rm = RewardModel.load(toy_reward_model(tiny_encoder, tmp_path / "rm"))
@@ -223,22 +221,11 @@ def test_the_gate_asks_a_person_s_taste_model_which_side_s_replies_they_would_ch
         _adapter_toward(tiny_student, CHOSEN, tmp_path / "asking"),
         _adapter_toward(tiny_student, REJECTED, tmp_path / "flat"),
     )
-    cfg = load_config(
-        project / "config" / "tiny.yaml",
-        root=project,
-        overrides={"health": {"deploy_threshold": 0.0}, "evaluation": {"memory_probe": False}},
-    )
+    cfg = _gate_config(project)
     assert cfg.health.taste_margin == 0.0
 
     def gate(candidate, live):
-        base, tokenizer = load_student(tiny_student)
-        return run_gate(
-            GateSides(candidate, live, candidate.name, live.name),
-            cfg=cfg,
-            models=GateModels(base, tokenizer, rm),
-            questions=GateQuestions(PROMPTS, tastes={"ana": ana}),
-            health=GateHealth(1.0),
-        )
+        return _gate(cfg, tiny_student, rm, candidate, live, tastes={"ana": ana})
 
     better, worse = (
         gate(asking, flat).figures["checks"]["taste:ana"],
@@ -301,3 +288,77 @@ def test_a_person_is_shown_one_reply_before_and_after_their_updates_on_a_message
         "before_version": "d1",
         "after_version": "online-1",
     }
+
+
+def test_a_person_s_choices_never_trained_on_are_held_out_by_their_ids_and_judge_the_update(
+    project, tiny_student, tiny_encoder, tmp_path
+):
+    """`online.taste.held_out` of a person's choices after their first `min_choices` (never thumbs) stay out of
+    training, the same ones however the log grows; the gate compares both sides' implicit rewards on them: an adapter
+    trained toward the replies the person chose orders their choices better than one trained toward those they
+    rejected, under checks['choices:ana'] (with fewer than 8, reported)."""
+    import pandas as pd
+
+    from hominem_pipeline.core.online.taste_pairs import held_out_choices
+    from hominem_pipeline.core.reward.model import RewardModel
+    from hominem_pipeline_tests.core.test_people_pairs import CHOSEN, PROMPTS, REJECTED, _adapter_toward
+    from hominem_pipeline_tests.core.test_reward_model import toy_reward_model
+
+    log = pd.DataFrame(
+        {
+            "pair_id": [f"choice-{n}" for n in range(400)],
+            "source": ["feedback:choice", "feedback:thumbs"] * 200,
+            "rater": ["ana", "bo", "bo", "ana"] * 100,
+        }
+    )
+    held = held_out_choices(log, 0.2, 8)
+    choices = log["source"] == "feedback:choice"
+    assert not held[~choices].any() and 0.12 < held[choices].mean() < 0.28
+    assert not held[choices & (log.groupby("rater").cumcount() < 16)].any()  # each person's first 8 choices train
+    assert (held_out_choices(log.head(100), 0.2, 8) == held[:100]).all()  # a choice's fate is its own
+    assert not held_out_choices(log, 0.0, 8).any() and not held_out_choices(log.head(0), 0.2, 8).any()
+    assert not held_out_choices(log, 0.2, 0).any()  # no taste models: nothing held out
+
+    rm = RewardModel.load(toy_reward_model(tiny_encoder, tmp_path / "rm"))
+    nine = {"prompt": PROMPTS * 3, "chosen": CHOSEN * 3, "rejected": REJECTED * 3}
+    choices = pd.DataFrame({"pair_id": [f"c{n}" for n in range(9)], **nine})  # MIN_CHOICES (8) decide
+    toward, away = (
+        _adapter_toward(tiny_student, CHOSEN, tmp_path / "toward"),
+        _adapter_toward(tiny_student, REJECTED, tmp_path / "away"),
+    )
+    cfg = _gate_config(project)
+
+    def gate(candidate, live, held=choices):
+        return _gate(cfg, tiny_student, rm, candidate, live, choices={"ana": held})
+
+    better, worse = (
+        gate(toward, away).figures["checks"]["choices:ana"],
+        gate(away, toward).figures["checks"]["choices:ana"],
+    )
+    assert better["candidate"] > better["reference"] and worse["candidate"] < worse["reference"]
+    assert better["items"] == 9 and better["checked"] and not better["refused"]
+    assert worse["checked"] and worse["refused"] == (worse["upper_bound"] < -worse["margin"])
+    few = gate(away, toward, choices.head(3)).figures["checks"]["choices:ana"]
+    assert few["items"] == 3 and not few["checked"] and not few["refused"]  # too few to decide: reported
+
+
+def _gate_config(project):
+    overrides = {"health": {"deploy_threshold": 0.0}, "evaluation": {"memory_probe": False}}
+    return load_config(project / "config" / "tiny.yaml", root=project, overrides=overrides)
+
+
+def _gate(cfg, student, reward_model, candidate, live, **asked):
+    """The gate on the tiny student: `candidate` against `live` (adapter folders), on the people's-pairs test's
+    prompts, with `asked` (tastes, choices) as the questions."""
+    from hominem_pipeline.core.lm.models import load_student
+    from hominem_pipeline.core.online.gate import GateHealth, GateModels, GateQuestions, GateSides, run_gate
+    from hominem_pipeline_tests.core.test_people_pairs import PROMPTS
+
+    base, tokenizer = load_student(student)
+    return run_gate(
+        GateSides(candidate, live, candidate.name, live.name),
+        cfg=cfg,
+        models=GateModels(base, tokenizer, reward_model),
+        questions=GateQuestions(PROMPTS, **asked),
+        health=GateHealth(1.0),
+    )

@@ -122,6 +122,14 @@ class TasteConfig(_Frozen):
         description="The most of online.batch_items the taste pairs take (the replay buffer's pairs fill the rest), "
         "0-1.",
     )
+    held_out: float = Field(
+        ge=0.0,
+        le=0.5,
+        description="The share of each person's choices after their first min_choices never trained on (chosen by "
+        "the choice's id, so a choice "
+        "stays out): an update trained on their taste is judged on them (gate check choices:<rater>; with 8 "
+        "or more, else reported), 0-0.5; 0: none.",
+    )
 
 
 class OnlineConfig(_Frozen):

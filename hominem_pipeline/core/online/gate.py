@@ -16,7 +16,10 @@ student when none is):
 - the reward signal it was trained on (its `manifold.json`) has no collapsed dimension and no dominant column
   (`health.manifold`, `evaluation.manifold`); an adapter written without the figures is marked not measured;
 - its own replies, greedy, to the reply checks' items (`evaluation.reply_checks`: recall of what the person said,
-  general facts, instructions kept, sameness) are no worse than the live adapter's beyond `health.reply_margins`.
+  general facts, instructions kept, sameness) are no worse than the live adapter's beyond `health.reply_margins`;
+- an online update trained on a person's taste: their taste model does not prefer the live adapter's replies to
+  its own, and its implicit reward orders their choices it never trained on (`online.taste.held_out`) as they chose
+  not less often than the live adapter's, each beyond `health.taste_margin`.
 
 Each sampled check (the win rate, the people's pairs, the reply checks) is decided under its own noise by one
 rule, paired non-inferiority at `health.confidence` (`core/evaluation/noise.py`), and reports its estimate, its
@@ -38,8 +41,9 @@ import numpy as np
 import pandas as pd
 
 from hominem_pipeline.core.config import HominemConfig
-from hominem_pipeline.core.evaluation.noise import NoiseRule, PairedCheck, paired_check, reported
+from hominem_pipeline.core.evaluation.noise import NoiseRule, PairedCheck, paired_check
 from hominem_pipeline.core.lm.generation import degenerate
+from hominem_pipeline.core.online.gate_person import choices_check, taste_checks
 from hominem_pipeline.core.online.reply_cache import ReplyCache
 
 if TYPE_CHECKING:
@@ -168,6 +172,8 @@ class GateQuestions:
         view: how the served student reads a conversation (`with_stated_facts` under serving.recall_facts).
         tastes: the taste model of each person whose taste pairs an online update trained on (by rater): each judges
             both sides' replies to the held-out prompts (`health.taste_margin`); None: none.
+        choices: those persons' choices the update never trained on (by rater; prompt, chosen, rejected): both sides'
+            implicit rewards are compared on them (`health.taste_margin`); None: none.
     """
 
     prompts: Sequence[str]
@@ -177,6 +183,7 @@ class GateQuestions:
     reply_checks: Any = None
     view: Any = None
     tastes: dict[str, Any] | None = None
+    choices: dict[str, pd.DataFrame] | None = None
 
 
 @dataclass(frozen=True)
@@ -335,37 +342,6 @@ def _check_wins(verdict: _Verdict, scores: dict[str, Any], cfg: HominemConfig, l
     verdict.add(win_rate_check(wins, cfg.health, live_version or "the base"), "health.win_rate_margin")
 
 
-def _taste_checks(
-    verdict: _Verdict,
-    replies: _Replies,
-    models: GateModels,
-    tastes: dict[str, Any],
-    cfg: HominemConfig,
-    live_version: str | None,
-) -> None:
-    """Each person's taste model judges both sides' replies to the held-out prompts (those both answered): per prompt
-    the chance it gives of the person preferring the candidate's reply, against a coin's 0.5 by the paired rule
-    (`health.taste_margin`; null: reported)."""
-    from hominem_pipeline.core.attune.personal import reply_features
-
-    n = len(replies.texts)
-    both = [i for i in range(n) if replies.live[i].strip() and replies.candidate[i].strip()]
-    if not both:
-        return
-    prompts = [replies.texts[i] for i in both]
-    _, live = reply_features(models.reward_model, prompts, [replies.live[i] for i in both])
-    _, candidate = reply_features(models.reward_model, prompts, [replies.candidate[i] for i in both])
-    margin = cfg.health.taste_margin
-    rule = NoiseRule(0.0 if margin is None else margin, cfg.health.confidence, cfg.health.power)
-    for rater, model in sorted(tastes.items()):
-        p = model.probability(candidate, live)
-        what = f"{rater}'s taste (their taste model's choice of its reply)"
-        check = paired_check(
-            f"taste:{rater}", what, p, np.full(len(p), 0.5), rule, f"{live_version or 'the base'} (a tie)"
-        )
-        verdict.add(check if margin is not None else reported(check), "health.taste_margin")
-
-
 def _check_facts(verdict: _Verdict, replies: _Replies) -> None:
     """The memory probe: no fact the live adapter answers may be lost."""
     from hominem_pipeline.core.evaluation.memory import probe
@@ -448,11 +424,17 @@ def run_gate(
     _check_rhi(verdict, rhi, health, threshold, threshold_name)
     _check_wins(verdict, scores, cfg, sides.live_version)
     if questions.tastes:
-        _taste_checks(verdict, replies, models, questions.tastes, cfg, sides.live_version)
+        n = len(replies.texts)
+        sides_replies = (replies.texts, replies.live[:n], replies.candidate[:n])
+        taste_checks(verdict, *sides_replies, models.reward_model, questions.tastes, cfg, sides.live_version)
     _check_facts(verdict, replies)
     _check_manifold(verdict, sides.candidate, cfg)
     if questions.people is not None and len(questions.people):
         _people_check(model, models, questions.people, cfg, cache, sides, verdict)
+    for rater, choices in sorted((questions.choices or {}).items()):
+        adapters = (CANDIDATE, None if sides.live is None else LIVE)
+        held = (models.tokenizer, models.base_logps, choices)
+        choices_check(verdict, model, adapters, *held, rater, cfg, sides.live_version)
     if questions.reply_checks is not None:
         _reply_checks(model, models.tokenizer, questions, cfg, cache, sides, verdict, fresh)
     report = GateReport(not verdict.reasons, verdict.reasons, verdict.figures)

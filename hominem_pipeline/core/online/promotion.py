@@ -175,10 +175,13 @@ class GateSubset:
     people_pairs: int | None = None  # the first N of the people's held-out pairs (0: none; None: all)
     reply_items: int | None = None  # the first N items of each reply check (0: none; None: all)
     tastes: dict[str, Any] | None = None  # the taste model of each person whose taste pairs it trained on (by rater)
+    choices: dict[str, Any] | None = None  # those persons' choices it never trained on (by rater)
 
     @classmethod
-    def online(cls, cfg: HominemConfig, tastes: dict[str, Any] | None = None) -> GateSubset:
-        return cls(cfg.online.people_pairs, cfg.online.reply_check_items, tastes)
+    def online(
+        cls, cfg: HominemConfig, tastes: dict[str, Any] | None = None, choices: dict[str, Any] | None = None
+    ) -> GateSubset:
+        return cls(cfg.online.people_pairs, cfg.online.reply_check_items, tastes, choices)
 
 
 def offer(
@@ -241,9 +244,8 @@ def offer(
         )
     sides = GateSides(adapter, state.adapter_path(current), version, current.version)
     loaded = time.monotonic()
-    questions = replace(
-        _questions(cfg, prompts, subset, cfg.project.seed if seed is None else seed), tastes=subset.tastes
-    )
+    questions = _questions(cfg, prompts, subset, cfg.project.seed if seed is None else seed)
+    questions = replace(questions, tastes=subset.tastes, choices=subset.choices)
     report = run_gate(
         sides,
         cfg=cfg,

@@ -52,6 +52,19 @@ class TastePairs:
     models: dict[str, PersonalModel]
 
 
+def held_out_choices(pairs: pd.DataFrame, share: float, after: int) -> np.ndarray:
+    """Which of people's pairs (`feedback_tables`' pairs, in the log's order) are choices never trained on: of each
+    person's choices after their first `after` (those train, as a taste model needs them: `online.taste.min_choices`;
+    0: no taste models, none held out), `share`, by a digest of each choice's id, so a choice held out stays out
+    however the log grows (`online.taste.held_out`)."""
+    if pairs.empty or share <= 0 or after <= 0:
+        return np.zeros(len(pairs), dtype=bool)
+    choice = (pairs["source"].astype(str) == "feedback:choice").to_numpy()
+    nth = pairs["rater"].where(choice).groupby(pairs["rater"].where(choice)).cumcount().to_numpy()
+    draw = np.array([int(fingerprint(str(i), 8), 16) / 16**8 for i in pairs["pair_id"]])
+    return choice & (nth >= after) & (draw < share)
+
+
 def person_choices(pairs: pd.DataFrame, reward_model: Any, min_choices: int, prompts: int) -> list[PersonChoices]:
     """The choices of each rater with at least `min_choices` pairs among people's `pairs` (`feedback_tables`'
     pairs: rater, prompt, chosen, rejected, oldest first), with their newest `prompts` distinct messages."""

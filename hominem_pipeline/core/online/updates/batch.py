@@ -231,6 +231,7 @@ class UpdateBatch:
         push: the nudges' pressure.
         version: the version it trains (`online-<digest>`).
         tastes: the taste model of each person whose taste pairs it trains on (by rater), which judge it at the gate.
+        choices: those persons' choices never trained on (by rater; `online.taste.held_out`), judged at the gate.
     """
 
     live: str | None
@@ -248,6 +249,7 @@ class UpdateBatch:
     push: Pressure
     version: str = ""
     tastes: dict[str, PersonalModel] = field(default_factory=dict)
+    choices: dict[str, pd.DataFrame] = field(default_factory=dict)
 
 
 @dataclass
@@ -255,7 +257,8 @@ class _Heard:
     """What people said in the log that an update may learn from."""
 
     events: list[dict[str, Any]]
-    pairs: pd.DataFrame  # their preference pairs, as `feedback_tables` reads them (with who made each)
+    pairs: pd.DataFrame  # their preference pairs, as `feedback_tables` reads them (with who made each), to learn from
+    held: pd.DataFrame  # their choices never trained on (`online.taste.held_out`): the gate judges their taste on them
     people: pd.DataFrame  # those pairs, as replay items
     push: Pressure  # their nudges
     new_facts: int  # facts they stated, new or changed
@@ -270,6 +273,7 @@ def _heard(cfg: HominemConfig, reward_model: RewardModel, rm_path: Path) -> _Hea
     """Read the log: stated facts and liked replies go to the memory files now; pairs and nudges are returned."""
     from hominem_pipeline.core.online.facts import write_extracted
     from hominem_pipeline.core.online.feedback import feedback_tables
+    from hominem_pipeline.core.online.taste_pairs import held_out_choices
 
     oc = cfg.online
     events = feedback_events(cfg)
@@ -280,11 +284,13 @@ def _heard(cfg: HominemConfig, reward_model: RewardModel, rm_path: Path) -> _Hea
         log.info("%d fact(s) people stated in the log, %d new or changed, in %s", len(facts), new_facts, path)
     tables = feedback_tables(events)
     new_liked = remember_liked(cfg, tables.conversations)
-    people = feedback_items(cfg, events, tables.pairs, reward_model, rm_path)
+    held = held_out_choices(tables.pairs, oc.taste.held_out, oc.taste.min_choices)
+    pairs = tables.pairs[~held].reset_index(drop=True)
+    people = feedback_items(cfg, events, pairs, reward_model, rm_path)
     nc = oc.nudges
     now = dt.datetime.now(dt.timezone.utc)
     push = pressure(events, cfg.dimension_names, now, nc.half_life_days, nc.saturation)
-    return _Heard(events, tables.pairs, people, push, new_facts, new_liked)
+    return _Heard(events, pairs, tables.pairs[held].reset_index(drop=True), people, push, new_facts, new_liked)
 
 
 def taste_pairs(cfg: HominemConfig, pairs: pd.DataFrame, plan: UpdateBatch) -> TastePairs:
@@ -348,6 +354,10 @@ def _sample(cfg: HominemConfig, heard: _Heard, plan: UpdateBatch, buffer: Replay
     extra = nudge_pairs(cfg, plan.teacher_keys, push, reward_model, own)
     found = taste_pairs(cfg, heard.pairs, plan)
     taste, plan.tastes = found.items, found.models
+    if not heard.held.empty:
+        held = heard.held
+        plan.choices = {r: held[held["rater"] == r].reset_index(drop=True) for r in plan.tastes}
+        plan.choices = {r: c for r, c in plan.choices.items() if len(c)}
     n = cfg.online.batch_items - len(taste) - (len(extra) if nc.pair_rows == "share" else 0)
     batch = _from_buffer(cfg, buffer, max(n, 0), np.random.default_rng(plan.seed))
     if len(taste):

@@ -103,7 +103,7 @@ def judge(
         version=plan.version,
         prompts=held_out_prompts(cfg, plan.pair_sources),
         reward_model=plan.reward_model,  # the one its METADATA names, loaded once
-        subset=GateSubset.online(cfg, plan.tastes),
+        subset=GateSubset.online(cfg, plan.tastes, plan.choices),
     )
     rhi = health.get("rhi")
     actions = _fast_loop(cfg, state, plan, rhi, limits, by) if not done.promoted and rhi is not None else []
