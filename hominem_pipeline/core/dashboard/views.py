@@ -362,8 +362,9 @@ class DashboardData:
 
     def gate_trend(self, last: int = 60) -> dict[str, Any]:
         """The last `last` gates that weighed a candidate (promoted or refused), oldest first: when, which version,
-        what was decided, and each sampled check's figure for the candidate (a person's taste share `taste:<rater>`,
-        recall, facts, instructions kept, sameness, the people's pairs); None where a gate did not measure it."""
+        what was decided, and each sampled check's figure for the candidate (a person's taste share `taste:<rater>` and
+        held-out choices `choices:<rater>`, recall, facts, instructions kept, sameness, the people's pairs); None where
+        a gate did not measure it."""
         entries = [
             e
             for e in self.live_history()

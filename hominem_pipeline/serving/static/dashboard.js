@@ -181,7 +181,7 @@ const views = {
       { html: pct(c.detectable_drop), cls: "num" },
       { html: c.refused ? `<b>refused</b> (upper bound ${pct(c.upper_bound)} below −${pct(c.margin)} at ${pct(c.confidence)})` : c.checked ? "passed" : "reported", cls: c.refused ? "bad" : c.checked ? "good" : "" }]));
     const tr = h.gate_trend;
-    draw("chart-gate-trend", tr.gates.map((_, i) => i + 1), Object.entries(tr.series).map(([name, s]) => ({ label: s.what, values: s.values, width: name.startsWith("taste:") ? 3 : 1.5 })),
+    draw("chart-gate-trend", tr.gates.map((_, i) => i + 1), Object.entries(tr.series).map(([name, s]) => ({ label: s.what, values: s.values, width: name.startsWith("taste:") || name.startsWith("choices:") ? 3 : 1.5 })),
       { kind: "linear", yRange: [0, 1], xLabel: "gate" });
     const newest = tr.gates[tr.gates.length - 1];
     $("#gate-trend-note").textContent = newest ? `gate 1: ${tr.gates[0].time}; gate ${tr.gates.length}: ${newest.time} (${newest.action} ${newest.version})` : "";
