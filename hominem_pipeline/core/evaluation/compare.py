@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hominem_pipeline.core.common.progress import Progress
 from hominem_pipeline.core.common.schema import Prompt
 from hominem_pipeline.core.config import EvaluationConfig
 from hominem_pipeline.core.lm.generation import Generated, chat_text
@@ -26,23 +25,12 @@ SIDES = ("base", "adapter")
 def greedy_replies(
     model: Any, tokenizer: Any, prompts: Sequence[str], cfg: EvaluationConfig, seed: int, what: str = "replies"
 ) -> list[Generated]:
-    """The model's replies as the evaluation decodes them: greedy, `cfg.max_new_tokens`,
-    `cfg.repetition_penalty`, `cfg.plain_start`, `cfg.batch_size` rows at a time (`lm.greedy`), with progress.
+    """The model's replies to `prompts` as the evaluation decodes them (`decode_as_evaluated`, `cfg.max_new_tokens`).
     Greedy decoding draws nothing: `seed` is not read."""
-    from hominem_pipeline.core.lm.greedy import greedy
+    from hominem_pipeline.core.lm.greedy import decode_as_evaluated
 
     texts = [chat_text(tokenizer, p) for p in prompts]
-    progress = Progress(what, len(texts), log, unit="responses")
-    return greedy(
-        model,
-        tokenizer,
-        texts,
-        cfg.max_new_tokens,
-        repetition_penalty=cfg.repetition_penalty,
-        plain_start=cfg.plain_start,
-        rows=cfg.batch_size,
-        done=progress.advance,
-    )
+    return decode_as_evaluated(model, tokenizer, texts, cfg.max_new_tokens, cfg, what, "responses")
 
 
 def generate_both(

@@ -80,6 +80,34 @@ def greedy(
     return [g for g in out if g is not None]
 
 
+def decode_as_evaluated(
+    model: Any,
+    tokenizer: Any,
+    texts: Sequence[str],
+    limits: Sequence[int] | int,
+    cfg: Any,
+    what: str,
+    unit: str = "replies",
+) -> list[Generated]:
+    """`greedy` as the evaluation decodes (`cfg`: its `EvaluationConfig`): its repetition penalty and plain start,
+    `cfg.batch_size` rows at a time, with progress; each of `texts` (as the model reads them) to its token limit."""
+    import logging
+
+    from hominem_pipeline.core.common.progress import Progress
+
+    progress = Progress(what, len(texts), logging.getLogger(__name__), unit=unit)
+    return greedy(
+        model,
+        tokenizer,
+        texts,
+        limits,
+        repetition_penalty=cfg.repetition_penalty,
+        plain_start=cfg.plain_start,
+        rows=cfg.batch_size,
+        done=progress.advance,
+    )
+
+
 class _Batch:
     """The rows being decoded: their KV cache (left-padded to one length), attention mask, next positions, the
     tokens each has seen (for the repetition penalty), the next token each reads, and its reply so far."""

@@ -264,11 +264,10 @@ def _candidate_replies(
     prompts, the memory questions, the smoke prompt and the reply checks' items, decoded together (`lm.greedy`: the
     replies of every token limit share full decoding steps). Keyed as the cache keeps them: a prompt, or a reply
     check's item key."""
-    from hominem_pipeline.core.common.progress import Progress
     from hominem_pipeline.core.evaluation.memory import fact_questions
     from hominem_pipeline.core.evaluation.reply_checks.generation import check_requests
     from hominem_pipeline.core.lm.generation import chat_text
-    from hominem_pipeline.core.lm.greedy import greedy
+    from hominem_pipeline.core.lm.greedy import decode_as_evaluated
     from hominem_pipeline.core.policy.lora import merged
 
     held = cache.get(sides.candidate_version) if cache is not None and sides.candidate_version is not None else {}
@@ -280,19 +279,10 @@ def _candidate_replies(
     wanted = {k: asked for k, asked in wanted.items() if k not in held}
     if not wanted:
         return {}
-    progress = Progress("gate replies, candidate", len(wanted), log, unit="replies")
+    texts, limits = [text for text, _ in wanted.values()], [limit for _, limit in wanted.values()]
     model.set_adapter(CANDIDATE)
     with merged(model):
-        out = greedy(
-            model,
-            tokenizer,
-            [text for text, _ in wanted.values()],
-            [limit for _, limit in wanted.values()],
-            repetition_penalty=cfg.evaluation.repetition_penalty,
-            plain_start=cfg.evaluation.plain_start,
-            rows=cfg.evaluation.batch_size,
-            done=progress.advance,
-        )
+        out = decode_as_evaluated(model, tokenizer, texts, limits, cfg.evaluation, "gate replies, candidate")
     return {k: g.text for k, g in zip(wanted, out)}
 
 

@@ -1,16 +1,12 @@
 """One model's replies to the reply checks' items: greedy, with the evaluation's repetition penalty and plain start,
-each check's token limit, batched as the evaluation batches; those a reply cache already holds are not generated."""
+each check's token limit, on one shared cache; those a reply cache already holds are not generated."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
-from hominem_pipeline.core.common.progress import Progress
 from hominem_pipeline.core.evaluation.reply_checks.sets import ReplyCheckSets, item_keys, model_input
-
-log = logging.getLogger(__name__)
 
 View = Callable[[list[dict[str, str]]], list[dict[str, str]]]
 
@@ -53,20 +49,11 @@ def check_replies(
     `known` (cache key -> reply) is read first and the new replies are added to it. Every check's items are decoded
     together, each to its own token limit (`lm.greedy`), `evaluation.batch_size` rows at a time. Greedy decoding
     draws nothing: `seed` is not read."""
-    from hominem_pipeline.core.lm.greedy import greedy
+    from hominem_pipeline.core.lm.greedy import decode_as_evaluated
 
     keys = check_keys(tokenizer, sets, view)
     todo = {k: asked for k, asked in check_requests(tokenizer, sets, view).items() if k not in known}
-    progress = Progress(what, len(todo), log, unit="replies")
-    out = greedy(
-        model,
-        tokenizer,
-        [text for text, _ in todo.values()],
-        [limit for _, limit in todo.values()],
-        repetition_penalty=evaluation.repetition_penalty,
-        plain_start=evaluation.plain_start,
-        rows=evaluation.batch_size,
-        done=progress.advance,
-    )
+    texts, limits = [text for text, _ in todo.values()], [limit for _, limit in todo.values()]
+    out = decode_as_evaluated(model, tokenizer, texts, limits, evaluation, what)
     known.update({k: g.text for k, g in zip(todo, out)})
     return {c: [known[k] for k in keys[c]] for c in sets.items}
