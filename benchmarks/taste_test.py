@@ -321,6 +321,12 @@ def run_taste(args: argparse.Namespace, taste: Taste) -> list[dict[str, Any]]:
                 before = http.get(f"{url}/admin/live").json()["updates"]["updates"]
                 if person.teach(teach[i % len(teach)], seed=i) and person.choices % cfg.online.every_events == 0:
                     updates.append(_follow(http, url, person, held_out[0], before))
+                    u = updates[-1]
+                    print(
+                        f"{taste.name}: update after {person.choices} choices: {u['outcome']} ({u['reason']}), "
+                        f"answering in {u['answering_s']} s, a reply {u['reply_s_during']} s meanwhile",
+                        flush=True,
+                    )
                 i += 1
                 if person.choices >= goals[0]:
                     goals.pop(0)
@@ -393,8 +399,9 @@ def main() -> None:
         results[name] = run_taste(args, TASTES[name])
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / f"{name}.json").write_text(json.dumps(results[name], indent=1, default=str) + "\n")
-    plot(results, args.plot)
     print(json.dumps({k: [(r["choices"], round(r["share"], 3)) for r in v] for k, v in results.items()}))
+    measured = {f.stem: json.loads(f.read_text()) for f in sorted(args.out.glob("*.json")) if f.stem in TASTES}
+    plot(measured, args.plot)  # every taste measured so far, this run's and earlier runs'
 
 
 if __name__ == "__main__":
