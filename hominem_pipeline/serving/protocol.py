@@ -376,6 +376,22 @@ class TasteExample(_Response):
     after_version: str | None = Field(description="The live adapter's version.")
 
 
+class TasteUpdate(_Response):
+    version: str = Field(description="The newest online update trained on your taste.")
+    time: str | None = Field(description="When the gate decided it (UTC).")
+    live: bool = Field(description="Whether it is the adapter you talk to now.")
+    learned: bool = Field(description="Whether your own checks found it closer to your taste than the one before.")
+    cost: list[str] = Field(
+        description="What else the gate found it would cost (the student's facts, recall, instructions, sameness, "
+        "its health): why a taste it learned was refused. Empty when nothing."
+    )
+    checks: list[dict[str, Any]] = Field(
+        description="Your checks as the gate measured them (taste:<you>, choices:<you>): estimate, standard error, "
+        "rule."
+    )
+    said: str = Field(description="All of that in one sentence.")
+
+
 class MyTaste(_Response):
     rater: str = Field(description="Your pseudonymous id.")
     choices: int = Field(description="Your preference pairs the model was fitted on.")
@@ -384,6 +400,9 @@ class MyTaste(_Response):
     features: list[str] = Field(description="What it reads of each reply.")
     example: TasteExample | None = Field(
         default=None, description="One reply before and after your online updates (null while none is live)."
+    )
+    update: TasteUpdate | None = Field(
+        default=None, description="What the gate said of the newest update trained on your taste (null: none yet)."
     )
 
 

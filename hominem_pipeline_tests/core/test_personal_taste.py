@@ -362,3 +362,46 @@ def _gate(cfg, student, reward_model, candidate, live, **asked):
         questions=GateQuestions(PROMPTS, **asked),
         health=GateHealth(1.0),
     )
+
+
+def test_a_person_is_told_whether_their_update_learned_their_taste_and_what_a_refused_one_would_have_cost(tmp_path):
+    """The live history's gate figures, read for one person: an update that learned their taste but lost the
+    student's facts is refused 'at the cost of what the student knew', naming the check; one that did not learn it
+    says so; a promoted one is live until rolled back; another person's updates are not theirs."""
+    from hominem_pipeline.core.evaluation.noise import NoiseRule, paired_check
+    from hominem_pipeline.core.online.gate import GateReport
+    from hominem_pipeline.core.online.gate_person import taste_verdict
+    from hominem_pipeline.core.online.live import LiveState
+
+    rule, adapter = NoiseRule(0.05, 0.95, 0.8), tmp_path / "adapter"
+    state = LiveState(tmp_path / "data")
+    assert taste_verdict(state.history(), "ana", None) is None
+
+    def offer(version, taste, facts, rater="ana"):
+        checks = [
+            paired_check(f"taste:{rater}", f"{rater}'s taste", taste, [0.5] * len(taste), rule, "a tie"),
+            paired_check("facts", "general facts answered", facts, [1.0] * len(facts), rule, "the live adapter"),
+        ]
+        reasons = [f"{c.reason()} (health.reply_margins.{c.name})" for c in checks if c.refused]
+        report = GateReport(not reasons, reasons, {"checks": {c.name: c.as_dict() for c in checks}})
+        if report.passed:
+            return state.promote(version, adapter, None, gate=report.as_dict(), reason="ok", by="test")
+        state.refuse(version, adapter, None, gate=report.as_dict(), reason="; ".join(reasons), by="test")
+
+    offer("v1", [0.8, 0.7, 0.9, 0.75] * 5, [1.0, 0.0] * 10)  # learned, but lost half the facts
+    said = taste_verdict(state.history(), "ana", state.current().version)
+    assert said["version"] == "v1" and said["learned"] and not said["live"]
+    assert said["cost"] == ["general facts answered 50% against 100%"]
+    assert said["said"].startswith("update v1 learned your taste (your taste model picks its reply over the one")
+    assert "but was refused: it cost what the student knew (general facts answered 50% against 100%)" in said["said"]
+    offer("v2", [0.2, 0.3] * 10, [1.0] * 20)  # kept the facts, went against her taste
+    said = taste_verdict(state.history(), "ana", state.current().version)
+    assert not said["learned"] and said["cost"] == [] and "v2 was refused: it did not learn your taste" in said["said"]
+    offer("v3", [0.8, 0.7] * 10, [1.0] * 20)
+    offer("v4", [0.8, 0.7] * 10, [1.0, 0.0] * 10, rater="bo")  # another person's update
+    said = taste_verdict(state.history(), "ana", state.current().version)
+    assert said["version"] == "v3" and said["live"] and said["said"].endswith("; it is live")
+    assert [c["name"] for c in said["checks"]] == ["taste:ana"] and said["checks"][0]["standard_error"] > 0
+    state.rollback(reason="test", by="test")
+    said = taste_verdict(state.history(), "ana", state.current().version)
+    assert not said["live"] and said["said"].endswith("it was live, and has been rolled back since")

@@ -495,5 +495,38 @@ def test_a_person_sees_what_the_service_learned_of_their_taste(tmp_path, tiny_st
         ]
         assert sorted(e["id"] for e in logged) == sorted(r["turn"] for r in shown)
         assert {e["sampling"]["temperature"] for e in logged} <= {0.7, 1.05}
+        assert taste["update"] is None  # no update was trained on her taste yet
+        # an update that learned her taste and lost the student's facts, refused: the page tells her so, in words
+        said = _refused_for_facts(project / "data", taste["rater"])
+        taste = httpx.get(server.url + "/me/taste", timeout=60).json()
+        assert taste["update"]["said"] == said and not taste["update"]["live"] and taste["update"]["learned"]
+        assert "learned your taste" in said and "it cost what the student knew (general facts" in said
+        from hominem_pipeline.testing.browser import chromium, wait_for
+
+        driver = chromium()
+        try:
+            driver.get(server.url + "/")
+            shown = wait_for(driver, lambda d: d.find_element("css selector", "#taste-update").text or None, 60)
+            flagged = "error" in driver.find_element("css selector", "#taste-update").get_attribute("class")
+        finally:
+            driver.quit()
+        assert shown == said and flagged
     finally:
         stop(server.proc)
+
+
+def _refused_for_facts(data_dir, rater: str) -> str:
+    """The gate's refusal of an update that learned `rater`'s taste but answered half the facts the live adapter
+    answers, recorded in the live history as the gate records it; returns what the person is told."""
+    from hominem_pipeline.core.evaluation.noise import NoiseRule, paired_check
+    from hominem_pipeline.core.online.gate import GateReport
+    from hominem_pipeline.core.online.gate_person import taste_verdict
+    from hominem_pipeline.core.online.live import LiveState
+
+    rule = NoiseRule(0.05, 0.95, 0.8)
+    taste = paired_check(f"taste:{rater}", "their taste", [0.8, 0.7] * 10, [0.5] * 20, rule, "a tie")
+    facts = paired_check("facts", "general facts answered", [1.0, 0.0] * 10, [1.0] * 20, rule, "the live adapter")
+    report = GateReport(False, [facts.reason()], {"checks": {c.name: c.as_dict() for c in (taste, facts)}})
+    state = LiveState(data_dir)
+    state.refuse("u1", data_dir / "online" / "u1", None, gate=report.as_dict(), reason=facts.reason(), by="test")
+    return taste_verdict(state.history(), rater, None)["said"]

@@ -82,3 +82,53 @@ def choices_check(
     )
     decides = cfg.health.taste_margin is not None and len(choices) >= MIN_CHOICES
     verdict.add(check if decides else reported(check), "health.taste_margin")
+
+
+def taste_verdict(history: Sequence[dict[str, Any]], rater: str, live_version: str | None) -> dict[str, Any] | None:
+    """What the gate said of the newest update trained on `rater`'s taste (the live history's promote or refuse entry
+    whose gate judged their checks), in the person's words: whether it learned their taste, whether it went live, and,
+    when it was refused for what else it measured (the student's facts, recall, instructions, sameness, its health),
+    what it would have cost. None when no update was trained on their taste."""
+    own = (f"taste:{rater}", f"choices:{rater}")
+    judged = (e for e in reversed(history) if e.get("action") in ("promote", "refuse") and e.get("gate"))
+    entry = next((e for e in judged if any(n in e["gate"].get("checks", {}) for n in own)), None)
+    if entry is None:
+        return None
+    gate, version = entry["gate"], entry["version"]
+    checks = gate.get("checks", {})
+    mine = [checks[n] for n in own if n in checks]
+    refused_mine = [c for c in mine if c["refused"]]
+    learned = any(c["candidate"] > c["reference"] for c in mine) and not refused_mine
+    others = [c for n, c in checks.items() if n not in own and c["refused"]]
+    # a sampled check's reason starts with its `what` (noise.PairedCheck.reason); the rest are the gate's other rules
+    sampled = tuple(c["what"] for c in refused_mine + others)
+    cost = [f"{c['what']} {c['candidate']:.0%} against {c['reference']:.0%}" for c in others]
+    cost += [r for r in gate.get("reasons", []) if not r.startswith(sampled)]
+    words = "; ".join(_own_words(c) for c in mine)
+    if entry["action"] == "promote":
+        now = "it is live" if version == live_version else "it was live, and has been rolled back since"
+        said = f"update {version} {'learned' if learned else 'had not yet learned'} your taste ({words}); {now}"
+    elif learned:
+        said = f"update {version} learned your taste ({words}) but was refused: it cost what the student knew"
+        said += f" ({'; '.join(cost)})" if cost else ""
+    else:
+        said = f"update {version} was refused: it did not learn your taste ({words})"
+        said += f"; and it cost what the student knew ({'; '.join(cost)})" if cost else ""
+    return {
+        "version": version,
+        "time": entry.get("time"),
+        "live": entry["action"] == "promote" and version == live_version,
+        "learned": learned,
+        "cost": cost,
+        "checks": mine,
+        "said": said,
+    }
+
+
+def _own_words(check: dict[str, Any]) -> str:
+    if check["name"].startswith("taste:"):
+        return f"your taste model picks its reply over the one before {check['candidate']:.0%} of the time"
+    return (
+        f"it orders {check['candidate']:.0%} of the choices you made that it never trained on as you did, "
+        f"against {check['reference']:.0%} before"
+    )

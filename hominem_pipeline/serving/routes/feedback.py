@@ -316,20 +316,23 @@ async def my_data(caller: Caller = Depends(authenticate), service: Service = Dep
 async def my_taste(caller: Caller = Depends(authenticate), service: Service = Depends(get_service)) -> Any:
     """What the service has learned of your taste from your choices (`core/attune/personal.py`): the features that
     lead it in plain words, how sure it is of each, and from how many choices. It reads what the served reward model
-    says of each reply, and its length, questions, lists, apologies and exclamations."""
+    says of each reply, and its length, questions, lists, apologies and exclamations. `update`: what the gate said of
+    the newest update trained on your taste: whether it learned it, whether it is live, and what a refused one would
+    have cost the student (its facts, recall, instructions kept, sameness, its health)."""
     from hominem_pipeline.core.attune.personal import NO_CHOICES
 
     if service.tastes is None or not service.tastes.choices_of(caller.rater):
         return {"rater": caller.rater, "choices": 0, "said": NO_CHOICES, "leanings": [], "features": []}
     model = await service.tastes.model(caller.rater)
     leanings = [x.__dict__ | {"words": x.words} for x in model.leading(5)]
-    example = None
+    example = update = None
     if service.config is not None:
         from hominem_pipeline.core.online.taste_pairs import before_and_after
 
         taught = {m for m, _, _ in service.tastes.choices_of(caller.rater)}
         engine = service.engine
         example = await wait(engine.run(lambda: before_and_after(service.config, model, engine.reward, taught)))
+        update = await asyncio.to_thread(_taste_update, service.config.data_dir, caller.rater)
     return {
         "rater": caller.rater,
         "choices": model.choices,
@@ -337,7 +340,16 @@ async def my_taste(caller: Caller = Depends(authenticate), service: Service = De
         "leanings": leanings,
         "features": list(model.names),
         "example": example,
+        "update": update,
     }
+
+
+def _taste_update(data_dir: Any, rater: str) -> dict[str, Any] | None:
+    from hominem_pipeline.core.online.gate_person import taste_verdict
+    from hominem_pipeline.core.online.live import LiveState
+
+    state = LiveState(data_dir)
+    return taste_verdict(state.history(), rater, state.current().version)
 
 
 @router.delete("/me/data", response_model=Forgot)

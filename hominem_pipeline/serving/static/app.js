@@ -286,6 +286,9 @@ async function refreshConsistency() {
     : `${stats.choices} choice(s) made`;
   const taste = await api("/me/taste").catch(() => null);
   $("#taste").textContent = taste && taste.choices ? `what it learned of you: ${taste.said}` : "";
+  const update = taste && taste.update;
+  $("#taste-update").textContent = update ? update.said : "";
+  $("#taste-update").classList.toggle("error", Boolean(update && !update.live && update.cost.length));
   const ex = taste && taste.example;
   $("#taste").title = ex
     ? `on a message you never taught, "${ex.message}"\nbefore your updates: ${ex.before}\nnow: ${ex.after}`
