@@ -251,10 +251,16 @@ def _reply_check_figures(
 
 
 def people_figures(
-    model: Any, tokenizer: Any, people: pd.DataFrame, batch_size: int, base_cache: Any = None
+    model: Any,
+    tokenizer: Any,
+    people: pd.DataFrame,
+    batch_size: int,
+    base_cache: Any = None,
+    what: str = "people's held-out pairs",
 ) -> dict[str, Any]:
     """The active adapter's implicit reward on the people's held-out pairs, as the summary's people_*
-    figures (the base's accuracy is 0.5 by construction), and each pair's margin (`people_margins`)."""
+    figures (the base's accuracy is 0.5 by construction), and each pair's margin (`people_margins`).
+    `what`: the pairs, as the log line names them."""
     from hominem_pipeline.core.evaluation.people_pairs import implicit_reward
 
     reward, margins = implicit_reward(
@@ -267,8 +273,9 @@ def people_figures(
         base_cache=base_cache,
     )
     log.info(
-        "people's held-out pairs: the adapter's implicit reward orders %.1f%% +- %.1f of %d as people "
-        "did (base 50%%; mean margin %+.2f nats)",
+        "%s: the adapter's implicit reward orders %.1f%% +- %.1f of %d as people did (base 50%%; mean margin "
+        "%+.2f nats)",
+        what,
         100 * reward.accuracy,
         100 * reward.standard_error,
         reward.pairs,

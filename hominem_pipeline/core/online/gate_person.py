@@ -72,7 +72,8 @@ def choices_check(
         if name is None:
             return np.zeros(len(choices))
         model.set_adapter(name)
-        figures = people_figures(model, tokenizer, choices, cfg.evaluation.batch_size, base_logps)
+        what = f"{rater}'s held-out choices, {name}"
+        figures = people_figures(model, tokenizer, choices, cfg.evaluation.batch_size, base_logps, what)
         return np.array([figures["people_margins"][str(i)] for i in choices["pair_id"]], dtype=np.float64)
 
     candidate, live = margins(adapters[0]), margins(adapters[1])
