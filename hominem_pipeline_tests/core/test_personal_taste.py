@@ -237,22 +237,24 @@ def test_the_gate_asks_a_person_s_taste_model_which_side_s_replies_they_would_ch
     assert not better["refused"]
 
 
-def test_of_several_replies_the_two_that_would_tell_most_are_those_that_differ_on_what_it_is_unsure_of():
-    """A person who chose replies that ask back (and shorter ones, less surely): of four replies, two asking back and
-    two not, the pair that tells the model most sets one that asks back against one that does not; a pair alike on
-    both tells almost nothing."""
+def test_of_several_replies_the_two_shown_are_those_it_orders_most_surely_so_the_pair_can_show_the_taste():
+    """A person who chose replies that ask back: of five replies (two asking back; the others differing in what it
+    has not seen them choose by: length, an apology, an exclamation), the pair shown sets one that asks back against
+    one that does not, the one it would bet on first; the chance it gives is its own."""
     names = TEXT_FEATURES
-    chosen = text_features([f"Nice, {w}. How was it?" for w in ("tea", "rain", "bread", "jazz")])
-    rejected = text_features([f"Nice, {w}. That sounds good to me." for w in ("tea", "rain", "bread", "jazz")])
+    words = ("tea", "rain", "bread", "jazz", "cake", "snow", "film", "park", "bike", "song")
+    chosen = text_features([f"Nice, {w}. How was it?" for w in words])
+    rejected = text_features([f"Nice, {w}. It was good." for w in words])  # as long: length is not the taste
     model = PersonalModel.fit(names, chosen, rejected)
-    replies = ["That sounds fun.", "That sounds fun, really.", "Was it fun?", "Was it really fun for you?"]
+    long = " ".join(["and it went on"] * 12)
+    replies = ["That sounds fun.", f"That sounds fun, {long}.", "Was it fun?", f"Was it fun, {long}?", "Sorry, fun!"]
     feats = text_features(replies)
-    a, b, bits = model.most_telling(feats)
-    assert {replies[a].endswith("?"), replies[b].endswith("?")} == {True, False} and bits > 0
-    alike = model.information(feats[[0]], feats[[1]])[0]
-    assert alike < bits / 2
+    best, worst, p = model.surest(feats)
+    assert replies[best].endswith("?") and not replies[worst].endswith("?")
+    assert p == pytest.approx(model.probability(feats[best], feats[worst])[0]) and p > 0.7
+    assert model.surest(feats[[0, 0]])[:2] == (0, 1)  # alike to it: the two in order
     with pytest.raises(ValueError, match="a pair needs at least two"):
-        model.most_telling(feats[:1])
+        model.surest(feats[:1])
 
 
 def test_a_person_is_shown_one_reply_before_and_after_their_updates_on_a_message_they_never_taught(tiny_cfg):

@@ -148,23 +148,19 @@ class PersonalModel:
         """Each reply's place in the person's taste (the posterior mean's w . z): higher is preferred."""
         return (np.atleast_2d(np.asarray(features, np.float64)) / self.spread) @ self.posterior.mean
 
-    def information(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """What the person's answer to each pair (a row of `a` against the same row of `b`) would tell the model of
-        their taste: the expected information in bits (BALD, `posterior.bald`)."""
-        from hominem_pipeline.core.attune.posterior import bald
-
-        return bald(self.posterior, self._diffs(a, b))
-
-    def most_telling(self, features: np.ndarray) -> tuple[int, int, float]:
-        """Of the replies whose `features` are the rows, the two whose comparison would tell most (i < j), and how
-        many bits."""
+    def surest(self, features: np.ndarray) -> tuple[int, int, float]:
+        """Of the replies whose `features` are the rows, the one it ranks highest and the one it ranks lowest, and
+        its chance that the person chooses the first over the second: the pair whose answer it is surest of. Shown
+        to the person, a pair that can show their taste (a choice there teaches the student); trained on, the
+        student's own replies ranked as they would rank them."""
         n = len(features)
         if n < 2:
             raise ValueError(f"{n} reply(ies): a pair needs at least two")
-        pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
-        bits = self.information(features[[i for i, _ in pairs]], features[[j for _, j in pairs]])
-        best = int(np.argmax(bits))
-        return pairs[best][0], pairs[best][1], float(bits[best])
+        utility = self.utility(features)
+        best, worst = int(np.argmax(utility)), int(np.argmin(utility))
+        if best == worst:  # every reply alike to it
+            best, worst = 0, 1
+        return best, worst, float(self.probability(features[best], features[worst])[0])
 
     def agreement(self, chosen: np.ndarray, rejected: np.ndarray) -> float:
         """The share of choices (not fitted on) it predicts: the chosen reply more likely than not."""

@@ -64,7 +64,8 @@ class ServingConfig(_Frozen):
         ge=2,
         le=4,
         description="Replies written for a pair a person asks for (n=2) once they have a taste model "
-        "(online.taste.min_choices choices): the two whose answer would tell it most are shown, 2-4 (2: as sampled).",
+        "(online.taste.min_choices choices): the two it ranks highest and lowest are shown (the pair it is surest "
+        "they would choose between, so one that can show their taste), 2-4 (2: as sampled).",
     )
     max_body_bytes: int = Field(ge=1024, le=100_000_000, description="Largest request body accepted; larger gets 413.")
     log_dir: str = Field(

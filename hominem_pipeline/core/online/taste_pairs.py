@@ -104,10 +104,8 @@ def ranked_pairs(
     log.info("taste of %s: %s", person.rater, model.describe())
     rows: list[dict[str, Any]] = []
     for prompt, texts, kept, feats in found:
-        utility = model.utility(feats)
-        best, worst = int(np.argmax(utility)), int(np.argmin(utility))
-        p = float(model.probability(feats[best], feats[worst])[0])
-        if best == worst or p < min_probability:
+        best, worst, p = model.surest(feats)
+        if p < min_probability:
             continue
         rows.append(
             {

@@ -75,9 +75,10 @@ def _pool(service: Service, rater: str, n: int, plan: Any) -> int:
     return service.settings.pair_pool if least and len(service.tastes.choices_of(rater)) >= least else n
 
 
-async def _most_telling(service: Service, rater: str, message: str, jobs: list[Job]) -> list[Job]:
-    """The two finished replies (distinct, not empty) whose comparison would tell the person's taste model most, in
-    the order written; the first two when fewer differ."""
+async def _surest(service: Service, rater: str, message: str, jobs: list[Job]) -> list[Job]:
+    """Of the replies (distinct, not empty), the two the person's taste model ranks highest and lowest, in the order
+    written: the pair it is surest they would choose between, so one that can show their taste; the first two when
+    fewer differ."""
     model = await service.tastes.model(rater)
     seen: dict[str, int] = {}
     for i, job in enumerate(jobs):
@@ -87,8 +88,8 @@ async def _most_telling(service: Service, rater: str, message: str, jobs: list[J
     if len(keep) < 2:
         return jobs[:2]
     _, features = await service.tastes.features([message] * len(keep), [jobs[i].sent for i in keep])
-    a, b, _ = model.most_telling(features)
-    return [jobs[keep[a]], jobs[keep[b]]]
+    a, b, _ = model.surest(features)
+    return [jobs[keep[min(a, b)]], jobs[keep[max(a, b)]]]
 
 
 @router.post("/generate", response_model=GenerateResponse)
@@ -101,14 +102,14 @@ async def generate(
     asked = Asked([m.plain() for m in body.messages or []], SERVED if adapter else BASE, adapter, plan, body.session)
     pool = _pool(service, caller.rater, body.n, plan)
     jobs = submit(service, asked.messages, plan, adapter, body.n)
-    if pool > body.n:  # more replies, half of them warmer, for the two whose answer would tell the person's taste most
+    if pool > body.n:  # more replies, half of them warmer, for the two their taste model would order most surely
         warmer = replace(
             plan, temperature=min(2.0, 1.5 * plan.temperature), seed=None if plan.seed is None else plan.seed + body.n
         )
         jobs += submit(service, asked.messages, warmer, adapter, pool - body.n)
     await asyncio.gather(*(wait(j.future) for j in jobs))
     if pool > body.n:
-        jobs = await _most_telling(service, caller.rater, asked.messages[-1]["content"], jobs)
+        jobs = await _surest(service, caller.rater, asked.messages[-1]["content"], jobs)
     # the page shows whole replies: one cut by the token limit ends at its last sentence (the log keeps what was
     # shown)
     for job in jobs:
