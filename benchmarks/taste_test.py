@@ -308,6 +308,9 @@ def run_taste(args: argparse.Namespace, taste: Taste) -> list[dict[str, Any]]:
                     }
                 )
                 row = rows[-1]
+                args.out.mkdir(parents=True, exist_ok=True)  # so far: an interrupted run keeps its checkpoints
+                so_far = json.dumps({"checkpoints": rows, "updates": updates}, indent=1, default=str)
+                (args.out / f"{taste.name}.partial.json").write_text(so_far + "\n")
                 print(
                     f"{taste.name}: after {person.choices} choices ({person.shown} pairs shown): "
                     f"{row['share']:.1%} +- {row['standard_error']:.1%}",
@@ -399,6 +402,7 @@ def main() -> None:
         results[name] = run_taste(args, TASTES[name])
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / f"{name}.json").write_text(json.dumps(results[name], indent=1, default=str) + "\n")
+        (args.out / f"{name}.partial.json").unlink(missing_ok=True)
     print(json.dumps({k: [(r["choices"], round(r["share"], 3)) for r in v] for k, v in results.items()}))
     measured = {f.stem: json.loads(f.read_text()) for f in sorted(args.out.glob("*.json")) if f.stem in TASTES}
     plot(measured, args.plot)  # every taste measured so far, this run's and earlier runs'

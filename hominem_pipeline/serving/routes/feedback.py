@@ -108,13 +108,13 @@ async def generate(
         )
         jobs += submit(service, asked.messages, warmer, adapter, pool - body.n)
     await asyncio.gather(*(wait(j.future) for j in jobs))
-    if pool > body.n:
-        jobs = await _surest(service, caller.rater, asked.messages[-1]["content"], jobs)
     # the page shows whole replies: one cut by the token limit ends at its last sentence (the log keeps what was
-    # shown)
+    # shown); a pair is picked by what the person will read
     for job in jobs:
         if job.finish_reason == "length":
             job.sent = end_at_sentence(job.sent)
+    if pool > body.n:
+        jobs = await _surest(service, caller.rater, asked.messages[-1]["content"], jobs)
     rewards: list[dict[str, Any] | None] = [None] * len(jobs)
     if body.score and service.engine.reward is not None:
         rewards = await _rewards(service, asked.messages[-1]["content"], jobs)
