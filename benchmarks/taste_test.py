@@ -15,7 +15,8 @@ Reported after 0 and each of `--choices` choices:
 - the gate's quality checks on the live adapter against the start (recall, facts, instructions, sameness: the first
   `--quality-items` items of each, the replies the gate kept), each with its paired +-;
 - pairs shown for each choice made; each update's wall time from the choice that started it to a reply from the
-  updated adapter (or its refusal); the time of one reply while an update runs, against idle;
+  updated adapter (or its refusal); the time of one reply while an update runs (the person chatting on, a message
+  every reply plus `--think` seconds), against idle;
 - the person's taste model fitted on their choices, judged on every fifth usable pair they kept back: the share of
   those choices it predicts (how many choices it needs to reach 80%).
 
@@ -323,7 +324,7 @@ def run_taste(args: argparse.Namespace, taste: Taste) -> list[dict[str, Any]]:
             while goals and i < len(teach) * 4:
                 before = http.get(f"{url}/admin/live").json()["updates"]["updates"]
                 if person.teach(teach[i % len(teach)], seed=i) and person.choices % cfg.online.every_events == 0:
-                    updates.append(_follow(http, url, person, held_out[0], before))
+                    updates.append(_follow(http, url, person, held_out[0], before, args.think))
                     u = updates[-1]
                     print(
                         f"{taste.name}: update after {person.choices} choices: {u['outcome']} ({u['reason']}), "
@@ -356,15 +357,19 @@ def _settle(http: Any, url: str, timeout: float = 1800) -> None:
         time.sleep(1)
 
 
-def _follow(http: Any, url: str, person: Person, message: str, before: int, timeout: float = 1800) -> dict[str, Any]:
-    """The update the last choice started: replies timed while it runs, and the time until it is decided and (if
-    promoted) a reply comes from it."""
+def _follow(
+    http: Any, url: str, person: Person, message: str, before: int, think: float, timeout: float = 1800
+) -> dict[str, Any]:
+    """The update the last choice started: while it runs the person keeps chatting (a message, its reply, then
+    `think` seconds reading it), each reply timed; and the time until it is decided and (if promoted) a reply comes
+    from it."""
     t0, during = time.monotonic(), []
     while time.monotonic() - t0 < timeout:
         status = http.get(f"{url}/admin/live").json()["updates"]
         if status["updates"] > before and status["last"] is not None:
             break
         during.append(_timed(person, message))
+        time.sleep(think)
     last = status.get("last") or {}
     decided = time.monotonic() - t0
     if last.get("outcome") == "promoted":  # until a reply comes from it
@@ -393,6 +398,9 @@ def main() -> None:
     ap.add_argument("--held-out", type=int, default=40, help="held-out messages the share is measured on")
     ap.add_argument("--samples", type=int, default=2, help="replies sampled to each held-out message")
     ap.add_argument("--max-tokens", type=int, default=64, help="tokens per reply, as the page asks")
+    ap.add_argument(
+        "--think", type=float, default=10.0, help="seconds the person reads a reply before the next, during an update"
+    )
     ap.add_argument("--quality-items", type=int, default=24, help="items of each reply check (the online gate's)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "taste_test")
     ap.add_argument("--plot", type=Path, default=ROOT / "docs" / "plots" / "taste_test.png")

@@ -1507,7 +1507,7 @@ def test_the_taste_test_s_person_teaches_through_the_page_and_is_measured(chain)
             while (person.choices < 2 or not person.held) and seed < 90:
                 before = http.get(f"{server.url}/admin/live").json()["updates"]["updates"]
                 if person.teach(f"Tell me about thing {seed}.", seed) and person.choices == 2:
-                    update = _follow(http, server.url, person, "Hi", before, timeout=300)
+                    update = _follow(http, server.url, person, "Hi", before, 0.5, timeout=300)
                 seed += 1
             assert person.choices == 2 and len(person.held) == 1 and person.shown >= 3 and update is not None
             assert update["outcome"] in ("promoted", "refused") and update["decided_s"] > 0
