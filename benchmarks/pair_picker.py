@@ -67,7 +67,7 @@ def shown_pairs(model: Any, rows: np.ndarray) -> dict[str, tuple[int, int]]:
 
 
 def measure(pools: list[dict[str, Any]], reward_model: Any, taste_name: str, args: argparse.Namespace) -> dict:
-    from hominem_pipeline.core.attune.personal import PersonalModel, reply_features
+    from hominem_pipeline.core.attune.personal import PersonalModel, distinct_replies, reply_features
 
     taste = TASTES[taste_name]
     texts = [r for p in pools for r in p["replies"]]
@@ -86,13 +86,15 @@ def measure(pools: list[dict[str, Any]], reward_model: Any, taste_name: str, arg
         for fold in (range(half), range(half, len(pools))):
             taught = set(fold)
             can = [(a, b) for m, idx in split if m in taught for a in idx for b in idx if keeps[a] and not keeps[b]]
-            judged = [(m, idx) for m, idx in split if m not in taught and len({texts[i].strip() for i in idx}) >= 2]
+            judged = [
+                (m, idx) for m, idx in split if m not in taught and len(distinct_replies([texts[i] for i in idx])) >= 2
+            ]
             hits = {name: np.zeros(len(judged)) for name in PICKERS}
             for _ in range(args.repeats):
                 drawn = [can[i] for i in rng.choice(len(can), size=min(k, len(can)), replace=False)]
                 model = PersonalModel.fit(names, feats[[a for a, _ in drawn]], feats[[b for _, b in drawn]])
                 for n, (_, idx) in enumerate(judged):
-                    kept = list({texts[i].strip(): i for i in reversed(idx) if texts[i].strip()}.values())[::-1]
+                    kept = [idx[i] for i in distinct_replies([texts[i] for i in idx])]
                     shown = shown_pairs(model, feats[kept]) | {"as sampled": None}
                     for name, pair in shown.items():
                         a, b = (idx[0], idx[1]) if pair is None else (kept[pair[0]], kept[pair[1]])

@@ -74,6 +74,15 @@ def reply_features(
     return feature_names(reward_model.dimensions, people is not None), np.concatenate(columns, 1)
 
 
+def distinct_replies(replies: Sequence[str]) -> list[int]:
+    """The index of each distinct, non-empty reply's first appearance (stripped), in order: the replies a taste model
+    chooses a pair among."""
+    first: dict[str, int] = {}
+    for i, reply in enumerate(replies):
+        first.setdefault(reply.strip(), i)
+    return [i for text, i in first.items() if text]
+
+
 @dataclass(frozen=True)
 class Leaning:
     """One feature's weight in a person's taste: its posterior mean and standard deviation (per spread of the

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hominem_pipeline.core.attune.personal import PersonalModel, reply_features
+from hominem_pipeline.core.attune.personal import PersonalModel, distinct_replies, reply_features
 from hominem_pipeline.core.online.replay import FINISHED, ITEM_COLUMNS
 from hominem_pipeline.core.pipeline.artifacts import fingerprint
 
@@ -89,10 +89,7 @@ def ranked_pairs(
     the model (its spread over their choices and these replies)."""
     asked: list[tuple[str, list[str], dict[str, bool]]] = []
     for prompt, replies in zip(person.prompts, drawn):
-        kept: dict[str, bool] = {}
-        for text, finished in replies:
-            if text.strip() and text.strip() not in kept:
-                kept[text.strip()] = bool(finished)
+        kept = {replies[i][0].strip(): bool(replies[i][1]) for i in distinct_replies([t for t, _ in replies])}
         if len(kept) >= 2:
             asked.append((prompt, list(kept), kept))
     # every message's replies scored in one pass of the reward model, then split by message

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
+from hominem_pipeline.core.attune.personal import distinct_replies
 from hominem_pipeline.core.lm.generation import end_at_sentence
 from hominem_pipeline.core.online.events import BASE, FEEDBACK, SERVED, Choice, new_turn
 from hominem_pipeline.core.online.ledger import FeedbackError
@@ -80,11 +81,7 @@ async def _surest(service: Service, rater: str, message: str, jobs: list[Job]) -
     written: the pair it is surest they would choose between, so one that can show their taste; the first two when
     fewer differ."""
     model = await service.tastes.model(rater)
-    seen: dict[str, int] = {}
-    for i, job in enumerate(jobs):
-        if job.sent.strip() and job.sent.strip() not in seen:
-            seen[job.sent.strip()] = i
-    keep = list(seen.values())
+    keep = distinct_replies([job.sent for job in jobs])
     if len(keep) < 2:
         return jobs[:2]
     _, features = await service.tastes.features([message] * len(keep), [jobs[i].sent for i in keep])
