@@ -511,6 +511,9 @@ def test_a_person_sees_what_the_service_learned_of_their_taste(tmp_path, tiny_st
         finally:
             driver.quit()
         assert shown == said and flagged
+        (project / "data" / "live" / "history.json").write_text("{torn")  # a hand edit: the rest is still said
+        taste = httpx.get(server.url + "/me/taste", timeout=60)
+        assert taste.status_code == 200 and taste.json()["update"] is None and taste.json()["choices"] == 8
     finally:
         stop(server.proc)
 

@@ -5,6 +5,7 @@ elsewhere), /reward, /feedback and what the page asks through it (/feedback/repe
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from dataclasses import replace
 from typing import Any
@@ -52,6 +53,7 @@ from hominem_pipeline.serving.protocol import (
     TurnResponse,
 )
 
+log = logging.getLogger(__name__)
 router = APIRouter(tags=["hominem"])
 
 
@@ -325,12 +327,16 @@ async def my_taste(caller: Caller = Depends(authenticate), service: Service = De
     leanings = [x.__dict__ | {"words": x.words} for x in model.leading(5)]
     example = update = None
     if service.config is not None:
+        from hominem_pipeline.core.online.live import LiveError
         from hominem_pipeline.core.online.taste_pairs import before_and_after
 
         taught = {m for m, _, _ in service.tastes.choices_of(caller.rater)}
         engine = service.engine
-        example = await wait(engine.run(lambda: before_and_after(service.config, model, engine.reward, taught)))
-        update = await asyncio.to_thread(_taste_update, service.config.data_dir, caller.rater)
+        try:  # both read the live state; what the person's choices say reaches them even when it cannot be read
+            example = await wait(engine.run(lambda: before_and_after(service.config, model, engine.reward, taught)))
+            update = await asyncio.to_thread(_taste_update, service.config.data_dir, caller.rater)
+        except LiveError as exc:
+            log.warning("GET /me/taste: no example or update reported, the live state cannot be read: %s", exc)
     return {
         "rater": caller.rater,
         "choices": model.choices,
