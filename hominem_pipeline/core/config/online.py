@@ -130,6 +130,11 @@ class TasteConfig(_Frozen):
         "stays out): an update trained on their taste is judged on them (gate check choices:<rater>; with 8 "
         "or more, else reported), 0-0.5; 0: none.",
     )
+    imitate: bool = Field(
+        description="true: the chosen reply of each taste pair and of each person's choice in the batch is also a "
+        "memory row of the update (an SFT target at policy.dual.memory_weight), imitated beside the pair's DPO term; "
+        "false: the pair's DPO term and its chosen reply's SFT at policy.dual.sft_weight.",
+    )
 
 
 class OnlineConfig(_Frozen):

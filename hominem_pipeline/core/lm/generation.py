@@ -40,6 +40,15 @@ def end_at_sentence(text: str) -> str:
     return body[:cut].rstrip() if cut else text
 
 
+def as_shown(reply: Generated) -> tuple[str, bool]:
+    """(text, finished) of a sampled reply as the page shows it: one the token limit cut ends at its last sentence
+    (`end_at_sentence`) and reads as whole there; one with no sentence end to cut at stays unfinished."""
+    if reply.finished:
+        return reply.text, True
+    cut = end_at_sentence(reply.text)
+    return cut, cut != reply.text
+
+
 def degenerate(reply: str) -> str | None:
     """Why `reply` is not a usable answer (empty, no letters, one word over and over), or None."""
     text = reply.strip()

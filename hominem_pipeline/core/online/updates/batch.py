@@ -29,6 +29,7 @@ from hominem_pipeline.core.online.nudges import (
 )
 from hominem_pipeline.core.online.replay import ReplayBuffer
 from hominem_pipeline.core.online.slow_loop import adjustment_on
+from hominem_pipeline.core.online.taste_pairs import Sampler
 from hominem_pipeline.core.online.updates.result import UpdateResult
 from hominem_pipeline.core.online.updates.sources import (
     feedback_events,
@@ -136,15 +137,13 @@ def sample_as_served(
     return [out[i * k : (i + 1) * k] for i in range(len(prompts))]
 
 
-def own_replies(
-    cfg: HominemConfig, events: list[dict[str, Any]], push: Pressure, adapter: Path | None, seed: int
-) -> pd.DataFrame:
-    """The candidates `online.nudges.samples` adds (`nudges.sampled_candidates`): replies sampled from
-    `adapter` (None: the base) to the newest `sample_prompts` conversations people nudged, as the server
-    samples them (`sample_as_served`), `evaluation.max_new_tokens` long and in batches of
-    `evaluation.batch_size`; none without pressure or with `samples` 0."""
-    nc, ec = cfg.online.nudges, cfg.evaluation
-    conversations = nudged_conversations(events, push, nc.sample_prompts) if push.active and nc.samples else []
+def own_sampler(cfg: HominemConfig, adapter: Path | None, seed: int, what: str, *, shown: bool) -> Sampler:
+    """(prompts, k) -> k replies (text, finished) to each from `adapter` (None: the base), sampled as the server
+    samples them (`sample_as_served`), `evaluation.max_new_tokens` long, `evaluation.batch_size` at a time; `shown`:
+    as the page shows them (`generation.as_shown`: one the token limit cut ends at its last sentence)."""
+    from hominem_pipeline.core.lm.generation import as_shown
+
+    ec = cfg.evaluation
 
     def sample(prompts: list[str], k: int) -> list[list[tuple[str, bool]]]:
         started = time.monotonic()
@@ -152,15 +151,28 @@ def own_replies(
             cfg, adapter, prompts, k, seed, max_new_tokens=ec.max_new_tokens, batch_size=ec.batch_size
         )
         log.info(
-            "nudges: %d replies sampled from %s to %d nudged conversation(s) in %.0f s",
+            "%s: %d replies sampled from %s to %d message(s) in %.0f s",
+            what,
             len(prompts) * k,
             adapter.name if adapter else "the base",
             len(prompts),
             time.monotonic() - started,
         )
-        return [[(g.text, g.finished) for g in replies] for replies in drawn]
+        return [[as_shown(g) if shown else (g.text, g.finished) for g in replies] for replies in drawn]
 
-    return sampled_candidates(conversations, nc.samples, sample)
+    return sample
+
+
+def own_replies(
+    cfg: HominemConfig, events: list[dict[str, Any]], push: Pressure, adapter: Path | None, seed: int
+) -> pd.DataFrame:
+    """The candidates `online.nudges.samples` adds (`nudges.sampled_candidates`): replies sampled from
+    `adapter` (None: the base) to the newest `sample_prompts` conversations people nudged, as the server
+    samples them (`sample_as_served`), `evaluation.max_new_tokens` long and in batches of
+    `evaluation.batch_size`; none without pressure or with `samples` 0."""
+    nc = cfg.online.nudges
+    conversations = nudged_conversations(events, push, nc.sample_prompts) if push.active and nc.samples else []
+    return sampled_candidates(conversations, nc.samples, own_sampler(cfg, adapter, seed, "nudges", shown=False))
 
 
 def remember_liked(cfg: HominemConfig, conversations: pd.DataFrame) -> int:
@@ -296,23 +308,11 @@ def _heard(cfg: HominemConfig, reward_model: RewardModel, rm_path: Path) -> _Hea
 def taste_pairs(cfg: HominemConfig, pairs: pd.DataFrame, plan: UpdateBatch) -> TastePairs:
     """The on-policy pairs people's taste models make of the live adapter's own replies (`online.taste`,
     `core.online.taste_pairs`), at most `share` of the batch, the surest first, and the models; none with
-    `min_choices` 0."""
+    `min_choices` 0. The replies are ranked and trained on as the page would show them (`generation.as_shown`)."""
     from hominem_pipeline.core.online.taste_pairs import TastePairs, taste_items
 
-    tc, ec = cfg.online.taste, cfg.evaluation
-
-    def sample(prompts: list[str], k: int) -> list[list[tuple[str, bool]]]:
-        started = time.monotonic()
-        drawn = sample_as_served(
-            cfg, plan.live_adapter, prompts, k, plan.seed, max_new_tokens=ec.max_new_tokens, batch_size=ec.batch_size
-        )
-        log.info(
-            "taste: %d replies sampled to %d message(s) in %.0f s",
-            len(prompts) * k,
-            len(prompts),
-            time.monotonic() - started,
-        )
-        return [[(g.text, g.finished) for g in replies] for replies in drawn]
+    tc = cfg.online.taste
+    sample = own_sampler(cfg, plan.live_adapter, plan.seed, "taste", shown=True)
 
     found = taste_items(
         pairs,

@@ -51,18 +51,26 @@ def training_pairs(batch: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(columns)
 
 
+def imitated(cfg: HominemConfig, batch: pd.DataFrame, dimension: pd.Series) -> pd.Series:
+    """Which of the batch's pairs have their chosen reply imitated too: the dimension pairs with
+    `online.nudges.imitate`, the taste pairs and people's choices with `online.taste.imitate`."""
+    source = batch["source"].astype(str)
+    taste = source.str.startswith("taste:") | (source == "feedback:choice")
+    return (dimension & cfg.online.nudges.imitate) | (taste & cfg.online.taste.imitate)
+
+
 def _memory(cfg: HominemConfig, batch: pd.DataFrame, dimension: pd.Series) -> tuple[pd.DataFrame, list[list[str]]]:
-    """(the memory rows, where they come from): the memory files, and with `online.nudges.imitate` each
-    dimension pair's chosen reply too (the student imitates it)."""
+    """(the memory rows, where they come from): the memory files, and the chosen replies the update imitates
+    (`imitated`)."""
     from hominem_pipeline.core.builds.memory_files import memory_paths
     from hominem_pipeline.core.evaluation.memory import memory_digest, read_memory_rows
 
     files = memory_paths(cfg)
     memory, memory_data = read_memory_rows(files), memory_digest(files)
-    if not cfg.online.nudges.imitate:
+    chosen = batch[imitated(cfg, batch, dimension)]
+    if chosen.empty:
         return memory, memory_data
-    chosen = batch[dimension]
-    imitated = pd.DataFrame(
+    rows = pd.DataFrame(
         {
             "memory_id": [fingerprint([p, r], 12) for p, r in zip(chosen["prompt"], chosen["chosen"])],
             "prompt": chosen["prompt"],
@@ -71,10 +79,10 @@ def _memory(cfg: HominemConfig, batch: pd.DataFrame, dimension: pd.Series) -> tu
             "source": chosen["id"],
         }
     )
-    memory = pd.concat([memory, imitated], ignore_index=True)
+    memory = pd.concat([memory, rows], ignore_index=True)
     memory = memory.drop_duplicates("memory_id", keep="first").reset_index(drop=True)
-    if len(imitated):  # where they come from: the replay batch written beside the adapter
-        memory_data.append([f"{REPLAY_BATCH}#imitated", fingerprint(sorted(imitated["memory_id"]), 64)])
+    # where they come from: the replay batch written beside the adapter
+    memory_data.append([f"{REPLAY_BATCH}#imitated", fingerprint(sorted(rows["memory_id"]), 64)])
     return memory, memory_data
 
 
@@ -127,8 +135,8 @@ def train_update(cfg: HominemConfig, plan: UpdateBatch, out: Path) -> AdapterTra
     """Train the update `plan` describes into the new version's folder `out`, written whole (a temp folder
     renamed) with its METADATA, training history, replay batch and the people's pairs its buffer held. With
     `online.rehearse_memory`, every memory row is trained on once; with `online.nudges.pair_rows: extra`, every
-    dimension pair once, beside each step's pair rows; with `online.nudges.imitate`, each dimension pair's
-    chosen reply is a memory row too."""
+    dimension pair once, beside each step's pair rows; the chosen replies it imitates (`imitated`) are memory rows
+    too."""
     from hominem_pipeline.core.evaluation.manifold import keep_manifold
     from hominem_pipeline.core.lm.models import base_name
     from hominem_pipeline.core.policy.lora import name_base
