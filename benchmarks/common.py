@@ -109,6 +109,20 @@ def train_first_day(cfg, labels, out: Path, date: str):
     return model, metrics
 
 
+def named_settings(items: list[str], flag: str, example: str) -> dict[str, dict]:
+    """`NAME=JSON` arguments (`flag`, repeatable) as {name: settings}; SystemExit naming a bad one, with `example`."""
+    import json
+
+    out = {}
+    for item in items:
+        name, _, text = item.partition("=")
+        try:
+            out[name] = json.loads(text or "{}")
+        except ValueError as exc:
+            raise SystemExit(f"{flag} {item!r}: the part after = must be JSON settings, e.g. {example} ({exc})")
+    return out
+
+
 def paired_se(x: np.ndarray) -> float:
     """The standard error of a mean of paired differences (NaN with fewer than two)."""
     x = np.asarray(x, dtype=np.float64)

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import scratch_project
+from benchmarks.common import named_settings, scratch_project
 from benchmarks.live_day import FACTS, script_events
 
 DEFAULT_VARIANTS = {
@@ -52,16 +52,7 @@ def main() -> None:
         "--variant", action="append", default=[], metavar="NAME=JSON", help="config overrides to compare (repeatable)"
     )
     args = ap.parse_args()
-    variants = {}
-    for item in args.variant:
-        name, _, text = item.partition("=")
-        try:
-            variants[name] = json.loads(text or "{}")
-        except ValueError as exc:
-            sys.exit(
-                f'--variant {item!r}: the part after = must be JSON config overrides, e.g. \'{{"online": '
-                f'{{"max_steps": 6}}}}\' ({exc})'
-            )
+    variants = named_settings(args.variant, "--variant", """'{"online": {"max_steps": 6}}'""")
     variants = variants or DEFAULT_VARIANTS
 
     from hominem_pipeline.core.config.loader import load_config

@@ -29,7 +29,6 @@ MiniLM encoder of `config/reward/encoder.yaml`, fine-tuned and frozen with ridge
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import tempfile
@@ -43,6 +42,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.common import named_settings
 from hominem_pipeline.core.common.schema import vector_matrix
 from hominem_pipeline.core.common.stats import pearson
 from hominem_pipeline.core.config.loader import load_config
@@ -160,16 +160,7 @@ def main() -> None:
     logging.basicConfig(
         level=logging.ERROR
     )  # the per-fold "few validation pairs" warnings are what this script answers
-    variants = {}
-    for item in args.variant:
-        name, _, text = item.partition("=")
-        try:
-            variants[name] = json.loads(text or "{}")
-        except json.JSONDecodeError as exc:
-            sys.exit(
-                f"--variant {item!r}: the part after = must be JSON reward_model settings, e.g. "
-                f"'{{\"epochs\": 3}}' ({exc})"
-            )
+    variants = named_settings(args.variant, "--variant", """'{"epochs": 3}' (reward_model settings)""")
     variants = variants or DEFAULT_VARIANTS
 
     base = load_config(root=ROOT)
