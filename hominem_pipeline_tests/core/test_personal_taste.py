@@ -161,8 +161,13 @@ def test_an_update_s_batch_takes_a_person_s_taste_pairs_from_the_student_s_own_s
     most `online.taste.share` of the batch, the surest first; with `min_choices` 0 it samples nothing."""
     import pandas as pd
 
+    from hominem_pipeline.core.lm.generation import Generated, as_shown, end_at_sentence
     from hominem_pipeline.core.online.nudges import Pressure
     from hominem_pipeline.core.online.updates.batch import UpdateBatch, taste_pairs
+
+    assert as_shown(Generated("That sounds hard. How are you", 64, False)) == ("That sounds hard.", True)
+    assert as_shown(Generated("one long unfinished thought", 64, False)) == ("one long unfinished thought", False)
+    assert as_shown(Generated("Done. Why?", 5, True)) == ("Done. Why?", True)
     from hominem_pipeline.core.reward.model import RewardModel
     from hominem_pipeline_tests.core.test_reward_model import toy_reward_model
 
@@ -192,6 +197,8 @@ def test_an_update_s_batch_takes_a_person_s_taste_pairs_from_the_student_s_own_s
     assert 0 < len(items) <= round(0.25 * cfg.online.batch_items)
     assert set(items["source"]) == {"taste:ana"} and set(items["prompt"]) <= set(messages[-cfg.online.taste.prompts :])
     assert list(items["weight"]) == sorted(items["weight"], reverse=True)
+    for side in ("chosen", "rejected"):  # as the page shows them: one the token limit cut ends at its last sentence
+        assert all(f or end_at_sentence(t) == t for t, f in zip(items[side], items[f"{side}_finished"]))
     off = cfg.model_copy(
         update={
             "online": cfg.online.model_copy(update={"taste": cfg.online.taste.model_copy(update={"min_choices": 0})})
@@ -407,3 +414,30 @@ def test_a_person_is_told_whether_their_update_learned_their_taste_and_what_a_re
     state.rollback(reason="test", by="test")
     said = taste_verdict(state.history(), "ana", state.current().version)
     assert not said["live"] and said["said"].endswith("it was live, and has been rolled back since")
+
+
+def test_an_update_imitates_the_replies_a_person_chose_only_when_told_to(tiny_cfg):
+    """`online.taste.imitate`: the chosen replies of taste pairs and of people's choices become memory rows (SFT
+    targets) of the update; `online.nudges.imitate` does the same for the dimension pairs; teacher pairs never."""
+    import pandas as pd
+
+    from hominem_pipeline.core.online.updates.training import imitated
+
+    batch = pd.DataFrame(
+        {"source": ["teacher:2026-12-07", "feedback:choice", "feedback:thumbs", "taste:ana", "nudge:x"]}
+    )
+    dimension = batch["source"].str.startswith("nudge:")
+
+    def cfg(taste: bool, nudges: bool):
+        oc = tiny_cfg.online
+        online = oc.model_copy(
+            update={
+                "taste": oc.taste.model_copy(update={"imitate": taste}),
+                "nudges": oc.nudges.model_copy(update={"imitate": nudges}),
+            }
+        )
+        return tiny_cfg.model_copy(update={"online": online})
+
+    assert list(imitated(cfg(False, False), batch, dimension)) == [False] * 5
+    assert list(imitated(cfg(True, False), batch, dimension)) == [False, True, False, True, False]
+    assert list(imitated(cfg(True, True), batch, dimension)) == [False, True, False, True, True]

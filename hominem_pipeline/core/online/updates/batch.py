@@ -392,6 +392,8 @@ def _version(cfg: HominemConfig, plan: UpdateBatch) -> str:
     ]
     if plan.lr_factor != 1.0:
         parts.append(plan.lr_factor)
+    if oc.taste.imitate:  # the chosen replies it imitates are memory rows too
+        parts.append("imitate")
     if push.active:
         parts += [{d: round(p, 4) for d, p in push.by_dimension.items()}, oc.nudges.model_dump()]
     return "online-" + fingerprint(parts, 12)
