@@ -8,13 +8,14 @@ that does not, the person chooses the first that keeps it over the first that do
 pick shows once their taste model knows the taste), until `--choices` choices. They go into each arm's interaction
 log as the service writes them (two turns and a clear choice, rater `local`).
 
-Each arm is a scratch project (`benchmarks/common.scratch_project`: the repo's config with the arm's overrides, the
-daily adapter live) with that log, then one online update's batch (`updates.gather`: the replay buffer, the taste
-pairs, the held-out choices) and training (`train_update`). The gate is not asked: this measures what an update
-learns; the taste test (`benchmarks/taste_test.py`) measures what the gate lets through. Judged: `--held-out` messages
-the person never taught on, `--samples` replies each, sampled as served with the same seeds for every arm and for the
-start; the share keeping the taste with its standard error over messages, each arm against the start paired by
-message, the replies' mean words (a taste kept by saying less is seen), the update's batch by source and its time.
+The arms share one scratch project (`benchmarks/common.scratch_project`: the repo's config, the daily adapter live).
+Each arm sets the live state back to the start, leaves only the person's choices in the log and the memory folder
+empty, and runs one online update under its overrides (`updates.run_update`: the replay buffer, the taste pairs, the
+held-out choices, the training, the gate as configured: its taste checks and no-worse checks). Judged, whether the
+gate promoted it or not: `--held-out` messages the person never taught on, `--samples` replies each, sampled as served
+with the same seeds for every arm and for the start; the share keeping the taste with its standard error over
+messages, each arm against the start paired by message, the replies' mean words (a taste kept by saying less is
+seen); and the gate's outcome, its checks, the facts lost, the update's batch by source and its time.
 
     .venv/bin/python benchmarks/taste_teaching.py --project P --adapter data/lora_adapter/DAY/VERSION \\
         --taste asks_back --arm default={} --arm imitate='{"online": {"taste": {"imitate": true}}}'
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -38,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.common import choice_event, named_settings, paired_se, scratch_project, turn_event  # noqa: E402
 from benchmarks.taste_test import messages, seed_prompts  # noqa: E402
 from hominem_pipeline.core.evaluation.tastes import TASTES, Taste, taste_share, words  # noqa: E402
+from hominem_pipeline.core.online.updates import REPLAY_BATCH  # noqa: E402
 
 ARMS = {
     "default": {},
@@ -101,35 +104,47 @@ def judged(taste: Taste, held_out: list[str], said: list[list[str]]) -> dict[str
     }
 
 
-def run_arm(args: argparse.Namespace, name: str, overrides: dict, choices: list, held_out: list[str]) -> dict:
+def run_arm(
+    args: argparse.Namespace, root: Path, name: str, overrides: dict, choices: list, held_out: list[str]
+) -> dict:
+    """One online update of the scratch project at `root` under `overrides` (the live state back at the start, its
+    memory folder and log holding only the person's choices), through the gate as configured; its candidate judged
+    whether promoted or not."""
+    from hominem_pipeline.core.config.loader import load_config
     from hominem_pipeline.core.online.live import LIVE_DIR, ONLINE_ADAPTERS, LiveState
-    from hominem_pipeline.core.online.updates import UpdateResult, gather, train_update
+    from hominem_pipeline.core.online.updates import run_update
 
-    tmp, cfg, state = scratch_project(args.project.resolve(), args.adapter, overrides)
-    try:
-        write_log(cfg, choices)
-        started = time.monotonic()
-        plan = gather(cfg, LiveState(cfg.data_dir))
-        if isinstance(plan, UpdateResult):
-            raise SystemExit(f"arm {name}: no update: {plan.reason}")
-        gathered = time.monotonic()
-        out = cfg.data_dir / LIVE_DIR / ONLINE_ADAPTERS / plan.version
-        train_update(cfg, plan, out)
-        trained = time.monotonic()
-        said = shown(cfg, out, held_out, args.samples, args.max_tokens, seed=1000)
-        taste = plan.batch[plan.batch["source"].astype(str).str.startswith("taste:")]
-        return {
-            "arm": name,
-            "overrides": overrides,
-            "items": plan.items,
-            "steps": plan.steps,
-            "taste_pairs_keeping": int(sum(TASTES[args.taste].keeps(c) for c in taste["chosen"])),
-            "gather_s": round(gathered - started, 1),
-            "train_s": round(trained - gathered, 1),
-            **judged(TASTES[args.taste], held_out, said),
-        }
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    cfg = load_config(root=root, overrides=overrides)
+    state, start = LiveState(cfg.data_dir), args.start_version
+    if state.current().frozen:
+        state.unfreeze(by="benchmark")
+    if state.current().version != start:
+        state.rollback(start, reason=f"taste teaching: arm {name}", by="benchmark")
+    shutil.rmtree(cfg.path(cfg.online.memory_folder), ignore_errors=True)
+    write_log(cfg, choices)
+    done = run_update(cfg, by="benchmark", reason=f"taste teaching: arm {name}")
+    if done.version is None:
+        raise SystemExit(f"arm {name}: no update: {done.reason}")
+    out = cfg.data_dir / LIVE_DIR / ONLINE_ADAPTERS / done.version
+    said = shown(cfg, out, held_out, args.samples, args.max_tokens, seed=1000)
+    batch = pd.read_parquet(out / REPLAY_BATCH)
+    taste = batch[batch["source"].astype(str).str.startswith("taste:")]
+    checks = done.gate.get("checks", {})
+    return {
+        "arm": name,
+        "overrides": overrides,
+        "outcome": done.outcome,
+        "reason": done.reason,
+        "items": done.items,
+        "taste_pairs_keeping": int(sum(TASTES[args.taste].keeps(c) for c in taste["chosen"])),
+        "checks": {
+            k: {f: c.get(f) for f in ("candidate", "reference", "difference", "standard_error", "refused")}
+            for k, c in checks.items()
+        },
+        "facts_lost": done.gate.get("facts_lost"),
+        "seconds": done.seconds,
+        **judged(TASTES[args.taste], held_out, said),
+    }
 
 
 def main() -> None:
@@ -157,6 +172,7 @@ def main() -> None:
     tmp, cfg, state = scratch_project(args.project.resolve(), args.adapter)
     try:
         start = state.adapter_path()
+        args.start_version = state.current().version
         if args.pools and args.pools.is_file():
             pools = json.loads(args.pools.read_text())
         else:
@@ -170,29 +186,29 @@ def main() -> None:
         print(f"the person's choices: {len(choices)} ({usable} of {len(pools)} pools can show the taste)", flush=True)
         t = time.monotonic()
         before = judged(taste, held_out, shown(cfg, start, held_out, args.samples, args.max_tokens, seed=1000))
-        print(
-            f"start: {before['share']:.1%} +- {before['standard_error']:.1%} ({time.monotonic() - t:.0f} s)",
-            flush=True,
-        )
+        print(f"start: {before['share']:.1%} +- {before['standard_error']:.1%} ({time.monotonic() - t:.0f} s)")
+        rows = []
+        for name, overrides in arms.items():
+            row = run_arm(args, cfg.root, name, overrides, choices, held_out)
+            d = np.array(row["per_message"]) - np.array(before["per_message"])
+            row["against_start"] = {"difference": float(d.mean()), "se": paired_se(d)}
+            rows.append(row)
+            said = "; ".join(
+                f"{k} {c['difference']:+.1%} +- {c['standard_error']:.1%}{' refused' if c['refused'] else ''}"
+                for k, c in row["checks"].items()
+            )
+            print(
+                f"{name}: {row['share']:.1%} +- {row['standard_error']:.1%}, against the start "
+                f"{d.mean():+.1%} +- {paired_se(d):.1%}; {row['words']:.0f} words; batch {row['items']}, "
+                f"{row['taste_pairs_keeping']} taste pairs keeping it; {row['outcome']}, facts lost "
+                f"{row['facts_lost']}; {said}; seconds {row['seconds']}",
+                flush=True,
+            )
+            args.out.mkdir(parents=True, exist_ok=True)
+            result = {"taste": args.taste, "choices": len(choices), "start": before, "arms": rows}
+            (args.out / f"{args.taste}.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-    rows = []
-    for name, overrides in arms.items():
-        row = run_arm(args, name, overrides, choices, held_out)
-        d = np.array(row["per_message"]) - np.array(before["per_message"])
-        row["against_start"] = {"difference": float(d.mean()), "se": paired_se(d)}
-        rows.append(row)
-        print(
-            f"{name}: {row['share']:.1%} +- {row['standard_error']:.1%}, against the start "
-            f"{d.mean():+.1%} +- {paired_se(d):.1%}; {row['words']:.0f} words; batch {row['items']}, "
-            f"{row['steps']} steps, {row['taste_pairs_keeping']} taste pairs keeping it; "
-            f"gather {row['gather_s']} s, train {row['train_s']} s",
-            flush=True,
-        )
-        args.out.mkdir(parents=True, exist_ok=True)
-        result = {"taste": args.taste, "choices": len(choices), "start": before, "arms": rows}
-        (args.out / f"{args.taste}.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
 
 
 if __name__ == "__main__":
