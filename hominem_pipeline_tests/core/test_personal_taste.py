@@ -441,3 +441,12 @@ def test_an_update_imitates_the_replies_a_person_chose_only_when_told_to(tiny_cf
     assert list(imitated(cfg(False, False), batch, dimension)) == [False] * 5
     assert list(imitated(cfg(True, False), batch, dimension)) == [False, True, False, True, False]
     assert list(imitated(cfg(True, True), batch, dimension)) == [False, True, False, True, True]
+
+
+def test_a_check_on_one_held_out_choice_states_no_spread_it_does_not_have():
+    from hominem_pipeline.core.online.gate import GateReport
+
+    one = {"candidate": 0.0, "reference": 1.0, "difference": -1.0, "standard_error": float("inf"), "items": 1}
+    checks = {"choices:ana": {"name": "choices:ana", **one, "refused": False, "checked": False}}
+    text = GateReport(True, [], {"checks": checks}).summary()
+    assert "choices:ana 0.0% vs 100.0% (-100.0%, n=1, not checked)" in text and "inf" not in text

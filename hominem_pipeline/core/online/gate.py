@@ -68,8 +68,8 @@ class GateReport:
         f = self.figures
         rhi = "n/a" if f.get("rhi") is None else f"{f['rhi']:.3f}"
         checks = [
-            f"{c['name']} {c['candidate']:.1%} vs {c['reference']:.1%} ({c['difference']:+.1%} +- "
-            f"{c['standard_error']:.1%}, n={c['items']}"
+            f"{c['name']} {c['candidate']:.1%} vs {c['reference']:.1%} ({c['difference']:+.1%}"
+            f"{_spread(c['standard_error'])}, n={c['items']}"
             f"{', refused' if c['refused'] else '' if c.get('checked', True) else ', not checked'})"
             for c in f.get("checks", {}).values()
         ]
@@ -83,6 +83,11 @@ class GateReport:
             + f"facts lost {f.get('facts_lost', 0)}"
         )
         return head + ("" if self.passed else "; " + "; ".join(self.reasons))
+
+
+def _spread(standard_error: float) -> str:
+    """ " +- SE" of a check, or nothing where it has none (one item)."""
+    return f" +- {standard_error:.1%}" if np.isfinite(standard_error) else ""
 
 
 def side_by_side_model(base: Any, candidate: Path, live: Path | None):
