@@ -86,7 +86,7 @@ class GateReport:
 
 
 def _spread(standard_error: float) -> str:
-    """ " +- SE" of a check, or nothing where it has none (one item)."""
+    """A check's spread as the summary writes it (+- its standard error), or nothing where it has none (one item)."""
     return f" +- {standard_error:.1%}" if np.isfinite(standard_error) else ""
 
 
