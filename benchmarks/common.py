@@ -167,15 +167,32 @@ OPEN_GATE = {
 SAMPLED_TOKENS = 64  # the evaluation's reply length: sampled replies are rated, not read
 
 
-def sample_replies(cfg, adapter: Path, prompts: list[str], k: int, seed: int) -> list[list[str]]:
+def sample_replies(
+    cfg, adapter: Path, prompts: list[str], k: int, seed: int, max_tokens: int = SAMPLED_TOKENS, shown: bool = False
+) -> list[list[str]]:
     """`k` replies to each prompt from the student with `adapter`, sampled as the server does
-    (`updates.sample_as_served`), in batches of `serving.max_batch_size`."""
+    (`updates.sample_as_served`), in batches of `serving.max_batch_size`; `shown`: as the page shows them (one the
+    token limit cut ends at its last sentence, `generation.as_shown`)."""
+    from hominem_pipeline.core.lm.generation import as_shown
     from hominem_pipeline.core.online.updates import sample_as_served
 
     drawn = sample_as_served(
-        cfg, adapter, prompts, k, seed, max_new_tokens=SAMPLED_TOKENS, batch_size=cfg.serving.max_batch_size
+        cfg, adapter, prompts, k, seed, max_new_tokens=max_tokens, batch_size=cfg.serving.max_batch_size
     )
-    return [[g.text for g in replies] for replies in drawn]
+    return [[as_shown(g.text, g.finished)[0] if shown else g.text for g in replies] for replies in drawn]
+
+
+def reset_live(cfg, start: str | None, why: str) -> None:
+    """The scratch project's live state back at version `start` (unfrozen) and the memory folder its updates wrote
+    (the facts people stated, the replies they liked) removed, so the next case starts where the first did."""
+    from hominem_pipeline.core.online.live import LiveState
+
+    state = LiveState(cfg.data_dir)
+    if state.current().frozen:
+        state.unfreeze(by="benchmark")
+    if state.current().version != start:
+        state.rollback(start, reason=why, by="benchmark")
+    shutil.rmtree(cfg.path(cfg.online.memory_folder), ignore_errors=True)
 
 
 def scratch_project(

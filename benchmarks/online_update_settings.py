@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import named_settings, scratch_project
+from benchmarks.common import named_settings, reset_live, scratch_project
 from benchmarks.live_day import FACTS, script_events
 
 DEFAULT_VARIANTS = {
@@ -56,7 +56,6 @@ def main() -> None:
     variants = variants or DEFAULT_VARIANTS
 
     from hominem_pipeline.core.config.loader import load_config
-    from hominem_pipeline.core.online.live import LiveState
     from hominem_pipeline.core.online.updates import run_update
 
     tmp, cfg0, state = scratch_project(args.project.resolve(), args.adapter)
@@ -71,12 +70,7 @@ def main() -> None:
     for name, overrides in variants.items():
         cfg = load_config(root=cfg0.root, overrides=overrides)
         for case in range(args.cases):
-            state = LiveState(cfg.data_dir)
-            if state.current().frozen:
-                state.unfreeze(by="benchmark")
-            if state.current().version != start.version:
-                state.rollback(start.version, reason=f"{name}, case {case + 1}", by="benchmark")
-            shutil.rmtree(cfg.path(cfg.online.memory_folder), ignore_errors=True)
+            reset_live(cfg, start.version, f"{name}, case {case + 1}")
             log = cfg.data_dir / cfg.serving.log_dir / "log" / f"{day}.jsonl"
             log.parent.mkdir(parents=True, exist_ok=True)
             chunk = pairs[case * args.per_round : (case + 1) * args.per_round]

@@ -37,7 +37,15 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import choice_event, named_settings, paired_se, scratch_project, turn_event  # noqa: E402
+from benchmarks.common import (
+    choice_event,
+    named_settings,
+    paired_se,
+    reset_live,
+    sample_replies,
+    scratch_project,
+    turn_event,
+)  # noqa: E402
 from benchmarks.taste_test import messages, seed_prompts  # noqa: E402
 from hominem_pipeline.core.evaluation.tastes import TASTES, Taste, taste_share, words  # noqa: E402
 from hominem_pipeline.core.online.updates import REPLAY_BATCH  # noqa: E402
@@ -50,17 +58,6 @@ ARMS = {
     "lr_1e-3": {"online": {"learning_rate": 1.0e-3}},
     "imitate_steps_16": {"online": {"max_steps": 16, "taste": {"imitate": True}}},
 }
-
-
-def shown(cfg: Any, adapter: Path, prompts: list[str], k: int, max_tokens: int, seed: int) -> list[list[str]]:
-    """`k` replies to each prompt as the page shows them: sampled as served, cut at the last sentence."""
-    from hominem_pipeline.core.lm.generation import as_shown
-    from hominem_pipeline.core.online.updates import sample_as_served
-
-    drawn = sample_as_served(
-        cfg, adapter, prompts, k, seed, max_new_tokens=max_tokens, batch_size=cfg.serving.max_batch_size
-    )
-    return [[as_shown(g)[0] for g in replies] for replies in drawn]
 
 
 def person_choices(taste: Taste, teach: list[str], pools: list[list[str]], n: int) -> list[tuple[str, str, str]]:
@@ -94,39 +91,33 @@ def write_log(cfg: Any, choices: list[tuple[str, str, str]]) -> None:
 
 def judged(taste: Taste, held_out: list[str], said: list[list[str]]) -> dict[str, Any]:
     s = taste_share(taste, held_out, said)
-    kept = [np.mean([taste.keeps(r) for r in replies]) for replies in said]
     return {
         "share": s.share,
         "standard_error": s.standard_error,
         "replies": s.replies,
         "words": float(np.mean([words(r) for replies in said for r in replies])),
-        "per_message": kept,
+        "per_message": list(s.per_message),
     }
 
 
 def run_arm(
-    args: argparse.Namespace, root: Path, name: str, overrides: dict, choices: list, held_out: list[str]
+    args: argparse.Namespace, root: Path, start: str, name: str, overrides: dict, choices: list, held_out: list[str]
 ) -> dict:
-    """One online update of the scratch project at `root` under `overrides` (the live state back at the start, its
+    """One online update of the scratch project at `root` under `overrides` (the live state back at `start`, its
     memory folder and log holding only the person's choices), through the gate as configured; its candidate judged
     whether promoted or not."""
     from hominem_pipeline.core.config.loader import load_config
-    from hominem_pipeline.core.online.live import LIVE_DIR, ONLINE_ADAPTERS, LiveState
+    from hominem_pipeline.core.online.live import LIVE_DIR, ONLINE_ADAPTERS
     from hominem_pipeline.core.online.updates import run_update
 
     cfg = load_config(root=root, overrides=overrides)
-    state, start = LiveState(cfg.data_dir), args.start_version
-    if state.current().frozen:
-        state.unfreeze(by="benchmark")
-    if state.current().version != start:
-        state.rollback(start, reason=f"taste teaching: arm {name}", by="benchmark")
-    shutil.rmtree(cfg.path(cfg.online.memory_folder), ignore_errors=True)
+    reset_live(cfg, start, f"taste teaching: arm {name}")
     write_log(cfg, choices)
     done = run_update(cfg, by="benchmark", reason=f"taste teaching: arm {name}")
     if done.version is None:
         raise SystemExit(f"arm {name}: no update: {done.reason}")
     out = cfg.data_dir / LIVE_DIR / ONLINE_ADAPTERS / done.version
-    said = shown(cfg, out, held_out, args.samples, args.max_tokens, seed=1000)
+    said = sample_replies(cfg, out, held_out, args.samples, 1000, args.max_tokens, shown=True)
     batch = pd.read_parquet(out / REPLAY_BATCH)
     taste = batch[batch["source"].astype(str).str.startswith("taste:")]
     checks = done.gate.get("checks", {})
@@ -172,12 +163,11 @@ def main() -> None:
     tmp, cfg, state = scratch_project(args.project.resolve(), args.adapter)
     try:
         start = state.adapter_path()
-        args.start_version = state.current().version
         if args.pools and args.pools.is_file():
             pools = json.loads(args.pools.read_text())
         else:
             t = time.monotonic()
-            pools = shown(cfg, start, teach, args.pool, args.max_tokens, seed=0)
+            pools = sample_replies(cfg, start, teach, args.pool, 0, args.max_tokens, shown=True)
             print(f"{len(teach)} teaching messages x {args.pool} replies in {time.monotonic() - t:.0f} s", flush=True)
             if args.pools:
                 args.pools.write_text(json.dumps(pools, indent=1) + "\n")
@@ -185,11 +175,13 @@ def main() -> None:
         usable = sum(any(taste.keeps(r) for r in p) and not all(taste.keeps(r) for r in p) for p in pools)
         print(f"the person's choices: {len(choices)} ({usable} of {len(pools)} pools can show the taste)", flush=True)
         t = time.monotonic()
-        before = judged(taste, held_out, shown(cfg, start, held_out, args.samples, args.max_tokens, seed=1000))
+        before = judged(
+            taste, held_out, sample_replies(cfg, start, held_out, args.samples, 1000, args.max_tokens, shown=True)
+        )
         print(f"start: {before['share']:.1%} +- {before['standard_error']:.1%} ({time.monotonic() - t:.0f} s)")
         rows = []
         for name, overrides in arms.items():
-            row = run_arm(args, cfg.root, name, overrides, choices, held_out)
+            row = run_arm(args, cfg.root, state.current().version, name, overrides, choices, held_out)
             d = np.array(row["per_message"]) - np.array(before["per_message"])
             row["against_start"] = {"difference": float(d.mean()), "se": paired_se(d)}
             rows.append(row)

@@ -37,6 +37,7 @@ def test_a_taste_s_share_is_over_the_messages_it_speaks_to_with_the_error_over_m
     share = taste_share(lists, messages, replies)
     assert share.messages == 3 and share.replies == 6  # the greeting is not a how-to message
     assert share.share == pytest.approx((0.5 + 1.0 + 0.0) / 3)
+    assert share.per_message == (0.5, 1.0, 0.0)  # each message's own share, for paired comparisons
     assert share.standard_error == pytest.approx(np.std([0.5, 1.0, 0.0], ddof=1) / np.sqrt(3))
     with pytest.raises(ValueError, match="none of the 1 messages"):
         taste_share(lists, ["Hi"], [["- a\n- b"]])
@@ -161,13 +162,14 @@ def test_an_update_s_batch_takes_a_person_s_taste_pairs_from_the_student_s_own_s
     most `online.taste.share` of the batch, the surest first; with `min_choices` 0 it samples nothing."""
     import pandas as pd
 
-    from hominem_pipeline.core.lm.generation import Generated, as_shown, end_at_sentence
+    from hominem_pipeline.core.lm.generation import as_shown, end_at_sentence
     from hominem_pipeline.core.online.nudges import Pressure
     from hominem_pipeline.core.online.updates.batch import UpdateBatch, taste_pairs
 
-    assert as_shown(Generated("That sounds hard. How are you", 64, False)) == ("That sounds hard.", True)
-    assert as_shown(Generated("one long unfinished thought", 64, False)) == ("one long unfinished thought", False)
-    assert as_shown(Generated("Done. Why?", 5, True)) == ("Done. Why?", True)
+    assert as_shown("That sounds hard. How are you", False) == ("That sounds hard.", True)
+    assert as_shown("one long unfinished thought", False) == ("one long unfinished thought", False)
+    assert as_shown("Done. Why?", True) == ("Done. Why?", True)
+    assert as_shown("Cut right at its end. Why?", False) == ("Cut right at its end. Why?", True)  # ends at one already
     from hominem_pipeline.core.reward.model import RewardModel
     from hominem_pipeline_tests.core.test_reward_model import toy_reward_model
 

@@ -94,6 +94,7 @@ class TasteShare:
     standard_error: float
     replies: int
     messages: int
+    per_message: tuple[float, ...] = ()  # each message's share, in the order given (the ones it speaks to)
 
     def __str__(self) -> str:
         return (
@@ -114,4 +115,4 @@ def taste_share(t: Taste, messages: Sequence[str], replies: Sequence[Sequence[st
     mean = sum(per_message) / n
     var = sum((x - mean) ** 2 for x in per_message) / (n - 1) if n > 1 else float("nan")
     count = sum(len(rs) for m, rs in zip(messages, replies) if rs and t.speaks_to(m))
-    return TasteShare(t.name, mean, math.sqrt(var / n) if n > 1 else float("nan"), count, n)
+    return TasteShare(t.name, mean, math.sqrt(var / n) if n > 1 else float("nan"), count, n, tuple(per_message))

@@ -40,13 +40,14 @@ def end_at_sentence(text: str) -> str:
     return body[:cut].rstrip() if cut else text
 
 
-def as_shown(reply: Generated) -> tuple[str, bool]:
-    """(text, finished) of a sampled reply as the page shows it: one the token limit cut ends at its last sentence
-    (`end_at_sentence`) and reads as whole there; one with no sentence end to cut at stays unfinished."""
-    if reply.finished:
-        return reply.text, True
-    cut = end_at_sentence(reply.text)
-    return cut, cut != reply.text
+def as_shown(text: str, finished: bool) -> tuple[str, bool]:
+    """(text, finished) of a reply as the page shows it: one the token limit cut ends at its last sentence
+    (`end_at_sentence`) and reads as whole when it was cut back to a sentence or line, or stopped at a sentence's end
+    already; one with no sentence end to cut at stays unfinished."""
+    if finished:
+        return text, True
+    kept = end_at_sentence(text)
+    return kept, kept.rstrip() != text.rstrip() or ends_at_sentence(kept)
 
 
 def degenerate(reply: str) -> str | None:

@@ -83,15 +83,11 @@ def make_trajectory(
 ) -> Trajectory:
     """A candidate; one the token limit cut is kept up to its last finished sentence (`end_at_sentence`),
     so the judge and the reward model read a reply that ends, not half a word."""
-    from hominem_pipeline.core.lm.generation import end_at_sentence, ends_at_sentence
+    from hominem_pipeline.core.lm.generation import as_shown
 
     ended = False
-    if not finished:
-        kept = end_at_sentence(response)
-        ended = kept.rstrip() != response.rstrip() or ends_at_sentence(
-            kept
-        )  # cut back to a sentence or line, or it ended at one already
-        response = kept
+    if not finished:  # cut back to a sentence or line, or it ended at one already
+        response, ended = as_shown(response, finished)
     return Trajectory(
         trajectory_id=trajectory_id(prompt.prompt_id, candidate, seed),
         prompt_id=prompt.prompt_id,

@@ -158,7 +158,9 @@ def own_sampler(cfg: HominemConfig, adapter: Path | None, seed: int, what: str, 
             len(prompts),
             time.monotonic() - started,
         )
-        return [[as_shown(g) if shown else (g.text, g.finished) for g in replies] for replies in drawn]
+        return [
+            [as_shown(g.text, g.finished) if shown else (g.text, g.finished) for g in replies] for replies in drawn
+        ]
 
     return sample
 
