@@ -40,15 +40,20 @@ def cross_domain_robustness(
     each category (a category's win rate on 2 prompts can only be 0, 0.5 or 1), in `details["standard_error"]`."""
     if table.empty or table["category"].nunique() < 2:
         return Component("cdrs", None, "needs evaluation prompts from at least 2 categories")
-    table = table.reset_index(drop=True)
-    value, details = _cdrs(table, dimensions, against)
+    deltas = np.array(
+        [[_num(a, d) - _num(b, d) for d in dimensions] for a, b in zip(table["adapter_vector"], table["base_vector"])],
+        dtype=float,
+    ).reshape(len(table), len(dimensions))
+    category, names = pd.factorize(table["category"])
+    outcome = table["adapter_outcome"].to_numpy(dtype=float)
+    value, details = _cdrs(deltas, category, len(names), outcome, against)
     if draws:
         rng = np.random.default_rng(0)
-        groups = [np.flatnonzero(table["category"].to_numpy() == c) for c in table["category"].unique()]
-        again = [
-            _cdrs(table.iloc[np.concatenate([rng.choice(g, len(g)) for g in groups])], dimensions, against)[0]
-            for _ in range(draws)
-        ]
+        groups = [np.flatnonzero(category == c) for c in range(len(names))]
+        again = []
+        for _ in range(draws):
+            rows = np.concatenate([rng.choice(g, len(g)) for g in groups])
+            again.append(_cdrs(deltas[rows], category[rows], len(names), outcome[rows], against)[0])
         details["standard_error"] = float(np.std(again, ddof=1))
     return Component(
         "cdrs",
@@ -59,39 +64,44 @@ def cross_domain_robustness(
     )
 
 
-def _cdrs(table: pd.DataFrame, dimensions: Sequence[str], against: str) -> tuple[float, dict]:
+def _num(vector: dict, d: str) -> float:
+    value = vector.get(d) if isinstance(vector, dict) else None
+    return float("nan") if value is None else float(value)  # an unscored (empty) response is NaN
 
-    def num(vector: dict, d: str) -> float:
-        value = vector.get(d) if isinstance(vector, dict) else None
-        return float("nan") if value is None else float(value)  # an unscored (empty) response is NaN
 
-    deltas = pd.DataFrame(
-        [
-            {d: num(a, d) - num(b, d) for d in dimensions} | {"category": c}
-            for a, b, c in zip(table["adapter_vector"], table["base_vector"], table["category"])
-        ]
-    )
-    overall = deltas[list(dimensions)].mean()
-    if (
-        against == "improvement"
-    ):  # a cell contradicts when the adapter is worse than the base there, whatever the overall sign
-        overall = overall.abs().clip(lower=1.0)
-    per_cat = deltas.groupby("category")[list(dimensions)].mean()
-    cells = contradictions = 0
-    for d in dimensions:
-        if not np.isfinite(overall[d]) or abs(overall[d]) < 1e-6:
-            continue
-        for value in per_cat[d]:
-            if np.isfinite(value) and abs(value) >= 1e-6:
-                cells += 1
-                contradictions += int(np.sign(value) != np.sign(overall[d]))
-    c_contra = contradictions / cells if cells else 0.0
-    win = table.groupby("category")["adapter_outcome"].mean()
+def _group_means(values: np.ndarray, group: np.ndarray, groups: int) -> np.ndarray:
+    """The mean of `values` (rows, or rows x columns) within each of `groups` groups, NaN left out; NaN where a
+    group has no value."""
+    values = values.reshape(len(values), -1)
+    seen = np.isfinite(values)
+    sums = np.zeros((groups, values.shape[1]))
+    counts = np.zeros((groups, values.shape[1]))
+    np.add.at(sums, group, np.where(seen, values, 0.0))
+    np.add.at(counts, group, seen)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return sums / counts
+
+
+def _cdrs(
+    deltas: np.ndarray, category: np.ndarray, categories: int, outcome: np.ndarray, against: str
+) -> tuple[float, dict]:
+    """CDRS from the adapter-minus-base `deltas` (prompts x dimensions), each prompt's `category` (0 to
+    `categories` - 1) and the adapter's `outcome` against the base on it (1 win, 0.5 tie, 0 loss)."""
+    overall = _group_means(deltas, np.zeros(len(deltas), dtype=int), 1)[0]
+    if against == "improvement":  # a cell contradicts when the adapter is worse than the base there, whatever the sign
+        overall = np.maximum(np.abs(overall), 1.0)
+    per_cat = _group_means(deltas, category, categories)
+    settled = np.isfinite(overall) & (np.abs(overall) >= 1e-6)
+    cells = np.isfinite(per_cat) & (np.abs(per_cat) >= 1e-6) & settled
+    contradictions = int((cells & (np.sign(per_cat) != np.sign(overall))).sum())
+    c_contra = contradictions / int(cells.sum()) if cells.any() else 0.0
+    win = _group_means(outcome, category, categories)[:, 0]
+    win = win[np.isfinite(win)]
     c_entropy = float(np.mean([_binary_entropy(w) for w in win]))
     if against == "improvement":
         c_consistency = float((win >= 0.5).mean())
     else:
-        c_consistency = clip01(1.0 - 2.0 * float(win.std(ddof=0)))
+        c_consistency = clip01(1.0 - 2.0 * float(win.std()))
     value = 1.0 - (c_contra + c_entropy + (1.0 - c_consistency)) / 3.0
     return clip01(value), {
         "c_contradiction": c_contra,
