@@ -197,30 +197,6 @@ def fixtures_file_digest(cfg: Any) -> str | None:
 FIXTURE_MAX_LENGTH = 256  # tokens of prompt + reply in the student's chat template (`policy.sequences.encode`)
 
 
-def pair_logps(
-    model: Any,
-    tokenizer: Any,
-    fixtures: Sequence[Fixture],
-    batch_size: int,
-    max_length: int = FIXTURE_MAX_LENGTH,
-    cache: Any = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(n, 2) each: the summed log-probability of each fixture's better and worse reply (with its end
-    of turn) given its prompt, under `model` as it stands (a PEFT model: with its adapter on), and the
-    replies' token counts (`people_pairs.exchange_logps`; `cache`: as there)."""
-    from hominem_pipeline.core.evaluation.people_pairs import exchange_logps
-
-    sums, counts = exchange_logps(
-        model,
-        tokenizer,
-        [(f.prompt, reply) for f in fixtures for reply in (f.better, f.worse)],
-        batch_size,
-        max_length,
-        cache,
-    )
-    return sums.reshape(len(fixtures), 2), counts.reshape(len(fixtures), 2)
-
-
 def base_logp_cache(student: Path, folder: Path, shipped: Path | None = None) -> Any:
     """The feature cache (`reward.feature_cache`) of the base student's (summed log-probability, token
     count) of fixture replies, in `folder`, with the project's shipped rows (`shipped`): the base never

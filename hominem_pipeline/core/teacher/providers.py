@@ -85,10 +85,6 @@ class ChatResult:
         return cls(**{k: v for k, v in payload.items() if k in cls.__dataclass_fields__})
 
 
-class CallFailed(Exception):
-    """A call that cannot succeed by retrying (bad request, or out of retries)."""
-
-
 class FatalProviderError(RuntimeError):
     """The provider refuses every call (bad key, unknown model, no permission): stop the whole run."""
 
