@@ -99,6 +99,21 @@ def test_before_any_choice_it_knows_nothing_and_bad_shapes_are_named():
         PersonalModel.fit(names, np.zeros((2, 3)), np.zeros((2, 3)))
 
 
+def _asks_back_choices():
+    """Ten messages, and ana's ten choices of the reply that asks back over one that does not."""
+    import pandas as pd
+
+    messages = [f"I planted {n} tomatoes this week." for n in range(10)]
+    return messages, pd.DataFrame(
+        {
+            "rater": "ana",
+            "prompt": messages,
+            "chosen": [f"That is lovely. How are the {n} doing?" for n in range(10)],
+            "rejected": [f"That is lovely, {n} is a good number." for n in range(10)],
+        }
+    )
+
+
 def test_a_person_s_taste_ranks_the_student_s_own_replies_into_pairs_that_keep_it(tiny_encoder, tmp_path):
     """A person who chose the reply that asks back ten times: their taste model, over a real (tiny) reward model's
     outputs and the text features, ranks the replies a sampler gives to their newest messages, and each pair it is
@@ -112,15 +127,11 @@ def test_a_person_s_taste_ranks_the_student_s_own_replies_into_pairs_that_keep_i
     from hominem_pipeline_tests.core.test_reward_model import toy_reward_model
 
     reward_model = RewardModel.load(toy_reward_model(tiny_encoder, tmp_path / "rm"))
-    messages = [f"I planted {n} tomatoes this week." for n in range(10)]
-    pairs = pd.DataFrame(
-        {
-            "rater": ["ana"] * 10 + ["bo"] * 2,
-            "prompt": messages + messages[:2],
-            "chosen": [f"That is lovely. How are the {n} doing?" for n in range(10)] + ["Nice.", "Good."],
-            "rejected": [f"That is lovely, {n} is a good number." for n in range(10)] + ["Nice?", "Good?"],
-        }
+    messages, ana = _asks_back_choices()
+    bo = pd.DataFrame(
+        {"rater": "bo", "prompt": messages[:2], "chosen": ["Nice.", "Good."], "rejected": ["Nice?", "Good?"]}
     )
+    pairs = pd.concat([ana, bo], ignore_index=True)
     asked = []
 
     def sample(prompts, k):
@@ -207,6 +218,64 @@ def test_an_update_s_batch_takes_a_person_s_taste_pairs_from_the_student_s_own_s
         }
     )
     assert taste_pairs(off, pairs, plan).items.empty
+
+
+def test_taste_pairs_of_endings_share_an_opening_and_differ_where_the_taste_shows(tiny_cfg, tiny_encoder, tmp_path):
+    """With `online.taste.endings`, a message's replies to rank are endings sampled after the opening of its first
+    reply of two sentences or more (all but the last sentence; a list item's number ends none), that reply among
+    them; so the pair's chosen and rejected replies begin alike. A message with no such reply keeps its replies. The
+    (tiny) student's ender continues an opening within the token limit, as the page shows the reply."""
+
+    from hominem_pipeline.core.lm.generation import opening
+    from hominem_pipeline.core.online.taste_pairs import taste_items, with_endings
+    from hominem_pipeline.core.online.updates.batch import own_ender
+    from hominem_pipeline.core.reward.model import RewardModel
+    from hominem_pipeline_tests.core.test_reward_model import toy_reward_model
+
+    assert opening("That is lovely. How are they doing?") == "That is lovely."
+    assert opening("One sentence only.") is None and opening("no end at all") is None
+    assert opening("Steps:\n1. Mix.\n2. Bake.") == "Steps:\n1. Mix."
+    asked = []
+
+    def ender(prompts, openings, n):
+        asked.append((list(prompts), list(openings), n))
+        return [[(f"{o} Anything else?", True), (f"{o} Enjoy.", True), (f"{o} Done.", True)][:n] for o in openings]
+
+    drawn = [[("Hi.", True), ("Nice work. Keep going.", True)], [("Fine.", True), ("Ok!", True)]]
+    ranked = with_endings(["a", "b"], drawn, ender, 3)
+    assert asked == [(["a"], ["Nice work."], 3)]
+    assert ranked[0][0] == ("Nice work. Keep going.", True) and all(t.startswith("Nice work. ") for t, _ in ranked[0])
+    assert ranked[1] == drawn[1]
+
+    reward_model = RewardModel.load(toy_reward_model(tiny_encoder, tmp_path / "rm"))
+    _, pairs = _asks_back_choices()
+
+    def sample(prompts, k):
+        return [[("Great work. Keep it up.", True), ("Lovely.", True)] for _ in prompts]
+
+    found = taste_items(
+        pairs,
+        reward_model,
+        sample,
+        min_choices=5,
+        prompts=3,
+        samples=2,
+        min_probability=0.6,
+        now="t",
+        ender=ender,
+        endings=3,
+    ).items
+    assert len(found) == 3 and all(
+        c.endswith("?") and not r.endswith("?") for c, r in zip(found["chosen"], found["rejected"])
+    )
+    assert all(
+        c.startswith("Great work. ") and r.startswith("Great work. ")
+        for c, r in zip(found["chosen"], found["rejected"])
+    )
+
+    got = own_ender(tiny_cfg, None, 0, "test")(["Tell me a story."], ["Once upon a time."], 2)
+    assert len(got) == 1 and len(got[0]) == 2
+    assert all(t.startswith("Once upon a time.") and isinstance(f, bool) for t, f in got[0])
 
 
 def test_the_gate_asks_a_person_s_taste_model_which_side_s_replies_they_would_choose(

@@ -130,6 +130,13 @@ class TasteConfig(_Frozen):
         "stays out): an update trained on their taste is judged on them (gate check choices:<rater>; with 8 "
         "or more, else reported), 0-0.5; 0: none.",
     )
+    endings: int = Field(
+        ge=0,
+        le=16,
+        description="0: a taste pair is the best and the worst of a message's whole replies; n: of n endings sampled "
+        "after one opening of the message (all but the last sentence of its first sampled reply with two or more), "
+        "the reply it was cut from among them, so the pair differs only in its ending, 0-16.",
+    )
     imitate: bool = Field(
         description="true: the chosen reply of each taste pair and of each person's choice in the batch is also a "
         "memory row of the update (an SFT target at policy.dual.memory_weight), imitated beside the pair's DPO term; "

@@ -40,6 +40,20 @@ def end_at_sentence(text: str) -> str:
     return body[:cut].rstrip() if cut else text
 
 
+def opening(text: str) -> str | None:
+    """A reply without its last sentence (or last line, when that comes later): where a different ending may be
+    sampled. None for a reply of one sentence."""
+    body = text.rstrip()
+    cuts = [m.end() for m in _SENTENCE_END.finditer(body)] + [i for i, c in enumerate(body) if c == "\n"]
+    numbered = re.compile(r"\s*\d+[.)]")  # a list item's number ends no sentence
+    cuts = [
+        c
+        for c in cuts
+        if body[:c].strip() and body[c:].strip() and not numbered.fullmatch(body[body.rfind("\n", 0, c) + 1 : c])
+    ]
+    return body[: max(cuts)].rstrip() if cuts else None
+
+
 def as_shown(text: str, finished: bool) -> tuple[str, bool]:
     """(text, finished) of a reply as the page shows it: one the token limit cut ends at its last sentence
     (`end_at_sentence`) and reads as whole when it was cut back to a sentence or line, or stopped at a sentence's end
@@ -177,9 +191,10 @@ def generate(
     top_p: float | None = None,
     repetition_penalty: float = 1.0,
     plain_start: bool = False,
+    strip: bool = True,
 ) -> list[Generated]:
     """One left-padded batch; greedy when `temperature` is None, else seeded sampling; `plain_start`: see
-    `decoding_settings`."""
+    `decoding_settings`; `strip` false keeps the space or line break a reply begins with (a continuation's)."""
     import torch
 
     if tokenizer.padding_side != "left":
@@ -199,5 +214,6 @@ def generate(
         if finished:
             ids = ids[: ids.index(eos)]
         ids = [i for i in ids if i != tokenizer.pad_token_id]
-        results.append(Generated(tokenizer.decode(ids, skip_special_tokens=True).strip(), len(ids), finished))
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+        results.append(Generated(text.strip() if strip else text.rstrip(), len(ids), finished))
     return results

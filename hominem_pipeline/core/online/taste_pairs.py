@@ -4,7 +4,9 @@ For every person (a rater in the log) with at least `online.taste.min_choices` p
 (`core.attune.personal.PersonalModel`) is fitted on those pairs. The student (the live adapter) then answers the
 person's newest `online.taste.prompts` messages `online.taste.samples` times each, sampled as the server samples;
 the taste model ranks each message's replies, and the one it likes most and the one it likes least become a pair
-when it is sure enough the person would choose so (`online.taste.min_probability`). These on-policy pairs join the
+when it is sure enough the person would choose so (`online.taste.min_probability`). With `online.taste.endings`,
+the replies ranked for a message are instead endings sampled after one opening (`with_endings`): the pair's two
+replies share all but their ending, so what it teaches sits where they differ. These on-policy pairs join the
 update's batch as replay items of source `taste:<rater>`.
 """
 
@@ -25,6 +27,8 @@ from hominem_pipeline.core.pipeline.artifacts import fingerprint
 log = logging.getLogger(__name__)
 
 Sampler = Callable[[list[str], int], list[list[tuple[str, bool]]]]  # (prompts, k) -> per prompt k (text, finished)
+# (prompts, openings, n) -> per prompt n replies (text, finished) that begin with its opening
+Ender = Callable[[list[str], list[str], int], list[list[tuple[str, bool]]]]
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,26 @@ def person_choices(pairs: pd.DataFrame, reward_model: Any, min_choices: int, pro
     return out
 
 
+def with_endings(
+    prompts: Sequence[str], drawn: Sequence[Sequence[tuple[str, bool]]], ender: Ender, n: int
+) -> list[list[tuple[str, bool]]]:
+    """Each message's replies to rank when endings are sampled: for a message with a reply of two sentences or more
+    among its `drawn` replies, the first such reply and `n` endings sampled after its opening (`generation.opening`);
+    for one without, its drawn replies as they are."""
+    from hominem_pipeline.core.lm.generation import opening
+
+    begun = {}
+    for i, replies in enumerate(drawn):
+        found = next(((o, r) for r in replies if (o := opening(r[0]))), None)
+        if found:
+            begun[i] = found
+    ended = ender([prompts[i] for i in begun], [o for o, _ in begun.values()], n) if begun else []
+    out = [list(replies) for replies in drawn]
+    for (i, (_, reply)), endings in zip(begun.items(), ended):
+        out[i] = [reply, *endings]
+    return out
+
+
 def ranked_pairs(
     person: PersonChoices, reward_model: Any, drawn: Sequence[Sequence[tuple[str, bool]]], min_probability: float
 ) -> tuple[list[dict[str, Any]], PersonalModel]:
@@ -127,14 +151,19 @@ def taste_items(
     samples: int,
     min_probability: float,
     now: str,
+    ender: Ender | None = None,
+    endings: int = 0,
 ) -> TastePairs:
     """The on-policy taste pairs of every person with enough choices (module docstring) as replay items, and each
     person's taste model: a pair's weight is 2 p - 1 for the model's probability p (0.5-1) that the person prefers
     its chosen reply, so a sure pair weighs 1; its intensity the same; safety and vector the reward model's of the
-    chosen reply."""
+    chosen reply. With `endings` (and `ender`), each message's replies ranked are endings of one opening
+    (`with_endings`)."""
     rows, models = [], {}
     for person in person_choices(pairs, reward_model, min_choices, prompts):
         drawn = sample(person.prompts, samples)
+        if endings and ender is not None:
+            drawn = with_endings(person.prompts, drawn, ender, endings)
         ranked, models[person.rater] = ranked_pairs(person, reward_model, drawn, min_probability)
         rows += [{"rater": person.rater, **row} for row in ranked]
     if not rows:

@@ -4,11 +4,12 @@ interaction log, the teacher's pairs beside them in the replay buffer, and the b
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,7 @@ from hominem_pipeline.core.online.nudges import (
 )
 from hominem_pipeline.core.online.replay import ReplayBuffer
 from hominem_pipeline.core.online.slow_loop import adjustment_on
-from hominem_pipeline.core.online.taste_pairs import Sampler
+from hominem_pipeline.core.online.taste_pairs import Ender, Sampler
 from hominem_pipeline.core.online.updates.result import UpdateResult
 from hominem_pipeline.core.online.updates.sources import (
     feedback_events,
@@ -99,6 +100,17 @@ def nudge_pairs(
     )
 
 
+@contextlib.contextmanager
+def served_student(cfg: HominemConfig, adapter: Path | None) -> Iterator[tuple[Any, Any]]:
+    """(model, tokenizer) of the student with `adapter` (None: the base) merged in for sampling."""
+    from hominem_pipeline.core.lm.models import student_path
+    from hominem_pipeline.core.policy.lora import load_policy, merged
+
+    model, tokenizer = load_policy(student_path(cfg), adapter, None)
+    with merged(model) if adapter is not None else contextlib.nullcontext(model):
+        yield model, tokenizer
+
+
 def sample_as_served(
     cfg: HominemConfig,
     adapter: Path | None,
@@ -111,17 +123,12 @@ def sample_as_served(
 ) -> list[list[Any]]:
     """`k` replies (`generation.Generated`) to each prompt from the student with `adapter` (None: the base), sampled
     as the server samples (its temperature, top-p, repetition penalty and plain start), `batch_size` at a time."""
-    import contextlib
-
     from hominem_pipeline.core.lm.generation import chat_text, generate
-    from hominem_pipeline.core.lm.models import student_path
-    from hominem_pipeline.core.policy.lora import load_policy, merged
 
     sc = cfg.serving
-    model, tokenizer = load_policy(student_path(cfg), adapter, None)
-    texts = [chat_text(tokenizer, p) for p in prompts for _ in range(k)]
     out: list[Any] = []
-    with merged(model) if adapter is not None else contextlib.nullcontext(model):
+    with served_student(cfg, adapter) as (model, tokenizer):
+        texts = [chat_text(tokenizer, p) for p in prompts for _ in range(k)]
         for start in range(0, len(texts), batch_size):
             out += generate(
                 model,
@@ -137,6 +144,49 @@ def sample_as_served(
     return [out[i * k : (i + 1) * k] for i in range(len(prompts))]
 
 
+def _sampled(what: str, n: int, kind: str, adapter: Path | None, where: str, started: float) -> None:
+    log.info(
+        "%s: %d %s sampled from %s %s in %.0f s",
+        what,
+        n,
+        kind,
+        adapter.name if adapter else "the base",
+        where,
+        time.monotonic() - started,
+    )
+
+
+def own_ender(cfg: HominemConfig, adapter: Path | None, seed: int, what: str) -> Ender:
+    """(prompts, openings, n) -> n replies (text, finished) to each prompt that begin with its opening, the rest
+    sampled from `adapter` (None: the base) as the server samples (its temperature, top-p and repetition penalty), in
+    `evaluation.max_new_tokens` with the opening's tokens, as the page shows them (`generation.as_shown`)."""
+    from hominem_pipeline.core.lm.generation import as_shown, chat_text, generate
+
+    sc, limit = cfg.serving, cfg.evaluation.max_new_tokens
+
+    def end(prompts: list[str], openings: list[str], n: int) -> list[list[tuple[str, bool]]]:
+        started, out = time.monotonic(), []
+        with served_student(cfg, adapter) as (model, tokenizer):
+            for i, (prompt, begun) in enumerate(zip(prompts, openings)):
+                used = len(tokenizer(begun, add_special_tokens=False)["input_ids"])
+                endings = generate(
+                    model,
+                    tokenizer,
+                    [chat_text(tokenizer, prompt) + begun] * n,
+                    max_new_tokens=max(8, limit - used),
+                    seed=seed + i,
+                    temperature=sc.temperature or None,
+                    top_p=sc.top_p,
+                    repetition_penalty=sc.repetition_penalty,
+                    strip=False,
+                )
+                out.append([as_shown(begun + g.text, g.finished) for g in endings])
+        _sampled(what, len(prompts) * n, "endings", adapter, f"after {len(prompts)} opening(s)", started)
+        return out
+
+    return end
+
+
 def own_sampler(cfg: HominemConfig, adapter: Path | None, seed: int, what: str, *, shown: bool) -> Sampler:
     """(prompts, k) -> k replies (text, finished) to each from `adapter` (None: the base), sampled as the server
     samples them (`sample_as_served`), `evaluation.max_new_tokens` long, `evaluation.batch_size` at a time; `shown`:
@@ -150,14 +200,7 @@ def own_sampler(cfg: HominemConfig, adapter: Path | None, seed: int, what: str, 
         drawn = sample_as_served(
             cfg, adapter, prompts, k, seed, max_new_tokens=ec.max_new_tokens, batch_size=ec.batch_size
         )
-        log.info(
-            "%s: %d replies sampled from %s to %d message(s) in %.0f s",
-            what,
-            len(prompts) * k,
-            adapter.name if adapter else "the base",
-            len(prompts),
-            time.monotonic() - started,
-        )
+        _sampled(what, len(prompts) * k, "replies", adapter, f"to {len(prompts)} message(s)", started)
         return [
             [as_shown(g.text, g.finished) if shown else (g.text, g.finished) for g in replies] for replies in drawn
         ]
@@ -315,11 +358,13 @@ def taste_pairs(cfg: HominemConfig, pairs: pd.DataFrame, plan: UpdateBatch) -> T
 
     tc = cfg.online.taste
     sample = own_sampler(cfg, plan.live_adapter, plan.seed, "taste", shown=True)
-
+    ender = own_ender(cfg, plan.live_adapter, plan.seed, "taste") if tc.endings else None
     found = taste_items(
         pairs,
         plan.reward_model,
         sample,
+        ender=ender,
+        endings=tc.endings,
         min_choices=tc.min_choices,
         prompts=tc.prompts,
         samples=tc.samples,
