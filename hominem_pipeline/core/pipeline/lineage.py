@@ -49,8 +49,10 @@ def _module_file(module: str, root: Path) -> Path | None:
     return None
 
 
-def _imports(source: str, module: str) -> set[str]:
-    """Every `hominem_pipeline` module a source imports, at any depth of the file (function-level too)."""
+@functools.lru_cache(maxsize=4096)
+def _imports(source: str, module: str) -> frozenset[str]:
+    """Every `hominem_pipeline` module a source imports, at any depth of the file (function-level too); kept by the
+    source's text, so a copy of the package a test edits parses only what changed."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
@@ -64,7 +66,7 @@ def _imports(source: str, module: str) -> set[str]:
             if base.split(".")[0] == PACKAGE:
                 found.add(base)
                 found.update(f"{base}.{a.name}" for a in node.names)  # `from pkg import module`
-    return found
+    return frozenset(found)
 
 
 def module_closure(module: str, root: Path = PACKAGE_ROOT) -> dict[str, Path]:
