@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from hominem_pipeline.core.attune.personal import distinct_replies
-from hominem_pipeline.core.lm.generation import end_at_sentence
+from hominem_pipeline.core.lm.generation import as_shown
 from hominem_pipeline.core.online.events import BASE, FEEDBACK, SERVED, Choice, new_turn
 from hominem_pipeline.core.online.ledger import FeedbackError
 from hominem_pipeline.core.online.log import utc_now
@@ -107,11 +107,10 @@ async def generate(
         )
         jobs += submit(service, asked.messages, warmer, adapter, pool - body.n)
     await asyncio.gather(*(wait(j.future) for j in jobs))
-    # the page shows whole replies: one cut by the token limit ends at its last sentence (the log keeps what was
-    # shown); a pair is picked by what the person will read
+    # the page shows whole replies (generation.as_shown: one cut by the token limit ends at its last sentence; the
+    # log keeps what was shown, its finish reason stays "length"); a pair is picked by what the person will read
     for job in jobs:
-        if job.finish_reason == "length":
-            job.sent = end_at_sentence(job.sent)
+        job.sent, _ = as_shown(job.sent, job.finish_reason != "length")
     if pool > body.n:
         jobs = await _surest(service, caller.rater, asked.messages[-1]["content"], jobs)
     rewards: list[dict[str, Any] | None] = [None] * len(jobs)
