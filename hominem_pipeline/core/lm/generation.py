@@ -27,6 +27,7 @@ def messages_text(tokenizer: Any, messages: Sequence[dict[str, str]]) -> str:
 
 
 _SENTENCE_END = re.compile(r"""[.!?\u2026]+["')\]\u201d\u2019*_]*(?=\s|$)""")
+_NUMBERED = re.compile(r"\s*\d+[.)]")  # a list item's number: it ends no sentence
 
 
 def end_at_sentence(text: str) -> str:
@@ -45,11 +46,10 @@ def opening(text: str) -> str | None:
     sampled. None for a reply of one sentence."""
     body = text.rstrip()
     cuts = [m.end() for m in _SENTENCE_END.finditer(body)] + [i for i, c in enumerate(body) if c == "\n"]
-    numbered = re.compile(r"\s*\d+[.)]")  # a list item's number ends no sentence
     cuts = [
         c
         for c in cuts
-        if body[:c].strip() and body[c:].strip() and not numbered.fullmatch(body[body.rfind("\n", 0, c) + 1 : c])
+        if body[:c].strip() and body[c:].strip() and not _NUMBERED.fullmatch(body[body.rfind("\n", 0, c) + 1 : c])
     ]
     return body[: max(cuts)].rstrip() if cuts else None
 
