@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,24 @@ def pytest_configure(config):
 
     for line in pytest_filters():
         config.addinivalue_line("filterwarnings", line)
+
+    # On several workers (`make test`'s `-n`), each worker's torch, and every process a test starts, keeps to its
+    # share of the cores: two workers each spinning two OpenMP threads on two cores ran torch's small operations
+    # slower than one worker did.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        threads = str(max(1, (os.cpu_count() or 1) // workers))
+        os.environ.setdefault("OMP_NUM_THREADS", threads)
+        os.environ.setdefault("MKL_NUM_THREADS", threads)
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+def pytest_collection_modifyitems(config, items):
+    """The integration tests (whole days through the CLI, the queue, the browser: minutes each) first, in their own
+    order: several workers then run them side by side and the short tests fill in after, rather than one long test
+    at the end holding the run while the other workers idle."""
+    items.sort(key=lambda item: "integration" not in item.path.parts)
 
 
 def build_tiny_student(path: Path) -> Path:
