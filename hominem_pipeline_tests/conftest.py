@@ -41,7 +41,7 @@ def pytest_configure(config):
     # slower than one worker did.
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
-        threads = str(max(1, (os.cpu_count() or 1) // workers))
+        threads = str(max(1, len(os.sched_getaffinity(0)) // workers))
         os.environ.setdefault("OMP_NUM_THREADS", threads)
         os.environ.setdefault("MKL_NUM_THREADS", threads)
         if "torch" in sys.modules:
