@@ -17,8 +17,8 @@ run: $(STAMP) ## Install (once), prepare the offline models (once), materialize 
 	$(BIN)/hominem setup
 	$(BIN)/hominem run $(if $(CONFIG),--config $(CONFIG)) $(if $(DATE),--date $(DATE)) $(if $(SELECT),--select '$(SELECT)') $(if $(FILL_WINDOW),--fill-window)
 
-test: $(STAMP) browser services llama ## Run the test suite on 2 workers (tiny models built in the tests; no downloads)
-	$(BIN)/python -m pytest -n $(or $(WORKERS),2) $(PYTEST_ARGS)
+test: $(STAMP) browser services llama ## Run the test suite on 2 workers, a test file to one (tiny models built in the tests; no downloads)
+	$(BIN)/python -m pytest -n $(or $(WORKERS),2) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 LINTED := hominem_pipeline hominem_pipeline_tests benchmarks scripts
 

@@ -50,8 +50,9 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     """The integration tests (whole days through the CLI, the queue, the browser: minutes each) first, in their own
-    order: several workers then run them side by side and the short tests fill in after, rather than one long test
-    at the end holding the run while the other workers idle."""
+    order: `make test`'s workers take a test file at a time in this order (`--dist loadfile --no-loadscope-reorder`),
+    so they run the long files side by side and the short ones fill in after, rather than one long file at the end
+    holding the run while the other worker idles."""
     items.sort(key=lambda item: "integration" not in item.path.parts)
 
 
