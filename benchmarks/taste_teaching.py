@@ -179,9 +179,9 @@ def main() -> None:
             taste, held_out, sample_replies(cfg, start, held_out, args.samples, 1000, args.max_tokens, shown=True)
         )
         print(f"start: {before['share']:.1%} +- {before['standard_error']:.1%} ({time.monotonic() - t:.0f} s)")
-        rows = []
+        rows, live = [], state.current().version  # every arm starts here, whether the one before went live or not
         for name, overrides in arms.items():
-            row = run_arm(args, cfg.root, state.current().version, name, overrides, choices, held_out)
+            row = run_arm(args, cfg.root, live, name, overrides, choices, held_out)
             d = np.array(row["per_message"]) - np.array(before["per_message"])
             row["against_start"] = {"difference": float(d.mean()), "se": paired_se(d)}
             rows.append(row)
