@@ -41,7 +41,9 @@ def pytest_configure(config):
     # slower than one worker did.
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
-        threads = str(max(1, len(os.sched_getaffinity(0)) // workers))
+        from hominem_pipeline.core.lm.device import cpu_threads_each
+
+        threads = str(cpu_threads_each(workers))
         os.environ.setdefault("OMP_NUM_THREADS", threads)
         os.environ.setdefault("MKL_NUM_THREADS", threads)
         if "torch" in sys.modules:

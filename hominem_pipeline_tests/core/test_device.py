@@ -13,7 +13,7 @@ import torch
 from hominem_pipeline.core.config import ConfigError
 from hominem_pipeline.core.config.loader import load_config
 from hominem_pipeline.core.lm import device as device_policy
-from hominem_pipeline.core.lm.device import describe_device, resolve_device
+from hominem_pipeline.core.lm.device import cpu_threads_each, describe_device, resolve_device
 from hominem_pipeline.core.lm.trl_args import trl_run_args
 from hominem_pipeline_tests.conftest import REPO
 
@@ -29,6 +29,14 @@ def apple_gpu(monkeypatch):
     monkeypatch.setattr(device_policy, "mps_available", lambda: True)
     yield
     resolve_device.cache_clear()
+
+
+def test_processes_sharing_the_cpu_get_an_even_share_of_the_cores_this_process_may_use(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    assert [cpu_threads_each(n) for n in (1, 2, 3, 4)] == [3, 1, 1, 1]
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)  # a platform without affinity: every core
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert [cpu_threads_each(n) for n in (1, 2, 16)] == [8, 4, 1]
 
 
 def test_auto_is_cuda_only_where_torch_sees_a_gpu_and_cuda_without_one_names_the_fix(monkeypatch):

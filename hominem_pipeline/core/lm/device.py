@@ -18,6 +18,7 @@ to the network's device and its outputs back to the CPU, so nothing else changes
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -52,6 +53,14 @@ def resolve_device(setting: str | None = "auto") -> Any:
     if setting == "auto":
         setting = "cuda" if torch.cuda.is_available() else "mps" if mps_available() else "cpu"
     return torch.device(setting)
+
+
+def cpu_threads_each(processes: int) -> int:
+    """CPU threads for each of `processes` processes sharing this machine: their even share of the cores this process
+    may run on (its affinity; every core where the platform has none), at least 1. Oversubscribed, torch's OpenMP
+    threads wait on each other and small operations run slower than on fewer threads."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // max(1, processes))
 
 
 def describe_device(device: Any) -> str:

@@ -249,6 +249,7 @@ def run_launched(spec_path: Path, processes: int, *, device: str = "auto") -> An
     import torch
 
     from hominem_pipeline.core.config.project import check_processes_on
+    from hominem_pipeline.core.lm.device import cpu_threads_each
     from hominem_pipeline.core.policy.lora import AdapterTraining
 
     if processes < 2:
@@ -263,7 +264,7 @@ def run_launched(spec_path: Path, processes: int, *, device: str = "auto") -> An
         )
     if not gpus:
         env["CUDA_VISIBLE_DEVICES"] = ""
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // processes))
+        env["OMP_NUM_THREADS"] = str(cpu_threads_each(processes))
     result = Path(spec_path).parent / RESULT
     result.unlink(missing_ok=True)
     tail: deque[str] = deque(maxlen=60)
